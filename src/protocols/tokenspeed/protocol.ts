@@ -1,0 +1,113 @@
+/**
+ * `EngineProtocol` for TokenSpeed's msgpack mode (engine-wire.md section 4; SMG
+ * `protocol/tokenspeed/{request,sampling,output}.rs`): ADD = the 11-element `TokenizedGenerateReqInput` prefix with
+ * the full, gateway-normalized 29-element `SamplingParams` (4.3); ABORT = `list[str]` (4.7); outputs =
+ * `BatchTokenIDOutSlim` in any form (4.8).
+ */
+import type { EngineBatch, EngineProtocol, GenerateRequest } from '../types.js';
+import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
+import { encodeAbortPayload } from './abort.js';
+import { batchToEngineBatch, decodeBatchTokenIDOutSlim } from './output.js';
+import { encodeTokenizedGenerateReqInput } from './request.js';
+import type { TokenizedGenerateReqInput } from './request.js';
+import { toTokenSpeedSamplingParams, validateSamplingParams } from './sampling.js';
+
+/** Options of `createTokenSpeedProtocol`. */
+export interface TokenSpeedProtocolOptions {
+  /** The model's vocabulary size: enables the `logit_bias` key range check of 4.6. */
+  vocabSize?: number;
+  /** Called with a finish string other than ''/stop/length/abort/error (it is reported as `stop`). */
+  onUnknownFinishReason?: (raw: string) => void;
+}
+
+/**
+ * Builds the wire struct the gateway sends for one request (4.3): `rid`, nil `http_worker_ipc`/`input_text`,
+ * `input_ids`, normalized sampling params, `return_logprob`, `logprob_start_len` −1, `top_logprobs_num` 0, nil
+ * `token_ids_logprob`, `stream`; every later field at its default. Throws WireEncodeError naming the field for
+ * anything TokenSpeed would refuse with a silent terminal abort (4.6) or cannot decode.
+ */
+export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: TokenSpeedProtocolOptions = {}): TokenizedGenerateReqInput {
+  const root = 'TokenizedGenerateReqInput';
+  if (typeof request.requestId !== 'string' || request.requestId.length === 0) {
+    throw new WireEncodeError(`${root}.rid`, 'request id must be a non-empty string');
+  }
+  if (!Array.isArray(request.promptTokenIds)) throw new WireEncodeError(`${root}.input_ids`, 'expected an array');
+  request.promptTokenIds.forEach((t, i) => {
+    if (!Number.isSafeInteger(t) || t < 0) {
+      throw new WireEncodeError(`${root}.input_ids[${i}]`, `token id must be an integer ≥ 0, got ${String(t)}`);
+    }
+  });
+  if (typeof request.stream !== 'boolean') throw new WireEncodeError(`${root}.stream`, 'expected a boolean');
+  if (typeof request.returnLogprob !== 'boolean') {
+    throw new WireEncodeError(`${root}.return_logprob`, 'expected a boolean');
+  }
+  const s = request.sampling;
+  for (const [field, value] of [
+    ['max_new_tokens', s.maxNewTokens], ['min_new_tokens', s.minNewTokens], ['top_k', s.topK], ['seed', s.seed],
+  ] as const) {
+    if (value !== null && !Number.isSafeInteger(value)) {
+      throw new WireEncodeError(`${root}.sampling_params.${field}`, `expected an integer, got ${String(value)}`);
+    }
+  }
+  if (s.seed !== null && s.seed < 0) {
+    throw new WireEncodeError(`${root}.sampling_params.seed`, `seed must be ≥ 0, got ${s.seed}`);
+  }
+  s.stopTokenIds.forEach((t, i) => {
+    if (!Number.isSafeInteger(t) || t < 0) {
+      throw new WireEncodeError(`${root}.sampling_params.stop_token_ids[${i}]`,
+        `token id must be an integer ≥ 0, got ${String(t)}`);
+    }
+  });
+  const sampling = toTokenSpeedSamplingParams(s);
+  validateSamplingParams(sampling, { vocabSize: opts.vocabSize, path: `${root}.sampling_params` });
+  return {
+    rid: request.requestId,
+    http_worker_ipc: null,
+    input_text: null,
+    input_ids: [...request.promptTokenIds],
+    sampling_params: sampling,
+    return_logprob: request.returnLogprob,
+    logprob_start_len: -1,
+    top_logprobs_num: 0,
+    token_ids_logprob: null,
+    stream: request.stream,
+    input_embeds: null,
+    session_params: null,
+    custom_logit_processor: null,
+    return_hidden_states: false,
+    created_time: 0.0,
+    bootstrap_host: null,
+    bootstrap_port: null,
+    bootstrap_room: null,
+    input_multi_ids: null,
+    input_extra_infos: null,
+    input_ids_unpadded: null,
+    multimodal_inputs: null,
+    validation_error: null,
+    data_parallel_rank: null,
+  };
+}
+
+/**
+ * A TokenSpeed `EngineProtocol`. `encodeAdd` throws WireEncodeError naming the field (4.6 checks, see
+ * `validateSamplingParams`); `decodeOutput` reads frame 0 only (aux frames are ignored, 4.8) and throws
+ * WireDecodeError naming the field.
+ */
+export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): EngineProtocol {
+  return {
+    name: 'tokenspeed',
+    encodeAdd(request: GenerateRequest): Uint8Array {
+      return encodeTokenizedGenerateReqInput(toTokenizedGenerateReqInput(request, opts), { form: 'prefix' });
+    },
+    encodeAbort(requestIds: readonly string[]): Uint8Array {
+      return encodeAbortPayload(requestIds);
+    },
+    decodeOutput(frames: readonly Uint8Array[]): EngineBatch {
+      if (frames.length === 0) throw new WireDecodeError('BatchTokenIDOutSlim', 'output message has no frames');
+      return batchToEngineBatch(decodeBatchTokenIDOutSlim(frames[0]), opts.onUnknownFinishReason);
+    },
+  };
+}
+
+/** The TokenSpeed protocol with default options (no vocabulary-size check, unknown finish strings → `stop`). */
+export const tokenspeedProtocol: EngineProtocol = createTokenSpeedProtocol();

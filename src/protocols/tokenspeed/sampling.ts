@@ -1,0 +1,218 @@
+/**
+ * TokenSpeed `SamplingParams` (engine-wire.md 4.4; TokenSpeed `sampling_params.py`): a nested, **untagged**
+ * positional array of 29 fields (header `dc 001d`), every field with a default (so `[]` is valid), plus the
+ * gateway-side normalization (4.5, SMG `sampling.rs`) and the engine-side validation table (4.6) the gateway runs
+ * before sending, because TokenSpeed answers an invalid request only with a silent terminal abort.
+ */
+import type { SamplingOptions } from '../types.js';
+import {
+  anyValue, bool, float, int, list, nullable, positional, str, strMap, strOrStrList,
+} from '../../wire/codec.js';
+import { WireEncodeError } from '../../wire/errors.js';
+import type { WireInt } from '../../wire/reader.js';
+
+/** `top_k` meaning "disabled" after normalization: 2^30 (`ce 40000000`; engine-wire.md 4.4). */
+export const TOP_K_DISABLED = 1073741824;
+
+/** Temperatures below this are greedy (engine-wire.md 4.5 step 2). */
+export const GREEDY_TEMPERATURE_EPSILON = 1e-6;
+
+/** The 29 `SamplingParams` fields in wire order, upstream names (engine-wire.md 4.4). */
+export interface TokenSpeedSamplingParams {
+  max_new_tokens: WireInt | null;
+  stop: string | string[] | null;
+  /** A Python `set[int]` on the engine side: an array in the sender's order on the wire (section 3.7). */
+  stop_token_ids: WireInt[] | null;
+  temperature: number;
+  top_p: number;
+  top_k: WireInt;
+  min_p: number;
+  frequency_penalty: number;
+  presence_penalty: number;
+  repetition_penalty: number;
+  min_new_tokens: WireInt;
+  json_schema: string | null;
+  regex: string | null;
+  ebnf: string | null;
+  structural_tag: string | null;
+  ignore_eos: boolean;
+  skip_special_tokens: boolean;
+  spaces_between_special_tokens: boolean;
+  no_stop_trim: boolean;
+  thinking_budget: WireInt | null;
+  custom_params: Record<string, unknown> | null;
+  stream_interval: WireInt | null;
+  /** Token id as a decimal string → additive bias. */
+  logit_bias: Record<string, number> | null;
+  seed: WireInt | null;
+  logprobs: WireInt | null;
+  n: WireInt;
+  stop_strs: string | string[] | null;
+  stop_str_max_len: WireInt;
+  is_normalized: boolean;
+}
+
+/** The untagged positional codec of `SamplingParams` (29 fields, all defaulted; extras drained). */
+export const samplingParamsCodec = positional<TokenSpeedSamplingParams>({
+  name: 'SamplingParams',
+  fields: [
+    { name: 'max_new_tokens', codec: nullable(int), dflt: () => null },
+    { name: 'stop', codec: nullable(strOrStrList), dflt: () => null },
+    { name: 'stop_token_ids', codec: nullable(list(int)), dflt: () => null },
+    { name: 'temperature', codec: float, dflt: () => 1.0 },
+    { name: 'top_p', codec: float, dflt: () => 1.0 },
+    { name: 'top_k', codec: int, dflt: () => -1 },
+    { name: 'min_p', codec: float, dflt: () => 0.0 },
+    { name: 'frequency_penalty', codec: float, dflt: () => 0.0 },
+    { name: 'presence_penalty', codec: float, dflt: () => 0.0 },
+    { name: 'repetition_penalty', codec: float, dflt: () => 1.0 },
+    { name: 'min_new_tokens', codec: int, dflt: () => 0 },
+    { name: 'json_schema', codec: nullable(str), dflt: () => null },
+    { name: 'regex', codec: nullable(str), dflt: () => null },
+    { name: 'ebnf', codec: nullable(str), dflt: () => null },
+    { name: 'structural_tag', codec: nullable(str), dflt: () => null },
+    { name: 'ignore_eos', codec: bool, dflt: () => false },
+    { name: 'skip_special_tokens', codec: bool, dflt: () => true },
+    { name: 'spaces_between_special_tokens', codec: bool, dflt: () => true },
+    { name: 'no_stop_trim', codec: bool, dflt: () => false },
+    { name: 'thinking_budget', codec: nullable(int), dflt: () => null },
+    { name: 'custom_params', codec: nullable(strMap(anyValue)), dflt: () => null },
+    { name: 'stream_interval', codec: nullable(int), dflt: () => null },
+    { name: 'logit_bias', codec: nullable(strMap(float)), dflt: () => null },
+    { name: 'seed', codec: nullable(int), dflt: () => null },
+    { name: 'logprobs', codec: nullable(int), dflt: () => null },
+    { name: 'n', codec: int, dflt: () => 1 },
+    { name: 'stop_strs', codec: nullable(strOrStrList), dflt: () => null },
+    { name: 'stop_str_max_len', codec: int, dflt: () => 0 },
+    { name: 'is_normalized', codec: bool, dflt: () => false },
+  ],
+});
+
+/** A fresh `SamplingParams` holding TokenSpeed's struct defaults (un-normalized: `top_k` −1, `is_normalized` false). */
+export function defaultSamplingParams(): TokenSpeedSamplingParams {
+  return samplingParamsCodec.defaults() as TokenSpeedSamplingParams;
+}
+
+/**
+ * The gateway-side normalization (engine-wire.md 4.5, SMG `sampling.rs`), returning a new object:
+ * 1. empty `stop_token_ids` → nil; 2. `temperature < 1e-6` (negative included) → temperature 1.0 and `top_k` 1
+ * (greedy); 3. `top_k == −1` → 2^30; 4. `stop_strs = []`, `stop_str_max_len = 0`, `is_normalized = true`.
+ * Idempotent: normalizing a normalized value returns an equal value. The steps run whatever the incoming
+ * `is_normalized` flag says (the gateway does not trust it). Stop strings are the gateway's job, so `stop` is kept
+ * as given (the engine ignores it once `is_normalized` is true).
+ */
+export function normalizeSamplingParams(p: TokenSpeedSamplingParams): TokenSpeedSamplingParams {
+  const out: TokenSpeedSamplingParams = { ...p };
+  if (out.stop_token_ids !== null && out.stop_token_ids.length === 0) out.stop_token_ids = null;
+  if (out.temperature < GREEDY_TEMPERATURE_EPSILON) {
+    out.temperature = 1.0;
+    out.top_k = 1;
+  }
+  if (out.top_k === -1 || out.top_k === -1n) out.top_k = TOP_K_DISABLED;
+  out.stop_strs = [];
+  out.stop_str_max_len = 0;
+  out.is_normalized = true;
+  return out;
+}
+
+/**
+ * Maps the engine-neutral `SamplingOptions` (already validated and defaulted by the HTTP layer) onto TokenSpeed's
+ * 29 fields and normalizes them (engine-wire.md 4.4 "Gateway sends" column): `stop` nil (stop strings are matched in
+ * the gateway), grammars nil, `no_stop_trim` false, `thinking_budget`/`custom_params`/`stream_interval` nil,
+ * `logprobs` nil, `n` 1, `stop_strs` `[]`, `is_normalized` true. `logit_bias` and `seed` are passed through.
+ */
+export function toTokenSpeedSamplingParams(s: SamplingOptions): TokenSpeedSamplingParams {
+  return normalizeSamplingParams({
+    max_new_tokens: s.maxNewTokens,
+    stop: null,
+    stop_token_ids: [...s.stopTokenIds],
+    temperature: s.temperature,
+    top_p: s.topP,
+    top_k: s.topK,
+    min_p: s.minP,
+    frequency_penalty: s.frequencyPenalty,
+    presence_penalty: s.presencePenalty,
+    repetition_penalty: s.repetitionPenalty,
+    min_new_tokens: s.minNewTokens,
+    json_schema: null,
+    regex: null,
+    ebnf: null,
+    structural_tag: null,
+    ignore_eos: s.ignoreEos,
+    skip_special_tokens: s.skipSpecialTokens,
+    spaces_between_special_tokens: s.spacesBetweenSpecialTokens,
+    no_stop_trim: false,
+    thinking_budget: null,
+    custom_params: null,
+    stream_interval: null,
+    logit_bias: s.logitBias === null ? null : { ...s.logitBias },
+    seed: s.seed,
+    logprobs: null,
+    n: 1,
+    stop_strs: [],
+    stop_str_max_len: 0,
+    is_normalized: true,
+  });
+}
+
+/** Options of `validateSamplingParams`. */
+export interface SamplingValidationOptions {
+  /** The engine's vocabulary size: `logit_bias` keys must be in [0, vocabSize). Unchecked when absent. */
+  vocabSize?: number;
+  /** Path prefix for error messages. */
+  path?: string;
+}
+
+/**
+ * Runs the engine's receive-socket checks (engine-wire.md 4.6) on parameters about to be sent, so the gateway
+ * refuses what TokenSpeed would otherwise turn into a silent terminal abort. Throws WireEncodeError naming the
+ * first failing field:
+ * temperature ≥ 0; top_p in (0, 1]; min_p in [0, 1]; top_k −1, 1..127 or exactly 2^30; frequency/presence
+ * penalty in [−2, 2]; repetition_penalty in [0, 2]; max_new_tokens nil or ≥ 0; 0 ≤ min_new_tokens ≤
+ * max_new_tokens; logit_bias keys decimal token ids in [0, vocabSize); logprobs nil or 0; at most one of
+ * json_schema / regex / ebnf; n == 1 (finalization would refuse any other value). Non-finite floats are refused.
+ */
+export function validateSamplingParams(p: TokenSpeedSamplingParams, opts: SamplingValidationOptions = {}): void {
+  const base = opts.path ?? 'SamplingParams';
+  const fail = (field: string, problem: string): never => {
+    throw new WireEncodeError(`${base}.${field}`, problem);
+  };
+  const floatIn = (field: keyof TokenSpeedSamplingParams, value: number, lo: number, hi: number, loOpen = false) => {
+    if (typeof value !== 'number' || Number.isNaN(value) || !(loOpen ? value > lo : value >= lo) || !(value <= hi)) {
+      fail(field, `${String(value)} is outside ${loOpen ? '(' : '['}${lo}, ${hi}]`);
+    }
+  };
+  if (typeof p.temperature !== 'number' || !Number.isFinite(p.temperature) || p.temperature < 0) {
+    fail('temperature', `${String(p.temperature)} must be a finite number ≥ 0`);
+  }
+  floatIn('top_p', p.top_p, 0, 1, true);
+  floatIn('min_p', p.min_p, 0, 1);
+  const k = p.top_k;
+  const kOk = k == -1 || k == TOP_K_DISABLED || (k >= 1 && k <= 127);
+  if (!kOk) fail('top_k', `${String(k)} is not −1, 1..127 or 2^30 (0 is refused; 128+ exceeds the sampling kernel)`);
+  floatIn('frequency_penalty', p.frequency_penalty, -2, 2);
+  floatIn('presence_penalty', p.presence_penalty, -2, 2);
+  floatIn('repetition_penalty', p.repetition_penalty, 0, 2);
+  if (p.max_new_tokens !== null && p.max_new_tokens < 0) fail('max_new_tokens', `${p.max_new_tokens} must be ≥ 0`);
+  if (p.min_new_tokens < 0) fail('min_new_tokens', `${p.min_new_tokens} must be ≥ 0`);
+  if (p.max_new_tokens !== null && p.min_new_tokens > p.max_new_tokens) {
+    fail('min_new_tokens', `${p.min_new_tokens} exceeds max_new_tokens ${p.max_new_tokens}`);
+  }
+  if (p.logit_bias !== null) {
+    for (const [key, bias] of Object.entries(p.logit_bias)) {
+      const id = /^(0|[1-9][0-9]*)$/.test(key) ? Number(key) : NaN;
+      if (!Number.isSafeInteger(id) || (opts.vocabSize !== undefined && id >= opts.vocabSize)) {
+        fail(`logit_bias[${JSON.stringify(key)}]`, opts.vocabSize === undefined
+          ? 'key must be a decimal token id ≥ 0'
+          : `key must be a decimal token id in [0, ${opts.vocabSize})`);
+      }
+      if (typeof bias !== 'number' || !Number.isFinite(bias)) {
+        fail(`logit_bias[${JSON.stringify(key)}]`, `bias ${String(bias)} must be a finite number`);
+      }
+    }
+  }
+  if (p.logprobs !== null && p.logprobs != 0) fail('logprobs', `${p.logprobs} must be nil or 0`);
+  const grammars = (['json_schema', 'regex', 'ebnf'] as const).filter((g) => p[g] !== null);
+  if (grammars.length > 1) fail(grammars[1], `at most one grammar may be set (got ${grammars.join(', ')})`);
+  if (p.n != 1) fail('n', `${p.n} must be 1 (the gateway fans out n > 1 itself)`);
+}
