@@ -1,0 +1,15 @@
+/**
+ * The ZeroMQ transport (engine-wire.md sections 1-2): endpoint naming, ipc hygiene, the gateway's socket set
+ * (`ZmqEngineLink`, an `EngineLink`) and the engine side used by the simulator and tests (`EngineDialer`).
+ */
+export { deriveEndpoints, deriveHandshakePort, fnv1a64, MAX_IPC_PATH_BYTES } from './endpoints.js';
+export type { EngineEndpoints } from './endpoints.js';
+export { prepareSocketPaths } from './socket-paths.js';
+export { ZmqEngineLink, DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, DEFAULT_SEND_TIMEOUT_MS } from './zmq-link.js';
+export type { PendingEngineLink, ZmqLinkOptions } from './zmq-link.js';
+export { EngineDialer, DEFAULT_INIT_TIMEOUT_MS } from './engine-dialer.js';
+export type { EngineDialerOptions, EngineRequest } from './engine-dialer.js';
+export { ConfigError, HandshakeError, SendTimeoutError, TransportError } from './errors.js';
+export type { HandshakeStage } from './errors.js';
+export { silentLogger } from './logger.js';
+export type { TransportLogger, TransportLogFn } from './logger.js';

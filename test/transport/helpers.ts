@@ -1,0 +1,86 @@
+/** Shared fixtures for the transport tests: temp dirs, free tcp ports, a recording logger, ready responses. */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
+import type { ReadyResponse } from '../../src/protocols/types.js';
+import type { TransportLogger } from '../../src/transport/logger.js';
+import { Dealer } from 'zeromq';
+
+/** A fresh private directory under the system temp dir; `cleanup()` removes it. */
+export async function freshDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'mgw-tr-'));
+  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/** A tcp port on 127.0.0.1 that was free a moment ago (listen on port 0, read it, close). */
+export async function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      if (address === null || typeof address === 'string') {
+        server.close();
+        reject(new Error('no port'));
+        return;
+      }
+      server.close(() => resolve(address.port));
+    });
+  });
+}
+
+/** One recorded log call. */
+export interface LogRecord {
+  level: 'debug' | 'info' | 'warn' | 'error';
+  obj: Record<string, unknown>;
+  msg: string;
+}
+
+/** A TransportLogger that records every call. */
+export function recordingLogger(): TransportLogger & { records: LogRecord[] } {
+  const records: LogRecord[] = [];
+  const at = (level: LogRecord['level']) => (obj: Record<string, unknown>, msg: string) => {
+    records.push({ level, obj, msg });
+  };
+  return { records, debug: at('debug'), info: at('info'), warn: at('warn'), error: at('error') };
+}
+
+/** A valid ready response for rank `rank`, with values that tell the ranks apart. */
+export function readyFor(rank: number, overrides: Partial<ReadyResponse> = {}): ReadyResponse {
+  return {
+    ...DEFAULT_READY_RESPONSE,
+    maxModelLen: 32768 + rank,
+    numGpuBlocks: 1000,
+    prefixGranularity: 64,
+    dtype: 'bfloat16',
+    vllmVersion: 'tokenspeed-test',
+    dataParallelSize: 1,
+    dataParallelRank: rank,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 8192,
+    instanceId: `rank-${rank}`,
+    ...overrides,
+  };
+}
+
+/** Rejects after `ms` with a message: a hang guard only, never a timing assertion. */
+export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const guard = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`hang guard: ${what} did not settle within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, guard]).finally(() => clearTimeout(timer));
+}
+
+/** A raw zeromq DEALER with a binary routing identity (zeromq.js types routingId as string; a Buffer passes through). */
+export function rawDealer(identity: Uint8Array): Dealer {
+  const dealer = new Dealer({ linger: 0 });
+  (dealer as unknown as { routingId: Buffer }).routingId = Buffer.from(identity);
+  return dealer;
+}
+
+/** The repository root (for spawning fixtures through tsx). */
+export const repoRootDir: string = fileURLToPath(new URL('../../', import.meta.url));

@@ -1,0 +1,166 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { chmod, chown, lstat, mkdir, rename, stat, symlink, writeFile } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { join } from 'node:path';
+import { Writable } from 'node:stream';
+import { pino } from 'pino';
+import { deriveEndpoints } from '../../src/transport/endpoints.js';
+import { ConfigError } from '../../src/transport/errors.js';
+import { prepareSocketPaths } from '../../src/transport/socket-paths.js';
+import { freshDir, recordingLogger } from './helpers.js';
+
+const isRoot = typeof process.geteuid === 'function' && process.geteuid() === 0;
+
+/** Leaves a real Unix socket file at `path` (libuv unlinks on close, so listen elsewhere and rename). */
+async function leaveStaleSocket(path: string): Promise<void> {
+  const tmp = `${path}.listen`;
+  const server = createServer();
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject);
+    server.listen(tmp, resolve);
+  });
+  await rename(tmp, path);
+  await new Promise<void>((resolve) => server.close(() => resolve()));
+}
+
+test('a missing socket directory is created recursively with mode 0700', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const ep = deriveEndpoints(`ipc://${join(dir, 'a', 'b', 'w')}`);
+    const log = recordingLogger();
+    await prepareSocketPaths(ep, log);
+    for (const d of [join(dir, 'a'), join(dir, 'a', 'b')]) {
+      const s = await lstat(d);
+      assert.ok(s.isDirectory());
+      assert.equal(s.mode & 0o777, 0o700, `${d} mode ${(s.mode & 0o777).toString(8)}`);
+    }
+    assert.ok(log.records.some((r) => r.msg.includes('created ipc socket directory')));
+    await prepareSocketPaths(ep, log); // idempotent
+  } finally {
+    await cleanup();
+  }
+});
+
+test('an existing owned 0755 directory is accepted and its permissions are left alone', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const sockDir = join(dir, 'socks');
+    await mkdir(sockDir);
+    await chmod(sockDir, 0o755);
+    await prepareSocketPaths(deriveEndpoints(`ipc://${join(sockDir, 'w')}`));
+    assert.equal((await stat(sockDir)).mode & 0o777, 0o755);
+  } finally {
+    await cleanup();
+  }
+});
+
+test('stale Unix sockets at the input and output paths are unlinked and logged', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
+    const inPath = join(dir, 'w-in.sock');
+    const outPath = join(dir, 'w-out.sock');
+    await leaveStaleSocket(inPath);
+    await leaveStaleSocket(outPath);
+    assert.ok((await lstat(inPath)).isSocket());
+    const log = recordingLogger();
+    await prepareSocketPaths(ep, log);
+    await assert.rejects(lstat(inPath), { code: 'ENOENT' });
+    await assert.rejects(lstat(outPath), { code: 'ENOENT' });
+    const removed = log.records.filter((r) => r.level === 'warn' && r.msg.includes('stale ipc socket'));
+    assert.deepEqual(removed.map((r) => r.obj.path).sort(), [inPath, outPath].sort());
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a regular file, a directory or a symlink at a socket path is refused and left in place', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
+    const inPath = join(dir, 'w-in.sock');
+    const outPath = join(dir, 'w-out.sock');
+
+    await writeFile(inPath, 'precious');
+    await assert.rejects(prepareSocketPaths(ep), (e: unknown) => e instanceof ConfigError && e.message.includes(inPath) && /regular file/.test(e.message));
+    assert.ok((await lstat(inPath)).isFile(), 'the file is still there');
+
+    await rename(inPath, join(dir, 'elsewhere'));
+    await mkdir(outPath);
+    await assert.rejects(prepareSocketPaths(ep), /is a directory, not a stale socket/);
+    assert.ok((await lstat(outPath)).isDirectory());
+
+    await rename(outPath, join(dir, 'elsewhere-dir'));
+    await symlink(join(dir, 'elsewhere'), outPath);
+    await assert.rejects(prepareSocketPaths(ep), /is a symlink/);
+    assert.ok((await lstat(outPath)).isSymbolicLink());
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a socket directory that is a symlink (even to our own directory) is refused', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    await mkdir(join(dir, 'real'), { mode: 0o700 });
+    await symlink(join(dir, 'real'), join(dir, 'link'));
+    await assert.rejects(
+      prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'link', 'w')}`)),
+      (e: unknown) => e instanceof ConfigError && /is a symlink, not a directory/.test(e.message),
+    );
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a socket "directory" that is a regular file is refused', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    await writeFile(join(dir, 'f'), '');
+    await assert.rejects(prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'f', 'w')}`)), /regular file, not a directory|ENOTDIR/);
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a socket directory owned by another uid is refused, permissions untouched', { skip: !isRoot && 'needs root to chown' }, async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const foreign = join(dir, 'foreign');
+    await mkdir(foreign, { mode: 0o777 });
+    await chmod(foreign, 0o777);
+    await chown(foreign, 65534, 65534);
+    await assert.rejects(
+      prepareSocketPaths(deriveEndpoints(`ipc://${join(foreign, 'w')}`)),
+      (e: unknown) => e instanceof ConfigError && /owned by uid 65534/.test(e.message),
+    );
+    const s = await stat(foreign);
+    assert.equal(s.uid, 65534);
+    assert.equal(s.mode & 0o777, 0o777);
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a pino logger is accepted as the transport logger (stale-socket warning as JSON)', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const lines: string[] = [];
+    const sink = new Writable({
+      write(chunk: Buffer, _enc, done) {
+        lines.push(chunk.toString());
+        done();
+      },
+    });
+    const logger = pino({ level: 'info' }, sink);
+    await leaveStaleSocket(join(dir, 'w-in.sock'));
+    await prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'w')}`), logger);
+    const warn = lines.map((l) => JSON.parse(l) as { level: number; msg: string; path: string }).find((l) => l.level === 40);
+    assert.ok(warn, lines.join(''));
+    assert.match(warn.msg, /stale ipc socket/);
+    assert.equal(warn.path, join(dir, 'w-in.sock'));
+  } finally {
+    await cleanup();
+  }
+});
