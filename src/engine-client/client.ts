@@ -1,0 +1,655 @@
+/**
+ * The engine client (dp-routing.md; reference: SMG `connector.rs`, crate `engine_zmq_client`): one per worker. It
+ * owns the worker's `EngineLink` (the input ROUTER and output PULL shared by every rank), turns submitted requests
+ * into ADD messages sent to the chosen rank's identity, routes decoded output batches to per-request streams,
+ * handles cancellation and failures, keeps the in-flight sets and stored loads, applies the release clamp and picks
+ * the DP rank of every request.
+ *
+ * Concurrency model (dp-routing.md section 12.3): every state change that must be atomic happens in one synchronous
+ * block with no `await` inside: register → select → reserve → encode (submit), and store load → route → release →
+ * clamp (dispatcher, per batch). The only `await`s are the link's sends and the output iterator.
+ */
+import { EventEmitter } from 'node:events';
+import { pino, type Logger } from 'pino';
+import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest } from '../protocols/types.js';
+import { RequestType } from '../protocols/types.js';
+import type { ConnectedEngine, EngineLink } from './link.js';
+import { EngineClientError, describeError } from './errors.js';
+import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
+import { RequestRegistry, type RegistryEntry } from './registry.js';
+import { RequestStreamImpl, type RequestStream } from './request-stream.js';
+import { RoutingState } from './routing-state.js';
+import { SilenceWatchdog } from './watchdog.js';
+
+/** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without dispatcher activity). */
+export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
+/** Consecutive undecodable messages that fail the client (dp-routing.md section 6; SMG PR #2175). */
+export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
+
+/**
+ * Constructor options.
+ * - `protocol`: the engine family's codec (TokenSpeed or vLLM).
+ * - `link`: the connected socket set (after the handshake); the client owns it from now on and closes it on
+ *   `close()` or on any fail_all.
+ * - `policy`: the unpinned rank-selection policy (default `createLoadPolicy()`, SMG's DP scorer).
+ * - `silenceTimeoutMs`: silence-watchdog timeout in ms (default 300 000; must be a positive finite number).
+ * - `logger`: pino logger (default: silent).
+ */
+export interface EngineClientOptions {
+  protocol: EngineProtocol;
+  link: EngineLink;
+  policy?: DpPolicy;
+  silenceTimeoutMs?: number;
+  logger?: Logger;
+}
+
+/**
+ * Per-submit options.
+ * - `dpRank`: pin the request to the engine whose identity decodes to this DP rank (dp-routing.md section 9.1;
+ *   gateway.md section 14 `X-data-parallel-rank`). No scoring; the scan start is not advanced.
+ * - `signal`: aborting it aborts the request like `RequestStream.cancel()` (section 5). Already aborted at submit →
+ *   `submit` rejects with `signal.reason` and nothing is registered or sent.
+ */
+export interface SubmitOptions {
+  dpRank?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * One rank's routing state for /metrics and health (gateway.md section 15.3). Only engines with a 2-byte identity
+ * (an engine index) appear.
+ * - `inFlight`: size of the in-flight set (requests routed there and not yet retired); 0 when idle.
+ * - `load`: the stored load (a copy; raw last report, except that the release clamp may have zeroed the queue
+ *   counts), or null before the first report.
+ * - `dispatchedPinned` / `dispatchedUnpinned`: ADDs successfully sent to this rank (pinned / scored).
+ * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
+ */
+export interface RankState {
+  engineIndex: number;
+  inFlight: number;
+  load: EngineLoad | null;
+  dispatchedPinned: number;
+  dispatchedUnpinned: number;
+  clampEvents: number;
+}
+
+/**
+ * Client-wide counters (gateway.md section 15.3, "wire health"). A live object: read it, never write it.
+ * - `decodeErrors`: undecodable output messages (all, including the ones that failed the client).
+ * - `abortsSent`: ABORT messages the link accepted.
+ * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank
+ *   (dp-routing.md section 14.6).
+ * - `failures`: fail_all events by cause: `engine-core-dead`, `output-closed`, `output-error`, `output-ended`,
+ *   `send-timeout`, `abort-send-failed`, `watchdog`, `decode-errors`.
+ */
+export interface ClientStats {
+  decodeErrors: number;
+  abortsSent: number;
+  rankMismatches: number;
+  failures: Record<string, number>;
+}
+
+/** Events emitted by `EngineClient` (a typed node:events EventEmitter). */
+export interface EngineClientEvents {
+  /** The client failed for good (fail_all; dp-routing.md section 6). Emitted once; `close()` does not emit it. */
+  failed: [error: EngineClientError];
+}
+
+interface RankCounters {
+  pinned: number;
+  unpinned: number;
+  clamps: number;
+}
+
+function isSendTimeout(err: unknown): boolean {
+  return err instanceof Error && err.name === 'SendTimeoutError';
+}
+
+function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException('The operation was aborted', 'AbortError');
+}
+
+/**
+ * One worker's engine client. Construction starts the dispatcher (the output loop). Health/metrics learn about a
+ * fatal failure through the `failed` event (`client.on('failed', (err) => …)`, node:events EventEmitter) or by
+ * polling `isAlive()`.
+ */
+export class EngineClient extends EventEmitter<EngineClientEvents> {
+  /** Connected ranks, sorted by identity bytes (engine-wire.md 1.5); positions are the selection scan order. */
+  readonly engines: readonly ConnectedEngine[];
+  /** The unpinned selection policy in use. */
+  readonly policy: DpPolicy;
+  /** Live counters (see `ClientStats`). */
+  readonly stats: ClientStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {} };
+
+  private readonly protocol: EngineProtocol;
+  private readonly link: EngineLink;
+  private readonly logger: Logger;
+  private readonly silenceTimeoutMs: number;
+  private readonly releaseClamp: boolean;
+  private readonly registry = new RequestRegistry();
+  private readonly routing = new RoutingState();
+  private readonly counters = new Map<number, RankCounters>();
+  private consecutiveDecodeErrors = 0;
+  private readonly watchdog: SilenceWatchdog;
+  private closeReason: EngineClientError | null = null;
+  private closing: Promise<void> | null = null;
+  private readonly dispatcherDone: Promise<void>;
+
+  /**
+   * Build the client over a connected link and start the dispatcher.
+   * Throws RangeError when `silenceTimeoutMs` is not a positive finite number.
+   */
+  constructor(opts: EngineClientOptions) {
+    super();
+    const silence = opts.silenceTimeoutMs ?? DEFAULT_SILENCE_TIMEOUT_MS;
+    if (!Number.isFinite(silence) || silence <= 0) {
+      throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${silence}`);
+    }
+    this.protocol = opts.protocol;
+    this.link = opts.link;
+    this.engines = opts.link.engines;
+    this.policy = opts.policy ?? createLoadPolicy();
+    this.releaseClamp = this.policy.releaseClamp ?? true;
+    this.silenceTimeoutMs = silence;
+    this.watchdog = new SilenceWatchdog(silence, () => this.onSilence());
+    this.logger = opts.logger ?? pino({ level: 'silent' });
+    for (const e of this.engines) {
+      if (e.engineIndex !== null && !this.counters.has(e.engineIndex)) {
+        this.counters.set(e.engineIndex, { pinned: 0, unpinned: 0, clamps: 0 });
+      }
+    }
+    this.dispatcherDone = this.runDispatcher();
+  }
+
+  /** Maximum context length in tokens: the first engine's `max_model_len` (gateway.md 15.1). Throws `client-closed` without engines. */
+  get maxModelLen(): number {
+    const first = this.engines[0];
+    if (!first) throw new EngineClientError('client-closed', 'no engines connected');
+    return first.ready.maxModelLen;
+  }
+
+  /** Number of registered (live) requests. */
+  get registeredCount(): number {
+    return this.registry.size;
+  }
+
+  /** `not closed` (dp-routing.md section 2 `is_alive`); local, sends nothing to the engines. */
+  isAlive(): boolean {
+    return !this.registry.closed;
+  }
+
+  /**
+   * Submit one request (dp-routing.md section 3). Synchronously, before the first `await`: validate, register,
+   * select a rank and reserve its in-flight slot (one step), encode; then send `[identity, 00, payload]` through the
+   * link and resolve with the request's stream. Every failure rolls back synchronously (registry entry removed,
+   * slot released) and rejects with an `EngineClientError`:
+   * `client-closed` (closed client, no engines, or the client failed while the send was pending),
+   * `duplicate-request-id`, `invalid-dp-rank`, `encode` (also for an empty request id), `transport` (send failed),
+   * `engine-dead` (send timeout; this also fails every other request, section 6). A pre-aborted `signal` rejects
+   * with its reason, as does a signal that fires while the send is pending (the ABORT is sent in that case).
+   */
+  async submit(request: GenerateRequest, options: SubmitOptions = {}): Promise<RequestStream> {
+    const { dpRank, signal } = options;
+    // 1. Validate (TokenSpeed: nothing protocol-specific at this level).
+    if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
+      throw new EngineClientError('encode', 'request id must be a non-empty string');
+    }
+    if (signal?.aborted) throw abortReason(signal);
+    if (this.registry.closed) throw this.clientClosedError(); // names the failure that closed the client
+    const id = request.requestId;
+
+    // 2. Register before any reservation (section 3 step 2, section 7).
+    let detachSignal: () => void = () => {};
+    const stream: RequestStreamImpl = new RequestStreamImpl(
+      id,
+      () => this.abandon(entry),
+      () => detachSignal(),
+    );
+    const entry: RegistryEntry = { requestId: id, stream, engine: null, engineIndex: null };
+    this.registry.register(entry);
+    this.touchWatchdog(false);
+
+    // 3. Select and reserve in the same synchronous step (section 9, section 12.3 rule 1).
+    let engine: ConnectedEngine;
+    let pinned: boolean;
+    try {
+      ({ engine, pinned } = this.selectAndReserve(request, dpRank));
+    } catch (err) {
+      this.rollback(entry, err);
+      throw err;
+    }
+    entry.engine = engine;
+    entry.engineIndex = engine.engineIndex;
+    stream.engineIndex = engine.engineIndex;
+
+    // 4. Encode.
+    let payload: Uint8Array;
+    try {
+      payload = this.protocol.encodeAdd(request);
+    } catch (err) {
+      const e = new EngineClientError('encode', `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`, {
+        cause: err,
+        requestId: id,
+      });
+      this.rollback(entry, e);
+      throw e;
+    }
+
+    if (signal) {
+      const onAbort = (): void => stream.cancel();
+      signal.addEventListener('abort', onAbort, { once: true });
+      detachSignal = () => signal.removeEventListener('abort', onAbort);
+    }
+
+    // 5. Send through the link's FIFO send queue, bounded by its send timeout.
+    try {
+      await this.link.send(engine.identity, RequestType.ADD, payload);
+    } catch (err) {
+      if (this.registry.closed) {
+        const e = this.clientClosedError();
+        this.rollback(entry, e);
+        throw e;
+      }
+      if (isSendTimeout(err)) {
+        const e = new EngineClientError(
+          'engine-dead',
+          `sending request ${JSON.stringify(id)} to DP rank ${engine.engineIndex ?? '?'} timed out: ${describeError(err)}`,
+          { cause: err, requestId: id },
+        );
+        this.failAll(e, 'send-timeout');
+        throw e;
+      }
+      const e = new EngineClientError(
+        'transport',
+        `sending request ${JSON.stringify(id)} to DP rank ${engine.engineIndex ?? '?'} failed: ${describeError(err)}`,
+        { cause: err, requestId: id },
+      );
+      this.rollback(entry, e);
+      throw e;
+    }
+    // The client failed or closed while this ADD was queued (section 12.3 rule 4): queued sends fail with
+    // client-closed (the message names the original failure; the stream itself already received it).
+    if (this.registry.closed) throw this.clientClosedError();
+    if (signal?.aborted) throw abortReason(signal);
+
+    // 6. No lockstep waves for TokenSpeed (section 13); 7. return the stream.
+    if (engine.engineIndex !== null) {
+      const c = this.counters.get(engine.engineIndex);
+      if (c) {
+        if (pinned) c.pinned++;
+        else c.unpinned++;
+      }
+    }
+    return stream;
+  }
+
+  /**
+   * Explicit abort (dp-routing.md section 5): remove the registry entry, release the in-flight slot, end the stream
+   * (its reader gets a stream-closed error naming the id, as in SMG where removing the entry closes the sink), send
+   * `[identity, 01, ["<id>"]]` to the recorded rank and resolve with the send's result. Never waits for an engine
+   * confirmation. An unknown or already finished id is a no-op (nothing is sent: the rank is unknown).
+   * Rejects with `engine-dead` (send timeout, which fails the client) or `transport` (which also fails the client:
+   * the section 14.8 gap, see `sendAbort`).
+   */
+  async abort(requestId: string): Promise<void> {
+    const entry = this.registry.get(requestId);
+    if (!entry) return;
+    this.retire(entry);
+    entry.stream.closeWithoutTerminal();
+    if (entry.engine) await this.sendAbort(entry.engine, requestId);
+  }
+
+  /** Per-rank routing state, in engine (identity) order; engines without an index are left out. */
+  rankStates(): RankState[] {
+    const out: RankState[] = [];
+    for (const e of this.engines) {
+      const idx = e.engineIndex;
+      if (idx === null) continue;
+      const c = this.counters.get(idx) ?? { pinned: 0, unpinned: 0, clamps: 0 };
+      out.push({
+        engineIndex: idx,
+        inFlight: this.routing.inFlightCount(idx),
+        load: this.routing.load(idx),
+        dispatchedPinned: c.pinned,
+        dispatchedUnpinned: c.unpinned,
+        clampEvents: c.clamps,
+      });
+    }
+    return out;
+  }
+
+  /**
+   * Shut the client down ("client dropped", dp-routing.md section 4): mark it closed, end every live stream with a
+   * stream-closed error naming its id, clear the in-flight sets, stop the watchdog, close the link and wait for the
+   * dispatcher to exit. No ABORTs are sent. Idempotent; never rejects. Does not emit `failed`.
+   */
+  close(): Promise<void> {
+    this.closing ??= this.doClose();
+    return this.closing;
+  }
+
+  private async doClose(): Promise<void> {
+    if (!this.registry.closed) {
+      this.closeReason = new EngineClientError('client-closed', 'engine client is shutting down');
+      const entries = this.registry.closeAndDrain();
+      this.routing.clearInFlight();
+      for (const e of entries) e.stream.closeWithoutTerminal();
+    }
+    this.clearWatchdog();
+    try {
+      await this.link.close();
+    } catch (err) {
+      this.logger.warn({ err }, 'engine link close failed');
+    }
+    await this.dispatcherDone;
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Selection (dp-routing.md section 9)
+
+  /**
+   * Pick the engine and reserve the in-flight slot, synchronously. Pinned: the engine whose identity decodes to
+   * `dpRank`, else invalid-dp-rank (section 9.1). Unpinned: the policy over one `RankView` per engine (section 9.2).
+   */
+  private selectAndReserve(
+    request: GenerateRequest,
+    dpRank: number | undefined,
+  ): { engine: ConnectedEngine; pinned: boolean } {
+    const id = request.requestId;
+    const engines = this.engines;
+    if (dpRank !== undefined) {
+      const engine = engines.find((e) => e.engineIndex !== null && e.engineIndex === dpRank);
+      if (!engine || engine.engineIndex === null) {
+        const validRanks = engines.flatMap((e) => (e.engineIndex === null ? [] : [e.engineIndex]));
+        throw new EngineClientError(
+          'invalid-dp-rank',
+          `DP rank ${String(dpRank)} is not connected: this worker has ${engines.length} engine(s)` +
+            ` (valid ranks: ${validRanks.length > 0 ? validRanks.join(', ') : 'none'})`,
+          { dpRank, engineCount: engines.length, validRanks },
+        );
+      }
+      this.routing.reserve(engine.engineIndex, id);
+      return { engine, pinned: true };
+    }
+    if (engines.length === 0) throw new EngineClientError('client-closed', 'no engines connected');
+    const views: RankView[] = engines.map((e) => ({
+      engineIndex: e.engineIndex,
+      inFlight: e.engineIndex === null ? 0 : this.routing.inFlightCount(e.engineIndex),
+      load: e.engineIndex === null ? null : this.routing.load(e.engineIndex),
+    }));
+    const pos = this.policy.select(views, request);
+    if (!Number.isInteger(pos) || pos < 0 || pos >= engines.length) {
+      throw new RangeError(
+        `DP policy ${this.policy.name} returned position ${pos}, expected an integer in 0..${engines.length - 1}`,
+      );
+    }
+    const engine = engines[pos];
+    if (engine.engineIndex !== null) this.routing.reserve(engine.engineIndex, id);
+    return { engine, pinned: false };
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Retirement (dp-routing.md sections 5, 10)
+
+  /** `release(rank, ids)` with the clamp setting of the policy; counts clamp events. */
+  private release(rank: number, ids: Iterable<string>): void {
+    if (this.routing.release(rank, ids, this.releaseClamp)) {
+      const c = this.counters.get(rank);
+      if (c) c.clamps++;
+    }
+  }
+
+  /** Remove `entry` if it is still live and release its slot on the recorded rank. Returns whether it was live. */
+  private retire(entry: RegistryEntry): boolean {
+    if (!this.registry.removeEntry(entry)) return false;
+    if (entry.engineIndex !== null) this.release(entry.engineIndex, [entry.requestId]);
+    this.touchWatchdog(false);
+    return true;
+  }
+
+  /** Synchronous rollback of a failed submit (section 3, section 12.3 rule 5). */
+  private rollback(entry: RegistryEntry, err: unknown): void {
+    this.retire(entry);
+    entry.stream.fail(err instanceof Error ? err : new Error(String(err)));
+  }
+
+  /**
+   * Auto-abort of an abandoned, unfinished stream (section 5): remove the entry, release the slot and send the
+   * ABORT, all started in the same turn as the cancel (section 14.9: the ABORT reaches the link within one
+   * event-loop turn). Idempotent: a retired request is not aborted again.
+   */
+  private abandon(entry: RegistryEntry): void {
+    if (!this.retire(entry)) return;
+    if (entry.engine) this.sendAbort(entry.engine, entry.requestId).catch(() => {});
+  }
+
+  /**
+   * Send `[identity, 01, ["<id>"]]` (engine-wire.md 4.7). On a send timeout the client fails with engine-dead
+   * (section 6). On any other send failure the client also fails (transport): SMG's dispatcher merely exits there,
+   * leaving the registry open and live streams hanging (dp-routing.md section 14.8, "always fail_all when the
+   * dispatcher exits for any reason" — the going-beyond fix). After the client closed, rejects with client-closed.
+   */
+  private async sendAbort(engine: ConnectedEngine, requestId: string): Promise<void> {
+    let payload: Uint8Array;
+    try {
+      payload = this.protocol.encodeAbort([requestId]);
+    } catch (err) {
+      const e = new EngineClientError('encode', `cannot encode ABORT for ${JSON.stringify(requestId)}: ${describeError(err)}`, {
+        cause: err,
+        requestId,
+      });
+      this.logger.error({ err: e }, 'ABORT not sent');
+      throw e;
+    }
+    try {
+      await this.link.send(engine.identity, RequestType.ABORT, payload);
+      this.stats.abortsSent++;
+    } catch (err) {
+      if (this.registry.closed) throw this.clientClosedError();
+      const rank = engine.engineIndex ?? '?';
+      if (isSendTimeout(err)) {
+        const e = new EngineClientError('engine-dead', `ABORT to DP rank ${rank} timed out: ${describeError(err)}`, {
+          cause: err,
+          requestId,
+        });
+        this.failAll(e, 'send-timeout');
+        throw e;
+      }
+      const e = new EngineClientError('transport', `ABORT to DP rank ${rank} failed: ${describeError(err)}`, {
+        cause: err,
+        requestId,
+      });
+      this.failAll(e, 'abort-send-failed');
+      throw e;
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Dispatcher (dp-routing.md section 8) and failures (section 6)
+
+  private async runDispatcher(): Promise<void> {
+    try {
+      for await (const msg of this.link.outputs()) {
+        if (this.registry.closed) return;
+        switch (msg.kind) {
+          case 'frames':
+            this.handleFrames(msg.frames);
+            this.touchWatchdog(true); // re-armed on every dispatcher wake-up (section 8)
+            break;
+          case 'dead':
+            this.failAll(
+              new EngineClientError('engine-dead', 'engine core dead: ENGINE_CORE_DEAD received on the output socket'),
+              'engine-core-dead',
+            );
+            return;
+          case 'closed':
+            this.failAll(
+              new EngineClientError('transport', `engine output socket failed: ${describeError(msg.error)}`, {
+                cause: msg.error,
+              }),
+              'output-closed',
+            );
+            return;
+          case 'disconnect':
+            // A hint, not proof of death (link.ts); deliberately does not re-arm the watchdog.
+            this.logger.warn({ address: msg.address }, 'engine peer disconnected from the output socket');
+            break;
+        }
+        if (this.registry.closed) return;
+      }
+      this.failAll(new EngineClientError('client-closed', 'engine output stream ended'), 'output-ended');
+    } catch (err) {
+      this.failAll(
+        new EngineClientError('transport', `engine output receive failed: ${describeError(err)}`, { cause: err }),
+        'output-error',
+      );
+    }
+  }
+
+  private handleFrames(frames: Uint8Array[]): void {
+    let batch: EngineBatch;
+    try {
+      batch = this.protocol.decodeOutput(frames);
+    } catch (err) {
+      this.onDecodeError(err);
+      return;
+    }
+    this.applyBatch(batch);
+  }
+
+  /** A single undecodable message is logged, counted and skipped; 3 in a row fail the client (SMG PR #2175). */
+  private onDecodeError(err: unknown): void {
+    this.stats.decodeErrors++;
+    this.consecutiveDecodeErrors++;
+    if (this.consecutiveDecodeErrors >= MAX_CONSECUTIVE_DECODE_ERRORS) {
+      this.failAll(
+        new EngineClientError(
+          'decode',
+          `${this.consecutiveDecodeErrors} consecutive undecodable engine output messages; last: ${describeError(err)}`,
+          { cause: err },
+        ),
+        'decode-errors',
+      );
+      return;
+    }
+    this.logger.warn(
+      { err, consecutive: this.consecutiveDecodeErrors },
+      'skipping an undecodable engine output message',
+    );
+  }
+
+  /**
+   * One decoded batch, in one synchronous block (dp-routing.md section 8 and 12.3 rule 2):
+   * 1. reset the consecutive-decode-error count;
+   * 2. store the load report (if any) as `load[batch.engineIndex]` BEFORE any release;
+   * 4-5. `finished` = the batch's finished ids plus its terminal rows; route every row in batch order (terminal →
+   *      remove entry, deliver; non-terminal for an unknown id → dropped); then remove every finished id from the
+   *      registry (an id finished without a terminal row gets a stream-closed error);
+   * 6. `release(batch.engineIndex, finished)` for EVERY batch, even with `finished` empty (this is what clamps an
+   *    idle rank's stale report, section 10.3).
+   * Rank fidelity (section 14.6, going beyond): a row or finished id whose request was recorded on another rank is
+   * counted in `stats.rankMismatches` and logged; besides the spec's release by the batch's engine index, such an id
+   * is ALSO released from its recorded rank, so a sender that misnames itself (e.g. the 9-element TokenSpeed layout
+   * that always says rank 0) cannot leak slots on the other ranks.
+   */
+  private applyBatch(batch: EngineBatch): void {
+    this.consecutiveDecodeErrors = 0;
+    const rank = batch.engineIndex;
+    if (batch.load) this.routing.storeLoad(rank, batch.load);
+
+    const finished = new Set<string>(batch.finishedRequestIds);
+    const retiredOn = new Map<string, number | null>();
+    let mismatches = 0;
+    for (const out of batch.outputs) {
+      const terminal = out.finishReason !== null;
+      if (terminal) finished.add(out.requestId);
+      const entry = this.registry.get(out.requestId);
+      if (!entry) continue; // unknown or already retired (e.g. aborted): dropped silently (section 2)
+      if (entry.engineIndex !== null && entry.engineIndex !== rank) mismatches++;
+      if (terminal) {
+        this.registry.removeEntry(entry);
+        retiredOn.set(entry.requestId, entry.engineIndex);
+        entry.stream.deliver(out);
+      } else if (!entry.stream.deliver(out)) {
+        // Consumer gone (cannot normally happen: a cancel retires synchronously) → treat as abandoned.
+        this.abandon(entry);
+      }
+    }
+    for (const id of finished) {
+      const entry = this.registry.remove(id);
+      if (!entry) continue;
+      if (entry.engineIndex !== null && entry.engineIndex !== rank) mismatches++;
+      retiredOn.set(id, entry.engineIndex);
+      entry.stream.closeWithoutTerminal();
+    }
+
+    this.release(rank, finished);
+    for (const [id, recorded] of retiredOn) {
+      if (recorded !== null && recorded !== rank) this.release(recorded, [id]);
+    }
+    if (mismatches > 0) {
+      this.stats.rankMismatches += mismatches;
+      this.logger.warn(
+        { engineIndex: rank, mismatches },
+        'output batch names a different DP rank than the one its requests were sent to (rank fidelity, dp-routing.md 14.6)',
+      );
+    }
+  }
+
+  /**
+   * fail_all (dp-routing.md sections 2 and 6): close the registry for good, deliver the same `error` to every live
+   * stream, clear every in-flight set (stored loads are kept), stop the watchdog, close the link, count the cause
+   * and emit `failed`. Idempotent: only the first failure counts.
+   */
+  private failAll(error: EngineClientError, cause: string): void {
+    if (this.registry.closed) return;
+    this.closeReason = error;
+    const entries = this.registry.closeAndDrain();
+    this.routing.clearInFlight();
+    this.clearWatchdog();
+    this.stats.failures[cause] = (this.stats.failures[cause] ?? 0) + 1;
+    this.logger.error({ err: error, cause, liveRequests: entries.length }, 'engine client failed');
+    for (const e of entries) e.stream.fail(error);
+    this.link.close().catch((err: unknown) => this.logger.warn({ err }, 'engine link close failed'));
+    try {
+      this.emit('failed', error);
+    } catch (err) {
+      this.logger.error({ err }, "a 'failed' listener threw");
+    }
+  }
+
+  private clientClosedError(): EngineClientError {
+    const reason = this.closeReason;
+    const suffix = reason && reason.kind !== 'client-closed' ? ` (engine client failed: ${reason.message})` : '';
+    return new EngineClientError('client-closed', `engine client is shutting down${suffix}`, { cause: reason ?? undefined });
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Silence watchdog (dp-routing.md section 6)
+
+  /**
+   * Armed while requests are registered; restarted (`reset`) on every dispatcher wake-up. Queued aborts do not
+   * restart it (unlike SMG; section 14.8 notes that client cancels would otherwise keep a dead engine looking alive),
+   * and a `disconnect` hint does not either.
+   */
+  private touchWatchdog(reset: boolean): void {
+    this.watchdog.touch(!this.registry.closed && this.registry.size > 0, reset);
+  }
+
+  private clearWatchdog(): void {
+    this.watchdog.stop();
+  }
+
+  private onSilence(): void {
+    const live = this.registry.size;
+    if (this.registry.closed || live === 0) return;
+    this.failAll(
+      new EngineClientError(
+        'engine-dead',
+        `no engine output for ${this.silenceTimeoutMs} ms while ${live} request(s) were in flight (silence watchdog)`,
+      ),
+      'watchdog',
+    );
+  }
+}

@@ -1,0 +1,85 @@
+/**
+ * The engine client's single error type (architecture.md "Rules of thumb": one error type per layer).
+ * The kinds follow SMG's error catalogue (dp-routing.md section 6, "Error kinds the client reports").
+ */
+
+/**
+ * What went wrong, as the HTTP layer needs it (gateway.md section 11 maps `engine-dead` to "service unavailable",
+ * `invalid-dp-rank` to 400 and every other kind to "internal error"):
+ * - `engine-dead`: ENGINE_CORE_DEAD sentinel, silence watchdog or a send timeout (dp-routing.md section 6).
+ * - `transport`: a socket operation failed (output receive error, a failed send).
+ * - `decode` / `encode`: the protocol codec refused a message (the message names the struct and field).
+ * - `client-closed`: the client is shut down ("shutting down"), has no engines ("no engines connected"), or its
+ *   output stream ended ("engine output stream ended").
+ * - `duplicate-request-id`: the id is already live (dp-routing.md section 7).
+ * - `invalid-dp-rank`: a pinned rank that is not connected (names the rank and the engine count; section 9.1).
+ * - `stream-closed`: a stream ended without a terminal output (names the request id; SMG PR #2170, section 4).
+ * - `handshake`: reserved for the handshake driver (engine-wire.md section 2); the client itself never raises it.
+ */
+export type EngineClientErrorKind =
+  | 'engine-dead'
+  | 'transport'
+  | 'decode'
+  | 'encode'
+  | 'client-closed'
+  | 'duplicate-request-id'
+  | 'invalid-dp-rank'
+  | 'stream-closed'
+  | 'handshake';
+
+/** Optional structured details an error carries next to its message. */
+export interface EngineClientErrorDetails {
+  /** The original error (codec, transport), kept as the standard `cause`. */
+  cause?: unknown;
+  /** The engine request id the error is about (duplicate-request-id, stream-closed). */
+  requestId?: string;
+  /** The pinned DP rank that was refused (invalid-dp-rank). */
+  dpRank?: number;
+  /** Number of connected engines (invalid-dp-rank). */
+  engineCount?: number;
+  /** Engine indices of the connected ranks, ascending by identity (invalid-dp-rank; gateway.md section 14). */
+  validRanks?: readonly number[];
+}
+
+/**
+ * An engine-client failure. `kind` is stable for programmatic handling; `message` is meant for an operator (it
+ * names the rank, request id or field involved). The original error, if any, is `cause`.
+ */
+export class EngineClientError extends Error {
+  /** The failure class (see `EngineClientErrorKind`). */
+  readonly kind: EngineClientErrorKind;
+  /** The request id the error is about, when there is one. */
+  readonly requestId?: string;
+  /** invalid-dp-rank only: the refused rank. */
+  readonly dpRank?: number;
+  /** invalid-dp-rank only: the number of connected engines. */
+  readonly engineCount?: number;
+  /** invalid-dp-rank only: the engine indices that would have been accepted. */
+  readonly validRanks?: readonly number[];
+
+  /** @param kind the failure class; @param message operator-facing text; @param details cause and structured fields. */
+  constructor(kind: EngineClientErrorKind, message: string, details: EngineClientErrorDetails = {}) {
+    super(message, details.cause === undefined ? undefined : { cause: details.cause });
+    this.name = 'EngineClientError';
+    this.kind = kind;
+    if (details.requestId !== undefined) this.requestId = details.requestId;
+    if (details.dpRank !== undefined) this.dpRank = details.dpRank;
+    if (details.engineCount !== undefined) this.engineCount = details.engineCount;
+    if (details.validRanks !== undefined) this.validRanks = details.validRanks;
+  }
+}
+
+/** The stream-closed error for `requestId` (dp-routing.md section 4; SMG PR #2170). */
+export function streamClosedError(requestId: string): EngineClientError {
+  return new EngineClientError(
+    'stream-closed',
+    `stream for request ${JSON.stringify(requestId)} closed without a terminal output`,
+    { requestId },
+  );
+}
+
+/** Text of any thrown value, for wrapping messages. */
+export function describeError(err: unknown): string {
+  if (err instanceof Error) return err.message;
+  return String(err);
+}

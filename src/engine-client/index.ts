@@ -1,0 +1,25 @@
+/**
+ * The engine client's public surface (dp-routing.md): the client, its streams, errors and DP policies.
+ */
+export {
+  EngineClient,
+  DEFAULT_SILENCE_TIMEOUT_MS,
+  MAX_CONSECUTIVE_DECODE_ERRORS,
+  type EngineClientOptions,
+  type SubmitOptions,
+  type RankState,
+  type ClientStats,
+  type EngineClientEvents,
+} from './client.js';
+export type { RequestStream } from './request-stream.js';
+export { EngineClientError, type EngineClientErrorKind } from './errors.js';
+export {
+  createLoadPolicy,
+  loadScore,
+  lowestScorePosition,
+  KV_PENALTY_WEIGHT,
+  KV_PENALTY_THRESHOLD,
+  type DpPolicy,
+  type RankView,
+} from './policy.js';
+export type { ConnectedEngine, EngineLink, OutputMessage } from './link.js';

@@ -1,0 +1,79 @@
+/**
+ * The request registry (dp-routing.md section 2): `closed` flag plus request id → live entry. Plain data; every
+ * method is synchronous, so it is never held across an `await` (section 1).
+ */
+import type { ConnectedEngine } from './link.js';
+import { EngineClientError } from './errors.js';
+import type { RequestStreamImpl } from './request-stream.js';
+
+/**
+ * One live request.
+ * - `stream`: its sink/stream.
+ * - `engine`: the rank the ADD is sent to (null only between registration and selection, section 3 steps 2-3).
+ * - `engineIndex`: that engine's DP rank at submit time (the "recorded rank" of section 14.6), or null.
+ */
+export interface RegistryEntry {
+  readonly requestId: string;
+  readonly stream: RequestStreamImpl;
+  engine: ConnectedEngine | null;
+  engineIndex: number | null;
+}
+
+/** Section 2's registry. Sizes are request counts. */
+export class RequestRegistry {
+  private readonly entries = new Map<string, RegistryEntry>();
+  private closedFlag = false;
+
+  /** `not closed` (section 2 `is_alive`): a local flag, checking it sends nothing. */
+  get closed(): boolean {
+    return this.closedFlag;
+  }
+
+  /** Number of live (registered) requests. */
+  get size(): number {
+    return this.entries.size;
+  }
+
+  /**
+   * register(id) (section 2): throws EngineClientError `client-closed` ("shutting down") after close/fail_all, or
+   * `duplicate-request-id` when `entry.requestId` is live. Runs before any reservation (section 3 step 2).
+   */
+  register(entry: RegistryEntry): void {
+    if (this.closedFlag) throw new EngineClientError('client-closed', 'engine client is shutting down');
+    if (this.entries.has(entry.requestId)) {
+      throw new EngineClientError(
+        'duplicate-request-id',
+        `request id ${JSON.stringify(entry.requestId)} is already in flight on this engine client`,
+        { requestId: entry.requestId },
+      );
+    }
+    this.entries.set(entry.requestId, entry);
+  }
+
+  /** The live entry for `id`, if any. */
+  get(id: string): RegistryEntry | undefined {
+    return this.entries.get(id);
+  }
+
+  /** Remove `entry` if it is still the live entry for its id; returns whether it was. */
+  removeEntry(entry: RegistryEntry): boolean {
+    if (this.entries.get(entry.requestId) !== entry) return false;
+    this.entries.delete(entry.requestId);
+    return true;
+  }
+
+  /** Remove and return the entry for `id` (undefined when absent). */
+  remove(id: string): RegistryEntry | undefined {
+    const entry = this.entries.get(id);
+    if (entry) this.entries.delete(id);
+    return entry;
+  }
+
+  /** Set `closed` and remove every entry, returning them (the caller delivers the error or close; section 2). */
+  closeAndDrain(): RegistryEntry[] {
+    this.closedFlag = true;
+    const all = [...this.entries.values()];
+    this.entries.clear();
+    return all;
+  }
+}

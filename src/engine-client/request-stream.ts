@@ -1,0 +1,171 @@
+/**
+ * Per-request streams (dp-routing.md section 4) and their cancellation hook (section 5).
+ *
+ * One object plays two roles: the **sink** the dispatcher writes into (`deliver`, `fail`, `closeWithoutTerminal`)
+ * and the **stream** the caller reads (`for await`, `cancel`). The sink is unbounded on purpose (section 1: a bounded
+ * sink would let one slow consumer stall every other request and, through back-pressure, the engine); memory per
+ * request is bounded by its token limit.
+ */
+import type { EngineOutput } from '../protocols/types.js';
+import { streamClosedError } from './errors.js';
+
+/**
+ * The caller's view of one submitted request (apis.md "RequestStream").
+ * - Iterating yields every `EngineOutput` of the request in arrival order; the stream ends after the terminal output
+ *   (non-null `finishReason`). A failure (fail_all, stream closed without a terminal output) is thrown from the
+ *   iterator once; the next read ends the stream.
+ * - `engineIndex`: the DP rank the ADD went to (null when that engine's identity carries no index).
+ * - `cancel()`, and `return()` on the iterator (e.g. `break` in `for await`), abort an unfinished request: the
+ *   client retires it and sends ABORT to its rank without waiting for a confirmation (section 5). Both are
+ *   idempotent and do nothing once the request has finished or failed. Buffered outputs are discarded.
+ */
+export interface RequestStream extends AsyncIterable<EngineOutput> {
+  readonly requestId: string;
+  readonly engineIndex: number | null;
+  cancel(): void;
+}
+
+type Item = { output: EngineOutput } | { error: Error };
+
+interface Waiter {
+  resolve(result: IteratorResult<EngineOutput>): void;
+  reject(error: unknown): void;
+}
+
+const DONE: IteratorResult<EngineOutput> = Object.freeze({ done: true, value: undefined });
+
+/**
+ * The stream/sink pair for one request. Created by the client at registration (section 3 step 2).
+ * `onAbandon` is called once, synchronously, when the consumer gives up an unfinished stream (cancel / return /
+ * AbortSignal); the client then retires the request and sends the ABORT.
+ */
+export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOutput> {
+  readonly requestId: string;
+  engineIndex: number | null = null;
+
+  private readonly queue: Item[] = [];
+  private head = 0;
+  private readonly waiters: Waiter[] = [];
+  /** No more items will be written: terminal output, error or close was delivered (or the consumer abandoned). */
+  private sinkDone = false;
+  /** The consumer stopped reading (cancel / return) or has read past the end. */
+  private consumerDone = false;
+  private readonly onAbandon: () => void;
+  private readonly onSinkDone: () => void;
+
+  /**
+   * @param requestId the engine request id.
+   * @param onAbandon called once when an unfinished stream is cancelled.
+   * @param onSinkDone called once when the sink receives its last item (used to detach an AbortSignal listener).
+   */
+  constructor(requestId: string, onAbandon: () => void, onSinkDone: () => void = () => {}) {
+    this.requestId = requestId;
+    this.onAbandon = onAbandon;
+    this.onSinkDone = onSinkDone;
+  }
+
+  /** True once the request has received its last item (or was abandoned): cancelling it would abort nothing. */
+  get finished(): boolean {
+    return this.sinkDone;
+  }
+
+  /**
+   * Sink: append one output (terminal outputs end the sink). Returns false when the output was not delivered
+   * because the sink already finished or the consumer is gone (section 2 "route").
+   */
+  deliver(output: EngineOutput): boolean {
+    if (this.sinkDone) return false;
+    const terminal = output.finishReason !== null;
+    if (terminal) this.markSinkDone();
+    this.push({ output });
+    return true;
+  }
+
+  /** Sink: deliver `error` as the last item (fail_all; section 6). Ignored when the sink already finished. */
+  fail(error: Error): void {
+    if (this.sinkDone) return;
+    this.markSinkDone();
+    this.push({ error });
+  }
+
+  /** Sink: the entry was removed without a terminal output, so the reader gets a stream-closed error (SMG PR #2170). */
+  closeWithoutTerminal(): void {
+    this.fail(streamClosedError(this.requestId));
+  }
+
+  /** Stream: abort if unfinished (section 5), end the stream for the reader. Idempotent. */
+  cancel(): void {
+    if (this.consumerDone) return;
+    this.consumerDone = true;
+    this.queue.length = 0;
+    this.head = 0;
+    const waiters = this.waiters.splice(0);
+    for (const w of waiters) w.resolve(DONE);
+    if (!this.sinkDone) {
+      this.markSinkDone();
+      this.onAbandon();
+    }
+  }
+
+  /** The stream is its own (single-consumer) iterator. */
+  [Symbol.asyncIterator](): AsyncIterator<EngineOutput> {
+    return this;
+  }
+
+  /** Iterator: next output, the failure (thrown once), or done. */
+  next(): Promise<IteratorResult<EngineOutput>> {
+    if (this.head < this.queue.length) {
+      try {
+        return Promise.resolve(this.take());
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    }
+    if (this.sinkDone || this.consumerDone) {
+      this.consumerDone = true;
+      return Promise.resolve(DONE);
+    }
+    return new Promise((resolve, reject) => this.waiters.push({ resolve, reject }));
+  }
+
+  /** Iterator: the consumer stops early (`break` in `for await`) → `cancel()`. */
+  return(): Promise<IteratorResult<EngineOutput>> {
+    this.cancel();
+    return Promise.resolve(DONE);
+  }
+
+  private take(): IteratorResult<EngineOutput> {
+    if (this.head >= this.queue.length) {
+      this.consumerDone = this.consumerDone || this.sinkDone;
+      return DONE;
+    }
+    const item = this.queue[this.head];
+    this.head++;
+    if (this.head === this.queue.length) {
+      this.queue.length = 0;
+      this.head = 0;
+    }
+    if ('error' in item) throw item.error;
+    return { done: false, value: item.output };
+  }
+
+  private push(item: Item): void {
+    if (this.consumerDone) return;
+    const waiter = this.waiters.shift();
+    if (waiter) {
+      if ('error' in item) waiter.reject(item.error);
+      else waiter.resolve({ done: false, value: item.output });
+      if (this.sinkDone) {
+        // Further concurrent readers see the end.
+        for (const w of this.waiters.splice(0)) w.resolve(DONE);
+      }
+      return;
+    }
+    this.queue.push(item);
+  }
+
+  private markSinkDone(): void {
+    this.sinkDone = true;
+    this.onSinkDone();
+  }
+}

@@ -1,0 +1,316 @@
+/**
+ * In-memory test doubles for the engine client: a fake `EngineLink` (records every send, lets a test push output
+ * messages and wait until the dispatcher has processed each one) and a JSON `EngineProtocol` (the real TokenSpeed
+ * codec is tested elsewhere). Nothing here touches sockets or timers.
+ */
+import type { ConnectedEngine, EngineLink, OutputMessage } from '../../src/engine-client/link.js';
+import type {
+  EngineBatch,
+  EngineLoad,
+  EngineOutput,
+  EngineProtocol,
+  FinishReason,
+  GenerateRequest,
+  ReadyResponse,
+  RequestTypeByte,
+} from '../../src/protocols/types.js';
+import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
+import { EngineClient } from '../../src/engine-client/client.js';
+import type { DpPolicy } from '../../src/engine-client/policy.js';
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+/** A ready response good enough for the client (only maxModelLen is read). */
+export const READY: ReadyResponse = {
+  maxModelLen: 4096,
+  numGpuBlocks: 100,
+  prefixGranularity: 16,
+  dtype: 'bfloat16',
+  vllmVersion: '',
+  worldSize: 1,
+  dataParallelSize: 1,
+  tensorParallelSize: 1,
+  pipelineParallelSize: 1,
+  decodeContextParallelSize: 1,
+  dataParallelRank: 0,
+  maxNumSeqs: 256,
+  maxNumBatchedTokens: 8192,
+  instanceId: 'test',
+  kvCacheSizeTokens: null,
+  kvCacheMaxConcurrency: null,
+};
+
+/** 2-byte little-endian identity of `index` (engine-wire.md 1.5). */
+export function identityOf(index: number): Uint8Array {
+  return Uint8Array.of(index & 0xff, index >> 8);
+}
+
+/** `count` engines with indices 0..count-1, in identity order. */
+export function makeEngines(count: number): ConnectedEngine[] {
+  const engines = Array.from({ length: count }, (_, i) => ({
+    identity: identityOf(i),
+    engineIndex: i,
+    ready: { ...READY, maxModelLen: 4096 + i },
+  }));
+  // Identity order = lexicographic bytes (LE); for < 256 ranks that is index order.
+  return engines;
+}
+
+/** One send the client made. `decoded` is the fake protocol's JSON payload. */
+export interface SentFrame {
+  identity: Uint8Array;
+  engineIndex: number;
+  type: RequestTypeByte;
+  payload: Uint8Array;
+  decoded: unknown;
+}
+
+interface Queued {
+  msg: OutputMessage;
+  processed: () => void;
+}
+
+/** An error shaped like src/transport's `SendTimeoutError` (the client checks `name`). */
+export class FakeSendTimeoutError extends Error {
+  constructor(message = 'send timed out after 10000 ms') {
+    super(message);
+    this.name = 'SendTimeoutError';
+  }
+}
+
+/** An error shaped like src/transport's `TransportError`. */
+export class FakeTransportError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'TransportError';
+  }
+}
+
+/** In-memory `EngineLink`. */
+export class FakeLink implements EngineLink {
+  readonly engines: readonly ConnectedEngine[];
+  readonly sent: SentFrame[] = [];
+  /** Called for every send after recording it; may throw or return a rejecting/pending promise. */
+  sendHook: ((frame: SentFrame) => void | Promise<void>) | null = null;
+  closeCalls = 0;
+  private closedFlag = false;
+  private readonly queue: Queued[] = [];
+  private taker: ((item: Queued | null) => void) | null = null;
+  private outputsStarted = false;
+  private endPending = false;
+
+  constructor(engines: number | ConnectedEngine[]) {
+    this.engines = typeof engines === 'number' ? makeEngines(engines) : engines;
+  }
+
+  get closed(): boolean {
+    return this.closedFlag;
+  }
+
+  async send(identity: Uint8Array, type: RequestTypeByte, payload: Uint8Array): Promise<void> {
+    if (this.closedFlag) throw new FakeTransportError('link is closed');
+    const frame: SentFrame = {
+      identity,
+      engineIndex: identity[0] | (identity[1] << 8),
+      type,
+      payload,
+      decoded: JSON.parse(dec.decode(payload)),
+    };
+    this.sent.push(frame);
+    if (this.sendHook) await this.sendHook(frame);
+  }
+
+  async *outputs(): AsyncIterable<OutputMessage> {
+    if (this.outputsStarted) throw new Error('FakeLink.outputs() may be iterated once');
+    this.outputsStarted = true;
+    for (;;) {
+      const item = await this.take();
+      if (!item) return;
+      try {
+        yield item.msg;
+      } finally {
+        item.processed();
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.closeCalls++;
+    if (this.closedFlag) return;
+    this.closedFlag = true;
+    const t = this.taker;
+    this.taker = null;
+    t?.(null);
+    for (const q of this.queue.splice(0)) q.processed();
+  }
+
+  /**
+   * Push one output message; resolves once the dispatcher has fully processed it (it asked for the next message
+   * or stopped iterating), or immediately when the link is closed.
+   */
+  deliver(msg: OutputMessage): Promise<void> {
+    if (this.closedFlag) return Promise.resolve();
+    return new Promise((resolve) => {
+      const item: Queued = { msg, processed: resolve };
+      const t = this.taker;
+      if (t) {
+        this.taker = null;
+        t(item);
+      } else {
+        this.queue.push(item);
+      }
+    });
+  }
+
+  /** Push a batch encoded by the fake protocol and wait until it is processed. */
+  deliverBatch(batch: EngineBatch): Promise<void> {
+    return this.deliver({ kind: 'frames', frames: [encodeBatch(batch)] });
+  }
+
+  /** End the output stream (as if the receive loop ended) without closing sends. */
+  endOutputs(): void {
+    const t = this.taker;
+    this.taker = null;
+    if (t) t(null);
+    else this.endPending = true;
+  }
+
+  private take(): Promise<Queued | null> {
+    const q = this.queue.shift();
+    if (q) return Promise.resolve(q);
+    if (this.closedFlag || this.endPending) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      this.taker = resolve;
+    });
+  }
+
+  /** ADD frames sent so far. */
+  adds(): SentFrame[] {
+    return this.sent.filter((f) => f.type === RequestType.ADD);
+  }
+
+  /** ABORT frames sent so far. */
+  aborts(): SentFrame[] {
+    return this.sent.filter((f) => f.type === RequestType.ABORT);
+  }
+
+  /** Number of ADDs per engine index (length = engine count). */
+  addsPerRank(): number[] {
+    const counts = this.engines.map(() => 0);
+    for (const f of this.adds()) counts[f.engineIndex]++;
+    return counts;
+  }
+
+  /** The engine index the ADD for `requestId` went to (throws when there is none). */
+  rankOf(requestId: string): number {
+    const f = this.adds().find((a) => (a.decoded as { rid: string }).rid === requestId);
+    if (!f) throw new Error(`no ADD sent for ${requestId}`);
+    return f.engineIndex;
+  }
+}
+
+/** JSON wire for tests: ADD = {rid, prompt}; ABORT = [ids]; output = the EngineBatch as JSON. */
+export class JsonProtocol implements EngineProtocol {
+  readonly name = 'tokenspeed' as const;
+  /** When set, encodeAdd throws it. */
+  encodeAddError: Error | null = null;
+
+  encodeAdd(request: GenerateRequest): Uint8Array {
+    if (this.encodeAddError) throw this.encodeAddError;
+    return enc.encode(JSON.stringify({ rid: request.requestId, prompt: request.promptTokenIds }));
+  }
+
+  encodeAbort(requestIds: readonly string[]): Uint8Array {
+    return enc.encode(JSON.stringify(requestIds));
+  }
+
+  decodeOutput(frames: readonly Uint8Array[]): EngineBatch {
+    if (frames.length === 0) throw new Error('FakeBatch: no frames');
+    let v: unknown;
+    try {
+      v = JSON.parse(dec.decode(frames[0]));
+    } catch (err) {
+      throw new Error(`FakeBatch: not JSON (${(err as Error).message})`);
+    }
+    if (typeof v !== 'object' || v === null) throw new Error('FakeBatch: expected an object');
+    const b = v as EngineBatch;
+    if (!Number.isInteger(b.engineIndex)) throw new Error('FakeBatch.engineIndex: expected int');
+    if (!Array.isArray(b.outputs)) throw new Error('FakeBatch.outputs: expected array');
+    if (!Array.isArray(b.finishedRequestIds)) throw new Error('FakeBatch.finishedRequestIds: expected array');
+    return b;
+  }
+}
+
+/** JSON payload of a batch, as the fake protocol decodes it. */
+export function encodeBatch(batch: EngineBatch): Uint8Array {
+  return enc.encode(JSON.stringify(batch));
+}
+
+/** One output row. */
+export function row(requestId: string, finishReason: FinishReason | null = null, tokens: number[] = [7]): EngineOutput {
+  return {
+    requestId,
+    newTokenIds: tokens,
+    finishReason,
+    promptTokens: 3,
+    completionTokens: tokens.length,
+    cachedTokens: 0,
+    logprobs: [],
+  };
+}
+
+/**
+ * A batch from `engineIndex`: `finishedRequestIds` defaults to the rids of the terminal rows (TokenSpeed).
+ */
+export function batch(engineIndex: number, outputs: EngineOutput[], load?: EngineLoad, finished?: string[]): EngineBatch {
+  const b: EngineBatch = {
+    engineIndex,
+    outputs,
+    finishedRequestIds: finished ?? outputs.filter((o) => o.finishReason !== null).map((o) => o.requestId),
+  };
+  if (load) b.load = load;
+  return b;
+}
+
+/** A load report. */
+export function load(numRunning: number, numWaiting: number, kvCacheUsage = 0): EngineLoad {
+  return { numRunning, numWaiting, kvCacheUsage };
+}
+
+/** A minimal request. */
+export function req(requestId: string): GenerateRequest {
+  return { requestId, promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING }, stream: true, returnLogprob: false };
+}
+
+/** A client over a fresh fake link and JSON protocol. Close it at the end of the test. */
+export function setup(
+  ranks: number | ConnectedEngine[],
+  opts: { policy?: DpPolicy; silenceTimeoutMs?: number } = {},
+): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
+  const link = new FakeLink(ranks);
+  const protocol = new JsonProtocol();
+  const client = new EngineClient({ protocol, link, ...opts });
+  return { client, link, protocol };
+}
+
+/** Let pending microtasks and one macrotask turn run. */
+export function tick(): Promise<void> {
+  return new Promise((resolve) => setImmediate(resolve));
+}
+
+/** Read a stream to its end; returns the outputs, or the error it threw as `error`. */
+export async function drain(stream: AsyncIterable<EngineOutput>): Promise<{ outputs: EngineOutput[]; error?: unknown }> {
+  const outputs: EngineOutput[] = [];
+  try {
+    for await (const o of stream) outputs.push(o);
+  } catch (error) {
+    return { outputs, error };
+  }
+  return { outputs };
+}
+
+/** In-flight count per rank, in engine order. */
+export function inFlight(client: EngineClient): number[] {
+  return client.rankStates().map((s) => s.inFlight);
+}
