@@ -1,0 +1,10 @@
+/**
+ * The tokenizer module (gateway.md sections 5-7): loading a Hugging Face tokenizer directory, chat templates,
+ * EOS ids and UTF-8-safe incremental detokenization.
+ */
+export { GatewayTokenizer } from './tokenizer.js';
+export type { ApplyChatTemplateOptions, ChatMessage, TokenizerLoadOptions } from './tokenizer.js';
+export { IncrementalDetokenizer, KEEP_TOKENS, MAX_WINDOW_TOKENS } from './detokenizer.js';
+export { ChatTemplateError, TokenizerLoadError } from './errors.js';
+export type { ChatTemplateErrorKind } from './errors.js';
+export type { ModelEos, WarningSink } from './model-files.js';

