@@ -1,0 +1,149 @@
+/**
+ * Runnable entry of one simulated TokenSpeed rank (a separate process, like a real rank):
+ *
+ *   node --import tsx src/sim/main.ts --handshake tcp://127.0.0.1:25152 --engine-index 0 [options]
+ *
+ * Options (units: tokens, 16-token KV pages, ms): `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
+ * (32768), `--time-scale X` (1), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
+ * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000),
+ * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout.
+ *
+ * On SIGTERM or SIGINT the rank pushes `ENGINE_CORE_DEAD` (engine-wire.md 1.7), closes its sockets and exits 0.
+ * Bad arguments exit 2 with a message on stderr; a failed handshake exits 1.
+ */
+import { pathToFileURL } from 'node:url';
+import { parseArgs } from 'node:util';
+import { pino, type Level } from 'pino';
+import { runSimEngine, type SimEngineOptions } from './engine.js';
+import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
+
+/** A command-line mistake; the message names the option. */
+export class SimArgsError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'SimArgsError';
+  }
+}
+
+/** Parsed command line: engine options (without logger/text model) plus the log level. */
+export interface SimMainArgs {
+  engine: Omit<SimEngineOptions, 'logger' | 'textModel'>;
+  logLevel: Level | 'silent';
+}
+
+const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
+
+function numberOption(name: string, raw: string | undefined, opts: { integer?: boolean; min?: number; max?: number } = {}): number | undefined {
+  if (raw === undefined) return undefined;
+  const v = Number(raw);
+  const { integer = false, min = -Infinity, max = Infinity } = opts;
+  if (raw.trim() === '' || !Number.isFinite(v) || (integer && !Number.isSafeInteger(v)) || v < min || v > max) {
+    const range = `${min === -Infinity ? '' : `≥ ${min}`}${max === Infinity ? '' : ` ≤ ${max}`}`;
+    throw new SimArgsError(`--${name}: expected ${integer ? 'an integer' : 'a number'} ${range}, got ${JSON.stringify(raw)}`);
+  }
+  return v;
+}
+
+/**
+ * Parse the rank's command line (without `node` and the script path). Throws `SimArgsError` naming the bad option,
+ * including unknown options and a missing `--handshake`.
+ */
+export function parseSimArgs(argv: readonly string[]): SimMainArgs {
+  let values: Record<string, string | boolean | undefined>;
+  try {
+    ({ values } = parseArgs({
+      args: [...argv],
+      strict: true,
+      allowPositionals: false,
+      options: {
+        handshake: { type: 'string' },
+        'engine-index': { type: 'string' },
+        'max-running': { type: 'string' },
+        'kv-pages': { type: 'string' },
+        'max-model-len': { type: 'string' },
+        'time-scale': { type: 'string' },
+        seed: { type: 'string' },
+        'stream-interval': { type: 'string' },
+        'step-base-ms': { type: 'string' },
+        'step-prefill-ms': { type: 'string' },
+        'step-decode-ms': { type: 'string' },
+        'disable-output-logprobs': { type: 'boolean' },
+        'init-timeout-ms': { type: 'string' },
+        'log-level': { type: 'string' },
+      },
+    }));
+  } catch (error) {
+    throw new SimArgsError(error instanceof Error ? error.message : String(error));
+  }
+  const str = (k: string): string | undefined => values[k] as string | undefined;
+  const handshake = str('handshake');
+  if (handshake === undefined) throw new SimArgsError('--handshake tcp://host:port is required');
+  if (!/^tcp:\/\/.+:\d+$/.test(handshake)) throw new SimArgsError(`--handshake: expected tcp://host:port, got ${JSON.stringify(handshake)}`);
+  const logLevel = str('log-level') ?? 'info';
+  if (!(LEVELS as readonly string[]).includes(logLevel)) {
+    throw new SimArgsError(`--log-level: expected one of ${LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+  }
+  const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
+  const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
+  const decode = numberOption('step-decode-ms', str('step-decode-ms'), { min: 0 });
+  const engine: SimMainArgs['engine'] = {
+    handshakeAddress: handshake,
+    engineIndex: numberOption('engine-index', str('engine-index'), { integer: true, min: 0, max: 0xffff }) ?? 0,
+    maxRunning: numberOption('max-running', str('max-running'), { integer: true, min: 1 }),
+    kvTotalPages: numberOption('kv-pages', str('kv-pages'), { integer: true, min: 1 }),
+    maxModelLen: numberOption('max-model-len', str('max-model-len'), { integer: true, min: 3 }),
+    timeScale: numberOption('time-scale', str('time-scale'), { min: 0 }),
+    seed: numberOption('seed', str('seed'), { integer: true }),
+    streamInterval: numberOption('stream-interval', str('stream-interval'), { integer: true, min: 1 }),
+    initTimeoutMs: numberOption('init-timeout-ms', str('init-timeout-ms'), { integer: true, min: 1 }),
+    enableOutputLogprobs: values['disable-output-logprobs'] === true ? false : undefined,
+  };
+  if (base !== undefined || prefill !== undefined || decode !== undefined) {
+    engine.stepTimeModel = {
+      baseMs: base ?? DEFAULT_STEP_TIME_MODEL.baseMs,
+      perPrefillTokenMs: prefill ?? DEFAULT_STEP_TIME_MODEL.perPrefillTokenMs,
+      perDecodeTokenMs: decode ?? DEFAULT_STEP_TIME_MODEL.perDecodeTokenMs,
+    };
+  }
+  return { engine, logLevel: logLevel as SimMainArgs['logLevel'] };
+}
+
+/**
+ * Run one rank until SIGTERM/SIGINT (or until its input socket fails), then exit. Returns the exit code it set:
+ * 0 after a clean stop, 1 when the rank could not start, 2 on bad arguments.
+ */
+export async function simMain(argv: readonly string[]): Promise<number> {
+  let args: SimMainArgs;
+  try {
+    args = parseSimArgs(argv);
+  } catch (error) {
+    process.stderr.write(`tokenspeed-sim: ${error instanceof Error ? error.message : String(error)}\n`);
+    return 2;
+  }
+  const logger = pino({ level: args.logLevel, base: { pid: process.pid, engineIndex: args.engine.engineIndex } });
+  let handle;
+  try {
+    handle = await runSimEngine({ ...args.engine, logger });
+  } catch (error) {
+    logger.fatal({ err: error instanceof Error ? error.message : String(error) }, 'sim rank could not start');
+    return 1;
+  }
+  const h = handle;
+  const onSignal = (signal: NodeJS.Signals): void => {
+    logger.info({ signal }, 'sim rank stopping');
+    void h.close();
+  };
+  process.once('SIGTERM', onSignal);
+  process.once('SIGINT', onSignal);
+  await h.closed;
+  process.removeListener('SIGTERM', onSignal);
+  process.removeListener('SIGINT', onSignal);
+  return 0;
+}
+
+const isEntry = process.argv[1] !== undefined && import.meta.url === pathToFileURL(process.argv[1]).href;
+if (isEntry) {
+  const code = await simMain(process.argv.slice(2));
+  // zeromq keeps its context alive a little after close; the rank is done, so leave now.
+  process.exit(code);
+}

@@ -1,0 +1,556 @@
+/**
+ * A pure, deterministic model of one TokenSpeed DP rank's continuous-batching scheduler: no timers, no sockets,
+ * no clocks (the caller passes `nowMs` where a time is needed). The engine loop (`engine.ts`) drives it one round at
+ * a time: `plan()` (admission, KV allocation, step time, load snapshot), then after the simulated forward pass,
+ * `commit()` (one decode token per planned request, finish checks, stream cadence).
+ *
+ * Wire behaviour it reproduces (engine-wire.md, TokenSpeed `lightseekorg/tokenspeed` as of PR #1200 / #1079):
+ * - section 4.4: `max_new_tokens` (nil or explicit) is clamped to `min(2^30, (context_len − 1) − len(input_ids) − 1)`;
+ * - section 4.6: a request with a validation error is admitted already finished and streams exactly one terminal
+ *   `abort` row at admission, carrying the **previous** round's load tail; it never counts in `num_running`;
+ * - section 4.7: a client ABORT is silent (no row); an abort for a rid not registered yet is remembered (TTL-swept)
+ *   and applied when the rid arrives;
+ * - section 4.8: finish checks in TokenSpeed's order (`length` at `max_new_tokens` first; then, unless `ignore_eos`,
+ *   `stop` on a stop token id or an EOS id, the token included in `output_ids`); stream cadence (`stream`: a row every
+ *   `stream_interval` tokens, count mod k == 1 for k > 1; not streaming: the first token, every 50th, the finish);
+ *   never an empty batch; a finished request appears in exactly one terminal row;
+ * - section 4.9: the load snapshot is sampled once per round after planning and before committing, so the batch
+ *   carrying a request's terminal row still counts it in `num_running` and its pages in `kv_active_pages`;
+ *   `num_running` counts every registered, not yet finished request **including** the waiting ones.
+ *
+ * Sim-specific choices (not TokenSpeed facts): a request holds `ceil((prompt + generated) / 16)` KV pages, where
+ * `generated` includes the token the current round produces; when a running request cannot grow, the newest running
+ * requests are retracted to the head of the waiting queue (SGLang-style) and recompute their prompt and generated
+ * tokens on re-admission; a lone request that outgrows the whole KV cache is finished by the engine with a terminal
+ * `abort` row (an engine-initiated abort, which TokenSpeed does report; 4.7); an empty prompt, or a prompt that
+ * cannot fit the context or the KV cache, is rejected like a validation error; there is no prefix cache
+ * (`cached_tokens` is always 0); a round with nothing to run takes no snapshot.
+ */
+
+/** KV page size in tokens (the sim's `prefix_granularity`). */
+export const KV_PAGE_TOKENS = 16;
+
+/** TokenSpeed's upper bound for `max_new_tokens` (engine-wire.md 4.4): 2^30 tokens. */
+export const MAX_NEW_TOKENS_CAP = 2 ** 30;
+
+/** Row cadence of a non-streaming request after its first token (engine-wire.md 4.8): every 50 tokens. */
+export const NON_STREAM_INTERVAL = 50;
+
+/**
+ * The simulated duration of one round's forward pass, in ms:
+ * `baseMs + perPrefillTokenMs × prefill_tokens + perDecodeTokenMs × decode_tokens`.
+ */
+export interface StepTimeModel {
+  /** Fixed cost of any round that runs a forward pass (ms). */
+  baseMs: number;
+  /** Cost per prompt (or recomputed) token prefilled this round (ms/token). */
+  perPrefillTokenMs: number;
+  /** Cost per request decoding one token this round (ms/token). */
+  perDecodeTokenMs: number;
+}
+
+/** Step-time defaults, roughly a small model on one GPU: 64 decoding requests ≈ 14 ms, a 1000-token prefill ≈ 28 ms. */
+export const DEFAULT_STEP_TIME_MODEL: Readonly<StepTimeModel> = Object.freeze({
+  baseMs: 8,
+  perPrefillTokenMs: 0.02,
+  perDecodeTokenMs: 0.1,
+});
+
+/** Fixed configuration of one simulated rank. */
+export interface SchedulerConfig {
+  /** The rank's engine index, stamped on every batch (engine-wire.md 4.8 `engine_index`). */
+  engineIndex: number;
+  /** Cap on running (admitted) requests, ≥ 1 (TokenSpeed `max_running_requests`, reported as `max_num_seqs`). */
+  maxRunning: number;
+  /** Usable device KV pages of 16 tokens, ≥ 1 (`kv_total_pages`, `num_gpu_blocks`). */
+  kvTotalPages: number;
+  /** Context length in tokens (`max_model_len`), ≥ 3. */
+  maxModelLen: number;
+  /** The model's EOS token ids (finish check 2, engine-wire.md 4.8). */
+  eosTokenIds: readonly number[];
+  /** Step-time model; defaults to `DEFAULT_STEP_TIME_MODEL`. */
+  stepTime?: StepTimeModel;
+  /** Server default `--stream-interval` in tokens (engine-wire.md 1.2), default 1. */
+  streamInterval?: number;
+  /** How long an abort for a not-yet-registered rid is remembered (ms, against the caller's `nowMs`), default 60 000. */
+  pendingAbortTtlMs?: number;
+}
+
+/** One sampled token and its log-probability (natural log). */
+export interface SampledToken {
+  tokenId: number;
+  logprob: number;
+}
+
+/** Where a request's generated tokens come from (the text model, or a scripted list in tests). */
+export interface TokenSource {
+  /**
+   * The next token. `allowStop` is false while `min_new_tokens` is not reached or with `ignore_eos`: the source should
+   * then not produce an EOS token (TokenSpeed masks stop tokens below `min_new_tokens`).
+   */
+  next(ctx: { allowStop: boolean }): SampledToken;
+}
+
+/** A decoded, finalized request as the scheduler sees it (built from `TokenizedGenerateReqInput` by the engine). */
+export interface SimRequest {
+  rid: string;
+  promptTokenIds: readonly number[];
+  /** Requested limit in tokens; null = clamp to the context (engine-wire.md 4.4). */
+  maxNewTokens: number | null;
+  /** Stop tokens are masked until this many tokens were generated. */
+  minNewTokens: number;
+  /** Request stop token ids (null or empty = none); the matching token is included in the output. */
+  stopTokenIds: readonly number[] | null;
+  ignoreEos: boolean;
+  /** Streaming cadence (engine-wire.md 4.8). */
+  stream: boolean;
+  /** Per-request `stream_interval` in tokens; null = the server default. */
+  streamInterval: number | null;
+  /** Fill the logprob columns. */
+  returnLogprob: boolean;
+  /** Non-null: the request is admitted finished with a terminal `abort` row (engine-wire.md 4.6). */
+  validationError: string | null;
+  tokens: TokenSource;
+}
+
+/** A finish reason as it travels in `finished_reasons` ("" = not finished). */
+export type SimFinishReason = '' | 'stop' | 'length' | 'abort';
+
+/** One output row (one column entry of `BatchTokenIDOutSlim`, engine-wire.md 4.8). */
+export interface SimRow {
+  rid: string;
+  /** New token ids since this rid's previous row. */
+  outputIds: number[];
+  finishedReason: SimFinishReason;
+  /** len(input_ids). */
+  promptTokens: number;
+  /** Cumulative generated tokens. */
+  completionTokens: number;
+  /** Always 0: the sim has no prefix cache. */
+  cachedTokens: number;
+  /** Logprob of each new token; [] unless requested. */
+  logprobVals: number[];
+  /** Token id of each logprob; [] unless requested. */
+  logprobIdx: number[];
+}
+
+/** The four-field load tail of the 14-element `BatchTokenIDOutSlim` (engine-wire.md 4.9). Counts; pages. */
+export interface LoadTail {
+  numRunning: number;
+  numWaiting: number;
+  kvActivePages: number;
+  /** 0 = no snapshot yet. */
+  kvTotalPages: number;
+}
+
+/** One output batch (never empty): rows plus the rank's engine index and load tail. */
+export interface SimBatch {
+  engineIndex: number;
+  rows: SimRow[];
+  tail: LoadTail;
+}
+
+/** What `plan()` decided for this round. */
+export interface RoundPlan {
+  /** Terminal `abort` rows of requests rejected at admission, stamped with the previous tail; null when none. */
+  admission: SimBatch | null;
+  /** Requests that will produce a token when `commit()` runs. */
+  plannedCount: number;
+  /** Tokens prefilled this round (new admissions plus recomputed retracted requests). */
+  prefillTokens: number;
+  /** Requests decoding one token this round without a prefill. */
+  decodeTokens: number;
+  /** Simulated forward-pass duration (ms); 0 when nothing is planned. */
+  stepTimeMs: number;
+  /** Requests moved back to the waiting queue because the KV cache ran out. */
+  retracted: number;
+  /** The tail sampled this round (the previous one when nothing was planned). */
+  tail: LoadTail;
+}
+
+/** Outcome of `add()`. */
+export type AddResult =
+  /** Registered and queued. */
+  | 'queued'
+  /** Admitted finished: a terminal `abort` row goes out with the next `plan()`. */
+  | 'rejected'
+  /** An earlier ABORT named this rid: dropped silently. */
+  | 'aborted'
+  /** A request with this rid is already registered: dropped (nothing emitted). */
+  | 'duplicate';
+
+/** Counters for logs and tests. */
+export interface SchedulerState {
+  running: number;
+  waiting: number;
+  /** Registered, not finished (waiting + running). */
+  registered: number;
+  activePages: number;
+  freePages: number;
+  pendingAborts: number;
+  pendingRejections: number;
+  /** True between `plan()` and `commit()`. */
+  roundOpen: boolean;
+}
+
+type ReqState = 'waiting' | 'running' | 'done';
+
+interface Req {
+  spec: SimRequest;
+  promptLen: number;
+  /** Clamped limit. */
+  maxNew: number;
+  stopIds: ReadonlySet<number>;
+  interval: number;
+  generated: number;
+  pages: number;
+  /** Needs a (re)prefill of prompt + generated tokens when next run. */
+  needsPrefill: boolean;
+  /** Outgrew the whole KV cache: `commit()` finishes it with `abort` instead of decoding. */
+  outOfMemory: boolean;
+  state: ReqState;
+  pendingIds: number[];
+  pendingLogprobs: number[];
+}
+
+/** Pages needed to hold `tokens` tokens of KV. */
+export function pagesFor(tokens: number): number {
+  return Math.ceil(tokens / KV_PAGE_TOKENS);
+}
+
+/**
+ * The engine's `max_new_tokens` clamp (engine-wire.md 4.4): `min(2^30, (context_len − 1) − prompt_len − 1)` applied to
+ * the requested value (nil = no request limit). Can be negative for an over-long prompt.
+ */
+export function clampMaxNewTokens(requested: number | null, promptLen: number, maxModelLen: number): number {
+  const bound = Math.min(MAX_NEW_TOKENS_CAP, maxModelLen - 1 - promptLen - 1);
+  return requested === null ? bound : Math.min(requested, bound);
+}
+
+const ZERO_TAIL: LoadTail = Object.freeze({ numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
+
+/**
+ * The continuous-batching scheduler of one simulated rank. Not re-entrant: call `plan()` then `commit()` in turn;
+ * `add()` and `abort()` may be called at any time, including between them.
+ *
+ * Throws `RangeError` from the constructor on a non-positive cap, page count or context length, and `Error` when
+ * `plan()` is called while a round is still open.
+ */
+export class SimScheduler {
+  readonly config: Readonly<Required<SchedulerConfig>>;
+  private readonly eos: ReadonlySet<number>;
+  private readonly waiting: Req[] = [];
+  private readonly running: Req[] = [];
+  private readonly registered = new Map<string, Req>();
+  private readonly rejected: Req[] = [];
+  private readonly pendingAborts = new Map<string, number>();
+  private planned: Req[] | null = null;
+  private activePages = 0;
+  private tail: LoadTail = ZERO_TAIL;
+
+  constructor(config: SchedulerConfig) {
+    const intAtLeast = (name: string, v: number, min: number): void => {
+      if (!Number.isSafeInteger(v) || v < min) throw new RangeError(`SchedulerConfig.${name}: expected an integer ≥ ${min}, got ${v}`);
+    };
+    intAtLeast('engineIndex', config.engineIndex, 0);
+    intAtLeast('maxRunning', config.maxRunning, 1);
+    intAtLeast('kvTotalPages', config.kvTotalPages, 1);
+    intAtLeast('maxModelLen', config.maxModelLen, 3);
+    const stepTime = config.stepTime ?? DEFAULT_STEP_TIME_MODEL;
+    for (const [k, v] of Object.entries(stepTime)) {
+      if (!Number.isFinite(v) || v < 0) throw new RangeError(`SchedulerConfig.stepTime.${k}: expected a finite number ≥ 0, got ${v}`);
+    }
+    const streamInterval = config.streamInterval ?? 1;
+    intAtLeast('streamInterval', streamInterval, 1);
+    this.config = Object.freeze({
+      engineIndex: config.engineIndex,
+      maxRunning: config.maxRunning,
+      kvTotalPages: config.kvTotalPages,
+      maxModelLen: config.maxModelLen,
+      eosTokenIds: [...config.eosTokenIds],
+      stepTime: { ...stepTime },
+      streamInterval,
+      pendingAbortTtlMs: config.pendingAbortTtlMs ?? 60_000,
+    });
+    this.eos = new Set(config.eosTokenIds);
+  }
+
+  /**
+   * Register one request (arrival). Returns what happened to it (see `AddResult`). A request with a validation error,
+   * an empty prompt, or a prompt too long for the context or for the whole KV cache is rejected: its terminal `abort`
+   * row goes out with the next `plan()`. `nowMs` is only used to sweep remembered aborts.
+   */
+  add(spec: SimRequest, nowMs = 0): AddResult {
+    this.sweepPendingAborts(nowMs);
+    if (this.pendingAborts.delete(spec.rid)) return 'aborted';
+    if (this.registered.has(spec.rid)) return 'duplicate';
+    const promptLen = spec.promptTokenIds.length;
+    const maxNew = clampMaxNewTokens(spec.maxNewTokens, promptLen, this.config.maxModelLen);
+    const req: Req = {
+      spec,
+      promptLen,
+      maxNew,
+      stopIds: new Set(spec.stopTokenIds ?? []),
+      interval: spec.streamInterval ?? this.config.streamInterval,
+      generated: 0,
+      pages: 0,
+      needsPrefill: true,
+      outOfMemory: false,
+      state: 'waiting',
+      pendingIds: [],
+      pendingLogprobs: [],
+    };
+    if (this.rejectionReason(spec, promptLen, maxNew) !== null) {
+      req.state = 'done';
+      this.rejected.push(req);
+      return 'rejected';
+    }
+    this.registered.set(spec.rid, req);
+    this.waiting.push(req);
+    return 'queued';
+  }
+
+  /**
+   * Why `spec` is admitted finished, or null. Validation errors come first (engine-wire.md 4.6), then the sim's own
+   * capacity checks.
+   */
+  rejectionReason(spec: SimRequest, promptLen = spec.promptTokenIds.length, maxNew = clampMaxNewTokens(spec.maxNewTokens, promptLen, this.config.maxModelLen)): string | null {
+    if (spec.validationError !== null) return spec.validationError;
+    if (promptLen === 0) return 'empty prompt';
+    if (maxNew < 0) return `prompt of ${promptLen} tokens does not fit max_model_len ${this.config.maxModelLen}`;
+    const needPages = pagesFor(promptLen + 1);
+    if (needPages > this.config.kvTotalPages) {
+      return `prompt of ${promptLen} tokens needs ${needPages} KV pages, the rank has ${this.config.kvTotalPages}`;
+    }
+    return null;
+  }
+
+  /**
+   * Client ABORT (engine-wire.md 4.7): each registered rid is dropped and its pages freed, emitting nothing (also
+   * when it is planned in the open round); an unknown rid is remembered and applied on arrival. A rid already
+   * rejected at admission is left alone (its terminal row still goes out). Returns how many registered requests were
+   * dropped.
+   */
+  abort(rids: readonly string[], nowMs = 0): number {
+    this.sweepPendingAborts(nowMs);
+    let dropped = 0;
+    for (const rid of rids) {
+      const req = this.registered.get(rid);
+      if (req !== undefined) {
+        this.retire(req);
+        dropped += 1;
+      } else if (!this.rejected.some((r) => r.spec.rid === rid)) {
+        this.pendingAborts.delete(rid);
+        this.pendingAborts.set(rid, nowMs);
+      }
+    }
+    return dropped;
+  }
+
+  /** True while anything is registered or a rejection row is pending: the engine should keep running rounds. */
+  hasWork(): boolean {
+    return this.registered.size > 0 || this.rejected.length > 0;
+  }
+
+  /** The last sampled load tail (all zeros before the first round that ran). */
+  currentTail(): LoadTail {
+    return this.tail;
+  }
+
+  /** Counters (for logs and tests). */
+  state(): SchedulerState {
+    return {
+      running: this.running.length,
+      waiting: this.waiting.length,
+      registered: this.registered.size,
+      activePages: this.activePages,
+      freePages: this.config.kvTotalPages - this.activePages,
+      pendingAborts: this.pendingAborts.size,
+      pendingRejections: this.rejected.length,
+      roundOpen: this.planned !== null,
+    };
+  }
+
+  /**
+   * Start a round: stream the admission rejections (previous tail), grow running requests by one token of KV
+   * (retracting the newest when pages run out), admit from the FIFO waiting queue while the cap and the free pages
+   * allow (no skipping past a head that does not fit), compute the step time, and sample the load tail.
+   * Throws `Error` if the previous round was not committed.
+   */
+  plan(): RoundPlan {
+    if (this.planned !== null) throw new Error('SimScheduler.plan(): the previous round was not committed');
+    let admission: SimBatch | null = null;
+    if (this.rejected.length > 0) {
+      const rows = this.rejected.map((r) => this.row(r, [], [], 'abort'));
+      this.rejected.length = 0;
+      admission = { engineIndex: this.config.engineIndex, rows, tail: this.tail };
+    }
+
+    // Grow every running request by the token it decodes this round; retract the newest on shortage.
+    let retracted = 0;
+    for (let i = 0; i < this.running.length; i++) {
+      const r = this.running[i];
+      const extra = pagesFor(r.promptLen + r.generated + 1) - r.pages;
+      while (extra > this.freePages() && this.running.length - 1 > i) {
+        this.retract(this.running[this.running.length - 1]);
+        retracted += 1;
+      }
+      if (extra > this.freePages()) {
+        if (i > 0) {
+          // Older requests keep running; r waits for them.
+          this.retract(r);
+          retracted += 1;
+          i -= 1;
+        } else {
+          // r runs alone and still cannot grow: it needs more than the whole cache.
+          r.outOfMemory = true;
+        }
+        continue;
+      }
+      r.pages += extra;
+      this.activePages += extra;
+    }
+
+    // Admit in FIFO order (not in a round that had to retract, to avoid thrashing).
+    if (retracted === 0) {
+      while (this.waiting.length > 0 && this.running.length < this.config.maxRunning) {
+        const head = this.waiting[0];
+        const need = pagesFor(head.promptLen + head.generated + 1);
+        if (need > this.config.kvTotalPages) {
+          // A retracted request that can never fit again: the engine finishes it (see outOfMemory).
+          this.waiting.shift();
+          head.state = 'running';
+          head.outOfMemory = true;
+          this.running.push(head);
+          continue;
+        }
+        if (need > this.freePages()) break;
+        this.waiting.shift();
+        head.state = 'running';
+        head.pages = need;
+        head.needsPrefill = true;
+        this.activePages += need;
+        this.running.push(head);
+      }
+    }
+
+    let prefillTokens = 0;
+    let decodeTokens = 0;
+    for (const r of this.running) {
+      if (r.outOfMemory) continue;
+      if (r.needsPrefill) prefillTokens += r.promptLen + r.generated;
+      else decodeTokens += 1;
+    }
+    const plannedCount = this.running.length;
+    const st = this.config.stepTime;
+    const stepTimeMs = plannedCount === 0 ? 0 : st.baseMs + st.perPrefillTokenMs * prefillTokens + st.perDecodeTokenMs * decodeTokens;
+    if (plannedCount > 0) {
+      this.tail = {
+        numRunning: this.registered.size,
+        numWaiting: this.waiting.length,
+        kvActivePages: this.activePages,
+        kvTotalPages: this.config.kvTotalPages,
+      };
+      this.planned = this.running.slice();
+    }
+    return { admission, plannedCount, prefillTokens, decodeTokens, stepTimeMs, retracted, tail: this.tail };
+  }
+
+  /**
+   * Finish the round's forward pass: every planned request still running produces one token; finish checks and the
+   * stream cadence decide the rows. Finished requests are released after the snapshot (visible in a later round's
+   * tail). Returns the round's batch stamped with this round's tail, or null when no row is due (never empty) or
+   * when no round is open (a `plan()` that planned nothing leaves none open).
+   */
+  commit(): SimBatch | null {
+    const planned = this.planned;
+    this.planned = null;
+    if (planned === null) return null;
+    const rows: SimRow[] = [];
+    for (const r of planned) {
+      if (r.state !== 'running') continue; // aborted (or retracted) since plan()
+      if (r.outOfMemory) {
+        rows.push(this.row(r, r.pendingIds, r.pendingLogprobs, 'abort'));
+        this.retire(r);
+        continue;
+      }
+      r.needsPrefill = false;
+      const spec = r.spec;
+      // Below min_new_tokens TokenSpeed masks stop tokens, so none can end the request; ignore_eos skips check 2.
+      const allowStop = !spec.ignoreEos && r.generated >= spec.minNewTokens;
+      const tok = spec.tokens.next({ allowStop });
+      r.generated += 1;
+      r.pendingIds.push(tok.tokenId);
+      if (spec.returnLogprob) r.pendingLogprobs.push(tok.logprob);
+      let finish: SimFinishReason = '';
+      if (r.generated >= r.maxNew) finish = 'length';
+      else if (allowStop && (r.stopIds.has(tok.tokenId) || this.eos.has(tok.tokenId))) finish = 'stop';
+      if (finish !== '' || this.cadenceDue(r)) {
+        const ids = r.pendingIds;
+        const lps = r.pendingLogprobs;
+        r.pendingIds = [];
+        r.pendingLogprobs = [];
+        rows.push(this.row(r, ids, lps, finish));
+      }
+      if (finish !== '') this.retire(r);
+    }
+    return rows.length > 0 ? { engineIndex: this.config.engineIndex, rows, tail: this.tail } : null;
+  }
+
+  private cadenceDue(r: Req): boolean {
+    const n = r.generated;
+    if (r.spec.stream) return r.interval <= 1 ? true : n % r.interval === 1;
+    return n === 1 || n % NON_STREAM_INTERVAL === 0;
+  }
+
+  private row(r: Req, ids: number[], lps: number[], finish: SimFinishReason): SimRow {
+    return {
+      rid: r.spec.rid,
+      outputIds: ids,
+      finishedReason: finish,
+      promptTokens: r.promptLen,
+      completionTokens: r.generated,
+      cachedTokens: 0,
+      logprobVals: r.spec.returnLogprob ? lps : [],
+      logprobIdx: r.spec.returnLogprob ? ids.slice() : [],
+    };
+  }
+
+  private freePages(): number {
+    return this.config.kvTotalPages - this.activePages;
+  }
+
+  /** Move a running request back to the head of the waiting queue, freeing its pages (recomputed on re-admission). */
+  private retract(r: Req): void {
+    const i = this.running.indexOf(r);
+    if (i >= 0) this.running.splice(i, 1);
+    this.activePages -= r.pages;
+    r.pages = 0;
+    r.needsPrefill = true;
+    r.state = 'waiting';
+    this.waiting.unshift(r);
+  }
+
+  /** Drop a registered request (finished or aborted) and free its pages. */
+  private retire(r: Req): void {
+    if (r.state === 'running') {
+      const i = this.running.indexOf(r);
+      if (i >= 0) this.running.splice(i, 1);
+    } else if (r.state === 'waiting') {
+      const i = this.waiting.indexOf(r);
+      if (i >= 0) this.waiting.splice(i, 1);
+    }
+    this.activePages -= r.pages;
+    r.pages = 0;
+    r.state = 'done';
+    this.registered.delete(r.spec.rid);
+  }
+
+  private sweepPendingAborts(nowMs: number): void {
+    const ttl = this.config.pendingAbortTtlMs;
+    for (const [rid, at] of this.pendingAborts) {
+      if (nowMs - at <= ttl) break; // insertion order = time order
+      this.pendingAborts.delete(rid);
+    }
+  }
+}

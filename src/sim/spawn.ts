@@ -1,0 +1,153 @@
+/**
+ * Launch simulated TokenSpeed ranks as separate processes, one per DP rank, each running `main.ts` through tsx.
+ * Like a real TokenSpeed DP group (engine-wire.md 1.2 `--zmq-engine-index`, 2.6), rank i dials the handshake
+ * address with engine index `firstEngineIndex + i`.
+ *
+ * Each child's stdout/stderr is read line by line: pino JSON lines are re-logged through the parent logger at their
+ * own level (with the rank's engine index attached), anything else is logged as a `warn` line.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { silentSimLogger, type SimLogger } from './logger.js';
+
+/** Options of `spawnSimRanks`. */
+export interface SpawnSimRanksOptions {
+  /** The gateway's handshake address, `tcp://host:port` (engine-wire.md 1.3). */
+  handshakeAddress: string;
+  /** Number of ranks (processes), ≥ 1. */
+  count: number;
+  /** Engine index of the first rank (default 0); rank i gets `firstEngineIndex + i`, which must stay ≤ 65535. */
+  firstEngineIndex?: number;
+  /** Extra `main.ts` arguments given to every rank (e.g. `['--max-running', '8', '--time-scale', '0.1']`). */
+  extraArgs?: string[];
+  /** Where the children's log lines go (default: dropped). */
+  logger?: SimLogger;
+  /** How long `stop()` waits after SIGTERM before SIGKILL (ms, default 5000). */
+  stopGraceMs?: number;
+}
+
+/** How one child ended. */
+export interface SimRankExit {
+  engineIndex: number;
+  code: number | null;
+  signal: NodeJS.Signals | null;
+}
+
+/** One spawned rank. */
+export interface SimRankProcess {
+  engineIndex: number;
+  child: ChildProcess;
+  /** Resolves when the process has exited (never rejects). */
+  exited: Promise<SimRankExit>;
+}
+
+/** The spawned ranks. */
+export interface SimRankProcesses {
+  readonly ranks: readonly SimRankProcess[];
+  /**
+   * SIGTERM every live rank (each sends `ENGINE_CORE_DEAD` and closes its sockets), wait for them to exit, and
+   * SIGKILL any still alive after the grace period. Idempotent; resolves when every child has exited.
+   */
+  stop(): Promise<void>;
+}
+
+/** Absolute path of the runnable entry (`main.ts` beside this file, or `main.js` if this file was compiled). */
+export function simMainPath(): string {
+  const ext = import.meta.url.endsWith('.ts') ? 'ts' : 'js';
+  return fileURLToPath(new URL(`./main.${ext}`, import.meta.url));
+}
+
+const PINO_LEVELS: Record<number, keyof SimLogger> = { 10: 'debug', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
+
+function relay(stream: NodeJS.ReadableStream | null, log: SimLogger, engineIndex: number, source: 'stdout' | 'stderr'): void {
+  if (stream === null) return;
+  const rl = createInterface({ input: stream, crlfDelay: Infinity });
+  rl.on('line', (line) => {
+    if (line.trim() === '') return;
+    let parsed: unknown = undefined;
+    if (line.startsWith('{')) {
+      try {
+        parsed = JSON.parse(line);
+      } catch {
+        parsed = undefined;
+      }
+    }
+    if (parsed !== null && typeof parsed === 'object' && typeof (parsed as { level?: unknown }).level === 'number') {
+      const { level, msg, time: _time, pid, hostname: _host, ...rest } = parsed as Record<string, unknown>;
+      const method = PINO_LEVELS[level as number] ?? 'info';
+      log[method]({ simEngineIndex: engineIndex, simPid: pid, ...rest }, typeof msg === 'string' ? msg : 'sim rank log');
+    } else {
+      log.warn({ simEngineIndex: engineIndex, source, line }, 'sim rank output');
+    }
+  });
+}
+
+/**
+ * Spawn `count` simulated ranks: `node --import <tsx> <main.ts> --handshake <addr> --engine-index <i> ...extraArgs`.
+ * Returns at once (the children dial the gateway on their own; the gateway's handshake tells when they are ready).
+ * Throws `RangeError` on a bad count or engine index range. A child that fails to start or exits early is logged at
+ * `error`; its `exited` promise resolves.
+ */
+export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
+  const first = opts.firstEngineIndex ?? 0;
+  if (!Number.isSafeInteger(opts.count) || opts.count < 1) throw new RangeError(`spawnSimRanks: count must be an integer ≥ 1, got ${opts.count}`);
+  if (!Number.isSafeInteger(first) || first < 0 || first + opts.count - 1 > 0xffff) {
+    throw new RangeError(`spawnSimRanks: engine indexes ${first}..${first + opts.count - 1} must lie in 0..65535`);
+  }
+  if (!opts.handshakeAddress.startsWith('tcp://')) {
+    throw new RangeError(`spawnSimRanks: handshakeAddress must start with tcp://, got ${JSON.stringify(opts.handshakeAddress)}`);
+  }
+  const log = opts.logger ?? silentSimLogger;
+  const grace = opts.stopGraceMs ?? 5000;
+  const tsxLoader = import.meta.resolve('tsx');
+  const main = simMainPath();
+  const ranks: SimRankProcess[] = [];
+  let stopping = false;
+  for (let i = 0; i < opts.count; i++) {
+    const engineIndex = first + i;
+    const args = ['--import', tsxLoader, main, '--handshake', opts.handshakeAddress, '--engine-index', String(engineIndex), ...(opts.extraArgs ?? [])];
+    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    relay(child.stdout, log, engineIndex, 'stdout');
+    relay(child.stderr, log, engineIndex, 'stderr');
+    const exited = new Promise<SimRankExit>((resolve) => {
+      child.once('error', (err) => {
+        log.error({ simEngineIndex: engineIndex, err: err.message }, 'sim rank process error');
+        if (child.pid === undefined) resolve({ engineIndex, code: null, signal: null });
+      });
+      child.once('exit', (code, signal) => {
+        const level = stopping || code === 0 ? 'info' : 'error';
+        log[level]({ simEngineIndex: engineIndex, code, signal }, 'sim rank exited');
+        resolve({ engineIndex, code, signal });
+      });
+    });
+    ranks.push({ engineIndex, child, exited });
+  }
+  let stopped: Promise<void> | null = null;
+  const stopOne = async (r: SimRankProcess): Promise<void> => {
+    if (r.child.exitCode !== null || r.child.signalCode !== null || r.child.pid === undefined) {
+      await r.exited;
+      return;
+    }
+    r.child.kill('SIGTERM');
+    let timer: NodeJS.Timeout | undefined;
+    const killed = new Promise<void>((resolve) => {
+      timer = setTimeout(() => {
+        log.warn({ simEngineIndex: r.engineIndex, graceMs: grace }, 'sim rank ignored SIGTERM, sending SIGKILL');
+        r.child.kill('SIGKILL');
+        resolve();
+      }, grace);
+    });
+    await Promise.race([r.exited, killed]);
+    clearTimeout(timer);
+    await r.exited;
+  };
+  return {
+    ranks,
+    stop(): Promise<void> {
+      stopping = true;
+      stopped ??= Promise.all(ranks.map(stopOne)).then(() => undefined);
+      return stopped;
+    },
+  };
+}

@@ -1,0 +1,71 @@
+/** Fixtures for the sim tests: temp dirs, free tcp ports, hang guards, a pull-style reader of a link's outputs. */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { createServer } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import type { EngineLink, OutputMessage } from '../../src/engine-client/link.js';
+import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
+import type { EngineBatch } from '../../src/protocols/types.js';
+
+/** A fresh private directory under the system temp dir (short, so ipc paths stay below 107 bytes). */
+export async function freshDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
+  const dir = await mkdtemp(join(tmpdir(), 'mgw-sim-'));
+  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
+}
+
+/** A tcp port on 127.0.0.1 that was free a moment ago. */
+export function freePort(): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const server = createServer();
+    server.once('error', reject);
+    server.listen(0, '127.0.0.1', () => {
+      const address = server.address();
+      if (address === null || typeof address === 'string') {
+        server.close();
+        reject(new Error('no port'));
+        return;
+      }
+      server.close(() => resolve(address.port));
+    });
+  });
+}
+
+/** Rejects after `ms`: a hang guard only, never a timing assertion. */
+export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+  let timer: NodeJS.Timeout | undefined;
+  const guard = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => reject(new Error(`hang guard: ${what} did not settle within ${ms} ms`)), ms);
+  });
+  return Promise.race([promise, guard]).finally(() => clearTimeout(timer));
+}
+
+/** Reads a link's output messages one at a time, decoding TokenSpeed batches. */
+export class OutputReader {
+  private readonly it: AsyncIterator<OutputMessage>;
+  constructor(link: EngineLink) {
+    this.it = link.outputs()[Symbol.asyncIterator]();
+  }
+  /** The next raw message (hang-guarded). */
+  async message(ms = 20_000): Promise<OutputMessage> {
+    const r = await hangGuard(this.it.next(), ms, 'next output message');
+    if (r.done === true) throw new Error('output stream ended');
+    return r.value;
+  }
+  /** The next decoded batch; throws on anything else. */
+  async batch(ms = 20_000): Promise<EngineBatch> {
+    const m = await this.message(ms);
+    if (m.kind !== 'frames') throw new Error(`expected an output batch, got ${m.kind}`);
+    return tokenspeedProtocol.decodeOutput(m.frames);
+  }
+  /** Batches until every id in `rids` got its terminal row; returns them all. */
+  async untilFinished(rids: readonly string[], ms = 20_000): Promise<EngineBatch[]> {
+    const pending = new Set(rids);
+    const out: EngineBatch[] = [];
+    while (pending.size > 0) {
+      const b = await this.batch(ms);
+      out.push(b);
+      for (const id of b.finishedRequestIds) pending.delete(id);
+    }
+    return out;
+  }
+}

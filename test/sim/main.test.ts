@@ -1,0 +1,44 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SimArgsError, parseSimArgs } from '../../src/sim/main.js';
+
+test('parseSimArgs reads every option', () => {
+  const a = parseSimArgs([
+    '--handshake', 'tcp://127.0.0.1:30500', '--engine-index', '3', '--max-running', '8', '--kv-pages', '512',
+    '--max-model-len', '4096', '--time-scale', '0.25', '--seed', '9', '--stream-interval', '2', '--step-decode-ms', '0.5',
+    '--disable-output-logprobs', '--init-timeout-ms', '5000', '--log-level', 'warn',
+  ]);
+  assert.equal(a.logLevel, 'warn');
+  assert.deepEqual(a.engine, {
+    handshakeAddress: 'tcp://127.0.0.1:30500',
+    engineIndex: 3,
+    maxRunning: 8,
+    kvTotalPages: 512,
+    maxModelLen: 4096,
+    timeScale: 0.25,
+    seed: 9,
+    streamInterval: 2,
+    initTimeoutMs: 5000,
+    enableOutputLogprobs: false,
+    stepTimeModel: { baseMs: 8, perPrefillTokenMs: 0.02, perDecodeTokenMs: 0.5 },
+  });
+});
+
+test('parseSimArgs defaults: engine index 0, info logs, engine defaults left to runSimEngine', () => {
+  const a = parseSimArgs(['--handshake', 'tcp://127.0.0.1:1']);
+  assert.equal(a.engine.engineIndex, 0);
+  assert.equal(a.logLevel, 'info');
+  assert.equal(a.engine.maxRunning, undefined);
+  assert.equal(a.engine.stepTimeModel, undefined);
+  assert.equal(a.engine.enableOutputLogprobs, undefined);
+});
+
+test('parseSimArgs names the bad option', () => {
+  assert.throws(() => parseSimArgs([]), /--handshake .* is required/);
+  assert.throws(() => parseSimArgs(['--handshake', 'ipc:///tmp/x']), /--handshake: expected tcp/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--engine-index', '70000']), /--engine-index/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--max-running', '0']), /--max-running/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--time-scale', 'fast']), /--time-scale/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--log-level', 'loud']), /--log-level/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--bogus']), SimArgsError);
+});
