@@ -1,0 +1,131 @@
+/**
+ * The gateway's fastify app: OpenAI-compatible routes, health, metrics, and OpenAI-style error bodies for every
+ * failure (gateway.md sections 4.2, 8, 9, 11-15).
+ */
+import { readFileSync } from 'node:fs';
+import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import type { Logger } from 'pino';
+import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import type { GenerationBackend } from './backend.js';
+import { ApiError, toApiError } from './errors.js';
+import type { GatewayMetrics } from './metrics.js';
+import { registerChatRoute } from './routes/chat.js';
+import { registerCompletionsRoute } from './routes/completions.js';
+import { registerInfoRoutes } from './routes/info.js';
+import type { RouteContext } from './serve-generation.js';
+import { formatValidationErrors } from './validation.js';
+
+/** Default request-body limit: 8 MiB (a 128k-token prompt as token ids is about 1 MiB of JSON). */
+export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
+
+/**
+ * What the app needs. `client` is the engine client (`EngineClient` satisfies `GenerationBackend` structurally);
+ * `metrics` is created once per app and attached to `client` here; `bodyLimitBytes` bounds request bodies (413
+ * above it); `now` is a monotonic ms clock for latency metrics (default `performance.now`); `systemFingerprint` is
+ * echoed in every response (default `model-gateway-<version>`).
+ */
+export interface GatewayDeps {
+  client: GenerationBackend;
+  tokenizer: GatewayTokenizer;
+  modelId: string;
+  logger: Logger;
+  metrics: GatewayMetrics;
+  bodyLimitBytes?: number;
+  now?: () => number;
+  systemFingerprint?: string;
+}
+
+const GENERATION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
+
+function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+/** Map a fastify/framework error to an `ApiError` (body parsing, size limit, media type, validation, 500s). */
+function frameworkError(err: FastifyError, bodyLimit: number): ApiError {
+  if (err instanceof ApiError) return err;
+  switch (err.code) {
+    case 'FST_ERR_CTP_BODY_TOO_LARGE':
+      return new ApiError(413, `request body is larger than the gateway's limit of ${bodyLimit} bytes`, {
+        code: 'request_too_large',
+      });
+    case 'FST_ERR_CTP_INVALID_JSON_BODY':
+    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
+      return new ApiError(400, `request body is not valid JSON: ${err.message}`, { code: 'invalid_json' });
+    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
+      return new ApiError(415, `unsupported content type: send 'application/json' (${err.message})`, {
+        code: 'unsupported_media_type',
+      });
+    default:
+      break;
+  }
+  if (err instanceof SyntaxError || (err.statusCode === 400 && /JSON/i.test(err.message))) {
+    return new ApiError(400, `request body is not valid JSON: ${err.message}`, { code: 'invalid_json' });
+  }
+  if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
+    return new ApiError(err.statusCode, err.message, { code: err.code ?? null });
+  }
+  return toApiError(err);
+}
+
+/**
+ * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
+ * GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`.
+ */
+export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
+  const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
+  const app = Fastify({
+    // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
+    loggerInstance: deps.logger as FastifyBaseLogger,
+    bodyLimit,
+    // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
+    logController: new LogController({ disableRequestLogging: true }),
+    ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
+    schemaErrorFormatter: (errors, dataVar) => formatValidationErrors(errors, dataVar),
+  });
+
+  deps.metrics.attach(deps.client);
+  const ctx: RouteContext = {
+    backend: deps.client,
+    tokenizer: deps.tokenizer,
+    modelId: deps.modelId,
+    metrics: deps.metrics,
+    now: deps.now ?? (() => performance.now()),
+    systemFingerprint: deps.systemFingerprint ?? `model-gateway-${packageVersion()}`,
+    counted: new WeakSet(),
+  };
+
+  app.setErrorHandler((error: FastifyError, request, reply) => {
+    const apiErr = frameworkError(error, bodyLimit);
+    if (apiErr.statusCode >= 500) request.log.error({ err: error }, apiErr.message);
+    else request.log.info({ status: apiErr.statusCode, param: apiErr.param }, apiErr.message);
+    const url = request.routeOptions.url;
+    if (url !== undefined && GENERATION_ROUTES.has(url) && !ctx.counted.has(request)) {
+      ctx.counted.add(request);
+      deps.metrics.countRequest(url, apiErr.statusCode, 'none');
+    }
+    return reply.code(apiErr.statusCode).send(apiErr.toBody());
+  });
+  // Echo the client's X-Request-Id on every answer (gateway.md 13); it is never used as the engine request id.
+  app.addHook('onSend', async (request, reply, payload) => {
+    const id = request.headers['x-request-id'];
+    if (typeof id === 'string' && id !== '' && !reply.hasHeader('x-request-id')) reply.header('x-request-id', id);
+    return payload;
+  });
+  app.setNotFoundHandler((request, reply) =>
+    reply.code(404).send(
+      new ApiError(404, `no route for ${request.method} ${request.url}`, { code: 'not_found' }).toBody(),
+    ),
+  );
+
+  registerChatRoute(app, ctx);
+  registerCompletionsRoute(app, ctx);
+  registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
+  await app.ready();
+  return app;
+}

@@ -1,0 +1,117 @@
+/**
+ * OpenAI-style HTTP errors of the gateway and the mapping of engine-client errors to HTTP statuses
+ * (gateway.md section 11.3; dp-routing.md section 6).
+ *
+ * Body shape (OpenAI, also vLLM's `ErrorResponse`): `{ error: { message, type, param, code } }`.
+ */
+
+/** OpenAI error `type` values the gateway uses. */
+export type ApiErrorType =
+  | 'invalid_request_error'
+  | 'not_found_error'
+  | 'server_error'
+  | 'service_unavailable_error';
+
+/** The JSON body of every error response (and of a mid-stream SSE error event). */
+export interface OpenAIErrorBody {
+  error: { message: string; type: ApiErrorType; param: string | null; code: string | number | null };
+}
+
+/**
+ * An error with an HTTP status that the app's error handler renders as an OpenAI error body.
+ * `param` names the offending request parameter (or null); `code` is a short machine-readable code.
+ */
+export class ApiError extends Error {
+  readonly statusCode: number;
+  readonly type: ApiErrorType;
+  readonly param: string | null;
+  readonly code: string | null;
+  /** The body's `code`, kept apart because fastify overwrites `code` on validation errors (FST_ERR_VALIDATION). */
+  readonly #bodyCode: string | null;
+
+  constructor(
+    statusCode: number,
+    message: string,
+    opts: { type?: ApiErrorType; param?: string | null; code?: string | null; cause?: unknown } = {},
+  ) {
+    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    this.name = 'ApiError';
+    this.statusCode = statusCode;
+    this.type = opts.type ?? defaultType(statusCode);
+    this.param = opts.param ?? null;
+    this.code = opts.code ?? null;
+    this.#bodyCode = this.code;
+  }
+
+  /** The OpenAI-style body for this error. */
+  toBody(): OpenAIErrorBody {
+    return { error: { message: this.message, type: this.type, param: this.param, code: this.#bodyCode } };
+  }
+}
+
+/** A 400 `invalid_request_error` naming `param`; `code` defaults to `invalid_parameter` (or `invalid_request`). */
+export function badRequest(message: string, param: string | null = null, code: string | null = null): ApiError {
+  return new ApiError(400, message, {
+    type: 'invalid_request_error',
+    param,
+    code: code ?? (param !== null ? 'invalid_parameter' : 'invalid_request'),
+  });
+}
+
+function defaultType(status: number): ApiErrorType {
+  if (status === 404) return 'not_found_error';
+  if (status === 503) return 'service_unavailable_error';
+  if (status >= 500) return 'server_error';
+  return 'invalid_request_error';
+}
+
+/**
+ * The engine-client error kind of `err` (`EngineClientError.kind`, notes/apis.md), or null when `err` is not an
+ * engine-client error. Duck-typed on `name === 'EngineClientError'` plus a string `kind`, so the HTTP layer does not
+ * depend on the client's module (server/ knows no wire details).
+ */
+export function engineErrorKind(err: unknown): string | null {
+  if (!(err instanceof Error)) return null;
+  const kind = (err as { kind?: unknown }).kind;
+  return err.name === 'EngineClientError' && typeof kind === 'string' ? kind : null;
+}
+
+/**
+ * HTTP status for an engine-client error (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
+ * that section allows): `engine-dead`, `client-closed`, `stream-closed`, `transport`, `handshake` → 503;
+ * `invalid-dp-rank` → 400; everything else (`decode`, `encode`, `duplicate-request-id`, unknown) → 500.
+ */
+export function statusForEngineError(kind: string): number {
+  switch (kind) {
+    case 'engine-dead':
+    case 'client-closed':
+    case 'stream-closed':
+    case 'transport':
+    case 'handshake':
+      return 503;
+    case 'invalid-dp-rank':
+      return 400;
+    default:
+      return 500;
+  }
+}
+
+/**
+ * Turn anything thrown while serving a request into an `ApiError`: an `ApiError` passes through; an engine-client
+ * error maps by kind (its message is kept, prefixed with the kind); anything else becomes a 500 with its message.
+ */
+export function toApiError(err: unknown): ApiError {
+  if (err instanceof ApiError) return err;
+  const kind = engineErrorKind(err);
+  if (kind !== null) {
+    const status = statusForEngineError(kind);
+    const message = (err as Error).message;
+    return new ApiError(status, `engine ${kind}: ${message}`, {
+      code: kind,
+      param: kind === 'invalid-dp-rank' ? 'X-data-parallel-rank' : null,
+      cause: err,
+    });
+  }
+  const message = err instanceof Error ? err.message : String(err);
+  return new ApiError(500, `internal error: ${message}`, { code: 'internal_error', cause: err });
+}

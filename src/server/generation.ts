@@ -1,0 +1,166 @@
+/**
+ * One choice's generation: consume the engine stream, detokenize incrementally, and turn the terminal output into a
+ * finish or an error (gateway.md sections 5, 6, 11 and 13; dp-routing.md sections 4-6).
+ *
+ * Guarantees:
+ * - every accepted request ends with exactly one terminal outcome: a `finish` event, an `ApiError`, or a
+ *   `ClientDisconnectedError` — never a hang (a stream that ends without a terminal output is an error);
+ * - a client disconnect (the `signal`) interrupts even a pending read and cancels the stream, which sends ABORT to the
+ *   owning rank (dp-routing.md 5); so does a consumer that stops iterating early (the generator's `finally`);
+ * - a terminal `abort` is never a finish: the gateway only aborts requests whose client is gone, so an `abort` that
+ *   reaches a reader was the engine's own (engine-wire.md 4.6: a validation abort) and becomes an error; `error` too;
+ * - a stop token (a requested stop id or an EOS id) that ends the choice with `stop` is counted but its text is not
+ *   emitted (gateway.md 6, as vLLM's detokenizer drops it).
+ */
+import type { EngineOutput } from '../protocols/types.js';
+import type { BackendStream } from './backend.js';
+import { ApiError, toApiError } from './errors.js';
+import type { GatewayMetrics } from './metrics.js';
+
+/** Thrown by `generate` when the client disconnected; the route just ends the response. */
+export class ClientDisconnectedError extends Error {
+  constructor() {
+    super('client disconnected');
+    this.name = 'ClientDisconnectedError';
+  }
+}
+
+/** Token accounting of a choice (OpenAI `usage`), in tokens. */
+export interface Usage {
+  prompt_tokens: number;
+  completion_tokens: number;
+  total_tokens: number;
+}
+
+/** Build a `usage` object. */
+export function makeUsage(promptTokens: number, completionTokens: number): Usage {
+  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+}
+
+/** What `generate` yields: newly stable text, then exactly one terminal `finish` (with any remaining text). */
+export type GenerationEvent =
+  | { type: 'delta'; text: string }
+  | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage };
+
+/** The detokenizer operations a choice uses (`IncrementalDetokenizer` satisfies it). */
+export interface TextDetokenizer {
+  push(ids: readonly number[]): string;
+  finish(): string;
+}
+
+/** Records TTFT, ITL and end-to-end latency of one request on the app's metrics. Times in ms from `now()`. */
+export class LatencyTracker {
+  private lastTokenAt: number | null = null;
+  constructor(
+    private readonly metrics: GatewayMetrics,
+    private readonly endpoint: string,
+    private readonly startedAt: number,
+    private readonly now: () => number,
+  ) {}
+
+  /** `count` tokens arrived now (ignored when 0). */
+  tokens(count: number): void {
+    if (count <= 0) return;
+    const t = this.now();
+    if (this.lastTokenAt === null) this.metrics.observeTtft(this.endpoint, (t - this.startedAt) / 1000);
+    else this.metrics.observeItl(this.endpoint, (t - this.lastTokenAt) / 1000 / count, count);
+    this.lastTokenAt = t;
+  }
+
+  /** The request reached its terminal outcome now. */
+  done(): void {
+    this.metrics.observeE2e(this.endpoint, (this.now() - this.startedAt) / 1000);
+  }
+}
+
+/** Inputs of one choice's generation. */
+export interface GenerationOptions {
+  stream: BackendStream;
+  detokenizer: TextDetokenizer;
+  /** Token ids whose text is dropped when they end the choice with `stop` (stop_token_ids ∪ EOS ids). */
+  stopTokenIds: ReadonlySet<number>;
+  /** Prompt length in tokens (the gateway's own count). */
+  promptTokens: number;
+  /** Fires when the client disconnects. */
+  signal: AbortSignal;
+  latency?: LatencyTracker;
+}
+
+/** Read the next stream item, or reject with `ClientDisconnectedError` as soon as `signal` fires. */
+function nextOrDisconnect(
+  it: AsyncIterator<EngineOutput>,
+  signal: AbortSignal,
+): Promise<IteratorResult<EngineOutput>> {
+  if (signal.aborted) return Promise.reject(new ClientDisconnectedError());
+  return new Promise((resolve, reject) => {
+    const onAbort = () => reject(new ClientDisconnectedError());
+    signal.addEventListener('abort', onAbort, { once: true });
+    it.next().then(
+      (r) => {
+        signal.removeEventListener('abort', onAbort);
+        resolve(r);
+      },
+      (e: unknown) => {
+        signal.removeEventListener('abort', onAbort);
+        reject(e);
+      },
+    );
+  });
+}
+
+/**
+ * Run one choice to its terminal outcome. Yields `delta` events (non-empty text only) and one final `finish`.
+ * Throws `ClientDisconnectedError` on disconnect, and `ApiError` for engine failures: an engine-client error maps by
+ * kind (errors.ts `toApiError`: 503 for a dead engine, else 500), a terminal `error` or unrequested `abort` → 500, a
+ * stream that ends without a terminal output → 503. The stream is cancelled whenever the choice did not finish.
+ */
+export async function* generate(opts: GenerationOptions): AsyncGenerator<GenerationEvent, void, undefined> {
+  const { stream, detokenizer, signal } = opts;
+  const it = stream[Symbol.asyncIterator]();
+  let received = 0;
+  let finished = false;
+  try {
+    for (;;) {
+      let result: IteratorResult<EngineOutput>;
+      try {
+        result = await nextOrDisconnect(it, signal);
+      } catch (err) {
+        if (err instanceof ClientDisconnectedError) throw err;
+        throw toApiError(err);
+      }
+      if (result.done) {
+        throw new ApiError(503, `engine stream for request ${stream.requestId} ended without a finish reason`, { code: 'stream-closed' });
+      }
+      const out = result.value;
+      received += out.newTokenIds.length;
+      opts.latency?.tokens(out.newTokenIds.length);
+      if (out.finishReason === null) {
+        const text = detokenizer.push(out.newTokenIds);
+        if (text !== '') yield { type: 'delta', text };
+        continue;
+      }
+      finished = true; // the engine retired the request: nothing to abort any more
+      if (out.finishReason === 'error') {
+        throw new ApiError(500, `the engine finished request ${stream.requestId} with an error`, { code: 'engine_error' });
+      }
+      if (out.finishReason === 'abort') {
+        throw new ApiError(
+          500,
+          `the engine aborted request ${stream.requestId} on its own (it rejected the request's parameters or was ` +
+            'shutting down); no complete output was produced',
+          { code: 'engine_abort' },
+        );
+      }
+      let ids = out.newTokenIds;
+      const last = ids[ids.length - 1];
+      if (out.finishReason === 'stop' && last !== undefined && opts.stopTokenIds.has(last)) ids = ids.slice(0, -1);
+      const text = detokenizer.push(ids) + detokenizer.finish();
+      const completionTokens = Math.max(received, out.completionTokens);
+      yield { type: 'finish', text, finishReason: out.finishReason, usage: makeUsage(opts.promptTokens, completionTokens) };
+      return;
+    }
+  } finally {
+    if (!finished) stream.cancel();
+    opts.latency?.done();
+  }
+}

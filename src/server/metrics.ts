@@ -1,0 +1,212 @@
+/**
+ * Prometheus metrics of one gateway app (gateway.md section 15.3), on a registry of its own (never prom-client's
+ * global one, so several apps in one process, e.g. tests, do not collide).
+ *
+ * Read at scrape time from the engine client (`rankStates()`, `stats`, `isAlive()`):
+ * - gauges `model_gateway_engine_running_requests`, `..._waiting_requests`, `..._kv_cache_usage` (ratio 0..1) from
+ *   each rank's stored load (absent for a rank that never reported, like SMG), `model_gateway_rank_inflight_requests`
+ *   (the in-flight set size: must return to 0 when idle), `model_gateway_engine_alive` (1/0); labels model, dp_rank;
+ * - counters mirroring the client's cumulative counts: `model_gateway_rank_dispatches_total{pinned}`,
+ *   `model_gateway_rank_clamp_events_total`, `model_gateway_decode_errors_total`, `model_gateway_aborts_sent_total`,
+ *   `model_gateway_rank_mismatches_total`, `model_gateway_engine_failures_total{cause}`.
+ * Recorded by the routes:
+ * - histograms (seconds) `model_gateway_time_to_first_token_seconds`, `model_gateway_inter_token_latency_seconds`
+ *   (per token: the gap between two token-bearing outputs divided by the tokens of the later one),
+ *   `model_gateway_e2e_request_latency_seconds`;
+ * - counter `model_gateway_requests_total{endpoint, status, finish_reason}` (finish_reason: stop, length, error,
+ *   cancelled for a client disconnect, none for a request refused before generation).
+ */
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import type { BackendRankState, BackendStats } from './backend.js';
+
+/** What the scrape-time collectors read (an `EngineClient` satisfies it). */
+export interface MetricsSource {
+  rankStates(): BackendRankState[];
+  readonly stats: BackendStats;
+  isAlive(): boolean;
+}
+
+/** Request outcome label values of `model_gateway_requests_total`. */
+export type RequestOutcome = 'stop' | 'length' | 'error' | 'cancelled' | 'none';
+
+const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+const ITL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.4, 0.75, 1, 2.5, 5];
+const E2E_BUCKETS = [0.01, 0.05, 0.1, 0.3, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960];
+
+/** The metrics of one gateway app. Create once per app; `attach` the engine client before the first scrape. */
+export class GatewayMetrics {
+  /** The app's own registry; `/metrics` renders it. */
+  readonly registry = new Registry();
+  readonly modelId: string;
+  private source: MetricsSource | null = null;
+
+  private readonly ttft: Histogram<'model' | 'endpoint'>;
+  private readonly itl: Histogram<'model' | 'endpoint'>;
+  private readonly e2e: Histogram<'model' | 'endpoint'>;
+  private readonly requests: Counter<'model' | 'endpoint' | 'status' | 'finish_reason'>;
+
+  constructor(opts: { modelId: string }) {
+    this.modelId = opts.modelId;
+    const registers = [this.registry];
+    const model = opts.modelId;
+    const ranks = (): BackendRankState[] => this.source?.rankStates() ?? [];
+
+    new Gauge({
+      name: 'model_gateway_engine_running_requests',
+      help: 'Requests the DP rank last reported as running (TokenSpeed counts waiting ones too), from its stored load',
+      labelNames: ['model', 'dp_rank'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of ranks()) if (r.load) this.set({ model, dp_rank: String(r.engineIndex) }, r.load.numRunning);
+      },
+    });
+    new Gauge({
+      name: 'model_gateway_engine_waiting_requests',
+      help: "Length of the DP rank's scheduler waiting queue, from its stored load",
+      labelNames: ['model', 'dp_rank'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of ranks()) if (r.load) this.set({ model, dp_rank: String(r.engineIndex) }, r.load.numWaiting);
+      },
+    });
+    new Gauge({
+      name: 'model_gateway_engine_kv_cache_usage',
+      help: 'KV cache usage of the DP rank as a ratio 0..1, from its stored load',
+      labelNames: ['model', 'dp_rank'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of ranks()) if (r.load) this.set({ model, dp_rank: String(r.engineIndex) }, r.load.kvCacheUsage);
+      },
+    });
+    new Gauge({
+      name: 'model_gateway_rank_inflight_requests',
+      help: "Size of the DP rank's in-flight set (routed by this gateway, not yet retired)",
+      labelNames: ['model', 'dp_rank'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of ranks()) this.set({ model, dp_rank: String(r.engineIndex) }, r.inFlight);
+      },
+    });
+    const source = (): MetricsSource | null => this.source;
+    new Gauge({
+      name: 'model_gateway_engine_alive',
+      help: 'Whether the engine client is alive (1) or closed after an engine failure (0)',
+      labelNames: ['model'],
+      registers,
+      collect() {
+        this.set({ model }, source()?.isAlive() ? 1 : 0);
+      },
+    });
+    new Counter({
+      name: 'model_gateway_rank_dispatches_total',
+      help: 'Requests dispatched to the DP rank, pinned (X-data-parallel-rank) or chosen by the DP policy',
+      labelNames: ['model', 'dp_rank', 'pinned'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of ranks()) {
+          this.inc({ model, dp_rank: String(r.engineIndex), pinned: 'true' }, r.dispatchedPinned);
+          this.inc({ model, dp_rank: String(r.engineIndex), pinned: 'false' }, r.dispatchedUnpinned);
+        }
+      },
+    });
+    new Counter({
+      name: 'model_gateway_rank_clamp_events_total',
+      help: 'Release-clamp (zero-on-empty) events of the DP rank',
+      labelNames: ['model', 'dp_rank'],
+      registers,
+      collect() {
+        this.reset();
+        for (const r of ranks()) this.inc({ model, dp_rank: String(r.engineIndex) }, r.clampEvents);
+      },
+    });
+    const statCounter = (name: string, help: string, pick: (s: BackendStats) => number) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ['model'],
+        registers,
+        collect() {
+          this.reset();
+          const s = source()?.stats;
+          this.inc({ model }, s ? pick(s) : 0);
+        },
+      });
+    statCounter('model_gateway_decode_errors_total', 'Engine output messages that failed to decode', (s) => s.decodeErrors);
+    statCounter('model_gateway_aborts_sent_total', 'ABORT messages sent to engine ranks', (s) => s.abortsSent);
+    statCounter('model_gateway_rank_mismatches_total', 'Outputs whose engine_index differed from the recorded rank', (s) => s.rankMismatches);
+    new Counter({
+      name: 'model_gateway_engine_failures_total',
+      help: 'Engine-client fail-all events by cause',
+      labelNames: ['model', 'cause'],
+      registers,
+      collect() {
+        this.reset();
+        const failures = source()?.stats.failures ?? {};
+        for (const [cause, n] of Object.entries(failures)) this.inc({ model, cause }, n);
+      },
+    });
+
+    this.ttft = new Histogram({
+      name: 'model_gateway_time_to_first_token_seconds',
+      help: 'Time from request arrival to the first generated token (TTFT), seconds',
+      labelNames: ['model', 'endpoint'],
+      buckets: LATENCY_BUCKETS,
+      registers,
+    });
+    this.itl = new Histogram({
+      name: 'model_gateway_inter_token_latency_seconds',
+      help: 'Inter-token latency (ITL) per generated token after the first, seconds',
+      labelNames: ['model', 'endpoint'],
+      buckets: ITL_BUCKETS,
+      registers,
+    });
+    this.e2e = new Histogram({
+      name: 'model_gateway_e2e_request_latency_seconds',
+      help: 'Time from request arrival to its terminal outcome, seconds',
+      labelNames: ['model', 'endpoint'],
+      buckets: E2E_BUCKETS,
+      registers,
+    });
+    this.requests = new Counter({
+      name: 'model_gateway_requests_total',
+      help: 'Requests by endpoint, HTTP status and finish reason (cancelled = client disconnect, none = refused)',
+      labelNames: ['model', 'endpoint', 'status', 'finish_reason'],
+      registers,
+    });
+  }
+
+  /** Read per-rank state and client counters from `source` at every scrape (replaces any earlier source). */
+  attach(source: MetricsSource): void {
+    this.source = source;
+  }
+
+  /** Record a TTFT sample (seconds). */
+  observeTtft(endpoint: string, seconds: number): void {
+    this.ttft.observe({ model: this.modelId, endpoint }, seconds);
+  }
+
+  /** Record `tokens` ITL samples of `secondsPerToken` each. */
+  observeItl(endpoint: string, secondsPerToken: number, tokens = 1): void {
+    for (let i = 0; i < tokens; i++) this.itl.observe({ model: this.modelId, endpoint }, secondsPerToken);
+  }
+
+  /** Record an end-to-end latency sample (seconds). */
+  observeE2e(endpoint: string, seconds: number): void {
+    this.e2e.observe({ model: this.modelId, endpoint }, seconds);
+  }
+
+  /** Count one finished HTTP request. */
+  countRequest(endpoint: string, status: number, finishReason: RequestOutcome): void {
+    this.requests.inc({ model: this.modelId, endpoint, status: String(status), finish_reason: finishReason });
+  }
+
+  /** The exposition text (Prometheus text format 0.0.4) and its content type. */
+  async render(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+}

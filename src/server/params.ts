@@ -1,0 +1,173 @@
+/**
+ * Request-parameter validation and translation into engine-neutral `SamplingOptions` (gateway.md sections 8 and 9;
+ * engine-wire.md section 4.6 for the ranges TokenSpeed enforces, which the gateway checks first so the client gets a
+ * 400 naming the parameter instead of an unexplained terminal `abort`).
+ */
+import { DEFAULT_SAMPLING, type SamplingOptions } from '../protocols/types.js';
+import { badRequest } from './errors.js';
+import type { CommonBodyT } from './schemas.js';
+
+/** TokenSpeed's "top-k disabled" value after normalization (2^30, engine-wire.md 4.4 index 5). */
+export const TOP_K_DISABLED = 1 << 30;
+/** Largest top-k TokenSpeed's fused sampling kernel accepts (engine-wire.md 4.6). */
+export const TOP_K_MAX = 127;
+
+const isNull = (v: unknown): boolean => v === null || v === undefined;
+const isEmptyObject = (v: unknown): boolean =>
+  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0;
+
+/**
+ * Parameters OpenAI (or vLLM) defines that the gateway does not serve yet, each with the predicate of its no-op
+ * values. Any other value is refused with 400 naming the parameter (never silently dropped).
+ */
+const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
+  stop: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
+  logit_bias: (v) => isNull(v) || isEmptyObject(v),
+  response_format: (v) =>
+    isNull(v) || (typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text'),
+  spaces_between_special_tokens: (v) => isNull(v) || v === true,
+  include_stop_str_in_output: (v) => isNull(v) || v === false,
+  prompt_logprobs: isNull,
+  logprobs: (v) => isNull(v) || v === false,
+  top_logprobs: (v) => isNull(v) || v === 0,
+  tools: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
+  tool_choice: (v) => isNull(v) || v === 'none',
+  // Only meaningful together with `tools`, which is refused unless empty.
+  parallel_tool_calls: (v) => isNull(v) || typeof v === 'boolean',
+  functions: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
+  function_call: (v) => isNull(v) || v === 'none',
+  reasoning_effort: isNull,
+  echo: (v) => isNull(v) || v === false,
+  suffix: (v) => isNull(v) || v === '',
+  best_of: (v) => isNull(v) || v === 1,
+};
+
+/**
+ * Refuse every not-yet-served parameter that carries a value other than its no-op default, and `n` other than 1.
+ * Throws `ApiError` 400 (`code: 'unsupported_parameter'`, `param` = the parameter's name).
+ */
+export function rejectUnsupported(body: Record<string, unknown>): void {
+  for (const [name, isNoOp] of Object.entries(UNSUPPORTED)) {
+    if (name in body && !isNoOp(body[name])) {
+      throw badRequest(
+        `parameter '${name}' is not supported by this gateway yet (got ${JSON.stringify(body[name])})`,
+        name,
+        'unsupported_parameter',
+      );
+    }
+  }
+  const n = body.n;
+  if (!isNull(n) && n !== 1) {
+    throw badRequest(`parameter 'n' must be 1: n > 1 fan-out is not supported by this gateway yet (got ${String(n)})`, 'n', 'unsupported_parameter');
+  }
+}
+
+/** Context needed to validate a request's parameters. Units: tokens. */
+export interface ParamContext {
+  promptTokens: number;
+  /** The first engine's `max_model_len` from the handshake (gateway.md 9.1). */
+  maxModelLen: number;
+  /** Token ids must lie in [0, vocabSize). */
+  vocabSize: number;
+  /** Name of the prompt parameter for error messages: `messages` or `prompt`. */
+  promptParam: 'messages' | 'prompt';
+}
+
+function checkRange(name: string, value: number, lo: number, hi: number, loOpen = false): void {
+  const ok = Number.isFinite(value) && (loOpen ? value > lo : value >= lo) && value <= hi;
+  if (!ok) throw badRequest(`'${name}' must be in ${loOpen ? '(' : '['}${lo}, ${hi}]; got ${value}`, name);
+}
+
+function checkSafeInteger(name: string, value: number): void {
+  if (!Number.isSafeInteger(value)) throw badRequest(`'${name}' must be an integer within ±2^53; got ${value}`, name);
+}
+
+/**
+ * The token limit of a request: `max_completion_tokens` takes precedence over `max_tokens` (gateway.md 9.1);
+ * returns null when neither is set.
+ */
+export function requestedLimit(body: CommonBodyT): { value: number; param: string } | null {
+  if (!isNull(body.max_completion_tokens)) return { value: body.max_completion_tokens as number, param: 'max_completion_tokens' };
+  if (!isNull(body.max_tokens)) return { value: body.max_tokens as number, param: 'max_tokens' };
+  return null;
+}
+
+/**
+ * Validate the admission rules and the sampling ranges, and build the engine-neutral sampling options.
+ * - prompt of 0 tokens → 400 (`param` = the prompt parameter);
+ * - `promptTokens ≥ maxModelLen` → 400 "maximum context length" before any send (gateway.md 9.2, vLLM #40302);
+ * - an explicit limit ≤ 0, or with `promptTokens + limit > maxModelLen` → 400 naming the limit parameter;
+ * - no limit → `maxNewTokens = maxModelLen − promptTokens` (always concrete: never a silent 16, gateway.md 9.1);
+ * - ranges (engine-wire.md 4.6): temperature ≥ 0; top_p in (0, 1]; top_k −1 or 0 (both "disabled", 0 is vLLM's
+ *   spelling) or 1..127 or 2^30; min_p in [0, 1]; presence/frequency penalty in [−2, 2]; repetition_penalty in
+ *   [0, 2]; min_tokens in [0, limit]; seed in [0, 2^53); stop_token_ids in [0, vocabSize).
+ * Throws `ApiError` 400 naming the parameter.
+ */
+export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOptions {
+  const { promptTokens, maxModelLen } = ctx;
+  if (promptTokens === 0) throw badRequest(`'${ctx.promptParam}' must not be empty: the prompt has 0 tokens`, ctx.promptParam);
+  const contextMessage = (requested: number) =>
+    `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${promptTokens + requested} ` +
+    `tokens (${promptTokens} in the ${ctx.promptParam}, ${requested} in the completion). Please reduce the length of ` +
+    `the ${ctx.promptParam} or completion.`;
+  if (promptTokens >= maxModelLen) {
+    throw badRequest(
+      `This model's maximum context length is ${maxModelLen} tokens. However, your ${ctx.promptParam} resulted in ` +
+        `${promptTokens} tokens, which leaves no room for a completion. Please reduce the length of the ${ctx.promptParam}.`,
+      ctx.promptParam,
+      'context_length_exceeded',
+    );
+  }
+  const limit = requestedLimit(body);
+  let maxNewTokens: number;
+  if (limit !== null) {
+    checkSafeInteger(limit.param, limit.value);
+    if (limit.value < 1) throw badRequest(`'${limit.param}' must be at least 1; got ${limit.value}`, limit.param);
+    if (promptTokens + limit.value > maxModelLen) throw badRequest(contextMessage(limit.value), limit.param, 'context_length_exceeded');
+    maxNewTokens = limit.value;
+  } else {
+    maxNewTokens = maxModelLen - promptTokens;
+  }
+
+  const s: SamplingOptions = { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens };
+  if (!isNull(body.temperature)) {
+    const t = body.temperature as number;
+    if (!(t >= 0) || !Number.isFinite(t)) throw badRequest(`'temperature' must be a finite number ≥ 0; got ${t}`, 'temperature');
+    s.temperature = t;
+  }
+  if (!isNull(body.top_p)) { checkRange('top_p', body.top_p as number, 0, 1, true); s.topP = body.top_p as number; }
+  if (!isNull(body.top_k)) {
+    const k = body.top_k as number;
+    if (k === -1 || k === 0) s.topK = -1;
+    else if ((k >= 1 && k <= TOP_K_MAX) || k === TOP_K_DISABLED) s.topK = k;
+    else throw badRequest(`'top_k' must be -1 or 0 (disabled), 1..${TOP_K_MAX}, or ${TOP_K_DISABLED}; got ${k}`, 'top_k');
+  }
+  if (!isNull(body.min_p)) { checkRange('min_p', body.min_p as number, 0, 1); s.minP = body.min_p as number; }
+  if (!isNull(body.presence_penalty)) { checkRange('presence_penalty', body.presence_penalty as number, -2, 2); s.presencePenalty = body.presence_penalty as number; }
+  if (!isNull(body.frequency_penalty)) { checkRange('frequency_penalty', body.frequency_penalty as number, -2, 2); s.frequencyPenalty = body.frequency_penalty as number; }
+  if (!isNull(body.repetition_penalty)) { checkRange('repetition_penalty', body.repetition_penalty as number, 0, 2); s.repetitionPenalty = body.repetition_penalty as number; }
+  if (!isNull(body.min_tokens)) {
+    const m = body.min_tokens as number;
+    checkSafeInteger('min_tokens', m);
+    if (m < 0 || m > maxNewTokens) throw badRequest(`'min_tokens' must be in [0, ${maxNewTokens}] (the token limit); got ${m}`, 'min_tokens');
+    s.minNewTokens = m;
+  }
+  if (!isNull(body.seed)) {
+    const seed = body.seed as number;
+    checkSafeInteger('seed', seed);
+    if (seed < 0) throw badRequest(`'seed' must be ≥ 0; got ${seed}`, 'seed');
+    s.seed = seed;
+  }
+  if (!isNull(body.stop_token_ids)) {
+    const ids = body.stop_token_ids as number[];
+    for (const id of ids) {
+      if (!Number.isSafeInteger(id) || id < 0 || id >= ctx.vocabSize) {
+        throw badRequest(`'stop_token_ids' entries must be token ids in [0, ${ctx.vocabSize}); got ${id}`, 'stop_token_ids');
+      }
+    }
+    s.stopTokenIds = [...new Set(ids)];
+  }
+  if (!isNull(body.ignore_eos)) s.ignoreEos = body.ignore_eos as boolean;
+  if (!isNull(body.skip_special_tokens)) s.skipSpecialTokens = body.skip_special_tokens as boolean;
+  return s;
+}

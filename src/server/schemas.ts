@@ -1,0 +1,111 @@
+/**
+ * TypeBox (JSON Schema) request-body schemas of the OpenAI routes (gateway.md sections 8, 9 and 12; OpenAI's API
+ * reference and vLLM's `protocol.py` for the extension parameters).
+ *
+ * Schema rules:
+ * - every optional parameter also accepts JSON `null` (OpenAI SDKs and pydantic-based clients send explicit nulls);
+ * - `additionalProperties: false` at the top level: an unknown parameter is answered with 400 naming it (never silently
+ *   dropped; the app's ajv runs with `removeAdditional: false`, `coerceTypes: false`);
+ * - parameters OpenAI defines but the gateway does not serve yet are typed loosely here and refused in code
+ *   (params.ts `rejectUnsupported`) unless their value is the no-op default.
+ */
+import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
+
+/** `T | null`, optional. */
+function Opt<T extends TSchema>(schema: T) {
+  return Type.Optional(Type.Union([schema, Type.Null()]));
+}
+
+/** Sampling and output parameters shared by chat and completions. */
+const common = {
+  model: Opt(Type.String()),
+  max_tokens: Opt(Type.Integer()),
+  max_completion_tokens: Opt(Type.Integer()),
+  min_tokens: Opt(Type.Integer()),
+  temperature: Opt(Type.Number()),
+  top_p: Opt(Type.Number()),
+  top_k: Opt(Type.Integer()),
+  min_p: Opt(Type.Number()),
+  presence_penalty: Opt(Type.Number()),
+  frequency_penalty: Opt(Type.Number()),
+  repetition_penalty: Opt(Type.Number()),
+  seed: Opt(Type.Integer()),
+  n: Opt(Type.Integer()),
+  stream: Opt(Type.Boolean()),
+  stream_options: Opt(Type.Object({ include_usage: Opt(Type.Boolean()) }, { additionalProperties: false })),
+  stop_token_ids: Opt(Type.Array(Type.Integer())),
+  ignore_eos: Opt(Type.Boolean()),
+  skip_special_tokens: Opt(Type.Boolean()),
+  /** OpenAI end-user id: accepted and ignored (it does not change generation). */
+  user: Opt(Type.String()),
+  // Known but not served yet: refused in code unless the value is a no-op (params.ts).
+  stop: Type.Optional(Type.Unknown()),
+  logit_bias: Type.Optional(Type.Unknown()),
+  response_format: Type.Optional(Type.Unknown()),
+  spaces_between_special_tokens: Type.Optional(Type.Unknown()),
+  include_stop_str_in_output: Type.Optional(Type.Unknown()),
+  prompt_logprobs: Type.Optional(Type.Unknown()),
+};
+
+/** One content part of a chat message; only `{type: "text", text}` is served (checked in prompt.ts). */
+const ContentPart = Type.Object({ type: Type.String(), text: Type.Optional(Type.String()) });
+
+/** One chat message (OpenAI roles; `developer` is rendered as `system`). */
+export const ChatMessageSchema = Type.Object(
+  {
+    role: Type.Union([
+      Type.Literal('system'),
+      Type.Literal('developer'),
+      Type.Literal('user'),
+      Type.Literal('assistant'),
+      Type.Literal('tool'),
+    ]),
+    content: Opt(Type.Union([Type.String(), Type.Array(ContentPart)])),
+    name: Opt(Type.String()),
+    tool_calls: Opt(Type.Array(Type.Unknown())),
+    tool_call_id: Opt(Type.String()),
+  },
+  { additionalProperties: false },
+);
+
+/** POST /v1/chat/completions body. */
+export const ChatCompletionBody = Type.Object(
+  {
+    ...common,
+    messages: Type.Array(ChatMessageSchema, { minItems: 1 }),
+    /** vLLM extension: extra variables for the chat template (e.g. Qwen3's `enable_thinking`). */
+    chat_template_kwargs: Opt(Type.Record(Type.String(), Type.Unknown())),
+    logprobs: Type.Optional(Type.Unknown()),
+    top_logprobs: Type.Optional(Type.Unknown()),
+    tools: Type.Optional(Type.Unknown()),
+    tool_choice: Type.Optional(Type.Unknown()),
+    parallel_tool_calls: Type.Optional(Type.Unknown()),
+    functions: Type.Optional(Type.Unknown()),
+    function_call: Type.Optional(Type.Unknown()),
+    reasoning_effort: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: false },
+);
+export type ChatCompletionBodyT = Static<typeof ChatCompletionBody>;
+
+/** POST /v1/completions body. `prompt`: a string, an array of one string, token ids, or an array of one id list. */
+export const CompletionBody = Type.Object(
+  {
+    ...common,
+    prompt: Type.Union([
+      Type.String(),
+      Type.Array(Type.String()),
+      Type.Array(Type.Integer()),
+      Type.Array(Type.Array(Type.Integer())),
+    ]),
+    logprobs: Type.Optional(Type.Unknown()),
+    echo: Type.Optional(Type.Unknown()),
+    suffix: Type.Optional(Type.Unknown()),
+    best_of: Type.Optional(Type.Unknown()),
+  },
+  { additionalProperties: false },
+);
+export type CompletionBodyT = Static<typeof CompletionBody>;
+
+/** The parameters both bodies share, as the sampling translation reads them. */
+export type CommonBodyT = Pick<ChatCompletionBodyT, keyof typeof common>;

@@ -1,0 +1,210 @@
+/**
+ * The shared request flow of `/v1/chat/completions` and `/v1/completions` (gateway.md sections 8-14):
+ * validate → tokenize → admission → mint the engine request id → submit (optionally pinned) → stream SSE chunks or
+ * collect a full response; with disconnect detection on the raw HTTP/1.1 response in every phase (gateway.md 13).
+ */
+import { randomUUID } from 'node:crypto';
+import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
+import { IncrementalDetokenizer } from '../tokenizer/detokenizer.js';
+import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import type { BackendStream, GenerationBackend } from './backend.js';
+import { ApiError, toApiError } from './errors.js';
+import { ClientDisconnectedError, LatencyTracker, generate, type Usage } from './generation.js';
+import type { GatewayMetrics } from './metrics.js';
+import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
+import { SseWriter } from './sse.js';
+
+/** What the generation routes share (built once by `buildApp`). */
+export interface RouteContext {
+  backend: GenerationBackend;
+  tokenizer: GatewayTokenizer;
+  modelId: string;
+  metrics: GatewayMetrics;
+  /** Monotonic clock in ms (latency metrics). */
+  now: () => number;
+  /** `system_fingerprint` of every response. */
+  systemFingerprint: string;
+  /** Requests whose outcome was already counted (the app's error handler counts the rest). */
+  counted: WeakSet<object>;
+}
+
+/** How one endpoint shapes its responses (chat vs completions). */
+export interface ResponseShape {
+  /** Metrics label and log name, e.g. `/v1/chat/completions`. */
+  endpoint: string;
+  /** Response id prefix: `chatcmpl-` or `cmpl-`. */
+  idPrefix: string;
+  /** `object` of stream chunks. */
+  chunkObject: string;
+  /** Choices of the chunk sent right after a successful submit (chat: the assistant role), or null for none. */
+  openingChoice(): Record<string, unknown> | null;
+  /** One choice of a stream chunk; `finishReason` null until the terminal chunk (never omitted, gateway.md 12). */
+  chunkChoice(text: string, finishReason: 'stop' | 'length' | null): Record<string, unknown>;
+  /** The non-streaming response body. */
+  fullResponse(base: ResponseBase, text: string, finishReason: 'stop' | 'length', usage: Usage): Record<string, unknown>;
+}
+
+/** Fields every response and chunk carries (besides `object`). */
+export interface ResponseBase {
+  id: string;
+  created: number;
+  model: string;
+  system_fingerprint: string;
+}
+
+/** The common fields in OpenAI's order: `id`, `object`, `created`, `model`, `system_fingerprint`. */
+export function header(base: ResponseBase, object: string): Record<string, unknown> {
+  return { id: base.id, object, created: base.created, model: base.model, system_fingerprint: base.system_fingerprint };
+}
+
+/** A validated, tokenized request ready to submit. */
+export interface PreparedRequest {
+  promptTokenIds: number[];
+  sampling: SamplingOptions;
+  stream: boolean;
+  includeUsage: boolean;
+}
+
+/** Mint an id that is both the response id and the engine request id (never a client-supplied id, gateway.md 13). */
+export function mintRequestId(prefix: string): string {
+  return `${prefix}${randomUUID().replaceAll('-', '')}`;
+}
+
+/**
+ * Refuse a `model` other than the served one with 404 (vLLM's behaviour); an absent/null model means the served one.
+ */
+export function checkModel(model: string | null | undefined, modelId: string): void {
+  if (model === null || model === undefined || model === modelId) return;
+  throw new ApiError(404, `The model '${model}' does not exist (this gateway serves '${modelId}')`, {
+    type: 'not_found_error',
+    param: 'model',
+    code: 'model_not_found',
+  });
+}
+
+/**
+ * Run one prepared request to its terminal outcome and answer it. Errors before the response starts are thrown (the
+ * app's error handler renders them); once SSE has started they become an error event followed by `[DONE]`.
+ */
+export async function serveGeneration(
+  ctx: RouteContext,
+  shape: ResponseShape,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  prepared: PreparedRequest,
+  startedAt: number,
+): Promise<unknown> {
+  const { backend, metrics } = ctx;
+  const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], backend.engines);
+  const requestId = mintRequestId(shape.idPrefix);
+  const clientRequestId = request.headers['x-request-id'];
+  const echoId = typeof clientRequestId === 'string' && clientRequestId !== '' ? clientRequestId : requestId;
+  const base: ResponseBase = {
+    id: requestId,
+    created: Math.floor(Date.now() / 1000),
+    model: ctx.modelId,
+    system_fingerprint: ctx.systemFingerprint,
+  };
+  const engineRequest: GenerateRequest = {
+    requestId,
+    promptTokenIds: prepared.promptTokenIds,
+    sampling: prepared.sampling,
+    stream: prepared.stream,
+    returnLogprob: false,
+  };
+
+  // Disconnect detection on the raw response: `close` before the response finished means the client went away
+  // (fires for HTTP/1.1 socket close in every phase: before submit returns, before the first token, mid-stream).
+  const disconnect = new AbortController();
+  const raw = reply.raw;
+  const onClose = () => {
+    if (!raw.writableFinished) disconnect.abort();
+  };
+  raw.on('close', onClose);
+  const count = (status: number, outcome: 'stop' | 'length' | 'error' | 'cancelled') => {
+    ctx.counted.add(request);
+    metrics.countRequest(shape.endpoint, status, outcome);
+  };
+  const endDisconnected = () => {
+    count(499, 'cancelled');
+    request.log.info({ requestId }, 'client disconnected; engine request aborted');
+    if (!reply.sent) reply.hijack();
+    if (!raw.destroyed) raw.destroy();
+    return reply;
+  };
+
+  try {
+    let stream: BackendStream;
+    try {
+      stream = await backend.submit(engineRequest, { dpRank, signal: disconnect.signal });
+    } catch (err) {
+      if (disconnect.signal.aborted) return endDisconnected();
+      throw toApiError(err);
+    }
+    request.log.debug({ requestId, engineIndex: stream.engineIndex, promptTokens: prepared.promptTokenIds.length }, 'submitted');
+    if (disconnect.signal.aborted) {
+      stream.cancel();
+      return endDisconnected();
+    }
+    const stopTokenIds = new Set([...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]);
+    const events = generate({
+      stream,
+      detokenizer: new IncrementalDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
+      stopTokenIds,
+      promptTokens: prepared.promptTokenIds.length,
+      signal: disconnect.signal,
+      latency: new LatencyTracker(metrics, shape.endpoint, startedAt, ctx.now),
+    });
+
+    if (!prepared.stream) {
+      let text = '';
+      try {
+        for await (const ev of events) {
+          text += ev.text;
+          if (ev.type === 'finish') {
+            count(200, ev.finishReason);
+            reply.header('x-request-id', echoId);
+            return shape.fullResponse(base, text, ev.finishReason, ev.usage);
+          }
+        }
+      } catch (err) {
+        if (err instanceof ClientDisconnectedError) return endDisconnected();
+        const apiErr = toApiError(err);
+        count(apiErr.statusCode, 'error');
+        throw apiErr;
+      }
+      throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
+    }
+
+    // Streaming: from here on errors travel as SSE events.
+    reply.hijack();
+    const sse = new SseWriter(raw);
+    sse.start({ 'x-request-id': echoId });
+    const usageField = prepared.includeUsage ? { usage: null } : {};
+    const chunk = (choices: Record<string, unknown>[]) => ({ ...header(base, shape.chunkObject), choices, ...usageField });
+    try {
+      const opening = shape.openingChoice();
+      if (opening !== null) await sse.send(chunk([opening]));
+      for await (const ev of events) {
+        if (ev.type === 'delta') {
+          await sse.send(chunk([shape.chunkChoice(ev.text, null)]));
+          continue;
+        }
+        await sse.send(chunk([shape.chunkChoice(ev.text, ev.finishReason)]));
+        if (prepared.includeUsage) await sse.send({ ...header(base, shape.chunkObject), choices: [], usage: ev.usage });
+        count(200, ev.finishReason);
+      }
+    } catch (err) {
+      if (err instanceof ClientDisconnectedError) return endDisconnected();
+      const apiErr = toApiError(err);
+      count(200, 'error');
+      request.log.warn({ requestId, err: apiErr.message, status: apiErr.statusCode }, 'generation failed mid-stream');
+      await sse.send(apiErr.toBody());
+    }
+    sse.done();
+    return reply;
+  } finally {
+    raw.off('close', onClose);
+  }
+}

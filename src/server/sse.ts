@@ -1,0 +1,55 @@
+/**
+ * Server-sent events writer for OpenAI streaming responses (gateway.md section 12): each event is one complete
+ * `data: <json>\n\n` record written in a single `write` (a JSON object is never split across events), and the stream
+ * ends with exactly one `data: [DONE]\n\n`.
+ */
+import type { ServerResponse } from 'node:http';
+
+/** Writes SSE records on a raw Node response the route has taken over (fastify `reply.hijack()`). */
+export class SseWriter {
+  private doneSent = false;
+
+  constructor(private readonly res: ServerResponse) {}
+
+  /** Send the 200 status line and the event-stream headers (`extraHeaders` added, e.g. `x-request-id`). */
+  start(extraHeaders: Record<string, string> = {}): void {
+    this.res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      connection: 'keep-alive',
+      'x-accel-buffering': 'no',
+      ...extraHeaders,
+    });
+    this.res.flushHeaders();
+  }
+
+  /** Whether the connection can still be written (false after the client went away or `done()`). */
+  get writable(): boolean {
+    return !this.res.destroyed && !this.res.writableEnded;
+  }
+
+  /**
+   * Write one `data: <json>\n\n` record; resolves once the socket accepted it (waits for `drain` under
+   * back-pressure, or resolves early when the connection closes). A no-op when not writable.
+   */
+  async send(payload: unknown): Promise<void> {
+    if (!this.writable) return;
+    if (this.res.write(`data: ${JSON.stringify(payload)}\n\n`)) return;
+    await new Promise<void>((resolve) => {
+      const done = () => {
+        this.res.off('drain', done);
+        this.res.off('close', done);
+        resolve();
+      };
+      this.res.on('drain', done);
+      this.res.on('close', done);
+    });
+  }
+
+  /** Write the single `data: [DONE]\n\n` terminator and end the response (idempotent). */
+  done(): void {
+    if (this.doneSent) return;
+    this.doneSent = true;
+    if (this.writable) this.res.end('data: [DONE]\n\n');
+  }
+}

@@ -1,0 +1,118 @@
+/**
+ * End to end: the real gateway (`startGateway`) with two simulated TokenSpeed ranks in child processes, driven by
+ * the official `openai` npm client (streaming and non-streaming chat, streaming completions, a pinned request).
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import OpenAI from 'openai';
+import { pino } from 'pino';
+import { startGateway, type RunningGateway } from '../../src/gateway.js';
+
+describe('openai SDK against startGateway({ sim: 2 })', () => {
+  let gateway: RunningGateway;
+  let client: OpenAI;
+
+  before(async () => {
+    gateway = await startGateway({ sim: 2, port: 0, logger: pino({ level: 'silent' }), modelId: 'sim-qwen3' });
+    client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+  });
+  after(() => gateway?.close());
+
+  test('lists the model', async () => {
+    const models = await client.models.list();
+    assert.deepEqual(models.data.map((m) => m.id), ['sim-qwen3']);
+  });
+
+  test('streaming chat completion: readable text and a finish reason', async () => {
+    const stream = await client.chat.completions.create({
+      model: 'sim-qwen3',
+      messages: [{ role: 'user', content: 'Tell me something.' }],
+      max_tokens: 24,
+      stream: true,
+      stream_options: { include_usage: true },
+    });
+    let text = '';
+    let finish: string | null = null;
+    let usage: OpenAI.CompletionUsage | undefined | null;
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        text += c.delta.content ?? '';
+        if (c.finish_reason) finish = c.finish_reason;
+      }
+      if (chunk.usage) usage = chunk.usage;
+    }
+    assert.ok(text.trim().length > 0, 'some text');
+    assert.ok(!text.includes('\uFFFD'), 'no replacement characters');
+    assert.match(text, /[A-Za-z]/);
+    assert.ok(finish === 'stop' || finish === 'length', `finish reason ${finish}`);
+    assert.ok(usage && usage.completion_tokens > 0 && usage.completion_tokens <= 24);
+  });
+
+  test('non-streaming chat completion', async () => {
+    const res = await client.chat.completions.create({
+      model: 'sim-qwen3',
+      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+      max_completion_tokens: 16,
+    });
+    assert.match(res.id, /^chatcmpl-/);
+    assert.equal(res.choices.length, 1);
+    const choice = res.choices[0]!;
+    assert.equal(choice.message.role, 'assistant');
+    assert.ok((choice.message.content ?? '').trim().length > 0);
+    assert.ok(choice.finish_reason === 'stop' || choice.finish_reason === 'length');
+    assert.ok(res.usage!.prompt_tokens > 0);
+    assert.equal(res.usage!.total_tokens, res.usage!.prompt_tokens + res.usage!.completion_tokens);
+  });
+
+  test('streaming completion pinned to rank 1, then every in-flight set is empty', async () => {
+    const stream = await client.completions.create(
+      { model: 'sim-qwen3', prompt: 'Once upon a time', max_tokens: 8, stream: true },
+      { headers: { 'X-data-parallel-rank': '1' } },
+    );
+    let text = '';
+    let finish: string | null = null;
+    for await (const chunk of stream) {
+      text += chunk.choices[0]?.text ?? '';
+      finish = chunk.choices[0]?.finish_reason ?? finish;
+    }
+    assert.ok(text.length > 0);
+    assert.ok(finish === 'stop' || finish === 'length');
+    const states = gateway.client.rankStates();
+    assert.equal(states.find((r) => r.engineIndex === 1)!.dispatchedPinned, 1);
+    for (const r of states) assert.equal(r.inFlight, 0, `rank ${r.engineIndex} in-flight`);
+  });
+
+  test('abandoning a stream mid-generation sends ABORT and empties the in-flight set', async () => {
+    const abortsBefore = gateway.client.stats.abortsSent;
+    const stream = await client.chat.completions.create({
+      model: 'sim-qwen3',
+      messages: [{ role: 'user', content: 'Write a long story.' }],
+      max_tokens: 4000,
+      stream: true,
+    });
+    for await (const chunk of stream) {
+      if (chunk.choices[0]?.delta.content) break; // `break` aborts the HTTP request (the SDK's controller)
+    }
+    // Hang guard only: the ABORT goes out as soon as the server sees the socket close.
+    const deadline = Date.now() + 10_000;
+    while (gateway.client.stats.abortsSent === abortsBefore || gateway.client.rankStates().some((r) => r.inFlight > 0)) {
+      assert.ok(Date.now() < deadline, 'ABORT not sent within 10 s of the disconnect');
+      await new Promise((r) => setTimeout(r, 10));
+    }
+    assert.equal(gateway.client.stats.abortsSent, abortsBefore + 1);
+  });
+
+  test('a bad request surfaces as an OpenAI BadRequestError naming the parameter', async () => {
+    await assert.rejects(
+      client.chat.completions.create({ model: 'sim-qwen3', messages: [{ role: 'user', content: 'x' }], top_p: 0 }),
+      (err: unknown) => err instanceof OpenAI.BadRequestError && /top_p/.test(err.message),
+    );
+  });
+});
+
+test('startGateway fails fast (and cleans up) when a simulated rank dies before the handshake', async () => {
+  await assert.rejects(
+    startGateway({ sim: 1, port: 0, logger: pino({ level: 'silent' }), simArgs: ['--no-such-option'] }),
+    /simulated rank 0 exited \(code 2/,
+  );
+});

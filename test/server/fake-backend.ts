@@ -1,0 +1,213 @@
+/**
+ * An in-memory `GenerationBackend` for the route tests: records every submit and lets the test script each
+ * request's outputs (or failures) through a `FakeStream`.
+ */
+import type { ConnectedEngine } from '../../src/engine-client/link.js';
+import { EngineClientError } from '../../src/engine-client/errors.js';
+import type { EngineOutput, FinishReason, GenerateRequest, ReadyResponse } from '../../src/protocols/types.js';
+import type { BackendRankState, BackendStats, BackendStream, GenerationBackend } from '../../src/server/backend.js';
+
+type Item = { output: EngineOutput } | { error: Error } | { end: true };
+
+/** One scripted request stream. `cancelled` resolves when the gateway cancels it. */
+export class FakeStream implements BackendStream {
+  readonly requestId: string;
+  readonly engineIndex: number | null;
+  cancelCount = 0;
+  /** True once `cancel()` ran while the stream was unfinished (the real client would send ABORT). */
+  abortedUnfinished = false;
+  readonly cancelled: Promise<void>;
+  private resolveCancelled!: () => void;
+  private readonly items: Item[] = [];
+  private waiter: ((r: IteratorResult<EngineOutput>) => void) | null = null;
+  private waiterReject: ((e: unknown) => void) | null = null;
+  private completion = 0;
+  private done = false;
+
+  constructor(requestId: string, engineIndex: number | null, private readonly promptTokens: number) {
+    this.requestId = requestId;
+    this.engineIndex = engineIndex;
+    this.cancelled = new Promise((r) => (this.resolveCancelled = r));
+  }
+
+  /** Deliver one output with `ids` (terminal when `finish` is given). */
+  push(ids: number[], finish: FinishReason | null = null): void {
+    this.completion += ids.length;
+    this.feed({
+      output: {
+        requestId: this.requestId,
+        newTokenIds: ids,
+        finishReason: finish,
+        promptTokens: this.promptTokens,
+        completionTokens: this.completion,
+        cachedTokens: 0,
+        logprobs: [],
+      },
+    });
+  }
+
+  /** Deliver every id as its own output, the last one terminal with `finish`. */
+  pushAll(ids: number[], finish: FinishReason = 'stop'): void {
+    ids.forEach((id, i) => this.push([id], i === ids.length - 1 ? finish : null));
+    if (ids.length === 0) this.push([], finish);
+  }
+
+  /** Make the next read throw `error`. */
+  fail(error: Error): void {
+    this.feed({ error });
+  }
+
+  /** End the stream without a terminal output. */
+  end(): void {
+    this.feed({ end: true });
+  }
+
+  cancel(): void {
+    this.cancelCount++;
+    if (this.done) return;
+    this.done = true;
+    this.abortedUnfinished = true;
+    this.items.length = 0;
+    this.resolveCancelled();
+    if (this.waiter) {
+      const w = this.waiter;
+      this.waiter = null;
+      w({ done: true, value: undefined });
+    }
+  }
+
+  get isCancelled(): boolean {
+    return this.abortedUnfinished;
+  }
+
+  private feed(item: Item): void {
+    if (this.done) return;
+    if ('output' in item && item.output.finishReason !== null) this.done = true;
+    if (this.waiter) {
+      const w = this.waiter;
+      const rej = this.waiterReject!;
+      this.waiter = null;
+      this.waiterReject = null;
+      this.deliver(item, w, rej);
+    } else {
+      this.items.push(item);
+    }
+  }
+
+  private deliver(item: Item, resolve: (r: IteratorResult<EngineOutput>) => void, reject: (e: unknown) => void): void {
+    if ('output' in item) resolve({ done: false, value: item.output });
+    else if ('error' in item) reject(item.error);
+    else resolve({ done: true, value: undefined });
+  }
+
+  [Symbol.asyncIterator](): AsyncIterator<EngineOutput> {
+    return {
+      next: () =>
+        new Promise<IteratorResult<EngineOutput>>((resolve, reject) => {
+          const item = this.items.shift();
+          if (item !== undefined) return this.deliver(item, resolve, reject);
+          if (this.done && this.isCancelled) return resolve({ done: true, value: undefined });
+          this.waiter = resolve;
+          this.waiterReject = reject;
+        }),
+      return: async () => {
+        this.cancel();
+        return { done: true, value: undefined };
+      },
+    };
+  }
+}
+
+/** One recorded submit. */
+export interface Submission {
+  request: GenerateRequest;
+  dpRank: number | undefined;
+  signal: AbortSignal | undefined;
+  stream: FakeStream;
+}
+
+const READY: ReadyResponse = {
+  maxModelLen: 4096,
+  numGpuBlocks: 1000,
+  prefixGranularity: 16,
+  dtype: 'bfloat16',
+  vllmVersion: '',
+  worldSize: 1,
+  dataParallelSize: 1,
+  tensorParallelSize: 1,
+  pipelineParallelSize: 1,
+  decodeContextParallelSize: 1,
+  dataParallelRank: 0,
+  maxNumSeqs: 256,
+  maxNumBatchedTokens: 8192,
+  instanceId: 'fake',
+  kvCacheSizeTokens: null,
+  kvCacheMaxConcurrency: null,
+};
+
+/**
+ * The fake engine client. `onSubmit` scripts each request (called synchronously after the stream is created);
+ * `submitError` makes every submit reject; `submitGate` delays submit until it resolves (the signal still aborts it).
+ */
+export class FakeBackend implements GenerationBackend {
+  readonly engines: ConnectedEngine[];
+  maxModelLen: number;
+  alive = true;
+  readonly submissions: Submission[] = [];
+  onSubmit: ((s: Submission) => void) | null = null;
+  submitError: Error | null = null;
+  submitGate: Promise<void> | null = null;
+  rankStatesValue: BackendRankState[] = [];
+  readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {} };
+  private submittedWaiters: Array<(s: Submission) => void> = [];
+  private callWaiters: Array<(c: { request: GenerateRequest; signal: AbortSignal | undefined }) => void> = [];
+
+  /** Resolves when the next `submit` call starts (before the gate), with its request and signal. */
+  nextSubmitCall(): Promise<{ request: GenerateRequest; signal: AbortSignal | undefined }> {
+    return new Promise((resolve) => this.callWaiters.push(resolve));
+  }
+
+  constructor(opts: { ranks?: number[]; maxModelLen?: number } = {}) {
+    const ranks = opts.ranks ?? [0, 1];
+    this.engines = ranks.map((i) => ({ identity: Uint8Array.of(i & 0xff, i >> 8), engineIndex: i, ready: { ...READY, dataParallelRank: i } }));
+    this.maxModelLen = opts.maxModelLen ?? READY.maxModelLen;
+  }
+
+  isAlive(): boolean {
+    return this.alive;
+  }
+
+  rankStates(): BackendRankState[] {
+    return this.rankStatesValue;
+  }
+
+  /** Resolves with the next submission (or the latest one if it already happened and nobody took it). */
+  nextSubmission(): Promise<Submission> {
+    return new Promise((resolve) => this.submittedWaiters.push(resolve));
+  }
+
+  async submit(request: GenerateRequest, options: { dpRank?: number; signal?: AbortSignal } = {}): Promise<BackendStream> {
+    const { dpRank, signal } = options;
+    for (const w of this.callWaiters.splice(0)) w({ request, signal });
+    if (this.submitGate) {
+      await Promise.race([
+        this.submitGate,
+        new Promise<void>((_, reject) => {
+          if (signal?.aborted) reject(signal.reason);
+          signal?.addEventListener('abort', () => reject(signal.reason), { once: true });
+        }),
+      ]);
+    }
+    if (this.submitError) throw this.submitError;
+    if (dpRank !== undefined && !this.engines.some((e) => e.engineIndex === dpRank)) {
+      throw new EngineClientError('invalid-dp-rank', `no rank ${dpRank}`, { dpRank, engineCount: this.engines.length });
+    }
+    const stream = new FakeStream(request.requestId, dpRank ?? 0, request.promptTokenIds.length);
+    signal?.addEventListener('abort', () => stream.cancel(), { once: true });
+    const s: Submission = { request, dpRank, signal, stream };
+    this.submissions.push(s);
+    this.onSubmit?.(s);
+    for (const w of this.submittedWaiters.splice(0)) w(s);
+    return stream;
+  }
+}

@@ -1,0 +1,77 @@
+/**
+ * Unit tests of parameter translation (gateway.md 8-9), validation-error formatting and the rank header.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { DEFAULT_SAMPLING } from '../../src/protocols/types.js';
+import { ApiError } from '../../src/server/errors.js';
+import { buildSampling, rejectUnsupported, TOP_K_DISABLED } from '../../src/server/params.js';
+import { parseDpRankHeader } from '../../src/server/pin.js';
+import { formatValidationErrors, pathToParam } from '../../src/server/validation.js';
+import { FakeBackend } from './fake-backend.js';
+
+const ctx = { promptTokens: 10, maxModelLen: 100, vocabSize: 1000, promptParam: 'prompt' as const };
+
+function throws400(fn: () => unknown, param: string): void {
+  assert.throws(fn, (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === param);
+}
+
+test('buildSampling: defaults, the remaining-context default limit and precedence', () => {
+  const s = buildSampling({}, ctx);
+  assert.deepEqual(s, { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens: 90 });
+  assert.equal(buildSampling({ max_tokens: 5 }, ctx).maxNewTokens, 5);
+  assert.equal(buildSampling({ max_tokens: 5, max_completion_tokens: 7 }, ctx).maxNewTokens, 7);
+  assert.equal(buildSampling({ max_tokens: null, max_completion_tokens: null }, ctx).maxNewTokens, 90);
+  assert.equal(buildSampling({ max_tokens: 90 }, ctx).maxNewTokens, 90);
+  throws400(() => buildSampling({ max_tokens: 91 }, ctx), 'max_tokens');
+  throws400(() => buildSampling({}, { ...ctx, promptTokens: 100 }), 'prompt');
+  throws400(() => buildSampling({}, { ...ctx, promptTokens: 0 }), 'prompt');
+});
+
+test('buildSampling: top_k spellings and range edges', () => {
+  assert.equal(buildSampling({ top_k: 0 }, ctx).topK, -1);
+  assert.equal(buildSampling({ top_k: -1 }, ctx).topK, -1);
+  assert.equal(buildSampling({ top_k: 127 }, ctx).topK, 127);
+  assert.equal(buildSampling({ top_k: TOP_K_DISABLED }, ctx).topK, TOP_K_DISABLED);
+  throws400(() => buildSampling({ top_k: 128 }, ctx), 'top_k');
+  assert.equal(buildSampling({ top_p: 1 }, ctx).topP, 1);
+  assert.equal(buildSampling({ repetition_penalty: 0 }, ctx).repetitionPenalty, 0);
+  assert.equal(buildSampling({ temperature: 0 }, ctx).temperature, 0);
+  throws400(() => buildSampling({ seed: 2 ** 60 }, ctx), 'seed');
+  throws400(() => buildSampling({ stop_token_ids: [1000] }, ctx), 'stop_token_ids');
+});
+
+test('rejectUnsupported: no-op values pass, real values are refused by name', () => {
+  rejectUnsupported({ stop: null, n: 1, logprobs: false, tools: [], tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {} });
+  throws400(() => rejectUnsupported({ stop: '\n' }), 'stop');
+  throws400(() => rejectUnsupported({ n: 3 }), 'n');
+  throws400(() => rejectUnsupported({ tool_choice: 'auto' }), 'tool_choice');
+});
+
+test('pathToParam and the validation formatter', () => {
+  assert.equal(pathToParam(''), '');
+  assert.equal(pathToParam('/messages/0/content'), 'messages[0].content');
+  assert.equal(pathToParam('/stream_options/include_usage'), 'stream_options.include_usage');
+  const e = formatValidationErrors(
+    [{ keyword: 'additionalProperties', instancePath: '', schemaPath: '#', params: { additionalProperty: 'foo' }, message: 'x' }],
+    'body',
+  );
+  assert.equal(e.statusCode, 400);
+  assert.equal(e.param, 'foo');
+  const r = formatValidationErrors(
+    [{ keyword: 'required', instancePath: '/stream_options', schemaPath: '#', params: { missingProperty: 'x' }, message: 'x' }],
+    'body',
+  );
+  assert.equal(r.param, 'stream_options.x');
+});
+
+test('parseDpRankHeader', () => {
+  const engines = new FakeBackend({ ranks: [0, 2] }).engines;
+  assert.equal(parseDpRankHeader(undefined, engines), undefined);
+  assert.equal(parseDpRankHeader('', engines), undefined);
+  assert.equal(parseDpRankHeader('2', engines), 2);
+  assert.equal(parseDpRankHeader(' 0 ', engines), 0);
+  assert.throws(() => parseDpRankHeader('1', engines), /one of 0, 2.*got '1'/);
+  assert.throws(() => parseDpRankHeader('0x1', engines), /got '0x1'/);
+  assert.throws(() => parseDpRankHeader(['0', '2'], engines), ApiError);
+});
