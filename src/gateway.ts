@@ -8,7 +8,7 @@ import { tmpdir, userInfo } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
-import { tokenspeedProtocol } from './protocols/tokenspeed/index.js';
+import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import { buildApp } from './server/app.js';
 import { GatewayMetrics } from './server/metrics.js';
 import { spawnSimRanks, type SimRankProcesses } from './sim/spawn.js';
@@ -174,7 +174,14 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         `DP rank ${e.engineIndex ?? '?'} joined`,
       );
     }
-    client = new EngineClient({ protocol: tokenspeedProtocol, link, logger: logger.child({ component: 'engine-client' }) });
+    const engineLog = logger.child({ component: 'engine-client' });
+    // The vocabulary size lets the encoder refuse out-of-vocabulary logit_bias keys that TokenSpeed would answer
+    // with a silent terminal abort (engine-wire.md 4.6); unknown finish strings are logged, then mapped to `stop`.
+    const protocol = createTokenSpeedProtocol({
+      vocabSize: tokenizer.vocabSize,
+      onUnknownFinishReason: (reason) => engineLog.warn({ reason }, 'unknown TokenSpeed finish reason mapped to stop'),
+    });
+    client = new EngineClient({ protocol, link, logger: engineLog });
     client.on('failed', (err) => logger.error({ err, kind: err.kind }, 'engine client failed; /health now reports 503'));
 
     const metrics = new GatewayMetrics({ modelId });

@@ -31,6 +31,29 @@ export interface SimMainArgs {
   logLevel: Level | 'silent';
 }
 
+/** Usage text of `model-gateway sim` (also printed by `--help`). */
+export const SIM_USAGE = `Usage: model-gateway sim --handshake tcp://HOST:PORT [options]
+
+Runs one simulated TokenSpeed rank that dials the gateway's handshake socket like a real rank.
+
+options (units: tokens, 16-token KV pages, ms):
+  --handshake ADDR           Gateway handshake address (required)
+  --engine-index N           Engine index / DP rank, 0..65535 (default 0)
+  --max-running N            Cap on running requests (default 64)
+  --kv-pages N               Total KV pages of 16 tokens (default 4096)
+  --max-model-len N          Context length reported in the ready response (default 32768)
+  --time-scale X             Multiplier on the modelled step time; 0 = as fast as possible (default 1)
+  --seed N                   Base seed of the text model (default 0)
+  --stream-interval N        Server default streaming cadence in tokens (default 1)
+  --step-base-ms X           Step-time model: fixed cost per round
+  --step-prefill-ms X        Step-time model: cost per prefill token
+  --step-decode-ms X         Step-time model: cost per decode token
+  --disable-output-logprobs  Act like an engine started without --enable-output-logprobs
+  --init-timeout-ms N        How long to wait for INIT (default 600000)
+  --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
+  --help                     Show this help
+`;
+
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
 function numberOption(name: string, raw: string | undefined, opts: { integer?: boolean; min?: number; max?: number } = {}): number | undefined {
@@ -86,7 +109,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
   const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
   const decode = numberOption('step-decode-ms', str('step-decode-ms'), { min: 0 });
-  const engine: SimMainArgs['engine'] = {
+  const engine: Omit<SimEngineOptions, 'logger' | 'textModel'> = {
     handshakeAddress: handshake,
     engineIndex: numberOption('engine-index', str('engine-index'), { integer: true, min: 0, max: 0xffff }) ?? 0,
     maxRunning: numberOption('max-running', str('max-running'), { integer: true, min: 1 }),
@@ -105,7 +128,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
       perDecodeTokenMs: decode ?? DEFAULT_STEP_TIME_MODEL.perDecodeTokenMs,
     };
   }
-  return { engine, logLevel: logLevel as SimMainArgs['logLevel'] };
+  return { engine, logLevel: logLevel as Level | 'silent' };
 }
 
 /**
@@ -113,6 +136,10 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
  * 0 after a clean stop, 1 when the rank could not start, 2 on bad arguments.
  */
 export async function simMain(argv: readonly string[]): Promise<number> {
+  if (argv.includes('--help') || argv.includes('-h')) {
+    process.stdout.write(SIM_USAGE);
+    return 0;
+  }
   let args: SimMainArgs;
   try {
     args = parseSimArgs(argv);

@@ -1,6 +1,6 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SimArgsError, parseSimArgs } from '../../src/sim/main.js';
+import { SIM_USAGE, SimArgsError, parseSimArgs, simMain } from '../../src/sim/main.js';
 
 test('parseSimArgs reads every option', () => {
   const a = parseSimArgs([
@@ -41,4 +41,22 @@ test('parseSimArgs names the bad option', () => {
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--time-scale', 'fast']), /--time-scale/);
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--log-level', 'loud']), /--log-level/);
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--bogus']), SimArgsError);
+});
+
+test('simMain --help prints the usage and exits 0 without dialling anything', async () => {
+  const written: string[] = [];
+  const original = process.stdout.write.bind(process.stdout);
+  process.stdout.write = ((chunk: string | Uint8Array) => {
+    written.push(String(chunk));
+    return true;
+  }) as typeof process.stdout.write;
+  let code: number;
+  try {
+    code = await simMain(['--help']);
+  } finally {
+    process.stdout.write = original;
+  }
+  assert.equal(code, 0);
+  assert.equal(written.join(''), SIM_USAGE);
+  assert.match(SIM_USAGE, /--handshake ADDR/);
 });
