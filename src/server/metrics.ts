@@ -51,46 +51,42 @@ export class GatewayMetrics {
     const model = opts.modelId;
     const ranks = (): BackendRankState[] => this.source?.rankStates() ?? [];
 
-    new Gauge({
-      name: 'model_gateway_engine_running_requests',
-      help: 'Requests the DP rank last reported as running (TokenSpeed counts waiting ones too), from its stored load',
-      labelNames: ['model', 'dp_rank'],
-      registers,
-      collect() {
-        this.reset();
-        for (const r of ranks()) if (r.load) this.set({ model, dp_rank: String(r.engineIndex) }, r.load.numRunning);
-      },
-    });
-    new Gauge({
-      name: 'model_gateway_engine_waiting_requests',
-      help: "Length of the DP rank's scheduler waiting queue, from its stored load",
-      labelNames: ['model', 'dp_rank'],
-      registers,
-      collect() {
-        this.reset();
-        for (const r of ranks()) if (r.load) this.set({ model, dp_rank: String(r.engineIndex) }, r.load.numWaiting);
-      },
-    });
-    new Gauge({
-      name: 'model_gateway_engine_kv_cache_usage',
-      help: 'KV cache usage of the DP rank as a ratio 0..1, from its stored load',
-      labelNames: ['model', 'dp_rank'],
-      registers,
-      collect() {
-        this.reset();
-        for (const r of ranks()) if (r.load) this.set({ model, dp_rank: String(r.engineIndex) }, r.load.kvCacheUsage);
-      },
-    });
-    new Gauge({
-      name: 'model_gateway_rank_inflight_requests',
-      help: "Size of the DP rank's in-flight set (routed by this gateway, not yet retired)",
-      labelNames: ['model', 'dp_rank'],
-      registers,
-      collect() {
-        this.reset();
-        for (const r of ranks()) this.set({ model, dp_rank: String(r.engineIndex) }, r.inFlight);
-      },
-    });
+    // A per-rank gauge (labels model, dp_rank), reset and refilled at every scrape with `pick(rank)`; a rank whose
+    // pick is null (no stored load yet) gets no sample.
+    const rankGauge = (name: string, help: string, pick: (r: BackendRankState) => number | null) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['model', 'dp_rank'],
+        registers,
+        collect() {
+          this.reset();
+          for (const r of ranks()) {
+            const value = pick(r);
+            if (value !== null) this.set({ model, dp_rank: String(r.engineIndex) }, value);
+          }
+        },
+      });
+    rankGauge(
+      'model_gateway_engine_running_requests',
+      'Requests the DP rank last reported as running (TokenSpeed counts waiting ones too), from its stored load',
+      (r) => r.load?.numRunning ?? null,
+    );
+    rankGauge(
+      'model_gateway_engine_waiting_requests',
+      "Length of the DP rank's scheduler waiting queue, from its stored load",
+      (r) => r.load?.numWaiting ?? null,
+    );
+    rankGauge(
+      'model_gateway_engine_kv_cache_usage',
+      'KV cache usage of the DP rank as a ratio 0..1, from its stored load',
+      (r) => r.load?.kvCacheUsage ?? null,
+    );
+    rankGauge(
+      'model_gateway_rank_inflight_requests',
+      "Size of the DP rank's in-flight set (routed by this gateway, not yet retired)",
+      (r) => r.inFlight,
+    );
     const source = (): MetricsSource | null => this.source;
     new Gauge({
       name: 'model_gateway_engine_alive',
@@ -151,27 +147,24 @@ export class GatewayMetrics {
       },
     });
 
-    this.ttft = new Histogram({
-      name: 'model_gateway_time_to_first_token_seconds',
-      help: 'Time from request arrival to the first generated token (TTFT), seconds',
-      labelNames: ['model', 'endpoint'],
-      buckets: LATENCY_BUCKETS,
-      registers,
-    });
-    this.itl = new Histogram({
-      name: 'model_gateway_inter_token_latency_seconds',
-      help: 'Inter-token latency (ITL) per generated token after the first, seconds',
-      labelNames: ['model', 'endpoint'],
-      buckets: ITL_BUCKETS,
-      registers,
-    });
-    this.e2e = new Histogram({
-      name: 'model_gateway_e2e_request_latency_seconds',
-      help: 'Time from request arrival to its terminal outcome, seconds',
-      labelNames: ['model', 'endpoint'],
-      buckets: E2E_BUCKETS,
-      registers,
-    });
+    // A latency histogram in seconds, labelled model and endpoint, observed by the routes.
+    const latencyHistogram = (name: string, help: string, buckets: number[]) =>
+      new Histogram({ name, help, labelNames: ['model', 'endpoint'], buckets, registers });
+    this.ttft = latencyHistogram(
+      'model_gateway_time_to_first_token_seconds',
+      'Time from request arrival to the first generated token (TTFT), seconds',
+      LATENCY_BUCKETS,
+    );
+    this.itl = latencyHistogram(
+      'model_gateway_inter_token_latency_seconds',
+      'Inter-token latency (ITL) per generated token after the first, seconds',
+      ITL_BUCKETS,
+    );
+    this.e2e = latencyHistogram(
+      'model_gateway_e2e_request_latency_seconds',
+      'Time from request arrival to its terminal outcome, seconds',
+      E2E_BUCKETS,
+    );
     this.requests = new Counter({
       name: 'model_gateway_requests_total',
       help: 'Requests by endpoint, HTTP status and finish reason (cancelled = client disconnect, none = refused)',

@@ -9,10 +9,12 @@ import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
 import { IncrementalDetokenizer } from '../tokenizer/detokenizer.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { BackendStream, GenerationBackend } from './backend.js';
-import { ApiError, toApiError } from './errors.js';
+import { ApiError, badRequest, toApiError } from './errors.js';
 import { ClientDisconnectedError, LatencyTracker, generate, type Usage } from './generation.js';
 import type { GatewayMetrics } from './metrics.js';
+import { buildSampling, rejectUnsupported } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
+import type { CommonBodyT } from './schemas.js';
 import { SseWriter } from './sse.js';
 
 /** What the generation routes share (built once by `buildApp`). */
@@ -81,6 +83,50 @@ export function checkModel(model: string | null | undefined, modelId: string): v
     param: 'model',
     code: 'model_not_found',
   });
+}
+
+/** How a generation route gets its prompt (chat: templated `messages`; completions: `prompt`). */
+export interface PromptSource<B extends CommonBodyT> {
+  /** The prompt parameter named in admission errors (gateway.md 9.2): `messages` or `prompt`. */
+  param: 'messages' | 'prompt';
+  /** The prompt token ids of a schema-valid body (gateway.md 5); throws `ApiError` 400 naming the bad field. */
+  tokens(tokenizer: GatewayTokenizer, body: B): number[];
+}
+
+/**
+ * The handler body shared by `/v1/chat/completions` and `/v1/completions`: take the start time (`ctx.now()`, ms), then
+ * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400), tokenize
+ * the prompt via `prompt`, validate admission and sampling (`buildSampling`, gateway.md 8-9), and serve the request
+ * with `serveGeneration`. `body` is the schema-validated request body. Throws `ApiError` for every refusal (the
+ * app's error handler renders it); later errors behave as in `serveGeneration`.
+ */
+export async function handleGeneration<B extends CommonBodyT>(
+  ctx: RouteContext,
+  shape: ResponseShape,
+  prompt: PromptSource<B>,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  body: B,
+): Promise<unknown> {
+  const startedAt = ctx.now();
+  checkModel(body.model, ctx.modelId);
+  rejectUnsupported(body as Record<string, unknown>);
+  if (body.stream !== true && body.stream_options != null) {
+    throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
+  }
+  const promptTokenIds = prompt.tokens(ctx.tokenizer, body);
+  const sampling = buildSampling(body, {
+    promptTokens: promptTokenIds.length,
+    maxModelLen: ctx.backend.maxModelLen,
+    vocabSize: ctx.tokenizer.vocabSize,
+    promptParam: prompt.param,
+  });
+  return serveGeneration(ctx, shape, request, reply, {
+    promptTokenIds,
+    sampling,
+    stream: body.stream === true,
+    includeUsage: body.stream_options?.include_usage === true,
+  }, startedAt);
 }
 
 /**

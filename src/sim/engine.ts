@@ -20,7 +20,7 @@ import { RequestType, type ReadyResponse } from '../protocols/types.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { EngineDialer } from '../transport/engine-dialer.js';
 import type { WireInt } from '../wire/reader.js';
-import { silentSimLogger, type SimLogger } from './logger.js';
+import { silentLogger, type MinimalLogger } from '../logging.js';
 import { encodeSimBatch } from './output.js';
 import { toSimRequest } from './request.js';
 import { DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type SimBatch, type StepTimeModel } from './scheduler.js';
@@ -60,7 +60,7 @@ export interface SimEngineOptions {
   vocabSize?: number;
   /** EOS ids for the finish check (default: the loaded tokenizer's, else the text model's EOS). */
   eosTokenIds?: readonly number[];
-  logger?: SimLogger;
+  logger?: MinimalLogger;
 }
 
 /** Counters of one simulated rank. */
@@ -106,7 +106,7 @@ function describeError(error: unknown): string {
  * handshake fails; loading the default tokenizer can throw the tokenizer's errors.
  */
 export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHandle> {
-  const log = opts.logger ?? silentSimLogger;
+  const log = opts.logger ?? silentLogger;
   const timeScale = opts.timeScale ?? 1;
   if (!Number.isFinite(timeScale) || timeScale < 0) throw new RangeError(`timeScale must be a finite number ≥ 0, got ${timeScale}`);
   const maxRunning = opts.maxRunning ?? DEFAULTS.maxRunning;

@@ -9,7 +9,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import { silentSimLogger, type SimLogger } from './logger.js';
+import { silentLogger, type MinimalLogger } from '../logging.js';
 
 /** Options of `spawnSimRanks`. */
 export interface SpawnSimRanksOptions {
@@ -22,7 +22,7 @@ export interface SpawnSimRanksOptions {
   /** Extra `main.ts` arguments given to every rank (e.g. `['--max-running', '8', '--time-scale', '0.1']`). */
   extraArgs?: string[];
   /** Where the children's log lines go (default: dropped). */
-  logger?: SimLogger;
+  logger?: MinimalLogger;
   /** How long `stop()` waits after SIGTERM before SIGKILL (ms, default 5000). */
   stopGraceMs?: number;
 }
@@ -58,9 +58,9 @@ export function simMainPath(): string {
   return fileURLToPath(new URL(`./main.${ext}`, import.meta.url));
 }
 
-const PINO_LEVELS: Record<number, keyof SimLogger> = { 10: 'debug', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
+const PINO_LEVELS: Record<number, keyof MinimalLogger> = { 10: 'debug', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
 
-function relay(stream: NodeJS.ReadableStream | null, log: SimLogger, engineIndex: number, source: 'stdout' | 'stderr'): void {
+function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineIndex: number, source: 'stdout' | 'stderr'): void {
   if (stream === null) return;
   const rl = createInterface({ input: stream, crlfDelay: Infinity });
   rl.on('line', (line) => {
@@ -98,7 +98,7 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   if (!opts.handshakeAddress.startsWith('tcp://')) {
     throw new RangeError(`spawnSimRanks: handshakeAddress must start with tcp://, got ${JSON.stringify(opts.handshakeAddress)}`);
   }
-  const log = opts.logger ?? silentSimLogger;
+  const log = opts.logger ?? silentLogger;
   const grace = opts.stopGraceMs ?? 5000;
   const tsxLoader = import.meta.resolve('tsx');
   const main = simMainPath();

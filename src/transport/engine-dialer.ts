@@ -16,8 +16,8 @@ import { encodeEngineIdentity } from '../protocols/identity.js';
 import type { ReadyResponse, RequestTypeByte } from '../protocols/types.js';
 import { errorCode, errorMessage } from './describe.js';
 import { ConfigError, HandshakeError, TransportError } from './errors.js';
-import { silentLogger } from './logger.js';
-import type { TransportLogger } from './logger.js';
+import { silentLogger } from '../logging.js';
+import type { MinimalLogger } from '../logging.js';
 
 /** TokenSpeed waits 600 s for INIT (engine-wire.md 1.9, `zmq_wire.py`). */
 export const DEFAULT_INIT_TIMEOUT_MS = 600_000;
@@ -43,7 +43,7 @@ export interface EngineDialerOptions {
    * gateway's send high-water mark reachable quickly.
    */
   inputReceiveHighWaterMark?: number;
-  logger?: TransportLogger;
+  logger?: MinimalLogger;
 }
 
 /** One request as the engine's DEALER receives it (engine-wire.md 1.6). */
@@ -94,7 +94,7 @@ export class EngineDialer {
 
   private readonly input: Dealer;
   private readonly push: Push;
-  private readonly log: TransportLogger;
+  private readonly log: MinimalLogger;
   private closed = false;
   private requestsTaken = false;
   private sendChain: Promise<void> = Promise.resolve();
@@ -106,7 +106,7 @@ export class EngineDialer {
     outputAddress: string;
     input: Dealer;
     push: Push;
-    log: TransportLogger;
+    log: MinimalLogger;
   }) {
     this.engineIndex = parts.engineIndex;
     this.identity = parts.identity;

@@ -13,7 +13,7 @@ import { describeIdentity, errorCode, errorMessage, hex } from './describe.js';
 import type { EngineEndpoints } from './endpoints.js';
 import { HandshakeError } from './errors.js';
 import type { HandshakeStage } from './errors.js';
-import type { TransportLogger } from './logger.js';
+import type { MinimalLogger } from '../logging.js';
 
 /** Inputs of one gateway handshake run. */
 export interface GatewayHandshakeOptions {
@@ -26,7 +26,7 @@ export interface GatewayHandshakeOptions {
   dpSize: number;
   /** Bound on each single receive, in ms (engine-wire.md 1.9: 600 000 per receive, not a total). */
   receiveTimeoutMs: number;
-  logger: TransportLogger;
+  logger: MinimalLogger;
   /** True once the owner closed the sockets (a receive rejected by `close()` is not a timeout). */
   isClosed: () => boolean;
 }

@@ -11,5 +11,6 @@ export { EngineDialer, DEFAULT_INIT_TIMEOUT_MS } from './engine-dialer.js';
 export type { EngineDialerOptions, EngineRequest } from './engine-dialer.js';
 export { ConfigError, HandshakeError, SendTimeoutError, TransportError } from './errors.js';
 export type { HandshakeStage } from './errors.js';
-export { silentLogger } from './logger.js';
-export type { TransportLogger, TransportLogFn } from './logger.js';
+export { silentLogger } from '../logging.js';
+/** The transport's logger types: aliases of the shared `MinimalLogger` / `LogFn` (src/logging.ts). */
+export type { MinimalLogger as TransportLogger, LogFn as TransportLogFn } from '../logging.js';

@@ -7,8 +7,8 @@ import type { Stats } from 'node:fs';
 import { dirname } from 'node:path';
 import type { EngineEndpoints } from './endpoints.js';
 import { ConfigError } from './errors.js';
-import { silentLogger } from './logger.js';
-import type { TransportLogger } from './logger.js';
+import { silentLogger } from '../logging.js';
+import type { MinimalLogger } from '../logging.js';
 
 /** Strips `ipc://` from an ipc endpoint address. */
 function ipcFile(address: string): string {
@@ -73,7 +73,7 @@ function checkDirectory(dir: string, stats: Stats, workerUrl: string): void {
  *
  * Throws ConfigError naming the path and the reason on any refusal; rethrows other filesystem errors (EACCES, ...).
  */
-export async function prepareSocketPaths(endpoints: EngineEndpoints, log: TransportLogger = silentLogger): Promise<void> {
+export async function prepareSocketPaths(endpoints: EngineEndpoints, log: MinimalLogger = silentLogger): Promise<void> {
   const workerUrl = endpoints.workerUrl;
   const dir = dirname(endpoints.ipcPath);
   let dirStats = await lstatOrNull(dir);

@@ -29,8 +29,8 @@ import { describeIdentity, errorCode, errorMessage } from './describe.js';
 import type { EngineEndpoints } from './endpoints.js';
 import { ConfigError, HandshakeError, SendTimeoutError, TransportError } from './errors.js';
 import { runGatewayHandshake } from './gateway-handshake.js';
-import { silentLogger } from './logger.js';
-import type { TransportLogger } from './logger.js';
+import { silentLogger } from '../logging.js';
+import type { MinimalLogger } from '../logging.js';
 import { MessageQueue, OUTPUT_QUEUE_CAPACITY } from './message-queue.js';
 import { prepareSocketPaths } from './socket-paths.js';
 
@@ -63,8 +63,8 @@ export interface ZmqLinkOptions {
    * need to reach it quickly.
    */
   sendHighWaterMark?: number;
-  /** A pino logger (any `TransportLogger`). Default: silent. */
-  logger?: TransportLogger;
+  /** A pino logger (any `MinimalLogger`). Default: silent. */
+  logger?: MinimalLogger;
 }
 
 /**
@@ -129,7 +129,7 @@ interface ConnectedLinkParts {
   output: Pull;
   engines: ConnectedEngine[];
   sendTimeoutMs: number;
-  logger: TransportLogger;
+  logger: MinimalLogger;
 }
 
 /**
@@ -145,7 +145,7 @@ export class ZmqEngineLink implements EngineLink {
   private readonly input: Router;
   private readonly output: Pull;
   private readonly sendTimeoutMs: number;
-  private readonly log: TransportLogger;
+  private readonly log: MinimalLogger;
   private readonly sendQueue: SendJob[] = [];
   private pumping = false;
   private closed = false;

@@ -9,19 +9,8 @@ import assert from 'node:assert/strict';
 import { RequestType } from '../../src/protocols/types.js';
 import type { EngineClient } from '../../src/engine-client/client.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
+import { prng } from '../helpers/prng.js';
 import { batch, drain, inFlight, load, req, row, setup, tick, type FakeLink } from './fakes.js';
-
-/** Deterministic PRNG (mulberry32). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 function checkInvariant(client: EngineClient): void {
   const counts = inFlight(client);

@@ -15,31 +15,15 @@ import type {
   RequestTypeByte,
 } from '../../src/protocols/types.js';
 import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
+import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import { EngineClient } from '../../src/engine-client/client.js';
 import type { DpPolicy } from '../../src/engine-client/policy.js';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-/** A ready response good enough for the client (only maxModelLen is read). */
-export const READY: ReadyResponse = {
-  maxModelLen: 4096,
-  numGpuBlocks: 100,
-  prefixGranularity: 16,
-  dtype: 'bfloat16',
-  vllmVersion: '',
-  worldSize: 1,
-  dataParallelSize: 1,
-  tensorParallelSize: 1,
-  pipelineParallelSize: 1,
-  decodeContextParallelSize: 1,
-  dataParallelRank: 0,
-  maxNumSeqs: 256,
-  maxNumBatchedTokens: 8192,
-  instanceId: 'test',
-  kvCacheSizeTokens: null,
-  kvCacheMaxConcurrency: null,
-};
+/** A ready response good enough for the client (only maxModelLen is read); TokenSpeed defaults elsewhere. */
+export const READY: ReadyResponse = { ...DEFAULT_READY_RESPONSE, maxModelLen: 4096, instanceId: 'test' };
 
 /** 2-byte little-endian identity of `index` (engine-wire.md 1.5). */
 export function identityOf(index: number): Uint8Array {

@@ -4,6 +4,7 @@
  */
 import type { ConnectedEngine } from '../../src/engine-client/link.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
+import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import type { EngineOutput, FinishReason, GenerateRequest, ReadyResponse } from '../../src/protocols/types.js';
 import type { BackendRankState, BackendStats, BackendStream, GenerationBackend } from '../../src/server/backend.js';
 
@@ -126,24 +127,8 @@ export interface Submission {
   stream: FakeStream;
 }
 
-const READY: ReadyResponse = {
-  maxModelLen: 4096,
-  numGpuBlocks: 1000,
-  prefixGranularity: 16,
-  dtype: 'bfloat16',
-  vllmVersion: '',
-  worldSize: 1,
-  dataParallelSize: 1,
-  tensorParallelSize: 1,
-  pipelineParallelSize: 1,
-  decodeContextParallelSize: 1,
-  dataParallelRank: 0,
-  maxNumSeqs: 256,
-  maxNumBatchedTokens: 8192,
-  instanceId: 'fake',
-  kvCacheSizeTokens: null,
-  kvCacheMaxConcurrency: null,
-};
+/** The fake ranks' ready response: only maxModelLen is read by the routes; TokenSpeed defaults elsewhere. */
+const READY: ReadyResponse = { ...DEFAULT_READY_RESPONSE, maxModelLen: 4096, instanceId: 'fake' };
 
 /**
  * The fake engine client. `onSubmit` scripts each request (called synchronously after the stream is created);

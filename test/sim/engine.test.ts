@@ -12,7 +12,8 @@ import { DEFAULT_SAMPLING, RequestType, type EngineBatch, type GenerateRequest }
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { runSimEngine, type SimEngineHandle } from '../../src/sim/engine.js';
 import { TextModel } from '../../src/sim/text.js';
-import { OutputReader, freePort, freshDir, hangGuard } from './helpers.js';
+import { freePort } from '../helpers/net.js';
+import { OutputReader, freshDir, hangGuard } from './helpers.js';
 
 let cleanup: (() => Promise<void>) | null = null;
 let link: ZmqEngineLink | null = null;

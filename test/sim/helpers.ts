@@ -1,6 +1,5 @@
-/** Fixtures for the sim tests: temp dirs, free tcp ports, hang guards, a pull-style reader of a link's outputs. */
+/** Fixtures for the sim tests: temp dirs, hang guards, a pull-style reader of a link's outputs. */
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import type { EngineLink, OutputMessage } from '../../src/engine-client/link.js';
@@ -11,23 +10,6 @@ import type { EngineBatch } from '../../src/protocols/types.js';
 export async function freshDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), 'mgw-sim-'));
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
-}
-
-/** A tcp port on 127.0.0.1 that was free a moment ago. */
-export function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      if (address === null || typeof address === 'string') {
-        server.close();
-        reject(new Error('no port'));
-        return;
-      }
-      server.close(() => resolve(address.port));
-    });
-  });
 }
 
 /** Rejects after `ms`: a hang guard only, never a timing assertion. */

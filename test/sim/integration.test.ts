@@ -10,15 +10,16 @@ import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
 import { spawnSimRanks, type SimRankProcesses } from '../../src/sim/spawn.js';
-import type { SimLogger } from '../../src/sim/logger.js';
-import { OutputReader, freePort, freshDir, hangGuard } from './helpers.js';
+import type { MinimalLogger } from '../../src/logging.js';
+import { freePort } from '../helpers/net.js';
+import { OutputReader, freshDir, hangGuard } from './helpers.js';
 
 let cleanup: (() => Promise<void>) | null = null;
 let link: ZmqEngineLink | null = null;
 let ranks: SimRankProcesses | null = null;
 let reader: OutputReader;
 const logLines: { level: string; obj: Record<string, unknown>; msg: string }[] = [];
-const logger: SimLogger = {
+const logger: MinimalLogger = {
   debug: (obj, msg) => logLines.push({ level: 'debug', obj, msg }),
   info: (obj, msg) => logLines.push({ level: 'info', obj, msg }),
   warn: (obj, msg) => logLines.push({ level: 'warn', obj, msg }),

@@ -6,13 +6,13 @@ import {
   byteTokenId,
   byteTokens,
   makeTempDir,
-  prng,
   qwen3,
   randomChunks,
   removeTempDirs,
   SP_PIECES,
   sentencePieceFiles,
 } from './fixtures.js';
+import { prng } from '../helpers/prng.js';
 
 after(removeTempDirs);
 

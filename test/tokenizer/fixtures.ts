@@ -1,6 +1,6 @@
 /**
  * Shared fixtures for the tokenizer tests: the real Qwen3 tokenizer (loaded once per test file), temporary tokenizer
- * directories, a tiny SentencePiece-style (byte-fallback) tokenizer, byte-level token ids and a seeded PRNG.
+ * directories, a tiny SentencePiece-style (byte-fallback) tokenizer, byte-level token ids and random chunking (the seeded PRNG is in test/helpers/prng.ts).
  */
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -79,18 +79,6 @@ export function byteTokenId(tokenizer: GatewayTokenizer, byte: number): number {
 /** Token ids spelling `bytes` one byte per token. */
 export function byteTokens(tokenizer: GatewayTokenizer, bytes: Iterable<number>): number[] {
   return [...bytes].map((b) => byteTokenId(tokenizer, b));
-}
-
-/** Mulberry32: a small seeded PRNG returning floats in [0, 1). */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** Splits `ids` into consecutive chunks of random sizes 0..maxChunk (empty chunks included on purpose). */

@@ -7,7 +7,8 @@ import { decodeReadyMessage, decodeReadyResponse, encodeHandshakeInit } from '..
 import { RequestType } from '../../src/protocols/types.js';
 import { EngineDialer } from '../../src/transport/engine-dialer.js';
 import { ConfigError, HandshakeError, TransportError } from '../../src/transport/errors.js';
-import { freePort, freshDir, hangGuard, readyFor, recordingLogger } from './helpers.js';
+import { freePort } from '../helpers/net.js';
+import { freshDir, hangGuard, readyFor, recordingLogger } from './helpers.js';
 
 const GUARD_MS = 10_000;
 const cleanups: (() => Promise<void> | void)[] = [];

@@ -1,35 +1,17 @@
-/** Shared fixtures for the transport tests: temp dirs, free tcp ports, a recording logger, ready responses. */
+/** Shared fixtures for the transport tests: temp dirs, a recording logger, ready responses. */
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import type { ReadyResponse } from '../../src/protocols/types.js';
-import type { TransportLogger } from '../../src/transport/logger.js';
+import type { MinimalLogger } from '../../src/logging.js';
 import { Dealer } from 'zeromq';
 
 /** A fresh private directory under the system temp dir; `cleanup()` removes it. */
 export async function freshDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
   const dir = await mkdtemp(join(tmpdir(), 'mgw-tr-'));
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
-}
-
-/** A tcp port on 127.0.0.1 that was free a moment ago (listen on port 0, read it, close). */
-export async function freePort(): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
-      const address = server.address();
-      if (address === null || typeof address === 'string') {
-        server.close();
-        reject(new Error('no port'));
-        return;
-      }
-      server.close(() => resolve(address.port));
-    });
-  });
 }
 
 /** One recorded log call. */
@@ -39,8 +21,8 @@ export interface LogRecord {
   msg: string;
 }
 
-/** A TransportLogger that records every call. */
-export function recordingLogger(): TransportLogger & { records: LogRecord[] } {
+/** A MinimalLogger that records every call. */
+export function recordingLogger(): MinimalLogger & { records: LogRecord[] } {
   const records: LogRecord[] = [];
   const at = (level: LogRecord['level']) => (obj: Record<string, unknown>, msg: string) => {
     records.push({ level, obj, msg });

@@ -15,7 +15,8 @@ import type { EngineEndpoints } from '../../src/transport/endpoints.js';
 import { ConfigError, HandshakeError, SendTimeoutError, TransportError } from '../../src/transport/errors.js';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import type { ZmqLinkOptions } from '../../src/transport/zmq-link.js';
-import { freePort, freshDir, hangGuard, rawDealer, readyFor, recordingLogger, repoRootDir } from './helpers.js';
+import { freePort } from '../helpers/net.js';
+import { freshDir, hangGuard, rawDealer, readyFor, recordingLogger, repoRootDir } from './helpers.js';
 
 const GUARD_MS = 10_000;
 const HELLO = encodeReadyMessage({ status: 'HELLO' });

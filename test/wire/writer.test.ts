@@ -5,6 +5,7 @@ import { decode as mpDecode } from '@msgpack/msgpack';
 import { MsgpackWriter } from '../../src/wire/writer.js';
 import { MsgpackReader } from '../../src/wire/reader.js';
 import { WireEncodeError } from '../../src/wire/errors.js';
+import { prng } from '../helpers/prng.js';
 
 const hex = (fn: (w: MsgpackWriter) => void) => {
   const w = new MsgpackWriter(1); // start tiny so growth is exercised
@@ -89,18 +90,6 @@ test('writeAny: integers stay integers at every size, non-integers are float64, 
   cyclic.push(cyclic);
   rejects(() => hex((w) => w.writeAny(cyclic, 'C')), /deeper than 512 levels/);
 });
-
-/** A small deterministic PRNG (mulberry32), so the property test is reproducible. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 test('property: writeAny output decodes with @msgpack/msgpack to the same value, and skip consumes it exactly', () => {
   const rand = prng(1234);

@@ -5,11 +5,9 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { badRequest } from '../errors.js';
-import { buildSampling, rejectUnsupported } from '../params.js';
 import { chatPromptTokens } from '../prompt.js';
-import { ChatCompletionBody } from '../schemas.js';
-import { checkModel, header, serveGeneration, type ResponseShape, type RouteContext } from '../serve-generation.js';
+import { ChatCompletionBody, type ChatCompletionBodyT } from '../schemas.js';
+import { handleGeneration, header, type PromptSource, type ResponseShape, type RouteContext } from '../serve-generation.js';
 
 /** Response shapes of the chat endpoint. */
 export const chatShape: ResponseShape = {
@@ -30,32 +28,17 @@ export const chatShape: ResponseShape = {
   }),
 };
 
-/** Register the chat completions route on `app`. */
+/** The chat prompt: `messages` rendered with the chat template, then tokenized (gateway.md 5). */
+export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
+  param: 'messages',
+  tokens: chatPromptTokens,
+};
+
+/** Register the chat completions route on `app` (the shared flow is `handleGeneration`). */
 export function registerChatRoute(app: FastifyInstance, ctx: RouteContext): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     '/v1/chat/completions',
     { schema: { body: ChatCompletionBody } },
-    async (request, reply) => {
-      const startedAt = ctx.now();
-      const body = request.body;
-      checkModel(body.model, ctx.modelId);
-      rejectUnsupported(body as Record<string, unknown>);
-      if (body.stream !== true && body.stream_options != null) {
-        throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
-      }
-      const promptTokenIds = chatPromptTokens(ctx.tokenizer, body);
-      const sampling = buildSampling(body, {
-        promptTokens: promptTokenIds.length,
-        maxModelLen: ctx.backend.maxModelLen,
-        vocabSize: ctx.tokenizer.vocabSize,
-        promptParam: 'messages',
-      });
-      return serveGeneration(ctx, chatShape, request, reply, {
-        promptTokenIds,
-        sampling,
-        stream: body.stream === true,
-        includeUsage: body.stream_options?.include_usage === true,
-      }, startedAt);
-    },
+    (request, reply) => handleGeneration(ctx, chatShape, chatPrompt, request, reply, request.body),
   );
 }

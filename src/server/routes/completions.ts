@@ -5,11 +5,9 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { badRequest } from '../errors.js';
-import { buildSampling, rejectUnsupported } from '../params.js';
 import { completionPromptTokens } from '../prompt.js';
-import { CompletionBody } from '../schemas.js';
-import { checkModel, header, serveGeneration, type ResponseShape, type RouteContext } from '../serve-generation.js';
+import { CompletionBody, type CompletionBodyT } from '../schemas.js';
+import { handleGeneration, header, type PromptSource, type ResponseShape, type RouteContext } from '../serve-generation.js';
 
 /** Response shapes of the completions endpoint. */
 export const completionShape: ResponseShape = {
@@ -25,32 +23,17 @@ export const completionShape: ResponseShape = {
   }),
 };
 
-/** Register the completions route on `app`. */
+/** The completions prompt: `prompt` tokenized, or taken as token ids (gateway.md 5). */
+export const completionPrompt: PromptSource<CompletionBodyT> = {
+  param: 'prompt',
+  tokens: (tokenizer, body) => completionPromptTokens(tokenizer, body.prompt),
+};
+
+/** Register the completions route on `app` (the shared flow is `handleGeneration`). */
 export function registerCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
   app.withTypeProvider<TypeBoxTypeProvider>().post(
     '/v1/completions',
     { schema: { body: CompletionBody } },
-    async (request, reply) => {
-      const startedAt = ctx.now();
-      const body = request.body;
-      checkModel(body.model, ctx.modelId);
-      rejectUnsupported(body as Record<string, unknown>);
-      if (body.stream !== true && body.stream_options != null) {
-        throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
-      }
-      const promptTokenIds = completionPromptTokens(ctx.tokenizer, body.prompt);
-      const sampling = buildSampling(body, {
-        promptTokens: promptTokenIds.length,
-        maxModelLen: ctx.backend.maxModelLen,
-        vocabSize: ctx.tokenizer.vocabSize,
-        promptParam: 'prompt',
-      });
-      return serveGeneration(ctx, completionShape, request, reply, {
-        promptTokenIds,
-        sampling,
-        stream: body.stream === true,
-        includeUsage: body.stream_options?.include_usage === true,
-      }, startedAt);
-    },
+    (request, reply) => handleGeneration(ctx, completionShape, completionPrompt, request, reply, request.body),
   );
 }
