@@ -1,25 +1,8 @@
 /** Fixtures for the sim tests: temp dirs, hang guards, a pull-style reader of a link's outputs. */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { freshDir as sharedFreshDir, hangGuard } from '../helpers/async.js';
 import type { EngineLink, OutputMessage } from '../../src/engine-client/link.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import type { EngineBatch } from '../../src/protocols/types.js';
-
-/** A fresh private directory under the system temp dir (short, so ipc paths stay below 107 bytes). */
-export async function freshDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
-  const dir = await mkdtemp(join(tmpdir(), 'mgw-sim-'));
-  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
-}
-
-/** Rejects after `ms`: a hang guard only, never a timing assertion. */
-export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const guard = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`hang guard: ${what} did not settle within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, guard]).finally(() => clearTimeout(timer));
-}
 
 /** Reads a link's output messages one at a time, decoding TokenSpeed batches. */
 export class OutputReader {
@@ -51,3 +34,7 @@ export class OutputReader {
     return out;
   }
 }
+
+/** A fresh temporary folder for this suite's sockets (prefix `mgw-sim-`). */
+export const freshDir = (): ReturnType<typeof sharedFreshDir> => sharedFreshDir('mgw-sim-');
+export { hangGuard };

@@ -1,18 +1,10 @@
 /** Shared fixtures for the transport tests: temp dirs, a recording logger, ready responses. */
-import { mkdtemp, rm } from 'node:fs/promises';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
+import { freshDir as sharedFreshDir, hangGuard } from '../helpers/async.js';
 import { fileURLToPath } from 'node:url';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import type { ReadyResponse } from '../../src/protocols/types.js';
 import type { MinimalLogger } from '../../src/logging.js';
 import { Dealer } from 'zeromq';
-
-/** A fresh private directory under the system temp dir; `cleanup()` removes it. */
-export async function freshDir(): Promise<{ dir: string; cleanup: () => Promise<void> }> {
-  const dir = await mkdtemp(join(tmpdir(), 'mgw-tr-'));
-  return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
-}
 
 /** One recorded log call. */
 export interface LogRecord {
@@ -48,15 +40,6 @@ export function readyFor(rank: number, overrides: Partial<ReadyResponse> = {}): 
   };
 }
 
-/** Rejects after `ms` with a message: a hang guard only, never a timing assertion. */
-export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
-  let timer: NodeJS.Timeout | undefined;
-  const guard = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`hang guard: ${what} did not settle within ${ms} ms`)), ms);
-  });
-  return Promise.race([promise, guard]).finally(() => clearTimeout(timer));
-}
-
 /** A raw zeromq DEALER with a binary routing identity (zeromq.js types routingId as string; a Buffer passes through). */
 export function rawDealer(identity: Uint8Array): Dealer {
   const dealer = new Dealer({ linger: 0 });
@@ -66,3 +49,7 @@ export function rawDealer(identity: Uint8Array): Dealer {
 
 /** The repository root (for spawning fixtures through tsx). */
 export const repoRootDir: string = fileURLToPath(new URL('../../', import.meta.url));
+
+/** A fresh temporary folder for this suite's sockets (prefix `mgw-tr-`). */
+export const freshDir = (): ReturnType<typeof sharedFreshDir> => sharedFreshDir('mgw-tr-');
+export { hangGuard };
