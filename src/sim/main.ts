@@ -5,7 +5,7 @@
  *
  * Options (units: tokens, 16-token KV pages, ms): `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
- * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000),
+ * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000), `--exit-with-parent`,
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout.
  *
  * On SIGTERM or SIGINT the rank pushes `ENGINE_CORE_DEAD` (engine-wire.md 1.7), closes its sockets and exits 0.
@@ -14,7 +14,7 @@
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino, type Level } from 'pino';
-import { runSimEngine, type SimEngineOptions } from './engine.js';
+import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from './engine.js';
 import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
 
 /** A command-line mistake; the message names the option. */
@@ -29,6 +29,8 @@ export class SimArgsError extends Error {
 export interface SimMainArgs {
   engine: Omit<SimEngineOptions, 'logger' | 'textModel'>;
   logLevel: Level | 'silent';
+  /** Stop when stdin closes (set by `spawnSimRanks`, whose pipe closes when the gateway process dies). */
+  exitWithParent: boolean;
 }
 
 /** Usage text of `model-gateway sim` (also printed by `--help`). */
@@ -50,6 +52,7 @@ options (units: tokens, 16-token KV pages, ms):
   --step-decode-ms X         Step-time model: cost per decode token
   --disable-output-logprobs  Act like an engine started without --enable-output-logprobs
   --init-timeout-ms N        How long to wait for INIT (default 600000)
+  --exit-with-parent         Stop (sending ENGINE_CORE_DEAD) when stdin closes, i.e. when the spawning process dies
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
   --help                     Show this help
 `;
@@ -93,6 +96,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'disable-output-logprobs': { type: 'boolean' },
         'init-timeout-ms': { type: 'string' },
         'log-level': { type: 'string' },
+        'exit-with-parent': { type: 'boolean' },
       },
     }));
   } catch (error) {
@@ -128,7 +132,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
       perDecodeTokenMs: decode ?? DEFAULT_STEP_TIME_MODEL.perDecodeTokenMs,
     };
   }
-  return { engine, logLevel: logLevel as Level | 'silent' };
+  return { engine, logLevel: logLevel as Level | 'silent', exitWithParent: values['exit-with-parent'] === true };
 }
 
 /**
@@ -148,7 +152,22 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     return 2;
   }
   const logger = pino({ level: args.logLevel, base: { pid: process.pid, engineIndex: args.engine.engineIndex } });
-  let handle;
+  let handle: SimEngineHandle | null = null;
+  let parentGone = false;
+  const onParentGone = (): void => {
+    if (parentGone) return;
+    parentGone = true;
+    logger.warn('stdin closed: the spawning process is gone; sim rank stopping');
+    // Before the handshake completes there is nothing to announce or flush: leave at once.
+    if (handle === null) process.exit(1);
+    void handle.close();
+  };
+  if (args.exitWithParent) {
+    // Watched from the start, so a gateway that dies during the handshake does not leave this rank waiting for INIT.
+    process.stdin.once('end', onParentGone);
+    process.stdin.once('error', onParentGone);
+    process.stdin.resume();
+  }
   try {
     handle = await runSimEngine({ ...args.engine, logger });
   } catch (error) {
@@ -165,6 +184,7 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   await h.closed;
   process.removeListener('SIGTERM', onSignal);
   process.removeListener('SIGINT', onSignal);
+  if (args.exitWithParent) process.stdin.pause();
   return 0;
 }
 

@@ -106,8 +106,15 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   let stopping = false;
   for (let i = 0; i < opts.count; i++) {
     const engineIndex = first + i;
-    const args = ['--import', tsxLoader, main, '--handshake', opts.handshakeAddress, '--engine-index', String(engineIndex), ...(opts.extraArgs ?? [])];
-    const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] });
+    const args = [
+      '--import', tsxLoader, main,
+      '--handshake', opts.handshakeAddress, '--engine-index', String(engineIndex),
+      // The rank's stdin is a pipe from this process: when this process dies (even by SIGKILL) the pipe closes
+      // and the rank shuts down instead of living on as an orphan.
+      '--exit-with-parent',
+      ...(opts.extraArgs ?? []),
+    ];
+    const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     relay(child.stdout, log, engineIndex, 'stdout');
     relay(child.stderr, log, engineIndex, 'stderr');
     const exited = new Promise<SimRankExit>((resolve) => {
