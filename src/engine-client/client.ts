@@ -169,6 +169,17 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return first.ready.maxModelLen;
   }
 
+  /**
+   * The usable context in tokens: `maxModelLen − protocol.reservedContextTokens` (TokenSpeed: `max_model_len − 2`,
+   * engine-wire.md 4.4 last paragraph; vLLM: `max_model_len`). Prompt + completion must fit in it: a prompt of this
+   * many tokens or more gets no completion, and the default completion limit is `contextTokenLimit − prompt_len`
+   * (gateway.md 9). `maxModelLen` (what /v1/models reports) is left unchanged. Throws `client-closed` without
+   * engines, like `maxModelLen`.
+   */
+  get contextTokenLimit(): number {
+    return Math.max(0, this.maxModelLen - this.protocol.reservedContextTokens);
+  }
+
   /** Number of registered (live) requests. */
   get registeredCount(): number {
     return this.registry.size;
@@ -492,8 +503,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
             );
             return;
           case 'disconnect':
-            // A hint, not proof of death (link.ts); deliberately does not re-arm the watchdog.
-            this.logger.warn({ address: msg.address }, 'engine peer disconnected from the output socket');
+            // A hint, not proof of death (link.ts); deliberately does not re-arm the watchdog. The link reports
+            // disconnects of both data sockets (input ROUTER and output PULL) and `address` is the gateway's own
+            // bound endpoint of the socket concerned; the link seam does not expose its endpoints, so the message
+            // names the address rather than guessing the socket.
+            this.logger.warn({ address: msg.address }, `engine peer disconnected from the gateway socket bound at ${msg.address}`);
             break;
         }
         if (this.registry.closed) return;

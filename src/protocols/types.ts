@@ -131,6 +131,15 @@ export type RequestTypeByte = (typeof RequestType)[keyof typeof RequestType];
  */
 export interface EngineProtocol {
   readonly name: 'tokenspeed' | 'vllm';
+  /**
+   * Tokens of `max_model_len` the engine keeps out of reach of prompt + completion (tokens, ≥ 0). The engine client
+   * subtracts it from the handshake's `max_model_len` to get the usable context the gateway admits against
+   * (gateway.md 9). TokenSpeed: 2, because it clamps every `max_new_tokens` (nil or explicit) to
+   * `(context_len − 1) − prompt_len − 1` (engine-wire.md 4.4, last paragraph), so prompt + completion never exceeds
+   * `max_model_len − 2` and a prompt of `max_model_len − 2` tokens or more gets no completion at all. vLLM: 0 (its
+   * EngineCore serves `prompt_len + max_tokens ≤ max_model_len`).
+   */
+  readonly reservedContextTokens: number;
   /** The ADD payload (one msgpack frame). Throws `WireEncodeError` on a value the wire cannot carry. */
   encodeAdd(request: GenerateRequest): Uint8Array;
   /** The ABORT payload: a msgpack `list[str]` (engine-wire.md 4.7). */

@@ -3,11 +3,20 @@
  * failure (gateway.md sections 4.2, 8, 9, 11-15).
  */
 import { readFileSync } from 'node:fs';
-import Fastify, { LogController, type FastifyBaseLogger, type FastifyError, type FastifyInstance } from 'fastify';
+import Fastify, {
+  LogController,
+  type FastifyBaseLogger,
+  type FastifyError,
+  type FastifyInstance,
+  type FastifyReply,
+  type FastifyRequest,
+} from 'fastify';
 import type { Logger } from 'pino';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { GenerationBackend } from './backend.js';
-import { ApiError, toApiError } from './errors.js';
+import { RouteMethods } from './allowed-methods.js';
+import { ApiError } from './errors.js';
+import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
@@ -46,36 +55,12 @@ function packageVersion(): string {
   }
 }
 
-/** Map a fastify/framework error to an `ApiError` (body parsing, size limit, media type, validation, 500s). */
-function frameworkError(err: FastifyError, bodyLimit: number): ApiError {
-  if (err instanceof ApiError) return err;
-  switch (err.code) {
-    case 'FST_ERR_CTP_BODY_TOO_LARGE':
-      return new ApiError(413, `request body is larger than the gateway's limit of ${bodyLimit} bytes`, {
-        code: 'request_too_large',
-      });
-    case 'FST_ERR_CTP_INVALID_JSON_BODY':
-    case 'FST_ERR_CTP_EMPTY_JSON_BODY':
-      return new ApiError(400, `request body is not valid JSON: ${err.message}`, { code: 'invalid_json' });
-    case 'FST_ERR_CTP_INVALID_MEDIA_TYPE':
-      return new ApiError(415, `unsupported content type: send 'application/json' (${err.message})`, {
-        code: 'unsupported_media_type',
-      });
-    default:
-      break;
-  }
-  if (err instanceof SyntaxError || (err.statusCode === 400 && /JSON/i.test(err.message))) {
-    return new ApiError(400, `request body is not valid JSON: ${err.message}`, { code: 'invalid_json' });
-  }
-  if (typeof err.statusCode === 'number' && err.statusCode >= 400 && err.statusCode < 500) {
-    return new ApiError(err.statusCode, err.message, { code: err.code ?? null });
-  }
-  return toApiError(err);
-}
-
 /**
  * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`.
+ * GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
+ * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
+ * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
+ * gets 405 with an `Allow` header; an unknown path gets 404.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
@@ -87,7 +72,18 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
     schemaErrorFormatter: (errors, dataVar) => formatValidationErrors(errors, dataVar),
+    frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
+      const apiErr = frameworkApiError(error, bodyLimit);
+      request.log.info({ status: apiErr.statusCode, code: error.code }, apiErr.message);
+      // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here.
+      const id = request.headers['x-request-id'];
+      if (typeof id === 'string' && id !== '') reply.header('x-request-id', id);
+      void reply.code(apiErr.statusCode).send(apiErr.toBody());
+    },
+    clientErrorHandler: makeClientErrorHandler(deps.logger),
   });
+  const routeMethods = new RouteMethods();
+  app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
 
   deps.metrics.attach(deps.client);
   const ctx: RouteContext = {
@@ -101,7 +97,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
-    const apiErr = frameworkError(error, bodyLimit);
+    const apiErr = frameworkApiError(error, bodyLimit);
     if (apiErr.statusCode >= 500) request.log.error({ err: error }, apiErr.message);
     else request.log.info({ status: apiErr.statusCode, param: apiErr.param }, apiErr.message);
     const url = request.routeOptions.url;
@@ -117,11 +113,18 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     if (typeof id === 'string' && id !== '' && !reply.hasHeader('x-request-id')) reply.header('x-request-id', id);
     return payload;
   });
-  app.setNotFoundHandler((request, reply) =>
-    reply.code(404).send(
+  app.setNotFoundHandler((request, reply) => {
+    const allow = routeMethods.allowFor(request.url);
+    if (allow !== null) {
+      const err = new ApiError(405, `Method Not Allowed: ${request.method} ${request.url} (allowed: ${allow})`, {
+        code: 'method_not_allowed',
+      });
+      return reply.code(405).header('allow', allow).send(err.toBody());
+    }
+    return reply.code(404).send(
       new ApiError(404, `no route for ${request.method} ${request.url}`, { code: 'not_found' }).toBody(),
-    ),
-  );
+    );
+  });
 
   registerChatRoute(app, ctx);
   registerCompletionsRoute(app, ctx);

@@ -31,12 +31,16 @@ export type BackendStats = ClientStats;
  * What the routes, health and metrics need from the engine client.
  * - `submit` rejects with the engine client's error: kind `engine-dead` / `client-closed` (HTTP 503),
  *   `invalid-dp-rank` (HTTP 400), anything else (HTTP 500); see `statusForEngineError` in errors.ts.
- * - `maxModelLen`: tokens, from the first engine's ready response (gateway.md 9.1).
+ * - `maxModelLen`: tokens, from the first engine's ready response (gateway.md 9.1); what /v1/models reports.
+ * - `contextTokenLimit`: tokens, the usable context = `maxModelLen` minus what the engine protocol reserves
+ *   (TokenSpeed: 2, engine-wire.md 4.4 last paragraph); admission and the default completion limit use it
+ *   (gateway.md 9).
  * - `isAlive()`: the client's local `closed` flag, negated (gateway.md 4.2); sends nothing.
  */
 export interface GenerationBackend {
   readonly engines: readonly ConnectedEngine[];
   readonly maxModelLen: number;
+  readonly contextTokenLimit: number;
   isAlive(): boolean;
   submit(request: GenerateRequest, options?: SubmitOptions): Promise<BackendStream>;
   rankStates(): BackendRankState[];

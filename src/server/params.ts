@@ -4,7 +4,7 @@
  * 400 naming the parameter instead of an unexplained terminal `abort`).
  */
 import { DEFAULT_SAMPLING, type SamplingOptions } from '../protocols/types.js';
-import { badRequest } from './errors.js';
+import { badRequest, type ApiError } from './errors.js';
 import type { CommonBodyT } from './schemas.js';
 
 /** TokenSpeed's "top-k disabled" value after normalization (2^30, engine-wire.md 4.4 index 5). */
@@ -65,12 +65,49 @@ export function rejectUnsupported(body: Record<string, unknown>): void {
 /** Context needed to validate a request's parameters. Units: tokens. */
 export interface ParamContext {
   promptTokens: number;
-  /** The first engine's `max_model_len` from the handshake (gateway.md 9.1). */
+  /** The first engine's `max_model_len` from the handshake (gateway.md 9.1); named in the error messages. */
   maxModelLen: number;
+  /**
+   * The usable context: `max_model_len` minus what the engine reserves (the backend's `contextTokenLimit`;
+   * TokenSpeed: `max_model_len − 2`, engine-wire.md 4.4 last paragraph). Admission and the default limit use it.
+   */
+  contextTokenLimit: number;
   /** Token ids must lie in [0, vocabSize). */
   vocabSize: number;
   /** Name of the prompt parameter for error messages: `messages` or `prompt`. */
   promptParam: 'messages' | 'prompt';
+}
+
+/** The context sizes named in a "maximum context length" message. Units: tokens. */
+export type ContextLimits = Pick<ParamContext, 'maxModelLen' | 'contextTokenLimit' | 'promptParam'>;
+
+/** "This model's maximum context length is N tokens" (vLLM's wording), saying what the engine reserves, if anything. */
+function maxContextSentence(limits: ContextLimits): string {
+  const reserved = limits.maxModelLen - limits.contextTokenLimit;
+  const why = reserved > 0 ? ` (max_model_len ${limits.maxModelLen} less ${reserved} the engine reserves)` : '';
+  return `This model's maximum context length is ${limits.contextTokenLimit} tokens${why}.`;
+}
+
+/**
+ * The 400 `context_length_exceeded` for a prompt that leaves no room for a completion (`param` = the prompt
+ * parameter; gateway.md 9.2, vLLM #40302). `promptTokens` is the prompt's token count, or, with `atLeastFromBytes`,
+ * a lower bound derived from the prompt's size in UTF-8 bytes without tokenizing it (the message says so).
+ */
+export function promptTooLongError(
+  limits: ContextLimits,
+  promptTokens: number,
+  atLeastFromBytes?: number,
+): ApiError {
+  const count =
+    atLeastFromBytes === undefined
+      ? `${promptTokens} tokens`
+      : `at least ${promptTokens} tokens (bounded from its ${atLeastFromBytes} bytes without tokenizing)`;
+  return badRequest(
+    `${maxContextSentence(limits)} However, your ${limits.promptParam} resulted in ${count}, which leaves no room ` +
+      `for a completion. Please reduce the length of the ${limits.promptParam}.`,
+    limits.promptParam,
+    'context_length_exceeded',
+  );
 }
 
 function checkRange(name: string, value: number, lo: number, hi: number, loOpen = false): void {
@@ -94,39 +131,37 @@ export function requestedLimit(body: CommonBodyT): { value: number; param: strin
 
 /**
  * Validate the admission rules and the sampling ranges, and build the engine-neutral sampling options.
+ * With `limit` = `ctx.contextTokenLimit` (the usable context, gateway.md 9 and engine-wire.md 4.4):
  * - prompt of 0 tokens → 400 (`param` = the prompt parameter);
- * - `promptTokens ≥ maxModelLen` → 400 "maximum context length" before any send (gateway.md 9.2, vLLM #40302);
- * - an explicit limit ≤ 0, or with `promptTokens + limit > maxModelLen` → 400 naming the limit parameter;
- * - no limit → `maxNewTokens = maxModelLen − promptTokens` (always concrete: never a silent 16, gateway.md 9.1);
+ * - `promptTokens ≥ limit` → 400 `context_length_exceeded` before any send (gateway.md 9.2, vLLM #40302): the
+ *   engine could not produce a single token (TokenSpeed would abort it);
+ * - an explicit limit ≤ 0 → 400; with `promptTokens + explicit > limit` → 400 `context_length_exceeded` naming the
+ *   limit parameter and the numbers (TokenSpeed would otherwise clamp it silently and finish with `length`);
+ * - no explicit limit → `maxNewTokens = limit − promptTokens` (always concrete: never a silent 16, gateway.md 9.1);
  * - ranges (engine-wire.md 4.6): temperature ≥ 0; top_p in (0, 1]; top_k −1 or 0 (both "disabled", 0 is vLLM's
  *   spelling) or 1..127 or 2^30; min_p in [0, 1]; presence/frequency penalty in [−2, 2]; repetition_penalty in
- *   [0, 2]; min_tokens in [0, limit]; seed in [0, 2^53); stop_token_ids in [0, vocabSize).
+ *   [0, 2]; min_tokens in [0, maxNewTokens]; seed in [0, 2^53); stop_token_ids in [0, vocabSize).
  * Throws `ApiError` 400 naming the parameter.
  */
 export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOptions {
-  const { promptTokens, maxModelLen } = ctx;
+  const { promptTokens, contextTokenLimit } = ctx;
   if (promptTokens === 0) throw badRequest(`'${ctx.promptParam}' must not be empty: the prompt has 0 tokens`, ctx.promptParam);
+  if (promptTokens >= contextTokenLimit) throw promptTooLongError(ctx, promptTokens);
   const contextMessage = (requested: number) =>
-    `This model's maximum context length is ${maxModelLen} tokens. However, you requested ${promptTokens + requested} ` +
-    `tokens (${promptTokens} in the ${ctx.promptParam}, ${requested} in the completion). Please reduce the length of ` +
-    `the ${ctx.promptParam} or completion.`;
-  if (promptTokens >= maxModelLen) {
-    throw badRequest(
-      `This model's maximum context length is ${maxModelLen} tokens. However, your ${ctx.promptParam} resulted in ` +
-        `${promptTokens} tokens, which leaves no room for a completion. Please reduce the length of the ${ctx.promptParam}.`,
-      ctx.promptParam,
-      'context_length_exceeded',
-    );
-  }
+    `${maxContextSentence(ctx)} However, you requested ${promptTokens + requested} tokens (${promptTokens} in the ` +
+    `${ctx.promptParam}, ${requested} in the completion). Please reduce the length of the ${ctx.promptParam} or ` +
+    `completion.`;
   const limit = requestedLimit(body);
   let maxNewTokens: number;
   if (limit !== null) {
     checkSafeInteger(limit.param, limit.value);
     if (limit.value < 1) throw badRequest(`'${limit.param}' must be at least 1; got ${limit.value}`, limit.param);
-    if (promptTokens + limit.value > maxModelLen) throw badRequest(contextMessage(limit.value), limit.param, 'context_length_exceeded');
+    if (promptTokens + limit.value > contextTokenLimit) {
+      throw badRequest(contextMessage(limit.value), limit.param, 'context_length_exceeded');
+    }
     maxNewTokens = limit.value;
   } else {
-    maxNewTokens = maxModelLen - promptTokens;
+    maxNewTokens = contextTokenLimit - promptTokens;
   }
 
   const s: SamplingOptions = { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens };

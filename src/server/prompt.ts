@@ -1,13 +1,33 @@
 /**
  * Prompt preparation: chat messages rendered with the model's chat template, completion prompts tokenized or taken
- * as token ids (gateway.md section 5: the gateway tokenizes; the wire carries token ids only).
+ * as token ids (gateway.md section 5: the gateway tokenizes; the wire carries token ids only). A text prompt whose
+ * size alone proves it cannot fit the usable context is refused before tokenizing (gateway.md 9.2), so a
+ * multi-megabyte prompt does not block the event loop for seconds only to be refused anyway.
  */
 import type { ChatMessage, GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { ApiError, badRequest } from './errors.js';
+import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
 /** The tokenizer operations prompt preparation uses (a `GatewayTokenizer` satisfies it). */
-export type PromptTokenizer = Pick<GatewayTokenizer, 'encode' | 'applyChatTemplate' | 'vocabSize'>;
+export type PromptTokenizer = Pick<GatewayTokenizer, 'encode' | 'applyChatTemplate' | 'vocabSize' | 'minTokenCount'>;
+
+/**
+ * Tokenize `text` unless its cheap lower-bound token count (`tokenizer.minTokenCount`: UTF-8 bytes divided by the
+ * longest token's bytes, rounded up) already reaches `limits.contextTokenLimit`; then throw, without tokenizing, the
+ * same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
+ * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`).
+ */
+export function encodeWithinContext(
+  tokenizer: PromptTokenizer,
+  text: string,
+  addSpecialTokens: boolean,
+  limits: ContextLimits,
+): number[] {
+  const atLeast = tokenizer.minTokenCount(text);
+  if (atLeast >= limits.contextTokenLimit) throw promptTooLongError(limits, atLeast, Buffer.byteLength(text, 'utf8'));
+  return tokenizer.encode(text, { addSpecialTokens });
+}
 
 type ChatMessageBody = ChatCompletionBodyT['messages'][number];
 
@@ -46,9 +66,10 @@ export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
  * Render the chat messages with the tokenizer's chat template (generation prompt added) and tokenize the result
  * without adding special tokens again (the template already holds them, as in vLLM's chat serving).
  * Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`, `render`,
- * `missing`), 500 when the template itself does not parse.
+ * `missing`), 500 when the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when
+ * the rendered text is too large to fit `limits` (see `encodeWithinContext`).
  */
-export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT): number[] {
+export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] {
   const messages = body.messages.map((m, i) => toTemplateMessage(m, i));
   let text: string;
   try {
@@ -63,23 +84,28 @@ export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletio
     }
     throw badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
   }
-  return tokenizer.encode(text, { addSpecialTokens: false });
+  return encodeWithinContext(tokenizer, text, false, limits);
 }
 
 /**
  * The token ids of a completions `prompt`: a string (tokenized with special tokens, as vLLM does), an array of one
  * string, token ids (each in [0, vocabSize)), or an array of one token-id list. Several prompts → 400 (batching
- * is not served); an empty list → 400.
+ * is not served); an empty list → 400; a string too large to fit `limits` → 400 `context_length_exceeded` without
+ * tokenizing (see `encodeWithinContext`).
  */
-export function completionPromptTokens(tokenizer: PromptTokenizer, prompt: CompletionBodyT['prompt']): number[] {
-  if (typeof prompt === 'string') return tokenizer.encode(prompt, { addSpecialTokens: true });
+export function completionPromptTokens(
+  tokenizer: PromptTokenizer,
+  prompt: CompletionBodyT['prompt'],
+  limits: ContextLimits,
+): number[] {
+  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits);
   if (prompt.length === 0) throw badRequest(`'prompt' must not be empty`, 'prompt');
   const first = prompt[0];
   if (typeof first === 'string' || Array.isArray(first)) {
     if (prompt.length !== 1) {
       throw badRequest(`'prompt' holds ${prompt.length} prompts; batched prompts are not supported yet (send one)`, 'prompt', 'unsupported_parameter');
     }
-    if (typeof first === 'string') return tokenizer.encode(first, { addSpecialTokens: true });
+    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits);
     return checkTokenIds(first, tokenizer.vocabSize);
   }
   return checkTokenIds(prompt as number[], tokenizer.vocabSize);

@@ -1,7 +1,7 @@
 /**
  * The shared request flow of `/v1/chat/completions` and `/v1/completions` (gateway.md sections 8-14):
  * validate → tokenize → admission → mint the engine request id → submit (optionally pinned) → stream SSE chunks or
- * collect a full response; with disconnect detection on the raw HTTP/1.1 response in every phase (gateway.md 13).
+ * collect a full response; with disconnect detection on the HTTP/1.1 connection in every phase (gateway.md 13; disconnect.ts).
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
@@ -9,10 +9,11 @@ import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
 import { IncrementalDetokenizer } from '../tokenizer/detokenizer.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { BackendStream, GenerationBackend } from './backend.js';
+import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
 import { ClientDisconnectedError, LatencyTracker, generate, type Usage } from './generation.js';
 import type { GatewayMetrics } from './metrics.js';
-import { buildSampling, rejectUnsupported } from './params.js';
+import { buildSampling, rejectUnsupported, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { CommonBodyT } from './schemas.js';
 import { SseWriter } from './sse.js';
@@ -89,14 +90,18 @@ export function checkModel(model: string | null | undefined, modelId: string): v
 export interface PromptSource<B extends CommonBodyT> {
   /** The prompt parameter named in admission errors (gateway.md 9.2): `messages` or `prompt`. */
   param: 'messages' | 'prompt';
-  /** The prompt token ids of a schema-valid body (gateway.md 5); throws `ApiError` 400 naming the bad field. */
-  tokens(tokenizer: GatewayTokenizer, body: B): number[];
+  /**
+   * The prompt token ids of a schema-valid body (gateway.md 5); throws `ApiError` 400 naming the bad field, or
+   * 400 `context_length_exceeded` when a text prompt is too large to fit `limits` even before tokenizing it.
+   */
+  tokens(tokenizer: GatewayTokenizer, body: B, limits: ContextLimits): number[];
 }
 
 /**
  * The handler body shared by `/v1/chat/completions` and `/v1/completions`: take the start time (`ctx.now()`, ms), then
  * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400), tokenize
- * the prompt via `prompt`, validate admission and sampling (`buildSampling`, gateway.md 8-9), and serve the request
+ * the prompt via `prompt` (refusing a text too large for the backend's `contextTokenLimit` before tokenizing it),
+ * validate admission and sampling against `contextTokenLimit` (`buildSampling`, gateway.md 8-9), and serve the request
  * with `serveGeneration`. `body` is the schema-validated request body. Throws `ApiError` for every refusal (the
  * app's error handler renders it); later errors behave as in `serveGeneration`.
  */
@@ -114,12 +119,16 @@ export async function handleGeneration<B extends CommonBodyT>(
   if (body.stream !== true && body.stream_options != null) {
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
-  const promptTokenIds = prompt.tokens(ctx.tokenizer, body);
-  const sampling = buildSampling(body, {
-    promptTokens: promptTokenIds.length,
+  const limits: ContextLimits = {
     maxModelLen: ctx.backend.maxModelLen,
-    vocabSize: ctx.tokenizer.vocabSize,
+    contextTokenLimit: ctx.backend.contextTokenLimit,
     promptParam: prompt.param,
+  };
+  const promptTokenIds = prompt.tokens(ctx.tokenizer, body, limits);
+  const sampling = buildSampling(body, {
+    ...limits,
+    promptTokens: promptTokenIds.length,
+    vocabSize: ctx.tokenizer.vocabSize,
   });
   return serveGeneration(ctx, shape, request, reply, {
     promptTokenIds,
@@ -160,14 +169,11 @@ export async function serveGeneration(
     returnLogprob: false,
   };
 
-  // Disconnect detection on the raw response: `close` before the response finished means the client went away
-  // (fires for HTTP/1.1 socket close in every phase: before submit returns, before the first token, mid-stream).
-  const disconnect = new AbortController();
+  // Disconnect detection on the request's socket and the raw response: a close before the response finished means
+  // the client went away (every phase: before submit returns, before the first token, mid-stream, and while the
+  // response is still queued behind an earlier pipelined one; see disconnect.ts).
   const raw = reply.raw;
-  const onClose = () => {
-    if (!raw.writableFinished) disconnect.abort();
-  };
-  raw.on('close', onClose);
+  const disconnect = watchClientDisconnect(request.raw, raw);
   const count = (status: number, outcome: 'stop' | 'length' | 'error' | 'cancelled') => {
     ctx.counted.add(request);
     metrics.countRequest(shape.endpoint, status, outcome);
@@ -251,6 +257,6 @@ export async function serveGeneration(
     sse.done();
     return reply;
   } finally {
-    raw.off('close', onClose);
+    disconnect.dispose();
   }
 }

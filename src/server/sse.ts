@@ -11,12 +11,15 @@ export class SseWriter {
 
   constructor(private readonly res: ServerResponse) {}
 
-  /** Send the 200 status line and the event-stream headers (`extraHeaders` added, e.g. `x-request-id`). */
+  /**
+   * Send the 200 status line and the event-stream headers (`extraHeaders` added, e.g. `x-request-id`). No
+   * `Connection` header is forced: Node answers with the client's semantics (`keep-alive`, or `close` and a socket
+   * closed after `[DONE]` when the request said `Connection: close`).
+   */
   start(extraHeaders: Record<string, string> = {}): void {
     this.res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
-      connection: 'keep-alive',
       'x-accel-buffering': 'no',
       ...extraHeaders,
     });

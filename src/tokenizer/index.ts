@@ -8,3 +8,5 @@ export { IncrementalDetokenizer, KEEP_TOKENS, MAX_WINDOW_TOKENS } from './detoke
 export { ChatTemplateError, TokenizerLoadError } from './errors.js';
 export type { ChatTemplateErrorKind } from './errors.js';
 export type { ModelEos, WarningSink } from './model-files.js';
+export { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
+export type { NormalForm, TokenByteBound } from './token-bytes.js';

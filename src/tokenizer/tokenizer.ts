@@ -21,6 +21,8 @@ import {
   specialTokenText,
 } from './model-files.js';
 import type { JsonObject, ModelEos, WarningSink } from './model-files.js';
+import { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
+import type { NormalForm, TokenByteBound } from './token-bytes.js';
 
 /**
  * One chat message as handed to the chat template (the OpenAI message, with array content already flattened to a
@@ -92,11 +94,19 @@ export class GatewayTokenizer {
   readonly vocabSize: number;
   /** Warnings raised while loading (broken optional files, unknown EOS token, bad template entries). */
   readonly warnings: readonly string[];
+  /**
+   * L: the most UTF-8 bytes of (normalized) text that one token can cover, computed once at load from the
+   * vocabulary (the longest token's byte length; added tokens count with their content). Qwen3: 128 (the token of
+   * 128 spaces). `Infinity` when the tokenizer's normalizer, pre-tokenizer or model could make a token cover more
+   * than its own bytes (then {@link minTokenCount} is always 0); see ./token-bytes.ts for the exact conditions.
+   */
+  readonly maxTokenBytes: number;
 
   private readonly inner: HfTokenizer;
   private readonly specialIds: ReadonlySet<number>;
   private readonly templates: ChatTemplateSet;
   private readonly templateSpecialTokens: Readonly<Record<string, string>>;
+  private readonly boundForms: readonly NormalForm[];
 
   private constructor(parts: {
     dir: string;
@@ -108,6 +118,7 @@ export class GatewayTokenizer {
     templates: ChatTemplateSet;
     templateSpecialTokens: Record<string, string>;
     warnings: string[];
+    bound: TokenByteBound;
   }) {
     this.dir = parts.dir;
     this.inner = parts.inner;
@@ -118,6 +129,8 @@ export class GatewayTokenizer {
     this.templates = parts.templates;
     this.templateSpecialTokens = parts.templateSpecialTokens;
     this.warnings = parts.warnings;
+    this.maxTokenBytes = parts.bound.maxTokenBytes;
+    this.boundForms = Object.freeze([...parts.bound.forms]);
   }
 
   /**
@@ -207,6 +220,7 @@ export class GatewayTokenizer {
       templates,
       templateSpecialTokens,
       warnings,
+      bound: analyzeTokenByteBound(tokenizerJson),
     });
   }
 
@@ -224,6 +238,20 @@ export class GatewayTokenizer {
     if (typeof text !== 'string') throw new TypeError(`encode: expected a string, got ${typeof text}`);
     if (text.length === 0) return [];
     return this.inner.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids;
+  }
+
+  /**
+   * A lower bound on `encode(text).length`, without tokenizing: `ceil(B / maxTokenBytes)` where B is the UTF-8 size
+   * of `text` after the tokenizer's Unicode normal forms (Qwen3: NFC), since no token covers more than
+   * {@link maxTokenBytes} bytes. Special tokens added by `addSpecialTokens` only add to the count. Linear in the
+   * text and cheap (about 25 ms for 8 MB, against seconds for `encode`); 0 when `maxTokenBytes` is `Infinity`.
+   * Use it to refuse a text that cannot fit a token budget before paying for `encode` (gateway.md 9.2).
+   * @throws TypeError when `text` is not a string.
+   */
+  minTokenCount(text: string): number {
+    if (typeof text !== 'string') throw new TypeError(`minTokenCount: expected a string, got ${typeof text}`);
+    if (text.length === 0 || !Number.isFinite(this.maxTokenBytes)) return 0;
+    return Math.ceil(normalizedByteLength(text, this.boundForms) / this.maxTokenBytes);
   }
 
   /**

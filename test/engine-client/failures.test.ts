@@ -4,6 +4,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { pino } from 'pino';
 import { RequestType } from '../../src/protocols/types.js';
 import type { EngineClient } from '../../src/engine-client/client.js';
 import { EngineClientError, type EngineClientErrorKind } from '../../src/engine-client/errors.js';
@@ -94,6 +95,21 @@ test('output stream ending → client-closed "engine output stream ended"', asyn
   await tick();
   const e = await assertFailedAll(scene, 'client-closed', 'output-ended');
   assert.match(e.message, /engine output stream ended/);
+});
+
+test('a disconnect hint is logged with its address, without claiming which socket it came from', async () => {
+  const lines: Array<{ msg: string; address?: string }> = [];
+  const logger = pino({ level: 'warn' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
+  const { client, link } = setup(2, { logger });
+  // The link reports input-ROUTER disconnects too (src/transport/zmq-link.ts); this address is the input socket's.
+  await link.deliver({ kind: 'disconnect', address: 'ipc:///tmp/gw/input.sock' });
+  const hint = lines.find((l) => l.address === 'ipc:///tmp/gw/input.sock');
+  assert.ok(hint, `no log line names the address: ${JSON.stringify(lines)}`);
+  assert.match(hint.msg, /engine peer disconnected/);
+  assert.match(hint.msg, /ipc:\/\/\/tmp\/gw\/input\.sock/);
+  assert.doesNotMatch(hint.msg, /output socket/);
+  assert.equal(client.isAlive(), true);
+  await client.close();
 });
 
 test('a disconnect hint alone fails nothing', async () => {

@@ -18,6 +18,7 @@ import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import { EngineClient } from '../../src/engine-client/client.js';
 import type { DpPolicy } from '../../src/engine-client/policy.js';
+import type { Logger } from 'pino';
 
 const enc = new TextEncoder();
 const dec = new TextDecoder();
@@ -197,6 +198,8 @@ export class FakeLink implements EngineLink {
 /** JSON wire for tests: ADD = {rid, prompt}; ABORT = [ids]; output = the EngineBatch as JSON. */
 export class JsonProtocol implements EngineProtocol {
   readonly name = 'tokenspeed' as const;
+  /** As TokenSpeed's (engine-wire.md 4.4); tests may change it. */
+  reservedContextTokens = 2;
   /** When set, encodeAdd throws it. */
   encodeAddError: Error | null = null;
 
@@ -270,11 +273,13 @@ export function req(requestId: string): GenerateRequest {
 /** A client over a fresh fake link and JSON protocol. Close it at the end of the test. */
 export function setup(
   ranks: number | ConnectedEngine[],
-  opts: { policy?: DpPolicy; silenceTimeoutMs?: number } = {},
+  opts: { policy?: DpPolicy; silenceTimeoutMs?: number; logger?: Logger; reservedContextTokens?: number } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
+  const { reservedContextTokens, ...clientOpts } = opts;
   const link = new FakeLink(ranks);
   const protocol = new JsonProtocol();
-  const client = new EngineClient({ protocol, link, ...opts });
+  if (reservedContextTokens !== undefined) protocol.reservedContextTokens = reservedContextTokens;
+  const client = new EngineClient({ protocol, link, ...clientOpts });
   return { client, link, protocol };
 }
 

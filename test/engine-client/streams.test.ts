@@ -21,6 +21,19 @@ test('submit sends [identity, 00, payload] to the selected rank and returns a st
   await client.close();
 });
 
+test('contextTokenLimit = the first engine\'s max_model_len minus the protocol\'s reserved tokens; maxModelLen unchanged', async () => {
+  const ts = setup(2); // JsonProtocol reserves 2, as TokenSpeed (engine-wire.md 4.4)
+  assert.equal(ts.client.maxModelLen, 4096);
+  assert.equal(ts.client.contextTokenLimit, 4094);
+  await ts.client.close();
+  const vllmLike = setup(2, { reservedContextTokens: 0 });
+  assert.equal(vllmLike.client.contextTokenLimit, 4096);
+  await vllmLike.client.close();
+  const none = setup(0);
+  assert.throws(() => none.client.contextTokenLimit, (e: unknown) => e instanceof EngineClientError && e.kind === 'client-closed');
+  await none.client.close();
+});
+
 test('outputs are routed per request in order across batches; the terminal output ends the stream', async () => {
   const { client, link } = setup(2);
   const a = await client.submit(req('a'), { dpRank: 0 });

@@ -8,6 +8,7 @@ import {
   decodeTokenizedGenerateReqInput, defaultSamplingParams, encodeAbortPayload, encodeBatchTokenIDOutSlim,
   encodeTokenizedGenerateReqInput, engineAdmissionError, normalizeSamplingParams, toFinishReason,
   toTokenSpeedSamplingParams, toTokenizedGenerateReqInput, tokenspeedProtocol, validateSamplingParams,
+  TOKENSPEED_RESERVED_CONTEXT_TOKENS,
 } from '../../src/protocols/tokenspeed/index.js';
 import type { BatchTokenIDOutSlim, TokenSpeedSamplingParams } from '../../src/protocols/tokenspeed/index.js';
 import { WireDecodeError, WireEncodeError } from '../../src/wire/errors.js';
@@ -20,6 +21,16 @@ const decodeRejects = (fn: () => unknown, re: RegExp) =>
 const request = (sampling: Partial<SamplingOptions> = {}, extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
   requestId: 'r-1', promptTokenIds: [5, 6], sampling: { ...DEFAULT_SAMPLING, ...sampling }, stream: false,
   returnLogprob: false, ...extra,
+});
+
+test('reservedContextTokens: 2, from the engine clamp (context_len − 1) − prompt_len − 1 (engine-wire.md 4.4)', () => {
+  assert.equal(TOKENSPEED_RESERVED_CONTEXT_TOKENS, 2);
+  assert.equal(tokenspeedProtocol.reservedContextTokens, 2);
+  assert.equal(createTokenSpeedProtocol({ vocabSize: 10 }).reservedContextTokens, 2);
+  // The clamp's bound for prompt + completion: with max_model_len 100 a prompt of 90 gets at most 8 new tokens.
+  const maxModelLen = 100, promptLen = 90;
+  const clamp = (maxModelLen - 1) - promptLen - 1;
+  assert.equal(promptLen + clamp, maxModelLen - tokenspeedProtocol.reservedContextTokens);
 });
 
 test('normalizeSamplingParams: the four gateway steps, and idempotence', () => {

@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import type { FakeBackend } from './fake-backend.js';
-import { choicesOf, makeApp, parseSse } from './helpers.js';
+import { choicesOf, countingTokenizer, makeApp, parseSse } from './helpers.js';
 
 const USER = [{ role: 'user', content: 'Hi' }];
 
@@ -126,22 +126,40 @@ describe('error answers', () => {
     assertError(await post('/v1/completions', { prompt: [999_999_999] }), 400, 'prompt');
   });
 
-  test('admission: empty prompt, prompt ≥ max_model_len, prompt + limit > max_model_len → 400 before any send', async () => {
+  test('admission against the usable context (max_model_len 64 less the 2 TokenSpeed reserves) → 400 before any send', async () => {
+    // engine-wire.md 4.4: TokenSpeed clamps max_new_tokens to (max_model_len − 1) − prompt_len − 1, so with
+    // max_model_len 64 prompt + completion is at most 62 and a prompt of 62 tokens or more gets nothing.
     const before = backend.submissions.length;
     assertError(await post('/v1/completions', { prompt: '' }), 400, 'prompt', /empty/);
     assertError(await post('/v1/completions', { prompt: [] }), 400, 'prompt', /empty/);
-    const long = Array.from({ length: 64 }, (_, i) => i + 1);
-    assertError(await post('/v1/completions', { prompt: long }), 400, 'prompt', /maximum context length is 64 tokens/);
-    const res = await post('/v1/completions', { prompt: long.slice(0, 60), max_tokens: 5 });
-    assertError(res, 400, 'max_tokens', /maximum context length is 64 tokens/);
+    const ids = (n: number) => Array.from({ length: n }, (_, i) => i + 1);
+    const limitMsg = /maximum context length is 62 tokens \(max_model_len 64 less 2 the engine reserves\)/;
+    for (const n of [64, 63, 62]) {
+      const res = await post('/v1/completions', { prompt: ids(n) });
+      assertError(res, 400, 'prompt', limitMsg);
+      assert.match(res.json().error.message, new RegExp(`resulted in ${n} tokens, which leaves no room`));
+      assert.equal(res.json().error.code, 'context_length_exceeded');
+    }
+    assertError(await post('/v1/completions', { prompt: ids(63), max_tokens: 1 }), 400, 'prompt', limitMsg);
+    const res = await post('/v1/completions', { prompt: ids(61), max_tokens: 3 });
+    assertError(res, 400, 'max_tokens', limitMsg);
+    assert.match(res.json().error.message, /you requested 64 tokens \(61 in the prompt, 3 in the completion\)/);
     assert.equal(res.json().error.code, 'context_length_exceeded');
+    assertError(await post('/v1/completions', { prompt: ids(60), max_tokens: 3 }), 400, 'max_tokens', /requested 63 tokens/);
     assert.equal(backend.submissions.length, before, 'nothing was submitted');
-    // Exactly filling the context is accepted; the default limit is the remaining context.
-    const fits = await post('/v1/completions', { prompt: long.slice(0, 60), max_tokens: 4 });
+    // Exactly filling the usable context is accepted; the default limit is the remaining usable context.
+    const fits = await post('/v1/completions', { prompt: ids(60), max_tokens: 2 });
     assert.equal(fits.statusCode, 200, fits.body);
-    const dflt = await post('/v1/completions', { prompt: long.slice(0, 60) });
+    assert.equal(backend.submissions.at(-1)!.request.sampling.maxNewTokens, 2);
+    const dflt = await post('/v1/completions', { prompt: ids(60) });
     assert.equal(dflt.statusCode, 200, dflt.body);
-    assert.equal(backend.submissions.at(-1)!.request.sampling.maxNewTokens, 4);
+    assert.equal(backend.submissions.at(-1)!.request.sampling.maxNewTokens, 2);
+    const last = await post('/v1/completions', { prompt: ids(61) });
+    assert.equal(last.statusCode, 200, last.body);
+    assert.equal(backend.submissions.at(-1)!.request.sampling.maxNewTokens, 1);
+    // /v1/models still reports the handshake's max_model_len.
+    const models = await app.inject({ method: 'GET', url: '/v1/models' });
+    assert.equal(models.json().data[0].max_model_len, 64);
   });
 
   test('unknown model → 404; stream_options without stream → 400; unknown route → 404 body', async () => {
@@ -219,5 +237,57 @@ describe('error answers', () => {
     } finally {
       backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');
     }
+  });
+});
+
+describe('a text prompt too large for the context is refused before tokenizing (gateway.md 9.2)', () => {
+  let app: FastifyInstance;
+  let backend: FakeBackend;
+  let encodeCalls: () => number;
+
+  before(async () => {
+    const counting = await countingTokenizer();
+    encodeCalls = counting.encodeCalls;
+    ({ app, backend } = await makeApp({ tokenizer: counting.tokenizer }));
+    backend.maxModelLen = 64; // usable context 62 tokens
+    backend.onSubmit = (s) => s.stream.pushAll([9707], 'stop');
+  });
+  after(() => app.close());
+
+  const post = (url: string, payload: unknown) =>
+    app.inject({ method: 'POST', url, payload: payload as string, headers: { 'content-type': 'application/json' } });
+
+  test('completions: 7809 spaces (at least ceil(7809 / 128) = 62 tokens) → 400 without encode; 7808 are tokenized', async () => {
+    const before = encodeCalls();
+    const res = await post('/v1/completions', { prompt: ' '.repeat(7809) });
+    assert.equal(res.statusCode, 400, res.body);
+    const err = res.json().error;
+    assert.equal(err.param, 'prompt');
+    assert.equal(err.code, 'context_length_exceeded');
+    assert.match(err.message, /maximum context length is 62 tokens.*at least 62 tokens \(bounded from its 7809 bytes/);
+    assert.equal(encodeCalls(), before, 'the prompt was not tokenized');
+    const batched = await post('/v1/completions', { prompt: [' '.repeat(7809)] });
+    assert.equal(batched.statusCode, 400, batched.body);
+    assert.equal(encodeCalls(), before, 'nor as an array of one string');
+
+    // One byte less: the bound (61) leaves room, so the prompt is tokenized (61 tokens of 128 spaces) and served.
+    const fits = await post('/v1/completions', { prompt: ' '.repeat(7808) });
+    assert.equal(fits.statusCode, 200, fits.body);
+    assert.equal(encodeCalls(), before + 1);
+    assert.equal(backend.submissions.at(-1)!.request.promptTokenIds.length, 61);
+    assert.equal(backend.submissions.at(-1)!.request.sampling.maxNewTokens, 1);
+  });
+
+  test('chat: the rendered template text is bounded before encode', async () => {
+    const before = encodeCalls();
+    const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'x'.repeat(8000) }] });
+    assert.equal(res.statusCode, 400, res.body);
+    assert.equal(res.json().error.param, 'messages');
+    assert.equal(res.json().error.code, 'context_length_exceeded');
+    assert.match(res.json().error.message, /your messages resulted in at least \d+ tokens/);
+    assert.equal(encodeCalls(), before, 'the rendered prompt was not tokenized');
+    const small = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }] });
+    assert.equal(small.statusCode, 200, small.body);
+    assert.equal(encodeCalls(), before + 1);
   });
 });

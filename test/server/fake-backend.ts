@@ -137,6 +137,8 @@ const READY: ReadyResponse = { ...DEFAULT_READY_RESPONSE, maxModelLen: 4096, ins
 export class FakeBackend implements GenerationBackend {
   readonly engines: ConnectedEngine[];
   maxModelLen: number;
+  /** Context tokens the fake engine reserves (TokenSpeed's 2 by default, engine-wire.md 4.4). */
+  reservedContextTokens = 2;
   alive = true;
   readonly submissions: Submission[] = [];
   onSubmit: ((s: Submission) => void) | null = null;
@@ -156,6 +158,11 @@ export class FakeBackend implements GenerationBackend {
     const ranks = opts.ranks ?? [0, 1];
     this.engines = ranks.map((i) => ({ identity: Uint8Array.of(i & 0xff, i >> 8), engineIndex: i, ready: { ...READY, dataParallelRank: i } }));
     this.maxModelLen = opts.maxModelLen ?? READY.maxModelLen;
+  }
+
+  /** `maxModelLen − reservedContextTokens`, as `EngineClient.contextTokenLimit`. */
+  get contextTokenLimit(): number {
+    return this.maxModelLen - this.reservedContextTokens;
   }
 
   isAlive(): boolean {

@@ -1,8 +1,9 @@
 /**
- * Shared helpers of the server tests: the real tokenizer (loaded once), an app over a `FakeBackend`, and an SSE
- * payload parser that refuses malformed records.
+ * Shared helpers of the server tests: the real tokenizer (loaded once, optionally behind an `encode` counter), an
+ * app over a `FakeBackend`, an SSE payload parser that refuses malformed records, and a raw HTTP/1.1 exchange.
  */
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { buildApp } from '../../src/server/app.js';
@@ -20,12 +21,12 @@ export function loadTokenizer(): Promise<GatewayTokenizer> {
 
 export const MODEL_ID = 'test-model';
 
-/** A built (not listening) app over a fresh fake backend. */
+/** A built (not listening) app over a fresh fake backend (and the shared Qwen3 tokenizer unless one is given). */
 export async function makeApp(
-  opts: { backend?: FakeBackend; bodyLimitBytes?: number } = {},
+  opts: { backend?: FakeBackend; bodyLimitBytes?: number; tokenizer?: GatewayTokenizer } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
-  const tokenizer = await loadTokenizer();
+  const tokenizer = opts.tokenizer ?? (await loadTokenizer());
   const metrics = new GatewayMetrics({ modelId: MODEL_ID });
   const app = await buildApp({
     client: backend,
@@ -82,4 +83,59 @@ export function streamedText(events: Array<Record<string, unknown>>): string {
     }
   }
   return text;
+}
+
+/**
+ * The shared Qwen3 tokenizer behind a delegate that counts `encode` calls (the prototype chain keeps every other
+ * method and field). `encodeCalls` grows by one per call.
+ */
+export async function countingTokenizer(): Promise<{ tokenizer: GatewayTokenizer; encodeCalls: () => number }> {
+  const base = await loadTokenizer();
+  let calls = 0;
+  const tokenizer = Object.create(base) as GatewayTokenizer;
+  tokenizer.encode = (text, opts) => {
+    calls++;
+    return base.encode(text, opts);
+  };
+  return { tokenizer, encodeCalls: () => calls };
+}
+
+/** A raw HTTP/1.1 exchange: everything the server sent until it closed the connection. */
+export interface RawExchange {
+  status: number;
+  /** Response header names lower-cased → value. */
+  headers: Record<string, string>;
+  /** The bytes after the header section, as text (chunked framing left in place). */
+  body: string;
+}
+
+/**
+ * Write `text` on a fresh TCP connection to 127.0.0.1:`port` and resolve once the SERVER closes it (so the
+ * request must make the server close: `Connection: close`, or an error the server ends the connection on).
+ * Rejects after `guardMs` (a hang guard, not a timing assertion) naming `what`.
+ */
+export function rawExchange(port: number, text: string | Buffer, what: string, guardMs = 10_000): Promise<RawExchange> {
+  return new Promise((resolve, reject) => {
+    const socket = connect(port, '127.0.0.1', () => socket.write(text));
+    const chunks: Buffer[] = [];
+    const timer = setTimeout(() => {
+      socket.destroy();
+      reject(new Error(`hang guard: the server did not close the connection within ${guardMs} ms (${what})`));
+    }, guardMs);
+    socket.on('data', (c: Buffer) => chunks.push(c));
+    socket.on('error', () => {}); // a reset after the response is fine: 'close' follows
+    socket.on('close', () => {
+      clearTimeout(timer);
+      const raw = Buffer.concat(chunks).toString('utf8');
+      const split = raw.indexOf('\r\n\r\n');
+      const head = split === -1 ? raw : raw.slice(0, split);
+      const [statusLine = '', ...lines] = head.split('\r\n');
+      const headers: Record<string, string> = {};
+      for (const line of lines) {
+        const i = line.indexOf(':');
+        if (i > 0) headers[line.slice(0, i).trim().toLowerCase()] = line.slice(i + 1).trim();
+      }
+      resolve({ status: Number(statusLine.split(' ')[1]), headers, body: split === -1 ? '' : raw.slice(split + 4) });
+    });
+  });
 }

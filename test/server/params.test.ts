@@ -10,22 +10,40 @@ import { parseDpRankHeader } from '../../src/server/pin.js';
 import { formatValidationErrors, pathToParam } from '../../src/server/validation.js';
 import { FakeBackend } from './fake-backend.js';
 
-const ctx = { promptTokens: 10, maxModelLen: 100, vocabSize: 1000, promptParam: 'prompt' as const };
+/** TokenSpeed-like: max_model_len 100, usable context 98 (engine-wire.md 4.4: the engine reserves 2). */
+const ctx = { promptTokens: 10, maxModelLen: 100, contextTokenLimit: 98, vocabSize: 1000, promptParam: 'prompt' as const };
 
-function throws400(fn: () => unknown, param: string): void {
-  assert.throws(fn, (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === param);
+function throws400(fn: () => unknown, param: string, message?: RegExp): void {
+  assert.throws(
+    fn,
+    (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === param && (!message || message.test(e.message)),
+  );
 }
 
 test('buildSampling: defaults, the remaining-context default limit and precedence', () => {
   const s = buildSampling({}, ctx);
-  assert.deepEqual(s, { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens: 90 });
+  assert.deepEqual(s, { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens: 88 });
   assert.equal(buildSampling({ max_tokens: 5 }, ctx).maxNewTokens, 5);
   assert.equal(buildSampling({ max_tokens: 5, max_completion_tokens: 7 }, ctx).maxNewTokens, 7);
-  assert.equal(buildSampling({ max_tokens: null, max_completion_tokens: null }, ctx).maxNewTokens, 90);
-  assert.equal(buildSampling({ max_tokens: 90 }, ctx).maxNewTokens, 90);
-  throws400(() => buildSampling({ max_tokens: 91 }, ctx), 'max_tokens');
-  throws400(() => buildSampling({}, { ...ctx, promptTokens: 100 }), 'prompt');
+  assert.equal(buildSampling({ max_tokens: null, max_completion_tokens: null }, ctx).maxNewTokens, 88);
   throws400(() => buildSampling({}, { ...ctx, promptTokens: 0 }), 'prompt');
+});
+
+test('buildSampling: admission against the usable context (max_model_len − the engine\'s reserve), not max_model_len', () => {
+  // prompt + explicit limit may fill the usable context exactly, not one token more.
+  assert.equal(buildSampling({ max_tokens: 88 }, ctx).maxNewTokens, 88);
+  throws400(() => buildSampling({ max_tokens: 89 }, ctx), 'max_tokens', /maximum context length is 98 tokens \(max_model_len 100 less 2 the engine reserves\)\. However, you requested 99 tokens \(10 in the prompt, 89 in the completion\)/);
+  throws400(() => buildSampling({ max_completion_tokens: 90 }, ctx), 'max_completion_tokens', /requested 100 tokens/);
+  // The last prompt length that still gets a completion, and its default limit of 1 token.
+  assert.equal(buildSampling({}, { ...ctx, promptTokens: 97 }).maxNewTokens, 1);
+  throws400(() => buildSampling({}, { ...ctx, promptTokens: 98 }), 'prompt', /resulted in 98 tokens, which leaves no room/);
+  throws400(() => buildSampling({ max_tokens: 1 }, { ...ctx, promptTokens: 99 }), 'prompt', /maximum context length is 98 tokens/);
+  const err = (() => { try { buildSampling({}, { ...ctx, promptTokens: 98 }); } catch (e) { return e as ApiError; } })();
+  assert.equal(err?.toBody().error.code, 'context_length_exceeded');
+  // No reserve (a vLLM-like engine): the limit is max_model_len and the message has no parenthesis.
+  const vllm = { ...ctx, contextTokenLimit: 100 };
+  assert.equal(buildSampling({}, vllm).maxNewTokens, 90);
+  throws400(() => buildSampling({ max_tokens: 91 }, vllm), 'max_tokens', /maximum context length is 100 tokens\. However/);
 });
 
 test('buildSampling: top_k spellings and range edges', () => {

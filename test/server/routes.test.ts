@@ -70,7 +70,8 @@ describe('OpenAI routes', () => {
     assert.notEqual(sub.request.requestId, 'client-id-1');
     assert.equal(res.headers['x-request-id'], 'client-id-1');
     assert.equal(sub.request.stream, false);
-    assert.equal(sub.request.sampling.maxNewTokens, backend.maxModelLen - expectedPrompt.length);
+    // The default limit is the remaining usable context: max_model_len − 2 (TokenSpeed's clamp, engine-wire.md 4.4).
+    assert.equal(sub.request.sampling.maxNewTokens, backend.maxModelLen - 2 - expectedPrompt.length);
     assert.equal(sub.dpRank, undefined);
   });
 

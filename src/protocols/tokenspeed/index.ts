@@ -2,7 +2,9 @@
  * TokenSpeed's msgpack wire (engine-wire.md section 4): the `EngineProtocol` and the wire structs
  * (`TokenizedGenerateReqInput`, `SamplingParams`, `BatchTokenIDOutSlim`, the ABORT `list[str]`).
  */
-export { tokenspeedProtocol, createTokenSpeedProtocol, toTokenizedGenerateReqInput } from './protocol.js';
+export {
+  tokenspeedProtocol, createTokenSpeedProtocol, toTokenizedGenerateReqInput, TOKENSPEED_RESERVED_CONTEXT_TOKENS,
+} from './protocol.js';
 export type { TokenSpeedProtocolOptions } from './protocol.js';
 export {
   encodeTokenizedGenerateReqInput, decodeTokenizedGenerateReqInput, tokenizedGenerateReqInputCodec, sessionParamsCodec,

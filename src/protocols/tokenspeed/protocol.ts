@@ -89,13 +89,21 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
 }
 
 /**
- * A TokenSpeed `EngineProtocol`. `encodeAdd` throws WireEncodeError naming the field (4.6 checks, see
+ * Context tokens TokenSpeed keeps out of reach: it clamps `max_new_tokens` to
+ * `min(2^30, (context_len − 1) − prompt_len − 1)` (engine-wire.md 4.4, last paragraph; gateway.md 9.1), so
+ * prompt + completion is at most `max_model_len − 2`.
+ */
+export const TOKENSPEED_RESERVED_CONTEXT_TOKENS = 2;
+
+/**
+ * A TokenSpeed `EngineProtocol` (`reservedContextTokens` = {@link TOKENSPEED_RESERVED_CONTEXT_TOKENS}). `encodeAdd` throws WireEncodeError naming the field (4.6 checks, see
  * `validateSamplingParams`); `decodeOutput` reads frame 0 only (aux frames are ignored, 4.8) and throws
  * WireDecodeError naming the field.
  */
 export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): EngineProtocol {
   return {
     name: 'tokenspeed',
+    reservedContextTokens: TOKENSPEED_RESERVED_CONTEXT_TOKENS,
     encodeAdd(request: GenerateRequest): Uint8Array {
       return encodeTokenizedGenerateReqInput(toTokenizedGenerateReqInput(request, opts), { form: 'prefix' });
     },

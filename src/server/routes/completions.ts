@@ -26,7 +26,7 @@ export const completionShape: ResponseShape = {
 /** The completions prompt: `prompt` tokenized, or taken as token ids (gateway.md 5). */
 export const completionPrompt: PromptSource<CompletionBodyT> = {
   param: 'prompt',
-  tokens: (tokenizer, body) => completionPromptTokens(tokenizer, body.prompt),
+  tokens: (tokenizer, body, limits) => completionPromptTokens(tokenizer, body.prompt, limits),
 };
 
 /** Register the completions route on `app` (the shared flow is `handleGeneration`). */
