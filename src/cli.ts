@@ -1,7 +1,8 @@
 /**
  * The `model-gateway` command line (node:util parseArgs):
  * - `model-gateway serve [options]`: start the gateway (src/gateway.ts `startGateway`); SIGINT/SIGTERM shut it down
- *   cleanly (HTTP server, engine client, sockets, simulated ranks), a second signal exits at once;
+ *   cleanly (HTTP server, engine client, sockets, simulated ranks), a second signal exits at once after the
+ *   synchronous `emergencyStop()` (SIGKILL the simulated ranks, remove their ipc socket files);
  * - `model-gateway sim [options]`: run one simulated TokenSpeed rank (src/sim/main.ts) in a child process, with
  *   signals forwarded;
  * - `model-gateway --help`.
@@ -12,6 +13,7 @@ import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SIM_RANKS, startGateway, type GatewayOptions } from './gateway.js';
+import { ignoreStdioErrors } from './log-sink.js';
 import { simMainPath } from './sim/spawn.js';
 
 /** Usage text of the CLI. */
@@ -122,13 +124,16 @@ async function serve(argv: string[]): Promise<number> {
     process.stdout.write(USAGE);
     return 0;
   }
+  ignoreStdioErrors();
   const gateway = await startGateway(opts);
   return new Promise<number>((resolveExit) => {
     let signals = 0;
     const onSignal = (signal: NodeJS.Signals) => {
       signals++;
       if (signals > 1) {
-        process.stderr.write(`model-gateway: second ${signal}, exiting now\n`);
+        // Exit at once, but never leave simulated ranks or their ipc socket files behind (synchronous teardown).
+        gateway.emergencyStop();
+        process.stderr.write(`model-gateway: second ${signal}, simulated ranks killed, exiting now\n`);
         process.exit(1);
       }
       gateway.close().then(

@@ -11,6 +11,7 @@ import { EngineClient } from './engine-client/client.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import { buildApp } from './server/app.js';
 import { GatewayMetrics } from './server/metrics.js';
+import { LogSink } from './log-sink.js';
 import { spawnSimRanks, type SimRankProcesses } from './sim/spawn.js';
 import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
@@ -60,6 +61,13 @@ export interface RunningGateway {
   /** The engine client (for diagnostics and tests). */
   client: EngineClient;
   close(): Promise<void>;
+  /**
+   * Synchronous last-resort teardown for a process about to `process.exit()` without waiting for `close()` (the
+   * CLI's second SIGINT/SIGTERM): SIGKILL the simulated ranks still running and remove the simulated worker's ipc
+   * socket files. Sockets, HTTP connections and real engines are left to the process exit. Never throws; a no-op
+   * for what is already gone.
+   */
+  emergencyStop(): void;
 }
 
 let simCounter = 0;
@@ -112,7 +120,8 @@ function rankExitBeforeHandshake(sims: SimRankProcesses): { promise: Promise<nev
  * failure (`TransportError`), a handshake failure (`HandshakeError`), a simulated rank dying early, or a listen error.
  */
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
-  const logger = opts.logger ?? pino({ level: opts.logLevel ?? 'info' });
+  // A LogSink instead of pino's default destination: a stdout whose reader died can never hang the exit (log-sink.ts).
+  const logger = opts.logger ?? pino({ level: opts.logLevel ?? 'info' }, new LogSink({ fd: 1 }));
   const port = opts.port ?? DEFAULT_PORT;
   const host = opts.host ?? DEFAULT_HOST;
   const simCount = opts.sim ?? (opts.engineUrl === undefined ? DEFAULT_SIM_RANKS : 0);
@@ -214,6 +223,13 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           logger.info('shut down');
         })();
         return closing;
+      },
+      emergencyStop(): void {
+        try {
+          sims?.killNow();
+        } finally {
+          if (opts.engineUrl === undefined) removeSimSockets(endpoints);
+        }
       },
     };
   } catch (err) {

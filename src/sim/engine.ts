@@ -5,6 +5,12 @@
  * continuous-batching scheduler model (`scheduler.ts`) on a timer, and pushes each round's rows as one 14-element
  * `BatchTokenIDOutSlim` (4.8, 4.9). On `close()` it pushes `ENGINE_CORE_DEAD` (1.7) and closes its sockets.
  *
+ * Output backpressure (a sim choice, not a spec fact): a zeromq PUSH send waits once the high-water mark is reached
+ * (the gateway is not reading its PULL), so an engine with a blocking output send stalls; likewise this loop stops
+ * starting rounds while `OUTPUT_BACKLOG_PAUSE` batches wait to be pushed, and resumes when they drain. `close()` is
+ * bounded: it gives pending pushes `closeGraceMs` to complete, then drops them and skips `ENGINE_CORE_DEAD`, which
+ * could only queue behind them (1.7: the sentinel is sent non-blocking and best effort).
+ *
  * Timing: a round is planned, its admission rejections (if any) are pushed at once, then after
  * `stepTimeMs × timeScale` ms the round commits and its batch is pushed; the next round starts right after. With no
  * registered request the loop idles (no timer) until a message arrives.
@@ -54,6 +60,11 @@ export interface SimEngineOptions {
   dataParallelRank?: number;
   /** How long to wait for the gateway's INIT (ms, default 600 000). */
   initTimeoutMs?: number;
+  /**
+   * How long `close()` waits for output batches already queued for the PUSH before dropping them (ms, default
+   * `DEFAULT_CLOSE_GRACE_MS`). Pushes only wait when the gateway stopped reading its PULL.
+   */
+  closeGraceMs?: number;
   /** The text model (default: built from `GatewayTokenizer.load(GatewayTokenizer.defaultDir())`). */
   textModel?: TextModel;
   /** The vocabulary size for `logit_bias` validation (default: the loaded tokenizer's). */
@@ -76,7 +87,14 @@ export interface SimEngineStats {
   rounds: number;
   batchesSent: number;
   tokensGenerated: number;
+  /** Batches that could not be pushed (including those dropped by `close()`). */
   sendErrors: number;
+  /** Batches handed to the PUSH whose send has not completed yet. */
+  pendingSends: number;
+  /** Times the loop paused because `OUTPUT_BACKLOG_PAUSE` batches were waiting to be pushed. */
+  outputPauses: number;
+  /** True while the loop is paused on output backpressure. */
+  outputPaused: boolean;
 }
 
 /** A running simulated rank. */
@@ -88,13 +106,32 @@ export interface SimEngineHandle {
   /** Resolves when the rank has stopped (after `close()`, or when its input socket failed). Never rejects. */
   readonly closed: Promise<void>;
   /**
-   * Stop the loop, push `ENGINE_CORE_DEAD` (unless `sendDead` is false), flush pending outputs and close the sockets.
-   * Idempotent.
+   * Stop the loop, give pending output pushes up to `closeGraceMs` to complete, push `ENGINE_CORE_DEAD` (unless
+   * `sendDead` is false, or pushes were still blocked: then it is skipped) without waiting, and close the sockets
+   * (dropping whatever the gateway never read). Bounded by about `closeGraceMs`; idempotent; never rejects.
    */
   close(opts?: { sendDead?: boolean }): Promise<void>;
 }
 
 const DEFAULTS = { maxRunning: 64, kvTotalPages: 4096, maxModelLen: 32_768 } as const;
+
+/** Default of `SimEngineOptions.closeGraceMs`, in ms. */
+export const DEFAULT_CLOSE_GRACE_MS = 500;
+
+/**
+ * Batches waiting for the output PUSH at which the loop pauses (output backpressure). A push only waits once the
+ * PUSH's high-water mark (zeromq default 1000 messages) is reached, so in normal operation at most one is pending.
+ */
+export const OUTPUT_BACKLOG_PAUSE = 8;
+
+/** Resolves true when `p` settles within `ms` ms, false otherwise. Never rejects; clears its timer. */
+function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  const expired = new Promise<boolean>((resolve) => {
+    timer = setTimeout(() => resolve(false), ms);
+  });
+  return Promise.race([p.then(() => true, () => true), expired]).finally(() => clearTimeout(timer));
+}
 
 function describeError(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
@@ -112,6 +149,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   const maxRunning = opts.maxRunning ?? DEFAULTS.maxRunning;
   const kvTotalPages = opts.kvTotalPages ?? DEFAULTS.kvTotalPages;
   const maxModelLen = opts.maxModelLen ?? DEFAULTS.maxModelLen;
+  const closeGraceMs = opts.closeGraceMs ?? DEFAULT_CLOSE_GRACE_MS;
+  if (!Number.isFinite(closeGraceMs) || closeGraceMs < 0) throw new RangeError(`closeGraceMs must be a finite number ≥ 0, got ${closeGraceMs}`);
 
   let textModel = opts.textModel;
   let vocabSize = opts.vocabSize;
@@ -170,6 +209,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   const enableOutputLogprobs = opts.enableOutputLogprobs ?? true;
   const stats: SimEngineStats = {
     added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, batchesSent: 0, tokensGenerated: 0, sendErrors: 0,
+    pendingSends: 0, outputPauses: 0, outputPaused: false,
   };
   let stopping = false;
   let timer: NodeJS.Timeout | null = null;
@@ -185,19 +225,40 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       return;
     }
     for (const r of batch.rows) stats.tokensGenerated += r.outputIds.length;
+    stats.pendingSends += 1;
+    if (stats.pendingSends >= OUTPUT_BACKLOG_PAUSE && !stats.outputPaused) {
+      stats.outputPaused = true;
+      stats.outputPauses += 1;
+      log.warn(
+        { engineIndex: opts.engineIndex, pendingSends: stats.pendingSends },
+        'sim rank output is backed up (the gateway is not reading its PULL); pausing rounds',
+      );
+    }
     sends = sends.then(() => dialer.sendOutput(payload)).then(
       () => {
         stats.batchesSent += 1;
+        sendSettled();
       },
       (error: unknown) => {
         stats.sendErrors += 1;
         if (!stopping) log.warn({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank could not push a batch');
+        sendSettled();
       },
     );
   };
 
+  const sendSettled = (): void => {
+    stats.pendingSends -= 1;
+    if (stats.outputPaused && stats.pendingSends === 0) {
+      stats.outputPaused = false;
+      if (stopping) return;
+      log.info({ engineIndex: opts.engineIndex }, 'sim rank output drained; resuming rounds');
+      startRound();
+    }
+  };
+
   const startRound = (): void => {
-    if (stopping || timer !== null || !scheduler.hasWork()) return;
+    if (stopping || timer !== null || stats.outputPaused || !scheduler.hasWork()) return;
     const plan = scheduler.plan();
     if (plan.admission !== null) send(plan.admission);
     if (plan.plannedCount === 0) {
@@ -269,8 +330,18 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         clearTimeout(timer);
         timer = null;
       }
-      await sends;
-      if (closeOpts.sendDead ?? true) await dialer.sendEngineCoreDead();
+      // A push waits only while the gateway does not read its PULL: give it a short grace, never more.
+      const flushed = await settlesWithin(sends, closeGraceMs);
+      if (!flushed) {
+        log.warn(
+          { engineIndex: opts.engineIndex, pendingSends: stats.pendingSends, closeGraceMs },
+          'sim rank output is not being read; dropping pending batches and skipping ENGINE_CORE_DEAD',
+        );
+      } else if (closeOpts.sendDead ?? true) {
+        // Non-blocking (send timeout 0) and best effort: a failure is logged by the dialer.
+        await dialer.sendEngineCoreDead();
+      }
+      // Closing the PUSH fails a blocked push at once (zeromq triggers its poller on close).
       await dialer.close();
       log.info({ engineIndex: opts.engineIndex, ...stats }, 'sim rank stopped');
     })();

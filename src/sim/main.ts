@@ -6,15 +6,19 @@
  * Options (units: tokens, 16-token KV pages, ms): `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000), `--exit-with-parent`,
- * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout.
+ * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
+ * `LogSink`, so a dead reader can never keep the rank alive).
  *
- * On SIGTERM or SIGINT the rank pushes `ENGINE_CORE_DEAD` (engine-wire.md 1.7), closes its sockets and exits 0.
+ * On SIGTERM or SIGINT (or, with `--exit-with-parent`, when stdin closes) the rank pushes `ENGINE_CORE_DEAD`
+ * (engine-wire.md 1.7), closes its sockets and exits 0, within about `closeGraceMs` even when the gateway stopped
+ * reading its outputs (engine.ts).
  * Bad arguments exit 2 with a message on stderr; a failed handshake exits 1.
  */
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino, type Level } from 'pino';
 import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from './engine.js';
+import { LogSink, ignoreStdioErrors } from '../log-sink.js';
 import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
 
 /** A command-line mistake; the message names the option. */
@@ -135,11 +139,26 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   return { engine, logLevel: logLevel as Level | 'silent', exitWithParent: values['exit-with-parent'] === true };
 }
 
+/** How long a stopping rank waits for its last log lines to reach the (possibly dead) reader, in ms. */
+const LOG_DRAIN_MS = 300;
 /**
- * Run one rank until SIGTERM/SIGINT (or until its input socket fails), then exit. Returns the exit code it set:
- * 0 after a clean stop, 1 when the rank could not start, 2 on bad arguments.
+ * Hard bound on a stop, in ms after it began: if the rank has not finished closing by then (it should take at most
+ * about `closeGraceMs`), it exits anyway with code 1. The timer is unref'd, so it never keeps the process alive.
+ */
+const STOP_DEADLINE_MS = 5000;
+
+/**
+ * Run one rank until SIGTERM/SIGINT (or until its input socket fails, or stdin closes with `--exit-with-parent`),
+ * then return the exit code: 0 after a clean stop, 1 when the rank could not start, 2 on bad arguments.
+ *
+ * Shutdown never depends on logging: logs go through a `LogSink` (no exit hook; EPIPE drops them), stdout/stderr
+ * write errors are ignored, the engine is closed before anything is logged about it, and once a stop began a
+ * watchdog exits the process (code 1) after `STOP_DEADLINE_MS` whatever happens. With `--exit-with-parent` a stdin that
+ * closes before the handshake finished exits the process at once (code 1). Meant to run as the process's entry:
+ * the watchdog and the early exit call `process.exit`.
  */
 export async function simMain(argv: readonly string[]): Promise<number> {
+  ignoreStdioErrors();
   if (argv.includes('--help') || argv.includes('-h')) {
     process.stdout.write(SIM_USAGE);
     return 0;
@@ -151,17 +170,25 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     process.stderr.write(`tokenspeed-sim: ${error instanceof Error ? error.message : String(error)}\n`);
     return 2;
   }
-  const logger = pino({ level: args.logLevel, base: { pid: process.pid, engineIndex: args.engine.engineIndex } });
+  const sink = new LogSink({ fd: 1 });
+  const logger = pino({ level: args.logLevel, base: { pid: process.pid, engineIndex: args.engine.engineIndex } }, sink);
   let handle: SimEngineHandle | null = null;
-  let parentGone = false;
-  const onParentGone = (): void => {
-    if (parentGone) return;
-    parentGone = true;
-    logger.warn('stdin closed: the spawning process is gone; sim rank stopping');
-    // Before the handshake completes there is nothing to announce or flush: leave at once.
+  let stopping = false;
+  /** Begin the stop: close first, then log (a log line must never delay or prevent the stop). */
+  const stop = (why: string, fields: Record<string, unknown>, level: 'info' | 'warn'): void => {
+    if (stopping) return;
+    stopping = true;
+    // Nothing to announce or flush before the handshake finished: leave at once.
     if (handle === null) process.exit(1);
+    setTimeout(() => process.exit(1), STOP_DEADLINE_MS).unref();
     void handle.close();
+    try {
+      logger[level](fields, why);
+    } catch {
+      // logging is best effort
+    }
   };
+  const onParentGone = (): void => stop('stdin closed: the spawning process is gone; sim rank stopping', {}, 'warn');
   if (args.exitWithParent) {
     // Watched from the start, so a gateway that dies during the handshake does not leave this rank waiting for INIT.
     process.stdin.once('end', onParentGone);
@@ -172,19 +199,18 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     handle = await runSimEngine({ ...args.engine, logger });
   } catch (error) {
     logger.fatal({ err: error instanceof Error ? error.message : String(error) }, 'sim rank could not start');
+    await sink.drain(LOG_DRAIN_MS);
     return 1;
   }
   const h = handle;
-  const onSignal = (signal: NodeJS.Signals): void => {
-    logger.info({ signal }, 'sim rank stopping');
-    void h.close();
-  };
+  const onSignal = (signal: NodeJS.Signals): void => stop('sim rank stopping', { signal }, 'info');
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
   await h.closed;
   process.removeListener('SIGTERM', onSignal);
   process.removeListener('SIGINT', onSignal);
   if (args.exitWithParent) process.stdin.pause();
+  await sink.drain(LOG_DRAIN_MS);
   return 0;
 }
 

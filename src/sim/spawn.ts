@@ -50,6 +50,11 @@ export interface SimRankProcesses {
    * SIGKILL any still alive after the grace period. Idempotent; resolves when every child has exited.
    */
   stop(): Promise<void>;
+  /**
+   * Emergency teardown, synchronous: SIGKILL every rank that has not exited yet and return at once (no
+   * `ENGINE_CORE_DEAD`, no waiting). For a parent about to `process.exit()`; never throws.
+   */
+  killNow(): void;
 }
 
 /** Absolute path of the runnable entry (`main.ts` beside this file, or `main.js` if this file was compiled). */
@@ -155,6 +160,17 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
       stopping = true;
       stopped ??= Promise.all(ranks.map(stopOne)).then(() => undefined);
       return stopped;
+    },
+    killNow(): void {
+      stopping = true;
+      for (const r of ranks) {
+        if (r.child.exitCode !== null || r.child.signalCode !== null || r.child.pid === undefined) continue;
+        try {
+          r.child.kill('SIGKILL');
+        } catch {
+          // already gone
+        }
+      }
     },
   };
 }

@@ -1,0 +1,104 @@
+/**
+ * `model-gateway serve` with simulated ranks: a second SIGINT exits at once, yet leaves no simulated rank running and
+ * no ipc socket file behind (src/cli.ts second-signal path, `RunningGateway.emergencyStop()` in src/gateway.ts).
+ * The ranks are SIGSTOPped first so that the first signal's orderly shutdown cannot finish on its own: only the
+ * emergency teardown can end them.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { execFileSync, spawn } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { hangGuard } from './helpers.js';
+
+const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+
+/** The children of `pid` that run src/sim/main.ts. */
+function simRanksOf(pid: number): number[] {
+  let out = '';
+  try {
+    out = execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' });
+  } catch {
+    return []; // pgrep exits 1 when nothing matches
+  }
+  return out.split('\n').filter(Boolean).map(Number).filter((child) => {
+    try {
+      return readFileSync(`/proc/${child}/cmdline`, 'utf8').includes('sim/main.ts');
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** True while `pid` exists and is not a zombie (a SIGSTOPped process is alive). */
+function alive(pid: number): boolean {
+  try {
+    return !/^\d+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
+  } catch {
+    return false;
+  }
+}
+
+test('a second SIGINT SIGKILLs the simulated ranks and removes their ipc socket files before exiting', async () => {
+  const gw = spawn(
+    process.execPath,
+    ['--import', 'tsx', cliPath, 'serve', '--port', '0', '--sim', '2', '--log-level', 'info', '--sim-arg=--log-level', '--sim-arg=silent'],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const messages: Array<Record<string, unknown>> = [];
+  const waiters: Array<() => void> = [];
+  const lines = createInterface({ input: gw.stdout, crlfDelay: Infinity });
+  lines.on('line', (line) => {
+    try {
+      messages.push(JSON.parse(line) as Record<string, unknown>);
+    } catch {
+      return;
+    }
+    for (const w of waiters.splice(0)) w();
+  });
+  let stderr = '';
+  gw.stderr.on('data', (d: Buffer) => (stderr += d.toString()));
+  const exited = once(gw, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
+  const logged = async (re: RegExp): Promise<Record<string, unknown>> => {
+    for (;;) {
+      const m = messages.find((x) => typeof x.msg === 'string' && re.test(x.msg));
+      if (m !== undefined) return m;
+      if (gw.exitCode !== null || gw.signalCode !== null) throw new Error(`gateway exited before logging ${re}: ${stderr}`);
+      await new Promise<void>((r) => waiters.push(r));
+    }
+  };
+  let ranks: number[] = [];
+  let socketFiles: string[] = [];
+  try {
+    const bound = await hangGuard(logged(/^engine sockets bound; waiting for/), 60_000, 'sockets bound');
+    socketFiles = [bound.input, bound.output].map((a) => String(a).replace(/^ipc:\/\//, ''));
+    await hangGuard(logged(/^model-gateway listening on/), 60_000, 'gateway listening');
+    ranks = simRanksOf(gw.pid!);
+    assert.equal(ranks.length, 2, `expected 2 sim rank processes, found ${ranks.join(',')}`);
+    assert.ok(socketFiles.every((p) => existsSync(p)), `socket files ${socketFiles.join(', ')} exist while serving`);
+
+    for (const pid of ranks) process.kill(pid, 'SIGSTOP');
+    gw.kill('SIGINT');
+    await hangGuard(logged(/^shutting down$/), 30_000, 'first SIGINT handled');
+    gw.kill('SIGINT');
+    const [code, signal] = await hangGuard(exited, 30_000, 'gateway exit after the second SIGINT');
+    assert.deepEqual({ code, signal }, { code: 1, signal: null });
+    assert.match(stderr, /second SIGINT/);
+    // SIGKILL ends a stopped process too; the ranks were killed before the gateway exited.
+    await hangGuard(
+      (async () => {
+        while (ranks.some(alive)) await new Promise((r) => setTimeout(r, 50));
+      })(),
+      10_000,
+      'simulated ranks gone',
+    );
+    assert.deepEqual(socketFiles.filter((p) => existsSync(p)), [], 'no ipc socket file left');
+  } finally {
+    lines.close();
+    if (gw.exitCode === null && gw.signalCode === null) gw.kill('SIGKILL');
+    for (const pid of ranks.filter(alive)) process.kill(pid, 'SIGKILL');
+    for (const p of socketFiles) rmSync(p, { force: true });
+  }
+});
