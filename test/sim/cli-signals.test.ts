@@ -6,40 +6,17 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { hangGuard } from './helpers.js';
+import { alive, simRanksOf, waitAllGone } from '../helpers/processes.js';
 
 const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 
-/** The children of `pid` that run src/sim/main.ts. */
-function simRanksOf(pid: number): number[] {
-  let out = '';
-  try {
-    out = execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' });
-  } catch {
-    return []; // pgrep exits 1 when nothing matches
-  }
-  return out.split('\n').filter(Boolean).map(Number).filter((child) => {
-    try {
-      return readFileSync(`/proc/${child}/cmdline`, 'utf8').includes('sim/main.ts');
-    } catch {
-      return false;
-    }
-  });
-}
 
-/** True while `pid` exists and is not a zombie (a SIGSTOPped process is alive). */
-function alive(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-}
 
 test('a second SIGINT SIGKILLs the simulated ranks and removes their ipc socket files before exiting', async () => {
   const gw = spawn(

@@ -6,49 +6,22 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { execFileSync, spawn } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync, rmSync } from 'node:fs';
+import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../helpers/net.js';
 import { hangGuard } from '../helpers/async.js';
+import { alive, simRanksOf, waitAllGone } from '../helpers/processes.js';
 
 const parentScript = fileURLToPath(new URL('./fixtures/orphan-parent.ts', import.meta.url));
 
-function childrenOf(pid: number): number[] {
-  try {
-    return execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' }).split('\n').filter(Boolean).map(Number);
-  } catch {
-    return []; // pgrep exits 1 when nothing matches
-  }
-}
 
-/** The children of `pid` that run src/sim/main.ts (tsx may add a helper child). */
-function simRanksOf(pid: number): number[] {
-  return childrenOf(pid).filter((child) => {
-    try {
-      return readFileSync(`/proc/${child}/cmdline`, 'utf8').includes('sim/main.ts');
-    } catch {
-      return false;
-    }
-  });
-}
 
-/** True while `pid` runs (an exited rank whose new parent has not reaped it yet is a zombie: not alive). */
-function alive(pid: number): boolean {
-  try {
-    return !/^\d+ \(.*\) Z/s.test(readFileSync(`/proc/${pid}/stat`, 'utf8'));
-  } catch {
-    return false;
-  }
-}
 
-async function waitAllGone(pids: number[]): Promise<void> {
-  while (pids.some(alive)) await new Promise((r) => setTimeout(r, 50));
-}
 
 for (const level of ['silent', 'info'] as const) {
   for (const mode of ['serving', 'dialing'] as const) {
