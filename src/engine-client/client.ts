@@ -6,12 +6,19 @@
  * the DP rank of every request.
  *
  * Concurrency model (dp-routing.md section 12.3): every state change that must be atomic happens in one synchronous
- * block with no `await` inside: register → select → reserve → encode (submit), and store load → route → release →
- * clamp (dispatcher, per batch). The only `await`s are the link's sends and the output iterator.
+ * block with no `await` inside: register → select → reserve → encode (submit), and store load → wave → route →
+ * release → clamp (dispatcher, per batch). The only `await`s are the link's sends and the output iterator.
+ *
+ * Lockstep groups (dp-routing.md 13; `waves.ts`): after every successful ADD, and on a rank's start-wave request,
+ * START_DP_WAVE `[clock + 1, nil]` goes to every rank in list order. Failures (dp-routing.md 6 and 14.8; issue #3
+ * part 4): ENGINE_CORE_DEAD, a send timeout, 3 consecutive undecodable messages, the client-wide silence watchdog,
+ * a per-rank silence watchdog, and a send refused with EHOSTUNREACH (the rank's identity is gone; also probed after
+ * every `disconnect` hint) each fail the whole engine group: every live request gets the same terminal error and
+ * the client is closed for good (`isAlive()` false, `failed` emitted) while other groups' clients keep serving.
  */
 import { EventEmitter } from 'node:events';
 import { pino, type Logger } from 'pino';
-import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest } from '../protocols/types.js';
+import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest, WaveEvent } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
 import type { ConnectedEngine, EngineLink } from './link.js';
 import { EngineClientError, describeError } from './errors.js';
@@ -19,12 +26,21 @@ import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
 import { RoutingState } from './routing-state.js';
-import { SilenceWatchdog } from './watchdog.js';
+import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
+import { WaveClock } from './waves.js';
 
 /** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without dispatcher activity). */
 export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
 /** Consecutive undecodable messages that fail the client (dp-routing.md section 6; SMG PR #2175). */
 export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
+/**
+ * When the liveness probes go out after a `disconnect` hint, in ms after the hint (a new hint restarts the series).
+ * Several rounds because libzmq drops a vanished peer's ROUTER pipe asynchronously: a send processes pending socket
+ * commands only when about a millisecond has passed since it last did (libzmq `process_commands` throttling), so a
+ * probe sent right after the hint may still be accepted into the dying pipe (measured over ipc with zeromq 6.8.0:
+ * the immediate probe succeeded, one a few ms later failed with EHOSTUNREACH). Later rounds are certain to see it.
+ */
+export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([0, 20, 200, 1000]);
 
 /**
  * Constructor options.
@@ -32,7 +48,8 @@ export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
  * - `link`: the connected socket set (after the handshake); the client owns it from now on and closes it on
  *   `close()` or on any fail_all.
  * - `policy`: the unpinned rank-selection policy (default `createLoadPolicy()`, SMG's DP scorer).
- * - `silenceTimeoutMs`: silence-watchdog timeout in ms (default 300 000; must be a positive finite number).
+ * - `silenceTimeoutMs`: silence timeout in ms (default 300 000; must be a positive finite number), used by both the
+ *   client-wide watchdog (dp-routing.md 6) and the per-rank watchdogs (14.8).
  * - `logger`: pino logger (default: silent).
  */
 export interface EngineClientOptions {
@@ -61,7 +78,8 @@ export interface SubmitOptions {
  * - `inFlight`: size of the in-flight set (requests routed there and not yet retired); 0 when idle.
  * - `load`: the stored load (a copy; raw last report, except that the release clamp may have zeroed the queue
  *   counts), or null before the first report.
- * - `dispatchedPinned` / `dispatchedUnpinned`: ADDs successfully sent to this rank (pinned / scored).
+ * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank (ADD sent and, for a lockstep group,
+ *   the group woken), pinned / scored.
  * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
  */
 export interface RankState {
@@ -80,7 +98,9 @@ export interface RankState {
  * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank
  *   (dp-routing.md section 14.6).
  * - `failures`: fail_all events by cause: `engine-core-dead`, `output-closed`, `output-error`, `output-ended`,
- *   `send-timeout`, `abort-send-failed`, `watchdog`, `decode-errors`.
+ *   `send-timeout`, `abort-send-failed`, `watchdog` (client-wide silence), `rank-silent` (per-rank silence, 14.8),
+ *   `peer-unreachable` (a send refused with EHOSTUNREACH), `probe-send-failed`, `wave-send-failed`,
+ *   `decode-errors`. At most one entry is ever counted: fail_all happens once.
  */
 export interface ClientStats {
   decodeErrors: number;
@@ -101,8 +121,33 @@ interface RankCounters {
   clamps: number;
 }
 
-function isSendTimeout(err: unknown): boolean {
-  return err instanceof Error && err.name === 'SendTimeoutError';
+/**
+ * How a failed link send is treated (dp-routing.md 6, 14.8):
+ * - `timeout`: `SendTimeoutError` (engine-wire.md 1.9, SMG PR #2094);
+ * - `unreachable`: a `TransportError` with code `EHOSTUNREACH`: the input ROUTER has `mandatory` on
+ *   (src/transport/zmq-link.ts), so this means no connected peer has the rank's identity any more: the rank died;
+ * - `other`: anything else.
+ * Matched by `name` / `code` so the client needs no runtime import of src/transport.
+ */
+type SendErrorClass = 'timeout' | 'unreachable' | 'other';
+
+function classifySendError(err: unknown): SendErrorClass {
+  if (err instanceof Error && err.name === 'SendTimeoutError') return 'timeout';
+  if (err instanceof Error && (err as { code?: unknown }).code === 'EHOSTUNREACH') return 'unreachable';
+  return 'other';
+}
+
+/**
+ * A classified send failure: `error` is what the caller reports; `handled` = the client already failed or was
+ * closed (fail_all ran, nothing is left to roll back); otherwise the caller applies its own consequence.
+ */
+interface SendFailure {
+  error: EngineClientError;
+  handled: boolean;
+}
+
+function rankName(engine: ConnectedEngine): string {
+  return String(engine.engineIndex ?? '?');
 }
 
 function abortReason(signal: AbortSignal): unknown {
@@ -132,6 +177,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly counters = new Map<number, RankCounters>();
   private consecutiveDecodeErrors = 0;
   private readonly watchdog: SilenceWatchdog;
+  private readonly rankWatchdogs: RankSilenceWatchdogs;
+  private readonly waves: WaveClock;
+  private readonly probeTimers = new Set<ReturnType<typeof setTimeout>>();
   private closeReason: EngineClientError | null = null;
   private closing: Promise<void> | null = null;
   private readonly dispatcherDone: Promise<void>;
@@ -153,6 +201,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.releaseClamp = this.policy.releaseClamp ?? true;
     this.silenceTimeoutMs = silence;
     this.watchdog = new SilenceWatchdog(silence, () => this.onSilence());
+    this.rankWatchdogs = new RankSilenceWatchdogs(silence, (rank) => this.onRankSilent(rank));
+    this.waves = new WaveClock(this.engines);
     this.logger = opts.logger ?? pino({ level: 'silent' });
     for (const e of this.engines) {
       if (e.engineIndex !== null && !this.counters.has(e.engineIndex)) {
@@ -180,6 +230,19 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return Math.max(0, this.maxModelLen - this.protocol.reservedContextTokens);
   }
 
+  /**
+   * True when the group steps in lockstep: some rank's ready response has `dataParallelSize > 1` (dp-routing.md
+   * 13.1, engine-wire.md 5.12). Then every submit wakes the whole group.
+   */
+  get lockstep(): boolean {
+    return this.waves.lockstep;
+  }
+
+  /** The wave clock (dp-routing.md 13.1; a wave number ≥ 0, starting at 0), or null for a non-lockstep group. */
+  get waveClock(): number | null {
+    return this.waves.value;
+  }
+
   /** Number of registered (live) requests. */
   get registeredCount(): number {
     return this.registry.size;
@@ -192,17 +255,21 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /**
    * Submit one request (dp-routing.md section 3). Synchronously, before the first `await`: validate, register,
-   * select a rank and reserve its in-flight slot (one step), encode; then send `[identity, 00, payload]` through the
-   * link and resolve with the request's stream. Every failure rolls back synchronously (registry entry removed,
-   * slot released) and rejects with an `EngineClientError`:
-   * `client-closed` (closed client, no engines, or the client failed while the send was pending),
-   * `duplicate-request-id`, `invalid-dp-rank`, `encode` (also for an empty request id), `transport` (send failed),
-   * `engine-dead` (send timeout; this also fails every other request, section 6). A pre-aborted `signal` rejects
-   * with its reason, as does a signal that fires while the send is pending (the ABORT is sent in that case).
+   * select a rank and reserve its in-flight slot (one step), encode (with the pinned rank as `AddTarget.dpRank`, so
+   * vLLM sets `data_parallel_rank`; gateway.md 14); then send `[identity, 00, payload]` through the link, wake the
+   * group if it is lockstep (step 6, dp-routing.md 13.2: clock + 1, START_DP_WAVE `[clock, nil]` to every rank in
+   * list order, the holder included) and resolve with the request's stream. Every failure rolls back synchronously
+   * (registry entry removed, slot released; a failed wake also sends an ABORT for the request, its result ignored)
+   * and rejects with an `EngineClientError`:
+   * `client-closed` (closed client, no engines, or the client failed while a send was pending),
+   * `duplicate-request-id`, `invalid-dp-rank`, `encode` (also for an empty request id), `transport` (a send failed),
+   * `engine-dead` (a send timed out or was refused with EHOSTUNREACH; this also fails every other request,
+   * section 6 / 14.8). A pre-aborted `signal` rejects with its reason, as does a signal that fires while a send is
+   * pending (the ABORT is sent in that case).
    */
   async submit(request: GenerateRequest, options: SubmitOptions = {}): Promise<RequestStream> {
     const { dpRank, signal } = options;
-    // 1. Validate (TokenSpeed: nothing protocol-specific at this level).
+    // 1. Validate (TokenSpeed and vLLM text requests: nothing protocol-specific at this level).
     if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
     }
@@ -212,14 +279,15 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
     // 2. Register before any reservation (section 3 step 2, section 7).
     let detachSignal: () => void = () => {};
+    const promptTokens = Array.isArray(request.promptTokenIds) ? request.promptTokenIds.length : 0;
     const stream: RequestStreamImpl = new RequestStreamImpl(
       id,
+      promptTokens,
       () => this.abandon(entry),
       () => detachSignal(),
     );
     const entry: RegistryEntry = { requestId: id, stream, engine: null, engineIndex: null };
     this.registry.register(entry);
-    this.touchWatchdog(false);
 
     // 3. Select and reserve in the same synchronous step (section 9, section 12.3 rule 1).
     let engine: ConnectedEngine;
@@ -233,11 +301,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     entry.engine = engine;
     entry.engineIndex = engine.engineIndex;
     stream.engineIndex = engine.engineIndex;
+    // Armed after the rank's own watchdog (selectAndReserve), so when everything is silent the per-rank one fires
+    // first and names the rank.
+    this.touchWatchdog(false);
 
-    // 4. Encode.
+    // 4. Encode. The pinned rank is the only target information a payload carries (gateway.md 14).
     let payload: Uint8Array;
     try {
-      payload = this.protocol.encodeAdd(request);
+      payload = this.protocol.encodeAdd(request, { dpRank: pinned ? engine.engineIndex : null });
     } catch (err) {
       const e = new EngineClientError('encode', `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`, {
         cause: err,
@@ -257,34 +328,31 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     try {
       await this.link.send(engine.identity, RequestType.ADD, payload);
     } catch (err) {
-      if (this.registry.closed) {
-        const e = this.clientClosedError();
-        this.rollback(entry, e);
-        throw e;
-      }
-      if (isSendTimeout(err)) {
-        const e = new EngineClientError(
-          'engine-dead',
-          `sending request ${JSON.stringify(id)} to DP rank ${engine.engineIndex ?? '?'} timed out: ${describeError(err)}`,
-          { cause: err, requestId: id },
-        );
-        this.failAll(e, 'send-timeout');
-        throw e;
-      }
-      const e = new EngineClientError(
-        'transport',
-        `sending request ${JSON.stringify(id)} to DP rank ${engine.engineIndex ?? '?'} failed: ${describeError(err)}`,
-        { cause: err, requestId: id },
-      );
-      this.rollback(entry, e);
-      throw e;
+      const f = this.sendFailed(err, `sending request ${JSON.stringify(id)} to DP rank ${rankName(engine)}`, id);
+      if (!f.handled) this.rollback(entry, f.error);
+      throw f.error;
     }
     // The client failed or closed while this ADD was queued (section 12.3 rule 4): queued sends fail with
     // client-closed (the message names the original failure; the stream itself already received it).
     if (this.registry.closed) throw this.clientClosedError();
     if (signal?.aborted) throw abortReason(signal);
 
-    // 6. No lockstep waves for TokenSpeed (section 13); 7. return the stream.
+    // 6. Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a non-lockstep group).
+    if (this.waves.lockstep) {
+      const failure = await this.wakeGroup();
+      if (failure) {
+        if (!failure.handled) {
+          const live = this.registry.get(id) === entry; // not already finished by the engine
+          this.rollback(entry, failure.error);
+          if (live) this.sendAbort(engine, id).catch(() => {}); // section 3 step 6: its result is ignored
+        }
+        throw failure.error;
+      }
+      if (this.registry.closed) throw this.clientClosedError();
+      if (signal?.aborted) throw abortReason(signal);
+    }
+
+    // 7. Return the stream.
     if (engine.engineIndex !== null) {
       const c = this.counters.get(engine.engineIndex);
       if (c) {
@@ -380,7 +448,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
           { dpRank, engineCount: engines.length, validRanks },
         );
       }
-      this.routing.reserve(engine.engineIndex, id);
+      this.reserve(engine.engineIndex, id);
       return { engine, pinned: true };
     }
     if (engines.length === 0) throw new EngineClientError('client-closed', 'no engines connected');
@@ -396,19 +464,30 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       );
     }
     const engine = engines[pos];
-    if (engine.engineIndex !== null) this.routing.reserve(engine.engineIndex, id);
+    if (engine.engineIndex !== null) this.reserve(engine.engineIndex, id);
     return { engine, pinned: false };
   }
 
   // ---------------------------------------------------------------------------------------------------------------
   // Retirement (dp-routing.md sections 5, 10)
 
-  /** `release(rank, ids)` with the clamp setting of the policy; counts clamp events. */
+  /** Add `id` to `inflight[rank]` and arm the rank's silence watchdog if it was idle (14.8). */
+  private reserve(rank: number, id: string): void {
+    this.routing.reserve(rank, id);
+    this.syncRankWatchdog(rank, false);
+  }
+
+  /**
+   * `release(rank, ids)` with the clamp setting of the policy; counts clamp events; disarms the rank's silence
+   * watchdog when its in-flight set empties. Every shrink of an in-flight set goes through here (or
+   * `clearInFlight` on fail_all / close, which stop every watchdog).
+   */
   private release(rank: number, ids: Iterable<string>): void {
     if (this.routing.release(rank, ids, this.releaseClamp)) {
       const c = this.counters.get(rank);
       if (c) c.clamps++;
     }
+    this.syncRankWatchdog(rank, false);
   }
 
   /** Remove `entry` if it is still live and release its slot on the recorded rank. Returns whether it was live. */
@@ -457,23 +536,96 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       await this.link.send(engine.identity, RequestType.ABORT, payload);
       this.stats.abortsSent++;
     } catch (err) {
-      if (this.registry.closed) throw this.clientClosedError();
-      const rank = engine.engineIndex ?? '?';
-      if (isSendTimeout(err)) {
-        const e = new EngineClientError('engine-dead', `ABORT to DP rank ${rank} timed out: ${describeError(err)}`, {
-          cause: err,
-          requestId,
-        });
-        this.failAll(e, 'send-timeout');
-        throw e;
-      }
-      const e = new EngineClientError('transport', `ABORT to DP rank ${rank} failed: ${describeError(err)}`, {
-        cause: err,
-        requestId,
-      });
-      this.failAll(e, 'abort-send-failed');
-      throw e;
+      const f = this.sendFailed(err, `ABORT to DP rank ${rankName(engine)}`, requestId);
+      if (!f.handled) this.failAll(f.error, 'abort-send-failed');
+      throw f.error;
     }
+  }
+
+  /**
+   * Classify a failed send and apply the consequences every send shares (dp-routing.md 6, 14.8):
+   * - the client is already closed or failed → `client-closed` naming the original failure (handled);
+   * - send timeout → fail_all with `engine-dead` (cause `send-timeout`; engine-wire.md 1.9, SMG PR #2094) (handled);
+   * - EHOSTUNREACH → the rank's identity is no longer connected (the ROUTER has `mandatory` on, zmq-link.ts), so the
+   *   rank is dead: fail_all with `engine-dead` (cause `peer-unreachable`; issue #3 part 4, 14.8) (handled);
+   * - anything else → a `transport` error the caller applies (not handled).
+   * `what` names the send ("ABORT to DP rank 1"); every message starts with it.
+   */
+  private sendFailed(err: unknown, what: string, requestId?: string): SendFailure {
+    if (this.registry.closed) return { error: this.clientClosedError(), handled: true };
+    const details = requestId === undefined ? { cause: err } : { cause: err, requestId };
+    switch (classifySendError(err)) {
+      case 'timeout': {
+        const e = new EngineClientError('engine-dead', `${what} timed out: ${describeError(err)}`, details);
+        this.failAll(e, 'send-timeout');
+        return { error: e, handled: true };
+      }
+      case 'unreachable': {
+        const e = new EngineClientError(
+          'engine-dead',
+          `${what} failed: the rank is gone (EHOSTUNREACH: no connected engine has its identity): ${describeError(err)}`,
+          details,
+        );
+        this.failAll(e, 'peer-unreachable');
+        return { error: e, handled: true };
+      }
+      default:
+        return { error: new EngineClientError('transport', `${what} failed: ${describeError(err)}`, details), handled: false };
+    }
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
+  // Lockstep waves (dp-routing.md section 13)
+
+  /**
+   * `wake_group()` (13.2): clock + 1, then START_DP_WAVE `[clock, nil]` (engine-wire.md 5.7) to EVERY engine in list
+   * (identity) order, the holder of the new request included. All sends are queued in the same synchronous step,
+   * so the link's FIFO keeps them in order and together. Nothing when the group is not lockstep; the clock ticks
+   * but nothing is sent when the protocol has no wave message (TokenSpeed; 13.2 inferred). Never rejects: resolves
+   * with null on success, else with the failure (a timeout or EHOSTUNREACH on any rank has already failed the
+   * client; for several failures the fatal one wins).
+   */
+  private async wakeGroup(): Promise<SendFailure | null> {
+    const wave = this.waves.bump();
+    if (wave === null || this.protocol.encodeStartWave === undefined) return null;
+    let payload: Uint8Array;
+    try {
+      payload = this.protocol.encodeStartWave(wave);
+    } catch (err) {
+      const e = new EngineClientError('encode', `cannot encode START_DP_WAVE [${wave}, nil]: ${describeError(err)}`, { cause: err });
+      return { error: e, handled: false };
+    }
+    const sends = this.engines.map((engine) =>
+      this.link.send(engine.identity, RequestType.START_DP_WAVE, payload).then(
+        () => null,
+        (err: unknown) => ({ engine, err }),
+      ),
+    );
+    const failed = (await Promise.all(sends)).filter((f) => f !== null);
+    if (failed.length === 0) return null;
+    const first = failed.find((f) => classifySendError(f.err) !== 'other') ?? failed[0];
+    return this.sendFailed(first.err, `START_DP_WAVE [${wave}, nil] to DP rank ${rankName(first.engine)}`);
+  }
+
+  /**
+   * `observe_wave(event)` (13.3), dispatcher step 3: complete(w) → clock ← max(clock, w + 1), no wake; start(w) →
+   * clock ← max(clock, w), then `wake_group()` (a failed wake fails the client: the dispatcher has no caller to
+   * hand it to, 14.8 "always fail_all"). A non-lockstep group logs and ignores the event (13.1).
+   */
+  private observeWave(rank: number, event: WaveEvent): void {
+    const decision = this.waves.observe(event);
+    if (decision === 'ignored') {
+      this.logger.warn(
+        { engineIndex: rank, wave: event },
+        'wave notification from a group that is not lockstep ignored (no rank reported data_parallel_size > 1; dp-routing.md 13.1)',
+      );
+      return;
+    }
+    this.logger.debug({ engineIndex: rank, wave: event, clock: this.waves.value }, 'wave notification applied');
+    if (decision !== 'wake') return;
+    void this.wakeGroup().then((f) => {
+      if (f && !f.handled) this.failAll(f.error, 'wave-send-failed');
+    });
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -506,8 +658,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
             // A hint, not proof of death (link.ts); deliberately does not re-arm the watchdog. The link reports
             // disconnects of both data sockets (input ROUTER and output PULL) and `address` is the gateway's own
             // bound endpoint of the socket concerned; the link seam does not expose its endpoints, so the message
-            // names the address rather than guessing the socket.
+            // names the address rather than guessing the socket. Which rank went away is unknown: probe them all.
             this.logger.warn({ address: msg.address }, `engine peer disconnected from the gateway socket bound at ${msg.address}`);
+            this.scheduleProbes(msg.address);
             break;
         }
         if (this.registry.closed) return;
@@ -571,15 +724,20 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.consecutiveDecodeErrors = 0;
     const rank = batch.engineIndex;
     if (batch.load) this.routing.storeLoad(rank, batch.load);
+    if (batch.wave) this.observeWave(rank, batch.wave);
 
     const finished = new Set<string>(batch.finishedRequestIds);
     const retiredOn = new Map<string, number | null>();
+    // Ranks this batch proves alive (14.8): the named one, plus the recorded rank of every live request it carries
+    // (request ids are unique per client, so only that rank can have produced the row, even if it misnames itself).
+    const heardFrom = new Set<number>([rank]);
     let mismatches = 0;
     for (const out of batch.outputs) {
       const terminal = out.finishReason !== null;
       if (terminal) finished.add(out.requestId);
       const entry = this.registry.get(out.requestId);
       if (!entry) continue; // unknown or already retired (e.g. aborted): dropped silently (section 2)
+      if (entry.engineIndex !== null) heardFrom.add(entry.engineIndex);
       if (entry.engineIndex !== null && entry.engineIndex !== rank) mismatches++;
       if (terminal) {
         this.registry.removeEntry(entry);
@@ -593,6 +751,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     for (const id of finished) {
       const entry = this.registry.remove(id);
       if (!entry) continue;
+      if (entry.engineIndex !== null) heardFrom.add(entry.engineIndex);
       if (entry.engineIndex !== null && entry.engineIndex !== rank) mismatches++;
       retiredOn.set(id, entry.engineIndex);
       entry.stream.closeWithoutTerminal();
@@ -602,6 +761,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     for (const [id, recorded] of retiredOn) {
       if (recorded !== null && recorded !== rank) this.release(recorded, [id]);
     }
+    for (const r of heardFrom) this.syncRankWatchdog(r, true);
     if (mismatches > 0) {
       this.stats.rankMismatches += mismatches;
       this.logger.warn(
@@ -653,6 +813,87 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   private clearWatchdog(): void {
     this.watchdog.stop();
+    this.rankWatchdogs.stopAll();
+    for (const t of this.probeTimers) clearTimeout(t);
+    this.probeTimers.clear();
+  }
+
+  /**
+   * Per-rank watchdog sync (14.8): live = the client is open and `inflight[rank]` is non-empty; `reset` = this rank
+   * was just heard from.
+   */
+  private syncRankWatchdog(rank: number, reset: boolean): void {
+    this.rankWatchdogs.touch(rank, !this.registry.closed && this.routing.inFlightCount(rank) > 0, reset);
+  }
+
+  /**
+   * A rank held in-flight requests and sent nothing for `silenceTimeoutMs` (14.8 "going beyond"; issue #3 part 4:
+   * SIGKILL sends no ENGINE_CORE_DEAD and the other ranks' output keeps the client-wide watchdog quiet). The whole
+   * engine group fails with engine-dead (cause `rank-silent`), as for every other engine failure: the client is
+   * one group, and the gateway rebuilds it (dp-routing.md 6).
+   */
+  private onRankSilent(rank: number): void {
+    const held = this.routing.inFlightCount(rank);
+    if (this.registry.closed || held === 0) return;
+    this.failAll(
+      new EngineClientError(
+        'engine-dead',
+        `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) ` +
+          '(per-rank silence watchdog); failing its engine group',
+      ),
+      'rank-silent',
+    );
+  }
+
+  /**
+   * After a `disconnect` hint: one probe round now and one at each later delay of {@link PROBE_SCHEDULE_MS}; a new
+   * hint cancels the pending rounds and starts the series again. Timers are unref'd and cleared by fail_all/close.
+   */
+  private scheduleProbes(address: string): void {
+    for (const t of this.probeTimers) clearTimeout(t);
+    this.probeTimers.clear();
+    for (const delay of PROBE_SCHEDULE_MS) {
+      if (delay <= 0) {
+        this.probeRanks(address);
+        continue;
+      }
+      const timer = setTimeout(() => {
+        this.probeTimers.delete(timer);
+        this.probeRanks(address);
+      }, delay);
+      if (typeof timer === 'object' && typeof timer.unref === 'function') timer.unref();
+      this.probeTimers.add(timer);
+    }
+  }
+
+  /**
+   * One probe round after a `disconnect` hint (zeromq saw a peer of the input ROUTER or output PULL go away, without
+   * saying which): send a harmless probe, an ABORT with the empty list `[]` (engine-wire.md 4.7: valid, aborts
+   * nothing), to every rank. The input ROUTER has `mandatory` on, so a probe to a vanished identity is refused with EHOSTUNREACH and
+   * `sendFailed` fails the group (cause `peer-unreachable`); a timeout fails it too (send-timeout); any other send
+   * failure fails it as a transport error (cause `probe-send-failed`; 14.8 "always fail_all"). Live ranks just drop
+   * the empty ABORT. Probes are not counted in `stats.abortsSent`. Sent even when idle, so /health turns unhealthy
+   * as soon as a rank is gone, not at the next request.
+   */
+  private probeRanks(address: string): void {
+    if (this.registry.closed) return;
+    let payload: Uint8Array;
+    try {
+      payload = this.protocol.encodeAbort([]);
+    } catch (err) {
+      this.logger.error({ err }, 'cannot encode the empty ABORT liveness probe');
+      return;
+    }
+    for (const engine of this.engines) {
+      this.link.send(engine.identity, RequestType.ABORT, payload).then(
+        () => {},
+        (err: unknown) => {
+          const what = `liveness probe (empty ABORT) to DP rank ${rankName(engine)} after a peer disconnect at ${address}`;
+          const f = this.sendFailed(err, what);
+          if (!f.handled) this.failAll(f.error, 'probe-send-failed');
+        },
+      );
+    }
   }
 
   private onSilence(): void {

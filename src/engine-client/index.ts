@@ -5,6 +5,7 @@ export {
   EngineClient,
   DEFAULT_SILENCE_TIMEOUT_MS,
   MAX_CONSECUTIVE_DECODE_ERRORS,
+  PROBE_SCHEDULE_MS,
   type EngineClientOptions,
   type SubmitOptions,
   type RankState,

@@ -6,7 +6,7 @@
  * sink would let one slow consumer stall every other request and, through back-pressure, the engine); memory per
  * request is bounded by its token limit.
  */
-import type { EngineOutput } from '../protocols/types.js';
+import type { EngineOutput, EngineOutputRow } from '../protocols/types.js';
 import { streamClosedError } from './errors.js';
 
 /**
@@ -38,6 +38,12 @@ const DONE: IteratorResult<EngineOutput> = Object.freeze({ done: true, value: un
  * The stream/sink pair for one request. Created by the client at registration (section 3 step 2).
  * `onAbandon` is called once, synchronously, when the consumer gives up an unfinished stream (cancel / return /
  * AbortSignal); the client then retires the request and sends the ABORT.
+ *
+ * Token counts: the sink receives decoded rows (`EngineOutputRow`, counts null where the engine did not report
+ * them; engine-wire.md 5.9) and the reader gets complete `EngineOutput`s. The stream keeps, per request: the
+ * completion count (the engine's cumulative `completion_tokens` when reported, else the previous count plus this
+ * row's new tokens), and the last reported prompt and cached counts (before any report: the prompt length the
+ * gateway sent, and 0). This is the per-request state vLLM's protocol used to hold (src/protocols/vllm/protocol.ts).
  */
 export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOutput> {
   readonly requestId: string;
@@ -52,14 +58,22 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   private consumerDone = false;
   private readonly onAbandon: () => void;
   private readonly onSinkDone: () => void;
+  /** Tokens: last reported prompt length (initially the submitted prompt's length). */
+  private promptTokens: number;
+  /** Tokens generated so far (reported cumulative count, or the running total of new tokens). */
+  private completionTokens = 0;
+  /** Tokens: last reported prefix-cache hit count. */
+  private cachedTokens = 0;
 
   /**
    * @param requestId the engine request id.
+   * @param promptTokens the submitted prompt's length in tokens (the prompt count until the engine reports one).
    * @param onAbandon called once when an unfinished stream is cancelled.
    * @param onSinkDone called once when the sink receives its last item (used to detach an AbortSignal listener).
    */
-  constructor(requestId: string, onAbandon: () => void, onSinkDone: () => void = () => {}) {
+  constructor(requestId: string, promptTokens: number, onAbandon: () => void, onSinkDone: () => void = () => {}) {
     this.requestId = requestId;
+    this.promptTokens = promptTokens;
     this.onAbandon = onAbandon;
     this.onSinkDone = onSinkDone;
   }
@@ -70,13 +84,22 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   }
 
   /**
-   * Sink: append one output (terminal outputs end the sink). Returns false when the output was not delivered
-   * because the sink already finished or the consumer is gone (section 2 "route").
+   * Sink: fill the row's token counts (see the class docs) and append it (terminal outputs end the sink). Returns
+   * false when the output was not delivered because the sink already finished or the consumer is gone (section 2
+   * "route").
    */
-  deliver(output: EngineOutput): boolean {
+  deliver(row: EngineOutputRow): boolean {
     if (this.sinkDone) return false;
-    const terminal = output.finishReason !== null;
-    if (terminal) this.markSinkDone();
+    this.completionTokens = row.completionTokens ?? this.completionTokens + row.newTokenIds.length;
+    if (row.promptTokens !== null) this.promptTokens = row.promptTokens;
+    if (row.cachedTokens !== null) this.cachedTokens = row.cachedTokens;
+    const output: EngineOutput = {
+      ...row,
+      promptTokens: this.promptTokens,
+      completionTokens: this.completionTokens,
+      cachedTokens: this.cachedTokens,
+    };
+    if (output.finishReason !== null) this.markSinkDone();
     this.push({ output });
     return true;
   }

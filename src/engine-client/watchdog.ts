@@ -46,3 +46,41 @@ export class SilenceWatchdog {
     }
   }
 }
+
+/**
+ * Per-rank silence watchdogs (dp-routing.md 14.8, "going beyond": track the last output time per rank while that
+ * rank has in-flight requests). The client-wide watchdog above is reset by **any** rank's output, so one rank
+ * killed with SIGKILL among live ranks is never detected; one timer per rank closes that gap.
+ * - `touch(rank, live, reset)`: `live` = the rank's in-flight set is non-empty (dp-routing.md 10.1). Same rules as
+ *   `SilenceWatchdog.touch`: not live → disarm; live and (`reset` or not armed) → (re)start the full timeout. The
+ *   client resets a rank's timer only for a batch that names that rank (`engine_index`), so the silence period of
+ *   a rank starts at the later of its last output and the moment it received a request while idle.
+ * - `onSilent(rank)` runs once per expiry.
+ * - `stopAll()`: disarm every rank (fail_all, close).
+ * Timers are unref'd and use the global `setTimeout` (node:test mock timers drive them).
+ */
+export class RankSilenceWatchdogs {
+  private readonly watchdogs = new Map<number, SilenceWatchdog>();
+
+  /** @param timeoutMs silence allowed per rank, in ms (positive); @param onSilent called with the silent rank. */
+  constructor(
+    readonly timeoutMs: number,
+    private readonly onSilent: (rank: number) => void,
+  ) {}
+
+  /** Keep `rank`'s timer in step with its in-flight set (see the class docs). */
+  touch(rank: number, live: boolean, reset: boolean): void {
+    let w = this.watchdogs.get(rank);
+    if (!w) {
+      if (!live) return;
+      w = new SilenceWatchdog(this.timeoutMs, () => this.onSilent(rank));
+      this.watchdogs.set(rank, w);
+    }
+    w.touch(live, reset);
+  }
+
+  /** Disarm every rank. Idempotent. */
+  stopAll(): void {
+    for (const w of this.watchdogs.values()) w.stop();
+  }
+}

@@ -24,36 +24,82 @@ export interface EngineLoad {
  */
 export type FinishReason = 'stop' | 'length' | 'abort' | 'error';
 
-/** One per-request result inside a batch (one row of `BatchTokenIDOutSlim`, or one vLLM `EngineCoreOutput`). */
-export interface EngineOutput {
-  /** The engine request id (`rid` / `request_id`). */
+/**
+ * The per-request fields every output has, however far it has travelled (engine-wire.md 4.8, 5.9).
+ * - `requestId`: the engine request id (`rid` / `request_id`).
+ * - `newTokenIds`: new token ids since this request's previous output (not cumulative).
+ * - `finishReason`: null while the request is still running; the output is terminal iff this is non-null.
+ * - `logprobs`: log-probability (natural log) of each token in `newTokenIds`; empty when not requested. May hold
+ *   -Infinity/NaN.
+ * - `stopReason`: what ended a `stop` finish, when the engine says (vLLM `stop_reason`, engine-wire.md 5.9: the
+ *   matched stop token id as a number, the matched stop string as a string, null for EOS/none); absent for engines
+ *   that do not report it (TokenSpeed).
+ */
+export interface EngineOutputBase {
   requestId: string;
-  /** New token ids since this request's previous output (not cumulative). */
   newTokenIds: number[];
-  /** Null while the request is still running; the output is terminal iff this is non-null. */
   finishReason: FinishReason | null;
-  /** Prompt length in tokens (0 when the engine did not say). */
-  promptTokens: number;
-  /** Cumulative generated tokens so far. */
-  completionTokens: number;
-  /** Prompt tokens served from the prefix cache. */
-  cachedTokens: number;
-  /** Log-probability (natural log) of each token in `newTokenIds`; empty when not requested. May hold -Infinity/NaN. */
   logprobs: number[];
+  stopReason?: number | string | null;
+}
+
+/**
+ * One per-request result **as a protocol decodes it** (one row of `BatchTokenIDOutSlim`, or one vLLM
+ * `EngineCoreOutput`), inside an `EngineBatch`. Token counts (tokens) are null when the engine did not report them
+ * in this output, and protocols hold no per-request state to fill them (engine-wire.md 5.9: vLLM sends no
+ * cumulative completion count, and prompt/cached counts only in `prefill_stats`). The engine client's per-request
+ * stream fills them (see `EngineOutput`).
+ * - `promptTokens`: prompt length; TokenSpeed: every row (4.8); vLLM: `prefill_stats.num_prompt_tokens` or null.
+ * - `completionTokens`: cumulative generated tokens so far; TokenSpeed: every row; vLLM: always null.
+ * - `cachedTokens`: prompt tokens served from the prefix cache; TokenSpeed: every row; vLLM: from `prefill_stats`.
+ */
+export interface EngineOutputRow extends EngineOutputBase {
+  promptTokens: number | null;
+  completionTokens: number | null;
+  cachedTokens: number | null;
+}
+
+/**
+ * One per-request result **as the request's stream yields it** (dp-routing.md section 4): the decoded row with
+ * every token count filled in by the engine client, so consumers (the HTTP layer, usage reporting) always see
+ * numbers (tokens):
+ * - `promptTokens`: the last value the engine reported for this request, else the prompt length the gateway sent;
+ * - `completionTokens`: the engine's cumulative count when reported, else the running total of `newTokenIds` over
+ *   the request's outputs (continuing from the last reported count);
+ * - `cachedTokens`: the last value the engine reported for this request, else 0.
+ */
+export interface EngineOutput extends EngineOutputBase {
+  promptTokens: number;
+  completionTokens: number;
+  cachedTokens: number;
+}
+
+/**
+ * A wave notification carried by an output message (engine-wire.md 5.8, 5.12; dp-routing.md 13.3): `complete` = the
+ * lockstep group drained wave `wave` and parked (`wave_complete`); `start` = a rank received a request for an
+ * already-drained wave and asks the group to start wave `wave` (`start_wave`). `wave` is a wave number ≥ 0.
+ */
+export interface WaveEvent {
+  kind: 'complete' | 'start';
+  wave: number;
 }
 
 /**
  * One decoded output message from an engine rank (architecture.md "EngineBatch").
  * - `engineIndex`: the producing rank, as named inside the payload (engine-wire.md 4.8 `engine_index`).
+ * - `outputs`: the per-request rows, token counts as reported (see `EngineOutputRow`).
  * - `finishedRequestIds`: every id the engine considers finished in this batch (TokenSpeed: the rids of the
  *   terminal rows; vLLM: `finished_requests` plus terminal outputs).
  * - `load`: present only when the batch carries a real snapshot (TokenSpeed: kv_total_pages > 0).
+ * - `wave`: present only on a wave notification (vLLM; engine-wire.md 5.8 "Wave complete" / "Start wave" shapes,
+ *   whose batch is otherwise empty). The engine client applies it in dispatcher step 3 (dp-routing.md 8, 13.3).
  */
 export interface EngineBatch {
   engineIndex: number;
-  outputs: EngineOutput[];
+  outputs: EngineOutputRow[];
   finishedRequestIds: string[];
   load?: EngineLoad;
+  wave?: WaveEvent;
 }
 
 /**
@@ -140,15 +186,38 @@ export interface EngineProtocol {
    * EngineCore serves `prompt_len + max_tokens ≤ max_model_len`).
    */
   readonly reservedContextTokens: number;
-  /** The ADD payload (one msgpack frame). Throws `WireEncodeError` on a value the wire cannot carry. */
-  encodeAdd(request: GenerateRequest): Uint8Array;
+  /**
+   * The ADD payload (one msgpack frame) for `request` sent to the rank `target` names. `target.dpRank` is the DP rank
+   * the request is **pinned** to (dp-routing.md 9.1; gateway.md 14 `X-data-parallel-rank`), or null when the client
+   * chose the rank itself; absent `target` means unpinned. vLLM sends it as `data_parallel_rank` (engine-wire.md 5.2
+   * element 8); TokenSpeed ignores it (gateway.md 14: routing is by identity, SMG never sends TokenSpeed's trailing
+   * field). Pure: the same arguments give the same bytes (vLLM: up to its `arrival_time` clock). Throws
+   * `WireEncodeError` on a value the wire cannot carry.
+   */
+  encodeAdd(request: GenerateRequest, target?: AddTarget): Uint8Array;
   /** The ABORT payload: a msgpack `list[str]` (engine-wire.md 4.7). */
   encodeAbort(requestIds: readonly string[]): Uint8Array;
   /**
+   * The START_DP_WAVE payload `[wave, nil]` (request type `02`; engine-wire.md 5.7) that wakes a lockstep group
+   * (dp-routing.md 13.2). `wave` is the client's wave clock, an integer ≥ 0. Absent = the wire has no wave message
+   * (TokenSpeed): a lockstep group's clock then ticks but nothing is sent (dp-routing.md 13.2, inferred). Throws
+   * `WireEncodeError` for a wave that is not an integer ≥ 0.
+   */
+  encodeStartWave?(wave: number): Uint8Array;
+  /**
    * Decode one output message (frame 0 = payload, later frames = aux). The caller has already checked for
-   * `ENGINE_CORE_DEAD`. Throws `WireDecodeError` (naming the field) on anything malformed.
+   * `ENGINE_CORE_DEAD`. Stateless: token counts the engine did not report in this message are null (see
+   * `EngineOutputRow`). Throws `WireDecodeError` (naming the field) on anything malformed.
    */
   decodeOutput(frames: readonly Uint8Array[]): EngineBatch;
+}
+
+/**
+ * Where an ADD goes, as far as the payload cares (the identity frame carries the actual routing, engine-wire.md 1.5).
+ * `dpRank`: the pinned DP rank (an engine index ≥ 0), or null for an unpinned request.
+ */
+export interface AddTarget {
+  dpRank: number | null;
 }
 
 /**

@@ -16,6 +16,7 @@ import {
   drain,
   inFlight,
   load,
+  makeEngines,
   req,
   row,
   setup,
@@ -195,19 +196,25 @@ test('two bad messages, a good one, two bad ones: the count resets; a third cons
   assert.match(e.message, /FakeBatch\.outputs: expected array/, 'names the last decode error');
 });
 
-test('silence watchdog: fires only after silenceTimeoutMs without dispatcher activity while requests are live', async (t) => {
+test('client-wide silence watchdog (section 6): engines without an engine index are watched by dispatcher activity', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
-  const scene = await liveScene({ silenceTimeoutMs: 1000 });
-  const { client, link } = scene;
+  // 3-byte identities decode to no engine index: no in-flight set, no per-rank watchdog; only the client-wide one.
+  const engines = makeEngines(2).map((e, i) => ({ ...e, identity: Uint8Array.of(i, 0, 0), engineIndex: null }));
+  const { client, link } = setup(engines, { silenceTimeoutMs: 1000 });
+  const failed: EngineClientError[] = [];
+  client.on('failed', (e) => failed.push(e));
+  const s = await client.submit(req('s0'));
   t.mock.timers.tick(600);
-  await link.deliverBatch(batch(0, [row('s0')])); // re-arms
-  t.mock.timers.tick(600);
+  await link.deliverBatch(batch(0, [row('s0')])); // any batch re-arms it
+  t.mock.timers.tick(999);
   assert.equal(client.isAlive(), true, 'activity at 600 ms re-armed the watchdog');
-  t.mock.timers.tick(399);
-  assert.equal(client.isAlive(), true);
   t.mock.timers.tick(1);
-  const e = await assertFailedAll(scene, 'engine-dead', 'watchdog');
-  assert.match(e.message, /1000 ms/);
+  const e = (await drain(s)).error as EngineClientError;
+  assert.equal(e.kind, 'engine-dead');
+  assert.match(e.message, /no engine output for 1000 ms while 1 request/);
+  assert.deepEqual(client.stats.failures, { watchdog: 1 });
+  assert.equal(failed.length, 1);
+  await client.close();
 });
 
 test('silence watchdog: idle with nothing registered never fires; the clock starts with the first request', async (t) => {

@@ -5,9 +5,11 @@
  */
 import type { ConnectedEngine, EngineLink, OutputMessage } from '../../src/engine-client/link.js';
 import type {
+  AddTarget,
   EngineBatch,
   EngineLoad,
   EngineOutput,
+  EngineOutputRow,
   EngineProtocol,
   FinishReason,
   GenerateRequest,
@@ -31,12 +33,15 @@ export function identityOf(index: number): Uint8Array {
   return Uint8Array.of(index & 0xff, index >> 8);
 }
 
-/** `count` engines with indices 0..count-1, in identity order. */
-export function makeEngines(count: number): ConnectedEngine[] {
+/**
+ * `count` engines with indices 0..count-1, in identity order. `dataParallelSize` > 1 makes the group lockstep
+ * (dp-routing.md 13.1); default 1 (dense).
+ */
+export function makeEngines(count: number, opts: { dataParallelSize?: number } = {}): ConnectedEngine[] {
   const engines = Array.from({ length: count }, (_, i) => ({
     identity: identityOf(i),
     engineIndex: i,
-    ready: { ...READY, maxModelLen: 4096 + i },
+    ready: { ...READY, maxModelLen: 4096 + i, dataParallelSize: opts.dataParallelSize ?? 1 },
   }));
   // Identity order = lexicographic bytes (LE); for < 256 ranks that is index order.
   return engines;
@@ -64,13 +69,25 @@ export class FakeSendTimeoutError extends Error {
   }
 }
 
-/** An error shaped like src/transport's `TransportError`. */
+/** An error shaped like src/transport's `TransportError` (`code` e.g. 'EHOSTUNREACH'). */
 export class FakeTransportError extends Error {
-  constructor(message: string) {
+  readonly code: string | undefined;
+  constructor(message: string, code?: string) {
     super(message);
     this.name = 'TransportError';
+    this.code = code;
   }
 }
+
+/** What src/transport's link rejects with when the identity is no longer connected (ROUTER mandatory). */
+export function unreachable(engineIndex: number): FakeTransportError {
+  return new FakeTransportError(`send to engine ${engineIndex}: no connected engine with this identity (EHOSTUNREACH)`, 'EHOSTUNREACH');
+}
+
+/** Decodes a sent payload for `SentFrame.decoded` (default: JSON, as `JsonProtocol` writes). */
+export type PayloadDecoder = (type: RequestTypeByte, payload: Uint8Array) => unknown;
+
+const jsonDecoder: PayloadDecoder = (_type, payload) => JSON.parse(dec.decode(payload));
 
 /** In-memory `EngineLink`. */
 export class FakeLink implements EngineLink {
@@ -85,8 +102,11 @@ export class FakeLink implements EngineLink {
   private outputsStarted = false;
   private endPending = false;
 
-  constructor(engines: number | ConnectedEngine[]) {
+  private readonly decode: PayloadDecoder;
+
+  constructor(engines: number | ConnectedEngine[], decode: PayloadDecoder = jsonDecoder) {
     this.engines = typeof engines === 'number' ? makeEngines(engines) : engines;
+    this.decode = decode;
   }
 
   get closed(): boolean {
@@ -100,7 +120,7 @@ export class FakeLink implements EngineLink {
       engineIndex: identity[0] | (identity[1] << 8),
       type,
       payload,
-      decoded: JSON.parse(dec.decode(payload)),
+      decoded: this.decode(type, payload),
     };
     this.sent.push(frame);
     if (this.sendHook) await this.sendHook(frame);
@@ -175,9 +195,14 @@ export class FakeLink implements EngineLink {
     return this.sent.filter((f) => f.type === RequestType.ADD);
   }
 
-  /** ABORT frames sent so far. */
+  /** ABORT frames sent so far (request aborts and empty-list liveness probes). */
   aborts(): SentFrame[] {
     return this.sent.filter((f) => f.type === RequestType.ABORT);
+  }
+
+  /** START_DP_WAVE frames sent so far. */
+  waves(): SentFrame[] {
+    return this.sent.filter((f) => f.type === RequestType.START_DP_WAVE);
   }
 
   /** Number of ADDs per engine index (length = engine count). */
@@ -195,17 +220,29 @@ export class FakeLink implements EngineLink {
   }
 }
 
-/** JSON wire for tests: ADD = {rid, prompt}; ABORT = [ids]; output = the EngineBatch as JSON. */
+/**
+ * JSON wire for tests: ADD = {rid, prompt, dpRank}; ABORT = [ids]; START_DP_WAVE = [wave, null] (only with
+ * `waves: true`, like vLLM; without it the protocol has no wave message, like TokenSpeed); output = the EngineBatch
+ * as JSON.
+ */
 export class JsonProtocol implements EngineProtocol {
   readonly name = 'tokenspeed' as const;
   /** As TokenSpeed's (engine-wire.md 4.4); tests may change it. */
   reservedContextTokens = 2;
   /** When set, encodeAdd throws it. */
   encodeAddError: Error | null = null;
+  /** Every `target` encodeAdd received, in order. */
+  readonly addTargets: (AddTarget | undefined)[] = [];
+  encodeStartWave?: (wave: number) => Uint8Array;
 
-  encodeAdd(request: GenerateRequest): Uint8Array {
+  constructor(opts: { waves?: boolean } = {}) {
+    if (opts.waves) this.encodeStartWave = (wave: number) => enc.encode(JSON.stringify([wave, null]));
+  }
+
+  encodeAdd(request: GenerateRequest, target?: AddTarget): Uint8Array {
+    this.addTargets.push(target);
     if (this.encodeAddError) throw this.encodeAddError;
-    return enc.encode(JSON.stringify({ rid: request.requestId, prompt: request.promptTokenIds }));
+    return enc.encode(JSON.stringify({ rid: request.requestId, prompt: request.promptTokenIds, dpRank: target?.dpRank }));
   }
 
   encodeAbort(requestIds: readonly string[]): Uint8Array {
@@ -234,8 +271,8 @@ export function encodeBatch(batch: EngineBatch): Uint8Array {
   return enc.encode(JSON.stringify(batch));
 }
 
-/** One output row. */
-export function row(requestId: string, finishReason: FinishReason | null = null, tokens: number[] = [7]): EngineOutput {
+/** One output row (TokenSpeed-like: every token count reported; `completionTokens` = this row's tokens). */
+export function row(requestId: string, finishReason: FinishReason | null = null, tokens: number[] = [7]): EngineOutputRow {
   return {
     requestId,
     newTokenIds: tokens,
@@ -250,7 +287,7 @@ export function row(requestId: string, finishReason: FinishReason | null = null,
 /**
  * A batch from `engineIndex`: `finishedRequestIds` defaults to the rids of the terminal rows (TokenSpeed).
  */
-export function batch(engineIndex: number, outputs: EngineOutput[], load?: EngineLoad, finished?: string[]): EngineBatch {
+export function batch(engineIndex: number, outputs: EngineOutputRow[], load?: EngineLoad, finished?: string[]): EngineBatch {
   const b: EngineBatch = {
     engineIndex,
     outputs,
@@ -270,14 +307,17 @@ export function req(requestId: string): GenerateRequest {
   return { requestId, promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING }, stream: true, returnLogprob: false };
 }
 
-/** A client over a fresh fake link and JSON protocol. Close it at the end of the test. */
+/**
+ * A client over a fresh fake link and JSON protocol. Close it at the end of the test. `waves`: the protocol has a
+ * wave message (vLLM-like); pair it with engines from `makeEngines(n, { dataParallelSize: 2 })` for a lockstep group.
+ */
 export function setup(
   ranks: number | ConnectedEngine[],
-  opts: { policy?: DpPolicy; silenceTimeoutMs?: number; logger?: Logger; reservedContextTokens?: number } = {},
+  opts: { policy?: DpPolicy; silenceTimeoutMs?: number; logger?: Logger; reservedContextTokens?: number; waves?: boolean } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
-  const { reservedContextTokens, ...clientOpts } = opts;
+  const { reservedContextTokens, waves, ...clientOpts } = opts;
   const link = new FakeLink(ranks);
-  const protocol = new JsonProtocol();
+  const protocol = new JsonProtocol({ waves });
   if (reservedContextTokens !== undefined) protocol.reservedContextTokens = reservedContextTokens;
   const client = new EngineClient({ protocol, link, ...clientOpts });
   return { client, link, protocol };

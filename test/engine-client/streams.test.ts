@@ -15,7 +15,7 @@ test('submit sends [identity, 00, payload] to the selected rank and returns a st
   assert.equal(link.sent.length, 1);
   assert.equal(link.sent[0].type, RequestType.ADD);
   assert.deepEqual(link.sent[0].identity, link.engines[0].identity);
-  assert.deepEqual(link.sent[0].decoded, { rid: 'a', prompt: [1, 2, 3] });
+  assert.deepEqual(link.sent[0].decoded, { rid: 'a', prompt: [1, 2, 3], dpRank: null }, 'unpinned: no target rank in the payload');
   assert.equal(client.maxModelLen, 4096);
   assert.equal(client.isAlive(), true);
   await client.close();

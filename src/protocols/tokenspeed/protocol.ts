@@ -4,7 +4,7 @@
  * the full, gateway-normalized 29-element `SamplingParams` (4.3); ABORT = `list[str]` (4.7); outputs =
  * `BatchTokenIDOutSlim` in any form (4.8).
  */
-import type { EngineBatch, EngineProtocol, GenerateRequest } from '../types.js';
+import type { AddTarget, EngineBatch, EngineProtocol, GenerateRequest } from '../types.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
 import { encodeAbortPayload } from './abort.js';
 import { batchToEngineBatch, decodeBatchTokenIDOutSlim } from './output.js';
@@ -96,15 +96,20 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
 export const TOKENSPEED_RESERVED_CONTEXT_TOKENS = 2;
 
 /**
- * A TokenSpeed `EngineProtocol` (`reservedContextTokens` = {@link TOKENSPEED_RESERVED_CONTEXT_TOKENS}). `encodeAdd` throws WireEncodeError naming the field (4.6 checks, see
- * `validateSamplingParams`); `decodeOutput` reads frame 0 only (aux frames are ignored, 4.8) and throws
- * WireDecodeError naming the field.
+ * A TokenSpeed `EngineProtocol` (`reservedContextTokens` = {@link TOKENSPEED_RESERVED_CONTEXT_TOKENS}).
+ * - `encodeAdd(request, target)` ignores `target`: a pinned rank needs no wire field, the identity frame routes the
+ *   ADD (gateway.md 14; newer TokenSpeed's trailing `data_parallel_rank` is never sent, as in SMG). Throws
+ *   WireEncodeError naming the field (4.6 checks, see `validateSamplingParams`).
+ * - No `encodeStartWave`: the TokenSpeed wire has no wave message (engine-wire.md 5.12; dp-routing.md 13.2).
+ * - `decodeOutput` reads frame 0 only (aux frames are ignored, 4.8) and throws WireDecodeError naming the field.
+ *   Every row reports all three token counts (4.8 `prompt_tokens`, `completion_tokens` (cumulative),
+ *   `cached_tokens`), so no `EngineOutputRow` count is ever null.
  */
 export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): EngineProtocol {
   return {
     name: 'tokenspeed',
     reservedContextTokens: TOKENSPEED_RESERVED_CONTEXT_TOKENS,
-    encodeAdd(request: GenerateRequest): Uint8Array {
+    encodeAdd(request: GenerateRequest, _target?: AddTarget): Uint8Array {
       return encodeTokenizedGenerateReqInput(toTokenizedGenerateReqInput(request, opts), { form: 'prefix' });
     },
     encodeAbort(requestIds: readonly string[]): Uint8Array {

@@ -10,7 +10,7 @@ export {
   ENGINE_CORE_REQUEST_LENGTH,
 } from './request.js';
 export type {
-  EngineCoreRequest, EngineCoreRequestContext, LoraRequest, ReasoningParserKwargs, VllmGenerateRequest,
+  EngineCoreRequest, EngineCoreRequestContext, LoraRequest, ReasoningParserKwargs,
 } from './request.js';
 export {
   vllmSamplingParamsCodec, defaultVllmSamplingParams, toVllmSamplingParams, structuredOutputsCodec,
@@ -26,11 +26,11 @@ export type { StartDpWave } from './wave.js';
 export {
   decodeEngineCoreOutputs, encodeEngineCoreOutputs, encodeEngineCoreOutputsFrames, classifyEngineCoreOutputs,
   engineCoreOutputsToEngineBatch, engineCoreOutputCodecs, defaultEngineCoreOutput, defaultEngineCoreOutputs,
-  toFinishReason, VllmFinishReason, RequestTokenCounts, prefillStatsCodec, stopReasonCodec, finishReasonCodec,
+  toFinishReason, VllmFinishReason, prefillStatsCodec, stopReasonCodec, finishReasonCodec,
 } from './output.js';
 export type {
   EngineCoreOutput, EngineCoreOutputs, EngineCoreOutputsKind, EngineCoreEvent, PrefillStats, StopReason, WaveEvent,
-  VllmEngineBatch, VllmEngineOutput, EncodeOutputsOptions,
+  EncodeOutputsOptions,
 } from './output.js';
 export {
   schedulerStatsCodec, schedulerStatsFor, loadFromSchedulerStats, prefixCacheStatsCodec, kvCacheEvictionEventCodec,

@@ -9,7 +9,7 @@
  * only; wave complete / start wave = that field only. Anything else (mixed shapes, an entirely empty envelope) is a
  * decode error: an empty envelope is not a heartbeat.
  */
-import type { EngineBatch, EngineOutput, FinishReason } from '../types.js';
+import type { EngineBatch, EngineOutputRow, FinishReason, WaveEvent } from '../types.js';
 import {
   anyValue, decodeMessage, float, int, list, namedMap, nullable, positional, str, wireEqual,
 } from '../../wire/codec.js';
@@ -326,54 +326,8 @@ export function encodeEngineCoreOutputs(msg: EngineCoreOutputs, opts: { form?: '
   return encodeEngineCoreOutputsFrames(msg, { form: opts.form })[0];
 }
 
-/** The wave event a batch may carry (engine-wire.md 5.12; dp-routing.md 13.3). */
-export interface WaveEvent {
-  /** `complete`: the group drained wave `wave` and parked. `start`: a rank asks for wave `wave` to start. */
-  kind: 'complete' | 'start';
-  wave: number;
-}
-
-/** An `EngineOutput` plus vLLM's `stop_reason` (the matched stop token id or string; gateway.md 6, 11.1). */
-export type VllmEngineOutput = EngineOutput & { stopReason: number | string | null };
-
-/** An `EngineBatch` plus the wave event of a wave notification (seam extension until `EngineBatch.wave` exists). */
-export type VllmEngineBatch = EngineBatch & { outputs: VllmEngineOutput[]; wave?: WaveEvent };
-
-/**
- * Per-request token counts across outputs (engine-wire.md 5.9 "Token counts"): prompt and cached tokens come from
- * `prefill_stats` when present (kept for later outputs), the completion count is the running total of
- * `new_token_ids`. An entry is dropped when its request finishes or is forgotten (abort).
- */
-export class RequestTokenCounts {
-  private readonly counts = new Map<string, { prompt: number; cached: number; completion: number }>();
-
-  /** Adds one output's tokens and returns the counts so far (tokens). */
-  update(requestId: string, newTokens: number, prefill: { prompt: number; cached: number } | null): {
-    promptTokens: number; cachedTokens: number; completionTokens: number;
-  } {
-    let c = this.counts.get(requestId);
-    if (c === undefined) {
-      c = { prompt: 0, cached: 0, completion: 0 };
-      this.counts.set(requestId, c);
-    }
-    if (prefill !== null) {
-      c.prompt = prefill.prompt;
-      c.cached = prefill.cached;
-    }
-    c.completion += newTokens;
-    return { promptTokens: c.prompt, cachedTokens: c.cached, completionTokens: c.completion };
-  }
-
-  /** Drops a request's counts (it finished or was aborted). */
-  forget(requestId: string): void {
-    this.counts.delete(requestId);
-  }
-
-  /** Number of requests with counts held. */
-  get size(): number {
-    return this.counts.size;
-  }
-}
+/** The seam's wave event (src/protocols/types.ts), re-exported for the vLLM module's users. */
+export type { WaveEvent };
 
 /** A wire integer as a safe, non-negative `number`; WireDecodeError naming `path` otherwise. */
 function count(v: WireInt, path: string): number {
@@ -383,17 +337,21 @@ function count(v: WireInt, path: string): number {
 }
 
 /**
- * Maps a decoded envelope onto the seam (engine-wire.md 5.8-5.11; dp-routing.md 8):
- * - request batch: each output → `VllmEngineOutput` (finish reason per 5.11, `stopReason`, logprobs = column 0 of
- *   `new_logprobs`, one per row, not checked against the length of `new_token_ids`; token counts from `counts` or, without it, this output alone); `finishedRequestIds` =
- *   `finished_requests` (deduplicated) then terminal outputs not already listed; `load` iff `scheduler_stats`;
+ * Maps a decoded envelope onto the seam (engine-wire.md 5.8-5.11; dp-routing.md 8). Pure and stateless:
+ * - request batch: each output → an `EngineOutputRow` (finish reason per 5.11, `stopReason` = `stop_reason`,
+ *   logprobs = column 0 of `new_logprobs`, one per row, not checked against the length of `new_token_ids`). Token
+ *   counts as 5.9 reports them: `promptTokens` / `cachedTokens` = `prefill_stats.num_prompt_tokens` /
+ *   `num_cached_tokens` when `prefill_stats` is present, else null; `completionTokens` always null (vLLM sends no
+ *   cumulative count: the engine client's stream keeps the running total of `new_token_ids`).
+ *   `finishedRequestIds` = `finished_requests` (deduplicated) then terminal outputs not already listed; `load` iff
+ *   `scheduler_stats`;
  * - utility reply: an empty batch for engine 0;
- * - wave notice: an empty batch for `engine_index` with `wave`.
- * Counts of finished requests are dropped from `counts`. Throws WireDecodeError for an invalid shape (see
- * `classifyEngineCoreOutputs`), a negative or beyond-±(2^53−1) integer where a count, token id, rank or wave is
- * expected.
+ * - wave notice: an empty batch for `engine_index` with `wave` (`complete` for `wave_complete`, `start` for
+ *   `start_wave`).
+ * Throws WireDecodeError for an invalid shape (see `classifyEngineCoreOutputs`), a negative or beyond-±(2^53−1)
+ * integer where a count, token id, rank or wave is expected.
  */
-export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs, counts?: RequestTokenCounts): VllmEngineBatch {
+export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatch {
   const root = 'EngineCoreOutputs';
   const shape = classifyEngineCoreOutputs(o);
   if (shape.kind === 'utility') return { engineIndex: 0, outputs: [], finishedRequestIds: [] };
@@ -406,16 +364,10 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs, counts?: Re
     };
   }
   const finished = new Set<string>(o.finished_requests ?? []);
-  const outputs: VllmEngineOutput[] = o.outputs.map((out, i) => {
+  const outputs: EngineOutputRow[] = o.outputs.map((out, i) => {
     const p = `${root}.outputs[${i}]`;
     const newTokenIds = out.new_token_ids.map((t, j) => count(t, `${p}.new_token_ids[${j}]`));
-    const prefill = out.prefill_stats === null ? null : {
-      prompt: count(out.prefill_stats.num_prompt_tokens, `${p}.prefill_stats.num_prompt_tokens`),
-      cached: count(out.prefill_stats.num_cached_tokens, `${p}.prefill_stats.num_cached_tokens`),
-    };
-    const tokens = counts !== undefined
-      ? counts.update(out.request_id, newTokenIds.length, prefill)
-      : { promptTokens: prefill?.prompt ?? 0, cachedTokens: prefill?.cached ?? 0, completionTokens: newTokenIds.length };
+    const prefill = out.prefill_stats;
     const finishReason = toFinishReason(out.finish_reason, `${p}.finish_reason`);
     const stop = out.stop_reason;
     const stopReason = typeof stop === 'string' || stop === null ? stop : count(stop, `${p}.stop_reason`);
@@ -424,14 +376,14 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs, counts?: Re
       requestId: out.request_id,
       newTokenIds,
       finishReason,
-      ...tokens,
+      promptTokens: prefill === null ? null : count(prefill.num_prompt_tokens, `${p}.prefill_stats.num_prompt_tokens`),
+      completionTokens: null,
+      cachedTokens: prefill === null ? null : count(prefill.num_cached_tokens, `${p}.prefill_stats.num_cached_tokens`),
       logprobs: out.new_logprobs === null ? [] : sampledLogprobs(out.new_logprobs),
       stopReason,
     };
   });
-  const finishedRequestIds = [...finished];
-  if (counts !== undefined) finishedRequestIds.forEach((id) => counts.forget(id));
-  const batch: VllmEngineBatch = { engineIndex, outputs, finishedRequestIds };
+  const batch: EngineBatch = { engineIndex, outputs, finishedRequestIds: [...finished] };
   if (o.scheduler_stats !== null) batch.load = loadFromSchedulerStats(o.scheduler_stats, `${root}.scheduler_stats`);
   return batch;
 }

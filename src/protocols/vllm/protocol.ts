@@ -1,20 +1,21 @@
 /**
  * `EngineProtocol` for vLLM EngineCore ranks (engine-wire.md section 5; SMG `protocol/vllm/*.rs`): ADD = the full
- * 21-element `EngineCoreRequest` with the sparse sampling map (5.2, 5.3); ABORT = `list[str]`, the same bytes as
- * TokenSpeed's (5.4, 4.7); START_DP_WAVE = `[wave, nil]` (5.7); outputs = `EngineCoreOutputs` in any shape (5.8).
+ * 21-element `EngineCoreRequest` with the sparse sampling map (5.2, 5.3) and the pinned rank as
+ * `data_parallel_rank` (gateway.md 14); ABORT = `list[str]`, the same bytes as TokenSpeed's (5.4, 4.7);
+ * START_DP_WAVE = `[wave, nil]` (5.7); outputs = `EngineCoreOutputs` in any shape (5.8), wave notices as
+ * `EngineBatch.wave` (5.12).
  *
- * Stateful: it keeps each in-flight request's running completion count and its prefill-reported prompt/cached tokens
- * (5.9 "Token counts"), so use one instance per engine client (`createVllmProtocol`).
+ * Stateless: per-request token counts are not kept here (5.9 "Token counts": the engine client's per-request
+ * stream keeps the running completion total and the last `prefill_stats` values), so one instance may serve any
+ * number of engine clients.
  */
-import type { EngineProtocol } from '../types.js';
+import type { AddTarget, EngineBatch, EngineProtocol, GenerateRequest } from '../types.js';
 import type { WireInt } from '../../wire/reader.js';
 import { WireDecodeError } from '../../wire/errors.js';
 import { encodeAbortPayload } from '../tokenspeed/abort.js';
 import type { VllmEosConfig } from './eos.js';
-import { decodeEngineCoreOutputs, engineCoreOutputsToEngineBatch, RequestTokenCounts } from './output.js';
-import type { VllmEngineBatch } from './output.js';
+import { decodeEngineCoreOutputs, engineCoreOutputsToEngineBatch } from './output.js';
 import { encodeEngineCoreRequest, toEngineCoreRequest } from './request.js';
-import type { VllmGenerateRequest } from './request.js';
 import { encodeStartDpWave } from './wave.js';
 
 /** Options of `createVllmProtocol`. */
@@ -32,63 +33,55 @@ export interface VllmProtocolOptions {
   onWarning?: (message: string) => void;
 }
 
-/** The vLLM protocol: an `EngineProtocol` plus what lockstep groups and the seam extensions need. */
+/** The vLLM protocol: an `EngineProtocol` whose wave message is always present. */
 export interface VllmProtocol extends EngineProtocol {
   readonly name: 'vllm';
   /** Context tokens the engine keeps back from `max_model_len − prompt` (vLLM: none). */
   readonly reservedContextTokens: number;
-  /** `encodeAdd` accepts the pinned rank as `dpRank` (sent as `data_parallel_rank`). */
-  encodeAdd(request: VllmGenerateRequest): Uint8Array;
-  /** Decodes to `VllmEngineBatch` (the wave event in `wave`, `stopReason` on each output). */
-  decodeOutput(frames: readonly Uint8Array[]): VllmEngineBatch;
-  /** The START_DP_WAVE payload `[wave, nil]` (engine-wire.md 5.7), sent to every rank of a lockstep group. */
+  /**
+   * The START_DP_WAVE payload `[wave, nil]` (engine-wire.md 5.7), sent to every rank of a lockstep group. Accepts
+   * the full u64 range as a bigint. Throws WireEncodeError for a wave outside [0, 2^64−1].
+   */
   encodeStartWave(wave: WireInt): Uint8Array;
-  /** Requests whose token counts are still held (finished and aborted ones are dropped). For tests and metrics. */
-  readonly trackedRequests: number;
 }
 
 /**
- * Builds a vLLM protocol instance. `encodeAdd` throws WireEncodeError naming the field (see `toEngineCoreRequest`);
- * `encodeAbort` forgets the ids' token counts (the gateway retires aborted requests locally, 5.4); `decodeOutput`
- * throws WireDecodeError naming the field for anything malformed or an invalid envelope shape (5.8).
+ * Builds a vLLM protocol instance. `encodeAdd(request, target)` sets `data_parallel_rank` = `target.dpRank` (nil when
+ * unpinned or `target` is absent) and throws WireEncodeError naming the field (see `toEngineCoreRequest`);
+ * `decodeOutput` throws WireDecodeError naming the field for anything malformed or an invalid envelope shape (5.8).
  */
 export function createVllmProtocol(opts: VllmProtocolOptions = {}): VllmProtocol {
-  const counts = new RequestTokenCounts();
   const now = opts.now ?? Date.now;
   const maxModelLen = (): number | undefined =>
     typeof opts.maxModelLen === 'function' ? opts.maxModelLen() : opts.maxModelLen;
   return {
     name: 'vllm',
     reservedContextTokens: 0,
-    encodeAdd(request: VllmGenerateRequest): Uint8Array {
+    encodeAdd(request: GenerateRequest, target?: AddTarget): Uint8Array {
       const wire = toEngineCoreRequest(request, {
         arrivalTime: now() / 1000,
         maxModelLen: request.sampling?.maxNewTokens === null ? maxModelLen() : undefined,
         eos: opts.eos,
         onWarning: opts.onWarning,
+        dpRank: target?.dpRank ?? null,
       });
       return encodeEngineCoreRequest(wire);
     },
     encodeAbort(requestIds: readonly string[]): Uint8Array {
-      const payload = encodeAbortPayload(requestIds);
-      requestIds.forEach((id) => counts.forget(id));
-      return payload;
+      return encodeAbortPayload(requestIds);
     },
-    decodeOutput(frames: readonly Uint8Array[]): VllmEngineBatch {
+    decodeOutput(frames: readonly Uint8Array[]): EngineBatch {
       if (frames.length === 0) throw new WireDecodeError('EngineCoreOutputs', 'output message has no frames');
-      return engineCoreOutputsToEngineBatch(decodeEngineCoreOutputs(frames), counts);
+      return engineCoreOutputsToEngineBatch(decodeEngineCoreOutputs(frames));
     },
     encodeStartWave(wave: WireInt): Uint8Array {
       return encodeStartDpWave(wave, null);
-    },
-    get trackedRequests(): number {
-      return counts.size;
     },
   };
 }
 
 /**
- * A shared vLLM protocol with default options (no EOS ids, no `max_model_len`: every request must carry a token
- * limit). It holds per-request token counts, so an engine client should prefer its own `createVllmProtocol()`.
+ * A vLLM protocol with default options (no EOS ids, no `max_model_len`: every request must carry a token limit,
+ * `arrival_time` from `Date.now`). Stateless, so it may be shared.
  */
 export const vllmProtocol: VllmProtocol = createVllmProtocol();

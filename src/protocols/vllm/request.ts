@@ -144,16 +144,15 @@ export function decodeEngineCoreRequest(bytes: Uint8Array): EngineCoreRequest {
   return decodeMessage(engineCoreRequestCodec, bytes, 'EngineCoreRequest');
 }
 
-/**
- * `GenerateRequest` plus the pinned DP rank (local extension until the seam carries it; see the report):
- * `dpRank` non-null ⇒ `data_parallel_rank` is sent.
- */
-export type VllmGenerateRequest = GenerateRequest & { dpRank?: number | null };
-
 /** What `toEngineCoreRequest` needs beyond the request. */
 export interface EngineCoreRequestContext {
   /** Unix time in **seconds** for `arrival_time` (float). */
   arrivalTime: number;
+  /**
+   * The pinned DP rank (the seam's `AddTarget.dpRank`; gateway.md 14), sent as `data_parallel_rank`; null or absent
+   * for an unpinned request (nil on the wire: routing itself is by identity, engine-wire.md 1.5).
+   */
+  dpRank?: number | null;
   /** Tokens, from the handshake; used when the request sets no token limit (gateway.md 9.1). */
   maxModelLen?: number;
   /** Connect-time EOS ids (gateway.md 7). */
@@ -164,12 +163,12 @@ export interface EngineCoreRequestContext {
 /**
  * Builds the wire struct the gateway sends (engine-wire.md 5.2 "Gateway sends"): `request_id`, the prompt, nil
  * multimodal/pooling/LoRA/salt/embeddings, the sampling map (`toVllmSamplingParams`; `logprobs` 0 when
- * `returnLogprob`, i.e. the sampled token only), `arrival_time`, `data_parallel_rank` = `dpRank` when pinned, every
+ * `returnLogprob`, i.e. the sampled token only), `arrival_time`, `data_parallel_rank` = `ctx.dpRank` when pinned, every
  * later field at its default. `stream` has no vLLM field (EngineCore reports every step). Throws WireEncodeError
  * naming the field: empty request id, a prompt token that is not an integer ≥ 0, a negative or non-integer
  * `dpRank`, a non-finite `arrivalTime`, or any sampling error.
  */
-export function toEngineCoreRequest(request: VllmGenerateRequest, ctx: EngineCoreRequestContext): EngineCoreRequest {
+export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreRequestContext): EngineCoreRequest {
   const root = 'EngineCoreRequest';
   if (typeof request.requestId !== 'string' || request.requestId.length === 0) {
     throw new WireEncodeError(`${root}.request_id`, 'request id must be a non-empty string');
@@ -180,7 +179,7 @@ export function toEngineCoreRequest(request: VllmGenerateRequest, ctx: EngineCor
       throw new WireEncodeError(`${root}.prompt_token_ids[${i}]`, `token id must be an integer ≥ 0, got ${String(t)}`);
     }
   });
-  const rank = request.dpRank ?? null;
+  const rank = ctx.dpRank ?? null;
   if (rank !== null && (!Number.isSafeInteger(rank) || rank < 0)) {
     throw new WireEncodeError(`${root}.data_parallel_rank`, `must be an integer ≥ 0, got ${String(rank)}`);
   }

@@ -7,9 +7,10 @@ import assert from 'node:assert/strict';
 import {
   classifyEngineCoreOutputs, decodeEngineCoreOutputs, defaultEngineCoreOutput, defaultEngineCoreOutputs,
   encodeEngineCoreOutputs, encodeEngineCoreOutputsFrames, engineCoreOutputsToEngineBatch, schedulerStatsFor,
-  toFinishReason, RequestTokenCounts,
+  toFinishReason,
 } from '../../../src/protocols/vllm/index.js';
-import type { EngineCoreOutputs, SchedulerStats, VllmEngineBatch } from '../../../src/protocols/vllm/index.js';
+import type { EngineCoreOutputs, SchedulerStats } from '../../../src/protocols/vllm/index.js';
+import type { EngineBatch } from '../../../src/protocols/types.js';
 import { WireDecodeError, WireEncodeError } from '../../../src/wire/errors.js';
 import { F64, bytesOf, fixarray, fixmap, hexOf } from './hex.js';
 
@@ -82,10 +83,11 @@ const BATCH: EngineCoreOutputs = {
   timestamp: 1.5,
 };
 
-const EXPECTED_BATCH: VllmEngineBatch = {
+/** prefill_stats present: prompt and cached counts reported; vLLM never reports a cumulative completion count. */
+const EXPECTED_BATCH: EngineBatch = {
   engineIndex: 1,
   outputs: [{
-    requestId: 'vec-1', newTokenIds: [10, 11], finishReason: 'length', promptTokens: 3, completionTokens: 2,
+    requestId: 'vec-1', newTokenIds: [10, 11], finishReason: 'length', promptTokens: 3, completionTokens: null,
     cachedTokens: 1, logprobs: [-0.5, -0.25], stopReason: null,
   }],
   finishedRequestIds: ['vec-1'],
@@ -199,7 +201,7 @@ test('EngineCoreOutput: required prefix, finish reasons 0..4 (5.11), stop_reason
 
   const running = engineCoreOutputsToEngineBatch(decodeEngineCoreOutputs(env('92a161' + '9105')));
   assert.deepEqual(running.outputs[0], {
-    requestId: 'a', newTokenIds: [5], finishReason: null, promptTokens: 0, completionTokens: 1, cachedTokens: 0,
+    requestId: 'a', newTokenIds: [5], finishReason: null, promptTokens: null, completionTokens: null, cachedTokens: null,
     logprobs: [], stopReason: null,
   });
   assert.deepEqual(running.finishedRequestIds, []);
@@ -224,20 +226,19 @@ test('finished_requests plus terminal outputs: out-of-band ids first, no duplica
   assert.equal(b.load, undefined, 'no scheduler_stats, no load');
 });
 
-test('token counts: prompt/cached from prefill_stats are kept, completion is the running total (5.9)', () => {
-  const counts = new RequestTokenCounts();
-  const step = (o: Partial<EngineCoreOutputs>) => engineCoreOutputsToEngineBatch({ ...defaultEngineCoreOutputs(), ...o }, counts);
-  const first = step({ outputs: [{ ...defaultEngineCoreOutput('r', [1, 2]), prefill_stats: { ...BATCH.outputs[0].prefill_stats!, num_prompt_tokens: 7, num_cached_tokens: 4 } }] });
-  assert.deepEqual([first.outputs[0].promptTokens, first.outputs[0].cachedTokens, first.outputs[0].completionTokens], [7, 4, 2]);
-  const second = step({ outputs: [defaultEngineCoreOutput('r', [3])] });
-  assert.deepEqual([second.outputs[0].promptTokens, second.outputs[0].cachedTokens, second.outputs[0].completionTokens], [7, 4, 3]);
-  assert.equal(counts.size, 1);
-  const last = step({ outputs: [{ ...defaultEngineCoreOutput('r', [4]), finish_reason: 0 }] });
-  assert.equal(last.outputs[0].completionTokens, 4);
-  assert.equal(counts.size, 0, 'a finished request is forgotten');
-  step({ outputs: [defaultEngineCoreOutput('s', [1])] });
-  step({ finished_requests: ['s'] });
-  assert.equal(counts.size, 0, 'out-of-band finished ids are forgotten too');
+test('token counts as reported, no per-request state (5.9): prompt/cached only with prefill_stats, completion never', () => {
+  const step = (o: Partial<EngineCoreOutputs>) => engineCoreOutputsToEngineBatch({ ...defaultEngineCoreOutputs(), ...o });
+  const counts = (b: EngineBatch) => b.outputs.map((r) => [r.promptTokens, r.cachedTokens, r.completionTokens]);
+  const prefill = { ...BATCH.outputs[0].prefill_stats!, num_prompt_tokens: 7, num_cached_tokens: 4 };
+  assert.deepEqual(counts(step({ outputs: [{ ...defaultEngineCoreOutput('r', [1, 2]), prefill_stats: prefill }] })), [[7, 4, null]]);
+  assert.deepEqual(counts(step({ outputs: [defaultEngineCoreOutput('r', [3])] })), [[null, null, null]],
+    'a later output without prefill_stats reports nothing: the engine client\'s stream keeps the last values');
+  const zero = { ...prefill, num_prompt_tokens: 0, num_cached_tokens: 0 };
+  assert.deepEqual(counts(step({ outputs: [{ ...defaultEngineCoreOutput('r', [4]), prefill_stats: zero }] })), [[0, 0, null]],
+    'a reported 0 stays 0 (not "unreported")');
+  // The same message decoded twice gives the same batch: nothing is remembered between calls.
+  const msg: Partial<EngineCoreOutputs> = { outputs: [{ ...defaultEngineCoreOutput('q', [1]), prefill_stats: prefill }] };
+  assert.deepStrictEqual(step(msg), step(msg));
 });
 
 test('float32 and float64 are both accepted for every float field (timestamp, kv_cache_usage, logprobs)', () => {

@@ -1,11 +1,11 @@
 /**
  * The vLLM `EngineProtocol` (engine-wire.md section 5) and its small payloads: START_DP_WAVE (5.7, 6.2: wave 9 =
- * `92 09 c0`), ABORT (5.4 = 4.7: `["req-1"]` = `91 a5 7265712d31`), frames (1.6), per-request state.
+ * `92 09 c0`), ABORT (5.4 = 4.7: `["req-1"]` = `91 a5 7265712d31`), frames (1.6), statelessness.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_SAMPLING, RequestType } from '../../../src/protocols/types.js';
-import type { EngineProtocol } from '../../../src/protocols/types.js';
+import type { EngineProtocol, GenerateRequest } from '../../../src/protocols/types.js';
 import { parseRequestFrames } from '../../../src/protocols/frames.js';
 import * as tokenspeed from '../../../src/protocols/tokenspeed/index.js';
 import {
@@ -13,7 +13,6 @@ import {
   defaultEngineCoreOutputs, encodeAbortPayload, encodeEngineCoreOutputs, encodeEngineCoreOutputsFrames,
   encodeStartDpWave, schedulerStatsFor, vllmProtocol,
 } from '../../../src/protocols/vllm/index.js';
-import type { VllmGenerateRequest } from '../../../src/protocols/vllm/index.js';
 import { WireDecodeError, WireEncodeError } from '../../../src/wire/errors.js';
 import { bytesOf, hexOf } from './hex.js';
 
@@ -49,16 +48,18 @@ test('ABORT reuses TokenSpeed\'s list[str] payload (the same function, the same 
   assert.equal(hexOf(vllmProtocol.encodeAbort([])), '90');
 });
 
-test('the protocol object: name, reservedContextTokens 0, assignable to EngineProtocol', () => {
+test('the protocol object: name, reservedContextTokens 0, assignable to EngineProtocol, with a wave message', () => {
   const p: EngineProtocol = createVllmProtocol();
   assert.equal(p.name, 'vllm');
+  assert.equal(typeof p.encodeStartWave, 'function', 'the engine client wakes lockstep groups only when this exists');
+  assert.equal(tokenspeed.tokenspeedProtocol.encodeStartWave, undefined, 'TokenSpeed has no wave wire');
   assert.equal(createVllmProtocol().reservedContextTokens, 0);
   assert.equal(vllmProtocol.name, 'vllm');
 });
 
 test('frames as the engine sees them: [00, EngineCoreRequest], [01, abort], [02, start wave]', () => {
   const p = createVllmProtocol({ now: () => 0 });
-  const req: VllmGenerateRequest = {
+  const req: GenerateRequest = {
     requestId: 'r', promptTokenIds: [1], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 4 }, stream: false, returnLogprob: false,
   };
   const add = parseRequestFrames([Uint8Array.of(RequestType.ADD), p.encodeAdd(req)]);
@@ -80,7 +81,7 @@ test('decodeOutput: frames in, engine-neutral batch out; the wave event on a not
   }));
   assert.deepStrictEqual(batch, {
     engineIndex: 2,
-    outputs: [{ requestId: 'a', newTokenIds: [7], finishReason: 'stop', promptTokens: 0, completionTokens: 1, cachedTokens: 0, logprobs: [], stopReason: 7 }],
+    outputs: [{ requestId: 'a', newTokenIds: [7], finishReason: 'stop', promptTokens: null, completionTokens: null, cachedTokens: null, logprobs: [], stopReason: 7 }],
     finishedRequestIds: ['a'],
     load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.5 },
   });
@@ -98,17 +99,15 @@ test('decodeOutput: frames in, engine-neutral batch out; the wave event on a not
   decodeRejects(() => p.decodeOutput([ts]), /EngineCoreOutputs\.engine_index: expected int, got str/);
 });
 
-test('per-request token counts live in the instance: terminal outputs, finished_requests and aborts release them', () => {
+test('stateless: counts are reported per output (null when absent), decoding the same frames twice gives the same batch', () => {
   const p = createVllmProtocol();
   const out = (id: string, tokens: number[], finish: number | null = null) =>
     [encodeEngineCoreOutputs({ ...defaultEngineCoreOutputs(), outputs: [{ ...defaultEngineCoreOutput(id, tokens), finish_reason: finish }] })];
-  assert.equal(p.decodeOutput(out('a', [1, 2])).outputs[0].completionTokens, 2);
-  assert.equal(p.decodeOutput(out('a', [3])).outputs[0].completionTokens, 3);
-  assert.equal(p.decodeOutput(out('b', [9])).outputs[0].completionTokens, 1);
-  assert.equal(p.trackedRequests, 2);
-  p.encodeAbort(['b']);
-  assert.equal(p.trackedRequests, 1);
-  assert.equal(p.decodeOutput(out('a', [], 1)).outputs[0].completionTokens, 3);
-  assert.equal(p.trackedRequests, 0);
-  assert.equal(createVllmProtocol().trackedRequests, 0, 'instances do not share state');
+  const first = p.decodeOutput(out('a', [1, 2]));
+  assert.deepStrictEqual(p.decodeOutput(out('a', [1, 2])), first, 'nothing accumulates between calls');
+  assert.equal(first.outputs[0].completionTokens, null, 'no cumulative count on the vLLM wire (5.9)');
+  assert.equal(first.outputs[0].promptTokens, null);
+  p.encodeAbort(['a']); // no per-request state to forget
+  assert.deepStrictEqual(p.decodeOutput(out('a', [1, 2])), first);
+  assert.deepStrictEqual(vllmProtocol.decodeOutput(out('a', [1, 2])), first, 'the shared instance decodes the same');
 });

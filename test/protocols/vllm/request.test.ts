@@ -5,12 +5,12 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { DEFAULT_SAMPLING } from '../../../src/protocols/types.js';
-import type { SamplingOptions } from '../../../src/protocols/types.js';
+import type { GenerateRequest, SamplingOptions } from '../../../src/protocols/types.js';
 import {
   createVllmProtocol, decodeEngineCoreRequest, defaultVllmSamplingParams, encodeEngineCoreRequest,
   toEngineCoreRequest, ENGINE_CORE_REQUEST_LENGTH,
 } from '../../../src/protocols/vllm/index.js';
-import type { EngineCoreRequest, VllmGenerateRequest, VllmSamplingParams } from '../../../src/protocols/vllm/index.js';
+import type { EngineCoreRequest, VllmSamplingParams } from '../../../src/protocols/vllm/index.js';
 import { WireDecodeError, WireEncodeError } from '../../../src/wire/errors.js';
 import { F64, bytesOf, fixmap, fixstr, hexOf, map16 } from './hex.js';
 
@@ -49,7 +49,7 @@ const ADD_HEX =
 
 const sampling = (s: Partial<SamplingOptions> = {}): SamplingOptions =>
   ({ ...DEFAULT_SAMPLING, maxNewTokens: 8, temperature: 0.5, topP: 0.9, ...s });
-const request = (s: Partial<SamplingOptions> = {}, extra: Partial<VllmGenerateRequest> = {}): VllmGenerateRequest => ({
+const request = (s: Partial<SamplingOptions> = {}, extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
   requestId: 'vec-1', promptTokenIds: [1, 2, 3], sampling: sampling(s), stream: true, returnLogprob: false, ...extra,
 });
 
@@ -89,15 +89,17 @@ test('EngineCoreRequest pin: hex in, value out', () => {
   assert.deepStrictEqual(decodeEngineCoreRequest(bytesOf(ADD_HEX)), ADD_VALUE);
 });
 
-test('data_parallel_rank (index 8) carries the pinned rank; negative or fractional ranks are refused', () => {
+test('data_parallel_rank (index 8) carries the pinned rank of the AddTarget; negative or fractional ranks are refused', () => {
   const protocol = createVllmProtocol({ now: fixedClock });
   const hex = addHex(BASE_MAP, '03');
-  assert.equal(hexOf(protocol.encodeAdd(request({}, { dpRank: 3 }))), hex);
+  assert.equal(hexOf(protocol.encodeAdd(request(), { dpRank: 3 })), hex);
   assert.equal(decodeEngineCoreRequest(bytesOf(hex)).data_parallel_rank, 3);
-  assert.equal(hexOf(protocol.encodeAdd(request({}, { dpRank: 300 }))), addHex(BASE_MAP, 'cd012c'));
-  assert.equal(hexOf(protocol.encodeAdd(request({}, { dpRank: null }))), ADD_HEX);
-  encodeRejects(() => protocol.encodeAdd(request({}, { dpRank: -1 })), /data_parallel_rank: must be an integer ≥ 0, got -1/);
-  encodeRejects(() => protocol.encodeAdd(request({}, { dpRank: 1.5 })), /data_parallel_rank/);
+  assert.equal(hexOf(protocol.encodeAdd(request(), { dpRank: 300 })), addHex(BASE_MAP, 'cd012c'));
+  assert.equal(hexOf(protocol.encodeAdd(request(), { dpRank: 0 })), addHex(BASE_MAP, '00'), 'rank 0 is a pin, not nil');
+  assert.equal(hexOf(protocol.encodeAdd(request(), { dpRank: null })), ADD_HEX, 'unpinned: nil');
+  assert.equal(hexOf(protocol.encodeAdd(request())), ADD_HEX, 'no target: nil');
+  encodeRejects(() => protocol.encodeAdd(request(), { dpRank: -1 }), /data_parallel_rank: must be an integer ≥ 0, got -1/);
+  encodeRejects(() => protocol.encodeAdd(request(), { dpRank: 1.5 }), /data_parallel_rank/);
   encodeRejects(() => encodeEngineCoreRequest({ ...ADD_VALUE, data_parallel_rank: -2 }), /data_parallel_rank: must be ≥ 0/);
 });
 
