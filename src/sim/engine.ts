@@ -1,43 +1,67 @@
 /**
- * One simulated TokenSpeed DP rank on the real wire: it dials the gateway exactly like a TokenSpeed rank started with
- * `--zmq-msgpack --zmq-engine-index N` (engine-wire.md 1.2; handshake 2.1 through `EngineDialer`), decodes ADD and
- * ABORT messages (4.1, 4.2, 4.7), finalizes and validates requests like TokenSpeed (4.5, 4.6; `request.ts`), runs the
- * continuous-batching scheduler model (`scheduler.ts`) on a timer, and pushes each round's rows as one 14-element
- * `BatchTokenIDOutSlim` (4.8, 4.9). On `close()` it pushes `ENGINE_CORE_DEAD` (1.7) and closes its sockets.
+ * One simulated DP rank on the real wire, TokenSpeed or vLLM EngineCore (`engine`): it dials the gateway exactly like
+ * a real rank (engine-wire.md 1.2; handshake 2.1 through `EngineDialer`, ready response 2.5 with the family's
+ * granularity key), decodes ADD and ABORT messages through the family's wire (`SimWire`: `tokenspeed-wire.ts`,
+ * section 4; `vllm-wire.ts`, section 5), runs the continuous-batching scheduler model (`scheduler.ts`, with the
+ * family's finish rules) on a timer, and pushes each step's message as the family encodes it (TokenSpeed: one
+ * `BatchTokenIDOutSlim` per step with rows; vLLM: one `EngineCoreOutputs` per step, with `scheduler_stats` always).
+ * On `close()` it pushes `ENGINE_CORE_DEAD` (1.7) and closes its sockets.
+ *
+ * Lockstep (`lockstep`, vLLM only; engine-wire.md 5.7, 5.12; dp-routing.md 13): the ready response reports
+ * `data_parallel_size` > 1; the rank starts parked at wave 0, holds every request it receives while parked (no step,
+ * no tokens) until a START_DP_WAVE naming a wave ≥ its current wave arrives, reports `wave_complete = w` when it
+ * drains and parks (then moves to wave w + 1), and reports `start_wave = w` when a request for an already-drained
+ * wave reaches it while parked (`waves.ts`). Dense ranks (the default) never park and never send wave fields; a
+ * START_DP_WAVE reaching a dense vLLM rank is ignored.
  *
  * Output backpressure (a sim choice, not a spec fact): a zeromq PUSH send waits once the high-water mark is reached
  * (the gateway is not reading its PULL), so an engine with a blocking output send stalls; likewise this loop stops
- * starting rounds while `OUTPUT_BACKLOG_PAUSE` batches wait to be pushed, and resumes when they drain. `close()` is
+ * starting rounds while `OUTPUT_BACKLOG_PAUSE` messages wait to be pushed, and resumes when they drain. `close()` is
  * bounded: it gives pending pushes `closeGraceMs` to complete, then drops them and skips `ENGINE_CORE_DEAD`, which
  * could only queue behind them (1.7: the sentinel is sent non-blocking and best effort).
  *
  * Timing: a round is planned, its admission rejections (if any) are pushed at once, then after
- * `stepTimeMs × timeScale` ms the round commits and its batch is pushed; the next round starts right after. With no
- * registered request the loop idles (no timer) until a message arrives.
+ * `stepTimeMs × timeScale` ms the round commits and its message is pushed; the next round starts right after. With
+ * nothing to do (or parked) the loop idles (no timer) until a message arrives. A vLLM step with nothing to schedule
+ * but aborted ids to report is sent at once (no forward pass).
  *
- * Malformed messages (undecodable ADD or ABORT, a non-string rid, an unknown type byte, a duplicate rid) are logged and
- * dropped with no reply, like TokenSpeed (4.1 "Silent drop").
+ * Malformed messages (undecodable ADD, ABORT or START_DP_WAVE, an unusable request id, a type byte the family does
+ * not serve, a duplicate request id) are logged and dropped with no reply (TokenSpeed 4.1 "Silent drop"; for vLLM a
+ * sim choice).
  */
 import { performance } from 'node:perf_hooks';
 import { DEFAULT_READY_RESPONSE } from '../protocols/handshake.js';
-import { decodeAbortPayload } from '../protocols/tokenspeed/abort.js';
-import { decodeTokenizedGenerateReqInput } from '../protocols/tokenspeed/request.js';
-import { RequestType, type ReadyResponse } from '../protocols/types.js';
+import { RequestType, type ReadyResponse, type RequestTypeByte } from '../protocols/types.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { EngineDialer } from '../transport/engine-dialer.js';
 import type { WireInt } from '../wire/reader.js';
 import { silentLogger, type MinimalLogger } from '../logging.js';
-import { encodeSimBatch } from './output.js';
-import { toSimRequest } from './request.js';
-import { DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type SimBatch, type StepTimeModel } from './scheduler.js';
+import {
+  DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SimRow, type StepTimeModel,
+} from './scheduler.js';
 import { TextModel, seedToUint32 } from './text.js';
+import { createTokenSpeedSimWire } from './tokenspeed-wire.js';
+import { createVllmSimWire } from './vllm-wire.js';
+import { LockstepWaves } from './waves.js';
+import { SIM_ENGINE_FAMILIES, type SimEngineFamily, type SimStep, type SimWire, type SimWireContext } from './wire.js';
+
+export type { SimEngineFamily } from './wire.js';
 
 /** Options of `runSimEngine`. Units: tokens, pages of 16 tokens, ms. */
 export interface SimEngineOptions {
-  /** This rank's engine index (0..65535): its ZMQ identity and `engine_index` (engine-wire.md 1.5, 4.8). */
+  /** This rank's engine index (0..65535): its ZMQ identity and `engine_index` (engine-wire.md 1.5, 4.8, 5.8). */
   engineIndex: number;
   /** The gateway's handshake address, `tcp://host:port`. */
   handshakeAddress: string;
+  /** The wire this rank speaks (default `'tokenspeed'`; `'vllm'` = vLLM EngineCore, engine-wire.md section 5). */
+  engine?: SimEngineFamily;
+  /**
+   * Lockstep (MoE DP) rank: park when drained, wait for START_DP_WAVE (engine-wire.md 5.12). vLLM only; requires
+   * `dataParallelSize` ≥ 2. Default false (a dense rank).
+   */
+  lockstep?: boolean;
+  /** Reported `data_parallel_size`: the lockstep group's size (≥ 2). Only with `lockstep`; dense ranks report 1. */
+  dataParallelSize?: number;
   /** Cap on running requests (default 64); reported as `max_num_seqs`. */
   maxRunning?: number;
   /** Device KV pages of 16 tokens (default 4096 = 65 536 tokens); reported as `num_gpu_blocks`. */
@@ -50,26 +74,29 @@ export interface SimEngineOptions {
   timeScale?: number;
   /** XORed into every request's seed so whole runs can differ (default 0: the request seed alone decides). */
   seed?: number;
-  /** Server default `--stream-interval` in tokens (default 1). */
+  /** Server default `--stream-interval` in tokens (default 1; TokenSpeed only: vLLM reports every step). */
   streamInterval?: number;
   /** TokenSpeed `--enable-output-logprobs` (default true here, so the gateway's logprob path can be exercised). */
   enableOutputLogprobs?: boolean;
-  /** Reported as `instance_id` (default `"tokenspeed-sim"`). */
+  /** Reported as `instance_id` (default `"tokenspeed-sim"` / `"vllm-sim"`). */
   instanceId?: string;
   /** Reported as `data_parallel_rank` (informational; default the engine index). */
   dataParallelRank?: number;
   /** How long to wait for the gateway's INIT (ms, default 600 000). */
   initTimeoutMs?: number;
   /**
-   * How long `close()` waits for output batches already queued for the PUSH before dropping them (ms, default
+   * How long `close()` waits for output messages already queued for the PUSH before dropping them (ms, default
    * `DEFAULT_CLOSE_GRACE_MS`). Pushes only wait when the gateway stopped reading its PULL.
    */
   closeGraceMs?: number;
   /** The text model (default: built from `GatewayTokenizer.load(GatewayTokenizer.defaultDir())`). */
   textModel?: TextModel;
-  /** The vocabulary size for `logit_bias` validation (default: the loaded tokenizer's). */
+  /** The vocabulary size for `logit_bias` (and vLLM prompt token) validation (default: the loaded tokenizer's). */
   vocabSize?: number;
-  /** EOS ids for the finish check (default: the loaded tokenizer's, else the text model's EOS). */
+  /**
+   * The model's EOS ids (default: the loaded tokenizer's, else the text model's EOS). TokenSpeed: the engine's own
+   * EOS finish check. vLLM: only decides whether the text model may emit EOS (when the request's stop set names it).
+   */
   eosTokenIds?: readonly number[];
   logger?: MinimalLogger;
 }
@@ -77,6 +104,7 @@ export interface SimEngineOptions {
 /** Counters of one simulated rank. */
 export interface SimEngineStats {
   added: number;
+  /** Requests answered with a terminal abort (TokenSpeed) or error (vLLM) output instead of being served. */
   rejected: number;
   /** ADDs dropped because an earlier ABORT named them. */
   abortedOnArrival: number;
@@ -84,25 +112,46 @@ export interface SimEngineStats {
   aborted: number;
   /** Messages dropped as malformed (undecodable, bad rid, unknown type, duplicate rid). */
   dropped: number;
+  /** Forward passes started. */
   rounds: number;
+  /** Output messages pushed (step batches, rejections, wave notices). */
   batchesSent: number;
   tokensGenerated: number;
-  /** Batches that could not be pushed (including those dropped by `close()`). */
+  /** Messages that could not be encoded or pushed (including those dropped by `close()`). */
   sendErrors: number;
-  /** Batches handed to the PUSH whose send has not completed yet. */
+  /** Messages handed to the PUSH whose send has not completed yet. */
   pendingSends: number;
-  /** Times the loop paused because `OUTPUT_BACKLOG_PAUSE` batches were waiting to be pushed. */
+  /** Times the loop paused because `OUTPUT_BACKLOG_PAUSE` messages were waiting to be pushed. */
   outputPauses: number;
   /** True while the loop is paused on output backpressure. */
   outputPaused: boolean;
+  /** Lockstep: START_DP_WAVE messages that started a wave. */
+  wavesStarted: number;
+  /** START_DP_WAVE messages ignored (stale wave, already stepping, excluded, or a dense rank). */
+  wakesIgnored: number;
+  /** Lockstep: `wave_complete` notices sent. */
+  wavesCompleted: number;
+  /** Lockstep: `start_wave` notices sent. */
+  startWaveRequests: number;
+}
+
+/** A lockstep rank's wave state, as `SimEngineHandle.wave()` reports it. */
+export interface SimWaveState {
+  currentWave: number;
+  /** True while stepping; false while parked. */
+  running: boolean;
 }
 
 /** A running simulated rank. */
 export interface SimEngineHandle {
   readonly engineIndex: number;
+  /** The wire this rank speaks. */
+  readonly engine: SimEngineFamily;
   /** The registration this rank sent. */
   readonly ready: ReadyResponse;
   stats(): SimEngineStats;
+  /** Lockstep ranks: the current wave and whether the rank steps; null for a dense rank. */
+  wave(): SimWaveState | null;
   /** Resolves when the rank has stopped (after `close()`, or when its input socket failed). Never rejects. */
   readonly closed: Promise<void>;
   /**
@@ -119,7 +168,7 @@ const DEFAULTS = { maxRunning: 64, kvTotalPages: 4096, maxModelLen: 32_768 } as 
 export const DEFAULT_CLOSE_GRACE_MS = 500;
 
 /**
- * Batches waiting for the output PUSH at which the loop pauses (output backpressure). A push only waits once the
+ * Messages waiting for the output PUSH at which the loop pauses (output backpressure). A push only waits once the
  * PUSH's high-water mark (zeromq default 1000 messages) is reached, so in normal operation at most one is pending.
  */
 export const OUTPUT_BACKLOG_PAUSE = 8;
@@ -137,13 +186,37 @@ function describeError(error: unknown): string {
   return error instanceof Error ? error.message : String(error);
 }
 
+/** The wire of `family` for one rank. Throws `RangeError` for an unknown family. */
+export function createSimWire(family: SimEngineFamily, ctx: SimWireContext): SimWire {
+  switch (family) {
+    case 'tokenspeed': return createTokenSpeedSimWire(ctx);
+    case 'vllm': return createVllmSimWire(ctx);
+    default: throw new RangeError(`engine must be one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(family)}`);
+  }
+}
+
 /**
  * Connect one simulated rank and start serving. Resolves once the rank is registered with the gateway (the dialer's
- * handshake finished). Throws `RangeError` on bad options, and the dialer's `ConfigError` / `HandshakeError` when the
- * handshake fails; loading the default tokenizer can throw the tokenizer's errors.
+ * handshake finished). Throws `RangeError` on bad options (an unknown `engine`; `lockstep` with TokenSpeed, without
+ * `dataParallelSize` ≥ 2; `dataParallelSize` without `lockstep`), and the dialer's `ConfigError` / `HandshakeError`
+ * when the handshake fails; loading the default tokenizer can throw the tokenizer's errors.
  */
 export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHandle> {
   const log = opts.logger ?? silentLogger;
+  const family = opts.engine ?? 'tokenspeed';
+  if (!SIM_ENGINE_FAMILIES.includes(family)) {
+    throw new RangeError(`engine must be one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(family)}`);
+  }
+  const lockstep = opts.lockstep ?? false;
+  if (lockstep && family !== 'vllm') {
+    throw new RangeError('lockstep needs engine "vllm": the TokenSpeed wire has no wave messages (engine-wire.md 5.12)');
+  }
+  if (lockstep && !(Number.isSafeInteger(opts.dataParallelSize) && (opts.dataParallelSize as number) >= 2)) {
+    throw new RangeError(`lockstep needs dataParallelSize, an integer ≥ 2 (the group size), got ${String(opts.dataParallelSize)}`);
+  }
+  if (!lockstep && opts.dataParallelSize !== undefined) {
+    throw new RangeError('dataParallelSize is only reported by a lockstep rank: dense ranks report 1 (engine-wire.md 5.12)');
+  }
   const timeScale = opts.timeScale ?? 1;
   if (!Number.isFinite(timeScale) || timeScale < 0) throw new RangeError(`timeScale must be a finite number ≥ 0, got ${timeScale}`);
   const maxRunning = opts.maxRunning ?? DEFAULTS.maxRunning;
@@ -165,6 +238,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     eosTokenIds ??= [textModel.eosTokenId];
   }
   const model = textModel;
+  const runSeed = seedToUint32(opts.seed ?? 0);
+  const wire = createSimWire(family, {
+    vocabSize,
+    enableOutputLogprobs: opts.enableOutputLogprobs ?? true,
+    tokens: (seed: WireInt, prompt: readonly number[]) => model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt),
+  });
 
   const scheduler = new SimScheduler({
     engineIndex: opts.engineIndex,
@@ -174,25 +253,27 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     eosTokenIds,
     stepTime: opts.stepTimeModel ?? DEFAULT_STEP_TIME_MODEL,
     streamInterval: opts.streamInterval,
+    finishRules: wire.finishRules,
   });
+  const waves = lockstep ? new LockstepWaves(opts.engineIndex) : null;
   const ready: ReadyResponse = {
     ...DEFAULT_READY_RESPONSE,
     maxModelLen,
     numGpuBlocks: kvTotalPages,
     prefixGranularity: KV_PAGE_TOKENS,
     dtype: 'bfloat16',
-    vllmVersion: 'tokenspeed-sim',
+    vllmVersion: wire.version,
     worldSize: 1,
-    // Independent (dense) DP ranks: > 1 would mark the worker as a lockstep group (engine-wire.md 5.12).
-    dataParallelSize: 1,
+    // > 1 marks the worker as a lockstep group (engine-wire.md 5.12); independent (dense) DP ranks report 1.
+    dataParallelSize: lockstep ? (opts.dataParallelSize as number) : 1,
     tensorParallelSize: 1,
     pipelineParallelSize: 1,
     decodeContextParallelSize: 1,
     dataParallelRank: opts.dataParallelRank ?? opts.engineIndex,
     maxNumSeqs: maxRunning,
     maxNumBatchedTokens: 8192,
-    instanceId: opts.instanceId ?? 'tokenspeed-sim',
-    kvCacheSizeTokens: kvTotalPages * KV_PAGE_TOKENS,
+    instanceId: opts.instanceId ?? wire.defaultInstanceId,
+    kvCacheSizeTokens: wire.reportsKvCacheSizeTokens ? kvTotalPages * KV_PAGE_TOKENS : null,
     kvCacheMaxConcurrency: null,
   };
 
@@ -200,31 +281,36 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     handshakeAddress: opts.handshakeAddress,
     engineIndex: opts.engineIndex,
     readyResponse: ready,
+    granularityKey: wire.granularityKey,
     initTimeoutMs: opts.initTimeoutMs,
     logger: log,
   });
-  log.info({ engineIndex: opts.engineIndex, maxRunning, kvTotalPages, maxModelLen, timeScale }, 'sim rank registered');
+  log.info(
+    { engineIndex: opts.engineIndex, engine: family, lockstep, maxRunning, kvTotalPages, maxModelLen, timeScale },
+    'sim rank registered',
+  );
 
-  const runSeed = seedToUint32(opts.seed ?? 0);
-  const enableOutputLogprobs = opts.enableOutputLogprobs ?? true;
   const stats: SimEngineStats = {
     added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, batchesSent: 0, tokensGenerated: 0, sendErrors: 0,
-    pendingSends: 0, outputPauses: 0, outputPaused: false,
+    pendingSends: 0, outputPauses: 0, outputPaused: false, wavesStarted: 0, wakesIgnored: 0, wavesCompleted: 0, startWaveRequests: 0,
   };
   let stopping = false;
   let timer: NodeJS.Timeout | null = null;
   let sends: Promise<void> = Promise.resolve();
+  /** Steps since start (dense ranks' `step_counter`). */
+  let totalSteps = 0;
 
-  const send = (batch: SimBatch): void => {
-    let payload: Uint8Array;
+  /** Encode (catching encoder errors) and queue one output message; `null` from the encoder sends nothing. */
+  const push = (what: string, encode: () => Uint8Array[] | null): void => {
+    let frames: Uint8Array[] | null;
     try {
-      payload = encodeSimBatch(batch);
+      frames = encode();
     } catch (error) {
       stats.sendErrors += 1;
-      log.error({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank could not encode a batch');
+      log.error({ engineIndex: opts.engineIndex, what, err: describeError(error) }, 'sim rank could not encode an output message');
       return;
     }
-    for (const r of batch.rows) stats.tokensGenerated += r.outputIds.length;
+    if (frames === null) return;
     stats.pendingSends += 1;
     if (stats.pendingSends >= OUTPUT_BACKLOG_PAUSE && !stats.outputPaused) {
       stats.outputPaused = true;
@@ -234,14 +320,15 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         'sim rank output is backed up (the gateway is not reading its PULL); pausing rounds',
       );
     }
-    sends = sends.then(() => dialer.sendOutput(payload)).then(
+    const message = frames;
+    sends = sends.then(() => dialer.sendFrames(message)).then(
       () => {
         stats.batchesSent += 1;
         sendSettled();
       },
       (error: unknown) => {
         stats.sendErrors += 1;
-        if (!stopping) log.warn({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank could not push a batch');
+        if (!stopping) log.warn({ engineIndex: opts.engineIndex, what, err: describeError(error) }, 'sim rank could not push an output message');
         sendSettled();
       },
     );
@@ -257,13 +344,56 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     }
   };
 
+  const stepOf = (rows: readonly SimRow[], tail: LoadTail): SimStep => ({
+    engineIndex: opts.engineIndex,
+    rows,
+    tail,
+    state: scheduler.state(),
+    kvTotalPages,
+    stepCounter: waves === null ? totalSteps : waves.stepCounter,
+    currentWave: waves === null ? 0 : waves.currentWave,
+  });
+
+  /** Count a step and push its message. */
+  const pushStep = (rows: readonly SimRow[], tail: LoadTail): void => {
+    totalSteps += 1;
+    waves?.stepped();
+    for (const r of rows) stats.tokensGenerated += r.outputIds.length;
+    const step = stepOf(rows, tail);
+    push('step', () => wire.encodeStep(step));
+  };
+
+  const hasWork = (): boolean => scheduler.hasWork() || wire.hasPendingReport();
+
+  /** A stepping lockstep rank with nothing left parks and reports the wave it completed (5.12). */
+  const maybePark = (): void => {
+    if (waves === null || !waves.running || hasWork() || wire.waves === null) return;
+    const done = waves.park();
+    stats.wavesCompleted += 1;
+    log.debug({ engineIndex: opts.engineIndex, wave: done }, 'sim rank drained its wave and parked');
+    const waveWire = wire.waves;
+    push('wave_complete', () => waveWire.encodeWaveComplete(opts.engineIndex, done));
+  };
+
   const startRound = (): void => {
-    if (stopping || timer !== null || stats.outputPaused || !scheduler.hasWork()) return;
+    if (stopping || timer !== null || stats.outputPaused) return;
+    // A parked lockstep rank holds its requests: it cannot step without the rest of its group (5.12).
+    if (waves !== null && !waves.running) return;
+    if (!hasWork()) {
+      maybePark();
+      return;
+    }
     const plan = scheduler.plan();
-    if (plan.admission !== null) send(plan.admission);
+    if (plan.admission !== null) {
+      const step = stepOf(plan.admission.rows, plan.admission.tail);
+      push('rejections', () => wire.encodeRejections(step));
+    }
     if (plan.plannedCount === 0) {
-      // Only rejections were due; anything still registered would have been planned (add() refuses what cannot fit).
+      // No forward pass. A vLLM rank still reports aborted ids in a step of its own (no rows, stats).
+      if (wire.hasPendingReport()) pushStep([], plan.tail);
+      // Anything still registered would have been planned (add() refuses what cannot fit).
       if (scheduler.hasWork()) log.error({ engineIndex: opts.engineIndex, ...scheduler.state() }, 'sim rank has work it cannot schedule');
+      maybePark();
       return;
     }
     stats.rounds += 1;
@@ -271,30 +401,46 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       timer = null;
       if (stopping) return;
       const batch = scheduler.commit();
-      if (batch !== null) send(batch);
+      pushStep(batch?.rows ?? [], plan.tail);
       startRound();
     }, plan.stepTimeMs * timeScale);
   };
 
-  const tokens = (seed: WireInt, prompt: readonly number[]) =>
-    model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt);
-
   const onAdd = (payload: Uint8Array): void => {
     let rid = '?';
     try {
-      const decoded = decodeTokenizedGenerateReqInput(payload);
-      const spec = toSimRequest(decoded, { vocabSize, enableOutputLogprobs, tokens });
+      const { request: spec, requestWave } = wire.decodeAdd(payload);
       rid = spec.rid;
       const result = scheduler.add(spec, performance.now());
       switch (result) {
-        case 'queued':
+        case 'queued': {
           stats.added += 1;
           log.debug({ engineIndex: opts.engineIndex, rid, promptTokens: spec.promptTokenIds.length }, 'sim rank queued a request');
+          const startWave = waves?.arrived(requestWave) ?? null;
+          if (startWave !== null && wire.waves !== null) {
+            // A request for an already-drained wave reached a parked rank: ask the gateway to wake the group (5.12).
+            stats.startWaveRequests += 1;
+            log.debug({ engineIndex: opts.engineIndex, rid, requestWave, wave: startWave }, 'sim rank asks for a wave start');
+            const waveWire = wire.waves;
+            push('start_wave', () => waveWire.encodeStartWave(opts.engineIndex, startWave));
+          }
           break;
-        case 'rejected':
+        }
+        case 'rejected': {
           stats.rejected += 1;
-          log.info({ engineIndex: opts.engineIndex, rid, reason: scheduler.rejectionReason(spec) }, 'sim rank rejects a request (terminal abort row)');
+          log.info(
+            { engineIndex: opts.engineIndex, rid, reason: scheduler.rejectionReason(spec) },
+            `sim rank refuses a request (terminal ${family === 'vllm' ? 'error output' : 'abort row'})`,
+          );
+          if (wire.rejectAt === 'arrival') {
+            const batch = scheduler.takeRejections();
+            if (batch !== null) {
+              const step = stepOf(batch.rows, batch.tail);
+              push('rejections', () => wire.encodeRejections(step));
+            }
+          }
           break;
+        }
         case 'aborted':
           stats.abortedOnArrival += 1;
           log.debug({ engineIndex: opts.engineIndex, rid }, 'sim rank dropped a request aborted before it arrived');
@@ -312,15 +458,39 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
 
   const onAbort = (payload: Uint8Array): void => {
     try {
-      const rids = decodeAbortPayload(payload);
+      const rids = wire.decodeAbort(payload);
+      const registered = rids.filter((rid) => scheduler.has(rid));
       const n = scheduler.abort(rids, performance.now());
       stats.aborted += n;
+      wire.noteAborted(registered);
       log.debug({ engineIndex: opts.engineIndex, rids, dropped: n }, 'sim rank applied an ABORT');
     } catch (error) {
       stats.dropped += 1;
       log.warn({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank dropped a malformed ABORT');
     }
   };
+
+  const onStartWave = (payload: Uint8Array): void => {
+    if (wire.waves === null) return;
+    try {
+      const { wave, excludeEngineIndex } = wire.waves.decodeStartWave(payload);
+      if (waves === null) {
+        stats.wakesIgnored += 1;
+        log.debug({ engineIndex: opts.engineIndex, wave }, 'dense sim rank ignored a START_DP_WAVE');
+        return;
+      }
+      const before = waves.currentWave;
+      const outcome = waves.start(wave, excludeEngineIndex);
+      if (outcome === 'started') stats.wavesStarted += 1;
+      else stats.wakesIgnored += 1;
+      log.debug({ engineIndex: opts.engineIndex, wave, currentWave: before, outcome }, 'sim rank got a START_DP_WAVE');
+    } catch (error) {
+      stats.dropped += 1;
+      log.warn({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank dropped a malformed START_DP_WAVE');
+    }
+  };
+
+  const served: ReadonlySet<RequestTypeByte> = new Set<RequestTypeByte>([RequestType.ADD, RequestType.ABORT, ...wire.extraRequestTypes]);
 
   let closing: Promise<void> | null = null;
   const close = (closeOpts: { sendDead?: boolean } = {}): Promise<void> => {
@@ -352,12 +522,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     try {
       for await (const msg of dialer.requests()) {
         if (stopping) break;
-        if (msg.type === RequestType.ADD) onAdd(msg.payload);
-        else if (msg.type === RequestType.ABORT) onAbort(msg.payload);
-        else {
+        if (!served.has(msg.type)) {
           stats.dropped += 1;
-          log.warn({ engineIndex: opts.engineIndex, type: msg.type }, 'sim rank dropped a request type TokenSpeed does not serve');
-        }
+          log.warn({ engineIndex: opts.engineIndex, engine: family, type: msg.type }, 'sim rank dropped a request type its engine does not serve');
+        } else if (msg.type === RequestType.ADD) onAdd(msg.payload);
+        else if (msg.type === RequestType.ABORT) onAbort(msg.payload);
+        else if (msg.type === RequestType.START_DP_WAVE) onStartWave(msg.payload);
         startRound();
       }
     } catch (error) {
@@ -368,8 +538,10 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
 
   return {
     engineIndex: opts.engineIndex,
+    engine: family,
     ready,
     stats: () => ({ ...stats }),
+    wave: () => (waves === null ? null : { currentWave: waves.currentWave, running: waves.running }),
     closed: loop,
     close,
   };

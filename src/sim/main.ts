@@ -1,9 +1,11 @@
 /**
- * Runnable entry of one simulated TokenSpeed rank (a separate process, like a real rank):
+ * Runnable entry of one simulated TokenSpeed or vLLM EngineCore rank (a separate process, like a real rank):
  *
  *   node --import tsx src/sim/main.ts --handshake tcp://127.0.0.1:25152 --engine-index 0 [options]
  *
- * Options (units: tokens, 16-token KV pages, ms): `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
+ * Options (units: tokens, 16-token KV pages, ms): `--engine tokenspeed|vllm` (tokenspeed; the wire, engine-wire.md
+ * sections 4 / 5), `--lockstep` with `--dp-size N` (N ≥ 2; vLLM only: a lockstep MoE rank reporting
+ * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000), `--exit-with-parent`,
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
@@ -20,6 +22,7 @@ import { pino, type Level } from 'pino';
 import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from './engine.js';
 import { LogSink, ignoreStdioErrors } from '../log-sink.js';
 import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
+import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
 
 /** A command-line mistake; the message names the option. */
 export class SimArgsError extends Error {
@@ -40,11 +43,14 @@ export interface SimMainArgs {
 /** Usage text of `model-gateway sim` (also printed by `--help`). */
 export const SIM_USAGE = `Usage: model-gateway sim --handshake tcp://HOST:PORT [options]
 
-Runs one simulated TokenSpeed rank that dials the gateway's handshake socket like a real rank.
+Runs one simulated TokenSpeed or vLLM EngineCore rank that dials the gateway's handshake socket like a real rank.
 
 options (units: tokens, 16-token KV pages, ms):
   --handshake ADDR           Gateway handshake address (required)
   --engine-index N           Engine index / DP rank, 0..65535 (default 0)
+  --engine FAMILY            Wire to speak: tokenspeed or vllm (default tokenspeed)
+  --lockstep                 vLLM only: a lockstep (MoE) rank that parks when drained and waits for START_DP_WAVE
+  --dp-size N                With --lockstep: the group size reported as data_parallel_size (N >= 2, required)
   --max-running N            Cap on running requests (default 64)
   --kv-pages N               Total KV pages of 16 tokens (default 4096)
   --max-model-len N          Context length reported in the ready response (default 32768)
@@ -88,6 +94,9 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
       options: {
         handshake: { type: 'string' },
         'engine-index': { type: 'string' },
+        engine: { type: 'string' },
+        lockstep: { type: 'boolean' },
+        'dp-size': { type: 'string' },
         'max-running': { type: 'string' },
         'kv-pages': { type: 'string' },
         'max-model-len': { type: 'string' },
@@ -114,6 +123,19 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   if (!(LEVELS as readonly string[]).includes(logLevel)) {
     throw new SimArgsError(`--log-level: expected one of ${LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
   }
+  const engineFamily = str('engine') ?? 'tokenspeed';
+  if (!(SIM_ENGINE_FAMILIES as readonly string[]).includes(engineFamily)) {
+    throw new SimArgsError(`--engine: expected one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(engineFamily)}`);
+  }
+  const lockstep = values.lockstep === true;
+  const dpSize = numberOption('dp-size', str('dp-size'), { integer: true, min: 2, max: 0x10000 });
+  if (lockstep && engineFamily !== 'vllm') {
+    throw new SimArgsError('--lockstep needs --engine vllm: the TokenSpeed wire has no wave messages (engine-wire.md 5.12)');
+  }
+  if (lockstep && dpSize === undefined) throw new SimArgsError('--lockstep needs --dp-size N (the group size, N ≥ 2)');
+  if (!lockstep && dpSize !== undefined) {
+    throw new SimArgsError('--dp-size is only meaningful with --lockstep: dense ranks report data_parallel_size 1');
+  }
   const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
   const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
   const decode = numberOption('step-decode-ms', str('step-decode-ms'), { min: 0 });
@@ -129,6 +151,11 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     initTimeoutMs: numberOption('init-timeout-ms', str('init-timeout-ms'), { integer: true, min: 1 }),
     enableOutputLogprobs: values['disable-output-logprobs'] === true ? false : undefined,
   };
+  if (engineFamily !== 'tokenspeed') engine.engine = engineFamily as SimEngineFamily;
+  if (lockstep) {
+    engine.lockstep = true;
+    engine.dataParallelSize = dpSize;
+  }
   if (base !== undefined || prefill !== undefined || decode !== undefined) {
     engine.stepTimeModel = {
       baseMs: base ?? DEFAULT_STEP_TIME_MODEL.baseMs,
@@ -167,7 +194,7 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   try {
     args = parseSimArgs(argv);
   } catch (error) {
-    process.stderr.write(`tokenspeed-sim: ${error instanceof Error ? error.message : String(error)}\n`);
+    process.stderr.write(`sim rank: ${error instanceof Error ? error.message : String(error)}\n`);
     return 2;
   }
   const sink = new LogSink({ fd: 1 });

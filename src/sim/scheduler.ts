@@ -18,6 +18,13 @@
  *   carrying a request's terminal row still counts it in `num_running` and its pages in `kv_active_pages`;
  *   `num_running` counts every registered, not yet finished request **including** the waiting ones.
  *
+ * vLLM rules (`finishRules: 'vllm'`, the simulated vLLM EngineCore; engine-wire.md 5.3, 5.9, 5.11; vLLM
+ * `v1/core/sched/utils.py` `check_stop`): the engine adds no EOS of its own; below `min_tokens` nothing stops; then
+ * the request's EOS id (`_eos_token_id`, `SimRequest.eosTokenIds`) finishes `stop` with no stop reason, a request stop
+ * token id finishes `stop` with `stopReason` = that id, and only then `length` (at `max_tokens`, or when prompt +
+ * output reach `max_model_len`: the limit is `min(max_tokens, max_model_len − prompt_len)`, no TokenSpeed clamp);
+ * `ignoreEos` is not consulted (the gateway already left the EOS ids out, gateway.md 7).
+ *
  * Sim-specific choices (not TokenSpeed facts): a request holds `ceil((prompt + generated) / 16)` KV pages, where
  * `generated` includes the token the current round produces; when a running request cannot grow, the newest running
  * requests are retracted to the head of the waiting queue (SGLang-style) and recompute their prompt and generated
@@ -74,7 +81,15 @@ export interface SchedulerConfig {
   streamInterval?: number;
   /** How long an abort for a not-yet-registered rid is remembered (ms, against the caller's `nowMs`), default 60 000. */
   pendingAbortTtlMs?: number;
+  /**
+   * Whose limit clamp and finish checks to apply (default `'tokenspeed'`, engine-wire.md 4.4 / 4.8; `'vllm'`: see the
+   * module comment, engine-wire.md 5.9 / 5.11).
+   */
+  finishRules?: FinishRules;
 }
+
+/** Whose `max_new_tokens` clamp and finish-check order the scheduler applies. */
+export type FinishRules = 'tokenspeed' | 'vllm';
 
 /** One sampled token and its log-probability (natural log). */
 export interface SampledToken {
@@ -101,6 +116,12 @@ export interface SimRequest {
   minNewTokens: number;
   /** Request stop token ids (null or empty = none); the matching token is included in the output. */
   stopTokenIds: readonly number[] | null;
+  /**
+   * This request's EOS ids for the finish check. TokenSpeed rules: absent = the rank's `eosTokenIds`. vLLM rules:
+   * absent = none (EngineCore stops on EOS only when the request names it, `_eos_token_id`).
+   */
+  eosTokenIds?: readonly number[];
+  /** TokenSpeed rules: skip the stop/EOS check and keep the source from emitting EOS. Ignored under vLLM rules. */
   ignoreEos: boolean;
   /** Streaming cadence (engine-wire.md 4.8). */
   stream: boolean;
@@ -132,6 +153,13 @@ export interface SimRow {
   logprobVals: number[];
   /** Token id of each logprob; [] unless requested. */
   logprobIdx: number[];
+  /** For a `stop` finish on one of the request's stop token ids (not an EOS id): that id (vLLM `stop_reason`); else null. */
+  stopReason: number | null;
+  /**
+   * Tokens (re)computed by the prefill scheduled since this rid's previous row (prompt, plus already generated tokens
+   * for a retracted request), or null when no prefill ran since then (vLLM `prefill_stats`, engine-wire.md 5.9).
+   */
+  prefillTokens: number | null;
 }
 
 /** The four-field load tail of the 14-element `BatchTokenIDOutSlim` (engine-wire.md 4.9). Counts; pages. */
@@ -201,6 +229,10 @@ interface Req {
   /** Clamped limit. */
   maxNew: number;
   stopIds: ReadonlySet<number>;
+  /** EOS ids of the finish check (see `SimRequest.eosTokenIds`). */
+  eosIds: ReadonlySet<number>;
+  /** vLLM rules: whether an EOS token from the source would end the request (else the source must not emit one). */
+  sourceMayStop: boolean;
   interval: number;
   generated: number;
   pages: number;
@@ -211,6 +243,8 @@ interface Req {
   state: ReqState;
   pendingIds: number[];
   pendingLogprobs: number[];
+  /** Tokens of a prefill not yet reported in a row (see `SimRow.prefillTokens`). */
+  pendingPrefill: number | null;
 }
 
 /** Pages needed to hold `tokens` tokens of KV. */
@@ -227,6 +261,15 @@ export function clampMaxNewTokens(requested: number | null, promptLen: number, m
   return requested === null ? bound : Math.min(requested, bound);
 }
 
+/**
+ * vLLM EngineCore's output limit (engine-wire.md 5.3 `max_tokens`; vLLM `check_stop`): `min(max_tokens,
+ * max_model_len − prompt_len)` (null = no request limit). Negative for a prompt longer than the context.
+ */
+export function vllmMaxNewTokens(requested: number | null, promptLen: number, maxModelLen: number): number {
+  const bound = maxModelLen - promptLen;
+  return requested === null ? bound : Math.min(requested, bound);
+}
+
 const ZERO_TAIL: LoadTail = Object.freeze({ numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
 
 /**
@@ -238,6 +281,7 @@ const ZERO_TAIL: LoadTail = Object.freeze({ numRunning: 0, numWaiting: 0, kvActi
  */
 export class SimScheduler {
   readonly config: Readonly<Required<SchedulerConfig>>;
+  private readonly vllm: boolean;
   private readonly eos: ReadonlySet<number>;
   private readonly waiting: Req[] = [];
   private readonly running: Req[] = [];
@@ -271,7 +315,12 @@ export class SimScheduler {
       stepTime: { ...stepTime },
       streamInterval,
       pendingAbortTtlMs: config.pendingAbortTtlMs ?? 60_000,
+      finishRules: config.finishRules ?? 'tokenspeed',
     });
+    if (this.config.finishRules !== 'tokenspeed' && this.config.finishRules !== 'vllm') {
+      throw new RangeError(`SchedulerConfig.finishRules: expected 'tokenspeed' or 'vllm', got ${JSON.stringify(this.config.finishRules)}`);
+    }
+    this.vllm = this.config.finishRules === 'vllm';
     this.eos = new Set(config.eosTokenIds);
   }
 
@@ -285,12 +334,16 @@ export class SimScheduler {
     if (this.pendingAborts.delete(spec.rid)) return 'aborted';
     if (this.registered.has(spec.rid)) return 'duplicate';
     const promptLen = spec.promptTokenIds.length;
-    const maxNew = clampMaxNewTokens(spec.maxNewTokens, promptLen, this.config.maxModelLen);
+    const maxNew = this.limitFor(spec, promptLen);
+    const stopIds = new Set(spec.stopTokenIds ?? []);
+    const eosIds = spec.eosTokenIds !== undefined ? new Set(spec.eosTokenIds) : this.vllm ? new Set<number>() : this.eos;
     const req: Req = {
       spec,
       promptLen,
       maxNew,
-      stopIds: new Set(spec.stopTokenIds ?? []),
+      stopIds,
+      eosIds,
+      sourceMayStop: this.config.eosTokenIds.some((id) => stopIds.has(id) || eosIds.has(id)),
       interval: spec.streamInterval ?? this.config.streamInterval,
       generated: 0,
       pages: 0,
@@ -299,6 +352,7 @@ export class SimScheduler {
       state: 'waiting',
       pendingIds: [],
       pendingLogprobs: [],
+      pendingPrefill: null,
     };
     if (this.rejectionReason(spec, promptLen, maxNew) !== null) {
       req.state = 'done';
@@ -314,7 +368,7 @@ export class SimScheduler {
    * Why `spec` is admitted finished, or null. Validation errors come first (engine-wire.md 4.6), then the sim's own
    * capacity checks.
    */
-  rejectionReason(spec: SimRequest, promptLen = spec.promptTokenIds.length, maxNew = clampMaxNewTokens(spec.maxNewTokens, promptLen, this.config.maxModelLen)): string | null {
+  rejectionReason(spec: SimRequest, promptLen = spec.promptTokenIds.length, maxNew = this.limitFor(spec, promptLen)): string | null {
     if (spec.validationError !== null) return spec.validationError;
     if (promptLen === 0) return 'empty prompt';
     if (maxNew < 0) return `prompt of ${promptLen} tokens does not fit max_model_len ${this.config.maxModelLen}`;
@@ -345,6 +399,23 @@ export class SimScheduler {
       }
     }
     return dropped;
+  }
+
+  /** True while a request with this rid is registered (waiting or running, not finished or aborted). */
+  has(rid: string): boolean {
+    return this.registered.has(rid);
+  }
+
+  /**
+   * Take the pending admission rejections now, without a round: their terminal `abort` rows stamped with the last
+   * tail, or null when none. `plan()` does this itself; an engine that answers bad requests on arrival (the vLLM
+   * flavour) calls it right after `add()`.
+   */
+  takeRejections(): SimBatch | null {
+    if (this.rejected.length === 0) return null;
+    const rows = this.rejected.map((r) => this.row(r, [], [], 'abort'));
+    this.rejected.length = 0;
+    return { engineIndex: this.config.engineIndex, rows, tail: this.tail };
   }
 
   /** True while anything is registered or a rejection row is pending: the engine should keep running rounds. */
@@ -379,12 +450,7 @@ export class SimScheduler {
    */
   plan(): RoundPlan {
     if (this.planned !== null) throw new Error('SimScheduler.plan(): the previous round was not committed');
-    let admission: SimBatch | null = null;
-    if (this.rejected.length > 0) {
-      const rows = this.rejected.map((r) => this.row(r, [], [], 'abort'));
-      this.rejected.length = 0;
-      admission = { engineIndex: this.config.engineIndex, rows, tail: this.tail };
-    }
+    const admission = this.takeRejections();
 
     // Grow every running request by the token it decodes this round; retract the newest on shortage.
     let retracted = 0;
@@ -474,23 +540,37 @@ export class SimScheduler {
         this.retire(r);
         continue;
       }
+      if (r.needsPrefill) r.pendingPrefill = r.promptLen + r.generated;
       r.needsPrefill = false;
       const spec = r.spec;
-      // Below min_new_tokens TokenSpeed masks stop tokens, so none can end the request; ignore_eos skips check 2.
-      const allowStop = !spec.ignoreEos && r.generated >= spec.minNewTokens;
+      // Below min_new_tokens both engines mask stop tokens, so none can end the request. TokenSpeed: ignore_eos skips
+      // check 2. vLLM: the source may only emit EOS when EOS would end the request (its stop set names it).
+      const minReached = r.generated >= spec.minNewTokens;
+      const allowStop = this.vllm ? minReached && r.sourceMayStop : !spec.ignoreEos && minReached;
       const tok = spec.tokens.next({ allowStop });
       r.generated += 1;
       r.pendingIds.push(tok.tokenId);
       if (spec.returnLogprob) r.pendingLogprobs.push(tok.logprob);
       let finish: SimFinishReason = '';
-      if (r.generated >= r.maxNew) finish = 'length';
-      else if (allowStop && (r.stopIds.has(tok.tokenId) || this.eos.has(tok.tokenId))) finish = 'stop';
+      let stopReason: number | null = null;
+      if (this.vllm) {
+        // vLLM check_stop order: EOS, stop token ids, then the length limit.
+        if (minReached && r.eosIds.has(tok.tokenId)) finish = 'stop';
+        else if (minReached && r.stopIds.has(tok.tokenId)) {
+          finish = 'stop';
+          stopReason = tok.tokenId;
+        } else if (r.generated >= r.maxNew) finish = 'length';
+      } else if (r.generated >= r.maxNew) finish = 'length';
+      else if (allowStop && (r.stopIds.has(tok.tokenId) || r.eosIds.has(tok.tokenId))) {
+        finish = 'stop';
+        if (!r.eosIds.has(tok.tokenId)) stopReason = tok.tokenId;
+      }
       if (finish !== '' || this.cadenceDue(r)) {
         const ids = r.pendingIds;
         const lps = r.pendingLogprobs;
         r.pendingIds = [];
         r.pendingLogprobs = [];
-        rows.push(this.row(r, ids, lps, finish));
+        rows.push(this.row(r, ids, lps, finish, stopReason));
       }
       if (finish !== '') this.retire(r);
     }
@@ -503,7 +583,9 @@ export class SimScheduler {
     return n === 1 || n % NON_STREAM_INTERVAL === 0;
   }
 
-  private row(r: Req, ids: number[], lps: number[], finish: SimFinishReason): SimRow {
+  private row(r: Req, ids: number[], lps: number[], finish: SimFinishReason, stopReason: number | null = null): SimRow {
+    const prefillTokens = r.pendingPrefill;
+    r.pendingPrefill = null;
     return {
       rid: r.spec.rid,
       outputIds: ids,
@@ -513,7 +595,16 @@ export class SimScheduler {
       cachedTokens: 0,
       logprobVals: r.spec.returnLogprob ? lps : [],
       logprobIdx: r.spec.returnLogprob ? ids.slice() : [],
+      stopReason,
+      prefillTokens,
     };
+  }
+
+  /** The request's output limit under this rank's rules (engine-wire.md 4.4, or `vllmMaxNewTokens`). */
+  private limitFor(spec: SimRequest, promptLen: number): number {
+    return this.vllm
+      ? vllmMaxNewTokens(spec.maxNewTokens, promptLen, this.config.maxModelLen)
+      : clampMaxNewTokens(spec.maxNewTokens, promptLen, this.config.maxModelLen);
   }
 
   private freePages(): number {

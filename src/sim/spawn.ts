@@ -1,7 +1,8 @@
 /**
- * Launch simulated TokenSpeed ranks as separate processes, one per DP rank, each running `main.ts` through tsx.
- * Like a real TokenSpeed DP group (engine-wire.md 1.2 `--zmq-engine-index`, 2.6), rank i dials the handshake
- * address with engine index `firstEngineIndex + i`.
+ * Launch simulated TokenSpeed or vLLM EngineCore ranks as separate processes, one per DP rank, each running `main.ts`
+ * through tsx. Like a real DP group (engine-wire.md 1.2 `--zmq-engine-index`, 2.6), rank i dials the handshake
+ * address with engine index `firstEngineIndex + i`. `engine` picks the wire (`--engine`); `lockstep` makes the ranks
+ * one lockstep (MoE) group of `count` ranks (`--lockstep --dp-size count`, engine-wire.md 5.12).
  *
  * Each child's stdout/stderr is read line by line: pino JSON lines are re-logged through the parent logger at their
  * own level (with the rank's engine index attached), anything else is logged as a `warn` line.
@@ -10,6 +11,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { silentLogger, type MinimalLogger } from '../logging.js';
+import type { SimEngineFamily } from './wire.js';
 
 /** Options of `spawnSimRanks`. */
 export interface SpawnSimRanksOptions {
@@ -19,6 +21,13 @@ export interface SpawnSimRanksOptions {
   count: number;
   /** Engine index of the first rank (default 0); rank i gets `firstEngineIndex + i`, which must stay ≤ 65535. */
   firstEngineIndex?: number;
+  /** The wire the ranks speak (default `'tokenspeed'`; passed as `--engine`). */
+  engine?: SimEngineFamily;
+  /**
+   * One lockstep group of `count` ranks (vLLM only, `count` ≥ 2): passed as `--lockstep --dp-size <count>`, so each
+   * rank reports `data_parallel_size` = count and parks when drained (engine-wire.md 5.12). Default false (dense).
+   */
+  lockstep?: boolean;
   /** Extra `main.ts` arguments given to every rank (e.g. `['--max-running', '8', '--time-scale', '0.1']`). */
   extraArgs?: string[];
   /** Where the children's log lines go (default: dropped). */
@@ -89,9 +98,10 @@ function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineI
 }
 
 /**
- * Spawn `count` simulated ranks: `node --import <tsx> <main.ts> --handshake <addr> --engine-index <i> ...extraArgs`.
- * Returns at once (the children dial the gateway on their own; the gateway's handshake tells when they are ready).
- * Throws `RangeError` on a bad count or engine index range. A child that fails to start or exits early is logged at
+ * Spawn `count` simulated ranks: `node --import <tsx> <main.ts> --handshake <addr> --engine-index <i> [--engine F]
+ * [--lockstep --dp-size <count>] ...extraArgs`. Returns at once (the children dial the gateway on their own; the
+ * gateway's handshake tells when they are ready). Throws `RangeError` on a bad count or engine index range, an
+ * unknown engine, or `lockstep` without engine `'vllm'` or with fewer than 2 ranks. A child that fails to start or exits early is logged at
  * `error`; its `exited` promise resolves.
  */
 export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
@@ -103,6 +113,16 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   if (!opts.handshakeAddress.startsWith('tcp://')) {
     throw new RangeError(`spawnSimRanks: handshakeAddress must start with tcp://, got ${JSON.stringify(opts.handshakeAddress)}`);
   }
+  const engine = opts.engine ?? 'tokenspeed';
+  if (engine !== 'tokenspeed' && engine !== 'vllm') throw new RangeError(`spawnSimRanks: engine must be tokenspeed or vllm, got ${JSON.stringify(engine)}`);
+  if (opts.lockstep === true && engine !== 'vllm') {
+    throw new RangeError('spawnSimRanks: lockstep needs engine "vllm" (the TokenSpeed wire has no wave messages, engine-wire.md 5.12)');
+  }
+  if (opts.lockstep === true && opts.count < 2) throw new RangeError(`spawnSimRanks: a lockstep group needs count ≥ 2, got ${opts.count}`);
+  const familyArgs = [
+    ...(engine !== 'tokenspeed' ? ['--engine', engine] : []),
+    ...(opts.lockstep === true ? ['--lockstep', '--dp-size', String(opts.count)] : []),
+  ];
   const log = opts.logger ?? silentLogger;
   const grace = opts.stopGraceMs ?? 5000;
   const tsxLoader = import.meta.resolve('tsx');
@@ -117,6 +137,7 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
       // The rank's stdin is a pipe from this process: when this process dies (even by SIGKILL) the pipe closes
       // and the rank shuts down instead of living on as an orphan.
       '--exit-with-parent',
+      ...familyArgs,
       ...(opts.extraArgs ?? []),
     ];
     const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });

@@ -60,3 +60,22 @@ test('simMain --help prints the usage and exits 0 without dialling anything', as
   assert.equal(written.join(''), SIM_USAGE);
   assert.match(SIM_USAGE, /--handshake ADDR/);
 });
+
+test('parseSimArgs: --engine vllm, and --lockstep with --dp-size', () => {
+  const dense = parseSimArgs(['--handshake', 'tcp://127.0.0.1:1', '--engine', 'vllm']);
+  assert.equal(dense.engine.engine, 'vllm');
+  assert.equal(dense.engine.lockstep, undefined);
+  assert.equal(dense.engine.dataParallelSize, undefined);
+  const lock = parseSimArgs(['--handshake', 'tcp://127.0.0.1:1', '--engine', 'vllm', '--lockstep', '--dp-size', '4']);
+  assert.deepEqual([lock.engine.engine, lock.engine.lockstep, lock.engine.dataParallelSize], ['vllm', true, 4]);
+  assert.equal(parseSimArgs(['--handshake', 'tcp://127.0.0.1:1']).engine.engine, undefined, 'default: TokenSpeed');
+});
+
+test('parseSimArgs refuses bad engine and lockstep combinations, naming the option', () => {
+  const h = ['--handshake', 'tcp://h:1'];
+  assert.throws(() => parseSimArgs([...h, '--engine', 'sglang']), /--engine: expected one of tokenspeed, vllm/);
+  assert.throws(() => parseSimArgs([...h, '--lockstep', '--dp-size', '2']), /--lockstep needs --engine vllm/);
+  assert.throws(() => parseSimArgs([...h, '--engine', 'vllm', '--lockstep']), /--lockstep needs --dp-size/);
+  assert.throws(() => parseSimArgs([...h, '--engine', 'vllm', '--lockstep', '--dp-size', '1']), /--dp-size/);
+  assert.throws(() => parseSimArgs([...h, '--engine', 'vllm', '--dp-size', '2']), /only meaningful with --lockstep/);
+});

@@ -276,7 +276,10 @@ test('validation abort: one terminal row at admission, carrying the PREVIOUS rou
   const first = round(s);
   assert.equal(first.length, 1);
   assert.deepEqual(first[0].rows, [
-    { rid: 'bad0', outputIds: [], finishedReason: 'abort', promptTokens: 4, completionTokens: 0, cachedTokens: 0, logprobVals: [], logprobIdx: [] },
+    {
+      rid: 'bad0', outputIds: [], finishedReason: 'abort', promptTokens: 4, completionTokens: 0, cachedTokens: 0, logprobVals: [], logprobIdx: [],
+      stopReason: null, prefillTokens: null,
+    },
   ]);
   assert.deepEqual(first[0].tail, { numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
   assert.equal(first[0].engineIndex, 3);
@@ -388,4 +391,56 @@ test('deterministic: two identical runs give identical batches', () => {
     return drain(s);
   };
   assert.deepEqual(run(), run());
+});
+
+test('vLLM rules: EOS only when the request names it, EOS before stop ids before length, stop_reason = the stop id', () => {
+  const s = sched({ finishRules: 'vllm' });
+  // The request names no EOS: the model's EOS is just a token, and the source is told not to emit it.
+  const noEos = scripted([5, EOS, 6]);
+  s.add(req('no-eos', { maxNewTokens: 3, tokens: noEos }));
+  // EOS named by _eos_token_id: an EOS finish with no stop reason.
+  s.add(req('eos', { maxNewTokens: 5, eosTokenIds: [EOS], tokens: scripted([5, EOS]) }));
+  // A stop id on the last allowed token: vLLM says stop (TokenSpeed would say length).
+  s.add(req('stop', { maxNewTokens: 2, stopTokenIds: [42], tokens: scripted([5, 42]) }));
+  // ignore_eos is not consulted under vLLM rules (the gateway already left EOS out of the map).
+  s.add(req('ign', { maxNewTokens: 5, ignoreEos: true, eosTokenIds: [EOS], tokens: scripted([EOS]) }));
+  const all = drain(s);
+  const last = (rid: string) => rowsOf(all, rid).at(-1);
+  assert.deepEqual(rowsOf(all, 'no-eos').flatMap((r) => r.outputIds), [5, EOS, 6]);
+  assert.deepEqual([last('no-eos')?.finishedReason, last('no-eos')?.stopReason], ['length', null]);
+  assert.ok(noEos.asked.every((a) => !a), 'EOS would not end the request: the source may not emit it');
+  assert.deepEqual([last('eos')?.finishedReason, last('eos')?.stopReason], ['stop', null]);
+  assert.deepEqual([last('stop')?.finishedReason, last('stop')?.stopReason], ['stop', 42]);
+  assert.deepEqual([last('ign')?.finishedReason, last('ign')?.outputIds], ['stop', [EOS]]);
+});
+
+test('vLLM rules: the limit is min(max_tokens, max_model_len − prompt); TokenSpeed rules keep the 4.4 clamp', () => {
+  const v = sched({ finishRules: 'vllm', maxModelLen: 10 });
+  v.add(req('v', { maxNewTokens: 100, promptTokenIds: [1, 2, 3, 4] }));
+  assert.equal(rowsOf(drain(v), 'v').flatMap((r) => r.outputIds).length, 6);
+  const t = sched({ maxModelLen: 10 });
+  t.add(req('t', { maxNewTokens: 100, promptTokenIds: [1, 2, 3, 4] }));
+  assert.equal(rowsOf(drain(t), 't').flatMap((r) => r.outputIds).length, 4);
+  assert.throws(() => sched({ finishRules: 'sglang' as never }), /finishRules/);
+});
+
+test('prefillTokens marks the first row after each prefill; stopReason is also filled under TokenSpeed rules', () => {
+  const s = sched();
+  s.add(req('a', { maxNewTokens: 3, stopTokenIds: [42], tokens: scripted([5, 42]) }));
+  const rows = rowsOf(drain(s), 'a');
+  assert.deepEqual(rows.map((r) => r.prefillTokens), [4, null]);
+  assert.deepEqual(rows.map((r) => r.stopReason), [null, 42]);
+});
+
+test('takeRejections() hands out pending rejection rows at once, with the last tail', () => {
+  const s = sched();
+  assert.equal(s.takeRejections(), null);
+  s.add(req('bad', { validationError: 'no' }));
+  const b = s.takeRejections();
+  assert.deepEqual(b?.rows.map((r) => [r.rid, r.finishedReason]), [['bad', 'abort']]);
+  assert.equal(s.hasWork(), false);
+  assert.equal(s.plan().admission, null, 'not sent twice');
+  s.add(req('ok'));
+  assert.equal(s.has('ok'), true);
+  assert.equal(s.has('bad'), false);
 });

@@ -1,0 +1,94 @@
+/**
+ * What the simulated vLLM EngineCore does with a decoded `EngineCoreRequest` (engine-wire.md 5.2, 5.3) before its
+ * scheduler sees it:
+ *
+ * - Stop conditions come only from the request, as vLLM's `check_stop` reads them: `_eos_token_id` (an EOS finish,
+ *   no stop reason) and `stop_token_ids` (a stop finish whose `stop_reason` is the matched id). The engine adds no
+ *   EOS of its own: EngineCore has no tokenizer, so the gateway folds the EOS ids into the map (gateway.md 7). The
+ *   map has no `ignore_eos` key: the gateway expresses it by leaving EOS out of `stop_token_ids` and `_eos_token_id`
+ *   (5.3). `_all_stop_token_ids` only matters below `min_tokens`, where every stop is masked anyway.
+ * - `max_tokens` is always present after decoding (decode default 16, 5.3); the output limit is
+ *   `min(max_tokens, max_model_len − prompt_len)` (`vllmMaxNewTokens`).
+ * - EngineCore reports every step, so each request gets a row per generated token (`stream` with interval 1).
+ * - `logprobs` non-nil asks for the sampled token's logprob (the sim sends only column 0, whatever k).
+ * - A nil `seed` is derived from the request id (CRC-32, like TokenSpeed's): a sim choice for reproducibility; real
+ *   vLLM draws a random one.
+ *
+ * A request EngineCore cannot serve (nil prompt, prompt embeddings, multimodal features, pooling, a token id or
+ * `logit_bias` key outside the vocabulary, an empty prompt, a prompt beyond the context or the KV cache) is not an
+ * exception: it gets a `validationError`, and the engine answers it at once with a terminal output whose
+ * `finish_reason` is 3 (error), as vLLM's input thread answers a request whose preprocessing failed
+ * (`_handle_request_preproc_error`). Only an ADD with no usable request id is dropped (`SimRequestError`).
+ */
+import type { EngineCoreRequest } from '../protocols/vllm/request.js';
+import type { WireInt } from '../wire/reader.js';
+import { SimRequestError, crc32Seed } from './request.js';
+import type { SimRequest, TokenSource } from './scheduler.js';
+
+/** Options of `toVllmSimRequest`. */
+export interface VllmSimRequestOptions {
+  /** Vocabulary size: prompt token ids and `logit_bias` keys must be below it; unchecked when absent. */
+  vocabSize?: number;
+  /** The token source from the seed and the prompt. */
+  tokens: (seed: WireInt, promptTokenIds: readonly number[]) => TokenSource;
+}
+
+/** A wire integer as a number; a bigint beyond ±(2^53 − 1) saturates to the safe range's bound. */
+function toNumber(v: WireInt): number {
+  if (typeof v === 'number') return v;
+  if (v > BigInt(Number.MAX_SAFE_INTEGER)) return Number.MAX_SAFE_INTEGER;
+  if (v < BigInt(Number.MIN_SAFE_INTEGER)) return Number.MIN_SAFE_INTEGER;
+  return Number(v);
+}
+
+/** Why EngineCore cannot serve `req`, or null (checked in field order). */
+export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?: number }): string | null {
+  if (req.prompt_embeds !== null && req.prompt_embeds !== undefined) return 'prompt_embeds are not served by this engine';
+  if (req.prompt_token_ids === null) return 'prompt_token_ids is nil (this engine serves token prompts only)';
+  if (req.mm_features !== null && req.mm_features.length > 0) return 'mm_features: multimodal inputs are not served by this engine';
+  if (req.sampling_params === null) return 'sampling_params is nil (pooling requests are not served)';
+  if (req.pooling_params !== null && req.pooling_params !== undefined) return 'pooling_params: pooling requests are not served';
+  const vocab = opts.vocabSize;
+  for (let i = 0; i < req.prompt_token_ids.length; i++) {
+    const t = toNumber(req.prompt_token_ids[i]);
+    if (t < 0 || (vocab !== undefined && t >= vocab)) {
+      return `prompt_token_ids[${i}]: token id ${String(req.prompt_token_ids[i])} is outside the vocabulary [0, ${vocab ?? '∞'})`;
+    }
+  }
+  const p = req.sampling_params;
+  if (toNumber(p.max_tokens) < 0) return `sampling_params.max_tokens: ${String(p.max_tokens)} must be ≥ 0`;
+  if (toNumber(p.min_tokens) < 0) return `sampling_params.min_tokens: ${String(p.min_tokens)} must be ≥ 0`;
+  if (p.logit_bias !== null && vocab !== undefined) {
+    for (const k of p.logit_bias.keys()) {
+      if (k < 0 || k >= vocab) return `sampling_params.logit_bias: token id ${k} is outside the vocabulary [0, ${vocab})`;
+    }
+  }
+  return null;
+}
+
+/**
+ * Maps a decoded `EngineCoreRequest` onto the scheduler's request (see the module comment), plus the wave the
+ * sender named (`current_wave`, index 12). Throws `SimRequestError` for an empty `request_id` (nothing to answer to).
+ */
+export function toVllmSimRequest(req: EngineCoreRequest, opts: VllmSimRequestOptions): { request: SimRequest; requestWave: number } {
+  if (req.request_id.length === 0) throw new SimRequestError('EngineCoreRequest.request_id: empty request id');
+  const validationError = vllmValidationErrorOf(req, opts);
+  const prompt = (req.prompt_token_ids ?? []).map(toNumber);
+  const p = req.sampling_params;
+  const seed: WireInt = p?.seed ?? crc32Seed(req.request_id);
+  const request: SimRequest = {
+    rid: req.request_id,
+    promptTokenIds: prompt,
+    maxNewTokens: p === null ? 16 : Math.max(0, toNumber(p.max_tokens)),
+    minNewTokens: p === null ? 0 : Math.max(0, toNumber(p.min_tokens)),
+    stopTokenIds: p === null ? null : p.stop_token_ids.map(toNumber),
+    eosTokenIds: p === null || p._eos_token_id === null ? [] : [toNumber(p._eos_token_id)],
+    ignoreEos: false,
+    stream: true,
+    streamInterval: 1,
+    returnLogprob: p !== null && p.logprobs !== null,
+    validationError,
+    tokens: opts.tokens(seed, prompt),
+  };
+  return { request, requestWave: Math.max(0, toNumber(req.current_wave)) };
+}

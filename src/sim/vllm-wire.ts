@@ -1,0 +1,164 @@
+/**
+ * The vLLM EngineCore flavour of the simulator's wire (engine-wire.md section 5):
+ *
+ * - ADD = `EngineCoreRequest` (5.2, 5.3), mapped by `vllm-request.ts`. A request EngineCore cannot serve is answered
+ *   at once (also on a parked rank) with one terminal output, `finish_reason` 3 (error), like vLLM's input thread
+ *   answers a request whose preprocessing failed; an undecodable ADD is dropped by the engine with a log line.
+ * - ABORT = `list[str]` (5.4). No per-request output answers it (the gateway releases the request itself when it
+ *   sends the abort), but, as vLLM's scheduler does (`finish_requests` → `finished_req_ids`), the dropped ids are
+ *   listed in `finished_requests` of the rank's next step, which runs even with nothing left to schedule.
+ * - Every step sends one `EngineCoreOutputs` (5.8) with `engine_index`, the step's outputs (5.9: `new_token_ids`,
+ *   `finish_reason` 0 stop / 1 length / 3 error, `stop_reason` = the matched stop token id, `prefill_stats` on the
+ *   first output after a prefill, `new_logprobs` column 0 when asked), `finished_requests` (terminal outputs plus
+ *   aborted ids; omitted when empty) and `scheduler_stats` (5.10) — also for steps without outputs (5.8: vLLM sends
+ *   per-step stats even then). The stats are made after the step, as vLLM's `make_stats` runs at the end of
+ *   `update_from_output`: running / waiting = the scheduler's queues, `kv_cache_usage` = active pages / total pages,
+ *   `step_counter` and `current_wave` from the engine.
+ * - Waves (5.7, 5.8, 5.12): START_DP_WAVE `[wave, exclude]` decoding, and the two notice envelopes carrying only
+ *   `wave_complete` or only `start_wave`.
+ * - Engine-initiated ends other than stop/length (a request that outgrew the whole KV cache) are reported as 3
+ *   (error): the sim never reports 2 (abort), which vLLM uses for client aborts, and those are silent.
+ *
+ * Sim choice: `finished_requests` is sent by every rank. Upstream vLLM fills it only when its
+ * `data_parallel_size > 1` (the scheduler's `include_finished_set`), so a dense vLLM rank never sends it; a gateway
+ * must not depend on it (the terminal outputs suffice), and sending it here exercises the gateway's handling of it.
+ *
+ * Envelopes are encoded in the short form (trailing default fields left out), as vLLM's msgspec structs send them.
+ */
+import {
+  VllmFinishReason, decodeAbortPayload, decodeEngineCoreRequest, decodeStartDpWave, defaultEngineCoreOutput,
+  defaultEngineCoreOutputs, encodeEngineCoreOutputsFrames, schedulerStatsFor,
+} from '../protocols/vllm/index.js';
+import type { EngineCoreOutput, EngineCoreOutputs, SchedulerStats } from '../protocols/vllm/index.js';
+import type { WireInt } from '../wire/reader.js';
+import { RequestType } from '../protocols/types.js';
+import type { SimFinishReason, SimRow } from './scheduler.js';
+import { toVllmSimRequest } from './vllm-request.js';
+import type { SimStep, SimWaveWire, SimWire, SimWireContext } from './wire.js';
+
+/** The wire `finish_reason` of a scheduler finish (engine-wire.md 5.11): '' → nil, stop 0, length 1, abort → 3 error. */
+export function vllmFinishReasonOf(reason: SimFinishReason): number | null {
+  switch (reason) {
+    case '': return null;
+    case 'stop': return VllmFinishReason.STOP;
+    case 'length': return VllmFinishReason.LENGTH;
+    case 'abort': return VllmFinishReason.ERROR;
+  }
+}
+
+/** One scheduler row as an `EngineCoreOutput` (engine-wire.md 5.9). */
+export function toEngineCoreOutput(row: SimRow): EngineCoreOutput {
+  const out = defaultEngineCoreOutput(row.rid, [...row.outputIds]);
+  out.finish_reason = vllmFinishReasonOf(row.finishedReason);
+  if (row.finishedReason === 'stop') out.stop_reason = row.stopReason;
+  if (row.logprobVals.length > 0) {
+    out.new_logprobs = {
+      token_ids: row.logprobIdx.map((id) => [id]),
+      logprobs: row.logprobVals.map((lp) => [lp]),
+      ranks: row.logprobIdx.map(() => 1),
+      cu_num_generated_tokens: null,
+    };
+  }
+  if (row.prefillTokens !== null) {
+    out.prefill_stats = {
+      num_prompt_tokens: row.promptTokens,
+      num_computed_tokens: row.prefillTokens,
+      num_cached_tokens: 0,
+      num_local_cached_tokens: 0,
+      num_external_cached_tokens: 0,
+      num_cache_creation_tokens: 0,
+    };
+  }
+  return out;
+}
+
+/** The step's `SchedulerStats` (engine-wire.md 5.10), made after the step. */
+export function schedulerStatsOf(step: SimStep): SchedulerStats {
+  const stats = schedulerStatsFor({
+    numRunning: step.state.running,
+    numWaiting: step.state.waiting,
+    kvCacheUsage: step.kvTotalPages > 0 ? step.state.activePages / step.kvTotalPages : 0,
+  });
+  stats.step_counter = step.stepCounter;
+  stats.current_wave = step.currentWave;
+  return stats;
+}
+
+/** Seconds (float) for `timestamp`. */
+const nowSeconds = (): number => Date.now() / 1000;
+
+function envelope(engineIndex: number): EngineCoreOutputs {
+  const o = defaultEngineCoreOutputs();
+  o.engine_index = engineIndex;
+  o.timestamp = nowSeconds();
+  return o;
+}
+
+/** A wave number from the wire as a safe integer; RangeError beyond 2^53 − 1. */
+function safeWave(v: WireInt, what: string): number {
+  if (typeof v === 'bigint') {
+    if (v > BigInt(Number.MAX_SAFE_INTEGER)) throw new RangeError(`StartDpWave.${what}: ${v} is beyond 2^53 − 1`);
+    return Number(v);
+  }
+  return v;
+}
+
+const vllmWaves: SimWaveWire = {
+  decodeStartWave(payload) {
+    const d = decodeStartDpWave(payload);
+    return {
+      wave: safeWave(d.wave, 'wave'),
+      excludeEngineIndex: d.excludeEngineIndex === null ? null : safeWave(d.excludeEngineIndex, 'exclude_engine_index'),
+    };
+  },
+  encodeWaveComplete(engineIndex, wave) {
+    const o = envelope(engineIndex);
+    o.wave_complete = wave;
+    return encodeEngineCoreOutputsFrames(o);
+  },
+  encodeStartWave(engineIndex, wave) {
+    const o = envelope(engineIndex);
+    o.start_wave = wave;
+    return encodeEngineCoreOutputsFrames(o);
+  },
+};
+
+/** The vLLM wire for one rank. Holds the ids aborted since the last step (reported in `finished_requests`). */
+export function createVllmSimWire(ctx: SimWireContext): SimWire {
+  const aborted = new Set<string>();
+
+  const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {
+    const o = envelope(step.engineIndex);
+    o.outputs = step.rows.map(toEngineCoreOutput);
+    const finished = new Set<string>(step.rows.filter((r) => r.finishedReason !== '').map((r) => r.rid));
+    if (includeAborted) {
+      for (const id of aborted) finished.add(id);
+      aborted.clear();
+    }
+    o.finished_requests = finished.size > 0 ? [...finished] : null;
+    o.scheduler_stats = schedulerStatsOf(step);
+    return encodeEngineCoreOutputsFrames(o);
+  };
+
+  return {
+    family: 'vllm',
+    granularityKey: 'block_size',
+    version: 'vllm-sim',
+    defaultInstanceId: 'vllm-sim',
+    reportsKvCacheSizeTokens: false,
+    rejectAt: 'arrival',
+    finishRules: 'vllm',
+    waves: vllmWaves,
+    extraRequestTypes: [RequestType.START_DP_WAVE],
+    decodeAdd(payload) {
+      return toVllmSimRequest(decodeEngineCoreRequest(payload), { vocabSize: ctx.vocabSize, tokens: ctx.tokens });
+    },
+    decodeAbort: decodeAbortPayload,
+    noteAborted(requestIds) {
+      for (const id of requestIds) aborted.add(id);
+    },
+    hasPendingReport: () => aborted.size > 0,
+    encodeRejections: (step) => (step.rows.length === 0 ? null : encode(step, false)),
+    encodeStep: (step) => encode(step, true),
+  };
+}
