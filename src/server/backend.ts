@@ -2,7 +2,8 @@
  * The narrow view of the engine client that the HTTP layer needs (architecture.md "The seams": server/ knows no wire
  * details). `EngineClient` (src/engine-client/client.ts) satisfies it structurally; the route tests use an in-memory
  * fake. The shapes are the engine client's own (notes/apis.md, dp-routing.md sections 2-6 and 10), imported as types
- * only: server/ has no runtime dependency on engine-client/.
+ * only; the one runtime import of engine-client/ in server/ is the pure `loadScore` of policy.ts (groups.ts scores
+ * groups with the same function the client scores ranks with).
  */
 import type { ClientStats, RankState, SubmitOptions } from '../engine-client/client.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
@@ -45,4 +46,21 @@ export interface GenerationBackend {
   submit(request: GenerateRequest, options?: SubmitOptions): Promise<BackendStream>;
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
+}
+
+/** The engine family a group speaks, pinned on the command line (gateway.md 2.2 "Runtime"). */
+export type EngineFamily = 'tokenspeed' | 'vllm';
+
+/**
+ * One engine group (one worker: one `ipc://` socket set, N DP ranks, one engine client; gateway.md 3) as the HTTP
+ * layer sees it.
+ * - `worker`: the worker's name in /health and the `worker` label of /metrics: its worker URL (`ipc://<path>`);
+ *   unique within an app.
+ * - `engine`: the engine family (`tokenspeed` | `vllm`).
+ * - `backend`: its engine client.
+ */
+export interface BackendGroup {
+  readonly worker: string;
+  readonly engine: EngineFamily;
+  readonly backend: GenerationBackend;
 }

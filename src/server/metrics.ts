@@ -2,13 +2,18 @@
  * Prometheus metrics of one gateway app (gateway.md section 15.3), on a registry of its own (never prom-client's
  * global one, so several apps in one process, e.g. tests, do not collide).
  *
- * Read at scrape time from the engine client (`rankStates()`, `stats`, `isAlive()`):
+ * Read at scrape time from each engine group's client (`rankStates()`, `stats`, `isAlive()`); every engine-side
+ * series carries the group's `worker` label (its worker URL, as SMG labels `smg_engine_*` with `worker`, gateway.md
+ * 15.3), so the ranks of several groups (each numbered from 0) never collide:
  * - gauges `model_gateway_engine_running_requests`, `..._waiting_requests`, `..._kv_cache_usage` (ratio 0..1) from
  *   each rank's stored load (absent for a rank that never reported, like SMG), `model_gateway_rank_inflight_requests`
- *   (the in-flight set size: must return to 0 when idle), `model_gateway_engine_alive` (1/0); labels model, dp_rank;
- * - counters mirroring the client's cumulative counts: `model_gateway_rank_dispatches_total{pinned}`,
- *   `model_gateway_rank_clamp_events_total`, `model_gateway_decode_errors_total`, `model_gateway_aborts_sent_total`,
- *   `model_gateway_rank_mismatches_total`, `model_gateway_engine_failures_total{cause}`.
+ *   (the in-flight set size: must return to 0 when idle); labels model, worker, dp_rank;
+ * - gauge `model_gateway_engine_alive` (1 = the group's client is alive, 0 = it failed; gateway.md 4.2), labels
+ *   model, worker, engine (`tokenspeed` | `vllm`): one series per group;
+ * - counters mirroring each client's cumulative counts: `model_gateway_rank_dispatches_total{worker, dp_rank,
+ *   pinned}`, `model_gateway_rank_clamp_events_total{worker, dp_rank}`, `model_gateway_decode_errors_total{worker}`,
+ *   `model_gateway_aborts_sent_total{worker}`, `model_gateway_rank_mismatches_total{worker}`,
+ *   `model_gateway_engine_failures_total{worker, cause}`.
  * Recorded by the routes:
  * - histograms (seconds) `model_gateway_time_to_first_token_seconds`, `model_gateway_inter_token_latency_seconds`
  *   (per token: the gap between two token-bearing outputs divided by the tokens of the later one),
@@ -19,11 +24,18 @@
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BackendRankState, BackendStats } from './backend.js';
 
-/** What the scrape-time collectors read (an `EngineClient` satisfies it). */
+/** What the scrape-time collectors read from one group's client (an `EngineClient` satisfies it). */
 export interface MetricsSource {
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
   isAlive(): boolean;
+}
+
+/** One engine group as the collectors see it (a `BackendGroup` satisfies it): label values and its client. */
+export interface MetricsGroup {
+  readonly worker: string;
+  readonly engine: string;
+  readonly backend: MetricsSource;
 }
 
 /** Request outcome label values of `model_gateway_requests_total`. */
@@ -38,7 +50,7 @@ export class GatewayMetrics {
   /** The app's own registry; `/metrics` renders it. */
   readonly registry = new Registry();
   readonly modelId: string;
-  private source: MetricsSource | null = null;
+  private groups: readonly MetricsGroup[] = [];
 
   private readonly ttft: Histogram<'model' | 'endpoint'>;
   private readonly itl: Histogram<'model' | 'endpoint'>;
@@ -49,21 +61,24 @@ export class GatewayMetrics {
     this.modelId = opts.modelId;
     const registers = [this.registry];
     const model = opts.modelId;
-    const ranks = (): BackendRankState[] => this.source?.rankStates() ?? [];
+    const groups = (): readonly MetricsGroup[] => this.groups;
+    /** Every rank of every group, with the group's worker label. */
+    const ranks = (): Array<{ worker: string; rank: BackendRankState }> =>
+      groups().flatMap((g) => g.backend.rankStates().map((rank) => ({ worker: g.worker, rank })));
 
-    // A per-rank gauge (labels model, dp_rank), reset and refilled at every scrape with `pick(rank)`; a rank whose
-    // pick is null (no stored load yet) gets no sample.
+    // A per-rank gauge (labels model, worker, dp_rank), reset and refilled at every scrape with `pick(rank)`; a rank
+    // whose pick is null (no stored load yet) gets no sample.
     const rankGauge = (name: string, help: string, pick: (r: BackendRankState) => number | null) =>
       new Gauge({
         name,
         help,
-        labelNames: ['model', 'dp_rank'],
+        labelNames: ['model', 'worker', 'dp_rank'],
         registers,
         collect() {
           this.reset();
-          for (const r of ranks()) {
-            const value = pick(r);
-            if (value !== null) this.set({ model, dp_rank: String(r.engineIndex) }, value);
+          for (const { worker, rank } of ranks()) {
+            const value = pick(rank);
+            if (value !== null) this.set({ model, worker, dp_rank: String(rank.engineIndex) }, value);
           }
         },
       });
@@ -87,49 +102,48 @@ export class GatewayMetrics {
       "Size of the DP rank's in-flight set (routed by this gateway, not yet retired)",
       (r) => r.inFlight,
     );
-    const source = (): MetricsSource | null => this.source;
     new Gauge({
       name: 'model_gateway_engine_alive',
-      help: 'Whether the engine client is alive (1) or closed after an engine failure (0)',
-      labelNames: ['model'],
+      help: "Whether the engine group's client is alive (1) or closed after an engine failure (0)",
+      labelNames: ['model', 'worker', 'engine'],
       registers,
       collect() {
-        this.set({ model }, source()?.isAlive() ? 1 : 0);
+        this.reset();
+        for (const g of groups()) this.set({ model, worker: g.worker, engine: g.engine }, g.backend.isAlive() ? 1 : 0);
       },
     });
     new Counter({
       name: 'model_gateway_rank_dispatches_total',
       help: 'Requests dispatched to the DP rank, pinned (X-data-parallel-rank) or chosen by the DP policy',
-      labelNames: ['model', 'dp_rank', 'pinned'],
+      labelNames: ['model', 'worker', 'dp_rank', 'pinned'],
       registers,
       collect() {
         this.reset();
-        for (const r of ranks()) {
-          this.inc({ model, dp_rank: String(r.engineIndex), pinned: 'true' }, r.dispatchedPinned);
-          this.inc({ model, dp_rank: String(r.engineIndex), pinned: 'false' }, r.dispatchedUnpinned);
+        for (const { worker, rank: r } of ranks()) {
+          this.inc({ model, worker, dp_rank: String(r.engineIndex), pinned: 'true' }, r.dispatchedPinned);
+          this.inc({ model, worker, dp_rank: String(r.engineIndex), pinned: 'false' }, r.dispatchedUnpinned);
         }
       },
     });
     new Counter({
       name: 'model_gateway_rank_clamp_events_total',
       help: 'Release-clamp (zero-on-empty) events of the DP rank',
-      labelNames: ['model', 'dp_rank'],
+      labelNames: ['model', 'worker', 'dp_rank'],
       registers,
       collect() {
         this.reset();
-        for (const r of ranks()) this.inc({ model, dp_rank: String(r.engineIndex) }, r.clampEvents);
+        for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, r.clampEvents);
       },
     });
     const statCounter = (name: string, help: string, pick: (s: BackendStats) => number) =>
       new Counter({
         name,
         help,
-        labelNames: ['model'],
+        labelNames: ['model', 'worker'],
         registers,
         collect() {
           this.reset();
-          const s = source()?.stats;
-          this.inc({ model }, s ? pick(s) : 0);
+          for (const g of groups()) this.inc({ model, worker: g.worker }, pick(g.backend.stats));
         },
       });
     statCounter('model_gateway_decode_errors_total', 'Engine output messages that failed to decode', (s) => s.decodeErrors);
@@ -138,12 +152,13 @@ export class GatewayMetrics {
     new Counter({
       name: 'model_gateway_engine_failures_total',
       help: 'Engine-client fail-all events by cause',
-      labelNames: ['model', 'cause'],
+      labelNames: ['model', 'worker', 'cause'],
       registers,
       collect() {
         this.reset();
-        const failures = source()?.stats.failures ?? {};
-        for (const [cause, n] of Object.entries(failures)) this.inc({ model, cause }, n);
+        for (const g of groups()) {
+          for (const [cause, n] of Object.entries(g.backend.stats.failures)) this.inc({ model, worker: g.worker, cause }, n);
+        }
       },
     });
 
@@ -173,9 +188,12 @@ export class GatewayMetrics {
     });
   }
 
-  /** Read per-rank state and client counters from `source` at every scrape (replaces any earlier source). */
-  attach(source: MetricsSource): void {
-    this.source = source;
+  /**
+   * Read per-rank state and client counters from these groups at every scrape (replaces any earlier list). Worker
+   * names should be unique (they are the `worker` label values).
+   */
+  attach(groups: readonly MetricsGroup[]): void {
+    this.groups = [...groups];
   }
 
   /** Record a TTFT sample (seconds). */

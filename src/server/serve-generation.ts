@@ -1,26 +1,31 @@
 /**
- * The shared request flow of `/v1/chat/completions` and `/v1/completions` (gateway.md sections 8-14):
- * validate → tokenize → admission → mint the engine request id → submit (optionally pinned) → stream SSE chunks or
- * collect a full response; with disconnect detection on the HTTP/1.1 connection in every phase (gateway.md 13; disconnect.ts).
+ * The shared request flow of `/v1/chat/completions` and `/v1/completions` (gateway.md sections 8-14 and 16):
+ * validate → choose the live engine groups (and the pinned rank) → tokenize → choose the group (groups.ts) →
+ * admission against that group's context → mint the engine request id → submit (optionally pinned) → stream SSE
+ * chunks or collect a full response; with disconnect detection on the HTTP/1.1 connection in every phase
+ * (gateway.md 13; disconnect.ts).
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { ConnectedEngine } from '../engine-client/link.js';
 import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
 import { IncrementalDetokenizer } from '../tokenizer/detokenizer.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import type { BackendStream, GenerationBackend } from './backend.js';
+import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
 import { ClientDisconnectedError, LatencyTracker, generate, type Usage } from './generation.js';
 import type { GatewayMetrics } from './metrics.js';
-import { buildSampling, rejectUnsupported, type ContextLimits } from './params.js';
+import type { GroupRouter } from './groups.js';
+import { buildSampling, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { CommonBodyT } from './schemas.js';
 import { SseWriter } from './sse.js';
 
 /** What the generation routes share (built once by `buildApp`). */
 export interface RouteContext {
-  backend: GenerationBackend;
+  /** The engine groups and the worker-level choice among them (groups.ts). */
+  router: GroupRouter;
   tokenizer: GatewayTokenizer;
   modelId: string;
   metrics: GatewayMetrics;
@@ -61,12 +66,33 @@ export function header(base: ResponseBase, object: string): Record<string, unkno
   return { id: base.id, object, created: base.created, model: base.model, system_fingerprint: base.system_fingerprint };
 }
 
-/** A validated, tokenized request ready to submit. */
+/**
+ * A validated, tokenized request ready to submit: `group` is the chosen engine group (its client gets the submit),
+ * `dpRank` the pinned DP rank inside it (gateway.md 14) or undefined for the engine client's own choice.
+ */
 export interface PreparedRequest {
   promptTokenIds: number[];
   sampling: SamplingOptions;
   stream: boolean;
   includeUsage: boolean;
+  group: BackendGroup;
+  dpRank: number | undefined;
+}
+
+/** The context sizes (tokens) of one group, for admission and its error messages. */
+function limitsOf(group: BackendGroup, promptParam: ContextLimits['promptParam']): ContextLimits {
+  return { maxModelLen: group.backend.maxModelLen, contextTokenLimit: group.backend.contextTokenLimit, promptParam };
+}
+
+/**
+ * Tokens a request needs from a group's usable context: the prompt plus its explicit limit (`max_completion_tokens`
+ * or `max_tokens`, gateway.md 9.1), or plus one token without a usable explicit limit (gateway.md 9.2: a prompt
+ * that leaves no room for a completion is refused). Invalid limits are left to `buildSampling` to refuse.
+ */
+function tokensNeeded(body: CommonBodyT, promptTokens: number): number {
+  const limit = requestedLimit(body);
+  const explicit = limit !== null && Number.isSafeInteger(limit.value) && limit.value >= 1 ? limit.value : 1;
+  return promptTokens + explicit;
 }
 
 /** Mint an id that is both the response id and the engine request id (never a client-supplied id, gateway.md 13). */
@@ -86,6 +112,15 @@ export function checkModel(model: string | null | undefined, modelId: string): v
   });
 }
 
+/** The connected ranks of `groups` with one entry per engine index (for the pin header's validation message). */
+function distinctRanks(groups: readonly BackendGroup[]): ConnectedEngine[] {
+  const byIndex = new Map<number, ConnectedEngine>();
+  for (const g of groups) {
+    for (const e of g.backend.engines) if (e.engineIndex !== null && !byIndex.has(e.engineIndex)) byIndex.set(e.engineIndex, e);
+  }
+  return [...byIndex.values()].sort((a, b) => a.engineIndex! - b.engineIndex!);
+}
+
 /** How a generation route gets its prompt (chat: templated `messages`; completions: `prompt`). */
 export interface PromptSource<B extends CommonBodyT> {
   /** The prompt parameter named in admission errors (gateway.md 9.2): `messages` or `prompt`. */
@@ -99,11 +134,17 @@ export interface PromptSource<B extends CommonBodyT> {
 
 /**
  * The handler body shared by `/v1/chat/completions` and `/v1/completions`: take the start time (`ctx.now()`, ms), then
- * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400), tokenize
- * the prompt via `prompt` (refusing a text too large for the backend's `contextTokenLimit` before tokenizing it),
- * validate admission and sampling against `contextTokenLimit` (`buildSampling`, gateway.md 8-9), and serve the request
- * with `serveGeneration`. `body` is the schema-validated request body. Throws `ApiError` for every refusal (the
- * app's error handler renders it); later errors behave as in `serveGeneration`.
+ * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400); take the live
+ * engine groups (503 `engine_dead` when none) and the `X-data-parallel-rank` pin (400 unless a live group has that
+ * rank; gateway.md 14); tokenize the prompt via `prompt` (refusing a text too large for the widest candidate's
+ * `contextTokenLimit` before tokenizing it); choose the group among the candidates whose context fits the request
+ * (`GroupRouter.choose`: lowest best-rank score; when none fits, the widest one, whose admission then refuses it
+ * naming the largest context served); validate admission and sampling against the chosen group's `contextTokenLimit` (`buildSampling`,
+ * gateway.md 8-9; the default completion limit is that group's context minus the prompt, so a vLLM group always
+ * gets a concrete `max_tokens`, gateway.md 9.1); and serve the request with `serveGeneration`. Nothing awaits
+ * between the group choice and the submit, so the chosen rank is reserved in the same tick (dp-routing.md 12.3).
+ * `body` is the schema-validated request body. Throws `ApiError` for every refusal (the app's error handler renders
+ * it); later errors behave as in `serveGeneration`.
  */
 export async function handleGeneration<B extends CommonBodyT>(
   ctx: RouteContext,
@@ -119,14 +160,17 @@ export async function handleGeneration<B extends CommonBodyT>(
   if (body.stream !== true && body.stream_options != null) {
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
-  const limits: ContextLimits = {
-    maxModelLen: ctx.backend.maxModelLen,
-    contextTokenLimit: ctx.backend.contextTokenLimit,
-    promptParam: prompt.param,
-  };
-  const promptTokenIds = prompt.tokens(ctx.tokenizer, body, limits);
+  const live = ctx.router.candidates();
+  const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], distinctRanks(live));
+  const eligible = dpRank === undefined ? live : ctx.router.candidates(dpRank);
+  const widest = eligible.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
+  const promptTokenIds = prompt.tokens(ctx.tokenizer, body, limitsOf(widest, prompt.param));
+  const needed = tokensNeeded(body, promptTokenIds.length);
+  const fitting = eligible.filter((g) => g.backend.contextTokenLimit >= needed);
+  // None fits: the widest candidate's admission refuses it below, naming the largest context any group serves.
+  const group = fitting.length > 0 ? ctx.router.choose(fitting) : widest;
   const sampling = buildSampling(body, {
-    ...limits,
+    ...limitsOf(group, prompt.param),
     promptTokens: promptTokenIds.length,
     vocabSize: ctx.tokenizer.vocabSize,
   });
@@ -135,6 +179,8 @@ export async function handleGeneration<B extends CommonBodyT>(
     sampling,
     stream: body.stream === true,
     includeUsage: body.stream_options?.include_usage === true,
+    group,
+    dpRank,
   }, startedAt);
 }
 
@@ -150,8 +196,9 @@ export async function serveGeneration(
   prepared: PreparedRequest,
   startedAt: number,
 ): Promise<unknown> {
-  const { backend, metrics } = ctx;
-  const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], backend.engines);
+  const { metrics } = ctx;
+  const { group, dpRank } = prepared;
+  const backend = group.backend;
   const requestId = mintRequestId(shape.idPrefix);
   const clientRequestId = request.headers['x-request-id'];
   const echoId = typeof clientRequestId === 'string' && clientRequestId !== '' ? clientRequestId : requestId;
@@ -194,7 +241,10 @@ export async function serveGeneration(
       if (disconnect.signal.aborted) return endDisconnected();
       throw toApiError(err);
     }
-    request.log.debug({ requestId, engineIndex: stream.engineIndex, promptTokens: prepared.promptTokenIds.length }, 'submitted');
+    request.log.debug(
+      { requestId, worker: group.worker, engineIndex: stream.engineIndex, promptTokens: prepared.promptTokenIds.length },
+      'submitted',
+    );
     if (disconnect.signal.aborted) {
       stream.cancel();
       return endDisconnected();

@@ -22,6 +22,8 @@ export interface StreamOutcome {
   cancelled: boolean;
   /** Concatenated `choices[0].text`. */
   text: string;
+  /** The mid-stream error event (`{error: {message, code, ...}}`, gateway.md 12 "Mid-stream errors"), if one arrived. */
+  error: { message: string; code: string | null } | null;
 }
 
 /** A streaming completion whose response headers arrived (so the gateway's submit has resolved). */
@@ -58,7 +60,7 @@ export async function openStream(baseUrl: string, body: CompletionBody, opts: { 
     body: JSON.stringify({ ...body, stream: true }),
     signal: controller.signal,
   });
-  const outcome: StreamOutcome = { finishReason: null, completed: false, cancelled: false, text: '' };
+  const outcome: StreamOutcome = { finishReason: null, completed: false, cancelled: false, text: '', error: null };
   const done = (async (): Promise<StreamOutcome> => {
     if (res.body === null) return outcome;
     const decoder = new TextDecoder();
@@ -76,7 +78,11 @@ export async function openStream(baseUrl: string, body: CompletionBody, opts: { 
             outcome.completed = true;
             continue;
           }
-          const parsed = JSON.parse(data) as { choices?: { text?: string; finish_reason?: string | null }[] };
+          const parsed = JSON.parse(data) as {
+            choices?: { text?: string; finish_reason?: string | null }[];
+            error?: { message: string; code: string | null };
+          };
+          if (parsed.error) outcome.error = { message: parsed.error.message, code: parsed.error.code };
           const choice = parsed.choices?.[0];
           if (choice) {
             outcome.text += choice.text ?? '';

@@ -25,6 +25,54 @@ test('parseServeArgs maps flags to startGateway options', () => {
   });
 });
 
+test('parseServeArgs: several engine groups, each with its own engine; defaults before the first group', () => {
+  // Long form: every --engine-url / --sim opens a group; the options after it are that group's.
+  assert.deepEqual(
+    parseServeArgs(['--engine-url', 'ipc:///tmp/e/ts', '--dp-size', '2', '--engine-url', 'ipc:///tmp/e/vl', '--engine', 'vllm']),
+    { groups: [{ engineUrl: 'ipc:///tmp/e/ts', dpSize: 2 }, { engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl' }] },
+  );
+  // Options before the first group are defaults; a group's own option wins.
+  assert.deepEqual(
+    parseServeArgs(['--engine', 'vllm', '--engine-url', 'ipc:///a', '--engine-url', 'ipc:///b', '--engine', 'tokenspeed']),
+    { groups: [{ engine: 'vllm', engineUrl: 'ipc:///a' }, { engine: 'tokenspeed', engineUrl: 'ipc:///b' }] },
+  );
+  // Simulated groups: a dense and a lockstep vLLM group; per-group and default --sim-arg.
+  assert.deepEqual(
+    parseServeArgs([
+      '--sim-arg=--log-level', '--sim-arg=warn',
+      '--sim', '2', '--sim-engine', 'vllm', '--sim', '2', '--sim-engine', 'vllm', '--sim-lockstep', '--sim-arg=--seed', '--sim-arg=7',
+      '--silence-timeout-ms', '5000',
+    ]),
+    {
+      groups: [
+        { engine: 'vllm', sim: 2, simArgs: ['--log-level', 'warn'] },
+        { engine: 'vllm', sim: 2, simArgs: ['--log-level', 'warn', '--seed', '7'], lockstep: true },
+      ],
+      silenceTimeoutMs: 5000,
+    },
+  );
+  // A default --sim-engine reaches simulated groups only.
+  assert.deepEqual(parseServeArgs(['--sim-engine', 'vllm', '--sim', '1', '--engine-url', 'ipc:///a']), {
+    groups: [{ engine: 'vllm', sim: 1 }, { engineUrl: 'ipc:///a' }],
+  });
+  // No group at all: the defaults describe the default simulated group.
+  assert.deepEqual(parseServeArgs(['--sim-engine', 'vllm', '--sim-lockstep']), { engine: 'vllm', lockstep: true });
+  // Compact forms.
+  assert.deepEqual(parseServeArgs(['--worker', 'tokenspeed:ipc:///tmp/e/ts:2', '--worker', 'vllm:ipc:///tmp/e/vl']), {
+    groups: [
+      { engine: 'tokenspeed', engineUrl: 'ipc:///tmp/e/ts', dpSize: 2 },
+      { engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl' },
+    ],
+  });
+  assert.deepEqual(parseServeArgs(['--sim-worker', 'vllm:2:lockstep', '--sim-worker', 'tokenspeed:3']), {
+    groups: [{ engine: 'vllm', sim: 2, lockstep: true }, { engine: 'tokenspeed', sim: 3 }],
+  });
+  // One group keeps the single-group shorthand fields.
+  assert.deepEqual(parseServeArgs(['--worker', 'vllm:ipc:///tmp/e/vl:4', '--handshake', 'tcp://127.0.0.1:30500']), {
+    engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl', dpSize: 4, handshake: 'tcp://127.0.0.1:30500',
+  });
+});
+
 test('parseServeArgs refuses bad input with a UsageError naming the flag', () => {
   const bad: Array<[string[], RegExp]> = [
     [['--port', 'x'], /--port/],
@@ -34,6 +82,21 @@ test('parseServeArgs refuses bad input with a UsageError naming the flag', () =>
     [['--engine-url', 'tcp://x'], /--engine-url/],
     [['--handshake', 'ipc:///x'], /--handshake/],
     [['--log-level', 'loud'], /--log-level/],
+    [['--engine', 'sglang'], /--engine must be tokenspeed or vllm/],
+    [['--sim', '2', '--sim-lockstep'], /lockstep applies to a group of at least 2 simulated vLLM ranks/],
+    [['--engine-url', 'ipc:///a', '--sim-lockstep'], /--sim-lockstep applies to simulated groups/],
+    [['--sim-worker', 'vllm:1:lockstep'], /at least 2 simulated vLLM ranks/],
+    [['--engine-url', 'ipc:///a', '--sim-engine', 'vllm'], /use --engine/],
+    [['--engine-url', 'ipc:///a', '--engine', 'vllm', '--engine', 'vllm'], /engine is given twice for --engine-url ipc:\/\/\/a/],
+    [['--engine-url', 'ipc:///a', '--dp-size', '2', '--dp-size', '2'], /--dp-size given twice/],
+    [['--engine-url', 'ipc:///a', '--engine-url', 'ipc:///a'], /share the worker URL ipc:\/\/\/a/],
+    [['--handshake', 'tcp://127.0.0.1:1', '--sim', '1', '--sim', '1'], /share the handshake address/],
+    [['--worker', 'vllm:tcp://x'], /--worker must look like ENGINE:ipc:\/\/PATH/],
+    [['--worker', 'sglang:ipc:///a'], /--worker engine must be tokenspeed or vllm/],
+    [['--sim-worker', 'vllm:0'], /--sim-worker/],
+    [['--sim-worker', 'vllm:2:moe'], /--sim-worker must look like/],
+    [['--sim', '2', '--dp-size', '3'], /dpSize \(3\) must equal the number of simulated ranks \(2\)/],
+    [['--silence-timeout-ms', '0'], /--silence-timeout-ms/],
     [['--bogus'], /bogus/],
     [['stray'], /stray|positional/i],
   ];

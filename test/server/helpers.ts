@@ -7,6 +7,7 @@ import { connect } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { buildApp } from '../../src/server/app.js';
+import type { BackendGroup } from '../../src/server/backend.js';
 import { GatewayMetrics } from '../../src/server/metrics.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { FakeBackend } from './fake-backend.js';
@@ -21,15 +22,21 @@ export function loadTokenizer(): Promise<GatewayTokenizer> {
 
 export const MODEL_ID = 'test-model';
 
-/** A built (not listening) app over a fresh fake backend (and the shared Qwen3 tokenizer unless one is given). */
+/** The worker name of the single group `makeApp` builds when no `groups` are given. */
+export const WORKER = 'ipc:///tmp/fake/worker';
+
+/**
+ * A built (not listening) app over fake backends (and the shared Qwen3 tokenizer unless one is given): one TokenSpeed
+ * group named `WORKER` over `backend` (a fresh fake by default), or the given `groups`.
+ */
 export async function makeApp(
-  opts: { backend?: FakeBackend; bodyLimitBytes?: number; tokenizer?: GatewayTokenizer } = {},
+  opts: { backend?: FakeBackend; groups?: BackendGroup[]; bodyLimitBytes?: number; tokenizer?: GatewayTokenizer } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
   const tokenizer = opts.tokenizer ?? (await loadTokenizer());
   const metrics = new GatewayMetrics({ modelId: MODEL_ID });
   const app = await buildApp({
-    client: backend,
+    groups: opts.groups ?? [{ worker: WORKER, engine: 'tokenspeed', backend }],
     tokenizer,
     modelId: MODEL_ID,
     logger: pino({ level: 'silent' }),

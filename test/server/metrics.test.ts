@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { FakeBackend } from './fake-backend.js';
-import { MODEL_ID, makeApp } from './helpers.js';
+import { MODEL_ID, WORKER, makeApp } from './helpers.js';
 
 test('/metrics exports per-rank gauges read at scrape time, client counters and request metrics', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
@@ -29,19 +29,20 @@ test('/metrics exports per-rank gauges read at scrape time, client counters and 
     const text = res.body;
     const has = (line: string) => assert.ok(text.split('\n').includes(line), `missing line: ${line}\n${text}`);
     const m = `model="${MODEL_ID}"`;
-    has(`model_gateway_engine_running_requests{${m},dp_rank="0"} 5`);
-    has(`model_gateway_engine_waiting_requests{${m},dp_rank="0"} 2`);
-    has(`model_gateway_engine_kv_cache_usage{${m},dp_rank="0"} 0.25`);
-    has(`model_gateway_rank_inflight_requests{${m},dp_rank="0"} 3`);
-    has(`model_gateway_rank_inflight_requests{${m},dp_rank="1"} 0`);
-    assert.ok(!text.includes(`model_gateway_engine_running_requests{${m},dp_rank="1"}`), 'a rank without a load report has no load gauges');
-    has(`model_gateway_rank_dispatches_total{${m},dp_rank="0",pinned="true"} 1`);
-    has(`model_gateway_rank_dispatches_total{${m},dp_rank="0",pinned="false"} 7`);
-    has(`model_gateway_rank_clamp_events_total{${m},dp_rank="0"} 2`);
-    has(`model_gateway_decode_errors_total{${m}} 1`);
-    has(`model_gateway_aborts_sent_total{${m}} 6`);
-    has(`model_gateway_engine_failures_total{${m},cause="engine-core-dead"} 1`);
-    has(`model_gateway_engine_alive{${m}} 1`);
+    const w = `${m},worker="${WORKER}"`;
+    has(`model_gateway_engine_running_requests{${w},dp_rank="0"} 5`);
+    has(`model_gateway_engine_waiting_requests{${w},dp_rank="0"} 2`);
+    has(`model_gateway_engine_kv_cache_usage{${w},dp_rank="0"} 0.25`);
+    has(`model_gateway_rank_inflight_requests{${w},dp_rank="0"} 3`);
+    has(`model_gateway_rank_inflight_requests{${w},dp_rank="1"} 0`);
+    assert.ok(!text.includes(`model_gateway_engine_running_requests{${w},dp_rank="1"}`), 'a rank without a load report has no load gauges');
+    has(`model_gateway_rank_dispatches_total{${w},dp_rank="0",pinned="true"} 1`);
+    has(`model_gateway_rank_dispatches_total{${w},dp_rank="0",pinned="false"} 7`);
+    has(`model_gateway_rank_clamp_events_total{${w},dp_rank="0"} 2`);
+    has(`model_gateway_decode_errors_total{${w}} 1`);
+    has(`model_gateway_aborts_sent_total{${w}} 6`);
+    has(`model_gateway_engine_failures_total{${w},cause="engine-core-dead"} 1`);
+    has(`model_gateway_engine_alive{${w},engine="tokenspeed"} 1`);
     has(`model_gateway_requests_total{${m},endpoint="/v1/completions",status="200",finish_reason="length"} 1`);
     has(`model_gateway_requests_total{${m},endpoint="/v1/completions",status="400",finish_reason="none"} 1`);
     has(`model_gateway_time_to_first_token_seconds_count{${m},endpoint="/v1/completions"} 1`);
@@ -51,7 +52,7 @@ test('/metrics exports per-rank gauges read at scrape time, client counters and 
     // Gauges follow the backend at every scrape.
     backend.rankStatesValue[0]!.inFlight = 0;
     const again = await app.inject({ method: 'GET', url: '/metrics' });
-    assert.ok(again.body.split('\n').includes(`model_gateway_rank_inflight_requests{${m},dp_rank="0"} 0`));
+    assert.ok(again.body.split('\n').includes(`model_gateway_rank_inflight_requests{${w},dp_rank="0"} 0`));
   } finally {
     await app.close();
   }
@@ -63,14 +64,22 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
   try {
     const ok = await app.inject({ method: 'GET', url: '/health' });
     assert.equal(ok.statusCode, 200);
-    assert.deepEqual(ok.json(), { status: 'ok' });
+    assert.deepEqual(ok.json(), {
+      status: 'ok',
+      groups: [{ worker: WORKER, engine: 'tokenspeed', alive: true, message: 'ok', dpRanks: [0, 1], failures: {} }],
+    });
     backend.alive = false;
     backend.stats.failures['engine-core-dead'] = 1;
     const dead = await app.inject({ method: 'GET', url: '/health' });
     assert.equal(dead.statusCode, 503);
+    assert.equal(dead.json().status, 'unhealthy');
+    assert.deepEqual(dead.json().groups[0], {
+      worker: WORKER, engine: 'tokenspeed', alive: false, message: 'engine core dead', dpRanks: [0, 1], failures: { 'engine-core-dead': 1 },
+    });
     assert.match(dead.json().error.message, /engine core dead.*engine-core-dead/);
+    assert.equal(dead.json().error.code, 'engine_dead');
     const metrics = await app.inject({ method: 'GET', url: '/metrics' });
-    assert.ok(metrics.body.includes(`model_gateway_engine_alive{model="${MODEL_ID}"} 0`));
+    assert.ok(metrics.body.includes(`model_gateway_engine_alive{model="${MODEL_ID}",worker="${WORKER}",engine="tokenspeed"} 0`));
   } finally {
     await app.close();
   }
