@@ -6,8 +6,8 @@ import type { EngineBatch } from '../../src/protocols/types.js';
 import { decodeEngineCoreOutputs } from '../../src/protocols/vllm/index.js';
 import type { EngineCoreOutput, EngineCoreOutputs } from '../../src/protocols/vllm/index.js';
 
-/** Reads a link's output messages one at a time, decoding TokenSpeed batches. */
-export class OutputReader {
+/** Reads a link's output messages one at a time (hang-guarded); subclasses decode them for one engine family. */
+class RawOutputReader {
   private readonly it: AsyncIterator<OutputMessage>;
   constructor(link: EngineLink) {
     this.it = link.outputs()[Symbol.asyncIterator]();
@@ -18,6 +18,10 @@ export class OutputReader {
     if (r.done === true) throw new Error('output stream ended');
     return r.value;
   }
+}
+
+/** Reads a link's output messages one at a time, decoding TokenSpeed batches. */
+export class OutputReader extends RawOutputReader {
   /** The next decoded batch; throws on anything else. */
   async batch(ms = 20_000): Promise<EngineBatch> {
     const m = await this.message(ms);
@@ -42,17 +46,7 @@ export const freshDir = (): ReturnType<typeof sharedFreshDir> => sharedFreshDir(
 export { hangGuard };
 
 /** Reads a link's output messages as raw vLLM `EngineCoreOutputs` envelopes (decoded with the vLLM codec directly). */
-export class VllmOutputReader {
-  private readonly it: AsyncIterator<OutputMessage>;
-  constructor(link: EngineLink) {
-    this.it = link.outputs()[Symbol.asyncIterator]();
-  }
-  /** The next raw message (hang-guarded). */
-  async message(ms = 20_000): Promise<OutputMessage> {
-    const r = await hangGuard(this.it.next(), ms, 'next output message');
-    if (r.done === true) throw new Error('output stream ended');
-    return r.value;
-  }
+export class VllmOutputReader extends RawOutputReader {
   /** The next envelope; throws on anything else. */
   async envelope(ms = 20_000): Promise<EngineCoreOutputs> {
     const m = await this.message(ms);
