@@ -26,8 +26,27 @@ import {
   type GatewayOptions,
   type GroupOptions,
 } from './gateway.js';
+import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import { simMainPath } from './sim/spawn.js';
+
+/** The `--dp-policy` names the CLI accepts: every policy but `oracle`, which needs the benchmark's simulator state. */
+export const CLI_DP_POLICIES: readonly DpPolicyName[] = DP_POLICY_NAMES.filter((n) => n !== 'oracle');
+
+/**
+ * Check a `--dp-policy` value (issue #5 part 1; src/engine-client/policies.ts). Throws UsageError for `oracle`
+ * (benchmark only: it reads the simulator's true state, which a served gateway does not have) and for an unknown
+ * name, listing the valid ones.
+ */
+function parseDpPolicy(value: string): DpPolicyName {
+  if (value === 'oracle') {
+    throw new UsageError(`--dp-policy oracle is benchmark only (it needs the simulator's true state); use one of ${CLI_DP_POLICIES.join(', ')}`);
+  }
+  if (!(CLI_DP_POLICIES as readonly string[]).includes(value)) {
+    throw new UsageError(`--dp-policy must be one of ${CLI_DP_POLICIES.join(', ')}, got '${value}'`);
+  }
+  return value as DpPolicyName;
+}
 
 /** Usage text of the CLI. */
 export const USAGE = `Usage:
@@ -44,6 +63,8 @@ serve options:
   --silence-timeout-ms N   Fail an engine group that sends nothing for N ms while requests are in flight
                            (default ${DEFAULT_SILENCE_TIMEOUT_MS})
   --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
+  --dp-policy NAME         DP rank selection for unpinned requests: ${CLI_DP_POLICIES.join(', ')}
+                           (default ${DEFAULT_DP_POLICY}; oracle is benchmark only)
   --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
@@ -215,7 +236,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
  * `--handshake`, `--sim-lockstep`, `--sim-arg`) that follow apply to that group, and those given before the first
  * group are defaults for every group. One group (or none: the default simulated group) comes back as the
  * single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag, a stray positional
- * argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
+ * argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`. `--dp-policy NAME`
+ * becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors).
  */
 export function parseServeArgs(argv: string[]): GatewayOptions | null {
   let parsed;
@@ -243,6 +265,7 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
         'silence-timeout-ms': { type: 'string' },
         'body-limit': { type: 'string' },
         'log-level': { type: 'string' },
+        'dp-policy': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -290,6 +313,7 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   const bodyLimit = intOption('body-limit', v['body-limit'], 1);
   if (bodyLimit !== undefined) opts.bodyLimitBytes = bodyLimit;
   if (logLevel !== undefined) opts.logLevel = logLevel;
+  if (v['dp-policy'] !== undefined) opts.dpPolicy = parseDpPolicy(v['dp-policy']);
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);

@@ -13,6 +13,7 @@ import { tmpdir, userInfo } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
+import { createDpPolicy, type DpPolicyName, type OracleSource } from './engine-client/policies.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
@@ -72,6 +73,15 @@ export interface GroupOptions {
  * - `silenceTimeoutMs`: the engine clients' silence watchdog in ms (default 300 000; dp-routing.md 6, issue #3
  *   part 4).
  * - `bodyLimitBytes`: HTTP request body limit (default 8 MiB).
+ * - `sendTimeoutMs`: bound on each input send of every group's transport, in ms (default 10 000, engine-wire.md
+ *   1.9; a send still blocked then fails the group with a send timeout, dp-routing.md 6); `sendHighWaterMark`: the
+ *   input ROUTER's send high-water mark in messages per rank (zeromq default 1000). Both are passed to
+ *   `ZmqEngineLink.bind` as they are (it throws `ConfigError` unless each is an integer ≥ 1); mainly for tests that
+ *   must reach a blocked send quickly (issue #3 part 4).
+ * - `dpPolicy`: the unpinned DP rank-selection policy of every engine client (default `load`; dp-routing.md 9.2,
+ *   issue #5 part 1; see src/engine-client/policies.ts); each client gets its own instance from `createDpPolicy`.
+ *   `oracle`: the benchmark's view of the simulator's true state, required for (and only used by) `dpPolicy:
+ *   'oracle'`. An unknown name, or `oracle` without a source, is a RangeError before anything starts.
  */
 export interface GatewayOptions extends GroupOptions {
   port?: number;
@@ -84,6 +94,10 @@ export interface GatewayOptions extends GroupOptions {
   handshakeTimeoutMs?: number;
   silenceTimeoutMs?: number;
   bodyLimitBytes?: number;
+  sendTimeoutMs?: number;
+  sendHighWaterMark?: number;
+  dpPolicy?: DpPolicyName;
+  oracle?: OracleSource;
 }
 
 /** One served engine group of a running gateway. */
@@ -263,6 +277,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const port = opts.port ?? DEFAULT_PORT;
   const host = opts.host ?? DEFAULT_HOST;
   const specs = resolveGroups(opts);
+  const dpPolicyName = opts.dpPolicy ?? 'load';
+  createDpPolicy(dpPolicyName, opts.oracle ? { oracle: opts.oracle } : {}); // validate before starting anything
   if (opts.silenceTimeoutMs !== undefined && !(Number.isFinite(opts.silenceTimeoutMs) && opts.silenceTimeoutMs > 0)) {
     throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${opts.silenceTimeoutMs}`);
   }
@@ -301,6 +317,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         dpSize: spec.dpSize,
         logger: log.child({ component: 'transport' }),
         ...(opts.handshakeTimeoutMs !== undefined ? { handshakeReceiveTimeoutMs: opts.handshakeTimeoutMs } : {}),
+        ...(opts.sendTimeoutMs !== undefined ? { sendTimeoutMs: opts.sendTimeoutMs } : {}),
+        ...(opts.sendHighWaterMark !== undefined ? { sendHighWaterMark: opts.sendHighWaterMark } : {}),
       });
       log.info(
         { handshake: endpoints.handshake, input: endpoints.input, output: endpoints.output, dpSize: spec.dpSize },
@@ -351,6 +369,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           protocol,
           link,
           logger: engineLog,
+          policy: createDpPolicy(dpPolicyName, opts.oracle ? { oracle: opts.oracle } : {}),
           ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
         });
         g.client = client;

@@ -23,4 +23,17 @@ export {
   type DpPolicy,
   type RankView,
 } from './policy.js';
+export {
+  DP_POLICY_NAMES,
+  DEFAULT_DP_POLICY,
+  isDpPolicyName,
+  createDpPolicy,
+  createRoundRobinPolicy,
+  createInFlightPolicy,
+  createLoadNoClampPolicy,
+  createOraclePolicy,
+  inFlightScore,
+  type DpPolicyName,
+  type OracleSource,
+} from './policies.js';
 export type { ConnectedEngine, EngineLink, OutputMessage } from './link.js';

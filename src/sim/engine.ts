@@ -72,6 +72,11 @@ export interface SimEngineOptions {
   stepTimeModel?: StepTimeModel;
   /** Multiplies every simulated step time (default 1; 0 = as fast as possible, 0.1 = ten times faster). */
   timeScale?: number;
+  /**
+   * This rank's step-time multiplier (ratio > 0, default 1; e.g. 2.0 = a rank slowed by a noisy neighbour; issue #5
+   * part 2). Unlike `timeScale` it is part of the modelled engine (`SchedulerConfig.slowdown`).
+   */
+  slowdown?: number;
   /** XORed into every request's seed so whole runs can differ (default 0: the request seed alone decides). */
   seed?: number;
   /** Server default `--stream-interval` in tokens (default 1; TokenSpeed only: vLLM reports every step). */
@@ -114,6 +119,8 @@ export interface SimEngineStats {
   dropped: number;
   /** Forward passes started. */
   rounds: number;
+  /** Running requests preempted back to the waiting queue for lack of KV pages (`SchedulerState.preemptions`). */
+  preemptions: number;
   /** Output messages pushed (step batches, rejections, wave notices). */
   batchesSent: number;
   tokensGenerated: number;
@@ -252,6 +259,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     maxModelLen,
     eosTokenIds,
     stepTime: opts.stepTimeModel ?? DEFAULT_STEP_TIME_MODEL,
+    ...(opts.slowdown !== undefined ? { slowdown: opts.slowdown } : {}),
     streamInterval: opts.streamInterval,
     finishRules: wire.finishRules,
   });
@@ -286,12 +294,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     logger: log,
   });
   log.info(
-    { engineIndex: opts.engineIndex, engine: family, lockstep, maxRunning, kvTotalPages, maxModelLen, timeScale },
+    { engineIndex: opts.engineIndex, engine: family, lockstep, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
     'sim rank registered',
   );
 
   const stats: SimEngineStats = {
-    added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, batchesSent: 0, tokensGenerated: 0, sendErrors: 0,
+    added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, preemptions: 0, batchesSent: 0, tokensGenerated: 0, sendErrors: 0,
     pendingSends: 0, outputPauses: 0, outputPaused: false, wavesStarted: 0, wakesIgnored: 0, wavesCompleted: 0, startWaveRequests: 0,
   };
   let stopping = false;
@@ -397,6 +405,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       return;
     }
     stats.rounds += 1;
+    stats.preemptions += plan.retracted;
     timer = setTimeout(() => {
       timer = null;
       if (stopping) return;

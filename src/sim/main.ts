@@ -6,7 +6,7 @@
  * Options (units: tokens, 16-token KV pages, ms): `--engine tokenspeed|vllm` (tokenspeed; the wire, engine-wire.md
  * sections 4 / 5), `--lockstep` with `--dp-size N` (N ≥ 2; vLLM only: a lockstep MoE rank reporting
  * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
- * (32768), `--time-scale X` (1), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
+ * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000), `--exit-with-parent`,
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
@@ -55,6 +55,7 @@ options (units: tokens, 16-token KV pages, ms):
   --kv-pages N               Total KV pages of 16 tokens (default 4096)
   --max-model-len N          Context length reported in the ready response (default 32768)
   --time-scale X             Multiplier on the modelled step time; 0 = as fast as possible (default 1)
+  --slowdown X               This rank's step-time multiplier, > 0 (e.g. 2 = a noisy neighbour; default 1)
   --seed N                   Base seed of the text model (default 0)
   --stream-interval N        Server default streaming cadence in tokens (default 1)
   --step-base-ms X           Step-time model: fixed cost per round
@@ -80,6 +81,13 @@ function numberOption(name: string, raw: string | undefined, opts: { integer?: b
   return v;
 }
 
+/** A finite number > 0, or undefined when absent. Throws `SimArgsError` naming the option. */
+function positiveOption(name: string, raw: string | undefined): number | undefined {
+  const v = numberOption(name, raw, { min: 0 });
+  if (v === 0) throw new SimArgsError(`--${name}: expected a number > 0, got ${JSON.stringify(raw)}`);
+  return v;
+}
+
 /**
  * Parse the rank's command line (without `node` and the script path). Throws `SimArgsError` naming the bad option,
  * including unknown options and a missing `--handshake`.
@@ -101,6 +109,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'kv-pages': { type: 'string' },
         'max-model-len': { type: 'string' },
         'time-scale': { type: 'string' },
+        slowdown: { type: 'string' },
         seed: { type: 'string' },
         'stream-interval': { type: 'string' },
         'step-base-ms': { type: 'string' },
@@ -152,6 +161,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     enableOutputLogprobs: values['disable-output-logprobs'] === true ? false : undefined,
   };
   if (engineFamily !== 'tokenspeed') engine.engine = engineFamily as SimEngineFamily;
+  const slowdown = positiveOption('slowdown', str('slowdown'));
+  if (slowdown !== undefined) engine.slowdown = slowdown;
   if (lockstep) {
     engine.lockstep = true;
     engine.dataParallelSize = dpSize;

@@ -27,11 +27,19 @@
  *
  * Sim-specific choices (not TokenSpeed facts): a request holds `ceil((prompt + generated) / 16)` KV pages, where
  * `generated` includes the token the current round produces; when a running request cannot grow, the newest running
- * requests are retracted to the head of the waiting queue (SGLang-style) and recompute their prompt and generated
- * tokens on re-admission; a lone request that outgrows the whole KV cache is finished by the engine with a terminal
+ * requests are **preempted** (retracted) to the head of the waiting queue and their pages freed, then recompute their
+ * prompt and generated tokens on re-admission, as vLLM's recompute preemption does (vLLM `v1/core/sched/scheduler.py`
+ * `schedule()`: on a failed `allocate_slots` it pops the last running request, frees its blocks and
+ * `prepend_request`s it to `waiting`, preempting itself when it is the newest; no new request is admitted in a step
+ * that preempted; SGLang's retraction is the same idea); preemptions are counted (`SchedulerState.preemptions`), and
+ * `num_running` / `num_waiting` of the round's tail already reflect them (issue #5 part 2); a lone request that outgrows the whole KV cache is finished by the engine with a terminal
  * `abort` row (an engine-initiated abort, which TokenSpeed does report; 4.7); an empty prompt, or a prompt that
  * cannot fit the context or the KV cache, is rejected like a validation error; there is no prefix cache
  * (`cached_tokens` is always 0); a round with nothing to run takes no snapshot.
+ *
+ * Heterogeneous ranks (issue #5 part 2, a noisy neighbour): `SchedulerConfig.slowdown` multiplies every step time.
+ * Time scale: the scheduler never reads a clock, so its decisions depend only on the order of `add` / `abort` /
+ * `plan` / `commit` calls; the engine's `timeScale` only stretches the wall time between them (see `virtual-run.ts`).
  */
 
 /** KV page size in tokens (the sim's `prefix_granularity`). */
@@ -77,6 +85,11 @@ export interface SchedulerConfig {
   eosTokenIds: readonly number[];
   /** Step-time model; defaults to `DEFAULT_STEP_TIME_MODEL`. */
   stepTime?: StepTimeModel;
+  /**
+   * Multiplier (ratio > 0, finite) on every round's step time, for a heterogeneous rank (e.g. 2.0 = a noisy neighbour
+   * halves its speed; issue #5 part 2). Default 1. Changes `RoundPlan.stepTimeMs` only, never a scheduling decision.
+   */
+  slowdown?: number;
   /** Server default `--stream-interval` in tokens (engine-wire.md 1.2), default 1. */
   streamInterval?: number;
   /** How long an abort for a not-yet-registered rid is remembered (ms, against the caller's `nowMs`), default 60 000. */
@@ -188,9 +201,9 @@ export interface RoundPlan {
   prefillTokens: number;
   /** Requests decoding one token this round without a prefill. */
   decodeTokens: number;
-  /** Simulated forward-pass duration (ms); 0 when nothing is planned. */
+  /** Simulated forward-pass duration (ms, including the rank's `slowdown`); 0 when nothing is planned. */
   stepTimeMs: number;
-  /** Requests moved back to the waiting queue because the KV cache ran out. */
+  /** Requests preempted this round: moved back to the waiting queue because the KV cache ran out. */
   retracted: number;
   /** The tail sampled this round (the previous one when nothing was planned). */
   tail: LoadTail;
@@ -219,6 +232,8 @@ export interface SchedulerState {
   pendingRejections: number;
   /** True between `plan()` and `commit()`. */
   roundOpen: boolean;
+  /** Cumulative preemptions (running requests moved back to the waiting queue for lack of KV pages) since start. */
+  preemptions: number;
 }
 
 type ReqState = 'waiting' | 'running' | 'done';
@@ -290,6 +305,7 @@ export class SimScheduler {
   private readonly pendingAborts = new Map<string, number>();
   private planned: Req[] | null = null;
   private activePages = 0;
+  private preemptions = 0;
   private tail: LoadTail = ZERO_TAIL;
 
   constructor(config: SchedulerConfig) {
@@ -304,6 +320,10 @@ export class SimScheduler {
     for (const [k, v] of Object.entries(stepTime)) {
       if (!Number.isFinite(v) || v < 0) throw new RangeError(`SchedulerConfig.stepTime.${k}: expected a finite number ≥ 0, got ${v}`);
     }
+    const slowdown = config.slowdown ?? 1;
+    if (!Number.isFinite(slowdown) || slowdown <= 0) {
+      throw new RangeError(`SchedulerConfig.slowdown: expected a finite number > 0, got ${slowdown}`);
+    }
     const streamInterval = config.streamInterval ?? 1;
     intAtLeast('streamInterval', streamInterval, 1);
     this.config = Object.freeze({
@@ -313,6 +333,7 @@ export class SimScheduler {
       maxModelLen: config.maxModelLen,
       eosTokenIds: [...config.eosTokenIds],
       stepTime: { ...stepTime },
+      slowdown,
       streamInterval,
       pendingAbortTtlMs: config.pendingAbortTtlMs ?? 60_000,
       finishRules: config.finishRules ?? 'tokenspeed',
@@ -428,6 +449,21 @@ export class SimScheduler {
     return this.tail;
   }
 
+  /**
+   * The rank's true outstanding work in tokens: over every registered request, the tokens its next prefill must
+   * (re)compute (prompt + generated, when it needs one) plus the output tokens it may still generate (limit −
+   * generated). What the benchmark's `oracle` DP policy reads (src/engine-client/policies.ts `OracleSource`; issue #5
+   * part 1). An upper bound: a request may stop early on EOS or a stop token.
+   */
+  outstandingTokens(): number {
+    let total = 0;
+    for (const r of this.registered.values()) {
+      if (r.needsPrefill) total += r.promptLen + r.generated;
+      total += Math.max(0, r.maxNew - r.generated);
+    }
+    return total;
+  }
+
   /** Counters (for logs and tests). */
   state(): SchedulerState {
     return {
@@ -439,6 +475,7 @@ export class SimScheduler {
       pendingAborts: this.pendingAborts.size,
       pendingRejections: this.rejected.length,
       roundOpen: this.planned !== null,
+      preemptions: this.preemptions,
     };
   }
 
@@ -509,7 +546,10 @@ export class SimScheduler {
     }
     const plannedCount = this.running.length;
     const st = this.config.stepTime;
-    const stepTimeMs = plannedCount === 0 ? 0 : st.baseMs + st.perPrefillTokenMs * prefillTokens + st.perDecodeTokenMs * decodeTokens;
+    const stepTimeMs =
+      plannedCount === 0
+        ? 0
+        : (st.baseMs + st.perPrefillTokenMs * prefillTokens + st.perDecodeTokenMs * decodeTokens) * this.config.slowdown;
     if (plannedCount > 0) {
       this.tail = {
         numRunning: this.registered.size,
@@ -613,6 +653,7 @@ export class SimScheduler {
 
   /** Move a running request back to the head of the waiting queue, freeing its pages (recomputed on re-admission). */
   private retract(r: Req): void {
+    this.preemptions += 1;
     const i = this.running.indexOf(r);
     if (i >= 0) this.running.splice(i, 1);
     this.activePages -= r.pages;

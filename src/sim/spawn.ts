@@ -30,6 +30,12 @@ export interface SpawnSimRanksOptions {
   lockstep?: boolean;
   /** Extra `main.ts` arguments given to every rank (e.g. `['--max-running', '8', '--time-scale', '0.1']`). */
   extraArgs?: string[];
+  /**
+   * Per-rank step-time multipliers keyed by engine index (e.g. `{ 1: 2.0 }`: rank 1 is twice as slow, a noisy
+   * neighbour; issue #5 part 2), passed as `--slowdown X` to that rank only; unlisted ranks run at 1. Each key must
+   * be one of the spawned engine indexes and each value a finite number > 0.
+   */
+  slowdowns?: Readonly<Record<number, number>>;
   /** Where the children's log lines go (default: dropped). */
   logger?: MinimalLogger;
   /** How long `stop()` waits after SIGTERM before SIGKILL (ms, default 5000). */
@@ -101,7 +107,7 @@ function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineI
  * Spawn `count` simulated ranks: `node --import <tsx> <main.ts> --handshake <addr> --engine-index <i> [--engine F]
  * [--lockstep --dp-size <count>] ...extraArgs`. Returns at once (the children dial the gateway on their own; the
  * gateway's handshake tells when they are ready). Throws `RangeError` on a bad count or engine index range, an
- * unknown engine, or `lockstep` without engine `'vllm'` or with fewer than 2 ranks. A child that fails to start or exits early is logged at
+ * unknown engine, `lockstep` without engine `'vllm'` or with fewer than 2 ranks, or a bad `slowdowns` entry. A child that fails to start or exits early is logged at
  * `error`; its `exited` promise resolves.
  */
 export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
@@ -123,6 +129,17 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
     ...(engine !== 'tokenspeed' ? ['--engine', engine] : []),
     ...(opts.lockstep === true ? ['--lockstep', '--dp-size', String(opts.count)] : []),
   ];
+  const slowdowns = new Map<number, number>();
+  for (const [key, factor] of Object.entries(opts.slowdowns ?? {})) {
+    const index = Number(key);
+    if (!Number.isSafeInteger(index) || index < first || index >= first + opts.count) {
+      throw new RangeError(`spawnSimRanks: slowdowns names engine index ${key}, not one of ${first}..${first + opts.count - 1}`);
+    }
+    if (!Number.isFinite(factor) || factor <= 0) {
+      throw new RangeError(`spawnSimRanks: slowdown of engine index ${key} must be a finite number > 0, got ${factor}`);
+    }
+    slowdowns.set(index, factor);
+  }
   const log = opts.logger ?? silentLogger;
   const grace = opts.stopGraceMs ?? 5000;
   const tsxLoader = import.meta.resolve('tsx');
@@ -139,6 +156,7 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
       '--exit-with-parent',
       ...familyArgs,
       ...(opts.extraArgs ?? []),
+      ...(slowdowns.has(engineIndex) ? ['--slowdown', String(slowdowns.get(engineIndex))] : []),
     ];
     const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     relay(child.stdout, log, engineIndex, 'stdout');

@@ -141,6 +141,20 @@ test('a malformed ADD is dropped without a reply; the rank keeps serving', async
   assert.equal((engine as SimEngineHandle).stats().dropped, before + 1);
 });
 
+test('KV pages run out: the rank preempts (recompute) and counts it, and every request still completes (issue #5 part 2)', async () => {
+  // 64 pages; each request grows to ceil((3 + 400) / 16) = 26 pages, so three or four at once cannot all fit.
+  const ids = ['kv-0', 'kv-1', 'kv-2', 'kv-3'];
+  await Promise.all(ids.map((id) => send(request(id, { maxNewTokens: 400, ignoreEos: true }))));
+  const batches = await reader.untilFinished(ids);
+  for (const id of ids) {
+    const rows = rowsFor(batches, id);
+    assert.equal(rows.at(-1)?.finishReason, 'length');
+    assert.equal(rows.flatMap((o) => o.newTokenIds).length, 400, `${id}: no token lost or repeated across preemption`);
+  }
+  assert.ok((engine as SimEngineHandle).stats().preemptions > 0, 'at least one preemption');
+  assert.ok(batches.every((b) => b.load === undefined || b.load.kvCacheUsage <= 1));
+});
+
 test('close() pushes ENGINE_CORE_DEAD', async () => {
   await (engine as SimEngineHandle).close();
   let m = await reader.message();

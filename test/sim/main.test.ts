@@ -79,3 +79,12 @@ test('parseSimArgs refuses bad engine and lockstep combinations, naming the opti
   assert.throws(() => parseSimArgs([...h, '--engine', 'vllm', '--lockstep', '--dp-size', '1']), /--dp-size/);
   assert.throws(() => parseSimArgs([...h, '--engine', 'vllm', '--dp-size', '2']), /only meaningful with --lockstep/);
 });
+
+test('parseSimArgs --slowdown X: this rank\'s step-time multiplier (> 0), absent by default (issue #5 part 2)', () => {
+  assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '2.5']).engine.slowdown, 2.5);
+  assert.equal('slowdown' in parseSimArgs(['--handshake', 'tcp://h:1']).engine, false);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '0']), /--slowdown: expected a number > 0/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '-1']), /--slowdown/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', 'slow']), /--slowdown/);
+  assert.match(SIM_USAGE, /--slowdown X/);
+});
