@@ -39,8 +39,12 @@ export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
  * commands only when about a millisecond has passed since it last did (libzmq `process_commands` throttling), so a
  * probe sent right after the hint may still be accepted into the dying pipe (measured over ipc with zeromq 6.8.0:
  * the immediate probe succeeded, one a few ms later failed with EHOSTUNREACH). Later rounds are certain to see it.
+ * No round goes out at 0 ms: a rank that exits cleanly pushes `ENGINE_CORE_DEAD` and then closes its sockets, and an
+ * immediate probe could win the race against that sentinel and report the death as `peer-unreachable` instead of
+ * `engine-core-dead` (seen in 2 of 13 e2e runs). 20 ms lets the sentinel be read first; a SIGKILLed rank was caught
+ * at the 20 ms round in practice anyway.
  */
-export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([0, 20, 200, 1000]);
+export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([20, 200, 1000]);
 
 /**
  * Constructor options.
@@ -846,7 +850,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   /**
-   * After a `disconnect` hint: one probe round now and one at each later delay of {@link PROBE_SCHEDULE_MS}; a new
+   * After a `disconnect` hint: one probe round at each delay of {@link PROBE_SCHEDULE_MS}; a new
    * hint cancels the pending rounds and starts the series again. Timers are unref'd and cleared by fail_all/close.
    */
   private scheduleProbes(address: string): void {

@@ -48,23 +48,23 @@ function probes(link: FakeLink): number[] {
   return link.aborts().filter((f) => Array.isArray(f.decoded) && f.decoded.length === 0).map((f) => f.engineIndex);
 }
 
-test('disconnect → empty ABORT probes to every rank in list order, at 0/20/200/1000 ms; live ranks keep serving', async (t) => {
+test('disconnect → empty ABORT probes to every rank in list order, at 20/200/1000 ms; live ranks keep serving', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
-  assert.deepEqual(PROBE_SCHEDULE_MS, [0, 20, 200, 1000]);
+  assert.deepEqual(PROBE_SCHEDULE_MS, [20, 200, 1000]);
   const { client, link } = setup(3);
   const s = await client.submit(req('a'));
   await link.deliver(DISCONNECT);
-  assert.deepEqual(probes(link), [0, 1, 2], 'the first round goes out at once');
+  assert.deepEqual(probes(link), [], 'no round at once: an ENGINE_CORE_DEAD pushed before the exit is read first');
   t.mock.timers.tick(19);
-  assert.equal(probes(link).length, 3);
+  assert.equal(probes(link).length, 0);
   t.mock.timers.tick(1);
-  assert.equal(probes(link).length, 6);
+  assert.deepEqual(probes(link), [0, 1, 2], 'the first round at 20 ms, in list order');
   t.mock.timers.tick(180);
-  assert.equal(probes(link).length, 9);
+  assert.equal(probes(link).length, 6);
   await link.deliver(DISCONNECT); // a new hint restarts the series: the pending 1000 ms round is replaced
-  assert.equal(probes(link).length, 12);
+  assert.equal(probes(link).length, 6);
   t.mock.timers.tick(10_000);
-  assert.equal(probes(link).length, 21, '3 more rounds for the second hint, none left from the first');
+  assert.equal(probes(link).length, 15, '3 more rounds for the second hint, none left from the first');
   await tick();
   assert.equal(client.isAlive(), true);
   assert.equal(client.stats.abortsSent, 0, 'probes are not request aborts');
@@ -82,10 +82,11 @@ test('a rank that vanishes only after the first probe round is caught by a later
     if (gone && f.type === RequestType.ABORT && f.engineIndex === 1) throw unreachable(1);
   };
   await link.deliver(DISCONNECT);
+  t.mock.timers.tick(20);
   await tick();
   assert.equal(client.isAlive(), true, 'the first round was still accepted');
   gone = true;
-  t.mock.timers.tick(20);
+  t.mock.timers.tick(180);
   await tick();
   await assertGroupFailed(client, [s], 'peer-unreachable');
   assert.equal(probes(link).length, 4);
@@ -100,10 +101,11 @@ test('close() cancels pending probe rounds', async (t) => {
   await link.deliver(DISCONNECT);
   await client.close();
   t.mock.timers.tick(10_000);
-  assert.equal(probes(link).length, 2);
+  assert.equal(probes(link).length, 0, 'every round was still pending and none went out');
 });
 
-test('disconnect + a probe refused with EHOSTUNREACH → the rank is dead: every request fails with engine-dead', async () => {
+test('disconnect + a probe refused with EHOSTUNREACH → the rank is dead: every request fails with engine-dead', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const { client, link } = setup(2);
   const failed: EngineClientError[] = [];
   client.on('failed', (e) => failed.push(e));
@@ -112,6 +114,7 @@ test('disconnect + a probe refused with EHOSTUNREACH → the rank is dead: every
     if (f.type === RequestType.ABORT && f.engineIndex === 1) throw unreachable(1);
   };
   await link.deliver(DISCONNECT);
+  t.mock.timers.tick(PROBE_SCHEDULE_MS[0]!);
   await tick();
   const e = await assertGroupFailed(client, streams, 'peer-unreachable');
   assert.match(e.message, /liveness probe \(empty ABORT\) to DP rank 1 after a peer disconnect at ipc:\/\/\/tmp\/mgw\/w-output\.sock failed/);
@@ -122,19 +125,22 @@ test('disconnect + a probe refused with EHOSTUNREACH → the rank is dead: every
   await client.close();
 });
 
-test('an idle group is probed too, so health turns unhealthy before the next request', async () => {
+test('an idle group is probed too, so health turns unhealthy before the next request', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const { client, link } = setup(2);
   link.sendHook = (f) => {
     if (f.engineIndex === 0) throw unreachable(0);
   };
   await link.deliver(DISCONNECT);
+  t.mock.timers.tick(PROBE_SCHEDULE_MS[0]!);
   await tick();
   assert.equal(client.isAlive(), false);
   assert.deepEqual(client.stats.failures, { 'peer-unreachable': 1 });
   await client.close();
 });
 
-test('a probe that times out fails the group (send-timeout); any other probe failure too (probe-send-failed)', async () => {
+test('a probe that times out fails the group (send-timeout); any other probe failure too (probe-send-failed)', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   for (const [err, cause, kind] of [
     [new FakeSendTimeoutError(), 'send-timeout', 'engine-dead'],
     [new FakeTransportError('socket broke', 'EFAULT'), 'probe-send-failed', 'transport'],
@@ -145,6 +151,7 @@ test('a probe that times out fails the group (send-timeout); any other probe fai
       if (f.type === RequestType.ABORT) throw err;
     };
     await link.deliver(DISCONNECT);
+    t.mock.timers.tick(PROBE_SCHEDULE_MS[0]!);
     await tick();
     assert.equal(((await drain(s)).error as EngineClientError).kind, kind);
     assert.deepEqual(client.stats.failures, { [cause]: 1 });
@@ -152,11 +159,15 @@ test('a probe that times out fails the group (send-timeout); any other probe fai
   }
 });
 
-test('a probe after the client closed is ignored', async () => {
+test('a probe after the client closed is ignored', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const { client, link } = setup(2);
   let reject!: (e: Error) => void;
   link.sendHook = () => new Promise<void>((_, rej) => (reject = rej));
   await link.deliver(DISCONNECT);
+  t.mock.timers.tick(PROBE_SCHEDULE_MS[0]!);
+  await tick();
+  assert.equal(probes(link).length, 2, 'the probe round is in flight when the client closes');
   await client.close();
   reject(unreachable(1));
   await tick();
