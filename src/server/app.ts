@@ -22,6 +22,7 @@ import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
 import { registerInfoRoutes } from './routes/info.js';
+import { registerTokenizeRoutes } from './routes/tokenize.js';
 import type { RouteContext } from './serve-generation.js';
 import { formatValidationErrors } from './validation.js';
 
@@ -133,6 +134,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerChatRoute(app, ctx);
   registerCompletionsRoute(app, ctx);
   registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
+  registerTokenizeRoutes(app, ctx);
   await app.ready();
   return app;
 }

@@ -10,9 +10,13 @@
  * - a terminal `abort` is never a finish: the gateway only aborts requests whose client is gone, so an `abort` that
  *   reaches a reader was the engine's own (engine-wire.md 4.6: a validation abort) and becomes an error; `error` too;
  * - a stop token (a requested stop id or an EOS id) that ends the choice with `stop` is counted but its text is not
- *   emitted (gateway.md 6, as vLLM's detokenizer drops it).
+ *   emitted (gateway.md 6, as vLLM's detokenizer drops it);
+ * - every text delta passes through the stop-string matcher (gateway.md 6): text that could still become a stop
+ *   string is held back; a match ends the choice with `stop` at once and cancels the engine stream (ABORT, dp-routing.md
+ *   5); the held-back text is released by the terminal event, through the same path as every other delta.
  */
 import type { EngineOutput } from '../protocols/types.js';
+import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
 import type { BackendStream } from './backend.js';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -37,10 +41,21 @@ export function makeUsage(promptTokens: number, completionTokens: number): Usage
   return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
 }
 
-/** What `generate` yields: newly stable text, then exactly one terminal `finish` (with any remaining text). */
+/** One generated token's id and log-probability (natural log, as the engine sent it: may be −∞ or NaN). */
+export interface TokenLogprob {
+  id: number;
+  logprob: number;
+}
+
+/**
+ * What `generate` yields: newly stable text, then exactly one terminal `finish` (with any remaining text). With
+ * logprobs requested, `logprobs` holds the tokens received since the previous event (in order; every received token
+ * exactly once over the events, including tokens whose text is held back or dropped: a stop token, text after a
+ * matched stop string); otherwise it is empty.
+ */
 export type GenerationEvent =
-  | { type: 'delta'; text: string }
-  | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage };
+  | { type: 'delta'; text: string; logprobs: TokenLogprob[] }
+  | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage; logprobs: TokenLogprob[] };
 
 /** The detokenizer operations a choice uses (`IncrementalDetokenizer` satisfies it). */
 export interface TextDetokenizer {
@@ -84,6 +99,13 @@ export interface GenerationOptions {
   /** Fires when the client disconnects. */
   signal: AbortSignal;
   latency?: LatencyTracker;
+  /**
+   * Stop strings matched on the detokenized text (gateway.md 6); a match finishes the choice with `stop` and cancels
+   * the engine stream (ABORT to the rank). Absent: no stop strings.
+   */
+  stopMatcher?: StopStringMatcher;
+  /** Collect each token's logprob from the engine outputs (`EngineOutput.logprobs`; a missing value becomes NaN). */
+  logprobs?: boolean;
 }
 
 /** Read the next stream item, or reject with `ClientDisconnectedError` as soon as `signal` fires. */
@@ -116,9 +138,16 @@ function nextOrDisconnect(
  */
 export async function* generate(opts: GenerationOptions): AsyncGenerator<GenerationEvent, void, undefined> {
   const { stream, detokenizer, signal } = opts;
+  const matcher = opts.stopMatcher ?? new StopStringMatcher([]);
   const it = stream[Symbol.asyncIterator]();
   let received = 0;
   let finished = false;
+  let pendingLogprobs: TokenLogprob[] = [];
+  const takeLogprobs = () => {
+    const taken = pendingLogprobs;
+    pendingLogprobs = [];
+    return taken;
+  };
   try {
     for (;;) {
       let result: IteratorResult<EngineOutput>;
@@ -134,9 +163,21 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       const out = result.value;
       received += out.newTokenIds.length;
       opts.latency?.tokens(out.newTokenIds.length);
+      if (opts.logprobs === true) {
+        out.newTokenIds.forEach((id, i) => pendingLogprobs.push({ id, logprob: out.logprobs[i] ?? NaN }));
+      }
       if (out.finishReason === null) {
-        const text = detokenizer.push(out.newTokenIds);
-        if (text !== '') yield { type: 'delta', text };
+        const r = matcher.push(detokenizer.push(out.newTokenIds));
+        if (r.matched !== null) {
+          // A stop string matched: the engine does not know, so abandon its stream (ABORT) and finish here.
+          finished = true;
+          stream.cancel();
+          const completionTokens = Math.max(received, out.completionTokens);
+          const usage = makeUsage(opts.promptTokens, completionTokens);
+          yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs() };
+          return;
+        }
+        if (r.emit !== '') yield { type: 'delta', text: r.emit, logprobs: takeLogprobs() };
         continue;
       }
       finished = true; // the engine retired the request: nothing to abort any more
@@ -154,9 +195,11 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       let ids = out.newTokenIds;
       const last = ids[ids.length - 1];
       if (out.finishReason === 'stop' && last !== undefined && opts.stopTokenIds.has(last)) ids = ids.slice(0, -1);
-      const text = detokenizer.push(ids) + detokenizer.finish();
+      const r = matcher.push(detokenizer.push(ids) + detokenizer.finish());
+      const text = r.matched !== null ? r.emit : r.emit + matcher.flush();
+      const finishReason = r.matched !== null ? 'stop' : out.finishReason;
       const completionTokens = Math.max(received, out.completionTokens);
-      yield { type: 'finish', text, finishReason: out.finishReason, usage: makeUsage(opts.promptTokens, completionTokens) };
+      yield { type: 'finish', text, finishReason, usage: makeUsage(opts.promptTokens, completionTokens), logprobs: takeLogprobs() };
       return;
     }
   } finally {

@@ -13,23 +13,16 @@ export const TOP_K_DISABLED = 1 << 30;
 export const TOP_K_MAX = 127;
 
 const isNull = (v: unknown): boolean => v === null || v === undefined;
-const isEmptyObject = (v: unknown): boolean =>
-  typeof v === 'object' && v !== null && !Array.isArray(v) && Object.keys(v).length === 0;
 
 /**
  * Parameters OpenAI (or vLLM) defines that the gateway does not serve yet, each with the predicate of its no-op
  * values. Any other value is refused with 400 naming the parameter (never silently dropped).
  */
 const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
-  stop: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
-  logit_bias: (v) => isNull(v) || isEmptyObject(v),
   response_format: (v) =>
     isNull(v) || (typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text'),
   spaces_between_special_tokens: (v) => isNull(v) || v === true,
-  include_stop_str_in_output: (v) => isNull(v) || v === false,
   prompt_logprobs: isNull,
-  logprobs: (v) => isNull(v) || v === false,
-  top_logprobs: (v) => isNull(v) || v === 0,
   tools: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
   tool_choice: (v) => isNull(v) || v === 'none',
   // Only meaningful together with `tools`, which is refused unless empty.
@@ -43,7 +36,7 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
 };
 
 /**
- * Refuse every not-yet-served parameter that carries a value other than its no-op default, and `n` other than 1.
+ * Refuse every not-yet-served parameter that carries a value other than its no-op default.
  * Throws `ApiError` 400 (`code: 'unsupported_parameter'`, `param` = the parameter's name).
  */
 export function rejectUnsupported(body: Record<string, unknown>): void {
@@ -56,10 +49,51 @@ export function rejectUnsupported(body: Record<string, unknown>): void {
       );
     }
   }
-  const n = body.n;
-  if (!isNull(n) && n !== 1) {
-    throw badRequest(`parameter 'n' must be 1: n > 1 fan-out is not supported by this gateway yet (got ${String(n)})`, 'n', 'unsupported_parameter');
+}
+
+/**
+ * The request's stop strings (gateway.md 6): `stop` as one string or a list, both meaning the same (gateway.md 12,
+ * SGLang PR #190); duplicates removed, order kept; no cap on the count (vLLM has none). Returns [] when absent.
+ * Throws `ApiError` 400 (`param: 'stop'`) for an empty string or a non-string entry.
+ */
+export function parseStopStrings(stop: unknown): string[] {
+  if (isNull(stop)) return [];
+  const list = typeof stop === 'string' ? [stop] : stop;
+  if (!Array.isArray(list)) throw badRequest(`'stop' must be a string or a list of strings`, 'stop');
+  for (const s of list) {
+    if (typeof s !== 'string') throw badRequest(`'stop' entries must be strings; got ${JSON.stringify(s)}`, 'stop');
+    if (s === '') throw badRequest(`'stop' must not contain empty strings`, 'stop');
   }
+  return [...new Set(list as string[])];
+}
+
+/** Bound of a `logit_bias` value: vLLM clamps every bias to [−100, 100] (vLLM `protocol.py`), as OpenAI documents. */
+export const LOGIT_BIAS_LIMIT = 100;
+
+/**
+ * The request's `logit_bias` (gateway.md 8): an object mapping token ids, as decimal strings (JSON object keys), to
+ * additive biases. Keys are normalized to canonical decimals (`"007"` → `"7"`, as vLLM's `int(key)`) and must be in
+ * [0, vocabSize) (TokenSpeed's range, engine-wire.md 4.6; the vLLM protocol turns them into integer keys); values
+ * must be finite numbers and are clamped to [−100, 100] as vLLM does. Returns null when absent or empty.
+ * Throws `ApiError` 400 (`param: 'logit_bias'`) naming the bad key or value.
+ */
+export function parseLogitBias(value: unknown, vocabSize: number): Record<string, number> | null {
+  if (isNull(value)) return null;
+  if (typeof value !== 'object' || Array.isArray(value)) {
+    throw badRequest(`'logit_bias' must be an object mapping token ids to biases`, 'logit_bias');
+  }
+  const out: Record<string, number> = {};
+  for (const [key, bias] of Object.entries(value as Record<string, unknown>)) {
+    const id = /^[0-9]+$/.test(key) ? Number(key) : NaN;
+    if (!Number.isSafeInteger(id) || id >= vocabSize) {
+      throw badRequest(`'logit_bias' keys must be token ids in [0, ${vocabSize}); got ${JSON.stringify(key)}`, 'logit_bias');
+    }
+    if (typeof bias !== 'number' || !Number.isFinite(bias)) {
+      throw badRequest(`'logit_bias' values must be finite numbers; got ${JSON.stringify(bias)} for ${key}`, 'logit_bias');
+    }
+    out[String(id)] = Math.min(LOGIT_BIAS_LIMIT, Math.max(-LOGIT_BIAS_LIMIT, bias));
+  }
+  return Object.keys(out).length === 0 ? null : out;
 }
 
 /** Context needed to validate a request's parameters. Units: tokens. */
@@ -202,6 +236,7 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
     }
     s.stopTokenIds = [...new Set(ids)];
   }
+  s.logitBias = parseLogitBias((body as { logit_bias?: unknown }).logit_bias, ctx.vocabSize);
   if (!isNull(body.ignore_eos)) s.ignoreEos = body.ignore_eos as boolean;
   if (!isNull(body.skip_special_tokens)) s.skipSpecialTokens = body.skip_special_tokens as boolean;
   return s;

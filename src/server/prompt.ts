@@ -70,12 +70,25 @@ export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
  * the rendered text is too large to fit `limits` (see `encodeWithinContext`).
  */
 export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] {
-  const messages = body.messages.map((m, i) => toTemplateMessage(m, i));
-  let text: string;
+  const text = renderChat(tokenizer, body.messages, { addGenerationPrompt: true, templateKwargs: body.chat_template_kwargs });
+  return encodeWithinContext(tokenizer, text, false, limits);
+}
+
+/**
+ * Render chat `messages` (schema-valid bodies, see `toTemplateMessage`) with the tokenizer's chat template.
+ * Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`, `render`,
+ * `missing`) and 500 when the template itself does not parse. Shared by the chat route and `/tokenize`.
+ */
+export function renderChat(
+  tokenizer: Pick<PromptTokenizer, 'applyChatTemplate'>,
+  messages: ChatCompletionBodyT['messages'],
+  opts: { addGenerationPrompt: boolean; templateKwargs?: Record<string, unknown> | null },
+): string {
+  const shaped = messages.map((m, i) => toTemplateMessage(m, i));
   try {
-    text = tokenizer.applyChatTemplate(messages, {
-      addGenerationPrompt: true,
-      templateKwargs: body.chat_template_kwargs ?? undefined,
+    return tokenizer.applyChatTemplate(shaped, {
+      addGenerationPrompt: opts.addGenerationPrompt,
+      templateKwargs: opts.templateKwargs ?? undefined,
     });
   } catch (err) {
     // A template that does not parse is the server's problem; everything else is about these messages.
@@ -84,7 +97,6 @@ export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletio
     }
     throw badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
   }
-  return encodeWithinContext(tokenizer, text, false, limits);
 }
 
 /**

@@ -38,12 +38,15 @@ const common = {
   skip_special_tokens: Opt(Type.Boolean()),
   /** OpenAI end-user id: accepted and ignored (it does not change generation). */
   user: Opt(Type.String()),
+  /** Stop strings: one string or a list (gateway.md 6 and 12); no count cap, as vLLM; empty strings → 400 (params.ts). */
+  stop: Opt(Type.Union([Type.String(), Type.Array(Type.String())])),
+  /** Token id (decimal string key) → additive bias; validated and clamped in params.ts `parseLogitBias`. */
+  logit_bias: Opt(Type.Record(Type.String(), Type.Unknown())),
+  /** vLLM extension: keep the matched stop string in the output. */
+  include_stop_str_in_output: Opt(Type.Boolean()),
   // Known but not served yet: refused in code unless the value is a no-op (params.ts).
-  stop: Type.Optional(Type.Unknown()),
-  logit_bias: Type.Optional(Type.Unknown()),
   response_format: Type.Optional(Type.Unknown()),
   spaces_between_special_tokens: Type.Optional(Type.Unknown()),
-  include_stop_str_in_output: Type.Optional(Type.Unknown()),
   prompt_logprobs: Type.Optional(Type.Unknown()),
 };
 
@@ -75,6 +78,7 @@ export const ChatCompletionBody = Type.Object(
     messages: Type.Array(ChatMessageSchema, { minItems: 1 }),
     /** vLLM extension: extra variables for the chat template (e.g. Qwen3's `enable_thinking`). */
     chat_template_kwargs: Opt(Type.Record(Type.String(), Type.Unknown())),
+    /** Validated in logprobs.ts `parseLogprobs` (a boolean; top_logprobs ≤ 1). */
     logprobs: Type.Optional(Type.Unknown()),
     top_logprobs: Type.Optional(Type.Unknown()),
     tools: Type.Optional(Type.Unknown()),
@@ -98,6 +102,7 @@ export const CompletionBody = Type.Object(
       Type.Array(Type.Integer()),
       Type.Array(Type.Array(Type.Integer())),
     ]),
+    /** Validated in logprobs.ts `parseLogprobs` (an integer k ≤ 1). */
     logprobs: Type.Optional(Type.Unknown()),
     echo: Type.Optional(Type.Unknown()),
     suffix: Type.Optional(Type.Unknown()),

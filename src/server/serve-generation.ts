@@ -14,10 +14,13 @@ import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
-import { ClientDisconnectedError, LatencyTracker, generate, type Usage } from './generation.js';
+import { ClientDisconnectedError, LatencyTracker, generate, makeUsage, type TokenLogprob } from './generation.js';
+import { parseLogprobs, type TokenText } from './logprobs.js';
+import { MAX_N, mergeChoices, subRequestIds, subRequestSeed } from './fan-out.js';
+import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { GroupRouter } from './groups.js';
-import { buildSampling, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
+import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { CommonBodyT } from './schemas.js';
 import { SseWriter } from './sse.js';
@@ -45,12 +48,26 @@ export interface ResponseShape {
   idPrefix: string;
   /** `object` of stream chunks. */
   chunkObject: string;
-  /** Choices of the chunk sent right after a successful submit (chat: the assistant role), or null for none. */
-  openingChoice(): Record<string, unknown> | null;
-  /** One choice of a stream chunk; `finishReason` null until the terminal chunk (never omitted, gateway.md 12). */
-  chunkChoice(text: string, finishReason: 'stop' | 'length' | null): Record<string, unknown>;
-  /** The non-streaming response body. */
-  fullResponse(base: ResponseBase, text: string, finishReason: 'stop' | 'length', usage: Usage): Record<string, unknown>;
+  /** `object` of the non-streaming response. */
+  responseObject: string;
+  /** Choice `index` of the chunk sent right after a successful submit (chat: the assistant role), or null for none. */
+  openingChoice(index: number): Record<string, unknown> | null;
+  /**
+   * Choice `index` of a stream chunk; `finishReason` null until its terminal chunk (never omitted, gateway.md 12);
+   * `logprobs` the rendered logprobs of the chunk's tokens, or null.
+   */
+  chunkChoice(
+    index: number,
+    text: string,
+    finishReason: 'stop' | 'length' | null,
+    logprobs: Record<string, unknown> | null,
+  ): Record<string, unknown>;
+  /** Choice `index` of the non-streaming response (`logprobs` rendered, or null). */
+  fullChoice(index: number, text: string, finishReason: 'stop' | 'length', logprobs: Record<string, unknown> | null): Record<string, unknown>;
+  /** How the endpoint spells the logprob parameters (logprobs.ts `parseLogprobs`). */
+  logprobsParams: 'chat' | 'completions';
+  /** Render logprob entries in the endpoint's shape; `offset` is the choice's running text offset (completions). */
+  renderLogprobs(entries: readonly TokenLogprob[], k: number, tokenText: TokenText, offset: { value: number }): Record<string, unknown>;
 }
 
 /** Fields every response and chunk carries (besides `object`). */
@@ -77,6 +94,47 @@ export interface PreparedRequest {
   includeUsage: boolean;
   group: BackendGroup;
   dpRank: number | undefined;
+  /** Stop strings matched on the text (gateway.md 6); [] for none. */
+  stop: string[];
+  /** Keep the matched stop string in the output (vLLM `include_stop_str_in_output`). */
+  includeStopStr: boolean;
+  /** Number of choices, 1..MAX_N; each is its own engine sub-request (gateway.md 10). */
+  n: number;
+  /** Requested top-logprob count (0 or 1), or null when logprobs are not requested (logprobs.ts). */
+  topLogprobs: number | null;
+  /**
+   * Token ids added to `sampling.stopTokenIds` because a stop string is exactly that one token (gateway.md 6, as
+   * SMG converts them); their text is not stripped but goes through the stop-string matcher like any other text.
+   * Ids the request or the EOS set already stops on are not listed. Absent: none.
+   */
+  convertedStopIds?: number[];
+}
+
+/**
+ * The ids of the stop strings that encode to exactly one token whose text is the stop string itself (gateway.md 6:
+ * SMG sends those to the engine as stop token ids so it stops at once instead of being aborted), excluding ids in
+ * `already` (the request's stop ids and the EOS ids). Units: token ids.
+ */
+export function singleTokenStopIds(
+  tokenizer: Pick<GatewayTokenizer, 'encode' | 'decode'>,
+  stops: readonly string[],
+  already: ReadonlySet<number>,
+): number[] {
+  const out: number[] = [];
+  for (const stop of stops) {
+    const ids = tokenizer.encode(stop, { addSpecialTokens: false });
+    const id = ids[0];
+    if (ids.length !== 1 || id === undefined || already.has(id) || out.includes(id)) continue;
+    if (tokenizer.decode([id], { skipSpecialTokens: false }) === stop) out.push(id);
+  }
+  return out;
+}
+
+/** The validated `n` (default 1): an integer in [1, MAX_N]; throws `ApiError` 400 (`param: 'n'`) otherwise. */
+export function parseN(n: number | null | undefined): number {
+  if (n === null || n === undefined) return 1;
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_N) throw badRequest(`'n' must be an integer in [1, ${MAX_N}]; got ${n}`, 'n');
+  return n;
 }
 
 /** The context sizes (tokens) of one group, for admission and its error messages. */
@@ -134,14 +192,16 @@ export interface PromptSource<B extends CommonBodyT> {
 
 /**
  * The handler body shared by `/v1/chat/completions` and `/v1/completions`: take the start time (`ctx.now()`, ms), then
- * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400); take the live
+ * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400), validate
+ * `n` (1..MAX_N), `stop` (params.ts `parseStopStrings`) and `logprobs`/`top_logprobs` (logprobs.ts); take the live
  * engine groups (503 `engine_dead` when none) and the `X-data-parallel-rank` pin (400 unless a live group has that
  * rank; gateway.md 14); tokenize the prompt via `prompt` (refusing a text too large for the widest candidate's
  * `contextTokenLimit` before tokenizing it); choose the group among the candidates whose context fits the request
  * (`GroupRouter.choose`: lowest best-rank score; when none fits, the widest one, whose admission then refuses it
  * naming the largest context served); validate admission and sampling against the chosen group's `contextTokenLimit` (`buildSampling`,
  * gateway.md 8-9; the default completion limit is that group's context minus the prompt, so a vLLM group always
- * gets a concrete `max_tokens`, gateway.md 9.1); and serve the request with `serveGeneration`. Nothing awaits
+ * gets a concrete `max_tokens`, gateway.md 9.1); add the single-token stop strings to the stop token ids
+ * (`singleTokenStopIds`, gateway.md 6); and serve the request with `serveGeneration`. Nothing awaits
  * between the group choice and the submit, so the chosen rank is reserved in the same tick (dp-routing.md 12.3).
  * `body` is the schema-validated request body. Throws `ApiError` for every refusal (the app's error handler renders
  * it); later errors behave as in `serveGeneration`.
@@ -157,6 +217,9 @@ export async function handleGeneration<B extends CommonBodyT>(
   const startedAt = ctx.now();
   checkModel(body.model, ctx.modelId);
   rejectUnsupported(body as Record<string, unknown>);
+  const n = parseN(body.n);
+  const stop = parseStopStrings(body.stop);
+  const topLogprobs = parseLogprobs(body as { logprobs?: unknown; top_logprobs?: unknown }, shape.logprobsParams);
   if (body.stream !== true && body.stream_options != null) {
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
@@ -174,6 +237,8 @@ export async function handleGeneration<B extends CommonBodyT>(
     promptTokens: promptTokenIds.length,
     vocabSize: ctx.tokenizer.vocabSize,
   });
+  const convertedStopIds = singleTokenStopIds(ctx.tokenizer, stop, new Set([...sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]));
+  sampling.stopTokenIds = [...sampling.stopTokenIds, ...convertedStopIds];
   return serveGeneration(ctx, shape, request, reply, {
     promptTokenIds,
     sampling,
@@ -181,12 +246,24 @@ export async function handleGeneration<B extends CommonBodyT>(
     includeUsage: body.stream_options?.include_usage === true,
     group,
     dpRank,
+    stop,
+    includeStopStr: body.include_stop_str_in_output === true,
+    n,
+    topLogprobs,
+    convertedStopIds,
   }, startedAt);
 }
 
 /**
  * Run one prepared request to its terminal outcome and answer it. Errors before the response starts are thrown (the
  * app's error handler renders them); once SSE has started they become an error event followed by `[DONE]`.
+ *
+ * With `n > 1` (gateway.md 10) the request becomes n engine sub-requests (ids `<id>-<i>`, seeds s + i, see
+ * fan-out.ts), each submitted and routed on its own (a failed submit cancels the ones already submitted); their
+ * events are merged by arrival with choice indexes 0..n−1. Streaming: every index gets its own opening chunk (chat)
+ * and its own terminal chunk; non-streaming: n choices in index order. Usage counts the prompt once and sums the
+ * completion tokens. A disconnect or any sub-request's error aborts every unfinished sub-request; an error ends the
+ * response with that error. Latency metrics (TTFT/ITL/E2E) follow sub-request 0.
  */
 export async function serveGeneration(
   ctx: RouteContext,
@@ -197,7 +274,7 @@ export async function serveGeneration(
   startedAt: number,
 ): Promise<unknown> {
   const { metrics } = ctx;
-  const { group, dpRank } = prepared;
+  const { group, dpRank, n } = prepared;
   const backend = group.backend;
   const requestId = mintRequestId(shape.idPrefix);
   const clientRequestId = request.headers['x-request-id'];
@@ -208,19 +285,22 @@ export async function serveGeneration(
     model: ctx.modelId,
     system_fingerprint: ctx.systemFingerprint,
   };
-  const engineRequest: GenerateRequest = {
-    requestId,
+  const engineRequests: GenerateRequest[] = subRequestIds(requestId, n).map((id, i) => ({
+    requestId: id,
     promptTokenIds: prepared.promptTokenIds,
-    sampling: prepared.sampling,
+    sampling: { ...prepared.sampling, seed: subRequestSeed(prepared.sampling.seed, i) },
     stream: prepared.stream,
-    returnLogprob: false,
-  };
+    returnLogprob: prepared.topLogprobs !== null,
+  }));
 
   // Disconnect detection on the request's socket and the raw response: a close before the response finished means
   // the client went away (every phase: before submit returns, before the first token, mid-stream, and while the
   // response is still queued behind an earlier pipelined one; see disconnect.ts).
   const raw = reply.raw;
   const disconnect = watchClientDisconnect(request.raw, raw);
+  // Aborted on a disconnect or when the merged stream ends early: every sub-request's pending read ends.
+  const stopAll = new AbortController();
+  const choiceSignal = AbortSignal.any([disconnect.signal, stopAll.signal]);
   const count = (status: number, outcome: 'stop' | 'length' | 'error' | 'cancelled') => {
     ctx.counted.add(request);
     metrics.countRequest(shape.endpoint, status, outcome);
@@ -234,49 +314,81 @@ export async function serveGeneration(
   };
 
   try {
-    let stream: BackendStream;
-    try {
-      stream = await backend.submit(engineRequest, { dpRank, signal: disconnect.signal });
-    } catch (err) {
+    // Submit every sub-request in the same tick (each routed on its own; dp-routing.md 12.3).
+    const settled = await Promise.allSettled(
+      engineRequests.map((r) => backend.submit(r, { dpRank, signal: disconnect.signal })),
+    );
+    const streams: BackendStream[] = [];
+    let submitError: unknown = null;
+    for (const s of settled) {
+      if (s.status === 'fulfilled') streams.push(s.value);
+      else submitError ??= s.reason;
+    }
+    if (submitError !== null || disconnect.signal.aborted) {
+      for (const s of streams) s.cancel();
       if (disconnect.signal.aborted) return endDisconnected();
-      throw toApiError(err);
+      throw toApiError(submitError);
     }
     request.log.debug(
-      { requestId, worker: group.worker, engineIndex: stream.engineIndex, promptTokens: prepared.promptTokenIds.length },
+      { requestId, worker: group.worker, engineIndexes: streams.map((s) => s.engineIndex), n, promptTokens: prepared.promptTokenIds.length },
       'submitted',
     );
-    if (disconnect.signal.aborted) {
-      stream.cancel();
-      return endDisconnected();
-    }
-    const stopTokenIds = new Set([...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]);
-    const events = generate({
-      stream,
-      detokenizer: new IncrementalDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
-      stopTokenIds,
-      promptTokens: prepared.promptTokenIds.length,
-      signal: disconnect.signal,
-      latency: new LatencyTracker(metrics, shape.endpoint, startedAt, ctx.now),
-    });
+    // Ids whose text is dropped when they end a choice: the request's stop ids and EOS, not converted stop strings.
+    const converted = new Set(prepared.convertedStopIds ?? []);
+    const stopTokenIds = new Set([...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)));
+    const promptTokens = prepared.promptTokenIds.length;
+    const events = mergeChoices(
+      streams.map((stream, i) =>
+        generate({
+          stream,
+          detokenizer: new IncrementalDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
+          stopTokenIds,
+          promptTokens,
+          signal: choiceSignal,
+          stopMatcher: new StopStringMatcher(prepared.stop, { includeStopStr: prepared.includeStopStr }),
+          logprobs: prepared.topLogprobs !== null,
+          latency: i === 0 ? new LatencyTracker(metrics, shape.endpoint, startedAt, ctx.now) : undefined,
+        }),
+      ),
+      () => stopAll.abort(),
+    );
+    const texts: string[] = Array.from({ length: n }, () => '');
+    const tokenText: TokenText = (id) => ctx.tokenizer.decode([id], { skipSpecialTokens: false });
+    const k = prepared.topLogprobs;
+    const logprobEntries: TokenLogprob[][] = Array.from({ length: n }, () => []);
+    const offsets = Array.from({ length: n }, () => ({ value: 0 }));
+    const render = (index: number, entries: readonly TokenLogprob[]) =>
+      k === null ? null : shape.renderLogprobs(entries, k, tokenText, offsets[index]!);
+    const reasons: ('stop' | 'length' | null)[] = Array.from({ length: n }, () => null);
+    let completionTokens = 0;
+    const outcome = () => reasons[0] ?? 'stop';
 
     if (!prepared.stream) {
-      let text = '';
       try {
         for await (const ev of events) {
-          text += ev.text;
+          texts[ev.index] += ev.text;
+          logprobEntries[ev.index]!.push(...ev.logprobs);
           if (ev.type === 'finish') {
-            count(200, ev.finishReason);
-            reply.header('x-request-id', echoId);
-            return shape.fullResponse(base, text, ev.finishReason, ev.usage);
+            reasons[ev.index] = ev.finishReason;
+            completionTokens += ev.usage.completion_tokens;
           }
         }
       } catch (err) {
-        if (err instanceof ClientDisconnectedError) return endDisconnected();
+        if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
         const apiErr = toApiError(err);
         count(apiErr.statusCode, 'error');
         throw apiErr;
       }
-      throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
+      if (reasons.some((r) => r === null)) {
+        throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
+      }
+      count(200, outcome());
+      reply.header('x-request-id', echoId);
+      return {
+        ...header(base, shape.responseObject),
+        choices: texts.map((t, i) => shape.fullChoice(i, t, reasons[i]!, render(i, logprobEntries[i]!))),
+        usage: makeUsage(promptTokens, completionTokens),
+      };
     }
 
     // Streaming: from here on errors travel as SSE events.
@@ -286,19 +398,25 @@ export async function serveGeneration(
     const usageField = prepared.includeUsage ? { usage: null } : {};
     const chunk = (choices: Record<string, unknown>[]) => ({ ...header(base, shape.chunkObject), choices, ...usageField });
     try {
-      const opening = shape.openingChoice();
-      if (opening !== null) await sse.send(chunk([opening]));
+      for (let i = 0; i < n; i++) {
+        const opening = shape.openingChoice(i);
+        if (opening !== null) await sse.send(chunk([opening]));
+      }
       for await (const ev of events) {
         if (ev.type === 'delta') {
-          await sse.send(chunk([shape.chunkChoice(ev.text, null)]));
+          await sse.send(chunk([shape.chunkChoice(ev.index, ev.text, null, render(ev.index, ev.logprobs))]));
           continue;
         }
-        await sse.send(chunk([shape.chunkChoice(ev.text, ev.finishReason)]));
-        if (prepared.includeUsage) await sse.send({ ...header(base, shape.chunkObject), choices: [], usage: ev.usage });
-        count(200, ev.finishReason);
+        reasons[ev.index] = ev.finishReason;
+        completionTokens += ev.usage.completion_tokens;
+        await sse.send(chunk([shape.chunkChoice(ev.index, ev.text, ev.finishReason, render(ev.index, ev.logprobs))]));
       }
+      if (prepared.includeUsage) {
+        await sse.send({ ...header(base, shape.chunkObject), choices: [], usage: makeUsage(promptTokens, completionTokens) });
+      }
+      count(200, outcome());
     } catch (err) {
-      if (err instanceof ClientDisconnectedError) return endDisconnected();
+      if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
       const apiErr = toApiError(err);
       count(200, 'error');
       request.log.warn({ requestId, err: apiErr.message, status: apiErr.statusCode }, 'generation failed mid-stream');

@@ -77,15 +77,14 @@ describe('error answers', () => {
 
   test('parameters not served yet → 400 naming them (unless their value is a no-op)', async () => {
     const cases: Array<[string, Record<string, unknown>, string]> = [
-      ['/v1/chat/completions', { stop: 'END' }, 'stop'],
-      ['/v1/chat/completions', { stop: ['a', 'b'] }, 'stop'],
-      ['/v1/chat/completions', { n: 2 }, 'n'],
-      ['/v1/chat/completions', { logprobs: true }, 'logprobs'],
+      ['/v1/chat/completions', { logprobs: true, top_logprobs: 2 }, 'top_logprobs'],
+      ['/v1/chat/completions', { logprobs: 1 }, 'logprobs'],
       ['/v1/chat/completions', { top_logprobs: 3 }, 'top_logprobs'],
       ['/v1/chat/completions', { tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
       ['/v1/chat/completions', { response_format: { type: 'json_object' } }, 'response_format'],
-      ['/v1/chat/completions', { logit_bias: { '5': 1 } }, 'logit_bias'],
-      ['/v1/completions', { logprobs: 1 }, 'logprobs'],
+      ['/v1/chat/completions', { logit_bias: { '-5': 1 } }, 'logit_bias'],
+      ['/v1/chat/completions', { logit_bias: { '5': 'x' } }, 'logit_bias'],
+      ['/v1/completions', { logprobs: 2 }, 'logprobs'],
       ['/v1/completions', { echo: true }, 'echo'],
       ['/v1/completions', { best_of: 2 }, 'best_of'],
       ['/v1/completions', { suffix: 'tail' }, 'suffix'],

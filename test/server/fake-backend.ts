@@ -31,8 +31,8 @@ export class FakeStream implements BackendStream {
     this.cancelled = new Promise((r) => (this.resolveCancelled = r));
   }
 
-  /** Deliver one output with `ids` (terminal when `finish` is given). */
-  push(ids: number[], finish: FinishReason | null = null): void {
+  /** Deliver one output with `ids` (terminal when `finish` is given) and their `logprobs` (default none). */
+  push(ids: number[], finish: FinishReason | null = null, logprobs: number[] = []): void {
     this.completion += ids.length;
     this.feed({
       output: {
@@ -42,7 +42,7 @@ export class FakeStream implements BackendStream {
         promptTokens: this.promptTokens,
         completionTokens: this.completion,
         cachedTokens: 0,
-        logprobs: [],
+        logprobs,
       },
     });
   }

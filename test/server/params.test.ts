@@ -5,7 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_SAMPLING } from '../../src/protocols/types.js';
 import { ApiError } from '../../src/server/errors.js';
-import { buildSampling, rejectUnsupported, TOP_K_DISABLED } from '../../src/server/params.js';
+import { buildSampling, parseLogitBias, rejectUnsupported, TOP_K_DISABLED } from '../../src/server/params.js';
 import { parseDpRankHeader } from '../../src/server/pin.js';
 import { formatValidationErrors, pathToParam } from '../../src/server/validation.js';
 import { FakeBackend } from './fake-backend.js';
@@ -61,8 +61,7 @@ test('buildSampling: top_k spellings and range edges', () => {
 
 test('rejectUnsupported: no-op values pass, real values are refused by name', () => {
   rejectUnsupported({ stop: null, n: 1, logprobs: false, tools: [], tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {} });
-  throws400(() => rejectUnsupported({ stop: '\n' }), 'stop');
-  throws400(() => rejectUnsupported({ n: 3 }), 'n');
+  rejectUnsupported({ stop: '\n', n: 3, include_stop_str_in_output: true }); // served now
   throws400(() => rejectUnsupported({ tool_choice: 'auto' }), 'tool_choice');
 });
 
@@ -92,4 +91,13 @@ test('parseDpRankHeader', () => {
   assert.throws(() => parseDpRankHeader('1', engines), /one of 0, 2.*got '1'/);
   assert.throws(() => parseDpRankHeader('0x1', engines), /got '0x1'/);
   assert.throws(() => parseDpRankHeader(['0', '2'], engines), ApiError);
+});
+
+test('parseLogitBias: canonical keys in [0, vocab), clamped finite values, empty → null', () => {
+  assert.equal(parseLogitBias(undefined, 1000), null);
+  assert.equal(parseLogitBias({}, 1000), null);
+  assert.deepEqual(parseLogitBias({ '007': 5, '999': -150, '3': 0.5 }, 1000), { '7': 5, '999': -100, '3': 0.5 });
+  for (const bad of [{ '1000': 1 }, { '-1': 1 }, { abc: 1 }, { '1.5': 1 }, { '2': 'x' }, { '2': null }, [1]]) {
+    throws400(() => parseLogitBias(bad, 1000), 'logit_bias');
+  }
 });

@@ -5,27 +5,32 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { chatLogprobs } from '../logprobs.js';
 import { chatPromptTokens } from '../prompt.js';
 import { ChatCompletionBody, type ChatCompletionBodyT } from '../schemas.js';
-import { handleGeneration, header, type PromptSource, type ResponseShape, type RouteContext } from '../serve-generation.js';
+import { handleGeneration, type PromptSource, type ResponseShape, type RouteContext } from '../serve-generation.js';
 
 /** Response shapes of the chat endpoint. */
 export const chatShape: ResponseShape = {
   endpoint: '/v1/chat/completions',
   idPrefix: 'chatcmpl-',
   chunkObject: 'chat.completion.chunk',
-  openingChoice: () => ({ index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }),
-  chunkChoice: (text, finishReason) => ({
-    index: 0,
+  responseObject: 'chat.completion',
+  openingChoice: (index) => ({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }),
+  chunkChoice: (index, text, finishReason, logprobs) => ({
+    index,
     delta: text === '' ? {} : { content: text },
-    logprobs: null,
+    logprobs,
     finish_reason: finishReason,
   }),
-  fullResponse: (base, text, finishReason, usage) => ({
-    ...header(base, 'chat.completion'),
-    choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: finishReason }],
-    usage,
+  fullChoice: (index, text, finishReason, logprobs) => ({
+    index,
+    message: { role: 'assistant', content: text },
+    logprobs,
+    finish_reason: finishReason,
   }),
+  logprobsParams: 'chat',
+  renderLogprobs: (entries, k, tokenText) => chatLogprobs(entries, k, tokenText),
 };
 
 /** The chat prompt: `messages` rendered with the chat template, then tokenized (gateway.md 5). */

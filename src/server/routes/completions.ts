@@ -5,22 +5,22 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import { completionLogprobs } from '../logprobs.js';
 import { completionPromptTokens } from '../prompt.js';
 import { CompletionBody, type CompletionBodyT } from '../schemas.js';
-import { handleGeneration, header, type PromptSource, type ResponseShape, type RouteContext } from '../serve-generation.js';
+import { handleGeneration, type PromptSource, type ResponseShape, type RouteContext } from '../serve-generation.js';
 
 /** Response shapes of the completions endpoint. */
 export const completionShape: ResponseShape = {
   endpoint: '/v1/completions',
   idPrefix: 'cmpl-',
   chunkObject: 'text_completion',
+  responseObject: 'text_completion',
   openingChoice: () => null,
-  chunkChoice: (text, finishReason) => ({ index: 0, text, logprobs: null, finish_reason: finishReason }),
-  fullResponse: (base, text, finishReason, usage) => ({
-    ...header(base, 'text_completion'),
-    choices: [{ index: 0, text, logprobs: null, finish_reason: finishReason }],
-    usage,
-  }),
+  chunkChoice: (index, text, finishReason, logprobs) => ({ index, text, logprobs, finish_reason: finishReason }),
+  fullChoice: (index, text, finishReason, logprobs) => ({ index, text, logprobs, finish_reason: finishReason }),
+  logprobsParams: 'completions',
+  renderLogprobs: completionLogprobs,
 };
 
 /** The completions prompt: `prompt` tokenized, or taken as token ids (gateway.md 5). */

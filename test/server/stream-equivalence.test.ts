@@ -1,0 +1,95 @@
+/**
+ * Streaming equals non-streaming byte for byte (gateway.md 5 and 12) over a fake backend that emits emoji and CJK text
+ * as single-byte tokens in random chunks, so characters are split mid-sequence across engine outputs: with and
+ * without stop strings (emoji/CJK ones too), chat and completions, n = 1 and n = 2; never a U+FFFD.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import { byteTokens, randomChunks } from '../tokenizer/fixtures.js';
+import type { FakeBackend } from './fake-backend.js';
+import { choicesOf, makeApp, parseSse } from './helpers.js';
+
+const TEXTS = [
+  'Grüße 🎉🤖 你好，世界！こんにちは 👩‍👩‍👧 done',
+  '中文测试：停止之前的文字 🫠 — 𠀀𠀁 末尾',
+  'ascii only, then 😀😀😀 and 한국어 텍스트.',
+];
+const STOPS: Array<string[] | undefined> = [undefined, ['世界'], ['🤖', '停止'], ['😀😀'], ['not-there', '末'], ['.']];
+
+/** mulberry32: a small seeded PRNG (test determinism). */
+function prng(seed: number): () => number {
+  let a = seed >>> 0;
+  return () => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
+  };
+}
+
+/** The text the gateway must return for `text` with `stop` (earliest match, stop excluded). */
+function expectedText(text: string, stop: string[] | undefined): string {
+  let cut = text.length;
+  for (const s of stop ?? []) {
+    const at = text.indexOf(s);
+    if (at >= 0 && at < cut) cut = at;
+  }
+  return text.slice(0, cut);
+}
+
+describe('streaming == non-streaming with characters split across byte-level tokens', () => {
+  let app: FastifyInstance;
+  let backend: FakeBackend;
+  let tokenizer: GatewayTokenizer;
+
+  before(async () => {
+    ({ app, backend, tokenizer } = await makeApp());
+  });
+  after(() => app.close());
+
+  /** Every submit gets the byte tokens of `text` in chunks drawn from `seed` (the same chunks for every sub-request). */
+  function scriptBytes(text: string, seed: number): void {
+    const ids = byteTokens(tokenizer, new TextEncoder().encode(text));
+    backend.onSubmit = (s) => {
+      const chunks = randomChunks(ids, prng(seed + Number(s.request.requestId.endsWith('-1'))), 5);
+      chunks.forEach((c, i) => s.stream.push(c, i === chunks.length - 1 ? 'length' : null));
+    };
+  }
+
+  test('chat and completions over many seeds, texts and stop strings', { timeout: 60_000 }, async () => {
+    let compared = 0;
+    for (const [t, text] of TEXTS.entries()) {
+      for (const stop of STOPS) {
+        for (let seed = 1; seed <= 4; seed++) {
+          for (const url of ['/v1/chat/completions', '/v1/completions']) {
+            scriptBytes(text, seed * 100 + t);
+            const base = url === '/v1/completions' ? { prompt: 'x' } : { messages: [{ role: 'user', content: 'x' }] };
+            const body = { ...base, n: 2, ...(stop ? { stop } : {}) };
+            const full = (await app.inject({ method: 'POST', url, payload: body })).json();
+            const streamed = parseSse((await app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body);
+            assert.equal(streamed.doneCount, 1);
+            for (const index of [0, 1]) {
+              const fullText: string = full.choices[index].message?.content ?? full.choices[index].text;
+              let streamText = '';
+              for (const ev of streamed.events) {
+                for (const c of choicesOf(ev)) {
+                  if (c.index !== index) continue;
+                  streamText += (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
+                }
+              }
+              const what = `${url} text ${t} stop ${JSON.stringify(stop)} seed ${seed} index ${index}`;
+              assert.equal(Buffer.compare(Buffer.from(streamText), Buffer.from(fullText)), 0, what);
+              assert.equal(fullText, expectedText(text, stop), what);
+              assert.ok(!streamText.includes('\uFFFD'), what);
+              compared++;
+            }
+          }
+        }
+      }
+    }
+    assert.equal(compared, TEXTS.length * STOPS.length * 4 * 2 * 2);
+  });
+});

@@ -1,0 +1,63 @@
+/**
+ * /tokenize and /detokenize as vLLM has them (no engine involved): prompt and messages forms, their
+ * add_special_tokens / add_generation_prompt defaults, the round trip with emoji and CJK, and the 400s/404.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { FastifyInstance } from 'fastify';
+import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import type { FakeBackend } from './fake-backend.js';
+import { MODEL_ID, makeApp } from './helpers.js';
+
+describe('/tokenize and /detokenize', () => {
+  let app: FastifyInstance;
+  let backend: FakeBackend;
+  let tokenizer: GatewayTokenizer;
+
+  before(async () => {
+    ({ app, backend, tokenizer } = await makeApp());
+  });
+  after(() => app.close());
+
+  const post = (url: string, payload: Record<string, unknown>) => app.inject({ method: 'POST', url, payload });
+
+  test('prompt: tokens, count and max_model_len; round trip through /detokenize', async () => {
+    const text = 'Hello 世界 🎉 — ok';
+    const res = await post('/tokenize', { model: MODEL_ID, prompt: text });
+    assert.equal(res.statusCode, 200, res.body);
+    const body = res.json();
+    assert.deepEqual(body.tokens, tokenizer.encode(text, { addSpecialTokens: true }));
+    assert.equal(body.count, body.tokens.length);
+    assert.equal(body.max_model_len, backend.maxModelLen);
+    assert.equal(body.token_strs, null);
+    const back = await post('/detokenize', { tokens: body.tokens });
+    assert.equal(back.statusCode, 200, back.body);
+    assert.deepEqual(back.json(), { prompt: text });
+    assert.equal(backend.submissions.length, 0, 'no engine request');
+  });
+
+  test('messages: the chat template with add_generation_prompt (default true) and no added specials', async () => {
+    const messages = [{ role: 'user', content: '你好' }];
+    const res = await post('/tokenize', { messages });
+    const expected = tokenizer.encode(tokenizer.applyChatTemplate([{ role: 'user', content: '你好' }], { addGenerationPrompt: true }), {
+      addSpecialTokens: false,
+    });
+    assert.deepEqual(res.json().tokens, expected);
+    const noGen = (await post('/tokenize', { messages, add_generation_prompt: false })).json();
+    assert.ok(noGen.count < res.json().count, 'without the assistant opener the prompt is shorter');
+    const decoded = (await post('/detokenize', { tokens: res.json().tokens })).json().prompt;
+    assert.match(decoded, /<\|im_start\|>user\n你好<\|im_end\|>\n<\|im_start\|>assistant\n/);
+  });
+
+  test('refusals: both or neither input, bad token ids, unknown model, unknown fields', async () => {
+    assert.equal((await post('/tokenize', {})).statusCode, 400);
+    assert.equal((await post('/tokenize', { prompt: 'a', messages: [{ role: 'user', content: 'b' }] })).statusCode, 400);
+    assert.equal((await post('/tokenize', { prompt: 'a', add_generation_prompt: true })).json().error.param, 'add_generation_prompt');
+    const bad = await post('/detokenize', { tokens: [1, tokenizer.vocabSize] });
+    assert.equal(bad.statusCode, 400);
+    assert.equal(bad.json().error.param, 'tokens');
+    assert.equal((await post('/detokenize', { tokens: [-1] })).statusCode, 400);
+    assert.equal((await post('/tokenize', { model: 'other', prompt: 'a' })).statusCode, 404);
+    assert.equal((await post('/tokenize', { prompt: 'a', frobnicate: 1 })).statusCode, 400);
+  });
+});
