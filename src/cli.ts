@@ -324,7 +324,7 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   return opts;
 }
 
-/** `serve`: start, then wait for SIGINT/SIGTERM and close. Resolves with the exit code. */
+/** `serve`: start, then wait for SIGINT/SIGTERM/SIGHUP and close. Resolves with the exit code. */
 async function serve(argv: string[]): Promise<number> {
   const opts = parseServeArgs(argv);
   if (opts === null) {
@@ -353,6 +353,9 @@ async function serve(argv: string[]): Promise<number> {
     };
     process.on('SIGINT', onSignal);
     process.on('SIGTERM', onSignal);
+    // A closed terminal (or the end of a shell job) sends SIGHUP to the process group: shut down cleanly as for SIGTERM,
+    // instead of Node's default of dying at once and leaving the simulated worker's socket files behind.
+    process.on('SIGHUP', onSignal);
   });
 }
 

@@ -107,7 +107,9 @@ export function toApiError(err: unknown): ApiError {
     const status = statusForEngineError(kind);
     const message = (err as Error).message;
     return new ApiError(status, `engine ${kind}: ${message}`, {
-      code: kind,
+      // OpenAI error codes are snake_case (`engine_dead`, `invalid_dp_rank`), the same spelling the gateway's own
+      // refusals use, so clients can match on one code whichever path reported the condition.
+      code: kind.replace(/-/g, '_'),
       param: kind === 'invalid-dp-rank' ? 'X-data-parallel-rank' : null,
       cause: err,
     });

@@ -182,6 +182,7 @@ describe('error answers', () => {
       const res = await post('/v1/chat/completions', { messages: USER });
       assertError(res, 503, null, /ENGINE_CORE_DEAD/);
       assert.equal(res.json().error.type, 'service_unavailable_error');
+      assert.equal(res.json().error.code, 'engine_dead', 'snake_case, like the gateway\'s own engine_dead refusal');
       const streaming = await post('/v1/chat/completions', { messages: USER, stream: true });
       assertError(streaming, 503, null);
       backend.submitError = new EngineClientError('client-closed', 'shutting down');
