@@ -23,9 +23,9 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
     isNull(v) || (typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text'),
   spaces_between_special_tokens: (v) => isNull(v) || v === true,
   prompt_logprobs: isNull,
-  tools: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
+  // `tools` are served (rendered by the chat template); tool-call parsing is not, so only "none" (or absent).
   tool_choice: (v) => isNull(v) || v === 'none',
-  // Only meaningful together with `tools`, which is refused unless empty.
+  // Accepted (a boolean) whether or not `tools` are given: without tool-call parsing it changes nothing.
   parallel_tool_calls: (v) => isNull(v) || typeof v === 'boolean',
   functions: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
   function_call: (v) => isNull(v) || v === 'none',
@@ -36,14 +36,28 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
 };
 
 /**
+ * Why a parameter is refused, when more can be said than "not supported yet". `tool_choice`: vLLM without
+ * `--enable-auto-tool-choice`/`--tool-call-parser` answers "auto" (and "required", a named tool) with 400
+ * (vLLM `entrypoints/openai/serving_chat.py`); the gateway has no tool-call parser, so it does the same.
+ */
+const REFUSAL_REASON: Record<string, string> = {
+  tool_choice:
+    `automatic tool-call parsing is not enabled in this gateway, so only "none" is served (tools are still rendered ` +
+    `into the prompt); in vLLM's words, "auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`,
+};
+
+/**
  * Refuse every not-yet-served parameter that carries a value other than its no-op default.
  * Throws `ApiError` 400 (`code: 'unsupported_parameter'`, `param` = the parameter's name).
  */
 export function rejectUnsupported(body: Record<string, unknown>): void {
   for (const [name, isNoOp] of Object.entries(UNSUPPORTED)) {
     if (name in body && !isNoOp(body[name])) {
+      const reason = REFUSAL_REASON[name];
       throw badRequest(
-        `parameter '${name}' is not supported by this gateway yet (got ${JSON.stringify(body[name])})`,
+        reason !== undefined
+          ? `'${name}' ${JSON.stringify(body[name])} is not supported: ${reason}`
+          : `parameter '${name}' is not supported by this gateway yet (got ${JSON.stringify(body[name])})`,
         name,
         'unsupported_parameter',
       );

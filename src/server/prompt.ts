@@ -62,32 +62,76 @@ export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
   return out;
 }
 
+/** The chat-template switches of one chat request (see `chatTemplateOptions`). */
+export interface ChatTemplateOptions {
+  /** Append the assistant-turn opener (template `add_generation_prompt`). */
+  addGenerationPrompt: boolean;
+  /** End the prompt right after the final message's text so the model continues it (vLLM extension). */
+  continueFinalMessage: boolean;
+  /** OpenAI function tools for the template's `tools` variable (schema-checked), or undefined when not sent. */
+  tools?: unknown[];
+  /** The request's `chat_template_kwargs`. */
+  templateKwargs?: Record<string, unknown> | null;
+}
+
 /**
- * Render the chat messages with the tokenizer's chat template (generation prompt added) and tokenize the result
- * without adding special tokens again (the template already holds them, as in vLLM's chat serving).
- * Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`, `render`,
- * `missing`), 500 when the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when
- * the rendered text is too large to fit `limits` (see `encodeWithinContext`).
+ * The template switches of a chat body: `add_generation_prompt` (default true), `continue_final_message` (default
+ * false), `tools` (as sent; null → none), `chat_template_kwargs`. Throws 400 naming `continue_final_message` when
+ * both it and `add_generation_prompt` are true (vLLM `protocol.py` `check_generation_prompt`: "Cannot set both").
+ */
+export function chatTemplateOptions(
+  body: Pick<ChatCompletionBodyT, 'add_generation_prompt' | 'continue_final_message' | 'tools' | 'chat_template_kwargs'>,
+): ChatTemplateOptions {
+  const addGenerationPrompt = body.add_generation_prompt ?? true;
+  const continueFinalMessage = body.continue_final_message ?? false;
+  if (addGenerationPrompt && continueFinalMessage) {
+    throw badRequest(
+      `'continue_final_message' and 'add_generation_prompt' cannot both be true (send 'add_generation_prompt': false to continue the final message)`,
+      'continue_final_message',
+    );
+  }
+  const out: ChatTemplateOptions = { addGenerationPrompt, continueFinalMessage, templateKwargs: body.chat_template_kwargs };
+  if (Array.isArray(body.tools)) out.tools = body.tools;
+  return out;
+}
+
+/**
+ * Render the chat messages with the tokenizer's chat template (switches from `chatTemplateOptions`, tools included)
+ * and tokenize the result without adding special tokens again (the template already holds them, as in vLLM's chat
+ * serving). Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`,
+ * `render`, `missing`), 400 naming `continue_final_message` (see `chatTemplateOptions`, `renderChat`), 500 when
+ * the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when the rendered text is
+ * too large to fit `limits` (see `encodeWithinContext`).
  */
 export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] {
-  const text = renderChat(tokenizer, body.messages, { addGenerationPrompt: true, templateKwargs: body.chat_template_kwargs });
+  const text = renderChat(tokenizer, body.messages, chatTemplateOptions(body));
   return encodeWithinContext(tokenizer, text, false, limits);
 }
 
 /**
- * Render chat `messages` (schema-valid bodies, see `toTemplateMessage`) with the tokenizer's chat template.
+ * Render chat `messages` (schema-valid bodies, see `toTemplateMessage`) with the tokenizer's chat template, passing
+ * `tools` (when given) as the template's `tools`. With `continueFinalMessage`, the text is cut right after the final
+ * message's text (see `cutAfterFinalMessage`).
  * Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`, `render`,
- * `missing`) and 500 when the template itself does not parse. Shared by the chat route and `/tokenize`.
+ * `missing`), 400 (`param: 'continue_final_message'`) when the final message's text cannot be found in the rendering,
+ * and 500 when the template itself does not parse. Shared by the chat route and `/tokenize`.
  */
 export function renderChat(
   tokenizer: Pick<PromptTokenizer, 'applyChatTemplate'>,
   messages: ChatCompletionBodyT['messages'],
-  opts: { addGenerationPrompt: boolean; templateKwargs?: Record<string, unknown> | null },
+  opts: {
+    addGenerationPrompt: boolean;
+    continueFinalMessage?: boolean;
+    tools?: unknown[];
+    templateKwargs?: Record<string, unknown> | null;
+  },
 ): string {
   const shaped = messages.map((m, i) => toTemplateMessage(m, i));
+  let text: string;
   try {
-    return tokenizer.applyChatTemplate(shaped, {
+    text = tokenizer.applyChatTemplate(shaped, {
       addGenerationPrompt: opts.addGenerationPrompt,
+      ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
       templateKwargs: opts.templateKwargs ?? undefined,
     });
   } catch (err) {
@@ -97,6 +141,31 @@ export function renderChat(
     }
     throw badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
   }
+  return opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text;
+}
+
+/**
+ * `rendered` cut right after the last occurrence of the final message's text, so generation continues that message
+ * (the rule of Hugging Face transformers' `apply_chat_template(continue_final_message=True)`, which vLLM uses): the
+ * trimmed text is searched; when the rendering keeps the message's leading/trailing spacing the cut keeps the
+ * trailing spacing too, otherwise it ends at the trimmed text. Throws 400 (`param: 'continue_final_message'`) when
+ * the final message has no text or its text does not appear in the rendering.
+ */
+export function cutAfterFinalMessage(rendered: string, finalContent: string | null): string {
+  const trimmed = (finalContent ?? '').trim();
+  if (trimmed === '') {
+    throw badRequest(`'continue_final_message' needs a final message with text to continue`, 'continue_final_message');
+  }
+  const at = rendered.lastIndexOf(trimmed);
+  if (at < 0) {
+    throw badRequest(
+      `'continue_final_message': the final message's text does not appear in the chat template's rendering`,
+      'continue_final_message',
+    );
+  }
+  const fromStart = finalContent!.trimStart();
+  const keepsSpacing = rendered.slice(at, at + fromStart.length) === fromStart;
+  return rendered.slice(0, at + (keepsSpacing ? fromStart.length : trimmed.length));
 }
 
 /**

@@ -71,6 +71,27 @@ export const ChatMessageSchema = Type.Object(
   { additionalProperties: false },
 );
 
+/**
+ * One OpenAI function tool, `{type: "function", function: {name, description?, parameters?, strict?}}` (vLLM's
+ * `ChatCompletionToolsParam` / `FunctionDefinition` in `protocol.py`); a malformed tool is a 400 naming its path
+ * (e.g. `tools[0].function.name`). Passed to the chat template as sent (prompt.ts).
+ */
+export const ToolSchema = Type.Object(
+  {
+    type: Type.Literal('function'),
+    function: Type.Object(
+      {
+        name: Type.String(),
+        description: Opt(Type.String()),
+        parameters: Opt(Type.Record(Type.String(), Type.Unknown())),
+        strict: Opt(Type.Boolean()),
+      },
+      { additionalProperties: false },
+    ),
+  },
+  { additionalProperties: false },
+);
+
 /** POST /v1/chat/completions body. */
 export const ChatCompletionBody = Type.Object(
   {
@@ -81,9 +102,18 @@ export const ChatCompletionBody = Type.Object(
     /** Validated in logprobs.ts `parseLogprobs` (a boolean; top_logprobs ≤ 1). */
     logprobs: Type.Optional(Type.Unknown()),
     top_logprobs: Type.Optional(Type.Unknown()),
-    tools: Type.Optional(Type.Unknown()),
+    /** Function tools rendered into the prompt by the chat template (no tool-call parsing, as vLLM without a parser). */
+    tools: Opt(Type.Array(ToolSchema)),
+    /** Only absent/"none" is served (params.ts `rejectUnsupported`); tools are still rendered for "none", as vLLM. */
     tool_choice: Type.Optional(Type.Unknown()),
     parallel_tool_calls: Type.Optional(Type.Unknown()),
+    /** Append the assistant-turn opener (template `add_generation_prompt`); default true. */
+    add_generation_prompt: Opt(Type.Boolean()),
+    /**
+     * vLLM extension: end the prompt inside the final message so the model continues it; needs
+     * `add_generation_prompt: false` (both true → 400, as vLLM's `protocol.py`).
+     */
+    continue_final_message: Opt(Type.Boolean()),
     functions: Type.Optional(Type.Unknown()),
     function_call: Type.Optional(Type.Unknown()),
     reasoning_effort: Type.Optional(Type.Unknown()),

@@ -80,7 +80,7 @@ describe('error answers', () => {
       ['/v1/chat/completions', { logprobs: true, top_logprobs: 2 }, 'top_logprobs'],
       ['/v1/chat/completions', { logprobs: 1 }, 'logprobs'],
       ['/v1/chat/completions', { top_logprobs: 3 }, 'top_logprobs'],
-      ['/v1/chat/completions', { tools: [{ type: 'function', function: { name: 'f' } }] }, 'tools'],
+      ['/v1/chat/completions', { tools: [{ type: 'function', function: { name: 'f' } }], tool_choice: 'auto' }, 'tool_choice'],
       ['/v1/chat/completions', { response_format: { type: 'json_object' } }, 'response_format'],
       ['/v1/chat/completions', { logit_bias: { '-5': 1 } }, 'logit_bias'],
       ['/v1/chat/completions', { logit_bias: { '5': 'x' } }, 'logit_bias'],

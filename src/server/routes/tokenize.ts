@@ -4,7 +4,8 @@
  * `DetokenizeResponse`; gateway.md section 5: the gateway owns tokenization, so these answer without any engine).
  *
  * - `/tokenize` with `prompt` (string): tokens of the text, `add_special_tokens` default true;
- *   with `messages`: the chat template rendered (`add_generation_prompt` default true, `chat_template_kwargs`), then
+ *   with `messages`: the chat template rendered (`add_generation_prompt` default true, `continue_final_message`,
+ *   `tools`, `chat_template_kwargs`; prompt.ts `chatTemplateOptions`), then
  *   tokenized with `add_special_tokens` default false (the template holds the specials, as vLLM).
  *   → `{count, max_model_len, tokens, token_strs: null}` (`max_model_len` as /v1/models reports it).
  * - `/detokenize` `{tokens}` → `{prompt}` (special tokens kept, as vLLM's detokenize).
@@ -13,8 +14,8 @@
 import type { FastifyInstance } from 'fastify';
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { badRequest } from '../errors.js';
-import { renderChat } from '../prompt.js';
-import { ChatMessageSchema } from '../schemas.js';
+import { chatTemplateOptions, renderChat } from '../prompt.js';
+import { ChatMessageSchema, ToolSchema } from '../schemas.js';
 import { checkModel, type RouteContext } from '../serve-generation.js';
 
 const Opt = <T extends Parameters<typeof Type.Optional>[0]>(s: T) => Type.Optional(Type.Union([s, Type.Null()]));
@@ -27,6 +28,8 @@ export const TokenizeBody = Type.Object(
     messages: Opt(Type.Array(ChatMessageSchema, { minItems: 1 })),
     add_special_tokens: Opt(Type.Boolean()),
     add_generation_prompt: Opt(Type.Boolean()),
+    continue_final_message: Opt(Type.Boolean()),
+    tools: Opt(Type.Array(ToolSchema)),
     chat_template_kwargs: Opt(Type.Record(Type.String(), Type.Unknown())),
   },
   { additionalProperties: false },
@@ -49,14 +52,11 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
     if (hasPrompt === hasMessages) throw badRequest(`exactly one of 'prompt' and 'messages' is required`, hasPrompt ? 'messages' : 'prompt');
     let tokens: number[];
     if (hasMessages) {
-      const text = renderChat(ctx.tokenizer, body.messages!, {
-        addGenerationPrompt: body.add_generation_prompt ?? true,
-        templateKwargs: body.chat_template_kwargs,
-      });
+      const text = renderChat(ctx.tokenizer, body.messages!, chatTemplateOptions(body));
       tokens = ctx.tokenizer.encode(text, { addSpecialTokens: body.add_special_tokens ?? false });
     } else {
-      if (body.add_generation_prompt !== null && body.add_generation_prompt !== undefined) {
-        throw badRequest(`'add_generation_prompt' applies to 'messages' only`, 'add_generation_prompt');
+      for (const name of ['add_generation_prompt', 'continue_final_message', 'tools'] as const) {
+        if (body[name] !== null && body[name] !== undefined) throw badRequest(`'${name}' applies to 'messages' only`, name);
       }
       tokens = ctx.tokenizer.encode(body.prompt!, { addSpecialTokens: body.add_special_tokens ?? true });
     }
