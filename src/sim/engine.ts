@@ -159,6 +159,13 @@ export interface SimEngineHandle {
   stats(): SimEngineStats;
   /** Lockstep ranks: the current wave and whether the rank steps; null for a dense rank. */
   wave(): SimWaveState | null;
+  /**
+   * The rank's true outstanding work in tokens, read now (`SimScheduler.outstandingTokens()`: prompt tokens still to
+   * (re)prefill plus output tokens still allowed, over every registered request, whoever sent it). Synchronous and
+   * cheap: what the routing benchmark's `oracle` DP policy reads (src/engine-client/policies.ts `OracleSource`;
+   * issue #5 parts 1 and 4). Never throws.
+   */
+  outstandingTokens(): number;
   /** Resolves when the rank has stopped (after `close()`, or when its input socket failed). Never rejects. */
   readonly closed: Promise<void>;
   /**
@@ -551,6 +558,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     ready,
     stats: () => ({ ...stats }),
     wave: () => (waves === null ? null : { currentWave: waves.currentWave, running: waves.running }),
+    outstandingTokens: () => scheduler.outstandingTokens(),
     closed: loop,
     close,
   };

@@ -1,0 +1,77 @@
+/**
+ * The routing benchmark's chart (issue #5 part 4): a hand-written SVG of grouped bars, one group per workload, one
+ * bar per DP policy, bar height = the policy's TTFT p99 divided by round-robin's in the same run (1.0 = a tie; lower
+ * is better). A dashed line marks 1.0. Pure: returns the SVG document as a string.
+ */
+
+/** One bar value: `ratios[workload][policy]` (NaN or non-finite values draw no bar). */
+export interface ChartInput {
+  title: string;
+  workloads: readonly string[];
+  policies: readonly string[];
+  ratios: readonly (readonly number[])[];
+}
+
+const COLORS = ['#8c8c8c', '#4e79a7', '#59a14f', '#e15759', '#f28e2b', '#76b7b2'];
+
+function esc(s: string): string {
+  return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
+}
+
+/** Render `input` as a standalone SVG document (UTF-8 text). Throws RangeError when `ratios` does not match the labels. */
+export function renderRatioChart(input: ChartInput): string {
+  const { workloads, policies, ratios } = input;
+  if (ratios.length !== workloads.length || ratios.some((r) => r.length !== policies.length)) {
+    throw new RangeError('ratios must have one row per workload and one column per policy');
+  }
+  const W = 900;
+  const H = 420;
+  const left = 60;
+  const right = 20;
+  const top = 50;
+  const bottom = 90;
+  const plotW = W - left - right;
+  const plotH = H - top - bottom;
+  const finite = ratios.flat().filter((v) => Number.isFinite(v));
+  const maxV = Math.max(1.2, ...finite);
+  const niceMax = Math.ceil(maxV * 4) / 4;
+  const y = (v: number): number => top + plotH - (v / niceMax) * plotH;
+  const groupW = plotW / workloads.length;
+  const barW = (groupW * 0.8) / policies.length;
+  const parts: string[] = [];
+  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`);
+  parts.push(`<rect width="${W}" height="${H}" fill="#ffffff"/>`);
+  parts.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="15" font-weight="bold">${esc(input.title)}</text>`);
+  const ticks = Math.round(niceMax / 0.25);
+  for (let i = 0; i <= ticks; i++) {
+    const v = i * 0.25;
+    if (ticks > 12 && i % 2 === 1) continue;
+    parts.push(`<line x1="${left}" x2="${W - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#e6e6e6"/>`);
+    parts.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(2)}</text>`);
+  }
+  parts.push(`<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">TTFT p99 / round_robin</text>`);
+  workloads.forEach((w, wi) => {
+    const gx = left + wi * groupW + groupW * 0.1;
+    policies.forEach((p, pi) => {
+      const v = ratios[wi][pi];
+      if (!Number.isFinite(v)) return;
+      const x = gx + pi * barW;
+      parts.push(
+        `<rect x="${x.toFixed(1)}" y="${y(v).toFixed(1)}" width="${(barW - 2).toFixed(1)}" height="${(top + plotH - y(v)).toFixed(1)}" fill="${COLORS[pi % COLORS.length]}"><title>${esc(`${w} / ${p}: ${v.toFixed(3)}`)}</title></rect>`,
+      );
+      parts.push(`<text x="${(x + (barW - 2) / 2).toFixed(1)}" y="${(y(v) - 3).toFixed(1)}" text-anchor="middle" font-size="9">${v.toFixed(2)}</text>`);
+    });
+    parts.push(`<text x="${(left + wi * groupW + groupW / 2).toFixed(1)}" y="${top + plotH + 18}" text-anchor="middle">${esc(w)}</text>`);
+  });
+  parts.push(`<line x1="${left}" x2="${W - right}" y1="${y(1).toFixed(1)}" y2="${y(1).toFixed(1)}" stroke="#333" stroke-dasharray="5,4"/>`);
+  parts.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#333"/>`);
+  parts.push(`<line x1="${left}" x2="${W - right}" y1="${top + plotH}" y2="${top + plotH}" stroke="#333"/>`);
+  policies.forEach((p, pi) => {
+    const lx = left + pi * 140;
+    const ly = H - 30;
+    parts.push(`<rect x="${lx}" y="${ly - 10}" width="12" height="12" fill="${COLORS[pi % COLORS.length]}"/>`);
+    parts.push(`<text x="${lx + 18}" y="${ly}">${esc(p)}</text>`);
+  });
+  parts.push('</svg>');
+  return parts.join('\n') + '\n';
+}
