@@ -8,8 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { pino } from 'pino';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import type { RunningGateway } from '../../src/gateway.js';
+import { openaiClient, startSimGateway } from '../helpers/gateway.js';
 
 const WEATHER_TOOL: OpenAI.Chat.Completions.ChatCompletionTool = {
   type: 'function',
@@ -25,14 +25,8 @@ describe('chat messages, tools and template options via the openai SDK', () => {
   let client: OpenAI;
 
   before(async () => {
-    gateway = await startGateway({
-      sim: 2,
-      simArgs: ['--time-scale', '0', '--log-level', 'warn'],
-      port: 0,
-      logger: pino({ level: 'silent' }),
-      modelId: 'sim',
-    });
-    client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+    gateway = await startSimGateway({ sim: 2 });
+    client = openaiClient(gateway);
   });
   after(() => gateway?.close());
 

@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { pino } from 'pino';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import type { RunningGateway } from '../../src/gateway.js';
+import { openaiClient, startSimGateway } from '../helpers/gateway.js';
 
 for (const engine of ['tokenspeed', 'vllm'] as const) {
   describe(`issue #4 parameters via the openai SDK (${engine} sim)`, () => {
@@ -16,15 +16,8 @@ for (const engine of ['tokenspeed', 'vllm'] as const) {
     let client: OpenAI;
 
     before(async () => {
-      gateway = await startGateway({
-        engine,
-        sim: 2,
-        simArgs: ['--time-scale', '0', '--log-level', 'warn'],
-        port: 0,
-        logger: pino({ level: 'silent' }),
-        modelId: 'sim',
-      });
-      client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+      gateway = await startSimGateway({ engine, sim: 2 });
+      client = openaiClient(gateway);
     });
     after(() => gateway?.close());
 

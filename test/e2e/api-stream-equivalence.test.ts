@@ -6,8 +6,8 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { pino } from 'pino';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import type { RunningGateway } from '../../src/gateway.js';
+import { startSimGateway } from '../helpers/gateway.js';
 import { parseSse } from '../server/helpers.js';
 
 const PROMPTS = ['Tell me a story 🐉 about 龍 and 🎉.', '你好，请介绍一下你自己。😀', 'Plain ASCII prompt.'];
@@ -16,13 +16,7 @@ describe('streaming == non-streaming through startGateway({ sim: 2 })', () => {
   let gateway: RunningGateway;
 
   before(async () => {
-    gateway = await startGateway({
-      sim: 2,
-      simArgs: ['--time-scale', '0', '--log-level', 'warn'],
-      port: 0,
-      logger: pino({ level: 'silent' }),
-      modelId: 'sim',
-    });
+    gateway = await startSimGateway({ sim: 2 });
   });
   after(() => gateway?.close());
 

@@ -10,6 +10,7 @@ import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { byteTokens, randomChunks } from '../tokenizer/fixtures.js';
 import type { FakeBackend } from './fake-backend.js';
 import { choicesOf, makeApp, parseSse } from './helpers.js';
+import { prng } from '../helpers/prng.js';
 
 const TEXTS = [
   'Grüße 🎉🤖 你好，世界！こんにちは 👩‍👩‍👧 done',
@@ -17,18 +18,6 @@ const TEXTS = [
   'ascii only, then 😀😀😀 and 한국어 텍스트.',
 ];
 const STOPS: Array<string[] | undefined> = [undefined, ['世界'], ['🤖', '停止'], ['😀😀'], ['not-there', '末'], ['.']];
-
-/** mulberry32: a small seeded PRNG (test determinism). */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The text the gateway must return for `text` with `stop` (earliest match, stop excluded). */
 function expectedText(text: string, stop: string[] | undefined): string {
