@@ -3,13 +3,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { createLoadPolicy, type DpPolicy } from '../../src/engine-client/policy.js';
+import type { DpPolicy } from '../../src/engine-client/policy.js';
+import { createLoadNoClampPolicy } from '../../src/engine-client/policies.js';
 import { batch, drain, inFlight, load, req, row, setup } from './fakes.js';
 
-/** The future `load_no_clamp` ablation: the load policy with the release clamp switched off. */
-function noClampPolicy(): DpPolicy {
-  return { ...createLoadPolicy(), name: 'load_no_clamp', releaseClamp: false };
-}
+/** The `load_no_clamp` ablation: the load policy with the release clamp switched off. */
+const noClampPolicy = createLoadNoClampPolicy;
 
 /**
  * Section 10.3 example: r0 holds "last", r1 holds "held"; r0's terminal batch for "last" still reports
