@@ -247,6 +247,41 @@ export class MsgpackReader {
     throw this.mismatch(path, expected, head);
   }
 
+  /**
+   * Reads one msgpack ext value (fixext1..16, ext8/16/32): its signed type code and a view of its payload (no copy).
+   * Used by vLLM's inline tensors (engine-wire.md 3.8). Throws WireDecodeError naming `path` for any other format or
+   * a truncated value.
+   */
+  readExt(path: string): { type: number; data: Uint8Array } {
+    this.need(1, path);
+    const head = this.bytes[this.pos];
+    let headerLen: number;
+    let len: number;
+    if (head >= 0xd4 && head <= 0xd8) {
+      headerLen = 1;
+      len = 1 << (head - 0xd4);
+    } else if (head === 0xc7) {
+      this.need(2, path);
+      headerLen = 2;
+      len = this.bytes[this.pos + 1];
+    } else if (head === 0xc8) {
+      this.need(3, path);
+      headerLen = 3;
+      len = this.view.getUint16(this.pos + 1);
+    } else if (head === 0xc9) {
+      this.need(5, path);
+      headerLen = 5;
+      len = this.view.getUint32(this.pos + 1);
+    } else {
+      throw this.mismatch(path, 'ext', head);
+    }
+    this.need(headerLen + 1 + len, path);
+    const type = this.view.getInt8(this.pos + headerLen);
+    const start = this.pos + headerLen + 1;
+    this.pos = start + len;
+    return { type, data: this.bytes.subarray(start, start + len) };
+  }
+
   /** Reads a str header and returns the payload length; positions the cursor at the payload. */
   private strLength(path: string, expected: string): number {
     const head = this.peekHead(path);

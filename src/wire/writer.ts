@@ -177,6 +177,18 @@ export class MsgpackWriter {
     this.writeRaw(value);
   }
 
+  /** Writes an ext value with the smallest header (fixext for 1/2/4/8/16 bytes, else `c7`/`c8`/`c9`); `type` is signed. */
+  writeExt(type: number, data: Uint8Array): void {
+    const n = data.length;
+    const fixed = [1, 2, 4, 8, 16].indexOf(n);
+    if (fixed >= 0) this.u8(0xd4 + fixed);
+    else if (n <= 0xff) this.headU8(0xc7, n);
+    else if (n <= 0xffff) this.headU16(0xc8, n);
+    else this.headU32(0xc9, n);
+    this.u8(type & 0xff);
+    this.writeRaw(data);
+  }
+
   /** Writes an array header for `n` elements (fixarray ≤ 15, `dc` ≤ 65535, else `dd`). */
   writeArrayHeader(n: number): void {
     if (n <= 15) this.u8(0x90 | n);

@@ -122,3 +122,26 @@ test('property: writeAny output decodes with @msgpack/msgpack to the same value,
     assert.deepStrictEqual(new MsgpackReader(bytes).readAny('v'), value);
   }
 });
+
+test('ext values: smallest header per size, signed type code, and the reader returns type and payload', () => {
+  const cases: Array<[number, string]> = [
+    [1, 'd4'], [2, 'd5'], [4, 'd6'], [8, 'd7'], [16, 'd8'], [3, 'c703'], [300, 'c8012c'], [70_000, 'c900011170'],
+  ];
+  for (const [n, header] of cases) {
+    const data = Uint8Array.from({ length: n }, (_, i) => i & 0xff);
+    for (const type of [3, -1]) {
+      const w = new MsgpackWriter();
+      w.writeExt(type, data);
+      const bytes = w.finish();
+      const typeHex = (type & 0xff).toString(16).padStart(2, '0');
+      assert.equal(Buffer.from(bytes.subarray(0, header.length / 2 + 1)).toString('hex'), header + typeHex, `size ${n}`);
+      const r = new MsgpackReader(bytes);
+      const ext = r.readExt('$');
+      assert.equal(ext.type, type);
+      assert.deepEqual([...ext.data], [...data]);
+      r.expectEnd('$');
+    }
+  }
+  assert.throws(() => new MsgpackReader(Uint8Array.from([0xc7, 0x05, 0x03, 0x01])).readExt('$.data'), /\$\.data: input data was truncated/);
+  assert.throws(() => new MsgpackReader(Uint8Array.from([0x01])).readExt('$.data'), /\$\.data: expected ext, got int/);
+});

@@ -13,8 +13,6 @@
 import { list, str, uint } from '../../wire/codec.js';
 import type { Codec } from '../../wire/codec.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
-import type { MsgpackReader } from '../../wire/reader.js';
-import type { MsgpackWriter } from '../../wire/writer.js';
 
 /** msgpack ext code of vLLM's raw buffer view (`CUSTOM_TYPE_RAW_VIEW`). */
 export const EXT_RAW_VIEW = 3;
@@ -38,55 +36,6 @@ export interface TensorFrames {
   auxThresholdBytes?: number;
 }
 
-/** Reads one msgpack ext value (fixext1..16, ext8/16/32): its signed type code and payload view. */
-function readExt(r: MsgpackReader, path: string): { type: number; data: Uint8Array } {
-  const head = r.peekHead(path);
-  const b = r.bytes;
-  const at = r.pos;
-  const need = (n: number) => {
-    if (b.length - at < n) throw new WireDecodeError(path, `input data was truncated (ext needs ${n} byte(s) at offset ${at})`);
-  };
-  let headerLen: number;
-  let len: number;
-  if (head >= 0xd4 && head <= 0xd8) {
-    headerLen = 1;
-    len = 1 << (head - 0xd4);
-  } else if (head === 0xc7) {
-    need(2);
-    headerLen = 2;
-    len = b[at + 1];
-  } else if (head === 0xc8) {
-    need(3);
-    headerLen = 3;
-    len = (b[at + 1] << 8) | b[at + 2];
-  } else if (head === 0xc9) {
-    need(5);
-    headerLen = 5;
-    len = ((b[at + 1] << 24) >>> 0) + (b[at + 2] << 16) + (b[at + 3] << 8) + b[at + 4];
-  } else {
-    throw new WireDecodeError(path, `expected ext, got ${r.peekKind(path)}`);
-  }
-  need(headerLen + 1 + len);
-  const type = (b[at + headerLen] << 24) >> 24;
-  const data = b.subarray(at + headerLen + 1, at + headerLen + 1 + len);
-  r.pos = at + headerLen + 1 + len;
-  return { type, data };
-}
-
-/** Writes one msgpack ext value with the smallest header (fixext for 1/2/4/8/16 bytes, else ext8/16/32). */
-function writeExt(w: MsgpackWriter, type: number, data: Uint8Array): void {
-  const n = data.length;
-  const fixed = [1, 2, 4, 8, 16].indexOf(n);
-  let header: number[];
-  if (fixed >= 0) header = [0xd4 + fixed];
-  else if (n <= 0xff) header = [0xc7, n];
-  else if (n <= 0xffff) header = [0xc8, n >> 8, n & 0xff];
-  else header = [0xc9, (n >>> 24) & 0xff, (n >>> 16) & 0xff, (n >>> 8) & 0xff, n & 0xff];
-  header.push(type & 0xff);
-  w.writeRaw(Uint8Array.from(header));
-  w.writeRaw(data);
-}
-
 /**
  * Codec of one ndarray `[dtype, shape, data]` (strict length 3). Decode resolves `data` to bytes: ext 3 inline, or an
  * aux frame index in 1..aux.length. Throws WireDecodeError for another length, ext codes 1/2 (pickle) or any other
@@ -106,7 +55,7 @@ export function ndArrayCodec(frames: TensorFrames): Codec<WireNdArray> {
       const kind = r.peekKind(dataPath);
       let data: Uint8Array;
       if (kind === 'ext') {
-        const ext = readExt(r, dataPath);
+        const ext = r.readExt(dataPath);
         if (EXT_PICKLE_CODES.includes(ext.type)) {
           throw new WireDecodeError(dataPath, `ext type ${ext.type} (pickle) is refused`);
         }
@@ -133,7 +82,7 @@ export function ndArrayCodec(frames: TensorFrames): Codec<WireNdArray> {
         frames.aux.push(v.data);
         w.writeInt(frames.aux.length, `${path}.data`);
       } else {
-        writeExt(w, EXT_RAW_VIEW, v.data);
+        w.writeExt(EXT_RAW_VIEW, v.data);
       }
     },
   };
