@@ -17,7 +17,7 @@ import type { WireInt } from '../../wire/reader.js';
 import { describe } from '../../wire/writer.js';
 import { applyEosTokenIds, NO_EOS } from './eos.js';
 import type { VllmEosConfig } from './eos.js';
-import { omitNull, sparseMap } from './sparse-map.js';
+import { omitNull, sparseMap } from '../../wire/sparse-map.js';
 
 /** `repetition_detection` (engine-wire.md 5.3): a named map; `min_pattern_size` defaults to 0. */
 export interface RepetitionDetectionParams {

@@ -6,10 +6,10 @@
  *
  * Kept beside its only user; it is generic and could move to `src/wire/codec.ts`.
  */
-import { namedMap } from '../../wire/codec.js';
-import type { Codec, FieldSpec } from '../../wire/codec.js';
-import { WireEncodeError } from '../../wire/errors.js';
-import { describe } from '../../wire/writer.js';
+import { namedMap } from './codec.js';
+import type { Codec, FieldSpec } from './codec.js';
+import { WireEncodeError } from './errors.js';
+import { describe } from './writer.js';
 
 /** One field of a sparse map: a `FieldSpec` plus the rule that leaves its key out of the encoded map. */
 export type SparseFieldSpec<T, K extends keyof T = keyof T> = K extends keyof T
