@@ -324,6 +324,9 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   return opts;
 }
 
+/** A signal repeated within this many ms of the first counts as the same one (see `serve`). */
+const SIGNAL_REPEAT_MS = 500;
+
 /** `serve`: start, then wait for SIGINT/SIGTERM/SIGHUP and close. Resolves with the exit code. */
 async function serve(argv: string[]): Promise<number> {
   const opts = parseServeArgs(argv);
@@ -335,8 +338,13 @@ async function serve(argv: string[]): Promise<number> {
   const gateway = await startGateway(opts);
   return new Promise<number>((resolveExit) => {
     let signals = 0;
+    let firstSignalAt = 0;
     const onSignal = (signal: NodeJS.Signals) => {
+      // One Ctrl-C under `npm start` arrives twice: from the terminal (the whole foreground process group) and again
+      // forwarded by the tsx wrapper. A repeat within SIGNAL_REPEAT_MS is that same keypress, not a second request.
+      if (signals > 0 && Date.now() - firstSignalAt < SIGNAL_REPEAT_MS) return;
       signals++;
+      if (signals === 1) firstSignalAt = Date.now();
       if (signals > 1) {
         // Exit at once, but never leave simulated ranks or their ipc socket files behind (synchronous teardown).
         gateway.emergencyStop();

@@ -158,7 +158,9 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
       ...(opts.extraArgs ?? []),
       ...(slowdowns.has(engineIndex) ? ['--slowdown', String(slowdowns.get(engineIndex))] : []),
     ];
-    const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
+    // Its own process group: a Ctrl-C in the gateway's terminal goes to the gateway alone, which stops the ranks in
+    // order (otherwise each rank would also get the SIGINT and report ENGINE_CORE_DEAD mid-shutdown).
+    const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'], detached: true });
     relay(child.stdout, log, engineIndex, 'stdout');
     relay(child.stderr, log, engineIndex, 'stderr');
     const exited = new Promise<SimRankExit>((resolve) => {
