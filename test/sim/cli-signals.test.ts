@@ -84,6 +84,8 @@ test('one Ctrl-C delivered twice at once (terminal + tsx wrapper) is a single, c
   const g = await startCliGateway();
   try {
     g.gw.kill('SIGINT');
+    // The repeat lands once the first is being handled (two pending SIGINTs would merge into one in the kernel).
+    await hangGuard(g.logged(/^shutting down$/), 30_000, 'first SIGINT handled');
     g.gw.kill('SIGINT');
     const [code, signal] = await hangGuard(g.exited, 30_000, 'gateway exit');
     assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.stderr);
