@@ -19,6 +19,7 @@ import assert from 'node:assert/strict';
 import { Push } from 'zeromq';
 import { pino, type Logger } from 'pino';
 import { startGateway, type GatewayOptions, type GroupOptions, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { completionSse } from '../helpers/sse.js';
 import { waitUntil } from './spread-helpers.js';
 
 /** The served model name of every failure scenario. */
@@ -145,31 +146,14 @@ export function sendCompletion(
 /** Parse an SSE body into `into` (throws whatever the body read throws, e.g. on abort). */
 async function readSse(res: Response, into: SseOutcome): Promise<void> {
   if (res.body === null) return;
-  const decoder = new TextDecoder();
-  let buffered = '';
-  for await (const chunk of res.body) {
-    buffered += decoder.decode(chunk as Uint8Array, { stream: true });
-    let cut: number;
-    while ((cut = buffered.indexOf('\n\n')) >= 0) {
-      const record = buffered.slice(0, cut);
-      buffered = buffered.slice(cut + 2);
-      if (!record.startsWith('data: ')) continue;
-      const data = record.slice('data: '.length);
-      if (data === '[DONE]') {
-        into.done = true;
-        continue;
-      }
-      const parsed = JSON.parse(data) as {
-        choices?: { text?: string; finish_reason?: string | null }[];
-        error?: { message: string; type: string; code: string | null };
-      };
-      if (parsed.error) into.error = { message: parsed.error.message, type: parsed.error.type, code: parsed.error.code };
-      const choice = parsed.choices?.[0];
-      if (choice) {
-        into.text += choice.text ?? '';
-        if (choice.finish_reason) into.finishReason = choice.finish_reason;
-      }
+  for await (const item of completionSse(res.body)) {
+    if (item.done) {
+      into.done = true;
+      continue;
     }
+    if (item.error) into.error = item.error;
+    into.text += item.text;
+    if (item.finishReason) into.finishReason = item.finishReason;
   }
 }
 

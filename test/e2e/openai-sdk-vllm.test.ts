@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
 import { pino } from 'pino';
 import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import { openaiClient, streamChatWithUsage, streamPinnedCompletion } from '../helpers/gateway.js';
 
 const MODEL = 'sim-qwen3';
 
@@ -27,7 +28,7 @@ for (const lockstep of [false, true]) {
         lockstep,
         simArgs: ['--log-level', 'warn'],
       });
-      client = new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
+      client = openaiClient(gateway);
     });
     after(() => gateway?.close());
 
@@ -44,23 +45,7 @@ for (const lockstep of [false, true]) {
     });
 
     test('streaming chat completion: readable text and a finish reason', async () => {
-      const stream = await client.chat.completions.create({
-        model: MODEL,
-        messages: [{ role: 'user', content: 'Tell me something.' }],
-        max_tokens: 24,
-        stream: true,
-        stream_options: { include_usage: true },
-      });
-      let text = '';
-      let finish: string | null = null;
-      let usage: OpenAI.CompletionUsage | undefined | null;
-      for await (const chunk of stream) {
-        for (const c of chunk.choices) {
-          text += c.delta.content ?? '';
-          if (c.finish_reason) finish = c.finish_reason;
-        }
-        if (chunk.usage) usage = chunk.usage;
-      }
+      const { text, finish, usage } = await streamChatWithUsage(client, MODEL, 'Tell me something.', 24);
       assert.ok(text.trim().length > 0, 'some text');
       assert.ok(!text.includes('\uFFFD'), 'no replacement characters');
       // Plain words, punctuation and whitespace (the simulated text may break paragraphs with newlines).
@@ -90,16 +75,7 @@ for (const lockstep of [false, true]) {
     });
 
     test('streaming completion pinned to rank 1, then every in-flight set is empty', async () => {
-      const stream = await client.completions.create(
-        { model: MODEL, prompt: 'Once upon a time', max_tokens: 8, stream: true },
-        { headers: { 'X-data-parallel-rank': '1' } },
-      );
-      let text = '';
-      let finish: string | null = null;
-      for await (const chunk of stream) {
-        text += chunk.choices[0]?.text ?? '';
-        finish = chunk.choices[0]?.finish_reason ?? finish;
-      }
+      const { text, finish } = await streamPinnedCompletion(client, MODEL, 'Once upon a time', 8, 1);
       assert.ok(text.length > 0);
       assert.ok(finish === 'stop' || finish === 'length');
       const states = gateway.client.rankStates();

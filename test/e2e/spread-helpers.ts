@@ -11,6 +11,7 @@ import assert from 'node:assert/strict';
 import type { RankView } from '../../src/engine-client/policy.js';
 import type { RankState } from '../../src/engine-client/client.js';
 import type { RunningGateway } from '../../src/gateway.js';
+import { completionSse } from '../helpers/sse.js';
 
 /** How a held stream ended: the finish reasons seen in its chunks, whether `data: [DONE]` arrived, the text. */
 export interface StreamOutcome {
@@ -63,32 +64,15 @@ export async function openStream(baseUrl: string, body: CompletionBody, opts: { 
   const outcome: StreamOutcome = { finishReason: null, completed: false, cancelled: false, text: '', error: null };
   const done = (async (): Promise<StreamOutcome> => {
     if (res.body === null) return outcome;
-    const decoder = new TextDecoder();
-    let buffered = '';
     try {
-      for await (const chunk of res.body) {
-        buffered += decoder.decode(chunk as Uint8Array, { stream: true });
-        let cut: number;
-        while ((cut = buffered.indexOf('\n\n')) >= 0) {
-          const record = buffered.slice(0, cut);
-          buffered = buffered.slice(cut + 2);
-          if (!record.startsWith('data: ')) continue;
-          const data = record.slice('data: '.length);
-          if (data === '[DONE]') {
-            outcome.completed = true;
-            continue;
-          }
-          const parsed = JSON.parse(data) as {
-            choices?: { text?: string; finish_reason?: string | null }[];
-            error?: { message: string; code: string | null };
-          };
-          if (parsed.error) outcome.error = { message: parsed.error.message, code: parsed.error.code };
-          const choice = parsed.choices?.[0];
-          if (choice) {
-            outcome.text += choice.text ?? '';
-            if (choice.finish_reason) outcome.finishReason = choice.finish_reason;
-          }
+      for await (const item of completionSse(res.body)) {
+        if (item.done) {
+          outcome.completed = true;
+          continue;
         }
+        if (item.error) outcome.error = { message: item.error.message, code: item.error.code };
+        outcome.text += item.text;
+        if (item.finishReason) outcome.finishReason = item.finishReason;
       }
     } catch {
       // The fetch was aborted by cancel() (or the gateway closed the connection); `cancelled` tells which.

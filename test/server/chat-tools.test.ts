@@ -6,11 +6,9 @@
  * checked by the exact prompt token ids submitted to the fake backend against the tokenizer's own rendering.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import type { ChatMessage, GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import type { FakeBackend } from './fake-backend.js';
-import { makeApp } from './helpers.js';
+import { before, describe, test } from 'node:test';
+import type { ChatMessage } from '../../src/tokenizer/tokenizer.js';
+import { useApp } from './helpers.js';
 
 const TOOLS = [
   {
@@ -27,31 +25,27 @@ const TOOLS = [
 const CALL = { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city": "Paris"}' } };
 
 describe('chat completions with tools', () => {
-  let app: FastifyInstance;
-  let backend: FakeBackend;
-  let tokenizer: GatewayTokenizer;
+  const fx = useApp();
   let replyIds: number[];
 
   before(async () => {
-    ({ app, backend, tokenizer } = await makeApp());
-    replyIds = tokenizer.encode('Sunny.', { addSpecialTokens: false });
-    backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
+    replyIds = fx.tokenizer.encode('Sunny.', { addSpecialTokens: false });
+    fx.backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
   });
-  after(() => app.close());
 
-  const post = (payload: Record<string, unknown>, url = '/v1/chat/completions') => app.inject({ method: 'POST', url, payload });
+  const post = (payload: Record<string, unknown>, url = '/v1/chat/completions') => fx.app.inject({ method: 'POST', url, payload });
 
   /** POST the body, expect 200, and return the prompt token ids the fake engine received. */
   async function submittedPrompt(payload: Record<string, unknown>): Promise<number[]> {
-    const before = backend.submissions.length;
+    const before = fx.backend.submissions.length;
     const res = await post(payload);
     assert.equal(res.statusCode, 200, res.body);
-    assert.equal(backend.submissions.length, before + 1);
-    return backend.submissions.at(-1)!.request.promptTokenIds;
+    assert.equal(fx.backend.submissions.length, before + 1);
+    return fx.backend.submissions.at(-1)!.request.promptTokenIds;
   }
 
   const render = (messages: ChatMessage[], opts: { tools?: unknown[]; addGenerationPrompt?: boolean } = {}): number[] =>
-    tokenizer.encode(tokenizer.applyChatTemplate(messages, opts), { addSpecialTokens: false });
+    fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, opts), { addSpecialTokens: false });
 
   function assert400(res: { statusCode: number; json(): any; body: string }, param: string, message?: RegExp): void {
     assert.equal(res.statusCode, 400, res.body);
@@ -66,7 +60,7 @@ describe('chat completions with tools', () => {
       { role: 'user', content: 'Weather in Paris?' },
     ];
     const expected = render(messages, { tools: TOOLS });
-    const text = tokenizer.decode(expected, { skipSpecialTokens: false });
+    const text = fx.tokenizer.decode(expected, { skipSpecialTokens: false });
     assert.match(text, /<tools>\n\{"type": "function", "function": \{"name": "get_weather"/);
     assert.match(text, /"name": "get_time"/);
     assert.deepEqual(await submittedPrompt({ messages, tools: TOOLS }), expected);
@@ -99,7 +93,7 @@ describe('chat completions with tools', () => {
       { role: 'tool', content: '18C and sunny', tool_call_id: 'call_1' },
     ];
     const expected2 = render(turn2 as ChatMessage[], { tools: TOOLS });
-    const text2 = tokenizer.decode(expected2, { skipSpecialTokens: false });
+    const text2 = fx.tokenizer.decode(expected2, { skipSpecialTokens: false });
     assert.ok(
       text2.endsWith(
         '<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>\n' +
@@ -111,7 +105,7 @@ describe('chat completions with tools', () => {
 
     const turn3 = [...turn2, { role: 'assistant', content: 'It is 18C and sunny.' }, { role: 'user', content: 'Thanks' }];
     const expected3 = render(turn3 as ChatMessage[], { tools: TOOLS });
-    assert.match(tokenizer.decode(expected3, { skipSpecialTokens: false }), /It is 18C and sunny\.<\|im_end\|>\n<\|im_start\|>user\nThanks/);
+    assert.match(fx.tokenizer.decode(expected3, { skipSpecialTokens: false }), /It is 18C and sunny\.<\|im_end\|>\n<\|im_start\|>user\nThanks/);
     assert.deepEqual(await submittedPrompt({ messages: turn3, tools: TOOLS }), expected3);
   });
 
@@ -135,27 +129,27 @@ describe('chat completions with tools', () => {
 
     const partial = [...messages, { role: 'assistant', content: 'The answer is' }];
     const cont = await submittedPrompt({ messages: partial, add_generation_prompt: false, continue_final_message: true });
-    const contText = tokenizer.decode(cont, { skipSpecialTokens: false });
+    const contText = fx.tokenizer.decode(cont, { skipSpecialTokens: false });
     assert.ok(contText.endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is'), contText);
-    const full = tokenizer.applyChatTemplate(partial, { addGenerationPrompt: false });
-    assert.deepEqual(cont, tokenizer.encode(full.slice(0, full.lastIndexOf('The answer is') + 'The answer is'.length), { addSpecialTokens: false }));
+    const full = fx.tokenizer.applyChatTemplate(partial, { addGenerationPrompt: false });
+    assert.deepEqual(cont, fx.tokenizer.encode(full.slice(0, full.lastIndexOf('The answer is') + 'The answer is'.length), { addSpecialTokens: false }));
 
     // Trailing spacing the template keeps is kept (transformers' rule), so the model continues after the space.
     const spaced = [...messages, { role: 'assistant', content: 'The answer is ' }];
     const contSpaced = await submittedPrompt({ messages: spaced, add_generation_prompt: false, continue_final_message: true });
-    assert.ok(tokenizer.decode(contSpaced, { skipSpecialTokens: false }).endsWith('\n\nThe answer is '));
+    assert.ok(fx.tokenizer.decode(contSpaced, { skipSpecialTokens: false }).endsWith('\n\nThe answer is '));
 
     const kw = { enable_thinking: false };
     const withKw = await submittedPrompt({ messages, tools: TOOLS, chat_template_kwargs: kw });
     assert.deepEqual(
       withKw,
-      tokenizer.encode(tokenizer.applyChatTemplate(messages, { tools: TOOLS, templateKwargs: kw }), { addSpecialTokens: false }),
+      fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { tools: TOOLS, templateKwargs: kw }), { addSpecialTokens: false }),
     );
-    assert.match(tokenizer.decode(withKw, { skipSpecialTokens: false }), /<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n$/);
+    assert.match(fx.tokenizer.decode(withKw, { skipSpecialTokens: false }), /<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n$/);
   });
 
   test('refusals → 400 naming the parameter, nothing submitted', async () => {
-    const before = backend.submissions.length;
+    const before = fx.backend.submissions.length;
     const messages = [{ role: 'user', content: 'Hi' }];
     const parser = /tool-call parsing is not enabled in this gateway.*--enable-auto-tool-choice and --tool-call-parser/;
     assert400(await post({ messages, tools: TOOLS, tool_choice: 'auto' }), 'tool_choice', parser);
@@ -195,6 +189,6 @@ describe('chat completions with tools', () => {
       assert.ok(err.param === path || String(err.message).includes(`'${path}'`), `${JSON.stringify(tool)} should name ${path}: ${res.body}`);
     }
     assert400(await post({ messages, tools: { type: 'function' } }), 'tools');
-    assert.equal(backend.submissions.length, before, 'no refused request reached the engine');
+    assert.equal(fx.backend.submissions.length, before, 'no refused request reached the engine');
   });
 });

@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { connect } from 'node:net';
+import { after, before } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { buildApp } from '../../src/server/app.js';
@@ -44,6 +45,23 @@ export async function makeApp(
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
   });
   return { app, backend, tokenizer, metrics };
+}
+
+/** The app, fake backend, tokenizer and metrics of one `describe` block (filled in by its `before` hook). */
+export type AppFixture = Awaited<ReturnType<typeof makeApp>>;
+
+/**
+ * Register, in the calling `describe` block, a `before` hook that builds an app with `makeApp(opts)` and an `after`
+ * hook that closes it. Returns the fixture object, whose fields are set once the `before` hook has run (read them
+ * inside hooks and tests only). Hooks the caller registers later run after this one, so they may use the fixture.
+ */
+export function useApp(opts: Parameters<typeof makeApp>[0] = {}): AppFixture {
+  const fixture = {} as AppFixture;
+  before(async () => {
+    Object.assign(fixture, await makeApp(opts));
+  });
+  after(() => fixture.app.close());
+  return fixture;
 }
 
 /** Parsed SSE stream: the JSON events in order, and whether it ended with exactly one `[DONE]`. */

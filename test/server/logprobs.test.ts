@@ -3,12 +3,9 @@
  * logit_bias (validated, clamped, forwarded) through the routes over a fake backend (gateway.md 8, 11.2, 12).
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
+import { before, describe, test } from 'node:test';
 import { finiteLogprob, parseLogprobs } from '../../src/server/logprobs.js';
-import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import type { FakeBackend } from './fake-backend.js';
-import { choicesOf, makeApp, parseSse } from './helpers.js';
+import { choicesOf, parseSse, useApp } from './helpers.js';
 
 const VALUES = [-0.25, -Infinity, NaN, -12345, -1.5];
 
@@ -28,28 +25,24 @@ test('finiteLogprob and parseLogprobs', () => {
 });
 
 describe('logprobs and logit_bias over the routes', () => {
-  let app: FastifyInstance;
-  let backend: FakeBackend;
-  let tokenizer: GatewayTokenizer;
+  const fx = useApp();
   let ids: number[];
 
   before(async () => {
-    ({ app, backend, tokenizer } = await makeApp());
-    ids = tokenizer.encode('Hi 你好 there, how are you doing today?', { addSpecialTokens: false }).slice(0, VALUES.length);
+    ids = fx.tokenizer.encode('Hi 你好 there, how are you doing today?', { addSpecialTokens: false }).slice(0, VALUES.length);
     assert.equal(ids.length, VALUES.length);
-    backend.onSubmit = (s) => ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null, [VALUES[i]!]));
+    fx.backend.onSubmit = (s) => ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null, [VALUES[i]!]));
   });
-  after(() => app.close());
 
-  const post = (url: string, payload: Record<string, unknown>) => app.inject({ method: 'POST', url, payload });
-  const tok = (id: number) => tokenizer.decode([id], { skipSpecialTokens: false });
+  const post = (url: string, payload: Record<string, unknown>) => fx.app.inject({ method: 'POST', url, payload });
+  const tok = (id: number) => fx.tokenizer.decode([id], { skipSpecialTokens: false });
   const expectedValues = VALUES.map(finiteLogprob);
 
   test('chat: content entries with finite values; top_logprobs = [sampled] for k = 1; streamed entries equal', async () => {
     const body = { messages: [{ role: 'user', content: 'x' }], logprobs: true, top_logprobs: 1 };
     const res = await post('/v1/chat/completions', body);
     assert.equal(res.statusCode, 200, res.body);
-    assert.equal(backend.submissions.at(-1)!.request.returnLogprob, true);
+    assert.equal(fx.backend.submissions.at(-1)!.request.returnLogprob, true);
     const content = res.json().choices[0].logprobs.content as Array<Record<string, unknown>>;
     assert.deepEqual(content.map((c) => c.logprob), expectedValues);
     assert.deepEqual(content.map((c) => c.token), ids.map(tok));
@@ -67,7 +60,7 @@ describe('logprobs and logit_bias over the routes', () => {
     assert.deepEqual(k0.map((c: { top_logprobs: unknown[] }) => c.top_logprobs), VALUES.map(() => []));
     const none = await post('/v1/chat/completions', { messages: body.messages });
     assert.equal(none.json().choices[0].logprobs, null);
-    assert.equal(backend.submissions.at(-1)!.request.returnLogprob, false);
+    assert.equal(fx.backend.submissions.at(-1)!.request.returnLogprob, false);
   });
 
   test('completions: tokens, token_logprobs, text_offset, top_logprobs; streamed equal', async () => {
@@ -93,10 +86,10 @@ describe('logprobs and logit_bias over the routes', () => {
   test('logit_bias reaches the engine request normalized and clamped; bad keys → 400', async () => {
     const res = await post('/v1/completions', { prompt: 'x', logit_bias: { '0042': 200, '7': -3 } });
     assert.equal(res.statusCode, 200, res.body);
-    assert.deepEqual(backend.submissions.at(-1)!.request.sampling.logitBias, { '42': 100, '7': -3 });
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.sampling.logitBias, { '42': 100, '7': -3 });
     await post('/v1/completions', { prompt: 'x', logit_bias: {} });
-    assert.equal(backend.submissions.at(-1)!.request.sampling.logitBias, null);
-    const bad = await post('/v1/completions', { prompt: 'x', logit_bias: { [String(tokenizer.vocabSize)]: 1 } });
+    assert.equal(fx.backend.submissions.at(-1)!.request.sampling.logitBias, null);
+    const bad = await post('/v1/completions', { prompt: 'x', logit_bias: { [String(fx.tokenizer.vocabSize)]: 1 } });
     assert.equal(bad.statusCode, 400);
     assert.equal(bad.json().error.param, 'logit_bias');
   });

@@ -3,30 +3,23 @@
  * [DONE] once, usage chunk, streaming == non-streaming text, prompt rendering, parameter translation, pinning.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import type { FakeBackend } from './fake-backend.js';
-import { MODEL_ID, choicesOf, makeApp, parseSse, streamedText } from './helpers.js';
+import { before, describe, test } from 'node:test';
+import { MODEL_ID, choicesOf, parseSse, streamedText, useApp } from './helpers.js';
 
 const REPLY = 'Hello there! Ünïcödé ✓ 你好 🎉 done.';
 
 describe('OpenAI routes', () => {
-  let app: FastifyInstance;
-  let backend: FakeBackend;
-  let tokenizer: GatewayTokenizer;
+  const fx = useApp();
   let replyIds: number[];
 
   before(async () => {
-    ({ app, backend, tokenizer } = await makeApp());
-    replyIds = tokenizer.encode(REPLY, { addSpecialTokens: false });
-    backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
+    replyIds = fx.tokenizer.encode(REPLY, { addSpecialTokens: false });
+    fx.backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
   });
-  after(() => app.close());
 
   const chat = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
-    app.inject({ method: 'POST', url: '/v1/chat/completions', payload: body, headers });
-  const completions = (body: Record<string, unknown>) => app.inject({ method: 'POST', url: '/v1/completions', payload: body });
+    fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: body, headers });
+  const completions = (body: Record<string, unknown>) => fx.app.inject({ method: 'POST', url: '/v1/completions', payload: body });
 
   test('non-streaming chat: shape, text, usage, rendered prompt and default limit', async () => {
     const messages = [
@@ -48,9 +41,9 @@ describe('OpenAI routes', () => {
       logprobs: null,
       finish_reason: 'stop',
     });
-    const sub = backend.submissions.at(-1)!;
-    const expectedPrompt = tokenizer.encode(
-      tokenizer.applyChatTemplate(
+    const sub = fx.backend.submissions.at(-1)!;
+    const expectedPrompt = fx.tokenizer.encode(
+      fx.tokenizer.applyChatTemplate(
         [
           { role: 'system', content: 'Be brief.' },
           { role: 'user', content: 'Hi\nthere' },
@@ -71,7 +64,7 @@ describe('OpenAI routes', () => {
     assert.equal(res.headers['x-request-id'], 'client-id-1');
     assert.equal(sub.request.stream, false);
     // The default limit is the remaining usable context: max_model_len − 2 (TokenSpeed's clamp, engine-wire.md 4.4).
-    assert.equal(sub.request.sampling.maxNewTokens, backend.maxModelLen - 2 - expectedPrompt.length);
+    assert.equal(sub.request.sampling.maxNewTokens, fx.backend.maxModelLen - 2 - expectedPrompt.length);
     assert.equal(sub.dpRank, undefined);
   });
 
@@ -94,7 +87,7 @@ describe('OpenAI routes', () => {
       assert.equal(c.finish_reason, i === events.length - 1 ? 'stop' : null);
     });
     assert.equal(streamedText(events), REPLY);
-    assert.equal(backend.submissions.at(-1)!.request.stream, true);
+    assert.equal(fx.backend.submissions.at(-1)!.request.stream, true);
   });
 
   test('stream_options.include_usage: every chunk has usage null, then one chunk with choices [] and usage', async () => {
@@ -122,9 +115,9 @@ describe('OpenAI routes', () => {
     assert.match(body.id, /^cmpl-/);
     assert.equal(body.object, 'text_completion');
     assert.deepEqual(body.choices, [{ index: 0, text: REPLY, logprobs: null, finish_reason: 'stop' }]);
-    const promptIds = tokenizer.encode('Once upon a time', { addSpecialTokens: true });
-    assert.deepEqual(backend.submissions.at(-1)!.request.promptTokenIds, promptIds);
-    assert.equal(backend.submissions.at(-1)!.request.sampling.maxNewTokens, 50);
+    const promptIds = fx.tokenizer.encode('Once upon a time', { addSpecialTokens: true });
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, promptIds);
+    assert.equal(fx.backend.submissions.at(-1)!.request.sampling.maxNewTokens, 50);
     assert.equal(body.usage.prompt_tokens, promptIds.length);
 
     const streamed = await completions({ prompt: ['Once upon a time'], stream: true });
@@ -140,10 +133,10 @@ describe('OpenAI routes', () => {
   test('completions: token-id prompts are sent as they are', async () => {
     const res = await completions({ prompt: [1, 2, 3] });
     assert.equal(res.statusCode, 200, res.body);
-    assert.deepEqual(backend.submissions.at(-1)!.request.promptTokenIds, [1, 2, 3]);
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, [1, 2, 3]);
     const nested = await completions({ prompt: [[4, 5]] });
     assert.equal(nested.statusCode, 200, nested.body);
-    assert.deepEqual(backend.submissions.at(-1)!.request.promptTokenIds, [4, 5]);
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, [4, 5]);
   });
 
   test('sampling parameters are translated; max_completion_tokens wins over max_tokens', async () => {
@@ -169,7 +162,7 @@ describe('OpenAI routes', () => {
       tools: [],
     });
     assert.equal(res.statusCode, 200, res.body);
-    const s = backend.submissions.at(-1)!.request.sampling;
+    const s = fx.backend.submissions.at(-1)!.request.sampling;
     assert.equal(s.maxNewTokens, 20);
     assert.equal(s.temperature, 0.5);
     assert.equal(s.topP, 0.9);
@@ -186,28 +179,28 @@ describe('OpenAI routes', () => {
   });
 
   test('a stop token that ends the choice is counted but its text is not emitted', async () => {
-    const stopId = tokenizer.encode('!', { addSpecialTokens: false })[0]!;
-    const ids = tokenizer.encode('Hi there', { addSpecialTokens: false });
-    backend.onSubmit = (s) => s.stream.pushAll([...ids, stopId], 'stop');
+    const stopId = fx.tokenizer.encode('!', { addSpecialTokens: false })[0]!;
+    const ids = fx.tokenizer.encode('Hi there', { addSpecialTokens: false });
+    fx.backend.onSubmit = (s) => s.stream.pushAll([...ids, stopId], 'stop');
     try {
       const res = await completions({ prompt: 'x', stop_token_ids: [stopId] });
       const body = res.json();
       assert.equal(body.choices[0].text, 'Hi there');
       assert.equal(body.usage.completion_tokens, ids.length + 1);
       // A length finish keeps the last token's text.
-      backend.onSubmit = (s) => s.stream.pushAll([...ids, stopId], 'length');
+      fx.backend.onSubmit = (s) => s.stream.pushAll([...ids, stopId], 'length');
       const res2 = await completions({ prompt: 'x', stop_token_ids: [stopId] });
       assert.equal(res2.json().choices[0].text, 'Hi there!');
       assert.equal(res2.json().choices[0].finish_reason, 'length');
     } finally {
-      backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
+      fx.backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
     }
   });
 
   test('multi-byte characters split across outputs stream without U+FFFD and equal the full text', async () => {
     const text = '🎉🎉 日本語 ✓';
-    const ids = tokenizer.encode(text, { addSpecialTokens: false });
-    backend.onSubmit = (s) => s.stream.pushAll(ids, 'length');
+    const ids = fx.tokenizer.encode(text, { addSpecialTokens: false });
+    fx.backend.onSubmit = (s) => s.stream.pushAll(ids, 'length');
     try {
       const res = await completions({ prompt: 'x', stream: true });
       const { events } = parseSse(res.body);
@@ -215,15 +208,15 @@ describe('OpenAI routes', () => {
       for (const d of deltas) assert.ok(!d.includes('\uFFFD'), `delta with U+FFFD: ${JSON.stringify(d)}`);
       assert.equal(deltas.join(''), text);
     } finally {
-      backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
+      fx.backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
     }
   });
 
   test('X-data-parallel-rank pins the rank; a bad value is a 400 naming the valid ranks', async () => {
     const ok = await chat({ messages: [{ role: 'user', content: 'Hi' }] }, { 'X-Data-Parallel-Rank': '1' });
     assert.equal(ok.statusCode, 200, ok.body);
-    assert.equal(backend.submissions.at(-1)!.dpRank, 1);
-    const before = backend.submissions.length;
+    assert.equal(fx.backend.submissions.at(-1)!.dpRank, 1);
+    const before = fx.backend.submissions.length;
     for (const bad of ['7', 'abc', '-1', '1.5']) {
       const res = await chat({ messages: [{ role: 'user', content: 'Hi' }] }, { 'x-data-parallel-rank': bad });
       assert.equal(res.statusCode, 400, `value ${bad}`);
@@ -232,31 +225,31 @@ describe('OpenAI routes', () => {
       assert.equal(err.param, 'X-data-parallel-rank');
       assert.match(err.message, /one of 0, 1/);
     }
-    assert.equal(backend.submissions.length, before, 'nothing submitted for a bad pin');
+    assert.equal(fx.backend.submissions.length, before, 'nothing submitted for a bad pin');
   });
 
   test('chat_template_kwargs reach the template (Qwen3 enable_thinking)', async () => {
     const messages = [{ role: 'user', content: 'Hi' }];
     const res = await chat({ messages, chat_template_kwargs: { enable_thinking: false } });
     assert.equal(res.statusCode, 200, res.body);
-    const withKwargs = tokenizer.encode(
-      tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true, templateKwargs: { enable_thinking: false } }),
+    const withKwargs = fx.tokenizer.encode(
+      fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true, templateKwargs: { enable_thinking: false } }),
       { addSpecialTokens: false },
     );
-    const without = tokenizer.encode(tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }), { addSpecialTokens: false });
+    const without = fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }), { addSpecialTokens: false });
     assert.notDeepEqual(withKwargs, without, 'the kwarg changes the rendering');
-    assert.deepEqual(backend.submissions.at(-1)!.request.promptTokenIds, withKwargs);
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, withKwargs);
   });
 
   test('GET /v1/models lists the served model with max_model_len', async () => {
-    const res = await app.inject({ method: 'GET', url: '/v1/models' });
+    const res = await fx.app.inject({ method: 'GET', url: '/v1/models' });
     assert.equal(res.statusCode, 200);
     const body = res.json();
     assert.equal(body.object, 'list');
     assert.equal(body.data.length, 1);
     assert.equal(body.data[0].id, MODEL_ID);
     assert.equal(body.data[0].object, 'model');
-    assert.equal(body.data[0].max_model_len, backend.maxModelLen);
+    assert.equal(body.data[0].max_model_len, fx.backend.maxModelLen);
     assert.equal(typeof body.data[0].owned_by, 'string');
   });
 });

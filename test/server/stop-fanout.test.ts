@@ -7,44 +7,38 @@
 import assert from 'node:assert/strict';
 import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
+import { before, describe, test } from 'node:test';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import type { FakeBackend, Submission } from './fake-backend.js';
-import { choicesOf, makeApp, parseSse, streamedText } from './helpers.js';
+import { choicesOf, parseSse, streamedText, useApp } from './helpers.js';
 
 const GUARD = { timeout: 10_000 };
 const REPLY = 'Step one. ### Step two 停止 end 🎉 tail.';
 
 describe('stop strings and n > 1 over the routes', () => {
-  let app: FastifyInstance;
-  let backend: FakeBackend;
-  let tokenizer: GatewayTokenizer;
+  const fx = useApp();
   /** One id per output. */
   let replyIds: number[];
 
   before(async () => {
-    ({ app, backend, tokenizer } = await makeApp());
-    replyIds = tokenizer.encode(REPLY, { addSpecialTokens: false });
+    replyIds = fx.tokenizer.encode(REPLY, { addSpecialTokens: false });
   });
-  after(() => app.close());
 
   /** Script: every reply token as its own non-terminal output, then (optionally) a terminal `stop`. */
   const script = (terminal: boolean) => (s: Submission) => {
     for (const id of replyIds) s.stream.push([id]);
     if (terminal) s.stream.push([], 'length');
   };
-  const post = (url: string, body: Record<string, unknown>) => app.inject({ method: 'POST', url, payload: body });
+  const post = (url: string, body: Record<string, unknown>) => fx.app.inject({ method: 'POST', url, payload: body });
   const chat = (body: Record<string, unknown>) => post('/v1/chat/completions', { messages: [{ role: 'user', content: 'hi' }], ...body });
 
   test('a multi-token stop string ends the choice with stop, cancels the engine stream and never leaks', GUARD, async () => {
-    backend.onSubmit = script(false); // the engine never finishes: only the gateway's match can end the request
+    fx.backend.onSubmit = script(false); // the engine never finishes: only the gateway's match can end the request
     for (const stream of [false, true]) {
       for (const stop of ['###', ['nothing', '###'], ['停止']]) {
         const res = await chat({ stop, stream });
         assert.equal(res.statusCode, 200, res.body);
-        const sub = backend.submissions.at(-1)!;
+        const sub = fx.backend.submissions.at(-1)!;
         assert.equal(sub.stream.isCancelled, true, 'the engine request is aborted on a match');
         const expected = REPLY.slice(0, REPLY.indexOf(Array.isArray(stop) ? stop.at(-1)! : stop));
         if (!stream) {
@@ -69,13 +63,13 @@ describe('stop strings and n > 1 over the routes', () => {
   });
 
   test('completions: include_stop_str_in_output keeps the stop string; an unmatched prefix is flushed', GUARD, async () => {
-    backend.onSubmit = script(false);
+    fx.backend.onSubmit = script(false);
     for (const stream of [false, true]) {
       const res = await post('/v1/completions', { prompt: 'x', stop: '###', include_stop_str_in_output: true, stream });
       const text = stream ? streamedText(parseSse(res.body).events) : res.json().choices[0].text;
       assert.equal(text, REPLY.slice(0, REPLY.indexOf('###') + 3));
     }
-    backend.onSubmit = script(true);
+    fx.backend.onSubmit = script(true);
     for (const stream of [false, true]) {
       // 'tail.' is held back as a prefix of 'tail.!' until the engine finishes, then flushed.
       const res = await post('/v1/completions', { prompt: 'x', stop: ['tail.!'], stream });
@@ -93,23 +87,23 @@ describe('stop strings and n > 1 over the routes', () => {
   });
 
   test('a single-token stop string is also sent as a stop token id; its text still goes through the matcher', GUARD, async () => {
-    const words = tokenizer.encode('Alpha beta gamma', { addSpecialTokens: false });
+    const words = fx.tokenizer.encode('Alpha beta gamma', { addSpecialTokens: false });
     const stopId = words[1]!;
-    const stopText = tokenizer.decode([stopId]);
-    assert.equal(tokenizer.encode(stopText, { addSpecialTokens: false }).length, 1, 'the test needs a one-token stop string');
+    const stopText = fx.tokenizer.decode([stopId]);
+    assert.equal(fx.tokenizer.encode(stopText, { addSpecialTokens: false }).length, 1, 'the test needs a one-token stop string');
     // The engine stops on the converted id and includes it in its output (gateway.md 6).
-    backend.onSubmit = (s) => s.stream.pushAll(words.slice(0, 2), 'stop');
+    fx.backend.onSubmit = (s) => s.stream.pushAll(words.slice(0, 2), 'stop');
     for (const include of [false, true]) {
       const res = await post('/v1/completions', { prompt: 'x', stop: [stopText, 'zq never-ever xyz'], stop_token_ids: [5], include_stop_str_in_output: include });
       assert.equal(res.statusCode, 200, res.body);
-      assert.deepEqual(backend.submissions.at(-1)!.request.sampling.stopTokenIds, [5, stopId]);
+      assert.deepEqual(fx.backend.submissions.at(-1)!.request.sampling.stopTokenIds, [5, stopId]);
       const c = res.json().choices[0];
-      assert.equal(c.text, tokenizer.decode([words[0]!]) + (include ? stopText : ''));
+      assert.equal(c.text, fx.tokenizer.decode([words[0]!]) + (include ? stopText : ''));
       assert.equal(c.finish_reason, 'stop');
     }
     // A multi-token stop string is not converted.
     await post('/v1/completions', { prompt: 'x', stop: ['Alpha beta gamma'] });
-    assert.deepEqual(backend.submissions.at(-1)!.request.sampling.stopTokenIds, []);
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.sampling.stopTokenIds, []);
   });
 
   test('bad stop values → 400 naming stop', async () => {
@@ -123,32 +117,32 @@ describe('stop strings and n > 1 over the routes', () => {
 
   test('n = 3 non-streaming: sub-request ids and seeds, n choices with their own finish reasons, summed usage', GUARD, async () => {
     const lens = [2, 3, 4];
-    backend.onSubmit = (s) => {
+    fx.backend.onSubmit = (s) => {
       const i = Number(s.request.requestId.split('-').at(-1));
       s.stream.pushAll(replyIds.slice(0, lens[i]!), i === 1 ? 'length' : 'stop');
     };
-    const before = backend.submissions.length;
+    const before = fx.backend.submissions.length;
     const res = await chat({ n: 3, seed: 7, ignore_eos: true });
     assert.equal(res.statusCode, 200, res.body);
     const body = res.json();
-    const subs = backend.submissions.slice(before);
+    const subs = fx.backend.submissions.slice(before);
     assert.deepEqual(subs.map((s) => s.request.requestId), [0, 1, 2].map((i) => `${body.id}-${i}`));
     assert.deepEqual(subs.map((s) => s.request.sampling.seed), [7, 8, 9]);
     assert.deepEqual(body.choices.map((c: { index: number }) => c.index), [0, 1, 2]);
     assert.deepEqual(body.choices.map((c: { finish_reason: string }) => c.finish_reason), ['stop', 'length', 'stop']);
     body.choices.forEach((c: { message: { content: string } }, i: number) => {
-      assert.equal(c.message.content, tokenizer.decode(replyIds.slice(0, lens[i]!)));
+      assert.equal(c.message.content, fx.tokenizer.decode(replyIds.slice(0, lens[i]!)));
     });
     assert.equal(body.usage.prompt_tokens, subs[0]!.request.promptTokenIds.length);
     assert.equal(body.usage.completion_tokens, 9);
     assert.equal(body.usage.total_tokens, body.usage.prompt_tokens + 9);
     // Without a seed the sub-requests carry none.
     await chat({ n: 2 });
-    assert.deepEqual(backend.submissions.slice(-2).map((s) => s.request.sampling.seed), [null, null]);
+    assert.deepEqual(fx.backend.submissions.slice(-2).map((s) => s.request.sampling.seed), [null, null]);
   });
 
   test('n = 2 streaming: each index gets an opening and its own terminal chunk; one usage chunk', GUARD, async () => {
-    backend.onSubmit = (s) => {
+    fx.backend.onSubmit = (s) => {
       const i = Number(s.request.requestId.split('-').at(-1));
       s.stream.pushAll(replyIds.slice(0, 3 + i), 'stop');
     };
@@ -166,45 +160,45 @@ describe('stop strings and n > 1 over the routes', () => {
       assert.equal(terminal[0]!.finish_reason, 'stop');
       assert.equal(mine.at(-1), terminal[0]);
       const text = mine.map((c) => (c.delta as { content?: string }).content ?? '').join('');
-      assert.equal(text, tokenizer.decode(replyIds.slice(0, 3 + index)));
+      assert.equal(text, fx.tokenizer.decode(replyIds.slice(0, 3 + index)));
     }
   });
 
   test('n: one failing sub-request ends the response with an error and aborts the others', GUARD, async () => {
-    backend.onSubmit = (s) => {
+    fx.backend.onSubmit = (s) => {
       if (s.request.requestId.endsWith('-1')) s.stream.fail(new EngineClientError('engine-dead', 'rank 1 died', {}));
       else s.stream.push([replyIds[0]!]); // never finishes
     };
-    const before = backend.submissions.length;
+    const before = fx.backend.submissions.length;
     const res = await chat({ n: 3 });
     assert.equal(res.statusCode, 503, res.body);
-    const subs = backend.submissions.slice(before);
+    const subs = fx.backend.submissions.slice(before);
     assert.equal(subs.length, 3);
     for (const i of [0, 2]) await subs[i]!.stream.cancelled;
     const streamed = await chat({ n: 3, stream: true });
     const { events, doneCount } = parseSse(streamed.body);
     assert.equal(doneCount, 1);
     assert.ok('error' in events.at(-1)!, 'the stream ends with an error event');
-    for (const s of backend.submissions.slice(-3)) if (!s.request.requestId.endsWith('-1')) await s.stream.cancelled;
+    for (const s of fx.backend.submissions.slice(-3)) if (!s.request.requestId.endsWith('-1')) await s.stream.cancelled;
   });
 
   test('n: a failed submit cancels the sub-requests already submitted', GUARD, async () => {
-    backend.onSubmit = null;
+    fx.backend.onSubmit = null;
     let calls = 0;
-    const original = backend.submit.bind(backend);
-    backend.submit = async (r, o) => {
+    const original = fx.backend.submit.bind(fx.backend);
+    fx.backend.submit = async (r, o) => {
       if (++calls === 2) throw new EngineClientError('engine-dead', 'no ranks', {});
       return original(r, o);
     };
     try {
-      const before = backend.submissions.length;
+      const before = fx.backend.submissions.length;
       const res = await chat({ n: 3 });
       assert.equal(res.statusCode, 503);
-      const subs = backend.submissions.slice(before);
+      const subs = fx.backend.submissions.slice(before);
       assert.equal(subs.length, 2);
       for (const s of subs) assert.equal(s.stream.isCancelled, true);
     } finally {
-      backend.submit = original;
+      fx.backend.submit = original;
     }
   });
 
@@ -217,10 +211,10 @@ describe('stop strings and n > 1 over the routes', () => {
   });
 
   test('n = 4 streaming: a client disconnect aborts every sub-request', GUARD, async () => {
-    await app.listen({ port: 0, host: '127.0.0.1' });
-    const port = (app.server.address() as AddressInfo).port;
-    const before = backend.submissions.length;
-    backend.onSubmit = (s) => s.stream.push([replyIds[0]!]);
+    await fx.app.listen({ port: 0, host: '127.0.0.1' });
+    const port = (fx.app.server.address() as AddressInfo).port;
+    const before = fx.backend.submissions.length;
+    fx.backend.onSubmit = (s) => s.stream.push([replyIds[0]!]);
     const payload = JSON.stringify({ prompt: 'x', n: 4, stream: true });
     const req = httpRequest({
       host: '127.0.0.1', port, path: '/v1/completions', method: 'POST', agent: false,
@@ -231,9 +225,9 @@ describe('stop strings and n > 1 over the routes', () => {
     req.end(payload);
     await gotData;
     req.destroy();
-    const subs = backend.submissions.slice(before);
+    const subs = fx.backend.submissions.slice(before);
     assert.equal(subs.length, 4);
     await Promise.all(subs.map((s) => s.stream.cancelled));
-    backend.onSubmit = null;
+    fx.backend.onSubmit = null;
   });
 });

@@ -4,12 +4,9 @@
  * without stop strings (emoji/CJK ones too), chat and completions, n = 1 and n = 2; never a U+FFFD.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import { describe, test } from 'node:test';
 import { byteTokens, randomChunks } from '../tokenizer/fixtures.js';
-import type { FakeBackend } from './fake-backend.js';
-import { choicesOf, makeApp, parseSse } from './helpers.js';
+import { choicesOf, parseSse, useApp } from './helpers.js';
 import { prng } from '../helpers/prng.js';
 
 const TEXTS = [
@@ -30,19 +27,12 @@ function expectedText(text: string, stop: string[] | undefined): string {
 }
 
 describe('streaming == non-streaming with characters split across byte-level tokens', () => {
-  let app: FastifyInstance;
-  let backend: FakeBackend;
-  let tokenizer: GatewayTokenizer;
-
-  before(async () => {
-    ({ app, backend, tokenizer } = await makeApp());
-  });
-  after(() => app.close());
+  const fx = useApp();
 
   /** Every submit gets the byte tokens of `text` in chunks drawn from `seed` (the same chunks for every sub-request). */
   function scriptBytes(text: string, seed: number): void {
-    const ids = byteTokens(tokenizer, new TextEncoder().encode(text));
-    backend.onSubmit = (s) => {
+    const ids = byteTokens(fx.tokenizer, new TextEncoder().encode(text));
+    fx.backend.onSubmit = (s) => {
       const chunks = randomChunks(ids, prng(seed + Number(s.request.requestId.endsWith('-1'))), 5);
       chunks.forEach((c, i) => s.stream.push(c, i === chunks.length - 1 ? 'length' : null));
     };
@@ -57,8 +47,8 @@ describe('streaming == non-streaming with characters split across byte-level tok
             scriptBytes(text, seed * 100 + t);
             const base = url === '/v1/completions' ? { prompt: 'x' } : { messages: [{ role: 'user', content: 'x' }] };
             const body = { ...base, n: 2, ...(stop ? { stop } : {}) };
-            const full = (await app.inject({ method: 'POST', url, payload: body })).json();
-            const streamed = parseSse((await app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body);
+            const full = (await fx.app.inject({ method: 'POST', url, payload: body })).json();
+            const streamed = parseSse((await fx.app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body);
             assert.equal(streamed.doneCount, 1);
             for (const index of [0, 1]) {
               const fullText: string = full.choices[index].message?.content ?? full.choices[index].text;

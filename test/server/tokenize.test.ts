@@ -3,43 +3,33 @@
  * add_special_tokens / add_generation_prompt defaults, the round trip with emoji and CJK, and the 400s/404.
  */
 import assert from 'node:assert/strict';
-import { after, before, describe, test } from 'node:test';
-import type { FastifyInstance } from 'fastify';
-import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import type { FakeBackend } from './fake-backend.js';
-import { MODEL_ID, makeApp } from './helpers.js';
+import { describe, test } from 'node:test';
+import { MODEL_ID, useApp } from './helpers.js';
 
 describe('/tokenize and /detokenize', () => {
-  let app: FastifyInstance;
-  let backend: FakeBackend;
-  let tokenizer: GatewayTokenizer;
+  const fx = useApp();
 
-  before(async () => {
-    ({ app, backend, tokenizer } = await makeApp());
-  });
-  after(() => app.close());
-
-  const post = (url: string, payload: Record<string, unknown>) => app.inject({ method: 'POST', url, payload });
+  const post = (url: string, payload: Record<string, unknown>) => fx.app.inject({ method: 'POST', url, payload });
 
   test('prompt: tokens, count and max_model_len; round trip through /detokenize', async () => {
     const text = 'Hello 世界 🎉 — ok';
     const res = await post('/tokenize', { model: MODEL_ID, prompt: text });
     assert.equal(res.statusCode, 200, res.body);
     const body = res.json();
-    assert.deepEqual(body.tokens, tokenizer.encode(text, { addSpecialTokens: true }));
+    assert.deepEqual(body.tokens, fx.tokenizer.encode(text, { addSpecialTokens: true }));
     assert.equal(body.count, body.tokens.length);
-    assert.equal(body.max_model_len, backend.maxModelLen);
+    assert.equal(body.max_model_len, fx.backend.maxModelLen);
     assert.equal(body.token_strs, null);
     const back = await post('/detokenize', { tokens: body.tokens });
     assert.equal(back.statusCode, 200, back.body);
     assert.deepEqual(back.json(), { prompt: text });
-    assert.equal(backend.submissions.length, 0, 'no engine request');
+    assert.equal(fx.backend.submissions.length, 0, 'no engine request');
   });
 
   test('messages: the chat template with add_generation_prompt (default true) and no added specials', async () => {
     const messages = [{ role: 'user', content: '你好' }];
     const res = await post('/tokenize', { messages });
-    const expected = tokenizer.encode(tokenizer.applyChatTemplate([{ role: 'user', content: '你好' }], { addGenerationPrompt: true }), {
+    const expected = fx.tokenizer.encode(fx.tokenizer.applyChatTemplate([{ role: 'user', content: '你好' }], { addGenerationPrompt: true }), {
       addSpecialTokens: false,
     });
     assert.deepEqual(res.json().tokens, expected);
@@ -53,7 +43,7 @@ describe('/tokenize and /detokenize', () => {
     assert.equal((await post('/tokenize', {})).statusCode, 400);
     assert.equal((await post('/tokenize', { prompt: 'a', messages: [{ role: 'user', content: 'b' }] })).statusCode, 400);
     assert.equal((await post('/tokenize', { prompt: 'a', add_generation_prompt: true })).json().error.param, 'add_generation_prompt');
-    const bad = await post('/detokenize', { tokens: [1, tokenizer.vocabSize] });
+    const bad = await post('/detokenize', { tokens: [1, fx.tokenizer.vocabSize] });
     assert.equal(bad.statusCode, 400);
     assert.equal(bad.json().error.param, 'tokens');
     assert.equal((await post('/detokenize', { tokens: [-1] })).statusCode, 400);

@@ -5,17 +5,13 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ZmqEngineLink } from '../../src/transport/zmq-link.js';
-import { ZmqEngineLink as Link } from '../../src/transport/zmq-link.js';
-import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { encodeTokenizedGenerateReqInput, toTokenizedGenerateReqInput, tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type EngineBatch, type GenerateRequest } from '../../src/protocols/types.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import { runSimEngine, type SimEngineHandle } from '../../src/sim/engine.js';
-import { TextModel } from '../../src/sim/text.js';
-import { freePort } from '../helpers/net.js';
-import { OutputReader, freshDir, hangGuard } from './helpers.js';
+import type { SimEngineHandle } from '../../src/sim/engine.js';
+import { type LinkedRank, OutputReader, hangGuard, startLinkedRank } from './helpers.js';
 
-let cleanup: (() => Promise<void>) | null = null;
+let rank: LinkedRank | null = null;
 let link: ZmqEngineLink | null = null;
 let engine: SimEngineHandle | null = null;
 let reader: OutputReader;
@@ -33,40 +29,13 @@ async function send(req: GenerateRequest): Promise<void> {
 const rowsFor = (batches: EngineBatch[], id: string) => batches.flatMap((b) => b.outputs.filter((o) => o.requestId === id));
 
 before(async () => {
-  const d = await freshDir();
-  cleanup = d.cleanup;
-  const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await Link.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 20_000 });
   tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-  const [l, e] = await hangGuard(
-    Promise.all([
-      pending.handshake(),
-      runSimEngine({
-        engineIndex: 7,
-        handshakeAddress: endpoints.handshake,
-        timeScale: 0,
-        maxRunning: 4,
-        kvTotalPages: 64,
-        maxModelLen: 2048,
-        textModel: new TextModel(tokenizer),
-        vocabSize: tokenizer.vocabSize,
-        eosTokenIds: tokenizer.eosTokenIds,
-        initTimeoutMs: 20_000,
-      }),
-    ]),
-    30_000,
-    'handshake',
-  );
-  link = l;
-  engine = e;
-  reader = new OutputReader(l);
+  rank = await startLinkedRank(tokenizer, { engineIndex: 7, maxRunning: 4, kvTotalPages: 64, maxModelLen: 2048 });
+  ({ link, engine } = rank);
+  reader = new OutputReader(rank.link);
 });
 
-after(async () => {
-  await engine?.close();
-  await link?.close();
-  await cleanup?.();
-});
+after(() => rank?.close());
 
 test('the rank registers with its engine index and its ready response', () => {
   const l = link as ZmqEngineLink;

@@ -1,9 +1,19 @@
-/** Fixtures for the sim tests: temp dirs, hang guards, a pull-style reader of a link's outputs. */
+/**
+ * Fixtures for the sim tests: temp dirs, hang guards, a pull-style reader of a link's outputs, and one in-process
+ * simulated rank or a group of spawned sim rank processes registered with a real gateway-side `ZmqEngineLink`.
+ */
 import { freshDir as sharedFreshDir, hangGuard } from '../helpers/async.js';
 import type { EngineLink, OutputMessage } from '../../src/engine-client/link.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import type { EngineBatch } from '../../src/protocols/types.js';
 import { decodeEngineCoreOutputs } from '../../src/protocols/vllm/index.js';
+import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from '../../src/sim/engine.js';
+import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from '../../src/sim/spawn.js';
+import { TextModel } from '../../src/sim/text.js';
+import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import { deriveEndpoints } from '../../src/transport/endpoints.js';
+import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
+import { freePort } from '../helpers/net.js';
 import type { EngineCoreOutput, EngineCoreOutputs } from '../../src/protocols/vllm/index.js';
 
 /** Reads a link's output messages one at a time (hang-guarded); subclasses decode them for one engine family. */
@@ -75,4 +85,104 @@ export class VllmOutputReader extends RawOutputReader {
 /** Every output of `rid` across `envelopes`, in order. */
 export function outputsOf(envelopes: readonly EngineCoreOutputs[], rid: string): EngineCoreOutput[] {
   return envelopes.flatMap((e) => e.outputs.filter((o) => o.request_id === rid));
+}
+
+/** One in-process simulated rank and the gateway-side link it registered with (`startLinkedRank`). */
+export interface LinkedRank {
+  /** The bound gateway-side link, after the rank's handshake (one engine). */
+  link: ZmqEngineLink;
+  /** The in-process rank. */
+  engine: SimEngineHandle;
+  /** Close the rank, then the link, then remove the temp dir (idempotent parts: safe after the rank was closed). */
+  close(): Promise<void>;
+}
+
+/**
+ * Bind a `ZmqEngineLink` for one DP rank (IPC under a fresh temp dir, TCP handshake on a free port, 20 s handshake
+ * receive timeout) and run one in-process simulated rank against it at time scale 0, with `tokenizer`'s vocabulary
+ * and EOS ids and (unless `opts.textModel` is given) a `TextModel` over it. `opts` are the remaining rank options
+ * (engine family, engine index, capacity). Throws on a handshake failure or after the 30 s hang guard.
+ */
+export async function startLinkedRank(
+  tokenizer: GatewayTokenizer,
+  opts: Omit<SimEngineOptions, 'handshakeAddress' | 'timeScale' | 'vocabSize' | 'eosTokenIds' | 'initTimeoutMs'>,
+): Promise<LinkedRank> {
+  const d = await freshDir();
+  const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
+  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 20_000 });
+  const started = hangGuard(
+    Promise.all([
+      pending.handshake(),
+      runSimEngine({
+        textModel: new TextModel(tokenizer),
+        ...opts,
+        handshakeAddress: endpoints.handshake,
+        timeScale: 0,
+        vocabSize: tokenizer.vocabSize,
+        eosTokenIds: tokenizer.eosTokenIds,
+        initTimeoutMs: 20_000,
+      }),
+    ]),
+    30_000,
+    'handshake',
+  );
+  const [link, engine] = await started.catch(async (err: unknown) => {
+    await d.cleanup();
+    throw err;
+  });
+  return {
+    link,
+    engine,
+    async close() {
+      await engine.close();
+      await link.close();
+      await d.cleanup();
+    },
+  };
+}
+
+/** Spawned sim rank processes and the gateway-side link they registered with (`startSpawnedRanks`). */
+export interface SpawnedRanks {
+  /** The bound gateway-side link, after every rank's handshake. */
+  link: ZmqEngineLink;
+  /** The child processes. */
+  ranks: SimRankProcesses;
+  /** Stop the processes, then close the link, then remove the temp dir. */
+  close(): Promise<void>;
+}
+
+/**
+ * Bind a `ZmqEngineLink` for `opts.count` DP ranks (IPC under a fresh temp dir, TCP handshake on a free port, 60 s
+ * handshake receive timeout), start them with `spawnSimRanks` (every other option as given) and wait for their
+ * handshake under a 90 s hang guard labelled `what`. On failure the processes are stopped, the link and temp dir are
+ * removed, and the error is rethrown (its message followed by `diagnostics()` when given, e.g. the sim logs).
+ */
+export async function startSpawnedRanks(
+  opts: Omit<SpawnSimRanksOptions, 'handshakeAddress'>,
+  what: string,
+  diagnostics?: () => string,
+): Promise<SpawnedRanks> {
+  const d = await freshDir();
+  const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
+  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: opts.count, handshakeReceiveTimeoutMs: 60_000 });
+  const ranks = spawnSimRanks({ ...opts, handshakeAddress: endpoints.handshake });
+  let link: ZmqEngineLink;
+  try {
+    link = await hangGuard(pending.handshake(), 90_000, what);
+  } catch (error) {
+    await pending.close();
+    await ranks.stop();
+    await d.cleanup();
+    if (diagnostics === undefined) throw error;
+    throw new Error(`${(error as Error).message}; ${diagnostics()}`);
+  }
+  return {
+    link,
+    ranks,
+    async close() {
+      await ranks.stop();
+      await link.close();
+      await d.cleanup();
+    },
+  };
 }

@@ -5,16 +5,14 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
-import { deriveEndpoints } from '../../src/transport/endpoints.js';
+import type { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
-import { spawnSimRanks, type SimRankProcesses } from '../../src/sim/spawn.js';
+import type { SimRankProcesses } from '../../src/sim/spawn.js';
 import type { MinimalLogger } from '../../src/logging.js';
-import { freePort } from '../helpers/net.js';
-import { OutputReader, freshDir, hangGuard } from './helpers.js';
+import { OutputReader, type SpawnedRanks, hangGuard, startSpawnedRanks } from './helpers.js';
 
-let cleanup: (() => Promise<void>) | null = null;
+let group: SpawnedRanks | null = null;
 let link: ZmqEngineLink | null = null;
 let ranks: SimRankProcesses | null = null;
 let reader: OutputReader;
@@ -27,32 +25,22 @@ const logger: MinimalLogger = {
 };
 
 before(async () => {
-  const d = await freshDir();
-  cleanup = d.cleanup;
-  const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 2, handshakeReceiveTimeoutMs: 60_000 });
-  ranks = spawnSimRanks({
-    handshakeAddress: endpoints.handshake,
-    count: 2,
-    firstEngineIndex: 4,
-    extraArgs: ['--time-scale', '0', '--max-running', '8', '--kv-pages', '256', '--max-model-len', '4096', '--init-timeout-ms', '60000'],
-    logger,
-    stopGraceMs: 5000,
-  });
-  try {
-    link = await hangGuard(pending.handshake(), 90_000, 'handshake with two sim processes');
-  } catch (error) {
-    await pending.close();
-    throw new Error(`${(error as Error).message}; sim logs: ${JSON.stringify(logLines.slice(-10))}`);
-  }
-  reader = new OutputReader(link);
+  group = await startSpawnedRanks(
+    {
+      count: 2,
+      firstEngineIndex: 4,
+      extraArgs: ['--time-scale', '0', '--max-running', '8', '--kv-pages', '256', '--max-model-len', '4096', '--init-timeout-ms', '60000'],
+      logger,
+      stopGraceMs: 5000,
+    },
+    'handshake with two sim processes',
+    () => `sim logs: ${JSON.stringify(logLines.slice(-10))}`,
+  );
+  ({ link, ranks } = group);
+  reader = new OutputReader(group.link);
 });
 
-after(async () => {
-  await ranks?.stop();
-  await link?.close();
-  await cleanup?.();
-});
+after(() => group?.close());
 
 test('both processes register with engine indexes 4 and 5', () => {
   const l = link as ZmqEngineLink;

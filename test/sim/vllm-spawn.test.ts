@@ -6,16 +6,14 @@
  */
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
-import { deriveEndpoints } from '../../src/transport/endpoints.js';
+import type { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { encodeEngineCoreRequest, encodeStartDpWave, toEngineCoreRequest } from '../../src/protocols/vllm/index.js';
 import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
 import { spawnSimRanks, type SimRankProcesses } from '../../src/sim/spawn.js';
 import type { MinimalLogger } from '../../src/logging.js';
-import { freePort } from '../helpers/net.js';
-import { VllmOutputReader, freshDir, hangGuard, outputsOf } from './helpers.js';
+import { type SpawnedRanks, VllmOutputReader, hangGuard, outputsOf, startSpawnedRanks } from './helpers.js';
 
-let cleanup: (() => Promise<void>) | null = null;
+let group: SpawnedRanks | null = null;
 let link: ZmqEngineLink | null = null;
 let ranks: SimRankProcesses | null = null;
 let reader: VllmOutputReader;
@@ -28,32 +26,21 @@ const logger: MinimalLogger = {
 };
 
 before(async () => {
-  const d = await freshDir();
-  cleanup = d.cleanup;
-  const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 2, handshakeReceiveTimeoutMs: 60_000 });
-  ranks = spawnSimRanks({
-    handshakeAddress: endpoints.handshake,
-    count: 2,
-    engine: 'vllm',
-    lockstep: true,
-    extraArgs: ['--time-scale', '0', '--kv-pages', '256', '--max-model-len', '4096', '--init-timeout-ms', '60000'],
-    logger,
-  });
-  try {
-    link = await hangGuard(pending.handshake(), 90_000, 'handshake with two vLLM sim processes');
-  } catch (error) {
-    await pending.close();
-    throw error;
-  }
-  reader = new VllmOutputReader(link);
+  group = await startSpawnedRanks(
+    {
+      count: 2,
+      engine: 'vllm',
+      lockstep: true,
+      extraArgs: ['--time-scale', '0', '--kv-pages', '256', '--max-model-len', '4096', '--init-timeout-ms', '60000'],
+      logger,
+    },
+    'handshake with two vLLM sim processes',
+  );
+  ({ link, ranks } = group);
+  reader = new VllmOutputReader(group.link);
 });
 
-after(async () => {
-  await ranks?.stop();
-  await link?.close();
-  await cleanup?.();
-});
+after(() => group?.close());
 
 test('spawnSimRanks refuses lockstep without vLLM or with a single rank', () => {
   assert.throws(() => spawnSimRanks({ handshakeAddress: 'tcp://127.0.0.1:1', count: 2, lockstep: true }), /lockstep needs engine "vllm"/);

@@ -10,7 +10,6 @@ import assert from 'node:assert/strict';
 import { decode } from '@msgpack/msgpack';
 import { Pull, Router } from 'zeromq';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
-import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { encodeHandshakeInit } from '../../src/protocols/handshake.js';
 import {
   encodeAbortPayload, encodeEngineCoreRequest, encodeStartDpWave, resolveEosConfig, toEngineCoreRequest,
@@ -21,10 +20,10 @@ import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { runSimEngine, type SimEngineHandle } from '../../src/sim/engine.js';
 import { TextModel } from '../../src/sim/text.js';
 import { freePort } from '../helpers/net.js';
-import { VllmOutputReader, freshDir, hangGuard, outputsOf } from './helpers.js';
+import { type LinkedRank, VllmOutputReader, freshDir, hangGuard, outputsOf, startLinkedRank } from './helpers.js';
 
 const ENGINE_INDEX = 2;
-let cleanup: (() => Promise<void>) | null = null;
+let rank: LinkedRank | null = null;
 let link: ZmqEngineLink | null = null;
 let engine: SimEngineHandle | null = null;
 let reader: VllmOutputReader;
@@ -59,43 +58,15 @@ async function read(fn: (r: VllmOutputReader) => Promise<EngineCoreOutputs[]>): 
 }
 
 before(async () => {
-  const d = await freshDir();
-  cleanup = d.cleanup;
-  const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 20_000 });
   tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   textModel = new TextModel(tokenizer);
   eos = resolveEosConfig({ tokenizerEosIds: tokenizer.eosTokenIds });
-  const [l, e] = await hangGuard(
-    Promise.all([
-      pending.handshake(),
-      runSimEngine({
-        engine: 'vllm',
-        engineIndex: ENGINE_INDEX,
-        handshakeAddress: endpoints.handshake,
-        timeScale: 0,
-        maxRunning: 4,
-        kvTotalPages: 200,
-        maxModelLen: 4096,
-        textModel,
-        vocabSize: tokenizer.vocabSize,
-        eosTokenIds: tokenizer.eosTokenIds,
-        initTimeoutMs: 20_000,
-      }),
-    ]),
-    30_000,
-    'handshake',
-  );
-  link = l;
-  engine = e;
-  reader = new VllmOutputReader(l);
+  rank = await startLinkedRank(tokenizer, { engine: 'vllm', engineIndex: ENGINE_INDEX, maxRunning: 4, kvTotalPages: 200, maxModelLen: 4096, textModel });
+  ({ link, engine } = rank);
+  reader = new VllmOutputReader(rank.link);
 });
 
-after(async () => {
-  await engine?.close();
-  await link?.close();
-  await cleanup?.();
-});
+after(() => rank?.close());
 
 test('the rank registers as a dense vLLM rank: block size 16, data_parallel_size 1, no kv_cache_size_tokens', () => {
   const l = link as ZmqEngineLink;
