@@ -29,7 +29,7 @@ export class WaveClock {
 
   /** @param engines the group's connected ranks (their ready responses decide lockstep). */
   constructor(engines: readonly ConnectedEngine[]) {
-    this.lockstep = engines.some((e) => e.ready.dataParallelSize > 1);
+    this.lockstep = engines.some((e) => (e.ready.dataParallelSize ?? 0) > 1);
   }
 
   /** The current clock (a wave number ≥ 0), or null for a non-lockstep group (no clock exists). */

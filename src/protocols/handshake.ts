@@ -5,16 +5,18 @@
  *
  * - `WireReadyMessage` (HELLO / READY, engine → gateway, handshake socket): 4 keys (2.3).
  * - `WireHandshakeInitMessage` (INIT, gateway → engine): `addresses` (required) and `parallel_config` (2.4).
- * - `EngineCoreReadyResponse` (registration frame, engine → gateway, input socket): 19 keys, map16 (2.5).
+ * - `EngineCoreReadyResponse` (registration frame, engine → gateway, input socket): 19 keys, map16 (2.5), or the
+ *   3-key short form older vLLM releases send (issue #14); decoded leniently (only `max_model_len` is required).
  *
  * Decoders throw `HandshakeDecodeError` naming the struct and key; encoders throw `WireEncodeError`.
  */
-import type { ReadyResponse } from './types.js';
+import type { ReadyResponse, ReadyResponseForm } from './types.js';
 import {
-  anyValue, bool, decodeMessage, encodeMessage, enumStr, float, list, namedMap, nullable, safeInt, str, strMap, uint,
+  anyValue, bool, decodeMessage, encodeMessage, float, list, namedMap, nullable, safeInt, str, strMap, uint,
 } from '../wire/codec.js';
 import type { Codec, FieldSpec } from '../wire/codec.js';
-import { HandshakeDecodeError, WireDecodeError } from '../wire/errors.js';
+import { HandshakeDecodeError, WireDecodeError, WireEncodeError } from '../wire/errors.js';
+import { MsgpackReader } from '../wire/reader.js';
 
 /** Runs a decoder and re-throws any `WireDecodeError` as a `HandshakeDecodeError` with the same path and problem. */
 function asHandshakeError<T>(decode: () => T): T {
@@ -188,15 +190,149 @@ export function assertInitAddresses(init: HandshakeInit): void {
 // ---------------------------------------------------------------------------------------------------------------
 // 2.5 EngineCoreReadyResponse
 
-const DTYPES = ['float16', 'bfloat16', 'float32'] as const;
+/**
+ * The dtypes SMG's decoder accepts (engine-wire.md 2.5). The gateway accepts any string (issue #14: what a given vLLM
+ * release writes there is not pinned down; vLLM writes `str(model_config.dtype)` without `torch.`), keeps it as
+ * reported and logs one it does not know. It only matters for casting multimodal float tensors (5.5), unused by text.
+ */
+export const KNOWN_DTYPES: readonly string[] = Object.freeze(['float16', 'bfloat16', 'float32']);
 
-/** `EngineCoreReadyResponse` as it travels, TokenSpeed key order (engine-wire.md 2.5). */
+/** True when `dtype` is one of `KNOWN_DTYPES`. */
+export function isKnownDtype(dtype: string): boolean {
+  return KNOWN_DTYPES.includes(dtype);
+}
+
+/** An informational value that did not have its declared type; `message` is the decode error (path included). */
+class Unreadable {
+  constructor(readonly message: string) {}
+}
+
+/** `T`, or `Unreadable` for a present value of the wrong type. */
+type Lenient<T> = T | Unreadable;
+
+/**
+ * Decode-only wrapper for an informational key (issue #14: "nothing that only informs may block registration"): a
+ * value that does not decode as `inner` is skipped and returned as `Unreadable`. Truncated bytes still throw (the
+ * skip fails too): a frame that is not msgpack at all is not a ready response.
+ */
+function lenient<T>(inner: Codec<T>): Codec<Lenient<T>> {
+  return {
+    type: inner.type,
+    decode(r, path) {
+      const start = r.pos;
+      try {
+        return inner.decode(r, path);
+      } catch (err) {
+        if (!(err instanceof WireDecodeError)) throw err;
+        r.pos = start;
+        r.skip(path);
+        return new Unreadable(err.message);
+      }
+    },
+    encode() {
+      throw new WireEncodeError('EngineCoreReadyResponse', 'lenient codecs are decode-only');
+    },
+  };
+}
+
+/** `EngineCoreReadyResponse` as the gateway decodes it: only `max_model_len` is strict (engine-wire.md 2.5). */
+interface WireReadyResponseIn {
+  max_model_len: number;
+  num_gpu_blocks: Lenient<number | null>;
+  prefix_granularity: Lenient<number | null>;
+  dp_stats_address: Lenient<string | null>;
+  dtype: Lenient<string | null>;
+  multimodal_encoder_dtype: Lenient<string | null>;
+  vllm_version: Lenient<string | null>;
+  world_size: Lenient<number | null>;
+  data_parallel_size: Lenient<number | null>;
+  tensor_parallel_size: Lenient<number>;
+  pipeline_parallel_size: Lenient<number>;
+  decode_context_parallel_size: Lenient<number>;
+  data_parallel_rank: Lenient<number>;
+  max_num_seqs: Lenient<number>;
+  max_num_batched_tokens: Lenient<number>;
+  instance_id: Lenient<string>;
+  kv_cache_size_tokens: Lenient<number | null>;
+  kv_cache_max_concurrency: Lenient<number | null>;
+  kv_events_config: Lenient<Record<string, unknown> | null>;
+}
+
+/**
+ * The decoder's fields. Defaults: the keys the short form lacks and SMG required (`prefix_granularity`/`block_size`,
+ * `dtype`, `vllm_version`, `world_size`, `data_parallel_size`) are null = not reported, and so is `num_gpu_blocks`
+ * when absent; the keys SMG already treated as optional keep SMG's decoder defaults (0 for the parallel sizes, the
+ * rank and the limits, `""`, null), not TokenSpeed's struct defaults (`DEFAULT_READY_RESPONSE`). `dtype` and
+ * `vllm_version` accept nil as "not reported".
+ */
+const readyResponseInCodec = namedMap<WireReadyResponseIn>({
+  name: 'EngineCoreReadyResponse',
+  fields: [
+    { name: 'max_model_len', codec: uint },
+    { name: 'num_gpu_blocks', codec: lenient(uint), dflt: () => null },
+    { name: 'prefix_granularity', codec: lenient(uint), dflt: () => null, aliases: ['block_size'] },
+    { name: 'dp_stats_address', codec: lenient(nullable(str)), dflt: () => null },
+    { name: 'dtype', codec: lenient(nullable(str)), dflt: () => null },
+    { name: 'multimodal_encoder_dtype', codec: lenient(nullable(str)), dflt: () => null },
+    { name: 'vllm_version', codec: lenient(nullable(str)), dflt: () => null },
+    { name: 'world_size', codec: lenient(uint), dflt: () => null },
+    { name: 'data_parallel_size', codec: lenient(uint), dflt: () => null },
+    { name: 'tensor_parallel_size', codec: lenient(uint), dflt: () => 0 },
+    { name: 'pipeline_parallel_size', codec: lenient(uint), dflt: () => 0 },
+    { name: 'decode_context_parallel_size', codec: lenient(uint), dflt: () => 0 },
+    { name: 'data_parallel_rank', codec: lenient(uint), dflt: () => 0 },
+    { name: 'max_num_seqs', codec: lenient(uint), dflt: () => 0 },
+    { name: 'max_num_batched_tokens', codec: lenient(safeInt), dflt: () => 0 },
+    { name: 'instance_id', codec: lenient(str), dflt: () => '' },
+    { name: 'kv_cache_size_tokens', codec: lenient(nullable(uint)), dflt: () => null },
+    { name: 'kv_cache_max_concurrency', codec: lenient(nullable(float)), dflt: () => null },
+    { name: 'kv_events_config', codec: lenient(nullable(strMap(anyValue))), dflt: () => null },
+  ],
+});
+
+/** The keys of the short form (vLLM up to at least upstream 9aaf83ef, 2026-05-19), in the order vLLM writes them. */
+export const SHORT_FORM_KEYS: readonly string[] = Object.freeze(['max_model_len', 'num_gpu_blocks', 'dp_stats_address']);
+
+/** The keys the long form requires beyond the short form (SMG's decoder); alternatives share a row. */
+const LONG_FORM_REQUIRED: readonly (readonly string[])[] = [
+  ['prefix_granularity', 'block_size'], ['dtype'], ['vllm_version'], ['world_size'], ['data_parallel_size'],
+];
+
+/** Every key of the 19-key form that the short form does not have. */
+const LONG_FORM_KEYS: ReadonlySet<string> = new Set([
+  'prefix_granularity', 'block_size', 'dtype', 'multimodal_encoder_dtype', 'vllm_version', 'world_size',
+  'data_parallel_size', 'tensor_parallel_size', 'pipeline_parallel_size', 'decode_context_parallel_size',
+  'data_parallel_rank', 'max_num_seqs', 'max_num_batched_tokens', 'instance_id', 'kv_cache_size_tokens',
+  'kv_cache_max_concurrency', 'kv_events_config',
+]);
+
+/** The top-level keys of a map frame (values skipped). Throws WireDecodeError on a non-map or malformed frame. */
+function mapKeys(bytes: Uint8Array, root: string): Set<string> {
+  const r = new MsgpackReader(bytes);
+  const n = r.readMapHeader(root);
+  const keys = new Set<string>();
+  for (let i = 0; i < n; i++) {
+    const key = r.readStr(`${root}(key ${i})`);
+    keys.add(key);
+    r.skip(`${root}.${key}`);
+  }
+  return keys;
+}
+
+/** Which form a ready response with these keys is (see `ReadyResponseForm`). Pure. */
+export function readyResponseForm(keys: ReadonlySet<string>): ReadyResponseForm {
+  if (LONG_FORM_REQUIRED.every((alternatives) => alternatives.some((k) => keys.has(k)))) return 'long';
+  for (const k of keys) if (LONG_FORM_KEYS.has(k)) return 'partial';
+  return 'short';
+}
+
+/** `EngineCoreReadyResponse` as TokenSpeed writes it (19 keys, this order; engine-wire.md 2.5), for encoding. */
 interface WireEngineCoreReadyResponse {
   max_model_len: number;
   num_gpu_blocks: number;
   prefix_granularity: number;
   dp_stats_address: string | null;
-  dtype: ReadyResponse['dtype'];
+  dtype: string;
   multimodal_encoder_dtype: string | null;
   vllm_version: string;
   world_size: number;
@@ -213,43 +349,52 @@ interface WireEngineCoreReadyResponse {
   kv_events_config: Record<string, unknown> | null;
 }
 
-/**
- * The 19 fields. "Required" (no default) follows SMG's gateway decoder, and the defaults of optional keys are
- * the decoder's (0 for the parallel sizes), not TokenSpeed's struct defaults (`DEFAULT_READY_RESPONSE`).
- */
 const readyResponseFields: readonly FieldSpec<WireEngineCoreReadyResponse>[] = [
   { name: 'max_model_len', codec: uint },
   { name: 'num_gpu_blocks', codec: uint },
-  { name: 'prefix_granularity', codec: uint, aliases: ['block_size'] },
-  { name: 'dp_stats_address', codec: nullable(str), dflt: () => null },
-  { name: 'dtype', codec: enumStr(DTYPES) },
-  { name: 'multimodal_encoder_dtype', codec: nullable(str), dflt: () => null },
+  { name: 'prefix_granularity', codec: uint },
+  { name: 'dp_stats_address', codec: nullable(str) },
+  { name: 'dtype', codec: str },
+  { name: 'multimodal_encoder_dtype', codec: nullable(str) },
   { name: 'vllm_version', codec: str },
   { name: 'world_size', codec: uint },
   { name: 'data_parallel_size', codec: uint },
-  { name: 'tensor_parallel_size', codec: uint, dflt: () => 0 },
-  { name: 'pipeline_parallel_size', codec: uint, dflt: () => 0 },
-  { name: 'decode_context_parallel_size', codec: uint, dflt: () => 0 },
-  { name: 'data_parallel_rank', codec: uint, dflt: () => 0 },
-  { name: 'max_num_seqs', codec: uint, dflt: () => 0 },
-  { name: 'max_num_batched_tokens', codec: safeInt, dflt: () => 0 },
-  { name: 'instance_id', codec: str, dflt: () => '' },
-  { name: 'kv_cache_size_tokens', codec: nullable(uint), dflt: () => null },
-  { name: 'kv_cache_max_concurrency', codec: nullable(float), dflt: () => null },
-  { name: 'kv_events_config', codec: nullable(strMap(anyValue)), dflt: () => null },
+  { name: 'tensor_parallel_size', codec: uint },
+  { name: 'pipeline_parallel_size', codec: uint },
+  { name: 'decode_context_parallel_size', codec: uint },
+  { name: 'data_parallel_rank', codec: uint },
+  { name: 'max_num_seqs', codec: uint },
+  { name: 'max_num_batched_tokens', codec: safeInt },
+  { name: 'instance_id', codec: str },
+  { name: 'kv_cache_size_tokens', codec: nullable(uint) },
+  { name: 'kv_cache_max_concurrency', codec: nullable(float) },
+  { name: 'kv_events_config', codec: nullable(strMap(anyValue)) },
 ];
 
-const readyResponseCodec = namedMap<WireEngineCoreReadyResponse>({
-  name: 'EngineCoreReadyResponse',
-  fields: readyResponseFields,
-});
+const readyResponseCodec = namedMap<WireEngineCoreReadyResponse>({ name: 'EngineCoreReadyResponse', fields: readyResponseFields });
 
 /** The vLLM spelling: the same fields with `block_size` in place of `prefix_granularity` (encode only). */
 const readyResponseBlockSizeCodec = namedMap<Record<string, unknown>>({
   name: 'EngineCoreReadyResponse',
   fields: readyResponseFields.map((f) =>
-    f.name === 'prefix_granularity' ? { ...f, name: 'block_size', aliases: [] } : f,
+    f.name === 'prefix_granularity' ? { ...f, name: 'block_size' } : f,
   ) as unknown as readonly FieldSpec<Record<string, unknown>>[],
+});
+
+/** The short form (encode only): `max_model_len`, `num_gpu_blocks`, `dp_stats_address`, in vLLM's order. */
+interface WireShortReadyResponse {
+  max_model_len: number;
+  num_gpu_blocks: number;
+  dp_stats_address: string | null;
+}
+
+const shortReadyResponseCodec = namedMap<WireShortReadyResponse>({
+  name: 'EngineCoreReadyResponse',
+  fields: [
+    { name: 'max_model_len', codec: uint },
+    { name: 'num_gpu_blocks', codec: uint },
+    { name: 'dp_stats_address', codec: nullable(str) },
+  ],
 });
 
 /** TokenSpeed's `EngineCoreReadyResponse` struct defaults (engine-wire.md 2.5 "TokenSpeed default" column). */
@@ -272,26 +417,38 @@ export const DEFAULT_READY_RESPONSE: Readonly<ReadyResponse> = Object.freeze({
   kvCacheMaxConcurrency: null,
 });
 
+/** `value`, or a WireEncodeError naming `key` when it is null (the long form carries every key). */
+function reported<T>(value: T | null, key: string): T {
+  if (value === null) throw new WireEncodeError(`EngineCoreReadyResponse.${key}`, 'not reported (null), but the long form carries it');
+  return value;
+}
+
 /**
- * Encodes a ready response with all 19 keys in TokenSpeed order (map16 `de 0013`); `dp_stats_address`,
- * `multimodal_encoder_dtype` and `kv_events_config` are nil. `granularityKey` picks the spelling of key 3
- * (`prefix_granularity`, TokenSpeed, default; `block_size`, vLLM). Throws WireEncodeError on a negative or
- * non-integral count or an unknown dtype.
+ * Encodes a ready response (`dp_stats_address`, `multimodal_encoder_dtype` and `kv_events_config` nil).
+ * - `form: 'long'` (default): all 19 keys in TokenSpeed order (map16 `de 0013`); `granularityKey` picks the spelling
+ *   of key 3 (`prefix_granularity`, TokenSpeed, default; `block_size`, vLLM).
+ * - `form: 'short'`: the three keys of vLLM releases up to at least 9aaf83ef (`max_model_len`, `num_gpu_blocks`,
+ *   `dp_stats_address`; fixmap `83`); everything else is left out. A null `numGpuBlocks` is written as 0, as vLLM
+ *   writes `num_gpu_blocks or 0`.
+ * Throws WireEncodeError on a negative or non-integral count, or (long form) a field that is null.
  */
 export function encodeReadyResponse(
   r: ReadyResponse,
-  opts: { granularityKey?: 'prefix_granularity' | 'block_size' } = {},
+  opts: { granularityKey?: 'prefix_granularity' | 'block_size'; form?: 'long' | 'short' } = {},
 ): Uint8Array {
+  if (opts.form === 'short') {
+    return encodeMessage(shortReadyResponseCodec, { max_model_len: r.maxModelLen, num_gpu_blocks: r.numGpuBlocks ?? 0, dp_stats_address: null });
+  }
   const wire: WireEngineCoreReadyResponse = {
     max_model_len: r.maxModelLen,
-    num_gpu_blocks: r.numGpuBlocks,
-    prefix_granularity: r.prefixGranularity,
+    num_gpu_blocks: reported(r.numGpuBlocks, 'num_gpu_blocks'),
+    prefix_granularity: reported(r.prefixGranularity, opts.granularityKey ?? 'prefix_granularity'),
     dp_stats_address: null,
-    dtype: r.dtype,
+    dtype: reported(r.dtype, 'dtype'),
     multimodal_encoder_dtype: null,
-    vllm_version: r.vllmVersion,
-    world_size: r.worldSize,
-    data_parallel_size: r.dataParallelSize,
+    vllm_version: reported(r.vllmVersion, 'vllm_version'),
+    world_size: reported(r.worldSize, 'world_size'),
+    data_parallel_size: reported(r.dataParallelSize, 'data_parallel_size'),
     tensor_parallel_size: r.tensorParallelSize,
     pipeline_parallel_size: r.pipelineParallelSize,
     decode_context_parallel_size: r.decodeContextParallelSize,
@@ -307,33 +464,53 @@ export function encodeReadyResponse(
     const { prefix_granularity, ...rest } = wire;
     return encodeMessage(readyResponseBlockSizeCodec, { ...rest, block_size: prefix_granularity });
   }
-  return encodeMessage(readyResponseCodec as Codec<WireEngineCoreReadyResponse>, wire);
+  return encodeMessage(readyResponseCodec, wire);
 }
 
 /**
- * Decodes a registration frame the way SMG's gateway decoder does (engine-wire.md 2.5): required keys
- * `max_model_len`, `num_gpu_blocks`, `prefix_granularity` (or `block_size`), `dtype` (only float16, bfloat16,
- * float32), `vllm_version`, `world_size`, `data_parallel_size`; optional keys default to 0 / "" / null; unknown keys
- * ignored; `max_num_batched_tokens` signed. Throws HandshakeDecodeError naming the key.
+ * Decodes a registration frame (engine-wire.md 2.5), any form (issue #14): the 19-key long form (TokenSpeed; vLLM
+ * after 9aaf83ef, with `block_size`), the 3-key short form (`max_model_len`, `num_gpu_blocks`, `dp_stats_address`;
+ * vLLM up to at least 9aaf83ef), anything in between, and any map with extra unknown keys (ignored).
+ *
+ * Only `max_model_len` (a uint) is required: the gateway cannot admit requests without it. Every other key only
+ * informs and never blocks registration: absent → the default of `WireReadyResponseIn` (null = not reported for the
+ * keys the short form lacks, see `ReadyResponse`); present with the wrong type → treated as absent and described in
+ * `notes`. `dtype` is kept as reported, known or not (`isKnownDtype`). The result's `form` says which form it was.
+ * Throws HandshakeDecodeError on a frame that is not a msgpack map with string keys, truncated bytes, trailing bytes,
+ * or a missing or mistyped `max_model_len`.
  */
 export function decodeReadyResponse(bytes: Uint8Array): ReadyResponse {
-  const m = asHandshakeError(() => decodeMessage(readyResponseCodec, bytes));
-  return {
-    maxModelLen: m.max_model_len,
-    numGpuBlocks: m.num_gpu_blocks,
-    prefixGranularity: m.prefix_granularity,
-    dtype: m.dtype,
-    vllmVersion: m.vllm_version,
-    worldSize: m.world_size,
-    dataParallelSize: m.data_parallel_size,
-    tensorParallelSize: m.tensor_parallel_size,
-    pipelineParallelSize: m.pipeline_parallel_size,
-    decodeContextParallelSize: m.decode_context_parallel_size,
-    dataParallelRank: m.data_parallel_rank,
-    maxNumSeqs: m.max_num_seqs,
-    maxNumBatchedTokens: m.max_num_batched_tokens,
-    instanceId: m.instance_id,
-    kvCacheSizeTokens: m.kv_cache_size_tokens,
-    kvCacheMaxConcurrency: m.kv_cache_max_concurrency,
+  const m = asHandshakeError(() => decodeMessage(readyResponseInCodec, bytes));
+  const keys = asHandshakeError(() => mapKeys(bytes, 'EngineCoreReadyResponse'));
+  const notes: string[] = [];
+  const value = <T>(v: Lenient<T>, unknown: T): T => {
+    if (!(v instanceof Unreadable)) return v;
+    notes.push(`${v.message} (treated as not reported)`);
+    return unknown;
   };
+  const out: ReadyResponse = {
+    form: readyResponseForm(keys),
+    maxModelLen: m.max_model_len,
+    numGpuBlocks: value(m.num_gpu_blocks, null),
+    prefixGranularity: value(m.prefix_granularity, null),
+    dtype: value(m.dtype, null),
+    vllmVersion: value(m.vllm_version, null),
+    worldSize: value(m.world_size, null),
+    dataParallelSize: value(m.data_parallel_size, null),
+    tensorParallelSize: value(m.tensor_parallel_size, 0),
+    pipelineParallelSize: value(m.pipeline_parallel_size, 0),
+    decodeContextParallelSize: value(m.decode_context_parallel_size, 0),
+    dataParallelRank: value(m.data_parallel_rank, 0),
+    maxNumSeqs: value(m.max_num_seqs, 0),
+    maxNumBatchedTokens: value(m.max_num_batched_tokens, 0),
+    instanceId: value(m.instance_id, ''),
+    kvCacheSizeTokens: value(m.kv_cache_size_tokens, null),
+    kvCacheMaxConcurrency: value(m.kv_cache_max_concurrency, null),
+  };
+  // Decoded and type-checked, not carried: a wrong type is still worth a note.
+  value(m.dp_stats_address, null);
+  value(m.multimodal_encoder_dtype, null);
+  value(m.kv_events_config, null);
+  if (notes.length > 0) out.notes = notes;
+  return out;
 }

@@ -221,19 +221,49 @@ export interface AddTarget {
 }
 
 /**
+ * Which shape of `EngineCoreReadyResponse` a rank sent (engine-wire.md 2.5; issue #14):
+ * - `long`: every key SMG's decoder requires (`prefix_granularity`/`block_size`, `dtype`, `vllm_version`,
+ *   `world_size`, `data_parallel_size`) is present: TokenSpeed's 19 keys, vLLM after upstream commit 9aaf83ef;
+ * - `short`: none of the keys the long form added: vLLM releases up to at least 9aaf83ef (2026-05-19) send
+ *   `max_model_len`, `num_gpu_blocks`, `dp_stats_address` only;
+ * - `partial`: some but not all of them (vLLM releases in between sent e.g. `dtype` and `vllm_version` only).
+ */
+export type ReadyResponseForm = 'short' | 'partial' | 'long';
+
+/**
  * The engine's registration frame (`EngineCoreReadyResponse`, engine-wire.md section 2.5), as the gateway uses it.
- * Units: `maxModelLen` in tokens; `prefixGranularity` in tokens per KV page.
+ * Units: `maxModelLen` in tokens; `numGpuBlocks` in KV pages; `prefixGranularity` in tokens per KV page.
+ *
+ * Only `maxModelLen` is needed to serve (admission and the default completion limit, gateway.md 9). Everything else
+ * informs: `null` means the rank did not report it (the short form lacks it) or reported it with the wrong type
+ * (`decodeReadyResponse` then notes it). The optional keys of the long form keep SMG's decoder defaults when absent
+ * (0 for the parallel sizes, the rank, the limits; `''` for `instanceId`; null for the KV-cache facts).
  */
 export interface ReadyResponse {
+  /**
+   * The form the rank sent (set by `decodeReadyResponse`; absent on a response built locally, e.g. by a simulated
+   * rank before it encodes it).
+   */
+  form?: ReadyResponseForm;
   maxModelLen: number;
-  numGpuBlocks: number;
-  /** TokenSpeed `prefix_granularity` / vLLM `block_size`. */
-  prefixGranularity: number;
-  dtype: 'float16' | 'bfloat16' | 'float32';
-  vllmVersion: string;
-  worldSize: number;
-  /** > 1 on any rank means a lockstep (MoE) group (engine-wire.md 5.12). */
-  dataParallelSize: number;
+  /** Device KV pages; null = not reported. */
+  numGpuBlocks: number | null;
+  /** TokenSpeed `prefix_granularity` / vLLM `block_size`; null = not reported (short form). */
+  prefixGranularity: number | null;
+  /**
+   * Model dtype exactly as reported (vLLM writes `str(torch dtype)` without `torch.`); not limited to the three SMG
+   * knows (`KNOWN_DTYPES`, handshake.ts). Null = not reported (short form).
+   */
+  dtype: string | null;
+  /** Null = not reported (short form). Logged only. */
+  vllmVersion: string | null;
+  /** TP × PP; null = not reported (short form). */
+  worldSize: number | null;
+  /**
+   * > 1 on any rank means a lockstep (MoE) group (engine-wire.md 5.12). Null = not reported (short form): the group
+   * kind is then unknown until a rank sends a wave notification (src/engine-client/waves.ts).
+   */
+  dataParallelSize: number | null;
   tensorParallelSize: number;
   pipelineParallelSize: number;
   decodeContextParallelSize: number;
@@ -245,4 +275,9 @@ export interface ReadyResponse {
   instanceId: string;
   kvCacheSizeTokens: number | null;
   kvCacheMaxConcurrency: number | null;
+  /**
+   * Informational keys that had the wrong type and were treated as not reported, one line each (`"world_size:
+   * expected uint, got str"`). Set by `decodeReadyResponse` only when there are some; the gateway logs them.
+   */
+  notes?: string[];
 }

@@ -39,6 +39,11 @@ export interface EngineDialerOptions {
   /** Spelling of the granularity key in the ready response: TokenSpeed `prefix_granularity` (default) or vLLM `block_size`. */
   granularityKey?: 'prefix_granularity' | 'block_size';
   /**
+   * Which ready-response form to send: `long` (default, 19 keys) or `short` (the 3 keys of vLLM releases up to at
+   * least 9aaf83ef; `encodeReadyResponse`).
+   */
+  readyForm?: 'long' | 'short';
+  /**
    * Receive high-water mark of the input DEALER, in messages (zeromq default 1000). Tests lower it to make the
    * gateway's send high-water mark reachable quickly.
    */
@@ -218,7 +223,7 @@ export class EngineDialer {
       connectSocket(input, 'input DEALER', inputAddress);
       input.sendTimeout = initTimeoutMs;
       try {
-        await input.send(encodeReadyResponse(opts.readyResponse, { granularityKey: opts.granularityKey }));
+        await input.send(encodeReadyResponse(opts.readyResponse, { granularityKey: opts.granularityKey, form: opts.readyForm }));
       } catch (error) {
         throw new HandshakeError('registration', `${who} could not register on ${inputAddress}: ${errorMessage(error)}`, {
           code: errorCode(error),

@@ -187,7 +187,7 @@ export async function runGatewayHandshake(opts: GatewayHandshakeOptions): Promis
     pending.delete(key);
     registered.push({ identity: expected, engineIndex: decodeEngineIdentity(expected), ready });
     logger.info(
-      { identity: key, engineIndex: decodeEngineIdentity(expected), version: ready.vllmVersion, maxModelLen: ready.maxModelLen },
+      { identity: key, engineIndex: decodeEngineIdentity(expected), version: ready.vllmVersion, maxModelLen: ready.maxModelLen, readyForm: ready.form },
       'handshake: engine registered on the input socket',
     );
   }

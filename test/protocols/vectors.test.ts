@@ -348,7 +348,9 @@ function kindHandler(v: Vector): { title: string; run: () => void } {
         run: () => {
           const d = v.decoded as Record<string, unknown>;
           const r = decodeReadyResponse(bytes);
+          // TokenSpeed sends the long form (engine-wire.md 2.5); the issue #14 decoder must keep decoding it exactly.
           assert.deepStrictEqual(r, {
+            form: 'long',
             maxModelLen: d.max_model_len,
             numGpuBlocks: d.num_gpu_blocks,
             prefixGranularity: d.prefix_granularity,

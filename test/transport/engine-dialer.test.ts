@@ -50,7 +50,7 @@ test('the engine side: HELLO, INIT, READY (before INIT is validated), registrati
   const registration = await hangGuard(gw.input.receive(), GUARD_MS, 'registration');
   assert.equal(registration.length, 2, 'exactly [identity, ready response]');
   assert.equal(registration[0].toString('hex'), '2c01', 'same identity on the input socket');
-  assert.deepEqual(decodeReadyResponse(registration[1]), readyFor(3));
+  assert.deepEqual(decodeReadyResponse(registration[1]), { ...readyFor(3), form: 'long' });
   const dialer = await hangGuard(connecting, GUARD_MS, 'connect');
   cleanups.push(() => dialer.close());
   assert.equal(dialer.engineIndex, 300);

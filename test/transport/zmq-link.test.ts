@@ -88,6 +88,17 @@ async function expectHandshakeError(p: Promise<unknown>, stage: string, pattern:
 }
 
 describe('handshake', () => {
+  test('ranks registering with the short ready response (issue #14): decoded, and the form is in the registration log', async () => {
+    const log = recordingLogger();
+    const { link } = await connected([0, 1], { logger: log }, { readyForm: 'short', granularityKey: 'block_size' });
+    assert.deepEqual(link.engines.map((e) => [e.ready.form, e.ready.maxModelLen, e.ready.numGpuBlocks, e.ready.dataParallelSize]), [
+      ['short', 32768, 1000, null],
+      ['short', 32769, 1000, null],
+    ]);
+    const registered = log.records.filter((r) => r.msg.includes('registered on the input socket'));
+    assert.deepEqual(registered.map((r) => r.obj.readyForm), ['short', 'short']);
+  });
+
   test('3 ranks starting in scrambled order [2, 0, 1] end up sorted 0, 1, 2 with their own ready responses', async () => {
     const log = recordingLogger();
     const { endpoints, link, dialers } = await connected([2, 0, 1], { logger: log });
@@ -218,7 +229,7 @@ describe('handshake', () => {
   test('an empty or undecodable ready response is an error', async () => {
     for (const [payload, pattern] of [
       [new Uint8Array(0), /empty ready response from engine 0/],
-      [encode({ max_model_len: 1 }), /ready response from engine 0 .*does not decode/],
+      [encode({ num_gpu_blocks: 1, dtype: 'bfloat16' }), /ready response from engine 0 .*does not decode: .*missing required key 'max_model_len'/],
     ] as const) {
       const { endpoints, pending } = await bindLink(1);
       const handshake = pending.handshake();
