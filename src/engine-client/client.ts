@@ -10,7 +10,8 @@
  * release → clamp (dispatcher, per batch). The only `await`s are the link's sends and the output iterator.
  *
  * Lockstep groups (dp-routing.md 13; `waves.ts`): after every successful ADD, and on a rank's start-wave request,
- * START_DP_WAVE `[clock + 1, nil]` goes to every rank in list order. Failures (dp-routing.md 6 and 14.8; issue #3
+ * START_DP_WAVE `[clock + 1, nil]` goes to every rank in list order; a group whose kind is still unknown (short ready
+ * responses, issue #14) gets it once, after its first ADD, until a wave notification shows it is lockstep. Failures (dp-routing.md 6 and 14.8; issue #3
  * part 4): ENGINE_CORE_DEAD, a send timeout, 3 consecutive undecodable messages, the client-wide silence watchdog,
  * a per-rank silence watchdog, and a send refused with EHOSTUNREACH (the rank's identity is gone; also probed after
  * every `disconnect` hint) each fail the whole engine group: every live request gets the same terminal error and
@@ -27,7 +28,7 @@ import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
 import { RoutingState } from './routing-state.js';
 import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
-import { WaveClock } from './waves.js';
+import { WaveClock, type GroupKind, type KindSource, type LockstepSetting } from './waves.js';
 
 /** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without dispatcher activity). */
 export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
@@ -55,6 +56,9 @@ export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([20, 200, 1000
  * - `silenceTimeoutMs`: silence timeout in ms (default 300 000; must be a positive finite number), used by both the
  *   client-wide watchdog (dp-routing.md 6) and the per-rank watchdogs (14.8).
  * - `logger`: pino logger (default: silent).
+ * - `lockstep`: the group's kind (waves.ts, issue #14): `auto` (default: from the ready responses' `data_parallel_size`,
+ *   else from the first wave notification, with one probe wake on the first submit while unknown), `true` (force
+ *   lockstep: every submit wakes the group) or `false` (force dense: never woken, wave notifications ignored).
  */
 export interface EngineClientOptions {
   protocol: EngineProtocol;
@@ -62,6 +66,7 @@ export interface EngineClientOptions {
   policy?: DpPolicy;
   silenceTimeoutMs?: number;
   logger?: Logger;
+  lockstep?: LockstepSetting;
 }
 
 /**
@@ -206,7 +211,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.silenceTimeoutMs = silence;
     this.watchdog = new SilenceWatchdog(silence, () => this.onSilence());
     this.rankWatchdogs = new RankSilenceWatchdogs(silence, (rank) => this.onRankSilent(rank));
-    this.waves = new WaveClock(this.engines);
+    this.waves = new WaveClock(this.engines, opts.lockstep ?? 'auto');
     this.logger = opts.logger ?? pino({ level: 'silent' });
     for (const e of this.engines) {
       if (e.engineIndex !== null && !this.counters.has(e.engineIndex)) {
@@ -235,11 +240,17 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   /**
-   * True when the group steps in lockstep: some rank's ready response has `dataParallelSize > 1` (dp-routing.md
-   * 13.1, engine-wire.md 5.12). Then every submit wakes the whole group.
+   * True when the group steps in lockstep (dp-routing.md 13.1, engine-wire.md 5.12; waves.ts): forced by the
+   * `lockstep` option, or some rank's ready response has `dataParallelSize > 1`, or (`auto`) a rank sent a wave
+   * notification. Then every submit wakes the whole group. May turn true after construction, never back.
    */
   get lockstep(): boolean {
     return this.waves.lockstep;
+  }
+
+  /** The group's kind (`lockstep`, `dense`, or `unknown` until evidence arrives; waves.ts) and what decided it. */
+  get groupKind(): { kind: GroupKind; decidedBy: KindSource | null } {
+    return { kind: this.waves.kind, decidedBy: this.waves.decidedBy };
   }
 
   /** The wave clock (dp-routing.md 13.1; a wave number ≥ 0, starting at 0), or null for a non-lockstep group. */
@@ -341,9 +352,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (this.registry.closed) throw this.clientClosedError();
     if (signal?.aborted) throw abortReason(signal);
 
-    // 6. Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a non-lockstep group).
-    if (this.waves.lockstep) {
-      const failure = await this.wakeGroup();
+    // 6. Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a dense group), and a group of
+    // unknown kind after its first one (waves.ts `submitWake`: the no-hang probe before lockstep detection).
+    const wave = this.waves.submitWake();
+    if (wave !== null) {
+      const failure = await this.wakeGroup(wave);
       if (failure) {
         if (!failure.handled) {
           const live = this.registry.get(id) === entry; // not already finished by the engine
@@ -582,16 +595,15 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   // Lockstep waves (dp-routing.md section 13)
 
   /**
-   * `wake_group()` (13.2): clock + 1, then START_DP_WAVE `[clock, nil]` (engine-wire.md 5.7) to EVERY engine in list
+   * `wake_group()` (13.2), the clock already bumped to `wave`: START_DP_WAVE `[wave, nil]` (engine-wire.md 5.7) to EVERY engine in list
    * (identity) order, the holder of the new request included. All sends are queued in the same synchronous step,
-   * so the link's FIFO keeps them in order and together. Nothing when the group is not lockstep; the clock ticks
-   * but nothing is sent when the protocol has no wave message (TokenSpeed; 13.2 inferred). Never rejects: resolves
+   * so the link's FIFO keeps them in order and together. The clock ticks but nothing is sent when the protocol has
+   * no wave message (TokenSpeed; 13.2 inferred). Never rejects: resolves
    * with null on success, else with the failure (a timeout or EHOSTUNREACH on any rank has already failed the
    * client; for several failures the fatal one wins).
    */
-  private async wakeGroup(): Promise<SendFailure | null> {
-    const wave = this.waves.bump();
-    if (wave === null || this.protocol.encodeStartWave === undefined) return null;
+  private async wakeGroup(wave: number): Promise<SendFailure | null> {
+    if (this.protocol.encodeStartWave === undefined) return null;
     let payload: Uint8Array;
     try {
       payload = this.protocol.encodeStartWave(wave);
@@ -614,20 +626,33 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /**
    * `observe_wave(event)` (13.3), dispatcher step 3: complete(w) → clock ← max(clock, w + 1), no wake; start(w) →
    * clock ← max(clock, w), then `wake_group()` (a failed wake fails the client: the dispatcher has no caller to
-   * hand it to, 14.8 "always fail_all"). A non-lockstep group logs and ignores the event (13.1).
+   * hand it to, 14.8 "always fail_all"). In `auto` mode the first notification makes a group of unknown kind lockstep
+   * (waves.ts; logged), and wakes it when requests are in flight. A dense group logs and ignores the event (13.1).
    */
   private observeWave(rank: number, event: WaveEvent): void {
-    const decision = this.waves.observe(event);
+    const before = this.waves.decidedBy;
+    const decision = this.waves.observe(event, this.registry.size > 0);
     if (decision === 'ignored') {
       this.logger.warn(
-        { engineIndex: rank, wave: event },
-        'wave notification from a group that is not lockstep ignored (no rank reported data_parallel_size > 1; dp-routing.md 13.1)',
+        { engineIndex: rank, wave: event, decidedBy: this.waves.decidedBy },
+        this.waves.decidedBy === 'option'
+          ? 'wave notification ignored: the group is configured dense (lockstep: false)'
+          : 'wave notification from a group that is not lockstep ignored (every rank reported data_parallel_size <= 1; dp-routing.md 13.1)',
       );
       return;
     }
-    this.logger.debug({ engineIndex: rank, wave: event, clock: this.waves.value }, 'wave notification applied');
+    if (before === null && this.waves.decidedBy === 'wave-notification') {
+      this.logger.info(
+        { engineIndex: rank, wave: event, waveClock: this.waves.value, inFlight: this.registry.size },
+        'lockstep group detected from a wave notification (no data_parallel_size in the ready responses); waking it on every submit from now on',
+      );
+    } else {
+      this.logger.debug({ engineIndex: rank, wave: event, clock: this.waves.value }, 'wave notification applied');
+    }
     if (decision !== 'wake') return;
-    void this.wakeGroup().then((f) => {
+    const wave = this.waves.bump();
+    if (wave === null) return;
+    void this.wakeGroup(wave).then((f) => {
       if (f && !f.handled) this.failAll(f.error, 'wave-send-failed');
     });
   }

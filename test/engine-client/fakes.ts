@@ -20,6 +20,7 @@ import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import { EngineClient } from '../../src/engine-client/client.js';
 import type { DpPolicy } from '../../src/engine-client/policy.js';
+import type { LockstepSetting } from '../../src/engine-client/waves.js';
 import type { Logger } from 'pino';
 
 const enc = new TextEncoder();
@@ -37,11 +38,13 @@ export function identityOf(index: number): Uint8Array {
  * `count` engines with indices 0..count-1, in identity order. `dataParallelSize` > 1 makes the group lockstep
  * (dp-routing.md 13.1); default 1 (dense).
  */
-export function makeEngines(count: number, opts: { dataParallelSize?: number } = {}): ConnectedEngine[] {
+export function makeEngines(count: number, opts: { dataParallelSize?: number | null } = {}): ConnectedEngine[] {
+  // null = not reported (the short ready response, issue #14).
+  const dataParallelSize = opts.dataParallelSize === undefined ? 1 : opts.dataParallelSize;
   const engines = Array.from({ length: count }, (_, i) => ({
     identity: identityOf(i),
     engineIndex: i,
-    ready: { ...READY, maxModelLen: 4096 + i, dataParallelSize: opts.dataParallelSize ?? 1 },
+    ready: { ...READY, maxModelLen: 4096 + i, dataParallelSize },
   }));
   // Identity order = lexicographic bytes (LE); for < 256 ranks that is index order.
   return engines;
@@ -313,7 +316,14 @@ export function req(requestId: string): GenerateRequest {
  */
 export function setup(
   ranks: number | ConnectedEngine[],
-  opts: { policy?: DpPolicy; silenceTimeoutMs?: number; logger?: Logger; reservedContextTokens?: number; waves?: boolean } = {},
+  opts: {
+    policy?: DpPolicy;
+    silenceTimeoutMs?: number;
+    logger?: Logger;
+    reservedContextTokens?: number;
+    waves?: boolean;
+    lockstep?: LockstepSetting;
+  } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
   const { reservedContextTokens, waves, ...clientOpts } = opts;
   const link = new FakeLink(ranks);
