@@ -79,6 +79,9 @@ request goes to the live group whose least-loaded rank scores lowest):
   --engine ENGINE          Wire dialect of the group's ranks: tokenspeed (default) or vllm
   --dp-size N              Number of DP ranks that must join (default 1 for --engine-url, N for --sim)
   --handshake ADDR         Explicit handshake address tcp://HOST:PORT (default: derived from the ipc path)
+  --lockstep               Treat the group as lockstep (MoE): wake every rank after every request. Default: decided
+                           from data_parallel_size in the ready responses, else from the first wave notification
+  --no-lockstep            Treat the group as dense: never wake it, ignore wave notifications
   --sim-engine ENGINE      Same as --engine, for simulated groups (as a default it applies to simulated groups only)
   --sim-lockstep           Simulated vLLM ranks step in lockstep (MoE: data_parallel_size > 1, parked when drained)
   --sim-arg ARG            Extra argument for every simulated rank of the group (repeatable; use --sim-arg=--flag)
@@ -89,6 +92,8 @@ examples:
                                                                 a dense and a lockstep simulated vLLM group
   model-gateway serve --engine-url ipc:///tmp/e/ts --dp-size 2 --engine-url ipc:///tmp/e/vl --engine vllm
   model-gateway serve --worker tokenspeed:ipc:///tmp/e/ts:2 --worker vllm:ipc:///tmp/e/vl
+  model-gateway serve --engine-url ipc:///tmp/e/moe --engine vllm --dp-size 4 --lockstep
+                                                                an MoE vLLM group whose ready responses are short
 `;
 
 /** A command-line mistake: printed with the usage, exit code 2. */
@@ -111,7 +116,7 @@ const LOG_LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 
 
 /** The options that take part in the group syntax (see `USAGE`). */
 const GROUP_OPENERS = new Set(['engine-url', 'sim', 'worker', 'sim-worker']);
-const GROUP_OPTIONS = new Set(['engine', 'sim-engine', 'dp-size', 'handshake', 'sim-lockstep', 'sim-arg']);
+const GROUP_OPTIONS = new Set(['engine', 'sim-engine', 'dp-size', 'handshake', 'lockstep', 'no-lockstep', 'sim-lockstep', 'sim-arg']);
 
 /** One group (or the defaults) as written on the command line, before defaults are applied. */
 interface GroupFlags {
@@ -125,6 +130,8 @@ interface GroupFlags {
   dpSize?: number;
   handshake?: string;
   lockstep?: boolean;
+  /** `--lockstep` (true) / `--no-lockstep` (false): the gateway's lockstep option; absent = auto. */
+  lockstepMode?: boolean;
   simArgs: string[];
 }
 
@@ -200,6 +207,11 @@ function applyGroupOption(target: GroupFlags, name: string, value: string | unde
       if (!value!.startsWith('tcp://')) throw new UsageError(`--handshake must be a tcp://HOST:PORT address, got '${value}'`);
       once('handshake', value);
       return;
+    case 'lockstep':
+    case 'no-lockstep':
+      if (target.lockstepMode !== undefined) throw new UsageError(`--lockstep / --no-lockstep given twice ${where}`);
+      target.lockstepMode = name === 'lockstep';
+      return;
     case 'sim-lockstep':
       once('lockstep', true);
       return;
@@ -222,6 +234,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
   if (dpSize !== undefined) out.dpSize = dpSize;
   const handshake = g.handshake ?? defaults.handshake;
   if (handshake !== undefined) out.handshake = handshake;
+  const lockstepMode = g.lockstepMode ?? defaults.lockstepMode;
+  if (lockstepMode !== undefined) out.lockstepMode = lockstepMode;
   if (sim || g.kind === null) {
     const simArgs = [...defaults.simArgs, ...(g === defaults ? [] : g.simArgs)];
     if (simArgs.length > 0) out.simArgs = simArgs;
@@ -233,7 +247,7 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
 /**
  * Parse `serve` arguments into `startGateway` options. Group syntax: `--engine-url`, `--sim`, `--worker` and
  * `--sim-worker` each start an engine group; the group options (`--engine`, `--sim-engine`, `--dp-size`,
- * `--handshake`, `--sim-lockstep`, `--sim-arg`) that follow apply to that group, and those given before the first
+ * `--handshake`, `--lockstep` / `--no-lockstep` (`lockstepMode`, issue #14), `--sim-lockstep`, `--sim-arg`) that follow apply to that group, and those given before the first
  * group are defaults for every group. One group (or none: the default simulated group) comes back as the
  * single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag, a stray positional
  * argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`. `--dp-policy NAME`
@@ -258,6 +272,8 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
         'sim-engine': { type: 'string', multiple: true },
         'dp-size': { type: 'string', multiple: true },
         handshake: { type: 'string', multiple: true },
+        lockstep: { type: 'boolean', multiple: true },
+        'no-lockstep': { type: 'boolean', multiple: true },
         'sim-lockstep': { type: 'boolean', multiple: true },
         'sim-arg': { type: 'string', multiple: true },
         tokenizer: { type: 'string' },

@@ -13,6 +13,9 @@ import { tmpdir, userInfo } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import { pino, type Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
+import type { ConnectedEngine } from './engine-client/link.js';
+import type { LockstepSetting } from './engine-client/waves.js';
+import { KNOWN_DTYPES, isKnownDtype } from './protocols/handshake.js';
 import { createDpPolicy, type DpPolicyName, type OracleSource } from './engine-client/policies.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
@@ -47,6 +50,10 @@ export const ENGINE_FAMILIES: readonly EngineFamily[] = Object.freeze(['tokenspe
  * - `sim`: number of simulated ranks to spawn (default 4 without `engineUrl`, none with it); `simArgs`: extra
  *   arguments for each of them (src/sim/main.ts); `lockstep`: simulated vLLM ranks run as one lockstep (MoE) group
  *   that parks when drained (dp-routing.md 13; needs `engine: 'vllm'` and `sim` ≥ 2).
+ * - `lockstepMode`: how the gateway treats the group (CLI `--lockstep` / `--no-lockstep`; issue #14;
+ *   src/engine-client/waves.ts): `'auto'` (default) decides from the ready responses' `data_parallel_size`, else from
+ *   the first wave notification; `true` forces lockstep (every submit wakes the group), `false` forces dense (never
+ *   woken; wave notifications ignored). Independent of `lockstep`, which shapes the simulated ranks only.
  */
 export interface GroupOptions {
   engine?: EngineFamily;
@@ -56,6 +63,7 @@ export interface GroupOptions {
   sim?: number;
   simArgs?: string[];
   lockstep?: boolean;
+  lockstepMode?: LockstepSetting;
 }
 
 /**
@@ -63,7 +71,7 @@ export interface GroupOptions {
  * - `port` (default 30000; 0 = any free port), `host` (default 127.0.0.1): the HTTP listener.
  * - `groups`: the engine groups to serve (at least one; worker URLs and handshake addresses must be distinct,
  *   gateway.md 2.3 "Registration checks"). Without `groups`, the single-group shorthand fields `engine`,
- *   `engineUrl`, `handshake`, `dpSize`, `sim`, `simArgs`, `lockstep` describe one group (see `GroupOptions`);
+ *   `engineUrl`, `handshake`, `dpSize`, `sim`, `simArgs`, `lockstep`, `lockstepMode` describe one group (see `GroupOptions`);
  *   giving both is a RangeError.
  * - `tokenizerDir`: the model folder with tokenizer.json / tokenizer_config.json and, optionally, config.json /
  *   generation_config.json (vLLM EOS ids, gateway.md 7) (default: the Qwen3 files shipped by
@@ -168,16 +176,19 @@ export interface ResolvedGroup {
   sim: number;
   simArgs: string[];
   lockstep: boolean;
+  /** The gateway's lockstep option for the group (`GroupOptions.lockstepMode`; default `'auto'`). */
+  lockstepMode: LockstepSetting;
 }
 
-const SHORTHAND_KEYS = ['engine', 'engineUrl', 'handshake', 'dpSize', 'sim', 'simArgs', 'lockstep'] as const;
+const SHORTHAND_KEYS = ['engine', 'engineUrl', 'handshake', 'dpSize', 'sim', 'simArgs', 'lockstep', 'lockstepMode'] as const;
 
 /**
  * Apply the defaults of `GroupOptions` to `opts.groups` (or to the single-group shorthand fields) and check them.
  * Pure (no I/O). Throws RangeError naming the group (`group i`, 0-based) when: both `groups` and a shorthand field
  * are given; `groups` is empty; `engine` is not `tokenspeed`/`vllm` (gateway.md 2.2); `sim` or `dpSize` is not an
  * integer ≥ 1 (gateway.md 3: 0 is rejected); `dpSize` differs from `sim`; `lockstep` is set without simulated vLLM
- * ranks (at least 2); or two groups name the same `engineUrl` or `handshake`.
+ * ranks (at least 2); `lockstepMode` is not `'auto'`, true or false; or two groups name the same `engineUrl` or
+ * `handshake`.
  */
 export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
   let list: GroupOptions[];
@@ -206,7 +217,11 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
     if (lockstep && (engine !== 'vllm' || sim < 2)) {
       throw new RangeError(`${where}lockstep applies to a group of at least 2 simulated vLLM ranks (engine 'vllm', sim ≥ 2)`);
     }
-    return { engine, engineUrl: g.engineUrl, handshake: g.handshake, dpSize, sim, simArgs: g.simArgs ?? [], lockstep };
+    const lockstepMode = g.lockstepMode ?? 'auto';
+    if (lockstepMode !== 'auto' && lockstepMode !== true && lockstepMode !== false) {
+      throw new RangeError(`${where}lockstepMode must be 'auto', true or false, got ${JSON.stringify(lockstepMode)}`);
+    }
+    return { engine, engineUrl: g.engineUrl, handshake: g.handshake, dpSize, sim, simArgs: g.simArgs ?? [], lockstep, lockstepMode };
   });
   const seen = (key: 'engineUrl' | 'handshake', what: string) => {
     const values = resolved.map((g) => g[key]).filter((v): v is string => v !== undefined);
@@ -247,6 +262,25 @@ export function vllmEosFor(tokenizer: Pick<GatewayTokenizer, 'modelEos' | 'eosTo
     tokenizerEosIds: tokenizer.eosTokenIds,
     ...(onWarning ? { onWarning } : {}),
   });
+}
+
+/**
+ * Log what a rank's ready response reported that the gateway does not use as is (issue #14): each note of
+ * `decodeReadyResponse` (an informational key of the wrong type, treated as not reported) as a warning, and a `dtype`
+ * outside `KNOWN_DTYPES` once per distinct value per gateway (`seen` holds the values already logged). Never throws.
+ */
+function logReadyNotes(log: Logger, engine: ConnectedEngine, seen: Set<string>): void {
+  for (const note of engine.ready.notes ?? []) {
+    log.warn({ engineIndex: engine.engineIndex, note }, 'ready response: informational key ignored');
+  }
+  const dtype = engine.ready.dtype;
+  if (dtype !== null && !isKnownDtype(dtype) && !seen.has(dtype)) {
+    seen.add(dtype);
+    log.warn(
+      { engineIndex: engine.engineIndex, dtype, known: KNOWN_DTYPES },
+      'ready response: unknown dtype, kept as reported (it only matters for multimodal tensors, which this gateway does not send)',
+    );
+  }
 }
 
 /** One group while starting: what must be torn down if startup fails. */
@@ -338,6 +372,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       }
     }
 
+    const unknownDtypes = new Set<string>();
     const vllmEos = specs.some((s) => s.engine === 'vllm')
       ? vllmEosFor(tokenizer, (m) => logger.warn({ component: 'eos' }, m))
       : null;
@@ -359,9 +394,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         }
         for (const e of link.engines) {
           g.log.info(
-            { engineIndex: e.engineIndex, maxModelLen: e.ready.maxModelLen, numGpuBlocks: e.ready.numGpuBlocks, dataParallelRank: e.ready.dataParallelRank, dataParallelSize: e.ready.dataParallelSize },
+            { engineIndex: e.engineIndex, maxModelLen: e.ready.maxModelLen, numGpuBlocks: e.ready.numGpuBlocks, dataParallelRank: e.ready.dataParallelRank, dataParallelSize: e.ready.dataParallelSize, readyForm: e.ready.form, vllmVersion: e.ready.vllmVersion, dtype: e.ready.dtype },
             `DP rank ${e.engineIndex ?? '?'} joined`,
           );
+          logReadyNotes(g.log, e, unknownDtypes);
         }
         const engineLog = g.log.child({ component: 'engine-client' });
         const protocol = buildProtocol(g.spec.engine, link, tokenizer, vllmEos, engineLog);
@@ -371,12 +407,21 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           logger: engineLog,
           policy: createDpPolicy(dpPolicyName, opts.oracle ? { oracle: opts.oracle } : {}),
           ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
+          lockstep: g.spec.lockstepMode,
         });
         g.client = client;
         client.on('failed', (err) =>
           g.log.error({ err, kind: err.kind }, 'engine group failed: /health reports it unhealthy, requests go to the other groups'),
         );
-        if (client.lockstep) g.log.info({ waveClock: client.waveClock }, 'lockstep group: every submit wakes all ranks');
+        const { kind, decidedBy } = client.groupKind;
+        g.log.info(
+          { kind, decidedBy, lockstepMode: g.spec.lockstepMode, waveClock: client.waveClock },
+          kind === 'lockstep'
+            ? 'lockstep group: every submit wakes all ranks'
+            : kind === 'dense'
+              ? 'dense group: ranks are never woken'
+              : 'group kind unknown (no data_parallel_size in the ready responses): the first submit wakes all ranks once; a wave notification makes it lockstep',
+        );
       }),
     );
 

@@ -4,6 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseServeArgs, UsageError } from '../../src/cli.js';
+import { resolveGroups } from '../../src/gateway.js';
 
 test('parseServeArgs maps flags to startGateway options', () => {
   assert.deepEqual(parseServeArgs([]), {});
@@ -71,6 +72,33 @@ test('parseServeArgs: several engine groups, each with its own engine; defaults 
   assert.deepEqual(parseServeArgs(['--worker', 'vllm:ipc:///tmp/e/vl:4', '--handshake', 'tcp://127.0.0.1:30500']), {
     engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl', dpSize: 4, handshake: 'tcp://127.0.0.1:30500',
   });
+});
+
+test('parseServeArgs: --lockstep / --no-lockstep are per-group options (lockstepMode), defaults before the first group', () => {
+  assert.deepEqual(parseServeArgs(['--engine-url', 'ipc:///a', '--engine', 'vllm', '--lockstep']), {
+    engine: 'vllm', engineUrl: 'ipc:///a', lockstepMode: true,
+  });
+  assert.deepEqual(
+    parseServeArgs(['--no-lockstep', '--engine-url', 'ipc:///a', '--engine', 'vllm', '--engine-url', 'ipc:///b', '--engine', 'vllm', '--lockstep', '--worker', 'vllm:ipc:///c']),
+    {
+      groups: [
+        { engine: 'vllm', engineUrl: 'ipc:///a', lockstepMode: false },
+        { engine: 'vllm', engineUrl: 'ipc:///b', lockstepMode: true },
+        { engine: 'vllm', engineUrl: 'ipc:///c', lockstepMode: false },
+      ],
+    },
+  );
+  // Separate from --sim-lockstep, which shapes the simulated ranks: both may be given.
+  assert.deepEqual(parseServeArgs(['--sim', '2', '--sim-engine', 'vllm', '--sim-lockstep', '--lockstep']), {
+    engine: 'vllm', sim: 2, lockstep: true, lockstepMode: true,
+  });
+  // Absent: auto (resolveGroups fills it in).
+  assert.equal(parseServeArgs(['--engine-url', 'ipc:///a'])!.lockstepMode, undefined);
+  assert.throws(() => parseServeArgs(['--engine-url', 'ipc:///a', '--lockstep', '--no-lockstep']), /--lockstep \/ --no-lockstep given twice for --engine-url ipc:\/\/\/a/);
+  assert.throws(() => parseServeArgs(['--lockstep', '--lockstep']), /given twice before the first group/);
+  assert.deepEqual(resolveGroups({ engineUrl: 'ipc:///a' }).map((g) => g.lockstepMode), ['auto']);
+  assert.deepEqual(resolveGroups({ groups: [{ engineUrl: 'ipc:///a', lockstepMode: false }, { sim: 1 }] }).map((g) => g.lockstepMode), [false, 'auto']);
+  assert.throws(() => resolveGroups({ engineUrl: 'ipc:///a', lockstepMode: 'yes' as unknown as boolean }), /lockstepMode must be 'auto', true or false/);
 });
 
 test('parseServeArgs refuses bad input with a UsageError naming the flag', () => {
