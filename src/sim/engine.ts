@@ -62,6 +62,13 @@ export interface SimEngineOptions {
   lockstep?: boolean;
   /** Reported `data_parallel_size`: the lockstep group's size (≥ 2). Only with `lockstep`; dense ranks report 1. */
   dataParallelSize?: number;
+  /**
+   * The ready-response form to register with (engine-wire.md 2.5; issue #14): `long` (default: the 19 keys) or, vLLM
+   * only, `short`: the 3 keys of vLLM releases up to at least 9aaf83ef (`max_model_len`, `num_gpu_blocks`,
+   * `dp_stats_address`), so the gateway learns neither `data_parallel_size` nor the rest. A lockstep rank behaves the
+   * same either way; the gateway then detects it from its first `wave_complete`.
+   */
+  readyResponse?: 'long' | 'short';
   /** Cap on running requests (default 64); reported as `max_num_seqs`. */
   maxRunning?: number;
   /** Device KV pages of 16 tokens (default 4096 = 65 536 tokens); reported as `num_gpu_blocks`. */
@@ -212,7 +219,8 @@ export function createSimWire(family: SimEngineFamily, ctx: SimWireContext): Sim
 /**
  * Connect one simulated rank and start serving. Resolves once the rank is registered with the gateway (the dialer's
  * handshake finished). Throws `RangeError` on bad options (an unknown `engine`; `lockstep` with TokenSpeed, without
- * `dataParallelSize` ≥ 2; `dataParallelSize` without `lockstep`), and the dialer's `ConfigError` / `HandshakeError`
+ * `dataParallelSize` ≥ 2; `dataParallelSize` without `lockstep`; `readyResponse` other than long/short, or short with
+ * TokenSpeed), and the dialer's `ConfigError` / `HandshakeError`
  * when the handshake fails; loading the default tokenizer can throw the tokenizer's errors.
  */
 export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHandle> {
@@ -230,6 +238,11 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   }
   if (!lockstep && opts.dataParallelSize !== undefined) {
     throw new RangeError('dataParallelSize is only reported by a lockstep rank: dense ranks report 1 (engine-wire.md 5.12)');
+  }
+  const readyForm = opts.readyResponse ?? 'long';
+  if (readyForm !== 'long' && readyForm !== 'short') throw new RangeError(`readyResponse must be 'long' or 'short', got ${JSON.stringify(readyForm)}`);
+  if (readyForm === 'short' && family !== 'vllm') {
+    throw new RangeError('readyResponse "short" needs engine "vllm": TokenSpeed always sends the 19-key ready response');
   }
   const timeScale = opts.timeScale ?? 1;
   if (!Number.isFinite(timeScale) || timeScale < 0) throw new RangeError(`timeScale must be a finite number ≥ 0, got ${timeScale}`);
@@ -297,11 +310,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     engineIndex: opts.engineIndex,
     readyResponse: ready,
     granularityKey: wire.granularityKey,
+    readyForm,
     initTimeoutMs: opts.initTimeoutMs,
     logger: log,
   });
   log.info(
-    { engineIndex: opts.engineIndex, engine: family, lockstep, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
+    { engineIndex: opts.engineIndex, engine: family, lockstep, readyForm, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
     'sim rank registered',
   );
 
@@ -492,6 +506,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       const { wave, excludeEngineIndex } = wire.waves.decodeStartWave(payload);
       if (waves === null) {
         stats.wakesIgnored += 1;
+        // As vLLM's EngineCoreProc does (it logs "Unrecognized input request type" and carries on; waves.ts).
         log.debug({ engineIndex: opts.engineIndex, wave }, 'dense sim rank ignored a START_DP_WAVE');
         return;
       }

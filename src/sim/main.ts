@@ -5,7 +5,8 @@
  *
  * Options (units: tokens, 16-token KV pages, ms): `--engine tokenspeed|vllm` (tokenspeed; the wire, engine-wire.md
  * sections 4 / 5), `--lockstep` with `--dp-size N` (N ≥ 2; vLLM only: a lockstep MoE rank reporting
- * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
+ * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--ready-response
+ * long|short` (long; vLLM only: short = the 3-key ready response of vLLM releases up to at least 9aaf83ef, issue #14), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000), `--exit-with-parent`,
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
@@ -51,6 +52,8 @@ options (units: tokens, 16-token KV pages, ms):
   --engine FAMILY            Wire to speak: tokenspeed or vllm (default tokenspeed)
   --lockstep                 vLLM only: a lockstep (MoE) rank that parks when drained and waits for START_DP_WAVE
   --dp-size N                With --lockstep: the group size reported as data_parallel_size (N >= 2, required)
+  --ready-response FORM      long (default: all 19 keys) or short (vLLM only: max_model_len, num_gpu_blocks and
+                             dp_stats_address, as vLLM releases up to at least May 2026 send it)
   --max-running N            Cap on running requests (default 64)
   --kv-pages N               Total KV pages of 16 tokens (default 4096)
   --max-model-len N          Context length reported in the ready response (default 32768)
@@ -105,6 +108,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         engine: { type: 'string' },
         lockstep: { type: 'boolean' },
         'dp-size': { type: 'string' },
+        'ready-response': { type: 'string' },
         'max-running': { type: 'string' },
         'kv-pages': { type: 'string' },
         'max-model-len': { type: 'string' },
@@ -145,6 +149,13 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   if (!lockstep && dpSize !== undefined) {
     throw new SimArgsError('--dp-size is only meaningful with --lockstep: dense ranks report data_parallel_size 1');
   }
+  const readyResponse = str('ready-response');
+  if (readyResponse !== undefined && readyResponse !== 'long' && readyResponse !== 'short') {
+    throw new SimArgsError(`--ready-response: expected long or short, got ${JSON.stringify(readyResponse)}`);
+  }
+  if (readyResponse === 'short' && engineFamily !== 'vllm') {
+    throw new SimArgsError('--ready-response short needs --engine vllm: TokenSpeed always sends the 19-key ready response');
+  }
   const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
   const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
   const decode = numberOption('step-decode-ms', str('step-decode-ms'), { min: 0 });
@@ -167,6 +178,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     engine.lockstep = true;
     engine.dataParallelSize = dpSize;
   }
+  if (readyResponse !== undefined) engine.readyResponse = readyResponse;
   if (base !== undefined || prefill !== undefined || decode !== undefined) {
     engine.stepTimeModel = {
       baseMs: base ?? DEFAULT_STEP_TIME_MODEL.baseMs,

@@ -43,6 +43,17 @@ test('parseSimArgs names the bad option', () => {
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--bogus']), SimArgsError);
 });
 
+test('parseSimArgs --ready-response: short for vLLM ranks (issue #14), long by default, refused for TokenSpeed', () => {
+  const short = parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm', '--lockstep', '--dp-size', '2', '--ready-response', 'short']);
+  assert.equal(short.engine.readyResponse, 'short');
+  assert.equal(short.engine.lockstep, true);
+  assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm']).engine.readyResponse, undefined);
+  assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--ready-response', 'long']).engine.readyResponse, 'long');
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--ready-response', 'short']), /--ready-response short needs --engine vllm/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm', '--ready-response', 'tiny']), /--ready-response: expected long or short/);
+  assert.ok(SIM_USAGE.includes('--ready-response FORM'));
+});
+
 test('simMain --help prints the usage and exits 0 without dialling anything', async () => {
   const written: string[] = [];
   const original = process.stdout.write.bind(process.stdout);

@@ -197,7 +197,8 @@ test('close() pushes ENGINE_CORE_DEAD', async () => {
   await hangGuard((engine as SimEngineHandle).closed, 5000, 'engine loop end');
 });
 
-test('the raw registration frame spells the granularity key block_size (engine-wire.md 2.5)', async () => {
+/** The registration frame a vLLM sim rank with `extra` options sends, decoded generically, read by a hand-driven gateway. */
+async function rawRegistration(extra: { readyResponse?: 'long' | 'short'; lockstep?: boolean; dataParallelSize?: number } = {}): Promise<Record<string, unknown>> {
   const d = await freshDir();
   const handshakeAddress = `tcp://127.0.0.1:${await freePort()}`;
   const inputAddress = `ipc://${d.dir}/in`;
@@ -212,17 +213,14 @@ test('the raw registration frame spells the granularity key block_size (engine-w
     await output.bind(outputAddress);
     const started = runSimEngine({
       engine: 'vllm', engineIndex: 1, handshakeAddress, timeScale: 0, textModel, vocabSize: tokenizer.vocabSize,
-      eosTokenIds: tokenizer.eosTokenIds, initTimeoutMs: 20_000,
+      eosTokenIds: tokenizer.eosTokenIds, initTimeoutMs: 20_000, ...extra,
     });
     const [id] = await hangGuard(hs.receive(), 20_000, 'HELLO');
     await hs.send([id, encodeHandshakeInit({ inputs: [inputAddress], outputs: [outputAddress] })]);
     await hangGuard(hs.receive(), 20_000, 'READY');
     const [, registration] = await hangGuard(input.receive(), 20_000, 'registration');
     rank = await hangGuard(started, 20_000, 'rank start');
-    const map = decode(registration) as Record<string, unknown>;
-    assert.equal(map.block_size, 16);
-    assert.ok(!('prefix_granularity' in map));
-    assert.equal(map.data_parallel_size, 1);
+    return decode(registration) as Record<string, unknown>;
   } finally {
     await rank?.close({ sendDead: false });
     hs.close();
@@ -230,4 +228,22 @@ test('the raw registration frame spells the granularity key block_size (engine-w
     output.close();
     await d.cleanup();
   }
+}
+
+test('the raw registration frame spells the granularity key block_size (engine-wire.md 2.5)', async () => {
+  const map = await rawRegistration();
+  assert.equal(map.block_size, 16);
+  assert.ok(!('prefix_granularity' in map));
+  assert.equal(map.data_parallel_size, 1);
+});
+
+test('readyResponse short: the registration is the 3-key map of vLLM up to at least 9aaf83ef, also for a lockstep rank', async () => {
+  for (const extra of [{ readyResponse: 'short' as const }, { readyResponse: 'short' as const, lockstep: true, dataParallelSize: 2 }]) {
+    const map = await rawRegistration(extra);
+    assert.deepEqual(map, { max_model_len: 32768, num_gpu_blocks: 4096, dp_stats_address: null }, JSON.stringify(extra));
+  }
+  await assert.rejects(
+    runSimEngine({ engine: 'tokenspeed', engineIndex: 0, handshakeAddress: 'tcp://127.0.0.1:1', readyResponse: 'short', textModel, vocabSize: 1, eosTokenIds: [0] }),
+    /readyResponse "short" needs engine "vllm"/,
+  );
 });
