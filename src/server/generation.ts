@@ -13,10 +13,16 @@
  *   emitted (gateway.md 6, as vLLM's detokenizer drops it);
  * - every text delta passes through the stop-string matcher (gateway.md 6): text that could still become a stop
  *   string is held back; a match ends the choice with `stop` at once and cancels the engine stream (ABORT, dp-routing.md
- *   5); the held-back text is released by the terminal event, through the same path as every other delta.
+ *   5); the held-back text is released by the terminal event, through the same path as every other delta;
+ * - stop strings do not apply before `minTokens` tokens were generated (vLLM's frontend rule, PR #22014; issue #14):
+ *   the text of the first `minTokens` tokens cannot end a match, so a stop string wholly inside it is emitted as
+ *   ordinary text, while one that ends in a later token's text still stops the choice (stop-matcher.ts). The split is
+ *   per token, also inside one engine output, so it does not depend on how the engine chunked its tokens (TokenSpeed's
+ *   stream interval, vLLM's per-step outputs, streamed or not). Stop token ids need nothing here: both engines mask
+ *   them below `min_tokens` themselves (engine-wire.md 4.4 `min_new_tokens`, 5.3 `min_tokens`).
  */
 import type { EngineOutput } from '../protocols/types.js';
-import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
+import { StopStringMatcher, type StopMatchResult } from '../tokenizer/stop-matcher.js';
 import type { BackendStream } from './backend.js';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
@@ -106,6 +112,8 @@ export interface GenerationOptions {
   stopMatcher?: StopStringMatcher;
   /** Collect each token's logprob from the engine outputs (`EngineOutput.logprobs`; a missing value becomes NaN). */
   logprobs?: boolean;
+  /** The request's `min_tokens` (tokens, default 0): stop strings cannot end inside the text of the first this many. */
+  minTokens?: number;
 }
 
 /** Read the next stream item, or reject with `ClientDisconnectedError` as soon as `signal` fires. */
@@ -139,6 +147,24 @@ function nextOrDisconnect(
 export async function* generate(opts: GenerationOptions): AsyncGenerator<GenerationEvent, void, undefined> {
   const { stream, detokenizer, signal } = opts;
   const matcher = opts.stopMatcher ?? new StopStringMatcher([]);
+  const minTokens = opts.minTokens ?? 0;
+  /**
+   * Detokenize `ids`, the tokens after the first `before`, and feed their text to the matcher: tokens up to number
+   * `minTokens` as unmatchable text, the rest as matchable. `final` adds the detokenizer's end flush, which belongs
+   * to the last token decoded.
+   */
+  const feed = (ids: readonly number[], before: number, final: boolean): StopMatchResult => {
+    const locked = Math.max(0, Math.min(ids.length, minTokens - before));
+    const lastMatchable = before + ids.length > minTokens;
+    const lockedText = locked > 0 ? detokenizer.push(ids.slice(0, locked)) : '';
+    const freeText = locked < ids.length ? detokenizer.push(ids.slice(locked)) : '';
+    const flush = final ? detokenizer.finish() : '';
+    const unmatchable = lockedText + (lastMatchable ? '' : flush);
+    const emit = unmatchable === '' ? '' : matcher.push(unmatchable, { matchable: false }).emit;
+    if (!lastMatchable) return { emit, matched: null };
+    const r = matcher.push(freeText + flush);
+    return { emit: emit + r.emit, matched: r.matched };
+  };
   const it = stream[Symbol.asyncIterator]();
   let received = 0;
   let finished = false;
@@ -161,13 +187,14 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
         throw new ApiError(503, `engine stream for request ${stream.requestId} ended without a finish reason`, { code: 'stream-closed' });
       }
       const out = result.value;
+      const before = received;
       received += out.newTokenIds.length;
       opts.latency?.tokens(out.newTokenIds.length);
       if (opts.logprobs === true) {
         out.newTokenIds.forEach((id, i) => pendingLogprobs.push({ id, logprob: out.logprobs[i] ?? NaN }));
       }
       if (out.finishReason === null) {
-        const r = matcher.push(detokenizer.push(out.newTokenIds));
+        const r = feed(out.newTokenIds, before, false);
         if (r.matched !== null) {
           // A stop string matched: the engine does not know, so abandon its stream (ABORT) and finish here.
           finished = true;
@@ -195,7 +222,7 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       let ids = out.newTokenIds;
       const last = ids[ids.length - 1];
       if (out.finishReason === 'stop' && last !== undefined && opts.stopTokenIds.has(last)) ids = ids.slice(0, -1);
-      const r = matcher.push(detokenizer.push(ids) + detokenizer.finish());
+      const r = feed(ids, before, true);
       const text = r.matched !== null ? r.emit : r.emit + matcher.flush();
       const finishReason = r.matched !== null ? 'stop' : out.finishReason;
       const completionTokens = Math.max(received, out.completionTokens);

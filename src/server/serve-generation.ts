@@ -347,6 +347,7 @@ export async function serveGeneration(
           signal: choiceSignal,
           stopMatcher: new StopStringMatcher(prepared.stop, { includeStopStr: prepared.includeStopStr }),
           logprobs: prepared.topLogprobs !== null,
+          minTokens: prepared.sampling.minNewTokens,
           latency: i === 0 ? new LatencyTracker(metrics, shape.endpoint, startedAt, ctx.now) : undefined,
         }),
       ),

@@ -9,7 +9,12 @@
  * - on a match, the earliest occurrence wins (ties: the longest stop string); no character of the matched stop string
  *   is ever emitted unless `includeStopStr` (vLLM's `include_stop_str_in_output`), and text after it is dropped;
  * - after a match the matcher is finished: further input is ignored (emits nothing);
- * - `flush()` releases the held-back text at the end of the choice (it goes through the same path as any delta).
+ * - `flush()` releases the held-back text at the end of the choice (it goes through the same path as any delta);
+ * - text pushed with `matchable: false` (the text of the first `min_tokens` tokens) cannot **end** a match: a stop
+ *   string lying wholly inside it is ordinary text and is emitted; one that starts inside it and ends in later text
+ *   still matches. This is vLLM's frontend rule (v1 `detokenizer.py` `BaseIncrementalDetokenizer.update`, PR #22014:
+ *   `stop_check_offset` moves past the text of every token up to `min_tokens`, and `check_stop_strings` only accepts
+ *   a match that ends after that offset). Holdback is unchanged, since such text can still begin a match.
  */
 
 /** Result of feeding one text delta: `emit` is safe to send now; `matched` is the stop string that ended the text. */
@@ -17,6 +22,12 @@ export interface StopMatchResult {
   emit: string;
   /** The stop string that matched (the choice then finishes with `stop`), or null while none has. */
   matched: string | null;
+}
+
+/** Options of one `StopStringMatcher.push`. */
+export interface StopPushOptions {
+  /** False: no match may end inside this text (see the module comment; vLLM's `min_tokens` rule). Default true. */
+  matchable?: boolean;
 }
 
 /** Options of a `StopStringMatcher`. */
@@ -34,6 +45,8 @@ export class StopStringMatcher {
   private readonly includeStopStr: boolean;
   /** Text received but not yet emitted (always a proper prefix candidate of some stop string, or ''). */
   private held = '';
+  /** How many leading UTF-16 units of `held` came from unmatchable text (a match must end after them). */
+  private heldLocked = 0;
   private matchedStop: string | null = null;
 
   constructor(stops: readonly string[], options: StopMatcherOptions = {}) {
@@ -52,15 +65,22 @@ export class StopStringMatcher {
     return this.matchedStop;
   }
 
-  /** Feed one detokenized text delta (complete characters). */
-  push(text: string): StopMatchResult {
+  /** Feed one detokenized text delta (complete characters); `options.matchable` false for text that may not end a match. */
+  push(text: string, options: StopPushOptions = {}): StopMatchResult {
     if (this.matchedStop !== null) return { emit: '', matched: this.matchedStop };
     if (this.stops.length === 0) return { emit: text, matched: null };
     const buf = this.held + text;
+    if (options.matchable === false) {
+      const hold = this.longestPrefixSuffix(buf);
+      this.held = buf.slice(buf.length - hold);
+      this.heldLocked = this.held.length;
+      return { emit: buf.slice(0, buf.length - hold), matched: null };
+    }
     let bestAt = -1;
     let best: string | null = null;
     for (const s of this.stops) {
-      const at = buf.indexOf(s);
+      // Only occurrences that end after the unmatchable prefix count.
+      const at = buf.indexOf(s, Math.max(0, this.heldLocked - s.length + 1));
       if (at < 0) continue;
       if (bestAt < 0 || at < bestAt || (at === bestAt && s.length > best!.length)) {
         bestAt = at;
@@ -70,17 +90,21 @@ export class StopStringMatcher {
     if (best !== null) {
       this.matchedStop = best;
       this.held = '';
+      this.heldLocked = 0;
       return { emit: buf.slice(0, bestAt) + (this.includeStopStr ? best : ''), matched: best };
     }
     const hold = this.longestPrefixSuffix(buf);
-    this.held = buf.slice(buf.length - hold);
-    return { emit: buf.slice(0, buf.length - hold), matched: null };
+    const emitted = buf.length - hold;
+    this.held = buf.slice(emitted);
+    this.heldLocked = Math.max(0, this.heldLocked - emitted);
+    return { emit: buf.slice(0, emitted), matched: null };
   }
 
   /** End of the choice without a match: return the held-back text (empty after a match). */
   flush(): string {
     const rest = this.held;
     this.held = '';
+    this.heldLocked = 0;
     return this.matchedStop === null ? rest : '';
   }
 

@@ -3,12 +3,15 @@
  * with emoji and CJK, the streamed text equals the non-streamed text byte for byte (gateway.md 5 and 12), also with
  * stop strings (gateway.md 6) and with n = 2 (gateway.md 10: seeds s + i, so a repeated request returns the same n
  * texts). The simulated text is ASCII; split multi-byte characters are covered by test/server/stream-equivalence.
+ * Also `min_tokens` with stop strings (issue #14; min-tokens-helpers.ts); the vLLM family runs the same check in
+ * vllm-short-ready.test.ts.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { RunningGateway } from '../../src/gateway.js';
 import { startSimGateway } from '../helpers/gateway.js';
 import { parseSse } from '../server/helpers.js';
+import { checkMinTokensStops } from './min-tokens-helpers.js';
 
 const PROMPTS = ['Tell me a story 🐉 about 龍 and 🎉.', '你好，请介绍一下你自己。😀', 'Plain ASCII prompt.'];
 
@@ -81,5 +84,10 @@ describe('streaming == non-streaming through startGateway({ sim: 2 })', () => {
       }
     }
     assert.ok(compared >= 20);
+  });
+
+  test('min_tokens: stop strings do not apply before min_tokens tokens (TokenSpeed ranks), streamed or not', { timeout: 120_000 }, async () => {
+    const checked = await checkMinTokensStops(gateway.url, 'sim', { prompts: PROMPTS.slice(0, 2), seeds: [3, 11] });
+    assert.equal(checked, 2 * 2 * 2 * 2 * 2);
   });
 });

@@ -87,3 +87,65 @@ test('any split of a text gives the same concatenated output', () => {
     }
   }
 });
+
+/**
+ * vLLM's min_tokens rule (v1 detokenizer.py, PR #22014) as a reference: a stop string counts only when it ends after
+ * `boundary` (the text length of the first min_tokens tokens); the earliest such occurrence cuts the text (ties as this
+ * matcher breaks them: the longest stop string).
+ */
+function vllmMinTokensCut(text: string, stops: readonly string[], boundary: number): { text: string; matched: string | null } {
+  let cut = -1;
+  let matched: string | null = null;
+  for (const s of stops) {
+    const at = text.indexOf(s, Math.max(0, boundary - s.length + 1));
+    if (at >= 0 && (cut < 0 || at < cut || (at === cut && s.length > matched!.length))) {
+      cut = at;
+      matched = s;
+    }
+  }
+  return cut < 0 ? { text, matched: null } : { text: text.slice(0, cut), matched };
+}
+
+test('unmatchable text (min_tokens): a stop string wholly inside it is emitted as ordinary text', () => {
+  const m = new StopStringMatcher(['END']);
+  assert.deepEqual(m.push('a END b', { matchable: false }), { emit: 'a END b', matched: null });
+  assert.deepEqual(m.push(' c END d'), { emit: ' c ', matched: 'END' }, 'a later occurrence still stops');
+});
+
+test('unmatchable text: a stop string that starts in it and ends after it matches; holdback spans the boundary', () => {
+  const m = new StopStringMatcher(['world']);
+  assert.deepEqual(m.push('hello wor', { matchable: false }), { emit: 'hello ', matched: null }, '"wor" may still begin a match');
+  assert.deepEqual(m.push('ld!'), { emit: '', matched: 'world' });
+  // A complete occurrence inside the unmatchable text that is also a prefix candidate is held, then released.
+  const n = new StopStringMatcher(['ab', 'abc']);
+  assert.deepEqual(n.push('xab', { matchable: false }), { emit: 'x', matched: null });
+  assert.deepEqual(n.push('d'), { emit: 'abd', matched: null }, '"ab" ended inside the unmatchable text: not a match');
+  const o = new StopStringMatcher(['ab', 'abc']);
+  assert.deepEqual(o.push('xab', { matchable: false }), { emit: 'x', matched: null });
+  assert.deepEqual(o.push('c'), { emit: '', matched: 'abc' }, '"abc" ends after it: a match');
+});
+
+test('unmatchable text: matches the vLLM reference for every boundary and split (include_stop_str too)', () => {
+  const text = 'ab ## cd ## ef #';
+  const stops = ['##', '# c', 'd #'];
+  for (let boundary = 0; boundary <= text.length; boundary++) {
+    const ref = vllmMinTokensCut(text, stops, boundary);
+    for (let split = boundary; split <= text.length; split++) {
+      for (const include of [false, true]) {
+        const m = new StopStringMatcher(stops, { includeStopStr: include });
+        let out = m.push(text.slice(0, boundary), { matchable: false }).emit;
+        let matched: string | null = null;
+        for (const part of [text.slice(boundary, split), text.slice(split)]) {
+          const r = m.push(part);
+          out += r.emit;
+          matched = r.matched;
+          if (matched !== null) break;
+        }
+        if (matched === null) out += m.flush();
+        const what = `boundary ${boundary}, split ${split}, include ${include}`;
+        assert.equal(matched, ref.matched, what);
+        assert.equal(out, ref.matched !== null && include ? ref.text + ref.matched : ref.text, what);
+      }
+    }
+  }
+});
