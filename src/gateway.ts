@@ -269,7 +269,7 @@ export function vllmEosFor(tokenizer: Pick<GatewayTokenizer, 'modelEos' | 'eosTo
  * `decodeReadyResponse` (an informational key of the wrong type, treated as not reported) as a warning, and a `dtype`
  * outside `KNOWN_DTYPES` once per distinct value per gateway (`seen` holds the values already logged). Never throws.
  */
-function logReadyNotes(log: Logger, engine: ConnectedEngine, seen: Set<string>): void {
+export function logReadyNotes(log: Logger, engine: ConnectedEngine, seen: Set<string>): void {
   for (const note of engine.ready.notes ?? []) {
     log.warn({ engineIndex: engine.engineIndex, note }, 'ready response: informational key ignored');
   }
