@@ -246,12 +246,12 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
 
 /**
  * Parse `serve` arguments into `startGateway` options. Group syntax: `--engine-url`, `--sim`, `--worker` and
- * `--sim-worker` each start an engine group; the group options (`--engine`, `--sim-engine`, `--dp-size`,
- * `--handshake`, `--lockstep` / `--no-lockstep` (`lockstepMode`, issue #14), `--sim-lockstep`, `--sim-arg`) that follow apply to that group, and those given before the first
- * group are defaults for every group. One group (or none: the default simulated group) comes back as the
- * single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag, a stray positional
- * argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`. `--dp-policy NAME`
- * becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors).
+ * `--sim-worker` each start an engine group; the group options (`--engine`, `--sim-engine`, `--dp-size`, `--handshake`,
+ * `--lockstep` / `--no-lockstep` (`lockstepMode`, issue #14), `--sim-lockstep`, `--sim-arg`) that follow apply to that
+ * group, and those given before the first group are defaults for every group. One group (or none: the default simulated
+ * group) comes back as the single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag,
+ * a stray positional argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
+ * `--dp-policy NAME` becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors).
  */
 export function parseServeArgs(argv: string[]): GatewayOptions | null {
   let parsed;

@@ -71,7 +71,8 @@ export interface GroupOptions {
  * - `port` (default 30000; 0 = any free port), `host` (default 127.0.0.1): the HTTP listener.
  * - `groups`: the engine groups to serve (at least one; worker URLs and handshake addresses must be distinct,
  *   gateway.md 2.3 "Registration checks"). Without `groups`, the single-group shorthand fields `engine`,
- *   `engineUrl`, `handshake`, `dpSize`, `sim`, `simArgs`, `lockstep`, `lockstepMode` describe one group (see `GroupOptions`);
+ *   `engineUrl`, `handshake`, `dpSize`, `sim`, `simArgs`, `lockstep`, `lockstepMode` describe one group (see
+ *   `GroupOptions`);
  *   giving both is a RangeError.
  * - `tokenizerDir`: the model folder with tokenizer.json / tokenizer_config.json and, optionally, config.json /
  *   generation_config.json (vLLM EOS ids, gateway.md 7) (default: the Qwen3 files shipped by

@@ -11,11 +11,12 @@
  *
  * Lockstep groups (dp-routing.md 13; `waves.ts`): after every successful ADD, and on a rank's start-wave request,
  * START_DP_WAVE `[clock + 1, nil]` goes to every rank in list order; a group whose kind is still unknown (short ready
- * responses, issue #14) gets it once, after its first ADD, until a wave notification shows it is lockstep. Failures (dp-routing.md 6 and 14.8; issue #3
- * part 4): ENGINE_CORE_DEAD, a send timeout, 3 consecutive undecodable messages, the client-wide silence watchdog,
- * a per-rank silence watchdog, and a send refused with EHOSTUNREACH (the rank's identity is gone; also probed after
- * every `disconnect` hint) each fail the whole engine group: every live request gets the same terminal error and
- * the client is closed for good (`isAlive()` false, `failed` emitted) while other groups' clients keep serving.
+ * responses, issue #14) gets it once, after its first ADD, until a wave notification shows it is lockstep. Failures
+ * (dp-routing.md 6 and 14.8; issue #3 part 4): ENGINE_CORE_DEAD, a send timeout, 3 consecutive undecodable messages,
+ * the client-wide silence watchdog, a per-rank silence watchdog, and a send refused with EHOSTUNREACH (the rank's
+ * identity is gone; also probed after every `disconnect` hint) each fail the whole engine group: every live request
+ * gets the same terminal error and the client is closed for good (`isAlive()` false, `failed` emitted) while other
+ * groups' clients keep serving.
  */
 import { EventEmitter } from 'node:events';
 import { pino, type Logger } from 'pino';
@@ -595,12 +596,12 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   // Lockstep waves (dp-routing.md section 13)
 
   /**
-   * `wake_group()` (13.2), the clock already bumped to `wave`: START_DP_WAVE `[wave, nil]` (engine-wire.md 5.7) to EVERY engine in list
-   * (identity) order, the holder of the new request included. All sends are queued in the same synchronous step,
-   * so the link's FIFO keeps them in order and together. The clock ticks but nothing is sent when the protocol has
-   * no wave message (TokenSpeed; 13.2 inferred). Never rejects: resolves
-   * with null on success, else with the failure (a timeout or EHOSTUNREACH on any rank has already failed the
-   * client; for several failures the fatal one wins).
+   * `wake_group()` (13.2), the clock already bumped to `wave`: START_DP_WAVE `[wave, nil]` (engine-wire.md 5.7) to
+   * EVERY engine in list (identity) order, the holder of the new request included. All sends are queued in the same
+   * synchronous step, so the link's FIFO keeps them in order and together. The clock ticks but nothing is sent when the
+   * protocol has no wave message (TokenSpeed; 13.2 inferred). Never rejects: resolves with null on success, else with
+   * the failure (a timeout or EHOSTUNREACH on any rank has already failed the client; for several failures the fatal
+   * one wins).
    */
   private async wakeGroup(wave: number): Promise<SendFailure | null> {
     if (this.protocol.encodeStartWave === undefined) return null;

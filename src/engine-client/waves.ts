@@ -134,10 +134,10 @@ export class WaveClock {
   }
 
   /**
-   * `observe_wave(event)` (13.3), plus detection. Dense (forced or from the ready responses) → `ignored`. Otherwise
-   * the group is (or, when unknown, now becomes) lockstep, the clock is updated, and the result is `wake` for a start(w), and for a complete(w) only when this
-   * event was the detection and `busy` (requests are in flight: one may be held by a parked rank, see the module
-   * comment); else `updated`.
+   * `observe_wave(event)` (13.3), plus detection. Dense (forced or from the ready responses) → `ignored`. Otherwise the
+   * group is (or, when unknown, now becomes) lockstep, the clock is updated, and the result is `wake` for a start(w),
+   * and for a complete(w) only when this event was the detection and `busy` (requests are in flight: one may be held by
+   * a parked rank, see the module comment); else `updated`.
    */
   observe(event: WaveEvent, busy = false): WaveObservation {
     if (this.currentKind === 'dense') return 'ignored';
