@@ -41,6 +41,18 @@ export interface EngineOutputBase {
   finishReason: FinishReason | null;
   logprobs: number[];
   stopReason?: number | string | null;
+  /**
+   * The ranked candidates of each token in `newTokenIds` (best first), when the request asked for top logprobs and
+   * the engine returns them (vLLM: columns 1..K of `new_logprobs`, engine-wire.md 5.6; TokenSpeed never does).
+   * Absent otherwise. Parallel to `newTokenIds`.
+   */
+  topLogprobs?: TokenCandidate[][];
+}
+
+/** One ranked candidate token at a position: its id and natural-log probability (may be −∞ or NaN). */
+export interface TokenCandidate {
+  id: number;
+  logprob: number;
 }
 
 /**
@@ -128,6 +140,34 @@ export interface SamplingOptions {
   seed: number | null;
   /** Token id (decimal) to additive bias; null when unset. */
   logitBias: Record<string, number> | null;
+  /** A structured-output constraint (grammar-guided decoding), or null/absent for free text. */
+  structuredOutput?: StructuredOutput | null;
+}
+
+/**
+ * One structured-output constraint, engine-neutral (gateway.md 8 "response_format / structured output"; vLLM
+ * `StructuredOutputsParams`, engine-wire.md 5.3; TokenSpeed `json_schema` / `regex` / `ebnf` / `structural_tag`, 4.4):
+ * - `json`: a JSON schema, parsed (an object) or as the raw string when it did not parse;
+ * - `json_object`: any JSON object;
+ * - `regex`: a regular expression the whole output must match;
+ * - `choice`: the output is exactly one of the strings;
+ * - `grammar`: an EBNF / Lark grammar, passed through as text;
+ * - `structural_tag`: a structural-tag specification (JSON text).
+ */
+export type StructuredConstraint =
+  | { kind: 'json'; schema: unknown }
+  | { kind: 'json_object' }
+  | { kind: 'regex'; pattern: string }
+  | { kind: 'choice'; choices: string[] }
+  | { kind: 'grammar'; grammar: string }
+  | { kind: 'structural_tag'; tag: string };
+
+/** A constraint plus vLLM's structured-output options (engine-wire.md 5.3; each false/null = not set). */
+export interface StructuredOutput {
+  constraint: StructuredConstraint;
+  disableAnyWhitespace: boolean;
+  disableAdditionalProperties: boolean;
+  whitespacePattern: string | null;
 }
 
 /** The defaults a request without sampling parameters gets (gateway.md section 8, "TokenSpeed defaults"). */
@@ -160,6 +200,11 @@ export interface GenerateRequest {
   stream: boolean;
   /** Ask for the sampled token's logprob. */
   returnLogprob: boolean;
+  /**
+   * With `returnLogprob`: how many ranked candidates per position to return besides the sampled token (0 = the
+   * sampled token only; vLLM `logprobs` = k, engine-wire.md 5.3 / 5.6). Absent = 0. TokenSpeed can only return 0.
+   */
+  topLogprobs?: number;
 }
 
 /** The single raw type byte that precedes every request payload (engine-wire.md section 1.6). */

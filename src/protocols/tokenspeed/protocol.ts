@@ -41,6 +41,10 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
   if (typeof request.returnLogprob !== 'boolean') {
     throw new WireEncodeError(`${root}.return_logprob`, 'expected a boolean');
   }
+  if ((request.topLogprobs ?? 0) > 0) {
+    // SMG refuses more than the sampled token's logprob for TokenSpeed (gateway.md 8); the HTTP layer says so first.
+    throw new WireEncodeError(`${root}.top_logprobs_num`, `${request.topLogprobs} top logprobs requested; TokenSpeed returns only the sampled token's`);
+  }
   const s = request.sampling;
   for (const [field, value] of [
     ['max_new_tokens', s.maxNewTokens], ['min_new_tokens', s.minNewTokens], ['top_k', s.topK], ['seed', s.seed],

@@ -4,7 +4,7 @@
  * gateway-side normalization (4.5, SMG `sampling.rs`) and the engine-side validation table (4.6) the gateway runs
  * before sending, because TokenSpeed answers an invalid request only with a silent terminal abort.
  */
-import type { SamplingOptions } from '../types.js';
+import type { SamplingOptions, StructuredOutput } from '../types.js';
 import {
   anyValue, bool, float, int, list, nullable, positional, str, strMap, strOrStrList,
 } from '../../wire/codec.js';
@@ -115,10 +115,55 @@ export function normalizeSamplingParams(p: TokenSpeedSamplingParams): TokenSpeed
   return out;
 }
 
+/** TokenSpeed's four grammar fields (engine-wire.md 4.4 indexes 11..14); at most one is set. */
+export type TokenSpeedGrammarFields = Pick<TokenSpeedSamplingParams, 'json_schema' | 'regex' | 'ebnf' | 'structural_tag'>;
+
+/** Characters with a meaning in a regular expression, escaped when a choice becomes a regex alternation. */
+const REGEX_SPECIAL = /[\\^$.*+?()[\]{}|/]/g;
+
+/**
+ * Why TokenSpeed cannot carry `so`, or null when it can (gateway.md 8: TokenSpeed has exactly one of `json_schema`,
+ * `regex`, `ebnf`, `structural_tag`, no choice or JSON-object field and none of vLLM's structured-output options).
+ * A choice and a JSON object have exact equivalents (a regex alternation, the schema `{"type": "object"}`), so only
+ * the options are refused.
+ */
+export function tokenSpeedStructuredOutputProblem(so: StructuredOutput): string | null {
+  const refused = [
+    so.disableAnyWhitespace ? 'disable_any_whitespace' : null,
+    so.disableAdditionalProperties ? 'disable_additional_properties' : null,
+    so.whitespacePattern !== null ? 'whitespace_pattern' : null,
+  ].filter((x) => x !== null);
+  return refused.length === 0 ? null : `TokenSpeed's sampling parameters have no ${refused.join(', ')} option`;
+}
+
+/**
+ * The grammar fields for `so` (engine-wire.md 4.4): a JSON schema → `json_schema` (the schema serialized as JSON, or
+ * the raw string as given); a JSON object → `json_schema` `{"type":"object"}`; a regex → `regex`; a choice → `regex`
+ * matching exactly one of the strings (each escaped, joined with `|`); a grammar → `ebnf`; a structural tag →
+ * `structural_tag`. null → every field nil. Throws WireEncodeError when `so` carries an option TokenSpeed lacks
+ * (`tokenSpeedStructuredOutputProblem`).
+ */
+export function toTokenSpeedGrammar(so: StructuredOutput | null | undefined): TokenSpeedGrammarFields {
+  const out: TokenSpeedGrammarFields = { json_schema: null, regex: null, ebnf: null, structural_tag: null };
+  if (so === null || so === undefined) return out;
+  const problem = tokenSpeedStructuredOutputProblem(so);
+  if (problem !== null) throw new WireEncodeError('SamplingParams.json_schema', problem);
+  const c = so.constraint;
+  switch (c.kind) {
+    case 'json': out.json_schema = typeof c.schema === 'string' ? c.schema : JSON.stringify(c.schema); break;
+    case 'json_object': out.json_schema = '{"type":"object"}'; break;
+    case 'regex': out.regex = c.pattern; break;
+    case 'choice': out.regex = `(${c.choices.map((x) => x.replace(REGEX_SPECIAL, '\\$&')).join('|')})`; break;
+    case 'grammar': out.ebnf = c.grammar; break;
+    case 'structural_tag': out.structural_tag = c.tag; break;
+  }
+  return out;
+}
+
 /**
  * Maps the engine-neutral `SamplingOptions` (already validated and defaulted by the HTTP layer) onto TokenSpeed's
  * 29 fields and normalizes them (engine-wire.md 4.4 "Gateway sends" column): `stop` nil (stop strings are matched in
- * the gateway), grammars nil, `no_stop_trim` false, `thinking_budget`/`custom_params`/`stream_interval` nil,
+ * the gateway), the grammar fields from `structuredOutput` (`toTokenSpeedGrammar`), `no_stop_trim` false, `thinking_budget`/`custom_params`/`stream_interval` nil,
  * `logprobs` nil, `n` 1, `stop_strs` `[]`, `is_normalized` true. `logit_bias` and `seed` are passed through.
  */
 export function toTokenSpeedSamplingParams(s: SamplingOptions): TokenSpeedSamplingParams {
@@ -134,10 +179,7 @@ export function toTokenSpeedSamplingParams(s: SamplingOptions): TokenSpeedSampli
     presence_penalty: s.presencePenalty,
     repetition_penalty: s.repetitionPenalty,
     min_new_tokens: s.minNewTokens,
-    json_schema: null,
-    regex: null,
-    ebnf: null,
-    structural_tag: null,
+    ...toTokenSpeedGrammar(s.structuredOutput),
     ignore_eos: s.ignoreEos,
     skip_special_tokens: s.skipSpecialTokens,
     spaces_between_special_tokens: s.spacesBetweenSpecialTokens,

@@ -19,7 +19,7 @@ import type { WireInt } from '../../wire/reader.js';
 import { MsgpackWriter } from '../../wire/writer.js';
 import { loadFromSchedulerStats, schedulerStatsCodec } from './stats.js';
 import type { SchedulerStats } from './stats.js';
-import { logprobsCodec, sampledLogprobs } from './tensors.js';
+import { candidateLogprobs, logprobsCodec, sampledLogprobs } from './tensors.js';
 import type { TensorFrames, VllmLogprobs } from './tensors.js';
 
 /** `stop_reason`: the matched stop token id (int), the matched stop string (str), or null. */
@@ -339,7 +339,8 @@ function count(v: WireInt, path: string): number {
 /**
  * Maps a decoded envelope onto the seam (engine-wire.md 5.8-5.11; dp-routing.md 8). Pure and stateless:
  * - request batch: each output → an `EngineOutputRow` (finish reason per 5.11, `stopReason` = `stop_reason`,
- *   logprobs = column 0 of `new_logprobs`, one per row, not checked against the length of `new_token_ids`). Token
+ *   logprobs = column 0 of `new_logprobs`, one per row, not checked against the length of `new_token_ids`;
+ *   `topLogprobs` = columns 1..K when K > 0, engine-wire.md 5.6). Token
  *   counts as 5.9 reports them: `promptTokens` / `cachedTokens` = `prefill_stats.num_prompt_tokens` /
  *   `num_cached_tokens` when `prefill_stats` is present, else null; `completionTokens` always null (vLLM sends no
  *   cumulative count: the engine client's stream keeps the running total of `new_token_ids`).
@@ -372,7 +373,7 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatc
     const stop = out.stop_reason;
     const stopReason = typeof stop === 'string' || stop === null ? stop : count(stop, `${p}.stop_reason`);
     if (finishReason !== null) finished.add(out.request_id);
-    return {
+    const row: EngineOutputRow = {
       requestId: out.request_id,
       newTokenIds,
       finishReason,
@@ -382,6 +383,11 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatc
       logprobs: out.new_logprobs === null ? [] : sampledLogprobs(out.new_logprobs),
       stopReason,
     };
+    // Columns 1..K: the ranked candidates (only present when the request asked for k > 0 top logprobs).
+    if (out.new_logprobs !== null && out.new_logprobs.token_ids.some((r) => r.length > 1)) {
+      row.topLogprobs = candidateLogprobs(out.new_logprobs);
+    }
+    return row;
   });
   const batch: EngineBatch = { engineIndex, outputs, finishedRequestIds: [...finished] };
   if (o.scheduler_stats !== null) batch.load = loadFromSchedulerStats(o.scheduler_stats, `${root}.scheduler_stats`);

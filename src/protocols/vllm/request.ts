@@ -162,8 +162,9 @@ export interface EngineCoreRequestContext {
 
 /**
  * Builds the wire struct the gateway sends (engine-wire.md 5.2 "Gateway sends"): `request_id`, the prompt, nil
- * multimodal/pooling/LoRA/salt/embeddings, the sampling map (`toVllmSamplingParams`; `logprobs` 0 when
- * `returnLogprob`, i.e. the sampled token only), `arrival_time`, `data_parallel_rank` = `ctx.dpRank` when pinned, every
+ * multimodal/pooling/LoRA/salt/embeddings, the sampling map (`toVllmSamplingParams`; `logprobs` = `topLogprobs`
+ * (default 0, the sampled token only) when `returnLogprob`: EngineCore then returns k ranked candidates per position,
+ * engine-wire.md 5.6), `arrival_time`, `data_parallel_rank` = `ctx.dpRank` when pinned, every
  * later field at its default. `stream` has no vLLM field (EngineCore reports every step). Throws WireEncodeError
  * naming the field: empty request id, a prompt token that is not an integer ≥ 0, a negative or non-integer
  * `dpRank`, a non-finite `arrivalTime`, or any sampling error.
@@ -192,7 +193,7 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
   const sampling = toVllmSamplingParams(request.sampling, {
     promptTokens: request.promptTokenIds.length,
     maxModelLen: ctx.maxModelLen,
-    logprobs: request.returnLogprob ? 0 : null,
+    logprobs: request.returnLogprob ? (request.topLogprobs ?? 0) : null,
     eos: ctx.eos,
     onWarning: ctx.onWarning,
     path: `${root}.sampling_params`,

@@ -9,7 +9,7 @@
  * Also: the `structured_outputs` map, `repetition_detection`, and the mapping from the engine-neutral
  * `SamplingOptions` (gateway.md sections 7, 8, 9.1).
  */
-import type { SamplingOptions } from '../types.js';
+import type { SamplingOptions, StructuredOutput } from '../types.js';
 import { anyValue, bool, float, int, list, namedMap, nullable, str, strMap } from '../../wire/codec.js';
 import type { Codec } from '../../wire/codec.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
@@ -124,6 +124,29 @@ export function defaultStructuredOutputs(): StructuredOutputsParams {
     json: null, regex: null, choice: null, grammar: null, json_object: null, structural_tag: null,
     disable_any_whitespace: false, disable_additional_properties: false, whitespace_pattern: null, _backend: null,
   };
+}
+
+/**
+ * The `structured_outputs` map of an engine-neutral constraint (engine-wire.md 5.3 "Gateway mapping"; gateway.md 8):
+ * a JSON schema → `json` (the parsed schema, or the raw string when it did not parse); JSON object → `json_object:
+ * true`; regex, choice, grammar and structural tag map directly; the options are copied (`_backend` is derived on
+ * encode). Pure; never throws.
+ */
+export function toVllmStructuredOutputs(so: StructuredOutput): StructuredOutputsParams {
+  const out = defaultStructuredOutputs();
+  const c = so.constraint;
+  switch (c.kind) {
+    case 'json': out.json = c.schema; break;
+    case 'json_object': out.json_object = true; break;
+    case 'regex': out.regex = c.pattern; break;
+    case 'choice': out.choice = [...c.choices]; break;
+    case 'grammar': out.grammar = c.grammar; break;
+    case 'structural_tag': out.structural_tag = c.tag; break;
+  }
+  out.disable_any_whitespace = so.disableAnyWhitespace;
+  out.disable_additional_properties = so.disableAdditionalProperties;
+  out.whitespace_pattern = so.whitespacePattern;
+  return out;
 }
 
 /**
@@ -259,7 +282,8 @@ export interface VllmSamplingContext {
  *   or EngineCore would stop at 16 tokens);
  * - `stop_token_ids` / `_eos_token_id` / `_all_stop_token_ids` from `applyEosTokenIds` (gateway.md 7);
  * - `logit_bias`: decimal keys become integer keys; negative token ids are dropped with a warning; empty → omitted;
- * - `logprobs` from the context; every other optional key absent.
+ * - `logprobs` from the context; `structured_outputs` from `structuredOutput` (`toVllmStructuredOutputs`); every
+ *   other optional key absent.
  * Range checks are the HTTP layer's (gateway.md 8); this throws WireEncodeError naming the field only for what the
  * wire cannot carry: non-integer or unsafe ints, negative stop ids, non-finite floats, `top_k` < −1, a negative
  * `max_tokens`, a non-decimal `logit_bias` key, or a null `maxNewTokens` without `maxModelLen`.
@@ -334,5 +358,6 @@ export function toVllmSamplingParams(s: SamplingOptions, ctx: VllmSamplingContex
     _eos_token_id: eosFields._eos_token_id,
     _all_stop_token_ids: eosFields._all_stop_token_ids,
     logit_bias: logitBias !== null && logitBias.size > 0 ? logitBias : null,
+    structured_outputs: s.structuredOutput ? toVllmStructuredOutputs(s.structuredOutput) : null,
   };
 }

@@ -13,6 +13,7 @@
 import { list, str, uint } from '../../wire/codec.js';
 import type { Codec } from '../../wire/codec.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
+import type { TokenCandidate } from '../types.js';
 
 /** msgpack ext code of vLLM's raw buffer view (`CUSTOM_TYPE_RAW_VIEW`). */
 export const EXT_RAW_VIEW = 3;
@@ -167,6 +168,14 @@ export interface VllmLogprobs {
 /** The sampled token's logprob of each position (column 0 of every row; gateway.md 11.2). */
 export function sampledLogprobs(l: VllmLogprobs): number[] {
   return l.logprobs.map((row) => row[0]);
+}
+
+/**
+ * The ranked candidates of each position: columns 1..K of every row (column j is the j-th best token, engine-wire.md
+ * 5.6), as `{id, logprob}` in rank order; [] per row when K = 0. Pure.
+ */
+export function candidateLogprobs(l: VllmLogprobs): TokenCandidate[][] {
+  return l.token_ids.map((ids, row) => ids.slice(1).map((id, j) => ({ id, logprob: l.logprobs[row]![j + 1]! })));
 }
 
 /** Shape check shared by decode and encode; returns the problem or null. */
