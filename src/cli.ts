@@ -29,6 +29,13 @@ import {
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import { simMainPath } from './sim/spawn.js';
+import {
+  REASONING_PARSER_NAMES,
+  TOOL_CALL_PARSER_NAMES,
+  type ReasoningParserName,
+  type ToolCallParserName,
+} from './server/parsers/index.js';
+import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
 
 /** The `--dp-policy` names the CLI accepts: every policy but `oracle`, which needs the benchmark's simulator state. */
 export const CLI_DP_POLICIES: readonly DpPolicyName[] = DP_POLICY_NAMES.filter((n) => n !== 'oracle');
@@ -46,6 +53,40 @@ function parseDpPolicy(value: string): DpPolicyName {
     throw new UsageError(`--dp-policy must be one of ${CLI_DP_POLICIES.join(', ')}, got '${value}'`);
   }
   return value as DpPolicyName;
+}
+
+/**
+ * The output-parsing flags (issue #11): `--tool-call-parser NAME|none`, `--enable-auto-tool-choice` (vLLM's flag:
+ * "auto" is on whenever a parser is active; with `--tool-call-parser none` it is a UsageError, as vLLM refuses it
+ * without a parser), `--reasoning-parser NAME`, `--responses-store N`. Throws UsageError on an unknown name.
+ */
+function parseOutputFlags(v: {
+  'tool-call-parser'?: string;
+  'enable-auto-tool-choice'?: boolean;
+  'reasoning-parser'?: string;
+  'responses-store'?: string;
+}): Pick<GatewayOptions, 'toolCallParser' | 'reasoningParser' | 'responsesStoreSize'> {
+  const out: Pick<GatewayOptions, 'toolCallParser' | 'reasoningParser' | 'responsesStoreSize'> = {};
+  const tool = v['tool-call-parser'];
+  if (tool !== undefined) {
+    if (tool !== 'none' && !(TOOL_CALL_PARSER_NAMES as readonly string[]).includes(tool)) {
+      throw new UsageError(`--tool-call-parser must be one of ${TOOL_CALL_PARSER_NAMES.join(', ')} or none, got '${tool}'`);
+    }
+    out.toolCallParser = tool as ToolCallParserName | 'none';
+  }
+  if (v['enable-auto-tool-choice'] === true && tool === 'none') {
+    throw new UsageError('--enable-auto-tool-choice needs a tool-call parser (--tool-call-parser none disables it)');
+  }
+  const reasoning = v['reasoning-parser'];
+  if (reasoning !== undefined) {
+    if (!(REASONING_PARSER_NAMES as readonly string[]).includes(reasoning)) {
+      throw new UsageError(`--reasoning-parser must be one of ${REASONING_PARSER_NAMES.join(', ')}, got '${reasoning}'`);
+    }
+    out.reasoningParser = reasoning as ReasoningParserName;
+  }
+  const store = intOption('responses-store', v['responses-store'], 0);
+  if (store !== undefined) out.responsesStoreSize = store;
+  return out;
 }
 
 /** Usage text of the CLI. */
@@ -66,6 +107,15 @@ serve options:
   --dp-policy NAME         DP rank selection for unpinned requests: ${CLI_DP_POLICIES.join(', ')}
                            (default ${DEFAULT_DP_POLICY}; oracle is benchmark only)
   --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
+  --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
+                           (default: read off the chat template when unambiguous: <tool_call> → hermes,
+                           <|python_tag|> → llama3_json). A parser enables tool_choice "auto".
+  --enable-auto-tool-choice
+                           Accepted for vLLM command lines: "auto" is on whenever a tool-call parser is active
+                           (a usage error with --tool-call-parser none)
+  --reasoning-parser NAME  Move <think>…</think> into reasoning_content: ${REASONING_PARSER_NAMES.join(', ')} (default none)
+  --responses-store N      Responses kept in memory for previous_response_id / item_reference / GET /v1/responses/{id}
+                           (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
 request goes to the live group whose least-loaded rank scores lowest):
@@ -282,6 +332,10 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
         'body-limit': { type: 'string' },
         'log-level': { type: 'string' },
         'dp-policy': { type: 'string' },
+        'tool-call-parser': { type: 'string' },
+        'enable-auto-tool-choice': { type: 'boolean' },
+        'reasoning-parser': { type: 'string' },
+        'responses-store': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
       },
     });
@@ -330,6 +384,7 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   if (bodyLimit !== undefined) opts.bodyLimitBytes = bodyLimit;
   if (logLevel !== undefined) opts.logLevel = logLevel;
   if (v['dp-policy'] !== undefined) opts.dpPolicy = parseDpPolicy(v['dp-policy']);
+  Object.assign(opts, parseOutputFlags(v));
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);

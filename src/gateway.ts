@@ -21,6 +21,7 @@ import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
 import { buildApp } from './server/app.js';
+import type { ReasoningParserName, ToolCallParserName } from './server/parsers/index.js';
 import type { BackendGroup, EngineFamily } from './server/backend.js';
 import { GatewayMetrics } from './server/metrics.js';
 import { LogSink } from './log-sink.js';
@@ -107,6 +108,14 @@ export interface GatewayOptions extends GroupOptions {
   sendHighWaterMark?: number;
   dpPolicy?: DpPolicyName;
   oracle?: OracleSource;
+  /**
+   * Output parsing (issue #11; src/server/parsers): `toolCallParser` a name, `none`, or absent for the chat
+   * template's default; `reasoningParser` a name or absent for none; `responsesStoreSize` the Responses-API store's
+   * capacity in responses (default 1000; 0 = store nothing).
+   */
+  toolCallParser?: ToolCallParserName | 'none';
+  reasoningParser?: ReasoningParserName;
+  responsesStoreSize?: number;
 }
 
 /** One served engine group of a running gateway. */
@@ -442,6 +451,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       logger: logger.child({ component: 'http' }),
       metrics,
       ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+      ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+      ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+      ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
     });
     try {
       await app.listen({ port, host });

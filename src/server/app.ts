@@ -23,6 +23,9 @@ import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
 import { registerInfoRoutes } from './routes/info.js';
 import { registerTokenizeRoutes } from './routes/tokenize.js';
+import { registerResponsesRoutes } from './routes/responses.js';
+import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
+import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
 import type { RouteContext } from './serve-generation.js';
 import { formatValidationErrors } from './validation.js';
 
@@ -45,9 +48,35 @@ export interface GatewayDeps {
   bodyLimitBytes?: number;
   now?: () => number;
   systemFingerprint?: string;
+  /**
+   * The tool-call parser (`--tool-call-parser`): a name, `none` (no `auto` tool choice), or undefined for the chat
+   * template's default (`toolCallParserForTemplate`: used when exactly one family's markers appear in it).
+   */
+  toolCallParser?: ToolCallParserName | 'none';
+  /** The reasoning parser (`--reasoning-parser`); undefined: none. */
+  reasoningParser?: ReasoningParserName;
+  /** Bounds of the Responses-API store (responses/store.ts; default 1000 responses). */
+  responsesStore?: ResponsesStoreOptions;
 }
 
-const GENERATION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions']);
+/**
+ * The active tool-call parser: the configured one, none for `none`, else the chat template's default when
+ * unambiguous (logged either way, so an operator sees why `auto` tool choice is or is not available).
+ */
+export function resolveToolCallParser(
+  setting: ToolCallParserName | 'none' | undefined,
+  tokenizer: Pick<GatewayTokenizer, 'chatTemplateSources'>,
+  logger: Pick<Logger, 'info' | 'warn'>,
+): ToolCallParserName | null {
+  if (setting === 'none') return null;
+  if (setting !== undefined) return setting;
+  const { parser, matched } = toolCallParserForTemplate(tokenizer.chatTemplateSources);
+  if (parser !== null) logger.info({ toolCallParser: parser }, `tool-call parser '${parser}' chosen from the chat template (--tool-call-parser to change)`);
+  else if (matched.length > 1) logger.warn({ matched }, `the chat template matches several tool-call formats (${matched.join(', ')}); set --tool-call-parser to enable "auto" tool choice`);
+  return parser;
+}
+
+const GENERATION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/v1/responses']);
 
 function packageVersion(): string {
   try {
@@ -59,8 +88,8 @@ function packageVersion(): string {
 }
 
 /**
- * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, GET /v1/models,
- * GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
+ * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
+ * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
  * gets 405 with an `Allow` header; an unknown path gets 404. Throws RangeError when `groups` is empty or repeats a
@@ -99,6 +128,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     now: deps.now ?? (() => performance.now()),
     systemFingerprint: deps.systemFingerprint ?? `model-gateway-${packageVersion()}`,
     counted: new WeakSet(),
+    toolCallParser: resolveToolCallParser(deps.toolCallParser, deps.tokenizer, deps.logger),
+    reasoningParser: deps.reasoningParser ?? null,
+    responses: new ResponsesStore(deps.responsesStore),
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -135,6 +167,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerCompletionsRoute(app, ctx);
   registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
   registerTokenizeRoutes(app, ctx);
+  registerResponsesRoutes(app, ctx);
   await app.ready();
   return app;
 }

@@ -21,7 +21,7 @@
  *   stream interval, vLLM's per-step outputs, streamed or not). Stop token ids need nothing here: both engines mask
  *   them below `min_tokens` themselves (engine-wire.md 4.4 `min_new_tokens`, 5.3 `min_tokens`).
  */
-import type { EngineOutput } from '../protocols/types.js';
+import type { EngineOutput, TokenCandidate } from '../protocols/types.js';
 import { StopStringMatcher, type StopMatchResult } from '../tokenizer/stop-matcher.js';
 import type { BackendStream } from './backend.js';
 import { ApiError, toApiError } from './errors.js';
@@ -47,10 +47,14 @@ export function makeUsage(promptTokens: number, completionTokens: number): Usage
   return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
 }
 
-/** One generated token's id and log-probability (natural log, as the engine sent it: may be −∞ or NaN). */
+/**
+ * One generated token's id and log-probability (natural log, as the engine sent it: may be −∞ or NaN), and its
+ * position's ranked candidates when the engine returned them (`EngineOutput.topLogprobs`; vLLM with k > 0).
+ */
 export interface TokenLogprob {
   id: number;
   logprob: number;
+  top?: TokenCandidate[];
 }
 
 /**
@@ -191,7 +195,10 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       received += out.newTokenIds.length;
       opts.latency?.tokens(out.newTokenIds.length);
       if (opts.logprobs === true) {
-        out.newTokenIds.forEach((id, i) => pendingLogprobs.push({ id, logprob: out.logprobs[i] ?? NaN }));
+        out.newTokenIds.forEach((id, i) => {
+          const top = out.topLogprobs?.[i];
+          pendingLogprobs.push(top === undefined ? { id, logprob: out.logprobs[i] ?? NaN } : { id, logprob: out.logprobs[i] ?? NaN, top });
+        });
       }
       if (out.finishReason === null) {
         const r = feed(out.newTokenIds, before, false);

@@ -19,14 +19,8 @@ const isNull = (v: unknown): boolean => v === null || v === undefined;
  * values. Any other value is refused with 400 naming the parameter (never silently dropped).
  */
 const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
-  response_format: (v) =>
-    isNull(v) || (typeof v === 'object' && v !== null && (v as { type?: unknown }).type === 'text'),
   spaces_between_special_tokens: (v) => isNull(v) || v === true,
   prompt_logprobs: isNull,
-  // `tools` are served (rendered by the chat template); tool-call parsing is not, so only "none" (or absent).
-  tool_choice: (v) => isNull(v) || v === 'none',
-  // Accepted (a boolean) whether or not `tools` are given: without tool-call parsing it changes nothing.
-  parallel_tool_calls: (v) => isNull(v) || typeof v === 'boolean',
   functions: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
   function_call: (v) => isNull(v) || v === 'none',
   reasoning_effort: isNull,
@@ -36,31 +30,13 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
 };
 
 /**
- * Why a parameter is refused, when more can be said than "not supported yet". `tool_choice`: vLLM without
- * `--enable-auto-tool-choice`/`--tool-call-parser` answers "auto" (and "required", a named tool) with 400
- * (vLLM `entrypoints/openai/serving_chat.py`); the gateway has no tool-call parser, so it does the same.
- */
-const REFUSAL_REASON: Record<string, string> = {
-  tool_choice:
-    `automatic tool-call parsing is not enabled in this gateway, so only "none" is served (tools are still rendered ` +
-    `into the prompt); in vLLM's words, "auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set`,
-};
-
-/**
  * Refuse every not-yet-served parameter that carries a value other than its no-op default.
  * Throws `ApiError` 400 (`code: 'unsupported_parameter'`, `param` = the parameter's name).
  */
 export function rejectUnsupported(body: Record<string, unknown>): void {
   for (const [name, isNoOp] of Object.entries(UNSUPPORTED)) {
     if (name in body && !isNoOp(body[name])) {
-      const reason = REFUSAL_REASON[name];
-      throw badRequest(
-        reason !== undefined
-          ? `'${name}' ${JSON.stringify(body[name])} is not supported: ${reason}`
-          : `parameter '${name}' is not supported by this gateway yet (got ${JSON.stringify(body[name])})`,
-        name,
-        'unsupported_parameter',
-      );
+      throw badRequest(`parameter '${name}' is not supported by this gateway yet (got ${JSON.stringify(body[name])})`, name, 'unsupported_parameter');
     }
   }
 }
@@ -123,7 +99,7 @@ export interface ParamContext {
   /** Token ids must lie in [0, vocabSize). */
   vocabSize: number;
   /** Name of the prompt parameter for error messages: `messages` or `prompt`. */
-  promptParam: 'messages' | 'prompt';
+  promptParam: 'messages' | 'prompt' | 'input';
 }
 
 /** The context sizes named in a "maximum context length" message. Units: tokens. */

@@ -6,7 +6,8 @@
  * - every optional parameter also accepts JSON `null` (OpenAI SDKs and pydantic-based clients send explicit nulls);
  * - `additionalProperties: false` at the top level: an unknown parameter is answered with 400 naming it (never silently
  *   dropped; the app's ajv runs with `removeAdditional: false`, `coerceTypes: false`);
- * - parameters OpenAI defines but the gateway does not serve yet are typed loosely here and refused in code
+ * - loosely typed parameters are validated in code with a 400 naming them (structured-output.ts, tool-choice.ts,
+ *   logprobs.ts); parameters OpenAI defines but the gateway does not serve yet are typed loosely here and refused in code
  *   (params.ts `rejectUnsupported`) unless their value is the no-op default.
  */
 import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
@@ -44,8 +45,17 @@ const common = {
   logit_bias: Opt(Type.Record(Type.String(), Type.Unknown())),
   /** vLLM extension: keep the matched stop string in the output. */
   include_stop_str_in_output: Opt(Type.Boolean()),
-  // Known but not served yet: refused in code unless the value is a no-op (params.ts).
+  /** Structured outputs (structured-output.ts validates them): OpenAI's `response_format`, vLLM's parameters. */
   response_format: Type.Optional(Type.Unknown()),
+  structured_outputs: Type.Optional(Type.Unknown()),
+  guided_json: Type.Optional(Type.Unknown()),
+  guided_regex: Type.Optional(Type.Unknown()),
+  guided_choice: Type.Optional(Type.Unknown()),
+  guided_grammar: Type.Optional(Type.Unknown()),
+  guided_whitespace_pattern: Type.Optional(Type.Unknown()),
+  /** vLLM: the grammar backend; accepted and ignored (the engine picks its backend). */
+  guided_decoding_backend: Type.Optional(Type.Unknown()),
+  // Known but not served yet: refused in code unless the value is a no-op (params.ts).
   spaces_between_special_tokens: Type.Optional(Type.Unknown()),
   prompt_logprobs: Type.Optional(Type.Unknown()),
 };
@@ -99,12 +109,12 @@ export const ChatCompletionBody = Type.Object(
     messages: Type.Array(ChatMessageSchema, { minItems: 1 }),
     /** vLLM extension: extra variables for the chat template (e.g. Qwen3's `enable_thinking`). */
     chat_template_kwargs: Opt(Type.Record(Type.String(), Type.Unknown())),
-    /** Validated in logprobs.ts `parseLogprobs` (a boolean; top_logprobs ≤ 1). */
+    /** Validated in logprobs.ts `parseLogprobs` (a boolean; top_logprobs ≤ 20, ≤ 1 on TokenSpeed groups). */
     logprobs: Type.Optional(Type.Unknown()),
     top_logprobs: Type.Optional(Type.Unknown()),
-    /** Function tools rendered into the prompt by the chat template (no tool-call parsing, as vLLM without a parser). */
+    /** Function tools rendered into the prompt by the chat template; calls parsed per `tool_choice` (tool-choice.ts). */
     tools: Opt(Type.Array(ToolSchema)),
-    /** Only absent/"none" is served (params.ts `rejectUnsupported`); tools are still rendered for "none", as vLLM. */
+    /** `none` | `auto` | `required` | a named function (tool-choice.ts `planTools`); tools are rendered for `none` too. */
     tool_choice: Type.Optional(Type.Unknown()),
     parallel_tool_calls: Type.Optional(Type.Unknown()),
     /** Append the assistant-turn opener (template `add_generation_prompt`); default true. */
@@ -132,7 +142,7 @@ export const CompletionBody = Type.Object(
       Type.Array(Type.Integer()),
       Type.Array(Type.Array(Type.Integer())),
     ]),
-    /** Validated in logprobs.ts `parseLogprobs` (an integer k ≤ 1). */
+    /** Validated in logprobs.ts `parseLogprobs` (an integer k ≤ 5, ≤ 1 on TokenSpeed groups). */
     logprobs: Type.Optional(Type.Unknown()),
     echo: Type.Optional(Type.Unknown()),
     suffix: Type.Optional(Type.Unknown()),

@@ -14,16 +14,21 @@ import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
-import { ClientDisconnectedError, LatencyTracker, generate, makeUsage, type TokenLogprob } from './generation.js';
+import { ChoiceOutput, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
+import { capableGroups } from './engine-capabilities.js';
+import { ClientDisconnectedError, LatencyTracker, generate, makeUsage, type TokenLogprob, type Usage } from './generation.js';
 import { parseLogprobs, type TokenText } from './logprobs.js';
 import { MAX_N, mergeChoices, subRequestIds, subRequestSeed } from './fan-out.js';
 import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
-import type { GatewayMetrics } from './metrics.js';
+import type { GatewayMetrics, RequestOutcome } from './metrics.js';
 import type { GroupRouter } from './groups.js';
 import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
+import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
+import type { ResponsesStore } from './responses/store.js';
 import type { CommonBodyT } from './schemas.js';
 import { SseWriter } from './sse.js';
+import { parseStructuredOutput, type RequestedStructuredOutput, type StructuredOutputFields } from './structured-output.js';
 
 /** What the generation routes share (built once by `buildApp`). */
 export interface RouteContext {
@@ -38,36 +43,100 @@ export interface RouteContext {
   systemFingerprint: string;
   /** Requests whose outcome was already counted (the app's error handler counts the rest). */
   counted: WeakSet<object>;
+  /** The active tool-call parser (`--tool-call-parser`, or the chat template's default), or null: no `auto`. */
+  toolCallParser: ToolCallParserName | null;
+  /** The reasoning parser (`--reasoning-parser`), or null: no `reasoning_content`. */
+  reasoningParser: ReasoningParserName | null;
+  /** Stored Responses-API responses (`store`, `previous_response_id`; responses/store.ts). */
+  responses: ResponsesStore;
 }
 
-/** How one endpoint shapes its responses (chat vs completions). */
+/** One server-sent event: `data` is JSON-serialized; `event` adds an `event:` line (the Responses API names them). */
+export interface SseEvent {
+  event?: string;
+  data: unknown;
+}
+
+/**
+ * How one streamed response is written (created per request by `ResponseShape.stream`): the events to send at the
+ * start, for each choice delta and finish (`logprobs` already rendered, or null), after every choice finished
+ * (`usage` summed over the choices, the prompt counted once), and instead of the rest when the generation fails.
+ * `doneSentinel`: end with `data: [DONE]` (chat and completions; the Responses API has none).
+ */
+export interface StreamShaper {
+  opening(): SseEvent[];
+  delta(index: number, delta: ChoiceDelta, logprobs: Record<string, unknown> | null): SseEvent[];
+  finish(index: number, delta: ChoiceDelta, result: ChoiceResult, logprobs: Record<string, unknown> | null): SseEvent[];
+  closing(usage: Usage, results: readonly ChoiceResult[]): SseEvent[];
+  error(err: ApiError): SseEvent[];
+  readonly doneSentinel: boolean;
+}
+
+/** How one endpoint shapes its responses (chat, completions, Responses). */
 export interface ResponseShape {
   /** Metrics label and log name, e.g. `/v1/chat/completions`. */
   endpoint: string;
-  /** Response id prefix: `chatcmpl-` or `cmpl-`. */
+  /** Response id prefix: `chatcmpl-`, `cmpl-` or `resp_`. */
   idPrefix: string;
-  /** `object` of stream chunks. */
-  chunkObject: string;
-  /** `object` of the non-streaming response. */
-  responseObject: string;
-  /** Choice `index` of the chunk sent right after a successful submit (chat: the assistant role), or null for none. */
-  openingChoice(index: number): Record<string, unknown> | null;
-  /**
-   * Choice `index` of a stream chunk; `finishReason` null until its terminal chunk (never omitted, gateway.md 12);
-   * `logprobs` the rendered logprobs of the chunk's tokens, or null.
-   */
-  chunkChoice(
-    index: number,
-    text: string,
-    finishReason: 'stop' | 'length' | null,
-    logprobs: Record<string, unknown> | null,
-  ): Record<string, unknown>;
-  /** Choice `index` of the non-streaming response (`logprobs` rendered, or null). */
-  fullChoice(index: number, text: string, finishReason: 'stop' | 'length', logprobs: Record<string, unknown> | null): Record<string, unknown>;
   /** How the endpoint spells the logprob parameters (logprobs.ts `parseLogprobs`). */
   logprobsParams: 'chat' | 'completions';
   /** Render logprob entries in the endpoint's shape; `offset` is the choice's running text offset (completions). */
   renderLogprobs(entries: readonly TokenLogprob[], k: number, tokenText: TokenText, offset: { value: number }): Record<string, unknown>;
+  /** The non-streaming body from every choice's result (index order) and the usage; `logprobs(i)` renders choice i's. */
+  body(base: ResponseBase, results: readonly ChoiceResult[], usage: Usage, logprobs: (index: number) => Record<string, unknown> | null): unknown;
+  /** A writer for one streamed response. `includeUsage`: `stream_options.include_usage`. */
+  stream(base: ResponseBase, opts: { includeUsage: boolean; n: number }): StreamShaper;
+}
+
+/**
+ * The chat/completions family of shapes: stream chunks `{id, object, created, model, system_fingerprint, choices,
+ * usage?}` ending with `[DONE]`, an optional opening chunk per choice (chat: the assistant role), every choice's
+ * `finish_reason` null until its terminal chunk (gateway.md 12), and with `include_usage` one last chunk with
+ * `choices: []` and the usage (every other chunk has `usage: null`).
+ */
+export interface ChunkedShapeSpec {
+  endpoint: string;
+  idPrefix: string;
+  chunkObject: string;
+  responseObject: string;
+  logprobsParams: 'chat' | 'completions';
+  renderLogprobs: ResponseShape['renderLogprobs'];
+  /** The choice of the chunk sent right after a successful submit, or null for none. */
+  openingChoice(index: number): Record<string, unknown> | null;
+  /** A stream chunk's choice; `finishReason` null until the terminal chunk. */
+  chunkChoice(index: number, delta: ChoiceDelta, finishReason: ChoiceResult['finishReason'] | null, logprobs: Record<string, unknown> | null): Record<string, unknown>;
+  /** A choice of the non-streaming response. */
+  fullChoice(index: number, result: ChoiceResult, logprobs: Record<string, unknown> | null): Record<string, unknown>;
+}
+
+/** A `ResponseShape` for chat or completions from its per-choice parts (see `ChunkedShapeSpec`). */
+export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
+  return {
+    endpoint: spec.endpoint,
+    idPrefix: spec.idPrefix,
+    logprobsParams: spec.logprobsParams,
+    renderLogprobs: spec.renderLogprobs,
+    body: (base, results, usage, logprobs) => ({
+      ...header(base, spec.responseObject),
+      choices: results.map((r, i) => spec.fullChoice(i, r, logprobs(i))),
+      usage,
+    }),
+    stream(base, { includeUsage, n }) {
+      const usageField = includeUsage ? { usage: null } : {};
+      const chunk = (choices: Record<string, unknown>[]): SseEvent => ({ data: { ...header(base, spec.chunkObject), choices, ...usageField } });
+      return {
+        doneSentinel: true,
+        opening: () =>
+          Array.from({ length: n }, (_, i) => spec.openingChoice(i))
+            .filter((c): c is Record<string, unknown> => c !== null)
+            .map((c) => chunk([c])),
+        delta: (index, delta, logprobs) => [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
+        finish: (index, delta, result, logprobs) => [chunk([spec.chunkChoice(index, delta, result.finishReason, logprobs)])],
+        closing: (usage) => (includeUsage ? [{ data: { ...header(base, spec.chunkObject), choices: [], usage } }] : []),
+        error: (err) => [{ data: err.toBody() }],
+      };
+    },
+  };
 }
 
 /** Fields every response and chunk carries (besides `object`). */
@@ -100,8 +169,10 @@ export interface PreparedRequest {
   includeStopStr: boolean;
   /** Number of choices, 1..MAX_N; each is its own engine sub-request (gateway.md 10). */
   n: number;
-  /** Requested top-logprob count (0 or 1), or null when logprobs are not requested (logprobs.ts). */
+  /** Requested top-logprob count (0..20), or null when logprobs are not requested (logprobs.ts). */
   topLogprobs: number | null;
+  /** The parsers of choice `index` (reasoning, tool calls; choice-output.ts). Absent: plain content. */
+  output?: (index: number) => ChoiceOutputOptions;
   /**
    * Token ids added to `sampling.stopTokenIds` because a stop string is exactly that one token (gateway.md 6, as
    * SMG converts them); their text is not stripped but goes through the stop-string matcher like any other text.
@@ -179,15 +250,25 @@ function distinctRanks(groups: readonly BackendGroup[]): ConnectedEngine[] {
   return [...byIndex.values()].sort((a, b) => a.engineIndex! - b.engineIndex!);
 }
 
-/** How a generation route gets its prompt (chat: templated `messages`; completions: `prompt`). */
+/** A prepared prompt: its token ids, the parsers of each choice, and a constraint the prompt side adds. */
+export interface PreparedPrompt {
+  tokens: number[];
+  /** The parsers of choice `index` (absent: plain content). */
+  output?: (index: number) => ChoiceOutputOptions;
+  /** A structured-output constraint from the prompt side (a forced tool choice), with its parameter, or null. */
+  constraint?: RequestedStructuredOutput | null;
+}
+
+/** How a generation route gets its prompt (chat: templated `messages`; completions: `prompt`; Responses: `input`). */
 export interface PromptSource<B extends CommonBodyT> {
-  /** The prompt parameter named in admission errors (gateway.md 9.2): `messages` or `prompt`. */
-  param: 'messages' | 'prompt';
+  /** The prompt parameter named in admission errors (gateway.md 9.2). */
+  param: ContextLimits['promptParam'];
   /**
-   * The prompt token ids of a schema-valid body (gateway.md 5); throws `ApiError` 400 naming the bad field, or
-   * 400 `context_length_exceeded` when a text prompt is too large to fit `limits` even before tokenizing it.
+   * The prompt of a schema-valid body (gateway.md 5) and how its output is parsed; throws `ApiError` 400 naming the
+   * bad field, or 400 `context_length_exceeded` when a text prompt is too large to fit `limits` even before
+   * tokenizing it.
    */
-  tokens(tokenizer: GatewayTokenizer, body: B, limits: ContextLimits): number[];
+  prepare(ctx: RouteContext, body: B, limits: ContextLimits, opts: { constrained: boolean }): PreparedPrompt;
 }
 
 /**
@@ -223,11 +304,28 @@ export async function handleGeneration<B extends CommonBodyT>(
   if (body.stream !== true && body.stream_options != null) {
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
+  const requested = parseStructuredOutput(body as StructuredOutputFields);
   const live = ctx.router.candidates();
   const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], distinctRanks(live));
-  const eligible = dpRank === undefined ? live : ctx.router.candidates(dpRank);
-  const widest = eligible.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
-  const promptTokenIds = prompt.tokens(ctx.tokenizer, body, limitsOf(widest, prompt.param));
+  const pinned = dpRank === undefined ? live : ctx.router.candidates(dpRank);
+  const widestOf = (gs: readonly BackendGroup[]) => gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
+  const prepared = prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), { constrained: requested !== null });
+  const promptTokenIds = prepared.tokens;
+  if (requested !== null && prepared.constraint) {
+    throw badRequest(
+      `'${requested.param}' cannot be combined with ${prepared.constraint.param}: the engines take one structured-output constraint`,
+      requested.param,
+    );
+  }
+  const constraint = requested ?? prepared.constraint ?? null;
+  // Only groups whose engine can express the request's output options (engine-capabilities.ts).
+  const eligible = capableGroups(pinned, {
+    topLogprobs,
+    logprobsParam: shape.logprobsParams === 'chat' ? 'top_logprobs' : 'logprobs',
+    structuredOutput: constraint?.output ?? null,
+    structuredOutputParam: constraint?.param ?? 'response_format',
+  });
+  const widest = widestOf(eligible);
   const needed = tokensNeeded(body, promptTokenIds.length);
   const fitting = eligible.filter((g) => g.backend.contextTokenLimit >= needed);
   // None fits: the widest candidate's admission refuses it below, naming the largest context any group serves.
@@ -237,6 +335,7 @@ export async function handleGeneration<B extends CommonBodyT>(
     promptTokens: promptTokenIds.length,
     vocabSize: ctx.tokenizer.vocabSize,
   });
+  sampling.structuredOutput = constraint?.output ?? null;
   const convertedStopIds = singleTokenStopIds(ctx.tokenizer, stop, new Set([...sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]));
   sampling.stopTokenIds = [...sampling.stopTokenIds, ...convertedStopIds];
   return serveGeneration(ctx, shape, request, reply, {
@@ -251,6 +350,7 @@ export async function handleGeneration<B extends CommonBodyT>(
     n,
     topLogprobs,
     convertedStopIds,
+    ...(prepared.output !== undefined ? { output: prepared.output } : {}),
   }, startedAt);
 }
 
@@ -291,6 +391,8 @@ export async function serveGeneration(
     sampling: { ...prepared.sampling, seed: subRequestSeed(prepared.sampling.seed, i) },
     stream: prepared.stream,
     returnLogprob: prepared.topLogprobs !== null,
+    // vLLM returns k ranked candidates when asked (engine-wire.md 5.6); k ≤ 1 needs the sampled token only.
+    ...(prepared.topLogprobs !== null && prepared.topLogprobs > 1 ? { topLogprobs: prepared.topLogprobs } : {}),
   }));
 
   // Disconnect detection on the request's socket and the raw response: a close before the response finished means
@@ -301,7 +403,7 @@ export async function serveGeneration(
   // Aborted on a disconnect or when the merged stream ends early: every sub-request's pending read ends.
   const stopAll = new AbortController();
   const choiceSignal = AbortSignal.any([disconnect.signal, stopAll.signal]);
-  const count = (status: number, outcome: 'stop' | 'length' | 'error' | 'cancelled') => {
+  const count = (status: number, outcome: RequestOutcome) => {
     ctx.counted.add(request);
     metrics.countRequest(shape.endpoint, status, outcome);
   };
@@ -353,77 +455,60 @@ export async function serveGeneration(
       ),
       () => stopAll.abort(),
     );
-    const texts: string[] = Array.from({ length: n }, () => '');
+    const outputs = Array.from({ length: n }, (_, i) => new ChoiceOutput(prepared.output?.(i) ?? { reasoning: null, tools: null }));
     const tokenText: TokenText = (id) => ctx.tokenizer.decode([id], { skipSpecialTokens: false });
     const k = prepared.topLogprobs;
-    const logprobEntries: TokenLogprob[][] = Array.from({ length: n }, () => []);
     const offsets = Array.from({ length: n }, () => ({ value: 0 }));
     const render = (index: number, entries: readonly TokenLogprob[]) =>
       k === null ? null : shape.renderLogprobs(entries, k, tokenText, offsets[index]!);
-    const reasons: ('stop' | 'length' | null)[] = Array.from({ length: n }, () => null);
-    let completionTokens = 0;
-    const outcome = () => reasons[0] ?? 'stop';
+    const results = () => outputs.map((o) => o.result!);
+    const usage = () => makeUsage(promptTokens, outputs.reduce((sum, o) => sum + (o.result?.completionTokens ?? 0), 0));
+    const outcome = () => outputs[0]!.result?.finishReason ?? 'stop';
 
     if (!prepared.stream) {
       try {
-        for await (const ev of events) {
-          texts[ev.index] += ev.text;
-          logprobEntries[ev.index]!.push(...ev.logprobs);
-          if (ev.type === 'finish') {
-            reasons[ev.index] = ev.finishReason;
-            completionTokens += ev.usage.completion_tokens;
-          }
-        }
+        for await (const ev of events) outputs[ev.index]!.push(ev);
       } catch (err) {
         if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
         const apiErr = toApiError(err);
         count(apiErr.statusCode, 'error');
         throw apiErr;
       }
-      if (reasons.some((r) => r === null)) {
+      if (outputs.some((o) => o.result === null)) {
         throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
       }
       count(200, outcome());
       reply.header('x-request-id', echoId);
-      return {
-        ...header(base, shape.responseObject),
-        choices: texts.map((t, i) => shape.fullChoice(i, t, reasons[i]!, render(i, logprobEntries[i]!))),
-        usage: makeUsage(promptTokens, completionTokens),
-      };
+      return shape.body(base, results(), usage(), (i) => render(i, outputs[i]!.result!.logprobs));
     }
 
     // Streaming: from here on errors travel as SSE events.
     reply.hijack();
     const sse = new SseWriter(raw);
     sse.start({ 'x-request-id': echoId });
-    const usageField = prepared.includeUsage ? { usage: null } : {};
-    const chunk = (choices: Record<string, unknown>[]) => ({ ...header(base, shape.chunkObject), choices, ...usageField });
+    const writer = shape.stream(base, { includeUsage: prepared.includeUsage, n });
+    const send = async (list: readonly SseEvent[]) => {
+      for (const e of list) await sse.send(e.data, e.event);
+    };
     try {
-      for (let i = 0; i < n; i++) {
-        const opening = shape.openingChoice(i);
-        if (opening !== null) await sse.send(chunk([opening]));
-      }
+      await send(writer.opening());
       for await (const ev of events) {
-        if (ev.type === 'delta') {
-          await sse.send(chunk([shape.chunkChoice(ev.index, ev.text, null, render(ev.index, ev.logprobs))]));
-          continue;
-        }
-        reasons[ev.index] = ev.finishReason;
-        completionTokens += ev.usage.completion_tokens;
-        await sse.send(chunk([shape.chunkChoice(ev.index, ev.text, ev.finishReason, render(ev.index, ev.logprobs))]));
+        const out = outputs[ev.index]!;
+        const delta = out.push(ev);
+        if (ev.type === 'delta') await send(writer.delta(ev.index, delta, render(ev.index, ev.logprobs)));
+        else await send(writer.finish(ev.index, delta, out.result!, render(ev.index, ev.logprobs)));
       }
-      if (prepared.includeUsage) {
-        await sse.send({ ...header(base, shape.chunkObject), choices: [], usage: makeUsage(promptTokens, completionTokens) });
-      }
+      await send(writer.closing(usage(), results()));
       count(200, outcome());
     } catch (err) {
       if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
       const apiErr = toApiError(err);
       count(200, 'error');
       request.log.warn({ requestId, err: apiErr.message, status: apiErr.statusCode }, 'generation failed mid-stream');
-      await sse.send(apiErr.toBody());
+      await send(writer.error(apiErr));
     }
-    sse.done();
+    if (writer.doneSentinel) sse.done();
+    else sse.end();
     return reply;
   } finally {
     disconnect.dispose();

@@ -1,7 +1,8 @@
 /**
  * Server-sent events writer for OpenAI streaming responses (gateway.md section 12): each event is one complete
- * `data: <json>\n\n` record written in a single `write` (a JSON object is never split across events), and the stream
- * ends with exactly one `data: [DONE]\n\n`.
+ * `data: <json>\n\n` record (with an `event: <name>` line first when named, as the Responses API sends them) written
+ * in a single `write` (a JSON object is never split across events); chat and completions streams end with exactly one
+ * `data: [DONE]\n\n` (`done()`), Responses-API streams without it (`end()`).
  */
 import type { ServerResponse } from 'node:http';
 
@@ -32,12 +33,14 @@ export class SseWriter {
   }
 
   /**
-   * Write one `data: <json>\n\n` record; resolves once the socket accepted it (waits for `drain` under
-   * back-pressure, or resolves early when the connection closes). A no-op when not writable.
+   * Write one `data: <json>\n\n` record, preceded by `event: <event>\n` when `event` is given; resolves once the
+   * socket accepted it (waits for `drain` under back-pressure, or resolves early when the connection closes). A no-op
+   * when not writable.
    */
-  async send(payload: unknown): Promise<void> {
+  async send(payload: unknown, event?: string): Promise<void> {
     if (!this.writable) return;
-    if (this.res.write(`data: ${JSON.stringify(payload)}\n\n`)) return;
+    const record = `${event === undefined ? '' : `event: ${event}\n`}data: ${JSON.stringify(payload)}\n\n`;
+    if (this.res.write(record)) return;
     await new Promise<void>((resolve) => {
       const done = () => {
         this.res.off('drain', done);
@@ -47,6 +50,13 @@ export class SseWriter {
       this.res.on('drain', done);
       this.res.on('close', done);
     });
+  }
+
+  /** End the response without a terminator (Responses-API streams; idempotent with `done()`). */
+  end(): void {
+    if (this.doneSent) return;
+    this.doneSent = true;
+    if (this.writable) this.res.end();
   }
 
   /** Write the single `data: [DONE]\n\n` terminator and end the response (idempotent). */

@@ -146,6 +146,12 @@ export class ChatTemplateSet {
     return this.defaultTemplate !== null || this.named.size > 0;
   }
 
+  /** The text of every template (the default first), e.g. to read which tool-call format a model uses. */
+  get sources(): string[] {
+    const all = [this.defaultTemplate, ...this.named.values()].filter((t): t is LazyTemplate => t !== null);
+    return [...new Set(all.map((t) => t.source))];
+  }
+
   /** Names of the named templates (empty for a single-string template). */
   get names(): string[] {
     return [...this.named.keys()];

@@ -307,6 +307,11 @@ export class GatewayTokenizer {
     return this.templates.available;
   }
 
+  /** The text of the chat templates (none when the model has no template). */
+  get chatTemplateSources(): string[] {
+    return this.templates.sources;
+  }
+
   /**
    * Renders the conversation with the model's chat template (`@huggingface/jinja`). Template variables:
    * `messages` (null content passed as '', inferred from OpenAI's tool-call-only assistant turns, which templates

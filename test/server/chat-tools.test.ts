@@ -151,11 +151,14 @@ describe('chat completions with tools', () => {
   test('refusals → 400 naming the parameter, nothing submitted', async () => {
     const before = fx.backend.submissions.length;
     const messages = [{ role: 'user', content: 'Hi' }];
-    const parser = /tool-call parsing is not enabled in this gateway.*--enable-auto-tool-choice and --tool-call-parser/;
-    assert400(await post({ messages, tools: TOOLS, tool_choice: 'auto' }), 'tool_choice', parser);
-    assert400(await post({ messages, tools: TOOLS, tool_choice: 'required' }), 'tool_choice', parser);
-    assert400(await post({ messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } } }), 'tool_choice', parser);
-    assert400(await post({ messages, tool_choice: 'auto' }), 'tool_choice', parser);
+    assert400(await post({ messages, tool_choice: 'required' }), 'tool_choice', /needs 'tools'/);
+    assert400(await post({ messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } } }), 'tool_choice', /not among the tools/);
+    assert400(await post({ messages, tools: TOOLS, tool_choice: 'sometimes' }), 'tool_choice', /must be "none", "auto", "required"/);
+    assert400(
+      await post({ messages, tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }),
+      'response_format',
+      /cannot be combined with tool_choice/,
+    );
     assert400(await post({ messages, tools: TOOLS, parallel_tool_calls: 'yes' }), 'parallel_tool_calls');
     assert400(await post({ messages, functions: [{ name: 'f' }] }), 'functions');
     assert400(await post({ messages, function_call: 'auto' }), 'function_call');
@@ -190,5 +193,26 @@ describe('chat completions with tools', () => {
     }
     assert400(await post({ messages, tools: { type: 'function' } }), 'tools');
     assert.equal(fx.backend.submissions.length, before, 'no refused request reached the engine');
+  });
+});
+
+describe('chat completions with tools and no tool-call parser (--tool-call-parser none)', () => {
+  const fx = useApp({ output: { toolCallParser: 'none' } });
+  const post = (payload: Record<string, unknown>) => fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload });
+
+  test('"auto" is refused as vLLM does without a parser; required and named still work (constrained decoding)', async () => {
+    const messages = [{ role: 'user', content: 'Hi' }];
+    const res = await post({ messages, tools: TOOLS, tool_choice: 'auto' });
+    assert.equal(res.statusCode, 400, res.body);
+    assert.equal(res.json().error.param, 'tool_choice');
+    assert.match(res.json().error.message, /--enable-auto-tool-choice and --tool-call-parser/);
+    fx.backend.onSubmit = (s) => s.stream.pushAll(fx.tokenizer.encode('[{"name": "get_time", "parameters": {}}]', { addSpecialTokens: false }), 'stop');
+    const ok = await post({ messages, tools: TOOLS, tool_choice: 'required' });
+    assert.equal(ok.statusCode, 200, ok.body);
+    assert.equal(ok.json().choices[0].message.tool_calls[0].function.name, 'get_time');
+    // Absent tool_choice with tools and no parser: plain content, as before.
+    const plain = await post({ messages, tools: TOOLS });
+    assert.equal(plain.statusCode, 200, plain.body);
+    assert.equal(plain.json().choices[0].message.tool_calls, undefined);
   });
 });

@@ -7,7 +7,7 @@ import { connect } from 'node:net';
 import { after, before } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
-import { buildApp } from '../../src/server/app.js';
+import { buildApp, type GatewayDeps } from '../../src/server/app.js';
 import type { BackendGroup } from '../../src/server/backend.js';
 import { GatewayMetrics } from '../../src/server/metrics.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
@@ -31,7 +31,14 @@ export const WORKER = 'ipc:///tmp/fake/worker';
  * group named `WORKER` over `backend` (a fresh fake by default), or the given `groups`.
  */
 export async function makeApp(
-  opts: { backend?: FakeBackend; groups?: BackendGroup[]; bodyLimitBytes?: number; tokenizer?: GatewayTokenizer } = {},
+  opts: {
+    backend?: FakeBackend;
+    groups?: BackendGroup[];
+    bodyLimitBytes?: number;
+    tokenizer?: GatewayTokenizer;
+    /** Output-parsing options of the app (tool-call parser, reasoning parser, Responses store). */
+    output?: Pick<GatewayDeps, 'toolCallParser' | 'reasoningParser' | 'responsesStore'>;
+  } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
   const tokenizer = opts.tokenizer ?? (await loadTokenizer());
@@ -43,6 +50,7 @@ export async function makeApp(
     logger: pino({ level: 'silent' }),
     metrics,
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+    ...opts.output,
   });
   return { app, backend, tokenizer, metrics };
 }

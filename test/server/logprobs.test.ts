@@ -1,5 +1,6 @@
 /**
- * logprobs / top_logprobs (sampled token only, k ≤ 1, non-finite values → −9999, streaming == non-streaming) and
+ * logprobs / top_logprobs (k ≤ 20 on chat, ≤ 5 on completions, ≤ 1 on TokenSpeed groups; non-finite values → −9999,
+ * streaming == non-streaming) and
  * logit_bias (validated, clamped, forwarded) through the routes over a fake backend (gateway.md 8, 11.2, 12).
  */
 import assert from 'node:assert/strict';
@@ -18,8 +19,10 @@ test('finiteLogprob and parseLogprobs', () => {
   assert.equal(parseLogprobs({ logprobs: 0 }, 'completions'), 0);
   assert.equal(parseLogprobs({ logprobs: 1 }, 'completions'), 1);
   assert.throws(() => parseLogprobs({ top_logprobs: 1 }, 'chat'), /requires 'logprobs'/);
-  assert.throws(() => parseLogprobs({ logprobs: true, top_logprobs: 5 }, 'chat'), /at most 1/);
-  assert.throws(() => parseLogprobs({ logprobs: 2 }, 'completions'), /at most 1/);
+  assert.equal(parseLogprobs({ logprobs: true, top_logprobs: 20 }, 'chat'), 20);
+  assert.equal(parseLogprobs({ logprobs: 5 }, 'completions'), 5);
+  assert.throws(() => parseLogprobs({ logprobs: true, top_logprobs: 21 }, 'chat'), /at most 20/);
+  assert.throws(() => parseLogprobs({ logprobs: 6 }, 'completions'), /at most 5/);
   assert.throws(() => parseLogprobs({ logprobs: -1 }, 'completions'), /≥ 0/);
   assert.throws(() => parseLogprobs({ logprobs: true }, 'completions'), /integer/);
 });

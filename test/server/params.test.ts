@@ -61,8 +61,8 @@ test('buildSampling: top_k spellings and range edges', () => {
 
 test('rejectUnsupported: no-op values pass, real values are refused by name', () => {
   rejectUnsupported({ stop: null, n: 1, logprobs: false, tools: [], tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {} });
-  rejectUnsupported({ stop: '\n', n: 3, include_stop_str_in_output: true }); // served now
-  throws400(() => rejectUnsupported({ tool_choice: 'auto' }), 'tool_choice');
+  rejectUnsupported({ stop: '\n', n: 3, include_stop_str_in_output: true, tool_choice: 'auto', response_format: { type: 'json_object' } }); // served now
+  throws400(() => rejectUnsupported({ functions: [{ name: 'f' }] }), 'functions');
 });
 
 test('pathToParam and the validation formatter', () => {

@@ -3,10 +3,11 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { healthReport } from '../health.js';
-import type { RouteContext } from '../serve-generation.js';
+import { checkModel, type RouteContext } from '../serve-generation.js';
 
 /**
  * Register the informational routes:
+ * - `/v1/models/{id}`: that model (ids may contain `/`, as Hugging Face names do), 404 `model_not_found` otherwise;
  * - `/v1/models`: the served model like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
  *   `max_model_len` = the first engine's handshake value, gateway.md 15.1; with several engine groups the smallest
  *   over the live ones, see `GroupRouter.maxModelLen`);
@@ -17,20 +18,22 @@ import type { RouteContext } from '../serve-generation.js';
  * - `/metrics`: the app's own Prometheus registry (metrics.ts).
  */
 export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, startedAtSeconds: number): void {
-  app.get('/v1/models', async () => ({
-    object: 'list',
-    data: [
-      {
-        id: ctx.modelId,
-        object: 'model',
-        created: startedAtSeconds,
-        owned_by: 'model-gateway',
-        root: ctx.modelId,
-        parent: null,
-        max_model_len: ctx.router.maxModelLen,
-      },
-    ],
-  }));
+  const model = () => ({
+    id: ctx.modelId,
+    object: 'model',
+    created: startedAtSeconds,
+    owned_by: 'model-gateway',
+    root: ctx.modelId,
+    parent: null,
+    max_model_len: ctx.router.maxModelLen,
+  });
+  app.get('/v1/models', async () => ({ object: 'list', data: [model()] }));
+  // The served model by id (OpenAI `models.retrieve`); any other id is a 404 like a model the route does not serve.
+  app.get('/v1/models/*', async (request) => {
+    const id = (request.params as { '*': string })['*'];
+    checkModel(id, ctx.modelId);
+    return model();
+  });
 
   app.get('/health', async (_request, reply) => {
     const { statusCode, body } = healthReport(ctx.router.groups);

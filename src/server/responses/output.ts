@@ -1,0 +1,315 @@
+/**
+ * Responses-API output: the response object, its output items, and the streamed event sequence (OpenAI's Responses
+ * streaming events; every event carries `type` and an increasing `sequence_number` from 0, and is sent with an
+ * `event: <type>` line; the stream ends after the terminal event, without `[DONE]`):
+ *
+ *   response.created → response.in_progress →
+ *   [reasoning]  response.output_item.added → response.content_part.added (reasoning_text) →
+ *                response.reasoning_text.delta… → response.reasoning_text.done → response.content_part.done →
+ *                response.output_item.done
+ *   [message]    response.output_item.added → response.content_part.added (output_text) →
+ *                response.output_text.delta… → response.output_text.done → response.content_part.done →
+ *                response.output_item.done
+ *   [each call]  response.output_item.added (function_call, arguments "") →
+ *                response.function_call_arguments.delta… → response.function_call_arguments.done →
+ *                response.output_item.done
+ *   response.completed (or response.incomplete when `max_output_tokens` cut it; an engine failure: `error`, then
+ *   response.failed).
+ *
+ * The streamed items and the non-streaming `output` are built from the same choice deltas (choice-output.ts), so
+ * they agree. With `store`, the finished response is kept for `previous_response_id`, `item_reference` and
+ * `GET /v1/responses/{id}` (responses/store.ts).
+ */
+import { randomUUID } from 'node:crypto';
+import type { ChoiceDelta, ChoiceResult } from '../choice-output.js';
+import type { ApiError } from '../errors.js';
+import type { Usage } from '../generation.js';
+import { chatLogprobs } from '../logprobs.js';
+import type { ResponseBase, ResponseShape, SseEvent, StreamShaper } from '../serve-generation.js';
+import type { ResponsesStore } from './store.js';
+
+type Item = Record<string, unknown>;
+
+/** What a response echoes of its request, and where it is stored. */
+export interface ResponsesRequestInfo {
+  store: ResponsesStore;
+  /** The request's `store` (default true). */
+  storeRequested: boolean;
+  /** The resolved conversation items (previous response's, then this input). */
+  inputItems: Item[];
+  /** Request fields echoed in the response object (`instructions`, `tools`, `tool_choice`, `text`, ...). */
+  echo: Record<string, unknown>;
+}
+
+const hex = () => randomUUID().replaceAll('-', '');
+
+/** Responses usage from the chat usage: `input_tokens`, `output_tokens`, details (cached and reasoning: 0). */
+export function responsesUsage(u: Usage): Record<string, unknown> {
+  return {
+    input_tokens: u.prompt_tokens,
+    input_tokens_details: { cached_tokens: 0 },
+    output_tokens: u.completion_tokens,
+    output_tokens_details: { reasoning_tokens: 0 },
+    total_tokens: u.total_tokens,
+  };
+}
+
+/** Token logprobs of `output_text` (the chat shape's entries: token, logprob, bytes, top_logprobs). */
+function textLogprobs(rendered: Record<string, unknown> | null): unknown[] {
+  return rendered === null ? [] : ((rendered.content as unknown[] | undefined) ?? []);
+}
+
+/** Streamed-or-not output under construction: the items in output order, with their ids. */
+class OutputItems {
+  readonly items: Item[] = [];
+  reasoning: Item | null = null;
+  message: Item | null = null;
+  readonly calls = new Map<number, Item>();
+  private reasoningText = '';
+  private messageText = '';
+  private readonly messageLogprobs: unknown[] = [];
+
+  /** Output index of `item`. */
+  indexOf(item: Item): number {
+    return this.items.indexOf(item);
+  }
+
+  openReasoning(): { item: Item; opened: boolean } {
+    if (this.reasoning !== null) return { item: this.reasoning, opened: false };
+    this.reasoning = { type: 'reasoning', id: `rs_${hex()}`, summary: [], content: [], status: 'in_progress' };
+    this.items.push(this.reasoning);
+    return { item: this.reasoning, opened: true };
+  }
+
+  openMessage(): { item: Item; opened: boolean } {
+    if (this.message !== null) return { item: this.message, opened: false };
+    this.message = { type: 'message', id: `msg_${hex()}`, status: 'in_progress', role: 'assistant', content: [] };
+    this.items.push(this.message);
+    return { item: this.message, opened: true };
+  }
+
+  openCall(index: number, callId: string, name: string): Item {
+    const item: Item = { type: 'function_call', id: `fc_${hex()}`, call_id: callId, name, arguments: '', status: 'in_progress' };
+    this.calls.set(index, item);
+    this.items.push(item);
+    return item;
+  }
+
+  addReasoning(text: string): void {
+    this.reasoningText += text;
+  }
+
+  addText(text: string, logprobs: unknown[]): void {
+    this.messageText += text;
+    this.messageLogprobs.push(...logprobs);
+  }
+
+  /** The reasoning item as completed. */
+  doneReasoning(): Item {
+    const r = this.reasoning!;
+    r.content = [{ type: 'reasoning_text', text: this.reasoningText }];
+    r.status = 'completed';
+    return r;
+  }
+
+  /** The text part and the message item as completed. */
+  doneMessage(): { part: Item; item: Item } {
+    const m = this.message!;
+    const part = { type: 'output_text', text: this.messageText, annotations: [], logprobs: this.messageLogprobs };
+    m.content = [part];
+    m.status = 'completed';
+    return { part, item: m };
+  }
+
+  doneCall(index: number): Item {
+    const c = this.calls.get(index)!;
+    c.status = 'completed';
+    return c;
+  }
+
+  /** Apply one delta (reasoning, then text, then calls), reporting what happened for the event writer. */
+  apply(delta: ChoiceDelta, logprobs: unknown[], on: DeltaHooks): void {
+    if (delta.reasoning !== '') {
+      const r = this.openReasoning();
+      if (r.opened) on.reasoningOpened(r.item);
+      this.addReasoning(delta.reasoning);
+      on.reasoningDelta(r.item, delta.reasoning);
+    }
+    if ((delta.content !== '' || delta.toolCalls.length > 0) && this.reasoning !== null && this.reasoning.status !== 'completed') {
+      on.reasoningDone(this.doneReasoning());
+    }
+    if (delta.content !== '') {
+      const m = this.openMessage();
+      if (m.opened) on.messageOpened(m.item);
+      this.addText(delta.content, logprobs);
+      on.textDelta(m.item, delta.content, logprobs);
+    }
+    for (const tc of delta.toolCalls) {
+      let item = this.calls.get(tc.index);
+      if (item === undefined) {
+        item = this.openCall(tc.index, tc.id ?? `call_${hex()}`, tc.function.name ?? '');
+        on.callOpened(item);
+      }
+      if (tc.function.arguments !== '') {
+        item.arguments = `${item.arguments as string}${tc.function.arguments}`;
+        on.argumentsDelta(item, tc.function.arguments);
+      }
+    }
+  }
+
+  /** Close every open item in output order. */
+  closeAll(on: CloseHooks): void {
+    if (this.reasoning !== null && this.reasoning.status !== 'completed') on.reasoningDone(this.doneReasoning());
+    for (const item of this.items) {
+      if (item === this.message && item.status !== 'completed') on.messageDone(this.doneMessage());
+      else if (item.type === 'function_call' && item.status !== 'completed') {
+        const index = [...this.calls.entries()].find(([, v]) => v === item)![0];
+        on.callDone(this.doneCall(index));
+      }
+    }
+  }
+}
+
+interface DeltaHooks {
+  reasoningOpened(item: Item): void;
+  reasoningDelta(item: Item, text: string): void;
+  reasoningDone(item: Item): void;
+  messageOpened(item: Item): void;
+  textDelta(item: Item, text: string, logprobs: unknown[]): void;
+  callOpened(item: Item): void;
+  argumentsDelta(item: Item, text: string): void;
+}
+
+interface CloseHooks {
+  reasoningDone(item: Item): void;
+  messageDone(done: { part: Item; item: Item }): void;
+  callDone(item: Item): void;
+}
+
+/** The Responses shape of one request (see the module comment). */
+export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
+  const stored = info.storeRequested && info.store.enabled;
+  const responseObject = (
+    base: ResponseBase,
+    status: 'in_progress' | 'completed' | 'incomplete' | 'failed',
+    output: Item[],
+    usage: Usage | null,
+    error: { code: string; message: string } | null = null,
+  ): Record<string, unknown> => ({
+    id: base.id,
+    object: 'response',
+    created_at: base.created,
+    status,
+    error,
+    incomplete_details: status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
+    model: base.model,
+    output,
+    usage: usage === null ? null : responsesUsage(usage),
+    store: stored,
+    ...info.echo,
+  });
+  const finalStatus = (results: readonly ChoiceResult[]) => (results[0]?.finishReason === 'length' ? 'incomplete' : 'completed');
+  const keep = (response: Record<string, unknown>, output: Item[]) => {
+    if (stored) info.store.put(response.id as string, { response, inputItems: info.inputItems, outputItems: output });
+  };
+
+  return {
+    endpoint: '/v1/responses',
+    idPrefix: 'resp_',
+    logprobsParams: 'chat',
+    renderLogprobs: (entries, k, tokenText) => chatLogprobs(entries, k, tokenText),
+    body(base, results, usage, logprobs) {
+      const r = results[0]!;
+      const out = new OutputItems();
+      const none = () => undefined;
+      const delta: ChoiceDelta = {
+        reasoning: r.reasoning ?? '',
+        content: r.content,
+        toolCalls: r.toolCalls.map((c, index) => ({ index, id: c.id, type: 'function' as const, function: { name: c.function.name, arguments: c.function.arguments } })),
+        logprobs: [],
+      };
+      out.apply(delta, textLogprobs(logprobs(0)), {
+        reasoningOpened: none, reasoningDelta: none, reasoningDone: none, messageOpened: none, textDelta: none, callOpened: none, argumentsDelta: none,
+      });
+      if (out.items.length === 0) out.openMessage();
+      out.closeAll({ reasoningDone: none, messageDone: none, callDone: none });
+      const response = responseObject(base, finalStatus(results), out.items, usage);
+      keep(response, out.items);
+      return response;
+    },
+    stream(base): StreamShaper {
+      let seq = 0;
+      const out = new OutputItems();
+      const ev = (type: string, fields: Record<string, unknown>): SseEvent => ({ event: type, data: { type, sequence_number: seq++, ...fields } });
+      const itemRef = (item: Item) => ({ item_id: item.id, output_index: out.indexOf(item) });
+      const close = (events: SseEvent[]): CloseHooks => ({
+        reasoningDone: (item) => {
+          const text = (item.content as Item[])[0]!.text;
+          events.push(ev('response.reasoning_text.done', { ...itemRef(item), content_index: 0, text }));
+          events.push(ev('response.content_part.done', { ...itemRef(item), content_index: 0, part: { type: 'reasoning_text', text } }));
+          events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
+        },
+        messageDone: ({ part, item }) => {
+          events.push(ev('response.output_text.done', { ...itemRef(item), content_index: 0, text: part.text, logprobs: part.logprobs }));
+          events.push(ev('response.content_part.done', { ...itemRef(item), content_index: 0, part }));
+          events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
+        },
+        callDone: (item) => {
+          events.push(ev('response.function_call_arguments.done', { ...itemRef(item), name: item.name, arguments: item.arguments }));
+          events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
+        },
+      });
+      const apply = (delta: ChoiceDelta, logprobs: Record<string, unknown> | null): SseEvent[] => {
+        const events: SseEvent[] = [];
+        out.apply(delta, textLogprobs(logprobs), {
+          ...close(events),
+          reasoningOpened: (item) => {
+            events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } }));
+            events.push(ev('response.content_part.added', { ...itemRef(item), content_index: 0, part: { type: 'reasoning_text', text: '' } }));
+          },
+          reasoningDelta: (item, text) => events.push(ev('response.reasoning_text.delta', { ...itemRef(item), content_index: 0, delta: text })),
+          messageOpened: (item) => {
+            events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } }));
+            events.push(ev('response.content_part.added', { ...itemRef(item), content_index: 0, part: { type: 'output_text', text: '', annotations: [] } }));
+          },
+          textDelta: (item, text, lp) => events.push(ev('response.output_text.delta', { ...itemRef(item), content_index: 0, delta: text, logprobs: lp })),
+          callOpened: (item) => events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } })),
+          argumentsDelta: (item, text) => events.push(ev('response.function_call_arguments.delta', { ...itemRef(item), delta: text })),
+        });
+        return events;
+      };
+      return {
+        doneSentinel: false,
+        opening: () => [
+          ev('response.created', { response: responseObject(base, 'in_progress', [], null) }),
+          ev('response.in_progress', { response: responseObject(base, 'in_progress', [], null) }),
+        ],
+        delta: (_index, delta, logprobs) => apply(delta, logprobs),
+        finish: (_index, delta, _result, logprobs) => {
+          const events = apply(delta, logprobs);
+          if (out.items.length === 0) {
+            const m = out.openMessage().item;
+            events.push(ev('response.output_item.added', { output_index: out.indexOf(m), item: { ...m } }));
+            events.push(ev('response.content_part.added', { ...itemRef(m), content_index: 0, part: { type: 'output_text', text: '', annotations: [] } }));
+          }
+          out.closeAll(close(events));
+          return events;
+        },
+        closing: (usage, results) => {
+          const status = finalStatus(results);
+          const response = responseObject(base, status, out.items, usage);
+          keep(response, out.items);
+          return [ev(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response })];
+        },
+        error: (err: ApiError) => {
+          const body = err.toBody().error;
+          const code = String(body.code ?? 'server_error');
+          return [
+            ev('error', { code, message: body.message, param: body.param ?? null }),
+            ev('response.failed', { response: responseObject(base, 'failed', out.items, null, { code, message: body.message }) }),
+          ];
+        },
+      };
+    },
+  };
+}
