@@ -40,6 +40,7 @@ import {
   DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SimRow, type StepTimeModel,
 } from './scheduler.js';
 import { TextModel, seedToUint32 } from './text.js';
+import type { SimModelBehaviour } from './response-plan.js';
 import { createTokenSpeedSimWire } from './tokenspeed-wire.js';
 import { createVllmSimWire } from './vllm-wire.js';
 import { LockstepWaves } from './waves.js';
@@ -101,8 +102,13 @@ export interface SimEngineOptions {
    * `DEFAULT_CLOSE_GRACE_MS`). Pushes only wait when the gateway stopped reading its PULL.
    */
   closeGraceMs?: number;
-  /** The text model (default: built from `GatewayTokenizer.load(GatewayTokenizer.defaultDir())`). */
+  /** The text model (default: built from `GatewayTokenizer.load(GatewayTokenizer.defaultDir())` and `behaviour`). */
   textModel?: TextModel;
+  /**
+   * How the default text model treats tools and reasoning (response-plan.ts; default Hermes tool calls when the
+   * prompt declares tools, no `<think>` blocks). Ignored when `textModel` is given.
+   */
+  behaviour?: SimModelBehaviour;
   /** The vocabulary size for `logit_bias` (and vLLM prompt token) validation (default: the loaded tokenizer's). */
   vocabSize?: number;
   /**
@@ -258,7 +264,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   if (textModel === undefined || vocabSize === undefined || eosTokenIds === undefined) {
     if (textModel === undefined || vocabSize === undefined) {
       const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-      textModel ??= new TextModel(tokenizer);
+      textModel ??= new TextModel(tokenizer, opts.behaviour !== undefined ? { behaviour: opts.behaviour } : {});
       vocabSize ??= tokenizer.vocabSize;
       eosTokenIds ??= tokenizer.eosTokenIds;
     }
@@ -269,7 +275,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   const wire = createSimWire(family, {
     vocabSize,
     enableOutputLogprobs: opts.enableOutputLogprobs ?? true,
-    tokens: (seed: WireInt, prompt: readonly number[]) => model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt),
+    tokens: (seed: WireInt, prompt: readonly number[], constraint) => model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt, constraint),
+    candidatePool: model.candidatePool,
   });
 
   const scheduler = new SimScheduler({

@@ -8,7 +8,8 @@
  * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--ready-response
  * long|short` (long; vLLM only: short = the 3-key ready response of vLLM releases up to at least 9aaf83ef, issue #14), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
- * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--init-timeout-ms N` (600000), `--exit-with-parent`,
+ * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--tool-call-format hermes|llama3_json|none`
+ * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000), `--exit-with-parent`,
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
  *
@@ -24,6 +25,7 @@ import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from './eng
 import { LogSink, ignoreStdioErrors } from '../log-sink.js';
 import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
+import { DEFAULT_SIM_BEHAVIOUR, SIM_TOOL_CALL_FORMATS, type SimToolCallFormat } from './response-plan.js';
 
 /** A command-line mistake; the message names the option. */
 export class SimArgsError extends Error {
@@ -65,6 +67,9 @@ options (units: tokens, 16-token KV pages, ms):
   --step-prefill-ms X        Step-time model: cost per prefill token
   --step-decode-ms X         Step-time model: cost per decode token
   --disable-output-logprobs  Act like an engine started without --enable-output-logprobs
+  --tool-call-format FMT     Tool calls written when the prompt declares tools: hermes, llama3_json or none
+                             (default hermes, the bundled Qwen3's format)
+  --reasoning                Write a <think> block before answers (unless the prompt closed one)
   --init-timeout-ms N        How long to wait for INIT (default 600000)
   --exit-with-parent         Stop (sending ENGINE_CORE_DEAD) when stdin closes, i.e. when the spawning process dies
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
@@ -123,6 +128,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'init-timeout-ms': { type: 'string' },
         'log-level': { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
+        'tool-call-format': { type: 'string' },
+        reasoning: { type: 'boolean' },
       },
     }));
   } catch (error) {
@@ -172,6 +179,16 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     enableOutputLogprobs: values['disable-output-logprobs'] === true ? false : undefined,
   };
   if (engineFamily !== 'tokenspeed') engine.engine = engineFamily as SimEngineFamily;
+  const toolFormat = str('tool-call-format');
+  if (toolFormat !== undefined && !(SIM_TOOL_CALL_FORMATS as readonly string[]).includes(toolFormat)) {
+    throw new SimArgsError(`--tool-call-format: expected one of ${SIM_TOOL_CALL_FORMATS.join(', ')}, got ${JSON.stringify(toolFormat)}`);
+  }
+  if (toolFormat !== undefined || values.reasoning === true) {
+    engine.behaviour = {
+      toolCallFormat: (toolFormat as SimToolCallFormat | undefined) ?? DEFAULT_SIM_BEHAVIOUR.toolCallFormat,
+      reasoning: values.reasoning === true,
+    };
+  }
   const slowdown = positiveOption('slowdown', str('slowdown'));
   if (slowdown !== undefined) engine.slowdown = slowdown;
   if (lockstep) {

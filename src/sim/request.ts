@@ -22,6 +22,7 @@ import {
   validateSamplingParams,
   type TokenSpeedSamplingParams,
 } from '../protocols/tokenspeed/sampling.js';
+import type { StructuredConstraint } from '../protocols/types.js';
 import type { WireInt } from '../wire/reader.js';
 import type { SimRequest, TokenSource } from './scheduler.js';
 
@@ -120,8 +121,8 @@ export function validationErrorOf(req: TokenizedGenerateReqInput, opts: EngineVa
 
 /** Options of `toSimRequest`. */
 export interface ToSimRequestOptions extends EngineValidationOptions {
-  /** Builds the token source from the finalized seed and the prompt (the text model's `createSource`). */
-  tokens: (seed: WireInt, promptTokenIds: readonly number[]) => TokenSource;
+  /** Builds the token source from the finalized seed, the prompt and the grammar (the text model's `createSource`). */
+  tokens: (seed: WireInt, promptTokenIds: readonly number[], constraint: StructuredConstraint | null) => TokenSource;
 }
 
 /**
@@ -148,6 +149,24 @@ export function toSimRequest(decoded: TokenizedGenerateReqInput, opts: ToSimRequ
     streamInterval: interval !== null && interval >= 1 ? interval : null,
     returnLogprob: req.return_logprob,
     validationError: validationErrorOf(req, opts),
-    tokens: opts.tokens(p.seed ?? 0, prompt),
+    tokens: opts.tokens(p.seed ?? 0, prompt, grammarOf(p)),
   };
+}
+
+/**
+ * The constraint of TokenSpeed's grammar fields (engine-wire.md 4.4 indexes 11..14; at most one is set, validation
+ * refuses two): `json_schema` → a JSON schema (parsed when it parses), `regex`, `ebnf` → grammar, `structural_tag`.
+ */
+export function grammarOf(p: TokenSpeedSamplingParams): StructuredConstraint | null {
+  if (p.json_schema !== null) {
+    try {
+      return { kind: 'json', schema: JSON.parse(p.json_schema) as unknown };
+    } catch {
+      return { kind: 'json', schema: p.json_schema };
+    }
+  }
+  if (p.regex !== null) return { kind: 'regex', pattern: p.regex };
+  if (p.ebnf !== null) return { kind: 'grammar', grammar: p.ebnf };
+  if (p.structural_tag !== null) return { kind: 'structural_tag', tag: p.structural_tag };
+  return null;
 }

@@ -8,13 +8,22 @@
  * CRC-32 of the rid, engine-wire.md 4.5) mixed with a hash of the prompt token ids, so the same seed and the same
  * prompt give the same tokens, and a different prompt usually gives different ones.
  */
+import type { StructuredConstraint } from '../protocols/types.js';
+import { DEFAULT_SIM_BEHAVIOUR, planResponse, type SimModelBehaviour } from './response-plan.js';
 import type { SampledToken, TokenSource } from './scheduler.js';
 
-/** What the text model needs from a tokenizer (`GatewayTokenizer` satisfies it). */
+/**
+ * What the text model needs from a tokenizer (`GatewayTokenizer` satisfies it). Without `decode` the model cannot
+ * read prompts: it then only honours constraints and writes corpus text.
+ */
 export interface TextTokenizer {
   encode(text: string, opts?: { addSpecialTokens?: boolean }): number[];
+  decode?(ids: readonly number[], opts?: { skipSpecialTokens?: boolean }): string;
   readonly eosTokenIds: readonly number[];
 }
+
+/** Prompts longer than this (tokens) are not read for tools or reasoning tags (keeps long prompts cheap). */
+const MAX_READ_PROMPT_TOKENS = 32_768;
 
 /** Text model options. Sentence counts are per response. */
 export interface TextModelOptions {
@@ -26,6 +35,8 @@ export interface TextModelOptions {
   maxSentences?: number;
   /** Start a new paragraph ("\n\n") instead of a space before a sentence with this probability (ratio 0..1, default 0.15). */
   paragraphProbability?: number;
+  /** How the model treats tools and reasoning (response-plan.ts; default Hermes tool calls, no reasoning). */
+  behaviour?: SimModelBehaviour;
 }
 
 /** A built-in corpus of plain English sentences (written for this project). */
@@ -133,8 +144,14 @@ export class TextModel {
   private readonly minSentences: number;
   private readonly maxSentences: number;
   private readonly paragraphProbability: number;
+  private readonly behaviour: SimModelBehaviour;
+  private readonly tokenizer: TextTokenizer;
+  /** Distinct token ids of the corpus: the candidates a vLLM rank reports for top logprobs. */
+  readonly candidatePool: readonly number[];
 
   constructor(tokenizer: TextTokenizer, opts: TextModelOptions = {}) {
+    this.tokenizer = tokenizer;
+    this.behaviour = opts.behaviour ?? DEFAULT_SIM_BEHAVIOUR;
     const corpus = opts.corpus ?? DEFAULT_CORPUS;
     if (corpus.length === 0) throw new Error('TextModel: empty corpus');
     const eos = tokenizer.eosTokenIds[0];
@@ -151,29 +168,42 @@ export class TextModel {
     this.minSentences = Math.max(1, Math.trunc(opts.minSentences ?? 1));
     this.maxSentences = Math.max(this.minSentences, Math.trunc(opts.maxSentences ?? 6));
     this.paragraphProbability = Math.min(1, Math.max(0, opts.paragraphProbability ?? 0.15));
+    this.candidatePool = [...new Set(this.sentences.flatMap((e) => e.spaced))];
   }
 
   /**
    * A token source for one request. `seed` is the finalized sampling seed (number or bigint; only its low 32 bits
-   * are used); the prompt is hashed into it.
+   * are used); the prompt is hashed into it. The response follows `planResponse` (response-plan.ts): a fixed text
+   * (a constrained document or tool calls) then EOS, or corpus sentences after an optional prefix (a reasoning
+   * block, a quoted tool result). `constraint` is the request's structured-output constraint (null: none). A fixed
+   * text that ends before the request may stop (`min_tokens`) continues with corpus text.
    */
-  createSource(seed: number | bigint, promptTokenIds: readonly number[]): TokenSource {
+  createSource(seed: number | bigint, promptTokenIds: readonly number[], constraint: StructuredConstraint | null = null): TokenSource {
     const prng = new Prng((seedToUint32(seed) ^ hashTokens(promptTokenIds)) >>> 0);
+    const promptText = this.tokenizer.decode !== undefined && promptTokenIds.length <= MAX_READ_PROMPT_TOKENS
+      ? this.tokenizer.decode(promptTokenIds, { skipSpecialTokens: false })
+      : '';
+    const plan = planResponse(promptText, constraint, this.behaviour, prng);
+    const planned = plan.kind === 'fixed' ? plan.text : plan.prefix;
+    const fixed = planned === '' ? [] : this.tokenizer.encode(planned, { addSpecialTokens: false });
     const target = prng.int(this.minSentences, this.maxSentences);
     const logSentenceChoice = -Math.log(this.sentences.length);
     let done = 0;
-    let current: number[] = [];
+    let current: number[] = fixed;
     let pos = 0;
+    let corpusStarted = false;
     const startSentence = (): void => {
       const s = this.sentences[prng.int(0, this.sentences.length - 1)];
-      current = done === 0 ? s.bare : prng.next() < this.paragraphProbability ? s.paragraph : s.spaced;
+      current = !corpusStarted && fixed.length === 0 ? s.bare : prng.next() < this.paragraphProbability ? s.paragraph : s.spaced;
+      corpusStarted = true;
       pos = 0;
     };
     return {
       next: ({ allowStop }): SampledToken => {
         if (pos >= current.length) {
-          if (current.length > 0) done += 1;
-          if (allowStop && done >= target) return { tokenId: this.eosTokenId, logprob: -0.01 };
+          if (corpusStarted && current.length > 0) done += 1;
+          const finished = plan.kind === 'fixed' ? !corpusStarted || done >= 1 : done >= target;
+          if (allowStop && finished) return { tokenId: this.eosTokenId, logprob: -0.01 };
           startSentence();
         }
         const tokenId = current[pos];

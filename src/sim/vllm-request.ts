@@ -21,6 +21,8 @@
  * (`_handle_request_preproc_error`). Only an ADD with no usable request id is dropped (`SimRequestError`).
  */
 import type { EngineCoreRequest } from '../protocols/vllm/request.js';
+import type { StructuredOutputsParams } from '../protocols/vllm/sampling.js';
+import type { StructuredConstraint } from '../protocols/types.js';
 import type { WireInt } from '../wire/reader.js';
 import { SimRequestError, crc32Seed } from './request.js';
 import type { SimRequest, TokenSource } from './scheduler.js';
@@ -29,8 +31,8 @@ import type { SimRequest, TokenSource } from './scheduler.js';
 export interface VllmSimRequestOptions {
   /** Vocabulary size: prompt token ids and `logit_bias` keys must be below it; unchecked when absent. */
   vocabSize?: number;
-  /** The token source from the seed and the prompt. */
-  tokens: (seed: WireInt, promptTokenIds: readonly number[]) => TokenSource;
+  /** The token source from the seed, the prompt and the structured-output constraint. */
+  tokens: (seed: WireInt, promptTokenIds: readonly number[], constraint: StructuredConstraint | null) => TokenSource;
 }
 
 /** A wire integer as a number; a bigint beyond ±(2^53 − 1) saturates to the safe range's bound. */
@@ -39,6 +41,17 @@ function toNumber(v: WireInt): number {
   if (v > BigInt(Number.MAX_SAFE_INTEGER)) return Number.MAX_SAFE_INTEGER;
   if (v < BigInt(Number.MIN_SAFE_INTEGER)) return Number.MIN_SAFE_INTEGER;
   return Number(v);
+}
+
+/** The constraint a decoded `structured_outputs` map sets (engine-wire.md 5.3: exactly one key; decode checked it). */
+export function constraintOf(so: StructuredOutputsParams): StructuredConstraint | null {
+  if (so.json !== null && so.json !== undefined) return { kind: 'json', schema: so.json };
+  if (so.json_object === true) return { kind: 'json_object' };
+  if (so.regex !== null) return { kind: 'regex', pattern: so.regex };
+  if (so.choice !== null) return { kind: 'choice', choices: so.choice };
+  if (so.grammar !== null) return { kind: 'grammar', grammar: so.grammar };
+  if (so.structural_tag !== null) return { kind: 'structural_tag', tag: so.structural_tag };
+  return null;
 }
 
 /** Why EngineCore cannot serve `req`, or null (checked in field order). */
@@ -88,7 +101,7 @@ export function toVllmSimRequest(req: EngineCoreRequest, opts: VllmSimRequestOpt
     streamInterval: 1,
     returnLogprob: p !== null && p.logprobs !== null,
     validationError,
-    tokens: opts.tokens(seed, prompt),
+    tokens: opts.tokens(seed, prompt, p?.structured_outputs ? constraintOf(p.structured_outputs) : null),
   };
   return { request, requestWave: Math.max(0, toNumber(req.current_wave)) };
 }

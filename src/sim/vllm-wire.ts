@@ -46,16 +46,41 @@ export function vllmFinishReasonOf(reason: SimFinishReason): number | null {
   }
 }
 
-/** One scheduler row as an `EngineCoreOutput` (engine-wire.md 5.9). */
-export function toEngineCoreOutput(row: SimRow): EngineCoreOutput {
+/**
+ * The logprob row of one sampled token with `k` ranked candidates (engine-wire.md 5.6: column 0 the sampled token
+ * and its rank, columns 1..k the best candidates in rank order). Sim choice: candidates come from `pool` (picked by a
+ * hash of the token, so repeatable); the sampled token is the best candidate, except for about one token in four
+ * whose logprob leaves room for a better one, where it ranks second; the other candidates are less likely.
+ */
+export function candidateRow(tokenId: number, logprob: number, k: number, pool: readonly number[]): { ids: number[]; logprobs: number[]; rank: number } {
+  if (k <= 0) return { ids: [tokenId], logprobs: [logprob], rank: 1 };
+  const others: number[] = [];
+  let h = (Math.imul(tokenId + 1, 0x9e3779b1) >>> 0) % Math.max(1, pool.length);
+  for (let tries = 0; others.length < k && tries < 2 * pool.length + k; tries++) {
+    const id = pool[h % pool.length]!;
+    if (id !== tokenId && !others.includes(id)) others.push(id);
+    h += 7;
+  }
+  const base = Number.isFinite(logprob) ? logprob : -20;
+  const second = base < -0.4 && tokenId % 4 === 0;
+  const ranked: Array<{ id: number; lp: number }> = second
+    ? [{ id: others[0]!, lp: base + 0.3 }, { id: tokenId, lp: logprob }, ...others.slice(1).map((id, j) => ({ id, lp: base - 0.5 * (j + 1) }))]
+    : [{ id: tokenId, lp: logprob }, ...others.map((id, j) => ({ id, lp: base - 0.5 * (j + 1) }))];
+  const top = ranked.filter((c) => c.id !== undefined).slice(0, k);
+  return { ids: [tokenId, ...top.map((c) => c.id)], logprobs: [logprob, ...top.map((c) => c.lp)], rank: second ? 2 : 1 };
+}
+
+/** One scheduler row as an `EngineCoreOutput` (engine-wire.md 5.9); `topK` ranked candidates per token (5.6). */
+export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[] = []): EngineCoreOutput {
   const out = defaultEngineCoreOutput(row.rid, [...row.outputIds]);
   out.finish_reason = vllmFinishReasonOf(row.finishedReason);
   if (row.finishedReason === 'stop') out.stop_reason = row.stopReason;
   if (row.logprobVals.length > 0) {
+    const rows = row.logprobIdx.map((id, i) => candidateRow(id, row.logprobVals[i]!, pool.length > 0 ? topK : 0, pool));
     out.new_logprobs = {
-      token_ids: row.logprobIdx.map((id) => [id]),
-      logprobs: row.logprobVals.map((lp) => [lp]),
-      ranks: row.logprobIdx.map(() => 1),
+      token_ids: rows.map((r) => r.ids),
+      logprobs: rows.map((r) => r.logprobs),
+      ranks: rows.map((r) => r.rank),
       cu_num_generated_tokens: null,
     };
   }
@@ -126,10 +151,14 @@ const vllmWaves: SimWaveWire = {
 /** The vLLM wire for one rank. Holds the ids aborted since the last step (reported in `finished_requests`). */
 export function createVllmSimWire(ctx: SimWireContext): SimWire {
   const aborted = new Set<string>();
+  /** Requested top-logprob count (`logprobs` = k > 0) of each request that asked for candidates. */
+  const topK = new Map<string, number>();
+  const pool = ctx.candidatePool ?? [];
 
   const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {
     const o = envelope(step.engineIndex);
-    o.outputs = step.rows.map(toEngineCoreOutput);
+    o.outputs = step.rows.map((r) => toEngineCoreOutput(r, topK.get(r.rid) ?? 0, pool));
+    for (const r of step.rows) if (r.finishedReason !== '') topK.delete(r.rid);
     const finished = new Set<string>(step.rows.filter((r) => r.finishedReason !== '').map((r) => r.rid));
     if (includeAborted) {
       for (const id of aborted) finished.add(id);
@@ -151,11 +180,17 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
     waves: vllmWaves,
     extraRequestTypes: [RequestType.START_DP_WAVE],
     decodeAdd(payload) {
-      return toVllmSimRequest(decodeEngineCoreRequest(payload), { vocabSize: ctx.vocabSize, tokens: ctx.tokens });
+      const req = decodeEngineCoreRequest(payload);
+      const k = req.sampling_params?.logprobs;
+      if (typeof k === 'number' && k > 0) topK.set(req.request_id, k);
+      return toVllmSimRequest(req, { vocabSize: ctx.vocabSize, tokens: ctx.tokens });
     },
     decodeAbort: decodeAbortPayload,
     noteAborted(requestIds) {
-      for (const id of requestIds) aborted.add(id);
+      for (const id of requestIds) {
+        aborted.add(id);
+        topK.delete(id);
+      }
     },
     hasPendingReport: () => aborted.size > 0,
     encodeRejections: (step) => (step.rows.length === 0 ? null : encode(step, false)),

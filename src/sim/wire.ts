@@ -4,7 +4,7 @@
  * a wire that has them) wave messages. One module per family implements it: `tokenspeed-wire.ts` (engine-wire.md
  * section 4) and `vllm-wire.ts` (section 5). Everything here is synchronous and free of sockets and timers.
  */
-import type { RequestTypeByte } from '../protocols/types.js';
+import type { RequestTypeByte, StructuredConstraint } from '../protocols/types.js';
 import type { WireInt } from '../wire/reader.js';
 import type { LoadTail, SchedulerState, SimRequest, SimRow, TokenSource } from './scheduler.js';
 
@@ -20,8 +20,13 @@ export interface SimWireContext {
   vocabSize?: number;
   /** TokenSpeed `--enable-output-logprobs` (a TokenSpeed request asking for logprobs without it is refused). */
   enableOutputLogprobs: boolean;
-  /** The token source of one request, from its (finalized) seed and prompt (the text model's `createSource`). */
-  tokens: (seed: WireInt, promptTokenIds: readonly number[]) => TokenSource;
+  /**
+   * The token source of one request, from its (finalized) seed, prompt and structured-output constraint (null: none;
+   * the text model's `createSource`).
+   */
+  tokens: (seed: WireInt, promptTokenIds: readonly number[], constraint: StructuredConstraint | null) => TokenSource;
+  /** Token ids a vLLM rank reports as ranked candidates for top logprobs (the text model's `candidatePool`). */
+  candidatePool?: readonly number[];
 }
 
 /** A decoded ADD. */
