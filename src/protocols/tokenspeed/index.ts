@@ -13,7 +13,7 @@ export {
 export type { TokenizedGenerateReqInput, SessionParams, EncodeRequestOptions } from './request.js';
 export {
   samplingParamsCodec, defaultSamplingParams, normalizeSamplingParams, toTokenSpeedSamplingParams,
-  validateSamplingParams, TOP_K_DISABLED, GREEDY_TEMPERATURE_EPSILON,
+  validateSamplingParams, TOP_K_DISABLED, GREEDY_TEMPERATURE_EPSILON, toTokenSpeedGrammar, tokenSpeedStructuredOutputProblem,
 } from './sampling.js';
 export type { TokenSpeedSamplingParams, SamplingValidationOptions } from './sampling.js';
 export {
