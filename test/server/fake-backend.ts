@@ -5,7 +5,7 @@
 import type { ConnectedEngine } from '../../src/engine-client/link.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
-import type { EngineOutput, FinishReason, GenerateRequest, ReadyResponse } from '../../src/protocols/types.js';
+import type { EngineOutput, FinishReason, GenerateRequest, ReadyResponse, TokenCandidate } from '../../src/protocols/types.js';
 import type { BackendRankState, BackendStats, BackendStream, GenerationBackend } from '../../src/server/backend.js';
 
 type Item = { output: EngineOutput } | { error: Error } | { end: true };
@@ -31,8 +31,11 @@ export class FakeStream implements BackendStream {
     this.cancelled = new Promise((r) => (this.resolveCancelled = r));
   }
 
-  /** Deliver one output with `ids` (terminal when `finish` is given) and their `logprobs` (default none). */
-  push(ids: number[], finish: FinishReason | null = null, logprobs: number[] = []): void {
+  /**
+   * Deliver one output with `ids` (terminal when `finish` is given), their `logprobs` (default none) and, like a
+   * vLLM rank asked for top logprobs, each token's ranked candidates `topLogprobs`.
+   */
+  push(ids: number[], finish: FinishReason | null = null, logprobs: number[] = [], topLogprobs?: TokenCandidate[][]): void {
     this.completion += ids.length;
     this.feed({
       output: {
@@ -43,6 +46,7 @@ export class FakeStream implements BackendStream {
         completionTokens: this.completion,
         cachedTokens: 0,
         logprobs,
+        ...(topLogprobs !== undefined ? { topLogprobs } : {}),
       },
     });
   }
