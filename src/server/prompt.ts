@@ -33,7 +33,8 @@ type ChatMessageBody = ChatCompletionBodyT['messages'][number];
 
 /**
  * Flatten one OpenAI message into the template's `ChatMessage`: string content as is; text parts joined with "\n"
- * (vLLM's "string" content format); `developer` rendered as `system`. Throws 400 naming
+ * (vLLM's "string" content format); `developer` rendered as `system`; an assistant's `reasoning_content` (or
+ * `reasoning`) passed on for templates that render it. Throws 400 naming
  * `messages[i].content[j].type` for a non-text part, and `messages[i].content[j].text` for a text part without text.
  */
 export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
@@ -59,6 +60,8 @@ export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
   if (typeof m.name === 'string') out.name = m.name;
   if (Array.isArray(m.tool_calls)) out.tool_calls = m.tool_calls;
   if (typeof m.tool_call_id === 'string') out.tool_call_id = m.tool_call_id;
+  const reasoning = m.reasoning_content ?? m.reasoning;
+  if (m.role === 'assistant' && typeof reasoning === 'string') out.reasoning_content = reasoning;
   return out;
 }
 

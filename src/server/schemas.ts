@@ -77,6 +77,9 @@ export const ChatMessageSchema = Type.Object(
     name: Opt(Type.String()),
     tool_calls: Opt(Type.Array(Type.Unknown())),
     tool_call_id: Opt(Type.String()),
+    /** An assistant turn's reasoning as the gateway returned it (vLLM accepts it back; `reasoning` is its alias). */
+    reasoning_content: Opt(Type.String()),
+    reasoning: Opt(Type.String()),
   },
   { additionalProperties: false },
 );

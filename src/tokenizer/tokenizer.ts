@@ -36,6 +36,8 @@ export interface ChatMessage {
   name?: string;
   tool_calls?: unknown[];
   tool_call_id?: string;
+  /** An assistant turn's reasoning (vLLM's `reasoning_content`; Qwen3's template renders it for the current turn). */
+  reasoning_content?: string;
 }
 
 /** Options of {@link GatewayTokenizer.applyChatTemplate}. */

@@ -1,0 +1,20 @@
+/**
+ * End to end: the client matrix (client-scenarios.ts) against one gateway over two simulated TokenSpeed ranks
+ * (time scale 0): LangChain JS, the Vercel AI SDK (openai-compatible and the default openai() provider), the openai
+ * SDK. TokenSpeed carries the constraints as `json_schema` / `regex` (engine-wire.md 4.4).
+ */
+import { after, before, describe } from 'node:test';
+import type { RunningGateway } from '../../src/gateway.js';
+import { startSimGateway } from '../helpers/gateway.js';
+import { clientScenarios } from './client-scenarios.js';
+
+const MODEL = 'sim-qwen3';
+
+describe('real clients against simulated TokenSpeed ranks', () => {
+  let gateway: RunningGateway;
+  before(async () => {
+    gateway = await startSimGateway({ modelId: MODEL, engine: 'tokenspeed', sim: 2 });
+  });
+  after(() => gateway?.close());
+  clientScenarios(() => gateway, MODEL, { reasoning: false });
+});
