@@ -2,8 +2,8 @@
  * Issue #4 part 7 (chat) end to end through the official `openai` client against `startGateway` with simulated
  * TokenSpeed ranks: content as a string or a text-parts array (joined with "\n" as vLLM does), tools rendered into the chat template (visible as a
  * longer prompt), a tool-calling conversation (assistant `tool_calls` with null content, then a `tool` message),
- * `chat_template_kwargs` reaching the template, `max_completion_tokens`, and `tool_choice: "auto"` refused with a 400
- * naming the parameter (no tool-call parser, as vLLM without `--enable-auto-tool-choice`).
+ * `chat_template_kwargs` reaching the template, `max_completion_tokens`, and `tool_choice: "auto"` answered with the
+ * parsed call (the hermes parser the Qwen3 template implies; issue #11).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -95,19 +95,18 @@ describe('chat messages, tools and template options via the openai SDK', () => {
     assert.ok(noThinking > plain, `${plain} → ${noThinking}`);
   });
 
-  test('tool_choice "auto" is refused with a 400 naming tool_choice', async () => {
-    await assert.rejects(
-      client.chat.completions.create({
-        model: 'sim',
-        messages: [{ role: 'user', content: 'Weather?' }],
-        tools: [WEATHER_TOOL],
-        tool_choice: 'auto',
-      }),
-      (err: unknown) => {
-        assert.ok(err instanceof OpenAI.BadRequestError, String(err));
-        assert.equal((err.error as { param?: string }).param, 'tool_choice');
-        return true;
-      },
-    );
+  test('tool_choice "auto" returns the call the rank writes (hermes parser read off the Qwen3 template)', async () => {
+    const res = await client.chat.completions.create({
+      model: 'sim',
+      messages: [{ role: 'user', content: 'Weather?' }],
+      tools: [WEATHER_TOOL],
+      tool_choice: 'auto',
+    });
+    const choice = res.choices[0]!;
+    assert.equal(choice.finish_reason, 'tool_calls');
+    const call = choice.message.tool_calls![0]!;
+    assert.ok(call.type === 'function' && call.function.name === 'get_weather', JSON.stringify(call));
+    assert.equal(typeof JSON.parse(call.function.arguments).city, 'string');
+    assert.equal(choice.message.content, null);
   });
 });
