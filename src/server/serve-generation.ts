@@ -274,10 +274,13 @@ export interface PromptSource<B extends CommonBodyT> {
 /**
  * The handler body shared by `/v1/chat/completions` and `/v1/completions`: take the start time (`ctx.now()`, ms), then
  * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400), validate
- * `n` (1..MAX_N), `stop` (params.ts `parseStopStrings`) and `logprobs`/`top_logprobs` (logprobs.ts); take the live
- * engine groups (503 `engine_dead` when none) and the `X-data-parallel-rank` pin (400 unless a live group has that
- * rank; gateway.md 14); tokenize the prompt via `prompt` (refusing a text too large for the widest candidate's
- * `contextTokenLimit` before tokenizing it); choose the group among the candidates whose context fits the request
+ * `n` (1..MAX_N), `stop` (params.ts `parseStopStrings`), `logprobs`/`top_logprobs` (logprobs.ts) and the
+ * structured-output parameters (structured-output.ts); take the live engine groups (503 `engine_dead` when none) and
+ * the `X-data-parallel-rank` pin (400 unless a live group has that rank; gateway.md 14); prepare the prompt via
+ * `prompt` (its tokens, refusing a text too large for the widest candidate's `contextTokenLimit` before tokenizing
+ * it; the parsers of each choice; a constraint from a forced tool choice, 400 together with another constraint);
+ * keep the groups whose engine can serve the logprobs and the constraint (engine-capabilities.ts; 400 naming the
+ * limit when none can); choose the group among those whose context fits the request
  * (`GroupRouter.choose`: lowest best-rank score; when none fits, the widest one, whose admission then refuses it
  * naming the largest context served); validate admission and sampling against the chosen group's `contextTokenLimit` (`buildSampling`,
  * gateway.md 8-9; the default completion limit is that group's context minus the prompt, so a vLLM group always

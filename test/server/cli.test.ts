@@ -132,3 +132,15 @@ test('parseServeArgs refuses bad input with a UsageError naming the flag', () =>
     assert.throws(() => parseServeArgs(argv), (e: unknown) => e instanceof UsageError && re.test(e.message), argv.join(' '));
   }
 });
+
+test('output-parsing flags: --tool-call-parser, --enable-auto-tool-choice, --reasoning-parser, --responses-store', () => {
+  assert.deepEqual(
+    parseServeArgs(['--tool-call-parser', 'llama3_json', '--enable-auto-tool-choice', '--reasoning-parser', 'deepseek_r1', '--responses-store', '0']),
+    { toolCallParser: 'llama3_json', reasoningParser: 'deepseek_r1', responsesStoreSize: 0 },
+  );
+  assert.deepEqual(parseServeArgs(['--tool-call-parser', 'none']), { toolCallParser: 'none' });
+  assert.throws(() => parseServeArgs(['--tool-call-parser', 'mistral']), /--tool-call-parser must be one of hermes, llama3_json or none/);
+  assert.throws(() => parseServeArgs(['--tool-call-parser', 'none', '--enable-auto-tool-choice']), /needs a tool-call parser/);
+  assert.throws(() => parseServeArgs(['--reasoning-parser', 'o1']), /--reasoning-parser must be one of qwen3, deepseek_r1/);
+  assert.throws(() => parseServeArgs(['--responses-store', '-1']), /--responses-store/);
+});
