@@ -20,9 +20,14 @@
  *   `model_gateway_e2e_request_latency_seconds`;
  * - counter `model_gateway_requests_total{endpoint, status, finish_reason}` (finish_reason: stop, length, error,
  *   cancelled for a client disconnect, none for a request refused before generation).
+ * vLLM-compatible series (the block "vLLM-compatible series" below; issue #13 part 1): the names, types and units of
+ * vLLM's own `/metrics`, one series per served model (label `model_name` = the first served model name, as vLLM), so a
+ * cluster router that scrapes vLLM servers (the Gateway API Inference Extension's model-server protocol, llm-d's
+ * endpoint picker) can treat the whole gateway as one model server: see `vllmAggregate` and docs/multi-node.md.
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BackendRankState, BackendStats } from './backend.js';
+import { vllmAggregate } from './vllm-aggregate.js';
 
 /** What the scrape-time collectors read from one group's client (an `EngineClient` satisfies it). */
 export interface MetricsSource {
@@ -43,6 +48,12 @@ export type RequestOutcome = 'stop' | 'length' | 'tool_calls' | 'error' | 'cance
 
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const ITL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.4, 0.75, 1, 2.5, 5];
+/** vLLM's `finished_reason` values of `vllm:request_success_total` (vLLM `FinishReason`: stop, length, abort). */
+export const VLLM_FINISHED_REASONS = ['stop', 'length', 'abort'] as const;
+export type VllmFinishedReason = (typeof VLLM_FINISHED_REASONS)[number];
+/** vLLM's buckets (seconds) of `vllm:time_to_first_token_seconds` and `vllm:e2e_request_latency_seconds`. */
+const VLLM_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
+const VLLM_E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
 const E2E_BUCKETS = [0.01, 0.05, 0.1, 0.3, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960];
 
 /** The metrics of one gateway app. Create once per app; `attach` the engine client before the first scrape. */
@@ -56,6 +67,11 @@ export class GatewayMetrics {
   private readonly itl: Histogram<'model' | 'endpoint'>;
   private readonly e2e: Histogram<'model' | 'endpoint'>;
   private readonly requests: Counter<'model' | 'endpoint' | 'status' | 'finish_reason'>;
+  private readonly vllmTtft: Histogram<'model_name'>;
+  private readonly vllmE2e: Histogram<'model_name'>;
+  private readonly vllmPromptTokens: Counter<'model_name'>;
+  private readonly vllmGenerationTokens: Counter<'model_name'>;
+  private readonly vllmRequestSuccess: Counter<'model_name' | 'finished_reason'>;
 
   constructor(opts: { modelId: string }) {
     this.modelId = opts.modelId;
@@ -186,6 +202,49 @@ export class GatewayMetrics {
       labelNames: ['model', 'endpoint', 'status', 'finish_reason'],
       registers,
     });
+
+    // ---- vLLM-compatible series (issue #13 part 1) ----
+    // Names, types, units and histogram buckets as vLLM's Prometheus logger (vllm/v1/metrics/loggers.py); label
+    // `model_name` only: the gateway is one model server, so the gauges are the aggregate over its live ranks (a
+    // cluster router reads one series per server; per-rank detail stays in the model_gateway_* series above).
+    const modelName = { model_name: model };
+    const aggregate = () => vllmAggregate(groups());
+    const vllmGauge = (name: string, help: string, pick: (a: ReturnType<typeof vllmAggregate>) => number) =>
+      new Gauge({
+        name,
+        help,
+        labelNames: ['model_name'],
+        registers,
+        collect() {
+          this.set(modelName, pick(aggregate()));
+        },
+      });
+    vllmGauge('vllm:num_requests_running', 'Number of requests in model execution batches (sum over the DP ranks)', (a) => a.running);
+    vllmGauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed (sum over the DP ranks)', (a) => a.waiting);
+    vllmGauge('vllm:kv_cache_usage_perc', 'KV-cache usage, 1 means 100 percent usage (mean over the DP ranks)', (a) => a.kvCacheUsage);
+    const vllmCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
+      new Counter<L>({ name, help, labelNames, registers });
+    this.vllmPromptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', ['model_name']);
+    this.vllmGenerationTokens = vllmCounter('vllm:generation_tokens_total', 'Number of generation tokens processed', ['model_name']);
+    this.vllmRequestSuccess = vllmCounter('vllm:request_success_total', 'Count of successfully processed requests', ['model_name', 'finished_reason']);
+    this.vllmTtft = new Histogram({
+      name: 'vllm:time_to_first_token_seconds',
+      help: 'Histogram of time to first token in seconds',
+      labelNames: ['model_name'],
+      buckets: VLLM_TTFT_BUCKETS,
+      registers,
+    });
+    this.vllmE2e = new Histogram({
+      name: 'vllm:e2e_request_latency_seconds',
+      help: 'Histogram of e2e request latency in seconds',
+      labelNames: ['model_name'],
+      buckets: VLLM_E2E_BUCKETS,
+      registers,
+    });
+    // Series exist from the first scrape (zero), as vLLM creates them at start-up.
+    this.vllmPromptTokens.inc(modelName, 0);
+    this.vllmGenerationTokens.inc(modelName, 0);
+    for (const reason of VLLM_FINISHED_REASONS) this.vllmRequestSuccess.inc({ ...modelName, finished_reason: reason }, 0);
   }
 
   /**
@@ -196,9 +255,10 @@ export class GatewayMetrics {
     this.groups = [...groups];
   }
 
-  /** Record a TTFT sample (seconds). */
+  /** Record a TTFT sample (seconds), also as `vllm:time_to_first_token_seconds`. */
   observeTtft(endpoint: string, seconds: number): void {
     this.ttft.observe({ model: this.modelId, endpoint }, seconds);
+    this.vllmTtft.observe({ model_name: this.modelId }, seconds);
   }
 
   /** Record `tokens` ITL samples of `secondsPerToken` each. */
@@ -206,9 +266,22 @@ export class GatewayMetrics {
     for (let i = 0; i < tokens; i++) this.itl.observe({ model: this.modelId, endpoint }, secondsPerToken);
   }
 
-  /** Record an end-to-end latency sample (seconds). */
+  /** Record an end-to-end latency sample (seconds), also as `vllm:e2e_request_latency_seconds`. */
   observeE2e(endpoint: string, seconds: number): void {
     this.e2e.observe({ model: this.modelId, endpoint }, seconds);
+    this.vllmE2e.observe({ model_name: this.modelId }, seconds);
+  }
+
+  /**
+   * Count one finished engine request (each choice of an `n > 1` request is one, as in vLLM) in the vLLM counters:
+   * `promptTokens` into `vllm:prompt_tokens_total`, `generationTokens` into `vllm:generation_tokens_total` (tokens),
+   * and one `vllm:request_success_total{finished_reason}` (`abort` = the client went away).
+   */
+  countEngineRequest(finishedReason: VllmFinishedReason, promptTokens: number, generationTokens: number): void {
+    const labels = { model_name: this.modelId };
+    if (promptTokens > 0) this.vllmPromptTokens.inc(labels, promptTokens);
+    if (generationTokens > 0) this.vllmGenerationTokens.inc(labels, generationTokens);
+    this.vllmRequestSuccess.inc({ ...labels, finished_reason: finishedReason });
   }
 
   /** Count one finished HTTP request. */
