@@ -21,7 +21,10 @@ import { GroupRouter } from './groups.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
+import { registerDashboardRoutes } from './routes/dashboard.js';
 import { registerInfoRoutes } from './routes/info.js';
+import { registerRanksRoute } from './routes/ranks.js';
+import { RankStatsBook } from './rank-stats.js';
 import { registerTokenizeRoutes } from './routes/tokenize.js';
 import { registerResponsesRoutes } from './routes/responses.js';
 import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
@@ -35,7 +38,8 @@ export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
 /**
  * What the app needs. `groups` are the engine groups served (at least one, unique `worker` names; each group's
  * `backend` is its engine client, which `EngineClient` satisfies structurally); every request goes to one of them
- * (groups.ts). `metrics` is created once per app and attached to the groups here; `bodyLimitBytes` bounds request
+ * (groups.ts). `modelId` is the reported model name and `servedModelNames` every name a request may use (default
+ * `[modelId]`; when given, its first entry should be `modelId`). `metrics` is created once per app and attached to the groups here; `bodyLimitBytes` bounds request
  * bodies (413 above it); `now` is a monotonic ms clock for latency metrics (default `performance.now`);
  * `systemFingerprint` is echoed in every response (default `model-gateway-<version>`).
  */
@@ -43,6 +47,7 @@ export interface GatewayDeps {
   groups: readonly BackendGroup[];
   tokenizer: GatewayTokenizer;
   modelId: string;
+  servedModelNames?: readonly string[];
   logger: Logger;
   metrics: GatewayMetrics;
   bodyLimitBytes?: number;
@@ -89,7 +94,8 @@ function packageVersion(): string {
 
 /**
  * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
- * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics; every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
+ * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics, GET /v1/gateway/ranks
+ * (routes/ranks.ts), GET /dashboard (routes/dashboard.ts); every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
  * gets 405 with an `Allow` header; an unknown path gets 404. Throws RangeError when `groups` is empty or repeats a
@@ -124,7 +130,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     router,
     tokenizer: deps.tokenizer,
     modelId: deps.modelId,
+    servedModelNames: deps.servedModelNames !== undefined && deps.servedModelNames.length > 0 ? [...deps.servedModelNames] : [deps.modelId],
     metrics: deps.metrics,
+    rankStats: new RankStatsBook(),
     now: deps.now ?? (() => performance.now()),
     systemFingerprint: deps.systemFingerprint ?? `model-gateway-${packageVersion()}`,
     counted: new WeakSet(),
@@ -168,6 +176,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
   registerTokenizeRoutes(app, ctx);
   registerResponsesRoutes(app, ctx);
+  registerRanksRoute(app, ctx);
+  registerDashboardRoutes(app);
   await app.ready();
   return app;
 }

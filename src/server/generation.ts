@@ -26,6 +26,7 @@ import { StopStringMatcher, type StopMatchResult } from '../tokenizer/stop-match
 import type { BackendStream } from './backend.js';
 import { ApiError, toApiError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
+import type { RankStatsBook } from './rank-stats.js';
 
 /** Thrown by `generate` when the client disconnected; the route just ends the response. */
 export class ClientDisconnectedError extends Error {
@@ -61,11 +62,12 @@ export interface TokenLogprob {
  * What `generate` yields: newly stable text, then exactly one terminal `finish` (with any remaining text). With
  * logprobs requested, `logprobs` holds the tokens received since the previous event (in order; every received token
  * exactly once over the events, including tokens whose text is held back or dropped: a stop token, text after a
- * matched stop string); otherwise it is empty.
+ * matched stop string); otherwise it is empty. `cachedTokens` of a finish: the prompt tokens the engine served from
+ * its prefix cache (its last report; 0 when it never said).
  */
 export type GenerationEvent =
   | { type: 'delta'; text: string; logprobs: TokenLogprob[] }
-  | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage; logprobs: TokenLogprob[] };
+  | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage; logprobs: TokenLogprob[]; cachedTokens: number };
 
 /** The detokenizer operations a choice uses (`IncrementalDetokenizer` satisfies it). */
 export interface TextDetokenizer {
@@ -73,28 +75,53 @@ export interface TextDetokenizer {
   finish(): string;
 }
 
-/** Records TTFT, ITL and end-to-end latency of one request on the app's metrics. Times in ms from `now()`. */
+/** Where a choice's per-rank latency samples go (the app's `RankStatsBook`, for `/v1/gateway/ranks`). */
+export interface RankLatencySink {
+  book: RankStatsBook;
+  worker: string;
+  engineIndex: number;
+}
+
+/**
+ * Records the latency of one choice: TTFT, ITL and end-to-end latency on the app's metrics (`metrics`, null for the
+ * choices that do not feed the histograms: `n > 1` records choice 0 only), and TTFT / ITL / token counts of the rank
+ * that serves it (`rank`, optional). Called once per token-bearing engine output, never per token. Times in ms from
+ * `now()`.
+ */
 export class LatencyTracker {
   private lastTokenAt: number | null = null;
+  /** Time to first token in ms, once the first token arrived (null before). */
+  ttftMs: number | null = null;
+  /** Tokens received so far. */
+  tokensSeen = 0;
   constructor(
-    private readonly metrics: GatewayMetrics,
+    private readonly metrics: GatewayMetrics | null,
     private readonly endpoint: string,
     private readonly startedAt: number,
     private readonly now: () => number,
+    private readonly rank?: RankLatencySink,
   ) {}
 
   /** `count` tokens arrived now (ignored when 0). */
   tokens(count: number): void {
     if (count <= 0) return;
     const t = this.now();
-    if (this.lastTokenAt === null) this.metrics.observeTtft(this.endpoint, (t - this.startedAt) / 1000);
-    else this.metrics.observeItl(this.endpoint, (t - this.lastTokenAt) / 1000 / count, count);
+    this.tokensSeen += count;
+    if (this.lastTokenAt === null) {
+      this.ttftMs = t - this.startedAt;
+      this.metrics?.observeTtft(this.endpoint, this.ttftMs / 1000);
+      this.rank?.book.recordTokens(this.rank.worker, this.rank.engineIndex, t, count, { ttftMs: this.ttftMs });
+    } else {
+      const perToken = (t - this.lastTokenAt) / count;
+      this.metrics?.observeItl(this.endpoint, perToken / 1000, count);
+      this.rank?.book.recordTokens(this.rank.worker, this.rank.engineIndex, t, count, { itlMsPerToken: perToken });
+    }
     this.lastTokenAt = t;
   }
 
   /** The request reached its terminal outcome now. */
   done(): void {
-    this.metrics.observeE2e(this.endpoint, (this.now() - this.startedAt) / 1000);
+    this.metrics?.observeE2e(this.endpoint, (this.now() - this.startedAt) / 1000);
   }
 }
 
@@ -208,7 +235,7 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
           stream.cancel();
           const completionTokens = Math.max(received, out.completionTokens);
           const usage = makeUsage(opts.promptTokens, completionTokens);
-          yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs() };
+          yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs(), cachedTokens: out.cachedTokens };
           return;
         }
         if (r.emit !== '') yield { type: 'delta', text: r.emit, logprobs: takeLogprobs() };
@@ -233,7 +260,8 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       const text = r.matched !== null ? r.emit : r.emit + matcher.flush();
       const finishReason = r.matched !== null ? 'stop' : out.finishReason;
       const completionTokens = Math.max(received, out.completionTokens);
-      yield { type: 'finish', text, finishReason, usage: makeUsage(opts.promptTokens, completionTokens), logprobs: takeLogprobs() };
+      const usage = makeUsage(opts.promptTokens, completionTokens);
+      yield { type: 'finish', text, finishReason, usage, logprobs: takeLogprobs(), cachedTokens: out.cachedTokens };
       return;
     }
   } finally {

@@ -20,7 +20,8 @@ import { ClientDisconnectedError, LatencyTracker, generate, makeUsage, type Toke
 import { parseLogprobs, type TokenText } from './logprobs.js';
 import { MAX_N, mergeChoices, subRequestIds, subRequestSeed } from './fan-out.js';
 import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
-import type { GatewayMetrics, RequestOutcome } from './metrics.js';
+import type { GatewayMetrics, RequestOutcome, VllmFinishedReason } from './metrics.js';
+import type { RankStatsBook } from './rank-stats.js';
 import type { GroupRouter } from './groups.js';
 import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
@@ -35,8 +36,13 @@ export interface RouteContext {
   /** The engine groups and the worker-level choice among them (groups.ts). */
   router: GroupRouter;
   tokenizer: GatewayTokenizer;
+  /** The reported model name: the first of `servedModelNames` (vLLM's `served_model_name[0]`). */
   modelId: string;
+  /** Every name a request's `model` may use (`--served-model-name`, one or more; vLLM semantics). */
+  servedModelNames: readonly string[];
   metrics: GatewayMetrics;
+  /** Per-rank dispatch rates and latency percentiles (`/v1/gateway/ranks`, the dashboard). */
+  rankStats: RankStatsBook;
   /** Monotonic clock in ms (latency metrics). */
   now: () => number;
   /** `system_fingerprint` of every response. */
@@ -208,6 +214,11 @@ export function parseN(n: number | null | undefined): number {
   return n;
 }
 
+/** A duration in ms rounded to 0.1 ms for the access log; null stays null. */
+function roundMs(ms: number | null): number | null {
+  return ms === null ? null : Math.round(ms * 10) / 10;
+}
+
 /** The context sizes (tokens) of one group, for admission and its error messages. */
 function limitsOf(group: BackendGroup, promptParam: ContextLimits['promptParam']): ContextLimits {
   return { maxModelLen: group.backend.maxModelLen, contextTokenLimit: group.backend.contextTokenLimit, promptParam };
@@ -230,11 +241,14 @@ export function mintRequestId(prefix: string): string {
 }
 
 /**
- * Refuse a `model` other than the served one with 404 (vLLM's behaviour); an absent/null model means the served one.
+ * Refuse a `model` that is not one of the served names with 404 (vLLM's behaviour); an absent/null model means the
+ * served one. `served` is the served model name or the list of them (`--served-model-name`, first = reported).
  */
-export function checkModel(model: string | null | undefined, modelId: string): void {
-  if (model === null || model === undefined || model === modelId) return;
-  throw new ApiError(404, `The model '${model}' does not exist (this gateway serves '${modelId}')`, {
+export function checkModel(model: string | null | undefined, served: string | readonly string[]): void {
+  const names = typeof served === 'string' ? [served] : served;
+  if (model === null || model === undefined || names.includes(model)) return;
+  const list = names.map((n) => `'${n}'`).join(', ');
+  throw new ApiError(404, `The model '${model}' does not exist (this gateway serves ${list})`, {
     type: 'not_found_error',
     param: 'model',
     code: 'model_not_found',
@@ -299,7 +313,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   body: B,
 ): Promise<unknown> {
   const startedAt = ctx.now();
-  checkModel(body.model, ctx.modelId);
+  checkModel(body.model, ctx.servedModelNames);
   rejectUnsupported(body as Record<string, unknown>);
   const n = parseN(body.n);
   const stop = parseStopStrings(body.stop);
@@ -406,13 +420,54 @@ export async function serveGeneration(
   // Aborted on a disconnect or when the merged stream ends early: every sub-request's pending read ends.
   const stopAll = new AbortController();
   const choiceSignal = AbortSignal.any([disconnect.signal, stopAll.signal]);
-  const count = (status: number, outcome: RequestOutcome) => {
+  // Per-choice latency: choice 0 feeds the histograms, every choice its rank's statistics (set once submitted).
+  const trackers: LatencyTracker[] = [];
+  // Per choice: the reported finish reason (tool_calls included) once it finished.
+  const reasons: (RequestOutcome | null)[] = Array.from({ length: n }, () => null);
+  let completionTokens = 0;
+  let cachedTokens = 0;
+  let engineIndexes: (number | null)[] = [];
+  /** The one access-log line of the request (issue #13 part 3), at its terminal outcome. */
+  const accessLog = (status: number, outcome: RequestOutcome, error?: string) => {
+    const line = {
+      requestId,
+      endpoint: shape.endpoint,
+      worker: group.worker,
+      rank: n === 1 ? (engineIndexes[0] ?? null) : engineIndexes,
+      status,
+      promptTokens: prepared.promptTokenIds.length,
+      completionTokens,
+      cachedTokens,
+      ttftMs: roundMs(trackers[0]?.ttftMs ?? null),
+      durationMs: roundMs(ctx.now() - startedAt),
+      finishReason: n === 1 ? outcome : reasons.map((r) => r ?? outcome),
+      ...(n > 1 ? { n } : {}),
+      ...(prepared.stream ? { stream: true } : {}),
+      ...(error !== undefined ? { error } : {}),
+    };
+    if (error !== undefined) request.log.warn(line, 'request failed');
+    else request.log.info(line, 'request finished');
+  };
+  const count = (status: number, outcome: RequestOutcome, error?: string) => {
     ctx.counted.add(request);
     metrics.countRequest(shape.endpoint, status, outcome);
+    accessLog(status, outcome, error);
+  };
+  /** A choice finished: count it as a finished engine request (vLLM counters). */
+  const choiceFinished = (index: number, engineReason: 'stop' | 'length', reported: RequestOutcome, generated: number, cached: number) => {
+    reasons[index] = reported;
+    completionTokens += generated;
+    cachedTokens = Math.max(cachedTokens, cached);
+    metrics.countEngineRequest(engineReason, prepared.promptTokenIds.length, generated);
+  };
+  const countAborted = () => {
+    for (let i = 0; i < trackers.length; i++) {
+      if (reasons[i] === null) metrics.countEngineRequest('abort' satisfies VllmFinishedReason, prepared.promptTokenIds.length, trackers[i]!.tokensSeen);
+    }
   };
   const endDisconnected = () => {
+    countAborted();
     count(499, 'cancelled');
-    request.log.info({ requestId }, 'client disconnected; engine request aborted');
     if (!reply.sent) reply.hijack();
     if (!raw.destroyed) raw.destroy();
     return reply;
@@ -434,8 +489,15 @@ export async function serveGeneration(
       if (disconnect.signal.aborted) return endDisconnected();
       throw toApiError(submitError);
     }
+    engineIndexes = streams.map((s) => s.engineIndex);
+    const submittedAt = ctx.now();
+    for (const s of streams) {
+      const rank = s.engineIndex === null ? undefined : { book: ctx.rankStats, worker: group.worker, engineIndex: s.engineIndex };
+      if (rank !== undefined) ctx.rankStats.recordDispatch(group.worker, rank.engineIndex, submittedAt);
+      trackers.push(new LatencyTracker(trackers.length === 0 ? metrics : null, shape.endpoint, startedAt, ctx.now, rank));
+    }
     request.log.debug(
-      { requestId, worker: group.worker, engineIndexes: streams.map((s) => s.engineIndex), n, promptTokens: prepared.promptTokenIds.length },
+      { requestId, worker: group.worker, engineIndexes, n, promptTokens: prepared.promptTokenIds.length },
       'submitted',
     );
     // Ids whose text is dropped when they end a choice: the request's stop ids and EOS, not converted stop strings.
@@ -453,7 +515,7 @@ export async function serveGeneration(
           stopMatcher: new StopStringMatcher(prepared.stop, { includeStopStr: prepared.includeStopStr }),
           logprobs: prepared.topLogprobs !== null,
           minTokens: prepared.sampling.minNewTokens,
-          latency: i === 0 ? new LatencyTracker(metrics, shape.endpoint, startedAt, ctx.now) : undefined,
+          latency: trackers[i],
         }),
       ),
       () => stopAll.abort(),
@@ -470,11 +532,14 @@ export async function serveGeneration(
 
     if (!prepared.stream) {
       try {
-        for await (const ev of events) outputs[ev.index]!.push(ev);
+        for await (const ev of events) {
+          outputs[ev.index]!.push(ev);
+          if (ev.type === 'finish') choiceFinished(ev.index, ev.finishReason, outputs[ev.index]!.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
+        }
       } catch (err) {
         if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
         const apiErr = toApiError(err);
-        count(apiErr.statusCode, 'error');
+        count(apiErr.statusCode, 'error', apiErr.message);
         throw apiErr;
       }
       if (outputs.some((o) => o.result === null)) {
@@ -499,15 +564,18 @@ export async function serveGeneration(
         const out = outputs[ev.index]!;
         const delta = out.push(ev);
         if (ev.type === 'delta') await send(writer.delta(ev.index, delta, render(ev.index, ev.logprobs)));
-        else await send(writer.finish(ev.index, delta, out.result!, render(ev.index, ev.logprobs)));
+        else {
+          choiceFinished(ev.index, ev.finishReason, out.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
+          await send(writer.finish(ev.index, delta, out.result!, render(ev.index, ev.logprobs)));
+        }
       }
       await send(writer.closing(usage(), results()));
       count(200, outcome());
     } catch (err) {
       if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
       const apiErr = toApiError(err);
-      count(200, 'error');
-      request.log.warn({ requestId, err: apiErr.message, status: apiErr.statusCode }, 'generation failed mid-stream');
+      // Mid-stream: the HTTP status is already 200; the error travels as an SSE event (logged with its own status).
+      count(200, 'error', `mid-stream (${apiErr.statusCode}): ${apiErr.message}`);
       await send(writer.error(apiErr));
     }
     if (writer.doneSentinel) sse.done();

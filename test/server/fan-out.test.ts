@@ -18,7 +18,7 @@ test('mergeChoices: interleaves with indexes; a consumer that stops early stops 
   async function* choice(i: number, count: number): AsyncGenerator<GenerationEvent, void, undefined> {
     try {
       for (let k = 0; k < count; k++) yield { type: 'delta', text: `${i}:${k}`, logprobs: [] };
-      yield { type: 'finish', text: '', finishReason: 'stop', usage: makeUsage(1, count), logprobs: [] };
+      yield { type: 'finish', text: '', finishReason: 'stop', usage: makeUsage(1, count), logprobs: [], cachedTokens: 0 };
     } finally {
       closed.push(i);
     }

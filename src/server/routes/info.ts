@@ -7,8 +7,8 @@ import { checkModel, type RouteContext } from '../serve-generation.js';
 
 /**
  * Register the informational routes:
- * - `/v1/models/{id}`: that model (ids may contain `/`, as Hugging Face names do), 404 `model_not_found` otherwise;
- * - `/v1/models`: the served model like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
+ * - `/v1/models/{id}`: that model (ids may contain `/`, as Hugging Face names do; any served name), 404 `model_not_found` otherwise;
+ * - `/v1/models`: one card per served model name (`root` = the first name), like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
  *   `max_model_len` = the first engine's handshake value, gateway.md 15.1; with several engine groups the smallest
  *   over the live ones, see `GroupRouter.maxModelLen`);
  * - `/health`: 200 while at least one engine group's client is alive, 503 when none is; the body lists every group
@@ -18,8 +18,8 @@ import { checkModel, type RouteContext } from '../serve-generation.js';
  * - `/metrics`: the app's own Prometheus registry (metrics.ts).
  */
 export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, startedAtSeconds: number): void {
-  const model = () => ({
-    id: ctx.modelId,
+  const model = (id: string) => ({
+    id,
     object: 'model',
     created: startedAtSeconds,
     owned_by: 'model-gateway',
@@ -27,12 +27,13 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     parent: null,
     max_model_len: ctx.router.maxModelLen,
   });
-  app.get('/v1/models', async () => ({ object: 'list', data: [model()] }));
+  // One card per served model name, as vLLM lists every `--served-model-name`.
+  app.get('/v1/models', async () => ({ object: 'list', data: ctx.servedModelNames.map(model) }));
   // The served model by id (OpenAI `models.retrieve`); any other id is a 404 like a model the route does not serve.
   app.get('/v1/models/*', async (request) => {
     const id = (request.params as { '*': string })['*'];
-    checkModel(id, ctx.modelId);
-    return model();
+    checkModel(id, ctx.servedModelNames);
+    return model(id);
   });
 
   app.get('/health', async (_request, reply) => {

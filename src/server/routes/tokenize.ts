@@ -46,7 +46,7 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
   const typed = app.withTypeProvider<TypeBoxTypeProvider>();
   typed.post('/tokenize', { schema: { body: TokenizeBody } }, async (request) => {
     const body = request.body;
-    checkModel(body.model, ctx.modelId);
+    checkModel(body.model, ctx.servedModelNames);
     const hasPrompt = body.prompt !== null && body.prompt !== undefined;
     const hasMessages = body.messages !== null && body.messages !== undefined;
     if (hasPrompt === hasMessages) throw badRequest(`exactly one of 'prompt' and 'messages' is required`, hasPrompt ? 'messages' : 'prompt');
@@ -65,7 +65,7 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
 
   typed.post('/detokenize', { schema: { body: DetokenizeBody } }, async (request) => {
     const body = request.body;
-    checkModel(body.model, ctx.modelId);
+    checkModel(body.model, ctx.servedModelNames);
     try {
       ctx.tokenizer.validateTokenIds(body.tokens);
     } catch (err) {

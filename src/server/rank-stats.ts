@@ -1,0 +1,157 @@
+/**
+ * Per-rank request statistics for `GET /v1/gateway/ranks` and the dashboard (issue #13 part 2): dispatch rate,
+ * generated-token rate, and TTFT / ITL percentiles of each DP rank of each engine group.
+ *
+ * Cost model: the routes record once per request (dispatch, TTFT, finish) and once per token-bearing engine output
+ * (ITL: one sample per output, the gap divided by its token count, not one per token), each an O(1) write into a
+ * fixed-size ring or a one-second bucket. Percentiles are computed only when someone asks (a copy and a sort of at
+ * most `RING_SIZE` numbers), so the hot path never sorts. Memory per rank is bounded (two rings, two bucket arrays).
+ */
+
+/** Samples kept per rank and latency kind: the percentiles describe the last this-many samples. */
+export const RING_SIZE = 512;
+/** The rate window in seconds: rates are counts over the last this-many whole seconds, divided by it. */
+export const RATE_WINDOW_S = 10;
+
+/** A fixed-capacity ring of numbers (the newest `capacity` values). */
+class SampleRing {
+  private readonly values: Float64Array;
+  private next = 0;
+  private filled = 0;
+
+  constructor(capacity: number) {
+    this.values = new Float64Array(capacity);
+  }
+
+  push(value: number): void {
+    this.values[this.next] = value;
+    this.next = (this.next + 1) % this.values.length;
+    if (this.filled < this.values.length) this.filled++;
+  }
+
+  /** The stored values, sorted ascending (a copy). */
+  sorted(): Float64Array {
+    return this.values.slice(0, this.filled).sort();
+  }
+}
+
+/** Counts per whole second over the last `RATE_WINDOW_S` seconds (one slot per second, reused as time moves on). */
+class RateWindow {
+  private readonly counts = new Float64Array(RATE_WINDOW_S + 1);
+  private readonly seconds = new Float64Array(RATE_WINDOW_S + 1).fill(-1);
+
+  add(nowMs: number, n: number): void {
+    const second = Math.floor(nowMs / 1000);
+    const slot = second % this.counts.length;
+    if (this.seconds[slot] !== second) {
+      this.seconds[slot] = second;
+      this.counts[slot] = 0;
+    }
+    this.counts[slot]! += n;
+  }
+
+  /** Events per second over the last `RATE_WINDOW_S` whole seconds before the current one. */
+  perSecond(nowMs: number): number {
+    const current = Math.floor(nowMs / 1000);
+    let total = 0;
+    for (let i = 0; i < this.counts.length; i++) {
+      const age = current - this.seconds[i]!;
+      if (age >= 1 && age <= RATE_WINDOW_S) total += this.counts[i]!;
+    }
+    return total / RATE_WINDOW_S;
+  }
+}
+
+/** Percentiles of one latency kind over the last samples, in ms; null fields when there is no sample yet. */
+export interface LatencyPercentiles {
+  p50: number | null;
+  p90: number | null;
+  p99: number | null;
+  /** Samples the percentiles were computed from (at most `RING_SIZE`). */
+  samples: number;
+}
+
+/** What `RankStatsBook.snapshot` reports for one rank. */
+export interface RankStatsSnapshot {
+  /** Requests dispatched per second (all, pinned or not) over the last `RATE_WINDOW_S` seconds. */
+  dispatchRate: number;
+  /** Tokens generated per second over the last `RATE_WINDOW_S` seconds. */
+  tokenRate: number;
+  /** Time to first token of the last requests, ms. */
+  ttftMs: LatencyPercentiles;
+  /** Inter-token latency of the last token-bearing outputs (gap / tokens in the output), ms per token. */
+  itlMs: LatencyPercentiles;
+}
+
+/** Nearest-rank percentile `q` (0..1) of an ascending array; null when it is empty. */
+export function percentile(sorted: ArrayLike<number>, q: number): number | null {
+  if (sorted.length === 0) return null;
+  const rank = Math.min(sorted.length - 1, Math.max(0, Math.ceil(q * sorted.length) - 1));
+  return sorted[rank]!;
+}
+
+function percentiles(ring: SampleRing): LatencyPercentiles {
+  const s = ring.sorted();
+  return { p50: percentile(s, 0.5), p90: percentile(s, 0.9), p99: percentile(s, 0.99), samples: s.length };
+}
+
+class RankStats {
+  readonly dispatches = new RateWindow();
+  readonly tokens = new RateWindow();
+  readonly ttft = new SampleRing(RING_SIZE);
+  readonly itl = new SampleRing(RING_SIZE);
+}
+
+/**
+ * The per-rank statistics of one app, keyed by worker (engine group) and engine index (DP rank). Times are ms on the
+ * caller's clock (`now()` of the app: monotonic `performance.now()` by default). Never throws; samples that are not
+ * finite numbers ≥ 0 are ignored.
+ */
+export class RankStatsBook {
+  private readonly byWorker = new Map<string, Map<number, RankStats>>();
+
+  private stats(worker: string, engineIndex: number): RankStats {
+    let ranks = this.byWorker.get(worker);
+    if (ranks === undefined) {
+      ranks = new Map();
+      this.byWorker.set(worker, ranks);
+    }
+    let s = ranks.get(engineIndex);
+    if (s === undefined) {
+      s = new RankStats();
+      ranks.set(engineIndex, s);
+    }
+    return s;
+  }
+
+  /** One request was dispatched to the rank at `nowMs`. */
+  recordDispatch(worker: string, engineIndex: number, nowMs: number): void {
+    this.stats(worker, engineIndex).dispatches.add(nowMs, 1);
+  }
+
+  /** The rank produced `tokens` tokens at `nowMs`: its first (TTFT `ttftMs`) or a later output (ITL `itlMsPerToken`). */
+  recordTokens(worker: string, engineIndex: number, nowMs: number, tokens: number, latency: { ttftMs: number } | { itlMsPerToken: number }): void {
+    const s = this.stats(worker, engineIndex);
+    s.tokens.add(nowMs, tokens);
+    const value = 'ttftMs' in latency ? latency.ttftMs : latency.itlMsPerToken;
+    if (!Number.isFinite(value) || value < 0) return;
+    if ('ttftMs' in latency) s.ttft.push(value);
+    else s.itl.push(value);
+  }
+
+  /** The rank's rates and percentiles at `nowMs` (all zero / null for a rank never recorded). */
+  snapshot(worker: string, engineIndex: number, nowMs: number): RankStatsSnapshot {
+    const s = this.byWorker.get(worker)?.get(engineIndex) ?? new RankStats();
+    return {
+      dispatchRate: s.dispatches.perSecond(nowMs),
+      tokenRate: s.tokens.perSecond(nowMs),
+      ttftMs: percentiles(s.ttft),
+      itlMs: percentiles(s.itl),
+    };
+  }
+
+  /** Drop what is known about a rank (it rejoined as a fresh process, or its group is gone). */
+  forgetRank(worker: string, engineIndex: number): void {
+    this.byWorker.get(worker)?.delete(engineIndex);
+  }
+}

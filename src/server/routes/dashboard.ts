@@ -1,0 +1,35 @@
+/**
+ * GET /dashboard: the live dashboard (issue #13 part 2), plain HTML/JS/CSS committed under `dashboard/` at the
+ * package root and served as they are (no build step). The page needs no key; its script polls
+ * `GET /v1/gateway/ranks`, sending `Authorization: Bearer <key>` when the user typed one (COORDINATION G).
+ */
+import { readFileSync } from 'node:fs';
+import type { FastifyInstance } from 'fastify';
+
+/** The dashboard's folder: `<package root>/dashboard/` (this file sits at src/server/routes or dist/server/routes). */
+export const DASHBOARD_DIR = new URL('../../../dashboard/', import.meta.url);
+
+/** The files served: URL path → file name and content type. */
+const FILES: ReadonlyArray<{ path: string; file: string; type: string }> = [
+  { path: '/dashboard', file: 'index.html', type: 'text/html; charset=utf-8' },
+  { path: '/dashboard/', file: 'index.html', type: 'text/html; charset=utf-8' },
+  { path: '/dashboard/app.js', file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  { path: '/dashboard/style.css', file: 'style.css', type: 'text/css; charset=utf-8' },
+];
+
+/** Same-origin only: the page loads its own script and style and talks to this gateway alone. */
+const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'";
+
+/**
+ * Register the dashboard routes. The files are read once, here (they are small); throws the `readFileSync` error
+ * (ENOENT naming the file) when the package is missing its `dashboard/` folder.
+ */
+export function registerDashboardRoutes(app: FastifyInstance): void {
+  for (const { path, file, type } of FILES) {
+    const body = readFileSync(new URL(file, DASHBOARD_DIR));
+    app.get(path, async (_request, reply) => {
+      reply.header('content-type', type).header('cache-control', 'no-cache').header('content-security-policy', CSP);
+      return reply.send(body);
+    });
+  }
+}

@@ -1,0 +1,100 @@
+/**
+ * GET /v1/gateway/ranks: the live state of every DP rank of every engine group as JSON (issue #13 part 2), read
+ * locally at the call (no engine round trip), like SMG's cached-load view (gateway.md 15.2) with the gateway's own
+ * routing inputs and per-rank latency added. The dashboard polls it; it is useful by itself (`curl | jq`). Under
+ * `/v1/`, so an API key, when one is configured, covers it (COORDINATION G).
+ */
+import type { FastifyInstance } from 'fastify';
+import type { BackendGroup } from '../backend.js';
+import type { LatencyPercentiles, RankStatsBook } from '../rank-stats.js';
+import type { RouteContext } from '../serve-generation.js';
+import { rankLifecycle, vllmAggregate, type RankLifecycle } from '../vllm-aggregate.js';
+
+/** One DP rank in the answer. Counts in requests, `kv_cache_usage` a ratio 0..1, rates per second, latencies ms. */
+export interface RankView {
+  dp_rank: number;
+  /** Lifecycle state when the engine client reports one (joining / ready / stalled / dead), else null. */
+  state: RankLifecycle | null;
+  in_flight: number;
+  /** The stored load (release-clamped, dp-routing.md 10); null before the rank's first report. */
+  num_running_reqs: number | null;
+  num_waiting_reqs: number | null;
+  kv_cache_usage: number | null;
+  dispatched_pinned: number;
+  dispatched_unpinned: number;
+  clamp_events: number;
+  /** Requests dispatched per second over the last 10 s. */
+  dispatch_rate: number;
+  /** Tokens generated per second over the last 10 s. */
+  generation_tokens_per_second: number;
+  ttft_ms: LatencyPercentiles;
+  itl_ms: LatencyPercentiles;
+}
+
+/** One engine group in the answer. */
+export interface GroupView {
+  worker: string;
+  engine: string;
+  alive: boolean;
+  ranks: RankView[];
+}
+
+/** The whole answer: `server` is the aggregate the `vllm:*` gauges report (vllm-aggregate.ts). */
+export interface RanksView {
+  object: 'gateway.ranks';
+  model: string;
+  served_model_names: string[];
+  /** Unix time of the snapshot, seconds. */
+  timestamp: number;
+  server: { num_requests_running: number; num_requests_waiting: number; kv_cache_usage_perc: number; in_flight: number; ranks: number };
+  groups: GroupView[];
+}
+
+/** The ranks view of `groups` at `nowMs` (the app's clock, for the rates). Pure apart from reading the clients. */
+export function ranksView(groups: readonly BackendGroup[], stats: RankStatsBook, nowMs: number, names: readonly string[]): RanksView {
+  const agg = vllmAggregate(groups);
+  return {
+    object: 'gateway.ranks',
+    model: names[0] ?? '',
+    served_model_names: [...names],
+    timestamp: Date.now() / 1000,
+    server: {
+      num_requests_running: agg.running,
+      num_requests_waiting: agg.waiting,
+      kv_cache_usage_perc: agg.kvCacheUsage,
+      in_flight: agg.inFlight,
+      ranks: agg.ranks,
+    },
+    groups: groups.map((g) => ({
+      worker: g.worker,
+      engine: g.engine,
+      alive: g.backend.isAlive(),
+      ranks: g.backend.rankStates().map((r): RankView => {
+        const s = stats.snapshot(g.worker, r.engineIndex, nowMs);
+        return {
+          dp_rank: r.engineIndex,
+          state: rankLifecycle(r),
+          in_flight: r.inFlight,
+          num_running_reqs: r.load?.numRunning ?? null,
+          num_waiting_reqs: r.load?.numWaiting ?? null,
+          kv_cache_usage: r.load?.kvCacheUsage ?? null,
+          dispatched_pinned: r.dispatchedPinned,
+          dispatched_unpinned: r.dispatchedUnpinned,
+          clamp_events: r.clampEvents,
+          dispatch_rate: s.dispatchRate,
+          generation_tokens_per_second: s.tokenRate,
+          ttft_ms: s.ttftMs,
+          itl_ms: s.itlMs,
+        };
+      }),
+    })),
+  };
+}
+
+/** Register GET /v1/gateway/ranks (answers `RanksView`; never fails while the app runs). */
+export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext): void {
+  app.get('/v1/gateway/ranks', async (_request, reply) => {
+    reply.header('cache-control', 'no-store');
+    return ranksView(ctx.router.groups, ctx.rankStats, ctx.now(), ctx.servedModelNames);
+  });
+}
