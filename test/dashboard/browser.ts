@@ -1,0 +1,49 @@
+/**
+ * Headless Chromium for the dashboard tests: Debian's `chromium` package (`apt-get install -y chromium`; .ci/run
+ * installs it when missing) driven by playwright-core over CDP, with a fresh profile folder per launch.
+ */
+import { existsSync } from 'node:fs';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { chromium, type BrowserContext } from 'playwright-core';
+
+/** Where Debian's package puts the browser. */
+export const CHROMIUM = process.env.CHROMIUM_PATH ?? '/usr/bin/chromium';
+
+/** A launched browser context and its cleanup (closes the browser, removes the profile folder). */
+export interface Browser {
+  context: BrowserContext;
+  close(): Promise<void>;
+}
+
+/** Launch headless Chromium with a fresh `--user-data-dir`. Throws, naming the fix, when the browser is missing. */
+export async function launchChromium(): Promise<Browser> {
+  if (!existsSync(CHROMIUM)) {
+    throw new Error(`${CHROMIUM} is missing: install Debian's chromium (apt-get install -y chromium; .ci/run does it)`);
+  }
+  const profile = await mkdtemp(join(tmpdir(), 'mg-chromium-'));
+  const context = await chromium.launchPersistentContext(profile, {
+    executablePath: CHROMIUM,
+    headless: true,
+    viewport: { width: 1500, height: 480 },
+    args: [
+      '--headless',
+      '--no-sandbox',
+      '--disable-gpu',
+      '--disable-quic',
+      '--no-first-run',
+      '--disable-background-networking',
+      '--disable-component-update',
+      '--disable-sync',
+    ],
+    timeout: 30_000,
+  });
+  return {
+    context,
+    async close() {
+      await context.close().catch(() => {});
+      await rm(profile, { recursive: true, force: true });
+    },
+  };
+}
