@@ -245,6 +245,8 @@ export class GatewayMetrics {
     this.vllmPromptTokens.inc(modelName, 0);
     this.vllmGenerationTokens.inc(modelName, 0);
     for (const reason of VLLM_FINISHED_REASONS) this.vllmRequestSuccess.inc({ ...modelName, finished_reason: reason }, 0);
+    this.vllmTtft.zero(modelName);
+    this.vllmE2e.zero(modelName);
   }
 
   /**

@@ -107,7 +107,7 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
         Object.values(first).map((r) => r.dispatched).join(),
         { timeout: 30_000 },
       );
-      assert.ok(Number(await page.evaluate(() => document.body.dataset.updates)) > updatesBefore);
+      assert.ok(Number(await page.evaluate(() => document.body.dataset.updates)) > updatesBefore, "the page kept polling");
       // The KV bars and the header totals follow the engines' reports.
       await page.waitForFunction(() => document.querySelectorAll('.kv .fill').length === 4, null, { timeout: 30_000 });
       const shot = await page.screenshot({ fullPage: true });
@@ -187,9 +187,9 @@ describe('dashboard behind an API key', { timeout: 60_000 }, () => {
     assert.match(row!.kv_cache_usage!, /40\.0%/);
     assert.match((await page.textContent('#status-text')) ?? '', /live/);
     const api = seen.filter((s) => s.url.startsWith('/v1/gateway/ranks'));
-    assert.ok(api.some((s) => s.headers.authorization === `Bearer ${KEY}`));
+    assert.ok(api.some((s) => s.headers.authorization === `Bearer ${KEY}`), "a Bearer header with the key");
     assert.ok(seen.every((s) => !s.url.includes(KEY)), 'the key never appears in a URL');
-    assert.ok(!page.url().includes(KEY));
+    assert.ok(!page.url().includes(KEY), "the key is not in the page URL");
     await page.close();
   });
 });

@@ -24,6 +24,8 @@ export class FakeStream implements BackendStream {
   private waiterReject: ((e: unknown) => void) | null = null;
   private completion = 0;
   private done = false;
+  /** Prompt tokens the fake engine reports as served from its prefix cache (every output). */
+  cachedTokens = 0;
 
   constructor(requestId: string, engineIndex: number | null, private readonly promptTokens: number) {
     this.requestId = requestId;
@@ -44,7 +46,7 @@ export class FakeStream implements BackendStream {
         finishReason: finish,
         promptTokens: this.promptTokens,
         completionTokens: this.completion,
-        cachedTokens: 0,
+        cachedTokens: this.cachedTokens,
         logprobs,
         ...(topLogprobs !== undefined ? { topLogprobs } : {}),
       },

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { pino } from 'pino';
+import { pino, type Logger } from 'pino';
 import { buildApp, type GatewayDeps } from '../../src/server/app.js';
 import type { BackendGroup } from '../../src/server/backend.js';
 import { GatewayMetrics } from '../../src/server/metrics.js';
@@ -38,16 +38,19 @@ export async function makeApp(
     tokenizer?: GatewayTokenizer;
     /** Output-parsing options of the app (tool-call parser, reasoning parser, Responses store). */
     output?: Pick<GatewayDeps, 'toolCallParser' | 'reasoningParser' | 'responsesStore'>;
+    logger?: Logger;
+    servedModelNames?: string[];
   } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
   const tokenizer = opts.tokenizer ?? (await loadTokenizer());
-  const metrics = new GatewayMetrics({ modelId: MODEL_ID });
+  const metrics = new GatewayMetrics({ modelId: opts.servedModelNames?.[0] ?? MODEL_ID });
   const app = await buildApp({
     groups: opts.groups ?? [{ worker: WORKER, engine: 'tokenspeed', backend }],
     tokenizer,
-    modelId: MODEL_ID,
-    logger: pino({ level: 'silent' }),
+    modelId: opts.servedModelNames?.[0] ?? MODEL_ID,
+    ...(opts.servedModelNames !== undefined ? { servedModelNames: opts.servedModelNames } : {}),
+    logger: opts.logger ?? pino({ level: 'silent' }),
     metrics,
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...opts.output,

@@ -1,0 +1,104 @@
+/**
+ * The access log (issue #13 part 3): one info line per finished generation request, with its id, group, rank,
+ * status, token counts, TTFT, duration and finish reason; errors as one warn line; nothing twice.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { pino } from 'pino';
+import { FakeBackend } from './fake-backend.js';
+import { WORKER, makeApp } from './helpers.js';
+
+/** A pino logger that keeps every line as an object. */
+function recordingPino(): { logger: pino.Logger; lines: Array<Record<string, unknown>>; raw: string[] } {
+  const lines: Array<Record<string, unknown>> = [];
+  const raw: string[] = [];
+  const logger = pino({ level: 'info' }, {
+    write: (line: string) => {
+      raw.push(line);
+      lines.push(JSON.parse(line) as Record<string, unknown>);
+    },
+  });
+  return { logger, lines, raw };
+}
+
+test('one "request finished" line per request: non-streaming, streaming and n > 1', async () => {
+  const backend = new FakeBackend({ ranks: [0, 1] });
+  backend.onSubmit = (s) => {
+    s.stream.cachedTokens = 16;
+    s.stream.pushAll([9707, 11, 1879], 'length');
+  };
+  const { logger, lines, raw } = recordingPino();
+  const { app } = await makeApp({ backend, logger });
+  try {
+    const plain = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'hello there', max_tokens: 3 } });
+    assert.equal(plain.statusCode, 200);
+    const streamed = await app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      headers: { 'x-data-parallel-rank': '1' },
+      payload: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, stream: true },
+    });
+    assert.equal(streamed.statusCode, 200);
+    const fan = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'hello there', max_tokens: 3, n: 2 } });
+    assert.equal(fan.statusCode, 200);
+
+    const finished = lines.filter((l) => l.msg === 'request finished');
+    assert.equal(finished.length, 3, JSON.stringify(lines.map((l) => l.msg)));
+    const [a, b, c] = finished;
+    assert.equal(a!.level, 30, 'info');
+    assert.equal(a!.requestId, plain.json().id);
+    assert.equal(a!.endpoint, '/v1/completions');
+    assert.equal(a!.worker, WORKER);
+    assert.equal(a!.rank, 0);
+    assert.equal(a!.status, 200);
+    assert.equal(a!.promptTokens, 2);
+    assert.equal(a!.completionTokens, 3);
+    assert.equal(a!.cachedTokens, 16);
+    assert.equal(a!.finishReason, 'length');
+    assert.equal(typeof a!.ttftMs, 'number');
+    assert.ok((a!.durationMs as number) >= (a!.ttftMs as number), 'duration covers TTFT');
+    assert.equal(b!.endpoint, '/v1/chat/completions');
+    assert.equal(b!.rank, 1, 'the pinned rank');
+    assert.equal(b!.stream, true);
+    assert.deepEqual(c!.rank, [0, 0]);
+    assert.equal(c!.n, 2);
+    assert.deepEqual(c!.finishReason, ['length', 'length']);
+    assert.equal(c!.completionTokens, 6);
+    // No line carries a key twice (JSON.parse keeps the last; the raw text shows both).
+    for (const line of raw.filter((r) => r.includes('"request finished"'))) {
+      for (const key of Object.keys(JSON.parse(line) as object)) {
+        assert.equal(line.split(`"${key}":`).length - 1, 1, `${key} once in ${line}`);
+      }
+    }
+  } finally {
+    await app.close();
+  }
+});
+
+test('a mid-stream engine failure is one warn line; a refused request is one info line from the error handler', async () => {
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.onSubmit = (s) => {
+    s.stream.push([9707]);
+    setTimeout(() => s.stream.fail(Object.assign(new Error('engine core dead'), { kind: 'engine-dead' })), 5);
+  };
+  const { logger, lines } = recordingPino();
+  const { app } = await makeApp({ backend, logger });
+  try {
+    const res = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 5, stream: true } });
+    assert.equal(res.statusCode, 200);
+    assert.match(res.body, /"error"/);
+    const failed = lines.filter((l) => l.msg === 'request failed');
+    assert.equal(failed.length, 1);
+    assert.equal(failed[0]!.level, 40, 'warn');
+    assert.equal(failed[0]!.finishReason, 'error');
+    assert.match(String(failed[0]!.error), /^mid-stream \(\d{3}\): .*engine core dead/);
+    assert.equal(lines.filter((l) => l.msg === 'request finished').length, 0);
+
+    const bad = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', top_p: 0 } });
+    assert.equal(bad.statusCode, 400);
+    const refused = lines.filter((l) => l.status === 400);
+    assert.equal(refused.length, 1, 'one line for the refused request');
+  } finally {
+    await app.close();
+  }
+});
