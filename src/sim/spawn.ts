@@ -1,6 +1,6 @@
 /**
  * Launch simulated TokenSpeed or vLLM EngineCore ranks as separate processes, one per DP rank, each running `main.ts`
- * through tsx. Like a real DP group (engine-wire.md 1.2 `--zmq-engine-index`, 2.6), rank i dials the handshake
+ * through tsx (or the compiled `main.js` on plain node, see `simEntryArgs`). Like a real DP group (engine-wire.md 1.2 `--zmq-engine-index`, 2.6), rank i dials the handshake
  * address with engine index `firstEngineIndex + i`. `engine` picks the wire (`--engine`); `lockstep` makes the ranks
  * one lockstep (MoE) group of `count` ranks (`--lockstep --dp-size count`, engine-wire.md 5.12).
  *
@@ -78,6 +78,15 @@ export function simMainPath(): string {
   return fileURLToPath(new URL(`./main.${ext}`, import.meta.url));
 }
 
+/**
+ * The node arguments that run `simMainPath()`: the TypeScript entry needs tsx's loader (`--import tsx`); the
+ * compiled one (dist/, `npm run build`) runs on plain node.
+ */
+export function simEntryArgs(): string[] {
+  const main = simMainPath();
+  return main.endsWith('.ts') ? ['--import', import.meta.resolve('tsx'), main] : [main];
+}
+
 const PINO_LEVELS: Record<number, keyof MinimalLogger> = { 10: 'debug', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
 
 function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineIndex: number, source: 'stdout' | 'stderr'): void {
@@ -94,7 +103,9 @@ function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineI
       }
     }
     if (parsed !== null && typeof parsed === 'object' && typeof (parsed as { level?: unknown }).level === 'number') {
-      const { level, msg, time: _time, pid, hostname: _host, ...rest } = parsed as Record<string, unknown>;
+      // engine / engineIndex are dropped: the parent's group logger binds `engine`, and `simEngineIndex` names the
+      // rank (pino would otherwise write the `engine` key twice).
+      const { level, msg, time: _time, pid, hostname: _host, engine: _engine, engineIndex: _index, ...rest } = parsed as Record<string, unknown>;
       const method = PINO_LEVELS[level as number] ?? 'info';
       log[method]({ simEngineIndex: engineIndex, simPid: pid, ...rest }, typeof msg === 'string' ? msg : 'sim rank log');
     } else {
@@ -142,14 +153,13 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   }
   const log = opts.logger ?? silentLogger;
   const grace = opts.stopGraceMs ?? 5000;
-  const tsxLoader = import.meta.resolve('tsx');
-  const main = simMainPath();
+  const entry = simEntryArgs();
   const ranks: SimRankProcess[] = [];
   let stopping = false;
   for (let i = 0; i < opts.count; i++) {
     const engineIndex = first + i;
     const args = [
-      '--import', tsxLoader, main,
+      ...entry,
       '--handshake', opts.handshakeAddress, '--engine-index', String(engineIndex),
       // The rank's stdin is a pipe from this process: when this process dies (even by SIGKILL) the pipe closes
       // and the rank shuts down instead of living on as an orphan.

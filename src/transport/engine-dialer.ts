@@ -160,7 +160,7 @@ export class EngineDialer {
           cause: error,
         });
       }
-      log.info({ engineIndex, handshakeAddress }, 'engine: HELLO sent, waiting for INIT');
+      log.debug({ engineIndex, handshakeAddress }, 'engine: HELLO sent, waiting for INIT');
 
       // Wait for INIT in slices, logging progress (TokenSpeed `zmq_wire.py`).
       const started = performance.now();
@@ -235,7 +235,7 @@ export class EngineDialer {
       push = new Push({ linger: ENGINE_LINGER_MS });
       connectSocket(push, 'output PUSH', outputAddress);
       closeQuietly(handshake);
-      log.info({ engineIndex, inputAddress, outputAddress }, 'engine: registered; input and output connected');
+      log.debug({ engineIndex, inputAddress, outputAddress }, 'engine: registered; input and output connected');
       return new EngineDialer({ engineIndex, identity, inputAddress, outputAddress, input, push, log });
     } catch (error) {
       // Nothing queued on a failed handshake is worth flushing (and lingering would delay process exit).

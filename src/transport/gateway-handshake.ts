@@ -134,7 +134,7 @@ export async function runGatewayHandshake(opts: GatewayHandshakeOptions): Promis
           cause: error,
         });
       }
-      logger.info({ identity: key, engineIndex: decodeEngineIdentity(identity), hellos: ranks.size, dpSize }, 'handshake: HELLO received, INIT sent');
+      logger.debug({ identity: key, engineIndex: decodeEngineIdentity(identity), hellos: ranks.size, dpSize }, 'handshake: HELLO received, INIT sent');
     } else {
       if (known === undefined) {
         throw new HandshakeError(stage, `READY from ${who}, which never said HELLO`);
@@ -143,7 +143,7 @@ export async function runGatewayHandshake(opts: GatewayHandshakeOptions): Promis
         throw new HandshakeError(stage, `duplicate READY from ${who}`);
       }
       known.ready = true;
-      logger.info({ identity: key, engineIndex: decodeEngineIdentity(identity) }, 'handshake: READY received');
+      logger.debug({ identity: key, engineIndex: decodeEngineIdentity(identity) }, 'handshake: READY received');
     }
   }
 
@@ -186,7 +186,8 @@ export async function runGatewayHandshake(opts: GatewayHandshakeOptions): Promis
     }
     pending.delete(key);
     registered.push({ identity: expected, engineIndex: decodeEngineIdentity(expected), ready });
-    logger.info(
+    // Debug: the gateway logs one info line per joined rank ("DP rank N joined"), with these fields.
+    logger.debug(
       { identity: key, engineIndex: decodeEngineIdentity(expected), version: ready.vllmVersion, maxModelLen: ready.maxModelLen, readyForm: ready.form },
       'handshake: engine registered on the input socket',
     );

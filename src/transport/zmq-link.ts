@@ -239,7 +239,7 @@ export class ZmqEngineLink implements EngineLink {
         input.receiveTimeout = -1;
         state = 'connected';
         link = new ZmqEngineLink({ endpoints, input, output, engines, sendTimeoutMs, logger: log });
-        log.info(
+        log.debug(
           { workerUrl: endpoints.workerUrl, engines: engines.map((e) => e.engineIndex) },
           'engine handshake complete',
         );
