@@ -7,11 +7,13 @@
  *   synchronous `emergencyStop()` (SIGKILL the simulated ranks, remove their ipc socket files);
  * - `model-gateway sim [options]`: run one simulated rank (src/sim/main.ts) in a child process, with
  *   signals forwarded;
- * - `model-gateway --help`.
- * Exit codes: 0 success, 1 runtime failure, 2 usage error.
+ * - `model-gateway --help`, `model-gateway --version`.
+ * Every serve option may also come from a `MODEL_GATEWAY_*` environment variable or a `--config FILE` (flag > env >
+ * file; cli-config.ts). Exit codes: 0 success, 1 runtime failure, 2 usage error. A usage error and an operator
+ * mistake found at start-up (`operatorErrorLine`) print one line on stderr, without a stack trace.
  */
 import { spawn } from 'node:child_process';
-import { realpathSync } from 'node:fs';
+import { readFileSync, realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
@@ -27,8 +29,10 @@ import {
   type GroupOptions,
 } from './gateway.js';
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
+import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
+import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
-import { simMainPath } from './sim/spawn.js';
+import { simEntryArgs } from './sim/spawn.js';
 import {
   REASONING_PARSER_NAMES,
   TOOL_CALL_PARSER_NAMES,
@@ -36,6 +40,8 @@ import {
   type ToolCallParserName,
 } from './server/parsers/index.js';
 import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
+import { TokenizerLoadError } from './tokenizer/errors.js';
+import { ConfigError, TransportError } from './transport/errors.js';
 
 /** The `--dp-policy` names the CLI accepts: every policy but `oracle`, which needs the benchmark's simulator state. */
 export const CLI_DP_POLICIES: readonly DpPolicyName[] = DP_POLICY_NAMES.filter((n) => n !== 'oracle');
@@ -94,13 +100,21 @@ export const USAGE = `Usage:
   model-gateway serve [options]     Start the OpenAI-compatible gateway
   model-gateway sim [sim options]   Run one simulated rank (see 'model-gateway sim --help')
   model-gateway --help              Show this help
+  model-gateway --version           Print the version
 
-serve options:
+serve options (each also as an environment variable MODEL_GATEWAY_<OPTION>, e.g. MODEL_GATEWAY_PORT=30001, and as
+a key of --config FILE; precedence: flag > environment > file):
+  --config FILE            YAML or JSON file of serve options, engine groups under 'groups:' (env MODEL_GATEWAY_CONFIG)
   --port N                 HTTP port (default ${DEFAULT_PORT}; 0 = any free port)
   --host ADDR              HTTP bind address (default ${DEFAULT_HOST})
-  --tokenizer DIR          Model folder: tokenizer.json, tokenizer_config.json and optionally config.json /
-                           generation_config.json (vLLM EOS ids) (default: bundled Qwen3)
-  --model NAME             Served model name (default: the tokenizer folder's name, or qwen3)
+  --tokenizer DIR|HF_ID    Model folder (tokenizer.json, tokenizer_config.json, optionally config.json /
+                           generation_config.json for vLLM EOS ids), or a Hugging Face id such as Qwen/Qwen3-8B
+                           found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME; never downloaded)
+                           (default: bundled Qwen3)
+  --served-model-name NAME [NAME...]
+                           Names a request's "model" may use; the first is the one reported (default: the
+                           Hugging Face id, else the tokenizer folder's name, else qwen3)
+  --model NAME             Same as one --served-model-name
   --silence-timeout-ms N   Fail an engine group that sends nothing for N ms while requests are in flight
                            (default ${DEFAULT_SILENCE_TIMEOUT_MS})
   --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
@@ -116,6 +130,7 @@ serve options:
   --reasoning-parser NAME  Move <think>…</think> into reasoning_content: ${REASONING_PARSER_NAMES.join(', ')} (default none)
   --responses-store N      Responses kept in memory for previous_response_id / item_reference / GET /v1/responses/{id}
                            (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
+  --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
 request goes to the live group whose least-loaded rank scores lowest):
@@ -146,7 +161,7 @@ examples:
                                                                 an MoE vLLM group whose ready responses are short
 `;
 
-/** A command-line mistake: printed with the usage, exit code 2. */
+/** A command-line mistake: printed on one line with a hint to --help, exit code 2. */
 export class UsageError extends Error {
   constructor(message: string) {
     super(message);
@@ -303,15 +318,13 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
  * a stray positional argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
  * `--dp-policy NAME` becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors).
  */
-export function parseServeArgs(argv: string[]): GatewayOptions | null {
-  let parsed;
-  try {
-    parsed = parseArgs({
-      args: argv,
-      strict: true,
-      allowPositionals: false,
-      tokens: true,
-      options: {
+export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): GatewayOptions | null {
+  // The options table. Every option here is also MODEL_GATEWAY_<NAME> and a --config key (cli-config.ts).
+  const options = {
+        config: { type: 'string' },
+        version: { type: 'boolean', short: 'V' },
+        'served-model-name': { type: 'string', multiple: true },
+        'log-format': { type: 'string' },
         port: { type: 'string' },
         host: { type: 'string' },
         'engine-url': { type: 'string', multiple: true },
@@ -337,19 +350,65 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
         'reasoning-parser': { type: 'string' },
         'responses-store': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
-      },
+  } as const satisfies Record<string, OptionSpec>;
+  let layered;
+  let parsed;
+  try {
+    layered = layerServeArgs(argv, {
+      options,
+      groupOpeners: GROUP_OPENERS,
+      groupOptions: GROUP_OPTIONS,
+      flagOnly: FLAG_ONLY,
+      spaceSeparated: SPACE_SEPARATED,
+      env: sources.env ?? {},
+      ...(sources.readFile ? { readFile: sources.readFile } : {}),
     });
+    parsed = parseArgs({ args: layered.argv, strict: true, allowPositionals: false, tokens: true, options });
   } catch (err) {
     throw new UsageError(err instanceof Error ? err.message : String(err));
   }
-  const v = parsed.values;
+  try {
+    return serveOptionsFrom(parsed);
+  } catch (err) {
+    if (err instanceof UsageError) throw new UsageError(withOrigin(err.message, layered.origins));
+    throw err;
+  }
+}
+
+/** Where the values of `parseServeArgs` come from besides the arguments (the CLI passes `process.env`). */
+export interface ServeArgSources {
+  /** `MODEL_GATEWAY_*` variables (default: none). */
+  env?: Readonly<Record<string, string | undefined>>;
+  /** Reads `--config FILE` (default: the file system). */
+  readFile?: (path: string) => string;
+}
+
+/** Options that are flags only, never environment variables or config keys. */
+const FLAG_ONLY = new Set(['help', 'version', 'config']);
+/** Flags that take several space-separated values, as vLLM's (`--served-model-name a b`). */
+const SPACE_SEPARATED = new Set(['served-model-name']);
+
+/** `--port must be ...` → `--port must be ... (from MODEL_GATEWAY_PORT)` when the value did not come from a flag. */
+function withOrigin(message: string, origins: ReadonlyMap<string, string>): string {
+  const m = /--([a-z][a-z0-9-]*)/.exec(message);
+  const origin = m ? origins.get(m[1]!) : undefined;
+  return origin !== undefined && !origin.startsWith('--') ? `${message} (from ${origin})` : message;
+}
+
+/** The parsed (layered) arguments as `startGateway` options; returns null for --help. */
+function serveOptionsFrom(parsed: {
+  values: Record<string, string | boolean | (string | boolean)[] | undefined>;
+  tokens: ReadonlyArray<{ kind: string; name?: string; value?: string | undefined }>;
+}): GatewayOptions | null {
+  const v = parsed.values as Record<string, string | undefined> & { help?: boolean; 'served-model-name'?: string[] };
   if (v.help) return null;
 
   const defaults: GroupFlags = { opener: null, kind: null, simArgs: [] };
   const groups: GroupFlags[] = [];
   for (const token of parsed.tokens) {
     if (token.kind !== 'option') continue;
-    const { name, value } = token;
+    const { value } = token;
+    const name = token.name!;
     if (GROUP_OPENERS.has(name)) {
       if (name === 'engine-url') {
         groups.push({ opener: `--engine-url ${value}`, kind: 'real', engineUrl: checkEngineUrl('--engine-url', value!), simArgs: [] });
@@ -377,14 +436,27 @@ export function parseServeArgs(argv: string[]): GatewayOptions | null {
   if (groups.length <= 1) Object.assign(opts, toGroupOptions(groups[0] ?? defaults, defaults));
   else opts.groups = groups.map((g) => toGroupOptions(g, defaults));
   if (v.tokenizer !== undefined) opts.tokenizerDir = v.tokenizer;
+  const served = v['served-model-name'];
+  if (served !== undefined && v.model !== undefined) throw new UsageError('give --served-model-name or --model, not both');
+  if (served !== undefined) {
+    if (served.some((n) => n.trim() === '')) throw new UsageError('--served-model-name must not be empty');
+    opts.servedModelNames = [...new Set(served)];
+  }
   if (v.model !== undefined) opts.modelId = v.model;
+  const logFormat = v['log-format'];
+  if (logFormat !== undefined) {
+    if (!(LOG_FORMATS as readonly string[]).includes(logFormat)) {
+      throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, got '${logFormat}'`);
+    }
+    opts.logFormat = logFormat as LogFormat;
+  }
   const silence = intOption('silence-timeout-ms', v['silence-timeout-ms'], 1);
   if (silence !== undefined) opts.silenceTimeoutMs = silence;
   const bodyLimit = intOption('body-limit', v['body-limit'], 1);
   if (bodyLimit !== undefined) opts.bodyLimitBytes = bodyLimit;
   if (logLevel !== undefined) opts.logLevel = logLevel;
   if (v['dp-policy'] !== undefined) opts.dpPolicy = parseDpPolicy(v['dp-policy']);
-  Object.assign(opts, parseOutputFlags(v));
+  Object.assign(opts, parseOutputFlags(parsed.values as Parameters<typeof parseOutputFlags>[0]));
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);
@@ -400,7 +472,11 @@ const SIGNAL_REPEAT_MS = 500;
 
 /** `serve`: start, then wait for SIGINT/SIGTERM/SIGHUP and close. Resolves with the exit code. */
 async function serve(argv: string[]): Promise<number> {
-  const opts = parseServeArgs(argv);
+  if (argv.includes('--version') || argv.includes('-V')) {
+    process.stdout.write(`model-gateway ${packageVersion()}\n`);
+    return 0;
+  }
+  const opts = parseServeArgs(argv, { env: process.env });
   if (opts === null) {
     process.stdout.write(USAGE);
     return 0;
@@ -438,9 +514,9 @@ async function serve(argv: string[]): Promise<number> {
   });
 }
 
-/** `sim`: run src/sim/main.ts in a child (same node, tsx loader), forwarding signals; resolves with its exit code. */
+/** `sim`: run the simulator entry in a child (same node; tsx loader for src/), forwarding signals; resolves with its exit code. */
 function sim(argv: string[]): Promise<number> {
-  const child = spawn(process.execPath, ['--import', import.meta.resolve('tsx'), simMainPath(), ...argv], {
+  const child = spawn(process.execPath, [...simEntryArgs(), ...argv], {
     stdio: 'inherit',
   });
   const forward = (signal: NodeJS.Signals) => child.kill(signal);
@@ -468,6 +544,11 @@ export async function main(argv: string[]): Promise<number> {
         return await serve(rest);
       case 'sim':
         return await sim(rest);
+      case '--version':
+      case '-V':
+      case 'version':
+        process.stdout.write(`model-gateway ${packageVersion()}\n`);
+        return 0;
       case undefined:
       case '--help':
       case '-h':
@@ -478,13 +559,51 @@ export async function main(argv: string[]): Promise<number> {
         throw new UsageError(`unknown command '${command}'`);
     }
   } catch (err) {
-    if (err instanceof UsageError) {
-      process.stderr.write(`model-gateway: ${err.message}\n\n${USAGE}`);
+    if (err instanceof UsageError || err instanceof ConfigSourceError) {
+      const help = command === 'serve' || command === 'sim' ? `model-gateway ${command} --help` : 'model-gateway --help';
+      process.stderr.write(`model-gateway: ${err.message} (see '${help}')\n`);
       return 2;
+    }
+    const line = operatorErrorLine(err);
+    if (line !== null) {
+      process.stderr.write(`model-gateway: ${line}\n`);
+      return 1;
     }
     process.stderr.write(`model-gateway: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     return 1;
   }
+}
+
+/** The package version from package.json (`0.0.0` when it cannot be read). */
+export function packageVersion(): string {
+  try {
+    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string };
+    return pkg.version ?? '0.0.0';
+  } catch {
+    return '0.0.0';
+  }
+}
+
+/**
+ * The one line printed for an operator mistake found at start-up (no stack trace), or null for an unexpected error
+ * (printed with its stack). Operator mistakes: a tokenizer folder or Hugging Face model that cannot be loaded, an
+ * HTTP port already in use or not allowed, and option values the gateway refused (RangeError) or the transport
+ * refused (socket folder, addresses: errors with a `code` such as ECONFIG, EADDRINUSE, EACCES).
+ */
+export function operatorErrorLine(err: unknown): string | null {
+  if (err instanceof TokenizerLoadError) return err.message;
+  if (err instanceof RangeError) return err.message;
+  if (!(err instanceof Error)) return null;
+  const e = err as Error & { code?: unknown; address?: unknown; port?: unknown; syscall?: unknown };
+  if (e.syscall === 'listen' && (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL')) {
+    const where = typeof e.address === 'string' && e.port !== undefined ? `${e.address}:${String(e.port)}` : 'the HTTP address';
+    const why = e.code === 'EADDRINUSE' ? 'the port is already in use (another gateway?); choose one with --port'
+      : e.code === 'EACCES' ? 'permission denied; choose a port above 1023 with --port'
+      : 'the address is not on this machine; check --host';
+    return `cannot listen on ${where}: ${why}`;
+  }
+  if (err instanceof TransportError || err instanceof ConfigError) return err.message;
+  return null;
 }
 
 function isEntryPoint(): boolean {
