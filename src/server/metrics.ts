@@ -222,6 +222,8 @@ export class GatewayMetrics {
     vllmGauge('vllm:num_requests_running', 'Number of requests in model execution batches (sum over the DP ranks)', (a) => a.running);
     vllmGauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed (sum over the DP ranks)', (a) => a.waiting);
     vllmGauge('vllm:kv_cache_usage_perc', 'KV-cache usage, 1 means 100 percent usage (mean over the DP ranks)', (a) => a.kvCacheUsage);
+    // vLLM's name before 0.9, still the default KV metric of older Inference Extension endpoint pickers.
+    vllmGauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage, 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc', (a) => a.kvCacheUsage);
     const vllmCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
       new Counter<L>({ name, help, labelNames, registers });
     this.vllmPromptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', ['model_name']);

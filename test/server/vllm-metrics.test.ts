@@ -16,6 +16,7 @@ const VLLM_SERIES: Record<string, [ParsedFamily['type'], string[]]> = {
   'vllm:num_requests_running': ['GAUGE', ['model_name']],
   'vllm:num_requests_waiting': ['GAUGE', ['model_name']],
   'vllm:kv_cache_usage_perc': ['GAUGE', ['model_name']],
+  'vllm:gpu_cache_usage_perc': ['GAUGE', ['model_name']],
   'vllm:prompt_tokens_total': ['COUNTER', ['model_name']],
   'vllm:generation_tokens_total': ['COUNTER', ['model_name']],
   'vllm:request_success_total': ['COUNTER', ['model_name', 'finished_reason']],
@@ -97,13 +98,14 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
       }
     }
     // One model server: one sample per gauge, the aggregate over the live ranks (the dead group is left out).
-    for (const g of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']) {
+    for (const g of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc']) {
       assert.equal(before.families.get(g)!.metrics.length, 1, `${g} has one series`);
     }
     const m = { model_name: 'qwen3' };
     assert.equal(value(before.families.get('vllm:num_requests_running'), m), 3 + 1 + 3);
     assert.equal(value(before.families.get('vllm:num_requests_waiting'), m), 2 + 0 + 1);
-    assert.ok(Math.abs(value(before.families.get('vllm:kv_cache_usage_perc'), m) - (0.5 + 0.1 + 0.3) / 3) < 1e-12);
+    assert.ok(Math.abs(value(before.families.get('vllm:kv_cache_usage_perc'), m) - (0.5 + 0.1 + 0.3) / 3) < 1e-12, 'mean KV usage');
+    assert.equal(value(before.families.get('vllm:gpu_cache_usage_perc'), m), value(before.families.get('vllm:kv_cache_usage_perc'), m));
     assert.deepEqual(
       before.families.get('vllm:request_success_total')!.metrics.map((s) => s.labels?.finished_reason).sort(),
       ['abort', 'length', 'stop'],
