@@ -13,7 +13,7 @@
  * mistake found at start-up (`operatorErrorLine`) print one line on stderr, without a stack trace.
  */
 import { spawn } from 'node:child_process';
-import { readFileSync, realpathSync } from 'node:fs';
+import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
@@ -30,6 +30,7 @@ import {
 } from './gateway.js';
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
+import { packageVersion } from './server/app.js';
 import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import { simEntryArgs } from './sim/spawn.js';
@@ -571,16 +572,6 @@ export async function main(argv: string[]): Promise<number> {
     }
     process.stderr.write(`model-gateway: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     return 1;
-  }
-}
-
-/** The package version from package.json (`0.0.0` when it cannot be read). */
-export function packageVersion(): string {
-  try {
-    const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8')) as { version?: string };
-    return pkg.version ?? '0.0.0';
-  } catch {
-    return '0.0.0';
   }
 }
 

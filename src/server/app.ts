@@ -83,7 +83,8 @@ export function resolveToolCallParser(
 
 const GENERATION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/v1/responses']);
 
-function packageVersion(): string {
+/** The package version from package.json (`0.0.0` when it cannot be read). */
+export function packageVersion(): string {
   try {
     const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
     return pkg.version ?? '0.0.0';
