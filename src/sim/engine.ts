@@ -321,7 +321,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     initTimeoutMs: opts.initTimeoutMs,
     logger: log,
   });
-  log.info(
+  // Debug: the gateway logs the join itself ("DP rank N joined", with max_model_len and the KV pages).
+  log.debug(
     { engineIndex: opts.engineIndex, engine: family, lockstep, readyForm, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
     'sim rank registered',
   );

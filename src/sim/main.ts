@@ -242,7 +242,7 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   let handle: SimEngineHandle | null = null;
   let stopping = false;
   /** Begin the stop: close first, then log (a log line must never delay or prevent the stop). */
-  const stop = (why: string, fields: Record<string, unknown>, level: 'info' | 'warn'): void => {
+  const stop = (why: string, fields: Record<string, unknown>, level: 'debug' | 'info' | 'warn'): void => {
     if (stopping) return;
     stopping = true;
     // Nothing to announce or flush before the handshake finished: leave at once.
@@ -270,7 +270,8 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     return 1;
   }
   const h = handle;
-  const onSignal = (signal: NodeJS.Signals): void => stop('sim rank stopping', { signal }, 'info');
+  // Debug: "sim rank stopped" (with its counters) follows at info.
+  const onSignal = (signal: NodeJS.Signals): void => stop('sim rank stopping', { signal }, 'debug');
   process.once('SIGTERM', onSignal);
   process.once('SIGINT', onSignal);
   await h.closed;

@@ -179,7 +179,8 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
         if (child.pid === undefined) resolve({ engineIndex, code: null, signal: null });
       });
       child.once('exit', (code, signal) => {
-        const level = stopping || code === 0 ? 'info' : 'error';
+        // A rank stopped on purpose already said "sim rank stopped": its exit is debug; any other exit is an error.
+        const level = stopping && code === 0 ? 'debug' : stopping || code === 0 ? 'info' : 'error';
         log[level]({ simEngineIndex: engineIndex, code, signal }, 'sim rank exited');
         resolve({ engineIndex, code, signal });
       });

@@ -72,7 +72,7 @@ test('an HTTP port already in use: one line, exit 1, no simulated rank left behi
       oneLine(r.stderr),
       `model-gateway: cannot listen on 127.0.0.1:${port}: the port is already in use (another gateway?); choose one with --port`,
     );
-    assert.ok(r.stdout.includes('"sim rank exited"'), 'the simulated rank was stopped before the exit');
+    assert.ok(r.stdout.includes('"sim rank stopped"'), 'the simulated rank was stopped before the exit');
   } finally {
     await new Promise<void>((resolve) => blocker.close(() => resolve()));
   }
