@@ -472,14 +472,14 @@ function serveOptionsFrom(parsed: {
 const SIGNAL_REPEAT_MS = 500;
 
 /** `serve`: start, then wait for SIGINT/SIGTERM/SIGHUP and close. Resolves with the exit code. */
-async function serve(argv: string[]): Promise<number> {
+async function serve(argv: string[], io: CliIo): Promise<number> {
   if (argv.includes('--version') || argv.includes('-V')) {
-    process.stdout.write(`model-gateway ${packageVersion()}\n`);
+    io.stdout(`model-gateway ${packageVersion()}\n`);
     return 0;
   }
   const opts = parseServeArgs(argv, { env: process.env });
   if (opts === null) {
-    process.stdout.write(USAGE);
+    io.stdout(USAGE);
     return 0;
   }
   ignoreStdioErrors();
@@ -536,25 +536,39 @@ function sim(argv: string[]): Promise<number> {
   });
 }
 
-/** Run the CLI with `argv` (without node and script). Resolves with the process exit code; never throws. */
-export async function main(argv: string[]): Promise<number> {
+/** Where the CLI writes its own messages (help, version, one-line errors); the process's stdout/stderr by default. */
+export interface CliIo {
+  stdout(text: string): void;
+  stderr(text: string): void;
+}
+
+const PROCESS_IO: CliIo = {
+  stdout: (text) => void process.stdout.write(text),
+  stderr: (text) => void process.stderr.write(text),
+};
+
+/**
+ * Run the CLI with `argv` (without node and script), writing its messages to `io`. Resolves with the process exit
+ * code; never throws.
+ */
+export async function main(argv: string[], io: CliIo = PROCESS_IO): Promise<number> {
   const [command, ...rest] = argv;
   try {
     switch (command) {
       case 'serve':
-        return await serve(rest);
+        return await serve(rest, io);
       case 'sim':
         return await sim(rest);
       case '--version':
       case '-V':
       case 'version':
-        process.stdout.write(`model-gateway ${packageVersion()}\n`);
+        io.stdout(`model-gateway ${packageVersion()}\n`);
         return 0;
       case undefined:
       case '--help':
       case '-h':
       case 'help':
-        process.stdout.write(USAGE);
+        io.stdout(USAGE);
         return command === undefined ? 2 : 0;
       default:
         throw new UsageError(`unknown command '${command}'`);
@@ -562,15 +576,15 @@ export async function main(argv: string[]): Promise<number> {
   } catch (err) {
     if (err instanceof UsageError || err instanceof ConfigSourceError) {
       const help = command === 'serve' || command === 'sim' ? `model-gateway ${command} --help` : 'model-gateway --help';
-      process.stderr.write(`model-gateway: ${err.message} (see '${help}')\n`);
+      io.stderr(`model-gateway: ${err.message} (see '${help}')\n`);
       return 2;
     }
     const line = operatorErrorLine(err);
     if (line !== null) {
-      process.stderr.write(`model-gateway: ${line}\n`);
+      io.stderr(`model-gateway: ${line}\n`);
       return 1;
     }
-    process.stderr.write(`model-gateway: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    io.stderr(`model-gateway: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
     return 1;
   }
 }
