@@ -29,6 +29,7 @@
  * byte-level BPE (Qwen, Llama 3, GPT-2 style) and SentencePiece byte-fallback tokenizers (Metaspace, Replace,
  * ByteFallback, Fuse, Strip, WordPiece); not BPEDecoder with an end-of-word suffix or CTC.
  */
+import { TableDetokenizer } from './table-detokenizer.js';
 import type { GatewayTokenizer } from './tokenizer.js';
 
 const REPLACEMENT_CHARACTER = '\uFFFD';
@@ -137,4 +138,24 @@ export class IncrementalDetokenizer {
     // Special tokens never reach the window when skipping, so no filtering is needed here.
     return this.tokenizer.decode(this.window, { skipSpecialTokens: false });
   }
+}
+
+/** What both detokenizers offer: deltas per push, the rest at finish, the text so far and the ids accepted. */
+export interface SequenceDetokenizer {
+  push(ids: readonly number[]): string;
+  finish(): string;
+  readonly text: string;
+  readonly tokenCount: number;
+}
+
+/**
+ * The detokenizer for one sequence: the table-driven one (./table-detokenizer.ts, O(1) per token) when the tokenizer
+ * has an id → bytes table (byte-level BPE: Qwen3, GPT-2, Llama 3), else {@link IncrementalDetokenizer}'s window
+ * re-decode (every other decoder, e.g. SentencePiece's Metaspace/ByteFallback chains). Both emit the same deltas.
+ * @param opts.skipSpecialTokens drop special tokens from the text (default true).
+ */
+export function createDetokenizer(tokenizer: GatewayTokenizer, opts: { skipSpecialTokens?: boolean } = {}): SequenceDetokenizer {
+  const table = tokenizer.tokenTextTable;
+  if (table === null) return new IncrementalDetokenizer(tokenizer, opts);
+  return new TableDetokenizer(table, (ids) => tokenizer.validateTokenIds(ids), opts);
 }

@@ -4,7 +4,11 @@
  */
 export { GatewayTokenizer } from './tokenizer.js';
 export type { ApplyChatTemplateOptions, ChatMessage, TokenizerLoadOptions } from './tokenizer.js';
-export { IncrementalDetokenizer, KEEP_TOKENS, MAX_WINDOW_TOKENS } from './detokenizer.js';
+export { IncrementalDetokenizer, KEEP_TOKENS, MAX_WINDOW_TOKENS, createDetokenizer } from './detokenizer.js';
+export type { SequenceDetokenizer } from './detokenizer.js';
+export { TableDetokenizer } from './table-detokenizer.js';
+export { buildTokenTextTable } from './token-text-table.js';
+export type { TokenTextTable, TokenTextTableResult } from './token-text-table.js';
 export { ChatTemplateError, TokenizerLoadError } from './errors.js';
 export type { ChatTemplateErrorKind } from './errors.js';
 export type { ModelEos, WarningSink } from './model-files.js';

@@ -90,10 +90,10 @@ function codePoints(s: string): number {
 }
 
 /**
- * The 256 characters GPT-2's byte-level mapping gives the bytes 0..255: printable bytes (33..126, 161..172,
- * 174..255) stand for themselves, the others for U+0100 upwards in byte order.
+ * The 256 characters GPT-2's byte-level mapping gives the bytes 0..255 (`bytes_to_unicode`; index = byte): printable
+ * bytes (33..126, 161..172, 174..255) stand for themselves, the others for U+0100 upwards in byte order.
  */
-function byteLevelAlphabet(): string[] {
+export function byteLevelAlphabet(): string[] {
   const out: string[] = [];
   let next = 256;
   for (let b = 0; b < 256; b++) {
