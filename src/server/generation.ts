@@ -69,7 +69,7 @@ export type GenerationEvent =
   | { type: 'delta'; text: string; logprobs: TokenLogprob[] }
   | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage; logprobs: TokenLogprob[]; cachedTokens: number };
 
-/** The detokenizer operations a choice uses (`IncrementalDetokenizer` satisfies it). */
+/** The detokenizer operations a choice uses (both of ../tokenizer/detokenizer.ts `createDetokenizer` results satisfy it). */
 export interface TextDetokenizer {
   push(ids: readonly number[]): string;
   finish(): string;

@@ -9,7 +9,7 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
-import { IncrementalDetokenizer } from '../tokenizer/detokenizer.js';
+import { createDetokenizer } from '../tokenizer/detokenizer.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
@@ -508,7 +508,7 @@ export async function serveGeneration(
       streams.map((stream, i) =>
         generate({
           stream,
-          detokenizer: new IncrementalDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
+          detokenizer: createDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
           stopTokenIds,
           promptTokens,
           signal: choiceSignal,
