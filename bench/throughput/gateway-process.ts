@@ -1,0 +1,167 @@
+/**
+ * The measured gateway of bench:throughput as a real process: `node --import tsx --import loop-probe.ts src/cli.ts
+ * serve --sim R` with simulated TokenSpeed ranks at `--time-scale 0` (as fast as the gateway takes their output),
+ * one HTTP port, warn-level logs. Started with an IPC channel for the event-loop probe (./loop-probe.ts); its
+ * process tree (./proc.ts) gives the CPU per role. `--workers N` is passed through when the CLI has it.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { performance } from 'node:perf_hooks';
+import { USAGE } from '../../src/cli.js';
+import { freePort } from '../../test/helpers/net.js';
+import { cpuMicros, processTree, type TreeProcess } from './proc.js';
+
+const CLI_PATH = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const PROBE_PATH = fileURLToPath(new URL('./loop-probe.ts', import.meta.url));
+
+/** Whether this checkout's `serve` accepts `--workers N` (multi-process fronts, issue 9 phase 2). */
+export function workersSupported(): boolean {
+  return /--workers\b/.test(USAGE);
+}
+
+/** How to start the gateway. Units: requests, 16-token pages. */
+export interface GatewayProcessOptions {
+  /** Simulated DP ranks (one process each). */
+  ranks: number;
+  /** `--workers N`; only passed when greater than 1 (needs {@link workersSupported}). */
+  workers: number;
+  /** `--max-running` of each rank: enough for every stream to decode at once. */
+  maxRunningPerRank: number;
+  /** `--kv-pages` of each rank. */
+  kvPagesPerRank: number;
+  /** Write a V8 CPU profile of the gateway process into this directory at exit (`node --cpu-prof`). */
+  cpuProfileDir?: string;
+  /**
+   * Pace the ranks instead of running them flat out (`--time-scale 0`): every step takes `stepMs` ms whatever the
+   * batch (each running request gets one token per step), so the offered load is streams × 1000 / stepMs tokens/s.
+   */
+  paceStepMs?: number;
+}
+
+/** Event-loop delay of the gateway process over a window, in ms (./loop-probe.ts). */
+export interface LoopDelay {
+  p50Ms: number;
+  p99Ms: number;
+  maxMs: number;
+  meanMs: number;
+  samples: number;
+}
+
+const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/** A running gateway process. */
+export class GatewayProcess {
+  private readonly output: string[] = [];
+  private exited = false;
+  private tree: TreeProcess[] = [];
+
+  private constructor(
+    private readonly child: ChildProcess,
+    readonly url: string,
+  ) {
+    const keep = (chunk: Buffer) => {
+      this.output.push(chunk.toString('utf8'));
+      if (this.output.length > 50) this.output.shift();
+    };
+    child.stdout?.on('data', keep);
+    child.stderr?.on('data', keep);
+    child.once('exit', () => (this.exited = true));
+  }
+
+  /** Starts the gateway and resolves once `/health` answers 200. Throws with the process's last output otherwise. */
+  static async start(opts: GatewayProcessOptions): Promise<GatewayProcess> {
+    const port = await freePort();
+    const pace =
+      opts.paceStepMs === undefined
+        ? ['--time-scale', '0']
+        : ['--time-scale', '1', '--step-base-ms', String(opts.paceStepMs), '--step-prefill-ms', '0', '--step-decode-ms', '0'];
+    const simArgs = [...pace, '--max-running', String(opts.maxRunningPerRank), '--kv-pages', String(opts.kvPagesPerRank), '--log-level', 'warn'];
+    const args = [
+      '--import', 'tsx', '--import', PROBE_PATH,
+      ...(opts.cpuProfileDir !== undefined ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfileDir] : []),
+      CLI_PATH, 'serve', '--port', String(port), '--log-level', 'warn',
+      ...(opts.workers > 1 ? ['--workers', String(opts.workers)] : []),
+      '--sim', String(opts.ranks), ...simArgs.map((a) => `--sim-arg=${a}`),
+    ];
+    const child = spawn(process.execPath, args, {
+      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
+      env: { ...process.env, BENCH_LOOP_PROBE: '1' },
+    });
+    const gateway = new GatewayProcess(child, `http://127.0.0.1:${port}`);
+    const deadline = performance.now() + 60_000;
+    for (;;) {
+      if (gateway.exited) throw new Error(`gateway exited during start:\n${gateway.output.join('')}`);
+      if (performance.now() > deadline) {
+        await gateway.stop();
+        throw new Error(`gateway not healthy after 60 s:\n${gateway.output.join('')}`);
+      }
+      try {
+        const res = await fetch(`${gateway.url}/health`);
+        if (res.status === 200) break;
+      } catch {
+        // not listening yet
+      }
+      await sleep(200);
+    }
+    gateway.tree = processTree(child.pid!);
+    return gateway;
+  }
+
+  /** The gateway's processes with their roles (taken once it was healthy). */
+  get processes(): readonly TreeProcess[] {
+    return this.tree;
+  }
+
+  /** Asks the loop probe to `reset` or `read`; rejects after 60 s without an answer (the loop may lag seconds). */
+  private probe(kind: 'reset' | 'read'): Promise<unknown> {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.child.off('message', onMessage);
+        reject(new Error(`loop probe did not answer '${kind}'`));
+      }, 60_000);
+      const onMessage = (message: unknown) => {
+        if ((message as { probe?: unknown } | null)?.probe !== kind) return;
+        clearTimeout(timer);
+        this.child.off('message', onMessage);
+        resolve(message);
+      };
+      this.child.on('message', onMessage);
+      this.child.send({ probe: kind });
+    });
+  }
+
+  /** Starts a fresh event-loop delay window. */
+  async resetLoopDelay(): Promise<void> {
+    await this.probe('reset');
+  }
+
+  /** The event-loop delay since the last reset. */
+  async readLoopDelay(): Promise<LoopDelay> {
+    return (await this.probe('read')) as LoopDelay;
+  }
+
+  /**
+   * Waits until every process of the gateway used less than `maxShare` of a core over 250 ms (the aborted streams of
+   * the previous phase are cleaned up), at most `timeoutMs`. Resolves false on timeout.
+   */
+  async waitIdle(maxShare = 0.1, timeoutMs = 20_000): Promise<boolean> {
+    const deadline = performance.now() + timeoutMs;
+    while (performance.now() < deadline) {
+      const before = this.tree.map((p) => cpuMicros(p.pid) ?? 0);
+      await sleep(250);
+      const busy = this.tree.some((p, i) => (cpuMicros(p.pid) ?? 0) - before[i]! > maxShare * 250_000);
+      if (!busy) return true;
+    }
+    return false;
+  }
+
+  /** SIGTERM (a clean shutdown, which also writes the CPU profile), SIGKILL after 15 s. */
+  async stop(): Promise<void> {
+    if (this.exited) return;
+    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+    this.child.kill('SIGTERM');
+    const timer = setTimeout(() => this.child.kill('SIGKILL'), 15_000);
+    await exited;
+    clearTimeout(timer);
+  }
+}
