@@ -63,6 +63,7 @@ export async function zmqReceiveFloor(messages: number, rows: number): Promise<n
     }
     const micros = ownCpu() - start;
     pull.close();
+    sender.disconnect();
     return micros / measuredRows;
   } finally {
     await exited;

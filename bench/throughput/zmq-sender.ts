@@ -2,7 +2,7 @@
  * The sending side of the ZeroMQ receive floor (bench/throughput/floors.ts): a separate process (so its CPU is not
  * counted) that binds a PUSH socket at the ipc address in argv[2] and pushes argv[3] copies of one TokenSpeed
  * `BatchTokenIDOutSlim` of argv[4] rows (one new token each, the shape of a decode step; engine-wire.md 4.8-4.9), as
- * fast as the receiver takes them, then one empty frame as the end marker. Exits when done.
+ * fast as the receiver takes them, then one empty frame as the end marker. Exits when the receiver disconnects.
  */
 import { Push } from 'zeromq';
 import { encodeBatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/output.js';
@@ -34,7 +34,11 @@ const payload = encodeBatchTokenIDOutSlim(
 const push = new Push({ sendHighWaterMark: 1000 });
 await push.bind(address!);
 process.send?.({ ready: true });
+// The receiver disconnects once it has read the end marker: every queued message was delivered by then.
+process.on('disconnect', () => {
+  push.linger = 0;
+  push.close();
+  process.exit(0);
+});
 for (let i = 0; i < count; i++) await push.send(payload);
 await push.send(new Uint8Array(0));
-push.linger = 5000;
-push.close();
