@@ -164,7 +164,7 @@ export class GatewayTokenizer {
    * - Optional: `config.json`, `generation_config.json` (`eos_token_id`: an integer or a list; unparseable JSON is a
    *   warning, gateway.md section 7), `chat_template.jinja` / `chat_template.json` (used when the config has no
    *   `chat_template`).
-   * Takes ~0.4 s for Qwen3's 11 MB tokenizer.json (measured on the dev box), of which ~60 ms build the id → bytes table.
+   * Takes ~0.4 s for Qwen3's 11 MB tokenizer.json (measured on the dev box), of which ~50–80 ms build the id → bytes table.
    * @throws TokenizerLoadError naming the directory or file when the directory or a required file is missing,
    *   unreadable or not a JSON object, or when the tokenizer library rejects the definition.
    */
