@@ -175,8 +175,9 @@ async function measurePhase(
     streams: spec.streams,
     stream: spec.stream,
     maxTokens: spec.maxTokens,
-    // Plus 1 ms per stream: every stream's first request arrives at once, and admitting one costs ~0.7 ms of CPU.
-    warmupMs: args.warmupMs + spec.streams,
+    // Plus 2 ms per stream: every stream's first request arrives at once, and admitting one costs ~0.7 ms of CPU
+    // (more on a shared machine), so the window opens after that burst.
+    warmupMs: args.warmupMs + 2 * spec.streams,
     windowMs: args.windowMs,
     seed,
   };
@@ -387,7 +388,7 @@ async function main(): Promise<void> {
     console.log(
       `Throughput benchmark at ${commit}: ${args.ranks} simulated TokenSpeed ranks at --time-scale 0, chat completions with max_tokens ` +
         `${args.maxTokens} (ignore_eos), ${args.repeats} repeat(s) of a ${args.windowMs / 1000} s window after ${args.warmupMs / 1000} s of warm-up ` +
-        `(+1 ms per stream) CPU from /proc over the window. Cells: median (min–max over repeats). Machine: ${execFileSync('nproc', { encoding: 'utf8' }).trim()} cores, ` +
+        `(+2 ms per stream); CPU from /proc over the window. Cells: median (min–max over repeats). Machine: ${execFileSync('nproc', { encoding: 'utf8' }).trim()} cores, ` +
         `load average ${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (shared: only per-unit CPU figures compare across runs).\n`,
     );
     if (unavailable.length > 0) console.log(`workers ${unavailable.join(', ')}: unavailable — serve has no --workers yet (issue 9 phase 2).\n`);
