@@ -19,7 +19,8 @@
  * `--workers 1,2`, `--streams 512,2000`, `--max-tokens N` (256), `--ranks N` (2), `--request-streams N` (64),
  * `--warmup-ms N`, `--window-ms N`, `--paced-step-ms N` (250; 0 = no paced scenario), `--scenarios a,b` (a subset by
  * name), `--no-floors`, `--seed N`, `--write` (bench/results/throughput.json + throughput.svg), `--profile` (one
- * `stream-S` run under `node --cpu-prof`; prints where the gateway's time goes; with `--write` also
+ * run of the first `--scenarios` entry, default `stream-S`, under `node --cpu-prof`; prints where the gateway's time
+ * goes, in % and µs per token or request; with `--write` also
  * bench/results/throughput-profile.json). Progress goes to stderr, the tables to stdout.
  */
 import { execFileSync } from 'node:child_process';
@@ -297,10 +298,13 @@ const PROFILE_BUCKETS: ProfileBucket[] = [
   { name: 'HTTP request handling (fastify, node:http)', leaf: areaIn('fastify', '@fastify', 'find-my-way', 'avvio', 'node:_http_server', 'node:_http_common', 'node:_http_incoming', 'src/server/') },
 ];
 
-/** `--profile`: one stream phase with `node --cpu-prof` on the gateway, summarized over the measured window. */
+/**
+ * `--profile`: one phase with `node --cpu-prof` on the gateway, summarized over the measured window: the first of
+ * `--scenarios` (a saturated or per-request one), by default `stream-S` for the first `--streams` S.
+ */
 async function profileMode(args: Args, load: LoadProcess): Promise<void> {
-  const streams = args.streams[0]!;
-  const spec: ScenarioSpec = { name: `stream-${streams}`, kind: 'token', streams, stream: true, maxTokens: args.maxTokens };
+  const spec = scenarioSpecs(args).find((s) => s.kind !== 'paced' && (args.scenarios !== null || s.stream));
+  if (spec === undefined) throw new RangeError('--profile needs a saturated or per-request scenario');
   const dir = mkdtempSync(join(tmpdir(), 'gw-bench-prof-'));
   const window = { startUs: 0, endUs: 0 };
   const profArgs = { ...args, windowMs: Math.max(args.windowMs, args.quick ? 6000 : 15000) };
@@ -317,19 +321,25 @@ async function profileMode(args: Args, load: LoadProcess): Promise<void> {
   const summary: ProfileSummary = summarizeProfile(join(dir, file), window.startUs, window.endUs, PROFILED_FUNCTIONS, PROFILE_BUCKETS, 30);
   rmSync(dir, { recursive: true, force: true });
   const gwMicros = m.cpu.gateway;
+  const perRequest = spec.kind === 'request';
+  const units = perRequest ? m.load.requests : m.load.tokens;
+  const unit = perRequest ? 'request' : 'token';
   console.log(
-    `CPU profile of the gateway, ${spec.name} (max_tokens ${args.maxTokens}, ${args.ranks} ranks at --time-scale 0), ` +
-      `${(window.endUs - window.startUs) / 1e6} s window: ${(gwMicros / m.load.tokens).toFixed(1)} µs/token (with the profiler on), ` +
-      `${((m.load.tokens / m.load.windowMs) * 1000).toFixed(0)} tokens/s; ${summary.busyMs.toFixed(0)} ms busy, ${summary.idleMs.toFixed(0)} ms idle in the profile.\n`,
+    `CPU profile of the gateway, ${spec.name} (max_tokens ${spec.maxTokens}, ${spec.streams} streams, ${args.ranks} ranks at --time-scale 0), ` +
+      `${(window.endUs - window.startUs) / 1e6} s window: ${(gwMicros / units).toFixed(1)} µs/${unit} (with the profiler on), ` +
+      `${((units / m.load.windowMs) * 1000).toFixed(0)} ${unit}s/s; ${summary.busyMs.toFixed(0)} ms busy, ${summary.idleMs.toFixed(0)} ms idle in the profile. ` +
+      `Last column: µs per ${unit}.\n`,
   );
-  const rows = (r: ProfileSummary['topSelf']) => r.map((x) => [x.label, x.ms.toFixed(0), x.percent.toFixed(1)]);
-  console.log('### Where the time goes (buckets)\n' + markdownTable(['bucket', 'ms', '% of busy'], rows(summary.buckets)) + '\n');
-  console.log('### Self time by function\n' + markdownTable(['function', 'ms', '% of busy'], rows(summary.topSelf)) + '\n');
-  console.log('### Self time by area (file, package, node internals, GC)\n' + markdownTable(['area', 'ms', '% of busy'], rows(summary.byArea)) + '\n');
-  console.log('### Inclusive time of the per-token path (by function name; names can collide)\n' + markdownTable(['function', 'ms', '% of busy'], rows(summary.inclusive)));
+  const perUnit = (ms: number) => ((ms * 1000) / units).toFixed(perRequest ? 0 : 2);
+  const rows = (r: ProfileSummary['topSelf']) => r.map((x) => [x.label, x.ms.toFixed(0), x.percent.toFixed(1), perUnit(x.ms)]);
+  const head = (first: string) => [first, 'ms', '% of busy', `µs/${unit}`];
+  console.log('### Where the time goes (buckets)\n' + markdownTable(head('bucket'), rows(summary.buckets)) + '\n');
+  console.log('### Self time by function\n' + markdownTable(head('function'), rows(summary.topSelf)) + '\n');
+  console.log('### Self time by area (file, package, node internals, GC)\n' + markdownTable(head('area'), rows(summary.byArea)) + '\n');
+  console.log('### Inclusive time of the per-token path (by function name; names can collide)\n' + markdownTable(head('function'), rows(summary.inclusive)));
   if (args.write) {
     await mkdir(RESULTS_DIR, { recursive: true });
-    await writeFile(join(RESULTS_DIR, 'throughput-profile.json'), JSON.stringify({ generatedBy: 'npm run bench:throughput -- --profile --write', commit: gitCommit(), scenario: spec, microsPerToken: gwMicros / m.load.tokens, summary }, null, 2) + '\n');
+    await writeFile(join(RESULTS_DIR, 'throughput-profile.json'), JSON.stringify({ generatedBy: 'npm run bench:throughput -- --profile --write', commit: gitCommit(), scenario: spec, [perRequest ? 'microsPerRequest' : 'microsPerToken']: gwMicros / units, summary }, null, 2) + '\n');
     console.log(`wrote ${join('bench', 'results', 'throughput-profile.json')}`);
   }
 }
