@@ -85,6 +85,8 @@ export interface SimEngineOptions {
    * part 2). Unlike `timeScale` it is part of the modelled engine (`SchedulerConfig.slowdown`).
    */
   slowdown?: number;
+  /** Keep a prefix cache (scheduler.ts, prefix-cache.ts; default true, as vLLM V1 and TokenSpeed do). */
+  prefixCaching?: boolean;
   /** XORed into every request's seed so whole runs can differ (default 0: the request seed alone decides). */
   seed?: number;
   /** Server default `--stream-interval` in tokens (default 1; TokenSpeed only: vLLM reports every step). */
@@ -179,6 +181,11 @@ export interface SimEngineHandle {
    * issue #5 parts 1 and 4). Never throws.
    */
   outstandingTokens(): number;
+  /**
+   * Tokens of `tokens`' leading full blocks this rank's prefix cache holds now (`SimScheduler.cachedPrefixTokens`).
+   * For tests and benchmarks. Never throws.
+   */
+  cachedPrefixTokens(tokens: readonly number[]): number;
   /** Resolves when the rank has stopped (after `close()`, or when its input socket failed). Never rejects. */
   readonly closed: Promise<void>;
   /**
@@ -289,6 +296,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     ...(opts.slowdown !== undefined ? { slowdown: opts.slowdown } : {}),
     streamInterval: opts.streamInterval,
     finishRules: wire.finishRules,
+    ...(opts.prefixCaching !== undefined ? { prefixCaching: opts.prefixCaching } : {}),
   });
   const waves = lockstep ? new LockstepWaves(opts.engineIndex) : null;
   const ready: ReadyResponse = {
@@ -582,6 +590,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     stats: () => ({ ...stats }),
     wave: () => (waves === null ? null : { currentWave: waves.currentWave, running: waves.running }),
     outstandingTokens: () => scheduler.outstandingTokens(),
+    cachedPrefixTokens: (tokens) => scheduler.cachedPrefixTokens(tokens),
     closed: loop,
     close,
   };

@@ -8,7 +8,8 @@
  * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--ready-response
  * long|short` (long; vLLM only: short = the 3-key ready response of vLLM releases up to at least 9aaf83ef, issue #14), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
- * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--tool-call-format hermes|llama3_json|none`
+ * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--disable-prefix-caching` (the prefix cache
+ * of scheduler.ts is on by default), `--tool-call-format hermes|llama3_json|none`
  * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000), `--exit-with-parent`,
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
@@ -67,6 +68,7 @@ options (units: tokens, 16-token KV pages, ms):
   --step-prefill-ms X        Step-time model: cost per prefill token
   --step-decode-ms X         Step-time model: cost per decode token
   --disable-output-logprobs  Act like an engine started without --enable-output-logprobs
+  --disable-prefix-caching   No prefix cache: every prompt is prefilled in full, cached_tokens stays 0
   --tool-call-format FMT     Tool calls written when the prompt declares tools: hermes, llama3_json or none
                              (default hermes, the bundled Qwen3's format)
   --reasoning                Write a <think> block before answers (unless the prompt closed one)
@@ -125,6 +127,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'step-prefill-ms': { type: 'string' },
         'step-decode-ms': { type: 'string' },
         'disable-output-logprobs': { type: 'boolean' },
+        'disable-prefix-caching': { type: 'boolean' },
         'init-timeout-ms': { type: 'string' },
         'log-level': { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
@@ -179,6 +182,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     enableOutputLogprobs: values['disable-output-logprobs'] === true ? false : undefined,
   };
   if (engineFamily !== 'tokenspeed') engine.engine = engineFamily as SimEngineFamily;
+  if (values['disable-prefix-caching'] === true) engine.prefixCaching = false;
   const toolFormat = str('tool-call-format');
   if (toolFormat !== undefined && !(SIM_TOOL_CALL_FORMATS as readonly string[]).includes(toolFormat)) {
     throw new SimArgsError(`--tool-call-format: expected one of ${SIM_TOOL_CALL_FORMATS.join(', ')}, got ${JSON.stringify(toolFormat)}`);

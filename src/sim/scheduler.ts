@@ -34,16 +34,30 @@
  * that preempted; SGLang's retraction is the same idea); preemptions are counted (`SchedulerState.preemptions`), and
  * `num_running` / `num_waiting` of the round's tail already reflect them (issue #5 part 2); a lone request that outgrows the whole KV cache is finished by the engine with a terminal
  * `abort` row (an engine-initiated abort, which TokenSpeed does report; 4.7); an empty prompt, or a prompt that
- * cannot fit the context or the KV cache, is rejected like a validation error; there is no prefix cache
- * (`cached_tokens` is always 0); a round with nothing to run takes no snapshot.
+ * cannot fit the context or the KV cache, is rejected like a validation error; a round with nothing to run takes no
+ * snapshot.
+ *
+ * Prefix cache (issue 12 part 1; `SchedulerConfig.prefixCaching`, on by default as in vLLM V1 and TokenSpeed): KV
+ * pages live in a `SimPrefixCache` (prefix-cache.ts, modelled on vLLM's block pool). Every full 16-token block of a
+ * request's tokens (prompt, then generated tokens as they fill a block) is named by its chained hash
+ * (src/protocols/block-hash.ts) once computed, and stays resident after the request ends until LRU eviction; blocks in
+ * use are shared, never evicted. At admission the leading resident blocks of the request's tokens are hits (at most
+ * `floor((tokens − 1) / 16)` blocks: at least one token is always computed, as vLLM's `get_computed_blocks` does);
+ * hit tokens take no prefill time and no new page. A request's `cached_tokens` (every TokenSpeed row; vLLM
+ * `prefill_stats.num_cached_tokens`) is its hit at first admission; a recompute after preemption may hit more but
+ * does not change it. `kv_active_pages` counts pages in use, not idle cached blocks (vLLM's `kv_cache_usage` counts
+ * cached-but-free blocks as free too).
  *
  * Heterogeneous ranks (issue #5 part 2, a noisy neighbour): `SchedulerConfig.slowdown` multiplies every step time.
  * Time scale: the scheduler never reads a clock, so its decisions depend only on the order of `add` / `abort` /
  * `plan` / `commit` calls; the engine's `timeScale` only stretches the wall time between them (see `virtual-run.ts`).
  */
 
-/** KV page size in tokens (the sim's `prefix_granularity`). */
-export const KV_PAGE_TOKENS = 16;
+import { DEFAULT_BLOCK_TOKENS, ROOT_BLOCK_HASH, blockHashes, hashBlock } from '../protocols/block-hash.js';
+import { SimPrefixCache, type PrefixMatch } from './prefix-cache.js';
+
+/** KV page size in tokens (the sim's `prefix_granularity`): one prefix-cache block. */
+export const KV_PAGE_TOKENS = DEFAULT_BLOCK_TOKENS;
 
 /** TokenSpeed's upper bound for `max_new_tokens` (engine-wire.md 4.4): 2^30 tokens. */
 export const MAX_NEW_TOKENS_CAP = 2 ** 30;
@@ -99,6 +113,8 @@ export interface SchedulerConfig {
    * module comment, engine-wire.md 5.9 / 5.11).
    */
   finishRules?: FinishRules;
+  /** Keep computed full blocks as a prefix cache (see the module comment). Default true. */
+  prefixCaching?: boolean;
 }
 
 /** Whose `max_new_tokens` clamp and finish-check order the scheduler applies. */
@@ -160,7 +176,7 @@ export interface SimRow {
   promptTokens: number;
   /** Cumulative generated tokens. */
   completionTokens: number;
-  /** Always 0: the sim has no prefix cache. */
+  /** Prompt tokens served from the prefix cache at the request's first admission (0 before it was admitted). */
   cachedTokens: number;
   /** Logprob of each new token; [] unless requested. */
   logprobVals: number[];
@@ -170,7 +186,8 @@ export interface SimRow {
   stopReason: number | null;
   /**
    * Tokens (re)computed by the prefill scheduled since this rid's previous row (prompt, plus already generated tokens
-   * for a retracted request), or null when no prefill ran since then (vLLM `prefill_stats`, engine-wire.md 5.9).
+   * for a retracted request, minus the prefix-cache hits of that prefill), or null when no prefill ran since then
+   * (vLLM `prefill_stats.num_computed_tokens`, engine-wire.md 5.9).
    */
   prefillTokens: number | null;
 }
@@ -197,8 +214,13 @@ export interface RoundPlan {
   admission: SimBatch | null;
   /** Requests that will produce a token when `commit()` runs. */
   plannedCount: number;
-  /** Tokens prefilled this round (new admissions plus recomputed retracted requests). */
+  /** Tokens prefilled this round (new admissions plus recomputed retracted requests), prefix-cache hits excluded. */
   prefillTokens: number;
+  /** Prefix-cache lookups this round: admissions, and the tokens they looked up (vLLM `prefix_cache_stats`). */
+  cacheRequests: number;
+  cacheQueryTokens: number;
+  /** Tokens of those lookups served from the prefix cache. */
+  cacheHitTokens: number;
   /** Requests decoding one token this round without a prefill. */
   decodeTokens: number;
   /** Simulated forward-pass duration (ms, including the rank's `slowdown`); 0 when nothing is planned. */
@@ -226,8 +248,18 @@ export interface SchedulerState {
   waiting: number;
   /** Registered, not finished (waiting + running). */
   registered: number;
+  /** Pages in use (kv_active_pages). */
   activePages: number;
+  /** Pages not in use: free ones plus idle cached blocks (evictable). */
   freePages: number;
+  /** Idle prefix-cache blocks (resident, referenced by no request; part of `freePages`). */
+  cachedPages: number;
+  /** Idle blocks evicted since start. */
+  cacheEvictions: number;
+  /** Cumulative prefix-cache lookups since start: admissions, tokens looked up, tokens hit. */
+  cacheRequests: number;
+  cacheQueryTokens: number;
+  cacheHitTokens: number;
   pendingAborts: number;
   pendingRejections: number;
   /** True between `plan()` and `commit()`. */
@@ -250,7 +282,17 @@ interface Req {
   sourceMayStop: boolean;
   interval: number;
   generated: number;
+  /** Pages held: the first `held` are the hashed blocks `hashes[0 .. held)`, the rest private (prefix-cache.ts). */
   pages: number;
+  held: number;
+  /** Prompt then generated token ids (the sequence the block hashes cover). */
+  tokenIds: number[];
+  /** Chained hashes of every full block of `tokenIds` (extended as generated tokens fill a block). */
+  hashes: number[];
+  /** Prefix-cache hit tokens of the current admission (skipped by its prefill). */
+  hitTokens: number;
+  /** Hit tokens at first admission (`SimRow.cachedTokens`); null before it. */
+  cachedTokens: number | null;
   /** Needs a (re)prefill of prompt + generated tokens when next run. */
   needsPrefill: boolean;
   /** Outgrew the whole KV cache: `commit()` finishes it with `abort` instead of decoding. */
@@ -304,8 +346,9 @@ export class SimScheduler {
   private readonly rejected: Req[] = [];
   private readonly pendingAborts = new Map<string, number>();
   private planned: Req[] | null = null;
-  private activePages = 0;
+  private readonly cache: SimPrefixCache;
   private preemptions = 0;
+  private readonly cacheTotals = { requests: 0, queryTokens: 0, hitTokens: 0 };
   private tail: LoadTail = ZERO_TAIL;
 
   constructor(config: SchedulerConfig) {
@@ -337,7 +380,9 @@ export class SimScheduler {
       streamInterval,
       pendingAbortTtlMs: config.pendingAbortTtlMs ?? 60_000,
       finishRules: config.finishRules ?? 'tokenspeed',
+      prefixCaching: config.prefixCaching ?? true,
     });
+    this.cache = new SimPrefixCache(this.config.kvTotalPages, this.config.prefixCaching);
     if (this.config.finishRules !== 'tokenspeed' && this.config.finishRules !== 'vllm') {
       throw new RangeError(`SchedulerConfig.finishRules: expected 'tokenspeed' or 'vllm', got ${JSON.stringify(this.config.finishRules)}`);
     }
@@ -368,6 +413,11 @@ export class SimScheduler {
       interval: spec.streamInterval ?? this.config.streamInterval,
       generated: 0,
       pages: 0,
+      held: 0,
+      tokenIds: [],
+      hashes: [],
+      hitTokens: 0,
+      cachedTokens: null,
       needsPrefill: true,
       outOfMemory: false,
       state: 'waiting',
@@ -380,6 +430,8 @@ export class SimScheduler {
       this.rejected.push(req);
       return 'rejected';
     }
+    req.tokenIds = [...spec.promptTokenIds];
+    if (this.config.prefixCaching) req.hashes = blockHashes(req.tokenIds, KV_PAGE_TOKENS);
     this.registered.set(spec.rid, req);
     this.waiting.push(req);
     return 'queued';
@@ -451,17 +503,27 @@ export class SimScheduler {
 
   /**
    * The rank's true outstanding work in tokens: over every registered request, the tokens its next prefill must
-   * (re)compute (prompt + generated, when it needs one) plus the output tokens it may still generate (limit −
-   * generated). What the benchmark's `oracle` DP policy reads (src/engine-client/policies.ts `OracleSource`; issue #5
-   * part 1). An upper bound: a request may stop early on EOS or a stop token.
+   * (re)compute (prompt + generated, when it needs one, minus what the prefix cache holds of them right now) plus
+   * the output tokens it may still generate (limit − generated). What the benchmark's `oracle` DP policy reads
+   * (src/engine-client/policies.ts `OracleSource`; issue #5 part 1). An upper bound: a request may stop early on EOS
+   * or a stop token.
    */
   outstandingTokens(): number {
     let total = 0;
     for (const r of this.registered.values()) {
-      if (r.needsPrefill) total += r.promptLen + r.generated;
+      if (r.needsPrefill) total += r.promptLen + r.generated - this.hitBlocks(r).blocks * KV_PAGE_TOKENS;
       total += Math.max(0, r.maxNew - r.generated);
     }
     return total;
+  }
+
+  /**
+   * How many leading blocks of `tokens` this rank's prefix cache holds now (in use or idle), in tokens (a multiple
+   * of 16). For tests and benchmarks; reads only.
+   */
+  cachedPrefixTokens(tokens: readonly number[]): number {
+    if (!this.config.prefixCaching) return 0;
+    return this.cache.match(blockHashes(tokens, KV_PAGE_TOKENS)).blocks * KV_PAGE_TOKENS;
   }
 
   /** Counters (for logs and tests). */
@@ -470,8 +532,13 @@ export class SimScheduler {
       running: this.running.length,
       waiting: this.waiting.length,
       registered: this.registered.size,
-      activePages: this.activePages,
-      freePages: this.config.kvTotalPages - this.activePages,
+      activePages: this.cache.inUsePages(),
+      freePages: this.cache.availablePages(),
+      cachedPages: this.cache.counts().idle,
+      cacheEvictions: this.cache.counts().evictions,
+      cacheRequests: this.cacheTotals.requests,
+      cacheQueryTokens: this.cacheTotals.queryTokens,
+      cacheHitTokens: this.cacheTotals.hitTokens,
       pendingAborts: this.pendingAborts.size,
       pendingRejections: this.rejected.length,
       roundOpen: this.planned !== null,
@@ -510,11 +577,12 @@ export class SimScheduler {
         }
         continue;
       }
+      this.cache.allocate(extra);
       r.pages += extra;
-      this.activePages += extra;
     }
 
     // Admit in FIFO order (not in a round that had to retract, to avoid thrashing).
+    const lookups = { requests: 0, queryTokens: 0, hitTokens: 0 };
     if (retracted === 0) {
       while (this.waiting.length > 0 && this.running.length < this.config.maxRunning) {
         const head = this.waiting[0];
@@ -527,21 +595,33 @@ export class SimScheduler {
           this.running.push(head);
           continue;
         }
-        if (need > this.freePages()) break;
+        // Cached leading blocks are shared, not allocated: only the rest needs free (or evictable) pages.
+        const hit = this.hitBlocks(head);
+        if (need - hit.blocks > this.freePages() - hit.idle) break;
         this.waiting.shift();
+        this.cache.acquire(head.hashes, hit.blocks);
+        this.cache.allocate(need - hit.blocks);
         head.state = 'running';
         head.pages = need;
+        head.held = hit.blocks;
+        head.hitTokens = hit.blocks * KV_PAGE_TOKENS;
+        head.cachedTokens ??= Math.min(head.hitTokens, head.promptLen);
         head.needsPrefill = true;
-        this.activePages += need;
         this.running.push(head);
+        lookups.requests += 1;
+        lookups.queryTokens += head.promptLen + head.generated;
+        lookups.hitTokens += head.hitTokens;
       }
     }
+    this.cacheTotals.requests += lookups.requests;
+    this.cacheTotals.queryTokens += lookups.queryTokens;
+    this.cacheTotals.hitTokens += lookups.hitTokens;
 
     let prefillTokens = 0;
     let decodeTokens = 0;
     for (const r of this.running) {
       if (r.outOfMemory) continue;
-      if (r.needsPrefill) prefillTokens += r.promptLen + r.generated;
+      if (r.needsPrefill) prefillTokens += r.promptLen + r.generated - r.hitTokens;
       else decodeTokens += 1;
     }
     const plannedCount = this.running.length;
@@ -554,12 +634,16 @@ export class SimScheduler {
       this.tail = {
         numRunning: this.registered.size,
         numWaiting: this.waiting.length,
-        kvActivePages: this.activePages,
+        kvActivePages: this.cache.inUsePages(),
         kvTotalPages: this.config.kvTotalPages,
       };
       this.planned = this.running.slice();
     }
-    return { admission, plannedCount, prefillTokens, decodeTokens, stepTimeMs, retracted, tail: this.tail };
+    return {
+      admission, plannedCount, prefillTokens, decodeTokens, stepTimeMs, retracted,
+      cacheRequests: lookups.requests, cacheQueryTokens: lookups.queryTokens, cacheHitTokens: lookups.hitTokens,
+      tail: this.tail,
+    };
   }
 
   /**
@@ -580,7 +664,10 @@ export class SimScheduler {
         this.retire(r);
         continue;
       }
-      if (r.needsPrefill) r.pendingPrefill = r.promptLen + r.generated;
+      if (r.needsPrefill) {
+        r.pendingPrefill = r.promptLen + r.generated - r.hitTokens;
+        this.cacheComputedBlocks(r); // the prefill computed every full block of prompt + generated
+      }
       r.needsPrefill = false;
       const spec = r.spec;
       // Below min_new_tokens both engines mask stop tokens, so none can end the request. TokenSpeed: ignore_eos skips
@@ -590,6 +677,12 @@ export class SimScheduler {
       const tok = spec.tokens.next({ allowStop });
       r.generated += 1;
       r.pendingIds.push(tok.tokenId);
+      r.tokenIds.push(tok.tokenId);
+      if (this.config.prefixCaching && r.tokenIds.length % KV_PAGE_TOKENS === 0) {
+        const parent = r.hashes.length === 0 ? ROOT_BLOCK_HASH : r.hashes[r.hashes.length - 1];
+        r.hashes.push(hashBlock(parent, r.tokenIds, r.tokenIds.length - KV_PAGE_TOKENS, KV_PAGE_TOKENS));
+        this.cacheComputedBlocks(r);
+      }
       if (spec.returnLogprob) r.pendingLogprobs.push(tok.logprob);
       let finish: SimFinishReason = '';
       let stopReason: number | null = null;
@@ -632,7 +725,7 @@ export class SimScheduler {
       finishedReason: finish,
       promptTokens: r.promptLen,
       completionTokens: r.generated,
-      cachedTokens: 0,
+      cachedTokens: r.cachedTokens ?? 0,
       logprobVals: r.spec.returnLogprob ? lps : [],
       logprobIdx: r.spec.returnLogprob ? ids.slice() : [],
       stopReason,
@@ -648,7 +741,31 @@ export class SimScheduler {
   }
 
   private freePages(): number {
-    return this.config.kvTotalPages - this.activePages;
+    return this.cache.availablePages();
+  }
+
+  /** The leading blocks of `r`'s tokens the cache holds, capped so that at least one token is computed. */
+  private hitBlocks(r: Req): PrefixMatch {
+    const maxBlocks = Math.floor((r.promptLen + r.generated - 1) / KV_PAGE_TOKENS);
+    return this.cache.match(r.hashes, Math.max(0, maxBlocks));
+  }
+
+  /**
+   * Turn `r`'s private pages that now hold computed full blocks into hashed blocks: `hashes[held ..]`, as far as
+   * its pages reach (a running request's pages always cover its full blocks).
+   */
+  private cacheComputedBlocks(r: Req): void {
+    while (r.held < r.hashes.length && r.held < r.pages) {
+      if (!this.cache.promote(r.hashes[r.held])) return;
+      r.held += 1;
+    }
+  }
+
+  /** Give `r`'s pages back to the pool: private ones freed, hashed blocks released (they stay cached). */
+  private releasePages(r: Req): void {
+    this.cache.release(r.pages - r.held, r.hashes.slice(0, r.held));
+    r.pages = 0;
+    r.held = 0;
   }
 
   /** Move a running request back to the head of the waiting queue, freeing its pages (recomputed on re-admission). */
@@ -656,8 +773,7 @@ export class SimScheduler {
     this.preemptions += 1;
     const i = this.running.indexOf(r);
     if (i >= 0) this.running.splice(i, 1);
-    this.activePages -= r.pages;
-    r.pages = 0;
+    this.releasePages(r);
     r.needsPrefill = true;
     r.state = 'waiting';
     this.waiting.unshift(r);
@@ -672,8 +788,7 @@ export class SimScheduler {
       const i = this.waiting.indexOf(r);
       if (i >= 0) this.waiting.splice(i, 1);
     }
-    this.activePages -= r.pages;
-    r.pages = 0;
+    this.releasePages(r);
     r.state = 'done';
     this.registered.delete(r.spec.rid);
   }

@@ -13,7 +13,11 @@
  *   aborted ids; omitted when empty) and `scheduler_stats` (5.10) — also for steps without outputs (5.8: vLLM sends
  *   per-step stats even then). The stats are made after the step, as vLLM's `make_stats` runs at the end of
  *   `update_from_output`: running / waiting = the scheduler's queues, `kv_cache_usage` = active pages / total pages,
- *   `step_counter` and `current_wave` from the engine.
+ *   `step_counter` and `current_wave` from the engine, `prefix_cache_stats` = the prefix-cache lookups since the
+ *   rank's previous stats (requests, tokens queried, tokens hit).
+ * - `prefill_stats` (5.9): `num_cached_tokens` (= `num_local_cached_tokens`) is the request's prefix-cache hit at first
+ *   admission, `num_computed_tokens` the tokens that prefill computed (so the two add up to `num_prompt_tokens` for a
+ *   first prefill; a recompute after preemption computes prompt + generated tokens minus its own hits).
  * - Waves (5.7, 5.8, 5.12): START_DP_WAVE `[wave, exclude]` decoding, and the two notice envelopes carrying only
  *   `wave_complete` or only `start_wave`.
  * - Engine-initiated ends other than stop/length (a request that outgrew the whole KV cache) are reported as 3
@@ -88,8 +92,8 @@ export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[
     out.prefill_stats = {
       num_prompt_tokens: row.promptTokens,
       num_computed_tokens: row.prefillTokens,
-      num_cached_tokens: 0,
-      num_local_cached_tokens: 0,
+      num_cached_tokens: row.cachedTokens,
+      num_local_cached_tokens: row.cachedTokens,
       num_external_cached_tokens: 0,
       num_cache_creation_tokens: 0,
     };
@@ -97,8 +101,19 @@ export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[
   return out;
 }
 
-/** The step's `SchedulerStats` (engine-wire.md 5.10), made after the step. */
-export function schedulerStatsOf(step: SimStep): SchedulerStats {
+/** Cumulative prefix-cache lookups of a rank (`SchedulerState` counters): admissions, tokens looked up, tokens hit. */
+export interface PrefixLookupTotals {
+  requests: number;
+  queries: number;
+  hits: number;
+}
+
+/**
+ * The step's `SchedulerStats` (engine-wire.md 5.10), made after the step. `prefix_cache_stats` counts the prefix-cache
+ * lookups since `previous` (the totals at the rank's previous stats; all zeros for the first): requests admitted,
+ * tokens looked up (`queries`, tokens as vLLM counts them) and tokens hit.
+ */
+export function schedulerStatsOf(step: SimStep, previous: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 }): SchedulerStats {
   const stats = schedulerStatsFor({
     numRunning: step.state.running,
     numWaiting: step.state.waiting,
@@ -106,7 +121,16 @@ export function schedulerStatsOf(step: SimStep): SchedulerStats {
   });
   stats.step_counter = step.stepCounter;
   stats.current_wave = step.currentWave;
+  const totals = lookupTotalsOf(step);
+  stats.prefix_cache_stats.requests = totals.requests - previous.requests;
+  stats.prefix_cache_stats.queries = totals.queries - previous.queries;
+  stats.prefix_cache_stats.hits = totals.hits - previous.hits;
   return stats;
+}
+
+/** The cumulative lookup totals a step's scheduler state carries. */
+export function lookupTotalsOf(step: SimStep): PrefixLookupTotals {
+  return { requests: step.state.cacheRequests, queries: step.state.cacheQueryTokens, hits: step.state.cacheHitTokens };
 }
 
 /** Seconds (float) for `timestamp`. */
@@ -154,6 +178,7 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
   /** Requested top-logprob count (`logprobs` = k > 0) of each request that asked for candidates. */
   const topK = new Map<string, number>();
   const pool = ctx.candidatePool ?? [];
+  let reported: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 };
 
   const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {
     const o = envelope(step.engineIndex);
@@ -165,7 +190,8 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
       aborted.clear();
     }
     o.finished_requests = finished.size > 0 ? [...finished] : null;
-    o.scheduler_stats = schedulerStatsOf(step);
+    o.scheduler_stats = schedulerStatsOf(step, reported);
+    reported = lookupTotalsOf(step);
     return encodeEngineCoreOutputsFrames(o);
   };
 

@@ -21,10 +21,12 @@ function counting(): TokenSource {
   return { next: () => ({ tokenId: n++, logprob: -0.5 }) };
 }
 
+/** Prompts differ per rid (a per-rid offset), so no two requests share a prefix-cache block. */
 function req(rid: string, promptLen: number, maxNewTokens: number): SimRequest {
+  const offset = 1000 * [...rid].reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 9973, 7);
   return {
     rid,
-    promptTokenIds: Array.from({ length: promptLen }, (_, i) => i + 1),
+    promptTokenIds: Array.from({ length: promptLen }, (_, i) => offset + i + 1),
     maxNewTokens,
     minNewTokens: 0,
     stopTokenIds: null,

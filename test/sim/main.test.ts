@@ -6,7 +6,7 @@ test('parseSimArgs reads every option', () => {
   const a = parseSimArgs([
     '--handshake', 'tcp://127.0.0.1:30500', '--engine-index', '3', '--max-running', '8', '--kv-pages', '512',
     '--max-model-len', '4096', '--time-scale', '0.25', '--seed', '9', '--stream-interval', '2', '--step-decode-ms', '0.5',
-    '--disable-output-logprobs', '--init-timeout-ms', '5000', '--log-level', 'warn',
+    '--disable-output-logprobs', '--disable-prefix-caching', '--init-timeout-ms', '5000', '--log-level', 'warn',
   ]);
   assert.equal(a.logLevel, 'warn');
   assert.deepEqual(a.engine, {
@@ -20,6 +20,7 @@ test('parseSimArgs reads every option', () => {
     streamInterval: 2,
     initTimeoutMs: 5000,
     enableOutputLogprobs: false,
+    prefixCaching: false,
     stepTimeModel: { baseMs: 8, perPrefillTokenMs: 0.02, perDecodeTokenMs: 0.5 },
   });
 });
@@ -31,6 +32,7 @@ test('parseSimArgs defaults: engine index 0, info logs, engine defaults left to 
   assert.equal(a.engine.maxRunning, undefined);
   assert.equal(a.engine.stepTimeModel, undefined);
   assert.equal(a.engine.enableOutputLogprobs, undefined);
+  assert.equal(a.engine.prefixCaching, undefined, 'the prefix cache is on unless disabled');
 });
 
 test('parseSimArgs names the bad option', () => {

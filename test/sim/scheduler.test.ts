@@ -125,10 +125,11 @@ test('running cap: only maxRunning requests decode, the rest wait in FIFO order'
 test('KV admission: the head waits until its pages are free and is never skipped', () => {
   // 4 pages of 16 tokens. 'big' needs ceil((40+1)/16) = 3 pages; 'small' would fit in 1 but queues behind 'big2'.
   const s = sched({ kvTotalPages: 4, maxRunning: 8 });
-  const prompt = (n: number): number[] => Array.from({ length: n }, (_, i) => i + 10);
-  s.add(req('big', { promptTokenIds: prompt(40), maxNewTokens: 2 }));
-  s.add(req('big2', { promptTokenIds: prompt(40), maxNewTokens: 2 }));
-  s.add(req('small', { promptTokenIds: prompt(1), maxNewTokens: 2 }));
+  // Distinct prompts: no prefix-cache block is shared.
+  const prompt = (n: number, from: number): number[] => Array.from({ length: n }, (_, i) => i + from);
+  s.add(req('big', { promptTokenIds: prompt(40, 10), maxNewTokens: 2 }));
+  s.add(req('big2', { promptTokenIds: prompt(40, 100), maxNewTokens: 2 }));
+  s.add(req('small', { promptTokenIds: prompt(1, 200), maxNewTokens: 2 }));
   const p = s.plan();
   assert.equal(p.plannedCount, 1, 'only big fits; big2 does not, and small may not jump the FIFO');
   assert.deepEqual(p.tail, { numRunning: 3, numWaiting: 2, kvActivePages: 3, kvTotalPages: 4 });

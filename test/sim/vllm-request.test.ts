@@ -80,7 +80,10 @@ test('the vLLM wire reports aborted ids once in the next step, with stats made a
   const wire = createVllmSimWire({ enableOutputLogprobs: true, tokens });
   const step: SimStep = {
     engineIndex: 6, rows: [], tail: { numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 },
-    state: { running: 2, waiting: 1, registered: 3, activePages: 25, freePages: 75, pendingAborts: 0, pendingRejections: 0, roundOpen: false, preemptions: 0 },
+    state: {
+      running: 2, waiting: 1, registered: 3, activePages: 25, freePages: 75, pendingAborts: 0, pendingRejections: 0, roundOpen: false, preemptions: 0,
+      cachedPages: 0, cacheEvictions: 0, cacheRequests: 0, cacheQueryTokens: 0, cacheHitTokens: 0,
+    },
     kvTotalPages: 100, stepCounter: 12, currentWave: 3,
   };
   assert.equal(wire.hasPendingReport(), false);
