@@ -36,16 +36,26 @@ export class ClientDisconnectedError extends Error {
   }
 }
 
-/** Token accounting of a choice (OpenAI `usage`), in tokens. */
+/**
+ * Token accounting of a choice (OpenAI `usage`), in tokens. `prompt_tokens_details.cached_tokens`: prompt tokens the
+ * engine served from its prefix cache (TokenSpeed `cached_tokens`, vLLM `prefill_stats.num_cached_tokens`;
+ * engine-wire.md 4.8, 5.9), as OpenAI reports it.
+ */
 export interface Usage {
   prompt_tokens: number;
   completion_tokens: number;
   total_tokens: number;
+  prompt_tokens_details: { cached_tokens: number };
 }
 
-/** Build a `usage` object. */
-export function makeUsage(promptTokens: number, completionTokens: number): Usage {
-  return { prompt_tokens: promptTokens, completion_tokens: completionTokens, total_tokens: promptTokens + completionTokens };
+/** Build a `usage` object (`cachedTokens` default 0). */
+export function makeUsage(promptTokens: number, completionTokens: number, cachedTokens = 0): Usage {
+  return {
+    prompt_tokens: promptTokens,
+    completion_tokens: completionTokens,
+    total_tokens: promptTokens + completionTokens,
+    prompt_tokens_details: { cached_tokens: cachedTokens },
+  };
 }
 
 /**
@@ -234,7 +244,7 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
           finished = true;
           stream.cancel();
           const completionTokens = Math.max(received, out.completionTokens);
-          const usage = makeUsage(opts.promptTokens, completionTokens);
+          const usage = makeUsage(opts.promptTokens, completionTokens, out.cachedTokens);
           yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs(), cachedTokens: out.cachedTokens };
           return;
         }
@@ -260,7 +270,7 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       const text = r.matched !== null ? r.emit : r.emit + matcher.flush();
       const finishReason = r.matched !== null ? 'stop' : out.finishReason;
       const completionTokens = Math.max(received, out.completionTokens);
-      const usage = makeUsage(opts.promptTokens, completionTokens);
+      const usage = makeUsage(opts.promptTokens, completionTokens, out.cachedTokens);
       yield { type: 'finish', text, finishReason, usage, logprobs: takeLogprobs(), cachedTokens: out.cachedTokens };
       return;
     }

@@ -527,7 +527,13 @@ export async function serveGeneration(
     const render = (index: number, entries: readonly TokenLogprob[]) =>
       k === null ? null : shape.renderLogprobs(entries, k, tokenText, offsets[index]!);
     const results = () => outputs.map((o) => o.result!);
-    const usage = () => makeUsage(promptTokens, outputs.reduce((sum, o) => sum + (o.result?.completionTokens ?? 0), 0));
+    // The prompt is counted once over the n choices, and so are its cached tokens: choice 0's (they share the prompt).
+    const usage = () =>
+      makeUsage(
+        promptTokens,
+        outputs.reduce((sum, o) => sum + (o.result?.completionTokens ?? 0), 0),
+        outputs[0]?.result?.usage.prompt_tokens_details.cached_tokens ?? 0,
+      );
     const outcome = () => outputs[0]!.result?.finishReason ?? 'stop';
 
     if (!prepared.stream) {

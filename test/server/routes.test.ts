@@ -57,6 +57,7 @@ describe('OpenAI routes', () => {
       prompt_tokens: expectedPrompt.length,
       completion_tokens: replyIds.length,
       total_tokens: expectedPrompt.length + replyIds.length,
+      prompt_tokens_details: { cached_tokens: 0 },
     });
     // The engine request id is minted by the gateway, never the client's; the client's id is echoed.
     assert.equal(sub.request.requestId, body.id);

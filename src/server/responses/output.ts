@@ -43,11 +43,14 @@ export interface ResponsesRequestInfo {
 
 const hex = () => randomUUID().replaceAll('-', '');
 
-/** Responses usage from the chat usage: `input_tokens`, `output_tokens`, details (cached and reasoning: 0). */
+/**
+ * Responses usage from the chat usage: `input_tokens`, `output_tokens`, details (cached: the engine's prefix-cache hit,
+ * `prompt_tokens_details.cached_tokens`; reasoning: 0).
+ */
 export function responsesUsage(u: Usage): Record<string, unknown> {
   return {
     input_tokens: u.prompt_tokens,
-    input_tokens_details: { cached_tokens: 0 },
+    input_tokens_details: { cached_tokens: u.prompt_tokens_details.cached_tokens },
     output_tokens: u.completion_tokens,
     output_tokens_details: { reasoning_tokens: 0 },
     total_tokens: u.total_tokens,
