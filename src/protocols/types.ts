@@ -6,16 +6,21 @@
  */
 
 /**
- * The engine-neutral load signal of one DP rank (dp-routing.md section 11).
+ * The engine-neutral load signal of one DP rank (dp-routing.md section 11), as the engine reported it.
  * - `numRunning`: requests the rank reports as running (TokenSpeed: registered and not finish-committed,
  *   which *includes* the waiting ones; engine-wire.md section 4.9).
  * - `numWaiting`: the rank's scheduler waiting-queue length.
  * - `kvCacheUsage`: KV cache usage as a ratio 0..1 (TokenSpeed: kv_active_pages / kv_total_pages).
+ * - `runningIncludesWaiting`: true when `numRunning` already counts the `numWaiting` requests (TokenSpeed,
+ *   engine-wire.md 4.9: the two overlap), absent or false when they are disjoint (vLLM `num_running_reqs` /
+ *   `num_waiting_reqs`, 5.10). Scoring reads it so a queued TokenSpeed request is not counted twice (dp-routing.md
+ *   14.2; `queuedRequests` in src/engine-client/policy.ts).
  */
 export interface EngineLoad {
   numRunning: number;
   numWaiting: number;
   kvCacheUsage: number;
+  runningIncludesWaiting?: boolean;
 }
 
 /**

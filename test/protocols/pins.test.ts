@@ -80,7 +80,7 @@ test('V1 (14 elements, 77 bytes): encode, decode, rank 1, load (2, 5, 0.25)', ()
   assert.deepStrictEqual(decodeBatchTokenIDOutSlim(bytesOf(V1)), V1_BATCH);
   const expected: EngineBatch = {
     engineIndex: 1, outputs: [expectedRow], finishedRequestIds: ['vec-1'],
-    load: { numRunning: 2, numWaiting: 5, kvCacheUsage: 0.25 },
+    load: { numRunning: 2, numWaiting: 5, kvCacheUsage: 0.25, runningIncludesWaiting: true },
   };
   assert.deepStrictEqual(tokenspeedProtocol.decodeOutput([bytesOf(V1)]), expected);
 });

@@ -191,7 +191,7 @@ test('decodeOutput: unknown finish strings map to stop (reported), aux frames ig
 
 test('load tail: kv usage is active/total, counts overlap, bigint load beyond 2^53 is refused', () => {
   const out = batchToEngineBatch(batch({ num_running: 7, num_waiting: 3, kv_active_pages: 1, kv_total_pages: 3 }));
-  assert.deepEqual(out.load, { numRunning: 7, numWaiting: 3, kvCacheUsage: 1 / 3 });
+  assert.deepEqual(out.load, { numRunning: 7, numWaiting: 3, kvCacheUsage: 1 / 3, runningIncludesWaiting: true }, 'the two counts overlap (4.9)');
   const big = batchToEngineBatch(batch({ kv_active_pages: 2n ** 60n, kv_total_pages: 2n ** 61n }));
   assert.equal(big.load?.kvCacheUsage, 0.5);
   decodeRejects(() => batchToEngineBatch(batch({ num_running: 2n ** 60n, kv_total_pages: 1 })), /^BatchTokenIDOutSlim\.num_running: integer/);

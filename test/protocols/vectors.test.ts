@@ -154,6 +154,7 @@ function expectedEngineBatch(d: Record<string, unknown>): EngineBatch {
       numRunning: d.num_running as number,
       numWaiting: d.num_waiting as number,
       kvCacheUsage: (d.kv_active_pages as number) / total,
+      runningIncludesWaiting: true, // TokenSpeed's num_running counts the waiting requests too (engine-wire.md 4.9)
     };
     batch.load = load;
   }

@@ -140,7 +140,9 @@ export function toFinishReason(raw: string, onUnknown?: (raw: string) => void): 
 /**
  * The load carried by a batch's tail (engine-wire.md 4.9), or undefined when `kv_total_pages` is 0 ("no
  * snapshot": 9/10-element senders, ranks that have not sampled yet). `kvCacheUsage` = kv_active_pages /
- * kv_total_pages (float64 ratio, not clamped). Throws WireDecodeError when a count is beyond ±(2^53−1).
+ * kv_total_pages (float64 ratio, not clamped). `runningIncludesWaiting` is always true: TokenSpeed's `num_running`
+ * counts every registered, not yet finish-committed request, the waiting ones included (4.9; dp-routing.md 14.2).
+ * Throws WireDecodeError when a count is beyond ±(2^53−1).
  */
 export function loadFromBatch(b: BatchTokenIDOutSlim): EngineLoad | undefined {
   if (b.kv_total_pages == 0) return undefined;
@@ -148,6 +150,7 @@ export function loadFromBatch(b: BatchTokenIDOutSlim): EngineLoad | undefined {
     numRunning: toNumber(b.num_running, 'BatchTokenIDOutSlim.num_running'),
     numWaiting: toNumber(b.num_waiting, 'BatchTokenIDOutSlim.num_waiting'),
     kvCacheUsage: Number(b.kv_active_pages) / Number(b.kv_total_pages),
+    runningIncludesWaiting: true,
   };
 }
 
