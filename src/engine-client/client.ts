@@ -19,6 +19,7 @@
  * groups' clients keep serving.
  */
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import { pino, type Logger } from 'pino';
 import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest, WaveEvent } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
@@ -27,7 +28,7 @@ import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
-import { RoutingState } from './routing-state.js';
+import { RoutingState, type StoreLoadResult } from './routing-state.js';
 import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
 import { WaveClock, type GroupKind, type KindSource, type LockstepSetting } from './waves.js';
 
@@ -60,6 +61,8 @@ export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([20, 200, 1000
  * - `lockstep`: the group's kind (waves.ts, issue #14): `auto` (default: from the ready responses' `data_parallel_size`,
  *   else from the first wave notification, with one probe wake on the first submit while unknown), `true` (force
  *   lockstep: every submit wakes the group) or `false` (force dense: never woken, wave notifications ignored).
+ * - `now`: monotonic clock in ms that stamps stored loads for ageing (dp-routing.md 14.1; default
+ *   `performance.now`). Tests pass their own.
  */
 export interface EngineClientOptions {
   protocol: EngineProtocol;
@@ -68,6 +71,7 @@ export interface EngineClientOptions {
   silenceTimeoutMs?: number;
   logger?: Logger;
   lockstep?: LockstepSetting;
+  now?: () => number;
 }
 
 /**
@@ -91,6 +95,10 @@ export interface SubmitOptions {
  * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank (ADD sent and, for a lockstep group,
  *   the group woken), pinned / scored.
  * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
+ * - `loadAgeMs`: ms since `load` was stored (section 14.1), null before the first report.
+ * - `soleClientGuard`: true while the rank's reports show another client's work, so the release clamp is
+ *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
+ * The last four are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
  */
 export interface RankState {
   engineIndex: number;
@@ -99,6 +107,10 @@ export interface RankState {
   dispatchedPinned: number;
   dispatchedUnpinned: number;
   clampEvents: number;
+  loadAgeMs?: number | null;
+  soleClientGuard?: boolean;
+  guardEngagements?: number;
+  guardDisengagements?: number;
 }
 
 /**
@@ -182,6 +194,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly logger: Logger;
   private readonly silenceTimeoutMs: number;
   private readonly releaseClamp: boolean;
+  private readonly now: () => number;
   private readonly registry = new RequestRegistry();
   private readonly routing = new RoutingState();
   private readonly counters = new Map<number, RankCounters>();
@@ -209,6 +222,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.engines = opts.link.engines;
     this.policy = opts.policy ?? createLoadPolicy();
     this.releaseClamp = this.policy.releaseClamp ?? true;
+    this.now = opts.now ?? (() => performance.now());
     this.silenceTimeoutMs = silence;
     this.watchdog = new SilenceWatchdog(silence, () => this.onSilence());
     this.rankWatchdogs = new RankSilenceWatchdogs(silence, (rank) => this.onRankSilent(rank));
@@ -404,6 +418,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       const idx = e.engineIndex;
       if (idx === null) continue;
       const c = this.counters.get(idx) ?? { pinned: 0, unpinned: 0, clamps: 0 };
+      const guard = this.routing.soleClientGuard(idx);
       out.push({
         engineIndex: idx,
         inFlight: this.routing.inFlightCount(idx),
@@ -411,6 +426,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         dispatchedPinned: c.pinned,
         dispatchedUnpinned: c.unpinned,
         clampEvents: c.clamps,
+        loadAgeMs: this.routing.loadAgeMs(idx, this.now()),
+        soleClientGuard: guard.engaged,
+        guardEngagements: guard.engagements,
+        guardDisengagements: guard.disengagements,
       });
     }
     return out;
@@ -448,6 +467,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /**
    * Pick the engine and reserve the in-flight slot, synchronously. Pinned: the engine whose identity decodes to
    * `dpRank`, else invalid-dp-rank (section 9.1). Unpinned: the policy over one `RankView` per engine (section 9.2).
+   * Either way the policy's `onDispatch` hook then sees the request, in the same step.
    */
   private selectAndReserve(
     request: GenerateRequest,
@@ -467,13 +487,16 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         );
       }
       this.reserve(engine.engineIndex, id);
+      this.policy.onDispatch?.(engine.engineIndex, request);
       return { engine, pinned: true };
     }
     if (engines.length === 0) throw new EngineClientError('client-closed', 'no engines connected');
+    const now = this.now();
     const views: RankView[] = engines.map((e) => ({
       engineIndex: e.engineIndex,
       inFlight: e.engineIndex === null ? 0 : this.routing.inFlightCount(e.engineIndex),
       load: e.engineIndex === null ? null : this.routing.load(e.engineIndex),
+      loadAgeMs: e.engineIndex === null ? null : this.routing.loadAgeMs(e.engineIndex, now),
     }));
     const pos = this.policy.select(views, request);
     if (!Number.isInteger(pos) || pos < 0 || pos >= engines.length) {
@@ -482,7 +505,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       );
     }
     const engine = engines[pos];
-    if (engine.engineIndex !== null) this.reserve(engine.engineIndex, id);
+    if (engine.engineIndex !== null) {
+      this.reserve(engine.engineIndex, id);
+      this.policy.onDispatch?.(engine.engineIndex, request);
+    }
     return { engine, pinned: false };
   }
 
@@ -753,7 +779,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private applyBatch(batch: EngineBatch): void {
     this.consecutiveDecodeErrors = 0;
     const rank = batch.engineIndex;
-    if (batch.load) this.routing.storeLoad(rank, batch.load);
+    if (batch.load) this.onStoredLoad(rank, this.routing.storeLoad(rank, batch.load, this.now()));
     if (batch.wave) this.observeWave(rank, batch.wave);
 
     const finished = new Set<string>(batch.finishedRequestIds);
@@ -802,6 +828,25 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   /**
+   * The sole-client guard changed for `rank` (dp-routing.md 14.3; routing-state.ts): one log line per transition
+   * (the counts are in `rankStates()` and /metrics).
+   */
+  private onStoredLoad(rank: number, r: StoreLoadResult): void {
+    if (r.transition === 'engaged') {
+      this.logger.warn(
+        { engineIndex: rank, ...r.evidence },
+        `DP rank ${rank} reports ${r.evidence.reported} requests but this gateway has ${r.evidence.own} in flight there: ` +
+          'another client is using the engine; zero-on-empty suspended for this rank, its stored load ages out instead (dp-routing.md 14.3)',
+      );
+    } else if (r.transition === 'disengaged') {
+      this.logger.info(
+        { engineIndex: rank, ...r.evidence },
+        `DP rank ${rank} reports agree with this gateway's in-flight count again; zero-on-empty resumed (dp-routing.md 14.3)`,
+      );
+    }
+  }
+
+  /**
    * fail_all (dp-routing.md sections 2 and 6): close the registry for good, deliver the same `error` to every live
    * stream, clear every in-flight set (stored loads are kept), stop the watchdog, close the link, count the cause
    * and emit `failed`. Idempotent: only the first failure counts.
@@ -811,6 +856,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.closeReason = error;
     const entries = this.registry.closeAndDrain();
     this.routing.clearInFlight();
+    for (const e of this.engines) if (e.engineIndex !== null) this.policy.forgetRank?.(e.engineIndex); // the group died
     this.clearWatchdog();
     this.stats.failures[cause] = (this.stats.failures[cause] ?? 0) + 1;
     this.logger.error({ err: error, cause, liveRequests: entries.length }, 'engine client failed');

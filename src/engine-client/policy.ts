@@ -10,8 +10,18 @@
  * keeps the counter in its closure and advances it on every `select` call; since the client calls `select` exactly
  * once per unpinned selection and never for a pinned one, the counter advances exactly as section 9.2 requires and is
  * not advanced by pins (section 9.1 step 3). The scoring itself is the pure function `loadScore` and the scan is the
- * pure function `lowestScorePosition`, so further policies (issue #5: round_robin, inflight, load_no_clamp, oracle)
- * can reuse them with their own counters.
+ * pure function `lowestScorePosition`, so further policies (issue #5: round_robin, inflight, load_no_clamp, oracle;
+ * issue 12: cache_aware) can reuse them with their own counters.
+ *
+ * Load-signal guards of issue 12, all in the pure scorer (dp-routing.md 14):
+ * - **TokenSpeed's running count** (14.2): its `num_running` already counts the waiting requests (engine-wire.md 4.9),
+ *   so the queue term is `max(running, waiting)` for it and `running + waiting` for vLLM (`queuedRequests`).
+ * - **Snapshot ageing** (14.1): a stored report counts for less as it ages, linearly from full weight when fresh to
+ *   nothing at the horizon (`loadWeight`; default `DEFAULT_LOAD_HORIZON_MS`), where it counts as absent and the rank
+ *   is scored by its own in-flight count. Never as "saturated".
+ * - **Dark-fleet fallback** (14.5): when no rank has a fresh report, selection is join-shortest-queue on the client's
+ *   own in-flight counts with the rotating scan (`fleetScorer`). Staleness never excludes a rank and never rejects a
+ *   request: every rank keeps a finite score.
  */
 import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
 
@@ -21,11 +31,13 @@ import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
  * - `inFlight`: the size of the client's in-flight set for the rank (requests routed there and not yet retired).
  * - `load`: the stored load (last report, possibly clamped; section 11), or null when the rank never reported.
  *   A copy: a policy cannot modify the stored load (section 9.2 "The stored load is never modified by selection").
+ * - `loadAgeMs`: how long ago `load` was stored, in ms (section 14.1); absent or null = unknown, scored as fresh.
  */
 export interface RankView {
   readonly engineIndex: number | null;
   readonly inFlight: number;
   readonly load: EngineLoad | null;
+  readonly loadAgeMs?: number | null;
 }
 
 /**
@@ -40,32 +52,93 @@ export interface DpPolicy {
   readonly name: string;
   readonly releaseClamp?: boolean;
   select(ranks: readonly RankView[], request: GenerateRequest): number;
+  /** Called inside the synchronous select+reserve step for every request sent to a rank, pinned or not. */
+  onDispatch?(engineIndex: number, request: GenerateRequest): void;
+  /** The rank's engine state is gone (it died, or rejoined as a fresh process): drop what is known about it. */
+  forgetRank?(engineIndex: number): void;
 }
 
 /** Weight of the KV-pressure penalty per waiting request (dp-routing.md section 9.2 step 4; vLLM `core_client.py`). */
 export const KV_PENALTY_WEIGHT = 6;
 /** KV cache usage (ratio 0..1) above which queued work is penalized (section 9.2 step 4). */
 export const KV_PENALTY_THRESHOLD = 0.5;
+/**
+ * Default age (ms) at which a stored report stops counting (section 14.1). Engines report on every step while
+ * tokens flow (every few to tens of ms), so a report this old comes from a rank that sent nothing for seconds:
+ * vLLM's DP coordinator re-publishes idle stats every 4 s, SGLang's load publisher about once a second (14.4).
+ */
+export const DEFAULT_LOAD_HORIZON_MS = 5000;
 
 function finiteOrZero(x: number): number {
   return Number.isFinite(x) ? x : 0;
 }
 
 /**
- * The load score of one rank, lower is better (dp-routing.md section 9.2 step 4; worked examples in 9.4):
- * `max(own, waiting + running) + (waiting > 0 ? waiting × 6 × max(0, kv − 0.5) : 0)`, where `own` is the in-flight
- * count and (running, waiting, kv) the stored report, or all zeros without a report or without an engine index.
- * Units: requests (plus a dimensionless KV penalty). Non-finite report fields count as 0. Pure; never throws.
+ * The requests a report says the rank holds, queued or running (section 14.2; engine-wire.md 4.9, 5.10): with
+ * `runningIncludesWaiting` (TokenSpeed: `num_running` counts the waiting requests too) `max(running, waiting)`, so
+ * no queued request counts twice; otherwise (vLLM: disjoint counts) `running + waiting`. Non-finite fields count as
+ * 0. Pure; never throws.
  */
-export function loadScore(view: RankView): number {
-  const own = view.engineIndex === null ? 0 : view.inFlight;
-  const reported = view.engineIndex === null ? null : view.load;
-  const running = reported ? finiteOrZero(reported.numRunning) : 0;
-  const waiting = reported ? finiteOrZero(reported.numWaiting) : 0;
-  const kv = reported ? finiteOrZero(reported.kvCacheUsage) : 0;
-  let score = Math.max(own, waiting + running);
-  if (waiting > 0) score += waiting * KV_PENALTY_WEIGHT * Math.max(0, kv - KV_PENALTY_THRESHOLD);
-  return score;
+export function queuedRequests(load: EngineLoad): number {
+  const running = finiteOrZero(load.numRunning);
+  const waiting = finiteOrZero(load.numWaiting);
+  return load.runningIncludesWaiting === true ? Math.max(running, waiting) : running + waiting;
+}
+
+/**
+ * How much a stored report counts (section 14.1): 1 when fresh (age 0, or an unknown age: absent, null, negative or
+ * non-finite), falling linearly to 0 at `horizonMs`, 0 beyond it. `horizonMs` ≤ 0 or non-finite: reports never age
+ * (weight 1). Ratio 0..1. Pure.
+ */
+export function loadWeight(ageMs: number | null | undefined, horizonMs: number): number {
+  if (ageMs === null || ageMs === undefined || !Number.isFinite(ageMs) || ageMs <= 0) return 1;
+  if (!Number.isFinite(horizonMs) || horizonMs <= 0) return 1;
+  return ageMs >= horizonMs ? 0 : 1 - ageMs / horizonMs;
+}
+
+/** Whether `view` has a report that still counts at `horizonMs` (weight > 0). Pure. */
+export function hasFreshLoad(view: RankView, horizonMs: number): boolean {
+  return view.engineIndex !== null && view.load !== null && loadWeight(view.loadAgeMs, horizonMs) > 0;
+}
+
+/** The dark-fleet condition of section 14.5: no rank has a fresh report (also true for an empty list). Pure. */
+export function isDarkFleet(ranks: readonly RankView[], horizonMs: number): boolean {
+  return !ranks.some((v) => hasFreshLoad(v, horizonMs));
+}
+
+/**
+ * The load scorer for reports that age out at `horizonMs` (section 14.1): a rank scores, lower is better
+ * (dp-routing.md section 9.2 step 4; worked examples in 9.4),
+ * `max(own, w × queued) + (waiting > 0 ? w × waiting × 6 × max(0, kv − 0.5) : 0)`, where `own` is the in-flight
+ * count, (queued, waiting, kv) come from the stored report (`queued` = `queuedRequests`, section 14.2; all zeros
+ * without a report or without an engine index) and `w` = `loadWeight(loadAgeMs, horizonMs)`. Units: requests (plus a
+ * dimensionless KV penalty). Pure; the scorer never throws.
+ */
+export function loadScorer(horizonMs: number = DEFAULT_LOAD_HORIZON_MS): (view: RankView) => number {
+  return (view: RankView): number => {
+    const own = view.engineIndex === null ? 0 : view.inFlight;
+    const reported = view.engineIndex === null ? null : view.load;
+    if (reported === null) return own;
+    const w = loadWeight(view.loadAgeMs, horizonMs);
+    const waiting = finiteOrZero(reported.numWaiting);
+    const kv = finiteOrZero(reported.kvCacheUsage);
+    let score = Math.max(own, w * queuedRequests(reported));
+    if (waiting > 0) score += w * waiting * KV_PENALTY_WEIGHT * Math.max(0, kv - KV_PENALTY_THRESHOLD);
+    return score;
+  };
+}
+
+/** `loadScorer(DEFAULT_LOAD_HORIZON_MS)`: the score of section 9.2 step 4 with the guards of section 14. */
+export const loadScore: (view: RankView) => number = loadScorer();
+
+/**
+ * The scorer a load-based selection uses over `ranks` (sections 9.2, 14.5): the aged `loadScorer(horizonMs)`, or,
+ * in a dark fleet (`isDarkFleet`), join-shortest-queue on the own in-flight count (0 for an engine without an
+ * index). Pure.
+ */
+export function fleetScorer(ranks: readonly RankView[], horizonMs: number): (view: RankView) => number {
+  if (isDarkFleet(ranks, horizonMs)) return (view) => (view.engineIndex === null ? 0 : view.inFlight);
+  return loadScorer(horizonMs);
 }
 
 /**
@@ -79,28 +152,46 @@ export function lowestScorePosition(
   start: number,
   score: (view: RankView) => number = loadScore,
 ): number {
-  const count = ranks.length;
+  if (ranks.length === 0) throw new RangeError('cannot select a DP rank: no engines connected');
+  return lowestPosition(ranks.map(score), start);
+}
+
+/**
+ * `lowestScorePosition` over precomputed scores (one per rank, in list order): the position of the lowest score in
+ * a wrapping scan from `start`, ties to the earliest in the scan. Pure. Throws RangeError when `scores` is empty.
+ */
+export function lowestPosition(scores: readonly number[], start: number): number {
+  const count = scores.length;
   if (count === 0) throw new RangeError('cannot select a DP rank: no engines connected');
   const first = ((Math.trunc(start) % count) + count) % count;
   let best = first;
-  let bestScore = score(ranks[first]);
   for (let offset = 1; offset < count; offset++) {
     const pos = (first + offset) % count;
-    const s = score(ranks[pos]);
-    if (s < bestScore) {
-      best = pos;
-      bestScore = s;
-    }
+    if (scores[pos] < scores[best]) best = pos;
   }
   return best;
 }
 
+/** Options of the load-based policies. `loadHorizonMs`: report ageing horizon (default `DEFAULT_LOAD_HORIZON_MS`). */
+export interface LoadPolicyOptions {
+  loadHorizonMs?: number;
+}
+
+/** The horizon of `opts`, validated. Throws RangeError unless it is a finite number > 0. */
+export function loadHorizonOf(opts: LoadPolicyOptions = {}): number {
+  const h = opts.loadHorizonMs ?? DEFAULT_LOAD_HORIZON_MS;
+  if (!Number.isFinite(h) || h <= 0) throw new RangeError(`loadHorizonMs must be a positive number of ms, got ${h}`);
+  return h;
+}
+
 /**
- * The default policy (`name: 'load'`): SMG's DP scorer with the full score (`loadScore`), a rotating scan start
- * (`start = scanStart mod count`, then `scanStart += 1` on every call; dp-routing.md section 9.2 step 3) and the
- * release clamp on. Each call of `createLoadPolicy` returns an independent policy with its scan start at 0.
+ * The default policy (`name: 'load'`): SMG's DP scorer (`fleetScorer`: the aged score, or join-shortest-queue in a
+ * dark fleet), a rotating scan start (`start = scanStart mod count`, then `scanStart += 1` on every call;
+ * dp-routing.md section 9.2 step 3) and the release clamp on. Each call of `createLoadPolicy` returns an independent
+ * policy with its scan start at 0. Throws RangeError on a bad `loadHorizonMs`.
  */
-export function createLoadPolicy(): DpPolicy {
+export function createLoadPolicy(opts: LoadPolicyOptions = {}): DpPolicy {
+  const horizonMs = loadHorizonOf(opts);
   let scanStart = 0;
   return {
     name: 'load',
@@ -110,7 +201,7 @@ export function createLoadPolicy(): DpPolicy {
       const start = scanStart % ranks.length;
       // 2^53 selections are out of reach; the reset only keeps the counter an exact integer forever.
       scanStart = scanStart >= Number.MAX_SAFE_INTEGER ? 0 : scanStart + 1;
-      return lowestScorePosition(ranks, start, loadScore);
+      return lowestScorePosition(ranks, start, fleetScorer(ranks, horizonMs));
     },
   };
 }

@@ -3,8 +3,98 @@
  * (dp-routing.md section 1 "Routing state"; SMG PR #2169 merged the two maps behind one mutex to remove a
  * lock-order deadlock, section 12.2). In this single-threaded client every method is synchronous, so no caller can
  * observe the two maps out of step (section 12.3 rules 1-3).
+ *
+ * Two load-signal guards of issue 12 live here (the scoring side is in policy.ts):
+ * - every stored report is **timestamped** (`storeLoad(…, nowMs)`), so selection can age it (section 14.1;
+ *   `RankView.loadAgeMs`);
+ * - the **sole-client guard** (section 14.3): zero-on-empty is only sound while this client is the rank's only
+ *   client. When a report shows clearly more requests than this client can account for (`soleClientVerdict`), the
+ *   guard engages for that rank and the release clamp is suspended there, so the stored counts age out instead of
+ *   being erased; it disengages once reports agree again.
  */
 import type { EngineLoad } from '../protocols/types.js';
+import { queuedRequests } from './policy.js';
+
+/**
+ * Requests a report may exceed what this client can account for before it counts as another client's work. Covers
+ * rows the engine had not committed yet when it sampled, beyond the releases `soleClientVerdict` already allows for.
+ */
+export const SOLE_CLIENT_SLACK = 2;
+/** Consecutive agreeing reports that disengage the guard (one clear report engages it). */
+export const SOLE_CLIENT_AGREEING_REPORTS = 3;
+
+/** The sole-client guard of one rank (section 14.3). */
+export interface SoleClientGuard {
+  /** True while foreign work was seen and not yet contradicted: the release clamp is suspended for the rank. */
+  engaged: boolean;
+  /** Agreeing reports in a row while engaged. */
+  agreeing: number;
+  /** The last report's excess (requests reported beyond own in-flight plus the allowed lag). */
+  lastExcess: number;
+  /** How often the guard engaged / disengaged. */
+  engagements: number;
+  disengagements: number;
+}
+
+/**
+ * Inputs of one guard decision, taken when a report is stored and before the same batch's releases (section 8):
+ * `reported` = the requests the report says the rank holds (`queuedRequests`, so a TokenSpeed report's waiting
+ * requests count once); `own` = this client's in-flight count there; `recentlyReleased` = ids this client retired
+ * from the rank during the last two report intervals, which a report sampled before the engine saw them go may still
+ * count (TokenSpeed samples before the round commits, and with the overlap schedule a round lags one more;
+ * engine-wire.md 4.9; aborts are applied at the engine's next step, dp-routing.md 14.9).
+ */
+export interface SoleClientEvidence {
+  reported: number;
+  own: number;
+  recentlyReleased: number;
+}
+
+/** A guard transition, for the client's log line and metric. */
+export type SoleClientTransition = 'engaged' | 'disengaged';
+
+/**
+ * The guard's next state for one report (section 14.3, "going beyond"): `excess = reported − own −
+ * recentlyReleased`; an excess above `SOLE_CLIENT_SLACK` engages the guard (another client is using the engine);
+ * while engaged, `SOLE_CLIENT_AGREEING_REPORTS` reports in a row within the slack disengage it. Pure: returns the new
+ * state and the transition (null when none).
+ */
+export function soleClientVerdict(
+  guard: SoleClientGuard,
+  evidence: SoleClientEvidence,
+): { guard: SoleClientGuard; transition: SoleClientTransition | null } {
+  const excess = evidence.reported - evidence.own - evidence.recentlyReleased;
+  const foreign = excess > SOLE_CLIENT_SLACK;
+  if (!guard.engaged) {
+    if (!foreign) return { guard: { ...guard, lastExcess: excess }, transition: null };
+    return { guard: { ...guard, engaged: true, agreeing: 0, lastExcess: excess, engagements: guard.engagements + 1 }, transition: 'engaged' };
+  }
+  if (foreign) return { guard: { ...guard, agreeing: 0, lastExcess: excess }, transition: null };
+  const agreeing = guard.agreeing + 1;
+  if (agreeing < SOLE_CLIENT_AGREEING_REPORTS) return { guard: { ...guard, agreeing, lastExcess: excess }, transition: null };
+  return {
+    guard: { ...guard, engaged: false, agreeing: 0, lastExcess: excess, disengagements: guard.disengagements + 1 },
+    transition: 'disengaged',
+  };
+}
+
+const IDLE_GUARD: SoleClientGuard = Object.freeze({ engaged: false, agreeing: 0, lastExcess: 0, engagements: 0, disengagements: 0 });
+
+/** What `storeLoad` decided about the sole-client guard (null `transition`: no change). */
+export interface StoreLoadResult {
+  transition: SoleClientTransition | null;
+  guard: SoleClientGuard;
+  evidence: SoleClientEvidence;
+}
+
+/** Per-rank bookkeeping beside the load and the in-flight set. */
+interface RankExtras {
+  storedAtMs: number;
+  /** Ids retired from the rank since the last stored report, and during the interval before. */
+  releasedSinceReport: number;
+  releasedIntervalBefore: number;
+  guard: SoleClientGuard;
+}
 
 /**
  * Per-rank stored load (`load[rank]`, section 11) and in-flight sets of request ids (`inflight[rank]`, section 10.1).
@@ -14,23 +104,47 @@ import type { EngineLoad } from '../protocols/types.js';
 export class RoutingState {
   private readonly loads = new Map<number, EngineLoad>();
   private readonly inflight = new Map<number, Set<string>>();
+  private readonly extras = new Map<number, RankExtras>();
 
   /**
-   * Overwrite `load[rank]` with a copy of `load` (never merged, never aged; section 11). Called before any release
-   * of the same batch (section 8 step 2).
+   * Overwrite `load[rank]` with a copy of `load` (never merged; section 11), stamped `nowMs` (ms, the caller's
+   * monotonic clock) for ageing (section 14.1), and run the sole-client guard on it (section 14.3; see
+   * `soleClientVerdict`). Called before any release of the same batch (section 8 step 2), so `own` still counts the
+   * requests this batch finishes, as the report does.
    */
-  storeLoad(rank: number, load: EngineLoad): void {
-    this.loads.set(rank, {
-      numRunning: load.numRunning,
-      numWaiting: load.numWaiting,
-      kvCacheUsage: load.kvCacheUsage,
-    });
+  storeLoad(rank: number, load: EngineLoad, nowMs = 0): StoreLoadResult {
+    const copy: EngineLoad = { numRunning: load.numRunning, numWaiting: load.numWaiting, kvCacheUsage: load.kvCacheUsage };
+    if (load.runningIncludesWaiting === true) copy.runningIncludesWaiting = true;
+    this.loads.set(rank, copy);
+    const x = this.extrasOf(rank);
+    const evidence: SoleClientEvidence = {
+      reported: queuedRequests(copy),
+      own: this.inFlightCount(rank),
+      recentlyReleased: x.releasedSinceReport + x.releasedIntervalBefore,
+    };
+    const { guard, transition } = soleClientVerdict(x.guard, evidence);
+    x.guard = guard;
+    x.storedAtMs = nowMs;
+    x.releasedIntervalBefore = x.releasedSinceReport;
+    x.releasedSinceReport = 0;
+    return { transition, guard, evidence };
   }
 
   /** A copy of the stored load for `rank`, or null when the rank never reported. */
   load(rank: number): EngineLoad | null {
     const l = this.loads.get(rank);
     return l ? { ...l } : null;
+  }
+
+  /** How long ago (ms, against `nowMs`) the stored load of `rank` was stored, or null when it never reported. */
+  loadAgeMs(rank: number, nowMs: number): number | null {
+    if (!this.loads.has(rank)) return null;
+    return Math.max(0, nowMs - (this.extras.get(rank)?.storedAtMs ?? nowMs));
+  }
+
+  /** The sole-client guard of `rank` (a copy; idle for a rank never seen). */
+  soleClientGuard(rank: number): SoleClientGuard {
+    return { ...(this.extras.get(rank)?.guard ?? IDLE_GUARD) };
   }
 
   /** Size of `inflight[rank]` (0 when the rank has no entry). */
@@ -57,23 +171,36 @@ export class RoutingState {
    * `release(rank, ids)` (dp-routing.md section 10.2; SMG PR #2131):
    * 1. no in-flight entry for `rank` (never selected) → nothing, no clamp;
    * 2. remove each id (absent ids are ignored, so every retirement path is idempotent per id; section 10.1);
-   * 3. if the set is now empty (also when it already was) and a load is stored and `clamp` is true: set its
-   *    running and waiting counts to 0 and keep its KV usage (cache pages outlive requests).
+   * 3. if the set is now empty (also when it already was) and a load is stored and `clamp` is true and the rank's
+   *    sole-client guard is not engaged (section 14.3): set its running and waiting counts to 0 and keep its KV usage
+   *    (cache pages outlive requests) and its timestamp.
    * Returns true when the clamp changed a non-zero running or waiting count to 0 (a "clamp event" for metrics).
    */
   release(rank: number, ids: Iterable<string>, clamp: boolean): boolean {
     const set = this.inflight.get(rank);
     if (!set) return false;
-    for (const id of ids) set.delete(id);
+    let released = 0;
+    for (const id of ids) if (set.delete(id)) released += 1;
+    if (released > 0) this.extrasOf(rank).releasedSinceReport += released;
     if (set.size !== 0 || !clamp) return false;
+    if (this.extras.get(rank)?.guard.engaged === true) return false;
     const stored = this.loads.get(rank);
     if (!stored || (stored.numRunning === 0 && stored.numWaiting === 0)) return false;
-    this.loads.set(rank, { numRunning: 0, numWaiting: 0, kvCacheUsage: stored.kvCacheUsage });
+    this.loads.set(rank, { ...stored, numRunning: 0, numWaiting: 0 });
     return true;
   }
 
   /** Empty every in-flight set (fail_all / close; section 6). Entries and stored loads are kept. */
   clearInFlight(): void {
     for (const set of this.inflight.values()) set.clear();
+  }
+
+  private extrasOf(rank: number): RankExtras {
+    let x = this.extras.get(rank);
+    if (x === undefined) {
+      x = { storedAtMs: 0, releasedSinceReport: 0, releasedIntervalBefore: 0, guard: IDLE_GUARD };
+      this.extras.set(rank, x);
+    }
+    return x;
   }
 }

@@ -13,7 +13,10 @@
  * - counters mirroring each client's cumulative counts: `model_gateway_rank_dispatches_total{worker, dp_rank,
  *   pinned}`, `model_gateway_rank_clamp_events_total{worker, dp_rank}`, `model_gateway_decode_errors_total{worker}`,
  *   `model_gateway_aborts_sent_total{worker}`, `model_gateway_rank_mismatches_total{worker}`,
- *   `model_gateway_engine_failures_total{worker, cause}`.
+ *   `model_gateway_engine_failures_total{worker, cause}`;
+ * - load-signal guards (issue 12; dp-routing.md 14.1, 14.3), per rank: gauges `model_gateway_rank_load_age_seconds`
+ *   (age of the stored report) and `model_gateway_rank_sole_client_guard` (1 = another client's work seen, clamp
+ *   suspended), counter `model_gateway_rank_sole_client_guard_transitions_total{transition=engaged|disengaged}`.
  * Recorded by the routes:
  * - histograms (seconds) `model_gateway_time_to_first_token_seconds`, `model_gateway_inter_token_latency_seconds`
  *   (per token: the gap between two token-bearing outputs divided by the tokens of the later one),
@@ -151,6 +154,35 @@ export class GatewayMetrics {
         for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, r.clampEvents);
       },
     });
+
+    // --- Load-signal guards (issue 12; dp-routing.md 14.1, 14.3): report age and the sole-client guard per rank.
+    rankGauge(
+      'model_gateway_rank_load_age_seconds',
+      "Seconds since the DP rank's stored load report arrived; it counts less as it ages and not at all past the horizon",
+      (r) => (r.loadAgeMs === undefined || r.loadAgeMs === null ? null : r.loadAgeMs / 1000),
+    );
+    rankGauge(
+      'model_gateway_rank_sole_client_guard',
+      "1 while the DP rank's reports show another client's work there, so zero-on-empty is suspended for it",
+      (r) => (r.soleClientGuard === undefined ? null : r.soleClientGuard ? 1 : 0),
+    );
+    new Counter({
+      name: 'model_gateway_rank_sole_client_guard_transitions_total',
+      help: 'Times the sole-client guard of the DP rank engaged (foreign work seen) or disengaged (reports agree again)',
+      labelNames: ['model', 'worker', 'dp_rank', 'transition'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { worker, rank: r } of ranks()) {
+          if (r.guardEngagements === undefined) continue;
+          const dp_rank = String(r.engineIndex);
+          this.inc({ model, worker, dp_rank, transition: 'engaged' }, r.guardEngagements);
+          this.inc({ model, worker, dp_rank, transition: 'disengaged' }, r.guardDisengagements ?? 0);
+        }
+      },
+    });
+    // --- End of the load-signal guard block.
+
     const statCounter = (name: string, help: string, pick: (s: BackendStats) => number) =>
       new Counter({
         name,

@@ -305,6 +305,27 @@ export function load(numRunning: number, numWaiting: number, kvCacheUsage = 0): 
   return { numRunning, numWaiting, kvCacheUsage };
 }
 
+/**
+ * The stale terminal report of dp-routing.md 10.3 as a sole client sees it: r0 holds `last` and 7 earlier requests,
+ * r1 holds `held`. One batch finishes the 7 (report: 8 running), then `last` finishes in a batch whose report
+ * (`staleReport`, e.g. 3 running / 5 waiting) still counts the requests just retired: more than r0's in-flight set
+ * but within what this client released there lately, so the sole-client guard (14.3) stays off. Resolves with the
+ * drained stream of `last`.
+ */
+export async function finishWithStaleReport(
+  client: EngineClient,
+  link: FakeLink,
+  staleReport: EngineLoad,
+): Promise<{ outputs: EngineOutput[]; error?: unknown }> {
+  const early = Array.from({ length: 7 }, (_, i) => `early-${i}`);
+  for (const id of early) await client.submit(req(id), { dpRank: 0 });
+  const last = await client.submit(req('last'), { dpRank: 0 });
+  await client.submit(req('held'), { dpRank: 1 });
+  await link.deliverBatch(batch(0, early.map((id) => row(id, 'stop')), load(8, 0, staleReport.kvCacheUsage)));
+  await link.deliverBatch(batch(0, [row('last', 'stop')], staleReport));
+  return drain(last);
+}
+
 /** A minimal request. */
 export function req(requestId: string): GenerateRequest {
   return { requestId, promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING }, stream: true, returnLogprob: false };
@@ -323,6 +344,7 @@ export function setup(
     reservedContextTokens?: number;
     waves?: boolean;
     lockstep?: LockstepSetting;
+    now?: () => number;
   } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
   const { reservedContextTokens, waves, ...clientOpts } = opts;

@@ -10,7 +10,7 @@ import {
   type OracleSource,
 } from '../../src/engine-client/policies.js';
 import type { RankView } from '../../src/engine-client/policy.js';
-import { batch, drain, inFlight, load, req, row, setup } from './fakes.js';
+import { batch, drain, finishWithStaleReport, inFlight, load, req, row, setup } from './fakes.js';
 
 const view = (engineIndex: number | null, inFlight: number, l: RankView['load'] = null): RankView => ({
   engineIndex,
@@ -109,10 +109,7 @@ test('createDpPolicy: unknown names list the valid ones; oracle needs a source; 
 test('load_no_clamp through the real EngineClient: the stale terminal report stays stored and drives the next request away', async () => {
   for (const name of ['load', 'load_no_clamp'] as const) {
     const { client, link } = setup(2, { policy: createDpPolicy(name) });
-    const last = await client.submit(req('last'), { dpRank: 0 });
-    await client.submit(req('held'), { dpRank: 1 });
-    await link.deliverBatch(batch(0, [row('last', 'stop')], load(3, 5, 0.4)));
-    const result = await drain(last);
+    const result = await finishWithStaleReport(client, link, load(3, 5, 0.4));
     assert.equal(result.error, undefined);
     const stored = client.rankStates()[0].load;
     const clampEvents = client.rankStates()[0].clampEvents;
