@@ -28,7 +28,9 @@ import {
   type GatewayOptions,
   type GroupOptions,
 } from './gateway.js';
-import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
+import { DEFAULT_BALANCE_ABS_THRESHOLD, DEFAULT_BALANCE_REL_THRESHOLD } from './engine-client/cache-aware.js';
+import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
+import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
 import { packageVersion } from './server/app.js';
 import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
@@ -96,6 +98,28 @@ function parseOutputFlags(v: {
   return out;
 }
 
+/**
+ * `--load-horizon-ms N` (integer ≥ 1), `--balance-abs-threshold N` (number ≥ 0), `--balance-rel-threshold X` (number
+ * ≥ 1) as `DpPolicyTuning` (dp-routing.md 14.1; src/engine-client/cache-aware.ts), or null when none is given.
+ * Throws UsageError on a bad value.
+ */
+function parsePolicyTuning(horizon: string | undefined, abs: string | undefined, rel: string | undefined): DpPolicyTuning | null {
+  const tuning: DpPolicyTuning = {};
+  const h = intOption('load-horizon-ms', horizon, 1);
+  if (h !== undefined) tuning.loadHorizonMs = h;
+  const num = (name: string, value: string | undefined, min: number): number | undefined => {
+    if (value === undefined) return undefined;
+    const n = Number(value);
+    if (value.trim() === '' || !Number.isFinite(n) || n < min) throw new UsageError(`--${name} must be a number ≥ ${min}, got '${value}'`);
+    return n;
+  };
+  const a = num('balance-abs-threshold', abs, 0);
+  if (a !== undefined) tuning.balanceAbsThreshold = a;
+  const r = num('balance-rel-threshold', rel, 1);
+  if (r !== undefined) tuning.balanceRelThreshold = r;
+  return Object.keys(tuning).length > 0 ? tuning : null;
+}
+
 /** Usage text of the CLI. */
 export const USAGE = `Usage:
   model-gateway serve [options]     Start the OpenAI-compatible gateway
@@ -121,6 +145,12 @@ a key of --config FILE; precedence: flag > environment > file):
   --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
   --dp-policy NAME         DP rank selection for unpinned requests: ${CLI_DP_POLICIES.join(', ')}
                            (default ${DEFAULT_DP_POLICY}; oracle is benchmark only)
+  --load-horizon-ms N      A rank's stored load report counts less as it ages and not at all after N ms
+                           (default ${DEFAULT_LOAD_HORIZON_MS})
+  --balance-abs-threshold N
+  --balance-rel-threshold X
+                           cache_aware: a rank keeps its prefix affinity unless its load exceeds the least loaded
+                           rank's by more than N requests and by more than X times (defaults ${DEFAULT_BALANCE_ABS_THRESHOLD}, ${DEFAULT_BALANCE_REL_THRESHOLD})
   --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
   --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
                            (default: read off the chat template when unambiguous: <tool_call> → hermes,
@@ -317,7 +347,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
  * group, and those given before the first group are defaults for every group. One group (or none: the default simulated
  * group) comes back as the single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag,
  * a stray positional argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
- * `--dp-policy NAME` becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors).
+ * `--dp-policy NAME` becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors); `--load-horizon-ms`,
+ * `--balance-abs-threshold` and `--balance-rel-threshold` become `dpPolicyOptions` (issue 12).
  */
 export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): GatewayOptions | null {
   // The options table. Every option here is also MODEL_GATEWAY_<NAME> and a --config key (cli-config.ts).
@@ -350,6 +381,9 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         'enable-auto-tool-choice': { type: 'boolean' },
         'reasoning-parser': { type: 'string' },
         'responses-store': { type: 'string' },
+        'load-horizon-ms': { type: 'string' },
+        'balance-abs-threshold': { type: 'string' },
+        'balance-rel-threshold': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
   } as const satisfies Record<string, OptionSpec>;
   let layered;
@@ -458,6 +492,8 @@ function serveOptionsFrom(parsed: {
   if (logLevel !== undefined) opts.logLevel = logLevel;
   if (v['dp-policy'] !== undefined) opts.dpPolicy = parseDpPolicy(v['dp-policy']);
   Object.assign(opts, parseOutputFlags(parsed.values as Parameters<typeof parseOutputFlags>[0]));
+  const tuning = parsePolicyTuning(v['load-horizon-ms'], v['balance-abs-threshold'], v['balance-rel-threshold']);
+  if (tuning !== null) opts.dpPolicyOptions = tuning;
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);

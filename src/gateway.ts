@@ -16,7 +16,8 @@ import { EngineClient } from './engine-client/client.js';
 import type { ConnectedEngine } from './engine-client/link.js';
 import type { LockstepSetting } from './engine-client/waves.js';
 import { KNOWN_DTYPES, isKnownDtype } from './protocols/handshake.js';
-import { createDpPolicy, type DpPolicyName, type OracleSource } from './engine-client/policies.js';
+import { indexShapeFor } from './engine-client/cache-aware.js';
+import { createDpPolicy, type DpPolicyName, type DpPolicyTuning, type OracleSource } from './engine-client/policies.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
@@ -98,6 +99,9 @@ export interface GroupOptions {
  *   issue #5 part 1; see src/engine-client/policies.ts); each client gets its own instance from `createDpPolicy`.
  *   `oracle`: the benchmark's view of the simulator's true state, required for (and only used by) `dpPolicy:
  *   'oracle'`. An unknown name, or `oracle` without a source, is a RangeError before anything starts.
+ * - `dpPolicyOptions`: tuning of the load-based policies (report ageing horizon, cache-aware balance bound;
+ *   `DpPolicyTuning`); a bad value is a RangeError before anything starts. `cache_aware` sizes its per-rank index
+ *   from each group's ready response (`indexShapeFor`).
  */
 export interface GatewayOptions extends GroupOptions {
   port?: number;
@@ -124,6 +128,7 @@ export interface GatewayOptions extends GroupOptions {
   toolCallParser?: ToolCallParserName | 'none';
   reasoningParser?: ReasoningParserName;
   responsesStoreSize?: number;
+  dpPolicyOptions?: DpPolicyTuning;
 }
 
 /** One served engine group of a running gateway. */
@@ -345,7 +350,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const host = opts.host ?? DEFAULT_HOST;
   const specs = resolveGroups(opts);
   const dpPolicyName = opts.dpPolicy ?? 'load';
-  createDpPolicy(dpPolicyName, opts.oracle ? { oracle: opts.oracle } : {}); // validate before starting anything
+  const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
+  createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
   if (opts.silenceTimeoutMs !== undefined && !(Number.isFinite(opts.silenceTimeoutMs) && opts.silenceTimeoutMs > 0)) {
     throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${opts.silenceTimeoutMs}`);
   }
@@ -439,7 +445,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           protocol,
           link,
           logger: engineLog,
-          policy: createDpPolicy(dpPolicyName, opts.oracle ? { oracle: opts.oracle } : {}),
+          policy: createDpPolicy(dpPolicyName, { ...policyOptions, ...(link.engines[0] ? indexShapeFor(link.engines[0].ready) : {}) }),
           ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
           lockstep: g.spec.lockstepMode,
         });

@@ -11,16 +11,21 @@
  * | `inflight`      | own in-flight count only (before load reports existed) | on (has no effect on it)    |
  * | `load`          | `loadScore` (section 9.2 step 4), the default          | on                          |
  * | `load_no_clamp` | `loadScore`                                            | **off** (section 10.3 ablation) |
+ * | `cache_aware`   | `loadScore` minus prefix affinity, balance-bounded     | on                          |
  * | `oracle`        | true outstanding tokens from an `OracleSource`         | on (has no effect on it)    |
+ *
+ * `load`, `load_no_clamp` and `cache_aware` age stored reports out at `loadHorizonMs` and fall back to
+ * join-shortest-queue in a dark fleet (policy.ts; dp-routing.md 14.1, 14.5); `cache_aware` is in cache-aware.ts.
  *
  * `oracle` is for the routing benchmark only (issue #5 part 4): only the benchmark, which owns the simulated ranks,
  * can give it an `OracleSource`; the CLI refuses it.
  */
 import type { GenerateRequest } from '../protocols/types.js';
-import { createLoadPolicy, lowestScorePosition, type DpPolicy, type RankView } from './policy.js';
+import { createCacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
+import { createLoadPolicy, lowestScorePosition, type DpPolicy, type LoadPolicyOptions, type RankView } from './policy.js';
 
 /** The names accepted by `createDpPolicy` (and by `model-gateway serve --dp-policy`, except `oracle`). */
-export const DP_POLICY_NAMES = ['round_robin', 'inflight', 'load', 'load_no_clamp', 'oracle'] as const;
+export const DP_POLICY_NAMES = ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware', 'oracle'] as const;
 /** One of `DP_POLICY_NAMES`. */
 export type DpPolicyName = (typeof DP_POLICY_NAMES)[number];
 /** The default policy name (dp-routing.md section 9.2). */
@@ -38,10 +43,17 @@ export interface OracleSource {
   outstandingTokens(engineIndex: number): number;
 }
 
-/** Options of `createDpPolicy`. `oracle`: required for (and only used by) the `oracle` policy. */
-export interface DpPolicyOptions {
+/**
+ * Options of `createDpPolicy`. `oracle`: required for (and only used by) the `oracle` policy. `loadHorizonMs`: the
+ * report ageing horizon of `load`, `load_no_clamp` and `cache_aware`; the other `CacheAwareOptions` only tune
+ * `cache_aware`.
+ */
+export interface DpPolicyOptions extends CacheAwareOptions {
   oracle?: OracleSource;
 }
+
+/** The tuning knobs a deployment sets (`model-gateway serve` flags): ageing horizon and cache-aware balance bound. */
+export type DpPolicyTuning = Pick<CacheAwareOptions, 'loadHorizonMs' | 'balanceAbsThreshold' | 'balanceRelThreshold' | 'tokensPerLoadUnit'>;
 
 /** A wrapping counter giving `counter mod count` and advancing by one per call (exact integers forever). */
 function rotation(): (count: number) => number {
@@ -101,8 +113,8 @@ export function createInFlightPolicy(): DpPolicy {
  * `load_no_clamp`: exactly the `load` policy (section 9.2) with `releaseClamp: false`, so a rank's stale terminal
  * report stays stored after its in-flight set empties (the failure of dp-routing.md section 10.3).
  */
-export function createLoadNoClampPolicy(): DpPolicy {
-  const inner = createLoadPolicy();
+export function createLoadNoClampPolicy(opts: LoadPolicyOptions = {}): DpPolicy {
+  const inner = createLoadPolicy(opts);
   return {
     name: 'load_no_clamp',
     releaseClamp: false,
@@ -138,9 +150,9 @@ export function isDpPolicyName(name: string): name is DpPolicyName {
 }
 
 /**
- * Build a fresh policy by name (each call returns an independent policy with its own counter, so give every
- * EngineClient its own). Throws RangeError for an unknown name (listing the valid ones) and for `oracle` without
- * `opts.oracle`.
+ * Build a fresh policy by name (each call returns an independent policy with its own counter and, for
+ * `cache_aware`, its own index, so give every EngineClient its own). Throws RangeError for an unknown name (listing
+ * the valid ones), for `oracle` without `opts.oracle`, and for a bad option value.
  */
 export function createDpPolicy(name: string, opts: DpPolicyOptions = {}): DpPolicy {
   if (!isDpPolicyName(name)) {
@@ -152,9 +164,11 @@ export function createDpPolicy(name: string, opts: DpPolicyOptions = {}): DpPoli
     case 'inflight':
       return createInFlightPolicy();
     case 'load':
-      return createLoadPolicy();
+      return createLoadPolicy(opts);
     case 'load_no_clamp':
-      return createLoadNoClampPolicy();
+      return createLoadNoClampPolicy(opts);
+    case 'cache_aware':
+      return createCacheAwarePolicy(opts);
     case 'oracle':
       if (!opts.oracle) {
         throw new RangeError('the oracle DP policy needs an OracleSource (benchmark only: the simulator\'s true state)');

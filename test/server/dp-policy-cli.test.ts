@@ -9,13 +9,26 @@ import { CLI_DP_POLICIES, parseServeArgs, UsageError, USAGE } from '../../src/cl
 import { startGateway } from '../../src/gateway.js';
 
 test('--dp-policy maps to dpPolicy for every CLI policy; absent means no option (default load)', () => {
-  assert.deepEqual([...CLI_DP_POLICIES], ['round_robin', 'inflight', 'load', 'load_no_clamp']);
+  assert.deepEqual([...CLI_DP_POLICIES], ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware']);
   for (const name of CLI_DP_POLICIES) {
     assert.deepEqual(parseServeArgs(['--dp-policy', name]), { dpPolicy: name });
   }
   assert.deepEqual(parseServeArgs(['--sim', '2', '--dp-policy', 'round_robin']), { sim: 2, dpPolicy: 'round_robin' });
   assert.equal(parseServeArgs([])?.dpPolicy, undefined);
   assert.match(USAGE, /--dp-policy NAME/);
+});
+
+test('--load-horizon-ms and the cache_aware balance bounds become dpPolicyOptions; bad values are usage errors', () => {
+  assert.deepEqual(
+    parseServeArgs(['--dp-policy', 'cache_aware', '--load-horizon-ms', '2000', '--balance-abs-threshold', '4', '--balance-rel-threshold', '1.25']),
+    { dpPolicy: 'cache_aware', dpPolicyOptions: { loadHorizonMs: 2000, balanceAbsThreshold: 4, balanceRelThreshold: 1.25 } },
+  );
+  assert.deepEqual(parseServeArgs(['--load-horizon-ms', '750']), { dpPolicyOptions: { loadHorizonMs: 750 } });
+  assert.throws(() => parseServeArgs(['--load-horizon-ms', '0']), UsageError);
+  assert.throws(() => parseServeArgs(['--balance-abs-threshold', '-1']), UsageError);
+  assert.throws(() => parseServeArgs(['--balance-rel-threshold', '0.5']), UsageError);
+  assert.match(USAGE, /--load-horizon-ms N/);
+  assert.match(USAGE, /--balance-abs-threshold N/);
 });
 
 test('--dp-policy oracle is refused (benchmark only); unknown names list the valid ones', () => {
