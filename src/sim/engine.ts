@@ -22,7 +22,10 @@
  *
  * Timing: a round is planned, its admission rejections (if any) are pushed at once, then after
  * `stepTimeMs × timeScale` ms the round commits and its message is pushed; the next round starts right after. With
- * nothing to do (or parked) the loop idles (no timer) until a message arrives. A vLLM step with nothing to schedule
+ * nothing to do (or parked) the loop idles (no timer) until a message arrives. Back-to-back rounds keep the engine's
+ * own clock: the next round is due `stepTimeMs × timeScale` after the previous one was **due**, not after its timer
+ * actually fired, so a host that is late running timers (a loaded machine) does not slow the simulated engine down;
+ * it catches up on lateness of up to `CATCH_UP_LIMIT_MS` (a GPU keeps stepping while the host is busy). A vLLM step with nothing to schedule
  * but aborted ids to report is sent at once (no forward pass).
  *
  * Malformed messages (undecodable ADD, ABORT or START_DP_WAVE, an unusable request id, a type byte the family does
@@ -87,6 +90,11 @@ export interface SimEngineOptions {
   slowdown?: number;
   /** Keep a prefix cache (scheduler.ts, prefix-cache.ts; default true, as vLLM V1 and TokenSpeed do). */
   prefixCaching?: boolean;
+  /**
+   * Record every request's timeline on the rank's own clock (`SimEngineHandle.timeline`; default false): for
+   * benchmarks, whose latencies should not include the host's scheduling delays. Kept until `clearTimelines()`.
+   */
+  recordTimeline?: boolean;
   /** XORed into every request's seed so whole runs can differ (default 0: the request seed alone decides). */
   seed?: number;
   /** Server default `--stream-interval` in tokens (default 1; TokenSpeed only: vLLM reports every step). */
@@ -157,6 +165,19 @@ export interface SimEngineStats {
   startWaveRequests: number;
 }
 
+/**
+ * One request's life on a rank's clock (wall ms of `performance.now()`, except that back-to-back rounds follow the
+ * rank's own step clock; see the module comment): `arrivedMs` when its ADD was registered; one entry per output row,
+ * `dueMs` = when the round that produced it was due to commit, `beginMs` = when that round began, `tokens` = the
+ * row's new tokens. A row's round never begins before the request arrived on the rank's clock, except while the rank
+ * catches up on late timers; then the request counts as arrived when that round began (`SimTimeline` users take
+ * `min(arrivedMs, rows[0].beginMs)`).
+ */
+export interface SimTimeline {
+  arrivedMs: number;
+  rows: { beginMs: number; dueMs: number; tokens: number }[];
+}
+
 /** A lockstep rank's wave state, as `SimEngineHandle.wave()` reports it. */
 export interface SimWaveState {
   currentWave: number;
@@ -186,6 +207,10 @@ export interface SimEngineHandle {
    * For tests and benchmarks. Never throws.
    */
   cachedPrefixTokens(tokens: readonly number[]): number;
+  /** The request's timeline (`recordTimeline` on), or null when none was recorded. Never throws. */
+  timeline(rid: string): SimTimeline | null;
+  /** Drop every recorded timeline. */
+  clearTimelines(): void;
   /** Resolves when the rank has stopped (after `close()`, or when its input socket failed). Never rejects. */
   readonly closed: Promise<void>;
   /**
@@ -197,6 +222,9 @@ export interface SimEngineHandle {
 }
 
 const DEFAULTS = { maxRunning: 64, kvTotalPages: 4096, maxModelLen: 32_768 } as const;
+
+/** How far (wall ms) a busy rank's clock may run ahead of late timers to catch up (see the module comment). */
+export const CATCH_UP_LIMIT_MS = 1000;
 
 /** Default of `SimEngineOptions.closeGraceMs`, in ms. */
 export const DEFAULT_CLOSE_GRACE_MS = 500;
@@ -420,7 +448,13 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     push('wave_complete', () => waveWire.encodeWaveComplete(opts.engineIndex, done));
   };
 
-  const startRound = (): void => {
+  /** When the last round's commit was due (wall ms), for back-to-back rounds; null after an idle or paused loop. */
+  let lastDue: number | null = null;
+  const timelines = opts.recordTimeline === true ? new Map<string, SimTimeline>() : null;
+
+  const startRound = (continuing = false): void => {
+    const due = continuing ? lastDue : null;
+    lastDue = null;
     if (stopping || timer !== null || stats.outputPaused) return;
     // A parked lockstep rank holds its requests: it cannot step without the rest of its group (5.12).
     if (waves !== null && !waves.running) return;
@@ -443,13 +477,21 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     }
     stats.rounds += 1;
     stats.preemptions += plan.retracted;
+    const now = performance.now();
+    // timeScale 0 has no engine clock to keep (every step takes no time).
+    const begin = due === null || timeScale === 0 ? now : Math.max(due, now - CATCH_UP_LIMIT_MS);
+    const commitDue = begin + plan.stepTimeMs * timeScale;
     timer = setTimeout(() => {
       timer = null;
       if (stopping) return;
       const batch = scheduler.commit();
+      if (timelines !== null) {
+        for (const r of batch?.rows ?? []) timelines.get(r.rid)?.rows.push({ beginMs: begin, dueMs: commitDue, tokens: r.outputIds.length });
+      }
       pushStep(batch?.rows ?? [], plan.tail);
-      startRound();
-    }, plan.stepTimeMs * timeScale);
+      lastDue = commitDue;
+      startRound(true);
+    }, Math.max(0, commitDue - now));
   };
 
   const onAdd = (payload: Uint8Array): void => {
@@ -461,6 +503,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       switch (result) {
         case 'queued': {
           stats.added += 1;
+          timelines?.set(rid, { arrivedMs: performance.now(), rows: [] });
           log.debug({ engineIndex: opts.engineIndex, rid, promptTokens: spec.promptTokenIds.length }, 'sim rank queued a request');
           const startWave = waves?.arrived(requestWave) ?? null;
           if (startWave !== null && wire.waves !== null) {
@@ -591,6 +634,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     wave: () => (waves === null ? null : { currentWave: waves.currentWave, running: waves.running }),
     outstandingTokens: () => scheduler.outstandingTokens(),
     cachedPrefixTokens: (tokens) => scheduler.cachedPrefixTokens(tokens),
+    timeline: (rid) => timelines?.get(rid) ?? null,
+    clearTimelines: () => timelines?.clear(),
     closed: loop,
     close,
   };
