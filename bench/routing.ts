@@ -1,63 +1,85 @@
 /**
- * Routing-quality benchmark (issue #5 parts 3-4; dp-routing.md sections 9.2, 10.2-10.3): runs every DP policy
- * (`round_robin`, `inflight`, `load`, `load_no_clamp`, `oracle`; src/engine-client/policies.ts) over every seeded
- * workload (bench/routing/workloads.ts) through the real engine-client path (EngineClient.submit → ZmqEngineLink →
- * ZeroMQ → in-process simulated TokenSpeed ranks, one of them slowed 2×), and prints per workload TTFT p50/p99,
- * ITL p50/p99 (simulated ms), throughput (tokens per simulated second) and per-rank token share, each with its ratio
- * to round-robin measured in the same run. Writes bench/results/routing.json and bench/results/routing.svg (TTFT p99
- * ratio to round-robin, grouped by workload).
+ * Routing-quality benchmark (issue #5 parts 3-4, issue 12 part 6; dp-routing.md sections 9.2, 10.2-10.3, 14): runs
+ * every DP policy (`round_robin`, `inflight`, `load`, `load_no_clamp`, `cache_aware`, `oracle`;
+ * src/engine-client/policies.ts) over every seeded workload (bench/routing/workloads.ts: six without shared prefixes,
+ * three with) through the real engine-client path (EngineClient.submit → ZmqEngineLink → ZeroMQ → in-process
+ * simulated TokenSpeed ranks with prefix caches, one of them slowed 2×), once per seed. Prints per workload TTFT
+ * p50/p99, ITL p99 (simulated ms), throughput (tokens per simulated second), prefix-cache hit rate and the policy's
+ * selection cost (µs per request), each as the median over the seeds with its min-max spread, plus paired ratios to
+ * `load` and to `round_robin` (same seed, same requests). Then the issue 12 targets, measured.
  *
  * Usage: `npm run bench:routing` (= `npx tsx bench/routing.ts`), options `--requests N` (measured requests per
- * workload, default 200), `--seed S`, `--time-scale X` (wall ms per simulated ms, default 0.5; use a power of two),
- * `--workloads a,b` and `--policies a,b` (subsets). A progress bar goes to stderr.
+ * workload, default 200), `--seeds K` (repeats per cell, default 3), `--seed S` (the first seed; the others follow),
+ * `--time-scale X` (wall ms per simulated ms, default 0.5; use a power of two), `--workloads a,b` and `--policies
+ * a,b` (subsets), `--write` (write bench/results/routing.json and routing.svg; without it nothing is written). A
+ * progress bar goes to stderr.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
+import { loadavg } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
+import { parseArgs } from 'node:util';
 import { DP_POLICY_NAMES, isDpPolicyName, type DpPolicyName } from '../src/engine-client/policies.js';
 import { TextModel } from '../src/sim/text.js';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
 import { renderRatioChart } from './routing/chart.js';
 import { runOnce, type GroupConfig } from './routing/run.js';
-import { METRIC_KEYS, ratio, type RunMetrics } from './routing/stats.js';
-import { buildWorkloads } from './routing/workloads.js';
+import type { RunMetrics } from './routing/stats.js';
+import { formatSpread, losesOutsideSpread, pairedRatios, summarize, tiesOrBeats, type Spread, type SummaryKey } from './routing/summary.js';
+import { buildWorkloads, type Workload } from './routing/workloads.js';
 
 interface Args {
   requests: number;
+  seeds: number;
   seed: number;
   timeScale: number;
   workloads: string[] | null;
   policies: DpPolicyName[];
+  write: boolean;
 }
 
-function parseArgs(argv: readonly string[]): Args {
-  const args: Args = { requests: 200, seed: 20261130, timeScale: 0.5, workloads: null, policies: [...DP_POLICY_NAMES] };
-  for (let i = 0; i < argv.length; i++) {
-    const flag = argv[i];
-    const value = argv[i + 1];
-    if (value === undefined) throw new RangeError(`${flag} needs a value`);
-    i += 1;
-    switch (flag) {
-      case '--requests': args.requests = Number(value); break;
-      case '--seed': args.seed = Number(value); break;
-      case '--time-scale': args.timeScale = Number(value); break;
-      case '--workloads': args.workloads = value.split(','); break;
-      case '--policies': {
-        const names = value.split(',');
-        const bad = names.filter((n) => !isDpPolicyName(n));
-        if (bad.length > 0) throw new RangeError(`unknown policy ${bad.join(', ')}; valid: ${DP_POLICY_NAMES.join(', ')}`);
-        args.policies = names as DpPolicyName[];
-        break;
-      }
-      default: throw new RangeError(`unknown option ${flag} (valid: --requests, --seed, --time-scale, --workloads, --policies)`);
-    }
-  }
-  if (!Number.isSafeInteger(args.requests) || args.requests <= 0) throw new RangeError(`--requests must be a positive integer`);
-  if (!Number.isSafeInteger(args.seed)) throw new RangeError(`--seed must be an integer`);
-  if (!(Number.isFinite(args.timeScale) && args.timeScale > 0)) throw new RangeError(`--time-scale must be a number > 0`);
-  if (!args.policies.includes('round_robin')) args.policies.unshift('round_robin'); // the baseline of every ratio
-  return args;
+/** The workloads without shared prefixes (issue #5), on which cache_aware must not lose to load. */
+const CLASSIC = ['uniform', 'heavy_tail', 'long_prompt', 'bursty', 'idle_recovery', 'second_client'];
+/** The workloads with the issue 12 targets on TTFT p50 and hit rate. */
+const PREFIX_TARGETS = ['multi_turn', 'shared_prompt'];
+
+function parseCli(argv: string[]): Args {
+  const { values } = parseArgs({
+    args: argv,
+    strict: true,
+    allowPositionals: false,
+    options: {
+      requests: { type: 'string', default: '200' },
+      seeds: { type: 'string', default: '3' },
+      seed: { type: 'string', default: '20261130' },
+      'time-scale': { type: 'string', default: '0.5' },
+      workloads: { type: 'string' },
+      policies: { type: 'string' },
+      write: { type: 'boolean', default: false },
+    },
+  });
+  const int = (name: string, v: string | undefined, min: number): number => {
+    const n = Number(v);
+    if (!Number.isSafeInteger(n) || n < min) throw new RangeError(`--${name} must be an integer ≥ ${min}, got ${v}`);
+    return n;
+  };
+  const timeScale = Number(values['time-scale']);
+  if (!(Number.isFinite(timeScale) && timeScale > 0)) throw new RangeError('--time-scale must be a number > 0');
+  const policies = values.policies === undefined ? [...DP_POLICY_NAMES] : values.policies.split(',');
+  const bad = policies.filter((n) => !isDpPolicyName(n));
+  if (bad.length > 0) throw new RangeError(`unknown policy ${bad.join(', ')}; valid: ${DP_POLICY_NAMES.join(', ')}`);
+  const chosen = policies as DpPolicyName[];
+  for (const baseline of ['load', 'round_robin'] as const) if (!chosen.includes(baseline)) chosen.unshift(baseline); // ratio bases
+  return {
+    requests: int('requests', values.requests, 1),
+    seeds: int('seeds', values.seeds, 1),
+    seed: int('seed', values.seed, 0),
+    timeScale,
+    workloads: values.workloads === undefined ? null : values.workloads.split(','),
+    policies: DP_POLICY_NAMES.filter((p) => chosen.includes(p)),
+    write: values.write === true,
+  };
 }
 
 function progress(done: number, total: number, label: string, startMs: number): void {
@@ -67,38 +89,102 @@ function progress(done: number, total: number, label: string, startMs: number): 
   process.stderr.write(`\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${done}/${total} ${secs}s ${label}`.padEnd(100));
 }
 
-const fmt = (v: number, digits = 1): string => (Number.isFinite(v) ? v.toFixed(digits) : '-');
+/** Per workload and policy: one run per seed, in seed order. */
+type Results = Map<string, Map<DpPolicyName, RunMetrics[]>>;
 
-function table(workload: string, results: Map<DpPolicyName, RunMetrics>, policies: readonly DpPolicyName[]): string {
-  const base = results.get('round_robin');
-  const header = ['policy', 'TTFT p50', 'TTFT p99', 'ITL p50', 'ITL p99', 'tok/s', 'token share by rank', 'preempt'];
+interface Cell {
+  summary: Record<SummaryKey, Spread>;
+  toLoad: Record<SummaryKey, Spread>;
+  toRoundRobin: Record<SummaryKey, Spread>;
+}
+
+function cellsOf(per: Map<DpPolicyName, RunMetrics[]>): Map<DpPolicyName, Cell> {
+  const load = per.get('load') as RunMetrics[];
+  const rr = per.get('round_robin') as RunMetrics[];
+  return new Map([...per].map(([p, runs]) => [p, { summary: summarize(runs), toLoad: pairedRatios(runs, load), toRoundRobin: pairedRatios(runs, rr) }]));
+}
+
+function table(w: Workload, cells: Map<DpPolicyName, Cell>): string {
+  const header = ['policy', 'TTFT p50 ms', 'TTFT p99 ms', 'ITL p99 ms', 'tok/s', 'prefix hits', 'TTFT p50 / load', 'TTFT p99 / load', 'TTFT p99 / rr', 'select µs'];
   const rows: string[][] = [header];
-  for (const p of policies) {
-    const m = results.get(p);
-    if (!m) continue;
-    const cell = (k: (typeof METRIC_KEYS)[number], digits: number): string =>
-      `${fmt(m[k], digits)} (${base ? fmt(ratio(m[k], base[k]), 2) : '-'}x)`;
+  for (const [p, c] of cells) {
+    const s = c.summary;
     rows.push([
       p,
-      cell('ttftP50', 1),
-      cell('ttftP99', 1),
-      cell('itlP50', 2),
-      cell('itlP99', 2),
-      cell('throughput', 0),
-      m.tokenShare.map((s) => s.toFixed(2)).join('/'),
-      String(m.preemptions) + (m.failures > 0 ? ` FAIL ${m.failures}` : ''),
+      formatSpread(s.ttftP50, 1),
+      formatSpread(s.ttftP99, 0),
+      formatSpread(s.itlP99, 1),
+      formatSpread(s.throughput, 0),
+      formatSpread({ median: s.prefixHitRate.median * 100, min: s.prefixHitRate.min * 100, max: s.prefixHitRate.max * 100 }, 0, '%'),
+      formatSpread(c.toLoad.ttftP50, 2, '×'),
+      formatSpread(c.toLoad.ttftP99, 2, '×'),
+      formatSpread(c.toRoundRobin.ttftP99, 2, '×'),
+      formatSpread(s.selectionUs, 1),
     ]);
   }
   const widths = header.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
   const line = (r: string[]): string => '| ' + r.map((c, i) => c.padEnd(widths[i])).join(' | ') + ' |';
-  return [`### ${workload}`, line(rows[0]), '|' + widths.map((w) => '-'.repeat(w + 2)).join('|') + '|', ...rows.slice(1).map(line)].join('\n');
+  return [`### ${w.name}`, line(rows[0]), '|' + widths.map((x) => '-'.repeat(x + 2)).join('|') + '|', ...rows.slice(1).map(line), `_${w.description}_`].join('\n');
+}
+
+/** The issue 12 "Done when" targets, measured: one line each, `met` or `NOT met` with the numbers. */
+function targets(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): { lines: string[]; verdicts: Record<string, boolean> } {
+  const lines: string[] = [];
+  const verdicts: Record<string, boolean> = {};
+  const verdict = (key: string, ok: boolean, text: string): void => {
+    verdicts[key] = ok;
+    lines.push(`- ${ok ? 'met    ' : 'NOT met'} ${text}`);
+  };
+  for (const w of PREFIX_TARGETS) {
+    const cells = cellsByWorkload.get(w);
+    const ca = cells?.get('cache_aware');
+    const ld = cells?.get('load');
+    if (!ca || !ld) continue;
+    const ttft = ca.toLoad.ttftP50;
+    verdict(`${w}.ttftP50`, ttft.max <= 0.5, `${w}: cache_aware TTFT p50 / load = ${formatSpread(ttft, 2, '×')} (target ≤ 0.5× on every seed)`);
+    const hits = ca.toLoad.prefixHitRate;
+    verdict(`${w}.hitRate`, hits.min >= 2, `${w}: cache_aware prefix hit rate / load = ${formatSpread(hits, 2, '×')} (target ≥ 2× on every seed)`);
+  }
+  for (const w of CLASSIC) {
+    const ca = cellsByWorkload.get(w)?.get('cache_aware');
+    const ld = cellsByWorkload.get(w)?.get('load');
+    if (!ca || !ld) continue;
+    verdict(
+      `${w}.ttftP99`,
+      tiesOrBeats(ca.summary.ttftP99, ld.summary.ttftP99),
+      `${w}: cache_aware TTFT p99 ${formatSpread(ca.summary.ttftP99, 0)} vs load ${formatSpread(ld.summary.ttftP99, 0)} ms (target: median within load's spread or better)`,
+    );
+  }
+  return { lines, verdicts };
+}
+
+/**
+ * Whether cache_aware ties or beats load on every workload (TTFT p50, TTFT p99, ITL p99, throughput): the rule for
+ * making it the default. A loss counts only outside the spread (the seeds' ranges do not overlap).
+ */
+function defaultVerdict(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): string[] {
+  const out: string[] = [];
+  for (const [w, cells] of cellsByWorkload) {
+    const ca = cells.get('cache_aware')?.summary;
+    const ld = cells.get('load')?.summary;
+    if (!ca || !ld) continue;
+    const losses = [
+      losesOutsideSpread(ca.ttftP50, ld.ttftP50) ? 'TTFT p50' : null,
+      losesOutsideSpread(ca.ttftP99, ld.ttftP99) ? 'TTFT p99' : null,
+      losesOutsideSpread(ca.itlP99, ld.itlP99) ? 'ITL p99' : null,
+      losesOutsideSpread(ca.throughput, ld.throughput, true) ? 'throughput' : null,
+    ].filter((x) => x !== null);
+    out.push(`- ${w}: ${losses.length === 0 ? 'ties or beats load' : `loses to load (outside the spread) on ${losses.join(', ')}`}`);
+  }
+  return out;
 }
 
 async function main(): Promise<void> {
-  const args = parseArgs(process.argv.slice(2));
-  const all = buildWorkloads({ requests: args.requests, seed: args.seed });
-  const workloads = args.workloads === null ? all : all.filter((w) => args.workloads?.includes(w.name));
-  if (workloads.length === 0) throw new RangeError(`no workload matches; valid: ${all.map((w) => w.name).join(', ')}`);
+  const args = parseCli(process.argv.slice(2));
+  const seeds = Array.from({ length: args.seeds }, (_, i) => args.seed + i);
+  const names = buildWorkloads({ requests: args.requests, seed: seeds[0] }).map((w) => w.name);
+  const picked = args.workloads === null ? names : names.filter((n) => args.workloads?.includes(n));
+  if (picked.length === 0) throw new RangeError(`no workload matches; valid: ${names.join(', ')}`);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   const group: GroupConfig = {
     ranks: 4,
@@ -112,68 +198,81 @@ async function main(): Promise<void> {
     vocabSize: tokenizer.vocabSize,
     eosTokenIds: tokenizer.eosTokenIds,
   };
-  const total = workloads.length * args.policies.length;
+  const total = seeds.length * picked.length * args.policies.length;
+  const loadBefore = loadavg()[0];
   const start = performance.now();
   let done = 0;
-  const results = new Map<string, Map<DpPolicyName, RunMetrics>>();
-  for (const w of workloads) {
-    const perPolicy = new Map<DpPolicyName, RunMetrics>();
-    results.set(w.name, perPolicy);
-    for (const p of args.policies) {
-      progress(done, total, `${w.name} / ${p}`, start);
-      perPolicy.set(p, await runOnce(w, p, group));
-      done += 1;
+  const results: Results = new Map(picked.map((n) => [n, new Map(args.policies.map((p) => [p, [] as RunMetrics[]]))]));
+  let workloads: Workload[] = [];
+  for (const seed of seeds) {
+    workloads = buildWorkloads({ requests: args.requests, seed }).filter((w) => picked.includes(w.name));
+    for (const w of workloads) {
+      for (const p of args.policies) {
+        progress(done, total, `seed ${seed}: ${w.name} / ${p}`, start);
+        results.get(w.name)?.get(p)?.push(await runOnce(w, p, group));
+        done += 1;
+      }
     }
   }
   progress(done, total, 'done', start);
+  const wallS = (performance.now() - start) / 1000;
+  const machineLoad = { before: Number(loadBefore.toFixed(1)), after: Number(loadavg()[0].toFixed(1)) };
   process.stderr.write('\n');
 
-  const { textModel: _t, ...groupJson } = group;
+  const cellsByWorkload = new Map(picked.map((n) => [n, cellsOf(results.get(n) as Map<DpPolicyName, RunMetrics[]>)]));
   console.log(
-    `Routing benchmark: ${group.ranks} simulated TokenSpeed ranks (rank ${group.slowRank} slowed ${group.slowdown}x), ` +
-      `${args.requests} measured requests per workload, seed ${args.seed}, time scale ${group.timeScale}. ` +
-      'Times in simulated ms; (ratio to round_robin in the same run).\n',
+    `Routing benchmark: ${group.ranks} simulated TokenSpeed ranks with prefix caches (rank ${group.slowRank} slowed ${group.slowdown}x, ` +
+      `${group.kvTotalPages} KV pages of 16 tokens each), ${args.requests} measured requests per workload, seeds ${seeds.join(', ')}, ` +
+      `time scale ${group.timeScale}, ${wallS.toFixed(0)} s (1-minute load average ${machineLoad.before} before, ${machineLoad.after} after). ` +
+      'Each cell: median [min–max] over the seeds; times in simulated ms; ' +
+      'ratios are paired per seed (same requests).\n',
   );
-  for (const w of workloads) {
-    console.log(`${table(w.name, results.get(w.name) as Map<DpPolicyName, RunMetrics>, args.policies)}\n_${w.description}_\n`);
-  }
+  for (const w of workloads) console.log(`${table(w, cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)}\n`);
+  const t = targets(cellsByWorkload);
+  console.log(['Issue 12 targets (cache_aware):', ...t.lines, '', 'cache_aware against load (the default rule):', ...defaultVerdict(cellsByWorkload)].join('\n'));
 
+  if (!args.write) {
+    console.log('\n(nothing written; pass --write to update bench/results/routing.json and routing.svg)');
+    return;
+  }
   const outDir = join(dirname(fileURLToPath(import.meta.url)), 'results');
   await mkdir(outDir, { recursive: true });
+  const { textModel: _t, ...groupJson } = group;
   const json = {
-    generatedBy: 'npm run bench:routing',
-    seed: args.seed,
+    generatedBy: 'npm run bench:routing -- --write',
+    seeds,
     requestsPerWorkload: args.requests,
+    wallSeconds: Math.round(wallS),
+    machineLoad,
     group: groupJson,
-    units: { ttft: 'simulated ms', itl: 'simulated ms per token', throughput: 'tokens per simulated second', tokenShare: 'ratio 0..1 per engine index' },
-    workloads: workloads.map((w) => {
-      const per = results.get(w.name) as Map<DpPolicyName, RunMetrics>;
-      const base = per.get('round_robin') as RunMetrics;
-      return {
-        name: w.name,
-        description: w.description,
-        policies: Object.fromEntries(
-          args.policies.map((p) => {
-            const m = per.get(p) as RunMetrics;
-            return [p, { ...m, ratioToRoundRobin: Object.fromEntries(METRIC_KEYS.map((k) => [k, ratio(m[k], base[k])])) }];
-          }),
-        ),
-      };
-    }),
+    units: {
+      ttft: 'simulated ms on the ranks\' clocks', itl: 'simulated ms per token on the ranks\' clocks', throughput: 'tokens per simulated second', tokenShare: 'ratio 0..1 per engine index',
+      prefixHitRate: 'cached prompt tokens / prompt tokens, 0..1', selectionUs: 'µs per request in the policy: median select call + median onDispatch call',
+      spread: 'median, min, max over the seeds; ratios paired per seed',
+    },
+    targets: t.verdicts,
+    workloads: workloads.map((w) => ({
+      name: w.name,
+      description: w.description,
+      policies: Object.fromEntries(
+        [...(cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)].map(([p, c]) => [
+          p,
+          { summary: c.summary, ratioToLoad: c.toLoad, ratioToRoundRobin: c.toRoundRobin, runs: results.get(w.name)?.get(p) },
+        ]),
+      ),
+    })),
   };
   await writeFile(join(outDir, 'routing.json'), JSON.stringify(json, null, 2) + '\n');
+  const ratioCells = workloads.map((w) => args.policies.map((p) => cellsByWorkload.get(w.name)?.get(p)?.toRoundRobin.ttftP99 as Spread));
   const svg = renderRatioChart({
-    title: `TTFT p99 relative to round_robin (lower is better; ${group.ranks} ranks, rank ${group.slowRank} ${group.slowdown}x slower)`,
+    title: `TTFT p99 relative to round_robin, median and min-max over ${seeds.length} seeds (lower is better; ${group.ranks} ranks, rank ${group.slowRank} ${group.slowdown}x slower)`,
     workloads: workloads.map((w) => w.name),
     policies: args.policies,
-    ratios: workloads.map((w) => {
-      const per = results.get(w.name) as Map<DpPolicyName, RunMetrics>;
-      const base = per.get('round_robin') as RunMetrics;
-      return args.policies.map((p) => ratio((per.get(p) as RunMetrics).ttftP99, base.ttftP99));
-    }),
+    ratios: ratioCells.map((r) => r.map((s) => s.median)),
+    spreads: ratioCells.map((r) => r.map((s) => [s.min, s.max] as const)),
   });
   await writeFile(join(outDir, 'routing.svg'), svg);
-  console.log(`wrote ${join('bench', 'results', 'routing.json')} and ${join('bench', 'results', 'routing.svg')}`);
+  console.log(`\nwrote ${join('bench', 'results', 'routing.json')} and ${join('bench', 'results', 'routing.svg')}`);
 }
 
 main().catch((error: unknown) => {

@@ -4,12 +4,16 @@
  * is better). A dashed line marks 1.0. Pure: returns the SVG document as a string.
  */
 
-/** One bar value: `ratios[workload][policy]` (NaN or non-finite values draw no bar). */
+/**
+ * One bar value: `ratios[workload][policy]` (NaN or non-finite values draw no bar). `spreads` (optional, same shape):
+ * a `[min, max]` whisker drawn over each bar (the spread over repeats).
+ */
 export interface ChartInput {
   title: string;
   workloads: readonly string[];
   policies: readonly string[];
   ratios: readonly (readonly number[])[];
+  spreads?: readonly (readonly (readonly [number, number])[])[];
 }
 
 const COLORS = ['#8c8c8c', '#4e79a7', '#59a14f', '#e15759', '#f28e2b', '#76b7b2'];
@@ -18,13 +22,16 @@ function esc(s: string): string {
   return s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;').replace(/"/g, '&quot;');
 }
 
-/** Render `input` as a standalone SVG document (UTF-8 text). Throws RangeError when `ratios` does not match the labels. */
+/** Render `input` as a standalone SVG document (UTF-8 text). Throws RangeError when `ratios` or `spreads` do not match the labels. */
 export function renderRatioChart(input: ChartInput): string {
   const { workloads, policies, ratios } = input;
   if (ratios.length !== workloads.length || ratios.some((r) => r.length !== policies.length)) {
     throw new RangeError('ratios must have one row per workload and one column per policy');
   }
-  const W = 900;
+  if (input.spreads && (input.spreads.length !== workloads.length || input.spreads.some((r) => r.length !== policies.length))) {
+    throw new RangeError('spreads must have the shape of ratios');
+  }
+  const W = Math.max(900, 120 + 110 * workloads.length);
   const H = 420;
   const left = 60;
   const right = 20;
@@ -32,7 +39,7 @@ export function renderRatioChart(input: ChartInput): string {
   const bottom = 90;
   const plotW = W - left - right;
   const plotH = H - top - bottom;
-  const finite = ratios.flat().filter((v) => Number.isFinite(v));
+  const finite = [...ratios.flat(), ...(input.spreads ?? []).flat(2)].filter((v) => Number.isFinite(v));
   const maxV = Math.max(1.2, ...finite);
   const niceMax = Math.ceil(maxV * 4) / 4;
   const y = (v: number): number => top + plotH - (v / niceMax) * plotH;
@@ -59,7 +66,16 @@ export function renderRatioChart(input: ChartInput): string {
       parts.push(
         `<rect x="${x.toFixed(1)}" y="${y(v).toFixed(1)}" width="${(barW - 2).toFixed(1)}" height="${(top + plotH - y(v)).toFixed(1)}" fill="${COLORS[pi % COLORS.length]}"><title>${esc(`${w} / ${p}: ${v.toFixed(3)}`)}</title></rect>`,
       );
-      parts.push(`<text x="${(x + (barW - 2) / 2).toFixed(1)}" y="${(y(v) - 3).toFixed(1)}" text-anchor="middle" font-size="9">${v.toFixed(2)}</text>`);
+      const whisker = input.spreads?.[wi]?.[pi];
+      const cx = x + (barW - 2) / 2;
+      let labelY = y(v) - 3;
+      if (whisker && Number.isFinite(whisker[0]) && Number.isFinite(whisker[1])) {
+        const [lo, hi] = whisker;
+        parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(lo).toFixed(1)}" y2="${y(hi).toFixed(1)}" stroke="#222"/>`);
+        for (const e of [lo, hi]) parts.push(`<line x1="${(cx - 2).toFixed(1)}" x2="${(cx + 2).toFixed(1)}" y1="${y(e).toFixed(1)}" y2="${y(e).toFixed(1)}" stroke="#222"/>`);
+        labelY = Math.min(labelY, y(hi) - 3);
+      }
+      parts.push(`<text x="${cx.toFixed(1)}" y="${labelY.toFixed(1)}" text-anchor="middle" font-size="9">${v.toFixed(2)}</text>`);
     });
     parts.push(`<text x="${(left + wi * groupW + groupW / 2).toFixed(1)}" y="${top + plotH + 18}" text-anchor="middle">${esc(w)}</text>`);
   });

@@ -4,7 +4,11 @@
  * a `ZmqEngineLink` (engine-wire.md 1.2-1.3, handshake 2.1), an `EngineClient` using the policy under test
  * (src/engine-client/policies.ts; dp-routing.md 9.2, 10.2-10.3), and one workload replayed through
  * `EngineClient.submit` on a scaled clock. Measures TTFT, ITL, throughput and per-rank token share in simulated ms
- * (wall ms / timeScale).
+ * on the ranks' own clocks (`SimEngineOptions.recordTimeline`: from a request's arrival at its rank to the rounds that
+ * produced its tokens, so a loaded host's late timers and event-loop stalls do not show up as engine latency; the
+ * routing decisions themselves still see the real, wall-clock order of reports), the prefix-cache hit rate (the
+ * ranks' `cached_tokens` over the prompt tokens, issue 12) and the CPU cost of the policy's selection (µs per
+ * request).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { createServer } from 'node:net';
@@ -13,10 +17,11 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { EngineClient } from '../../src/engine-client/client.js';
 import { createDpPolicy, type DpPolicyName } from '../../src/engine-client/policies.js';
+import type { DpPolicy } from '../../src/engine-client/policy.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
-import { runSimEngine, type SimEngineHandle } from '../../src/sim/engine.js';
+import { runSimEngine, type SimEngineHandle, type SimTimeline } from '../../src/sim/engine.js';
 import type { TextModel } from '../../src/sim/text.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
@@ -57,16 +62,26 @@ function freePort(): Promise<number> {
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
-/** Seeded prompt token ids (ordinary vocabulary ids 1000..29999). */
-function promptIds(req: BenchRequest): number[] {
-  const rand = seededRandom(req.seed ^ 0x5eed);
-  return Array.from({ length: req.promptTokens }, () => 1000 + Math.floor(rand() * 29_000));
+/** `count` seeded token ids (ordinary vocabulary ids 1000..29999). */
+function seededIds(seed: number, count: number): number[] {
+  const rand = seededRandom(seed ^ 0x5eed);
+  return Array.from({ length: count }, () => 1000 + Math.floor(rand() * 29_000));
 }
 
-function toGenerate(req: BenchRequest): GenerateRequest {
+/**
+ * A request's prompt: its prefix segments (or, for a follow-up turn, `before`: the previous prompt and output), then
+ * its own seeded tokens.
+ */
+function promptIds(req: BenchRequest, before: readonly number[] = []): number[] {
+  const head = [...before];
+  for (const seg of req.prefix ?? []) head.push(...seededIds(seg.seed, seg.tokens));
+  return [...head, ...seededIds(req.seed, req.promptTokens)];
+}
+
+function toGenerate(req: BenchRequest, prompt: number[] = promptIds(req)): GenerateRequest {
   return {
     requestId: req.id,
-    promptTokenIds: promptIds(req),
+    promptTokenIds: prompt,
     sampling: { ...DEFAULT_SAMPLING, maxNewTokens: req.outputTokens, ignoreEos: true, seed: req.seed },
     stream: true,
     returnLogprob: false,
@@ -83,8 +98,9 @@ function toGenerate(req: BenchRequest): GenerateRequest {
  *   `sent − stats().added` of this rank's send list (every benchmark request is valid, so none is rejected). An
  *   unregistered request's work is `prompt + output` tokens, as `outstandingTokens()` counts it.
  * - The `slowdown` factor: a 2× slower rank needs twice the time per token, so equal token counts are not equal work.
- * `sent(rank, req)` must be called for every ADD (the engine client's and the second client's) before the next
- * selection reads the oracle.
+ * `sent(rank, work)` must be called for every ADD (the engine client's and the second client's) before the next
+ * selection reads the oracle: the engine client's are reported from the policy's `onDispatch` (`instrumented`), in
+ * the select + reserve step, so concurrent submits cannot reorder them.
  */
 export class TrueWorkOracle {
   private readonly handles = new Map<number, SimEngineHandle>();
@@ -99,9 +115,9 @@ export class TrueWorkOracle {
     this.slow = { rank: group.slowRank, factor: group.slowdown };
   }
 
-  /** Record an ADD sent to `rank` (in send order). */
-  sent(rank: number, req: BenchRequest): void {
-    this.sentWork.get(rank)?.push(req.promptTokens + req.outputTokens);
+  /** Record an ADD of `work` tokens (prompt + output) sent to `rank`, in send order. */
+  sent(rank: number, work: number): void {
+    this.sentWork.get(rank)?.push(work);
   }
 
   /** The rank's outstanding work (tokens × slowdown); +Infinity for an unknown rank. Never throws. */
@@ -115,42 +131,162 @@ export class TrueWorkOracle {
   }
 }
 
-/** What one measured request saw (wall ms). */
+/** What one measured request's stream delivered (tokens; wall ms for submit and finish). */
 interface Trace {
+  requestId: string;
   rank: number | null;
-  ttftMs: number | null;
-  itlMs: number[];
   tokens: number;
+  /** The generated token ids (a follow-up turn's prompt continues with them). */
+  outputIds: number[];
+  /** The engine's prompt and prefix-cache hit counts (last reported). */
+  promptTokens: number;
+  cachedTokens: number;
   submitMs: number;
   finishMs: number;
   finishReason: string | null;
 }
 
-/** Read a stream to its end, recording wall times of token-bearing outputs. Never rejects (errors end the trace). */
+/** An empty trace for a request that never got a stream. */
+function failedTrace(requestId: string, submitMs: number): Trace {
+  return {
+    requestId, rank: null, tokens: 0, outputIds: [], promptTokens: 0, cachedTokens: 0, submitMs, finishMs: submitMs, finishReason: 'error',
+  };
+}
+
+/** Read a stream to its end, collecting its tokens and counts. Never rejects (errors end the trace). */
 async function consume(stream: RequestStream, submitMs: number): Promise<Trace> {
-  const trace: Trace = { rank: stream.engineIndex, ttftMs: null, itlMs: [], tokens: 0, submitMs, finishMs: submitMs, finishReason: null };
-  let last = submitMs;
+  const trace: Trace = { ...failedTrace(stream.requestId, submitMs), rank: stream.engineIndex, finishReason: null };
   try {
     for await (const out of stream) {
-      const now = performance.now();
-      const n = out.newTokenIds.length;
-      if (n > 0) {
-        if (trace.ttftMs === null) trace.ttftMs = now - submitMs;
-        else {
-          const per = (now - last) / n;
-          for (let i = 0; i < n; i++) trace.itlMs.push(per);
-        }
-        trace.tokens += n;
-        last = now;
-      }
+      trace.tokens += out.newTokenIds.length;
+      trace.outputIds.push(...out.newTokenIds);
+      trace.promptTokens = out.promptTokens;
+      trace.cachedTokens = out.cachedTokens;
       if (out.finishReason !== null) trace.finishReason = out.finishReason;
-      trace.finishMs = now;
+      trace.finishMs = performance.now();
     }
   } catch (error) {
     trace.finishReason = `error: ${error instanceof Error ? error.message : String(error)}`;
     trace.finishMs = performance.now();
   }
   return trace;
+}
+
+const ratioOf = (a: number, b: number): number => (b > 0 ? a / b : Number.NaN);
+
+/**
+ * TTFT and ITL samples and the span, in simulated ms (rank-clock ms / `timeScale`), from the measured requests' rank
+ * timelines (`SimTimeline`): TTFT = the first token-bearing row's round due time − the arrival (taken as the first
+ * row's round begin when that was earlier: a rank catching up on late timers); ITL = the gap between consecutive
+ * token-bearing rows over the later row's tokens; span = last row due − first arrival.
+ */
+function latencies(timelines: readonly (SimTimeline | null)[], timeScale: number): { ttft: number[]; itl: number[]; spanMs: number } {
+  const ttft: number[] = [];
+  const itl: number[] = [];
+  let first = Number.POSITIVE_INFINITY;
+  let last = Number.NEGATIVE_INFINITY;
+  for (const tl of timelines) {
+    if (tl === null) continue;
+    const rows = tl.rows.filter((r) => r.tokens > 0);
+    if (rows.length === 0) continue;
+    const arrived = Math.min(tl.arrivedMs, tl.rows[0].beginMs);
+    first = Math.min(first, arrived);
+    last = Math.max(last, rows[rows.length - 1].dueMs);
+    ttft.push((rows[0].dueMs - arrived) / timeScale);
+    for (let i = 1; i < rows.length; i++) {
+      const per = (rows[i].dueMs - rows[i - 1].dueMs) / rows[i].tokens / timeScale;
+      for (let k = 0; k < rows[i].tokens; k++) itl.push(per);
+    }
+  }
+  return { ttft, itl, spanMs: last > first ? (last - first) / timeScale : Number.NaN };
+}
+
+/**
+ * The measured phase: open-loop requests at their arrival times on the scaled clock (absolute deadlines, so timer
+ * lateness does not accumulate), each follow-up turn `thinkMs` after its previous turn finished, with the previous
+ * prompt and output in front of its own tokens; a `foreignRank` request goes to `sendForeign` (not measured).
+ * Resolves with the trace of every measured request once all finished.
+ */
+async function replay(
+  main: readonly BenchRequest[],
+  client: EngineClient,
+  timeScale: number,
+  sendForeign: (req: BenchRequest) => Promise<void>,
+): Promise<Trace[]> {
+  const followUps = new Map<string, BenchRequest[]>();
+  for (const req of main) {
+    if (req.follows) followUps.set(req.follows.previous, [...(followUps.get(req.follows.previous) ?? []), req]);
+  }
+  const traces: Promise<Trace>[] = [];
+  let measured = main.filter((r) => r.foreignRank === undefined).length;
+  let settle: () => void = () => {};
+  const allLaunched = new Promise<void>((resolve) => (settle = resolve));
+  const launch = async (req: BenchRequest, prompt: number[]): Promise<void> => {
+    const submitMs = performance.now();
+    let stream: RequestStream;
+    try {
+      stream = await client.submit(toGenerate(req, prompt), req.pinRank !== undefined ? { dpRank: req.pinRank } : {});
+    } catch (error) {
+      // Counted as a failure (its follow-ups are never sent: their share of `measured` is waived).
+      const reason = `error: submit failed: ${error instanceof Error ? error.message : String(error)}`;
+      traces.push(Promise.resolve({ ...failedTrace(req.id, submitMs), finishReason: reason }));
+      measured -= countFollowUps(req.id);
+      if (traces.length >= measured) settle();
+      return;
+    }
+    const trace = consume(stream, submitMs).then((t) => {
+      for (const next of followUps.get(req.id) ?? []) {
+        const before = [...prompt, ...t.outputIds];
+        setTimeout(() => void launch(next, promptIds(next, before)), next.follows!.thinkMs * timeScale);
+      }
+      return t;
+    });
+    traces.push(trace);
+    if (traces.length >= measured) settle();
+  };
+  const countFollowUps = (id: string): number =>
+    (followUps.get(id) ?? []).reduce((n, next) => n + 1 + countFollowUps(next.id), 0);
+  const t0 = performance.now();
+  for (const req of [...main].filter((r) => !r.follows).sort((a, b) => a.atMs - b.atMs)) {
+    const wait = t0 + req.atMs * timeScale - performance.now();
+    if (wait > 0.5) await sleep(wait);
+    if (req.foreignRank !== undefined) await sendForeign(req);
+    else await launch(req, promptIds(req));
+  }
+  if (measured > 0) await allLaunched;
+  return Promise.all(traces);
+}
+
+/** Per-call durations (µs) of a policy's `select` and `onDispatch`, measured by `instrumented`. */
+interface PolicyCost {
+  select: number[];
+  dispatch: number[];
+}
+
+/**
+ * `policy` with the benchmark's bookkeeping around it, in the client's synchronous select + reserve step: every
+ * dispatch is reported to `onSent` (rank, work in tokens: prompt + output limit), and the duration of every `select`
+ * and `onDispatch` call is recorded in `cost` (µs; synchronous code, so its CPU time, except when the host
+ * deschedules the process mid-call: the benchmark reports medians, which such outliers do not move).
+ */
+function instrumented(policy: DpPolicy, onSent: (rank: number, work: number) => void, cost: PolicyCost): DpPolicy {
+  return {
+    name: policy.name,
+    releaseClamp: policy.releaseClamp,
+    select(ranks, request) {
+      const t = performance.now();
+      const pos = policy.select(ranks, request);
+      cost.select.push((performance.now() - t) * 1000);
+      return pos;
+    },
+    onDispatch(rank, request) {
+      const t = performance.now();
+      policy.onDispatch?.(rank, request);
+      cost.dispatch.push((performance.now() - t) * 1000);
+      onSent(rank, request.promptTokenIds.length + (request.sampling.maxNewTokens ?? 0));
+    },
+    forgetRank: (rank) => policy.forgetRank?.(rank),
+  };
 }
 
 /**
@@ -181,12 +317,16 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
           enableOutputLogprobs: false,
           closeGraceMs: 50,
           initTimeoutMs: 30_000,
+          recordTimeline: true,
         }),
       ),
     ]);
     handles.push(...ranks);
     const oracle = new TrueWorkOracle(ranks, group);
-    const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: createDpPolicy(policy, { oracle }) });
+    const shape = { blockTokens: ranks[0].ready.prefixGranularity, capacityBlocks: group.kvTotalPages };
+    const cost: PolicyCost = { select: [], dispatch: [] };
+    const chosen = instrumented(createDpPolicy(policy, { oracle, ...shape }), (rank, work) => oracle.sent(rank, work), cost);
+    const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });
     client = c;
     const identityOf = (rank: number): Uint8Array => {
       const e = c.engines.find((x) => x.engineIndex === rank);
@@ -198,7 +338,6 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     const setup = await Promise.all(
       workload.setup.map(async (req) => {
         const stream = await c.submit(toGenerate(req), req.pinRank !== undefined ? { dpRank: req.pinRank } : {});
-        if (stream.engineIndex !== null) oracle.sent(stream.engineIndex, req);
         return consume(stream, performance.now());
       }),
     );
@@ -207,36 +346,17 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     // What the policy will see of each rank when the measured phase starts (stale reports show here; section 10.3).
     const storedRunningAtStart = c.rankStates().map((r) => r.load?.numRunning ?? null);
     const preemptionsBefore = ranks.reduce((s, h) => s + h.stats().preemptions, 0);
-
-    // Main phase: replay arrivals on the scaled clock (absolute deadlines, so timer lateness does not accumulate).
-    const main = [...workload.main].sort((a, b) => a.atMs - b.atMs);
-    const t0 = performance.now();
-    const traces: Promise<Trace>[] = [];
-    for (const req of main) {
-      const due = t0 + req.atMs * group.timeScale;
-      const wait = due - performance.now();
-      if (wait > 0.5) await sleep(wait);
-      if (req.foreignRank !== undefined) {
-        oracle.sent(req.foreignRank, req);
-        await link.send(identityOf(req.foreignRank), RequestType.ADD, tokenspeedProtocol.encodeAdd(toGenerate(req)));
-        continue;
-      }
-      const submitMs = performance.now();
-      const stream = await c.submit(toGenerate(req), req.pinRank !== undefined ? { dpRank: req.pinRank } : {});
-      // Recorded before the next submit (the only place the oracle is read), so the FIFO stays aligned.
-      if (stream.engineIndex !== null) oracle.sent(stream.engineIndex, req);
-      traces.push(consume(stream, submitMs));
-    }
-    const done = await Promise.all(traces);
+    const costBefore = { select: cost.select.length, dispatch: cost.dispatch.length };
+    const done = await replay(workload.main, c, group.timeScale, async (req) => {
+      oracle.sent(req.foreignRank as number, req.promptTokens + req.outputTokens);
+      await link.send(identityOf(req.foreignRank as number), RequestType.ADD, tokenspeedProtocol.encodeAdd(toGenerate(req)));
+    });
     const preemptions = ranks.reduce((s, h) => s + h.stats().preemptions, 0) - preemptionsBefore;
 
-    const toSim = (ms: number): number => ms / group.timeScale;
-    const ttft = done.flatMap((t) => (t.ttftMs === null ? [] : [toSim(t.ttftMs)]));
-    const itl = done.flatMap((t) => t.itlMs.map(toSim));
+    const timelines = done.map((t) => (t.rank === null ? null : (ranks[t.rank]?.timeline(t.requestId) ?? null)));
+    const lat = latencies(timelines, group.timeScale);
+    const { ttft, itl, spanMs } = lat;
     const tokens = done.reduce((s, t) => s + t.tokens, 0);
-    const first = Math.min(...done.map((t) => t.submitMs));
-    const last = Math.max(...done.map((t) => t.finishMs));
-    const spanMs = toSim(last - first);
     const perRank = Array.from({ length: group.ranks }, () => 0);
     for (const t of done) if (t.rank !== null && t.rank < perRank.length) perRank[t.rank] += t.tokens;
     return {
@@ -250,6 +370,8 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
       spanMs,
       preemptions,
       storedRunningAtStart,
+      prefixHitRate: ratioOf(done.reduce((s, t) => s + t.cachedTokens, 0), done.reduce((s, t) => s + t.promptTokens, 0)),
+      selectionUs: percentile(cost.select.slice(costBefore.select), 50) + percentile(cost.dispatch.slice(costBefore.dispatch), 50),
     };
   } finally {
     if (client) await client.close();

@@ -38,6 +38,10 @@ export interface RunMetrics {
    * report yet). Shows a stale report kept by `load_no_clamp` after an idle phase (dp-routing.md 10.3).
    */
   storedRunningAtStart: (number | null)[];
+  /** Prompt tokens the ranks served from their prefix cache / all prompt tokens of the measured requests (0..1). */
+  prefixHitRate: number;
+  /** µs in the policy per request: the median `select` call plus the median `onDispatch` call of the measured phase. */
+  selectionUs: number;
 }
 
 /** The metric keys tabulated and compared with round-robin (ratio = policy / round_robin). */

@@ -1,18 +1,35 @@
 /**
  * The seeded workloads of the routing benchmark (issue #5 part 3; dp-routing.md sections 9-11 for what each one
- * stresses). A workload is a pure function of its seed: the same seed gives the same requests, lengths and arrival
- * times on every run. Arrival times are in **engine ms** (unscaled); the runner multiplies them by the same time
- * scale as the simulated step times (src/sim/virtual-run.ts explains why a power of two keeps runs identical).
+ * stresses; issue 12 adds three with shared prefixes, 14.11). A workload is a pure function of its seed: the same
+ * seed gives the same requests, lengths, prompt tokens and arrival times on every run. Arrival times are in **engine
+ * ms** (unscaled); the runner multiplies them by the same time scale as the simulated step times
+ * (src/sim/virtual-run.ts explains why a power of two keeps runs identical).
  */
+
+/** A run of seeded token ids shared by every prompt that names it (a system prompt, a document). Tokens. */
+export interface PromptSegment {
+  seed: number;
+  tokens: number;
+}
 
 /** One benchmark request. Units: tokens, engine ms. */
 export interface BenchRequest {
   /** Request id, unique within the workload. */
   id: string;
-  /** Arrival time in engine ms, relative to the start of its phase (≥ 0). */
+  /** Arrival time in engine ms, relative to the start of its phase (≥ 0). Ignored for a request that `follows`. */
   atMs: number;
-  /** Prompt length in tokens (≥ 1). */
+  /**
+   * The request's own prompt tokens (≥ 1), seeded by `seed`, after its `prefix` segments (or, for a follow-up turn,
+   * after the previous turn's prompt and output).
+   */
   promptTokens: number;
+  /** Shared segments the prompt starts with, in order (default none). */
+  prefix?: PromptSegment[];
+  /**
+   * A conversation's next turn (closed loop): sent `thinkMs` engine ms after the `previous` request finished, its
+   * prompt = the previous prompt + the previous output tokens + its own `promptTokens` tokens.
+   */
+  follows?: { previous: string; thinkMs: number };
   /** Exact output length in tokens (sent as `max_new_tokens` with `ignore_eos`, so the request runs to it). */
   outputTokens: number;
   /** Per-request sampling seed. */
@@ -50,13 +67,24 @@ export function seededRandom(seed: number): () => number {
 }
 
 /** Uniform integer in [lo, hi] (inclusive). */
-function intIn(rand: () => number, lo: number, hi: number): number {
+export function intIn(rand: () => number, lo: number, hi: number): number {
   return lo + Math.floor(rand() * (hi - lo + 1));
 }
 
 /** Exponential inter-arrival gap with the given mean (engine ms). */
 function expGap(rand: () => number, meanMs: number): number {
   return -Math.log(1 - rand()) * meanMs;
+}
+
+/** A pick from weights ∝ 1 / (rank + 1)^s over `n` items (Zipf; s = 0 is uniform). */
+function zipfPick(rand: () => number, n: number, s: number): number {
+  const weights = Array.from({ length: n }, (_, i) => 1 / Math.pow(i + 1, s));
+  let x = rand() * weights.reduce((a, b) => a + b, 0);
+  for (let i = 0; i < n; i++) {
+    x -= weights[i];
+    if (x < 0) return i;
+  }
+  return n - 1;
 }
 
 /** Options of `buildWorkloads`. `requests`: measured requests per workload (default 200); `seed`: base seed. */
@@ -81,7 +109,18 @@ export interface WorkloadOptions {
  *   together), then a lighter Poisson stream (mean gap 24 ms) of unpinned requests: the idle rank's last report
  *   still counts ~31 running, and only the release clamp (section 10.2) clears it (section 10.3);
  * - `second_client`: a second client keeps 24 long requests running on `foreignRank` behind the gateway's back
- *   (in its load reports only), alongside a uniform stream.
+ *   (in its load reports only), alongside a uniform stream;
+ * and three with shared prefixes (issue 12; what prefix-cache affinity is for, dp-routing.md 14.11), all sized by one
+ * rule: what they share at a time is about **twice one rank's KV cache** (the benchmark's ranks have 2048 pages =
+ * 32 768 tokens each) and half the fleet's, so no rank can cache everything but the fleet can:
+ * - `multi_turn`: chat conversations (one 512-token system prompt for all; a first message of 300-1200 tokens, text
+ *   the user pasted; 3-6 turns of 64-128-token answers and 50-200-token follow-ups, each sent 150-450 ms after the
+ *   previous answer, so the history grows turn by turn); a new conversation every 30 ms on average, about 45 of them
+ *   open at once with about 1500 history tokens each;
+ * - `shared_prompt`: 12 long system prompts (4500-6500 tokens, about 66 000 in all, like agent prompts with tool
+ *   definitions) × many users (64-256-token messages), prompt popularity Zipf s = 0.8, Poisson arrivals every 25 ms;
+ * - `rag`: 24 documents of 2000-3500 tokens (about 66 000 in all) behind a 128-token instruction, asked 24-96-token
+ *   questions uniformly at random, Poisson arrivals every 20 ms.
  * Throws RangeError on a non-positive request count.
  */
 export function buildWorkloads(opts: WorkloadOptions = {}): Workload[] {
@@ -177,5 +216,75 @@ export function buildWorkloads(opts: WorkloadOptions = {}): Workload[] {
     main: [...foreign, ...stream('second_client', 6, 12, uniformShape)],
   };
 
-  return [uniform, heavyTail, longPrompt, bursty, idleRecovery, secondClient];
+  return [uniform, heavyTail, longPrompt, bursty, idleRecovery, secondClient, ...prefixWorkloads(n, base)];
+}
+
+/** The three shared-prefix workloads of `buildWorkloads` (see there), `n` measured requests each. */
+function prefixWorkloads(n: number, base: number): Workload[] {
+  const randFor = (salt: number): (() => number) => seededRandom((base ^ Math.imul(salt, 0x85ebca6b)) >>> 0);
+  const seedOf = (rand: () => number): number => intIn(rand, 1, 2 ** 31 - 1);
+
+  // multi_turn: conversations until n turns in all.
+  const mt = randFor(7);
+  const system: PromptSegment = { seed: seedOf(mt), tokens: 512 };
+  const turns: BenchRequest[] = [];
+  let start = 0;
+  for (let c = 0; turns.length < n; c++) {
+    start += c === 0 ? 0 : expGap(mt, 30);
+    const count = Math.min(intIn(mt, 3, 6), n - turns.length);
+    for (let k = 0; k < count; k++) {
+      const id = `multi_turn-${c}-${k}`;
+      const first = k === 0;
+      turns.push({
+        id,
+        atMs: first ? start : 0,
+        promptTokens: first ? intIn(mt, 300, 1200) : intIn(mt, 50, 200),
+        outputTokens: intIn(mt, 64, 128),
+        seed: seedOf(mt),
+        ...(first ? { prefix: [system] } : { follows: { previous: `multi_turn-${c}-${k - 1}`, thinkMs: intIn(mt, 150, 450) } }),
+      });
+    }
+  }
+  const multiTurn: Workload = {
+    name: 'multi_turn',
+    description: 'chat conversations, 3-6 turns each; every turn resends the growing history (512-token system prompt, 300-1200-token first message, 64-128-token answers, 50-200-token follow-ups 150-450 ms later); a new conversation every 30 ms',
+    setup: [],
+    main: turns,
+  };
+
+  const sp = randFor(8);
+  const prompts: PromptSegment[] = Array.from({ length: 12 }, () => ({ seed: seedOf(sp), tokens: intIn(sp, 4500, 6500) }));
+  const shared: BenchRequest[] = [];
+  for (let i = 0, t = 0; i < n; i++) {
+    t = i === 0 ? 0 : t + expGap(sp, 25);
+    shared.push({
+      id: `shared_prompt-${i}`, atMs: t, prefix: [prompts[zipfPick(sp, prompts.length, 0.8)]],
+      promptTokens: intIn(sp, 64, 256), outputTokens: intIn(sp, 24, 64), seed: seedOf(sp),
+    });
+  }
+  const sharedPrompt: Workload = {
+    name: 'shared_prompt',
+    description: '12 system prompts of 4500-6500 tokens (Zipf s=0.8 popularity) × users with 64-256-token messages; Poisson arrivals (mean gap 25 ms), outputs 24-64',
+    setup: [],
+    main: shared,
+  };
+
+  const rg = randFor(9);
+  const instruction: PromptSegment = { seed: seedOf(rg), tokens: 128 };
+  const docs: PromptSegment[] = Array.from({ length: 24 }, () => ({ seed: seedOf(rg), tokens: intIn(rg, 2000, 3500) }));
+  const questions: BenchRequest[] = [];
+  for (let i = 0, t = 0; i < n; i++) {
+    t = i === 0 ? 0 : t + expGap(rg, 20);
+    questions.push({
+      id: `rag-${i}`, atMs: t, prefix: [instruction, docs[intIn(rg, 0, docs.length - 1)]],
+      promptTokens: intIn(rg, 24, 96), outputTokens: intIn(rg, 32, 96), seed: seedOf(rg),
+    });
+  }
+  const rag: Workload = {
+    name: 'rag',
+    description: '24 documents of 2000-3500 tokens behind a 128-token instruction, asked 24-96-token questions at random; Poisson arrivals (mean gap 20 ms), outputs 32-96',
+    setup: [],
+    main: questions,
+  };
+  return [multiTurn, sharedPrompt, rag];
 }

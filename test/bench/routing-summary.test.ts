@@ -1,0 +1,74 @@
+/**
+ * The routing benchmark's pure parts (issue 12 part 6): spreads over seeds, paired ratios, the tie rule, and the
+ * shared-prefix workloads' structure (deterministic per seed, closed-loop turns, prefixes shared across requests).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import type { RunMetrics } from '../../bench/routing/stats.js';
+import { formatSpread, losesOutsideSpread, pairedRatios, spreadOf, summarize, tiesOrBeats } from '../../bench/routing/summary.js';
+import { buildWorkloads } from '../../bench/routing/workloads.js';
+
+function run(ttftP50: number, prefixHitRate = 0.5): RunMetrics {
+  return {
+    ttftP50, ttftP99: 2 * ttftP50, itlP50: 1, itlP99: 2, throughput: 1000, tokenShare: [1], failures: 0, spanMs: 1, preemptions: 0,
+    storedRunningAtStart: [null], prefixHitRate, selectionUs: 3,
+  };
+}
+
+test('spreadOf: median (odd and even counts), min, max; non-finite samples ignored', () => {
+  assert.deepEqual(spreadOf([3, 1, 2]), { median: 2, min: 1, max: 3 });
+  assert.deepEqual(spreadOf([4, 1, 3, 2]), { median: 2.5, min: 1, max: 4 });
+  assert.deepEqual(spreadOf([5, Number.NaN]), { median: 5, min: 5, max: 5 });
+  assert.ok(Number.isNaN(spreadOf([]).median));
+  assert.equal(formatSpread({ median: 1.234, min: 1, max: 2 }, 2, '×'), '1.23× [1.00–2.00]');
+  assert.equal(formatSpread(spreadOf([]), 1), '-');
+});
+
+test('ratios are paired by seed, then summarised; the seeds must match', () => {
+  const base = [run(10), run(20), run(40)];
+  const cand = [run(5), run(20), run(10)];
+  const r = pairedRatios(cand, base);
+  assert.deepEqual(r.ttftP50, { median: 0.5, min: 0.25, max: 1 });
+  assert.deepEqual(summarize(cand).ttftP50, { median: 10, min: 5, max: 20 });
+  assert.throws(() => pairedRatios(cand, base.slice(1)), RangeError);
+});
+
+test('tiesOrBeats: the median against the reference\'s worst run, for either direction', () => {
+  const ref = { median: 10, min: 8, max: 12 };
+  assert.equal(tiesOrBeats({ median: 12, min: 11, max: 30 }, ref), true);
+  assert.equal(tiesOrBeats({ median: 12.1, min: 5, max: 13 }, ref), false);
+  assert.equal(tiesOrBeats({ median: 8, min: 1, max: 9 }, ref, true), true);
+  assert.equal(tiesOrBeats({ median: 7.9, min: 7, max: 20 }, ref, true), false);
+  assert.equal(losesOutsideSpread({ median: 14, min: 12.5, max: 15 }, ref), true, 'lower is better: entirely above');
+  assert.equal(losesOutsideSpread({ median: 14, min: 12, max: 15 }, ref), false, 'touching ranges overlap');
+  assert.equal(losesOutsideSpread({ median: 6, min: 5, max: 7.9 }, ref, true), true, 'higher is better: entirely below');
+});
+
+test('shared-prefix workloads: deterministic per seed, prefixes shared, turns chained in order', () => {
+  const a = buildWorkloads({ requests: 60, seed: 7 });
+  assert.deepEqual(a, buildWorkloads({ requests: 60, seed: 7 }), 'a pure function of the seed');
+  assert.notDeepEqual(a, buildWorkloads({ requests: 60, seed: 8 }));
+  const byName = new Map(a.map((w) => [w.name, w]));
+  for (const name of ['multi_turn', 'shared_prompt', 'rag']) assert.equal(byName.get(name)?.main.length, 60, name);
+
+  const turns = byName.get('multi_turn')!.main;
+  const ids = new Set(turns.map((t) => t.id));
+  for (const t of turns) {
+    if (t.follows) {
+      assert.ok(ids.has(t.follows.previous), `${t.id} follows a turn of the workload`);
+      assert.equal(t.prefix, undefined, 'a follow-up starts with the previous prompt and answer');
+    } else {
+      assert.equal(t.prefix?.length, 1, 'a first turn starts with the shared system prompt');
+    }
+  }
+  const systems = new Set(turns.flatMap((t) => (t.prefix ?? []).map((p) => p.seed)));
+  assert.equal(systems.size, 1, 'one system prompt for every conversation');
+
+  const shared = byName.get('shared_prompt')!.main;
+  const prompts = new Map<number, number>();
+  for (const r of shared) prompts.set(r.prefix![0].seed, (prompts.get(r.prefix![0].seed) ?? 0) + 1);
+  assert.ok(prompts.size > 1 && prompts.size <= 12, 'a few long system prompts');
+  assert.ok([...prompts.values()].some((n) => n > 1), 'each shared by many users');
+  const rag = byName.get('rag')!.main;
+  assert.ok(rag.every((r) => r.prefix?.length === 2 && r.prefix[0].seed === rag[0].prefix![0].seed), 'instruction, then a document');
+});
