@@ -99,13 +99,13 @@ export interface LinkedRank {
 
 /**
  * Bind a `ZmqEngineLink` for one DP rank (IPC under a fresh temp dir, TCP handshake on a free port, 20 s handshake
- * receive timeout) and run one in-process simulated rank against it at time scale 0, with `tokenizer`'s vocabulary
+ * receive timeout) and run one in-process simulated rank against it (at `opts.timeScale`, default 0), with `tokenizer`'s vocabulary
  * and EOS ids and (unless `opts.textModel` is given) a `TextModel` over it. `opts` are the remaining rank options
- * (engine family, engine index, capacity). Throws on a handshake failure or after the 30 s hang guard.
+ * (engine family, engine index, capacity; `timeScale` defaults to 0: rounds back to back). Throws on a handshake failure or after the 30 s hang guard.
  */
 export async function startLinkedRank(
   tokenizer: GatewayTokenizer,
-  opts: Omit<SimEngineOptions, 'handshakeAddress' | 'timeScale' | 'vocabSize' | 'eosTokenIds' | 'initTimeoutMs'>,
+  opts: Omit<SimEngineOptions, 'handshakeAddress' | 'vocabSize' | 'eosTokenIds' | 'initTimeoutMs'>,
 ): Promise<LinkedRank> {
   const d = await freshDir();
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
@@ -117,7 +117,7 @@ export async function startLinkedRank(
         textModel: new TextModel(tokenizer),
         ...opts,
         handshakeAddress: endpoints.handshake,
-        timeScale: 0,
+        timeScale: opts.timeScale ?? 0,
         vocabSize: tokenizer.vocabSize,
         eosTokenIds: tokenizer.eosTokenIds,
         initTimeoutMs: 20_000,
