@@ -252,34 +252,31 @@ function prefixWorkloads(n: number, base: number): Workload[] {
     main: turns,
   };
 
+  // n Poisson arrivals, each prompt = `prefix()` then its own `own` tokens, with `output` tokens to generate.
+  const withPrefix = (
+    name: string, rand: () => number, meanGapMs: number, prefix: () => PromptSegment[], own: [number, number], output: [number, number],
+  ): BenchRequest[] => {
+    const out: BenchRequest[] = [];
+    for (let i = 0, t = 0; i < n; i++) {
+      t = i === 0 ? 0 : t + expGap(rand, meanGapMs);
+      out.push({ id: `${name}-${i}`, atMs: t, prefix: prefix(), promptTokens: intIn(rand, ...own), outputTokens: intIn(rand, ...output), seed: seedOf(rand) });
+    }
+    return out;
+  };
+
   const sp = randFor(8);
   const prompts: PromptSegment[] = Array.from({ length: 12 }, () => ({ seed: seedOf(sp), tokens: intIn(sp, 4500, 6500) }));
-  const shared: BenchRequest[] = [];
-  for (let i = 0, t = 0; i < n; i++) {
-    t = i === 0 ? 0 : t + expGap(sp, 25);
-    shared.push({
-      id: `shared_prompt-${i}`, atMs: t, prefix: [prompts[zipfPick(sp, prompts.length, 0.8)]],
-      promptTokens: intIn(sp, 64, 256), outputTokens: intIn(sp, 24, 64), seed: seedOf(sp),
-    });
-  }
   const sharedPrompt: Workload = {
     name: 'shared_prompt',
     description: '12 system prompts of 4500-6500 tokens (Zipf s=0.8 popularity) × users with 64-256-token messages; Poisson arrivals (mean gap 25 ms), outputs 24-64',
     setup: [],
-    main: shared,
+    main: withPrefix('shared_prompt', sp, 25, () => [prompts[zipfPick(sp, prompts.length, 0.8)]], [64, 256], [24, 64]),
   };
 
   const rg = randFor(9);
   const instruction: PromptSegment = { seed: seedOf(rg), tokens: 128 };
   const docs: PromptSegment[] = Array.from({ length: 24 }, () => ({ seed: seedOf(rg), tokens: intIn(rg, 2000, 3500) }));
-  const questions: BenchRequest[] = [];
-  for (let i = 0, t = 0; i < n; i++) {
-    t = i === 0 ? 0 : t + expGap(rg, 20);
-    questions.push({
-      id: `rag-${i}`, atMs: t, prefix: [instruction, docs[intIn(rg, 0, docs.length - 1)]],
-      promptTokens: intIn(rg, 24, 96), outputTokens: intIn(rg, 32, 96), seed: seedOf(rg),
-    });
-  }
+  const questions = withPrefix('rag', rg, 20, () => [instruction, docs[intIn(rg, 0, docs.length - 1)]], [24, 96], [32, 96]);
   const rag: Workload = {
     name: 'rag',
     description: '24 documents of 2000-3500 tokens behind a 128-token instruction, asked 24-96-token questions at random; Poisson arrivals (mean gap 20 ms), outputs 32-96',
