@@ -16,6 +16,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { EngineClient } from '../../src/engine-client/client.js';
+import { indexShapeFor } from '../../src/engine-client/cache-aware.js';
 import { createDpPolicy, type DpPolicyName } from '../../src/engine-client/policies.js';
 import type { DpPolicy } from '../../src/engine-client/policy.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
@@ -323,7 +324,7 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     ]);
     handles.push(...ranks);
     const oracle = new TrueWorkOracle(ranks, group);
-    const shape = { blockTokens: ranks[0].ready.prefixGranularity, capacityBlocks: group.kvTotalPages };
+    const shape = indexShapeFor(ranks[0].ready);
     const cost: PolicyCost = { select: [], dispatch: [] };
     const chosen = instrumented(createDpPolicy(policy, { oracle, ...shape }), (rank, work) => oracle.sent(rank, work), cost);
     const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });

@@ -71,12 +71,15 @@ export function affinityScore(load: number, matchedTokens: number, eligible: boo
  * `prefix_granularity` / `block_size` tokens when that is at least 16 (an engine caching at a finer grain still holds
  * every 16-token block the index names; hashing every token would cost a Map entry per token), else 16; capacity =
  * the rank's KV cache in those blocks (`num_gpu_blocks × granularity / blockTokens`: the engine cannot cache more),
- * between 1 and `DEFAULT_INDEX_CAPACITY_BLOCKS`. Pure.
+ * between 1 and `DEFAULT_INDEX_CAPACITY_BLOCKS`. A field the ready response left out (null: vLLM's short form,
+ * issue #14) counts as unknown: 16-token blocks, the default capacity. Pure.
  */
-export function indexShapeFor(ready: { prefixGranularity: number; numGpuBlocks: number }): Required<PrefixIndexOptions> {
-  const g = Number.isSafeInteger(ready.prefixGranularity) && ready.prefixGranularity > 0 ? ready.prefixGranularity : 16;
+export function indexShapeFor(ready: { prefixGranularity: number | null; numGpuBlocks: number | null }): Required<PrefixIndexOptions> {
+  const pg = ready.prefixGranularity;
+  const g = pg !== null && Number.isSafeInteger(pg) && pg > 0 ? pg : 16;
   const blockTokens = Math.max(16, g);
-  const fit = Number.isFinite(ready.numGpuBlocks) ? Math.floor((ready.numGpuBlocks * g) / blockTokens) : DEFAULT_INDEX_CAPACITY_BLOCKS;
+  const blocks = ready.numGpuBlocks;
+  const fit = blocks !== null && Number.isFinite(blocks) ? Math.floor((blocks * g) / blockTokens) : DEFAULT_INDEX_CAPACITY_BLOCKS;
   return { blockTokens, capacityBlocks: Math.min(DEFAULT_INDEX_CAPACITY_BLOCKS, Math.max(1, fit)) };
 }
 

@@ -51,6 +51,7 @@ test('index shape from the ready response: the engine granularity (at least 16) 
   assert.deepEqual(indexShapeFor({ prefixGranularity: 1, numGpuBlocks: 160_000 }), { blockTokens: 16, capacityBlocks: 10_000 });
   assert.deepEqual(indexShapeFor({ prefixGranularity: 64, numGpuBlocks: 10 ** 7 }), { blockTokens: 64, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS });
   assert.deepEqual(indexShapeFor({ prefixGranularity: 0, numGpuBlocks: 0 }), { blockTokens: 16, capacityBlocks: 1 });
+  assert.deepEqual(indexShapeFor({ prefixGranularity: null, numGpuBlocks: null }), { blockTokens: 16, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS }, 'a short ready response');
 });
 
 test('balance bound: affinity counts only while a rank is not past both the absolute and the relative bound', () => {
