@@ -3,6 +3,7 @@
  * failure (gateway.md sections 4.2, 8, 9, 11-15).
  */
 import { readFileSync } from 'node:fs';
+import type { Server } from 'node:http';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -15,9 +16,14 @@ import type { Logger } from 'pino';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { BackendGroup } from './backend.js';
 import { RouteMethods } from './allowed-methods.js';
+import { registerApiKeyAuth } from './auth.js';
+import { registerConcurrencyCap } from './concurrency.js';
+import { registerCors } from './cors.js';
+import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge-options.js';
 import { ApiError } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
 import { GroupRouter } from './groups.js';
+import { installJsonBodyParser } from './input-limits.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
@@ -30,6 +36,7 @@ import { registerResponsesRoutes } from './routes/responses.js';
 import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
 import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
 import type { RouteContext } from './serve-generation.js';
+import { registerUnknownFieldPolicy } from './unknown-fields.js';
 import { formatValidationErrors } from './validation.js';
 
 /** Default request-body limit: 8 MiB (a 128k-token prompt as token ids is about 1 MiB of JSON). */
@@ -41,7 +48,8 @@ export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
  * (groups.ts). `modelId` is the reported model name and `servedModelNames` every name a request may use (default
  * `[modelId]`; when given, its first entry should be `modelId`). `metrics` is created once per app and attached to the groups here; `bodyLimitBytes` bounds request
  * bodies (413 above it); `now` is a monotonic ms clock for latency metrics (default `performance.now`);
- * `systemFingerprint` is echoed in every response (default `model-gateway-<version>`).
+ * `systemFingerprint` is echoed in every response (default `model-gateway-<version>`); `edge`: API keys, CORS, the
+ * concurrency cap, stream buffering and the request timeout (edge-options.ts; defaults there).
  */
 export interface GatewayDeps {
   groups: readonly BackendGroup[];
@@ -62,6 +70,7 @@ export interface GatewayDeps {
   reasoningParser?: ReasoningParserName;
   /** Bounds of the Responses-API store (responses/store.ts; default 1000 responses). */
   responsesStore?: ResponsesStoreOptions;
+  edge?: HttpEdgeOptions;
 }
 
 /**
@@ -94,28 +103,56 @@ export function packageVersion(): string {
 }
 
 /**
+ * How one error answer is logged (issue #10 part 4): one line, no stack, for what is expected in operation (every
+ * 4xx, and 503: no engine group alive, engine gone); 4xx at info without the message (it may quote request text; the
+ * message goes to debug), 503 at warn; any other 5xx at error with the stack.
+ */
+function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknown): void {
+  const status = apiErr.statusCode;
+  const fields = { status, code: apiErr.code, param: apiErr.param, method: request.method, route: request.routeOptions.url ?? null };
+  if (status < 500) {
+    request.log.info(fields, 'request refused');
+    request.log.debug({ status, code: apiErr.code }, apiErr.message);
+  } else if (status === 503) {
+    request.log.warn(fields, apiErr.message);
+  } else {
+    request.log.error({ ...fields, err: error }, apiErr.message);
+  }
+}
+
+/**
  * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
  * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics, GET /v1/gateway/ranks
  * (routes/ranks.ts), GET /dashboard (routes/dashboard.ts); every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
- * gets 405 with an `Allow` header; an unknown path gets 404. Throws RangeError when `groups` is empty or repeats a
- * worker name.
+ * gets 405 with an `Allow` header; an unknown path gets 404.
+ *
+ * The edge (issue #10): a request not received within `edge.requestTimeoutMs` gets 408 (Node's `requestTimeout`,
+ * answered by the client-error handler); JSON bodies nest at most `MAX_JSON_DEPTH` levels (input-limits.ts); the
+ * server keeps half-closed connections open until their response is written (`httpAllowHalfOpen`, disconnect.ts);
+ * then, in hook order: CORS (cors.ts), the API key (auth.ts), the concurrency cap (concurrency.ts), and the removal
+ * of unknown top-level fields (unknown-fields.ts). Throws RangeError when `groups` is empty or repeats a worker name,
+ * and for invalid `edge` options.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const router = new GroupRouter(deps.groups);
   const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
+  const edge = resolveEdgeOptions(deps.edge);
+  const timeouts = serverTimeouts(edge.requestTimeoutMs);
   const app = Fastify({
     // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit,
+    requestTimeout: timeouts.requestTimeout,
+    http: timeouts,
     // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
     schemaErrorFormatter: (errors, dataVar) => formatValidationErrors(errors, dataVar),
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const apiErr = frameworkApiError(error, bodyLimit);
-      request.log.info({ status: apiErr.statusCode, code: error.code }, apiErr.message);
+      logErrorAnswer(request, apiErr, error);
       // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here.
       const id = request.headers['x-request-id'];
       if (typeof id === 'string' && id !== '') reply.header('x-request-id', id);
@@ -123,8 +160,16 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
   });
+  // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
+  // is a long-standing property of http.Server that @types/node does not declare.
+  (app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
+  installJsonBodyParser(app);
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
+  await registerCors(app, edge.cors);
+  await registerApiKeyAuth(app, { keys: edge.apiKeys, metricsRequireKey: edge.metricsRequireKey });
+  registerConcurrencyCap(app, edge.maxConcurrentRequests);
+  registerUnknownFieldPolicy(app);
 
   deps.metrics.attach(router.groups);
   const ctx: RouteContext = {
@@ -140,12 +185,12 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     toolCallParser: resolveToolCallParser(deps.toolCallParser, deps.tokenizer, deps.logger),
     reasoningParser: deps.reasoningParser ?? null,
     responses: new ResponsesStore(deps.responsesStore),
+    streamBackpressure: edge.streamBackpressure,
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiErr = frameworkApiError(error, bodyLimit);
-    if (apiErr.statusCode >= 500) request.log.error({ err: error }, apiErr.message);
-    else request.log.info({ status: apiErr.statusCode, param: apiErr.param }, apiErr.message);
+    logErrorAnswer(request, apiErr, error);
     const url = request.routeOptions.url;
     if (url !== undefined && GENERATION_ROUTES.has(url) && !ctx.counted.has(request)) {
       ctx.counted.add(request);

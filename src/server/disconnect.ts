@@ -1,6 +1,7 @@
 /**
  * Client-disconnect detection for one HTTP/1.1 request (gateway.md section 13: a disconnect must abort the engine
- * request in every phase, detected on HTTP/1.1 connection close).
+ * request in every phase, detected on HTTP/1.1 connection close), without mistaking a half-closed client for a
+ * vanished one (issue #10 part 7).
  *
  * Why the socket and not the request or response objects (measured on Node 20):
  * - `IncomingMessage` emits `close` as soon as its body has been consumed (auto-destroy), long before the response,
@@ -11,35 +12,70 @@
  * The socket's own `close` reaches every request on the connection. One listener per socket fans out to every
  * watched request (pipelining can put many in flight on one socket without hitting the EventEmitter listener
  * warning).
+ *
+ * Half-closed clients: HTTP/1.1 lets a client shut its write side once the request is sent (a TCP FIN) and still
+ * read the response. Node's HTTP server by default answers a FIN by ending the socket itself, which closed the
+ * connection before the response and so looked like a disconnect; the app therefore runs the server with
+ * `httpAllowHalfOpen` (app.ts), and only a real `close` counts here. A FIN alone cannot tell a half-close from a
+ * client that is gone, but writing to a gone client makes its TCP stack reset the connection, and the write after
+ * that fails, closing the socket. So on a FIN while the response is unfinished the watcher probes the client with
+ * harmless writes, at `PROBE_DELAYS_MS` after the FIN: `100 Continue` before the response has started (RFC 9110
+ * section 15.2: a client must accept unexpected 1xx responses; not sent to HTTP/1.0 clients), or what the route
+ * registered (`setProbe`; streams write an SSE comment). A gone client is thus detected within about one probe
+ * interval plus a round trip; a half-closed one gets its response (plus at most four interim lines). A streamed
+ * response's own writes surface the reset the same way.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
+import { Socket } from 'node:net';
+
+/** Delays (ms after the client's FIN) of the probe writes sent while the response is unfinished. */
+export const PROBE_DELAYS_MS: readonly number[] = Object.freeze([0, 100, 1_000, 10_000]);
 
 /** The part of a socket the watcher uses (a real `net.Socket`, or light-my-request's fake one under `inject`). */
 interface WatchedSocket {
   destroyed?: boolean;
-  on(event: 'close', listener: () => void): unknown;
-  off(event: 'close', listener: () => void): unknown;
+  readableEnded?: boolean;
+  on(event: 'close' | 'end', listener: () => void): unknown;
+  off(event: 'close' | 'end', listener: () => void): unknown;
 }
 
-const watchers = new WeakMap<WatchedSocket, Set<() => void>>();
+/** What one socket's watchers want to hear: its close, and the peer's FIN. */
+interface SocketWatchers {
+  close: Set<() => void>;
+  end: Set<() => void>;
+}
 
-function addSocketWatcher(socket: WatchedSocket, onClose: () => void): () => void {
-  let set = watchers.get(socket);
-  if (set === undefined) {
-    const created = new Set<() => void>();
-    const fire = () => {
-      socket.off('close', fire);
-      watchers.delete(socket);
-      for (const cb of [...created]) cb();
-    };
-    socket.on('close', fire);
-    watchers.set(socket, created);
-    set = created;
-  }
-  set.add(onClose);
-  const owned = set;
+const watchers = new WeakMap<WatchedSocket, SocketWatchers>();
+
+function watchersOf(socket: WatchedSocket): SocketWatchers {
+  let w = watchers.get(socket);
+  if (w !== undefined) return w;
+  const created: SocketWatchers = { close: new Set(), end: new Set() };
+  const onEnd = () => {
+    for (const cb of [...created.end]) cb();
+  };
+  const onClose = () => {
+    socket.off('close', onClose);
+    socket.off('end', onEnd);
+    watchers.delete(socket);
+    for (const cb of [...created.close]) cb();
+  };
+  socket.on('close', onClose);
+  socket.on('end', onEnd);
+  watchers.set(socket, created);
+  w = created;
+  return w;
+}
+
+/**
+ * Call `onClose` once when `socket` closes (one listener per socket, fanned out). Returns the function that stops
+ * watching. For sockets already destroyed, `onClose` is not called (the caller checks `destroyed` first).
+ */
+export function onSocketClose(socket: WatchedSocket, onClose: () => void): () => void {
+  const w = watchersOf(socket);
+  w.close.add(onClose);
   return () => {
-    owned.delete(onClose);
+    w.close.delete(onClose);
   };
 }
 
@@ -47,6 +83,11 @@ function addSocketWatcher(socket: WatchedSocket, onClose: () => void): () => voi
 export interface DisconnectWatch {
   /** Aborted (once) when the connection closed before `response` finished. */
   readonly signal: AbortSignal;
+  /**
+   * Replace the probe written after a client FIN (see the module comment); the default writes `100 Continue` while
+   * the response has not started and nothing afterwards.
+   */
+  setProbe(probe: () => void): void;
   /** Stop watching (call when the request's handling is over). Idempotent. */
   dispose(): void;
 }
@@ -54,7 +95,8 @@ export interface DisconnectWatch {
 /**
  * Watch `request`/`response` for a client disconnect: the signal aborts when the request's socket closes, or the
  * response closes, while the response has not finished writing (`writableFinished` false). A normally completed
- * request body does not count (see the module comment). A socket that is already destroyed aborts at once.
+ * request body does not count, nor does a client FIN (it starts the probes instead; see the module comment). A socket
+ * that is already destroyed aborts at once.
  */
 export function watchClientDisconnect(request: IncomingMessage, response: ServerResponse): DisconnectWatch {
   const controller = new AbortController();
@@ -63,19 +105,52 @@ export function watchClientDisconnect(request: IncomingMessage, response: Server
   };
   response.on('close', onClose);
   const socket = request.socket as WatchedSocket | null | undefined;
-  let detachSocket: () => void = () => {};
+  let detach: () => void = () => {};
+  const timers: NodeJS.Timeout[] = [];
+  let probe = () => {
+    if (!response.headersSent && response.socket === (socket as unknown) && request.httpVersion !== '1.0') {
+      response.writeContinue();
+    }
+  };
+  const startProbing = () => {
+    if (timers.length > 0) return;
+    for (const delay of PROBE_DELAYS_MS) {
+      const t = setTimeout(() => {
+        if (!response.writableFinished && !controller.signal.aborted && socket?.destroyed !== true) probe();
+      }, delay);
+      t.unref();
+      timers.push(t);
+    }
+  };
   if (socket && typeof socket.on === 'function') {
     if (socket.destroyed === true) onClose();
-    else detachSocket = addSocketWatcher(socket, onClose);
+    else {
+      const w = watchersOf(socket);
+      w.close.add(onClose);
+      // Only real TCP sockets are probed (light-my-request's fake socket under `inject` has no peer).
+      const probes = socket instanceof Socket;
+      if (probes) {
+        w.end.add(startProbing);
+        if (socket.readableEnded === true) startProbing();
+      }
+      detach = () => {
+        w.close.delete(onClose);
+        w.end.delete(startProbing);
+      };
+    }
   }
   let disposed = false;
   return {
     signal: controller.signal,
+    setProbe(next) {
+      probe = next;
+    },
     dispose() {
       if (disposed) return;
       disposed = true;
       response.off('close', onClose);
-      detachSocket();
+      detach();
+      for (const t of timers) clearTimeout(t);
     },
   };
 }

@@ -9,6 +9,7 @@
 export type ApiErrorType =
   | 'invalid_request_error'
   | 'not_found_error'
+  | 'requests'
   | 'server_error'
   | 'service_unavailable_error';
 
@@ -34,7 +35,7 @@ export class ApiError extends Error {
     message: string,
     opts: { type?: ApiErrorType; param?: string | null; code?: string | null; cause?: unknown } = {},
   ) {
-    super(message, opts.cause === undefined ? undefined : { cause: opts.cause });
+    super(capMessage(message), opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'ApiError';
     this.statusCode = statusCode;
     this.type = opts.type ?? defaultType(statusCode);
@@ -49,6 +50,35 @@ export class ApiError extends Error {
   }
 }
 
+/** Characters of a rejected value quoted in an error message (`quoteValue`). */
+export const QUOTE_CHARS = 100;
+
+/** Longest error message kept (characters); a longer one is cut (a safety net behind `quoteValue`). */
+export const MAX_ERROR_MESSAGE_CHARS = 1000;
+
+function capMessage(message: string): string {
+  if (message.length <= MAX_ERROR_MESSAGE_CHARS) return message;
+  return `${message.slice(0, MAX_ERROR_MESSAGE_CHARS)}… (message cut, ${Buffer.byteLength(message)} bytes)`;
+}
+
+/**
+ * A rejected value as error messages and logs quote it (issue #10 part 4: never echo a whole value): its JSON text
+ * (a string quoted, so `'x'` reads `"x"`), or, when that is longer than `QUOTE_CHARS` characters, its first
+ * `QUOTE_CHARS` characters followed by `… (N bytes)` with N the UTF-8 size of the whole JSON text. A value JSON cannot
+ * render (a cycle, a BigInt; request bodies have neither) reads `<unprintable value>`. Never throws.
+ */
+export function quoteValue(value: unknown): string {
+  let text: string | undefined;
+  try {
+    text = JSON.stringify(value);
+  } catch {
+    text = undefined;
+  }
+  if (text === undefined) return value === undefined ? 'undefined' : '<unprintable value>';
+  if (text.length <= QUOTE_CHARS) return text;
+  return `${text.slice(0, QUOTE_CHARS)}… (${Buffer.byteLength(text)} bytes)`;
+}
+
 /** A 400 `invalid_request_error` naming `param`; `code` defaults to `invalid_parameter` (or `invalid_request`). */
 export function badRequest(message: string, param: string | null = null, code: string | null = null): ApiError {
   return new ApiError(400, message, {
@@ -60,6 +90,7 @@ export function badRequest(message: string, param: string | null = null, code: s
 
 function defaultType(status: number): ApiErrorType {
   if (status === 404) return 'not_found_error';
+  if (status === 429) return 'requests';
   if (status === 503) return 'service_unavailable_error';
   if (status >= 500) return 'server_error';
   return 'invalid_request_error';

@@ -11,10 +11,12 @@ import { STATUS_CODES } from 'node:http';
 import type { Socket } from 'node:net';
 import type { FastifyError } from 'fastify';
 import type { Logger } from 'pino';
+import { bearerAuthApiError } from './auth.js';
 import { ApiError, toApiError } from './errors.js';
 
 /**
  * Map a fastify/framework error to an `ApiError`:
+ * @fastify/bearer-auth's missing/invalid header → 401 `invalid_api_key` (auth.ts);
  * `FST_ERR_CTP_BODY_TOO_LARGE` → 413 `request_too_large` naming `bodyLimitBytes`; invalid or empty JSON → 400
  * `invalid_json`; `FST_ERR_CTP_INVALID_MEDIA_TYPE` → 415 `unsupported_media_type`; `FST_ERR_BAD_URL` → 400
  * `invalid_url`; `FST_ERR_MAX_PARAM_LENGTH` → 414 `uri_too_long`; any other 4xx keeps its status and message
@@ -22,6 +24,8 @@ import { ApiError, toApiError } from './errors.js';
  */
 export function frameworkApiError(err: FastifyError, bodyLimitBytes: number): ApiError {
   if (err instanceof ApiError) return err;
+  const unauthorized = bearerAuthApiError(err);
+  if (unauthorized !== null) return unauthorized;
   switch (err.code) {
     case 'FST_ERR_CTP_BODY_TOO_LARGE':
       return new ApiError(413, `request body is larger than the gateway's limit of ${bodyLimitBytes} bytes`, {
@@ -84,7 +88,7 @@ export function makeClientErrorHandler(logger: Pick<Logger, 'debug'>): (err: Err
       socket.destroy();
       return;
     }
-    logger.debug({ err, status: apiErr.statusCode }, 'client error');
+    logger.debug({ code: err.code, status: apiErr.statusCode }, 'client error');
     const body = JSON.stringify(apiErr.toBody());
     const head =
       `HTTP/1.1 ${apiErr.statusCode} ${STATUS_CODES[apiErr.statusCode] ?? 'Error'}\r\n` +

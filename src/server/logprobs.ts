@@ -9,7 +9,7 @@
  * rendered finite: −∞ and NaN become −9999.0 (vLLM's clamp, gateway.md 12; SGLang #4097), identically when
  * streaming and not.
  */
-import { badRequest } from './errors.js';
+import { badRequest, quoteValue } from './errors.js';
 import type { TokenLogprob } from './generation.js';
 
 /** The finite stand-in for −∞ / NaN logprobs, and the floor of every value (vLLM's −9999.0, gateway.md 12). */
@@ -37,7 +37,7 @@ const isNull = (v: unknown): boolean => v === null || v === undefined;
 export function parseLogprobs(body: { logprobs?: unknown; top_logprobs?: unknown }, endpoint: 'chat' | 'completions'): number | null {
   const max = endpoint === 'chat' ? MAX_CHAT_TOP_LOGPROBS : MAX_COMPLETION_LOGPROBS;
   const checkK = (name: string, k: unknown): number => {
-    if (typeof k !== 'number' || !Number.isSafeInteger(k) || k < 0) throw badRequest(`'${name}' must be an integer ≥ 0; got ${JSON.stringify(k)}`, name);
+    if (typeof k !== 'number' || !Number.isSafeInteger(k) || k < 0) throw badRequest(`'${name}' must be an integer ≥ 0; got ${quoteValue(k)}`, name);
     if (k > max) throw badRequest(`'${name}' must be at most ${max}; got ${k}`, name);
     return k;
   };

@@ -4,7 +4,7 @@
  * 400 naming the parameter instead of an unexplained terminal `abort`).
  */
 import { DEFAULT_SAMPLING, type SamplingOptions } from '../protocols/types.js';
-import { badRequest, type ApiError } from './errors.js';
+import { badRequest, quoteValue, type ApiError } from './errors.js';
 import type { CommonBodyT } from './schemas.js';
 
 /** TokenSpeed's "top-k disabled" value after normalization (2^30, engine-wire.md 4.4 index 5). */
@@ -27,6 +27,10 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   echo: (v) => isNull(v) || v === false,
   suffix: (v) => isNull(v) || v === '',
   best_of: (v) => isNull(v) || v === 1,
+  // Would change the output (audio out, web search): refused unless they ask for plain text only.
+  modalities: (v) => isNull(v) || (Array.isArray(v) && v.every((m) => m === 'text')),
+  audio: isNull,
+  web_search_options: isNull,
 };
 
 /**
@@ -36,7 +40,7 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
 export function rejectUnsupported(body: Record<string, unknown>): void {
   for (const [name, isNoOp] of Object.entries(UNSUPPORTED)) {
     if (name in body && !isNoOp(body[name])) {
-      throw badRequest(`parameter '${name}' is not supported by this gateway yet (got ${JSON.stringify(body[name])})`, name, 'unsupported_parameter');
+      throw badRequest(`parameter '${name}' is not supported by this gateway yet (got ${quoteValue(body[name])})`, name, 'unsupported_parameter');
     }
   }
 }
@@ -51,7 +55,7 @@ export function parseStopStrings(stop: unknown): string[] {
   const list = typeof stop === 'string' ? [stop] : stop;
   if (!Array.isArray(list)) throw badRequest(`'stop' must be a string or a list of strings`, 'stop');
   for (const s of list) {
-    if (typeof s !== 'string') throw badRequest(`'stop' entries must be strings; got ${JSON.stringify(s)}`, 'stop');
+    if (typeof s !== 'string') throw badRequest(`'stop' entries must be strings; got ${quoteValue(s)}`, 'stop');
     if (s === '') throw badRequest(`'stop' must not contain empty strings`, 'stop');
   }
   return [...new Set(list as string[])];
@@ -76,10 +80,10 @@ export function parseLogitBias(value: unknown, vocabSize: number): Record<string
   for (const [key, bias] of Object.entries(value as Record<string, unknown>)) {
     const id = /^[0-9]+$/.test(key) ? Number(key) : NaN;
     if (!Number.isSafeInteger(id) || id >= vocabSize) {
-      throw badRequest(`'logit_bias' keys must be token ids in [0, ${vocabSize}); got ${JSON.stringify(key)}`, 'logit_bias');
+      throw badRequest(`'logit_bias' keys must be token ids in [0, ${vocabSize}); got ${quoteValue(key)}`, 'logit_bias');
     }
     if (typeof bias !== 'number' || !Number.isFinite(bias)) {
-      throw badRequest(`'logit_bias' values must be finite numbers; got ${JSON.stringify(bias)} for ${key}`, 'logit_bias');
+      throw badRequest(`'logit_bias' values must be finite numbers; got ${quoteValue(bias)} for ${key}`, 'logit_bias');
     }
     out[String(id)] = Math.min(LOGIT_BIAS_LIMIT, Math.max(-LOGIT_BIAS_LIMIT, bias));
   }

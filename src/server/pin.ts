@@ -3,7 +3,7 @@
  * request to one DP rank of the engine group.
  */
 import type { ConnectedEngine } from '../engine-client/link.js';
-import { badRequest } from './errors.js';
+import { badRequest, quoteValue } from './errors.js';
 
 /** The header name (Node lower-cases incoming header names, so matching is case-insensitive). */
 export const DP_RANK_HEADER = 'x-data-parallel-rank';
@@ -25,7 +25,7 @@ export function parseDpRankHeader(
   const rank = /^\d{1,9}$/.test(raw) ? Number(raw) : NaN;
   if (!Number.isInteger(rank) || !ranks.includes(rank)) {
     throw badRequest(
-      `X-data-parallel-rank must be ${valid} (the engine indexes of the connected DP ranks); got '${raw}'`,
+      `X-data-parallel-rank must be ${valid} (the engine indexes of the connected DP ranks); got ${quoteValue(raw)}`,
       'X-data-parallel-rank',
       'invalid_dp_rank',
     );

@@ -5,7 +5,7 @@
  * multi-megabyte prompt does not block the event loop for seconds only to be refused anyway.
  */
 import type { ChatMessage, GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import { ApiError, badRequest } from './errors.js';
+import { ApiError, badRequest, quoteValue } from './errors.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
@@ -46,7 +46,7 @@ export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
     m.content.forEach((part, j) => {
       if (part.type !== 'text') {
         throw badRequest(
-          `content part type '${part.type}' is not supported (only 'text' parts are)`,
+          `content part type ${quoteValue(part.type)} is not supported (only 'text' parts are)`,
           `messages[${i}].content[${j}].type`,
           'unsupported_content',
         );

@@ -4,13 +4,18 @@
  *
  * Schema rules:
  * - every optional parameter also accepts JSON `null` (OpenAI SDKs and pydantic-based clients send explicit nulls);
- * - `additionalProperties: false` at the top level: an unknown parameter is answered with 400 naming it (never silently
- *   dropped; the app's ajv runs with `removeAdditional: false`, `coerceTypes: false`);
+ * - `additionalProperties: false` at the top level marks the closed parameter set of a route: a top-level parameter
+ *   not listed is ignored and logged like vLLM does (unknown-fields.ts removes it before validation, so the flag never
+ *   fires there); nested objects stay strict (an unknown key inside one is a 400 naming it; the app's ajv runs with
+ *   `removeAdditional: false`, `coerceTypes: false`);
+ * - the parameters whose cost grows with their size are capped (input-limits.ts: `stop`, `stop_token_ids`,
+ *   `logit_bias`, `tools`), answered with 400 naming them;
  * - loosely typed parameters are validated in code with a 400 naming them (structured-output.ts, tool-choice.ts,
  *   logprobs.ts); parameters OpenAI defines but the gateway does not serve yet are typed loosely here and refused in code
  *   (params.ts `rejectUnsupported`) unless their value is the no-op default.
  */
 import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
+import { MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, MAX_TOOLS } from './input-limits.js';
 
 /** `T | null`, optional. */
 function Opt<T extends TSchema>(schema: T) {
@@ -34,15 +39,23 @@ const common = {
   n: Opt(Type.Integer()),
   stream: Opt(Type.Boolean()),
   stream_options: Opt(Type.Object({ include_usage: Opt(Type.Boolean()) }, { additionalProperties: false })),
-  stop_token_ids: Opt(Type.Array(Type.Integer())),
+  stop_token_ids: Opt(Type.Array(Type.Integer(), { maxItems: MAX_STOP_TOKEN_IDS })),
   ignore_eos: Opt(Type.Boolean()),
   skip_special_tokens: Opt(Type.Boolean()),
   /** OpenAI end-user id: accepted and ignored (it does not change generation). */
   user: Opt(Type.String()),
-  /** Stop strings: one string or a list (gateway.md 6 and 12); no count cap, as vLLM; empty strings → 400 (params.ts). */
-  stop: Opt(Type.Union([Type.String(), Type.Array(Type.String())])),
+  /**
+   * Stop strings: one string or a list (gateway.md 6 and 12); at most MAX_STOP_STRINGS of MAX_STOP_CHARS each
+   * (input-limits.ts); empty strings → 400 (params.ts).
+   */
+  stop: Opt(
+    Type.Union([
+      Type.String({ maxLength: MAX_STOP_CHARS }),
+      Type.Array(Type.String({ maxLength: MAX_STOP_CHARS }), { maxItems: MAX_STOP_STRINGS }),
+    ]),
+  ),
   /** Token id (decimal string key) → additive bias; validated and clamped in params.ts `parseLogitBias`. */
-  logit_bias: Opt(Type.Record(Type.String(), Type.Unknown())),
+  logit_bias: Opt(Type.Record(Type.String(), Type.Unknown(), { maxProperties: MAX_LOGIT_BIAS_ENTRIES })),
   /** vLLM extension: keep the matched stop string in the output. */
   include_stop_str_in_output: Opt(Type.Boolean()),
   /** Structured outputs (structured-output.ts validates them): OpenAI's `response_format`, vLLM's parameters. */
@@ -116,7 +129,7 @@ export const ChatCompletionBody = Type.Object(
     logprobs: Type.Optional(Type.Unknown()),
     top_logprobs: Type.Optional(Type.Unknown()),
     /** Function tools rendered into the prompt by the chat template; calls parsed per `tool_choice` (tool-choice.ts). */
-    tools: Opt(Type.Array(ToolSchema)),
+    tools: Opt(Type.Array(ToolSchema, { maxItems: MAX_TOOLS })),
     /** `none` | `auto` | `required` | a named function (tool-choice.ts `planTools`); tools are rendered for `none` too. */
     tool_choice: Type.Optional(Type.Unknown()),
     parallel_tool_calls: Type.Optional(Type.Unknown()),
@@ -130,6 +143,10 @@ export const ChatCompletionBody = Type.Object(
     functions: Type.Optional(Type.Unknown()),
     function_call: Type.Optional(Type.Unknown()),
     reasoning_effort: Type.Optional(Type.Unknown()),
+    // Output modalities and audio/web-search options would change the output: refused unless no-ops (params.ts).
+    modalities: Type.Optional(Type.Unknown()),
+    audio: Type.Optional(Type.Unknown()),
+    web_search_options: Type.Optional(Type.Unknown()),
   },
   { additionalProperties: false },
 );

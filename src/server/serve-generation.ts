@@ -28,7 +28,7 @@ import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { CommonBodyT } from './schemas.js';
-import { SseWriter } from './sse.js';
+import { ClientStalledError, SseWriter, type StreamBackpressure } from './sse.js';
 import { parseStructuredOutput, type RequestedStructuredOutput, type StructuredOutputFields } from './structured-output.js';
 
 /** What the generation routes share (built once by `buildApp`). */
@@ -55,6 +55,8 @@ export interface RouteContext {
   reasoningParser: ReasoningParserName | null;
   /** Stored Responses-API responses (`store`, `previous_response_id`; responses/store.ts). */
   responses: ResponsesStore;
+  /** Per-stream buffer bound and stall timeout of streamed responses (sse.ts). */
+  streamBackpressure: StreamBackpressure;
 }
 
 /** One server-sent event: `data` is JSON-serialized; `event` adds an `event:` line (the Responses API names them). */
@@ -380,7 +382,8 @@ export async function handleGeneration<B extends CommonBodyT>(
  * events are merged by arrival with choice indexes 0..n−1. Streaming: every index gets its own opening chunk (chat)
  * and its own terminal chunk; non-streaming: n choices in index order. Usage counts the prompt once and sums the
  * completion tokens. A disconnect or any sub-request's error aborts every unfinished sub-request; an error ends the
- * response with that error. Latency metrics (TTFT/ITL/E2E) follow sub-request 0.
+ * response with that error. A streaming client that keeps its buffer full past the stall timeout (sse.ts) has every
+ * sub-request aborted and its connection closed. Latency metrics (TTFT/ITL/E2E) follow sub-request 0.
  */
 export async function serveGeneration(
   ctx: RouteContext,
@@ -472,13 +475,25 @@ export async function serveGeneration(
     if (!raw.destroyed) raw.destroy();
     return reply;
   };
+  const streams: BackendStream[] = [];
+  // A client that kept its stream's buffer full past the stall timeout (sse.ts): ABORT its engine requests, close.
+  const endStalled = (err: ClientStalledError) => {
+    stopAll.abort();
+    for (const s of streams) s.cancel();
+    count(499, 'cancelled');
+    request.log.info(
+      { requestId, stalledMs: err.stalledMs, bufferedBytes: err.bufferedBytes },
+      'client stopped reading; engine request aborted and connection closed',
+    );
+    if (!raw.destroyed) raw.destroy();
+    return reply;
+  };
 
   try {
     // Submit every sub-request in the same tick (each routed on its own; dp-routing.md 12.3).
     const settled = await Promise.allSettled(
       engineRequests.map((r) => backend.submit(r, { dpRank, signal: disconnect.signal })),
     );
-    const streams: BackendStream[] = [];
     let submitError: unknown = null;
     for (const s of settled) {
       if (s.status === 'fulfilled') streams.push(s.value);
@@ -558,8 +573,9 @@ export async function serveGeneration(
 
     // Streaming: from here on errors travel as SSE events.
     reply.hijack();
-    const sse = new SseWriter(raw);
+    const sse = new SseWriter(raw, ctx.streamBackpressure);
     sse.start({ 'x-request-id': echoId });
+    disconnect.setProbe(() => sse.probe());
     const writer = shape.stream(base, { includeUsage: prepared.includeUsage, n });
     const send = async (list: readonly SseEvent[]) => {
       for (const e of list) await sse.send(e.data, e.event);
@@ -578,11 +594,20 @@ export async function serveGeneration(
       await send(writer.closing(usage(), results()));
       count(200, outcome());
     } catch (err) {
+      if (err instanceof ClientStalledError) return endStalled(err);
       if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
       const apiErr = toApiError(err);
       // Mid-stream: the HTTP status is already 200; the error travels as an SSE event (logged with its own status).
       count(200, 'error', `mid-stream (${apiErr.statusCode}): ${apiErr.message}`);
-      await send(writer.error(apiErr));
+      try {
+        await send(writer.error(apiErr));
+      } catch (sendErr) {
+        if (sendErr instanceof ClientStalledError) {
+          if (!raw.destroyed) raw.destroy();
+          return reply;
+        }
+        throw sendErr;
+      }
     }
     if (writer.doneSentinel) sse.done();
     else sse.end();

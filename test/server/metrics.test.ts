@@ -62,7 +62,7 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
   const backend = new FakeBackend();
   const { app } = await makeApp({ backend });
   try {
-    const ok = await app.inject({ method: 'GET', url: '/health' });
+    const ok = await app.inject({ method: 'GET', url: '/health?verbose=1' });
     assert.equal(ok.statusCode, 200);
     assert.deepEqual(ok.json(), {
       status: 'ok',
@@ -70,7 +70,7 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     });
     backend.alive = false;
     backend.stats.failures['engine-core-dead'] = 1;
-    const dead = await app.inject({ method: 'GET', url: '/health' });
+    const dead = await app.inject({ method: 'GET', url: '/health?verbose=1' });
     assert.equal(dead.statusCode, 503);
     assert.equal(dead.json().status, 'unhealthy');
     assert.deepEqual(dead.json().groups[0], {
@@ -78,6 +78,12 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     });
     assert.match(dead.json().error.message, /engine core dead.*engine-core-dead/);
     assert.equal(dead.json().error.code, 'engine_dead');
+    // Without ?verbose=1 the socket path is replaced by the group's position, also inside the message.
+    const plain = await app.inject({ method: 'GET', url: '/health' });
+    assert.equal(plain.statusCode, 503);
+    assert.equal(plain.json().groups[0].worker, 'group-0');
+    assert.ok(!plain.body.includes('/tmp/fake/worker'), plain.body);
+    assert.match(plain.json().error.message, /group-0: engine-core-dead/);
     const metrics = await app.inject({ method: 'GET', url: '/metrics' });
     assert.ok(metrics.body.includes(`model_gateway_engine_alive{model="${MODEL_ID}",worker="${WORKER}",engine="tokenspeed"} 0`));
   } finally {

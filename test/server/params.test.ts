@@ -88,8 +88,8 @@ test('parseDpRankHeader', () => {
   assert.equal(parseDpRankHeader('', engines), undefined);
   assert.equal(parseDpRankHeader('2', engines), 2);
   assert.equal(parseDpRankHeader(' 0 ', engines), 0);
-  assert.throws(() => parseDpRankHeader('1', engines), /one of 0, 2.*got '1'/);
-  assert.throws(() => parseDpRankHeader('0x1', engines), /got '0x1'/);
+  assert.throws(() => parseDpRankHeader('1', engines), /one of 0, 2.*got "1"/);
+  assert.throws(() => parseDpRankHeader('0x1', engines), /got "0x1"/);
   assert.throws(() => parseDpRankHeader(['0', '2'], engines), ApiError);
 });
 

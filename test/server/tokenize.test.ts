@@ -39,7 +39,7 @@ describe('/tokenize and /detokenize', () => {
     assert.match(decoded, /<\|im_start\|>user\n你好<\|im_end\|>\n<\|im_start\|>assistant\n/);
   });
 
-  test('refusals: both or neither input, bad token ids, unknown model, unknown fields', async () => {
+  test('refusals: both or neither input, bad token ids, unknown model, unknown nested fields (top-level ones are ignored)', async () => {
     assert.equal((await post('/tokenize', {})).statusCode, 400);
     assert.equal((await post('/tokenize', { prompt: 'a', messages: [{ role: 'user', content: 'b' }] })).statusCode, 400);
     assert.equal((await post('/tokenize', { prompt: 'a', add_generation_prompt: true })).json().error.param, 'add_generation_prompt');
@@ -48,6 +48,12 @@ describe('/tokenize and /detokenize', () => {
     assert.equal(bad.json().error.param, 'tokens');
     assert.equal((await post('/detokenize', { tokens: [-1] })).statusCode, 400);
     assert.equal((await post('/tokenize', { model: 'other', prompt: 'a' })).statusCode, 404);
-    assert.equal((await post('/tokenize', { prompt: 'a', frobnicate: 1 })).statusCode, 400);
+    // An unknown top-level field is ignored, as vLLM does (unknown-fields.ts); one inside a message is refused.
+    const ignored = await post('/tokenize', { prompt: 'a', frobnicate: 1 });
+    assert.equal(ignored.statusCode, 200, ignored.body);
+    assert.equal(ignored.json().count, (await post('/tokenize', { prompt: 'a' })).json().count);
+    const nested = await post('/tokenize', { messages: [{ role: 'user', content: 'b', frobnicate: 1 }] });
+    assert.equal(nested.statusCode, 400);
+    assert.equal(nested.json().error.param, 'messages[0].frobnicate');
   });
 });

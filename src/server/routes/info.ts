@@ -2,7 +2,9 @@
  * GET /v1/models, GET /health and GET /metrics (gateway.md sections 4.2 and 15).
  */
 import type { FastifyInstance } from 'fastify';
+import { wantsVerbose } from '../auth.js';
 import { healthReport } from '../health.js';
+import { redactHealth } from '../health-redact.js';
 import { checkModel, type RouteContext } from '../serve-generation.js';
 
 /**
@@ -14,7 +16,8 @@ import { checkModel, type RouteContext } from '../serve-generation.js';
  * - `/health`: 200 while at least one engine group's client is alive, 503 when none is; the body lists every group
  *   (`{status, groups: [{worker, engine, alive, message, dpRanks, failures}]}`, health.ts), and a 503 body adds an
  *   OpenAI-style error whose message says the engine core is dead and names the failure causes (gateway.md 4.2:
- *   liveness of the connection; nothing is sent to the engines);
+ *   liveness of the connection; nothing is sent to the engines); worker socket paths and pids are shown only with
+ *   `?verbose=1` (otherwise groups read `group-<i>`, health-redact.ts);
  * - `/metrics`: the app's own Prometheus registry (metrics.ts).
  */
 export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, startedAtSeconds: number): void {
@@ -36,10 +39,11 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     return model(id);
   });
 
-  app.get('/health', async (_request, reply) => {
+  app.get('/health', async (request, reply) => {
     const { statusCode, body } = healthReport(ctx.router.groups);
     reply.code(statusCode);
-    return body;
+    // Socket paths and pids only with ?verbose=1 (which needs the API key when one is set; auth.ts).
+    return wantsVerbose(request.query) ? body : redactHealth(body, ctx.router.groups.map((g) => g.worker));
   });
 
   app.get('/metrics', async (_request, reply) => {

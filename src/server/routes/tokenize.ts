@@ -14,6 +14,7 @@
 import type { FastifyInstance } from 'fastify';
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { badRequest } from '../errors.js';
+import { MAX_TOOLS } from '../input-limits.js';
 import { chatTemplateOptions, renderChat } from '../prompt.js';
 import { ChatMessageSchema, ToolSchema } from '../schemas.js';
 import { checkModel, type RouteContext } from '../serve-generation.js';
@@ -29,7 +30,7 @@ export const TokenizeBody = Type.Object(
     add_special_tokens: Opt(Type.Boolean()),
     add_generation_prompt: Opt(Type.Boolean()),
     continue_final_message: Opt(Type.Boolean()),
-    tools: Opt(Type.Array(ToolSchema)),
+    tools: Opt(Type.Array(ToolSchema, { maxItems: MAX_TOOLS })),
     chat_template_kwargs: Opt(Type.Record(Type.String(), Type.Unknown())),
   },
   { additionalProperties: false },

@@ -1,0 +1,91 @@
+/**
+ * The options of the gateway's HTTP edge (issue #10): API keys, CORS, the concurrency cap, bounded stream buffering
+ * and the request-receive timeout, with their defaults and checks. Each one's behaviour lives in its own module
+ * (auth.ts, cors.ts, concurrency.ts, sse.ts, app.ts for the timeouts).
+ */
+import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './concurrency.js';
+import type { CorsOptions } from './cors.js';
+import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES, type StreamBackpressure } from './sse.js';
+
+/** Default bound on receiving one whole request (headers and body): 60 s, then 408 and the connection closed. */
+export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+/** Node's own bound on receiving the headers (ms); kept unless the request bound is shorter. */
+export const NODE_HEADERS_TIMEOUT_MS = 60_000;
+
+/**
+ * Options of the HTTP edge; every field is optional and defaults as documented here.
+ * - `apiKeys`: accepted bearer keys; none (default) → no authentication (auth.ts).
+ * - `metricsRequireKey`: `/metrics` also needs a key (default false).
+ * - `cors`: CORS policy; absent (default) → no CORS headers (cors.ts).
+ * - `maxConcurrentRequests`: concurrent generation requests before 429 (default 512; 0 = no cap; concurrency.ts).
+ * - `streamBufferBytes`: bytes buffered per stream for a client that does not read (default 1 MiB; sse.ts).
+ * - `clientStallTimeoutMs`: how long such a client may stay stalled before its engine request is aborted and its
+ *   stream closed (default 30 000 ms; sse.ts).
+ * - `requestTimeoutMs`: bound on receiving a whole request, headers and body (default 60 000 ms); a request not
+ *   received by then gets 408 and its connection is closed. Once received, a request (and its stream) has no total
+ *   time bound (gateway.md 12 "Timeouts").
+ */
+export interface HttpEdgeOptions {
+  apiKeys?: readonly string[];
+  metricsRequireKey?: boolean;
+  cors?: CorsOptions;
+  maxConcurrentRequests?: number;
+  streamBufferBytes?: number;
+  clientStallTimeoutMs?: number;
+  requestTimeoutMs?: number;
+}
+
+/** `HttpEdgeOptions` with every default applied. */
+export interface ResolvedEdgeOptions {
+  apiKeys: readonly string[];
+  metricsRequireKey: boolean;
+  cors: CorsOptions | undefined;
+  maxConcurrentRequests: number;
+  streamBackpressure: StreamBackpressure;
+  requestTimeoutMs: number;
+}
+
+function positiveInteger(name: string, value: number): number {
+  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name} must be an integer ≥ 1, got ${value}`);
+  return value;
+}
+
+/**
+ * Apply the defaults and check `opts`. Throws RangeError for an empty API key, a negative or non-integer
+ * `maxConcurrentRequests`, and any other count or duration that is not an integer ≥ 1.
+ */
+export function resolveEdgeOptions(opts: HttpEdgeOptions = {}): ResolvedEdgeOptions {
+  const apiKeys = [...new Set(opts.apiKeys ?? [])];
+  if (apiKeys.some((k) => k.length === 0)) throw new RangeError('an API key must not be empty');
+  const max = opts.maxConcurrentRequests ?? DEFAULT_MAX_CONCURRENT_REQUESTS;
+  if (!Number.isSafeInteger(max) || max < 0) throw new RangeError(`maxConcurrentRequests must be an integer ≥ 0, got ${max}`);
+  return {
+    apiKeys,
+    metricsRequireKey: opts.metricsRequireKey === true,
+    cors: opts.cors,
+    maxConcurrentRequests: max,
+    streamBackpressure: {
+      maxBufferedBytes: positiveInteger('streamBufferBytes', opts.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES),
+      stallTimeoutMs: positiveInteger('clientStallTimeoutMs', opts.clientStallTimeoutMs ?? DEFAULT_CLIENT_STALL_TIMEOUT_MS),
+    },
+    requestTimeoutMs: positiveInteger('requestTimeoutMs', opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
+  };
+}
+
+/**
+ * Node HTTP server timing options for a request bound of `requestTimeoutMs`: the same `requestTimeout`, a
+ * `headersTimeout` no longer than it (Node requires that), and a `connectionsCheckingInterval` (how often Node looks
+ * for expired requests) of a tenth of the bound, between 50 ms and Node's default 30 s, so a 408 comes at most ~10 %
+ * late.
+ */
+export function serverTimeouts(requestTimeoutMs: number): {
+  requestTimeout: number;
+  headersTimeout: number;
+  connectionsCheckingInterval: number;
+} {
+  return {
+    requestTimeout: requestTimeoutMs,
+    headersTimeout: Math.min(NODE_HEADERS_TIMEOUT_MS, requestTimeoutMs),
+    connectionsCheckingInterval: Math.min(30_000, Math.max(50, Math.floor(requestTimeoutMs / 10))),
+  };
+}

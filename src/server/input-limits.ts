@@ -1,0 +1,88 @@
+/**
+ * Input limits of the HTTP API (issue #10 part 3): how deep a JSON body may nest and how many entries the
+ * parameters whose cost grows with their size may hold. Every limit answers 400 naming the parameter, never 500.
+ *
+ * Why a nesting limit at all: `JSON.parse` itself copes with any depth the body limit allows, but everything after it
+ * that walks a value recursively does not: `JSON.stringify` (error messages), the chat template's `tojson` (tools,
+ * `chat_template_kwargs`) and ajv overflow the stack somewhere between 1 000 and 5 000 levels, which surfaced as
+ * HTTP 500 "Maximum call stack size exceeded". Checking the depth once, right after parsing, bounds every later
+ * recursion; legitimate bodies (JSON schemas of tools and structured outputs included) nest a few levels deep.
+ */
+import type { FastifyInstance } from 'fastify';
+import { badRequest } from './errors.js';
+
+/** Deepest nesting a request body may have: the body object is level 1, each object or array inside adds one. */
+export const MAX_JSON_DEPTH = 64;
+
+/**
+ * At most this many stop strings of at most `MAX_STOP_CHARS` UTF-16 units each (the holdback check costs up to the
+ * square of a stop string's length per streamed token; OpenAI itself takes 4; vLLM has no cap).
+ */
+export const MAX_STOP_STRINGS = 64;
+export const MAX_STOP_CHARS = 256;
+/** At most this many `stop_token_ids` (forwarded to the engine, which checks them every step). */
+export const MAX_STOP_TOKEN_IDS = 1024;
+/** At most this many `logit_bias` entries (forwarded to the engine, applied every step). */
+export const MAX_LOGIT_BIAS_ENTRIES = 1024;
+/** At most this many `tools` (OpenAI's documented maximum of functions). */
+export const MAX_TOOLS = 128;
+
+/** A user-supplied name (a field name, a header value) as logs and messages show it: at most 100 characters. */
+export function shortName(name: string): string {
+  return name.length <= 100 ? name : `${name.slice(0, 100)}… (${Buffer.byteLength(name)} bytes)`;
+}
+
+/**
+ * The first top-level member of `body` that nests deeper than `maxDepth` levels (the body itself being level 1), as
+ * `{param}` (the member's key, or null when `body` is an array or a scalar nested too deep at the top), or null when
+ * the whole value is within the limit. Iterative (an explicit stack), so any depth is safe to inspect.
+ */
+export function findTooDeep(body: unknown, maxDepth: number): { param: string | null } | null {
+  if (body === null || typeof body !== 'object') return null;
+  const topKeys = Array.isArray(body) ? null : Object.keys(body);
+  const roots: Array<[unknown, string | null]> = topKeys === null ? [[body, null]] : topKeys.map((k) => [(body as Record<string, unknown>)[k], k]);
+  const baseDepth = topKeys === null ? 1 : 2;
+  for (const [root, param] of roots) {
+    if (root === null || typeof root !== 'object') continue;
+    const stack: Array<[object, number]> = [[root, baseDepth]];
+    while (stack.length > 0) {
+      const [value, depth] = stack.pop()!;
+      if (depth > maxDepth) return { param };
+      const children = Array.isArray(value) ? value : Object.values(value);
+      for (const child of children) {
+        if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+      }
+    }
+  }
+  return null;
+}
+
+/**
+ * Replace fastify's `application/json` body parser by the same parser (fastify's default: secure-json-parse, with
+ * `__proto__` and `constructor.prototype` keys refused) followed by the nesting check: a body deeper than `maxDepth`
+ * → 400 `nesting_too_deep` naming the top-level parameter. Call before the routes are registered.
+ */
+export function installJsonBodyParser(app: FastifyInstance, maxDepth = MAX_JSON_DEPTH): void {
+  const parseJson = app.getDefaultJsonParser('error', 'error');
+  app.removeContentTypeParser('application/json');
+  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
+    parseJson(request, typeof body === 'string' ? body : body.toString('utf8'), (err, parsed) => {
+      if (err) {
+        done(err, undefined);
+        return;
+      }
+      const tooDeep = findTooDeep(parsed, maxDepth);
+      if (tooDeep === null) {
+        done(null, parsed);
+        return;
+      }
+      const where = tooDeep.param === null ? 'the request body' : `'${shortName(tooDeep.param)}'`;
+      const error = badRequest(
+        `${where} nests deeper than ${maxDepth} levels of objects and arrays (the gateway's limit)`,
+        tooDeep.param === null ? null : shortName(tooDeep.param),
+        'nesting_too_deep',
+      );
+      done(error, undefined);
+    });
+  });
+}
