@@ -35,6 +35,10 @@ import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config
 import { packageVersion } from './server/app.js';
 import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
+import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './server/concurrency.js';
+import type { CorsOptions } from './server/cors.js';
+import { DEFAULT_REQUEST_TIMEOUT_MS, type HttpEdgeOptions } from './server/edge-options.js';
+import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES } from './server/sse.js';
 import { simEntryArgs } from './sim/spawn.js';
 import {
   REASONING_PARSER_NAMES,
@@ -162,6 +166,24 @@ a key of --config FILE; precedence: flag > environment > file):
   --responses-store N      Responses kept in memory for previous_response_id / item_reference / GET /v1/responses/{id}
                            (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
   --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
+
+HTTP edge (README "Security and limits"):
+  --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize (repeatable: any of
+                           the keys; default: the MODEL_GATEWAY_API_KEY environment variable, else no key)
+  --metrics-require-key    /metrics needs the key too (default: open)
+  --allowed-origins LIST   CORS: allowed origins, a JSON list or comma-separated; * = any (default: no CORS)
+  --allowed-methods LIST   CORS: allowed methods (default *; needs --allowed-origins)
+  --allowed-headers LIST   CORS: allowed request headers (default *; needs --allowed-origins)
+  --allow-credentials      CORS: allow credentials (needs --allowed-origins)
+  --max-concurrent-requests N
+                           Generation requests served at once before 429 + Retry-After (default ${DEFAULT_MAX_CONCURRENT_REQUESTS};
+                           0 = no cap)
+  --stream-buffer-bytes BYTES
+                           Bytes buffered per stream for a client that does not read (default ${DEFAULT_STREAM_BUFFER_BYTES})
+  --client-stall-timeout-ms N
+                           A streaming client that keeps that buffer full for N ms has its engine request aborted
+                           and its connection closed (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
+  --request-timeout-ms N   A request (headers and body) not received within N ms gets 408 (default ${DEFAULT_REQUEST_TIMEOUT_MS})
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
 request goes to the live group whose least-loaded rank scores lowest):
@@ -349,6 +371,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
  * a stray positional argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
  * `--dp-policy NAME` becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors); `--load-horizon-ms`,
  * `--balance-abs-threshold` and `--balance-rel-threshold` become `dpPolicyOptions` (issue 12).
+ * The HTTP-edge flags become `edge` (`parseEdgeArgs`; `MODEL_GATEWAY_API_KEY` is `--api-key` like every other
+ * option's variable).
  */
 export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): GatewayOptions | null {
   // The options table. Every option here is also MODEL_GATEWAY_<NAME> and a --config key (cli-config.ts).
@@ -384,6 +408,16 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         'load-horizon-ms': { type: 'string' },
         'balance-abs-threshold': { type: 'string' },
         'balance-rel-threshold': { type: 'string' },
+        'api-key': { type: 'string', multiple: true },
+        'metrics-require-key': { type: 'boolean' },
+        'allowed-origins': { type: 'string' },
+        'allowed-methods': { type: 'string' },
+        'allowed-headers': { type: 'string' },
+        'allow-credentials': { type: 'boolean' },
+        'max-concurrent-requests': { type: 'string' },
+        'stream-buffer-bytes': { type: 'string' },
+        'client-stall-timeout-ms': { type: 'string' },
+        'request-timeout-ms': { type: 'string' },
         help: { type: 'boolean', short: 'h' },
   } as const satisfies Record<string, OptionSpec>;
   let layered;
@@ -494,6 +528,8 @@ function serveOptionsFrom(parsed: {
   Object.assign(opts, parseOutputFlags(parsed.values as Parameters<typeof parseOutputFlags>[0]));
   const tuning = parsePolicyTuning(v['load-horizon-ms'], v['balance-abs-threshold'], v['balance-rel-threshold']);
   if (tuning !== null) opts.dpPolicyOptions = tuning;
+  const edge = parseEdgeArgs(parsed.values);
+  if (edge !== null) opts.edge = edge;
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);
@@ -502,6 +538,66 @@ function serveOptionsFrom(parsed: {
     throw err;
   }
   return opts;
+}
+
+/** The environment variable of `--api-key` (vLLM reads `VLLM_API_KEY` likewise); cli-config.ts maps it generically. */
+export const API_KEY_ENV = 'MODEL_GATEWAY_API_KEY';
+
+/** A CORS list flag: a JSON list of strings (vLLM's form, `["https://a.example"]`) or comma-separated values. */
+function parseListOption(flag: string, value: string): string[] {
+  const text = value.trim();
+  let list: unknown;
+  if (text.startsWith('[')) {
+    try {
+      list = JSON.parse(text);
+    } catch {
+      throw new UsageError(`--${flag} is not a valid JSON list: ${value}`);
+    }
+    if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) throw new UsageError(`--${flag} must be a list of strings`);
+  } else {
+    list = text.split(',');
+  }
+  const out = (list as string[]).map((x) => x.trim()).filter((x) => x !== '');
+  if (out.length === 0) throw new UsageError(`--${flag} needs at least one value`);
+  return out;
+}
+
+/**
+ * The HTTP-edge options of the parsed (layered) flags (`--api-key`, the CORS flags, the concurrency cap, stream
+ * buffering, the request timeout), or null when none is set. Throws UsageError for an empty key, a CORS flag without
+ * `--allowed-origins`, and bad numbers.
+ */
+function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[] | undefined>): HttpEdgeOptions | null {
+  const edge: HttpEdgeOptions = {};
+  const keys = v['api-key'] as string[] | undefined;
+  if (keys !== undefined) {
+    if (keys.some((k) => k === '')) throw new UsageError('--api-key must not be empty');
+    edge.apiKeys = keys;
+  }
+  if (v['metrics-require-key'] === true) edge.metricsRequireKey = true;
+  const origins = v['allowed-origins'] as string | undefined;
+  if (origins !== undefined) {
+    const cors: CorsOptions = { allowedOrigins: parseListOption('allowed-origins', origins) };
+    const methods = v['allowed-methods'] as string | undefined;
+    if (methods !== undefined) cors.allowedMethods = parseListOption('allowed-methods', methods).map((m) => m.toUpperCase());
+    const headers = v['allowed-headers'] as string | undefined;
+    if (headers !== undefined) cors.allowedHeaders = parseListOption('allowed-headers', headers);
+    if (v['allow-credentials'] === true) cors.allowCredentials = true;
+    edge.cors = cors;
+  } else {
+    const stray = ['allowed-methods', 'allowed-headers', 'allow-credentials'].find((f) => v[f] !== undefined);
+    if (stray !== undefined) throw new UsageError(`--${stray} needs --allowed-origins (CORS is off without it)`);
+  }
+  const num = (flag: string, min: number) => intOption(flag, v[flag] as string | undefined, min);
+  const max = num('max-concurrent-requests', 0);
+  if (max !== undefined) edge.maxConcurrentRequests = max;
+  const buffer = num('stream-buffer-bytes', 1);
+  if (buffer !== undefined) edge.streamBufferBytes = buffer;
+  const stall = num('client-stall-timeout-ms', 1);
+  if (stall !== undefined) edge.clientStallTimeoutMs = stall;
+  const requestTimeout = num('request-timeout-ms', 1);
+  if (requestTimeout !== undefined) edge.requestTimeoutMs = requestTimeout;
+  return Object.keys(edge).length > 0 ? edge : null;
 }
 
 /** A signal repeated within this many ms of the first counts as the same one (see `serve`). */

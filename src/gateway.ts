@@ -9,6 +9,7 @@
  * and skipped by routing while the others keep serving.
  */
 import { lstatSync, mkdirSync, unlinkSync } from 'node:fs';
+import { isIPv4 } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { basename, join, resolve } from 'node:path';
 import type { Logger } from 'pino';
@@ -23,6 +24,7 @@ import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
 import { buildApp } from './server/app.js';
 import type { ReasoningParserName, ToolCallParserName } from './server/parsers/index.js';
+import { resolveEdgeOptions, type HttpEdgeOptions } from './server/edge-options.js';
 import type { BackendGroup, EngineFamily } from './server/backend.js';
 import { GatewayMetrics } from './server/metrics.js';
 import { createGatewayLogger, type LogFormat } from './gateway-logger.js';
@@ -102,6 +104,9 @@ export interface GroupOptions {
  * - `dpPolicyOptions`: tuning of the load-based policies (report ageing horizon, cache-aware balance bound;
  *   `DpPolicyTuning`); a bad value is a RangeError before anything starts. `cache_aware` sizes its per-rank index
  *   from each group's ready response (`indexShapeFor`).
+ * - `edge`: the HTTP edge (API keys, CORS, concurrency cap, stream buffering, request timeout; src/server/
+ *   edge-options.ts); invalid values are a RangeError before anything starts. Listening on a non-loopback `host`
+ *   without an API key logs a warning.
  */
 export interface GatewayOptions extends GroupOptions {
   port?: number;
@@ -129,6 +134,7 @@ export interface GatewayOptions extends GroupOptions {
   reasoningParser?: ReasoningParserName;
   responsesStoreSize?: number;
   dpPolicyOptions?: DpPolicyTuning;
+  edge?: HttpEdgeOptions;
 }
 
 /** One served engine group of a running gateway. */
@@ -355,6 +361,14 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   if (opts.silenceTimeoutMs !== undefined && !(Number.isFinite(opts.silenceTimeoutMs) && opts.silenceTimeoutMs > 0)) {
     throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${opts.silenceTimeoutMs}`);
   }
+  const edge = resolveEdgeOptions(opts.edge); // validate before starting anything
+  if (edge.apiKeys.length === 0 && !isLoopbackHost(host)) {
+    logger.warn(
+      { host },
+      `listening on ${host}, which is reachable beyond this machine, without an API key: anyone who can reach it can ` +
+        'use the API; set --api-key (or MODEL_GATEWAY_API_KEY)',
+    );
+  }
   const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
   const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
   const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
@@ -485,6 +499,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
       ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
       ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
+      ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
     });
     try {
       // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
@@ -539,6 +554,17 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     await cleanup();
     throw err;
   }
+}
+
+/**
+ * Whether `host` (a bind address or name) only listens on this machine: `localhost`, 127.0.0.0/8, `::1` (also in
+ * brackets or IPv4-mapped). `0.0.0.0`, `::` and every other address are reachable from elsewhere.
+ */
+export function isLoopbackHost(host: string): boolean {
+  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1');
+  if (h === 'localhost' || h === '::1') return true;
+  const v4 = h.startsWith('::ffff:') ? h.slice('::ffff:'.length) : h;
+  return isIPv4(v4) && v4.startsWith('127.');
 }
 
 /**

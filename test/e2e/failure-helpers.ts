@@ -17,8 +17,8 @@
  */
 import assert from 'node:assert/strict';
 import { Push } from 'zeromq';
-import { pino, type Logger } from 'pino';
 import { startGateway, type GatewayOptions, type GroupOptions, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { captureLogs, type LogRecord } from '../helpers/logs.js';
 import { completionSse } from '../helpers/sse.js';
 import { waitUntil } from './spread-helpers.js';
 
@@ -198,27 +198,7 @@ export async function workerCounter(url: string, name: string, worker: string): 
   return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf('}') + 1).trim());
 }
 
-/** One captured pino log record. */
-export interface LogRecord {
-  level: number;
-  msg: string;
-  [key: string]: unknown;
-}
-
-/** A pino logger writing JSON records into memory (level `warn` and above by default). */
-export function captureLogs(level = 'warn'): { logger: Logger; records: LogRecord[] } {
-  const records: LogRecord[] = [];
-  const logger = pino({ level }, {
-    write(line: string): void {
-      try {
-        records.push(JSON.parse(line) as LogRecord);
-      } catch {
-        records.push({ level: 0, msg: line });
-      }
-    },
-  });
-  return { logger, records };
-}
+export { captureLogs, type LogRecord };
 
 /**
  * A ZeroMQ PUSH connected to a group's output endpoint (the gateway's bound PULL, engine-wire.md 1.1): what it

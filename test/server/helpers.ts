@@ -3,11 +3,12 @@
  * app over a `FakeBackend`, an SSE payload parser that refuses malformed records, and a raw HTTP/1.1 exchange.
  */
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
+import { connect, type AddressInfo } from 'node:net';
 import { after, before } from 'node:test';
 import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { buildApp, type GatewayDeps } from '../../src/server/app.js';
+import type { HttpEdgeOptions } from '../../src/server/edge-options.js';
 import type { BackendGroup } from '../../src/server/backend.js';
 import { GatewayMetrics } from '../../src/server/metrics.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
@@ -28,7 +29,8 @@ export const WORKER = 'ipc:///tmp/fake/worker';
 
 /**
  * A built (not listening) app over fake backends (and the shared Qwen3 tokenizer unless one is given): one TokenSpeed
- * group named `WORKER` over `backend` (a fresh fake by default), or the given `groups`.
+ * group named `WORKER` over `backend` (a fresh fake by default), or the given `groups`; `edge` options (API keys,
+ * CORS, limits) and a `logger` (default silent) are passed through.
  */
 export async function makeApp(
   opts: {
@@ -38,6 +40,7 @@ export async function makeApp(
     tokenizer?: GatewayTokenizer;
     /** Output-parsing options of the app (tool-call parser, reasoning parser, Responses store). */
     output?: Pick<GatewayDeps, 'toolCallParser' | 'reasoningParser' | 'responsesStore'>;
+    edge?: HttpEdgeOptions;
     logger?: Logger;
     servedModelNames?: string[];
   } = {},
@@ -54,8 +57,18 @@ export async function makeApp(
     metrics,
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...opts.output,
+    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
   });
   return { app, backend, tokenizer, metrics };
+}
+
+/**
+ * `makeApp(opts)` listening on 127.0.0.1 (any free port); `port` is the bound port. The caller closes `app`.
+ */
+export async function listenApp(opts: Parameters<typeof makeApp>[0] = {}): Promise<AppFixture & { port: number }> {
+  const made = await makeApp(opts);
+  await made.app.listen({ port: 0, host: '127.0.0.1' });
+  return { ...made, port: (made.app.server.address() as AddressInfo).port };
 }
 
 /** The app, fake backend, tokenizer and metrics of one `describe` block (filled in by its `before` hook). */
