@@ -12,6 +12,13 @@ const UNION_SHAPES: Record<string, string> = {
   role: "one of 'system', 'developer', 'user', 'assistant', 'tool'",
 };
 
+/** How a size-limit keyword reads in a message, given its limit. */
+const SIZE_LIMITS: Record<string, (limit: string) => string> = {
+  maxItems: (n) => `has more than ${n} entries`,
+  maxLength: (n) => `is longer than ${n} characters`,
+  maxProperties: (n) => `has more than ${n} entries`,
+};
+
 /** `/messages/0/content` → `messages[0].content`. */
 export function pathToParam(instancePath: string): string {
   let out = '';
@@ -30,6 +37,8 @@ function join(parent: string, child: string): string {
  * One `ApiError` (400, `invalid_request_error`) for a failed validation:
  * - an unknown top-level key → "Unrecognized request argument supplied: X" (OpenAI's wording), `param` = X;
  * - a missing required key → "'X' is a required property";
+ * - a size limit (`maxItems`, `maxLength`, `maxProperties`; input-limits.ts) anywhere in a union → that limit, `param`
+ *   = the union's parameter;
  * - a union mismatch → the union's allowed shapes; a type mismatch → the expected JSON type(s);
  * - anything else → ajv's message prefixed with the parameter.
  */
@@ -54,6 +63,13 @@ export function formatValidationErrors(errors: FastifySchemaValidationError[], d
   const union = errors.find((e) => e.keyword === 'anyOf');
   const target = union ?? first;
   const param = pathToParam(target.instancePath);
+  // A size limit (input-limits.ts) in any branch is the real reason: every optional parameter is a union with null.
+  const size = errors.find((e) => SIZE_LIMITS[e.keyword] !== undefined);
+  if (size !== undefined) {
+    const limit = String((size.params as { limit?: unknown }).limit);
+    const what = SIZE_LIMITS[size.keyword]!(limit);
+    return badRequest(`'${pathToParam(size.instancePath)}' ${what} (the gateway's limit)`, param || null, 'invalid_parameter');
+  }
   const leaf = param.replace(/.*[.\]]/, '').replace(/\[\d+\]$/, '');
   if (union !== undefined) {
     const consts = errors
