@@ -30,7 +30,7 @@ export const WORKER = 'ipc:///tmp/fake/worker';
 /**
  * A built (not listening) app over fake backends (and the shared Qwen3 tokenizer unless one is given): one TokenSpeed
  * group named `WORKER` over `backend` (a fresh fake by default), or the given `groups`; `edge` options (API keys,
- * CORS, limits) and a `logger` (default silent) are passed through.
+ * CORS, limits), a `logger` (default silent) and the served model names (default `MODEL_ID`) are passed through.
  */
 export async function makeApp(
   opts: {
