@@ -1,0 +1,137 @@
+/**
+ * 200 clients that never read (issue #10 part 2, "Done when"): raw TCP sockets each send a long streaming request
+ * to a real gateway over four spawned simulated ranks and then never read a byte. Every stream must stop at the
+ * per-stream buffer bound, every engine request must be ABORTed once its client has stayed stalled past the stall
+ * timeout (counted by the engine client and by the ranks themselves), and the gateway's memory must grow by a bounded
+ * amount, not with the responses' size.
+ *
+ * Budget: every SSE record carries the served model name, which is made 128 KiB long here, so the ~4 MB a Linux
+ * loopback socket absorbs before back-pressure reaches the gateway fill after ~35 records per client instead of
+ * ~20 000 (the test then moves ~7 000 records, ~0.9 GB, in all). Memory numbers are printed for the closing note; the bound
+ * asserted is generous (the machine is shared), nothing here asserts a duration.
+ */
+import assert from 'node:assert/strict';
+import { connect, type Socket } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import type { RunningGateway } from '../../src/gateway.js';
+import { hangGuard } from '../helpers/async.js';
+import { startSimGateway } from '../helpers/gateway.js';
+import { captureLogs, type LogRecord } from '../helpers/logs.js';
+
+const CLIENTS = 200;
+const MODEL = `slow-reader-model-${'x'.repeat(128 * 1024)}`;
+/** One SSE record: the model name plus about 300 bytes of chunk. */
+const RECORD_BYTES = MODEL.length + 1024;
+const BUFFER_BYTES = 256 * 1024;
+const STALL_MS = 1_000;
+/**
+ * Generous bounds on the gateway process's growth: the buffers alone may hold 200 × (256 KiB + one 128 KiB record) =
+ * 75 MiB; without the stall timeout each engine stream would queue its whole response (4000 tokens) instead.
+ */
+const MAX_HEAP_GROWTH = 250 * 1024 * 1024;
+const MAX_RSS_GROWTH = 450 * 1024 * 1024;
+
+const mib = (bytes: number): string => `${(bytes / 1024 / 1024).toFixed(1)} MiB`;
+
+function abortsSent(gateway: RunningGateway): number {
+  return gateway.groups.reduce((n, g) => n + g.client.stats.abortsSent, 0);
+}
+
+describe('200 clients that never read', { timeout: 240_000 }, () => {
+  let gateway: RunningGateway;
+  let records: LogRecord[];
+  const sockets: Socket[] = [];
+
+  before(async () => {
+    const logs = captureLogs('info');
+    records = logs.records;
+    gateway = await startSimGateway({
+      sim: 4,
+      // Real step times (about 75 tokens/s per request with 50 running on a rank): the engine keeps generating at a
+      // realistic rate while the clients are stalled. Info logs: each rank reports its ABORT count when it stops.
+      simArgs: ['--time-scale', '1', '--log-level', 'info'],
+      modelId: MODEL,
+      logger: logs.logger,
+      edge: { streamBufferBytes: BUFFER_BYTES, clientStallTimeoutMs: STALL_MS },
+    });
+  });
+  after(async () => {
+    for (const s of sockets) s.destroy();
+    await gateway?.close();
+  });
+
+  test('every stream is cut at the buffer bound and ABORTed after the stall timeout; memory stays bounded', async () => {
+    // Warm up the path once (JIT, tokenizer caches) so the baseline is not taken on a cold process.
+    const warm = await fetch(`${gateway.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ prompt: 'warm up', max_tokens: 8, stream: true }),
+    });
+    await warm.text();
+    const before = process.memoryUsage();
+    let peakRss = before.rss;
+    let peakHeap = before.heapUsed;
+    const sampler = setInterval(() => {
+      const m = process.memoryUsage();
+      peakRss = Math.max(peakRss, m.rss);
+      peakHeap = Math.max(peakHeap, m.heapUsed);
+    }, 50);
+
+    const abortsBefore = abortsSent(gateway);
+    const payload = JSON.stringify({ prompt: 'Tell me a very long story.', max_tokens: 4000, ignore_eos: true, stream: true });
+    const request =
+      `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
+      `Content-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`;
+    const port = Number(new URL(gateway.url).port);
+    for (let i = 0; i < CLIENTS; i++) {
+      const socket = connect(port, '127.0.0.1');
+      socket.on('error', () => {});
+      socket.pause(); // never read
+      socket.write(request);
+      sockets.push(socket);
+    }
+    const started = performance.now();
+    try {
+      await hangGuard(
+        (async () => {
+          while (abortsSent(gateway) - abortsBefore < CLIENTS) await new Promise((r) => setTimeout(r, 100));
+        })(),
+        180_000,
+        `${CLIENTS} ABORTs (sent so far: ${abortsSent(gateway) - abortsBefore})`,
+      );
+    } finally {
+      clearInterval(sampler);
+    }
+    const elapsedMs = performance.now() - started;
+    const afterAborts = process.memoryUsage();
+
+    // The gateway gave every stalled client up: in-flight sets are empty, every abort was logged once.
+    for (const g of gateway.groups) {
+      assert.deepEqual(g.client.rankStates().map((r) => r.inFlight), g.client.rankStates().map(() => 0), 'in-flight sets empty');
+    }
+    const stalled = records.filter((r) => r.msg.startsWith('client stopped reading'));
+    assert.equal(stalled.length, CLIENTS, 'one info line per stalled client');
+    const buffered = stalled.map((r) => r.bufferedBytes as number);
+    assert.ok(Math.max(...buffered) < BUFFER_BYTES + RECORD_BYTES, `at most the bound plus one record buffered (max ${Math.max(...buffered)})`);
+
+    const heapGrowth = peakHeap - before.heapUsed;
+    const rssGrowth = peakRss - before.rss;
+    process.stdout.write(
+      `# slow readers: ${CLIENTS} clients, buffer bound ${mib(BUFFER_BYTES)}, stall ${STALL_MS} ms; all ABORTed after ` +
+        `${(elapsedMs / 1000).toFixed(1)} s; heap ${mib(before.heapUsed)} → peak ${mib(peakHeap)} (+${mib(heapGrowth)}) → ` +
+        `${mib(afterAborts.heapUsed)}; rss ${mib(before.rss)} → peak ${mib(peakRss)} (+${mib(rssGrowth)}) → ` +
+        `${mib(afterAborts.rss)}; buffered per stalled stream: max ${mib(Math.max(...buffered))}\n`,
+    );
+    assert.ok(heapGrowth < MAX_HEAP_GROWTH, `heap grew by ${mib(heapGrowth)}`);
+    assert.ok(rssGrowth < MAX_RSS_GROWTH, `rss grew by ${mib(rssGrowth)}`);
+
+    // The ranks themselves received the ABORTs: each reports its count when it stops.
+    for (const s of sockets) s.destroy();
+    await gateway.close();
+    const stops = records.filter((r) => r.msg === 'sim rank stopped');
+    assert.equal(stops.length, 4, 'every rank reported its stats');
+    const aborted = stops.reduce((n, r) => n + (r.aborted as number) + (r.abortedOnArrival as number), 0);
+    process.stdout.write(`# slow readers: the ranks dropped ${aborted} requests on ABORT\n`);
+    assert.equal(aborted, CLIENTS, 'every stalled request was aborted on its rank');
+  });
+});
