@@ -87,6 +87,11 @@ export class FakeStream implements BackendStream {
     return this.abortedUnfinished;
   }
 
+  /** True once the stream got its terminal output or was cancelled (nothing more will be delivered). */
+  get isDone(): boolean {
+    return this.done;
+  }
+
   private feed(item: Item): void {
     if (this.done) return;
     if ('output' in item && item.output.finishReason !== null) this.done = true;
