@@ -69,7 +69,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     for (const o of outcomes) assert.ok(o.completed && o.finishReason === 'length' && o.text.length > 0, JSON.stringify(o));
     assert.ok(dispatched(tokenspeed) > 0 && dispatched(vllm) > 0, `both groups served: ${dispatched(tokenspeed)}/${dispatched(vllm)}`);
     await waitUntil(() => [...inFlight(tokenspeed), ...inFlight(vllm)].every((n) => n === 0), 'in-flight sets empty');
-    const health = await fetch(`${gateway.url}/health`);
+    const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200);
     const body = (await health.json()) as { status: string; groups: { worker: string; engine: string; alive: boolean; message: string }[] };
     assert.equal(body.status, 'ok');
@@ -122,7 +122,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     assert.equal(survivors.length, 2);
 
     // /health: 200 while one group lives, the failed group reported unhealthy; /metrics: one alive gauge per group.
-    const health = await fetch(`${gateway.url}/health`);
+    const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200);
     const body = (await health.json()) as { status: string; groups: { worker: string; alive: boolean; message: string; failures: Record<string, number> }[] };
     assert.equal(body.status, 'degraded');

@@ -397,7 +397,7 @@ export class FailureScenario {
     assert.equal(count, 1);
     assert.ok(causes.includes(cause), `failure cause ${cause} is one of ${causes.join(', ')}`);
 
-    const health = await fetch(`${gateway.url}/health`);
+    const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200, '/health is 200 while a group lives');
     const body = (await health.json()) as { status: string; groups: { worker: string; engine: string; alive: boolean; message: string; failures: Record<string, number> }[] };
     assert.equal(body.status, 'degraded');

@@ -2,7 +2,7 @@
  * Bounded buffering of streamed responses (src/server/sse.ts; issue #10 part 2) over raw HTTP/1.1 sockets with a
  * fake engine that produces as fast as it is read: a client that never reads has its engine request aborted and its
  * connection closed once it has kept the buffer full past the stall timeout; a client that reads slowly, with pauses
- * shorter than the stall timeout, gets its whole stream. (The end-to-end memory bound with 200 such clients and real
+ * far shorter than the stall timeout, gets its whole stream. (The end-to-end memory bound with 200 such clients and real
  * simulated ranks is test/e2e/slow-readers.test.ts.)
  */
 import assert from 'node:assert/strict';
@@ -78,22 +78,26 @@ describe('streams and clients that stop reading', () => {
     assert.ok((line.bufferedBytes as number) >= 64 * 1024, `buffered ${String(line.bufferedBytes)}`);
   });
 
-  test('a slow reader with pauses shorter than the stall timeout gets the whole stream', async () => {
-    fx.backend.onSubmit = (s) => produce(s.stream, 400, true); // about 6.5 MB
-    const submitted = fx.backend.nextSubmission();
-    const socket = connect(fx.port, '127.0.0.1');
+  test('a slow reader with pauses far shorter than the stall timeout gets the whole stream', async () => {
+    // Its own app with a 10 s stall timeout against 100 ms pauses: a loaded machine cannot turn a pause into a stall.
+    const slow = await listenApp({ modelId: LONG_MODEL_ID, edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: 10_000 } });
+    slow.backend.onSubmit = (s) => produce(s.stream, 400, true); // about 6.5 MB
+    const submitted = slow.backend.nextSubmission();
+    const socket = connect(slow.port, '127.0.0.1');
     let got = '';
     let sincePause = 0;
     socket.on('data', (c: Buffer) => {
       got += c.toString('utf8');
       sincePause += c.length;
-      // After each MiB read, stop for two thirds of the stall timeout (the gateway's buffer fills meanwhile).
+      // After each MiB read, stop for 100 ms (the gateway's buffer fills meanwhile and waits for the drain).
       if (sincePause < 1024 * 1024) return;
       sincePause = 0;
       socket.pause();
-      setTimeout(() => socket.resume(), (STALL_MS * 2) / 3).unref();
+      setTimeout(() => socket.resume(), 100).unref();
     });
-    const done = new Promise<void>((resolve) => {
+    // The stream ends with [DONE]; a connection the gateway closes first fails the test at once.
+    const done = new Promise<void>((resolve, reject) => {
+      socket.on('close', () => (got.includes('data: [DONE]') ? resolve() : reject(new Error('the gateway closed a reading client'))));
       const check = () => (got.includes('data: [DONE]') ? resolve() : setTimeout(check, 20));
       check();
     });
@@ -104,6 +108,7 @@ describe('streams and clients that stop reading', () => {
       await hangGuard(done, 50_000, 'the end of the slow stream');
     } finally {
       socket.destroy();
+      await slow.app.close();
     }
     assert.equal(sub.stream.isCancelled, false, 'never aborted');
     assert.match(got, /"finish_reason":"length"/);
