@@ -573,7 +573,9 @@ export async function serveGeneration(
 
     // Streaming: from here on errors travel as SSE events.
     reply.hijack();
-    const sse = new SseWriter(raw, ctx.streamBackpressure);
+    const sse = new SseWriter(raw, ctx.streamBackpressure, (bufferedBytes) =>
+      request.log.debug({ requestId, bufferedBytes }, 'client is not keeping up: stream paused at the buffer bound'),
+    );
     sse.start({ 'x-request-id': echoId });
     disconnect.setProbe(() => sse.probe());
     const writer = shape.stream(base, { includeUsage: prepared.includeUsage, n });

@@ -55,10 +55,15 @@ export class ClientStalledError extends Error {
  */
 export class SseWriter {
   private doneSent = false;
+  private pausedBefore = false;
 
+  /**
+   * `onFirstPause` is called once, the first time `send` has to wait for the client (for a debug log line).
+   */
   constructor(
     private readonly res: ServerResponse,
     private readonly backpressure: StreamBackpressure = DEFAULT_STREAM_BACKPRESSURE,
+    private readonly onFirstPause: (bufferedBytes: number) => void = () => {},
   ) {}
 
   /**
@@ -93,6 +98,10 @@ export class SseWriter {
     const accepted = this.res.write(record);
     // `write` returning false means over the stream's high-water mark, so a `drain` will follow.
     if (accepted || this.res.writableLength < this.backpressure.maxBufferedBytes) return;
+    if (!this.pausedBefore) {
+      this.pausedBefore = true;
+      this.onFirstPause(this.res.writableLength);
+    }
     await this.waitForDrain();
   }
 
