@@ -9,7 +9,7 @@
  * every malformed value is a 400 naming its parameter.
  */
 import type { StructuredConstraint, StructuredOutput } from '../protocols/types.js';
-import { badRequest } from './errors.js';
+import { badRequest, quoteValue } from './errors.js';
 
 const isNull = (v: unknown): v is null | undefined => v === null || v === undefined;
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -87,7 +87,7 @@ function fromResponseFormat(rf: unknown): StructuredOutput | null {
     }
     default:
       throw badRequest(
-        `'response_format.type' must be one of text, json_object, json_schema, structural_tag; got ${JSON.stringify(rf.type)}`,
+        `'response_format.type' must be one of text, json_object, json_schema, structural_tag; got ${quoteValue(rf.type)}`,
         'response_format.type',
       );
   }

@@ -15,7 +15,7 @@
  * is a 400 (the engines take one constraint).
  */
 import type { StructuredOutput } from '../protocols/types.js';
-import { badRequest } from './errors.js';
+import { badRequest, quoteValue } from './errors.js';
 import { JSON_ARRAY_LAYOUT, JsonCallsParser } from './parsers/json-calls.js';
 import { NamedCallParser } from './parsers/named-call.js';
 import { createToolCallParser, type ToolCallIdSource, type ToolCallParser, type ToolCallParserName } from './parsers/index.js';
@@ -119,7 +119,7 @@ export function planTools(
   const named = namedChoice(toolChoice);
   if (named === null) {
     throw badRequest(
-      `'tool_choice' must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}; got ${JSON.stringify(toolChoice)}`,
+      `'tool_choice' must be "none", "auto", "required" or {"type": "function", "function": {"name": ...}}; got ${quoteValue(toolChoice)}`,
       'tool_choice',
     );
   }

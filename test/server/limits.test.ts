@@ -100,7 +100,9 @@ describe('input limits and error hygiene', () => {
     const secret = `SECRET-${'z'.repeat(7 * 1024 * 1024)}`;
     records.length = 0;
     for (const [path, body, param] of [
-      ['/v1/chat/completions', { messages: USER, response_format: { type: 'json_schema', x: secret } }, 'response_format'],
+      ['/v1/chat/completions', { messages: USER, reasoning_effort: secret }, 'reasoning_effort'],
+      ['/v1/chat/completions', { messages: USER, response_format: { type: secret } }, 'response_format.type'],
+      ['/v1/chat/completions', { messages: USER, tool_choice: secret }, 'tool_choice'],
       ['/v1/completions', { prompt: 'x', logprobs: secret }, 'logprobs'],
       ['/v1/completions', { prompt: 'x', suffix: secret }, 'suffix'],
     ] as const) {

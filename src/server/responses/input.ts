@@ -10,7 +10,7 @@
  * - `item_reference` items, and `previous_response_id`, are resolved from the store (responses/store.ts).
  * `instructions` become a first system message (not carried over from a previous response, as OpenAI documents).
  */
-import { ApiError, badRequest } from '../errors.js';
+import { ApiError, badRequest, quoteValue } from '../errors.js';
 import type { ChatCompletionBodyT } from '../schemas.js';
 import type { ResponsesStore } from './store.js';
 
@@ -34,7 +34,7 @@ function contentText(content: unknown, path: string): string {
       if (!isObject(part)) throw badRequest(`'${path}[${j}]' must be an object`, `${path}[${j}]`);
       if ((part.type === 'input_text' || part.type === 'output_text' || part.type === 'text') && typeof part.text === 'string') return part.text;
       throw badRequest(
-        `content part type ${JSON.stringify(part.type)} is not supported (only input_text and output_text are)`,
+        `content part type ${quoteValue(part.type)} is not supported (only input_text and output_text are)`,
         `${path}[${j}].type`,
         'unsupported_content',
       );
@@ -78,7 +78,7 @@ export function resolveItems(store: ResponsesStore, input: string | unknown[], p
       const id = raw.id;
       const found = typeof id === 'string' ? store.item(id) : undefined;
       if (found === undefined) {
-        throw badRequest(`Item with id ${JSON.stringify(id)} not found (items are kept with stored responses in this gateway's memory only)`, `input[${i}]`, 'item_not_found');
+        throw badRequest(`Item with id ${quoteValue(id)} not found (items are kept with stored responses in this gateway's memory only)`, `input[${i}]`, 'item_not_found');
       }
       items.push(found);
       return;
@@ -113,7 +113,7 @@ export function itemsToMessages(items: readonly Item[], instructions: string | n
       case 'message': {
         const role = item.role;
         if (role !== 'user' && role !== 'system' && role !== 'developer' && role !== 'assistant') {
-          throw badRequest(`'${path}.role' must be user, system, developer or assistant; got ${JSON.stringify(role)}`, `${path}.role`);
+          throw badRequest(`'${path}.role' must be user, system, developer or assistant; got ${quoteValue(role)}`, `${path}.role`);
         }
         messages.push({ role, content: contentText(item.content, `${path}.content`) });
         return;
@@ -135,7 +135,7 @@ export function itemsToMessages(items: readonly Item[], instructions: string | n
         return;
       default:
         throw badRequest(
-          `input item type ${JSON.stringify(type)} is not supported (message, function_call, function_call_output, reasoning and item_reference are)`,
+          `input item type ${quoteValue(type)} is not supported (message, function_call, function_call_output, reasoning and item_reference are)`,
           `${path}.type`,
           'unsupported_parameter',
         );

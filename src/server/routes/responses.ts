@@ -11,7 +11,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { ApiError, badRequest } from '../errors.js';
+import { ApiError, badRequest, quoteValue } from '../errors.js';
 import { itemsToMessages, resolveItems } from '../responses/input.js';
 import { responsesShape } from '../responses/output.js';
 import { ResponsesBody, type ResponsesBodyT } from '../responses/schema.js';
@@ -26,7 +26,7 @@ function chatFormTools(tools: unknown[] | null | undefined): NonNullable<ChatCom
   return (tools ?? []).map((t, i) => {
     if (!isObject(t) || t.type !== 'function') {
       throw badRequest(
-        `tool type ${JSON.stringify(isObject(t) ? t.type : t)} is not supported (only function tools are)`,
+        `tool type ${quoteValue(isObject(t) ? t.type : t)} is not supported (only function tools are)`,
         `tools[${i}].type`,
         'unsupported_parameter',
       );
