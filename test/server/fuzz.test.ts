@@ -1,6 +1,6 @@
 /**
  * A seeded, bounded fuzz of the HTTP API (issue #10 "Done when"): mutated JSON bodies and header sets against
- * /v1/chat/completions, /v1/completions, /tokenize and /detokenize, through fastify's `inject` (2 100 cases: the
+ * /v1/chat/completions, /v1/completions, /tokenize, /detokenize and /v1/responses, through fastify's `inject` (2 100 cases: the
  * whole app, parsing to response) and over raw HTTP/1.1 sockets (300 byte-level mutations of the request text: the
  * Node HTTP parser too). Every answer must be a non-5xx status with an OpenAI-style error body when it is an error,
  * within a hang guard; afterwards no engine stream is left unfinished and the app still serves.
@@ -32,6 +32,7 @@ const FIELDS = [
   'tool_choice', 'parallel_tool_calls', 'add_generation_prompt', 'continue_final_message', 'functions',
   'function_call', 'reasoning_effort', 'chat_template_kwargs', 'modalities', 'audio', 'web_search_options', 'echo',
   'suffix', 'best_of', 'add_special_tokens', 'tokens', 'store', 'metadata', 'service_tier', 'prediction',
+  'input', 'instructions', 'max_output_tokens', 'previous_response_id', 'text', 'include', 'structured_outputs',
   '__proto__', 'constructor', '', 'x'.repeat(300), 'ü', 'role', 'content',
 ];
 
@@ -70,6 +71,7 @@ const BASES: Record<string, () => Record<string, unknown>> = {
   '/v1/completions': () => ({ prompt: 'Once upon a time', max_tokens: 4 }),
   '/tokenize': () => ({ prompt: 'Hello' }),
   '/detokenize': () => ({ tokens: [9707, 11] }),
+  '/v1/responses': () => ({ input: 'Hello there', max_output_tokens: 4 }),
 };
 const TOKENIZE_CHAT = (): Record<string, unknown> => ({ messages: [{ role: 'user', content: 'Hi' }], add_generation_prompt: true });
 
@@ -145,7 +147,7 @@ interface FuzzCase {
 }
 
 function makeCase(r: Rand): FuzzCase {
-  const url = pick(r, ['/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/completions', '/tokenize', '/detokenize']);
+  const url = pick(r, ['/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/completions', '/tokenize', '/detokenize', '/v1/responses']);
   const body = url === '/tokenize' && r() < 0.5 ? TOKENIZE_CHAT() : BASES[url]!();
   if (r() < 0.3) body.stream = true;
   if (r() < 0.85) mutateObject(r, body);
@@ -229,7 +231,11 @@ describe(`fuzz (seed ${SEED})`, { timeout: 180_000 }, () => {
       statuses.set(res.statusCode, (statuses.get(res.statusCode) ?? 0) + 1);
       assertAnswer(res.statusCode, res.body, what);
       if (res.statusCode === 200 && res.headers['content-type']?.toString().startsWith('text/event-stream')) {
-        assert.ok(res.body.endsWith('data: [DONE]\n\n'), `${what}: stream without [DONE]`);
+        // Chat and completions streams end with [DONE]; a Responses-API stream with its terminal event instead.
+        const ended = c.url.startsWith('/v1/responses')
+          ? /event: response\.(completed|incomplete|failed)\ndata: [^\n]*\n\n$/.test(res.body)
+          : res.body.endsWith('data: [DONE]\n\n');
+        assert.ok(ended, `${what}: stream without its terminal record`);
       }
     }
     process.stdout.write(`# fuzz inject: ${INJECT_CASES} cases, statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}, unsendable ${unsendable}\n`);
