@@ -47,9 +47,10 @@ test('edge flags become the edge options', () => {
 });
 
 test(`${API_KEY_ENV} supplies the key unless --api-key is given`, () => {
-  assert.deepEqual(parseServeArgs([], { [API_KEY_ENV]: 'from-env' }), { edge: { apiKeys: ['from-env'] } });
-  assert.deepEqual(parseServeArgs(['--api-key', 'flag'], { [API_KEY_ENV]: 'from-env' }), { edge: { apiKeys: ['flag'] } });
-  assert.deepEqual(parseServeArgs([], { [API_KEY_ENV]: '' }), {}, 'an empty variable means no key');
+  assert.deepEqual(parseServeArgs([], { env: { [API_KEY_ENV]: 'from-env' } }), { edge: { apiKeys: ['from-env'] } });
+  assert.deepEqual(parseServeArgs(['--api-key', 'flag'], { env: { [API_KEY_ENV]: 'from-env' } }), { edge: { apiKeys: ['flag'] } });
+  assert.deepEqual(parseServeArgs([], { env: { [API_KEY_ENV]: '' } }), {}, 'an empty variable means no key');
+  assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_MAX_CONCURRENT_REQUESTS: '8' } }), { edge: { maxConcurrentRequests: 8 } });
 });
 
 test('bad edge flags are usage errors', () => {

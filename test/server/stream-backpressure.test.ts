@@ -80,7 +80,7 @@ describe('streams and clients that stop reading', () => {
 
   test('a slow reader with pauses far shorter than the stall timeout gets the whole stream', async () => {
     // Its own app with a 10 s stall timeout against 100 ms pauses: a loaded machine cannot turn a pause into a stall.
-    const slow = await listenApp({ modelId: LONG_MODEL_ID, edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: 10_000 } });
+    const slow = await listenApp({ servedModelNames: [LONG_MODEL_ID], edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: 10_000 } });
     slow.backend.onSubmit = (s) => produce(s.stream, 400, true); // about 6.5 MB
     const submitted = slow.backend.nextSubmission();
     const socket = connect(slow.port, '127.0.0.1');
