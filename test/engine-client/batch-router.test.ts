@@ -1,0 +1,57 @@
+/**
+ * The pure batch router (src/engine-client/batch-router.ts; dp-routing.md section 8 steps 4-6, 10.4, 14.6): which
+ * live request gets which row, what is released from which rank, which ranks a batch proves alive, which rows
+ * belong to nobody. Nothing is mutated: the lookup is a plain map.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { planBatch, type LiveRequest } from '../../src/engine-client/batch-router.js';
+import { batch, row } from './fakes.js';
+
+function lookupOf(entries: LiveRequest[]): (id: string) => LiveRequest | undefined {
+  const m = new Map(entries.map((e) => [e.requestId, e]));
+  return (id) => m.get(id);
+}
+
+test('rows go to their live requests in batch order; terminal rows retire; unknown rows are listed; finished ids released', () => {
+  const a = { requestId: 'a', engineIndex: 0 };
+  const b = { requestId: 'b', engineIndex: 0 };
+  const plan = planBatch(batch(0, [row('a'), row('ghost'), row('b', 'stop'), row('a', 'length')]), lookupOf([a, b]));
+  assert.deepEqual(plan.deliveries.map((d) => [d.entry.requestId, d.terminal]), [['a', false], ['b', true], ['a', true]]);
+  assert.deepEqual(plan.unknownRows, ['ghost']);
+  assert.deepEqual([...plan.finished].sort(), ['a', 'b']);
+  assert.deepEqual([...plan.heardFrom], [0]);
+  assert.equal(plan.mismatches, 0);
+  assert.deepEqual(plan.alsoRelease, []);
+  assert.deepEqual(plan.closedWithoutTerminal, []);
+});
+
+test('a row after its request\'s terminal row in the same batch is treated as unknown', () => {
+  const a = { requestId: 'a', engineIndex: 1 };
+  const plan = planBatch(batch(1, [row('a', 'stop'), row('a')]), lookupOf([a]));
+  assert.equal(plan.deliveries.length, 1);
+  assert.deepEqual(plan.unknownRows, ['a']);
+});
+
+test('an out-of-band finished id without a terminal row closes its stream; already retired ids are not closed twice', () => {
+  const a = { requestId: 'a', engineIndex: 0 };
+  const b = { requestId: 'b', engineIndex: 0 };
+  const plan = planBatch(batch(0, [row('a', 'stop')], undefined, ['a', 'b', 'nobody']), lookupOf([a, b]));
+  assert.deepEqual(plan.closedWithoutTerminal.map((e) => e.requestId), ['b']);
+  assert.deepEqual([...plan.finished].sort(), ['a', 'b', 'nobody']);
+});
+
+test('rank fidelity (14.6): a batch that misnames its rank proves the recorded rank alive and releases there too', () => {
+  const a = { requestId: 'a', engineIndex: 2 };
+  const b = { requestId: 'b', engineIndex: 3 };
+  const plan = planBatch(batch(0, [row('a'), row('b', 'stop')]), lookupOf([a, b]));
+  assert.deepEqual([...plan.heardFrom].sort(), [0, 2, 3]);
+  assert.equal(plan.mismatches, 2);
+  assert.deepEqual(plan.alsoRelease, [{ rank: 3, requestId: 'b' }]);
+});
+
+test('an empty batch still releases nothing but names its rank (the clamp runs on every batch)', () => {
+  const plan = planBatch(batch(4, []), () => undefined);
+  assert.deepEqual([...plan.finished], []);
+  assert.deepEqual([...plan.heardFrom], [4]);
+});
