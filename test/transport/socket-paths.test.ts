@@ -7,7 +7,7 @@ import { Writable } from 'node:stream';
 import { pino } from 'pino';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { ConfigError } from '../../src/transport/errors.js';
-import { prepareSocketPaths } from '../../src/transport/socket-paths.js';
+import { prepareSocketPaths, recordSocketFiles, removeOwnSocketFiles } from '../../src/transport/socket-paths.js';
 import { freshDir, recordingLogger } from './helpers.js';
 
 const isRoot = typeof process.geteuid === 'function' && process.geteuid() === 0;
@@ -160,6 +160,66 @@ test('a pino logger is accepted as the transport logger (stale-socket warning as
     assert.ok(warn, lines.join(''));
     assert.match(warn.msg, /stale ipc socket/);
     assert.equal(warn.path, join(dir, 'w-in.sock'));
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a socket someone still accepts connections on is refused and left in place (another gateway is serving it)', async () => {
+  const { dir, cleanup } = await freshDir();
+  const inPath = join(dir, 'w-in.sock');
+  const server = createServer((c) => c.destroy());
+  await new Promise<void>((resolve) => server.listen(inPath, resolve));
+  try {
+    await assert.rejects(
+      prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'w')}`)),
+      (e: unknown) => e instanceof ConfigError && e.message.includes(inPath) && /in use: a live process accepts connections on it/.test(e.message),
+    );
+    assert.ok((await lstat(inPath)).isSocket(), 'the live socket file is still there');
+  } finally {
+    await new Promise<void>((resolve) => server.close(() => resolve()));
+    await cleanup();
+  }
+});
+
+test('a socket directory writable by group or others is refused with the fix (chmod 700), its mode untouched', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    for (const [mode, who] of [[0o777, 'its group and others'], [0o775, 'its group'], [0o1777, 'its group and others'], [0o757, 'others']] as const) {
+      const sockDir = join(dir, `m${mode.toString(8)}`);
+      await mkdir(sockDir);
+      await chmod(sockDir, mode);
+      await assert.rejects(prepareSocketPaths(deriveEndpoints(`ipc://${join(sockDir, 'w')}`)), (e: unknown) => {
+        assert.ok(e instanceof ConfigError);
+        assert.ok(e.message.includes(`writable by ${who}`), e.message);
+        assert.ok(e.message.includes(`chmod 700 ${sockDir}`), e.message);
+        return true;
+      });
+      assert.equal((await stat(sockDir)).mode & 0o7777, mode, 'permissions are never changed');
+    }
+  } finally {
+    await cleanup();
+  }
+});
+
+test('removeOwnSocketFiles removes the bound files, but not one replaced since (another inode)', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
+    const inPath = join(dir, 'w-in.sock');
+    const outPath = join(dir, 'w-out.sock');
+    await leaveStaleSocket(inPath);
+    await leaveStaleSocket(outPath);
+    const files = recordSocketFiles(ep);
+    assert.deepEqual(files.map((f) => f.path), [inPath, outPath]);
+    await rename(outPath, join(dir, 'moved'));
+    await leaveStaleSocket(outPath); // a newer owner's file at the same path
+    const log = recordingLogger();
+    assert.deepEqual(removeOwnSocketFiles(files, log), [inPath]);
+    await assert.rejects(lstat(inPath), { code: 'ENOENT' });
+    assert.ok((await lstat(outPath)).isSocket(), "the newer owner's file is left alone");
+    assert.ok(log.records.some((r) => /replaced since this gateway bound it/.test(r.msg)));
+    assert.deepEqual(removeOwnSocketFiles(files), [], 'a second call is a no-op');
   } finally {
     await cleanup();
   }
