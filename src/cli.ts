@@ -2,9 +2,11 @@
  * The `model-gateway` command line (node:util parseArgs):
  * - `model-gateway serve [options]`: start the gateway (src/gateway.ts `startGateway`) over one or more engine groups
  *   (`--engine-url`/`--sim`/`--worker`/`--sim-worker`, each followed by its own `--engine tokenspeed|vllm`,
- *   `--dp-size`, ...; see `USAGE`; issue #3 part 5); SIGINT/SIGTERM shut it down
- *   cleanly (HTTP server, engine clients, sockets, simulated ranks), a second signal exits at once after the
- *   synchronous `emergencyStop()` (SIGKILL the simulated ranks, remove their ipc socket files);
+ *   `--dp-size`, ...; see `USAGE`; issue #3 part 5). It serves at once: HTTP listens while ranks are still joining
+ *   (issue #8). SIGINT/SIGTERM/SIGHUP drain it (`shutdown()`: /ready 503, new requests 503, live requests run for up
+ *   to `--shutdown-grace-ms`) and then shut it down cleanly (HTTP server, engine clients, sockets and their files,
+ *   simulated ranks); a second signal exits at once after the synchronous `emergencyStop()` (SIGKILL the simulated
+ *   ranks, remove the ipc socket files). A signal during startup is honoured once startup finished;
  * - `model-gateway sim [options]`: run one simulated rank (src/sim/main.ts) in a child process, with
  *   signals forwarded;
  * - `model-gateway --help`, `model-gateway --version`.
@@ -16,7 +18,9 @@ import { spawn } from 'node:child_process';
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
+import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS } from './lifecycle.js';
+import { DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, DEFAULT_MAX_MESSAGE_BYTES } from './transport/zmq-link.js';
 import {
   DEFAULT_HOST,
   DEFAULT_PORT,
@@ -27,6 +31,7 @@ import {
   type EngineFamily,
   type GatewayOptions,
   type GroupOptions,
+  type RunningGateway,
 } from './gateway.js';
 import { DEFAULT_BALANCE_ABS_THRESHOLD, DEFAULT_BALANCE_REL_THRESHOLD } from './engine-client/cache-aware.js';
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
@@ -144,8 +149,17 @@ a key of --config FILE; precedence: flag > environment > file):
                            Names a request's "model" may use; the first is the one reported (default: the
                            Hugging Face id, else the tokenizer folder's name, else qwen3)
   --model NAME             Same as one --served-model-name
-  --silence-timeout-ms N   Fail an engine group that sends nothing for N ms while requests are in flight
-                           (default ${DEFAULT_SILENCE_TIMEOUT_MS})
+  --silence-timeout-ms N   A rank that holds requests and sends nothing for N ms is dead (default ${DEFAULT_SILENCE_TIMEOUT_MS})
+  --rank-stall-timeout-ms N
+                           A rank that holds requests and sends nothing for N ms is stalled: out of rotation,
+                           its requests end with an error, back when it speaks again (default ${DEFAULT_RANK_STALL_TIMEOUT_MS})
+  --handshake-timeout-ms N Bound on each stage of a rank's handshake (INIT → READY, → registration); model
+                           loading happens in between (default ${DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS})
+  --shutdown-grace-ms N    On SIGTERM/SIGINT, let live requests run up to N ms before ending them
+                           (default ${DEFAULT_SHUTDOWN_GRACE_MS}; a second signal exits at once)
+  --max-output-message-bytes N
+                           Largest engine output frame accepted; a bigger one drops that engine's connection
+                           (default ${DEFAULT_MAX_MESSAGE_BYTES.output})
   --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
   --dp-policy NAME         DP rank selection for unpinned requests: ${CLI_DP_POLICIES.join(', ')}
                            (default ${DEFAULT_DP_POLICY}; oracle is benchmark only)
@@ -370,7 +384,9 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
  * group) comes back as the single-group shorthand fields, several as `groups`. Throws `UsageError` on an unknown flag,
  * a stray positional argument, a bad value, a misplaced or repeated group option; returns `null` for `--help`.
  * `--dp-policy NAME` becomes `dpPolicy` (issue #5 part 1; `oracle` and unknown names are UsageErrors); `--load-horizon-ms`,
- * `--balance-abs-threshold` and `--balance-rel-threshold` become `dpPolicyOptions` (issue 12).
+ * `--balance-abs-threshold` and `--balance-rel-threshold` become `dpPolicyOptions` (issue 12);
+ * `--rank-stall-timeout-ms`, `--handshake-timeout-ms`, `--shutdown-grace-ms` and `--max-output-message-bytes` (issue
+ * #8) become `rankStallTimeoutMs`, `handshakeTimeoutMs`, `shutdownGraceMs` and `maxMessageBytes.output`.
  * The HTTP-edge flags become `edge` (`parseEdgeArgs`; `MODEL_GATEWAY_API_KEY` is `--api-key` like every other
  * option's variable).
  */
@@ -398,6 +414,10 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         tokenizer: { type: 'string' },
         model: { type: 'string' },
         'silence-timeout-ms': { type: 'string' },
+        'rank-stall-timeout-ms': { type: 'string' },
+        'handshake-timeout-ms': { type: 'string' },
+        'shutdown-grace-ms': { type: 'string' },
+        'max-output-message-bytes': { type: 'string' },
         'body-limit': { type: 'string' },
         'log-level': { type: 'string' },
         'dp-policy': { type: 'string' },
@@ -521,6 +541,14 @@ function serveOptionsFrom(parsed: {
   }
   const silence = intOption('silence-timeout-ms', v['silence-timeout-ms'], 1);
   if (silence !== undefined) opts.silenceTimeoutMs = silence;
+  const stall = intOption('rank-stall-timeout-ms', v['rank-stall-timeout-ms'], 1);
+  if (stall !== undefined) opts.rankStallTimeoutMs = stall;
+  const handshakeTimeout = intOption('handshake-timeout-ms', v['handshake-timeout-ms'], 1);
+  if (handshakeTimeout !== undefined) opts.handshakeTimeoutMs = handshakeTimeout;
+  const grace = intOption('shutdown-grace-ms', v['shutdown-grace-ms'], 0);
+  if (grace !== undefined) opts.shutdownGraceMs = grace;
+  const maxOutput = intOption('max-output-message-bytes', v['max-output-message-bytes'], 1);
+  if (maxOutput !== undefined) opts.maxMessageBytes = { output: maxOutput };
   const bodyLimit = intOption('body-limit', v['body-limit'], 1);
   if (bodyLimit !== undefined) opts.bodyLimitBytes = bodyLimit;
   if (logLevel !== undefined) opts.logLevel = logLevel;
@@ -603,7 +631,11 @@ function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[]
 /** A signal repeated within this many ms of the first counts as the same one (see `serve`). */
 const SIGNAL_REPEAT_MS = 500;
 
-/** `serve`: start, then wait for SIGINT/SIGTERM/SIGHUP and close. Resolves with the exit code. */
+/**
+ * `serve`: start (serving at once: `waitForRanks: false`), then on SIGINT/SIGTERM/SIGHUP drain and close; a second
+ * signal exits at once. A signal that arrives while the gateway is still starting is held until it started, then
+ * acted on (so even a Ctrl-C during startup leaves no socket files behind). Resolves with the exit code.
+ */
 async function serve(argv: string[], io: CliIo): Promise<number> {
   if (argv.includes('--version') || argv.includes('-V')) {
     io.stdout(`model-gateway ${packageVersion()}\n`);
@@ -615,36 +647,56 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     return 0;
   }
   ignoreStdioErrors();
-  const gateway = await startGateway(opts);
-  return new Promise<number>((resolveExit) => {
-    let signals = 0;
-    let firstSignalAt = 0;
-    const onSignal = (signal: NodeJS.Signals) => {
-      // One Ctrl-C under `npm start` arrives twice: from the terminal (the whole foreground process group) and again
-      // forwarded by the tsx wrapper. A repeat within SIGNAL_REPEAT_MS is that same keypress, not a second request.
-      if (signals > 0 && Date.now() - firstSignalAt < SIGNAL_REPEAT_MS) return;
-      signals++;
-      if (signals === 1) firstSignalAt = Date.now();
-      if (signals > 1) {
-        // Exit at once, but never leave simulated ranks or their ipc socket files behind (synchronous teardown).
-        gateway.emergencyStop();
-        process.stderr.write(`model-gateway: second ${signal}, simulated ranks killed, exiting now\n`);
-        process.exit(1);
-      }
-      gateway.close().then(
-        () => resolveExit(0),
-        (err: unknown) => {
-          process.stderr.write(`model-gateway: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`);
-          resolveExit(1);
-        },
-      );
-    };
-    process.on('SIGINT', onSignal);
-    process.on('SIGTERM', onSignal);
-    // A closed terminal (or the end of a shell job) sends SIGHUP to the process group: shut down cleanly as for SIGTERM,
-    // instead of Node's default of dying at once and leaving the simulated worker's socket files behind.
-    process.on('SIGHUP', onSignal);
-  });
+  let gateway: RunningGateway | null = null;
+  let resolveExit: (code: number) => void = () => {};
+  const exit = new Promise<number>((r) => (resolveExit = r));
+  let signals = 0;
+  let firstSignalAt = 0;
+  let firstSignal: NodeJS.Signals | null = null;
+  const stop = (g: RunningGateway) =>
+    g.shutdown().then(
+      () => resolveExit(0),
+      (err: unknown) => {
+        process.stderr.write(`model-gateway: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`);
+        resolveExit(1);
+      },
+    );
+  const onSignal = (signal: NodeJS.Signals) => {
+    // One Ctrl-C under `npm start` arrives twice: from the terminal (the whole foreground process group) and again
+    // forwarded by the tsx wrapper. A repeat within SIGNAL_REPEAT_MS is that same keypress, not a second request.
+    if (signals > 0 && Date.now() - firstSignalAt < SIGNAL_REPEAT_MS) return;
+    signals++;
+    if (signals === 1) {
+      firstSignalAt = Date.now();
+      firstSignal = signal;
+    }
+    if (signals > 1) {
+      // Exit at once, but never leave simulated ranks or socket files behind (synchronous teardown).
+      gateway?.emergencyStop();
+      process.stderr.write(`model-gateway: second ${signal}, simulated ranks killed, exiting now\n`);
+      process.exit(1);
+    }
+    if (gateway !== null) void stop(gateway);
+  };
+  process.on('SIGINT', onSignal);
+  process.on('SIGTERM', onSignal);
+  // A closed terminal (or the end of a shell job) sends SIGHUP to the process group: shut down cleanly as for SIGTERM,
+  // instead of Node's default of dying at once and leaving the simulated worker's socket files behind.
+  process.on('SIGHUP', onSignal);
+  try {
+    gateway = await startGateway({ ...opts, waitForRanks: false });
+  } finally {
+    if (gateway === null) {
+      process.off('SIGINT', onSignal);
+      process.off('SIGTERM', onSignal);
+      process.off('SIGHUP', onSignal);
+    }
+  }
+  if (firstSignal !== null) {
+    process.stderr.write(`model-gateway: ${firstSignal} during startup: shutting down\n`);
+    void stop(gateway);
+  }
+  return exit;
 }
 
 /** `sim`: run the simulator entry in a child (same node; tsx loader for src/), forwarding signals; resolves with its exit code. */

@@ -2,13 +2,19 @@
  * `startGateway`: wire the whole gateway together (architecture.md "The path of one request"; gateway.md sections 2,
  * 3, 4, 7, 15 and 16; issue #3 parts 4-5). The gateway serves one or more **engine groups** (workers): each is one
  * `ipc://` socket set with its own handshake, N DP ranks, one engine client and one engine family (TokenSpeed or
- * vLLM, pinned by configuration because the handshake cannot reveal the wire dialect, gateway.md 2.2). For each
- * group it binds the sockets, optionally spawns simulated ranks, waits for the handshake of every DP rank and builds
- * the engine client with the group's protocol; then it builds one HTTP app over all groups (the app picks a group per
- * request, src/server/groups.ts) and listens. A group whose engine fails is reported unhealthy (/health, /metrics)
- * and skipped by routing while the others keep serving.
+ * vLLM, pinned by configuration because the handshake cannot reveal the wire dialect, gateway.md 2.2).
+ *
+ * Serve at once (issue #8 part 4): it builds every group's link and engine client, builds one HTTP app over all
+ * groups (the app picks a group per request, src/server/groups.ts) and listens first (so a busy port is caught before
+ * anything is spawned), then binds each group's sockets and spawns its simulated ranks. Ranks join whenever they dial
+ * in, for the gateway's whole life (restarts included); until a group can serve, requests get 503 with Retry-After and
+ * /health and /ready say `starting`. A group that cannot serve is skipped by routing while the others keep serving.
+ *
+ * Stopping: `close()` at once; `shutdown()` drains first (src/lifecycle.ts: readiness 503, new requests 503, live
+ * ones run up to the grace, then end with an error); `emergencyStop()` for a process about to exit. Every path removes
+ * the gateway's own ipc socket files (only if they are still the files it bound).
  */
-import { lstatSync, mkdirSync, unlinkSync } from 'node:fs';
+import { mkdirSync } from 'node:fs';
 import { isIPv4 } from 'node:net';
 import { tmpdir, userInfo } from 'node:os';
 import { basename, join, resolve } from 'node:path';
@@ -16,9 +22,11 @@ import type { Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
 import type { ConnectedEngine } from './engine-client/link.js';
 import type { LockstepSetting } from './engine-client/waves.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS, GatewayLifecycle, waitForDrain } from './lifecycle.js';
 import { KNOWN_DTYPES, isKnownDtype } from './protocols/handshake.js';
 import { indexShapeFor } from './engine-client/cache-aware.js';
-import { createDpPolicy, type DpPolicyName, type DpPolicyTuning, type OracleSource } from './engine-client/policies.js';
+import { createDpPolicy, type DpPolicyName, type DpPolicyOptions, type DpPolicyTuning, type OracleSource } from './engine-client/policies.js';
+import type { DpPolicy } from './engine-client/policy.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
@@ -32,7 +40,7 @@ import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from 
 import { resolveTokenizerSpec } from './tokenizer/hf-cache.js';
 import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
-import { ZmqEngineLink, type PendingEngineLink } from './transport/zmq-link.js';
+import { ZmqEngineLink, type MaxMessageBytes } from './transport/zmq-link.js';
 
 export type { EngineFamily } from './server/backend.js';
 
@@ -88,9 +96,16 @@ export interface GroupOptions {
  *   `modelId` is the first name). Default: the Hugging Face id, else the tokenizer folder's name, else `qwen3`.
  * - `logLevel` (default `info`) and `logFormat` (`pretty` | `json`, default pretty on a terminal; gateway-logger.ts),
  *   or `logger` (a pino logger, wins over both).
- * - `handshakeTimeoutMs`: per-receive handshake bound (default 600 000, engine-wire.md 1.9).
- * - `silenceTimeoutMs`: the engine clients' silence watchdog in ms (default 300 000; dp-routing.md 6, issue #3
- *   part 4).
+ * - `handshakeTimeoutMs`: bound on each stage of one rank's handshake (default 600 000, engine-wire.md 1.9); a rank
+ *   that does not finish goes back to not joined.
+ * - `silenceTimeoutMs`: the engine clients' silence watchdogs in ms (default 300 000; dp-routing.md 6, issue #3
+ *   part 4): a rank holding requests and silent this long is dead.
+ * - `rankStallTimeoutMs`: a rank holding requests and silent this long is stalled: out of rotation, its requests end
+ *   (default 60 000; issue #8 part 3).
+ * - `shutdownGraceMs`: how long `shutdown()` lets live requests run (default 30 000; issue #8 part 6).
+ * - `maxMessageBytes`: per-socket frame size limits (src/transport/zmq-link.ts `DEFAULT_MAX_MESSAGE_BYTES`).
+ * - `waitForRanks`: resolve only once every DP rank of every group has joined (default true; the HTTP server already
+ *   listens meanwhile; a simulated rank exiting before it joined fails the start). The CLI passes false.
  * - `bodyLimitBytes`: HTTP request body limit (default 8 MiB).
  * - `sendTimeoutMs`: bound on each input send of every group's transport, in ms (default 10 000, engine-wire.md
  *   1.9; a send still blocked then fails the group with a send timeout, dp-routing.md 6); `sendHighWaterMark`: the
@@ -135,6 +150,10 @@ export interface GatewayOptions extends GroupOptions {
   responsesStoreSize?: number;
   dpPolicyOptions?: DpPolicyTuning;
   edge?: HttpEdgeOptions;
+  rankStallTimeoutMs?: number;
+  shutdownGraceMs?: number;
+  maxMessageBytes?: Partial<MaxMessageBytes>;
+  waitForRanks?: boolean;
 }
 
 /** One served engine group of a running gateway. */
@@ -149,19 +168,28 @@ export interface RunningGroup {
   readonly sims: SimRankProcesses | null;
 }
 
-/** A started gateway: its base URL (`http://host:port`) and an idempotent `close()` that tears everything down. */
+/** A started gateway: its base URL (`http://host:port`) and idempotent ways to stop it. */
 export interface RunningGateway {
   url: string;
   /** The first group's engine client (for diagnostics and tests; `groups` has every group's). */
   client: EngineClient;
   /** Every served group, in configuration order. */
   groups: readonly RunningGroup[];
+  /** The admission/drain state the HTTP layer reads (src/lifecycle.ts). */
+  lifecycle: GatewayLifecycle;
+  /** Stop at once: live requests end (stream-closed), then HTTP, sockets (files removed) and simulated ranks. */
   close(): Promise<void>;
   /**
+   * Graceful stop (SIGTERM): drain (readiness 503, new API requests 503 with Retry-After), let live requests run for
+   * up to `graceMs` (default `shutdownGraceMs`, 30 000), end the rest with a client-closed error naming the grace
+   * (their ranks get ABORTs), then `close()`. Idempotent; a later `close()` joins it.
+   */
+  shutdown(opts?: { graceMs?: number }): Promise<void>;
+  /**
    * Synchronous last-resort teardown for a process about to `process.exit()` without waiting for `close()` (the
-   * CLI's second SIGINT/SIGTERM): SIGKILL the simulated ranks still running and remove the simulated workers' ipc
-   * socket files. Sockets, HTTP connections and real engines are left to the process exit. Never throws; a no-op
-   * for what is already gone.
+   * CLI's second SIGINT/SIGTERM): SIGKILL the simulated ranks still running and remove every group's ipc socket
+   * files (if still its own). Sockets, HTTP connections and real engines are left to the process exit. Never
+   * throws; a no-op for what is already gone.
    */
   emergencyStop(): void;
 }
@@ -175,18 +203,6 @@ export function simWorkerUrl(): string {
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const n = simCounter++;
   return `ipc://${join(dir, n === 0 ? `sim-${process.pid}` : `sim-${process.pid}-${n}`)}`;
-}
-
-/** Remove the ipc socket files of a simulated worker (the gateway chose the path, so it cleans it up). */
-function removeSimSockets(endpoints: EngineEndpoints): void {
-  for (const address of [endpoints.input, endpoints.output]) {
-    const path = address.slice('ipc://'.length);
-    try {
-      if (lstatSync(path).isSocket()) unlinkSync(path);
-    } catch {
-      // already gone
-    }
-  }
 }
 
 function checkPositiveInteger(name: string, v: number): number {
@@ -262,22 +278,6 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
   return resolved;
 }
 
-/** Reject when any simulated rank exits before the handshake completes (instead of waiting 600 s). */
-function rankExitBeforeHandshake(sims: SimRankProcesses, worker: string): { promise: Promise<never>; cancel(): void } {
-  let cancelled = false;
-  const promise = new Promise<never>((_, reject) => {
-    for (const r of sims.ranks) {
-      void r.exited.then((exit) => {
-        if (!cancelled) {
-          reject(new Error(`simulated rank ${exit.engineIndex} exited (code ${exit.code}, signal ${exit.signal}) before the handshake of ${worker} completed`));
-        }
-      });
-    }
-  });
-  promise.catch(() => {});
-  return { promise, cancel: () => { cancelled = true; } };
-}
-
 /**
  * The vLLM EOS configuration (gateway.md 7 "At connect time"): the model folder's `config.json` then
  * `generation_config.json` `eos_token_id` values (read, with warnings for unparseable files, when the tokenizer was
@@ -326,27 +326,77 @@ export function servedNames(opts: Pick<GatewayOptions, 'modelId' | 'servedModelN
   return [...new Set(out)];
 }
 
-/** One group while starting: what must be torn down if startup fails. */
-interface StartingGroup {
+/** Log a group's kind (issue #14: lockstep, dense or not known yet) whenever it changes. */
+/**
+ * A group's DP policy, built on first use: the first select or dispatch, which needs a joined rank. The client exists
+ * before any rank has joined (serve at once), and `cache_aware` sizes its prefix index from the ready response of a
+ * joined rank (`indexShapeFor`; every rank of a group has the same shape). `name` and `releaseClamp` do not depend on
+ * the shape; `forgetRank` before the first use has nothing to forget.
+ */
+function groupPolicy(name: DpPolicyName, options: DpPolicyOptions, link: { readonly engines: readonly ConnectedEngine[] }): DpPolicy {
+  const probe = createDpPolicy(name, options);
+  let built: DpPolicy | null = null;
+  const policy = (): DpPolicy => {
+    if (built !== null) return built;
+    const first = link.engines[0];
+    built = createDpPolicy(name, first === undefined ? options : { ...options, ...indexShapeFor(first.ready) });
+    return built;
+  };
+  return {
+    name: probe.name,
+    ...(probe.releaseClamp !== undefined ? { releaseClamp: probe.releaseClamp } : {}),
+    select: (ranks, request) => policy().select(ranks, request),
+    onDispatch: (engineIndex, request) => policy().onDispatch?.(engineIndex, request),
+    forgetRank: (engineIndex) => built?.forgetRank?.(engineIndex),
+  };
+}
+
+function logGroupKind(log: Logger, client: EngineClient, mode: LockstepSetting, last: { kind: string | null }): void {
+  const { kind, decidedBy } = client.groupKind;
+  if (kind === last.kind) return;
+  last.kind = kind;
+  log.info(
+    { kind, decidedBy, lockstepMode: mode, waveClock: client.waveClock },
+    kind === 'lockstep'
+      ? 'lockstep group: every submit wakes all ranks'
+      : kind === 'dense'
+        ? 'dense group: ranks are never woken'
+        : 'group kind unknown (no data_parallel_size in the ready responses): the first submit wakes all ranks once; a wave notification makes it lockstep',
+  );
+}
+
+/** Reject when a simulated rank exits before every rank of its group joined (instead of waiting forever). */
+function rankExitBeforeJoin(sims: SimRankProcesses, client: EngineClient, worker: string): { promise: Promise<never>; cancel(): void } {
+  let cancelled = false;
+  const promise = new Promise<never>((_, reject) => {
+    for (const r of sims.ranks) {
+      void r.exited.then((exit) => {
+        if (!cancelled) {
+          reject(new Error(`simulated rank ${exit.engineIndex} exited (code ${exit.code}, signal ${exit.signal}) before every rank of ${worker} joined (${client.rankStates().map((s) => `rank ${s.engineIndex} ${s.state}`).join(', ')})`));
+        }
+      });
+    }
+  });
+  promise.catch(() => {});
+  return { promise, cancel: () => { cancelled = true; } };
+}
+
+/** One served group while the gateway runs (and while it starts: what must be torn down if startup fails). */
+interface GroupRuntime {
   spec: ResolvedGroup;
   endpoints: EngineEndpoints;
   log: Logger;
-  pending: PendingEngineLink | null;
+  link: ZmqEngineLink;
+  client: EngineClient;
   sims: SimRankProcesses | null;
-  client: EngineClient | null;
-}
-
-async function teardownGroup(g: StartingGroup): Promise<void> {
-  if (g.client) await g.client.close().catch(() => {});
-  if (g.pending) await g.pending.close().catch(() => {});
-  if (g.sims) await g.sims.stop().catch(() => {});
-  if (g.spec.engineUrl === undefined) removeSimSockets(g.endpoints);
 }
 
 /**
- * Start the gateway. Resolves once every DP rank of every group completed the handshake and the HTTP server listens.
- * Throws (after tearing down whatever was started) on a bad option (`RangeError`, transport `ConfigError`), a bind
- * failure (`TransportError`), a handshake failure (`HandshakeError`), a simulated rank dying early, or a listen error.
+ * Start the gateway (see the module docs). Resolves once the HTTP server listens and every group's sockets are bound
+ * (with `waitForRanks`, the default, once every DP rank has also joined). Throws (after tearing down whatever was
+ * started, socket files included) on a bad option (`RangeError`, transport `ConfigError`), a busy HTTP port, a bind
+ * failure (`TransportError`; `ConfigError` when another live gateway owns the ipc path or the socket directory is
+ * unsafe), or, with `waitForRanks`, a simulated rank dying before its group joined.
  */
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
   const logger =
@@ -358,8 +408,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const dpPolicyName = opts.dpPolicy ?? 'load';
   const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
   createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
-  if (opts.silenceTimeoutMs !== undefined && !(Number.isFinite(opts.silenceTimeoutMs) && opts.silenceTimeoutMs > 0)) {
-    throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${opts.silenceTimeoutMs}`);
+  for (const [name, v] of [['silenceTimeoutMs', opts.silenceTimeoutMs], ['rankStallTimeoutMs', opts.rankStallTimeoutMs]] as const) {
+    if (v !== undefined && !(Number.isFinite(v) && v > 0)) throw new RangeError(`${name} must be a positive number of ms, got ${v}`);
   }
   const edge = resolveEdgeOptions(opts.edge); // validate before starting anything
   if (edge.apiKeys.length === 0 && !isLoopbackHost(host)) {
@@ -369,6 +419,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         'use the API; set --api-key (or MODEL_GATEWAY_API_KEY)',
     );
   }
+  const graceDefault = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+  if (!(Number.isFinite(graceDefault) && graceDefault >= 0)) throw new RangeError(`shutdownGraceMs must be a number of ms ≥ 0, got ${graceDefault}`);
   const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
   const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
   const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
@@ -380,180 +432,180 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     'tokenizer loaded',
   );
 
-  const groups: StartingGroup[] = [];
-  const cleanup = async () => {
-    await Promise.all(groups.map(teardownGroup));
-  };
-  try {
-    for (const spec of specs) {
-      const endpoints = deriveEndpoints(spec.engineUrl ?? simWorkerUrl(), spec.handshake);
-      const log = logger.child({ worker: endpoints.workerUrl, engine: spec.engine });
-      groups.push({ spec, endpoints, log, pending: null, sims: null, client: null });
+  const endpointsList = specs.map((spec) => deriveEndpoints(spec.engineUrl ?? simWorkerUrl(), spec.handshake));
+  const handshakes = new Set<string>();
+  for (const e of endpointsList) {
+    // gateway.md 2.3: a derived handshake port equal to another worker's is refused (rename the path or override).
+    if (handshakes.has(e.handshake)) {
+      throw new RangeError(
+        `engine groups ${endpointsList.filter((o) => o.handshake === e.handshake).map((o) => o.workerUrl).join(' and ')} ` +
+          `both use the handshake address ${e.handshake}; rename an ipc path or set an explicit handshake`,
+      );
     }
-    const handshakes = new Set<string>();
-    for (const g of groups) {
-      // gateway.md 2.3: a derived handshake port equal to another worker's is refused (rename the path or override).
-      if (handshakes.has(g.endpoints.handshake)) {
-        throw new RangeError(
-          `engine groups ${groups.filter((o) => o.endpoints.handshake === g.endpoints.handshake).map((o) => o.endpoints.workerUrl).join(' and ')} ` +
-            `both use the handshake address ${g.endpoints.handshake}; rename an ipc path or set an explicit handshake`,
-        );
-      }
-      handshakes.add(g.endpoints.handshake);
-    }
+    handshakes.add(e.handshake);
+  }
+  const vllmEos = specs.some((s) => s.engine === 'vllm')
+    ? vllmEosFor(tokenizer, (m) => logger.warn({ component: 'eos' }, m))
+    : null;
+  if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
 
-    for (const g of groups) {
-      const { spec, endpoints, log } = g;
-      g.pending = await ZmqEngineLink.bind({
+  // Links and clients exist before anything binds, so the HTTP app can be built over them and listen first.
+  const unknownDtypes = new Set<string>();
+  const groups: GroupRuntime[] = [];
+  const closeClients = () => Promise.all(groups.map((g) => g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'))));
+  try {
+    for (const [i, spec] of specs.entries()) {
+      const endpoints = endpointsList[i]!;
+      const log = logger.child({ worker: endpoints.workerUrl, engine: spec.engine });
+      const link = ZmqEngineLink.create({
         endpoints,
         dpSize: spec.dpSize,
         logger: log.child({ component: 'transport' }),
         ...(opts.handshakeTimeoutMs !== undefined ? { handshakeReceiveTimeoutMs: opts.handshakeTimeoutMs } : {}),
         ...(opts.sendTimeoutMs !== undefined ? { sendTimeoutMs: opts.sendTimeoutMs } : {}),
         ...(opts.sendHighWaterMark !== undefined ? { sendHighWaterMark: opts.sendHighWaterMark } : {}),
+        ...(opts.maxMessageBytes !== undefined ? { maxMessageBytes: opts.maxMessageBytes } : {}),
       });
-      if (spec.sim > 0) {
+      const engineLog = log.child({ component: 'engine-client' });
+      let client: EngineClient | null = null;
+      const protocol = buildProtocol(spec.engine, () => client?.maxModelLen ?? undefined, tokenizer, vllmEos, engineLog);
+      client = new EngineClient({
+        protocol,
+        link,
+        logger: engineLog,
+        policy: groupPolicy(dpPolicyName, policyOptions, link),
+        ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
+        ...(opts.rankStallTimeoutMs !== undefined ? { rankStallTimeoutMs: opts.rankStallTimeoutMs } : {}),
+        lockstep: spec.lockstepMode,
+      });
+      const c = client;
+      const lastKind = { kind: null as string | null };
+      logGroupKind(log, c, spec.lockstepMode, lastKind);
+      c.on('joined', (engine) => {
+        logReadyNotes(log, engine, unknownDtypes);
+        logGroupKind(log, c, spec.lockstepMode, lastKind);
+      });
+      c.on('failed', (err) => log.error({ err, kind: err.kind }, 'engine group failed as a unit: its requests ended; its ranks must be ready again to serve'));
+      groups.push({ spec, endpoints, log, link, client, sims: null });
+    }
+  } catch (err) {
+    await closeClients();
+    throw err;
+  }
+
+  const running: RunningGroup[] = groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, endpoints: g.endpoints, client: g.client, get sims() { return g.sims; } }));
+  const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
+  const metrics = new GatewayMetrics({ modelId });
+  const lifecycle = new GatewayLifecycle();
+  const app = await buildApp({
+    groups: backendGroups,
+    tokenizer,
+    modelId,
+    servedModelNames,
+    logger: logger.child({ component: 'http' }),
+    metrics,
+    admission: lifecycle,
+    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+    ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
+    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+  });
+  const teardown = async (): Promise<void> => {
+    lifecycle.markStopped();
+    // Fail live streams first so open SSE responses end, then stop the HTTP server, then the engines.
+    await closeClients();
+    await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
+    await Promise.all(groups.map((g) => g.sims?.stop().catch(() => {})));
+  };
+
+  let url: string;
+  try {
+    // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
+    await app.listen({ port, host, listenTextResolver: (address) => `model-gateway listening on ${address}` });
+    const address = app.server.address();
+    const boundPort = typeof address === 'object' && address !== null ? address.port : port;
+    url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
+    for (const g of groups) {
+      await g.link.bind(); // logs 'engine sockets bound' with the addresses
+      if (g.spec.sim > 0) {
         const spawnOpts: SpawnSimRanksOptions = {
-          handshakeAddress: endpoints.handshake,
-          count: spec.sim,
-          engine: spec.engine,
-          lockstep: spec.lockstep,
-          ...(spec.simArgs.length > 0 ? { extraArgs: spec.simArgs } : {}),
-          logger: log.child({ component: 'sim' }),
+          handshakeAddress: g.endpoints.handshake,
+          count: g.spec.sim,
+          engine: g.spec.engine,
+          lockstep: g.spec.lockstep,
+          ...(g.spec.simArgs.length > 0 ? { extraArgs: g.spec.simArgs } : {}),
+          logger: g.log.child({ component: 'sim' }),
         };
         g.sims = spawnSimRanks(spawnOpts);
-        log.info({ count: spec.sim, lockstep: spec.lockstep, pids: g.sims.ranks.map((r) => r.child.pid) }, 'simulated ranks spawned');
+        g.log.info({ count: g.spec.sim, lockstep: g.spec.lockstep, pids: g.sims.ranks.map((r) => r.child.pid) }, 'simulated ranks spawned');
       }
     }
-
-    const unknownDtypes = new Set<string>();
-    const vllmEos = specs.some((s) => s.engine === 'vllm')
-      ? vllmEosFor(tokenizer, (m) => logger.warn({ component: 'eos' }, m))
-      : null;
-    if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
-
-    await Promise.all(
-      groups.map(async (g) => {
-        const pending = g.pending!;
-        let link: ZmqEngineLink;
-        if (g.sims) {
-          const early = rankExitBeforeHandshake(g.sims, g.endpoints.workerUrl);
+    const slots = groups.reduce((sum, g) => sum + g.spec.dpSize, 0);
+    logger.info(
+      { url, servedModelNames, groups: groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, dpSize: g.spec.dpSize })) },
+      `serving model '${modelId}' with ${slots} DP rank slot(s) in ${groups.length} engine group(s): ranks join as they dial in, ` +
+        `/ready turns 200 once a group can serve; dashboard ${url}/dashboard`,
+    );
+    if (opts.waitForRanks ?? true) {
+      await Promise.all(
+        groups.map(async (g) => {
+          if (g.sims === null) return g.client.whenAllJoined();
+          const early = rankExitBeforeJoin(g.sims, g.client, g.endpoints.workerUrl);
           try {
-            link = await Promise.race([pending.handshake(), early.promise]);
+            await Promise.race([g.client.whenAllJoined(), early.promise]);
           } finally {
             early.cancel();
           }
-        } else {
-          link = await pending.handshake();
-        }
-        for (const e of link.engines) {
-          g.log.info(
-            { engineIndex: e.engineIndex, maxModelLen: e.ready.maxModelLen, numGpuBlocks: e.ready.numGpuBlocks, dataParallelRank: e.ready.dataParallelRank, dataParallelSize: e.ready.dataParallelSize, readyForm: e.ready.form, vllmVersion: e.ready.vllmVersion, dtype: e.ready.dtype },
-            `DP rank ${e.engineIndex ?? '?'} joined`,
-          );
-          logReadyNotes(g.log, e, unknownDtypes);
-        }
-        const engineLog = g.log.child({ component: 'engine-client' });
-        const protocol = buildProtocol(g.spec.engine, link, tokenizer, vllmEos, engineLog);
-        const client = new EngineClient({
-          protocol,
-          link,
-          logger: engineLog,
-          policy: createDpPolicy(dpPolicyName, { ...policyOptions, ...(link.engines[0] ? indexShapeFor(link.engines[0].ready) : {}) }),
-          ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
-          lockstep: g.spec.lockstepMode,
-        });
-        g.client = client;
-        client.on('failed', (err) =>
-          g.log.error({ err, kind: err.kind }, 'engine group failed: /health reports it unhealthy, requests go to the other groups'),
-        );
-        const { kind, decidedBy } = client.groupKind;
-        g.log.info(
-          { kind, decidedBy, lockstepMode: g.spec.lockstepMode, waveClock: client.waveClock },
-          kind === 'lockstep'
-            ? 'lockstep group: every submit wakes all ranks'
-            : kind === 'dense'
-              ? 'dense group: ranks are never woken'
-              : 'group kind unknown (no data_parallel_size in the ready responses): the first submit wakes all ranks once; a wave notification makes it lockstep',
-        );
-      }),
-    );
-
-    const running: RunningGroup[] = groups.map((g) => ({
-      worker: g.endpoints.workerUrl,
-      engine: g.spec.engine,
-      endpoints: g.endpoints,
-      client: g.client!,
-      sims: g.sims,
-    }));
-    const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
-    const metrics = new GatewayMetrics({ modelId });
-    const app = await buildApp({
-      groups: backendGroups,
-      tokenizer,
-      modelId,
-      servedModelNames,
-      logger: logger.child({ component: 'http' }),
-      metrics,
-      ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
-      ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
-      ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
-      ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
-      ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
-    });
-    try {
-      // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
-      await app.listen({ port, host, listenTextResolver: (address) => `model-gateway listening on ${address}` });
-    } catch (err) {
-      await app.close().catch(() => {});
-      throw err;
+        }),
+      );
     }
-    const address = app.server.address();
-    const boundPort = typeof address === 'object' && address !== null ? address.port : port;
-    const url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
-    const rankCount = running.reduce((sum, g) => sum + g.client.engines.length, 0);
-    logger.info(
-      {
-        url,
-        servedModelNames,
-        groups: running.map((g) => ({ worker: g.worker, engine: g.engine, dpSize: g.client.engines.length, maxModelLen: g.client.maxModelLen })),
-      },
-      `serving model '${modelId}' on ${rankCount} DP rank(s) in ${running.length} engine group(s); dashboard ${url}/dashboard`,
-    );
-
-    let closing: Promise<void> | null = null;
-    return {
-      url,
-      client: running[0]!.client,
-      groups: running,
-      close(): Promise<void> {
-        closing ??= (async () => {
-          logger.info('shutting down');
-          // Fail live streams first so open SSE responses end, then stop the HTTP server, then the engines.
-          await Promise.all(
-            running.map((g) => g.client.close().catch((err: unknown) => logger.warn({ err, worker: g.worker }, 'engine client close failed'))),
-          );
-          await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
-          await cleanup();
-          logger.info('shut down');
-        })();
-        return closing;
-      },
-      emergencyStop(): void {
-        for (const g of groups) {
-          try {
-            g.sims?.killNow();
-          } catch {
-            // never throws by contract; keep going
-          }
-          if (g.spec.engineUrl === undefined) removeSimSockets(g.endpoints);
-        }
-      },
-    };
   } catch (err) {
-    await cleanup();
+    await teardown();
     throw err;
   }
+
+  let closing: Promise<void> | null = null;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      logger.info('shutting down');
+      await teardown();
+      logger.info('shut down');
+    })();
+    return closing;
+  };
+  return {
+    url,
+    client: running[0]!.client,
+    groups: running,
+    lifecycle,
+    close,
+    async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
+      const graceMs = shutdownOpts.graceMs ?? graceDefault;
+      if (!lifecycle.startDrain() || closing !== null) return close();
+      const live = () => groups.reduce((n, g) => n + g.client.registeredCount, 0);
+      logger.info({ graceMs, liveRequests: live() }, 'draining: /ready answers 503 and new requests get 503; live requests may finish');
+      const drained = await waitForDrain(live, graceMs);
+      if (!drained) {
+        const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
+        logger.warn({ graceMs, liveRequests: live() }, 'shutdown grace expired; ending the requests still live');
+        await Promise.all(groups.map((g) => g.client.shutdown(message)));
+      } else {
+        logger.info('drained: every live request finished');
+      }
+      return close();
+    },
+    emergencyStop(): void {
+      for (const g of groups) {
+        try {
+          g.sims?.killNow();
+        } catch {
+          // never throws by contract; keep going
+        }
+        g.link.removeSocketFilesNow();
+      }
+    },
+  };
 }
 
 /**
@@ -592,20 +644,21 @@ async function closeHttp(server: { closeAllConnections(): void }, closing: Promi
 /**
  * The engine protocol of one group. TokenSpeed: with the tokenizer's vocabulary size, so out-of-vocabulary
  * `logit_bias` keys are refused instead of answered by a silent terminal abort (engine-wire.md 4.6), and unknown
- * finish strings logged (then mapped to `stop`). vLLM: `max_model_len` from the handshake (the first engine's ready
- * response, gateway.md 9.1; only a backstop, since the HTTP layer always sets a concrete limit) and the connect-time
+ * finish strings logged (then mapped to `stop`). vLLM: `max_model_len` read from the group's client at encode time
+ * (the first joined rank's ready response, gateway.md 9.1; only a backstop, since the HTTP layer always sets a
+ * concrete limit) and the connect-time
  * EOS ids (gateway.md 7).
  */
 function buildProtocol(
   engine: EngineFamily,
-  link: ZmqEngineLink,
+  maxModelLen: () => number | undefined,
   tokenizer: GatewayTokenizer,
   vllmEos: VllmEosConfig | null,
   log: Logger,
 ): EngineProtocol {
   if (engine === 'vllm') {
     return createVllmProtocol({
-      maxModelLen: link.engines[0]?.ready.maxModelLen,
+      maxModelLen,
       ...(vllmEos ? { eos: vllmEos } : {}),
       onWarning: (message) => log.warn(message),
     });

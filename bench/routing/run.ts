@@ -297,12 +297,12 @@ function instrumented(policy: DpPolicy, onSent: (rank: number, work: number) => 
 export async function runOnce(workload: Workload, policy: DpPolicyName, group: GroupConfig): Promise<RunMetrics> {
   const dir = await mkdtemp(join(tmpdir(), 'mgw-bench-'));
   const endpoints = deriveEndpoints(`ipc://${dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: group.ranks, handshakeReceiveTimeoutMs: 30_000 });
+  const link = await ZmqEngineLink.bind({ endpoints, dpSize: group.ranks, handshakeReceiveTimeoutMs: 30_000 });
   const handles: SimEngineHandle[] = [];
   let client: EngineClient | null = null;
   try {
-    const [link, ...ranks] = await Promise.all([
-      pending.handshake(),
+    const [, ...ranks] = await Promise.all([
+      link.whenJoined(),
       ...Array.from({ length: group.ranks }, (_, i) =>
         runSimEngine({
           engineIndex: i,
@@ -322,9 +322,9 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
         }),
       ),
     ]);
-    handles.push(...ranks);
-    const oracle = new TrueWorkOracle(ranks, group);
-    const shape = indexShapeFor(ranks[0].ready);
+    handles.push(...(ranks as SimEngineHandle[]));
+    const oracle = new TrueWorkOracle(ranks as SimEngineHandle[], group);
+    const shape = indexShapeFor((ranks as SimEngineHandle[])[0].ready);
     const cost: PolicyCost = { select: [], dispatch: [] };
     const chosen = instrumented(createDpPolicy(policy, { oracle, ...shape }), (rank, work) => oracle.sent(rank, work), cost);
     const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });
@@ -376,7 +376,7 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     };
   } finally {
     if (client) await client.close();
-    else await pending.close();
+    else await link.close();
     await Promise.all(handles.map((h) => h.close({ sendDead: false })));
     await rm(dir, { recursive: true, force: true });
   }

@@ -1,74 +1,90 @@
 /**
- * The engine client (dp-routing.md; reference: SMG `connector.rs`, crate `engine_zmq_client`): one per worker. It
- * owns the worker's `EngineLink` (the input ROUTER and output PULL shared by every rank), turns submitted requests
- * into ADD messages sent to the chosen rank's identity, routes decoded output batches to per-request streams,
- * handles cancellation and failures, keeps the in-flight sets and stored loads, applies the release clamp and picks
- * the DP rank of every request.
+ * The engine client (dp-routing.md; reference: SMG `connector.rs`, crate `engine_zmq_client`): one per engine group,
+ * living as long as the gateway (issue #8). It owns the group's `EngineLink`, turns submitted requests into ADD
+ * messages sent to the chosen rank's identity, routes decoded output batches to per-request streams, handles
+ * cancellation and failures, keeps the in-flight sets and stored loads, applies the release clamp, picks the DP rank
+ * of every request and keeps each rank's liveness (rank-liveness.ts): ranks join, stall, die and join again while
+ * the group keeps serving.
  *
  * Concurrency model (dp-routing.md section 12.3): every state change that must be atomic happens in one synchronous
- * block with no `await` inside: register → select → reserve → encode (submit), and store load → wave → route →
- * release → clamp (dispatcher, per batch). The only `await`s are the link's sends and the output iterator.
+ * block with no `await` inside: register → select → reserve → encode (submit), store load → wave → route → release →
+ * clamp (dispatcher, per batch, batch-router.ts), and every rank death or stall (its requests fail, its slot empties
+ * and it leaves the scoring set in the same step). The only `await`s are the link's sends and the output iterator.
  *
- * Lockstep groups (dp-routing.md 13; `waves.ts`): after every successful ADD, and on a rank's start-wave request,
- * START_DP_WAVE `[clock + 1, nil]` goes to every rank in list order; a group whose kind is still unknown (short ready
- * responses, issue #14) gets it once, after its first ADD, until a wave notification shows it is lockstep. Failures
- * (dp-routing.md 6 and 14.8; issue #3 part 4): ENGINE_CORE_DEAD, a send timeout, 3 consecutive undecodable messages,
- * the client-wide silence watchdog, a per-rank silence watchdog, and a send refused with EHOSTUNREACH (the rank's
- * identity is gone; also probed after every `disconnect` hint) each fail the whole engine group: every live request
- * gets the same terminal error and the client is closed for good (`isAlive()` false, `failed` emitted) while other
- * groups' clients keep serving.
+ * Failure scope follows the engine's own (issue #8 part 1; dp-routing.md 6, 14.8):
+ * - A dense rank (TokenSpeed; vLLM without lockstep) is its own process: when it dies only the requests it holds
+ *   fail (no ABORT: it is gone), its stored load and in-flight set are dropped, the policy forgets it, and its
+ *   siblings keep serving. Attribution: EHOSTUNREACH on a send to its identity, a send timeout to it, its own silence
+ *   and its own stall name the rank. ENGINE_CORE_DEAD names no rank (engine-wire.md 1.7): it starts the probe rounds
+ *   (probes.ts), and a rank then refused with EHOSTUNREACH is the dead one (cause `engine-core-dead` while a sentinel
+ *   is unaccounted for, else `peer-unreachable`). If no rank can be blamed by the last round, the group falls back
+ *   to SMG's group scope: every request fails and every rank is marked dead (they come back by dialing in again).
+ * - A lockstep (MoE) group steps together, so any rank's death or stall fails every request of the group; every
+ *   rank still connected gets an ABORT for what it held; the group serves again once every rank index is ready,
+ *   with its wave clock rebuilt (`onServingAgain`).
+ * - Faults of the shared output socket that no frame pins on a rank keep group scope: 3 undecodable messages in a
+ *   row, the group silence watchdog (a backstop: no batch from any rank while requests are live), a failed output
+ *   socket (which also closes the client for good: nothing can be received any more).
+ * Whenever the gateway fails requests, every rank still reachable gets an ABORT for the ones it held.
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { pino, type Logger } from 'pino';
 import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest, WaveEvent } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
-import type { ConnectedEngine, EngineLink } from './link.js';
+import { planBatch } from './batch-router.js';
+import type { ConnectedEngine, EngineLink, LinkListener } from './link.js';
 import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
+import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay } from './probes.js';
+import { isConnected, type DeathCause, type LivenessEvent, type RankStateName } from './rank-liveness.js';
+import { RankTable, type RankSlot } from './rank-table.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
 import { RoutingState, type StoreLoadResult } from './routing-state.js';
 import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
 import { WaveClock, type GroupKind, type KindSource, type LockstepSetting } from './waves.js';
 
-/** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without dispatcher activity). */
+export { PROBE_SCHEDULE_MS } from './probes.js';
+
+/** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without output). */
 export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
-/** Consecutive undecodable messages that fail the client (dp-routing.md section 6; SMG PR #2175). */
-export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
 /**
- * When the liveness probes go out after a `disconnect` hint, in ms after the hint (a new hint restarts the series).
- * Several rounds because libzmq drops a vanished peer's ROUTER pipe asynchronously: a send processes pending socket
- * commands only when about a millisecond has passed since it last did (libzmq `process_commands` throttling), so a
- * probe sent right after the hint may still be accepted into the dying pipe (measured over ipc with zeromq 6.8.0:
- * the immediate probe succeeded, one a few ms later failed with EHOSTUNREACH). Later rounds are certain to see it.
- * No round goes out at 0 ms: a rank that exits cleanly pushes `ENGINE_CORE_DEAD` and then closes its sockets, and an
- * immediate probe could win the race against that sentinel and report the death as `peer-unreachable` instead of
- * `engine-core-dead` (seen in 2 of 13 e2e runs). 20 ms lets the sentinel be read first; a SIGKILLed rank was caught
- * at the 20 ms round in practice anyway.
+ * Default stall timeout in ms (issue #8 part 3): a rank holding in-flight requests that sent nothing for this long
+ * leaves rotation. 60 s is longer than any normal gap between two batches of a rank, a long prefill included (a
+ * 128k-token prompt prefills in seconds to tens of seconds); raise it for slower engines.
  */
-export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([20, 200, 1000]);
+export const DEFAULT_RANK_STALL_TIMEOUT_MS = 60_000;
+/** Consecutive undecodable messages that fail the group (dp-routing.md section 6; SMG PR #2175). */
+export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
+/** Request ids remembered as no longer owned by their rank (bounded; the oldest are forgotten first). */
+const MAX_DISOWNED_IDS = 65_536;
+/** How long `shutdown` waits for its ABORTs to be accepted by the link, in ms. */
+const SHUTDOWN_ABORT_WAIT_MS = 1000;
 
 /**
  * Constructor options.
  * - `protocol`: the engine family's codec (TokenSpeed or vLLM).
- * - `link`: the connected socket set (after the handshake); the client owns it from now on and closes it on
- *   `close()` or on any fail_all.
+ * - `link`: the group's socket set (its `dpSize` gives the rank slots); the client attaches to it, owns it from now
+ *   on and closes it on `close()`.
  * - `policy`: the unpinned rank-selection policy (default `createLoadPolicy()`, SMG's DP scorer).
- * - `silenceTimeoutMs`: silence timeout in ms (default 300 000; must be a positive finite number), used by both the
- *   client-wide watchdog (dp-routing.md 6) and the per-rank watchdogs (14.8).
+ * - `silenceTimeoutMs`: the group silence watchdog and the per-rank silence watchdogs (a rank holding requests and
+ *   silent this long is dead), in ms (default 300 000).
+ * - `rankStallTimeoutMs`: a rank holding requests and silent this long is stalled (default 60 000).
  * - `logger`: pino logger (default: silent).
- * - `lockstep`: the group's kind (waves.ts, issue #14): `auto` (default: from the ready responses' `data_parallel_size`,
+ * - `lockstep`: the group's kind (waves.ts, issue #14): `auto` (default: from the joining ranks' `data_parallel_size`,
  *   else from the first wave notification, with one probe wake on the first submit while unknown), `true` (force
  *   lockstep: every submit wakes the group) or `false` (force dense: never woken, wave notifications ignored).
  * - `now`: monotonic clock in ms that stamps stored loads for ageing (dp-routing.md 14.1; default
  *   `performance.now`). Tests pass their own.
+ * Both timeouts must be positive finite numbers of ms.
  */
 export interface EngineClientOptions {
   protocol: EngineProtocol;
   link: EngineLink;
   policy?: DpPolicy;
   silenceTimeoutMs?: number;
+  rankStallTimeoutMs?: number;
   logger?: Logger;
   lockstep?: LockstepSetting;
   now?: () => number;
@@ -76,8 +92,8 @@ export interface EngineClientOptions {
 
 /**
  * Per-submit options.
- * - `dpRank`: pin the request to the engine whose identity decodes to this DP rank (dp-routing.md section 9.1;
- *   gateway.md section 14 `X-data-parallel-rank`). No scoring; the scan start is not advanced.
+ * - `dpRank`: pin the request to the rank with this engine index (dp-routing.md section 9.1; gateway.md section 14
+ *   `X-data-parallel-rank`). No scoring; the scan start is not advanced.
  * - `signal`: aborting it aborts the request like `RequestStream.cancel()` (section 5). Already aborted at submit →
  *   `submit` rejects with `signal.reason` and nothing is registered or sent.
  */
@@ -87,14 +103,16 @@ export interface SubmitOptions {
 }
 
 /**
- * One rank's routing state for /metrics and health (gateway.md section 15.3). Only engines with a 2-byte identity
- * (an engine index) appear.
+ * One rank slot's state for /metrics, /health and the dashboard (gateway.md section 15.3; interface C):
+ * - `state`: liveness (`joining` | `ready` | `stalled` | `dead`); `cause`: why it is dead (rank-liveness.ts
+ *   `DeathCause`) or `stall`, else null.
  * - `inFlight`: size of the in-flight set (requests routed there and not yet retired); 0 when idle.
  * - `load`: the stored load (a copy; raw last report, except that the release clamp may have zeroed the queue
- *   counts), or null before the first report.
- * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank (ADD sent and, for a lockstep group,
- *   the group woken), pinned / scored.
+ *   counts), or null before the first report of the current process.
+ * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank, pinned / scored.
  * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
+ * - `abortsSent`: request ABORTs accepted for this rank; `rejoins`: handshakes after the first; `stalls`: stall
+ *   events; `deaths`: deaths by cause.
  * - `loadAgeMs`: ms since `load` was stored (section 14.1), null before the first report.
  * - `soleClientGuard`: true while the rank's reports show another client's work, so the release clamp is
  *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
@@ -102,11 +120,17 @@ export interface SubmitOptions {
  */
 export interface RankState {
   engineIndex: number;
+  state: RankStateName;
+  cause: string | null;
   inFlight: number;
   load: EngineLoad | null;
   dispatchedPinned: number;
   dispatchedUnpinned: number;
   clampEvents: number;
+  abortsSent: number;
+  rejoins: number;
+  stalls: number;
+  deaths: Record<string, number>;
   loadAgeMs?: number | null;
   soleClientGuard?: boolean;
   guardEngagements?: number;
@@ -114,62 +138,43 @@ export interface RankState {
 }
 
 /**
+ * A group's serving status (/health, /ready): `starting` (it has never been able to serve: a dense group before its
+ * first rank joined, a lockstep group before all did), `ok` (serving, every rank ready), `degraded` (serving, some
+ * rank not ready), `unavailable` (it served before and cannot now, or the client is closed).
+ */
+export type GroupStatus = 'starting' | 'ok' | 'degraded' | 'unavailable';
+
+/**
  * Client-wide counters (gateway.md section 15.3, "wire health"). A live object: read it, never write it.
- * - `decodeErrors`: undecodable output messages (all, including the ones that failed the client).
- * - `abortsSent`: ABORT messages the link accepted.
- * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank
- *   (dp-routing.md section 14.6).
- * - `failures`: fail_all events by cause: `engine-core-dead`, `output-closed`, `output-error`, `output-ended`,
- *   `send-timeout`, `abort-send-failed`, `watchdog` (client-wide silence), `rank-silent` (per-rank silence, 14.8),
- *   `peer-unreachable` (a send refused with EHOSTUNREACH), `probe-send-failed`, `wave-send-failed`,
- *   `decode-errors`. At most one entry is ever counted: fail_all happens once.
+ * - `decodeErrors`: undecodable output messages.
+ * - `abortsSent`: request ABORT messages the link accepted (probes not counted).
+ * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank (14.6).
+ * - `failures`: group-scope failures by cause: `engine-core-dead` (a sentinel no rank could be tied to),
+ *   `decode-errors`, `watchdog` (group silence), `output-closed`, `output-error`, `output-ended`, and for a lockstep
+ *   group the cause of the rank death or stall that failed it.
+ * - `rankDeaths`: rank deaths by cause (rank-liveness.ts `DeathCause`).
+ * - `orphanOutputs`: output rows for requests their rank no longer owns (failed by a death, stall or group failure
+ *   while the rank kept working); each such id is ABORTed once.
+ * - `handshakeRejected`: refused handshake messages by reason (from the link).
  */
 export interface ClientStats {
   decodeErrors: number;
   abortsSent: number;
   rankMismatches: number;
   failures: Record<string, number>;
+  rankDeaths: Record<string, number>;
+  orphanOutputs: number;
+  readonly handshakeRejected: Readonly<Record<string, number>>;
 }
 
 /** Events emitted by `EngineClient` (a typed node:events EventEmitter). */
 export interface EngineClientEvents {
-  /** The client failed for good (fail_all; dp-routing.md section 6). Emitted once; `close()` does not emit it. */
+  /** The group failed as a unit (its requests got `error`); emitted per group-scope failure. */
   failed: [error: EngineClientError];
-}
-
-interface RankCounters {
-  pinned: number;
-  unpinned: number;
-  clamps: number;
-}
-
-/**
- * How a failed link send is treated (dp-routing.md 6, 14.8):
- * - `timeout`: `SendTimeoutError` (engine-wire.md 1.9, SMG PR #2094);
- * - `unreachable`: a `TransportError` with code `EHOSTUNREACH`: the input ROUTER has `mandatory` on
- *   (src/transport/zmq-link.ts), so this means no connected peer has the rank's identity any more: the rank died;
- * - `other`: anything else.
- * Matched by `name` / `code` so the client needs no runtime import of src/transport.
- */
-type SendErrorClass = 'timeout' | 'unreachable' | 'other';
-
-function classifySendError(err: unknown): SendErrorClass {
-  if (err instanceof Error && err.name === 'SendTimeoutError') return 'timeout';
-  if (err instanceof Error && (err as { code?: unknown }).code === 'EHOSTUNREACH') return 'unreachable';
-  return 'other';
-}
-
-/**
- * A classified send failure: `error` is what the caller reports; `handled` = the client already failed or was
- * closed (fail_all ran, nothing is left to roll back); otherwise the caller applies its own consequence.
- */
-interface SendFailure {
-  error: EngineClientError;
-  handled: boolean;
-}
-
-function rankName(engine: ConnectedEngine): string {
-  return String(engine.engineIndex ?? '?');
+  /** A rank changed state (`cause`: why it died or stalled, else null). */
+  rank: [engineIndex: number, state: RankStateName, cause: string | null];
+  /** A rank completed its handshake (`rejoin`: not its slot's first); emitted before it takes requests. */
+  joined: [engine: ConnectedEngine, rejoin: boolean];
 }
 
 function abortReason(signal: AbortSignal): unknown {
@@ -177,87 +182,117 @@ function abortReason(signal: AbortSignal): unknown {
 }
 
 /**
- * One worker's engine client. Construction starts the dispatcher (the output loop). Health/metrics learn about a
- * fatal failure through the `failed` event (`client.on('failed', (err) => …)`, node:events EventEmitter) or by
- * polling `isAlive()`.
+ * One engine group's client. Construction attaches to the link and starts the dispatcher (the output loop). Ranks
+ * appear as they join (`rank` events; `whenAllJoined()`).
  */
 export class EngineClient extends EventEmitter<EngineClientEvents> {
-  /** Connected ranks, sorted by identity bytes (engine-wire.md 1.5); positions are the selection scan order. */
-  readonly engines: readonly ConnectedEngine[];
   /** The unpinned selection policy in use. */
   readonly policy: DpPolicy;
   /** Live counters (see `ClientStats`). */
-  readonly stats: ClientStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {} };
+  readonly stats: ClientStats;
 
   private readonly protocol: EngineProtocol;
   private readonly link: EngineLink;
   private readonly logger: Logger;
   private readonly silenceTimeoutMs: number;
+  private readonly stallTimeoutMs: number;
   private readonly releaseClamp: boolean;
   private readonly now: () => number;
   private readonly registry = new RequestRegistry();
   private readonly routing = new RoutingState();
-  private readonly counters = new Map<number, RankCounters>();
+  private readonly ranks: RankTable;
   private consecutiveDecodeErrors = 0;
   private readonly watchdog: SilenceWatchdog;
-  private readonly rankWatchdogs: RankSilenceWatchdogs;
+  private readonly silentRanks: RankSilenceWatchdogs;
+  private readonly stalledRanks: RankSilenceWatchdogs;
   private readonly waves: WaveClock;
-  private readonly probeTimers = new Set<ReturnType<typeof setTimeout>>();
+  private readonly probes: ProbeRounds;
+  /** ENGINE_CORE_DEAD frames not yet tied to a rank. */
+  private pendingSentinels = 0;
+  /** Request id → the rank that held it when the gateway failed it (see `stats.orphanOutputs`). */
+  private readonly disowned = new Map<string, number>();
+  private serving = false;
+  private everServed = false;
+  /** Slot epochs when a lockstep group last failed (null: serving normally since). */
+  private epochsAtGroupFailure: Map<number, number> | null = null;
+  private readonly joinWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   private closeReason: EngineClientError | null = null;
   private closing: Promise<void> | null = null;
   private readonly dispatcherDone: Promise<void>;
 
-  /**
-   * Build the client over a connected link and start the dispatcher.
-   * Throws RangeError when `silenceTimeoutMs` is not a positive finite number.
-   */
+  /** Build the client over `opts.link` and start the dispatcher. Throws RangeError on a bad timeout. */
   constructor(opts: EngineClientOptions) {
     super();
-    const silence = opts.silenceTimeoutMs ?? DEFAULT_SILENCE_TIMEOUT_MS;
-    if (!Number.isFinite(silence) || silence <= 0) {
-      throw new RangeError(`silenceTimeoutMs must be a positive number of ms, got ${silence}`);
-    }
+    const ms = (name: string, v: number | undefined, dflt: number): number => {
+      const x = v ?? dflt;
+      if (!Number.isFinite(x) || x <= 0) throw new RangeError(`${name} must be a positive number of ms, got ${x}`);
+      return x;
+    };
+    this.silenceTimeoutMs = ms('silenceTimeoutMs', opts.silenceTimeoutMs, DEFAULT_SILENCE_TIMEOUT_MS);
+    this.stallTimeoutMs = ms('rankStallTimeoutMs', opts.rankStallTimeoutMs, DEFAULT_RANK_STALL_TIMEOUT_MS);
     this.protocol = opts.protocol;
     this.link = opts.link;
-    this.engines = opts.link.engines;
     this.policy = opts.policy ?? createLoadPolicy();
     this.releaseClamp = this.policy.releaseClamp ?? true;
     this.now = opts.now ?? (() => performance.now());
-    this.silenceTimeoutMs = silence;
-    this.watchdog = new SilenceWatchdog(silence, () => this.onSilence());
-    this.rankWatchdogs = new RankSilenceWatchdogs(silence, (rank) => this.onRankSilent(rank));
-    this.waves = new WaveClock(this.engines, opts.lockstep ?? 'auto');
     this.logger = opts.logger ?? pino({ level: 'silent' });
-    for (const e of this.engines) {
-      if (e.engineIndex !== null && !this.counters.has(e.engineIndex)) {
-        this.counters.set(e.engineIndex, { pinned: 0, unpinned: 0, clamps: 0 });
-      }
-    }
+    this.stats = {
+      decodeErrors: 0,
+      abortsSent: 0,
+      rankMismatches: 0,
+      failures: {},
+      rankDeaths: {},
+      orphanOutputs: 0,
+      handshakeRejected: opts.link.handshakeRejected,
+    };
+    this.ranks = new RankTable(opts.link.dpSize);
+    this.waves = new WaveClock([], opts.lockstep ?? 'auto');
+    this.watchdog = new SilenceWatchdog(this.silenceTimeoutMs, () => this.onGroupSilence());
+    this.silentRanks = new RankSilenceWatchdogs(this.silenceTimeoutMs, (rank) => this.onRankSilent(rank));
+    this.stalledRanks = new RankSilenceWatchdogs(this.stallTimeoutMs, (rank) => this.onRankStalled(rank));
+    this.probes = new ProbeRounds(PROBE_SCHEDULE_MS, (last) => this.probeRound(last));
+    const listener: LinkListener = {
+      admitHello: (index) => this.admitHello(index),
+      joined: (engine) => this.onJoined(engine),
+      joinFailed: (index, reason) => this.onJoinFailed(index, reason),
+    };
+    this.link.attach(listener);
     this.dispatcherDone = this.runDispatcher();
   }
 
-  /** Maximum context length in tokens: the first engine's `max_model_len` (gateway.md 15.1). Throws `client-closed` without engines. */
-  get maxModelLen(): number {
-    const first = this.engines[0];
-    if (!first) throw new EngineClientError('client-closed', 'no engines connected');
-    return first.ready.maxModelLen;
+  /** Number of rank slots (engine indexes 0..dpSize−1). */
+  get dpSize(): number {
+    return this.ranks.size;
+  }
+
+  /** The connected ranks (ready or stalled), in identity order (engine-wire.md 1.5). */
+  get engines(): readonly ConnectedEngine[] {
+    return this.ranks.connected().map((s) => s.engine!);
+  }
+
+  /**
+   * Maximum context length in tokens: the `max_model_len` of the first rank (identity order) that ever joined
+   * (gateway.md 15.1), or null before any rank joined.
+   */
+  get maxModelLen(): number | null {
+    for (const s of this.ranks.slots) if (s.engine !== null) return s.engine.ready.maxModelLen;
+    return null;
   }
 
   /**
    * The usable context in tokens: `maxModelLen − protocol.reservedContextTokens` (TokenSpeed: `max_model_len − 2`,
-   * engine-wire.md 4.4 last paragraph; vLLM: `max_model_len`). Prompt + completion must fit in it: a prompt of this
-   * many tokens or more gets no completion, and the default completion limit is `contextTokenLimit − prompt_len`
-   * (gateway.md 9). `maxModelLen` (what /v1/models reports) is left unchanged. Throws `client-closed` without
-   * engines, like `maxModelLen`.
+   * engine-wire.md 4.4 last paragraph; vLLM: `max_model_len`), 0 before any rank joined. Prompt + completion must
+   * fit in it (gateway.md 9).
    */
   get contextTokenLimit(): number {
-    return Math.max(0, this.maxModelLen - this.protocol.reservedContextTokens);
+    const len = this.maxModelLen;
+    return len === null ? 0 : Math.max(0, len - this.protocol.reservedContextTokens);
   }
 
   /**
-   * True when the group steps in lockstep (dp-routing.md 13.1, engine-wire.md 5.12; waves.ts): forced by the
-   * `lockstep` option, or some rank's ready response has `dataParallelSize > 1`, or (`auto`) a rank sent a wave
-   * notification. Then every submit wakes the whole group. May turn true after construction, never back.
+   * True when the group steps in lockstep (dp-routing.md 13.1, engine-wire.md 5.12; waves.ts): forced by the `lockstep`
+   * option, or some rank's ready response has `dataParallelSize > 1`, or (`auto`) a rank sent a wave notification.
+   * May turn true after construction, never back.
    */
   get lockstep(): boolean {
     return this.waves.lockstep;
@@ -268,7 +303,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return { kind: this.waves.kind, decidedBy: this.waves.decidedBy };
   }
 
-  /** The wave clock (dp-routing.md 13.1; a wave number ≥ 0, starting at 0), or null for a non-lockstep group. */
+  /** The wave clock (dp-routing.md 13.1; a wave number ≥ 0), or null for a non-lockstep group. */
   get waveClock(): number | null {
     return this.waves.value;
   }
@@ -278,181 +313,213 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return this.registry.size;
   }
 
-  /** `not closed` (dp-routing.md section 2 `is_alive`); local, sends nothing to the engines. */
+  /** The client is open (not closed by `close()`/`shutdown()` or a failed output socket); sends nothing. */
   isAlive(): boolean {
     return !this.registry.closed;
   }
 
+  /** Whether an unpinned request can be placed now: a dense group with a ready rank, a lockstep group all ready. */
+  canServe(): boolean {
+    if (this.registry.closed) return false;
+    return this.waves.lockstep ? this.ranks.allReady() : this.ranks.anyReady();
+  }
+
+  /** The group's serving status (see `GroupStatus`). */
+  status(): GroupStatus {
+    if (this.canServe()) return this.ranks.allReady() ? 'ok' : 'degraded';
+    return this.everServed || this.registry.closed ? 'unavailable' : 'starting';
+  }
+
+  /** Resolves once every rank slot has joined at least once; rejects with `client-closed` if the client closes first. */
+  whenAllJoined(): Promise<void> {
+    if (this.ranks.allJoinedOnce()) return Promise.resolve();
+    if (this.registry.closed) return Promise.reject(this.clientClosedError());
+    return new Promise((resolve, reject) => this.joinWaiters.push({ resolve, reject }));
+  }
+
   /**
-   * Submit one request (dp-routing.md section 3). Synchronously, before the first `await`: validate, register,
-   * select a rank and reserve its in-flight slot (one step), encode (with the pinned rank as `AddTarget.dpRank`, so
-   * vLLM sets `data_parallel_rank`; gateway.md 14); then send `[identity, 00, payload]` through the link, wake the
-   * group if it is lockstep (step 6, dp-routing.md 13.2: clock + 1, START_DP_WAVE `[clock, nil]` to every rank in
-   * list order, the holder included) and resolve with the request's stream. Every failure rolls back synchronously
-   * (registry entry removed, slot released; a failed wake also sends an ABORT for the request, its result ignored)
-   * and rejects with an `EngineClientError`:
-   * `client-closed` (closed client, no engines, or the client failed while a send was pending),
-   * `duplicate-request-id`, `invalid-dp-rank`, `encode` (also for an empty request id), `transport` (a send failed),
-   * `engine-dead` (a send timed out or was refused with EHOSTUNREACH; this also fails every other request,
-   * section 6 / 14.8). A pre-aborted `signal` rejects with its reason, as does a signal that fires while a send is
-   * pending (the ABORT is sent in that case).
+   * Submit one request (dp-routing.md section 3). Synchronously, before the first `await`: validate, register, select
+   * a ready rank and reserve its in-flight slot (one step, `policy.onDispatch` inside it), encode (with the pinned rank
+   * as `AddTarget.dpRank`, gateway.md 14); then send `[identity, 00, payload]`, wake the group if it is lockstep
+   * (13.2) and resolve with the request's stream. An ADD refused with EHOSTUNREACH or a send timeout reached no engine
+   * (zmq-link.ts): the rank is marked dead and an unpinned request is placed on another ready rank instead.
+   * Every other failure rolls back synchronously and rejects with an `EngineClientError`:
+   * `client-closed`, `duplicate-request-id`, `invalid-dp-rank` (outside 0..dpSize−1), `unavailable` (no ready rank,
+   * or the pinned one is not ready), `encode` (also for an empty request id), `transport` (a send failed), `engine-dead`
+   * (the pinned rank died on the send; or a lockstep wake found a rank dead). A pre-aborted `signal` rejects with its reason, as does a signal that fires
+   * while a send is pending (the ABORT is sent in that case). If the request failed while its ADD was queued (its rank
+   * died or stalled), the stream is returned and yields that error.
    */
   async submit(request: GenerateRequest, options: SubmitOptions = {}): Promise<RequestStream> {
     const { dpRank, signal } = options;
-    // 1. Validate (TokenSpeed and vLLM text requests: nothing protocol-specific at this level).
     if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
     }
     if (signal?.aborted) throw abortReason(signal);
-    if (this.registry.closed) throw this.clientClosedError(); // names the failure that closed the client
+    if (this.registry.closed) throw this.clientClosedError();
     const id = request.requestId;
 
-    // 2. Register before any reservation (section 3 step 2, section 7).
+    // Register before any reservation (section 3 step 2, section 7).
     let detachSignal: () => void = () => {};
     const promptTokens = Array.isArray(request.promptTokenIds) ? request.promptTokenIds.length : 0;
-    const stream: RequestStreamImpl = new RequestStreamImpl(
-      id,
-      promptTokens,
-      () => this.abandon(entry),
-      () => detachSignal(),
-    );
-    const entry: RegistryEntry = { requestId: id, stream, engine: null, engineIndex: null };
+    const stream: RequestStreamImpl = new RequestStreamImpl(id, promptTokens, () => this.abandon(entry), () => detachSignal());
+    const entry: RegistryEntry = { requestId: id, stream, engineIndex: null };
     this.registry.register(entry);
 
-    // 3. Select and reserve in the same synchronous step (section 9, section 12.3 rule 1).
-    let engine: ConnectedEngine;
+    let payload: Uint8Array | null = null;
+    let slot: RankSlot;
     let pinned: boolean;
-    try {
-      ({ engine, pinned } = this.selectAndReserve(request, dpRank));
-    } catch (err) {
-      this.rollback(entry, err);
-      throw err;
+    for (let attempt = 0; ; attempt++) {
+      // Select and reserve in the same synchronous step (section 9, section 12.3 rule 1).
+      try {
+        ({ slot, pinned } = this.selectAndReserve(request, dpRank));
+      } catch (err) {
+        this.rollback(entry, err);
+        throw err;
+      }
+      entry.engineIndex = slot.index;
+      stream.engineIndex = slot.index;
+      this.touchWatchdog(false);
+      if (payload === null) {
+        try {
+          payload = this.protocol.encodeAdd(request, { dpRank: pinned ? slot.index : null });
+        } catch (err) {
+          const e = new EngineClientError('encode', `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`, { cause: err, requestId: id });
+          this.rollback(entry, e);
+          throw e;
+        }
+      }
+      if (attempt === 0 && signal) {
+        const onAbort = (): void => stream.cancel();
+        signal.addEventListener('abort', onAbort, { once: true });
+        detachSignal = () => signal.removeEventListener('abort', onAbort);
+      }
+      try {
+        await this.link.send(slot.identity, RequestType.ADD, payload);
+        break;
+      } catch (err) {
+        const what = `sending request ${JSON.stringify(id)} to DP rank ${slot.index}`;
+        if (this.registry.closed) throw this.clientClosedError();
+        if (signal?.aborted) throw abortReason(signal);
+        // Ended while its ADD was queued (its rank died or stalled, its group failed): report what ended it.
+        if (this.registry.get(id) !== entry && stream.failure !== null) throw stream.failure;
+        const cls = classifySendError(err);
+        if (cls === 'other' || this.registry.get(id) !== entry) {
+          const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err, requestId: id });
+          this.rollback(entry, e);
+          throw e;
+        }
+        // Nothing reached an engine: take the request off the rank before the rank's death fails what it holds.
+        this.release(slot.index, [id]);
+        entry.engineIndex = null;
+        const error = this.sendFailureKills(slot, what, err);
+        if (!pinned && this.registry.get(id) === entry && attempt < this.ranks.size) {
+          this.logger.info({ requestId: id, engineIndex: slot.index }, 'ADD reached no engine; placing the request on another ready rank');
+          continue;
+        }
+        this.rollback(entry, error);
+        throw error;
+      }
     }
-    entry.engine = engine;
-    entry.engineIndex = engine.engineIndex;
-    stream.engineIndex = engine.engineIndex;
-    // Armed after the rank's own watchdog (selectAndReserve), so when everything is silent the per-rank one fires
-    // first and names the rank.
-    this.touchWatchdog(false);
-
-    // 4. Encode. The pinned rank is the only target information a payload carries (gateway.md 14).
-    let payload: Uint8Array;
-    try {
-      payload = this.protocol.encodeAdd(request, { dpRank: pinned ? engine.engineIndex : null });
-    } catch (err) {
-      const e = new EngineClientError('encode', `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`, {
-        cause: err,
-        requestId: id,
-      });
-      this.rollback(entry, e);
-      throw e;
-    }
-
-    if (signal) {
-      const onAbort = (): void => stream.cancel();
-      signal.addEventListener('abort', onAbort, { once: true });
-      detachSignal = () => signal.removeEventListener('abort', onAbort);
-    }
-
-    // 5. Send through the link's FIFO send queue, bounded by its send timeout.
-    try {
-      await this.link.send(engine.identity, RequestType.ADD, payload);
-    } catch (err) {
-      const f = this.sendFailed(err, `sending request ${JSON.stringify(id)} to DP rank ${rankName(engine)}`, id);
-      if (!f.handled) this.rollback(entry, f.error);
-      throw f.error;
-    }
-    // The client failed or closed while this ADD was queued (section 12.3 rule 4): queued sends fail with
-    // client-closed (the message names the original failure; the stream itself already received it).
     if (this.registry.closed) throw this.clientClosedError();
     if (signal?.aborted) throw abortReason(signal);
 
-    // 6. Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a dense group), and a group of
+    // Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a dense group), and a group of
     // unknown kind after its first one (waves.ts `submitWake`: the no-hang probe before lockstep detection).
-    const wave = this.waves.submitWake();
+    const wave = this.registry.get(id) === entry ? this.waves.submitWake() : null;
     if (wave !== null) {
       const failure = await this.wakeGroup(wave);
-      if (failure) {
-        if (!failure.handled) {
-          const live = this.registry.get(id) === entry; // not already finished by the engine
-          this.rollback(entry, failure.error);
-          if (live) this.sendAbort(engine, id).catch(() => {}); // section 3 step 6: its result is ignored
-        }
-        throw failure.error;
+      if (failure !== null) {
+        const live = this.registry.get(id) === entry;
+        this.rollback(entry, failure);
+        if (live) void this.sendAbort(slot.index, [id]); // section 3 step 6: its result is ignored
+        throw failure;
       }
       if (this.registry.closed) throw this.clientClosedError();
       if (signal?.aborted) throw abortReason(signal);
     }
-
-    // 7. Return the stream.
-    if (engine.engineIndex !== null) {
-      const c = this.counters.get(engine.engineIndex);
-      if (c) {
-        if (pinned) c.pinned++;
-        else c.unpinned++;
-      }
-    }
+    if (pinned) slot.counters.pinned++;
+    else slot.counters.unpinned++;
     return stream;
   }
 
   /**
    * Explicit abort (dp-routing.md section 5): remove the registry entry, release the in-flight slot, end the stream
-   * (its reader gets a stream-closed error naming the id, as in SMG where removing the entry closes the sink), send
-   * `[identity, 01, ["<id>"]]` to the recorded rank and resolve with the send's result. Never waits for an engine
-   * confirmation. An unknown or already finished id is a no-op (nothing is sent: the rank is unknown).
-   * Rejects with `engine-dead` (send timeout, which fails the client) or `transport` (which also fails the client:
-   * the section 14.8 gap, see `sendAbort`).
+   * (its reader gets a stream-closed error naming the id), send `[identity, 01, ["<id>"]]` to the recorded rank and
+   * resolve once the link accepted it. Never waits for an engine confirmation. An unknown or finished id is a no-op.
+   * Rejects with `engine-dead` (the rank was found dead on this send) or `transport` (any other send failure).
    */
   async abort(requestId: string): Promise<void> {
     const entry = this.registry.get(requestId);
     if (!entry) return;
+    const rank = entry.engineIndex;
     this.retire(entry);
     entry.stream.closeWithoutTerminal();
-    if (entry.engine) await this.sendAbort(entry.engine, requestId);
+    if (rank !== null) {
+      const error = await this.sendAbort(rank, [requestId]);
+      if (error !== null) throw error;
+    }
   }
 
-  /** Per-rank routing state, in engine (identity) order; engines without an index are left out. */
+  /** Every rank slot's state, in identity order (see `RankState`). */
   rankStates(): RankState[] {
-    const out: RankState[] = [];
-    for (const e of this.engines) {
-      const idx = e.engineIndex;
-      if (idx === null) continue;
-      const c = this.counters.get(idx) ?? { pinned: 0, unpinned: 0, clamps: 0 };
-      const guard = this.routing.soleClientGuard(idx);
-      out.push({
-        engineIndex: idx,
-        inFlight: this.routing.inFlightCount(idx),
-        load: this.routing.load(idx),
+    return this.ranks.slots.map((s) => {
+      const c = s.counters;
+      const guard = this.routing.soleClientGuard(s.index);
+      return {
+        engineIndex: s.index,
+        state: s.liveness.state,
+        cause: s.liveness.cause,
+        inFlight: this.routing.inFlightCount(s.index),
+        load: this.routing.load(s.index),
         dispatchedPinned: c.pinned,
         dispatchedUnpinned: c.unpinned,
         clampEvents: c.clamps,
-        loadAgeMs: this.routing.loadAgeMs(idx, this.now()),
+        abortsSent: c.abortsSent,
+        rejoins: c.rejoins,
+        stalls: c.stalls,
+        deaths: { ...c.deaths },
+        loadAgeMs: this.routing.loadAgeMs(s.index, this.now()),
         soleClientGuard: guard.engaged,
         guardEngagements: guard.engagements,
         guardDisengagements: guard.disengagements,
-      });
-    }
-    return out;
+      };
+    });
   }
 
   /**
    * Shut the client down ("client dropped", dp-routing.md section 4): mark it closed, end every live stream with a
-   * stream-closed error naming its id, clear the in-flight sets, stop the watchdog, close the link and wait for the
-   * dispatcher to exit. No ABORTs are sent. Idempotent; never rejects. Does not emit `failed`.
+   * stream-closed error naming its id, clear the in-flight sets, stop the timers, close the link and wait for the
+   * dispatcher to exit. No ABORTs are sent (see `shutdown`). Idempotent; never rejects. Does not emit `failed`.
    */
   close(): Promise<void> {
-    this.closing ??= this.doClose();
+    this.closing ??= this.doClose(null);
     return this.closing;
   }
 
-  private async doClose(): Promise<void> {
+  /**
+   * End of a graceful drain: every request still live ends with a `client-closed` error carrying `message`, every
+   * connected rank gets an ABORT for what it held (waited for up to 1 s), then `close()`. Idempotent; never rejects.
+   */
+  shutdown(message: string): Promise<void> {
+    this.closing ??= this.doClose(new EngineClientError('client-closed', message));
+    return this.closing;
+  }
+
+  private async doClose(error: EngineClientError | null): Promise<void> {
     if (!this.registry.closed) {
-      this.closeReason = new EngineClientError('client-closed', 'engine client is shutting down');
+      this.closeReason = error ?? new EngineClientError('client-closed', 'engine client is shutting down');
       const entries = this.registry.closeAndDrain();
       this.routing.clearInFlight();
-      for (const e of entries) e.stream.closeWithoutTerminal();
+      const aborts = error === null ? [] : this.abortHeld(entries);
+      for (const e of entries) {
+        if (error === null) e.stream.closeWithoutTerminal();
+        else e.stream.fail(error);
+      }
+      if (aborts.length > 0) await Promise.race([Promise.allSettled(aborts), delay(SHUTDOWN_ABORT_WAIT_MS)]);
     }
-    this.clearWatchdog();
+    this.stopTimers();
+    for (const w of this.joinWaiters.splice(0)) w.reject(this.clientClosedError());
     try {
       await this.link.close();
     } catch (err) {
@@ -462,76 +529,289 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   // ---------------------------------------------------------------------------------------------------------------
+  // Ranks joining (the link's handshake service) and rank state
+
+  /** Apply a liveness event; logs and emits `rank` on a change; notices the group starting to serve again. */
+  private transition(index: number, event: LivenessEvent): boolean {
+    const previous = this.ranks.apply(index, event);
+    if (previous === null) return false;
+    const l = this.ranks.slot(index)!.liveness;
+    const level = l.state === 'dead' || l.state === 'stalled' ? 'warn' : 'info';
+    this.logger[level]({ engineIndex: index, from: previous, to: l.state, cause: l.cause, epoch: l.epoch }, `DP rank ${index}: ${previous} → ${l.state}`);
+    const wasServing = this.serving;
+    this.serving = this.canServe();
+    if (this.serving) this.everServed = true;
+    if (this.serving && !wasServing) this.onServingAgain();
+    try {
+      this.emit('rank', index, l.state, l.cause);
+    } catch (err) {
+      this.logger.error({ err }, "a 'rank' listener threw");
+    }
+    return true;
+  }
+
+  /**
+   * A HELLO for `index` (link listener): a slot that is not connected lets it in at once; a connected holder is probed
+   * first (probes.ts): refused with EHOSTUNREACH (or stuck past the send timeout) → it is dead and the newcomer is let
+   * in; still answering after every round → the newcomer is refused (two engines with one index).
+   */
+  private async admitHello(index: number): Promise<boolean> {
+    const slot = this.ranks.slot(index);
+    if (slot === undefined || this.registry.closed) return false;
+    if (isConnected(slot.liveness.state)) {
+      const epoch = slot.liveness.epoch;
+      const holderGone = () => !isConnected(slot.liveness.state) || slot.liveness.epoch !== epoch;
+      let elapsed = 0;
+      for (const ms of PROBE_SCHEDULE_MS) {
+        await delay(ms - elapsed); // the rounds go out at the schedule's offsets after the HELLO
+        elapsed = ms;
+        if (this.registry.closed) return false;
+        if (holderGone()) break;
+        await this.probe(slot, `liveness probe (empty ABORT) to DP rank ${index}, whose engine index a new HELLO claims`);
+        if (holderGone()) break;
+      }
+      if (!holderGone()) return false;
+    }
+    this.transition(index, { kind: 'hello' });
+    return true;
+  }
+
+  /**
+   * A rank completed its handshake (link listener): a fresh process, so a fresh stored load, fresh watchdogs, an
+   * empty in-flight set and nothing remembered by the policy (`forgetRank`); a live holder of the index is retired
+   * first (cause `replaced`). A lockstep group may start serving again here.
+   */
+  private onJoined(engine: ConnectedEngine): void {
+    const index = engine.engineIndex;
+    const slot = this.ranks.slot(index);
+    if (slot === undefined || this.registry.closed) return;
+    if (isConnected(slot.liveness.state)) {
+      this.rankDied(index, 'replaced', `DP rank ${index} was replaced: a new engine process joined with its engine index`);
+    }
+    if (slot.liveness.epoch > 0) slot.counters.rejoins++;
+    this.forgetRankState(index, slot.liveness.epoch > 0);
+    slot.engine = engine;
+    this.waves.noteRank(engine.ready);
+    const r = engine.ready;
+    const rejoin = slot.liveness.epoch > 0;
+    this.logger.info(
+      { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype },
+      rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
+    );
+    try {
+      this.emit('joined', engine, rejoin);
+    } catch (err) {
+      this.logger.error({ err }, "a 'joined' listener threw");
+    }
+    this.transition(index, { kind: 'joined' });
+    if (this.ranks.allJoinedOnce()) for (const w of this.joinWaiters.splice(0)) w.resolve();
+  }
+
+  private onJoinFailed(index: number, reason: string): void {
+    this.logger.warn({ engineIndex: index, reason }, `DP rank ${index} did not finish its handshake`);
+    this.transition(index, { kind: 'handshake-failed' });
+  }
+
+  /**
+   * Drop what belonged to `index`'s previous process: stored load, in-flight set, timers, disowned ids, and (unless
+   * this is the slot's first join, when there is nothing to forget) the policy's state (`forgetRank`, interface A).
+   */
+  private forgetRankState(index: number, tellPolicy = true): void {
+    this.routing.forgetRank(index);
+    this.silentRanks.stop(index);
+    this.stalledRanks.stop(index);
+    for (const [id, rank] of this.disowned) if (rank === index) this.disowned.delete(id);
+    if (tellPolicy) this.policy.forgetRank?.(index);
+  }
+
+  /**
+   * A lockstep group can serve again (every rank ready): rebuild its wave clock (dp-routing.md 13.4). Ranks ignore a
+   * START_DP_WAVE naming a lower wave than their own, and a surviving rank keeps its wave number, so while any rank of
+   * the failed group survives the clock must never move backwards: it is kept (a fresh rank starts at wave 0 and
+   * accepts any wave, so clock + 1 reaches both). Only when every rank is a new process (its slot epoch moved past the
+   * one at the failure) does the clock restart at 0, like a group that just started.
+   */
+  private onServingAgain(): void {
+    const at = this.epochsAtGroupFailure;
+    if (!this.waves.lockstep || at === null) return;
+    this.epochsAtGroupFailure = null;
+    const allFresh = this.ranks.slots.every((s) => s.liveness.epoch > (at.get(s.index) ?? 0));
+    if (allFresh) this.waves.reset();
+    this.logger.info(
+      { waveClock: this.waves.value, allFresh },
+      allFresh ? 'lockstep group rebuilt from fresh processes: wave clock restarted at 0' : 'lockstep group serving again: wave clock kept (surviving ranks keep their wave numbers)',
+    );
+  }
+
+  /**
+   * A rank is dead (dense: only its requests fail; lockstep: the whole group's do). Its requests get one engine-dead
+   * error naming the rank and `message`; its in-flight set, stored load, timers and policy state are dropped; no
+   * ABORT goes to it. A no-op for a rank that is not connected.
+   */
+  private rankDied(index: number, cause: DeathCause, message: string, causeError?: unknown): EngineClientError {
+    const error = new EngineClientError('engine-dead', message, { cause: causeError, dpRank: index });
+    const slot = this.ranks.slot(index);
+    if (slot === undefined || !isConnected(slot.liveness.state) || this.registry.closed) return error;
+    slot.counters.deaths[cause] = (slot.counters.deaths[cause] ?? 0) + 1;
+    this.stats.rankDeaths[cause] = (this.stats.rankDeaths[cause] ?? 0) + 1;
+    this.logger.error({ engineIndex: index, cause, err: error }, `DP rank ${index} is dead (${cause})`);
+    if (this.waves.lockstep) {
+      this.epochsAtGroupFailure ??= new Map(this.ranks.slots.map((s) => [s.index, s.liveness.epoch]));
+      this.transition(index, { kind: 'death', cause });
+      this.forgetRankState(index);
+      this.failGroup(error, cause, false);
+      return error;
+    }
+    const entries = this.registry.onRank(index);
+    for (const e of entries) {
+      this.registry.removeEntry(e);
+      this.disown(e.requestId, index);
+    }
+    this.forgetRankState(index);
+    this.transition(index, { kind: 'death', cause });
+    for (const e of entries) e.stream.fail(error);
+    this.touchWatchdog(false);
+    return error;
+  }
+
+  /**
+   * A send to `slot` failed with a timeout or EHOSTUNREACH: the rank is dead; returns the engine-dead error.
+   * EHOSTUNREACH while an ENGINE_CORE_DEAD is unaccounted for ties that sentinel to this rank.
+   */
+  private sendFailureKills(slot: RankSlot, what: string, err: unknown): EngineClientError {
+    if (classifySendError(err) === 'timeout') {
+      return this.rankDied(slot.index, 'send-timeout', `DP rank ${slot.index} is not reading its input: ${what} timed out: ${describeError(err)}`, err);
+    }
+    if (this.pendingSentinels > 0 && isConnected(slot.liveness.state)) {
+      this.pendingSentinels--;
+      return this.rankDied(slot.index, 'engine-core-dead', `DP rank ${slot.index} died: ENGINE_CORE_DEAD was received and its identity is gone (${what} refused with EHOSTUNREACH)`, err);
+    }
+    return this.rankDied(slot.index, 'peer-unreachable', `DP rank ${slot.index} is gone: ${what} failed with EHOSTUNREACH (no connected engine has its identity)`, err);
+  }
+
+  /**
+   * A group-scope failure: every live request gets `error`, every connected rank an ABORT for what it held, every
+   * in-flight set empties; with `ranksDie` every connected rank is marked dead (cause `group-failure`; they come back
+   * by dialing in again, as SMG rebuilds its client). Counts `cause` and emits `failed`.
+   */
+  private failGroup(error: EngineClientError, cause: string, ranksDie: boolean): void {
+    this.consecutiveDecodeErrors = 0;
+    const entries = this.registry.removeAll();
+    void this.abortHeld(entries);
+    this.routing.clearInFlight();
+    this.watchdog.stop();
+    this.silentRanks.stopAll();
+    this.stalledRanks.stopAll();
+    if (ranksDie) {
+      // Every rank goes: a pending ENGINE_CORE_DEAD needs no attribution any more.
+      this.pendingSentinels = 0;
+      this.probes.cancel();
+      for (const s of this.ranks.connected()) {
+        s.counters.deaths['group-failure'] = (s.counters.deaths['group-failure'] ?? 0) + 1;
+        this.stats.rankDeaths['group-failure'] = (this.stats.rankDeaths['group-failure'] ?? 0) + 1;
+        this.forgetRankState(s.index);
+        this.transition(s.index, { kind: 'death', cause: 'group-failure' });
+      }
+    }
+    this.stats.failures[cause] = (this.stats.failures[cause] ?? 0) + 1;
+    this.logger.error({ err: error, cause, liveRequests: entries.length, ranks: this.ranks.describe() }, 'engine group failed as a unit');
+    for (const e of entries) e.stream.fail(error);
+    try {
+      this.emit('failed', error);
+    } catch (err) {
+      this.logger.error({ err }, "a 'failed' listener threw");
+    }
+  }
+
+  /** ABORTs for `entries`, one message per connected rank (best effort); they become disowned ids of that rank. */
+  private abortHeld(entries: readonly RegistryEntry[]): Promise<unknown>[] {
+    const byRank = new Map<number, string[]>();
+    for (const e of entries) {
+      if (e.engineIndex === null) continue;
+      this.disown(e.requestId, e.engineIndex);
+      const slot = this.ranks.slot(e.engineIndex);
+      if (slot === undefined || !isConnected(slot.liveness.state)) continue;
+      let ids = byRank.get(e.engineIndex);
+      if (!ids) byRank.set(e.engineIndex, (ids = []));
+      ids.push(e.requestId);
+    }
+    return [...byRank].map(([rank, ids]) => this.sendAbort(rank, ids));
+  }
+
+  private disown(requestId: string, rank: number): void {
+    if (this.disowned.size >= MAX_DISOWNED_IDS) this.disowned.delete(this.disowned.keys().next().value!);
+    this.disowned.set(requestId, rank);
+  }
+
+  // ---------------------------------------------------------------------------------------------------------------
   // Selection (dp-routing.md section 9)
 
   /**
-   * Pick the engine and reserve the in-flight slot, synchronously. Pinned: the engine whose identity decodes to
-   * `dpRank`, else invalid-dp-rank (section 9.1). Unpinned: the policy over one `RankView` per engine (section 9.2).
-   * Either way the policy's `onDispatch` hook then sees the request, in the same step.
+   * Pick the rank and reserve the in-flight slot, synchronously, and tell the policy (`onDispatch`). Pinned: the slot
+   * of `dpRank` (else invalid-dp-rank, section 9.1), which must be ready (else `unavailable`). Unpinned: the policy
+   * over one `RankView` per ready rank, in identity order (section 9.2), else `unavailable`.
    */
-  private selectAndReserve(
-    request: GenerateRequest,
-    dpRank: number | undefined,
-  ): { engine: ConnectedEngine; pinned: boolean } {
-    const id = request.requestId;
-    const engines = this.engines;
+  private selectAndReserve(request: GenerateRequest, dpRank: number | undefined): { slot: RankSlot; pinned: boolean } {
     if (dpRank !== undefined) {
-      const engine = engines.find((e) => e.engineIndex !== null && e.engineIndex === dpRank);
-      if (!engine || engine.engineIndex === null) {
-        const validRanks = engines.flatMap((e) => (e.engineIndex === null ? [] : [e.engineIndex]));
+      const slot = this.ranks.slot(dpRank);
+      if (slot === undefined) {
+        const validRanks = this.ranks.slots.map((s) => s.index);
         throw new EngineClientError(
           'invalid-dp-rank',
-          `DP rank ${String(dpRank)} is not connected: this worker has ${engines.length} engine(s)` +
-            ` (valid ranks: ${validRanks.length > 0 ? validRanks.join(', ') : 'none'})`,
-          { dpRank, engineCount: engines.length, validRanks },
+          `DP rank ${String(dpRank)} does not exist: this engine group has ${this.ranks.size} rank(s) (valid ranks: ${validRanks.join(', ')})`,
+          { dpRank, engineCount: this.ranks.size, validRanks },
         );
       }
-      this.reserve(engine.engineIndex, id);
-      this.policy.onDispatch?.(engine.engineIndex, request);
-      return { engine, pinned: true };
+      if (slot.liveness.state !== 'ready' || !this.canServe()) {
+        const why = slot.liveness.state !== 'ready' ? `it is ${slot.liveness.state}` : `its lockstep group is not serving (${this.ranks.describe()})`;
+        throw new EngineClientError('unavailable', `DP rank ${dpRank} cannot take requests now: ${why}`, { dpRank });
+      }
+      this.reserve(slot.index, request);
+      return { slot, pinned: true };
     }
-    if (engines.length === 0) throw new EngineClientError('client-closed', 'no engines connected');
-    const now = this.now();
-    const views: RankView[] = engines.map((e) => ({
-      engineIndex: e.engineIndex,
-      inFlight: e.engineIndex === null ? 0 : this.routing.inFlightCount(e.engineIndex),
-      load: e.engineIndex === null ? null : this.routing.load(e.engineIndex),
-      loadAgeMs: e.engineIndex === null ? null : this.routing.loadAgeMs(e.engineIndex, now),
-    }));
-    const pos = this.policy.select(views, request);
-    if (!Number.isInteger(pos) || pos < 0 || pos >= engines.length) {
-      throw new RangeError(
-        `DP policy ${this.policy.name} returned position ${pos}, expected an integer in 0..${engines.length - 1}`,
+    if (!this.canServe()) {
+      throw new EngineClientError(
+        'unavailable',
+        `no DP rank of this engine group can take requests now (${this.waves.lockstep ? 'a lockstep group needs every rank ready; ' : ''}${this.ranks.describe()})`,
       );
     }
-    const engine = engines[pos];
-    if (engine.engineIndex !== null) {
-      this.reserve(engine.engineIndex, id);
-      this.policy.onDispatch?.(engine.engineIndex, request);
+    const ready = this.ranks.inState('ready');
+    const now = this.now();
+    const views: RankView[] = ready.map((s) => ({
+      engineIndex: s.index,
+      inFlight: this.routing.inFlightCount(s.index),
+      load: this.routing.load(s.index),
+      loadAgeMs: this.routing.loadAgeMs(s.index, now),
+    }));
+    const pos = this.policy.select(views, request);
+    if (!Number.isInteger(pos) || pos < 0 || pos >= ready.length) {
+      throw new RangeError(`DP policy ${this.policy.name} returned position ${pos}, expected an integer in 0..${ready.length - 1}`);
     }
-    return { engine, pinned: false };
+    const slot = ready[pos]!;
+    this.reserve(slot.index, request);
+    return { slot, pinned: false };
   }
 
   // ---------------------------------------------------------------------------------------------------------------
   // Retirement (dp-routing.md sections 5, 10)
 
-  /** Add `id` to `inflight[rank]` and arm the rank's silence watchdog if it was idle (14.8). */
-  private reserve(rank: number, id: string): void {
-    this.routing.reserve(rank, id);
-    this.syncRankWatchdog(rank, false);
+  /** Add the request to `inflight[rank]`, arm the rank's watchdogs if it was idle (14.8), tell the policy. */
+  private reserve(rank: number, request: GenerateRequest): void {
+    this.routing.reserve(rank, request.requestId);
+    this.syncRankWatchdogs(rank, false);
+    this.policy.onDispatch?.(rank, request);
   }
 
   /**
-   * `release(rank, ids)` with the clamp setting of the policy; counts clamp events; disarms the rank's silence
-   * watchdog when its in-flight set empties. Every shrink of an in-flight set goes through here (or
-   * `clearInFlight` on fail_all / close, which stop every watchdog).
+   * `release(rank, ids)` with the clamp setting of the policy; counts clamp events; disarms the rank's watchdogs when
+   * its in-flight set empties.
    */
   private release(rank: number, ids: Iterable<string>): void {
     if (this.routing.release(rank, ids, this.releaseClamp)) {
-      const c = this.counters.get(rank);
-      if (c) c.clamps++;
+      const slot = this.ranks.slot(rank);
+      if (slot) slot.counters.clamps++;
     }
-    this.syncRankWatchdog(rank, false);
+    this.syncRankWatchdogs(rank, false);
   }
 
   /** Remove `entry` if it is still live and release its slot on the recorded rank. Returns whether it was live. */
@@ -550,71 +830,42 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /**
    * Auto-abort of an abandoned, unfinished stream (section 5): remove the entry, release the slot and send the
-   * ABORT, all started in the same turn as the cancel (section 14.9: the ABORT reaches the link within one
-   * event-loop turn). Idempotent: a retired request is not aborted again.
+   * ABORT, all started in the same turn as the cancel (section 14.9). Idempotent.
    */
   private abandon(entry: RegistryEntry): void {
+    const rank = entry.engineIndex;
     if (!this.retire(entry)) return;
-    if (entry.engine) this.sendAbort(entry.engine, entry.requestId).catch(() => {});
+    if (rank !== null) void this.sendAbort(rank, [entry.requestId]);
   }
 
   /**
-   * Send `[identity, 01, ["<id>"]]` (engine-wire.md 4.7). On a send timeout the client fails with engine-dead
-   * (section 6). On any other send failure the client also fails (transport): SMG's dispatcher merely exits there,
-   * leaving the registry open and live streams hanging (dp-routing.md section 14.8, "always fail_all when the
-   * dispatcher exits for any reason" — the going-beyond fix). After the client closed, rejects with client-closed.
+   * Send `[identity, 01, ids]` (engine-wire.md 4.7) to `rank`. Resolves with null once the link accepted it, else with
+   * the error: a timeout or EHOSTUNREACH also marks the rank dead (engine-dead); any other failure is a transport error,
+   * logged. Never rejects.
    */
-  private async sendAbort(engine: ConnectedEngine, requestId: string): Promise<void> {
+  private async sendAbort(rank: number, ids: readonly string[]): Promise<EngineClientError | null> {
+    const slot = this.ranks.slot(rank);
+    if (slot === undefined) return null;
     let payload: Uint8Array;
     try {
-      payload = this.protocol.encodeAbort([requestId]);
+      payload = this.protocol.encodeAbort(ids);
     } catch (err) {
-      const e = new EngineClientError('encode', `cannot encode ABORT for ${JSON.stringify(requestId)}: ${describeError(err)}`, {
-        cause: err,
-        requestId,
-      });
+      const e = new EngineClientError('encode', `cannot encode ABORT for ${JSON.stringify(ids)}: ${describeError(err)}`, { cause: err });
       this.logger.error({ err: e }, 'ABORT not sent');
-      throw e;
+      return e;
     }
     try {
-      await this.link.send(engine.identity, RequestType.ABORT, payload);
+      await this.link.send(slot.identity, RequestType.ABORT, payload);
       this.stats.abortsSent++;
+      slot.counters.abortsSent++;
+      return null;
     } catch (err) {
-      const f = this.sendFailed(err, `ABORT to DP rank ${rankName(engine)}`, requestId);
-      if (!f.handled) this.failAll(f.error, 'abort-send-failed');
-      throw f.error;
-    }
-  }
-
-  /**
-   * Classify a failed send and apply the consequences every send shares (dp-routing.md 6, 14.8):
-   * - the client is already closed or failed → `client-closed` naming the original failure (handled);
-   * - send timeout → fail_all with `engine-dead` (cause `send-timeout`; engine-wire.md 1.9, SMG PR #2094) (handled);
-   * - EHOSTUNREACH → the rank's identity is no longer connected (the ROUTER has `mandatory` on, zmq-link.ts), so the
-   *   rank is dead: fail_all with `engine-dead` (cause `peer-unreachable`; issue #3 part 4, 14.8) (handled);
-   * - anything else → a `transport` error the caller applies (not handled).
-   * `what` names the send ("ABORT to DP rank 1"); every message starts with it.
-   */
-  private sendFailed(err: unknown, what: string, requestId?: string): SendFailure {
-    if (this.registry.closed) return { error: this.clientClosedError(), handled: true };
-    const details = requestId === undefined ? { cause: err } : { cause: err, requestId };
-    switch (classifySendError(err)) {
-      case 'timeout': {
-        const e = new EngineClientError('engine-dead', `${what} timed out: ${describeError(err)}`, details);
-        this.failAll(e, 'send-timeout');
-        return { error: e, handled: true };
-      }
-      case 'unreachable': {
-        const e = new EngineClientError(
-          'engine-dead',
-          `${what} failed: the rank is gone (EHOSTUNREACH: no connected engine has its identity): ${describeError(err)}`,
-          details,
-        );
-        this.failAll(e, 'peer-unreachable');
-        return { error: e, handled: true };
-      }
-      default:
-        return { error: new EngineClientError('transport', `${what} failed: ${describeError(err)}`, details), handled: false };
+      const what = `ABORT of ${ids.length} request(s) to DP rank ${rank}`;
+      if (this.registry.closed) return this.clientClosedError();
+      if (classifySendError(err) !== 'other' && isConnected(slot.liveness.state)) return this.sendFailureKills(slot, what, err);
+      const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err });
+      this.logger.warn({ err: e, engineIndex: rank }, 'ABORT not sent');
+      return e;
     }
   }
 
@@ -622,39 +873,46 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   // Lockstep waves (dp-routing.md section 13)
 
   /**
-   * `wake_group()` (13.2), the clock already bumped to `wave`: START_DP_WAVE `[wave, nil]` (engine-wire.md 5.7) to
-   * EVERY engine in list (identity) order, the holder of the new request included. All sends are queued in the same
-   * synchronous step, so the link's FIFO keeps them in order and together. The clock ticks but nothing is sent when the
-   * protocol has no wave message (TokenSpeed; 13.2 inferred). Never rejects: resolves with null on success, else with
-   * the failure (a timeout or EHOSTUNREACH on any rank has already failed the client; for several failures the fatal
-   * one wins).
+   * `wake_group()` (13.2), the clock already bumped to `wave`: START_DP_WAVE `[wave, nil]` (engine-wire.md 5.7) to every
+   * connected rank in identity order, the holder of the new request included, all queued in one synchronous step
+   * (per-rank order keeps them behind each rank's earlier sends). Nothing is sent when the protocol has no wave
+   * message (TokenSpeed; 13.2 inferred). Resolves with null on success, else with the error (a rank found dead on it
+   * has failed the group). Never rejects.
    */
-  private async wakeGroup(wave: number): Promise<SendFailure | null> {
+  private async wakeGroup(wave: number): Promise<EngineClientError | null> {
     if (this.protocol.encodeStartWave === undefined) return null;
     let payload: Uint8Array;
     try {
       payload = this.protocol.encodeStartWave(wave);
     } catch (err) {
-      const e = new EngineClientError('encode', `cannot encode START_DP_WAVE [${wave}, nil]: ${describeError(err)}`, { cause: err });
-      return { error: e, handled: false };
+      return new EngineClientError('encode', `cannot encode START_DP_WAVE [${wave}, nil]: ${describeError(err)}`, { cause: err });
     }
-    const sends = this.engines.map((engine) =>
-      this.link.send(engine.identity, RequestType.START_DP_WAVE, payload).then(
+    const sends = this.ranks.connected().map((slot) =>
+      this.link.send(slot.identity, RequestType.START_DP_WAVE, payload).then(
         () => null,
-        (err: unknown) => ({ engine, err }),
+        (err: unknown) => ({ slot, err }),
       ),
     );
     const failed = (await Promise.all(sends)).filter((f) => f !== null);
     if (failed.length === 0) return null;
-    const first = failed.find((f) => classifySendError(f.err) !== 'other') ?? failed[0];
-    return this.sendFailed(first.err, `START_DP_WAVE [${wave}, nil] to DP rank ${rankName(first.engine)}`);
+    if (this.registry.closed) return this.clientClosedError();
+    // A rank found dead wins over a plain send failure (it is what the caller must report).
+    failed.sort((a, b) => Number(classifySendError(a.err) === 'other') - Number(classifySendError(b.err) === 'other'));
+    let first: EngineClientError | null = null;
+    for (const f of failed) {
+      const what = `START_DP_WAVE [${wave}, nil] to DP rank ${f.slot.index}`;
+      const e = classifySendError(f.err) !== 'other'
+        ? this.sendFailureKills(f.slot, what, f.err)
+        : new EngineClientError('transport', `${what} failed: ${describeError(f.err)}`, { cause: f.err });
+      first ??= e;
+    }
+    return first;
   }
 
   /**
    * `observe_wave(event)` (13.3), dispatcher step 3: complete(w) → clock ← max(clock, w + 1), no wake; start(w) →
-   * clock ← max(clock, w), then `wake_group()` (a failed wake fails the client: the dispatcher has no caller to
-   * hand it to, 14.8 "always fail_all"). In `auto` mode the first notification makes a group of unknown kind lockstep
-   * (waves.ts; logged), and wakes it when requests are in flight. A dense group logs and ignores the event (13.1).
+   * clock ← max(clock, w), then `wake_group()`. In `auto` mode the first notification makes a group of unknown kind
+   * lockstep (waves.ts; logged), and wakes it when requests are in flight. A dense group logs and ignores the event.
    */
   private observeWave(rank: number, event: WaveEvent): void {
     const before = this.waves.decidedBy;
@@ -679,13 +937,15 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (decision !== 'wake') return;
     const wave = this.waves.bump();
     if (wave === null) return;
-    void this.wakeGroup(wave).then((f) => {
-      if (f && !f.handled) this.failAll(f.error, 'wave-send-failed');
+    // Nobody waits on this wake: if its broadcast fails, the group's ranks never start the wave and every request of
+    // the group would hang until its stall, so the group fails now (a rank found dead on it already failed it).
+    void this.wakeGroup(wave).then((e) => {
+      if (e !== null && e.kind === 'transport' && !this.registry.closed) this.failGroup(e, 'wave-send-failed', false);
     });
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // Dispatcher (dp-routing.md section 8) and failures (section 6)
+  // Dispatcher (dp-routing.md section 8) and output-side failures (section 6)
 
   private async runDispatcher(): Promise<void> {
     try {
@@ -694,40 +954,41 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         switch (msg.kind) {
           case 'frames':
             this.handleFrames(msg.frames);
-            this.touchWatchdog(true); // re-armed on every dispatcher wake-up (section 8)
+            this.touchWatchdog(true); // re-armed on every batch or decode error (section 8)
             break;
           case 'dead':
-            this.failAll(
-              new EngineClientError('engine-dead', 'engine core dead: ENGINE_CORE_DEAD received on the output socket'),
-              'engine-core-dead',
-            );
-            return;
+            // Names no rank (engine-wire.md 1.7): the probe rounds find the one whose identity vanished.
+            this.pendingSentinels++;
+            this.logger.warn({ pendingSentinels: this.pendingSentinels }, 'ENGINE_CORE_DEAD received; probing every rank to find the dying one');
+            this.probes.start();
+            break;
           case 'closed':
-            this.failAll(
-              new EngineClientError('transport', `engine output socket failed: ${describeError(msg.error)}`, {
-                cause: msg.error,
-              }),
-              'output-closed',
-            );
+            this.outputFailed(new EngineClientError('transport', `engine output socket failed: ${describeError(msg.error)}`, { cause: msg.error }), 'output-closed');
             return;
           case 'disconnect':
-            // A hint, not proof of death (link.ts); deliberately does not re-arm the watchdog. The link reports
-            // disconnects of both data sockets (input ROUTER and output PULL) and `address` is the gateway's own
-            // bound endpoint of the socket concerned; the link seam does not expose its endpoints, so the message
-            // names the address rather than guessing the socket. Which rank went away is unknown: probe them all.
+            // A hint, not proof of death (link.ts); it does not re-arm the watchdog. `address` is the gateway's own
+            // bound endpoint of the socket concerned; which rank went away is unknown: probe them all.
             this.logger.warn({ address: msg.address }, `engine peer disconnected from the gateway socket bound at ${msg.address}`);
-            this.scheduleProbes(msg.address);
+            this.probes.start();
             break;
         }
         if (this.registry.closed) return;
       }
-      this.failAll(new EngineClientError('client-closed', 'engine output stream ended'), 'output-ended');
+      this.outputFailed(new EngineClientError('client-closed', 'engine output stream ended'), 'output-ended');
     } catch (err) {
-      this.failAll(
-        new EngineClientError('transport', `engine output receive failed: ${describeError(err)}`, { cause: err }),
-        'output-error',
-      );
+      this.outputFailed(new EngineClientError('transport', `engine output receive failed: ${describeError(err)}`, { cause: err }), 'output-error');
     }
+  }
+
+  /** The output socket is gone: nothing can be received any more. Group-scope failure, then the client closes for good. */
+  private outputFailed(error: EngineClientError, cause: string): void {
+    if (this.registry.closed) return;
+    this.failGroup(error, cause, true);
+    this.closeReason = error;
+    this.registry.closeAndDrain();
+    this.stopTimers();
+    for (const w of this.joinWaiters.splice(0)) w.reject(this.clientClosedError());
+    this.link.close().catch((err: unknown) => this.logger.warn({ err }, 'engine link close failed'));
   }
 
   private handleFrames(frames: Uint8Array[]): void {
@@ -741,89 +1002,70 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.applyBatch(batch);
   }
 
-  /** A single undecodable message is logged, counted and skipped; 3 in a row fail the client (SMG PR #2175). */
+  /** A single undecodable message is logged, counted and skipped; 3 in a row fail the group (SMG PR #2175). */
   private onDecodeError(err: unknown): void {
     this.stats.decodeErrors++;
     this.consecutiveDecodeErrors++;
     if (this.consecutiveDecodeErrors >= MAX_CONSECUTIVE_DECODE_ERRORS) {
-      this.failAll(
-        new EngineClientError(
-          'decode',
-          `${this.consecutiveDecodeErrors} consecutive undecodable engine output messages; last: ${describeError(err)}`,
-          { cause: err },
-        ),
-        'decode-errors',
-      );
+      const n = this.consecutiveDecodeErrors;
+      const error = new EngineClientError('decode', `${n} consecutive undecodable engine output messages; last: ${describeError(err)}`, { cause: err });
+      this.failGroup(error, 'decode-errors', true);
       return;
     }
-    this.logger.warn(
-      { err, consecutive: this.consecutiveDecodeErrors },
-      'skipping an undecodable engine output message',
-    );
+    this.logger.warn({ err, consecutive: this.consecutiveDecodeErrors }, 'skipping an undecodable engine output message');
   }
 
   /**
-   * One decoded batch, in one synchronous block (dp-routing.md section 8 and 12.3 rule 2):
-   * 1. reset the consecutive-decode-error count;
-   * 2. store the load report (if any) as `load[batch.engineIndex]` BEFORE any release;
-   * 4-5. `finished` = the batch's finished ids plus its terminal rows; route every row in batch order (terminal →
-   *      remove entry, deliver; non-terminal for an unknown id → dropped); then remove every finished id from the
-   *      registry (an id finished without a terminal row gets a stream-closed error);
-   * 6. `release(batch.engineIndex, finished)` for EVERY batch, even with `finished` empty (this is what clamps an
-   *    idle rank's stale report, section 10.3).
-   * Rank fidelity (section 14.6, going beyond): a row or finished id whose request was recorded on another rank is
-   * counted in `stats.rankMismatches` and logged; besides the spec's release by the batch's engine index, such an id
-   * is ALSO released from its recorded rank, so a sender that misnames itself (e.g. the 9-element TokenSpeed layout
-   * that always says rank 0) cannot leak slots on the other ranks.
+   * One decoded batch, in one synchronous block (dp-routing.md section 8 and 12.3 rule 2): reset the decode-error
+   * count; a stalled rank that speaks is back in rotation; store the load report BEFORE any release (only for a
+   * connected rank: a dead rank's late batch must not resurrect a load); apply the wave event; route the rows
+   * (batch-router.ts `planBatch`); release `finished` from the batch's rank for EVERY batch (the clamp, 10.3) and
+   * misattributed ids from their recorded rank (14.6); re-arm the watchdogs of every rank the batch proves alive; and
+   * drop rows for requests their rank no longer owns, counting them and ABORTing each id once.
    */
   private applyBatch(batch: EngineBatch): void {
     this.consecutiveDecodeErrors = 0;
     const rank = batch.engineIndex;
-    if (batch.load) this.onStoredLoad(rank, this.routing.storeLoad(rank, batch.load, this.now()));
-    if (batch.wave) this.observeWave(rank, batch.wave);
+    const slot = this.ranks.slot(rank);
+    const live = slot !== undefined && isConnected(slot.liveness.state);
+    if (live && batch.load) this.onStoredLoad(rank, this.routing.storeLoad(rank, batch.load, this.now()));
+    if (live && batch.wave) this.observeWave(rank, batch.wave);
 
-    const finished = new Set<string>(batch.finishedRequestIds);
-    const retiredOn = new Map<string, number | null>();
-    // Ranks this batch proves alive (14.8): the named one, plus the recorded rank of every live request it carries
-    // (request ids are unique per client, so only that rank can have produced the row, even if it misnames itself).
-    const heardFrom = new Set<number>([rank]);
-    let mismatches = 0;
-    for (const out of batch.outputs) {
-      const terminal = out.finishReason !== null;
-      if (terminal) finished.add(out.requestId);
-      const entry = this.registry.get(out.requestId);
-      if (!entry) continue; // unknown or already retired (e.g. aborted): dropped silently (section 2)
-      if (entry.engineIndex !== null) heardFrom.add(entry.engineIndex);
-      if (entry.engineIndex !== null && entry.engineIndex !== rank) mismatches++;
-      if (terminal) {
-        this.registry.removeEntry(entry);
-        retiredOn.set(entry.requestId, entry.engineIndex);
-        entry.stream.deliver(out);
-      } else if (!entry.stream.deliver(out)) {
-        // Consumer gone (cannot normally happen: a cancel retires synchronously) → treat as abandoned.
-        this.abandon(entry);
+    const plan = planBatch(batch, (id) => this.registry.get(id));
+    for (const d of plan.deliveries) {
+      if (d.terminal) {
+        this.registry.removeEntry(d.entry);
+        d.entry.stream.deliver(d.row);
+      } else if (!d.entry.stream.deliver(d.row)) {
+        this.abandon(d.entry); // consumer gone (cannot normally happen: a cancel retires synchronously)
       }
     }
-    for (const id of finished) {
-      const entry = this.registry.remove(id);
-      if (!entry) continue;
-      if (entry.engineIndex !== null) heardFrom.add(entry.engineIndex);
-      if (entry.engineIndex !== null && entry.engineIndex !== rank) mismatches++;
-      retiredOn.set(id, entry.engineIndex);
-      entry.stream.closeWithoutTerminal();
+    for (const e of plan.closedWithoutTerminal) {
+      this.registry.removeEntry(e);
+      e.stream.closeWithoutTerminal();
     }
-
-    this.release(rank, finished);
-    for (const [id, recorded] of retiredOn) {
-      if (recorded !== null && recorded !== rank) this.release(recorded, [id]);
+    this.release(rank, plan.finished);
+    for (const r of plan.alsoRelease) this.release(r.rank, [r.requestId]);
+    for (const r of plan.heardFrom) {
+      if (this.ranks.slot(r)?.liveness.state === 'stalled') this.transition(r, { kind: 'heard' });
+      this.syncRankWatchdogs(r, true);
     }
-    for (const r of heardFrom) this.syncRankWatchdog(r, true);
-    if (mismatches > 0) {
-      this.stats.rankMismatches += mismatches;
+    if (plan.mismatches > 0) {
+      this.stats.rankMismatches += plan.mismatches;
       this.logger.warn(
-        { engineIndex: rank, mismatches },
+        { engineIndex: rank, mismatches: plan.mismatches },
         'output batch names a different DP rank than the one its requests were sent to (rank fidelity, dp-routing.md 14.6)',
       );
+    }
+    for (const id of plan.unknownRows) {
+      const owner = this.disowned.get(id);
+      if (owner === undefined) continue; // an ordinary late row (after an abort): dropped silently (section 2)
+      this.disowned.delete(id);
+      this.stats.orphanOutputs++;
+      if (!plan.finished.has(id)) void this.sendAbort(owner, [id]);
+    }
+    if (plan.unknownRows.length > 0 && !live) {
+      this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }
   }
 
@@ -846,113 +1088,105 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     }
   }
 
-  /**
-   * fail_all (dp-routing.md sections 2 and 6): close the registry for good, deliver the same `error` to every live
-   * stream, clear every in-flight set (stored loads are kept), stop the watchdog, close the link, count the cause
-   * and emit `failed`. Idempotent: only the first failure counts.
-   */
-  private failAll(error: EngineClientError, cause: string): void {
-    if (this.registry.closed) return;
-    this.closeReason = error;
-    const entries = this.registry.closeAndDrain();
-    this.routing.clearInFlight();
-    for (const e of this.engines) if (e.engineIndex !== null) this.policy.forgetRank?.(e.engineIndex); // the group died
-    this.clearWatchdog();
-    this.stats.failures[cause] = (this.stats.failures[cause] ?? 0) + 1;
-    this.logger.error({ err: error, cause, liveRequests: entries.length }, 'engine client failed');
-    for (const e of entries) e.stream.fail(error);
-    this.link.close().catch((err: unknown) => this.logger.warn({ err }, 'engine link close failed'));
-    try {
-      this.emit('failed', error);
-    } catch (err) {
-      this.logger.error({ err }, "a 'failed' listener threw");
-    }
-  }
-
+  /** `client-closed` naming what closed the client (a failure, or the shutdown message). */
   private clientClosedError(): EngineClientError {
+    const base = 'engine client is shutting down';
     const reason = this.closeReason;
-    const suffix = reason && reason.kind !== 'client-closed' ? ` (engine client failed: ${reason.message})` : '';
-    return new EngineClientError('client-closed', `engine client is shutting down${suffix}`, { cause: reason ?? undefined });
+    let suffix = '';
+    if (reason !== null && reason.kind !== 'client-closed') suffix = ` (engine client failed: ${reason.message})`;
+    else if (reason !== null && reason.message !== base) suffix = ` (${reason.message})`;
+    return new EngineClientError('client-closed', `${base}${suffix}`, { cause: reason ?? undefined });
   }
 
   // ---------------------------------------------------------------------------------------------------------------
-  // Silence watchdog (dp-routing.md section 6)
+  // Timers: group silence watchdog (section 6), per-rank silence and stall timers (14.8; issue #8 part 3), probes
 
   /**
-   * Armed while requests are registered; restarted (`reset`) on every dispatcher wake-up. Queued aborts do not
-   * restart it (unlike SMG; section 14.8 notes that client cancels would otherwise keep a dead engine looking alive),
-   * and a `disconnect` hint does not either.
+   * The group watchdog is armed while requests are registered and restarted on every batch or decode error. Queued
+   * aborts and `disconnect` hints do not restart it (14.8: client cancels would keep a dead engine looking alive).
    */
   private touchWatchdog(reset: boolean): void {
     this.watchdog.touch(!this.registry.closed && this.registry.size > 0, reset);
   }
 
-  private clearWatchdog(): void {
+  private stopTimers(): void {
     this.watchdog.stop();
-    this.rankWatchdogs.stopAll();
-    for (const t of this.probeTimers) clearTimeout(t);
-    this.probeTimers.clear();
+    this.silentRanks.stopAll();
+    this.stalledRanks.stopAll();
+    this.probes.cancel();
   }
 
   /**
-   * Per-rank watchdog sync (14.8): live = the client is open and `inflight[rank]` is non-empty; `reset` = this rank
-   * was just heard from.
+   * Per-rank timers: armed while the rank is connected and holds in-flight requests (the stall timer only while it is
+   * `ready`); `reset` = the rank was just heard from.
    */
-  private syncRankWatchdog(rank: number, reset: boolean): void {
-    this.rankWatchdogs.touch(rank, !this.registry.closed && this.routing.inFlightCount(rank) > 0, reset);
+  private syncRankWatchdogs(rank: number, reset: boolean): void {
+    const state = this.ranks.slot(rank)?.liveness.state;
+    const live = !this.registry.closed && state !== undefined && isConnected(state) && this.routing.inFlightCount(rank) > 0;
+    this.silentRanks.touch(rank, live, reset);
+    this.stalledRanks.touch(rank, live && state === 'ready', reset);
   }
 
-  /**
-   * A rank held in-flight requests and sent nothing for `silenceTimeoutMs` (14.8 "going beyond"; issue #3 part 4:
-   * SIGKILL sends no ENGINE_CORE_DEAD and the other ranks' output keeps the client-wide watchdog quiet). The whole
-   * engine group fails with engine-dead (cause `rank-silent`), as for every other engine failure: the client is
-   * one group, and the gateway rebuilds it (dp-routing.md 6).
-   */
+  /** A rank held requests and sent nothing for `silenceTimeoutMs` (14.8): it is dead (cause `rank-silent`). */
   private onRankSilent(rank: number): void {
     const held = this.routing.inFlightCount(rank);
     if (this.registry.closed || held === 0) return;
-    this.failAll(
-      new EngineClientError(
-        'engine-dead',
-        `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) ` +
-          '(per-rank silence watchdog); failing its engine group',
-      ),
-      'rank-silent',
+    this.rankDied(rank, 'rank-silent', `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) (per-rank silence watchdog)`);
+  }
+
+  /**
+   * A ready rank held requests and sent nothing for `rankStallTimeoutMs` (issue #8 part 3): it leaves rotation, its
+   * requests end with a `rank-stalled` error naming it, and ABORTs for them are queued to it (it may be alive but
+   * wedged). In a lockstep group the whole group's requests end (its peers wait on it). It returns to `ready` when it
+   * speaks again; rows it then sends for those requests are dropped, counted and ABORTed once.
+   */
+  private onRankStalled(rank: number): void {
+    const held = this.routing.inFlightCount(rank);
+    const slot = this.ranks.slot(rank);
+    if (this.registry.closed || held === 0 || slot?.liveness.state !== 'ready') return;
+    const error = new EngineClientError(
+      'rank-stalled',
+      `DP rank ${rank} stalled: it sent no output for ${this.stallTimeoutMs} ms while holding ${held} in-flight request(s) ` +
+        '(--rank-stall-timeout-ms); it is out of rotation until it speaks again',
+      { dpRank: rank },
     );
-  }
-
-  /**
-   * After a `disconnect` hint: one probe round at each delay of {@link PROBE_SCHEDULE_MS}; a new
-   * hint cancels the pending rounds and starts the series again. Timers are unref'd and cleared by fail_all/close.
-   */
-  private scheduleProbes(address: string): void {
-    for (const t of this.probeTimers) clearTimeout(t);
-    this.probeTimers.clear();
-    for (const delay of PROBE_SCHEDULE_MS) {
-      if (delay <= 0) {
-        this.probeRanks(address);
-        continue;
-      }
-      const timer = setTimeout(() => {
-        this.probeTimers.delete(timer);
-        this.probeRanks(address);
-      }, delay);
-      if (typeof timer === 'object' && typeof timer.unref === 'function') timer.unref();
-      this.probeTimers.add(timer);
+    slot.counters.stalls++;
+    if (this.waves.lockstep) {
+      this.epochsAtGroupFailure ??= new Map(this.ranks.slots.map((s) => [s.index, s.liveness.epoch]));
+      this.transition(rank, { kind: 'stall' });
+      this.failGroup(error, 'rank-stalled', false);
+      return;
     }
+    const entries = this.registry.onRank(rank);
+    for (const e of entries) this.registry.removeEntry(e);
+    void this.abortHeld(entries);
+    this.release(rank, entries.map((e) => e.requestId));
+    this.transition(rank, { kind: 'stall' });
+    this.syncRankWatchdogs(rank, false);
+    this.touchWatchdog(false);
+    for (const e of entries) e.stream.fail(error);
   }
 
-  /**
-   * One probe round after a `disconnect` hint (zeromq saw a peer of the input ROUTER or output PULL go away, without
-   * saying which): send a harmless probe, an ABORT with the empty list `[]` (engine-wire.md 4.7: valid, aborts
-   * nothing), to every rank. The input ROUTER has `mandatory` on, so a probe to a vanished identity is refused with EHOSTUNREACH and
-   * `sendFailed` fails the group (cause `peer-unreachable`); a timeout fails it too (send-timeout); any other send
-   * failure fails it as a transport error (cause `probe-send-failed`; 14.8 "always fail_all"). Live ranks just drop
-   * the empty ABORT. Probes are not counted in `stats.abortsSent`. Sent even when idle, so /health turns unhealthy
-   * as soon as a rank is gone, not at the next request.
-   */
-  private probeRanks(address: string): void {
+  /** One probe round (after a `disconnect` hint or ENGINE_CORE_DEAD); the last one settles unattributed sentinels. */
+  private probeRound(last: boolean): void {
     if (this.registry.closed) return;
+    const probes = this.ranks.connected().map((s) => this.probe(s, `liveness probe (empty ABORT) to DP rank ${s.index}`));
+    if (!last) return;
+    void Promise.allSettled(probes).then(() => {
+      if (this.registry.closed || this.pendingSentinels === 0) return;
+      const n = this.pendingSentinels;
+      this.pendingSentinels = 0;
+      const error = new EngineClientError(
+        'engine-dead',
+        `engine core dead: ENGINE_CORE_DEAD received ${n === 1 ? 'once' : `${n} times`} and no rank's identity vanished within ` +
+          `${PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]} ms, so the dying rank is unknown; failing the whole group (every rank must dial in again)`,
+      );
+      this.failGroup(error, 'engine-core-dead', true);
+    });
+  }
+
+  /** Probe `slot` with an empty ABORT; a refused or stuck probe marks it dead; any other failure is logged. */
+  private async probe(slot: RankSlot, what: string): Promise<void> {
     let payload: Uint8Array;
     try {
       payload = this.protocol.encodeAbort([]);
@@ -960,27 +1194,22 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       this.logger.error({ err }, 'cannot encode the empty ABORT liveness probe');
       return;
     }
-    for (const engine of this.engines) {
-      this.link.send(engine.identity, RequestType.ABORT, payload).then(
-        () => {},
-        (err: unknown) => {
-          const what = `liveness probe (empty ABORT) to DP rank ${rankName(engine)} after a peer disconnect at ${address}`;
-          const f = this.sendFailed(err, what);
-          if (!f.handled) this.failAll(f.error, 'probe-send-failed');
-        },
-      );
+    try {
+      await this.link.send(slot.identity, RequestType.ABORT, payload);
+    } catch (err) {
+      if (this.registry.closed || !isConnected(slot.liveness.state)) return;
+      if (classifySendError(err) !== 'other') this.sendFailureKills(slot, what, err);
+      else this.logger.warn({ err, engineIndex: slot.index }, `${what} failed`);
     }
   }
 
-  private onSilence(): void {
+  private onGroupSilence(): void {
     const live = this.registry.size;
     if (this.registry.closed || live === 0) return;
-    this.failAll(
-      new EngineClientError(
-        'engine-dead',
-        `no engine output for ${this.silenceTimeoutMs} ms while ${live} request(s) were in flight (silence watchdog)`,
-      ),
+    this.failGroup(
+      new EngineClientError('engine-dead', `no engine output for ${this.silenceTimeoutMs} ms while ${live} request(s) were in flight (group silence watchdog)`),
       'watchdog',
+      true,
     );
   }
 }

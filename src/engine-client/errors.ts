@@ -6,7 +6,12 @@
 /**
  * What went wrong, as the HTTP layer needs it (gateway.md section 11 maps `engine-dead` to "service unavailable",
  * `invalid-dp-rank` to 400 and every other kind to "internal error"):
- * - `engine-dead`: ENGINE_CORE_DEAD sentinel, silence watchdog or a send timeout (dp-routing.md section 6).
+ * - `engine-dead`: the rank holding the request died (ENGINE_CORE_DEAD, an unreachable identity, a send timeout,
+ *   per-rank silence), or its group failed as a unit (dp-routing.md section 6; issue #8). The message names the rank.
+ * - `rank-stalled`: the rank holding the request sent nothing for the stall timeout (issue #8 part 3); it is out of
+ *   rotation until it speaks again. Names the rank.
+ * - `unavailable`: no rank can take the request right now: the group is starting, rebuilding, or every rank is
+ *   dead or stalled, or the pinned rank is not ready (names the ranks' states). Retrying later can succeed.
  * - `transport`: a socket operation failed (output receive error, a failed send).
  * - `decode` / `encode`: the protocol codec refused a message (the message names the struct and field).
  * - `client-closed`: the client is shut down ("shutting down"), has no engines ("no engines connected"), or its
@@ -18,6 +23,8 @@
  */
 export type EngineClientErrorKind =
   | 'engine-dead'
+  | 'rank-stalled'
+  | 'unavailable'
   | 'transport'
   | 'decode'
   | 'encode'
@@ -35,7 +42,7 @@ export interface EngineClientErrorDetails {
   requestId?: string;
   /** The pinned DP rank that was refused (invalid-dp-rank). */
   dpRank?: number;
-  /** Number of connected engines (invalid-dp-rank). */
+  /** Number of rank slots of the group (invalid-dp-rank). */
   engineCount?: number;
   /** Engine indices of the connected ranks, ascending by identity (invalid-dp-rank; gateway.md section 14). */
   validRanks?: readonly number[];

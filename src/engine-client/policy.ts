@@ -46,7 +46,9 @@ export interface RankView {
  * - `releaseClamp`: whether the client applies the zero-on-empty release clamp (dp-routing.md section 10.2 step 4)
  *   while this policy is active. Absent = true. `false` exists for the `load_no_clamp` ablation.
  * - `select(ranks, request)`: returns the position in `ranks` of the chosen rank, an integer in
- *   `0 .. ranks.length - 1`. Called only with `ranks.length >= 1`. Throws RangeError on an empty list.
+ *   `0 .. ranks.length - 1`. Called only with `ranks.length >= 1`, and only with ranks in state `ready` (issue #8;
+ *   a joining, stalled or dead rank is never offered). Throws RangeError on an empty list.
+ * - `onDispatch` / `forgetRank`: optional hooks (agreed interface A between issues 8 and 12).
  */
 export interface DpPolicy {
   readonly name: string;

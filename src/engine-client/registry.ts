@@ -2,20 +2,18 @@
  * The request registry (dp-routing.md section 2): `closed` flag plus request id → live entry. Plain data; every
  * method is synchronous, so it is never held across an `await` (section 1).
  */
-import type { ConnectedEngine } from './link.js';
 import { EngineClientError } from './errors.js';
 import type { RequestStreamImpl } from './request-stream.js';
 
 /**
  * One live request.
  * - `stream`: its sink/stream.
- * - `engine`: the rank the ADD is sent to (null only between registration and selection, section 3 steps 2-3).
- * - `engineIndex`: that engine's DP rank at submit time (the "recorded rank" of section 14.6), or null.
+ * - `engineIndex`: the DP rank its ADD is sent to (the "recorded rank" of section 14.6); null between registration
+ *   and selection (section 3 steps 2-3) and while a submit re-routes after a refused ADD.
  */
 export interface RegistryEntry {
   readonly requestId: string;
   readonly stream: RequestStreamImpl;
-  engine: ConnectedEngine | null;
   engineIndex: number | null;
 }
 
@@ -72,8 +70,18 @@ export class RequestRegistry {
   /** Set `closed` and remove every entry, returning them (the caller delivers the error or close; section 2). */
   closeAndDrain(): RegistryEntry[] {
     this.closedFlag = true;
+    return this.removeAll();
+  }
+
+  /** Remove every entry without closing, returning them (a group-scope failure the group recovers from). */
+  removeAll(): RegistryEntry[] {
     const all = [...this.entries.values()];
     this.entries.clear();
     return all;
+  }
+
+  /** The live entries recorded on DP rank `rank`, in registration order. */
+  onRank(rank: number): RegistryEntry[] {
+    return [...this.entries.values()].filter((e) => e.engineIndex === rank);
   }
 }

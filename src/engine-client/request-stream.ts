@@ -64,6 +64,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   private completionTokens = 0;
   /** Tokens: last reported prefix-cache hit count. */
   private cachedTokens = 0;
+  /** The error the sink ended with (`fail`), if it did. */
+  private failedWith: Error | null = null;
 
   /**
    * @param requestId the engine request id.
@@ -81,6 +83,11 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   /** True once the request has received its last item (or was abandoned): cancelling it would abort nothing. */
   get finished(): boolean {
     return this.sinkDone;
+  }
+
+  /** The error the request ended with (a failure delivered to the sink), or null. */
+  get failure(): Error | null {
+    return this.failedWith;
   }
 
   /**
@@ -107,6 +114,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   /** Sink: deliver `error` as the last item (fail_all; section 6). Ignored when the sink already finished. */
   fail(error: Error): void {
     if (this.sinkDone) return;
+    this.failedWith = error;
     this.markSinkDone();
     this.push({ error });
   }

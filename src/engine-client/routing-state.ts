@@ -190,6 +190,22 @@ export class RoutingState {
     return true;
   }
 
+  /**
+   * Forget everything about `rank`: its stored load, its in-flight set, its report age and release history, and the
+   * sole-client guard's evidence (a rank that died, or joined as a fresh process with an empty engine state, issue
+   * #8). The guard's transition counts are cumulative and kept; an engaged guard is disengaged (and counted so, so
+   * engagements − disengagements stays the current state). Its next reservation starts a new set.
+   */
+  forgetRank(rank: number): void {
+    this.loads.delete(rank);
+    this.inflight.delete(rank);
+    const x = this.extras.get(rank);
+    if (x === undefined) return;
+    const g = x.guard;
+    const guard = { ...IDLE_GUARD, engagements: g.engagements, disengagements: g.disengagements + (g.engaged ? 1 : 0) };
+    this.extras.set(rank, { storedAtMs: 0, releasedSinceReport: 0, releasedIntervalBefore: 0, guard });
+  }
+
   /** Empty every in-flight set (fail_all / close; section 6). Entries and stored loads are kept. */
   clearInFlight(): void {
     for (const set of this.inflight.values()) set.clear();

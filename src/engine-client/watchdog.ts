@@ -79,6 +79,11 @@ export class RankSilenceWatchdogs {
     w.touch(live, reset);
   }
 
+  /** Disarm `rank`. Idempotent. */
+  stop(rank: number): void {
+    this.watchdogs.get(rank)?.stop();
+  }
+
   /** Disarm every rank. Idempotent. */
   stopAll(): void {
     for (const w of this.watchdogs.values()) w.stop();

@@ -35,7 +35,7 @@
  * `Number.MAX_SAFE_INTEGER` (2^53 − 1 waves is ample, inferred). Wave numbers from the engine arrive as safe integers.
  */
 import type { ConnectedEngine } from './link.js';
-import type { WaveEvent } from '../protocols/types.js';
+import type { ReadyResponse, WaveEvent } from '../protocols/types.js';
 
 /** What `observe` decided: `ignored` (the group is dense), `updated` (clock moved or stayed, no wake), `wake`. */
 export type WaveObservation = 'ignored' | 'updated' | 'wake';
@@ -51,8 +51,9 @@ export type KindSource = 'option' | 'ready-response' | 'wave-notification';
 
 const MAX = Number.MAX_SAFE_INTEGER;
 
-/** The kind the ready responses give in `auto` mode (see the module comment). */
+/** The kind the ready responses give in `auto` mode (see the module comment); unknown before any rank joined. */
 function kindFromReadyResponses(engines: readonly ConnectedEngine[]): GroupKind {
+  if (engines.length === 0) return 'unknown';
   if (engines.some((e) => (e.ready.dataParallelSize ?? 0) > 1)) return 'lockstep';
   return engines.every((e) => e.ready.dataParallelSize !== null) ? 'dense' : 'unknown';
 }
@@ -65,13 +66,16 @@ export class WaveClock {
   private source: KindSource | null;
   private clock = 0;
   private probed = false;
+  /** Some joined rank sent no `data_parallel_size` (the short ready response): its reports cannot decide `dense`. */
+  private shortReady: boolean;
 
   /**
    * @param engines the group's connected ranks (in `auto` mode their ready responses decide the initial kind).
    * @param setting `auto` (default), or `true` / `false` to force the kind.
    */
-  constructor(engines: readonly ConnectedEngine[], setting: LockstepSetting = 'auto') {
+  constructor(engines: readonly ConnectedEngine[] = [], setting: LockstepSetting = 'auto') {
     this.setting = setting;
+    this.shortReady = engines.some((e) => e.ready.dataParallelSize === null);
     if (setting === true || setting === false) {
       this.currentKind = setting ? 'lockstep' : 'dense';
       this.source = 'option';
@@ -93,6 +97,37 @@ export class WaveClock {
       next.source = 'wave-notification';
     }
     return next;
+  }
+
+  /**
+   * A rank joined with this ready response (issue #8: ranks join one at a time, also after construction). In `auto`
+   * mode a `data_parallel_size` above 1 makes the group lockstep for good; one of 1 or less decides an undecided group
+   * dense, unless some rank so far sent none (the short ready response), which keeps it unknown. A forced kind, or
+   * one learnt from a wave notification, never changes here.
+   */
+  noteRank(ready: ReadyResponse): void {
+    if (this.source === 'option' || this.source === 'wave-notification') return;
+    const dp = ready.dataParallelSize;
+    if (dp === null) {
+      this.shortReady = true;
+      return;
+    }
+    if (dp > 1) {
+      this.currentKind = 'lockstep';
+      this.source = 'ready-response';
+    } else if (this.currentKind === 'unknown' && !this.shortReady) {
+      this.currentKind = 'dense';
+      this.source = 'ready-response';
+    }
+  }
+
+  /**
+   * Back to wave 0, not probed (a failed lockstep group rebuilt from fresh processes only, which all start at wave 0;
+   * the engine client keeps the clock while any rank survives, dp-routing.md 13.4). The kind is kept.
+   */
+  reset(): void {
+    this.clock = 0;
+    this.probed = false;
   }
 
   /** The group's kind now. */

@@ -14,13 +14,14 @@ import Fastify, {
 } from 'fastify';
 import type { Logger } from 'pino';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import { OPEN_GATE, type AdmissionGate } from './admission.js';
 import type { BackendGroup } from './backend.js';
 import { RouteMethods } from './allowed-methods.js';
 import { registerApiKeyAuth } from './auth.js';
 import { registerConcurrencyCap } from './concurrency.js';
 import { registerCors } from './cors.js';
 import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge-options.js';
-import { ApiError } from './errors.js';
+import { ApiError, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
 import { GroupRouter } from './groups.js';
 import { installJsonBodyParser } from './input-limits.js';
@@ -49,7 +50,8 @@ export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
  * `[modelId]`; when given, its first entry should be `modelId`). `metrics` is created once per app and attached to the groups here; `bodyLimitBytes` bounds request
  * bodies (413 above it); `now` is a monotonic ms clock for latency metrics (default `performance.now`);
  * `systemFingerprint` is echoed in every response (default `model-gateway-<version>`); `edge`: API keys, CORS, the
- * concurrency cap, stream buffering and the request timeout (edge-options.ts; defaults there).
+ * concurrency cap, stream buffering and the request timeout (edge-options.ts; defaults there); `admission` is the
+ * gateway's drain state (default: never draining).
  */
 export interface GatewayDeps {
   groups: readonly BackendGroup[];
@@ -71,6 +73,7 @@ export interface GatewayDeps {
   /** Bounds of the Responses-API store (responses/store.ts; default 1000 responses). */
   responsesStore?: ResponsesStoreOptions;
   edge?: HttpEdgeOptions;
+  admission?: AdmissionGate;
 }
 
 /**
@@ -122,8 +125,8 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
 
 /**
  * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
- * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /metrics, GET /v1/gateway/ranks
- * (routes/ranks.ts), GET /dashboard (routes/dashboard.ts); every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
+ * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /ready, GET /metrics,
+ * GET /v1/gateway/ranks (routes/ranks.ts), GET /dashboard (routes/dashboard.ts); every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
  * gets 405 with an `Allow` header; an unknown path gets 404.
@@ -131,8 +134,9 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
  * The edge (issue #10): a request not received within `edge.requestTimeoutMs` gets 408 (Node's `requestTimeout`,
  * answered by the client-error handler); JSON bodies nest at most `MAX_JSON_DEPTH` levels (input-limits.ts); the
  * server keeps half-closed connections open until their response is written (`httpAllowHalfOpen`, disconnect.ts);
- * then, in hook order: CORS (cors.ts), the API key (auth.ts), the concurrency cap (concurrency.ts), and the removal
- * of unknown top-level fields (unknown-fields.ts). Throws RangeError when `groups` is empty or repeats a worker name,
+ * then, in hook order: CORS (cors.ts), the API key (auth.ts), the drain check (503 `draining` while `admission` is
+ * draining, issue #8), the concurrency cap (concurrency.ts), and the removal of unknown top-level fields
+ * (unknown-fields.ts). Throws RangeError when `groups` is empty or repeats a worker name,
  * and for invalid `edge` options.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
@@ -168,6 +172,16 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
   await registerCors(app, edge.cors);
   await registerApiKeyAuth(app, { keys: edge.apiKeys, metricsRequireKey: edge.metricsRequireKey });
+  // Draining (issue #8 part 6): new requests to the API get 503 with Retry-After; live ones run on. After the key check
+  // (an unauthenticated caller learns nothing), before the concurrency cap (a refused request never takes a slot).
+  const admission = deps.admission ?? OPEN_GATE;
+  app.addHook('onRequest', async (request) => {
+    if (!admission.draining || request.method !== 'POST' || !request.url.startsWith('/v1/')) return;
+    throw new ApiError(503, 'the gateway is shutting down: it finishes the requests it has and takes no new ones; retry (another instance)', {
+      code: 'draining',
+      retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
+    });
+  });
   registerConcurrencyCap(app, edge.maxConcurrentRequests);
   registerUnknownFieldPolicy(app);
 
@@ -186,6 +200,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     reasoningParser: deps.reasoningParser ?? null,
     responses: new ResponsesStore(deps.responsesStore),
     streamBackpressure: edge.streamBackpressure,
+    admission,
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -196,6 +211,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       ctx.counted.add(request);
       deps.metrics.countRequest(url, apiErr.statusCode, 'none');
     }
+    if (apiErr.retryAfterSeconds !== null) reply.header('retry-after', String(apiErr.retryAfterSeconds));
     return reply.code(apiErr.statusCode).send(apiErr.toBody());
   });
   // Echo the client's X-Request-Id on every answer (gateway.md 13); it is never used as the engine request id.

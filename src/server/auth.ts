@@ -5,8 +5,8 @@
  * (RFC 6750 section 3).
  *
  * Protected, by path so that routes added later are covered without touching this file: everything under `/v1/`,
- * `/tokenize`, `/detokenize`, `/metrics` with `metricsRequireKey`, and `/health?verbose=1` (its socket paths and
- * pids). Open: `/health`, `/ready`, everything else (an unknown path answers 404 either way), and CORS preflights
+ * `/tokenize`, `/detokenize`, `/metrics` with `metricsRequireKey`, and `/health?verbose=1` / `/ready?verbose=1`
+ * (their socket paths and pids). Open: `/health`, `/ready`, everything else (an unknown path answers 404 either way), and CORS preflights
  * (`OPTIONS`, which browsers send without credentials). The check uses both the matched route's pattern and the raw
  * path, so a percent-encoded spelling of a protected path that the router decodes to the same route is covered.
  *
@@ -75,7 +75,8 @@ export function requestNeedsKey(request: FastifyRequest, metricsRequireKey: bool
   if ((route !== undefined && isProtectedPath(route, metricsRequireKey)) || isProtectedPath(raw, metricsRequireKey)) {
     return true;
   }
-  return (route === '/health' || raw === '/health') && wantsVerbose(request.query);
+  const status = (p: string | undefined) => p === '/health' || p === '/ready';
+  return (status(route) || status(raw)) && wantsVerbose(request.query);
 }
 
 /**

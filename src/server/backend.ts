@@ -5,8 +5,7 @@
  * only; the one runtime import of engine-client/ in server/ is the pure `loadScore` of policy.ts (groups.ts scores
  * groups with the same function the client scores ranks with).
  */
-import type { ClientStats, RankState, SubmitOptions } from '../engine-client/client.js';
-import type { ConnectedEngine } from '../engine-client/link.js';
+import type { ClientStats, GroupStatus, RankState, SubmitOptions } from '../engine-client/client.js';
 import type { RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest } from '../protocols/types.js';
 
@@ -28,21 +27,31 @@ export type BackendRankState = RankState;
 /** Cumulative client-wide wire-health counters: the engine client's `ClientStats` (gateway.md section 15.3). */
 export type BackendStats = ClientStats;
 
+/** A group's serving status: the engine client's `GroupStatus` (`starting` | `ok` | `degraded` | `unavailable`). */
+export type BackendStatus = GroupStatus;
+
 /**
  * What the routes, health and metrics need from the engine client.
- * - `submit` rejects with the engine client's error: kind `engine-dead` / `client-closed` (HTTP 503),
- *   `invalid-dp-rank` (HTTP 400), anything else (HTTP 500); see `statusForEngineError` in errors.ts.
- * - `maxModelLen`: tokens, from the first engine's ready response (gateway.md 9.1); what /v1/models reports.
+ * - `submit` rejects with the engine client's error: kind `engine-dead` / `client-closed` / `unavailable` /
+ *   `rank-stalled` (HTTP 503), `invalid-dp-rank` (HTTP 400), anything else (HTTP 500); see `statusForEngineError`.
+ * - `dpSize`: the group's rank slots (engine indexes 0..dpSize−1, the values `X-data-parallel-rank` may name).
+ * - `maxModelLen`: tokens, from the first engine's ready response (gateway.md 9.1); what /v1/models reports; null
+ *   before any rank joined.
  * - `contextTokenLimit`: tokens, the usable context = `maxModelLen` minus what the engine protocol reserves
  *   (TokenSpeed: 2, engine-wire.md 4.4 last paragraph); admission and the default completion limit use it
  *   (gateway.md 9).
- * - `isAlive()`: the client's local `closed` flag, negated (gateway.md 4.2); sends nothing.
+ * - `isAlive()`: the client is open (gateway.md 4.2); `canServe()`: a request can be placed now (a ready rank; a
+ *   lockstep group needs all); `status()`: the group's serving status for /health and /ready. All local: nothing is
+ *   sent to the engines.
+ * - `rankStates()`: every rank slot, with its liveness `state`.
  */
 export interface GenerationBackend {
-  readonly engines: readonly ConnectedEngine[];
-  readonly maxModelLen: number;
+  readonly dpSize: number;
+  readonly maxModelLen: number | null;
   readonly contextTokenLimit: number;
   isAlive(): boolean;
+  canServe(): boolean;
+  status(): BackendStatus;
   submit(request: GenerateRequest, options?: SubmitOptions): Promise<BackendStream>;
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;

@@ -19,21 +19,30 @@ export interface OpenAIErrorBody {
 }
 
 /**
+ * Seconds a client is told to wait (`Retry-After`) when no engine can take its request right now: a group starting
+ * (engines load weights for minutes), and a rank or group that is not ready, rebuilding, or a gateway draining.
+ */
+export const RETRY_AFTER_STARTING_SECONDS = 5;
+export const RETRY_AFTER_UNAVAILABLE_SECONDS = 1;
+
+/**
  * An error with an HTTP status that the app's error handler renders as an OpenAI error body.
- * `param` names the offending request parameter (or null); `code` is a short machine-readable code.
+ * `param` names the offending request parameter (or null); `code` is a short machine-readable code;
+ * `retryAfterSeconds`, when set, becomes a `Retry-After` header (a 503 that a later retry can get past).
  */
 export class ApiError extends Error {
   readonly statusCode: number;
   readonly type: ApiErrorType;
   readonly param: string | null;
   readonly code: string | null;
+  readonly retryAfterSeconds: number | null;
   /** The body's `code`, kept apart because fastify overwrites `code` on validation errors (FST_ERR_VALIDATION). */
   readonly #bodyCode: string | null;
 
   constructor(
     statusCode: number,
     message: string,
-    opts: { type?: ApiErrorType; param?: string | null; code?: string | null; cause?: unknown } = {},
+    opts: { type?: ApiErrorType; param?: string | null; code?: string | null; cause?: unknown; retryAfterSeconds?: number } = {},
   ) {
     super(capMessage(message), opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'ApiError';
@@ -41,6 +50,7 @@ export class ApiError extends Error {
     this.type = opts.type ?? defaultType(statusCode);
     this.param = opts.param ?? null;
     this.code = opts.code ?? null;
+    this.retryAfterSeconds = opts.retryAfterSeconds ?? null;
     this.#bodyCode = this.code;
   }
 
@@ -109,12 +119,15 @@ export function engineErrorKind(err: unknown): string | null {
 
 /**
  * HTTP status for an engine-client error (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
- * that section allows): `engine-dead`, `client-closed`, `stream-closed`, `transport`, `handshake` → 503;
+ * that section allows): `engine-dead`, `rank-stalled`, `unavailable`, `client-closed`, `stream-closed`, `transport`,
+ * `handshake` → 503;
  * `invalid-dp-rank` → 400; everything else (`decode`, `encode`, `duplicate-request-id`, unknown) → 500.
  */
 export function statusForEngineError(kind: string): number {
   switch (kind) {
     case 'engine-dead':
+    case 'rank-stalled':
+    case 'unavailable':
     case 'client-closed':
     case 'stream-closed':
     case 'transport':
@@ -129,7 +142,8 @@ export function statusForEngineError(kind: string): number {
 
 /**
  * Turn anything thrown while serving a request into an `ApiError`: an `ApiError` passes through; an engine-client
- * error maps by kind (its message is kept, prefixed with the kind); anything else becomes a 500 with its message.
+ * error maps by kind (its message is kept, prefixed with the kind; `unavailable` adds a `Retry-After`); anything else
+ * becomes a 500 with its message.
  */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
@@ -143,6 +157,7 @@ export function toApiError(err: unknown): ApiError {
       code: kind.replace(/-/g, '_'),
       param: kind === 'invalid-dp-rank' ? 'X-data-parallel-rank' : null,
       cause: err,
+      ...(kind === 'unavailable' ? { retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS } : {}),
     });
   }
   const message = err instanceof Error ? err.message : String(err);

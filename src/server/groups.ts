@@ -9,26 +9,29 @@
  * rotating position (advanced on every choice), as the rank scan of dp-routing.md 9.2 step 3 does, so idle groups
  * take turns instead of the first group always winning.
  *
- * Only live groups are candidates (gateway.md 4.2: a closed client is unhealthy; dp-routing.md 6: it is closed for
- * good): a request is never submitted to a dead group while another one lives. A pinned request
- * (`X-data-parallel-rank`, gateway.md 14) is scored the same way among the live groups that have that rank, and the
- * pin then applies inside the chosen group.
+ * Only groups that can serve now are candidates (`canServe()`: a ready rank; a lockstep group needs every rank ready;
+ * issue #8): a request is never submitted to a group that cannot place it while another one can. A pinned request
+ * (`X-data-parallel-rank`, gateway.md 14) is scored the same way among the serving groups whose pinned rank is ready,
+ * and the pin then applies inside the chosen group. When no group can take a request, the answer is a 503 with
+ * `Retry-After` (the group may be starting, rebuilding, or its ranks dead or stalled), never a wait.
  *
  * The choice is synchronous and reads the client state at the call, so a caller that submits right after it without
  * an `await` in between (the routes do) reserves the chosen rank in the same tick (dp-routing.md 12.3 rule 1).
  */
 import { loadScore } from '../engine-client/policy.js';
 import type { BackendGroup, BackendRankState } from './backend.js';
-import { ApiError } from './errors.js';
+import { ApiError, RETRY_AFTER_STARTING_SECONDS, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
+import { describeGroups, groupHealth } from './health.js';
 
 /**
- * The best (lowest) load score over a group's ranks (`loadScore` of each `{engineIndex, inFlight, load}`; units:
- * requests plus the dimensionless KV penalty). `Infinity` for a group that lists no rank (no 2-byte identity), so
- * such a group only wins when it is the only candidate. Pure; never throws.
+ * The best (lowest) load score over a group's ready ranks (`loadScore` of each `{engineIndex, inFlight, load}`;
+ * units: requests plus the dimensionless KV penalty). `Infinity` for a group with no ready rank, so such a group only
+ * wins when it is the only candidate. Pure; never throws.
  */
 export function bestRankScore(states: readonly BackendRankState[]): number {
   let best = Infinity;
   for (const s of states) {
+    if (s.state !== 'ready') continue;
     const score = loadScore({ engineIndex: s.engineIndex, inFlight: s.inFlight, load: s.load });
     if (score < best) best = score;
   }
@@ -52,10 +55,19 @@ export function lowestGroupPosition(scores: readonly number[], start: number): n
   return best;
 }
 
-/** The 503 answered when every engine group is dead (gateway.md 4.2, 11.3). */
+/**
+ * The 503 answered when no engine group can take a request (gateway.md 4.2, 11.3; issue #8 part 4), with
+ * `Retry-After`: code `engine_starting` while every group is still starting (its ranks are joining), else
+ * `engine_dead`. The message names every group's status and rank states.
+ */
 export function noLiveGroupError(groups: readonly BackendGroup[]): ApiError {
-  const names = groups.map((g) => `${g.worker} (${g.engine})`).join(', ');
-  return new ApiError(503, `engine core dead: no engine group is alive (${names})`, { code: 'engine_dead' });
+  const report = groupHealth(groups);
+  const starting = report.every((g) => g.status === 'starting');
+  const head = starting ? 'starting: no engine group can serve yet, ranks are still joining' : 'engine core dead: no engine group can serve now';
+  return new ApiError(503, `${head} (${describeGroups(report)})`, {
+    code: starting ? 'engine_starting' : 'engine_dead',
+    retryAfterSeconds: starting ? RETRY_AFTER_STARTING_SECONDS : RETRY_AFTER_UNAVAILABLE_SECONDS,
+  });
 }
 
 /**
@@ -79,38 +91,58 @@ export class GroupRouter {
     this.groups = [...groups];
   }
 
-  /** The live groups (`backend.isAlive()`), in configuration order. */
+  /** The groups that can serve now (`backend.canServe()`), in configuration order. */
   alive(): BackendGroup[] {
-    return this.groups.filter((g) => g.backend.isAlive());
+    return this.groups.filter((g) => g.backend.canServe());
+  }
+
+  /** The DP ranks any group has (0..dpSize−1 of each), ascending: what `X-data-parallel-rank` may name. */
+  validRanks(): number[] {
+    const max = Math.max(...this.groups.map((g) => g.backend.dpSize));
+    return Array.from({ length: max }, (_, i) => i);
   }
 
   /**
    * Tokens: the `max_model_len` reported by /v1/models (gateway.md 15.1: the first engine's handshake value), taken
-   * as the smallest over the live groups (over all groups when none lives), i.e. the context every group can serve.
+   * as the smallest over the serving groups (over every group that knows it when none serves), i.e. the context
+   * every group can serve; null before any rank of any group joined.
    */
-  get maxModelLen(): number {
+  get maxModelLen(): number | null {
     const live = this.alive();
-    return Math.min(...(live.length > 0 ? live : this.groups).map((g) => g.backend.maxModelLen));
+    const known = (live.length > 0 ? live : this.groups).map((g) => g.backend.maxModelLen).filter((n): n is number => n !== null);
+    if (known.length > 0) return Math.min(...known);
+    const any = this.groups.map((g) => g.backend.maxModelLen).filter((n): n is number => n !== null);
+    return any.length > 0 ? Math.min(...any) : null;
   }
 
   /**
-   * The live groups in configuration order, restricted to those having DP rank `dpRank` when it is given.
-   * Throws `ApiError` 503 (`engine_dead`) when no group is alive; with `dpRank`, 400 (`invalid_dp_rank`, param
-   * `X-data-parallel-rank`) when no live group has that rank.
+   * The groups that can serve now, in configuration order, restricted to those whose DP rank `dpRank` is ready when
+   * it is given. Throws `ApiError` 503 with `Retry-After` (`noLiveGroupError`) when no group can serve; with
+   * `dpRank`, 400 (`invalid_dp_rank`, param `X-data-parallel-rank`) when no group has that rank at all, and 503 with
+   * `Retry-After` (`rank_unavailable`) when the groups that have it cannot place a request on it now.
    */
   candidates(dpRank?: number): BackendGroup[] {
     const live = this.alive();
     if (live.length === 0) throw noLiveGroupError(this.groups);
     if (dpRank === undefined) return live;
-    const having = live.filter((g) => g.backend.engines.some((e) => e.engineIndex === dpRank));
+    const having = this.groups.filter((g) => dpRank >= 0 && dpRank < g.backend.dpSize);
     if (having.length === 0) {
-      const ranks = [...new Set(live.flatMap((g) => g.backend.engines.map((e) => e.engineIndex)))].filter((i) => i !== null);
-      throw new ApiError(400, `X-data-parallel-rank must be one of ${ranks.join(', ')} (the DP ranks of the live engine groups); got '${dpRank}'`, {
+      throw new ApiError(400, `X-data-parallel-rank must be one of ${this.validRanks().join(', ')} (the DP ranks of the engine groups); got '${dpRank}'`, {
         param: 'X-data-parallel-rank',
         code: 'invalid_dp_rank',
       });
     }
-    return having;
+    const ready = having.filter((g) => g.backend.canServe() && g.backend.rankStates().some((r) => r.engineIndex === dpRank && r.state === 'ready'));
+    if (ready.length === 0) {
+      const states = having
+        .map((g) => `${g.worker}: ${g.backend.canServe() ? (g.backend.rankStates().find((r) => r.engineIndex === dpRank)?.state ?? 'unknown') : `group ${g.backend.status()}`}`)
+        .join('; ');
+      throw new ApiError(503, `DP rank ${dpRank} cannot take requests now (${states}); retry later or send the request unpinned`, {
+        code: 'rank_unavailable',
+        retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
+      });
+    }
+    return ready;
   }
 
   /**

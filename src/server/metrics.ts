@@ -8,8 +8,8 @@
  * - gauges `model_gateway_engine_running_requests`, `..._waiting_requests`, `..._kv_cache_usage` (ratio 0..1) from
  *   each rank's stored load (absent for a rank that never reported, like SMG), `model_gateway_rank_inflight_requests`
  *   (the in-flight set size: must return to 0 when idle); labels model, worker, dp_rank;
- * - gauge `model_gateway_engine_alive` (1 = the group's client is alive, 0 = it failed; gateway.md 4.2), labels
- *   model, worker, engine (`tokenspeed` | `vllm`): one series per group;
+ * - gauge `model_gateway_engine_alive` (1 = the group can take requests now, 0 = it cannot: starting, or no rank
+ *   ready; gateway.md 4.2), labels model, worker, engine (`tokenspeed` | `vllm`): one series per group;
  * - counters mirroring each client's cumulative counts: `model_gateway_rank_dispatches_total{worker, dp_rank,
  *   pinned}`, `model_gateway_rank_clamp_events_total{worker, dp_rank}`, `model_gateway_decode_errors_total{worker}`,
  *   `model_gateway_aborts_sent_total{worker}`, `model_gateway_rank_mismatches_total{worker}`,
@@ -17,6 +17,11 @@
  * - load-signal guards (issue 12; dp-routing.md 14.1, 14.3), per rank: gauges `model_gateway_rank_load_age_seconds`
  *   (age of the stored report) and `model_gateway_rank_sole_client_guard` (1 = another client's work seen, clamp
  *   suspended), counter `model_gateway_rank_sole_client_guard_transitions_total{transition=engaged|disengaged}`.
+ *   `model_gateway_engine_failures_total{worker, cause}` (group-scope failures);
+ * - rank lifecycle (issue #8; their own block below): gauge `model_gateway_rank_state{worker, dp_rank, state}`
+ *   (1 for the rank's current state, 0 for the other three), counters `model_gateway_rank_rejoins_total`,
+ *   `model_gateway_rank_stalls_total`, `model_gateway_rank_deaths_total{cause}` (labels worker, dp_rank),
+ *   `model_gateway_handshake_rejected_total{worker, reason}` and `model_gateway_orphan_outputs_total{worker}`.
  * Recorded by the routes:
  * - histograms (seconds) `model_gateway_time_to_first_token_seconds`, `model_gateway_inter_token_latency_seconds`
  *   (per token: the gap between two token-bearing outputs divided by the tokens of the later one),
@@ -36,7 +41,10 @@ import { vllmAggregate } from './vllm-aggregate.js';
 export interface MetricsSource {
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
+  /** The client is open (not closed). */
   isAlive(): boolean;
+  /** The group can take a request now (`model_gateway_engine_alive`). */
+  canServe(): boolean;
 }
 
 /** One engine group as the collectors see it (a `BackendGroup` satisfies it): label values and its client. */
@@ -48,6 +56,9 @@ export interface MetricsGroup {
 
 /** Request outcome label values of `model_gateway_requests_total`. */
 export type RequestOutcome = 'stop' | 'length' | 'tool_calls' | 'error' | 'cancelled' | 'none';
+
+/** The rank liveness states (`model_gateway_rank_state`'s `state` label values). */
+const RANK_STATES = ['joining', 'ready', 'stalled', 'dead'] as const;
 
 const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
 const ITL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.4, 0.75, 1, 2.5, 5];
@@ -123,12 +134,12 @@ export class GatewayMetrics {
     );
     new Gauge({
       name: 'model_gateway_engine_alive',
-      help: "Whether the engine group's client is alive (1) or closed after an engine failure (0)",
+      help: 'Whether the engine group can take requests now (1) or not (0: starting, or no rank ready)',
       labelNames: ['model', 'worker', 'engine'],
       registers,
       collect() {
         this.reset();
-        for (const g of groups()) this.set({ model, worker: g.worker, engine: g.engine }, g.backend.isAlive() ? 1 : 0);
+        for (const g of groups()) this.set({ model, worker: g.worker, engine: g.engine }, g.backend.canServe() ? 1 : 0);
       },
     });
     new Counter({
@@ -199,7 +210,7 @@ export class GatewayMetrics {
     statCounter('model_gateway_rank_mismatches_total', 'Outputs whose engine_index differed from the recorded rank', (s) => s.rankMismatches);
     new Counter({
       name: 'model_gateway_engine_failures_total',
-      help: 'Engine-client fail-all events by cause',
+      help: 'Group-scope failures (every request of the group failed) by cause',
       labelNames: ['model', 'worker', 'cause'],
       registers,
       collect() {
@@ -209,6 +220,62 @@ export class GatewayMetrics {
         }
       },
     });
+
+    // ---- Rank lifecycle (issue #8): per-rank state, rejoins, stalls, deaths; refused handshake messages -------------
+    new Gauge({
+      name: 'model_gateway_rank_state',
+      help: 'Liveness of the DP rank: 1 for its current state (joining, ready, stalled, dead), 0 for the others',
+      labelNames: ['model', 'worker', 'dp_rank', 'state'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { worker, rank: r } of ranks()) {
+          for (const state of RANK_STATES) this.set({ model, worker, dp_rank: String(r.engineIndex), state }, r.state === state ? 1 : 0);
+        }
+      },
+    });
+    const rankCounter = (name: string, help: string, pick: (r: BackendRankState) => number) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ['model', 'worker', 'dp_rank'],
+        registers,
+        collect() {
+          this.reset();
+          for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));
+        },
+      });
+    rankCounter('model_gateway_rank_rejoins_total', 'Handshakes the DP rank completed after its first (a restarted engine joining again)', (r) => r.rejoins);
+    rankCounter('model_gateway_rank_stalls_total', 'Times the DP rank held requests and sent nothing for the stall timeout', (r) => r.stalls);
+    new Counter({
+      name: 'model_gateway_rank_deaths_total',
+      help: 'Times the DP rank was found dead, by cause',
+      labelNames: ['model', 'worker', 'dp_rank', 'cause'],
+      registers,
+      collect() {
+        this.reset();
+        for (const { worker, rank: r } of ranks()) {
+          for (const [cause, n] of Object.entries(r.deaths)) this.inc({ model, worker, dp_rank: String(r.engineIndex), cause }, n);
+        }
+      },
+    });
+    new Counter({
+      name: 'model_gateway_handshake_rejected_total',
+      help: 'Handshake-socket and input-socket messages the gateway refused and ignored, by reason',
+      labelNames: ['model', 'worker', 'reason'],
+      registers,
+      collect() {
+        this.reset();
+        for (const g of groups()) {
+          for (const [reason, n] of Object.entries(g.backend.stats.handshakeRejected)) this.inc({ model, worker: g.worker, reason }, n);
+        }
+      },
+    });
+    statCounter(
+      'model_gateway_orphan_outputs_total',
+      'Output rows for requests their rank no longer owns (failed by a death, stall or group failure); each id is ABORTed once',
+      (s) => s.orphanOutputs,
+    );
 
     // A latency histogram in seconds, labelled model and endpoint, observed by the routes.
     const latencyHistogram = (name: string, help: string, buckets: number[]) =>

@@ -7,10 +7,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { ConnectedEngine } from '../engine-client/link.js';
 import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
 import { createDetokenizer } from '../tokenizer/detokenizer.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import type { AdmissionGate } from './admission.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
@@ -57,6 +57,8 @@ export interface RouteContext {
   responses: ResponsesStore;
   /** Per-stream buffer bound and stall timeout of streamed responses (sse.ts). */
   streamBackpressure: StreamBackpressure;
+  /** Whether the gateway is draining (admission.ts; `/ready` reports it). */
+  admission: AdmissionGate;
 }
 
 /** One server-sent event: `data` is JSON-serialized; `event` adds an `event:` line (the Responses API names them). */
@@ -221,9 +223,9 @@ function roundMs(ms: number | null): number | null {
   return ms === null ? null : Math.round(ms * 10) / 10;
 }
 
-/** The context sizes (tokens) of one group, for admission and its error messages. */
+/** The context sizes (tokens) of one group, for admission and its error messages (a serving group knows them). */
 function limitsOf(group: BackendGroup, promptParam: ContextLimits['promptParam']): ContextLimits {
-  return { maxModelLen: group.backend.maxModelLen, contextTokenLimit: group.backend.contextTokenLimit, promptParam };
+  return { maxModelLen: group.backend.maxModelLen ?? 0, contextTokenLimit: group.backend.contextTokenLimit, promptParam };
 }
 
 /**
@@ -257,15 +259,6 @@ export function checkModel(model: string | null | undefined, served: string | re
   });
 }
 
-/** The connected ranks of `groups` with one entry per engine index (for the pin header's validation message). */
-function distinctRanks(groups: readonly BackendGroup[]): ConnectedEngine[] {
-  const byIndex = new Map<number, ConnectedEngine>();
-  for (const g of groups) {
-    for (const e of g.backend.engines) if (e.engineIndex !== null && !byIndex.has(e.engineIndex)) byIndex.set(e.engineIndex, e);
-  }
-  return [...byIndex.values()].sort((a, b) => a.engineIndex! - b.engineIndex!);
-}
-
 /** A prepared prompt: its token ids, the parsers of each choice, and a constraint the prompt side adds. */
 export interface PreparedPrompt {
   tokens: number[];
@@ -291,8 +284,9 @@ export interface PromptSource<B extends CommonBodyT> {
  * The handler body shared by `/v1/chat/completions` and `/v1/completions`: take the start time (`ctx.now()`, ms), then
  * check `model` (404), refuse unsupported parameters and `stream_options` without `stream: true` (400), validate
  * `n` (1..MAX_N), `stop` (params.ts `parseStopStrings`), `logprobs`/`top_logprobs` (logprobs.ts) and the
- * structured-output parameters (structured-output.ts); take the live engine groups (503 `engine_dead` when none) and
- * the `X-data-parallel-rank` pin (400 unless a live group has that rank; gateway.md 14); prepare the prompt via
+ * structured-output parameters (structured-output.ts); take the `X-data-parallel-rank` pin (400 unless some group has
+ * that rank; gateway.md 14) and the groups that can serve it now (503 with `Retry-After` when none can, or when the
+ * pinned rank is not ready; groups.ts); prepare the prompt via
  * `prompt` (its tokens, refusing a text too large for the widest candidate's `contextTokenLimit` before tokenizing
  * it; the parsers of each choice; a constraint from a forced tool choice, 400 together with another constraint);
  * keep the groups whose engine can serve the logprobs and the constraint (engine-capabilities.ts; 400 naming the
@@ -324,9 +318,8 @@ export async function handleGeneration<B extends CommonBodyT>(
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
   const requested = parseStructuredOutput(body as StructuredOutputFields);
-  const live = ctx.router.candidates();
-  const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], distinctRanks(live));
-  const pinned = dpRank === undefined ? live : ctx.router.candidates(dpRank);
+  const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], ctx.router.validRanks());
+  const pinned = ctx.router.candidates(dpRank);
   const widestOf = (gs: readonly BackendGroup[]) => gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   const prepared = prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), { constrained: requested !== null });
   const promptTokenIds = prepared.tokens;

@@ -1,60 +1,92 @@
 /**
  * The gateway's ZeroMQ socket set for one worker (engine-wire.md sections 1-2; SMG `transport.rs`,
- * `zmq_client.rs`, `connector.rs`): input ROUTER, output PULL and handshake ROUTER, all bound by the gateway.
+ * `zmq_client.rs`, `connector.rs`): input ROUTER, output PULL and handshake ROUTER, all bound by the gateway and kept
+ * bound for its whole life, so ranks can join, die and join again (issue #8).
  *
  * Design choices (documented here because the engine client relies on them):
  * - The input ROUTER has `mandatory` set (ZMQ_ROUTER_MANDATORY). Without it a ROUTER silently drops a message for
  *   an identity that is not connected (dp-routing.md 14.8), so a request to a rank killed with SIGKILL would vanish
  *   and hang until the silence watchdog. With it, such a send rejects at once with `TransportError` code
- *   `EHOSTUNREACH`, and a peer whose high-water mark is reached makes the send wait (retried until the send timeout,
- *   then `SendTimeoutError`). libzmq refuses both on the identity frame, before any part is queued, so a failed
- *   send never leaves the socket mid-message (the hazard dp-routing.md section 6 names).
- * - One FIFO send queue (dp-routing.md 12.3 rule 4): zeromq.js allows one send in progress per socket, and the
- *   order of requests and aborts must be kept. After a failed send, the next queued send starts only after a
- *   macrotask turn, so the caller's rejection handler (which marks the client closed) runs first.
+ *   `EHOSTUNREACH`, and a peer whose high-water mark is reached refuses the send with EAGAIN (retried until the send
+ *   timeout, then `SendTimeoutError`). libzmq refuses both on the identity frame, before any part is queued, so a
+ *   failed send never leaves the socket mid-message (the hazard dp-routing.md section 6 names); that is what lets a
+ *   send timeout be one rank's failure instead of the whole group's.
+ * - Both ROUTERs have `handover` set (ZMQ_ROUTER_HANDOVER): a restarted engine dials with the same 2-byte identity
+ *   while libzmq may still hold the dead process's pipe; with handover the new connection takes the identity over
+ *   instead of being refused.
+ * - Every bound socket has a maximum message size (ZMQ_MAXMSGSIZE, per frame; `DEFAULT_MAX_MESSAGE_BYTES`): libzmq
+ *   drops the connection of a peer that announces a larger frame instead of reading it.
+ * - Sends are ordered per rank (src/transport/send-queues.ts): one FIFO per identity, drained round-robin, one send
+ *   in progress on the socket at a time (zeromq.js allows one send and one receive in flight per socket). A peer at
+ *   its high-water mark backs off without delaying other ranks. After a failed send, the next send starts only after
+ *   a macrotask turn, so the caller's rejection handler runs first. A send timeout also rejects everything else
+ *   queued for that identity (the peer is not reading; each would wait out its own timeout).
+ * - The handshake service (handshake-service.ts) owns the receive side of the handshake ROUTER and of the input
+ *   ROUTER for the link's life.
  * - The output receive loop follows engine-wire.md 1.8 and feeds a queue of 256 messages (back-pressure on the
- *   PULL). `ENGINE_CORE_DEAD` is reported and the loop continues; whether it is fatal is the engine client's call.
+ *   PULL). `ENGINE_CORE_DEAD` is reported and the loop continues; what it means is the engine client's call.
  * - zeromq's socket monitor reports `disconnect` on a bound PULL when a connected PUSH peer goes away, including a
  *   SIGKILLed process (measured with zeromq 6.8.0 / libzmq 4.3.5 over ipc), and likewise on the input ROUTER for
  *   a DEALER. Both surface as `{ kind: 'disconnect', address }`. The address is our bound endpoint, not the peer:
  *   the event does not say which rank went away (a hint, not proof of death).
+ * - libzmq leaves ipc socket files behind on close; `close()` removes the ones this link bound, if they are still
+ *   the same files (inode check, socket-paths.ts).
  */
-import { setImmediate as nextMacrotask, setTimeout as sleep } from 'node:timers/promises';
+import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import { Pull, Router } from 'zeromq';
 import type { Socket } from 'zeromq';
-import type { ConnectedEngine, EngineLink, OutputMessage } from '../engine-client/link.js';
+import type { ConnectedEngine, EngineLink, LinkListener, OutputMessage } from '../engine-client/link.js';
 import { isEngineCoreDead } from '../protocols/frames.js';
+import { compareIdentities } from '../protocols/identity.js';
 import type { RequestTypeByte } from '../protocols/types.js';
-import { describeIdentity, errorCode, errorMessage } from './describe.js';
+import { describeIdentity, errorCode, errorMessage, hex } from './describe.js';
 import type { EngineEndpoints } from './endpoints.js';
-import { ConfigError, HandshakeError, SendTimeoutError, TransportError } from './errors.js';
-import { runGatewayHandshake } from './gateway-handshake.js';
+import { ConfigError, SendTimeoutError, TransportError } from './errors.js';
+import { HandshakeService } from './handshake-service.js';
 import { silentLogger } from '../logging.js';
 import type { MinimalLogger } from '../logging.js';
 import { MessageQueue, OUTPUT_QUEUE_CAPACITY } from './message-queue.js';
-import { prepareSocketPaths } from './socket-paths.js';
+import { PerRankSendQueues } from './send-queues.js';
+import { prepareSocketPaths, recordSocketFiles, removeOwnSocketFiles, type BoundSocketFile } from './socket-paths.js';
 
-/** Handshake receive timeout default: 600 s per receive (engine-wire.md 1.9, SMG `zmq_client.rs`). */
+/** Handshake stage timeout default: 600 s per stage of one rank (engine-wire.md 1.9, SMG `zmq_client.rs`). */
 export const DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS = 600_000;
 /** Input send timeout default: 10 s per send (engine-wire.md 1.9, SMG PR #2094). */
 export const DEFAULT_SEND_TIMEOUT_MS = 10_000;
+/**
+ * Largest frame each bound socket accepts, in bytes (ZMQ_MAXMSGSIZE):
+ * - handshake: HELLO/READY are 53-byte maps (engine-wire.md 2.3); 64 KiB leaves room for any future keys.
+ * - input: the gateway only receives the ready response there (19 keys, a few hundred bytes with a long
+ *   `kv_events_config`; 2.5); 1 MiB.
+ * - output: the largest legitimate batch: up to a few thousand rows (max_num_seqs) of up to 50 tokens each for a
+ *   non-streaming TokenSpeed row (4.8 "Cadence"), each token with a float64 logprob and its id, plus rids: a few MB;
+ *   vLLM envelopes and their aux tensor frames are of the same order (5.6, 5.8). 64 MiB is far above that and still
+ *   bounds what a broken or hostile peer can make the gateway buffer.
+ */
+export interface MaxMessageBytes {
+  handshake: number;
+  input: number;
+  output: number;
+}
+export const DEFAULT_MAX_MESSAGE_BYTES: Readonly<MaxMessageBytes> = Object.freeze({
+  handshake: 64 * 1024,
+  input: 1024 * 1024,
+  output: 64 * 1024 * 1024,
+});
 /**
  * Linger of the input ROUTER on close, in ms: lets final aborts reach live engines without delaying process exit
  * long. Dropped to 0 once a send timed out (that engine is not reading; lingering would only delay exit).
  */
 const INPUT_LINGER_MS = 500;
-/** Retry back-off while a peer's high-water mark is reached, in ms (first and cap). */
-const SEND_RETRY_FIRST_MS = 1;
-const SEND_RETRY_MAX_MS = 20;
 /** The largest engine count: identities are 16-bit (engine-wire.md 1.5). */
 const MAX_DP_SIZE = 65536;
 
-/** Options of `ZmqEngineLink.bind`. */
+/** Options of `ZmqEngineLink.create` / `bind`. */
 export interface ZmqLinkOptions {
   endpoints: EngineEndpoints;
-  /** Number of engine ranks that must complete the handshake (>= 1; engine-wire.md 2.6). */
+  /** Number of rank slots, engine indexes 0..dpSize−1 (>= 1; engine-wire.md 2.6). */
   dpSize: number;
-  /** Bound on each handshake receive (HELLO, READY, registration), in ms. Default 600 000. */
+  /** Bound on each stage of one rank's handshake (HELLO → READY, → registration), in ms. Default 600 000. */
   handshakeReceiveTimeoutMs?: number;
   /** Bound on each input send, in ms. Default 10 000. */
   sendTimeoutMs?: number;
@@ -63,22 +95,10 @@ export interface ZmqLinkOptions {
    * need to reach it quickly.
    */
   sendHighWaterMark?: number;
+  /** Per-socket frame size limits in bytes (defaults `DEFAULT_MAX_MESSAGE_BYTES`); each must be an integer ≥ 1. */
+  maxMessageBytes?: Partial<MaxMessageBytes>;
   /** A pino logger (any `MinimalLogger`). Default: silent. */
   logger?: MinimalLogger;
-}
-
-/**
- * The bound but not yet connected socket set returned by `ZmqEngineLink.bind`.
- * - `handshake()`: runs HELLO → INIT → READY → registration for `dpSize` ranks and resolves with the connected
- *   link; callable once (a second call rejects). On failure it closes every socket (so a retry can bind again) and
- *   rejects with `HandshakeError` naming the stage.
- * - `close()`: closes every socket still owned, aborting a running handshake (it rejects with `HandshakeError`,
- *   code `ELINKCLOSED`); after a successful handshake it closes the connected link. Idempotent.
- */
-export interface PendingEngineLink {
-  readonly endpoints: EngineEndpoints;
-  handshake(): Promise<ZmqEngineLink>;
-  close(): Promise<void>;
 }
 
 /** Closes a zeromq socket, ignoring errors (closing twice is harmless in zeromq.js, but be safe). */
@@ -122,171 +142,210 @@ interface SendJob {
   reject: (error: Error) => void;
 }
 
-/** Construction parameters of a connected link (internal: built by `PendingEngineLink.handshake()`). */
-interface ConnectedLinkParts {
-  endpoints: EngineEndpoints;
-  input: Router;
-  output: Pull;
-  engines: ConnectedEngine[];
-  sendTimeoutMs: number;
-  logger: MinimalLogger;
+/** A resettable wake-up signal: `wait(ms)` resolves after `ms` or at the next `wake()`, whichever is first. */
+class Waker {
+  private resolveWait: (() => void) | null = null;
+
+  wait(ms: number): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      const self = this;
+      function done(): void {
+        clearTimeout(timer);
+        if (self.resolveWait === done) self.resolveWait = null;
+        resolve();
+      }
+      this.resolveWait = done;
+    });
+  }
+
+  wake(): void {
+    this.resolveWait?.();
+  }
 }
 
 /**
- * A connected engine group over ZeroMQ: implements `EngineLink` (src/engine-client/link.ts). Obtain one with
- * `await (await ZmqEngineLink.bind(opts)).handshake()`.
+ * An engine group's socket set over ZeroMQ: implements `EngineLink` (src/engine-client/link.ts). Create it with
+ * `ZmqEngineLink.create(opts)` (validates, creates the sockets, binds nothing) and `await link.bind()`, or with
+ * `await ZmqEngineLink.bind(opts)`. Ranks join through the handshake service as they dial in.
  */
 export class ZmqEngineLink implements EngineLink {
-  /** Connected ranks sorted by identity bytes (engine-wire.md 1.5). */
-  readonly engines: readonly ConnectedEngine[];
   /** The socket set's addresses. */
   readonly endpoints: EngineEndpoints;
+  readonly dpSize: number;
 
   private readonly input: Router;
   private readonly output: Pull;
+  private readonly handshakeSocket: Router;
   private readonly sendTimeoutMs: number;
+  private readonly handshakeTimeoutMs: number;
   private readonly log: MinimalLogger;
-  private readonly sendQueue: SendJob[] = [];
+  private readonly sendQueues = new PerRankSendQueues<SendJob>();
+  private readonly waker = new Waker();
+  private readonly handshakeService: HandshakeService;
   private pumping = false;
-  private closed = false;
+  private state: 'created' | 'binding' | 'bound' | 'closed' = 'created';
   private closePromise: Promise<void> | null = null;
   /** Set once a send timed out: that peer is not reading, so `close()` discards instead of lingering. */
   private peerStuck = false;
   private readonly messages = new MessageQueue<OutputMessage>(OUTPUT_QUEUE_CAPACITY);
   private outputsTaken = false;
   private readonly background: Promise<void>[] = [];
+  private socketFiles: BoundSocketFile[] = [];
+  private listener: LinkListener | null = null;
+  /** The latest joined engine per index (what `engines` lists and `attach` replays). */
+  private readonly joinedByIndex = new Map<number, ConnectedEngine>();
+  private readonly joinWaiters: Array<{ count: number; resolve: (e: readonly ConnectedEngine[]) => void; reject: (e: Error) => void }> = [];
 
   /**
-   * Binds input ROUTER, output PULL and handshake ROUTER, in that order (engine-wire.md 1.1, SMG `transport.rs`),
-   * after preparing the ipc paths (engine-wire.md 1.4, `prepareSocketPaths`). Resolves once all three are bound.
-   *
-   * Throws ConfigError (bad `dpSize` or timeouts, unsafe socket directory, a non-socket at a socket path) or
-   * TransportError naming the socket and address when a bind fails (for example `EADDRINUSE` on the handshake
-   * port); no socket stays open after a failure.
+   * Validates the options and creates the three sockets, unbound. Throws ConfigError on a bad `dpSize`, timeout,
+   * high-water mark or message size.
    */
-  static async bind(opts: ZmqLinkOptions): Promise<PendingEngineLink> {
-    const dpSize = positiveInteger('dpSize', opts.dpSize, MAX_DP_SIZE);
-    const handshakeTimeoutMs = positiveInteger(
-      'handshakeReceiveTimeoutMs',
-      opts.handshakeReceiveTimeoutMs ?? DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS,
-      0x7fffffff,
-    );
-    const sendTimeoutMs = positiveInteger('sendTimeoutMs', opts.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS);
-    const sendHighWaterMark =
-      opts.sendHighWaterMark === undefined ? undefined : positiveInteger('sendHighWaterMark', opts.sendHighWaterMark, 0x7fffffff);
-    const log = opts.logger ?? silentLogger;
-    const { endpoints } = opts;
-
-    await prepareSocketPaths(endpoints, log);
-
-    // sendTimeout 0: zeromq.js never parks a send; EAGAIN (peer at its high-water mark) is retried by `sendOne`.
-    const input = new Router({ mandatory: true, linger: INPUT_LINGER_MS, sendTimeout: 0 });
-    if (sendHighWaterMark !== undefined) input.sendHighWaterMark = sendHighWaterMark;
-    const output = new Pull({ linger: 0 });
-    const handshake = new Router({ mandatory: true, linger: 0, sendTimeout: 0 });
-    const all = [input, output, handshake];
-    try {
-      await bindSocket(input, 'input ROUTER', endpoints.input);
-      await bindSocket(output, 'output PULL', endpoints.output);
-      await bindSocket(handshake, 'handshake ROUTER', endpoints.handshake);
-    } catch (error) {
-      all.forEach(closeQuietly);
-      throw error;
-    }
-    log.info(
-      { workerUrl: endpoints.workerUrl, input: endpoints.input, output: endpoints.output, handshake: endpoints.handshake, dpSize },
-      'engine sockets bound; waiting for engines to say HELLO',
-    );
-
-    type State = 'bound' | 'handshaking' | 'connected' | 'failed' | 'closed';
-    let state: State = 'bound';
-    // Read through a function: `close()` changes `state` while `handshake()` awaits, which narrowing cannot see.
-    const current = (): State => state;
-    let link: ZmqEngineLink | null = null;
-    return {
-      endpoints,
-      handshake: async (): Promise<ZmqEngineLink> => {
-        if (state !== 'bound') {
-          throw new TransportError(`handshake() on ${endpoints.workerUrl} can run once; the link is ${state}`, {
-            code: 'ESTATE',
-          });
-        }
-        state = 'handshaking';
-        let engines: ConnectedEngine[];
-        try {
-          engines = await runGatewayHandshake({
-            handshakeSocket: handshake,
-            inputSocket: input,
-            endpoints,
-            dpSize,
-            receiveTimeoutMs: handshakeTimeoutMs,
-            logger: log,
-            isClosed: () => current() === 'closed',
-          });
-        } catch (error) {
-          all.forEach(closeQuietly);
-          if (current() !== 'closed') state = 'failed';
-          log.error({ workerUrl: endpoints.workerUrl, err: error }, 'engine handshake failed; sockets closed');
-          throw error;
-        }
-        closeQuietly(handshake);
-        if (current() === 'closed') {
-          all.forEach(closeQuietly);
-          throw new HandshakeError('registration', `link closed during the handshake on ${endpoints.workerUrl}`, {
-            code: 'ELINKCLOSED',
-          });
-        }
-        input.receiveTimeout = -1;
-        state = 'connected';
-        link = new ZmqEngineLink({ endpoints, input, output, engines, sendTimeoutMs, logger: log });
-        log.debug(
-          { workerUrl: endpoints.workerUrl, engines: engines.map((e) => e.engineIndex) },
-          'engine handshake complete',
-        );
-        return link;
-      },
-      close: async (): Promise<void> => {
-        if (link !== null) {
-          await link.close();
-          return;
-        }
-        state = 'closed';
-        all.forEach(closeQuietly);
-      },
-    };
+  static create(opts: ZmqLinkOptions): ZmqEngineLink {
+    return new ZmqEngineLink(opts);
   }
 
-  /** Internal: use `ZmqEngineLink.bind(...)` then `handshake()`. Starts the output receive loop and the monitors. */
-  constructor(parts: ConnectedLinkParts) {
-    this.endpoints = parts.endpoints;
-    this.input = parts.input;
-    this.output = parts.output;
-    this.engines = Object.freeze([...parts.engines]);
-    this.sendTimeoutMs = parts.sendTimeoutMs;
-    this.log = parts.logger;
+  /** `create(opts)` then `bind()`. Throws what either throws; nothing stays bound after a failure. */
+  static async bind(opts: ZmqLinkOptions): Promise<ZmqEngineLink> {
+    const link = new ZmqEngineLink(opts);
+    await link.bind();
+    return link;
+  }
+
+  private constructor(opts: ZmqLinkOptions) {
+    this.dpSize = positiveInteger('dpSize', opts.dpSize, MAX_DP_SIZE);
+    this.handshakeTimeoutMs = positiveInteger('handshakeReceiveTimeoutMs', opts.handshakeReceiveTimeoutMs ?? DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, 0x7fffffff);
+    this.sendTimeoutMs = positiveInteger('sendTimeoutMs', opts.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS);
+    const hwm = opts.sendHighWaterMark === undefined ? undefined : positiveInteger('sendHighWaterMark', opts.sendHighWaterMark, 0x7fffffff);
+    const max: MaxMessageBytes = { ...DEFAULT_MAX_MESSAGE_BYTES, ...opts.maxMessageBytes };
+    for (const [k, v] of Object.entries(max)) positiveInteger(`maxMessageBytes.${k}`, v, 0x7fffffff);
+    this.log = opts.logger ?? silentLogger;
+    this.endpoints = opts.endpoints;
+    // sendTimeout 0: zeromq.js never parks a send; EAGAIN (peer at its high-water mark) is retried by the pump.
+    this.input = new Router({ mandatory: true, handover: true, linger: INPUT_LINGER_MS, sendTimeout: 0, maxMessageSize: max.input });
+    if (hwm !== undefined) this.input.sendHighWaterMark = hwm;
+    this.output = new Pull({ linger: 0, maxMessageSize: max.output });
+    this.handshakeSocket = new Router({ mandatory: true, handover: true, linger: 0, sendTimeout: 0, maxMessageSize: max.handshake });
+    this.handshakeService = new HandshakeService({
+      handshakeSocket: this.handshakeSocket,
+      inputSocket: this.input,
+      endpoints: this.endpoints,
+      dpSize: this.dpSize,
+      timeoutMs: this.handshakeTimeoutMs,
+      logger: this.log,
+      host: {
+        admitHello: (index) => this.admitHello(index),
+        joined: (engine) => this.onJoined(engine),
+        joinFailed: (index, reason) => this.listener?.joinFailed(index, reason),
+      },
+    });
+  }
+
+  /**
+   * Prepares the ipc paths (engine-wire.md 1.4, `prepareSocketPaths`: refuses a live owner and an unsafe directory),
+   * binds input ROUTER, output PULL and handshake ROUTER in that order (engine-wire.md 1.1, SMG `transport.rs`) and
+   * starts the handshake service, the output loop and the disconnect monitors. Callable once.
+   *
+   * Throws ConfigError (unsafe socket directory, a live owner or a non-socket at a socket path) or TransportError
+   * naming the socket and address when a bind fails (for example `EADDRINUSE` on the handshake port); after a failure
+   * no socket stays open and no socket file this link created is left behind.
+   */
+  async bind(): Promise<void> {
+    if (this.state !== 'created') {
+      throw new TransportError(`bind() on ${this.endpoints.workerUrl} can run once; the link is ${this.state}`, { code: 'ESTATE' });
+    }
+    this.state = 'binding';
+    const { endpoints } = this;
+    try {
+      await prepareSocketPaths(endpoints, this.log);
+      await bindSocket(this.input, 'input ROUTER', endpoints.input);
+      this.socketFiles = recordSocketFiles(endpoints);
+      await bindSocket(this.output, 'output PULL', endpoints.output);
+      this.socketFiles = recordSocketFiles(endpoints);
+      await bindSocket(this.handshakeSocket, 'handshake ROUTER', endpoints.handshake);
+    } catch (error) {
+      await this.close();
+      throw error;
+    }
+    if (this.isClosed()) {
+      throw new TransportError(`link ${endpoints.workerUrl} was closed while binding`, { code: 'ELINKCLOSED' });
+    }
+    this.state = 'bound';
+    this.background.push(...this.handshakeService.start());
     this.background.push(this.receiveLoop());
     this.background.push(this.watchDisconnects(this.output, 'output PULL'));
     this.background.push(this.watchDisconnects(this.input, 'input ROUTER'));
+    this.log.info(
+      { workerUrl: endpoints.workerUrl, input: endpoints.input, output: endpoints.output, handshake: endpoints.handshake, dpSize: this.dpSize },
+      'engine sockets bound; ranks may dial in at any time',
+    );
+  }
+
+  /** Handshake messages refused so far, by reason (a live record). */
+  get handshakeRejected(): Readonly<Record<string, number>> {
+    return this.handshakeService.rejected;
+  }
+
+  /** The latest joined engine of every index that ever joined, sorted by identity bytes (engine-wire.md 1.5). */
+  get engines(): readonly ConnectedEngine[] {
+    return [...this.joinedByIndex.values()].sort((a, b) => compareIdentities(a.identity, b.identity));
   }
 
   /**
-   * Queues `[identity, type, payload]` for the input ROUTER (engine-wire.md 1.6). Sends leave in call order, one at
-   * a time. Resolves once ZeroMQ accepted the whole message.
+   * Resolves with `engines` once `count` (default `dpSize`) distinct indexes have joined; rejects with TransportError
+   * code `ELINKCLOSED` if the link closes first.
+   */
+  whenJoined(count: number = this.dpSize): Promise<readonly ConnectedEngine[]> {
+    if (this.joinedByIndex.size >= count) return Promise.resolve(this.engines);
+    if (this.isClosed()) return Promise.reject(this.closedError('whenJoined'));
+    return new Promise((resolve, reject) => this.joinWaiters.push({ count, resolve, reject }));
+  }
+
+  /** See `EngineLink.attach`: ranks that joined already are reported at once. Throws Error when called twice. */
+  attach(listener: LinkListener): void {
+    if (this.listener !== null) throw new Error(`a listener is already attached to ${this.endpoints.workerUrl}`);
+    this.listener = listener;
+    for (const e of this.engines) listener.joined(e);
+  }
+
+  private admitHello(index: number): Promise<boolean> {
+    if (this.listener !== null) return this.listener.admitHello(index);
+    // No engine client: nobody can tell whether the holder is alive, so an index joins once.
+    return Promise.resolve(!this.joinedByIndex.has(index));
+  }
+
+  private onJoined(engine: ConnectedEngine): void {
+    this.joinedByIndex.set(engine.engineIndex, engine);
+    this.log.debug({ engineIndex: engine.engineIndex, identity: hex(engine.identity) }, 'engine joined (handshake complete)');
+    for (const w of [...this.joinWaiters]) {
+      if (this.joinedByIndex.size >= w.count) {
+        this.joinWaiters.splice(this.joinWaiters.indexOf(w), 1);
+        w.resolve(this.engines);
+      }
+    }
+    this.listener?.joined(engine);
+  }
+
+  /**
+   * Queues `[identity, type, payload]` for the input ROUTER (engine-wire.md 1.6). Sends to one identity leave in call
+   * order; see the module docs for how ranks share the socket. Resolves once ZeroMQ accepted the whole message.
    *
    * Rejects with:
-   * - `SendTimeoutError` when the peer stays at its high-water mark for `sendTimeoutMs` (10 s default);
+   * - `SendTimeoutError` when the peer stays at its high-water mark for `sendTimeoutMs` (10 s default), counted from
+   *   the send's first attempt; sends still queued behind it for the same identity reject at once with one too;
    * - `TransportError` code `EHOSTUNREACH` when no connected peer has this identity (the engine is gone or never
    *   registered), nothing being queued;
    * - `TransportError` code `ELINKCLOSED` after `close()` (also for sends still queued when it is called);
    * - `TransportError` with the zeromq code for any other socket failure.
    */
   send(identity: Uint8Array, type: RequestTypeByte, payload: Uint8Array): Promise<void> {
-    if (this.closed) return Promise.reject(this.closedError('send'));
+    if (this.isClosed()) return Promise.reject(this.closedError('send'));
     if (TYPE_FRAMES[type] === undefined) {
       return Promise.reject(new TransportError(`send: request type ${String(type)} is not one of 0x00..0x03 (engine-wire.md 1.6)`));
     }
     return new Promise<void>((resolve, reject) => {
-      this.sendQueue.push({ identity, type, payload, resolve, reject });
+      this.sendQueues.enqueue(hex(identity), { identity, type, payload, resolve, reject });
+      this.waker.wake();
       void this.pump();
     });
   }
@@ -306,100 +365,121 @@ export class ZmqEngineLink implements EngineLink {
   }
 
   /**
-   * Closes the input ROUTER and the output PULL, rejects queued sends with `TransportError` code `ELINKCLOSED`, and
-   * ends `outputs()`. Resolves when the background loops have finished. Idempotent.
+   * Stops the handshake service, closes the three sockets, rejects queued sends with `TransportError` code
+   * `ELINKCLOSED`, ends `outputs()`, and removes the socket files this link bound if they are still its own. Resolves
+   * when the background loops have finished. Idempotent; never rejects.
    */
   close(): Promise<void> {
     if (this.closePromise !== null) return this.closePromise;
-    this.closed = true;
+    const wasBound = this.state === 'bound';
+    this.state = 'closed';
     this.messages.abort();
-    for (const job of this.sendQueue.splice(0)) job.reject(this.closedError('send'));
+    this.handshakeService.stop();
+    for (const job of this.sendQueues.drainAll()) job.reject(this.closedError('send'));
+    for (const w of this.joinWaiters.splice(0)) w.reject(this.closedError('whenJoined'));
     if (this.peerStuck) this.input.linger = 0;
+    closeQuietly(this.handshakeSocket);
     closeQuietly(this.input);
     closeQuietly(this.output);
-    this.log.info({ workerUrl: this.endpoints.workerUrl }, 'engine link closed');
-    this.closePromise = Promise.allSettled(this.background).then(() => undefined);
+    this.waker.wake();
+    if (wasBound) this.log.info({ workerUrl: this.endpoints.workerUrl }, 'engine link closed');
+    this.closePromise = Promise.allSettled(this.background).then(() => {
+      this.removeSocketFilesNow();
+    });
     return this.closePromise;
+  }
+
+  /**
+   * Removes the ipc socket files this link bound, if they are still the same files (synchronous; for an emergency
+   * exit that cannot wait for `close()`). Never throws; a no-op once removed.
+   */
+  removeSocketFilesNow(): void {
+    const removed = removeOwnSocketFiles(this.socketFiles, this.log);
+    this.socketFiles = [];
+    if (removed.length > 0) this.log.debug({ removed }, 'removed the ipc socket files of this link');
+  }
+
+  private isClosed(): boolean {
+    return this.state === 'closed';
   }
 
   private closedError(operation: string): TransportError {
     return new TransportError(`${operation} on ${this.endpoints.workerUrl}: the engine link is closed`, { code: 'ELINKCLOSED' });
   }
 
-  /** Drains the send queue one job at a time (the one FIFO send path). */
+  /** Drains the per-rank queues, one send on the socket at a time (see the module docs). */
   private async pump(): Promise<void> {
     if (this.pumping) return;
     this.pumping = true;
     try {
-      for (;;) {
-        const job = this.sendQueue.shift();
-        if (job === undefined) break;
+      while (!this.isClosed() && this.sendQueues.size > 0) {
+        const now = performance.now();
+        const pick = this.sendQueues.next(now);
+        if (pick === null) {
+          const at = this.sendQueues.nextRetryAt() ?? now;
+          await this.waker.wait(Math.max(0, at - now));
+          continue;
+        }
+        const { key, job, since } = pick;
+        let failed = false;
         try {
-          await this.sendOne(job);
+          await this.input.send([job.identity, TYPE_FRAMES[job.type]!, job.payload]);
+          this.sendQueues.sent(key);
           job.resolve();
         } catch (error) {
-          job.reject(error instanceof Error ? error : new TransportError(String(error)));
-          // Let the caller's rejection handler run before the next queued send (dp-routing.md 12.3 rule 4).
-          await nextMacrotask();
+          if (this.isClosed()) break;
+          const code = errorCode(error);
+          const who = describeIdentity(job.identity);
+          if (code === 'EAGAIN') {
+            if (performance.now() - since < this.sendTimeoutMs) {
+              this.sendQueues.refused(key, performance.now());
+              continue;
+            }
+            this.peerStuck = true;
+            const timeout = new SendTimeoutError(
+              `send to ${who} on ${this.endpoints.input} did not complete within ${this.sendTimeoutMs} ms: ` +
+                `the engine is not reading its input (high-water mark reached)`,
+              this.sendTimeoutMs,
+            );
+            this.sendQueues.drop(key);
+            job.reject(timeout);
+            for (const queued of this.sendQueues.drain(key)) {
+              queued.reject(new SendTimeoutError(`${timeout.message}; this later send to the same engine was not attempted`, this.sendTimeoutMs));
+            }
+          } else {
+            this.sendQueues.drop(key);
+            job.reject(
+              code === 'EHOSTUNREACH'
+                ? new TransportError(
+                    `send to ${who} on ${this.endpoints.input}: no connected engine with this identity (EHOSTUNREACH); ` +
+                      `the engine exited or never registered`,
+                    { code, cause: error },
+                  )
+                : new TransportError(`send to ${who} on ${this.endpoints.input} failed: ${errorMessage(error)}`, { code, cause: error }),
+            );
+          }
+          failed = true;
         }
+        // Let the caller's rejection handler run before the next send (dp-routing.md 12.3 rule 4).
+        if (failed) await nextMacrotask();
       }
     } finally {
       this.pumping = false;
     }
-  }
-
-  /** One send with its deadline; retries EAGAIN (peer at its high-water mark) with a short back-off. */
-  private async sendOne(job: SendJob): Promise<void> {
-    const who = describeIdentity(job.identity);
-    const deadline = performance.now() + this.sendTimeoutMs;
-    let backoffMs = SEND_RETRY_FIRST_MS;
-    for (;;) {
-      if (this.closed) throw this.closedError(`send to ${who}`);
-      try {
-        await this.input.send([job.identity, TYPE_FRAMES[job.type], job.payload]);
-        return;
-      } catch (error) {
-        if (this.closed) throw this.closedError(`send to ${who}`);
-        const code = errorCode(error);
-        if (code === 'EHOSTUNREACH') {
-          throw new TransportError(
-            `send to ${who} on ${this.endpoints.input}: no connected engine with this identity (EHOSTUNREACH); ` +
-              `the engine exited or never registered`,
-            { code, cause: error },
-          );
-        }
-        if (code !== 'EAGAIN') {
-          throw new TransportError(`send to ${who} on ${this.endpoints.input} failed: ${errorMessage(error)}`, {
-            code,
-            cause: error,
-          });
-        }
-      }
-      const remaining = deadline - performance.now();
-      if (remaining <= 0) {
-        this.peerStuck = true;
-        throw new SendTimeoutError(
-          `send to ${who} on ${this.endpoints.input} did not complete within ${this.sendTimeoutMs} ms: ` +
-            `the engine is not reading its input (high-water mark reached)`,
-          this.sendTimeoutMs,
-        );
-      }
-      await sleep(Math.min(backoffMs, remaining));
-      backoffMs = Math.min(backoffMs * 2, SEND_RETRY_MAX_MS);
-    }
+    if (!this.isClosed() && this.sendQueues.size > 0) void this.pump();
   }
 
   /** The output receive loop (engine-wire.md 1.8). */
   private async receiveLoop(): Promise<void> {
     const address = this.endpoints.output;
-    while (!this.closed) {
+    while (!this.isClosed()) {
       await this.messages.waitForSpace();
-      if (this.closed) break;
+      if (this.isClosed()) break;
       let frames: Uint8Array[];
       try {
         frames = await this.output.receive();
       } catch (error) {
-        if (this.closed) break;
+        if (this.isClosed()) break;
         const failure = new TransportError(`receive on the output socket ${address} failed: ${errorMessage(error)}`, {
           code: errorCode(error),
           cause: error,
@@ -412,8 +492,8 @@ export class ZmqEngineLink implements EngineLink {
         this.log.warn({ address }, 'skipping an output message with zero frames');
         continue;
       }
-      if (isEngineCoreDead(frames[0])) {
-        this.log.error({ address, workerUrl: this.endpoints.workerUrl }, 'ENGINE_CORE_DEAD received: the engine group is dead');
+      if (isEngineCoreDead(frames[0]!)) {
+        this.log.warn({ address, workerUrl: this.endpoints.workerUrl }, 'ENGINE_CORE_DEAD received: a rank of the group is dying');
         this.messages.push({ kind: 'dead' });
         continue;
       }
@@ -426,12 +506,13 @@ export class ZmqEngineLink implements EngineLink {
   private async watchDisconnects(socket: Socket, role: string): Promise<void> {
     try {
       for await (const event of socket.events) {
-        if (event.type !== 'disconnect' || this.closed) continue;
+        if (event.type !== 'disconnect' || this.isClosed()) continue;
         this.log.warn({ role, address: event.address }, 'an engine peer disconnected');
         this.messages.push({ kind: 'disconnect', address: event.address });
       }
     } catch (error) {
-      if (!this.closed) this.log.warn({ role, err: error }, 'socket monitor stopped');
+      if (!this.isClosed()) this.log.warn({ role, err: error }, 'socket monitor stopped');
     }
   }
 }
+

@@ -16,6 +16,7 @@ import { after, before, describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { Page } from 'playwright-core';
 import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import { rankState } from '../server/fake-backend.js';
 import { makeApp } from '../server/helpers.js';
 import { launchChromium, type Browser } from './browser.js';
 
@@ -148,7 +149,7 @@ describe('dashboard behind an API key', { timeout: 60_000 }, () => {
   before(async () => {
     const { app, backend } = await makeApp();
     backend.rankStatesValue = [
-      { engineIndex: 0, inFlight: 3, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.4 }, dispatchedPinned: 1, dispatchedUnpinned: 9, clampEvents: 0 },
+      rankState(0, { inFlight: 3, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.4 }, dispatchedPinned: 1, dispatchedUnpinned: 9, clampEvents: 0 }),
     ];
     // The key check of issue #10 (COORDINATION G): /v1/* needs `Authorization: Bearer <key>`; the page itself does not.
     server = createServer((req, res) => {

@@ -2,8 +2,9 @@
  * End to end: one gateway serving two engine groups at once (issue #3 parts 4-5; gateway.md 4.2, 16): a simulated
  * TokenSpeed group and a simulated vLLM group (two rank processes each, one transport each). Requests spread over
  * both groups by best-rank score; then every rank of the TokenSpeed group gets SIGTERM (each sends ENGINE_CORE_DEAD,
- * engine-wire.md 1.7): its in-flight requests end with an SSE error event, /health and /metrics show that group
- * unhealthy and the other healthy, the vLLM group's requests keep streaming, and new requests succeed through it.
+ * engine-wire.md 1.7, and is tied to it when its identity vanishes; issue #8): its in-flight requests end with an SSE
+ * error event, /health and /metrics show that group unable to serve (every rank dead) and the other healthy, the vLLM
+ * group's requests keep streaming, and new requests succeed through it.
  *
  * Determinism: the long requests use `ignore_eos` and a 20 000-token limit, so none finishes during the test; while a
  * rank holds only requests this gateway routed, its report never exceeds the client's own in-flight count, so the
@@ -98,7 +99,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     for (const r of tokenspeed.sims!.ranks) r.child.kill('SIGTERM');
     await Promise.all(tokenspeed.sims!.ranks.map((r) => r.exited));
 
-    await waitUntil(() => !tokenspeed.client.isAlive(), 'the TokenSpeed group is marked dead');
+    await waitUntil(() => tokenspeed.client.rankStates().every((r) => r.state === 'dead'), 'every TokenSpeed rank is marked dead');
     await waitUntil(() => endedAt.size === 2, 'two streams ended', () => [...endedAt.values()]);
     const failed = streams.filter((s) => endedAt.has(s));
     const outcomes = await Promise.all(failed.map((s) => s.done));
@@ -112,12 +113,15 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
       `ENGINE_CORE_DEAD after SIGTERM: the group's in-flight requests ended ${failed.map((s) => `${(endedAt.get(s)! - killedAt).toFixed(0)} ms`).join(', ')} after the signal`,
     );
     assert.deepEqual(inFlight(tokenspeed), [0, 0], "the failed group's in-flight sets are cleared");
-    assert.equal(tokenspeed.client.stats.failures['engine-core-dead'], 1);
+    const deaths = tokenspeed.client.stats.rankDeaths;
+    assert.equal(Object.values(deaths).reduce((a, b) => a + b, 0), 2, JSON.stringify(deaths));
+    assert.ok(Object.keys(deaths).every((c) => c === 'engine-core-dead' || c === 'peer-unreachable'), JSON.stringify(deaths));
+    assert.equal(tokenspeed.client.canServe(), false);
     assert.equal(tokenspeed.client.registeredCount, 0, 'no request left registered in the failed group');
 
     // The vLLM group's requests are untouched and still streaming.
     assert.deepEqual(inFlight(vllm), [1, 1]);
-    assert.ok(vllm.client.isAlive());
+    assert.ok(vllm.client.canServe());
     const survivors = streams.filter((s) => !endedAt.has(s));
     assert.equal(survivors.length, 2);
 
@@ -130,12 +134,14 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
       [tokenspeed.worker, false, 'engine core dead'],
       [vllm.worker, true, 'ok'],
     ]);
-    assert.deepEqual(body.groups[0]!.failures, { 'engine-core-dead': 1 });
+    assert.deepEqual(body.groups[0]!.failures, {}, 'rank deaths, not a group-scope failure');
     const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
     assert.ok(alive.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",engine="tokenspeed"} 0`), alive.join('\n'));
     assert.ok(alive.includes(`{model="${MODEL}",worker="${vllm.worker}",engine="vllm"} 1`), alive.join('\n'));
-    const failures = await scrape(gateway.url, 'model_gateway_engine_failures_total');
-    assert.ok(failures.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",cause="engine-core-dead"} 1`), failures.join('\n'));
+    const rankStates = await scrape(gateway.url, 'model_gateway_rank_state');
+    for (const rank of [0, 1]) {
+      assert.ok(rankStates.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",dp_rank="${rank}",state="dead"} 1`), rankStates.join('\n'));
+    }
 
     // New requests succeed through the vLLM group only.
     const vlNow = dispatched(vllm);

@@ -1,10 +1,13 @@
 /**
- * Helpers of the engine-failure end-to-end tests (`failures*.test.ts`; issue #3 part 4; dp-routing.md 6 and 14.8;
- * gateway.md 4.2, 11.3, 12 "Mid-stream errors", 15.3): start a gateway with a failing and a healthy engine group of
- * real simulated rank processes, place in-flight requests on known ranks, send requests whose outcome (SSE stream or
- * JSON body) is collected without ever rejecting, inject raw frames into a group's output socket, capture the
- * gateway's log, and check what every failure must leave behind: each affected request ended with a clear terminal
- * error, the group unhealthy in /health and /metrics, the other group still serving, and empty in-flight sets.
+ * Helpers of the engine-failure end-to-end tests (`failures*.test.ts`; issue #3 part 4, issue #8 part 1;
+ * dp-routing.md 6 and 14.8; gateway.md 4.2, 11.3, 12 "Mid-stream errors", 15.3): start a gateway with a failing and a
+ * healthy engine group of real simulated rank processes, place in-flight requests on known ranks, send requests whose
+ * outcome (SSE stream or JSON body) is collected without ever rejecting, inject raw frames into a group's output
+ * socket, capture the gateway's log, and check what a failure must leave behind. A rank's own failure (death,
+ * stall) ends only the requests on that rank: its siblings and the other group keep serving, /health says the group
+ * is degraded and lists the rank dead. A group-scope failure (3 undecodable outputs) ends every request of the group,
+ * which /health and /metrics then report as unable to serve, while the other group keeps serving. Either way every
+ * affected request ends with a clear terminal error and the in-flight sets empty.
  *
  * Layout of every scenario (`FailureScenario`): the failing group has one DP rank more than the healthy one, so its
  * top rank (`failingTopRank`) exists only there and a request pinned to it (`X-data-parallel-rank`, gateway.md 14)
@@ -254,7 +257,7 @@ export const ms = (x: number): string => `${x.toFixed(0)} ms`;
 export interface ScenarioOptions {
   failing: GroupOptions;
   healthy: GroupOptions;
-  gateway?: Pick<GatewayOptions, 'silenceTimeoutMs' | 'sendTimeoutMs' | 'sendHighWaterMark'>;
+  gateway?: Pick<GatewayOptions, 'silenceTimeoutMs' | 'sendTimeoutMs' | 'sendHighWaterMark' | 'rankStallTimeoutMs'>;
 }
 
 /** The requests `placeLoad` opened. */
@@ -311,13 +314,13 @@ export class FailureScenario {
     });
     const [failing, healthy] = gateway.groups as [RunningGroup, RunningGroup];
     const s = new FailureScenario(gateway, failing, healthy, records);
-    assert.equal(failing.client.engines.length, healthy.client.engines.length + 1, 'the failing group has one rank more');
+    assert.equal(failing.client.dpSize, healthy.client.dpSize + 1, 'the failing group has one rank more');
     return s;
   }
 
   /** The DP rank only the failing group has. */
   get failingTopRank(): number {
-    return this.failing.client.engines.length - 1;
+    return this.failing.client.dpSize - 1;
   }
 
   /** Send a request and remember it for `close()`. */
@@ -334,15 +337,15 @@ export class FailureScenario {
    * has received text.
    */
   async placeLoad(): Promise<PlacedLoad> {
-    const total = this.failing.client.engines.length + this.healthy.client.engines.length;
+    const total = this.failing.client.dpSize + this.healthy.client.dpSize;
     const streams: SentRequest[] = [];
     for (let i = 0; i < total; i++) {
       const s = this.send(LONG, { stream: true, label: `stream #${i}` });
       assert.equal(await s.headers, 200, 'long stream accepted');
       streams.push(s);
     }
-    assert.deepEqual(inFlight(this.failing), this.failing.client.engines.map(() => 1), 'one stream per failing rank');
-    assert.deepEqual(inFlight(this.healthy), this.healthy.client.engines.map(() => 1), 'one stream per healthy rank');
+    assert.deepEqual(inFlight(this.failing), this.failing.client.rankStates().map(() => 1), 'one stream per failing rank');
+    assert.deepEqual(inFlight(this.healthy), this.healthy.client.rankStates().map(() => 1), 'one stream per healthy rank');
     const top = this.failingTopRank;
     const nonStreaming = this.send(LONG, { stream: false, dpRank: top, label: `non-streaming request pinned to rank ${top}` });
     await waitUntil(() => inFlight(this.failing)[top] === 2, 'the non-streaming request reached the failing top rank', () => inFlight(this.failing));
@@ -352,14 +355,78 @@ export class FailureScenario {
   }
 
   /**
-   * Wait for the failing group's client to fail and for every affected request to end (hang guard only): the
-   * failing group's share of `load.streams` (as many as it has ranks: the healthy ones never end on their own), the
-   * non-streaming request and `extra`. Assert each ended with a terminal error matching `expect`, that the healthy
-   * group's streams are still open and its in-flight sets untouched, and return the measurements.
+   * A rank failure (issue #8 part 1): wait until rank `rank` of the failing group is `state` (dead, or stalled) and
+   * the requests it held ended (hang guard only): the one long stream `placeLoad` put there, the non-streaming request
+   * when `rank` is the failing top rank, and `extra`. Assert each ended with a terminal error matching `expect`, that
+   * every other stream is still open (the failing group's other ranks and the healthy group keep serving), and
+   * return the measurements.
    */
-  async awaitFailure(load: PlacedLoad, inducedAt: number, expect: RegExp, extra: SentRequest[] = []): Promise<FailureReport> {
-    await waitUntil(() => !this.failing.client.isAlive(), 'the failing group is marked dead', () => this.failing.client.stats);
-    const failingStreams = this.failing.client.engines.length;
+  async awaitRankFailure(load: PlacedLoad, rank: number, inducedAt: number, expect: RegExp, extra: SentRequest[] = [], state: 'dead' | 'stalled' = 'dead'): Promise<FailureReport> {
+    const rankOf = () => this.failing.client.rankStates().find((r) => r.engineIndex === rank)!;
+    await waitUntil(() => rankOf().state === state, `rank ${rank} of the failing group is ${state}`, () => this.failing.client.rankStates());
+    const failedAt = performance.now();
+    const pinned = rank === this.failingTopRank ? [load.nonStreaming] : [];
+    await waitUntil(
+      () => load.streams.filter((s) => s.ended()).length >= 1 && [...pinned, ...extra].every((r) => r.ended()),
+      'every request of the failed rank ended',
+      () => [...load.streams, load.nonStreaming, ...extra].map((r) => `${r.label}: ${r.ended()}`),
+    );
+    const endedStreams = load.streams.filter((s) => s.ended());
+    assert.equal(endedStreams.length, 1, 'only the stream on the failed rank ended');
+    const affected = [...endedStreams, ...pinned, ...extra];
+    const outcomes = await Promise.all(affected.map((r) => r.done));
+    assert.ok((outcomes[0]!.sse?.text.length ?? 0) > 0, `${affected[0]!.label}: text streamed before the error (a mid-stream failure)`);
+    const lines = affected.map((r, i) => `${r.label}: ${assertTerminalError(outcomes[i]!, r.label, expect)}, ended ${ms(outcomes[i]!.endedAt - inducedAt)} after the failure was induced`);
+    const survivors = load.streams.filter((s) => !s.ended());
+    assert.equal(survivors.length, this.failing.client.dpSize - 1 + this.healthy.client.dpSize);
+    if (rank !== this.failingTopRank) assert.equal(load.nonStreaming.ended(), false, 'the pinned request on a live rank goes on');
+    assert.deepEqual(inFlight(this.healthy), this.healthy.client.rankStates().map(() => 1), "the healthy group's requests are untouched");
+    const siblings = this.failing.client.rankStates().filter((r) => r.engineIndex !== rank);
+    assert.ok(siblings.every((r) => r.state === 'ready' && r.inFlight >= 1), `the failed rank's siblings keep their requests: ${JSON.stringify(siblings)}`);
+    return { failedAt, affected, outcomes, survivors, lines };
+  }
+
+  /**
+   * After a rank failure: the failing group is 200 `degraded` in /health with rank `rank` in state `state` and a cause
+   * in `causes` (dead) and every other rank ready; it still serves (`model_gateway_engine_alive` 1, no group-scope
+   * failure); `/metrics` has the rank's state gauge and, for a death, `model_gateway_rank_deaths_total{cause} 1`.
+   * Returns the cause.
+   */
+  async assertRankReported(rank: number, causes: readonly string[], state: 'dead' | 'stalled' = 'dead'): Promise<string> {
+    const { failing, healthy, gateway } = this;
+    const st = failing.client.rankStates().find((r) => r.engineIndex === rank)!;
+    assert.equal(st.inFlight, 0, 'the failed rank holds nothing');
+    const cause = st.cause ?? '';
+    assert.ok(causes.includes(cause), `cause ${cause} is one of ${causes.join(', ')}`);
+    assert.deepEqual(failing.client.stats.failures, {}, 'no group-scope failure');
+    const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
+    assert.equal(health.status, 200);
+    const body = (await health.json()) as { status: string; groups: { worker: string; status: string; message: string; ranks: { engineIndex: number; state: string; cause: string | null }[] }[] };
+    assert.equal(body.status, 'degraded');
+    assert.deepEqual(body.groups.map((g) => [g.worker, g.status]), [[failing.worker, 'degraded'], [healthy.worker, 'ok']]);
+    assert.deepEqual(
+      body.groups[0]!.ranks.map((r) => [r.engineIndex, r.state]),
+      failing.client.rankStates().map((r) => [r.engineIndex, r.engineIndex === rank ? state : 'ready']),
+    );
+    const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
+    assert.ok(alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 1`), alive.join('\n'));
+    const states = await scrape(gateway.url, 'model_gateway_rank_state');
+    assert.ok(states.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",state="${state}"} 1`), states.join('\n'));
+    if (state === 'dead') {
+      const deaths = await scrape(gateway.url, 'model_gateway_rank_deaths_total');
+      assert.ok(deaths.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",cause="${cause}"} 1`), deaths.join('\n'));
+    }
+    return cause;
+  }
+
+  /**
+   * A group-scope failure: wait until the failing group cannot serve and every request of it ended (hang guard
+   * only): its share of `load.streams` (one per rank), the non-streaming request and `extra`. Assert each ended with
+   * a terminal error matching `expect`, that the healthy group's streams are still open, and return the measurements.
+   */
+  async awaitGroupFailure(load: PlacedLoad, inducedAt: number, expect: RegExp, extra: SentRequest[] = []): Promise<FailureReport> {
+    await waitUntil(() => !this.failing.client.canServe(), 'the failing group cannot serve', () => this.failing.client.rankStates());
+    const failingStreams = this.failing.client.dpSize;
     await waitUntil(
       () => load.streams.filter((s) => s.ended()).length >= failingStreams && load.nonStreaming.ended() && extra.every((r) => r.ended()),
       'every affected request ended',
@@ -374,31 +441,32 @@ export class FailureScenario {
     }
     const lines = affected.map((r, i) => `${r.label}: ${assertTerminalError(outcomes[i]!, r.label, expect)}, ended ${ms(outcomes[i]!.endedAt - inducedAt)} after the failure was induced`);
     const survivors = load.streams.filter((s) => !s.ended());
-    assert.equal(survivors.length, this.healthy.client.engines.length);
-    assert.ok(this.healthy.client.isAlive(), 'the healthy group is alive');
-    assert.deepEqual(inFlight(this.healthy), this.healthy.client.engines.map(() => 1), "the healthy group's requests are untouched");
+    assert.equal(survivors.length, this.healthy.client.dpSize);
+    assert.ok(this.healthy.client.canServe(), 'the healthy group serves');
+    assert.deepEqual(inFlight(this.healthy), this.healthy.client.rankStates().map(() => 1), "the healthy group's requests are untouched");
     assert.ok(this.failedEvent !== null, "the failing group's client emitted 'failed'");
     return { failedAt: this.failedEvent.at, affected, outcomes, survivors, lines };
   }
 
   /**
-   * After the failure: the failing group's client holds nothing (in-flight sets empty, registry empty) and counted
-   * exactly one failure with a cause in `causes`; `/health` answers 200 `degraded` with the failing group unhealthy
+   * After a group-scope failure: the failing group holds nothing and counted exactly one group failure with a cause
+   * in `causes`; its ranks are all dead; `/health` answers 200 `degraded` with the failing group `unavailable`
    * (`engine core dead`) and the healthy one `ok`; `/metrics` has `model_gateway_engine_alive` 0 / 1 and
    * `model_gateway_engine_failures_total{cause} 1`. Returns the cause.
    */
   async assertFailedGroupReported(causes: readonly string[]): Promise<string> {
     const { failing, healthy, gateway } = this;
-    assert.deepEqual(inFlight(failing), failing.client.engines.map(() => 0), "the failed group's in-flight sets are empty");
+    assert.deepEqual(inFlight(failing), failing.client.rankStates().map(() => 0), "the failed group's in-flight sets are empty");
     assert.equal(failing.client.registeredCount, 0, 'no request left registered in the failed group');
     const entries = Object.entries(failing.client.stats.failures);
     assert.equal(entries.length, 1, `exactly one failure cause: ${JSON.stringify(failing.client.stats.failures)}`);
     const [cause, count] = entries[0]!;
     assert.equal(count, 1);
     assert.ok(causes.includes(cause), `failure cause ${cause} is one of ${causes.join(', ')}`);
+    assert.ok(failing.client.rankStates().every((r) => r.state === 'dead'), 'every rank of the failed group is marked dead');
 
     const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
-    assert.equal(health.status, 200, '/health is 200 while a group lives');
+    assert.equal(health.status, 200, '/health is 200 while a group serves');
     const body = (await health.json()) as { status: string; groups: { worker: string; engine: string; alive: boolean; message: string; failures: Record<string, number> }[] };
     assert.equal(body.status, 'degraded');
     assert.deepEqual(body.groups.map((g) => [g.worker, g.engine, g.alive, g.message]), [
@@ -417,15 +485,16 @@ export class FailureScenario {
   }
 
   /**
-   * The healthy group keeps serving: three short streams and one short non-streaming request succeed (finish
-   * reason `length`), all through the healthy group, nothing submitted to the failed one; then the healthy group's
-   * surviving long streams are cancelled (they had kept streaming: text, no error) and every in-flight set of both
-   * groups is empty.
+   * The gateway keeps serving after a failure: three short streams and one short non-streaming request succeed
+   * (finish reason `length`), none of them placed on a rank in `avoid` (a failed rank of the failing group; every rank
+   * of it after a group failure: `'all'`); then every long stream still open is cancelled (they had kept streaming:
+   * text, no error) and every in-flight set of both groups is empty.
    */
-  async assertHealthyServesAndDrains(survivors: readonly SentRequest[]): Promise<void> {
+  async assertServesAndDrains(survivors: readonly SentRequest[], avoid: readonly number[] | 'all'): Promise<void> {
     const { failing, healthy } = this;
-    const before = dispatched(healthy);
-    const failedBefore = dispatched(failing);
+    const perRank = () => failing.client.rankStates().map((r) => r.dispatchedUnpinned + r.dispatchedPinned);
+    const before = dispatched(healthy) + dispatched(failing);
+    const failingBefore = perRank();
     const fresh = [0, 1, 2].map((i) => this.send(SHORT, { stream: true, label: `fresh stream #${i}` }));
     fresh.push(this.send(SHORT, { stream: false, label: 'fresh non-streaming request' }));
     const outcomes = await Promise.all(fresh.map((r) => r.done));
@@ -434,16 +503,19 @@ export class FailureScenario {
       if (o.sse) assert.ok(o.sse.done && o.sse.finishReason === 'length' && o.sse.error === null, JSON.stringify(o));
       else assert.equal((o.json as { choices: { finish_reason: string }[] }).choices[0]!.finish_reason, 'length');
     }
-    assert.equal(dispatched(healthy) - before, 4, 'the new requests went to the healthy group');
-    assert.equal(dispatched(failing), failedBefore, 'nothing was submitted to the failed group');
+    assert.equal(dispatched(healthy) + dispatched(failing) - before, 4, 'the new requests were all served');
+    const after = perRank();
+    for (const [i, r] of failing.client.rankStates().entries()) {
+      if (avoid === 'all' || avoid.includes(r.engineIndex)) assert.equal(after[i], failingBefore[i], `nothing was placed on failed rank ${r.engineIndex}`);
+    }
 
     for (const s of survivors) s.cancel();
     for (const o of await Promise.all(survivors.map((s) => s.done))) {
-      assert.ok(o.cancelled && o.sse !== null && o.sse.error === null && o.sse.text.length > 0, `a healthy stream kept streaming: ${JSON.stringify(o)}`);
+      assert.ok(o.cancelled && o.sse !== null && o.sse.error === null && o.sse.text.length > 0, `a live stream kept streaming: ${JSON.stringify(o)}`);
     }
-    await waitUntil(() => inFlight(healthy).every((n) => n === 0), 'healthy in-flight sets empty', () => inFlight(healthy));
+    await waitUntil(() => [...inFlight(healthy), ...inFlight(failing)].every((n) => n === 0), 'in-flight sets empty', () => [inFlight(healthy), inFlight(failing)]);
     assert.equal(healthy.client.registeredCount, 0);
-    assert.deepEqual(inFlight(failing), failing.client.engines.map(() => 0));
+    assert.equal(failing.client.registeredCount, 0);
   }
 
   /** Resume every stopped rank (SIGCONT to each live child of both groups). */

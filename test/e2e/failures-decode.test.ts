@@ -2,8 +2,9 @@
  * End to end, undecodable engine output (issue #3 part 4; dp-routing.md 6, SMG PR #2175; gateway.md 15.3): raw
  * frames that neither wire can decode (`GARBAGE`, none of them the ENGINE_CORE_DEAD sentinel) are pushed into a
  * group's output socket by a ZeroMQ PUSH connected to its ipc endpoint, where they arrive like a rank's output.
- * (d) Three consecutive undecodable messages fail a lockstep vLLM group: every in-flight request ends with a
- *     terminal error, the group is reported unhealthy and the TokenSpeed group keeps serving.
+ * (d) Three consecutive undecodable messages fail a lockstep vLLM group as a unit (no frame names a rank: group
+ *     scope, issue #8 part 1): every in-flight request ends with a terminal error, every rank is marked dead (they
+ *     come back by dialing in again), the group is reported unable to serve and the TokenSpeed group keeps serving.
  * (e) A single undecodable message is logged, counted (`model_gateway_decode_errors_total`) and skipped in both
  *     engine families while real requests keep streaming; requests submitted after it complete, so decodable output
  *     followed it and reset the consecutive count: two more later do not fail the group either.
@@ -51,19 +52,19 @@ test('(d) 3 consecutive undecodable outputs fail a lockstep vLLM group; the Toke
   const inducedAt = performance.now();
   let bursts = 0;
   let sent = 0;
-  while (s.failing.client.isAlive() && bursts < MAX_BURSTS) {
+  while (s.failing.client.canServe() && bursts < MAX_BURSTS) {
     bursts++;
     for (const frames of GARBAGE) await injector.send(frames);
     sent += GARBAGE.length;
     await waitUntil(
-      () => !s.failing.client.isAlive() || s.failing.client.stats.decodeErrors >= sent,
+      () => !s.failing.client.canServe() || s.failing.client.stats.decodeErrors >= sent,
       'the garbage burst was read',
       () => s.failing.client.stats,
     );
   }
-  const report = await s.awaitFailure(load, inducedAt, /3 consecutive undecodable engine output messages/);
+  const report = await s.awaitGroupFailure(load, inducedAt, /3 consecutive undecodable engine output messages/);
   assert.equal(s.failedEvent!.kind, 'decode');
-  // Garbage still queued when the group failed is never read (the link closes), so at least 3 and at most `sent`.
+  // Garbage still queued when the group failed is read and counted too, so at least 3 and at most `sent`.
   const counted = s.failing.client.stats.decodeErrors;
   assert.ok(counted >= 3 && counted <= sent, `decode errors counted: ${counted} of ${sent} sent`);
   await s.assertFailedGroupReported(['decode-errors']);
@@ -71,7 +72,7 @@ test('(d) 3 consecutive undecodable outputs fail a lockstep vLLM group; the Toke
   assert.equal(await workerCounter(s.gateway.url, 'model_gateway_decode_errors_total', s.healthy.worker), 0);
   t.diagnostic(`(d) 3 undecodable outputs (${bursts} burst(s) of 3 sent, ${counted} counted): group failed ${ms(report.failedAt - inducedAt)} after the first garbage frame was sent`);
   for (const line of report.lines) t.diagnostic(`(d)   ${line}`);
-  await s.assertHealthyServesAndDrains(report.survivors);
+  await s.assertServesAndDrains(report.survivors, 'all');
 });
 
 test('(e) a single undecodable output is logged, counted and skipped while real requests keep streaming (TokenSpeed and vLLM)', TEST_TIMEOUT, async (t) => {
@@ -118,7 +119,7 @@ test('(e) a single undecodable output is logged, counted and skipped while real 
   const countedAt = performance.now();
   const textAtSkip = opened.map((r) => r.progress()!.text.length);
   for (const g of groups) {
-    assert.ok(g.client.isAlive(), `${g.engine} group still alive after one undecodable message`);
+    assert.ok(g.client.canServe(), `${g.engine} group still serving after one undecodable message`);
     assert.deepEqual(g.client.stats.failures, {});
     assert.equal(await errorsOf(g), 1, `${g.engine}: model_gateway_decode_errors_total counts the skipped message`);
     const logged = records.filter((r) => r.msg === 'skipping an undecodable engine output message' && r['worker'] === g.worker);
@@ -154,7 +155,7 @@ test('(e) a single undecodable output is logged, counted and skipped while real 
   const textNow = opened.map((r) => r.progress()!.text.length);
   await waitUntil(() => opened.slice(0, 2).every((r, i) => r.progress()!.text.length > textNow[i]!), 'both long streams kept streaming');
   for (const g of groups) {
-    assert.ok(g.client.isAlive(), `${g.engine}: 1 + 2 undecodable messages with decodable output in between do not fail the group`);
+    assert.ok(g.client.canServe(), `${g.engine}: 1 + 2 undecodable messages with decodable output in between do not fail the group`);
     assert.equal(await errorsOf(g), 3);
   }
 

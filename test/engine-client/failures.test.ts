@@ -1,6 +1,9 @@
 /**
- * Failure handling (dp-routing.md section 6): each trigger ends every live stream with the same error of the right
- * kind, clears every in-flight set (stored loads kept), closes the client for good and emits `failed` once.
+ * Group-scope failure handling (dp-routing.md section 6; issue #8 part 1): faults of the shared output socket that no
+ * frame pins on one rank end every live stream of the group with the same error of the right kind, clear every
+ * in-flight set, tell every connected rank to ABORT what it held, count the cause and emit `failed`. A failed or
+ * ended output socket also closes the client for good; a decode streak or the group silence watchdog marks every rank
+ * dead instead (they come back by dialing in again). Send failures are a rank's own (liveness.test.ts).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -47,8 +50,12 @@ async function liveScene(opts: { silenceTimeoutMs?: number } = {}): Promise<Scen
   return { client, link, streams, failed };
 }
 
-/** Every stream ended with the same error (identity) of `kind`; client closed for good; sets empty. */
-async function assertFailedAll(scene: Scene, kind: EngineClientErrorKind, cause: string): Promise<EngineClientError> {
+/**
+ * Every stream ended with the same error (identity) of `kind`; sets empty; `failed` once; the cause counted; with
+ * `closedForGood` the client refuses new submits with client-closed, else every rank is dead and submits get
+ * `unavailable`.
+ */
+async function assertFailedAll(scene: Scene, kind: EngineClientErrorKind, cause: string, closedForGood: boolean): Promise<EngineClientError> {
   const { client, link, streams, failed } = scene;
   const errors: unknown[] = [];
   for (const s of streams) errors.push((await drain(s)).error);
@@ -56,36 +63,37 @@ async function assertFailedAll(scene: Scene, kind: EngineClientErrorKind, cause:
   assert.ok(first instanceof EngineClientError, `expected an EngineClientError, got ${String(first)}`);
   assert.equal(first.kind, kind);
   for (const e of errors) assert.equal(e, first, 'every stream gets the same error');
-  assert.equal(client.isAlive(), false);
   assert.equal(client.registeredCount, 0);
   assert.deepEqual(inFlight(client), [0, 0]);
-  assert.deepEqual(client.rankStates()[0].load, load(2, 1, 0.6), 'stored load is kept');
   assert.equal(failed.length, 1);
   assert.equal(failed[0], first);
   assert.deepEqual(client.stats.failures, { [cause]: 1 });
-  await assert.rejects(client.submit(req('after')), { kind: 'client-closed', message: /shutting down/ });
-  await tick();
-  assert.equal(link.closed, true, 'the link is closed for good');
+  assert.deepEqual(client.rankStates().map((r) => r.state), ['dead', 'dead']);
+  assert.equal(client.canServe(), false);
+  assert.equal(client.status(), 'unavailable');
+  const aborted = link.aborts().filter((f) => (f.decoded as string[]).length > 0).map((f) => [f.engineIndex, f.decoded]);
+  assert.deepEqual(aborted, [[0, ['s0', 's2']], [1, ['s1']]], 'each rank is told to drop what it held');
+  if (closedForGood) {
+    assert.equal(client.isAlive(), false);
+    await assert.rejects(client.submit(req('after')), { kind: 'client-closed', message: /shutting down/ });
+    await tick();
+    assert.equal(link.closed, true, 'the link is closed for good');
+  } else {
+    assert.equal(client.isAlive(), true);
+    await assert.rejects(client.submit(req('after')), { kind: 'unavailable' });
+  }
   await client.close();
   return first;
 }
 
-test('ENGINE_CORE_DEAD → engine-dead for every live stream', async () => {
+test('output socket closed → transport error carrying the cause; the client closes for good', async () => {
   const scene = await liveScene();
   const pending = scene.streams[1][Symbol.asyncIterator]().next(); // a reader blocked in next()
-  await scene.link.deliver({ kind: 'dead' });
-  await assert.rejects(pending, { kind: 'engine-dead' });
-  // That stream's error was consumed by the pending read; check the others.
-  scene.streams.splice(1, 1);
-  const e = await assertFailedAll(scene, 'engine-dead', 'engine-core-dead');
-  assert.match(e.message, /ENGINE_CORE_DEAD/);
-});
-
-test('output socket closed → transport error carrying the cause', async () => {
-  const scene = await liveScene();
   const cause = new Error('socket ETERM');
   await scene.link.deliver({ kind: 'closed', error: cause });
-  const e = await assertFailedAll(scene, 'transport', 'output-closed');
+  await assert.rejects(pending, { kind: 'transport' });
+  const rest = { ...scene, streams: [scene.streams[0]!, scene.streams[2]!] };
+  const e = await assertFailedAll(rest, 'transport', 'output-closed', true);
   assert.equal(e.cause, cause);
   assert.match(e.message, /ETERM/);
 });
@@ -94,7 +102,7 @@ test('output stream ending → client-closed "engine output stream ended"', asyn
   const scene = await liveScene();
   scene.link.endOutputs();
   await tick();
-  const e = await assertFailedAll(scene, 'client-closed', 'output-ended');
+  const e = await assertFailedAll(scene, 'client-closed', 'output-ended', true);
   assert.match(e.message, /engine output stream ended/);
 });
 
@@ -120,49 +128,16 @@ test('a disconnect hint alone fails nothing', async () => {
   await scene.client.close();
 });
 
-test('an ADD send timeout fails every registered request with engine-dead; queued sends fail with client-closed', async () => {
-  const scene = await liveScene();
-  const { client, link } = scene;
-  let rejectSlow!: (e: Error) => void;
-  let resolveQueued!: () => void;
-  link.sendHook = (f) => {
-    const rid = (f.decoded as { rid?: string }).rid;
-    if (rid === 'slow') return new Promise<void>((_, rej) => (rejectSlow = rej));
-    if (rid === 'queued') return new Promise<void>((res) => (resolveQueued = res));
-  };
-  const slow = client.submit(req('slow'));
-  const queued = client.submit(req('queued'));
-  rejectSlow(new FakeSendTimeoutError());
-  await assert.rejects(slow, (e: unknown) => {
-    assert.ok(e instanceof EngineClientError);
-    assert.equal(e.kind, 'engine-dead');
-    assert.match(e.message, /timed out/);
-    return true;
-  });
-  resolveQueued();
-  await assert.rejects(queued, { kind: 'client-closed', message: /shutting down.*timed out/ });
-  await assertFailedAll(scene, 'engine-dead', 'send-timeout');
-});
-
-test('an ABORT send timeout also fails the client with engine-dead', async () => {
-  const scene = await liveScene();
-  scene.link.sendHook = (f) => {
-    if (f.type === RequestType.ABORT) throw new FakeSendTimeoutError();
-  };
-  const victim = scene.streams.pop()!;
-  victim.cancel();
-  await tick();
-  await assertFailedAll(scene, 'engine-dead', 'send-timeout');
-});
-
-test('an ABORT transport failure fails the client instead of leaving it half-alive (14.8)', async () => {
+test('an ABORT transport failure (not EHOSTUNREACH, not a timeout) is logged; nothing else fails (14.8: nothing exits)', async () => {
   const scene = await liveScene();
   scene.link.sendHook = (f) => {
     if (f.type === RequestType.ABORT) throw new FakeTransportError('socket closed');
   };
   const victim = scene.streams.pop()!;
   await assert.rejects(scene.client.abort(victim.requestId), { kind: 'transport' });
-  await assertFailedAll(scene, 'transport', 'abort-send-failed');
+  assert.deepEqual(scene.client.rankStates().map((r) => r.state), ['ready', 'ready']);
+  assert.equal(scene.client.registeredCount, 2);
+  await scene.client.close();
 });
 
 test('one undecodable message is logged, counted and skipped', async () => {
@@ -191,59 +166,54 @@ test('two bad messages, a good one, two bad ones: the count resets; a third cons
   assert.equal(client.stats.decodeErrors, 4);
   await bad('{"engineIndex": 0, "outputs": 7, "finishedRequestIds": []}');
   assert.equal(client.stats.decodeErrors, 5);
-  const e = await assertFailedAll(scene, 'decode', 'decode-errors');
+  const e = await assertFailedAll(scene, 'decode', 'decode-errors', false);
   assert.match(e.message, /3 consecutive/);
   assert.match(e.message, /FakeBatch\.outputs: expected array/, 'names the last decode error');
 });
 
-test('client-wide silence watchdog (section 6): engines without an engine index are watched by dispatcher activity', async (t) => {
+test('silence: with every rank silent, the holder\'s own watchdog fires first and names it (the group watchdog is a backstop)', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
-  // 3-byte identities decode to no engine index: no in-flight set, no per-rank watchdog; only the client-wide one.
-  const engines = makeEngines(2).map((e, i) => ({ ...e, identity: Uint8Array.of(i, 0, 0), engineIndex: null }));
-  const { client, link } = setup(engines, { silenceTimeoutMs: 1000 });
-  const failed: EngineClientError[] = [];
-  client.on('failed', (e) => failed.push(e));
+  const { client, link } = setup(2, { silenceTimeoutMs: 1000, rankStallTimeoutMs: 100_000 });
   const s = await client.submit(req('s0'));
   t.mock.timers.tick(600);
-  await link.deliverBatch(batch(0, [row('s0')])); // any batch re-arms it
-  t.mock.timers.tick(999);
-  assert.equal(client.isAlive(), true, 'activity at 600 ms re-armed the watchdog');
-  t.mock.timers.tick(1);
+  await link.deliverBatch(batch(1, [])); // re-arms the group watchdog, not rank 0's
+  t.mock.timers.tick(400);
   const e = (await drain(s)).error as EngineClientError;
   assert.equal(e.kind, 'engine-dead');
-  assert.match(e.message, /no engine output for 1000 ms while 1 request/);
-  assert.deepEqual(client.stats.failures, { watchdog: 1 });
-  assert.equal(failed.length, 1);
+  assert.match(e.message, /DP rank 0 sent no output for 1000 ms/);
+  assert.deepEqual(client.rankStates().map((r) => r.state), ['dead', 'ready']);
+  assert.deepEqual(client.stats.failures, {}, 'no group-scope failure');
   await client.close();
 });
 
 test('silence watchdog: idle with nothing registered never fires; the clock starts with the first request', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   const { client, link } = setup(1, { silenceTimeoutMs: 1000 });
+  const dead = () => client.rankStates()[0]!.state === 'dead';
   t.mock.timers.tick(5000);
-  assert.equal(client.isAlive(), true);
+  assert.equal(dead(), false);
   const s = await client.submit(req('a'));
   t.mock.timers.tick(999);
-  assert.equal(client.isAlive(), true);
-  await link.deliverBatch(batch(0, [row('a', 'stop')])); // registry empties → disarmed
+  assert.equal(dead(), false);
+  await link.deliverBatch(batch(0, [row('a', 'stop')])); // nothing in flight → disarmed
   t.mock.timers.tick(10_000);
-  assert.equal(client.isAlive(), true);
+  assert.equal(dead(), false);
   assert.equal((await drain(s)).outputs.length, 1);
   const b = await client.submit(req('b'));
   t.mock.timers.tick(1000);
-  assert.equal(client.isAlive(), false);
+  assert.equal(dead(), true);
   assert.equal(((await drain(b)).error as EngineClientError).kind, 'engine-dead');
   await client.close();
 });
 
-test('the default silence timeout is 300 000 ms', async (t) => {
+test('the default silence timeout is 300 000 ms (the stall timeout raised above it)', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
-  const { client } = setup(1);
+  const { client } = setup(1, { rankStallTimeoutMs: 1_000_000 });
   const s = await client.submit(req('a'));
   t.mock.timers.tick(299_999);
-  assert.equal(client.isAlive(), true);
+  assert.equal(client.rankStates()[0]!.state, 'ready');
   t.mock.timers.tick(1);
-  assert.equal(client.isAlive(), false);
+  assert.equal(client.rankStates()[0]!.state, 'dead');
   assert.equal(((await drain(s)).error as EngineClientError).kind, 'engine-dead');
   await client.close();
 });
@@ -253,6 +223,6 @@ test('a throwing failed-listener does not break fail_all', async () => {
   scene.client.on('failed', () => {
     throw new Error('listener bug');
   });
-  await scene.link.deliver({ kind: 'dead' });
-  await assertFailedAll(scene, 'engine-dead', 'engine-core-dead');
+  await scene.link.deliver({ kind: 'closed', error: new Error('boom') });
+  await assertFailedAll(scene, 'transport', 'output-closed', true);
 });

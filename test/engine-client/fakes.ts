@@ -3,7 +3,7 @@
  * messages and wait until the dispatcher has processed each one) and a JSON `EngineProtocol` (the real TokenSpeed
  * codec is tested elsewhere). Nothing here touches sockets or timers.
  */
-import type { ConnectedEngine, EngineLink, OutputMessage } from '../../src/engine-client/link.js';
+import type { ConnectedEngine, EngineLink, LinkListener, OutputMessage } from '../../src/engine-client/link.js';
 import type {
   AddTarget,
   EngineBatch,
@@ -92,10 +92,17 @@ export type PayloadDecoder = (type: RequestTypeByte, payload: Uint8Array) => unk
 
 const jsonDecoder: PayloadDecoder = (_type, payload) => JSON.parse(dec.decode(payload));
 
-/** In-memory `EngineLink`. */
+/**
+ * In-memory `EngineLink`. The engines given at construction have joined already (they are reported to the client
+ * when it attaches); `join`, `hello` and `joinFailed` play the handshake service for later ranks. `dpSize` defaults
+ * to one slot per given engine.
+ */
 export class FakeLink implements EngineLink {
   readonly engines: readonly ConnectedEngine[];
+  readonly dpSize: number;
+  readonly handshakeRejected: Record<string, number> = {};
   readonly sent: SentFrame[] = [];
+  listener: LinkListener | null = null;
   /** Called for every send after recording it; may throw or return a rejecting/pending promise. */
   sendHook: ((frame: SentFrame) => void | Promise<void>) | null = null;
   closeCalls = 0;
@@ -107,9 +114,32 @@ export class FakeLink implements EngineLink {
 
   private readonly decode: PayloadDecoder;
 
-  constructor(engines: number | ConnectedEngine[], decode: PayloadDecoder = jsonDecoder) {
+  constructor(engines: number | ConnectedEngine[], decode: PayloadDecoder = jsonDecoder, opts: { dpSize?: number } = {}) {
     this.engines = typeof engines === 'number' ? makeEngines(engines) : engines;
+    this.dpSize = opts.dpSize ?? Math.max(1, ...this.engines.map((e) => e.engineIndex + 1));
     this.decode = decode;
+  }
+
+  attach(listener: LinkListener): void {
+    if (this.listener) throw new Error('FakeLink: attached twice');
+    this.listener = listener;
+    for (const e of this.engines) listener.joined(e);
+  }
+
+  /** A rank completes its handshake (a fresh process with this index; default ready response as `makeEngines`). */
+  join(engine: ConnectedEngine | number): void {
+    const e = typeof engine === 'number' ? makeEngines(engine + 1)[engine]! : engine;
+    this.listener!.joined(e);
+  }
+
+  /** A HELLO for `index` arrives: resolves with the client's admission decision. */
+  hello(index: number): Promise<boolean> {
+    return this.listener!.admitHello(index);
+  }
+
+  /** A handshake that was let in does not finish. */
+  joinFailed(index: number, reason = 'handshake timed out'): void {
+    this.listener!.joinFailed(index, reason);
   }
 
   get closed(): boolean {
@@ -208,9 +238,9 @@ export class FakeLink implements EngineLink {
     return this.sent.filter((f) => f.type === RequestType.START_DP_WAVE);
   }
 
-  /** Number of ADDs per engine index (length = engine count). */
+  /** Number of ADDs per engine index (length = dpSize). */
   addsPerRank(): number[] {
-    const counts = this.engines.map(() => 0);
+    const counts = Array.from({ length: this.dpSize }, () => 0);
     for (const f of this.adds()) counts[f.engineIndex]++;
     return counts;
   }
@@ -340,15 +370,18 @@ export function setup(
   opts: {
     policy?: DpPolicy;
     silenceTimeoutMs?: number;
+    rankStallTimeoutMs?: number;
     logger?: Logger;
     reservedContextTokens?: number;
     waves?: boolean;
     lockstep?: LockstepSetting;
     now?: () => number;
+    /** Rank slots (default: one per engine given). */
+    dpSize?: number;
   } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
-  const { reservedContextTokens, waves, ...clientOpts } = opts;
-  const link = new FakeLink(ranks);
+  const { reservedContextTokens, waves, dpSize, ...clientOpts } = opts;
+  const link = new FakeLink(ranks, undefined, dpSize === undefined ? {} : { dpSize });
   const protocol = new JsonProtocol({ waves });
   if (reservedContextTokens !== undefined) protocol.reservedContextTokens = reservedContextTokens;
   const client = new EngineClient({ protocol, link, ...clientOpts });
@@ -374,4 +407,9 @@ export async function drain(stream: AsyncIterable<EngineOutput>): Promise<{ outp
 /** In-flight count per rank, in engine order. */
 export function inFlight(client: EngineClient): number[] {
   return client.rankStates().map((s) => s.inFlight);
+}
+
+/** Liveness state per rank, in engine order. */
+export function states(client: EngineClient): string[] {
+  return client.rankStates().map((s) => s.state);
 }

@@ -106,7 +106,7 @@ test('pinned: goes to the named rank, is reserved there, and does not advance th
   await client.close();
 });
 
-test('pinned to a rank that is not connected: invalid-dp-rank naming the rank and the engine count; nothing leaks', async () => {
+test('pinned to a rank the group does not have: invalid-dp-rank naming the rank and the rank count; nothing leaks', async () => {
   const { client, link } = setup(2);
   for (const bad of [2, 7, -1, 0.5]) {
     await assert.rejects(client.submit(req('p'), { dpRank: bad }), (e: unknown) => {
@@ -115,7 +115,7 @@ test('pinned to a rank that is not connected: invalid-dp-rank naming the rank an
       assert.equal(e.dpRank, bad);
       assert.equal(e.engineCount, 2);
       assert.deepEqual(e.validRanks, [0, 1]);
-      assert.match(e.message, new RegExp(`DP rank ${String(bad).replace('.', '\\.')} .*2 engine`));
+      assert.match(e.message, new RegExp(`DP rank ${String(bad).replace('.', '\\.')} does not exist: .*2 rank`));
       return true;
     });
   }
@@ -126,12 +126,12 @@ test('pinned to a rank that is not connected: invalid-dp-rank naming the rank an
   await client.close();
 });
 
-test('no engines: unpinned submit fails with client-closed "no engines connected"', async () => {
-  const { client } = setup(0);
+test('no rank joined yet: unpinned submit fails with unavailable naming every rank state (issue #8)', async () => {
+  const { client } = setup(0, { dpSize: 2 });
   await assert.rejects(client.submit(req('a')), (e: unknown) => {
     assert.ok(e instanceof EngineClientError);
-    assert.equal(e.kind, 'client-closed');
-    assert.match(e.message, /no engines connected/);
+    assert.equal(e.kind, 'unavailable');
+    assert.match(e.message, /no DP rank of this engine group can take requests now \(rank 0 joining, rank 1 joining\)/);
     return true;
   });
   assert.equal(client.registeredCount, 0);

@@ -241,21 +241,25 @@ test('a failed wake rolls the submit back (section 3 step 6): entry removed, slo
   await client.close();
 });
 
-test('a wake that times out fails the whole group with engine-dead (section 6)', async () => {
+test('a wake that times out: that rank is dead, so the lockstep group fails as a unit; the survivor gets ABORTs (issue #8)', async () => {
   const { client, link } = lockstep(2);
-  const live = await client.submit(req('live'));
+  const live = await client.submit(req('live'), { dpRank: 1 });
   link.sendHook = (f) => {
     if (f.type === RequestType.START_DP_WAVE && f.engineIndex === 0) throw new FakeSendTimeoutError();
   };
-  await assert.rejects(client.submit(req('a')), { kind: 'engine-dead', message: /START_DP_WAVE \[2, nil\] to DP rank 0 timed out/ });
-  assert.equal(client.isAlive(), false);
+  await assert.rejects(client.submit(req('a')), { kind: 'engine-dead', message: /DP rank 0 is not reading its input: START_DP_WAVE \[2, nil\] to DP rank 0 timed out/ });
   assert.equal(((await drain(live)).error as EngineClientError).kind, 'engine-dead');
   assert.deepEqual(client.stats.failures, { 'send-timeout': 1 });
+  assert.deepEqual(client.stats.rankDeaths, { 'send-timeout': 1 });
   assert.deepEqual(inFlight(client), [0, 0]);
+  assert.deepEqual(client.rankStates().map((r) => r.state), ['dead', 'ready']);
+  assert.equal(client.isAlive(), true, 'the client lives on; the group serves again once rank 0 rejoins');
+  assert.equal(client.canServe(), false, 'a lockstep group needs every rank');
+  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 1).map((f) => f.decoded), [['live']], 'rank 1 is told to drop what it held (a went to dead rank 0: no ABORT there)');
   await client.close();
 });
 
-test('a wake refused with EHOSTUNREACH fails the group with engine-dead; the fatal failure wins over a plain one', async () => {
+test('a wake refused with EHOSTUNREACH marks that rank dead and fails the group; the fatal failure wins over a plain one', async () => {
   const { client, link } = lockstep(3);
   link.sendHook = (f) => {
     if (f.type !== RequestType.START_DP_WAVE) return;
@@ -265,14 +269,15 @@ test('a wake refused with EHOSTUNREACH fails the group with engine-dead; the fat
   await assert.rejects(client.submit(req('a')), (e: unknown) => {
     assert.ok(e instanceof EngineClientError);
     assert.equal(e.kind, 'engine-dead');
-    assert.match(e.message, /to DP rank 2 failed: the rank is gone \(EHOSTUNREACH/);
+    assert.match(e.message, /DP rank 2 is gone: START_DP_WAVE \[1, nil\] to DP rank 2 failed with EHOSTUNREACH/);
     return true;
   });
   assert.deepEqual(client.stats.failures, { 'peer-unreachable': 1 });
+  assert.deepEqual(client.rankStates().map((r) => r.state), ['ready', 'ready', 'dead']);
   await client.close();
 });
 
-test('a wake the dispatcher starts (start_wave) that fails fails the group: nobody else could report it (14.8)', async () => {
+test('a wake the dispatcher starts (start_wave) that fails fails the group\'s requests: nobody else could report it (14.8)', async () => {
   const { client, link } = lockstep(2);
   const s = await client.submit(req('a'));
   const failed: EngineClientError[] = [];

@@ -1,9 +1,10 @@
 /**
- * Death detection over real ZeroMQ sockets (issue #3 part 4; dp-routing.md 14.8): when a rank's process goes away
- * without ENGINE_CORE_DEAD, zeromq reports `disconnect` (src/transport/zmq-link.ts), the client probes every rank
- * with an empty ABORT, the input ROUTER (mandatory routing) refuses the probe to the vanished identity with
- * EHOSTUNREACH, and the engine group fails: every in-flight request ends with engine-dead, at once, not after the
- * 300 s silence watchdog. Timing is never asserted; the hang guards only bound a broken run.
+ * Death detection and rejoin over real ZeroMQ sockets (issue #3 part 4, issue #8; dp-routing.md 14.8): when a rank's
+ * process goes away without ENGINE_CORE_DEAD, zeromq reports `disconnect` (src/transport/zmq-link.ts), the client
+ * probes every rank with an empty ABORT, the input ROUTER (mandatory routing) refuses the probe to the vanished
+ * identity with EHOSTUNREACH, and that rank is dead: its in-flight requests end with engine-dead at once (not after
+ * the 300 s silence watchdog) while the other rank's keep going; a new process with the same index then dials the
+ * same handshake socket and serves again. Timing is never asserted; the hang guards only bound a broken run.
  */
 import { afterEach, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -31,9 +32,9 @@ async function boundLink(dpSize: number) {
   const { dir, cleanup } = await freshDir('mgw-ec-');
   cleanups.push(cleanup);
   const endpoints = deriveEndpoints(`ipc://${join(dir, 'w')}`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize, handshakeReceiveTimeoutMs: GUARD_MS });
-  cleanups.push(() => pending.close());
-  return { endpoints, pending };
+  const link = await ZmqEngineLink.bind({ endpoints, dpSize, handshakeReceiveTimeoutMs: GUARD_MS });
+  cleanups.push(() => link.close());
+  return { endpoints, link };
 }
 
 async function dial(handshakeAddress: string, engineIndex: number): Promise<EngineDialer> {
@@ -55,29 +56,52 @@ async function nextRequest(dialer: EngineDialer) {
   return r.value;
 }
 
-test('a rank that goes away (in process): disconnect → probe → EHOSTUNREACH → every request fails with engine-dead', async () => {
-  const { endpoints, pending } = await boundLink(2);
-  const handshake = pending.handshake();
+/** Resolves when `rank` reaches `state` (a `rank` event). */
+function rankState(client: EngineClient, rank: number, state: string): Promise<void> {
+  return new Promise((resolve) => {
+    if (client.rankStates().find((r) => r.engineIndex === rank)?.state === state) return resolve();
+    const on = (i: number, s: string) => {
+      if (i === rank && s === state) {
+        client.off('rank', on);
+        resolve();
+      }
+    };
+    client.on('rank', on);
+  });
+}
+
+test('a rank that goes away (in process): disconnect → probe → EHOSTUNREACH → only its requests fail; a new process rejoins', async () => {
+  const { endpoints, link } = await boundLink(2);
+  const client = clientOver(link);
   const dialers = await Promise.all([dial(endpoints.handshake, 0), dial(endpoints.handshake, 1)]);
-  const client = clientOver(await hangGuard(handshake, GUARD_MS, 'handshake'));
+  await hangGuard(client.whenAllJoined(), GUARD_MS, 'joins');
   const onDead = await client.submit(req('on-dead'), { dpRank: 1 });
   const onLive = await client.submit(req('on-live'), { dpRank: 0 });
-  assert.equal((await nextRequest(dialers[1])).type, RequestType.ADD);
+  assert.equal((await nextRequest(dialers[1]!)).type, RequestType.ADD);
 
-  const failed = new Promise<EngineClientError>((resolve) => client.once('failed', resolve));
-  await dialers[1].close();
-  const error = await hangGuard(failed, GUARD_MS, 'group failure after the rank went away');
+  const dead = rankState(client, 1, 'dead');
+  await dialers[1]!.close();
+  await hangGuard(dead, GUARD_MS, 'rank 1 found dead after it went away');
+  const error = (await drain(onDead)).error as EngineClientError;
   assert.equal(error.kind, 'engine-dead');
   assert.match(error.message, /DP rank 1 .*EHOSTUNREACH/);
-  for (const s of [onDead, onLive]) assert.equal((await drain(s)).error, error, 'every request ends with the same error');
-  assert.equal(client.isAlive(), false);
-  assert.deepEqual(client.stats.failures, { 'peer-unreachable': 1 });
-  assert.deepEqual(client.rankStates().map((r) => r.inFlight), [0, 0]);
+  assert.deepEqual(client.stats.rankDeaths, { 'peer-unreachable': 1 });
+  assert.deepEqual(client.rankStates().map((r) => r.inFlight), [1, 0]);
+  assert.equal(client.status(), 'degraded');
+
+  // The same engine index dials the same handshake again (a restart) and takes work.
+  await dial(endpoints.handshake, 1);
+  await hangGuard(rankState(client, 1, 'ready'), GUARD_MS, 'rank 1 rejoined');
+  assert.equal(client.rankStates()[1]!.rejoins, 1);
+  onLive.cancel();
+  const again = await client.submit(req('again'), { dpRank: 1 });
+  assert.equal(again.engineIndex, 1);
+  again.cancel();
 });
 
-test('a SIGKILLed rank process (no sentinel): the group fails without waiting for the silence watchdog', async () => {
-  const { endpoints, pending } = await boundLink(2);
-  const handshake = pending.handshake();
+test('a SIGKILLed rank process (no sentinel): that rank is dead without waiting for the silence watchdog', async () => {
+  const { endpoints, link } = await boundLink(2);
+  const client = clientOver(link);
   const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'test/transport/fixtures/dial-child.ts'), endpoints.handshake, '1'], {
     cwd: repoRoot,
     stdio: ['ignore', 'ignore', 'inherit'],
@@ -86,15 +110,15 @@ test('a SIGKILLed rank process (no sentinel): the group fails without waiting fo
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   });
   await dial(endpoints.handshake, 0);
-  const client = clientOver(await hangGuard(handshake, GUARD_MS, 'handshake with the child rank'));
+  await hangGuard(client.whenAllJoined(), GUARD_MS, 'handshake with the child rank');
   const s = await client.submit(req('held-by-child'), { dpRank: 1 });
 
-  const failed = new Promise<EngineClientError>((resolve) => client.once('failed', resolve));
+  const dead = rankState(client, 1, 'dead');
   const exited = new Promise((resolve) => child.once('exit', resolve));
   child.kill('SIGKILL');
   await exited;
-  const error = await hangGuard(failed, GUARD_MS, 'group failure after SIGKILL');
-  assert.equal(error.kind, 'engine-dead');
-  assert.equal((await drain(s)).error, error);
-  assert.deepEqual(client.stats.failures, { 'peer-unreachable': 1 });
+  await hangGuard(dead, GUARD_MS, 'rank 1 dead after SIGKILL');
+  assert.equal(((await drain(s)).error as EngineClientError).kind, 'engine-dead');
+  assert.deepEqual(client.stats.rankDeaths, { 'peer-unreachable': 1 });
+  assert.equal(client.rankStates()[0]!.state, 'ready');
 });

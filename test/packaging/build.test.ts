@@ -56,6 +56,8 @@ test('node <build>/cli.js serve: compiled gateway and compiled simulated ranks s
       }
     }
     assert.ok(url, `the gateway listened; stderr: ${stderr}`);
+    // It listens before its ranks have joined (serve at once, issue #8): wait until a group can serve.
+    for (let i = 0; i < 600 && (await fetch(`${url}/ready`).then((r) => r.status, () => 0)) !== 200; i++) await new Promise((r) => setTimeout(r, 50));
     // The ranks run the compiled simulator on plain node.
     const ps = await new Promise<string>((resolve) => execFile('pgrep', ['-a', '-P', String(gw.pid)], (_e, s) => resolve(s)));
     const ranks = ps.split('\n').filter((l) => l.includes('/sim/main.js'));

@@ -6,7 +6,26 @@ import type { ConnectedEngine } from '../../src/engine-client/link.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import type { EngineOutput, FinishReason, GenerateRequest, ReadyResponse, TokenCandidate } from '../../src/protocols/types.js';
-import type { BackendRankState, BackendStats, BackendStream, GenerationBackend } from '../../src/server/backend.js';
+import type { BackendRankState, BackendStats, BackendStatus, BackendStream, GenerationBackend } from '../../src/server/backend.js';
+
+/** A rank state with every counter 0, state `ready` and no load, overridden by `fields`. */
+export function rankState(engineIndex: number, fields: Partial<BackendRankState> = {}): BackendRankState {
+  return {
+    engineIndex,
+    state: 'ready',
+    cause: null,
+    inFlight: 0,
+    load: null,
+    dispatchedPinned: 0,
+    dispatchedUnpinned: 0,
+    clampEvents: 0,
+    abortsSent: 0,
+    rejoins: 0,
+    stalls: 0,
+    deaths: {},
+    ...fields,
+  };
+}
 
 type Item = { output: EngineOutput } | { error: Error } | { end: true };
 
@@ -144,10 +163,14 @@ const READY: ReadyResponse = { ...DEFAULT_READY_RESPONSE, maxModelLen: 4096, ins
 /**
  * The fake engine client. `onSubmit` scripts each request (called synchronously after the stream is created);
  * `submitError` makes every submit reject; `submitGate` delays submit until it resolves (the signal still aborts it).
+ * `alive` drives `isAlive`, `canServe` and `status` (`ok` / `unavailable`) unless `statusValue` is set; `dpSize` is
+ * one more than the largest rank given; `rankStatesValue` defaults to one `ready` state per rank given.
  */
 export class FakeBackend implements GenerationBackend {
   readonly engines: ConnectedEngine[];
-  maxModelLen: number;
+  readonly dpSize: number;
+  maxModelLen: number | null;
+  statusValue: BackendStatus | null = null;
   /** Context tokens the fake engine reserves (TokenSpeed's 2 by default, engine-wire.md 4.4). */
   reservedContextTokens = 2;
   alive = true;
@@ -155,8 +178,8 @@ export class FakeBackend implements GenerationBackend {
   onSubmit: ((s: Submission) => void) | null = null;
   submitError: Error | null = null;
   submitGate: Promise<void> | null = null;
-  rankStatesValue: BackendRankState[] = [];
-  readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {} };
+  rankStatesValue: BackendRankState[];
+  readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, handshakeRejected: {} };
   private submittedWaiters: Array<(s: Submission) => void> = [];
   private callWaiters: Array<(c: { request: GenerateRequest; signal: AbortSignal | undefined }) => void> = [];
 
@@ -168,16 +191,27 @@ export class FakeBackend implements GenerationBackend {
   constructor(opts: { ranks?: number[]; maxModelLen?: number } = {}) {
     const ranks = opts.ranks ?? [0, 1];
     this.engines = ranks.map((i) => ({ identity: Uint8Array.of(i & 0xff, i >> 8), engineIndex: i, ready: { ...READY, dataParallelRank: i } }));
+    this.dpSize = Math.max(0, ...ranks) + 1;
+    this.rankStatesValue = ranks.map((i) => rankState(i));
     this.maxModelLen = opts.maxModelLen ?? READY.maxModelLen;
   }
 
   /** `maxModelLen − reservedContextTokens`, as `EngineClient.contextTokenLimit`. */
   get contextTokenLimit(): number {
-    return this.maxModelLen - this.reservedContextTokens;
+    return this.maxModelLen === null ? 0 : this.maxModelLen - this.reservedContextTokens;
   }
 
   isAlive(): boolean {
     return this.alive;
+  }
+
+  canServe(): boolean {
+    const st = this.status();
+    return st === 'ok' || st === 'degraded';
+  }
+
+  status(): BackendStatus {
+    return this.statusValue ?? (this.alive ? 'ok' : 'unavailable');
   }
 
   rankStates(): BackendRankState[] {

@@ -9,19 +9,12 @@ import type { BackendGroup, BackendRankState } from '../../src/server/backend.js
 import { ApiError } from '../../src/server/errors.js';
 import { GroupRouter, bestRankScore, lowestGroupPosition } from '../../src/server/groups.js';
 import { healthReport } from '../../src/server/health.js';
-import { FakeBackend } from './fake-backend.js';
+import { FakeBackend, rankState } from './fake-backend.js';
 import { MODEL_ID, makeApp } from './helpers.js';
 
 /** A rank state with `inFlight` requests and an optional stored load (running, waiting, KV usage 0..1). */
 function rank(engineIndex: number, inFlight: number, load: [number, number, number] | null = null): BackendRankState {
-  return {
-    engineIndex,
-    inFlight,
-    load: load && { numRunning: load[0], numWaiting: load[1], kvCacheUsage: load[2] },
-    dispatchedPinned: 0,
-    dispatchedUnpinned: 0,
-    clampEvents: 0,
-  };
+  return rankState(engineIndex, { inFlight, load: load && { numRunning: load[0], numWaiting: load[1], kvCacheUsage: load[2] } });
 }
 
 /** A group over a fresh fake backend with `ranks` and the given rank states. */
@@ -72,20 +65,41 @@ describe('GroupRouter', () => {
     b.b.alive = false;
     assert.throws(
       () => router.candidates(),
-      (e: unknown) => e instanceof ApiError && e.statusCode === 503 && e.code === 'engine_dead' && /ipc:\/\/\/a \(tokenspeed\), ipc:\/\/\/b \(vllm\)/.test(e.message),
+      (e: unknown) =>
+        e instanceof ApiError && e.statusCode === 503 && e.code === 'engine_dead' && e.retryAfterSeconds === 1 &&
+        /ipc:\/\/\/a \(tokenspeed\): unavailable, .*; ipc:\/\/\/b \(vllm\): unavailable/.test(e.message),
     );
   });
 
-  test('a pinned rank narrows the candidates to the live groups that have it', () => {
+  test('every group still starting: 503 engine_starting with Retry-After naming joined/expected ranks (issue #8)', () => {
+    const a = group('ipc:///a', 'tokenspeed', [rank(0, 0), { ...rank(1, 0), state: 'joining' }]);
+    a.b.statusValue = 'starting';
+    const router = new GroupRouter([a.g]);
+    assert.throws(
+      () => router.candidates(),
+      (e: unknown) =>
+        e instanceof ApiError && e.statusCode === 503 && e.code === 'engine_starting' && e.retryAfterSeconds === 5 &&
+        /starting: .*ipc:\/\/\/a \(tokenspeed\): starting, 1 of 2 rank\(s\) joined \(rank 0 ready, rank 1 joining\)/.test(e.message),
+    );
+  });
+
+  test('a pinned rank narrows the candidates to the serving groups where it is ready; 503 when it is not, 400 when nobody has it', () => {
     const a = group('ipc:///a', 'tokenspeed', [rank(0, 0), rank(1, 0)]);
     const b = group('ipc:///b', 'tokenspeed', [rank(0, 5), rank(1, 5), rank(2, 5)]);
     const router = new GroupRouter([a.g, b.g]);
+    assert.deepEqual(router.validRanks(), [0, 1, 2]);
     assert.deepEqual(router.candidates(1).map((g) => g.worker), ['ipc:///a', 'ipc:///b']);
     assert.deepEqual(router.candidates(2).map((g) => g.worker), ['ipc:///b']);
+    b.b.rankStatesValue[1]!.state = 'stalled';
+    assert.deepEqual(router.candidates(1).map((g) => g.worker), ['ipc:///a'], 'a stalled rank is not a candidate');
     b.b.alive = false;
     assert.throws(
       () => router.candidates(2),
-      (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === 'X-data-parallel-rank' && /one of 0, 1.*got '2'/.test(e.message),
+      (e: unknown) => e instanceof ApiError && e.statusCode === 503 && e.code === 'rank_unavailable' && e.retryAfterSeconds === 1 && /DP rank 2 cannot take requests now \(ipc:\/\/\/b: group unavailable\)/.test(e.message),
+    );
+    assert.throws(
+      () => router.candidates(3),
+      (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === 'X-data-parallel-rank' && /one of 0, 1, 2.*got '3'/.test(e.message),
     );
   });
 
@@ -112,11 +126,12 @@ describe('healthReport', () => {
     const groups = [a.g, b.g];
     let r = healthReport(groups);
     assert.equal(r.statusCode, 200);
+    const ready = (engineIndex: number) => ({ engineIndex, state: 'ready', cause: null });
     assert.deepEqual(r.body, {
       status: 'ok',
       groups: [
-        { worker: 'ipc:///a', engine: 'tokenspeed', alive: true, message: 'ok', dpRanks: [0, 1], failures: {} },
-        { worker: 'ipc:///b', engine: 'vllm', alive: true, message: 'ok', dpRanks: [0], failures: {} },
+        { worker: 'ipc:///a', engine: 'tokenspeed', alive: true, status: 'ok', message: 'ok', joined: 2, expected: 2, dpRanks: [0, 1], ranks: [ready(0), ready(1)], failures: {} },
+        { worker: 'ipc:///b', engine: 'vllm', alive: true, status: 'ok', message: 'ok', joined: 1, expected: 1, dpRanks: [0], ranks: [ready(0)], failures: {} },
       ],
     });
     a.b.alive = false;
@@ -136,6 +151,23 @@ describe('healthReport', () => {
     assert.equal(r.body.status, 'unhealthy');
     assert.equal(r.body.error?.code, 'engine_dead');
     assert.match(r.body.error!.message, /^engine core dead: .*ipc:\/\/\/a: engine-core-dead×1; ipc:\/\/\/b: watchdog×1/);
+  });
+
+  test('503 starting before any group could serve, with each rank\'s state; a rank shown dead with its cause', () => {
+    const a = group('ipc:///a', 'tokenspeed', [{ ...rank(0, 0), state: 'joining' }, { ...rank(1, 0), state: 'joining' }]);
+    a.b.statusValue = 'starting';
+    let r = healthReport([a.g]);
+    assert.equal(r.statusCode, 503);
+    assert.equal(r.body.status, 'starting');
+    assert.equal(r.body.error?.code, 'engine_starting');
+    assert.deepEqual(r.body.groups.map((g) => [g.status, g.message, g.joined, g.expected]), [['starting', 'starting', 0, 2]]);
+    a.b.statusValue = 'degraded';
+    a.b.rankStatesValue = [rank(0, 0), { ...rank(1, 0), state: 'dead', cause: 'peer-unreachable' }];
+    r = healthReport([a.g]);
+    assert.equal(r.statusCode, 200);
+    assert.equal(r.body.status, 'degraded');
+    assert.deepEqual(r.body.groups[0]!.ranks, [{ engineIndex: 0, state: 'ready', cause: null }, { engineIndex: 1, state: 'dead', cause: 'peer-unreachable' }]);
+    assert.deepEqual(r.body.groups[0]!.dpRanks, [0]);
   });
 });
 

@@ -4,18 +4,18 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { FakeBackend } from './fake-backend.js';
+import { FakeBackend, rankState } from './fake-backend.js';
 import { MODEL_ID, WORKER, makeApp } from './helpers.js';
 
 test('/metrics: load age, sole-client guard state and transitions per rank', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
   const base = { dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 };
   backend.rankStatesValue = [
-    {
-      engineIndex: 0, inFlight: 1, load: { numRunning: 25, numWaiting: 0, kvCacheUsage: 0.5 }, ...base,
+    rankState(0, {
+      inFlight: 1, load: { numRunning: 25, numWaiting: 0, kvCacheUsage: 0.5 }, ...base,
       loadAgeMs: 1500, soleClientGuard: true, guardEngagements: 2, guardDisengagements: 1,
-    },
-    { engineIndex: 1, inFlight: 0, load: null, ...base, loadAgeMs: null, soleClientGuard: false, guardEngagements: 0, guardDisengagements: 0 },
+    }),
+    rankState(1, { inFlight: 0, load: null, ...base, loadAgeMs: null, soleClientGuard: false, guardEngagements: 0, guardDisengagements: 0 }),
   ];
   const { app } = await makeApp({ backend });
   try {
@@ -29,7 +29,7 @@ test('/metrics: load age, sole-client guard state and transitions per rank', asy
     has(`model_gateway_rank_sole_client_guard_transitions_total{${w},dp_rank="0",transition="engaged"} 2`);
     has(`model_gateway_rank_sole_client_guard_transitions_total{${w},dp_rank="0",transition="disengaged"} 1`);
     // A rank state without the guard fields (another RankState source) exports none of them.
-    backend.rankStatesValue = [{ engineIndex: 0, inFlight: 0, load: null, ...base }];
+    backend.rankStatesValue = [rankState(0, { inFlight: 0, load: null, ...base })];
     const bare = (await app.inject({ method: 'GET', url: '/metrics' })).body;
     assert.ok(!bare.includes('model_gateway_rank_sole_client_guard{'));
     assert.ok(!bare.includes('model_gateway_rank_sole_client_guard_transitions_total{'));

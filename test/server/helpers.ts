@@ -9,6 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import { pino, type Logger } from 'pino';
 import { buildApp, type GatewayDeps } from '../../src/server/app.js';
 import type { HttpEdgeOptions } from '../../src/server/edge-options.js';
+import type { AdmissionGate } from '../../src/server/admission.js';
 import type { BackendGroup } from '../../src/server/backend.js';
 import { GatewayMetrics } from '../../src/server/metrics.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
@@ -43,6 +44,8 @@ export async function makeApp(
     edge?: HttpEdgeOptions;
     logger?: Logger;
     servedModelNames?: string[];
+    /** The drain gate (src/lifecycle.ts); default: never draining. */
+    admission?: AdmissionGate;
   } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
@@ -58,6 +61,7 @@ export async function makeApp(
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...opts.output,
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+    ...(opts.admission !== undefined ? { admission: opts.admission } : {}),
   });
   return { app, backend, tokenizer, metrics };
 }

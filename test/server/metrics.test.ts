@@ -3,14 +3,14 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { FakeBackend } from './fake-backend.js';
+import { FakeBackend, rankState } from './fake-backend.js';
 import { MODEL_ID, WORKER, makeApp } from './helpers.js';
 
 test('/metrics exports per-rank gauges read at scrape time, client counters and request metrics', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
   backend.rankStatesValue = [
-    { engineIndex: 0, inFlight: 3, load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2 },
-    { engineIndex: 1, inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 4, clampEvents: 0 },
+    rankState(0, { inFlight: 3, load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2 }),
+    rankState(1, { dispatchedUnpinned: 4 }),
   ];
   backend.stats.decodeErrors = 1;
   backend.stats.abortsSent = 6;
@@ -64,9 +64,10 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
   try {
     const ok = await app.inject({ method: 'GET', url: '/health?verbose=1' });
     assert.equal(ok.statusCode, 200);
+    const ranks = [0, 1].map((engineIndex) => ({ engineIndex, state: 'ready', cause: null }));
     assert.deepEqual(ok.json(), {
       status: 'ok',
-      groups: [{ worker: WORKER, engine: 'tokenspeed', alive: true, message: 'ok', dpRanks: [0, 1], failures: {} }],
+      groups: [{ worker: WORKER, engine: 'tokenspeed', alive: true, status: 'ok', message: 'ok', joined: 2, expected: 2, dpRanks: [0, 1], ranks, failures: {} }],
     });
     backend.alive = false;
     backend.stats.failures['engine-core-dead'] = 1;
@@ -74,7 +75,7 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     assert.equal(dead.statusCode, 503);
     assert.equal(dead.json().status, 'unhealthy');
     assert.deepEqual(dead.json().groups[0], {
-      worker: WORKER, engine: 'tokenspeed', alive: false, message: 'engine core dead', dpRanks: [0, 1], failures: { 'engine-core-dead': 1 },
+      worker: WORKER, engine: 'tokenspeed', alive: false, status: 'unavailable', message: 'engine core dead', joined: 2, expected: 2, dpRanks: [0, 1], ranks, failures: { 'engine-core-dead': 1 },
     });
     assert.match(dead.json().error.message, /engine core dead.*engine-core-dead/);
     assert.equal(dead.json().error.code, 'engine_dead');

@@ -6,7 +6,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RankStatsBook, RATE_WINDOW_S, RING_SIZE, percentile } from '../../src/server/rank-stats.js';
 import { ranksView } from '../../src/server/routes/ranks.js';
-import { FakeBackend } from './fake-backend.js';
+import { FakeBackend, rankState } from './fake-backend.js';
 import { WORKER, makeApp } from './helpers.js';
 
 test('percentile: nearest rank over an ascending array; null when empty', () => {
@@ -46,8 +46,8 @@ test('RankStatsBook: rates over the last whole seconds, percentiles over the las
 test('GET /v1/gateway/ranks: every rank of every group with its load, counters, rates and latencies', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
   backend.rankStatesValue = [
-    { engineIndex: 0, inFlight: 2, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2 },
-    { engineIndex: 1, inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 },
+    rankState(0, { inFlight: 2, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2 }),
+    rankState(1, { inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 }),
   ];
   // Two token-bearing outputs per request: a TTFT and an ITL sample on the rank that served it (the fake's rank 0).
   backend.onSubmit = (s) => {
@@ -97,10 +97,10 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
 
 test('ranksView reports a dead group with its ranks, and leaves it out of the server totals', () => {
   const live = new FakeBackend({ ranks: [0] });
-  live.rankStatesValue = [{ engineIndex: 0, inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 }];
+  live.rankStatesValue = [rankState(0, { inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 })];
   const dead = new FakeBackend({ ranks: [0] });
   dead.alive = false;
-  dead.rankStatesValue = [{ engineIndex: 0, inFlight: 0, load: { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 }, dispatchedPinned: 0, dispatchedUnpinned: 5, clampEvents: 0 }];
+  dead.rankStatesValue = [rankState(0, { inFlight: 0, load: { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 }, dispatchedPinned: 0, dispatchedUnpinned: 5, clampEvents: 0 })];
   const view = ranksView(
     [
       { worker: 'a', engine: 'vllm', backend: live },

@@ -65,7 +65,7 @@ describe('OpenAI routes', () => {
     assert.equal(res.headers['x-request-id'], 'client-id-1');
     assert.equal(sub.request.stream, false);
     // The default limit is the remaining usable context: max_model_len − 2 (TokenSpeed's clamp, engine-wire.md 4.4).
-    assert.equal(sub.request.sampling.maxNewTokens, fx.backend.maxModelLen - 2 - expectedPrompt.length);
+    assert.equal(sub.request.sampling.maxNewTokens, fx.backend.maxModelLen! - 2 - expectedPrompt.length);
     assert.equal(sub.dpRank, undefined);
   });
 

@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import parsePrometheus, { type ParsedFamily } from 'parse-prometheus-text-format';
 import type { BackendGroup } from '../../src/server/backend.js';
 import { vllmAggregate } from '../../src/server/vllm-aggregate.js';
-import { FakeBackend } from './fake-backend.js';
+import { FakeBackend, rankState } from './fake-backend.js';
 import { makeApp } from './helpers.js';
 
 /** Name → [type, label names of its samples] of every vLLM series the gateway exports. */
@@ -52,18 +52,18 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
   const tokenspeed = new FakeBackend({ ranks: [0, 1, 2] });
   tokenspeed.rankStatesValue = [
     // TokenSpeed's running count includes its waiting queue: 5 running of which 2 wait → 3 running in vLLM's sense.
-    { engineIndex: 0, inFlight: 5, load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 9, clampEvents: 0 },
-    { engineIndex: 1, inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.1 }, dispatchedPinned: 0, dispatchedUnpinned: 3, clampEvents: 1 },
-    { engineIndex: 2, inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 },
+    rankState(0, { inFlight: 5, load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 9, clampEvents: 0 }),
+    rankState(1, { inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.1 }, dispatchedPinned: 0, dispatchedUnpinned: 3, clampEvents: 1 }),
+    rankState(2, { inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 }),
   ];
   const vllm = new FakeBackend({ ranks: [0] });
   vllm.rankStatesValue = [
-    { engineIndex: 0, inFlight: 4, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.3 }, dispatchedPinned: 0, dispatchedUnpinned: 4, clampEvents: 0 },
+    rankState(0, { inFlight: 4, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.3 }, dispatchedPinned: 0, dispatchedUnpinned: 4, clampEvents: 0 }),
   ];
   const dead = new FakeBackend({ ranks: [0] });
   dead.alive = false;
   dead.rankStatesValue = [
-    { engineIndex: 0, inFlight: 0, load: { numRunning: 50, numWaiting: 50, kvCacheUsage: 1 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 },
+    rankState(0, { inFlight: 0, load: { numRunning: 50, numWaiting: 50, kvCacheUsage: 1 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 }),
   ];
   tokenspeed.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
   vllm.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
@@ -141,9 +141,8 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
 });
 
 test('vllmAggregate: an idle gateway and one without reports read 0; a rank in state dead is left out', () => {
-  const rank = (engineIndex: number, load: { numRunning: number; numWaiting: number; kvCacheUsage: number } | null, state?: string) => ({
-    engineIndex, inFlight: 0, load, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0, ...(state ? { state } : {}),
-  });
+  const rank = (engineIndex: number, load: { numRunning: number; numWaiting: number; kvCacheUsage: number } | null, state?: 'dead') =>
+    rankState(engineIndex, { load, ...(state ? { state } : {}) });
   const group = (engine: string, ranks: ReturnType<typeof rank>[], alive = true) => ({
     engine,
     backend: { rankStates: () => ranks, isAlive: () => alive },

@@ -45,9 +45,11 @@ async function startCliGateway() {
       await new Promise<void>((r) => waiters.push(r));
     }
   };
-  const bound = await hangGuard(logged(/^engine sockets bound; waiting for/), 60_000, 'sockets bound');
+  const bound = await hangGuard(logged(/^engine sockets bound; /), 60_000, 'sockets bound');
   out.socketFiles = [bound.input, bound.output].map((a) => String(a).replace(/^ipc:\/\//, ''));
   await hangGuard(logged(/^model-gateway listening on/), 60_000, 'gateway listening');
+  // The ranks are spawned right after the sockets are bound (the gateway listens first): poll briefly for them.
+  for (let i = 0; i < 100 && simRanksOf(gw.pid!).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
   out.ranks = simRanksOf(gw.pid!);
   assert.equal(out.ranks.length, 2, `expected 2 sim rank processes, found ${out.ranks.join(',')}`);
   assert.ok(out.socketFiles.every((p) => existsSync(p)), `socket files ${out.socketFiles.join(', ')} exist while serving`);

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { ZmqEngineLink, type PendingEngineLink } from '../../src/transport/zmq-link.js';
+import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { deriveEndpoints, type EngineEndpoints } from '../../src/transport/endpoints.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
@@ -35,7 +35,7 @@ async function until(cond: () => boolean): Promise<void> {
 }
 
 /** A bound gateway-side link in a fresh folder; nobody ever iterates its `outputs()`. */
-async function unreadLink(): Promise<{ endpoints: EngineEndpoints; pending: PendingEngineLink; cleanup: () => Promise<void> }> {
+async function unreadLink(): Promise<{ endpoints: EngineEndpoints; pending: ZmqEngineLink; cleanup: () => Promise<void> }> {
   const d = await freshDir();
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 30_000 });
@@ -52,9 +52,9 @@ test('close() returns promptly while pushes are blocked because the gateway stop
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   let link: ZmqEngineLink | null = null;
   try {
-    const [l, engine] = await hangGuard(
+    const [, engine] = await hangGuard(
       Promise.all([
-        pending.handshake(),
+        pending.whenJoined(),
         runSimEngine({
           engineIndex: 0,
           handshakeAddress: endpoints.handshake,
@@ -70,8 +70,8 @@ test('close() returns promptly while pushes are blocked because the gateway stop
       30_000,
       'handshake',
     );
-    link = l;
-    await addLongRequests(l, 8);
+    link = pending;
+    await addLongRequests(pending, 8);
     await hangGuard(until(() => engine.stats().outputPaused), 60_000, 'output backpressure (PUSH at its high-water mark)');
     const paused = engine.stats();
     assert.ok(paused.pendingSends >= OUTPUT_BACKLOG_PAUSE, `pending sends ${paused.pendingSends}`);
@@ -111,7 +111,8 @@ test('a rank process exits on SIGTERM (no SIGKILL needed) while its gateway does
   });
   let link: ZmqEngineLink | null = null;
   try {
-    link = await hangGuard(pending.handshake(), 60_000, 'handshake with the spawned rank');
+    await hangGuard(pending.whenJoined(), 60_000, 'handshake with the spawned rank');
+    link = pending;
     await addLongRequests(link, 8);
     await hangGuard(until(() => lines.some((l) => l.level === 'warn' && /output is backed up/.test(l.msg))), 60_000, 'the rank reporting backpressure');
     await hangGuard(sims.stop(), 20_000, 'the rank exiting on SIGTERM');

@@ -98,8 +98,8 @@ export interface LinkedRank {
 }
 
 /**
- * Bind a `ZmqEngineLink` for one DP rank (IPC under a fresh temp dir, TCP handshake on a free port, 20 s handshake
- * receive timeout) and run one in-process simulated rank against it (at `opts.timeScale`, default 0), with `tokenizer`'s vocabulary
+ * Bind a `ZmqEngineLink` with rank slots up to the rank's engine index (IPC under a fresh temp dir, TCP handshake on a
+ * free port, 20 s handshake stage timeout) and run one in-process simulated rank against it (at `opts.timeScale`, default 0), with `tokenizer`'s vocabulary
  * and EOS ids and (unless `opts.textModel` is given) a `TextModel` over it. `opts` are the remaining rank options
  * (engine family, engine index, capacity; `timeScale` defaults to 0: rounds back to back). Throws on a handshake failure or after the 30 s hang guard.
  */
@@ -109,10 +109,11 @@ export async function startLinkedRank(
 ): Promise<LinkedRank> {
   const d = await freshDir();
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 20_000 });
+  // Rank slots 0..engineIndex: the rank's own index must be one of the group's (the link refuses any other).
+  const link = await ZmqEngineLink.bind({ endpoints, dpSize: (opts.engineIndex ?? 0) + 1, handshakeReceiveTimeoutMs: 20_000 });
   const started = hangGuard(
     Promise.all([
-      pending.handshake(),
+      link.whenJoined(1),
       runSimEngine({
         textModel: new TextModel(tokenizer),
         ...opts,
@@ -126,7 +127,8 @@ export async function startLinkedRank(
     30_000,
     'handshake',
   );
-  const [link, engine] = await started.catch(async (err: unknown) => {
+  const [, engine] = await started.catch(async (err: unknown) => {
+    await link.close();
     await d.cleanup();
     throw err;
   });
@@ -152,8 +154,8 @@ export interface SpawnedRanks {
 }
 
 /**
- * Bind a `ZmqEngineLink` for `opts.count` DP ranks (IPC under a fresh temp dir, TCP handshake on a free port, 60 s
- * handshake receive timeout), start them with `spawnSimRanks` (every other option as given) and wait for their
+ * Bind a `ZmqEngineLink` with rank slots up to the highest engine index spawned (IPC under a fresh temp dir, TCP
+ * handshake on a free port, 60 s handshake stage timeout), start them with `spawnSimRanks` (every other option as given) and wait for their
  * handshake under a 90 s hang guard labelled `what`. On failure the processes are stopped, the link and temp dir are
  * removed, and the error is rethrown (its message followed by `diagnostics()` when given, e.g. the sim logs).
  */
@@ -164,13 +166,13 @@ export async function startSpawnedRanks(
 ): Promise<SpawnedRanks> {
   const d = await freshDir();
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: opts.count, handshakeReceiveTimeoutMs: 60_000 });
+  const dpSize = (opts.firstEngineIndex ?? 0) + opts.count; // slots up to the highest index spawned
+  const link = await ZmqEngineLink.bind({ endpoints, dpSize, handshakeReceiveTimeoutMs: 60_000 });
   const ranks = spawnSimRanks({ ...opts, handshakeAddress: endpoints.handshake });
-  let link: ZmqEngineLink;
   try {
-    link = await hangGuard(pending.handshake(), 90_000, what);
+    await hangGuard(link.whenJoined(opts.count), 90_000, what);
   } catch (error) {
-    await pending.close();
+    await link.close();
     await ranks.stop();
     await d.cleanup();
     if (diagnostics === undefined) throw error;

@@ -68,7 +68,7 @@ before(async () => {
   const d = await freshDir();
   cleanup = d.cleanup;
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
-  const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 2, handshakeReceiveTimeoutMs: 20_000 });
+  const l = await ZmqEngineLink.bind({ endpoints, dpSize: 2, handshakeReceiveTimeoutMs: 20_000 });
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   const textModel = new TextModel(tokenizer);
   eos = resolveEosConfig({ tokenizerEosIds: tokenizer.eosTokenIds });
@@ -88,7 +88,7 @@ before(async () => {
       eosTokenIds: tokenizer.eosTokenIds,
       initTimeoutMs: 20_000,
     });
-  const [l, r0, r1] = await hangGuard(Promise.all([pending.handshake(), start(0), start(1)]), 30_000, 'handshake');
+  const [, r0, r1] = await hangGuard(Promise.all([l.whenJoined(), start(0), start(1)]), 30_000, 'handshake');
   link = l;
   ranks.push(r0, r1);
   reader = new VllmOutputReader(l);

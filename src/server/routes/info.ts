@@ -1,9 +1,9 @@
 /**
- * GET /v1/models, GET /health and GET /metrics (gateway.md sections 4.2 and 15).
+ * GET /v1/models, GET /health, GET /ready and GET /metrics (gateway.md sections 4.2 and 15; issue #8 parts 4, 6).
  */
 import type { FastifyInstance } from 'fastify';
 import { wantsVerbose } from '../auth.js';
-import { healthReport } from '../health.js';
+import { healthReport, readyReport } from '../health.js';
 import { redactHealth } from '../health-redact.js';
 import { checkModel, type RouteContext } from '../serve-generation.js';
 
@@ -13,11 +13,14 @@ import { checkModel, type RouteContext } from '../serve-generation.js';
  * - `/v1/models`: one card per served model name (`root` = the first name), like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
  *   `max_model_len` = the first engine's handshake value, gateway.md 15.1; with several engine groups the smallest
  *   over the live ones, see `GroupRouter.maxModelLen`);
- * - `/health`: 200 while at least one engine group's client is alive, 503 when none is; the body lists every group
- *   (`{status, groups: [{worker, engine, alive, message, dpRanks, failures}]}`, health.ts), and a 503 body adds an
- *   OpenAI-style error whose message says the engine core is dead and names the failure causes (gateway.md 4.2:
- *   liveness of the connection; nothing is sent to the engines); worker socket paths and pids are shown only with
- *   `?verbose=1` (otherwise groups read `group-<i>`, health-redact.ts);
+ * - `/health` (liveness): 200 while at least one engine group can serve, 503 when none can (`starting` before any
+ *   rank joined, `unhealthy` after); the body lists every group with its status, joined/expected ranks and each
+ *   rank's state (health.ts), and a 503 body adds an OpenAI-style error (gateway.md 4.2: nothing is sent to the
+ *   engines);
+ * - `/ready` (readiness): 200 `ready` while some group can serve and the gateway is not draining; 503 `draining`,
+ *   `starting` or `unavailable` otherwise (same group list);
+ * - on both, worker socket paths and pids are shown only with `?verbose=1` (otherwise groups read `group-<i>`,
+ *   health-redact.ts);
  * - `/metrics`: the app's own Prometheus registry (metrics.ts).
  */
 export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, startedAtSeconds: number): void {
@@ -43,6 +46,12 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     const { statusCode, body } = healthReport(ctx.router.groups);
     reply.code(statusCode);
     // Socket paths and pids only with ?verbose=1 (which needs the API key when one is set; auth.ts).
+    return wantsVerbose(request.query) ? body : redactHealth(body, ctx.router.groups.map((g) => g.worker));
+  });
+
+  app.get('/ready', async (request, reply) => {
+    const { statusCode, body } = readyReport(ctx.router.groups, ctx.admission.draining);
+    reply.code(statusCode);
     return wantsVerbose(request.query) ? body : redactHealth(body, ctx.router.groups.map((g) => g.worker));
   });
 
