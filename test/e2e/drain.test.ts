@@ -1,0 +1,100 @@
+/**
+ * End to end, graceful drain of `model-gateway serve` on SIGTERM (issue #8 part 6; src/lifecycle.ts, src/cli.ts): the
+ * CLI runs 2 simulated ranks; with streams live, SIGTERM turns /ready to 503 `draining` at once, new requests get 503
+ * with Retry-After, the live streams shorter than `--shutdown-grace-ms` finish with their normal finish reason, and
+ * the process exits 0 with its socket files removed (a grace shorter than the streams: serve-at-once.test.ts).
+ * Nothing asserts a duration.
+ */
+import assert from 'node:assert/strict';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { existsSync, rmSync } from 'node:fs';
+import { createInterface } from 'node:readline';
+import { test } from 'node:test';
+import { fileURLToPath } from 'node:url';
+import { hangGuard } from '../helpers/async.js';
+import { freePort } from '../helpers/net.js';
+import { alive, simRanksOf } from '../helpers/processes.js';
+import { sendCompletion } from './failure-helpers.js';
+import { waitUntil } from './spread-helpers.js';
+
+const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const MODEL = 'sim';
+
+/** `model-gateway serve --sim 2` on a free port with `extra` flags; resolves once /ready is 200. */
+async function startCli(extra: string[]): Promise<{ gw: ChildProcess; url: string; exited: Promise<unknown[]>; socketFiles: string[]; ranks: number[]; cleanup(): void }> {
+  const port = await freePort();
+  const gw = spawn(
+    process.execPath,
+    ['--import', 'tsx', cliPath, 'serve', '--port', String(port), '--model', MODEL, '--sim', '2', '--log-level', 'info',
+      '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', ...extra],
+    { stdio: ['ignore', 'pipe', 'pipe'] },
+  );
+  const exited = once(gw, 'exit');
+  const socketFiles: string[] = [];
+  createInterface({ input: gw.stdout!, crlfDelay: Infinity }).on('line', (line) => {
+    try {
+      const m = JSON.parse(line) as { msg?: string; input?: string; output?: string };
+      if (m.msg?.startsWith('engine sockets bound; ') && m.input && m.output) {
+        for (const f of [m.input.slice(6), m.output.slice(6)]) if (!socketFiles.includes(f)) socketFiles.push(f);
+      }
+    } catch {
+      // not a log line
+    }
+  });
+  let stderr = '';
+  gw.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
+  const url = `http://127.0.0.1:${port}`;
+  await hangGuard(
+    (async () => {
+      for (;;) {
+        if (gw.exitCode !== null) throw new Error(`gateway exited: ${stderr}`);
+        const ok = await fetch(`${url}/ready`).then((r) => r.status === 200, () => false);
+        if (ok) return;
+        await new Promise((r) => setTimeout(r, 50));
+      }
+    })(),
+    60_000,
+    'gateway ready',
+  );
+  const ranks = simRanksOf(gw.pid!);
+  const cleanup = (): void => {
+    if (gw.exitCode === null && gw.signalCode === null) gw.kill('SIGKILL');
+    for (const pid of ranks.filter(alive)) process.kill(pid, 'SIGKILL');
+    for (const p of socketFiles) rmSync(p, { force: true });
+  };
+  return { gw, url, exited, socketFiles, ranks, cleanup };
+}
+
+test('SIGTERM with streams live: /ready 503 draining, new requests 503 + Retry-After, the streams finish normally, exit 0', { timeout: 90_000 }, async (t) => {
+  const g = await startCli(['--shutdown-grace-ms', '30000']);
+  try {
+    const body = { model: MODEL, prompt: 'Tell me something.', max_tokens: 150, ignore_eos: true };
+    const streams = [0, 1, 2, 3].map((i) => sendCompletion(g.url, body, { stream: true, label: `stream #${i}` }));
+    await waitUntil(() => streams.every((s) => (s.progress()?.text.length ?? 0) > 0), 'every stream streaming');
+    const signalledAt = performance.now();
+    g.gw.kill('SIGTERM');
+    let ready = 0;
+    await hangGuard(
+      (async () => {
+        while ((ready = await fetch(`${g.url}/ready`).then((r) => r.status, () => 0)) !== 503) await new Promise((r) => setTimeout(r, 10));
+      })(),
+      10_000,
+      '/ready turning 503',
+    );
+    assert.equal(ready, 503);
+    const late = await fetch(`${g.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(body) });
+    assert.equal(late.status, 503);
+    assert.ok(late.headers.get('retry-after'));
+    assert.equal(((await late.json()) as { error: { code: string } }).error.code, 'draining');
+    const outcomes = await Promise.all(streams.map((s) => s.done));
+    for (const o of outcomes) assert.ok(o.sse?.done && o.sse.finishReason === 'length' && o.sse.error === null, `finished normally: ${JSON.stringify(o)}`);
+    const [code, signal] = await hangGuard(g.exited, 30_000, 'gateway exit');
+    assert.deepEqual({ code, signal }, { code: 0, signal: null });
+    assert.equal(g.socketFiles.length, 2);
+    assert.deepEqual(g.socketFiles.filter((f) => existsSync(f)), [], 'socket files removed');
+    t.diagnostic(`drain: streams finished ${Math.max(...outcomes.map((o) => o.endedAt)) - signalledAt | 0} ms after SIGTERM; the gateway exited 0`);
+  } finally {
+    g.cleanup();
+  }
+});

@@ -1,0 +1,81 @@
+/**
+ * End to end, a wedged rank (issue #8 part 3): SIGSTOP of one of 2 dense TokenSpeed ranks with the stall timeout at
+ * 2 s. Its requests end with an error naming the rank and the stall (an SSE error event for a stream, HTTP 503 for a
+ * non-streaming request), /health shows it stalled, new requests avoid it; after SIGCONT it speaks again and serves.
+ * The silence watchdog keeps its 300 s default, so only the stall detection can act. Measured for the closing note:
+ * SIGSTOP → its requests ended (printed, never asserted). One gateway for the file.
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { captureLogs, MODEL, sendCompletion, assertTerminalError, scrape } from './failure-helpers.js';
+import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { fmt, getJson, waitRank } from './lifecycle-helpers.js';
+import { waitUntil } from './spread-helpers.js';
+
+const STALL_MS = 2000;
+const SIM_ARGS = ['--time-scale', '1', '--log-level', 'warn'];
+const LONG = { model: MODEL, prompt: 'A long story, please.', max_tokens: 20_000, ignore_eos: true };
+const SHORT = { model: MODEL, prompt: 'Hi.', max_tokens: 5, ignore_eos: true };
+
+let gateway: RunningGateway;
+let group: RunningGroup;
+
+before(async () => {
+  const { logger } = captureLogs('error');
+  gateway = await startGateway({ port: 0, logger, modelId: MODEL, engine: 'tokenspeed', sim: 2, simArgs: SIM_ARGS, rankStallTimeoutMs: STALL_MS });
+  group = gateway.groups[0]!;
+});
+
+after(async () => {
+  for (const r of group?.sims?.ranks ?? []) if (r.child.exitCode === null && r.child.signalCode === null) r.child.kill('SIGCONT');
+  await gateway?.close();
+});
+
+test('SIGSTOP of a rank (stall timeout 2 s): its requests end with a stall error, new requests avoid it; after SIGCONT it serves again', { timeout: 60_000 }, async (t) => {
+  const onStalled = [
+    sendCompletion(gateway.url, LONG, { stream: true, dpRank: 1, label: 'stream on rank 1' }),
+    sendCompletion(gateway.url, LONG, { stream: false, dpRank: 1, label: 'non-streaming request on rank 1' }),
+  ];
+  const onLive = sendCompletion(gateway.url, LONG, { stream: true, dpRank: 0, label: 'stream on rank 0' });
+  await waitUntil(() => group.client.rankStates().every((r) => r.inFlight > 0) && (onStalled[0]!.progress()?.text.length ?? 0) > 0 && (onLive.progress()?.text.length ?? 0) > 0, 'requests streaming on both ranks');
+  const rank1 = group.sims!.ranks[1]!;
+  const stoppedAt = performance.now();
+  rank1.child.kill('SIGSTOP');
+  try {
+    await waitRank(group.client, 1, 'stalled');
+    const outcomes = await Promise.all(onStalled.map((r) => r.done));
+    const endedAt = Math.max(...outcomes.map((o) => o.endedAt));
+    onStalled.forEach((r, i) => assertTerminalError(outcomes[i]!, r.label, /DP rank 1 stalled: it sent no output for 2000 ms/));
+    assert.equal(outcomes[0]!.sse!.error!.code, 'rank_stalled');
+    assert.equal(outcomes[1]!.status, 503);
+    assert.equal(onLive.ended(), false, 'the stream on rank 0 goes on');
+    t.diagnostic(`SIGSTOP → rank 1 stalled and its requests ended ${fmt(endedAt - stoppedAt)} (stall timeout ${STALL_MS} ms)`);
+
+    const health = await getJson(gateway.url, '/health');
+    assert.equal(health.status, 200);
+    assert.deepEqual(health.body.groups[0]!.ranks.map((r) => [r.state, r.cause]), [['ready', null], ['stalled', 'stall']]);
+    const stalls = await scrape(gateway.url, 'model_gateway_rank_stalls_total');
+    assert.ok(stalls.some((l) => l.includes('dp_rank="1"') && l.endsWith(' 1')), stalls.join('\n'));
+
+    const before = group.client.rankStates()[1]!.dispatchedUnpinned;
+    const fresh = Array.from({ length: 6 }, (_, i) => sendCompletion(gateway.url, SHORT, { stream: i % 2 === 0, label: `fresh #${i}` }));
+    for (const o of await Promise.all(fresh.map((r) => r.done))) assert.equal(o.status, 200, JSON.stringify(o));
+    assert.equal(group.client.rankStates()[1]!.dispatchedUnpinned, before, 'new requests avoid the stalled rank');
+    const pinned = sendCompletion(gateway.url, SHORT, { stream: false, dpRank: 1, label: 'pinned to the stalled rank' });
+    const p = await pinned.done;
+    assert.equal(p.status, 503);
+  } finally {
+    rank1.child.kill('SIGCONT');
+  }
+  const resumedAt = performance.now();
+  const readyAt = await waitRank(group.client, 1, 'ready');
+  const again = sendCompletion(gateway.url, SHORT, { stream: true, dpRank: 1, label: 'pinned after SIGCONT' });
+  const o = await again.done;
+  assert.ok(o.sse?.done && o.sse.finishReason === 'length' && o.sse.error === null, JSON.stringify(o));
+  // Rows it sent for the requests it no longer owns were dropped, counted and ABORTed once each.
+  await waitUntil(() => group.client.stats.orphanOutputs >= 1, 'the resumed rank\'s rows for disowned requests were counted', () => group.client.stats);
+  t.diagnostic(`SIGCONT → rank 1 ready again ${fmt(readyAt - resumedAt)}; ${group.client.stats.orphanOutputs} orphan row(s) dropped and ABORTed`);
+  onLive.cancel();
+  await onLive.done;
+  await waitUntil(() => group.client.rankStates().every((r) => r.inFlight === 0), 'in-flight sets empty');
+});
