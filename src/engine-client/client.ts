@@ -11,21 +11,13 @@
  * clamp (dispatcher, per batch, batch-router.ts), and every rank death or stall (its requests fail, its slot empties
  * and it leaves the scoring set in the same step). The only `await`s are the link's sends and the output iterator.
  *
- * Failure scope follows the engine's own (issue #8 part 1; dp-routing.md 6, 14.8):
- * - A dense rank (TokenSpeed; vLLM without lockstep) is its own process: when it dies only the requests it holds
- *   fail (no ABORT: it is gone), its stored load and in-flight set are dropped, the policy forgets it, and its
- *   siblings keep serving. Attribution: EHOSTUNREACH on a send to its identity, a send timeout to it, its own silence
- *   and its own stall name the rank. ENGINE_CORE_DEAD names no rank (engine-wire.md 1.7): it starts the probe rounds
- *   (probes.ts), and a rank then refused with EHOSTUNREACH is the dead one (cause `engine-core-dead` while a sentinel
- *   is unaccounted for, else `peer-unreachable`). If no rank can be blamed by the last round, the group falls back
- *   to SMG's group scope: every request fails and every rank is marked dead (they come back by dialing in again).
- * - A lockstep (MoE) group steps together, so any rank's death or stall fails every request of the group; every
- *   rank still connected gets an ABORT for what it held; the group serves again once every rank index is ready,
- *   with its wave clock rebuilt (`onServingAgain`).
- * - Faults of the shared output socket that no frame pins on a rank keep group scope: 3 undecodable messages in a
- *   row, the group silence watchdog (a backstop: no batch from any rank while requests are live), a failed output
- *   socket (which also closes the client for good: nothing can be received any more).
- * Whenever the gateway fails requests, every rank still reachable gets an ABORT for the ones it held.
+ * Failure scope follows the engine's own (issue #8 part 1; dp-routing.md 6, 14.8; failure-scope.ts): a dense rank
+ * fails alone, a lockstep group as a unit, and faults of the shared output socket that no frame pins on a rank keep
+ * group scope (3 undecodable messages in a row, the group silence watchdog, a failed output socket, which also closes
+ * the client for good). This file detects: EHOSTUNREACH on a send to a rank's identity, a send timeout to it, its own
+ * silence and its own stall name the rank; ENGINE_CORE_DEAD names none (engine-wire.md 1.7) and starts the probe
+ * rounds (probes.ts), as does a zeromq `disconnect` hint. Whenever the gateway fails requests, every rank still
+ * reachable gets an ABORT for the ones it held.
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
@@ -36,16 +28,20 @@ import { planBatch } from './batch-router.js';
 import type { ConnectedEngine, EngineLink, LinkListener } from './link.js';
 import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
+import { FailureScope } from './failure-scope.js';
 import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay } from './probes.js';
-import { isConnected, type DeathCause, type LivenessEvent, type RankStateName } from './rank-liveness.js';
+import { isConnected, type LivenessEvent, type RankStateName } from './rank-liveness.js';
+import { RankSender } from './rank-sender.js';
 import { RankTable, type RankSlot } from './rank-table.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
+import { rankStateOf, type ClientStats, type GroupStatus, type RankState } from './reports.js';
 import { RoutingState, type StoreLoadResult } from './routing-state.js';
 import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
 import { WaveClock, type GroupKind, type KindSource, type LockstepSetting } from './waves.js';
 
 export { PROBE_SCHEDULE_MS } from './probes.js';
+export type { ClientStats, GroupStatus, RankState } from './reports.js';
 
 /** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without output). */
 export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
@@ -57,8 +53,6 @@ export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
 export const DEFAULT_RANK_STALL_TIMEOUT_MS = 60_000;
 /** Consecutive undecodable messages that fail the group (dp-routing.md section 6; SMG PR #2175). */
 export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
-/** Request ids remembered as no longer owned by their rank (bounded; the oldest are forgotten first). */
-const MAX_DISOWNED_IDS = 65_536;
 /** How long `shutdown` waits for its ABORTs to be accepted by the link, in ms. */
 const SHUTDOWN_ABORT_WAIT_MS = 1000;
 
@@ -102,71 +96,6 @@ export interface SubmitOptions {
   signal?: AbortSignal;
 }
 
-/**
- * One rank slot's state for /metrics, /health and the dashboard (gateway.md section 15.3; interface C):
- * - `state`: liveness (`joining` | `ready` | `stalled` | `dead`); `cause`: why it is dead (rank-liveness.ts
- *   `DeathCause`) or `stall`, else null.
- * - `inFlight`: size of the in-flight set (requests routed there and not yet retired); 0 when idle.
- * - `load`: the stored load (a copy; raw last report, except that the release clamp may have zeroed the queue
- *   counts), or null before the first report of the current process.
- * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank, pinned / scored.
- * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
- * - `abortsSent`: request ABORTs accepted for this rank; `rejoins`: handshakes after the first; `stalls`: stall
- *   events; `deaths`: deaths by cause.
- * - `loadAgeMs`: ms since `load` was stored (section 14.1), null before the first report.
- * - `soleClientGuard`: true while the rank's reports show another client's work, so the release clamp is
- *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
- * The last four are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
- */
-export interface RankState {
-  engineIndex: number;
-  state: RankStateName;
-  cause: string | null;
-  inFlight: number;
-  load: EngineLoad | null;
-  dispatchedPinned: number;
-  dispatchedUnpinned: number;
-  clampEvents: number;
-  abortsSent: number;
-  rejoins: number;
-  stalls: number;
-  deaths: Record<string, number>;
-  loadAgeMs?: number | null;
-  soleClientGuard?: boolean;
-  guardEngagements?: number;
-  guardDisengagements?: number;
-}
-
-/**
- * A group's serving status (/health, /ready): `starting` (it has never been able to serve: a dense group before its
- * first rank joined, a lockstep group before all did), `ok` (serving, every rank ready), `degraded` (serving, some
- * rank not ready), `unavailable` (it served before and cannot now, or the client is closed).
- */
-export type GroupStatus = 'starting' | 'ok' | 'degraded' | 'unavailable';
-
-/**
- * Client-wide counters (gateway.md section 15.3, "wire health"). A live object: read it, never write it.
- * - `decodeErrors`: undecodable output messages.
- * - `abortsSent`: request ABORT messages the link accepted (probes not counted).
- * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank (14.6).
- * - `failures`: group-scope failures by cause: `engine-core-dead` (a sentinel no rank could be tied to),
- *   `decode-errors`, `watchdog` (group silence), `output-closed`, `output-error`, `output-ended`, and for a lockstep
- *   group the cause of the rank death or stall that failed it.
- * - `rankDeaths`: rank deaths by cause (rank-liveness.ts `DeathCause`).
- * - `orphanOutputs`: output rows for requests their rank no longer owns (failed by a death, stall or group failure
- *   while the rank kept working); each such id is ABORTed once.
- * - `handshakeRejected`: refused handshake messages by reason (from the link).
- */
-export interface ClientStats {
-  decodeErrors: number;
-  abortsSent: number;
-  rankMismatches: number;
-  failures: Record<string, number>;
-  rankDeaths: Record<string, number>;
-  orphanOutputs: number;
-  readonly handshakeRejected: Readonly<Record<string, number>>;
-}
-
 /** Events emitted by `EngineClient` (a typed node:events EventEmitter). */
 export interface EngineClientEvents {
   /** The group failed as a unit (its requests got `error`); emitted per group-scope failure. */
@@ -207,14 +136,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly stalledRanks: RankSilenceWatchdogs;
   private readonly waves: WaveClock;
   private readonly probes: ProbeRounds;
-  /** ENGINE_CORE_DEAD frames not yet tied to a rank. */
-  private pendingSentinels = 0;
-  /** Request id → the rank that held it when the gateway failed it (see `stats.orphanOutputs`). */
-  private readonly disowned = new Map<string, number>();
+  private readonly sender: RankSender;
+  private readonly scope: FailureScope;
   private serving = false;
   private everServed = false;
-  /** Slot epochs when a lockstep group last failed (null: serving normally since). */
-  private epochsAtGroupFailure: Map<number, number> | null = null;
   private readonly joinWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
   private closeReason: EngineClientError | null = null;
   private closing: Promise<void> | null = null;
@@ -251,6 +176,39 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.silentRanks = new RankSilenceWatchdogs(this.silenceTimeoutMs, (rank) => this.onRankSilent(rank));
     this.stalledRanks = new RankSilenceWatchdogs(this.stallTimeoutMs, (rank) => this.onRankStalled(rank));
     this.probes = new ProbeRounds(PROBE_SCHEDULE_MS, (last) => this.probeRound(last));
+    this.sender = new RankSender(opts.link, opts.protocol, this.stats, this.logger, {
+      rankUnusable: (slot, what, err) => this.scope.sendFailed(slot, what, err),
+      closedError: () => (this.registry.closed ? this.clientClosedError() : null),
+    });
+    this.scope = new FailureScope({
+      registry: this.registry,
+      ranks: this.ranks,
+      waves: this.waves,
+      sender: this.sender,
+      stats: this.stats,
+      logger: this.logger,
+      transition: (index, event) => void this.transition(index, event),
+      forgetRank: (index) => this.forgetRankState(index),
+      release: (rank, ids) => this.release(rank, ids),
+      clearInFlight: () => {
+        this.consecutiveDecodeErrors = 0;
+        this.routing.clearInFlight();
+        this.watchdog.stop();
+        this.silentRanks.stopAll();
+        this.stalledRanks.stopAll();
+      },
+      timersChanged: (rank) => {
+        this.syncRankWatchdogs(rank, false);
+        this.touchWatchdog(false);
+      },
+      groupFailed: (error) => {
+        try {
+          this.emit('failed', error);
+        } catch (err) {
+          this.logger.error({ err }, "a 'failed' listener threw");
+        }
+      },
+    });
     const listener: LinkListener = {
       admitHello: (index) => this.admitHello(index),
       joined: (engine) => this.onJoined(engine),
@@ -398,27 +356,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         await this.link.send(slot.identity, RequestType.ADD, payload);
         break;
       } catch (err) {
-        const what = `sending request ${JSON.stringify(id)} to DP rank ${slot.index}`;
-        if (this.registry.closed) throw this.clientClosedError();
-        if (signal?.aborted) throw abortReason(signal);
-        // Ended while its ADD was queued (its rank died or stalled, its group failed): report what ended it.
-        if (this.registry.get(id) !== entry && stream.failure !== null) throw stream.failure;
-        const cls = classifySendError(err);
-        if (cls === 'other' || this.registry.get(id) !== entry) {
-          const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err, requestId: id });
-          this.rollback(entry, e);
-          throw e;
-        }
-        // Nothing reached an engine: take the request off the rank before the rank's death fails what it holds.
-        this.release(slot.index, [id]);
-        entry.engineIndex = null;
-        const error = this.sendFailureKills(slot, what, err);
-        if (!pinned && this.registry.get(id) === entry && attempt < this.ranks.size) {
-          this.logger.info({ requestId: id, engineIndex: slot.index }, 'ADD reached no engine; placing the request on another ready rank');
-          continue;
-        }
-        this.rollback(entry, error);
-        throw error;
+        this.addFailed(entry, slot, !pinned && attempt < this.ranks.size, err, signal); // throws unless it may retry
       }
     }
     if (this.registry.closed) throw this.clientClosedError();
@@ -428,7 +366,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     // unknown kind after its first one (waves.ts `submitWake`: the no-hang probe before lockstep detection).
     const wave = this.registry.get(id) === entry ? this.waves.submitWake() : null;
     if (wave !== null) {
-      const failure = await this.wakeGroup(wave);
+      const failure = await this.sender.startWave(this.ranks.connected(), wave);
       if (failure !== null) {
         const live = this.registry.get(id) === entry;
         this.rollback(entry, failure);
@@ -441,6 +379,36 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (pinned) slot.counters.pinned++;
     else slot.counters.unpinned++;
     return stream;
+  }
+
+  /**
+   * A submit's ADD to `slot` failed (section 3 step 5). Throws what the caller reports: `client-closed`, the signal's
+   * reason, the error that ended the request while its ADD was queued, a `transport` error (rolled back), or, when the
+   * ADD reached no engine (a timeout or EHOSTUNREACH: the rank is dead), its engine-dead error; returns (request off
+   * the dead rank, nothing rolled back) only when `retryable` and the request may be placed on another rank.
+   */
+  private addFailed(entry: RegistryEntry, slot: RankSlot, retryable: boolean, err: unknown, signal: AbortSignal | undefined): void {
+    const id = entry.requestId;
+    const what = `sending request ${JSON.stringify(id)} to DP rank ${slot.index}`;
+    if (this.registry.closed) throw this.clientClosedError();
+    if (signal?.aborted) throw abortReason(signal);
+    const live = this.registry.get(id) === entry;
+    if (!live && entry.stream.failure !== null) throw entry.stream.failure;
+    if (classifySendError(err) === 'other' || !live) {
+      const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err, requestId: id });
+      this.rollback(entry, e);
+      throw e;
+    }
+    // Nothing reached an engine: take the request off the rank before the rank's death fails what it holds.
+    this.release(slot.index, [id]);
+    entry.engineIndex = null;
+    const error = this.scope.sendFailed(slot, what, err);
+    if (retryable && this.registry.get(id) === entry) {
+      this.logger.info({ requestId: id, engineIndex: slot.index }, 'ADD reached no engine; placing the request on another ready rank');
+      return;
+    }
+    this.rollback(entry, error);
+    throw error;
   }
 
   /**
@@ -463,28 +431,15 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /** Every rank slot's state, in identity order (see `RankState`). */
   rankStates(): RankState[] {
-    return this.ranks.slots.map((s) => {
-      const c = s.counters;
-      const guard = this.routing.soleClientGuard(s.index);
-      return {
-        engineIndex: s.index,
-        state: s.liveness.state,
-        cause: s.liveness.cause,
+    const now = this.now();
+    return this.ranks.slots.map((s) =>
+      rankStateOf(s, {
         inFlight: this.routing.inFlightCount(s.index),
         load: this.routing.load(s.index),
-        dispatchedPinned: c.pinned,
-        dispatchedUnpinned: c.unpinned,
-        clampEvents: c.clamps,
-        abortsSent: c.abortsSent,
-        rejoins: c.rejoins,
-        stalls: c.stalls,
-        deaths: { ...c.deaths },
-        loadAgeMs: this.routing.loadAgeMs(s.index, this.now()),
-        soleClientGuard: guard.engaged,
-        guardEngagements: guard.engagements,
-        guardDisengagements: guard.disengagements,
-      };
-    });
+        loadAgeMs: this.routing.loadAgeMs(s.index, now),
+        guard: this.routing.soleClientGuard(s.index),
+      }),
+    );
   }
 
   /**
@@ -511,7 +466,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       this.closeReason = error ?? new EngineClientError('client-closed', 'engine client is shutting down');
       const entries = this.registry.closeAndDrain();
       this.routing.clearInFlight();
-      const aborts = error === null ? [] : this.abortHeld(entries);
+      const aborts = error === null ? [] : this.scope.abortHeld(entries);
       for (const e of entries) {
         if (error === null) e.stream.closeWithoutTerminal();
         else e.stream.fail(error);
@@ -541,7 +496,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const wasServing = this.serving;
     this.serving = this.canServe();
     if (this.serving) this.everServed = true;
-    if (this.serving && !wasServing) this.onServingAgain();
+    if (this.serving && !wasServing) this.scope.rebuildWaves();
     try {
       this.emit('rank', index, l.state, l.cause);
     } catch (err) {
@@ -567,7 +522,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         elapsed = ms;
         if (this.registry.closed) return false;
         if (holderGone()) break;
-        await this.probe(slot, `liveness probe (empty ABORT) to DP rank ${index}, whose engine index a new HELLO claims`);
+        await this.sender.probe(slot, `liveness probe (empty ABORT) to DP rank ${index}, whose engine index a new HELLO claims`);
         if (holderGone()) break;
       }
       if (!holderGone()) return false;
@@ -586,9 +541,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const slot = this.ranks.slot(index);
     if (slot === undefined || this.registry.closed) return;
     if (isConnected(slot.liveness.state)) {
-      this.rankDied(index, 'replaced', `DP rank ${index} was replaced: a new engine process joined with its engine index`);
+      this.scope.rankDied(index, 'replaced', `DP rank ${index} was replaced: a new engine process joined with its engine index`);
     }
     if (slot.liveness.epoch > 0) slot.counters.rejoins++;
+    this.scope.forgetDisowned(index);
     this.forgetRankState(index, slot.liveness.epoch > 0);
     slot.engine = engine;
     this.waves.noteRank(engine.ready);
@@ -613,134 +569,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   /**
-   * Drop what belonged to `index`'s previous process: stored load, in-flight set, timers, disowned ids, and (unless
-   * this is the slot's first join, when there is nothing to forget) the policy's state (`forgetRank`, interface A).
+   * Drop what belonged to `index`'s previous process: stored load, in-flight set, timers, and (unless this is the
+   * slot's first join, when there is nothing to forget) the policy's state (`forgetRank`, interface A).
    */
   private forgetRankState(index: number, tellPolicy = true): void {
     this.routing.forgetRank(index);
     this.silentRanks.stop(index);
     this.stalledRanks.stop(index);
-    for (const [id, rank] of this.disowned) if (rank === index) this.disowned.delete(id);
     if (tellPolicy) this.policy.forgetRank?.(index);
-  }
-
-  /**
-   * A lockstep group can serve again (every rank ready): rebuild its wave clock (dp-routing.md 13.4). Ranks ignore a
-   * START_DP_WAVE naming a lower wave than their own, and a surviving rank keeps its wave number, so while any rank of
-   * the failed group survives the clock must never move backwards: it is kept (a fresh rank starts at wave 0 and
-   * accepts any wave, so clock + 1 reaches both). Only when every rank is a new process (its slot epoch moved past the
-   * one at the failure) does the clock restart at 0, like a group that just started.
-   */
-  private onServingAgain(): void {
-    const at = this.epochsAtGroupFailure;
-    if (!this.waves.lockstep || at === null) return;
-    this.epochsAtGroupFailure = null;
-    const allFresh = this.ranks.slots.every((s) => s.liveness.epoch > (at.get(s.index) ?? 0));
-    if (allFresh) this.waves.reset();
-    this.logger.info(
-      { waveClock: this.waves.value, allFresh },
-      allFresh ? 'lockstep group rebuilt from fresh processes: wave clock restarted at 0' : 'lockstep group serving again: wave clock kept (surviving ranks keep their wave numbers)',
-    );
-  }
-
-  /**
-   * A rank is dead (dense: only its requests fail; lockstep: the whole group's do). Its requests get one engine-dead
-   * error naming the rank and `message`; its in-flight set, stored load, timers and policy state are dropped; no
-   * ABORT goes to it. A no-op for a rank that is not connected.
-   */
-  private rankDied(index: number, cause: DeathCause, message: string, causeError?: unknown): EngineClientError {
-    const error = new EngineClientError('engine-dead', message, { cause: causeError, dpRank: index });
-    const slot = this.ranks.slot(index);
-    if (slot === undefined || !isConnected(slot.liveness.state) || this.registry.closed) return error;
-    slot.counters.deaths[cause] = (slot.counters.deaths[cause] ?? 0) + 1;
-    this.stats.rankDeaths[cause] = (this.stats.rankDeaths[cause] ?? 0) + 1;
-    this.logger.error({ engineIndex: index, cause, err: error }, `DP rank ${index} is dead (${cause})`);
-    if (this.waves.lockstep) {
-      this.epochsAtGroupFailure ??= new Map(this.ranks.slots.map((s) => [s.index, s.liveness.epoch]));
-      this.transition(index, { kind: 'death', cause });
-      this.forgetRankState(index);
-      this.failGroup(error, cause, false);
-      return error;
-    }
-    const entries = this.registry.onRank(index);
-    for (const e of entries) {
-      this.registry.removeEntry(e);
-      this.disown(e.requestId, index);
-    }
-    this.forgetRankState(index);
-    this.transition(index, { kind: 'death', cause });
-    for (const e of entries) e.stream.fail(error);
-    this.touchWatchdog(false);
-    return error;
-  }
-
-  /**
-   * A send to `slot` failed with a timeout or EHOSTUNREACH: the rank is dead; returns the engine-dead error.
-   * EHOSTUNREACH while an ENGINE_CORE_DEAD is unaccounted for ties that sentinel to this rank.
-   */
-  private sendFailureKills(slot: RankSlot, what: string, err: unknown): EngineClientError {
-    if (classifySendError(err) === 'timeout') {
-      return this.rankDied(slot.index, 'send-timeout', `DP rank ${slot.index} is not reading its input: ${what} timed out: ${describeError(err)}`, err);
-    }
-    if (this.pendingSentinels > 0 && isConnected(slot.liveness.state)) {
-      this.pendingSentinels--;
-      return this.rankDied(slot.index, 'engine-core-dead', `DP rank ${slot.index} died: ENGINE_CORE_DEAD was received and its identity is gone (${what} refused with EHOSTUNREACH)`, err);
-    }
-    return this.rankDied(slot.index, 'peer-unreachable', `DP rank ${slot.index} is gone: ${what} failed with EHOSTUNREACH (no connected engine has its identity)`, err);
-  }
-
-  /**
-   * A group-scope failure: every live request gets `error`, every connected rank an ABORT for what it held, every
-   * in-flight set empties; with `ranksDie` every connected rank is marked dead (cause `group-failure`; they come back
-   * by dialing in again, as SMG rebuilds its client). Counts `cause` and emits `failed`.
-   */
-  private failGroup(error: EngineClientError, cause: string, ranksDie: boolean): void {
-    this.consecutiveDecodeErrors = 0;
-    const entries = this.registry.removeAll();
-    void this.abortHeld(entries);
-    this.routing.clearInFlight();
-    this.watchdog.stop();
-    this.silentRanks.stopAll();
-    this.stalledRanks.stopAll();
-    if (ranksDie) {
-      // Every rank goes: a pending ENGINE_CORE_DEAD needs no attribution any more.
-      this.pendingSentinels = 0;
-      this.probes.cancel();
-      for (const s of this.ranks.connected()) {
-        s.counters.deaths['group-failure'] = (s.counters.deaths['group-failure'] ?? 0) + 1;
-        this.stats.rankDeaths['group-failure'] = (this.stats.rankDeaths['group-failure'] ?? 0) + 1;
-        this.forgetRankState(s.index);
-        this.transition(s.index, { kind: 'death', cause: 'group-failure' });
-      }
-    }
-    this.stats.failures[cause] = (this.stats.failures[cause] ?? 0) + 1;
-    this.logger.error({ err: error, cause, liveRequests: entries.length, ranks: this.ranks.describe() }, 'engine group failed as a unit');
-    for (const e of entries) e.stream.fail(error);
-    try {
-      this.emit('failed', error);
-    } catch (err) {
-      this.logger.error({ err }, "a 'failed' listener threw");
-    }
-  }
-
-  /** ABORTs for `entries`, one message per connected rank (best effort); they become disowned ids of that rank. */
-  private abortHeld(entries: readonly RegistryEntry[]): Promise<unknown>[] {
-    const byRank = new Map<number, string[]>();
-    for (const e of entries) {
-      if (e.engineIndex === null) continue;
-      this.disown(e.requestId, e.engineIndex);
-      const slot = this.ranks.slot(e.engineIndex);
-      if (slot === undefined || !isConnected(slot.liveness.state)) continue;
-      let ids = byRank.get(e.engineIndex);
-      if (!ids) byRank.set(e.engineIndex, (ids = []));
-      ids.push(e.requestId);
-    }
-    return [...byRank].map(([rank, ids]) => this.sendAbort(rank, ids));
-  }
-
-  private disown(requestId: string, rank: number): void {
-    if (this.disowned.size >= MAX_DISOWNED_IDS) this.disowned.delete(this.disowned.keys().next().value!);
-    this.disowned.set(requestId, rank);
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -814,6 +650,12 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.syncRankWatchdogs(rank, false);
   }
 
+  /** ABORT `ids` on `rank` through the sender (see `RankSender.abort`); null once accepted. Never rejects. */
+  private sendAbort(rank: number, ids: readonly string[]): Promise<EngineClientError | null> {
+    const slot = this.ranks.slot(rank);
+    return slot === undefined ? Promise.resolve(null) : this.sender.abort(slot, ids);
+  }
+
   /** Remove `entry` if it is still live and release its slot on the recorded rank. Returns whether it was live. */
   private retire(entry: RegistryEntry): boolean {
     if (!this.registry.removeEntry(entry)) return false;
@@ -838,81 +680,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (rank !== null) void this.sendAbort(rank, [entry.requestId]);
   }
 
-  /**
-   * Send `[identity, 01, ids]` (engine-wire.md 4.7) to `rank`. Resolves with null once the link accepted it, else with
-   * the error: a timeout or EHOSTUNREACH also marks the rank dead (engine-dead); any other failure is a transport error,
-   * logged. Never rejects.
-   */
-  private async sendAbort(rank: number, ids: readonly string[]): Promise<EngineClientError | null> {
-    const slot = this.ranks.slot(rank);
-    if (slot === undefined) return null;
-    let payload: Uint8Array;
-    try {
-      payload = this.protocol.encodeAbort(ids);
-    } catch (err) {
-      const e = new EngineClientError('encode', `cannot encode ABORT for ${JSON.stringify(ids)}: ${describeError(err)}`, { cause: err });
-      this.logger.error({ err: e }, 'ABORT not sent');
-      return e;
-    }
-    try {
-      await this.link.send(slot.identity, RequestType.ABORT, payload);
-      this.stats.abortsSent++;
-      slot.counters.abortsSent++;
-      return null;
-    } catch (err) {
-      const what = `ABORT of ${ids.length} request(s) to DP rank ${rank}`;
-      if (this.registry.closed) return this.clientClosedError();
-      if (classifySendError(err) !== 'other' && isConnected(slot.liveness.state)) return this.sendFailureKills(slot, what, err);
-      const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err });
-      this.logger.warn({ err: e, engineIndex: rank }, 'ABORT not sent');
-      return e;
-    }
-  }
-
   // ---------------------------------------------------------------------------------------------------------------
   // Lockstep waves (dp-routing.md section 13)
 
   /**
-   * `wake_group()` (13.2), the clock already bumped to `wave`: START_DP_WAVE `[wave, nil]` (engine-wire.md 5.7) to every
-   * connected rank in identity order, the holder of the new request included, all queued in one synchronous step
-   * (per-rank order keeps them behind each rank's earlier sends). Nothing is sent when the protocol has no wave
-   * message (TokenSpeed; 13.2 inferred). Resolves with null on success, else with the error (a rank found dead on it
-   * has failed the group). Never rejects.
-   */
-  private async wakeGroup(wave: number): Promise<EngineClientError | null> {
-    if (this.protocol.encodeStartWave === undefined) return null;
-    let payload: Uint8Array;
-    try {
-      payload = this.protocol.encodeStartWave(wave);
-    } catch (err) {
-      return new EngineClientError('encode', `cannot encode START_DP_WAVE [${wave}, nil]: ${describeError(err)}`, { cause: err });
-    }
-    const sends = this.ranks.connected().map((slot) =>
-      this.link.send(slot.identity, RequestType.START_DP_WAVE, payload).then(
-        () => null,
-        (err: unknown) => ({ slot, err }),
-      ),
-    );
-    const failed = (await Promise.all(sends)).filter((f) => f !== null);
-    if (failed.length === 0) return null;
-    if (this.registry.closed) return this.clientClosedError();
-    // A rank found dead wins over a plain send failure (it is what the caller must report).
-    failed.sort((a, b) => Number(classifySendError(a.err) === 'other') - Number(classifySendError(b.err) === 'other'));
-    let first: EngineClientError | null = null;
-    for (const f of failed) {
-      const what = `START_DP_WAVE [${wave}, nil] to DP rank ${f.slot.index}`;
-      const e = classifySendError(f.err) !== 'other'
-        ? this.sendFailureKills(f.slot, what, f.err)
-        : new EngineClientError('transport', `${what} failed: ${describeError(f.err)}`, { cause: f.err });
-      first ??= e;
-    }
-    return first;
-  }
-
-  /**
    * `observe_wave(event)` (13.3), dispatcher step 3: complete(w) → clock ← max(clock, w + 1), no wake; start(w) →
-   * clock ← max(clock, w), then `wake_group()`. In `auto` mode the first notification makes a group of unknown kind
-   * lockstep (waves.ts; logged), and wakes it when requests are in flight. A dense group logs and ignores the event.
+   * clock ← max(clock, w), then `wake_group()` (13.2: clock + 1, START_DP_WAVE to every connected rank in identity
+   * order, `RankSender.startWave`). In `auto` mode the first notification makes a group of unknown kind lockstep
+   * (waves.ts; logged), and wakes it when requests are in flight. A dense group logs and ignores the event.
    */
   private observeWave(rank: number, event: WaveEvent): void {
     const before = this.waves.decidedBy;
@@ -939,8 +714,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (wave === null) return;
     // Nobody waits on this wake: if its broadcast fails, the group's ranks never start the wave and every request of
     // the group would hang until its stall, so the group fails now (a rank found dead on it already failed it).
-    void this.wakeGroup(wave).then((e) => {
-      if (e !== null && e.kind === 'transport' && !this.registry.closed) this.failGroup(e, 'wave-send-failed', false);
+    void this.sender.startWave(this.ranks.connected(), wave).then((e) => {
+      if (e !== null && e.kind === 'transport' && !this.registry.closed) this.scope.failGroup(e, 'wave-send-failed', false);
     });
   }
 
@@ -958,8 +733,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
             break;
           case 'dead':
             // Names no rank (engine-wire.md 1.7): the probe rounds find the one whose identity vanished.
-            this.pendingSentinels++;
-            this.logger.warn({ pendingSentinels: this.pendingSentinels }, 'ENGINE_CORE_DEAD received; probing every rank to find the dying one');
+            this.logger.warn({ pendingSentinels: this.scope.noteSentinel() }, 'ENGINE_CORE_DEAD received; probing every rank to find the dying one');
             this.probes.start();
             break;
           case 'closed':
@@ -983,7 +757,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /** The output socket is gone: nothing can be received any more. Group-scope failure, then the client closes for good. */
   private outputFailed(error: EngineClientError, cause: string): void {
     if (this.registry.closed) return;
-    this.failGroup(error, cause, true);
+    this.scope.failGroup(error, cause, true);
     this.closeReason = error;
     this.registry.closeAndDrain();
     this.stopTimers();
@@ -1009,7 +783,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (this.consecutiveDecodeErrors >= MAX_CONSECUTIVE_DECODE_ERRORS) {
       const n = this.consecutiveDecodeErrors;
       const error = new EngineClientError('decode', `${n} consecutive undecodable engine output messages; last: ${describeError(err)}`, { cause: err });
-      this.failGroup(error, 'decode-errors', true);
+      this.scope.failGroup(error, 'decode-errors', true);
       return;
     }
     this.logger.warn({ err, consecutive: this.consecutiveDecodeErrors }, 'skipping an undecodable engine output message');
@@ -1057,13 +831,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         'output batch names a different DP rank than the one its requests were sent to (rank fidelity, dp-routing.md 14.6)',
       );
     }
-    for (const id of plan.unknownRows) {
-      const owner = this.disowned.get(id);
-      if (owner === undefined) continue; // an ordinary late row (after an abort): dropped silently (section 2)
-      this.disowned.delete(id);
-      this.stats.orphanOutputs++;
-      if (!plan.finished.has(id)) void this.sendAbort(owner, [id]);
-    }
+    for (const id of plan.unknownRows) this.scope.orphanRow(id, plan.finished.has(id));
     if (plan.unknownRows.length > 0 && !live) {
       this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }
@@ -1131,82 +899,31 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private onRankSilent(rank: number): void {
     const held = this.routing.inFlightCount(rank);
     if (this.registry.closed || held === 0) return;
-    this.rankDied(rank, 'rank-silent', `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) (per-rank silence watchdog)`);
+    this.scope.rankDied(rank, 'rank-silent', `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) (per-rank silence watchdog)`);
   }
 
   /**
-   * A ready rank held requests and sent nothing for `rankStallTimeoutMs` (issue #8 part 3): it leaves rotation, its
-   * requests end with a `rank-stalled` error naming it, and ABORTs for them are queued to it (it may be alive but
-   * wedged). In a lockstep group the whole group's requests end (its peers wait on it). It returns to `ready` when it
-   * speaks again; rows it then sends for those requests are dropped, counted and ABORTed once.
+   * A ready rank held requests and sent nothing for `rankStallTimeoutMs` (issue #8 part 3): `FailureScope.stalled`
+   * takes it out of rotation and ends its requests.
    */
   private onRankStalled(rank: number): void {
     const held = this.routing.inFlightCount(rank);
     const slot = this.ranks.slot(rank);
     if (this.registry.closed || held === 0 || slot?.liveness.state !== 'ready') return;
-    const error = new EngineClientError(
-      'rank-stalled',
-      `DP rank ${rank} stalled: it sent no output for ${this.stallTimeoutMs} ms while holding ${held} in-flight request(s) ` +
-        '(--rank-stall-timeout-ms); it is out of rotation until it speaks again',
-      { dpRank: rank },
-    );
-    slot.counters.stalls++;
-    if (this.waves.lockstep) {
-      this.epochsAtGroupFailure ??= new Map(this.ranks.slots.map((s) => [s.index, s.liveness.epoch]));
-      this.transition(rank, { kind: 'stall' });
-      this.failGroup(error, 'rank-stalled', false);
-      return;
-    }
-    const entries = this.registry.onRank(rank);
-    for (const e of entries) this.registry.removeEntry(e);
-    void this.abortHeld(entries);
-    this.release(rank, entries.map((e) => e.requestId));
-    this.transition(rank, { kind: 'stall' });
-    this.syncRankWatchdogs(rank, false);
-    this.touchWatchdog(false);
-    for (const e of entries) e.stream.fail(error);
+    this.scope.stalled(slot, held, this.stallTimeoutMs);
   }
 
   /** One probe round (after a `disconnect` hint or ENGINE_CORE_DEAD); the last one settles unattributed sentinels. */
   private probeRound(last: boolean): void {
     if (this.registry.closed) return;
-    const probes = this.ranks.connected().map((s) => this.probe(s, `liveness probe (empty ABORT) to DP rank ${s.index}`));
-    if (!last) return;
-    void Promise.allSettled(probes).then(() => {
-      if (this.registry.closed || this.pendingSentinels === 0) return;
-      const n = this.pendingSentinels;
-      this.pendingSentinels = 0;
-      const error = new EngineClientError(
-        'engine-dead',
-        `engine core dead: ENGINE_CORE_DEAD received ${n === 1 ? 'once' : `${n} times`} and no rank's identity vanished within ` +
-          `${PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]} ms, so the dying rank is unknown; failing the whole group (every rank must dial in again)`,
-      );
-      this.failGroup(error, 'engine-core-dead', true);
-    });
-  }
-
-  /** Probe `slot` with an empty ABORT; a refused or stuck probe marks it dead; any other failure is logged. */
-  private async probe(slot: RankSlot, what: string): Promise<void> {
-    let payload: Uint8Array;
-    try {
-      payload = this.protocol.encodeAbort([]);
-    } catch (err) {
-      this.logger.error({ err }, 'cannot encode the empty ABORT liveness probe');
-      return;
-    }
-    try {
-      await this.link.send(slot.identity, RequestType.ABORT, payload);
-    } catch (err) {
-      if (this.registry.closed || !isConnected(slot.liveness.state)) return;
-      if (classifySendError(err) !== 'other') this.sendFailureKills(slot, what, err);
-      else this.logger.warn({ err, engineIndex: slot.index }, `${what} failed`);
-    }
+    const probes = this.ranks.connected().map((s) => this.sender.probe(s, `liveness probe (empty ABORT) to DP rank ${s.index}`));
+    if (last) void Promise.allSettled(probes).then(() => this.scope.settleSentinels(PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!));
   }
 
   private onGroupSilence(): void {
     const live = this.registry.size;
     if (this.registry.closed || live === 0) return;
-    this.failGroup(
+    this.scope.failGroup(
       new EngineClientError('engine-dead', `no engine output for ${this.silenceTimeoutMs} ms while ${live} request(s) were in flight (group silence watchdog)`),
       'watchdog',
       true,

@@ -4,14 +4,15 @@
 export {
   EngineClient,
   DEFAULT_SILENCE_TIMEOUT_MS,
+  DEFAULT_RANK_STALL_TIMEOUT_MS,
   MAX_CONSECUTIVE_DECODE_ERRORS,
   PROBE_SCHEDULE_MS,
   type EngineClientOptions,
   type SubmitOptions,
-  type RankState,
-  type ClientStats,
   type EngineClientEvents,
 } from './client.js';
+export type { RankState, ClientStats, GroupStatus } from './reports.js';
+export { nextLiveness, isConnected, type RankStateName, type DeathCause, type LivenessEvent, type RankLiveness } from './rank-liveness.js';
 export type { RequestStream } from './request-stream.js';
 export { EngineClientError, type EngineClientErrorKind } from './errors.js';
 export {
@@ -36,4 +37,4 @@ export {
   type DpPolicyName,
   type OracleSource,
 } from './policies.js';
-export type { ConnectedEngine, EngineLink, OutputMessage } from './link.js';
+export type { ConnectedEngine, EngineLink, LinkListener, OutputMessage } from './link.js';

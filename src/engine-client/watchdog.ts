@@ -56,7 +56,7 @@ export class SilenceWatchdog {
  *   client resets a rank's timer only for a batch that names that rank (`engine_index`), so the silence period of
  *   a rank starts at the later of its last output and the moment it received a request while idle.
  * - `onSilent(rank)` runs once per expiry.
- * - `stopAll()`: disarm every rank (fail_all, close).
+ * - `stop(rank)`: disarm one rank (its process is gone); `stopAll()`: disarm every rank (a group failure, close).
  * Timers are unref'd and use the global `setTimeout` (node:test mock timers drive them).
  */
 export class RankSilenceWatchdogs {

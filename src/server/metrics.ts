@@ -2,7 +2,7 @@
  * Prometheus metrics of one gateway app (gateway.md section 15.3), on a registry of its own (never prom-client's
  * global one, so several apps in one process, e.g. tests, do not collide).
  *
- * Read at scrape time from each engine group's client (`rankStates()`, `stats`, `isAlive()`); every engine-side
+ * Read at scrape time from each engine group's client (`rankStates()`, `stats`, `canServe()`); every engine-side
  * series carries the group's `worker` label (its worker URL, as SMG labels `smg_engine_*` with `worker`, gateway.md
  * 15.3), so the ranks of several groups (each numbered from 0) never collide:
  * - gauges `model_gateway_engine_running_requests`, `..._waiting_requests`, `..._kv_cache_usage` (ratio 0..1) from
@@ -13,11 +13,10 @@
  * - counters mirroring each client's cumulative counts: `model_gateway_rank_dispatches_total{worker, dp_rank,
  *   pinned}`, `model_gateway_rank_clamp_events_total{worker, dp_rank}`, `model_gateway_decode_errors_total{worker}`,
  *   `model_gateway_aborts_sent_total{worker}`, `model_gateway_rank_mismatches_total{worker}`,
- *   `model_gateway_engine_failures_total{worker, cause}`;
+ *   `model_gateway_engine_failures_total{worker, cause}` (group-scope failures);
  * - load-signal guards (issue 12; dp-routing.md 14.1, 14.3), per rank: gauges `model_gateway_rank_load_age_seconds`
  *   (age of the stored report) and `model_gateway_rank_sole_client_guard` (1 = another client's work seen, clamp
- *   suspended), counter `model_gateway_rank_sole_client_guard_transitions_total{transition=engaged|disengaged}`.
- *   `model_gateway_engine_failures_total{worker, cause}` (group-scope failures);
+ *   suspended), counter `model_gateway_rank_sole_client_guard_transitions_total{transition=engaged|disengaged}`;
  * - rank lifecycle (issue #8; their own block below): gauge `model_gateway_rank_state{worker, dp_rank, state}`
  *   (1 for the rank's current state, 0 for the other three), counters `model_gateway_rank_rejoins_total`,
  *   `model_gateway_rank_stalls_total`, `model_gateway_rank_deaths_total{cause}` (labels worker, dp_rank),
@@ -112,6 +111,18 @@ export class GatewayMetrics {
           }
         },
       });
+    // A per-rank counter (labels model, worker, dp_rank) mirroring a cumulative count of each rank at every scrape.
+    const rankCounter = (name: string, help: string, pick: (r: BackendRankState) => number) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ['model', 'worker', 'dp_rank'],
+        registers,
+        collect() {
+          this.reset();
+          for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));
+        },
+      });
     rankGauge(
       'model_gateway_engine_running_requests',
       'Requests the DP rank last reported as running (TokenSpeed counts waiting ones too), from its stored load',
@@ -155,16 +166,7 @@ export class GatewayMetrics {
         }
       },
     });
-    new Counter({
-      name: 'model_gateway_rank_clamp_events_total',
-      help: 'Release-clamp (zero-on-empty) events of the DP rank',
-      labelNames: ['model', 'worker', 'dp_rank'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, r.clampEvents);
-      },
-    });
+    rankCounter('model_gateway_rank_clamp_events_total', 'Release-clamp (zero-on-empty) events of the DP rank', (r) => r.clampEvents);
 
     // --- Load-signal guards (issue 12; dp-routing.md 14.1, 14.3): report age and the sole-client guard per rank.
     rankGauge(
@@ -208,18 +210,21 @@ export class GatewayMetrics {
     statCounter('model_gateway_decode_errors_total', 'Engine output messages that failed to decode', (s) => s.decodeErrors);
     statCounter('model_gateway_aborts_sent_total', 'ABORT messages sent to engine ranks', (s) => s.abortsSent);
     statCounter('model_gateway_rank_mismatches_total', 'Outputs whose engine_index differed from the recorded rank', (s) => s.rankMismatches);
-    new Counter({
-      name: 'model_gateway_engine_failures_total',
-      help: 'Group-scope failures (every request of the group failed) by cause',
-      labelNames: ['model', 'worker', 'cause'],
-      registers,
-      collect() {
-        this.reset();
-        for (const g of groups()) {
-          for (const [cause, n] of Object.entries(g.backend.stats.failures)) this.inc({ model, worker: g.worker, cause }, n);
-        }
-      },
-    });
+    // A counter with one series per key of a `Record<key, count>` read at scrape time, for every labelled row.
+    const recordCounter = (name: string, help: string, labels: string[], key: string, rows: () => Array<[Record<string, string>, Readonly<Record<string, number>>]>) =>
+      new Counter({
+        name,
+        help,
+        labelNames: ['model', ...labels, key],
+        registers,
+        collect() {
+          this.reset();
+          for (const [values, counts] of rows()) for (const [k, n] of Object.entries(counts)) this.inc({ model, ...values, [key]: k }, n);
+        },
+      });
+    recordCounter('model_gateway_engine_failures_total', 'Group-scope failures (every request of the group failed) by cause', ['worker'], 'cause', () =>
+      groups().map((g) => [{ worker: g.worker }, g.backend.stats.failures]),
+    );
 
     // ---- Rank lifecycle (issue #8): per-rank state, rejoins, stalls, deaths; refused handshake messages -------------
     new Gauge({
@@ -234,43 +239,18 @@ export class GatewayMetrics {
         }
       },
     });
-    const rankCounter = (name: string, help: string, pick: (r: BackendRankState) => number) =>
-      new Counter({
-        name,
-        help,
-        labelNames: ['model', 'worker', 'dp_rank'],
-        registers,
-        collect() {
-          this.reset();
-          for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));
-        },
-      });
     rankCounter('model_gateway_rank_rejoins_total', 'Handshakes the DP rank completed after its first (a restarted engine joining again)', (r) => r.rejoins);
     rankCounter('model_gateway_rank_stalls_total', 'Times the DP rank held requests and sent nothing for the stall timeout', (r) => r.stalls);
-    new Counter({
-      name: 'model_gateway_rank_deaths_total',
-      help: 'Times the DP rank was found dead, by cause',
-      labelNames: ['model', 'worker', 'dp_rank', 'cause'],
-      registers,
-      collect() {
-        this.reset();
-        for (const { worker, rank: r } of ranks()) {
-          for (const [cause, n] of Object.entries(r.deaths)) this.inc({ model, worker, dp_rank: String(r.engineIndex), cause }, n);
-        }
-      },
-    });
-    new Counter({
-      name: 'model_gateway_handshake_rejected_total',
-      help: 'Handshake-socket and input-socket messages the gateway refused and ignored, by reason',
-      labelNames: ['model', 'worker', 'reason'],
-      registers,
-      collect() {
-        this.reset();
-        for (const g of groups()) {
-          for (const [reason, n] of Object.entries(g.backend.stats.handshakeRejected)) this.inc({ model, worker: g.worker, reason }, n);
-        }
-      },
-    });
+    recordCounter('model_gateway_rank_deaths_total', 'Times the DP rank was found dead, by cause', ['worker', 'dp_rank'], 'cause', () =>
+      ranks().map(({ worker, rank: r }) => [{ worker, dp_rank: String(r.engineIndex) }, r.deaths]),
+    );
+    recordCounter(
+      'model_gateway_handshake_rejected_total',
+      'Handshake-socket and input-socket messages the gateway refused and ignored, by reason',
+      ['worker'],
+      'reason',
+      () => groups().map((g) => [{ worker: g.worker }, g.backend.stats.handshakeRejected]),
+    );
     statCounter(
       'model_gateway_orphan_outputs_total',
       'Output rows for requests their rank no longer owns (failed by a death, stall or group failure); each id is ABORTed once',

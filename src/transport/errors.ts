@@ -48,9 +48,9 @@ export class SendTimeoutError extends TransportError {
 export type HandshakeStage = 'HELLO' | 'INIT' | 'READY' | 'registration';
 
 /**
- * The startup handshake failed: a timeout, an unexpected message (duplicate HELLO, READY from an unknown identity,
- * an unknown status, wrong frame count), an undecodable payload, or the link closed while waiting
- * (engine-wire.md section 2.2, SMG `transport.rs`). `stage` names where it failed.
+ * The engine side of the handshake failed (src/transport/engine-dialer.ts): no INIT in time, an undecodable or empty
+ * INIT, or a send that failed (engine-wire.md section 2.1). `stage` names where it failed. The gateway side never
+ * throws it: its handshake service logs, counts and ignores what it refuses (src/transport/handshake-service.ts).
  */
 export class HandshakeError extends TransportError {
   /** Where the handshake failed. */

@@ -1,0 +1,256 @@
+/**
+ * Failure scope of one engine group (issue #8 part 1; dp-routing.md 6, 13, 14.8): what happens to requests, ranks and
+ * the wave clock when a rank dies or stalls or the group fails as a unit. The engine client (client.ts) detects the
+ * failures and calls in here; each method is one synchronous step (dp-routing.md 12.3), so no request can be placed
+ * on a rank halfway through its death.
+ *
+ * - A dense rank (TokenSpeed; vLLM without lockstep) is its own process: when it dies only the requests it holds fail
+ *   (no ABORT: it is gone), its per-process state is dropped and it leaves the scoring set; when it stalls its
+ *   requests end, ABORTs for them are queued to it and it is out of rotation until it speaks.
+ * - A lockstep (MoE) group steps together: any rank's death or stall fails every request of the group; every rank
+ *   still connected gets an ABORT for what it held; the wave clock is rebuilt when the group serves again
+ *   (`rebuildWaves`).
+ * - Group scope (`failGroup` with `ranksDie`): every request fails and every rank is marked dead, as SMG rebuilds its
+ *   whole client; for faults nobody can be blamed for.
+ * - Requests the gateway ended while their rank may still emit rows for them are remembered (`disowned`, bounded): a
+ *   later row for one is dropped, counted and ABORTed once (`orphanRow`).
+ * - ENGINE_CORE_DEAD names no rank (engine-wire.md 1.7): `noteSentinel` counts it, the next rank found unreachable
+ *   is blamed for it (`sendFailed`), and `settleSentinels` falls back to group scope after the last probe round.
+ */
+import type { Logger } from 'pino';
+import { EngineClientError, describeError } from './errors.js';
+import { classifySendError } from './probes.js';
+import { isConnected, type DeathCause, type LivenessEvent } from './rank-liveness.js';
+import type { RankSender } from './rank-sender.js';
+import type { RankSlot, RankTable } from './rank-table.js';
+import type { RequestRegistry, RegistryEntry } from './registry.js';
+import type { ClientStats } from './reports.js';
+import type { WaveClock } from './waves.js';
+
+/** Request ids remembered as no longer owned by their rank (bounded; the oldest are forgotten first). */
+const MAX_DISOWNED_IDS = 65_536;
+
+/** What the failure scope needs from the engine client. */
+export interface FailureHost {
+  readonly registry: RequestRegistry;
+  readonly ranks: RankTable;
+  readonly waves: WaveClock;
+  readonly sender: RankSender;
+  readonly stats: ClientStats;
+  readonly logger: Logger;
+  /** Apply a liveness event (logged, emitted; the client notices the group serving again). */
+  transition(index: number, event: LivenessEvent): void;
+  /** Drop the state of `index`'s process: stored load, in-flight set, its timers, the policy's knowledge of it. */
+  forgetRank(index: number): void;
+  /** `release(rank, ids)` with the clamp, as every shrink of an in-flight set. */
+  release(rank: number, ids: Iterable<string>): void;
+  /** Empty every in-flight set and stop every request timer (a group-scope failure). */
+  clearInFlight(): void;
+  /** Re-sync the timers after `rank` lost requests. */
+  timersChanged(rank: number): void;
+  /** Emit `failed`. */
+  groupFailed(error: EngineClientError): void;
+}
+
+/** The failure scope of one group (see the module docs). */
+export class FailureScope {
+  /** ENGINE_CORE_DEAD frames not yet tied to a rank. */
+  private pendingSentinels = 0;
+  /** Request id → the rank that held it when the gateway ended it. */
+  private readonly disowned = new Map<string, number>();
+  /** Slot epochs when a lockstep group last failed (null: serving normally since). */
+  private epochsAtFailure: Map<number, number> | null = null;
+
+  constructor(private readonly host: FailureHost) {}
+
+  /**
+   * A rank is dead: its requests get one engine-dead error naming the rank and `message` (in a lockstep group every
+   * request of the group does); its process state is dropped; no ABORT goes to it. A no-op (returning the error) for a
+   * rank that is not connected.
+   */
+  rankDied(index: number, cause: DeathCause, message: string, causeError?: unknown): EngineClientError {
+    const { registry, ranks, stats, logger } = this.host;
+    const error = new EngineClientError('engine-dead', message, { cause: causeError, dpRank: index });
+    const slot = ranks.slot(index);
+    if (slot === undefined || !isConnected(slot.liveness.state) || registry.closed) return error;
+    slot.counters.deaths[cause] = (slot.counters.deaths[cause] ?? 0) + 1;
+    stats.rankDeaths[cause] = (stats.rankDeaths[cause] ?? 0) + 1;
+    logger.error({ engineIndex: index, cause, err: error }, `DP rank ${index} is dead (${cause})`);
+    if (this.host.waves.lockstep) {
+      this.noteLockstepFailure();
+      this.host.transition(index, { kind: 'death', cause });
+      this.forget(index);
+      this.failGroup(error, cause, false);
+      return error;
+    }
+    const entries = registry.onRank(index);
+    for (const e of entries) {
+      registry.removeEntry(e);
+      this.disown(e.requestId, index);
+    }
+    this.forget(index);
+    this.host.transition(index, { kind: 'death', cause });
+    for (const e of entries) e.stream.fail(error);
+    this.host.timersChanged(index);
+    return error;
+  }
+
+  /**
+   * A send to `slot` timed out or was refused with EHOSTUNREACH: the rank is dead (cause `send-timeout`,
+   * `engine-core-dead` while an ENGINE_CORE_DEAD is unaccounted for, else `peer-unreachable`). Returns the error.
+   */
+  sendFailed(slot: RankSlot, what: string, err: unknown): EngineClientError {
+    if (classifySendError(err) === 'timeout') {
+      return this.rankDied(slot.index, 'send-timeout', `DP rank ${slot.index} is not reading its input: ${what} timed out: ${describeError(err)}`, err);
+    }
+    if (this.pendingSentinels > 0 && isConnected(slot.liveness.state)) {
+      this.pendingSentinels--;
+      return this.rankDied(slot.index, 'engine-core-dead', `DP rank ${slot.index} died: ENGINE_CORE_DEAD was received and its identity is gone (${what} refused with EHOSTUNREACH)`, err);
+    }
+    return this.rankDied(slot.index, 'peer-unreachable', `DP rank ${slot.index} is gone: ${what} failed with EHOSTUNREACH (no connected engine has its identity)`, err);
+  }
+
+  /**
+   * A ready rank held `held` requests and sent nothing for `timeoutMs`: it is stalled, its requests end with a
+   * `rank-stalled` error naming it and ABORTs for them are queued to it (it may be alive but wedged); in a lockstep
+   * group every request of the group ends (its peers wait on it).
+   */
+  stalled(slot: RankSlot, held: number, timeoutMs: number): void {
+    const { registry } = this.host;
+    const rank = slot.index;
+    const error = new EngineClientError(
+      'rank-stalled',
+      `DP rank ${rank} stalled: it sent no output for ${timeoutMs} ms while holding ${held} in-flight request(s) ` +
+        '(--rank-stall-timeout-ms); it is out of rotation until it speaks again',
+      { dpRank: rank },
+    );
+    slot.counters.stalls++;
+    if (this.host.waves.lockstep) {
+      this.noteLockstepFailure();
+      this.host.transition(rank, { kind: 'stall' });
+      this.failGroup(error, 'rank-stalled', false);
+      return;
+    }
+    const entries = registry.onRank(rank);
+    for (const e of entries) registry.removeEntry(e);
+    void this.abortHeld(entries);
+    this.host.release(rank, entries.map((e) => e.requestId));
+    this.host.transition(rank, { kind: 'stall' });
+    this.host.timersChanged(rank);
+    for (const e of entries) e.stream.fail(error);
+  }
+
+  /**
+   * A group-scope failure: every live request gets `error`, every connected rank an ABORT for what it held, every
+   * in-flight set empties; with `ranksDie` every connected rank is marked dead (cause `group-failure`; they come back
+   * by dialing in again). Counts `cause` and emits `failed`.
+   */
+  failGroup(error: EngineClientError, cause: string, ranksDie: boolean): void {
+    const { registry, ranks, stats, logger } = this.host;
+    const entries = registry.removeAll();
+    void this.abortHeld(entries);
+    this.host.clearInFlight();
+    if (ranksDie) {
+      this.pendingSentinels = 0; // every rank goes: nothing is left to tie a sentinel to
+      for (const s of ranks.connected()) {
+        s.counters.deaths['group-failure'] = (s.counters.deaths['group-failure'] ?? 0) + 1;
+        stats.rankDeaths['group-failure'] = (stats.rankDeaths['group-failure'] ?? 0) + 1;
+        this.forget(s.index);
+        this.host.transition(s.index, { kind: 'death', cause: 'group-failure' });
+      }
+    }
+    stats.failures[cause] = (stats.failures[cause] ?? 0) + 1;
+    logger.error({ err: error, cause, liveRequests: entries.length, ranks: ranks.describe() }, 'engine group failed as a unit');
+    for (const e of entries) e.stream.fail(error);
+    this.host.groupFailed(error);
+  }
+
+  /** ABORTs for `entries`, one message per connected rank (best effort); they become disowned ids of that rank. */
+  abortHeld(entries: readonly RegistryEntry[]): Promise<unknown>[] {
+    const byRank = new Map<RankSlot, string[]>();
+    for (const e of entries) {
+      if (e.engineIndex === null) continue;
+      this.disown(e.requestId, e.engineIndex);
+      const slot = this.host.ranks.slot(e.engineIndex);
+      if (slot === undefined || !isConnected(slot.liveness.state)) continue;
+      let ids = byRank.get(slot);
+      if (!ids) byRank.set(slot, (ids = []));
+      ids.push(e.requestId);
+    }
+    return [...byRank].map(([slot, ids]) => this.host.sender.abort(slot, ids));
+  }
+
+  /**
+   * A row for `requestId`, which no live request has: if the gateway ended it while its rank kept working, count it
+   * and (unless the row is terminal) ABORT it on that rank, once per id. Ordinary late rows (after a client cancel)
+   * are not disowned and stay silent (dp-routing.md section 2).
+   */
+  orphanRow(requestId: string, terminal: boolean): void {
+    const owner = this.disowned.get(requestId);
+    if (owner === undefined) return;
+    this.disowned.delete(requestId);
+    this.host.stats.orphanOutputs++;
+    const slot = this.host.ranks.slot(owner);
+    if (!terminal && slot !== undefined) void this.host.sender.abort(slot, [requestId]);
+  }
+
+  /** Forget the disowned ids of `rank` (its process is gone or replaced). */
+  forgetDisowned(rank: number): void {
+    for (const [id, r] of this.disowned) if (r === rank) this.disowned.delete(id);
+  }
+
+  /** An ENGINE_CORE_DEAD frame arrived: the next rank found unreachable is its sender. Returns how many are pending. */
+  noteSentinel(): number {
+    return ++this.pendingSentinels;
+  }
+
+  /**
+   * After the last probe round (`withinMs` after the frame): sentinels no rank could be tied to fall back to group
+   * scope, as SMG treats ENGINE_CORE_DEAD (every request fails, every rank is marked dead).
+   */
+  settleSentinels(withinMs: number): void {
+    const n = this.pendingSentinels;
+    if (this.host.registry.closed || n === 0) return;
+    this.pendingSentinels = 0;
+    const error = new EngineClientError(
+      'engine-dead',
+      `engine core dead: ENGINE_CORE_DEAD received ${n === 1 ? 'once' : `${n} times`} and no rank's identity vanished within ` +
+        `${withinMs} ms, so the dying rank is unknown; failing the whole group (every rank must dial in again)`,
+    );
+    this.failGroup(error, 'engine-core-dead', true);
+  }
+
+  /**
+   * A lockstep group serves again (every rank ready): rebuild its wave clock (dp-routing.md 13.4). Ranks ignore a
+   * START_DP_WAVE naming a lower wave than their own, and a surviving rank keeps its wave number, so while any rank of
+   * the failed group survives the clock must never move backwards: it is kept (a fresh rank starts at wave 0 and
+   * accepts any wave, so clock + 1 reaches both). Only when every rank is a new process (its slot epoch moved past the
+   * one at the failure) does the clock restart at 0, like a group that just started.
+   */
+  rebuildWaves(): void {
+    const at = this.epochsAtFailure;
+    const { waves, ranks, logger } = this.host;
+    if (!waves.lockstep || at === null) return;
+    this.epochsAtFailure = null;
+    const allFresh = ranks.slots.every((s) => s.liveness.epoch > (at.get(s.index) ?? 0));
+    if (allFresh) waves.reset();
+    logger.info(
+      { waveClock: waves.value, allFresh },
+      allFresh ? 'lockstep group rebuilt from fresh processes: wave clock restarted at 0' : 'lockstep group serving again: wave clock kept (surviving ranks keep their wave numbers)',
+    );
+  }
+
+  private noteLockstepFailure(): void {
+    this.epochsAtFailure ??= new Map(this.host.ranks.slots.map((s) => [s.index, s.liveness.epoch]));
+  }
+
+  private forget(index: number): void {
+    this.forgetDisowned(index);
+    this.host.forgetRank(index);
+  }
+
+  private disown(requestId: string, rank: number): void {
+    if (this.disowned.size >= MAX_DISOWNED_IDS) this.disowned.delete(this.disowned.keys().next().value!);
+    this.disowned.set(requestId, rank);
+  }
+}

@@ -1,0 +1,106 @@
+/**
+ * What the engine client reports about its group to /health, /ready, /metrics and the dashboard (gateway.md 4.2,
+ * 15.3; issue #8 part 7; agreed interface C): one `RankState` per rank slot, the group's `GroupStatus`, and the
+ * client-wide `ClientStats`. Plain shapes, plus the pure function that builds a `RankState`.
+ */
+import type { EngineLoad } from '../protocols/types.js';
+import type { RankStateName } from './rank-liveness.js';
+import type { RankSlot } from './rank-table.js';
+import type { SoleClientGuard } from './routing-state.js';
+
+/**
+ * One rank slot's state for /metrics, /health and the dashboard (gateway.md section 15.3; interface C):
+ * - `state`: liveness (`joining` | `ready` | `stalled` | `dead`); `cause`: why it is dead (rank-liveness.ts
+ *   `DeathCause`) or `stall`, else null.
+ * - `inFlight`: size of the in-flight set (requests routed there and not yet retired); 0 when idle.
+ * - `load`: the stored load (a copy; raw last report, except that the release clamp may have zeroed the queue
+ *   counts), or null before the first report of the current process.
+ * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank, pinned / scored.
+ * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
+ * - `abortsSent`: request ABORTs accepted for this rank; `rejoins`: handshakes after the first; `stalls`: stall
+ *   events; `deaths`: deaths by cause.
+ * - `loadAgeMs`: ms since `load` was stored (section 14.1), null before the first report.
+ * - `soleClientGuard`: true while the rank's reports show another client's work, so the release clamp is
+ *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
+ * The last four are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
+ */
+export interface RankState {
+  engineIndex: number;
+  state: RankStateName;
+  cause: string | null;
+  inFlight: number;
+  load: EngineLoad | null;
+  dispatchedPinned: number;
+  dispatchedUnpinned: number;
+  clampEvents: number;
+  abortsSent: number;
+  rejoins: number;
+  stalls: number;
+  deaths: Record<string, number>;
+  loadAgeMs?: number | null;
+  soleClientGuard?: boolean;
+  guardEngagements?: number;
+  guardDisengagements?: number;
+}
+
+/**
+ * A group's serving status (/health, /ready): `starting` (it has never been able to serve: a dense group before its
+ * first rank joined, a lockstep group before all did), `ok` (serving, every rank ready), `degraded` (serving, some
+ * rank not ready), `unavailable` (it served before and cannot now, or the client is closed).
+ */
+export type GroupStatus = 'starting' | 'ok' | 'degraded' | 'unavailable';
+
+/**
+ * Client-wide counters (gateway.md section 15.3, "wire health"). A live object: read it, never write it.
+ * - `decodeErrors`: undecodable output messages.
+ * - `abortsSent`: request ABORT messages the link accepted (probes not counted).
+ * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank (14.6).
+ * - `failures`: group-scope failures by cause: `engine-core-dead` (a sentinel no rank could be tied to),
+ *   `decode-errors`, `watchdog` (group silence), `output-closed`, `output-error`, `output-ended`, and for a lockstep
+ *   group the cause of the rank death or stall that failed it.
+ * - `rankDeaths`: rank deaths by cause (rank-liveness.ts `DeathCause`).
+ * - `orphanOutputs`: output rows for requests their rank no longer owns (failed by a death, stall or group failure
+ *   while the rank kept working); each such id is ABORTed once.
+ * - `handshakeRejected`: refused handshake messages by reason (from the link).
+ */
+export interface ClientStats {
+  decodeErrors: number;
+  abortsSent: number;
+  rankMismatches: number;
+  failures: Record<string, number>;
+  rankDeaths: Record<string, number>;
+  orphanOutputs: number;
+  readonly handshakeRejected: Readonly<Record<string, number>>;
+}
+
+/** What the routing state knows about a rank (routing-state.ts), as `rankStateOf` reports it. */
+export interface RankRouting {
+  inFlight: number;
+  /** A copy of the stored load, null before a report. */
+  load: EngineLoad | null;
+  loadAgeMs: number | null;
+  guard: SoleClientGuard;
+}
+
+/** The `RankState` of `slot`, given what the routing state knows about it. Pure. */
+export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
+  const c = slot.counters;
+  return {
+    engineIndex: slot.index,
+    state: slot.liveness.state,
+    cause: slot.liveness.cause,
+    inFlight: r.inFlight,
+    load: r.load,
+    dispatchedPinned: c.pinned,
+    dispatchedUnpinned: c.unpinned,
+    clampEvents: c.clamps,
+    abortsSent: c.abortsSent,
+    rejoins: c.rejoins,
+    stalls: c.stalls,
+    deaths: { ...c.deaths },
+    loadAgeMs: r.loadAgeMs,
+    soleClientGuard: r.guard.engaged,
+    guardEngagements: r.guard.engagements,
+    guardDisengagements: r.guard.disengagements,
+  };
+}
