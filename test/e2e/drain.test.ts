@@ -21,13 +21,19 @@ import { waitUntil } from './spread-helpers.js';
 const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 const MODEL = 'sim';
 
-/** `model-gateway serve --sim 2` on a free port with `extra` flags; resolves once /ready is 200. */
-async function startCli(extra: string[]): Promise<{ gw: ChildProcess; url: string; exited: Promise<unknown[]>; socketFiles: string[]; ranks: number[]; cleanup(): void }> {
+/**
+ * `model-gateway serve --sim 2` (or `groupArgs`) on a free port with `extra` flags; resolves once `/ready` answers
+ * `readyStatus` (200: a group serves; 503: listening, ranks still joining).
+ */
+async function startCli(
+  extra: string[],
+  groupArgs = ['--sim', '2', '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent'],
+  readyStatus = 200,
+): Promise<{ gw: ChildProcess; url: string; exited: Promise<unknown[]>; socketFiles: string[]; ranks: number[]; cleanup(): void }> {
   const port = await freePort();
   const gw = spawn(
     process.execPath,
-    ['--import', 'tsx', cliPath, 'serve', '--port', String(port), '--model', MODEL, '--sim', '2', '--log-level', 'info',
-      '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', ...extra],
+    ['--import', 'tsx', cliPath, 'serve', '--port', String(port), '--model', MODEL, '--log-level', 'info', ...groupArgs, ...extra],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const exited = once(gw, 'exit');
@@ -49,7 +55,7 @@ async function startCli(extra: string[]): Promise<{ gw: ChildProcess; url: strin
     (async () => {
       for (;;) {
         if (gw.exitCode !== null) throw new Error(`gateway exited: ${stderr}`);
-        const ok = await fetch(`${url}/ready`).then((r) => r.status === 200, () => false);
+        const ok = await fetch(`${url}/ready`).then((r) => r.status === readyStatus, () => false);
         if (ok) return;
         await new Promise((r) => setTimeout(r, 50));
       }
@@ -96,5 +102,24 @@ test('SIGTERM with streams live: /ready 503 draining, new requests 503 + Retry-A
     t.diagnostic(`drain: streams finished ${Math.max(...outcomes.map((o) => o.endedAt)) - signalledAt | 0} ms after SIGTERM; the gateway exited 0`);
   } finally {
     g.cleanup();
+  }
+});
+
+test('Ctrl-C while ranks are still joining: the gateway exits 0 and leaves no socket file behind', { timeout: 60_000 }, async () => {
+  const { freshDir } = await import('../helpers/async.js');
+  const d = await freshDir('mgw-drain-');
+  const g = await startCli([], ['--engine-url', `ipc://${d.dir}/engine`, '--dp-size', '2', '--handshake', `tcp://127.0.0.1:${await freePort()}`], 503);
+  try {
+    const ready = await fetch(`${g.url}/ready`);
+    assert.equal(((await ready.json()) as { status: string }).status, 'starting');
+    await waitUntil(() => g.socketFiles.length === 2, 'sockets bound (HTTP listens first)');
+    assert.ok(g.socketFiles.every((f) => existsSync(f)), 'bound while waiting for ranks');
+    g.gw.kill('SIGINT');
+    const [code] = await hangGuard(g.exited, 30_000, 'gateway exit');
+    assert.equal(code, 0);
+    assert.deepEqual(g.socketFiles.filter((f) => existsSync(f)), [], 'no socket file left behind');
+  } finally {
+    g.cleanup();
+    await d.cleanup();
   }
 });

@@ -144,3 +144,13 @@ test('output-parsing flags: --tool-call-parser, --enable-auto-tool-choice, --rea
   assert.throws(() => parseServeArgs(['--reasoning-parser', 'o1']), /--reasoning-parser must be one of qwen3, deepseek_r1/);
   assert.throws(() => parseServeArgs(['--responses-store', '-1']), /--responses-store/);
 });
+
+test('parseServeArgs: rank lifecycle flags (issue #8)', () => {
+  assert.deepEqual(
+    parseServeArgs(['--rank-stall-timeout-ms', '2000', '--handshake-timeout-ms', '120000', '--shutdown-grace-ms', '0', '--max-output-message-bytes', '1048576']),
+    { rankStallTimeoutMs: 2000, handshakeTimeoutMs: 120000, shutdownGraceMs: 0, maxMessageBytes: { output: 1048576 } },
+  );
+  assert.throws(() => parseServeArgs(['--rank-stall-timeout-ms', '0']), (e: unknown) => e instanceof UsageError && /--rank-stall-timeout-ms must be an integer ≥ 1/.test(e.message));
+  assert.throws(() => parseServeArgs(['--shutdown-grace-ms', '-5']), UsageError);
+  assert.throws(() => parseServeArgs(['--max-output-message-bytes', 'lots']), UsageError);
+});
