@@ -68,7 +68,11 @@ export class GatewayProcess {
     child.once('exit', () => (this.exited = true));
   }
 
-  /** Starts the gateway and resolves once `/health` answers 200. Throws with the process's last output otherwise. */
+  /**
+   * Starts the gateway and resolves once `/health` answers 200 with status `ok` (every rank joined: the gateway serves
+   * as soon as one rank has, so 200 alone would start the load on part of the ranks). Throws with the process's last
+   * output otherwise.
+   */
   static async start(opts: GatewayProcessOptions): Promise<GatewayProcess> {
     const port = await freePort();
     const pace =
@@ -97,7 +101,8 @@ export class GatewayProcess {
       }
       try {
         const res = await fetch(`${gateway.url}/health`);
-        if (res.status === 200) break;
+        const body = (await res.json()) as { status?: string };
+        if (res.status === 200 && body.status === 'ok') break;
       } catch {
         // not listening yet
       }
