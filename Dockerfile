@@ -26,7 +26,8 @@ COPY bin ./bin
 COPY dashboard ./dashboard
 USER node
 EXPOSE 30000
-# Ready = every engine group has joined and the gateway serves (GET /ready); set the port with MODEL_GATEWAY_PORT.
+# Ready = an engine group can serve and the gateway is not draining (GET /ready, see "Kubernetes probes" in the README);
+# set the port with MODEL_GATEWAY_PORT.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.MODEL_GATEWAY_PORT || 30000) + '/ready').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]
 ENTRYPOINT ["node", "dist/cli.js"]
