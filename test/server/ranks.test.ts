@@ -75,7 +75,7 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
       // Rates depend on which wall-clock second the requests fell in: checked by the RankStatsBook test instead.
       { ...r0, ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined, dispatch_rate: undefined },
       {
-        dp_rank: 0, state: null, in_flight: 2, num_running_reqs: 3, num_waiting_reqs: 1, kv_cache_usage: 0.25,
+        dp_rank: 0, state: 'ready', in_flight: 2, num_running_reqs: 3, num_waiting_reqs: 1, kv_cache_usage: 0.25,
         dispatched_pinned: 1, dispatched_unpinned: 7, clamp_events: 2, dispatch_rate: undefined,
         ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined,
       },
