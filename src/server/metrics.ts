@@ -95,14 +95,13 @@ export class GatewayMetrics {
     const ranks = (): Array<{ worker: string; rank: BackendRankState }> =>
       groups().flatMap((g) => g.backend.rankStates().map((rank) => ({ worker: g.worker, rank })));
 
-    // A per-rank gauge (labels model, worker, dp_rank), reset and refilled at every scrape with `pick(rank)`; a rank
-    // whose pick is null (no stored load yet) gets no sample.
+    // The name, help, labels (model, worker, dp_rank) and registries of a per-rank series.
+    const perRank = (name: string, help: string) => ({ name, help, labelNames: ['model', 'worker', 'dp_rank'], registers });
+    // A per-rank gauge, reset and refilled at every scrape with `pick(rank)`; a rank whose pick is null (no stored load
+    // yet) gets no sample.
     const rankGauge = (name: string, help: string, pick: (r: BackendRankState) => number | null) =>
       new Gauge({
-        name,
-        help,
-        labelNames: ['model', 'worker', 'dp_rank'],
-        registers,
+        ...perRank(name, help),
         collect() {
           this.reset();
           for (const { worker, rank } of ranks()) {
@@ -111,13 +110,10 @@ export class GatewayMetrics {
           }
         },
       });
-    // A per-rank counter (labels model, worker, dp_rank) mirroring a cumulative count of each rank at every scrape.
+    // A per-rank counter mirroring a cumulative count of each rank at every scrape.
     const rankCounter = (name: string, help: string, pick: (r: BackendRankState) => number) =>
       new Counter({
-        name,
-        help,
-        labelNames: ['model', 'worker', 'dp_rank'],
-        registers,
+        ...perRank(name, help),
         collect() {
           this.reset();
           for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));

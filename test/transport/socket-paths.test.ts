@@ -24,6 +24,16 @@ async function leaveStaleSocket(path: string): Promise<void> {
   await new Promise<void>((resolve) => server.close(() => resolve()));
 }
 
+/** The worker `ipc://DIR/w` with stale sockets (nobody listening) left at both of its derived paths. */
+async function workerWithStaleSockets(dir: string): Promise<{ ep: ReturnType<typeof deriveEndpoints>; inPath: string; outPath: string }> {
+  const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
+  const inPath = join(dir, 'w-in.sock');
+  const outPath = join(dir, 'w-out.sock');
+  await leaveStaleSocket(inPath);
+  await leaveStaleSocket(outPath);
+  return { ep, inPath, outPath };
+}
+
 test('a missing socket directory is created recursively with mode 0700', async () => {
   const { dir, cleanup } = await freshDir();
   try {
@@ -58,11 +68,7 @@ test('an existing owned 0755 directory is accepted and its permissions are left 
 test('stale Unix sockets at the input and output paths are unlinked and logged', async () => {
   const { dir, cleanup } = await freshDir();
   try {
-    const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
-    const inPath = join(dir, 'w-in.sock');
-    const outPath = join(dir, 'w-out.sock');
-    await leaveStaleSocket(inPath);
-    await leaveStaleSocket(outPath);
+    const { ep, inPath, outPath } = await workerWithStaleSockets(dir);
     assert.ok((await lstat(inPath)).isSocket());
     const log = recordingLogger();
     await prepareSocketPaths(ep, log);
@@ -205,11 +211,7 @@ test('a socket directory writable by group or others is refused with the fix (ch
 test('removeOwnSocketFiles removes the bound files, but not one replaced since (another inode)', async () => {
   const { dir, cleanup } = await freshDir();
   try {
-    const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
-    const inPath = join(dir, 'w-in.sock');
-    const outPath = join(dir, 'w-out.sock');
-    await leaveStaleSocket(inPath);
-    await leaveStaleSocket(outPath);
+    const { ep, inPath, outPath } = await workerWithStaleSockets(dir);
     const files = recordSocketFiles(ep);
     assert.deepEqual(files.map((f) => f.path), [inPath, outPath]);
     await rename(outPath, join(dir, 'moved'));
