@@ -35,8 +35,8 @@ import { RankSender } from './rank-sender.js';
 import { RankTable, type RankSlot } from './rank-table.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
-import { rankStateOf, type ClientStats, type GroupStatus, type RankState } from './reports.js';
-import { RoutingState, type StoreLoadResult } from './routing-state.js';
+import { logGuardTransition, newClientStats, rankStateOf, type ClientStats, type GroupStatus, type RankState } from './reports.js';
+import { RoutingState } from './routing-state.js';
 import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
 import { WaveClock, type GroupKind, type KindSource, type LockstepSetting } from './waves.js';
 
@@ -161,15 +161,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.releaseClamp = this.policy.releaseClamp ?? true;
     this.now = opts.now ?? (() => performance.now());
     this.logger = opts.logger ?? pino({ level: 'silent' });
-    this.stats = {
-      decodeErrors: 0,
-      abortsSent: 0,
-      rankMismatches: 0,
-      failures: {},
-      rankDeaths: {},
-      orphanOutputs: 0,
-      handshakeRejected: opts.link.handshakeRejected,
-    };
+    this.stats = newClientStats(opts.link.handshakeRejected);
     this.ranks = new RankTable(opts.link.dpSize);
     this.waves = new WaveClock([], opts.lockstep ?? 'auto');
     this.watchdog = new SilenceWatchdog(this.silenceTimeoutMs, () => this.onGroupSilence());
@@ -201,13 +193,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         this.syncRankWatchdogs(rank, false);
         this.touchWatchdog(false);
       },
-      groupFailed: (error) => {
-        try {
-          this.emit('failed', error);
-        } catch (err) {
-          this.logger.error({ err }, "a 'failed' listener threw");
-        }
-      },
+      groupFailed: (error) => this.notify('failed', error),
     });
     const listener: LinkListener = {
       admitHello: (index) => this.admitHello(index),
@@ -497,11 +483,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.serving = this.canServe();
     if (this.serving) this.everServed = true;
     if (this.serving && !wasServing) this.scope.rebuildWaves();
-    try {
-      this.emit('rank', index, l.state, l.cause);
-    } catch (err) {
-      this.logger.error({ err }, "a 'rank' listener threw");
-    }
+    this.notify('rank', index, l.state, l.cause);
     return true;
   }
 
@@ -554,11 +536,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype },
       rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
     );
-    try {
-      this.emit('joined', engine, rejoin);
-    } catch (err) {
-      this.logger.error({ err }, "a 'joined' listener threw");
-    }
+    this.notify('joined', engine, rejoin);
     this.transition(index, { kind: 'joined' });
     if (this.ranks.allJoinedOnce()) for (const w of this.joinWaiters.splice(0)) w.resolve();
   }
@@ -802,7 +780,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const rank = batch.engineIndex;
     const slot = this.ranks.slot(rank);
     const live = slot !== undefined && isConnected(slot.liveness.state);
-    if (live && batch.load) this.onStoredLoad(rank, this.routing.storeLoad(rank, batch.load, this.now()));
+    if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, this.now()));
     if (live && batch.wave) this.observeWave(rank, batch.wave);
 
     const plan = planBatch(batch, (id) => this.registry.get(id));
@@ -837,22 +815,13 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     }
   }
 
-  /**
-   * The sole-client guard changed for `rank` (dp-routing.md 14.3; routing-state.ts): one log line per transition
-   * (the counts are in `rankStates()` and /metrics).
-   */
-  private onStoredLoad(rank: number, r: StoreLoadResult): void {
-    if (r.transition === 'engaged') {
-      this.logger.warn(
-        { engineIndex: rank, ...r.evidence },
-        `DP rank ${rank} reports ${r.evidence.reported} requests but this gateway has ${r.evidence.own} in flight there: ` +
-          'another client is using the engine; zero-on-empty suspended for this rank, its stored load ages out instead (dp-routing.md 14.3)',
-      );
-    } else if (r.transition === 'disengaged') {
-      this.logger.info(
-        { engineIndex: rank, ...r.evidence },
-        `DP rank ${rank} reports agree with this gateway's in-flight count again; zero-on-empty resumed (dp-routing.md 14.3)`,
-      );
+  /** Emit `event` to its listeners; a listener that throws is logged, never breaks the client. */
+  private notify<E extends keyof EngineClientEvents>(event: E, ...args: EngineClientEvents[E]): void {
+    try {
+      // `as never`: TypeScript cannot relate a generic E's tuple to EventEmitter's conditional parameter type.
+      this.emit(event, ...(args as never));
+    } catch (err) {
+      this.logger.error({ err }, `a '${event}' listener threw`);
     }
   }
 

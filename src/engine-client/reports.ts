@@ -1,12 +1,14 @@
 /**
  * What the engine client reports about its group to /health, /ready, /metrics and the dashboard (gateway.md 4.2,
  * 15.3; issue #8 part 7; agreed interface C): one `RankState` per rank slot, the group's `GroupStatus`, and the
- * client-wide `ClientStats`. Plain shapes, plus the pure function that builds a `RankState`.
+ * client-wide `ClientStats`. Plain shapes, the functions that build a `RankState` and fresh `ClientStats`, and the
+ * log line of a sole-client guard transition.
  */
+import type { Logger } from 'pino';
 import type { EngineLoad } from '../protocols/types.js';
 import type { RankStateName } from './rank-liveness.js';
 import type { RankSlot } from './rank-table.js';
-import type { SoleClientGuard } from './routing-state.js';
+import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
 
 /**
  * One rank slot's state for /metrics, /health and the dashboard (gateway.md section 15.3; interface C):
@@ -103,4 +105,28 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
     guardEngagements: r.guard.engagements,
     guardDisengagements: r.guard.disengagements,
   };
+}
+
+/** Fresh client-wide counters over the link's live `handshakeRejected` record. */
+export function newClientStats(handshakeRejected: Readonly<Record<string, number>>): ClientStats {
+  return { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, handshakeRejected };
+}
+
+/**
+ * One log line when the sole-client guard of `rank` changed on a stored report (dp-routing.md 14.3; routing-state.ts);
+ * nothing otherwise (the counts are in `rankStates()` and /metrics).
+ */
+export function logGuardTransition(logger: Logger, rank: number, r: StoreLoadResult): void {
+  if (r.transition === 'engaged') {
+    logger.warn(
+      { engineIndex: rank, ...r.evidence },
+      `DP rank ${rank} reports ${r.evidence.reported} requests but this gateway has ${r.evidence.own} in flight there: ` +
+        'another client is using the engine; zero-on-empty suspended for this rank, its stored load ages out instead (dp-routing.md 14.3)',
+    );
+  } else if (r.transition === 'disengaged') {
+    logger.info(
+      { engineIndex: rank, ...r.evidence },
+      `DP rank ${rank} reports agree with this gateway's in-flight count again; zero-on-empty resumed (dp-routing.md 14.3)`,
+    );
+  }
 }

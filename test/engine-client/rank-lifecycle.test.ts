@@ -119,6 +119,24 @@ test('a new process joining with the index of a ready rank replaces it (cause re
   await client.close();
 });
 
+test("a rank rejoining as a fresh process drops the old process's sole-client guard evidence, keeping the counts", async () => {
+  let now = 0;
+  const { client, link } = setup(1, { now: () => now });
+  const mine = await client.submit(req('mine'));
+  await link.deliverBatch(batch(0, [row('mine')], load(25, 0, 0.6))); // another client's 24 requests beside ours
+  assert.equal(client.rankStates()[0]!.soleClientGuard, true);
+  now = 1000;
+  link.join(0); // a new process with the same index: the old one's reports say nothing about it
+  assert.equal(((await drain(mine)).error as EngineClientError).kind, 'engine-dead');
+  const st = client.rankStates()[0]!;
+  assert.deepEqual(
+    [st.soleClientGuard, st.guardEngagements, st.guardDisengagements, st.loadAgeMs, st.load],
+    [false, 1, 1, null, null],
+    'guard off (counted as a disengagement), no stored report, no age',
+  );
+  await client.close();
+});
+
 test('a rank that dies and then fails its new handshake is dead again (handshake-timeout)', async () => {
   const { client, link } = setup(1);
   const s = await client.submit(req('a'));
