@@ -8,12 +8,13 @@ import {
   DEFAULT_BALANCE_ABS_THRESHOLD, DEFAULT_BALANCE_REL_THRESHOLD, affinityScore, createCacheAwarePolicy, indexShapeFor,
   withinBalanceBound,
 } from '../../src/engine-client/cache-aware.js';
+import { PROBE_SCHEDULE_MS } from '../../src/engine-client/client.js';
 import { createDpPolicy } from '../../src/engine-client/policies.js';
 import { createLoadPolicy, type RankView } from '../../src/engine-client/policy.js';
 import { DEFAULT_INDEX_CAPACITY_BLOCKS, PrefixIndex } from '../../src/engine-client/prefix-index.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { prng } from '../helpers/prng.js';
-import { batch, inFlight, load, row, setup } from './fakes.js';
+import { batch, inFlight, load, row, setup, states, tick } from './fakes.js';
 
 const seq = (n: number, from: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
@@ -112,7 +113,8 @@ test('without any shared prefix cache_aware chooses exactly what load chooses (s
   }
 });
 
-test('through the client: pinned and unpinned dispatches feed the index; a dead group forgets every rank', async () => {
+test('through the client: pinned and unpinned dispatches feed the index; a dead group forgets every rank', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
   const policy = createCacheAwarePolicy();
   const { client, link } = setup(3, { policy });
   const doc = seq(2048, 1);
@@ -122,9 +124,14 @@ test('through the client: pinned and unpinned dispatches feed the index; a dead 
   assert.equal(next.engineIndex, 2, 'in flight 1 there, but 2048 cached tokens');
   assert.deepEqual(inFlight(client), [0, 0, 2]);
   await link.deliverBatch(batch(2, [row('pinned', 'stop'), row('q', 'stop')], load(2, 0, 0.5)));
+  // ENGINE_CORE_DEAD that no rank can be tied to by the last probe round (issue #8): group scope, every rank dead.
   await link.deliver({ kind: 'dead' });
-  assert.equal(client.isAlive(), false);
+  t.mock.timers.tick(PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!);
+  await tick();
+  await tick();
+  assert.deepEqual(states(client), ['dead', 'dead', 'dead']);
   assert.equal(policy.index.size(2), 0, 'the group died: its caches are gone');
+  await client.close();
 });
 
 test('forgetRank (a rank that died or rejoined): its affinity is gone, the other ranks keep theirs', () => {
