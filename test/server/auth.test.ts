@@ -1,6 +1,6 @@
 /**
  * API keys over real HTTP/1.1 sockets (src/server/auth.ts; issue #10 parts 1 and 8; coordination note G): with keys
- * set, `/v1/*`, `/tokenize`, `/detokenize` (and `/metrics` with `metricsRequireKey`, `/health?verbose=1`) need
+ * set, `/v1/*`, `/tokenize`, `/detokenize` (and `/metrics` with `metricsRequireKey`, `/health?verbose=1`, `/ready?verbose=1`) need
  * `Authorization: Bearer <key>`; 401 answers are OpenAI-style with `WWW-Authenticate: Bearer`; `/health` stays open
  * and shows no socket path.
  */
@@ -98,17 +98,19 @@ describe('API keys', () => {
     assert.ok(!res.body.includes('"object":"list"'), 'the model list is not served without a key');
   });
 
-  test('/health stays open and hides socket paths; ?verbose=1 needs the key and shows them', async () => {
-    const plain = await call(fx.port, '/health');
-    assert.equal(plain.status, 200);
-    const text = await plain.text();
-    assert.ok(!text.includes(WORKER) && !text.includes('/tmp/fake'), text);
-    assert.equal((JSON.parse(text) as { groups: Array<{ worker: string }> }).groups[0]!.worker, 'group-0');
-    await assert401(await call(fx.port, '/health?verbose=1'), '/health?verbose=1 without a key');
-    const verbose = await call(fx.port, '/health?verbose=1', { key: KEYS[0] });
-    assert.equal(verbose.status, 200);
-    assert.equal(((await verbose.json()) as { groups: Array<{ worker: string }> }).groups[0]!.worker, WORKER);
-    assert.equal((await call(fx.port, '/health?verbose=0')).status, 200, 'verbose=0 is the plain answer');
+  test('/health and /ready stay open and hide socket paths; ?verbose=1 needs the key and shows them', async () => {
+    for (const path of ['/health', '/ready']) {
+      const plain = await call(fx.port, path);
+      assert.equal(plain.status, 200, path);
+      const text = await plain.text();
+      assert.ok(!text.includes(WORKER) && !text.includes('/tmp/fake'), text);
+      assert.equal((JSON.parse(text) as { groups: Array<{ worker: string }> }).groups[0]!.worker, 'group-0');
+      await assert401(await call(fx.port, `${path}?verbose=1`), `${path}?verbose=1 without a key`);
+      const verbose = await call(fx.port, `${path}?verbose=1`, { key: KEYS[0] });
+      assert.equal(verbose.status, 200);
+      assert.equal(((await verbose.json()) as { groups: Array<{ worker: string }> }).groups[0]!.worker, WORKER);
+      assert.equal((await call(fx.port, `${path}?verbose=0`)).status, 200, 'verbose=0 is the plain answer');
+    }
   });
 
   test('/metrics is open by default and needs the key with metricsRequireKey', async () => {
