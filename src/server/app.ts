@@ -186,13 +186,20 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerUnknownFieldPolicy(app);
 
   deps.metrics.attach(router.groups);
+  const rankStats = new RankStatsBook();
+  for (const g of router.groups) {
+    // A rejoined rank is a fresh process: its old latency samples and rates describe another engine.
+    g.backend.on?.('joined', (engine, rejoin) => {
+      if (rejoin && engine.engineIndex !== null) rankStats.forgetRank(g.worker, engine.engineIndex);
+    });
+  }
   const ctx: RouteContext = {
     router,
     tokenizer: deps.tokenizer,
     modelId: deps.modelId,
     servedModelNames: deps.servedModelNames !== undefined && deps.servedModelNames.length > 0 ? [...deps.servedModelNames] : [deps.modelId],
     metrics: deps.metrics,
-    rankStats: new RankStatsBook(),
+    rankStats,
     now: deps.now ?? (() => performance.now()),
     systemFingerprint: deps.systemFingerprint ?? `model-gateway-${packageVersion()}`,
     counted: new WeakSet(),

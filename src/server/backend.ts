@@ -6,6 +6,7 @@
  * groups with the same function the client scores ranks with).
  */
 import type { ClientStats, GroupStatus, RankState, SubmitOptions } from '../engine-client/client.js';
+import type { ConnectedEngine } from '../engine-client/link.js';
 import type { RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest } from '../protocols/types.js';
 
@@ -55,6 +56,11 @@ export interface GenerationBackend {
   submit(request: GenerateRequest, options?: SubmitOptions): Promise<BackendStream>;
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
+  /**
+   * Optional: subscribe to a rank joining (`rejoin` true when the slot held an earlier process of that rank; the
+   * engine client's `joined` event). The app uses it to drop a rejoined rank's per-rank latency samples.
+   */
+  on?(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): unknown;
 }
 
 /** The engine family a group speaks, pinned on the command line (gateway.md 2.2 "Runtime"). */

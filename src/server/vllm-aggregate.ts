@@ -18,7 +18,8 @@
  *   the server's KV capacity in use when ranks are equally sized (ZMQ reports carry ratios, not page counts of every
  *   engine family); 0 before any report.
  * The stored loads are the release-clamped ones (dp-routing.md 10), so an idle server reads 0 running / 0 waiting.
- * Ranks of a dead group, and ranks whose lifecycle state (when the engine client reports one) is `dead`, are left out.
+ * Ranks of a dead group, and ranks whose lifecycle state (when the engine client reports one) is `dead` or `joining`
+ * (not serving yet), are left out.
  */
 import type { BackendRankState } from './backend.js';
 
@@ -65,7 +66,8 @@ export function vllmAggregate(groups: readonly AggregateGroup[]): ServerLoad {
   for (const g of groups) {
     if (!g.backend.isAlive()) continue;
     for (const rank of g.backend.rankStates()) {
-      if (rankLifecycle(rank) === 'dead') continue;
+      const lifecycle = rankLifecycle(rank);
+      if (lifecycle === 'dead' || lifecycle === 'joining') continue;
       out.ranks++;
       out.inFlight += rank.inFlight;
       out.running += vllmRunning(g.engine, rank);

@@ -180,6 +180,7 @@ export class FakeBackend implements GenerationBackend {
   submitGate: Promise<void> | null = null;
   rankStatesValue: BackendRankState[];
   readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, handshakeRejected: {} };
+  private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
   private submittedWaiters: Array<(s: Submission) => void> = [];
   private callWaiters: Array<(c: { request: GenerateRequest; signal: AbortSignal | undefined }) => void> = [];
 
@@ -216,6 +217,19 @@ export class FakeBackend implements GenerationBackend {
 
   rankStates(): BackendRankState[] {
     return this.rankStatesValue;
+  }
+
+  /** The engine client's `joined` event (only that one): `emitJoined` drives it. */
+  on(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): this {
+    if (event === 'joined') this.joinedListeners.push(listener);
+    return this;
+  }
+
+  /** Tell the `joined` listeners that the rank at `engineIndex` (re)joined. */
+  emitJoined(engineIndex: number, rejoin: boolean): void {
+    const engine = this.engines.find((e) => e.engineIndex === engineIndex);
+    if (engine === undefined) throw new RangeError(`the fake has no rank ${engineIndex}`);
+    for (const l of this.joinedListeners) l(engine, rejoin);
   }
 
   /** Resolves with the next submission (or the latest one if it already happened and nobody took it). */

@@ -95,6 +95,28 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
   }
 });
 
+test('a rank that rejoins as a fresh process starts with no latency samples; a first join keeps them', async () => {
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.onSubmit = (s) => {
+    s.stream.push([9707]);
+    setTimeout(() => s.stream.push([11], 'length'), 2);
+  };
+  const { app } = await makeApp({ backend });
+  const samples = async () => (await app.inject({ method: 'GET', url: '/v1/gateway/ranks' })).json().groups[0].ranks[0].ttft_ms.samples;
+  try {
+    for (let i = 0; i < 2; i++) {
+      assert.equal((await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 2 } })).statusCode, 200);
+    }
+    assert.equal(await samples(), 2);
+    backend.emitJoined(0, false);
+    assert.equal(await samples(), 2, 'a first join is not a new process of a known rank');
+    backend.emitJoined(0, true);
+    assert.equal(await samples(), 0, 'the rejoined process starts afresh');
+  } finally {
+    await app.close();
+  }
+});
+
 test('ranksView reports a dead group with its ranks, and leaves it out of the server totals', () => {
   const live = new FakeBackend({ ranks: [0] });
   live.rankStatesValue = [rankState(0, { inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 })];

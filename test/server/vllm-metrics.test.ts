@@ -140,8 +140,8 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
   }
 });
 
-test('vllmAggregate: an idle gateway and one without reports read 0; a rank in state dead is left out', () => {
-  const rank = (engineIndex: number, load: { numRunning: number; numWaiting: number; kvCacheUsage: number } | null, state?: 'dead') =>
+test('vllmAggregate: an idle gateway and one without reports read 0; a rank in state dead or joining is left out', () => {
+  const rank = (engineIndex: number, load: { numRunning: number; numWaiting: number; kvCacheUsage: number } | null, state?: 'dead' | 'joining') =>
     rankState(engineIndex, { load, ...(state ? { state } : {}) });
   const group = (engine: string, ranks: ReturnType<typeof rank>[], alive = true) => ({
     engine,
@@ -152,7 +152,7 @@ test('vllmAggregate: an idle gateway and one without reports read 0; a rank in s
   });
   const agg = vllmAggregate([
     group('vllm', [rank(0, { numRunning: 2, numWaiting: 1, kvCacheUsage: 0.2 }), rank(1, { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 }, 'dead')]),
-    group('tokenspeed', [rank(0, { numRunning: 1, numWaiting: 4, kvCacheUsage: 0.4 })]),
+    group('tokenspeed', [rank(0, { numRunning: 1, numWaiting: 4, kvCacheUsage: 0.4 }), rank(1, null, 'joining')]),
   ]);
   // TokenSpeed: running never goes below 0 when its report counts more waiting than running (a stale tail).
   assert.deepEqual(agg, { running: 2, waiting: 5, kvCacheUsage: 0.30000000000000004, ranks: 2, inFlight: 0 });
