@@ -97,8 +97,9 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
         null,
         { timeout: 30_000 },
       );
-      const first = await rows(page);
+      // The render count is read before the rows, so a render between the two cannot make the check below vacuous-false.
       const updatesBefore = Number(await page.evaluate(() => document.body.dataset.updates));
+      const first = await rows(page);
       // The page keeps polling and the numbers change between two of its renders.
       await page.waitForFunction(
         (before) => {
