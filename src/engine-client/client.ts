@@ -709,11 +709,18 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
             this.handleFrames(msg.frames);
             this.touchWatchdog(true); // re-armed on every batch or decode error (section 8)
             break;
-          case 'dead':
-            // Names no rank (engine-wire.md 1.7): the probe rounds find the one whose identity vanished.
-            this.logger.warn({ pendingSentinels: this.scope.noteSentinel() }, 'ENGINE_CORE_DEAD received; probing every rank to find the dying one');
+          case 'dead': {
+            // Names no rank (engine-wire.md 1.7): the probe rounds find the one whose identity vanished, unless a
+            // rank was just found gone (its clean exit seen before its sentinel was read: failure-scope.ts).
+            const sentinel = this.scope.noteSentinel();
+            if ('tiedTo' in sentinel) {
+              this.logger.warn({ engineIndex: sentinel.tiedTo }, `ENGINE_CORE_DEAD received from DP rank ${sentinel.tiedTo}, already found gone`);
+              break;
+            }
+            this.logger.warn({ pendingSentinels: sentinel.pending }, 'ENGINE_CORE_DEAD received; probing every rank to find the dying one');
             this.probes.start();
             break;
+          }
           case 'closed':
             this.outputFailed(new EngineClientError('transport', `engine output socket failed: ${describeError(msg.error)}`, { cause: msg.error }), 'output-closed');
             return;

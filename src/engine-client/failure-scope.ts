@@ -16,10 +16,13 @@
  *   later row for one is dropped, counted and ABORTed once (`orphanRow`).
  * - ENGINE_CORE_DEAD names no rank (engine-wire.md 1.7): `noteSentinel` counts it, the next rank found unreachable
  *   is blamed for it (`sendFailed`), and `settleSentinels` falls back to group scope after the last probe round.
+ *   A rank that exits cleanly pushes the sentinel before it closes its sockets, but the gateway may see its identity
+ *   vanish first (the sentinel comes on the shared output socket, read behind other batches): a sentinel read within
+ *   the probe window after such a death is tied to that rank (`noteSentinel`) instead of failing the whole group.
  */
 import type { Logger } from 'pino';
 import { EngineClientError, describeError } from './errors.js';
-import { classifySendError } from './probes.js';
+import { PROBE_SCHEDULE_MS, classifySendError, unrefTimer } from './probes.js';
 import { isConnected, type DeathCause, type LivenessEvent } from './rank-liveness.js';
 import type { RankSender } from './rank-sender.js';
 import type { RankSlot, RankTable } from './rank-table.js';
@@ -56,6 +59,8 @@ export interface FailureHost {
 export class FailureScope {
   /** ENGINE_CORE_DEAD frames not yet tied to a rank. */
   private pendingSentinels = 0;
+  /** Ranks whose identity vanished in the last probe window with no sentinel tied to them (oldest first). */
+  private readonly recentExits: number[] = [];
   /** Request id → the rank that held it when the gateway ended it. */
   private readonly disowned = new Map<string, number>();
   /** Slot epochs when a lockstep group last failed (null: serving normally since). */
@@ -76,6 +81,7 @@ export class FailureScope {
     slot.counters.deaths[cause] = (slot.counters.deaths[cause] ?? 0) + 1;
     stats.rankDeaths[cause] = (stats.rankDeaths[cause] ?? 0) + 1;
     logger.error({ engineIndex: index, cause, err: error }, `DP rank ${index} is dead (${cause})`);
+    if (cause === 'peer-unreachable' || cause === 'replaced') this.noteExit(index);
     if (this.host.waves.lockstep) {
       this.noteLockstepFailure();
       this.host.transition(index, { kind: 'death', cause });
@@ -199,9 +205,24 @@ export class FailureScope {
     for (const [id, r] of this.disowned) if (r === rank) this.disowned.delete(id);
   }
 
-  /** An ENGINE_CORE_DEAD frame arrived: the next rank found unreachable is its sender. Returns how many are pending. */
-  noteSentinel(): number {
-    return ++this.pendingSentinels;
+  /**
+   * An ENGINE_CORE_DEAD frame arrived. A rank whose identity vanished within the last probe window (3 s) and that no
+   * sentinel was tied to yet is its sender: returns `{tiedTo}` (nothing more to do). Otherwise the next rank found
+   * unreachable is its sender: returns how many are pending (the caller starts the probe rounds).
+   */
+  noteSentinel(): { tiedTo: number } | { pending: number } {
+    const tiedTo = this.recentExits.shift();
+    if (tiedTo !== undefined) return { tiedTo };
+    return { pending: ++this.pendingSentinels };
+  }
+
+  /** `index` was found gone with no sentinel tied to it: one arriving within the probe window is its. */
+  private noteExit(index: number): void {
+    this.recentExits.push(index);
+    unrefTimer(() => {
+      const at = this.recentExits.indexOf(index);
+      if (at >= 0) this.recentExits.splice(at, 1);
+    }, PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!);
   }
 
   /**

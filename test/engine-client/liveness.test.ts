@@ -165,6 +165,37 @@ test('ENGINE_CORE_DEAD that no rank can be tied to by the last probe round: grou
   await client.close();
 });
 
+test('ENGINE_CORE_DEAD read after its rank was already found gone (a clean exit seen first) is tied to that rank: no group failure', async (t) => {
+  // A rank that exits cleanly pushes ENGINE_CORE_DEAD on the output socket and then closes its sockets; the gateway
+  // may notice the vanished identity (a disconnect hint and a probe, or an ADD refused) before it reads the sentinel.
+  // Seen with SIGTERMed simulated ranks under load: 3 s later the whole group failed and its healthy ranks were
+  // marked dead for good (they are alive, so they never dial in again).
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { client, link } = setup(2);
+  const failed: EngineClientError[] = [];
+  client.on('failed', (err) => failed.push(err));
+  const a = await client.submit(req('a'), { dpRank: 0 });
+  const b = await client.submit(req('b'), { dpRank: 1 });
+  link.sendHook = (f) => {
+    if (f.engineIndex === 0) throw unreachable(0);
+  };
+  await link.deliver(DISCONNECT);
+  t.mock.timers.tick(20);
+  await tick();
+  assert.equal(((await drain(a)).error as EngineClientError).kind, 'engine-dead');
+  assert.deepEqual(states(client), ['dead', 'ready']);
+  await link.deliver({ kind: 'dead' }); // the sentinel the exiting rank pushed, read late
+  t.mock.timers.tick(10_000);
+  await tick();
+  await tick();
+  assert.deepEqual(client.stats.failures, {}, 'no group-scope failure');
+  assert.equal(failed.length, 0);
+  assert.deepEqual(states(client), ['dead', 'ready'], 'the healthy rank stays in rotation');
+  await link.deliverBatch(batch(1, [row('b', 'stop')]));
+  assert.equal((await drain(b)).error, undefined, "the healthy rank's request finishes normally");
+  await client.close();
+});
+
 test('an unpinned ADD refused with EHOSTUNREACH marks the rank dead and goes to another ready rank', async () => {
   const { client, link } = setup(2);
   link.sendHook = (f) => {
