@@ -114,6 +114,22 @@ describe('hermes', () => {
     });
   });
 
+  test('text after the JSON object inside the tags: a call drops it, a non-call keeps it as content; every split agrees', () => {
+    // The object's own text decides (as for a committed header); nothing the model wrote is lost from a non-call.
+    check(hermes, 'A <tool_call>{"name" "f"} oops {"x": 1}</tool_call> B', {
+      content: 'A <tool_call>{"name" "f"} oops {"x": 1}</tool_call> B',
+      calls: [],
+    });
+    check(hermes, '<tool_call>{"arguments": {"a": 1}, "name": "f"}}</tool_call>', {
+      content: '',
+      calls: [{ name: 'f', arguments: '{"a":1}' }],
+    });
+    check(hermes, '<tool_call>{"name": "f", "arguments": {"a": 1}}}</tool_call>', {
+      content: '',
+      calls: [{ name: 'f', arguments: '{"a": 1}' }],
+    });
+  });
+
   test('another key order is parsed whole at the end', () => {
     check(hermes, '<tool_call>\n{"arguments": {"q": "x"}, "name": "search"}\n</tool_call>', {
       content: '',
@@ -179,6 +195,13 @@ describe('llama3_json', () => {
       content: 'and then words',
       calls: [{ name: 'a', arguments: '{}' }],
     });
+  });
+});
+
+describe('llama3_json: text right after a non-call object', () => {
+  test('comes back once, in any split (a delta holding the closing brace and more text)', () => {
+    check(llama, '{"answer": 42}. Hope this helps!', { content: '{"answer": 42}. Hope this helps!', calls: [] });
+    check(llama, '{"answer": 42}.\n', { content: '{"answer": 42}.\n', calls: [] });
   });
 });
 

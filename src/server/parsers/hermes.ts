@@ -8,7 +8,9 @@
  * - Whitespace directly around a call is dropped (the template separates calls with newlines); every other character
  *   of the text is kept, so a message without calls comes back exactly as it was.
  * - A `<tool_call>` body that is not a call (not JSON, or no string `name`) stays content, markup included, as vLLM's
- *   non-streaming parser leaves it; a committed call (see json-call.ts) keeps its arguments as written.
+ *   non-streaming parser leaves it; a committed call (see json-call.ts) keeps its arguments as written. Whether the
+ *   body is a call is decided on its JSON object alone: text after the object's closing brace, before `</tool_call>`,
+ *   is dropped from a call and kept in a non-call's content, so every split of the text gives the same message.
  * - An unclosed `<tool_call>` at the end of the message (a `length` finish) is finalized like a closed one.
  */
 import { JsonCallObject } from './json-call.js';
@@ -24,6 +26,8 @@ const blank = (s: string): boolean => s.trim() === '';
 export class HermesToolParser implements ToolCallParser {
   private pending = '';
   private call: JsonCallObject | null = null;
+  /** Text after the current call's JSON object, before `</tool_call>` (dropped for a call, content otherwise). */
+  private afterObject = '';
   private calls = 0;
   /** Whitespace held back in content: emitted when more content follows, dropped next to a call. */
   private space = '';
@@ -50,16 +54,17 @@ export class HermesToolParser implements ToolCallParser {
         this.space = '';
         this.pending = this.pending.slice(at + OPEN.length);
         this.call = new JsonCallObject(() => this.calls++, this.newId);
+        this.afterObject = '';
         continue;
       }
       const at = this.pending.indexOf(CLOSE);
       if (at < 0) {
         const keep = partialTagSuffix(this.pending, CLOSE);
-        events.push(...this.call.push(this.pending.slice(0, this.pending.length - keep)).events);
+        this.feedCall(this.pending.slice(0, this.pending.length - keep), events);
         this.pending = this.pending.slice(this.pending.length - keep);
         return events;
       }
-      events.push(...this.call.push(this.pending.slice(0, at)).events);
+      this.feedCall(this.pending.slice(0, at), events);
       this.pending = this.pending.slice(at + CLOSE.length);
       this.endCall(true, events);
     }
@@ -68,7 +73,7 @@ export class HermesToolParser implements ToolCallParser {
   finish(): ToolParseEvent[] {
     const events: ToolParseEvent[] = [];
     if (this.call !== null) {
-      events.push(...this.call.push(this.pending).events);
+      this.feedCall(this.pending, events);
       this.pending = '';
       this.endCall(false, events);
     } else {
@@ -80,12 +85,21 @@ export class HermesToolParser implements ToolCallParser {
     return events;
   }
 
+  /** Feed the current call's body text; text after its JSON object is kept apart (`afterObject`). */
+  private feedCall(text: string, events: ToolParseEvent[]): void {
+    const { events: out, rest } = this.call!.push(text);
+    events.push(...out);
+    if (rest !== null) this.afterObject += rest;
+  }
+
   /** Close the current call (its tag arrived when `closedTag`, else the message ended). */
   private endCall(closedTag: boolean, events: ToolParseEvent[]): void {
     const call = this.call!;
     this.call = null;
     const { events: last, isCall } = call.finalize();
     events.push(...last);
+    const after = this.afterObject;
+    this.afterObject = '';
     if (isCall) {
       this.afterCall = true;
       this.space = '';
@@ -93,7 +107,7 @@ export class HermesToolParser implements ToolCallParser {
     }
     this.space = this.beforeTag.space;
     this.afterCall = this.beforeTag.afterCall;
-    this.content(`${OPEN}${call.text}${closedTag ? CLOSE : ''}`, events);
+    this.content(`${OPEN}${call.text}${after}${closedTag ? CLOSE : ''}`, events);
   }
 
   /** Emit content text, holding back trailing whitespace and dropping whitespace that follows a call. */

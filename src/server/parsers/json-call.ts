@@ -49,7 +49,7 @@ export class JsonCallObject {
     private readonly newId: ToolCallIdSource,
   ) {}
 
-  /** The object's text so far (what `finalize` leaves as content when the object is not a call). */
+  /** The object's text so far, up to its closing brace (what `finalize` parses, and leaves as content when it is not a call). */
   get text(): string {
     return this.raw;
   }
@@ -86,7 +86,11 @@ export class JsonCallObject {
       }
     }
     const end = this.scan(Math.min(start, this.scanned), events);
-    return { events, rest: end === null ? null : this.raw.slice(end) };
+    if (end === null) return { events, rest: null };
+    // The object ends here: what follows belongs to the caller, not to `text` (which `finalize` parses).
+    const rest = this.raw.slice(end);
+    this.raw = this.raw.slice(0, end);
+    return { events, rest };
   }
 
   /**
