@@ -96,8 +96,19 @@ function reasoningPrefix(prompt: string, behaviour: SimModelBehaviour, prng: Prn
   return tail.endsWith('<think>') ? `${thought}\n</think>\n\n` : `<think>\n${thought}\n</think>\n\n`;
 }
 
-/** The text of a constrained answer. */
+/**
+ * The text of a constrained answer; null for plain text (a grammar or structural tag, or a constraint the sim
+ * cannot follow, such as an invalid regex: a rank never drops a request over its own generator).
+ */
 function constrainedText(c: StructuredConstraint, prng: Prng): string | null {
+  try {
+    return constrainedTextOrThrow(c, prng);
+  } catch {
+    return null;
+  }
+}
+
+function constrainedTextOrThrow(c: StructuredConstraint, prng: Prng): string | null {
   switch (c.kind) {
     case 'json': {
       let schema = c.schema;

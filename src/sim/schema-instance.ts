@@ -7,7 +7,10 @@
  * a list), `enum`, `const`, `properties` / `required` (every required property; optional ones half the time),
  * `items` / `prefixItems` with `minItems` / `maxItems`, `anyOf` / `oneOf` (one branch), `allOf` (merged), local
  * `$ref`s (`#/$defs/…`, `#/definitions/…`), string `pattern` / `format` / length bounds, numeric bounds. A schema it
- * cannot satisfy yields its best effort (the sim is a stand-in for an engine's grammar, not a validator).
+ * cannot satisfy yields its best effort (the sim is a stand-in for an engine's grammar, not a validator). Whatever a
+ * client sends, the work is bounded: a recursive `$ref` ends as null past `MAX_NESTING` levels, counts and lengths are
+ * capped, and a regex with a huge explicit repetition is refused (callers fall back to plain text), so a hostile
+ * constraint can neither throw a rank's ADD away nor block its event loop.
  */
 import RandExpModule from 'randexp';
 import type { Prng } from './text.js';
@@ -19,11 +22,24 @@ type Schema = Record<string, unknown>;
 
 const WORDS = ['alpha', 'river', 'cedar', 'lumen', 'harbor', 'quartz', 'meadow', 'falcon', 'ember', 'tidal'];
 const MAX_DEPTH = 8;
+/** Past this many nested schemas (recursive `$ref`s) the value is null. */
+const MAX_NESTING = 32;
+/** Caps on `minItems` and `minLength` honoured (characters, items). */
+const MAX_ITEMS = 256;
+const MAX_LENGTH = 4096;
+/** A regex with an explicit repetition count above this is refused (randexp would build the whole string). */
+const MAX_REGEX_REPEAT = 1000;
 
 const isObject = (v: unknown): v is Schema => typeof v === 'object' && v !== null && !Array.isArray(v);
 
-/** A string matching `pattern` (JavaScript syntax), with repetitions capped at 6. */
+/**
+ * A string matching `pattern` (JavaScript syntax), with open repetitions capped at 6. Throws `SyntaxError` for a
+ * pattern JavaScript cannot read, `RangeError` for one with an explicit repetition count above 1000.
+ */
 export function stringForRegex(pattern: string, prng: Prng): string {
+  for (const m of pattern.matchAll(/\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}/g)) {
+    if (Number(m[1]) > MAX_REGEX_REPEAT || Number(m[2] ?? 0) > MAX_REGEX_REPEAT) throw new RangeError(`regex repetition ${m[0]} above ${MAX_REGEX_REPEAT}`);
+  }
   const r = new RandExp(pattern);
   r.max = 6;
   r.randInt = (a: number, b: number) => prng.int(a, b);
@@ -57,7 +73,7 @@ function stringFor(s: Schema, prng: Prng): string {
     case 'uri': case 'url': return `https://example.com/${WORDS[prng.int(0, WORDS.length - 1)]}`;
     case 'uuid': return '123e4567-e89b-42d3-a456-426614174000';
   }
-  const min = typeof s.minLength === 'number' ? s.minLength : 0;
+  const min = typeof s.minLength === 'number' ? Math.min(s.minLength, MAX_LENGTH) : 0;
   const max = typeof s.maxLength === 'number' ? s.maxLength : Infinity;
   let out = WORDS[prng.int(0, WORDS.length - 1)]!;
   while (out.length < min) out += ` ${WORDS[prng.int(0, WORDS.length - 1)]!}`;
@@ -84,7 +100,7 @@ function numberFor(s: Schema, integer: boolean, prng: Prng): number {
  */
 export function instanceOf(schema: unknown, prng: Prng, root: Schema = isObject(schema) ? schema : {}, depth = 0): unknown {
   if (schema === true || schema === undefined) return WORDS[prng.int(0, WORDS.length - 1)];
-  if (!isObject(schema)) return null;
+  if (!isObject(schema) || depth > MAX_NESTING) return null;
   const s = schema;
   if (typeof s.$ref === 'string') return instanceOf({ ...resolveRef(s.$ref, root), ...omit(s, '$ref') }, prng, root, depth + 1);
   if ('const' in s) return s.const;
@@ -122,7 +138,7 @@ export function instanceOf(schema: unknown, prng: Prng, root: Schema = isObject(
     }
     case 'array': {
       const prefix = Array.isArray(s.prefixItems) ? s.prefixItems : [];
-      const min = Math.max(typeof s.minItems === 'number' ? s.minItems : 0, prefix.length);
+      const min = Math.min(Math.max(typeof s.minItems === 'number' ? s.minItems : 0, prefix.length), MAX_ITEMS);
       const max = typeof s.maxItems === 'number' ? s.maxItems : Math.max(min, 3);
       const count = depth >= MAX_DEPTH ? min : prng.int(Math.min(Math.max(min, 1), max), Math.max(min, Math.min(max, 3)));
       return Array.from({ length: count }, (_, i) => instanceOf(i < prefix.length ? prefix[i] : s.items, prng, root, depth + 1));

@@ -111,3 +111,28 @@ test('vLLM candidates: k columns after the sampled token, ranked, the sampled to
   assert.deepEqual(candidateRow(3, -1, 0, pool), { ids: [3], logprobs: [-1], rank: 1 });
   assert.deepEqual(candidateRow(3, -1, 5, [3]).ids, [3, 3], 'a pool without other tokens: the sampled token alone (no hang)');
 });
+
+test('hostile constraints never make a rank drop or wedge a request: recursive $refs, huge counts, huge or invalid regexes', { timeout: 20_000 }, () => {
+  // A dropped ADD leaves the request silent until the rank is stalled (60 s by default), and a stalled TokenSpeed rank
+  // whose requests were aborted never speaks again: two such requests took every simulated rank out of rotation.
+  const prng = new Prng(1);
+  for (const schema of [
+    { $ref: '#' },
+    { type: 'object', properties: { next: { $ref: '#' } }, required: ['next'] },
+    { $defs: { a: { $ref: '#/$defs/b' }, b: { $ref: '#/$defs/a' } }, $ref: '#/$defs/a' },
+  ]) {
+    assert.doesNotThrow(() => instanceOf(schema, prng), JSON.stringify(schema));
+  }
+  const big = JSON.stringify(instanceOf({ type: 'array', minItems: 10_000_000, items: { type: 'string', minLength: 10_000_000 } }, prng));
+  assert.ok(big.length < 10_000_000, `a best effort of bounded size (${big.length} characters)`);
+  const behaviour = { toolCallFormat: 'hermes' as const, reasoning: false };
+  for (const constraint of [
+    { kind: 'regex' as const, pattern: '(' },
+    { kind: 'regex' as const, pattern: 'a{100000000}' },
+    { kind: 'regex' as const, pattern: 'b{2,100000000}' },
+    { kind: 'json' as const, schema: { $ref: '#' } },
+  ]) {
+    const plan = planResponse('hello', constraint, behaviour, new Prng(2));
+    assert.ok(plan.kind === 'corpus' || plan.text.length < 100_000, JSON.stringify(constraint));
+  }
+});
