@@ -118,8 +118,9 @@ export class FailureScope {
 
   /**
    * A ready rank held `held` requests and sent nothing for `timeoutMs`: it is stalled, its requests end with a
-   * `rank-stalled` error naming it and ABORTs for them are queued to it (it may be alive but wedged); in a lockstep
-   * group every request of the group ends (its peers wait on it).
+   * `rank-stalled` error naming it and ABORTs for them are queued to it (it may be alive but wedged), followed by a
+   * one-token revival request (`RankSender.revive`: the engine sends nothing for aborted requests, so this is what it
+   * answers once it recovers); in a lockstep group every request of the group ends (its peers wait on it).
    */
   stalled(slot: RankSlot, held: number, timeoutMs: number): void {
     const { registry } = this.host;
@@ -140,6 +141,7 @@ export class FailureScope {
     const entries = registry.onRank(rank);
     for (const e of entries) registry.removeEntry(e);
     void this.abortHeld(entries);
+    void this.host.sender.revive(slot, `gw-revive-${rank}-${slot.liveness.epoch}-${slot.counters.stalls}`);
     this.host.release(rank, entries.map((e) => e.requestId));
     this.host.transition(rank, { kind: 'stall' });
     this.host.timersChanged(rank);

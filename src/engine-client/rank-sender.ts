@@ -1,11 +1,12 @@
 /**
- * The engine client's control sends to a rank (ABORT, the empty-ABORT liveness probe, START_DP_WAVE), each with the
+ * The engine client's control sends to a rank (ABORT, the empty-ABORT liveness probe, START_DP_WAVE, the one-token
+ * revival request to a stalled rank), each with the
  * failure classes of probes.ts applied the same way (dp-routing.md 5, 6, 13.2, 14.8; issue #8 part 1): a send that
  * times out or is refused with EHOSTUNREACH names that rank, and the client's `rankUnusable` marks it dead; any other
  * failure is a transport error, logged. Request ADDs are not sent here: submit owns their rollback and re-routing.
  */
 import type { Logger } from 'pino';
-import { RequestType, type EngineProtocol } from '../protocols/types.js';
+import { DEFAULT_SAMPLING, RequestType, type EngineProtocol } from '../protocols/types.js';
 import { EngineClientError, describeError } from './errors.js';
 import type { EngineLink } from './link.js';
 import { classifySendError } from './probes.js';
@@ -75,6 +76,34 @@ export class RankSender {
       if (this.sink.closedError() !== null || !isConnected(slot.liveness.state)) return;
       const failure = this.failed(slot, what, err);
       if (failure.kind === 'transport') this.logger.warn({ err: failure, engineIndex: slot.index }, `${what} failed`);
+    }
+  }
+
+  /**
+   * Send a stalled `slot` a one-token request (prompt `[0]`, greedy, `max_new_tokens` 1, EOS ignored) under the
+   * request id `requestId`, which no client request has. An engine answers every request it runs, but nothing for the
+   * ones the gateway ABORTed (engine-wire.md 4.7), so without it a stalled rank that recovers would never be heard
+   * from again; its answer (any batch from the rank) brings it back into rotation and the row, for an id nobody
+   * holds, is dropped (dp-routing.md section 2). Queued behind the rank's ABORTs (per-rank send order), so a wedged
+   * rank runs it once it resumes. Failures as `abort`'s. Never rejects.
+   */
+  async revive(slot: RankSlot, requestId: string): Promise<void> {
+    let payload: Uint8Array;
+    try {
+      payload = this.protocol.encodeAdd(
+        { requestId, promptTokenIds: [0], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 1, temperature: 0, ignoreEos: true }, stream: false, returnLogprob: false },
+        { dpRank: slot.index },
+      );
+    } catch (err) {
+      this.logger.error({ err, engineIndex: slot.index }, 'cannot encode the revival request for a stalled rank');
+      return;
+    }
+    try {
+      await this.link.send(slot.identity, RequestType.ADD, payload);
+    } catch (err) {
+      if (this.sink.closedError() !== null || !isConnected(slot.liveness.state)) return;
+      const failure = this.failed(slot, `revival request to stalled DP rank ${slot.index}`, err);
+      if (failure.kind === 'transport') this.logger.warn({ err: failure, engineIndex: slot.index }, 'revival request not sent');
     }
   }
 

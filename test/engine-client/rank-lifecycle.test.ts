@@ -193,6 +193,35 @@ test('stall: a ready rank holding requests and silent for the stall timeout leav
   await client.close();
 });
 
+test('stall: a rank whose requests were all ABORTed gets a one-token revival request; its answer brings it back into rotation', async (t) => {
+  // TokenSpeed sends nothing for requests a client aborted (engine-wire.md 4.7), so a stalled rank that recovers (a
+  // long prefill, a transient wedge) would otherwise never speak again and never get work: out of rotation for good
+  // (seen with simulated ranks: SIGSTOP past the stall timeout, SIGCONT, the rank stayed stalled; two such ranks
+  // left the gateway answering 503 to everything with both engines idle and healthy).
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { client, link } = setup(2, { rankStallTimeoutMs: 2000 });
+  const talker = await client.submit(req('talk'), { dpRank: 0 });
+  const stuck = await client.submit(req('s1'), { dpRank: 1 });
+  for (let i = 0; i < 3; i++) {
+    t.mock.timers.tick(700);
+    await link.deliverBatch(batch(0, [row('talk')]));
+  }
+  await tick();
+  assert.equal(((await drain(stuck)).error as EngineClientError).kind, 'rank-stalled');
+  assert.deepEqual(states(client), ['ready', 'stalled']);
+  const sentToStalled = link.sent.filter((f) => f.engineIndex === 1).map((f) => f.type);
+  assert.deepEqual(sentToStalled, [RequestType.ADD, RequestType.ABORT, RequestType.ADD], 'the ABORT, then one revival ADD behind it');
+  const revival = link.adds().filter((f) => f.engineIndex === 1)[1]!.decoded as { rid: string; prompt: number[] };
+  assert.equal(revival.prompt.length, 1, 'a one-token prompt');
+  assert.equal(client.registeredCount, 1, 'the revival request is not a client request');
+  await link.deliverBatch(batch(1, [row(revival.rid, 'length')]));
+  assert.deepEqual(states(client), ['ready', 'ready']);
+  assert.equal(client.stats.orphanOutputs, 0);
+  assert.deepEqual(inFlight(client), [1, 0]);
+  talker.cancel();
+  await client.close();
+});
+
 test('an ordinary late row after a client cancel is dropped silently (not an orphan)', async () => {
   const { client, link } = setup(1);
   const s = await client.submit(req('a'));
