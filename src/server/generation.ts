@@ -192,26 +192,40 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
   /**
    * Detokenize `ids`, the tokens after the first `before`, and feed their text to the matcher: tokens up to number
    * `minTokens` as unmatchable text, the rest as matchable. `final` adds the detokenizer's end flush, which belongs
-   * to the last token decoded.
+   * to the last token decoded. `tokens`: how many of `ids` count, all of them unless a stop string matched, then up
+   * to the one that completed it. A row may hold many tokens (TokenSpeed sends a non-streaming request's in rows of
+   * up to 50), so with stop strings the matchable ones are fed one by one: the usage and logprobs then end where the
+   * streamed response's do.
    */
-  const feed = (ids: readonly number[], before: number, final: boolean): StopMatchResult => {
+  const feed = (ids: readonly number[], before: number, final: boolean): StopMatchResult & { tokens: number } => {
     const locked = Math.max(0, Math.min(ids.length, minTokens - before));
     const lastMatchable = before + ids.length > minTokens;
     const lockedText = locked > 0 ? detokenizer.push(ids.slice(0, locked)) : '';
-    const freeText = locked < ids.length ? detokenizer.push(ids.slice(locked)) : '';
-    const flush = final ? detokenizer.finish() : '';
-    const unmatchable = lockedText + (lastMatchable ? '' : flush);
-    const emit = unmatchable === '' ? '' : matcher.push(unmatchable, { matchable: false }).emit;
-    if (!lastMatchable) return { emit, matched: null };
-    const r = matcher.push(freeText + flush);
-    return { emit: emit + r.emit, matched: r.matched };
+    const step = matcher.empty ? ids.length : 1;
+    let emit = '';
+    for (let at = locked; at < ids.length || at === locked; at += step) {
+      const freeText = at < ids.length ? detokenizer.push(ids.slice(at, at + step)) : '';
+      const last = at + step >= ids.length;
+      const flush = final && last ? detokenizer.finish() : '';
+      if (at === locked) {
+        const unmatchable = lockedText + (lastMatchable ? '' : flush);
+        if (unmatchable !== '') emit += matcher.push(unmatchable, { matchable: false }).emit;
+        if (!lastMatchable) return { emit, matched: null, tokens: ids.length };
+      }
+      const r = matcher.push(freeText + flush);
+      emit += r.emit;
+      if (r.matched !== null) return { emit, matched: r.matched, tokens: Math.min(ids.length, at + step) };
+      if (last) break;
+    }
+    return { emit, matched: null, tokens: ids.length };
   };
   const it = stream[Symbol.asyncIterator]();
   let received = 0;
   let finished = false;
   let pendingLogprobs: TokenLogprob[] = [];
-  const takeLogprobs = () => {
-    const taken = pendingLogprobs;
+  /** The pending logprobs, without those of the last `uncounted` tokens received (after a stop string's match). */
+  const takeLogprobs = (uncounted = 0) => {
+    const taken = uncounted > 0 ? pendingLogprobs.slice(0, Math.max(0, pendingLogprobs.length - uncounted)) : pendingLogprobs;
     pendingLogprobs = [];
     return taken;
   };
@@ -240,12 +254,12 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       if (out.finishReason === null) {
         const r = feed(out.newTokenIds, before, false);
         if (r.matched !== null) {
-          // A stop string matched: the engine does not know, so abandon its stream (ABORT) and finish here.
+          // A stop string matched: the engine does not know, so abandon its stream (ABORT) and finish here. Tokens
+          // after the one that completed it are not counted (the engine's own count includes them).
           finished = true;
           stream.cancel();
-          const completionTokens = Math.max(received, out.completionTokens);
-          const usage = makeUsage(opts.promptTokens, completionTokens, out.cachedTokens);
-          yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs(), cachedTokens: out.cachedTokens };
+          const usage = makeUsage(opts.promptTokens, before + r.tokens, out.cachedTokens);
+          yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs(received - before - r.tokens), cachedTokens: out.cachedTokens };
           return;
         }
         if (r.emit !== '') yield { type: 'delta', text: r.emit, logprobs: takeLogprobs() };
@@ -269,9 +283,10 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       const r = feed(ids, before, true);
       const text = r.matched !== null ? r.emit : r.emit + matcher.flush();
       const finishReason = r.matched !== null ? 'stop' : out.finishReason;
-      const completionTokens = Math.max(received, out.completionTokens);
+      const completionTokens = r.matched !== null ? before + r.tokens : Math.max(received, out.completionTokens);
       const usage = makeUsage(opts.promptTokens, completionTokens, out.cachedTokens);
-      yield { type: 'finish', text, finishReason, usage, logprobs: takeLogprobs(), cachedTokens: out.cachedTokens };
+      const uncounted = r.matched !== null ? received - before - r.tokens : 0;
+      yield { type: 'finish', text, finishReason, usage, logprobs: takeLogprobs(uncounted), cachedTokens: out.cachedTokens };
       return;
     }
   } finally {
