@@ -17,8 +17,9 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { EngineClient } from '../../src/engine-client/client.js';
 import { indexShapeFor } from '../../src/engine-client/cache-aware.js';
+import { PrefixIndex } from '../../src/engine-client/prefix-index.js';
 import { createDpPolicy, type DpPolicyName } from '../../src/engine-client/policies.js';
-import type { DpPolicy } from '../../src/engine-client/policy.js';
+import type { DpPolicy, RankView } from '../../src/engine-client/policy.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
 import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
@@ -270,11 +271,17 @@ interface PolicyCost {
  * and `onDispatch` call is recorded in `cost` (µs; synchronous code, so its CPU time, except when the host
  * deschedules the process mid-call: the benchmark reports medians, which such outliers do not move).
  */
-function instrumented(policy: DpPolicy, onSent: (rank: number, work: number) => void, cost: PolicyCost): DpPolicy {
+function instrumented(
+  policy: DpPolicy,
+  onSent: (rank: number, work: number) => void,
+  cost: PolicyCost,
+  record?: { select(views: readonly RankView[], request: GenerateRequest): void; dispatch(rank: number, request: GenerateRequest): void },
+): DpPolicy {
   return {
     name: policy.name,
     releaseClamp: policy.releaseClamp,
     select(ranks, request) {
+      record?.select(ranks, request);
       const t = performance.now();
       const pos = policy.select(ranks, request);
       cost.select.push((performance.now() - t) * 1000);
@@ -284,17 +291,42 @@ function instrumented(policy: DpPolicy, onSent: (rank: number, work: number) => 
       const t = performance.now();
       policy.onDispatch?.(rank, request);
       cost.dispatch.push((performance.now() - t) * 1000);
+      record?.dispatch(rank, request);
       onSent(rank, request.promptTokenIds.length + (request.sampling.maxNewTokens ?? 0));
     },
     forgetRank: (rank) => policy.forgetRank?.(rank),
   };
 }
 
+/** One routing decision as the diagnostics see it (bench/routing/diagnose.ts). Times in simulated ms. */
+export interface DecisionRecord {
+  atMs: number;
+  requestId: string;
+  pinned: boolean;
+  /** Engine index chosen. */
+  rank: number;
+  /** Per position (engine order): the view the policy saw. */
+  views: RankView[];
+  /**
+   * Per position: prompt tokens of the leading blocks a shadow index (what `cache_aware` would know, whatever the
+   * policy) held for that rank at the decision.
+   */
+  matchedTokens: number[];
+  promptTokens: number;
+}
+
+/** What a run hands its diagnostics: every decision, and per measured request its rank, hits and TTFT. */
+export interface RunDiagnostics {
+  decisions: DecisionRecord[];
+  requests: { id: string; rank: number | null; promptTokens: number; cachedTokens: number; ttftMs: number; finishMs: number }[];
+}
+
 /**
- * Run `workload` under `policy` on a fresh simulated group and return its metrics (simulated ms). Throws when the
- * handshake or a submit fails; every socket, rank and temp dir is closed before returning or throwing.
+ * Run `workload` under `policy` on a fresh simulated group and return its metrics (simulated ms). With `diag`, every
+ * decision and every measured request is appended to it. Throws when the handshake or a submit fails; every socket,
+ * rank and temp dir is closed before returning or throwing.
  */
-export async function runOnce(workload: Workload, policy: DpPolicyName, group: GroupConfig): Promise<RunMetrics> {
+export async function runOnce(workload: Workload, policy: DpPolicyName, group: GroupConfig, diag?: RunDiagnostics): Promise<RunMetrics> {
   const dir = await mkdtemp(join(tmpdir(), 'mgw-bench-'));
   const endpoints = deriveEndpoints(`ipc://${dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   const link = await ZmqEngineLink.bind({ endpoints, dpSize: group.ranks, handshakeReceiveTimeoutMs: 30_000 });
@@ -326,7 +358,27 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     const oracle = new TrueWorkOracle(ranks as SimEngineHandle[], group);
     const shape = indexShapeFor((ranks as SimEngineHandle[])[0].ready);
     const cost: PolicyCost = { select: [], dispatch: [] };
-    const chosen = instrumented(createDpPolicy(policy, { oracle, ...shape }), (rank, work) => oracle.sent(rank, work), cost);
+    const t0 = performance.now();
+    let lastSelect: { views: RankView[]; request: GenerateRequest; matched: number[] } | null = null;
+    const shadow = new PrefixIndex(shape);
+    const record = diag === undefined ? undefined : {
+      select: (views: readonly RankView[], request: GenerateRequest): void => {
+        const hashes = shadow.hashes(request.promptTokenIds);
+        const matched = views.map((v) => (v.engineIndex === null ? 0 : shadow.match(v.engineIndex, hashes) * shadow.blockTokens));
+        lastSelect = { views: views.map((v) => ({ ...v })), request, matched };
+      },
+      dispatch: (rank: number, request: GenerateRequest): void => {
+        const p = lastSelect;
+        lastSelect = null;
+        const scored = p !== null && p.request === request;
+        diag.decisions.push({
+          atMs: (performance.now() - t0) / group.timeScale, requestId: request.requestId, pinned: !scored, rank,
+          views: scored ? p.views : [], matchedTokens: scored ? p.matched : [], promptTokens: request.promptTokenIds.length,
+        });
+        shadow.record(rank, shadow.hashes(request.promptTokenIds));
+      },
+    };
+    const chosen = instrumented(createDpPolicy(policy, { oracle, ...shape }), (rank, work) => oracle.sent(rank, work), cost, record);
     const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });
     client = c;
     const identityOf = (rank: number): Uint8Array => {
@@ -356,6 +408,18 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
 
     const timelines = done.map((t) => (t.rank === null ? null : (ranks[t.rank]?.timeline(t.requestId) ?? null)));
     const lat = latencies(timelines, group.timeScale);
+    if (diag !== undefined) {
+      done.forEach((t, i) => {
+        const tl = timelines[i];
+        const rows = tl?.rows.filter((r) => r.tokens > 0) ?? [];
+        const arrived = tl === null || tl === undefined || rows.length === 0 ? Number.NaN : Math.min(tl.arrivedMs, tl.rows[0].beginMs);
+        diag.requests.push({
+          id: t.requestId, rank: t.rank, promptTokens: t.promptTokens, cachedTokens: t.cachedTokens,
+          ttftMs: rows.length === 0 ? Number.NaN : (rows[0].dueMs - arrived) / group.timeScale,
+          finishMs: (t.finishMs - t0) / group.timeScale,
+        });
+      });
+    }
     const { ttft, itl, spanMs } = lat;
     const tokens = done.reduce((s, t) => s + t.tokens, 0);
     const perRank = Array.from({ length: group.ranks }, () => 0);

@@ -1,0 +1,171 @@
+/**
+ * Routing diagnostics (issue 12 follow-up): runs chosen workloads × policies on the routing benchmark's group and
+ * prints what the summary tables hide: per-rank token and request shares, prefix hits and TTFT by conversation turn,
+ * per-rank queue lengths over time (as the policy saw them at each decision), how far each decision strayed from what
+ * the `load` score alone would pick and by how much (load terms against matched prefix tokens), and how
+ * conversations move between ranks. Nothing is written.
+ *
+ * Usage: `npm run bench:routing:diagnose -- --workloads multi_turn --policies load,cache_aware [--seed S] [--seeds K]
+ * [--requests N] [--time-scale X]`.
+ */
+import { parseArgs } from 'node:util';
+import { fleetScorer, DEFAULT_LOAD_HORIZON_MS, lowestPosition, queuedRequests } from '../src/engine-client/policy.js';
+import { isDpPolicyName, type DpPolicyName } from '../src/engine-client/policies.js';
+import { TextModel } from '../src/sim/text.js';
+import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
+import { runOnce, type GroupConfig, type RunDiagnostics } from './routing/run.js';
+import { percentile } from './routing/stats.js';
+import { buildWorkloads } from './routing/workloads.js';
+
+const { values } = parseArgs({
+  options: {
+    workloads: { type: 'string', default: 'multi_turn' },
+    policies: { type: 'string', default: 'load,cache_aware' },
+    seed: { type: 'string', default: '20261130' },
+    seeds: { type: 'string', default: '1' },
+    requests: { type: 'string', default: '200' },
+    'time-scale': { type: 'string', default: '0.5' },
+  },
+});
+
+const fmt = (x: number, d = 2): string => (Number.isFinite(x) ? x.toFixed(d) : '-');
+const mean = (xs: number[]): number => (xs.length === 0 ? Number.NaN : xs.reduce((a, b) => a + b, 0) / xs.length);
+
+function report(name: string, policy: string, diag: RunDiagnostics, ranks: number): void {
+  console.log(`\n=== ${name} / ${policy}`);
+  const byRank = Array.from({ length: ranks }, () => ({ n: 0, prompt: 0, cached: 0, ttft: [] as number[] }));
+  for (const r of diag.requests) {
+    if (r.rank === null) continue;
+    const b = byRank[r.rank];
+    b.n += 1;
+    b.prompt += r.promptTokens;
+    b.cached += r.cachedTokens;
+    b.ttft.push(r.ttftMs);
+  }
+  console.log('per rank: requests, prompt tokens, hit rate, TTFT p50 / p99');
+  byRank.forEach((b, i) =>
+    console.log(`  rank ${i}: ${b.n} req, ${b.prompt} prompt tok, hits ${fmt(b.cached / b.prompt)}, TTFT ${fmt(percentile(b.ttft, 50), 1)} / ${fmt(percentile(b.ttft, 99), 1)}`),
+  );
+
+  // By turn (ids `<workload>-<conversation>-<turn>`).
+  const turns = new Map<number, { prompt: number; cached: number; ttft: number[] }>();
+  for (const r of diag.requests) {
+    const m = /-(\d+)-(\d+)$/.exec(r.id);
+    if (!m) continue;
+    const k = Number(m[2]);
+    const t = turns.get(k) ?? { prompt: 0, cached: 0, ttft: [] };
+    t.prompt += r.promptTokens;
+    t.cached += r.cachedTokens;
+    t.ttft.push(r.ttftMs);
+    turns.set(k, t);
+  }
+  if (turns.size > 0) {
+    console.log('by turn: requests, mean prompt, hit rate, TTFT p50');
+    for (const [k, t] of [...turns].sort((a, b) => a[0] - b[0])) {
+      console.log(`  turn ${k}: ${t.ttft.length} req, prompt ${fmt(t.prompt / t.ttft.length, 0)}, hits ${fmt(t.cached / t.prompt)}, TTFT p50 ${fmt(percentile(t.ttft, 50), 1)}`);
+    }
+    // Conversation moves and stickiness to each rank.
+    const conv = new Map<string, number[]>();
+    for (const d of diag.decisions) {
+      const m = /^(.*)-(\d+)$/.exec(d.requestId);
+      if (!m) continue;
+      conv.set(m[1], [...(conv.get(m[1]) ?? []), d.rank]);
+    }
+    let moves = 0;
+    let follow = 0;
+    const startedOn = Array.from({ length: ranks }, () => ({ n: 0, stayed: 0 }));
+    for (const rs of conv.values()) {
+      for (let i = 1; i < rs.length; i++) {
+        follow += 1;
+        if (rs[i] !== rs[i - 1]) moves += 1;
+      }
+      startedOn[rs[0]].n += 1;
+      if (rs.every((r) => r === rs[0])) startedOn[rs[0]].stayed += 1;
+    }
+    console.log(`conversations: ${conv.size}; follow-up turns that moved rank: ${moves}/${follow}`);
+    startedOn.forEach((s, i) => console.log(`  started on rank ${i}: ${s.n}, stayed there throughout: ${s.stayed}`));
+  }
+
+  // Queue lengths over time, as the policy saw them (engine's queued count and own in-flight), in 8 time bins.
+  const scored = diag.decisions.filter((d) => !d.pinned && d.views.length === ranks);
+  if (scored.length === 0) return;
+  const end = scored[scored.length - 1].atMs;
+  const bins = 8;
+  console.log('queued (engine report, aged as load scores it) / own in-flight per rank, mean over the decisions of each time bin:');
+  for (let b = 0; b < bins; b++) {
+    const inBin = scored.filter((d) => Math.min(bins - 1, Math.floor((d.atMs / (end || 1)) * bins)) === b);
+    const cells = Array.from({ length: ranks }, (_, i) => {
+      const q = mean(inBin.map((d) => (d.views[i].load ? queuedRequests(d.views[i].load!) : 0)));
+      const own = mean(inBin.map((d) => d.views[i].inFlight));
+      return `${fmt(q, 1)}/${fmt(own, 1)}`;
+    });
+    console.log(`  t≈${fmt(((b + 0.5) * end) / bins, 0)} ms (${inBin.length} dec): ${cells.join('  ')}`);
+  }
+
+  // Decision anatomy: where the choice differs from load's choice, by how much load and how many matched tokens.
+  let differs = 0;
+  let withMatch = 0;
+  const extraLoad: number[] = [];
+  const gainedTokens: number[] = [];
+  let toSlow = 0;
+  let toSlowLoadWould = 0;
+  let boundFired = 0;
+  const bonusOfChosen: number[] = [];
+  const loadGapOfBest: number[] = [];
+  for (const d of scored) {
+    const score = fleetScorer(d.views, DEFAULT_LOAD_HORIZON_MS);
+    const loads = d.views.map(score);
+    const pos = d.views.findIndex((v) => v.engineIndex === d.rank);
+    const loadPos = lowestPosition(loads, 0);
+    if (Math.max(...d.matchedTokens) > 0) withMatch += 1;
+    const minLoad = Math.min(...loads);
+    // The first pass's bound (abs 8 AND rel 1.5, per rank) and bonus (matched / 256), as they stood at this decision.
+    if (d.matchedTokens.some((m, i) => m > 0 && loads[i] - minLoad > 8 && loads[i] > 1.5 * minLoad)) boundFired += 1;
+    const best = d.matchedTokens.indexOf(Math.max(...d.matchedTokens));
+    bonusOfChosen.push(d.matchedTokens[best] / 256);
+    loadGapOfBest.push(loads[best] - minLoad);
+    if (d.rank === ranks - 1) toSlow += 1;
+    if (loadPos === ranks - 1) toSlowLoadWould += 1;
+    if (loads[pos] > Math.min(...loads)) {
+      differs += 1;
+      extraLoad.push(loads[pos] - Math.min(...loads));
+      gainedTokens.push(d.matchedTokens[pos] - d.matchedTokens[loadPos]);
+    }
+  }
+  console.log(
+    `decisions: ${scored.length}, with any indexed match: ${withMatch}, chose a rank with a higher load score than the minimum: ${differs}` +
+      ` (extra load p50 ${fmt(percentile(extraLoad, 50), 1)}, max ${fmt(Math.max(...extraLoad), 1)}; matched tokens gained over load's pick p50 ${fmt(percentile(gainedTokens, 50), 0)})`,
+  );
+  console.log(
+    `  best-matching rank: bonus (matched/256) p50 ${fmt(percentile(bonusOfChosen, 50), 1)} p90 ${fmt(percentile(bonusOfChosen, 90), 1)};` +
+      ` its load above the minimum p50 ${fmt(percentile(loadGapOfBest, 50), 1)} p90 ${fmt(percentile(loadGapOfBest, 90), 1)}; first-pass bound fired on ${boundFired} decisions`,
+  );
+  console.log(`  sent to the slow rank ${ranks - 1}: ${toSlow} (load's minimum there, first of ties: ${toSlowLoadWould})`);
+}
+
+async function main(): Promise<void> {
+  const policies = values.policies!.split(',');
+  for (const p of policies) if (!isDpPolicyName(p)) throw new RangeError(`unknown policy ${p}`);
+  const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
+  const group: GroupConfig = {
+    ranks: 4, slowRank: 3, slowdown: 2, timeScale: Number(values['time-scale']), maxRunning: 32, kvTotalPages: 2048, maxModelLen: 8192,
+    textModel: new TextModel(tokenizer), vocabSize: tokenizer.vocabSize, eosTokenIds: tokenizer.eosTokenIds,
+  };
+  const seed0 = Number(values.seed);
+  for (let s = 0; s < Number(values.seeds); s++) {
+    const workloads = buildWorkloads({ requests: Number(values.requests), seed: seed0 + s }).filter((w) => values.workloads!.split(',').includes(w.name));
+    for (const w of workloads) {
+      for (const p of policies as DpPolicyName[]) {
+        const diag: RunDiagnostics = { decisions: [], requests: [] };
+        const m = await runOnce(w, p, group, diag);
+        console.log(`\n--- seed ${seed0 + s}: TTFT p50 ${fmt(m.ttftP50, 1)} p99 ${fmt(m.ttftP99, 0)}, tok/s ${fmt(m.throughput, 0)}, hits ${fmt(m.prefixHitRate)}, shares ${m.tokenShare.map((x) => fmt(x)).join(' ')}, span ${fmt(m.spanMs, 0)} ms`);
+        report(w.name, p, diag, group.ranks);
+      }
+    }
+  }
+}
+
+main().catch((e: unknown) => {
+  console.error(e);
+  process.exitCode = 1;
+});
