@@ -33,7 +33,7 @@ import {
   type GroupOptions,
   type RunningGateway,
 } from './gateway.js';
-import { DEFAULT_BALANCE_ABS_THRESHOLD, DEFAULT_BALANCE_REL_THRESHOLD } from './engine-client/cache-aware.js';
+import { DEFAULT_BALANCE_REL_THRESHOLD, REFERENCE_MAX_NUM_SEQS, SGLANG_BALANCE_ABS_THRESHOLD } from './engine-client/cache-aware.js';
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
@@ -167,8 +167,9 @@ a key of --config FILE; precedence: flag > environment > file):
                            (default ${DEFAULT_LOAD_HORIZON_MS})
   --balance-abs-threshold N
   --balance-rel-threshold X
-                           cache_aware: a rank keeps its prefix affinity unless its load exceeds the least loaded
-                           rank's by more than N requests and by more than X times (defaults ${DEFAULT_BALANCE_ABS_THRESHOLD}, ${DEFAULT_BALANCE_REL_THRESHOLD})
+                           cache_aware: prefix affinity yields to load while the busiest rank's load exceeds the
+                           idlest's by more than N requests and by more than X times (SGLang's rule; defaults
+                           max_num_seqs × ${SGLANG_BALANCE_ABS_THRESHOLD}/${REFERENCE_MAX_NUM_SEQS}, or ${SGLANG_BALANCE_ABS_THRESHOLD} when the engine reports none, and ${DEFAULT_BALANCE_REL_THRESHOLD})
   --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
   --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
                            (default: read off the chat template when unambiguous: <tool_call> → hermes,

@@ -1,100 +1,257 @@
 /**
- * The `cache_aware` DP policy (issue 12 part 2; dp-routing.md 14.11): prefix-cache affinity traded against load,
- * with a balance bound in the spirit of SGLang's cache-aware router.
+ * The `cache_aware` DP policy (issue 12 part 2; dp-routing.md 14.11): prefix-cache affinity traded against load
+ * and rank speed, with SGLang's balance rule.
  *
- * SGLang's router (sgl-model-gateway `policies/cache_aware.rs`) keeps an approximate radix tree per worker from the
- * requests it sent; when the system is **imbalanced** — `(max − min) > balance_abs_threshold` **and**
- * `max > balance_rel_threshold × min` over the workers' loads — it routes to the least loaded worker; otherwise to
- * the worker with the longest prefix match if the match ratio exceeds `cache_threshold`, else to the worker with the
- * smallest tree. This policy differs on purpose:
- * - the bound is **per rank**: a rank may use its affinity only while it is not overloaded against the least loaded
- *   rank (`withinBalanceBound`: not both `load − min > abs` and `load > rel × min`), so one hot rank loses its
- *   affinity without switching every other rank to pure load balancing;
- * - instead of a match-ratio threshold, a rank's score is its load minus the prefill it would save, in load units:
- *   `score = load − matchedTokens / tokensPerLoadUnit` (`affinityScore`), so a long shared prefix pulls harder than a
- *   short one and a few matching blocks never outweigh a real load difference;
- * - without any match the score is exactly the `load` policy's (`fleetScorer`: aged reports, TokenSpeed's running
- *   count, dark-fleet fallback; policy.ts), with the same rotating scan, so on prompts that share nothing the policy
- *   chooses what `load` chooses.
+ * SGLang's router (sgl-router / sgl-model-gateway `policies/cache_aware.rs`) keeps an approximate radix tree per
+ * worker from the requests it sent. The system is **imbalanced** when `max − min > balance_abs_threshold` **and**
+ * `max > balance_rel_threshold × min` over the workers' loads (defaults 64 and 1.5); then the request goes to the
+ * least loaded worker. Otherwise it goes to the worker with the longest prefix match when the match covers more than
+ * `cache_threshold` of the prompt (default 0.3), else to the worker with the smallest tree.
+ *
+ * This policy keeps the balance rule exactly (`isImbalanced`, over the `load` policy's scores) and replaces the
+ * match-ratio threshold by a cost comparison in ms, from what this client measures (service-rates.ts):
+ * 1. `load`'s choice first: the rank the `load` policy would pick (`fleetScorer`: aged reports, TokenSpeed's running
+ *    count, dark-fleet fallback; the same rotating scan). When no rank holds more of the prompt than that one, or
+ *    the loads are imbalanced, that is the answer, so on prompts that share nothing this policy chooses exactly what
+ *    `load` chooses.
+ * 2. Otherwise every rank that holds more of the prompt competes with `load`'s choice on `expectedCostMs`: the delay
+ *    this request adds on that rank, its own and the other requests' there. The prefill of its uncached tokens stalls
+ *    every request in the rank's batch (its own first token included); its own decode takes `outputTokens` steps at
+ *    the rank's measured ITL; past the rank's batch size (`max_num_seqs`) it first waits for slots. The cheapest wins;
+ *    a tie stays with `load`'s choice.
+ * So a conversation moves off a rank that is clearly slower or busier exactly when re-prefilling its history
+ * elsewhere costs less than the extra time it would spend there; and affinity never builds a hotspot past SGLang's
+ * bound. Without measurements yet (a fresh group), every rank counts as equally fast and the prefill cost defaults
+ * to `DEFAULT_PREFILL_ITL_PER_TOKEN`, so a match wins while the loads are balanced, as in SGLang.
  *
  * The index (`PrefixIndex`) holds the chained hashes of the prompts sent to each rank, recorded in `onDispatch`
  * (pinned requests too) and dropped in `forgetRank`. `select` and `onDispatch` run in the client's synchronous
  * select + reserve step (dp-routing.md 12.3); the prompt is hashed once per request (`select` keeps the hashes for the
- * `onDispatch` that follows). Cost: one hash per 16 prompt tokens plus one Map lookup per matched block per rank.
+ * `onDispatch` that follows). The decision itself is the pure function `cacheAwareChoice`. Cost: one hash per 16
+ * prompt tokens plus one Map lookup per matched block per rank.
  */
 import type { GenerateRequest } from '../protocols/types.js';
 import { fleetScorer, loadHorizonOf, lowestPosition, type DpPolicy, type LoadPolicyOptions, type RankView } from './policy.js';
 import { DEFAULT_INDEX_CAPACITY_BLOCKS, PrefixIndex, type PrefixIndexOptions } from './prefix-index.js';
+import type { RankService } from './service-rates.js';
 
-/** Default absolute load difference (requests) past which a rank's affinity yields to load. */
-export const DEFAULT_BALANCE_ABS_THRESHOLD = 8;
-/** Default relative bound (ratio of a rank's load to the least loaded rank's) past which affinity yields to load. */
+/** SGLang's `balance_rel_threshold` default: affinity yields to load when the busiest rank is past 1.5× the idlest. */
 export const DEFAULT_BALANCE_REL_THRESHOLD = 1.5;
+/** SGLang's `balance_abs_threshold` default (requests), which this policy uses for a batch of 256 sequences. */
+export const SGLANG_BALANCE_ABS_THRESHOLD = 64;
+/** The batch size at which SGLang's absolute bound applies unscaled: vLLM's default `max_num_seqs`. */
+export const REFERENCE_MAX_NUM_SEQS = 256;
 /**
- * Default prompt tokens of saved prefill worth one request of load. One more request on a rank costs every step
- * there one decode token; a prefill of a few hundred tokens costs about as much as a step of a small batch (the
- * sim's default step model: 0.02 ms per prefill token against 8 ms per step plus 0.1 ms per decoding request).
+ * Prefill time per uncached prompt token, in units of the rank's ITL, until the client has measured it: 256 prompt
+ * tokens cost about one decode step (the sim's step model gives about 1/440, an 8B model on one GPU about 1/150).
  */
-export const DEFAULT_TOKENS_PER_LOAD_UNIT = 256;
+export const DEFAULT_PREFILL_ITL_PER_TOKEN = 1 / 256;
+/** Output tokens a request is expected to produce until the client has seen requests finish. */
+export const DEFAULT_OUTPUT_TOKENS = 128;
 
 /**
- * Options of `createCacheAwarePolicy` (besides `loadHorizonMs` and the index's `blockTokens` / `capacityBlocks`):
- * `balanceAbsThreshold` (requests, ≥ 0), `balanceRelThreshold` (ratio ≥ 1), `tokensPerLoadUnit` (tokens, > 0).
+ * The absolute balance bound (requests) for ranks of `maxNumSeqs` (the ready response's `max_num_seqs`): SGLang's 64
+ * scaled to the batch size, i.e. a quarter of the batch (64 at vLLM's default 256, 8 at 32); at least 1. Unknown
+ * (null, 0, not finite): SGLang's 64. Pure.
  */
-export interface CacheAwareOptions extends LoadPolicyOptions, PrefixIndexOptions {
-  balanceAbsThreshold?: number;
-  balanceRelThreshold?: number;
-  tokensPerLoadUnit?: number;
+export function balanceAbsFor(maxNumSeqs: number | null | undefined): number {
+  if (maxNumSeqs === null || maxNumSeqs === undefined || !Number.isFinite(maxNumSeqs) || maxNumSeqs <= 0) {
+    return SGLANG_BALANCE_ABS_THRESHOLD;
+  }
+  return Math.max(1, (maxNumSeqs * SGLANG_BALANCE_ABS_THRESHOLD) / REFERENCE_MAX_NUM_SEQS);
 }
 
 /**
- * The balance bound: whether a rank with `load` may still use its prefix affinity when the least loaded rank has
- * `minLoad` (loads in the load policy's units, requests). False only when the rank is past **both** bounds:
- * `load − minLoad > absThreshold` and `load > relThreshold × minLoad` (SGLang's two conditions, applied per rank).
- * Pure.
+ * SGLang's balance rule over the ranks' load scores (requests): imbalanced when `max − min > absThreshold` **and**
+ * `max > relThreshold × min`. False for fewer than two ranks. Pure.
  */
-export function withinBalanceBound(load: number, minLoad: number, absThreshold: number, relThreshold: number): boolean {
-  return !(load - minLoad > absThreshold && load > relThreshold * minLoad);
+export function isImbalanced(loads: readonly number[], absThreshold: number, relThreshold: number): boolean {
+  if (loads.length < 2) return false;
+  const max = Math.max(...loads);
+  const min = Math.min(...loads);
+  return max - min > absThreshold && max > relThreshold * min;
+}
+
+/** Inputs of `expectedCostMs`. Units: tokens, ms, requests. */
+export interface CostInputs {
+  /** Prompt tokens the rank would have to prefill (prompt − matched). */
+  uncachedTokens: number;
+  /** ms per prefilled token on the rank. */
+  prefillMsPerToken: number;
+  /** The rank's load score (requests it holds, as the `load` policy scores them). */
+  load: number;
+  /** Output tokens this request is expected to produce. */
+  outputTokens: number;
+  /** ms per output token on the rank. */
+  itlMs: number;
+  /** The rank's batch size (`max_num_seqs`); `Infinity` when unknown. */
+  maxNumSeqs: number;
 }
 
 /**
- * A rank's cache-aware score, lower is better: `load − matchedTokens / tokensPerLoadUnit` while `eligible` (within
- * the balance bound), else `load` (its affinity does not count). `matchedTokens`: prompt tokens of the leading blocks
- * the index holds for the rank. Pure.
+ * The delay (ms) a request adds on a rank, its own and other requests' (the model behind step 2 of the module
+ * comment): `uncached × prefill × (1 + min(load, seqs)) + outputTokens × itl × (1 + queued / seqs)`, where
+ * `queued = max(0, load + 1 − seqs)` is how far past the batch it would queue (one slot frees about every
+ * `outputTokens × itl / seqs` ms). Non-finite or negative inputs count as 0 (batch size: as unknown). Pure.
  */
-export function affinityScore(load: number, matchedTokens: number, eligible: boolean, tokensPerLoadUnit: number): number {
-  return eligible ? load - matchedTokens / tokensPerLoadUnit : load;
+export function expectedCostMs(c: CostInputs): number {
+  const nz = (x: number): number => (Number.isFinite(x) && x > 0 ? x : 0);
+  const seqs = Number.isFinite(c.maxNumSeqs) && c.maxNumSeqs > 0 ? c.maxNumSeqs : Number.POSITIVE_INFINITY;
+  const load = nz(c.load);
+  const batch = Math.min(load, seqs);
+  const queued = Number.isFinite(seqs) ? Math.max(0, load + 1 - seqs) : 0;
+  return nz(c.uncachedTokens) * nz(c.prefillMsPerToken) * (1 + batch) + nz(c.outputTokens) * nz(c.itlMs) * (1 + queued / seqs);
+}
+
+/** Per rank: the ITL and prefill cost to score with (ms), filled in where the client has no measurement yet. */
+export interface ServiceEstimate {
+  itlMs: number;
+  prefillMsPerToken: number;
+}
+
+const known = (x: number | null | undefined): x is number => x !== null && x !== undefined && Number.isFinite(x) && x > 0;
+
+/**
+ * Fill in what is not measured yet (pure): a rank without an ITL gets the mean of the measured ones (1 when none is:
+ * costs are then in steps of an equal rank); a rank without a prefill cost gets the group's prefill-per-ITL ratio
+ * (taken from any rank that has one: the client pools it, service-rates.ts) times its ITL, else
+ * `DEFAULT_PREFILL_ITL_PER_TOKEN` times its ITL.
+ */
+export function serviceEstimates(services: readonly (RankService | null | undefined)[]): ServiceEstimate[] {
+  const itls = services.map((s) => s?.itlMs).filter(known);
+  const meanItl = itls.length > 0 ? itls.reduce((a, b) => a + b, 0) / itls.length : 1;
+  const withBoth = services.find((s) => known(s?.itlMs) && known(s?.prefillMsPerToken));
+  const ratio = withBoth ? (withBoth.prefillMsPerToken as number) / (withBoth.itlMs as number) : DEFAULT_PREFILL_ITL_PER_TOKEN;
+  return services.map((s) => {
+    const itlMs = known(s?.itlMs) ? s.itlMs : meanItl;
+    return { itlMs, prefillMsPerToken: known(s?.prefillMsPerToken) ? s.prefillMsPerToken : ratio * itlMs };
+  });
 }
 
 /**
- * The index shape for a group from its ranks' ready response (engine-wire.md 2.5): blocks of the engine's
- * `prefix_granularity` / `block_size` tokens when that is at least 16 (an engine caching at a finer grain still holds
- * every 16-token block the index names; hashing every token would cost a Map entry per token), else 16; capacity =
- * the rank's KV cache in those blocks (`num_gpu_blocks × granularity / blockTokens`: the engine cannot cache more),
- * between 1 and `DEFAULT_INDEX_CAPACITY_BLOCKS`. A field the ready response left out (null: vLLM's short form,
- * issue #14) counts as unknown: 16-token blocks, the default capacity. Pure.
+ * Output tokens to expect from a request (pure): the mean over the ranks that measured one (else
+ * `DEFAULT_OUTPUT_TOKENS`), but never more than the request's own `maxNewTokens` limit when it has one.
  */
-export function indexShapeFor(ready: { prefixGranularity: number | null; numGpuBlocks: number | null }): Required<PrefixIndexOptions> {
+export function expectedOutputTokens(services: readonly (RankService | null | undefined)[], maxNewTokens: number | null): number {
+  const outs = services.map((s) => s?.outputTokens).filter(known);
+  const mean = outs.length > 0 ? outs.reduce((a, b) => a + b, 0) / outs.length : DEFAULT_OUTPUT_TOKENS;
+  return known(maxNewTokens) ? Math.min(mean, maxNewTokens) : mean;
+}
+
+/** Why `cacheAwareChoice` chose what it chose (the policy counts them: `CacheAwareStats`). */
+export type CacheAwareReason = 'no-better-match' | 'imbalanced' | 'load-cheaper' | 'affinity';
+
+/** Inputs of `cacheAwareChoice`, one entry per rank in list order. Units: requests, tokens, ms. */
+export interface ChoiceInputs {
+  /** The `load` policy's score per rank. */
+  loads: readonly number[];
+  /** Prompt tokens of the leading blocks the index holds per rank. */
+  matched: readonly number[];
+  promptTokens: number;
+  /** Per rank, as `serviceEstimates` filled it in. */
+  estimates: readonly ServiceEstimate[];
+  outputTokens: number;
+  /** The rotating scan start (ties of the load score go to the earliest rank of the scan, as in `load`). */
+  start: number;
+  balanceAbsThreshold: number;
+  balanceRelThreshold: number;
+  maxNumSeqs: number;
+}
+
+/**
+ * The decision of the module comment, pure: `load`'s choice (lowest load, ties by the scan from `start`) unless a
+ * rank holding more of the prompt is within SGLang's balance rule and has a strictly lower `expectedCostMs`; then
+ * the cheapest such rank (ties to the earliest in the scan). Returns the position and the reason. Throws RangeError
+ * on empty or mismatched lists.
+ */
+export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: CacheAwareReason } {
+  const n = c.loads.length;
+  if (n === 0 || c.matched.length !== n || c.estimates.length !== n) throw new RangeError('cacheAwareChoice: one entry per rank in every list');
+  const byLoad = lowestPosition(c.loads, c.start);
+  const base = c.matched[byLoad];
+  if (!c.matched.some((m) => m > base)) return { position: byLoad, reason: 'no-better-match' };
+  if (isImbalanced(c.loads, c.balanceAbsThreshold, c.balanceRelThreshold)) return { position: byLoad, reason: 'imbalanced' };
+  const cost = (i: number): number =>
+    expectedCostMs({
+      uncachedTokens: c.promptTokens - c.matched[i],
+      prefillMsPerToken: c.estimates[i].prefillMsPerToken,
+      load: c.loads[i],
+      outputTokens: c.outputTokens,
+      itlMs: c.estimates[i].itlMs,
+      maxNumSeqs: c.maxNumSeqs,
+    });
+  let best = byLoad;
+  let bestCost = cost(byLoad);
+  const first = ((Math.trunc(c.start) % n) + n) % n;
+  for (let k = 0; k < n; k++) {
+    const i = (first + k) % n;
+    if (c.matched[i] <= base) continue;
+    const ci = cost(i);
+    if (ci < bestCost) {
+      best = i;
+      bestCost = ci;
+    }
+  }
+  return { position: best, reason: best === byLoad ? 'load-cheaper' : 'affinity' };
+}
+
+/**
+ * The shape of a group's ranks for this policy, from a rank's ready response (engine-wire.md 2.5): index blocks of
+ * the engine's `prefix_granularity` / `block_size` tokens when that is at least 16 (an engine caching at a finer
+ * grain still holds every 16-token block the index names; hashing every token would cost a Map entry per token),
+ * else 16; index capacity = the rank's KV cache in those blocks (`num_gpu_blocks × granularity / blockTokens`: the
+ * engine cannot cache more), between 1 and `DEFAULT_INDEX_CAPACITY_BLOCKS`; `maxNumSeqs` = its `max_num_seqs`
+ * (null when 0 or absent). A field the ready response left out (null: vLLM's short form, issue #14) counts as
+ * unknown: 16-token blocks, the default capacity. Pure.
+ */
+export function indexShapeFor(ready: {
+  prefixGranularity: number | null;
+  numGpuBlocks: number | null;
+  maxNumSeqs?: number | null;
+}): Required<PrefixIndexOptions> & { maxNumSeqs: number | null } {
   const pg = ready.prefixGranularity;
   const g = pg !== null && Number.isSafeInteger(pg) && pg > 0 ? pg : 16;
   const blockTokens = Math.max(16, g);
   const blocks = ready.numGpuBlocks;
   const fit = blocks !== null && Number.isFinite(blocks) ? Math.floor((blocks * g) / blockTokens) : DEFAULT_INDEX_CAPACITY_BLOCKS;
-  return { blockTokens, capacityBlocks: Math.min(DEFAULT_INDEX_CAPACITY_BLOCKS, Math.max(1, fit)) };
+  const seqs = ready.maxNumSeqs;
+  return {
+    blockTokens,
+    capacityBlocks: Math.min(DEFAULT_INDEX_CAPACITY_BLOCKS, Math.max(1, fit)),
+    maxNumSeqs: seqs !== null && seqs !== undefined && Number.isSafeInteger(seqs) && seqs > 0 ? seqs : null,
+  };
 }
+
+/**
+ * Options of `createCacheAwarePolicy` (besides `loadHorizonMs` and the index's `blockTokens` / `capacityBlocks`):
+ * `maxNumSeqs` (the ranks' batch size, from `indexShapeFor`; null = unknown), `balanceAbsThreshold` (requests ≥ 0;
+ * default `balanceAbsFor(maxNumSeqs)`), `balanceRelThreshold` (ratio ≥ 1; default 1.5).
+ */
+export interface CacheAwareOptions extends LoadPolicyOptions, PrefixIndexOptions {
+  maxNumSeqs?: number | null;
+  balanceAbsThreshold?: number;
+  balanceRelThreshold?: number;
+}
+
+/** How often each `CacheAwareReason` decided an unpinned request (a live object: read it, never write it). */
+export type CacheAwareStats = Record<CacheAwareReason, number>;
 
 function checked(name: string, v: number, ok: (v: number) => boolean, what: string): number {
   if (!Number.isFinite(v) || !ok(v)) throw new RangeError(`${name} must be ${what}, got ${v}`);
   return v;
 }
 
-/** A cache-aware policy with its own index and scan start. Throws RangeError on a bad option. */
-export function createCacheAwarePolicy(opts: CacheAwareOptions = {}): DpPolicy & { readonly index: PrefixIndex } {
+/** A cache-aware policy with its own index, scan start and decision counts. Throws RangeError on a bad option. */
+export function createCacheAwarePolicy(
+  opts: CacheAwareOptions = {},
+): DpPolicy & { readonly index: PrefixIndex; readonly stats: CacheAwareStats } {
   const horizonMs = loadHorizonOf(opts);
-  const abs = checked('balanceAbsThreshold', opts.balanceAbsThreshold ?? DEFAULT_BALANCE_ABS_THRESHOLD, (v) => v >= 0, 'a number ≥ 0');
+  const seqs = opts.maxNumSeqs ?? null;
+  const abs = checked('balanceAbsThreshold', opts.balanceAbsThreshold ?? balanceAbsFor(seqs), (v) => v >= 0, 'a number ≥ 0');
   const rel = checked('balanceRelThreshold', opts.balanceRelThreshold ?? DEFAULT_BALANCE_REL_THRESHOLD, (v) => v >= 1, 'a number ≥ 1');
-  const perUnit = checked('tokensPerLoadUnit', opts.tokensPerLoadUnit ?? DEFAULT_TOKENS_PER_LOAD_UNIT, (v) => v > 0, 'a number > 0');
+  const maxNumSeqs = seqs !== null && Number.isFinite(seqs) && seqs > 0 ? seqs : Number.POSITIVE_INFINITY;
   const index = new PrefixIndex(opts);
+  const stats: CacheAwareStats = { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 0, affinity: 0 };
   let scanStart = 0;
   // The hashes `select` computed, for the `onDispatch` of the same request that follows in the same step.
   let last: { request: GenerateRequest; hashes: number[] } | null = null;
@@ -109,19 +266,26 @@ export function createCacheAwarePolicy(opts: CacheAwareOptions = {}): DpPolicy &
     name: 'cache_aware',
     releaseClamp: true,
     index,
+    stats,
     select(ranks: readonly RankView[], request: GenerateRequest): number {
       if (ranks.length === 0) throw new RangeError('cannot select a DP rank: no engines connected');
       const start = scanStart % ranks.length;
       scanStart = scanStart >= Number.MAX_SAFE_INTEGER ? 0 : scanStart + 1;
       const hashes = hashesOf(request);
-      const loadOf = fleetScorer(ranks, horizonMs);
-      const loads = ranks.map(loadOf);
-      const minLoad = Math.min(...loads);
-      const scores = ranks.map((v, i) => {
-        const matched = v.engineIndex === null ? 0 : index.match(v.engineIndex, hashes) * index.blockTokens;
-        return affinityScore(loads[i], matched, withinBalanceBound(loads[i], minLoad, abs, rel), perUnit);
+      const services = ranks.map((v) => v.service);
+      const { position, reason } = cacheAwareChoice({
+        loads: ranks.map(fleetScorer(ranks, horizonMs)),
+        matched: ranks.map((v) => (v.engineIndex === null ? 0 : index.match(v.engineIndex, hashes) * index.blockTokens)),
+        promptTokens: request.promptTokenIds.length,
+        estimates: serviceEstimates(services),
+        outputTokens: expectedOutputTokens(services, request.sampling.maxNewTokens),
+        start,
+        balanceAbsThreshold: abs,
+        balanceRelThreshold: rel,
+        maxNumSeqs,
       });
-      return lowestPosition(scores, start);
+      stats[reason] += 1;
+      return position;
     },
     onDispatch(engineIndex: number, request: GenerateRequest): void {
       index.record(engineIndex, hashesOf(request));

@@ -596,6 +596,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       inFlight: this.routing.inFlightCount(s.index),
       load: this.routing.load(s.index),
       loadAgeMs: this.routing.loadAgeMs(s.index, now),
+      service: this.routing.rates.view(s.index),
     }));
     const pos = this.policy.select(views, request);
     if (!Number.isInteger(pos) || pos < 0 || pos >= ready.length) {
@@ -609,9 +610,13 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   // ---------------------------------------------------------------------------------------------------------------
   // Retirement (dp-routing.md sections 5, 10)
 
-  /** Add the request to `inflight[rank]`, arm the rank's watchdogs if it was idle (14.8), tell the policy. */
+  /**
+   * Add the request to `inflight[rank]`, start its service-rate accounting, arm the rank's watchdogs if it was idle
+   * (14.8), tell the policy.
+   */
   private reserve(rank: number, request: GenerateRequest): void {
     this.routing.reserve(rank, request.requestId);
+    this.routing.rates.dispatched(rank, request.requestId, request.promptTokenIds.length, this.now());
     this.syncRankWatchdogs(rank, false);
     this.policy.onDispatch?.(rank, request);
   }
@@ -789,6 +794,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const live = slot !== undefined && isConnected(slot.liveness.state);
     if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, this.now()));
     if (live && batch.wave) this.observeWave(rank, batch.wave);
+    if (live) this.routing.rates.observe(rank, batch.outputs, this.now());
 
     const plan = planBatch(batch, (id) => this.registry.get(id));
     for (const d of plan.deliveries) {

@@ -11,7 +11,7 @@
  * | `inflight`      | own in-flight count only (before load reports existed) | on (has no effect on it)    |
  * | `load`          | `loadScore` (section 9.2 step 4), the default          | on                          |
  * | `load_no_clamp` | `loadScore`                                            | **off** (section 10.3 ablation) |
- * | `cache_aware`   | `loadScore` minus prefix affinity, balance-bounded     | on                          |
+ * | `cache_aware`   | `load`'s choice, or a prefix holder when cheaper       | on                          |
  * | `oracle`        | true outstanding tokens from an `OracleSource`         | on (has no effect on it)    |
  *
  * `load`, `load_no_clamp` and `cache_aware` age stored reports out at `loadHorizonMs` and fall back to
@@ -53,7 +53,7 @@ export interface DpPolicyOptions extends CacheAwareOptions {
 }
 
 /** The tuning knobs a deployment sets (`model-gateway serve` flags): ageing horizon and cache-aware balance bound. */
-export type DpPolicyTuning = Pick<CacheAwareOptions, 'loadHorizonMs' | 'balanceAbsThreshold' | 'balanceRelThreshold' | 'tokensPerLoadUnit'>;
+export type DpPolicyTuning = Pick<CacheAwareOptions, 'loadHorizonMs' | 'balanceAbsThreshold' | 'balanceRelThreshold'>;
 
 /** A wrapping counter giving `counter mod count` and advancing by one per call (exact integers forever). */
 function rotation(): (count: number) => number {

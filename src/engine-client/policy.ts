@@ -24,6 +24,7 @@
  *   request: every rank keeps a finite score.
  */
 import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
+import type { RankService } from './service-rates.js';
 
 /**
  * What a policy may know about one rank.
@@ -32,12 +33,15 @@ import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
  * - `load`: the stored load (last report, possibly clamped; section 11), or null when the rank never reported.
  *   A copy: a policy cannot modify the stored load (section 9.2 "The stored load is never modified by selection").
  * - `loadAgeMs`: how long ago `load` was stored, in ms (section 14.1); absent or null = unknown, scored as fresh.
+ * - `service`: what the client measured of the rank's speed from its own streams (service-rates.ts: ITL, prefill
+ *   cost, output length); absent or null fields = unknown. Only `cache_aware` reads it.
  */
 export interface RankView {
   readonly engineIndex: number | null;
   readonly inFlight: number;
   readonly load: EngineLoad | null;
   readonly loadAgeMs?: number | null;
+  readonly service?: RankService | null;
 }
 
 /**

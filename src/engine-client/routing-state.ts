@@ -14,6 +14,7 @@
  */
 import type { EngineLoad } from '../protocols/types.js';
 import { queuedRequests } from './policy.js';
+import { ServiceRates } from './service-rates.js';
 
 /**
  * Requests a report may exceed what this client can account for before it counts as another client's work. Covers
@@ -105,6 +106,11 @@ export class RoutingState {
   private readonly loads = new Map<number, EngineLoad>();
   private readonly inflight = new Map<number, Set<string>>();
   private readonly extras = new Map<number, RankExtras>();
+  /**
+   * The client's own per-rank service rates (service-rates.ts): fed by the client at dispatch and per batch; a
+   * request leaves it with its in-flight slot (`release`, `clearInFlight`) and a rank with `forgetRank`.
+   */
+  readonly rates = new ServiceRates();
 
   /**
    * Overwrite `load[rank]` with a copy of `load` (never merged; section 11), stamped `nowMs` (ms, the caller's
@@ -180,7 +186,11 @@ export class RoutingState {
     const set = this.inflight.get(rank);
     if (!set) return false;
     let released = 0;
-    for (const id of ids) if (set.delete(id)) released += 1;
+    for (const id of ids) {
+      if (!set.delete(id)) continue;
+      released += 1;
+      this.rates.ended([id]);
+    }
     if (released > 0) this.extrasOf(rank).releasedSinceReport += released;
     if (set.size !== 0 || !clamp) return false;
     if (this.extras.get(rank)?.guard.engaged === true) return false;
@@ -197,6 +207,7 @@ export class RoutingState {
    * engagements − disengagements stays the current state). Its next reservation starts a new set.
    */
   forgetRank(rank: number): void {
+    this.rates.forget(rank);
     this.loads.delete(rank);
     this.inflight.delete(rank);
     const x = this.extras.get(rank);
@@ -209,6 +220,7 @@ export class RoutingState {
   /** Empty every in-flight set (fail_all / close; section 6). Entries and stored loads are kept. */
   clearInFlight(): void {
     for (const set of this.inflight.values()) set.clear();
+    this.rates.clearPending();
   }
 
   private extrasOf(rank: number): RankExtras {
