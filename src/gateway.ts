@@ -510,6 +510,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
     ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+    ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
   });
   const teardown = async (): Promise<void> => {
     lifecycle.markStopped();

@@ -74,6 +74,8 @@ export interface GatewayDeps {
   responsesStore?: ResponsesStoreOptions;
   edge?: HttpEdgeOptions;
   admission?: AdmissionGate;
+  /** The engine clients' report ageing horizon (ms), so the group choice ages reports as the rank choice does. */
+  loadHorizonMs?: number;
 }
 
 /**
@@ -140,7 +142,7 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
  * and for invalid `edge` options.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
-  const router = new GroupRouter(deps.groups);
+  const router = new GroupRouter(deps.groups, deps.loadHorizonMs !== undefined ? { loadHorizonMs: deps.loadHorizonMs } : {});
   const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
   const edge = resolveEdgeOptions(deps.edge);
   const timeouts = serverTimeouts(edge.requestTimeoutMs);

@@ -2,8 +2,8 @@
  * The narrow view of the engine client that the HTTP layer needs (architecture.md "The seams": server/ knows no wire
  * details). `EngineClient` (src/engine-client/client.ts) satisfies it structurally; the route tests use an in-memory
  * fake. The shapes are the engine client's own (notes/apis.md, dp-routing.md sections 2-6 and 10), imported as types
- * only; the one runtime import of engine-client/ in server/ is the pure `loadScore` of policy.ts (groups.ts scores
- * groups with the same function the client scores ranks with).
+ * only; the one runtime import of engine-client/ in server/ is the pure `fleetScorer` of policy.ts (groups.ts scores
+ * groups with the same function the client's `load` policy scores ranks with).
  */
 import type { ClientStats, GroupStatus, RankState, SubmitOptions } from '../engine-client/client.js';
 import type { ConnectedEngine } from '../engine-client/link.js';

@@ -3,9 +3,12 @@
  * picks the worker, then the worker's engine client picks the DP rank; issue #3 part 5).
  *
  * Policy (this gateway's, inferred from gateway.md 16 and dp-routing.md 9.2): the group whose **best rank** has the
- * lowest load score wins, where a rank's score is the engine client's own `loadScore` (dp-routing.md 9.2 step 4:
- * `max(in-flight, waiting + running)` plus the KV penalty) over its `rankStates()`. So a request goes where the
- * engine client would then find the least-loaded rank. Ties go to the first group in a scan that starts at a
+ * lowest load score wins, where a rank's score is the one the engine client's `load` policy gives it
+ * (`fleetScorer`, dp-routing.md 9.2 step 4 with the guards of 14: `max(in-flight, queued)` plus the KV penalty, a
+ * TokenSpeed report's waiting requests counted once (14.2), the report weighted down by its age (14.1), and
+ * join-shortest-queue on in-flight when none of the group's ranks has a fresh report (14.5)) over its ready ranks'
+ * `rankStates()`. So a request goes where the engine client would then find the least-loaded rank, scored the same
+ * way. Ties go to the first group in a scan that starts at a
  * rotating position (advanced on every choice), as the rank scan of dp-routing.md 9.2 step 3 does, so idle groups
  * take turns instead of the first group always winning.
  *
@@ -18,24 +21,24 @@
  * The choice is synchronous and reads the client state at the call, so a caller that submits right after it without
  * an `await` in between (the routes do) reserves the chosen rank in the same tick (dp-routing.md 12.3 rule 1).
  */
-import { loadScore } from '../engine-client/policy.js';
+import { DEFAULT_LOAD_HORIZON_MS, fleetScorer, loadHorizonOf, type RankView } from '../engine-client/policy.js';
 import type { BackendGroup, BackendRankState } from './backend.js';
 import { ApiError, RETRY_AFTER_STARTING_SECONDS, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { describeGroups, groupHealth } from './health.js';
 
 /**
- * The best (lowest) load score over a group's ready ranks (`loadScore` of each `{engineIndex, inFlight, load}`;
- * units: requests plus the dimensionless KV penalty). `Infinity` for a group with no ready rank, so such a group only
- * wins when it is the only candidate. Pure; never throws.
+ * The best (lowest) load score over a group's ready ranks, as the engine client's `load` policy scores them
+ * (`fleetScorer` over `{engineIndex, inFlight, load, loadAgeMs}` of the ready ranks, reports ageing out at
+ * `horizonMs`; units: requests plus the dimensionless KV penalty). `Infinity` for a group with no ready rank, so such
+ * a group only wins when it is the only candidate. Pure; never throws.
  */
-export function bestRankScore(states: readonly BackendRankState[]): number {
-  let best = Infinity;
-  for (const s of states) {
-    if (s.state !== 'ready') continue;
-    const score = loadScore({ engineIndex: s.engineIndex, inFlight: s.inFlight, load: s.load });
-    if (score < best) best = score;
-  }
-  return best;
+export function bestRankScore(states: readonly BackendRankState[], horizonMs: number = DEFAULT_LOAD_HORIZON_MS): number {
+  const views: RankView[] = states
+    .filter((s) => s.state === 'ready')
+    .map((s) => ({ engineIndex: s.engineIndex, inFlight: s.inFlight, load: s.load, loadAgeMs: s.loadAgeMs ?? null }));
+  if (views.length === 0) return Infinity;
+  const score = fleetScorer(views, horizonMs);
+  return Math.min(...views.map(score));
 }
 
 /**
@@ -79,9 +82,15 @@ export class GroupRouter {
   readonly groups: readonly BackendGroup[];
   /** Rotating scan start of the tie-break (number of choices made so far). */
   private scanStart = 0;
+  /** The report ageing horizon of the rank choice (`--load-horizon-ms`), so groups are scored as ranks are. */
+  private readonly horizonMs: number;
 
-  /** Throws RangeError on an empty list or a duplicate worker name. */
-  constructor(groups: readonly BackendGroup[]) {
+  /**
+   * `opts.loadHorizonMs`: the engine clients' report ageing horizon (default `DEFAULT_LOAD_HORIZON_MS`). Throws
+   * RangeError on an empty list, a duplicate worker name or a bad horizon.
+   */
+  constructor(groups: readonly BackendGroup[], opts: { loadHorizonMs?: number } = {}) {
+    this.horizonMs = loadHorizonOf(opts);
     if (groups.length === 0) throw new RangeError('GroupRouter needs at least one engine group');
     const seen = new Set<string>();
     for (const g of groups) {
@@ -155,7 +164,7 @@ export class GroupRouter {
     const start = this.scanStart;
     this.scanStart = this.scanStart >= Number.MAX_SAFE_INTEGER ? 0 : this.scanStart + 1;
     if (candidates.length === 1) return candidates[0]!;
-    const scores = candidates.map((g) => bestRankScore(g.backend.rankStates()));
+    const scores = candidates.map((g) => bestRankScore(g.backend.rankStates(), this.horizonMs));
     return candidates[lowestGroupPosition(scores, start)]!;
   }
 }

@@ -34,6 +34,27 @@ describe('bestRankScore and lowestGroupPosition', () => {
     assert.equal(bestRankScore([]), Infinity);
   });
 
+  test('groups are scored as the rank choice scores ranks: aged reports, TokenSpeed counted once, dark-fleet fallback', () => {
+    const busy = { numRunning: 6, numWaiting: 2, kvCacheUsage: 0.2 };
+    const at = (age: number | null, inFlight = 1, l: typeof busy | null = busy): BackendRankState => rankState(0, { inFlight, load: l, loadAgeMs: age });
+    assert.equal(bestRankScore([at(0)]), 8, 'a fresh vLLM report: running + waiting');
+    assert.equal(bestRankScore([at(2500)]), 4, 'half the default 5 s horizon: half the weight');
+    assert.equal(bestRankScore([at(2500)], 10_000), 6, 'a longer horizon ages it slower');
+    assert.equal(bestRankScore([at(5000), rankState(1, { inFlight: 3 })]), 1, 'no fresh report in the group: shortest in-flight queue');
+    const ts = { ...busy, runningIncludesWaiting: true };
+    assert.equal(bestRankScore([rankState(0, { inFlight: 0, load: ts, loadAgeMs: 0 })]), 6, "TokenSpeed's running count already holds its waiting ones (14.2)");
+    assert.equal(bestRankScore([rankState(0, { state: 'stalled', inFlight: 0 }), at(0)]), 8, 'only ready ranks count');
+  });
+
+  test('GroupRouter ages reports with the configured horizon: a stale busy group wins back its traffic', () => {
+    const stale = { numRunning: 9, numWaiting: 0, kvCacheUsage: 0.1 };
+    const a = group('ipc:///a', 'vllm', [rankState(0, { inFlight: 0, load: stale, loadAgeMs: 4000 })]);
+    const b = group('ipc:///b', 'vllm', [rankState(0, { inFlight: 2, load: { numRunning: 2, numWaiting: 0, kvCacheUsage: 0.1 }, loadAgeMs: 0 })]);
+    assert.equal(new GroupRouter([a.g, b.g]).choose([a.g, b.g]).worker, 'ipc:///a', '9 running at 4 of 5 s counts as 1.8 < 2');
+    assert.equal(new GroupRouter([a.g, b.g], { loadHorizonMs: 60_000 }).choose([a.g, b.g]).worker, 'ipc:///b', 'at 4 of 60 s it still counts as 8.4');
+    assert.throws(() => new GroupRouter([a.g], { loadHorizonMs: 0 }), RangeError);
+  });
+
   test('lowest score wins; ties go to the first position scanned from the start', () => {
     assert.equal(lowestGroupPosition([3, 1, 2], 0), 1);
     assert.equal(lowestGroupPosition([0, 0, 0], 0), 0);
