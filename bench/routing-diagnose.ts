@@ -140,6 +140,7 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
     `  best-matching rank: bonus (matched/256) p50 ${fmt(percentile(bonusOfChosen, 50), 1)} p90 ${fmt(percentile(bonusOfChosen, 90), 1)};` +
       ` its load above the minimum p50 ${fmt(percentile(loadGapOfBest, 50), 1)} p90 ${fmt(percentile(loadGapOfBest, 90), 1)}; first-pass bound fired on ${boundFired} decisions`,
   );
+  if (diag.policyStats) console.log(`  policy decisions: ${JSON.stringify(diag.policyStats)}`);
   console.log(`  sent to the slow rank ${ranks - 1}: ${toSlow} (load's minimum there, first of ties: ${toSlowLoadWould})`);
 }
 

@@ -319,6 +319,8 @@ export interface DecisionRecord {
 export interface RunDiagnostics {
   decisions: DecisionRecord[];
   requests: { id: string; rank: number | null; promptTokens: number; cachedTokens: number; ttftMs: number; finishMs: number }[];
+  /** The policy's own decision counts, when it keeps any (`cache_aware`: `CacheAwareStats`). */
+  policyStats?: Record<string, number>;
 }
 
 /**
@@ -378,7 +380,8 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
         shadow.record(rank, shadow.hashes(request.promptTokenIds));
       },
     };
-    const chosen = instrumented(createDpPolicy(policy, { oracle, ...shape }), (rank, work) => oracle.sent(rank, work), cost, record);
+    const inner = createDpPolicy(policy, { oracle, ...shape });
+    const chosen = instrumented(inner, (rank, work) => oracle.sent(rank, work), cost, record);
     const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });
     client = c;
     const identityOf = (rank: number): Uint8Array => {
@@ -409,6 +412,7 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     const timelines = done.map((t) => (t.rank === null ? null : (ranks[t.rank]?.timeline(t.requestId) ?? null)));
     const lat = latencies(timelines, group.timeScale);
     if (diag !== undefined) {
+      if ('stats' in inner) diag.policyStats = { ...(inner.stats as Record<string, number>) };
       done.forEach((t, i) => {
         const tl = timelines[i];
         const rows = tl?.rows.filter((r) => r.tokens > 0) ?? [];

@@ -110,17 +110,26 @@ export interface WorkloadOptions {
  *   still counts ~31 running, and only the release clamp (section 10.2) clears it (section 10.3);
  * - `second_client`: a second client keeps 24 long requests running on `foreignRank` behind the gateway's back
  *   (in its load reports only), alongside a uniform stream;
- * and three with shared prefixes (issue 12; what prefix-cache affinity is for, dp-routing.md 14.11), all sized by one
- * rule: what they share at a time is about **twice one rank's KV cache** (the benchmark's ranks have 2048 pages =
- * 32 768 tokens each) and half the fleet's, so no rank can cache everything but the fleet can:
- * - `multi_turn`: chat conversations (one 512-token system prompt for all; a first message of 300-1200 tokens, text
- *   the user pasted; 3-6 turns of 64-128-token answers and 50-200-token follow-ups, each sent 150-450 ms after the
- *   previous answer, so the history grows turn by turn); a new conversation every 30 ms on average, about 45 of them
- *   open at once with about 1500 history tokens each;
+ * and six with shared prefixes (issue 12; what prefix-cache affinity is for, dp-routing.md 14.11). Three are sized by
+ * one rule (`SHARED_WORKING_SET_TOKENS`): what they share at a time is about **twice one rank's KV cache** (the
+ * benchmark's ranks have 2048 pages = 32 768 tokens each) and half the group's, so no rank can cache everything but
+ * the group can; the hits come from what each workload's name says:
+ * - `multi_turn`: chat conversations whose history grows turn by turn. Each conversation runs behind one of 8 short
+ *   app system prompts (64-192 tokens: about 1 000 tokens in all, cached everywhere but a small part of any prompt),
+ *   starts with a 300-1200-token first message (text the user pasted), then 3-6 turns of 64-128-token answers and
+ *   50-200-token follow-ups, each sent 150-450 ms after the previous answer; a new conversation every 30 ms on
+ *   average, about 45 of them open at once with about 1500 history tokens each (≈ 67 000 tokens);
  * - `shared_prompt`: 12 long system prompts (4500-6500 tokens, about 66 000 in all, like agent prompts with tool
- *   definitions) × many users (64-256-token messages), prompt popularity Zipf s = 0.8, Poisson arrivals every 25 ms;
+ *   definitions), equally popular, × many users (64-256-token messages), Poisson arrivals every 25 ms;
  * - `rag`: 24 documents of 2000-3500 tokens (about 66 000 in all) behind a 128-token instruction, asked 24-96-token
  *   questions uniformly at random, Poisson arrivals every 20 ms.
+ * Three are the cases where `load` gets the hits too, kept so the table shows them:
+ * - `multi_turn_shared_system`: `multi_turn`'s conversations (the first pass's workload, request for request) behind
+ *   one 512-token system prompt that every rank caches;
+ * - `shared_prompt_zipf`: `shared_prompt` with Zipf s = 0.8 popularity (the first pass's workload): the hot prompts
+ *   stay cached on every rank;
+ * - `shared_prompt_fits`: 4 system prompts of 3000-5000 tokens (about 16 000 in all, `FITS_WORKING_SET_TOKENS`):
+ *   every rank holds them all.
  * Throws RangeError on a non-positive request count.
  */
 export function buildWorkloads(opts: WorkloadOptions = {}): Workload[] {
@@ -219,37 +228,66 @@ export function buildWorkloads(opts: WorkloadOptions = {}): Workload[] {
   return [uniform, heavyTail, longPrompt, bursty, idleRecovery, secondClient, ...prefixWorkloads(n, base)];
 }
 
-/** The three shared-prefix workloads of `buildWorkloads` (see there), `n` measured requests each. */
+/** One rank's KV cache in the benchmark's group (bench/routing.ts: 2048 pages of 16 tokens). Tokens. */
+export const RANK_KV_TOKENS = 2048 * 16;
+/**
+ * The sizing rule of the favourable shared-prefix workloads: what they share at a time (their working set) is twice
+ * one rank's KV cache, i.e. half the 4-rank group's: more than any one rank can hold, so under `load` (every rank sees
+ * every prefix) each rank evicts about half of it, while the group holds it all when each rank keeps its share, with
+ * room left for the running requests' own pages. Tokens.
+ */
+export const SHARED_WORKING_SET_TOKENS = 2 * RANK_KV_TOKENS;
+/** The rule of the `_fits` variant: everything shared fits in half of one rank's cache, so every rank holds it all. */
+export const FITS_WORKING_SET_TOKENS = RANK_KV_TOKENS / 2;
+
+/**
+ * The shared-prefix workloads of `buildWorkloads` (see there), `n` measured requests each: the favourable ones sized
+ * by `SHARED_WORKING_SET_TOKENS`, and the variants where `load` gets the hits too.
+ */
 function prefixWorkloads(n: number, base: number): Workload[] {
   const randFor = (salt: number): (() => number) => seededRandom((base ^ Math.imul(salt, 0x85ebca6b)) >>> 0);
   const seedOf = (rand: () => number): number => intIn(rand, 1, 2 ** 31 - 1);
 
-  // multi_turn: conversations until n turns in all.
-  const mt = randFor(7);
-  const system: PromptSegment = { seed: seedOf(mt), tokens: 512 };
-  const turns: BenchRequest[] = [];
-  let start = 0;
-  for (let c = 0; turns.length < n; c++) {
-    start += c === 0 ? 0 : expGap(mt, 30);
-    const count = Math.min(intIn(mt, 3, 6), n - turns.length);
-    for (let k = 0; k < count; k++) {
-      const id = `multi_turn-${c}-${k}`;
-      const first = k === 0;
-      turns.push({
-        id,
-        atMs: first ? start : 0,
-        promptTokens: first ? intIn(mt, 300, 1200) : intIn(mt, 50, 200),
-        outputTokens: intIn(mt, 64, 128),
-        seed: seedOf(mt),
-        ...(first ? { prefix: [system] } : { follows: { previous: `multi_turn-${c}-${k - 1}`, thinkMs: intIn(mt, 150, 450) } }),
-      });
+  // Chat conversations until n turns in all; `system()` picks each conversation's system prompt.
+  const conversations = (name: string, mt: () => number, system: () => PromptSegment): BenchRequest[] => {
+    const turns: BenchRequest[] = [];
+    let start = 0;
+    for (let c = 0; turns.length < n; c++) {
+      start += c === 0 ? 0 : expGap(mt, 30);
+      const count = Math.min(intIn(mt, 3, 6), n - turns.length);
+      for (let k = 0; k < count; k++) {
+        const first = k === 0;
+        turns.push({
+          id: `${name}-${c}-${k}`,
+          atMs: first ? start : 0,
+          promptTokens: first ? intIn(mt, 300, 1200) : intIn(mt, 50, 200),
+          outputTokens: intIn(mt, 64, 128),
+          seed: seedOf(mt),
+          ...(first ? { prefix: [system()] } : { follows: { previous: `${name}-${c}-${k - 1}`, thinkMs: intIn(mt, 150, 450) } }),
+        });
+      }
     }
-  }
+    return turns;
+  };
+  const chatShape = '3-6 turns each, every turn resends the growing history (300-1200-token first message, 64-128-token answers, 50-200-token follow-ups 150-450 ms later); a new conversation every 30 ms';
+
+  const ma = randFor(10);
+  const apps: PromptSegment[] = Array.from({ length: 8 }, () => ({ seed: seedOf(ma), tokens: intIn(ma, 64, 192) }));
   const multiTurn: Workload = {
     name: 'multi_turn',
-    description: 'chat conversations, 3-6 turns each; every turn resends the growing history (512-token system prompt, 300-1200-token first message, 64-128-token answers, 50-200-token follow-ups 150-450 ms later); a new conversation every 30 ms',
+    description: `chat conversations behind 8 short app system prompts (64-192 tokens), ${chatShape}`,
     setup: [],
-    main: turns,
+    main: conversations('multi_turn', ma, () => apps[intIn(ma, 0, apps.length - 1)]),
+  };
+
+  // The first pass's multi_turn, request for request (same salt): one 512-token system prompt for every chat.
+  const ms = randFor(7);
+  const everyone: PromptSegment = { seed: seedOf(ms), tokens: 512 };
+  const multiTurnShared: Workload = {
+    name: 'multi_turn_shared_system',
+    description: `chat conversations behind one 512-token system prompt that every rank caches, ${chatShape}`,
+    setup: [],
+    main: conversations('multi_turn_shared_system', ms, () => everyone),
   };
 
   // n Poisson arrivals, each prompt = `prefix()` then its own `own` tokens, with `output` tokens to generate.
@@ -263,14 +301,36 @@ function prefixWorkloads(n: number, base: number): Workload[] {
     }
     return out;
   };
+  const systemPrompts = (rand: () => number, count: number, lo: number, hi: number): PromptSegment[] =>
+    Array.from({ length: count }, () => ({ seed: seedOf(rand), tokens: intIn(rand, lo, hi) }));
+  const userShape = 'users with 64-256-token messages; Poisson arrivals (mean gap 25 ms), outputs 24-64';
 
-  const sp = randFor(8);
-  const prompts: PromptSegment[] = Array.from({ length: 12 }, () => ({ seed: seedOf(sp), tokens: intIn(sp, 4500, 6500) }));
+  const su = randFor(11);
+  const uniformPrompts = systemPrompts(su, 12, 4500, 6500);
   const sharedPrompt: Workload = {
     name: 'shared_prompt',
-    description: '12 system prompts of 4500-6500 tokens (Zipf s=0.8 popularity) × users with 64-256-token messages; Poisson arrivals (mean gap 25 ms), outputs 24-64',
+    description: `12 system prompts of 4500-6500 tokens, equally popular × ${userShape}`,
     setup: [],
-    main: withPrefix('shared_prompt', sp, 25, () => [prompts[zipfPick(sp, prompts.length, 0.8)]], [64, 256], [24, 64]),
+    main: withPrefix('shared_prompt', su, 25, () => [uniformPrompts[intIn(su, 0, uniformPrompts.length - 1)]], [64, 256], [24, 64]),
+  };
+
+  // The first pass's shared_prompt, request for request (same salt): Zipf popularity keeps the hot prompts everywhere.
+  const sp = randFor(8);
+  const zipfPrompts = systemPrompts(sp, 12, 4500, 6500);
+  const sharedPromptZipf: Workload = {
+    name: 'shared_prompt_zipf',
+    description: `12 system prompts of 4500-6500 tokens, Zipf s=0.8 popularity (the hot ones cached on every rank) × ${userShape}`,
+    setup: [],
+    main: withPrefix('shared_prompt_zipf', sp, 25, () => [zipfPrompts[zipfPick(sp, zipfPrompts.length, 0.8)]], [64, 256], [24, 64]),
+  };
+
+  const sf = randFor(12);
+  const fitting = systemPrompts(sf, 4, 3000, 5000);
+  const sharedPromptFits: Workload = {
+    name: 'shared_prompt_fits',
+    description: `4 system prompts of 3000-5000 tokens (all of them fit in every rank's cache), equally popular × ${userShape}`,
+    setup: [],
+    main: withPrefix('shared_prompt_fits', sf, 25, () => [fitting[intIn(sf, 0, fitting.length - 1)]], [64, 256], [24, 64]),
   };
 
   const rg = randFor(9);
@@ -283,5 +343,5 @@ function prefixWorkloads(n: number, base: number): Workload[] {
     setup: [],
     main: questions,
   };
-  return [multiTurn, sharedPrompt, rag];
+  return [multiTurn, multiTurnShared, sharedPrompt, sharedPromptZipf, sharedPromptFits, rag];
 }

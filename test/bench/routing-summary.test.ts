@@ -6,7 +6,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { RunMetrics } from '../../bench/routing/stats.js';
 import { formatSpread, losesOutsideSpread, pairedRatios, spreadOf, summarize, tiesOrBeats } from '../../bench/routing/summary.js';
-import { buildWorkloads } from '../../bench/routing/workloads.js';
+import { FITS_WORKING_SET_TOKENS, RANK_KV_TOKENS, SHARED_WORKING_SET_TOKENS, buildWorkloads } from '../../bench/routing/workloads.js';
 
 function run(ttftP50: number, prefixHitRate = 0.5): RunMetrics {
   return {
@@ -49,20 +49,25 @@ test('shared-prefix workloads: deterministic per seed, prefixes shared, turns ch
   assert.deepEqual(a, buildWorkloads({ requests: 60, seed: 7 }), 'a pure function of the seed');
   assert.notDeepEqual(a, buildWorkloads({ requests: 60, seed: 8 }));
   const byName = new Map(a.map((w) => [w.name, w]));
-  for (const name of ['multi_turn', 'shared_prompt', 'rag']) assert.equal(byName.get(name)?.main.length, 60, name);
+  const prefixed = ['multi_turn', 'multi_turn_shared_system', 'shared_prompt', 'shared_prompt_zipf', 'shared_prompt_fits', 'rag'];
+  for (const name of prefixed) assert.equal(byName.get(name)?.main.length, 60, name);
 
-  const turns = byName.get('multi_turn')!.main;
-  const ids = new Set(turns.map((t) => t.id));
-  for (const t of turns) {
-    if (t.follows) {
-      assert.ok(ids.has(t.follows.previous), `${t.id} follows a turn of the workload`);
-      assert.equal(t.prefix, undefined, 'a follow-up starts with the previous prompt and answer');
-    } else {
-      assert.equal(t.prefix?.length, 1, 'a first turn starts with the shared system prompt');
+  for (const [name, systems] of [['multi_turn', 8], ['multi_turn_shared_system', 1]] as const) {
+    const turns = byName.get(name)!.main;
+    const ids = new Set(turns.map((t) => t.id));
+    for (const t of turns) {
+      if (t.follows) {
+        assert.ok(ids.has(t.follows.previous), `${t.id} follows a turn of the workload`);
+        assert.equal(t.prefix, undefined, 'a follow-up starts with the previous prompt and answer');
+      } else {
+        assert.equal(t.prefix?.length, 1, 'a first turn starts with a system prompt');
+      }
     }
+    const seen = new Set(turns.flatMap((t) => (t.prefix ?? []).map((p) => p.seed)));
+    assert.ok(seen.size <= systems && (systems === 1 ? seen.size === 1 : seen.size > 1), `${name}: ${seen.size} system prompts`);
   }
-  const systems = new Set(turns.flatMap((t) => (t.prefix ?? []).map((p) => p.seed)));
-  assert.equal(systems.size, 1, 'one system prompt for every conversation');
+  const appTokens = byName.get('multi_turn')!.main.flatMap((t) => t.prefix ?? []).map((p) => p.tokens);
+  assert.ok(Math.max(...appTokens) <= 192, 'multi_turn: short app prompts, so the hits come from the history');
 
   const shared = byName.get('shared_prompt')!.main;
   const prompts = new Map<number, number>();
@@ -71,4 +76,20 @@ test('shared-prefix workloads: deterministic per seed, prefixes shared, turns ch
   assert.ok([...prompts.values()].some((n) => n > 1), 'each shared by many users');
   const rag = byName.get('rag')!.main;
   assert.ok(rag.every((r) => r.prefix?.length === 2 && r.prefix[0].seed === rag[0].prefix![0].seed), 'instruction, then a document');
+});
+
+test('the sizing rule: favourable shared sets are about twice one rank\'s KV cache, the fitting one half of it', () => {
+  // With many requests every prompt appears: the distinct shared tokens are the working set.
+  const byName = new Map(buildWorkloads({ requests: 2000, seed: 11 }).map((w) => [w.name, w]));
+  const sharedTokens = (name: string): number => {
+    const segments = new Map<number, number>();
+    for (const r of byName.get(name)!.main) for (const p of r.prefix ?? []) segments.set(p.seed, p.tokens);
+    return [...segments.values()].reduce((x, y) => x + y, 0);
+  };
+  for (const name of ['shared_prompt', 'shared_prompt_zipf', 'rag']) {
+    const ratio = sharedTokens(name) / SHARED_WORKING_SET_TOKENS;
+    assert.ok(ratio > 0.8 && ratio < 1.25, `${name}: ${sharedTokens(name)} shared tokens, ${ratio.toFixed(2)} of the rule`);
+    assert.ok(sharedTokens(name) > RANK_KV_TOKENS && sharedTokens(name) < 4 * RANK_KV_TOKENS, 'more than one rank holds, less than the group');
+  }
+  assert.ok(sharedTokens('shared_prompt_fits') <= FITS_WORKING_SET_TOKENS, `fits: ${sharedTokens('shared_prompt_fits')}`);
 });
