@@ -159,7 +159,7 @@ async function main(): Promise<void> {
       for (const p of policies as DpPolicyName[]) {
         const diag: RunDiagnostics = { decisions: [], requests: [] };
         const m = await runOnce(w, p, group, diag);
-        console.log(`\n--- seed ${seed0 + s}: TTFT p50 ${fmt(m.ttftP50, 1)} p99 ${fmt(m.ttftP99, 0)}, tok/s ${fmt(m.throughput, 0)}, hits ${fmt(m.prefixHitRate)}, shares ${m.tokenShare.map((x) => fmt(x)).join(' ')}, span ${fmt(m.spanMs, 0)} ms`);
+        console.log(`\n--- seed ${seed0 + s}: TTFT p50 ${fmt(m.ttftP50, 1)} p99 ${fmt(m.ttftP99, 0)}, ITL p50 ${fmt(m.itlP50, 1)} p99 ${fmt(m.itlP99, 0)}, preemptions ${m.preemptions}, tok/s ${fmt(m.throughput, 0)}, hits ${fmt(m.prefixHitRate)}, shares ${m.tokenShare.map((x) => fmt(x)).join(' ')}, span ${fmt(m.spanMs, 0)} ms`);
         report(w.name, p, diag, group.ranks);
       }
     }

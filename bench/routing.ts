@@ -27,8 +27,8 @@ import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
 import { renderRatioChart } from './routing/chart.js';
 import { runOnce, type GroupConfig } from './routing/run.js';
 import type { RunMetrics } from './routing/stats.js';
-import { formatSpread, losesOutsideSpread, pairedRatios, summarize, tiesOrBeats, type Spread, type SummaryKey } from './routing/summary.js';
-import { buildWorkloads, type Workload } from './routing/workloads.js';
+import { formatSpread, losesOutsideSpread, pairedRatios, spreadOf, summarize, tiesOrBeats, type Spread, type SummaryKey } from './routing/summary.js';
+import { buildWorkloads, hitRateCeiling, type Workload } from './routing/workloads.js';
 
 interface Args {
   requests: number;
@@ -131,7 +131,10 @@ function table(w: Workload, cells: Map<DpPolicyName, Cell>): string {
 }
 
 /** The issue 12 "Done when" targets, measured: one line each, `met` or `NOT met` with the numbers. */
-function targets(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): { lines: string[]; verdicts: Record<string, boolean> } {
+function targets(
+  cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>,
+  ceilings: Map<string, Spread>,
+): { lines: string[]; verdicts: Record<string, boolean> } {
   const lines: string[] = [];
   const verdicts: Record<string, boolean> = {};
   const verdict = (key: string, ok: boolean, text: string): void => {
@@ -147,6 +150,7 @@ function targets(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): { lines
     verdict(`${w}.ttftP50`, ttft.max <= 0.5, `${w}: cache_aware TTFT p50 / load = ${formatSpread(ttft, 2, '×')} (target ≤ 0.5× on every seed)`);
     const hits = ca.toLoad.prefixHitRate;
     verdict(`${w}.hitRate`, hits.min >= 2, `${w}: cache_aware prefix hit rate / load = ${formatSpread(hits, 2, '×')} (target ≥ 2× on every seed)`);
+    lines.push(`    ${ceilingNote(ceilings.get(w), ca.summary.prefixHitRate, ld.summary.prefixHitRate)}`);
   }
   for (const w of PREFIX_VARIANTS) {
     const ca = cellsByWorkload.get(w)?.get('cache_aware');
@@ -154,6 +158,8 @@ function targets(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): { lines
     lines.push(
       `- (no target) ${w}: cache_aware TTFT p50 / load = ${formatSpread(ca.toLoad.ttftP50, 2, '×')}, prefix hit rate / load = ${formatSpread(ca.toLoad.prefixHitRate, 2, '×')}`,
     );
+    const ld = cellsByWorkload.get(w)?.get('load');
+    if (ld) lines.push(`    ${ceilingNote(ceilings.get(w), ca.summary.prefixHitRate, ld.summary.prefixHitRate)}`);
   }
   for (const w of CLASSIC) {
     const ca = cellsByWorkload.get(w)?.get('cache_aware');
@@ -166,6 +172,21 @@ function targets(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): { lines
     );
   }
   return { lines, verdicts };
+}
+
+/**
+ * One line on what the hit-rate target can reach: the workload's ceiling (`hitRateCeiling`, per seed), cache_aware's
+ * hit rate as a share of it, and the hit rate 2× load's would need (medians over the seeds; percent).
+ */
+function ceilingNote(ceiling: Spread | undefined, ca: Spread, ld: Spread): string {
+  const pct = (s: Spread): Spread => ({ median: s.median * 100, min: s.min * 100, max: s.max * 100 });
+  if (ceiling === undefined) return '';
+  const twice = 2 * ld.median;
+  return (
+    `hit-rate ceiling (every request where its shared prefix is, nothing evicted) ${formatSpread(pct(ceiling), 1, '%')}; ` +
+    `cache_aware reaches ${((ca.median / ceiling.median) * 100).toFixed(0)}% of it; 2× load's median would be ${(twice * 100).toFixed(1)}%` +
+    (twice > ceiling.max ? ' (above the ceiling: the 2× target cannot be met here)' : '')
+  );
 }
 
 /**
@@ -214,9 +235,11 @@ async function main(): Promise<void> {
   let done = 0;
   const results: Results = new Map(picked.map((n) => [n, new Map(args.policies.map((p) => [p, [] as RunMetrics[]]))]));
   let workloads: Workload[] = [];
+  const ceilingRuns = new Map<string, number[]>();
   for (const seed of seeds) {
     workloads = buildWorkloads({ requests: args.requests, seed }).filter((w) => picked.includes(w.name));
     for (const w of workloads) {
+      ceilingRuns.set(w.name, [...(ceilingRuns.get(w.name) ?? []), hitRateCeiling(w)]);
       for (const p of args.policies) {
         progress(done, total, `seed ${seed}: ${w.name} / ${p}`, start);
         results.get(w.name)?.get(p)?.push(await runOnce(w, p, group));
@@ -237,8 +260,13 @@ async function main(): Promise<void> {
       'Each cell: median [min–max] over the seeds; times in simulated ms; ' +
       'ratios are paired per seed (same requests).\n',
   );
-  for (const w of workloads) console.log(`${table(w, cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)}\n`);
-  const t = targets(cellsByWorkload);
+  const ceilings = new Map(picked.map((n) => [n, spreadOf(ceilingRuns.get(n) ?? [])]));
+  for (const w of workloads) {
+    const c = ceilings.get(w.name);
+    const note = c !== undefined && c.max > 0 ? `\n_prefix hit-rate ceiling (no policy can beat it): ${formatSpread({ median: c.median * 100, min: c.min * 100, max: c.max * 100 }, 1, '%')}_` : '';
+    console.log(`${table(w, cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)}${note}\n`);
+  }
+  const t = targets(cellsByWorkload, ceilings);
   console.log(['Issue 12 targets (cache_aware):', ...t.lines, '', 'cache_aware against load (the default rule):', ...defaultVerdict(cellsByWorkload)].join('\n'));
 
   if (!args.write) {
@@ -257,13 +285,14 @@ async function main(): Promise<void> {
     group: groupJson,
     units: {
       ttft: 'simulated ms on the ranks\' clocks', itl: 'simulated ms per token on the ranks\' clocks', throughput: 'tokens per simulated second', tokenShare: 'ratio 0..1 per engine index',
-      prefixHitRate: 'cached prompt tokens / prompt tokens, 0..1', selectionUs: 'µs per request in the policy: median select call + median onDispatch call',
+      prefixHitRate: 'cached prompt tokens / prompt tokens, 0..1', prefixHitRateCeiling: 'the hit rate no policy can beat (bench/routing/workloads.ts hitRateCeiling), 0..1', selectionUs: 'µs per request in the policy: median select call + median onDispatch call',
       spread: 'median, min, max over the seeds; ratios paired per seed',
     },
     targets: t.verdicts,
     workloads: workloads.map((w) => ({
       name: w.name,
       description: w.description,
+      prefixHitRateCeiling: ceilings.get(w.name),
       policies: Object.fromEntries(
         [...(cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)].map(([p, c]) => [
           p,

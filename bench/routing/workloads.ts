@@ -345,3 +345,53 @@ function prefixWorkloads(n: number, base: number): Workload[] {
   };
   return [multiTurn, multiTurnShared, sharedPrompt, sharedPromptZipf, sharedPromptFits, rag];
 }
+
+/** The simulated ranks' prefix-cache block (src/sim/scheduler.ts `KV_PAGE_TOKENS`). Tokens. */
+const CACHE_BLOCK_TOKENS = 16;
+
+/**
+ * The prefix-cache hit rate no policy can beat on `workload` (0..1; NaN without measured requests): every measured
+ * request lands on a rank that holds everything it shares with the requests before it, and nothing is ever evicted.
+ * A request shares its whole previous turn (prompt + output, the turn it `follows`) or the longest run of leading
+ * `prefix` segments some earlier request of the list also started with (which request comes first hardly matters:
+ * one per distinct run misses it); hits count in full blocks of 16 tokens,
+ * at most `floor((prompt − 1) / 16)` of them (the sim always computes one token, src/sim/scheduler.ts), so a prompt
+ * shared block for block counts as the sim would count it. Setup and foreign requests do not count, but seed the
+ * earlier prefixes. An upper bound for the issue 12 hit-rate targets: when 2× `load`'s hit rate exceeds it, the
+ * target cannot be met on that workload. Pure.
+ */
+export function hitRateCeiling(workload: Workload): number {
+  const promptLen = new Map<string, number>();
+  const outputOf = new Map<string, number>();
+  const seen: PromptSegment[][] = [];
+  const blocks = (tokens: number): number => Math.floor(tokens / CACHE_BLOCK_TOKENS);
+  const segTokens = (segs: readonly PromptSegment[], j: number): number => segs.slice(0, j).reduce((s, g) => s + g.tokens, 0);
+  let prompt = 0;
+  let cached = 0;
+  for (const req of [...workload.setup, ...workload.main]) {
+    const segs = req.prefix ?? [];
+    let len: number;
+    let shared: number;
+    if (req.follows) {
+      const before = (promptLen.get(req.follows.previous) ?? 0) + (outputOf.get(req.follows.previous) ?? 0);
+      len = before + req.promptTokens;
+      shared = blocks(before);
+    } else {
+      len = segTokens(segs, segs.length) + req.promptTokens;
+      let j = 0;
+      for (const other of seen) {
+        let k = 0;
+        while (k < segs.length && k < other.length && segs[k].seed === other[k].seed && segs[k].tokens === other[k].tokens) k += 1;
+        j = Math.max(j, k);
+      }
+      shared = blocks(segTokens(segs, j));
+      seen.push(segs);
+    }
+    promptLen.set(req.id, len);
+    outputOf.set(req.id, req.outputTokens);
+    if (workload.setup.includes(req) || req.foreignRank !== undefined) continue;
+    prompt += len;
+    cached += Math.min(shared, blocks(len - 1)) * CACHE_BLOCK_TOKENS;
+  }
+  return prompt > 0 ? cached / prompt : Number.NaN;
+}

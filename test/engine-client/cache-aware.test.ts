@@ -11,6 +11,7 @@ import {
   type ChoiceInputs,
 } from '../../src/engine-client/cache-aware.js';
 import { PROBE_SCHEDULE_MS } from '../../src/engine-client/client.js';
+import type { EngineClientError } from '../../src/engine-client/errors.js';
 import { createDpPolicy } from '../../src/engine-client/policies.js';
 import { createLoadPolicy, type RankView } from '../../src/engine-client/policy.js';
 import { DEFAULT_INDEX_CAPACITY_BLOCKS, PrefixIndex } from '../../src/engine-client/prefix-index.js';
@@ -309,5 +310,30 @@ test("a rank's death and rejoin through the client: its index, sole-client guard
   keep.cancel();
   next.cancel();
   fresh.cancel();
+  await client.close();
+});
+
+test('a new process taking a ready rank\'s index (replaced, no death seen first): index, guard, stored load, age and rates reset', async () => {
+  let now = 0;
+  const policy = createCacheAwarePolicy();
+  const { client, link } = setup(2, { policy, now: () => now });
+  const doc = seq(1024, 1);
+  const old = await client.submit(prompt('old', [...doc, 1]), { dpRank: 1 });
+  now = 10;
+  await link.deliverBatch(batch(1, [row('old')], load(25, 0, 0.6))); // another client's work: the guard engages
+  now = 20;
+  await link.deliverBatch(batch(1, [row('old')]));
+  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } }).routing.rates;
+  assert.equal(client.rankStates()[1]!.soleClientGuard, true);
+  assert.ok(Math.abs(rates.view(1).itlMs! - 10) < 1e-9);
+  assert.equal(policy.index.size(1), 64);
+  now = 30;
+  link.join(1);
+  assert.equal(((await drain(old)).error as EngineClientError).kind, 'engine-dead');
+  const st = client.rankStates()[1]!;
+  assert.deepEqual([st.state, st.soleClientGuard, st.load, st.loadAgeMs, st.inFlight], ['ready', false, null, null, 0]);
+  assert.equal(policy.index.size(1), 0, "the old process's cache is gone");
+  assert.deepEqual(rates.view(1), { itlMs: null, prefillMsPerToken: null, outputTokens: null }, 'its rates are gone');
+  assert.equal(rates.trackedRequests, 0);
   await client.close();
 });
