@@ -6,7 +6,9 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { RunMetrics } from '../../bench/routing/stats.js';
 import { formatSpread, losesOutsideSpread, pairedRatios, spreadOf, summarize, tiesOrBeats } from '../../bench/routing/summary.js';
-import { FITS_WORKING_SET_TOKENS, RANK_KV_TOKENS, SHARED_WORKING_SET_TOKENS, buildWorkloads } from '../../bench/routing/workloads.js';
+import {
+  FITS_WORKING_SET_TOKENS, RANK_KV_TOKENS, SHARED_WORKING_SET_TOKENS, buildWorkloads, hitRateCeiling, type BenchRequest, type Workload,
+} from '../../bench/routing/workloads.js';
 
 function run(ttftP50: number, prefixHitRate = 0.5): RunMetrics {
   return {
@@ -92,4 +94,28 @@ test('the sizing rule: favourable shared sets are about twice one rank\'s KV cac
     assert.ok(sharedTokens(name) > RANK_KV_TOKENS && sharedTokens(name) < 4 * RANK_KV_TOKENS, 'more than one rank holds, less than the group');
   }
   assert.ok(sharedTokens('shared_prompt_fits') <= FITS_WORKING_SET_TOKENS, `fits: ${sharedTokens('shared_prompt_fits')}`);
+});
+
+test('hitRateCeiling: a follow-up shares its whole previous turn, a prefix the longest run some earlier request had; full blocks, one token computed', () => {
+  const sys = { seed: 1, tokens: 100 };
+  const doc = { seed: 2, tokens: 64 };
+  const w = (main: BenchRequest[], setup: BenchRequest[] = []): Workload => ({ name: 't', description: '', setup, main });
+  const r = (id: string, over: Partial<BenchRequest>): BenchRequest => ({ id, atMs: 0, promptTokens: 20, outputTokens: 30, seed: 9, ...over });
+  // a: 100 + 20 = 120 prompt, nothing before it. b: same system prompt → 6 blocks (96 tokens) of its 120.
+  // c: follows a → before = 120 + 30 = 150 → 9 blocks (144) of its 170.
+  const main = [r('a', { prefix: [sys] }), r('b', { prefix: [sys] }), r('c', { follows: { previous: 'a', thinkMs: 0 } })];
+  assert.equal(hitRateCeiling(w(main)), (0 + 96 + 144) / (120 + 120 + 170));
+  // [sys, doc] after [sys]: only sys is shared; a second [sys, doc] shares both (164 → 10 blocks of its 184).
+  const nested = [r('a', { prefix: [sys] }), r('b', { prefix: [sys, doc] }), r('c', { prefix: [sys, doc] })];
+  assert.equal(hitRateCeiling(w(nested)), (0 + 96 + 160) / (120 + 184 + 184));
+  // A prompt that is all shared still computes its last token: 16 × 4 = 64-token prompts hit 3 blocks at most.
+  const whole = [r('a', { prefix: [doc], promptTokens: 0 }), r('b', { prefix: [doc], promptTokens: 0 })];
+  assert.equal(hitRateCeiling(w(whole)), 48 / 128);
+  // Setup requests seed the prefixes but are not counted; foreign ones neither.
+  assert.equal(hitRateCeiling(w([r('b', { prefix: [sys] }), r('f', { prefix: [sys], foreignRank: 1 })], [r('s', { prefix: [sys] })])), 96 / 120);
+  assert.ok(Number.isNaN(hitRateCeiling(w([]))));
+  // The benchmark's own workloads: nothing shared without prefixes; the targets' ceilings stay below 100%.
+  const built = new Map(buildWorkloads({ requests: 60, seed: 3 }).map((x) => [x.name, hitRateCeiling(x)]));
+  assert.equal(built.get('uniform'), 0);
+  for (const name of ['multi_turn', 'shared_prompt', 'rag']) assert.ok(built.get(name)! > 0.5 && built.get(name)! < 1, `${name}: ${built.get(name)}`);
 });
