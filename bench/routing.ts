@@ -7,7 +7,8 @@
  * TokenSpeed ranks with prefix caches, one of them slowed 2×), once per seed. Prints per workload TTFT p50/p99, ITL
  * p99 (simulated ms), throughput (tokens per simulated second), prefix-cache hit rate and the policy's selection cost
  * (µs per request), each as the median over the seeds with its min-max spread, plus paired ratios to `load` and to
- * `round_robin` (same seed, same requests). Then the issue 12 targets, measured.
+ * `round_robin` (same seed, same requests), and each shared-prefix workload's hit-rate ceiling (`hitRateCeiling`). Then
+ * the issue 12 targets, measured, each hit-rate target beside its ceiling, and the default rule (`defaultVerdict`).
  *
  * Usage: `npm run bench:routing` (= `npx tsx bench/routing.ts`), options `--requests N` (measured requests per
  * workload, default 200), `--seeds K` (repeats per cell, default 3), `--seed S` (the first seed; the others follow),
@@ -180,7 +181,7 @@ function targets(
  */
 function ceilingNote(ceiling: Spread | undefined, ca: Spread, ld: Spread): string {
   const pct = (s: Spread): Spread => ({ median: s.median * 100, min: s.min * 100, max: s.max * 100 });
-  if (ceiling === undefined) return '';
+  if (ceiling === undefined) return '(no hit-rate ceiling computed)';
   const twice = 2 * ld.median;
   return (
     `hit-rate ceiling (every request where its shared prefix is, nothing evicted) ${formatSpread(pct(ceiling), 1, '%')}; ` +
