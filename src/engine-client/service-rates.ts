@@ -111,10 +111,18 @@ export class ServiceRates {
     this.pending.clear();
   }
 
-  /** The rank's engine state is gone (it died, or rejoined as a fresh process): drop its rates and requests. */
+  /**
+   * The rank's engine state is gone (it died, or rejoined as a fresh process): drop its rates and requests. The pooled
+   * prefill ratio outlives one rank (the others' processes measured it too) but not the last measured one: once no
+   * rank has rates left (a whole group restarted), it is dropped as well.
+   */
   forget(rank: number): void {
     this.ranks.delete(rank);
     for (const [id, p] of this.pending) if (p.rank === rank) this.pending.delete(id);
+    if (this.ranks.size === 0) {
+      this.prefillMs = 0;
+      this.prefillItlTokens = 0;
+    }
   }
 
   /** What is known about `rank` now. */

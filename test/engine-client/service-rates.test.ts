@@ -58,6 +58,15 @@ test('prefill: TTFT − 1.5 ITL over the uncached tokens, pooled as a ratio to I
   r.observe(1, [out('late')], 10);
   r.observe(1, [out('late')], 30);
   assert.ok(near(r.view(1).prefillMsPerToken, 0.04));
+  // The pooled ratio survives one rank's death; once every measured rank is forgotten (the group restarted), it goes.
+  r.forget(1);
+  assert.ok(near(r.view(0).prefillMsPerToken, 0.02), 'rank 0 still measures with the pooled ratio');
+  r.forget(0);
+  r.dispatched(0, 'new', 10, 500);
+  r.observe(0, [out('new')], 501);
+  r.observe(0, [out('new')], 511);
+  assert.ok(near(r.view(0).itlMs, 10));
+  assert.equal(r.view(0).prefillMsPerToken, null, "a new process's rank has no prefill cost from the old processes");
 });
 
 test('output length per rank from terminal rows; every retirement path forgets the request; forget drops a rank', () => {
