@@ -154,6 +154,17 @@ export interface GatewayOptions extends GroupOptions {
   shutdownGraceMs?: number;
   maxMessageBytes?: Partial<MaxMessageBytes>;
   waitForRanks?: boolean;
+  /**
+   * Serve HTTP in this process (default true). False: the engine groups only (links, clients, simulated ranks,
+   * metrics), for the router process of `--workers N` whose HTTP fronts are other processes (src/fronts/cluster.ts);
+   * `url` is then empty and `port`/`host`/`edge` are the fronts' business.
+   */
+  serveHttp?: boolean;
+  /**
+   * HTTP front processes (`--workers N`, default 1; src/fronts/cluster.ts `startClusterGateway` runs N ≥ 2).
+   * `startGateway` is one process and refuses more than 1 (RangeError).
+   */
+  workers?: number;
 }
 
 /** One served engine group of a running gateway. */
@@ -177,6 +188,8 @@ export interface RunningGateway {
   groups: readonly RunningGroup[];
   /** The admission/drain state the HTTP layer reads (src/lifecycle.ts). */
   lifecycle: GatewayLifecycle;
+  /** The metrics over every group (with `serveHttp: false`: the engine-side series a router contributes). */
+  metrics: GatewayMetrics;
   /** Stop at once: live requests end (stream-closed), then HTTP, sockets (files removed) and simulated ranks. */
   close(): Promise<void>;
   /**
@@ -405,6 +418,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const port = opts.port ?? DEFAULT_PORT;
   const host = opts.host ?? DEFAULT_HOST;
   const specs = resolveGroups(opts);
+  if (opts.workers !== undefined && opts.workers !== 1) {
+    throw new RangeError(`startGateway runs one process; ${opts.workers} workers need startClusterGateway (src/fronts/cluster.ts)`);
+  }
   const dpPolicyName = opts.dpPolicy ?? 'load';
   const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
   createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
@@ -495,9 +511,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
 
   const running: RunningGroup[] = groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, endpoints: g.endpoints, client: g.client, get sims() { return g.sims; } }));
   const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
-  const metrics = new GatewayMetrics({ modelId });
+  const serveHttp = opts.serveHttp ?? true;
+  const metrics = new GatewayMetrics({ modelId, ...(serveHttp ? {} : { role: 'engine' as const }) });
   const lifecycle = new GatewayLifecycle();
-  const app = await buildApp({
+  if (!serveHttp) metrics.attach(backendGroups);
+  const app = !serveHttp ? null : await buildApp({
     groups: backendGroups,
     tokenizer,
     modelId,
@@ -516,17 +534,21 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     lifecycle.markStopped();
     // Fail live streams first so open SSE responses end, then stop the HTTP server, then the engines.
     await closeClients();
-    await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
+    if (app !== null) await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
     await Promise.all(groups.map((g) => g.sims?.stop().catch(() => {})));
   };
 
   let url: string;
   try {
     // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
-    await app.listen({ port, host, listenTextResolver: (address) => `model-gateway listening on ${address}` });
-    const address = app.server.address();
-    const boundPort = typeof address === 'object' && address !== null ? address.port : port;
-    url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
+    if (app !== null) {
+      await app.listen({ port, host, listenTextResolver: (address) => `model-gateway listening on ${address}` });
+      const address = app.server.address();
+      const boundPort = typeof address === 'object' && address !== null ? address.port : port;
+      url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
+    } else {
+      url = '';
+    }
     for (const g of groups) {
       await g.link.bind(); // logs 'engine sockets bound' with the addresses
       if (g.spec.sim > 0) {
@@ -580,6 +602,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     client: running[0]!.client,
     groups: running,
     lifecycle,
+    metrics,
     close,
     async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
       const graceMs = shutdownOpts.graceMs ?? graceDefault;

@@ -18,7 +18,7 @@ import { OPEN_GATE, type AdmissionGate } from './admission.js';
 import type { BackendGroup } from './backend.js';
 import { RouteMethods } from './allowed-methods.js';
 import { registerApiKeyAuth } from './auth.js';
-import { registerConcurrencyCap } from './concurrency.js';
+import { registerConcurrencyCap, type SharedConcurrencyCap } from './concurrency.js';
 import { registerCors } from './cors.js';
 import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge-options.js';
 import { ApiError, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
@@ -76,6 +76,12 @@ export interface GatewayDeps {
   admission?: AdmissionGate;
   /** The engine clients' report ageing horizon (ms), so the group choice ages reports as the rank choice does. */
   loadHorizonMs?: number;
+  /**
+   * `--workers N` (src/fronts): the concurrency cap counted in the router instead of here, and the Responses store
+   * shared through it (an instance, used instead of one built from `responsesStore`).
+   */
+  sharedConcurrencyCap?: SharedConcurrencyCap;
+  responsesStoreInstance?: ResponsesStore;
 }
 
 /**
@@ -184,7 +190,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
     });
   });
-  registerConcurrencyCap(app, edge.maxConcurrentRequests);
+  registerConcurrencyCap(app, edge.maxConcurrentRequests, deps.sharedConcurrencyCap);
   registerUnknownFieldPolicy(app);
 
   deps.metrics.attach(router.groups);
@@ -207,7 +213,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     counted: new WeakSet(),
     toolCallParser: resolveToolCallParser(deps.toolCallParser, deps.tokenizer, deps.logger),
     reasoningParser: deps.reasoningParser ?? null,
-    responses: new ResponsesStore(deps.responsesStore),
+    responses: deps.responsesStoreInstance ?? new ResponsesStore(deps.responsesStore),
     streamBackpressure: edge.streamBackpressure,
     admission,
   };

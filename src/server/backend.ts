@@ -61,6 +61,17 @@ export interface GenerationBackend {
    * engine client's `joined` event). The app uses it to drop a rejoined rank's per-rank latency samples.
    */
   on?(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): unknown;
+  /**
+   * Optional: bring the sync reads (`rankStates()`, `status()`, …) up to date. Absent for the engine client (its
+   * reads are live); a front of `--workers N` answers from the router's last snapshot and fetches a fresh one here
+   * (src/fronts/remote-backend.ts). Never rejects.
+   */
+  refresh?(): Promise<void>;
+}
+
+/** Await `refresh()` of every group's backend that has one (see `GenerationBackend.refresh`). */
+export async function refreshBackends(groups: readonly BackendGroup[]): Promise<void> {
+  await Promise.all(groups.map((g) => g.backend.refresh?.()));
 }
 
 /** The engine family a group speaks, pinned on the command line (gateway.md 2.2 "Runtime"). */

@@ -9,7 +9,7 @@
  * Why a cap: each streamed response may hold up to the per-stream buffer bound plus what its engine stream queued
  * during a stall (sse.ts), so the cap times that is the gateway's worst-case response memory.
  */
-import type { FastifyInstance, FastifyRequest } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { onSocketClose } from './disconnect.js';
 import { ApiError } from './errors.js';
 
@@ -36,22 +36,24 @@ export function tooManyRequestsError(max: number): ApiError {
 }
 
 /**
- * Install the cap on `app` (`max`: an integer ≥ 1, checked by edge-options.ts; 0 disables it). `inFlight()` reports
- * the slots taken now.
+ * A cap counted outside this process (`--workers N`: the router holds the one global count, src/fronts): `acquire`
+ * resolves with a ticket, or null when the gateway is full; `release` returns a ticket.
  */
-export function registerConcurrencyCap(app: FastifyInstance, max: number): { inFlight(): number } {
+export interface SharedConcurrencyCap {
+  acquire(): Promise<number | null>;
+  release(ticket: number): void;
+}
+
+/**
+ * Install the cap on `app` (`max`: an integer ≥ 1, checked by edge-options.ts; 0 disables it). `inFlight()` reports
+ * the slots this process took and holds now. With `shared`, the slots are taken from it (one count over every
+ * process) instead of a local one.
+ */
+export function registerConcurrencyCap(app: FastifyInstance, max: number, shared?: SharedConcurrencyCap): { inFlight(): number } {
   if (max === 0) return { inFlight: () => 0 };
   let taken = 0;
-  app.addHook('onRequest', (request, reply, done) => {
-    if (!countsAgainstCap(request)) {
-      done();
-      return;
-    }
-    if (taken >= max) {
-      reply.header('retry-after', String(RETRY_AFTER_SECONDS));
-      done(tooManyRequestsError(max));
-      return;
-    }
+  /** Hold a taken slot until the response (or, for a queued pipelined request, the socket) closes. */
+  const hold = (request: FastifyRequest, reply: FastifyReply, ticket: number | null) => {
     taken++;
     let released = false;
     let unwatchSocket: () => void = () => {};
@@ -59,6 +61,7 @@ export function registerConcurrencyCap(app: FastifyInstance, max: number): { inF
       if (released) return;
       released = true;
       taken--;
+      if (ticket !== null) shared?.release(ticket);
       reply.raw.off('close', release);
       unwatchSocket();
     };
@@ -69,6 +72,32 @@ export function registerConcurrencyCap(app: FastifyInstance, max: number): { inF
       if (socket.destroyed) release();
       else unwatchSocket = onSocketClose(socket, release);
     }
+  };
+  const refuse = (reply: FastifyReply, done: (err?: Error) => void) => {
+    reply.header('retry-after', String(RETRY_AFTER_SECONDS));
+    done(tooManyRequestsError(max));
+  };
+  app.addHook('onRequest', (request, reply, done) => {
+    if (!countsAgainstCap(request)) {
+      done();
+      return;
+    }
+    if (shared !== undefined) {
+      shared.acquire().then(
+        (ticket) => {
+          if (ticket === null) return refuse(reply, done);
+          hold(request, reply, ticket);
+          done();
+        },
+        (err: unknown) => done(err instanceof Error ? err : new Error(String(err))),
+      );
+      return;
+    }
+    if (taken >= max) {
+      refuse(reply, done);
+      return;
+    }
+    hold(request, reply, null);
     done();
   });
   return { inFlight: () => taken };

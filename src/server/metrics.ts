@@ -86,9 +86,18 @@ export class GatewayMetrics {
   private readonly vllmGenerationTokens: Counter<'model_name'>;
   private readonly vllmRequestSuccess: Counter<'model_name' | 'finished_reason'>;
 
-  constructor(opts: { modelId: string }) {
+  /**
+   * `role` (issue 9, `--workers N`): `all` (default, one process), `engine` (the router process: only the series read
+   * from the engine clients at scrape time), `http` (a front: only the series the routes record). The two partial
+   * registries have disjoint series, so the router's plus the fronts' aggregate (prom-client AggregatorRegistry) is
+   * the one-process set with nothing counted twice.
+   */
+  constructor(opts: { modelId: string; role?: 'all' | 'engine' | 'http' }) {
     this.modelId = opts.modelId;
-    const registers = [this.registry];
+    const role = opts.role ?? 'all';
+    // Engine-side series (scrape-time collectors) register here; the recorded (HTTP-side) ones in `httpRegisters`.
+    const registers = role === 'http' ? [] : [this.registry];
+    const httpRegisters = role === 'engine' ? [] : [this.registry];
     const model = opts.modelId;
     const groups = (): readonly MetricsGroup[] => this.groups;
     /** Every rank of every group, with the group's worker label. */
@@ -255,7 +264,7 @@ export class GatewayMetrics {
 
     // A latency histogram in seconds, labelled model and endpoint, observed by the routes.
     const latencyHistogram = (name: string, help: string, buckets: number[]) =>
-      new Histogram({ name, help, labelNames: ['model', 'endpoint'], buckets, registers });
+      new Histogram({ name, help, labelNames: ['model', 'endpoint'], buckets, registers: httpRegisters });
     this.ttft = latencyHistogram(
       'model_gateway_time_to_first_token_seconds',
       'Time from request arrival to the first generated token (TTFT), seconds',
@@ -275,7 +284,7 @@ export class GatewayMetrics {
       name: 'model_gateway_requests_total',
       help: 'Requests by endpoint, HTTP status and finish reason (cancelled = client disconnect, none = refused)',
       labelNames: ['model', 'endpoint', 'status', 'finish_reason'],
-      registers,
+      registers: httpRegisters,
     });
 
     // ---- vLLM-compatible series (issue #13 part 1) ----
@@ -300,7 +309,7 @@ export class GatewayMetrics {
     // vLLM's name before 0.9, still the default KV metric of older Inference Extension endpoint pickers.
     vllmGauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage, 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc', (a) => a.kvCacheUsage);
     const vllmCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
-      new Counter<L>({ name, help, labelNames, registers });
+      new Counter<L>({ name, help, labelNames, registers: httpRegisters });
     this.vllmPromptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', ['model_name']);
     this.vllmGenerationTokens = vllmCounter('vllm:generation_tokens_total', 'Number of generation tokens processed', ['model_name']);
     this.vllmRequestSuccess = vllmCounter('vllm:request_success_total', 'Count of successfully processed requests', ['model_name', 'finished_reason']);
@@ -309,14 +318,14 @@ export class GatewayMetrics {
       help: 'Histogram of time to first token in seconds',
       labelNames: ['model_name'],
       buckets: VLLM_TTFT_BUCKETS,
-      registers,
+      registers: httpRegisters,
     });
     this.vllmE2e = new Histogram({
       name: 'vllm:e2e_request_latency_seconds',
       help: 'Histogram of e2e request latency in seconds',
       labelNames: ['model_name'],
       buckets: VLLM_E2E_BUCKETS,
-      registers,
+      registers: httpRegisters,
     });
     // Series exist from the first scrape (zero), as vLLM creates them at start-up.
     this.vllmPromptTokens.inc(modelName, 0);

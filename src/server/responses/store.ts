@@ -88,6 +88,23 @@ export class ResponsesStore {
     return this.items.get(id)?.item;
   }
 
+  /**
+   * Make `responseIds` and the items `itemIds` readable by `get` / `item` (they are, in one process; a front of
+   * `--workers N` copies them from the router's store, src/fronts/remote-backend.ts). Awaited before the synchronous
+   * resolution of `previous_response_id` and `item_reference`s.
+   */
+  async prefetch(_responseIds: readonly string[], _itemIds: readonly string[]): Promise<void> {}
+
+  /** `get` for the routes that may ask another process (GET /v1/responses/{id}). */
+  async fetch(id: string): Promise<StoredResponse | undefined> {
+    return this.get(id);
+  }
+
+  /** `delete` for the routes that may ask another process (DELETE /v1/responses/{id}). */
+  async remove(id: string): Promise<boolean> {
+    return this.delete(id);
+  }
+
   /** Forget response `id` and its items; returns whether it was stored. */
   delete(id: string): boolean {
     const entry = this.responses.get(id);

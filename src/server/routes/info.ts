@@ -3,6 +3,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { wantsVerbose } from '../auth.js';
+import { refreshBackends } from '../backend.js';
 import { healthReport, readyReport } from '../health.js';
 import { redactHealth } from '../health-redact.js';
 import { checkModel, type RouteContext } from '../serve-generation.js';
@@ -43,6 +44,7 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
   });
 
   app.get('/health', async (request, reply) => {
+    await refreshBackends(ctx.router.groups);
     const { statusCode, body } = healthReport(ctx.router.groups);
     reply.code(statusCode);
     // Socket paths and pids only with ?verbose=1 (which needs the API key when one is set; auth.ts).
@@ -50,6 +52,7 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
   });
 
   app.get('/ready', async (request, reply) => {
+    await refreshBackends(ctx.router.groups);
     const { statusCode, body } = readyReport(ctx.router.groups, ctx.admission.draining);
     reply.code(statusCode);
     return wantsVerbose(request.query) ? body : redactHealth(body, ctx.router.groups.map((g) => g.worker));

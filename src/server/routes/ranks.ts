@@ -5,7 +5,7 @@
  * `/v1/`, so an API key, when one is configured, covers it (COORDINATION G).
  */
 import type { FastifyInstance } from 'fastify';
-import type { BackendGroup } from '../backend.js';
+import { refreshBackends, type BackendGroup } from '../backend.js';
 import type { LatencyPercentiles, RankStatsBook } from '../rank-stats.js';
 import type { RouteContext } from '../serve-generation.js';
 import { rankLifecycle, vllmAggregate, type RankLifecycle } from '../vllm-aggregate.js';
@@ -95,6 +95,7 @@ export function ranksView(groups: readonly BackendGroup[], stats: RankStatsBook,
 export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext): void {
   app.get('/v1/gateway/ranks', async (_request, reply) => {
     reply.header('cache-control', 'no-store');
+    await refreshBackends(ctx.router.groups);
     return ranksView(ctx.router.groups, ctx.rankStats, ctx.now(), ctx.servedModelNames);
   });
 }

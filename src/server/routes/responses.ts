@@ -68,12 +68,27 @@ const notFound = (id: string) =>
     code: 'not_found',
   });
 
+/** The ids of the `item_reference` items of a request's input list. */
+function referencedItemIds(input: readonly unknown[]): string[] {
+  const ids: string[] = [];
+  for (const raw of input) {
+    const item = raw as { type?: unknown; id?: unknown } | null;
+    if (item !== null && typeof item === 'object' && item.type === 'item_reference' && typeof item.id === 'string') ids.push(item.id);
+  }
+  return ids;
+}
+
 /** Register the Responses routes on `app`. */
 export function registerResponsesRoutes(app: FastifyInstance, ctx: RouteContext): void {
   const typed = app.withTypeProvider<TypeBoxTypeProvider>();
-  typed.post('/v1/responses', { schema: { body: ResponsesBody } }, (request, reply) => {
+  typed.post('/v1/responses', { schema: { body: ResponsesBody } }, async (request, reply) => {
     const body = request.body;
     refuseUnsupported(body);
+    // With --workers N the store lives in the router: copy what this request refers to first.
+    await ctx.responses.prefetch(
+      typeof body.previous_response_id === 'string' ? [body.previous_response_id] : [],
+      Array.isArray(body.input) ? referencedItemIds(body.input) : [],
+    );
     const items = resolveItems(ctx.responses, body.input, body.previous_response_id);
     const messages = itemsToMessages(items, body.instructions);
     const logprobs = (body.include ?? []).includes('message.output_text.logprobs') || (body.top_logprobs ?? 0) > 0;
@@ -116,14 +131,14 @@ export function registerResponsesRoutes(app: FastifyInstance, ctx: RouteContext)
 
   typed.get('/v1/responses/:id', async (request) => {
     const { id } = request.params as { id: string };
-    const stored = ctx.responses.get(id);
+    const stored = await ctx.responses.fetch(id);
     if (stored === undefined) throw notFound(id);
     return stored.response;
   });
 
   typed.get('/v1/responses/:id/input_items', async (request) => {
     const { id } = request.params as { id: string };
-    const stored = ctx.responses.get(id);
+    const stored = await ctx.responses.fetch(id);
     if (stored === undefined) throw notFound(id);
     const data = stored.inputItems;
     const idOf = (x: Record<string, unknown> | undefined) => (typeof x?.id === 'string' ? x.id : null);
@@ -132,7 +147,7 @@ export function registerResponsesRoutes(app: FastifyInstance, ctx: RouteContext)
 
   typed.delete('/v1/responses/:id', async (request) => {
     const { id } = request.params as { id: string };
-    if (!ctx.responses.delete(id)) throw notFound(id);
+    if (!(await ctx.responses.remove(id))) throw notFound(id);
     return { id, object: 'response', deleted: true };
   });
 }
