@@ -15,6 +15,7 @@
  * mistake found at start-up (`operatorErrorLine`) print one line on stderr, without a stack trace.
  */
 import { spawn } from 'node:child_process';
+import cluster from 'node:cluster';
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -37,6 +38,7 @@ import { DEFAULT_BALANCE_REL_THRESHOLD, REFERENCE_MAX_NUM_SEQS, SGLANG_BALANCE_A
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
+import { DEFAULT_WORKERS, MAX_AUTO_WORKERS, autoWorkers, isFrontProcess, runFront, startClusterGateway } from './fronts/cluster.js';
 import { packageVersion } from './server/app.js';
 import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
@@ -181,6 +183,9 @@ a key of --config FILE; precedence: flag > environment > file):
   --responses-store N      Responses kept in memory for previous_response_id / item_reference / GET /v1/responses/{id}
                            (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
   --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
+  --workers N|auto         HTTP front processes sharing the port, with one router process owning the engines and
+                           the routing state (README "Several cores: --workers"; default ${DEFAULT_WORKERS}: one process;
+                           auto = cores − 1, at most ${MAX_AUTO_WORKERS})
 
 HTTP edge (README "Security and limits"):
   --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize (repeatable: any of
@@ -439,6 +444,7 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         'stream-buffer-bytes': { type: 'string' },
         'client-stall-timeout-ms': { type: 'string' },
         'request-timeout-ms': { type: 'string' },
+        workers: { type: 'string' },
         help: { type: 'boolean', short: 'h' },
   } as const satisfies Record<string, OptionSpec>;
   let layered;
@@ -559,6 +565,8 @@ function serveOptionsFrom(parsed: {
   if (tuning !== null) opts.dpPolicyOptions = tuning;
   const edge = parseEdgeArgs(parsed.values);
   if (edge !== null) opts.edge = edge;
+  const workers = v.workers === 'auto' ? autoWorkers() : intOption('workers', v.workers, 1);
+  if (workers !== undefined) opts.workers = workers;
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);
@@ -648,13 +656,14 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     return 0;
   }
   ignoreStdioErrors();
-  let gateway: RunningGateway | null = null;
+  if (isFrontProcess()) return serveFront(opts);
+  let gateway: Pick<RunningGateway, 'shutdown' | 'emergencyStop'> | null = null;
   let resolveExit: (code: number) => void = () => {};
   const exit = new Promise<number>((r) => (resolveExit = r));
   let signals = 0;
   let firstSignalAt = 0;
   let firstSignal: NodeJS.Signals | null = null;
-  const stop = (g: RunningGateway) =>
+  const stop = (g: Pick<RunningGateway, 'shutdown'>) =>
     g.shutdown().then(
       () => resolveExit(0),
       (err: unknown) => {
@@ -685,7 +694,9 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   // instead of Node's default of dying at once and leaving the simulated worker's socket files behind.
   process.on('SIGHUP', onSignal);
   try {
-    gateway = await startGateway({ ...opts, waitForRanks: false });
+    gateway = (opts.workers ?? DEFAULT_WORKERS) > 1
+      ? await startClusterGateway(opts, opts.workers!)
+      : await startGateway({ ...opts, waitForRanks: false });
   } finally {
     if (gateway === null) {
       process.off('SIGINT', onSignal);
@@ -698,6 +709,18 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     void stop(gateway);
   }
   return exit;
+}
+
+/**
+ * A front of `--workers N` (this process is a cluster worker forked by the router with the same command line):
+ * serve HTTP until the router says close, then leave the cluster; resolves with the exit code.
+ */
+async function serveFront(opts: GatewayOptions): Promise<number> {
+  const code = await runFront(opts);
+  // The IPC channel to the primary keeps the process alive: leave it, then exit whatever else is still open.
+  cluster.worker?.disconnect();
+  setTimeout(() => process.exit(code), 2000).unref();
+  return code;
 }
 
 /** `sim`: run the simulator entry in a child (same node; tsx loader for src/), forwarding signals; resolves with its exit code. */

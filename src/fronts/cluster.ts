@@ -1,0 +1,367 @@
+/**
+ * `--workers N` (issue 9 part 2; docs/architecture.md): one router process — the node:cluster primary, owning the
+ * engine groups (sockets, handshake, engine clients with their routing state, simulated ranks), the global
+ * concurrency count and the Responses store — and N HTTP front processes (cluster workers sharing the listen port)
+ * that do HTTP, chat templates, tokenization, detokenization, stop strings and SSE.
+ *
+ * Data plane: ZeroMQ over `ipc://` (router-service.ts, remote-backend.ts). Control plane: the cluster's IPC channel,
+ * for a handful of messages: a front is listening, /metrics (prom-client's cluster protocol: the primary asks every
+ * front for its registry as JSON, adds its own, and merges them with `AggregatorRegistry.aggregate`), drain, close.
+ *
+ * Lifecycle: a front that exits unasked is dropped by the router (its engine requests ABORTed, its permits returned)
+ * and forked again after a backoff (`model_gateway_front_exits_total` counts exits). SIGTERM reaches the primary
+ * (`shutdown`): every front stops taking API requests (503 `draining`), live requests run up to the grace, the rest
+ * end with an error, then the fronts close their servers and exit, and the engine groups close. Fronts ignore
+ * SIGINT/SIGTERM/SIGHUP themselves (a signal to the process group reaches them too) and exit when the primary goes.
+ */
+import cluster, { type Worker } from 'node:cluster';
+import { mkdirSync } from 'node:fs';
+import { availableParallelism, tmpdir, userInfo } from 'node:os';
+import { basename, join, resolve } from 'node:path';
+import { AggregatorRegistry, Counter } from 'prom-client';
+
+/** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
+type MetricsJson = Awaited<ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>>;
+import { startGateway, servedNames, type GatewayOptions, type RunningGateway } from '../gateway.js';
+import { createGatewayLogger } from '../gateway-logger.js';
+import { GatewayLifecycle, waitForDrain } from '../lifecycle.js';
+import { buildApp } from '../server/app.js';
+import { resolveEdgeOptions } from '../server/edge-options.js';
+import { GatewayMetrics } from '../server/metrics.js';
+import { ResponsesStore } from '../server/responses/store.js';
+import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
+import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import { FrontChannel, RemoteBackend, SharedResponsesStore, sharedConcurrency } from './remote-backend.js';
+import { RouterService } from './router-service.js';
+
+/** The environment variable that makes a cluster worker a front: the router's channel address. */
+export const FRONT_CHANNEL_ENV = 'MGW_FRONT_CHANNEL';
+/** Default `--workers`: 1 (one process, no hops). See `autoWorkers` for `--workers auto`. */
+export const DEFAULT_WORKERS = 1;
+/** Most fronts `--workers auto` picks. */
+export const MAX_AUTO_WORKERS = 8;
+
+/** `--workers auto`: one front per core but one (left to the router and the engines' own processes), 1..8. */
+export function autoWorkers(cores = availableParallelism()): number {
+  return Math.max(1, Math.min(MAX_AUTO_WORKERS, cores - 1));
+}
+
+/** Backoff before forking a front again after an unasked exit, ms: 100, 200, 400, … up to 5 000. */
+export function restartDelayMs(recentExits: number): number {
+  return Math.min(5000, 100 * 2 ** Math.max(0, recentExits - 1));
+}
+
+const GET_METRICS_REQ = 'prom-client:getMetricsReq';
+const GET_METRICS_RES = 'prom-client:getMetricsRes';
+
+/** Control-plane messages (cluster IPC). */
+type ControlMessage =
+  | { type: 'mgw:listening'; url: string }
+  | { type: 'mgw:metrics'; id: number }
+  | { type: 'mgw:metrics-res'; id: number; contentType: string; body: string; error?: string }
+  | { type: 'mgw:drain' }
+  | { type: 'mgw:close' };
+
+/** Whether this process is a front of `--workers N` (a cluster worker forked by `startClusterGateway`). */
+export function isFrontProcess(): boolean {
+  return cluster.isWorker && typeof process.env[FRONT_CHANNEL_ENV] === 'string';
+}
+
+function channelAddress(): string {
+  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().username;
+  const dir = join(tmpdir(), `model-gateway-${uid}`);
+  mkdirSync(dir, { recursive: true, mode: 0o700 });
+  return `ipc://${join(dir, `fronts-${process.pid}`)}`;
+}
+
+/** What the CLI holds of a running gateway. */
+export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emergencyStop'> & {
+  url: string;
+  /** The router's view of the fronts (for tests and diagnostics). */
+  readonly service: RouterService;
+};
+
+/**
+ * Start the router here and `workers` (≥ 2) fronts; resolves once every front listens. `opts` are the CLI's
+ * options: the fronts are forked with the same command line (cluster's default: this script and its arguments), so
+ * they parse the same options. Throws what `startGateway` throws, and when no front comes up.
+ */
+export async function startClusterGateway(opts: GatewayOptions, workers: number): Promise<ClusterGateway> {
+  if (!cluster.isPrimary) throw new Error('startClusterGateway runs in the cluster primary');
+  const logger = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
+  const log = logger.child({ component: 'router' });
+  const edge = resolveEdgeOptions(opts.edge);
+  const gateway = await startGateway({ ...opts, logger, serveHttp: false, waitForRanks: false, workers: 1 });
+  const store = new ResponsesStore(opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {});
+  const frontExits = new Counter({
+    name: 'model_gateway_front_exits_total',
+    help: 'HTTP front processes (--workers N) that exited without being asked to, by signal or exit code',
+    labelNames: ['reason'],
+    registers: [gateway.metrics.registry],
+  });
+  const slotOf = new Map<number, number>(); // cluster worker id → front slot (0..workers-1)
+  let stopping = false;
+  const service = new RouterService({
+    groups: gateway.groups.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client })),
+    store,
+    maxConcurrentRequests: edge.maxConcurrentRequests,
+    logger: log,
+    onFrontStuck: (frontId) => cluster.workers?.[frontId]?.process.kill('SIGKILL'),
+  });
+  const address = channelAddress();
+  try {
+    await service.bind(address);
+  } catch (err) {
+    await gateway.close();
+    throw err;
+  }
+
+  let url = '';
+  const listening = new Set<number>();
+  let allListening: () => void = () => {};
+  const started = new Promise<void>((r) => (allListening = r));
+  let failStart: (err: Error) => void = () => {};
+  const startFailed = new Promise<never>((_, reject) => (failStart = reject));
+  startFailed.catch(() => {});
+  const exitsBySlot = new Map<number, number[]>();
+
+  const fork = (slot: number): Worker => {
+    const w = cluster.fork({ [FRONT_CHANNEL_ENV]: address, MGW_FRONT_SLOT: String(slot) });
+    slotOf.set(w.id, slot);
+    w.on('message', (m: ControlMessage) => void onControl(w, m));
+    return w;
+  };
+
+  const onControl = async (w: Worker, m: ControlMessage): Promise<void> => {
+    if (m?.type === 'mgw:listening') {
+      url = m.url;
+      listening.add(slotOf.get(w.id) ?? -1);
+      if (listening.size >= workers) allListening();
+    } else if (m?.type === 'mgw:metrics') {
+      try {
+        const { contentType, body } = await clusterMetrics(gateway.metrics);
+        w.send({ type: 'mgw:metrics-res', id: m.id, contentType, body } satisfies ControlMessage);
+      } catch (err) {
+        w.send({ type: 'mgw:metrics-res', id: m.id, contentType: 'text/plain', body: '', error: String(err) } satisfies ControlMessage);
+      }
+    }
+  };
+
+  cluster.on('exit', (w, code, signal) => {
+    service.dropFront(w.id);
+    const slot = slotOf.get(w.id);
+    slotOf.delete(w.id);
+    if (stopping || slot === undefined) return;
+    frontExits.inc({ reason: signal ?? `code ${code}` });
+    const now = Date.now();
+    const recent = (exitsBySlot.get(slot) ?? []).filter((t) => now - t < 30_000);
+    recent.push(now);
+    exitsBySlot.set(slot, recent);
+    if (!listening.has(slot) && recent.length >= 3) {
+      failStart(new Error(`HTTP front ${slot} exited ${recent.length} times before listening (last: ${signal ?? `code ${code}`})`));
+      return;
+    }
+    const delay = restartDelayMs(recent.length);
+    log.warn({ front: slot, pid: w.process.pid, code, signal, restartInMs: delay }, 'HTTP front exited: its requests were aborted at the engines; forking a new one');
+    setTimeout(() => {
+      if (!stopping) fork(slot);
+    }, delay).unref();
+  });
+
+  for (let slot = 0; slot < workers; slot++) fork(slot);
+  try {
+    await Promise.race([started, startFailed]);
+  } catch (err) {
+    stopping = true;
+    for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
+    service.close();
+    await gateway.close();
+    throw err;
+  }
+  log.info({ url, workers, channel: address }, `model-gateway listening on ${url} with ${workers} HTTP front processes and one router`);
+
+  const broadcast = (m: ControlMessage) => {
+    for (const w of Object.values(cluster.workers ?? {})) if (w?.isConnected()) w.send(m);
+  };
+  const stopFronts = async (): Promise<void> => {
+    stopping = true;
+    const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
+    const exited = Promise.all(alive.map((w) => new Promise<void>((r) => (w.isDead() ? r() : w.once('exit', () => r())))));
+    broadcast({ type: 'mgw:close' });
+    const timer = setTimeout(() => {
+      for (const w of alive) if (!w.isDead()) w.process.kill('SIGKILL');
+    }, 5000);
+    await exited;
+    clearTimeout(timer);
+  };
+  let closing: Promise<void> | null = null;
+  const close = (): Promise<void> => {
+    closing ??= (async () => {
+      await stopFronts();
+      service.close();
+      await gateway.close();
+    })();
+    return closing;
+  };
+  let draining = false;
+  return {
+    get url() {
+      return url;
+    },
+    service,
+    close,
+    async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
+      if (draining || closing !== null) return close();
+      draining = true;
+      const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? 30_000;
+      broadcast({ type: 'mgw:drain' });
+      const live = () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0);
+      log.info({ graceMs, liveRequests: live() }, 'draining: every front answers /ready 503 and new requests 503; live requests may finish');
+      const drained = await waitForDrain(live, graceMs);
+      if (!drained) {
+        const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
+        log.warn({ graceMs, liveRequests: live() }, 'shutdown grace expired; ending the requests still live');
+        await Promise.all(gateway.groups.map((g) => g.client.shutdown(message)));
+      } else {
+        log.info('drained: every live request finished');
+      }
+      return close();
+    },
+    emergencyStop(): void {
+      for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
+      gateway.emergencyStop();
+    },
+  };
+}
+
+let metricsRequests = 0;
+
+/**
+ * /metrics of the whole gateway, in the primary: every front's registry (prom-client's cluster request, answered by
+ * the `AggregatorRegistry` each front creates) plus the router's engine-side registry, merged by
+ * `AggregatorRegistry.aggregate` (counters and histograms summed over fronts; the engine-side series exist in the
+ * router only, so nothing is counted twice). A front that does not answer within 5 s is left out.
+ */
+async function clusterMetrics(routerMetrics: GatewayMetrics): Promise<{ contentType: string; body: string }> {
+  const requestId = `mgw-${process.pid}-${metricsRequests++}`;
+  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && w.isConnected());
+  const replies = await Promise.all(
+    workers.map(
+      (w) =>
+        new Promise<MetricsJson[]>((resolveReply) => {
+          const timer = setTimeout(() => done([]), 5000);
+          function done(v: MetricsJson[]) {
+            clearTimeout(timer);
+            w.off('message', onMessage);
+            resolveReply(v);
+          }
+          function onMessage(m: { type?: string; requestId?: unknown; metrics?: MetricsJson[] }) {
+            if (m?.type === GET_METRICS_RES && m.requestId === requestId) done(m.metrics ?? []);
+          }
+          w.on('message', onMessage);
+          w.once('exit', () => done([]));
+          w.send({ type: GET_METRICS_REQ, requestId });
+        }),
+    ),
+  );
+  const own = await routerMetrics.registry.getMetricsAsJSON();
+  const merged = AggregatorRegistry.aggregate([own, ...replies.flat()]);
+  return { contentType: merged.contentType, body: await merged.metrics() };
+}
+
+/** A front's metrics: the HTTP-side series here; /metrics asks the primary for the whole gateway's. */
+class FrontMetrics extends GatewayMetrics {
+  private nextId = 1;
+  private readonly waiting = new Map<number, (m: { contentType: string; body: string; error?: string }) => void>();
+
+  constructor(modelId: string) {
+    super({ modelId, role: 'http' });
+    // Answer the primary's prom-client cluster requests with this registry.
+    new AggregatorRegistry();
+    AggregatorRegistry.setRegistries([this.registry]);
+    process.on('message', (m: ControlMessage) => {
+      if (m?.type !== 'mgw:metrics-res') return;
+      this.waiting.get(m.id)?.(m);
+      this.waiting.delete(m.id);
+    });
+  }
+
+  override async render(): Promise<{ contentType: string; body: string }> {
+    const id = this.nextId++;
+    const m = await new Promise<{ contentType: string; body: string; error?: string }>((resolveRender, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        reject(new Error('the router did not answer the metrics request within 10 s'));
+      }, 10_000);
+      this.waiting.set(id, (r) => {
+        clearTimeout(timer);
+        resolveRender(r);
+      });
+      process.send?.({ type: 'mgw:metrics', id } satisfies ControlMessage);
+    });
+    if (m.error !== undefined) throw new Error(`aggregating metrics failed: ${m.error}`);
+    return { contentType: m.contentType, body: m.body };
+  }
+}
+
+/**
+ * Run this process as a front (a cluster worker with `FRONT_CHANNEL_ENV` set): connect to the router, build the HTTP
+ * app over `RemoteBackend`s, listen on the shared port, and serve until the primary says close (or goes away).
+ * Resolves with the exit code.
+ */
+export async function runFront(opts: GatewayOptions): Promise<number> {
+  const address = process.env[FRONT_CHANNEL_ENV]!;
+  const slot = Number(process.env.MGW_FRONT_SLOT ?? '0');
+  const frontId = cluster.worker!.id;
+  const base = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
+  const logger = base.child({ front: slot });
+  // The primary decides when to stop (a signal to the process group reaches every front too).
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => {});
+  const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
+  const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
+  const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
+  const modelId = servedModelNames[0]!;
+  const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, logger.child({ component: 'channel' }))]);
+  const groups = channel.groups.map((g, i) => ({ worker: g.worker, engine: g.engine, backend: new RemoteBackend(channel, i) }));
+  const lifecycle = new GatewayLifecycle();
+  const app = await buildApp({
+    groups,
+    tokenizer,
+    modelId,
+    servedModelNames,
+    logger: logger.child({ component: 'http' }),
+    metrics: new FrontMetrics(modelId),
+    admission: lifecycle,
+    sharedConcurrencyCap: sharedConcurrency(channel),
+    responsesStoreInstance: new SharedResponsesStore(channel, opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {}),
+    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+  });
+  const host = opts.host ?? '127.0.0.1';
+  await app.listen({ port: opts.port ?? 30000, host, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
+  const address2 = app.server.address();
+  const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? 30000);
+  process.send?.({ type: 'mgw:listening', url: `http://${host.includes(':') ? `[${host}]` : host}:${port}` } satisfies ControlMessage);
+
+  return new Promise<number>((resolveExit) => {
+    let closing = false;
+    const close = async (code: number) => {
+      if (closing) return;
+      closing = true;
+      lifecycle.markStopped();
+      const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
+      await app.close().catch(() => {});
+      clearTimeout(timer);
+      channel.close();
+      resolveExit(code);
+    };
+    process.on('message', (m: ControlMessage) => {
+      if (m?.type === 'mgw:drain') lifecycle.startDrain();
+      else if (m?.type === 'mgw:close') void close(0);
+    });
+    // The primary is gone: nobody routes for this front any more.
+    process.on('disconnect', () => void close(1));
+  });
+}

@@ -1,0 +1,446 @@
+/**
+ * The front side of `--workers N` (docs/architecture.md sections 3-6): a front process's channel to the router
+ * (`FrontChannel`, one ZeroMQ DEALER) and what the HTTP app is given instead of the engine clients:
+ * - `RemoteBackend`: a `GenerationBackend` per engine group. `submit` sends SUBMIT and resolves on the router's
+ *   SUBMITTED with a stream fed by OUT records (the engine client's own `RequestStreamImpl`, so the routes read
+ *   exactly what they read in one process); cancelling it sends ABORT. The sync reads (`rankStates()`, `status()`, …)
+ *   answer from the router's last SNAPSHOT; `refresh()` fetches a fresh one (what /health, /ready and
+ *   /v1/gateway/ranks await first).
+ * - `SharedConcurrency`: the global `--max-concurrent-requests` count, held by the router (PERMIT / RELEASE).
+ * - `SharedResponsesStore`: the Responses store is the router's; this is a local copy of what a request needs
+ *   (`prefetch` before the synchronous resolution of `previous_response_id` / `item_reference`), with writes sent on.
+ * The routes cannot tell the difference; no routing state lives here.
+ */
+import { EventEmitter } from 'node:events';
+import type { Logger } from 'pino';
+import { Dealer } from 'zeromq';
+import type { ClientStats, SubmitOptions } from '../engine-client/client.js';
+import type { ConnectedEngine } from '../engine-client/link.js';
+import { RequestStreamImpl, type RequestStream } from '../engine-client/request-stream.js';
+import type { GenerateRequest } from '../protocols/types.js';
+import type { BackendRankState, BackendStatus, GenerationBackend } from '../server/backend.js';
+import type { SharedConcurrencyCap } from '../server/concurrency.js';
+import { ResponsesStore, type ResponsesStoreOptions, type StoredResponse } from '../server/responses/store.js';
+import {
+  ChannelDecodeError,
+  Tag,
+  decodeDown,
+  encodeUp,
+  fromWireError,
+  type DownRecord,
+  type GroupSnapshot,
+  type UpRecord,
+  type WireError,
+} from './channel-codec.js';
+import { Outbox } from './outbox.js';
+
+/** How long a refresh or store call waits for the router before answering from what the front has, ms. */
+export const ROUTER_CALL_TIMEOUT_MS = 2000;
+
+interface Submission {
+  readonly stream: RequestStreamImpl;
+  settled: boolean;
+  resolve(stream: RequestStream): void;
+  reject(err: unknown): void;
+}
+
+interface PendingCall {
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+  timer: NodeJS.Timeout;
+}
+
+function abortReason(signal: AbortSignal): unknown {
+  return signal.reason ?? new DOMException('The operation was aborted', 'AbortError');
+}
+
+/** A front's channel to the router (see the module docs). `connect` once; `close` when the front stops. */
+export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; joined: [group: number, engineIndex: number, rejoin: boolean] }> {
+  /** Malformed router messages dropped. */
+  decodeErrors = 0;
+  private readonly socket: Dealer;
+  private readonly outbox: Outbox<0, UpRecord>;
+  private readonly submissions = new Map<number, Submission>();
+  private readonly calls = new Map<number, PendingCall>();
+  private readonly grants = new Map<number, (granted: boolean) => void>();
+  private nextHandle = 1;
+  private nextCall = 1;
+  private nextTicket = 1;
+  private last: GroupSnapshot[] | null = null;
+  private refreshing: Promise<void> | null = null;
+  private closed = false;
+
+  private constructor(
+    readonly frontId: number,
+    private readonly log: Logger,
+  ) {
+    super();
+    this.socket = new Dealer({ routingId: `front-${frontId}`, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
+    this.outbox = new Outbox<0, UpRecord>(
+      (_, records) => this.socket.send(encodeUp(records)),
+      (_, err) => {
+        if (!this.closed) this.log.error({ err }, 'send to the router failed');
+      },
+    );
+  }
+
+  /**
+   * Connect to the router at `address` (`ipc://…`), say HELLO, and resolve with the first snapshot. Rejects when the
+   * router does not answer within `timeoutMs` (default 30 000).
+   */
+  static async connect(address: string, frontId: number, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
+    const ch = new FrontChannel(frontId, log);
+    ch.socket.connect(address);
+    void ch.receiveLoop();
+    const first = new Promise<void>((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`the router at ${address} did not answer within ${timeoutMs} ms`)), timeoutMs);
+      ch.once('snapshot', () => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+    ch.push({ tag: Tag.HELLO, frontId });
+    await first;
+    return ch;
+  }
+
+  /** The router's last snapshot of every group. */
+  get groups(): GroupSnapshot[] {
+    return this.last ?? [];
+  }
+
+  /** Engine requests of this front the router has not finished. */
+  get liveRequests(): number {
+    return this.submissions.size;
+  }
+
+  /** Submit one engine request to group `group` (see `RemoteBackend.submit`). */
+  submit(group: number, request: GenerateRequest, options: SubmitOptions = {}): Promise<RequestStream> {
+    const { dpRank, signal } = options;
+    if (signal?.aborted) return Promise.reject(abortReason(signal));
+    const handle = this.nextHandle++;
+    let detach: () => void = () => {};
+    const stream = new RequestStreamImpl(
+      request.requestId,
+      request.promptTokenIds.length,
+      () => {
+        // Abandoned: tell the router at the next flush; later records for this handle are ignored.
+        this.submissions.delete(handle);
+        this.push({ tag: Tag.ABORT, handle });
+      },
+      () => detach(),
+    );
+    return new Promise<RequestStream>((resolve, reject) => {
+      const sub: Submission = { stream, settled: false, resolve, reject };
+      this.submissions.set(handle, sub);
+      if (signal) {
+        const onAbort = () => {
+          if (!sub.settled) {
+            sub.settled = true;
+            this.submissions.delete(handle);
+            this.push({ tag: Tag.ABORT, handle });
+            reject(abortReason(signal));
+          } else {
+            stream.cancel();
+          }
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        detach = () => signal.removeEventListener('abort', onAbort);
+      }
+      this.push({ tag: Tag.SUBMIT, handle, group, request, dpRank: dpRank ?? null });
+    });
+  }
+
+  /** Ask the router for a concurrency permit: resolves with a ticket, or null when the gateway is full. */
+  acquirePermit(): Promise<number | null> {
+    const ticket = this.nextTicket++;
+    return new Promise((resolve) => {
+      this.grants.set(ticket, (granted) => resolve(granted ? ticket : null));
+      this.push({ tag: Tag.PERMIT, ticket });
+    });
+  }
+
+  /** Return a permit. */
+  releasePermit(ticket: number): void {
+    this.push({ tag: Tag.RELEASE, ticket });
+  }
+
+  /**
+   * Call `method` in the router; resolves with its value. Rejects with the router's error, or after
+   * `ROUTER_CALL_TIMEOUT_MS`. `fireAndForget` sends without waiting (no reply).
+   */
+  call(method: string, args: unknown, fireAndForget = false): Promise<unknown> {
+    if (fireAndForget) {
+      this.push({ tag: Tag.CALL, callId: 0, method, args });
+      return Promise.resolve(null);
+    }
+    const callId = this.nextCall++;
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => {
+        this.calls.delete(callId);
+        reject(new Error(`the router did not answer ${method} within ${ROUTER_CALL_TIMEOUT_MS} ms`));
+      }, ROUTER_CALL_TIMEOUT_MS);
+      this.calls.set(callId, { resolve, reject, timer });
+      this.push({ tag: Tag.CALL, callId, method, args });
+    });
+  }
+
+  /** Fetch a fresh snapshot (falls back to the last one when the router does not answer in time). */
+  refresh(): Promise<void> {
+    // Concurrent refreshes (every group of this front, several probes at once) share one call.
+    this.refreshing ??= this.call('refresh', null).then(
+      (groups) => this.applySnapshot(groups as GroupSnapshot[]),
+      (err: unknown) => this.log.warn({ err }, 'router snapshot refresh failed: answering from the last one'),
+    ).finally(() => {
+      this.refreshing = null;
+    });
+    return this.refreshing;
+  }
+
+  /** Stop: every unfinished request fails (client-closed), the socket closes. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    const err = fromWireError({ name: 'EngineClientError', kind: 'client-closed', message: 'the front is shutting down' });
+    for (const sub of this.submissions.values()) {
+      if (!sub.settled) {
+        sub.settled = true;
+        sub.reject(err);
+      } else sub.stream.fail(err);
+    }
+    this.submissions.clear();
+    for (const c of this.calls.values()) {
+      clearTimeout(c.timer);
+      c.reject(err);
+    }
+    this.calls.clear();
+    for (const g of this.grants.values()) g(false);
+    this.grants.clear();
+    this.outbox.close();
+    this.socket.close();
+  }
+
+  private push(r: UpRecord): void {
+    this.outbox.push(0, r);
+  }
+
+  private async receiveLoop(): Promise<void> {
+    try {
+      for await (const [payload] of this.socket) {
+        if (payload === undefined) continue;
+        let records: DownRecord[];
+        try {
+          records = decodeDown(payload);
+        } catch (err) {
+          this.decodeErrors++;
+          this.log.warn({ err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed router message dropped');
+          continue;
+        }
+        for (const r of records) this.apply(r);
+        // Yield per message so the HTTP side (timers, accepts, writes) runs between batches.
+        await new Promise<void>((r) => setImmediate(r));
+      }
+    } catch (err) {
+      if (!this.closed) this.log.error({ err }, 'router channel receive failed');
+    }
+  }
+
+  private apply(r: DownRecord): void {
+    switch (r.tag) {
+      case Tag.SUBMITTED: {
+        const sub = this.submissions.get(r.handle);
+        if (sub === undefined || sub.settled) return;
+        sub.settled = true;
+        sub.stream.engineIndex = r.engineIndex;
+        sub.resolve(sub.stream);
+        return;
+      }
+      case Tag.REJECTED:
+        this.settleWithError(r.handle, r.error);
+        return;
+      case Tag.FAILED: {
+        const sub = this.submissions.get(r.handle);
+        if (sub === undefined) return;
+        if (!sub.settled) this.settleWithError(r.handle, r.error);
+        else {
+          this.submissions.delete(r.handle);
+          sub.stream.fail(fromWireError(r.error));
+        }
+        return;
+      }
+      case Tag.OUT: {
+        const sub = this.submissions.get(r.handle);
+        if (sub === undefined) return;
+        const o = r.output;
+        if (o.finishReason !== null) this.submissions.delete(r.handle);
+        sub.stream.deliver({ requestId: sub.stream.requestId, ...o });
+        return;
+      }
+      case Tag.GRANT: {
+        const g = this.grants.get(r.ticket);
+        this.grants.delete(r.ticket);
+        g?.(r.granted);
+        return;
+      }
+      case Tag.REPLY: {
+        const c = this.calls.get(r.callId);
+        if (c === undefined) return;
+        this.calls.delete(r.callId);
+        clearTimeout(c.timer);
+        if (r.ok) c.resolve(r.value);
+        else c.reject(fromWireError(r.value as WireError));
+        return;
+      }
+      case Tag.SNAPSHOT:
+        this.applySnapshot(r.groups);
+        return;
+      case Tag.JOINED:
+        this.emit('joined', r.group, r.engineIndex, r.rejoin);
+        return;
+    }
+  }
+
+  private settleWithError(handle: number, error: WireError): void {
+    const sub = this.submissions.get(handle);
+    if (sub === undefined || sub.settled) return;
+    this.submissions.delete(handle);
+    sub.settled = true;
+    sub.reject(fromWireError(error));
+  }
+
+  private applySnapshot(groups: GroupSnapshot[]): void {
+    this.last = groups;
+    this.emit('snapshot', groups);
+  }
+}
+
+const EMPTY_STATS: ClientStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, handshakeRejected: {} };
+
+/** One engine group's engine client as a front sees it, through the router (see the module docs). */
+export class RemoteBackend implements GenerationBackend {
+  private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
+
+  constructor(
+    private readonly channel: FrontChannel,
+    private readonly group: number,
+  ) {
+    channel.on('joined', (g, engineIndex, rejoin) => {
+      if (g !== this.group) return;
+      // The app reads only the engine index of a joined rank.
+      const engine = { engineIndex } as unknown as ConnectedEngine;
+      for (const l of this.joinedListeners) l(engine, rejoin);
+    });
+  }
+
+  private get snap(): GroupSnapshot | undefined {
+    return this.channel.groups[this.group];
+  }
+
+  get dpSize(): number {
+    return this.snap?.dpSize ?? 0;
+  }
+
+  get maxModelLen(): number | null {
+    return this.snap?.maxModelLen ?? null;
+  }
+
+  get contextTokenLimit(): number {
+    return this.snap?.contextTokenLimit ?? 0;
+  }
+
+  isAlive(): boolean {
+    return this.snap?.alive ?? false;
+  }
+
+  canServe(): boolean {
+    return this.snap?.canServe ?? false;
+  }
+
+  status(): BackendStatus {
+    return this.snap?.status ?? 'unavailable';
+  }
+
+  rankStates(): BackendRankState[] {
+    return this.snap?.ranks ?? [];
+  }
+
+  get stats(): ClientStats {
+    return this.snap?.stats ?? EMPTY_STATS;
+  }
+
+  /** Submit through the router, which places it on a rank (select + reserve there); rejects with the router's error. */
+  submit(request: GenerateRequest, options?: SubmitOptions): Promise<RequestStream> {
+    return this.channel.submit(this.group, request, options);
+  }
+
+  /** Fetch a fresh snapshot from the router (shared by every group of the front). */
+  refresh(): Promise<void> {
+    return this.channel.refresh();
+  }
+
+  on(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): this {
+    if (event === 'joined') this.joinedListeners.push(listener);
+    return this;
+  }
+}
+
+/** The global concurrency cap through the router (concurrency.ts `SharedConcurrencyCap`). */
+export function sharedConcurrency(channel: FrontChannel): SharedConcurrencyCap {
+  return {
+    acquire: () => channel.acquirePermit(),
+    release: (ticket) => channel.releasePermit(ticket),
+  };
+}
+
+/**
+ * The Responses store of a front: the router holds the store every front shares; this keeps a local copy of what
+ * requests of this front need (bounded like the store) and sends every write on.
+ */
+export class SharedResponsesStore extends ResponsesStore {
+  private readonly fetchedItems = new Map<string, Record<string, unknown>>();
+
+  constructor(
+    private readonly channel: FrontChannel,
+    opts: ResponsesStoreOptions = {},
+  ) {
+    super(opts);
+  }
+
+  override put(id: string, stored: StoredResponse): void {
+    if (!this.enabled) return;
+    super.put(id, stored);
+    void this.channel.call('store.put', [id, stored], true);
+  }
+
+  override item(id: string): Record<string, unknown> | undefined {
+    return this.fetchedItems.get(id) ?? super.item(id);
+  }
+
+  /** Copy `responseIds` and `itemIds` from the router (the authority): what it does not hold is dropped here too. */
+  override async prefetch(responseIds: readonly string[], itemIds: readonly string[]): Promise<void> {
+    if (responseIds.length === 0 && itemIds.length === 0) return;
+    const got = (await this.channel.call('store.prefetch', { responses: responseIds, items: itemIds })) as {
+      responses: Array<[string, StoredResponse | null]>;
+      items: Array<[string, Record<string, unknown> | null]>;
+    };
+    for (const [id, stored] of got.responses) {
+      if (stored === null) super.delete(id);
+      else super.put(id, stored);
+    }
+    if (this.fetchedItems.size > 10_000) this.fetchedItems.clear();
+    for (const [id, item] of got.items) {
+      if (item === null) this.fetchedItems.delete(id);
+      else this.fetchedItems.set(id, item);
+    }
+  }
+
+  override async fetch(id: string): Promise<StoredResponse | undefined> {
+    const stored = (await this.channel.call('store.get', id)) as StoredResponse | null;
+    return stored ?? undefined;
+  }
+
+  override async remove(id: string): Promise<boolean> {
+    super.delete(id);
+    return (await this.channel.call('store.delete', id)) === true;
+  }
+}

@@ -1,0 +1,388 @@
+/**
+ * The router side of `--workers N` (docs/architecture.md sections 3-6): the one process that owns the engine clients
+ * serves them to N HTTP fronts over a ZeroMQ ROUTER socket (`ipc://`, one DEALER per front, the records of
+ * channel-codec.ts batched per tick by outbox.ts).
+ *
+ * Every SUBMIT goes straight to the group's real `EngineClient.submit`, so select + reserve, the in-flight sets, the
+ * stored loads and the release clamp stay in this one process in their synchronous blocks (dp-routing.md 12.3): the
+ * fronts hold no routing state. Also here, because they must be one per gateway: the global concurrency count
+ * (`--max-concurrent-requests`: PERMIT/RELEASE), the Responses store (`previous_response_id` from any front), and the
+ * rank states every front answers /health, /ready and /v1/gateway/ranks from (SNAPSHOT, pushed on change, every
+ * `snapshotIntervalMs`, and on a front's refresh CALL).
+ *
+ * A front that goes away (`dropFront`, called by the cluster primary on the worker's exit) is handled like its
+ * clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight slot released) and
+ * its concurrency permits are returned.
+ */
+import type { Logger } from 'pino';
+import { Router } from 'zeromq';
+import type { RequestStream } from '../engine-client/request-stream.js';
+import type { GenerateRequest } from '../protocols/types.js';
+import type { EngineFamily, GenerationBackend } from '../server/backend.js';
+import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
+import {
+  ChannelDecodeError,
+  Tag,
+  decodeUp,
+  encodeDown,
+  toWireError,
+  type DownRecord,
+  type GroupSnapshot,
+  type UpRecord,
+} from './channel-codec.js';
+import { Outbox } from './outbox.js';
+
+/** One served group as the router service sees it: its real engine client and its names. */
+export interface ServedGroup {
+  readonly worker: string;
+  readonly engine: EngineFamily;
+  readonly backend: GenerationBackend & { on(event: 'joined' | 'rank' | 'failed', listener: (...args: never[]) => void): unknown };
+}
+
+/** Options of `RouterService`. */
+export interface RouterServiceOptions {
+  groups: readonly ServedGroup[];
+  store: ResponsesStore;
+  /** The global cap on concurrent generation requests (0 = none; `--max-concurrent-requests`). */
+  maxConcurrentRequests: number;
+  logger: Logger;
+  /** How often every front gets a fresh snapshot, ms (default 250). */
+  snapshotIntervalMs?: number;
+  /** A send to a front blocked this long (its queue full: it stopped reading) makes it stuck, ms (default 5000). */
+  sendTimeoutMs?: number;
+  /** Called once for a front that is stuck (the primary kills it; its exit then drops it). */
+  onFrontStuck?: (frontId: number) => void;
+}
+
+const PENDING = Symbol('pending');
+
+/** One connected front: its ZeroMQ identity, its engine requests by handle, its concurrency permits. */
+interface FrontSession {
+  readonly frontId: number;
+  readonly identity: Buffer;
+  readonly streams: Map<number, RequestStream | typeof PENDING>;
+  /** Handles aborted while their submit was still being placed. */
+  readonly abortedEarly: Set<number>;
+  readonly permits: Set<number>;
+  dropped: boolean;
+}
+
+/** Counters of the service (for logs and tests). */
+export interface RouterServiceStats {
+  decodeErrors: number;
+  frontsDropped: number;
+  /** Engine requests cancelled because their front went away. */
+  orphanedRequests: number;
+}
+
+/** The router's service to the fronts (see the module docs). `bind` then serve; `close` when the gateway stops. */
+export class RouterService {
+  readonly stats: RouterServiceStats = { decodeErrors: 0, frontsDropped: 0, orphanedRequests: 0 };
+  private readonly socket: Router;
+  private readonly sessions = new Map<number, FrontSession>();
+  private readonly outbox: Outbox<number, DownRecord>;
+  private readonly log: Logger;
+  private permitsTaken = 0;
+  private snapshotTimer: NodeJS.Timeout | null = null;
+  private snapshotQueued = false;
+  private closed = false;
+
+  constructor(private readonly opts: RouterServiceOptions) {
+    this.log = opts.logger;
+    this.socket = new Router({ mandatory: true, linger: 0, sendTimeout: opts.sendTimeoutMs ?? 5000, sendHighWaterMark: 100_000 });
+    this.outbox = new Outbox<number, DownRecord>(
+      async (frontId, records) => {
+        const s = this.sessions.get(frontId);
+        if (s === undefined || s.dropped) return;
+        await this.socket.send([s.identity, encodeDown(records)]);
+      },
+      (frontId, err) => {
+        if (this.closed) return;
+        this.log.warn({ frontId, err }, 'front not reading (send failed): treating it as stuck');
+        this.opts.onFrontStuck?.(frontId);
+      },
+    );
+    for (const [i, g] of opts.groups.entries()) {
+      g.backend.on('joined', ((engine: { engineIndex: number | null }, rejoin: boolean) => {
+        if (engine.engineIndex === null) return;
+        for (const s of this.sessions.values()) this.outbox.push(s.frontId, { tag: Tag.JOINED, group: i, engineIndex: engine.engineIndex, rejoin });
+        this.queueSnapshot();
+      }) as never);
+      g.backend.on('rank', (() => this.queueSnapshot()) as never);
+      g.backend.on('failed', (() => this.queueSnapshot()) as never);
+    }
+  }
+
+  /** Engine requests currently owned by fronts (placed or being placed). */
+  get liveRequests(): number {
+    let n = 0;
+    for (const s of this.sessions.values()) n += s.streams.size;
+    return n;
+  }
+
+  /** Concurrency permits held by fronts now. */
+  get permitsHeld(): number {
+    return this.permitsTaken;
+  }
+
+  /** Bind the ROUTER at `address` (`ipc://…`) and start serving. Throws the zeromq bind error. */
+  async bind(address: string): Promise<void> {
+    await this.socket.bind(address);
+    void this.receiveLoop();
+    this.snapshotTimer = setInterval(() => this.broadcastSnapshot(), this.opts.snapshotIntervalMs ?? 250);
+    this.snapshotTimer.unref();
+  }
+
+  /** Every group's state now (what a front's RemoteBackend answers from). */
+  snapshot(): GroupSnapshot[] {
+    return this.opts.groups.map((g) => {
+      const b = g.backend;
+      const st = b.stats;
+      return {
+        worker: g.worker,
+        engine: g.engine,
+        dpSize: b.dpSize,
+        maxModelLen: b.maxModelLen,
+        contextTokenLimit: b.contextTokenLimit,
+        alive: b.isAlive(),
+        canServe: b.canServe(),
+        status: b.status(),
+        ranks: b.rankStates(),
+        stats: {
+          decodeErrors: st.decodeErrors,
+          abortsSent: st.abortsSent,
+          rankMismatches: st.rankMismatches,
+          failures: { ...st.failures },
+          rankDeaths: { ...st.rankDeaths },
+          orphanOutputs: st.orphanOutputs,
+          handshakeRejected: { ...st.handshakeRejected },
+        },
+      };
+    });
+  }
+
+  /**
+   * The front `frontId` is gone (its process exited): cancel every engine request it owned (ABORT to the rank,
+   * in-flight slot released at once) and return its permits. Idempotent.
+   */
+  dropFront(frontId: number): void {
+    const s = this.sessions.get(frontId);
+    if (s === undefined) return;
+    s.dropped = true;
+    this.sessions.delete(frontId);
+    this.outbox.forget(frontId);
+    this.stats.frontsDropped++;
+    let orphaned = 0;
+    for (const [handle, stream] of s.streams) {
+      orphaned++;
+      if (stream === PENDING) s.abortedEarly.add(handle);
+      else stream.cancel();
+    }
+    s.streams.clear();
+    this.stats.orphanedRequests += orphaned;
+    this.permitsTaken -= s.permits.size;
+    s.permits.clear();
+    if (orphaned > 0) this.log.warn({ frontId, orphaned }, 'front gone: its engine requests were aborted');
+  }
+
+  /** Stop serving: cancel every request of every front and close the socket. */
+  close(): void {
+    if (this.closed) return;
+    this.closed = true;
+    if (this.snapshotTimer !== null) clearInterval(this.snapshotTimer);
+    for (const id of [...this.sessions.keys()]) this.dropFront(id);
+    this.outbox.close();
+    this.socket.close();
+  }
+
+  private async receiveLoop(): Promise<void> {
+    try {
+      for await (const frames of this.socket) {
+        const [identity, payload] = frames;
+        if (identity === undefined || payload === undefined) {
+          this.stats.decodeErrors++;
+          continue;
+        }
+        let records: UpRecord[];
+        try {
+          records = decodeUp(payload);
+        } catch (err) {
+          this.stats.decodeErrors++;
+          this.log.warn({ err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed front message dropped');
+          continue;
+        }
+        this.handle(identity, records);
+        // zeromq.js resolves queued receives without returning to the event loop: yield so timers and sends run.
+        await new Promise<void>((r) => setImmediate(r));
+      }
+    } catch (err) {
+      if (!this.closed) this.log.error({ err }, 'front channel receive failed');
+    }
+  }
+
+  private handle(identity: Buffer, records: UpRecord[]): void {
+    let session: FrontSession | undefined;
+    for (const r of records) {
+      if (r.tag === Tag.HELLO) {
+        this.dropFront(r.frontId); // a front id reconnecting is a fresh process
+        session = { frontId: r.frontId, identity: Buffer.from(identity), streams: new Map(), abortedEarly: new Set(), permits: new Set(), dropped: false };
+        this.sessions.set(r.frontId, session);
+        this.outbox.push(r.frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
+        continue;
+      }
+      session ??= this.sessionOf(identity);
+      if (session === undefined) {
+        this.stats.decodeErrors++;
+        this.log.warn({ tag: r.tag }, 'record from a front that did not say HELLO dropped');
+        continue;
+      }
+      this.apply(session, r);
+    }
+  }
+
+  private sessionOf(identity: Buffer): FrontSession | undefined {
+    for (const s of this.sessions.values()) if (s.identity.equals(identity)) return s;
+    return undefined;
+  }
+
+  private apply(s: FrontSession, r: UpRecord): void {
+    switch (r.tag) {
+      case Tag.SUBMIT:
+        this.submit(s, r.handle, r.group, r.request, r.dpRank);
+        return;
+      case Tag.ABORT: {
+        const stream = s.streams.get(r.handle);
+        if (stream === PENDING) s.abortedEarly.add(r.handle);
+        else if (stream !== undefined) {
+          s.streams.delete(r.handle);
+          stream.cancel();
+        }
+        return;
+      }
+      case Tag.PERMIT: {
+        const max = this.opts.maxConcurrentRequests;
+        const granted = max === 0 || this.permitsTaken < max;
+        if (granted) {
+          this.permitsTaken++;
+          s.permits.add(r.ticket);
+        }
+        this.outbox.push(s.frontId, { tag: Tag.GRANT, ticket: r.ticket, granted, max });
+        return;
+      }
+      case Tag.RELEASE:
+        if (s.permits.delete(r.ticket)) this.permitsTaken--;
+        return;
+      case Tag.CALL:
+        this.call(s, r.callId, r.method, r.args);
+        return;
+      case Tag.HELLO:
+        return;
+    }
+  }
+
+  private submit(s: FrontSession, handle: number, group: number, request: GenerateRequest, dpRank: number | null): void {
+    const g = this.opts.groups[group];
+    if (g === undefined) {
+      this.outbox.push(s.frontId, { tag: Tag.REJECTED, handle, error: { name: 'RangeError', message: `no engine group ${group}` } });
+      return;
+    }
+    s.streams.set(handle, PENDING);
+    g.backend.submit(request, dpRank === null ? {} : { dpRank }).then(
+      (stream) => {
+        if (s.dropped || s.abortedEarly.delete(handle)) {
+          s.streams.delete(handle);
+          stream.cancel();
+          return;
+        }
+        s.streams.set(handle, stream);
+        this.outbox.push(s.frontId, { tag: Tag.SUBMITTED, handle, engineIndex: stream.engineIndex });
+        void this.pump(s, handle, stream);
+      },
+      (err: unknown) => {
+        s.streams.delete(handle);
+        s.abortedEarly.delete(handle);
+        if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.REJECTED, handle, error: toWireError(err) });
+      },
+    );
+  }
+
+  /** Forward one request's outputs to its front until the terminal one, a failure, or a cancel. */
+  private async pump(s: FrontSession, handle: number, stream: RequestStream): Promise<void> {
+    try {
+      for await (const o of stream) {
+        if (s.dropped) return;
+        this.outbox.push(s.frontId, {
+          tag: Tag.OUT,
+          handle,
+          output: {
+            newTokenIds: o.newTokenIds,
+            finishReason: o.finishReason,
+            promptTokens: o.promptTokens,
+            completionTokens: o.completionTokens,
+            cachedTokens: o.cachedTokens,
+            logprobs: o.logprobs,
+            ...(o.stopReason !== undefined ? { stopReason: o.stopReason } : {}),
+            ...(o.topLogprobs !== undefined ? { topLogprobs: o.topLogprobs } : {}),
+          },
+        });
+      }
+    } catch (err) {
+      if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
+    } finally {
+      if (s.streams.get(handle) === stream) s.streams.delete(handle);
+    }
+  }
+
+  private call(s: FrontSession, callId: number, method: string, args: unknown): void {
+    let value: unknown = null;
+    let ok = true;
+    try {
+      value = this.callValue(method, args);
+    } catch (err) {
+      ok = false;
+      value = toWireError(err);
+    }
+    if (callId !== 0) this.outbox.push(s.frontId, { tag: Tag.REPLY, callId, ok, value });
+  }
+
+  private callValue(method: string, args: unknown): unknown {
+    const store = this.opts.store;
+    switch (method) {
+      case 'refresh':
+        return this.snapshot();
+      case 'store.put': {
+        const [id, stored] = args as [string, StoredResponse];
+        store.put(id, stored);
+        return null;
+      }
+      case 'store.get':
+        return store.get(args as string) ?? null;
+      case 'store.delete':
+        return store.delete(args as string);
+      case 'store.prefetch': {
+        const { responses, items } = args as { responses: string[]; items: string[] };
+        return {
+          responses: responses.map((id) => [id, store.get(id) ?? null]),
+          items: items.map((id) => [id, store.item(id) ?? null]),
+        };
+      }
+      default:
+        throw new RangeError(`unknown call ${JSON.stringify(method)}`);
+    }
+  }
+
+  private queueSnapshot(): void {
+    if (this.snapshotQueued) return;
+    this.snapshotQueued = true;
+    setImmediate(() => {
+      this.snapshotQueued = false;
+      this.broadcastSnapshot();
+    });
+  }
+
+  private broadcastSnapshot(): void {
+    if (this.closed || this.sessions.size === 0) return;
+    const groups = this.snapshot();
+    for (const s of this.sessions.values()) this.outbox.push(s.frontId, { tag: Tag.SNAPSHOT, groups });
+  }
+}
