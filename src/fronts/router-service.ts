@@ -308,9 +308,13 @@ export class RouterService {
 
   /** Forward one request's outputs to its front until the terminal one, a failure, or a cancel. */
   private async pump(s: FrontSession, handle: number, stream: RequestStream): Promise<void> {
+    // Stop at the terminal output without calling the iterator's return() (that would cancel).
+    const it = stream[Symbol.asyncIterator]();
     try {
-      for await (const o of stream) {
-        if (s.dropped) return;
+      for (;;) {
+        const next = await it.next();
+        if (next.done === true || s.dropped) return;
+        const o = next.value;
         this.outbox.push(s.frontId, {
           tag: Tag.OUT,
           handle,
@@ -325,6 +329,7 @@ export class RouterService {
             ...(o.topLogprobs !== undefined ? { topLogprobs: o.topLogprobs } : {}),
           },
         });
+        if (o.finishReason !== null) return;
       }
     } catch (err) {
       if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });

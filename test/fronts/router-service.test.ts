@@ -1,0 +1,190 @@
+/**
+ * The router service and the fronts' channel (src/fronts/router-service.ts, remote-backend.ts) in one process over a
+ * real ZeroMQ ipc socket, with the route tests' fake engine client behind the router: outputs reach the front's
+ * stream with their counts, a cancel in the front reaches the engine stream (also one cancelled before it was
+ * placed), errors keep their kind, the concurrency count is one over every front, a dropped front's requests are
+ * cancelled and its permits returned, the Responses store is shared, and snapshots carry the rank states.
+ */
+import assert from 'node:assert/strict';
+import { after, before, test } from 'node:test';
+import { pino } from 'pino';
+import { EngineClientError } from '../../src/engine-client/errors.js';
+import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/remote-backend.js';
+import { RouterService } from '../../src/fronts/router-service.js';
+import { DEFAULT_SAMPLING, type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
+import { ResponsesStore } from '../../src/server/responses/store.js';
+import { freshDir } from '../helpers/async.js';
+import { FakeBackend, rankState } from '../server/fake-backend.js';
+
+const log = pino({ level: 'silent' });
+let dir: { dir: string; cleanup: () => Promise<void> };
+let backend: FakeBackend;
+let service: RouterService;
+let store: ResponsesStore;
+let a: FrontChannel;
+let b: FrontChannel;
+let nextId = 0;
+let address = '';
+
+const req = (): GenerateRequest => ({
+  requestId: `cmpl-${nextId++}`,
+  promptTokenIds: [1, 2, 3],
+  sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 8 },
+  stream: true,
+  returnLogprob: false,
+});
+
+const until = async (cond: () => boolean, what: string): Promise<void> => {
+  const deadline = Date.now() + 5000;
+  while (!cond()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+};
+
+before(async () => {
+  dir = await freshDir('mgw-fronts-');
+  backend = new FakeBackend({ ranks: [0, 1] });
+  store = new ResponsesStore();
+  service = new RouterService({
+    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: backend as never }],
+    store,
+    maxConcurrentRequests: 2,
+    logger: log,
+    snapshotIntervalMs: 50,
+  });
+  address = `ipc://${dir.dir}/fronts`;
+  await service.bind(address);
+  a = await FrontChannel.connect(address, 1, log);
+  b = await FrontChannel.connect(address, 2, log);
+});
+
+after(async () => {
+  a.close();
+  b.close();
+  service.close();
+  await dir.cleanup();
+});
+
+test('a submit is placed by the router; outputs reach the front with their counts; the terminal one ends the stream', async () => {
+  const remote = new RemoteBackend(a, 0);
+  assert.equal(remote.dpSize, 2);
+  assert.equal(remote.canServe(), true);
+  const placed = backend.nextSubmission();
+  const stream = await remote.submit(req(), { dpRank: 1 });
+  const sub = await placed;
+  assert.equal(sub.dpRank, 1);
+  assert.deepEqual(sub.request.promptTokenIds, [1, 2, 3]);
+  assert.equal(stream.engineIndex, 1);
+  sub.stream.push([10, 11]);
+  sub.stream.push([12], 'length', [], undefined);
+  const outs: EngineOutput[] = [];
+  for await (const o of stream) outs.push(o);
+  assert.deepEqual(outs.map((o) => o.newTokenIds), [[10, 11], [12]]);
+  assert.deepEqual(outs.map((o) => o.completionTokens), [2, 3]);
+  assert.equal(outs[1]!.finishReason, 'length');
+  assert.equal(outs[1]!.requestId, stream.requestId);
+  assert.equal(service.liveRequests, 0);
+});
+
+test('cancel in the front cancels the engine stream (ABORT); so does one cancelled before it was placed', async () => {
+  const remote = new RemoteBackend(a, 0);
+  const placed = backend.nextSubmission();
+  const stream = await remote.submit(req());
+  const sub = await placed;
+  sub.stream.push([1]);
+  stream.cancel();
+  await sub.stream.cancelled;
+  assert.equal(sub.stream.isCancelled, true);
+  await until(() => service.liveRequests === 0, 'the router forgot it');
+
+  let open: () => void = () => {};
+  backend.submitGate = new Promise((r) => (open = r));
+  const controller = new AbortController();
+  const gated = backend.nextSubmission();
+  const pending = remote.submit(req(), { signal: controller.signal });
+  await until(() => service.liveRequests === 1, 'the submit reached the router');
+  controller.abort(new Error('client went away'));
+  await assert.rejects(pending, /client went away/);
+  backend.submitGate = null;
+  open();
+  const late = await gated;
+  await late.stream.cancelled;
+  assert.equal(late.stream.isCancelled, true, 'placed after the abort, then cancelled at once');
+  await until(() => service.liveRequests === 0, 'nothing left');
+});
+
+test('a refused submit rejects with the engine client error kind; a failed stream throws it', async () => {
+  const remote = new RemoteBackend(a, 0);
+  await assert.rejects(remote.submit(req(), { dpRank: 7 }), (err: unknown) => err instanceof EngineClientError && err.kind === 'invalid-dp-rank');
+  const placed = backend.nextSubmission();
+  const stream = await remote.submit(req());
+  (await placed).stream.fail(new EngineClientError('engine-dead', 'rank 0 died'));
+  await assert.rejects(
+    (async () => {
+      for await (const _ of stream) {
+        // drain
+      }
+    })(),
+    (err: unknown) => err instanceof EngineClientError && err.kind === 'engine-dead' && /rank 0 died/.test(err.message),
+  );
+});
+
+test('the concurrency count is one over every front; a dropped front returns its permits and its requests are cancelled', async () => {
+  const t1 = await a.acquirePermit();
+  const t2 = await b.acquirePermit();
+  assert.ok(t1 !== null && t2 !== null);
+  assert.equal(await a.acquirePermit(), null, 'full: 2 taken over both fronts');
+  assert.equal(await b.acquirePermit(), null);
+  a.releasePermit(t1);
+  const t3 = await b.acquirePermit();
+  assert.ok(t3 !== null, 'a released slot is free for the other front');
+  assert.equal(service.permitsHeld, 2);
+
+  b.releasePermit(t2);
+  b.releasePermit(t3);
+  await until(() => service.permitsHeld === 0, 'released');
+  // A third front holds a permit and a request, then goes away (its process exited).
+  const c = await FrontChannel.connect(address, 3, log);
+  assert.ok((await c.acquirePermit()) !== null);
+  const placed = backend.nextSubmission();
+  await new RemoteBackend(c, 0).submit(req());
+  const sub = await placed;
+  assert.equal(service.liveRequests, 1);
+  assert.equal(service.permitsHeld, 1);
+  service.dropFront(3);
+  c.close();
+  assert.equal(sub.stream.isCancelled, true, 'the dropped front’s request is aborted at the engine');
+  assert.equal(service.liveRequests, 0);
+  assert.equal(service.permitsHeld, 0, 'its permits are back');
+  assert.equal(service.stats.orphanedRequests, 1);
+});
+
+test('the Responses store is the router’s: a put through one front is read by another; a delete is seen by all', async () => {
+  const sa = new SharedResponsesStore(a);
+  const sb = new SharedResponsesStore(b);
+  const stored = { response: { id: 'resp_1', object: 'response' }, inputItems: [{ id: 'msg_in', type: 'message' }], outputItems: [{ id: 'msg_out', type: 'message' }] };
+  sa.put('resp_1', stored);
+  await until(() => store.get('resp_1') !== undefined, 'the put reached the router');
+  assert.equal(sb.get('resp_1'), undefined, 'not local to the other front before a prefetch');
+  await sb.prefetch(['resp_1'], ['msg_out']);
+  assert.deepEqual(sb.get('resp_1'), stored);
+  assert.deepEqual(sb.item('msg_out'), stored.outputItems[0]);
+  assert.deepEqual((await sb.fetch('resp_1'))?.response, stored.response);
+  assert.equal(await sb.remove('resp_1'), true);
+  assert.equal(await sa.fetch('resp_1'), undefined);
+  await sa.prefetch(['resp_1'], []);
+  assert.equal(sa.get('resp_1'), undefined, 'the local copy is dropped once the router no longer holds it');
+});
+
+test('snapshots carry the rank states; refresh() fetches a fresh one; a rank join reaches every front', async () => {
+  const remote = new RemoteBackend(a, 0);
+  backend.rankStatesValue = [rankState(0, { inFlight: 4 }), rankState(1, { state: 'dead', cause: 'exit' })];
+  await remote.refresh();
+  assert.deepEqual(remote.rankStates().map((r) => [r.inFlight, r.state]), [[4, 'ready'], [0, 'dead']]);
+  const joined: Array<[number | null, boolean]> = [];
+  remote.on('joined', (engine, rejoin) => joined.push([engine.engineIndex, rejoin]));
+  backend.emitJoined(1, true);
+  await until(() => joined.length === 1, 'the join reached the front');
+  assert.deepEqual(joined, [[1, true]]);
+});
