@@ -41,6 +41,7 @@ import {
   scenarioFigures,
   tokenFloor,
   tokenTable,
+  workersTable,
   type FloorSample,
   type PhaseSample,
   type ScenarioFigures,
@@ -308,38 +309,52 @@ async function profileMode(args: Args, load: LoadProcess): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'gw-bench-prof-'));
   const window = { startUs: 0, endUs: 0 };
   const profArgs = { ...args, windowMs: Math.max(args.windowMs, args.quick ? 6000 : 15000) };
-  const gw = await GatewayProcess.start(gatewayOptions(args, 1, [spec], { cpuProfileDir: dir }));
+  const workers = args.workers[0] ?? 1;
+  const gw = await GatewayProcess.start(gatewayOptions(args, workers, [spec], { cpuProfileDir: dir }));
+  const routingPid = gw.processes.find((p) => p.role === 'routing' || p.role === 'gateway')!.pid;
   let m;
   try {
-    progress(`profiling ${spec.name} for ${profArgs.windowMs / 1000} s (node --cpu-prof)`);
+    progress(`profiling ${spec.name} for ${profArgs.windowMs / 1000} s (node --cpu-prof${workers > 1 ? `, ${workers} fronts and the router` : ''})`);
     m = await measurePhase(gw, load, spec, profArgs, args.seed, window);
   } finally {
     await gw.stop();
   }
-  const file = readdirSync(dir).find((f) => f.endsWith('.cpuprofile'));
-  if (file === undefined) throw new Error(`no .cpuprofile written in ${dir}`);
-  const summary: ProfileSummary = summarizeProfile(join(dir, file), window.startUs, window.endUs, PROFILED_FUNCTIONS, PROFILE_BUCKETS, 30);
-  rmSync(dir, { recursive: true, force: true });
-  const gwMicros = m.cpu.gateway;
+  const files = readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'));
+  // node names a profile CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile
+  const pidOf = (f: string) => Number(f.split('.')[3]);
+  const rootFile = files.find((f) => pidOf(f) === routingPid);
+  if (rootFile === undefined) throw new Error(`no .cpuprofile of the gateway process written in ${dir}`);
+  const profiles: Array<{ title: string; file: string; micros: number }> = [
+    { title: workers > 1 ? 'the routing process' : 'the gateway', file: rootFile, micros: workers > 1 ? m.cpu.routing : m.cpu.gateway },
+  ];
+  const frontFile = files.find((f) => pidOf(f) !== routingPid);
+  if (workers > 1 && frontFile !== undefined) profiles.push({ title: `one front (of ${workers}; the fronts' CPU is ${workers}× its share)`, file: frontFile, micros: m.cpu.front / workers });
   const perRequest = spec.kind === 'request';
   const units = perRequest ? m.load.requests : m.load.tokens;
   const unit = perRequest ? 'request' : 'token';
-  console.log(
-    `CPU profile of the gateway, ${spec.name} (max_tokens ${spec.maxTokens}, ${spec.streams} streams, ${args.ranks} ranks at --time-scale 0), ` +
-      `${(window.endUs - window.startUs) / 1e6} s window: ${(gwMicros / units).toFixed(1)} µs/${unit} (with the profiler on), ` +
-      `${((units / m.load.windowMs) * 1000).toFixed(0)} ${unit}s/s; ${summary.busyMs.toFixed(0)} ms busy, ${summary.idleMs.toFixed(0)} ms idle in the profile. ` +
-      `Last column: µs per ${unit}.\n`,
-  );
-  const perUnit = (ms: number) => ((ms * 1000) / units).toFixed(perRequest ? 0 : 2);
-  const rows = (r: ProfileSummary['topSelf']) => r.map((x) => [x.label, x.ms.toFixed(0), x.percent.toFixed(1), perUnit(x.ms)]);
-  const head = (first: string) => [first, 'ms', '% of busy', `µs/${unit}`];
-  console.log('### Where the time goes (buckets)\n' + markdownTable(head('bucket'), rows(summary.buckets)) + '\n');
-  console.log('### Self time by function\n' + markdownTable(head('function'), rows(summary.topSelf)) + '\n');
-  console.log('### Self time by area (file, package, node internals, GC)\n' + markdownTable(head('area'), rows(summary.byArea)) + '\n');
-  console.log('### Inclusive time of the per-token path (by function name; names can collide)\n' + markdownTable(head('function'), rows(summary.inclusive)));
+  const written: Record<string, unknown> = {};
+  for (const prof of profiles) {
+    const summary: ProfileSummary = summarizeProfile(join(dir, prof.file), window.startUs, window.endUs, PROFILED_FUNCTIONS, PROFILE_BUCKETS, 30);
+    written[prof.title] = { microsPerUnit: prof.micros / units, summary };
+    console.log(
+      `CPU profile of ${prof.title}, ${spec.name} (max_tokens ${spec.maxTokens}, ${spec.streams} streams, ${args.ranks} ranks at --time-scale 0, --workers ${workers}), ` +
+        `${(window.endUs - window.startUs) / 1e6} s window: ${(prof.micros / units).toFixed(1)} µs/${unit} (with the profiler on), ` +
+        `${((units / m.load.windowMs) * 1000).toFixed(0)} ${unit}s/s; ${summary.busyMs.toFixed(0)} ms busy, ${summary.idleMs.toFixed(0)} ms idle in the profile. ` +
+        `Last column: µs per ${unit}.\n`,
+    );
+    const perUnit = (ms: number) => ((ms * 1000) / units).toFixed(perRequest ? 0 : 2);
+    const rows = (r: ProfileSummary['topSelf']) => r.map((x) => [x.label, x.ms.toFixed(0), x.percent.toFixed(1), perUnit(x.ms)]);
+    const head = (first: string) => [first, 'ms', '% of busy', `µs/${unit}`];
+    console.log('### Where the time goes (buckets)\n' + markdownTable(head('bucket'), rows(summary.buckets)) + '\n');
+    console.log('### Self time by function\n' + markdownTable(head('function'), rows(summary.topSelf)) + '\n');
+    console.log('### Self time by area (file, package, node internals, GC)\n' + markdownTable(head('area'), rows(summary.byArea)) + '\n');
+    console.log('### Inclusive time of the per-token path (by function name; names can collide)\n' + markdownTable(head('function'), rows(summary.inclusive)) + '\n');
+  }
+  rmSync(dir, { recursive: true, force: true });
   if (args.write) {
     await mkdir(RESULTS_DIR, { recursive: true });
-    await writeFile(join(RESULTS_DIR, 'throughput-profile.json'), JSON.stringify({ generatedBy: 'npm run bench:throughput -- --profile --write', commit: gitCommit(), scenario: spec, [perRequest ? 'microsPerRequest' : 'microsPerToken']: gwMicros / units, summary }, null, 2) + '\n');
+    const only = workers > 1 ? { workers, profiles: written } : { [perRequest ? 'microsPerRequest' : 'microsPerToken']: (written[profiles[0]!.title] as { microsPerUnit: number }).microsPerUnit, summary: (written[profiles[0]!.title] as { summary: unknown }).summary };
+    await writeFile(join(RESULTS_DIR, 'throughput-profile.json'), JSON.stringify({ generatedBy: 'npm run bench:throughput -- --profile --write', commit: gitCommit(), scenario: spec, ...only }, null, 2) + '\n');
     console.log(`wrote ${join('bench', 'results', 'throughput-profile.json')}`);
   }
 }
@@ -403,6 +418,7 @@ async function main(): Promise<void> {
     );
     if (unavailable.length > 0) console.log(`workers ${unavailable.join(', ')}: unavailable — serve has no --workers yet (issue 9 phase 2).\n`);
     console.log('### CPU per token (saturated)\n' + tokenTable(figures) + '\n');
+    if (workers.some((w) => w > 1) && workers.includes(1)) console.log('### --workers N against one process (per repeat)\n' + workersTable(samples, specs) + '\n');
     console.log('### CPU per request (max_tokens 1)\n' + requestTable(figures) + '\n');
     if (specs.some((s) => s.kind === 'paced')) console.log(`### Paced ranks (a step every ${args.pacedStepMs} ms: not saturated)\n` + pacedTable(figures) + '\n');
     if (floors.length > 0) console.log('### Floors (same run)\n' + floorTable(ff) + '\n');

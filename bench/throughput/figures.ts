@@ -247,3 +247,36 @@ export function floorTable(f: FloorFigures): string {
   ];
   return markdownTable(['floor', 'µs'], rows);
 }
+
+/**
+ * `--workers N` against one process (issue 9 targets), per token scenario and N > 1, each ratio taken per repeat
+ * (repeat r of N workers against repeat r of 1 worker, measured back to back) then summarized: saturated tokens/s
+ * N ÷ 1 (target ≥ 1.4 at N = 2), the fronts' CPU per token at N ÷ the single process's CPU per token (what moving
+ * HTTP into fronts costs per token; target ≤ 1.10), and the routing process's µs per token (target ≤ 1.5).
+ */
+export function workersTable(samples: readonly PhaseSample[], specs: readonly ScenarioSpec[]): string {
+  const rows: string[][] = [];
+  const perToken = (s: PhaseSample, micros: number) => micros / s.load.tokens;
+  for (const spec of specs.filter((x) => x.kind === 'token')) {
+    const one = samples.filter((s) => s.scenario === spec.name && s.workers === 1);
+    const ns = [...new Set(samples.filter((s) => s.scenario === spec.name && s.workers > 1).map((s) => s.workers))].sort((a, b) => a - b);
+    for (const n of ns) {
+      const many = samples.filter((s) => s.scenario === spec.name && s.workers === n);
+      const paired = many.map((m) => [m, one.find((o) => o.repeat === m.repeat)] as const).filter((p): p is readonly [PhaseSample, PhaseSample] => p[1] !== undefined);
+      const rate = (s: PhaseSample) => s.load.tokens / s.load.windowMs;
+      rows.push([
+        spec.name,
+        `${n} ÷ 1`,
+        cell(spread(paired.map(([m, o]) => rate(m) / rate(o))), 2),
+        cell(spread(paired.map(([m, o]) => perToken(m, m.cpu.front) / perToken(o, gatewayMicros(o.cpu)))), 2),
+        cell(spread(many.map((m) => perToken(m, m.cpu.routing))), 2),
+        cell(spread(many.map((m) => perToken(m, m.cpu.front))), 1),
+        cell(spread(paired.map(([, o]) => perToken(o, gatewayMicros(o.cpu)))), 1),
+      ]);
+    }
+  }
+  return markdownTable(
+    ['scenario', 'workers', 'tokens/s ratio (≥ 1.4)', 'front µs/token ÷ 1-process µs/token (≤ 1.10)', 'routing µs/token (≤ 1.5)', 'fronts µs/token', '1-process µs/token'],
+    rows,
+  );
+}

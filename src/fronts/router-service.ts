@@ -17,7 +17,7 @@
 import type { Logger } from 'pino';
 import { Router } from 'zeromq';
 import type { RequestStream } from '../engine-client/request-stream.js';
-import type { GenerateRequest } from '../protocols/types.js';
+import type { EngineOutput, GenerateRequest } from '../protocols/types.js';
 import type { EngineFamily, GenerationBackend } from '../server/backend.js';
 import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
 import {
@@ -296,7 +296,7 @@ export class RouterService {
         }
         s.streams.set(handle, stream);
         this.outbox.push(s.frontId, { tag: Tag.SUBMITTED, handle, engineIndex: stream.engineIndex });
-        void this.pump(s, handle, stream);
+        this.pump(s, handle, stream);
       },
       (err: unknown) => {
         s.streams.delete(handle);
@@ -306,36 +306,51 @@ export class RouterService {
     );
   }
 
-  /** Forward one request's outputs to its front until the terminal one, a failure, or a cancel. */
-  private async pump(s: FrontSession, handle: number, stream: RequestStream): Promise<void> {
-    // Stop at the terminal output without calling the iterator's return() (that would cancel).
-    const it = stream[Symbol.asyncIterator]();
-    try {
-      for (;;) {
-        const next = await it.next();
-        if (next.done === true || s.dropped) return;
-        const o = next.value;
-        this.outbox.push(s.frontId, {
-          tag: Tag.OUT,
-          handle,
-          output: {
-            newTokenIds: o.newTokenIds,
-            finishReason: o.finishReason,
-            promptTokens: o.promptTokens,
-            completionTokens: o.completionTokens,
-            cachedTokens: o.cachedTokens,
-            logprobs: o.logprobs,
-            ...(o.stopReason !== undefined ? { stopReason: o.stopReason } : {}),
-            ...(o.topLogprobs !== undefined ? { topLogprobs: o.topLogprobs } : {}),
-          },
-        });
-        if (o.finishReason !== null) return;
-      }
-    } catch (err) {
+  /**
+   * Forward one request's outputs to its front until the terminal one, a failure, or a cancel: through the stream's
+   * synchronous push mode when it has one (`listen`, issue 9's per-token path: no promise per output), else by
+   * iterating it.
+   */
+  private pump(s: FrontSession, handle: number, stream: RequestStream): void {
+    const onOutput = (o: EngineOutput): boolean => {
+      if (s.dropped) return true;
+      // The EngineOutput itself: the codec picks the fields it sends.
+      this.outbox.push(s.frontId, { tag: Tag.OUT, handle, output: o });
+      return o.finishReason !== null;
+    };
+    const onError = (err: unknown): void => {
       if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
-    } finally {
+    };
+    const forget = (): void => {
       if (s.streams.get(handle) === stream) s.streams.delete(handle);
+    };
+    const pushMode = stream as RequestStream & { listen?: (l: { output(o: EngineOutput): void; error(e: Error): void }) => void };
+    if (typeof pushMode.listen === 'function') {
+      pushMode.listen({
+        output: (o) => {
+          if (onOutput(o)) forget();
+        },
+        error: (err) => {
+          onError(err);
+          forget();
+        },
+      });
+      return;
     }
+    void (async () => {
+      // Stop at the terminal output without calling the iterator's return() (that would cancel).
+      const it = stream[Symbol.asyncIterator]();
+      try {
+        for (;;) {
+          const next = await it.next();
+          if (next.done === true || onOutput(next.value)) return;
+        }
+      } catch (err) {
+        onError(err);
+      } finally {
+        forget();
+      }
+    })();
   }
 
   private call(s: FrontSession, callId: number, method: string, args: unknown): void {
