@@ -716,11 +716,13 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
  * serve HTTP until the router says close, then leave the cluster; resolves with the exit code.
  */
 async function serveFront(opts: GatewayOptions): Promise<number> {
-  const code = await runFront(opts);
-  // The IPC channel to the primary keeps the process alive: leave it, then exit whatever else is still open.
-  cluster.worker?.disconnect();
-  setTimeout(() => process.exit(code), 2000).unref();
-  return code;
+  try {
+    return await runFront(opts);
+  } finally {
+    // The IPC channel to the primary keeps the process alive: leave it, then exit whatever else is still open.
+    cluster.worker?.disconnect();
+    setTimeout(() => process.exit(), 2000).unref();
+  }
 }
 
 /** `sim`: run the simulator entry in a child (same node; tsx loader for src/), forwarding signals; resolves with its exit code. */

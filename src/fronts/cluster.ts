@@ -22,7 +22,7 @@ import { AggregatorRegistry, Counter } from 'prom-client';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
 type MetricsJson = Awaited<ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>>;
-import { startGateway, servedNames, type GatewayOptions, type RunningGateway } from '../gateway.js';
+import { DEFAULT_HOST, DEFAULT_PORT, startGateway, servedNames, type GatewayOptions, type RunningGateway } from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
 import { GatewayLifecycle, waitForDrain } from '../lifecycle.js';
 import { buildApp } from '../server/app.js';
@@ -339,10 +339,10 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
     ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
   });
-  const host = opts.host ?? '127.0.0.1';
-  await app.listen({ port: opts.port ?? 30000, host, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
+  const host = opts.host ?? DEFAULT_HOST;
+  await app.listen({ port: opts.port ?? DEFAULT_PORT, host, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
   const address2 = app.server.address();
-  const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? 30000);
+  const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? DEFAULT_PORT);
   process.send?.({ type: 'mgw:listening', url: `http://${host.includes(':') ? `[${host}]` : host}:${port}` } satisfies ControlMessage);
 
   return new Promise<number>((resolveExit) => {

@@ -154,3 +154,18 @@ test('parseServeArgs: rank lifecycle flags (issue #8)', () => {
   assert.throws(() => parseServeArgs(['--shutdown-grace-ms', '-5']), UsageError);
   assert.throws(() => parseServeArgs(['--max-output-message-bytes', 'lots']), UsageError);
 });
+
+test('parseServeArgs: --workers N|auto (issue 9); startGateway itself is one process', async () => {
+  const { autoWorkers, restartDelayMs } = await import('../../src/fronts/cluster.js');
+  const { startGateway } = await import('../../src/gateway.js');
+  assert.deepEqual(parseServeArgs(['--workers', '3']), { workers: 3 });
+  assert.deepEqual(parseServeArgs(['--workers', 'auto']), { workers: autoWorkers() });
+  assert.deepEqual(parseServeArgs(['--workers', '1']), { workers: 1 });
+  assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_WORKERS: '2' } }), { workers: 2 });
+  for (const bad of ['0', '-1', 'two', '1.5']) {
+    assert.throws(() => parseServeArgs(['--workers', bad]), (e: unknown) => e instanceof UsageError && /--workers/.test(e.message), bad);
+  }
+  assert.deepEqual([1, 2, 3, 9, 64].map((cores) => autoWorkers(cores)), [1, 1, 2, 8, 8], 'cores − 1, 1..8');
+  assert.deepEqual([1, 2, 3, 4, 10].map(restartDelayMs), [100, 200, 400, 800, 5000]);
+  await assert.rejects(startGateway({ workers: 2 }), RangeError);
+});
