@@ -54,8 +54,13 @@ function frontsOf(pid: number): number[] {
 
 /** POST `path` with `body` on a fresh connection; resolves with the status, headers and parsed body. */
 function post(path: string, body: unknown): Promise<{ status: number; headers: IncomingMessage['headers']; json: any }> {
+  return postWith(path, body, {});
+}
+
+/** `post` with extra request headers. */
+function postWith(path: string, body: unknown, headers: Record<string, string>): Promise<{ status: number; headers: IncomingMessage['headers']; json: any }> {
   return new Promise((resolve, reject) => {
-    const req = httpRequest({ host: '127.0.0.1', port, path, method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close' } }, (res) => {
+    const req = httpRequest({ host: '127.0.0.1', port, path, method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close', ...headers } }, (res) => {
       let text = '';
       res.setEncoding('utf8');
       res.on('data', (d: string) => (text += d));
@@ -140,14 +145,13 @@ async function metricSum(name: string, labelFilter = ''): Promise<number> {
     .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
 }
 
-async function waitFor(cond: () => Promise<boolean>, what: string, ms = 20_000): Promise<void> {
-  await hangGuard(
-    (async () => {
-      while (!(await cond().catch(() => false))) await new Promise((r) => setTimeout(r, 50));
-    })(),
-    ms,
-    what,
-  );
+/** Poll `cond` every 50 ms until it holds; fails after `ms` (and stops polling). */
+async function waitFor(cond: () => Promise<boolean>, what: string, ms = 30_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await cond().catch(() => false))) {
+    if (performance.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }
 
 before(async () => {
@@ -214,6 +218,18 @@ test('chat completions through both fronts, streamed and not; /metrics counts ev
   assert.equal(await inFlight(), 0);
 });
 
+test('n > 1 and X-data-parallel-rank through a front: both choices, the pin placed by the router, an unknown rank 400', { timeout: 60_000 }, async () => {
+  const two = await post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 4, n: 2 });
+  assert.equal(two.status, 200, JSON.stringify(two.json));
+  assert.deepEqual(two.json.choices.map((c: { index: number }) => c.index), [0, 1]);
+  const pinnedBefore = await metricSum('model_gateway_rank_dispatches_total', 'dp_rank="1",pinned="true"');
+  const pinned = await postWith('/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 2 }, { 'x-data-parallel-rank': '1' });
+  assert.equal(pinned.status, 200, JSON.stringify(pinned.json));
+  assert.equal(await metricSum('model_gateway_rank_dispatches_total', 'dp_rank="1",pinned="true"'), pinnedBefore + 1);
+  const unknown = await postWith('/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 2 }, { 'x-data-parallel-rank': '5' });
+  assert.equal(unknown.status, 400, JSON.stringify(unknown.json));
+});
+
 test('Responses: previous_response_id and GET /v1/responses/{id} work from either front', { timeout: 60_000 }, async () => {
   const first = await post('/v1/responses', { model: MODEL, input: 'Remember the word teal.', max_output_tokens: 6 });
   assert.equal(first.status, 200, JSON.stringify(first.json));
@@ -274,11 +290,11 @@ test('a front SIGKILLed mid-stream: its requests are aborted at the engines, the
     await waitFor(async () => (await metricSum('model_gateway_aborts_sent_total')) >= abortsBefore + 2 - (await survivors()), 'ABORTs sent for the orphaned requests');
     await waitFor(async () => frontsOf(gw.pid!).length === 2 && !frontsOf(gw.pid!).includes(fronts[0]!), 'a new front forked');
     await waitFor(async () => (await metricSum('model_gateway_front_exits_total')) === 1, 'front exit counted');
-    // Both fronts serve again.
-    await waitFor(async () => {
-      const rs = await Promise.all([0, 1, 2, 3].map(() => post('/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 2 })));
-      return rs.every((r) => r.status === 200);
-    }, 'both fronts serving');
+    // Both fronts serve again (one request after the other: fresh connections alternate between the fronts).
+    for (let i = 0; i < 4; i++) {
+      const r = await post('/v1/completions', { model: MODEL, prompt: 'x', max_tokens: 2 });
+      assert.equal(r.status, 200, `request ${i} after the restart: ${JSON.stringify(r.json)}`);
+    }
   } finally {
     for (const s of streams) s.destroy();
   }
