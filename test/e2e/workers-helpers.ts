@@ -1,0 +1,205 @@
+/**
+ * Helpers of the `--workers 2` end-to-end files (workers.test.ts, workers-faults.test.ts): start `model-gateway serve
+ * --workers 2` over 2 simulated ranks, and talk to it on a fresh TCP connection per request (node:cluster hands
+ * connections to the fronts round robin, so consecutive requests land on alternate fronts).
+ */
+import assert from 'node:assert/strict';
+import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
+import { once } from 'node:events';
+import { readFileSync, rmSync } from 'node:fs';
+import { request as httpRequest, type IncomingMessage } from 'node:http';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { freePort } from '../helpers/net.js';
+import { alive, simRanksOf } from '../helpers/processes.js';
+
+const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+export const MODEL = 'sim';
+/** A stream that runs until the test ends it. */
+export const LONG = { model: MODEL, prompt: 'Tell me a very long story.', max_tokens: 20_000, ignore_eos: true };
+
+/** The gateway's front processes: its children that run the CLI (the simulated ranks run src/sim/main.ts). */
+export function frontsOf(pid: number): number[] {
+  let out = '';
+  try {
+    out = execFileSync('pgrep', ['-P', String(pid)], { encoding: 'utf8' });
+  } catch {
+    return [];
+  }
+  return out.split('\n').filter(Boolean).map(Number).filter((child) => {
+    try {
+      const cmd = readFileSync(`/proc/${child}/cmdline`, 'utf8');
+      return cmd.includes('cli.ts') && !cmd.includes('sim/main.ts') && alive(child);
+    } catch {
+      return false;
+    }
+  });
+}
+
+/** Poll `cond` every 50 ms until it holds; fails after `ms` (and stops polling). */
+export async function waitFor(cond: () => Promise<boolean>, what: string, ms = 30_000): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await cond().catch(() => false))) {
+    if (performance.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+/** What a POST answered. */
+export interface Answer {
+  status: number;
+  headers: IncomingMessage['headers'];
+  /** The parsed body (read field by field by the tests), or its text when it is not JSON. */
+  json: any;
+}
+
+/** A streamed completion on a fresh connection: its SSE text so far, how it ended, and a way to disconnect. */
+export interface OpenStream {
+  text(): string;
+  /** Resolves once the response ended: `error` for a connection that broke (reset, front killed). */
+  done: Promise<{ status: number; finished: boolean; error: string | null }>;
+  destroy(): void;
+}
+
+/** A running `serve --workers 2` and its client side. */
+export class WorkersGateway {
+  private stderr = '';
+  private readonly socketFiles: string[] = [];
+
+  private constructor(
+    readonly gw: ChildProcess,
+    readonly port: number,
+    readonly exited: Promise<unknown[]>,
+  ) {}
+
+  /** Start it with `extra` flags; resolves once `/ready` is 200 and both fronts run. */
+  static async start(extra: string[]): Promise<WorkersGateway> {
+    const port = await freePort();
+    const child = spawn(
+      process.execPath,
+      [
+        '--import', 'tsx', cliPath, 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
+        '--sim', '2', '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', ...extra,
+      ],
+      { stdio: ['ignore', 'pipe', 'pipe'] },
+    );
+    const g = new WorkersGateway(child, port, once(child, 'exit'));
+    createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
+      try {
+        const m = JSON.parse(line) as { msg?: string; input?: string; output?: string };
+        if (m.msg?.startsWith('engine sockets bound; ') && m.input && m.output) {
+          for (const f of [m.input.slice(6), m.output.slice(6)]) if (!g.socketFiles.includes(f)) g.socketFiles.push(f);
+        }
+      } catch {
+        // not a log line
+      }
+    });
+    child.stderr!.on('data', (d: Buffer) => (g.stderr += d.toString()));
+    await waitFor(async () => {
+      if (child.exitCode !== null) throw new Error(`gateway exited: ${g.stderr}`);
+      return (await g.get('/ready')).status === 200 && frontsOf(child.pid!).length === 2;
+    }, 'gateway ready with two fronts', 60_000);
+    return g;
+  }
+
+  /** What the gateway wrote on stderr. */
+  get errors(): string {
+    return this.stderr;
+  }
+
+  /** Kill whatever is left (gateway, fronts, ranks) and remove its socket files. */
+  cleanup(): void {
+    const pid = this.gw.pid;
+    const ranks = pid !== undefined ? simRanksOf(pid) : [];
+    const fronts = pid !== undefined ? frontsOf(pid) : [];
+    if (this.gw.exitCode === null && this.gw.signalCode === null) this.gw.kill('SIGKILL');
+    for (const p of [...ranks, ...fronts].filter(alive)) process.kill(p, 'SIGKILL');
+    for (const f of this.socketFiles) rmSync(f, { force: true });
+  }
+
+  /** The gateway's front processes now. */
+  fronts(): number[] {
+    return frontsOf(this.gw.pid!);
+  }
+
+  /** POST `path` with `body` (and `headers`) on a fresh connection. */
+  post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: this.port, path, method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close', ...headers } }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => {
+          let json: unknown = text;
+          try {
+            json = JSON.parse(text);
+          } catch {
+            // SSE or text: keep the text
+          }
+          resolve({ status: res.statusCode ?? 0, headers: res.headers, json });
+        });
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end(JSON.stringify(body));
+    });
+  }
+
+  /** GET `path` on a fresh connection. */
+  get(path: string): Promise<{ status: number; text: string }> {
+    return new Promise((resolve, reject) => {
+      const req = httpRequest({ host: '127.0.0.1', port: this.port, path, agent: false, headers: { connection: 'close' } }, (res) => {
+        let text = '';
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+        res.on('error', reject);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+  }
+
+  /** Open a streamed `/v1/completions` of `body` on a fresh connection. */
+  openStream(body: Record<string, unknown>): OpenStream {
+    let text = '';
+    let status = 0;
+    let destroyed = false;
+    const req = httpRequest({ host: '127.0.0.1', port: this.port, path: '/v1/completions', method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close' } });
+    const done = new Promise<{ status: number; finished: boolean; error: string | null }>((resolve) => {
+      req.on('response', (res) => {
+        status = res.statusCode ?? 0;
+        res.setEncoding('utf8');
+        res.on('data', (d: string) => (text += d));
+        res.on('end', () => resolve({ status, finished: text.includes('data: [DONE]'), error: null }));
+        res.on('error', (err) => resolve({ status, finished: false, error: destroyed ? 'destroyed' : err.message }));
+        res.on('aborted', () => resolve({ status, finished: false, error: destroyed ? 'destroyed' : 'aborted' }));
+      });
+      req.on('error', (err) => resolve({ status, finished: false, error: destroyed ? 'destroyed' : err.message }));
+    });
+    req.end(JSON.stringify({ ...body, stream: true }));
+    return {
+      text: () => text,
+      done,
+      destroy: () => {
+        destroyed = true;
+        req.destroy();
+      },
+    };
+  }
+
+  /** Total in-flight requests over every rank, as a front reports it (`/v1/gateway/ranks`, read from the router). */
+  async inFlight(): Promise<number> {
+    const view = JSON.parse((await this.get('/v1/gateway/ranks')).text) as { server: { in_flight: number } };
+    return view.server.in_flight;
+  }
+
+  /** Sum of every sample of `name` in `/metrics` whose line contains `labelFilter` (the whole gateway's, from any front). */
+  async metricSum(name: string, labelFilter = ''): Promise<number> {
+    const { text } = await this.get('/metrics');
+    return text
+      .split('\n')
+      .filter((l) => l.startsWith(`${name}{`) && l.includes(labelFilter))
+      .reduce((sum, l) => sum + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  }
+}
