@@ -28,6 +28,8 @@ import { GatewayLifecycle, waitForDrain } from '../lifecycle.js';
 import { buildApp } from '../server/app.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
 import { GatewayMetrics } from '../server/metrics.js';
+import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../server/rank-stats.js';
+import type { SharedRankStats } from '../server/routes/ranks.js';
 import { ResponsesStore } from '../server/responses/store.js';
 import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
@@ -60,7 +62,12 @@ type ControlMessage =
   | { type: 'mgw:metrics'; id: number }
   | { type: 'mgw:metrics-res'; id: number; contentType: string; body: string; error?: string }
   | { type: 'mgw:drain' }
-  | { type: 'mgw:close' };
+  | { type: 'mgw:close' }
+  /** A front asks for every front's per-rank statistics; the primary asks each front (`-req` / `-part`) and answers. */
+  | { type: 'mgw:rank-stats'; id: number }
+  | { type: 'mgw:rank-stats-req'; reqId: string }
+  | { type: 'mgw:rank-stats-part'; reqId: string; parts: RankStatsExport[] }
+  | { type: 'mgw:rank-stats-res'; id: number; parts: RankStatsExport[] };
 
 /** Whether this process is a front of `--workers N` (a cluster worker forked by `startClusterGateway`). */
 export function isFrontProcess(): boolean {
@@ -137,6 +144,8 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
       url = m.url;
       listening.add(slotOf.get(w.id) ?? -1);
       if (listening.size >= workers) allListening();
+    } else if (m?.type === 'mgw:rank-stats') {
+      w.send({ type: 'mgw:rank-stats-res', id: m.id, parts: await clusterRankStats() } satisfies ControlMessage);
     } else if (m?.type === 'mgw:metrics') {
       try {
         const { contentType, body } = await clusterMetrics(gateway.metrics);
@@ -269,6 +278,58 @@ async function clusterMetrics(routerMetrics: GatewayMetrics): Promise<{ contentT
   return { contentType: merged.contentType, body: await merged.metrics() };
 }
 
+/** Every front's per-rank statistics (`RankStatsBook.exportAll`), asked over the cluster channel; 2 s per front. */
+async function clusterRankStats(): Promise<RankStatsExport[]> {
+  const reqId = `mgw-rs-${process.pid}-${metricsRequests++}`;
+  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && w.isConnected());
+  const parts = await Promise.all(
+    workers.map(
+      (w) =>
+        new Promise<RankStatsExport[]>((resolvePart) => {
+          const timer = setTimeout(() => done([]), 2000);
+          function done(v: RankStatsExport[]) {
+            clearTimeout(timer);
+            w.off('message', onMessage);
+            resolvePart(v);
+          }
+          function onMessage(m: ControlMessage) {
+            if (m?.type === 'mgw:rank-stats-part' && m.reqId === reqId) done(m.parts);
+          }
+          w.on('message', onMessage);
+          w.once('exit', () => done([]));
+          w.send({ type: 'mgw:rank-stats-req', reqId } satisfies ControlMessage);
+        }),
+    ),
+  );
+  return parts.flat();
+}
+
+/** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */
+function frontRankStats(book: RankStatsBook): SharedRankStats {
+  let nextId = 1;
+  const waiting = new Map<number, (parts: RankStatsExport[]) => void>();
+  process.on('message', (m: ControlMessage) => {
+    if (m?.type === 'mgw:rank-stats-req') process.send?.({ type: 'mgw:rank-stats-part', reqId: m.reqId, parts: book.exportAll(performance.now()) } satisfies ControlMessage);
+    else if (m?.type === 'mgw:rank-stats-res') {
+      waiting.get(m.id)?.(m.parts);
+      waiting.delete(m.id);
+    }
+  });
+  return () =>
+    new Promise((resolveStats, reject) => {
+      const id = nextId++;
+      const timer = setTimeout(() => {
+        waiting.delete(id);
+        reject(new Error('the router did not answer the per-rank statistics request within 5 s'));
+      }, 5000);
+      waiting.set(id, (parts) => {
+        clearTimeout(timer);
+        resolveStats(mergeRankStats(parts));
+      });
+      process.send?.({ type: 'mgw:rank-stats', id } satisfies ControlMessage);
+    });
+}
+
 /** A front's metrics: the HTTP-side series here; /metrics asks the primary for the whole gateway's. */
 class FrontMetrics extends GatewayMetrics {
   private nextId = 1;
@@ -324,6 +385,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, logger.child({ component: 'channel' }))]);
   const groups = channel.groups.map((g, i) => ({ worker: g.worker, engine: g.engine, backend: new RemoteBackend(channel, i) }));
   const lifecycle = new GatewayLifecycle();
+  const rankStats = new RankStatsBook();
   const app = await buildApp({
     groups,
     tokenizer,
@@ -333,6 +395,8 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
     metrics: new FrontMetrics(modelId),
     admission: lifecycle,
     sharedConcurrencyCap: sharedConcurrency(channel),
+    rankStatsInstance: rankStats,
+    sharedRankStats: frontRankStats(rankStats),
     responsesStoreInstance: new SharedResponsesStore(channel, opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {}),
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),

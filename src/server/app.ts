@@ -30,7 +30,7 @@ import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
 import { registerDashboardRoutes } from './routes/dashboard.js';
 import { registerInfoRoutes } from './routes/info.js';
-import { registerRanksRoute } from './routes/ranks.js';
+import { registerRanksRoute, type SharedRankStats } from './routes/ranks.js';
 import { RankStatsBook } from './rank-stats.js';
 import { registerTokenizeRoutes } from './routes/tokenize.js';
 import { registerResponsesRoutes } from './routes/responses.js';
@@ -82,6 +82,9 @@ export interface GatewayDeps {
    */
   sharedConcurrencyCap?: SharedConcurrencyCap;
   responsesStoreInstance?: ResponsesStore;
+  /** `--workers N`: this front's per-rank statistics (an instance the front also exports) and every front's merged. */
+  rankStatsInstance?: RankStatsBook;
+  sharedRankStats?: SharedRankStats;
 }
 
 /**
@@ -194,7 +197,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerUnknownFieldPolicy(app);
 
   deps.metrics.attach(router.groups);
-  const rankStats = new RankStatsBook();
+  const rankStats = deps.rankStatsInstance ?? new RankStatsBook();
   for (const g of router.groups) {
     // A rejoined rank is a fresh process: its old latency samples and rates describe another engine.
     g.backend.on?.('joined', (engine, rejoin) => {
@@ -253,7 +256,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
   registerTokenizeRoutes(app, ctx);
   registerResponsesRoutes(app, ctx);
-  registerRanksRoute(app, ctx);
+  registerRanksRoute(app, ctx, deps.sharedRankStats);
   registerDashboardRoutes(app);
   await app.ready();
   return app;

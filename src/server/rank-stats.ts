@@ -150,8 +150,66 @@ export class RankStatsBook {
     };
   }
 
+  /**
+   * Every recorded rank's rates at `nowMs` and its latency samples (ms), for merging with the books of other
+   * processes (`--workers N`: each front records the requests it served; `mergeRankStats`).
+   */
+  exportAll(nowMs: number): RankStatsExport[] {
+    const out: RankStatsExport[] = [];
+    for (const [worker, ranks] of this.byWorker) {
+      for (const [engineIndex, s] of ranks) {
+        out.push({ worker, engineIndex, dispatchRate: s.dispatches.perSecond(nowMs), tokenRate: s.tokens.perSecond(nowMs), ttftMs: [...s.ttft.sorted()], itlMs: [...s.itl.sorted()] });
+      }
+    }
+    return out;
+  }
+
   /** Drop what is known about a rank (it rejoined as a fresh process, or its group is gone). */
   forgetRank(worker: string, engineIndex: number): void {
     this.byWorker.get(worker)?.delete(engineIndex);
   }
+}
+
+/** One rank's figures from one book (`RankStatsBook.exportAll`): rates per second, latency samples in ms. */
+export interface RankStatsExport {
+  worker: string;
+  engineIndex: number;
+  dispatchRate: number;
+  tokenRate: number;
+  ttftMs: number[];
+  itlMs: number[];
+}
+
+/** What `ranksView` reads per rank: a `RankStatsBook`, or several books merged (`mergeRankStats`). */
+export type RankStatsSource = Pick<RankStatsBook, 'snapshot'>;
+
+/**
+ * Several processes' books as one (`--workers N`): per rank, rates summed and percentiles over the union of the
+ * samples (each book's last `RING_SIZE`). Pure; `nowMs` of `snapshot` is ignored (each book exported at its own now).
+ */
+export function mergeRankStats(parts: readonly RankStatsExport[]): RankStatsSource {
+  const merged = new Map<string, { dispatchRate: number; tokenRate: number; ttft: number[]; itl: number[] }>();
+  for (const p of parts) {
+    const key = `${p.engineIndex}\u0000${p.worker}`;
+    let m = merged.get(key);
+    if (m === undefined) {
+      m = { dispatchRate: 0, tokenRate: 0, ttft: [], itl: [] };
+      merged.set(key, m);
+    }
+    m.dispatchRate += p.dispatchRate;
+    m.tokenRate += p.tokenRate;
+    m.ttft.push(...p.ttftMs);
+    m.itl.push(...p.itlMs);
+  }
+  const pct = (values: number[]): LatencyPercentiles => {
+    const sorted = Float64Array.from(values).sort();
+    return { p50: percentile(sorted, 0.5), p90: percentile(sorted, 0.9), p99: percentile(sorted, 0.99), samples: sorted.length };
+  };
+  return {
+    snapshot(worker: string, engineIndex: number): RankStatsSnapshot {
+      const m = merged.get(`${engineIndex}\u0000${worker}`);
+      if (m === undefined) return { dispatchRate: 0, tokenRate: 0, ttftMs: pct([]), itlMs: pct([]) };
+      return { dispatchRate: m.dispatchRate, tokenRate: m.tokenRate, ttftMs: pct(m.ttft), itlMs: pct(m.itl) };
+    },
+  };
 }

@@ -21,8 +21,15 @@ before(async () => {
 
 after(() => g?.cleanup());
 
+/** TTFT samples over every rank in `/v1/gateway/ranks` (each front records the requests it served). */
+async function ttftSamples(): Promise<number> {
+  const view = JSON.parse((await g.get('/v1/gateway/ranks')).text) as { groups: Array<{ ranks: Array<{ ttft_ms: { samples: number } }> }> };
+  return view.groups.flatMap((gr) => gr.ranks).reduce((n, r) => n + r.ttft_ms.samples, 0);
+}
+
 test('chat completions through both fronts, streamed and not; /metrics counts every request once', { timeout: 60_000 }, async () => {
   const before = await g.metricSum('model_gateway_requests_total', 'endpoint="/v1/chat/completions"');
+  const ttftSamplesBefore = await ttftSamples();
   const body = { model: MODEL, messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 8 };
   for (let i = 0; i < 4; i++) {
     const r = await g.post('/v1/chat/completions', body);
@@ -43,6 +50,8 @@ test('chat completions through both fronts, streamed and not; /metrics counts ev
   }
   const after = await g.metricSum('model_gateway_requests_total', 'endpoint="/v1/chat/completions"');
   assert.equal(after - before, 6, 'requests_total summed over both fronts');
+  // Per-rank latency samples (/v1/gateway/ranks, the dashboard) are every front's, merged.
+  for (let i = 0; i < 2; i++) assert.equal((await ttftSamples()) - ttftSamplesBefore, 6, 'TTFT samples of both fronts');
   assert.equal(await g.inFlight(), 0);
 });
 

@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { RankStatsBook, RATE_WINDOW_S, RING_SIZE, percentile } from '../../src/server/rank-stats.js';
+import { RankStatsBook, RATE_WINDOW_S, RING_SIZE, mergeRankStats, percentile } from '../../src/server/rank-stats.js';
 import { ranksView } from '../../src/server/routes/ranks.js';
 import { FakeBackend, rankState } from './fake-backend.js';
 import { WORKER, makeApp } from './helpers.js';
@@ -156,4 +156,23 @@ test('the dashboard is served as static files with their content types, no key n
   } finally {
     await app.close();
   }
+});
+
+test('mergeRankStats: several books as one (rates summed, percentiles over the union of the samples)', () => {
+  const a = new RankStatsBook();
+  const b = new RankStatsBook();
+  for (const [book, ttft] of [[a, 10], [a, 20], [b, 30], [b, 40]] as const) {
+    book.recordDispatch('w', 0, 1000);
+    book.recordTokens('w', 0, 1000, 2, { ttftMs: ttft });
+  }
+  b.recordTokens('w', 1, 1000, 1, { itlMsPerToken: 5 });
+  const merged = mergeRankStats([...a.exportAll(3000), ...b.exportAll(3000)]);
+  const r0 = merged.snapshot('w', 0, 0);
+  assert.equal(r0.ttftMs.samples, 4);
+  assert.equal(r0.ttftMs.p50, 20);
+  assert.equal(r0.ttftMs.p99, 40);
+  assert.equal(r0.dispatchRate, a.snapshot('w', 0, 3000).dispatchRate + b.snapshot('w', 0, 3000).dispatchRate);
+  assert.equal(r0.tokenRate, (4 * 2) / 10);
+  assert.equal(merged.snapshot('w', 1, 0).itlMs.samples, 1);
+  assert.deepEqual(merged.snapshot('other', 0, 0).ttftMs, { p50: null, p90: null, p99: null, samples: 0 });
 });

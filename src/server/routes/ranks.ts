@@ -6,7 +6,7 @@
  */
 import type { FastifyInstance } from 'fastify';
 import { refreshBackends, type BackendGroup } from '../backend.js';
-import type { LatencyPercentiles, RankStatsBook } from '../rank-stats.js';
+import type { LatencyPercentiles, RankStatsBook, RankStatsSource } from '../rank-stats.js';
 import type { RouteContext } from '../serve-generation.js';
 import { rankLifecycle, vllmAggregate, type RankLifecycle } from '../vllm-aggregate.js';
 
@@ -51,7 +51,7 @@ export interface RanksView {
 }
 
 /** The ranks view of `groups` at `nowMs` (the app's clock, for the rates). Pure apart from reading the clients. */
-export function ranksView(groups: readonly BackendGroup[], stats: RankStatsBook, nowMs: number, names: readonly string[]): RanksView {
+export function ranksView(groups: readonly BackendGroup[], stats: RankStatsSource, nowMs: number, names: readonly string[]): RanksView {
   const agg = vllmAggregate(groups);
   return {
     object: 'gateway.ranks',
@@ -91,11 +91,28 @@ export function ranksView(groups: readonly BackendGroup[], stats: RankStatsBook,
   };
 }
 
-/** Register GET /v1/gateway/ranks (answers `RanksView`; never fails while the app runs). */
-export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext): void {
-  app.get('/v1/gateway/ranks', async (_request, reply) => {
+/**
+ * The per-rank statistics of every front of `--workers N` merged (src/fronts/cluster.ts), given this front's book;
+ * rejects when they cannot be had (the route then answers from this front's book).
+ */
+export type SharedRankStats = (local: RankStatsBook) => Promise<RankStatsSource>;
+
+/**
+ * Register GET /v1/gateway/ranks (answers `RanksView`; never fails while the app runs). With `shared`, the per-rank
+ * rates and latencies are every front's, merged.
+ */
+export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext, shared?: SharedRankStats): void {
+  app.get('/v1/gateway/ranks', async (request, reply) => {
     reply.header('cache-control', 'no-store');
     await refreshBackends(ctx.router.groups);
-    return ranksView(ctx.router.groups, ctx.rankStats, ctx.now(), ctx.servedModelNames);
+    let stats: RankStatsSource = ctx.rankStats;
+    if (shared !== undefined) {
+      try {
+        stats = await shared(ctx.rankStats);
+      } catch (err) {
+        request.log.warn({ err }, 'per-rank statistics of the other fronts unavailable: answering with this front\'s');
+      }
+    }
+    return ranksView(ctx.router.groups, stats, ctx.now(), ctx.servedModelNames);
   });
 }
