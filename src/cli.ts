@@ -38,7 +38,9 @@ import { DEFAULT_BALANCE_REL_THRESHOLD, REFERENCE_MAX_NUM_SEQS, SGLANG_BALANCE_A
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
-import { DEFAULT_WORKERS, MAX_AUTO_WORKERS, autoWorkers, isFrontProcess, runFront, startClusterGateway } from './fronts/cluster.js';
+import { DEFAULT_WORKERS, MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
+import { isFrontProcess } from './fronts/control.js';
+import { runFront } from './fronts/front-process.js';
 import { packageVersion } from './server/app.js';
 import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';

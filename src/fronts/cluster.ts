@@ -4,7 +4,8 @@
  * concurrency count and the Responses store — and N HTTP front processes (cluster workers sharing the listen port)
  * that do HTTP, chat templates, tokenization, detokenization, stop strings and SSE.
  *
- * Data plane: ZeroMQ over `ipc://` (router-service.ts, remote-backend.ts). Control plane: the cluster's IPC channel,
+ * This module is the primary's side; the front's is front-process.ts. Data plane: ZeroMQ over `ipc://`
+ * (router-service.ts, remote-backend.ts). Control plane (control.ts): the cluster's IPC channel,
  * for a handful of messages: a front is listening, /metrics (prom-client's cluster protocol: the primary asks every
  * front for its registry as JSON, adds its own, and merges them with `AggregatorRegistry.aggregate`), drain, close.
  *
@@ -17,27 +18,21 @@
 import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync } from 'node:fs';
 import { availableParallelism, tmpdir, userInfo } from 'node:os';
-import { basename, join, resolve } from 'node:path';
+import { join } from 'node:path';
 import { AggregatorRegistry, Counter } from 'prom-client';
+import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
+import { createGatewayLogger } from '../gateway-logger.js';
+import { waitForDrain } from '../lifecycle.js';
+import { resolveEdgeOptions } from '../server/edge-options.js';
+import { GatewayMetrics } from '../server/metrics.js';
+import type { RankStatsExport } from '../server/rank-stats.js';
+import { ResponsesStore } from '../server/responses/store.js';
+import { FRONT_CHANNEL_ENV, type ControlMessage } from './control.js';
+import { RouterService } from './router-service.js';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
 type MetricsJson = Awaited<ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>>;
-import { DEFAULT_HOST, DEFAULT_PORT, startGateway, servedNames, type GatewayOptions, type RunningGateway } from '../gateway.js';
-import { createGatewayLogger } from '../gateway-logger.js';
-import { GatewayLifecycle, waitForDrain } from '../lifecycle.js';
-import { buildApp } from '../server/app.js';
-import { resolveEdgeOptions } from '../server/edge-options.js';
-import { GatewayMetrics } from '../server/metrics.js';
-import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../server/rank-stats.js';
-import type { SharedRankStats } from '../server/routes/ranks.js';
-import { ResponsesStore } from '../server/responses/store.js';
-import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
-import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import { FrontChannel, RemoteBackend, SharedResponsesStore, sharedConcurrency } from './remote-backend.js';
-import { RouterService } from './router-service.js';
 
-/** The environment variable that makes a cluster worker a front: the router's channel address. */
-export const FRONT_CHANNEL_ENV = 'MGW_FRONT_CHANNEL';
 /** Default `--workers`: 1 (one process, no hops). See `autoWorkers` for `--workers auto`. */
 export const DEFAULT_WORKERS = 1;
 /** Most fronts `--workers auto` picks. */
@@ -55,24 +50,6 @@ export function restartDelayMs(recentExits: number): number {
 
 const GET_METRICS_REQ = 'prom-client:getMetricsReq';
 const GET_METRICS_RES = 'prom-client:getMetricsRes';
-
-/** Control-plane messages (cluster IPC). */
-type ControlMessage =
-  | { type: 'mgw:listening'; url: string }
-  | { type: 'mgw:metrics'; id: number }
-  | { type: 'mgw:metrics-res'; id: number; contentType: string; body: string; error?: string }
-  | { type: 'mgw:drain' }
-  | { type: 'mgw:close' }
-  /** A front asks for every front's per-rank statistics; the primary asks each front (`-req` / `-part`) and answers. */
-  | { type: 'mgw:rank-stats'; id: number }
-  | { type: 'mgw:rank-stats-req'; reqId: string }
-  | { type: 'mgw:rank-stats-part'; reqId: string; parts: RankStatsExport[] }
-  | { type: 'mgw:rank-stats-res'; id: number; parts: RankStatsExport[] };
-
-/** Whether this process is a front of `--workers N` (a cluster worker forked by `startClusterGateway`). */
-export function isFrontProcess(): boolean {
-  return cluster.isWorker && typeof process.env[FRONT_CHANNEL_ENV] === 'string';
-}
 
 function channelAddress(): string {
   const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().username;
@@ -124,7 +101,9 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   }
 
   let url = '';
-  const listening = new Set<number>();
+  const listening = new Set<number>(); // front slots that listened at least once
+  // Fronts listening now: the ones /metrics and the per-rank statistics ask (one still starting cannot answer yet).
+  const serving = new Set<Worker>();
   let allListening: () => void = () => {};
   const started = new Promise<void>((r) => (allListening = r));
   let failStart: (err: Error) => void = () => {};
@@ -142,13 +121,14 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   const onControl = async (w: Worker, m: ControlMessage): Promise<void> => {
     if (m?.type === 'mgw:listening') {
       url = m.url;
+      serving.add(w);
       listening.add(slotOf.get(w.id) ?? -1);
       if (listening.size >= workers) allListening();
     } else if (m?.type === 'mgw:rank-stats') {
-      w.send({ type: 'mgw:rank-stats-res', id: m.id, parts: await clusterRankStats() } satisfies ControlMessage);
+      w.send({ type: 'mgw:rank-stats-res', id: m.id, parts: await clusterRankStats([...serving]) } satisfies ControlMessage);
     } else if (m?.type === 'mgw:metrics') {
       try {
-        const { contentType, body } = await clusterMetrics(gateway.metrics);
+        const { contentType, body } = await clusterMetrics(gateway.metrics, [...serving]);
         w.send({ type: 'mgw:metrics-res', id: m.id, contentType, body } satisfies ControlMessage);
       } catch (err) {
         w.send({ type: 'mgw:metrics-res', id: m.id, contentType: 'text/plain', body: '', error: String(err) } satisfies ControlMessage);
@@ -157,6 +137,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   };
 
   cluster.on('exit', (w, code, signal) => {
+    serving.delete(w);
     service.dropFront(w.id);
     const slot = slotOf.get(w.id);
     slotOf.delete(w.id);
@@ -246,14 +227,14 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
 let metricsRequests = 0;
 
 /**
- * /metrics of the whole gateway, in the primary: every front's registry (prom-client's cluster request, answered by
- * the `AggregatorRegistry` each front creates) plus the router's engine-side registry, merged by
+ * /metrics of the whole gateway, in the primary: every listening front's registry (prom-client's cluster request,
+ * answered by the `AggregatorRegistry` each front creates) plus the router's engine-side registry, merged by
  * `AggregatorRegistry.aggregate` (counters and histograms summed over fronts; the engine-side series exist in the
  * router only, so nothing is counted twice). A front that does not answer within 5 s is left out.
  */
-async function clusterMetrics(routerMetrics: GatewayMetrics): Promise<{ contentType: string; body: string }> {
+async function clusterMetrics(routerMetrics: GatewayMetrics, fronts: readonly Worker[]): Promise<{ contentType: string; body: string }> {
   const requestId = `mgw-${process.pid}-${metricsRequests++}`;
-  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && w.isConnected());
+  const workers = fronts.filter((w) => w.isConnected());
   const replies = await Promise.all(
     workers.map(
       (w) =>
@@ -279,9 +260,9 @@ async function clusterMetrics(routerMetrics: GatewayMetrics): Promise<{ contentT
 }
 
 /** Every front's per-rank statistics (`RankStatsBook.exportAll`), asked over the cluster channel; 2 s per front. */
-async function clusterRankStats(): Promise<RankStatsExport[]> {
+async function clusterRankStats(fronts: readonly Worker[]): Promise<RankStatsExport[]> {
   const reqId = `mgw-rs-${process.pid}-${metricsRequests++}`;
-  const workers = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && w.isConnected());
+  const workers = fronts.filter((w) => w.isConnected());
   const parts = await Promise.all(
     workers.map(
       (w) =>
@@ -302,130 +283,4 @@ async function clusterRankStats(): Promise<RankStatsExport[]> {
     ),
   );
   return parts.flat();
-}
-
-/** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */
-function frontRankStats(book: RankStatsBook): SharedRankStats {
-  let nextId = 1;
-  const waiting = new Map<number, (parts: RankStatsExport[]) => void>();
-  process.on('message', (m: ControlMessage) => {
-    if (m?.type === 'mgw:rank-stats-req') process.send?.({ type: 'mgw:rank-stats-part', reqId: m.reqId, parts: book.exportAll(performance.now()) } satisfies ControlMessage);
-    else if (m?.type === 'mgw:rank-stats-res') {
-      waiting.get(m.id)?.(m.parts);
-      waiting.delete(m.id);
-    }
-  });
-  return () =>
-    new Promise((resolveStats, reject) => {
-      const id = nextId++;
-      const timer = setTimeout(() => {
-        waiting.delete(id);
-        reject(new Error('the router did not answer the per-rank statistics request within 5 s'));
-      }, 5000);
-      waiting.set(id, (parts) => {
-        clearTimeout(timer);
-        resolveStats(mergeRankStats(parts));
-      });
-      process.send?.({ type: 'mgw:rank-stats', id } satisfies ControlMessage);
-    });
-}
-
-/** A front's metrics: the HTTP-side series here; /metrics asks the primary for the whole gateway's. */
-class FrontMetrics extends GatewayMetrics {
-  private nextId = 1;
-  private readonly waiting = new Map<number, (m: { contentType: string; body: string; error?: string }) => void>();
-
-  constructor(modelId: string) {
-    super({ modelId, role: 'http' });
-    // Answer the primary's prom-client cluster requests with this registry.
-    new AggregatorRegistry();
-    AggregatorRegistry.setRegistries([this.registry]);
-    process.on('message', (m: ControlMessage) => {
-      if (m?.type !== 'mgw:metrics-res') return;
-      this.waiting.get(m.id)?.(m);
-      this.waiting.delete(m.id);
-    });
-  }
-
-  override async render(): Promise<{ contentType: string; body: string }> {
-    const id = this.nextId++;
-    const m = await new Promise<{ contentType: string; body: string; error?: string }>((resolveRender, reject) => {
-      const timer = setTimeout(() => {
-        this.waiting.delete(id);
-        reject(new Error('the router did not answer the metrics request within 10 s'));
-      }, 10_000);
-      this.waiting.set(id, (r) => {
-        clearTimeout(timer);
-        resolveRender(r);
-      });
-      process.send?.({ type: 'mgw:metrics', id } satisfies ControlMessage);
-    });
-    if (m.error !== undefined) throw new Error(`aggregating metrics failed: ${m.error}`);
-    return { contentType: m.contentType, body: m.body };
-  }
-}
-
-/**
- * Run this process as a front (a cluster worker with `FRONT_CHANNEL_ENV` set): connect to the router, build the HTTP
- * app over `RemoteBackend`s, listen on the shared port, and serve until the primary says close (or goes away).
- * Resolves with the exit code.
- */
-export async function runFront(opts: GatewayOptions): Promise<number> {
-  const address = process.env[FRONT_CHANNEL_ENV]!;
-  const slot = Number(process.env.MGW_FRONT_SLOT ?? '0');
-  const frontId = cluster.worker!.id;
-  const base = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
-  const logger = base.child({ front: slot });
-  // The primary decides when to stop (a signal to the process group reaches every front too).
-  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => {});
-  const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
-  const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
-  const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
-  const modelId = servedModelNames[0]!;
-  const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, logger.child({ component: 'channel' }))]);
-  const groups = channel.groups.map((g, i) => ({ worker: g.worker, engine: g.engine, backend: new RemoteBackend(channel, i) }));
-  const lifecycle = new GatewayLifecycle();
-  const rankStats = new RankStatsBook();
-  const app = await buildApp({
-    groups,
-    tokenizer,
-    modelId,
-    servedModelNames,
-    logger: logger.child({ component: 'http' }),
-    metrics: new FrontMetrics(modelId),
-    admission: lifecycle,
-    sharedConcurrencyCap: sharedConcurrency(channel),
-    rankStatsInstance: rankStats,
-    sharedRankStats: frontRankStats(rankStats),
-    responsesStoreInstance: new SharedResponsesStore(channel, opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {}),
-    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
-    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
-    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
-    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
-  });
-  const host = opts.host ?? DEFAULT_HOST;
-  await app.listen({ port: opts.port ?? DEFAULT_PORT, host, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
-  const address2 = app.server.address();
-  const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? DEFAULT_PORT);
-  process.send?.({ type: 'mgw:listening', url: `http://${host.includes(':') ? `[${host}]` : host}:${port}` } satisfies ControlMessage);
-
-  return new Promise<number>((resolveExit) => {
-    let closing = false;
-    const close = async (code: number) => {
-      if (closing) return;
-      closing = true;
-      lifecycle.markStopped();
-      const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
-      await app.close().catch(() => {});
-      clearTimeout(timer);
-      channel.close();
-      resolveExit(code);
-    };
-    process.on('message', (m: ControlMessage) => {
-      if (m?.type === 'mgw:drain') lifecycle.startDrain();
-      else if (m?.type === 'mgw:close') void close(0);
-    });
-    // The primary is gone: nobody routes for this front any more.
-    process.on('disconnect', () => void close(1));
-  });
 }

@@ -1,6 +1,6 @@
 /**
  * Helpers of the `--workers 2` end-to-end files (workers.test.ts, workers-faults.test.ts): start `model-gateway serve
- * --workers 2` over 2 simulated ranks, and talk to it on a fresh TCP connection per request (node:cluster hands
+ * --workers 2` over simulated ranks, and talk to it on a fresh TCP connection per request (node:cluster hands
  * connections to the fronts round robin, so consecutive requests land on alternate fronts).
  */
 import assert from 'node:assert/strict';
@@ -72,14 +72,14 @@ export class WorkersGateway {
     readonly exited: Promise<unknown[]>,
   ) {}
 
-  /** Start it with `extra` flags; resolves once `/ready` is 200 and both fronts run. */
-  static async start(extra: string[]): Promise<WorkersGateway> {
+  /** Start it over `ranks` simulated ranks with `extra` flags; resolves once `/ready` is 200 and both fronts run. */
+  static async start(extra: string[], ranks = 2): Promise<WorkersGateway> {
     const port = await freePort();
     const child = spawn(
       process.execPath,
       [
         '--import', 'tsx', cliPath, 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
-        '--sim', '2', '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', ...extra,
+        '--sim', String(ranks), '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', ...extra,
       ],
       { stdio: ['ignore', 'pipe', 'pipe'] },
     );

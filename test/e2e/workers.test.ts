@@ -3,12 +3,13 @@
  * primary: engine clients, routing state, concurrency count, Responses store) and two HTTP fronts sharing the port.
  * One gateway for the file (2 simulated ranks, a concurrency cap of 3): chat streamed and not, /metrics summed over
  * the fronts, n > 1 and pinning, `previous_response_id` resolved by whichever front gets the next turn, the cap
- * enforced once over both fronts, a client disconnect reaching the engine as an ABORT. The faults (a front killed,
- * the drain) are in workers-faults.test.ts. Every request uses a fresh connection (workers-helpers.ts), so
+ * enforced once over both fronts, a client disconnect reaching the engine as an ABORT, and last the SIGTERM drain
+ * (every front drains, the streams finish, exit 0). A front killed mid-stream is workers-faults.test.ts. Every request uses a fresh connection (workers-helpers.ts), so
  * consecutive requests land on alternate fronts. Nothing asserts a duration.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
+import { hangGuard } from '../helpers/async.js';
 import { waitUntil } from './spread-helpers.js';
 import { LONG, MODEL, WorkersGateway, waitFor } from './workers-helpers.js';
 
@@ -16,7 +17,7 @@ const CAP = 3;
 let g: WorkersGateway;
 
 before(async () => {
-  g = await WorkersGateway.start(['--max-concurrent-requests', String(CAP)]);
+  g = await WorkersGateway.start(['--max-concurrent-requests', String(CAP), '--shutdown-grace-ms', '30000']);
 });
 
 after(() => g?.cleanup());
@@ -109,4 +110,28 @@ test('a client disconnect reaches the engine as an ABORT and frees the in-flight
   s.destroy();
   await waitFor(async () => (await g.inFlight()) === 0, 'in-flight back to 0 after the disconnect');
   await waitFor(async () => (await g.metricSum('model_gateway_aborts_sent_total')) === abortsBefore + 1, 'one ABORT sent');
+});
+
+test('SIGTERM with streams live: /ready 503 on every front, new requests 503, the streams finish, exit 0', { timeout: 90_000 }, async () => {
+  const body = { model: MODEL, prompt: 'Tell me something.', max_tokens: 120, ignore_eos: true };
+  const streams = [0, 1].map(() => g.openStream(body));
+  await waitUntil(() => streams.every((s) => s.text().includes('data: {')), 'every stream streaming');
+  g.gw.kill('SIGTERM');
+  // Both fronts (fresh connections alternate) answer 503 draining.
+  await waitFor(async () => {
+    const rs = await Promise.all([g.get('/ready'), g.get('/ready')]);
+    return rs.every((r) => r.status === 503);
+  }, '/ready 503 on both fronts');
+  const late = await g.post('/v1/completions', body);
+  assert.equal(late.status, 503);
+  assert.ok(late.headers['retry-after']);
+  assert.equal(late.json.error.code, 'draining');
+  const outcomes = await hangGuard(Promise.all(streams.map((s) => s.done)), 60_000, 'streams finishing');
+  for (const o of outcomes) {
+    assert.equal(o.error, null, JSON.stringify(o));
+    assert.ok(o.finished, 'stream ended with [DONE]');
+  }
+  for (const s of streams) assert.ok(s.text().includes('"finish_reason":"length"'), 'finished normally');
+  const [code, signal] = await hangGuard(g.exited, 30_000, 'gateway exit');
+  assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.errors);
 });

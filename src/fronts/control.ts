@@ -1,0 +1,29 @@
+/**
+ * The control plane of `--workers N` (docs/architecture.md section 2): the cluster IPC messages between the router
+ * (primary) and the fronts, and how a process knows it is a front. A handful of messages per second: a front is
+ * listening, /metrics and the per-rank statistics gathered from every front, drain, close.
+ */
+import cluster from 'node:cluster';
+import type { RankStatsExport } from '../server/rank-stats.js';
+
+/** The environment variable that makes a cluster worker a front: the router's channel address. */
+export const FRONT_CHANNEL_ENV = 'MGW_FRONT_CHANNEL';
+
+/** Control-plane messages (cluster IPC). */
+export type ControlMessage =
+  | { type: 'mgw:listening'; url: string }
+  | { type: 'mgw:metrics'; id: number }
+  | { type: 'mgw:metrics-res'; id: number; contentType: string; body: string; error?: string }
+  | { type: 'mgw:drain' }
+  | { type: 'mgw:close' }
+  /** A front asks for every front's per-rank statistics; the primary asks each front (`-req` / `-part`) and answers. */
+  | { type: 'mgw:rank-stats'; id: number }
+  | { type: 'mgw:rank-stats-req'; reqId: string }
+  | { type: 'mgw:rank-stats-part'; reqId: string; parts: RankStatsExport[] }
+  | { type: 'mgw:rank-stats-res'; id: number; parts: RankStatsExport[] };
+
+/** Whether this process is a front of `--workers N` (a cluster worker forked by `startClusterGateway`, cluster.ts). */
+export function isFrontProcess(): boolean {
+  return cluster.isWorker && typeof process.env[FRONT_CHANNEL_ENV] === 'string';
+}
+

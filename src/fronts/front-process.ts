@@ -1,0 +1,145 @@
+/**
+ * A front process of `--workers N` (docs/architecture.md sections 2-6): a cluster worker that connects to the router
+ * (remote-backend.ts), builds the HTTP app over `RemoteBackend`s with the shared concurrency cap, Responses store and
+ * per-rank statistics, listens on the shared port, and serves until the primary says close (or goes away).
+ */
+import cluster from 'node:cluster';
+import { basename, resolve } from 'node:path';
+import { AggregatorRegistry } from 'prom-client';
+import { DEFAULT_HOST, DEFAULT_PORT, servedNames, type GatewayOptions } from '../gateway.js';
+import { createGatewayLogger } from '../gateway-logger.js';
+import { GatewayLifecycle } from '../lifecycle.js';
+import { buildApp } from '../server/app.js';
+import { GatewayMetrics } from '../server/metrics.js';
+import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../server/rank-stats.js';
+import type { SharedRankStats } from '../server/routes/ranks.js';
+import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
+import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import { FRONT_CHANNEL_ENV, type ControlMessage } from './control.js';
+import { FrontChannel, RemoteBackend, SharedResponsesStore, sharedConcurrency } from './remote-backend.js';
+
+/** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */
+function frontRankStats(book: RankStatsBook): SharedRankStats {
+  let nextId = 1;
+  const waiting = new Map<number, (parts: RankStatsExport[]) => void>();
+  process.on('message', (m: ControlMessage) => {
+    if (m?.type === 'mgw:rank-stats-req') process.send?.({ type: 'mgw:rank-stats-part', reqId: m.reqId, parts: book.exportAll(performance.now()) } satisfies ControlMessage);
+    else if (m?.type === 'mgw:rank-stats-res') {
+      waiting.get(m.id)?.(m.parts);
+      waiting.delete(m.id);
+    }
+  });
+  return () =>
+    new Promise((resolveStats, reject) => {
+      const id = nextId++;
+      const timer = setTimeout(() => {
+        waiting.delete(id);
+        reject(new Error('the router did not answer the per-rank statistics request within 5 s'));
+      }, 5000);
+      waiting.set(id, (parts) => {
+        clearTimeout(timer);
+        resolveStats(mergeRankStats(parts));
+      });
+      process.send?.({ type: 'mgw:rank-stats', id } satisfies ControlMessage);
+    });
+}
+
+/** A front's metrics: the HTTP-side series here; /metrics asks the primary for the whole gateway's. */
+class FrontMetrics extends GatewayMetrics {
+  private nextId = 1;
+  private readonly waiting = new Map<number, (m: { contentType: string; body: string; error?: string }) => void>();
+
+  constructor(modelId: string) {
+    super({ modelId, role: 'http' });
+    // Answer the primary's prom-client cluster requests with this registry.
+    new AggregatorRegistry();
+    AggregatorRegistry.setRegistries([this.registry]);
+    process.on('message', (m: ControlMessage) => {
+      if (m?.type !== 'mgw:metrics-res') return;
+      this.waiting.get(m.id)?.(m);
+      this.waiting.delete(m.id);
+    });
+  }
+
+  override async render(): Promise<{ contentType: string; body: string }> {
+    const id = this.nextId++;
+    const m = await new Promise<{ contentType: string; body: string; error?: string }>((resolveRender, reject) => {
+      const timer = setTimeout(() => {
+        this.waiting.delete(id);
+        reject(new Error('the router did not answer the metrics request within 10 s'));
+      }, 10_000);
+      this.waiting.set(id, (r) => {
+        clearTimeout(timer);
+        resolveRender(r);
+      });
+      process.send?.({ type: 'mgw:metrics', id } satisfies ControlMessage);
+    });
+    if (m.error !== undefined) throw new Error(`aggregating metrics failed: ${m.error}`);
+    return { contentType: m.contentType, body: m.body };
+  }
+}
+
+/**
+ * Run this process as a front (a cluster worker with `FRONT_CHANNEL_ENV` set): connect to the router, build the HTTP
+ * app over `RemoteBackend`s, listen on the shared port, and serve until the primary says close (or goes away).
+ * Resolves with the exit code.
+ */
+export async function runFront(opts: GatewayOptions): Promise<number> {
+  const address = process.env[FRONT_CHANNEL_ENV]!;
+  const slot = Number(process.env.MGW_FRONT_SLOT ?? '0');
+  const frontId = cluster.worker!.id;
+  const base = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
+  const logger = base.child({ front: slot });
+  // The primary decides when to stop (a signal to the process group reaches every front too).
+  for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => {});
+  const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
+  const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
+  const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
+  const modelId = servedModelNames[0]!;
+  const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, logger.child({ component: 'channel' }))]);
+  const groups = channel.groups.map((g, i) => ({ worker: g.worker, engine: g.engine, backend: new RemoteBackend(channel, i) }));
+  const lifecycle = new GatewayLifecycle();
+  const rankStats = new RankStatsBook();
+  const app = await buildApp({
+    groups,
+    tokenizer,
+    modelId,
+    servedModelNames,
+    logger: logger.child({ component: 'http' }),
+    metrics: new FrontMetrics(modelId),
+    admission: lifecycle,
+    sharedConcurrencyCap: sharedConcurrency(channel),
+    rankStatsInstance: rankStats,
+    sharedRankStats: frontRankStats(rankStats),
+    responsesStoreInstance: new SharedResponsesStore(channel, opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {}),
+    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+  });
+  const host = opts.host ?? DEFAULT_HOST;
+  await app.listen({ port: opts.port ?? DEFAULT_PORT, host, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
+  const address2 = app.server.address();
+  const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? DEFAULT_PORT);
+  process.send?.({ type: 'mgw:listening', url: `http://${host.includes(':') ? `[${host}]` : host}:${port}` } satisfies ControlMessage);
+
+  return new Promise<number>((resolveExit) => {
+    let closing = false;
+    const close = async (code: number) => {
+      if (closing) return;
+      closing = true;
+      lifecycle.markStopped();
+      const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
+      await app.close().catch(() => {});
+      clearTimeout(timer);
+      channel.close();
+      resolveExit(code);
+    };
+    process.on('message', (m: ControlMessage) => {
+      if (m?.type === 'mgw:drain') lifecycle.startDrain();
+      else if (m?.type === 'mgw:close') void close(0);
+    });
+    // The primary is gone: nobody routes for this front any more.
+    process.on('disconnect', () => void close(1));
+  });
+}
