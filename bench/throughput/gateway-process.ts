@@ -19,6 +19,11 @@ export function workersSupported(): boolean {
   return /--workers\b/.test(USAGE);
 }
 
+/** Whether this checkout's `serve` has `--max-concurrent-requests` (issue 10; the bench turns the cap off). */
+function capSupported(): boolean {
+  return /--max-concurrent-requests\b/.test(USAGE);
+}
+
 /** How to start the gateway. Units: requests, 16-token pages. */
 export interface GatewayProcessOptions {
   /** Simulated DP ranks (one process each). */
@@ -84,6 +89,8 @@ export class GatewayProcess {
       '--import', 'tsx', '--import', PROBE_PATH,
       ...(opts.cpuProfileDir !== undefined ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfileDir] : []),
       CLI_PATH, 'serve', '--port', String(port), '--log-level', 'warn',
+      // Every stream of a phase is admitted: the bench measures per-token cost, not the concurrency cap (429s).
+      ...(capSupported() ? ['--max-concurrent-requests', '0'] : []),
       ...(opts.workers > 1 ? ['--workers', String(opts.workers)] : []),
       '--sim', String(opts.ranks), ...simArgs.map((a) => `--sim-arg=${a}`),
     ];
