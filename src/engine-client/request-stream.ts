@@ -23,6 +23,26 @@ export interface RequestStream extends AsyncIterable<EngineOutput> {
   readonly requestId: string;
   readonly engineIndex: number | null;
   cancel(): void;
+  /**
+   * Optional push mode (issue 9, the per-token path): instead of iterating, hand every output to `listener`
+   * synchronously, inside the dispatcher's delivery of its batch (outputs already buffered are handed over at once,
+   * before `listen` returns). After a terminal output, `error` or `cancel()`, nothing more is delivered. The stream
+   * cannot be iterated any more once listened to. A consumer that cannot use the push mode (a stream without
+   * `listen`) iterates instead: server/output-listener.ts `listenToStream` does either.
+   */
+  listen?(listener: OutputListener): void;
+}
+
+/**
+ * The push-mode consumer of one request's stream (`RequestStream.listen`). `output` gets every output in order, the
+ * last one terminal; `error` the failure that ends the stream instead (fail_all, stream closed without a terminal
+ * output; at most once, never after a terminal output). Both run inside the engine client's synchronous batch
+ * delivery, so they must not throw (a throw is reported as a process warning and cancels the stream) and should
+ * return quickly.
+ */
+export interface OutputListener {
+  output(output: EngineOutput): void;
+  error(error: Error): void;
 }
 
 type Item = { output: EngineOutput } | { error: Error };
@@ -66,6 +86,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   private cachedTokens = 0;
   /** The error the sink ended with (`fail`), if it did. */
   private failedWith: Error | null = null;
+  /** The push-mode consumer (`listen`), or null while the stream is iterated (or not yet read). */
+  private listener: OutputListener | null = null;
 
   /**
    * @param requestId the engine request id.
@@ -138,8 +160,26 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     }
   }
 
+  /**
+   * Push mode (see `RequestStream.listen`): buffered items go to `listener` now, later ones as they are delivered.
+   * Throws Error when the stream already has a listener or an iterator is waiting on it (one consumer only).
+   */
+  listen(listener: OutputListener): void {
+    if (this.listener !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    this.listener = listener;
+    if (this.consumerDone) return;
+    const buffered = this.queue.slice(this.head);
+    this.queue.length = 0;
+    this.head = 0;
+    for (const item of buffered) {
+      if (this.consumerDone) return;
+      this.hand(item);
+    }
+  }
+
   /** The stream is its own (single-consumer) iterator. */
   [Symbol.asyncIterator](): AsyncIterator<EngineOutput> {
+    if (this.listener !== null) throw new Error(`request ${this.requestId}: a listened stream cannot be iterated`);
     return this;
   }
 
@@ -182,6 +222,10 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
 
   private push(item: Item): void {
     if (this.consumerDone) return;
+    if (this.listener !== null) {
+      this.hand(item);
+      return;
+    }
     const waiter = this.waiters.shift();
     if (waiter) {
       if ('error' in item) waiter.reject(item.error);
@@ -193,6 +237,17 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
       return;
     }
     this.queue.push(item);
+  }
+
+  /** Give one item to the push-mode listener; a listener that throws broke its contract: warn, cancel. */
+  private hand(item: Item): void {
+    try {
+      if ('error' in item) this.listener!.error(item.error);
+      else this.listener!.output(item.output);
+    } catch (err) {
+      process.emitWarning(`a RequestStream listener of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      this.cancel();
+    }
   }
 
   private markSinkDone(): void {

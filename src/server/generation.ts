@@ -5,8 +5,8 @@
  * Guarantees:
  * - every accepted request ends with exactly one terminal outcome: a `finish` event, an `ApiError`, or a
  *   `ClientDisconnectedError` — never a hang (a stream that ends without a terminal output is an error);
- * - a client disconnect (the `signal`) interrupts even a pending read and cancels the stream, which sends ABORT to the
- *   owning rank (dp-routing.md 5); so does a consumer that stops iterating early (the generator's `finally`);
+ * - the caller (generation-run.ts) cancels the stream of a choice that did not finish (a client disconnect, another
+ *   choice's error, a matched stop string), which sends ABORT to the owning rank (dp-routing.md 5);
  * - a terminal `abort` is never a finish: the gateway only aborts requests whose client is gone, so an `abort` that
  *   reaches a reader was the engine's own (engine-wire.md 4.6: a validation abort) and becomes an error; `error` too;
  * - a stop token (a requested stop id or an EOS id) that ends the choice with `stop` is counted but its text is not
@@ -23,8 +23,7 @@
  */
 import type { EngineOutput, TokenCandidate } from '../protocols/types.js';
 import { StopStringMatcher, type StopMatchResult } from '../tokenizer/stop-matcher.js';
-import type { BackendStream } from './backend.js';
-import { ApiError, toApiError } from './errors.js';
+import { ApiError } from './errors.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { RankStatsBook } from './rank-stats.js';
 
@@ -137,18 +136,17 @@ export class LatencyTracker {
 
 /** Inputs of one choice's generation. */
 export interface GenerationOptions {
-  stream: BackendStream;
+  /** The engine request id (error messages). */
+  requestId: string;
   detokenizer: TextDetokenizer;
   /** Token ids whose text is dropped when they end the choice with `stop` (stop_token_ids ∪ EOS ids). */
   stopTokenIds: ReadonlySet<number>;
   /** Prompt length in tokens (the gateway's own count). */
   promptTokens: number;
-  /** Fires when the client disconnects. */
-  signal: AbortSignal;
   latency?: LatencyTracker;
   /**
-   * Stop strings matched on the detokenized text (gateway.md 6); a match finishes the choice with `stop` and cancels
-   * the engine stream (ABORT to the rank). Absent: no stop strings.
+   * Stop strings matched on the detokenized text (gateway.md 6); a match finishes the choice with `stop` and the
+   * caller cancels the engine stream (ABORT to the rank). Absent: no stop strings.
    */
   stopMatcher?: StopStringMatcher;
   /** Collect each token's logprob from the engine outputs (`EngineOutput.logprobs`; a missing value becomes NaN). */
@@ -157,38 +155,32 @@ export interface GenerationOptions {
   minTokens?: number;
 }
 
-/** Read the next stream item, or reject with `ClientDisconnectedError` as soon as `signal` fires. */
-function nextOrDisconnect(
-  it: AsyncIterator<EngineOutput>,
-  signal: AbortSignal,
-): Promise<IteratorResult<EngineOutput>> {
-  if (signal.aborted) return Promise.reject(new ClientDisconnectedError());
-  return new Promise((resolve, reject) => {
-    const onAbort = () => reject(new ClientDisconnectedError());
-    signal.addEventListener('abort', onAbort, { once: true });
-    it.next().then(
-      (r) => {
-        signal.removeEventListener('abort', onAbort);
-        resolve(r);
-      },
-      (e: unknown) => {
-        signal.removeEventListener('abort', onAbort);
-        reject(e);
-      },
-    );
-  });
-}
+/** The (shared, frozen) empty logprob list of events when logprobs were not requested. */
+const NO_LOGPROBS = Object.freeze([]) as unknown as TokenLogprob[];
 
 /**
- * Run one choice to its terminal outcome. Yields `delta` events (non-empty text only) and one final `finish`.
- * Throws `ClientDisconnectedError` on disconnect, and `ApiError` for engine failures: an engine-client error maps by
- * kind (errors.ts `toApiError`: 503 for a dead engine, else 500), a terminal `error` or unrequested `abort` → 500, a
- * stream that ends without a terminal output → 503. The stream is cancelled whenever the choice did not finish.
+ * One choice's generation as a synchronous state machine (issue 9: no promise per token): `take` each engine output
+ * of the choice's stream in order; it returns the event the output produces (a `delta` with non-empty text, the
+ * terminal `finish`, or null) and throws `ApiError` 500 for a terminal `error` or an unrequested `abort` (see the
+ * module comment). After a `finish`, `finished` is true; when it came from a matched stop string on a non-terminal
+ * output (`stoppedEarly`), the caller must cancel the engine stream (ABORT). `ended()` is the error of a stream that
+ * ended without a terminal output (503). Pure apart from the latency tracker it feeds.
  */
-export async function* generate(opts: GenerationOptions): AsyncGenerator<GenerationEvent, void, undefined> {
-  const { stream, detokenizer, signal } = opts;
-  const matcher = opts.stopMatcher ?? new StopStringMatcher([]);
-  const minTokens = opts.minTokens ?? 0;
+export class ChoiceGeneration {
+  private readonly matcher: StopStringMatcher;
+  private readonly minTokens: number;
+  private received = 0;
+  private pendingLogprobs: TokenLogprob[] = [];
+  /** The choice produced its `finish` event (or failed): later outputs are ignored. */
+  finished = false;
+  /** The finish came from a stop string while the engine was still generating: its stream must be cancelled. */
+  stoppedEarly = false;
+
+  constructor(private readonly opts: GenerationOptions) {
+    this.matcher = opts.stopMatcher ?? new StopStringMatcher([]);
+    this.minTokens = opts.minTokens ?? 0;
+  }
+
   /**
    * Detokenize `ids`, the tokens after the first `before`, and feed their text to the matcher: tokens up to number
    * `minTokens` as unmatchable text, the rest as matchable. `final` adds the detokenizer's end flush, which belongs
@@ -197,7 +189,14 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
    * up to 50), so with stop strings the matchable ones are fed one by one: the usage and logprobs then end where the
    * streamed response's do.
    */
-  const feed = (ids: readonly number[], before: number, final: boolean): StopMatchResult & { tokens: number } => {
+  private feed(ids: readonly number[], before: number, final: boolean): StopMatchResult & { tokens: number } {
+    const { detokenizer } = this.opts;
+    const matcher = this.matcher;
+    const minTokens = this.minTokens;
+    if (matcher.empty && before >= minTokens && ids.length > 0) {
+      // The common case (no stop strings, past min_tokens): the whole row at once, as the loop below would.
+      return { emit: detokenizer.push(ids) + (final ? detokenizer.finish() : ''), matched: null, tokens: ids.length };
+    }
     const locked = Math.max(0, Math.min(ids.length, minTokens - before));
     const lastMatchable = before + ids.length > minTokens;
     const lockedText = locked > 0 ? detokenizer.push(ids.slice(0, locked)) : '';
@@ -218,79 +217,71 @@ export async function* generate(opts: GenerationOptions): AsyncGenerator<Generat
       if (last) break;
     }
     return { emit, matched: null, tokens: ids.length };
-  };
-  const it = stream[Symbol.asyncIterator]();
-  let received = 0;
-  let finished = false;
-  let pendingLogprobs: TokenLogprob[] = [];
+  }
+
   /** The pending logprobs, without those of the last `uncounted` tokens received (after a stop string's match). */
-  const takeLogprobs = (uncounted = 0) => {
-    const taken = uncounted > 0 ? pendingLogprobs.slice(0, Math.max(0, pendingLogprobs.length - uncounted)) : pendingLogprobs;
-    pendingLogprobs = [];
-    return taken;
-  };
-  try {
-    for (;;) {
-      let result: IteratorResult<EngineOutput>;
-      try {
-        result = await nextOrDisconnect(it, signal);
-      } catch (err) {
-        if (err instanceof ClientDisconnectedError) throw err;
-        throw toApiError(err);
+  private takeLogprobs(uncounted = 0): TokenLogprob[] {
+    if (this.opts.logprobs !== true) return NO_LOGPROBS;
+    const pending = this.pendingLogprobs;
+    this.pendingLogprobs = [];
+    return uncounted > 0 ? pending.slice(0, Math.max(0, pending.length - uncounted)) : pending;
+  }
+
+  /** One engine output of this choice (see the class docs). Returns null after the finish. */
+  take(out: EngineOutput): GenerationEvent | null {
+    if (this.finished) return null;
+    const ids = out.newTokenIds;
+    const before = this.received;
+    this.received += ids.length;
+    this.opts.latency?.tokens(ids.length);
+    if (this.opts.logprobs === true) {
+      for (let i = 0; i < ids.length; i++) {
+        const top = out.topLogprobs?.[i];
+        const logprob = out.logprobs[i] ?? NaN;
+        this.pendingLogprobs.push(top === undefined ? { id: ids[i]!, logprob } : { id: ids[i]!, logprob, top });
       }
-      if (result.done) {
-        throw new ApiError(503, `engine stream for request ${stream.requestId} ended without a finish reason`, { code: 'stream-closed' });
-      }
-      const out = result.value;
-      const before = received;
-      received += out.newTokenIds.length;
-      opts.latency?.tokens(out.newTokenIds.length);
-      if (opts.logprobs === true) {
-        out.newTokenIds.forEach((id, i) => {
-          const top = out.topLogprobs?.[i];
-          pendingLogprobs.push(top === undefined ? { id, logprob: out.logprobs[i] ?? NaN } : { id, logprob: out.logprobs[i] ?? NaN, top });
-        });
-      }
-      if (out.finishReason === null) {
-        const r = feed(out.newTokenIds, before, false);
-        if (r.matched !== null) {
-          // A stop string matched: the engine does not know, so abandon its stream (ABORT) and finish here. Tokens
-          // after the one that completed it are not counted (the engine's own count includes them).
-          finished = true;
-          stream.cancel();
-          const usage = makeUsage(opts.promptTokens, before + r.tokens, out.cachedTokens);
-          yield { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs: takeLogprobs(received - before - r.tokens), cachedTokens: out.cachedTokens };
-          return;
-        }
-        if (r.emit !== '') yield { type: 'delta', text: r.emit, logprobs: takeLogprobs() };
-        continue;
-      }
-      finished = true; // the engine retired the request: nothing to abort any more
-      if (out.finishReason === 'error') {
-        throw new ApiError(500, `the engine finished request ${stream.requestId} with an error`, { code: 'engine_error' });
-      }
-      if (out.finishReason === 'abort') {
-        throw new ApiError(
-          500,
-          `the engine aborted request ${stream.requestId} on its own (it rejected the request's parameters or was ` +
-            'shutting down); no complete output was produced',
-          { code: 'engine_abort' },
-        );
-      }
-      let ids = out.newTokenIds;
-      const last = ids[ids.length - 1];
-      if (out.finishReason === 'stop' && last !== undefined && opts.stopTokenIds.has(last)) ids = ids.slice(0, -1);
-      const r = feed(ids, before, true);
-      const text = r.matched !== null ? r.emit : r.emit + matcher.flush();
-      const finishReason = r.matched !== null ? 'stop' : out.finishReason;
-      const completionTokens = r.matched !== null ? before + r.tokens : Math.max(received, out.completionTokens);
-      const usage = makeUsage(opts.promptTokens, completionTokens, out.cachedTokens);
-      const uncounted = r.matched !== null ? received - before - r.tokens : 0;
-      yield { type: 'finish', text, finishReason, usage, logprobs: takeLogprobs(uncounted), cachedTokens: out.cachedTokens };
-      return;
     }
-  } finally {
-    if (!finished) stream.cancel();
-    opts.latency?.done();
+    if (out.finishReason === null) {
+      const r = this.feed(ids, before, false);
+      if (r.matched !== null) {
+        // A stop string matched: the engine does not know, so the caller abandons its stream (ABORT).
+        // Tokens after the one that completed it are not counted (the engine's own count includes them).
+        this.finished = true;
+        this.stoppedEarly = true;
+        const usage = makeUsage(this.opts.promptTokens, before + r.tokens, out.cachedTokens);
+        const logprobs = this.takeLogprobs(this.received - before - r.tokens);
+        return { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs, cachedTokens: out.cachedTokens };
+      }
+      return r.emit === '' ? null : { type: 'delta', text: r.emit, logprobs: this.takeLogprobs() };
+    }
+    this.finished = true; // the engine retired the request: nothing to abort any more
+    const requestId = this.opts.requestId;
+    if (out.finishReason === 'error') {
+      throw new ApiError(500, `the engine finished request ${requestId} with an error`, { code: 'engine_error' });
+    }
+    if (out.finishReason === 'abort') {
+      throw new ApiError(
+        500,
+        `the engine aborted request ${requestId} on its own (it rejected the request's parameters or was ` +
+          'shutting down); no complete output was produced',
+        { code: 'engine_abort' },
+      );
+    }
+    let kept = ids;
+    const last = ids[ids.length - 1];
+    if (out.finishReason === 'stop' && last !== undefined && this.opts.stopTokenIds.has(last)) kept = ids.slice(0, -1);
+    const r = this.feed(kept, before, true);
+    const text = r.matched !== null ? r.emit : r.emit + this.matcher.flush();
+    const finishReason = r.matched !== null ? 'stop' : out.finishReason;
+    const completionTokens = r.matched !== null ? before + r.tokens : Math.max(this.received, out.completionTokens);
+    const usage = makeUsage(this.opts.promptTokens, completionTokens, out.cachedTokens);
+    const uncounted = r.matched !== null ? this.received - before - r.tokens : 0;
+    return { type: 'finish', text, finishReason, usage, logprobs: this.takeLogprobs(uncounted), cachedTokens: out.cachedTokens };
+  }
+
+  /** The error of a stream that ended without a terminal output (503 `stream-closed`). */
+  ended(): ApiError {
+    this.finished = true;
+    return new ApiError(503, `engine stream for request ${this.opts.requestId} ended without a finish reason`, { code: 'stream-closed' });
   }
 }

@@ -16,9 +16,11 @@ import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
 import { ChoiceOutput, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
 import { capableGroups } from './engine-capabilities.js';
-import { ClientDisconnectedError, LatencyTracker, generate, makeUsage, type TokenLogprob, type Usage } from './generation.js';
+import { ChoiceGeneration, ClientDisconnectedError, LatencyTracker, makeUsage, type GenerationEvent, type TokenLogprob, type Usage } from './generation.js';
+import { GenerationRun, type RunChoice } from './generation-run.js';
+import { jsonWithSlot } from './chunk-json.js';
 import { parseLogprobs, type TokenText } from './logprobs.js';
-import { MAX_N, mergeChoices, subRequestIds, subRequestSeed } from './fan-out.js';
+import { MAX_N, subRequestIds, subRequestSeed } from './fan-out.js';
 import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
 import type { GatewayMetrics, RequestOutcome, VllmFinishedReason } from './metrics.js';
 import type { RankStatsBook } from './rank-stats.js';
@@ -61,10 +63,14 @@ export interface RouteContext {
   admission: AdmissionGate;
 }
 
-/** One server-sent event: `data` is JSON-serialized; `event` adds an `event:` line (the Responses API names them). */
+/**
+ * One server-sent event: `data` is JSON-serialized; `event` adds an `event:` line (the Responses API names them);
+ * `json`, when set, is `data` already serialized (a pre-built chunk, chunk-json.ts) and is sent instead.
+ */
 export interface SseEvent {
   event?: string;
   data: unknown;
+  json?: string;
 }
 
 /**
@@ -134,13 +140,24 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
     stream(base, { includeUsage, n }) {
       const usageField = includeUsage ? { usage: null } : {};
       const chunk = (choices: Record<string, unknown>[]): SseEvent => ({ data: { ...header(base, spec.chunkObject), choices, ...usageField } });
+      // A content-only delta (the bulk of a stream) is pre-serialized around its text, per choice index (chunk-json.ts).
+      const textChunks: Array<(text: string) => string> = [];
+      const textChunk = (index: number, text: string): SseEvent => {
+        const fill = (textChunks[index] ??= jsonWithSlot(
+          (slot) => chunk([spec.chunkChoice(index, { reasoning: '', content: slot, toolCalls: [], logprobs: [] }, null, null)]).data,
+        ));
+        return { data: null, json: fill(text) };
+      };
       return {
         doneSentinel: true,
         opening: () =>
           Array.from({ length: n }, (_, i) => spec.openingChoice(i))
             .filter((c): c is Record<string, unknown> => c !== null)
             .map((c) => chunk([c])),
-        delta: (index, delta, logprobs) => [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
+        delta: (index, delta, logprobs) =>
+          logprobs === null && delta.reasoning === '' && delta.toolCalls.length === 0 && delta.content !== ''
+            ? [textChunk(index, delta.content)]
+            : [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
         finish: (index, delta, result, logprobs) => [chunk([spec.chunkChoice(index, delta, result.finishReason, logprobs)])],
         closing: (usage) => (includeUsage ? [{ data: { ...header(base, spec.chunkObject), choices: [], usage } }] : []),
         error: (err) => [{ data: err.toBody() }],
@@ -413,9 +430,6 @@ export async function serveGeneration(
   // response is still queued behind an earlier pipelined one; see disconnect.ts).
   const raw = reply.raw;
   const disconnect = watchClientDisconnect(request.raw, raw);
-  // Aborted on a disconnect or when the merged stream ends early: every sub-request's pending read ends.
-  const stopAll = new AbortController();
-  const choiceSignal = AbortSignal.any([disconnect.signal, stopAll.signal]);
   // Per-choice latency: choice 0 feeds the histograms, every choice its rank's statistics (set once submitted).
   const trackers: LatencyTracker[] = [];
   // Per choice: the reported finish reason (tool_calls included) once it finished.
@@ -471,7 +485,6 @@ export async function serveGeneration(
   const streams: BackendStream[] = [];
   // A client that kept its stream's buffer full past the stall timeout (sse.ts): ABORT its engine requests, close.
   const endStalled = (err: ClientStalledError) => {
-    stopAll.abort();
     for (const s of streams) s.cancel();
     count(499, 'cancelled');
     request.log.info(
@@ -512,22 +525,20 @@ export async function serveGeneration(
     const converted = new Set(prepared.convertedStopIds ?? []);
     const stopTokenIds = new Set([...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)));
     const promptTokens = prepared.promptTokenIds.length;
-    const events = mergeChoices(
-      streams.map((stream, i) =>
-        generate({
-          stream,
-          detokenizer: createDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
-          stopTokenIds,
-          promptTokens,
-          signal: choiceSignal,
-          stopMatcher: new StopStringMatcher(prepared.stop, { includeStopStr: prepared.includeStopStr }),
-          logprobs: prepared.topLogprobs !== null,
-          minTokens: prepared.sampling.minNewTokens,
-          latency: trackers[i],
-        }),
-      ),
-      () => stopAll.abort(),
-    );
+    const choices: RunChoice[] = streams.map((stream, i) => ({
+      stream,
+      latency: trackers[i],
+      generation: new ChoiceGeneration({
+        requestId: stream.requestId,
+        detokenizer: createDetokenizer(ctx.tokenizer, { skipSpecialTokens: prepared.sampling.skipSpecialTokens }),
+        stopTokenIds,
+        promptTokens,
+        stopMatcher: new StopStringMatcher(prepared.stop, { includeStopStr: prepared.includeStopStr }),
+        logprobs: prepared.topLogprobs !== null,
+        minTokens: prepared.sampling.minNewTokens,
+        latency: trackers[i],
+      }),
+    }));
     const outputs = Array.from({ length: n }, (_, i) => new ChoiceOutput(prepared.output?.(i) ?? { reasoning: null, tools: null }));
     const tokenText: TokenText = (id) => ctx.tokenizer.decode([id], { skipSpecialTokens: false });
     const k = prepared.topLogprobs;
@@ -543,18 +554,29 @@ export async function serveGeneration(
         outputs[0]?.result?.usage.prompt_tokens_details.cached_tokens ?? 0,
       );
     const outcome = () => outputs[0]!.result?.finishReason ?? 'stop';
+    /** Fold one event into its choice; returns the choice's delta (a finish also counts the choice). */
+    const take = (index: number, ev: GenerationEvent): ChoiceDelta => {
+      const out = outputs[index]!;
+      const delta = out.push(ev);
+      if (ev.type === 'finish') choiceFinished(index, ev.finishReason, out.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
+      return delta;
+    };
 
     if (!prepared.stream) {
+      const run = new GenerationRun(choices, (index, ev) => void take(index, ev));
+      // One listener per request: a disconnect ends the run (every unfinished sub-request is aborted).
+      const onDisconnect = () => run.fail(new ClientDisconnectedError());
+      disconnect.signal.addEventListener('abort', onDisconnect, { once: true });
       try {
-        for await (const ev of events) {
-          outputs[ev.index]!.push(ev);
-          if (ev.type === 'finish') choiceFinished(ev.index, ev.finishReason, outputs[ev.index]!.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
-        }
+        run.start();
+        await run.done;
       } catch (err) {
         if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected();
         const apiErr = toApiError(err);
         count(apiErr.statusCode, 'error', apiErr.message);
         throw apiErr;
+      } finally {
+        disconnect.signal.removeEventListener('abort', onDisconnect);
       }
       if (outputs.some((o) => o.result === null)) {
         throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
@@ -566,27 +588,32 @@ export async function serveGeneration(
 
     // Streaming: from here on errors travel as SSE events.
     reply.hijack();
-    const sse = new SseWriter(raw, ctx.streamBackpressure, (bufferedBytes) =>
-      request.log.debug({ requestId, bufferedBytes }, 'client is not keeping up: stream paused at the buffer bound'),
+    const writer = shape.stream(base, { includeUsage: prepared.includeUsage, n });
+    let run: GenerationRun | null = null;
+    const sse = new SseWriter(
+      raw,
+      ctx.streamBackpressure,
+      (bufferedBytes) => request.log.debug({ requestId, bufferedBytes }, 'client is not keeping up: stream paused at the buffer bound'),
+      { pause: () => run?.pause(), resume: () => run?.resume(), stalled: (err) => run?.fail(err) },
     );
     sse.start({ 'x-request-id': echoId });
     disconnect.setProbe(() => sse.probe());
-    const writer = shape.stream(base, { includeUsage: prepared.includeUsage, n });
-    const send = async (list: readonly SseEvent[]) => {
-      for (const e of list) await sse.send(e.data, e.event);
+    const send = (list: readonly SseEvent[]) => {
+      for (const e of list) sse.send(e.data, e.event, e.json);
     };
+    run = new GenerationRun(choices, (index, ev) => {
+      const delta = take(index, ev);
+      const out = outputs[index]!;
+      if (ev.type === 'delta') send(writer.delta(index, delta, render(index, ev.logprobs)));
+      else send(writer.finish(index, delta, out.result!, render(index, ev.logprobs)));
+    });
+    const onDisconnect = () => run!.fail(new ClientDisconnectedError());
+    disconnect.signal.addEventListener('abort', onDisconnect, { once: true });
     try {
-      await send(writer.opening());
-      for await (const ev of events) {
-        const out = outputs[ev.index]!;
-        const delta = out.push(ev);
-        if (ev.type === 'delta') await send(writer.delta(ev.index, delta, render(ev.index, ev.logprobs)));
-        else {
-          choiceFinished(ev.index, ev.finishReason, out.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
-          await send(writer.finish(ev.index, delta, out.result!, render(ev.index, ev.logprobs)));
-        }
-      }
-      await send(writer.closing(usage(), results()));
+      send(writer.opening());
+      run.start();
+      await run.done;
+      send(writer.closing(usage(), results()));
       count(200, outcome());
     } catch (err) {
       if (err instanceof ClientStalledError) return endStalled(err);
@@ -594,15 +621,9 @@ export async function serveGeneration(
       const apiErr = toApiError(err);
       // Mid-stream: the HTTP status is already 200; the error travels as an SSE event (logged with its own status).
       count(200, 'error', `mid-stream (${apiErr.statusCode}): ${apiErr.message}`);
-      try {
-        await send(writer.error(apiErr));
-      } catch (sendErr) {
-        if (sendErr instanceof ClientStalledError) {
-          if (!raw.destroyed) raw.destroy();
-          return reply;
-        }
-        throw sendErr;
-      }
+      send(writer.error(apiErr));
+    } finally {
+      disconnect.signal.removeEventListener('abort', onDisconnect);
     }
     if (writer.doneSentinel) sse.done();
     else sse.end();

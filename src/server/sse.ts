@@ -5,6 +5,7 @@
  * `data: [DONE]\n\n` (`done()`), Responses-API streams without it (`end()`).
  */
 import type { ServerResponse } from 'node:http';
+import { CoalescingWriter, TickFlusher } from './coalescing-writer.js';
 
 /** Default bound on the bytes buffered per stream for a client that does not read: 1 MiB. */
 export const DEFAULT_STREAM_BUFFER_BYTES = 1024 * 1024;
@@ -38,33 +39,54 @@ export class ClientStalledError extends Error {
   }
 }
 
+/** One turn's flush of every streamed response with pending records (coalescing-writer.ts): one `setImmediate`. */
+const FLUSHER = new TickFlusher((flush) => setImmediate(flush));
+
+/** What a stream's owner is told about back-pressure (see `SseWriter`). */
+export interface StreamFlow {
+  /** The client is not keeping up: stop producing records until `resume`. */
+  pause(): void;
+  /** The buffered bytes drained (or the connection closed): produce again. */
+  resume(): void;
+  /** The client kept the buffer full past the stall timeout: give the stream up. */
+  stalled(err: ClientStalledError): void;
+}
+
 /**
  * Writes SSE records on a raw Node response the route has taken over (fastify `reply.hijack()`), with bounded
- * buffering (issue #10 part 2).
+ * buffering (issue #10 part 2) and one socket write per event-loop turn (issue 9; coalescing-writer.ts): `send` only
+ * appends the record, and every stream's pending records are written together when the turn ends.
  *
- * Memory per stream, for a client that stops reading: `send` keeps writing while the gateway holds less than
+ * Memory per stream, for a client that stops reading: records are written while the gateway holds less than
  * `maxBufferedBytes` for this response (`writableLength`: the response's own buffer plus its socket's, not the
- * kernel's); past that it waits for the socket's `drain` and the caller stops pulling engine outputs. The engine keeps
- * generating meanwhile and its outputs queue in the engine client's per-request stream, which is unbounded by design
- * (dp-routing.md section 1: a bounded sink would let one slow reader stall every request of its rank). That queue is
- * bounded by time instead: a wait longer than `stallTimeoutMs` rejects with `ClientStalledError`, and the caller
- * aborts the engine request (ABORT to the rank) and closes the connection. So a non-reading client costs at most
- * `maxBufferedBytes` plus what its engine request produces during `stallTimeoutMs` (token rate × stall timeout ×
- * roughly 200-300 bytes per queued output), and a client must accept the buffered bytes within the stall timeout to
- * stay connected. The kernel's socket buffers (not gateway memory) come on top before back-pressure starts.
+ * kernel's); past that the owner is told to `pause` (its `StreamFlow`) and stops taking engine outputs until the
+ * socket's `drain` (`resume`). The engine keeps generating meanwhile and its outputs are held for this response
+ * (generation-run.ts), unbounded by design (dp-routing.md section 1: a bounded sink would let one slow reader stall
+ * every request of its rank). That hold is bounded by time instead: a pause longer than `stallTimeoutMs` calls
+ * `stalled` with a `ClientStalledError`, and the owner aborts the engine request (ABORT to the rank) and closes the
+ * connection. So a non-reading client costs at most `maxBufferedBytes` plus one turn's records plus what its engine
+ * request produces during `stallTimeoutMs` (token rate × stall timeout × roughly 200-300 bytes per held output), and
+ * a client must accept the buffered bytes within the stall timeout to stay connected. The kernel's socket buffers
+ * (not gateway memory) come on top before back-pressure starts.
  */
 export class SseWriter {
   private doneSent = false;
   private pausedBefore = false;
+  private waiting = false;
+  private readonly out: CoalescingWriter;
 
   /**
-   * `onFirstPause` is called once, the first time `send` has to wait for the client (for a debug log line).
+   * `flow` hears about back-pressure (absent: nothing pauses; a caller that never produces much). `onFirstPause`
+   * is called once, the first time the stream pauses (for a debug log line).
    */
   constructor(
     private readonly res: ServerResponse,
     private readonly backpressure: StreamBackpressure = DEFAULT_STREAM_BACKPRESSURE,
     private readonly onFirstPause: (bufferedBytes: number) => void = () => {},
-  ) {}
+    private readonly flow: StreamFlow | null = null,
+  ) {
+    this.out = new CoalescingWriter((chunk) => this.writeNow(chunk), FLUSHER, (accepted) => this.afterWrite(accepted));
+  }
 
   /**
    * Send the 200 status line and the event-stream headers (`extraHeaders` added, e.g. `x-request-id`). No
@@ -87,60 +109,74 @@ export class SseWriter {
   }
 
   /**
-   * Write one `data: <json>\n\n` record, preceded by `event: <event>\n` when `event` is given. Resolves at once
-   * while less than `maxBufferedBytes` is buffered; otherwise once the socket drained (or the connection closed).
-   * Rejects with `ClientStalledError` when the drain did not come within `stallTimeoutMs`. A no-op when not
-   * writable.
+   * Queue one `data: <json>\n\n` record, preceded by `event: <event>\n` when `event` is given. `json` is the payload
+   * already serialized (a pre-built chunk, chunk-json.ts), else `payload` is serialized here. Written at the end of
+   * the turn, or at once when the buffered bytes plus the pending records (counted in UTF-16 units) reach the bound;
+   * a no-op when not writable.
    */
-  async send(payload: unknown, event?: string): Promise<void> {
+  send(payload: unknown, event?: string, json?: string): void {
     if (!this.writable) return;
-    const record = `${event === undefined ? '' : `event: ${event}\n`}data: ${JSON.stringify(payload)}\n\n`;
-    const accepted = this.res.write(record);
-    // `write` returning false means over the stream's high-water mark, so a `drain` will follow.
-    if (accepted || this.res.writableLength < this.backpressure.maxBufferedBytes) return;
-    if (!this.pausedBefore) {
-      this.pausedBefore = true;
-      this.onFirstPause(this.res.writableLength);
-    }
-    await this.waitForDrain();
+    const data = json ?? JSON.stringify(payload);
+    this.out.write(event === undefined ? `data: ${data}\n\n` : `event: ${event}\ndata: ${data}\n\n`);
+    // At the bound, write now (and pause if the client is behind) instead of letting the turn's records pile up.
+    if (this.out.pendingLength + this.res.writableLength >= this.backpressure.maxBufferedBytes) this.out.flush();
   }
 
   /**
-   * Write an SSE comment (`:\n\n`, ignored by every SSE reader) when writable: a harmless probe whose write makes a
-   * vanished client's TCP reset surface (disconnect.ts).
+   * Write an SSE comment (`:\n\n`, ignored by every SSE reader) when writable, now: a harmless probe whose write
+   * makes a vanished client's TCP reset surface (disconnect.ts).
    */
   probe(): void {
-    if (this.writable && this.res.headersSent) this.res.write(':\n\n');
+    if (!this.writable || !this.res.headersSent) return;
+    this.out.write(':\n\n');
+    this.out.flush();
   }
 
   /** End the response without a terminator (Responses-API streams; idempotent with `done()`). */
   end(): void {
     if (this.doneSent) return;
     this.doneSent = true;
-    if (this.writable) this.res.end();
+    const rest = this.out.take();
+    if (this.writable) this.res.end(rest === '' ? undefined : rest);
   }
 
-  /** Write the single `data: [DONE]\n\n` terminator and end the response (idempotent). */
+  /** Write the single `data: [DONE]\n\n` terminator (after anything pending) and end the response (idempotent). */
   done(): void {
     if (this.doneSent) return;
     this.doneSent = true;
-    if (this.writable) this.res.end('data: [DONE]\n\n');
+    const rest = this.out.take();
+    if (this.writable) this.res.end(rest + 'data: [DONE]\n\n');
   }
 
-  private waitForDrain(): Promise<void> {
+  private writeNow(chunk: string): boolean {
+    if (!this.writable) return true;
+    return this.res.write(chunk);
+  }
+
+  /**
+   * After a flush: `write` returning false means over the stream's high-water mark, so a `drain` will follow; the
+   * owner pauses only when the buffered bytes also reached the bound.
+   */
+  private afterWrite(accepted: boolean): void {
+    if (accepted || this.waiting || this.flow === null || this.res.writableLength < this.backpressure.maxBufferedBytes) return;
+    if (!this.pausedBefore) {
+      this.pausedBefore = true;
+      this.onFirstPause(this.res.writableLength);
+    }
+    this.waiting = true;
+    this.flow.pause();
     const started = performance.now();
-    return new Promise<void>((resolve, reject) => {
-      const finish = (stalled: boolean) => {
-        clearTimeout(timer);
-        this.res.off('drain', onDrain);
-        this.res.off('close', onDrain);
-        if (!stalled) resolve();
-        else reject(new ClientStalledError(Math.round(performance.now() - started), this.res.writableLength));
-      };
-      const onDrain = () => finish(false);
-      const timer = setTimeout(() => finish(true), this.backpressure.stallTimeoutMs);
-      this.res.on('drain', onDrain);
-      this.res.on('close', onDrain);
-    });
+    const finish = (stalled: boolean) => {
+      clearTimeout(timer);
+      this.res.off('drain', onDrain);
+      this.res.off('close', onDrain);
+      this.waiting = false;
+      if (stalled) this.flow!.stalled(new ClientStalledError(Math.round(performance.now() - started), this.res.writableLength));
+      else this.flow!.resume();
+    };
+    const onDrain = () => finish(false);
+    const timer = setTimeout(() => finish(true), this.backpressure.stallTimeoutMs);
+    this.res.on('drain', onDrain);
+    this.res.on('close', onDrain);
   }
 }

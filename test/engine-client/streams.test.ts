@@ -163,3 +163,41 @@ test('constructor validation: a non-positive silence timeout is refused', () => 
   assert.throws(() => setup(1, { silenceTimeoutMs: 0 }), RangeError);
   assert.throws(() => setup(1, { silenceTimeoutMs: Number.NaN }), RangeError);
 });
+
+test('push mode (listen): buffered outputs at once, later ones synchronously inside the batch delivery, in order', async () => {
+  const { client, link } = setup(1);
+  const a = await client.submit(req('a'));
+  await link.deliverBatch(batch(0, [row('a', null, [1])]));
+  const got: string[] = [];
+  assert.ok(a.listen, 'the engine client offers push mode');
+  a.listen({ output: (o) => got.push(`${o.newTokenIds[0]}/${o.finishReason}`), error: (e) => got.push(`error ${e.message}`) });
+  assert.deepEqual(got, ['1/null'], 'the buffered output is handed over before listen returns');
+  const delivered = link.deliverBatch(batch(0, [row('a', null, [2]), row('a', 'stop', [3])]));
+  await delivered;
+  assert.deepEqual(got, ['1/null', '2/null', '3/stop']);
+  assert.throws(() => a[Symbol.asyncIterator](), /cannot be iterated/);
+  assert.throws(() => a.listen!({ output: () => {}, error: () => {} }), /already has a consumer/);
+  assert.deepEqual(inFlight(client), [0]);
+  await client.close();
+});
+
+test('push mode: a failure is handed to error once; a listener that throws cancels its stream (ABORT) and the client lives', async () => {
+  const { client, link } = setup(1);
+  const a = await client.submit(req('a'));
+  const b = await client.submit(req('b'));
+  const errors: string[] = [];
+  a.listen!({ output: () => assert.fail('no output'), error: (e) => errors.push(e.message) });
+  const warnings: string[] = [];
+  const onWarning = (w: Error) => warnings.push(w.message);
+  process.on('warning', onWarning);
+  b.listen!({ output: () => { throw new Error('listener bug'); }, error: () => assert.fail('no error after the throw') });
+  await link.deliverBatch(batch(0, [row('b', null, [1])]));
+  await new Promise((r) => setImmediate(r));
+  process.off('warning', onWarning);
+  assert.ok(warnings.some((w) => /listener of request b threw/.test(w)), 'reported as a process warning');
+  assert.ok(link.sent.some((m) => m.type === RequestType.ABORT), 'the thrown-in stream was abandoned: ABORT sent');
+  assert.equal(client.registeredCount, 1, 'only a is still live');
+  await client.close();
+  assert.equal(errors.length, 1, 'close() fails the listened stream once');
+  assert.match(errors[0]!, /a/);
+});

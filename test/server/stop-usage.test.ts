@@ -1,5 +1,5 @@
 /**
- * generation.ts with a stop string matched inside a multi-token engine row: TokenSpeed sends a non-streaming request's
+ * generation.ts (`ChoiceGeneration`) with a stop string matched inside a multi-token engine row: TokenSpeed sends a non-streaming request's
  * tokens in rows of up to 50 (engine-wire.md, `stream` false), so the tokens after the match arrive in the same row.
  * The usage and the logprobs must count only the tokens up to the one that completed the match, as the streamed
  * response (one token per row) does, and as vLLM reports it: found with simulated TokenSpeed ranks, where the same
@@ -7,7 +7,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { generate, type GenerationEvent, type TextDetokenizer } from '../../src/server/generation.js';
+import { ChoiceGeneration, type GenerationEvent, type TextDetokenizer } from '../../src/server/generation.js';
 import type { BackendStream } from '../../src/server/backend.js';
 import type { EngineOutput } from '../../src/protocols/types.js';
 import { StopStringMatcher } from '../../src/tokenizer/stop-matcher.js';
@@ -39,16 +39,18 @@ function fakeStream(rows: Array<Pick<EngineOutput, 'newTokenIds' | 'finishReason
 async function run(rows: Array<Pick<EngineOutput, 'newTokenIds' | 'finishReason'>>, stops: string[], minTokens = 0): Promise<{ text: string; logprobs: number; finish: Extract<GenerationEvent, { type: 'finish' }> }> {
   let text = '';
   let logprobs = 0;
-  for await (const ev of generate({
-    stream: fakeStream(rows),
+  const generation = new ChoiceGeneration({
+    requestId: 'r',
     detokenizer: detokenizer(),
     stopTokenIds: new Set(),
     promptTokens: 3,
-    signal: new AbortController().signal,
     stopMatcher: new StopStringMatcher(stops),
     logprobs: true,
     minTokens,
-  })) {
+  });
+  for await (const out of fakeStream(rows)) {
+    const ev = generation.take(out);
+    if (ev === null) continue;
     text += ev.text;
     logprobs += ev.logprobs.length;
     if (ev.type === 'finish') return { text, logprobs, finish: ev };

@@ -1,0 +1,88 @@
+/**
+ * One socket write per stream per event-loop turn (issue 9, the per-token path): a streamed response's SSE records are
+ * appended to a pending string and written together when the turn's flush runs, so a stream that receives several
+ * engine outputs in one turn (several output batches decoded back to back) costs one `write` (one syscall) instead of
+ * one per record. The bytes and their order are unchanged; only how they are cut into writes differs.
+ *
+ * Pure apart from the scheduler it is given: `TickFlusher` batches the flushes of every dirty writer into one
+ * callback (in the gateway: one `setImmediate` per turn, after the turn's I/O callbacks ran).
+ */
+
+/** Where a writer's coalesced text goes (`ServerResponse.write`); returns false when the sink is over its bound. */
+export type ChunkSink = (chunk: string) => boolean;
+
+/** Runs `flush` later, once (the gateway: `setImmediate`). */
+export type Defer = (flush: () => void) => void;
+
+/**
+ * Collects the writers that have pending text and flushes all of them in one deferred callback, in the order they
+ * first became dirty. A writer flushed (or ended) before the callback runs is skipped then.
+ */
+export class TickFlusher {
+  private dirty: CoalescingWriter[] = [];
+  private scheduled = false;
+
+  constructor(private readonly defer: Defer) {}
+
+  /** `writer` has pending text: flush it in the next deferred callback. */
+  add(writer: CoalescingWriter): void {
+    this.dirty.push(writer);
+    if (this.scheduled) return;
+    this.scheduled = true;
+    this.defer(() => this.run());
+  }
+
+  /** Flush every dirty writer now. */
+  run(): void {
+    this.scheduled = false;
+    const list = this.dirty;
+    this.dirty = [];
+    for (const w of list) w.flush();
+  }
+}
+
+/**
+ * The pending text of one stream. `write` appends (and registers the writer with its flusher the first time it has
+ * something pending); `flush` hands everything pending to the sink in one call; `take` removes it for a caller that
+ * writes it itself (the response's final `end(...)`). `onFlushed(accepted)` is told the sink's answer of each flush.
+ */
+export class CoalescingWriter {
+  private pending = '';
+  private queued = false;
+
+  constructor(
+    private readonly sink: ChunkSink,
+    private readonly flusher: TickFlusher,
+    private readonly onFlushed: (accepted: boolean) => void = () => {},
+  ) {}
+
+  /** UTF-16 code units waiting for the next flush. */
+  get pendingLength(): number {
+    return this.pending.length;
+  }
+
+  /** Append `text` (a no-op for ''). */
+  write(text: string): void {
+    if (text === '') return;
+    this.pending += text;
+    if (this.queued) return;
+    this.queued = true;
+    this.flusher.add(this);
+  }
+
+  /** Write everything pending in one sink call (nothing when nothing is pending). */
+  flush(): void {
+    this.queued = false;
+    if (this.pending === '') return;
+    const chunk = this.pending;
+    this.pending = '';
+    this.onFlushed(this.sink(chunk));
+  }
+
+  /** Remove and return everything pending (the caller writes it); a later flush writes nothing of it. */
+  take(): string {
+    const chunk = this.pending;
+    this.pending = '';
+    return chunk;
+  }
+}
