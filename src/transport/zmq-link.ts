@@ -51,6 +51,12 @@ import { prepareSocketPaths, recordSocketFiles, removeOwnSocketFiles, type Bound
 
 /** Handshake stage timeout default: 600 s per stage of one rank (engine-wire.md 1.9, SMG `zmq_client.rs`). */
 export const DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS = 600_000;
+/**
+ * How long the output receive loop keeps receiving before it yields to the event loop, in ms (see `receiveLoop`).
+ * Short enough for the event-loop delay target (p99 ≤ 20 ms, issue 9), long enough that several batches land in
+ * one turn and a stream's records of that turn leave in one write (server/coalescing-writer.ts).
+ */
+export const RECEIVE_SLICE_MS = 4;
 /** Input send timeout default: 10 s per send (engine-wire.md 1.9, SMG PR #2094). */
 export const DEFAULT_SEND_TIMEOUT_MS = 10_000;
 /**
@@ -469,11 +475,22 @@ export class ZmqEngineLink implements EngineLink {
     if (!this.isClosed() && this.sendQueues.size > 0) void this.pump();
   }
 
-  /** The output receive loop (engine-wire.md 1.8). */
+  /**
+   * The output receive loop (engine-wire.md 1.8). It yields to the event loop (a macrotask turn) once it has been
+   * receiving for {@link RECEIVE_SLICE_MS} without one: zeromq.js resolves `receive()` without returning to the event
+   * loop while messages are queued, and the engine client handles each batch (down to the HTTP responses' writes)
+   * synchronously, so without the yield a rank that is ahead of the gateway would starve timers, new connections and
+   * every other socket for as long as it stays ahead (issue 9: seconds of event-loop delay at 512 streams).
+   */
   private async receiveLoop(): Promise<void> {
     const address = this.endpoints.output;
+    let sliceStart = performance.now();
     while (!this.isClosed()) {
       await this.messages.waitForSpace();
+      if (performance.now() - sliceStart >= RECEIVE_SLICE_MS) {
+        await nextMacrotask();
+        sliceStart = performance.now();
+      }
       if (this.isClosed()) break;
       let frames: Uint8Array[];
       try {
