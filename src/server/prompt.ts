@@ -10,23 +10,28 @@ import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
 /** The tokenizer operations prompt preparation uses (a `GatewayTokenizer` satisfies it). */
-export type PromptTokenizer = Pick<GatewayTokenizer, 'encode' | 'applyChatTemplate' | 'vocabSize' | 'minTokenCount'>;
+export type PromptTokenizer = Pick<GatewayTokenizer, 'encode' | 'encodeOffLoop' | 'applyChatTemplate' | 'vocabSize' | 'minTokenCount'>;
 
 /**
  * Tokenize `text` unless its cheap lower-bound token count (`tokenizer.minTokenCount`: UTF-8 bytes divided by the
  * longest token's bytes, rounded up) already reaches `limits.contextTokenLimit`; then throw, without tokenizing, the
  * same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
- * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`).
+ * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`). A large text is tokenized on a worker thread
+ * (`encodeOffLoop`, issue 9): the ids come as a promise then, which rejects with a 500 when the worker failed.
  */
 export function encodeWithinContext(
   tokenizer: PromptTokenizer,
   text: string,
   addSpecialTokens: boolean,
   limits: ContextLimits,
-): number[] {
+): number[] | Promise<number[]> {
   const atLeast = tokenizer.minTokenCount(text);
   if (atLeast >= limits.contextTokenLimit) throw promptTooLongError(limits, atLeast, Buffer.byteLength(text, 'utf8'));
-  return tokenizer.encode(text, { addSpecialTokens });
+  const ids = tokenizer.encodeOffLoop(text, { addSpecialTokens });
+  if (Array.isArray(ids)) return ids;
+  return ids.catch((err: unknown) => {
+    throw new ApiError(500, `prompt tokenization failed: ${err instanceof Error ? err.message : String(err)}`, { code: 'tokenizer_error' });
+  });
 }
 
 type ChatMessageBody = ChatCompletionBodyT['messages'][number];
@@ -106,7 +111,7 @@ export function chatTemplateOptions(
  * the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when the rendered text is
  * too large to fit `limits` (see `encodeWithinContext`).
  */
-export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] {
+export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] | Promise<number[]> {
   const text = renderChat(tokenizer, body.messages, chatTemplateOptions(body));
   return encodeWithinContext(tokenizer, text, false, limits);
 }
@@ -181,7 +186,7 @@ export function completionPromptTokens(
   tokenizer: PromptTokenizer,
   prompt: CompletionBodyT['prompt'],
   limits: ContextLimits,
-): number[] {
+): number[] | Promise<number[]> {
   if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits);
   if (prompt.length === 0) throw badRequest(`'prompt' must not be empty`, 'prompt');
   const first = prompt[0];

@@ -294,7 +294,7 @@ export interface PromptSource<B extends CommonBodyT> {
    * bad field, or 400 `context_length_exceeded` when a text prompt is too large to fit `limits` even before
    * tokenizing it.
    */
-  prepare(ctx: RouteContext, body: B, limits: ContextLimits, opts: { constrained: boolean }): PreparedPrompt;
+  prepare(ctx: RouteContext, body: B, limits: ContextLimits, opts: { constrained: boolean }): PreparedPrompt | Promise<PreparedPrompt>;
 }
 
 /**
@@ -338,7 +338,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], ctx.router.validRanks());
   const pinned = ctx.router.candidates(dpRank);
   const widestOf = (gs: readonly BackendGroup[]) => gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
-  const prepared = prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), { constrained: requested !== null });
+  const prepared = await prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), { constrained: requested !== null });
   const promptTokenIds = prepared.tokens;
   if (requested !== null && prepared.constraint) {
     throw badRequest(

@@ -85,10 +85,10 @@ export function chatOutput(
  */
 export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
   param: 'messages',
-  prepare(ctx, body, limits, opts) {
+  async prepare(ctx, body, limits, opts) {
     const plan = planTools(chatTools(body.tools), body.tool_choice, body.parallel_tool_calls, ctx.toolCallParser);
     const text = renderChat(ctx.tokenizer, body.messages, chatTemplateOptions(body));
-    const tokens = encodeWithinContext(ctx.tokenizer, text, false, limits);
+    const tokens = await encodeWithinContext(ctx.tokenizer, text, false, limits);
     return { tokens, ...chatOutput(ctx, text, plan, body.chat_template_kwargs, opts.constrained) };
   },
 };

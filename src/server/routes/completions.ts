@@ -27,7 +27,7 @@ export const completionShape = chunkedShape({
 /** The completions prompt: `prompt` tokenized, or taken as token ids (gateway.md 5). */
 export const completionPrompt: PromptSource<CompletionBodyT> = {
   param: 'prompt',
-  prepare: (ctx, body, limits) => ({ tokens: completionPromptTokens(ctx.tokenizer, body.prompt, limits) }),
+  prepare: async (ctx, body, limits) => ({ tokens: await completionPromptTokens(ctx.tokenizer, body.prompt, limits) }),
 };
 
 /** Register the completions route on `app` (the shared flow is `handleGeneration`). */
