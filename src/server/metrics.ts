@@ -78,6 +78,8 @@ export class GatewayMetrics {
 
   private readonly ttft: Histogram<'model' | 'endpoint'>;
   private readonly itl: Histogram<'model' | 'endpoint'>;
+  /** `itl`'s labelled child per endpoint (the per-output hot path skips the label lookup). */
+  private readonly itlChildren = new Map<string, ReturnType<Histogram<'model' | 'endpoint'>['labels']>>();
   private readonly e2e: Histogram<'model' | 'endpoint'>;
   private readonly requests: Counter<'model' | 'endpoint' | 'status' | 'finish_reason'>;
   private readonly vllmTtft: Histogram<'model_name'>;
@@ -349,9 +351,14 @@ export class GatewayMetrics {
     this.vllmTtft.observe({ model_name: this.modelId }, seconds);
   }
 
-  /** Record `tokens` ITL samples of `secondsPerToken` each. */
+  /** Record `tokens` ITL samples of `secondsPerToken` each (called once per engine output; a child per endpoint). */
   observeItl(endpoint: string, secondsPerToken: number, tokens = 1): void {
-    for (let i = 0; i < tokens; i++) this.itl.observe({ model: this.modelId, endpoint }, secondsPerToken);
+    let child = this.itlChildren.get(endpoint);
+    if (child === undefined) {
+      child = this.itl.labels({ model: this.modelId, endpoint });
+      this.itlChildren.set(endpoint, child);
+    }
+    for (let i = 0; i < tokens; i++) child.observe(secondsPerToken);
   }
 
   /** Record an end-to-end latency sample (seconds), also as `vllm:e2e_request_latency_seconds`. */

@@ -187,6 +187,11 @@ export class ChatTemplateSet {
     if (input.tools !== undefined) variables.tools = input.tools;
     variables.add_generation_prompt = input.addGenerationPrompt;
     variables[RAISE_EXCEPTION_ALIAS] = raiseFromTemplate;
+    // @huggingface/jinja resolves an undefined variable (`tools is defined`, `enable_thinking`, ...) by throwing and
+    // catching an Error per lookup; without stack capture that costs ~20 % less per render (issue 9: ~97 → ~80 µs
+    // for a one-message Qwen3 chat). Errors leaving the render carry their message, not a stack.
+    const stackTraceLimit = Error.stackTraceLimit;
+    Error.stackTraceLimit = 0;
     try {
       return template.render(variables);
     } catch (error) {
@@ -194,6 +199,8 @@ export class ChatTemplateSet {
       throw new ChatTemplateError('render', `chat template rendering failed: ${(error as Error)?.message ?? String(error)}`, {
         cause: error,
       });
+    } finally {
+      Error.stackTraceLimit = stackTraceLimit;
     }
   }
 }
