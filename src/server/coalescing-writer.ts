@@ -15,29 +15,52 @@ export type ChunkSink = (chunk: string) => boolean;
 export type Defer = (flush: () => void) => void;
 
 /**
- * Collects the writers that have pending text and flushes all of them in one deferred callback, in the order they
- * first became dirty. A writer flushed (or ended) before the callback runs is skipped then.
+ * Collects the writers that have pending text and flushes them in a deferred callback, in the order they first became
+ * dirty. A writer flushed (or ended) before the callback runs is skipped then. One callback writes for at most
+ * `budgetMs` (by `now`, checked after each writer) and defers the rest to another callback, so a turn in which
+ * thousands of streams got a record does not hold the event loop for all of their socket writes at once.
  */
 export class TickFlusher {
   private dirty: CoalescingWriter[] = [];
   private scheduled = false;
 
-  constructor(private readonly defer: Defer) {}
+  /**
+   * @param defer runs a flush later (the gateway: `setImmediate`).
+   * @param budgetMs the longest one flush callback writes before deferring the rest (ms; default 4).
+   * @param now the clock of the budget (ms; default `performance.now`).
+   */
+  constructor(
+    private readonly defer: Defer,
+    private readonly budgetMs = 4,
+    private readonly now: () => number = () => performance.now(),
+  ) {}
 
   /** `writer` has pending text: flush it in the next deferred callback. */
   add(writer: CoalescingWriter): void {
     this.dirty.push(writer);
-    if (this.scheduled) return;
-    this.scheduled = true;
-    this.defer(() => this.run());
+    this.schedule();
   }
 
-  /** Flush every dirty writer now. */
+  /** Flush the dirty writers now, for at most the budget; the rest go to the next deferred callback. */
   run(): void {
     this.scheduled = false;
     const list = this.dirty;
     this.dirty = [];
-    for (const w of list) w.flush();
+    const started = this.now();
+    for (let i = 0; i < list.length; i++) {
+      list[i]!.flush();
+      if (i + 1 < list.length && this.now() - started >= this.budgetMs) {
+        this.dirty = list.slice(i + 1).concat(this.dirty);
+        this.schedule();
+        return;
+      }
+    }
+  }
+
+  private schedule(): void {
+    if (this.scheduled) return;
+    this.scheduled = true;
+    this.defer(() => this.run());
   }
 }
 

@@ -54,3 +54,21 @@ test('take() hands the pending text to the caller and the later flush writes not
   w.flush();
   assert.deepEqual(chunks, ['b'], 'an empty flush writes nothing');
 });
+
+test('one flush callback writes for at most its budget and defers the rest, keeping their order', () => {
+  const deferred: Array<() => void> = [];
+  let clock = 0;
+  const flusher = new TickFlusher((f) => deferred.push(f), 4, () => clock);
+  const log: string[] = [];
+  const ws = [0, 1, 2, 3].map((i) => new CoalescingWriter((c) => ((clock += 3), log.push(`${i}:${c}`), true), flusher));
+  ws.forEach((w, i) => w.write(String(i)));
+  assert.equal(deferred.length, 1);
+  deferred.shift()!();
+  assert.deepEqual(log, ['0:0', '1:1'], '3 ms + 3 ms reached the 4 ms budget');
+  ws[0]!.write('again');
+  assert.equal(deferred.length, 1, 'one callback for the rest and the new write');
+  deferred.shift()!();
+  assert.deepEqual(log, ['0:0', '1:1', '2:2', '3:3'], 'the deferred writers first (2 then the budget), in order');
+  deferred.shift()!();
+  assert.deepEqual(log, ['0:0', '1:1', '2:2', '3:3', '0:again']);
+});
