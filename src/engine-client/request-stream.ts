@@ -122,12 +122,19 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     this.completionTokens = row.completionTokens ?? this.completionTokens + row.newTokenIds.length;
     if (row.promptTokens !== null) this.promptTokens = row.promptTokens;
     if (row.cachedTokens !== null) this.cachedTokens = row.cachedTokens;
+    // A literal of fixed shape, not a spread of the row: one hidden class on the per-token path (issue 9). Every
+    // field of `EngineOutputBase` is copied here: a field added there must be added here too.
     const output: EngineOutput = {
-      ...row,
+      requestId: row.requestId,
+      newTokenIds: row.newTokenIds,
+      finishReason: row.finishReason,
+      logprobs: row.logprobs,
       promptTokens: this.promptTokens,
       completionTokens: this.completionTokens,
       cachedTokens: this.cachedTokens,
     };
+    if (row.stopReason !== undefined) output.stopReason = row.stopReason;
+    if (row.topLogprobs !== undefined) output.topLogprobs = row.topLogprobs;
     if (output.finishReason !== null) this.markSinkDone();
     this.push({ output });
     return true;
