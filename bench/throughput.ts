@@ -267,7 +267,7 @@ const RESULTS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'results');
 
 /** Functions whose inclusive time the profile reports (the per-token path named in issue 9). */
 const PROFILED_FUNCTIONS = [
-  'serveGeneration', 'mergeChoices', 'generate', 'nextOrDisconnect', 'any', 'push', 'decode', 'send', 'write', 'writeOrBuffer', '_writeGeneric',
+  'serveGeneration', 'onOutput', 'take', 'deliver', 'flush', 'push', 'decode', 'send', 'write', 'writeOrBuffer', '_writeGeneric',
   'tokens', 'observeItl', 'observe', 'receiveLoop', 'decodeOutput', 'handleGeneration', 'applyChatTemplate', 'encode', 'submit',
 ];
 
@@ -289,11 +289,13 @@ const PROFILE_BUCKETS: ProfileBucket[] = [
     name: 'socket writes (node:http, streams, libuv)',
     leaf: (f, area) => ['writev', 'writeUtf8String', 'writeBuffer', 'writeLatin1String'].includes(f.functionName) || areaIn('node:internal/stream_base_commons', 'node:_http_outgoing', 'node:internal/streams', 'node:net')(f, area),
   },
-  { name: 'SSE send + JSON.stringify (sse.ts)', leaf: areaIn('src/server/sse.ts') },
+  { name: 'SSE send + JSON.stringify (sse.ts, chunk-json.ts, coalescing-writer.ts)', leaf: areaIn('src/server/sse.ts', 'src/server/chunk-json.ts', 'src/server/coalescing-writer.ts') },
   { name: 'chunk objects (serve-generation.ts)', leaf: areaIn('src/server/serve-generation.ts') },
   {
-    name: 'per-token async plumbing (generators, races, abort listeners, microtasks)',
-    leaf: (f, area) => f.functionName === 'runMicrotasks' || areaIn('src/server/fan-out.ts', 'src/server/generation.ts', 'src/engine-client/request-stream.ts', 'node:internal/event_target', 'node:internal/abort_controller')(f, area),
+    name: 'per-token dispatch (generation run and state, request streams, abort listeners, microtasks)',
+    leaf: (f, area) =>
+      f.functionName === 'runMicrotasks' ||
+      areaIn('src/server/fan-out.ts', 'src/server/generation.ts', 'src/server/generation-run.ts', 'src/engine-client/request-stream.ts', 'node:internal/event_target', 'node:internal/abort_controller')(f, area),
   },
   { name: 'ZeroMQ receive, decode, engine client', leaf: areaIn('src/transport/', 'src/wire/', 'src/protocols/', 'src/engine-client/', 'zeromq', '@msgpack') },
   { name: 'HTTP request handling (fastify, node:http)', leaf: areaIn('fastify', '@fastify', 'find-my-way', 'avvio', 'node:_http_server', 'node:_http_common', 'node:_http_incoming', 'src/server/') },
