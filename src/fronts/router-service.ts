@@ -324,9 +324,8 @@ export class RouterService {
     const forget = (): void => {
       if (s.streams.get(handle) === stream) s.streams.delete(handle);
     };
-    const pushMode = stream as RequestStream & { listen?: (l: { output(o: EngineOutput): void; error(e: Error): void }) => void };
-    if (typeof pushMode.listen === 'function') {
-      pushMode.listen({
+    if (stream.listen !== undefined) {
+      stream.listen({
         output: (o) => {
           if (onOutput(o)) forget();
         },
