@@ -32,7 +32,7 @@ import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
 import { buildApp } from './server/app.js';
 import type { ReasoningParserName, ToolCallParserName } from './server/parsers/index.js';
-import { resolveEdgeOptions, type HttpEdgeOptions } from './server/edge-options.js';
+import { LISTEN_BACKLOG, resolveEdgeOptions, type HttpEdgeOptions } from './server/edge-options.js';
 import type { BackendGroup, EngineFamily } from './server/backend.js';
 import { GatewayMetrics } from './server/metrics.js';
 import { createGatewayLogger, type LogFormat } from './gateway-logger.js';
@@ -542,7 +542,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   try {
     // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
     if (app !== null) {
-      await app.listen({ port, host, listenTextResolver: (address) => `model-gateway listening on ${address}` });
+      await app.listen({ port, host, backlog: LISTEN_BACKLOG, listenTextResolver: (address) => `model-gateway listening on ${address}` });
       const address = app.server.address();
       const boundPort = typeof address === 'object' && address !== null ? address.port : port;
       url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;

@@ -11,6 +11,7 @@ import { createGatewayLogger } from '../gateway-logger.js';
 import { GatewayLifecycle } from '../lifecycle.js';
 import { buildApp } from '../server/app.js';
 import { GatewayMetrics } from '../server/metrics.js';
+import { LISTEN_BACKLOG } from '../server/edge-options.js';
 import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../server/rank-stats.js';
 import type { SharedRankStats } from '../server/routes/ranks.js';
 import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
@@ -118,7 +119,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
   });
   const host = opts.host ?? DEFAULT_HOST;
-  await app.listen({ port: opts.port ?? DEFAULT_PORT, host, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
+  await app.listen({ port: opts.port ?? DEFAULT_PORT, host, backlog: LISTEN_BACKLOG, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
   const address2 = app.server.address();
   const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? DEFAULT_PORT);
   process.send?.({ type: 'mgw:listening', url: `http://${host.includes(':') ? `[${host}]` : host}:${port}` } satisfies ControlMessage);

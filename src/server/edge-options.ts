@@ -9,6 +9,11 @@ import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES, type Stre
 
 /** Default bound on receiving one whole request (headers and body): 60 s, then 408 and the connection closed. */
 export const DEFAULT_REQUEST_TIMEOUT_MS = 60_000;
+/**
+ * The HTTP listen socket's accept backlog (connections). Node's default of 511 overflowed when 2000 clients connected
+ * at once (bench:throughput, issue 9: ECONNRESET); the kernel caps it at net.core.somaxconn (4096 on current Linux).
+ */
+export const LISTEN_BACKLOG = 4096;
 /** Node's own bound on receiving the headers (ms); kept unless the request bound is shorter. */
 export const NODE_HEADERS_TIMEOUT_MS = 60_000;
 
