@@ -14,6 +14,7 @@
  */
 import { Decoder, Encoder } from '@msgpack/msgpack';
 import { EngineClientError, type EngineClientErrorKind } from '../engine-client/errors.js';
+import type { ClientStats } from '../engine-client/reports.js';
 import type { FinishReason, GenerateRequest, TokenCandidate } from '../protocols/types.js';
 import type { BackendRankState, BackendStatus } from '../server/backend.js';
 
@@ -47,15 +48,7 @@ export interface WireError {
 }
 
 /** Client-wide counters of one group (the engine client's `ClientStats`, copied). */
-export interface WireStats {
-  decodeErrors: number;
-  abortsSent: number;
-  rankMismatches: number;
-  failures: Record<string, number>;
-  rankDeaths: Record<string, number>;
-  orphanOutputs: number;
-  handshakeRejected: Record<string, number>;
-}
+export type WireStats = Omit<ClientStats, 'handshakeRejected'> & { handshakeRejected: Record<string, number> };
 
 /** One group's state as the router last saw it (what a front's `RemoteBackend` answers from). */
 export interface GroupSnapshot {

@@ -234,25 +234,12 @@ let metricsRequests = 0;
  */
 async function clusterMetrics(routerMetrics: GatewayMetrics, fronts: readonly Worker[]): Promise<{ contentType: string; body: string }> {
   const requestId = `mgw-${process.pid}-${metricsRequests++}`;
-  const workers = fronts.filter((w) => w.isConnected());
-  const replies = await Promise.all(
-    workers.map(
-      (w) =>
-        new Promise<MetricsJson[]>((resolveReply) => {
-          const timer = setTimeout(() => done([]), 5000);
-          function done(v: MetricsJson[]) {
-            clearTimeout(timer);
-            w.off('message', onMessage);
-            resolveReply(v);
-          }
-          function onMessage(m: { type?: string; requestId?: unknown; metrics?: MetricsJson[] }) {
-            if (m?.type === GET_METRICS_RES && m.requestId === requestId) done(m.metrics ?? []);
-          }
-          w.on('message', onMessage);
-          w.once('exit', () => done([]));
-          w.send({ type: GET_METRICS_REQ, requestId });
-        }),
-    ),
+  const replies = await askFronts<MetricsJson[]>(
+    fronts,
+    { type: GET_METRICS_REQ, requestId },
+    (m) => (m?.type === GET_METRICS_RES && m.requestId === requestId ? ((m.metrics as MetricsJson[] | undefined) ?? []) : undefined),
+    5000,
+    [],
   );
   const own = await routerMetrics.registry.getMetricsAsJSON();
   const merged = AggregatorRegistry.aggregate([own, ...replies.flat()]);
@@ -262,25 +249,54 @@ async function clusterMetrics(routerMetrics: GatewayMetrics, fronts: readonly Wo
 /** Every front's per-rank statistics (`RankStatsBook.exportAll`), asked over the cluster channel; 2 s per front. */
 async function clusterRankStats(fronts: readonly Worker[]): Promise<RankStatsExport[]> {
   const reqId = `mgw-rs-${process.pid}-${metricsRequests++}`;
-  const workers = fronts.filter((w) => w.isConnected());
-  const parts = await Promise.all(
-    workers.map(
-      (w) =>
-        new Promise<RankStatsExport[]>((resolvePart) => {
-          const timer = setTimeout(() => done([]), 2000);
-          function done(v: RankStatsExport[]) {
-            clearTimeout(timer);
-            w.off('message', onMessage);
-            resolvePart(v);
-          }
-          function onMessage(m: ControlMessage) {
-            if (m?.type === 'mgw:rank-stats-part' && m.reqId === reqId) done(m.parts);
-          }
-          w.on('message', onMessage);
-          w.once('exit', () => done([]));
-          w.send({ type: 'mgw:rank-stats-req', reqId } satisfies ControlMessage);
-        }),
-    ),
+  const parts = await askFronts<RankStatsExport[]>(
+    fronts,
+    { type: 'mgw:rank-stats-req', reqId } satisfies ControlMessage,
+    (m) => {
+      const c = m as ControlMessage | undefined;
+      return c?.type === 'mgw:rank-stats-part' && c.reqId === reqId ? c.parts : undefined;
+    },
+    2000,
+    [],
   );
   return parts.flat();
+}
+
+/**
+ * Send `request` to every connected front and collect one reply each: the first message for which `reply` returns a
+ * value. A front that exits or does not answer within `timeoutMs` contributes `fallback`. Never rejects.
+ */
+function askFronts<T>(
+  fronts: readonly Worker[],
+  request: object,
+  reply: (m: Record<string, unknown> | undefined) => T | undefined,
+  timeoutMs: number,
+  fallback: T,
+): Promise<T[]> {
+  return Promise.all(
+    fronts
+      .filter((w) => w.isConnected())
+      .map(
+        (w) =>
+          new Promise<T>((resolveReply) => {
+            const timer = setTimeout(() => done(fallback), timeoutMs);
+            function done(v: T) {
+              clearTimeout(timer);
+              w.off('message', onMessage);
+              w.off('exit', onExit);
+              resolveReply(v);
+            }
+            function onMessage(m: Record<string, unknown> | undefined) {
+              const v = reply(m);
+              if (v !== undefined) done(v);
+            }
+            function onExit() {
+              done(fallback);
+            }
+            w.on('message', onMessage);
+            w.once('exit', onExit);
+            w.send(request);
+          }),
+      ),
+  );
 }
