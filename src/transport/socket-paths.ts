@@ -29,8 +29,32 @@ async function lstatOrNull(path: string): Promise<Stats | null> {
   try {
     return await lstat(path);
   } catch (error) {
-    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return null;
+    const code = (error as NodeJS.ErrnoException).code;
+    if (code === 'ENOENT') return null;
+    if (code === 'ENOTDIR') throw new ConfigError(`ipc path ${path}: a component of it is not a directory (ENOTDIR)`);
     throw error;
+  }
+}
+
+/**
+ * Creates `dir` and its missing ancestors one level at a time, each with mode 0700. Not `mkdir({ recursive: true })`:
+ * on Node 20 that never returns for a path under /proc (it retries ENOENT forever). Throws ConfigError naming the
+ * directory that could not be made and the errno code.
+ */
+async function makeSocketDirectory(dir: string): Promise<void> {
+  const missing: string[] = [];
+  for (let d = dir; (await lstatOrNull(d)) === null; d = dirname(d)) {
+    missing.unshift(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of missing) {
+    try {
+      await mkdir(d, { mode: 0o700 });
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code === 'EEXIST') continue;
+      throw new ConfigError(`cannot create the ipc socket directory ${d} (${code ?? String(error)})`);
+    }
   }
 }
 
@@ -110,7 +134,7 @@ async function socketOwner(path: string): Promise<'live' | 'stale' | 'gone'> {
 
 /**
  * Prepares a worker's ipc paths before binding (engine-wire.md section 1.4):
- * 1. Socket directory = parent of `<P>`, inspected with lstat. Missing: created recursively with mode 0700 (set at
+ * 1. Socket directory = parent of `<P>`, inspected with lstat. Missing: created level by level with mode 0700 (set at
  *    creation). Present: must be a directory (not a symlink) owned by the effective uid and not writable by group or
  *    others; an existing directory's permissions are never changed.
  * 2. For the input and output socket paths: absent is fine; a Unix socket is probed with a connect: a live owner
@@ -126,7 +150,7 @@ export async function prepareSocketPaths(endpoints: EngineEndpoints, log: Minima
   const dir = dirname(endpoints.ipcPath);
   let dirStats = await lstatOrNull(dir);
   if (dirStats === null) {
-    await mkdir(dir, { recursive: true, mode: 0o700 });
+    await makeSocketDirectory(dir);
     log.info({ workerUrl, dir }, 'created ipc socket directory (mode 0700)');
     dirStats = await lstat(dir);
   }

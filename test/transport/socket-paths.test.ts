@@ -226,3 +226,23 @@ test('removeOwnSocketFiles removes the bound files, but not one replaced since (
     await cleanup();
   }
 });
+
+test('a socket directory below a regular file is a ConfigError naming the path (ENOTDIR), not a raw fs error', async () => {
+  const { dir, cleanup } = await freshDir();
+  try {
+    await writeFile(join(dir, 'f'), '');
+    await assert.rejects(
+      prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'f', 'sub', 'w')}`)),
+      (e: unknown) => e instanceof ConfigError && e.message.includes(join(dir, 'f')) && /ENOTDIR/.test(e.message),
+    );
+  } finally {
+    await cleanup();
+  }
+});
+
+test('a socket directory that cannot be created (under /proc) is a ConfigError, and returns (Node 20 recursive mkdir never does)', { skip: process.platform !== 'linux' && 'needs /proc', timeout: 10_000 }, async () => {
+  await assert.rejects(
+    prepareSocketPaths(deriveEndpoints('ipc:///proc/model-gateway-nope/sub/w')),
+    (e: unknown) => e instanceof ConfigError && /cannot create the ipc socket directory \/proc\/model-gateway-nope \(ENOENT\)/.test(e.message),
+  );
+});
