@@ -566,8 +566,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     }
     const slots = groups.reduce((sum, g) => sum + g.spec.dpSize, 0);
     logger.info(
-      { url, servedModelNames, groups: groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, dpSize: g.spec.dpSize })) },
-      `serving model '${modelId}' with ${slots} DP rank slot(s) in ${groups.length} engine group(s): ranks join as they dial in, ` +
+      { url, servedModelNames, dpPolicy: dpPolicyName, groups: groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, dpSize: g.spec.dpSize })) },
+      `serving model '${modelId}' with ${slots} DP rank slot(s) in ${groups.length} engine group(s), DP policy '${dpPolicyName}': ranks join as they dial in, ` +
         `/ready turns 200 once a group can serve; dashboard ${url}/dashboard`,
     );
     if (opts.waitForRanks ?? true) {

@@ -54,13 +54,17 @@ test('startGateway refuses an unknown policy and oracle without a source before 
 });
 
 test('startGateway gives every group its own instance of the chosen policy', async () => {
+  const lines: Array<{ msg: string; dpPolicy?: string }> = [];
   const gateway = await startGateway({
     groups: [{ sim: 1 }, { sim: 1 }],
     port: 0,
-    logger: pino({ level: 'silent' }),
+    logger: pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) }),
     dpPolicy: 'load_no_clamp',
   });
   try {
+    const serving = lines.find((l) => l.msg.startsWith('serving model'));
+    assert.equal(serving?.dpPolicy, 'load_no_clamp', 'the startup line names the policy');
+    assert.match(serving?.msg ?? '', /DP policy 'load_no_clamp'/);
     const policies = gateway.groups.map((g) => g.client.policy);
     assert.deepEqual(policies.map((p) => p.name), ['load_no_clamp', 'load_no_clamp']);
     assert.equal(policies[0]!.releaseClamp, false);
