@@ -25,6 +25,10 @@ test('a front SIGKILLed mid-stream: its requests are aborted at the engines, the
     await waitUntil(() => streams.every((s) => s.text().includes('data: {')), 'both streams streaming');
     const fronts = g.fronts();
     assert.equal(fronts.length, 2);
+    // Kill the front serving the first stream (connections need not alternate between fronts under load).
+    const victim = g.frontServing(streams[0]!);
+    assert.ok(victim !== null && fronts.includes(victim), `the front serving stream 0 among ${fronts.join(',')}: ${victim}`);
+    fronts.sort((a, b) => (a === victim ? -1 : b === victim ? 1 : 0));
     process.kill(fronts[0]!, 'SIGKILL');
     // The killed front's streams break; the router aborts their engine requests.
     const broken = await hangGuard(Promise.race(streams.map((s) => s.done)), 20_000, 'a stream of the killed front breaking');

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { readFileSync, rmSync } from 'node:fs';
+import { readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -56,6 +56,8 @@ export interface Answer {
 /** A streamed completion on a fresh connection: its SSE text so far, how it ended, and a way to disconnect. */
 export interface OpenStream {
   text(): string;
+  /** The client side's local TCP port (0 before the socket connected). */
+  localPort(): number;
   /** Resolves once the response ended: `error` for a connection that broke (reset, front killed). */
   done: Promise<{ status: number; finished: boolean; error: string | null }>;
   destroy(): void;
@@ -180,12 +182,53 @@ export class WorkersGateway {
     req.end(JSON.stringify({ ...body, stream: true }));
     return {
       text: () => text,
+      localPort: () => req.socket?.localPort ?? 0,
       done,
       destroy: () => {
         destroyed = true;
         req.destroy();
       },
     };
+  }
+
+  /**
+   * The pid of the front that holds the server side of `stream`'s connection: the socket inode of the /proc/net/tcp
+   * entry from the gateway's port to the stream's local port, looked up in each front's fds (node:cluster hands
+   * connections out round robin among the fronts that are free, so under load two connections can share a front).
+   * Null when none holds it (yet).
+   */
+  frontServing(stream: OpenStream): number | null {
+    const hex = (n: number) => n.toString(16).toUpperCase().padStart(4, '0');
+    const want = `:${hex(this.port)}`;
+    const peer = `:${hex(stream.localPort())}`;
+    let inode: string | null = null;
+    for (const table of ['/proc/net/tcp', '/proc/net/tcp6']) {
+      let rows: string[] = [];
+      try {
+        rows = readFileSync(table, 'utf8').split('\n').slice(1);
+      } catch {
+        continue;
+      }
+      for (const row of rows) {
+        const f = row.trim().split(/\s+/);
+        if (f.length > 9 && f[1]!.endsWith(want) && f[2]!.endsWith(peer)) inode = f[9]!;
+      }
+    }
+    if (inode === null) return null;
+    for (const pid of this.fronts()) {
+      try {
+        if (readdirSync(`/proc/${pid}/fd`).some((fd) => {
+          try {
+            return readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`;
+          } catch {
+            return false;
+          }
+        })) return pid;
+      } catch {
+        // the front exited meanwhile
+      }
+    }
+    return null;
   }
 
   /** Total in-flight requests over every rank, as a front reports it (`/v1/gateway/ranks`, read from the router). */
