@@ -144,6 +144,14 @@ describe('POST /v1/responses', () => {
     assert.deepEqual(r.incomplete_details, { reason: 'max_output_tokens' });
     const stream = parseEvents((await post({ input: 'Go', max_output_tokens: 2, stream: true })).payload);
     assert.equal(stream.at(-1)!.type, 'response.incomplete');
+    // The message cut by the limit is itself `incomplete`, as in OpenAI's API: in the object, in the stream's
+    // output_item.done and in the final response event.
+    assert.equal(r.output[0].status, 'incomplete', JSON.stringify(r.output));
+    const itemDone = stream.find((e) => e.type === 'response.output_item.done') as { item: { status: string } } | undefined;
+    assert.equal(itemDone?.item.status, 'incomplete');
+    assert.equal((stream.at(-1) as { response: { output: Array<{ status: string }> } }).response.output[0]!.status, 'incomplete');
+    answer('Whole', 'stop');
+    assert.equal((await post({ input: 'Go' })).json().output[0].status, 'completed');
     const cases: Array<[Record<string, unknown>, string]> = [
       [{ input: 'x', tools: [{ type: 'web_search' }] }, 'tools[0].type'],
       [{ input: 'x', background: true }, 'background'],

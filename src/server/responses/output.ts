@@ -63,6 +63,9 @@ function textLogprobs(rendered: Record<string, unknown> | null): unknown[] {
 }
 
 /** Streamed-or-not output under construction: the items in output order, with their ids. */
+/** How an output item ends: whole, or cut by the token limit (OpenAI's item status). */
+type DoneStatus = 'completed' | 'incomplete';
+
 class OutputItems {
   readonly items: Item[] = [];
   reasoning: Item | null = null;
@@ -107,26 +110,26 @@ class OutputItems {
     this.messageLogprobs.push(...logprobs);
   }
 
-  /** The reasoning item as completed. */
-  doneReasoning(): Item {
+  /** The reasoning item as done (`completed`, or `incomplete` when the response ran out of tokens in it). */
+  doneReasoning(status: DoneStatus = 'completed'): Item {
     const r = this.reasoning!;
     r.content = [{ type: 'reasoning_text', text: this.reasoningText }];
-    r.status = 'completed';
+    r.status = status;
     return r;
   }
 
-  /** The text part and the message item as completed. */
-  doneMessage(): { part: Item; item: Item } {
+  /** The text part and the message item as done (`incomplete` when the response ran out of tokens in it, as OpenAI's). */
+  doneMessage(status: DoneStatus = 'completed'): { part: Item; item: Item } {
     const m = this.message!;
     const part = { type: 'output_text', text: this.messageText, annotations: [], logprobs: this.messageLogprobs };
     m.content = [part];
-    m.status = 'completed';
+    m.status = status;
     return { part, item: m };
   }
 
-  doneCall(index: number): Item {
+  doneCall(index: number, status: DoneStatus = 'completed'): Item {
     const c = this.calls.get(index)!;
-    c.status = 'completed';
+    c.status = status;
     return c;
   }
 
@@ -138,7 +141,7 @@ class OutputItems {
       this.addReasoning(delta.reasoning);
       on.reasoningDelta(r.item, delta.reasoning);
     }
-    if ((delta.content !== '' || delta.toolCalls.length > 0) && this.reasoning !== null && this.reasoning.status !== 'completed') {
+    if ((delta.content !== '' || delta.toolCalls.length > 0) && this.reasoning !== null && this.reasoning.status === 'in_progress') {
       on.reasoningDone(this.doneReasoning());
     }
     if (delta.content !== '') {
@@ -160,14 +163,14 @@ class OutputItems {
     }
   }
 
-  /** Close every open item in output order. */
-  closeAll(on: CloseHooks): void {
-    if (this.reasoning !== null && this.reasoning.status !== 'completed') on.reasoningDone(this.doneReasoning());
+  /** Close every open item in output order, with `status` (`incomplete` when generation stopped at the token limit). */
+  closeAll(on: CloseHooks, status: DoneStatus = 'completed'): void {
+    if (this.reasoning !== null && this.reasoning.status === 'in_progress') on.reasoningDone(this.doneReasoning(status));
     for (const item of this.items) {
-      if (item === this.message && item.status !== 'completed') on.messageDone(this.doneMessage());
-      else if (item.type === 'function_call' && item.status !== 'completed') {
+      if (item === this.message && item.status === 'in_progress') on.messageDone(this.doneMessage(status));
+      else if (item.type === 'function_call' && item.status === 'in_progress') {
         const index = [...this.calls.entries()].find(([, v]) => v === item)![0];
-        on.callDone(this.doneCall(index));
+        on.callDone(this.doneCall(index, status));
       }
     }
   }
@@ -211,7 +214,7 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
     store: stored,
     ...info.echo,
   });
-  const finalStatus = (results: readonly ChoiceResult[]) => (results[0]?.finishReason === 'length' ? 'incomplete' : 'completed');
+  const finalStatus = (results: readonly ChoiceResult[]): DoneStatus => (results[0]?.finishReason === 'length' ? 'incomplete' : 'completed');
   const keep = (response: Record<string, unknown>, output: Item[]) => {
     if (stored) info.store.put(response.id as string, { response, inputItems: info.inputItems, outputItems: output });
   };
@@ -235,7 +238,7 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
         reasoningOpened: none, reasoningDelta: none, reasoningDone: none, messageOpened: none, textDelta: none, callOpened: none, argumentsDelta: none,
       });
       if (out.items.length === 0) out.openMessage();
-      out.closeAll({ reasoningDone: none, messageDone: none, callDone: none });
+      out.closeAll({ reasoningDone: none, messageDone: none, callDone: none }, finalStatus(results));
       const response = responseObject(base, finalStatus(results), out.items, usage);
       keep(response, out.items);
       return response;
@@ -288,14 +291,14 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
           ev('response.in_progress', { response: responseObject(base, 'in_progress', [], null) }),
         ],
         delta: (_index, delta, logprobs) => apply(delta, logprobs),
-        finish: (_index, delta, _result, logprobs) => {
+        finish: (_index, delta, result, logprobs) => {
           const events = apply(delta, logprobs);
           if (out.items.length === 0) {
             const m = out.openMessage().item;
             events.push(ev('response.output_item.added', { output_index: out.indexOf(m), item: { ...m } }));
             events.push(ev('response.content_part.added', { ...itemRef(m), content_index: 0, part: { type: 'output_text', text: '', annotations: [] } }));
           }
-          out.closeAll(close(events));
+          out.closeAll(close(events), finalStatus([result]));
           return events;
         },
         closing: (usage, results) => {
