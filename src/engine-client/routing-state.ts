@@ -189,7 +189,7 @@ export class RoutingState {
     for (const id of ids) {
       if (!set.delete(id)) continue;
       released += 1;
-      this.rates.ended([id]);
+      this.rates.end(id);
     }
     if (released > 0) this.extrasOf(rank).releasedSinceReport += released;
     if (set.size !== 0 || !clamp) return false;

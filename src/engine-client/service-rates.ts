@@ -101,9 +101,9 @@ export class ServiceRates {
     }
   }
 
-  /** The requests left this client's in-flight sets (any retirement path): forget them. */
-  ended(requestIds: Iterable<string>): void {
-    for (const id of requestIds) this.pending.delete(id);
+  /** A request left this client's in-flight sets (any retirement path): forget it. */
+  end(requestId: string): void {
+    this.pending.delete(requestId);
   }
 
   /** Every in-flight request is gone (fail_all, close). Rates are kept. */

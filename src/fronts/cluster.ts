@@ -16,7 +16,7 @@
  * SIGINT/SIGTERM/SIGHUP themselves (a signal to the process group reaches them too) and exit when the primary goes.
  */
 import cluster, { type Worker } from 'node:cluster';
-import { mkdirSync } from 'node:fs';
+import { mkdirSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { AggregatorRegistry, Counter } from 'prom-client';
@@ -189,6 +189,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     closing ??= (async () => {
       await stopFronts();
       service.close();
+      rmSync(address.slice('ipc://'.length), { force: true }); // the channel's socket file (libzmq leaves it)
       await gateway.close();
     })();
     return closing;
@@ -219,6 +220,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     },
     emergencyStop(): void {
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
+      rmSync(address.slice('ipc://'.length), { force: true });
       gateway.emergencyStop();
     },
   };

@@ -486,6 +486,7 @@ export async function serveGeneration(
   // A client that kept its stream's buffer full past the stall timeout (sse.ts): ABORT its engine requests, close.
   const endStalled = (err: ClientStalledError) => {
     for (const s of streams) s.cancel();
+    countAborted(); // the engine requests end as aborts, as for a disconnect
     count(499, 'cancelled');
     request.log.info(
       { requestId, stalledMs: err.stalledMs, bufferedBytes: err.bufferedBytes },

@@ -7,6 +7,7 @@
  * (every front drains, the streams finish, exit 0). A front killed mid-stream is workers-faults.test.ts. Every request uses a fresh connection (workers-helpers.ts), so
  * consecutive requests land on alternate fronts. Nothing asserts a duration.
  */
+import { existsSync } from 'node:fs';
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { hangGuard } from '../helpers/async.js';
@@ -134,4 +135,6 @@ test('SIGTERM with streams live: /ready 503 on every front, new requests 503, th
   for (const s of streams) assert.ok(s.text().includes('"finish_reason":"length"'), 'finished normally');
   const [code, signal] = await hangGuard(g.exited, 30_000, 'gateway exit');
   assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.errors);
+  assert.ok(g.channelFile !== null, 'the listening line names the channel');
+  assert.equal(existsSync(g.channelFile), false, `the channel socket ${g.channelFile} is removed on shutdown`);
 });

@@ -79,7 +79,8 @@ test('output length per rank from terminal rows; every retirement path forgets t
   r.dispatched(0, 'b', 10, 0);
   r.dispatched(0, 'c', 10, 0);
   r.dispatched(1, 'd', 10, 0);
-  r.ended(['b', 'unknown']);
+  r.end('b');
+  r.end('unknown');
   assert.equal(r.trackedRequests, 2);
   r.observe(0, [out('b', 1, { finish: true })], 3);
   assert.equal(r.view(0).outputTokens, 10, 'a released request leaves no sample');

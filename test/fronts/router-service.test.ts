@@ -184,7 +184,11 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   assert.deepEqual(remote.rankStates().map((r) => [r.inFlight, r.state]), [[4, 'ready'], [0, 'dead']]);
   const joined: Array<[number | null, boolean]> = [];
   remote.on('joined', (engine, rejoin) => joined.push([engine.engineIndex, rejoin]));
+  const other = new RemoteBackend(b, 0);
+  const joinedB: Array<[number | null, boolean]> = [];
+  other.on('joined', (engine, rejoin) => joinedB.push([engine.engineIndex, rejoin]));
   backend.emitJoined(1, true);
-  await until(() => joined.length === 1, 'the join reached the front');
+  await until(() => joined.length === 1 && joinedB.length === 1, 'the join reached both fronts');
   assert.deepEqual(joined, [[1, true]]);
+  assert.deepEqual(joinedB, [[1, true]], 'broadcast, not only to one front');
 });

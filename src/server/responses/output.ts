@@ -62,9 +62,10 @@ function textLogprobs(rendered: Record<string, unknown> | null): unknown[] {
   return rendered === null ? [] : ((rendered.content as unknown[] | undefined) ?? []);
 }
 
-/** Streamed-or-not output under construction: the items in output order, with their ids. */
 /** How an output item ends: whole, or cut by the token limit (OpenAI's item status). */
 type DoneStatus = 'completed' | 'incomplete';
+
+/** Streamed-or-not output under construction: the items in output order, with their ids. */
 
 class OutputItems {
   readonly items: Item[] = [];
