@@ -188,6 +188,9 @@ a key of --config FILE; precedence: flag > environment > file):
   --workers N|auto         HTTP front processes sharing the port, with one router process owning the engines and
                            the routing state (README "Several cores: --workers"; default ${DEFAULT_WORKERS}: one process;
                            auto = cores − 1, at most ${MAX_AUTO_WORKERS})
+  --exit-with-parent       Stop at once (simulated ranks killed, socket files removed) when stdin closes, i.e. when
+                           the process that spawned the gateway is gone (test harnesses, supervisors without
+                           process groups); a flag only
 
 HTTP edge (README "Security and limits"):
   --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize (repeatable: any of
@@ -447,6 +450,7 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         'client-stall-timeout-ms': { type: 'string' },
         'request-timeout-ms': { type: 'string' },
         workers: { type: 'string' },
+        'exit-with-parent': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
   } as const satisfies Record<string, OptionSpec>;
   let layered;
@@ -482,7 +486,7 @@ export interface ServeArgSources {
 }
 
 /** Options that are flags only, never environment variables or config keys. */
-const FLAG_ONLY = new Set(['help', 'version', 'config']);
+const FLAG_ONLY = new Set(['help', 'version', 'config', 'exit-with-parent']);
 /** Flags that take several space-separated values, as vLLM's (`--served-model-name a b`). */
 const SPACE_SEPARATED = new Set(['served-model-name']);
 
@@ -695,6 +699,27 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   // A closed terminal (or the end of a shell job) sends SIGHUP to the process group: shut down cleanly as for SIGTERM,
   // instead of Node's default of dying at once and leaving the simulated worker's socket files behind.
   process.on('SIGHUP', onSignal);
+  // --exit-with-parent: the stdin pipe from the spawning process closes when that process dies, even by SIGKILL.
+  // Stop as for a second signal (synchronous teardown); during startup, right after it.
+  let parentGone = false;
+  const onParentGone = () => {
+    parentGone = true;
+    if (gateway === null) return;
+    gateway.emergencyStop();
+    process.stderr.write('model-gateway: stdin closed (--exit-with-parent): the parent is gone; simulated ranks killed, exiting now\n');
+    process.exit(1);
+  };
+  if (argv.includes('--exit-with-parent')) {
+    process.stdin.once('end', onParentGone);
+    process.stdin.once('error', onParentGone);
+    process.stdin.resume();
+    // A read stdin keeps the event loop alive: let go of it once the gateway has stopped.
+    void exit.then(() => {
+      process.stdin.off('end', onParentGone);
+      process.stdin.off('error', onParentGone);
+      process.stdin.destroy();
+    });
+  }
   try {
     gateway = (opts.workers ?? DEFAULT_WORKERS) > 1
       ? await startClusterGateway(opts, opts.workers!)
@@ -704,8 +729,10 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
       process.off('SIGHUP', onSignal);
+      resolveExit(1); // the start failed: let go of stdin (--exit-with-parent)
     }
   }
+  if (parentGone) onParentGone();
   if (firstSignal !== null) {
     process.stderr.write(`model-gateway: ${firstSignal} during startup: shutting down\n`);
     void stop(gateway);

@@ -8,8 +8,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import type { RunningGateway } from '../../src/gateway.js';
-import { openaiClient, startSimGateway } from '../helpers/gateway.js';
+import { openaiClient } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 const WEATHER_TOOL: OpenAI.Chat.Completions.ChatCompletionTool = {
   type: 'function',
@@ -21,11 +21,11 @@ const WEATHER_TOOL: OpenAI.Chat.Completions.ChatCompletionTool = {
 };
 
 describe('chat messages, tools and template options via the openai SDK', () => {
-  let gateway: RunningGateway;
+  let gateway: TestGateway;
   let client: OpenAI;
 
   before(async () => {
-    gateway = await startSimGateway({ sim: 2 });
+    gateway = await startTestGateway({ sim: 2 });
     client = openaiClient(gateway);
   });
   after(() => gateway?.close());

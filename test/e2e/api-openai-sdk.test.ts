@@ -7,16 +7,16 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import type { RunningGateway } from '../../src/gateway.js';
-import { openaiClient, startSimGateway } from '../helpers/gateway.js';
+import { openaiClient } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 for (const engine of ['tokenspeed', 'vllm'] as const) {
   describe(`issue #4 parameters via the openai SDK (${engine} sim)`, () => {
-    let gateway: RunningGateway;
+    let gateway: TestGateway;
     let client: OpenAI;
 
     before(async () => {
-      gateway = await startSimGateway({ engine, sim: 2 });
+      gateway = await startTestGateway({ engine, sim: 2 });
       client = openaiClient(gateway);
     });
     after(() => gateway?.close());

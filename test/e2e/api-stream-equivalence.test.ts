@@ -8,18 +8,17 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { RunningGateway } from '../../src/gateway.js';
-import { startSimGateway } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 import { parseSse } from '../server/helpers.js';
 import { checkMinTokensStops } from './min-tokens-helpers.js';
 
 const PROMPTS = ['Tell me a story 🐉 about 龍 and 🎉.', '你好，请介绍一下你自己。😀', 'Plain ASCII prompt.'];
 
 describe('streaming == non-streaming through startGateway({ sim: 2 })', () => {
-  let gateway: RunningGateway;
+  let gateway: TestGateway;
 
   before(async () => {
-    gateway = await startSimGateway({ sim: 2 });
+    gateway = await startTestGateway({ sim: 2 });
   });
   after(() => gateway?.close());
 

@@ -15,7 +15,6 @@ import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { generateObject, generateText, stepCountIs, streamText, tool } from 'ai';
 import OpenAI from 'openai';
 import { z } from 'zod';
-import type { RunningGateway } from '../../src/gateway.js';
 
 /** The weather tool every scenario offers (zod for the AI SDK and LangChain, JSON schema for the openai SDK). */
 const cityInput = z.object({ city: z.string().describe('City name') });
@@ -31,7 +30,7 @@ const Recipe = z.object({
 });
 
 /** Register the scenarios in the calling `describe`; `gateway()` returns the started gateway (read inside tests). */
-export function clientScenarios(gateway: () => RunningGateway, model: string, opts: { reasoning: boolean }): void {
+export function clientScenarios(gateway: () => { url: string }, model: string, opts: { reasoning: boolean }): void {
   const baseURL = () => `${gateway().url}/v1`;
 
   test('LangChain: bindTools returns tool_calls; withStructuredOutput returns a parsed object; streamed tool chunks', async () => {

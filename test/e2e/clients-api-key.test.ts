@@ -6,19 +6,18 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { RunningGateway } from '../../src/gateway.js';
 import { allChatClients, type ChatAsk } from '../helpers/clients.js';
-import { startSimGateway } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 const KEY = 'sk-gateway-test-key';
 const ASK: ChatAsk = { model: 'sim', content: 'Tell me something about rivers.', maxTokens: 24, seed: 11 };
 
 describe('third-party clients with an API key', () => {
-  let gateway: RunningGateway;
+  let gateway: TestGateway;
   let reference: string;
 
   before(async () => {
-    gateway = await startSimGateway({ sim: 2, edge: { apiKeys: [KEY] } });
+    gateway = await startTestGateway({ sim: 2, edge: { apiKeys: [KEY] } });
     // What the gateway answers a plain request with the key: the reply every client must read unchanged.
     const res = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',

@@ -4,16 +4,15 @@
  * SDK. TokenSpeed carries the constraints as `json_schema` / `regex` (engine-wire.md 4.4).
  */
 import { after, before, describe } from 'node:test';
-import type { RunningGateway } from '../../src/gateway.js';
-import { startSimGateway } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 import { clientScenarios } from './client-scenarios.js';
 
 const MODEL = 'sim-qwen3';
 
 describe('real clients against simulated TokenSpeed ranks', () => {
-  let gateway: RunningGateway;
+  let gateway: TestGateway;
   before(async () => {
-    gateway = await startSimGateway({ modelId: MODEL, engine: 'tokenspeed', sim: 2 });
+    gateway = await startTestGateway({ modelId: MODEL, engine: 'tokenspeed', sim: 2 });
   });
   after(() => gateway?.close());
   clientScenarios(() => gateway, MODEL, { reasoning: false });

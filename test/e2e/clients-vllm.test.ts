@@ -4,16 +4,15 @@
  * constraints in `structured_outputs` (engine-wire.md 5.3).
  */
 import { after, before, describe } from 'node:test';
-import type { RunningGateway } from '../../src/gateway.js';
-import { startSimGateway } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 import { clientScenarios } from './client-scenarios.js';
 
 const MODEL = 'sim-qwen3';
 
 describe('real clients against simulated vLLM ranks that reason', () => {
-  let gateway: RunningGateway;
+  let gateway: TestGateway;
   before(async () => {
-    gateway = await startSimGateway({
+    gateway = await startTestGateway({
       modelId: MODEL,
       engine: 'vllm',
       sim: 2,

@@ -2,24 +2,29 @@
  * End to end, graceful drain of `model-gateway serve` on SIGTERM (issue #8 part 6; src/lifecycle.ts, src/cli.ts): the
  * CLI runs 2 simulated ranks; with streams live, SIGTERM turns /ready to 503 `draining` at once, new requests get 503
  * with Retry-After, the live streams shorter than `--shutdown-grace-ms` finish with their normal finish reason, and
- * the process exits 0 with its socket files removed (a grace shorter than the streams: serve-at-once.test.ts).
+ * the process exits 0 with its socket files removed (a grace shorter than the streams: serve-at-once.test.ts). With
+ * GATEWAY_TEST_WORKERS=N every gateway here is `serve --workers N` (test/helpers/test-gateway.ts). Also
+ * `--exit-with-parent`: the gateway stops, ranks and socket files gone, when its stdin (the pipe from its parent) closes.
  * Nothing asserts a duration.
  */
 import assert from 'node:assert/strict';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
-import { existsSync, rmSync } from 'node:fs';
+import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { hangGuard } from '../helpers/async.js';
 import { freePort } from '../helpers/net.js';
-import { alive, simRanksOf } from '../helpers/processes.js';
+import { alive, simRanksOf, waitAllGone } from '../helpers/processes.js';
+import { testWorkers } from '../helpers/test-gateway.js';
 import { sendCompletion } from './failure-helpers.js';
 import { waitUntil } from './spread-helpers.js';
 
 const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 const MODEL = 'sim';
+const WORKERS = testWorkers();
+const WORKER_ARGS = WORKERS > 1 ? ['--workers', String(WORKERS)] : [];
 
 /**
  * `model-gateway serve --sim 2` (or `groupArgs`) on a free port with `extra` flags; resolves once `/ready` answers
@@ -29,12 +34,13 @@ async function startCli(
   extra: string[],
   groupArgs = ['--sim', '2', '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent'],
   readyStatus = 200,
+  stdin: 'ignore' | 'pipe' = 'ignore',
 ): Promise<{ gw: ChildProcess; url: string; exited: Promise<unknown[]>; socketFiles: string[]; ranks: number[]; cleanup(): void }> {
   const port = await freePort();
   const gw = spawn(
     process.execPath,
-    ['--import', 'tsx', cliPath, 'serve', '--port', String(port), '--model', MODEL, '--log-level', 'info', ...groupArgs, ...extra],
-    { stdio: ['ignore', 'pipe', 'pipe'] },
+    ['--import', 'tsx', cliPath, 'serve', ...WORKER_ARGS, '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json', ...groupArgs, ...extra],
+    { stdio: [stdin, 'pipe', 'pipe'] },
   );
   const exited = once(gw, 'exit');
   const socketFiles: string[] = [];
@@ -121,5 +127,22 @@ test('Ctrl-C while ranks are still joining: the gateway exits 0 and leaves no so
   } finally {
     g.cleanup();
     await d.cleanup();
+  }
+});
+
+test('--exit-with-parent: when the pipe from the parent closes (the parent died), the gateway stops with its ranks and socket files', { timeout: 60_000 }, async () => {
+  const g = await startCli(['--exit-with-parent'], undefined, 200, 'pipe');
+  try {
+    assert.equal(g.ranks.length, 2);
+    await waitUntil(() => g.socketFiles.length === 2, 'socket files logged');
+    // Every child (the ranks; with --workers N the fronts too).
+    const children = readFileSync(`/proc/${g.gw.pid}/task/${g.gw.pid}/children`, 'utf8').trim().split(/\s+/).map(Number);
+    assert.ok(children.length >= 2 + (WORKERS > 1 ? WORKERS : 0), `children: ${children.join(',')}`);
+    g.gw.stdin!.end(); // what the kernel does to the pipe when the parent exits, even by SIGKILL
+    await hangGuard(g.exited, 30_000, 'gateway exit');
+    await hangGuard(waitAllGone(children), 15_000, 'every child gone');
+    assert.deepEqual(g.socketFiles.filter((f) => existsSync(f)), [], 'socket files removed');
+  } finally {
+    g.cleanup();
   }
 });

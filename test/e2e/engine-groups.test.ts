@@ -9,21 +9,22 @@
  * Determinism: the long requests use `ignore_eos` and a 20 000-token limit, so none finishes during the test; while a
  * rank holds only requests this gateway routed, its report never exceeds the client's own in-flight count, so the
  * group choice (lowest best-rank score, src/server/groups.ts) only depends on dispatch counts. Timing appears only in
- * hang guards and in the diagnostics (how long the failed requests took to end).
+ * hang guards and in the diagnostics (how long the failed requests took to end). Runs in-process or against
+ * `serve --workers N` (GATEWAY_TEST_WORKERS; test/helpers/test-gateway.ts), read over HTTP; the engine client's request
+ * registry is checked in-process only (no endpoint shows it).
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { pino } from 'pino';
-import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
-import { openStream, waitUntil, type CompletionBody, type HeldStream } from './spread-helpers.js';
+import { waitFor } from '../helpers/async.js';
+import { waitAllGone } from '../helpers/processes.js';
+import { startTestGateway, type TestGateway, type TestGroup } from '../helpers/test-gateway.js';
+import { openStream, type CompletionBody, type HeldStream } from './spread-helpers.js';
 
 const MODEL = 'sim-qwen3';
 const LONG: CompletionBody = { model: MODEL, prompt: 'Tell me a very long story.', max_tokens: 20_000, ignore_eos: true };
 const SHORT: CompletionBody = { model: MODEL, prompt: 'Say a few words.', max_tokens: 6, ignore_eos: true };
 const TIMEOUT = { timeout: 120_000 };
 
-const inFlight = (g: RunningGroup): number[] => g.client.rankStates().map((r) => r.inFlight);
-const dispatched = (g: RunningGroup): number => g.client.rankStates().reduce((n, r) => n + r.dispatchedUnpinned + r.dispatchedPinned, 0);
 
 /** `/metrics` sample lines of `name` (without the name), e.g. `{model="m",worker="ipc://…",engine="vllm"} 1`. */
 async function scrape(url: string, name: string): Promise<string[]> {
@@ -32,9 +33,16 @@ async function scrape(url: string, name: string): Promise<string[]> {
 }
 
 describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fails', () => {
-  let gateway: RunningGateway;
-  let tokenspeed: RunningGroup;
-  let vllm: RunningGroup;
+  let gateway: TestGateway;
+  let tokenspeed: TestGroup;
+  let vllm: TestGroup;
+  /** Group `g`'s ranks (0 TokenSpeed, 1 vLLM) in /v1/gateway/ranks. */
+  const inFlight = async (g: 0 | 1): Promise<number[]> => (await gateway.rankStates(g)).map((r) => r.in_flight);
+  const dispatched = async (g: 0 | 1): Promise<number> => (await gateway.rankStates(g)).reduce((n, r) => n + r.dispatched_unpinned + r.dispatched_pinned, 0);
+  /** The engine client's registry of group `g` is empty (in-process only: no endpoint shows the registry). */
+  const assertNoneRegistered = (g: 0 | 1, what: string): void => {
+    if (gateway.inProcess !== null) assert.equal(gateway.inProcess.groups[g]!.client.registeredCount, 0, what);
+  };
   const opened: HeldStream[] = [];
   const open = async (body: CompletionBody): Promise<HeldStream> => {
     const s = await openStream(gateway.url, body);
@@ -44,16 +52,14 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
   };
 
   before(async () => {
-    gateway = await startGateway({
-      port: 0,
-      logger: pino({ level: 'silent' }),
+    gateway = await startTestGateway({
       modelId: MODEL,
       groups: [
         { engine: 'tokenspeed', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'] },
         { engine: 'vllm', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'] },
       ],
     });
-    [tokenspeed, vllm] = gateway.groups as [RunningGroup, RunningGroup];
+    [tokenspeed, vllm] = (await gateway.groups()) as [TestGroup, TestGroup];
     assert.equal(tokenspeed.engine, 'tokenspeed');
     assert.equal(vllm.engine, 'vllm');
     assert.notEqual(tokenspeed.worker, vllm.worker);
@@ -68,8 +74,9 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
   test('both groups serve; /health lists both as ok', TIMEOUT, async () => {
     const outcomes = await Promise.all([0, 1, 2, 3].map(async () => (await open(SHORT)).done));
     for (const o of outcomes) assert.ok(o.completed && o.finishReason === 'length' && o.text.length > 0, JSON.stringify(o));
-    assert.ok(dispatched(tokenspeed) > 0 && dispatched(vllm) > 0, `both groups served: ${dispatched(tokenspeed)}/${dispatched(vllm)}`);
-    await waitUntil(() => [...inFlight(tokenspeed), ...inFlight(vllm)].every((n) => n === 0), 'in-flight sets empty');
+    const served = [await dispatched(0), await dispatched(1)];
+    assert.ok(served[0]! > 0 && served[1]! > 0, `both groups served: ${served.join('/')}`);
+    await waitFor(async () => [...(await inFlight(0)), ...(await inFlight(1))].every((n) => n === 0), 'in-flight sets empty', 20_000);
     const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200);
     const body = (await health.json()) as { status: string; groups: { worker: string; engine: string; alive: boolean; message: string }[] };
@@ -83,24 +90,26 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
   test('SIGTERM of every TokenSpeed rank: its requests end with an error, the vLLM group keeps serving', TIMEOUT, async (t) => {
     // Four long requests: the lowest best-rank score spreads them one per rank (a group holding one request per
     // rank scores 1, an idle group 0).
-    const tsBefore = dispatched(tokenspeed);
-    const vlBefore = dispatched(vllm);
+    const tsBefore = await dispatched(0);
+    const vlBefore = await dispatched(1);
     const streams: HeldStream[] = [];
     for (let i = 0; i < 4; i++) streams.push(await open(LONG));
-    assert.deepEqual(inFlight(tokenspeed), [1, 1], 'one request per TokenSpeed rank');
-    assert.deepEqual(inFlight(vllm), [1, 1], 'one request per vLLM rank');
-    assert.equal(dispatched(tokenspeed) - tsBefore, 2);
-    assert.equal(dispatched(vllm) - vlBefore, 2);
+    assert.deepEqual(await inFlight(0), [1, 1], 'one request per TokenSpeed rank');
+    assert.deepEqual(await inFlight(1), [1, 1], 'one request per vLLM rank');
+    assert.equal((await dispatched(0)) - tsBefore, 2);
+    assert.equal((await dispatched(1)) - vlBefore, 2);
     // Which stream went where is not visible over HTTP: the two that end when the TokenSpeed group dies were its own.
 
     const killedAt = performance.now();
     const endedAt = new Map<HeldStream, number>();
     for (const s of streams) void s.done.then(() => endedAt.set(s, performance.now()));
-    for (const r of tokenspeed.sims!.ranks) r.child.kill('SIGTERM');
-    await Promise.all(tokenspeed.sims!.ranks.map((r) => r.exited));
+    const tsRanks = gateway.simRanks().filter((r) => r.handshake === tokenspeed.handshake).map((r) => r.pid);
+    assert.equal(tsRanks.length, 2, 'the TokenSpeed group\'s rank processes');
+    for (const pid of tsRanks) process.kill(pid, 'SIGTERM');
+    await waitAllGone(tsRanks);
 
-    await waitUntil(() => tokenspeed.client.rankStates().every((r) => r.state === 'dead'), 'every TokenSpeed rank is marked dead');
-    await waitUntil(() => endedAt.size === 2, 'two streams ended', () => [...endedAt.values()]);
+    await waitFor(async () => (await gateway.rankStates(0)).every((r) => r.state === 'dead'), 'every TokenSpeed rank is marked dead', 20_000);
+    await waitFor(() => endedAt.size === 2, 'two streams ended', 20_000, () => [...endedAt.values()]);
     const failed = streams.filter((s) => endedAt.has(s));
     const outcomes = await Promise.all(failed.map((s) => s.done));
     for (const o of outcomes) {
@@ -112,16 +121,14 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     t.diagnostic(
       `ENGINE_CORE_DEAD after SIGTERM: the group's in-flight requests ended ${failed.map((s) => `${(endedAt.get(s)! - killedAt).toFixed(0)} ms`).join(', ')} after the signal`,
     );
-    assert.deepEqual(inFlight(tokenspeed), [0, 0], "the failed group's in-flight sets are cleared");
-    const deaths = tokenspeed.client.stats.rankDeaths;
-    assert.equal(Object.values(deaths).reduce((a, b) => a + b, 0), 2, JSON.stringify(deaths));
-    assert.ok(Object.keys(deaths).every((c) => c === 'engine-core-dead' || c === 'peer-unreachable'), JSON.stringify(deaths));
-    assert.equal(tokenspeed.client.canServe(), false);
-    assert.equal(tokenspeed.client.registeredCount, 0, 'no request left registered in the failed group');
+    assert.deepEqual(await inFlight(0), [0, 0], "the failed group's in-flight sets are cleared");
+    const deaths = (await scrape(gateway.url, 'model_gateway_rank_deaths_total')).filter((l) => l.includes(`worker="${tokenspeed.worker}"`) && !l.endsWith(' 0'));
+    assert.equal(deaths.reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0), 2, deaths.join('\n'));
+    assert.ok(deaths.every((l) => /cause="(engine-core-dead|peer-unreachable)"/.test(l)), deaths.join('\n'));
+    assertNoneRegistered(0, 'no request left registered in the failed group');
 
     // The vLLM group's requests are untouched and still streaming.
-    assert.deepEqual(inFlight(vllm), [1, 1]);
-    assert.ok(vllm.client.canServe());
+    assert.deepEqual(await inFlight(1), [1, 1]);
     const survivors = streams.filter((s) => !endedAt.has(s));
     assert.equal(survivors.length, 2);
 
@@ -144,18 +151,18 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     }
 
     // New requests succeed through the vLLM group only.
-    const vlNow = dispatched(vllm);
-    const tsNow = dispatched(tokenspeed);
+    const vlNow = await dispatched(1);
+    const tsNow = await dispatched(0);
     const fresh = await Promise.all([0, 1, 2].map(async () => (await open(SHORT)).done));
     for (const o of fresh) assert.ok(o.completed && o.finishReason === 'length' && o.error === null, JSON.stringify(o));
-    assert.equal(dispatched(vllm) - vlNow, 3);
-    assert.equal(dispatched(tokenspeed), tsNow, 'nothing submitted to the dead group');
+    assert.equal((await dispatched(1)) - vlNow, 3);
+    assert.equal(await dispatched(0), tsNow, 'nothing submitted to the dead group');
 
     // The surviving long requests end by a client disconnect (ABORT); every in-flight set is empty afterwards.
     for (const s of survivors) s.cancel();
     const ends = await Promise.all(survivors.map((s) => s.done));
     for (const o of ends) assert.ok(o.error === null && o.text.length > 0, `a vLLM stream kept streaming: ${JSON.stringify(o)}`);
-    await waitUntil(() => inFlight(vllm).every((n) => n === 0), 'vLLM in-flight sets empty', () => inFlight(vllm));
-    assert.equal(vllm.client.registeredCount, 0);
+    await waitFor(async () => (await inFlight(1)).every((n) => n === 0), 'vLLM in-flight sets empty', 20_000, () => inFlight(1));
+    assertNoneRegistered(1, 'no request left registered in the vLLM group');
   });
 });

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import type { EngineClient } from '../../src/engine-client/client.js';
-import type { RunningGroup } from '../../src/gateway.js';
+import type { EngineFamily } from '../../src/gateway.js';
 import { spawnSimRanks, type SimRankProcess, type SimRankProcesses } from '../../src/sim/spawn.js';
 import { waitUntil } from './spread-helpers.js';
 
@@ -27,13 +27,13 @@ export class Replacements {
 
   /**
    * Start one new rank process with engine index `index` dialing `group`'s handshake address (the group's engine
-   * family; `lockstep` for a lockstep vLLM group of `dpSize` ranks), with `extraArgs`. Returns the process and when it
-   * was spawned.
+   * family; with `lockstepDpSize`, a rank of a lockstep vLLM group of that many ranks), with `extraArgs`. `group` is a
+   * `TestGateway.groups()` entry. Returns the process and when it was spawned.
    */
-  spawn(group: RunningGroup, index: number, extraArgs: readonly string[], lockstep = false): { rank: SimRankProcess; spawnedAt: number } {
-    const lockArgs = lockstep ? ['--lockstep', '--dp-size', String(group.client.dpSize)] : [];
+  spawn(group: { engine: EngineFamily; handshake: string }, index: number, extraArgs: readonly string[], lockstepDpSize?: number): { rank: SimRankProcess; spawnedAt: number } {
+    const lockArgs = lockstepDpSize !== undefined ? ['--lockstep', '--dp-size', String(lockstepDpSize)] : [];
     const sims = spawnSimRanks({
-      handshakeAddress: group.endpoints.handshake,
+      handshakeAddress: group.handshake,
       count: 1,
       firstEngineIndex: index,
       engine: group.engine,
@@ -63,6 +63,7 @@ export async function getJson(url: string, path: string): Promise<{ status: numb
 /** One group of a /health or /ready body. */
 export interface GroupBody {
   worker: string;
+  alive: boolean;
   status: string;
   message: string;
   joined: number;

@@ -2,26 +2,25 @@
  * End to end: the same `openai` SDK checks as openai-sdk.test.ts, against simulated vLLM EngineCore ranks (issue #3
  * "Done when": the SDK test passes against both engine families): a dense DP group (every rank reports
  * data_parallel_size 1, no wave frames) and a lockstep (MoE) group whose ranks park when drained and are woken by
- * START_DP_WAVE on every submit (dp-routing.md 13; engine-wire.md 5.7, 5.12). Two rank processes per group.
+ * START_DP_WAVE on every submit (dp-routing.md 13; engine-wire.md 5.7, 5.12). Two rank processes per group. Runs
+ * with one process or `serve --workers N` (GATEWAY_TEST_WORKERS); the lockstep flag, the ready responses and the wave
+ * clock are engine-client internals no HTTP endpoint shows, checked in-process only.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import OpenAI from 'openai';
-import { pino } from 'pino';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
 import { openaiClient, streamChatWithUsage, streamPinnedCompletion } from '../helpers/gateway.js';
+import { startTestGateway, testWorkers, type TestGateway } from '../helpers/test-gateway.js';
 
 const MODEL = 'sim-qwen3';
 
 for (const lockstep of [false, true]) {
   describe(`openai SDK against a simulated ${lockstep ? 'lockstep' : 'dense'} vLLM group (2 ranks)`, () => {
-    let gateway: RunningGateway;
+    let gateway: TestGateway;
     let client: OpenAI;
 
     before(async () => {
-      gateway = await startGateway({
-        port: 0,
-        logger: pino({ level: 'silent' }),
+      gateway = await startTestGateway({
         modelId: MODEL,
         engine: 'vllm',
         sim: 2,
@@ -32,11 +31,13 @@ for (const lockstep of [false, true]) {
     });
     after(() => gateway?.close());
 
-    test('the group is served with the vLLM wire, lockstep as configured', () => {
-      assert.equal(gateway.groups.length, 1);
-      assert.equal(gateway.groups[0]!.engine, 'vllm');
-      assert.equal(gateway.client.lockstep, lockstep, 'lockstep iff the ready responses say data_parallel_size > 1');
-      assert.deepEqual(gateway.client.engines.map((e) => e.ready.dataParallelSize), lockstep ? [2, 2] : [1, 1]);
+    test('the group is served with the vLLM wire, lockstep as configured', async () => {
+      const groups = await gateway.groups();
+      assert.deepEqual(groups.map((g) => g.engine), ['vllm']);
+      const inProcess = gateway.inProcess;
+      if (inProcess === null) return; // the lockstep flag and the ready responses are not on HTTP
+      assert.equal(inProcess.client.lockstep, lockstep, 'lockstep iff the ready responses say data_parallel_size > 1');
+      assert.deepEqual(inProcess.client.engines.map((e) => e.ready.dataParallelSize), lockstep ? [2, 2] : [1, 1]);
     });
 
     test('lists the model', async () => {
@@ -78,13 +79,15 @@ for (const lockstep of [false, true]) {
       const { text, finish } = await streamPinnedCompletion(client, MODEL, 'Once upon a time', 8, 1);
       assert.ok(text.length > 0);
       assert.ok(finish === 'stop' || finish === 'length');
-      const states = gateway.client.rankStates();
-      assert.equal(states.find((r) => r.engineIndex === 1)!.dispatchedPinned, 1);
-      for (const r of states) assert.equal(r.inFlight, 0, `rank ${r.engineIndex} in-flight`);
+      const states = await gateway.rankStates();
+      assert.equal(states.find((r) => r.dp_rank === 1)!.dispatched_pinned, 1);
+      for (const r of states) assert.equal(r.in_flight, 0, `rank ${r.dp_rank} in-flight`);
     });
 
     test('abandoning a stream mid-generation sends ABORT and empties the in-flight set', async () => {
-      const abortsBefore = gateway.client.stats.abortsSent;
+      const aborts = () => gateway.metricSum('model_gateway_aborts_sent_total');
+      const inFlight = async () => (await gateway.rankStates()).reduce((n, r) => n + r.in_flight, 0);
+      const abortsBefore = await aborts();
       const stream = await client.chat.completions.create({
         model: MODEL,
         messages: [{ role: 'user', content: 'Write a long story.' }],
@@ -95,23 +98,27 @@ for (const lockstep of [false, true]) {
         if (chunk.choices[0]?.delta.content) break;
       }
       const deadline = Date.now() + 10_000; // hang guard only
-      while (gateway.client.stats.abortsSent === abortsBefore || gateway.client.rankStates().some((r) => r.inFlight > 0)) {
+      while ((await aborts()) === abortsBefore || (await inFlight()) > 0) {
         assert.ok(Date.now() < deadline, 'ABORT not sent within 10 s of the disconnect');
         await new Promise((r) => setTimeout(r, 10));
       }
-      assert.equal(gateway.client.stats.abortsSent, abortsBefore + 1);
+      assert.equal(await aborts(), abortsBefore + 1);
     });
 
     test('a lockstep group keeps serving after it drained and parked (every submit wakes it)', { skip: !lockstep }, async () => {
-      const waveBefore = gateway.client.waveClock;
+      const waveClock = () => gateway.inProcess?.client.waveClock; // undefined with --workers: not on HTTP
+      const waveBefore = waveClock();
       for (let i = 0; i < 3; i++) {
         const res = await client.completions.create({ model: MODEL, prompt: `Round ${i}`, max_tokens: 4 });
         assert.ok(res.choices[0]!.text.length > 0);
         assert.equal(res.choices[0]!.finish_reason === 'length' || res.choices[0]!.finish_reason === 'stop', true);
       }
-      assert.ok(waveBefore !== null && gateway.client.waveClock !== null);
-      assert.ok(gateway.client.waveClock >= waveBefore, `wave clock ${waveBefore} → ${gateway.client.waveClock}`);
-      for (const r of gateway.client.rankStates()) assert.equal(r.inFlight, 0);
+      if (testWorkers() === 1) {
+        const after = waveClock();
+        assert.ok(waveBefore != null && after != null);
+        assert.ok(after >= waveBefore, `wave clock ${waveBefore} → ${after}`);
+      }
+      for (const r of await gateway.rankStates()) assert.equal(r.in_flight, 0);
     });
 
     test('a bad request surfaces as an OpenAI BadRequestError naming the parameter', async () => {

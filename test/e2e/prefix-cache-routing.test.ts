@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type OpenAI from 'openai';
-import type { RunningGateway } from '../../src/gateway.js';
-import { openaiClient, startSimGateway } from '../helpers/gateway.js';
+import { openaiClient } from '../helpers/gateway.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 const MODEL = 'sim';
 /** A long, fixed document: well over a thousand tokens, so dozens of full 16-token blocks. */
@@ -19,11 +19,11 @@ const cachedOf = (u: OpenAI.CompletionUsage | null | undefined): number | undefi
 
 for (const engine of ['tokenspeed', 'vllm'] as const) {
   describe(`cache_aware routing and cached_tokens, simulated ${engine} ranks`, () => {
-    let gateway: RunningGateway;
+    let gateway: TestGateway;
     let client: OpenAI;
 
     before(async () => {
-      gateway = await startSimGateway({ engine, sim: 2, dpPolicy: 'cache_aware' });
+      gateway = await startTestGateway({ engine, sim: 2, dpPolicy: 'cache_aware' });
       client = openaiClient(gateway);
     });
     after(() => gateway?.close());
@@ -45,10 +45,11 @@ for (const engine of ['tokenspeed', 'vllm'] as const) {
       const chat = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 });
       assert.equal(cachedOf(chat.usage) !== undefined, true, 'chat usage carries prompt_tokens_details too');
 
-      const ranks = gateway.client.rankStates();
-      const unpinned = ranks.map((r) => r.dispatchedUnpinned);
+      const unpinned = (await gateway.rankStates()).map((r) => r.dispatched_unpinned);
       assert.ok(unpinned.includes(2) || unpinned.includes(3), `both document requests went to one rank (${unpinned.join('/')})`);
-      assert.ok(ranks.every((r) => r.soleClientGuard === false), 'the gateway is the ranks\' only client');
+      const guards = (await gateway.metricsText()).split('\n').filter((l) => l.startsWith('model_gateway_rank_sole_client_guard{'));
+      assert.equal(guards.length, 2, guards.join('\n'));
+      assert.ok(guards.every((l) => l.endsWith(' 0')), `the gateway is the ranks' only client: ${guards.join('\n')}`);
     });
   });
 }

@@ -3,7 +3,8 @@
  * and 7; dp-routing.md 6, 14.8): SIGKILL of one rank with 40 streams live ends only that rank's streams (its siblings
  * get no ABORT and finish normally), new requests all succeed on the others, and a fresh process with the killed
  * rank's engine index dials the same handshake socket and serves again (/health and /ready back to ok). Three
- * kill/rejoin cycles, then every rank of the group restarts at once. One gateway for the whole file.
+ * kill/rejoin cycles, then every rank of the group restarts at once. One gateway for the whole file, in-process or
+ * `serve --workers N` (GATEWAY_TEST_WORKERS; test/helpers/test-gateway.ts): everything is read over HTTP.
  *
  * Measured for the closing note (printed as diagnostics, never asserted): SIGKILL → rank marked dead, replacement
  * spawn → joined (the replacement's own process start-up and handshake), joined → its first request served, and
@@ -12,10 +13,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { captureLogs, MODEL, sendCompletion, scrape, type SentRequest } from './failure-helpers.js';
-import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
-import { Replacements, assertAllUp, fmt, getJson, waitRank } from './lifecycle-helpers.js';
+import { startTestGateway, waitRankState, type TestGateway, type TestGroup } from '../helpers/test-gateway.js';
+import { Replacements, assertAllUp, fmt, getJson } from './lifecycle-helpers.js';
 import { waitUntil } from './spread-helpers.js';
-import type { SimRankProcess } from '../../src/sim/spawn.js';
 
 /**
  * Step time ×2 (about 18 ms per step with 10 requests on a rank): a 400-token stream lasts about 7 s, long enough for
@@ -26,17 +26,18 @@ const STREAM = { model: MODEL, prompt: 'Tell me a story.', max_tokens: 400, igno
 const SHORT = { model: MODEL, prompt: 'Hi.', max_tokens: 5, ignore_eos: true };
 const TIMEOUT = { timeout: 120_000 };
 
-let gateway: RunningGateway;
-let group: RunningGroup;
+let gateway: TestGateway;
+let group: TestGroup;
 const replacements = new Replacements();
-/** The live process of each engine index (the gateway's own ranks at first, replacements later). */
-const current = new Map<number, SimRankProcess>();
+/** The live process (pid) of each engine index (the gateway's own ranks at first, replacements later). */
+const current = new Map<number, number>();
 
 before(async () => {
   const { logger } = captureLogs('error');
-  gateway = await startGateway({ port: 0, logger, modelId: MODEL, engine: 'tokenspeed', sim: 4, simArgs: SIM_ARGS });
-  group = gateway.groups[0]!;
-  for (const r of group.sims!.ranks) current.set(r.engineIndex, r);
+  gateway = await startTestGateway({ logger, modelId: MODEL, engine: 'tokenspeed', sim: 4, simArgs: SIM_ARGS });
+  group = (await gateway.groups())[0]!;
+  for (const r of gateway.simRanks()) current.set(r.engineIndex, r.pid);
+  assert.equal(current.size, 4);
 });
 
 after(async () => {
@@ -44,7 +45,16 @@ after(async () => {
   await replacements.stopAll();
 });
 
-const abortsOf = (): number[] => group.client.rankStates().map((r) => r.abortsSent);
+const abortsOf = async (): Promise<number[]> => (await gateway.rankStates()).map((r) => r.aborts_sent);
+const waitRank = (index: number, state: string): Promise<number> => waitRankState(gateway, index, state);
+const kill = (rank: number): void => void process.kill(current.get(rank)!, 'SIGKILL');
+
+/** Start a replacement process for `rank` (it dials the group's handshake address) and remember its pid. */
+function respawn(rank: number): number {
+  const { rank: proc, spawnedAt } = replacements.spawn(group, rank, SIM_ARGS);
+  current.set(rank, proc.child.pid!);
+  return spawnedAt;
+}
 
 /** A short request pinned to `rank`; asserts it completes with `length`; returns when it ended. */
 async function servedBy(rank: number): Promise<number> {
@@ -58,11 +68,10 @@ async function servedBy(rank: number): Promise<number> {
 /** SIGKILL `rank`'s process, wait until the gateway marks it dead, restart it and wait for its first served request. */
 async function killAndRejoin(rank: number, t: { diagnostic(m: string): void }, label: string): Promise<void> {
   const killedAt = performance.now();
-  current.get(rank)!.child.kill('SIGKILL');
-  const deadAt = await waitRank(group.client, rank, 'dead');
-  const { rank: proc, spawnedAt } = replacements.spawn(group, rank, SIM_ARGS);
-  current.set(rank, proc);
-  const joinedAt = await waitRank(group.client, rank, 'ready');
+  kill(rank);
+  const deadAt = await waitRank(rank, 'dead');
+  const spawnedAt = respawn(rank);
+  const joinedAt = await waitRank(rank, 'ready');
   const servedAt = await servedBy(rank);
   t.diagnostic(
     `${label}: SIGKILL → dead ${fmt(deadAt - killedAt)}; replacement spawn → joined ${fmt(joinedAt - spawnedAt)} (its own start-up + handshake); ` +
@@ -76,14 +85,14 @@ test('SIGKILL of one of 4 dense ranks with 40 streams live: only its streams fai
   await Promise.all(streams.map((s) => s.headers));
   await waitUntil(() => streams.every((s) => (s.progress()?.text.length ?? 0) > 0), 'all 40 streams streaming', () => streams.map((s) => s.progress()?.text.length));
   const victim = 2;
-  const held = group.client.rankStates().map((r) => r.inFlight);
+  const held = (await gateway.rankStates()).map((r) => r.in_flight);
   assert.equal(held.reduce((a, b) => a + b, 0), 40);
   assert.ok(held.every((n) => n > 0), `every rank holds streams: ${held}`);
-  const abortsBefore = abortsOf();
+  const abortsBefore = await abortsOf();
 
   const killedAt = performance.now();
-  current.get(victim)!.child.kill('SIGKILL');
-  const deadAt = await waitRank(group.client, victim, 'dead');
+  kill(victim);
+  const deadAt = await waitRank(victim, 'dead');
   const outcomes = await Promise.all(streams.map((s) => s.done));
   const failed = outcomes.filter((o) => o.sse?.error);
   const finished = outcomes.filter((o) => o.sse?.finishReason === 'length' && o.sse.error === null && o.sse.done);
@@ -94,9 +103,9 @@ test('SIGKILL of one of 4 dense ranks with 40 streams live: only its streams fai
     assert.match(o.sse!.error!.message, new RegExp(`DP rank ${victim} (is gone|died)`));
     assert.equal(o.sse!.done, true);
   }
-  const abortsAfter = abortsOf();
+  const abortsAfter = await abortsOf();
   assert.deepEqual(abortsAfter.filter((_, i) => i !== victim), abortsBefore.filter((_, i) => i !== victim), 'the siblings received no ABORT');
-  assert.deepEqual(group.client.stats.failures, {}, 'no group-scope failure');
+  assert.equal(await gateway.metricSum('model_gateway_engine_failures_total'), 0, 'no group-scope failure');
   t.diagnostic(`SIGKILL → rank ${victim} dead ${fmt(deadAt - killedAt)}; its ${failed.length} streams ended with engine_dead, ${finished.length} finished with length`);
 
   const health = await getJson(gateway.url, '/health');
@@ -105,15 +114,14 @@ test('SIGKILL of one of 4 dense ranks with 40 streams live: only its streams fai
   assert.deepEqual(health.body.groups[0]!.ranks.map((r) => r.state), ['ready', 'ready', 'dead', 'ready']);
   assert.equal((await getJson(gateway.url, '/ready')).status, 200, 'a degraded dense group is ready');
 
-  const dispatchedToVictim = () => group.client.rankStates()[victim]!.dispatchedUnpinned;
-  const before = dispatchedToVictim();
+  const dispatchedToVictim = async () => (await gateway.rankStates())[victim]!.dispatched_unpinned;
+  const before = await dispatchedToVictim();
   const fresh = Array.from({ length: 8 }, (_, i) => sendCompletion(gateway.url, SHORT, { stream: i % 2 === 0, label: `fresh #${i}` }));
   for (const o of await Promise.all(fresh.map((r) => r.done))) assert.equal(o.status, 200, JSON.stringify(o));
-  assert.equal(dispatchedToVictim(), before, 'nothing was placed on the dead rank');
+  assert.equal(await dispatchedToVictim(), before, 'nothing was placed on the dead rank');
 
-  const { rank: proc, spawnedAt } = replacements.spawn(group, victim, SIM_ARGS);
-  current.set(victim, proc);
-  const joinedAt = await waitRank(group.client, victim, 'ready');
+  const spawnedAt = respawn(victim);
+  const joinedAt = await waitRank(victim, 'ready');
   const servedAt = await servedBy(victim);
   await assertAllUp(gateway.url);
   t.diagnostic(
@@ -126,7 +134,7 @@ test('two more kill/rejoin cycles (three in all): each replacement serves; rejoi
   await killAndRejoin(1, t, 'cycle 2 (rank 1)');
   await killAndRejoin(2, t, 'cycle 3 (rank 2 again)');
   await assertAllUp(gateway.url);
-  assert.deepEqual(group.client.rankStates().map((r) => r.rejoins), [0, 1, 2, 0]);
+  assert.deepEqual((await gateway.rankStates()).map((r) => r.rejoins), [0, 1, 2, 0]);
   const rejoins = await scrape(gateway.url, 'model_gateway_rank_rejoins_total');
   assert.ok(rejoins.some((l) => l.includes('dp_rank="2"') && l.endsWith(' 2')), rejoins.join('\n'));
   const deaths = await scrape(gateway.url, 'model_gateway_rank_deaths_total');
@@ -135,8 +143,8 @@ test('two more kill/rejoin cycles (three in all): each replacement serves; rejoi
 
 test('every rank of the group restarts: 503 with Retry-After while none is up, then all four rejoin and serve', TIMEOUT, async (t) => {
   const killedAt = performance.now();
-  for (const p of current.values()) p.child.kill('SIGKILL');
-  for (let i = 0; i < 4; i++) await waitRank(group.client, i, 'dead');
+  for (const rank of current.keys()) kill(rank);
+  for (let i = 0; i < 4; i++) await waitRank(i, 'dead');
   const down = await getJson(gateway.url, '/health');
   assert.equal(down.status, 503);
   assert.equal(down.body.status, 'unhealthy');
@@ -147,9 +155,9 @@ test('every rank of the group restarts: 503 with Retry-After while none is up, t
   const body = (await refused.json()) as { error: { code: string; message: string } };
   assert.equal(body.error.code, 'engine_dead');
   const spawnedAt = performance.now();
-  for (let i = 0; i < 4; i++) current.set(i, replacements.spawn(group, i, SIM_ARGS).rank);
+  for (let i = 0; i < 4; i++) respawn(i);
   let lastJoined = 0;
-  for (let i = 0; i < 4; i++) lastJoined = Math.max(lastJoined, await waitRank(group.client, i, 'ready'));
+  for (let i = 0; i < 4; i++) lastJoined = Math.max(lastJoined, await waitRank(i, 'ready'));
   const served = await Promise.all([0, 1, 2, 3].map(servedBy));
   await assertAllUp(gateway.url);
   t.diagnostic(

@@ -3,7 +3,6 @@
  * --workers 2` over simulated ranks, and talk to it on a fresh TCP connection per request (node:cluster hands
  * connections to the fronts round robin, so consecutive requests land on alternate fronts).
  */
-import assert from 'node:assert/strict';
 import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
@@ -11,7 +10,10 @@ import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { freePort } from '../helpers/net.js';
+import { waitFor } from '../helpers/async.js';
 import { alive, simRanksOf } from '../helpers/processes.js';
+
+export { waitFor };
 
 const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 export const MODEL = 'sim';
@@ -34,15 +36,6 @@ export function frontsOf(pid: number): number[] {
       return false;
     }
   });
-}
-
-/** Poll `cond` every 50 ms until it holds; fails after `ms` (and stops polling). */
-export async function waitFor(cond: () => Promise<boolean>, what: string, ms = 30_000): Promise<void> {
-  const deadline = performance.now() + ms;
-  while (!(await cond().catch(() => false))) {
-    if (performance.now() > deadline) assert.fail(`${what}: not within ${ms} ms`);
-    await new Promise((r) => setTimeout(r, 50));
-  }
 }
 
 /** What a POST answered. */

@@ -1,4 +1,5 @@
 /** Small test utilities shared by the socket and process tests. */
+import assert from 'node:assert/strict';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -16,4 +17,19 @@ export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Pro
     timer = setTimeout(() => reject(new Error(`hang guard: ${what} did not settle within ${ms} ms`)), ms);
   });
   return Promise.race([promise, guard]).finally(() => clearTimeout(timer));
+}
+
+/**
+ * Poll `cond` every 50 ms until it holds (a rejection counts as not yet); fails after `ms` with `what` and, when
+ * given, what `describe()` says then. A hang guard only, never a timing assertion.
+ */
+export async function waitFor(cond: () => Promise<boolean> | boolean, what: string, ms = 30_000, describe?: () => unknown): Promise<void> {
+  const deadline = performance.now() + ms;
+  while (!(await Promise.resolve().then(cond).catch(() => false))) {
+    if (performance.now() > deadline) {
+      const state = describe === undefined ? '' : `; state: ${JSON.stringify(await Promise.resolve().then(describe).catch((e: unknown) => String(e)))}`;
+      assert.fail(`${what}: not within ${ms} ms${state}`);
+    }
+    await new Promise((r) => setTimeout(r, 50));
+  }
 }

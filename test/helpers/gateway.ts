@@ -5,11 +5,12 @@ import { startGateway, type GatewayOptions, type RunningGateway } from '../../sr
 
 /**
  * `startGateway` with test defaults: any free port, a silent logger, model id `sim`, and simulated ranks that run at
- * time scale 0 with warn-level logs. `opts` overrides any default.
+ * time scale 0 with warn-level logs (without `groups`). `opts` overrides any default.
  */
 export function startSimGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
   return startGateway({
-    simArgs: ['--time-scale', '0', '--log-level', 'warn'],
+    // Per group with `groups` (startGateway refuses single-group options beside them).
+    ...(opts.groups === undefined ? { simArgs: ['--time-scale', '0', '--log-level', 'warn'] } : {}),
     port: 0,
     logger: pino({ level: 'silent' }),
     modelId: 'sim',
@@ -18,7 +19,7 @@ export function startSimGateway(opts: GatewayOptions = {}): Promise<RunningGatew
 }
 
 /** An `openai` client for `gateway`: no retries, a 60 s request bound. */
-export function openaiClient(gateway: RunningGateway): OpenAI {
+export function openaiClient(gateway: { url: string }): OpenAI {
   return new OpenAI({ baseURL: `${gateway.url}/v1`, apiKey: 'unused', maxRetries: 0, timeout: 60_000 });
 }
 

@@ -46,7 +46,7 @@ test('RankStatsBook: rates over the last whole seconds, percentiles over the las
 test('GET /v1/gateway/ranks: every rank of every group with its load, counters, rates and latencies', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
   backend.rankStatesValue = [
-    rankState(0, { inFlight: 2, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2 }),
+    rankState(0, { inFlight: 2, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2, abortsSent: 4, rejoins: 1 }),
     rankState(1, { inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 }),
   ];
   // Two token-bearing outputs per request: a TTFT and an ITL sample on the rank that served it (the fake's rank 0).
@@ -76,7 +76,7 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
       { ...r0, ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined, dispatch_rate: undefined },
       {
         dp_rank: 0, state: 'ready', in_flight: 2, num_running_reqs: 3, num_waiting_reqs: 1, kv_cache_usage: 0.25,
-        dispatched_pinned: 1, dispatched_unpinned: 7, clamp_events: 2, dispatch_rate: undefined,
+        dispatched_pinned: 1, dispatched_unpinned: 7, clamp_events: 2, aborts_sent: 4, rejoins: 1, dispatch_rate: undefined,
         ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined,
       },
     );

@@ -23,6 +23,10 @@ export interface RankView {
   dispatched_pinned: number;
   dispatched_unpinned: number;
   clamp_events: number;
+  /** ABORT messages sent to this rank (request aborts: disconnects, stop strings, orphan rows). */
+  aborts_sent: number;
+  /** Handshakes the rank completed after its first (a restarted engine joining again). */
+  rejoins: number;
   /** Requests dispatched per second over the last 10 s. */
   dispatch_rate: number;
   /** Tokens generated per second over the last 10 s. */
@@ -81,6 +85,8 @@ export function ranksView(groups: readonly BackendGroup[], stats: RankStatsSourc
           dispatched_pinned: r.dispatchedPinned,
           dispatched_unpinned: r.dispatchedUnpinned,
           clamp_events: r.clampEvents,
+          aborts_sent: r.abortsSent,
+          rejoins: r.rejoins,
           dispatch_rate: s.dispatchRate,
           generation_tokens_per_second: s.tokenRate,
           ttft_ms: s.ttftMs,
