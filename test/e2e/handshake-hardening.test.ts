@@ -4,7 +4,8 @@
  * a 13-byte identity, an engine index outside the group, a HELLO for an index a live rank holds, and an oversized
  * frame. After each one the gateway is up, both real ranks are still joined and serve, and the refusal is counted in
  * /metrics by reason (the oversized frame is dropped by libzmq before the gateway reads it, so it has no counter).
- * One gateway for the file.
+ * One gateway for the file, in-process or `serve --workers N` (GATEWAY_TEST_WORKERS; test/helpers/test-gateway.ts):
+ * the handshake is the router's, counted in /metrics and warned about in the log either way.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
@@ -12,25 +13,27 @@ import { encode } from '@msgpack/msgpack';
 import { Dealer } from 'zeromq';
 import { encodeReadyMessage } from '../../src/protocols/handshake.js';
 import { encodeEngineIdentity } from '../../src/protocols/identity.js';
-import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { waitFor } from '../helpers/async.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 import { MODEL, captureLogs, scrape, sendCompletion, type LogRecord } from './failure-helpers.js';
 import { assertAllUp } from './lifecycle-helpers.js';
-import { waitUntil } from './spread-helpers.js';
 
 const HELLO = encodeReadyMessage({ status: 'HELLO' });
 const READY = encodeReadyMessage({ status: 'READY' });
 const SHORT = { model: MODEL, prompt: 'Hi.', max_tokens: 4, ignore_eos: true };
 
-let gateway: RunningGateway;
-let group: RunningGroup;
-let logs: LogRecord[];
+let gateway: TestGateway;
+let handshake: string;
+let captured: LogRecord[];
 const dealers: Dealer[] = [];
+/** The gateway's warnings: captured here in-process, the child's JSON log lines with --workers. */
+const logs = (): LogRecord[] => (gateway.workers > 1 ? gateway.logs : captured);
 
 before(async () => {
-  const captured = captureLogs('warn');
-  logs = captured.records;
-  gateway = await startGateway({ port: 0, logger: captured.logger, modelId: MODEL, sim: 2, simArgs: ['--time-scale', '0', '--log-level', 'warn'] });
-  group = gateway.groups[0]!;
+  const capture = captureLogs('warn');
+  captured = capture.records;
+  gateway = await startTestGateway({ logger: capture.logger, modelId: MODEL, sim: 2, simArgs: ['--time-scale', '0', '--log-level', 'warn'] });
+  handshake = (await gateway.groups())[0]!.handshake;
 });
 
 after(async () => {
@@ -42,7 +45,7 @@ after(async () => {
 function peer(identity: Uint8Array | null): Dealer {
   const d = new Dealer({ linger: 0 });
   if (identity !== null) (d as unknown as { routingId: Buffer }).routingId = Buffer.from(identity);
-  d.connect(group.endpoints.handshake);
+  d.connect(handshake);
   dealers.push(d);
   return d;
 }
@@ -54,7 +57,7 @@ async function stillServing(): Promise<void> {
     const o = await sendCompletion(gateway.url, SHORT, { stream: true, dpRank: rank }).done;
     assert.ok(o.sse?.done && o.sse.finishReason === 'length' && o.sse.error === null, JSON.stringify(o));
   }
-  assert.deepEqual(group.client.rankStates().map((r) => [r.state, r.rejoins]), [['ready', 0], ['ready', 0]], 'no slot was taken or reset');
+  assert.deepEqual((await gateway.rankStates()).map((r) => [r.state, r.rejoins]), [['ready', 0], ['ready', 0]], 'no slot was taken or reset');
 }
 
 /** The `model_gateway_handshake_rejected_total` value for `reason` (0 when absent). */
@@ -77,18 +80,19 @@ for (const c of cases) {
   test(`${c.name}: logged, counted (${c.reason}), ignored; the real ranks stay joined`, { timeout: 30_000 }, async () => {
     const before = await rejected(c.reason);
     await c.send();
-    await waitUntil(() => (group.client.stats.handshakeRejected[c.reason] ?? 0) > before, `${c.reason} counted`, () => group.client.stats.handshakeRejected, 15_000);
+    await waitFor(async () => (await rejected(c.reason)) > before, `${c.reason} counted`, 15_000);
     assert.equal(await rejected(c.reason), before + 1);
-    assert.ok(logs.some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)), `a warning names the peer and the reason ${c.reason}`);
+    await waitFor(() => logs().some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)), `a warning naming ${c.reason}`, 10_000);
+    assert.ok(logs().some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)), `a warning names the peer and the reason ${c.reason}`);
     await stillServing();
   });
 }
 
 test('an oversized frame (1 MiB on a 64 KiB limit) is never read: the peer is dropped, the gateway serves on', { timeout: 30_000 }, async () => {
-  const totals = () => Object.values(group.client.stats.handshakeRejected).reduce((a, b) => a + b, 0);
-  const before = totals();
+  const totals = async () => (await scrape(gateway.url, 'model_gateway_handshake_rejected_total')).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
+  const before = await totals();
   await peer(encodeEngineIdentity(0)).send(new Uint8Array(1024 * 1024));
   await new Promise((r) => setTimeout(r, 200)); // nothing to wait for: libzmq drops it below the application
-  assert.equal(totals(), before, 'nothing was delivered to the handshake service');
+  assert.equal(await totals(), before, 'nothing was delivered to the handshake service');
   await stillServing();
 });

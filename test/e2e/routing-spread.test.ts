@@ -1,6 +1,8 @@
 /**
  * End to end: concurrent requests spread over the DP ranks as the load score says, through the real path
- * `startGateway` → HTTP `/v1/completions` → `EngineClient` → ZeroMQ → four simulated TokenSpeed rank processes.
+ * `startGateway` → HTTP `/v1/completions` → `EngineClient` → ZeroMQ → four simulated TokenSpeed rank processes; with
+ * GATEWAY_TEST_WORKERS=N the same through `serve --workers N` (the fronts' SUBMITs placed by the router's engine
+ * client). The routing state is read over HTTP (`/v1/gateway/ranks`, fresh from the routing state) in both modes.
  *
  * Spec: dp-routing.md section 8 (dispatcher order: store the batch's load, then release), 9.2 (score
  * `max(own, waiting + running)` + KV penalty, rotating scan start, strict-less ties; SMG `connector.rs`), 10.2-10.3
@@ -21,9 +23,9 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { pino } from 'pino';
 import { loadScore, lowestScorePosition } from '../../src/engine-client/policy.js';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import { waitFor } from '../helpers/async.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 import {
   flushRanks,
   openStream,
@@ -32,7 +34,6 @@ import {
   unpinnedDelta,
   unpinnedTotal,
   views,
-  waitUntil,
   type CompletionBody,
   type HeldStream,
 } from './spread-helpers.js';
@@ -45,8 +46,8 @@ const LONG: CompletionBody = { model: MODEL, prompt: 'Tell me a very long story.
 const SHORT: CompletionBody = { model: MODEL, prompt: 'Say a few words.', max_tokens: 12, ignore_eos: true };
 const TIMEOUT = { timeout: 120_000 };
 
-describe('DP routing spread through startGateway({ sim: 4 })', () => {
-  let gateway: RunningGateway;
+describe('DP routing spread through a gateway over 4 simulated ranks', () => {
+  let gateway: TestGateway;
   /** Every stream opened by the tests; `after` cancels the leftovers. */
   const opened: HeldStream[] = [];
   /** Streams held across tests: test 2's unpinned ones (ranks 1..3) and test 3's final unpinned one (rank 0). */
@@ -58,24 +59,24 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
     assert.equal(s.status, 200, 'streaming request accepted');
     return s;
   };
-  const inFlightOf = (rank: number): number => states(gateway).find((s) => s.engineIndex === rank)!.inFlight;
-  const cancelAndDrain = async (streams: readonly HeldStream[], what: string, until: () => boolean): Promise<void> => {
+  const inFlightOf = async (rank: number): Promise<number> => (await states(gateway)).find((s) => s.engineIndex === rank)!.inFlight;
+  /** Hang guard (20 s) on an async condition over the routing state, which it prints when it fails. */
+  const waitUntil = (cond: () => Promise<boolean>, what: string): Promise<void> => waitFor(cond, what, 20_000, () => states(gateway));
+  const cancelAndDrain = async (streams: readonly HeldStream[], what: string, until: () => Promise<boolean>): Promise<void> => {
     for (const s of streams) s.cancel();
     await Promise.all(streams.map((s) => s.done));
-    await waitUntil(until, what, () => states(gateway));
+    await waitUntil(until, what);
   };
 
   before(async () => {
     // Time scale 5: a round takes ~40 ms of simulated step time, which keeps the SSE traffic of a dozen long
     // requests small on a shared machine. Nothing below depends on the rate.
-    gateway = await startGateway({
+    gateway = await startTestGateway({
       sim: 4,
-      port: 0,
-      logger: pino({ level: 'silent' }),
       modelId: MODEL,
       simArgs: ['--time-scale', '5', '--log-level', 'warn'],
     });
-    assert.deepEqual(states(gateway).map((s) => s.engineIndex), RANKS, 'identity-sorted engine order is 0..3');
+    assert.deepEqual((await states(gateway)).map((s) => s.engineIndex), RANKS, 'identity-sorted engine order is 0..3');
   });
 
   after(async () => {
@@ -92,7 +93,7 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
   for (const { n, waves } of bursts) {
     const how = waves === 1 ? 'concurrent long streams' : `long streams in ${waves} concurrent waves, every rank's report arriving between them,`;
     test(`burst balance (14.7): ${n} ${how} over 4 ranks land ${n / 4}/${n / 4}/${n / 4}/${n / 4}`, TIMEOUT, async (t) => {
-      const base = states(gateway);
+      const base = await states(gateway);
       for (const s of base) {
         assert.equal(s.inFlight, 0, `rank ${s.engineIndex} starts idle`);
         assert.ok(s.load === null || (s.load.numRunning === 0 && s.load.numWaiting === 0), `rank ${s.engineIndex} stored load idle: ${JSON.stringify(s.load)}`);
@@ -103,15 +104,14 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
         if (w > 0) {
           // Mid-burst reports (14.7): wait until every rank's stored load counts what it holds so far.
           await waitUntil(
-            () => states(gateway).every((s) => s.inFlight > 0 && s.load?.numRunning === s.inFlight),
+            async () => (await states(gateway)).every((s) => s.inFlight > 0 && s.load?.numRunning === s.inFlight),
             'every rank reports its share of the first wave',
-            () => states(gateway),
           );
-          t.diagnostic(`wave ${w}: stored loads before it ${JSON.stringify(states(gateway).map((s) => s.load?.numRunning))}`);
+          t.diagnostic(`wave ${w}: stored loads before it ${JSON.stringify((await states(gateway)).map((s) => s.load?.numRunning))}`);
         }
         burst.push(...(await Promise.all(Array.from({ length: n / waves }, () => open(LONG)))));
       }
-      const now = states(gateway);
+      const now = await states(gateway);
       const delta = unpinnedDelta(base, now);
       t.diagnostic(`burst N=${n} in ${waves} wave(s): unpinned dispatches per rank ${delta.join('/')}; loads ${JSON.stringify(now.map((s) => s.load))}`);
       assert.equal(delta.reduce((a, b) => a + b, 0), n, 'every request was dispatched unpinned');
@@ -122,9 +122,9 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
       // Reports may have arrived mid-burst; none may exceed the client's own count (the floor is what decided).
       for (const s of now) if (s.load) assert.ok(s.load.numRunning + s.load.numWaiting <= s.inFlight, `rank ${s.engineIndex} report ≤ own`);
 
-      await cancelAndDrain(burst, 'burst in-flight sets empty after the disconnects', () => states(gateway).every((s) => s.inFlight === 0));
+      await cancelAndDrain(burst, 'burst in-flight sets empty after the disconnects', async () => (await states(gateway)).every((s) => s.inFlight === 0));
       await flushRanks(gateway, MODEL, RANKS);
-      for (const s of states(gateway)) {
+      for (const s of await states(gateway)) {
         assert.equal(s.inFlight, 0);
         assert.equal(s.load?.numRunning, 0, `rank ${s.engineIndex} clamped after the burst`);
         assert.equal(s.load?.numWaiting, 0);
@@ -135,12 +135,12 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
   test('score-driven avoidance (9.2): unpinned requests avoid rank 0 while its 3 pinned requests make it the most loaded', TIMEOUT, async (t) => {
     const P = 3;
     const U = 6;
-    const pre = states(gateway);
+    const pre = await states(gateway);
     const pinned: HeldStream[] = [];
     for (let i = 0; i < P; i++) pinned.push(await open(LONG, 0));
     // Wait until rank 0's own report (the sim's load tail) counts all P pinned requests.
-    await waitUntil(() => states(gateway)[0]!.load?.numRunning === P, `rank 0 reports running ${P}`, () => states(gateway));
-    const start = states(gateway);
+    await waitUntil(async () => (await states(gateway))[0]!.load?.numRunning === P, `rank 0 reports running ${P}`);
+    const start = await states(gateway);
     assert.equal(start[0]!.inFlight, P);
     assert.equal(start[0]!.dispatchedPinned - pre[0]!.dispatchedPinned, P, 'pins counted on rank 0');
     assert.deepEqual(unpinnedDelta(pre, start), [0, 0, 0, 0], 'pins are not unpinned selections');
@@ -148,33 +148,33 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
 
     const chosen: number[] = [];
     for (let i = 0; i < U; i++) {
-      const before = states(gateway);
+      const before = await states(gateway);
       const v = views(before);
       const scores = v.map(loadScore);
       const expected = before[lowestScorePosition(v, unpinnedTotal(before))]!.engineIndex;
       // Rank 0 is strictly the most loaded at every step (3 vs at most 2).
       assert.ok(scores.slice(1).every((s) => s < scores[0]!), `rank 0 most loaded: scores ${scores.join(',')}`);
       held.push(await open(LONG)); // unpinned, kept in flight
-      const d = unpinnedDelta(before, states(gateway));
+      const d = unpinnedDelta(before, await states(gateway));
       assert.equal(d.reduce((a, b) => a + b, 0), 1);
       const got = d.findIndex((x) => x === 1);
       chosen.push(RANKS[got]!);
       assert.equal(RANKS[got], expected, `request ${i}: scores ${scores.join(',')} predict rank ${expected}, got ${RANKS[got]}`);
       assert.notEqual(RANKS[got], 0, 'never rank 0 while it is the most loaded');
     }
-    const end = states(gateway);
+    const end = await states(gateway);
     t.diagnostic(`avoidance: unpinned choices ${chosen.join(',')}; per-rank unpinned ${unpinnedDelta(start, end).join('/')}; in-flight ${end.map((s) => s.inFlight).join('/')}`);
     assert.deepEqual(unpinnedDelta(start, end), [0, 2, 2, 2]);
     assert.deepEqual(end.map((s) => s.inFlight), [P, 2, 2, 2]);
 
     // Rank 0's pinned requests end (client disconnect → ABORT); ranks 1..3 keep theirs for the next test.
-    await cancelAndDrain(pinned, 'rank 0 in-flight empty', () => inFlightOf(0) === 0);
+    await cancelAndDrain(pinned, 'rank 0 in-flight empty', async () => (await inFlightOf(0)) === 0);
     await flushRanks(gateway, MODEL, [0]);
-    assert.deepEqual(states(gateway).map((s) => s.inFlight), [0, 2, 2, 2]);
+    assert.deepEqual((await states(gateway)).map((s) => s.inFlight), [0, 2, 2, 2]);
   });
 
   test('idle recovery (10.3): after rank 0\'s requests finish its stored load is clamped to 0 and it wins the next request', TIMEOUT, async (t) => {
-    const base = states(gateway);
+    const base = await states(gateway);
     assert.deepEqual(base.map((s) => s.inFlight), [0, 2, 2, 2], 'ranks 1..3 still hold the previous test\'s requests');
     const K = 3;
     const shorts: HeldStream[] = [];
@@ -186,7 +186,7 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
     // final state. The last batch's tail was sampled before its finishes committed (engine-wire.md 4.9), so it said
     // running > 0; the clamp zeroed it in the same tick (dispatcher order, section 8) and counted a clamp event
     // (a clamp event is only counted when it changes a non-zero count). KV usage is kept (10.2 step 4).
-    const after = states(gateway);
+    const after = await states(gateway);
     const r0 = after[0]!;
     t.diagnostic(`idle recovery: rank 0 load ${JSON.stringify(r0.load)}, clamp events ${base[0]!.clampEvents} -> ${r0.clampEvents}, pinned ${base[0]!.dispatchedPinned} -> ${r0.dispatchedPinned}`);
     assert.equal(r0.dispatchedPinned - base[0]!.dispatchedPinned, K);
@@ -202,22 +202,23 @@ describe('DP routing spread through startGateway({ sim: 4 })', () => {
     assert.deepEqual(v.map(loadScore), [0, 2, 2, 2]);
     assert.equal(after[lowestScorePosition(v, unpinnedTotal(after))]!.engineIndex, 0);
     held.push(await open(LONG));
-    const d = unpinnedDelta(after, states(gateway));
+    const d = unpinnedDelta(after, await states(gateway));
     assert.deepEqual(d, [1, 0, 0, 0], 'the recovered rank 0 is preferred over every busy rank');
   });
 
   test('afterwards every in-flight set and model_gateway_rank_inflight_requests is 0', TIMEOUT, async (t) => {
-    assert.deepEqual(states(gateway).map((s) => s.inFlight), [1, 2, 2, 2]);
-    await cancelAndDrain(held.splice(0), 'all in-flight sets empty', () => states(gateway).every((s) => s.inFlight === 0));
+    assert.deepEqual((await states(gateway)).map((s) => s.inFlight), [1, 2, 2, 2]);
+    await cancelAndDrain(held.splice(0), 'all in-flight sets empty', async () => (await states(gateway)).every((s) => s.inFlight === 0));
     await flushRanks(gateway, MODEL, RANKS);
 
-    const final = states(gateway);
+    const final = await states(gateway);
     for (const s of final) {
       assert.equal(s.inFlight, 0, `rank ${s.engineIndex} in-flight`);
       assert.equal(s.load?.numRunning, 0, `rank ${s.engineIndex} stored running`);
       assert.equal(s.load?.numWaiting, 0, `rank ${s.engineIndex} stored waiting`);
     }
-    assert.equal(gateway.client.registeredCount, 0, 'no live request left in the registry');
+    // The request registry is not on HTTP: in-process only.
+    if (gateway.inProcess !== null) assert.equal(gateway.inProcess.client.registeredCount, 0, 'no live request left in the registry');
 
     const inflight = await scrapeByRank(gateway.url, 'model_gateway_rank_inflight_requests');
     assert.deepEqual([...inflight.entries()].sort(), RANKS.map((r) => [String(r), 0]));

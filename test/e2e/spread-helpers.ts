@@ -10,7 +10,7 @@
 import assert from 'node:assert/strict';
 import type { RankView } from '../../src/engine-client/policy.js';
 import type { RankState } from '../../src/engine-client/client.js';
-import type { RunningGateway } from '../../src/gateway.js';
+import type { TestGateway } from '../helpers/test-gateway.js';
 import { completionSse } from '../helpers/sse.js';
 
 /** How a held stream ended: the finish reasons seen in its chunks, whether `data: [DONE]` arrived, the text. */
@@ -102,23 +102,37 @@ export async function waitUntil(condition: () => boolean, what: string, describe
   }
 }
 
-/** The rank states of the gateway's engine client, indexed by position in the identity-sorted engine order. */
-export function states(gateway: RunningGateway): RankState[] {
-  return gateway.client.rankStates();
+/** What the spread tests read of a rank (`RankState`'s fields, as /v1/gateway/ranks shows them). */
+export type SpreadRank = Pick<RankState, 'engineIndex' | 'inFlight' | 'load' | 'dispatchedPinned' | 'dispatchedUnpinned' | 'clampEvents'>;
+
+/**
+ * The rank states of the gateway's first group in identity-sorted engine order, read over HTTP
+ * (`/v1/gateway/ranks`, fresh from the routing state in either mode): the stored load is null before a rank's first
+ * report.
+ */
+export async function states(gateway: Pick<TestGateway, 'rankStates'>): Promise<SpreadRank[]> {
+  return (await gateway.rankStates()).map((r) => ({
+    engineIndex: r.dp_rank,
+    inFlight: r.in_flight,
+    load: r.num_running_reqs === null ? null : { numRunning: r.num_running_reqs, numWaiting: r.num_waiting_reqs ?? 0, kvCacheUsage: r.kv_cache_usage ?? 0 },
+    dispatchedPinned: r.dispatched_pinned,
+    dispatchedUnpinned: r.dispatched_unpinned,
+    clampEvents: r.clamp_events,
+  }));
 }
 
 /** The policy's view of each rank (same order as `states`), as the client builds it for `select` (policy.ts). */
-export function views(list: readonly RankState[]): RankView[] {
+export function views(list: readonly SpreadRank[]): RankView[] {
   return list.map((s) => ({ engineIndex: s.engineIndex, inFlight: s.inFlight, load: s.load }));
 }
 
 /** Per-rank `dispatchedUnpinned` of `after` minus `before` (same order; ranks matched by engine index). */
-export function unpinnedDelta(before: readonly RankState[], after: readonly RankState[]): number[] {
+export function unpinnedDelta(before: readonly SpreadRank[], after: readonly SpreadRank[]): number[] {
   return after.map((a) => a.dispatchedUnpinned - (before.find((b) => b.engineIndex === a.engineIndex)?.dispatchedUnpinned ?? 0));
 }
 
 /** Total unpinned selections so far (= the load policy's scan-start counter, dp-routing.md 9.2 step 3). */
-export function unpinnedTotal(list: readonly RankState[]): number {
+export function unpinnedTotal(list: readonly SpreadRank[]): number {
   return list.reduce((n, s) => n + s.dispatchedUnpinned, 0);
 }
 
@@ -130,7 +144,7 @@ export function unpinnedTotal(list: readonly RankState[]): number {
  * 10.2, leaves the stored running and waiting counts at 0 if nothing else is in flight there).
  * Fails the test if a flush request does not complete with finish reason `length`.
  */
-export async function flushRanks(gateway: RunningGateway, model: string, ranks: readonly number[]): Promise<void> {
+export async function flushRanks(gateway: { url: string }, model: string, ranks: readonly number[]): Promise<void> {
   const flushes = await Promise.all(
     ranks.map((r) => openStream(gateway.url, { model, prompt: 'flush', max_tokens: 1, ignore_eos: true }, { dpRank: r })),
   );
