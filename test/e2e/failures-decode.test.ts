@@ -13,6 +13,10 @@
  * rank's batch in between; should one slip in (the PULL fair-queues its peers), the burst is repeated (bounded),
  * which still tests "3 in a row". The skip test proves decodable output followed the skipped message by requests
  * submitted after it completing, not by timing.
+ *
+ * In-process only (not in `npm run test:e2e:workers`): it injects undecodable frames into a group's output socket and
+ * checks the engine client's decode-error and failure counters and lockstep flag directly, through FailureScenario
+ * (failures.test.ts).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

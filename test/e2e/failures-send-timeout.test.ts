@@ -9,6 +9,10 @@
  * body, their response had not started), while its sibling and the vLLM group keep serving (per-rank send queues:
  * the stuck rank never held the others' sends). The silence watchdog keeps its 300 s default and the stall timeout
  * its 60 s, so only the send timeout can fire.
+ *
+ * In-process only (not in `npm run test:e2e:workers`): it lowers the input ROUTER's high-water mark
+ * (`startGateway({ sendHighWaterMark })`, no CLI flag: a test knob) and uses FailureScenario, which reads the engine
+ * client's internals (failures.test.ts).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

@@ -9,6 +9,11 @@
  * then `[DONE]`, or an HTTP 5xx with an OpenAI-style body), that its siblings and the other group keep serving,
  * that /health and /metrics report the rank dead in a degraded group, and that every in-flight set is empty
  * afterwards. How long the affected requests took to end is printed as a diagnostic; durations are never asserted.
+ *
+ * In-process only (not in `npm run test:e2e:workers`): FailureScenario (failure-helpers.ts) times and checks each
+ * failure on the engine client itself (its `failed` event, request registry and group failure stats), which no endpoint
+ * shows. Rank deaths as HTTP sees them run with `--workers` in rank-rejoin, rank-stall, lockstep-rejoin and
+ * engine-groups.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';

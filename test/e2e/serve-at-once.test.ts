@@ -6,6 +6,10 @@
  * gateway on the same live ipc path refuses to start and the first keeps serving; a shutdown whose grace is shorter
  * than a live stream ends it with an error naming the grace, and removes the gateway's socket files. One serving
  * gateway for the file.
+ *
+ * In-process only (not in `npm run test:e2e:workers`): it drives `startGateway` options the harness does not map
+ * (a real `engineUrl` with `waitForRanks: false`, a second gateway on the same path, `shutdown({ graceMs })` on the
+ * object). The CLI's own drain, with one process or `--workers N`, is drain.test.ts.
  */
 import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';

@@ -9,6 +9,10 @@
  * loopback socket absorbs before back-pressure reaches the gateway fill after ~35 records per client instead of
  * ~20 000 (the test then moves ~7 000 records, ~0.9 GB, in all). Memory numbers are printed for the closing note; the bound
  * asserted is generous (the machine is shared), nothing here asserts a duration.
+ *
+ * In-process only (not in `npm run test:e2e:workers`): the memory bound is the gateway's live heap after a full GC,
+ * measured in this process (the gateway's); a front's heap is not measurable that way, and the file is the most
+ * expensive e2e file (≈ 0.9 GB of SSE moved), so it runs once.
  */
 import assert from 'node:assert/strict';
 import { connect, type Socket } from 'node:net';

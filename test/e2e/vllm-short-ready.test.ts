@@ -11,6 +11,9 @@
  * Group choice: requests are sent one at a time, so every group is idle at each choice and the rotating tie-break of
  * src/server/groups.ts spreads them; the test learns which group served a request from the dispatch counters rather
  * than assuming the order.
+ *
+ * In-process only (not in `npm run test:e2e:workers`): its assertions are the engine client's view of each group
+ * (the parsed ready responses, the group kind and who decided it, the wave clock), which no endpoint shows.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
