@@ -14,7 +14,7 @@ import { checkMinTokensStops } from './min-tokens-helpers.js';
 
 const PROMPTS = ['Tell me a story 🐉 about 龍 and 🎉.', '你好，请介绍一下你自己。😀', 'Plain ASCII prompt.'];
 
-describe('streaming == non-streaming through startGateway({ sim: 2 })', () => {
+describe('streaming == non-streaming through a gateway over 2 simulated ranks', () => {
   let gateway: TestGateway;
 
   before(async () => {
