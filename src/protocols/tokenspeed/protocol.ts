@@ -8,6 +8,7 @@ import type { AddTarget, EngineBatch, EngineProtocol, GenerateRequest } from '..
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
 import { encodeAbortPayload } from './abort.js';
 import { batchToEngineBatch, decodeBatchTokenIDOutSlim } from './output.js';
+import { decodeBatchFast } from './output-fast.js';
 import { encodeTokenizedGenerateReqInput } from './request.js';
 import type { TokenizedGenerateReqInput } from './request.js';
 import { toTokenSpeedSamplingParams, validateSamplingParams } from './sampling.js';
@@ -121,7 +122,8 @@ export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): 
     },
     decodeOutput(frames: readonly Uint8Array[]): EngineBatch {
       if (frames.length === 0) throw new WireDecodeError('BatchTokenIDOutSlim', 'output message has no frames');
-      return batchToEngineBatch(decodeBatchTokenIDOutSlim(frames[0]), opts.onUnknownFinishReason);
+      // The common shape in one pass (output-fast.ts); anything else, errors included, through the schema-driven decoder.
+      return decodeBatchFast(frames[0], opts.onUnknownFinishReason) ?? batchToEngineBatch(decodeBatchTokenIDOutSlim(frames[0]), opts.onUnknownFinishReason);
     },
   };
 }

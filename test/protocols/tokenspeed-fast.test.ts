@@ -1,0 +1,133 @@
+/**
+ * The one-pass `BatchTokenIDOutSlim` decoder (src/protocols/tokenspeed/output-fast.ts) against the schema-driven
+ * one: over every golden output vector and over mutated frames, whenever the fast path returns a batch, the
+ * schema-driven decoder accepts the frame and returns the same batch; whenever the schema-driven decoder refuses a
+ * frame, the fast path returns null (so the protocol reports the schema-driven error).
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { loadTokenSpeedVectors } from '../helpers/shared.js';
+import { prng } from '../helpers/prng.js';
+import type { EngineBatch } from '../../src/protocols/types.js';
+import { batchToEngineBatch, decodeBatchTokenIDOutSlim, encodeBatchTokenIDOutSlim, tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
+import type { BatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/index.js';
+import { decodeBatchFast } from '../../src/protocols/tokenspeed/output-fast.js';
+import { WireDecodeError } from '../../src/wire/errors.js';
+
+const slimVectors = loadTokenSpeedVectors().filter((v) => /slim/.test(v.name) && typeof v.hex === 'string');
+
+function schemaDriven(bytes: Uint8Array): EngineBatch | Error {
+  try {
+    return batchToEngineBatch(decodeBatchTokenIDOutSlim(bytes));
+  } catch (err) {
+    return err as Error;
+  }
+}
+
+/** The fast path is sound for `bytes`: it declines, or agrees with the schema-driven decoder. Returns what it did. */
+function checkAgainstSchemaDriven(bytes: Uint8Array, what: string): 'fast' | 'declined' {
+  const fast = decodeBatchFast(bytes);
+  const slow = schemaDriven(bytes);
+  if (fast === null) return 'declined';
+  assert.ok(!(slow instanceof Error), `${what}: the fast path accepted a frame the schema-driven decoder refuses (${String(slow)})`);
+  assert.deepStrictEqual(fast, slow, what);
+  return 'fast';
+}
+
+test('every golden BatchTokenIDOutSlim vector: the fast path agrees with the schema-driven decoder, and takes the valid ones', () => {
+  assert.ok(slimVectors.length >= 15, `found ${slimVectors.length} slim vectors`);
+  for (const v of slimVectors) {
+    const bytes = Uint8Array.from(Buffer.from(v.hex!, 'hex'));
+    const how = checkAgainstSchemaDriven(bytes, v.name);
+    if (v.name.startsWith('inv_')) assert.equal(how, 'declined', v.name);
+    // The valid vectors the fast path does not take carry 64-bit integer formats or a non-fixstr tag.
+    else if (v.name !== 'out_slim14_large_ints') assert.equal(how, 'fast', v.name);
+  }
+});
+
+test('the protocol reports the schema-driven error for every invalid vector', () => {
+  for (const v of slimVectors.filter((x) => x.name.startsWith('inv_'))) {
+    const bytes = Uint8Array.from(Buffer.from(v.hex!, 'hex'));
+    const slow = schemaDriven(bytes);
+    assert.ok(slow instanceof WireDecodeError, v.name);
+    assert.throws(() => tokenspeedProtocol.decodeOutput([bytes]), (e: unknown) => e instanceof WireDecodeError && e.message === slow.message, v.name);
+  }
+});
+
+function sampleBatch(rand: () => number, rows: number): BatchTokenIDOutSlim {
+  const b: BatchTokenIDOutSlim = {
+    rids: [], output_ids: [], finished_reasons: [], prompt_tokens: [], completion_tokens: [], cached_tokens: [],
+    output_token_logprobs_val: [], output_token_logprobs_idx: [],
+    engine_index: Math.floor(rand() * 4), num_running: Math.floor(rand() * 300), num_waiting: Math.floor(rand() * 10),
+    kv_active_pages: Math.floor(rand() * 70000), kv_total_pages: rand() < 0.2 ? 0 : 70000,
+  };
+  const reasons = ['', '', '', 'stop', 'length', 'abort', 'error', 'weird'];
+  for (let i = 0; i < rows; i++) {
+    b.rids.push(rand() < 0.1 ? `chatcmpl-é-${i}` : `chatcmpl-${Math.floor(rand() * 1e9).toString(16)}-${i}`);
+    const n = Math.floor(rand() * 4);
+    const ids = Array.from({ length: n }, () => Math.floor(rand() * 200_000));
+    b.output_ids.push(ids);
+    b.finished_reasons.push(reasons[Math.floor(rand() * reasons.length)]!);
+    b.prompt_tokens.push(Math.floor(rand() * 70000));
+    b.completion_tokens.push(Math.floor(rand() * 300));
+    b.cached_tokens.push(Math.floor(rand() * 1000));
+    const lp = rand() < 0.5;
+    b.output_token_logprobs_val.push(lp ? ids.map(() => (rand() < 0.1 ? -Infinity : -rand() * 10)) : []);
+    b.output_token_logprobs_idx.push(lp ? ids.map((t) => t) : []);
+  }
+  return b;
+}
+
+test('encoded batches of every form decode the same on both paths; unknown finish strings are reported once per row', () => {
+  const rand = prng(9);
+  for (let k = 0; k < 200; k++) {
+    const b = sampleBatch(rand, Math.floor(rand() * 40));
+    const form = ([9, 10, 14] as const)[k % 3]!;
+    if (form < 14) Object.assign(b, { num_running: 0, num_waiting: 0, kv_active_pages: 0, kv_total_pages: 0 });
+    if (form === 9) b.engine_index = 0;
+    const bytes = encodeBatchTokenIDOutSlim(b, { form });
+    assert.equal(checkAgainstSchemaDriven(bytes, `batch ${k}`), 'fast', `batch ${k} (form ${form})`);
+    const unknownFast: string[] = [];
+    const unknownSlow: string[] = [];
+    decodeBatchFast(bytes, (raw) => unknownFast.push(raw));
+    batchToEngineBatch(decodeBatchTokenIDOutSlim(bytes), (raw) => unknownSlow.push(raw));
+    assert.deepEqual(unknownFast, unknownSlow);
+  }
+});
+
+test('mutated frames (bytes flipped, truncated, extended): the fast path never accepts what the schema-driven decoder refuses', () => {
+  const rand = prng(21);
+  let fast = 0;
+  let declined = 0;
+  for (let k = 0; k < 3000; k++) {
+    const bytes = encodeBatchTokenIDOutSlim(sampleBatch(rand, 1 + Math.floor(rand() * 6)));
+    let m: Uint8Array;
+    const op = k % 4;
+    if (op === 0) {
+      m = Uint8Array.from(bytes);
+      for (let j = 0; j < 1 + Math.floor(rand() * 3); j++) m[Math.floor(rand() * m.length)] = Math.floor(rand() * 256);
+    } else if (op === 1) {
+      m = bytes.subarray(0, Math.floor(rand() * bytes.length));
+    } else if (op === 2) {
+      m = new Uint8Array(bytes.length + 1);
+      m.set(bytes);
+      m[bytes.length] = Math.floor(rand() * 256);
+    } else {
+      m = Uint8Array.from(bytes);
+      m[Math.floor(rand() * m.length)] ^= 1 << Math.floor(rand() * 8);
+    }
+    if (checkAgainstSchemaDriven(m, `mutation ${k}`) === 'fast') fast++;
+    else declined++;
+  }
+  assert.ok(fast > 100 && declined > 1000, `fast ${fast}, declined ${declined}`);
+});
+
+test('a frame inside a larger buffer (a Buffer view, as zeromq hands them) decodes the same', () => {
+  const b = sampleBatch(prng(3), 5);
+  const bytes = encodeBatchTokenIDOutSlim(b);
+  const big = Buffer.alloc(bytes.length + 16, 0xc1);
+  big.set(bytes, 7);
+  const view = big.subarray(7, 7 + bytes.length);
+  assert.deepStrictEqual(decodeBatchFast(view), schemaDriven(bytes));
+  assert.deepStrictEqual(decodeBatchFast(Uint8Array.from(bytes)), schemaDriven(bytes));
+});
