@@ -15,8 +15,10 @@
 import { Decoder, Encoder } from '@msgpack/msgpack';
 import { EngineClientError, type EngineClientErrorKind } from '../engine-client/errors.js';
 import type { ClientStats } from '../engine-client/reports.js';
-import type { FinishReason, GenerateRequest, TokenCandidate } from '../protocols/types.js';
+import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } from '../protocols/types.js';
 import type { BackendRankState, BackendStatus } from '../server/backend.js';
+import { MsgpackReader } from '../wire/reader.js';
+import { MsgpackWriter } from '../wire/writer.js';
 
 /** Record type tags (the first element of every record). */
 export const Tag = {
@@ -35,6 +37,13 @@ export const Tag = {
   SNAPSHOT: 107,
   JOINED: 108,
 } as const;
+
+/**
+ * Router → front messages zeromq queues on each side of one front's pipe before the router's sends are refused
+ * (the ROUTER's send and the DEALER's receive high-water mark). Each message is one event-loop turn's records for
+ * that front; the router's lane (outbox.ts `FrontOutboxes`) bounds the bytes waiting behind a full pipe.
+ */
+export const FRONT_HIGH_WATER_MARK = 1000;
 
 /** An error as it crosses the channel: enough to rebuild what the HTTP layer reads (`kind` → HTTP status). */
 export interface WireError {
@@ -89,6 +98,12 @@ export type UpRecord =
   | { tag: typeof Tag.RELEASE; ticket: number }
   | { tag: typeof Tag.CALL; callId: number; method: string; args: unknown };
 
+/**
+ * An OUT row as a front decodes it: the row the front's request stream takes (`RequestStreamImpl.deliver`), with
+ * `requestId` '' — the router does not send it (the handle names the request); the receiver fills it in.
+ */
+export type DecodedOutput = WireOutput & Pick<EngineOutputRow, 'requestId'>;
+
 /** Records the router sends. */
 export type DownRecord =
   | { tag: typeof Tag.SUBMITTED; handle: number; engineIndex: number | null }
@@ -99,6 +114,9 @@ export type DownRecord =
   | { tag: typeof Tag.REPLY; callId: number; ok: boolean; value: unknown }
   | { tag: typeof Tag.SNAPSHOT; groups: GroupSnapshot[] }
   | { tag: typeof Tag.JOINED; group: number; engineIndex: number; rejoin: boolean };
+
+/** A router record as `decodeDown` returns it: an OUT record carries a `DecodedOutput`. */
+export type ReceivedRecord = Exclude<DownRecord, { tag: typeof Tag.OUT }> | { tag: typeof Tag.OUT; handle: number; output: DecodedOutput };
 
 /** A channel message that is not a list of well-formed records. */
 export class ChannelDecodeError extends Error {
@@ -136,20 +154,13 @@ function upTuple(r: UpRecord): unknown[] {
   }
 }
 
-function downTuple(r: DownRecord): unknown[] {
+function downTuple(r: Exclude<DownRecord, { tag: typeof Tag.OUT }>): unknown[] {
   switch (r.tag) {
     case Tag.SUBMITTED:
       return [r.tag, r.handle, r.engineIndex];
     case Tag.REJECTED:
     case Tag.FAILED:
       return [r.tag, r.handle, r.error];
-    case Tag.OUT: {
-      const o = r.output;
-      const t: unknown[] = [r.tag, r.handle, o.newTokenIds, finishCode(o.finishReason), o.promptTokens, o.completionTokens, o.cachedTokens, o.logprobs];
-      if (o.stopReason !== undefined || o.topLogprobs !== undefined) t.push(o.stopReason === undefined ? null : o.stopReason, o.stopReason !== undefined);
-      if (o.topLogprobs !== undefined) t.push(o.topLogprobs);
-      return t;
-    }
     case Tag.GRANT:
       return [r.tag, r.ticket, r.granted, r.max];
     case Tag.REPLY:
@@ -166,9 +177,77 @@ export function encodeUp(records: readonly UpRecord[]): Uint8Array {
   return encoder.encode(records.map(upTuple));
 }
 
-/** Encode the router's records for one front as one message. */
+/**
+ * The router's records for one front, encoded as they are appended (issue 9, the router's per-token cost): an OUT
+ * row goes straight into the message's bytes (no record object, no tuple, no generic encoder); the other records,
+ * a few per request, through the generic encoder. `finish` gives the message: the same msgpack list of records
+ * `decodeDown` reads (and any msgpack decoder). Token ids and counts must be safe integers (the engine decoders
+ * guarantee it); logprobs are always float64 (so −0, NaN and ±∞ cross as they are).
+ */
+export class DownMessage {
+  private readonly w: MsgpackWriter;
+  private n = 0;
+
+  /** `capacity`: the initial buffer size in bytes (grows by doubling). */
+  constructor(capacity = 1024) {
+    this.w = new MsgpackWriter(capacity);
+  }
+
+  /** Records appended so far. */
+  get count(): number {
+    return this.n;
+  }
+
+  /** Append one OUT record for request `handle`. Throws WireEncodeError for a count or token id that is not a safe integer. */
+  out(handle: number, o: WireOutput): void {
+    const w = this.w;
+    const extra = o.stopReason !== undefined || o.topLogprobs !== undefined;
+    w.writeArrayHeader(o.topLogprobs !== undefined ? 11 : extra ? 10 : 8);
+    w.writeInt(Tag.OUT, 'OUT');
+    w.writeInt(handle, 'OUT.handle');
+    const ids = o.newTokenIds;
+    w.writeArrayHeader(ids.length);
+    for (let i = 0; i < ids.length; i++) w.writeInt(ids[i]!, 'OUT.token');
+    w.writeInt(finishCode(o.finishReason), 'OUT.finish');
+    w.writeInt(o.promptTokens, 'OUT.prompt');
+    w.writeInt(o.completionTokens, 'OUT.completion');
+    w.writeInt(o.cachedTokens, 'OUT.cached');
+    const lp = o.logprobs;
+    w.writeArrayHeader(lp.length);
+    for (let i = 0; i < lp.length; i++) w.writeFloat64(lp[i]!, 'OUT.logprob');
+    if (extra) {
+      w.writeRaw(encoder.encode(o.stopReason ?? null));
+      w.writeBool(o.stopReason !== undefined, 'OUT.stop');
+    }
+    if (o.topLogprobs !== undefined) w.writeRaw(encoder.encode(o.topLogprobs));
+    this.n++;
+  }
+
+  /** Append any record. */
+  push(r: DownRecord): void {
+    if (r.tag === Tag.OUT) return this.out(r.handle, r.output);
+    this.w.writeRaw(encoder.encode(downTuple(r)));
+    this.n++;
+  }
+
+  /** The message: a msgpack list of the records appended. The writer is not reused. */
+  finish(): Uint8Array {
+    const body = this.w.finish();
+    const head = new MsgpackWriter(5);
+    head.writeArrayHeader(this.n);
+    const h = head.finish();
+    const out = new Uint8Array(h.length + body.length);
+    out.set(h);
+    out.set(body, h.length);
+    return out;
+  }
+}
+
+/** Encode the router's records for one front as one message (see `DownMessage`). */
 export function encodeDown(records: readonly DownRecord[]): Uint8Array {
-  return encoder.encode(records.map(downTuple));
+  const m = new DownMessage();
+  for (const r of records) m.push(r);
+  return m.finish();
 }
 
 function tuples(bytes: Uint8Array): unknown[][] {
@@ -214,6 +293,12 @@ function numbers(t: unknown[], i: number, what: string): number[] {
   return v as number[];
 }
 
+function integers(t: unknown[], i: number, what: string): number[] {
+  const v = numbers(t, i, what);
+  for (const x of v) if (!Number.isSafeInteger(x)) throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must hold integers`);
+  return v;
+}
+
 /** Decode a front's message. Throws `ChannelDecodeError` for a malformed message or record. */
 export function decodeUp(bytes: Uint8Array): UpRecord[] {
   return tuples(bytes).map((t): UpRecord => {
@@ -239,50 +324,124 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
   });
 }
 
-/** Decode the router's message. Throws `ChannelDecodeError` for a malformed message or record. */
-export function decodeDown(bytes: Uint8Array): DownRecord[] {
-  return tuples(bytes).map((t): DownRecord => {
-    switch (t[0]) {
-      case Tag.SUBMITTED:
-        return { tag: Tag.SUBMITTED, handle: int(t, 1, 'handle'), engineIndex: intOrNull(t, 2, 'engine index') };
-      case Tag.REJECTED:
-      case Tag.FAILED:
-        return { tag: t[0], handle: int(t, 1, 'handle'), error: wireError(t, 2) };
-      case Tag.OUT: {
-        const code = int(t, 3, 'finish code');
-        if (code < 0 || code >= FINISH_CODES.length) throw new ChannelDecodeError(`OUT: unknown finish code ${code}`);
-        const output: WireOutput = {
-          newTokenIds: numbers(t, 2, 'token ids'),
-          finishReason: FINISH_CODES[code]!,
-          promptTokens: int(t, 4, 'prompt tokens'),
-          completionTokens: int(t, 5, 'completion tokens'),
-          cachedTokens: int(t, 6, 'cached tokens'),
-          logprobs: numbers(t, 7, 'logprobs'),
-        };
-        if (t[9] === true) {
-          const s = t[8];
-          if (s !== null && typeof s !== 'number' && typeof s !== 'string') throw new ChannelDecodeError('OUT: stop reason must be a number, a string or nil');
-          output.stopReason = s;
-        }
-        if (t.length > 10) {
-          if (!Array.isArray(t[10])) throw new ChannelDecodeError('OUT: top logprobs must be a list');
-          output.topLogprobs = t[10] as TokenCandidate[][];
-        }
-        return { tag: Tag.OUT, handle: int(t, 1, 'handle'), output };
-      }
-      case Tag.GRANT:
-        return { tag: Tag.GRANT, ticket: int(t, 1, 'ticket'), granted: t[2] === true, max: int(t, 3, 'max') };
-      case Tag.REPLY:
-        return { tag: Tag.REPLY, callId: int(t, 1, 'call id'), ok: t[2] === true, value: t[3] ?? null };
-      case Tag.SNAPSHOT:
-        if (!Array.isArray(t[1])) throw new ChannelDecodeError('SNAPSHOT: groups must be a list');
-        return { tag: Tag.SNAPSHOT, groups: t[1] as GroupSnapshot[] };
-      case Tag.JOINED:
-        return { tag: Tag.JOINED, group: int(t, 1, 'group'), engineIndex: int(t, 2, 'engine index'), rejoin: t[3] === true };
-      default:
-        throw new ChannelDecodeError(`unknown router record tag ${String(t[0])}`);
+const OUT_HEAD = Tag.OUT; // a positive fixint: the byte itself
+
+/** The optional tail of an OUT record (elements 8.., `len` elements in all), as the generic decoder reads it. */
+function outTail(output: DecodedOutput, t: unknown[]): void {
+  if (t[9] === true) {
+    const s = t[8];
+    if (s !== null && typeof s !== 'number' && typeof s !== 'string') throw new ChannelDecodeError('OUT: stop reason must be a number, a string or nil');
+    output.stopReason = s;
+  }
+  if (t.length > 10) {
+    if (!Array.isArray(t[10])) throw new ChannelDecodeError('OUT: top logprobs must be a list');
+    output.topLogprobs = t[10] as TokenCandidate[][];
+  }
+}
+
+function safe(r: MsgpackReader, what: string): number {
+  const v = r.readInt(what);
+  if (typeof v === 'bigint') throw new ChannelDecodeError(`OUT: ${what} ${v} is beyond ±(2^53−1)`);
+  return v;
+}
+
+/**
+ * One OUT record of `len` elements (`len` ≥ 8) read in place, its tag already consumed: the per-token path of a
+ * front, with no intermediate tuple. Types are checked as they are read (integers for ids and counts, numbers for
+ * logprobs). Throws WireDecodeError or ChannelDecodeError.
+ */
+function readOut(r: MsgpackReader, len: number): ReceivedRecord {
+  const handle = safe(r, 'handle');
+  const n = r.readArrayHeader('token ids');
+  const newTokenIds: number[] = [];
+  for (let i = 0; i < n; i++) newTokenIds.push(safe(r, 'token id'));
+  const code = safe(r, 'finish code');
+  if (code < 0 || code >= FINISH_CODES.length) throw new ChannelDecodeError(`OUT: unknown finish code ${code}`);
+  const promptTokens = safe(r, 'prompt tokens');
+  const completionTokens = safe(r, 'completion tokens');
+  const cachedTokens = safe(r, 'cached tokens');
+  const m = r.readArrayHeader('logprobs');
+  const logprobs: number[] = [];
+  for (let i = 0; i < m; i++) logprobs.push(r.readFloat('logprob'));
+  const output: DecodedOutput = { requestId: '', newTokenIds, finishReason: FINISH_CODES[code]!, promptTokens, completionTokens, cachedTokens, logprobs };
+  if (len > 8) {
+    const tail: unknown[] = [];
+    for (let i = 8; i < len; i++) tail[i] = r.readAny('OUT tail');
+    outTail(output, tail);
+  }
+  return { tag: Tag.OUT, handle, output };
+}
+
+/** One router record from its generic tuple. */
+function downRecord(t: unknown[]): ReceivedRecord {
+  switch (t[0]) {
+    case Tag.SUBMITTED:
+      return { tag: Tag.SUBMITTED, handle: int(t, 1, 'handle'), engineIndex: intOrNull(t, 2, 'engine index') };
+    case Tag.REJECTED:
+    case Tag.FAILED:
+      return { tag: t[0], handle: int(t, 1, 'handle'), error: wireError(t, 2) };
+    case Tag.OUT: {
+      // An OUT record the in-place reader did not take (a non-minimal tag, fewer than 8 elements).
+      const code = int(t, 3, 'finish code');
+      if (code < 0 || code >= FINISH_CODES.length) throw new ChannelDecodeError(`OUT: unknown finish code ${code}`);
+      const output: DecodedOutput = {
+        requestId: '',
+        newTokenIds: integers(t, 2, 'token ids'),
+        finishReason: FINISH_CODES[code]!,
+        promptTokens: int(t, 4, 'prompt tokens'),
+        completionTokens: int(t, 5, 'completion tokens'),
+        cachedTokens: int(t, 6, 'cached tokens'),
+        logprobs: numbers(t, 7, 'logprobs'),
+      };
+      outTail(output, t);
+      return { tag: Tag.OUT, handle: int(t, 1, 'handle'), output };
     }
-  });
+    case Tag.GRANT:
+      return { tag: Tag.GRANT, ticket: int(t, 1, 'ticket'), granted: t[2] === true, max: int(t, 3, 'max') };
+    case Tag.REPLY:
+      return { tag: Tag.REPLY, callId: int(t, 1, 'call id'), ok: t[2] === true, value: t[3] ?? null };
+    case Tag.SNAPSHOT:
+      if (!Array.isArray(t[1])) throw new ChannelDecodeError('SNAPSHOT: groups must be a list');
+      return { tag: Tag.SNAPSHOT, groups: t[1] as GroupSnapshot[] };
+    case Tag.JOINED:
+      return { tag: Tag.JOINED, group: int(t, 1, 'group'), engineIndex: int(t, 2, 'engine index'), rejoin: t[3] === true };
+    default:
+      throw new ChannelDecodeError(`unknown router record tag ${String(t[0])}`);
+  }
+}
+
+/**
+ * Decode the router's message. OUT records are read in place (`readOut`); every other record through the generic
+ * decoder. The whole message is checked before anything is returned: a malformed message or record throws
+ * `ChannelDecodeError` (and nothing of it is applied).
+ */
+export function decodeDown(bytes: Uint8Array): ReceivedRecord[] {
+  const r = new MsgpackReader(bytes);
+  const out: ReceivedRecord[] = [];
+  try {
+    if (bytes.length === 0 || r.peekKind('message') !== 'array') throw new ChannelDecodeError('a channel message must be a list of records');
+    const n = r.readArrayHeader('message');
+    for (let i = 0; i < n; i++) {
+      const start = r.pos;
+      if (r.peekKind('record') !== 'array') throw new ChannelDecodeError(`record ${i} is not a tagged list`);
+      const len = r.readArrayHeader('record');
+      if (len >= 8 && bytes[r.pos] === OUT_HEAD) {
+        r.pos++;
+        out.push(readOut(r, len));
+        continue;
+      }
+      r.pos = start;
+      r.skip('record');
+      const t = decoder.decode(bytes.subarray(start, r.pos));
+      if (!Array.isArray(t) || typeof t[0] !== 'number') throw new ChannelDecodeError(`record ${i} is not a tagged list`);
+      out.push(downRecord(t as unknown[]));
+    }
+    r.expectEnd('message');
+  } catch (err) {
+    if (err instanceof ChannelDecodeError) throw err;
+    throw new ChannelDecodeError(`undecodable channel message (${bytes.length} bytes): ${err instanceof Error ? err.message : String(err)}`);
+  }
+  return out;
 }
 
 /** An error as `WireError` (the fields the HTTP layer and logs read; `EngineClientError`'s structured ones kept). */

@@ -1,10 +1,14 @@
 /**
  * Per-tick batching of channel records (docs/architecture.md section 4 step 2): records pushed during one event-loop
- * turn leave as one message per peer, flushed from `setImmediate`; while a send is in flight (zeromq.js allows one
- * send at a time per socket) new records gather and leave together after it, so a busy process sends fewer, larger
- * messages. Unbounded by design on the record side: what a peer is owed is bounded by its requests' token limits, and
- * the socket's high-water mark bounds what zeromq queues.
+ * turn leave as one message per peer, flushed from `setImmediate`.
+ * - `Outbox` (a front → its router): while a send is in flight (zeromq.js allows one send at a time per socket) new
+ *   records gather and leave together after it, so a busy process sends fewer, larger messages. What a front owes
+ *   the router is bounded by its requests; the socket's high-water mark bounds what zeromq queues.
+ * - `FrontOutboxes` (the router → every front): one lane per front, encoded as records are appended, sent without
+ *   ever waiting, so one front that stopped reading delays no other (see the class).
  */
+import { performance } from 'node:perf_hooks';
+import { DownMessage, type DownRecord } from './channel-codec.js';
 
 /**
  * Records for several peers (keyed by `K`), sent by `send(key, records)` one message at a time. `onError` hears a
@@ -71,5 +75,190 @@ export class Outbox<K, R> {
     } finally {
       this.sending = false;
     }
+  }
+}
+
+/** Options of `FrontOutboxes`. */
+export interface FrontOutboxesOptions {
+  /** A front whose messages are refused (its queue full) this long without one accepted is stuck, ms (default 5000). */
+  stuckAfterMs?: number;
+  /** A front holding more than this many encoded bytes not yet accepted is stuck (default 64 MiB). */
+  maxQueuedBytes?: number;
+  /** Monotonic clock, ms (default `performance.now`). */
+  now?: () => number;
+}
+
+/** One front's outbox (`FrontOutboxes.open`). */
+export interface FrontLane {
+  readonly key: number;
+  /** The records of this turn, or null when none yet. */
+  message: DownMessage | null;
+  /** Finished messages not yet accepted by the socket, oldest first. */
+  readonly queue: Uint8Array[];
+  queuedBytes: number;
+  sending: boolean;
+  /** When the oldest message was first refused (ms), or null. */
+  refusedSince: number | null;
+  retryMs: number;
+  retryTimer: NodeJS.Timeout | null;
+  /** Stuck (reported) or forgotten: nothing more is sent. */
+  closed: boolean;
+  /** Capacity for the next message, bytes (the last message's size). */
+  sizeHint: number;
+}
+
+const RETRY_FIRST_MS = 1;
+const RETRY_MAX_MS = 50;
+
+function isRefusal(err: unknown): boolean {
+  return (err as { code?: unknown } | null)?.code === 'EAGAIN';
+}
+
+/**
+ * The router's outboxes, one lane per front (docs/architecture.md sections 4 and 6; issue 9): the records of one
+ * event-loop turn for a front are one `DownMessage`, written as they are appended (an OUT row straight to bytes) and
+ * flushed at the end of the turn. Fronts are independent: `send` must never wait (the ROUTER's send timeout is 0, so
+ * a full front queue is an immediate `EAGAIN`); a refused message stays first in its lane, in order, and is retried
+ * with a backoff (1 ms doubling to 50 ms), while every other front keeps being served. A lane whose messages are
+ * refused for `stuckAfterMs`, that holds more than `maxQueuedBytes`, or whose send fails otherwise (EHOSTUNREACH) is
+ * reported once through `onStuck` and sends nothing more; the primary kills that front. So no lane grows without
+ * bound and a stuck front delays no other.
+ */
+export class FrontOutboxes {
+  private readonly lanes = new Map<number, FrontLane>();
+  private dirty: FrontLane[] = [];
+  private scheduled = false;
+  private closed = false;
+  private readonly stuckAfterMs: number;
+  private readonly maxQueuedBytes: number;
+  private readonly now: () => number;
+
+  constructor(
+    private readonly send: (key: number, message: Uint8Array) => Promise<void>,
+    private readonly onStuck: (key: number, err: unknown) => void,
+    opts: FrontOutboxesOptions = {},
+  ) {
+    this.stuckAfterMs = opts.stuckAfterMs ?? 5000;
+    this.maxQueuedBytes = opts.maxQueuedBytes ?? 64 * 1024 * 1024;
+    this.now = opts.now ?? (() => performance.now());
+  }
+
+  /** The lane of front `key` (a new, empty one replaces any old lane of that key). */
+  open(key: number): FrontLane {
+    this.forget(key);
+    const lane: FrontLane = { key, message: null, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024 };
+    this.lanes.set(key, lane);
+    return lane;
+  }
+
+  /** This turn's message of `lane`, to append records to; it leaves at the end of the turn. */
+  message(lane: FrontLane): DownMessage {
+    let m = lane.message;
+    if (m === null) {
+      m = lane.message = new DownMessage(lane.sizeHint);
+      this.dirty.push(lane);
+      if (!this.scheduled) {
+        this.scheduled = true;
+        setImmediate(() => this.flush());
+      }
+    }
+    return m;
+  }
+
+  /** Append one record for front `key` (no-op for an unknown key). */
+  push(key: number, record: DownRecord): void {
+    const lane = this.lanes.get(key);
+    if (lane !== undefined && !lane.closed) this.message(lane).push(record);
+  }
+
+  /** Encoded bytes of `key` not yet accepted by the socket (for tests and logs). */
+  queuedBytes(key: number): number {
+    return this.lanes.get(key)?.queuedBytes ?? 0;
+  }
+
+  /** Drop front `key`'s lane and everything queued in it (the front is gone). */
+  forget(key: number): void {
+    const lane = this.lanes.get(key);
+    if (lane === undefined) return;
+    this.lanes.delete(key);
+    this.shut(lane);
+  }
+
+  /** Stop sending; queued records are dropped. */
+  close(): void {
+    this.closed = true;
+    for (const lane of this.lanes.values()) this.shut(lane);
+    this.lanes.clear();
+  }
+
+  private shut(lane: FrontLane): void {
+    lane.closed = true;
+    lane.message = null;
+    lane.queue.length = 0;
+    lane.queuedBytes = 0;
+    if (lane.retryTimer !== null) clearTimeout(lane.retryTimer);
+    lane.retryTimer = null;
+  }
+
+  private flush(): void {
+    this.scheduled = false;
+    const dirty = this.dirty;
+    this.dirty = [];
+    for (const lane of dirty) {
+      const m = lane.message;
+      lane.message = null;
+      if (lane.closed || m === null) continue;
+      const bytes = m.finish();
+      lane.sizeHint = Math.max(1024, bytes.length);
+      lane.queue.push(bytes);
+      lane.queuedBytes += bytes.length;
+      if (lane.queuedBytes > this.maxQueuedBytes) {
+        this.stuck(lane, new Error(`front ${lane.key} holds ${lane.queuedBytes} bytes not taken by its socket (limit ${this.maxQueuedBytes})`));
+        continue;
+      }
+      this.pump(lane);
+    }
+  }
+
+  private pump(lane: FrontLane): void {
+    if (lane.sending || lane.closed || lane.retryTimer !== null || lane.queue.length === 0) return;
+    lane.sending = true;
+    const bytes = lane.queue[0]!;
+    this.send(lane.key, bytes).then(
+      () => {
+        lane.sending = false;
+        if (lane.closed) return;
+        lane.queue.shift();
+        lane.queuedBytes -= bytes.length;
+        lane.refusedSince = null;
+        lane.retryMs = RETRY_FIRST_MS;
+        this.pump(lane);
+      },
+      (err: unknown) => {
+        lane.sending = false;
+        if (lane.closed) return;
+        if (!isRefusal(err)) {
+          this.stuck(lane, err);
+          return;
+        }
+        const now = this.now();
+        lane.refusedSince ??= now;
+        if (now - lane.refusedSince >= this.stuckAfterMs) {
+          this.stuck(lane, new Error(`front ${lane.key} took no message for ${Math.round(now - lane.refusedSince)} ms (its queue is full: it stopped reading)`, { cause: err }));
+          return;
+        }
+        lane.retryTimer = setTimeout(() => {
+          lane.retryTimer = null;
+          this.pump(lane);
+        }, lane.retryMs);
+        lane.retryMs = Math.min(RETRY_MAX_MS, lane.retryMs * 2);
+      },
+    );
+  }
+
+  private stuck(lane: FrontLane, err: unknown): void {
+    if (lane.closed) return;
+    this.shut(lane);
+    if (!this.closed) this.onStuck(lane.key, err);
   }
 }

@@ -23,12 +23,13 @@ import type { SharedConcurrencyCap } from '../server/concurrency.js';
 import { ResponsesStore, type ResponsesStoreOptions, type StoredResponse } from '../server/responses/store.js';
 import {
   ChannelDecodeError,
+  FRONT_HIGH_WATER_MARK,
   Tag,
   decodeDown,
   encodeUp,
   fromWireError,
-  type DownRecord,
   type GroupSnapshot,
+  type ReceivedRecord,
   type UpRecord,
   type WireError,
 } from './channel-codec.js';
@@ -75,7 +76,7 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
     private readonly log: Logger,
   ) {
     super();
-    this.socket = new Dealer({ routingId: `front-${frontId}`, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: 100_000 });
+    this.socket = new Dealer({ routingId: `front-${frontId}`, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: FRONT_HIGH_WATER_MARK });
     this.outbox = new Outbox<0, UpRecord>(
       (_, records) => this.socket.send(encodeUp(records)),
       (_, err) => {
@@ -228,7 +229,7 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
     try {
       for await (const [payload] of this.socket) {
         if (payload === undefined) continue;
-        let records: DownRecord[];
+        let records: ReceivedRecord[];
         try {
           records = decodeDown(payload);
         } catch (err) {
@@ -245,7 +246,7 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
     }
   }
 
-  private apply(r: DownRecord): void {
+  private apply(r: ReceivedRecord): void {
     switch (r.tag) {
       case Tag.SUBMITTED: {
         const sub = this.submissions.get(r.handle);
@@ -273,7 +274,9 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
         if (sub === undefined) return;
         const o = r.output;
         if (o.finishReason !== null) this.submissions.delete(r.handle);
-        sub.stream.deliver({ requestId: sub.stream.requestId, ...o });
+        // The decoded row itself, named (no copy: deliver builds the stream's output from it).
+        o.requestId = sub.stream.requestId;
+        sub.stream.deliver(o);
         return;
       }
       case Tag.GRANT: {

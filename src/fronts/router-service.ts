@@ -22,15 +22,15 @@ import type { EngineFamily, GenerationBackend } from '../server/backend.js';
 import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
 import {
   ChannelDecodeError,
+  FRONT_HIGH_WATER_MARK,
   Tag,
   decodeUp,
   encodeDown,
   toWireError,
-  type DownRecord,
   type GroupSnapshot,
   type UpRecord,
 } from './channel-codec.js';
-import { Outbox } from './outbox.js';
+import { FrontOutboxes, type FrontLane } from './outbox.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
 export interface ServedGroup {
@@ -48,8 +48,12 @@ export interface RouterServiceOptions {
   logger: Logger;
   /** How often every front gets a fresh snapshot, ms (default 250). */
   snapshotIntervalMs?: number;
-  /** A send to a front blocked this long (its queue full: it stopped reading) makes it stuck, ms (default 5000). */
+  /**
+   * A front whose messages are refused this long (its queue full: it stopped reading) is stuck, ms (default 5000);
+   * so is one holding more than `maxQueuedBytes` (default 64 MiB) the socket has not taken.
+   */
   sendTimeoutMs?: number;
+  maxQueuedBytes?: number;
   /** Called once for a front that is stuck (the primary kills it; its exit then drops it). */
   onFrontStuck?: (frontId: number) => void;
 }
@@ -60,6 +64,8 @@ const PENDING = Symbol('pending');
 interface FrontSession {
   readonly frontId: number;
   readonly identity: Buffer;
+  /** Its outbox lane (records of this turn, messages the socket has not taken yet). */
+  readonly lane: FrontLane;
   readonly streams: Map<number, RequestStream | typeof PENDING>;
   /** Handles aborted while their submit was still being placed. */
   readonly abortedEarly: Set<number>;
@@ -80,7 +86,7 @@ export class RouterService {
   readonly stats: RouterServiceStats = { decodeErrors: 0, frontsDropped: 0, orphanedRequests: 0 };
   private readonly socket: Router;
   private readonly sessions = new Map<number, FrontSession>();
-  private readonly outbox: Outbox<number, DownRecord>;
+  private readonly outbox: FrontOutboxes;
   private readonly log: Logger;
   private permitsTaken = 0;
   private snapshotTimer: NodeJS.Timeout | null = null;
@@ -89,18 +95,22 @@ export class RouterService {
 
   constructor(private readonly opts: RouterServiceOptions) {
     this.log = opts.logger;
-    this.socket = new Router({ mandatory: true, linger: 0, sendTimeout: opts.sendTimeoutMs ?? 5000, sendHighWaterMark: 100_000 });
-    this.outbox = new Outbox<number, DownRecord>(
-      async (frontId, records) => {
+    // sendTimeout 0: a send never waits; a front whose queue is full refuses at once (EAGAIN) and its lane retries
+    // (outbox.ts `FrontOutboxes`), so one front that stopped reading never holds up the others. The high-water mark
+    // counts messages (one per front per turn); the lane bounds the bytes behind it.
+    this.socket = new Router({ mandatory: true, linger: 0, sendTimeout: 0, sendHighWaterMark: FRONT_HIGH_WATER_MARK });
+    this.outbox = new FrontOutboxes(
+      async (frontId, message) => {
         const s = this.sessions.get(frontId);
         if (s === undefined || s.dropped) return;
-        await this.socket.send([s.identity, encodeDown(records)]);
+        await this.socket.send([s.identity, message]);
       },
       (frontId, err) => {
         if (this.closed) return;
-        this.log.warn({ frontId, err }, 'front not reading (send failed): treating it as stuck');
+        this.log.warn({ frontId, err }, 'front not reading (send refused or failed): treating it as stuck');
         this.opts.onFrontStuck?.(frontId);
       },
+      { stuckAfterMs: opts.sendTimeoutMs ?? 5000, maxQueuedBytes: opts.maxQueuedBytes },
     );
     for (const [i, g] of opts.groups.entries()) {
       g.backend.on('joined', ((engine: { engineIndex: number | null }, rejoin: boolean) => {
@@ -225,7 +235,7 @@ export class RouterService {
     for (const r of records) {
       if (r.tag === Tag.HELLO) {
         this.dropFront(r.frontId); // a front id reconnecting is a fresh process
-        session = { frontId: r.frontId, identity: Buffer.from(identity), streams: new Map(), abortedEarly: new Set(), permits: new Set(), dropped: false };
+        session = { frontId: r.frontId, identity: Buffer.from(identity), lane: this.outbox.open(r.frontId), streams: new Map(), abortedEarly: new Set(), permits: new Set(), dropped: false };
         this.sessions.set(r.frontId, session);
         this.outbox.push(r.frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
         continue;
@@ -312,10 +322,12 @@ export class RouterService {
    * iterating it.
    */
   private pump(s: FrontSession, handle: number, stream: RequestStream): void {
+    const outbox = this.outbox;
+    const lane = s.lane;
     const onOutput = (o: EngineOutput): boolean => {
       if (s.dropped) return true;
-      // The EngineOutput itself: the codec picks the fields it sends.
-      this.outbox.push(s.frontId, { tag: Tag.OUT, handle, output: o });
+      // Straight into this turn's message for the front (no record object): the codec writes the fields it sends.
+      outbox.message(lane).out(handle, o);
       return o.finishReason !== null;
     };
     const onError = (err: unknown): void => {

@@ -5,10 +5,11 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { encode } from '@msgpack/msgpack';
+import { decode, encode } from '@msgpack/msgpack';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import {
   ChannelDecodeError,
+  DownMessage,
   Tag,
   decodeDown,
   decodeUp,
@@ -20,7 +21,7 @@ import {
   type DownRecord,
   type UpRecord,
 } from '../../src/fronts/channel-codec.js';
-import { Outbox } from '../../src/fronts/outbox.js';
+import { FrontOutboxes, Outbox } from '../../src/fronts/outbox.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { statusForEngineError } from '../../src/server/errors.js';
 
@@ -63,7 +64,8 @@ test('router records round-trip; absent optionals stay absent, stop reasons and 
     { tag: Tag.JOINED, group: 0, engineIndex: 1, rejoin: true },
   ];
   const back = decodeDown(encodeDown(records));
-  assert.deepEqual(back, records);
+  // A decoded OUT row is the row a front's stream takes, named by the receiver (requestId '' until then).
+  assert.deepEqual(back, records.map((r) => (r.tag === Tag.OUT ? { ...r, output: { requestId: '', ...r.output } } : r)));
   const first = back[2] as DownRecord & { tag: typeof Tag.OUT };
   assert.equal('stopReason' in first.output, false, 'no stop reason key when the engine reported none');
   assert.equal('topLogprobs' in first.output, false);
@@ -119,10 +121,75 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['stop reason of a bad type', encode([[Tag.OUT, 1, [1], 1, 1, 1, 0, [], { x: 1 }, true]]), 'down'],
     ['error without a message', encode([[Tag.FAILED, 1, { name: 'E' }]]), 'down'],
     ['snapshot not a list', encode([[Tag.SNAPSHOT, 3]]), 'down'],
+    ['fractional token id', encode([[Tag.OUT, 1, [1.5], 0, 1, 1, 0, []]]), 'down'],
+    ['token id beyond 2^53', encode([[Tag.OUT, 1, [2n ** 60n], 0, 1, 1, 0, []]], { useBigInt64: true }), 'down'],
+    ['handle beyond 2^53', encode([[Tag.OUT, 2n ** 60n, [1], 0, 1, 1, 0, []]], { useBigInt64: true }), 'down'],
+    ['logprob not a number', encode([[Tag.OUT, 1, [1], 0, 1, 1, 0, ['x']]]), 'down'],
+    ['count not an integer', encode([[Tag.OUT, 1, [1], 0, 1.5, 1, 0, []]]), 'down'],
+    ['out record too short', encode([[Tag.OUT, 1, [1], 0, 1, 1, 0]]), 'down'],
+    ['top logprobs not a list', encode([[Tag.OUT, 1, [1], 0, 1, 1, 0, [], null, false, 3]]), 'down'],
+    ['trailing bytes', Uint8Array.from([...encodeDown([{ tag: Tag.JOINED, group: 0, engineIndex: 1, rejoin: false }]), 0x01]), 'down'],
+    ['empty', new Uint8Array(0), 'down'],
+    ['fewer records than the header says', encode([[Tag.SUBMITTED, 1, 0]]).map((b, i) => (i === 0 ? 0x92 : b)), 'down'],
   ];
   for (const [what, bytes, side] of bad) {
     assert.throws(() => (side === 'up' ? decodeUp(bytes) : decodeDown(bytes)), ChannelDecodeError, what);
   }
+});
+
+test('DownMessage: OUT rows written in place are the msgpack list of records any decoder reads (the wire is unchanged)', () => {
+  const o = { newTokenIds: [5, 300, 70_000, 151_643], finishReason: 'length' as const, promptTokens: 70_000, completionTokens: 256, cachedTokens: 64, logprobs: [-0.5, -1, 0, -0, Number.NaN, -Infinity] };
+  const m = new DownMessage(8); // grows
+  m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 3 });
+  for (let h = 0; h < 40; h++) m.out(h, o);
+  m.out(41, { ...o, stopReason: '###' });
+  m.push({ tag: Tag.GRANT, ticket: 2, granted: true, max: 0 });
+  assert.equal(m.count, 43);
+  const bytes = m.finish();
+  const generic = decode(bytes) as unknown[][];
+  assert.equal(generic.length, 43);
+  assert.deepEqual(generic[0], [Tag.SUBMITTED, 1, 3]);
+  assert.deepEqual(generic[1], [Tag.OUT, 0, o.newTokenIds, 2, 70_000, 256, 64, o.logprobs]);
+  assert.deepEqual(generic[41], [Tag.OUT, 41, o.newTokenIds, 2, 70_000, 256, 64, o.logprobs, '###', true]);
+  const back = decodeDown(bytes);
+  assert.equal(back.length, 43);
+  const out = back[1] as DownRecord & { tag: typeof Tag.OUT };
+  assert.ok(Object.is(out.output.logprobs[3], -0), '-0 crosses as -0');
+  assert.deepEqual(back[42], { tag: Tag.GRANT, ticket: 2, granted: true, max: 0 });
+});
+
+test('OUT records encoded by a generic msgpack encoder (any tag encoding, tuple layout) decode the same', () => {
+  const base = [1, [7, 8], 0, 3, 2, 0, [-0.5, -1]];
+  const viaGeneric = decodeDown(encode([[Tag.OUT, ...base], [Tag.OUT, ...base, 12, true]]));
+  // A non-minimal tag (uint8 103) goes through the tuple decoder.
+  const nonMinimal = Uint8Array.from(encode([[Tag.OUT, ...base]]));
+  const longTag = Uint8Array.from([nonMinimal[0]!, 0x98, 0xcc, Tag.OUT, ...nonMinimal.subarray(3)]);
+  const viaTuple = decodeDown(longTag);
+  const expected = { tag: Tag.OUT, handle: 1, output: { requestId: '', newTokenIds: [7, 8], finishReason: null, promptTokens: 3, completionTokens: 2, cachedTokens: 0, logprobs: [-0.5, -1] } };
+  assert.deepEqual(viaGeneric, [expected, { ...expected, output: { ...expected.output, stopReason: 12 } }]);
+  assert.deepEqual(viaTuple, [expected]);
+});
+
+test('mutated router messages: a ChannelDecodeError or records, never another exception', () => {
+  let seed = 7;
+  const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  const m = new DownMessage();
+  m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 0 });
+  for (let h = 0; h < 6; h++) m.out(h, { newTokenIds: [h, 1000 + h], finishReason: h === 5 ? 'stop' : null, promptTokens: 9, completionTokens: h, cachedTokens: 0, logprobs: h % 2 ? [-1.5, -2] : [] });
+  m.push({ tag: Tag.FAILED, handle: 9, error: { name: 'EngineClientError', message: 'x', kind: 'engine-dead' } });
+  const bytes = m.finish();
+  let errors = 0;
+  for (let k = 0; k < 3000; k++) {
+    const b = Uint8Array.from(k % 3 === 0 ? bytes.subarray(0, Math.floor(rand() * bytes.length)) : bytes);
+    if (k % 3 !== 0) for (let j = 0; j < 1 + (k % 3); j++) b[Math.floor(rand() * b.length)] = Math.floor(rand() * 256);
+    try {
+      decodeDown(b);
+    } catch (err) {
+      assert.ok(err instanceof ChannelDecodeError, `mutation ${k}: ${String(err)}`);
+      errors++;
+    }
+  }
+  assert.ok(errors > 1000, `${errors} refused`);
 });
 
 test('Outbox: records pushed in one tick leave as one message per peer; records pushed during a send leave together after it', async () => {
@@ -176,4 +243,72 @@ test('Outbox: a failed send is reported and the next records still leave', async
   await new Promise((r) => setTimeout(r, 5));
   assert.deepEqual(errors, ['a: EHOSTUNREACH']);
   assert.deepEqual(sent, [[2]]);
+});
+
+test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAIN) keeps its messages in order and holds up no other', async () => {
+  const sent: Array<[number, number[]]> = [];
+  let refuse = true;
+  const stuck: number[] = [];
+  const eagain = Object.assign(new Error('Socket temporarily unavailable'), { code: 'EAGAIN' });
+  const boxes = new FrontOutboxes(
+    async (key, message) => {
+      if (key === 1 && refuse) throw eagain;
+      sent.push([key, (decodeDown(message) as Array<{ handle: number }>).map((r) => r.handle)]);
+    },
+    (key) => stuck.push(key),
+  );
+  const a = boxes.open(1);
+  const b = boxes.open(2);
+  const row = { newTokenIds: [1], finishReason: null, promptTokens: 1, completionTokens: 1, cachedTokens: 0, logprobs: [] };
+  boxes.message(a).out(1, row);
+  boxes.message(a).out(2, row);
+  boxes.message(b).out(3, row);
+  await new Promise((r) => setImmediate(r));
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(sent, [[2, [3]]], 'front 2 served while front 1 refuses');
+  assert.ok(boxes.queuedBytes(1) > 0);
+  boxes.message(a).out(4, row);
+  boxes.push(2, { tag: Tag.SUBMITTED, handle: 5, engineIndex: 0 });
+  await new Promise((r) => setImmediate(r));
+  refuse = false;
+  await new Promise((r) => setTimeout(r, 80));
+  assert.deepEqual(sent, [[2, [3]], [2, [5]], [1, [1, 2]], [1, [4]]], 'front 1 gets its messages in order once it reads');
+  assert.equal(boxes.queuedBytes(1), 0);
+  assert.deepEqual(stuck, []);
+  boxes.close();
+});
+
+test('FrontOutboxes: a front refusing for stuckAfterMs, over its byte limit, or unreachable is reported stuck once and sends nothing more', async () => {
+  let now = 0;
+  const stuck: string[] = [];
+  const attempts = new Map<number, number>();
+  const boxes = new FrontOutboxes(
+    async (key) => {
+      attempts.set(key, (attempts.get(key) ?? 0) + 1);
+      if (key === 3) throw Object.assign(new Error('Host unreachable'), { code: 'EHOSTUNREACH' });
+      throw Object.assign(new Error('Socket temporarily unavailable'), { code: 'EAGAIN' });
+    },
+    (key, err) => stuck.push(`${key}: ${(err as Error).message}`),
+    { stuckAfterMs: 1000, maxQueuedBytes: 200, now: () => now },
+  );
+  const row = { newTokenIds: [1, 2, 3], finishReason: null, promptTokens: 1, completionTokens: 1, cachedTokens: 0, logprobs: [-1, -2, -3] };
+  const slow = boxes.open(1);
+  const big = boxes.open(2);
+  const gone = boxes.open(3);
+  boxes.message(slow).out(1, row);
+  for (let i = 0; i < 10; i++) boxes.message(big).out(i, row);
+  boxes.message(gone).out(1, row);
+  await new Promise((r) => setTimeout(r, 20));
+  assert.deepEqual(stuck.map((s) => s.split(':')[0]), ['2', '3'], 'over the byte limit and unreachable: stuck at once');
+  assert.ok((attempts.get(1) ?? 0) >= 2, 'the refused front is retried');
+  now = 1500;
+  await new Promise((r) => setTimeout(r, 120));
+  assert.equal(stuck.length, 3);
+  assert.match(stuck[2]!, /^1: front 1 took no message for 1500 ms/);
+  const tries = attempts.get(1);
+  boxes.message(slow).out(2, row);
+  await new Promise((r) => setTimeout(r, 60));
+  assert.equal(attempts.get(1), tries, 'a stuck lane sends nothing more');
+  assert.equal(boxes.queuedBytes(1), 0, 'and holds nothing');
+  boxes.close();
 });
