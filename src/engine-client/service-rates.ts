@@ -77,11 +77,13 @@ export class ServiceRates {
    * this tracker did not see dispatched to `rank` are ignored.
    */
   observe(rank: number, outputs: readonly EngineOutputRow[], nowMs: number): void {
+    if (this.pending.size === 0) return;
+    let sums: RankSums | null = null; // one lookup per batch, not per row (issue 9)
     for (const out of outputs) {
       const p = this.pending.get(out.requestId);
       if (p === undefined || p.rank !== rank) continue;
       const tokens = out.newTokenIds.length;
-      const sums = this.sumsOf(rank);
+      sums ??= this.sumsOf(rank);
       if (p.lastRowMs === null) {
         if (tokens > 0) {
           this.prefillSample(rank, p, out, nowMs);

@@ -18,7 +18,7 @@ import type { ClientStats } from '../engine-client/reports.js';
 import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } from '../protocols/types.js';
 import type { BackendRankState, BackendStatus } from '../server/backend.js';
 import { MsgpackReader } from '../wire/reader.js';
-import { MsgpackWriter } from '../wire/writer.js';
+import { WireEncodeError } from '../wire/errors.js';
 
 /** Record type tags (the first element of every record). */
 export const Tag = {
@@ -181,16 +181,19 @@ export function encodeUp(records: readonly UpRecord[]): Uint8Array {
  * The router's records for one front, encoded as they are appended (issue 9, the router's per-token cost): an OUT
  * row goes straight into the message's bytes (no record object, no tuple, no generic encoder); the other records,
  * a few per request, through the generic encoder. `finish` gives the message: the same msgpack list of records
- * `decodeDown` reads (and any msgpack decoder). Token ids and counts must be safe integers (the engine decoders
- * guarantee it); logprobs are always float64 (so −0, NaN and ±∞ cross as they are).
+ * `decodeDown` reads (and any msgpack decoder). Token ids and counts are integers ≥ 0 (the engine decoders guarantee
+ * it); logprobs are always float64 (so −0, NaN and ±∞ cross as they are).
  */
 export class DownMessage {
-  private readonly w: MsgpackWriter;
+  private buf: Uint8Array;
+  private view: DataView;
+  private pos = 5; // room for the list header, written by `finish`
   private n = 0;
 
   /** `capacity`: the initial buffer size in bytes (grows by doubling). */
   constructor(capacity = 1024) {
-    this.w = new MsgpackWriter(capacity);
+    this.buf = new Uint8Array(Math.max(64, capacity));
+    this.view = new DataView(this.buf.buffer);
   }
 
   /** Records appended so far. */
@@ -198,48 +201,113 @@ export class DownMessage {
     return this.n;
   }
 
-  /** Append one OUT record for request `handle`. Throws WireEncodeError for a count or token id that is not a safe integer. */
+  /** Bytes of the records appended so far. */
+  get byteLength(): number {
+    return this.pos - 5;
+  }
+
+  /**
+   * Append one OUT record for request `handle`. Throws WireEncodeError (and appends nothing) for a handle, count or
+   * token id that is not an integer in 0..2^32−1.
+   */
   out(handle: number, o: WireOutput): void {
-    const w = this.w;
-    const extra = o.stopReason !== undefined || o.topLogprobs !== undefined;
-    w.writeArrayHeader(o.topLogprobs !== undefined ? 11 : extra ? 10 : 8);
-    w.writeInt(Tag.OUT, 'OUT');
-    w.writeInt(handle, 'OUT.handle');
-    const ids = o.newTokenIds;
-    w.writeArrayHeader(ids.length);
-    for (let i = 0; i < ids.length; i++) w.writeInt(ids[i]!, 'OUT.token');
-    w.writeInt(finishCode(o.finishReason), 'OUT.finish');
-    w.writeInt(o.promptTokens, 'OUT.prompt');
-    w.writeInt(o.completionTokens, 'OUT.completion');
-    w.writeInt(o.cachedTokens, 'OUT.cached');
-    const lp = o.logprobs;
-    w.writeArrayHeader(lp.length);
-    for (let i = 0; i < lp.length; i++) w.writeFloat64(lp[i]!, 'OUT.logprob');
-    if (extra) {
-      w.writeRaw(encoder.encode(o.stopReason ?? null));
-      w.writeBool(o.stopReason !== undefined, 'OUT.stop');
+    const start = this.pos;
+    try {
+      const ids = o.newTokenIds;
+      const lp = o.logprobs;
+      // Every fixed part at its widest: 1 + 5 × 6 ints + 2 × 5 list headers; 5 per id, 9 per logprob.
+      this.ensure(41 + 5 * ids.length + 9 * lp.length);
+      const extra = o.stopReason !== undefined || o.topLogprobs !== undefined;
+      this.buf[this.pos++] = 0x90 | (o.topLogprobs !== undefined ? 11 : extra ? 10 : 8);
+      this.buf[this.pos++] = Tag.OUT;
+      this.uint(handle);
+      this.listHeader(ids.length);
+      for (let i = 0; i < ids.length; i++) this.uint(ids[i]!);
+      this.uint(finishCode(o.finishReason));
+      this.uint(o.promptTokens);
+      this.uint(o.completionTokens);
+      this.uint(o.cachedTokens);
+      this.listHeader(lp.length);
+      const view = this.view;
+      for (let i = 0; i < lp.length; i++) {
+        this.buf[this.pos] = 0xcb;
+        view.setFloat64(this.pos + 1, lp[i]!);
+        this.pos += 9;
+      }
+      if (extra) {
+        this.raw(encoder.encode(o.stopReason ?? null));
+        this.raw(Uint8Array.of(o.stopReason !== undefined ? 0xc3 : 0xc2));
+      }
+      if (o.topLogprobs !== undefined) this.raw(encoder.encode(o.topLogprobs));
+    } catch (err) {
+      this.pos = start;
+      throw err;
     }
-    if (o.topLogprobs !== undefined) w.writeRaw(encoder.encode(o.topLogprobs));
     this.n++;
   }
 
   /** Append any record. */
   push(r: DownRecord): void {
     if (r.tag === Tag.OUT) return this.out(r.handle, r.output);
-    this.w.writeRaw(encoder.encode(downTuple(r)));
+    this.raw(encoder.encode(downTuple(r)));
     this.n++;
   }
 
-  /** The message: a msgpack list of the records appended. The writer is not reused. */
+  /** The message: a msgpack list of the records appended. Call once. */
   finish(): Uint8Array {
-    const body = this.w.finish();
-    const head = new MsgpackWriter(5);
-    head.writeArrayHeader(this.n);
-    const h = head.finish();
-    const out = new Uint8Array(h.length + body.length);
-    out.set(h);
-    out.set(body, h.length);
-    return out;
+    // array32 header in the 5 bytes kept free (any decoder reads a non-minimal list header).
+    this.buf[0] = 0xdd;
+    this.view.setUint32(1, this.n);
+    return this.buf.subarray(0, this.pos);
+  }
+
+  private ensure(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    let size = this.buf.length * 2;
+    while (size < this.pos + n) size *= 2;
+    const next = new Uint8Array(size);
+    next.set(this.buf.subarray(0, this.pos));
+    this.buf = next;
+    this.view = new DataView(next.buffer);
+  }
+
+  private raw(bytes: Uint8Array): void {
+    this.ensure(bytes.length);
+    this.buf.set(bytes, this.pos);
+    this.pos += bytes.length;
+  }
+
+  /** An integer 0..2^32−1 in its shortest msgpack form (room ensured by the caller). */
+  private uint(v: number): void {
+    const buf = this.buf;
+    if (v >>> 0 !== v) throw new WireEncodeError('OUT', `expected an integer in 0..2^32−1, got ${String(v)}`);
+    if (v < 0x80) buf[this.pos++] = v;
+    else if (v < 0x100) {
+      buf[this.pos] = 0xcc;
+      buf[this.pos + 1] = v;
+      this.pos += 2;
+    } else if (v < 0x10000) {
+      buf[this.pos] = 0xcd;
+      this.view.setUint16(this.pos + 1, v);
+      this.pos += 3;
+    } else {
+      buf[this.pos] = 0xce;
+      this.view.setUint32(this.pos + 1, v);
+      this.pos += 5;
+    }
+  }
+
+  private listHeader(n: number): void {
+    if (n < 16) this.buf[this.pos++] = 0x90 | n;
+    else if (n < 0x10000) {
+      this.buf[this.pos] = 0xdc;
+      this.view.setUint16(this.pos + 1, n);
+      this.pos += 3;
+    } else {
+      this.buf[this.pos] = 0xdd;
+      this.view.setUint32(this.pos + 1, n);
+      this.pos += 5;
+    }
   }
 }
 

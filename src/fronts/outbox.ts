@@ -91,8 +91,10 @@ export interface FrontOutboxesOptions {
 /** One front's outbox (`FrontOutboxes.open`). */
 export interface FrontLane {
   readonly key: number;
-  /** The records of this turn, or null when none yet. */
+  /** The open message (this turn's records, and earlier ones while the front is behind), or null. */
   message: DownMessage | null;
+  /** Queued for this turn's flush. */
+  dirty: boolean;
   /** Finished messages not yet accepted by the socket, oldest first. */
   readonly queue: Uint8Array[];
   queuedBytes: number;
@@ -108,7 +110,9 @@ export interface FrontLane {
 }
 
 const RETRY_FIRST_MS = 1;
-const RETRY_MAX_MS = 50;
+const RETRY_MAX_MS = 16;
+/** While a lane waits for its front, this turn's records join the open message up to this size (bytes). */
+export const MAX_MERGED_MESSAGE_BYTES = 256 * 1024;
 
 function isRefusal(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'EAGAIN';
@@ -118,11 +122,12 @@ function isRefusal(err: unknown): boolean {
  * The router's outboxes, one lane per front (docs/architecture.md sections 4 and 6; issue 9): the records of one
  * event-loop turn for a front are one `DownMessage`, written as they are appended (an OUT row straight to bytes) and
  * flushed at the end of the turn. Fronts are independent: `send` must never wait (the ROUTER's send timeout is 0, so
- * a full front queue is an immediate `EAGAIN`); a refused message stays first in its lane, in order, and is retried
- * with a backoff (1 ms doubling to 50 ms), while every other front keeps being served. A lane whose messages are
- * refused for `stuckAfterMs`, that holds more than `maxQueuedBytes`, or whose send fails otherwise (EHOSTUNREACH) is
- * reported once through `onStuck` and sends nothing more; the primary kills that front. So no lane grows without
- * bound and a stuck front delays no other.
+ * a full front queue is an immediate `EAGAIN`). A refused message stays first in its lane and is retried with a
+ * backoff (1 ms doubling to 16 ms) while every other front keeps being served; meanwhile the lane's new records keep
+ * joining one open message (up to `MAX_MERGED_MESSAGE_BYTES`), so a front that fell behind gets fewer, larger
+ * messages. A lane whose messages are refused for `stuckAfterMs`, that holds more than `maxQueuedBytes`, or whose
+ * send fails otherwise (EHOSTUNREACH) is reported once through `onStuck` and sends nothing more; the primary kills
+ * that front. So no lane grows without bound and a stuck front delays no other.
  */
 export class FrontOutboxes {
   private readonly lanes = new Map<number, FrontLane>();
@@ -146,7 +151,7 @@ export class FrontOutboxes {
   /** The lane of front `key` (a new, empty one replaces any old lane of that key). */
   open(key: number): FrontLane {
     this.forget(key);
-    const lane: FrontLane = { key, message: null, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024 };
+    const lane: FrontLane = { key, message: null, dirty: false, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024 };
     this.lanes.set(key, lane);
     return lane;
   }
@@ -154,8 +159,9 @@ export class FrontOutboxes {
   /** This turn's message of `lane`, to append records to; it leaves at the end of the turn. */
   message(lane: FrontLane): DownMessage {
     let m = lane.message;
-    if (m === null) {
-      m = lane.message = new DownMessage(lane.sizeHint);
+    if (m === null) m = lane.message = new DownMessage(lane.sizeHint);
+    if (!lane.dirty) {
+      lane.dirty = true;
       this.dirty.push(lane);
       if (!this.scheduled) {
         this.scheduled = true;
@@ -205,23 +211,37 @@ export class FrontOutboxes {
     const dirty = this.dirty;
     this.dirty = [];
     for (const lane of dirty) {
-      const m = lane.message;
-      lane.message = null;
-      if (lane.closed || m === null) continue;
-      const bytes = m.finish();
-      lane.sizeHint = Math.max(1024, bytes.length);
-      lane.queue.push(bytes);
-      lane.queuedBytes += bytes.length;
-      if (lane.queuedBytes > this.maxQueuedBytes) {
-        this.stuck(lane, new Error(`front ${lane.key} holds ${lane.queuedBytes} bytes not taken by its socket (limit ${this.maxQueuedBytes})`));
-        continue;
-      }
-      this.pump(lane);
+      lane.dirty = false;
+      if (lane.closed || lane.message === null) continue;
+      // A lane waiting for its front keeps its open message open (the records merge) until it is large.
+      if (lane.queue.length > 0 && lane.message.byteLength < MAX_MERGED_MESSAGE_BYTES) continue;
+      this.seal(lane);
+      if (!lane.closed) this.pump(lane);
+    }
+  }
+
+  /** Move the lane's open message to its queue. */
+  private seal(lane: FrontLane): void {
+    const m = lane.message;
+    if (m === null) return;
+    lane.message = null;
+    const bytes = m.finish();
+    lane.sizeHint = Math.min(MAX_MERGED_MESSAGE_BYTES, Math.max(1024, bytes.length));
+    lane.queue.push(bytes);
+    lane.queuedBytes += bytes.length;
+    if (lane.queuedBytes > this.maxQueuedBytes) {
+      this.stuck(lane, new Error(`front ${lane.key} holds ${lane.queuedBytes} bytes not taken by its socket (limit ${this.maxQueuedBytes})`));
     }
   }
 
   private pump(lane: FrontLane): void {
-    if (lane.sending || lane.closed || lane.retryTimer !== null || lane.queue.length === 0) return;
+    if (lane.sending || lane.closed || lane.retryTimer !== null) return;
+    if (lane.queue.length === 0) {
+      // Caught up: what gathered in the open message while the front was behind leaves now.
+      if (lane.message === null || lane.dirty) return;
+      this.seal(lane);
+      if (lane.closed) return;
+    }
     lane.sending = true;
     const bytes = lane.queue[0]!;
     this.send(lane.key, bytes).then(

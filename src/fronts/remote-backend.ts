@@ -12,6 +12,7 @@
  * The routes cannot tell the difference; no routing state lives here.
  */
 import { EventEmitter } from 'node:events';
+import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Dealer } from 'zeromq';
 import type { ClientStats, SubmitOptions } from '../engine-client/client.js';
@@ -34,6 +35,9 @@ import {
   type WireError,
 } from './channel-codec.js';
 import { Outbox } from './outbox.js';
+
+/** How long the channel's receive loop keeps taking queued messages before it yields to the event loop, ms. */
+export const RECEIVE_SLICE_MS = 4;
 
 /** How long a refresh or store call waits for the router before answering from what the front has, ms. */
 export const ROUTER_CALL_TIMEOUT_MS = 2000;
@@ -226,6 +230,7 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
   }
 
   private async receiveLoop(): Promise<void> {
+    let sliceStart = performance.now();
     try {
       for await (const [payload] of this.socket) {
         if (payload === undefined) continue;
@@ -238,8 +243,13 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
           continue;
         }
         for (const r of records) this.apply(r);
-        // Yield per message so the HTTP side (timers, accepts, writes) runs between batches.
-        await new Promise<void>((r) => setImmediate(r));
+        // zeromq.js resolves queued receives without returning to the event loop: yield every RECEIVE_SLICE_MS so the
+        // HTTP side (timers, accepts, writes) runs. Messages that were already queued (the front is behind) land in
+        // one turn, so a stream's rows of that turn leave in one write (server/coalescing-writer.ts).
+        if (performance.now() - sliceStart >= RECEIVE_SLICE_MS) {
+          await new Promise<void>((r) => setImmediate(r));
+          sliceStart = performance.now();
+        }
       }
     } catch (err) {
       if (!this.closed) this.log.error({ err }, 'router channel receive failed');

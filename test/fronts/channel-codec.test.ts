@@ -158,6 +158,17 @@ test('DownMessage: OUT rows written in place are the msgpack list of records any
   assert.deepEqual(back[42], { tag: Tag.GRANT, ticket: 2, granted: true, max: 0 });
 });
 
+test('DownMessage: a row that cannot be encoded throws and leaves the message as it was', () => {
+  const m = new DownMessage();
+  const ok = { newTokenIds: [1], finishReason: null, promptTokens: 1, completionTokens: 1, cachedTokens: 0, logprobs: [] };
+  m.out(1, ok);
+  for (const bad of [{ ...ok, newTokenIds: [1, 2.5] }, { ...ok, promptTokens: -1 }, { ...ok, cachedTokens: 2 ** 40 }]) {
+    assert.throws(() => m.out(2, bad), /expected an integer in 0\.\.2\^32−1/);
+  }
+  m.out(3, ok);
+  assert.deepEqual(decodeDown(m.finish()).map((r) => (r as { handle: number }).handle), [1, 3]);
+});
+
 test('OUT records encoded by a generic msgpack encoder (any tag encoding, tuple layout) decode the same', () => {
   const base = [1, [7, 8], 0, 3, 2, 0, [-0.5, -1]];
   const viaGeneric = decodeDown(encode([[Tag.OUT, ...base], [Tag.OUT, ...base, 12, true]]));

@@ -131,3 +131,22 @@ test('a frame inside a larger buffer (a Buffer view, as zeromq hands them) decod
   assert.deepStrictEqual(decodeBatchFast(view), schemaDriven(bytes));
   assert.deepStrictEqual(decodeBatchFast(Uint8Array.from(bytes)), schemaDriven(bytes));
 });
+
+test('rids the UTF-8 decoders could read differently: a leading BOM (stripped by the fatal TextDecoder), U+FFFD, invalid bytes', () => {
+  const b = sampleBatch(prng(5), 3);
+  for (const rid of ['\ufeffchatcmpl-bom', 'chatcmpl-\ufffd-replacement', 'chatcmpl-ü-ok', '\ufeff']) {
+    b.rids[1] = rid;
+    const bytes = encodeBatchTokenIDOutSlim(b);
+    checkAgainstSchemaDriven(bytes, JSON.stringify(rid));
+    assert.deepStrictEqual(tokenspeedProtocol.decodeOutput([bytes]), schemaDriven(bytes), JSON.stringify(rid));
+  }
+  b.rids[1] = 'chatcmpl-xx';
+  const bytes = Uint8Array.from(encodeBatchTokenIDOutSlim(b));
+  const at = Buffer.from(bytes).indexOf('chatcmpl-xx') + 9;
+  for (const bad of [[0xc3, 0x28], [0xed, 0xa0], [0xc0, 0xaf], [0xff, 0xfe]]) {
+    bytes[at] = bad[0]!;
+    bytes[at + 1] = bad[1]!;
+    assert.equal(decodeBatchFast(bytes), null, `invalid UTF-8 ${bad.map((x) => x.toString(16)).join(' ')}`);
+    assert.throws(() => tokenspeedProtocol.decodeOutput([bytes]), /str is not valid UTF-8/);
+  }
+});

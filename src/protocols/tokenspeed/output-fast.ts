@@ -9,7 +9,7 @@
  * caller decodes with the schema-driven decoder (`batchToEngineBatch(decodeBatchTokenIDOutSlim(…))`), which either
  * throws its precise `WireDecodeError` or returns the batch. So this function never accepts a frame that decoder
  * refuses, and returns exactly what it returns (test/protocols/tokenspeed-fast.test.ts checks both over the golden
- * vectors and mutated frames). Not reentrant (module-level cursor); synchronous.
+ * vectors and mutated frames).
  */
 import type { EngineBatch, EngineOutputRow } from '../types.js';
 import { MsgpackReader } from '../../wire/reader.js';
@@ -20,218 +20,230 @@ const BAIL = new Error('fast path declined');
 
 const TAG_BYTES = new TextEncoder().encode(BATCH_TOKEN_ID_OUT_SLIM_TAG);
 
-const EMPTY = new Uint8Array(0);
 const utf8 = new TextDecoder('utf-8', { fatal: true });
 
-/** `Buffer.prototype.latin1Slice` (native; not in @types/node): bytes 0..0x7f are the same in latin1 and UTF-8. */
-interface Latin1Slicer {
-  latin1Slice(start: number, end: number): string;
+/** `Buffer.prototype.utf8Slice` (native, replaces invalid bytes by U+FFFD; not in @types/node). */
+interface Utf8Slicer {
+  utf8Slice(start: number, end: number): string;
 }
 
-let buf: Uint8Array = EMPTY;
-let latin1: Latin1Slicer = Buffer.from(EMPTY.buffer) as unknown as Latin1Slicer;
-let view: DataView = new DataView(buf.buffer);
-const EMPTY_VIEW = view;
-const EMPTY_SLICER = latin1;
-let pos = 0;
-let end = 0;
+/** A cursor over one frame (fields, not module-level bindings: V8 keeps these in registers and inline caches). */
+class Cursor {
+  readonly buf: Uint8Array;
+  readonly view: DataView;
+  readonly slicer: Utf8Slicer;
+  readonly end: number;
+  pos = 0;
 
-function need(n: number): void {
-  if (end - pos < n) throw BAIL;
-}
+  constructor(bytes: Uint8Array) {
+    this.buf = bytes;
+    this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    this.slicer = (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)) as unknown as Utf8Slicer;
+    this.end = bytes.length;
+  }
 
-function arrayHeader(): number {
-  need(1);
-  const h = buf[pos]!;
-  if (h >= 0x90 && h <= 0x9f) {
-    pos++;
-    return h & 0x0f;
+  need(n: number): void {
+    if (this.end - this.pos < n) throw BAIL;
   }
-  if (h === 0xdc) {
-    need(3);
-    const n = view.getUint16(pos + 1);
-    pos += 3;
-    return n;
-  }
-  if (h === 0xdd) {
-    need(5);
-    const n = view.getUint32(pos + 1);
-    pos += 5;
-    return n;
-  }
-  throw BAIL;
-}
 
-/** An integer in a format of at most 32 bits (the 64-bit formats go to the schema-driven decoder). */
-function int(): number {
-  need(1);
-  const h = buf[pos]!;
-  if (h <= 0x7f) {
-    pos++;
-    return h;
+  arrayHeader(): number {
+    this.need(1);
+    const pos = this.pos;
+    const h = this.buf[pos]!;
+    if (h >= 0x90 && h <= 0x9f) {
+      this.pos = pos + 1;
+      return h & 0x0f;
+    }
+    if (h === 0xdc) {
+      this.need(3);
+      this.pos = pos + 3;
+      return this.view.getUint16(pos + 1);
+    }
+    if (h === 0xdd) {
+      this.need(5);
+      this.pos = pos + 5;
+      return this.view.getUint32(pos + 1);
+    }
+    throw BAIL;
   }
-  if (h >= 0xe0) {
-    pos++;
-    return h - 0x100;
-  }
-  let v: number;
-  switch (h) {
-    case 0xcc: need(2); v = buf[pos + 1]!; pos += 2; return v;
-    case 0xcd: need(3); v = view.getUint16(pos + 1); pos += 3; return v;
-    case 0xce: need(5); v = view.getUint32(pos + 1); pos += 5; return v;
-    case 0xd0: need(2); v = view.getInt8(pos + 1); pos += 2; return v;
-    case 0xd1: need(3); v = view.getInt16(pos + 1); pos += 3; return v;
-    case 0xd2: need(5); v = view.getInt32(pos + 1); pos += 5; return v;
-    default: throw BAIL;
-  }
-}
 
-/** A float as `MsgpackReader.readFloat` reads it: float64, float32 (widened) or an integer. */
-function float(): number {
-  need(1);
-  const h = buf[pos]!;
-  if (h === 0xcb) {
-    need(9);
-    const v = view.getFloat64(pos + 1);
-    pos += 9;
-    return v;
+  /** An integer in a format of at most 32 bits (the 64-bit formats go to the schema-driven decoder). */
+  int(): number {
+    this.need(1);
+    const pos = this.pos;
+    const h = this.buf[pos]!;
+    if (h <= 0x7f) {
+      this.pos = pos + 1;
+      return h;
+    }
+    if (h >= 0xe0) {
+      this.pos = pos + 1;
+      return h - 0x100;
+    }
+    return this.wideInt(h, pos);
   }
-  if (h === 0xca) {
-    need(5);
-    const v = view.getFloat32(pos + 1);
-    pos += 5;
-    return v;
-  }
-  return int();
-}
 
-/** A str header's payload length; the cursor is left at the payload. */
-function strLength(): number {
-  need(1);
-  const h = buf[pos]!;
-  if (h >= 0xa0 && h <= 0xbf) {
-    pos++;
-    return h & 0x1f;
-  }
-  let n: number;
-  switch (h) {
-    case 0xd9: need(2); n = buf[pos + 1]!; pos += 2; break;
-    case 0xda: need(3); n = view.getUint16(pos + 1); pos += 3; break;
-    case 0xdb: need(5); n = view.getUint32(pos + 1); pos += 5; break;
-    default: throw BAIL;
-  }
-  return n;
-}
-
-/** A UTF-8 str: ASCII through the Buffer's native latin1 slice, anything else through the same fatal UTF-8 decoder. */
-function str(): string {
-  const n = strLength();
-  need(n);
-  const start = pos;
-  const stop = pos + n;
-  pos = stop;
-  for (let i = start; i < stop; i++) {
-    if (buf[i]! >= 0x80) {
-      try {
-        return utf8.decode(buf.subarray(start, stop));
-      } catch {
-        throw BAIL;
-      }
+  private wideInt(h: number, pos: number): number {
+    switch (h) {
+      case 0xcc: this.need(2); this.pos = pos + 2; return this.buf[pos + 1]!;
+      case 0xcd: this.need(3); this.pos = pos + 3; return this.view.getUint16(pos + 1);
+      case 0xce: this.need(5); this.pos = pos + 5; return this.view.getUint32(pos + 1);
+      case 0xd0: this.need(2); this.pos = pos + 2; return this.view.getInt8(pos + 1);
+      case 0xd1: this.need(3); this.pos = pos + 3; return this.view.getInt16(pos + 1);
+      case 0xd2: this.need(5); this.pos = pos + 5; return this.view.getInt32(pos + 1);
+      default: throw BAIL;
     }
   }
-  return latin1.latin1Slice(start, stop);
-}
 
-/** A finish string as one of the shared literals when it is one of them (no string built), else decoded. */
-function finishStr(): string {
-  const n = strLength();
-  need(n);
-  const c = buf[pos]!;
-  if (n === 0) return '';
-  if (n === 4 && c === 0x73 && buf[pos + 1] === 0x74 && buf[pos + 2] === 0x6f && buf[pos + 3] === 0x70) {
-    pos += 4;
-    return 'stop';
+  /** A float as `MsgpackReader.readFloat` reads it: float64, float32 (widened) or an integer. */
+  float(): number {
+    this.need(1);
+    const pos = this.pos;
+    const h = this.buf[pos]!;
+    if (h === 0xcb) {
+      this.need(9);
+      this.pos = pos + 9;
+      return this.view.getFloat64(pos + 1);
+    }
+    if (h === 0xca) {
+      this.need(5);
+      this.pos = pos + 5;
+      return this.view.getFloat32(pos + 1);
+    }
+    return this.int();
   }
-  if (n === 6 && c === 0x6c && buf[pos + 1] === 0x65 && buf[pos + 2] === 0x6e && buf[pos + 3] === 0x67 && buf[pos + 4] === 0x74 && buf[pos + 5] === 0x68) {
-    pos += 6;
-    return 'length';
+
+  /** A str header's payload length; the cursor is left at the payload. */
+  strLength(): number {
+    this.need(1);
+    const pos = this.pos;
+    const h = this.buf[pos]!;
+    if (h >= 0xa0 && h <= 0xbf) {
+      this.pos = pos + 1;
+      return h & 0x1f;
+    }
+    switch (h) {
+      case 0xd9: this.need(2); this.pos = pos + 2; return this.buf[pos + 1]!;
+      case 0xda: this.need(3); this.pos = pos + 3; return this.view.getUint16(pos + 1);
+      case 0xdb: this.need(5); this.pos = pos + 5; return this.view.getUint32(pos + 1);
+      default: throw BAIL;
+    }
   }
-  if (n === 5 && c === 0x61 && buf[pos + 1] === 0x62 && buf[pos + 2] === 0x6f && buf[pos + 3] === 0x72 && buf[pos + 4] === 0x74) {
-    pos += 5;
-    return 'abort';
+
+  /**
+   * A UTF-8 str, as the schema-driven reader's fatal `TextDecoder` reads it: through the Buffer's native UTF-8 slice,
+   * which turns invalid bytes into U+FFFD; a string holding U+FFFD, or starting with a BOM's first byte (which the
+   * TextDecoder strips), is decoded again by that same fatal decoder.
+   */
+  str(): string {
+    const n = this.strLength();
+    this.need(n);
+    const start = this.pos;
+    const stop = start + n;
+    this.pos = stop;
+    const s = this.slicer.utf8Slice(start, stop);
+    if (s.indexOf('\ufffd') === -1 && this.buf[start] !== 0xef) return s;
+    try {
+      return utf8.decode(this.buf.subarray(start, stop));
+    } catch {
+      throw BAIL;
+    }
   }
-  // Rare ('error', an unknown reason): rewind over the header and build the string.
-  pos -= n <= 31 ? 1 : n <= 0xff ? 2 : n <= 0xffff ? 3 : 5;
-  return str();
+
+  /** A finish string as one of the shared literals when it is one of them (no string built), else decoded. */
+  finishStr(): string {
+    const headerAt = this.pos;
+    const n = this.strLength();
+    this.need(n);
+    const buf = this.buf;
+    const p = this.pos;
+    if (n === 0) return '';
+    if (n === 4 && buf[p] === 0x73 && buf[p + 1] === 0x74 && buf[p + 2] === 0x6f && buf[p + 3] === 0x70) {
+      this.pos = p + 4;
+      return 'stop';
+    }
+    if (n === 6 && buf[p] === 0x6c && buf[p + 1] === 0x65 && buf[p + 2] === 0x6e && buf[p + 3] === 0x67 && buf[p + 4] === 0x74 && buf[p + 5] === 0x68) {
+      this.pos = p + 6;
+      return 'length';
+    }
+    if (n === 5 && buf[p] === 0x61 && buf[p + 1] === 0x62 && buf[p + 2] === 0x6f && buf[p + 3] === 0x72 && buf[p + 4] === 0x74) {
+      this.pos = p + 5;
+      return 'abort';
+    }
+    // Rare ('error', an unknown reason): build the string.
+    this.pos = headerAt;
+    return this.str();
+  }
+
+  /** The tag element: exactly fixstr(19) 'BatchTokenIDOutSlim'. */
+  tag(): void {
+    this.need(1 + TAG_BYTES.length);
+    const pos = this.pos;
+    if (this.buf[pos] !== (0xa0 | TAG_BYTES.length)) throw BAIL;
+    for (let i = 0; i < TAG_BYTES.length; i++) if (this.buf[pos + 1 + i] !== TAG_BYTES[i]) throw BAIL;
+    this.pos = pos + 1 + TAG_BYTES.length;
+  }
+
+  intColumn(rows: number): number[] {
+    if (this.arrayHeader() !== rows) throw BAIL;
+    const out: number[] = [];
+    for (let i = 0; i < rows; i++) out.push(this.int());
+    return out;
+  }
 }
 
-/** The tag element: exactly fixstr(19) 'BatchTokenIDOutSlim'. */
-function tag(): void {
-  need(1 + TAG_BYTES.length);
-  if (buf[pos] !== (0xa0 | TAG_BYTES.length)) throw BAIL;
-  for (let i = 0; i < TAG_BYTES.length; i++) if (buf[pos + 1 + i] !== TAG_BYTES[i]) throw BAIL;
-  pos += 1 + TAG_BYTES.length;
-}
-
-function intColumn(rows: number): number[] {
-  if (arrayHeader() !== rows) throw BAIL;
-  const out: number[] = [];
-  for (let i = 0; i < rows; i++) out.push(int());
-  return out;
-}
-
-function decodeFrame(onUnknownFinish: ((raw: string) => void) | undefined): EngineBatch {
-  const n = arrayHeader();
+function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undefined): EngineBatch {
+  const n = c.arrayHeader();
   if (n < 9) throw BAIL;
-  tag();
-  const rows = arrayHeader();
+  c.tag();
+  const rows = c.arrayHeader();
   const rids: string[] = [];
-  for (let i = 0; i < rows; i++) rids.push(str());
-  if (arrayHeader() !== rows) throw BAIL;
+  for (let i = 0; i < rows; i++) rids.push(c.str());
+  if (c.arrayHeader() !== rows) throw BAIL;
   const ids: number[][] = [];
   for (let i = 0; i < rows; i++) {
-    const m = arrayHeader();
+    const m = c.arrayHeader();
     const row: number[] = [];
-    for (let j = 0; j < m; j++) row.push(int());
+    for (let j = 0; j < m; j++) row.push(c.int());
     ids.push(row);
   }
-  if (arrayHeader() !== rows) throw BAIL;
+  if (c.arrayHeader() !== rows) throw BAIL;
   const finish: string[] = [];
-  for (let i = 0; i < rows; i++) finish.push(finishStr());
-  const prompt = intColumn(rows);
-  const completion = intColumn(rows);
-  const cached = intColumn(rows);
-  if (arrayHeader() !== rows) throw BAIL;
+  for (let i = 0; i < rows; i++) finish.push(c.finishStr());
+  const prompt = c.intColumn(rows);
+  const completion = c.intColumn(rows);
+  const cached = c.intColumn(rows);
+  if (c.arrayHeader() !== rows) throw BAIL;
   const logprobs: number[][] = [];
   for (let i = 0; i < rows; i++) {
-    const m = arrayHeader();
+    const m = c.arrayHeader();
     const row: number[] = [];
-    for (let j = 0; j < m; j++) row.push(float());
+    for (let j = 0; j < m; j++) row.push(c.float());
     logprobs.push(row);
   }
   // output_token_logprobs_idx: checked, not kept (nothing reads it).
-  if (arrayHeader() !== rows) throw BAIL;
+  if (c.arrayHeader() !== rows) throw BAIL;
   for (let i = 0; i < rows; i++) {
-    const m = arrayHeader();
-    for (let j = 0; j < m; j++) int();
+    const m = c.arrayHeader();
+    for (let j = 0; j < m; j++) c.int();
   }
-  const engineIndex = n > 9 ? int() : 0;
-  const numRunning = n > 10 ? int() : 0;
-  const numWaiting = n > 11 ? int() : 0;
-  const kvActive = n > 12 ? int() : 0;
-  const kvTotal = n > 13 ? int() : 0;
+  const engineIndex = n > 9 ? c.int() : 0;
+  const numRunning = n > 10 ? c.int() : 0;
+  const numWaiting = n > 11 ? c.int() : 0;
+  const kvActive = n > 12 ? c.int() : 0;
+  const kvTotal = n > 13 ? c.int() : 0;
   if (n > 14) {
     // Trailing elements of a newer sender are drained (out_slim15_extra_trailing).
-    const r = new MsgpackReader(buf.subarray(0, end));
-    r.pos = pos;
+    const r = new MsgpackReader(c.buf);
+    r.pos = c.pos;
     try {
       for (let i = 14; i < n; i++) r.skip('BatchTokenIDOutSlim');
     } catch {
       throw BAIL;
     }
-    pos = r.pos;
+    c.pos = r.pos;
   }
-  if (pos !== end) throw BAIL;
+  if (c.pos !== c.end) throw BAIL;
 
   const outputs: EngineOutputRow[] = [];
   const finishedRequestIds: string[] = [];
@@ -260,20 +272,10 @@ function decodeFrame(onUnknownFinish: ((raw: string) => void) | undefined): Engi
  * it returns.
  */
 export function decodeBatchFast(bytes: Uint8Array, onUnknownFinish?: (raw: string) => void): EngineBatch | null {
-  buf = bytes;
-  view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-  latin1 = (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)) as unknown as Latin1Slicer;
-  pos = 0;
-  end = bytes.length;
   try {
-    return decodeFrame(onUnknownFinish);
+    return decodeFrame(new Cursor(bytes), onUnknownFinish);
   } catch (err) {
     if (err === BAIL) return null;
     throw err;
-  } finally {
-    // Do not keep the frame alive.
-    buf = EMPTY;
-    view = EMPTY_VIEW;
-    latin1 = EMPTY_SLICER;
   }
 }
