@@ -25,7 +25,6 @@ import {
   FRONT_HIGH_WATER_MARK,
   Tag,
   decodeUp,
-  encodeDown,
   toWireError,
   type GroupSnapshot,
   type UpRecord,
