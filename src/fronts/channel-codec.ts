@@ -19,6 +19,7 @@ import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } f
 import type { BackendRankState, BackendStatus } from '../server/backend.js';
 import { MsgpackReader } from '../wire/reader.js';
 import { WireEncodeError } from '../wire/errors.js';
+import { grownBuffer } from '../wire/writer.js';
 
 /** Record type tags (the first element of every record). */
 export const Tag = {
@@ -263,12 +264,8 @@ export class DownMessage {
 
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
-    let size = this.buf.length * 2;
-    while (size < this.pos + n) size *= 2;
-    const next = new Uint8Array(size);
-    next.set(this.buf.subarray(0, this.pos));
-    this.buf = next;
-    this.view = new DataView(next.buffer);
+    this.buf = grownBuffer(this.buf, this.pos, n);
+    this.view = new DataView(this.buf.buffer);
   }
 
   private raw(bytes: Uint8Array): void {

@@ -21,6 +21,18 @@ const utf8 = new TextEncoder();
 /** With the `u` flag a surrogate pair is one code point, so this matches only unpaired surrogates. */
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
+/**
+ * A copy of `buf`'s first `used` bytes in a buffer at least twice as large with room for `extra` more (doubling), for
+ * growable writers (this one, fronts/channel-codec.ts `DownMessage`).
+ */
+export function grownBuffer(buf: Uint8Array, used: number, extra: number): Uint8Array {
+  let size = Math.max(1, buf.length) * 2;
+  while (size < used + extra) size *= 2;
+  const next = new Uint8Array(size);
+  next.set(buf.subarray(0, used));
+  return next;
+}
+
 /** Appends msgpack values to a growable buffer; `finish()` returns the bytes written. */
 export class MsgpackWriter {
   private buf: Uint8Array;
@@ -35,12 +47,8 @@ export class MsgpackWriter {
 
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
-    let size = this.buf.length * 2;
-    while (size < this.pos + n) size *= 2;
-    const next = new Uint8Array(size);
-    next.set(this.buf.subarray(0, this.pos));
-    this.buf = next;
-    this.view = new DataView(next.buffer);
+    this.buf = grownBuffer(this.buf, this.pos, n);
+    this.view = new DataView(this.buf.buffer);
   }
 
   private u8(v: number): void {
