@@ -18,7 +18,7 @@ before(async () => {
 
 after(() => g?.cleanup());
 
-test('a front SIGKILLed mid-stream: its requests are aborted at the engines, the other front serves on, a new front is forked', { timeout: 150_000 }, async () => {
+test('a front SIGKILLed mid-stream: its requests are aborted at the engines, the other front serves on, a new front is forked', { timeout: 90_000 }, async () => {
   const abortsBefore = await g.metricSum('model_gateway_aborts_sent_total');
   const streams = Array.from({ length: 2 }, () => g.openStream(LONG));
   try {

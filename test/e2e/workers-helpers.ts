@@ -76,9 +76,10 @@ export class WorkersGateway {
       process.execPath,
       [
         '--import', 'tsx', cliPath, 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
-        '--sim', String(ranks), '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', ...extra,
+        '--sim', String(ranks), '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', '--exit-with-parent', ...extra,
       ],
-      { stdio: ['ignore', 'pipe', 'pipe'] },
+      // stdin is the --exit-with-parent pipe: a test file cancelled by the runner takes its gateway with it.
+      { stdio: ['pipe', 'pipe', 'pipe'] },
     );
     const g = new WorkersGateway(child, port, once(child, 'exit'));
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
