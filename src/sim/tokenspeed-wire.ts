@@ -15,7 +15,7 @@ import type { SimStep, SimWire, SimWireContext } from './wire.js';
 /** A step's rows as one `BatchTokenIDOutSlim` frame, or null when there are none. Throws `WireEncodeError`. */
 function encodeRows(step: SimStep): Uint8Array[] | null {
   if (step.rows.length === 0) return null;
-  return [encodeSimBatch({ engineIndex: step.engineIndex, rows: [...step.rows], tail: step.tail })];
+  return [encodeSimBatch({ engineIndex: step.engineIndex, rows: step.rows, tail: step.tail })];
 }
 
 /** The TokenSpeed wire for one rank. Stateless. */

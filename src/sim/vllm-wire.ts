@@ -30,25 +30,19 @@
  * Envelopes are encoded in the short form (trailing default fields left out), as vLLM's msgspec structs send them.
  */
 import {
-  VllmFinishReason, decodeAbortPayload, decodeEngineCoreRequest, decodeStartDpWave, defaultEngineCoreOutput,
+  decodeAbortPayload, decodeEngineCoreRequest, decodeStartDpWave, defaultEngineCoreOutput,
   defaultEngineCoreOutputs, encodeEngineCoreOutputsFrames, schedulerStatsFor,
 } from '../protocols/vllm/index.js';
 import type { EngineCoreOutput, EngineCoreOutputs, SchedulerStats } from '../protocols/vllm/index.js';
 import type { WireInt } from '../wire/reader.js';
 import { RequestType } from '../protocols/types.js';
-import type { SimFinishReason, SimRow } from './scheduler.js';
+import type { SimRow } from './scheduler.js';
 import { toVllmSimRequest } from './vllm-request.js';
+import { directlyEncodable, encodeVllmStepDirect, vllmFinishReasonOf } from './vllm-output.js';
+import { WireEncodeError } from '../wire/errors.js';
 import type { SimStep, SimWaveWire, SimWire, SimWireContext } from './wire.js';
 
-/** The wire `finish_reason` of a scheduler finish (engine-wire.md 5.11): '' → nil, stop 0, length 1, abort → 3 error. */
-export function vllmFinishReasonOf(reason: SimFinishReason): number | null {
-  switch (reason) {
-    case '': return null;
-    case 'stop': return VllmFinishReason.STOP;
-    case 'length': return VllmFinishReason.LENGTH;
-    case 'abort': return VllmFinishReason.ERROR;
-  }
-}
+export { vllmFinishReasonOf } from './vllm-output.js';
 
 /**
  * The logprob row of one sampled token with `k` ranked candidates (engine-wire.md 5.6: column 0 the sampled token
@@ -180,19 +174,43 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
   const pool = ctx.candidatePool ?? [];
   let reported: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 };
 
-  const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {
+  /** The step through the schema codec: outputs as `EngineCoreOutput` objects (logprob tensors included). */
+  const encodeObjects = (step: SimStep, rowTopK: readonly number[], finished: string[] | null, stats: SchedulerStats, timestamp: number): Uint8Array[] => {
     const o = envelope(step.engineIndex);
-    o.outputs = step.rows.map((r) => toEngineCoreOutput(r, topK.get(r.rid) ?? 0, pool));
-    for (const r of step.rows) if (r.finishedReason !== '') topK.delete(r.rid);
-    const finished = new Set<string>(step.rows.filter((r) => r.finishedReason !== '').map((r) => r.rid));
+    o.timestamp = timestamp;
+    o.outputs = step.rows.map((r, i) => toEngineCoreOutput(r, rowTopK[i]!, pool));
+    o.finished_requests = finished;
+    o.scheduler_stats = stats;
+    return encodeEngineCoreOutputsFrames(o);
+  };
+
+  const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {
+    const direct = directlyEncodable(step.rows);
+    // Read before the finished rows' entries go: a step with logprobs writes each row's candidates.
+    const rowTopK = direct ? [] : step.rows.map((r) => topK.get(r.rid) ?? 0);
+    let finished: Set<string> | null = null;
+    for (const r of step.rows) {
+      if (r.finishedReason === '') continue;
+      topK.delete(r.rid);
+      (finished ??= new Set<string>()).add(r.rid);
+    }
     if (includeAborted) {
-      for (const id of aborted) finished.add(id);
+      for (const id of aborted) (finished ??= new Set<string>()).add(id);
       aborted.clear();
     }
-    o.finished_requests = finished.size > 0 ? [...finished] : null;
-    o.scheduler_stats = schedulerStatsOf(step, reported);
+    const finishedList = finished !== null ? [...finished] : null;
+    const stats = schedulerStatsOf(step, reported);
     reported = lookupTotalsOf(step);
-    return encodeEngineCoreOutputsFrames(o);
+    const timestamp = nowSeconds();
+    if (direct) {
+      try {
+        return [encodeVllmStepDirect({ engineIndex: step.engineIndex, rows: step.rows, finished: finishedList, stats, timestamp })];
+      } catch (error) {
+        // The schema codec names the field the wire cannot carry.
+        if (!(error instanceof WireEncodeError)) throw error;
+      }
+    }
+    return encodeObjects(step, direct ? step.rows.map(() => 0) : rowTopK, finishedList, stats, timestamp);
   };
 
   return {

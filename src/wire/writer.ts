@@ -20,6 +20,8 @@ const I64_MIN = -(1n << 63n);
 const utf8 = new TextEncoder();
 /** With the `u` flag a surrogate pair is one code point, so this matches only unpaired surrogates. */
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+/** Longest string `writeStr` tries to write as ASCII without `TextEncoder` (a str8 header covers ≤ 255 bytes). */
+const ASCII_FAST_MAX = 255;
 
 /**
  * A copy of `buf`'s first `used` bytes in a buffer at least twice as large with room for `extra` more (doubling), for
@@ -166,6 +168,7 @@ export class MsgpackWriter {
    */
   writeStr(value: string, path: string): void {
     if (typeof value !== 'string') throw new WireEncodeError(path, `expected a string, got ${describe(value)}`);
+    if (value.length <= ASCII_FAST_MAX && this.tryAscii(value)) return;
     if (LONE_SURROGATE.test(value)) throw new WireEncodeError(path, 'string contains a lone surrogate (not valid UTF-8)');
     const bytes = utf8.encode(value);
     const n = bytes.length;
@@ -174,6 +177,29 @@ export class MsgpackWriter {
     else if (n <= 0xffff) this.headU16(0xda, n);
     else this.headU32(0xdb, n);
     this.writeRaw(bytes);
+  }
+
+  /**
+   * Writes a short all-ASCII string (UTF-8 = its char codes, no surrogates) straight into the buffer with the header
+   * `writeStr` would choose (≤ 255 bytes: fixstr or `d9`), without allocating; returns false (nothing written) when
+   * `value` has a non-ASCII character. The hot case: request ids, finish reasons, map keys.
+   */
+  private tryAscii(value: string): boolean {
+    const n = value.length;
+    this.ensure(n + 2);
+    let p = this.pos + (n <= 31 ? 1 : 2);
+    for (let i = 0; i < n; i++) {
+      const c = value.charCodeAt(i);
+      if (c >= 0x80) return false;
+      this.buf[p++] = c;
+    }
+    if (n <= 31) this.buf[this.pos] = 0xa0 | n;
+    else {
+      this.buf[this.pos] = 0xd9;
+      this.buf[this.pos + 1] = n;
+    }
+    this.pos = p;
+    return true;
   }
 
   /** Writes bin with the smallest header (`c4`/`c5`/`c6`). */
