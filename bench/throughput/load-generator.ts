@@ -5,13 +5,16 @@
  * instants its measured window opens and closes (the orchestrator samples the gateway's CPU then), tears the
  * connections down and sends the `result`, then waits for the next `run`.
  *
- * Kept cheap on purpose: one socket per stream, SSE records split with `indexOf`, one `JSON.parse` per record.
+ * Kept cheap on purpose: one socket per stream, bodies kept as bytes, SSE content events counted from the bytes
+ * (./sse-scan.ts: only the usage chunk, error events and unusual records are JSON-parsed). A non-200 answer, an error
+ * event, a stream without `[DONE]` and usage, and a body cut off before the teardown are errors of the phase.
  */
 import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { percentile } from '../routing/stats.js';
 import { seededRandom } from '../routing/workloads.js';
 import type { FromLoadGenerator, LoadResult, LoadScenario, Percentiles, ToLoadGenerator } from './protocol.js';
+import { SseEventScanner } from './sse-scan.js';
 
 function send(message: FromLoadGenerator): void {
   process.send?.(message);
@@ -42,41 +45,20 @@ class Phase {
   }
 }
 
-/** The text of one chunk's first choice: chat `delta.content` or completions `text` ('' when absent). */
-function choiceText(chunk: { choices?: Array<{ delta?: { content?: string | null }; text?: string }> }): string {
-  const c = chunk.choices?.[0];
-  return c?.delta?.content ?? c?.text ?? '';
-}
-
-/** Reads one SSE response to its end, recording content events, TTFT, ITL and the usage of the phase. */
+/**
+ * Reads one SSE response to its end, recording content events, TTFT, ITL and the usage of the phase. The body stays
+ * bytes: ./sse-scan.ts counts the content events of each read, and every event a read completes is stamped with
+ * that read's arrival time.
+ */
 function readStream(res: IncomingMessage, phase: Phase, sentAt: number, done: () => void): void {
-  res.setEncoding('utf8');
-  let buffered = '';
+  const scanner = new SseEventScanner();
+  const onError = (message: string): void => phase.error(message);
   let lastContent = -1;
   let events = 0;
-  let completionTokens = -1;
-  let terminated = false;
-  res.on('data', (chunk: string) => {
+  res.on('data', (chunk: Buffer) => {
     const now = performance.now();
-    buffered += chunk;
-    let cut: number;
-    while ((cut = buffered.indexOf('\n\n')) >= 0) {
-      const data = buffered.slice(6, cut); // after 'data: '
-      buffered = buffered.slice(cut + 2);
-      if (data === '[DONE]') {
-        terminated = true;
-        continue;
-      }
-      let parsed: { error?: { message?: string }; usage?: { completion_tokens?: number } | null };
-      try {
-        parsed = JSON.parse(data) as typeof parsed;
-      } catch {
-        phase.error(`unparseable SSE record ${JSON.stringify(data.slice(0, 80))}`);
-        continue;
-      }
-      if (parsed.error) phase.error(`mid-stream error: ${parsed.error.message ?? '?'}`);
-      if (parsed.usage) completionTokens = parsed.usage.completion_tokens ?? -1;
-      if (choiceText(parsed as Parameters<typeof choiceText>[0]) === '') continue;
+    const n = scanner.feed(chunk, onError);
+    for (let i = 0; i < n; i++) {
       events++;
       if (phase.windowOpen) {
         phase.eventsInWindow++;
@@ -88,9 +70,9 @@ function readStream(res: IncomingMessage, phase: Phase, sentAt: number, done: ()
     }
   });
   res.on('end', () => {
-    if (!terminated || completionTokens < 0) phase.error('stream ended without [DONE] and usage');
+    if (!scanner.done || scanner.completionTokens < 0) phase.error('stream ended without [DONE] and usage');
     else {
-      phase.completedTokens += completionTokens;
+      phase.completedTokens += scanner.completionTokens;
       phase.completedEvents += events;
       if (phase.windowOpen) {
         phase.requestsInWindow++;
@@ -104,10 +86,10 @@ function readStream(res: IncomingMessage, phase: Phase, sentAt: number, done: ()
 
 /** Reads one JSON response, recording its usage at completion. */
 function readWhole(res: IncomingMessage, phase: Phase, sentAt: number, done: () => void): void {
-  res.setEncoding('utf8');
-  let body = '';
-  res.on('data', (chunk: string) => (body += chunk));
+  const chunks: Buffer[] = [];
+  res.on('data', (chunk: Buffer) => chunks.push(chunk));
   res.on('end', () => {
+    const body = Buffer.concat(chunks).toString('utf8');
     try {
       const tokens = (JSON.parse(body) as { usage?: { completion_tokens?: number } }).usage?.completion_tokens;
       if (typeof tokens !== 'number') phase.error('response without usage');
@@ -158,12 +140,16 @@ function oneRequest(scenario: LoadScenario, agent: Agent, phase: Phase, maxToken
           res.on('error', () => resolve());
           return;
         }
-        // 'close' also covers a response cut off by the teardown, which emits neither 'end' nor 'error'.
+        // 'close' also covers a response cut off by the teardown, which emits neither 'end' nor 'error'. Cut off
+        // before the teardown (`phase.error` ignores it after), the response is an error: a truncated body.
         let settled = false;
         const done = () => {
           if (!settled) (settled = true), resolve();
         };
-        res.on('close', done);
+        res.on('close', () => {
+          if (!res.complete) phase.error('response cut off before its end');
+          done();
+        });
         (scenario.stream ? readStream : readWhole)(res, phase, sentAt, done);
       },
     );
