@@ -25,6 +25,12 @@ export interface TextTokenizer {
 /** Prompts longer than this (tokens) are not read for tools or reasoning tags (keeps long prompts cheap). */
 const MAX_READ_PROMPT_TOKENS = 32_768;
 
+/** Prompts up to this many tokens have their decoded text remembered (`TextModel.promptText`). */
+const PROMPT_TEXT_CACHE_TOKENS = 4096;
+
+/** Decoded prompts remembered per text model (bounds the cache to about 64 × 4096 token ids). */
+const PROMPT_TEXT_CACHE_ENTRIES = 64;
+
 /** Text model options. Sentence counts are per response. */
 export interface TextModelOptions {
   /** Sentences to draw from; default `DEFAULT_CORPUS`. Must be non-empty and each must encode to ≥ 1 token. */
@@ -148,6 +154,8 @@ export class TextModel {
   private readonly tokenizer: TextTokenizer;
   /** Distinct token ids of the corpus: the candidates a vLLM rank reports for top logprobs. */
   readonly candidatePool: readonly number[];
+  /** Decoded prompts by their comma-joined ids, least recently used first (`promptText`). */
+  private readonly promptTexts = new Map<string, string>();
 
   constructor(tokenizer: TextTokenizer, opts: TextModelOptions = {}) {
     this.tokenizer = tokenizer;
@@ -172,6 +180,24 @@ export class TextModel {
   }
 
   /**
+   * The prompt as text (special tokens kept), '' without a decoding tokenizer or beyond `MAX_READ_PROMPT_TOKENS`.
+   * Prompts up to `PROMPT_TEXT_CACHE_TOKENS` are remembered (the last `PROMPT_TEXT_CACHE_ENTRIES`, by their ids):
+   * clients resend the same system prompts and chat templates, and decoding is a per-request cost of every rank.
+   */
+  private promptText(ids: readonly number[]): string {
+    if (this.tokenizer.decode === undefined || ids.length > MAX_READ_PROMPT_TOKENS) return '';
+    if (ids.length > PROMPT_TEXT_CACHE_TOKENS) return this.tokenizer.decode(ids, { skipSpecialTokens: false });
+    const key = ids.join(',');
+    let text = this.promptTexts.get(key);
+    if (text === undefined) {
+      text = this.tokenizer.decode(ids, { skipSpecialTokens: false });
+      if (this.promptTexts.size >= PROMPT_TEXT_CACHE_ENTRIES) this.promptTexts.delete(this.promptTexts.keys().next().value as string);
+    } else this.promptTexts.delete(key); // re-inserted below: most recently used last
+    this.promptTexts.set(key, text);
+    return text;
+  }
+
+  /**
    * A token source for one request. `seed` is the finalized sampling seed (number or bigint; only its low 32 bits
    * are used); the prompt is hashed into it. The response follows `planResponse` (response-plan.ts): a fixed text
    * (a constrained document or tool calls) then EOS, or corpus sentences after an optional prefix (a reasoning
@@ -180,9 +206,7 @@ export class TextModel {
    */
   createSource(seed: number | bigint, promptTokenIds: readonly number[], constraint: StructuredConstraint | null = null): TokenSource {
     const prng = new Prng((seedToUint32(seed) ^ hashTokens(promptTokenIds)) >>> 0);
-    const promptText = this.tokenizer.decode !== undefined && promptTokenIds.length <= MAX_READ_PROMPT_TOKENS
-      ? this.tokenizer.decode(promptTokenIds, { skipSpecialTokens: false })
-      : '';
+    const promptText = this.promptText(promptTokenIds);
     const plan = planResponse(promptText, constraint, this.behaviour, prng);
     const planned = plan.kind === 'fixed' ? plan.text : plan.prefix;
     const fixed = planned === '' ? [] : this.tokenizer.encode(planned, { addSpecialTokens: false });

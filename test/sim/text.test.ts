@@ -78,3 +78,26 @@ test('TextModel refuses an empty corpus and a tokenizer without EOS', () => {
   assert.throws(() => new TextModel(tokenizer, { corpus: [] }), /empty corpus/);
   assert.throws(() => new TextModel({ encode: () => [1], eosTokenIds: [] }), /EOS/);
 });
+
+test('a repeated prompt is decoded once and answered as a fresh model answers it (a prompt declaring tools included)', () => {
+  let decodes = 0;
+  const counting = {
+    encode: (text: string, opts?: { addSpecialTokens?: boolean }) => tokenizer.encode(text, opts),
+    decode: (ids: readonly number[], opts?: { skipSpecialTokens?: boolean }) => {
+      decodes += 1;
+      return tokenizer.decode(ids, opts);
+    },
+    eosTokenIds: tokenizer.eosTokenIds,
+  };
+  const cached = new TextModel(counting);
+  const prompt = tokenizer.encode('<tools>[{"name": "get_weather"}]</tools> What is the weather in Paris?');
+  const other = tokenizer.encode('Tell me about the river.');
+  const a = generate(cached.createSource(7, prompt), tokenizer.eosTokenIds[0]!, 40);
+  const b = generate(cached.createSource(7, prompt), tokenizer.eosTokenIds[0]!, 40);
+  generate(cached.createSource(7, other), tokenizer.eosTokenIds[0]!, 5);
+  const again = generate(cached.createSource(9, prompt), tokenizer.eosTokenIds[0]!, 40);
+  assert.equal(decodes, 2, 'each distinct prompt decoded once');
+  assert.deepEqual(a, b);
+  assert.deepEqual(a, generate(new TextModel(tokenizer).createSource(7, prompt), tokenizer.eosTokenIds[0]!, 40));
+  assert.deepEqual(again, generate(new TextModel(tokenizer).createSource(9, prompt), tokenizer.eosTokenIds[0]!, 40));
+});
