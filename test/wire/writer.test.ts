@@ -63,6 +63,25 @@ test('writeStr: the smallest header at each boundary; UTF-8 byte length counts; 
   rejects(() => hex((w) => w.writeStr(5 as unknown as string, 'x')), /expected a string, got number 5/);
 });
 
+test('writeStr: short ASCII strings (written without TextEncoder) and strings that turn non-ASCII late give the UTF-8 bytes', () => {
+  const expected = (s: string): string => {
+    const bytes = Buffer.from(s, 'utf8');
+    const n = bytes.length;
+    const head = n <= 31 ? (0xa0 | n).toString(16) : n <= 0xff ? `d9${n.toString(16).padStart(2, '0')}` : `da${n.toString(16).padStart(4, '0')}`;
+    return head + bytes.toString('hex');
+  };
+  for (const length of [0, 1, 30, 31, 32, 100, 254, 255, 256]) {
+    const ascii = 'x'.repeat(length);
+    assert.equal(hex((w) => w.writeStr(ascii, 'x')), expected(ascii), `ascii ${length}`);
+    for (const at of [0, Math.floor(length / 2), Math.max(0, length - 1)]) {
+      // A non-ASCII character after `at` ASCII ones: the fast path gives up, the bytes written so far are dropped.
+      const mixed = `${'y'.repeat(at)}é${'z'.repeat(Math.max(0, length - at - 1))}`;
+      assert.equal(hex((w) => { w.writeStr(mixed, 'x'); w.writeStr('ok', 'x'); }), expected(mixed) + expected('ok'), `mixed ${length}/${at}`);
+    }
+  }
+  assert.equal(hex((w) => { w.writeStr('\u007f\u0000', 'x'); }), 'a27f00');
+});
+
 test('array, map and bin headers: the smallest form at each boundary', () => {
   assert.equal(hex((w) => w.writeArrayHeader(0)), '90');
   assert.equal(hex((w) => w.writeArrayHeader(15)), '9f');
