@@ -44,6 +44,8 @@ export class SimPrefixCache {
   private readonly refs = new Map<number, number>();
   /** Hashes with reference count 0, least recently released first (Map insertion order). */
   private readonly idle = new Map<number, true>();
+  /** The eviction cursor over `idle` (see `evictOldest`); null until the first eviction or after it ran out. */
+  private lru: IterableIterator<number> | null = null;
   private hashedInUse = 0;
   private evictions = 0;
 
@@ -118,14 +120,30 @@ export class SimPrefixCache {
       throw new RangeError(`SimPrefixCache.allocate: ${n} pages asked, ${this.availablePages()} available`);
     }
     let free = this.totalPages - this.inUsePages() - this.idle.size;
-    for (const h of this.idle.keys()) {
-      if (free >= n) break;
-      this.idle.delete(h);
-      this.refs.delete(h);
-      this.evictions += 1;
-      free += 1;
-    }
+    for (; free < n; free++) this.evictOldest();
     this.privatePages += n;
+  }
+
+  /**
+   * Evicts the least recently released idle block. Bookkeeping only: one Map iterator is kept across calls, because
+   * a fresh `idle.keys()` walks over every entry deleted from the front since V8 last compacted the Map (an LRU
+   * queue deletes at the front), which cost O(cache size) per allocation. Every entry before the cursor was evicted
+   * by it, and entries (re)inserted later come after it, so its next entry is always the oldest idle one. A Map
+   * iterator that reported done stays done: a new one is taken then. The caller checks that an idle block exists.
+   */
+  private evictOldest(): void {
+    for (let attempt = 0; attempt < 2; attempt++) {
+      this.lru ??= this.idle.keys();
+      const next = this.lru.next();
+      if (next.done !== true) {
+        this.idle.delete(next.value);
+        this.refs.delete(next.value);
+        this.evictions += 1;
+        return;
+      }
+      this.lru = null;
+    }
+    throw new RangeError('SimPrefixCache.allocate: no idle block to evict');
   }
 
   /**

@@ -97,6 +97,69 @@ test('page pool: hits are shared, idle blocks are evicted LRU tail first, in-use
   assert.deepEqual(off.match([101]), { blocks: 0, idle: 0 });
 });
 
+test('page pool: long runs of seeded releases, hits and evictions evict exactly what a plain LRU list would', () => {
+  // The reference: reference counts plus an array of idle hashes, least recently released first.
+  const total = 40;
+  const pool = new SimPrefixCache(total);
+  const refs = new Map<number, number>();
+  let idle: number[] = [];
+  let privatePages = 0;
+  let evictions = 0;
+  let seed = 7;
+  const rand = (n: number): number => {
+    seed = (Math.imul(seed, 1103515245) + 12345) >>> 0;
+    return seed % n;
+  };
+  const held: number[][] = [];
+  for (let step = 0; step < 20_000; step++) {
+    const inUse = privatePages + [...refs.values()].filter((r) => r > 0).length;
+    const op = rand(3);
+    if (op === 0 && inUse < total) {
+      // A holder computes up to 3 blocks (from a small hash space, so blocks are shared and hit again).
+      const blocks = Array.from({ length: 1 + rand(Math.min(3, total - inUse)) }, () => rand(120));
+      const mine: number[] = [];
+      for (const h of blocks) {
+        if (mine.includes(h)) continue;
+        pool.allocate(1);
+        while (privatePages + [...refs.values()].filter((r) => r > 0).length + idle.length + 1 > total) {
+          refs.delete(idle.shift()!);
+          evictions += 1;
+        }
+        privatePages += 1;
+        pool.promote(h);
+        privatePages -= 1;
+        const r = refs.get(h);
+        if (r === 0) idle = idle.filter((x) => x !== h);
+        refs.set(h, (r ?? 0) + 1);
+        mine.push(h);
+      }
+      held.push(mine);
+    } else if (op === 1 && held.length > 0) {
+      const mine = held.splice(rand(held.length), 1)[0]!;
+      pool.release(0, mine);
+      for (let i = mine.length - 1; i >= 0; i--) {
+        const r = refs.get(mine[i]!)! - 1;
+        refs.set(mine[i]!, r);
+        if (r === 0) idle.push(mine[i]!);
+      }
+    } else if (op === 2 && held.length > 0) {
+      // A newcomer takes a reference on resident blocks (a hit), reviving idle ones.
+      const h = rand(120);
+      if (refs.has(h)) {
+        pool.acquire([h], 1);
+        if (refs.get(h) === 0) idle = idle.filter((x) => x !== h);
+        refs.set(h, refs.get(h)! + 1);
+        held.push([h]);
+      }
+    }
+    if (step % 97 === 0) {
+      for (let h = 0; h < 120; h++) assert.equal(pool.match([h]).blocks, refs.has(h) ? 1 : 0, `step ${step}: block ${h}`);
+      assert.deepEqual(pool.counts(), { inUse: privatePages + [...refs.values()].filter((r) => r > 0).length, idle: idle.length, evictions });
+    }
+  }
+  assert.ok(evictions > 1000, `evictions exercised: ${evictions}`);
+});
+
 test('a repeated prompt hits its cached blocks: fewer prefill tokens, a shorter step, cached_tokens reported', () => {
   const s = sched();
   const prompt = seq(100, 1); // 6 full blocks + 4 tokens
