@@ -6,7 +6,8 @@
  * conversations move between ranks. Nothing is written.
  *
  * Usage: `npm run bench:routing:diagnose -- --workloads multi_turn --policies load,cache_aware [--seed S] [--seeds K]
- * [--requests N] [--time-scale X]`.
+ * [--requests N] [--time-scale X] [--ranks R]` (R ranks instead of the benchmark's 4, the last one slowed 2×: what the
+ * rank count does to a policy; the workloads stay sized for 4).
  */
 import { parseArgs } from 'node:util';
 import { fleetScorer, DEFAULT_LOAD_HORIZON_MS, lowestPosition, queuedRequests } from '../src/engine-client/policy.js';
@@ -25,6 +26,7 @@ const { values } = parseArgs({
     seeds: { type: 'string', default: '1' },
     requests: { type: 'string', default: '200' },
     'time-scale': { type: 'string', default: '0.5' },
+    ranks: { type: 'string', default: '4' },
   },
 });
 
@@ -91,13 +93,14 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
   if (scored.length === 0) return;
   const end = scored[scored.length - 1].atMs;
   const bins = 8;
-  console.log('queued (engine report, aged as load scores it) / own in-flight per rank, mean over the decisions of each time bin:');
+  console.log('queued (engine report, aged as load scores it) / own in-flight / KV in use per rank, mean over the decisions of each time bin:');
   for (let b = 0; b < bins; b++) {
     const inBin = scored.filter((d) => Math.min(bins - 1, Math.floor((d.atMs / (end || 1)) * bins)) === b);
     const cells = Array.from({ length: ranks }, (_, i) => {
       const q = mean(inBin.map((d) => (d.views[i].load ? queuedRequests(d.views[i].load!) : 0)));
       const own = mean(inBin.map((d) => d.views[i].inFlight));
-      return `${fmt(q, 1)}/${fmt(own, 1)}`;
+      const kv = mean(inBin.map((d) => d.views[i].load?.kvCacheUsage ?? 0));
+      return `${fmt(q, 1)}/${fmt(own, 1)}/${fmt(kv * 100, 0)}%`;
     });
     console.log(`  t≈${fmt(((b + 0.5) * end) / bins, 0)} ms (${inBin.length} dec): ${cells.join('  ')}`);
   }
@@ -141,7 +144,58 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
       ` its load above the minimum p50 ${fmt(percentile(loadGapOfBest, 50), 1)} p90 ${fmt(percentile(loadGapOfBest, 90), 1)}; first-pass bound fired on ${boundFired} decisions`,
   );
   if (diag.policyStats) console.log(`  policy decisions: ${JSON.stringify(diag.policyStats)}`);
+  missAttribution(diag, ranks);
   console.log(`  sent to the slow rank ${ranks - 1}: ${toSlow} (load's minimum there, first of ties: ${toSlowLoadWould})`);
+}
+
+/**
+ * Where the prompt tokens that missed went, per the shadow index (what `cache_aware` would know at each decision)
+ * against the rank's reported hit, as shares of all measured prompt tokens: `moved` = the index held more of the
+ * prompt on another rank than on the chosen one (by whether that other rank was the slow one); `evicted` = the index
+ * held it on the chosen rank but the rank had evicted it; `extra` = the rank hit more than the index knew (generated
+ * tokens, another conversation's blocks).
+ */
+function missAttribution(diag: RunDiagnostics, ranks: number): void {
+  const byId = new Map(diag.decisions.filter((d) => !d.pinned && d.views.length === ranks).map((d) => [d.requestId, d]));
+  let prompt = 0;
+  let cached = 0;
+  let movedOffSlow = 0;
+  let movedOther = 0;
+  let movedCount = 0;
+  let evicted = 0;
+  let extra = 0;
+  const evictedByRank = Array.from({ length: ranks }, () => 0);
+  const movedByReason = new Map<string, number>();
+  for (const r of diag.requests) {
+    const d = byId.get(r.id);
+    if (d === undefined || r.rank === null) continue;
+    prompt += r.promptTokens;
+    cached += r.cachedTokens;
+    const pos = d.views.findIndex((v) => v.engineIndex === r.rank);
+    const mc = d.matchedTokens[pos] ?? 0;
+    const best = d.matchedTokens.indexOf(Math.max(...d.matchedTokens));
+    const lost = d.matchedTokens[best] - mc;
+    if (lost > 0) {
+      movedCount += 1;
+      const why = d.reason ?? 'load';
+      movedByReason.set(why, (movedByReason.get(why) ?? 0) + lost);
+      if (best === ranks - 1) movedOffSlow += lost;
+      else movedOther += lost;
+    }
+    // The rank never counts the prompt's last token as a hit (at least one is computed).
+    const promisable = Math.min(mc, Math.floor((r.promptTokens - 1) / 16) * 16);
+    if (promisable > r.cachedTokens) {
+      evicted += promisable - r.cachedTokens;
+      evictedByRank[r.rank] += promisable - r.cachedTokens;
+    } else extra += r.cachedTokens - promisable;
+  }
+  const pct = (x: number): string => `${fmt((100 * x) / (prompt || 1), 1)}%`;
+  console.log(
+    `  hits ${pct(cached)} of prompt tokens; lost by choosing a rank holding less of the prompt than another (${movedCount} requests): ` +
+      `${pct(movedOffSlow)} off the slow rank, ${pct(movedOther)} off the others; indexed but evicted by the rank: ${pct(evicted)} ` +
+      `(per rank ${evictedByRank.map(pct).join(' ')}); hit beyond the index: ${pct(extra)}`,
+  );
+  console.log(`  lost by moves, by the policy's reason: ${[...movedByReason].map(([k, v]) => `${k} ${pct(v)}`).join(', ')}`);
 }
 
 async function main(): Promise<void> {
@@ -149,7 +203,7 @@ async function main(): Promise<void> {
   for (const p of policies) if (!isDpPolicyName(p)) throw new RangeError(`unknown policy ${p}`);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   const group: GroupConfig = {
-    ranks: 4, slowRank: 3, slowdown: 2, timeScale: Number(values['time-scale']), maxRunning: 32, kvTotalPages: 2048, maxModelLen: 8192,
+    ranks: Number(values.ranks), slowRank: Number(values.ranks) - 1, slowdown: 2, timeScale: Number(values['time-scale']), maxRunning: 32, kvTotalPages: 2048, maxModelLen: 8192,
     textModel: new TextModel(tokenizer), vocabSize: tokenizer.vocabSize, eosTokenIds: tokenizer.eosTokenIds,
   };
   const seed0 = Number(values.seed);

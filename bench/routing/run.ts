@@ -313,6 +313,8 @@ export interface DecisionRecord {
    */
   matchedTokens: number[];
   promptTokens: number;
+  /** The policy's reason for this decision, when it counts reasons (`cache_aware`: `CacheAwareStats`). */
+  reason?: string;
 }
 
 /** What a run hands its diagnostics: every decision, and per measured request its rank, hits and TTFT. */
@@ -376,11 +378,20 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
         diag.decisions.push({
           atMs: (performance.now() - t0) / group.timeScale, requestId: request.requestId, pinned: !scored, rank,
           views: scored ? p.views : [], matchedTokens: scored ? p.matched : [], promptTokens: request.promptTokenIds.length,
+          reason: scored ? reasonOfLast() : undefined,
         });
         shadow.record(rank, shadow.hashes(request.promptTokenIds));
       },
     };
     const inner = createDpPolicy(policy, { oracle, ...shape });
+    const reasons = 'stats' in inner ? (inner.stats as Record<string, number>) : null;
+    let reasonsBefore: Record<string, number> = { ...(reasons ?? {}) };
+    const reasonOfLast = (): string | undefined => {
+      if (reasons === null) return undefined;
+      const changed = Object.keys(reasons).find((k) => reasons[k] !== reasonsBefore[k]);
+      reasonsBefore = { ...reasons };
+      return changed;
+    };
     const chosen = instrumented(inner, (rank, work) => oracle.sent(rank, work), cost, record);
     const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });
     client = c;

@@ -8,21 +8,27 @@
  * least loaded worker. Otherwise it goes to the worker with the longest prefix match when the match covers more than
  * `cache_threshold` of the prompt (default 0.3), else to the worker with the smallest tree.
  *
- * This policy keeps the balance rule exactly (`isImbalanced`, over the `load` policy's scores) and replaces the
- * match-ratio threshold by a cost comparison in ms, from what this client measures (service-rates.ts):
+ * This policy keeps SGLang's two thresholds, applies them per rank (`hotRanks`), and replaces the match-ratio
+ * threshold by a cost comparison in ms, from what this client measures (service-rates.ts):
  * 1. `load`'s choice first: the rank the `load` policy would pick (`fleetScorer`: aged reports, TokenSpeed's running
- *    count, dark-fleet fallback; the same rotating scan). When no rank holds more of the prompt than that one, or
- *    the loads are imbalanced, that is the answer, so on prompts that share nothing this policy chooses exactly what
- *    `load` chooses.
- * 2. Otherwise every rank that holds more of the prompt competes with `load`'s choice on `expectedCostMs`: the delay
- *    this request adds on that rank, its own and the other requests' there. The prefill of its uncached tokens stalls
- *    every request in the rank's batch (its own first token included); its own decode takes `outputTokens` steps at
- *    the rank's measured ITL; past the rank's batch size (`max_num_seqs`) it first waits for slots. The cheapest wins;
- *    a tie stays with `load`'s choice.
+ *    count, dark-fleet fallback; the same rotating scan). When no rank holds more of the prompt than that one, that
+ *    is the answer, so on prompts that share nothing this policy chooses exactly what `load` chooses.
+ * 2. Otherwise every rank that holds more of the prompt and is not **hot** competes with `load`'s choice on
+ *    `expectedCostMs`: the delay this request adds on that rank, its own and the other requests' there. The prefill
+ *    of its uncached tokens stalls every request in the rank's batch (its own first token included); its own decode
+ *    takes `outputTokens` steps at the rank's measured ITL; past the rank's batch size (`max_num_seqs`) it first waits
+ *    for slots; past the rank's free KV space it waits for pages (`kvWaitMs`, the KV-pressure term). The cheapest
+ *    wins; a tie stays with `load`'s choice.
+ * 3. A rank is hot when its load exceeds the idlest rank's by more than `balance_abs_threshold` and is more than
+ *    `balance_rel_threshold` times it: SGLang's imbalance test, per rank. A hot rank never wins by affinity, so
+ *    affinity never adds to a hotspot; but a hotspot elsewhere does not turn affinity off for the ranks within the
+ *    bound (SGLang's global rule did: every request then went to the idlest rank, and on long shared prompts each
+ *    such request re-prefilled its whole prompt there: 8-10 % of the prompt tokens of `shared_prompt` on two of
+ *    three seeds, bench:routing:diagnose).
  * So a conversation moves off a rank that is clearly slower or busier exactly when re-prefilling its history
- * elsewhere costs less than the extra time it would spend there; and affinity never builds a hotspot past SGLang's
- * bound. Without measurements yet (a fresh group), every rank counts as equally fast and the prefill cost defaults
- * to `DEFAULT_PREFILL_ITL_PER_TOKEN`, so a match wins while the loads are balanced, as in SGLang.
+ * elsewhere costs less than the extra time it would spend there. Without measurements yet (a fresh group), every
+ * rank counts as equally fast and the prefill cost defaults to `DEFAULT_PREFILL_ITL_PER_TOKEN`, so a match wins
+ * while the loads are balanced, as in SGLang.
  *
  * The index (`PrefixIndex`) holds the chained hashes of the prompts sent to each rank, recorded in `onDispatch`
  * (pinned requests too) and dropped in `forgetRank`. `select` and `onDispatch` run in the client's synchronous
@@ -30,8 +36,8 @@
  * `onDispatch` that follows). The decision itself is the pure function `cacheAwareChoice`. Cost: one hash per 16
  * prompt tokens plus one Map lookup per matched block per rank.
  */
-import type { GenerateRequest } from '../protocols/types.js';
-import { fleetScorer, loadHorizonOf, lowestPosition, type DpPolicy, type LoadPolicyOptions, type RankView } from './policy.js';
+import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
+import { fleetScorer, loadHorizonOf, loadWeight, lowestPosition, queuedRequests, type DpPolicy, type LoadPolicyOptions, type RankView } from './policy.js';
 import { DEFAULT_INDEX_CAPACITY_BLOCKS, PrefixIndex, type PrefixIndexOptions } from './prefix-index.js';
 import type { RankService } from './service-rates.js';
 
@@ -66,10 +72,19 @@ export function balanceAbsFor(maxNumSeqs: number | null | undefined): number {
  * `max > relThreshold × min`. False for fewer than two ranks. Pure.
  */
 export function isImbalanced(loads: readonly number[], absThreshold: number, relThreshold: number): boolean {
-  if (loads.length < 2) return false;
-  const max = Math.max(...loads);
+  return hotRanks(loads, absThreshold, relThreshold).some((h) => h);
+}
+
+/**
+ * SGLang's balance rule per rank: a rank is **hot** when its load score exceeds the idlest rank's by more than
+ * `absThreshold` **and** is more than `relThreshold` times it. The system is imbalanced (`isImbalanced`, SGLang's
+ * test over max and min) exactly when some rank is hot; the idlest rank never is. All false for fewer than two
+ * ranks. Pure.
+ */
+export function hotRanks(loads: readonly number[], absThreshold: number, relThreshold: number): boolean[] {
+  if (loads.length < 2) return loads.map(() => false);
   const min = Math.min(...loads);
-  return max - min > absThreshold && max > relThreshold * min;
+  return loads.map((l) => l - min > absThreshold && l > relThreshold * min);
 }
 
 /** Inputs of `expectedCostMs`. Units: tokens, ms, requests. */
@@ -86,21 +101,75 @@ export interface CostInputs {
   itlMs: number;
   /** The rank's batch size (`max_num_seqs`); `Infinity` when unknown. */
   maxNumSeqs: number;
+  /** KV tokens not in use on the rank (`kvTokensOf`); absent or `Infinity` = unknown: no KV term. */
+  kvFreeTokens?: number;
+  /** KV tokens in use on the rank (pinned by its running requests); absent = 0. */
+  kvUsedTokens?: number;
+}
+
+const nz = (x: number | undefined): number => (x !== undefined && Number.isFinite(x) && x > 0 ? x : 0);
+
+/**
+ * The wait (ms) for KV space on a rank (the KV-pressure term of `expectedCostMs`). Over its life the request pins
+ * its uncached prompt tokens and its output (`need = uncached + outputTokens`; the matched blocks are shared), and
+ * the rank's batch keeps growing by the output still to come (`reserve = min(load, seqs) × outputTokens / 2`: half an
+ * answer per running request). Past the free space, the engine either holds the request at admission (vLLM and
+ * TokenSpeed admit first come, first served, so it also holds those behind it) or admits it and preempts the newest
+ * requests once decode runs out of pages, which recompute later. Either way the request waits for the rank to free
+ * `shortage = need + reserve − free` tokens; the rank frees about its used tokens per request lifetime
+ * (`outputTokens × itl`), so the wait is `shortage / used × outputTokens × itl`. 0 when it fits or nothing is
+ * known. Pure.
+ */
+export function kvWaitMs(c: CostInputs): number {
+  const free = c.kvFreeTokens ?? Number.POSITIVE_INFINITY;
+  if (!(free < Number.POSITIVE_INFINITY)) return 0;
+  const seqs = Number.isFinite(c.maxNumSeqs) && c.maxNumSeqs > 0 ? c.maxNumSeqs : Number.POSITIVE_INFINITY;
+  const out = nz(c.outputTokens);
+  const reserve = (Math.min(nz(c.load), seqs) * out) / 2;
+  const shortage = nz(c.uncachedTokens) + out + reserve - Math.max(0, free);
+  if (shortage <= 0) return 0;
+  const used = Math.max(nz(c.kvUsedTokens), 16);
+  return (shortage / used) * out * nz(c.itlMs);
 }
 
 /**
  * The delay (ms) a request adds on a rank, its own and other requests' (the model behind step 2 of the module
- * comment): `uncached × prefill × (1 + min(load, seqs)) + outputTokens × itl × (1 + queued / seqs)`, where
- * `queued = max(0, load + 1 − seqs)` is how far past the batch it would queue (one slot frees about every
- * `outputTokens × itl / seqs` ms). Non-finite or negative inputs count as 0 (batch size: as unknown). Pure.
+ * comment): `uncached × prefill × (1 + min(load, seqs)) + outputTokens × itl × (1 + queued / seqs) + kvWaitMs`,
+ * where `queued = max(0, load + 1 − seqs)` is how far past the batch it would queue (one slot frees about every
+ * `outputTokens × itl / seqs` ms) and `kvWaitMs` the wait for KV space. Non-finite or negative inputs count as 0
+ * (batch size: as unknown). Pure.
  */
 export function expectedCostMs(c: CostInputs): number {
-  const nz = (x: number): number => (Number.isFinite(x) && x > 0 ? x : 0);
   const seqs = Number.isFinite(c.maxNumSeqs) && c.maxNumSeqs > 0 ? c.maxNumSeqs : Number.POSITIVE_INFINITY;
   const load = nz(c.load);
   const batch = Math.min(load, seqs);
   const queued = Number.isFinite(seqs) ? Math.max(0, load + 1 - seqs) : 0;
-  return nz(c.uncachedTokens) * nz(c.prefillMsPerToken) * (1 + batch) + nz(c.outputTokens) * nz(c.itlMs) * (1 + queued / seqs);
+  return (
+    nz(c.uncachedTokens) * nz(c.prefillMsPerToken) * (1 + batch) +
+    nz(c.outputTokens) * nz(c.itlMs) * (1 + queued / seqs) +
+    kvWaitMs(c)
+  );
+}
+
+/**
+ * A rank's KV space as its stored report shows it, for `kvWaitMs` (tokens): `used = kvCacheUsage × kvTotalTokens × w`,
+ * `free = kvTotalTokens − used`, where `w` is the report's ageing weight (policy.ts `loadWeight`, 0..1). Unknown size
+ * (`kvTotalTokens` null), no report or a report past the horizon (w = 0): `free` is `Infinity` (no KV term).
+ * A report whose queue is empty (a rank that went idle: the release clamp zeroes its counts but keeps its last KV
+ * usage, dp-routing.md 10.2) counts as nothing in use: its running requests' pages are gone, and cached blocks nobody
+ * uses are evictable (both engines count them as free). Non-finite usage counts as 0. Pure.
+ */
+export function kvTokensOf(
+  load: EngineLoad | null,
+  kvTotalTokens: number | null,
+  weight = 1,
+): { kvFreeTokens: number; kvUsedTokens: number } {
+  if (kvTotalTokens === null || !(kvTotalTokens > 0) || load === null || !(weight > 0)) {
+    return { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 };
+  }
+  const usage = queuedRequests(load) > 0 ? Math.min(1, nz(load.kvCacheUsage)) * Math.min(1, weight) : 0;
+  const used = usage * kvTotalTokens;
+  return { kvFreeTokens: kvTotalTokens - used, kvUsedTokens: used };
 }
 
 /** Per rank: the ITL and prefill cost to score with (ms), filled in where the client has no measurement yet. */
@@ -138,7 +207,11 @@ export function expectedOutputTokens(services: readonly (RankService | null | un
   return known(maxNewTokens) ? Math.min(mean, maxNewTokens) : mean;
 }
 
-/** Why `cacheAwareChoice` chose what it chose (the policy counts them: `CacheAwareStats`). */
+/**
+ * Why `cacheAwareChoice` chose what it chose (the policy counts them: `CacheAwareStats`): `no-better-match` (no rank
+ * holds more of the prompt than `load`'s pick: that pick), `imbalanced` (the cheapest rank was hot: the balance bound
+ * changed the answer), `load-cheaper` (`load`'s pick costs least), `affinity` (a rank holding more costs least).
+ */
 export type CacheAwareReason = 'no-better-match' | 'imbalanced' | 'load-cheaper' | 'affinity';
 
 /** Inputs of `cacheAwareChoice`, one entry per rank in list order. Units: requests, tokens, ms. */
@@ -156,21 +229,24 @@ export interface ChoiceInputs {
   balanceAbsThreshold: number;
   balanceRelThreshold: number;
   maxNumSeqs: number;
+  /** Per rank, its KV space (`kvTokensOf`); absent = unknown everywhere (no KV term). */
+  kv?: readonly { kvFreeTokens: number; kvUsedTokens: number }[];
 }
 
 /**
  * The decision of the module comment, pure: `load`'s choice (lowest load, ties by the scan from `start`) unless a
- * rank holding more of the prompt is within SGLang's balance rule and has a strictly lower `expectedCostMs`; then
- * the cheapest such rank (ties to the earliest in the scan). Returns the position and the reason. Throws RangeError
- * on empty or mismatched lists.
+ * rank holding more of the prompt has a strictly lower `expectedCostMs` and is not hot (`hotRanks`: past SGLang's
+ * balance bound against the idlest rank); then the cheapest such rank (ties to the earliest in the scan). Reason
+ * `imbalanced`: the cheapest rank was hot, so the bound changed the answer. Returns the position and the reason.
+ * Throws RangeError on empty or mismatched lists.
  */
 export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: CacheAwareReason } {
   const n = c.loads.length;
-  if (n === 0 || c.matched.length !== n || c.estimates.length !== n) throw new RangeError('cacheAwareChoice: one entry per rank in every list');
+  if (n === 0 || c.matched.length !== n || c.estimates.length !== n || (c.kv !== undefined && c.kv.length !== n)) throw new RangeError('cacheAwareChoice: one entry per rank in every list');
   const byLoad = lowestPosition(c.loads, c.start);
   const base = c.matched[byLoad];
   if (!c.matched.some((m) => m > base)) return { position: byLoad, reason: 'no-better-match' };
-  if (isImbalanced(c.loads, c.balanceAbsThreshold, c.balanceRelThreshold)) return { position: byLoad, reason: 'imbalanced' };
+  const hot = hotRanks(c.loads, c.balanceAbsThreshold, c.balanceRelThreshold);
   const cost = (i: number): number =>
     expectedCostMs({
       uncachedTokens: c.promptTokens - c.matched[i],
@@ -179,19 +255,28 @@ export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: C
       outputTokens: c.outputTokens,
       itlMs: c.estimates[i].itlMs,
       maxNumSeqs: c.maxNumSeqs,
+      ...c.kv?.[i],
     });
+  const baseCost = cost(byLoad);
   let best = byLoad;
-  let bestCost = cost(byLoad);
+  let bestCost = baseCost;
+  let unbound = byLoad; // the cheapest with the bound ignored
+  let unboundCost = baseCost;
   const first = ((Math.trunc(c.start) % n) + n) % n;
   for (let k = 0; k < n; k++) {
     const i = (first + k) % n;
     if (c.matched[i] <= base) continue;
     const ci = cost(i);
-    if (ci < bestCost) {
+    if (ci < unboundCost) {
+      unbound = i;
+      unboundCost = ci;
+    }
+    if (!hot[i] && ci < bestCost) {
       best = i;
       bestCost = ci;
     }
   }
+  if (unbound !== best) return { position: best, reason: 'imbalanced' };
   return { position: best, reason: best === byLoad ? 'load-cheaper' : 'affinity' };
 }
 
@@ -201,14 +286,15 @@ export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: C
  * grain still holds every 16-token block the index names; hashing every token would cost a Map entry per token),
  * else 16; index capacity = the rank's KV cache in those blocks (`num_gpu_blocks × granularity / blockTokens`: the
  * engine cannot cache more), between 1 and `DEFAULT_INDEX_CAPACITY_BLOCKS`; `maxNumSeqs` = its `max_num_seqs`
- * (null when 0 or absent). A field the ready response left out (null: vLLM's short form, issue #14) counts as
+ * (null when 0 or absent); `kvTotalTokens` = its KV cache in tokens (`num_gpu_blocks × granularity`; null when
+ * unknown or 0: no KV term). A field the ready response left out (null: vLLM's short form, issue #14) counts as
  * unknown: 16-token blocks, the default capacity. Pure.
  */
 export function indexShapeFor(ready: {
   prefixGranularity: number | null;
   numGpuBlocks: number | null;
   maxNumSeqs?: number | null;
-}): Required<PrefixIndexOptions> & { maxNumSeqs: number | null } {
+}): Required<PrefixIndexOptions> & { maxNumSeqs: number | null; kvTotalTokens: number | null } {
   const pg = ready.prefixGranularity;
   const g = pg !== null && Number.isSafeInteger(pg) && pg > 0 ? pg : 16;
   const blockTokens = Math.max(16, g);
@@ -219,16 +305,19 @@ export function indexShapeFor(ready: {
     blockTokens,
     capacityBlocks: Math.min(DEFAULT_INDEX_CAPACITY_BLOCKS, Math.max(1, fit)),
     maxNumSeqs: seqs !== null && seqs !== undefined && Number.isSafeInteger(seqs) && seqs > 0 ? seqs : null,
+    kvTotalTokens: blocks !== null && Number.isFinite(blocks) && blocks > 0 ? blocks * g : null,
   };
 }
 
 /**
  * Options of `createCacheAwarePolicy` (besides `loadHorizonMs` and the index's `blockTokens` / `capacityBlocks`):
- * `maxNumSeqs` (the ranks' batch size, from `indexShapeFor`; null = unknown), `balanceAbsThreshold` (requests ≥ 0;
+ * `maxNumSeqs` (the ranks' batch size, from `indexShapeFor`; null = unknown), `kvTotalTokens` (one rank's KV cache in
+ * tokens, from `indexShapeFor`; null = unknown: no KV term), `balanceAbsThreshold` (requests ≥ 0;
  * default `balanceAbsFor(maxNumSeqs)`), `balanceRelThreshold` (ratio ≥ 1; default 1.5).
  */
 export interface CacheAwareOptions extends LoadPolicyOptions, PrefixIndexOptions {
   maxNumSeqs?: number | null;
+  kvTotalTokens?: number | null;
   balanceAbsThreshold?: number;
   balanceRelThreshold?: number;
 }
@@ -250,6 +339,8 @@ export function createCacheAwarePolicy(
   const abs = checked('balanceAbsThreshold', opts.balanceAbsThreshold ?? balanceAbsFor(seqs), (v) => v >= 0, 'a number ≥ 0');
   const rel = checked('balanceRelThreshold', opts.balanceRelThreshold ?? DEFAULT_BALANCE_REL_THRESHOLD, (v) => v >= 1, 'a number ≥ 1');
   const maxNumSeqs = seqs !== null && Number.isFinite(seqs) && seqs > 0 ? seqs : Number.POSITIVE_INFINITY;
+  const kvTotal = opts.kvTotalTokens ?? null;
+  if (kvTotal !== null) checked('kvTotalTokens', kvTotal, (v) => v > 0, 'a number > 0');
   const index = new PrefixIndex(opts);
   const stats: CacheAwareStats = { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 0, affinity: 0 };
   let scanStart = 0;
@@ -283,6 +374,7 @@ export function createCacheAwarePolicy(
         balanceAbsThreshold: abs,
         balanceRelThreshold: rel,
         maxNumSeqs,
+        kv: kvTotal === null ? undefined : ranks.map((v) => kvTokensOf(v.engineIndex === null ? null : v.load, kvTotal, loadWeight(v.loadAgeMs, horizonMs))),
       });
       stats[reason] += 1;
       return position;

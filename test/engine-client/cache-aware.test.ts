@@ -7,7 +7,8 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
   DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_ITL_PER_TOKEN, SGLANG_BALANCE_ABS_THRESHOLD, balanceAbsFor, cacheAwareChoice,
-  createCacheAwarePolicy, expectedCostMs, expectedOutputTokens, indexShapeFor, isImbalanced, serviceEstimates,
+  createCacheAwarePolicy, expectedCostMs, expectedOutputTokens, hotRanks, indexShapeFor, isImbalanced, kvTokensOf, kvWaitMs,
+  serviceEstimates,
   type ChoiceInputs,
 } from '../../src/engine-client/cache-aware.js';
 import { PROBE_SCHEDULE_MS } from '../../src/engine-client/client.js';
@@ -64,13 +65,22 @@ test('index: leading-block match per rank; LRU bound evicts the least recently s
 });
 
 test('index shape from the ready response: the engine granularity (at least 16), its KV size, capped, and its batch size', () => {
-  assert.deepEqual(indexShapeFor({ prefixGranularity: 16, numGpuBlocks: 2048, maxNumSeqs: 32 }), { blockTokens: 16, capacityBlocks: 2048, maxNumSeqs: 32 });
-  assert.deepEqual(indexShapeFor({ prefixGranularity: 1, numGpuBlocks: 160_000 }), { blockTokens: 16, capacityBlocks: 10_000, maxNumSeqs: null });
-  assert.deepEqual(indexShapeFor({ prefixGranularity: 64, numGpuBlocks: 10 ** 7, maxNumSeqs: 0 }), { blockTokens: 64, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS, maxNumSeqs: null });
-  assert.deepEqual(indexShapeFor({ prefixGranularity: 0, numGpuBlocks: 0 }), { blockTokens: 16, capacityBlocks: 1, maxNumSeqs: null });
+  assert.deepEqual(
+    indexShapeFor({ prefixGranularity: 16, numGpuBlocks: 2048, maxNumSeqs: 32 }),
+    { blockTokens: 16, capacityBlocks: 2048, maxNumSeqs: 32, kvTotalTokens: 32_768 },
+  );
+  assert.deepEqual(
+    indexShapeFor({ prefixGranularity: 1, numGpuBlocks: 160_000 }),
+    { blockTokens: 16, capacityBlocks: 10_000, maxNumSeqs: null, kvTotalTokens: 160_000 },
+  );
+  assert.deepEqual(
+    indexShapeFor({ prefixGranularity: 64, numGpuBlocks: 10 ** 7, maxNumSeqs: 0 }),
+    { blockTokens: 64, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS, maxNumSeqs: null, kvTotalTokens: 64 * 10 ** 7 },
+  );
+  assert.deepEqual(indexShapeFor({ prefixGranularity: 0, numGpuBlocks: 0 }), { blockTokens: 16, capacityBlocks: 1, maxNumSeqs: null, kvTotalTokens: null });
   assert.deepEqual(
     indexShapeFor({ prefixGranularity: null, numGpuBlocks: null, maxNumSeqs: null }),
-    { blockTokens: 16, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS, maxNumSeqs: null },
+    { blockTokens: 16, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS, maxNumSeqs: null, kvTotalTokens: null },
     'a short ready response',
   );
 });
@@ -97,6 +107,58 @@ test('expected cost: the prefill stalls the whole batch, the decode runs at the 
   assert.equal(expectedCostMs({ ...base, itlMs: Number.NaN, uncachedTokens: -5 }), 0, 'non-finite or negative inputs count as 0');
 });
 
+test('balance bound per rank: hot = past both thresholds against the idlest; imbalanced exactly when one is hot', () => {
+  assert.deepEqual(hotRanks([9, 0, 3], 8, 1.5), [true, false, false]);
+  assert.deepEqual(hotRanks([31, 20, 25, 29], 8, 1.5), [true, false, false, false], '29 is 9 more but only 1.45×');
+  assert.deepEqual(hotRanks([5, 5], 0, 1), [false, false], 'equal loads are never hot');
+  assert.deepEqual(hotRanks([7], 0, 1), [false]);
+  const rand = prng(7);
+  for (let i = 0; i < 200; i++) {
+    const loads = Array.from({ length: 1 + Math.floor(rand() * 5) }, () => Math.floor(rand() * 40));
+    const abs = Math.floor(rand() * 10);
+    const rel = 1 + rand();
+    const max = Math.max(...loads);
+    const min = Math.min(...loads);
+    const sglang = loads.length > 1 && max - min > abs && max > rel * min;
+    assert.equal(isImbalanced(loads, abs, rel), sglang, `SGLang's max/min rule, case ${i}`);
+    assert.equal(hotRanks(loads, abs, rel)[loads.indexOf(min)], false, 'the idlest rank is never hot');
+  }
+});
+
+test('KV pressure: no wait while the request and the batch growth fit; past the free space, the time to free the shortage', () => {
+  const c = { uncachedTokens: 1000, prefillMsPerToken: 0.02, load: 10, outputTokens: 100, itlMs: 10, maxNumSeqs: 32 };
+  assert.equal(kvWaitMs(c), 0, 'unknown KV space');
+  // need 1000 + 100, reserve 10 × 100 / 2 = 500: 1600 tokens.
+  assert.equal(kvWaitMs({ ...c, kvFreeTokens: 1600, kvUsedTokens: 30_000 }), 0, 'exactly fits');
+  assert.equal(kvWaitMs({ ...c, kvFreeTokens: 600, kvUsedTokens: 20_000 }), (1000 / 20_000) * 100 * 10, 'shortage 1000 of 20 000 in use');
+  assert.equal(kvWaitMs({ ...c, load: 100, kvFreeTokens: 0, kvUsedTokens: 32_000 }), ((1100 + 1600) / 32_000) * 1000, 'the reserve counts the batch only (32)');
+  assert.equal(kvWaitMs({ ...c, kvFreeTokens: -5, kvUsedTokens: 0 }), ((1600 + 0) / 16) * 1000, 'nothing in use yet: one block at least');
+  assert.equal(
+    expectedCostMs({ ...c, kvFreeTokens: 600, kvUsedTokens: 20_000 }),
+    expectedCostMs(c) + 50,
+    'the cost adds the wait',
+  );
+  assert.deepEqual(kvTokensOf(null, 32_768), { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 }, 'no report');
+  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), null), { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 }, 'unknown size');
+  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), 32_768), { kvFreeTokens: 8192, kvUsedTokens: 24_576 });
+  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), 32_768, 0.5), { kvFreeTokens: 20_480, kvUsedTokens: 12_288 }, 'an ageing report counts less');
+  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), 32_768, 0), { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 }, 'past the horizon');
+  assert.deepEqual(kvTokensOf(load(0, 0, 0.9), 32_768), { kvFreeTokens: 32_768, kvUsedTokens: 0 }, 'a clamped idle rank: nothing in use');
+});
+
+test('choice: a holder whose KV cache cannot take the request and its batch growth loses it to one that can', () => {
+  // 2000-token prompt, 1900 of it on rank 1 (10 requests); rank 0 (load's pick, 4 requests) holds none; 100 output
+  // tokens at 10 ms: 1200 ms on rank 0 (2000 × 0.02 × 5 of prefill stalls), 1022 ms on rank 1 (100 × 0.02 × 11).
+  const base = choice({ matched: [0, 1900], loads: [4, 10] });
+  assert.equal(cacheAwareChoice(base).position, 1);
+  const empty = { kvFreeTokens: 32_768, kvUsedTokens: 0 };
+  // Rank 1 needs 100 + 100 + 10 × 50 = 700 tokens. With 200 free of 32 000 in use it waits 500 / 32 000 × 1000 ms.
+  assert.deepEqual(cacheAwareChoice({ ...base, kv: [empty, { kvFreeTokens: 200, kvUsedTokens: 32_000 }] }), { position: 1, reason: 'affinity' });
+  // Full, with 3000 in use: 700 / 3000 × 1000 = 233 ms more, 1255 ms against 1200.
+  assert.deepEqual(cacheAwareChoice({ ...base, kv: [empty, { kvFreeTokens: 0, kvUsedTokens: 3000 }] }), { position: 0, reason: 'load-cheaper' });
+  assert.throws(() => cacheAwareChoice({ ...base, kv: [empty] }), RangeError);
+});
+
 test('estimates: unmeasured ranks get the measured ones\' mean ITL and the pooled prefill ratio; priors before anything', () => {
   assert.deepEqual(serviceEstimates([null, undefined]), [
     { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN }, { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN },
@@ -114,10 +176,16 @@ test('choice: a prefix holder wins while loads are balanced; the balance rule ha
   assert.deepEqual(cacheAwareChoice(choice()), { position: 1, reason: 'affinity' });
   assert.deepEqual(cacheAwareChoice(choice({ loads: [2, 10] })), { position: 1, reason: 'affinity' }, '8 more: within abs');
   assert.deepEqual(cacheAwareChoice(choice({ loads: [2, 11] })), { position: 0, reason: 'imbalanced' }, 'past both: load wins');
+  const three = [...choice().estimates, choice().estimates[0]!];
   assert.deepEqual(
-    cacheAwareChoice(choice({ loads: [2, 3, 11], matched: [0, 1800, 0], estimates: [...choice().estimates, choice().estimates[0]!] })),
-    { position: 0, reason: 'imbalanced' },
-    "SGLang's rule is global: a third rank's imbalance turns affinity off for everyone",
+    cacheAwareChoice(choice({ loads: [2, 3, 11], matched: [0, 1800, 0], estimates: three })),
+    { position: 1, reason: 'affinity' },
+    'the bound is per rank: a third rank past it does not turn affinity off for a holder within it',
+  );
+  assert.deepEqual(
+    cacheAwareChoice(choice({ loads: [2, 11, 4], matched: [0, 1800, 1200], estimates: three })),
+    { position: 2, reason: 'imbalanced' },
+    'the best holder is hot: the next holder within the bound gets it',
   );
   assert.deepEqual(cacheAwareChoice(choice({ matched: [0, 0] })), { position: 0, reason: 'no-better-match' });
   assert.deepEqual(cacheAwareChoice(choice({ matched: [1800, 1800] })), { position: 0, reason: 'no-better-match' }, "load's pick holds it too");
@@ -156,6 +224,23 @@ test('the policy end to end: measured rates in the views decide; without them a 
   assert.deepEqual(policy.stats, { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 1, affinity: 3 });
   assert.throws(() => createCacheAwarePolicy({ balanceRelThreshold: 0.5 }), RangeError);
   assert.throws(() => createCacheAwarePolicy({ balanceAbsThreshold: -1 }), RangeError);
+});
+
+test('the policy end to end: the KV term reads the stored reports against the KV size from the ready response', () => {
+  const history = seq(2000, 1);
+  const views: RankView[] = [
+    { engineIndex: 0, inFlight: 4, load: load(4, 0, 0), service: service(10, 0.02, 100) },
+    { engineIndex: 1, inFlight: 10, load: load(10, 0, 1), service: service(10, 0.02, 100) },
+  ];
+  const pick = (kvTotalTokens: number | null): number => {
+    const policy = createCacheAwarePolicy({ maxNumSeqs: 32, kvTotalTokens });
+    policy.onDispatch?.(1, prompt('t0', history));
+    return policy.select(views, prompt('t1', [...history, 5]));
+  };
+  assert.equal(pick(null), 1, 'KV size unknown: the holder (1000 ms against 1200)');
+  // Rank 1's cache is full: 601 tokens short of 2500 in use, 240 ms of waiting; rank 0 has room for all 2301.
+  assert.equal(pick(2500), 0);
+  assert.throws(() => createCacheAwarePolicy({ kvTotalTokens: 0 }), RangeError);
 });
 
 test('the balance rule in action through the policy: affinity yields to load once the holder is too far ahead', () => {
