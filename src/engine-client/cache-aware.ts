@@ -12,13 +12,15 @@
  * threshold by a cost comparison in ms, from what this client measures (service-rates.ts):
  * 1. `load`'s choice first: the rank the `load` policy would pick (`fleetScorer`: aged reports, TokenSpeed's running
  *    count, dark-fleet fallback; the same rotating scan). When no rank holds more of the prompt than that one, that
- *    is the answer, so on prompts that share nothing this policy chooses exactly what `load` chooses.
+ *    is the answer (unless it has no KV space for the request, step 2), so on prompts that share nothing this policy
+ *    chooses what `load` chooses while KV space lasts.
  * 2. Otherwise every rank that holds more of the prompt and is not **hot** competes with `load`'s choice on
  *    `expectedCostMs`: the delay this request adds on that rank, its own and the other requests' there. The prefill
  *    of its uncached tokens stalls every request in the rank's batch (its own first token included); its own decode
  *    takes `outputTokens` steps at the rank's measured ITL; past the rank's batch size (`max_num_seqs`) it first waits
  *    for slots; past the rank's free KV space it waits for pages (`kvWaitMs`, the KV-pressure term). The cheapest
- *    wins; a tie stays with `load`'s choice.
+ *    wins; a tie stays with `load`'s choice. When `load`'s choice has no KV space for the request, every rank
+ *    competes this way, holder or not, so a long uncached prompt goes where it fits instead of preempting there.
  * 3. A rank is hot when its load exceeds the idlest rank's by more than `balance_abs_threshold` and is more than
  *    `balance_rel_threshold` times it: SGLang's imbalance test, per rank. A hot rank never wins by affinity, so
  *    affinity never adds to a hotspot; but a hotspot elsewhere does not turn affinity off for the ranks within the
@@ -210,9 +212,10 @@ export function expectedOutputTokens(services: readonly (RankService | null | un
 /**
  * Why `cacheAwareChoice` chose what it chose (the policy counts them: `CacheAwareStats`): `no-better-match` (no rank
  * holds more of the prompt than `load`'s pick: that pick), `imbalanced` (the cheapest rank was hot: the balance bound
- * changed the answer), `load-cheaper` (`load`'s pick costs least), `affinity` (a rank holding more costs least).
+ * changed the answer), `load-cheaper` (`load`'s pick costs least), `affinity` (a rank holding more costs least),
+ * `kv-short` (`load`'s pick had no KV space for the request; a rank holding no more of it, with room, costs least).
  */
-export type CacheAwareReason = 'no-better-match' | 'imbalanced' | 'load-cheaper' | 'affinity';
+export type CacheAwareReason = 'no-better-match' | 'imbalanced' | 'load-cheaper' | 'affinity' | 'kv-short';
 
 /** Inputs of `cacheAwareChoice`, one entry per rank in list order. Units: requests, tokens, ms. */
 export interface ChoiceInputs {
@@ -236,28 +239,32 @@ export interface ChoiceInputs {
 /**
  * The decision of the module comment, pure: `load`'s choice (lowest load, ties by the scan from `start`) unless a
  * rank holding more of the prompt has a strictly lower `expectedCostMs` and is not hot (`hotRanks`: past SGLang's
- * balance bound against the idlest rank); then the cheapest such rank (ties to the earliest in the scan). Reason
- * `imbalanced`: the cheapest rank was hot, so the bound changed the answer. Returns the position and the reason.
- * Throws RangeError on empty or mismatched lists.
+ * balance bound against the idlest rank); then the cheapest such rank (ties to the earliest in the scan). When
+ * `load`'s choice has no KV space for the request (`kvWaitMs` > 0 there), every rank that is not hot competes, so
+ * the request goes where it fits if that costs less. Reasons: `imbalanced` when the cheapest rank was hot (the bound
+ * changed the answer), `kv-short` when the winner holds no more of the prompt than `load`'s choice (it had room).
+ * Returns the position and the reason. Throws RangeError on empty or mismatched lists.
  */
 export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: CacheAwareReason } {
   const n = c.loads.length;
-  if (n === 0 || c.matched.length !== n || c.estimates.length !== n || (c.kv !== undefined && c.kv.length !== n)) throw new RangeError('cacheAwareChoice: one entry per rank in every list');
+  if (n === 0 || c.matched.length !== n || c.estimates.length !== n || (c.kv !== undefined && c.kv.length !== n)) {
+    throw new RangeError('cacheAwareChoice: one entry per rank in every list');
+  }
   const byLoad = lowestPosition(c.loads, c.start);
   const base = c.matched[byLoad];
-  if (!c.matched.some((m) => m > base)) return { position: byLoad, reason: 'no-better-match' };
+  const inputs = (i: number): CostInputs => ({
+    uncachedTokens: c.promptTokens - c.matched[i],
+    prefillMsPerToken: c.estimates[i].prefillMsPerToken,
+    load: c.loads[i],
+    outputTokens: c.outputTokens,
+    itlMs: c.estimates[i].itlMs,
+    maxNumSeqs: c.maxNumSeqs,
+    ...c.kv?.[i],
+  });
+  const short = c.kv !== undefined && kvWaitMs(inputs(byLoad)) > 0;
+  if (!short && !c.matched.some((m) => m > base)) return { position: byLoad, reason: 'no-better-match' };
   const hot = hotRanks(c.loads, c.balanceAbsThreshold, c.balanceRelThreshold);
-  const cost = (i: number): number =>
-    expectedCostMs({
-      uncachedTokens: c.promptTokens - c.matched[i],
-      prefillMsPerToken: c.estimates[i].prefillMsPerToken,
-      load: c.loads[i],
-      outputTokens: c.outputTokens,
-      itlMs: c.estimates[i].itlMs,
-      maxNumSeqs: c.maxNumSeqs,
-      ...c.kv?.[i],
-    });
-  const baseCost = cost(byLoad);
+  const baseCost = expectedCostMs(inputs(byLoad));
   let best = byLoad;
   let bestCost = baseCost;
   let unbound = byLoad; // the cheapest with the bound ignored
@@ -265,8 +272,8 @@ export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: C
   const first = ((Math.trunc(c.start) % n) + n) % n;
   for (let k = 0; k < n; k++) {
     const i = (first + k) % n;
-    if (c.matched[i] <= base) continue;
-    const ci = cost(i);
+    if (i === byLoad || (!short && c.matched[i] <= base)) continue;
+    const ci = expectedCostMs(inputs(i));
     if (ci < unboundCost) {
       unbound = i;
       unboundCost = ci;
@@ -277,7 +284,8 @@ export function cacheAwareChoice(c: ChoiceInputs): { position: number; reason: C
     }
   }
   if (unbound !== best) return { position: best, reason: 'imbalanced' };
-  return { position: best, reason: best === byLoad ? 'load-cheaper' : 'affinity' };
+  if (best === byLoad) return { position: best, reason: 'load-cheaper' };
+  return { position: best, reason: c.matched[best] > base ? 'affinity' : 'kv-short' };
 }
 
 /**
@@ -342,7 +350,7 @@ export function createCacheAwarePolicy(
   const kvTotal = opts.kvTotalTokens ?? null;
   if (kvTotal !== null) checked('kvTotalTokens', kvTotal, (v) => v > 0, 'a number > 0');
   const index = new PrefixIndex(opts);
-  const stats: CacheAwareStats = { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 0, affinity: 0 };
+  const stats: CacheAwareStats = { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 0, affinity: 0, 'kv-short': 0 };
   let scanStart = 0;
   // The hashes `select` computed, for the `onDispatch` of the same request that follows in the same step.
   let last: { request: GenerateRequest; hashes: number[] } | null = null;

@@ -159,6 +159,27 @@ test('choice: a holder whose KV cache cannot take the request and its batch grow
   assert.throws(() => cacheAwareChoice({ ...base, kv: [empty] }), RangeError);
 });
 
+test('choice: a prompt nobody holds leaves load\'s pick only when that pick has no KV space for it', () => {
+  const equal = { itlMs: 10, prefillMsPerToken: 0.02 };
+  const three = (over: Partial<ChoiceInputs>): ChoiceInputs =>
+    choice({ loads: [2, 4, 6], matched: [0, 0, 0], estimates: [equal, equal, equal], ...over });
+  const room = { kvFreeTokens: 30_000, kvUsedTokens: 2768 };
+  const full = { kvFreeTokens: 500, kvUsedTokens: 32_268 };
+  assert.deepEqual(cacheAwareChoice(three({ kv: [room, room, room] })), { position: 0, reason: 'no-better-match' });
+  // Rank 0 needs 2000 + 100 + 2 × 50 = 2200 tokens and has 500: a 53 ms wait; on rank 1 two more requests stall 80 ms more.
+  assert.deepEqual(cacheAwareChoice(three({ kv: [full, room, room] })), { position: 0, reason: 'load-cheaper' });
+  // With 2000 in use it frees slower: 1700 / 2000 × 1000 = 850 ms; rank 1 has room: the cheapest that fits.
+  assert.deepEqual(
+    cacheAwareChoice(three({ kv: [{ kvFreeTokens: 500, kvUsedTokens: 2000 }, room, room] })),
+    { position: 1, reason: 'kv-short' },
+  );
+  assert.deepEqual(
+    cacheAwareChoice(three({ loads: [2, 11, 4], kv: [{ kvFreeTokens: 500, kvUsedTokens: 2000 }, room, room] })),
+    { position: 2, reason: 'kv-short' },
+    'a hot rank is still out',
+  );
+});
+
 test('estimates: unmeasured ranks get the measured ones\' mean ITL and the pooled prefill ratio; priors before anything', () => {
   assert.deepEqual(serviceEstimates([null, undefined]), [
     { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN }, { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN },
@@ -221,7 +242,7 @@ test('the policy end to end: measured rates in the views decide; without them a 
   assert.equal(policy.select(views(service(10, 0.02, 100)), prompt('t2', [...history, 5])), 1);
   assert.equal(policy.select(views(service(20, 0.04, 100)), prompt('t3', [...history, 5])), 0, 'a 2× slower holder loses the turn');
   assert.equal(policy.select(views(service(20, 0.04, 100)), prompt('t4', [...history, 5], 10)), 1, 'unless the answer is short (max 10)');
-  assert.deepEqual(policy.stats, { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 1, affinity: 3 });
+  assert.deepEqual(policy.stats, { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 1, affinity: 3, 'kv-short': 0 });
   assert.throws(() => createCacheAwarePolicy({ balanceRelThreshold: 0.5 }), RangeError);
   assert.throws(() => createCacheAwarePolicy({ balanceAbsThreshold: -1 }), RangeError);
 });
