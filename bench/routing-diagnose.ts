@@ -157,43 +157,38 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
  */
 function missAttribution(diag: RunDiagnostics, ranks: number): void {
   const byId = new Map(diag.decisions.filter((d) => !d.pinned && d.views.length === ranks).map((d) => [d.requestId, d]));
-  let prompt = 0;
-  let cached = 0;
-  let movedOffSlow = 0;
-  let movedOther = 0;
-  let movedCount = 0;
-  let evicted = 0;
-  let extra = 0;
+  // Prompt tokens: all, hit, lost to moves (off the slow rank / the others), indexed but evicted, hit beyond the index.
+  const t = { prompt: 0, cached: 0, movedOffSlow: 0, movedOther: 0, movedCount: 0, evicted: 0, extra: 0 };
   const evictedByRank = Array.from({ length: ranks }, () => 0);
   const movedByReason = new Map<string, number>();
   for (const r of diag.requests) {
     const d = byId.get(r.id);
     if (d === undefined || r.rank === null) continue;
-    prompt += r.promptTokens;
-    cached += r.cachedTokens;
+    t.prompt += r.promptTokens;
+    t.cached += r.cachedTokens;
     const pos = d.views.findIndex((v) => v.engineIndex === r.rank);
     const mc = d.matchedTokens[pos] ?? 0;
     const best = d.matchedTokens.indexOf(Math.max(...d.matchedTokens));
     const lost = d.matchedTokens[best] - mc;
     if (lost > 0) {
-      movedCount += 1;
+      t.movedCount += 1;
       const why = d.reason ?? 'load';
       movedByReason.set(why, (movedByReason.get(why) ?? 0) + lost);
-      if (best === ranks - 1) movedOffSlow += lost;
-      else movedOther += lost;
+      if (best === ranks - 1) t.movedOffSlow += lost;
+      else t.movedOther += lost;
     }
     // The rank never counts the prompt's last token as a hit (at least one is computed).
     const promisable = Math.min(mc, Math.floor((r.promptTokens - 1) / 16) * 16);
     if (promisable > r.cachedTokens) {
-      evicted += promisable - r.cachedTokens;
+      t.evicted += promisable - r.cachedTokens;
       evictedByRank[r.rank] += promisable - r.cachedTokens;
-    } else extra += r.cachedTokens - promisable;
+    } else t.extra += r.cachedTokens - promisable;
   }
-  const pct = (x: number): string => `${fmt((100 * x) / (prompt || 1), 1)}%`;
+  const pct = (x: number): string => `${fmt((100 * x) / (t.prompt || 1), 1)}%`;
   console.log(
-    `  hits ${pct(cached)} of prompt tokens; lost by choosing a rank holding less of the prompt than another (${movedCount} requests): ` +
-      `${pct(movedOffSlow)} off the slow rank, ${pct(movedOther)} off the others; indexed but evicted by the rank: ${pct(evicted)} ` +
-      `(per rank ${evictedByRank.map(pct).join(' ')}); hit beyond the index: ${pct(extra)}`,
+    `  hits ${pct(t.cached)} of prompt tokens; lost by choosing a rank holding less of the prompt than another (${t.movedCount} requests): ` +
+      `${pct(t.movedOffSlow)} off the slow rank, ${pct(t.movedOther)} off the others; indexed but evicted by the rank: ${pct(t.evicted)} ` +
+      `(per rank ${evictedByRank.map(pct).join(' ')}); hit beyond the index: ${pct(t.extra)}`,
   );
   console.log(`  lost by moves, by the policy's reason: ${[...movedByReason].map(([k, v]) => `${k} ${pct(v)}`).join(', ')}`);
 }
