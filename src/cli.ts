@@ -171,8 +171,8 @@ a key of --config FILE; precedence: flag > environment > file):
                            (default ${DEFAULT_LOAD_HORIZON_MS})
   --balance-abs-threshold N
   --balance-rel-threshold X
-                           cache_aware: prefix affinity yields to load while the busiest rank's load exceeds the
-                           idlest's by more than N requests and by more than X times (SGLang's rule; defaults
+                           cache_aware: a rank whose load exceeds the idlest's by more than N requests and by
+                           more than X times never wins by prefix affinity (SGLang's rule, per rank; defaults
                            max_num_seqs × ${SGLANG_BALANCE_ABS_THRESHOLD}/${REFERENCE_MAX_NUM_SEQS}, or ${SGLANG_BALANCE_ABS_THRESHOLD} when the engine reports none, and ${DEFAULT_BALANCE_REL_THRESHOLD})
   --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
   --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
