@@ -115,9 +115,10 @@ const nz = (x: number | undefined): number => (x !== undefined && Number.isFinit
  * The wait (ms) for KV space on a rank (the KV-pressure term of `expectedCostMs`). Over its life the request pins
  * its uncached prompt tokens and its output (`need = uncached + outputTokens`; the matched blocks are shared), and
  * the rank's batch keeps growing by the output still to come (`reserve = min(load, seqs) × outputTokens / 2`: half an
- * answer per running request). Past the free space, the engine either holds the request at admission (vLLM and
- * TokenSpeed admit first come, first served, so it also holds those behind it) or admits it and preempts the newest
- * requests once decode runs out of pages, which recompute later. Either way the request waits for the rank to free
+ * answer per running request). Past the free space, the engine either holds the request at admission (vLLM's V1
+ * scheduler stops admitting at the first waiting request it cannot allocate, `v1/core/sched/scheduler.py`, and the
+ * simulated ranks do the same, so it also holds those behind it) or admits it and preempts the newest requests once
+ * decode runs out of pages, which recompute later. Either way the request waits for the rank to free
  * `shortage = need + reserve − free` tokens; the rank frees about its used tokens per request lifetime
  * (`outputTokens × itl`), so the wait is `shortage / used × outputTokens × itl`. 0 when it fits or nothing is
  * known. Pure.
