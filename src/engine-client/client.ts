@@ -9,7 +9,10 @@
  * Concurrency model (dp-routing.md section 12.3): every state change that must be atomic happens in one synchronous
  * block with no `await` inside: register → select → reserve → encode (submit), store load → wave → route → release →
  * clamp (dispatcher, per batch, batch-router.ts), and every rank death or stall (its requests fail, its slot empties
- * and it leaves the scoring set in the same step). The only `await`s are the link's sends and the output iterator.
+ * and it leaves the scoring set in the same step). The only `await`s are the link's sends, the output iterator and
+ * the dispatcher's wait while the delivery backlog is at its bound (between two batches, never inside one). What the
+ * rows cost the consumers (push-mode listeners: detokenization, SSE, writes) is not part of that step: it runs right
+ * after it in slices of a few ms (delivery-queue.ts, issue 9), so one large batch does not stall the event loop.
  *
  * Failure scope follows the engine's own (issue #8 part 1; dp-routing.md 6, 14.8; failure-scope.ts): a dense rank
  * fails alone, a lockstep group as a unit, and faults of the shared output socket that no frame pins on a rank keep
@@ -25,6 +28,7 @@ import { pino, type Logger } from 'pino';
 import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest, WaveEvent } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
 import { planBatch } from './batch-router.js';
+import { DeliveryQueue, type DeliveryQueueOptions } from './delivery-queue.js';
 import type { ConnectedEngine, EngineLink, LinkListener } from './link.js';
 import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
@@ -71,6 +75,8 @@ const SHUTDOWN_ABORT_WAIT_MS = 1000;
  *   lockstep: every submit wakes the group) or `false` (force dense: never woken, wave notifications ignored).
  * - `now`: monotonic clock in ms that stamps stored loads for ageing (dp-routing.md 14.1; default
  *   `performance.now`). Tests pass their own.
+ * - `delivery`: how outputs reach push-mode listeners (delivery-queue.ts: a 4 ms slice budget, 4096 queued
+ *   hand-offs before the dispatcher stops reading engine output); tests pass a fake clock.
  * Both timeouts must be positive finite numbers of ms.
  */
 export interface EngineClientOptions {
@@ -82,6 +88,7 @@ export interface EngineClientOptions {
   logger?: Logger;
   lockstep?: LockstepSetting;
   now?: () => number;
+  delivery?: DeliveryQueueOptions;
 }
 
 /**
@@ -128,6 +135,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly releaseClamp: boolean;
   private readonly now: () => number;
   private readonly registry = new RequestRegistry();
+  /** Push-mode hand-offs, sliced (delivery-queue.ts); the routing state never waits for it. */
+  private readonly delivery: DeliveryQueue;
   private readonly routing = new RoutingState();
   private readonly ranks: RankTable;
   private consecutiveDecodeErrors = 0;
@@ -161,6 +170,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.releaseClamp = this.policy.releaseClamp ?? true;
     this.now = opts.now ?? (() => performance.now());
     this.logger = opts.logger ?? pino({ level: 'silent' });
+    this.delivery = new DeliveryQueue(opts.delivery);
     this.stats = newClientStats(opts.link.handshakeRejected);
     this.ranks = new RankTable(opts.link.dpSize);
     this.waves = new WaveClock([], opts.lockstep ?? 'auto');
@@ -306,7 +316,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     // Register before any reservation (section 3 step 2, section 7).
     let detachSignal: () => void = () => {};
     const promptTokens = Array.isArray(request.promptTokenIds) ? request.promptTokenIds.length : 0;
-    const stream: RequestStreamImpl = new RequestStreamImpl(id, promptTokens, () => this.abandon(entry), () => detachSignal());
+    const stream: RequestStreamImpl = new RequestStreamImpl(id, promptTokens, () => this.abandon(entry), () => detachSignal(), this.delivery);
     const entry: RegistryEntry = { requestId: id, stream, engineIndex: null };
     this.registry.register(entry);
 
@@ -399,7 +409,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /**
    * Explicit abort (dp-routing.md section 5): remove the registry entry, release the in-flight slot, end the stream
-   * (its reader gets a stream-closed error naming the id), send `[identity, 01, ["<id>"]]` to the recorded rank and
+   * (its reader gets a stream-closed error naming the id; a push-mode listener none of the outputs still queued for
+   * it), send `[identity, 01, ["<id>"]]` to the recorded rank and
    * resolve once the link accepted it. Never waits for an engine confirmation. An unknown or finished id is a no-op.
    * Rejects with `engine-dead` (the rank was found dead on this send) or `transport` (any other send failure).
    */
@@ -408,7 +419,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (!entry) return;
     const rank = entry.engineIndex;
     this.retire(entry);
-    entry.stream.closeWithoutTerminal();
+    entry.stream.closeWithoutTerminal(true);
     if (rank !== null) {
       const error = await this.sendAbort(rank, [requestId]);
       if (error !== null) throw error;
@@ -710,10 +721,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       for await (const msg of this.link.outputs()) {
         if (this.registry.closed) return;
         switch (msg.kind) {
-          case 'frames':
+          case 'frames': {
             this.handleFrames(msg.frames);
             this.touchWatchdog(true); // re-armed on every batch or decode error (section 8)
+            // Bounded backlog of sliced deliveries: stop reading (ZeroMQ queues meanwhile) until it shrinks.
+            const backlog = this.delivery.whenBelowLimit();
+            if (backlog !== null) await backlog;
             break;
+          }
           case 'dead': {
             // Names no rank (engine-wire.md 1.7): the probe rounds find the one whose identity vanished, unless a
             // rank was just found gone (its clean exit seen before its sentinel was read: failure-scope.ts).
@@ -783,7 +798,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * One decoded batch, in one synchronous block (dp-routing.md section 8 and 12.3 rule 2): reset the decode-error
    * count; a stalled rank that speaks is back in rotation; store the load report BEFORE any release (only for a
    * connected rank: a dead rank's late batch must not resurrect a load); apply the wave event; route the rows
-   * (batch-router.ts `planBatch`); release `finished` from the batch's rank for EVERY batch (the clamp, 10.3) and
+   * (batch-router.ts `planBatch`: each live request's stream takes its rows now, its push-mode listener hears of them
+   * in the sliced delivery that follows, delivery-queue.ts); release `finished` from the batch's rank for EVERY batch (the clamp, 10.3) and
    * misattributed ids from their recorded rank (14.6); re-arm the watchdogs of every rank the batch proves alive; and
    * drop rows for requests their rank no longer owns, counting them and ABORTing each id once.
    */

@@ -7,6 +7,7 @@
  * request is bounded by its token limit.
  */
 import type { EngineOutput, EngineOutputRow } from '../protocols/types.js';
+import type { DeliveryQueue, DeliveryTarget } from './delivery-queue.js';
 import { streamClosedError } from './errors.js';
 
 /**
@@ -24,9 +25,11 @@ export interface RequestStream extends AsyncIterable<EngineOutput> {
   readonly engineIndex: number | null;
   cancel(): void;
   /**
-   * Optional push mode (issue 9, the per-token path): instead of iterating, hand every output to `listener`
-   * synchronously, inside the dispatcher's delivery of its batch (outputs already buffered are handed over at once,
-   * before `listen` returns). After a terminal output, `error` or `cancel()`, nothing more is delivered. The stream
+   * Optional push mode (issue 9, the per-token path): instead of iterating, hand every output to `listener` without
+   * a promise per output: inside the dispatcher's delivery of its batch, or (an engine client's streams) in the
+   * client's sliced delivery right after it (delivery-queue.ts), in arrival order either way. Outputs already
+   * buffered are handed over at once, before `listen` returns. After a terminal output, `error` or `cancel()`,
+   * nothing more is delivered. The stream
    * cannot be iterated any more once listened to. A consumer that cannot use the push mode (a stream without
    * `listen`) iterates instead: server/output-listener.ts `listenToStream` does either.
    */
@@ -36,16 +39,16 @@ export interface RequestStream extends AsyncIterable<EngineOutput> {
 /**
  * The push-mode consumer of one request's stream (`RequestStream.listen`). `output` gets every output in order, the
  * last one terminal; `error` the failure that ends the stream instead (fail_all, stream closed without a terminal
- * output; at most once, never after a terminal output). Both run inside the engine client's synchronous batch
- * delivery, so they must not throw (a throw is reported as a process warning and cancels the stream) and should
- * return quickly.
+ * output; at most once, never after a terminal output). Both run inside a delivery slice shared by many requests,
+ * so they must not throw (a throw is reported as a process warning and cancels the stream) and should return quickly.
  */
 export interface OutputListener {
   output(output: EngineOutput): void;
   error(error: Error): void;
 }
 
-type Item = { output: EngineOutput } | { error: Error };
+/** A buffered item: an output, or the Error that ends the stream (outputs are plain objects, never Errors). */
+type Item = EngineOutput | Error;
 
 interface Waiter {
   resolve(result: IteratorResult<EngineOutput>): void;
@@ -64,8 +67,14 @@ const DONE: IteratorResult<EngineOutput> = Object.freeze({ done: true, value: un
  * completion count (the engine's cumulative `completion_tokens` when reported, else the previous count plus this
  * row's new tokens), and the last reported prompt and cached counts (before any report: the prompt length the
  * gateway sent, and 0). This is the per-request state vLLM's protocol used to hold (src/protocols/vllm/protocol.ts).
+ *
+ * Sink state (counts, `finished`, `failure`) changes at once, in the dispatcher's synchronous step; with a
+ * `DeliveryQueue`, what a push-mode listener is handed goes through that queue (one FIFO per engine client), so the
+ * listener may hear of an output a few macrotasks later, still in order. A stream cancelled meanwhile hears nothing
+ * more; one aborted by the client (`closeWithoutTerminal(true)`) gets its stream-closed error and none of the outputs
+ * still queued for it.
  */
-export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOutput> {
+export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOutput>, DeliveryTarget {
   readonly requestId: string;
   engineIndex: number | null = null;
 
@@ -88,14 +97,23 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   private failedWith: Error | null = null;
   /** The push-mode consumer (`listen`), or null while the stream is iterated (or not yet read). */
   private listener: OutputListener | null = null;
+  /** Outputs still queued for the listener are dropped (the client aborted the request). */
+  private discardQueued = false;
 
   /**
    * @param requestId the engine request id.
    * @param promptTokens the submitted prompt's length in tokens (the prompt count until the engine reports one).
    * @param onAbandon called once when an unfinished stream is cancelled.
    * @param onSinkDone called once when the sink receives its last item (used to detach an AbortSignal listener).
+   * @param delivery the queue push-mode hand-offs go through (the engine client's; absent: handed synchronously).
    */
-  constructor(requestId: string, promptTokens: number, onAbandon: () => void, onSinkDone: () => void = () => {}) {
+  constructor(
+    requestId: string,
+    promptTokens: number,
+    onAbandon: () => void,
+    onSinkDone: () => void = () => {},
+    private readonly delivery: DeliveryQueue | null = null,
+  ) {
     this.requestId = requestId;
     this.promptTokens = promptTokens;
     this.onAbandon = onAbandon;
@@ -136,21 +154,36 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     if (row.stopReason !== undefined) output.stopReason = row.stopReason;
     if (row.topLogprobs !== undefined) output.topLogprobs = row.topLogprobs;
     if (output.finishReason !== null) this.markSinkDone();
-    this.push({ output });
+    this.push(output);
     return true;
   }
 
-  /** Sink: deliver `error` as the last item (fail_all; section 6). Ignored when the sink already finished. */
-  fail(error: Error): void {
+  /**
+   * Sink: deliver `error` as the last item (fail_all; section 6). Ignored when the sink already finished.
+   * `discardQueued`: outputs not yet handed to a push-mode listener are dropped (an explicit abort), else the error
+   * comes after them.
+   */
+  fail(error: Error, discardQueued = false): void {
     if (this.sinkDone) return;
     this.failedWith = error;
+    this.discardQueued = discardQueued;
     this.markSinkDone();
-    this.push({ error });
+    this.push(error);
   }
 
-  /** Sink: the entry was removed without a terminal output, so the reader gets a stream-closed error (SMG PR #2170). */
-  closeWithoutTerminal(): void {
-    this.fail(streamClosedError(this.requestId));
+  /**
+   * Sink: the entry was removed without a terminal output, so the reader gets a stream-closed error (SMG PR #2170).
+   * `discardQueued` as for `fail` (true for an explicit abort, section 5).
+   */
+  closeWithoutTerminal(discardQueued = false): void {
+    this.fail(streamClosedError(this.requestId), discardQueued);
+  }
+
+  /** `DeliveryTarget`: one hand-off of the client's sliced delivery reached its turn. */
+  handQueued(item: Item): void {
+    if (this.consumerDone) return;
+    if (this.discardQueued && !(item instanceof Error)) return;
+    this.hand(item);
   }
 
   /** Stream: abort if unfinished (section 5), end the stream for the reader. Idempotent. */
@@ -223,20 +256,21 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
       this.queue.length = 0;
       this.head = 0;
     }
-    if ('error' in item) throw item.error;
-    return { done: false, value: item.output };
+    if (item instanceof Error) throw item;
+    return { done: false, value: item };
   }
 
   private push(item: Item): void {
     if (this.consumerDone) return;
     if (this.listener !== null) {
-      this.hand(item);
+      if (this.delivery !== null) this.delivery.push(this, item);
+      else this.hand(item);
       return;
     }
     const waiter = this.waiters.shift();
     if (waiter) {
-      if ('error' in item) waiter.reject(item.error);
-      else waiter.resolve({ done: false, value: item.output });
+      if (item instanceof Error) waiter.reject(item);
+      else waiter.resolve({ done: false, value: item });
       if (this.sinkDone) {
         // Further concurrent readers see the end.
         for (const w of this.waiters.splice(0)) w.resolve(DONE);
@@ -249,8 +283,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   /** Give one item to the push-mode listener; a listener that throws broke its contract: warn, cancel. */
   private hand(item: Item): void {
     try {
-      if ('error' in item) this.listener!.error(item.error);
-      else this.listener!.output(item.output);
+      if (item instanceof Error) this.listener!.error(item);
+      else this.listener!.output(item);
     } catch (err) {
       process.emitWarning(`a RequestStream listener of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
       this.cancel();

@@ -20,6 +20,7 @@ import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
 import { EngineClient } from '../../src/engine-client/client.js';
 import type { DpPolicy } from '../../src/engine-client/policy.js';
+import type { DeliveryQueueOptions } from '../../src/engine-client/delivery-queue.js';
 import type { LockstepSetting } from '../../src/engine-client/waves.js';
 import type { Logger } from 'pino';
 
@@ -376,6 +377,8 @@ export function setup(
     waves?: boolean;
     lockstep?: LockstepSetting;
     now?: () => number;
+    /** How outputs reach push-mode listeners (slice budget, fake clock; delivery-queue.ts). */
+    delivery?: DeliveryQueueOptions;
     /** Rank slots (default: one per engine given). */
     dpSize?: number;
   } = {},
