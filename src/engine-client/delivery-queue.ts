@@ -35,8 +35,10 @@ export const DEFAULT_MAX_PENDING_DELIVERIES = 4096;
 /**
  * Options (all optional): `budgetMs` (ms of one slice, > 0), `checkEvery` (hand-offs between clock reads, ≥ 1),
  * `maxPending` (hand-offs, ≥ 1), `now` (the budget's clock in ms, default `performance.now`), `defer` (runs the next
- * slice on a later macrotask, default `setImmediate`), `soon` (runs the first slice after the current synchronous
- * step, default `queueMicrotask`). Tests pass a fake clock to make slicing deterministic.
+ * slice on a later macrotask, default `setImmediate`), `soon` (runs the first slice once the current synchronous
+ * step is over; default `defer` too: the batch's routing and its first delivery slice are two turns, so timers and
+ * I/O run between them and one turn never holds both the receive loop's slice and a delivery slice). Tests pass a
+ * fake clock to make slicing deterministic.
  */
 export interface DeliveryQueueOptions {
   budgetMs?: number;
@@ -74,7 +76,7 @@ export class DeliveryQueue {
     if (!Number.isSafeInteger(this.maxPending) || this.maxPending < 1) throw new RangeError(`maxPending must be an integer ≥ 1, got ${this.maxPending}`);
     this.now = opts.now ?? (() => performance.now());
     this.defer = opts.defer ?? ((run) => void setImmediate(run));
-    this.soon = opts.soon ?? queueMicrotask;
+    this.soon = opts.soon ?? this.defer;
   }
 
   /** Hand-offs queued and not yet handed. */

@@ -5,7 +5,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RequestType } from '../../src/protocols/types.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { FakeTransportError, batch, drain, inFlight, load, req, row, setup } from './fakes.js';
+import { FakeTransportError, batch, drain, inFlight, load, req, row, setup, tick } from './fakes.js';
 
 test('submit sends [identity, 00, payload] to the selected rank and returns a stream bound to it', async () => {
   const { client, link } = setup(2);
@@ -164,7 +164,7 @@ test('constructor validation: a non-positive silence timeout is refused', () => 
   assert.throws(() => setup(1, { silenceTimeoutMs: Number.NaN }), RangeError);
 });
 
-test('push mode (listen): buffered outputs at once, later ones synchronously inside the batch delivery, in order', async () => {
+test('push mode (listen): buffered outputs at once, later ones in the delivery that follows the batch, in order', async () => {
   const { client, link } = setup(1);
   const a = await client.submit(req('a'));
   await link.deliverBatch(batch(0, [row('a', null, [1])]));
@@ -172,8 +172,10 @@ test('push mode (listen): buffered outputs at once, later ones synchronously ins
   assert.ok(a.listen, 'the engine client offers push mode');
   a.listen({ output: (o) => got.push(`${o.newTokenIds[0]}/${o.finishReason}`), error: (e) => got.push(`error ${e.message}`) });
   assert.deepEqual(got, ['1/null'], 'the buffered output is handed over before listen returns');
-  const delivered = link.deliverBatch(batch(0, [row('a', null, [2]), row('a', 'stop', [3])]));
-  await delivered;
+  await link.deliverBatch(batch(0, [row('a', null, [2]), row('a', 'stop', [3])]));
+  assert.deepEqual(inFlight(client), [0], 'routed and released at once');
+  assert.deepEqual(got, ['1/null'], 'handed in a slice of its own (delivery-queue.ts)');
+  await tick();
   assert.deepEqual(got, ['1/null', '2/null', '3/stop']);
   assert.throws(() => a[Symbol.asyncIterator](), /cannot be iterated/);
   assert.throws(() => a.listen!({ output: () => {}, error: () => {} }), /already has a consumer/);
@@ -198,6 +200,7 @@ test('push mode: a failure is handed to error once; a listener that throws cance
   assert.ok(link.sent.some((m) => m.type === RequestType.ABORT), 'the thrown-in stream was abandoned: ABORT sent');
   assert.equal(client.registeredCount, 1, 'only a is still live');
   await client.close();
+  await tick();
   assert.equal(errors.length, 1, 'close() fails the listened stream once');
   assert.match(errors[0]!, /a/);
 });
