@@ -119,11 +119,11 @@ export class LatencyTracker {
     if (this.lastTokenAt === null) {
       this.ttftMs = t - this.startedAt;
       this.metrics?.observeTtft(this.endpoint, this.ttftMs / 1000);
-      this.rank?.book.recordTokens(this.rank.worker, this.rank.engineIndex, t, count, { ttftMs: this.ttftMs });
+      this.rank?.book.recordSample(this.rank.worker, this.rank.engineIndex, t, count, this.ttftMs, true);
     } else {
       const perToken = (t - this.lastTokenAt) / count;
       this.metrics?.observeItl(this.endpoint, perToken / 1000, count);
-      this.rank?.book.recordTokens(this.rank.worker, this.rank.engineIndex, t, count, { itlMsPerToken: perToken });
+      this.rank?.book.recordSample(this.rank.worker, this.rank.engineIndex, t, count, perToken, false);
     }
     this.lastTokenAt = t;
   }

@@ -131,12 +131,20 @@ export class RankStatsBook {
 
   /** The rank produced `tokens` tokens at `nowMs`: its first (TTFT `ttftMs`) or a later output (ITL `itlMsPerToken`). */
   recordTokens(worker: string, engineIndex: number, nowMs: number, tokens: number, latency: { ttftMs: number } | { itlMsPerToken: number }): void {
+    if ('ttftMs' in latency) this.recordSample(worker, engineIndex, nowMs, tokens, latency.ttftMs, true);
+    else this.recordSample(worker, engineIndex, nowMs, tokens, latency.itlMsPerToken, false);
+  }
+
+  /**
+   * `recordTokens` without a latency object (the per-token path, generation.ts): `ms` is the TTFT (`first`) or the
+   * ITL per token of this output.
+   */
+  recordSample(worker: string, engineIndex: number, nowMs: number, tokens: number, ms: number, first: boolean): void {
     const s = this.stats(worker, engineIndex);
     s.tokens.add(nowMs, tokens);
-    const value = 'ttftMs' in latency ? latency.ttftMs : latency.itlMsPerToken;
-    if (!Number.isFinite(value) || value < 0) return;
-    if ('ttftMs' in latency) s.ttft.push(value);
-    else s.itl.push(value);
+    if (!Number.isFinite(ms) || ms < 0) return;
+    if (first) s.ttft.push(ms);
+    else s.itl.push(ms);
   }
 
   /** The rank's rates and percentiles at `nowMs` (all zero / null for a rank never recorded). */
