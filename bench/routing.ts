@@ -13,8 +13,9 @@
  * Usage: `npm run bench:routing` (= `npx tsx bench/routing.ts`), options `--requests N` (measured requests per
  * workload, default 200), `--seeds K` (repeats per cell, default 3), `--seed S` (the first seed; the others follow),
  * `--time-scale X` (wall ms per simulated ms, default 0.5; use a power of two), `--workloads a,b` and `--policies
- * a,b` (subsets), `--write` (write bench/results/routing.json and routing.svg; without it nothing is written). A
- * progress bar goes to stderr.
+ * a,b` (subsets), `--ranks R` (ranks in the group, default 4; the slowed rank stays the last one; the workloads'
+ * arrival rates do not change with R), `--write` (write bench/results/routing.json and routing.svg, or
+ * routing-ranksR.json / .svg for R ≠ 4; without it nothing is written). A progress bar goes to stderr.
  */
 import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
@@ -38,6 +39,7 @@ interface Args {
   timeScale: number;
   workloads: string[] | null;
   policies: DpPolicyName[];
+  ranks: number;
   write: boolean;
 }
 
@@ -60,6 +62,7 @@ function parseCli(argv: string[]): Args {
       'time-scale': { type: 'string', default: '0.5' },
       workloads: { type: 'string' },
       policies: { type: 'string' },
+      ranks: { type: 'string', default: '4' },
       write: { type: 'boolean', default: false },
     },
   });
@@ -82,6 +85,7 @@ function parseCli(argv: string[]): Args {
     timeScale,
     workloads: values.workloads === undefined ? null : values.workloads.split(','),
     policies: DP_POLICY_NAMES.filter((p) => chosen.includes(p)),
+    ranks: int('ranks', values.ranks, 2),
     write: values.write === true,
   };
 }
@@ -219,8 +223,8 @@ async function main(): Promise<void> {
   if (picked.length === 0) throw new RangeError(`no workload matches; valid: ${names.join(', ')}`);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   const group: GroupConfig = {
-    ranks: 4,
-    slowRank: 3,
+    ranks: args.ranks,
+    slowRank: args.ranks - 1,
     slowdown: 2,
     timeScale: args.timeScale,
     maxRunning: 32,
@@ -270,15 +274,16 @@ async function main(): Promise<void> {
   const t = targets(cellsByWorkload, ceilings);
   console.log(['Issue 12 targets (cache_aware):', ...t.lines, '', 'cache_aware against load (the default rule):', ...defaultVerdict(cellsByWorkload)].join('\n'));
 
+  const base = args.ranks === 4 ? 'routing' : `routing-ranks${args.ranks}`;
   if (!args.write) {
-    console.log('\n(nothing written; pass --write to update bench/results/routing.json and routing.svg)');
+    console.log(`\n(nothing written; pass --write to update bench/results/${base}.json and ${base}.svg)`);
     return;
   }
   const outDir = join(dirname(fileURLToPath(import.meta.url)), 'results');
   await mkdir(outDir, { recursive: true });
   const { textModel: _t, ...groupJson } = group;
   const json = {
-    generatedBy: 'npm run bench:routing -- --write',
+    generatedBy: `npm run bench:routing -- --write${args.ranks === 4 ? '' : ` --ranks ${args.ranks}`}`,
     seeds,
     requestsPerWorkload: args.requests,
     wallSeconds: Math.round(wallS),
@@ -302,7 +307,7 @@ async function main(): Promise<void> {
       ),
     })),
   };
-  await writeFile(join(outDir, 'routing.json'), JSON.stringify(json, null, 2) + '\n');
+  await writeFile(join(outDir, `${base}.json`), JSON.stringify(json, null, 2) + '\n');
   const ratioCells = workloads.map((w) => args.policies.map((p) => cellsByWorkload.get(w.name)?.get(p)?.toRoundRobin.ttftP99 as Spread));
   const svg = renderRatioChart({
     title: `TTFT p99 relative to round_robin, median and min-max over ${seeds.length} seeds (lower is better; ${group.ranks} ranks, rank ${group.slowRank} ${group.slowdown}x slower)`,
@@ -311,8 +316,8 @@ async function main(): Promise<void> {
     ratios: ratioCells.map((r) => r.map((s) => s.median)),
     spreads: ratioCells.map((r) => r.map((s) => [s.min, s.max] as const)),
   });
-  await writeFile(join(outDir, 'routing.svg'), svg);
-  console.log(`\nwrote ${join('bench', 'results', 'routing.json')} and ${join('bench', 'results', 'routing.svg')}`);
+  await writeFile(join(outDir, `${base}.svg`), svg);
+  console.log(`\nwrote ${join('bench', 'results', `${base}.json`)} and ${join('bench', 'results', `${base}.svg`)}`);
 }
 
 main().catch((error: unknown) => {
