@@ -17,6 +17,8 @@ export { waitFor };
 
 const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 export const MODEL = 'sim';
+/** Socket idle timeout of the helpers' one-shot GET/POST requests, ms (a hang guard, not a timing assertion). */
+const REQUEST_TIMEOUT_MS = 15_000;
 /** A stream that runs until the test ends it. */
 export const LONG = { model: MODEL, prompt: 'Tell me a very long story.', max_tokens: 20_000, ignore_eos: true };
 
@@ -140,6 +142,8 @@ export class WorkersGateway {
         res.on('error', reject);
       });
       req.on('error', reject);
+      // A reply that never comes fails this request (a waitFor poll then retries) instead of hanging the file.
+      req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new Error(`POST ${path}: no reply within ${REQUEST_TIMEOUT_MS} ms`)));
       req.end(JSON.stringify(body));
     });
   }
@@ -155,6 +159,7 @@ export class WorkersGateway {
         res.on('error', reject);
       });
       req.on('error', reject);
+      req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new Error(`GET ${path}: no reply within ${REQUEST_TIMEOUT_MS} ms`)));
       req.end();
     });
   }
