@@ -56,6 +56,7 @@ import {
   type ToolCallParserName,
 } from './server/parsers/index.js';
 import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
+import { tuneV8ForChatTemplates } from './tokenizer/chat-template.js';
 import { TokenizerLoadError } from './tokenizer/errors.js';
 import { ConfigError, TransportError } from './transport/errors.js';
 
@@ -662,6 +663,7 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     return 0;
   }
   ignoreStdioErrors();
+  tuneV8ForChatTemplates();
   if (isFrontProcess()) return serveFront(opts);
   let gateway: Pick<RunningGateway, 'shutdown' | 'emergencyStop'> | null = null;
   let resolveExit: (code: number) => void = () => {};
