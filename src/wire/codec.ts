@@ -118,7 +118,13 @@ export function list<T>(item: Codec<T>): Codec<T[]> {
     encode(w, v, path) {
       if (!Array.isArray(v)) throw new WireEncodeError(path, `expected an array, got ${describe(v)}`);
       w.writeArrayHeader(v.length);
-      v.forEach((x, i) => item.encode(w, x, `${path}[${i}]`));
+      // Token-id lists: a safe integer is written at once (nothing to refuse, so no element path to build).
+      const ints = item === (int as Codec<unknown>) || item === (safeInt as Codec<unknown>);
+      for (let i = 0; i < v.length; i++) {
+        const x = v[i];
+        if (ints && typeof x === 'number' && Number.isSafeInteger(x)) w.writeInt(x, path);
+        else item.encode(w, x, `${path}[${i}]`);
+      }
     },
   };
 }
@@ -288,6 +294,15 @@ export function positional<T>(spec: { name: string; tag?: string; fields: readon
   });
   const minLength = offset + required;
   const fullLength = offset + fields.length;
+  // `${path}.${field}` of every field for the last `path` encoded (a message's root path repeats message after
+  // message), so an encode builds no path strings.
+  let pathsOf: { path: string; paths: string[] } = { path: '', paths: [] };
+  const fieldPaths = (path: string): string[] => {
+    if (pathsOf.path !== path || pathsOf.paths.length !== fields.length) {
+      pathsOf = { path, paths: fields.map((f) => `${path}.${f.name as string}`) };
+    }
+    return pathsOf.paths;
+  };
 
   const codec: PositionalCodec<T> = {
     type: name,
@@ -338,21 +353,21 @@ export function positional<T>(spec: { name: string; tag?: string; fields: readon
           `(between ${minLength} and ${fullLength})`);
       }
       const v = value as Record<string, unknown>;
-      fields.forEach((f, i) => {
-        if (i + offset < length) return;
-        const fieldName = f.name as string;
-        if (!wireEqual(v[fieldName], f.dflt!())) {
+      for (let i = Math.max(0, length - offset); i < fields.length; i++) {
+        const fieldName = fields[i]!.name as string;
+        if (!wireEqual(v[fieldName], fields[i]!.dflt!())) {
           throw new WireEncodeError(`${path}.${fieldName}`, `holds a non-default value but the ${length}-element ` +
             `form of ${name} ends before it`);
         }
-      });
+      }
       w.writeArrayHeader(length);
       if (tag !== undefined) w.writeStr(tag, `${path}._tag`);
       const overrides = (opts.fieldEncoders ?? {}) as Record<string, ((w: MsgpackWriter, x: unknown, p: string) => void) | undefined>;
+      const paths = fieldPaths(path);
       for (let i = 0; i + offset < length; i++) {
         const f = fields[i];
         const fieldName = f.name as string;
-        const p = `${path}.${fieldName}`;
+        const p = paths[i]!;
         const x = v[fieldName];
         if (x === undefined && f.dflt === undefined) throw new WireEncodeError(p, 'required field is missing');
         const fieldValue = x === undefined ? f.dflt!() : x;

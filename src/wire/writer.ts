@@ -286,6 +286,21 @@ export class MsgpackWriter {
   finish(): Uint8Array {
     return this.buf.subarray(0, this.pos);
   }
+
+  /**
+   * The bytes written so far as a copy of their own, and the writer emptied for the next message (its buffer kept).
+   * For a writer reused across messages: the copy stays valid whatever is written next.
+   */
+  take(): Uint8Array {
+    const out = this.buf.slice(0, this.pos);
+    this.pos = 0;
+    return out;
+  }
+
+  /** Empties the writer (its buffer kept), e.g. after an encode that threw half-way. */
+  reset(): void {
+    this.pos = 0;
+  }
 }
 
 function isPlainObject(value: object): boolean {

@@ -153,6 +153,18 @@ test('encodeAdd: refuses what TokenSpeed would silently abort or cannot decode, 
   encodeRejects(() => withVocab.encodeAdd(request({ logitBias: { '100': 1 } })), /logit_bias\["100"\]: .*\[0, 100\)/);
 });
 
+test('encodeAdd: every ADD is its own copy, also after an encode that failed half-way', () => {
+  const first = tokenspeedProtocol.encodeAdd(request({}, { requestId: 'first', promptTokenIds: [1, 2, 3] }));
+  const firstHex = Buffer.from(first).toString('hex');
+  encodeRejects(() => tokenspeedProtocol.encodeAdd(request({}, { requestId: 'a\udc00' })), /lone surrogate/);
+  const second = tokenspeedProtocol.encodeAdd(request({}, { requestId: 'second', promptTokenIds: [9] }));
+  assert.equal(Buffer.from(first).toString('hex'), firstHex);
+  assert.notEqual(first.buffer, second.buffer);
+  assert.equal(decodeTokenizedGenerateReqInput(first).rid, 'first');
+  assert.deepEqual(decodeTokenizedGenerateReqInput(second).input_ids, [9]);
+  assert.equal(decodeTokenizedGenerateReqInput(second).rid, 'second');
+});
+
 test('request encoder: forms and the 25th element', () => {
   const req = toTokenizedGenerateReqInput(request());
   assert.equal(encodeTokenizedGenerateReqInput(req, { form: 'full' })[2], 24);

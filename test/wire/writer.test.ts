@@ -55,6 +55,8 @@ test('writeStr: the smallest header at each boundary; UTF-8 byte length counts; 
   assert.equal(header(32).slice(0, 4), 'd920');
   assert.equal(header(255).slice(0, 4), 'd9ff');
   assert.equal(header(256).slice(0, 6), 'da0100');
+  assert.equal(header(1024).slice(0, 6), 'da0400'); // the longest string tried as ASCII first
+  assert.equal(header(1025).slice(0, 6), 'da0401');
   assert.equal(header(65535).slice(0, 6), 'daffff');
   assert.equal(header(65536), 'db00010000');
   assert.equal(hex((w) => w.writeStr('請求', 'x')), 'a6e8ab8be6b182');
@@ -163,4 +165,25 @@ test('ext values: smallest header per size, signed type code, and the reader ret
   }
   assert.throws(() => new MsgpackReader(Uint8Array.from([0xc7, 0x05, 0x03, 0x01])).readExt('$.data'), /\$\.data: input data was truncated/);
   assert.throws(() => new MsgpackReader(Uint8Array.from([0x01])).readExt('$.data'), /\$\.data: expected ext, got int/);
+});
+
+test('writeStr: ASCII (every char below 0x80, controls and DEL included) and mixed strings give their UTF-8 bytes', () => {
+  const all = Array.from({ length: 128 }, (_, i) => String.fromCharCode(i)).join('');
+  for (const text of [all, `${all}é`, `é${all}`, 'x'.repeat(1023) + '請', '\u007f\u0080']) {
+    const bytes = Buffer.from(text, 'utf8');
+    assert.deepEqual(mpDecode(Buffer.from(hex((w) => w.writeStr(text, 'x')), 'hex')), text);
+    assert.ok(hex((w) => w.writeStr(text, 'x')).endsWith(bytes.toString('hex')));
+  }
+});
+
+test('take: a copy of the message, the writer emptied for the next one; reset empties it', () => {
+  const w = new MsgpackWriter(4);
+  w.writeStr('first', 'x');
+  const first = w.take();
+  w.writeStr('second message', 'x');
+  assert.equal(Buffer.from(first).toString('hex'), 'a56669727374');
+  w.reset();
+  w.writeNil();
+  assert.equal(Buffer.from(w.take()).toString('hex'), 'c0');
+  assert.equal(Buffer.from(first).toString('hex'), 'a56669727374');
 });

@@ -33,11 +33,13 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
     throw new WireEncodeError(`${root}.rid`, 'request id must be a non-empty string');
   }
   if (!Array.isArray(request.promptTokenIds)) throw new WireEncodeError(`${root}.input_ids`, 'expected an array');
-  request.promptTokenIds.forEach((t, i) => {
+  const ids = request.promptTokenIds;
+  for (let i = 0; i < ids.length; i++) {
+    const t = ids[i]!;
     if (!Number.isSafeInteger(t) || t < 0) {
       throw new WireEncodeError(`${root}.input_ids[${i}]`, `token id must be an integer ≥ 0, got ${String(t)}`);
     }
-  });
+  }
   if (typeof request.stream !== 'boolean') throw new WireEncodeError(`${root}.stream`, 'expected a boolean');
   if (typeof request.returnLogprob !== 'boolean') {
     throw new WireEncodeError(`${root}.return_logprob`, 'expected a boolean');
@@ -57,12 +59,13 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
   if (s.seed !== null && s.seed < 0) {
     throw new WireEncodeError(`${root}.sampling_params.seed`, `seed must be ≥ 0, got ${s.seed}`);
   }
-  s.stopTokenIds.forEach((t, i) => {
+  for (let i = 0; i < s.stopTokenIds.length; i++) {
+    const t = s.stopTokenIds[i]!;
     if (!Number.isSafeInteger(t) || t < 0) {
       throw new WireEncodeError(`${root}.sampling_params.stop_token_ids[${i}]`,
         `token id must be an integer ≥ 0, got ${String(t)}`);
     }
-  });
+  }
   const sampling = toTokenSpeedSamplingParams(s);
   validateSamplingParams(sampling, { vocabSize: opts.vocabSize, path: `${root}.sampling_params` });
   return {

@@ -139,7 +139,8 @@ export function encodeTokenizedGenerateReqInput(req: TokenizedGenerateReqInput, 
   else length = form;
   const root = 'TokenizedGenerateReqInput';
   if (req === null || typeof req !== 'object') throw new WireEncodeError(root, 'expected an object');
-  const w = new MsgpackWriter(512);
+  const w = scratch;
+  w.reset();
   const samplingLength = opts.samplingParamsLength;
   tokenizedGenerateReqInputCodec.encodeWith(w, req, root, {
     length,
@@ -147,8 +148,14 @@ export function encodeTokenizedGenerateReqInput(req: TokenizedGenerateReqInput, 
       sampling_params: (wr, value, path) => samplingParamsCodec.encodeWith(wr, value, path, { length: samplingLength }),
     },
   });
-  return w.finish();
+  return w.take();
 }
+
+/**
+ * The writer every ADD is encoded in (synchronously, one at a time), so an encode allocates only its result (a copy
+ * of exactly its size: the transport may keep a reference to it until the send completed).
+ */
+const scratch = new MsgpackWriter(512);
 
 /**
  * Decodes an ADD payload as the engine's msgspec decoder does (engine-wire.md 3.2, 3.4): tag checked, at least 6

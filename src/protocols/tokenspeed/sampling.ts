@@ -216,45 +216,52 @@ export interface SamplingValidationOptions {
  */
 export function validateSamplingParams(p: TokenSpeedSamplingParams, opts: SamplingValidationOptions = {}): void {
   const base = opts.path ?? 'SamplingParams';
-  const fail = (field: string, problem: string): never => {
-    throw new WireEncodeError(`${base}.${field}`, problem);
-  };
-  const floatIn = (field: keyof TokenSpeedSamplingParams, value: number, lo: number, hi: number, loOpen = false) => {
-    if (typeof value !== 'number' || Number.isNaN(value) || !(loOpen ? value > lo : value >= lo) || !(value <= hi)) {
-      fail(field, `${String(value)} is outside ${loOpen ? '(' : '['}${lo}, ${hi}]`);
-    }
-  };
   if (typeof p.temperature !== 'number' || !Number.isFinite(p.temperature) || p.temperature < 0) {
-    fail('temperature', `${String(p.temperature)} must be a finite number ≥ 0`);
+    failAt(base, 'temperature', `${String(p.temperature)} must be a finite number ≥ 0`);
   }
-  floatIn('top_p', p.top_p, 0, 1, true);
-  floatIn('min_p', p.min_p, 0, 1);
+  checkFloatIn(base, 'top_p', p.top_p, 0, 1, true);
+  checkFloatIn(base, 'min_p', p.min_p, 0, 1, false);
   const k = p.top_k;
   const kOk = k == -1 || k == TOP_K_DISABLED || (k >= 1 && k <= 127);
-  if (!kOk) fail('top_k', `${String(k)} is not −1, 1..127 or 2^30 (0 is refused; 128+ exceeds the sampling kernel)`);
-  floatIn('frequency_penalty', p.frequency_penalty, -2, 2);
-  floatIn('presence_penalty', p.presence_penalty, -2, 2);
-  floatIn('repetition_penalty', p.repetition_penalty, 0, 2);
-  if (p.max_new_tokens !== null && p.max_new_tokens < 0) fail('max_new_tokens', `${p.max_new_tokens} must be ≥ 0`);
-  if (p.min_new_tokens < 0) fail('min_new_tokens', `${p.min_new_tokens} must be ≥ 0`);
+  if (!kOk) failAt(base, 'top_k', `${String(k)} is not −1, 1..127 or 2^30 (0 is refused; 128+ exceeds the sampling kernel)`);
+  checkFloatIn(base, 'frequency_penalty', p.frequency_penalty, -2, 2, false);
+  checkFloatIn(base, 'presence_penalty', p.presence_penalty, -2, 2, false);
+  checkFloatIn(base, 'repetition_penalty', p.repetition_penalty, 0, 2, false);
+  if (p.max_new_tokens !== null && p.max_new_tokens < 0) failAt(base, 'max_new_tokens', `${p.max_new_tokens} must be ≥ 0`);
+  if (p.min_new_tokens < 0) failAt(base, 'min_new_tokens', `${p.min_new_tokens} must be ≥ 0`);
   if (p.max_new_tokens !== null && p.min_new_tokens > p.max_new_tokens) {
-    fail('min_new_tokens', `${p.min_new_tokens} exceeds max_new_tokens ${p.max_new_tokens}`);
+    failAt(base, 'min_new_tokens', `${p.min_new_tokens} exceeds max_new_tokens ${p.max_new_tokens}`);
   }
   if (p.logit_bias !== null) {
     for (const [key, bias] of Object.entries(p.logit_bias)) {
       const id = /^(0|[1-9][0-9]*)$/.test(key) ? Number(key) : NaN;
       if (!Number.isSafeInteger(id) || (opts.vocabSize !== undefined && id >= opts.vocabSize)) {
-        fail(`logit_bias[${JSON.stringify(key)}]`, opts.vocabSize === undefined
+        failAt(base, `logit_bias[${JSON.stringify(key)}]`, opts.vocabSize === undefined
           ? 'key must be a decimal token id ≥ 0'
           : `key must be a decimal token id in [0, ${opts.vocabSize})`);
       }
       if (typeof bias !== 'number' || !Number.isFinite(bias)) {
-        fail(`logit_bias[${JSON.stringify(key)}]`, `bias ${String(bias)} must be a finite number`);
+        failAt(base, `logit_bias[${JSON.stringify(key)}]`, `bias ${String(bias)} must be a finite number`);
       }
     }
   }
-  if (p.logprobs !== null && p.logprobs != 0) fail('logprobs', `${p.logprobs} must be nil or 0`);
-  const grammars = (['json_schema', 'regex', 'ebnf'] as const).filter((g) => p[g] !== null);
-  if (grammars.length > 1) fail(grammars[1], `at most one grammar may be set (got ${grammars.join(', ')})`);
-  if (p.n != 1) fail('n', `${p.n} must be 1 (the gateway fans out n > 1 itself)`);
+  if (p.logprobs !== null && p.logprobs != 0) failAt(base, 'logprobs', `${p.logprobs} must be nil or 0`);
+  if ((p.json_schema !== null ? 1 : 0) + (p.regex !== null ? 1 : 0) + (p.ebnf !== null ? 1 : 0) > 1) {
+    const grammars = GRAMMAR_FIELDS.filter((g) => p[g] !== null);
+    failAt(base, grammars[1]!, `at most one grammar may be set (got ${grammars.join(', ')})`);
+  }
+  if (p.n != 1) failAt(base, 'n', `${p.n} must be 1 (the gateway fans out n > 1 itself)`);
+}
+
+const GRAMMAR_FIELDS = ['json_schema', 'regex', 'ebnf'] as const;
+
+function failAt(base: string, field: string, problem: string): never {
+  throw new WireEncodeError(`${base}.${field}`, problem);
+}
+
+/** Refuses `value` outside [lo, hi] (or (lo, hi] with `loOpen`), and NaN. */
+function checkFloatIn(base: string, field: string, value: number, lo: number, hi: number, loOpen: boolean): void {
+  if (typeof value !== 'number' || Number.isNaN(value) || !(loOpen ? value > lo : value >= lo) || !(value <= hi)) {
+    failAt(base, field, `${String(value)} is outside ${loOpen ? '(' : '['}${lo}, ${hi}]`);
+  }
 }

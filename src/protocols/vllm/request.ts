@@ -130,10 +130,14 @@ export function encodeEngineCoreRequest(req: EngineCoreRequest): Uint8Array {
   if (rank !== null && rank !== undefined && rank < 0) {
     throw new WireEncodeError(`${root}.data_parallel_rank`, `must be ≥ 0, got ${String(rank)}`);
   }
-  const w = new MsgpackWriter(256);
+  const w = scratch;
+  w.reset();
   engineCoreRequestCodec.encodeWith(w, req, root, { length: ENGINE_CORE_REQUEST_LENGTH });
-  return w.finish();
+  return w.take();
 }
+
+/** The writer every ADD is encoded in (synchronously, one at a time); each result is a copy of its own. */
+const scratch = new MsgpackWriter(256);
 
 /**
  * Decodes an ADD payload as EngineCore's msgspec decoder does (the simulated vLLM rank's side): at least 6 elements
