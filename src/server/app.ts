@@ -186,12 +186,16 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   // Draining (issue #8 part 6): new requests to the API get 503 with Retry-After; live ones run on. After the key check
   // (an unauthenticated caller learns nothing), before the concurrency cap (a refused request never takes a slot).
   const admission = deps.admission ?? OPEN_GATE;
-  app.addHook('onRequest', async (request) => {
-    if (!admission.draining || request.method !== 'POST' || !request.url.startsWith('/v1/')) return;
-    throw new ApiError(503, 'the gateway is shutting down: it finishes the requests it has and takes no new ones; retry (another instance)', {
+  // A callback hook: an async one costs a promise and a microtask turn per request.
+  app.addHook('onRequest', (request, _reply, done) => {
+    if (!admission.draining || request.method !== 'POST' || !request.url.startsWith('/v1/')) {
+      done();
+      return;
+    }
+    done(new ApiError(503, 'the gateway is shutting down: it finishes the requests it has and takes no new ones; retry (another instance)', {
       code: 'draining',
       retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
-    });
+    }));
   });
   registerConcurrencyCap(app, edge.maxConcurrentRequests, deps.sharedConcurrencyCap);
   registerUnknownFieldPolicy(app);

@@ -87,6 +87,11 @@ export class GatewayMetrics {
   private readonly vllmPromptTokens: Counter<'model_name'>;
   private readonly vllmGenerationTokens: Counter<'model_name'>;
   private readonly vllmRequestSuccess: Counter<'model_name' | 'finished_reason'>;
+  /**
+   * Labelled children of the per-request series, by their varying labels (`model` is fixed per app): a call with a
+   * label object hashes it on every call. Bounded: endpoints, HTTP statuses and outcomes are small fixed sets.
+   */
+  private readonly children = new Map<string, { observe(v: number): void } | { inc(v?: number): void }>();
 
   /**
    * `role` (issue 9, `--workers N`): `all` (default, one process), `engine` (the router process: only the series read
@@ -347,8 +352,22 @@ export class GatewayMetrics {
 
   /** Record a TTFT sample (seconds), also as `vllm:time_to_first_token_seconds`. */
   observeTtft(endpoint: string, seconds: number): void {
-    this.ttft.observe({ model: this.modelId, endpoint }, seconds);
-    this.vllmTtft.observe({ model_name: this.modelId }, seconds);
+    this.histogramChild(`ttft ${endpoint}`, () => this.ttft.labels({ model: this.modelId, endpoint })).observe(seconds);
+    this.histogramChild('vllm ttft', () => this.vllmTtft.labels({ model_name: this.modelId })).observe(seconds);
+  }
+
+  /** The cached child under `key` (see `children`), made by `make` on first use. */
+  private histogramChild(key: string, make: () => { observe(v: number): void }): { observe(v: number): void } {
+    let child = this.children.get(key) as { observe(v: number): void } | undefined;
+    if (child === undefined) this.children.set(key, (child = make()));
+    return child;
+  }
+
+  /** As `histogramChild`, for a counter. */
+  private counterChild(key: string, make: () => { inc(v?: number): void }): { inc(v?: number): void } {
+    let child = this.children.get(key) as { inc(v?: number): void } | undefined;
+    if (child === undefined) this.children.set(key, (child = make()));
+    return child;
   }
 
   /** Record `tokens` ITL samples of `secondsPerToken` each (called once per engine output; a child per endpoint). */
@@ -363,8 +382,8 @@ export class GatewayMetrics {
 
   /** Record an end-to-end latency sample (seconds), also as `vllm:e2e_request_latency_seconds`. */
   observeE2e(endpoint: string, seconds: number): void {
-    this.e2e.observe({ model: this.modelId, endpoint }, seconds);
-    this.vllmE2e.observe({ model_name: this.modelId }, seconds);
+    this.histogramChild(`e2e ${endpoint}`, () => this.e2e.labels({ model: this.modelId, endpoint })).observe(seconds);
+    this.histogramChild('vllm e2e', () => this.vllmE2e.labels({ model_name: this.modelId })).observe(seconds);
   }
 
   /**
@@ -374,14 +393,16 @@ export class GatewayMetrics {
    */
   countEngineRequest(finishedReason: VllmFinishedReason, promptTokens: number, generationTokens: number): void {
     const labels = { model_name: this.modelId };
-    if (promptTokens > 0) this.vllmPromptTokens.inc(labels, promptTokens);
-    if (generationTokens > 0) this.vllmGenerationTokens.inc(labels, generationTokens);
-    this.vllmRequestSuccess.inc({ ...labels, finished_reason: finishedReason });
+    if (promptTokens > 0) this.counterChild('vllm prompt', () => this.vllmPromptTokens.labels(labels)).inc(promptTokens);
+    if (generationTokens > 0) this.counterChild('vllm generation', () => this.vllmGenerationTokens.labels(labels)).inc(generationTokens);
+    this.counterChild(`vllm success ${finishedReason}`, () => this.vllmRequestSuccess.labels({ ...labels, finished_reason: finishedReason })).inc();
   }
 
   /** Count one finished HTTP request. */
   countRequest(endpoint: string, status: number, finishReason: RequestOutcome): void {
-    this.requests.inc({ model: this.modelId, endpoint, status: String(status), finish_reason: finishReason });
+    this.counterChild(`requests ${endpoint} ${status} ${finishReason}`, () =>
+      this.requests.labels({ model: this.modelId, endpoint, status: String(status), finish_reason: finishReason }),
+    ).inc();
   }
 
   /** The exposition text (Prometheus text format 0.0.4) and its content type. */
