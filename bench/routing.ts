@@ -43,6 +43,16 @@ interface Args {
   write: boolean;
 }
 
+const USAGE = `npm run bench:routing -- [options]
+  --requests N      measured requests per workload (200)
+  --seeds K         repeats per cell (3); --seed S the first seed (20261130), the others follow
+  --time-scale X    wall ms per simulated ms (0.5; use a power of two)
+  --workloads a,b   a subset of the workloads; --policies a,b a subset of the DP policies (load and round_robin are
+                    always run: they are the ratio bases)
+  --ranks R         ranks in the group (4; the last one is slowed 2x)
+  --write           write bench/results/routing.json and routing.svg (routing-ranksR.* for R != 4)
+  --help            this text`;
+
 /** The workloads without shared prefixes (issue #5), on which cache_aware must not lose to load. */
 const CLASSIC = ['uniform', 'heavy_tail', 'long_prompt', 'bursty', 'idle_recovery', 'second_client'];
 /** The workloads with the issue 12 targets on TTFT p50 and hit rate. */
@@ -64,8 +74,13 @@ function parseCli(argv: string[]): Args {
       policies: { type: 'string' },
       ranks: { type: 'string', default: '4' },
       write: { type: 'boolean', default: false },
+      help: { type: 'boolean', default: false },
     },
   });
+  if (values.help === true) {
+    console.log(USAGE);
+    process.exit(0);
+  }
   const int = (name: string, v: string | undefined, min: number): number => {
     const n = Number(v);
     if (!Number.isSafeInteger(n) || n < min) throw new RangeError(`--${name} must be an integer ≥ ${min}, got ${v}`);
@@ -321,6 +336,9 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`\nbench:routing failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  // A bad option is the user's mistake: one line and the usage, no stack.
+  const badOption = error instanceof RangeError || (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
+  const detail = error instanceof Error ? (badOption ? `${error.message}\n${USAGE}` : (error.stack ?? error.message)) : String(error);
+  process.stderr.write(`\nbench:routing failed: ${detail}\n`);
   process.exitCode = 1;
 });
