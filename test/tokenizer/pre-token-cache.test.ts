@@ -60,6 +60,17 @@ describe('byte-level pre-token cache', () => {
     }
   });
 
+  test('GatewayTokenizer installs the cache on its Qwen3 tokenizer (the wrapper is an own property of the step)', async () => {
+    const tok = await qwen3();
+    // Reaches into the library object on purpose: without the install, the step's method is its prototype's. The
+    // library's steps are callable objects (functions).
+    const inner = (tok as unknown as { inner: { pre_tokenizer: { tokenizers?: unknown[] } } }).inner;
+    const steps = inner.pre_tokenizer.tokenizers ?? [inner.pre_tokenizer];
+    const wordFed = steps.filter((s): s is { use_regex: boolean } => (typeof s === 'object' || typeof s === 'function') && s !== null && (s as { use_regex?: unknown }).use_regex === false);
+    assert.equal(wordFed.length, 1, 'Qwen3 has one word-fed byte-level step');
+    assert.ok(Object.hasOwn(wordFed[0]!, 'pre_tokenize_text'), 'its pre_tokenize_text is the cache wrapper');
+  });
+
   test('a tokenizer without a word-fed byte-level step is left alone', () => {
     assert.equal(cacheByteLevelWords({ pre_tokenizer: null }), 0);
     assert.equal(cacheByteLevelWords({ pre_tokenizer: { tokenizers: [] } }), 0);
