@@ -15,7 +15,10 @@
  * token (window vs table), a minimal node:http SSE writer per chunk; each token figure is divided by its floor.
  * `--workers N` > 1 is passed to `serve` once it has the flag; until then those runs are reported unavailable.
  *
- * Usage: `npm run bench:throughput -- [options]`: `--quick` (1 repeat, short windows: ~1.5 min), `--repeats N` (3),
+ * The gateway runs as compiled JavaScript by default (`--runtime dist`: what the container image runs; `--runtime
+ * tsx` runs src/ through tsx as `npm start` does; bench/throughput/build.ts).
+ *
+ * Usage: `npm run bench:throughput -- [options]`: `--runtime dist|tsx` (dist), `--quick` (1 repeat, short windows: ~1.5 min), `--repeats N` (3),
  * `--workers 1,2`, `--streams 512,2000`, `--max-tokens N` (256), `--ranks N` (2), `--request-streams N` (64),
  * `--warmup-ms N`, `--window-ms N`, `--paced-step-ms N` (250; 0 = no paced scenario), `--scenarios a,b` (a subset by
  * name), `--no-floors`, `--seed N`, `--write` (bench/results/throughput.json + throughput.svg), `--profile` (one
@@ -48,6 +51,7 @@ import {
   type ScenarioSpec,
 } from './throughput/figures.js';
 import { detokenizeFloor, sseWriterFloor, zmqReceiveFloor } from './throughput/floors.js';
+import { prepareGatewayBuild, type GatewayBuild, type GatewayRuntime } from './throughput/build.js';
 import { GatewayProcess, workersSupported, type GatewayProcessOptions, type LoopDelay } from './throughput/gateway-process.js';
 import { LoadProcess } from './throughput/load-process.js';
 import { cpuByRole, sampleTree, type ProcessRole } from './throughput/proc.js';
@@ -70,9 +74,10 @@ interface Args {
   seed: number;
   write: boolean;
   profile: boolean;
+  runtime: GatewayRuntime;
 }
 
-const FLAGS = ['--quick', '--repeats', '--workers', '--streams', '--max-tokens', '--ranks', '--request-streams', '--warmup-ms', '--window-ms', '--paced-step-ms', '--scenarios', '--no-floors', '--seed', '--write', '--profile'];
+const FLAGS = ['--quick', '--repeats', '--workers', '--streams', '--max-tokens', '--ranks', '--request-streams', '--warmup-ms', '--window-ms', '--paced-step-ms', '--scenarios', '--no-floors', '--seed', '--write', '--profile', '--runtime'];
 
 function positiveInts(flag: string, value: string): number[] {
   const out = value.split(',').map(Number);
@@ -98,6 +103,7 @@ function parseArgs(argv: readonly string[]): Args {
     seed: 20260611,
     write: false,
     profile: false,
+    runtime: 'dist',
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
@@ -120,6 +126,10 @@ function parseArgs(argv: readonly string[]): Args {
       case '--paced-step-ms': args.pacedStepMs = Number(value); break;
       case '--scenarios': args.scenarios = value.split(','); break;
       case '--seed': args.seed = one(); break;
+      case '--runtime':
+        if (value !== 'dist' && value !== 'tsx') throw new RangeError(`--runtime must be dist or tsx, got '${value}'`);
+        args.runtime = value;
+        break;
     }
   }
   if (!(Number.isFinite(args.pacedStepMs) && args.pacedStepMs >= 0)) throw new RangeError('--paced-step-ms must be a number ≥ 0');
@@ -148,11 +158,11 @@ function progress(message: string): void {
 }
 
 /** Gateway options able to run every stream of `specs` at once. */
-function gatewayOptions(args: Args, workers: number, specs: readonly ScenarioSpec[], extra: Partial<GatewayProcessOptions> = {}): GatewayProcessOptions {
+function gatewayOptions(args: Args, build: GatewayBuild, workers: number, specs: readonly ScenarioSpec[], extra: Partial<GatewayProcessOptions> = {}): GatewayProcessOptions {
   const maxStreams = Math.max(1, ...specs.map((s) => s.streams));
   const maxRunningPerRank = Math.ceil(maxStreams / args.ranks) + 16;
   const pagesPerRequest = Math.ceil((64 + args.maxTokens) / 16) + 1;
-  return { ranks: args.ranks, workers, maxRunningPerRank, kvPagesPerRank: Math.ceil(maxRunningPerRank * pagesPerRequest * 1.25), ...extra };
+  return { build, ranks: args.ranks, workers, maxRunningPerRank, kvPagesPerRank: Math.ceil(maxRunningPerRank * pagesPerRequest * 1.25), ...extra };
 }
 
 /** Monotonic µs (the clock of V8 CPU profiles). */
@@ -199,13 +209,13 @@ async function measurePhase(
 }
 
 /** Every phase of one worker count in one repeat (one gateway for the saturated phases, one for the paced one). */
-async function runWorkers(args: Args, load: LoadProcess, workers: number, repeat: number, specs: readonly ScenarioSpec[]): Promise<PhaseSample[]> {
+async function runWorkers(args: Args, build: GatewayBuild, load: LoadProcess, workers: number, repeat: number, specs: readonly ScenarioSpec[]): Promise<PhaseSample[]> {
   const samples: PhaseSample[] = [];
   const groups = [specs.filter((s) => s.kind !== 'paced'), specs.filter((s) => s.kind === 'paced')];
   for (const group of groups) {
     if (group.length === 0) continue;
     const paced = group[0]!.kind === 'paced';
-    const gw = await GatewayProcess.start(gatewayOptions(args, workers, group, paced ? { paceStepMs: args.pacedStepMs } : {}));
+    const gw = await GatewayProcess.start(gatewayOptions(args, build, workers, group, paced ? { paceStepMs: args.pacedStepMs } : {}));
     try {
       let startedIdle = true;
       for (const spec of group) {
@@ -305,14 +315,14 @@ const PROFILE_BUCKETS: ProfileBucket[] = [
  * `--profile`: one phase with `node --cpu-prof` on the gateway, summarized over the measured window: the first of
  * `--scenarios` (a saturated or per-request one), by default `stream-S` for the first `--streams` S.
  */
-async function profileMode(args: Args, load: LoadProcess): Promise<void> {
+async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): Promise<void> {
   const spec = scenarioSpecs(args).find((s) => s.kind !== 'paced' && (args.scenarios !== null || s.stream));
   if (spec === undefined) throw new RangeError('--profile needs a saturated or per-request scenario');
   const dir = mkdtempSync(join(tmpdir(), 'gw-bench-prof-'));
   const window = { startUs: 0, endUs: 0 };
   const profArgs = { ...args, windowMs: Math.max(args.windowMs, args.quick ? 6000 : 15000) };
   const workers = args.workers[0] ?? 1;
-  const gw = await GatewayProcess.start(gatewayOptions(args, workers, [spec], { cpuProfileDir: dir }));
+  const gw = await GatewayProcess.start(gatewayOptions(args, build, workers, [spec], { cpuProfileDir: dir }));
   const routingPid = gw.processes.find((p) => p.role === 'routing' || p.role === 'gateway')!.pid;
   let m;
   try {
@@ -388,10 +398,12 @@ function chartGroups(figures: readonly ScenarioFigures[], specs: readonly Scenar
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  progress(args.runtime === 'dist' ? 'compiling the gateway (tsconfig.build.json → .build-bench)' : 'running src/ through tsx');
+  const build = await prepareGatewayBuild(args.runtime);
   const load = LoadProcess.start();
   try {
     if (args.profile) {
-      await profileMode(args, load);
+      await profileMode(args, build, load);
       return;
     }
     const specs = scenarioSpecs(args);
@@ -406,14 +418,14 @@ async function main(): Promise<void> {
     const samples: PhaseSample[] = [];
     const floors: FloorSample[] = [];
     for (let repeat = 0; repeat < args.repeats; repeat++) {
-      for (const w of workers) samples.push(...(await runWorkers(args, load, w, repeat, specs)));
+      for (const w of workers) samples.push(...(await runWorkers(args, build, load, w, repeat, specs)));
       if (args.floors) floors.push(await runFloors(args, load, tokenizer, repeat, sseStreams));
     }
     const figures = workers.flatMap((w) => specs.map((spec) => scenarioFigures(spec, w, samples.filter((s) => s.scenario === spec.name && s.workers === w), floors)));
     const ff = floorFigures(floors, sseStreams);
     const commit = gitCommit();
     console.log(
-      `Throughput benchmark at ${commit}: ${args.ranks} simulated TokenSpeed ranks at --time-scale 0, chat completions with max_tokens ` +
+      `Throughput benchmark at ${commit} (${args.runtime === 'dist' ? 'compiled build, node .build-bench/cli.js' : 'src/ through tsx'}): ${args.ranks} simulated TokenSpeed ranks at --time-scale 0, chat completions with max_tokens ` +
         `${args.maxTokens} (ignore_eos), ${args.repeats} repeat(s) of a ${args.windowMs / 1000} s window after ${args.warmupMs / 1000} s of warm-up ` +
         `(+2 ms per stream); CPU from /proc over the window. Cells: median (min–max over repeats). Machine: ${execFileSync('nproc', { encoding: 'utf8' }).trim()} cores, ` +
         `load average ${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (shared: only per-unit CPU figures compare across runs).\n`,

@@ -1,18 +1,16 @@
 /**
- * The measured gateway of bench:throughput as a real process: `node --import tsx --import loop-probe.ts src/cli.ts
- * serve --sim R` with simulated TokenSpeed ranks at `--time-scale 0` (as fast as the gateway takes their output),
+ * The measured gateway of bench:throughput as a real process: `node --import loop-probe.js .build-bench/cli.js
+ * serve --sim R` (the compiled build; or `node --import tsx --import loop-probe.ts src/cli.ts`, ./build.ts) with simulated TokenSpeed ranks at `--time-scale 0` (as fast as the gateway takes their output),
  * one HTTP port, warn-level logs. Started with an IPC channel for the event-loop probe (./loop-probe.ts); its
  * process tree (./proc.ts) gives the CPU per role. `--workers N` is passed through when the CLI has it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { USAGE } from '../../src/cli.js';
 import { freePort } from '../../test/helpers/net.js';
+import type { GatewayBuild } from './build.js';
 import { cpuMicros, processTree, type TreeProcess } from './proc.js';
 
-const CLI_PATH = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
-const PROBE_PATH = fileURLToPath(new URL('./loop-probe.ts', import.meta.url));
 
 /** Whether this checkout's `serve` accepts `--workers N` (multi-process fronts, issue 9 phase 2). */
 export function workersSupported(): boolean {
@@ -26,6 +24,8 @@ function capSupported(): boolean {
 
 /** How to start the gateway. Units: requests, 16-token pages. */
 export interface GatewayProcessOptions {
+  /** Which build runs (./build.ts `prepareGatewayBuild`). */
+  build: GatewayBuild;
   /** Simulated DP ranks (one process each). */
   ranks: number;
   /** `--workers N`; only passed when greater than 1 (needs {@link workersSupported}). */
@@ -86,9 +86,9 @@ export class GatewayProcess {
         : ['--time-scale', '1', '--step-base-ms', String(opts.paceStepMs), '--step-prefill-ms', '0', '--step-decode-ms', '0'];
     const simArgs = [...pace, '--max-running', String(opts.maxRunningPerRank), '--kv-pages', String(opts.kvPagesPerRank), '--log-level', 'warn'];
     const args = [
-      '--import', 'tsx', '--import', PROBE_PATH,
+      ...opts.build.nodeArgs,
       ...(opts.cpuProfileDir !== undefined ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfileDir] : []),
-      CLI_PATH, 'serve', '--port', String(port), '--log-level', 'warn',
+      opts.build.cliPath, 'serve', '--port', String(port), '--log-level', 'warn',
       // Every stream of a phase is admitted: the bench measures per-token cost, not the concurrency cap (429s).
       ...(capSupported() ? ['--max-concurrent-requests', '0'] : []),
       ...(opts.workers > 1 ? ['--workers', String(opts.workers)] : []),

@@ -2,7 +2,7 @@
  * CPU time of a process tree from Linux `/proc` (the guide's unit of performance: CPU time of the gateway's own
  * processes, simulated ranks counted apart). `/proc/<pid>/stat` fields 14 and 15 (`utime`, `stime`, in clock ticks of
  * `sysconf(_SC_CLK_TCK)`, 100 on Linux) cover every thread of the process (libuv pool, V8 GC and compiler threads).
- * Roles are told apart by command line: a simulated rank runs `src/sim/main.ts`; any other descendant of the gateway
+ * Roles are told apart by command line: a simulated rank runs `src/sim/main.ts` (or the compiled `sim/main.js`); any other descendant of the gateway
  * node process is a front (a `--workers N` HTTP process); anything else (tsx's esbuild service) is `other`; the root is
  * `gateway` with one process or `routing` with fronts.
  */
@@ -73,7 +73,7 @@ function commandLine(pid: number): string[] {
 
 function roleOf(pid: number): ProcessRole {
   const argv = commandLine(pid);
-  if (argv.some((a) => /sim[/\\]main\.ts$/.test(a))) return 'rank';
+  if (argv.some((a) => /sim[/\\]main\.[jt]s$/.test(a))) return 'rank';
   return argv[0] === process.execPath || /(^|\/)node$/.test(argv[0] ?? '') ? 'front' : 'other';
 }
 

@@ -69,6 +69,9 @@ export function areaOf(frame: CallFrame): string {
   const pkg = /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(url);
   if (pkg) return pkg[1]!;
   if (url.startsWith('node:')) return url.split('/').slice(0, 2).join('/');
+  // The bench's compiled build (./build.ts) reports its files under their source names.
+  const built = /\/\.build-bench\/(.*)\.js$/.exec(url);
+  if (built) return `src/${built[1]!}.ts`;
   const src = /\/((?:src|bench|test)\/.*)$/.exec(url);
   return src ? src[1]! : url;
 }

@@ -1,0 +1,54 @@
+/**
+ * The gateway build bench:throughput measures. `dist` (the default) is what ships: the sources compiled by
+ * `tsconfig.build.json` (the `npm run build` config the Dockerfile's runtime stage runs as `node dist/cli.js`), here
+ * into `.build-bench/` at the package root (a sibling of src/ and dashboard/, as dist/ is) so the compiled code finds
+ * node_modules, package.json, the dashboard and the tokenizer files as dist/ does. `tsx` runs src/ through tsx's loader (`npm start`): closures there pay for esbuild's
+ * `__name` wrapper, which is dev-only cost. The event-loop probe is compiled beside the build so the measured process
+ * loads no tsx at all.
+ */
+import { execFile } from 'node:child_process';
+import { rm } from 'node:fs/promises';
+import { fileURLToPath } from 'node:url';
+
+/** Which build of the gateway runs under the bench. */
+export type GatewayRuntime = 'dist' | 'tsx';
+
+/** How to start one build: node options before the entry point, and the entry point. */
+export interface GatewayBuild {
+  runtime: GatewayRuntime;
+  /** Node options (`--import ...`) that come before the CLI path. */
+  nodeArgs: string[];
+  /** The CLI entry point (`src/cli.ts` or `.build-bench/cli.js`). */
+  cliPath: string;
+}
+
+const ROOT = fileURLToPath(new URL('../../', import.meta.url));
+const TSC = fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url));
+const SRC_PROBE = fileURLToPath(new URL('./loop-probe.ts', import.meta.url));
+/** Where the `dist` build goes (gitignored). */
+export const BENCH_BUILD_DIR = `${ROOT}.build-bench`;
+
+function tsc(args: string[]): Promise<void> {
+  return new Promise((resolve, reject) => {
+    execFile(process.execPath, [TSC, ...args], { cwd: ROOT, timeout: 180_000 }, (err, stdout, stderr) =>
+      err ? reject(new Error(`tsc ${args.join(' ')} failed: ${stdout}${stderr}`)) : resolve(),
+    );
+  });
+}
+
+/**
+ * Prepares `runtime`: for `dist`, compiles src/ (emit only, `--noCheck`: `npm run typecheck` is where types are
+ * checked) and the loop probe into {@link BENCH_BUILD_DIR}, replacing an earlier build; ~10–20 s. Throws when tsc fails.
+ */
+export async function prepareGatewayBuild(runtime: GatewayRuntime): Promise<GatewayBuild> {
+  if (runtime === 'tsx') {
+    return { runtime, nodeArgs: ['--import', 'tsx', '--import', SRC_PROBE], cliPath: `${ROOT}src/cli.ts` };
+  }
+  await rm(BENCH_BUILD_DIR, { recursive: true, force: true });
+  await tsc(['-p', 'tsconfig.build.json', '--noCheck', '--outDir', BENCH_BUILD_DIR]);
+  await tsc([
+    '--noCheck', '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--types', 'node',
+    '--skipLibCheck', '--outDir', `${BENCH_BUILD_DIR}/bench-probe`, SRC_PROBE,
+  ]);
+  return { runtime, nodeArgs: ['--import', `${BENCH_BUILD_DIR}/bench-probe/loop-probe.js`], cliPath: `${BENCH_BUILD_DIR}/cli.js` };
+}
