@@ -400,7 +400,7 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   progress(args.runtime === 'dist' ? 'compiling the gateway (tsconfig.build.json → .build-bench)' : 'running src/ through tsx');
   const build = await prepareGatewayBuild(args.runtime);
-  const load = LoadProcess.start();
+  const load = LoadProcess.start(build);
   try {
     if (args.profile) {
       await profileMode(args, build, load);

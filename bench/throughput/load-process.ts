@@ -4,10 +4,8 @@
  * measured process's CPU there.
  */
 import { fork, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
+import type { GatewayBuild } from './build.js';
 import type { FromLoadGenerator, LoadResult, LoadScenario, ToLoadGenerator } from './protocol.js';
-
-const GENERATOR_PATH = fileURLToPath(new URL('./load-generator.ts', import.meta.url));
 
 /** Called when the window opens / closes (awaited before the result is returned). */
 export interface WindowHooks {
@@ -19,9 +17,10 @@ export interface WindowHooks {
 export class LoadProcess {
   private constructor(private readonly child: ChildProcess) {}
 
-  /** Forks the generator (tsx loader) with an IPC channel. */
-  static start(): LoadProcess {
-    return new LoadProcess(fork(GENERATOR_PATH, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+  /** Forks the generator of `build` (compiled, or through tsx) with an IPC channel. */
+  static start(build: GatewayBuild): LoadProcess {
+    const { path, execArgv } = build.loadGenerator;
+    return new LoadProcess(fork(path, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
   }
 
   /** The generator's pid (for its CPU). */

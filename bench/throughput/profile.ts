@@ -71,7 +71,7 @@ export function areaOf(frame: CallFrame): string {
   if (url.startsWith('node:')) return url.split('/').slice(0, 2).join('/');
   // The bench's compiled build (./build.ts) reports its files under their source names.
   const built = /\/\.build-bench\/(.*)\.js$/.exec(url);
-  if (built) return `src/${built[1]!}.ts`;
+  if (built) return built[1]!.startsWith('_bench/') ? `bench/${built[1]!.slice(7)}.ts` : `src/${built[1]!}.ts`;
   const src = /\/((?:src|bench|test)\/.*)$/.exec(url);
   return src ? src[1]! : url;
 }

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { createServer, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { LoadProcess } from '../../bench/throughput/load-process.js';
+import { prepareGatewayBuild } from '../../bench/throughput/build.js';
 import type { LoadResult } from '../../bench/throughput/protocol.js';
 
 type Mode = 'ok' | 'error-event' | 'cut-off' | 'http-500';
@@ -71,7 +72,7 @@ async function phase(load: LoadProcess, mode: Mode): Promise<LoadResult> {
 }
 
 test('the load generator measures streams from their bytes and counts error events, cut-off bodies and HTTP errors', { timeout: 60_000 }, async () => {
-  const load = LoadProcess.start();
+  const load = LoadProcess.start(await prepareGatewayBuild('tsx'));
   try {
     const ok = await phase(load, 'ok');
     assert.equal(ok.errors, 0, String(ok.firstError));
