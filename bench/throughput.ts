@@ -241,12 +241,12 @@ async function runWorkers(args: Args, build: GatewayBuild, load: LoadProcess, wo
 }
 
 /** The floors of one repeat. */
-async function runFloors(args: Args, load: LoadProcess, tokenizer: GatewayTokenizer, repeat: number, streams: readonly number[]): Promise<FloorSample> {
+async function runFloors(args: Args, build: GatewayBuild, load: LoadProcess, tokenizer: GatewayTokenizer, repeat: number, streams: readonly number[]): Promise<FloorSample> {
   const zmqRow = await zmqReceiveFloor(args.quick ? 1000 : 2000, 256);
   const detok = detokenizeFloor(tokenizer, args.quick ? 2 : 4);
   const sseChunk: Record<number, number> = {};
   for (const n of streams) {
-    const r = await sseWriterFloor(load, {
+    const r = await sseWriterFloor(build, load, {
       url: '',
       path: '/v1/chat/completions',
       streams: n,
@@ -419,7 +419,7 @@ async function main(): Promise<void> {
     const floors: FloorSample[] = [];
     for (let repeat = 0; repeat < args.repeats; repeat++) {
       for (const w of workers) samples.push(...(await runWorkers(args, build, load, w, repeat, specs)));
-      if (args.floors) floors.push(await runFloors(args, load, tokenizer, repeat, sseStreams));
+      if (args.floors) floors.push(await runFloors(args, build, load, tokenizer, repeat, sseStreams));
     }
     const figures = workers.flatMap((w) => specs.map((spec) => scenarioFigures(spec, w, samples.filter((s) => s.scenario === spec.name && s.workers === w), floors)));
     const ff = floorFigures(floors, sseStreams);

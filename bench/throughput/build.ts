@@ -3,8 +3,8 @@
  * `tsconfig.build.json` (the `npm run build` config the Dockerfile's runtime stage runs as `node dist/cli.js`), here
  * into `.build-bench/` at the package root (a sibling of src/ and dashboard/, as dist/ is) so the compiled code finds
  * node_modules, package.json, the dashboard and the tokenizer files as dist/ does. `tsx` runs src/ through tsx's loader (`npm start`): closures there pay for esbuild's
- * `__name` wrapper, which is dev-only cost. The event-loop probe and the load generator (which shares the cores with
- * the gateway) are compiled beside the build into `.build-bench/_bench/`, so no measured process loads tsx.
+ * `__name` wrapper, which is dev-only cost. The event-loop probe, the load generator and the SSE floor server (they share the
+ * cores with the gateway) are compiled beside the build into `.build-bench/_bench/`, so no measured process loads tsx.
  */
 import { execFile } from 'node:child_process';
 import { rm } from 'node:fs/promises';
@@ -20,14 +20,20 @@ export interface GatewayBuild {
   nodeArgs: string[];
   /** The CLI entry point (`src/cli.ts` or `.build-bench/cli.js`). */
   cliPath: string;
-  /** The load generator's entry point (./load-generator.ts or its compiled copy) and the node options it needs. */
-  loadGenerator: { path: string; execArgv: string[] };
+  /**
+   * How to fork a bench process that shares the cores with the gateway (./load-generator.ts, the SSE floor's
+   * ./sse-floor-server.ts): its entry point (the .ts, or its compiled copy) and the node options it needs.
+   */
+  benchScript(name: BenchScript): { path: string; execArgv: string[] };
 }
+
+/** The bench processes compiled with the `dist` build. */
+export type BenchScript = 'load-generator' | 'sse-floor-server';
+const BENCH_SCRIPTS: readonly BenchScript[] = ['load-generator', 'sse-floor-server'];
 
 const ROOT = fileURLToPath(new URL('../../', import.meta.url));
 const TSC = fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url));
 const SRC_PROBE = fileURLToPath(new URL('./loop-probe.ts', import.meta.url));
-const SRC_LOAD_GENERATOR = fileURLToPath(new URL('./load-generator.ts', import.meta.url));
 const BENCH_DIR = fileURLToPath(new URL('../', import.meta.url));
 /** Where the `dist` build goes (gitignored). */
 export const BENCH_BUILD_DIR = `${ROOT}.build-bench`;
@@ -42,7 +48,7 @@ function tsc(args: string[]): Promise<void> {
 
 /**
  * Prepares `runtime`: for `dist`, compiles src/ (emit only, `--noCheck`: `npm run typecheck` is where types are
- * checked), the loop probe and the load generator into {@link BENCH_BUILD_DIR}, replacing an earlier build; ~10–20 s. Throws when tsc fails.
+ * checked), the loop probe and the bench processes into {@link BENCH_BUILD_DIR}, replacing an earlier build; ~10–20 s. Throws when tsc fails.
  */
 export async function prepareGatewayBuild(runtime: GatewayRuntime): Promise<GatewayBuild> {
   if (runtime === 'tsx') {
@@ -50,19 +56,20 @@ export async function prepareGatewayBuild(runtime: GatewayRuntime): Promise<Gate
       runtime,
       nodeArgs: ['--import', 'tsx', '--import', SRC_PROBE],
       cliPath: `${ROOT}src/cli.ts`,
-      loadGenerator: { path: SRC_LOAD_GENERATOR, execArgv: ['--import', 'tsx'] },
+      benchScript: (name) => ({ path: fileURLToPath(new URL(`./${name}.ts`, import.meta.url)), execArgv: ['--import', 'tsx'] }),
     };
   }
   await rm(BENCH_BUILD_DIR, { recursive: true, force: true });
   await tsc(['-p', 'tsconfig.build.json', '--noCheck', '--outDir', BENCH_BUILD_DIR]);
   await tsc([
     '--noCheck', '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--types', 'node',
-    '--skipLibCheck', '--rootDir', BENCH_DIR, '--outDir', `${BENCH_BUILD_DIR}/_bench`, SRC_PROBE, SRC_LOAD_GENERATOR,
+    '--skipLibCheck', '--rootDir', BENCH_DIR, '--outDir', `${BENCH_BUILD_DIR}/_bench`, SRC_PROBE,
+    ...BENCH_SCRIPTS.map((name) => fileURLToPath(new URL(`./${name}.ts`, import.meta.url))),
   ]);
   return {
     runtime,
     nodeArgs: ['--import', `${BENCH_BUILD_DIR}/_bench/throughput/loop-probe.js`],
     cliPath: `${BENCH_BUILD_DIR}/cli.js`,
-    loadGenerator: { path: `${BENCH_BUILD_DIR}/_bench/throughput/load-generator.js`, execArgv: [] },
+    benchScript: (name) => ({ path: `${BENCH_BUILD_DIR}/_bench/throughput/${name}.js`, execArgv: [] }),
   };
 }

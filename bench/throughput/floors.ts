@@ -7,6 +7,8 @@
  *   table-driven one (TableDetokenizer) over the simulator's text plus CJK/emoji text, one push per token; CPU per token;
  * - a minimal node:http SSE writer per chunk (./sse-floor-server.ts) driven by the same load generator as the
  *   gateway; CPU of the server process per chunk (one chunk = one token).
+ * The first two run in the benchmark's own process (src/ through tsx); the SSE server runs the build the gateway
+ * runs (./build.ts: compiled by default).
  * The streamed-token floor is their sum (row + table detokenization + chunk); the non-streamed one leaves out the chunk.
  */
 import { fork } from 'node:child_process';
@@ -20,12 +22,12 @@ import { DEFAULT_CORPUS } from '../../src/sim/text.js';
 import { IncrementalDetokenizer } from '../../src/tokenizer/detokenizer.js';
 import { TableDetokenizer } from '../../src/tokenizer/table-detokenizer.js';
 import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import type { GatewayBuild } from './build.js';
 import type { LoadProcess } from './load-process.js';
 import { cpuMicros } from './proc.js';
 import type { LoadResult, LoadScenario } from './protocol.js';
 
 const SENDER_PATH = fileURLToPath(new URL('./zmq-sender.ts', import.meta.url));
-const SSE_SERVER_PATH = fileURLToPath(new URL('./sse-floor-server.ts', import.meta.url));
 
 /** CPU µs of this process so far (user + system). */
 function ownCpu(): number {
@@ -133,8 +135,9 @@ export interface SseFloor {
 }
 
 /** Runs `scenario` (its `url` is replaced) against a fresh minimal SSE server and measures the server's CPU per chunk. */
-export async function sseWriterFloor(load: LoadProcess, scenario: LoadScenario): Promise<SseFloor> {
-  const server = fork(SSE_SERVER_PATH, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+export async function sseWriterFloor(build: GatewayBuild, load: LoadProcess, scenario: LoadScenario): Promise<SseFloor> {
+  const { path, execArgv } = build.benchScript('sse-floor-server');
+  const server = fork(path, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   try {
     const port = await new Promise<number>((resolve, reject) => {
       server.once('message', (m: { port: number }) => resolve(m.port));

@@ -19,7 +19,7 @@ export class LoadProcess {
 
   /** Forks the generator of `build` (compiled, or through tsx) with an IPC channel. */
   static start(build: GatewayBuild): LoadProcess {
-    const { path, execArgv } = build.loadGenerator;
+    const { path, execArgv } = build.benchScript('load-generator');
     return new LoadProcess(fork(path, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
   }
 
