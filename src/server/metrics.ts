@@ -34,6 +34,7 @@
  */
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import type { BackendRankState, BackendStats } from './backend.js';
+import { PrebucketedHistogram, type PrebucketedSeries } from './prebucketed-histogram.js';
 import { vllmAggregate } from './vllm-aggregate.js';
 
 /** What the scrape-time collectors read from one group's client (an `EngineClient` satisfies it). */
@@ -77,9 +78,10 @@ export class GatewayMetrics {
   private groups: readonly MetricsGroup[] = [];
 
   private readonly ttft: Histogram<'model' | 'endpoint'>;
-  private readonly itl: Histogram<'model' | 'endpoint'>;
-  /** `itl`'s labelled child per endpoint (the per-output hot path skips the label lookup). */
-  private readonly itlChildren = new Map<string, ReturnType<Histogram<'model' | 'endpoint'>['labels']>>();
+  /** Observed per token: counted outside prom-client's per-call label hashing (prebucketed-histogram.ts). */
+  private readonly itl: PrebucketedHistogram;
+  /** `itl`'s series per endpoint (the per-output hot path skips the label lookup). */
+  private readonly itlChildren = new Map<string, PrebucketedSeries>();
   private readonly e2e: Histogram<'model' | 'endpoint'>;
   private readonly requests: Counter<'model' | 'endpoint' | 'status' | 'finish_reason'>;
   private readonly vllmTtft: Histogram<'model_name'>;
@@ -277,11 +279,13 @@ export class GatewayMetrics {
       'Time from request arrival to the first generated token (TTFT), seconds',
       LATENCY_BUCKETS,
     );
-    this.itl = latencyHistogram(
-      'model_gateway_inter_token_latency_seconds',
-      'Inter-token latency (ITL) per generated token after the first, seconds',
-      ITL_BUCKETS,
-    );
+    this.itl = new PrebucketedHistogram({
+      name: 'model_gateway_inter_token_latency_seconds',
+      help: 'Inter-token latency (ITL) per generated token after the first, seconds',
+      labelNames: ['model', 'endpoint'],
+      buckets: ITL_BUCKETS,
+      registers: httpRegisters,
+    });
     this.e2e = latencyHistogram(
       'model_gateway_e2e_request_latency_seconds',
       'Time from request arrival to its terminal outcome, seconds',
@@ -374,10 +378,10 @@ export class GatewayMetrics {
   observeItl(endpoint: string, secondsPerToken: number, tokens = 1): void {
     let child = this.itlChildren.get(endpoint);
     if (child === undefined) {
-      child = this.itl.labels({ model: this.modelId, endpoint });
+      child = this.itl.child({ model: this.modelId, endpoint });
       this.itlChildren.set(endpoint, child);
     }
-    for (let i = 0; i < tokens; i++) child.observe(secondsPerToken);
+    child.observe(secondsPerToken, tokens);
   }
 
   /** Record an end-to-end latency sample (seconds), also as `vllm:e2e_request_latency_seconds`. */
