@@ -126,6 +126,18 @@ export class ChoiceOutput {
     return delta;
   }
 
+  /**
+   * The per-token fast path for a choice without parsers (no reasoning, no tool calls): take a `delta` event's
+   * `text` as content, exactly as `push` would, without building its `ChoiceDelta` (whose content would be `text`).
+   * Only for an event without logprobs (the caller checks: they are not recorded here). Returns false, taking nothing, when the choice has parsers or
+   * already finished: the caller uses `push` then.
+   */
+  appendContent(text: string): boolean {
+    if (this.opts.reasoning !== null || this.opts.tools !== null || this.done !== null) return false;
+    this.content += text;
+    return true;
+  }
+
   /** Fold parser events into the delta (content, call starts, argument fragments), merging per call. */
   private apply(events: readonly ToolParseEvent[], delta: ChoiceDelta): void {
     const single = this.opts.parallelToolCalls === false;

@@ -12,14 +12,15 @@ const SLOT_JSON = JSON.stringify(SLOT);
 
 /**
  * A serializer for the JSON of `build(text)`, where `build` puts its argument in exactly one string position and
- * depends on it in no other way. Returns `fill(text)` ≡ `JSON.stringify(build(text))`.
+ * depends on it in no other way. Returns `fill(text)` ≡ `lead + JSON.stringify(build(text)) + trail` (`lead` and
+ * `trail` default to '': a caller that wraps the JSON, e.g. in an SSE record, gets the whole record in one step).
  * @throws Error when `build`'s JSON does not hold the placeholder exactly once (it dropped, copied or transformed it).
  */
-export function jsonWithSlot(build: (text: string) => unknown): (text: string) => string {
+export function jsonWithSlot(build: (text: string) => unknown, lead = '', trail = ''): (text: string) => string {
   const json = JSON.stringify(build(SLOT));
   const at = json.indexOf(SLOT_JSON);
   if (at < 0 || json.indexOf(SLOT_JSON, at + 1) >= 0) throw new Error('jsonWithSlot: the built value must hold its text exactly once, as a string');
-  const prefix = json.slice(0, at);
-  const suffix = json.slice(at + SLOT_JSON.length);
+  const prefix = lead + json.slice(0, at);
+  const suffix = json.slice(at + SLOT_JSON.length) + trail;
   return (text) => prefix + JSON.stringify(text) + suffix;
 }

@@ -193,7 +193,7 @@ export class ChoiceGeneration {
     const { detokenizer } = this.opts;
     const matcher = this.matcher;
     const minTokens = this.minTokens;
-    if (matcher.empty && before >= minTokens && ids.length > 0) {
+    if (this.wholeRow(ids, before)) {
       // The common case (no stop strings, past min_tokens): the whole row at once, as the loop below would.
       return { emit: detokenizer.push(ids) + (final ? detokenizer.finish() : ''), matched: null, tokens: ids.length };
     }
@@ -219,6 +219,11 @@ export class ChoiceGeneration {
     return { emit, matched: null, tokens: ids.length };
   }
 
+  /** No stop strings and past `minTokens`: `ids` (the tokens after the first `before`) are detokenized in one push. */
+  private wholeRow(ids: readonly number[], before: number): boolean {
+    return this.matcher.empty && before >= this.minTokens && ids.length > 0;
+  }
+
   /** The pending logprobs, without those of the last `uncounted` tokens received (after a stop string's match). */
   private takeLogprobs(uncounted = 0): TokenLogprob[] {
     if (this.opts.logprobs !== true) return NO_LOGPROBS;
@@ -242,6 +247,11 @@ export class ChoiceGeneration {
       }
     }
     if (out.finishReason === null) {
+      if (this.wholeRow(ids, before)) {
+        // The common case: no per-token split, no result object (the per-token path).
+        const text = this.opts.detokenizer.push(ids);
+        return text === '' ? null : { type: 'delta', text, logprobs: this.takeLogprobs() };
+      }
       const r = this.feed(ids, before, false);
       if (r.matched !== null) {
         // A stop string matched: the engine does not know, so the caller abandons its stream (ABORT).

@@ -30,7 +30,7 @@ import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { CommonBodyT } from './schemas.js';
-import { ClientStalledError, SseWriter, type StreamBackpressure } from './sse.js';
+import { ClientStalledError, SSE_DATA_LEAD, SSE_RECORD_END, SseWriter, type StreamBackpressure } from './sse.js';
 import { parseStructuredOutput, type RequestedStructuredOutput, type StructuredOutputFields } from './structured-output.js';
 
 /** What the generation routes share (built once by `buildApp`). */
@@ -65,12 +65,13 @@ export interface RouteContext {
 
 /**
  * One server-sent event: `data` is JSON-serialized; `event` adds an `event:` line (the Responses API names them);
- * `json`, when set, is `data` already serialized (a pre-built chunk, chunk-json.ts) and is sent instead.
+ * `record`, when set, is the whole unnamed record already built (`data: <json>\n\n` of a pre-built chunk,
+ * chunk-json.ts) and is sent instead.
  */
 export interface SseEvent {
   event?: string;
   data: unknown;
-  json?: string;
+  record?: string;
 }
 
 /**
@@ -86,6 +87,11 @@ export interface StreamShaper {
   closing(usage: Usage, results: readonly ChoiceResult[]): SseEvent[];
   error(err: ApiError): SseEvent[];
   readonly doneSentinel: boolean;
+  /**
+   * Optional per-token fast path: the whole SSE record of a delta of choice `index` that carries only content `text`
+   * (non-empty; no reasoning, tool calls or logprobs), byte for byte what `delta` would send for it.
+   */
+  textRecord?(index: number, text: string): string;
 }
 
 /** How one endpoint shapes its responses (chat, completions, Responses). */
@@ -140,14 +146,16 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
     stream(base, { includeUsage, n }) {
       const usageField = includeUsage ? { usage: null } : {};
       const chunk = (choices: Record<string, unknown>[]): SseEvent => ({ data: { ...header(base, spec.chunkObject), choices, ...usageField } });
-      // A content-only delta (the bulk of a stream) is pre-serialized around its text, per choice index (chunk-json.ts).
-      const textChunks: Array<(text: string) => string> = [];
-      const textChunk = (index: number, text: string): SseEvent => {
-        const fill = (textChunks[index] ??= jsonWithSlot(
+      // A content-only delta (the bulk of a stream) is a record pre-serialized around its text, per choice index
+      // (chunk-json.ts).
+      const textRecords: Array<(text: string) => string> = [];
+      const textRecord = (index: number, text: string): string =>
+        (textRecords[index] ??= jsonWithSlot(
           (slot) => chunk([spec.chunkChoice(index, { reasoning: '', content: slot, toolCalls: [], logprobs: [] }, null, null)]).data,
-        ));
-        return { data: null, json: fill(text) };
-      };
+          SSE_DATA_LEAD,
+          SSE_RECORD_END,
+        ))(text);
+      const textChunk = (index: number, text: string): SseEvent => ({ data: null, record: textRecord(index, text) });
       return {
         doneSentinel: true,
         opening: () =>
@@ -161,6 +169,7 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
         finish: (index, delta, result, logprobs) => [chunk([spec.chunkChoice(index, delta, result.finishReason, logprobs)])],
         closing: (usage) => (includeUsage ? [{ data: { ...header(base, spec.chunkObject), choices: [], usage } }] : []),
         error: (err) => [{ data: err.toBody() }],
+        textRecord,
       };
     },
   };
@@ -564,7 +573,9 @@ export async function serveGeneration(
     };
 
     if (!prepared.stream) {
-      const run = new GenerationRun(choices, (index, ev) => void take(index, ev));
+      const run = new GenerationRun(choices, (index, ev) => {
+        if (ev.type !== 'delta' || ev.logprobs.length > 0 || !outputs[index]!.appendContent(ev.text)) take(index, ev);
+      });
       // One listener per request: a disconnect ends the run (every unfinished sub-request is aborted).
       const onDisconnect = () => run.fail(new ClientDisconnectedError());
       disconnect.signal.addEventListener('abort', onDisconnect, { once: true });
@@ -600,9 +611,18 @@ export async function serveGeneration(
     sse.start({ 'x-request-id': echoId });
     disconnect.setProbe(() => sse.probe());
     const send = (list: readonly SseEvent[]) => {
-      for (const e of list) sse.send(e.data, e.event, e.json);
+      for (const e of list) {
+        if (e.record !== undefined) sse.sendRecord(e.record);
+        else sse.send(e.data, e.event);
+      }
     };
+    // Without logprobs, a plain choice's delta (the bulk of a stream) is one pre-built record (StreamShaper.textRecord).
+    const textRecord = k === null ? writer.textRecord : undefined;
     run = new GenerationRun(choices, (index, ev) => {
+      if (textRecord !== undefined && ev.type === 'delta' && ev.text !== '' && outputs[index]!.appendContent(ev.text)) {
+        sse.sendRecord(textRecord(index, ev.text));
+        return;
+      }
       const delta = take(index, ev);
       const out = outputs[index]!;
       if (ev.type === 'delta') send(writer.delta(index, delta, render(index, ev.logprobs)));

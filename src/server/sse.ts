@@ -39,6 +39,11 @@ export class ClientStalledError extends Error {
   }
 }
 
+/** What an unnamed SSE record holds before its JSON payload (gateway.md 12: `data: <json>\n\n`). */
+export const SSE_DATA_LEAD = 'data: ';
+/** What ends every SSE record. */
+export const SSE_RECORD_END = '\n\n';
+
 /** One turn's flush of every streamed response with pending records (coalescing-writer.ts): one `setImmediate`. */
 const FLUSHER = new TickFlusher((flush) => setImmediate(flush));
 
@@ -117,7 +122,20 @@ export class SseWriter {
   send(payload: unknown, event?: string, json?: string): void {
     if (!this.writable) return;
     const data = json ?? JSON.stringify(payload);
-    this.out.write(event === undefined ? `data: ${data}\n\n` : `event: ${event}\ndata: ${data}\n\n`);
+    this.queue(event === undefined ? SSE_DATA_LEAD + data + SSE_RECORD_END : `event: ${event}\n${SSE_DATA_LEAD}${data}${SSE_RECORD_END}`);
+  }
+
+  /**
+   * Queue one complete unnamed record the caller built (`SSE_DATA_LEAD + json + SSE_RECORD_END`, e.g. a pre-built
+   * chunk from chunk-json.ts; the per-token path), as `send` would queue it.
+   */
+  sendRecord(record: string): void {
+    if (!this.writable) return;
+    this.queue(record);
+  }
+
+  private queue(record: string): void {
+    this.out.write(record);
     // At the bound, write now (and pause if the client is behind) instead of letting the turn's records pile up.
     if (this.out.pendingLength + this.res.writableLength >= this.backpressure.maxBufferedBytes) this.out.flush();
   }

@@ -25,6 +25,11 @@ test('fill(text) equals JSON.stringify(build(text)) for quotes, escapes, control
   }
 });
 
+test('lead and trail wrap the filled JSON (a whole SSE record in one step)', () => {
+  const fill = jsonWithSlot(build, 'data: ', '\n\n');
+  for (const t of ['', 'hi "there"', '\ud800', '🐉']) assert.equal(fill(t), `data: ${JSON.stringify(build(t))}\n\n`);
+});
+
 test('a builder that drops, copies or transforms its text is refused', () => {
   assert.throws(() => jsonWithSlot(() => ({ a: 1 })), /exactly once/);
   assert.throws(() => jsonWithSlot((t) => ({ a: t, b: t })), /exactly once/);

@@ -1,0 +1,74 @@
+/**
+ * The per-token fast paths of a streamed choice (issue 9): a plain content delta becomes one pre-built SSE record
+ * (`StreamShaper.textRecord`, `SseWriter.sendRecord`) and is folded into its choice without a `ChoiceDelta`
+ * (`ChoiceOutput.appendContent`); each must give exactly what the general path gives.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { ChoiceOutput } from '../../src/server/choice-output.js';
+import { makeUsage } from '../../src/server/generation.js';
+import { chatShape } from '../../src/server/routes/chat.js';
+import { completionShape } from '../../src/server/routes/completions.js';
+import type { SseEvent } from '../../src/server/serve-generation.js';
+import { SseWriter } from '../../src/server/sse.js';
+
+const base = { id: 'chatcmpl-1', created: 7, model: 'm', system_fingerprint: 'fp' };
+const texts = ['hello', ' "quoted" \\ ', '\n', '🐉', '\ud800'];
+
+/** The bytes `SseWriter.send` writes for the events `delta` returns. */
+const sent = (events: readonly SseEvent[]) => events.map((e) => e.record ?? `data: ${JSON.stringify(e.data)}\n\n`).join('');
+
+test('textRecord is byte for byte the record delta sends for a content-only delta (chat, completions, n > 1, usage)', () => {
+  for (const shape of [chatShape, completionShape]) {
+    for (const opts of [{ includeUsage: false, n: 1 }, { includeUsage: true, n: 3 }]) {
+      const writer = shape.stream(base, opts);
+      assert.ok(writer.textRecord, `${shape.endpoint} offers the fast path`);
+      for (let index = 0; index < opts.n; index++) {
+        for (const text of texts) {
+          const delta = { reasoning: '', content: text, toolCalls: [], logprobs: [] };
+          assert.equal(writer.textRecord(index, text), sent(writer.delta(index, delta, null)), `${shape.endpoint} ${index} ${JSON.stringify(text)}`);
+        }
+      }
+      const parsed = JSON.parse(writer.textRecord(0, 'x').slice('data: '.length));
+      assert.equal(parsed.id, 'chatcmpl-1');
+      assert.equal(parsed.usage, opts.includeUsage ? null : undefined);
+    }
+  }
+});
+
+test('appendContent folds a plain choice’s text as push does, and refuses a choice with parsers or after its finish', () => {
+  const viaPush = new ChoiceOutput({ reasoning: null, tools: null });
+  const viaAppend = new ChoiceOutput({ reasoning: null, tools: null });
+  for (const text of texts) {
+    viaPush.push({ type: 'delta', text, logprobs: [] });
+    assert.equal(viaAppend.appendContent(text), true);
+  }
+  const finish = { type: 'finish' as const, text: '!', finishReason: 'length' as const, usage: makeUsage(3, 6), logprobs: [], cachedTokens: 0 };
+  viaPush.push(finish);
+  viaAppend.push(finish);
+  assert.deepEqual(viaAppend.result, viaPush.result);
+  assert.equal(viaAppend.result?.content, texts.join('') + '!');
+  assert.equal(viaAppend.appendContent('late'), false, 'after the finish');
+  const withParser = new ChoiceOutput({ reasoning: { push: (t) => ({ reasoning: t, content: '' }), finish: () => ({ reasoning: '', content: '' }) }, tools: null });
+  assert.equal(withParser.appendContent('x'), false);
+});
+
+test('sendRecord queues the record as send would, coalesced into one write per turn', async () => {
+  const writes: string[] = [];
+  const res = {
+    destroyed: false,
+    writableEnded: false,
+    writableLength: 0,
+    socket: null,
+    write(chunk: string) {
+      writes.push(chunk);
+      return true;
+    },
+  };
+  const sse = new SseWriter(res as never);
+  sse.sendRecord('data: {"a":1}\n\n');
+  sse.send({ b: 2 });
+  assert.deepEqual(writes, [], 'nothing written before the turn ends');
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(writes, ['data: {"a":1}\n\ndata: {"b":2}\n\n']);
+});
