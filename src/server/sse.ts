@@ -79,6 +79,11 @@ export class SseWriter {
   private pausedBefore = false;
   private waiting = false;
   private readonly out: CoalescingWriter;
+  /**
+   * `res.writableLength` (bytes) read after the last flush: between flushes the response's buffer only drains, so
+   * this bounds it from above without reading it (its socket's state) for every record (the per-token path).
+   */
+  private bufferedAtFlush = 0;
 
   /**
    * `flow` hears about back-pressure (absent: nothing pauses; a caller that never produces much). `onFirstPause`
@@ -106,6 +111,7 @@ export class SseWriter {
       ...extraHeaders,
     });
     this.res.flushHeaders();
+    this.bufferedAtFlush = this.res.writableLength;
   }
 
   /** Whether the connection can still be written (false after the client went away or `done()`). */
@@ -116,8 +122,8 @@ export class SseWriter {
   /**
    * Queue one `data: <json>\n\n` record, preceded by `event: <event>\n` when `event` is given. `json` is the payload
    * already serialized (a pre-built chunk, chunk-json.ts), else `payload` is serialized here. Written at the end of
-   * the turn, or at once when the buffered bytes plus the pending records (counted in UTF-16 units) reach the bound;
-   * a no-op when not writable.
+   * the turn, or at once when the buffered bytes (as of the last flush: an upper bound, see `bufferedAtFlush`) plus
+   * the pending records (counted in UTF-16 units) reach the bound; a no-op when not writable.
    */
   send(payload: unknown, event?: string, json?: string): void {
     if (!this.writable) return;
@@ -137,7 +143,7 @@ export class SseWriter {
   private queue(record: string): void {
     this.out.write(record);
     // At the bound, write now (and pause if the client is behind) instead of letting the turn's records pile up.
-    if (this.out.pendingLength + this.res.writableLength >= this.backpressure.maxBufferedBytes) this.out.flush();
+    if (this.out.pendingLength + this.bufferedAtFlush >= this.backpressure.maxBufferedBytes) this.out.flush();
   }
 
   /**
@@ -188,6 +194,7 @@ export class SseWriter {
    * owner pauses only when the buffered bytes also reached the bound.
    */
   private afterWrite(accepted: boolean): void {
+    this.bufferedAtFlush = this.res.writableLength;
     if (accepted || this.waiting || this.flow === null || this.res.writableLength < this.backpressure.maxBufferedBytes) return;
     if (!this.pausedBefore) {
       this.pausedBefore = true;

@@ -72,3 +72,38 @@ test('sendRecord queues the record as send would, coalesced into one write per t
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(writes, ['data: {"a":1}\n\ndata: {"b":2}\n\n']);
 });
+
+test('queuing a record does not read the response’s buffered length (its socket state) per record; the bound still holds', async () => {
+  let reads = 0;
+  let buffered = 0;
+  const writes: string[] = [];
+  const res = {
+    destroyed: false,
+    writableEnded: false,
+    socket: null,
+    get writableLength() {
+      reads++;
+      return buffered;
+    },
+    writeHead() {},
+    flushHeaders() {},
+    write(chunk: string) {
+      writes.push(chunk);
+      buffered += chunk.length;
+      return true;
+    },
+  };
+  const sse = new SseWriter(res as never, { maxBufferedBytes: 100, stallTimeoutMs: 1000 });
+  sse.start();
+  const before = reads;
+  for (let i = 0; i < 5; i++) sse.sendRecord('data: 1\n\n');
+  assert.equal(reads, before, 'no read per record');
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(writes, ['data: 1\n\n'.repeat(5)]);
+  // 45 bytes buffered as of that flush (9 per record): the 7th pending record reaches the bound of 100 and the 7 are
+  // written at once, before the turn ends.
+  for (let i = 0; i < 6; i++) sse.sendRecord('data: 2\n\n');
+  assert.equal(writes.length, 1);
+  sse.sendRecord('data: 2\n\n');
+  assert.deepEqual(writes.slice(1), ['data: 2\n\n'.repeat(7)], 'written at the bound');
+});
