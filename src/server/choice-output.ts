@@ -73,8 +73,12 @@ export class ChoiceOutput {
   private readonly calls: ToolCall[] = [];
   private readonly logprobs: TokenLogprob[] = [];
   private done: ChoiceResult | null = null;
+  /** No reasoning and no tool-call parser: all text is content (`appendContent` applies). */
+  private readonly plain: boolean;
 
-  constructor(private readonly opts: ChoiceOutputOptions) {}
+  constructor(private readonly opts: ChoiceOutputOptions) {
+    this.plain = opts.reasoning === null && opts.tools === null;
+  }
 
   /** The finished choice (after its `finish` event), else null. */
   get result(): ChoiceResult | null {
@@ -133,7 +137,7 @@ export class ChoiceOutput {
    * already finished: the caller uses `push` then.
    */
   appendContent(text: string): boolean {
-    if (this.opts.reasoning !== null || this.opts.tools !== null || this.done !== null) return false;
+    if (!this.plain || this.done !== null) return false;
     this.content += text;
     return true;
   }

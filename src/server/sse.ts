@@ -84,6 +84,8 @@ export class SseWriter {
    * this bounds it from above without reading it (its socket's state) for every record (the per-token path).
    */
   private bufferedAtFlush = 0;
+  /** `backpressure.maxBufferedBytes`, read per record. */
+  private readonly maxBufferedBytes: number;
 
   /**
    * `flow` hears about back-pressure (absent: nothing pauses; a caller that never produces much). `onFirstPause`
@@ -95,6 +97,7 @@ export class SseWriter {
     private readonly onFirstPause: (bufferedBytes: number) => void = () => {},
     private readonly flow: StreamFlow | null = null,
   ) {
+    this.maxBufferedBytes = backpressure.maxBufferedBytes;
     this.out = new CoalescingWriter((chunk) => this.writeNow(chunk), FLUSHER, (accepted) => this.afterWrite(accepted));
   }
 
@@ -143,7 +146,7 @@ export class SseWriter {
   private queue(record: string): void {
     this.out.write(record);
     // At the bound, write now (and pause if the client is behind) instead of letting the turn's records pile up.
-    if (this.out.pendingLength + this.bufferedAtFlush >= this.backpressure.maxBufferedBytes) this.out.flush();
+    if (this.out.pendingLength + this.bufferedAtFlush >= this.maxBufferedBytes) this.out.flush();
   }
 
   /**
