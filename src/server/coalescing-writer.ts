@@ -68,6 +68,8 @@ export class TickFlusher {
  * The pending text of one stream. `write` appends (and registers the writer with its flusher the first time it has
  * something pending); `flush` hands everything pending to the sink in one call; `take` removes it for a caller that
  * writes it itself (the response's final `end(...)`). `onFlushed(accepted)` is told the sink's answer of each flush.
+ * `wake` registers the writer for the next flush without text; a flush with nothing pending calls `onEmptyFlush`
+ * instead of the sink (the SSE writer sends its response headers then, unless a record took them along).
  */
 export class CoalescingWriter {
   private pending = '';
@@ -77,6 +79,7 @@ export class CoalescingWriter {
     private readonly sink: ChunkSink,
     private readonly flusher: TickFlusher,
     private readonly onFlushed: (accepted: boolean) => void = () => {},
+    private readonly onEmptyFlush: () => void = () => {},
   ) {}
 
   /** UTF-16 code units waiting for the next flush. */
@@ -88,15 +91,23 @@ export class CoalescingWriter {
   write(text: string): void {
     if (text === '') return;
     this.pending += text;
+    this.wake();
+  }
+
+  /** Be flushed in the flusher's next callback, pending text or not (see the class docs). */
+  wake(): void {
     if (this.queued) return;
     this.queued = true;
     this.flusher.add(this);
   }
 
-  /** Write everything pending in one sink call (nothing when nothing is pending). */
+  /** Write everything pending in one sink call; with nothing pending, call `onEmptyFlush` instead. */
   flush(): void {
     this.queued = false;
-    if (this.pending === '') return;
+    if (this.pending === '') {
+      this.onEmptyFlush();
+      return;
+    }
     const chunk = this.pending;
     this.pending = '';
     this.onFlushed(this.sink(chunk));

@@ -76,6 +76,10 @@ export interface StreamFlow {
  */
 export class SseWriter {
   private doneSent = false;
+  /** `start` ran (the headers are set; sent with the first write or the end-of-turn flush). */
+  private started = false;
+  /** The headers were handed to the socket (`res.headersSent` only says they were generated). */
+  private headersOut = false;
   private pausedBefore = false;
   private waiting = false;
   private readonly out: CoalescingWriter;
@@ -98,13 +102,20 @@ export class SseWriter {
     private readonly flow: StreamFlow | null = null,
   ) {
     this.maxBufferedBytes = backpressure.maxBufferedBytes;
-    this.out = new CoalescingWriter((chunk) => this.writeNow(chunk), FLUSHER, (accepted) => this.afterWrite(accepted));
+    this.out = new CoalescingWriter(
+      (chunk) => this.writeNow(chunk),
+      FLUSHER,
+      (accepted) => this.afterWrite(accepted),
+      () => this.sendHeaders(),
+    );
   }
 
   /**
-   * Send the 200 status line and the event-stream headers (`extraHeaders` added, e.g. `x-request-id`). No
-   * `Connection` header is forced: Node answers with the client's semantics (`keep-alive`, or `close` and a socket
-   * closed after `[DONE]` when the request said `Connection: close`).
+   * Set the 200 status line and the event-stream headers (`extraHeaders` added, e.g. `x-request-id`); they leave at
+   * the end of this turn (the flush of coalescing-writer.ts), together with the records queued meanwhile (the chat
+   * opening chunk), in one socket write instead of two. No `Connection` header is forced: Node answers with the
+   * client's semantics (`keep-alive`, or `close` and a socket closed after `[DONE]` when the request said
+   * `Connection: close`).
    */
   start(extraHeaders: Record<string, string> = {}): void {
     this.res.writeHead(200, {
@@ -113,6 +124,14 @@ export class SseWriter {
       'x-accel-buffering': 'no',
       ...extraHeaders,
     });
+    this.started = true;
+    this.out.wake();
+  }
+
+  /** A flush with no records: the headers leave alone if no record took them along yet. */
+  private sendHeaders(): void {
+    if (!this.writable || this.headersOut) return;
+    this.headersOut = true;
     this.res.flushHeaders();
     this.bufferedAtFlush = this.res.writableLength;
   }
@@ -154,7 +173,7 @@ export class SseWriter {
    * makes a vanished client's TCP reset surface (disconnect.ts).
    */
   probe(): void {
-    if (!this.writable || !this.res.headersSent) return;
+    if (!this.writable || !this.started) return;
     this.out.write(':\n\n');
     this.out.flush();
   }
@@ -182,6 +201,7 @@ export class SseWriter {
    */
   private writeNow(chunk: string): boolean {
     if (!this.writable) return true;
+    this.headersOut = true; // node:http sends them ahead of the first write
     const socket = this.res.socket;
     if (socket === null || socket.writableCorked > 0) return this.res.write(chunk);
     socket.cork();

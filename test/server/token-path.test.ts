@@ -4,6 +4,8 @@
  * (`ChoiceOutput.appendContent`); each must give exactly what the general path gives.
  */
 import assert from 'node:assert/strict';
+import { createServer } from 'node:http';
+import { connect, type AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { ChoiceOutput } from '../../src/server/choice-output.js';
 import { makeUsage } from '../../src/server/generation.js';
@@ -106,4 +108,64 @@ test('queuing a record does not read the response’s buffered length (its socke
   assert.equal(writes.length, 1);
   sse.sendRecord('data: 2\n\n');
   assert.deepEqual(writes.slice(1), ['data: 2\n\n'.repeat(7)], 'written at the bound');
+});
+
+/** A node:http server whose handler gets the SseWriter; counts the socket-level writes (`_write` / `_writev` calls). */
+async function sseServer(handler: (sse: SseWriter, socketWrites: () => number) => void): Promise<{ writes: number; head: string; body: string }> {
+  let writes = 0;
+  const server = createServer((req, res) => {
+    const socket = res.socket as unknown as { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };
+    const write = socket._write.bind(socket);
+    const writev = socket._writev.bind(socket);
+    socket._write = (...a) => (writes++, write(...a));
+    socket._writev = (...a) => (writes++, writev(...a));
+    handler(new SseWriter(res), () => writes);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  try {
+    const { port } = server.address() as AddressInfo;
+    const raw = await new Promise<string>((resolve, reject) => {
+      const s = connect(port, '127.0.0.1', () => s.write('GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n'));
+      let got = '';
+      s.setEncoding('utf8');
+      s.on('data', (d) => (got += d));
+      s.on('end', () => resolve(got));
+      s.on('error', reject);
+    });
+    const at = raw.indexOf('\r\n\r\n');
+    return { writes, head: raw.slice(0, at), body: raw.slice(at + 4) };
+  } finally {
+    server.close();
+  }
+}
+
+test('the headers leave with the records queued in the same turn: one socket write, not two', async () => {
+  const r = await sseServer((sse) => {
+    sse.start({ 'x-request-id': 'r1' });
+    sse.sendRecord('data: {"role":"assistant"}\n\n');
+    setTimeout(() => sse.done(), 20);
+  });
+  assert.match(r.head, /^HTTP\/1\.1 200 OK\r\n/);
+  assert.match(r.head, /x-request-id: r1/);
+  assert.match(r.body, /data: \{"role":"assistant"\}/);
+  assert.match(r.body, /data: \[DONE\]/);
+  assert.equal(r.writes, 2, 'headers + opening record in one write, then the end');
+});
+
+test('with nothing queued the headers still leave at the end of the turn (before the first record)', async () => {
+  const seen: number[] = [];
+  const r = await sseServer((sse, socketWrites) => {
+    sse.start();
+    seen.push(socketWrites());
+    setImmediate(() =>
+      setImmediate(() => {
+        seen.push(socketWrites());
+        sse.sendRecord('data: 1\n\n');
+        setTimeout(() => sse.done(), 10);
+      }),
+    );
+  });
+  assert.deepEqual(seen, [0, 1], 'nothing during the turn, the headers alone by its end');
+  assert.match(r.head, /content-type: text\/event-stream/);
+  assert.match(r.body, /data: 1\n\n/);
 });
