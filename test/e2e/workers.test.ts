@@ -31,6 +31,8 @@ async function ttftSamples(): Promise<number> {
 
 test('chat completions through both fronts, streamed and not; /metrics counts every request once', { timeout: 60_000 }, async () => {
   const before = await g.metricSum('model_gateway_requests_total', 'endpoint="/v1/chat/completions"');
+  const itl = () => g.metricSum('model_gateway_inter_token_latency_seconds_count', 'endpoint="/v1/chat/completions"');
+  const itlBefore = await itl();
   const ttftSamplesBefore = await ttftSamples();
   const body = { model: MODEL, messages: [{ role: 'user', content: 'Hello there' }], max_tokens: 8 };
   for (let i = 0; i < 4; i++) {
@@ -52,6 +54,8 @@ test('chat completions through both fronts, streamed and not; /metrics counts ev
   }
   const after = await g.metricSum('model_gateway_requests_total', 'endpoint="/v1/chat/completions"');
   assert.equal(after - before, 6, 'requests_total summed over both fronts');
+  // The ITL histogram (prebucketed-histogram.ts, not a prom-client Histogram) is aggregated over the fronts too.
+  assert.ok((await itl()) >= itlBefore + 2, 'ITL samples of the streamed requests');
   // Per-rank latency samples (/v1/gateway/ranks, the dashboard) are every front's, merged.
   for (let i = 0; i < 2; i++) assert.equal((await ttftSamples()) - ttftSamplesBefore, 6, 'TTFT samples of both fronts');
   assert.equal(await g.inFlight(), 0);
