@@ -14,16 +14,11 @@ export interface LiveRequest {
   readonly engineIndex: number | null;
 }
 
-/** One row for a live request, in batch order. `terminal`: it carries a finish reason (the request retires). */
-export interface PlannedDelivery<E extends LiveRequest> {
-  entry: E;
-  row: EngineOutputRow;
-  terminal: boolean;
-}
-
 /**
  * The plan of one batch.
- * - `deliveries`: rows for live requests in batch order; a request retired by a terminal row gets no later row.
+ * - `entries` / `rows`: rows for live requests in batch order, as two parallel lists (`entries[i]` gets `rows[i]`;
+ *   no object per row, issue 9); a row is terminal iff its `finishReason` is non-null, and a request retired by a
+ *   terminal row gets no later row.
  * - `closedWithoutTerminal`: live requests named in the finished ids without a terminal row (they get a
  *   stream-closed error, SMG PR #2170).
  * - `finished`: every finished id of the batch (out-of-band ids plus terminal rows, live or not): released from the
@@ -36,7 +31,8 @@ export interface PlannedDelivery<E extends LiveRequest> {
  * - `unknownRows`: ids of rows for no live request (dropped: unknown, already retired or aborted; section 2).
  */
 export interface BatchPlan<E extends LiveRequest> {
-  deliveries: PlannedDelivery<E>[];
+  entries: E[];
+  rows: EngineOutputRow[];
   closedWithoutTerminal: E[];
   finished: Set<string>;
   alsoRelease: Array<{ rank: number; requestId: string }>;
@@ -49,7 +45,8 @@ export interface BatchPlan<E extends LiveRequest> {
 export function planBatch<E extends LiveRequest>(batch: EngineBatch, lookup: (requestId: string) => E | undefined): BatchPlan<E> {
   const rank = batch.engineIndex;
   const plan: BatchPlan<E> = {
-    deliveries: [],
+    entries: [],
+    rows: [],
     closedWithoutTerminal: [],
     finished: new Set(batch.finishedRequestIds),
     alsoRelease: [],
@@ -59,9 +56,9 @@ export function planBatch<E extends LiveRequest>(batch: EngineBatch, lookup: (re
   };
   const retired = new Set<string>();
   const note = (entry: E): void => {
-    if (entry.engineIndex === null) return;
+    if (entry.engineIndex === null || entry.engineIndex === rank) return;
     plan.heardFrom.add(entry.engineIndex);
-    if (entry.engineIndex !== rank) plan.mismatches++;
+    plan.mismatches++;
   };
   const retire = (entry: E): void => {
     retired.add(entry.requestId);
@@ -70,14 +67,15 @@ export function planBatch<E extends LiveRequest>(batch: EngineBatch, lookup: (re
   for (const row of batch.outputs) {
     const terminal = row.finishReason !== null;
     if (terminal) plan.finished.add(row.requestId);
-    const entry = retired.has(row.requestId) ? undefined : lookup(row.requestId);
+    const entry = retired.size > 0 && retired.has(row.requestId) ? undefined : lookup(row.requestId);
     if (entry === undefined) {
       plan.unknownRows.push(row.requestId);
       continue;
     }
     note(entry);
     if (terminal) retire(entry);
-    plan.deliveries.push({ entry, row, terminal });
+    plan.entries.push(entry);
+    plan.rows.push(row);
   }
   for (const id of plan.finished) {
     if (retired.has(id)) continue;

@@ -627,7 +627,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private reserve(rank: number, request: GenerateRequest): void {
     this.routing.reserve(rank, request.requestId);
-    this.routing.rates.dispatched(rank, request.requestId, request.promptTokenIds.length, this.now());
+    const sample = this.routing.rates.dispatched(rank, request.requestId, request.promptTokenIds.length, this.now());
+    const entry = this.registry.get(request.requestId); // registered before selection (section 3 step 2)
+    if (entry !== undefined) entry.service = sample;
     this.syncRankWatchdogs(rank, false);
     this.policy.onDispatch?.(rank, request);
   }
@@ -808,17 +810,23 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const rank = batch.engineIndex;
     const slot = this.ranks.slot(rank);
     const live = slot !== undefined && isConnected(slot.liveness.state);
-    if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, this.now()));
+    const now = this.now();
+    if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, now));
     if (live && batch.wave) this.observeWave(rank, batch.wave);
-    if (live) this.routing.rates.observe(rank, batch.outputs, this.now());
 
     const plan = planBatch(batch, (id) => this.registry.get(id));
-    for (const d of plan.deliveries) {
-      if (d.terminal) {
-        this.registry.removeEntry(d.entry);
-        d.entry.stream.deliver(d.row);
-      } else if (!d.entry.stream.deliver(d.row)) {
-        this.abandon(d.entry); // consumer gone (cannot normally happen: a cancel retires synchronously)
+    // Service rates only from a connected rank, through each entry's own sample (no lookup per row).
+    const rates = live ? this.routing.rates : null;
+    const { entries, rows } = plan;
+    for (let i = 0; i < entries.length; i++) {
+      const entry = entries[i]!;
+      const row = rows[i]!;
+      if (rates !== null && entry.service !== undefined) rates.observeRow(rank, entry.service, row, now);
+      if (row.finishReason !== null) {
+        this.registry.removeEntry(entry);
+        entry.stream.deliver(row);
+      } else if (!entry.stream.deliver(row)) {
+        this.abandon(entry); // consumer gone (cannot normally happen: a cancel retires synchronously)
       }
     }
     for (const e of plan.closedWithoutTerminal) {

@@ -4,17 +4,21 @@
  */
 import { EngineClientError } from './errors.js';
 import type { RequestStreamImpl } from './request-stream.js';
+import type { ServiceSample } from './service-rates.js';
 
 /**
  * One live request.
  * - `stream`: its sink/stream.
  * - `engineIndex`: the DP rank its ADD is sent to (the "recorded rank" of section 14.6); null between registration
  *   and selection (section 3 steps 2-3) and while a submit re-routes after a refused ADD.
+ * - `service`: its service-rate sample (service-rates.ts), set when its rank is reserved, so the dispatcher feeds a
+ *   batch's rows to it through this entry without looking the id up again (issue 9).
  */
 export interface RegistryEntry {
   readonly requestId: string;
   readonly stream: RequestStreamImpl;
   engineIndex: number | null;
+  service?: ServiceSample;
 }
 
 /** Section 2's registry. Sizes are request counts. */

@@ -21,6 +21,10 @@
  *
  * Memory: one entry per in-flight request (dropped at its terminal row or when the client releases it) and three
  * numbers per rank. Pure data structure: no I/O; the caller passes its monotonic clock (ms).
+ *
+ * Per-row cost (issue 9): `dispatched` returns the request's `ServiceSample`, which the engine client keeps on the
+ * request's registry entry, so a batch's rows reach their sample through the entry the batch router already looked
+ * up (`observeRow`) instead of one more map lookup of the request id per row.
  */
 import type { EngineOutputRow } from '../protocols/types.js';
 
@@ -43,12 +47,23 @@ export interface RankService {
   outputTokens: number | null;
 }
 
-interface Pending {
-  rank: number;
-  dispatchedMs: number;
-  promptTokens: number;
+/**
+ * One dispatched request's accounting (`ServiceRates.dispatched`): its rank, dispatch time (ms), prompt length
+ * (tokens), the time of its last row with tokens (ms, null before the first) and the tokens it produced so far.
+ * `live` turns false once the tracker has forgotten it (terminal row, `end`, `forget`, `clearPending`, a new
+ * dispatch of the same id): rows reaching a sample that is not live are ignored. Opaque to callers: they keep it and
+ * hand it back to `observeRow`.
+ */
+export interface ServiceSample {
+  readonly requestId: string;
+  readonly rank: number;
+  readonly dispatchedMs: number;
+  readonly promptTokens: number;
   lastRowMs: number | null;
   tokens: number;
+  live: boolean;
+  /** The rank's sums, looked up on the sample's first row. */
+  sums: RankSums | null;
 }
 
 interface RankSums {
@@ -60,56 +75,72 @@ interface RankSums {
 
 /** The tracker of one engine client (see the module comment). */
 export class ServiceRates {
-  private readonly pending = new Map<string, Pending>();
+  private readonly pending = new Map<string, ServiceSample>();
   private readonly ranks = new Map<number, RankSums>();
   /** Pooled prefill sums: Σ (TTFT − 1.5 ITL) ms and Σ uncached × ITL (ms·tokens / token). */
   private prefillMs = 0;
   private prefillItlTokens = 0;
 
-  /** A request was sent to `rank` at `nowMs` (ms) with a prompt of `promptTokens` tokens. */
-  dispatched(rank: number, requestId: string, promptTokens: number, nowMs: number): void {
-    this.pending.set(requestId, { rank, dispatchedMs: nowMs, promptTokens, lastRowMs: null, tokens: 0 });
+  /**
+   * A request was sent to `rank` at `nowMs` (ms) with a prompt of `promptTokens` tokens. Returns its sample, for
+   * `observeRow`; a sample of the same id still tracked (an ADD placed again after it reached no engine) is dropped.
+   */
+  dispatched(rank: number, requestId: string, promptTokens: number, nowMs: number): ServiceSample {
+    const old = this.pending.get(requestId);
+    if (old !== undefined) old.live = false;
+    const sample: ServiceSample = { requestId, rank, dispatchedMs: nowMs, promptTokens, lastRowMs: null, tokens: 0, live: true, sums: null };
+    this.pending.set(requestId, sample);
+    return sample;
   }
 
   /**
-   * One batch's rows from `rank`, received at `nowMs`: the first row of a request is a prefill sample, later rows
-   * ITL samples, a terminal row an output-length sample (and the end of the request's entry). Rows of requests
-   * this tracker did not see dispatched to `rank` are ignored.
+   * One row of the request `sample` stands for, in a batch from `rank` received at `nowMs` (ms): the first row
+   * with tokens is a prefill sample, later rows ITL samples, a terminal row an output-length sample (and the end of
+   * the sample). Ignored when the sample is no longer tracked or was dispatched to another rank.
+   */
+  observeRow(rank: number, sample: ServiceSample, out: EngineOutputRow, nowMs: number): void {
+    if (!sample.live || sample.rank !== rank) return;
+    const tokens = out.newTokenIds.length;
+    const sums = (sample.sums ??= this.sumsOf(rank));
+    if (sample.lastRowMs === null) {
+      if (tokens > 0) {
+        this.prefillSample(sums, sample, out, nowMs);
+        sample.lastRowMs = nowMs;
+      }
+    } else if (tokens > 0) {
+      sums.gapMs = sums.gapMs * ITL_DECAY + Math.max(0, nowMs - sample.lastRowMs);
+      sums.gapTokens = sums.gapTokens * ITL_DECAY + tokens;
+      sample.lastRowMs = nowMs;
+    }
+    sample.tokens += tokens;
+    if (out.finishReason !== null) {
+      this.drop(sample);
+      sums.outputs = sums.outputs * OUTPUT_DECAY + 1;
+      sums.outputTokens = sums.outputTokens * OUTPUT_DECAY + sample.tokens;
+    }
+  }
+
+  /**
+   * `observeRow` for every row of one batch from `rank`, each request's sample looked up by its id (for a caller
+   * that does not keep the samples). Rows of requests this tracker did not see dispatched to `rank` are ignored.
    */
   observe(rank: number, outputs: readonly EngineOutputRow[], nowMs: number): void {
     if (this.pending.size === 0) return;
-    let sums: RankSums | null = null; // one lookup per batch, not per row (issue 9)
     for (const out of outputs) {
-      const p = this.pending.get(out.requestId);
-      if (p === undefined || p.rank !== rank) continue;
-      const tokens = out.newTokenIds.length;
-      sums ??= this.sumsOf(rank);
-      if (p.lastRowMs === null) {
-        if (tokens > 0) {
-          this.prefillSample(rank, p, out, nowMs);
-          p.lastRowMs = nowMs;
-        }
-      } else if (tokens > 0) {
-        sums.gapMs = sums.gapMs * ITL_DECAY + Math.max(0, nowMs - p.lastRowMs);
-        sums.gapTokens = sums.gapTokens * ITL_DECAY + tokens;
-        p.lastRowMs = nowMs;
-      }
-      p.tokens += tokens;
-      if (out.finishReason !== null) {
-        this.pending.delete(out.requestId);
-        sums.outputs = sums.outputs * OUTPUT_DECAY + 1;
-        sums.outputTokens = sums.outputTokens * OUTPUT_DECAY + p.tokens;
-      }
+      const sample = this.pending.get(out.requestId);
+      if (sample !== undefined) this.observeRow(rank, sample, out, nowMs);
     }
   }
 
   /** A request left this client's in-flight sets (any retirement path): forget it. */
   end(requestId: string): void {
-    this.pending.delete(requestId);
+    const sample = this.pending.get(requestId);
+    if (sample !== undefined) this.drop(sample);
   }
 
   /** Every in-flight request is gone (fail_all, close). Rates are kept. */
   clearPending(): void {
+    for (const sample of this.pending.values()) sample.live = false;
     this.pending.clear();
   }
 
@@ -120,7 +151,7 @@ export class ServiceRates {
    */
   forget(rank: number): void {
     this.ranks.delete(rank);
-    for (const [id, p] of this.pending) if (p.rank === rank) this.pending.delete(id);
+    for (const sample of this.pending.values()) if (sample.rank === rank) this.drop(sample);
     if (this.ranks.size === 0) {
       this.prefillMs = 0;
       this.prefillItlTokens = 0;
@@ -144,9 +175,13 @@ export class ServiceRates {
     return this.pending.size;
   }
 
-  private prefillSample(rank: number, p: Pending, out: EngineOutputRow, nowMs: number): void {
-    const s = this.ranks.get(rank);
-    if (s === undefined || s.gapTokens <= 0) return; // no ITL yet: nothing to measure the prefill against
+  private drop(sample: ServiceSample): void {
+    sample.live = false;
+    if (this.pending.get(sample.requestId) === sample) this.pending.delete(sample.requestId);
+  }
+
+  private prefillSample(s: RankSums, p: ServiceSample, out: EngineOutputRow, nowMs: number): void {
+    if (s.gapTokens <= 0) return; // no ITL yet: nothing to measure the prefill against
     const itl = s.gapMs / s.gapTokens;
     const prompt = out.promptTokens ?? p.promptTokens;
     const uncached = Math.max(0, prompt - (out.cachedTokens ?? 0));

@@ -17,7 +17,8 @@ test('rows go to their live requests in batch order; terminal rows retire; unkno
   const a = { requestId: 'a', engineIndex: 0 };
   const b = { requestId: 'b', engineIndex: 0 };
   const plan = planBatch(batch(0, [row('a'), row('ghost'), row('b', 'stop'), row('a', 'length')]), lookupOf([a, b]));
-  assert.deepEqual(plan.deliveries.map((d) => [d.entry.requestId, d.terminal]), [['a', false], ['b', true], ['a', true]]);
+  assert.deepEqual(plan.entries.map((e, i) => [e.requestId, plan.rows[i]!.finishReason !== null]), [['a', false], ['b', true], ['a', true]]);
+  assert.deepEqual(plan.rows.map((r) => r.requestId), ['a', 'b', 'a'], 'rows[i] is the row of entries[i]');
   assert.deepEqual(plan.unknownRows, ['ghost']);
   assert.deepEqual([...plan.finished].sort(), ['a', 'b']);
   assert.deepEqual([...plan.heardFrom], [0]);
@@ -29,7 +30,8 @@ test('rows go to their live requests in batch order; terminal rows retire; unkno
 test('a row after its request\'s terminal row in the same batch is treated as unknown', () => {
   const a = { requestId: 'a', engineIndex: 1 };
   const plan = planBatch(batch(1, [row('a', 'stop'), row('a')]), lookupOf([a]));
-  assert.equal(plan.deliveries.length, 1);
+  assert.equal(plan.entries.length, 1);
+  assert.equal(plan.rows.length, 1);
   assert.deepEqual(plan.unknownRows, ['a']);
 });
 

@@ -93,3 +93,38 @@ test('output length per rank from terminal rows; every retirement path forgets t
   assert.equal(r.trackedRequests, 0);
   assert.equal(r.view(0).outputTokens, 10, 'rates outlive the requests');
 });
+
+test('observeRow: rows reach the sample dispatched returned (no id lookup); a forgotten, ended or re-dispatched sample takes nothing', () => {
+  const r = new ServiceRates();
+  const a = r.dispatched(0, 'a', 10, 0);
+  r.observeRow(0, a, out('a'), 5);
+  r.observeRow(0, a, out('a', 2), 25); // 20 ms for 2 tokens
+  assert.ok(near(r.view(0).itlMs, 10));
+  r.observeRow(1, a, out('a'), 30);
+  assert.equal(r.view(1).itlMs, null, "a row from another rank than the sample's is ignored");
+  r.observeRow(0, a, out('a', 1, { finish: true }), 35);
+  assert.equal(r.view(0).outputTokens, 4);
+  assert.equal(r.trackedRequests, 0, 'the terminal row ends the sample');
+  r.observeRow(0, a, out('a', 5, { finish: true }), 40);
+  assert.equal(r.view(0).outputTokens, 4, 'an ended sample takes no more rows');
+
+  const first = r.dispatched(0, 'b', 10, 0);
+  const again = r.dispatched(0, 'b', 10, 50); // placed again after its ADD reached no engine
+  assert.equal(r.trackedRequests, 1);
+  r.observeRow(0, first, out('b', 1, { finish: true }), 60);
+  assert.equal(r.view(0).outputTokens, 4, 'the replaced sample is not tracked any more');
+  assert.equal(r.trackedRequests, 1, 'and does not end the new one');
+  r.end('b');
+  r.observeRow(0, again, out('b', 1, { finish: true }), 70);
+  assert.equal(r.view(0).outputTokens, 4, 'end() drops the sample');
+
+  const c = r.dispatched(1, 'c', 10, 0);
+  r.forget(1);
+  r.observeRow(1, c, out('c'), 1);
+  r.observeRow(1, c, out('c'), 11);
+  assert.equal(r.view(1).itlMs, null, "a forgotten rank's samples take no rows");
+  const d = r.dispatched(0, 'd', 10, 0);
+  r.clearPending();
+  r.observeRow(0, d, out('d', 1, { finish: true }), 1);
+  assert.equal(r.view(0).outputTokens, 4, 'clearPending drops every sample');
+});
