@@ -6,7 +6,7 @@
  * sink would let one slow consumer stall every other request and, through back-pressure, the engine); memory per
  * request is bounded by its token limit.
  */
-import type { EngineOutput, EngineOutputRow } from '../protocols/types.js';
+import type { EngineOutput, EngineOutputBase, EngineOutputRow } from '../protocols/types.js';
 import type { DeliveryQueue, DeliveryTarget } from './delivery-queue.js';
 import { streamClosedError } from './errors.js';
 
@@ -34,6 +34,26 @@ export interface RequestStream extends AsyncIterable<EngineOutput> {
    * `listen`) iterates instead: server/output-listener.ts `listenToStream` does either.
    */
   listen?(listener: OutputListener): void;
+  /**
+   * Optional row-level push mode (issue 9, the router of `--workers N`): every row goes to `sink` synchronously,
+   * inside the dispatcher's step for its batch, with the stream's token counts after it; no `EngineOutput` and no
+   * delivery-queue hand-off per row. Items already buffered are handed over at once, before `listenRows` returns.
+   * After a terminal row, `error` or `cancel()`, nothing more is handed. One consumer only, as for `listen`.
+   */
+  listenRows?(sink: RowSink): void;
+}
+
+/**
+ * The consumer of `RequestStream.listenRows`. `row` gets every row in order (the last one terminal) with the
+ * request's counts after it (tokens: the last reported prompt length, the completion count, the last reported
+ * prefix-cache hits; filled as for `EngineOutput`); `error` the failure that ends the stream instead (at most once,
+ * never after a terminal row). Both run inside the engine client's synchronous batch step, so they must not throw
+ * (a throw is reported as a process warning and cancels the stream), must not await, and must touch no routing
+ * state: they only record the row (the router appends it to a front's message).
+ */
+export interface RowSink {
+  row(row: EngineOutputBase, promptTokens: number, completionTokens: number, cachedTokens: number): void;
+  error(error: Error): void;
 }
 
 /**
@@ -99,6 +119,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   private listener: OutputListener | null = null;
   /** Outputs still queued for the listener are dropped (the client aborted the request). */
   private discardQueued = false;
+  /** The row-level consumer (`listenRows`), or null. */
+  private rowSink: RowSink | null = null;
 
   /**
    * @param requestId the engine request id.
@@ -140,6 +162,12 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     this.completionTokens = row.completionTokens ?? this.completionTokens + row.newTokenIds.length;
     if (row.promptTokens !== null) this.promptTokens = row.promptTokens;
     if (row.cachedTokens !== null) this.cachedTokens = row.cachedTokens;
+    if (this.rowSink !== null) {
+      // Row mode: handed now, in the dispatcher's step (no output object, no queue).
+      if (row.finishReason !== null) this.markSinkDone();
+      this.handRow(row, this.promptTokens, this.completionTokens, this.cachedTokens);
+      return true;
+    }
     // A literal of fixed shape, not a spread of the row: one hidden class on the per-token path (issue 9). Every
     // field of `EngineOutputBase` is copied here: a field added there must be added here too.
     const output: EngineOutput = {
@@ -205,7 +233,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    * Throws Error when the stream already has a listener or an iterator is waiting on it (one consumer only).
    */
   listen(listener: OutputListener): void {
-    if (this.listener !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    if (this.listener !== null || this.rowSink !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
     this.listener = listener;
     if (this.consumerDone) return;
     const buffered = this.queue.slice(this.head);
@@ -217,9 +245,27 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     }
   }
 
+  /**
+   * Row mode (see `RequestStream.listenRows`): buffered items go to `sink` now, later rows as they are delivered.
+   * Throws Error when the stream already has a consumer.
+   */
+  listenRows(sink: RowSink): void {
+    if (this.listener !== null || this.rowSink !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    this.rowSink = sink;
+    if (this.consumerDone) return;
+    const buffered = this.queue.slice(this.head);
+    this.queue.length = 0;
+    this.head = 0;
+    for (const item of buffered) {
+      if (this.consumerDone) return;
+      if (item instanceof Error) this.handRowError(item);
+      else this.handRow(item, item.promptTokens, item.completionTokens, item.cachedTokens);
+    }
+  }
+
   /** The stream is its own (single-consumer) iterator. */
   [Symbol.asyncIterator](): AsyncIterator<EngineOutput> {
-    if (this.listener !== null) throw new Error(`request ${this.requestId}: a listened stream cannot be iterated`);
+    if (this.listener !== null || this.rowSink !== null) throw new Error(`request ${this.requestId}: a listened stream cannot be iterated`);
     return this;
   }
 
@@ -262,6 +308,11 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
 
   private push(item: Item): void {
     if (this.consumerDone) return;
+    if (this.rowSink !== null) {
+      // Row mode hands rows in `deliver`; what reaches here is the error that ends the stream.
+      if (item instanceof Error) this.handRowError(item);
+      return;
+    }
     if (this.listener !== null) {
       if (this.delivery !== null) this.delivery.push(this, item);
       else this.hand(item);
@@ -289,6 +340,29 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
       process.emitWarning(`a RequestStream listener of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
       this.cancel();
     }
+  }
+
+  /** Give one row to the row sink (nothing once the consumer is gone); a sink that throws: warn, cancel. */
+  private handRow(row: EngineOutputBase, promptTokens: number, completionTokens: number, cachedTokens: number): void {
+    if (this.consumerDone) return;
+    try {
+      this.rowSink!.row(row, promptTokens, completionTokens, cachedTokens);
+    } catch (err) {
+      this.sinkThrew(err);
+    }
+  }
+
+  private handRowError(error: Error): void {
+    try {
+      this.rowSink!.error(error);
+    } catch (err) {
+      this.sinkThrew(err);
+    }
+  }
+
+  private sinkThrew(err: unknown): void {
+    process.emitWarning(`a RequestStream row sink of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    this.cancel();
   }
 
   private markSinkDone(): void {

@@ -90,6 +90,9 @@ export interface WireOutput {
   topLogprobs?: TokenCandidate[][];
 }
 
+/** The per-row fields of an OUT record (an engine row has them; the counts are the request stream's). */
+export type WireRow = Pick<WireOutput, 'newTokenIds' | 'finishReason' | 'logprobs' | 'stopReason' | 'topLogprobs'>;
+
 /** Records a front sends. `handle` is front-local (an integer ≥ 0), one per engine request. */
 export type UpRecord =
   | { tag: typeof Tag.HELLO; frontId: number }
@@ -212,6 +215,14 @@ export class DownMessage {
    * token id that is not an integer in 0..2^32−1.
    */
   out(handle: number, o: WireOutput): void {
+    this.outRow(handle, o, o.promptTokens, o.completionTokens, o.cachedTokens);
+  }
+
+  /**
+   * `out` from an engine row and the request's counts after it (tokens; the router's row sink, request-stream.ts
+   * `RowSink`): the same record, with no output object built for it.
+   */
+  outRow(handle: number, o: WireRow, promptTokens: number, completionTokens: number, cachedTokens: number): void {
     const start = this.pos;
     try {
       const ids = o.newTokenIds;
@@ -225,9 +236,9 @@ export class DownMessage {
       this.listHeader(ids.length);
       for (let i = 0; i < ids.length; i++) this.uint(ids[i]!);
       this.uint(finishCode(o.finishReason));
-      this.uint(o.promptTokens);
-      this.uint(o.completionTokens);
-      this.uint(o.cachedTokens);
+      this.uint(promptTokens);
+      this.uint(completionTokens);
+      this.uint(cachedTokens);
       this.listHeader(lp.length);
       const view = this.view;
       for (let i = 0; i < lp.length; i++) {

@@ -316,13 +316,28 @@ export class RouterService {
   }
 
   /**
-   * Forward one request's outputs to its front until the terminal one, a failure, or a cancel: through the stream's
-   * synchronous push mode when it has one (`listen`, issue 9's per-token path: no promise per output), else by
-   * iterating it.
+   * Forward one request's outputs to its front until the terminal one, a failure, or a cancel. Through the stream's
+   * row mode when it has one (`listenRows`, issue 9: each row is written into this turn's message for the front
+   * inside the engine client's batch step, straight from the decoded row; no output object, no delivery queue), else
+   * its push mode (`listen`: no promise per output), else by iterating it.
    */
   private pump(s: FrontSession, handle: number, stream: RequestStream): void {
     const outbox = this.outbox;
     const lane = s.lane;
+    if (stream.listenRows !== undefined) {
+      stream.listenRows({
+        row: (row, promptTokens, completionTokens, cachedTokens) => {
+          if (row.finishReason !== null) this.forget(s, handle, stream);
+          if (s.dropped || lane.closed) return;
+          outbox.message(lane).outRow(handle, row, promptTokens, completionTokens, cachedTokens);
+        },
+        error: (err) => {
+          this.forget(s, handle, stream);
+          if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
+        },
+      });
+      return;
+    }
     const onOutput = (o: EngineOutput): boolean => {
       if (s.dropped) return true;
       // Straight into this turn's message for the front (no record object): the codec writes the fields it sends.
@@ -332,9 +347,7 @@ export class RouterService {
     const onError = (err: unknown): void => {
       if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
     };
-    const forget = (): void => {
-      if (s.streams.get(handle) === stream) s.streams.delete(handle);
-    };
+    const forget = (): void => this.forget(s, handle, stream);
     if (stream.listen !== undefined) {
       stream.listen({
         output: (o) => {
@@ -361,6 +374,11 @@ export class RouterService {
         forget();
       }
     })();
+  }
+
+  /** `handle` of `s` is done with `stream` (terminal output, failure). */
+  private forget(s: FrontSession, handle: number, stream: RequestStream): void {
+    if (s.streams.get(handle) === stream) s.streams.delete(handle);
   }
 
   private call(s: FrontSession, callId: number, method: string, args: unknown): void {
