@@ -229,12 +229,13 @@ export function pacedTable(figures: readonly ScenarioFigures[]): string {
       cell(f.unitsPerSecond, 0),
       num(f.gatewayCores.median, 2),
       cell(f.gatewayPerUnit),
+      f.workers > 1 ? pair(f.routingPerUnit, f.frontsPerUnit, 1) : '-',
       pair(f.ttftP50, f.ttftP99, 0),
       pair(f.itlP50, f.itlP99, 0),
       `${cell(f.loopP50, 1)} / ${cell(f.loopP99, 0)} / ${cell(f.loopMax, 0)}`,
       String(f.errors),
     ]);
-  return markdownTable(['scenario', 'workers', 'tokens/s', 'gateway cores', 'gateway µs/token', 'TTFT p50 / p99 ms', 'ITL p50 / p99 ms', 'loop delay p50 / p99 / max ms', 'errors'], rows);
+  return markdownTable(['scenario', 'workers', 'tokens/s', 'gateway cores', 'gateway µs/token', 'routing / fronts µs/token', 'TTFT p50 / p99 ms', 'ITL p50 / p99 ms', 'loop delay p50 / p99 / max ms', 'errors'], rows);
 }
 
 /** The floors table. */
