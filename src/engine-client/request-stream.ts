@@ -233,12 +233,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    * Throws Error when the stream already has a listener or an iterator is waiting on it (one consumer only).
    */
   listen(listener: OutputListener): void {
-    if (this.listener !== null || this.rowSink !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    const buffered = this.claimBuffered();
     this.listener = listener;
-    if (this.consumerDone) return;
-    const buffered = this.queue.slice(this.head);
-    this.queue.length = 0;
-    this.head = 0;
     for (const item of buffered) {
       if (this.consumerDone) return;
       this.hand(item);
@@ -250,17 +246,25 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    * Throws Error when the stream already has a consumer.
    */
   listenRows(sink: RowSink): void {
-    if (this.listener !== null || this.rowSink !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    const buffered = this.claimBuffered();
     this.rowSink = sink;
-    if (this.consumerDone) return;
-    const buffered = this.queue.slice(this.head);
-    this.queue.length = 0;
-    this.head = 0;
     for (const item of buffered) {
       if (this.consumerDone) return;
       if (item instanceof Error) this.handRowError(item);
       else this.handRow(item, item.promptTokens, item.completionTokens, item.cachedTokens);
     }
+  }
+
+  /**
+   * For a push-mode consumer taking over: throws Error when the stream already has a consumer (a listener, a row
+   * sink, or an iterator waiting on it); else empties the buffer and returns what it held (nothing once cancelled).
+   */
+  private claimBuffered(): Item[] {
+    if (this.listener !== null || this.rowSink !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    const buffered = this.queue.slice(this.head);
+    this.queue.length = 0;
+    this.head = 0;
+    return buffered;
   }
 
   /** The stream is its own (single-consumer) iterator. */
