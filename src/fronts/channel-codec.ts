@@ -196,8 +196,10 @@ export class DownMessage {
 
   /** `capacity`: the initial buffer size in bytes (grows by doubling). */
   constructor(capacity = 1024) {
-    this.buf = new Uint8Array(Math.max(64, capacity));
-    this.view = new DataView(this.buf.buffer);
+    // Not zeroed, and small ones are slices of Node's shared pool: every byte sent is written first (`finish` sends
+    // only the bytes up to the end of the last record), and nothing is written after `finish`.
+    this.buf = Buffer.allocUnsafe(Math.max(64, capacity));
+    this.view = viewOf(this.buf);
   }
 
   /** Records appended so far. */
@@ -276,7 +278,7 @@ export class DownMessage {
   private ensure(n: number): void {
     if (this.pos + n <= this.buf.length) return;
     this.buf = grownBuffer(this.buf, this.pos, n);
-    this.view = new DataView(this.buf.buffer);
+    this.view = viewOf(this.buf);
   }
 
   private raw(bytes: Uint8Array): void {
@@ -317,6 +319,11 @@ export class DownMessage {
       this.pos += 5;
     }
   }
+}
+
+/** A DataView over exactly `buf`'s bytes (a pooled Buffer starts at an offset of its ArrayBuffer). */
+function viewOf(buf: Uint8Array): DataView {
+  return new DataView(buf.buffer, buf.byteOffset, buf.byteLength);
 }
 
 /** Encode the router's records for one front as one message (see `DownMessage`). */
