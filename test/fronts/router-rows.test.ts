@@ -12,7 +12,7 @@ import { FrontChannel, RemoteBackend } from '../../src/fronts/remote-backend.js'
 import { RouterService } from '../../src/fronts/router-service.js';
 import { RequestType, type EngineOutput } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
-import { freshDir } from '../helpers/async.js';
+import { freshDir, waitFor } from '../helpers/async.js';
 import { batch, req, row, setup, type FakeLink } from '../engine-client/fakes.js';
 import type { EngineClient } from '../../src/engine-client/client.js';
 
@@ -23,13 +23,7 @@ let link: FakeLink;
 let service: RouterService;
 let front: FrontChannel;
 
-const until = async (cond: () => boolean, what: string): Promise<void> => {
-  const deadline = Date.now() + 5000;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-};
+const until = (cond: () => boolean, what: string): Promise<void> => waitFor(cond, what, 5000);
 
 /** Read `stream` into `outputs` / `error` as it goes. */
 function collect(stream: AsyncIterable<EngineOutput>): { outputs: EngineOutput[]; error: unknown; done: boolean } {
