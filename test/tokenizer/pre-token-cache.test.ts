@@ -4,7 +4,7 @@ import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import { cacheByteLevelWords, PRE_TOKEN_CACHE_MAX_WORD_LENGTH } from '../../src/tokenizer/pre-token-cache.js';
+import { cacheByteLevelWords, flattenSequencePreTokenizer, PRE_TOKEN_CACHE_MAX_WORD_LENGTH } from '../../src/tokenizer/pre-token-cache.js';
 import { qwen3 } from './fixtures.js';
 import { prng } from '../helpers/prng.js';
 
@@ -74,5 +74,33 @@ describe('byte-level pre-token cache', () => {
   test('a tokenizer without a word-fed byte-level step is left alone', () => {
     assert.equal(cacheByteLevelWords({ pre_tokenizer: null }), 0);
     assert.equal(cacheByteLevelWords({ pre_tokenizer: { tokenizers: [] } }), 0);
+  });
+});
+
+describe('flattened Sequence pre-tokenizer', () => {
+  test('Qwen3 with the flattened Sequence (and without the word cache) encodes every text to the library ids', () => {
+    const flat = uncachedQwen3();
+    assert.equal(flattenSequencePreTokenizer(flat), true);
+    const raw = uncachedQwen3();
+    for (const text of corpus()) {
+      assert.deepEqual(flat.encode(text, { add_special_tokens: false }).ids, raw.encode(text, { add_special_tokens: false }).ids, JSON.stringify(text.slice(0, 40)));
+      assert.deepEqual(flat.encode(text, { add_special_tokens: true }).ids, raw.encode(text, { add_special_tokens: true }).ids);
+    }
+    // Called with a list of texts, the original path runs (same pre-tokens as the library's).
+    const seq = flat.pre_tokenizer as (t: string | string[], o?: unknown) => string[];
+    const rawSeq = raw.pre_tokenizer as (t: string | string[], o?: unknown) => string[];
+    assert.deepEqual(seq(['Hello world', ' again']), rawSeq(['Hello world', ' again']));
+    assert.deepEqual(seq('Hello world'), rawSeq('Hello world'));
+  });
+
+  test('GatewayTokenizer installs it on its Qwen3 Sequence (an own _call on the pre-tokenizer)', async () => {
+    const tok = await qwen3();
+    const inner = (tok as unknown as { inner: { pre_tokenizer: object } }).inner;
+    assert.ok(Object.hasOwn(inner.pre_tokenizer, '_call'), 'the Sequence has the flattened call path');
+  });
+
+  test('anything but a Sequence of library steps is left alone', () => {
+    assert.equal(flattenSequencePreTokenizer({ pre_tokenizer: null }), false);
+    assert.equal(flattenSequencePreTokenizer({ pre_tokenizer: { tokenizers: [] } }), false);
   });
 });
