@@ -274,6 +274,23 @@ describe('data path', () => {
     }
   });
 
+  test('sends queued in one event-loop turn reach the socket together at the end of the turn, in order', async () => {
+    const { link, dialers } = await connected([0]);
+    // Reaches into the link on purpose: what is asserted is when the sends leave the per-rank queues.
+    const queued = () => (link as unknown as { sendQueues: { size: number } }).sendQueues.size;
+    const sends = [1, 2, 3].map((i) => link.send(id(0), RequestType.ADD, Uint8Array.of(i)));
+    // Plenty of microtask hops (a send that starts at once completes within a few): still queued in this turn.
+    for (let i = 0; i < 50; i++) await Promise.resolve();
+    assert.equal(queued(), 3, 'nothing left the queues during the turn the sends were queued in');
+    await hangGuard(Promise.all(sends), GUARD_MS, 'sends');
+    assert.equal(queued(), 0);
+    const it = dialers[0]!.requests()[Symbol.asyncIterator]();
+    for (const i of [1, 2, 3]) {
+      const r = await hangGuard(it.next(), GUARD_MS, `request ${i}`);
+      assert.deepEqual([...r.value.payload], [i]);
+    }
+  });
+
   test('outputs() yields pushed frames (aux frames kept), ENGINE_CORE_DEAD as dead, and keeps reading after it', async () => {
     const { link, dialers } = await connected([0]);
     const [d0] = dialers;
