@@ -103,6 +103,23 @@ export interface SubmitOptions {
   signal?: AbortSignal;
 }
 
+/**
+ * The part of `AbortSignal` a submit uses: `aborted`, `reason`, and one `abort` listener added and later removed. An
+ * `AbortSignal` is one; so is the HTTP layer's lighter per-request signal (server/disconnect.ts `DisconnectSignal`).
+ */
+export interface CancelSignal {
+  readonly aborted: boolean;
+  readonly reason: unknown;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
+/** `SubmitOptions` with any {@link CancelSignal} (what `EngineClient.submit` and the server's backends accept). */
+export interface CancellableSubmitOptions {
+  dpRank?: number;
+  signal?: CancelSignal;
+}
+
 /** Events emitted by `EngineClient` (a typed node:events EventEmitter). */
 export interface EngineClientEvents {
   /** The group failed as a unit (its requests got `error`); emitted per group-scope failure. */
@@ -113,7 +130,7 @@ export interface EngineClientEvents {
   joined: [engine: ConnectedEngine, rejoin: boolean];
 }
 
-function abortReason(signal: AbortSignal): unknown {
+function abortReason(signal: CancelSignal): unknown {
   return signal.reason ?? new DOMException('The operation was aborted', 'AbortError');
 }
 
@@ -304,7 +321,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * while a send is pending (the ABORT is sent in that case). If the request failed while its ADD was queued (its rank
    * died or stalled), the stream is returned and yields that error.
    */
-  async submit(request: GenerateRequest, options: SubmitOptions = {}): Promise<RequestStream> {
+  async submit(request: GenerateRequest, options: CancellableSubmitOptions = {}): Promise<RequestStream> {
     const { dpRank, signal } = options;
     if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
@@ -383,7 +400,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * ADD reached no engine (a timeout or EHOSTUNREACH: the rank is dead), its engine-dead error; returns (request off
    * the dead rank, nothing rolled back) only when `retryable` and the request may be placed on another rank.
    */
-  private addFailed(entry: RegistryEntry, slot: RankSlot, retryable: boolean, err: unknown, signal: AbortSignal | undefined): void {
+  private addFailed(entry: RegistryEntry, slot: RankSlot, retryable: boolean, err: unknown, signal: CancelSignal | undefined): void {
     const id = entry.requestId;
     const what = `sending request ${JSON.stringify(id)} to DP rank ${slot.index}`;
     if (this.registry.closed) throw this.clientClosedError();

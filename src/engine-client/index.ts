@@ -9,6 +9,8 @@ export {
   PROBE_SCHEDULE_MS,
   type EngineClientOptions,
   type SubmitOptions,
+  type CancelSignal,
+  type CancellableSubmitOptions,
   type EngineClientEvents,
 } from './client.js';
 export type { RankState, ClientStats, GroupStatus } from './reports.js';

@@ -5,7 +5,7 @@
  * only; the one runtime import of engine-client/ in server/ is the pure `fleetScorer` of policy.ts (groups.ts scores
  * groups with the same function the client's `load` policy scores ranks with).
  */
-import type { ClientStats, GroupStatus, RankState, SubmitOptions } from '../engine-client/client.js';
+import type { CancellableSubmitOptions, ClientStats, GroupStatus, RankState } from '../engine-client/client.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import type { RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest } from '../protocols/types.js';
@@ -53,7 +53,7 @@ export interface GenerationBackend {
   isAlive(): boolean;
   canServe(): boolean;
   status(): BackendStatus;
-  submit(request: GenerateRequest, options?: SubmitOptions): Promise<BackendStream>;
+  submit(request: GenerateRequest, options?: CancellableSubmitOptions): Promise<BackendStream>;
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
   /**

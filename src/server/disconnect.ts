@@ -27,6 +27,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http';
 import { Socket } from 'node:net';
+import type { CancelSignal } from '../engine-client/client.js';
 
 /** Delays (ms after the client's FIN) of the probe writes sent while the response is unfinished. */
 export const PROBE_DELAYS_MS: readonly number[] = Object.freeze([0, 100, 1_000, 10_000]);
@@ -79,10 +80,63 @@ export function onSocketClose(socket: WatchedSocket, onClose: () => void): () =>
   };
 }
 
+/**
+ * A one-shot cancellation signal with the part of `AbortSignal` the engine clients use (`CancelSignal`: `aborted`,
+ * `reason`, `abort` listeners added and removed), without an `EventTarget`. Why (issue 9, CPU per request): an
+ * `AbortController`'s signal took ~3.4 µs to create and ~1.3 µs per listener added and removed on Node 20 (measured
+ * on the shared 2-core dev box), three listeners per request, against ~0.15 µs for the three here.
+ *
+ * As with `AbortSignal`: `abort()` sets `aborted` and `reason` (default a `DOMException` named `AbortError`) and calls
+ * every listener once, in the order added (a listener added twice is called once); later `abort()` calls do
+ * nothing; a listener added after the abort is never called. A listener that throws does not stop the others; its
+ * error is rethrown on a later tick (uncaught, as an `EventTarget` reports it).
+ */
+export class DisconnectSignal implements CancelSignal {
+  private isAborted = false;
+  private abortReason: unknown = undefined;
+  private listeners: (() => void)[] = [];
+
+  get aborted(): boolean {
+    return this.isAborted;
+  }
+
+  get reason(): unknown {
+    return this.abortReason;
+  }
+
+  /** Adds `listener` for `abort` (the only event; every listener is called at most once, so `once` changes nothing). */
+  addEventListener(_type: 'abort', listener: () => void, _options?: { once?: boolean }): void {
+    if (!this.isAborted && !this.listeners.includes(listener)) this.listeners.push(listener);
+  }
+
+  removeEventListener(_type: 'abort', listener: () => void): void {
+    const at = this.listeners.indexOf(listener);
+    if (at >= 0) this.listeners.splice(at, 1);
+  }
+
+  /** Aborts once (see the class comment). */
+  abort(reason: unknown = new DOMException('This operation was aborted', 'AbortError')): void {
+    if (this.isAborted) return;
+    this.isAborted = true;
+    this.abortReason = reason;
+    const listeners = this.listeners;
+    this.listeners = [];
+    for (const listener of listeners) {
+      try {
+        listener();
+      } catch (error) {
+        process.nextTick(() => {
+          throw error;
+        });
+      }
+    }
+  }
+}
+
 /** A request's disconnect watch: `signal` aborts when the client went away; `dispose()` stops watching. */
 export interface DisconnectWatch {
   /** Aborted (once) when the connection closed before `response` finished. */
-  readonly signal: AbortSignal;
+  readonly signal: DisconnectSignal;
   /**
    * Replace the probe written after a client FIN (see the module comment); the default writes `100 Continue` while
    * the response has not started and nothing afterwards.
@@ -99,9 +153,9 @@ export interface DisconnectWatch {
  * that is already destroyed aborts at once.
  */
 export function watchClientDisconnect(request: IncomingMessage, response: ServerResponse): DisconnectWatch {
-  const controller = new AbortController();
+  const signal = new DisconnectSignal();
   const onClose = () => {
-    if (!response.writableFinished && !controller.signal.aborted) controller.abort();
+    if (!response.writableFinished && !signal.aborted) signal.abort();
   };
   response.on('close', onClose);
   const socket = request.socket as WatchedSocket | null | undefined;
@@ -116,7 +170,7 @@ export function watchClientDisconnect(request: IncomingMessage, response: Server
     if (timers.length > 0) return;
     for (const delay of PROBE_DELAYS_MS) {
       const t = setTimeout(() => {
-        if (!response.writableFinished && !controller.signal.aborted && socket?.destroyed !== true) probe();
+        if (!response.writableFinished && !signal.aborted && socket?.destroyed !== true) probe();
       }, delay);
       t.unref();
       timers.push(t);
@@ -141,7 +195,7 @@ export function watchClientDisconnect(request: IncomingMessage, response: Server
   }
   let disposed = false;
   return {
-    signal: controller.signal,
+    signal,
     setProbe(next) {
       probe = next;
     },
