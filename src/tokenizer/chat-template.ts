@@ -8,7 +8,7 @@
  * `chat_template.json` holding `{ "chat_template": ... }`); those are used when the config has none.
  */
 import { setFlagsFromString } from 'node:v8';
-import { Template } from '@huggingface/jinja';
+import { Environment, Template } from '@huggingface/jinja';
 import { ChatTemplateError } from './errors.js';
 import type { JsonObject, WarningSink } from './model-files.js';
 
@@ -32,6 +32,38 @@ export const POLYMORPHIC_MAP_COUNT = 16;
  */
 export function tuneV8ForChatTemplates(): void {
   setFlagsFromString(`--max-valid-polymorphic-map-count=${POLYMORPHIC_MAP_COUNT}`);
+}
+
+/** The part of `@huggingface/jinja`'s `Environment` that variable lookup walks (its scope chain). */
+interface Scope {
+  parent?: Scope;
+  variables: Map<string, unknown>;
+  lookupVariable(name: string): unknown;
+}
+
+const scopePrototype = Environment.prototype as unknown as Scope;
+/** The library's own lookup, kept for the equivalence test. */
+export const LIBRARY_LOOKUP_VARIABLE: (this: Scope, name: string) => unknown = scopePrototype.lookupVariable;
+
+/**
+ * Variable lookup without an exception for an undefined name (issue 9, CPU per request). `@huggingface/jinja`
+ * 0.5.11's `Environment.lookupVariable` calls `resolve`, which walks the scope chain and throws `Unknown variable`
+ * when no scope declares the name; the lookup catches that and returns an `UndefinedValue`. Templates probe
+ * undefined names all the time (`tools`, `enable_thinking is defined`): ~1–2 µs per probe even with stack capture
+ * off. This walks the same chain and returns the same values: the value of the nearest scope that declares the name
+ * (an `UndefinedValue` when that value is `undefined`), else an `UndefinedValue`. The library has no subclass of
+ * `Environment` that changes `resolve`, so the result is the same for every scope. Process-wide; idempotent.
+ */
+export function installNonThrowingLookup(): void {
+  if (scopePrototype.lookupVariable !== LIBRARY_LOOKUP_VARIABLE) return;
+  // The library does not export UndefinedValue; a lookup of a name no scope declares returns one.
+  const UndefinedValue = (LIBRARY_LOOKUP_VARIABLE.call(new Environment() as unknown as Scope, '\u0000') as object).constructor as new () => unknown;
+  scopePrototype.lookupVariable = function lookupVariable(this: Scope, name: string): unknown {
+    for (let scope: Scope | undefined = this; scope !== undefined; scope = scope.parent) {
+      if (scope.variables.has(name)) return scope.variables.get(name) ?? new UndefinedValue();
+    }
+    return new UndefinedValue();
+  };
 }
 
 /** The identifier `raise_exception` is renamed to inside parsed templates so our own function is the one called. */
@@ -96,6 +128,7 @@ class LazyTemplate {
         });
       }
       renameRaiseException(template.parsed, new Set());
+      installNonThrowingLookup();
       this.parsed = template;
     }
     return this.parsed;
