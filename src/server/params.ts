@@ -33,12 +33,14 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   web_search_options: isNull,
 };
 
+const UNSUPPORTED_ENTRIES = Object.entries(UNSUPPORTED);
+
 /**
  * Refuse every not-yet-served parameter that carries a value other than its no-op default.
  * Throws `ApiError` 400 (`code: 'unsupported_parameter'`, `param` = the parameter's name).
  */
 export function rejectUnsupported(body: Record<string, unknown>): void {
-  for (const [name, isNoOp] of Object.entries(UNSUPPORTED)) {
+  for (const [name, isNoOp] of UNSUPPORTED_ENTRIES) {
     if (name in body && !isNoOp(body[name])) {
       throw badRequest(`parameter '${name}' is not supported by this gateway yet (got ${quoteValue(body[name])})`, name, 'unsupported_parameter');
     }

@@ -6,7 +6,7 @@
  * (gateway.md 13; disconnect.ts).
  */
 import { randomUUID } from 'node:crypto';
-import type { FastifyReply, FastifyRequest } from 'fastify';
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
 import { createDetokenizer } from '../tokenizer/detokenizer.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
@@ -244,6 +244,15 @@ export function parseN(n: number | null | undefined): number {
   return n;
 }
 
+/**
+ * Whether `log` writes lines of `level` (pino's `isLevelEnabled`; a logger without it is taken to write them), so a
+ * line's fields are only gathered when it is written.
+ */
+function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info' | 'warn'): boolean {
+  const check = (log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled;
+  return typeof check !== 'function' || check.call(log, level);
+}
+
 /** A duration in ms rounded to 0.1 ms for the access log; null stays null. */
 function roundMs(ms: number | null): number | null {
   return ms === null ? null : Math.round(ms * 10) / 10;
@@ -344,7 +353,8 @@ export async function handleGeneration<B extends CommonBodyT>(
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
   const requested = parseStructuredOutput(body as StructuredOutputFields);
-  const dpRank = parseDpRankHeader(request.headers[DP_RANK_HEADER], ctx.router.validRanks());
+  const pinHeader = request.headers[DP_RANK_HEADER];
+  const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.router.validRanks());
   const pinned = ctx.router.candidates(dpRank);
   const widestOf = (gs: readonly BackendGroup[]) => gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   const prepared = await prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), { constrained: requested !== null });
@@ -448,6 +458,8 @@ export async function serveGeneration(
   let engineIndexes: (number | null)[] = [];
   /** The one access-log line of the request (issue #13 part 3), at its terminal outcome. */
   const accessLog = (status: number, outcome: RequestOutcome, error?: string) => {
+    // The line is built only for a level that is logged (the default `info` logs it; `--log-level warn` only failures).
+    if (!levelEnabled(request.log, error !== undefined ? 'warn' : 'info')) return;
     const line = {
       requestId,
       endpoint: shape.endpoint,
@@ -527,10 +539,9 @@ export async function serveGeneration(
       if (rank !== undefined) ctx.rankStats.recordDispatch(group.worker, rank.engineIndex, submittedAt);
       trackers.push(new LatencyTracker(trackers.length === 0 ? metrics : null, shape.endpoint, startedAt, ctx.now, rank));
     }
-    request.log.debug(
-      { requestId, worker: group.worker, engineIndexes, n, promptTokens: prepared.promptTokenIds.length },
-      'submitted',
-    );
+    if (levelEnabled(request.log, 'debug')) {
+      request.log.debug({ requestId, worker: group.worker, engineIndexes, n, promptTokens: prepared.promptTokenIds.length }, 'submitted');
+    }
     // Ids whose text is dropped when they end a choice: the request's stop ids and EOS, not converted stop strings.
     const converted = new Set(prepared.convertedStopIds ?? []);
     const stopTokenIds = new Set([...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)));
