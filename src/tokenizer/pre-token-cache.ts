@@ -34,13 +34,6 @@ interface WithPreTokenizer {
 const exported = hf as unknown as Record<string, unknown>;
 const ByteLevelClass = exported.ByteLevelPreTokenizer as abstract new (...args: never[]) => ByteLevelStep;
 const SequenceClass = exported.SequencePreTokenizer as abstract new (...args: never[]) => { tokenizers: unknown[] };
-const PreTokenizerClass = exported.PreTokenizer as abstract new (...args: never[]) => PreTokenizerStep;
-
-/** The part of the library's `PreTokenizer` base class used here. */
-interface PreTokenizerStep {
-  pre_tokenize(text: string | string[], options?: unknown): string[];
-  pre_tokenize_text(text: string, options?: unknown): string[];
-}
 
 /** The word-fed byte-level steps of a pre-tokenizer (itself, or the members of a `Sequence`). */
 function wordFedByteLevelSteps(preTokenizer: unknown): ByteLevelStep[] {
@@ -75,42 +68,3 @@ export function cacheByteLevelWords(tokenizer: WithPreTokenizer, capacity = PRE_
   return steps.length;
 }
 
-/**
- * Replaces the call path of a `Sequence` pre-tokenizer by a plain loop (issue 9: CPU per request). The library's
- * `Sequence` feeds the pieces through each step with `reduce`, and every step's `pre_tokenize` maps the pieces to
- * arrays and joins them with `Array.prototype.flat()`, then the call itself flattens once more; for Qwen3's
- * `Split` + `ByteLevel` that took ~7 of ~26 µs of `encode` for a short chat prompt (measured on the shared 2-core dev
- * box), against ~2 µs for this loop. The loop does what those calls do, in the same order: every step's
- * `pre_tokenize_text` on every piece the previous step produced, the results concatenated (`flat()` to depth 1 of
- * arrays of strings), the same `options` passed on; so the pre-tokens, and the ids, are the same.
- *
- * Installed only when the pre-tokenizer is a `Sequence` whose steps all keep the base class's `pre_tokenize` (the
- * library's own steps do; a step with its own would be skipped by the loop). Installs an own `_call` (what the
- * tokenizer invokes through the callable object) that takes this path for a single text and the original otherwise.
- * @returns whether the fast path was installed.
- */
-export function flattenSequencePreTokenizer(tokenizer: WithPreTokenizer): boolean {
-  if (typeof SequenceClass !== 'function' || typeof PreTokenizerClass !== 'function') return false;
-  const seq = tokenizer.pre_tokenizer;
-  if (!(seq instanceof SequenceClass)) return false;
-  const basePreTokenize = PreTokenizerClass.prototype.pre_tokenize;
-  const steps = seq.tokenizers;
-  if (!steps.every((s) => s === null || s === undefined || (s instanceof PreTokenizerClass && s.pre_tokenize === basePreTokenize))) return false;
-  const active = steps.filter((s): s is PreTokenizerStep => s !== null && s !== undefined);
-  const target = seq as unknown as { _call(text: string | string[], options?: unknown): string[] };
-  const original = target._call.bind(seq);
-  target._call = (text: string | string[], options?: unknown): string[] => {
-    if (typeof text !== 'string') return original(text, options);
-    let pieces: string[] = [text];
-    for (const step of active) {
-      const next: string[] = [];
-      for (const piece of pieces) {
-        const out = step.pre_tokenize_text(piece, options);
-        for (let i = 0; i < out.length; i++) next.push(out[i]!);
-      }
-      pieces = next;
-    }
-    return pieces;
-  };
-  return true;
-}

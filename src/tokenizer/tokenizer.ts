@@ -25,7 +25,8 @@ import { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
 import type { NormalForm, TokenByteBound } from './token-bytes.js';
 import { buildTokenTextTable, type TokenTextTable, type TokenTextTableResult } from './token-text-table.js';
 import { OffloadedEncoder } from './offloaded-encoder.js';
-import { cacheByteLevelWords, flattenSequencePreTokenizer } from './pre-token-cache.js';
+import { cacheByteLevelWords } from './pre-token-cache.js';
+import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads, type EncodeInternals } from './encode-paths.js';
 
 /**
  * One chat message as handed to the chat template (the OpenAI message, with array content already flattened to a
@@ -205,7 +206,11 @@ export class GatewayTokenizer {
     }
     // Same ids, without re-mapping every word's bytes on every encode (./pre-token-cache.ts).
     cacheByteLevelWords(inner as unknown as { pre_tokenizer: unknown });
-    flattenSequencePreTokenizer(inner as unknown as { pre_tokenizer: unknown });
+    // Same ids, along shorter call paths (./encode-paths.ts).
+    const internals = inner as unknown as EncodeInternals;
+    flattenSequencePreTokenizer(internals);
+    execRegexSplit(internals);
+    plainBpeCacheReads(internals);
 
     let maxId = -1;
     for (const id of inner.get_vocab(true).values()) if (id > maxId) maxId = id;

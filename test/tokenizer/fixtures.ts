@@ -2,10 +2,14 @@
  * Shared fixtures for the tokenizer tests: the real Qwen3 tokenizer (loaded once per test file), temporary tokenizer
  * directories, a tiny SentencePiece-style (byte-fallback) tokenizer, byte-level token ids and random chunking (the seeded PRNG is in test/helpers/prng.ts).
  */
+import { readFileSync } from 'node:fs';
 import { mkdtemp, rm, symlink, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Tokenizer } from '@huggingface/tokenizers';
+import { PRE_TOKEN_CACHE_MAX_WORD_LENGTH } from '../../src/tokenizer/pre-token-cache.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import { prng } from '../helpers/prng.js';
 
 let qwen3Promise: Promise<GatewayTokenizer> | null = null;
 
@@ -13,6 +17,38 @@ let qwen3Promise: Promise<GatewayTokenizer> | null = null;
 export function qwen3(): Promise<GatewayTokenizer> {
   qwen3Promise ??= GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   return qwen3Promise;
+}
+
+/** The part of the library's `Tokenizer` the equivalence tests use (its internals are reached by the code under test). */
+export type RawTokenizer = { encode(text: string, o: { add_special_tokens: boolean }): { ids: number[] }; pre_tokenizer: unknown; model: unknown };
+
+/** A new instance of the library's own tokenizer for the Qwen3 files, as the library builds it (no fast paths). */
+export function rawQwen3(): RawTokenizer {
+  const dir = GatewayTokenizer.defaultDir();
+  const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
+  const config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8'));
+  return new (Tokenizer as unknown as new (j: object, c: object) => RawTokenizer)(json, config);
+}
+
+/**
+ * Texts covering what encode's steps see: scripts, emoji, combining marks, whitespace and line-break runs,
+ * contractions in both cases, digit runs, special tokens, lone surrogates, and 200 seeded mixtures of them.
+ */
+export function mixedCorpus(): string[] {
+  const random = prng(7);
+  const pieces = [
+    'Tell me about the weather and the river.', ' the', 'The', "don't", "I'll", "WE'VE", "it'S", '42', '3.14159', '1234567',
+    'naïve café', 'e\u0301', '日本語のテキスト', '中文分词', 'Привет, мир', 'مرحبا', '👩‍👩‍👧 🚀', '\t\t', '   ', '\n\n\n', '\r\n',
+    ' \r\n \n  x', 'x'.repeat(300), ' '.repeat(PRE_TOKEN_CACHE_MAX_WORD_LENGTH + 3), '<|im_start|>', '<|im_end|>', '<think>',
+    '</think>', '<tool_call>', 'function_name(arg1, arg2)', '{"a": [1, 2, 3]}', '\u00a0non-breaking', '\u{10FFFF}', '\ud800',
+    'ÀÉÎÕÜ', '...!!!??', '  trailing  ',
+  ];
+  const texts = [...pieces];
+  for (let i = 0; i < 200; i++) {
+    const n = 1 + Math.floor(random() * 8);
+    texts.push(Array.from({ length: n }, () => pieces[Math.floor(random() * pieces.length)]).join(random() < 0.5 ? ' ' : ''));
+  }
+  return texts;
 }
 
 const tempDirs: string[] = [];

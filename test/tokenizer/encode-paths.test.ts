@@ -1,0 +1,94 @@
+/**
+ * The faster call paths through the library's encode (src/tokenizer/encode-paths.ts): each installed alone on a
+ * fresh library instance encodes a mixed corpus to the library's own ids, and GatewayTokenizer installs all of them.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads } from '../../src/tokenizer/encode-paths.js';
+import { mixedCorpus as corpus, qwen3, rawQwen3 as uncachedQwen3, type RawTokenizer } from './fixtures.js';
+
+/** Asserts that `fast` and `raw` encode every corpus text to the same ids, twice (cold and warm caches). */
+function assertSameIds(fast: RawTokenizer, raw: RawTokenizer): void {
+  for (let pass = 0; pass < 2; pass++) {
+    for (const text of corpus()) {
+      assert.deepEqual(fast.encode(text, { add_special_tokens: false }).ids, raw.encode(text, { add_special_tokens: false }).ids, `pass ${pass}: ${JSON.stringify(text.slice(0, 40))}`);
+      assert.deepEqual(fast.encode(text, { add_special_tokens: true }).ids, raw.encode(text, { add_special_tokens: true }).ids);
+    }
+  }
+}
+
+/** The library objects of a GatewayTokenizer (reached into on purpose: the installs are own properties on them). */
+async function internals(): Promise<{ pre_tokenizer: { _call?: unknown; tokenizers: Array<{ pattern?: unknown }> }; model: { cache: { get: unknown } } }> {
+  const tok = await qwen3();
+  return (tok as unknown as { inner: never }).inner;
+}
+
+describe('flattened Sequence pre-tokenizer', () => {
+  test('Qwen3 with the flattened Sequence (and without the word cache) encodes every text to the library ids', () => {
+    const flat = uncachedQwen3();
+    assert.equal(flattenSequencePreTokenizer(flat), true);
+    const raw = uncachedQwen3();
+    assertSameIds(flat, raw);
+    // Called with a list of texts, the original path runs (same pre-tokens as the library's).
+    const seq = flat.pre_tokenizer as (t: string | string[], o?: unknown) => string[];
+    const rawSeq = raw.pre_tokenizer as (t: string | string[], o?: unknown) => string[];
+    assert.deepEqual(seq(['Hello world', ' again']), rawSeq(['Hello world', ' again']));
+    assert.deepEqual(seq('Hello world'), rawSeq('Hello world'));
+  });
+
+  test('GatewayTokenizer installs it on its Qwen3 Sequence (an own _call on the pre-tokenizer)', async () => {
+    assert.ok(Object.hasOwn((await internals()).pre_tokenizer, '_call'), 'the Sequence has the flattened call path');
+  });
+
+  test('anything but a Sequence of library steps is left alone', () => {
+    assert.equal(flattenSequencePreTokenizer({ pre_tokenizer: null }), false);
+    assert.equal(flattenSequencePreTokenizer({ pre_tokenizer: { tokenizers: [] } }), false);
+  });
+});
+
+describe('Split with exec', () => {
+  test('Qwen3 with the exec split alone encodes every text to the library ids; the regex is left at lastIndex 0', () => {
+    const fast = uncachedQwen3();
+    assert.equal(execRegexSplit(fast), 1);
+    assertSameIds(fast, uncachedQwen3());
+    const split = (fast.pre_tokenizer as { tokenizers: Array<{ pattern: RegExp }> }).tokenizers[0]!;
+    assert.equal(split.pattern.lastIndex, 0);
+  });
+
+  test('an empty match advances by one code point, as matchAll does', () => {
+    const fast = uncachedQwen3();
+    execRegexSplit(fast);
+    const raw = uncachedQwen3();
+    // Swap in a pattern that matches empty strings (and astral characters) in both.
+    const steps = (t: RawTokenizer) => (t.pre_tokenizer as { tokenizers: Array<{ pattern: RegExp; pre_tokenize_text(s: string): string[] }> }).tokenizers;
+    for (const t of [fast, raw]) steps(t)[0]!.pattern = /x*|🚀/gu;
+    for (const text of ['', 'axxb', '🚀a🚀', 'a\ud800b', 'xx🚀xx']) {
+      assert.deepEqual(steps(fast)[0]!.pre_tokenize_text(text), steps(raw)[0]!.pre_tokenize_text(text), JSON.stringify(text));
+    }
+  });
+
+  test('GatewayTokenizer installs it on its Qwen3 Split step', async () => {
+    assert.ok(Object.hasOwn((await internals()).pre_tokenizer.tokenizers[0]!, 'pre_tokenize_text'));
+  });
+
+  test('no Split step: nothing installed', () => {
+    assert.equal(execRegexSplit({ pre_tokenizer: null }), 0);
+  });
+});
+
+describe('plain BPE cache reads', () => {
+  test('Qwen3 with plain cache reads alone encodes every text to the library ids, also with a tiny cache', () => {
+    const fast = uncachedQwen3();
+    assert.equal(plainBpeCacheReads(fast), true);
+    assertSameIds(fast, uncachedQwen3());
+    const tiny = uncachedQwen3();
+    (tiny.model as { cache: { capacity: number } }).cache.capacity = 3;
+    plainBpeCacheReads(tiny);
+    assertSameIds(tiny, uncachedQwen3());
+  });
+
+  test('GatewayTokenizer installs it on its Qwen3 model; anything but a BPE model is left alone', async () => {
+    assert.ok(Object.hasOwn((await internals()).model.cache, 'get'));
+    assert.equal(plainBpeCacheReads({ pre_tokenizer: null, model: {} }), false);
+  });
+});
