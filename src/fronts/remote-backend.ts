@@ -15,7 +15,7 @@ import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Dealer } from 'zeromq';
-import type { ClientStats, SubmitOptions } from '../engine-client/client.js';
+import type { CancellableSubmitOptions, CancelSignal, ClientStats } from '../engine-client/client.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import { RequestStreamImpl, type RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest } from '../protocols/types.js';
@@ -55,7 +55,7 @@ interface PendingCall {
   timer: NodeJS.Timeout;
 }
 
-function abortReason(signal: AbortSignal): unknown {
+function abortReason(signal: CancelSignal): unknown {
   return signal.reason ?? new DOMException('The operation was aborted', 'AbortError');
 }
 
@@ -120,7 +120,7 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
   }
 
   /** Submit one engine request to group `group` (see `RemoteBackend.submit`). */
-  submit(group: number, request: GenerateRequest, options: SubmitOptions = {}): Promise<RequestStream> {
+  submit(group: number, request: GenerateRequest, options: CancellableSubmitOptions = {}): Promise<RequestStream> {
     const { dpRank, signal } = options;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
     const handle = this.nextHandle++;
@@ -382,7 +382,7 @@ export class RemoteBackend implements GenerationBackend {
   }
 
   /** Submit through the router, which places it on a rank (select + reserve there); rejects with the router's error. */
-  submit(request: GenerateRequest, options?: SubmitOptions): Promise<RequestStream> {
+  submit(request: GenerateRequest, options?: CancellableSubmitOptions): Promise<RequestStream> {
     return this.channel.submit(this.group, request, options);
   }
 
