@@ -41,13 +41,25 @@ function withOptions(constraint: StructuredConstraint, opts: Partial<StructuredO
   };
 }
 
+/** A lone surrogate: valid in JSON text (`"\udc00"`) but not encodable as UTF-8 (wire/writer.ts refuses it). */
+const LONE_SURROGATE = /\p{Cs}/u;
+
+/**
+ * `value`, a string sent to the engine as it is (a regex, grammar, choice, raw schema or tag). Throws `ApiError` 400
+ * naming `param` when it holds a lone surrogate (the wire encoder would refuse it: a 500 otherwise).
+ */
+function wireString(value: string, param: string): string {
+  if (LONE_SURROGATE.test(value)) throw badRequest(`'${param}' must be valid Unicode text (it holds a lone surrogate)`, param);
+  return value;
+}
+
 /** A JSON schema given as an object, or as a string: parsed when it parses, else kept raw (engine-wire.md 5.3). */
 function jsonSchema(value: unknown, param: string): StructuredConstraint {
   if (typeof value === 'string') {
     try {
       return { kind: 'json', schema: JSON.parse(value) as unknown };
     } catch {
-      return { kind: 'json', schema: value };
+      return { kind: 'json', schema: wireString(value, param) };
     }
   }
   if (isObject(value) || typeof value === 'boolean') return { kind: 'json', schema: value };
@@ -56,13 +68,14 @@ function jsonSchema(value: unknown, param: string): StructuredConstraint {
 
 function stringParam(value: unknown, param: string): string {
   if (typeof value !== 'string' || value === '') throw badRequest(`'${param}' must be a non-empty string`, param);
-  return value;
+  return wireString(value, param);
 }
 
 function choiceParam(value: unknown, param: string): StructuredConstraint {
   if (!Array.isArray(value) || value.length === 0 || !value.every((c) => typeof c === 'string')) {
     throw badRequest(`'${param}' must be a non-empty list of strings`, param);
   }
+  for (const c of value as string[]) wireString(c, param);
   return { kind: 'choice', choices: value as string[] };
 }
 
@@ -111,7 +124,7 @@ function fromStructuredOutputs(so: unknown): StructuredOutput {
   else if (key === 'json_object') {
     if (value !== true) throw badRequest(`'${param}.json_object' must be true`, `${param}.json_object`);
     constraint = { kind: 'json_object' };
-  } else constraint = { kind: 'structural_tag', tag: typeof value === 'string' ? value : JSON.stringify(value) };
+  } else constraint = { kind: 'structural_tag', tag: typeof value === 'string' ? wireString(value, `${param}.structural_tag`) : JSON.stringify(value) };
   const bool = (k: string): boolean => {
     if (isNull(so[k])) return false;
     if (typeof so[k] !== 'boolean') throw badRequest(`'${param}.${k}' must be a boolean`, `${param}.${k}`);
