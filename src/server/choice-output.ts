@@ -74,7 +74,8 @@ export class ChoiceOutput {
   private readonly logprobs: TokenLogprob[] = [];
   private done: ChoiceResult | null = null;
   /** No reasoning and no tool-call parser: all text is content (`appendContent` applies). */
-  private readonly plain: boolean;
+  /** True without a reasoning or tool-call parser: every token's text is content as it is. */
+  readonly plain: boolean;
 
   constructor(private readonly opts: ChoiceOutputOptions) {
     this.plain = opts.reasoning === null && opts.tools === null;

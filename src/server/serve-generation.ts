@@ -14,7 +14,7 @@ import type { AdmissionGate } from './admission.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
 import { ApiError, badRequest, toApiError } from './errors.js';
-import { ChoiceOutput, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
+import { ChoiceOutput, isEmptyDelta, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
 import { capableGroups } from './engine-capabilities.js';
 import { ChoiceGeneration, ClientDisconnectedError, LatencyTracker, makeUsage, type GenerationEvent, type TokenLogprob, type Usage } from './generation.js';
 import { GenerationRun, type RunChoice } from './generation-run.js';
@@ -636,8 +636,14 @@ export async function serveGeneration(
       }
       const delta = take(index, ev);
       const out = outputs[index]!;
-      if (ev.type === 'delta') send(writer.delta(index, delta, render(index, ev.logprobs)));
-      else send(writer.finish(index, delta, out.result!, render(index, ev.logprobs)));
+      if (ev.type === 'finish') {
+        send(writer.finish(index, delta, out.result!, render(index, ev.logprobs)));
+        return;
+      }
+      // Text a reasoning or tool-call parser held back or consumed (`<think>`, a tool call's markup) leaves nothing to
+      // send: vLLM's serving_chat.py skips such a delta. With logprobs the chunk still goes out, carrying them.
+      if (!out.plain && ev.text !== '' && ev.logprobs.length === 0 && isEmptyDelta(delta)) return;
+      send(writer.delta(index, delta, render(index, ev.logprobs)));
     });
     const onDisconnect = () => run!.fail(new ClientDisconnectedError());
     disconnect.signal.addEventListener('abort', onDisconnect, { once: true });

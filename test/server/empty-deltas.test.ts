@@ -12,7 +12,7 @@ import { choicesOf, parseSse, useApp } from './helpers.js';
 describe('no empty mid-stream deltas (reasoning parser)', () => {
   const fx = useApp({ output: { reasoningParser: 'qwen3' } });
 
-  test('one token per output: every non-final chunk carries role, reasoning_content or content', { todo: 'serve-generation sends a chunk for an empty ChoiceDelta (isEmptyDelta is unused); vLLM skips it' }, async () => {
+  test('one token per output: every non-final chunk carries role, reasoning_content or content', { timeout: 10_000 }, async () => {
     const ids = fx.tokenizer.encode('<think>\nLet me see.\n</think>\n\nHello there.', { addSpecialTokens: false });
     fx.backend.onSubmit = (s) => ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null));
     const res = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: [{ role: 'user', content: 'x' }], stream: true } });
