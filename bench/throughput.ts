@@ -18,7 +18,7 @@
  * The gateway runs as compiled JavaScript by default (`--runtime dist`: what the container image runs; `--runtime
  * tsx` runs src/ through tsx as `npm start` does; bench/throughput/build.ts).
  *
- * Usage: `npm run bench:throughput -- [options]`: `--runtime dist|tsx` (dist), `--quick` (1 repeat, short windows: ~1.5 min), `--repeats N` (3),
+ * Usage: `npm run bench:throughput -- [options]` (`--help` lists them): `--runtime dist|tsx` (dist), `--quick` (1 repeat, short windows: ~1.5 min), `--repeats N` (3),
  * `--workers 1,2`, `--streams 512,2000`, `--max-tokens N` (256), `--ranks N` (2), `--request-streams N` (64),
  * `--warmup-ms N`, `--window-ms N`, `--paced-step-ms N` (250; 0 = no paced scenario), `--scenarios a,b` (a subset by
  * name), `--no-floors`, `--seed N`, `--write` (bench/results/throughput.json + throughput.svg), `--profile` (one
@@ -77,6 +77,24 @@ interface Args {
   runtime: GatewayRuntime;
 }
 
+const USAGE = `npm run bench:throughput -- [options]
+  --quick             1 repeat, short windows (about 4 minutes; the full run takes about 12)
+  --repeats N         repeats of every scenario (3)
+  --workers 1,2       the --workers values to run (1,2)
+  --streams 512,2000  concurrent streams of the saturated scenarios
+  --max-tokens N      max_tokens per request (256)
+  --ranks N           simulated TokenSpeed ranks (2)
+  --request-streams N streams of the per-request scenarios, max_tokens 1 (64)
+  --warmup-ms N, --window-ms N   warm-up and measured window per scenario
+  --paced-step-ms N   step time of the paced ranks (250; 0 = no paced scenario)
+  --scenarios a,b     a subset by name (stream-512, nonstream-512, request-stream, request-nonstream, paced-stream-2000, ...)
+  --no-floors         skip the floors
+  --seed N            the load generator's seed
+  --runtime dist|tsx  the compiled build (dist, default: what the container runs) or src/ through tsx
+  --profile           one run of the first --scenarios entry under node --cpu-prof: where the gateway's time goes
+  --write             write bench/results/throughput.json and throughput.svg
+  --help              this text`;
+
 const FLAGS = ['--quick', '--repeats', '--workers', '--streams', '--max-tokens', '--ranks', '--request-streams', '--warmup-ms', '--window-ms', '--paced-step-ms', '--scenarios', '--no-floors', '--seed', '--write', '--profile', '--runtime'];
 
 function positiveInts(flag: string, value: string): number[] {
@@ -86,6 +104,10 @@ function positiveInts(flag: string, value: string): number[] {
 }
 
 function parseArgs(argv: readonly string[]): Args {
+  if (argv.includes('--help')) {
+    console.log(USAGE);
+    process.exit(0);
+  }
   const quick = argv.includes('--quick');
   const args: Args = {
     quick,
@@ -463,6 +485,8 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`\nbench:throughput failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  // A bad option is the user's mistake: one line and the usage, no stack.
+  const detail = error instanceof RangeError ? `${error.message}\n${USAGE}` : error instanceof Error ? (error.stack ?? error.message) : String(error);
+  process.stderr.write(`\nbench:throughput failed: ${detail}\n`);
   process.exitCode = 1;
 });
