@@ -8,7 +8,8 @@
  * fronts hold no routing state. Also here, because they must be one per gateway: the global concurrency count
  * (`--max-concurrent-requests`: PERMIT/RELEASE), the Responses store (`previous_response_id` from any front), and the
  * rank states every front answers /health, /ready and /v1/gateway/ranks from (SNAPSHOT, pushed on change, every
- * `snapshotIntervalMs`, and on a front's refresh CALL).
+ * `snapshotIntervalMs`, and on a front's refresh CALL; with several engine groups also at the end of every turn that
+ * placed or finished a request, since the fronts choose a request's group from it).
  *
  * A front that goes away (`dropFront`, called by the cluster primary on the worker's exit) is handled like its
  * clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight slot released) and
@@ -296,7 +297,11 @@ export class RouterService {
       return;
     }
     s.streams.set(handle, PENDING);
-    g.backend.submit(request, dpRank === null ? {} : { dpRank }).then(
+    const placed = g.backend.submit(request, dpRank === null ? {} : { dpRank });
+    // With more than one group, each front chooses the group of a request from its latest SNAPSHOT
+    // (GroupRouter.choose): send every front the new in-flight counts at the end of this turn, not at the next tick.
+    if (this.opts.groups.length > 1) this.queueSnapshot();
+    placed.then(
       (stream) => {
         if (s.dropped || s.abortedEarly.delete(handle)) {
           s.streams.delete(handle);
@@ -379,6 +384,7 @@ export class RouterService {
   /** `handle` of `s` is done with `stream` (terminal output, failure). */
   private forget(s: FrontSession, handle: number, stream: RequestStream): void {
     if (s.streams.get(handle) === stream) s.streams.delete(handle);
+    if (this.opts.groups.length > 1) this.queueSnapshot(); // a rank's in-flight count fell (see `submit`)
   }
 
   private call(s: FrontSession, callId: number, method: string, args: unknown): void {
