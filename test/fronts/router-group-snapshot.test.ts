@@ -7,17 +7,15 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
-import { FrontChannel, RemoteBackend } from '../../src/fronts/remote-backend.js';
-import { RouterService } from '../../src/fronts/router-service.js';
+import { type FrontChannel, RemoteBackend } from '../../src/fronts/remote-backend.js';
 import type { GroupSnapshot } from '../../src/fronts/channel-codec.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
-import { freshDir } from '../helpers/async.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';
+import { openTwoFronts, type TwoFronts } from './two-fronts.js';
 
 const log = pino({ level: 'silent' });
-let dir: { dir: string; cleanup: () => Promise<void> };
-let service: RouterService;
+let fronts: TwoFronts;
 let a: FrontChannel;
 let b: FrontChannel;
 const first = new FakeBackend({ ranks: [0, 1] });
@@ -31,29 +29,24 @@ before(async () => {
     return submit(request, options);
   };
   first.rankStates = () => [{ ...rankState(0), inFlight: placed }, rankState(1)];
-  dir = await freshDir('mgw-fronts-groups-');
-  service = new RouterService({
-    groups: [
-      { worker: 'ipc:///fake-0', engine: 'tokenspeed', backend: first as never },
-      { worker: 'ipc:///fake-1', engine: 'vllm', backend: second as never },
-    ],
-    store: new ResponsesStore(),
-    maxConcurrentRequests: 0,
-    logger: log,
-    snapshotIntervalMs: 600_000,
-  });
-  const address = `ipc://${dir.dir}/fronts`;
-  await service.bind(address);
-  a = await FrontChannel.connect(address, 1, log);
-  b = await FrontChannel.connect(address, 2, log);
+  fronts = await openTwoFronts(
+    'mgw-fronts-groups-',
+    {
+      groups: [
+        { worker: 'ipc:///fake-0', engine: 'tokenspeed', backend: first as never },
+        { worker: 'ipc:///fake-1', engine: 'vllm', backend: second as never },
+      ],
+      store: new ResponsesStore(),
+      maxConcurrentRequests: 0,
+      logger: log,
+      snapshotIntervalMs: 600_000,
+    },
+    log,
+  );
+  ({ a, b } = fronts);
 });
 
-after(async () => {
-  a.close();
-  b.close();
-  service.close();
-  await dir.cleanup();
-});
+after(() => fronts.close());
 
 test('a request placed through one front shows in the other front\'s snapshot at once (two groups)', { timeout: 10_000 }, async () => {
   assert.equal(b.groups[0]!.ranks[0]!.inFlight, 0);

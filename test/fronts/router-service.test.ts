@@ -13,11 +13,11 @@ import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fro
 import { RouterService } from '../../src/fronts/router-service.js';
 import { DEFAULT_SAMPLING, type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
-import { freshDir } from '../helpers/async.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';
+import { openTwoFronts, type TwoFronts } from './two-fronts.js';
 
 const log = pino({ level: 'silent' });
-let dir: { dir: string; cleanup: () => Promise<void> };
+let fronts: TwoFronts;
 let backend: FakeBackend;
 let service: RouterService;
 let store: ResponsesStore;
@@ -43,28 +43,23 @@ const until = async (cond: () => boolean, what: string): Promise<void> => {
 };
 
 before(async () => {
-  dir = await freshDir('mgw-fronts-');
   backend = new FakeBackend({ ranks: [0, 1] });
   store = new ResponsesStore();
-  service = new RouterService({
-    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: backend as never }],
-    store,
-    maxConcurrentRequests: 2,
-    logger: log,
-    snapshotIntervalMs: 50,
-  });
-  address = `ipc://${dir.dir}/fronts`;
-  await service.bind(address);
-  a = await FrontChannel.connect(address, 1, log);
-  b = await FrontChannel.connect(address, 2, log);
+  fronts = await openTwoFronts(
+    'mgw-fronts-',
+    {
+      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: backend as never }],
+      store,
+      maxConcurrentRequests: 2,
+      logger: log,
+      snapshotIntervalMs: 50,
+    },
+    log,
+  );
+  ({ service, address, a, b } = fronts);
 });
 
-after(async () => {
-  a.close();
-  b.close();
-  service.close();
-  await dir.cleanup();
-});
+after(() => fronts.close());
 
 test('a submit is placed by the router; outputs reach the front with their counts; the terminal one ends the stream', async () => {
   const remote = new RemoteBackend(a, 0);

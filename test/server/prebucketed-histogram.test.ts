@@ -94,6 +94,8 @@ test('GatewayMetrics renders model_gateway_inter_token_latency_seconds as prom-c
   }
   const block = (text: string) => text.split('\n\n').find((b) => b.includes('# HELP model_gateway_inter_token_latency_seconds '));
   assert.equal(block((await metrics.render()).body), (await ref.metrics()).trimEnd());
+  // …and it is the pre-bucketed metric, not a prom-client Histogram (whose text would be the same).
+  assert.ok(metrics.registry.getSingleMetric('model_gateway_inter_token_latency_seconds') instanceof PrebucketedHistogram);
   // The front role (`--workers N`) records it too; the engine role does not.
   assert.ok((await new GatewayMetrics({ modelId: 'm', role: 'http' }).render()).body.includes('# TYPE model_gateway_inter_token_latency_seconds histogram'));
   assert.ok(!(await new GatewayMetrics({ modelId: 'm', role: 'engine' }).render()).body.includes('model_gateway_inter_token_latency_seconds'));
