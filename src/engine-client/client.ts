@@ -25,7 +25,7 @@
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { pino, type Logger } from 'pino';
-import type { EngineBatch, EngineLoad, EngineProtocol, GenerateRequest, WaveEvent } from '../protocols/types.js';
+import type { EngineBatch, EngineProtocol, GenerateRequest, WaveEvent } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
 import { planBatch } from './batch-router.js';
 import { DeliveryQueue, type DeliveryQueueOptions } from './delivery-queue.js';
