@@ -207,8 +207,8 @@ HTTP edge (README "Security and limits"):
   --stream-buffer-bytes BYTES
                            Bytes buffered per stream for a client that does not read (default ${DEFAULT_STREAM_BUFFER_BYTES})
   --client-stall-timeout-ms N
-                           A streaming client that keeps that buffer full for N ms has its engine request aborted
-                           and its connection closed (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
+                           A streaming client that stays behind (that buffer full, outputs held) for N ms has its
+                           engine request aborted and its connection closed (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
   --request-timeout-ms N   A request (headers and body) not received within N ms gets 408 (default ${DEFAULT_REQUEST_TIMEOUT_MS})
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each

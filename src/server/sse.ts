@@ -9,14 +9,17 @@ import { CoalescingWriter, TickFlusher } from './coalescing-writer.js';
 
 /** Default bound on the bytes buffered per stream for a client that does not read: 1 MiB. */
 export const DEFAULT_STREAM_BUFFER_BYTES = 1024 * 1024;
-/** Default time a client may keep a full buffer without reading before it counts as stalled: 30 s. */
+/** Default time a client may stay behind (a full buffer, outputs held) before it counts as stalled: 30 s. */
 export const DEFAULT_CLIENT_STALL_TIMEOUT_MS = 30_000;
 
 /** How a stream treats a client that stops reading (see `SseWriter`). Units: bytes, ms. */
 export interface StreamBackpressure {
   /** Bytes buffered in the gateway (the response and its socket) beyond which `send` waits for the client. */
   maxBufferedBytes: number;
-  /** How long one such wait may last before the client counts as stalled. */
+  /**
+   * How long the client may stay behind before it counts as stalled: from the first wait until an end-of-turn flush
+   * leaves the buffered bytes under the bound again (not reset by a drain that is followed by another wait).
+   */
   stallTimeoutMs: number;
 }
 
@@ -26,15 +29,15 @@ export const DEFAULT_STREAM_BACKPRESSURE: StreamBackpressure = Object.freeze({
   stallTimeoutMs: DEFAULT_CLIENT_STALL_TIMEOUT_MS,
 });
 
-/** Thrown by `SseWriter.send` when the client kept the buffer full for longer than the stall timeout. */
+/** Given to `StreamFlow.stalled` when the client stayed behind (see `SseWriter`) for longer than the stall timeout. */
 export class ClientStalledError extends Error {
   constructor(
-    /** How long the wait lasted, ms. */
+    /** How long the client had been behind, ms (from its first wait, across drains that did not catch it up). */
     readonly stalledMs: number,
     /** Bytes still buffered for the client when it was given up. */
     readonly bufferedBytes: number,
   ) {
-    super(`the client read nothing for ${stalledMs} ms with ${bufferedBytes} bytes buffered`);
+    super(`the client stayed behind for ${stalledMs} ms with ${bufferedBytes} bytes buffered`);
     this.name = 'ClientStalledError';
   }
 }
@@ -67,12 +70,15 @@ export interface StreamFlow {
  * kernel's); past that the owner is told to `pause` (its `StreamFlow`) and stops taking engine outputs until the
  * socket's `drain` (`resume`). The engine keeps generating meanwhile and its outputs are held for this response
  * (generation-run.ts), unbounded by design (dp-routing.md section 1: a bounded sink would let one slow reader stall
- * every request of its rank). That hold is bounded by time instead: a pause longer than `stallTimeoutMs` calls
+ * every request of its rank). That hold is bounded by time instead. The client is *behind* from its first pause
+ * until an end-of-turn flush leaves the buffered bytes under the bound again (the owner wrote everything it held and
+ * the client took it); a drain that only lets the held outputs refill the buffer does not count, so a client that
+ * reads in trickles, slower than its engine request produces, stays behind. Behind for longer than `stallTimeoutMs` calls
  * `stalled` with a `ClientStalledError`, and the owner aborts the engine request (ABORT to the rank) and closes the
- * connection. So a non-reading client costs at most `maxBufferedBytes` plus one turn's records plus what its engine
- * request produces during `stallTimeoutMs` (token rate × stall timeout × roughly 200-300 bytes per held output), and
- * a client must accept the buffered bytes within the stall timeout to stay connected. The kernel's socket buffers
- * (not gateway memory) come on top before back-pressure starts.
+ * connection. So a slow or non-reading client costs at most `maxBufferedBytes` plus one turn's records plus what its
+ * engine request produces during `stallTimeoutMs` (token rate × stall timeout × roughly 200-300 bytes per held
+ * output), and a client must catch up within the stall timeout to stay connected. The kernel's socket buffers (not
+ * gateway memory) come on top before back-pressure starts.
  */
 export class SseWriter {
   private doneSent = false;
@@ -82,6 +88,10 @@ export class SseWriter {
   private headersOut = false;
   private pausedBefore = false;
   private waiting = false;
+  /** `performance.now()` (ms) of the first pause the client has not caught up from since; -1 while not behind. */
+  private behindSince = -1;
+  /** A flush `queue` started at the bound is running (the owner had more to give: not caught up). */
+  private flushingAtBound = false;
   private readonly out: CoalescingWriter;
   /**
    * `res.writableLength` (bytes) read after the last flush: between flushes the response's buffer only drains, so
@@ -165,7 +175,14 @@ export class SseWriter {
   private queue(record: string): void {
     this.out.write(record);
     // At the bound, write now (and pause if the client is behind) instead of letting the turn's records pile up.
-    if (this.out.pendingLength + this.bufferedAtFlush >= this.maxBufferedBytes) this.out.flush();
+    if (this.out.pendingLength + this.bufferedAtFlush >= this.maxBufferedBytes) {
+      this.flushingAtBound = true;
+      try {
+        this.out.flush();
+      } finally {
+        this.flushingAtBound = false;
+      }
+    }
   }
 
   /**
@@ -217,25 +234,33 @@ export class SseWriter {
    * owner pauses only when the buffered bytes also reached the bound.
    */
   private afterWrite(accepted: boolean): void {
-    this.bufferedAtFlush = this.res.writableLength;
-    if (accepted || this.waiting || this.flow === null || this.res.writableLength < this.backpressure.maxBufferedBytes) return;
+    const buffered = (this.bufferedAtFlush = this.res.writableLength);
+    if (this.waiting || this.flow === null) return;
+    if (accepted || buffered < this.maxBufferedBytes) {
+      // Caught up only at the end of a turn: a flush at the bound means the owner still had records to give.
+      if (!this.flushingAtBound) this.behindSince = -1;
+      return;
+    }
     if (!this.pausedBefore) {
       this.pausedBefore = true;
-      this.onFirstPause(this.res.writableLength);
+      this.onFirstPause(buffered);
     }
     this.waiting = true;
     this.flow.pause();
-    const started = performance.now();
+    const now = performance.now();
+    if (this.behindSince < 0) this.behindSince = now;
+    const started = this.behindSince;
     const finish = (stalled: boolean) => {
       clearTimeout(timer);
       this.res.off('drain', onDrain);
       this.res.off('close', onDrain);
       this.waiting = false;
+      this.bufferedAtFlush = this.res.writableLength; // drained: the upper bound from the last flush is stale
       if (stalled) this.flow!.stalled(new ClientStalledError(Math.round(performance.now() - started), this.res.writableLength));
       else this.flow!.resume();
     };
     const onDrain = () => finish(false);
-    const timer = setTimeout(() => finish(true), this.backpressure.stallTimeoutMs);
+    const timer = setTimeout(() => finish(true), Math.max(0, this.backpressure.stallTimeoutMs - (now - started)));
     this.res.on('drain', onDrain);
     this.res.on('close', onDrain);
   }
