@@ -13,13 +13,11 @@ import type { EngineClient } from '../../src/engine-client/client.js';
 import { EngineClientError, type EngineClientErrorKind } from '../../src/engine-client/errors.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
 import {
-  FakeSendTimeoutError,
   FakeTransportError,
   batch,
   drain,
   inFlight,
   load,
-  makeEngines,
   req,
   row,
   setup,

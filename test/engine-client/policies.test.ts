@@ -10,7 +10,7 @@ import {
   type OracleSource,
 } from '../../src/engine-client/policies.js';
 import type { RankView } from '../../src/engine-client/policy.js';
-import { batch, drain, finishWithStaleReport, inFlight, load, req, row, setup } from './fakes.js';
+import { batch, finishWithStaleReport, inFlight, load, req, row, setup } from './fakes.js';
 
 const view = (engineIndex: number | null, inFlight: number, l: RankView['load'] = null): RankView => ({
   engineIndex,

@@ -4,7 +4,7 @@ import assert from 'node:assert/strict';
 import { DEFAULT_SAMPLING } from '../../src/protocols/types.js';
 import type { GenerateRequest, SamplingOptions } from '../../src/protocols/types.js';
 import {
-  TOP_K_DISABLED, batchToEngineBatch, createTokenSpeedProtocol, decodeAbortPayload, decodeBatchTokenIDOutSlim,
+  TOP_K_DISABLED, batchToEngineBatch, createTokenSpeedProtocol, decodeAbortPayload,
   decodeTokenizedGenerateReqInput, defaultSamplingParams, encodeAbortPayload, encodeBatchTokenIDOutSlim,
   encodeTokenizedGenerateReqInput, engineAdmissionError, normalizeSamplingParams, toFinishReason,
   toTokenSpeedSamplingParams, toTokenizedGenerateReqInput, tokenspeedProtocol, validateSamplingParams,

@@ -8,7 +8,6 @@ import { ApiError } from '../../src/server/errors.js';
 import { buildSampling, parseLogitBias, rejectUnsupported, TOP_K_DISABLED } from '../../src/server/params.js';
 import { parseDpRankHeader } from '../../src/server/pin.js';
 import { formatValidationErrors, pathToParam } from '../../src/server/validation.js';
-import { FakeBackend } from './fake-backend.js';
 
 /** TokenSpeed-like: max_model_len 100, usable context 98 (engine-wire.md 4.4: the engine reserves 2). */
 const ctx = { promptTokens: 10, maxModelLen: 100, contextTokenLimit: 98, vocabSize: 1000, promptParam: 'prompt' as const };

@@ -9,7 +9,7 @@ import { request as httpRequest } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { before, describe, test } from 'node:test';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import type { FakeBackend, Submission } from './fake-backend.js';
+import type { Submission } from './fake-backend.js';
 import { choicesOf, parseSse, streamedText, useApp } from './helpers.js';
 
 const GUARD = { timeout: 10_000 };
