@@ -112,6 +112,16 @@ export class PrebucketedHistogram {
     return s;
   }
 
+  /**
+   * Shows the series of `labels` on scrapes from now on, with zero counts until its first sample (prom-client's
+   * `Histogram.zero`: vLLM's series exist from the first scrape). Returns the series. Throws as {@link child}.
+   */
+  zero(labels: Readonly<Record<string, string>>): PrebucketedSeries {
+    const s = this.child(labels);
+    this.listed.add(s);
+    return s;
+  }
+
   /** prom-client's metric contract: the values as `Registry.getMetricsAsJSON` gives them for a histogram. */
   async get(): Promise<{ name: string; help: string; type: 'histogram'; aggregator: 'sum'; values: MetricValueJson[] }> {
     const values: MetricValueJson[] = [];

@@ -100,3 +100,47 @@ test('GatewayMetrics renders model_gateway_inter_token_latency_seconds as prom-c
   assert.ok((await new GatewayMetrics({ modelId: 'm', role: 'http' }).render()).body.includes('# TYPE model_gateway_inter_token_latency_seconds histogram'));
   assert.ok(!(await new GatewayMetrics({ modelId: 'm', role: 'engine' }).render()).body.includes('model_gateway_inter_token_latency_seconds'));
 });
+
+test('zero lists a series with zero counts before its first sample, as prom-client’s Histogram.zero', async () => {
+  const p = pair();
+  const labels = { model: 'm', endpoint: 'e' };
+  p.pre.zero(labels);
+  (p.ref.getSingleMetric(spec.name) as Histogram<'model' | 'endpoint'>).zero(labels);
+  assert.equal(await p.ours.metrics(), await p.ref.metrics());
+  assert.ok((await p.ours.metrics()).includes('x_latency_seconds_count{model="m",endpoint="e"} 0'));
+  p.observe(labels, 0.002, 2);
+  assert.equal(await p.ours.metrics(), await p.ref.metrics());
+});
+
+test('GatewayMetrics renders the TTFT and E2E histograms (model_gateway_* and vllm:*) as prom-client’s Histograms would', async () => {
+  const metrics = new GatewayMetrics({ modelId: 'm' });
+  const ref = new Registry();
+  const ref4 = (name: string, help: string, labelNames: string[], buckets: number[]) => new Histogram({ name, help, labelNames, buckets, registers: [ref] });
+  const latency = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
+  const ttft = ref4('model_gateway_time_to_first_token_seconds', 'Time from request arrival to the first generated token (TTFT), seconds', ['model', 'endpoint'], latency);
+  const e2e = ref4('model_gateway_e2e_request_latency_seconds', 'Time from request arrival to its terminal outcome, seconds', ['model', 'endpoint'],
+    [0.01, 0.05, 0.1, 0.3, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960]);
+  const vllmTtft = ref4('vllm:time_to_first_token_seconds', 'Histogram of time to first token in seconds', ['model_name'], [...latency, 160, 640, 2560]);
+  const vllmE2e = ref4('vllm:e2e_request_latency_seconds', 'Histogram of e2e request latency in seconds', ['model_name'],
+    [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680]);
+  vllmTtft.zero({ model_name: 'm' });
+  vllmE2e.zero({ model_name: 'm' });
+  const names = ['model_gateway_time_to_first_token_seconds', 'model_gateway_e2e_request_latency_seconds', 'vllm:time_to_first_token_seconds', 'vllm:e2e_request_latency_seconds'];
+  const block = (text: string, name: string) => text.split('\n\n').find((b) => b.includes(`# HELP ${name} `))?.trimEnd();
+  const same = async () => {
+    const ours = (await metrics.render()).body;
+    const theirs = await ref.metrics();
+    for (const name of names) assert.equal(block(ours, name), block(theirs, name), name);
+  };
+  await same(); // before any sample: the vLLM series at zero, the others absent
+  for (const [endpoint, seconds] of [['/v1/completions', 0.03], ['/v1/chat/completions', 0.0004], ['/v1/completions', 0.1 + 0.2], ['/v1/chat/completions', 3000]] as const) {
+    metrics.observeTtft(endpoint, seconds);
+    metrics.observeE2e(endpoint, seconds * 2);
+    ttft.observe({ model: 'm', endpoint }, seconds);
+    vllmTtft.observe({ model_name: 'm' }, seconds);
+    e2e.observe({ model: 'm', endpoint }, seconds * 2);
+    vllmE2e.observe({ model_name: 'm' }, seconds * 2);
+  }
+  await same();
+  for (const name of names) assert.ok(metrics.registry.getSingleMetric(name) instanceof PrebucketedHistogram, name);
+});
