@@ -26,7 +26,7 @@ import type { NormalForm, TokenByteBound } from './token-bytes.js';
 import { buildTokenTextTable, type TokenTextTable, type TokenTextTableResult } from './token-text-table.js';
 import { OffloadedEncoder } from './offloaded-encoder.js';
 import { cacheByteLevelWords } from './pre-token-cache.js';
-import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads, type EncodeInternals } from './encode-paths.js';
+import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads, loopEncodeText, type EncodeInternals } from './encode-paths.js';
 
 /**
  * One chat message as handed to the chat template (the OpenAI message, with array content already flattened to a
@@ -211,6 +211,7 @@ export class GatewayTokenizer {
     flattenSequencePreTokenizer(internals);
     execRegexSplit(internals);
     plainBpeCacheReads(internals);
+    loopEncodeText(inner);
 
     let maxId = -1;
     for (const id of inner.get_vocab(true).values()) if (id > maxId) maxId = id;

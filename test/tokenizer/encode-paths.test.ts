@@ -4,7 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads } from '../../src/tokenizer/encode-paths.js';
+import { execRegexSplit, flattenSequencePreTokenizer, loopEncodeText, plainBpeCacheReads } from '../../src/tokenizer/encode-paths.js';
 import { mixedCorpus as corpus, qwen3, rawQwen3 as uncachedQwen3, type RawTokenizer } from './fixtures.js';
 
 /** Asserts that `fast` and `raw` encode every corpus text to the same ids, twice (cold and warm caches). */
@@ -90,5 +90,49 @@ describe('plain BPE cache reads', () => {
   test('GatewayTokenizer installs it on its Qwen3 model; anything but a BPE model is left alone', async () => {
     assert.ok(Object.hasOwn((await internals()).model.cache, 'get'));
     assert.equal(plainBpeCacheReads({ pre_tokenizer: null, model: {} }), false);
+  });
+});
+
+describe('encode_text in loops', () => {
+  test('Qwen3 with the looped encode_text alone encodes every text to the library ids (tokens too)', () => {
+    const fast = uncachedQwen3();
+    assert.equal(loopEncodeText(fast), true);
+    const raw = uncachedQwen3();
+    assertSameIds(fast, raw);
+    const tokensOf = (t: RawTokenizer, text: string) => (t.encode(text, { add_special_tokens: false }) as unknown as { tokens: string[] }).tokens;
+    for (const text of corpus()) assert.deepEqual(tokensOf(fast, text), tokensOf(raw, text));
+  });
+
+  test('added tokens with lstrip / rstrip trim their neighbours as the library does', () => {
+    const fast = uncachedQwen3();
+    loopEncodeText(fast);
+    const raw = uncachedQwen3();
+    for (const t of [fast, raw]) {
+      const map = (t as unknown as { added_tokens_map: Map<string, { lstrip: boolean; rstrip: boolean }> }).added_tokens_map;
+      map.get('<|im_end|>')!.lstrip = true;
+      map.get('<|im_start|>')!.rstrip = true;
+      map.get('<think>')!.lstrip = true;
+      map.get('<think>')!.rstrip = true;
+    }
+    const texts = [
+      '<|im_start|>  user\n hi  <|im_end|>\n<|im_start|>assistant\n',
+      ' a <think> b </think>  <|im_end|><|im_end|>  <|im_start|>   ',
+      '<|im_start|><|im_start|> x',
+      ...corpus(),
+    ];
+    for (const text of texts) {
+      assert.deepEqual(fast.encode(text, { add_special_tokens: false }).ids, raw.encode(text, { add_special_tokens: false }).ids, JSON.stringify(text.slice(0, 40)));
+    }
+    assert.equal((fast as unknown as { encode_text(t: null): null }).encode_text(null), null);
+  });
+
+  test('GatewayTokenizer installs it; a second install, a lowercasing tokenizer or another object is left alone', async () => {
+    const inner = (await qwen3()) as unknown as { inner: object };
+    assert.ok(Object.hasOwn(inner.inner, 'encode_text'));
+    assert.equal(loopEncodeText(inner.inner), false);
+    assert.equal(loopEncodeText({}), false);
+    const lowering = uncachedQwen3();
+    (lowering as unknown as { do_lowercase_and_remove_accent: boolean }).do_lowercase_and_remove_accent = true;
+    assert.equal(loopEncodeText(lowering), false);
   });
 });
