@@ -13,7 +13,7 @@
  * affected, so a new route opts in by declaring its parameters. Field names are client-controlled: the set of names
  * already warned about is capped and every logged name is cut to 100 characters.
  */
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, preValidationHookHandler } from 'fastify';
 import { shortName } from './input-limits.js';
 
 /** The wording of vLLM's log line for ignored fields. */
@@ -70,45 +70,47 @@ export class WarnedFieldNames {
 }
 
 /**
- * Install the policy on `app` as a `preValidation` hook (after body parsing, before schema validation): for a route
- * whose body schema is a closed object, strip the unlisted top-level fields of an object body and log them (see the
- * module comment). Bodies that are not plain objects are left to validation.
+ * Install the policy on `app` as a `preValidation` hook (after body parsing, before schema validation) of every
+ * route registered after this call whose body schema is a closed object: strip the unlisted top-level fields of an
+ * object body and log them (see the module comment). Bodies that are not plain objects are left to validation. The
+ * hook is the route's own (added through `onRoute`, before any it declares), so a request pays no lookup of its
+ * route's schema (fastify's `request.routeOptions` builds a fresh object on every read; issue 9, CPU per request).
  */
 export function registerUnknownFieldPolicy(app: FastifyInstance): void {
-  const knownBySchema = new WeakMap<object, ReadonlySet<string>>();
   const warned = new WarnedFieldNames();
   let warnedFull = false;
-  app.addHook('preValidation', (request, _reply, done) => {
-    const schema = request.routeOptions.schema?.body;
-    const body = request.body;
-    if (!isClosedObjectSchema(schema) || body === null || typeof body !== 'object' || Array.isArray(body)) {
-      done();
-      return;
-    }
-    let known = knownBySchema.get(schema);
-    if (known === undefined) {
-      known = new Set(Object.keys(schema.properties));
-      knownBySchema.set(schema, known);
-    }
-    const removed = stripUnknownFields(body as Record<string, unknown>, known);
-    if (removed.length > 0) {
-      const names = removed.map(shortName);
-      const route = request.routeOptions.url;
-      request.log.debug({ route, ignoredFields: names }, `${IGNORED_FIELDS_MESSAGE}: ${names.join(', ')}`);
-      const fresh = warned.firstSeen(names);
-      if (fresh.length > 0) {
-        request.log.warn(
-          { route, ignoredFields: fresh },
-          `${IGNORED_FIELDS_MESSAGE}: ${fresh.join(', ')} (warned once per field name; later requests log it at debug)`,
-        );
-      } else if (warned.full && !warnedFull) {
-        warnedFull = true;
-        request.log.warn(
-          { route, limit: MAX_WARNED_FIELD_NAMES },
-          `more than ${MAX_WARNED_FIELD_NAMES} distinct ignored field names seen; new ones are logged at debug only`,
-        );
+  app.addHook('onRoute', (routeOptions) => {
+    const schema = routeOptions.schema?.body;
+    if (!isClosedObjectSchema(schema)) return;
+    const known: ReadonlySet<string> = new Set(Object.keys(schema.properties));
+    const route = routeOptions.url;
+    const hook: preValidationHookHandler = (request, _reply, done) => {
+      const body = request.body;
+      if (body === null || typeof body !== 'object' || Array.isArray(body)) {
+        done();
+        return;
       }
-    }
-    done();
+      const removed = stripUnknownFields(body as Record<string, unknown>, known);
+      if (removed.length > 0) {
+        const names = removed.map(shortName);
+        request.log.debug({ route, ignoredFields: names }, `${IGNORED_FIELDS_MESSAGE}: ${names.join(', ')}`);
+        const fresh = warned.firstSeen(names);
+        if (fresh.length > 0) {
+          request.log.warn(
+            { route, ignoredFields: fresh },
+            `${IGNORED_FIELDS_MESSAGE}: ${fresh.join(', ')} (warned once per field name; later requests log it at debug)`,
+          );
+        } else if (warned.full && !warnedFull) {
+          warnedFull = true;
+          request.log.warn(
+            { route, limit: MAX_WARNED_FIELD_NAMES },
+            `more than ${MAX_WARNED_FIELD_NAMES} distinct ignored field names seen; new ones are logged at debug only`,
+          );
+        }
+      }
+      done();
+    };
+    const own = routeOptions.preValidation;
+    routeOptions.preValidation = own === undefined ? [hook] : [hook, ...(Array.isArray(own) ? own : [own])];
   });
 }
