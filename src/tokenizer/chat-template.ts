@@ -8,7 +8,7 @@
  * `chat_template.json` holding `{ "chat_template": ... }`); those are used when the config has none.
  */
 import { setFlagsFromString } from 'node:v8';
-import { Environment, Template } from '@huggingface/jinja';
+import { Environment, Interpreter, Template } from '@huggingface/jinja';
 import { ChatTemplateError } from './errors.js';
 import type { JsonObject, WarningSink } from './model-files.js';
 
@@ -135,6 +135,52 @@ class LazyTemplate {
   }
 }
 
+/**
+ * The variables `@huggingface/jinja`'s `Template.render` declares in every render's environment before the caller's
+ * (its unexported `setupGlobals`: `true`, `false`, `none`, `raise_exception`, `range`, `strftime_now`, and their
+ * capitalized forms), as the runtime values it declares, read once by watching one render of an empty template.
+ */
+function libraryGlobals(): ReadonlyArray<[string, unknown]> {
+  const proto = Environment.prototype as unknown as { declareVariable(name: string, value: unknown): unknown };
+  const declare = proto.declareVariable;
+  const seen: Array<[string, unknown]> = [];
+  proto.declareVariable = function declareVariable(this: unknown, name: string, value: unknown): unknown {
+    seen.push([name, value]);
+    return declare.call(this, name, value);
+  };
+  try {
+    new Template('').render({});
+  } finally {
+    proto.declareVariable = declare;
+  }
+  return seen;
+}
+
+let globalsOnce: ReadonlyArray<[string, unknown]> | null = null;
+
+/**
+ * The parent scope of every render with these special tokens (one per tokenizer): the library's globals, then the
+ * special-token strings, converted to runtime values once (issue 9, CPU per request: the library's `render`
+ * re-declared them in a fresh environment every time). A render's own environment is a child of it, so a name the
+ * render declares (a template kwarg named like a special token) shadows the parent's, as it replaced it before; the
+ * values are immutable strings, booleans, null and functions, and a template's `{% set %}` writes to the child.
+ */
+const parentScopes = new WeakMap<Readonly<Record<string, string>>, Environment>();
+function parentScope(specialTokens: Readonly<Record<string, string>>): Environment {
+  let env = parentScopes.get(specialTokens);
+  if (env === undefined) {
+    env = new Environment();
+    globalsOnce ??= libraryGlobals();
+    const declare = (env as unknown as { declareVariable(name: string, value: unknown): unknown }).declareVariable.bind(env);
+    for (const [name, value] of globalsOnce) declare(name, value);
+    for (const [name, value] of Object.entries(specialTokens)) {
+      if (!RESERVED_KWARGS.has(name)) env.set(name, value);
+    }
+    parentScopes.set(specialTokens, env);
+  }
+  return env;
+}
+
 /** Variables passed to a chat template render besides the per-request ones. */
 export interface ChatTemplateRenderInput {
   /** The conversation, already shaped as plain objects (`{ role, content, ... }`). */
@@ -235,21 +281,23 @@ export class ChatTemplateSet {
    */
   render(input: ChatTemplateRenderInput): string {
     const template = this.select(input.tools !== undefined && input.tools.length > 0);
-    const variables: Record<string, unknown> = { ...input.specialTokens };
-    for (const [key, value] of Object.entries(input.templateKwargs ?? {})) {
-      if (!RESERVED_KWARGS.has(key)) variables[key] = value;
-    }
-    variables.messages = input.messages;
-    if (input.tools !== undefined) variables.tools = input.tools;
-    variables.add_generation_prompt = input.addGenerationPrompt;
-    variables[RAISE_EXCEPTION_ALIAS] = raiseFromTemplate;
     // @huggingface/jinja resolves an undefined variable (`tools is defined`, `enable_thinking`, ...) by throwing and
     // catching an Error per lookup; without stack capture that costs ~20 % less per render (issue 9: ~97 → ~80 µs
     // for a one-message Qwen3 chat). Errors leaving the render carry their message, not a stack.
     const stackTraceLimit = Error.stackTraceLimit;
     Error.stackTraceLimit = 0;
     try {
-      return template.render(variables);
+      // What `Template.render` does, with the globals and special tokens in a parent scope made once (parentScope).
+      const env = new Environment(parentScope(input.specialTokens));
+      const kwargs = input.templateKwargs;
+      if (kwargs !== undefined) {
+        for (const key of Object.keys(kwargs)) if (!RESERVED_KWARGS.has(key)) env.set(key, kwargs[key]);
+      }
+      env.set('messages', input.messages);
+      if (input.tools !== undefined) env.set('tools', input.tools);
+      env.set('add_generation_prompt', input.addGenerationPrompt);
+      env.set(RAISE_EXCEPTION_ALIAS, raiseFromTemplate);
+      return new Interpreter(env).run(template.parsed).value as string;
     } catch (error) {
       if (error instanceof ChatTemplateError) throw error;
       throw new ChatTemplateError('render', `chat template rendering failed: ${(error as Error)?.message ?? String(error)}`, {

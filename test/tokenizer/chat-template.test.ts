@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
-import { Environment } from '@huggingface/jinja';
-import { installNonThrowingLookup, LIBRARY_LOOKUP_VARIABLE } from '../../src/tokenizer/chat-template.js';
+import { Environment, Template } from '@huggingface/jinja';
+import { ChatTemplateSet, installNonThrowingLookup, LIBRARY_LOOKUP_VARIABLE } from '../../src/tokenizer/chat-template.js';
 import { ChatTemplateError } from '../../src/tokenizer/errors.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import type { ChatMessage } from '../../src/tokenizer/tokenizer.js';
@@ -247,5 +247,42 @@ describe('non-throwing variable lookup (chat-template.ts installNonThrowingLooku
     }
     // Not merely equal: the very value object the declaring scope holds.
     assert.equal(grandchild.lookupVariable('shadowed'), child.variables.get('shadowed'));
+  });
+});
+
+describe('render scopes (globals and special tokens in a parent scope made once)', () => {
+  const specialTokens = { bos_token: '<s>', eos_token: '</s>' };
+  /** What the library's own `Template.render` gives for the variables the old per-render object held. */
+  const libraryRender = (source: string, vars: Record<string, unknown>) => new Template(source).render(vars);
+  const ours = (source: string, templateKwargs?: Record<string, unknown>, tools?: unknown[]) =>
+    ChatTemplateSet.fromSources({ config: { chat_template: source }, jinjaFile: null, jsonFile: null }, 'test', () => {}).render({
+      messages: [{ role: 'user', content: 'hi' }],
+      addGenerationPrompt: true,
+      specialTokens,
+      ...(templateKwargs !== undefined ? { templateKwargs } : {}),
+      ...(tools !== undefined ? { tools } : {}),
+    });
+  const cases: Array<[string, Record<string, unknown> | undefined]> = [
+    ['{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{{ eos_token }}{{ add_generation_prompt }}', undefined],
+    ['{{ bos_token }}|{{ enable_thinking }}|{{ eos_token }}', { bos_token: 'B', enable_thinking: false }],
+    ['{% set bos_token = "X" %}{{ bos_token }}{{ eos_token }}{{ true }}{{ none is none }}{{ True }}', undefined],
+    ['{% for i in range(3) %}{{ i }}{% endfor %}{{ unk_token is defined }}{{ tools is defined }}', { x: [1, { y: 2 }] }],
+    ['{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}{{ x.y }}', { x: { y: 'z' } }],
+  ];
+  test('renders as the library’s Template.render with the same variables', () => {
+    for (const [source, kwargs] of cases) {
+      const vars: Record<string, unknown> = { ...specialTokens, ...(kwargs ?? {}), messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true };
+      assert.equal(ours(source, kwargs), libraryRender(source, vars), source);
+    }
+    assert.equal(ours('{{ tools | length }}', undefined, [{ a: 1 }, { b: 2 }]), '2');
+  });
+  test('a render’s own declarations stay its own: the next render sees the special tokens again', () => {
+    assert.equal(ours('{{ bos_token }}', { bos_token: 'K' }), 'K');
+    assert.equal(ours('{% set eos_token = "Y" %}{{ eos_token }}'), 'Y');
+    assert.equal(ours('{{ bos_token }}{{ eos_token }}'), '<s></s>');
+  });
+  test('a kwarg the library declares itself (namespace) fails the render as before', () => {
+    assert.throws(() => ours('{{ 1 }}', { namespace: 1 }), isTemplateError('render', /already declared: namespace/));
+    assert.throws(() => libraryRender('{{ 1 }}', { namespace: 1 }), /already declared: namespace/);
   });
 });
