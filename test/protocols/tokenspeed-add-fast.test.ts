@@ -12,6 +12,7 @@ import {
 import type { TokenizedGenerateReqInput } from '../../src/protocols/tokenspeed/index.js';
 import type { GenerateRequest } from '../../src/protocols/types.js';
 import { MsgpackWriter } from '../../src/wire/writer.js';
+import { prng as rng } from '../helpers/prng.js';
 
 /** The codec's own encoding of the prefix form, or the error it throws. */
 function viaCodec(req: TokenizedGenerateReqInput): { bytes: string } | { error: string } {
@@ -30,18 +31,6 @@ function viaEncoder(req: TokenizedGenerateReqInput): { bytes: string } | { error
   } catch (err) {
     return { error: `${(err as Error).name}: ${(err as Error).message}` };
   }
-}
-
-/** A small deterministic PRNG (mulberry32). */
-function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 function randomRequest(r: () => number): GenerateRequest {
