@@ -3,8 +3,8 @@
  * 4.8: columns 1..8 parallel per row, `engine_index`, then the PR #1079 load tail `num_running`, `num_waiting`,
  * `kv_active_pages`, `kv_total_pages`, section 4.9).
  *
- * `encodeSimBatch` is on every simulated step, so it writes the columns straight from the rows (one pre-sized
- * writer, no column arrays, no per-element error paths); its bytes are those of the schema codec
+ * `encodeSimBatch` is on every simulated step, so it writes the columns straight from the rows (one writer reused
+ * across steps, no column arrays, no per-element error paths); its bytes are those of the schema codec
  * (`encodeBatchTokenIDOutSlim` of `toBatchTokenIDOutSlim`), which it falls back on to name the field of a value the
  * wire cannot carry.
  */
@@ -29,8 +29,8 @@ export function toBatchTokenIDOutSlim(batch: SimBatchView): BatchTokenIDOutSlim 
     prompt_tokens: rows.map((r) => r.promptTokens),
     completion_tokens: rows.map((r) => r.completionTokens),
     cached_tokens: rows.map((r) => r.cachedTokens),
-    output_token_logprobs_val: rows.map((r) => r.logprobVals),
-    output_token_logprobs_idx: rows.map((r) => r.logprobIdx),
+    output_token_logprobs_val: rows.map((r) => [...r.logprobVals]),
+    output_token_logprobs_idx: rows.map((r) => [...r.logprobIdx]),
     engine_index: batch.engineIndex,
     num_running: batch.tail.numRunning,
     num_waiting: batch.tail.numWaiting,
@@ -42,55 +42,65 @@ export function toBatchTokenIDOutSlim(batch: SimBatchView): BatchTokenIDOutSlim 
 /** Path of every fast-path write: a failing value is re-encoded by the schema codec, which names the field. */
 const FAST_PATH = 'BatchTokenIDOutSlim';
 
-/** A generous size for one batch's frame in bytes (the writer grows past it if needed). */
-function sizeHint(rows: readonly SimRow[]): number {
-  let n = 64;
-  for (const r of rows) n += r.rid.length + 40 + 9 * (r.outputIds.length + r.logprobVals.length + r.logprobIdx.length);
-  return n;
-}
+/**
+ * The writer every fast-path encode of this process reuses (encodes are synchronous, so one is never shared by two at
+ * once): it keeps its grown buffer, and `take()` hands out an exact-size copy, so a batch costs one allocation of its
+ * own size instead of a zero-filled oversized buffer per step.
+ */
+const writer = new MsgpackWriter(16 * 1024);
 
-/** Writes `list(list(int))` / `list(list(float))` column `pick` of `rows`. */
-function writeNested(w: MsgpackWriter, rows: readonly SimRow[], pick: (r: SimRow) => readonly number[], float: boolean): void {
+/** Writes the `list(list(int))` / `list(list(float))` column of each row's `xs`. */
+function writeIntLists(w: MsgpackWriter, rows: readonly SimRow[], column: 'outputIds' | 'logprobIdx'): void {
   w.writeArrayHeader(rows.length);
-  for (const r of rows) {
-    const xs = pick(r);
+  for (let i = 0; i < rows.length; i++) {
+    const xs = rows[i]![column];
     if (!Array.isArray(xs)) throw new WireEncodeError(FAST_PATH, 'expected an array');
     w.writeArrayHeader(xs.length);
-    if (float) for (const x of xs) w.writeFloat64(x, FAST_PATH);
-    else for (const x of xs) w.writeInt(x, FAST_PATH);
+    for (let j = 0; j < xs.length; j++) w.writeInt(xs[j]!, FAST_PATH);
   }
 }
 
-const outputIds = (r: SimRow): readonly number[] => r.outputIds;
-const logprobVals = (r: SimRow): readonly number[] => r.logprobVals;
-const logprobIdx = (r: SimRow): readonly number[] => r.logprobIdx;
+function writeFloatLists(w: MsgpackWriter, rows: readonly SimRow[]): void {
+  w.writeArrayHeader(rows.length);
+  for (let i = 0; i < rows.length; i++) {
+    const xs = rows[i]!.logprobVals;
+    if (!Array.isArray(xs)) throw new WireEncodeError(FAST_PATH, 'expected an array');
+    w.writeArrayHeader(xs.length);
+    for (let j = 0; j < xs.length; j++) w.writeFloat64(xs[j]!, FAST_PATH);
+  }
+}
 
 /** The 14-element frame written column by column from the rows (same bytes as the schema codec). */
 function encodeRowsDirect(batch: SimBatchView): Uint8Array {
   const rows = batch.rows;
   const n = rows.length;
-  const w = new MsgpackWriter(sizeHint(rows));
-  w.writeArrayHeader(14);
-  w.writeStr(BATCH_TOKEN_ID_OUT_SLIM_TAG, FAST_PATH);
-  w.writeArrayHeader(n);
-  for (const r of rows) w.writeStr(r.rid, FAST_PATH);
-  writeNested(w, rows, outputIds, false);
-  w.writeArrayHeader(n);
-  for (const r of rows) w.writeStr(r.finishedReason, FAST_PATH);
-  w.writeArrayHeader(n);
-  for (const r of rows) w.writeInt(r.promptTokens, FAST_PATH);
-  w.writeArrayHeader(n);
-  for (const r of rows) w.writeInt(r.completionTokens, FAST_PATH);
-  w.writeArrayHeader(n);
-  for (const r of rows) w.writeInt(r.cachedTokens, FAST_PATH);
-  writeNested(w, rows, logprobVals, true);
-  writeNested(w, rows, logprobIdx, false);
-  w.writeInt(batch.engineIndex, FAST_PATH);
-  w.writeInt(batch.tail.numRunning, FAST_PATH);
-  w.writeInt(batch.tail.numWaiting, FAST_PATH);
-  w.writeInt(batch.tail.kvActivePages, FAST_PATH);
-  w.writeInt(batch.tail.kvTotalPages, FAST_PATH);
-  return w.finish();
+  const w = writer;
+  try {
+    w.writeArrayHeader(14);
+    w.writeStr(BATCH_TOKEN_ID_OUT_SLIM_TAG, FAST_PATH);
+    w.writeArrayHeader(n);
+    for (let i = 0; i < n; i++) w.writeStr(rows[i]!.rid, FAST_PATH);
+    writeIntLists(w, rows, 'outputIds');
+    w.writeArrayHeader(n);
+    for (let i = 0; i < n; i++) w.writeStr(rows[i]!.finishedReason, FAST_PATH);
+    w.writeArrayHeader(n);
+    for (let i = 0; i < n; i++) w.writeInt(rows[i]!.promptTokens, FAST_PATH);
+    w.writeArrayHeader(n);
+    for (let i = 0; i < n; i++) w.writeInt(rows[i]!.completionTokens, FAST_PATH);
+    w.writeArrayHeader(n);
+    for (let i = 0; i < n; i++) w.writeInt(rows[i]!.cachedTokens, FAST_PATH);
+    writeFloatLists(w, rows);
+    writeIntLists(w, rows, 'logprobIdx');
+    w.writeInt(batch.engineIndex, FAST_PATH);
+    w.writeInt(batch.tail.numRunning, FAST_PATH);
+    w.writeInt(batch.tail.numWaiting, FAST_PATH);
+    w.writeInt(batch.tail.kvActivePages, FAST_PATH);
+    w.writeInt(batch.tail.kvTotalPages, FAST_PATH);
+    return w.take();
+  } catch (error) {
+    w.reset();
+    throw error;
+  }
 }
 
 /**
