@@ -40,7 +40,7 @@ import { EngineDialer } from '../transport/engine-dialer.js';
 import type { WireInt } from '../wire/reader.js';
 import { silentLogger, type MinimalLogger } from '../logging.js';
 import {
-  DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SimRow, type StepTimeModel,
+  DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SchedulerState, type SimRow, type StepTimeModel,
 } from './scheduler.js';
 import { TextModel, seedToUint32 } from './text.js';
 import type { SimModelBehaviour } from './response-plan.js';
@@ -393,8 +393,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         'sim rank output is backed up (the gateway is not reading its PULL); pausing rounds',
       );
     }
-    const message = frames;
-    sends = sends.then(() => dialer.sendFrames(message)).then(
+    // The dialer sends in call order, so the last send queued is the last to settle (what `close()` waits for).
+    sends = dialer.sendFrames(frames).then(
       () => {
         stats.batchesSent += 1;
         sendSettled();
@@ -417,15 +417,22 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     }
   };
 
-  const stepOf = (rows: readonly SimRow[], tail: LoadTail): SimStep => ({
-    engineIndex: opts.engineIndex,
-    rows,
-    tail,
-    state: scheduler.state(),
-    kvTotalPages,
-    stepCounter: waves === null ? totalSteps : waves.stepCounter,
-    currentWave: waves === null ? 0 : waves.currentWave,
-  });
+  // `state` is read by the encoder (vLLM stats; `push` encodes at once, so "right after the step" still holds) and
+  // built only then: the TokenSpeed wire never reads it.
+  const stepOf = (rows: readonly SimRow[], tail: LoadTail): SimStep => {
+    let state: SchedulerState | null = null;
+    return {
+      engineIndex: opts.engineIndex,
+      rows,
+      tail,
+      get state() {
+        return (state ??= scheduler.state());
+      },
+      kvTotalPages,
+      stepCounter: waves === null ? totalSteps : waves.stepCounter,
+      currentWave: waves === null ? 0 : waves.currentWave,
+    };
+  };
 
   /** Count a step and push its message. */
   const pushStep = (rows: readonly SimRow[], tail: LoadTail): void => {

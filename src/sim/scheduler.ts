@@ -179,9 +179,9 @@ export interface SimRow {
   /** Prompt tokens served from the prefix cache at the request's first admission (0 before it was admitted). */
   cachedTokens: number;
   /** Logprob of each new token; [] unless requested. */
-  logprobVals: number[];
+  logprobVals: readonly number[];
   /** Token id of each logprob; [] unless requested. */
-  logprobIdx: number[];
+  logprobIdx: readonly number[];
   /** For a `stop` finish on one of the request's stop token ids (not an EOS id): that id (vLLM `stop_reason`); else null. */
   stopReason: number | null;
   /**
@@ -326,6 +326,9 @@ export function vllmMaxNewTokens(requested: number | null, promptLen: number, ma
   const bound = maxModelLen - promptLen;
   return requested === null ? bound : Math.min(requested, bound);
 }
+
+/** The logprob columns of a row that did not ask for them (shared: rows are read, never written, by their users). */
+const NO_LOGPROBS: readonly number[] = Object.freeze([]);
 
 const ZERO_TAIL: LoadTail = Object.freeze({ numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
 
@@ -577,8 +580,10 @@ export class SimScheduler {
         }
         continue;
       }
-      this.cache.allocate(extra);
-      r.pages += extra;
+      if (extra > 0) {
+        this.cache.allocate(extra);
+        r.pages += extra;
+      }
     }
 
     // Admit in FIFO order (not in a round that had to retract, to avoid thrashing).
@@ -702,7 +707,8 @@ export class SimScheduler {
         const ids = r.pendingIds;
         const lps = r.pendingLogprobs;
         r.pendingIds = [];
-        r.pendingLogprobs = [];
+        // Without logprobs nothing is ever pushed onto it: keep the (empty) list.
+        if (spec.returnLogprob) r.pendingLogprobs = [];
         rows.push(this.row(r, ids, lps, finish, stopReason));
       }
       if (finish !== '') this.retire(r);
@@ -726,8 +732,8 @@ export class SimScheduler {
       promptTokens: r.promptLen,
       completionTokens: r.generated,
       cachedTokens: r.cachedTokens ?? 0,
-      logprobVals: r.spec.returnLogprob ? lps : [],
-      logprobIdx: r.spec.returnLogprob ? ids.slice() : [],
+      logprobVals: r.spec.returnLogprob ? lps : NO_LOGPROBS,
+      logprobIdx: r.spec.returnLogprob ? ids.slice() : NO_LOGPROBS,
       stopReason,
       prefillTokens,
     };
