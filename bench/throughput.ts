@@ -4,7 +4,7 @@
  *
  * Shape: the gateway is a real process (`src/cli.ts serve --sim R`, simulated TokenSpeed ranks at `--time-scale 0`,
  * so they emit as fast as the gateway takes it; bench/throughput/gateway-process.ts) driven over real sockets by a
- * load generator in a process of its own (raw node:http keep-alive connections, closed-loop streams;
+ * load generator in a process of its own (raw `net` HTTP/1.1 keep-alive connections, closed-loop streams;
  * bench/throughput/load-generator.ts). CPU comes from /proc/<pid>/stat of every process of the gateway's tree,
  * split by role (gateway or routing + fronts; ranks counted apart; bench/throughput/proc.ts) over a measured window
  * after a warm-up; event-loop delay from `monitorEventLoopDelay` preloaded into the gateway

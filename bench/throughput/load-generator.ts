@@ -1,18 +1,34 @@
 /**
  * The load generator of bench:throughput: a process of its own (so its CPU is never counted as the gateway's) that
- * drives closed-loop streams over raw `node:http` keep-alive connections and times what a client sees. Started by
+ * drives closed-loop streams over HTTP/1.1 keep-alive connections and times what a client sees. Started by
  * bench/throughput.ts with an IPC channel; it receives one `run` message (protocol.ts `LoadScenario`), reports the
  * instants its measured window opens and closes (the orchestrator samples the gateway's CPU then), tears the
  * connections down and sends the `result`, then waits for the next `run`.
  *
- * Kept cheap on purpose: one socket per stream, bodies kept as bytes, SSE content events counted from the bytes
- * (./sse-scan.ts: only the usage chunk, error events and unusual records are JSON-parsed). A non-200 answer, an error
- * event, a stream without `[DONE]` and usage, and a body cut off before the teardown are errors of the phase.
+ * Kept cheap on purpose, because it shares the cores with the gateway: one raw `net` connection per stream
+ * (./http-client.ts: the response parsed from its bytes into one reused read buffer, no `node:http` objects or
+ * stream pipelines), request bytes built once per phase, bodies kept as bytes, SSE content events counted from the
+ * bytes (./sse-scan.ts: only the usage chunk, error events and unusual records are JSON-parsed).
+ *
+ * What it measures and checks, per request (the figures' honesty rests on it):
+ * - streaming: every content event (a record with non-empty first-choice text, as `JSON.parse` would judge it) is
+ *   stamped with the arrival of the socket read that completed it; TTFT = request written → first content event (for
+ *   requests sent inside the window), ITL = gap between consecutive content events of one request (both inside the
+ *   window; events of one read have a gap of 0). Tokens = content events in the window × tokens per content event of
+ *   the completed requests (`usage.completion_tokens` ÷ their events; 1.0 when each event is one token);
+ * - not streaming: the whole JSON body is parsed at its end; tokens = its `usage.completion_tokens`, counted when it
+ *   completes inside the window;
+ * - errors of the phase (counted, the first message kept): an HTTP status other than 200 (`HTTP <code>: <body>`), a
+ *   malformed or oversized response head or chunked framing, bytes past a response's end, a connection that fails
+ *   before the response (`request failed: …`) or closes before the body's end (`response cut off before its end`), an
+ *   SSE error event (`mid-stream error: …`), an SSE record that is not JSON, a stream that ends without `[DONE]` and a
+ *   usage chunk, a non-streamed body that is not JSON or has no usage. Connections torn down at the end of the phase
+ *   are not errors.
  */
-import { Agent, request as httpRequest, type IncomingMessage } from 'node:http';
 import { performance } from 'node:perf_hooks';
 import { percentile } from '../routing/stats.js';
 import { seededRandom } from '../routing/workloads.js';
+import { HttpConnection, type ResponseSink } from './http-client.js';
 import type { FromLoadGenerator, LoadResult, LoadScenario, Percentiles, ToLoadGenerator } from './protocol.js';
 import { SseEventScanner } from './sse-scan.js';
 
@@ -45,70 +61,130 @@ class Phase {
   }
 }
 
+/** Longest part of an error response's body kept for the message (characters). */
+const ERROR_BODY_CHARS = 200;
+
+/** Collects the body of a non-200 response and reports it as an error of the phase at its end. */
+class ErrorBody {
+  private text = '';
+  constructor(private readonly status: number) {}
+  add(bytes: Buffer, start: number, end: number): void {
+    if (this.text.length < ERROR_BODY_CHARS) this.text += bytes.toString('utf8', start, Math.min(end, start + ERROR_BODY_CHARS * 4));
+  }
+  message(): string {
+    return `HTTP ${this.status}: ${this.text.slice(0, ERROR_BODY_CHARS)}`;
+  }
+}
+
 /**
- * Reads one SSE response to its end, recording content events, TTFT, ITL and the usage of the phase. The body stays
- * bytes: ./sse-scan.ts counts the content events of each read, and every event a read completes is stamped with
- * that read's arrival time.
+ * One SSE response: content events counted from the bytes (./sse-scan.ts), TTFT and ITL stamped per read, the usage
+ * of the phase at the end.
  */
-function readStream(res: IncomingMessage, phase: Phase, sentAt: number, done: () => void): void {
-  const scanner = new SseEventScanner();
-  const onError = (message: string): void => phase.error(message);
-  let lastContent = -1;
-  let events = 0;
-  res.on('data', (chunk: Buffer) => {
-    const now = performance.now();
-    const n = scanner.feed(chunk, onError);
-    for (let i = 0; i < n; i++) {
-      events++;
-      if (phase.windowOpen) {
-        phase.eventsInWindow++;
-        if (lastContent < 0) {
-          if (sentAt >= phase.windowStart) phase.ttft.push(now - sentAt);
-        } else if (lastContent >= phase.windowStart) phase.itl.push(now - lastContent);
-      }
-      lastContent = now;
+class StreamResponse implements ResponseSink {
+  private readonly scanner = new SseEventScanner();
+  private readonly onError: (message: string) => void;
+  private errorBody: ErrorBody | null = null;
+  private lastContent = -1;
+  private events = 0;
+
+  constructor(
+    private readonly phase: Phase,
+    private readonly sentAt: number,
+    private readonly done: () => void,
+  ) {
+    this.onError = (message) => phase.error(message);
+  }
+
+  head(status: number): void {
+    if (status !== 200) this.errorBody = new ErrorBody(status);
+  }
+
+  body(bytes: Buffer, start: number, end: number, now: number): void {
+    if (this.errorBody !== null) return this.errorBody.add(bytes, start, end);
+    const n = this.scanner.feed(bytes, this.onError, start, end);
+    if (n === 0) return;
+    const phase = this.phase;
+    this.events += n;
+    if (phase.windowOpen) {
+      phase.eventsInWindow += n;
+      if (this.lastContent < 0) {
+        if (this.sentAt >= phase.windowStart) phase.ttft.push(now - this.sentAt);
+      } else if (this.lastContent >= phase.windowStart) phase.itl.push(now - this.lastContent);
+      // The other events of this read arrived with it: a gap of 0 each.
+      for (let i = 1; i < n; i++) phase.itl.push(0);
     }
-  });
-  res.on('end', () => {
-    if (!scanner.done || scanner.completionTokens < 0) phase.error('stream ended without [DONE] and usage');
+    this.lastContent = now;
+  }
+
+  end(now: number): void {
+    const phase = this.phase;
+    if (this.errorBody !== null) phase.error(this.errorBody.message());
+    else if (!this.scanner.done || this.scanner.completionTokens < 0) phase.error('stream ended without [DONE] and usage');
     else {
-      phase.completedTokens += scanner.completionTokens;
-      phase.completedEvents += events;
+      phase.completedTokens += this.scanner.completionTokens;
+      phase.completedEvents += this.events;
       if (phase.windowOpen) {
         phase.requestsInWindow++;
-        phase.e2e.push(performance.now() - sentAt);
+        phase.e2e.push(now - this.sentAt);
       }
     }
-    done();
-  });
-  res.on('error', () => done());
+    this.done();
+  }
+
+  fail(message: string): void {
+    this.phase.error(message);
+    this.done();
+  }
 }
 
-/** Reads one JSON response, recording its usage at completion. */
-function readWhole(res: IncomingMessage, phase: Phase, sentAt: number, done: () => void): void {
-  const chunks: Buffer[] = [];
-  res.on('data', (chunk: Buffer) => chunks.push(chunk));
-  res.on('end', () => {
-    const body = Buffer.concat(chunks).toString('utf8');
-    try {
-      const tokens = (JSON.parse(body) as { usage?: { completion_tokens?: number } }).usage?.completion_tokens;
-      if (typeof tokens !== 'number') phase.error('response without usage');
-      else if (phase.windowOpen) {
-        phase.requestsInWindow++;
-        phase.tokensInWindow += tokens;
-        phase.e2e.push(performance.now() - sentAt);
+/** One JSON response: its usage recorded at completion. */
+class WholeResponse implements ResponseSink {
+  private readonly chunks: Buffer[] = [];
+  private errorBody: ErrorBody | null = null;
+
+  constructor(
+    private readonly phase: Phase,
+    private readonly sentAt: number,
+    private readonly done: () => void,
+  ) {}
+
+  head(status: number): void {
+    if (status !== 200) this.errorBody = new ErrorBody(status);
+  }
+
+  body(bytes: Buffer, start: number, end: number): void {
+    if (this.errorBody !== null) this.errorBody.add(bytes, start, end);
+    else this.chunks.push(Buffer.from(bytes.subarray(start, end))); // the read buffer is reused
+  }
+
+  end(now: number): void {
+    const phase = this.phase;
+    if (this.errorBody !== null) phase.error(this.errorBody.message());
+    else {
+      const body = Buffer.concat(this.chunks).toString('utf8');
+      try {
+        const tokens = (JSON.parse(body) as { usage?: { completion_tokens?: number } }).usage?.completion_tokens;
+        if (typeof tokens !== 'number') phase.error('response without usage');
+        else if (phase.windowOpen) {
+          phase.requestsInWindow++;
+          phase.tokensInWindow += tokens;
+          phase.e2e.push(now - this.sentAt);
+        }
+      } catch {
+        phase.error(`unparseable response ${JSON.stringify(body.slice(0, 80))}`);
       }
-    } catch {
-      phase.error(`unparseable response ${JSON.stringify(body.slice(0, 80))}`);
     }
-    done();
-  });
-  res.on('error', () => done());
+    this.done();
+  }
+
+  fail(message: string): void {
+    this.phase.error(message);
+    this.done();
+  }
 }
 
-/** Sends one request and resolves when its response ended or failed (never rejects). */
-function oneRequest(scenario: LoadScenario, agent: Agent, phase: Phase, maxTokens: number): Promise<void> {
-  const target = new URL(scenario.path, scenario.url);
+/** The request bytes (head and JSON body) of one request with `maxTokens`. */
+function requestBytes(scenario: LoadScenario, target: URL, maxTokens: number): string {
   const chat = scenario.path.endsWith('/chat/completions');
   const body = JSON.stringify({
     ...(chat ? { messages: [{ role: 'user', content: 'Tell me about the weather and the river.' }] } : { prompt: 'Tell me about the river.' }),
@@ -117,47 +193,38 @@ function oneRequest(scenario: LoadScenario, agent: Agent, phase: Phase, maxToken
     stream: scenario.stream,
     ...(scenario.stream ? { stream_options: { include_usage: true } } : {}),
   });
+  return (
+    `POST ${target.pathname} HTTP/1.1\r\nHost: ${target.host}\r\nContent-Type: application/json\r\n` +
+    `Content-Length: ${Buffer.byteLength(body)}\r\nConnection: keep-alive\r\n\r\n${body}`
+  );
+}
+
+/** One closed-loop stream: a request, then the next as soon as its response ended or failed, until the phase stops. */
+function runStream(scenario: LoadScenario, target: URL, phase: Phase, readBuffer: Buffer, firstMaxTokens: number, steady: string, open: Set<HttpConnection>): Promise<void> {
   return new Promise<void>((resolve) => {
-    const sentAt = performance.now();
-    const req = httpRequest(
-      {
-        agent,
-        host: target.hostname,
-        port: target.port,
-        path: target.pathname,
-        method: 'POST',
-        headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-      },
-      (res) => {
-        if (res.statusCode !== 200) {
-          let text = '';
-          res.setEncoding('utf8');
-          res.on('data', (c: string) => (text += c));
-          res.on('end', () => {
-            phase.error(`HTTP ${res.statusCode}: ${text.slice(0, 200)}`);
-            resolve();
-          });
-          res.on('error', () => resolve());
-          return;
-        }
-        // 'close' also covers a response cut off by the teardown, which emits neither 'end' nor 'error'. Cut off
-        // before the teardown (`phase.error` ignores it after), the response is an error: a truncated body.
-        let settled = false;
-        const done = () => {
-          if (!settled) (settled = true), resolve();
-        };
-        res.on('close', () => {
-          if (!res.complete) phase.error('response cut off before its end');
-          done();
-        });
-        (scenario.stream ? readStream : readWhole)(res, phase, sentAt, done);
-      },
-    );
-    req.on('error', (err) => {
-      phase.error(`request failed: ${err.message}`);
-      resolve();
-    });
-    req.end(body);
+    let conn: HttpConnection | null = null;
+    let first = true;
+    const next = (): void => {
+      if (phase.stopped) return resolve();
+      if (conn === null || !conn.usable) {
+        if (conn !== null) open.delete(conn);
+        conn = new HttpConnection(target.hostname, Number(target.port), readBuffer, (message) => phase.error(message));
+        open.add(conn);
+      }
+      const bytes = first ? requestBytes(scenario, target, firstMaxTokens) : steady;
+      first = false;
+      const sentAt = performance.now();
+      // A failed request retries on the next turn of the loop (no tight loop on a refused connection).
+      let settled = false;
+      const done = (): void => {
+        if (settled) return;
+        settled = true;
+        if (conn !== null && !conn.usable) setImmediate(next);
+        else next();
+      };
+      conn.request(bytes, scenario.stream ? new StreamResponse(phase, sentAt, done) : new WholeResponse(phase, sentAt, done));
+    };
+    next();
   });
 }
 
@@ -166,15 +233,15 @@ const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms
 /** Runs one phase: warm-up, the measured window, then teardown of every connection. */
 async function runPhase(scenario: LoadScenario): Promise<LoadResult> {
   const phase = new Phase();
-  const agent = new Agent({ keepAlive: true, maxSockets: scenario.streams, maxFreeSockets: scenario.streams });
   const random = seededRandom(scenario.seed);
-  const loops = Array.from({ length: scenario.streams }, async () => {
-    let maxTokens = 1 + Math.floor(random() * scenario.maxTokens);
-    while (!phase.stopped) {
-      await oneRequest(scenario, agent, phase, maxTokens);
-      maxTokens = scenario.maxTokens;
-    }
-  });
+  const target = new URL(scenario.path, scenario.url);
+  const steady = requestBytes(scenario, target, scenario.maxTokens);
+  // One read buffer for every connection: reads are handled one at a time, synchronously (./http-client.ts).
+  const readBuffer = Buffer.allocUnsafe(256 * 1024);
+  const open = new Set<HttpConnection>();
+  const loops = Array.from({ length: scenario.streams }, () =>
+    runStream(scenario, target, phase, readBuffer, 1 + Math.floor(random() * scenario.maxTokens), steady, open),
+  );
   await sleep(scenario.warmupMs);
   const cpuBefore = process.cpuUsage();
   phase.windowStart = performance.now();
@@ -186,7 +253,7 @@ async function runPhase(scenario: LoadScenario): Promise<LoadResult> {
   const cpu = process.cpuUsage(cpuBefore);
   send({ type: 'window-end' });
   phase.stopped = true;
-  agent.destroy();
+  for (const conn of open) conn.destroy();
   await Promise.all(loops);
   const tokensPerEvent = phase.completedEvents > 0 ? phase.completedTokens / phase.completedEvents : Number.NaN;
   return {

@@ -62,13 +62,15 @@ export class SseEventScanner {
   private pending: Buffer | null = null;
 
   /**
-   * Scans one read of the response body. Returns how many content events it completed; calls `onError` with a
-   * message for an error event (`{"error": …}`) and for a record that is not JSON. Never throws.
+   * Scans one read of the response body, `chunk[from..to)` (default: all of it; no reference to `chunk` is kept, so
+   * the caller may reuse its buffer). Returns how many content events it completed; calls `onError` with a message
+   * for an error event (`{"error": …}`) and for a record that is not JSON. Never throws.
    */
-  feed(chunk: Buffer, onError: (message: string) => void): number {
-    let bytes = chunk;
+  feed(chunk: Buffer, onError: (message: string) => void, from = 0, to = chunk.length): number {
+    // A view of exactly the new bytes: `indexOf` must not run on into whatever the caller's buffer holds past `to`.
+    let bytes = from === 0 && to === chunk.length ? chunk : chunk.subarray(from, to);
     if (this.pending !== null) {
-      bytes = Buffer.concat([this.pending, chunk]);
+      bytes = Buffer.concat([this.pending, bytes]);
       this.pending = null;
     }
     let events = 0;
