@@ -103,6 +103,8 @@ export class EngineDialer {
   private closed = false;
   private requestsTaken = false;
   private sendChain: Promise<void> = Promise.resolve();
+  /** Sends started by `enqueue` that have not settled yet. */
+  private sendsInFlight = 0;
 
   private constructor(parts: {
     engineIndex: number;
@@ -339,11 +341,20 @@ export class EngineDialer {
     if (this.closed) {
       return Promise.reject(new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, { code: 'ELINKCLOSED' }));
     }
-    const run = this.sendChain.then(() => {
-      if (this.closed) throw new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, { code: 'ELINKCLOSED' });
-      return task();
-    });
-    this.sendChain = run.catch(() => undefined);
+    // With nothing in flight the send starts now (a simulated rank pushes one message per step: no extra
+    // microtask hop); otherwise it waits for the previous one, so sends stay in call order.
+    const run =
+      this.sendsInFlight === 0
+        ? task()
+        : this.sendChain.then(() => {
+            if (this.closed) throw new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, { code: 'ELINKCLOSED' });
+            return task();
+          });
+    this.sendsInFlight += 1;
+    const settled = (): void => {
+      this.sendsInFlight -= 1;
+    };
+    this.sendChain = run.then(settled, settled);
     return run;
   }
 }
