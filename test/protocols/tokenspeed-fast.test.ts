@@ -11,7 +11,7 @@ import { prng } from '../helpers/prng.js';
 import type { EngineBatch } from '../../src/protocols/types.js';
 import { batchToEngineBatch, decodeBatchTokenIDOutSlim, encodeBatchTokenIDOutSlim, tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
 import type { BatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/index.js';
-import { decodeBatchFast } from '../../src/protocols/tokenspeed/output-fast.js';
+import { RidCache, decodeBatchFast } from '../../src/protocols/tokenspeed/output-fast.js';
 import { WireDecodeError } from '../../src/wire/errors.js';
 
 const slimVectors = loadTokenSpeedVectors().filter((v) => /slim/.test(v.name) && typeof v.hex === 'string');
@@ -149,4 +149,46 @@ test('rids the UTF-8 decoders could read differently: a leading BOM (stripped by
     assert.equal(decodeBatchFast(bytes), null, `invalid UTF-8 ${bad.map((x) => x.toString(16)).join(' ')}`);
     assert.throws(() => tokenspeedProtocol.decodeOutput([bytes]), /str is not valid UTF-8/);
   }
+});
+
+test('request ids decoded again come from the rid cache: the same strings, and a rid that differs in one byte is its own string', () => {
+  const b = sampleBatch(prng(11), 4);
+  b.rids = ['chatcmpl-0123456789abcdef0123456789abcdef', 'r', 'chatcmpl-ü-é', 'chatcmpl-0123456789abcdef0123456789abcdeg'];
+  const bytes = encodeBatchTokenIDOutSlim(b);
+  const first = decodeBatchFast(bytes)!;
+  const again = decodeBatchFast(Uint8Array.from(bytes))!;
+  assert.deepStrictEqual(again, first);
+  assert.deepStrictEqual(again.outputs.map((o) => o.requestId), b.rids);
+  b.rids[0] = 'chatcmpl-0123456789abcdef0123456789abcdeF';
+  const changed = decodeBatchFast(encodeBatchTokenIDOutSlim(b))!;
+  assert.deepStrictEqual(changed.outputs.map((o) => o.requestId), b.rids);
+});
+
+test('RidCache: an entry answers only for its exact bytes; a set keeps its two most recently used ids', () => {
+  const view = (s: string) => {
+    const u = Buffer.from(s);
+    return { u, v: new DataView(u.buffer, u.byteOffset, u.byteLength) };
+  };
+  const c = new RidCache(4);
+  const [a, b, d] = [view('req-a'), view('req-b'), view('req-d')];
+  c.set(7, Uint8Array.from(a.u), 'req-a');
+  assert.equal(c.get(7, a.v, 0, a.u.length), 'req-a');
+  // Same key (a hash collision), other bytes or another length: no answer.
+  assert.equal(c.get(7, b.v, 0, b.u.length), undefined);
+  const longer = view('req-aa');
+  assert.equal(c.get(7, longer.v, 0, longer.u.length), undefined);
+  // Bytes inside a larger frame, at an offset.
+  const framed = view('xx-req-a-yy');
+  assert.equal(c.get(7, framed.v, 3, 5), 'req-a');
+  // Keys 7, 3 and 11 share a set (4 sets): a and b both stay; a used again, then d evicts b, not a.
+  c.set(3, Uint8Array.from(b.u), 'req-b');
+  assert.equal(c.get(7, a.v, 0, a.u.length), 'req-a');
+  assert.equal(c.get(3, b.v, 0, b.u.length), 'req-b');
+  assert.equal(c.get(7, a.v, 0, a.u.length), 'req-a');
+  c.set(11, Uint8Array.from(d.u), 'req-d');
+  assert.equal(c.get(11, d.v, 0, d.u.length), 'req-d');
+  assert.equal(c.get(7, a.v, 0, a.u.length), 'req-a');
+  assert.equal(c.get(3, b.v, 0, b.u.length), undefined);
+  // Another set is untouched by all of it.
+  assert.equal(c.get(4, a.v, 0, a.u.length), undefined);
 });

@@ -27,6 +27,69 @@ interface Utf8Slicer {
   utf8Slice(start: number, end: number): string;
 }
 
+/** One remembered request id: its UTF-8 bytes (a copy, never a view of a frame) and its string. */
+interface RidEntry {
+  readonly bytes: DataView;
+  readonly str: string;
+}
+
+/**
+ * Request ids decoded recently, by a hash of their bytes (`Cursor.rid`): a rank names the same running requests in
+ * every batch, so nearly every row's rid was decoded one step before. A two-way set-associative table of `2 × sets`
+ * entries (a fixed bound): the key picks a set, a hit moves its entry to the set's first way, a new entry goes into
+ * the first way and the other way keeps the previous first (so each set keeps its two most recently used ids). An
+ * entry answers only when its bytes equal the row's (a hash collision just decodes).
+ */
+export class RidCache {
+  private readonly ways: Array<RidEntry | null>;
+  private readonly mask: number;
+
+  /** `sets`: a power of two. */
+  constructor(sets: number) {
+    this.mask = sets - 1;
+    this.ways = new Array<RidEntry | null>(2 * sets).fill(null);
+  }
+
+  /** The string of the `n` bytes of `buf` at `start`, if remembered under `key`. */
+  get(key: number, buf: DataView, start: number, n: number): string | undefined {
+    const i = (key & this.mask) << 1;
+    const ways = this.ways;
+    const a = ways[i]!;
+    if (a !== null && sameBytes(a.bytes, buf, start, n)) return a.str;
+    const b = ways[i + 1]!;
+    if (b === null || !sameBytes(b.bytes, buf, start, n)) return undefined;
+    ways[i] = b;
+    ways[i + 1] = a;
+    return b.str;
+  }
+
+  /** Remember `str`, whose UTF-8 bytes are `bytes` (owned by the cache from now on), under `key`. */
+  set(key: number, bytes: Uint8Array, str: string): void {
+    const i = (key & this.mask) << 1;
+    this.ways[i + 1] = this.ways[i]!;
+    this.ways[i] = { bytes: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), str };
+  }
+}
+
+/** A copy of `buf[start, stop)` in a buffer of its own (a view would keep the whole frame alive). */
+function copyOf(buf: Uint8Array, start: number, stop: number): Uint8Array {
+  const out = new Uint8Array(stop - start);
+  out.set(buf.subarray(start, stop));
+  return out;
+}
+
+/** Whether `a` holds exactly the `n` bytes of `buf` at `start` (compared a 32-bit word at a time). */
+function sameBytes(a: DataView, buf: DataView, start: number, n: number): boolean {
+  if (a.byteLength !== n) return false;
+  let i = 0;
+  for (; i + 4 <= n; i += 4) if (a.getInt32(i) !== buf.getInt32(start + i)) return false;
+  for (; i < n; i++) if (a.getUint8(i) !== buf.getUint8(start + i)) return false;
+  return true;
+}
+
+/** Sets of the request-id cache: 16 384 entries, several times the requests a gateway has in flight. */
+const RID_CACHE = new RidCache(8192);
+
 /** A cursor over one frame (fields, not module-level bindings: V8 keeps these in registers and inline caches). */
 class Cursor {
   readonly buf: Uint8Array;
@@ -150,6 +213,35 @@ class Cursor {
     }
   }
 
+  /**
+   * A request id: `str()`, but a rid whose exact bytes were decoded recently is the string decoded then
+   * (`RID_CACHE`), so the per-row path builds no string and the registry lookup reuses its cached hash.
+   */
+  rid(): string {
+    const headerAt = this.pos;
+    const n = this.strLength();
+    this.need(n);
+    const buf = this.buf;
+    const start = this.pos;
+    const stop = start + n;
+    // FNV-1a over 32-bit words then the tail bytes, folded to a small integer key.
+    const view = this.view;
+    let h = 0x811c9dc5 ^ n;
+    let i = start;
+    for (; i + 4 <= stop; i += 4) h = Math.imul(h ^ view.getInt32(i), 0x01000193);
+    for (; i < stop; i++) h = Math.imul(h ^ buf[i]!, 0x01000193);
+    const key = h & 0x3fffffff;
+    const hit = RID_CACHE.get(key, view, start, n);
+    if (hit !== undefined) {
+      this.pos = stop;
+      return hit;
+    }
+    this.pos = headerAt;
+    const s = this.str();
+    RID_CACHE.set(key, copyOf(buf, start, stop), s);
+    return s;
+  }
+
   /** A finish string as one of the shared literals when it is one of them (no string built), else decoded. */
   finishStr(): string {
     const headerAt = this.pos;
@@ -198,7 +290,7 @@ function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undef
   c.tag();
   const rows = c.arrayHeader();
   const rids: string[] = [];
-  for (let i = 0; i < rows; i++) rids.push(c.str());
+  for (let i = 0; i < rows; i++) rids.push(c.rid());
   if (c.arrayHeader() !== rows) throw BAIL;
   const ids: number[][] = [];
   for (let i = 0; i < rows; i++) {
