@@ -15,6 +15,9 @@ import type { EngineBatch, EngineOutputRow } from '../types.js';
 import { MsgpackReader } from '../../wire/reader.js';
 import { BATCH_TOKEN_ID_OUT_SLIM_TAG, toFinishReason } from './output.js';
 
+/** The value of every empty token-id or logprob list (read-only: nothing writes a row's lists). */
+const NO_NUMBERS: number[] = Object.freeze([]) as unknown as number[];
+
 /** Thrown inside the fast path for any frame it does not handle; caught in `decodeBatchFast` (never escapes). */
 const BAIL = new Error('fast path declined');
 
@@ -275,13 +278,6 @@ class Cursor {
     for (let i = 0; i < TAG_BYTES.length; i++) if (this.buf[pos + 1 + i] !== TAG_BYTES[i]) throw BAIL;
     this.pos = pos + 1 + TAG_BYTES.length;
   }
-
-  intColumn(rows: number): number[] {
-    if (this.arrayHeader() !== rows) throw BAIL;
-    const out: number[] = [];
-    for (let i = 0; i < rows; i++) out.push(this.int());
-    return out;
-  }
 }
 
 function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undefined): EngineBatch {
@@ -289,29 +285,43 @@ function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undef
   if (n < 9) throw BAIL;
   c.tag();
   const rows = c.arrayHeader();
-  const rids: string[] = [];
-  for (let i = 0; i < rows; i++) rids.push(c.rid());
-  if (c.arrayHeader() !== rows) throw BAIL;
-  const ids: number[][] = [];
+  // The rows are built as the rids are read and filled column by column (no column arrays). Empty lists share one
+  // frozen array (most rows carry no logprobs). Finish strings are turned into reasons only once the whole frame has
+  // been read, so `onUnknownFinish` hears only of frames this returns.
+  const outputs: EngineOutputRow[] = [];
   for (let i = 0; i < rows; i++) {
-    const m = c.arrayHeader();
-    const row: number[] = [];
-    for (let j = 0; j < m; j++) row.push(c.int());
-    ids.push(row);
+    outputs.push({ requestId: c.rid(), newTokenIds: NO_NUMBERS, finishReason: null, promptTokens: 0, completionTokens: 0, cachedTokens: 0, logprobs: NO_NUMBERS });
   }
   if (c.arrayHeader() !== rows) throw BAIL;
-  const finish: string[] = [];
-  for (let i = 0; i < rows; i++) finish.push(c.finishStr());
-  const prompt = c.intColumn(rows);
-  const completion = c.intColumn(rows);
-  const cached = c.intColumn(rows);
-  if (c.arrayHeader() !== rows) throw BAIL;
-  const logprobs: number[][] = [];
   for (let i = 0; i < rows; i++) {
     const m = c.arrayHeader();
-    const row: number[] = [];
-    for (let j = 0; j < m; j++) row.push(c.float());
-    logprobs.push(row);
+    if (m === 0) continue;
+    const ids: number[] = [];
+    for (let j = 0; j < m; j++) ids.push(c.int());
+    outputs[i]!.newTokenIds = ids;
+  }
+  if (c.arrayHeader() !== rows) throw BAIL;
+  let finishedAt: number[] | null = null;
+  let finishRaw: string[] | null = null;
+  for (let i = 0; i < rows; i++) {
+    const f = c.finishStr();
+    if (f === '') continue;
+    (finishedAt ??= []).push(i);
+    (finishRaw ??= []).push(f);
+  }
+  if (c.arrayHeader() !== rows) throw BAIL;
+  for (let i = 0; i < rows; i++) outputs[i]!.promptTokens = c.int();
+  if (c.arrayHeader() !== rows) throw BAIL;
+  for (let i = 0; i < rows; i++) outputs[i]!.completionTokens = c.int();
+  if (c.arrayHeader() !== rows) throw BAIL;
+  for (let i = 0; i < rows; i++) outputs[i]!.cachedTokens = c.int();
+  if (c.arrayHeader() !== rows) throw BAIL;
+  for (let i = 0; i < rows; i++) {
+    const m = c.arrayHeader();
+    if (m === 0) continue;
+    const lp: number[] = [];
+    for (let j = 0; j < m; j++) lp.push(c.float());
+    outputs[i]!.logprobs = lp;
   }
   // output_token_logprobs_idx: checked, not kept (nothing reads it).
   if (c.arrayHeader() !== rows) throw BAIL;
@@ -337,20 +347,14 @@ function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undef
   }
   if (c.pos !== c.end) throw BAIL;
 
-  const outputs: EngineOutputRow[] = [];
   const finishedRequestIds: string[] = [];
-  for (let i = 0; i < rows; i++) {
-    const finishReason = toFinishReason(finish[i]!, onUnknownFinish);
-    outputs.push({
-      requestId: rids[i]!,
-      newTokenIds: ids[i]!,
-      finishReason,
-      promptTokens: prompt[i]!,
-      completionTokens: completion[i]!,
-      cachedTokens: cached[i]!,
-      logprobs: logprobs[i]!,
-    });
-    if (finishReason !== null) finishedRequestIds.push(rids[i]!);
+  if (finishedAt !== null) {
+    for (let k = 0; k < finishedAt.length; k++) {
+      const row = outputs[finishedAt[k]!]!;
+      const finishReason = toFinishReason(finishRaw![k]!, onUnknownFinish);
+      row.finishReason = finishReason;
+      if (finishReason !== null) finishedRequestIds.push(row.requestId);
+    }
   }
   const batch: EngineBatch = { engineIndex, outputs, finishedRequestIds };
   if (kvTotal !== 0) batch.load = { numRunning, numWaiting, kvCacheUsage: kvActive / kvTotal, runningIncludesWaiting: true };
