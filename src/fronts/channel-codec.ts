@@ -40,9 +40,9 @@ export const Tag = {
 } as const;
 
 /**
- * Router → front messages zeromq queues on each side of one front's pipe before the router's sends are refused
- * (the ROUTER's send and the DEALER's receive high-water mark). Each message is one event-loop turn's records for
- * that front; the router's lane (outbox.ts `FrontOutboxes`) bounds the bytes waiting behind a full pipe.
+ * Messages zeromq queues on each side of one front's pipe (the ROUTER's and the DEALER's high-water marks). Router →
+ * front messages travel on the front's frame socket instead (frames.ts; bounded by router-service.ts
+ * `DOWN_HIGH_WATER_BYTES`); the router's lane (outbox.ts `FrontOutboxes`) bounds the bytes waiting behind it.
  */
 export const FRONT_HIGH_WATER_MARK = 1000;
 

@@ -4,8 +4,8 @@
  * concurrency count and the Responses store — and N HTTP front processes (cluster workers sharing the listen port)
  * that do HTTP, chat templates, tokenization, detokenization, stop strings and SSE.
  *
- * This module is the primary's side; the front's is front-process.ts. Data plane: ZeroMQ over `ipc://`
- * (router-service.ts, remote-backend.ts). Control plane (control.ts): the cluster's IPC channel,
+ * This module is the primary's side; the front's is front-process.ts. Data plane: ZeroMQ over `ipc://` from the
+ * fronts, a unix frame socket per front back (frames.ts; router-service.ts, remote-backend.ts). Control plane (control.ts): the cluster's IPC channel,
  * for a handful of messages: a front is listening, /metrics (prom-client's cluster protocol: the primary asks every
  * front for its registry as JSON, adds its own, and merges them with `AggregatorRegistry.aggregate`), drain, close.
  *
@@ -28,6 +28,7 @@ import { GatewayMetrics } from '../server/metrics.js';
 import type { RankStatsExport } from '../server/rank-stats.js';
 import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, type ControlMessage } from './control.js';
+import { downPathOf } from './frames.js';
 import { RouterService } from './router-service.js';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
@@ -221,6 +222,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     emergencyStop(): void {
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
       rmSync(address.slice('ipc://'.length), { force: true });
+      rmSync(downPathOf(address), { force: true });
       gateway.emergencyStop();
     },
   };

@@ -121,8 +121,8 @@ function isRefusal(err: unknown): boolean {
 /**
  * The router's outboxes, one lane per front (docs/architecture.md sections 4 and 6; issue 9): the records of one
  * event-loop turn for a front are one `DownMessage`, written as they are appended (an OUT row straight to bytes) and
- * flushed at the end of the turn. Fronts are independent: `send` must never wait (the ROUTER's send timeout is 0, so
- * a full front queue is an immediate `EAGAIN`). A refused message stays first in its lane and is retried with a
+ * flushed at the end of the turn. Fronts are independent: `send` must never wait (router-service.ts refuses a
+ * front whose frame socket holds too much with an immediate `EAGAIN`). A refused message stays first in its lane and is retried with a
  * backoff (1 ms doubling to 16 ms) while every other front keeps being served; meanwhile the lane's new records keep
  * joining one open message (up to `MAX_MERGED_MESSAGE_BYTES`), so a front that fell behind gets fewer, larger
  * messages. A lane whose messages are refused for `stuckAfterMs`, that holds more than `maxQueuedBytes`, or whose

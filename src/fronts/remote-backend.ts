@@ -1,6 +1,7 @@
 /**
  * The front side of `--workers N` (docs/architecture.md sections 3-6): a front process's channel to the router
- * (`FrontChannel`, one ZeroMQ DEALER) and what the HTTP app is given instead of the engine clients:
+ * (`FrontChannel`: a ZeroMQ DEALER for what the front sends, a unix frame socket for what the router sends, frames.ts)
+ * and what the HTTP app is given instead of the engine clients:
  * - `RemoteBackend`: a `GenerationBackend` per engine group. `submit` sends SUBMIT and resolves on the router's
  *   SUBMITTED with a stream fed by OUT records (the engine client's own `RequestStreamImpl`, so the routes read
  *   exactly what they read in one process); cancelling it sends ABORT. The sync reads (`rankStates()`, `status()`, …)
@@ -12,6 +13,7 @@
  * The routes cannot tell the difference; no routing state lives here.
  */
 import { EventEmitter } from 'node:events';
+import { connect, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import { Dealer } from 'zeromq';
@@ -34,9 +36,10 @@ import {
   type UpRecord,
   type WireError,
 } from './channel-codec.js';
+import { FrameReader, downPathOf, writeFrame } from './frames.js';
 import { Outbox } from './outbox.js';
 
-/** How long the channel's receive loop keeps taking queued messages before it yields to the event loop, ms. */
+/** How long the frame socket is read in one event-loop turn before it pauses until the next turn, ms. */
 export const RECEIVE_SLICE_MS = 4;
 
 /** How long a refresh or store call waits for the router before answering from what the front has, ms. */
@@ -64,6 +67,8 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
   /** Malformed router messages dropped. */
   decodeErrors = 0;
   private readonly socket: Dealer;
+  /** The router → front frame socket (frames.ts). */
+  private down: Socket | null = null;
   private readonly outbox: Outbox<0, UpRecord>;
   private readonly submissions = new Map<number, Submission>();
   private readonly calls = new Map<number, PendingCall>();
@@ -96,7 +101,7 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
   static async connect(address: string, frontId: number, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
     const ch = new FrontChannel(frontId, log);
     ch.socket.connect(address);
-    void ch.receiveLoop();
+    ch.connectDown(downPathOf(address));
     const first = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`the router at ${address} did not answer within ${timeoutMs} ms`)), timeoutMs);
       ch.once('snapshot', () => {
@@ -223,37 +228,66 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
     this.grants.clear();
     this.outbox.close();
     this.socket.close();
+    this.down?.destroy();
   }
 
   private push(r: UpRecord): void {
     this.outbox.push(0, r);
   }
 
-  private async receiveLoop(): Promise<void> {
-    let sliceStart = performance.now();
-    try {
-      for await (const [payload] of this.socket) {
-        if (payload === undefined) continue;
-        let records: ReceivedRecord[];
-        try {
-          records = decodeDown(payload);
-        } catch (err) {
-          this.decodeErrors++;
-          this.log.warn({ err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed router message dropped');
-          continue;
-        }
-        for (const r of records) this.apply(r);
-        // zeromq.js resolves queued receives without returning to the event loop: yield every RECEIVE_SLICE_MS so the
-        // HTTP side (timers, accepts, writes) runs. Messages that were already queued (the front is behind) land in
-        // one turn, so a stream's rows of that turn leave in one write (server/coalescing-writer.ts).
-        if (performance.now() - sliceStart >= RECEIVE_SLICE_MS) {
-          await new Promise<void>((r) => setImmediate(r));
-          sliceStart = performance.now();
-        }
+  /**
+   * Connect the router → front frame socket (frames.ts) and say this front's id on it; every frame is one router
+   * message. A connection that fails or closes while the front runs is logged (the router is gone: the cluster
+   * channel's disconnect ends this process).
+   */
+  private connectDown(path: string): void {
+    const sock = connect(path);
+    this.down = sock;
+    const reader = new FrameReader((frame) => this.onMessage(frame));
+    sock.on('connect', () => {
+      const id = Buffer.allocUnsafe(4);
+      id.writeUInt32LE(this.frontId, 0);
+      writeFrame(sock, id);
+    });
+    // libuv reads a readable socket up to 32 × 64 KiB per poll: after RECEIVE_SLICE_MS of frames in one turn the
+    // socket pauses until the next turn, so the HTTP side (timers, accepts, the per-tick writes) runs in between and
+    // a front that is behind hands each stream the rows of a few ms per write, not of a whole backlog.
+    let sliceStart = -1;
+    const endSlice = (): void => {
+      sliceStart = -1;
+      if (sock.isPaused() && !sock.destroyed) sock.resume();
+    };
+    sock.on('data', (chunk: Buffer) => {
+      if (sliceStart < 0) {
+        sliceStart = performance.now();
+        setImmediate(endSlice);
       }
+      try {
+        reader.push(chunk);
+      } catch (err) {
+        this.decodeErrors++;
+        this.log.error({ err }, 'corrupt router frame stream: closing it');
+        sock.destroy();
+        return;
+      }
+      if (performance.now() - sliceStart >= RECEIVE_SLICE_MS) sock.pause();
+    });
+    sock.on('error', (err) => {
+      if (!this.closed) this.log.error({ err }, 'router frame socket failed');
+    });
+  }
+
+  /** One router message (all its records, in order); a malformed one is counted, logged and dropped. */
+  private onMessage(payload: Uint8Array): void {
+    let records: ReceivedRecord[];
+    try {
+      records = decodeDown(payload);
     } catch (err) {
-      if (!this.closed) this.log.error({ err }, 'router channel receive failed');
+      this.decodeErrors++;
+      this.log.warn({ err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed router message dropped');
+      return;
     }
+    for (const r of records) this.apply(r);
   }
 
   private apply(r: ReceivedRecord): void {

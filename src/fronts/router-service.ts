@@ -1,7 +1,8 @@
 /**
  * The router side of `--workers N` (docs/architecture.md sections 3-6): the one process that owns the engine clients
- * serves them to N HTTP fronts over a ZeroMQ ROUTER socket (`ipc://`, one DEALER per front, the records of
- * channel-codec.ts batched per tick by outbox.ts).
+ * serves them to N HTTP fronts: it hears them on a ZeroMQ ROUTER socket (`ipc://`, one DEALER per front) and
+ * answers each on its unix frame socket (frames.ts: the ZeroMQ send path cost the router two thread wake-ups per
+ * message); the records of channel-codec.ts are batched per tick by outbox.ts.
  *
  * Every SUBMIT goes straight to the group's real `EngineClient.submit`, so select + reserve, the in-flight sets, the
  * stored loads and the release clamp stay in this one process in their synchronous blocks (dp-routing.md 12.3): the
@@ -15,6 +16,8 @@
  * clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight slot released) and
  * its concurrency permits are returned.
  */
+import { rmSync } from 'node:fs';
+import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import { Router } from 'zeromq';
 import type { RequestStream } from '../engine-client/request-stream.js';
@@ -30,6 +33,7 @@ import {
   type GroupSnapshot,
   type UpRecord,
 } from './channel-codec.js';
+import { FrameReader, downPathOf, writeFrame } from './frames.js';
 import { FrontOutboxes, type FrontLane } from './outbox.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
@@ -60,6 +64,18 @@ export interface RouterServiceOptions {
 
 const PENDING = Symbol('pending');
 
+/**
+ * Bytes a front's frame socket may hold unwritten (node's buffer, above the kernel's) before the router's sends to
+ * it are refused (EAGAIN) and its lane retries and merges, as a full ZeroMQ pipe did (outbox.ts `FrontOutboxes`):
+ * about the `FRONT_HIGH_WATER_MARK` messages of a few KiB each the ROUTER socket queued per front.
+ */
+export const DOWN_HIGH_WATER_BYTES = 4 * 1024 * 1024;
+
+/** A send refused for now (the lane retries; `FrontOutboxes` reads `code`). */
+function refused(message: string): Error {
+  return Object.assign(new Error(message), { code: 'EAGAIN' });
+}
+
 /** One connected front: its ZeroMQ identity, its engine requests by handle, its concurrency permits. */
 interface FrontSession {
   readonly frontId: number;
@@ -85,6 +101,10 @@ export interface RouterServiceStats {
 export class RouterService {
   readonly stats: RouterServiceStats = { decodeErrors: 0, frontsDropped: 0, orphanedRequests: 0 };
   private readonly socket: Router;
+  /** The router → front frame socket of every front that connected one, by front id (frames.ts). */
+  private readonly down = new Map<number, Socket>();
+  private downServer: Server | null = null;
+  private downPath: string | null = null;
   private readonly sessions = new Map<number, FrontSession>();
   private readonly outbox: FrontOutboxes;
   private readonly log: Logger;
@@ -103,7 +123,12 @@ export class RouterService {
       async (frontId, message) => {
         const s = this.sessions.get(frontId);
         if (s === undefined || s.dropped) return;
-        await this.socket.send([s.identity, message]);
+        const sock = this.down.get(frontId);
+        // Not connected yet (its HELLO came first on the other socket): refused, retried.
+        if (sock === undefined) throw refused(`front ${frontId} has not connected its frame socket yet`);
+        if (sock.destroyed) throw Object.assign(new Error(`front ${frontId} closed its frame socket`), { code: 'EPIPE' });
+        if (sock.writableLength > DOWN_HIGH_WATER_BYTES) throw refused(`front ${frontId} holds ${sock.writableLength} bytes unread`);
+        writeFrame(sock, message);
       },
       (frontId, err) => {
         if (this.closed) return;
@@ -135,12 +160,67 @@ export class RouterService {
     return this.permitsTaken;
   }
 
-  /** Bind the ROUTER at `address` (`ipc://…`) and start serving. Throws the zeromq bind error. */
+  /**
+   * Bind the ROUTER at `address` (`ipc://<path>`), listen for the fronts' frame sockets at `<path>.down`, and start
+   * serving. Throws the zeromq bind error or the listen error.
+   */
   async bind(address: string): Promise<void> {
     await this.socket.bind(address);
+    await this.listenDown(downPathOf(address));
     void this.receiveLoop();
     this.snapshotTimer = setInterval(() => this.broadcastSnapshot(), this.opts.snapshotIntervalMs ?? 250);
     this.snapshotTimer.unref();
+  }
+
+  /**
+   * Listen for the fronts' frame sockets at `path` (frames.ts): a connection's first frame is its front id; a front
+   * id connecting again (a fresh process) replaces the old socket. Rejects with the listen error.
+   */
+  private async listenDown(path: string): Promise<void> {
+    rmSync(path, { force: true }); // a stale file of an earlier process with this pid
+    const server = createServer((sock) => this.acceptDown(sock));
+    await new Promise<void>((resolve, reject) => {
+      server.once('error', reject);
+      server.listen(path, () => {
+        server.off('error', reject);
+        resolve();
+      });
+    });
+    server.on('error', (err) => this.log.warn({ err }, 'front frame socket server error'));
+    this.downServer = server;
+    this.downPath = path;
+  }
+
+  private acceptDown(sock: Socket): void {
+    let frontId: number | null = null;
+    const reader = new FrameReader((frame) => {
+      if (frontId !== null || frame.length !== 4) {
+        this.stats.decodeErrors++;
+        this.log.warn({ frontId, bytes: frame.length }, 'unexpected frame on a front frame socket: closing it');
+        sock.destroy();
+        return;
+      }
+      frontId = frame.readUInt32LE(0);
+      this.down.get(frontId)?.destroy();
+      this.down.set(frontId, sock);
+    });
+    sock.on('data', (chunk: Buffer) => {
+      try {
+        reader.push(chunk);
+      } catch (err) {
+        this.stats.decodeErrors++;
+        this.log.warn({ err }, 'malformed front frame socket: closing it');
+        sock.destroy();
+      }
+    });
+    sock.on('error', (err) => {
+      if (!this.closed) this.log.debug({ err, frontId }, 'front frame socket error');
+    });
+    sock.on('close', () => {
+      // While its session lives the entry stays (destroyed): sends fail (EPIPE) and the lane reports the front stuck,
+      // as a ZeroMQ send to a peer gone did (EHOSTUNREACH). A front whose session is gone is forgotten.
+      if (frontId !== null && this.down.get(frontId) === sock && !this.sessions.has(frontId)) this.down.delete(frontId);
+    });
   }
 
   /** Every group's state now (what a front's RemoteBackend answers from). */
@@ -180,6 +260,7 @@ export class RouterService {
     if (s === undefined) return;
     s.dropped = true;
     this.sessions.delete(frontId);
+    if (this.down.get(frontId)?.destroyed === true) this.down.delete(frontId);
     this.outbox.forget(frontId);
     this.stats.frontsDropped++;
     let orphaned = 0;
@@ -203,6 +284,10 @@ export class RouterService {
     for (const id of [...this.sessions.keys()]) this.dropFront(id);
     this.outbox.close();
     this.socket.close();
+    for (const sock of this.down.values()) sock.destroy();
+    this.down.clear();
+    this.downServer?.close();
+    if (this.downPath !== null) rmSync(this.downPath, { force: true });
   }
 
   private async receiveLoop(): Promise<void> {

@@ -187,3 +187,29 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   assert.deepEqual(joined, [[1, true]]);
   assert.deepEqual(joinedB, [[1, true]], 'broadcast, not only to one front');
 });
+
+test('a front whose frame socket closed is reported stuck (the primary kills it); the other front is served on', async () => {
+  const stuck: number[] = [];
+  const two = await openTwoFronts(
+    'mgw-fronts-stuck-',
+    {
+      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
+      store: new ResponsesStore(),
+      maxConcurrentRequests: 0,
+      logger: log,
+      snapshotIntervalMs: 20,
+      onFrontStuck: (id) => stuck.push(id),
+    },
+    log,
+  );
+  try {
+    (two.b as unknown as { down: { destroy(): void } }).down.destroy();
+    await until(() => stuck.length > 0, 'the stuck report');
+    assert.deepEqual(stuck, [2]);
+    let snapshots = 0;
+    two.a.on('snapshot', () => snapshots++);
+    await until(() => snapshots >= 2, 'snapshots still reaching front 1');
+  } finally {
+    await two.close();
+  }
+});

@@ -1,0 +1,78 @@
+/**
+ * The router → front half of the data plane of `--workers N` (docs/architecture.md section 5): length-prefixed
+ * frames over a unix stream socket (`node:net`), one frame per `DownMessage`. Each frame is a 4-byte little-endian
+ * payload length, then the payload. The first frame a front sends on its connection is its front id (4 bytes,
+ * little-endian); it sends nothing else.
+ *
+ * Why not the ZeroMQ ROUTER the other direction uses (issue 9, the routing process's CPU per token): a ZeroMQ send
+ * wakes libzmq's I/O thread, and a message over 128 bytes is sent zero-copy, so once the I/O thread has written it,
+ * zeromq.js wakes the main thread again to release the Buffer. The router sends about one message per front per
+ * event-loop turn; measured on the shared 2-core machine with two receivers and one 2 KB message each per ms, the
+ * sending process spent ~52 µs of CPU per ZeroMQ message and ~18 µs per frame written to a unix socket (the write
+ * is one syscall from the main thread). Pure apart from the socket writes.
+ */
+import type { Socket } from 'node:net';
+
+/** Largest payload a frame may announce (bytes); a longer one means a corrupt stream. */
+export const MAX_FRAME_BYTES = 1 << 30;
+
+/** The unix socket path of the down channel of the ZeroMQ channel `address` (`ipc://<path>` → `<path>.down`). */
+export function downPathOf(address: string): string {
+  if (!address.startsWith('ipc://')) throw new RangeError(`expected an ipc:// channel address, got ${JSON.stringify(address)}`);
+  return `${address.slice('ipc://'.length)}.down`;
+}
+
+/** Write `payload` as one frame (header and payload in one writev). */
+export function writeFrame(socket: Socket, payload: Uint8Array): void {
+  const header = Buffer.allocUnsafe(4);
+  header.writeUInt32LE(payload.length, 0);
+  socket.cork();
+  socket.write(header);
+  socket.write(payload);
+  socket.uncork();
+}
+
+/**
+ * Splits a byte stream into frames. `push(chunk)` hands every frame completed by `chunk` to `onFrame`, in order
+ * (a frame inside one chunk is a view of it, no copy). Throws RangeError for a frame longer than `MAX_FRAME_BYTES`
+ * (the stream is corrupt: the caller closes it).
+ */
+export class FrameReader {
+  /** Chunks of an unfinished frame (copies), their total length, and the length that completes it (or 4: header). */
+  private readonly pending: Buffer[] = [];
+  private pendingBytes = 0;
+  private needed = 4;
+
+  constructor(private readonly onFrame: (payload: Buffer) => void) {}
+
+  push(chunk: Buffer): void {
+    let buf = chunk;
+    if (this.pendingBytes > 0) {
+      // Gather until the unfinished frame (or its header) is complete, then join once.
+      this.pending.push(chunk);
+      this.pendingBytes += chunk.length;
+      if (this.pendingBytes < this.needed) return;
+      buf = Buffer.concat(this.pending, this.pendingBytes);
+      this.pending.length = 0;
+      this.pendingBytes = 0;
+    }
+    let pos = 0;
+    this.needed = 4;
+    while (buf.length - pos >= 4) {
+      const n = buf.readUInt32LE(pos);
+      if (n > MAX_FRAME_BYTES) throw new RangeError(`frame of ${n} bytes announced (at most ${MAX_FRAME_BYTES})`);
+      if (buf.length - pos - 4 < n) {
+        this.needed = 4 + n;
+        break;
+      }
+      this.onFrame(buf.subarray(pos + 4, pos + 4 + n));
+      pos += 4 + n;
+    }
+    if (pos < buf.length) {
+      // A copy of the rest: a view would keep the whole chunk alive while the frame gathers.
+      const rest = Buffer.from(buf.subarray(pos));
+      this.pending.push(rest);
+      this.pendingBytes = rest.length;
+    }
+  }
+}

@@ -1,0 +1,73 @@
+/**
+ * The router → front frame stream (src/fronts/frames.ts): frames come out whole and in order however the byte stream
+ * is cut (several per chunk, one across many chunks, a header cut in two), over a real unix socket too; a frame
+ * longer than the limit is refused.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { createServer, connect } from 'node:net';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { FrameReader, MAX_FRAME_BYTES, downPathOf, writeFrame } from '../../src/fronts/frames.js';
+
+function framed(payloads: Buffer[]): Buffer {
+  return Buffer.concat(payloads.flatMap((p) => {
+    const h = Buffer.alloc(4);
+    h.writeUInt32LE(p.length, 0);
+    return [h, p];
+  }));
+}
+
+test('FrameReader: whole frames in order for every way of cutting the stream into chunks', () => {
+  const payloads = [Buffer.from('a'), Buffer.alloc(0), Buffer.alloc(300, 7), Buffer.from('last frame')];
+  const stream = framed(payloads);
+  for (const size of [1, 2, 3, 5, 64, stream.length]) {
+    const got: string[] = [];
+    const r = new FrameReader((f) => got.push(f.toString('hex')));
+    for (let i = 0; i < stream.length; i += size) r.push(stream.subarray(i, i + size));
+    assert.deepEqual(got, payloads.map((p) => p.toString('hex')), `chunks of ${size} bytes`);
+  }
+});
+
+test('FrameReader: a frame announcing more than the limit is refused', () => {
+  const r = new FrameReader(() => assert.fail('no frame'));
+  const h = Buffer.alloc(4);
+  h.writeUInt32LE(MAX_FRAME_BYTES + 1, 0);
+  assert.throws(() => r.push(h), RangeError);
+});
+
+test('downPathOf names the unix socket beside the ipc:// channel; other schemes are refused', () => {
+  assert.equal(downPathOf('ipc:///tmp/x/fronts-1'), '/tmp/x/fronts-1.down');
+  assert.throws(() => downPathOf('tcp://127.0.0.1:5555'), RangeError);
+});
+
+test('writeFrame over a unix socket: the reader gets each payload as written', async () => {
+  const dir = mkdtempSync(join(tmpdir(), 'frames-'));
+  const path = join(dir, 's');
+  const got: string[] = [];
+  const done = new Promise<void>((resolve) => {
+    const server = createServer((sock) => {
+      const r = new FrameReader((f) => {
+        got.push(f.toString());
+        if (got.length === 3) {
+          sock.destroy();
+          server.close();
+          resolve();
+        }
+      });
+      sock.on('data', (c: Buffer) => r.push(c));
+    });
+    server.listen(path, () => {
+      const c = connect(path, () => {
+        writeFrame(c, Buffer.from('one'));
+        writeFrame(c, Buffer.alloc(100_000, 0x61));
+        writeFrame(c, Buffer.from('three'));
+      });
+      c.on('error', () => {});
+    });
+  });
+  await done;
+  rmSync(dir, { recursive: true, force: true });
+  assert.deepEqual(got.map((s) => (s.length > 10 ? `${s.length}×${s[0]}` : s)), ['one', '100000×a', 'three']);
+});
