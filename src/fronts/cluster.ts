@@ -178,6 +178,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     stopping = true;
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
     const exited = Promise.all(alive.map((w) => new Promise<void>((r) => (w.isDead() ? r() : w.once('exit', () => r())))));
+    service.closingFronts();
     broadcast({ type: 'mgw:close' });
     const timer = setTimeout(() => {
       for (const w of alive) if (!w.isDead()) w.process.kill('SIGKILL');

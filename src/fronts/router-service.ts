@@ -112,6 +112,8 @@ export class RouterService {
   private snapshotTimer: NodeJS.Timeout | null = null;
   private snapshotQueued = false;
   private closed = false;
+  /** `closingFronts()` was called: the fronts are being closed, so a failed send to one is expected. */
+  private frontsClosing = false;
 
   constructor(private readonly opts: RouterServiceOptions) {
     this.log = opts.logger;
@@ -132,6 +134,11 @@ export class RouterService {
       },
       (frontId, err) => {
         if (this.closed) return;
+        if (this.frontsClosing) {
+          // Shutting down: the fronts close their sockets on purpose; a send in that window is no stuck front.
+          this.log.debug({ frontId, code: (err as { code?: unknown } | null)?.code }, 'send to a closing front dropped');
+          return;
+        }
         this.log.warn({ frontId, err }, 'front not reading (send refused or failed): treating it as stuck');
         this.opts.onFrontStuck?.(frontId);
       },
@@ -274,6 +281,15 @@ export class RouterService {
     this.permitsTaken -= s.permits.size;
     s.permits.clear();
     if (orphaned > 0) this.log.warn({ frontId, orphaned }, 'front gone: its engine requests were aborted');
+  }
+
+  /**
+   * The fronts are about to be told to close (shutdown): from now on a send a front can no longer take (its frame
+   * socket closed, its queue full) is dropped at debug instead of reporting the front stuck (a warning and a SIGKILL
+   * of a process that is exiting anyway). Requests still live are served as before. Idempotent.
+   */
+  closingFronts(): void {
+    this.frontsClosing = true;
   }
 
   /** Stop serving: cancel every request of every front and close the socket. */

@@ -213,3 +213,30 @@ test('a front whose frame socket closed is reported stuck (the primary kills it)
     await two.close();
   }
 });
+
+test('once the fronts are being closed (shutdown), a front whose frame socket closed is not reported stuck', async () => {
+  const stuck: number[] = [];
+  const two = await openTwoFronts(
+    'mgw-fronts-closing-',
+    {
+      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
+      store: new ResponsesStore(),
+      maxConcurrentRequests: 0,
+      logger: log,
+      snapshotIntervalMs: 20,
+      onFrontStuck: (id) => stuck.push(id),
+    },
+    log,
+  );
+  try {
+    two.service.closingFronts();
+    (two.b as unknown as { down: { destroy(): void } }).down.destroy();
+    // The snapshot timer keeps sending to both fronts: front 1 still gets them, front 2's fail quietly.
+    let snapshots = 0;
+    two.a.on('snapshot', () => snapshots++);
+    await until(() => snapshots >= 5, 'snapshots still reaching front 1');
+    assert.deepEqual(stuck, []);
+  } finally {
+    await two.close();
+  }
+});
