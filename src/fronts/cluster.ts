@@ -27,7 +27,7 @@ import { resolveEdgeOptions } from '../server/edge-options.js';
 import { GatewayMetrics } from '../server/metrics.js';
 import type { RankStatsExport } from '../server/rank-stats.js';
 import { ResponsesStore } from '../server/responses/store.js';
-import { FRONT_CHANNEL_ENV, type ControlMessage } from './control.js';
+import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
 import { downPathOf } from './frames.js';
 import { RouterService } from './router-service.js';
 
@@ -113,7 +113,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   const exitsBySlot = new Map<number, number[]>();
 
   const fork = (slot: number): Worker => {
-    const w = cluster.fork({ [FRONT_CHANNEL_ENV]: address, MGW_FRONT_SLOT: String(slot) });
+    const w = cluster.fork({ [FRONT_CHANNEL_ENV]: address, [FRONT_TOKEN_ENV]: service.frontToken.toString('hex'), MGW_FRONT_SLOT: String(slot) });
     slotOf.set(w.id, slot);
     w.on('message', (m: ControlMessage) => void onControl(w, m));
     return w;

@@ -9,6 +9,9 @@ import type { RankStatsExport } from '../server/rank-stats.js';
 /** The environment variable that makes a cluster worker a front: the router's channel address. */
 export const FRONT_CHANNEL_ENV = 'MGW_FRONT_CHANNEL';
 
+/** The environment variable holding the router's front token (hex; frames.ts `helloFrame`). */
+export const FRONT_TOKEN_ENV = 'MGW_FRONT_TOKEN';
+
 /** Control-plane messages (cluster IPC). */
 export type ControlMessage =
   | { type: 'mgw:listening'; url: string }

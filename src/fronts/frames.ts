@@ -1,8 +1,9 @@
 /**
  * The router → front half of the data plane of `--workers N` (docs/architecture.md section 5): length-prefixed
  * frames over a unix stream socket (`node:net`), one frame per `DownMessage`. Each frame is a 4-byte little-endian
- * payload length, then the payload. The first frame a front sends on its connection is its front id (4 bytes,
- * little-endian); it sends nothing else.
+ * payload length, then the payload. The first frame a front sends on its connection is its hello (`helloFrame`: its
+ * front id, 4 bytes little-endian, then the router's `FRONT_TOKEN_BYTES` token, which the router hands its fronts
+ * in their environment, so another process that finds the socket cannot take a front's streams); it sends nothing else.
  *
  * Why not the ZeroMQ ROUTER the other direction uses (issue 9, the routing process's CPU per token): a ZeroMQ send
  * wakes libzmq's I/O thread, and a message over 128 bytes is sent zero-copy, so once the I/O thread has written it,
@@ -15,6 +16,18 @@ import type { Socket } from 'node:net';
 
 /** Largest payload a frame may announce (bytes); a longer one means a corrupt stream. */
 export const MAX_FRAME_BYTES = 1 << 30;
+
+/** Length of the token a front's hello carries (bytes). */
+export const FRONT_TOKEN_BYTES = 16;
+
+/** A front's hello frame payload: `frontId` (u32 LE) then `token` (`FRONT_TOKEN_BYTES` bytes). */
+export function helloFrame(frontId: number, token: Uint8Array): Buffer {
+  if (token.length !== FRONT_TOKEN_BYTES) throw new RangeError(`a front token is ${FRONT_TOKEN_BYTES} bytes, got ${token.length}`);
+  const hello = Buffer.allocUnsafe(4 + FRONT_TOKEN_BYTES);
+  hello.writeUInt32LE(frontId, 0);
+  hello.set(token, 4);
+  return hello;
+}
 
 /** The unix socket path of the down channel of the ZeroMQ channel `address` (`ipc://<path>` → `<path>.down`). */
 export function downPathOf(address: string): string {

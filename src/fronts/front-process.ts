@@ -16,7 +16,7 @@ import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../server/r
 import type { SharedRankStats } from '../server/routes/ranks.js';
 import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import { FRONT_CHANNEL_ENV, type ControlMessage } from './control.js';
+import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
 import { FrontChannel, RemoteBackend, SharedResponsesStore, sharedConcurrency } from './remote-backend.js';
 
 /** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */
@@ -87,6 +87,7 @@ class FrontMetrics extends GatewayMetrics {
  */
 export async function runFront(opts: GatewayOptions): Promise<number> {
   const address = process.env[FRONT_CHANNEL_ENV]!;
+  const token = Buffer.from(process.env[FRONT_TOKEN_ENV] ?? '', 'hex');
   const slot = Number(process.env.MGW_FRONT_SLOT ?? '0');
   const frontId = cluster.worker!.id;
   const base = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
@@ -97,7 +98,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
   const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
   const modelId = servedModelNames[0]!;
-  const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, logger.child({ component: 'channel' }))]);
+  const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, token, logger.child({ component: 'channel' }))]);
   const groups = channel.groups.map((g, i) => ({ worker: g.worker, engine: g.engine, backend: new RemoteBackend(channel, i) }));
   const lifecycle = new GatewayLifecycle();
   const rankStats = new RankStatsBook();

@@ -36,7 +36,7 @@ import {
   type UpRecord,
   type WireError,
 } from './channel-codec.js';
-import { FrameReader, downPathOf, writeFrame } from './frames.js';
+import { FrameReader, downPathOf, helloFrame, writeFrame } from './frames.js';
 import { Outbox } from './outbox.js';
 
 /** How long the frame socket is read in one event-loop turn before it pauses until the next turn, ms. */
@@ -95,13 +95,14 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
   }
 
   /**
-   * Connect to the router at `address` (`ipc://…`), say HELLO, and resolve with the first snapshot. Rejects when the
-   * router does not answer within `timeoutMs` (default 30 000).
+   * Connect to the router at `address` (`ipc://…`), say HELLO, and resolve with the first snapshot. `token` is the
+   * router's `frontToken` (its frame socket takes no front without it). Rejects when the router does not answer
+   * within `timeoutMs` (default 30 000).
    */
-  static async connect(address: string, frontId: number, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
+  static async connect(address: string, frontId: number, token: Uint8Array, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
     const ch = new FrontChannel(frontId, log);
     ch.socket.connect(address);
-    ch.connectDown(downPathOf(address));
+    ch.connectDown(downPathOf(address), helloFrame(frontId, token));
     const first = new Promise<void>((resolve, reject) => {
       const timer = setTimeout(() => reject(new Error(`the router at ${address} did not answer within ${timeoutMs} ms`)), timeoutMs);
       ch.once('snapshot', () => {
@@ -236,19 +237,15 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
   }
 
   /**
-   * Connect the router → front frame socket (frames.ts) and say this front's id on it; every frame is one router
+   * Connect the router → front frame socket (frames.ts) and send `hello` (this front's id and the router's token) on it; every frame is one router
    * message. A connection that fails or closes while the front runs is logged (the router is gone: the cluster
    * channel's disconnect ends this process).
    */
-  private connectDown(path: string): void {
+  private connectDown(path: string, hello: Buffer): void {
     const sock = connect(path);
     this.down = sock;
     const reader = new FrameReader((frame) => this.onMessage(frame));
-    sock.on('connect', () => {
-      const id = Buffer.allocUnsafe(4);
-      id.writeUInt32LE(this.frontId, 0);
-      writeFrame(sock, id);
-    });
+    sock.on('connect', () => writeFrame(sock, hello));
     // libuv reads a readable socket up to 32 × 64 KiB per poll: after RECEIVE_SLICE_MS of frames in one turn the
     // socket pauses until the next turn, so the HTTP side (timers, accepts, the per-tick writes) runs in between and
     // a front that is behind hands each stream the rows of a few ms per write, not of a whole backlog.

@@ -16,6 +16,7 @@
  * clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight slot released) and
  * its concurrency permits are returned.
  */
+import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
@@ -33,7 +34,7 @@ import {
   type GroupSnapshot,
   type UpRecord,
 } from './channel-codec.js';
-import { FrameReader, downPathOf, writeFrame } from './frames.js';
+import { FRONT_TOKEN_BYTES, FrameReader, downPathOf, writeFrame } from './frames.js';
 import { FrontOutboxes, type FrontLane } from './outbox.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
@@ -100,6 +101,8 @@ export interface RouterServiceStats {
 /** The router's service to the fronts (see the module docs). `bind` then serve; `close` when the gateway stops. */
 export class RouterService {
   readonly stats: RouterServiceStats = { decodeErrors: 0, frontsDropped: 0, orphanedRequests: 0 };
+  /** What a front's hello on its frame socket must carry (frames.ts `helloFrame`); the primary gives it to its fronts. */
+  readonly frontToken: Buffer = randomBytes(FRONT_TOKEN_BYTES);
   private readonly socket: Router;
   /** The router → front frame socket of every front that connected one, by front id (frames.ts). */
   private readonly down = new Map<number, Socket>();
@@ -180,8 +183,9 @@ export class RouterService {
   }
 
   /**
-   * Listen for the fronts' frame sockets at `path` (frames.ts): a connection's first frame is its front id; a front
-   * id connecting again (a fresh process) replaces the old socket. Rejects with the listen error.
+   * Listen for the fronts' frame sockets at `path` (frames.ts): a connection's first frame is its hello (front id and
+   * `frontToken`). A hello without the token, or for a front id whose socket is open, is refused (logged, counted,
+   * closed): the front's streams stay with it. Rejects with the listen error.
    */
   private async listenDown(path: string): Promise<void> {
     rmSync(path, { force: true }); // a stale file of an earlier process with this pid
@@ -201,14 +205,21 @@ export class RouterService {
   private acceptDown(sock: Socket): void {
     let frontId: number | null = null;
     const reader = new FrameReader((frame) => {
-      if (frontId !== null || frame.length !== 4) {
+      if (frontId !== null || frame.length !== 4 + FRONT_TOKEN_BYTES || !timingSafeEqual(frame.subarray(4), this.frontToken)) {
         this.stats.decodeErrors++;
-        this.log.warn({ frontId, bytes: frame.length }, 'unexpected frame on a front frame socket: closing it');
+        this.log.warn({ frontId, bytes: frame.length }, 'unexpected frame on a front frame socket (not a front hello with the token): closing it');
         sock.destroy();
         return;
       }
-      frontId = frame.readUInt32LE(0);
-      this.down.get(frontId)?.destroy();
+      const claimed = frame.readUInt32LE(0);
+      const held = this.down.get(claimed);
+      if (held !== undefined && !held.destroyed) {
+        this.stats.decodeErrors++;
+        this.log.warn({ frontId: claimed }, 'a second frame socket for a front that has one: closing the newcomer');
+        sock.destroy();
+        return;
+      }
+      frontId = claimed;
       this.down.set(frontId, sock);
     });
     sock.on('data', (chunk: Buffer) => {

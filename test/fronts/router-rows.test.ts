@@ -51,7 +51,7 @@ before(async () => {
   });
   const address = `ipc://${dir.dir}/fronts`;
   await service.bind(address);
-  front = await FrontChannel.connect(address, 1, log);
+  front = await FrontChannel.connect(address, 1, service.frontToken, log);
 });
 
 after(async () => {

@@ -6,9 +6,11 @@
  * cancelled and its permits returned, the Responses store is shared, and snapshots carry the rank states.
  */
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
 import { EngineClientError } from '../../src/engine-client/errors.js';
+import { downPathOf, helloFrame, writeFrame } from '../../src/fronts/frames.js';
 import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/remote-backend.js';
 import { RouterService } from '../../src/fronts/router-service.js';
 import { DEFAULT_SAMPLING, type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
@@ -140,7 +142,7 @@ test('the concurrency count is one over every front; a dropped front returns its
   b.releasePermit(t3);
   await until(() => service.permitsHeld === 0, 'released');
   // A third front holds a permit and a request, then goes away (its process exited).
-  const c = await FrontChannel.connect(address, 3, log);
+  const c = await FrontChannel.connect(address, 3, service.frontToken, log);
   assert.ok((await c.acquirePermit()) !== null);
   const placed = backend.nextSubmission();
   await new RemoteBackend(c, 0).submit(req());
@@ -236,6 +238,43 @@ test('once the fronts are being closed (shutdown), a front whose frame socket cl
     two.a.on('snapshot', () => snapshots++);
     await until(() => snapshots >= 5, 'snapshots still reaching front 1');
     assert.deepEqual(stuck, []);
+  } finally {
+    await two.close();
+  }
+});
+
+test('another process on the frame socket path cannot take a front: a bare id, a wrong token or a second hello for a live front is refused and the front is served on', async () => {
+  const two = await openTwoFronts(
+    'mgw-fronts-stranger-',
+    {
+      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
+      store: new ResponsesStore(),
+      maxConcurrentRequests: 0,
+      logger: log,
+      snapshotIntervalMs: 20,
+    },
+    log,
+  );
+  try {
+    const wrongToken = Buffer.from(two.service.frontToken);
+    wrongToken[0] = wrongToken[0]! ^ 0xff;
+    const claims = [Buffer.from([1, 0, 0, 0]), helloFrame(1, wrongToken), helloFrame(1, two.service.frontToken)];
+    for (const claim of claims) {
+      const stranger = connect(downPathOf(two.address));
+      let received = 0;
+      stranger.on('data', (d: Buffer) => (received += d.length));
+      stranger.on('error', () => {});
+      await new Promise<void>((r) => stranger.once('connect', () => r()));
+      writeFrame(stranger, claim);
+      let closed = false;
+      stranger.once('close', () => (closed = true));
+      await until(() => closed, `the router closing a claim of ${claim.length} bytes`);
+      assert.equal(received, 0, `claim of ${claim.length} bytes: nothing reached the stranger`);
+    }
+    assert.equal(two.service.stats.decodeErrors, claims.length);
+    let snapshots = 0;
+    two.a.on('snapshot', () => snapshots++);
+    await until(() => snapshots >= 3, 'snapshots still reaching front 1');
   } finally {
     await two.close();
   }

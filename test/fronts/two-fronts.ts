@@ -22,8 +22,8 @@ export async function openTwoFronts(prefix: string, options: RouterServiceOption
   const service = new RouterService(options);
   const address = `ipc://${dir.dir}/fronts`;
   await service.bind(address);
-  const a = await FrontChannel.connect(address, 1, log);
-  const b = await FrontChannel.connect(address, 2, log);
+  const a = await FrontChannel.connect(address, 1, service.frontToken, log);
+  const b = await FrontChannel.connect(address, 2, service.frontToken, log);
   return {
     service,
     address,
