@@ -47,8 +47,8 @@ export function writeFrame(socket: Socket, payload: Uint8Array): void {
 
 /**
  * Splits a byte stream into frames. `push(chunk)` hands every frame completed by `chunk` to `onFrame`, in order
- * (a frame inside one chunk is a view of it, no copy). Throws RangeError for a frame longer than `MAX_FRAME_BYTES`
- * (the stream is corrupt: the caller closes it).
+ * (a frame inside one chunk is a view of it, no copy). Throws RangeError for a frame longer than `maxFrameBytes`
+ * (default `MAX_FRAME_BYTES`; the stream is corrupt: the caller closes it), before gathering any of it.
  */
 export class FrameReader {
   /** Chunks of an unfinished frame (copies), their total length, and the length that completes it (or 4: header). */
@@ -56,7 +56,10 @@ export class FrameReader {
   private pendingBytes = 0;
   private needed = 4;
 
-  constructor(private readonly onFrame: (payload: Buffer) => void) {}
+  constructor(
+    private readonly onFrame: (payload: Buffer) => void,
+    private readonly maxFrameBytes = MAX_FRAME_BYTES,
+  ) {}
 
   push(chunk: Buffer): void {
     let buf = chunk;
@@ -73,7 +76,7 @@ export class FrameReader {
     this.needed = 4;
     while (buf.length - pos >= 4) {
       const n = buf.readUInt32LE(pos);
-      if (n > MAX_FRAME_BYTES) throw new RangeError(`frame of ${n} bytes announced (at most ${MAX_FRAME_BYTES})`);
+      if (n > this.maxFrameBytes) throw new RangeError(`frame of ${n} bytes announced (at most ${this.maxFrameBytes})`);
       if (buf.length - pos - 4 < n) {
         this.needed = 4 + n;
         break;

@@ -221,7 +221,8 @@ export class RouterService {
       }
       frontId = claimed;
       this.down.set(frontId, sock);
-    });
+      // A front sends nothing but its hello: a longer frame is refused as announced, never gathered.
+    }, 4 + FRONT_TOKEN_BYTES);
     sock.on('data', (chunk: Buffer) => {
       try {
         reader.push(chunk);

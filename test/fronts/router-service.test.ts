@@ -279,3 +279,18 @@ test('another process on the frame socket path cannot take a front: a bare id, a
     await two.close();
   }
 });
+
+test('a frame socket announcing a frame longer than a hello is closed at once (nothing is gathered)', async () => {
+  const stranger = connect(downPathOf(address));
+  stranger.on('error', () => {});
+  await new Promise<void>((r) => stranger.once('connect', () => r()));
+  const errorsBefore = service.stats.decodeErrors;
+  const header = Buffer.alloc(4);
+  header.writeUInt32LE(64 * 1024 * 1024, 0);
+  stranger.write(header);
+  stranger.write(Buffer.alloc(64 * 1024));
+  let closed = false;
+  stranger.once('close', () => (closed = true));
+  await until(() => closed, 'the router closing the socket');
+  assert.equal(service.stats.decodeErrors, errorsBefore + 1);
+});
