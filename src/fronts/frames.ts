@@ -13,6 +13,8 @@
  * is one syscall from the main thread). Pure apart from the socket writes.
  */
 import type { Socket } from 'node:net';
+import { MAX_IPC_PATH_BYTES } from '../transport/endpoints.js';
+import { ConfigError } from '../transport/errors.js';
 
 /** Largest payload a frame may announce (bytes); a longer one means a corrupt stream. */
 export const MAX_FRAME_BYTES = 1 << 30;
@@ -29,10 +31,22 @@ export function helloFrame(frontId: number, token: Uint8Array): Buffer {
   return hello;
 }
 
-/** The unix socket path of the down channel of the ZeroMQ channel `address` (`ipc://<path>` → `<path>.down`). */
+/**
+ * The unix socket path of the down channel of the ZeroMQ channel `address` (`ipc://<path>` → `<path>.down`). Throws
+ * RangeError for an address that is not ipc://, ConfigError for a path over the unix socket limit (node would bind
+ * and connect a silently truncated path, which the router's cleanup then misses).
+ */
 export function downPathOf(address: string): string {
   if (!address.startsWith('ipc://')) throw new RangeError(`expected an ipc:// channel address, got ${JSON.stringify(address)}`);
-  return `${address.slice('ipc://'.length)}.down`;
+  const path = `${address.slice('ipc://'.length)}.down`;
+  const bytes = Buffer.byteLength(path, 'utf8');
+  if (bytes > MAX_IPC_PATH_BYTES) {
+    throw new ConfigError(
+      `the --workers channel socket path ${JSON.stringify(path)} is ${bytes} bytes, longer than the ${MAX_IPC_PATH_BYTES}-byte ` +
+        'Unix socket limit; set TMPDIR to a shorter directory',
+    );
+  }
+  return path;
 }
 
 /** Write `payload` as one frame (header and payload in one writev). */

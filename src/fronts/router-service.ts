@@ -172,11 +172,13 @@ export class RouterService {
 
   /**
    * Bind the ROUTER at `address` (`ipc://<path>`), listen for the fronts' frame sockets at `<path>.down`, and start
-   * serving. Throws the zeromq bind error or the listen error.
+   * serving. Throws ConfigError for a channel path over the unix socket limit (frames.ts `downPathOf`), the zeromq
+   * bind error or the listen error.
    */
   async bind(address: string): Promise<void> {
+    const downPath = downPathOf(address); // before binding: a path too long leaves no socket file behind
     await this.socket.bind(address);
-    await this.listenDown(downPathOf(address));
+    await this.listenDown(downPath);
     void this.receiveLoop();
     this.snapshotTimer = setInterval(() => this.broadcastSnapshot(), this.opts.snapshotIntervalMs ?? 250);
     this.snapshotTimer.unref();

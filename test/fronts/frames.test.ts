@@ -10,6 +10,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { FrameReader, MAX_FRAME_BYTES, downPathOf, writeFrame } from '../../src/fronts/frames.js';
+import { ConfigError } from '../../src/transport/errors.js';
 
 function framed(payloads: Buffer[]): Buffer {
   return Buffer.concat(payloads.flatMap((p) => {
@@ -70,4 +71,11 @@ test('writeFrame over a unix socket: the reader gets each payload as written', a
   await done;
   rmSync(dir, { recursive: true, force: true });
   assert.deepEqual(got.map((s) => (s.length > 10 ? `${s.length}×${s[0]}` : s)), ['one', '100000×a', 'three']);
+});
+
+test('downPathOf: a channel path whose .down socket would pass the unix socket limit is a ConfigError naming it', () => {
+  const dir = `/tmp/${'d'.repeat(80)}`;
+  assert.equal(downPathOf(`ipc://${dir}/f`), `${dir}/f.down`);
+  const long = `ipc://${dir}/${'x'.repeat(107 - dir.length - 1 - 5 + 1)}`;
+  assert.throws(() => downPathOf(long), (err: unknown) => err instanceof ConfigError && /108 bytes, longer than the 107-byte/.test(err.message));
 });
