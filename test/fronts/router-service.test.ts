@@ -190,20 +190,25 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   assert.deepEqual(joinedB, [[1, true]], 'broadcast, not only to one front');
 });
 
-test('a front whose frame socket closed is reported stuck (the primary kills it); the other front is served on', async () => {
-  const stuck: number[] = [];
-  const two = await openTwoFronts(
-    'mgw-fronts-stuck-',
+/** Two fronts on a fresh service over one fake rank, snapshots every 20 ms; `onFrontStuck` hears stuck reports. */
+function fastSnapshotFronts(prefix: string, onFrontStuck?: (frontId: number) => void): ReturnType<typeof openTwoFronts> {
+  return openTwoFronts(
+    prefix,
     {
       groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
       store: new ResponsesStore(),
       maxConcurrentRequests: 0,
       logger: log,
       snapshotIntervalMs: 20,
-      onFrontStuck: (id) => stuck.push(id),
+      ...(onFrontStuck !== undefined ? { onFrontStuck } : {}),
     },
     log,
   );
+}
+
+test('a front whose frame socket closed is reported stuck (the primary kills it); the other front is served on', async () => {
+  const stuck: number[] = [];
+  const two = await fastSnapshotFronts('mgw-fronts-stuck-', (id) => stuck.push(id));
   try {
     (two.b as unknown as { down: { destroy(): void } }).down.destroy();
     await until(() => stuck.length > 0, 'the stuck report');
@@ -218,18 +223,7 @@ test('a front whose frame socket closed is reported stuck (the primary kills it)
 
 test('once the fronts are being closed (shutdown), a front whose frame socket closed is not reported stuck', async () => {
   const stuck: number[] = [];
-  const two = await openTwoFronts(
-    'mgw-fronts-closing-',
-    {
-      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
-      store: new ResponsesStore(),
-      maxConcurrentRequests: 0,
-      logger: log,
-      snapshotIntervalMs: 20,
-      onFrontStuck: (id) => stuck.push(id),
-    },
-    log,
-  );
+  const two = await fastSnapshotFronts('mgw-fronts-closing-', (id) => stuck.push(id));
   try {
     two.service.closingFronts();
     (two.b as unknown as { down: { destroy(): void } }).down.destroy();
@@ -244,17 +238,7 @@ test('once the fronts are being closed (shutdown), a front whose frame socket cl
 });
 
 test('another process on the frame socket path cannot take a front: a bare id, a wrong token or a second hello for a live front is refused and the front is served on', async () => {
-  const two = await openTwoFronts(
-    'mgw-fronts-stranger-',
-    {
-      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
-      store: new ResponsesStore(),
-      maxConcurrentRequests: 0,
-      logger: log,
-      snapshotIntervalMs: 20,
-    },
-    log,
-  );
+  const two = await fastSnapshotFronts('mgw-fronts-stranger-');
   try {
     const wrongToken = Buffer.from(two.service.frontToken);
     wrongToken[0] = wrongToken[0]! ^ 0xff;
