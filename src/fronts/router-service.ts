@@ -61,6 +61,11 @@ export interface RouterServiceOptions {
   maxQueuedBytes?: number;
   /** Called once for a front that is stuck (the primary kills it; its exit then drops it). */
   onFrontStuck?: (frontId: number) => void;
+  /**
+   * A connection to the frame socket that has not sent a valid front hello this long is closed, ms (default 10 000;
+   * a front sends it as soon as it connects).
+   */
+  frontHelloTimeoutMs?: number;
 }
 
 const PENDING = Symbol('pending');
@@ -206,6 +211,14 @@ export class RouterService {
 
   private acceptDown(sock: Socket): void {
     let frontId: number | null = null;
+    // A connection that never says hello would hold a file descriptor for good.
+    const helloTimer = setTimeout(() => {
+      if (frontId !== null || sock.destroyed) return;
+      this.stats.decodeErrors++;
+      this.log.warn('a front frame socket sent no hello in time: closing it');
+      sock.destroy();
+    }, this.opts.frontHelloTimeoutMs ?? 10_000);
+    helloTimer.unref();
     const reader = new FrameReader((frame) => {
       if (frontId !== null || frame.length !== 4 + FRONT_TOKEN_BYTES || !timingSafeEqual(frame.subarray(4), this.frontToken)) {
         this.stats.decodeErrors++;
@@ -222,6 +235,7 @@ export class RouterService {
         return;
       }
       frontId = claimed;
+      clearTimeout(helloTimer);
       this.down.set(frontId, sock);
       // A front sends nothing but its hello: a longer frame is refused as announced, never gathered.
     }, 4 + FRONT_TOKEN_BYTES);
@@ -238,6 +252,7 @@ export class RouterService {
       if (!this.closed) this.log.debug({ err, frontId }, 'front frame socket error');
     });
     sock.on('close', () => {
+      clearTimeout(helloTimer);
       // While its session lives the entry stays (destroyed): sends fail (EPIPE) and the lane reports the front stuck,
       // as a ZeroMQ send to a peer gone did (EHOSTUNREACH). A front whose session is gone is forgotten.
       if (frontId !== null && this.down.get(frontId) === sock && !this.sessions.has(frontId)) this.down.delete(frontId);

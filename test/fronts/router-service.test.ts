@@ -12,7 +12,7 @@ import { pino } from 'pino';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import { downPathOf, helloFrame, writeFrame } from '../../src/fronts/frames.js';
 import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/remote-backend.js';
-import { RouterService } from '../../src/fronts/router-service.js';
+import { RouterService, type RouterServiceOptions } from '../../src/fronts/router-service.js';
 import { DEFAULT_SAMPLING, type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';
@@ -190,8 +190,8 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   assert.deepEqual(joinedB, [[1, true]], 'broadcast, not only to one front');
 });
 
-/** Two fronts on a fresh service over one fake rank, snapshots every 20 ms; `onFrontStuck` hears stuck reports. */
-function fastSnapshotFronts(prefix: string, onFrontStuck?: (frontId: number) => void): ReturnType<typeof openTwoFronts> {
+/** Two fronts on a fresh service over one fake rank, snapshots every 20 ms, `extra` options on top. */
+function fastSnapshotFronts(prefix: string, extra: Partial<RouterServiceOptions> = {}): ReturnType<typeof openTwoFronts> {
   return openTwoFronts(
     prefix,
     {
@@ -200,7 +200,7 @@ function fastSnapshotFronts(prefix: string, onFrontStuck?: (frontId: number) => 
       maxConcurrentRequests: 0,
       logger: log,
       snapshotIntervalMs: 20,
-      ...(onFrontStuck !== undefined ? { onFrontStuck } : {}),
+      ...extra,
     },
     log,
   );
@@ -208,7 +208,7 @@ function fastSnapshotFronts(prefix: string, onFrontStuck?: (frontId: number) => 
 
 test('a front whose frame socket closed is reported stuck (the primary kills it); the other front is served on', async () => {
   const stuck: number[] = [];
-  const two = await fastSnapshotFronts('mgw-fronts-stuck-', (id) => stuck.push(id));
+  const two = await fastSnapshotFronts('mgw-fronts-stuck-', { onFrontStuck: (id) => stuck.push(id) });
   try {
     (two.b as unknown as { down: { destroy(): void } }).down.destroy();
     await until(() => stuck.length > 0, 'the stuck report');
@@ -223,7 +223,7 @@ test('a front whose frame socket closed is reported stuck (the primary kills it)
 
 test('once the fronts are being closed (shutdown), a front whose frame socket closed is not reported stuck', async () => {
   const stuck: number[] = [];
-  const two = await fastSnapshotFronts('mgw-fronts-closing-', (id) => stuck.push(id));
+  const two = await fastSnapshotFronts('mgw-fronts-closing-', { onFrontStuck: (id) => stuck.push(id) });
   try {
     two.service.closingFronts();
     (two.b as unknown as { down: { destroy(): void } }).down.destroy();
@@ -277,4 +277,24 @@ test('a frame socket announcing a frame longer than a hello is closed at once (n
   stranger.once('close', () => (closed = true));
   await until(() => closed, 'the router closing the socket');
   assert.equal(service.stats.decodeErrors, errorsBefore + 1);
+});
+
+test('a frame socket connection that sends no hello is closed after the hello timeout', async () => {
+  const two = await fastSnapshotFronts('mgw-fronts-silent-', { frontHelloTimeoutMs: 100 });
+  try {
+    const silent = connect(downPathOf(two.address));
+    silent.on('error', () => {});
+    let closed = false;
+    silent.once('close', () => (closed = true));
+    await new Promise<void>((r) => silent.once('connect', () => r()));
+    await until(() => closed, 'the router closing a connection that never said hello');
+    assert.equal(two.service.stats.decodeErrors, 1);
+    // The real fronts said hello in time and are served on.
+    let snapshots = 0;
+    two.a.on('snapshot', () => snapshots++);
+    await two.a.refresh();
+    assert.ok(snapshots >= 1);
+  } finally {
+    await two.close();
+  }
 });
