@@ -466,6 +466,12 @@ export async function serveGeneration(
   let completionTokens = 0;
   let cachedTokens = 0;
   let engineIndexes: (number | null)[] = [];
+  /** Tokens the choices that did not finish (aborted, stalled, failed) had received: they count in the access log too. */
+  const unfinishedTokens = (): number => {
+    let sum = 0;
+    for (let i = 0; i < trackers.length; i++) if (reasons[i] === null) sum += trackers[i]!.tokensSeen;
+    return sum;
+  };
   /** The one access-log line of the request (issue #13 part 3), at its terminal outcome. */
   const accessLog = (status: number, outcome: RequestOutcome, error?: string) => {
     // The line is built only for a level that is logged (the default `info` logs it; `--log-level warn` only failures).
@@ -477,7 +483,7 @@ export async function serveGeneration(
       rank: n === 1 ? (engineIndexes[0] ?? null) : engineIndexes,
       status,
       promptTokens: prepared.promptTokenIds.length,
-      completionTokens,
+      completionTokens: completionTokens + unfinishedTokens(),
       cachedTokens,
       ttftMs: roundMs(trackers[0]?.ttftMs ?? null),
       durationMs: roundMs(ctx.now() - startedAt),

@@ -3,10 +3,11 @@
  * status, token counts, TTFT, duration and finish reason; errors as one warn line; nothing twice.
  */
 import assert from 'node:assert/strict';
+import { connect } from 'node:net';
 import { test } from 'node:test';
 import { pino } from 'pino';
 import { FakeBackend } from './fake-backend.js';
-import { WORKER, makeApp } from './helpers.js';
+import { WORKER, listenApp, makeApp } from './helpers.js';
 
 /** A pino logger that keeps every line as an object. */
 function recordingPino(): { logger: pino.Logger; lines: Array<Record<string, unknown>>; raw: string[] } {
@@ -100,5 +101,35 @@ test('a mid-stream engine failure is one warn line; a refused request is one inf
     assert.equal(refused.length, 1, 'one line for the refused request');
   } finally {
     await app.close();
+  }
+});
+
+test('a stream the client leaves mid-way logs 499 with the tokens it had received', { timeout: 30_000 }, async () => {
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.onSubmit = (s) => s.stream.push([9707, 11]); // two tokens, then the engine keeps the request running
+  const { logger, lines } = recordingPino();
+  const fx = await listenApp({ backend, logger });
+  try {
+    const payload = JSON.stringify({ prompt: 'x', max_tokens: 50, stream: true });
+    const socket = connect(fx.port, '127.0.0.1');
+    socket.on('error', () => {});
+    let got = '';
+    await new Promise<void>((resolve) => {
+      socket.on('data', (c: Buffer) => {
+        got += c.toString('utf8');
+        if (got.includes('"text":"Hello,"')) resolve(); // both tokens, in the turn's one chunk
+      });
+      socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`);
+    });
+    socket.destroy();
+    const deadline = Date.now() + 10_000;
+    while (!lines.some((l) => l.msg === 'request finished') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    const line = lines.find((l) => l.msg === 'request finished');
+    assert.ok(line, JSON.stringify(lines.map((l) => l.msg)));
+    assert.equal(line.status, 499);
+    assert.equal(line.finishReason, 'cancelled');
+    assert.equal(line.completionTokens, 2);
+  } finally {
+    await fx.app.close();
   }
 });
