@@ -73,8 +73,7 @@ export class ChoiceOutput {
   private readonly calls: ToolCall[] = [];
   private readonly logprobs: TokenLogprob[] = [];
   private done: ChoiceResult | null = null;
-  /** No reasoning and no tool-call parser: all text is content (`appendContent` applies). */
-  /** True without a reasoning or tool-call parser: every token's text is content as it is. */
+  /** True without a reasoning or tool-call parser: every token's text is content as it is (`appendContent` applies). */
   readonly plain: boolean;
 
   constructor(private readonly opts: ChoiceOutputOptions) {
