@@ -8,10 +8,10 @@
  * mixed corpus with and without them (test/tokenizer/encode-paths.test.ts).
  */
 import * as hf from '@huggingface/tokenizers';
+import { SequenceClass } from './pre-token-cache.js';
 
 // The package's `export *` declarations do not resolve under NodeNext; the classes are there at run time.
 const exported = hf as unknown as Record<string, unknown>;
-const SequenceClass = exported.SequencePreTokenizer as abstract new (...args: never[]) => { tokenizers: unknown[] };
 const SplitClass = exported.SplitPreTokenizer as abstract new (...args: never[]) => SplitStep;
 const PreTokenizerClass = exported.PreTokenizer as abstract new (...args: never[]) => PreTokenizerStep;
 const BpeClass = exported.BPE as abstract new (...args: never[]) => { cache: unknown };

@@ -33,7 +33,8 @@ interface WithPreTokenizer {
 // The package's `export *` declarations do not resolve under NodeNext; the classes are there at run time.
 const exported = hf as unknown as Record<string, unknown>;
 const ByteLevelClass = exported.ByteLevelPreTokenizer as abstract new (...args: never[]) => ByteLevelStep;
-const SequenceClass = exported.SequencePreTokenizer as abstract new (...args: never[]) => { tokenizers: unknown[] };
+/** The library's `Sequence` pre-tokenizer class (also used by ./encode-paths.ts). */
+export const SequenceClass = exported.SequencePreTokenizer as abstract new (...args: never[]) => { tokenizers: unknown[] };
 
 /** The word-fed byte-level steps of a pre-tokenizer (itself, or the members of a `Sequence`). */
 function wordFedByteLevelSteps(preTokenizer: unknown): ByteLevelStep[] {
@@ -67,4 +68,3 @@ export function cacheByteLevelWords(tokenizer: WithPreTokenizer, capacity = PRE_
   }
   return steps.length;
 }
-
