@@ -121,3 +121,23 @@ test('requests the fast path leaves to the codec get the codec’s bytes or its 
   // After a refused or handed-over encode the shared writer starts clean.
   assert.deepEqual(viaEncoder(base), viaCodec(base));
 });
+
+test('the common request takes the fast path (no codec walk); one it leaves to the codec does not', (t) => {
+  // The byte-equality tests above would pass with the fast path removed: this one sees which path ran.
+  const codec = tokenizedGenerateReqInputCodec as { encodeWith: typeof tokenizedGenerateReqInputCodec.encodeWith };
+  const walk = codec.encodeWith;
+  let walks = 0;
+  codec.encodeWith = function (...args) {
+    walks++;
+    return walk.apply(this, args);
+  };
+  t.after(() => {
+    codec.encodeWith = walk;
+  });
+  const base = toTokenizedGenerateReqInput(randomRequest(rng(1)));
+  const common = { ...base, sampling_params: { ...base.sampling_params, logit_bias: null, custom_params: null } };
+  encodeTokenizedGenerateReqInput(common);
+  assert.equal(walks, 0, 'the common ADD is written by writePrefixFast');
+  encodeTokenizedGenerateReqInput({ ...common, sampling_params: { ...common.sampling_params, logit_bias: { '3': 0.5 } } });
+  assert.equal(walks, 1, 'a set logit_bias goes through the codec');
+});
