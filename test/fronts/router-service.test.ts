@@ -298,3 +298,42 @@ test('a frame socket connection that sends no hello is closed after the hello ti
     await two.close();
   }
 });
+
+test('a front that stops reading its frame socket is reported stuck once the router holds too much for it (node\'s buffer does not grow without bound)', { timeout: 30_000 }, async () => {
+  const stuck: number[] = [];
+  const fake = new FakeBackend({ ranks: [0] });
+  // Stuck only by bytes (no send timeout in this test's time): a lane whose sends are refused grows past 1 MiB.
+  const two = await openTwoFronts(
+    'mgw-fronts-unread-',
+    {
+      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
+      store: new ResponsesStore(),
+      maxConcurrentRequests: 0,
+      logger: log,
+      snapshotIntervalMs: 600_000,
+      sendTimeoutMs: 600_000,
+      maxQueuedBytes: 1024 * 1024,
+      onFrontStuck: (id) => stuck.push(id),
+    },
+    log,
+  );
+  try {
+    const placed = fake.nextSubmission();
+    await new RemoteBackend(two.b, 0).submit(req());
+    const sub = await placed;
+    // Front 2 stops reading (and stays paused: its slice logic would resume it).
+    const down = (two.b as unknown as { down: { pause(): unknown; resume: () => unknown } }).down;
+    down.pause();
+    down.resume = () => down;
+    // ~250 KB of rows per turn: the kernel's socket buffer, then DOWN_HIGH_WATER_BYTES in node's, then the lane.
+    const ids = new Array<number>(50_000).fill(100_000);
+    for (let i = 0; i < 200 && stuck.length === 0; i++) {
+      sub.stream.push(ids);
+      await new Promise((r) => setImmediate(r));
+    }
+    await until(() => stuck.length > 0, 'the stuck report');
+    assert.deepEqual(stuck, [2]);
+  } finally {
+    await two.close();
+  }
+});
