@@ -453,8 +453,8 @@ export class RouterService {
   /**
    * Forward one request's outputs to its front until the terminal one, a failure, or a cancel. Through the stream's
    * row mode when it has one (`listenRows`, issue 9: each row is written into this turn's message for the front
-   * inside the engine client's batch step, straight from the decoded row; no output object, no delivery queue), else
-   * its push mode (`listen`: no promise per output), else by iterating it.
+   * inside the engine client's batch step, straight from the decoded row; no output object, no delivery queue; every
+   * engine client stream has it), else by iterating it (other backends, e.g. the tests' fakes).
    */
   private pump(s: FrontSession, handle: number, stream: RequestStream): void {
     const outbox = this.outbox;
@@ -483,18 +483,6 @@ export class RouterService {
       if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
     };
     const forget = (): void => this.forget(s, handle, stream);
-    if (stream.listen !== undefined) {
-      stream.listen({
-        output: (o) => {
-          if (onOutput(o)) forget();
-        },
-        error: (err) => {
-          onError(err);
-          forget();
-        },
-      });
-      return;
-    }
     void (async () => {
       // Stop at the terminal output without calling the iterator's return() (that would cancel).
       const it = stream[Symbol.asyncIterator]();
