@@ -19,6 +19,9 @@ const TEXT = Buffer.from('"text":"');
 const QUOTE = 0x22;
 const NEWLINE = 0x0a;
 
+/** Longest SSE record kept while its blank line has not arrived, bytes; a longer one is dropped and reported. */
+export const MAX_RECORD_BYTES = 1024 * 1024;
+
 /** A record's first choice's text as the parsed chunk gives it (chat `delta.content`, completions `text`; '' when absent). */
 function choiceText(chunk: { choices?: Array<{ delta?: { content?: string | null }; text?: string }> }): string {
   const c = chunk.choices?.[0];
@@ -88,7 +91,11 @@ export class SseEventScanner {
       start = i + 2;
       i++;
     }
-    if (start < n) this.pending = Buffer.from(bytes.subarray(start));
+    if (start < n) {
+      // A record that never ends (no blank line) must not grow without bound: drop it, once reported.
+      if (n - start > MAX_RECORD_BYTES) onError(`SSE record longer than ${MAX_RECORD_BYTES} bytes without its end`);
+      else this.pending = Buffer.from(bytes.subarray(start));
+    }
     return events;
   }
 

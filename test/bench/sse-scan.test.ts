@@ -5,7 +5,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SseEventScanner } from '../../bench/throughput/sse-scan.js';
+import { MAX_RECORD_BYTES, SseEventScanner } from '../../bench/throughput/sse-scan.js';
 
 const base = { id: 'chatcmpl-4f1c0e9a2b3d4c5e6f708192a3b4c5d6', object: 'chat.completion.chunk', created: 1764000000, model: 'qwen3', system_fingerprint: 'fp_0' };
 const chat = (delta: Record<string, unknown>, finish: string | null = null): Record<string, unknown> =>
@@ -103,4 +103,15 @@ test('a chunk in another layout (spaces, no usage key) is judged by JSON.parse',
   const { events, errors } = scan([Buffer.from(spaced + noUsage)]);
   assert.equal(events, 1);
   assert.deepEqual(errors, []);
+});
+
+test('a record that never ends is dropped and reported once it passes MAX_RECORD_BYTES, not kept growing', () => {
+  const scanner = new SseEventScanner();
+  const errors: string[] = [];
+  const piece = Buffer.alloc(64 * 1024, 'x');
+  assert.equal(scanner.feed(Buffer.from('data: {"id":"'), (m) => errors.push(m)), 0);
+  for (let k = 0; k * piece.length < MAX_RECORD_BYTES; k++) scanner.feed(piece, (m) => errors.push(m));
+  assert.equal(errors.length, 1);
+  assert.match(errors[0]!, /longer than/);
+  assert.equal((scanner as unknown as { pending: Buffer | null }).pending, null);
 });
