@@ -22,7 +22,8 @@
  *   malformed or oversized response head or chunked framing, bytes past a response's end, a connection that fails
  *   before the response (`request failed: …`) or closes before the body's end (`response cut off before its end`), an
  *   SSE error event (`mid-stream error: …`), an SSE record that is not JSON, a stream that ends without `[DONE]` and a
- *   usage chunk, a non-streamed body that is not JSON or has no usage. Connections torn down at the end of the phase
+ *   usage chunk, an SSE record or non-streamed body past its size cap (1 MiB / 4 MiB), a non-streamed body that is not JSON
+ *   or has no usage. Connections torn down at the end of the phase
  *   are not errors.
  */
 import { performance } from 'node:perf_hooks';
@@ -137,9 +138,14 @@ class StreamResponse implements ResponseSink {
   }
 }
 
+/** Longest non-streamed body kept for its JSON, bytes; a longer one (or one that never ends) is an error, not memory. */
+const MAX_WHOLE_BODY_BYTES = 4 * 1024 * 1024;
+
 /** One JSON response: its usage recorded at completion. */
 class WholeResponse implements ResponseSink {
   private readonly chunks: Buffer[] = [];
+  /** Body bytes seen; past `MAX_WHOLE_BODY_BYTES` the chunks are dropped and the end reports the overflow. */
+  private size = 0;
   private errorBody: ErrorBody | null = null;
 
   constructor(
@@ -153,13 +159,16 @@ class WholeResponse implements ResponseSink {
   }
 
   body(bytes: Buffer, start: number, end: number): void {
-    if (this.errorBody !== null) this.errorBody.add(bytes, start, end);
+    if (this.errorBody !== null) return this.errorBody.add(bytes, start, end);
+    this.size += end - start;
+    if (this.size > MAX_WHOLE_BODY_BYTES) this.chunks.length = 0;
     else this.chunks.push(Buffer.from(bytes.subarray(start, end))); // the read buffer is reused
   }
 
   end(now: number): void {
     const phase = this.phase;
     if (this.errorBody !== null) phase.error(this.errorBody.message());
+    else if (this.size > MAX_WHOLE_BODY_BYTES) phase.error(`response body longer than ${MAX_WHOLE_BODY_BYTES} bytes`);
     else {
       const body = Buffer.concat(this.chunks).toString('utf8');
       try {
