@@ -8,7 +8,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { AddressInfo } from 'node:net';
-import { HttpConnection, type ResponseSink } from '../../bench/throughput/http-client.js';
+import { HttpConnection, MAX_HEAD_BYTES, type ResponseSink } from '../../bench/throughput/http-client.js';
 
 /** What one response delivered to its sink. */
 interface Outcome {
@@ -131,6 +131,11 @@ test('broken framing, bytes past the end, a cut-off body and a refused connectio
   });
   await withConnection(() => ['HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nabX', 'hang'], async (conn) => {
     assert.equal((await once(conn)).failed, 'malformed chunked body: no CRLF after a chunk');
+  });
+  // A head that never ends is refused once it passes the cap, not gathered for good.
+  const header = `X-Long: ${'a'.repeat(4096)}\r\n`;
+  await withConnection(() => ['HTTP/1.1 200 OK\r\n', ...Array.from({ length: MAX_HEAD_BYTES / 4096 + 1 }, () => header), 'hang'], async (conn) => {
+    assert.equal((await once(conn)).failed, `response head longer than ${MAX_HEAD_BYTES} bytes`);
   });
   await withConnection(() => ['garbage\r\n\r\n', 'hang'], async (conn) => {
     assert.equal((await once(conn)).failed, 'malformed status line "garbage"');
