@@ -18,7 +18,7 @@
  * The gateway runs as compiled JavaScript by default (`--runtime dist`: what the container image runs; `--runtime
  * tsx` runs src/ through tsx as `npm start` does; bench/throughput/build.ts).
  *
- * Usage: `npm run bench:throughput -- [options]` (`--help` lists them): `--runtime dist|tsx` (dist), `--quick` (1 repeat, short windows: ~1.5 min), `--repeats N` (3),
+ * Usage: `npm run bench:throughput -- [options]` (`--help` lists them): `--runtime dist|tsx` (dist), `--quick` (1 repeat, short windows: about 4 min), `--repeats N` (3),
  * `--workers 1,2`, `--streams 512,2000`, `--max-tokens N` (256), `--ranks N` (2), `--request-streams N` (64),
  * `--warmup-ms N`, `--window-ms N`, `--paced-step-ms N` (250; 0 = no paced scenario), `--scenarios a,b` (a subset by
  * name), `--no-floors`, `--seed N`, `--write` (bench/results/throughput.json + throughput.svg), `--profile` (one
