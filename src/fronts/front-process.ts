@@ -141,7 +141,8 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
       if (m?.type === 'mgw:drain') lifecycle.startDrain();
       else if (m?.type === 'mgw:close') void close(0);
     });
-    // The primary is gone: nobody routes for this front any more.
+    // The primary is gone, or its answers can no longer reach this front: nobody routes for it any more.
     process.on('disconnect', () => void close(1));
+    channel.once('down-closed', () => void close(1));
   });
 }

@@ -63,7 +63,12 @@ function abortReason(signal: CancelSignal): unknown {
 }
 
 /** A front's channel to the router (see the module docs). `connect` once; `close` when the front stops. */
-export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; joined: [group: number, engineIndex: number, rejoin: boolean] }> {
+export class FrontChannel extends EventEmitter<{
+  snapshot: [GroupSnapshot[]];
+  joined: [group: number, engineIndex: number, rejoin: boolean];
+  /** The router → front frame socket closed while the channel was open: nothing can answer this front any more. */
+  'down-closed': [];
+}> {
   /** Malformed router messages dropped. */
   decodeErrors = 0;
   private readonly socket: Dealer;
@@ -238,8 +243,8 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
 
   /**
    * Connect the router → front frame socket (frames.ts) and send `hello` (this front's id and the router's token) on it; every frame is one router
-   * message. A connection that fails or closes while the front runs is logged (the router is gone: the cluster
-   * channel's disconnect ends this process).
+   * message. A connection that fails or closes while the channel is open is logged and emitted as `down-closed`
+   * (the front can no longer be answered: its owner ends the process, which the primary forks again).
    */
   private connectDown(path: string, hello: Buffer): void {
     const sock = connect(path);
@@ -271,6 +276,11 @@ export class FrontChannel extends EventEmitter<{ snapshot: [GroupSnapshot[]]; jo
     });
     sock.on('error', (err) => {
       if (!this.closed) this.log.error({ err }, 'router frame socket failed');
+    });
+    sock.on('close', () => {
+      if (this.closed) return;
+      this.log.error('router frame socket closed: this front can no longer be answered');
+      this.emit('down-closed');
     });
   }
 

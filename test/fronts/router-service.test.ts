@@ -337,3 +337,23 @@ test('a front that stops reading its frame socket is reported stuck once the rou
     await two.close();
   }
 });
+
+test('a front whose frame socket the router closed says so (down-closed), once; a front closing itself does not', async () => {
+  const two = await fastSnapshotFronts('mgw-fronts-downclosed-');
+  try {
+    let closedA = 0;
+    let closedB = 0;
+    two.a.on('down-closed', () => closedA++);
+    two.b.on('down-closed', () => closedB++);
+    // The router's end of front 2's socket goes away (as when the router closes it).
+    const routerSide = (two.service as unknown as { down: Map<number, { destroy(): void }> }).down.get(2)!;
+    routerSide.destroy();
+    await until(() => closedB === 1, 'front 2 hearing its socket closed');
+    two.a.close(); // a front closing its own channel is no loss
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(closedA, 0);
+    assert.equal(closedB, 1);
+  } finally {
+    await two.close();
+  }
+});
