@@ -1,15 +1,16 @@
 /**
  * The data plane between the HTTP fronts and the router of `--workers N` (docs/architecture.md sections 4-5): every
- * ZeroMQ message is one frame, a msgpack list of records, so a tick's worth of submits, aborts and token rows crosses
- * the process boundary as one message. A record is a list whose first element is its type tag. Pure: no sockets.
+ * message is one frame on the front's unix socket (frames.ts), a msgpack list of records, so a tick's worth of
+ * submits, aborts and token rows crosses the process boundary as one message. A record is a list whose first element
+ * is its type tag. Pure: no sockets. (The front's hello is not a record: it is the socket's first frame, frames.ts.)
  *
- * Front → router: HELLO, SUBMIT (one engine request, n = 1; fan-out stays in the front), ABORT, PERMIT / RELEASE
+ * Front → router: SUBMIT (one engine request, n = 1; fan-out stays in the front), ABORT, PERMIT / RELEASE
  * (the global `--max-concurrent-requests` count lives in the router), CALL (the Responses store, rank-state refresh).
  * Router → front: SUBMITTED / REJECTED (the answer to a SUBMIT), OUT (one output row of a request), FAILED (the
  * request's stream failed), GRANT (the answer to a PERMIT), REPLY (to a CALL), SNAPSHOT (every group's serving state
  * and rank states), JOINED (a rank joined: the app drops a rejoined rank's latency samples).
  *
- * `decodeRecords` validates every record's shape and throws `ChannelDecodeError` for anything else (the caller logs
+ * `decodeUp` / `decodeDown` validate every record's shape and throws `ChannelDecodeError` for anything else (the caller logs
  * and counts it, the process keeps running).
  */
 import { Decoder, Encoder } from '@msgpack/msgpack';
@@ -21,9 +22,8 @@ import { MsgpackReader } from '../wire/reader.js';
 import { WireEncodeError } from '../wire/errors.js';
 import { grownBuffer } from '../wire/writer.js';
 
-/** Record type tags (the first element of every record). */
+/** Record type tags (the first element of every record). 1 was HELLO, now the socket's hello frame (frames.ts). */
 export const Tag = {
-  HELLO: 1,
   SUBMIT: 2,
   ABORT: 3,
   PERMIT: 4,
@@ -38,13 +38,6 @@ export const Tag = {
   SNAPSHOT: 107,
   JOINED: 108,
 } as const;
-
-/**
- * Messages zeromq queues on each side of one front's pipe (the ROUTER's and the DEALER's high-water marks). Router →
- * front messages travel on the front's frame socket instead (frames.ts; bounded by router-service.ts
- * `DOWN_HIGH_WATER_BYTES`); the router's lane (outbox.ts `FrontOutboxes`) bounds the bytes waiting behind it.
- */
-export const FRONT_HIGH_WATER_MARK = 1000;
 
 /** An error as it crosses the channel: enough to rebuild what the HTTP layer reads (`kind` → HTTP status). */
 export interface WireError {
@@ -95,7 +88,6 @@ export type WireRow = Pick<WireOutput, 'newTokenIds' | 'finishReason' | 'logprob
 
 /** Records a front sends. `handle` is front-local (an integer ≥ 0), one per engine request. */
 export type UpRecord =
-  | { tag: typeof Tag.HELLO; frontId: number }
   | { tag: typeof Tag.SUBMIT; handle: number; group: number; request: GenerateRequest; dpRank: number | null }
   | { tag: typeof Tag.ABORT; handle: number }
   | { tag: typeof Tag.PERMIT; ticket: number }
@@ -144,8 +136,6 @@ const decoder = new Decoder();
 /** One record as its msgpack list. */
 function upTuple(r: UpRecord): unknown[] {
   switch (r.tag) {
-    case Tag.HELLO:
-      return [r.tag, r.frontId];
     case Tag.SUBMIT:
       return [r.tag, r.handle, r.group, r.request, r.dpRank];
     case Tag.ABORT:
@@ -176,26 +166,19 @@ function downTuple(r: Exclude<DownRecord, { tag: typeof Tag.OUT }>): unknown[] {
   }
 }
 
-/** Encode a front's records as one message. */
-export function encodeUp(records: readonly UpRecord[]): Uint8Array {
-  return encoder.encode(records.map(upTuple));
-}
-
 /**
- * The router's records for one front, encoded as they are appended (issue 9, the router's per-token cost): an OUT
- * row goes straight into the message's bytes (no record object, no tuple, no generic encoder); the other records,
- * a few per request, through the generic encoder. `finish` gives the message: the same msgpack list of records
- * `decodeDown` reads (and any msgpack decoder). Token ids and counts are integers ≥ 0 (the engine decoders guarantee
- * it); logprobs are always float64 (so −0, NaN and ±∞ cross as they are).
+ * A message being built: a msgpack list of records whose header is written by `finish` into 5 bytes kept free at
+ * the start (an array32 header: any decoder reads a non-minimal list header), so records are appended as bytes with
+ * no list of them kept. The buffer grows by doubling.
  */
-export class DownMessage {
-  private buf: Uint8Array;
-  private view: DataView;
-  private pos = 5; // room for the list header, written by `finish`
-  private n = 0;
+abstract class RecordList {
+  protected buf: Uint8Array;
+  protected view: DataView;
+  protected pos = 5; // room for the list header, written by `finish`
+  protected n = 0;
 
-  /** `capacity`: the initial buffer size in bytes (grows by doubling). */
-  constructor(capacity = 1024) {
+  /** `capacity`: the initial buffer size in bytes. */
+  constructor(capacity: number) {
     // Not zeroed, and small ones are slices of Node's shared pool: every byte sent is written first (`finish` sends
     // only the bytes up to the end of the last record), and nothing is written after `finish`.
     this.buf = Buffer.allocUnsafe(Math.max(64, capacity));
@@ -207,9 +190,83 @@ export class DownMessage {
     return this.n;
   }
 
-  /** Bytes of the records appended so far. */
+  /** Bytes of the records appended so far (the finished message is 5 bytes longer). */
   get byteLength(): number {
     return this.pos - 5;
+  }
+
+  /** The message: a msgpack list of the records appended. Call once. */
+  finish(): Uint8Array {
+    this.buf[0] = 0xdd;
+    this.view.setUint32(1, this.n);
+    return this.buf.subarray(0, this.pos);
+  }
+
+  protected ensure(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    this.buf = grownBuffer(this.buf, this.pos, n);
+    this.view = viewOf(this.buf);
+  }
+
+  /** Append `bytes` (one whole record, or part of the one being written). */
+  protected raw(bytes: Uint8Array): void {
+    this.ensure(bytes.length);
+    this.buf.set(bytes, this.pos);
+    this.pos += bytes.length;
+  }
+}
+
+/** A record too large for a front → router message (`UpMessage.push`); the front fails what it was for. */
+export class ChannelRecordTooLarge extends RangeError {
+  constructor(
+    readonly tag: number,
+    readonly bytes: number,
+    readonly maxBytes: number,
+  ) {
+    super(`a channel record (tag ${tag}) of ${bytes} bytes does not fit a front message of at most ${maxBytes} bytes`);
+    this.name = 'ChannelRecordTooLarge';
+  }
+}
+
+/** A front's records for the router as one message, encoded as they are appended (the same list `decodeUp` reads). */
+export class UpMessage extends RecordList {
+  constructor(capacity = 1024) {
+    super(capacity);
+  }
+
+  /**
+   * Append `r` unless the finished message would then be longer than `maxBytes`; returns whether it was appended.
+   * Throws `ChannelRecordTooLarge` when `r` alone would be (no message can carry it).
+   */
+  push(r: UpRecord, maxBytes = Number.POSITIVE_INFINITY): boolean {
+    // The encoder's own buffer, copied at once below.
+    const bytes = encoder.encodeSharedRef(upTuple(r));
+    if (5 + bytes.length > maxBytes) throw new ChannelRecordTooLarge(r.tag, bytes.length, maxBytes);
+    if (this.pos + bytes.length > maxBytes) return false;
+    this.raw(bytes);
+    this.n++;
+    return true;
+  }
+}
+
+/** Encode a front's records as one message (see `UpMessage`). */
+export function encodeUp(records: readonly UpRecord[]): Uint8Array {
+  const m = new UpMessage();
+  for (const r of records) m.push(r);
+  return m.finish();
+}
+
+/**
+ * The router's records for one front, encoded as they are appended (issue 9, the router's per-token cost): an OUT
+ * row goes straight into the message's bytes (no record object, no tuple, no generic encoder); the other records,
+ * a few per request, through the generic encoder. `finish` gives the message: the same msgpack list of records
+ * `decodeDown` reads (and any msgpack decoder). Token ids and counts are integers ≥ 0 (the engine decoders guarantee
+ * it); logprobs are always float64 (so −0, NaN and ±∞ cross as they are).
+ */
+export class DownMessage extends RecordList {
+  /** `capacity`: the initial buffer size in bytes (grows by doubling). */
+  constructor(capacity = 1024) {
+    super(capacity);
   }
 
   /**
@@ -265,26 +322,6 @@ export class DownMessage {
     if (r.tag === Tag.OUT) return this.out(r.handle, r.output);
     this.raw(encoder.encode(downTuple(r)));
     this.n++;
-  }
-
-  /** The message: a msgpack list of the records appended. Call once. */
-  finish(): Uint8Array {
-    // array32 header in the 5 bytes kept free (any decoder reads a non-minimal list header).
-    this.buf[0] = 0xdd;
-    this.view.setUint32(1, this.n);
-    return this.buf.subarray(0, this.pos);
-  }
-
-  private ensure(n: number): void {
-    if (this.pos + n <= this.buf.length) return;
-    this.buf = grownBuffer(this.buf, this.pos, n);
-    this.view = viewOf(this.buf);
-  }
-
-  private raw(bytes: Uint8Array): void {
-    this.ensure(bytes.length);
-    this.buf.set(bytes, this.pos);
-    this.pos += bytes.length;
   }
 
   /** An integer 0..2^32−1 in its shortest msgpack form (room ensured by the caller). */
@@ -386,8 +423,6 @@ function integers(t: unknown[], i: number, what: string): number[] {
 export function decodeUp(bytes: Uint8Array): UpRecord[] {
   return tuples(bytes).map((t): UpRecord => {
     switch (t[0]) {
-      case Tag.HELLO:
-        return { tag: Tag.HELLO, frontId: int(t, 1, 'front id') };
       case Tag.SUBMIT: {
         const request = object<GenerateRequest>(t, 3, 'request');
         if (typeof request.requestId !== 'string') throw new ChannelDecodeError('SUBMIT: request id must be a string');

@@ -4,8 +4,9 @@
  * concurrency count and the Responses store — and N HTTP front processes (cluster workers sharing the listen port)
  * that do HTTP, chat templates, tokenization, detokenization, stop strings and SSE.
  *
- * This module is the primary's side; the front's is front-process.ts. Data plane: ZeroMQ over `ipc://` from the
- * fronts, a unix frame socket per front back (frames.ts; router-service.ts, remote-backend.ts). Control plane (control.ts): the cluster's IPC channel,
+ * This module is the primary's side; the front's is front-process.ts. Data plane: one unix socket connection per
+ * front, length-prefixed frames both ways (frames.ts; router-service.ts, remote-backend.ts). Control plane
+ * (control.ts): the cluster's IPC channel,
  * for a handful of messages: a front is listening, /metrics (prom-client's cluster protocol: the primary asks every
  * front for its registry as JSON, adds its own, and merges them with `AggregatorRegistry.aggregate`), drain, close.
  *
@@ -28,7 +29,6 @@ import { GatewayMetrics } from '../server/metrics.js';
 import type { RankStatsExport } from '../server/rank-stats.js';
 import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
-import { downPathOf } from './frames.js';
 import { RouterService } from './router-service.js';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
@@ -52,11 +52,12 @@ export function restartDelayMs(recentExits: number): number {
 const GET_METRICS_REQ = 'prom-client:getMetricsReq';
 const GET_METRICS_RES = 'prom-client:getMetricsRes';
 
-function channelAddress(): string {
+/** The router's socket for its fronts: `<tmp>/model-gateway-<uid>/fronts-<pid>.sock` (the directory is 0700). */
+function channelPath(): string {
   const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().username;
   const dir = join(tmpdir(), `model-gateway-${uid}`);
   mkdirSync(dir, { recursive: true, mode: 0o700 });
-  return `ipc://${join(dir, `fronts-${process.pid}`)}`;
+  return join(dir, `fronts-${process.pid}.sock`);
 }
 
 /** What the CLI holds of a running gateway. */
@@ -93,7 +94,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     logger: log,
     onFrontStuck: (frontId) => cluster.workers?.[frontId]?.process.kill('SIGKILL'),
   });
-  const address = channelAddress();
+  const address = channelPath();
   try {
     await service.bind(address);
   } catch (err) {
@@ -190,8 +191,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   const close = (): Promise<void> => {
     closing ??= (async () => {
       await stopFronts();
-      service.close();
-      rmSync(address.slice('ipc://'.length), { force: true }); // the channel's socket file (libzmq leaves it)
+      service.close(); // removes its socket file
       await gateway.close();
     })();
     return closing;
@@ -222,8 +222,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     },
     emergencyStop(): void {
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
-      rmSync(address.slice('ipc://'.length), { force: true });
-      rmSync(downPathOf(address), { force: true });
+      rmSync(address, { force: true });
       gateway.emergencyStop();
     },
   };

@@ -6,7 +6,7 @@
 import cluster from 'node:cluster';
 import type { RankStatsExport } from '../server/rank-stats.js';
 
-/** The environment variable that makes a cluster worker a front: the router's channel address. */
+/** The environment variable that makes a cluster worker a front: the path of the router's socket for its fronts. */
 export const FRONT_CHANNEL_ENV = 'MGW_FRONT_CHANNEL';
 
 /** The environment variable holding the router's front token (hex; frames.ts `helloFrame`). */

@@ -143,6 +143,6 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
     });
     // The primary is gone, or its answers can no longer reach this front: nobody routes for it any more.
     process.on('disconnect', () => void close(1));
-    channel.once('down-closed', () => void close(1));
+    channel.once('socket-closed', () => void close(1));
   });
 }

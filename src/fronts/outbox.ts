@@ -1,80 +1,79 @@
 /**
  * Per-tick batching of channel records (docs/architecture.md section 4 step 2): records pushed during one event-loop
  * turn leave as one message per peer, flushed from `setImmediate`.
- * - `Outbox` (a front → its router): while a send is in flight (zeromq.js allows one send at a time per socket) new
- *   records gather and leave together after it, so a busy process sends fewer, larger messages. What a front owes
- *   the router is bounded by its requests; the socket's high-water mark bounds what zeromq queues.
+ * - `UpOutbox` (a front → its router): one open message, encoded as records are pushed, written with the turn's
+ *   other messages (if the records passed `MAX_FRONT_MESSAGE_BYTES`) in one socket write at the end of the turn.
  * - `FrontOutboxes` (the router → every front): one lane per front, encoded as records are appended, sent without
  *   ever waiting, so one front that stopped reading delays no other (see the class).
  */
 import { performance } from 'node:perf_hooks';
-import { DownMessage, type DownRecord } from './channel-codec.js';
+import { DownMessage, UpMessage, type DownRecord, type UpRecord } from './channel-codec.js';
+import { MAX_FRONT_MESSAGE_BYTES } from './frames.js';
 
 /**
- * Records for several peers (keyed by `K`), sent by `send(key, records)` one message at a time. `onError` hears a
- * failed send (the records of that message are dropped: a peer that cannot be reached has gone away).
+ * A front's records for its router (issue 9, the fronts' CPU per request): `push` encodes a record into this turn's
+ * message at once; at the end of the turn (`setImmediate`) `write` gets every message of the turn — one, unless the
+ * records passed `maxMessageBytes` — to write as one. `write` must not wait (the front's socket buffers; the front
+ * bounds what it buffers, remote-backend.ts). What a front owes the router is bounded by its requests.
  */
-export class Outbox<K, R> {
-  private buffers = new Map<K, R[]>();
+export class UpOutbox {
+  private open: UpMessage | null = null;
+  private sealed: Uint8Array[] = [];
   private scheduled = false;
-  private sending = false;
   private closed = false;
+  private sizeHint = 1024;
+  /** Messages handed to `write` so far (for tests and logs). */
+  messages = 0;
 
   constructor(
-    private readonly send: (key: K, records: R[]) => Promise<void>,
-    private readonly onError: (key: K, err: unknown) => void,
+    private readonly write: (messages: Uint8Array[]) => void,
+    private readonly maxMessageBytes = MAX_FRONT_MESSAGE_BYTES,
   ) {}
 
-  /** Queue `record` for `key`; it leaves at the end of this event-loop turn (or after the send in flight). */
-  push(key: K, record: R): void {
+  /**
+   * Queue `record`; it leaves at the end of this event-loop turn. Throws `ChannelRecordTooLarge` (queueing nothing)
+   * for a record longer than `maxMessageBytes` on its own. A no-op once closed.
+   */
+  push(record: UpRecord): void {
     if (this.closed) return;
-    let buf = this.buffers.get(key);
-    if (buf === undefined) {
-      buf = [];
-      this.buffers.set(key, buf);
+    let m = this.open;
+    if (m === null) m = this.open = new UpMessage(this.sizeHint);
+    if (!m.push(record, this.maxMessageBytes)) {
+      this.seal();
+      m = this.open = new UpMessage(this.sizeHint);
+      m.push(record, this.maxMessageBytes);
     }
-    buf.push(record);
-    this.schedule();
-  }
-
-  /** Drop what is queued for `key` (the peer is gone). */
-  forget(key: K): void {
-    this.buffers.delete(key);
+    if (!this.scheduled) {
+      this.scheduled = true;
+      setImmediate(() => this.flush());
+    }
   }
 
   /** Stop sending; queued records are dropped. */
   close(): void {
     this.closed = true;
-    this.buffers.clear();
+    this.open = null;
+    this.sealed = [];
   }
 
-  private schedule(): void {
-    if (this.scheduled || this.sending) return;
-    this.scheduled = true;
-    setImmediate(() => {
-      this.scheduled = false;
-      void this.flush();
-    });
+  private seal(): void {
+    const m = this.open;
+    if (m === null || m.count === 0) return;
+    this.open = null;
+    const bytes = m.finish();
+    this.sizeHint = Math.min(256 * 1024, Math.max(1024, bytes.length));
+    this.sealed.push(bytes);
   }
 
-  private async flush(): Promise<void> {
-    if (this.sending || this.closed) return;
-    this.sending = true;
-    try {
-      while (this.buffers.size > 0 && !this.closed) {
-        const batch = this.buffers;
-        this.buffers = new Map();
-        for (const [key, records] of batch) {
-          try {
-            await this.send(key, records);
-          } catch (err) {
-            this.onError(key, err);
-          }
-        }
-      }
-    } finally {
-      this.sending = false;
-    }
+  private flush(): void {
+    this.scheduled = false;
+    if (this.closed) return;
+    this.seal();
+    const out = this.sealed;
+    if (out.length === 0) return;
+    this.sealed = [];
+    this.messages += out.length;
+    this.write(out);
   }
 }
 

@@ -1,7 +1,7 @@
 /**
  * The front side of `--workers N` (docs/architecture.md sections 3-6): a front process's channel to the router
- * (`FrontChannel`: a ZeroMQ DEALER for what the front sends, a unix frame socket for what the router sends, frames.ts)
- * and what the HTTP app is given instead of the engine clients:
+ * (`FrontChannel`: one unix socket, length-prefixed frames both ways, frames.ts; the front's records of one turn are
+ * one frame, outbox.ts `UpOutbox`) and what the HTTP app is given instead of the engine clients:
  * - `RemoteBackend`: a `GenerationBackend` per engine group. `submit` sends SUBMIT and resolves on the router's
  *   SUBMITTED with a stream fed by OUT records (the engine client's own `RequestStreamImpl`, so the routes read
  *   exactly what they read in one process); cancelling it sends ABORT. The sync reads (`rankStates()`, `status()`, …)
@@ -16,8 +16,8 @@ import { EventEmitter } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import { Dealer } from 'zeromq';
 import type { CancellableSubmitOptions, CancelSignal, ClientStats } from '../engine-client/client.js';
+import { EngineClientError } from '../engine-client/errors.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import { RequestStreamImpl, type RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest } from '../protocols/types.js';
@@ -26,24 +26,29 @@ import type { SharedConcurrencyCap } from '../server/concurrency.js';
 import { ResponsesStore, type ResponsesStoreOptions, type StoredResponse } from '../server/responses/store.js';
 import {
   ChannelDecodeError,
-  FRONT_HIGH_WATER_MARK,
   Tag,
   decodeDown,
-  encodeUp,
   fromWireError,
   type GroupSnapshot,
   type ReceivedRecord,
   type UpRecord,
   type WireError,
 } from './channel-codec.js';
-import { FrameReader, downPathOf, helloFrame, writeFrame } from './frames.js';
-import { Outbox } from './outbox.js';
+import { FrameReader, helloFrame, writeFrame, writeFrames } from './frames.js';
+import { UpOutbox } from './outbox.js';
 
 /** How long the frame socket is read in one event-loop turn before it pauses until the next turn, ms. */
 export const RECEIVE_SLICE_MS = 4;
 
 /** How long a refresh or store call waits for the router before answering from what the front has, ms. */
 export const ROUTER_CALL_TIMEOUT_MS = 2000;
+
+/**
+ * Bytes the front's socket may hold unwritten (node's buffer, above the kernel's) before the front gives the router
+ * up as not reading (the channel closes: `socket-closed`, and the front ends). Far above what a live router leaves
+ * unread: it reads every turn, and a front's records are a few per request.
+ */
+export const UP_MAX_UNWRITTEN_BYTES = 64 * 1024 * 1024;
 
 interface Submission {
   readonly stream: RequestStreamImpl;
@@ -66,15 +71,14 @@ function abortReason(signal: CancelSignal): unknown {
 export class FrontChannel extends EventEmitter<{
   snapshot: [GroupSnapshot[]];
   joined: [group: number, engineIndex: number, rejoin: boolean];
-  /** The router → front frame socket closed while the channel was open: nothing can answer this front any more. */
-  'down-closed': [];
+  /** The socket to the router closed while the channel was open: nothing can answer this front any more. */
+  'socket-closed': [];
 }> {
   /** Malformed router messages dropped. */
   decodeErrors = 0;
-  private readonly socket: Dealer;
-  /** The router → front frame socket (frames.ts). */
-  private down: Socket | null = null;
-  private readonly outbox: Outbox<0, UpRecord>;
+  /** The socket to the router (frames.ts); set by `connect`. */
+  private sock!: Socket;
+  private readonly outbox: UpOutbox;
   private readonly submissions = new Map<number, Submission>();
   private readonly calls = new Map<number, PendingCall>();
   private readonly grants = new Map<number, (granted: boolean) => void>();
@@ -90,32 +94,34 @@ export class FrontChannel extends EventEmitter<{
     private readonly log: Logger,
   ) {
     super();
-    this.socket = new Dealer({ routingId: `front-${frontId}`, linger: 0, sendHighWaterMark: 100_000, receiveHighWaterMark: FRONT_HIGH_WATER_MARK });
-    this.outbox = new Outbox<0, UpRecord>(
-      (_, records) => this.socket.send(encodeUp(records)),
-      (_, err) => {
-        if (!this.closed) this.log.error({ err }, 'send to the router failed');
-      },
-    );
+    this.outbox = new UpOutbox((messages) => this.write(messages));
   }
 
   /**
-   * Connect to the router at `address` (`ipc://…`), say HELLO, and resolve with the first snapshot. `token` is the
-   * router's `frontToken` (its frame socket takes no front without it). Rejects when the router does not answer
-   * within `timeoutMs` (default 30 000).
+   * Connect to the router's socket at `path`, say hello (`frontId` and `token`, the router's `frontToken`: it hears
+   * no front without it), and resolve once the router's first snapshot arrived. Rejects when the router does not
+   * answer within `timeoutMs` (default 30 000), or the socket closes first.
    */
-  static async connect(address: string, frontId: number, token: Uint8Array, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
+  static async connect(path: string, frontId: number, token: Uint8Array, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
     const ch = new FrontChannel(frontId, log);
-    ch.socket.connect(address);
-    ch.connectDown(downPathOf(address), helloFrame(frontId, token));
     const first = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => reject(new Error(`the router at ${address} did not answer within ${timeoutMs} ms`)), timeoutMs);
-      ch.once('snapshot', () => {
+      const timer = setTimeout(() => fail(new Error(`the router at ${path} did not answer within ${timeoutMs} ms`)), timeoutMs);
+      const fail = (err: Error): void => {
         clearTimeout(timer);
+        ch.off('snapshot', ok);
+        ch.close();
+        reject(err);
+      };
+      const ok = (): void => {
+        clearTimeout(timer);
+        ch.off('socket-closed', closed);
         resolve();
-      });
+      };
+      const closed = (): void => fail(new Error(`the router at ${path} closed the connection before its first snapshot`));
+      ch.once('snapshot', ok);
+      ch.once('socket-closed', closed);
     });
-    ch.push({ tag: Tag.HELLO, frontId });
+    ch.open(path, helloFrame(frontId, token));
     await first;
     return ch;
   }
@@ -136,6 +142,15 @@ export class FrontChannel extends EventEmitter<{
     if (signal?.aborted) return Promise.reject(abortReason(signal));
     const handle = this.nextHandle++;
     let detach: () => void = () => {};
+    // Fails the submission when its record cannot be sent (outbox.ts: too large for a message); undefined when sent.
+    const unsendable = (): Error | undefined => {
+      try {
+        this.push({ tag: Tag.SUBMIT, handle, group, request, dpRank: dpRank ?? null });
+        return undefined;
+      } catch (err) {
+        return new EngineClientError('encode', `request ${request.requestId} cannot be sent to the router: ${(err as Error).message}`, { cause: err, requestId: request.requestId });
+      }
+    };
     const stream = new RequestStreamImpl(
       request.requestId,
       request.promptTokenIds.length,
@@ -163,7 +178,13 @@ export class FrontChannel extends EventEmitter<{
         signal.addEventListener('abort', onAbort, { once: true });
         detach = () => signal.removeEventListener('abort', onAbort);
       }
-      this.push({ tag: Tag.SUBMIT, handle, group, request, dpRank: dpRank ?? null });
+      const err = unsendable();
+      if (err !== undefined) {
+        sub.settled = true;
+        this.submissions.delete(handle);
+        detach();
+        reject(err);
+      }
     });
   }
 
@@ -182,22 +203,27 @@ export class FrontChannel extends EventEmitter<{
   }
 
   /**
-   * Call `method` in the router; resolves with its value. Rejects with the router's error, or after
-   * `ROUTER_CALL_TIMEOUT_MS`. `fireAndForget` sends without waiting (no reply).
+   * Call `method` in the router; resolves with its value. Rejects with the router's error, after
+   * `ROUTER_CALL_TIMEOUT_MS`, or with `ChannelRecordTooLarge` for arguments no message can carry. `fireAndForget`
+   * sends without waiting: no reply, resolves with null (arguments too large are logged and not sent).
    */
   call(method: string, args: unknown, fireAndForget = false): Promise<unknown> {
     if (fireAndForget) {
-      this.push({ tag: Tag.CALL, callId: 0, method, args });
+      try {
+        this.push({ tag: Tag.CALL, callId: 0, method, args });
+      } catch (err) {
+        this.log.warn({ method, err: (err as Error).message }, 'router call not sent');
+      }
       return Promise.resolve(null);
     }
     const callId = this.nextCall++;
     return new Promise((resolve, reject) => {
+      this.push({ tag: Tag.CALL, callId, method, args }); // a throw rejects
       const timer = setTimeout(() => {
         this.calls.delete(callId);
         reject(new Error(`the router did not answer ${method} within ${ROUTER_CALL_TIMEOUT_MS} ms`));
       }, ROUTER_CALL_TIMEOUT_MS);
       this.calls.set(callId, { resolve, reject, timer });
-      this.push({ tag: Tag.CALL, callId, method, args });
     });
   }
 
@@ -233,24 +259,39 @@ export class FrontChannel extends EventEmitter<{
     for (const g of this.grants.values()) g(false);
     this.grants.clear();
     this.outbox.close();
-    this.socket.close();
-    this.down?.destroy();
+    this.sock.destroy();
   }
 
+  /** Queue `r` for this turn's message; throws `ChannelRecordTooLarge` for a record no message can carry. */
   private push(r: UpRecord): void {
-    this.outbox.push(0, r);
+    this.outbox.push(r);
+  }
+
+  /** This turn's messages, in one write; a router that left too much unread is given up (see `UP_MAX_UNWRITTEN_BYTES`). */
+  private write(messages: Uint8Array[]): void {
+    const sock = this.sock;
+    if (sock.destroyed) return; // `socket-closed` has been (or is being) emitted
+    if (sock.writableLength > UP_MAX_UNWRITTEN_BYTES) {
+      this.log.error({ unwritten: sock.writableLength }, 'the router is not reading this front\'s messages: closing the channel');
+      sock.destroy();
+      return;
+    }
+    writeFrames(sock, messages);
   }
 
   /**
-   * Connect the router → front frame socket (frames.ts) and send `hello` (this front's id and the router's token) on it; every frame is one router
-   * message. A connection that fails or closes while the channel is open is logged and emitted as `down-closed`
-   * (the front can no longer be answered: its owner ends the process, which the primary forks again).
+   * Connect to the router's socket (frames.ts) and send `hello` (this front's id and the router's token) first;
+   * every frame from the router is one message. A connection that fails or closes while the channel is open is
+   * logged and emitted as `socket-closed` (the front can no longer be answered: its owner ends the process, which the
+   * primary forks again).
    */
-  private connectDown(path: string, hello: Buffer): void {
+  private open(path: string, hello: Buffer): void {
     const sock = connect(path);
-    this.down = sock;
+    this.sock = sock;
     const reader = new FrameReader((frame) => this.onMessage(frame));
-    sock.on('connect', () => writeFrame(sock, hello));
+    // Written while connecting: node sends it first once connected, before any message (those leave at the end of
+    // a turn, outbox.ts).
+    writeFrame(sock, hello);
     // libuv reads a readable socket up to 32 × 64 KiB per poll: after RECEIVE_SLICE_MS of frames in one turn the
     // socket pauses until the next turn, so the HTTP side (timers, accepts, the per-tick writes) runs in between and
     // a front that is behind hands each stream the rows of a few ms per write, not of a whole backlog.
@@ -275,12 +316,12 @@ export class FrontChannel extends EventEmitter<{
       if (performance.now() - sliceStart >= RECEIVE_SLICE_MS) sock.pause();
     });
     sock.on('error', (err) => {
-      if (!this.closed) this.log.error({ err }, 'router frame socket failed');
+      if (!this.closed) this.log.error({ err }, 'router socket failed');
     });
     sock.on('close', () => {
       if (this.closed) return;
-      this.log.error('router frame socket closed: this front can no longer be answered');
-      this.emit('down-closed');
+      this.log.error('router socket closed: this front can no longer be answered');
+      this.emit('socket-closed');
     });
   }
 

@@ -1,8 +1,8 @@
 /**
  * The router side of `--workers N` (docs/architecture.md sections 3-6): the one process that owns the engine clients
- * serves them to N HTTP fronts: it hears them on a ZeroMQ ROUTER socket (`ipc://`, one DEALER per front) and
- * answers each on its unix frame socket (frames.ts: the ZeroMQ send path cost the router two thread wake-ups per
- * message); the records of channel-codec.ts are batched per tick by outbox.ts.
+ * serves them to N HTTP fronts, each over its own connection to the router's unix socket (frames.ts: length-prefixed
+ * frames both ways; a front is heard only after its hello with the router's token, and no frame is read past a
+ * bound); the records of channel-codec.ts are batched per tick both ways by outbox.ts.
  *
  * Every SUBMIT goes straight to the group's real `EngineClient.submit`, so select + reserve, the in-flight sets, the
  * stored loads and the release clamp stay in this one process in their synchronous blocks (dp-routing.md 12.3): the
@@ -12,29 +12,20 @@
  * `snapshotIntervalMs`, and on a front's refresh CALL; with several engine groups also at the end of every turn that
  * placed or finished a request, since the fronts choose a request's group from it).
  *
- * A front that goes away (`dropFront`, called by the cluster primary on the worker's exit) is handled like its
- * clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight slot released) and
- * its concurrency permits are returned.
+ * A front that goes away (its socket closes, or `dropFront`, called by the cluster primary on the worker's exit) is
+ * handled like its clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight
+ * slot released) and its concurrency permits are returned.
  */
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
-import { Router } from 'zeromq';
 import type { RequestStream } from '../engine-client/request-stream.js';
 import type { EngineOutput, GenerateRequest } from '../protocols/types.js';
 import type { EngineFamily, GenerationBackend } from '../server/backend.js';
 import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
-import {
-  ChannelDecodeError,
-  FRONT_HIGH_WATER_MARK,
-  Tag,
-  decodeUp,
-  toWireError,
-  type GroupSnapshot,
-  type UpRecord,
-} from './channel-codec.js';
-import { FRONT_TOKEN_BYTES, FrameReader, downPathOf, writeFrame } from './frames.js';
+import { ChannelDecodeError, Tag, decodeUp, toWireError, type GroupSnapshot, type UpRecord } from './channel-codec.js';
+import { FRONT_TOKEN_BYTES, FrameReader, HELLO_BYTES, MAX_FRONT_MESSAGE_BYTES, checkChannelPath, writeFrame } from './frames.js';
 import { FrontOutboxes, type FrontLane } from './outbox.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
@@ -59,21 +50,26 @@ export interface RouterServiceOptions {
    */
   sendTimeoutMs?: number;
   maxQueuedBytes?: number;
-  /** Called once for a front that is stuck (the primary kills it; its exit then drops it). */
+  /**
+   * Called once for a front that is stuck, or whose socket closed (or was closed for a bad frame) outside shutdown:
+   * the primary kills it; its exit then drops it and forks a new one.
+   */
   onFrontStuck?: (frontId: number) => void;
   /**
-   * A connection to the frame socket that has not sent a valid front hello this long is closed, ms (default 10 000;
+   * A connection to the socket that has not sent a valid front hello this long is closed, ms (default 10 000;
    * a front sends it as soon as it connects).
    */
   frontHelloTimeoutMs?: number;
+  /** Largest front message read, bytes (default frames.ts `MAX_FRONT_MESSAGE_BYTES`); a longer frame closes the socket. */
+  maxFrontMessageBytes?: number;
 }
 
 const PENDING = Symbol('pending');
 
 /**
- * Bytes a front's frame socket may hold unwritten (node's buffer, above the kernel's) before the router's sends to
- * it are refused (EAGAIN) and its lane retries and merges, as a full ZeroMQ pipe did (outbox.ts `FrontOutboxes`):
- * about the `FRONT_HIGH_WATER_MARK` messages of a few KiB each the ROUTER socket queued per front.
+ * Bytes a front's socket may hold unwritten (node's buffer, above the kernel's) before the router's sends to it are
+ * refused (EAGAIN) and its lane retries and merges (outbox.ts `FrontOutboxes`): about a thousand messages of a few
+ * KiB each, what the ZeroMQ pipe this replaced queued per front.
  */
 export const DOWN_HIGH_WATER_BYTES = 4 * 1024 * 1024;
 
@@ -82,10 +78,10 @@ function refused(message: string): Error {
   return Object.assign(new Error(message), { code: 'EAGAIN' });
 }
 
-/** One connected front: its ZeroMQ identity, its engine requests by handle, its concurrency permits. */
+/** One connected front: its socket, its engine requests by handle, its concurrency permits. */
 interface FrontSession {
   readonly frontId: number;
-  readonly identity: Buffer;
+  readonly sock: Socket;
   /** Its outbox lane (records of this turn, messages the socket has not taken yet). */
   readonly lane: FrontLane;
   readonly streams: Map<number, RequestStream | typeof PENDING>;
@@ -93,11 +89,16 @@ interface FrontSession {
   readonly abortedEarly: Set<number>;
   readonly permits: Set<number>;
   dropped: boolean;
+  /** Reported to `onFrontStuck` already (once is enough: the primary kills it). */
+  reported: boolean;
 }
 
 /** Counters of the service (for logs and tests). */
 export interface RouterServiceStats {
+  /** Refused input from the fronts' socket: malformed messages (dropped), bad hellos and oversized frames (closed). */
   decodeErrors: number;
+  /** Front messages (frames after the hello) read. */
+  frontMessages: number;
   frontsDropped: number;
   /** Engine requests cancelled because their front went away. */
   orphanedRequests: number;
@@ -105,14 +106,13 @@ export interface RouterServiceStats {
 
 /** The router's service to the fronts (see the module docs). `bind` then serve; `close` when the gateway stops. */
 export class RouterService {
-  readonly stats: RouterServiceStats = { decodeErrors: 0, frontsDropped: 0, orphanedRequests: 0 };
-  /** What a front's hello on its frame socket must carry (frames.ts `helloFrame`); the primary gives it to its fronts. */
+  readonly stats: RouterServiceStats = { decodeErrors: 0, frontMessages: 0, frontsDropped: 0, orphanedRequests: 0 };
+  /** What a front's hello on its socket must carry (frames.ts `helloFrame`); the primary gives it to its fronts. */
   readonly frontToken: Buffer = randomBytes(FRONT_TOKEN_BYTES);
-  private readonly socket: Router;
-  /** The router → front frame socket of every front that connected one, by front id (frames.ts). */
-  private readonly down = new Map<number, Socket>();
-  private downServer: Server | null = null;
-  private downPath: string | null = null;
+  private server: Server | null = null;
+  private path: string | null = null;
+  /** Every open connection to the socket, front or not yet (closed by `close`). */
+  private readonly conns = new Set<Socket>();
   private readonly sessions = new Map<number, FrontSession>();
   private readonly outbox: FrontOutboxes;
   private readonly log: Logger;
@@ -125,18 +125,14 @@ export class RouterService {
 
   constructor(private readonly opts: RouterServiceOptions) {
     this.log = opts.logger;
-    // sendTimeout 0: a send never waits; a front whose queue is full refuses at once (EAGAIN) and its lane retries
-    // (outbox.ts `FrontOutboxes`), so one front that stopped reading never holds up the others. The high-water mark
-    // counts messages (one per front per turn); the lane bounds the bytes behind it.
-    this.socket = new Router({ mandatory: true, linger: 0, sendTimeout: 0, sendHighWaterMark: FRONT_HIGH_WATER_MARK });
+    // A send never waits: a front whose socket holds too much refuses at once (EAGAIN) and its lane retries
+    // (outbox.ts `FrontOutboxes`), so one front that stopped reading never holds up the others.
     this.outbox = new FrontOutboxes(
       async (frontId, message) => {
         const s = this.sessions.get(frontId);
         if (s === undefined || s.dropped) return;
-        const sock = this.down.get(frontId);
-        // Not connected yet (its HELLO came first on the other socket): refused, retried.
-        if (sock === undefined) throw refused(`front ${frontId} has not connected its frame socket yet`);
-        if (sock.destroyed) throw Object.assign(new Error(`front ${frontId} closed its frame socket`), { code: 'EPIPE' });
+        const sock = s.sock;
+        if (sock.destroyed) throw Object.assign(new Error(`front ${frontId} closed its socket`), { code: 'EPIPE' });
         if (sock.writableLength > DOWN_HIGH_WATER_BYTES) throw refused(`front ${frontId} holds ${sock.writableLength} bytes unread`);
         writeFrame(sock, message);
       },
@@ -148,7 +144,7 @@ export class RouterService {
           return;
         }
         this.log.warn({ frontId, err }, 'front not reading (send refused or failed): treating it as stuck');
-        this.opts.onFrontStuck?.(frontId);
+        this.report(frontId);
       },
       { stuckAfterMs: opts.sendTimeoutMs ?? 5000, maxQueuedBytes: opts.maxQueuedBytes },
     );
@@ -176,27 +172,13 @@ export class RouterService {
   }
 
   /**
-   * Bind the ROUTER at `address` (`ipc://<path>`), listen for the fronts' frame sockets at `<path>.down`, and start
-   * serving. Throws ConfigError for a channel path over the unix socket limit (frames.ts `downPathOf`), the zeromq
-   * bind error or the listen error.
+   * Listen for the fronts at the unix socket `path` and start serving. Throws ConfigError for a path over the unix
+   * socket limit (frames.ts `checkChannelPath`); rejects with the listen error.
    */
-  async bind(address: string): Promise<void> {
-    const downPath = downPathOf(address); // before binding: a path too long leaves no socket file behind
-    await this.socket.bind(address);
-    await this.listenDown(downPath);
-    void this.receiveLoop();
-    this.snapshotTimer = setInterval(() => this.broadcastSnapshot(), this.opts.snapshotIntervalMs ?? 250);
-    this.snapshotTimer.unref();
-  }
-
-  /**
-   * Listen for the fronts' frame sockets at `path` (frames.ts): a connection's first frame is its hello (front id and
-   * `frontToken`). A hello without the token, or for a front id whose socket is open, is refused (logged, counted,
-   * closed): the front's streams stay with it. Rejects with the listen error.
-   */
-  private async listenDown(path: string): Promise<void> {
+  async bind(path: string): Promise<void> {
+    checkChannelPath(path); // before listening: a path too long leaves no socket file behind
     rmSync(path, { force: true }); // a stale file of an earlier process with this pid
-    const server = createServer((sock) => this.acceptDown(sock));
+    const server = createServer((sock) => this.accept(sock));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(path, () => {
@@ -204,59 +186,108 @@ export class RouterService {
         resolve();
       });
     });
-    server.on('error', (err) => this.log.warn({ err }, 'front frame socket server error'));
-    this.downServer = server;
-    this.downPath = path;
+    server.on('error', (err) => this.log.warn({ err }, 'front socket server error'));
+    this.server = server;
+    this.path = path;
+    this.snapshotTimer = setInterval(() => this.broadcastSnapshot(), this.opts.snapshotIntervalMs ?? 250);
+    this.snapshotTimer.unref();
   }
 
-  private acceptDown(sock: Socket): void {
-    let frontId: number | null = null;
+  /**
+   * One front's connection (frames.ts): its first frame must be its hello (front id and `frontToken`); until then no
+   * frame longer than a hello is read. A hello without the token, any other first frame, or a hello for a front id
+   * whose socket is open is refused (logged, counted, closed): the front's streams stay with it. After the hello
+   * every frame is one message of records (`decodeUp`), up to `maxFrontMessageBytes`; a malformed message is counted,
+   * logged and dropped, a longer frame closes the socket (and so ends the front).
+   */
+  private accept(sock: Socket): void {
+    if (this.closed) {
+      sock.destroy();
+      return;
+    }
+    this.conns.add(sock);
+    let session: FrontSession | null = null;
     // A connection that never says hello would hold a file descriptor for good.
     const helloTimer = setTimeout(() => {
-      if (frontId !== null || sock.destroyed) return;
+      if (session !== null || sock.destroyed) return;
       this.stats.decodeErrors++;
-      this.log.warn('a front frame socket sent no hello in time: closing it');
+      this.log.warn('a front socket connection sent no hello in time: closing it');
       sock.destroy();
     }, this.opts.frontHelloTimeoutMs ?? 10_000);
     helloTimer.unref();
+    const refuse = (why: string, fields: Record<string, unknown>): void => {
+      this.stats.decodeErrors++;
+      this.log.warn(fields, why);
+      reader.stop();
+      sock.destroy();
+    };
     const reader = new FrameReader((frame) => {
-      if (frontId !== null || frame.length !== 4 + FRONT_TOKEN_BYTES || !timingSafeEqual(frame.subarray(4), this.frontToken)) {
-        this.stats.decodeErrors++;
-        this.log.warn({ frontId, bytes: frame.length }, 'unexpected frame on a front frame socket (not a front hello with the token): closing it');
-        sock.destroy();
+      if (session !== null) {
+        this.stats.frontMessages++;
+        this.onMessage(session, frame);
+        return;
+      }
+      if (frame.length !== HELLO_BYTES || !timingSafeEqual(frame.subarray(4), this.frontToken)) {
+        refuse('a front socket connection did not begin with a front hello carrying the token: closing it', { bytes: frame.length });
         return;
       }
       const claimed = frame.readUInt32LE(0);
-      const held = this.down.get(claimed);
-      if (held !== undefined && !held.destroyed) {
-        this.stats.decodeErrors++;
-        this.log.warn({ frontId: claimed }, 'a second frame socket for a front that has one: closing the newcomer');
-        sock.destroy();
+      const held = this.sessions.get(claimed);
+      if (held !== undefined && !held.sock.destroyed) {
+        refuse('a second connection for a front that has one: closing the newcomer', { frontId: claimed });
         return;
       }
-      frontId = claimed;
       clearTimeout(helloTimer);
-      this.down.set(frontId, sock);
-      // A front sends nothing but its hello: a longer frame is refused as announced, never gathered.
-    }, 4 + FRONT_TOKEN_BYTES);
+      session = this.open(claimed, sock);
+      reader.maxFrameBytes = this.opts.maxFrontMessageBytes ?? MAX_FRONT_MESSAGE_BYTES;
+    }, HELLO_BYTES);
     sock.on('data', (chunk: Buffer) => {
       try {
         reader.push(chunk);
       } catch (err) {
-        this.stats.decodeErrors++;
-        this.log.warn({ err }, 'malformed front frame socket: closing it');
-        sock.destroy();
+        refuse('oversized frame on a front socket: closing it', { frontId: session?.frontId ?? null, err: (err as Error).message });
       }
     });
     sock.on('error', (err) => {
-      if (!this.closed) this.log.debug({ err, frontId }, 'front frame socket error');
+      if (!this.closed) this.log.debug({ err, frontId: session?.frontId ?? null }, 'front socket error');
     });
     sock.on('close', () => {
+      this.conns.delete(sock);
       clearTimeout(helloTimer);
-      // While its session lives the entry stays (destroyed): sends fail (EPIPE) and the lane reports the front stuck,
-      // as a ZeroMQ send to a peer gone did (EHOSTUNREACH). A front whose session is gone is forgotten.
-      if (frontId !== null && this.down.get(frontId) === sock && !this.sessions.has(frontId)) this.down.delete(frontId);
+      if (session !== null && this.sessions.get(session.frontId) === session) this.lost(session);
     });
+  }
+
+  /** A new session for front `frontId` on `sock` (an earlier one of that id, its socket closed, is dropped first). */
+  private open(frontId: number, sock: Socket): FrontSession {
+    this.dropFront(frontId);
+    const session: FrontSession = { frontId, sock, lane: this.outbox.open(frontId), streams: new Map(), abortedEarly: new Set(), permits: new Set(), dropped: false, reported: false };
+    this.sessions.set(frontId, session);
+    this.outbox.push(frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
+    return session;
+  }
+
+  /**
+   * `s`'s socket closed while its session was live: nothing can reach the front or be heard from it any more. Its
+   * requests are cancelled and its permits returned now (`dropFront`); outside shutdown the front is reported
+   * (`onFrontStuck`: the primary ends it, and forks a new one when it exits).
+   */
+  private lost(s: FrontSession): void {
+    this.dropFront(s.frontId);
+    if (this.closed || this.frontsClosing || s.reported) return;
+    this.log.warn({ frontId: s.frontId }, 'front socket closed: its requests were aborted; ending the front');
+    s.reported = true;
+    this.opts.onFrontStuck?.(s.frontId);
+  }
+
+  /** Report front `frontId` to `onFrontStuck`, once per session. */
+  private report(frontId: number): void {
+    const s = this.sessions.get(frontId);
+    if (s !== undefined) {
+      if (s.reported) return;
+      s.reported = true;
+    }
+    this.opts.onFrontStuck?.(frontId);
   }
 
   /** Every group's state now (what a front's RemoteBackend answers from). */
@@ -296,8 +327,8 @@ export class RouterService {
     if (s === undefined) return;
     s.dropped = true;
     this.sessions.delete(frontId);
-    if (this.down.get(frontId)?.destroyed === true) this.down.delete(frontId);
     this.outbox.forget(frontId);
+    s.sock.destroy(); // nothing more is read from it either
     this.stats.frontsDropped++;
     let orphaned = 0;
     for (const [handle, stream] of s.streams) {
@@ -313,76 +344,40 @@ export class RouterService {
   }
 
   /**
-   * The fronts are about to be told to close (shutdown): from now on a send a front can no longer take (its frame
-   * socket closed, its queue full) is dropped at debug instead of reporting the front stuck (a warning and a SIGKILL
+   * The fronts are about to be told to close (shutdown): from now on a front whose socket closes, or that can no
+   * longer take a send (its queue full), is dropped at debug instead of being reported stuck (a warning and a SIGKILL
    * of a process that is exiting anyway). Requests still live are served as before. Idempotent.
    */
   closingFronts(): void {
     this.frontsClosing = true;
   }
 
-  /** Stop serving: cancel every request of every front and close the socket. */
+  /** Stop serving: cancel every request of every front, close every front's socket and the listening one. */
   close(): void {
     if (this.closed) return;
     this.closed = true;
     if (this.snapshotTimer !== null) clearInterval(this.snapshotTimer);
     for (const id of [...this.sessions.keys()]) this.dropFront(id);
     this.outbox.close();
-    this.socket.close();
-    for (const sock of this.down.values()) sock.destroy();
-    this.down.clear();
-    this.downServer?.close();
-    if (this.downPath !== null) rmSync(this.downPath, { force: true });
+    for (const sock of this.conns) sock.destroy();
+    this.server?.close();
+    if (this.path !== null) rmSync(this.path, { force: true });
   }
 
-  private async receiveLoop(): Promise<void> {
+  /** One message of front `s` (all its records, in order); a malformed one is counted, logged and dropped. */
+  private onMessage(s: FrontSession, payload: Uint8Array): void {
+    let records: UpRecord[];
     try {
-      for await (const frames of this.socket) {
-        const [identity, payload] = frames;
-        if (identity === undefined || payload === undefined) {
-          this.stats.decodeErrors++;
-          continue;
-        }
-        let records: UpRecord[];
-        try {
-          records = decodeUp(payload);
-        } catch (err) {
-          this.stats.decodeErrors++;
-          this.log.warn({ err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed front message dropped');
-          continue;
-        }
-        this.handle(identity, records);
-        // zeromq.js resolves queued receives without returning to the event loop: yield so timers and sends run.
-        await new Promise<void>((r) => setImmediate(r));
-      }
+      records = decodeUp(payload);
     } catch (err) {
-      if (!this.closed) this.log.error({ err }, 'front channel receive failed');
+      this.stats.decodeErrors++;
+      this.log.warn({ frontId: s.frontId, err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed front message dropped');
+      return;
     }
-  }
-
-  private handle(identity: Buffer, records: UpRecord[]): void {
-    let session: FrontSession | undefined;
     for (const r of records) {
-      if (r.tag === Tag.HELLO) {
-        this.dropFront(r.frontId); // a front id reconnecting is a fresh process
-        session = { frontId: r.frontId, identity: Buffer.from(identity), lane: this.outbox.open(r.frontId), streams: new Map(), abortedEarly: new Set(), permits: new Set(), dropped: false };
-        this.sessions.set(r.frontId, session);
-        this.outbox.push(r.frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
-        continue;
-      }
-      session ??= this.sessionOf(identity);
-      if (session === undefined) {
-        this.stats.decodeErrors++;
-        this.log.warn({ tag: r.tag }, 'record from a front that did not say HELLO dropped');
-        continue;
-      }
-      this.apply(session, r);
+      if (s.dropped) return;
+      this.apply(s, r);
     }
-  }
-
-  private sessionOf(identity: Buffer): FrontSession | undefined {
-    for (const s of this.sessions.values()) if (s.identity.equals(identity)) return s;
-    return undefined;
   }
 
   private apply(s: FrontSession, r: UpRecord): void {
@@ -414,8 +409,6 @@ export class RouterService {
         return;
       case Tag.CALL:
         this.call(s, r.callId, r.method, r.args);
-        return;
-      case Tag.HELLO:
         return;
     }
   }

@@ -62,7 +62,7 @@ export interface OpenStream {
 export class WorkersGateway {
   private stderr = '';
   private readonly socketFiles: string[] = [];
-  /** The router-front channel's ipc socket file, from the listening line (null before it). */
+  /** The router-front channel's unix socket file, from the listening line (null before it). */
   channelFile: string | null = null;
 
   private constructor(
@@ -87,7 +87,7 @@ export class WorkersGateway {
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
       try {
         const m = JSON.parse(line) as { msg?: string; input?: string; output?: string; channel?: string };
-        if (typeof m.channel === 'string' && m.channel.startsWith('ipc://')) g.channelFile = m.channel.slice('ipc://'.length);
+        if (typeof m.channel === 'string' && m.channel.startsWith('/')) g.channelFile = m.channel;
         if (m.msg?.startsWith('engine sockets bound; ') && m.input && m.output) {
           for (const f of [m.input.slice(6), m.output.slice(6)]) if (!g.socketFiles.includes(f)) g.socketFiles.push(f);
         }

@@ -9,6 +9,7 @@ import { decode, encode } from '@msgpack/msgpack';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import {
   ChannelDecodeError,
+  ChannelRecordTooLarge,
   DownMessage,
   Tag,
   decodeDown,
@@ -21,7 +22,7 @@ import {
   type DownRecord,
   type UpRecord,
 } from '../../src/fronts/channel-codec.js';
-import { FrontOutboxes, Outbox } from '../../src/fronts/outbox.js';
+import { FrontOutboxes, UpOutbox } from '../../src/fronts/outbox.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { statusForEngineError } from '../../src/server/errors.js';
 
@@ -35,7 +36,6 @@ const request: GenerateRequest = {
 
 test('front records round-trip in one message, in order', () => {
   const records: UpRecord[] = [
-    { tag: Tag.HELLO, frontId: 3 },
     { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null },
     { tag: Tag.SUBMIT, handle: 2, group: 1, request: { ...request, requestId: 'chatcmpl-2', topLogprobs: 2 }, dpRank: 1 },
     { tag: Tag.ABORT, handle: 1 },
@@ -105,7 +105,7 @@ test('errors keep what the HTTP layer reads: the kind (→ status) and the struc
 test('malformed messages are ChannelDecodeErrors', () => {
   const bad: Array<[string, Uint8Array, 'up' | 'down']> = [
     ['not msgpack', Uint8Array.of(0xc1), 'up'],
-    ['truncated', encodeUp([{ tag: Tag.HELLO, frontId: 1 }]).subarray(0, 1), 'up'],
+    ['truncated', encodeUp([{ tag: Tag.PERMIT, ticket: 1 }]).subarray(0, 1), 'up'],
     ['not a list', encode({ a: 1 }), 'up'],
     ['untagged record', encode([['x', 1]]), 'up'],
     ['unknown tag', encode([[77, 1]]), 'up'],
@@ -114,7 +114,8 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['submit without a request', encode([[Tag.SUBMIT, 1, 0, null, null]]), 'up'],
     ['submit with a request id that is not a string', encode([[Tag.SUBMIT, 1, 0, { requestId: 4 }, null]]), 'up'],
     ['call without a method', encode([[Tag.CALL, 1, 2, null]]), 'up'],
-    ['front tag from the router', encode([[Tag.HELLO, 1]]), 'down'],
+    ['front tag from the router', encode([[Tag.PERMIT, 1]]), 'down'],
+    ['the old HELLO record from a front', encode([[1, 3]]), 'up'],
     ['token ids not a list', encode([[Tag.OUT, 1, 'abc', 0, 1, 1, 0, []]]), 'down'],
     ['token ids not numbers', encode([[Tag.OUT, 1, ['a'], 0, 1, 1, 0, []]]), 'down'],
     ['unknown finish code', encode([[Tag.OUT, 1, [1], 9, 1, 1, 0, []]]), 'down'],
@@ -203,57 +204,41 @@ test('mutated router messages: a ChannelDecodeError or records, never another ex
   assert.ok(errors > 1000, `${errors} refused`);
 });
 
-test('Outbox: records pushed in one tick leave as one message per peer; records pushed during a send leave together after it', async () => {
-  const sent: Array<[string, number[]]> = [];
-  let release: () => void = () => {};
-  let blockFirst = true;
-  const box = new Outbox<string, number>(
-    async (key, records) => {
-      sent.push([key, records]);
-      if (blockFirst) {
-        blockFirst = false;
-        await new Promise<void>((r) => (release = r));
-      }
-    },
-    () => assert.fail('no send error expected'),
-  );
-  box.push('a', 1);
-  box.push('a', 2);
-  box.push('b', 3);
+test('UpOutbox: the records of one turn are one message in one write; the next turn\'s are the next', async () => {
+  const writes: UpRecord[][][] = [];
+  const box = new UpOutbox((messages) => writes.push(messages.map((m) => decodeUp(m))));
+  box.push({ tag: Tag.PERMIT, ticket: 1 });
+  box.push({ tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null });
+  box.push({ tag: Tag.ABORT, handle: 1 });
+  assert.equal(writes.length, 0, 'nothing is written before the end of the turn');
   await new Promise((r) => setImmediate(r));
-  assert.deepEqual(sent, [['a', [1, 2]]], 'the first message is in flight');
-  box.push('a', 4);
-  box.push('a', 5);
-  release();
-  await new Promise((r) => setTimeout(r, 10));
-  assert.deepEqual(sent, [['a', [1, 2]], ['b', [3]], ['a', [4, 5]]]);
-  box.forget('a');
-  box.push('c', 6);
+  assert.deepEqual(writes, [[[{ tag: Tag.PERMIT, ticket: 1 }, { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null }, { tag: Tag.ABORT, handle: 1 }]]]);
+  box.push({ tag: Tag.RELEASE, ticket: 1 });
+  await new Promise((r) => setImmediate(r));
+  assert.deepEqual(writes[1], [[{ tag: Tag.RELEASE, ticket: 1 }]]);
+  assert.equal(box.messages, 2);
+  box.push({ tag: Tag.RELEASE, ticket: 2 });
   box.close();
-  await new Promise((r) => setTimeout(r, 10));
-  assert.equal(sent.length, 3, 'nothing leaves after close');
+  await new Promise((r) => setTimeout(r, 5));
+  assert.equal(writes.length, 2, 'nothing leaves after close');
 });
 
-test('Outbox: a failed send is reported and the next records still leave', async () => {
-  const errors: string[] = [];
-  const sent: number[][] = [];
-  let fail = true;
-  const box = new Outbox<string, number>(
-    async (_key, records) => {
-      if (fail) {
-        fail = false;
-        throw new Error('EHOSTUNREACH');
-      }
-      sent.push(records);
-    },
-    (key, err) => errors.push(`${key}: ${(err as Error).message}`),
+test('UpOutbox: records that would pass the message bound leave as several messages of one write; a record that alone passes it is refused', async () => {
+  const writes: Uint8Array[][] = [];
+  const max = 600;
+  const box = new UpOutbox((messages) => writes.push(messages), max);
+  const big = (handle: number): UpRecord => ({ tag: Tag.SUBMIT, handle, group: 0, request: { ...request, promptTokenIds: new Array<number>(60).fill(1000) }, dpRank: null });
+  for (let h = 1; h <= 5; h++) box.push(big(h));
+  assert.throws(
+    () => box.push({ tag: Tag.SUBMIT, handle: 9, group: 0, request: { ...request, promptTokenIds: new Array<number>(400).fill(1000) }, dpRank: null }),
+    (err: unknown) => err instanceof ChannelRecordTooLarge && err.maxBytes === max,
   );
-  box.push('a', 1);
-  await new Promise((r) => setTimeout(r, 5));
-  box.push('a', 2);
-  await new Promise((r) => setTimeout(r, 5));
-  assert.deepEqual(errors, ['a: EHOSTUNREACH']);
-  assert.deepEqual(sent, [[2]]);
+  await new Promise((r) => setImmediate(r));
+  assert.equal(writes.length, 1, 'one write');
+  const messages = writes[0]!;
+  assert.ok(messages.length > 1, `${messages.length} messages`);
+  for (const m of messages) assert.ok(m.length <= max, `a message of ${m.length} bytes`);
+  assert.deepEqual(messages.flatMap((m) => decodeUp(m).map((r) => (r as { handle: number }).handle)), [1, 2, 3, 4, 5], 'every record once, in order; the refused one not at all');
 });
 
 test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAIN) keeps its messages in order and holds up no other', async () => {

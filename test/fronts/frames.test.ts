@@ -1,7 +1,7 @@
 /**
- * The router → front frame stream (src/fronts/frames.ts): frames come out whole and in order however the byte stream
- * is cut (several per chunk, one across many chunks, a header cut in two), over a real unix socket too; a frame
- * longer than the limit is refused.
+ * The fronts' frame stream (src/fronts/frames.ts): frames come out whole and in order however the byte stream is cut
+ * (several per chunk, one across many chunks, a header cut in two), over a real unix socket too; a frame longer than
+ * the limit is refused; the limit can change between frames of one chunk; a stopped reader hands on nothing more.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -9,7 +9,7 @@ import { createServer, connect } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FrameReader, MAX_FRAME_BYTES, downPathOf, writeFrame } from '../../src/fronts/frames.js';
+import { FrameReader, MAX_FRAME_BYTES, checkChannelPath, writeFrame, writeFrames } from '../../src/fronts/frames.js';
 import { ConfigError } from '../../src/transport/errors.js';
 
 function framed(payloads: Buffer[]): Buffer {
@@ -38,9 +38,24 @@ test('FrameReader: a frame announcing more than the limit is refused', () => {
   assert.throws(() => r.push(h), RangeError);
 });
 
-test('downPathOf names the unix socket beside the ipc:// channel; other schemes are refused', () => {
-  assert.equal(downPathOf('ipc:///tmp/x/fronts-1'), '/tmp/x/fronts-1.down');
-  assert.throws(() => downPathOf('tcp://127.0.0.1:5555'), RangeError);
+test('FrameReader: a limit raised by onFrame applies from the next frame of the same chunk; after stop() nothing more is handed on', () => {
+  const got: number[] = [];
+  const r = new FrameReader((f) => {
+    got.push(f.length);
+    if (got.length === 1) r.maxFrameBytes = 100;
+  }, 4);
+  r.push(framed([Buffer.alloc(4), Buffer.alloc(100)]));
+  assert.deepEqual(got, [4, 100]);
+  assert.throws(() => r.push(framed([Buffer.alloc(101)])), RangeError);
+
+  const seen: string[] = [];
+  const s = new FrameReader((f) => {
+    seen.push(f.toString());
+    if (f.toString() === 'stop') s.stop();
+  });
+  s.push(framed([Buffer.from('a'), Buffer.from('stop'), Buffer.from('b')]));
+  s.push(framed([Buffer.from('c')]));
+  assert.deepEqual(seen, ['a', 'stop']);
 });
 
 test('writeFrame over a unix socket: the reader gets each payload as written', async () => {
@@ -62,8 +77,7 @@ test('writeFrame over a unix socket: the reader gets each payload as written', a
     server.listen(path, () => {
       const c = connect(path, () => {
         writeFrame(c, Buffer.from('one'));
-        writeFrame(c, Buffer.alloc(100_000, 0x61));
-        writeFrame(c, Buffer.from('three'));
+        writeFrames(c, [Buffer.alloc(100_000, 0x61), Buffer.from('three')]);
       });
       c.on('error', () => {});
     });
@@ -73,9 +87,9 @@ test('writeFrame over a unix socket: the reader gets each payload as written', a
   assert.deepEqual(got.map((s) => (s.length > 10 ? `${s.length}×${s[0]}` : s)), ['one', '100000×a', 'three']);
 });
 
-test('downPathOf: a channel path whose .down socket would pass the unix socket limit is a ConfigError naming it', () => {
+test('checkChannelPath: a channel socket path over the unix socket limit is a ConfigError naming it', () => {
   const dir = `/tmp/${'d'.repeat(80)}`;
-  assert.equal(downPathOf(`ipc://${dir}/f`), `${dir}/f.down`);
-  const long = `ipc://${dir}/${'x'.repeat(107 - dir.length - 1 - 5 + 1)}`;
-  assert.throws(() => downPathOf(long), (err: unknown) => err instanceof ConfigError && /108 bytes, longer than the 107-byte/.test(err.message));
+  const fits = `${dir}/${'x'.repeat(107 - dir.length - 1)}`;
+  assert.equal(checkChannelPath(fits), fits);
+  assert.throws(() => checkChannelPath(`${fits}x`), (err: unknown) => err instanceof ConfigError && /108 bytes, longer than the 107-byte/.test(err.message));
 });

@@ -49,7 +49,7 @@ before(async () => {
     maxConcurrentRequests: 0,
     logger: log,
   });
-  const address = `ipc://${dir.dir}/fronts`;
+  const address = `${dir.dir}/fronts.sock`;
   await service.bind(address);
   front = await FrontChannel.connect(address, 1, service.frontToken, log);
 });

@@ -1,16 +1,17 @@
 /**
  * The router service and the fronts' channel (src/fronts/router-service.ts, remote-backend.ts) in one process over a
- * real ZeroMQ ipc socket, with the route tests' fake engine client behind the router: outputs reach the front's
+ * real unix socket, with the route tests' fake engine client behind the router: outputs reach the front's
  * stream with their counts, a cancel in the front reaches the engine stream (also one cancelled before it was
  * placed), errors keep their kind, the concurrency count is one over every front, a dropped front's requests are
  * cancelled and its permits returned, the Responses store is shared, and snapshots carry the rank states.
  */
 import assert from 'node:assert/strict';
-import { connect } from 'node:net';
+import { connect, type Socket } from 'node:net';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { downPathOf, helloFrame, writeFrame } from '../../src/fronts/frames.js';
+import { Tag, encodeUp } from '../../src/fronts/channel-codec.js';
+import { MAX_FRONT_MESSAGE_BYTES, helloFrame, writeFrame } from '../../src/fronts/frames.js';
 import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/remote-backend.js';
 import { RouterService, type RouterServiceOptions } from '../../src/fronts/router-service.js';
 import { DEFAULT_SAMPLING, type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
@@ -206,13 +207,19 @@ function fastSnapshotFronts(prefix: string, extra: Partial<RouterServiceOptions>
   );
 }
 
-test('a front whose frame socket closed is reported stuck (the primary kills it); the other front is served on', async () => {
+test('a front whose socket closed has its requests aborted at once and is reported (the primary kills it); the other front is served on', async () => {
   const stuck: number[] = [];
-  const two = await fastSnapshotFronts('mgw-fronts-stuck-', { onFrontStuck: (id) => stuck.push(id) });
+  const fake = new FakeBackend({ ranks: [0] });
+  const two = await fastSnapshotFronts('mgw-fronts-stuck-', { onFrontStuck: (id) => stuck.push(id), groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }] });
   try {
-    (two.b as unknown as { down: { destroy(): void } }).down.destroy();
+    const placed = fake.nextSubmission();
+    await new RemoteBackend(two.b, 0).submit(req());
+    const sub = await placed;
+    (two.b as unknown as { sock: { destroy(): void } }).sock.destroy();
     await until(() => stuck.length > 0, 'the stuck report');
     assert.deepEqual(stuck, [2]);
+    assert.equal(sub.stream.isCancelled, true, 'its request is aborted at the engine');
+    assert.equal(two.service.liveRequests, 0);
     let snapshots = 0;
     two.a.on('snapshot', () => snapshots++);
     await until(() => snapshots >= 2, 'snapshots still reaching front 1');
@@ -226,7 +233,7 @@ test('once the fronts are being closed (shutdown), a front whose frame socket cl
   const two = await fastSnapshotFronts('mgw-fronts-closing-', { onFrontStuck: (id) => stuck.push(id) });
   try {
     two.service.closingFronts();
-    (two.b as unknown as { down: { destroy(): void } }).down.destroy();
+    (two.b as unknown as { sock: { destroy(): void } }).sock.destroy();
     // The snapshot timer keeps sending to both fronts: front 1 still gets them, front 2's fail quietly.
     let snapshots = 0;
     two.a.on('snapshot', () => snapshots++);
@@ -244,7 +251,7 @@ test('another process on the frame socket path cannot take a front: a bare id, a
     wrongToken[0] = wrongToken[0]! ^ 0xff;
     const claims = [Buffer.from([1, 0, 0, 0]), helloFrame(1, wrongToken), helloFrame(1, two.service.frontToken)];
     for (const claim of claims) {
-      const stranger = connect(downPathOf(two.address));
+      const stranger = connect(two.address);
       let received = 0;
       stranger.on('data', (d: Buffer) => (received += d.length));
       stranger.on('error', () => {});
@@ -265,7 +272,7 @@ test('another process on the frame socket path cannot take a front: a bare id, a
 });
 
 test('a frame socket announcing a frame longer than a hello is closed at once (nothing is gathered)', async () => {
-  const stranger = connect(downPathOf(address));
+  const stranger = connect(address);
   stranger.on('error', () => {});
   await new Promise<void>((r) => stranger.once('connect', () => r()));
   const errorsBefore = service.stats.decodeErrors;
@@ -282,7 +289,7 @@ test('a frame socket announcing a frame longer than a hello is closed at once (n
 test('a frame socket connection that sends no hello is closed after the hello timeout', async () => {
   const two = await fastSnapshotFronts('mgw-fronts-silent-', { frontHelloTimeoutMs: 100 });
   try {
-    const silent = connect(downPathOf(two.address));
+    const silent = connect(two.address);
     silent.on('error', () => {});
     let closed = false;
     silent.once('close', () => (closed = true));
@@ -322,7 +329,7 @@ test('a front that stops reading its frame socket is reported stuck once the rou
     await new RemoteBackend(two.b, 0).submit(req());
     const sub = await placed;
     // Front 2 stops reading (and stays paused: its slice logic would resume it).
-    const down = (two.b as unknown as { down: { pause(): unknown; resume: () => unknown } }).down;
+    const down = (two.b as unknown as { sock: { pause(): unknown; resume: () => unknown } }).sock;
     down.pause();
     down.resume = () => down;
     // ~250 KB of rows per turn: the kernel's socket buffer, then DOWN_HIGH_WATER_BYTES in node's, then the lane.
@@ -338,21 +345,114 @@ test('a front that stops reading its frame socket is reported stuck once the rou
   }
 });
 
-test('a front whose frame socket the router closed says so (down-closed), once; a front closing itself does not', async () => {
+test('a front whose socket the router closed says so (socket-closed), once; a front closing itself does not', async () => {
   const two = await fastSnapshotFronts('mgw-fronts-downclosed-');
   try {
     let closedA = 0;
     let closedB = 0;
-    two.a.on('down-closed', () => closedA++);
-    two.b.on('down-closed', () => closedB++);
+    two.a.on('socket-closed', () => closedA++);
+    two.b.on('socket-closed', () => closedB++);
     // The router's end of front 2's socket goes away (as when the router closes it).
-    const routerSide = (two.service as unknown as { down: Map<number, { destroy(): void }> }).down.get(2)!;
+    const routerSide = (two.service as unknown as { sessions: Map<number, { sock: { destroy(): void } }> }).sessions.get(2)!.sock;
     routerSide.destroy();
     await until(() => closedB === 1, 'front 2 hearing its socket closed');
     two.a.close(); // a front closing its own channel is no loss
     await new Promise((r) => setTimeout(r, 50));
     assert.equal(closedA, 0);
     assert.equal(closedB, 1);
+  } finally {
+    await two.close();
+  }
+});
+
+/** A raw connection to the router's socket (not a FrontChannel), connected; `received` counts bytes read. */
+async function rawConnection(path: string): Promise<{ sock: Socket; received: () => number; closed: () => boolean }> {
+  const sock = connect(path);
+  let received = 0;
+  let closed = false;
+  sock.on('data', (d: Buffer) => (received += d.length));
+  sock.on('error', () => {});
+  sock.on('close', () => (closed = true));
+  await new Promise<void>((r) => sock.once('connect', () => r()));
+  return { sock, received: () => received, closed: () => closed };
+}
+
+test('a message before the hello is refused: the connection is closed and none of its records is applied', async () => {
+  const two = await fastSnapshotFronts('mgw-fronts-nohello-', { maxConcurrentRequests: 5 });
+  try {
+    const raw = await rawConnection(two.address);
+    writeFrame(raw.sock, encodeUp([{ tag: Tag.PERMIT, ticket: 1 }]));
+    await until(raw.closed, 'the router closing the connection');
+    assert.equal(raw.received(), 0, 'no GRANT, no snapshot');
+    assert.equal(two.service.permitsHeld, 0, 'the PERMIT was not applied');
+    assert.equal(two.service.stats.decodeErrors, 1);
+    assert.equal(two.service.stats.frontMessages, 0);
+    // A hello followed by a message in the same chunk is a front: the message is applied.
+    const front = await rawConnection(two.address);
+    const header = Buffer.alloc(4);
+    const message = encodeUp([{ tag: Tag.PERMIT, ticket: 1 }]);
+    header.writeUInt32LE(message.length, 0);
+    const hello = helloFrame(9, two.service.frontToken);
+    const helloHeader = Buffer.alloc(4);
+    helloHeader.writeUInt32LE(hello.length, 0);
+    front.sock.write(Buffer.concat([helloHeader, hello, header, message]));
+    await until(() => two.service.permitsHeld === 1, 'the PERMIT after the hello applied');
+    front.sock.destroy();
+  } finally {
+    await two.close();
+  }
+});
+
+test('a front frame longer than the bound is refused before it is gathered: the socket is closed, counted, the front dropped and reported', async () => {
+  const stuck: number[] = [];
+  const two = await fastSnapshotFronts('mgw-fronts-oversized-', { maxConcurrentRequests: 5, onFrontStuck: (id) => stuck.push(id) });
+  try {
+    const raw = await rawConnection(two.address);
+    writeFrame(raw.sock, helloFrame(9, two.service.frontToken));
+    writeFrame(raw.sock, encodeUp([{ tag: Tag.PERMIT, ticket: 1 }]));
+    await until(() => two.service.permitsHeld === 1, 'the front’s PERMIT applied');
+    const header = Buffer.alloc(4);
+    header.writeUInt32LE(MAX_FRONT_MESSAGE_BYTES + 1, 0);
+    raw.sock.write(header);
+    raw.sock.write(Buffer.alloc(64 * 1024));
+    await until(raw.closed, 'the router closing the socket');
+    assert.equal(two.service.stats.decodeErrors, 1);
+    await until(() => stuck.length > 0, 'the report');
+    assert.deepEqual(stuck, [9]);
+    assert.equal(two.service.permitsHeld, 0, 'its permit is back');
+    // A frame of exactly the bound is read (and, not msgpack, dropped as malformed: the connection stays).
+    const small = await fastSnapshotFronts('mgw-fronts-bound-', { maxFrontMessageBytes: 1024 });
+    try {
+      const ok = await rawConnection(small.address);
+      writeFrame(ok.sock, helloFrame(9, small.service.frontToken));
+      writeFrame(ok.sock, Buffer.alloc(1024, 0xc1));
+      await until(() => small.service.stats.frontMessages === 1, 'the frame of 1024 bytes read');
+      assert.equal(small.service.stats.decodeErrors, 1, 'malformed, dropped');
+      writeFrame(ok.sock, Buffer.alloc(1025));
+      await until(ok.closed, 'the frame of 1025 bytes refused');
+      assert.equal(small.service.stats.decodeErrors, 2);
+    } finally {
+      await small.close();
+    }
+  } finally {
+    await two.close();
+  }
+});
+
+test('a front\'s records of one turn reach the router as one message', async () => {
+  const two = await fastSnapshotFronts('mgw-fronts-batch-');
+  try {
+    const before = two.service.stats.frontMessages;
+    const remote = new RemoteBackend(two.a, 0);
+    const grants = [two.a.acquirePermit(), two.a.acquirePermit(), two.a.acquirePermit()];
+    const submits = [remote.submit(req()), remote.submit(req())];
+    const tickets = await Promise.all(grants);
+    const streams = await Promise.all(submits);
+    assert.ok(tickets.every((t) => t !== null));
+    assert.equal(two.service.stats.frontMessages - before, 1, 'three PERMITs and two SUBMITs in one message');
+    for (const st of streams) st.cancel();
+    for (const t of tickets) two.a.releasePermit(t!);
+    await until(() => two.service.stats.frontMessages - before === 2, 'the ABORTs and RELEASEs, one message');
   } finally {
     await two.close();
   }

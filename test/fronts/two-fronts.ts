@@ -1,5 +1,5 @@
 /**
- * Test set-up shared by the router-service tests: a `RouterService` bound on a fresh ipc address with two fronts'
+ * Test set-up shared by the router-service tests: a `RouterService` bound on a fresh socket path with two fronts'
  * channels connected to it (front ids 1 and 2). `close()` closes the channels, the service and the directory.
  */
 import type { Logger } from 'pino';
@@ -20,7 +20,7 @@ export interface TwoFronts {
 export async function openTwoFronts(prefix: string, options: RouterServiceOptions, log: Logger): Promise<TwoFronts> {
   const dir = await freshDir(prefix);
   const service = new RouterService(options);
-  const address = `ipc://${dir.dir}/fronts`;
+  const address = `${dir.dir}/fronts.sock`;
   await service.bind(address);
   const a = await FrontChannel.connect(address, 1, service.frontToken, log);
   const b = await FrontChannel.connect(address, 2, service.frontToken, log);
