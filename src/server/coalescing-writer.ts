@@ -69,11 +69,14 @@ export class TickFlusher {
  * something pending); `flush` hands everything pending to the sink in one call; `take` removes it for a caller that
  * writes it itself (the response's final `end(...)`). `onFlushed(accepted)` is told the sink's answer of each flush.
  * `wake` registers the writer for the next flush without text; a flush with nothing pending calls `onEmptyFlush`
- * instead of the sink (the SSE writer sends its response headers then, unless a record took them along).
+ * instead of the sink (the SSE writer sends its response headers then, unless a record took them along). `hold` keeps
+ * what is written from being flushed until `release` (or a direct `flush`/`take`): the SSE writer holds a stream's
+ * headers and opening records until its first engine output, so both leave in one write.
  */
 export class CoalescingWriter {
   private pending = '';
   private queued = false;
+  private held = false;
 
   constructor(
     private readonly sink: ChunkSink,
@@ -94,16 +97,29 @@ export class CoalescingWriter {
     this.wake();
   }
 
-  /** Be flushed in the flusher's next callback, pending text or not (see the class docs). */
+  /** Be flushed in the flusher's next callback, pending text or not (see the class docs); deferred while held. */
   wake(): void {
-    if (this.queued) return;
+    if (this.queued || this.held) return;
     this.queued = true;
     this.flusher.add(this);
   }
 
-  /** Write everything pending in one sink call; with nothing pending, call `onEmptyFlush` instead. */
+  /** Flush nothing until `release` (or a direct `flush`): writes and `wake` only append meanwhile. */
+  hold(): void {
+    this.held = true;
+  }
+
+  /** End a `hold`: be flushed in the flusher's next callback, pending text or not (a no-op when not held). */
+  release(): void {
+    if (!this.held) return;
+    this.held = false;
+    this.wake();
+  }
+
+  /** Write everything pending in one sink call (ending a hold); with nothing pending, call `onEmptyFlush` instead. */
   flush(): void {
     this.queued = false;
+    this.held = false;
     if (this.pending === '') {
       this.onEmptyFlush();
       return;

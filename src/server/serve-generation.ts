@@ -30,7 +30,7 @@ import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { CommonBodyT } from './schemas.js';
-import { ClientStalledError, SSE_DATA_LEAD, SSE_RECORD_END, SseWriter, type StreamBackpressure } from './sse.js';
+import { ClientStalledError, OPENING_HOLD_MS, SSE_DATA_LEAD, SSE_RECORD_END, SseWriter, type StreamBackpressure } from './sse.js';
 import { parseStructuredOutput, type RequestedStructuredOutput, type StructuredOutputFields } from './structured-output.js';
 
 /** What the generation routes share (built once by `buildApp`). */
@@ -635,7 +635,9 @@ export async function serveGeneration(
       (bufferedBytes) => request.log.debug({ requestId, bufferedBytes }, 'client is not keeping up: stream paused at the buffer bound'),
       { pause: () => run?.pause(), resume: () => run?.resume(), stalled: (err) => run?.fail(err) },
     );
-    sse.start({ 'x-request-id': echoId });
+    // The headers and the opening chunk wait for the first engine output (at most OPENING_HOLD_MS), so they leave in
+    // the same write as it (sse.ts `start`).
+    sse.start({ 'x-request-id': echoId }, { holdMs: OPENING_HOLD_MS });
     disconnect.setProbe(() => sse.probe());
     const send = (list: readonly SseEvent[]) => {
       for (const e of list) {
@@ -646,6 +648,7 @@ export async function serveGeneration(
     // Without logprobs, a plain choice's delta (the bulk of a stream) is one pre-built record (StreamShaper.textRecord).
     const textRecord = k === null ? writer.textRecord : undefined;
     run = new GenerationRun(choices, (index, ev) => {
+      sse.release();
       if (textRecord !== undefined && ev.type === 'delta' && ev.text !== '' && outputs[index]!.appendContent(ev.text)) {
         sse.sendRecord(textRecord(index, ev.text));
         return;

@@ -9,6 +9,12 @@ import { CoalescingWriter, TickFlusher } from './coalescing-writer.js';
 
 /** Default bound on the bytes buffered per stream for a client that does not read: 1 MiB. */
 export const DEFAULT_STREAM_BUFFER_BYTES = 1024 * 1024;
+/**
+ * How long a stream's headers and opening records wait for its first engine output (`SseWriter.start`'s `holdMs`),
+ * ms: long enough for a first token that comes in the engine's next steps, short enough that a queued or long
+ * prefill still sees its response start at once to a person watching.
+ */
+export const OPENING_HOLD_MS = 100;
 /** Default time a client may stay behind (a full buffer, outputs held) before it counts as stalled: 30 s. */
 export const DEFAULT_CLIENT_STALL_TIMEOUT_MS = 30_000;
 
@@ -100,6 +106,8 @@ export class SseWriter {
   private bufferedAtFlush = 0;
   /** `backpressure.maxBufferedBytes`, read per record. */
   private readonly maxBufferedBytes: number;
+  /** The timer that ends a `start({ holdMs })` hold, while it lasts. */
+  private holdTimer: NodeJS.Timeout | null = null;
 
   /**
    * `flow` hears about back-pressure (absent: nothing pauses; a caller that never produces much). `onFirstPause`
@@ -126,8 +134,14 @@ export class SseWriter {
    * opening chunk), in one socket write instead of two. No `Connection` header is forced: Node answers with the
    * client's semantics (`keep-alive`, or `close` and a socket closed after `[DONE]` when the request said
    * `Connection: close`).
+   *
+   * With `opts.holdMs` > 0 nothing leaves until `release()` (at the latest after `holdMs`), `probe()`, `done()`/`end()`
+   * or the buffer bound: a stream whose first engine output comes within the hold sends its headers, opening records
+   * and first records in one write (a request that finishes in its first batch: the whole response in one write)
+   * instead of two. The bytes are the same; vLLM too sends the opening (role) chunk only with the first output
+   * (serving_chat.py `chat_completion_stream_generator`, `first_iteration`).
    */
-  start(extraHeaders: Record<string, string> = {}): void {
+  start(extraHeaders: Record<string, string> = {}, opts: { holdMs?: number } = {}): void {
     this.res.writeHead(200, {
       'content-type': 'text/event-stream; charset=utf-8',
       'cache-control': 'no-cache',
@@ -135,7 +149,31 @@ export class SseWriter {
       ...extraHeaders,
     });
     this.started = true;
-    this.out.wake();
+    const holdMs = opts.holdMs ?? 0;
+    if (holdMs <= 0) {
+      this.out.wake();
+      return;
+    }
+    this.out.hold();
+    this.holdTimer = setTimeout(() => this.release(), holdMs);
+    this.holdTimer.unref();
+  }
+
+  /**
+   * End the hold of `start({ holdMs })`: the headers and what was queued meanwhile leave at the end of this turn,
+   * together with the records queued in it (a no-op when nothing is held). The stream's owner calls it at its first
+   * engine output; the hold's timer calls it when that output is late.
+   */
+  release(): void {
+    if (this.holdTimer === null) return;
+    this.stopHoldTimer();
+    this.out.release();
+  }
+
+  private stopHoldTimer(): void {
+    if (this.holdTimer === null) return;
+    clearTimeout(this.holdTimer);
+    this.holdTimer = null;
   }
 
   /** A flush with no records: the headers leave alone if no record took them along yet. */
@@ -191,6 +229,7 @@ export class SseWriter {
    */
   probe(): void {
     if (!this.writable || !this.started) return;
+    this.stopHoldTimer();
     this.out.write(':\n\n');
     this.out.flush();
   }
@@ -199,6 +238,7 @@ export class SseWriter {
   end(): void {
     if (this.doneSent) return;
     this.doneSent = true;
+    this.stopHoldTimer();
     const rest = this.out.take();
     if (this.writable) this.res.end(rest === '' ? undefined : rest);
   }
@@ -207,6 +247,7 @@ export class SseWriter {
   done(): void {
     if (this.doneSent) return;
     this.doneSent = true;
+    this.stopHoldTimer();
     const rest = this.out.take();
     if (this.writable) this.res.end(rest + 'data: [DONE]\n\n');
   }

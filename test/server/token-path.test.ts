@@ -169,3 +169,50 @@ test('with nothing queued the headers still leave at the end of the turn (before
   assert.match(r.head, /content-type: text\/event-stream/);
   assert.match(r.body, /data: 1\n\n/);
 });
+
+test('a held start sends nothing until release; then the headers, the opening and the first record leave in one write', async () => {
+  const seen: number[] = [];
+  const r = await sseServer((sse, socketWrites) => {
+    sse.start({ 'x-request-id': 'r2' }, { holdMs: 60_000 });
+    sse.sendRecord('data: {"role":"assistant"}\n\n');
+    setTimeout(() => {
+      seen.push(socketWrites());
+      sse.release();
+      sse.sendRecord('data: {"content":"a"}\n\n');
+      setTimeout(() => {
+        seen.push(socketWrites());
+        sse.done();
+      }, 10);
+    }, 20);
+  });
+  assert.deepEqual(seen, [0, 1], 'nothing while held; headers + opening + first record in one write after the release');
+  assert.equal(r.writes, 2);
+  assert.match(r.head, /x-request-id: r2/);
+  assert.match(r.body, /data: \{"role":"assistant"\}\n\n[^]*data: \{"content":"a"\}\n\n[^]*data: \[DONE\]\n\n/);
+});
+
+test('a stream that ends while held leaves in one write; a hold ends by itself after holdMs', async () => {
+  const whole = await sseServer((sse) => {
+    sse.start({}, { holdMs: 60_000 });
+    sse.sendRecord('data: {"role":"assistant"}\n\n');
+    setTimeout(() => {
+      sse.sendRecord('data: {"content":"a"}\n\n');
+      sse.done();
+    }, 20);
+  });
+  assert.equal(whole.writes, 1, 'headers, records and [DONE] in the write of the end');
+  assert.match(whole.body, /data: \{"role":"assistant"\}\n\ndata: \{"content":"a"\}\n\ndata: \[DONE\]\n\n/);
+
+  const seen: number[] = [];
+  const timed = await sseServer((sse, socketWrites) => {
+    sse.start({}, { holdMs: 30 });
+    sse.sendRecord('data: {"role":"assistant"}\n\n');
+    setTimeout(() => seen.push(socketWrites()), 5);
+    setTimeout(() => {
+      seen.push(socketWrites());
+      sse.done();
+    }, 200);
+  });
+  assert.deepEqual(seen, [0, 1], 'held at first, written once the hold ran out');
+  assert.match(timed.body, /data: \{"role":"assistant"\}/);
+});
