@@ -8,7 +8,8 @@
  * bench/throughput/load-generator.ts). CPU comes from /proc/<pid>/stat of every process of the gateway's tree,
  * split by role (gateway or routing + fronts; ranks counted apart; bench/throughput/proc.ts) over a measured window
  * after a warm-up; event-loop delay from `monitorEventLoopDelay` preloaded into the gateway
- * (bench/throughput/loop-probe.ts). Scenarios per `--workers` value: `stream-S` and `nonstream-S` for each
+ * (bench/throughput/loop-probe.ts); the ranks' tokens per forward pass and rows per output batch from their counters
+ * at the window's ends (SIGUSR2 with `--stats-dir`, src/sim/main.ts). Scenarios per `--workers` value: `stream-S` and `nonstream-S` for each
  * `--streams` S (max_tokens `--max-tokens`), `request-stream` / `request-nonstream` (max_tokens 1, CPU per request),
  * and `paced-stream-S` (ranks stepping every `--paced-step-ms`, so the gateway is not saturated: loop delay and ITL
  * under a steady load). Floors (bench/throughput/floors.ts): ZeroMQ receive + decode per row, detokenization per
@@ -52,7 +53,7 @@ import {
 } from './throughput/figures.js';
 import { detokenizeFloor, sseWriterFloor, zmqReceiveFloor } from './throughput/floors.js';
 import { prepareGatewayBuild, type GatewayBuild, type GatewayRuntime } from './throughput/build.js';
-import { GatewayProcess, workersSupported, type GatewayProcessOptions, type LoopDelay } from './throughput/gateway-process.js';
+import { GatewayProcess, workersSupported, type GatewayProcessOptions, type LoopDelay, type RankCounters } from './throughput/gateway-process.js';
 import { LoadProcess } from './throughput/load-process.js';
 import { cpuByRole, sampleTree, type ProcessRole } from './throughput/proc.js';
 import { summarizeProfile, type CallFrame, type ProfileBucket, type ProfileSummary } from './throughput/profile.js';
@@ -198,11 +199,13 @@ async function measurePhase(
   args: Args,
   seed: number,
   window?: { startUs: number; endUs: number },
-): Promise<{ cpu: Record<ProcessRole, number>; load: LoadResult; loop: LoopDelay }> {
+): Promise<{ cpu: Record<ProcessRole, number>; load: LoadResult; loop: LoopDelay; ranks: RankCounters | null }> {
   const tree = gw.processes;
   let before = new Map<number, number>();
   let cpu: Record<ProcessRole, number> | null = null;
   let loop: LoopDelay | null = null;
+  let ranksBefore: RankCounters | null = null;
+  let ranks: RankCounters | null = null;
   const scenario: LoadScenario = {
     url: gw.url,
     path: '/v1/chat/completions',
@@ -220,14 +223,25 @@ async function measurePhase(
       before = sampleTree(tree);
       if (window) window.startUs = monotonicMicros();
       await gw.resetLoopDelay();
+      ranksBefore = await gw.readRankCounters();
     },
     onWindowEnd: async () => {
       cpu = cpuByRole(tree, before, sampleTree(tree));
       if (window) window.endUs = monotonicMicros();
       loop = await gw.readLoopDelay();
+      const after = await gw.readRankCounters();
+      const start: RankCounters | null = ranksBefore;
+      if (start !== null && after !== null) {
+        ranks = {
+          rounds: after.rounds - start.rounds,
+          steps: after.steps - start.steps,
+          stepRows: after.stepRows - start.stepRows,
+          tokensGenerated: after.tokensGenerated - start.tokensGenerated,
+        };
+      }
     },
   });
-  return { cpu: cpu!, load: result, loop: loop! };
+  return { cpu: cpu!, load: result, loop: loop!, ranks };
 }
 
 /** Every phase of one worker count in one repeat (one gateway for the saturated phases, one for the paced one). */
@@ -249,6 +263,7 @@ async function runWorkers(args: Args, build: GatewayBuild, load: LoadProcess, wo
           `repeat ${repeat + 1}/${args.repeats} workers ${workers} ${spec.name}: ${units.toFixed(0)} ${spec.kind === 'request' ? 'requests' : 'tokens'} ` +
             `in ${(m.load.windowMs / 1000).toFixed(1)} s, gateway ${(gwMicros / units).toFixed(1)} µs/${spec.kind === 'request' ? 'request' : 'token'}, ` +
             `${((gwMicros / m.load.windowMs / 1000) * 100).toFixed(0)}% of a core, loop p99 ${m.loop.p99Ms.toFixed(0)} ms` +
+            (m.ranks !== null ? `, ranks ${(m.ranks.tokensGenerated / m.ranks.rounds).toFixed(0)} tokens/step` : '') +
             (m.load.errors > 0 ? `, ${m.load.errors} errors (${m.load.firstError})` : ''),
         );
         samples.push({ scenario: spec.name, workers, repeat, ...m, startedIdle });

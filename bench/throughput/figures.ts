@@ -3,7 +3,7 @@
  * request by process role, tokens/s, latency, event-loop delay, the floors and each figure's ratio to its floor,
  * summarized over repeats as median with min–max spread. Units: µs of CPU, ms of latency, tokens per second.
  */
-import type { LoopDelay } from './gateway-process.js';
+import type { LoopDelay, RankCounters } from './gateway-process.js';
 import type { ProcessRole } from './proc.js';
 import type { LoadResult } from './protocol.js';
 
@@ -26,6 +26,11 @@ export interface PhaseSample {
   cpu: Record<ProcessRole, number>;
   load: LoadResult;
   loop: LoopDelay;
+  /**
+   * The ranks' counters over the window (end − start, summed over the ranks; gateway-process.ts `RankCounters`), or
+   * null when they could not be read (an older sim, or a rank that did not answer).
+   */
+  ranks: RankCounters | null;
   /** Whether the gateway went idle after the previous phase before this one started. */
   startedIdle: boolean;
 }
@@ -83,6 +88,9 @@ export interface ScenarioFigures {
   routingPerUnit: Spread;
   frontsPerUnit: Spread;
   ranksPerUnit: Spread;
+  /** Tokens per forward pass of a rank (its decode batch) and rows per output message (what the gateway decodes). */
+  tokensPerStep: Spread;
+  rowsPerBatch: Spread;
   /** Gateway µs per unit ÷ the floor of the same repeat (token phases only). */
   ratioToFloor: Spread;
   unitsPerSecond: Spread;
@@ -116,6 +124,8 @@ export function scenarioFigures(spec: ScenarioSpec, workers: number, samples: re
     routingPerUnit: perUnit((s) => (split ? s.cpu.routing : Number.NaN)),
     frontsPerUnit: perUnit((s) => (split ? s.cpu.front : Number.NaN)),
     ranksPerUnit: perUnit((s) => s.cpu.rank),
+    tokensPerStep: per((s) => (s.ranks === null ? Number.NaN : s.ranks.tokensGenerated / s.ranks.rounds)),
+    rowsPerBatch: per((s) => (s.ranks === null ? Number.NaN : s.ranks.stepRows / s.ranks.steps)),
     ratioToFloor: per((s) => {
       const f = floors.find((x) => x.repeat === s.repeat);
       return spec.kind === 'token' && f ? gatewayMicros(s.cpu) / units(spec, s) / tokenFloor(spec, f) : Number.NaN;
@@ -183,6 +193,7 @@ export function tokenTable(figures: readonly ScenarioFigures[]): string {
       f.workers > 1 ? pair(f.routingPerUnit, f.frontsPerUnit, 1) : '-',
       cell(f.ratioToFloor, 2),
       num(f.ranksPerUnit.median, 1),
+      `${num(f.tokensPerStep.median, 0)} / ${num(f.rowsPerBatch.median, 0)}`,
       cell(f.unitsPerSecond, 0),
       num(f.gatewayCores.median, 2),
       f.scenario.startsWith('stream') ? pair(f.ttftP50, f.ttftP99, 0) : pair(f.e2eP50, f.e2eP99, 0),
@@ -192,7 +203,7 @@ export function tokenTable(figures: readonly ScenarioFigures[]): string {
       String(f.errors),
     ]);
   return markdownTable(
-    ['scenario', 'workers', 'gateway µs/token', 'routing / fronts µs/token', '× floor', 'ranks µs/token', 'tokens/s', 'gateway cores', 'TTFT (stream) or E2E p50 / p99 ms', 'ITL p50 / p99 ms', 'loop delay p50 / p99 / max ms', 'client µs/token', 'errors'],
+    ['scenario', 'workers', 'gateway µs/token', 'routing / fronts µs/token', '× floor', 'ranks µs/token', 'rank tokens per step / rows per batch', 'tokens/s', 'gateway cores', 'TTFT (stream) or E2E p50 / p99 ms', 'ITL p50 / p99 ms', 'loop delay p50 / p99 / max ms', 'client µs/token', 'errors'],
     rows,
   );
 }

@@ -5,8 +5,12 @@
  * process tree (./proc.ts) gives the CPU per role. `--workers N` is passed through when the CLI has it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { USAGE } from '../../src/cli.js';
+import { SIM_USAGE } from '../../src/sim/main.js';
 import { freePort } from '../../test/helpers/net.js';
 import type { GatewayBuild } from './build.js';
 import { cpuMicros, processTree, type TreeProcess } from './proc.js';
@@ -20,6 +24,23 @@ export function workersSupported(): boolean {
 /** Whether this checkout's `serve` has `--max-concurrent-requests` (issue 10; the bench turns the cap off). */
 function capSupported(): boolean {
   return /--max-concurrent-requests\b/.test(USAGE);
+}
+
+/** Whether this checkout's sim ranks write their counters on SIGUSR2 (`--stats-dir`, src/sim/main.ts). */
+function rankStatsSupported(): boolean {
+  return /--stats-dir\b/.test(SIM_USAGE);
+}
+
+/**
+ * Counters of the simulated ranks, summed over them (src/sim/engine.ts `SimEngineStats`): forward passes, step
+ * messages, the rows in them, tokens generated. The difference of two reads gives a window's tokens per step and
+ * rows per output batch.
+ */
+export interface RankCounters {
+  rounds: number;
+  steps: number;
+  stepRows: number;
+  tokensGenerated: number;
 }
 
 /** How to start the gateway. Units: requests, 16-token pages. */
@@ -63,6 +84,8 @@ export class GatewayProcess {
   private constructor(
     private readonly child: ChildProcess,
     readonly url: string,
+    /** Where the ranks write their counters (`--stats-dir`), or null when this checkout's sim cannot. */
+    private readonly statsDir: string | null,
   ) {
     const keep = (chunk: Buffer) => {
       this.output.push(chunk.toString('utf8'));
@@ -84,7 +107,11 @@ export class GatewayProcess {
       opts.paceStepMs === undefined
         ? ['--time-scale', '0']
         : ['--time-scale', '1', '--step-base-ms', String(opts.paceStepMs), '--step-prefill-ms', '0', '--step-decode-ms', '0'];
-    const simArgs = [...pace, '--max-running', String(opts.maxRunningPerRank), '--kv-pages', String(opts.kvPagesPerRank), '--log-level', 'warn'];
+    const statsDir = rankStatsSupported() ? mkdtempSync(join(tmpdir(), 'mgw-bench-ranks-')) : null;
+    const simArgs = [
+      ...pace, '--max-running', String(opts.maxRunningPerRank), '--kv-pages', String(opts.kvPagesPerRank), '--log-level', 'warn',
+      ...(statsDir !== null ? ['--stats-dir', statsDir] : []),
+    ];
     const args = [
       ...opts.build.nodeArgs,
       ...(opts.cpuProfileDir !== undefined ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfileDir] : []),
@@ -98,10 +125,13 @@ export class GatewayProcess {
       stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
       env: { ...process.env, BENCH_LOOP_PROBE: '1' },
     });
-    const gateway = new GatewayProcess(child, `http://127.0.0.1:${port}`);
+    const gateway = new GatewayProcess(child, `http://127.0.0.1:${port}`, statsDir);
     const deadline = performance.now() + 60_000;
     for (;;) {
-      if (gateway.exited) throw new Error(`gateway exited during start:\n${gateway.output.join('')}`);
+      if (gateway.exited) {
+        await gateway.stop();
+        throw new Error(`gateway exited during start:\n${gateway.output.join('')}`);
+      }
       if (performance.now() > deadline) {
         await gateway.stop();
         throw new Error(`gateway not healthy after 60 s:\n${gateway.output.join('')}`);
@@ -167,13 +197,48 @@ export class GatewayProcess {
     return false;
   }
 
-  /** SIGTERM (a clean shutdown, which also writes the CPU profile), SIGKILL after 15 s. */
+  /**
+   * The ranks' counters now, summed (`RankCounters`): SIGUSR2 to every rank process, then their `--stats-dir` files
+   * (src/sim/main.ts `writeStatsFile`). Resolves null when this checkout's sim has no `--stats-dir`, or when not every
+   * rank answered within `timeoutMs`.
+   */
+  async readRankCounters(timeoutMs = 5000): Promise<RankCounters | null> {
+    const dir = this.statsDir;
+    const ranks = this.tree.filter((p) => p.role === 'rank');
+    if (dir === null || ranks.length === 0) return null;
+    for (const f of readdirSync(dir)) rmSync(join(dir, f), { force: true });
+    for (const r of ranks) {
+      try {
+        process.kill(r.pid, 'SIGUSR2');
+      } catch {
+        return null; // a rank is gone
+      }
+    }
+    const deadline = performance.now() + timeoutMs;
+    for (;;) {
+      const files = readdirSync(dir).filter((f) => f.endsWith('.json'));
+      if (files.length >= ranks.length) {
+        const sum: RankCounters = { rounds: 0, steps: 0, stepRows: 0, tokensGenerated: 0 };
+        for (const f of files) {
+          const s = JSON.parse(readFileSync(join(dir, f), 'utf8')) as Partial<RankCounters>;
+          for (const k of Object.keys(sum) as (keyof RankCounters)[]) sum[k] += s[k] ?? Number.NaN;
+        }
+        return sum;
+      }
+      if (performance.now() > deadline) return null;
+      await sleep(10);
+    }
+  }
+
+  /** SIGTERM (a clean shutdown, which also writes the CPU profile), SIGKILL after 15 s; removes the stats folder. */
   async stop(): Promise<void> {
-    if (this.exited) return;
-    const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
-    this.child.kill('SIGTERM');
-    const timer = setTimeout(() => this.child.kill('SIGKILL'), 15_000);
-    await exited;
-    clearTimeout(timer);
+    if (!this.exited) {
+      const exited = new Promise<void>((resolve) => this.child.once('exit', () => resolve()));
+      this.child.kill('SIGTERM');
+      const timer = setTimeout(() => this.child.kill('SIGKILL'), 15_000);
+      await exited;
+      clearTimeout(timer);
+    }
+    if (this.statsDir !== null) rmSync(this.statsDir, { recursive: true, force: true });
   }
 }

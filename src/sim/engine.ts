@@ -146,6 +146,10 @@ export interface SimEngineStats {
   preemptions: number;
   /** Output messages pushed (step batches, rejections, wave notices). */
   batchesSent: number;
+  /** Step messages queued for the PUSH (a TokenSpeed step without rows sends none; vLLM sends one per step). */
+  steps: number;
+  /** Rows in those step messages (so `stepRows / steps` is the mean rows per output batch). */
+  stepRows: number;
   tokensGenerated: number;
   /** Messages that could not be encoded or pushed (including those dropped by `close()`). */
   sendErrors: number;
@@ -364,7 +368,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   );
 
   const stats: SimEngineStats = {
-    added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, preemptions: 0, batchesSent: 0, tokensGenerated: 0, sendErrors: 0,
+    added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, preemptions: 0, batchesSent: 0, steps: 0, stepRows: 0,
+    tokensGenerated: 0, sendErrors: 0,
     pendingSends: 0, outputPauses: 0, outputPaused: false, wavesStarted: 0, wakesIgnored: 0, wavesCompleted: 0, startWaveRequests: 0,
   };
   let stopping = false;
@@ -373,17 +378,20 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   /** Steps since start (dense ranks' `step_counter`). */
   let totalSteps = 0;
 
-  /** Encode (catching encoder errors) and queue one output message; `null` from the encoder sends nothing. */
-  const push = (what: string, encode: () => Uint8Array[] | null): void => {
+  /**
+   * Encode (catching encoder errors) and queue one output message; `null` from the encoder sends nothing. True when a
+   * message was queued.
+   */
+  const push = (what: string, encode: () => Uint8Array[] | null): boolean => {
     let frames: Uint8Array[] | null;
     try {
       frames = encode();
     } catch (error) {
       stats.sendErrors += 1;
       log.error({ engineIndex: opts.engineIndex, what, err: describeError(error) }, 'sim rank could not encode an output message');
-      return;
+      return false;
     }
-    if (frames === null) return;
+    if (frames === null) return false;
     stats.pendingSends += 1;
     if (stats.pendingSends >= OUTPUT_BACKLOG_PAUSE && !stats.outputPaused) {
       stats.outputPaused = true;
@@ -405,6 +413,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         sendSettled();
       },
     );
+    return true;
   };
 
   const sendSettled = (): void => {
@@ -440,7 +449,10 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     waves?.stepped();
     for (const r of rows) stats.tokensGenerated += r.outputIds.length;
     const step = stepOf(rows, tail);
-    push('step', () => wire.encodeStep(step));
+    if (push('step', () => wire.encodeStep(step))) {
+      stats.steps += 1;
+      stats.stepRows += rows.length;
+    }
   };
 
   const hasWork = (): boolean => scheduler.hasWork() || wire.hasPendingReport();

@@ -11,6 +11,7 @@
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--disable-prefix-caching` (the prefix cache
  * of scheduler.ts is on by default), `--tool-call-format hermes|llama3_json|none`
  * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000), `--exit-with-parent`,
+ * `--stats-dir DIR` (on SIGUSR2 the rank writes its counters to DIR/rank-<engine index>.json; `writeStatsFile`),
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
  *
@@ -19,6 +20,8 @@
  * reading its outputs (engine.ts).
  * Bad arguments exit 2 with a message on stderr; a failed handshake exits 1.
  */
+import { renameSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
 import { pino, type Level } from 'pino';
@@ -42,6 +45,8 @@ export interface SimMainArgs {
   logLevel: Level | 'silent';
   /** Stop when stdin closes (set by `spawnSimRanks`, whose pipe closes when the gateway process dies). */
   exitWithParent: boolean;
+  /** `--stats-dir`: where SIGUSR2 writes the rank's counters (`writeStatsFile`), or null. */
+  statsDir: string | null;
 }
 
 /** Usage text of `model-gateway sim` (also printed by `--help`). */
@@ -74,6 +79,7 @@ options (units: tokens, 16-token KV pages, ms):
   --reasoning                Write a <think> block before answers (unless the prompt closed one)
   --init-timeout-ms N        How long to wait for INIT (default 600000)
   --exit-with-parent         Stop (sending ENGINE_CORE_DEAD) when stdin closes, i.e. when the spawning process dies
+  --stats-dir DIR            On SIGUSR2, write the rank's counters to DIR/rank-<engine index>.json (for benchmarks)
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
   --help                     Show this help
 `;
@@ -131,6 +137,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'init-timeout-ms': { type: 'string' },
         'log-level': { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
+        'stats-dir': { type: 'string' },
         'tool-call-format': { type: 'string' },
         reasoning: { type: 'boolean' },
       },
@@ -207,7 +214,25 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
       perDecodeTokenMs: decode ?? DEFAULT_STEP_TIME_MODEL.perDecodeTokenMs,
     };
   }
-  return { engine, logLevel: logLevel as Level | 'silent', exitWithParent: values['exit-with-parent'] === true };
+  const statsDir = str('stats-dir') ?? null;
+  if (statsDir === '') throw new SimArgsError('--stats-dir: expected a directory, got ""');
+  return { engine, logLevel: logLevel as Level | 'silent', exitWithParent: values['exit-with-parent'] === true, statsDir };
+}
+
+/** The file `--stats-dir DIR` gets for the rank with engine index `engineIndex`. */
+export function statsFilePath(dir: string, engineIndex: number): string {
+  return join(dir, `rank-${engineIndex}.json`);
+}
+
+/**
+ * Write `{ engineIndex, pid, ...stats }` (the counters of `SimEngineStats`) as JSON to `statsFilePath(dir, index)`,
+ * through a temporary file and a rename, so a reader never sees half a file. Throws the fs errors.
+ */
+export function writeStatsFile(dir: string, handle: SimEngineHandle): void {
+  const path = statsFilePath(dir, handle.engineIndex);
+  const tmp = `${path}.${process.pid}.tmp`;
+  writeFileSync(tmp, JSON.stringify({ engineIndex: handle.engineIndex, pid: process.pid, ...handle.stats() }));
+  renameSync(tmp, path);
 }
 
 /** How long a stopping rank waits for its last log lines to reach the (possibly dead) reader, in ms. */
@@ -266,6 +291,18 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     process.stdin.once('error', onParentGone);
     process.stdin.resume();
   }
+  const statsDir = args.statsDir;
+  const onStatsSignal = (): void => {
+    // Before the handshake finished there is nothing to count yet: the signal is ignored (not fatal).
+    if (statsDir === null || handle === null) return;
+    try {
+      writeStatsFile(statsDir, handle);
+    } catch (error) {
+      logger.warn({ err: error instanceof Error ? error.message : String(error), statsDir }, 'sim rank could not write its stats file');
+    }
+  };
+  // Without --stats-dir SIGUSR2 keeps node's default (it ends the process), as before.
+  if (statsDir !== null) process.on('SIGUSR2', onStatsSignal);
   try {
     handle = await runSimEngine({ ...args.engine, logger });
   } catch (error) {
@@ -281,6 +318,7 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   await h.closed;
   process.removeListener('SIGTERM', onSignal);
   process.removeListener('SIGINT', onSignal);
+  process.removeListener('SIGUSR2', onStatsSignal);
   if (args.exitWithParent) process.stdin.pause();
   await sink.drain(LOG_DRAIN_MS);
   return 0;

@@ -1,6 +1,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SIM_USAGE, SimArgsError, parseSimArgs, simMain } from '../../src/sim/main.js';
+import { existsSync, readFileSync, readdirSync, rmSync } from 'node:fs';
+import { SIM_USAGE, SimArgsError, parseSimArgs, simMain, statsFilePath } from '../../src/sim/main.js';
+import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
+import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
+import { OutputReader, freshDir, hangGuard, startSpawnedRanks } from './helpers.js';
 
 test('parseSimArgs reads every option', () => {
   const a = parseSimArgs([
@@ -100,4 +104,57 @@ test('parseSimArgs --slowdown X: this rank\'s step-time multiplier (> 0), absent
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '-1']), /--slowdown/);
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', 'slow']), /--slowdown/);
   assert.match(SIM_USAGE, /--slowdown X/);
+});
+
+test('parseSimArgs --stats-dir DIR: absent by default, refused when empty', () => {
+  assert.equal(parseSimArgs(['--handshake', 'tcp://h:1']).statsDir, null);
+  assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--stats-dir', '/tmp/x']).statsDir, '/tmp/x');
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--stats-dir', '']), /--stats-dir/);
+  assert.ok(SIM_USAGE.includes('--stats-dir DIR'));
+});
+
+test('a spawned rank with --stats-dir writes its counters to rank-<index>.json on SIGUSR2 and keeps serving', { timeout: 120_000 }, async () => {
+  const stats = await freshDir();
+  const group = await startSpawnedRanks(
+    { count: 1, firstEngineIndex: 2, extraArgs: ['--time-scale', '0', '--log-level', 'warn', '--stats-dir', stats.dir] },
+    'handshake with the spawned rank',
+  );
+  try {
+    const file = statsFilePath(stats.dir, 2);
+    const rank = group.ranks.ranks[0]!;
+    const read = async (): Promise<Record<string, unknown>> => {
+      await hangGuard(
+        (async () => {
+          while (!existsSync(file)) await new Promise((r) => setTimeout(r, 20));
+        })(),
+        20_000,
+        'the stats file',
+      );
+      return JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+    };
+    rank.child.kill('SIGUSR2');
+    const first = await read();
+    assert.equal(first.engineIndex, 2);
+    assert.equal(first.pid, rank.child.pid);
+    assert.equal(first.rounds, 0);
+    assert.equal(first.steps, 0);
+    assert.equal(first.stepRows, 0);
+    // Still serving after the signal: one request runs to its end and the next file counts it.
+    const reader = new OutputReader(group.link);
+    const identity = group.link.engines[0]!.identity;
+    await group.link.send(identity, RequestType.ADD, tokenspeedProtocol.encodeAdd({
+      requestId: 'r1', promptTokenIds: [9707, 11], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 5, ignoreEos: true }, stream: true, returnLogprob: false,
+    }));
+    await reader.untilFinished(['r1']);
+    rmSync(file);
+    rank.child.kill('SIGUSR2');
+    const second = await read();
+    assert.equal(second.tokensGenerated, 5);
+    assert.equal(second.stepRows, 5, 'one row per token at stream interval 1');
+    assert.ok((second.steps as number) >= 5 && (second.rounds as number) >= 5);
+    assert.equal(readdirSync(stats.dir).filter((f) => f.endsWith('.tmp')).length, 0, 'no temporary file left');
+  } finally {
+    await group.close();
+    await stats.cleanup();
+  }
 });
