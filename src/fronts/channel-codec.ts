@@ -426,6 +426,10 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
       case Tag.SUBMIT: {
         const request = object<GenerateRequest>(t, 3, 'request');
         if (typeof request.requestId !== 'string') throw new ChannelDecodeError('SUBMIT: request id must be a string');
+        // Checked here, not left to the engine client: it reserves a rank's in-flight slot before it reads the prompt,
+        // so a request without one would fail after the reservation (O(1) checks; the encoder checks the elements).
+        if (!Array.isArray(request.promptTokenIds)) throw new ChannelDecodeError('SUBMIT: prompt token ids must be a list');
+        if (typeof request.sampling !== 'object' || request.sampling === null) throw new ChannelDecodeError('SUBMIT: sampling parameters must be a map');
         return { tag: Tag.SUBMIT, handle: int(t, 1, 'handle'), group: int(t, 2, 'group'), request, dpRank: intOrNull(t, 4, 'dp rank') };
       }
       case Tag.ABORT:

@@ -113,6 +113,10 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['fractional handle', encode([[Tag.ABORT, 1.5]]), 'up'],
     ['submit without a request', encode([[Tag.SUBMIT, 1, 0, null, null]]), 'up'],
     ['submit with a request id that is not a string', encode([[Tag.SUBMIT, 1, 0, { requestId: 4 }, null]]), 'up'],
+    // The engine client reserves a rank's in-flight slot before it reads the prompt: such a request would hold it.
+    ['submit without prompt token ids', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', sampling: {} }, null]]), 'up'],
+    ['submit with prompt token ids that are not a list', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: 'abc', sampling: {} }, null]]), 'up'],
+    ['submit without sampling parameters', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1] }, null]]), 'up'],
     ['call without a method', encode([[Tag.CALL, 1, 2, null]]), 'up'],
     ['front tag from the router', encode([[Tag.PERMIT, 1]]), 'down'],
     ['the old HELLO record from a front', encode([[1, 3]]), 'up'],
