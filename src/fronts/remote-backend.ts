@@ -88,6 +88,8 @@ export class FrontChannel extends EventEmitter<{
   private last: GroupSnapshot[] | null = null;
   private refreshing: Promise<void> | null = null;
   private closed = false;
+  /** What later work is refused with once closed (`shut`). */
+  private closedError: Error | null = null;
 
   private constructor(
     readonly frontId: number,
@@ -140,6 +142,7 @@ export class FrontChannel extends EventEmitter<{
   submit(group: number, request: GenerateRequest, options: CancellableSubmitOptions = {}): Promise<RequestStream> {
     const { dpRank, signal } = options;
     if (signal?.aborted) return Promise.reject(abortReason(signal));
+    if (this.closedError !== null) return Promise.reject(this.closedError);
     const handle = this.nextHandle++;
     let detach: () => void = () => {};
     // Fails the submission when its record cannot be sent (outbox.ts: too large for a message); undefined when sent.
@@ -190,6 +193,7 @@ export class FrontChannel extends EventEmitter<{
 
   /** Ask the router for a concurrency permit: resolves with a ticket, or null when the gateway is full. */
   acquirePermit(): Promise<number | null> {
+    if (this.closed) return Promise.resolve(null);
     const ticket = this.nextTicket++;
     return new Promise((resolve) => {
       this.grants.set(ticket, (granted) => resolve(granted ? ticket : null));
@@ -216,6 +220,7 @@ export class FrontChannel extends EventEmitter<{
       }
       return Promise.resolve(null);
     }
+    if (this.closedError !== null) return Promise.reject(this.closedError);
     const callId = this.nextCall++;
     return new Promise((resolve, reject) => {
       this.push({ tag: Tag.CALL, callId, method, args }); // a throw rejects
@@ -241,9 +246,18 @@ export class FrontChannel extends EventEmitter<{
 
   /** Stop: every unfinished request fails (client-closed), the socket closes. */
   close(): void {
+    this.shut('the front is shutting down');
+  }
+
+  /**
+   * Closed (`close`, or the router's socket closed: nothing can answer any more): every unfinished request and call
+   * fails with a `client-closed` EngineClientError carrying `message`, every permit asked for is refused, and so is
+   * all later work (`submit`, `acquirePermit`, `call`). Idempotent.
+   */
+  private shut(message: string): void {
     if (this.closed) return;
     this.closed = true;
-    const err = fromWireError({ name: 'EngineClientError', kind: 'client-closed', message: 'the front is shutting down' });
+    const err = this.closedError = fromWireError({ name: 'EngineClientError', kind: 'client-closed', message });
     for (const sub of this.submissions.values()) {
       if (!sub.settled) {
         sub.settled = true;
@@ -321,6 +335,8 @@ export class FrontChannel extends EventEmitter<{
     sock.on('close', () => {
       if (this.closed) return;
       this.log.error('router socket closed: this front can no longer be answered');
+      // Its live requests end now (the HTTP side answers them with an error), not when the process goes.
+      this.shut('the router connection of this HTTP front closed');
       this.emit('socket-closed');
     });
   }

@@ -365,6 +365,29 @@ test('a front whose socket the router closed says so (socket-closed), once; a fr
   }
 });
 
+test('a front whose socket closed ends its live streams and refuses new work at once (a terminal outcome, not a hang)', async () => {
+  const fake = new FakeBackend({ ranks: [0] });
+  const two = await fastSnapshotFronts('mgw-fronts-downfail-', { groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }] });
+  try {
+    const remote = new RemoteBackend(two.b, 0);
+    const placed = fake.nextSubmission();
+    const stream = await remote.submit(req());
+    const sub = await placed;
+    sub.stream.push([10]);
+    const it = stream[Symbol.asyncIterator]();
+    assert.deepEqual((await it.next()).value?.newTokenIds, [10]);
+    const closed = new Promise<void>((r) => two.b.once('socket-closed', () => r()));
+    (two.service as unknown as { sessions: Map<number, { sock: { destroy(): void } }> }).sessions.get(2)!.sock.destroy();
+    await closed;
+    await assert.rejects(it.next(), (err: unknown) => err instanceof EngineClientError && err.kind === 'client-closed', 'the live stream ends with an error');
+    await assert.rejects(remote.submit(req()), (err: unknown) => err instanceof EngineClientError && err.kind === 'client-closed', 'a new submit is refused');
+    assert.equal(await two.b.acquirePermit(), null, 'no permit from a router that is gone');
+    assert.equal(two.b.liveRequests, 0);
+  } finally {
+    await two.close();
+  }
+});
+
 /** A raw connection to the router's socket (not a FrontChannel), connected; `received` counts bytes read. */
 async function rawConnection(path: string): Promise<{ sock: Socket; received: () => number; closed: () => boolean }> {
   const sock = connect(path);
