@@ -196,7 +196,8 @@ export class RouterService {
   /**
    * One front's connection (frames.ts): its first frame must be its hello (front id and `frontToken`); until then no
    * frame longer than a hello is read. A hello without the token, any other first frame, or a hello for a front id
-   * whose socket is open is refused (logged, counted, closed): the front's streams stay with it. After the hello
+   * whose socket is open is refused (logged, counted, closed): the front's streams stay with it. So is a connection that
+   * closes with part of a hello sent (one that sent nothing is not counted). After the hello
    * every frame is one message of records (`decodeUp`), up to `maxFrontMessageBytes`; a malformed message is counted,
    * logged and dropped, a longer frame closes the socket (and so ends the front).
    */
@@ -207,15 +208,20 @@ export class RouterService {
     }
     this.conns.add(sock);
     let session: FrontSession | null = null;
+    /** Bytes read before a hello, and whether the connection was refused (counted already). */
+    let heardBeforeHello = 0;
+    let refusedAlready = false;
     // A connection that never says hello would hold a file descriptor for good.
     const helloTimer = setTimeout(() => {
       if (session !== null || sock.destroyed) return;
+      refusedAlready = true;
       this.stats.decodeErrors++;
       this.log.warn('a front socket connection sent no hello in time: closing it');
       sock.destroy();
     }, this.opts.frontHelloTimeoutMs ?? 10_000);
     helloTimer.unref();
     const refuse = (why: string, fields: Record<string, unknown>): void => {
+      refusedAlready = true;
       this.stats.decodeErrors++;
       this.log.warn(fields, why);
       reader.stop();
@@ -242,6 +248,7 @@ export class RouterService {
       reader.maxFrameBytes = this.opts.maxFrontMessageBytes ?? MAX_FRONT_MESSAGE_BYTES;
     }, HELLO_BYTES);
     sock.on('data', (chunk: Buffer) => {
+      if (session === null) heardBeforeHello += chunk.length;
       try {
         reader.push(chunk);
       } catch (err) {
@@ -254,6 +261,11 @@ export class RouterService {
     sock.on('close', () => {
       this.conns.delete(sock);
       clearTimeout(helloTimer);
+      if (session === null && heardBeforeHello > 0 && !refusedAlready && !this.closed) {
+        // Part of a hello, then gone: a malformed handshake (one that sent nothing at all is no frame).
+        this.stats.decodeErrors++;
+        this.log.warn({ bytes: heardBeforeHello }, 'a front socket connection closed before its hello was complete');
+      }
       if (session !== null && this.sessions.get(session.frontId) === session) this.lost(session);
     });
   }

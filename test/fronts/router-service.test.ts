@@ -286,6 +286,25 @@ test('a frame socket announcing a frame longer than a hello is closed at once (n
   assert.equal(service.stats.decodeErrors, errorsBefore + 1);
 });
 
+test('a frame socket connection that closes halfway through its hello is counted and logged; one that sends nothing is not', async () => {
+  const two = await fastSnapshotFronts('mgw-fronts-halfhello-');
+  try {
+    const empty = await rawConnection(two.address);
+    empty.sock.end();
+    await until(() => empty.closed(), 'the empty connection closing');
+    const half = await rawConnection(two.address);
+    const frame = Buffer.concat([Buffer.alloc(4), helloFrame(7, two.service.frontToken)]);
+    frame.writeUInt32LE(frame.length - 4, 0);
+    half.sock.end(frame.subarray(0, 12));
+    await until(() => half.closed(), 'the half-hello connection closing');
+    await until(() => two.service.stats.decodeErrors === 1, 'the truncated hello counted');
+    await new Promise((r) => setTimeout(r, 50));
+    assert.equal(two.service.stats.decodeErrors, 1);
+  } finally {
+    await two.close();
+  }
+});
+
 test('a frame socket connection that sends no hello is closed after the hello timeout', async () => {
   const two = await fastSnapshotFronts('mgw-fronts-silent-', { frontHelloTimeoutMs: 100 });
   try {
