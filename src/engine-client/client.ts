@@ -316,7 +316,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * (zmq-link.ts): the rank is marked dead and an unpinned request is placed on another ready rank instead.
    * Every other failure rolls back synchronously and rejects with an `EngineClientError`:
    * `client-closed`, `duplicate-request-id`, `invalid-dp-rank` (outside 0..dpSize−1), `unavailable` (no ready rank,
-   * or the pinned one is not ready), `encode` (also for an empty request id), `transport` (a send failed), `engine-dead`
+   * or the pinned one is not ready), `encode` (also for an empty request id or no prompt token id list), `transport` (a send failed), `engine-dead`
    * (the pinned rank died on the send; or a lockstep wake found a rank dead). A pre-aborted `signal` rejects with its reason, as does a signal that fires
    * while a send is pending (the ABORT is sent in that case). If the request failed while its ADD was queued (its rank
    * died or stalled), the stream is returned and yields that error.
@@ -326,13 +326,16 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
     }
+    if (!Array.isArray(request.promptTokenIds)) {
+      throw new EngineClientError('encode', `request ${JSON.stringify(request.requestId)} has no prompt token id list`, { requestId: request.requestId });
+    }
     if (signal?.aborted) throw abortReason(signal);
     if (this.registry.closed) throw this.clientClosedError();
     const id = request.requestId;
 
     // Register before any reservation (section 3 step 2, section 7).
     let detachSignal: () => void = () => {};
-    const promptTokens = Array.isArray(request.promptTokenIds) ? request.promptTokenIds.length : 0;
+    const promptTokens = request.promptTokenIds.length;
     const stream: RequestStreamImpl = new RequestStreamImpl(id, promptTokens, () => this.abandon(entry), () => detachSignal(), this.delivery);
     const entry: RegistryEntry = { requestId: id, stream, engineIndex: null };
     this.registry.register(entry);
@@ -644,11 +647,18 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private reserve(rank: number, request: GenerateRequest): void {
     this.routing.reserve(rank, request.requestId);
-    const sample = this.routing.rates.dispatched(rank, request.requestId, request.promptTokenIds.length, this.now());
-    const entry = this.registry.get(request.requestId); // registered before selection (section 3 step 2)
-    if (entry !== undefined) entry.service = sample;
-    this.syncRankWatchdogs(rank, false);
-    this.policy.onDispatch?.(rank, request);
+    try {
+      const sample = this.routing.rates.dispatched(rank, request.requestId, request.promptTokenIds.length, this.now());
+      const entry = this.registry.get(request.requestId); // registered before selection (section 3 step 2)
+      if (entry !== undefined) entry.service = sample;
+      this.syncRankWatchdogs(rank, false);
+      this.policy.onDispatch?.(rank, request);
+    } catch (err) {
+      // The caller's rollback releases only a request whose engineIndex is set, which happens after this returns:
+      // undo the reservation here, so a throw (a malformed request, a policy's onDispatch) leaves no slot held.
+      this.release(rank, [request.requestId]);
+      throw err;
+    }
   }
 
   /**
