@@ -317,7 +317,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * Every other failure rolls back synchronously and rejects with an `EngineClientError`:
    * `client-closed`, `duplicate-request-id`, `invalid-dp-rank` (outside 0..dpSize−1), `unavailable` (no ready rank,
    * or the pinned one is not ready), `encode` (also for an empty request id or no prompt token id list), `transport` (a send failed), `engine-dead`
-   * (the pinned rank died on the send; or a lockstep wake found a rank dead). A pre-aborted `signal` rejects with its reason, as does a signal that fires
+   * (the pinned rank died on the send; or a lockstep wake found a rank dead). A policy that throws (`select` returning
+   * a position out of range: RangeError; `onDispatch` throwing) rejects with that error, nothing reserved. A pre-aborted `signal` rejects with its reason, as does a signal that fires
    * while a send is pending (the ABORT is sent in that case). If the request failed while its ADD was queued (its rank
    * died or stalled), the stream is returned and yields that error.
    */
@@ -643,7 +644,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /**
    * Add the request to `inflight[rank]`, start its service-rate accounting, arm the rank's watchdogs if it was idle
-   * (14.8), tell the policy.
+   * (14.8), tell the policy. If any of that throws, the slot is released again and the error rethrown (the submit's
+   * rollback releases only a request whose rank it has recorded, which happens after this returns).
    */
   private reserve(rank: number, request: GenerateRequest): void {
     this.routing.reserve(rank, request.requestId);

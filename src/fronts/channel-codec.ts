@@ -10,7 +10,7 @@
  * request's stream failed), GRANT (the answer to a PERMIT), REPLY (to a CALL), SNAPSHOT (every group's serving state
  * and rank states), JOINED (a rank joined: the app drops a rejoined rank's latency samples).
  *
- * `decodeUp` / `decodeDown` validate every record's shape and throws `ChannelDecodeError` for anything else (the caller logs
+ * `decodeUp` / `decodeDown` validate every record's shape and throw `ChannelDecodeError` for anything else (the caller logs
  * and counts it, the process keeps running).
  */
 import { Decoder, Encoder } from '@msgpack/msgpack';
@@ -426,8 +426,8 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
       case Tag.SUBMIT: {
         const request = object<GenerateRequest>(t, 3, 'request');
         if (typeof request.requestId !== 'string') throw new ChannelDecodeError('SUBMIT: request id must be a string');
-        // Checked here, not left to the engine client: it reserves a rank's in-flight slot before it reads the prompt,
-        // so a request without one would fail after the reservation (O(1) checks; the encoder checks the elements).
+        // A front message's shape is checked at the boundary, so a malformed one is counted as such (O(1) checks; the
+        // encoder checks the elements). The engine client refuses a missing prompt list too (client.ts `submit`).
         if (!Array.isArray(request.promptTokenIds)) throw new ChannelDecodeError('SUBMIT: prompt token ids must be a list');
         if (typeof request.sampling !== 'object' || request.sampling === null) throw new ChannelDecodeError('SUBMIT: sampling parameters must be a map');
         return { tag: Tag.SUBMIT, handle: int(t, 1, 'handle'), group: int(t, 2, 'group'), request, dpRank: intOrNull(t, 4, 'dp rank') };

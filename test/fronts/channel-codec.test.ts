@@ -113,7 +113,7 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['fractional handle', encode([[Tag.ABORT, 1.5]]), 'up'],
     ['submit without a request', encode([[Tag.SUBMIT, 1, 0, null, null]]), 'up'],
     ['submit with a request id that is not a string', encode([[Tag.SUBMIT, 1, 0, { requestId: 4 }, null]]), 'up'],
-    // The engine client reserves a rank's in-flight slot before it reads the prompt: such a request would hold it.
+    // Refused at the boundary (a malformed front message), before the engine client sees it.
     ['submit without prompt token ids', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', sampling: {} }, null]]), 'up'],
     ['submit with prompt token ids that are not a list', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: 'abc', sampling: {} }, null]]), 'up'],
     ['submit without sampling parameters', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1] }, null]]), 'up'],
