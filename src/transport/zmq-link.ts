@@ -25,7 +25,8 @@
  * - The handshake service (handshake-service.ts) owns the receive side of the handshake ROUTER and of the input
  *   ROUTER for the link's life.
  * - The output receive loop follows engine-wire.md 1.8 and feeds a queue of 256 messages (back-pressure on the
- *   PULL). `ENGINE_CORE_DEAD` is reported and the loop continues; what it means is the engine client's call.
+ *   PULL). `ENGINE_CORE_DEAD` is reported and the loop continues; what it means is the engine client's call. With an
+ *   `outputGate` (the router of `--workers N`, output-gate.ts) it also takes no message while the gate is paused.
  * - zeromq's socket monitor reports `disconnect` on a bound PULL when a connected PUSH peer goes away, including a
  *   SIGKILLed process (measured with zeromq 6.8.0 / libzmq 4.3.5 over ipc), and likewise on the input ROUTER for
  *   a DEALER. Both surface as `{ kind: 'disconnect', address }`. The address is our bound endpoint, not the peer:
@@ -47,6 +48,7 @@ import { HandshakeService } from './handshake-service.js';
 import { silentLogger } from '../logging.js';
 import type { MinimalLogger } from '../logging.js';
 import { MessageQueue, OUTPUT_QUEUE_CAPACITY } from './message-queue.js';
+import type { OutputGate } from './output-gate.js';
 import { PerRankSendQueues } from './send-queues.js';
 import { prepareSocketPaths, recordSocketFiles, removeOwnSocketFiles, type BoundSocketFile } from './socket-paths.js';
 
@@ -106,6 +108,11 @@ export interface ZmqLinkOptions {
   maxMessageBytes?: Partial<MaxMessageBytes>;
   /** A pino logger (any `MinimalLogger`). Default: silent. */
   logger?: MinimalLogger;
+  /**
+   * While paused, the output receive loop takes no next message from the PULL (output-gate.ts; the router's flow
+   * control toward slow fronts, fronts/outbox.ts). Default: none (always receive).
+   */
+  outputGate?: OutputGate;
 }
 
 /** Closes a zeromq socket, ignoring errors (closing twice is harmless in zeromq.js, but be safe). */
@@ -205,6 +212,10 @@ export class ZmqEngineLink implements EngineLink {
   private peerStuck = false;
   private readonly messages = new MessageQueue<OutputMessage>(OUTPUT_QUEUE_CAPACITY);
   private outputsTaken = false;
+  private readonly outputGate: OutputGate | null;
+  private resolveClosed: () => void = () => {};
+  /** Resolves at `close()` (ends a receive loop waiting on the output gate). */
+  private readonly closedSignal = new Promise<void>((resolve) => (this.resolveClosed = resolve));
   private readonly background: Promise<void>[] = [];
   private socketFiles: BoundSocketFile[] = [];
   private listener: LinkListener | null = null;
@@ -235,6 +246,7 @@ export class ZmqEngineLink implements EngineLink {
     const max: MaxMessageBytes = { ...DEFAULT_MAX_MESSAGE_BYTES, ...opts.maxMessageBytes };
     for (const [k, v] of Object.entries(max)) positiveInteger(`maxMessageBytes.${k}`, v, 0x7fffffff);
     this.log = opts.logger ?? silentLogger;
+    this.outputGate = opts.outputGate ?? null;
     this.endpoints = opts.endpoints;
     // sendTimeout 0: zeromq.js never parks a send; EAGAIN (peer at its high-water mark) is retried by the pump.
     this.input = new Router({ mandatory: true, handover: true, linger: INPUT_LINGER_MS, sendTimeout: 0, maxMessageSize: max.input });
@@ -388,6 +400,7 @@ export class ZmqEngineLink implements EngineLink {
     if (this.closePromise !== null) return this.closePromise;
     const wasBound = this.state === 'bound';
     this.state = 'closed';
+    this.resolveClosed();
     this.messages.abort();
     this.handshakeService.stop();
     for (const job of this.sendQueues.drainAll()) job.reject(this.closedError('send'));
@@ -511,12 +524,19 @@ export class ZmqEngineLink implements EngineLink {
    * loop while messages are queued, and the engine client handles each batch (down to the HTTP responses' writes)
    * synchronously, so without the yield a rank that is ahead of the gateway would starve timers, new connections and
    * every other socket for as long as it stays ahead (issue 9: seconds of event-loop delay at 512 streams).
+   * While the `outputGate` is paused it waits (no polling) for the gate's resume or `close()`.
    */
   private async receiveLoop(): Promise<void> {
     const address = this.endpoints.output;
+    const gate = this.outputGate;
     let sliceStart = performance.now();
     while (!this.isClosed()) {
       await this.messages.waitForSpace();
+      if (gate !== null && gate.isPaused) {
+        await Promise.race([gate.wait(), this.closedSignal]);
+        sliceStart = performance.now();
+        continue;
+      }
       if (performance.now() - sliceStart >= RECEIVE_SLICE_MS) {
         await nextMacrotask();
         sliceStart = performance.now();
