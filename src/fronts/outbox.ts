@@ -85,6 +85,20 @@ export interface FrontOutboxesOptions {
   maxQueuedBytes?: number;
   /** Monotonic clock, ms (default `performance.now`). */
   now?: () => number;
+  /**
+   * Flow control (see the class): `onPressure(true)` once some lane holds more than `highWaterBytes` not yet accepted
+   * (default `PRESSURE_HIGH_BYTES`), `onPressure(false)` once every lane holding is back to `lowWaterBytes` or less
+   * (default `PRESSURE_LOW_BYTES`) or gone. Default: none (lanes only grow to `maxQueuedBytes`).
+   */
+  onPressure?: (paused: boolean) => void;
+  highWaterBytes?: number;
+  lowWaterBytes?: number;
+  /**
+   * Longest one pressure may last, ms (default `MAX_PRESSURE_MS`): then the lanes holding it let go (a warning through
+   * `onPressureTimeout`) until they are back under `lowWaterBytes`, and are left to `maxQueuedBytes` and `stuckAfterMs`.
+   */
+  maxPressureMs?: number;
+  onPressureTimeout?: (keys: number[]) => void;
 }
 
 /** One front's outbox (`FrontOutboxes.open`). */
@@ -106,12 +120,38 @@ export interface FrontLane {
   closed: boolean;
   /** Capacity for the next message, bytes (the last message's size). */
   sizeHint: number;
+  /**
+   * Flow control: `none`; `holding` (went over the high-water mark and is not yet back under the low one: the
+   * pressure is on); `released` (held it for `maxPressureMs`; holds nothing until back under the low-water mark).
+   */
+  pressure: 'none' | 'holding' | 'released';
 }
 
 const RETRY_FIRST_MS = 1;
 const RETRY_MAX_MS = 16;
 /** While a lane waits for its front, this turn's records join the open message up to this size (bytes). */
 export const MAX_MERGED_MESSAGE_BYTES = 256 * 1024;
+/**
+ * Flow control's high-water mark, bytes a lane holds not yet accepted by its socket (above the socket's own
+ * `DOWN_HIGH_WATER_BYTES`, 4 MiB, router-service.ts). 8 MiB: hundreds of ms of a front's reading (a front reads a
+ * few MB/s of rows), so a front that is late for a turn or a GC pause does not stop the engines, and an eighth of
+ * the 64 MiB hard bound, so what still arrives once the receive is paused (up to 256 output messages already
+ * received, zmq-link.ts, and the batch in hand) stays far from it.
+ */
+export const PRESSURE_HIGH_BYTES = 8 * 1024 * 1024;
+/**
+ * Flow control's low-water mark, bytes: the pressure ends once every lane holds this or less. With the socket's
+ * 4 MiB still unread, a front has several MB to read while the engines' next batches arrive, and one pause covers
+ * 6 MiB of the front's reading rather than one message (no flapping).
+ */
+export const PRESSURE_LOW_BYTES = 2 * 1024 * 1024;
+/**
+ * Longest one pressure lasts, ms. A paused router hears nothing from the engines, and the engine client's watchdogs
+ * count handled batches (a ready rank holding requests and silent for 60 s is stalled, client.ts
+ * `DEFAULT_RANK_STALL_TIMEOUT_MS`; 300 s is the silence watchdog, dp-routing.md section 6); a healthy front drains
+ * 6 MiB in a second or two. The cluster lowers it to a third of the configured stall timeout.
+ */
+export const MAX_PRESSURE_MS = 10_000;
 
 function isRefusal(err: unknown): boolean {
   return (err as { code?: unknown } | null)?.code === 'EAGAIN';
@@ -127,6 +167,16 @@ function isRefusal(err: unknown): boolean {
  * messages. A lane whose messages are refused for `stuckAfterMs`, that holds more than `maxQueuedBytes`, or whose
  * send fails otherwise (EHOSTUNREACH) is reported once through `onStuck` and sends nothing more; the primary kills
  * that front. So no lane grows without bound and a stuck front delays no other.
+ *
+ * Flow control (`onPressure`; the router pauses the engines' output receive with it, cluster.ts and
+ * transport/output-gate.ts): a front that reads, but slower than the engines produce, would otherwise grow its lane to
+ * `maxQueuedBytes` and be killed with all its streams. Once a lane holds more than `highWaterBytes` the pressure is
+ * on (`onPressure(true)`); it is off (`onPressure(false)`) once every lane that went over is back to `lowWaterBytes`
+ * or less, or dropped (`forget`, stuck, `close`): a gone front never keeps it on. Each change happens in the same
+ * synchronous step as the byte count that caused it. A pressure that lasts `maxPressureMs` lets go of the lanes
+ * holding it (`onPressureTimeout`): they hold nothing until they are back under the low-water mark, so a front
+ * reading at a trickle cannot keep the engines unheard until their watchdogs fire; such a lane is left to the hard
+ * bound and the refused-sends clock.
  */
 export class FrontOutboxes {
   private readonly lanes = new Map<number, FrontLane>();
@@ -136,7 +186,19 @@ export class FrontOutboxes {
   private readonly stuckAfterMs: number;
   private readonly maxQueuedBytes: number;
   private readonly now: () => number;
+  private readonly highWaterBytes: number;
+  private readonly lowWaterBytes: number;
+  private readonly maxPressureMs: number;
+  private readonly onPressure: ((paused: boolean) => void) | null;
+  private readonly onPressureTimeout: ((keys: number[]) => void) | null;
+  /** Lanes whose `pressure` is `holding`. */
+  private holding = 0;
+  private pressureTimer: NodeJS.Timeout | null = null;
+  private pressureSince = 0;
+  /** Flow control so far: times the pressure came on, ms it lasted (ended pressures), times it timed out. */
+  readonly pressureStats = { pauses: 0, pausedMs: 0, timeouts: 0 };
 
+  /** Throws RangeError unless 0 ≤ `lowWaterBytes` < `highWaterBytes` and `maxPressureMs` > 0. */
   constructor(
     private readonly send: (key: number, message: Uint8Array) => Promise<void>,
     private readonly onStuck: (key: number, err: unknown) => void,
@@ -145,12 +207,26 @@ export class FrontOutboxes {
     this.stuckAfterMs = opts.stuckAfterMs ?? 5000;
     this.maxQueuedBytes = opts.maxQueuedBytes ?? 64 * 1024 * 1024;
     this.now = opts.now ?? (() => performance.now());
+    this.highWaterBytes = opts.highWaterBytes ?? PRESSURE_HIGH_BYTES;
+    this.lowWaterBytes = opts.lowWaterBytes ?? PRESSURE_LOW_BYTES;
+    this.maxPressureMs = opts.maxPressureMs ?? MAX_PRESSURE_MS;
+    this.onPressure = opts.onPressure ?? null;
+    this.onPressureTimeout = opts.onPressureTimeout ?? null;
+    if (!(this.lowWaterBytes >= 0 && this.lowWaterBytes < this.highWaterBytes)) {
+      throw new RangeError(`lowWaterBytes (${this.lowWaterBytes}) must be ≥ 0 and below highWaterBytes (${this.highWaterBytes})`);
+    }
+    if (!(this.maxPressureMs > 0)) throw new RangeError(`maxPressureMs must be > 0, got ${this.maxPressureMs}`);
+  }
+
+  /** True while the pressure is on (some lane holds it). */
+  get pressured(): boolean {
+    return this.holding > 0;
   }
 
   /** The lane of front `key` (a new, empty one replaces any old lane of that key). */
   open(key: number): FrontLane {
     this.forget(key);
-    const lane: FrontLane = { key, message: null, dirty: false, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024 };
+    const lane: FrontLane = { key, message: null, dirty: false, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024, pressure: 'none' };
     this.lanes.set(key, lane);
     return lane;
   }
@@ -203,6 +279,50 @@ export class FrontOutboxes {
     lane.queuedBytes = 0;
     if (lane.retryTimer !== null) clearTimeout(lane.retryTimer);
     lane.retryTimer = null;
+    this.ease(lane);
+  }
+
+  /** After `lane.queuedBytes` grew: the pressure comes on when it passed the high-water mark. */
+  private press(lane: FrontLane): void {
+    if (this.onPressure === null || lane.pressure !== 'none' || lane.queuedBytes <= this.highWaterBytes) return;
+    lane.pressure = 'holding';
+    if (this.holding++ > 0) return;
+    this.pressureStats.pauses++;
+    this.pressureSince = this.now();
+    this.pressureTimer = setTimeout(() => this.pressureTimedOut(), this.maxPressureMs);
+    this.pressureTimer.unref();
+    this.onPressure(true);
+  }
+
+  /** After `lane.queuedBytes` fell (or the lane closed): it stops holding once at the low-water mark or below. */
+  private ease(lane: FrontLane): void {
+    if (lane.pressure === 'none' || lane.queuedBytes > this.lowWaterBytes) return;
+    const held = lane.pressure === 'holding';
+    lane.pressure = 'none';
+    if (held && --this.holding === 0) this.endPressure();
+  }
+
+  private endPressure(): void {
+    if (this.pressureTimer !== null) clearTimeout(this.pressureTimer);
+    this.pressureTimer = null;
+    this.pressureStats.pausedMs += this.now() - this.pressureSince;
+    this.onPressure?.(false);
+  }
+
+  /** The pressure lasted `maxPressureMs`: every lane holding it lets go (see the class). */
+  private pressureTimedOut(): void {
+    this.pressureTimer = null;
+    if (this.holding === 0) return;
+    const keys: number[] = [];
+    for (const lane of this.lanes.values()) {
+      if (lane.pressure !== 'holding') continue;
+      lane.pressure = 'released';
+      keys.push(lane.key);
+    }
+    this.holding = 0;
+    this.pressureStats.timeouts++;
+    this.onPressureTimeout?.(keys);
+    this.endPressure();
   }
 
   private flush(): void {
@@ -230,7 +350,9 @@ export class FrontOutboxes {
     lane.queuedBytes += bytes.length;
     if (lane.queuedBytes > this.maxQueuedBytes) {
       this.stuck(lane, new Error(`front ${lane.key} holds ${lane.queuedBytes} bytes not taken by its socket (limit ${this.maxQueuedBytes})`));
+      return;
     }
+    this.press(lane);
   }
 
   private pump(lane: FrontLane): void {
@@ -249,6 +371,7 @@ export class FrontOutboxes {
         if (lane.closed) return;
         lane.queue.shift();
         lane.queuedBytes -= bytes.length;
+        this.ease(lane);
         lane.refusedSince = null;
         lane.retryMs = RETRY_FIRST_MS;
         this.pump(lane);
