@@ -41,6 +41,7 @@ import { resolveTokenizerSpec } from './tokenizer/hf-cache.js';
 import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
 import { ZmqEngineLink, type MaxMessageBytes } from './transport/zmq-link.js';
+import type { OutputGate } from './transport/output-gate.js';
 
 export type { EngineFamily } from './server/backend.js';
 
@@ -165,6 +166,11 @@ export interface GatewayOptions extends GroupOptions {
    * `startGateway` is one process and refuses more than 1 (RangeError).
    */
   workers?: number;
+  /**
+   * Every group's link waits on it before each output receive (src/transport/output-gate.ts): the router of
+   * `--workers N` pauses it while a front is far behind (src/fronts/cluster.ts). Default: none.
+   */
+  outputGate?: OutputGate;
 }
 
 /** One served engine group of a running gateway. */
@@ -481,6 +487,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         ...(opts.sendTimeoutMs !== undefined ? { sendTimeoutMs: opts.sendTimeoutMs } : {}),
         ...(opts.sendHighWaterMark !== undefined ? { sendHighWaterMark: opts.sendHighWaterMark } : {}),
         ...(opts.maxMessageBytes !== undefined ? { maxMessageBytes: opts.maxMessageBytes } : {}),
+        ...(opts.outputGate !== undefined ? { outputGate: opts.outputGate } : {}),
       });
       const engineLog = log.child({ component: 'engine-client' });
       let client: EngineClient | null = null;

@@ -10,6 +10,10 @@
  * for a handful of messages: a front is listening, /metrics (prom-client's cluster protocol: the primary asks every
  * front for its registry as JSON, adds its own, and merges them with `AggregatorRegistry.aggregate`), drain, close.
  *
+ * Flow control: one `OutputGate` over every engine link's output receive, paused by the router service while a
+ * front's outbox lane is far behind (outbox.ts; `model_gateway_router_output_pauses_total`,
+ * `model_gateway_router_output_paused_seconds_total`), so overload slows the engines instead of killing a slow front.
+ *
  * Lifecycle: a front that exits unasked is dropped by the router (its engine requests ABORTed, its permits returned)
  * and forked again after a backoff (`model_gateway_front_exits_total` counts exits). SIGTERM reaches the primary
  * (`shutdown`): every front stops taking API requests (503 `draining`), live requests run up to the grace, the rest
@@ -20,6 +24,7 @@ import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, rmSync } from 'node:fs';
 import { availableParallelism, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
+import { performance } from 'node:perf_hooks';
 import { AggregatorRegistry, Counter } from 'prom-client';
 import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
@@ -29,6 +34,9 @@ import { GatewayMetrics } from '../server/metrics.js';
 import type { RankStatsExport } from '../server/rank-stats.js';
 import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
+import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from '../engine-client/client.js';
+import { OutputGate } from '../transport/output-gate.js';
+import { MAX_PRESSURE_MS } from './outbox.js';
 import { RouterService } from './router-service.js';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
@@ -77,7 +85,9 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   const logger = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
   const log = logger.child({ component: 'router' });
   const edge = resolveEdgeOptions(opts.edge);
-  const gateway = await startGateway({ ...opts, logger, serveHttp: false, waitForRanks: false, workers: 1 });
+  // Flow control (docs/architecture.md section 6): the engines' output is not received while a front is far behind.
+  const outputGate = new OutputGate();
+  const gateway = await startGateway({ ...opts, logger, serveHttp: false, waitForRanks: false, workers: 1, outputGate });
   const store = new ResponsesStore(opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {});
   const frontExits = new Counter({
     name: 'model_gateway_front_exits_total',
@@ -85,6 +95,17 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     labelNames: ['reason'],
     registers: [gateway.metrics.registry],
   });
+  const outputPauses = new Counter({
+    name: 'model_gateway_router_output_pauses_total',
+    help: 'Times the router (--workers N) stopped receiving the engines\' output because a front\'s outbox held more than its high-water mark',
+    registers: [gateway.metrics.registry],
+  });
+  const outputPausedSeconds = new Counter({
+    name: 'model_gateway_router_output_paused_seconds_total',
+    help: 'Seconds the router (--workers N) spent not receiving the engines\' output (ended pauses) while a front caught up',
+    registers: [gateway.metrics.registry],
+  });
+  let pausedAt = 0;
   const slotOf = new Map<number, number>(); // cluster worker id → front slot (0..workers-1)
   let stopping = false;
   const service = new RouterService({
@@ -93,6 +114,17 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     maxConcurrentRequests: edge.maxConcurrentRequests,
     logger: log,
     onFrontStuck: (frontId) => cluster.workers?.[frontId]?.process.kill('SIGKILL'),
+    outputGate,
+    // A pause must end well before a rank holding requests looks stalled (no batch handled for the stall timeout).
+    maxPressureMs: Math.min(MAX_PRESSURE_MS, Math.max(1, Math.floor(Math.min(opts.rankStallTimeoutMs ?? DEFAULT_RANK_STALL_TIMEOUT_MS, opts.silenceTimeoutMs ?? DEFAULT_SILENCE_TIMEOUT_MS) / 3))),
+    onOutputPressure: (paused) => {
+      if (paused) {
+        outputPauses.inc();
+        pausedAt = performance.now();
+      } else {
+        outputPausedSeconds.inc((performance.now() - pausedAt) / 1000);
+      }
+    },
   });
   const address = channelPath();
   try {

@@ -12,6 +12,9 @@
  * `snapshotIntervalMs`, and on a front's refresh CALL; with several engine groups also at the end of every turn that
  * placed or finished a request, since the fronts choose a request's group from it).
  *
+ * Flow control (`outputGate`, outbox.ts): while a front's lane holds more than its high-water mark the engines'
+ * output is not received, so a front slower than the engines slows them instead of being killed.
+ *
  * A front that goes away (its socket closes, or `dropFront`, called by the cluster primary on the worker's exit) is
  * handled like its clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight
  * slot released) and its concurrency permits are returned.
@@ -26,7 +29,8 @@ import type { EngineFamily, GenerationBackend } from '../server/backend.js';
 import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
 import { ChannelDecodeError, Tag, decodeUp, toWireError, type GroupSnapshot, type UpRecord } from './channel-codec.js';
 import { FRONT_TOKEN_BYTES, FrameReader, HELLO_BYTES, MAX_FRONT_MESSAGE_BYTES, checkChannelPath, writeFrame } from './frames.js';
-import { FrontOutboxes, type FrontLane } from './outbox.js';
+import type { OutputGate } from '../transport/output-gate.js';
+import { FrontOutboxes, MAX_PRESSURE_MS, type FrontLane } from './outbox.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
 export interface ServedGroup {
@@ -62,6 +66,18 @@ export interface RouterServiceOptions {
   frontHelloTimeoutMs?: number;
   /** Largest front message read, bytes (default frames.ts `MAX_FRONT_MESSAGE_BYTES`); a longer frame closes the socket. */
   maxFrontMessageBytes?: number;
+  /**
+   * Flow control (outbox.ts `FrontOutboxes`): paused while some front's lane holds more than `pressureHighBytes`
+   * (default outbox.ts `PRESSURE_HIGH_BYTES`, 8 MiB) its socket has not taken, resumed once every such lane is back
+   * to `pressureLowBytes` (default 2 MiB) or gone, or after `maxPressureMs` (default outbox.ts `MAX_PRESSURE_MS`).
+   * The cluster gives the gate its engine links' output receive loops wait on. Default: none.
+   */
+  outputGate?: OutputGate;
+  pressureHighBytes?: number;
+  pressureLowBytes?: number;
+  maxPressureMs?: number;
+  /** Called at each pause (`true`) and resume (`false`) of `outputGate`, after it changed (for metrics). */
+  onOutputPressure?: (paused: boolean) => void;
 }
 
 const PENDING = Symbol('pending');
@@ -146,7 +162,19 @@ export class RouterService {
         this.log.warn({ frontId, err }, 'front not reading (send refused or failed): treating it as stuck');
         this.report(frontId);
       },
-      { stuckAfterMs: opts.sendTimeoutMs ?? 5000, maxQueuedBytes: opts.maxQueuedBytes },
+      {
+        stuckAfterMs: opts.sendTimeoutMs ?? 5000,
+        maxQueuedBytes: opts.maxQueuedBytes,
+        highWaterBytes: opts.pressureHighBytes,
+        lowWaterBytes: opts.pressureLowBytes,
+        maxPressureMs: opts.maxPressureMs,
+        ...(opts.outputGate !== undefined ? { onPressure: (paused: boolean) => this.onPressure(opts.outputGate!, paused) } : {}),
+        onPressureTimeout: (frontIds) =>
+          this.log.warn(
+            { frontIds, maxPressureMs: opts.maxPressureMs ?? MAX_PRESSURE_MS },
+            'fronts kept the engine output paused too long (they read too slowly): resuming; those lanes may grow to the hard bound',
+          ),
+      },
     );
     for (const [i, g] of opts.groups.entries()) {
       g.backend.on('joined', ((engine: { engineIndex: number | null }, rejoin: boolean) => {
@@ -157,6 +185,21 @@ export class RouterService {
       g.backend.on('rank', (() => this.queueSnapshot()) as never);
       g.backend.on('failed', (() => this.queueSnapshot()) as never);
     }
+  }
+
+  /** Flow control so far (outbox.ts): pauses of the engine output, ms paused (ended pauses), pauses timed out. */
+  get pressureStats(): Readonly<{ pauses: number; pausedMs: number; timeouts: number }> {
+    return this.outbox.pressureStats;
+  }
+
+  private onPressure(gate: OutputGate, paused: boolean): void {
+    if (paused) gate.pause();
+    else gate.resume();
+    if (this.log.isLevelEnabled('debug')) {
+      const lanes = [...this.sessions.values()].map((s) => [s.frontId, s.lane.queuedBytes]);
+      this.log.debug({ lanes }, paused ? 'a front lane is over its high-water mark: engine output receive paused' : 'front lanes drained: engine output receive resumed');
+    }
+    this.opts.onOutputPressure?.(paused);
   }
 
   /** Engine requests currently owned by fronts (placed or being placed). */
