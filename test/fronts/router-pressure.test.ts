@@ -9,29 +9,12 @@ import { test } from 'node:test';
 import { pino } from 'pino';
 import { RemoteBackend } from '../../src/fronts/remote-backend.js';
 import type { RouterServiceOptions } from '../../src/fronts/router-service.js';
-import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
-import { ResponsesStore } from '../../src/server/responses/store.js';
 import { OutputGate } from '../../src/transport/output-gate.js';
 import { FakeBackend } from '../server/fake-backend.js';
-import { openTwoFronts } from './two-fronts.js';
+import { openTwoFronts, streamedRequest, unhurriedOptions, until } from './two-fronts.js';
 
 const log = pino({ level: 'silent' });
 let nextId = 0;
-const req = (): GenerateRequest => ({
-  requestId: `cmpl-p-${nextId++}`,
-  promptTokenIds: [1, 2, 3],
-  sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 1_000_000 },
-  stream: true,
-  returnLogprob: false,
-});
-
-const until = async (cond: () => boolean, what: string): Promise<void> => {
-  const deadline = Date.now() + 10_000;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-};
 
 async function setUp(prefix: string) {
   const stuck: number[] = [];
@@ -39,12 +22,7 @@ async function setUp(prefix: string) {
   const gate = new OutputGate();
   const fake = new FakeBackend({ ranks: [0] });
   const options: RouterServiceOptions = {
-    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
-    store: new ResponsesStore(),
-    maxConcurrentRequests: 0,
-    logger: log,
-    snapshotIntervalMs: 600_000,
-    sendTimeoutMs: 600_000,
+    ...unhurriedOptions(fake, log),
     outputGate: gate,
     pressureHighBytes: 1024 * 1024,
     pressureLowBytes: 256 * 1024,
@@ -53,7 +31,7 @@ async function setUp(prefix: string) {
   };
   const two = await openTwoFronts(prefix, options, log);
   const placed = fake.nextSubmission();
-  const stream = await new RemoteBackend(two.b, 0).submit(req());
+  const stream = await new RemoteBackend(two.b, 0).submit(streamedRequest(`cmpl-p-${nextId++}`, 1_000_000));
   const sub = await placed;
   // Front 2 stops reading (and stays paused: its own slice logic would resume it).
   const down = (two.b as unknown as { sock: { pause(): unknown; resume: () => unknown; destroy(): void } }).sock;
@@ -81,7 +59,7 @@ test('a front that stops reading pauses the output gate past the high-water mark
       for await (const _ of t.stream) void _;
     })().catch(() => {});
     t.resumeReading();
-    await until(() => !t.gate.isPaused, 'the resume');
+    await until(() => !t.gate.isPaused, 'the resume', 10_000);
     assert.deepEqual(t.pressure, [true, false]);
     assert.deepEqual(t.stuck, []);
   } finally {
@@ -94,7 +72,7 @@ test('a front whose socket closes while it holds the gate paused releases it at 
   try {
     assert.equal(t.gate.isPaused, true);
     t.down.destroy(); // the front's end: the router sees its socket close and drops the lane
-    await until(() => !t.gate.isPaused, 'the resume after the close');
+    await until(() => !t.gate.isPaused, 'the resume after the close', 10_000);
     assert.deepEqual(t.pressure, [true, false]);
     assert.deepEqual(t.stuck, [2], 'the closed front is reported (the primary ends it)');
   } finally {

@@ -14,10 +14,10 @@ import { Tag, encodeUp } from '../../src/fronts/channel-codec.js';
 import { MAX_FRONT_MESSAGE_BYTES, helloFrame, writeFrame } from '../../src/fronts/frames.js';
 import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/remote-backend.js';
 import { RouterService, type RouterServiceOptions } from '../../src/fronts/router-service.js';
-import { DEFAULT_SAMPLING, type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
+import { type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';
-import { openTwoFronts, type TwoFronts } from './two-fronts.js';
+import { openTwoFronts, streamedRequest, unhurriedOptions, until, type TwoFronts } from './two-fronts.js';
 
 const log = pino({ level: 'silent' });
 let fronts: TwoFronts;
@@ -29,21 +29,7 @@ let b: FrontChannel;
 let nextId = 0;
 let address = '';
 
-const req = (): GenerateRequest => ({
-  requestId: `cmpl-${nextId++}`,
-  promptTokenIds: [1, 2, 3],
-  sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 8 },
-  stream: true,
-  returnLogprob: false,
-});
-
-const until = async (cond: () => boolean, what: string): Promise<void> => {
-  const deadline = Date.now() + 5000;
-  while (!cond()) {
-    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 5));
-  }
-};
+const req = (): GenerateRequest => streamedRequest(`cmpl-${nextId++}`, 8);
 
 before(async () => {
   backend = new FakeBackend({ ranks: [0, 1] });
@@ -331,16 +317,7 @@ test('a front that stops reading its frame socket is reported stuck once the rou
   // Stuck only by bytes (no send timeout in this test's time): a lane whose sends are refused grows past 1 MiB.
   const two = await openTwoFronts(
     'mgw-fronts-unread-',
-    {
-      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
-      store: new ResponsesStore(),
-      maxConcurrentRequests: 0,
-      logger: log,
-      snapshotIntervalMs: 600_000,
-      sendTimeoutMs: 600_000,
-      maxQueuedBytes: 1024 * 1024,
-      onFrontStuck: (id) => stuck.push(id),
-    },
+    { ...unhurriedOptions(fake, log), maxQueuedBytes: 1024 * 1024, onFrontStuck: (id) => stuck.push(id) },
     log,
   );
   try {

@@ -2,8 +2,11 @@
  * Test set-up shared by the router-service tests: a `RouterService` bound on a fresh socket path with two fronts'
  * channels connected to it (front ids 1 and 2). `close()` closes the channels, the service and the directory.
  */
+import assert from 'node:assert/strict';
 import type { Logger } from 'pino';
+import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { FrontChannel } from '../../src/fronts/remote-backend.js';
+import { ResponsesStore } from '../../src/server/responses/store.js';
 import { RouterService, type RouterServiceOptions } from '../../src/fronts/router-service.js';
 import { freshDir } from '../helpers/async.js';
 
@@ -35,5 +38,34 @@ export async function openTwoFronts(prefix: string, options: RouterServiceOption
       service.close();
       await dir.cleanup();
     },
+  };
+}
+
+/** A streamed request `requestId` of 3 prompt tokens and `maxNewTokens`. */
+export function streamedRequest(requestId: string, maxNewTokens: number): GenerateRequest {
+  return { requestId, promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING, maxNewTokens }, stream: true, returnLogprob: false };
+}
+
+/** Resolves once `cond()` holds (polled every 5 ms); fails the test naming `what` after `timeoutMs`. */
+export async function until(cond: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
+  const deadline = Date.now() + timeoutMs;
+  while (!cond()) {
+    if (Date.now() > deadline) assert.fail(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 5));
+  }
+}
+
+/**
+ * Router options over one fake group `backend` with no cap, no snapshot ticks and no refused-sends clock in a test's
+ * time (a lane ends only by its bytes), for the tests of a front that stops reading.
+ */
+export function unhurriedOptions(backend: unknown, logger: Logger): RouterServiceOptions {
+  return {
+    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: backend as never }],
+    store: new ResponsesStore(),
+    maxConcurrentRequests: 0,
+    logger,
+    snapshotIntervalMs: 600_000,
+    sendTimeoutMs: 600_000,
   };
 }

@@ -29,21 +29,25 @@ async function gatedLink(gate: OutputGate) {
   const dialer = await EngineDialer.connect({ handshakeAddress: endpoints.handshake, engineIndex: 0, readyResponse: readyFor(0), initTimeoutMs: 5000 });
   cleanups.push(() => dialer.close());
   await hangGuard(link.whenJoined(1), GUARD_MS, 'join');
-  return { link, dialer };
+  // Read outputs() into `got` from now on; `reading` settles when it ends.
+  const got: OutputMessage[] = [];
+  const reading = (async () => {
+    for await (const m of link.outputs()) got.push(m);
+  })();
+  const received = (n: number, what: string) =>
+    hangGuard((async () => { while (got.length < n) await sleep(5); })(), GUARD_MS, what);
+  // One message through, so the loop is parked in receive() (the gate is checked before the next one).
+  await dialer.sendOutput(Uint8Array.of(1));
+  await received(1, 'first message');
+  return { link, dialer, got, reading, received };
 }
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 test('a paused gate stops the output receive (messages wait in ZeroMQ); resume delivers them in order', async () => {
   const gate = new OutputGate();
-  const { link, dialer } = await gatedLink(gate);
-  const got: OutputMessage[] = [];
-  const reading = (async () => {
-    for await (const m of link.outputs()) got.push(m);
-  })();
-  await dialer.sendOutput(Uint8Array.of(1));
-  await hangGuard((async () => { while (got.length < 1) await sleep(5); })(), GUARD_MS, 'first message');
-  // The loop is parked in receive() now; pausing holds back the message after the one it is waiting for.
+  const { link, dialer, got, reading, received } = await gatedLink(gate);
+  // Pausing holds back the messages after the one the parked receive() is waiting for.
   gate.pause();
   for (let i = 2; i <= 5; i++) await dialer.sendOutput(Uint8Array.of(i));
   await sleep(200);
@@ -52,7 +56,7 @@ test('a paused gate stops the output receive (messages wait in ZeroMQ); resume d
   await sleep(200);
   assert.equal(got.length, before, 'nothing more while paused');
   gate.resume();
-  await hangGuard((async () => { while (got.length < 5) await sleep(5); })(), GUARD_MS, 'the held messages');
+  await received(5, 'the held messages');
   assert.deepEqual(got.map((m) => (m.kind === 'frames' ? m.frames[0]![0] : m.kind)), [1, 2, 3, 4, 5]);
   await link.close();
   await hangGuard(reading, GUARD_MS, 'outputs() end');
@@ -60,13 +64,7 @@ test('a paused gate stops the output receive (messages wait in ZeroMQ); resume d
 
 test('close() while the gate is paused ends outputs() and resolves (no hang)', async () => {
   const gate = new OutputGate();
-  const { link, dialer } = await gatedLink(gate);
-  const got: OutputMessage[] = [];
-  const reading = (async () => {
-    for await (const m of link.outputs()) got.push(m);
-  })();
-  await dialer.sendOutput(Uint8Array.of(1));
-  await hangGuard((async () => { while (got.length < 1) await sleep(5); })(), GUARD_MS, 'first message');
+  const { link, dialer, reading } = await gatedLink(gate);
   gate.pause();
   await dialer.sendOutput(Uint8Array.of(2)); // completes the receive in progress; the next one waits on the gate
   await dialer.sendOutput(Uint8Array.of(3));
