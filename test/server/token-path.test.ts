@@ -110,16 +110,30 @@ test('queuing a record does not read the response’s buffered length (its socke
   assert.deepEqual(writes.slice(1), ['data: 2\n\n'.repeat(7)], 'written at the bound');
 });
 
-/** A node:http server whose handler gets the SseWriter; counts the socket-level writes (`_write` / `_writev` calls). */
-async function sseServer(handler: (sse: SseWriter, socketWrites: () => number) => void): Promise<{ writes: number; head: string; body: string }> {
+/**
+ * A node:http server whose handler gets the SseWriter; counts the socket-level writes (`_write` / `_writev` calls).
+ * `nextWrite()` resolves right after the next socket write was made (a wait on the write itself, not on a timer).
+ */
+async function sseServer(
+  handler: (sse: SseWriter, socketWrites: () => number, nextWrite: () => Promise<void>) => void,
+): Promise<{ writes: number; head: string; body: string }> {
   let writes = 0;
+  let waiters: Array<() => void> = [];
+  const wrote = <T>(result: T): T => {
+    writes++;
+    const ready = waiters;
+    waiters = [];
+    for (const w of ready) w();
+    return result;
+  };
+  const nextWrite = () => new Promise<void>((r) => waiters.push(r));
   const server = createServer((req, res) => {
     const socket = res.socket as unknown as { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };
     const write = socket._write.bind(socket);
     const writev = socket._writev.bind(socket);
-    socket._write = (...a) => (writes++, write(...a));
-    socket._writev = (...a) => (writes++, writev(...a));
-    handler(new SseWriter(res), () => writes);
+    socket._write = (...a) => wrote(write(...a));
+    socket._writev = (...a) => wrote(writev(...a));
+    handler(new SseWriter(res), () => writes, nextWrite);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   try {
@@ -191,7 +205,7 @@ test('a held start sends nothing until release; then the headers, the opening an
   assert.match(r.body, /data: \{"role":"assistant"\}\n\n[^]*data: \{"content":"a"\}\n\n[^]*data: \[DONE\]\n\n/);
 });
 
-test('a stream that ends while held leaves in one write; a hold ends by itself after holdMs', async () => {
+test('a stream that ends while held leaves in one write; a hold ends by itself after holdMs', { timeout: 10_000 }, async () => {
   const whole = await sseServer((sse) => {
     sse.start({}, { holdMs: 60_000 });
     sse.sendRecord('data: {"role":"assistant"}\n\n');
@@ -203,16 +217,19 @@ test('a stream that ends while held leaves in one write; a hold ends by itself a
   assert.equal(whole.writes, 1, 'headers, records and [DONE] in the write of the end');
   assert.match(whole.body, /data: \{"role":"assistant"\}\n\ndata: \{"content":"a"\}\n\ndata: \[DONE\]\n\n/);
 
+  // The 5 ms check runs before the hold's 30 ms timer even after a stall (timers run in expiry order); the end waits
+  // for the hold's write itself, so only a hold that never ends by itself fails (by the test timeout).
   const seen: number[] = [];
-  const timed = await sseServer((sse, socketWrites) => {
+  const timed = await sseServer((sse, socketWrites, nextWrite) => {
     sse.start({}, { holdMs: 30 });
     sse.sendRecord('data: {"role":"assistant"}\n\n');
     setTimeout(() => seen.push(socketWrites()), 5);
-    setTimeout(() => {
+    void nextWrite().then(() => {
       seen.push(socketWrites());
       sse.done();
-    }, 200);
+    });
   });
   assert.deepEqual(seen, [0, 1], 'held at first, written once the hold ran out');
-  assert.match(timed.body, /data: \{"role":"assistant"\}/);
+  assert.equal(timed.writes, 2, 'the hold\'s write (headers + opening), then the end');
+  assert.match(timed.body, /data: \{"role":"assistant"\}\n\n[^]*data: \[DONE\]\n\n/);
 });
