@@ -110,17 +110,20 @@ test('queuing a record does not read the response’s buffered length (its socke
   assert.deepEqual(writes.slice(1), ['data: 2\n\n'.repeat(7)], 'written at the bound');
 });
 
+type Chunk = string | Uint8Array;
+
 /**
- * A node:http server whose handler gets the SseWriter; counts the socket-level writes (`_write` / `_writev` calls).
+ * A node:http server whose handler gets the SseWriter; counts the socket-level writes (`_write` / `_writev` calls)
+ * and keeps each one's bytes (`chunks`, as latin1 text of the raw bytes incl. the head and the chunked framing).
  * `nextWrite()` resolves right after the next socket write was made (a wait on the write itself, not on a timer).
  */
 async function sseServer(
   handler: (sse: SseWriter, socketWrites: () => number, nextWrite: () => Promise<void>) => void,
-): Promise<{ writes: number; head: string; body: string }> {
-  let writes = 0;
+): Promise<{ writes: number; chunks: string[]; head: string; body: string }> {
+  const chunks: string[] = [];
   let waiters: Array<() => void> = [];
-  const wrote = <T>(result: T): T => {
-    writes++;
+  const wrote = <T>(bytes: Chunk[], result: T): T => {
+    chunks.push(bytes.map((b) => Buffer.from(b).toString('latin1')).join(''));
     const ready = waiters;
     waiters = [];
     for (const w of ready) w();
@@ -128,12 +131,12 @@ async function sseServer(
   };
   const nextWrite = () => new Promise<void>((r) => waiters.push(r));
   const server = createServer((req, res) => {
-    const socket = res.socket as unknown as { _write: (...a: unknown[]) => unknown; _writev: (...a: unknown[]) => unknown };
+    const socket = res.socket as unknown as { _write: (c: Chunk, ...a: unknown[]) => unknown; _writev: (cs: { chunk: Chunk }[], ...a: unknown[]) => unknown };
     const write = socket._write.bind(socket);
     const writev = socket._writev.bind(socket);
-    socket._write = (...a) => wrote(write(...a));
-    socket._writev = (...a) => wrote(writev(...a));
-    handler(new SseWriter(res), () => writes, nextWrite);
+    socket._write = (c, ...a) => wrote([c], write(c, ...a));
+    socket._writev = (cs, ...a) => wrote(cs.map((c) => c.chunk), writev(cs, ...a));
+    handler(new SseWriter(res), () => chunks.length, nextWrite);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
   try {
@@ -147,7 +150,7 @@ async function sseServer(
       s.on('error', reject);
     });
     const at = raw.indexOf('\r\n\r\n');
-    return { writes, head: raw.slice(0, at), body: raw.slice(at + 4) };
+    return { writes: chunks.length, chunks, head: raw.slice(0, at), body: raw.slice(at + 4) };
   } finally {
     server.close();
   }
@@ -232,4 +235,24 @@ test('a stream that ends while held leaves in one write; a hold ends by itself a
   assert.deepEqual(seen, [0, 1], 'held at first, written once the hold ran out');
   assert.equal(timed.writes, 2, 'the hold\'s write (headers + opening), then the end');
   assert.match(timed.body, /data: \{"role":"assistant"\}\n\n[^]*data: \[DONE\]\n\n/);
+});
+
+test('probe() ends a long hold and writes at once: the headers and the `:` comment in one write; later records are not held', { timeout: 10_000 }, async () => {
+  const seen: number[] = [];
+  const r = await sseServer((sse, socketWrites) => {
+    sse.start({ 'x-request-id': 'r3' }, { holdMs: 60_000 });
+    sse.probe();
+    seen.push(socketWrites());
+    sse.sendRecord('data: 1\n\n');
+    // Queued after the flusher's setImmediate (the record's): runs once that turn's flush is done.
+    setImmediate(() => {
+      seen.push(socketWrites());
+      sse.done();
+    });
+  });
+  assert.deepEqual(seen, [1, 2], 'the probe written during its call; the next record at the end of its turn, not after the hold');
+  const [probe, record] = r.chunks as [string, string];
+  assert.match(probe, /^HTTP\/1\.1 200 OK\r\n[^]*x-request-id: r3\r\n[^]*\r\n\r\n[0-9a-f]+\r\n:\n\n\r\n$/, 'the headers and the comment');
+  assert.match(record, /^[0-9a-f]+\r\ndata: 1\n\n\r\n$/);
+  assert.equal(r.writes, 3, 'then the end');
 });
