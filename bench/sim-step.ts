@@ -5,6 +5,11 @@
  * replaced by a new one as soon as its terminal row is read. Prints the rank's CPU per token and per step (from
  * /proc), its tokens per step and rows per batch (its `--stats-dir` counters) over a measured window.
  *
+ * A diagnostic of one rank's cost, not a benchmark of ratios: one run, no repeats, nothing measured side by side, no
+ * spread, nothing written (the guide's benchmarks print ratios over repeats; use this one to see where a rank's time
+ * goes, with `--cpu-prof`). It fails (exit code 1) when the rank exits before the run stops it or does not write its
+ * counters within 5 s of a SIGUSR2; an ADD that fails to send is counted and printed, not left unhandled.
+ *
  * Usage: `npx tsx bench/sim-step.ts [--streams N (256)] [--max-tokens N (256)] [--window-ms N (5000)]
  * [--warmup-ms N (2000)] [--cpu-prof DIR] [--sim-arg ARG ...]` (`--cpu-prof` runs the rank under `node --cpu-prof`).
  */
@@ -49,12 +54,25 @@ const simArgs = [
 ];
 mkdirSync(statsDir);
 const child = spawn(process.execPath, [...nodeArgs, ...simEntryArgs(), ...simArgs], { stdio: ['ignore', 'inherit', 'inherit'] });
-// Never leave the rank behind, whatever fails below.
-process.on('exit', () => child.kill('SIGKILL'));
-await link.whenJoined(1);
+// Never leave the rank or the folder behind, whatever fails below.
+process.on('exit', () => {
+  child.kill('SIGKILL');
+  rmSync(dir, { recursive: true, force: true });
+});
+let stopping = false;
+/** Rejects when the rank exits before the run stops it (a crash, a kill); the waits on the rank race it. */
+const rankGone = new Promise<never>((_, reject) =>
+  child.once('exit', (code, signal) => {
+    if (!stopping) reject(new Error(`the sim rank exited (${signal ?? `code ${code}`}) before the run stopped it`));
+  }),
+);
+rankGone.catch(() => undefined); // observed through the races below
+await Promise.race([link.whenJoined(1), rankGone]);
 const identity = link.engines[0]!.identity;
 
 let next = 0;
+/** ADDs whose send failed (the link closed or refused it); the first failure is printed. */
+let sendFailures = 0;
 const submit = (): void => {
   const req: GenerateRequest = {
     requestId: `r-${(next++).toString(16).padStart(24, '0')}`,
@@ -63,7 +81,9 @@ const submit = (): void => {
     stream: true,
     returnLogprob: false,
   };
-  void link.send(identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(req));
+  link.send(identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(req)).catch((err: unknown) => {
+    if (sendFailures++ === 0) console.error(`sim-step: sending an ADD failed: ${String(err)}`);
+  });
 };
 for (let i = 0; i < streams; i++) submit();
 
@@ -76,11 +96,19 @@ const reading = (async () => {
   }
 })();
 
-async function counters(): Promise<Record<string, number>> {
+/**
+ * The rank's counters: SIGUSR2, then its `--stats-dir` file (written atomically, src/sim/main.ts `writeStatsFile`).
+ * Throws when the rank exits first (`rankGone`) or the file is not there after `timeoutMs` (ms).
+ */
+async function counters(timeoutMs = 5000): Promise<Record<string, number>> {
   const file = join(statsDir, 'rank-0.json');
   rmSync(file, { force: true });
-  child.kill('SIGUSR2');
-  while (!existsSync(file)) await sleep(5);
+  if (!child.kill('SIGUSR2')) throw new Error('the sim rank could not be signalled (it exited)');
+  const deadline = performance.now() + timeoutMs;
+  while (!existsSync(file)) {
+    if (performance.now() > deadline) throw new Error(`the sim rank wrote no counters to ${file} within ${timeoutMs} ms`);
+    await Promise.race([sleep(5), rankGone]);
+  }
   return JSON.parse(readFileSync(file, 'utf8')) as Record<string, number>;
 }
 
@@ -98,10 +126,15 @@ console.log(
   `${streams} streams, max_tokens ${maxTokens}: ${((d('tokensGenerated') / elapsed) * 1000).toFixed(0)} tokens/s, ` +
     `rank ${(cpu / d('tokensGenerated')).toFixed(2)} µs/token, ${(cpu / d('rounds')).toFixed(1)} µs/step, ` +
     `${(d('tokensGenerated') / d('rounds')).toFixed(1)} tokens/step, ${(d('stepRows') / d('steps')).toFixed(1)} rows/batch, ` +
-    `${((d('rounds') / elapsed) * 1000).toFixed(0)} steps/s, ${((cpu / elapsed / 1000) * 100).toFixed(0)}% of a core`,
+    `${((d('rounds') / elapsed) * 1000).toFixed(0)} steps/s, ${((cpu / elapsed / 1000) * 100).toFixed(0)}% of a core` +
+    (sendFailures > 0 ? `; ${sendFailures} ADD sends failed` : ''),
 );
-child.kill('SIGTERM');
-await new Promise((r) => child.once('exit', r));
+stopping = true;
+if (child.exitCode === null && child.signalCode === null) {
+  const exited = new Promise((r) => child.once('exit', r));
+  child.kill('SIGTERM');
+  await exited;
+}
 await link.close();
 await reading.catch(() => undefined);
 rmSync(dir, { recursive: true, force: true });
