@@ -22,11 +22,12 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, rmSync } from 'node:fs';
+import { createServer } from 'node:net';
 import { availableParallelism, tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AggregatorRegistry, Counter } from 'prom-client';
-import { startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
+import { DEFAULT_HOST, DEFAULT_PORT, startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
 import { waitForDrain } from '../lifecycle.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
@@ -80,11 +81,29 @@ export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emerge
  * options: the fronts are forked with the same command line (cluster's default: this script and its arguments), so
  * they parse the same options. Throws what `startGateway` throws, and when no front comes up.
  */
+/**
+ * Bind `host:port` and close it again, so a busy or forbidden port fails before anything is spawned. Port 0 (any free
+ * port) is not checked. Rejects with the listen error (`syscall` 'listen', `code` EADDRINUSE / EACCES /
+ * EADDRNOTAVAIL), which cli.ts turns into one line on stderr.
+ */
+async function assertPortFree(port: number, host: string): Promise<void> {
+  if (port === 0) return;
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject);
+    probe.listen({ port, host, exclusive: true }, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
+}
+
 export async function startClusterGateway(opts: GatewayOptions, workers: number): Promise<ClusterGateway> {
   if (!cluster.isPrimary) throw new Error('startClusterGateway runs in the cluster primary');
   const logger = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
   const log = logger.child({ component: 'router' });
   const edge = resolveEdgeOptions(opts.edge);
+  // The fronts bind the port later (through the primary, node:cluster's round-robin), after the ranks are spawned; a
+  // port that is taken must fail the start before that, with the one-process mode's one line (cli.ts).
+  await assertPortFree(opts.port ?? DEFAULT_PORT, opts.host ?? DEFAULT_HOST);
   // Flow control (docs/architecture.md section 6): the engines' output is not received while a front is far behind.
   const outputGate = new OutputGate();
   const gateway = await startGateway({ ...opts, logger, serveHttp: false, waitForRanks: false, workers: 1, outputGate });

@@ -83,12 +83,14 @@ test('a missing tokenizer folder or uncached Hugging Face model: one line naming
   assert.match(oneLine(hf.stderr), /Nobody\/NoSuchModel is neither a folder nor a Hugging Face model.*\/nonexistent\/hub\/models--Nobody--NoSuchModel\/refs\/main/);
 });
 
-test('an HTTP port already in use: one line, exit 1, no simulated rank left behind', { timeout: 55_000 }, async () => {
+for (const workers of ['1', '2']) {
+test(`an HTTP port already in use (--workers ${workers}): one line, exit 1, no simulated rank left behind`, { timeout: 55_000 }, async () => {
   const blocker: Server = createServer();
   await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
   const port = (blocker.address() as { port: number }).port;
   try {
-    const r = await cli(['serve', '--port', String(port), '--sim', '1', '--sim-arg=--time-scale=0', '--log-format', 'json']);
+    // --workers 2: the fronts bind the port only after the ranks are spawned, so the router checks it first.
+    const r = await cli(['serve', '--port', String(port), '--workers', workers, '--sim', '1', '--sim-arg=--time-scale=0', '--log-format', 'json']);
     assert.equal(r.code, 1);
     assert.equal(
       oneLine(r.stderr),
@@ -96,7 +98,9 @@ test('an HTTP port already in use: one line, exit 1, no simulated rank left behi
     );
     // HTTP binds before anything is spawned (serve at once), so a taken port fails the start with no rank started.
     assert.ok(!r.stdout.includes('"simulated ranks spawned"'), 'no simulated rank was spawned');
+    assert.ok(!r.stdout.includes('forking a new one'), 'no front was forked');
   } finally {
     await new Promise<void>((resolve) => blocker.close(() => resolve()));
   }
 });
+}
