@@ -177,6 +177,13 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   assert.deepEqual(joinedB, [[1, true]], 'broadcast, not only to one front');
 });
 
+/** Resolves once `front` has received `n` more snapshots: the router still serves it. */
+async function snapshotsStillReach(front: FrontChannel, n: number): Promise<void> {
+  let snapshots = 0;
+  front.on('snapshot', () => snapshots++);
+  await until(() => snapshots >= n, 'snapshots still reaching front 1');
+}
+
 /** Two fronts on a fresh service over one fake rank, snapshots every 20 ms, `extra` options on top. */
 function fastSnapshotFronts(prefix: string, extra: Partial<RouterServiceOptions> = {}): ReturnType<typeof openTwoFronts> {
   return openTwoFronts(
@@ -206,9 +213,7 @@ test('a front whose socket closed has its requests aborted at once and is report
     assert.deepEqual(stuck, [2]);
     assert.equal(sub.stream.isCancelled, true, 'its request is aborted at the engine');
     assert.equal(two.service.liveRequests, 0);
-    let snapshots = 0;
-    two.a.on('snapshot', () => snapshots++);
-    await until(() => snapshots >= 2, 'snapshots still reaching front 1');
+    await snapshotsStillReach(two.a, 2);
   } finally {
     await two.close();
   }
@@ -221,9 +226,7 @@ test('once the fronts are being closed (shutdown), a front whose frame socket cl
     two.service.closingFronts();
     (two.b as unknown as { sock: { destroy(): void } }).sock.destroy();
     // The snapshot timer keeps sending to both fronts: front 1 still gets them, front 2's fail quietly.
-    let snapshots = 0;
-    two.a.on('snapshot', () => snapshots++);
-    await until(() => snapshots >= 5, 'snapshots still reaching front 1');
+    await snapshotsStillReach(two.a, 5);
     assert.deepEqual(stuck, []);
   } finally {
     await two.close();
@@ -249,9 +252,7 @@ test('another process on the frame socket path cannot take a front: a bare id, a
       assert.equal(received, 0, `claim of ${claim.length} bytes: nothing reached the stranger`);
     }
     assert.equal(two.service.stats.decodeErrors, claims.length);
-    let snapshots = 0;
-    two.a.on('snapshot', () => snapshots++);
-    await until(() => snapshots >= 3, 'snapshots still reaching front 1');
+    await snapshotsStillReach(two.a, 3);
   } finally {
     await two.close();
   }
