@@ -38,9 +38,28 @@ export class OutputGate {
     return true;
   }
 
-  /** Resolves at once when open, else at the next `resume()`. */
-  wait(): Promise<void> {
-    if (!this.paused) return Promise.resolve();
-    return new Promise((resolve) => this.waiters.push(resolve));
+  /**
+   * Resolves at once when open, else at the next `resume()`, or when `signal` aborts (the waiter is then removed, so a
+   * closed link leaves nothing behind in a gate that stays paused).
+   */
+  wait(signal?: AbortSignal): Promise<void> {
+    if (!this.paused || signal?.aborted === true) return Promise.resolve();
+    return new Promise((resolve) => {
+      const onAbort = (): void => {
+        this.waiters = this.waiters.filter((w) => w !== waiter);
+        resolve();
+      };
+      const waiter = (): void => {
+        signal?.removeEventListener('abort', onAbort);
+        resolve();
+      };
+      this.waiters.push(waiter);
+      signal?.addEventListener('abort', onAbort, { once: true });
+    });
+  }
+
+  /** Waiters now (tests: a closed link's receive loop leaves none). */
+  get waiting(): number {
+    return this.waiters.length;
   }
 }

@@ -213,9 +213,8 @@ export class ZmqEngineLink implements EngineLink {
   private readonly messages = new MessageQueue<OutputMessage>(OUTPUT_QUEUE_CAPACITY);
   private outputsTaken = false;
   private readonly outputGate: OutputGate | null;
-  private resolveClosed: () => void = () => {};
-  /** Resolves at `close()` (ends a receive loop waiting on the output gate). */
-  private readonly closedSignal = new Promise<void>((resolve) => (this.resolveClosed = resolve));
+  /** Aborted at `close()` (ends a receive loop waiting on the output gate, removing its waiter). */
+  private readonly closing = new AbortController();
   private readonly background: Promise<void>[] = [];
   private socketFiles: BoundSocketFile[] = [];
   private listener: LinkListener | null = null;
@@ -400,7 +399,7 @@ export class ZmqEngineLink implements EngineLink {
     if (this.closePromise !== null) return this.closePromise;
     const wasBound = this.state === 'bound';
     this.state = 'closed';
-    this.resolveClosed();
+    this.closing.abort();
     this.messages.abort();
     this.handshakeService.stop();
     for (const job of this.sendQueues.drainAll()) job.reject(this.closedError('send'));
@@ -533,7 +532,7 @@ export class ZmqEngineLink implements EngineLink {
     while (!this.isClosed()) {
       await this.messages.waitForSpace();
       if (gate !== null && gate.isPaused) {
-        await Promise.race([gate.wait(), this.closedSignal]);
+        await gate.wait(this.closing.signal);
         sliceStart = performance.now();
         continue;
       }

@@ -62,14 +62,16 @@ test('a paused gate stops the output receive (messages wait in ZeroMQ); resume d
   await hangGuard(reading, GUARD_MS, 'outputs() end');
 });
 
-test('close() while the gate is paused ends outputs() and resolves (no hang)', async () => {
+test('close() while the gate is paused ends outputs(), resolves (no hang) and removes its waiter from the gate', async () => {
   const gate = new OutputGate();
   const { link, dialer, reading } = await gatedLink(gate);
   gate.pause();
   await dialer.sendOutput(Uint8Array.of(2)); // completes the receive in progress; the next one waits on the gate
   await dialer.sendOutput(Uint8Array.of(3));
   await sleep(100);
+  assert.equal(gate.waiting, 1, 'the receive loop waits on the gate');
   await hangGuard(link.close(), GUARD_MS, 'close() while paused');
   await hangGuard(reading, GUARD_MS, 'outputs() end while paused');
   assert.equal(gate.isPaused, true, 'the shared gate is not the link\'s to open');
+  assert.equal(gate.waiting, 0, 'a closed link leaves no waiter in the gate');
 });
