@@ -22,48 +22,16 @@ export const POLYMORPHIC_MAP_COUNT = 16;
  * Lets a property-access site stay polymorphic for up to {@link POLYMORPHIC_MAP_COUNT} receiver shapes, process-wide
  * (`--max-valid-polymorphic-map-count`; call once at process start, before requests are served).
  *
- * Why (issue 9, CPU per request): `@huggingface/jinja` 0.5.11 creates a `RuntimeValue` subclass instance for every
- * value a render touches, and its base class declares fields (`type = ...; value;`). The base class's field
- * initializer is one site shared by all 12 subclasses; past 4 shapes V8 (Node 20) marks it megamorphic, and a
- * megamorphic class-field definition goes through the runtime: ~0.8 µs per value instead of ~0.1 µs (measured on the
- * shared 2-core dev box). That was two thirds of a render: a one-message Qwen3 chat took 71 µs, 21–26 µs with the
- * flag (the output is the same: the flag only changes how V8 caches property lookups). No effect on results
- * anywhere; V8 reads the flag when a site changes state, so setting it at run time is enough.
+ * Why (issue 9, CPU per request): `@huggingface/jinja` creates a `RuntimeValue` subclass instance for every value a
+ * render touches, and its base class declares fields (`type = ...; value;`). The base class's field initializer is one
+ * site shared by all 12 subclasses; past 4 shapes V8 (Node 20) marks it megamorphic, and a megamorphic class-field
+ * definition goes through the runtime. With 0.5.11 that was two thirds of a render (a one-message Qwen3 chat: 71 µs,
+ * 21–26 µs with the flag); 0.5.13 builds far fewer values per render (4.9 µs, 4.5 with the flag; shared 2-core dev
+ * box). The output is the same: the flag only changes how V8 caches property lookups. V8 reads the flag when a site
+ * changes state, so setting it at run time is enough.
  */
 export function tuneV8ForChatTemplates(): void {
   setFlagsFromString(`--max-valid-polymorphic-map-count=${POLYMORPHIC_MAP_COUNT}`);
-}
-
-/** The part of `@huggingface/jinja`'s `Environment` that variable lookup walks (its scope chain). */
-interface Scope {
-  parent?: Scope;
-  variables: Map<string, unknown>;
-  lookupVariable(name: string): unknown;
-}
-
-const scopePrototype = Environment.prototype as unknown as Scope;
-/** The library's own lookup, kept for the equivalence test. */
-export const LIBRARY_LOOKUP_VARIABLE: (this: Scope, name: string) => unknown = scopePrototype.lookupVariable;
-
-/**
- * Variable lookup without an exception for an undefined name (issue 9, CPU per request). `@huggingface/jinja`
- * 0.5.11's `Environment.lookupVariable` calls `resolve`, which walks the scope chain and throws `Unknown variable`
- * when no scope declares the name; the lookup catches that and returns an `UndefinedValue`. Templates probe
- * undefined names all the time (`tools`, `enable_thinking is defined`): ~1–2 µs per probe even with stack capture
- * off. This walks the same chain and returns the same values: the value of the nearest scope that declares the name
- * (an `UndefinedValue` when that value is `undefined`), else an `UndefinedValue`. The library has no subclass of
- * `Environment` that changes `resolve`, so the result is the same for every scope. Process-wide; idempotent.
- */
-export function installNonThrowingLookup(): void {
-  if (scopePrototype.lookupVariable !== LIBRARY_LOOKUP_VARIABLE) return;
-  // The library does not export UndefinedValue; a lookup of a name no scope declares returns one.
-  const UndefinedValue = (LIBRARY_LOOKUP_VARIABLE.call(new Environment() as unknown as Scope, '\u0000') as object).constructor as new () => unknown;
-  scopePrototype.lookupVariable = function lookupVariable(this: Scope, name: string): unknown {
-    for (let scope: Scope | undefined = this; scope !== undefined; scope = scope.parent) {
-      if (scope.variables.has(name)) return scope.variables.get(name) ?? new UndefinedValue();
-    }
-    return new UndefinedValue();
-  };
 }
 
 /** The identifier `raise_exception` is renamed to inside parsed templates so our own function is the one called. */
@@ -128,7 +96,6 @@ class LazyTemplate {
         });
       }
       renameRaiseException(template.parsed, new Set());
-      installNonThrowingLookup();
       this.parsed = template;
     }
     return this.parsed;
@@ -281,11 +248,6 @@ export class ChatTemplateSet {
    */
   render(input: ChatTemplateRenderInput): string {
     const template = this.select(input.tools !== undefined && input.tools.length > 0);
-    // @huggingface/jinja resolves an undefined variable (`tools is defined`, `enable_thinking`, ...) by throwing and
-    // catching an Error per lookup; without stack capture that costs ~20 % less per render (issue 9: ~97 → ~80 µs
-    // for a one-message Qwen3 chat). Errors leaving the render carry their message, not a stack.
-    const stackTraceLimit = Error.stackTraceLimit;
-    Error.stackTraceLimit = 0;
     try {
       // What `Template.render` does, with the globals and special tokens in a parent scope made once (parentScope).
       const env = new Environment(parentScope(input.specialTokens));
@@ -303,8 +265,6 @@ export class ChatTemplateSet {
       throw new ChatTemplateError('render', `chat template rendering failed: ${(error as Error)?.message ?? String(error)}`, {
         cause: error,
       });
-    } finally {
-      Error.stackTraceLimit = stackTraceLimit;
     }
   }
 }

@@ -2,8 +2,8 @@ import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
-import { Environment, Template } from '@huggingface/jinja';
-import { ChatTemplateSet, installNonThrowingLookup, LIBRARY_LOOKUP_VARIABLE } from '../../src/tokenizer/chat-template.js';
+import { Template } from '@huggingface/jinja';
+import { ChatTemplateSet } from '../../src/tokenizer/chat-template.js';
 import { ChatTemplateError } from '../../src/tokenizer/errors.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import type { ChatMessage } from '../../src/tokenizer/tokenizer.js';
@@ -217,36 +217,6 @@ describe('template selection and errors (synthetic tokenizers)', () => {
     );
     assert.equal(tok.applyChatTemplate([{ role: 'user', content: 'ok' }]), 'ok');
     assert.throws(() => tok.applyChatTemplate([{ role: 'system', content: 'x' }]), isTemplateError('raised', /^bad system$/));
-  });
-});
-
-describe('non-throwing variable lookup (chat-template.ts installNonThrowingLookup)', () => {
-  test('a render installs it: the library lookup is replaced process-wide', async () => {
-    const tok = await qwen3();
-    tok.applyChatTemplate([{ role: 'user', content: 'Hi' }]);
-    assert.notEqual(Environment.prototype.lookupVariable, LIBRARY_LOOKUP_VARIABLE);
-  });
-
-  test('it returns what the library lookup returns for declared, undefined-valued and undeclared names', () => {
-    installNonThrowingLookup();
-    const root = new Environment();
-    root.set('outer', 'o');
-    root.set('shadowed', 1);
-    const child = new Environment(root);
-    child.set('shadowed', 2);
-    child.set('list', [1, 2]);
-    child.variables.set('declaredUndefined', undefined as never);
-    const grandchild = new Environment(child);
-    for (const scope of [root, child, grandchild]) {
-      for (const name of ['outer', 'shadowed', 'list', 'declaredUndefined', 'nowhere', 'namespace', 'true']) {
-        const ours = scope.lookupVariable(name);
-        const library = LIBRARY_LOOKUP_VARIABLE.call(scope as never, name) as typeof ours;
-        assert.equal(ours.type, library.type, name);
-        assert.deepEqual(ours.value, library.value, name);
-      }
-    }
-    // Not merely equal: the very value object the declaring scope holds.
-    assert.equal(grandchild.lookupVariable('shadowed'), child.variables.get('shadowed'));
   });
 });
 
