@@ -115,11 +115,19 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   private cachedTokens = 0;
   /** The error the sink ended with (`fail`), if it did. */
   private failedWith: Error | null = null;
-  /** The push-mode consumer (`listen`), or null while the stream is iterated (or not yet read). */
+  /** How the stream is consumed: iterated (or not read yet), `listen`, or `listenRows`. Set once. */
+  private mode: 'iterate' | 'listen' | 'rows' = 'iterate';
+  /**
+   * The push-mode consumer (`listen`); null before `listen` and again once it was handed its last item or the stream
+   * was cancelled. Why let go (issue 9, CPU per request): a finished stream can still be reachable from garbage the
+   * young-generation GC cannot see is dead (a stale slot of an old-space table, for one), and a listener it held
+   * kept the whole request (run, response, HTTP objects, ~10 KB) alive through every scavenge until the next full GC,
+   * so nearly all of it was promoted: scavenges took ~10 ms every ~60 ms at 4 000 requests/s.
+   */
   private listener: OutputListener | null = null;
   /** Outputs still queued for the listener are dropped (the client aborted the request). */
   private discardQueued = false;
-  /** The row-level consumer (`listenRows`), or null. */
+  /** The row-level consumer (`listenRows`); null before it and once it was handed its last row (as `listener`). */
   private rowSink: RowSink | null = null;
 
   /**
@@ -162,7 +170,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     this.completionTokens = row.completionTokens ?? this.completionTokens + row.newTokenIds.length;
     if (row.promptTokens !== null) this.promptTokens = row.promptTokens;
     if (row.cachedTokens !== null) this.cachedTokens = row.cachedTokens;
-    if (this.rowSink !== null) {
+    if (this.mode === 'rows') {
       // Row mode: handed now, in the dispatcher's step (no output object, no queue).
       if (row.finishReason !== null) this.markSinkDone();
       this.handRow(row, this.promptTokens, this.completionTokens, this.cachedTokens);
@@ -222,6 +230,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     this.head = 0;
     const waiters = this.waiters.splice(0);
     for (const w of waiters) w.resolve(DONE);
+    this.listener = null;
+    this.rowSink = null;
     if (!this.sinkDone) {
       this.markSinkDone();
       this.onAbandon();
@@ -234,6 +244,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    */
   listen(listener: OutputListener): void {
     const buffered = this.claimBuffered();
+    this.mode = 'listen';
     this.listener = listener;
     for (const item of buffered) {
       if (this.consumerDone) return;
@@ -247,6 +258,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    */
   listenRows(sink: RowSink): void {
     const buffered = this.claimBuffered();
+    this.mode = 'rows';
     this.rowSink = sink;
     for (const item of buffered) {
       if (this.consumerDone) return;
@@ -260,7 +272,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    * sink, or an iterator waiting on it); else empties the buffer and returns what it held (nothing once cancelled).
    */
   private claimBuffered(): Item[] {
-    if (this.listener !== null || this.rowSink !== null || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    if (this.mode !== 'iterate' || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
     const buffered = this.queue.slice(this.head);
     this.queue.length = 0;
     this.head = 0;
@@ -269,7 +281,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
 
   /** The stream is its own (single-consumer) iterator. */
   [Symbol.asyncIterator](): AsyncIterator<EngineOutput> {
-    if (this.listener !== null || this.rowSink !== null) throw new Error(`request ${this.requestId}: a listened stream cannot be iterated`);
+    if (this.mode !== 'iterate') throw new Error(`request ${this.requestId}: a listened stream cannot be iterated`);
     return this;
   }
 
@@ -312,12 +324,12 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
 
   private push(item: Item): void {
     if (this.consumerDone) return;
-    if (this.rowSink !== null) {
+    if (this.mode === 'rows') {
       // Row mode hands rows in `deliver`; what reaches here is the error that ends the stream.
       if (item instanceof Error) this.handRowError(item);
       return;
     }
-    if (this.listener !== null) {
+    if (this.mode === 'listen') {
       if (this.delivery !== null) this.delivery.push(this, item);
       else this.hand(item);
       return;
@@ -335,11 +347,18 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     this.queue.push(item);
   }
 
-  /** Give one item to the push-mode listener; a listener that throws broke its contract: warn, cancel. */
+  /**
+   * Give one item to the push-mode listener (nothing once it was let go); the last item (an Error or a terminal
+   * output) lets go of it. A listener that throws broke its contract: warn, cancel.
+   */
   private hand(item: Item): void {
+    const listener = this.listener;
+    if (listener === null) return;
+    const last = item instanceof Error || item.finishReason !== null;
+    if (last) this.listener = null;
     try {
-      if (item instanceof Error) this.listener!.error(item);
-      else this.listener!.output(item);
+      if (item instanceof Error) listener.error(item);
+      else listener.output(item);
     } catch (err) {
       process.emitWarning(`a RequestStream listener of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
       this.cancel();
@@ -348,17 +367,22 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
 
   /** Give one row to the row sink (nothing once the consumer is gone); a sink that throws: warn, cancel. */
   private handRow(row: EngineOutputBase, promptTokens: number, completionTokens: number, cachedTokens: number): void {
-    if (this.consumerDone) return;
+    const sink = this.rowSink;
+    if (this.consumerDone || sink === null) return;
+    if (row.finishReason !== null) this.rowSink = null;
     try {
-      this.rowSink!.row(row, promptTokens, completionTokens, cachedTokens);
+      sink.row(row, promptTokens, completionTokens, cachedTokens);
     } catch (err) {
       this.sinkThrew(err);
     }
   }
 
   private handRowError(error: Error): void {
+    const sink = this.rowSink;
+    if (sink === null) return;
+    this.rowSink = null;
     try {
-      this.rowSink!.error(error);
+      sink.error(error);
     } catch (err) {
       this.sinkThrew(err);
     }
