@@ -2,6 +2,7 @@
  * The request registry (dp-routing.md section 2): `closed` flag plus request id → live entry. Plain data; every
  * method is synchronous, so it is never held across an `await` (section 1).
  */
+import { IdTable } from '../collections/id-table.js';
 import { EngineClientError } from './errors.js';
 import type { RequestStreamImpl } from './request-stream.js';
 import type { ServiceSample } from './service-rates.js';
@@ -23,7 +24,8 @@ export interface RegistryEntry {
 
 /** Section 2's registry. Sizes are request counts. */
 export class RequestRegistry {
-  private readonly entries = new Map<string, RegistryEntry>();
+  /** An `IdTable`, not a `Map`: one entry per request comes and goes (collections/id-table.ts says why). */
+  private readonly entries = new IdTable<RegistryEntry>();
   private closedFlag = false;
 
   /** `not closed` (section 2 `is_alive`): a local flag, checking it sends nothing. */
@@ -79,13 +81,13 @@ export class RequestRegistry {
 
   /** Remove every entry without closing, returning them (a group-scope failure the group recovers from). */
   removeAll(): RegistryEntry[] {
-    const all = [...this.entries.values()];
+    const all = this.entries.values();
     this.entries.clear();
     return all;
   }
 
   /** The live entries recorded on DP rank `rank`, in registration order. */
   onRank(rank: number): RegistryEntry[] {
-    return [...this.entries.values()].filter((e) => e.engineIndex === rank);
+    return this.entries.values().filter((e) => e.engineIndex === rank);
   }
 }

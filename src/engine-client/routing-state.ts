@@ -12,6 +12,7 @@
  *   guard engages for that rank and the release clamp is suspended there, so the stored counts age out instead of
  *   being erased; it disengages once reports agree again.
  */
+import { IdSet } from '../collections/id-table.js';
 import type { EngineLoad } from '../protocols/types.js';
 import { queuedRequests } from './policy.js';
 import { ServiceRates } from './service-rates.js';
@@ -104,7 +105,8 @@ interface RankExtras {
  */
 export class RoutingState {
   private readonly loads = new Map<number, EngineLoad>();
-  private readonly inflight = new Map<number, Set<string>>();
+  /** Per rank an `IdSet`, not a `Set`: ids come and go per request (collections/id-table.ts says why). */
+  private readonly inflight = new Map<number, IdSet>();
   private readonly extras = new Map<number, RankExtras>();
   /**
    * The client's own per-rank service rates (service-rates.ts): fed by the client at dispatch and per batch; a
@@ -167,7 +169,7 @@ export class RoutingState {
   reserve(rank: number, id: string): void {
     let set = this.inflight.get(rank);
     if (!set) {
-      set = new Set();
+      set = new IdSet();
       this.inflight.set(rank, set);
     }
     set.add(id);

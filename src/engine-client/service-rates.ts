@@ -26,6 +26,7 @@
  * request's registry entry, so a batch's rows reach their sample through the entry the batch router already looked
  * up (`observeRow`) instead of one more map lookup of the request id per row.
  */
+import { IdTable } from '../collections/id-table.js';
 import type { EngineOutputRow } from '../protocols/types.js';
 
 /** Decay of the ITL sums per row sample: about the last 128 rows of the rank count. */
@@ -75,7 +76,8 @@ interface RankSums {
 
 /** The tracker of one engine client (see the module comment). */
 export class ServiceRates {
-  private readonly pending = new Map<string, ServiceSample>();
+  /** An `IdTable`, not a `Map`: one sample per request comes and goes (collections/id-table.ts says why). */
+  private readonly pending = new IdTable<ServiceSample>();
   private readonly ranks = new Map<number, RankSums>();
   /** Pooled prefill sums: Σ (TTFT − 1.5 ITL) ms and Σ uncached × ITL (ms·tokens / token). */
   private prefillMs = 0;

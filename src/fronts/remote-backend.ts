@@ -12,6 +12,7 @@
  *   (`prefetch` before the synchronous resolution of `previous_response_id` / `item_reference`), with writes sent on.
  * The routes cannot tell the difference; no routing state lives here.
  */
+import { IdTable } from '../collections/id-table.js';
 import { EventEmitter } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
@@ -79,9 +80,10 @@ export class FrontChannel extends EventEmitter<{
   /** The socket to the router (frames.ts); set by `connect`. */
   private sock!: Socket;
   private readonly outbox: UpOutbox;
-  private readonly submissions = new Map<number, Submission>();
-  private readonly calls = new Map<number, PendingCall>();
-  private readonly grants = new Map<number, (granted: boolean) => void>();
+  // `IdTable`s, not `Map`s: an entry per request comes and goes (collections/id-table.ts says why).
+  private readonly submissions = new IdTable<Submission>();
+  private readonly calls = new IdTable<PendingCall>();
+  private readonly grants = new IdTable<(granted: boolean) => void>();
   private nextHandle = 1;
   private nextCall = 1;
   private nextTicket = 1;

@@ -19,6 +19,7 @@
  * handled like its clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight
  * slot released) and its concurrency permits are returned.
  */
+import { IdSet, IdTable } from '../collections/id-table.js';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
@@ -100,10 +101,11 @@ interface FrontSession {
   readonly sock: Socket;
   /** Its outbox lane (records of this turn, messages the socket has not taken yet). */
   readonly lane: FrontLane;
-  readonly streams: Map<number, RequestStream | typeof PENDING>;
+  /** `IdTable`/`IdSet`s, not `Map`/`Set`s: an entry per request comes and goes (collections/id-table.ts says why). */
+  readonly streams: IdTable<RequestStream | typeof PENDING>;
   /** Handles aborted while their submit was still being placed. */
-  readonly abortedEarly: Set<number>;
-  readonly permits: Set<number>;
+  readonly abortedEarly: IdSet;
+  readonly permits: IdSet;
   dropped: boolean;
   /** Reported to `onFrontStuck` already (once is enough: the primary kills it). */
   reported: boolean;
@@ -316,7 +318,7 @@ export class RouterService {
   /** A new session for front `frontId` on `sock` (an earlier one of that id, its socket closed, is dropped first). */
   private open(frontId: number, sock: Socket): FrontSession {
     this.dropFront(frontId);
-    const session: FrontSession = { frontId, sock, lane: this.outbox.open(frontId), streams: new Map(), abortedEarly: new Set(), permits: new Set(), dropped: false, reported: false };
+    const session: FrontSession = { frontId, sock, lane: this.outbox.open(frontId), streams: new IdTable(), abortedEarly: new IdSet(), permits: new IdSet(), dropped: false, reported: false };
     this.sessions.set(frontId, session);
     this.outbox.push(frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
     return session;
@@ -386,7 +388,8 @@ export class RouterService {
     s.sock.destroy(); // nothing more is read from it either
     this.stats.frontsDropped++;
     let orphaned = 0;
-    for (const [handle, stream] of s.streams) {
+    for (const [key, stream] of s.streams.entries()) {
+      const handle = Number(key);
       orphaned++;
       if (stream === PENDING) s.abortedEarly.add(handle);
       else stream.cancel();

@@ -40,10 +40,20 @@ interface WatchedSocket {
   off(event: 'close' | 'end', listener: () => void): unknown;
 }
 
-/** What one socket's watchers want to hear: its close, and the peer's FIN. */
+/**
+ * What one socket's watchers want to hear: its close, and the peer's FIN. Arrays, not `Set`s: a keep-alive socket's
+ * sets would gain and lose a callback per request, and a long-lived `Set` with that churn keeps what it held alive
+ * through young-generation GCs (collections/id-table.ts says why); a socket has one or a few requests at a time.
+ */
 interface SocketWatchers {
-  close: Set<() => void>;
-  end: Set<() => void>;
+  close: Array<() => void>;
+  end: Array<() => void>;
+}
+
+/** Remove `cb` from `list` (its first occurrence) if it is there. */
+function removeFrom(list: Array<() => void>, cb: () => void): void {
+  const at = list.indexOf(cb);
+  if (at >= 0) list.splice(at, 1);
 }
 
 const watchers = new WeakMap<WatchedSocket, SocketWatchers>();
@@ -51,15 +61,15 @@ const watchers = new WeakMap<WatchedSocket, SocketWatchers>();
 function watchersOf(socket: WatchedSocket): SocketWatchers {
   let w = watchers.get(socket);
   if (w !== undefined) return w;
-  const created: SocketWatchers = { close: new Set(), end: new Set() };
+  const created: SocketWatchers = { close: [], end: [] };
   const onEnd = () => {
-    for (const cb of [...created.end]) cb();
+    for (const cb of created.end.slice()) cb();
   };
   const onClose = () => {
     socket.off('close', onClose);
     socket.off('end', onEnd);
     watchers.delete(socket);
-    for (const cb of [...created.close]) cb();
+    for (const cb of created.close.slice()) cb();
   };
   socket.on('close', onClose);
   socket.on('end', onEnd);
@@ -74,10 +84,8 @@ function watchersOf(socket: WatchedSocket): SocketWatchers {
  */
 export function onSocketClose(socket: WatchedSocket, onClose: () => void): () => void {
   const w = watchersOf(socket);
-  w.close.add(onClose);
-  return () => {
-    w.close.delete(onClose);
-  };
+  w.close.push(onClose);
+  return () => removeFrom(w.close, onClose);
 }
 
 /**
@@ -180,16 +188,16 @@ export function watchClientDisconnect(request: IncomingMessage, response: Server
     if (socket.destroyed === true) onClose();
     else {
       const w = watchersOf(socket);
-      w.close.add(onClose);
+      w.close.push(onClose);
       // Only real TCP sockets are probed (light-my-request's fake socket under `inject` has no peer).
       const probes = socket instanceof Socket;
       if (probes) {
-        w.end.add(startProbing);
+        w.end.push(startProbing);
         if (socket.readableEnded === true) startProbing();
       }
       detach = () => {
-        w.close.delete(onClose);
-        w.end.delete(startProbing);
+        removeFrom(w.close, onClose);
+        removeFrom(w.end, startProbing);
       };
     }
   }

@@ -53,6 +53,7 @@
  * `plan` / `commit` calls; the engine's `timeScale` only stretches the wall time between them (see `virtual-run.ts`).
  */
 
+import { IdTable } from '../collections/id-table.js';
 import { DEFAULT_BLOCK_TOKENS, ROOT_BLOCK_HASH, blockHashes, hashBlock } from '../protocols/block-hash.js';
 import { SimPrefixCache, type PrefixMatch } from './prefix-cache.js';
 
@@ -345,7 +346,8 @@ export class SimScheduler {
   private readonly eos: ReadonlySet<number>;
   private readonly waiting: Req[] = [];
   private readonly running: Req[] = [];
-  private readonly registered = new Map<string, Req>();
+  /** An `IdTable`, not a `Map`: one request comes and goes per request (collections/id-table.ts says why). */
+  private readonly registered = new IdTable<Req>();
   private readonly rejected: Req[] = [];
   private readonly pendingAborts = new Map<string, number>();
   private planned: Req[] | null = null;
