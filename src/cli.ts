@@ -38,7 +38,7 @@ import { DEFAULT_BALANCE_REL_THRESHOLD, REFERENCE_MAX_NUM_SEQS, SGLANG_BALANCE_A
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
-import { DEFAULT_WORKERS, MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
+import { MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
 import { isFrontProcess } from './fronts/control.js';
 import { runFront } from './fronts/front-process.js';
 import { packageVersion } from './server/app.js';
@@ -187,8 +187,8 @@ a key of --config FILE; precedence: flag > environment > file):
                            (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
   --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
   --workers N|auto         HTTP front processes sharing the port, with one router process owning the engines and
-                           the routing state (README "Several cores: --workers"; default ${DEFAULT_WORKERS}: one process;
-                           auto = cores − 1, at most ${MAX_AUTO_WORKERS})
+                           the routing state; 1 = one process (README "Several cores: --workers"; default auto:
+                           cores − 1, at most ${MAX_AUTO_WORKERS}, and 1 on a machine of 2 cores or fewer)
   --exit-with-parent       Stop at once (simulated ranks killed, socket files removed) when stdin closes, i.e. when
                            the process that spawned the gateway is gone (test harnesses, supervisors without
                            process groups); a flag only
@@ -723,8 +723,9 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     });
   }
   try {
-    gateway = (opts.workers ?? DEFAULT_WORKERS) > 1
-      ? await startClusterGateway(opts, opts.workers!)
+    const workers = opts.workers ?? autoWorkers();
+    gateway = workers > 1
+      ? await startClusterGateway({ ...opts, workers }, workers)
       : await startGateway({ ...opts, waitForRanks: false });
   } finally {
     if (gateway === null) {

@@ -43,12 +43,16 @@ import { RouterService } from './router-service.js';
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
 type MetricsJson = Awaited<ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>>;
 
-/** Default `--workers`: 1 (one process, no hops). See `autoWorkers` for `--workers auto`. */
-export const DEFAULT_WORKERS = 1;
 /** Most fronts `--workers auto` picks. */
 export const MAX_AUTO_WORKERS = 8;
 
-/** `--workers auto`: one front per core but one (left to the router and the engines' own processes), 1..8. */
+/**
+ * `--workers auto`, also the default (issue 9: derived from the core count): one front per core but one (left to the
+ * router and the engines' own processes), 1..8, so one process on a machine of 2 cores or fewer. Why one process
+ * there: on the 2-core development machine a second front gave 0.9–1.8× the tokens/s of one process (the engines and
+ * the clients share those cores) and costs ~1.5× the CPU per request (README "Throughput benchmark"). `cores` is
+ * `os.availableParallelism()` by default, which does not see a container's CPU quota: pass `--workers N` there.
+ */
 export function autoWorkers(cores = availableParallelism()): number {
   return Math.max(1, Math.min(MAX_AUTO_WORKERS, cores - 1));
 }

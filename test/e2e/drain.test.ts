@@ -24,7 +24,7 @@ import { waitUntil } from './spread-helpers.js';
 const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 const MODEL = 'sim';
 const WORKERS = testWorkers();
-const WORKER_ARGS = WORKERS > 1 ? ['--workers', String(WORKERS)] : [];
+const WORKER_ARGS = ['--workers', String(WORKERS)];
 
 /**
  * `model-gateway serve --sim 2` (or `groupArgs`) on a free port with `extra` flags; resolves once `/ready` answers

@@ -39,7 +39,7 @@ test('the compiled CLI prints its version', { timeout: 30_000 }, async () => {
 });
 
 test('node <build>/cli.js serve: compiled gateway and compiled simulated ranks serve a request', { timeout: 55_000 }, async () => {
-  const gw = spawn(process.execPath, [`${out}/cli.js`, 'serve', '--port', '0', '--sim', '2', '--log-format', 'json', '--sim-arg=--time-scale=0'], {
+  const gw = spawn(process.execPath, [`${out}/cli.js`, 'serve', '--workers', '1', '--port', '0', '--sim', '2', '--log-format', 'json', '--sim-arg=--time-scale=0'], {
     stdio: ['ignore', 'pipe', 'pipe'],
     env: Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MODEL_GATEWAY_'))),
   });

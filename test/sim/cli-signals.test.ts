@@ -20,7 +20,7 @@ const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
 async function startCliGateway() {
   const gw = spawn(
     process.execPath,
-    ['--import', 'tsx', cliPath, 'serve', '--port', '0', '--sim', '2', '--log-level', 'info', '--sim-arg=--log-level', '--sim-arg=silent'],
+    ['--import', 'tsx', cliPath, 'serve', '--workers', '1', '--port', '0', '--sim', '2', '--log-level', 'info', '--sim-arg=--log-level', '--sim-arg=silent'],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const messages: Array<Record<string, unknown>> = [];
