@@ -64,6 +64,12 @@ export interface ChoiceOutputOptions {
   callFinishReason?: 'tool_calls' | 'stop';
   /** false: only the first tool call is returned (`parallel_tool_calls: false`); later ones are dropped. */
   parallelToolCalls?: boolean;
+  /**
+   * false: the content and reasoning text are not kept (the result's `content` is '' and `reasoning` null), for a
+   * streamed response whose shape reads nothing of them (issue 9: a stream's text, kept token by token as a string of
+   * ~20 k pieces for ~256 tokens, lived as long as the stream and was promoted by the GC). Default true.
+   */
+  keepText?: boolean;
 }
 
 /** The accumulator of one choice. */
@@ -76,8 +82,11 @@ export class ChoiceOutput {
   /** True without a reasoning or tool-call parser: every token's text is content as it is (`appendContent` applies). */
   readonly plain: boolean;
 
+  private readonly keepText: boolean;
+
   constructor(private readonly opts: ChoiceOutputOptions) {
     this.plain = opts.reasoning === null && opts.tools === null;
+    this.keepText = opts.keepText !== false;
   }
 
   /** The finished choice (after its `finish` event), else null. */
@@ -113,8 +122,10 @@ export class ChoiceOutput {
     } else {
       delta.content = contentText;
     }
-    this.reasoning += delta.reasoning;
-    this.content += delta.content;
+    if (this.keepText) {
+      this.reasoning += delta.reasoning;
+      this.content += delta.content;
+    }
     if (final) {
       const calledFinish = this.calls.length > 0 && ev.finishReason !== 'length' ? (this.opts.callFinishReason ?? 'tool_calls') : null;
       this.done = {
@@ -138,7 +149,7 @@ export class ChoiceOutput {
    */
   appendContent(text: string): boolean {
     if (!this.plain || this.done !== null) return false;
-    this.content += text;
+    if (this.keepText) this.content += text;
     return true;
   }
 

@@ -79,6 +79,8 @@ export interface SseEvent {
  * start, for each choice delta and finish (`logprobs` already rendered, or null), after every choice finished
  * (`usage` summed over the choices, the prompt counted once), and instead of the rest when the generation fails.
  * `doneSentinel`: end with `data: [DONE]` (chat and completions; the Responses API has none).
+ * A streamed choice keeps no text (ChoiceOutputOptions `keepText`), so `result.content` is '' and `result.reasoning`
+ * null here: a shaper reads the finish reason and counts, and builds any text it needs from the deltas.
  */
 export interface StreamShaper {
   opening(): SseEvent[];
@@ -576,7 +578,7 @@ export async function serveGeneration(
         latency: trackers[i],
       }),
     }));
-    const outputs = perChoice(n, (i) => new ChoiceOutput(prepared.output?.(i) ?? { reasoning: null, tools: null }));
+    const outputs = perChoice(n, (i) => new ChoiceOutput({ ...(prepared.output?.(i) ?? { reasoning: null, tools: null }), keepText: !prepared.stream }));
     const tokenText: TokenText = (id) => ctx.tokenizer.decode([id], { skipSpecialTokens: false });
     const k = prepared.topLogprobs;
     const offsets = perChoice(n, () => ({ value: 0 }));

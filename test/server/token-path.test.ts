@@ -55,6 +55,22 @@ test('appendContent folds a plain choice’s text as push does, and refuses a ch
   assert.equal(withParser.appendContent('x'), false);
 });
 
+test('keepText false (a stream): the deltas are the same, the result keeps no text but the finish and counts', () => {
+  const kept = new ChoiceOutput({ reasoning: null, tools: null });
+  const dropped = new ChoiceOutput({ reasoning: null, tools: null, keepText: false });
+  for (const text of texts) {
+    assert.deepEqual(dropped.push({ type: 'delta', text, logprobs: [] }), kept.push({ type: 'delta', text, logprobs: [] }));
+    assert.equal(dropped.appendContent(text), true);
+    kept.appendContent(text);
+  }
+  const finish = { type: 'finish' as const, text: '!', finishReason: 'stop' as const, usage: makeUsage(3, 12), logprobs: [], cachedTokens: 0 };
+  assert.deepEqual(dropped.push(finish), kept.push(finish));
+  assert.equal(kept.result?.content, texts.map((t) => t + t).join('') + '!');
+  assert.equal(dropped.result?.content, '');
+  assert.equal(dropped.result?.reasoning, null);
+  assert.deepEqual({ ...dropped.result, content: kept.result?.content }, kept.result);
+});
+
 test('sendRecord queues the record as send would, coalesced into one write per turn', async () => {
   const writes: string[] = [];
   const res = {
