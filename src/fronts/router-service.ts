@@ -19,10 +19,10 @@
  * handled like its clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight
  * slot released) and its concurrency permits are returned.
  */
-import { IdSet, IdTable } from '../collections/id-table.js';
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
+import { IdSet, IdTable } from '../collections/id-table.js';
 import type { Logger } from 'pino';
 import type { RequestStream } from '../engine-client/request-stream.js';
 import type { EngineOutput, GenerateRequest } from '../protocols/types.js';
