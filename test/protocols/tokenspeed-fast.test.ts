@@ -164,6 +164,22 @@ test('request ids decoded again come from the rid cache: the same strings, and a
   assert.deepStrictEqual(changed.outputs.map((o) => o.requestId), b.rids);
 });
 
+test('rids the cache cannot hold or keys alike decode the same: over 64 bytes, empty, short, and many sharing their last 8 bytes', () => {
+  const b = sampleBatch(prng(12), 6);
+  const long = `chatcmpl-${'x'.repeat(80)}`;
+  b.rids = [long, '', 'ab', 'p-0000-same-tail', 'q-0000-same-tail', 'r-1111-same-tail'];
+  for (let round = 0; round < 3; round++) {
+    const got = decodeBatchFast(Uint8Array.from(encodeBatchTokenIDOutSlim(b)))!;
+    assert.deepStrictEqual(got.outputs.map((o) => o.requestId), b.rids);
+  }
+  // Many in-flight ids alike in the bytes the key reads (one set): each still decodes to its own string.
+  b.rids = Array.from({ length: 6 }, (_, i) => `id-${i}-the-same-tail`);
+  for (let round = 0; round < 2; round++) {
+    const got = decodeBatchFast(Uint8Array.from(encodeBatchTokenIDOutSlim(b)))!;
+    assert.deepStrictEqual(got.outputs.map((o) => o.requestId), b.rids);
+  }
+});
+
 test('RidCache: an entry answers only for its exact bytes; a set keeps its two most recently used ids', () => {
   const view = (s: string) => {
     const u = Buffer.from(s);
@@ -191,4 +207,11 @@ test('RidCache: an entry answers only for its exact bytes; a set keeps its two m
   assert.equal(c.get(3, b.v, 0, b.u.length), undefined);
   // Another set is untouched by all of it.
   assert.equal(c.get(4, a.v, 0, a.u.length), undefined);
+  // An id over one 64-byte slot is not remembered (it is decoded every time); one of exactly 64 bytes is.
+  const over = view('x'.repeat(65));
+  c.set(5, Uint8Array.from(over.u), 'x'.repeat(65));
+  assert.equal(c.get(5, over.v, 0, over.u.length), undefined);
+  const full = view('y'.repeat(64));
+  c.set(6, Uint8Array.from(full.u), 'y'.repeat(64));
+  assert.equal(c.get(6, full.v, 0, full.u.length), 'y'.repeat(64));
 });

@@ -30,67 +30,74 @@ interface Utf8Slicer {
   utf8Slice(start: number, end: number): string;
 }
 
-/** One remembered request id: its UTF-8 bytes (a copy, never a view of a frame) and its string. */
-interface RidEntry {
-  readonly bytes: DataView;
-  readonly str: string;
-}
+/** Longest request id the rid cache holds, in bytes (one slot); a longer one is decoded every time. */
+const RID_SLOT_BYTES = 64;
 
 /**
- * Request ids decoded recently, by a hash of their bytes (`Cursor.rid`): a rank names the same running requests in
+ * Request ids decoded recently, by a key of their bytes (`Cursor.rid`): a rank names the same running requests in
  * every batch, so nearly every row's rid was decoded one step before. A two-way set-associative table of `2 × sets`
- * entries (a fixed bound): the key picks a set, a hit moves its entry to the set's first way, a new entry goes into
- * the first way and the other way keeps the previous first (so each set keeps its two most recently used ids). An
- * entry answers only when its bytes equal the row's (a hash collision just decodes).
+ * entries (a fixed bound): the key picks a set; a hit makes its way the set's most recently used; a new entry replaces
+ * the other way (so each set keeps its two most recently used ids). An entry answers only when its bytes equal the
+ * row's (a key collision just decodes).
+ *
+ * Every entry's bytes live in one slab of fixed 64-byte slots, compared a 32-bit word at a time, beside a parallel
+ * array of strings: no object, view or buffer per entry, so a lookup touches one slot and one string (issue 9: per-row
+ * objects made the lookup the routing process's largest self time at 2000 streams).
  */
 export class RidCache {
-  private readonly ways: Array<RidEntry | null>;
+  private readonly slab: Uint8Array;
+  private readonly slabView: DataView;
+  /** Byte length of each way's id; 0 = empty (an empty rid is never cached). */
+  private readonly lengths: Uint8Array;
+  private readonly strs: string[];
+  /** Per set: the way (0/1) used most recently. */
+  private readonly recent: Uint8Array;
   private readonly mask: number;
 
   /** `sets`: a power of two. */
   constructor(sets: number) {
     this.mask = sets - 1;
-    this.ways = new Array<RidEntry | null>(2 * sets).fill(null);
+    this.slab = new Uint8Array(2 * sets * RID_SLOT_BYTES);
+    this.slabView = new DataView(this.slab.buffer);
+    this.lengths = new Uint8Array(2 * sets);
+    this.strs = new Array<string>(2 * sets).fill('');
+    this.recent = new Uint8Array(sets);
   }
 
   /** The string of the `n` bytes of `buf` at `start`, if remembered under `key`. */
   get(key: number, buf: DataView, start: number, n: number): string | undefined {
-    const i = (key & this.mask) << 1;
-    const ways = this.ways;
-    const a = ways[i]!;
-    if (a !== null && sameBytes(a.bytes, buf, start, n)) return a.str;
-    const b = ways[i + 1]!;
-    if (b === null || !sameBytes(b.bytes, buf, start, n)) return undefined;
-    ways[i] = b;
-    ways[i + 1] = a;
-    return b.str;
+    const set = key & this.mask;
+    const first = (set << 1) | this.recent[set]!;
+    if (this.lengths[first] === n && this.same(first, buf, start, n)) return this.strs[first];
+    const other = first ^ 1;
+    if (this.lengths[other] !== n || !this.same(other, buf, start, n)) return undefined;
+    this.recent[set] = other & 1;
+    return this.strs[other];
   }
 
-  /** Remember `str`, whose UTF-8 bytes are `bytes` (owned by the cache from now on), under `key`. */
+  /** Remember `str`, whose UTF-8 bytes are `bytes`, under `key` (ids over 64 bytes or empty are not remembered). */
   set(key: number, bytes: Uint8Array, str: string): void {
-    const i = (key & this.mask) << 1;
-    this.ways[i + 1] = this.ways[i]!;
-    this.ways[i] = { bytes: new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength), str };
+    const n = bytes.length;
+    if (n === 0 || n > RID_SLOT_BYTES) return;
+    const set = key & this.mask;
+    const way = (set << 1) | (this.recent[set]! ^ 1);
+    this.slab.set(bytes, way * RID_SLOT_BYTES);
+    this.lengths[way] = n;
+    this.strs[way] = str;
+    this.recent[set] = way & 1;
+  }
+
+  private same(way: number, buf: DataView, start: number, n: number): boolean {
+    const slab = this.slabView;
+    const base = way * RID_SLOT_BYTES;
+    let i = 0;
+    for (; i + 4 <= n; i += 4) if (slab.getInt32(base + i, true) !== buf.getInt32(start + i, true)) return false;
+    for (; i < n; i++) if (slab.getUint8(base + i) !== buf.getUint8(start + i)) return false;
+    return true;
   }
 }
 
-/** A copy of `buf[start, stop)` in a buffer of its own (a view would keep the whole frame alive). */
-function copyOf(buf: Uint8Array, start: number, stop: number): Uint8Array {
-  const out = new Uint8Array(stop - start);
-  out.set(buf.subarray(start, stop));
-  return out;
-}
-
-/** Whether `a` holds exactly the `n` bytes of `buf` at `start` (compared a 32-bit word at a time). */
-function sameBytes(a: DataView, buf: DataView, start: number, n: number): boolean {
-  if (a.byteLength !== n) return false;
-  let i = 0;
-  for (; i + 4 <= n; i += 4) if (a.getInt32(i) !== buf.getInt32(start + i)) return false;
-  for (; i < n; i++) if (a.getUint8(i) !== buf.getUint8(start + i)) return false;
-  return true;
-}
-
-/** Sets of the request-id cache: 16 384 entries, several times the requests a gateway has in flight. */
+/** Sets of the request-id cache: 16 384 entries (1 MiB of slots), several times the requests a gateway has in flight. */
 const RID_CACHE = new RidCache(8192);
 
 /** A cursor over one frame (fields, not module-level bindings: V8 keeps these in registers and inline caches). */
@@ -227,12 +234,18 @@ class Cursor {
     const buf = this.buf;
     const start = this.pos;
     const stop = start + n;
-    // FNV-1a over 32-bit words then the tail bytes, folded to a small integer key.
+    // The key: the length and the last 8 bytes (the random hex of every id the gateway mints, also of its n > 1
+    // sub-request ids `<id>-<i>`); FNV-1a over the bytes of a shorter id. Ids alike in those bytes only share a set.
     const view = this.view;
-    let h = 0x811c9dc5 ^ n;
-    let i = start;
-    for (; i + 4 <= stop; i += 4) h = Math.imul(h ^ view.getInt32(i), 0x01000193);
-    for (; i < stop; i++) h = Math.imul(h ^ buf[i]!, 0x01000193);
+    let h: number;
+    if (n >= 8) {
+      h = Math.imul(view.getInt32(stop - 8, true) ^ n, 0x9e3779b1);
+      h = Math.imul(h ^ (h >>> 15) ^ view.getInt32(stop - 4, true), 0x85ebca77);
+      h ^= h >>> 13;
+    } else {
+      h = 0x811c9dc5 ^ n;
+      for (let i = start; i < stop; i++) h = Math.imul(h ^ buf[i]!, 0x01000193);
+    }
     const key = h & 0x3fffffff;
     const hit = RID_CACHE.get(key, view, start, n);
     if (hit !== undefined) {
@@ -241,7 +254,7 @@ class Cursor {
     }
     this.pos = headerAt;
     const s = this.str();
-    RID_CACHE.set(key, copyOf(buf, start, stop), s);
+    RID_CACHE.set(key, buf.subarray(start, stop), s);
     return s;
   }
 
