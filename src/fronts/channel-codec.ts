@@ -21,6 +21,7 @@ import type { BackendRankState, BackendStatus } from '../server/backend.js';
 import { MsgpackReader } from '../wire/reader.js';
 import { WireEncodeError } from '../wire/errors.js';
 import { grownBuffer } from '../wire/writer.js';
+import type { MessageSlab } from './message-slab.js';
 
 /** Record type tags (the first element of every record). 1 was HELLO, now the socket's hello frame (frames.ts). */
 export const Tag = {
@@ -177,11 +178,18 @@ abstract class RecordList {
   protected pos = 5; // room for the list header, written by `finish`
   protected n = 0;
 
-  /** `capacity`: the initial buffer size in bytes. */
-  constructor(capacity: number) {
-    // Not zeroed, and small ones are slices of Node's shared pool: every byte sent is written first (`finish` sends
-    // only the bytes up to the end of the last record), and nothing is written after `finish`.
-    this.buf = Buffer.allocUnsafe(Math.max(64, capacity));
+  /**
+   * `capacity`: the initial buffer size in bytes; `slab`: where to carve it from (message-slab.ts; else Node's
+   * `allocUnsafe`), which gets back the unused tail at `finish`.
+   */
+  constructor(
+    capacity: number,
+    private readonly slab: MessageSlab | null = null,
+  ) {
+    // Not zeroed, and slices of a shared pool or slab: every byte sent is written first (`finish` sends only the
+    // bytes up to the end of the last record), and nothing is written after `finish`.
+    const size = Math.max(64, capacity);
+    this.buf = slab !== null ? slab.take(size) : Buffer.allocUnsafe(size);
     this.view = viewOf(this.buf);
   }
 
@@ -199,6 +207,7 @@ abstract class RecordList {
   finish(): Uint8Array {
     this.buf[0] = 0xdd;
     this.view.setUint32(1, this.n);
+    this.slab?.trim(this.buf, this.pos);
     return this.buf.subarray(0, this.pos);
   }
 
@@ -264,9 +273,9 @@ export function encodeUp(records: readonly UpRecord[]): Uint8Array {
  * it); logprobs are always float64 (so −0, NaN and ±∞ cross as they are).
  */
 export class DownMessage extends RecordList {
-  /** `capacity`: the initial buffer size in bytes (grows by doubling). */
-  constructor(capacity = 1024) {
-    super(capacity);
+  /** `capacity`: the initial buffer size in bytes (grows by doubling); `slab`: see `RecordList`. */
+  constructor(capacity = 1024, slab: MessageSlab | null = null) {
+    super(capacity, slab);
   }
 
   /**

@@ -9,14 +9,17 @@
 import { performance } from 'node:perf_hooks';
 import { DownMessage, UpMessage, type DownRecord, type UpRecord } from './channel-codec.js';
 import { MAX_FRONT_MESSAGE_BYTES } from './frames.js';
+import { MessageSlab } from './message-slab.js';
 
 /**
- * The initial capacity (bytes) of a lane's next message after one of `lastBytes`: half as much again, so a turn a
- * little busier than the last does not grow (copy) its buffer, at least 1 KiB and at most `maxBytes` (issue 9: the
- * growth copies were ~0.2 µs per streamed token in the router).
+ * The initial capacity (bytes) of a lane's next message after one of `lastBytes` when the last hint was `previous`:
+ * half as much again, so a turn a little busier than the last does not grow (copy) its buffer, and falling by at
+ * most a tenth per message, so a small message between two large ones (a turn with only a SUBMITTED, between two
+ * batches) does not make the next large one grow from 1 KiB again; at least 1 KiB and at most `maxBytes` (issue 9:
+ * the growth copies were ~0.1–0.2 µs per streamed token in the router).
  */
-function nextSizeHint(lastBytes: number, maxBytes: number): number {
-  return Math.min(maxBytes, Math.max(1024, Math.ceil(lastBytes * 1.5)));
+export function nextSizeHint(lastBytes: number, previous: number, maxBytes: number): number {
+  return Math.min(maxBytes, Math.max(1024, Math.ceil(lastBytes * 1.5), Math.floor(previous * 0.9)));
 }
 
 /**
@@ -70,7 +73,7 @@ export class UpOutbox {
     if (m === null || m.count === 0) return;
     this.open = null;
     const bytes = m.finish();
-    this.sizeHint = nextSizeHint(bytes.length, 256 * 1024);
+    this.sizeHint = nextSizeHint(bytes.length, this.sizeHint, 256 * 1024);
     this.sealed.push(bytes);
   }
 
@@ -127,8 +130,10 @@ export interface FrontLane {
   retryTimer: NodeJS.Timeout | null;
   /** Stuck (reported) or forgotten: nothing more is sent. */
   closed: boolean;
-  /** Capacity for the next message, bytes (the last message's size). */
+  /** Capacity for the next message, bytes (`nextSizeHint`). */
   sizeHint: number;
+  /** Where the lane's messages are carved from (one message is built at a time per lane). */
+  readonly slab: MessageSlab;
   /**
    * Flow control: `none`; `holding` (went over the high-water mark and is not yet back under the low one: the
    * pressure is on); `released` (held it for `maxPressureMs`; holds nothing until back under the low-water mark).
@@ -235,7 +240,7 @@ export class FrontOutboxes {
   /** The lane of front `key` (a new, empty one replaces any old lane of that key). */
   open(key: number): FrontLane {
     this.forget(key);
-    const lane: FrontLane = { key, message: null, dirty: false, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024, pressure: 'none' };
+    const lane: FrontLane = { key, message: null, dirty: false, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024, slab: new MessageSlab(), pressure: 'none' };
     this.lanes.set(key, lane);
     return lane;
   }
@@ -243,7 +248,7 @@ export class FrontOutboxes {
   /** This turn's message of `lane`, to append records to; it leaves at the end of the turn. */
   message(lane: FrontLane): DownMessage {
     let m = lane.message;
-    if (m === null) m = lane.message = new DownMessage(lane.sizeHint);
+    if (m === null) m = lane.message = new DownMessage(lane.sizeHint, lane.slab);
     if (!lane.dirty) {
       lane.dirty = true;
       this.dirty.push(lane);
@@ -354,7 +359,7 @@ export class FrontOutboxes {
     if (m === null) return;
     lane.message = null;
     const bytes = m.finish();
-    lane.sizeHint = nextSizeHint(bytes.length, MAX_MERGED_MESSAGE_BYTES);
+    lane.sizeHint = nextSizeHint(bytes.length, lane.sizeHint, MAX_MERGED_MESSAGE_BYTES);
     lane.queue.push(bytes);
     lane.queuedBytes += bytes.length;
     if (lane.queuedBytes > this.maxQueuedBytes) {
