@@ -25,10 +25,10 @@
  * name), `--no-floors`, `--seed N`, `--write` (bench/results/throughput.json + throughput.svg), `--profile` (one
  * run of the first `--scenarios` entry, default `stream-S`, under `node --cpu-prof`; prints where the gateway's time
  * goes, in % and µs per token or request; with `--write` also
- * bench/results/throughput-profile.json). Progress goes to stderr, the tables to stdout.
+ * bench/results/throughput-profile.json; `--profile-dir DIR` keeps the .cpuprofile files in DIR). Progress goes to stderr, the tables to stdout.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readdirSync, rmSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, readdirSync, rmSync } from 'node:fs';
 import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg, tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
@@ -75,6 +75,8 @@ interface Args {
   seed: number;
   write: boolean;
   profile: boolean;
+  /** `--profile-dir DIR`: keep the .cpuprofile files there (else they go to a temporary directory, removed). */
+  profileDir: string | null;
   runtime: GatewayRuntime;
 }
 
@@ -93,10 +95,11 @@ const USAGE = `npm run bench:throughput -- [options]
   --seed N            the load generator's seed
   --runtime dist|tsx  the compiled build (dist, default: what the container runs) or src/ through tsx
   --profile           one run of the first --scenarios entry under node --cpu-prof: where the gateway's time goes
+  --profile-dir DIR   with --profile: keep the .cpuprofile files in DIR (for Chrome DevTools or speedscope)
   --write             write bench/results/throughput.json and throughput.svg
   --help              this text`;
 
-const FLAGS = ['--quick', '--repeats', '--workers', '--streams', '--max-tokens', '--ranks', '--request-streams', '--warmup-ms', '--window-ms', '--paced-step-ms', '--scenarios', '--no-floors', '--seed', '--write', '--profile', '--runtime'];
+const FLAGS = ['--quick', '--repeats', '--workers', '--streams', '--max-tokens', '--ranks', '--request-streams', '--warmup-ms', '--window-ms', '--paced-step-ms', '--scenarios', '--no-floors', '--seed', '--write', '--profile', '--profile-dir', '--runtime'];
 
 function positiveInts(flag: string, value: string): number[] {
   const out = value.split(',').map(Number);
@@ -126,6 +129,7 @@ function parseArgs(argv: readonly string[]): Args {
     seed: 20260611,
     write: false,
     profile: false,
+    profileDir: null,
     runtime: 'dist',
   };
   for (let i = 0; i < argv.length; i++) {
@@ -149,6 +153,7 @@ function parseArgs(argv: readonly string[]): Args {
       case '--paced-step-ms': args.pacedStepMs = Number(value); break;
       case '--scenarios': args.scenarios = value.split(','); break;
       case '--seed': args.seed = one(); break;
+      case '--profile-dir': args.profileDir = value; break;
       case '--runtime':
         if (value !== 'dist' && value !== 'tsx') throw new RangeError(`--runtime must be dist or tsx, got '${value}'`);
         args.runtime = value;
@@ -355,7 +360,9 @@ const PROFILE_BUCKETS: ProfileBucket[] = [
 async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): Promise<void> {
   const spec = scenarioSpecs(args).find((s) => s.kind !== 'paced' && (args.scenarios !== null || s.stream));
   if (spec === undefined) throw new RangeError('--profile needs a saturated or per-request scenario');
-  const dir = mkdtempSync(join(tmpdir(), 'gw-bench-prof-'));
+  const dir = args.profileDir ?? mkdtempSync(join(tmpdir(), 'gw-bench-prof-'));
+  if (args.profileDir !== null) mkdirSync(dir, { recursive: true });
+  const earlier = new Set(readdirSync(dir));
   const window = { startUs: 0, endUs: 0 };
   const profArgs = { ...args, windowMs: Math.max(args.windowMs, args.quick ? 6000 : 15000) };
   const workers = args.workers[0] ?? 1;
@@ -368,7 +375,7 @@ async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): 
   } finally {
     await gw.stop();
   }
-  const files = readdirSync(dir).filter((f) => f.endsWith('.cpuprofile'));
+  const files = readdirSync(dir).filter((f) => f.endsWith('.cpuprofile') && !earlier.has(f));
   // node names a profile CPU.<date>.<time>.<pid>.<thread>.<seq>.cpuprofile
   const pidOf = (f: string) => Number(f.split('.')[3]);
   const rootFile = files.find((f) => pidOf(f) === routingPid);
@@ -399,7 +406,8 @@ async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): 
     console.log('### Self time by area (file, package, node internals, GC)\n' + markdownTable(head('area'), rows(summary.byArea)) + '\n');
     console.log('### Inclusive time of the per-token path (by function name; names can collide)\n' + markdownTable(head('function'), rows(summary.inclusive)) + '\n');
   }
-  rmSync(dir, { recursive: true, force: true });
+  if (args.profileDir === null) rmSync(dir, { recursive: true, force: true });
+  else progress(`profiles kept in ${dir}`);
   if (args.write) {
     await mkdir(RESULTS_DIR, { recursive: true });
     const only = workers > 1 ? { workers, profiles: written } : { [perRequest ? 'microsPerRequest' : 'microsPerToken']: (written[profiles[0]!.title] as { microsPerUnit: number }).microsPerUnit, summary: (written[profiles[0]!.title] as { summary: unknown }).summary };
