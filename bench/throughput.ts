@@ -7,8 +7,8 @@
  * load generator in a process of its own (raw `net` HTTP/1.1 keep-alive connections, closed-loop streams;
  * bench/throughput/load-generator.ts). CPU comes from /proc/<pid>/stat of every process of the gateway's tree,
  * split by role (gateway or routing + fronts; ranks counted apart; bench/throughput/proc.ts) over a measured window
- * after a warm-up; event-loop delay from `monitorEventLoopDelay` preloaded into the gateway
- * (bench/throughput/loop-probe.ts); the ranks' tokens per forward pass and rows per output batch from their counters
+ * after a warm-up; event-loop delay from a timer probe preloaded into every gateway process, the worst process
+ * reported (bench/throughput/loop-probe.ts, loop-probes.ts); the ranks' tokens per forward pass and rows per output batch from their counters
  * at the window's ends (SIGUSR2 with `--stats-dir`, src/sim/main.ts). Scenarios per `--workers` value: `stream-S` and `nonstream-S` for each
  * `--streams` S (max_tokens `--max-tokens`), `request-stream` / `request-nonstream` (max_tokens 1, CPU per request),
  * and `paced-stream-S` (ranks stepping every `--paced-step-ms`, so the gateway is not saturated: loop delay and ITL

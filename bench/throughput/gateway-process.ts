@@ -1,8 +1,9 @@
 /**
  * The measured gateway of bench:throughput as a real process: `node --import loop-probe.js .build-bench/cli.js
  * serve --sim R` (the compiled build; or `node --import tsx --import loop-probe.ts src/cli.ts`, ./build.ts) with simulated TokenSpeed ranks at `--time-scale 0` (as fast as the gateway takes their output),
- * one HTTP port, warn-level logs. Started with an IPC channel for the event-loop probe (./loop-probe.ts); its
- * process tree (./proc.ts) gives the CPU per role. `--workers N` is passed through when the CLI has it.
+ * one HTTP port, warn-level logs. Every process of it reports its event-loop delay on the benchmark's probe socket
+ * (./loop-probe.ts, ./loop-probes.ts); its process tree (./proc.ts) gives the CPU per role. `--workers N` is passed
+ * through when the CLI has it.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, readFileSync, readdirSync, rmSync } from 'node:fs';
@@ -13,6 +14,7 @@ import { USAGE } from '../../src/cli.js';
 import { SIM_USAGE } from '../../src/sim/main.js';
 import { freePort } from '../../test/helpers/net.js';
 import type { GatewayBuild } from './build.js';
+import { LoopProbes, type LoopDelay } from './loop-probes.js';
 import { cpuMicros, processTree, type TreeProcess } from './proc.js';
 
 
@@ -64,14 +66,7 @@ export interface GatewayProcessOptions {
   paceStepMs?: number;
 }
 
-/** Event-loop delay of the gateway process over a window, in ms (./loop-probe.ts). */
-export interface LoopDelay {
-  p50Ms: number;
-  p99Ms: number;
-  maxMs: number;
-  meanMs: number;
-  samples: number;
-}
+export type { LoopDelay };
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
@@ -86,6 +81,7 @@ export class GatewayProcess {
     readonly url: string,
     /** Where the ranks write their counters (`--stats-dir`), or null when this checkout's sim cannot. */
     private readonly statsDir: string | null,
+    private readonly probes: LoopProbes,
   ) {
     const keep = (chunk: Buffer) => {
       this.output.push(chunk.toString('utf8'));
@@ -121,11 +117,13 @@ export class GatewayProcess {
       ...(opts.workers > 1 ? ['--workers', String(opts.workers)] : []),
       '--sim', String(opts.ranks), ...simArgs.map((a) => `--sim-arg=${a}`),
     ];
+    const probes = new LoopProbes();
+    await probes.listen();
     const child = spawn(process.execPath, args, {
-      stdio: ['ignore', 'pipe', 'pipe', 'ipc'],
-      env: { ...process.env, BENCH_LOOP_PROBE: '1' },
+      stdio: ['ignore', 'pipe', 'pipe'],
+      env: { ...process.env, BENCH_LOOP_PROBE_SOCK: probes.socketPath },
     });
-    const gateway = new GatewayProcess(child, `http://127.0.0.1:${port}`, statsDir);
+    const gateway = new GatewayProcess(child, `http://127.0.0.1:${port}`, statsDir, probes);
     const deadline = performance.now() + 60_000;
     for (;;) {
       if (gateway.exited) {
@@ -154,32 +152,19 @@ export class GatewayProcess {
     return this.tree;
   }
 
-  /** Asks the loop probe to `reset` or `read`; rejects after 60 s without an answer (the loop may lag seconds). */
-  private probe(kind: 'reset' | 'read'): Promise<unknown> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.child.off('message', onMessage);
-        reject(new Error(`loop probe did not answer '${kind}'`));
-      }, 60_000);
-      const onMessage = (message: unknown) => {
-        if ((message as { probe?: unknown } | null)?.probe !== kind) return;
-        clearTimeout(timer);
-        this.child.off('message', onMessage);
-        resolve(message);
-      };
-      this.child.on('message', onMessage);
-      this.child.send({ probe: kind });
-    });
+  /** The pids of the gateway's own processes (not the ranks): the root, and the fronts with `--workers N`. */
+  private gatewayPids(): number[] {
+    return this.tree.filter((p) => p.role !== 'rank').map((p) => p.pid);
   }
 
-  /** Starts a fresh event-loop delay window. */
+  /** Starts a fresh event-loop delay window in every gateway process. */
   async resetLoopDelay(): Promise<void> {
-    await this.probe('reset');
+    await this.probes.reset(this.gatewayPids());
   }
 
-  /** The event-loop delay since the last reset. */
+  /** The event-loop delay since the last reset of the worst gateway process (./loop-probes.ts `read`). */
   async readLoopDelay(): Promise<LoopDelay> {
-    return (await this.probe('read')) as LoopDelay;
+    return this.probes.read(this.gatewayPids());
   }
 
   /**
@@ -239,6 +224,7 @@ export class GatewayProcess {
       await exited;
       clearTimeout(timer);
     }
+    this.probes.close();
     if (this.statsDir !== null) rmSync(this.statsDir, { recursive: true, force: true });
   }
 }
