@@ -36,6 +36,7 @@ import { registerTokenizeRoutes } from './routes/tokenize.js';
 import { registerResponsesRoutes } from './routes/responses.js';
 import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
 import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
+import { echoRequestId, replyBody } from './request-id.js';
 import type { RouteContext } from './serve-generation.js';
 import { registerUnknownFieldPolicy } from './unknown-fields.js';
 import { formatValidationErrors } from './validation.js';
@@ -168,10 +169,10 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const apiErr = frameworkApiError(error, bodyLimit);
       logErrorAnswer(request, apiErr, error);
-      // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here.
-      const id = request.headers['x-request-id'];
-      if (typeof id === 'string' && id !== '') reply.header('x-request-id', id);
-      void reply.code(apiErr.statusCode).send(apiErr.toBody());
+      // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here, and hand
+      // Node the body as the onSend hook would (request-id.ts).
+      echoRequestId(request, reply);
+      void reply.code(apiErr.statusCode).type('application/json; charset=utf-8').send(replyBody(reply, JSON.stringify(apiErr.toBody())));
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
   });
@@ -236,11 +237,11 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     if (apiErr.retryAfterSeconds !== null) reply.header('retry-after', String(apiErr.retryAfterSeconds));
     return reply.code(apiErr.statusCode).send(apiErr.toBody());
   });
-  // Echo the client's X-Request-Id on every answer (gateway.md 13); it is never used as the engine request id.
+  // Echo the client's X-Request-Id on every answer (gateway.md 13) as the bytes it sent; it is never used as the engine
+  // request id. A serialized body is a string: as bytes when the id needs it (request-id.ts).
   app.addHook('onSend', async (request, reply, payload) => {
-    const id = request.headers['x-request-id'];
-    if (typeof id === 'string' && id !== '' && !reply.hasHeader('x-request-id')) reply.header('x-request-id', id);
-    return payload;
+    echoRequestId(request, reply);
+    return typeof payload === 'string' ? replyBody(reply, payload) : payload;
   });
   app.setNotFoundHandler((request, reply) => {
     const allow = routeMethods.allowFor(request.url);
