@@ -3,7 +3,7 @@
  * failure (gateway.md sections 4.2, 8, 9, 11-15).
  */
 import { readFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { maxHeaderSize, type Server } from 'node:http';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -43,6 +43,14 @@ import { formatValidationErrors } from './validation.js';
 
 /** Default request-body limit: 8 MiB (a 128k-token prompt as token ids is about 1 MiB of JSON). */
 export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Longest path parameter (e.g. the id of GET /v1/responses/{id}), characters: Node's header limit (16 KiB unless
+ * `--max-http-header-size`), which counts the request line, so it already bounds every URL the server accepts (a
+ * longer one gets 431 before routing). fastify's default of 100 answered a longer unknown id with 414 instead of the
+ * route's 404; that bound guards regex parameters, which no route here has.
+ */
+export const MAX_PATH_PARAM_LENGTH = maxHeaderSize;
 
 /**
  * What the app needs. `groups` are the engine groups served (at least one, unique `worker` names; each group's
@@ -141,7 +149,8 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
  * GET /v1/gateway/ranks (routes/ranks.ts), GET /dashboard (routes/dashboard.ts); every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
- * gets 405 with an `Allow` header; an unknown path gets 404.
+ * gets 405 with an `Allow` header; an unknown path gets 404. A path parameter may be as long as any URL Node accepts
+ * (`MAX_PATH_PARAM_LENGTH`), so an unknown id gets its route's 404 whatever its length.
  *
  * The edge (issue #10): a request not received within `edge.requestTimeoutMs` gets 408 (Node's `requestTimeout`,
  * answered by the client-error handler); JSON bodies nest at most `MAX_JSON_DEPTH` levels (input-limits.ts); the
@@ -160,6 +169,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit,
+    routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
     requestTimeout: timeouts.requestTimeout,
     http: timeouts,
     // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
