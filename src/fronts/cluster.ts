@@ -36,6 +36,7 @@ import { createGatewayLogger } from '../gateway-logger.js';
 import { waitForDrain } from '../lifecycle.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
 import { GatewayMetrics } from '../server/metrics.js';
+import { dashboardUrl } from '../server/routes/dashboard.js';
 import type { RankStatsExport } from '../server/rank-stats.js';
 import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
@@ -260,7 +261,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
   try {
     const stoppedEarly = await Promise.race([started.then(() => false), interrupted, startFailed]);
     if (stoppedEarly) log.warn({ listening: serving.size, workers }, 'start interrupted: not waiting for the HTTP fronts still starting');
-    else log.info({ url, workers, channel: address }, `model-gateway listening on ${url} with ${workers} HTTP front processes and one router`);
+    else log.info({ url, workers, channel: address }, `model-gateway listening on ${url} with ${workers} HTTP front processes and one router; dashboard ${dashboardUrl(url)}`);
   } catch (err) {
     stopping = shuttingDown = true;
     for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
