@@ -650,7 +650,9 @@ const SIGNAL_REPEAT_MS = 500;
 /**
  * `serve`: start (serving at once: `waitForRanks: false`), then on SIGINT/SIGTERM/SIGHUP drain and close; a second
  * signal exits at once. A signal that arrives while the gateway is still starting is held until it started, then
- * acted on (so even a Ctrl-C during startup leaves no socket files behind). Resolves with the exit code.
+ * acted on (so even a Ctrl-C during startup leaves no socket files behind); with `--workers N` it also ends the wait
+ * for the HTTP fronts still starting (one that cannot start must not hold the exit). With `--workers N`, a front that
+ * cannot start (cluster.ts `failed`) shuts the gateway down too, with exit code 1. Resolves with the exit code.
  */
 async function serve(argv: string[], io: CliIo): Promise<number> {
   if (argv.includes('--version') || argv.includes('-V')) {
@@ -665,15 +667,18 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   ignoreStdioErrors();
   tuneV8ForChatTemplates();
   if (isFrontProcess()) return serveFront(opts);
-  let gateway: Pick<RunningGateway, 'shutdown' | 'emergencyStop'> | null = null;
+  let gateway: (Pick<RunningGateway, 'shutdown' | 'emergencyStop'> & { failed?: Promise<Error> }) | null = null;
   let resolveExit: (code: number) => void = () => {};
   const exit = new Promise<number>((r) => (resolveExit = r));
   let signals = 0;
   let firstSignalAt = 0;
   let firstSignal: NodeJS.Signals | null = null;
+  const startInterrupted = new AbortController();
+  // 1 once the gateway failed on its own: a signal during that shutdown does not make it a clean exit.
+  let stopCode = 0;
   const stop = (g: Pick<RunningGateway, 'shutdown'>) =>
     g.shutdown().then(
-      () => resolveExit(0),
+      () => resolveExit(stopCode),
       (err: unknown) => {
         process.stderr.write(`model-gateway: shutdown failed: ${err instanceof Error ? err.message : String(err)}\n`);
         resolveExit(1);
@@ -695,6 +700,7 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
       process.exit(1);
     }
     if (gateway !== null) void stop(gateway);
+    else startInterrupted.abort();
   };
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
@@ -725,7 +731,7 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   try {
     const workers = opts.workers ?? autoWorkers();
     gateway = workers > 1
-      ? await startClusterGateway({ ...opts, workers }, workers)
+      ? await startClusterGateway({ ...opts, workers }, workers, { signal: startInterrupted.signal })
       : await startGateway({ ...opts, waitForRanks: false });
   } finally {
     if (gateway === null) {
@@ -740,6 +746,12 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     process.stderr.write(`model-gateway: ${firstSignal} during startup: shutting down\n`);
     void stop(gateway);
   }
+  const running = gateway;
+  void running.failed?.then((err) => {
+    process.stderr.write(`model-gateway: ${err.message}: shutting down\n`);
+    stopCode = 1;
+    void stop(running);
+  });
   return exit;
 }
 

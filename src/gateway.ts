@@ -35,6 +35,7 @@ import type { ReasoningParserName, ToolCallParserName } from './server/parsers/i
 import { LISTEN_BACKLOG, resolveEdgeOptions, type HttpEdgeOptions } from './server/edge-options.js';
 import type { BackendGroup, EngineFamily } from './server/backend.js';
 import { GatewayMetrics } from './server/metrics.js';
+import { dashboardUrl } from './server/routes/dashboard.js';
 import { createGatewayLogger, type LogFormat } from './gateway-logger.js';
 import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from './sim/spawn.js';
 import { resolveTokenizerSpec } from './tokenizer/hf-cache.js';
@@ -572,10 +573,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       }
     }
     const slots = groups.reduce((sum, g) => sum + g.spec.dpSize, 0);
+    // A router of `--workers N` has no URL yet (its fronts listen later): their listening line names the dashboard.
     logger.info(
       { url, servedModelNames, dpPolicy: dpPolicyName, groups: groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, dpSize: g.spec.dpSize })) },
       `serving model '${modelId}' with ${slots} DP rank slot(s) in ${groups.length} engine group(s), DP policy '${dpPolicyName}': ranks join as they dial in, ` +
-        `/ready turns 200 once a group can serve; dashboard ${url}/dashboard`,
+        `/ready turns 200 once a group can serve${url === '' ? '' : `; dashboard ${dashboardUrl(url)}`}`,
     );
     if (opts.waitForRanks ?? true) {
       await Promise.all(

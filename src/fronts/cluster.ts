@@ -15,10 +15,14 @@
  * `model_gateway_router_output_paused_seconds_total`), so overload slows the engines instead of killing a slow front.
  *
  * Lifecycle: a front that exits unasked is dropped by the router (its engine requests ABORTed, its permits returned)
- * and forked again after a backoff (`model_gateway_front_exits_total` counts exits). SIGTERM reaches the primary
- * (`shutdown`): every front stops taking API requests (503 `draining`), live requests run up to the grace, the rest
- * end with an error, then the fronts close their servers and exit, and the engine groups close. Fronts ignore
- * SIGINT/SIGTERM/SIGHUP themselves (a signal to the process group reaches them too) and exit when the primary goes.
+ * and forked again after a backoff (`model_gateway_front_exits_total` counts exits), unless its slot's fronts exited
+ * `MAX_FAILED_STARTS` times in a row before listening: such a front cannot start (a broken install, a bad option), so
+ * forking it again would loop forever; the start fails, or a started gateway reports it (`failed`) and the CLI shuts
+ * down with exit code 1. SIGTERM reaches the primary (`shutdown`): no front is forked any more, every front stops
+ * taking API requests (503 `draining`), live requests run up to the grace, the rest end with an error, then the fronts
+ * close their servers and exit (one still starting is killed at once: it serves nothing and would not hear the
+ * close), and the engine groups close. Fronts ignore SIGINT/SIGTERM/SIGHUP themselves (a signal to the process group
+ * reaches them too) and exit when the primary goes.
  */
 import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, rmSync } from 'node:fs';
@@ -32,6 +36,7 @@ import { createGatewayLogger } from '../gateway-logger.js';
 import { waitForDrain } from '../lifecycle.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
 import { GatewayMetrics } from '../server/metrics.js';
+import { dashboardUrl } from '../server/routes/dashboard.js';
 import type { RankStatsExport } from '../server/rank-stats.js';
 import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
@@ -57,6 +62,12 @@ export function autoWorkers(cores = availableParallelism()): number {
   return Math.max(1, Math.min(MAX_AUTO_WORKERS, cores - 1));
 }
 
+/**
+ * Exits in a row of one front slot's processes before listening after which the router stops forking it: the front
+ * cannot start. A front that listened and then exited starts the count again (it is forked again however often).
+ */
+export const MAX_FAILED_STARTS = 3;
+
 /** Backoff before forking a front again after an unasked exit, ms: 100, 200, 400, … up to 5 000. */
 export function restartDelayMs(recentExits: number): number {
   return Math.min(5000, 100 * 2 ** Math.max(0, recentExits - 1));
@@ -75,16 +86,18 @@ function channelPath(): string {
 
 /** What the CLI holds of a running gateway. */
 export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emergencyStop'> & {
+  /** The fronts' base URL (`http://host:port`); '' when the start was stopped before any front listened. */
   url: string;
   /** The router's view of the fronts (for tests and diagnostics). */
   readonly service: RouterService;
+  /**
+   * Resolves with the error (already logged) when a front slot exited `MAX_FAILED_STARTS` times in a row before
+   * listening: it is not forked again, and the gateway should be shut down (the CLI does, with exit code 1). Never
+   * settles otherwise.
+   */
+  readonly failed: Promise<Error>;
 };
 
-/**
- * Start the router here and `workers` (≥ 2) fronts; resolves once every front listens. `opts` are the CLI's
- * options: the fronts are forked with the same command line (cluster's default: this script and its arguments), so
- * they parse the same options. Throws what `startGateway` throws, and when no front comes up.
- */
 /**
  * Bind `host:port` and close it again, so a busy or forbidden port fails before anything is spawned. Port 0 (any free
  * port) is not checked. Rejects with the listen error (`syscall` 'listen', `code` EADDRINUSE / EACCES /
@@ -100,7 +113,14 @@ async function assertPortFree(port: number, host: string): Promise<void> {
   await new Promise<void>((resolve) => probe.close(() => resolve()));
 }
 
-export async function startClusterGateway(opts: GatewayOptions, workers: number): Promise<ClusterGateway> {
+/**
+ * Start the router here and `workers` (≥ 2) fronts; resolves once every front listens, or, once `startOpts.signal`
+ * aborts (a SIGTERM during the start), with the fronts up so far (the caller then shuts the gateway down: the fronts
+ * still starting are killed). `opts` are the CLI's options: the fronts are forked with the same command line
+ * (cluster's default: this script and its arguments), so they parse the same options. Throws what `startGateway`
+ * throws, and when a front slot exits `MAX_FAILED_STARTS` times in a row before listening.
+ */
+export async function startClusterGateway(opts: GatewayOptions, workers: number, startOpts: { signal?: AbortSignal } = {}): Promise<ClusterGateway> {
   if (!cluster.isPrimary) throw new Error('startClusterGateway runs in the cluster primary');
   const logger = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
   const log = logger.child({ component: 'router' });
@@ -130,7 +150,10 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   });
   let pausedAt = 0;
   const slotOf = new Map<number, number>(); // cluster worker id → front slot (0..workers-1)
+  // Closing: front exits are expected (not counted). Shutting down (from the drain on): no front is forked again, as
+  // a new one would not hear the drain.
   let stopping = false;
+  let shuttingDown = false;
   const service = new RouterService({
     groups: gateway.groups.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client })),
     store,
@@ -163,10 +186,13 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   const serving = new Set<Worker>();
   let allListening: () => void = () => {};
   const started = new Promise<void>((r) => (allListening = r));
-  let failStart: (err: Error) => void = () => {};
-  const startFailed = new Promise<never>((_, reject) => (failStart = reject));
-  startFailed.catch(() => {});
+  let giveUp: (err: Error) => void = () => {};
+  const failed = new Promise<Error>((r) => (giveUp = r));
+  const startFailed = failed.then((err) => Promise.reject(err));
+  startFailed.catch(() => {}); // settles after the start too: only the start's race reads it
   const exitsBySlot = new Map<number, number[]>();
+  // Per slot: its processes that exited in a row before listening (reset when one listens).
+  const failedStarts = new Map<number, number>();
 
   const fork = (slot: number): Worker => {
     const w = cluster.fork({ [FRONT_CHANNEL_ENV]: address, [FRONT_TOKEN_ENV]: service.frontToken.toString('hex'), MGW_FRONT_SLOT: String(slot) });
@@ -179,7 +205,9 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
     if (m?.type === 'mgw:listening') {
       url = m.url;
       serving.add(w);
-      listening.add(slotOf.get(w.id) ?? -1);
+      const slot = slotOf.get(w.id) ?? -1;
+      listening.add(slot);
+      failedStarts.delete(slot);
       if (listening.size >= workers) allListening();
     } else if (m?.type === 'mgw:rank-stats') {
       w.send({ type: 'mgw:rank-stats-res', id: m.id, parts: await clusterRankStats([...serving]) } satisfies ControlMessage);
@@ -194,48 +222,67 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
   };
 
   cluster.on('exit', (w, code, signal) => {
-    serving.delete(w);
+    const wasServing = serving.delete(w);
     service.dropFront(w.id);
     const slot = slotOf.get(w.id);
     slotOf.delete(w.id);
     if (stopping || slot === undefined) return;
-    frontExits.inc({ reason: signal ?? `code ${code}` });
+    const reason = signal ?? `code ${code}`;
+    frontExits.inc({ reason });
+    if (shuttingDown) {
+      log.warn({ front: slot, pid: w.process.pid, code, signal }, 'HTTP front exited while the gateway shuts down: its requests were aborted at the engines; not forking a new one');
+      return;
+    }
+    const inARow = wasServing ? 0 : (failedStarts.get(slot) ?? 0) + 1;
+    failedStarts.set(slot, inARow);
+    if (inARow >= MAX_FAILED_STARTS) {
+      const err = new Error(`HTTP front ${slot} exited ${inARow} times in a row before listening (last: ${reason}); not forking it again`);
+      log.error({ front: slot, pid: w.process.pid, code, signal }, err.message);
+      giveUp(err);
+      return;
+    }
     const now = Date.now();
     const recent = (exitsBySlot.get(slot) ?? []).filter((t) => now - t < 30_000);
     recent.push(now);
     exitsBySlot.set(slot, recent);
-    if (!listening.has(slot) && recent.length >= 3) {
-      failStart(new Error(`HTTP front ${slot} exited ${recent.length} times before listening (last: ${signal ?? `code ${code}`})`));
-      return;
-    }
     const delay = restartDelayMs(recent.length);
-    log.warn({ front: slot, pid: w.process.pid, code, signal, restartInMs: delay }, 'HTTP front exited: its requests were aborted at the engines; forking a new one');
+    log.warn({ front: slot, pid: w.process.pid, code, signal, restartInMs: delay, failedStarts: inARow }, 'HTTP front exited: its requests were aborted at the engines; forking a new one');
     setTimeout(() => {
-      if (!stopping) fork(slot);
+      if (!shuttingDown) fork(slot);
     }, delay).unref();
   });
 
   for (let slot = 0; slot < workers; slot++) fork(slot);
+  // A SIGTERM during the start stops the wait: a front that cannot start must not hold the gateway's exit.
+  const interrupted = new Promise<boolean>((resolveInterrupt) => {
+    if (startOpts.signal?.aborted === true) resolveInterrupt(true);
+    startOpts.signal?.addEventListener('abort', () => resolveInterrupt(true), { once: true });
+  });
   try {
-    await Promise.race([started, startFailed]);
+    const stoppedEarly = await Promise.race([started.then(() => false), interrupted, startFailed]);
+    if (stoppedEarly) log.warn({ listening: serving.size, workers }, 'start interrupted: not waiting for the HTTP fronts still starting');
+    else log.info({ url, workers, channel: address }, `model-gateway listening on ${url} with ${workers} HTTP front processes and one router; dashboard ${dashboardUrl(url)}`);
   } catch (err) {
-    stopping = true;
+    stopping = shuttingDown = true;
     for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
     service.close();
     await gateway.close();
     throw err;
   }
-  log.info({ url, workers, channel: address }, `model-gateway listening on ${url} with ${workers} HTTP front processes and one router`);
 
   const broadcast = (m: ControlMessage) => {
     for (const w of Object.values(cluster.workers ?? {})) if (w?.isConnected()) w.send(m);
   };
   const stopFronts = async (): Promise<void> => {
-    stopping = true;
+    stopping = shuttingDown = true;
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
     const exited = Promise.all(alive.map((w) => new Promise<void>((r) => (w.isDead() ? r() : w.once('exit', () => r())))));
     service.closingFronts();
     broadcast({ type: 'mgw:close' });
+    // A front still starting holds no request and hears `mgw:close` only once it listens: do not wait for the timer.
+    const starting = alive.filter((w) => !serving.has(w));
+    if (starting.length > 0) log.info({ pids: starting.map((w) => w.process.pid) }, 'HTTP fronts still starting killed at once: they hold no request');
+    for (const w of starting) w.process.kill('SIGKILL');
     const timer = setTimeout(() => {
       for (const w of alive) if (!w.isDead()) w.process.kill('SIGKILL');
     }, 5000);
@@ -257,10 +304,11 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number)
       return url;
     },
     service,
+    failed,
     close,
     async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
       if (draining || closing !== null) return close();
-      draining = true;
+      draining = shuttingDown = true;
       const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? 30_000;
       broadcast({ type: 'mgw:drain' });
       const live = () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0);

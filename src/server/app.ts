@@ -3,7 +3,7 @@
  * failure (gateway.md sections 4.2, 8, 9, 11-15).
  */
 import { readFileSync } from 'node:fs';
-import type { Server } from 'node:http';
+import { maxHeaderSize, type Server } from 'node:http';
 import Fastify, {
   LogController,
   type FastifyBaseLogger,
@@ -36,12 +36,21 @@ import { registerTokenizeRoutes } from './routes/tokenize.js';
 import { registerResponsesRoutes } from './routes/responses.js';
 import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
 import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
+import { echoRequestId, replyBody } from './request-id.js';
 import type { RouteContext } from './serve-generation.js';
 import { registerUnknownFieldPolicy } from './unknown-fields.js';
 import { formatValidationErrors } from './validation.js';
 
 /** Default request-body limit: 8 MiB (a 128k-token prompt as token ids is about 1 MiB of JSON). */
 export const DEFAULT_BODY_LIMIT_BYTES = 8 * 1024 * 1024;
+
+/**
+ * Longest path parameter (e.g. the id of GET /v1/responses/{id}), characters: Node's header limit (16 KiB unless
+ * `--max-http-header-size`), which counts the request line, so it already bounds every URL the server accepts (a
+ * longer one gets 431 before routing). fastify's default of 100 answered a longer unknown id with 414 instead of the
+ * route's 404; that bound guards regex parameters, which no route here has.
+ */
+export const MAX_PATH_PARAM_LENGTH = maxHeaderSize;
 
 /**
  * What the app needs. `groups` are the engine groups served (at least one, unique `worker` names; each group's
@@ -140,7 +149,8 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
  * GET /v1/gateway/ranks (routes/ranks.ts), GET /dashboard (routes/dashboard.ts); every error is an OpenAI-style body `{error: {message, type, param, code}}`, also the
  * ones raised before routing (an undecodable URL via fastify's `frameworkErrors`; oversized headers, timeouts and
  * malformed requests via its `clientErrorHandler`, see framework-errors.ts). A known path asked with another method
- * gets 405 with an `Allow` header; an unknown path gets 404.
+ * gets 405 with an `Allow` header; an unknown path gets 404. A path parameter may be as long as any URL Node accepts
+ * (`MAX_PATH_PARAM_LENGTH`), so an unknown id gets its route's 404 whatever its length.
  *
  * The edge (issue #10): a request not received within `edge.requestTimeoutMs` gets 408 (Node's `requestTimeout`,
  * answered by the client-error handler); JSON bodies nest at most `MAX_JSON_DEPTH` levels (input-limits.ts); the
@@ -159,6 +169,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
     loggerInstance: deps.logger as FastifyBaseLogger,
     bodyLimit,
+    routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
     requestTimeout: timeouts.requestTimeout,
     http: timeouts,
     // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
@@ -168,10 +179,10 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const apiErr = frameworkApiError(error, bodyLimit);
       logErrorAnswer(request, apiErr, error);
-      // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here.
-      const id = request.headers['x-request-id'];
-      if (typeof id === 'string' && id !== '') reply.header('x-request-id', id);
-      void reply.code(apiErr.statusCode).send(apiErr.toBody());
+      // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here, and hand
+      // Node the body as the onSend hook would (request-id.ts).
+      echoRequestId(request, reply);
+      void reply.code(apiErr.statusCode).type('application/json; charset=utf-8').send(replyBody(reply, JSON.stringify(apiErr.toBody())));
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
   });
@@ -236,11 +247,11 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     if (apiErr.retryAfterSeconds !== null) reply.header('retry-after', String(apiErr.retryAfterSeconds));
     return reply.code(apiErr.statusCode).send(apiErr.toBody());
   });
-  // Echo the client's X-Request-Id on every answer (gateway.md 13); it is never used as the engine request id.
+  // Echo the client's X-Request-Id on every answer (gateway.md 13) as the bytes it sent; it is never used as the engine
+  // request id. A serialized body is a string: as bytes when the id needs it (request-id.ts).
   app.addHook('onSend', async (request, reply, payload) => {
-    const id = request.headers['x-request-id'];
-    if (typeof id === 'string' && id !== '' && !reply.hasHeader('x-request-id')) reply.header('x-request-id', id);
-    return payload;
+    echoRequestId(request, reply);
+    return typeof payload === 'string' ? replyBody(reply, payload) : payload;
   });
   app.setNotFoundHandler((request, reply) => {
     const allow = routeMethods.allowFor(request.url);

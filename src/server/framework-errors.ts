@@ -19,7 +19,8 @@ import { ApiError, toApiError } from './errors.js';
  * @fastify/bearer-auth's missing/invalid header → 401 `invalid_api_key` (auth.ts);
  * `FST_ERR_CTP_BODY_TOO_LARGE` → 413 `request_too_large` naming `bodyLimitBytes`; invalid or empty JSON → 400
  * `invalid_json`; `FST_ERR_CTP_INVALID_MEDIA_TYPE` → 415 `unsupported_media_type`; `FST_ERR_BAD_URL` → 400
- * `invalid_url`; `FST_ERR_MAX_PARAM_LENGTH` → 414 `uri_too_long`; any other 4xx keeps its status and message
+ * `invalid_url`; `FST_ERR_MAX_PARAM_LENGTH` → 414 `uri_too_long` (over HTTP only a URL past Node's header limit, refused
+ * with 431 before routing, could exceed app.ts `MAX_PATH_PARAM_LENGTH`); any other 4xx keeps its status and message
  * (`code` = fastify's code); everything else goes through `toApiError` (500). An `ApiError` passes through.
  */
 export function frameworkApiError(err: FastifyError, bodyLimitBytes: number): ApiError {

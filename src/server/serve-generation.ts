@@ -28,6 +28,7 @@ import type { GroupRouter } from './groups.js';
 import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
+import { REQUEST_ID_HEADER, clientRequestId } from './request-id.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { CommonBodyT } from './schemas.js';
 import { ClientStalledError, OPENING_HOLD_MS, SSE_DATA_LEAD, SSE_RECORD_END, SseWriter, type StreamBackpressure } from './sse.js';
@@ -438,8 +439,7 @@ export async function serveGeneration(
   const { group, dpRank, n } = prepared;
   const backend = group.backend;
   const requestId = mintRequestId(shape.idPrefix);
-  const clientRequestId = request.headers['x-request-id'];
-  const echoId = typeof clientRequestId === 'string' && clientRequestId !== '' ? clientRequestId : requestId;
+  const echoId = clientRequestId(request.headers) ?? requestId;
   const base: ResponseBase = {
     id: requestId,
     created: Math.floor(Date.now() / 1000),
@@ -623,7 +623,7 @@ export async function serveGeneration(
         throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
       }
       count(200, outcome());
-      reply.header('x-request-id', echoId);
+      reply.header(REQUEST_ID_HEADER, echoId);
       return shape.body(base, results(), usage(), (i) => render(i, outputs[i]!.result!.logprobs));
     }
 
@@ -639,7 +639,7 @@ export async function serveGeneration(
     );
     // The headers and the opening chunk wait for the first engine output (at most OPENING_HOLD_MS), so they leave in
     // the same write as it (sse.ts `start`).
-    sse.start({ 'x-request-id': echoId }, { holdMs: OPENING_HOLD_MS });
+    sse.start({ [REQUEST_ID_HEADER]: echoId }, { holdMs: OPENING_HOLD_MS });
     disconnect.setProbe(() => sse.probe());
     const send = (list: readonly SseEvent[]) => {
       for (const e of list) {

@@ -6,6 +6,7 @@
  */
 import type { ServerResponse } from 'node:http';
 import { CoalescingWriter, TickFlusher } from './coalescing-writer.js';
+import { hasHighBytes, headerSafeBody } from './request-id.js';
 
 /** Default bound on the bytes buffered per stream for a client that does not read: 1 MiB. */
 export const DEFAULT_STREAM_BUFFER_BYTES = 1024 * 1024;
@@ -53,6 +54,9 @@ export const SSE_DATA_LEAD = 'data: ';
 /** What ends every SSE record. */
 export const SSE_RECORD_END = '\n\n';
 
+/** An empty write: sends a header block that is still pending, in latin1 (see `SseWriter.sendHeaders`). */
+const NO_BYTES = Buffer.alloc(0);
+
 /** One turn's flush of every streamed response with pending records (coalescing-writer.ts): one `setImmediate`. */
 const FLUSHER = new TickFlusher((flush) => setImmediate(flush));
 
@@ -92,6 +96,8 @@ export class SseWriter {
   private started = false;
   /** The headers were handed to the socket (`res.headersSent` only says they were generated). */
   private headersOut = false;
+  /** A header value of `start` has a byte ≥ 0x80 (an echoed X-Request-Id): the writes that carry the headers are bytes. */
+  private highByteHeaders = false;
   private pausedBefore = false;
   private waiting = false;
   /** `performance.now()` (ms) of the first pause the client has not caught up from since; -1 while not behind. */
@@ -148,6 +154,7 @@ export class SseWriter {
       'x-accel-buffering': 'no',
       ...extraHeaders,
     });
+    this.highByteHeaders = Object.values(extraHeaders).some(hasHighBytes);
     this.started = true;
     const holdMs = opts.holdMs ?? 0;
     if (holdMs <= 0) {
@@ -176,11 +183,21 @@ export class SseWriter {
     this.holdTimer = null;
   }
 
+  /**
+   * `data` as node:http must get it: while the headers have not left (they go with it), bytes when a header value has
+   * a byte ≥ 0x80, so they leave as those bytes (request-id.ts); else the string itself (the per-token path).
+   */
+  private withHeaders(data: string): string | Buffer {
+    return this.headersOut ? data : headerSafeBody(data, this.highByteHeaders);
+  }
+
   /** A flush with no records: the headers leave alone if no record took them along yet. */
   private sendHeaders(): void {
     if (!this.writable || this.headersOut) return;
     this.headersOut = true;
-    this.res.flushHeaders();
+    // `flushHeaders` writes the header block as a string, in UTF-8; an empty Buffer makes it leave in latin1.
+    if (this.highByteHeaders) this.res.write(NO_BYTES);
+    else this.res.flushHeaders();
     this.bufferedAtFlush = this.res.writableLength;
   }
 
@@ -240,7 +257,7 @@ export class SseWriter {
     this.doneSent = true;
     this.stopHoldTimer();
     const rest = this.out.take();
-    if (this.writable) this.res.end(rest === '' ? undefined : rest);
+    if (this.writable) this.res.end(rest === '' ? undefined : this.withHeaders(rest));
   }
 
   /** Write the single `data: [DONE]\n\n` terminator (after anything pending) and end the response (idempotent). */
@@ -249,7 +266,7 @@ export class SseWriter {
     this.doneSent = true;
     this.stopHoldTimer();
     const rest = this.out.take();
-    if (this.writable) this.res.end(rest + 'data: [DONE]\n\n');
+    if (this.writable) this.res.end(this.withHeaders(rest + 'data: [DONE]\n\n'));
   }
 
   /**
@@ -259,12 +276,13 @@ export class SseWriter {
    */
   private writeNow(chunk: string): boolean {
     if (!this.writable) return true;
+    const data = this.withHeaders(chunk);
     this.headersOut = true; // node:http sends them ahead of the first write
     const socket = this.res.socket;
-    if (socket === null || socket.writableCorked > 0) return this.res.write(chunk);
+    if (socket === null || socket.writableCorked > 0) return this.res.write(data);
     socket.cork();
     try {
-      return this.res.write(chunk);
+      return this.res.write(data);
     } finally {
       socket.uncork();
     }

@@ -58,35 +58,61 @@ export interface OpenStream {
   destroy(): void;
 }
 
+/** How `WorkersGateway.launch` runs the gateway beyond its CLI flags. */
+export interface LaunchOptions {
+  /** Node arguments before the CLI script (the fronts are forked with them too, node:cluster's default). */
+  nodeArgs?: string[];
+  /** Environment variables added to this process's. */
+  env?: Record<string, string>;
+}
+
 /** A running `serve --workers 2` and its client side. */
 export class WorkersGateway {
   private stderr = '';
   private readonly socketFiles: string[] = [];
   /** The router-front channel's unix socket file, from the listening line (null before it). */
   channelFile: string | null = null;
+  /** Every JSON log line the gateway (router and fronts) wrote on stdout so far, parsed. */
+  readonly logs: Array<Record<string, unknown>> = [];
+
+  /** Resolves with the exit code and signal once the gateway exited and its output was read to the end (`logs`). */
+  readonly closed: Promise<unknown[]>;
 
   private constructor(
     readonly gw: ChildProcess,
     readonly port: number,
     readonly exited: Promise<unknown[]>,
-  ) {}
+  ) {
+    this.closed = once(gw, 'close');
+  }
 
   /** Start it over `ranks` simulated ranks with `extra` flags; resolves once `/ready` is 200 and both fronts run. */
-  static async start(extra: string[], ranks = 2): Promise<WorkersGateway> {
+  static async start(extra: string[], ranks = 2, launch: LaunchOptions = {}): Promise<WorkersGateway> {
+    const g = await WorkersGateway.launch(extra, ranks, launch);
+    await waitFor(async () => {
+      if (g.gw.exitCode !== null) throw new Error(`gateway exited: ${g.stderr}`);
+      return (await g.get('/ready')).status === 200 && frontsOf(g.gw.pid!).length === 2;
+    }, 'gateway ready with two fronts', 60_000);
+    return g;
+  }
+
+  /** Spawn it as `start` does, without waiting for anything (its log lines are collected from now on). */
+  static async launch(extra: string[], ranks = 2, launch: LaunchOptions = {}): Promise<WorkersGateway> {
     const port = await freePort();
     const child = spawn(
       process.execPath,
       [
-        '--import', 'tsx', cliPath, 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
+        '--import', 'tsx', ...(launch.nodeArgs ?? []), cliPath, 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
         '--sim', String(ranks), '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', '--exit-with-parent', ...extra,
       ],
       // stdin is the --exit-with-parent pipe: a test file cancelled by the runner takes its gateway with it.
-      { stdio: ['pipe', 'pipe', 'pipe'] },
+      { stdio: ['pipe', 'pipe', 'pipe'], ...(launch.env !== undefined ? { env: { ...process.env, ...launch.env } } : {}) },
     );
     const g = new WorkersGateway(child, port, once(child, 'exit'));
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
       try {
         const m = JSON.parse(line) as { msg?: string; input?: string; output?: string; channel?: string };
+        g.logs.push(m);
         if (typeof m.channel === 'string' && m.channel.startsWith('/')) g.channelFile = m.channel;
         if (m.msg?.startsWith('engine sockets bound; ') && m.input && m.output) {
           for (const f of [m.input.slice(6), m.output.slice(6)]) if (!g.socketFiles.includes(f)) g.socketFiles.push(f);
@@ -96,11 +122,12 @@ export class WorkersGateway {
       }
     });
     child.stderr!.on('data', (d: Buffer) => (g.stderr += d.toString()));
-    await waitFor(async () => {
-      if (child.exitCode !== null) throw new Error(`gateway exited: ${g.stderr}`);
-      return (await g.get('/ready')).status === 200 && frontsOf(child.pid!).length === 2;
-    }, 'gateway ready with two fronts', 60_000);
     return g;
+  }
+
+  /** The log lines so far whose message starts with `prefix`. */
+  logged(prefix: string): Array<Record<string, unknown>> {
+    return this.logs.filter((m) => typeof m.msg === 'string' && m.msg.startsWith(prefix));
   }
 
   /** What the gateway wrote on stderr. */

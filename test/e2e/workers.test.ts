@@ -29,6 +29,15 @@ async function ttftSamples(): Promise<number> {
   return view.groups.flatMap((gr) => gr.ranks).reduce((n, r) => n + r.ttft_ms.samples, 0);
 }
 
+test('the startup lines name the dashboard by its full URL, as in one process', async () => {
+  // /ready may answer before the second front listens, and so before the router's listening line.
+  await waitFor(() => g.logged('model-gateway listening on ').length > 0, 'the listening line', 30_000);
+  const mentions = g.logs.map((m) => String(m.msg)).filter((msg) => msg.includes('dashboard'));
+  assert.ok(mentions.some((msg) => msg.endsWith(`; dashboard http://127.0.0.1:${g.port}/dashboard`)), JSON.stringify(mentions));
+  // Before, the router's serving line (it has no HTTP server of its own) said `dashboard /dashboard`.
+  assert.deepEqual(mentions.filter((msg) => /dashboard \//.test(msg)), [], 'no dashboard path without its host');
+});
+
 test('chat completions through both fronts, streamed and not; /metrics counts every request once', { timeout: 60_000 }, async () => {
   const before = await g.metricSum('model_gateway_requests_total', 'endpoint="/v1/chat/completions"');
   const itl = () => g.metricSum('model_gateway_inter_token_latency_seconds_count', 'endpoint="/v1/chat/completions"');

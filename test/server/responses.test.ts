@@ -6,6 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
+import { MAX_PATH_PARAM_LENGTH } from '../../src/server/app.js';
 import { useApp } from './helpers.js';
 
 /** Parse a Responses SSE payload: every record `event: <type>\ndata: <json>` with matching types. */
@@ -127,6 +128,24 @@ describe('POST /v1/responses', () => {
     const unstored = (await post({ input: 'y', store: false })).json();
     assert.equal(unstored.store, false);
     assert.equal((await fx.app.inject({ method: 'GET', url: `/v1/responses/${unstored.id}` })).statusCode, 404);
+  });
+
+  test('an unknown id of any length a URL can carry: the same OpenAI-style 404 as a short one (GET, input_items, DELETE)', async () => {
+    // fastify's default maxParamLength (100) answered 414 `uri_too_long` past 100 characters.
+    for (const [method, path] of [['GET', ''], ['GET', '/input_items'], ['DELETE', '']] as const) {
+      const answer = async (id: string) => {
+        const res = await fx.app.inject({ method, url: `/v1/responses/${id}${path}` });
+        const { message, ...error } = res.json().error as { message: string };
+        // A long id is cut in the message (errors.ts bounds messages): compare its start.
+        assert.ok(message.startsWith(`Response with id '${id.slice(0, 100)}`), `${method} ${path}: ${message.slice(0, 200)}`);
+        return { status: res.statusCode, error };
+      };
+      const short = await answer('resp_nope');
+      assert.deepEqual(short, { status: 404, error: { type: 'invalid_request_error', param: 'response_id', code: 'not_found' } });
+      for (const length of [101, 4096, MAX_PATH_PARAM_LENGTH - 100, MAX_PATH_PARAM_LENGTH]) {
+        assert.deepEqual(await answer(`resp_${'x'.repeat(length - 5)}`), short, `${method} ${path}: an id of ${length} characters`);
+      }
+    }
   });
 
   test('bounded store: the oldest response is evicted past the capacity (3 here)', async () => {

@@ -9,12 +9,20 @@ import type { FastifyInstance } from 'fastify';
 /** The dashboard's folder: `<package root>/dashboard/` (this file sits at src/server/routes or dist/server/routes). */
 export const DASHBOARD_DIR = new URL('../../../dashboard/', import.meta.url);
 
+/** The dashboard page's path. */
+export const DASHBOARD_PATH = '/dashboard';
+
+/** The dashboard's URL on a gateway serving at `baseUrl` (`http://host:port`), for the startup log lines. */
+export function dashboardUrl(baseUrl: string): string {
+  return `${baseUrl}${DASHBOARD_PATH}`;
+}
+
 /** The files served: URL path → file name and content type. */
 const FILES: ReadonlyArray<{ path: string; file: string; type: string }> = [
-  { path: '/dashboard', file: 'index.html', type: 'text/html; charset=utf-8' },
-  { path: '/dashboard/', file: 'index.html', type: 'text/html; charset=utf-8' },
-  { path: '/dashboard/app.js', file: 'app.js', type: 'text/javascript; charset=utf-8' },
-  { path: '/dashboard/style.css', file: 'style.css', type: 'text/css; charset=utf-8' },
+  { path: DASHBOARD_PATH, file: 'index.html', type: 'text/html; charset=utf-8' },
+  { path: `${DASHBOARD_PATH}/`, file: 'index.html', type: 'text/html; charset=utf-8' },
+  { path: `${DASHBOARD_PATH}/app.js`, file: 'app.js', type: 'text/javascript; charset=utf-8' },
+  { path: `${DASHBOARD_PATH}/style.css`, file: 'style.css', type: 'text/css; charset=utf-8' },
 ];
 
 /** Same-origin only: the page loads its own script and style and talks to this gateway alone. */
