@@ -208,7 +208,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       logger: this.logger,
       transition: (index, event) => void this.transition(index, event),
       forgetRank: (index) => this.forgetRankState(index),
-      release: (rank, ids) => this.release(rank, ids),
+      release: (rank, ids, aborted) => this.release(rank, ids, aborted),
       clearInFlight: () => {
         this.consecutiveDecodeErrors = 0;
         this.routing.clearInFlight();
@@ -386,7 +386,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       const failure = await this.sender.startWave(this.ranks.connected(), wave);
       if (failure !== null) {
         const live = this.registry.get(id) === entry;
-        this.rollback(entry, failure);
+        this.rollback(entry, failure, live);
         if (live) void this.sendAbort(slot.index, [id]); // section 3 step 6: its result is ignored
         throw failure;
       }
@@ -439,7 +439,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const entry = this.registry.get(requestId);
     if (!entry) return;
     const rank = entry.engineIndex;
-    this.retire(entry);
+    this.retire(entry, rank !== null);
     entry.stream.closeWithoutTerminal(true);
     if (rank !== null) {
       const error = await this.sendAbort(rank, [requestId]);
@@ -456,6 +456,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         load: this.routing.load(s.index),
         loadAgeMs: this.routing.loadAgeMs(s.index, now),
         guard: this.routing.soleClientGuard(s.index),
+        aborting: this.routing.abortingCount(s.index),
       }),
     );
   }
@@ -665,10 +666,12 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /**
    * `release(rank, ids)` with the clamp setting of the policy; counts clamp events; disarms the rank's watchdogs when
-   * its in-flight set empties.
+   * its in-flight set empties. `aborted`: the gateway ABORTs these ids on the rank, whose reports may count them
+   * until it applies the ABORT (`RoutingState.releaseAborted`, dp-routing.md 14.3).
    */
-  private release(rank: number, ids: Iterable<string>): void {
-    if (this.routing.release(rank, ids, this.releaseClamp)) {
+  private release(rank: number, ids: Iterable<string>, aborted = false): void {
+    const clamped = aborted ? this.routing.releaseAborted(rank, ids, this.releaseClamp) : this.routing.release(rank, ids, this.releaseClamp);
+    if (clamped) {
       const slot = this.ranks.slot(rank);
       if (slot) slot.counters.clamps++;
     }
@@ -681,17 +684,20 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return slot === undefined ? Promise.resolve(null) : this.sender.abort(slot, ids);
   }
 
-  /** Remove `entry` if it is still live and release its slot on the recorded rank. Returns whether it was live. */
-  private retire(entry: RegistryEntry): boolean {
+  /**
+   * Remove `entry` if it is still live and release its slot on the recorded rank (`aborted`: the caller ABORTs it
+   * there). Returns whether it was live.
+   */
+  private retire(entry: RegistryEntry, aborted = false): boolean {
     if (!this.registry.removeEntry(entry)) return false;
-    if (entry.engineIndex !== null) this.release(entry.engineIndex, [entry.requestId]);
+    if (entry.engineIndex !== null) this.release(entry.engineIndex, [entry.requestId], aborted);
     this.touchWatchdog(false);
     return true;
   }
 
-  /** Synchronous rollback of a failed submit (section 3, section 12.3 rule 5). */
-  private rollback(entry: RegistryEntry, err: unknown): void {
-    this.retire(entry);
+  /** Synchronous rollback of a failed submit (section 3, section 12.3 rule 5); `aborted`: the caller ABORTs it. */
+  private rollback(entry: RegistryEntry, err: unknown, aborted = false): void {
+    this.retire(entry, aborted);
     entry.stream.fail(err instanceof Error ? err : new Error(String(err)));
   }
 
@@ -701,7 +707,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private abandon(entry: RegistryEntry): void {
     const rank = entry.engineIndex;
-    if (!this.retire(entry)) return;
+    if (!this.retire(entry, rank !== null)) return;
     if (rank !== null) void this.sendAbort(rank, [entry.requestId]);
   }
 
@@ -838,6 +844,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.consecutiveDecodeErrors = 0;
     const rank = batch.engineIndex;
     const slot = this.ranks.slot(rank);
+    if (slot !== undefined) slot.counters.batches++;
     const live = slot !== undefined && isConnected(slot.liveness.state);
     const now = this.now();
     if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, now));
@@ -875,7 +882,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         'output batch names a different DP rank than the one its requests were sent to (rank fidelity, dp-routing.md 14.6)',
       );
     }
-    for (const id of plan.unknownRows) this.scope.orphanRow(id, plan.finished.has(id));
+    for (const id of plan.unknownRows) {
+      this.routing.noteRow(rank, id);
+      this.scope.orphanRow(id, plan.finished.has(id));
+    }
     if (plan.unknownRows.length > 0 && !live) {
       this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }

@@ -45,8 +45,11 @@ export interface FailureHost {
   transition(index: number, event: LivenessEvent): void;
   /** Drop the state of `index`'s process: stored load, in-flight set, its timers, the policy's knowledge of it. */
   forgetRank(index: number): void;
-  /** `release(rank, ids)` with the clamp, as every shrink of an in-flight set. */
-  release(rank: number, ids: Iterable<string>): void;
+  /**
+   * `release(rank, ids)` with the clamp, as every shrink of an in-flight set; `aborted`: the ids are ABORTed on the
+   * rank, whose reports may count them a while longer (routing-state.ts `releaseAborted`).
+   */
+  release(rank: number, ids: Iterable<string>, aborted: boolean): void;
   /** Empty every in-flight set and stop every request timer (a group-scope failure). */
   clearInFlight(): void;
   /** Re-sync the timers after `rank` lost requests. */
@@ -142,7 +145,7 @@ export class FailureScope {
     for (const e of entries) registry.removeEntry(e);
     void this.abortHeld(entries);
     void this.host.sender.revive(slot, `gw-revive-${rank}-${slot.liveness.epoch}-${slot.counters.stalls}`);
-    this.host.release(rank, entries.map((e) => e.requestId));
+    this.host.release(rank, entries.map((e) => e.requestId), true);
     this.host.transition(rank, { kind: 'stall' });
     this.host.timersChanged(rank);
     for (const e of entries) e.stream.fail(error);

@@ -20,11 +20,13 @@ import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
  * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank, pinned / scored.
  * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
  * - `abortsSent`: request ABORTs accepted for this rank; `rejoins`: handshakes after the first; `stalls`: stall
- *   events; `deaths`: deaths by cause.
+ *   events; `deaths`: deaths by cause; `batches`: output messages received that name the rank.
  * - `loadAgeMs`: ms since `load` was stored (section 14.1), null before the first report.
  * - `soleClientGuard`: true while the rank's reports show another client's work, so the release clamp is
  *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
- * The last four are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
+ * - `aborting`: requests this client ABORTed on the rank that its reports may still count (routing-state.ts
+ *   `releaseAborted`; issue 26).
+ * The last five are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
  */
 export interface RankState {
   engineIndex: number;
@@ -39,10 +41,12 @@ export interface RankState {
   rejoins: number;
   stalls: number;
   deaths: Record<string, number>;
+  batches?: number;
   loadAgeMs?: number | null;
   soleClientGuard?: boolean;
   guardEngagements?: number;
   guardDisengagements?: number;
+  aborting?: number;
 }
 
 /**
@@ -82,6 +86,7 @@ export interface RankRouting {
   load: EngineLoad | null;
   loadAgeMs: number | null;
   guard: SoleClientGuard;
+  aborting: number;
 }
 
 /** The `RankState` of `slot`, given what the routing state knows about it. Pure. */
@@ -100,10 +105,12 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
     rejoins: c.rejoins,
     stalls: c.stalls,
     deaths: { ...c.deaths },
+    batches: c.batches,
     loadAgeMs: r.loadAgeMs,
     soleClientGuard: r.guard.engaged,
     guardEngagements: r.guard.engagements,
     guardDisengagements: r.guard.disengagements,
+    aborting: r.aborting,
   };
 }
 

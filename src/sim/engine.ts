@@ -108,6 +108,13 @@ export interface SimEngineOptions {
   /** How long to wait for the gateway's INIT (ms, default 600 000). */
   initTimeoutMs?: number;
   /**
+   * How many rounds after a client ABORT arrives this rank applies it (default 0 = before its next round). A real
+   * engine inside long steps, or behind on its input, keeps running, streaming and counting the request until then
+   * (issue 26 measured ~0.1 s, ~20 rounds, on the TokenSpeed wire): a fidelity knob for the gateway's handling of
+   * that lag. Counted in rounds, not ms, so tests do not depend on the host's speed.
+   */
+  abortLagRounds?: number;
+  /**
    * How long `close()` waits for output messages already queued for the PUSH before dropping them (ms, default
    * `DEFAULT_CLOSE_GRACE_MS`). Pushes only wait when the gateway stopped reading its PULL.
    */
@@ -274,6 +281,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   if (!SIM_ENGINE_FAMILIES.includes(family)) {
     throw new RangeError(`engine must be one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(family)}`);
   }
+  const abortLagRounds = opts.abortLagRounds ?? 0;
+  if (!(Number.isSafeInteger(abortLagRounds) && abortLagRounds >= 0)) throw new RangeError(`abortLagRounds must be an integer ≥ 0, got ${abortLagRounds}`);
   const lockstep = opts.lockstep ?? false;
   if (lockstep && family !== 'vllm') {
     throw new RangeError('lockstep needs engine "vllm": the TokenSpeed wire has no wave messages (engine-wire.md 5.12)');
@@ -477,6 +486,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     if (stopping || timer !== null || stats.outputPaused) return;
     // A parked lockstep rank holds its requests: it cannot step without the rest of its group (5.12).
     if (waves !== null && !waves.running) return;
+    if (laggingAborts.length > 0) applyLaggingAborts();
     if (!hasWork()) {
       maybePark();
       return;
@@ -564,7 +574,26 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     }
   };
 
+  /** ABORT payloads held back by `abortLagRounds`, with the rounds each still waits (applied by `startRound`). */
+  const laggingAborts: Array<{ payload: Uint8Array; rounds: number }> = [];
   const onAbort = (payload: Uint8Array): void => {
+    if (abortLagRounds === 0) applyAbort(payload);
+    else laggingAborts.push({ payload, rounds: abortLagRounds });
+  };
+  /** Before a round is planned: count it for every lagging ABORT and apply those whose lag is over. */
+  const applyLaggingAborts = (): void => {
+    for (let i = 0; i < laggingAborts.length; ) {
+      const a = laggingAborts[i]!;
+      if (--a.rounds > 0) {
+        i++;
+        continue;
+      }
+      laggingAborts.splice(i, 1);
+      applyAbort(a.payload);
+    }
+  };
+
+  const applyAbort = (payload: Uint8Array): void => {
     try {
       const rids = wire.decodeAbort(payload);
       const registered = rids.filter((rid) => scheduler.has(rid));
@@ -609,6 +638,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         clearTimeout(timer);
         timer = null;
       }
+      laggingAborts.length = 0;
       // A push waits only while the gateway does not read its PULL: give it a short grace, never more.
       const flushed = await settlesWithin(sends, closeGraceMs);
       if (!flushed) {

@@ -10,7 +10,8 @@
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--disable-prefix-caching` (the prefix cache
  * of scheduler.ts is on by default), `--tool-call-format hermes|llama3_json|none`
- * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000), `--exit-with-parent`,
+ * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000),
+ * `--abort-lag-rounds N` (0: how many rounds after an ABORT arrives the rank applies it, issue 26), `--exit-with-parent`,
  * `--stats-dir DIR` (on SIGUSR2 the rank writes its counters to DIR/rank-<engine index>.json; `writeStatsFile`),
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
@@ -78,6 +79,8 @@ options (units: tokens, 16-token KV pages, ms):
                              (default hermes, the bundled Qwen3's format)
   --reasoning                Write a <think> block before answers (unless the prompt closed one)
   --init-timeout-ms N        How long to wait for INIT (default 600000)
+  --abort-lag-rounds N       Apply each client ABORT N rounds after it arrives, running the request meanwhile
+                             (default 0: before the next round; a real engine in long steps lags like this)
   --exit-with-parent         Stop (sending ENGINE_CORE_DEAD) when stdin closes, i.e. when the spawning process dies
   --stats-dir DIR            On SIGUSR2, write the rank's counters to DIR/rank-<engine index>.json (for benchmarks)
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
@@ -135,6 +138,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'disable-output-logprobs': { type: 'boolean' },
         'disable-prefix-caching': { type: 'boolean' },
         'init-timeout-ms': { type: 'string' },
+        'abort-lag-rounds': { type: 'string' },
         'log-level': { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
         'stats-dir': { type: 'string' },
@@ -202,6 +206,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   }
   const slowdown = positiveOption('slowdown', str('slowdown'));
   if (slowdown !== undefined) engine.slowdown = slowdown;
+  const abortLagRounds = numberOption('abort-lag-rounds', str('abort-lag-rounds'), { integer: true, min: 0 });
+  if (abortLagRounds !== undefined) engine.abortLagRounds = abortLagRounds;
   if (lockstep) {
     engine.lockstep = true;
     engine.dataParallelSize = dpSize;

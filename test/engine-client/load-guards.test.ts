@@ -10,14 +10,18 @@ import {
   type RankView,
 } from '../../src/engine-client/policy.js';
 import {
-  SOLE_CLIENT_AGREEING_REPORTS, SOLE_CLIENT_SLACK, soleClientVerdict, type SoleClientGuard,
+  ABORT_MAX_REPORTS, ABORT_QUIET_REPORTS, SOLE_CLIENT_AGREEING_REPORTS, SOLE_CLIENT_SLACK, soleClientVerdict, type SoleClientGuard,
 } from '../../src/engine-client/routing-state.js';
-import { tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
+import { EngineClient } from '../../src/engine-client/client.js';
+import { RequestType } from '../../src/protocols/types.js';
+import {
+  decodeAbortPayload, decodeTokenizedGenerateReqInput, encodeBatchTokenIDOutSlim, tokenspeedProtocol,
+} from '../../src/protocols/tokenspeed/index.js';
 import { encodeSimBatch } from '../../src/sim/output.js';
 import { SimScheduler, type SimRequest } from '../../src/sim/scheduler.js';
 import { schedulerStatsOf } from '../../src/sim/vllm-wire.js';
 import { loadFromSchedulerStats } from '../../src/protocols/vllm/stats.js';
-import { batch, drain, inFlight, load, req, row, setup } from './fakes.js';
+import { FakeLink, batch, drain, inFlight, load, req, row, setup } from './fakes.js';
 
 const view = (engineIndex: number, inFlight: number, l: RankView['load'] = null, loadAgeMs?: number): RankView => ({
   engineIndex, inFlight, load: l, ...(loadAgeMs !== undefined ? { loadAgeMs } : {}),
@@ -108,22 +112,22 @@ test('14.1 / 14.5 through the client: a stale busy rank becomes eligible again a
 const IDLE: SoleClientGuard = { engaged: false, agreeing: 0, lastExcess: 0, engagements: 0, disengagements: 0 };
 
 test('14.3 sole-client verdict: engages on a clear excess, not within lag or slack; disengages after agreeing reports', () => {
-  const within = soleClientVerdict(IDLE, { reported: 10, own: 3, recentlyReleased: 5 });
+  const within = soleClientVerdict(IDLE, { reported: 10, own: 3, recentlyReleased: 5, aborting: 0 });
   assert.equal(within.transition, null, `excess 2 ≤ slack ${SOLE_CLIENT_SLACK}: recent releases explain it`);
-  const foreign = soleClientVerdict(IDLE, { reported: 10, own: 3, recentlyReleased: 0 });
+  const foreign = soleClientVerdict(IDLE, { reported: 10, own: 3, recentlyReleased: 0, aborting: 0 });
   assert.equal(foreign.transition, 'engaged');
   assert.deepEqual(foreign.guard, { engaged: true, agreeing: 0, lastExcess: 7, engagements: 1, disengagements: 0 });
   let g = foreign.guard;
   for (let i = 1; i < SOLE_CLIENT_AGREEING_REPORTS; i++) {
-    const r = soleClientVerdict(g, { reported: 3, own: 3, recentlyReleased: 0 });
+    const r = soleClientVerdict(g, { reported: 3, own: 3, recentlyReleased: 0, aborting: 0 });
     assert.equal(r.transition, null);
     g = r.guard;
   }
   // A foreign report in between restarts the count.
-  g = soleClientVerdict(g, { reported: 12, own: 3, recentlyReleased: 0 }).guard;
+  g = soleClientVerdict(g, { reported: 12, own: 3, recentlyReleased: 0, aborting: 0 }).guard;
   assert.equal(g.agreeing, 0);
-  for (let i = 0; i < SOLE_CLIENT_AGREEING_REPORTS - 1; i++) g = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0 }).guard;
-  const off = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0 });
+  for (let i = 0; i < SOLE_CLIENT_AGREEING_REPORTS - 1; i++) g = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0, aborting: 0 }).guard;
+  const off = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0, aborting: 0 });
   assert.equal(off.transition, 'disengaged');
   assert.deepEqual({ engaged: off.guard.engaged, engagements: off.guard.engagements, disengagements: off.guard.disengagements }, { engaged: false, engagements: 1, disengagements: 1 });
 });
@@ -177,4 +181,116 @@ test('14.3: releases the engine has not seen yet (aborts, just-finished requests
   assert.equal(client.rankStates()[0].soleClientGuard, false);
   assert.deepEqual(client.rankStates()[0].load, load(0, 0, 0.3), 'clamped as usual');
   await client.close();
+});
+
+/**
+ * Issue 26: the real TokenSpeed wire between a fake link and the client. An ADD's rid and an ABORT's ids are decoded
+ * with the real codecs; batches are real 14-element `BatchTokenIDOutSlim` payloads.
+ */
+function tokenspeedSetup(ranks: number, now: () => number) {
+  const link = new FakeLink(ranks, (type, payload) =>
+    type === RequestType.ABORT ? decodeAbortPayload(payload) : { rid: decodeTokenizedGenerateReqInput(payload).rid },
+  );
+  const client = new EngineClient({ protocol: tokenspeedProtocol, link, now });
+  return { client, link };
+}
+
+/** A TokenSpeed batch from `rank`: one running row (one token) per rid, and the load tail (running, waiting, 1000 pages). */
+function slim(rank: number, rids: readonly string[], running: number, kvActive = 300): Uint8Array {
+  const n = rids.length;
+  return encodeBatchTokenIDOutSlim(
+    {
+      rids: [...rids], output_ids: rids.map(() => [7]), finished_reasons: rids.map(() => ''), prompt_tokens: rids.map(() => 3),
+      completion_tokens: rids.map(() => 1), cached_tokens: rids.map(() => 0), output_token_logprobs_val: rids.map(() => []),
+      output_token_logprobs_idx: rids.map(() => []), engine_index: rank, num_running: running, num_waiting: 0,
+      kv_active_pages: n === 0 ? 0 : kvActive, kv_total_pages: 1000,
+    },
+    { form: 14 },
+  );
+}
+
+test('issue 26: a burst of client disconnects is the gateway\'s own load while the engine applies the ABORTs; the rank keeps its share', async () => {
+  let now = 0;
+  const { client, link } = tokenspeedSetup(2, () => now);
+  const gone = Array.from({ length: 16 }, (_, i) => `gone-${i}`);
+  const stay = Array.from({ length: 4 }, (_, i) => `stay-${i}`);
+  const goneStreams = [];
+  for (const id of gone) goneStreams.push(await client.submit(req(id), { dpRank: 0 }));
+  for (const id of stay) await client.submit(req(id), { dpRank: 1 });
+  const deliver = (frame: Uint8Array) => link.deliver({ kind: 'frames', frames: [frame] });
+  await deliver(slim(0, gone, 16));
+  await deliver(slim(1, stay, 4));
+  // The 16 clients disconnect one after another while the engine keeps stepping every 5 ms: it applies the ABORTs
+  // ~0.1 s later, and until then every batch still carries their rows and counts them running (engine-wire.md 4.7, 4.9).
+  for (let i = 0; i < gone.length; i++) {
+    goneStreams[i]!.cancel();
+    now += 5;
+    await deliver(slim(0, gone, 16));
+  }
+  for (let step = 0; step < 20; step++) {
+    now += 5;
+    await deliver(slim(0, gone, 16));
+    await deliver(slim(1, stay, 4));
+  }
+  // The ABORTs are applied; the rank has nothing left to run and goes quiet (no further batch, engine-wire.md 4.9).
+  const aborted = new Set(link.aborts().flatMap((f) => f.decoded as string[]));
+  assert.deepEqual([...aborted].sort(), [...gone].sort(), 'each disconnect sent its ABORT');
+  const r0 = client.rankStates()[0]!;
+  assert.equal(r0.soleClientGuard, false, 'its own ABORTed requests are not another client\'s work');
+  assert.equal(r0.guardEngagements, 0);
+  assert.deepEqual(r0.load, { ...load(0, 0, 0.3), runningIncludesWaiting: true }, 'zero-on-empty held through the late batches');
+  // 0.1 s after the burst, 32 unpinned requests: r0 (idle) takes its share; r1 holds 4.
+  now += 100;
+  const picks = [0, 0];
+  for (let i = 0; i < 32; i++) picks[(await client.submit(req(`new-${i}`))).engineIndex!]! += 1;
+  assert.ok(picks[0]! >= 16, `the idle rank takes at least half of the new requests, got ${picks[0]} of 32 (${picks[1]} on r1)`);
+  await client.close();
+});
+
+test('issue 26: ABORTed requests stop explaining a rank\'s load once its reports go quiet about them; foreign load still engages the guard', async () => {
+  let now = 0;
+  const { client, link } = tokenspeedSetup(1, () => now);
+  const deliver = (frame: Uint8Array) => link.deliver({ kind: 'frames', frames: [frame] });
+  const ids = ['a', 'b', 'c', 'd', 'e'];
+  const streams = [];
+  for (const id of ids) streams.push(await client.submit(req(id)));
+  for (const s of streams) s.cancel();
+  // Rows for the aborted ids keep coming: they explain the report (5 running, 0 in flight).
+  for (let i = 0; i < 10; i++) await deliver(slim(0, ids, 5));
+  assert.equal(client.rankStates()[0]!.soleClientGuard, false);
+  // The engine dropped them, but the rank keeps reporting 5 running through a live request: not ours.
+  const mine = await client.submit(req('mine'));
+  for (let i = 0; i < ABORT_QUIET_REPORTS; i++) await deliver(slim(0, ['mine'], 6));
+  assert.equal(client.rankStates()[0]!.soleClientGuard, false, `within ${ABORT_QUIET_REPORTS} quiet reports the ABORTs may still lag`);
+  await deliver(slim(0, ['mine'], 6));
+  assert.equal(client.rankStates()[0]!.soleClientGuard, true, 'then the 5 are load the gateway cannot explain');
+  mine.cancel();
+  await client.close();
+});
+
+test('issue 26: a report explained without the ABORTed requests forgets them at once; an engine that ignores ABORTs is not explained forever', async () => {
+  let now = 0;
+  const { client, link } = tokenspeedSetup(1, () => now);
+  const deliver = (frame: Uint8Array) => link.deliver({ kind: 'frames', frames: [frame] });
+  const first = await client.submit(req('x'));
+  const kept = await client.submit(req('kept'));
+  first.cancel();
+  await deliver(slim(0, ['x', 'kept'], 2));
+  await deliver(slim(0, ['kept'], 1)); // the engine let go of x: explained by the one request in flight
+  await deliver(slim(0, ['kept'], 9)); // 8 more now are another client's
+  assert.equal(client.rankStates()[0]!.soleClientGuard, true, 'x no longer excuses foreign load');
+  kept.cancel();
+  await client.close();
+
+  // An engine that keeps streaming an ABORTed request: it explains the load for ABORT_MAX_REPORTS reports only.
+  const other = tokenspeedSetup(1, () => now);
+  const many = Array.from({ length: 6 }, (_, i) => `m${i}`);
+  const streams = [];
+  for (const id of many) streams.push(await other.client.submit(req(id)));
+  for (const s of streams) s.cancel();
+  for (let i = 0; i < ABORT_MAX_REPORTS; i++) await other.link.deliver({ kind: 'frames', frames: [slim(0, many, 6)] });
+  assert.equal(other.client.rankStates()[0]!.soleClientGuard, false);
+  await other.link.deliver({ kind: 'frames', frames: [slim(0, many, 6)] });
+  assert.equal(other.client.rankStates()[0]!.soleClientGuard, true, 'still streaming after ABORT_MAX_REPORTS reports: not honouring the ABORT');
+  await other.client.close();
 });

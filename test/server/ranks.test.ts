@@ -77,6 +77,7 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
       {
         dp_rank: 0, state: 'ready', in_flight: 2, num_running_reqs: 3, num_waiting_reqs: 1, kv_cache_usage: 0.25,
         dispatched_pinned: 1, dispatched_unpinned: 7, clamp_events: 2, aborts_sent: 4, rejoins: 1, dispatch_rate: undefined,
+        sole_client_guard: null, aborting: null, batches: null,
         ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined,
       },
     );

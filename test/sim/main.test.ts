@@ -11,6 +11,7 @@ test('parseSimArgs reads every option', () => {
     '--handshake', 'tcp://127.0.0.1:30500', '--engine-index', '3', '--max-running', '8', '--kv-pages', '512',
     '--max-model-len', '4096', '--time-scale', '0.25', '--seed', '9', '--stream-interval', '2', '--step-decode-ms', '0.5',
     '--disable-output-logprobs', '--disable-prefix-caching', '--init-timeout-ms', '5000', '--log-level', 'warn',
+    '--abort-lag-rounds', '20',
   ]);
   assert.equal(a.logLevel, 'warn');
   assert.deepEqual(a.engine, {
@@ -25,8 +26,10 @@ test('parseSimArgs reads every option', () => {
     initTimeoutMs: 5000,
     enableOutputLogprobs: false,
     prefixCaching: false,
+    abortLagRounds: 20,
     stepTimeModel: { baseMs: 8, perPrefillTokenMs: 0.02, perDecodeTokenMs: 0.5 },
   });
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--abort-lag-rounds', '1.5']), /--abort-lag-rounds/);
 });
 
 test('parseSimArgs defaults: engine index 0, info logs, engine defaults left to runSimEngine', () => {

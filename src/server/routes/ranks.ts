@@ -23,8 +23,17 @@ export interface RankView {
   dispatched_pinned: number;
   dispatched_unpinned: number;
   clamp_events: number;
+  /**
+   * True while the rank's reports show work this gateway cannot account for (another client), so zero-on-empty is
+   * suspended there (dp-routing.md 14.3); null when the source does not say.
+   */
+  sole_client_guard: boolean | null;
+  /** Requests this gateway ABORTed there that the rank's reports may still count (null when the source does not say). */
+  aborting: number | null;
   /** ABORT messages sent to this rank (request aborts: disconnects, stop strings, orphan rows). */
   aborts_sent: number;
+  /** Output messages received from the rank (null when the source does not say). */
+  batches: number | null;
   /** Handshakes the rank completed after its first (a restarted engine joining again). */
   rejoins: number;
   /** Requests dispatched per second over the last 10 s. */
@@ -85,8 +94,11 @@ export function ranksView(groups: readonly BackendGroup[], stats: RankStatsSourc
           dispatched_pinned: r.dispatchedPinned,
           dispatched_unpinned: r.dispatchedUnpinned,
           clamp_events: r.clampEvents,
+          sole_client_guard: r.soleClientGuard ?? null,
+          aborting: r.aborting ?? null,
           aborts_sent: r.abortsSent,
           rejoins: r.rejoins,
+          batches: r.batches ?? null,
           dispatch_rate: s.dispatchRate,
           generation_tokens_per_second: s.tokenRate,
           ttft_ms: s.ttftMs,
