@@ -40,6 +40,7 @@ import { createGatewayLogger, type LogFormat } from './gateway-logger.js';
 import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from './sim/spawn.js';
 import { resolveTokenizerSpec } from './tokenizer/hf-cache.js';
 import { GatewayTokenizer } from './tokenizer/tokenizer.js';
+import { tokenIdMask } from './tokenizer/token-id-mask.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
 import { ZmqEngineLink, type MaxMessageBytes } from './transport/zmq-link.js';
 import type { OutputGate } from './transport/output-gate.js';
@@ -474,6 +475,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
 
   // Links and clients exist before anything binds, so the HTTP app can be built over them and listen first.
   const unknownDtypes = new Set<string>();
+  // Every token id an engine sends is checked against the tokenizer (engine-client/output-contract.ts).
+  const validTokenIds = tokenIdMask(tokenizer);
   const groups: GroupRuntime[] = [];
   const closeClients = () => Promise.all(groups.map((g) => g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'))));
   try {
@@ -498,6 +501,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         link,
         logger: engineLog,
         policy: groupPolicy(dpPolicyName, policyOptions, link),
+        validTokenIds,
         ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
         ...(opts.rankStallTimeoutMs !== undefined ? { rankStallTimeoutMs: opts.rankStallTimeoutMs } : {}),
         lockstep: spec.lockstepMode,

@@ -33,6 +33,7 @@ import type { ConnectedEngine, EngineLink, LinkListener } from './link.js';
 import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
 import { FailureScope } from './failure-scope.js';
+import { OutputContract } from './output-contract.js';
 import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay } from './probes.js';
 import { isConnected, type LivenessEvent, type RankStateName } from './rank-liveness.js';
 import { RankSender } from './rank-sender.js';
@@ -77,6 +78,8 @@ const SHUTDOWN_ABORT_WAIT_MS = 1000;
  *   `performance.now`). Tests pass their own.
  * - `delivery`: how outputs reach push-mode listeners (delivery-queue.ts: a 4 ms slice budget, 4096 queued
  *   hand-offs before the dispatcher stops reading engine output); tests pass a fake clock.
+ * - `validTokenIds`: the tokenizer's token ids as a byte mask (tokenizer/token-id-mask.ts); a row with any other id
+ *   fails its request as the rank's fault (output-contract.ts). Absent: token ids are not checked.
  * Both timeouts must be positive finite numbers of ms.
  */
 export interface EngineClientOptions {
@@ -89,6 +92,7 @@ export interface EngineClientOptions {
   lockstep?: LockstepSetting;
   now?: () => number;
   delivery?: DeliveryQueueOptions;
+  validTokenIds?: Uint8Array;
 }
 
 /**
@@ -164,6 +168,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly probes: ProbeRounds;
   private readonly sender: RankSender;
   private readonly scope: FailureScope;
+  /** The checks on every row (max_tokens, token ids, unknown ids; issue 26 part 4). */
+  private readonly contract: OutputContract;
   private serving = false;
   private everServed = false;
   private readonly joinWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
@@ -198,6 +204,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.sender = new RankSender(opts.link, opts.protocol, this.stats, this.logger, {
       rankUnusable: (slot, what, err) => this.scope.sendFailed(slot, what, err),
       closedError: () => (this.registry.closed ? this.clientClosedError() : null),
+      untracked: (id) => this.registry.remember(id),
     });
     this.scope = new FailureScope({
       registry: this.registry,
@@ -222,6 +229,18 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       },
       groupFailed: (error) => this.notify('failed', error),
     });
+    this.contract = new OutputContract(
+      {
+        registry: this.registry,
+        ranks: this.ranks,
+        stats: this.stats,
+        logger: this.logger,
+        now: this.now,
+        retire: (entry) => this.retire(entry),
+        abandon: (entry) => this.abandon(entry),
+      },
+      opts.validTokenIds ?? null,
+    );
     const listener: LinkListener = {
       admitHello: (index) => this.admitHello(index),
       joined: (engine) => this.onJoined(engine),
@@ -338,7 +357,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     let detachSignal: () => void = () => {};
     const promptTokens = request.promptTokenIds.length;
     const stream: RequestStreamImpl = new RequestStreamImpl(id, promptTokens, () => this.abandon(entry), () => detachSignal(), this.delivery);
-    const entry: RegistryEntry = { requestId: id, stream, engineIndex: null };
+    const entry: RegistryEntry = { requestId: id, stream, engineIndex: null, tokenLimit: request.sampling?.maxNewTokens ?? Infinity, tokens: 0 };
     this.registry.register(entry);
 
     let payload: Uint8Array | null = null;
@@ -856,7 +875,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const { entries, rows } = plan;
     for (let i = 0; i < entries.length; i++) {
       const entry = entries[i]!;
-      const row = rows[i]!;
+      const row = this.contract.check(entry, rows[i]!, rank); // the row itself, unless the engine broke the contract
+      if (row === null) continue;
       if (rates !== null && entry.service !== undefined) rates.observeRow(rank, entry.service, row, now);
       if (row.finishReason !== null) {
         this.registry.removeEntry(entry);
@@ -886,6 +906,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       this.routing.noteRow(rank, id);
       this.scope.orphanRow(id, plan.finished.has(id));
     }
+    if (plan.unknownRows.length > 0) this.contract.unknownRows(plan.unknownRows, rank);
     if (plan.unknownRows.length > 0 && !live) {
       this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }

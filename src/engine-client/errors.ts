@@ -5,7 +5,7 @@
 
 /**
  * What went wrong, as the HTTP layer needs it (gateway.md section 11 maps `engine-dead` to "service unavailable",
- * `invalid-dp-rank` to 400 and every other kind to "internal error"):
+ * `invalid-dp-rank` to 400, `engine-fault` to 502 and every other kind to "internal error"):
  * - `engine-dead`: the rank holding the request died (ENGINE_CORE_DEAD, an unreachable identity, a send timeout,
  *   per-rank silence), or its group failed as a unit (dp-routing.md section 6; issue #8). The message names the rank.
  * - `rank-stalled`: the rank holding the request sent nothing for the stall timeout (issue #8 part 3); it is out of
@@ -20,6 +20,9 @@
  * - `invalid-dp-rank`: a pinned rank that is not connected (names the rank and the engine count; section 9.1).
  * - `stream-closed`: a stream ended without a terminal output (names the request id; SMG PR #2170, section 4).
  * - `handshake`: reserved for the handshake driver (engine-wire.md section 2); the client itself never raises it.
+ * - `engine-fault`: the rank holding the request sent output no engine may send (a token id outside the tokenizer's
+ *   vocabulary; output-contract.ts, issue 26 part 4): the request fails and is ABORTed on the rank, which stays in
+ *   rotation. The message names the rank, the request and the offending value; the gateway is not at fault.
  */
 export type EngineClientErrorKind =
   | 'engine-dead'
@@ -32,7 +35,8 @@ export type EngineClientErrorKind =
   | 'duplicate-request-id'
   | 'invalid-dp-rank'
   | 'stream-closed'
-  | 'handshake';
+  | 'handshake'
+  | 'engine-fault';
 
 /** Optional structured details an error carries next to its message. */
 export interface EngineClientErrorDetails {
@@ -40,7 +44,7 @@ export interface EngineClientErrorDetails {
   cause?: unknown;
   /** The engine request id the error is about (duplicate-request-id, stream-closed). */
   requestId?: string;
-  /** The pinned DP rank that was refused (invalid-dp-rank). */
+  /** The DP rank concerned: the pinned rank refused (invalid-dp-rank), the rank at fault (engine-fault, engine-dead). */
   dpRank?: number;
   /** Number of rank slots of the group (invalid-dp-rank). */
   engineCount?: number;
@@ -57,7 +61,7 @@ export class EngineClientError extends Error {
   readonly kind: EngineClientErrorKind;
   /** The request id the error is about, when there is one. */
   readonly requestId?: string;
-  /** invalid-dp-rank only: the refused rank. */
+  /** The DP rank concerned (invalid-dp-rank: the refused rank; engine-fault, engine-dead: the rank at fault). */
   readonly dpRank?: number;
   /** invalid-dp-rank only: the number of connected engines. */
   readonly engineCount?: number;

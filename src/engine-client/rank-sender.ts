@@ -19,6 +19,8 @@ export interface SendFailureSink {
   rankUnusable(slot: RankSlot, what: string, err: unknown): EngineClientError;
   /** The client's `client-closed` error once it is closed (a failed send then reports that), else null. */
   closedError(): EngineClientError | null;
+  /** A request id sent outside the client's registry (the revival request): its rows are the gateway's own. */
+  untracked?(requestId: string): void;
 }
 
 /** Control sends of one engine group (see the module docs). */
@@ -85,9 +87,11 @@ export class RankSender {
    * ones the gateway ABORTed (engine-wire.md 4.7), so without it a stalled rank that recovers would never be heard
    * from again; its answer (any batch from the rank) brings it back into rotation and the row, for an id nobody
    * holds, is dropped (dp-routing.md section 2). Queued behind the rank's ABORTs (per-rank send order), so a wedged
-   * rank runs it once it resumes. Failures as `abort`'s. Never rejects.
+   * rank runs it once it resumes. The id is reported to the sink's `untracked` (its row is not an unknown id's,
+   * output-contract.ts). Failures as `abort`'s. Never rejects.
    */
   async revive(slot: RankSlot, requestId: string): Promise<void> {
+    this.sink.untracked?.(requestId);
     let payload: Uint8Array;
     try {
       payload = this.protocol.encodeAdd(

@@ -21,6 +21,8 @@ export interface RankCounters {
   batches: number;
   /** Deaths by cause (rank-liveness.ts `DeathCause`). */
   deaths: Record<string, number>;
+  /** Outputs that broke the output contract, by kind (output-contract.ts `EngineErrorKind`). */
+  engineErrors: Record<string, number>;
 }
 
 /** One engine index's slot. */
@@ -47,7 +49,7 @@ export class RankTable {
       identity: encodeEngineIdentity(index),
       engine: null,
       liveness: INITIAL_LIVENESS,
-      counters: { pinned: 0, unpinned: 0, clamps: 0, abortsSent: 0, rejoins: 0, stalls: 0, batches: 0, deaths: {} },
+      counters: { pinned: 0, unpinned: 0, clamps: 0, abortsSent: 0, rejoins: 0, stalls: 0, batches: 0, deaths: {}, engineErrors: {} },
     }));
     slots.sort((a, b) => compareIdentities(a.identity, b.identity));
     this.slots = slots;

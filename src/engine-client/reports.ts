@@ -26,7 +26,10 @@ import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
  *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
  * - `aborting`: requests this client ABORTed on the rank that its reports may still count (routing-state.ts
  *   `releaseAborted`; issue 26).
- * The last five are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
+ * - `engineErrors`: outputs of the rank that broke the output contract, by kind (output-contract.ts, issue 26 part
+ *   4): `max-tokens-overrun` (tokens past a request's max_tokens: cut, the rest ABORTed), `invalid-token-id` (a token
+ *   id outside the tokenizer's vocabulary: the request failed).
+ * The last six are always filled by `EngineClient`; optional so other `RankState` sources (fakes) need not.
  */
 export interface RankState {
   engineIndex: number;
@@ -47,6 +50,7 @@ export interface RankState {
   guardEngagements?: number;
   guardDisengagements?: number;
   aborting?: number;
+  engineErrors?: Record<string, number>;
 }
 
 /**
@@ -67,6 +71,9 @@ export type GroupStatus = 'starting' | 'ok' | 'degraded' | 'unavailable';
  * - `rankDeaths`: rank deaths by cause (rank-liveness.ts `DeathCause`).
  * - `orphanOutputs`: output rows for requests their rank no longer owns (failed by a death, stall or group failure
  *   while the rank kept working); each such id is ABORTed once.
+ * - `unknownOutputs`: output rows for request ids this client never issued, or let go so long ago it forgot them
+ *   (registry.ts `knows`); dropped, logged at a bounded rate (output-contract.ts, issue 26 part 4). Late rows for
+ *   requests retired lately (a client cancel) are neither.
  * - `handshakeRejected`: refused handshake messages by reason (from the link).
  */
 export interface ClientStats {
@@ -76,6 +83,7 @@ export interface ClientStats {
   failures: Record<string, number>;
   rankDeaths: Record<string, number>;
   orphanOutputs: number;
+  unknownOutputs: number;
   readonly handshakeRejected: Readonly<Record<string, number>>;
 }
 
@@ -111,12 +119,13 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
     guardEngagements: r.guard.engagements,
     guardDisengagements: r.guard.disengagements,
     aborting: r.aborting,
+    engineErrors: { ...c.engineErrors },
   };
 }
 
 /** Fresh client-wide counters over the link's live `handshakeRejected` record. */
 export function newClientStats(handshakeRejected: Readonly<Record<string, number>>): ClientStats {
-  return { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, handshakeRejected };
+  return { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, handshakeRejected };
 }
 
 /**

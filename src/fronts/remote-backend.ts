@@ -427,7 +427,7 @@ export class FrontChannel extends EventEmitter<{
   }
 }
 
-const EMPTY_STATS: ClientStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, handshakeRejected: {} };
+const EMPTY_STATS: ClientStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, handshakeRejected: {} };
 
 /** One engine group's engine client as a front sees it, through the router (see the module docs). */
 export class RemoteBackend implements GenerationBackend {

@@ -369,6 +369,7 @@ export class RouterService {
           failures: { ...st.failures },
           rankDeaths: { ...st.rankDeaths },
           orphanOutputs: st.orphanOutputs,
+          unknownOutputs: st.unknownOutputs,
           handshakeRejected: { ...st.handshakeRejected },
         },
       };

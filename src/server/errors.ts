@@ -4,6 +4,7 @@
  *
  * Body shape (OpenAI, also vLLM's `ErrorResponse`): `{ error: { message, type, param, code } }`.
  */
+import { InvalidTokenIdError } from '../tokenizer/errors.js';
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
@@ -120,7 +121,8 @@ export function engineErrorKind(err: unknown): string | null {
 /**
  * HTTP status for an engine-client error (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
  * that section allows): `engine-dead`, `rank-stalled`, `unavailable`, `client-closed`, `stream-closed`, `transport`,
- * `handshake` → 503;
+ * `handshake` → 503; `engine-fault` (the engine sent impossible output: the upstream is at fault, issue 26 part 4)
+ * → 502;
  * `invalid-dp-rank` → 400; everything else (`decode`, `encode`, `duplicate-request-id`, unknown) → 500.
  */
 export function statusForEngineError(kind: string): number {
@@ -133,11 +135,29 @@ export function statusForEngineError(kind: string): number {
     case 'transport':
     case 'handshake':
       return 503;
+    case 'engine-fault':
+      return 502;
     case 'invalid-dp-rank':
       return 400;
     default:
       return 500;
   }
+}
+
+/**
+ * What a failure while rendering engine `requestId`'s output from DP rank `engineIndex` (null when unknown) reports: a
+ * token id the tokenizer refused (`InvalidTokenIdError`, from the detokenizer or a logprob's token text) came from the
+ * engine, so it is a 502 `engine_fault` naming the rank, like the engine client's `engine-fault` (issue 26 part 4; the
+ * engine client normally refuses the sampled ids first, engine-client/output-contract.ts), never a 500. Anything else
+ * is returned as it is.
+ */
+export function blameEngineForTokenId(err: unknown, requestId: string, engineIndex: number | null): unknown {
+  if (!(err instanceof InvalidTokenIdError)) return err;
+  const rank = engineIndex === null ? 'the engine' : `DP rank ${engineIndex}`;
+  return new ApiError(502, `engine engine-fault: ${rank} sent output for request ${requestId} that the gateway's tokenizer refuses: ${err.message}`, {
+    code: 'engine_fault',
+    cause: err,
+  });
 }
 
 /**

@@ -20,6 +20,7 @@
  */
 import type { EngineOutput } from '../protocols/types.js';
 import type { BackendStream } from './backend.js';
+import { blameEngineForTokenId } from './errors.js';
 import type { ChoiceGeneration, GenerationEvent, LatencyTracker } from './generation.js';
 
 /** One choice of a run: its engine stream, its generation state, and its latency tracker (optional). */
@@ -140,10 +141,11 @@ export class GenerationRun {
     try {
       event = choice.generation.take(output);
     } catch (err) {
-      // A terminal error/abort output: the engine retired the request, nothing to cancel.
+      // A terminal error/abort output (the engine retired the request), or a token id the detokenizer refuses.
       this.unfinished[index] = false;
       choice.latency?.done();
-      this.fail(err);
+      if (output.finishReason === null) choice.stream.cancel();
+      this.fail(blameEngine(err, choice.stream));
       return;
     }
     if (event === null) return;
@@ -156,7 +158,7 @@ export class GenerationRun {
       this.sink(index, event);
     } catch (err) {
       if (finish) choice.latency?.done();
-      this.fail(err);
+      this.fail(blameEngine(err, choice.stream));
       return;
     }
     if (!finish) return;
@@ -185,4 +187,12 @@ export class GenerationRun {
       this.onError(index, err);
     }
   }
+}
+
+/**
+ * What a choice's failure reports: a token id the tokenizer refused came from the engine (the detokenizer, or a
+ * logprob candidate's text), so it is the engine's fault (502 naming the rank); anything else as it is.
+ */
+function blameEngine(err: unknown, stream: BackendStream): unknown {
+  return blameEngineForTokenId(err, stream.requestId, stream.engineIndex);
 }

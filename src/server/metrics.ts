@@ -20,7 +20,10 @@
  * - rank lifecycle (issue #8; their own block below): gauge `model_gateway_rank_state{worker, dp_rank, state}`
  *   (1 for the rank's current state, 0 for the other three), counters `model_gateway_rank_rejoins_total`,
  *   `model_gateway_rank_stalls_total`, `model_gateway_rank_deaths_total{cause}` (labels worker, dp_rank),
- *   `model_gateway_handshake_rejected_total{worker, reason}` and `model_gateway_orphan_outputs_total{worker}`.
+ *   `model_gateway_handshake_rejected_total{worker, reason}` and `model_gateway_orphan_outputs_total{worker}`;
+ * - the engine output contract (issue 26 part 4; engine-client/output-contract.ts): counters
+ *   `model_gateway_rank_engine_errors_total{worker, dp_rank, kind}` (kind `max-tokens-overrun`, `invalid-token-id`)
+ *   and `model_gateway_unknown_outputs_total{worker}` (rows for request ids the gateway never issued).
  * Recorded by the routes:
  * - histograms (seconds) `model_gateway_time_to_first_token_seconds`, `model_gateway_inter_token_latency_seconds`
  *   (per token: the gap between two token-bearing outputs divided by the tokens of the later one),
@@ -277,6 +280,20 @@ export class GatewayMetrics {
       'model_gateway_orphan_outputs_total',
       'Output rows for requests their rank no longer owns (failed by a death, stall or group failure); each id is ABORTed once',
       (s) => s.orphanOutputs,
+    );
+    // --- The engine output contract (issue 26 part 4).
+    recordCounter(
+      'model_gateway_rank_engine_errors_total',
+      'Outputs of the DP rank that broke the output contract, by kind: max-tokens-overrun (tokens past max_tokens: cut ' +
+        "there, the rest ABORTed), invalid-token-id (a token id outside the tokenizer's vocabulary: the request failed, 502)",
+      ['worker', 'dp_rank'],
+      'kind',
+      () => ranks().map(({ worker, rank: r }) => [{ worker, dp_rank: String(r.engineIndex) }, r.engineErrors ?? {}]),
+    );
+    statCounter(
+      'model_gateway_unknown_outputs_total',
+      'Output rows for request ids this gateway never issued (or forgot long ago); dropped',
+      (s) => s.unknownOutputs,
     );
 
     // A latency histogram in seconds, labelled model and endpoint, observed by the routes.

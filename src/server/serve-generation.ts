@@ -13,7 +13,7 @@ import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { AdmissionGate } from './admission.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect } from './disconnect.js';
-import { ApiError, badRequest, toApiError } from './errors.js';
+import { ApiError, badRequest, blameEngineForTokenId, toApiError } from './errors.js';
 import { ChoiceOutput, isEmptyDelta, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
 import { capableGroups } from './engine-capabilities.js';
 import { ChoiceGeneration, ClientDisconnectedError, LatencyTracker, makeUsage, type GenerationEvent, type TokenLogprob, type Usage } from './generation.js';
@@ -582,8 +582,15 @@ export async function serveGeneration(
     const tokenText: TokenText = (id) => ctx.tokenizer.decode([id], { skipSpecialTokens: false });
     const k = prepared.topLogprobs;
     const offsets = perChoice(n, () => ({ value: 0 }));
-    const render = (index: number, entries: readonly TokenLogprob[]) =>
-      k === null ? null : shape.renderLogprobs(entries, k, tokenText, offsets[index]!);
+    const render = (index: number, entries: readonly TokenLogprob[]) => {
+      if (k === null) return null;
+      try {
+        return shape.renderLogprobs(entries, k, tokenText, offsets[index]!);
+      } catch (err) {
+        // A candidate id the tokenizer refuses came from the engine (a 502 naming the rank).
+        throw blameEngineForTokenId(err, streams[index]!.requestId, streams[index]!.engineIndex);
+      }
+    };
     const results = () => outputs.map((o) => o.result!);
     // The prompt is counted once over the n choices, and so are its cached tokens: choice 0's (they share the prompt).
     const usage = () =>
@@ -622,9 +629,11 @@ export async function serveGeneration(
       if (outputs.some((o) => o.result === null)) {
         throw new ApiError(500, 'generation ended without an outcome', { code: 'internal_error' });
       }
+      // Rendered before counting: a logprob candidate the tokenizer refuses makes it a 502 (`render`).
+      const body = shape.body(base, results(), usage(), (i) => render(i, outputs[i]!.result!.logprobs));
       count(200, outcome());
       reply.header(REQUEST_ID_HEADER, echoId);
-      return shape.body(base, results(), usage(), (i) => render(i, outputs[i]!.result!.logprobs));
+      return body;
     }
 
     // Streaming: from here on errors travel as SSE events.

@@ -42,6 +42,7 @@ import { silentLogger, type MinimalLogger } from '../logging.js';
 import {
   DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SchedulerState, type SimRow, type StepTimeModel,
 } from './scheduler.js';
+import { withFaults, type SimFaults } from './faults.js';
 import { TextModel, seedToUint32 } from './text.js';
 import type { SimModelBehaviour } from './response-plan.js';
 import { createTokenSpeedSimWire } from './tokenspeed-wire.js';
@@ -133,6 +134,8 @@ export interface SimEngineOptions {
    * EOS finish check. vLLM: only decides whether the text model may emit EOS (when the request's stop set names it).
    */
   eosTokenIds?: readonly number[];
+  /** Contract faults to commit on every request (faults.ts; tests of the gateway's output checks). Default: none. */
+  faults?: SimFaults;
   logger?: MinimalLogger;
 }
 
@@ -526,7 +529,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   const onAdd = (payload: Uint8Array): void => {
     let rid = '?';
     try {
-      const { request: spec, requestWave } = wire.decodeAdd(payload);
+      const { request: decoded, requestWave } = wire.decodeAdd(payload);
+      const spec = withFaults(decoded, opts.faults);
       rid = spec.rid;
       const result = scheduler.add(spec, performance.now());
       switch (result) {

@@ -13,6 +13,7 @@
  * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000),
  * `--abort-lag-rounds N` (0: how many rounds after an ABORT arrives the rank applies it, issue 26), `--exit-with-parent`,
  * `--stats-dir DIR` (on SIGUSR2 the rank writes its counters to DIR/rank-<engine index>.json; `writeStatsFile`),
+ * `--fault-overrun-tokens N`, `--fault-token-id ID`, `--fault-token-at N` (contract faults for tests, faults.ts),
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
  *
@@ -83,6 +84,10 @@ options (units: tokens, 16-token KV pages, ms):
                              (default 0: before the next round; a real engine in long steps lags like this)
   --exit-with-parent         Stop (sending ENGINE_CORE_DEAD) when stdin closes, i.e. when the spawning process dies
   --stats-dir DIR            On SIGUSR2, write the rank's counters to DIR/rank-<engine index>.json (for benchmarks)
+  --fault-overrun-tokens N   Fault (tests): run every request N tokens past its max_new_tokens / max_tokens
+  --fault-token-id ID        Fault (tests): send token id ID (any integer ≥ 0, e.g. one outside the vocabulary)
+                             as the --fault-token-at-th token of every request
+  --fault-token-at N         Which token --fault-token-id replaces, 1-based (default 1)
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
   --help                     Show this help
 `;
@@ -142,6 +147,9 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'log-level': { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
         'stats-dir': { type: 'string' },
+        'fault-overrun-tokens': { type: 'string' },
+        'fault-token-id': { type: 'string' },
+        'fault-token-at': { type: 'string' },
         'tool-call-format': { type: 'string' },
         reasoning: { type: 'boolean' },
       },
@@ -218,6 +226,16 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
       baseMs: base ?? DEFAULT_STEP_TIME_MODEL.baseMs,
       perPrefillTokenMs: prefill ?? DEFAULT_STEP_TIME_MODEL.perPrefillTokenMs,
       perDecodeTokenMs: decode ?? DEFAULT_STEP_TIME_MODEL.perDecodeTokenMs,
+    };
+  }
+  const overrunTokens = numberOption('fault-overrun-tokens', str('fault-overrun-tokens'), { integer: true, min: 0 });
+  const badTokenId = numberOption('fault-token-id', str('fault-token-id'), { integer: true, min: 0, max: 2 ** 32 - 1 });
+  const badTokenAt = numberOption('fault-token-at', str('fault-token-at'), { integer: true, min: 1 });
+  if (badTokenAt !== undefined && badTokenId === undefined) throw new SimArgsError('--fault-token-at needs --fault-token-id');
+  if (overrunTokens !== undefined || badTokenId !== undefined) {
+    engine.faults = {
+      ...(overrunTokens !== undefined ? { overrunTokens } : {}),
+      ...(badTokenId !== undefined ? { badTokenId, badTokenAt: badTokenAt ?? 1 } : {}),
     };
   }
   const statsDir = str('stats-dir') ?? null;

@@ -90,7 +90,8 @@ export class IncrementalDetokenizer {
   /**
    * Accepts the next token ids of the sequence (any count, including none) and returns the newly stable text:
    * never a partial UTF-8 character, possibly '' while a character is incomplete.
-   * @throws RangeError when an id is not a token id (nothing of this call is consumed then), Error after finish().
+   * @throws InvalidTokenIdError (a RangeError) when an id is not a token id (nothing of this call is consumed then),
+   *   Error after finish().
    */
   push(ids: readonly number[]): string {
     if (this.finished) throw new Error('IncrementalDetokenizer.push called after finish()');

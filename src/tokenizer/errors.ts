@@ -43,3 +43,22 @@ export class ChatTemplateError extends Error {
     this.kind = kind;
   }
 }
+
+/**
+ * A token id that names no token of this tokenizer: not a safe integer in 0..vocabSize−1, or an id in that range the
+ * vocabulary skips. A `RangeError`, as before it had a type of its own, so callers that map RangeError (a client's
+ * `/detokenize` ids: 400) keep working; the server maps one raised on an engine's output to a 502 naming the rank
+ * (issue 26 part 4: the engine is at fault, not the gateway). `tokenId` is the offending value as given, `index` its
+ * position in the list checked.
+ */
+export class InvalidTokenIdError extends RangeError {
+  readonly tokenId: unknown;
+  readonly index: number;
+
+  constructor(tokenId: unknown, index: number, vocabSize: number) {
+    super(`token id ${String(tokenId)} at index ${index} is not in the vocabulary (valid ids 0..${vocabSize - 1})`);
+    this.name = 'InvalidTokenIdError';
+    this.tokenId = tokenId;
+    this.index = index;
+  }
+}

@@ -14,10 +14,14 @@
  * `decode`); without, they are added tokens like `<think>`: emitted as their text, and the UTF-8 decoder restarts
  * around them (an incomplete character before one becomes U+FFFD, as in `decode`).
  */
+import { InvalidTokenIdError } from './errors.js';
 import { REPLACEMENT_CHARACTER, Utf8StreamDecoder } from './utf8-stream.js';
 import { TOKEN_ADDED, TOKEN_SPECIAL, TOKEN_VALID, type TokenTextTable } from './token-text-table.js';
 
-/** Throws the tokenizer's own RangeError/TypeError for the first invalid id of `ids` (GatewayTokenizer.validateTokenIds). */
+/**
+ * Throws the tokenizer's own InvalidTokenIdError (a RangeError) or TypeError for the first invalid id of `ids`
+ * (GatewayTokenizer.validateTokenIds).
+ */
 export type TokenIdValidator = (ids: readonly number[]) => void;
 
 /**
@@ -60,8 +64,9 @@ export class TableDetokenizer {
   /**
    * Accepts the next token ids of the sequence (any count, including none) and returns the newly stable text:
    * never a partial UTF-8 character, possibly '' while a character is incomplete.
-   * @throws RangeError (from the validator) when an id is not a token id (nothing of this call is consumed then),
-   *   TypeError when `ids` is not an array, Error after finish().
+   * @throws InvalidTokenIdError (a RangeError; the validator's, else one naming the id the table lacks) when an id is
+   *   not a token id (nothing of this call is consumed then), TypeError when `ids` is not an array, Error after
+   *   finish().
    */
   push(ids: readonly number[]): string {
     if (this.finished) throw new Error('TableDetokenizer.push called after finish()');
@@ -109,6 +114,10 @@ export class TableDetokenizer {
 
   private rejectIds(ids: unknown): never {
     this.validate(ids as readonly number[]);
-    throw new RangeError('token ids must be token ids of this tokenizer');
+    // The validator accepted what the table refuses: name the first id the table has no token for.
+    const list = ids as readonly unknown[];
+    const flags = this.table.flags;
+    const at = list.findIndex((id) => typeof id !== 'number' || ((flags[id] ?? 0) & TOKEN_VALID) === 0);
+    throw new InvalidTokenIdError(list[at], at, flags.length);
   }
 }

@@ -10,7 +10,7 @@ import { createRequire } from 'node:module';
 import { dirname, resolve } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ChatTemplateSet } from './chat-template.js';
-import { ChatTemplateError, TokenizerLoadError } from './errors.js';
+import { ChatTemplateError, InvalidTokenIdError, TokenizerLoadError } from './errors.js';
 import {
   assertDirectory,
   parseEosTokenIds,
@@ -344,17 +344,20 @@ export class GatewayTokenizer {
   }
 
   /**
-   * Checks that every entry is a token id: a safe integer in 0..vocabSize-1 that names a token.
-   * @throws RangeError naming the first offending index and value.
+   * Checks that every entry is a token id (`isTokenId`).
+   * @throws InvalidTokenIdError (a RangeError) naming the first offending index and value; TypeError for a non-array.
    */
   validateTokenIds(ids: readonly number[]): void {
     if (!Array.isArray(ids)) throw new TypeError('token ids must be an array of integers');
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i];
-      if (!Number.isSafeInteger(id) || id < 0 || id >= this.vocabSize || this.inner.id_to_token(id) === undefined) {
-        throw new RangeError(`token id ${String(id)} at index ${i} is not in the vocabulary (valid ids 0..${this.vocabSize - 1})`);
-      }
+      if (!this.isTokenId(id)) throw new InvalidTokenIdError(id, i, this.vocabSize);
     }
+  }
+
+  /** Whether `id` is a token id: a safe integer in 0..vocabSize-1 that names a token. */
+  isTokenId(id: unknown): id is number {
+    return Number.isSafeInteger(id) && (id as number) >= 0 && (id as number) < this.vocabSize && this.inner.id_to_token(id as number) !== undefined;
   }
 
   /** Whether a chat template is available (requests needing one fail with ChatTemplateError `missing` otherwise). */

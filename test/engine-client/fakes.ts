@@ -381,6 +381,8 @@ export function setup(
     delivery?: DeliveryQueueOptions;
     /** Rank slots (default: one per engine given). */
     dpSize?: number;
+    /** Token ids the client accepts (output-contract.ts; default: unchecked). */
+    validTokenIds?: Uint8Array;
   } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
   const { reservedContextTokens, waves, dpSize, ...clientOpts } = opts;

@@ -144,8 +144,8 @@ describe('TableDetokenizer on Qwen3 equals IncrementalDetokenizer delta for delt
     const tok = await qwen3();
     const detok = createDetokenizer(tok);
     assert.equal(detok.push(tok.encode('Hello')), 'Hello');
-    assert.throws(() => detok.push([1879, 10_000_000]), { name: 'RangeError', message: /token id 10000000 at index 1/ });
-    assert.throws(() => detok.push([1879, 1.5]), { name: 'RangeError', message: /index 1/ });
+    assert.throws(() => detok.push([1879, 10_000_000]), { name: 'InvalidTokenIdError', message: /token id 10000000 at index 1/ });
+    assert.throws(() => detok.push([1879, 1.5]), { name: 'InvalidTokenIdError', message: /index 1/ });
     assert.throws(() => detok.push([-1]), RangeError);
     assert.throws(() => detok.push(['5' as unknown as number]), RangeError);
     assert.throws(() => detok.push('x' as unknown as number[]), TypeError);
