@@ -81,7 +81,7 @@ export interface SimEngineOptions {
   outputLayout?: EngineCoreOutputLayout;
   /**
    * vLLM only: the `vllm_version` of the long ready response (default `"vllm-sim"`, which names no layout), e.g. a
-   * setuptools-scm version naming a vLLM commit (`0.21.1.dev3+g52a31cce5`) to exercise the gateway's version rule.
+   * setuptools-scm version naming a vLLM commit (`0.21.1.dev3+g52a31ccec`) to exercise the gateway's version rule.
    */
   vllmVersion?: string;
   /** Cap on running requests (default 64); reported as `max_num_seqs`. */

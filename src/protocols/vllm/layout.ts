@@ -32,13 +32,13 @@ export const KNOWN_VLLM_COMMIT_LAYOUTS: ReadonlyArray<{ commit: string; layout: 
   { commit: '52a31ccecca203effd490a5b496dc5f8d9496654', layout: 13 },
 ]);
 
-/** A setuptools-scm local version segment naming a commit: `+g<hash>` or `.g<hash>` (e.g. `0.21.1.dev3+g52a31cce5`). */
+/** A setuptools-scm local version segment naming a commit: `+g<hash>` or `.g<hash>` (e.g. `0.21.1.dev3+g52a31ccec`). */
 const COMMIT_IN_VERSION = /[+.]g([0-9a-f]{7,40})(?![0-9a-f])/i;
 
 /**
  * The layout a ready response's `vllm_version` names, or null when it names none this gateway knows (then the
  * outputs' shape decides). vLLM builds from a git tree report their commit in the version's local segment
- * (setuptools-scm: `0.21.1.dev325+g52a31cce5.d20260527`); a commit of `KNOWN_VLLM_COMMIT_LAYOUTS` decides. Release
+ * (setuptools-scm: `0.21.1.dev325+g52a31ccec.d20260527`); a commit of `KNOWN_VLLM_COMMIT_LAYOUTS` decides. Release
  * numbers alone decide nothing: which releases carry which layout is not pinned down (docs/wire/vllm-output.md).
  * Pure.
  */
