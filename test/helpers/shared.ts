@@ -11,10 +11,15 @@ import { fileURLToPath } from 'node:url';
 /** Absolute path of the repository root (the folder holding package.json). */
 export const repoRoot: string = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/** Absolute path of `../shared` beside the repository root. Throws if it is missing. */
+/**
+ * Absolute path of `../shared` beside the repository root (or of the folder `GATEWAY_SHARED_DIR` names, see
+ * `sharedDirIfPresent`). Throws if it is missing.
+ */
 export function sharedDir(): string {
-  const dir = resolve(repoRoot, '..', 'shared');
-  if (!existsSync(dir)) throw new Error(`shared/ not found beside the repo root (looked at ${dir})`);
+  const dir = sharedDirIfPresent();
+  if (dir === null) {
+    throw new Error(`shared/ not found beside the repo root (looked at ${resolve(repoRoot, '..', 'shared')}; GATEWAY_SHARED_DIR unset or missing)`);
+  }
   return dir;
 }
 
