@@ -189,7 +189,7 @@ export interface EngineCoreOutput {
   trace_headers: unknown;
   /** Present on the first output after a new prefill is scheduled (the engine's prompt and cached-token counts). */
   prefill_stats: PrefillStats | null;
-  /** 13-field layout: an ndarray (vLLM `np.ndarray | None`, int32 `[tokens, layers × top-k]`); 16-field: as sent. */
+  /** 13-field layout: a `WireNdArray` (vLLM declares `np.ndarray | None`; int32); 16-field: as sent (opaque). */
   routed_experts: WireNdArray | unknown;
   num_nans_in_logits: WireInt;
   /** 16-field layout only (index 14). */
