@@ -683,8 +683,8 @@ async function closeHttp(server: { closeAllConnections(): void }, closing: Promi
  * `logit_bias` keys are refused instead of answered by a silent terminal abort (engine-wire.md 4.6), and unknown
  * finish strings logged (then mapped to `stop`). vLLM: `max_model_len` read from the group's client at encode time
  * (the first joined rank's ready response, gateway.md 9.1; only a backstop, since the HTTP layer always sets a
- * concrete limit) and the connect-time
- * EOS ids (gateway.md 7).
+ * concrete limit), the connect-time EOS ids (gateway.md 7), and one info line per rank process when its
+ * EngineCoreOutput layout is decided (docs/wire/vllm-output.md).
  */
 function buildProtocol(
   engine: EngineFamily,
@@ -698,6 +698,10 @@ function buildProtocol(
       maxModelLen,
       ...(vllmEos ? { eos: vllmEos } : {}),
       onWarning: (message) => log.warn(message),
+      onOutputLayout: ({ engineIndex, layout, source, reason }) => log.info(
+        { engineIndex, outputLayout: layout, decidedBy: source, reason },
+        `DP rank ${engineIndex}: vLLM EngineCoreOutput in the ${layout}-field layout (from its ${source === 'shape' ? 'output shape' : 'ready response'}: ${reason})`,
+      ),
     });
   }
   return createTokenSpeedProtocol({

@@ -581,6 +581,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.scope.forgetDisowned(index);
     this.forgetRankState(index, slot.liveness.epoch > 0);
     slot.engine = engine;
+    // A new process may speak another version of the wire (vLLM: its EngineCoreOutput layout).
+    this.protocol.noteRankJoined?.(index, engine.ready);
     this.waves.noteRank(engine.ready);
     const r = engine.ready;
     const rejoin = slot.liveness.epoch > 0;

@@ -223,7 +223,8 @@ export type RequestTypeByte = (typeof RequestType)[keyof typeof RequestType];
 
 /**
  * One engine family's message shapes (architecture.md "EngineProtocol"). Transport and engine client are
- * generic over it. Encoders and decoders are pure and synchronous.
+ * generic over it. Encoders and decoders are synchronous, and pure except for the per-rank wire facts a protocol may
+ * remember (vLLM: each rank's output layout).
  */
 export interface EngineProtocol {
   readonly name: 'tokenspeed' | 'vllm';
@@ -256,10 +257,18 @@ export interface EngineProtocol {
   encodeStartWave?(wave: number): Uint8Array;
   /**
    * Decode one output message (frame 0 = payload, later frames = aux). The caller has already checked for
-   * `ENGINE_CORE_DEAD`. Stateless: token counts the engine did not report in this message are null (see
-   * `EngineOutputRow`). Throws `WireDecodeError` (naming the field) on anything malformed.
+   * `ENGINE_CORE_DEAD`. No per-request state: token counts the engine did not report in this message are null (see
+   * `EngineOutputRow`); a protocol may remember per-rank wire facts (vLLM: each rank's output layout). Throws
+   * `WireDecodeError` (naming the field) on anything malformed.
    */
   decodeOutput(frames: readonly Uint8Array[]): EngineBatch;
+  /**
+   * Rank `engineIndex` completed its handshake with `ready` (a fresh engine process; the engine client calls this
+   * before the rank takes requests). Optional: a protocol that keeps per-rank wire facts forgets the previous
+   * process's and reads what the ready response says (vLLM: the `EngineCoreOutput` layout from `vllm_version`,
+   * docs/wire/vllm-output.md). Never throws.
+   */
+  noteRankJoined?(engineIndex: number, ready: ReadyResponse): void;
 }
 
 /**

@@ -34,6 +34,7 @@
  */
 import { performance } from 'node:perf_hooks';
 import { DEFAULT_READY_RESPONSE } from '../protocols/handshake.js';
+import type { EngineCoreOutputLayout } from '../protocols/vllm/output.js';
 import { RequestType, type ReadyResponse, type RequestTypeByte } from '../protocols/types.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { EngineDialer } from '../transport/engine-dialer.js';
@@ -74,6 +75,16 @@ export interface SimEngineOptions {
    * same either way; the gateway then detects it from its first `wave_complete`.
    */
   readyResponse?: 'long' | 'short';
+  /**
+   * vLLM only: the `EngineCoreOutput` layout of the rank's outputs (docs/wire/vllm-output.md): 13 fields (default, as
+   * vLLM 9aaf83ef / 52a31cce send them) or 16 (SMG's decoder, `ec_transfer_params` at 9).
+   */
+  outputLayout?: EngineCoreOutputLayout;
+  /**
+   * vLLM only: the `vllm_version` of the long ready response (default `"vllm-sim"`, which names no layout), e.g. a
+   * setuptools-scm version naming a vLLM commit (`0.21.1.dev3+g52a31ccec`) to exercise the gateway's version rule.
+   */
+  vllmVersion?: string;
   /** Cap on running requests (default 64); reported as `max_num_seqs`. */
   maxRunning?: number;
   /** Device KV pages of 16 tokens (default 4096 = 65 536 tokens); reported as `num_gpu_blocks`. */
@@ -275,7 +286,7 @@ export function createSimWire(family: SimEngineFamily, ctx: SimWireContext): Sim
  * Connect one simulated rank and start serving. Resolves once the rank is registered with the gateway (the dialer's
  * handshake finished). Throws `RangeError` on bad options (an unknown `engine`; `lockstep` with TokenSpeed, without
  * `dataParallelSize` ≥ 2; `dataParallelSize` without `lockstep`; `readyResponse` other than long/short, or short with
- * TokenSpeed), and the dialer's `ConfigError` / `HandshakeError`
+ * TokenSpeed; `outputLayout` other than 13/16; `outputLayout` or `vllmVersion` with TokenSpeed), and the dialer's `ConfigError` / `HandshakeError`
  * when the handshake fails; loading the default tokenizer can throw the tokenizer's errors.
  */
 export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHandle> {
@@ -300,6 +311,11 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   if (readyForm !== 'long' && readyForm !== 'short') throw new RangeError(`readyResponse must be 'long' or 'short', got ${JSON.stringify(readyForm)}`);
   if (readyForm === 'short' && family !== 'vllm') {
     throw new RangeError('readyResponse "short" needs engine "vllm": TokenSpeed always sends the 19-key ready response');
+  }
+  const outputLayout = opts.outputLayout ?? 13;
+  if (outputLayout !== 13 && outputLayout !== 16) throw new RangeError(`outputLayout must be 13 or 16, got ${JSON.stringify(outputLayout)}`);
+  if ((opts.outputLayout !== undefined || opts.vllmVersion !== undefined) && family !== 'vllm') {
+    throw new RangeError('outputLayout and vllmVersion need engine "vllm": they describe the vLLM EngineCore wire');
   }
   const timeScale = opts.timeScale ?? 1;
   if (!Number.isFinite(timeScale) || timeScale < 0) throw new RangeError(`timeScale must be a finite number ≥ 0, got ${timeScale}`);
@@ -328,6 +344,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     enableOutputLogprobs: opts.enableOutputLogprobs ?? true,
     tokens: (seed: WireInt, prompt: readonly number[], constraint) => model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt, constraint),
     candidatePool: model.candidatePool,
+    outputLayout,
   });
 
   const scheduler = new SimScheduler({
@@ -349,7 +366,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     numGpuBlocks: kvTotalPages,
     prefixGranularity: KV_PAGE_TOKENS,
     dtype: 'bfloat16',
-    vllmVersion: wire.version,
+    vllmVersion: opts.vllmVersion ?? wire.version,
     worldSize: 1,
     // > 1 marks the worker as a lockstep group (engine-wire.md 5.12); independent (dense) DP ranks report 1.
     dataParallelSize: lockstep ? (opts.dataParallelSize as number) : 1,
@@ -375,7 +392,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   });
   // Debug: the gateway logs the join itself ("DP rank N joined", with max_model_len and the KV pages).
   log.debug(
-    { engineIndex: opts.engineIndex, engine: family, lockstep, readyForm, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
+    { engineIndex: opts.engineIndex, engine: family, lockstep, readyForm, outputLayout: family === 'vllm' ? outputLayout : undefined, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
     'sim rank registered',
   );
 

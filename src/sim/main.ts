@@ -6,7 +6,9 @@
  * Options (units: tokens, 16-token KV pages, ms): `--engine tokenspeed|vllm` (tokenspeed; the wire, engine-wire.md
  * sections 4 / 5), `--lockstep` with `--dp-size N` (N ≥ 2; vLLM only: a lockstep MoE rank reporting
  * `data_parallel_size` N that parks when drained and needs a START_DP_WAVE, engine-wire.md 5.12), `--ready-response
- * long|short` (long; vLLM only: short = the 3-key ready response of vLLM releases up to at least 9aaf83ef, issue #14), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
+ * long|short` (long; vLLM only: short = the 3-key ready response of vLLM releases up to at least 9aaf83ef, issue #14),
+ * `--output-layout 13|16` (13; vLLM only: the EngineCoreOutput layout, docs/wire/vllm-output.md), `--vllm-version STR`
+ * (vLLM only: the ready response's `vllm_version`), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--disable-prefix-caching` (the prefix cache
  * of scheduler.ts is on by default), `--tool-call-format hermes|llama3_json|none`
@@ -64,6 +66,9 @@ options (units: tokens, 16-token KV pages, ms):
   --dp-size N                With --lockstep: the group size reported as data_parallel_size (N >= 2, required)
   --ready-response FORM      long (default: all 19 keys) or short (vLLM only: max_model_len, num_gpu_blocks and
                              dp_stats_address, as vLLM releases up to at least May 2026 send it)
+  --output-layout N          vLLM only: EngineCoreOutput layout, 13 (default: vLLM 9aaf83ef / 52a31cce) or 16
+                             (SMG's decoder: ec_transfer_params at 9)
+  --vllm-version STR         vLLM only: vllm_version of the long ready response (default vllm-sim)
   --max-running N            Cap on running requests (default 64)
   --kv-pages N               Total KV pages of 16 tokens (default 4096)
   --max-model-len N          Context length reported in the ready response (default 32768)
@@ -130,6 +135,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         lockstep: { type: 'boolean' },
         'dp-size': { type: 'string' },
         'ready-response': { type: 'string' },
+        'output-layout': { type: 'string' },
+        'vllm-version': { type: 'string' },
         'max-running': { type: 'string' },
         'kv-pages': { type: 'string' },
         'max-model-len': { type: 'string' },
@@ -185,6 +192,14 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   if (readyResponse === 'short' && engineFamily !== 'vllm') {
     throw new SimArgsError('--ready-response short needs --engine vllm: TokenSpeed always sends the 19-key ready response');
   }
+  const outputLayout = str('output-layout');
+  if (outputLayout !== undefined && outputLayout !== '13' && outputLayout !== '16') {
+    throw new SimArgsError(`--output-layout: expected 13 or 16, got ${JSON.stringify(outputLayout)}`);
+  }
+  const vllmVersion = str('vllm-version');
+  if ((outputLayout !== undefined || vllmVersion !== undefined) && engineFamily !== 'vllm') {
+    throw new SimArgsError('--output-layout and --vllm-version need --engine vllm: they describe the vLLM EngineCore wire');
+  }
   const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
   const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
   const decode = numberOption('step-decode-ms', str('step-decode-ms'), { min: 0 });
@@ -221,6 +236,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     engine.dataParallelSize = dpSize;
   }
   if (readyResponse !== undefined) engine.readyResponse = readyResponse;
+  if (outputLayout !== undefined) engine.outputLayout = outputLayout === '13' ? 13 : 16;
+  if (vllmVersion !== undefined) engine.vllmVersion = vllmVersion;
   if (base !== undefined || prefill !== undefined || decode !== undefined) {
     engine.stepTimeModel = {
       baseMs: base ?? DEFAULT_STEP_TIME_MODEL.baseMs,

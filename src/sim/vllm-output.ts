@@ -4,10 +4,11 @@
  * (`toEngineCoreOutput`) and encoding them with the schema codec (`encodeEngineCoreOutputsFrames`, short form: each
  * output and the envelope end at their last non-default field, as vLLM's msgspec structs send them), without the
  * objects and the per-field error paths. `vllm-wire.ts` falls back on the schema codec for steps with logprob
- * tensors and to name the field of a value the wire cannot carry.
+ * tensors and to name the field of a value the wire cannot carry. Either `EngineCoreOutput` layout
+ * (docs/wire/vllm-output.md): 13 fields (`prefill_stats` at 10) or 16 (`prefill_stats` at 11).
  */
-import { VllmFinishReason, prefillStatsCodec, schedulerStatsCodec } from '../protocols/vllm/index.js';
-import type { SchedulerStats } from '../protocols/vllm/index.js';
+import { VllmFinishReason, prefillStatsCodecFor, schedulerStatsCodec } from '../protocols/vllm/index.js';
+import type { EngineCoreOutputLayout, SchedulerStats } from '../protocols/vllm/index.js';
 import { WireEncodeError } from '../wire/errors.js';
 import { MsgpackWriter } from '../wire/writer.js';
 import type { SimFinishReason, SimRow } from './scheduler.js';
@@ -34,6 +35,8 @@ export interface VllmStepFrame {
   stats: SchedulerStats;
   /** Seconds (float). */
   timestamp: number;
+  /** The `EngineCoreOutput` layout (default 13). */
+  layout?: EngineCoreOutputLayout;
 }
 
 /** True when the direct writer covers every row (no logprob tensors to write). */
@@ -44,12 +47,14 @@ export function directlyEncodable(rows: readonly SimRow[]): boolean {
 
 /**
  * One output in its short form: `request_id`, `new_token_ids`, then nils up to `finish_reason` (5), `stop_reason` (6)
- * and `prefill_stats` (11), ending at the last of them that is set (the others keep their defaults).
+ * and `prefill_stats` (10 in the 13-field layout, 11 in the 16-field one), ending at the last of them that is set (the
+ * others keep their defaults).
  */
-function writeOutput(w: MsgpackWriter, row: SimRow): void {
+function writeOutput(w: MsgpackWriter, row: SimRow, layout: EngineCoreOutputLayout): void {
   const finish = vllmFinishReasonOf(row.finishedReason);
   const stop = row.finishedReason === 'stop' ? row.stopReason : null;
-  const length = row.prefillTokens !== null ? 12 : stop !== null ? 7 : finish !== null ? 6 : 2;
+  const prefillAt = layout === 13 ? 10 : 11;
+  const length = row.prefillTokens !== null ? prefillAt + 1 : stop !== null ? 7 : finish !== null ? 6 : 2;
   w.writeArrayHeader(length);
   w.writeStr(row.rid, DIRECT_PATH);
   const ids = row.outputIds;
@@ -66,8 +71,9 @@ function writeOutput(w: MsgpackWriter, row: SimRow): void {
   if (stop === null) w.writeNil();
   else w.writeInt(stop, DIRECT_PATH);
   if (length === 7) return;
-  for (let i = 7; i < 11; i++) w.writeNil(); // events, kv_transfer_params, ec_transfer_params, trace_headers
-  prefillStatsCodec.encode(w, {
+  // events, kv_transfer_params, then trace_headers (13) or ec_transfer_params and trace_headers (16)
+  for (let i = 7; i < prefillAt; i++) w.writeNil();
+  prefillStatsCodecFor(layout).encode(w, {
     num_prompt_tokens: row.promptTokens,
     num_computed_tokens: row.prefillTokens as number,
     num_cached_tokens: row.cachedTokens,
@@ -90,7 +96,8 @@ export function encodeVllmStepDirect(step: VllmStepFrame): Uint8Array {
   w.writeArrayHeader(step.finished !== null ? 6 : Object.is(step.timestamp, 0) ? 3 : 4);
   w.writeInt(step.engineIndex, DIRECT_PATH);
   w.writeArrayHeader(step.rows.length);
-  for (const r of step.rows) writeOutput(w, r);
+  const layout = step.layout ?? 13;
+  for (const r of step.rows) writeOutput(w, r, layout);
   schedulerStatsCodec.encode(w, step.stats, DIRECT_PATH);
   if (step.finished !== null || !Object.is(step.timestamp, 0)) w.writeFloat64(step.timestamp, DIRECT_PATH);
   if (step.finished !== null) {

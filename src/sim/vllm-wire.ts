@@ -27,13 +27,17 @@
  * `data_parallel_size > 1` (the scheduler's `include_finished_set`), so a dense vLLM rank never sends it; a gateway
  * must not depend on it (the terminal outputs suffice), and sending it here exercises the gateway's handling of it.
  *
- * Envelopes are encoded in the short form (trailing default fields left out), as vLLM's msgspec structs send them.
+ * Outputs are in the `EngineCoreOutput` layout `SimWireContext.outputLayout` names (docs/wire/vllm-output.md): 13
+ * fields by default, as vLLM 9aaf83ef / 52a31cce send them (`prefill_stats` at 10, five keys), or 16 (SMG's decoder:
+ * `prefill_stats` at 11, six keys). Envelopes and outputs are encoded in the short form (trailing default fields left
+ * out); vLLM's real encoder writes every element (msgspec ignores `omit_defaults` for `array_like` structs, see the
+ * vectors in test/vectors/vllm), and the gateway reads both.
  */
 import {
   decodeAbortPayload, decodeEngineCoreRequest, decodeStartDpWave, defaultEngineCoreOutput,
   defaultEngineCoreOutputs, encodeEngineCoreOutputsFrames, schedulerStatsFor,
 } from '../protocols/vllm/index.js';
-import type { EngineCoreOutput, EngineCoreOutputs, SchedulerStats } from '../protocols/vllm/index.js';
+import type { EngineCoreOutput, EngineCoreOutputLayout, EngineCoreOutputs, SchedulerStats } from '../protocols/vllm/index.js';
 import type { WireInt } from '../wire/reader.js';
 import { RequestType } from '../protocols/types.js';
 import type { SimRow } from './scheduler.js';
@@ -68,9 +72,12 @@ export function candidateRow(tokenId: number, logprob: number, k: number, pool: 
   return { ids: [tokenId, ...top.map((c) => c.id)], logprobs: [logprob, ...top.map((c) => c.lp)], rank: second ? 2 : 1 };
 }
 
-/** One scheduler row as an `EngineCoreOutput` (engine-wire.md 5.9); `topK` ranked candidates per token (5.6). */
-export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[] = []): EngineCoreOutput {
-  const out = defaultEngineCoreOutput(row.rid, [...row.outputIds]);
+/**
+ * One scheduler row as an `EngineCoreOutput` (engine-wire.md 5.9) with the fields of `layout` (default 13;
+ * docs/wire/vllm-output.md); `topK` ranked candidates per token (5.6).
+ */
+export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[] = [], layout: EngineCoreOutputLayout = 13): EngineCoreOutput {
+  const out = defaultEngineCoreOutput(row.rid, [...row.outputIds], layout);
   out.finish_reason = vllmFinishReasonOf(row.finishedReason);
   if (row.finishedReason === 'stop') out.stop_reason = row.stopReason;
   if (row.logprobVals.length > 0) {
@@ -89,8 +96,9 @@ export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[
       num_cached_tokens: row.cachedTokens,
       num_local_cached_tokens: row.cachedTokens,
       num_external_cached_tokens: 0,
-      num_cache_creation_tokens: 0,
     };
+    // The 16-field layout's PrefillStats has one more key (vLLM 9aaf83ef / 52a31cce send the five above).
+    if (layout === 16) out.prefill_stats.num_cache_creation_tokens = 0;
   }
   return out;
 }
@@ -172,16 +180,17 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
   /** Requested top-logprob count (`logprobs` = k > 0) of each request that asked for candidates. */
   const topK = new Map<string, number>();
   const pool = ctx.candidatePool ?? [];
+  const layout = ctx.outputLayout ?? 13;
   let reported: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 };
 
   /** The step through the schema codec: outputs as `EngineCoreOutput` objects (logprob tensors included). */
   const encodeObjects = (step: SimStep, rowTopK: readonly number[], finished: string[] | null, stats: SchedulerStats, timestamp: number): Uint8Array[] => {
     const o = envelope(step.engineIndex);
     o.timestamp = timestamp;
-    o.outputs = step.rows.map((r, i) => toEngineCoreOutput(r, rowTopK[i]!, pool));
+    o.outputs = step.rows.map((r, i) => toEngineCoreOutput(r, rowTopK[i]!, pool, layout));
     o.finished_requests = finished;
     o.scheduler_stats = stats;
-    return encodeEngineCoreOutputsFrames(o);
+    return encodeEngineCoreOutputsFrames(o, { layout });
   };
 
   const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {
@@ -204,7 +213,7 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
     const timestamp = nowSeconds();
     if (direct) {
       try {
-        return [encodeVllmStepDirect({ engineIndex: step.engineIndex, rows: step.rows, finished: finishedList, stats, timestamp })];
+        return [encodeVllmStepDirect({ engineIndex: step.engineIndex, rows: step.rows, finished: finishedList, stats, timestamp, layout })];
       } catch (error) {
         // The schema codec names the field the wire cannot carry.
         if (!(error instanceof WireEncodeError)) throw error;

@@ -4,6 +4,7 @@
  * a wire that has them) wave messages. One module per family implements it: `tokenspeed-wire.ts` (engine-wire.md
  * section 4) and `vllm-wire.ts` (section 5). Everything here is synchronous and free of sockets and timers.
  */
+import type { EngineCoreOutputLayout } from '../protocols/vllm/output.js';
 import type { RequestTypeByte, StructuredConstraint } from '../protocols/types.js';
 import type { WireInt } from '../wire/reader.js';
 import type { LoadTail, SchedulerState, SimRequest, SimRow, TokenSource } from './scheduler.js';
@@ -27,6 +28,11 @@ export interface SimWireContext {
   tokens: (seed: WireInt, promptTokenIds: readonly number[], constraint: StructuredConstraint | null) => TokenSource;
   /** Token ids a vLLM rank reports as ranked candidates for top logprobs (the text model's `candidatePool`). */
   candidatePool?: readonly number[];
+  /**
+   * The `EngineCoreOutput` layout a vLLM rank sends (docs/wire/vllm-output.md): 13 fields (default, vLLM 9aaf83ef /
+   * 52a31cce) or 16 (SMG's decoder). Ignored by TokenSpeed.
+   */
+  outputLayout?: EngineCoreOutputLayout;
 }
 
 /** A decoded ADD. */

@@ -1,10 +1,15 @@
 /**
  * The engine client over the real vLLM codec (engine-wire.md section 5) and an in-memory link: the pinned rank
  * reaches `data_parallel_rank` (gateway.md 14), START_DP_WAVE is `[clock, nil]` on the wire (5.7), wave notices
- * drive the clock (5.8, 5.12; dp-routing.md 13.3), and the stream fills the counts vLLM leaves out (5.9).
+ * drive the clock (5.8, 5.12; dp-routing.md 13.3), and the stream fills the counts vLLM leaves out (5.9). Real vLLM
+ * batches (golden vectors, 13-field EngineCoreOutput) and their 16-field form carry the engine's cached-token count
+ * to the stream, and routed-experts batches decode (docs/wire/vllm-output.md; issue 26 part 2).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { decode as msgpackDecode, encode as msgpackEncode } from '@msgpack/msgpack';
 import { RequestType } from '../../src/protocols/types.js';
 import type { RequestTypeByte } from '../../src/protocols/types.js';
 import { EngineClient } from '../../src/engine-client/client.js';
@@ -12,7 +17,8 @@ import {
   createVllmProtocol, decodeAbortPayload, decodeEngineCoreRequest, decodeStartDpWave, defaultEngineCoreOutput,
   defaultEngineCoreOutputs, encodeEngineCoreOutputsFrames, schedulerStatsFor,
 } from '../../src/protocols/vllm/index.js';
-import type { EngineCoreOutputs, PrefillStats } from '../../src/protocols/vllm/index.js';
+import type { EngineCoreOutputs, OutputLayoutDecision, PrefillStats } from '../../src/protocols/vllm/index.js';
+import { repoVectorsDir } from '../helpers/shared.js';
 import { FakeLink, drain, makeEngines, req } from './fakes.js';
 
 function decodeSent(type: RequestTypeByte, payload: Uint8Array): unknown {
@@ -90,4 +96,54 @@ test('vLLM outputs through the client: prompt/cached from prefill_stats kept, co
   assert.deepEqual(client.rankStates()[1].load, { numRunning: 0, numWaiting: 0, kvCacheUsage: 0.25 }, 'stored, then clamped on release');
   assert.equal(link.sent.length, 1);
   await client.close();
+});
+
+/** The payload of a golden vector from vLLM's real encoder (test/vectors/vllm). */
+function vectorPayload(name: string): Uint8Array {
+  const v = JSON.parse(readFileSync(join(repoVectorsDir('vllm'), `${name}.json`), 'utf8')) as { frames_hex: string[] };
+  return Uint8Array.from(Buffer.from(v.frames_hex[0]!, 'hex'));
+}
+
+/** The same envelope with every output in the 16-field layout (`ec_transfer_params` nil at 9). */
+function in16Fields(payload: Uint8Array): Uint8Array {
+  const env = msgpackDecode(payload) as unknown[];
+  env[1] = (env[1] as unknown[][]).map((o) => [...o.slice(0, 9), null, ...o.slice(9)]);
+  return msgpackEncode(env);
+}
+
+test('real vLLM batches (52a31cce, 13 fields) and their 16-field form through the engine client: the engine\'s cached tokens reach the stream', async () => {
+  for (const layout of [13, 16] as const) {
+    const link = new FakeLink(makeEngines(2), decodeSent);
+    const decisions: OutputLayoutDecision[] = [];
+    const client = new EngineClient({ protocol: createVllmProtocol({ maxModelLen: 4096, onOutputLayout: (d) => decisions.push(d) }), link });
+    const prefill = vectorPayload('vllm_outputs_prefill_stats_52a31cce'); // rank 1: r-prefill (prompt 7, cached 4), r-done
+    const s = await client.submit(req('r-prefill'), { dpRank: 1 });
+    await link.deliver({ kind: 'frames', frames: [layout === 13 ? prefill : in16Fields(prefill)] });
+    // The next step of r-prefill (no prefill_stats): the counts reported before are kept.
+    await link.deliver({ kind: 'frames', frames: encodeEngineCoreOutputsFrames({
+      ...defaultEngineCoreOutputs(), engine_index: 1, outputs: [{ ...defaultEngineCoreOutput('r-prefill', [15], layout), finish_reason: 1 }],
+    }, { layout, form: 'full' }) });
+    const { outputs, error } = await drain(s);
+    assert.equal(error, undefined);
+    assert.deepEqual(outputs.map((o) => [o.newTokenIds, o.promptTokens, o.cachedTokens, o.completionTokens, o.finishReason]), [
+      [[11], 7, 4, 1, null],
+      [[15], 7, 4, 2, 'length'],
+    ], `${layout}-field layout`);
+    assert.deepEqual(decisions.map((d) => [d.engineIndex, d.layout, d.source]), [[1, layout, 'shape']]);
+    assert.equal(client.stats.decodeErrors, 0);
+    await client.close();
+  }
+});
+
+test('routed-experts capture on real vLLM (13 fields): every batch decodes, none counts as a decode error', async () => {
+  const link = new FakeLink(makeEngines(1), decodeSent);
+  const client = new EngineClient({ protocol: createVllmProtocol({ maxModelLen: 4096 }), link });
+  const s = await client.submit(req('r-experts'), { dpRank: 0 });
+  const experts = vectorPayload('vllm_outputs_routed_experts_9aaf83ef'); // rank 0: r-experts, token 14
+  for (let i = 0; i < 3; i++) await link.deliver({ kind: 'frames', frames: [experts] });
+  assert.equal(client.stats.decodeErrors, 0);
+  assert.equal(client.isAlive(), true, 'three in a row no longer end the group');
+  await client.close();
+  const { outputs } = await drain(s);
+  assert.deepEqual(outputs.map((o) => o.newTokenIds), [[14], [14], [14]]);
 });

@@ -63,6 +63,18 @@ test('parseSimArgs --ready-response: short for vLLM ranks (issue #14), long by d
   assert.ok(SIM_USAGE.includes('--ready-response FORM'));
 });
 
+test('parseSimArgs --output-layout 13|16 and --vllm-version: vLLM only; left to runSimEngine (13, vllm-sim) when absent', () => {
+  const base = ['--handshake', 'tcp://h:1', '--engine', 'vllm'];
+  assert.equal(parseSimArgs([...base, '--output-layout', '16']).engine.outputLayout, 16);
+  assert.equal(parseSimArgs([...base, '--output-layout', '13']).engine.outputLayout, 13);
+  assert.equal(parseSimArgs(base).engine.outputLayout, undefined);
+  assert.equal(parseSimArgs([...base, '--vllm-version', '0.21.1+g52a31ccec']).engine.vllmVersion, '0.21.1+g52a31ccec');
+  assert.throws(() => parseSimArgs([...base, '--output-layout', '14']), /--output-layout: expected 13 or 16/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--output-layout', '16']), /need --engine vllm/);
+  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--vllm-version', 'x']), /need --engine vllm/);
+  assert.ok(SIM_USAGE.includes('--output-layout N') && SIM_USAGE.includes('--vllm-version STR'));
+});
+
 test('simMain --help prints the usage and exits 0 without dialling anything', async () => {
   const written: string[] = [];
   const original = process.stdout.write.bind(process.stdout);

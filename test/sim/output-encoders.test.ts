@@ -6,12 +6,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { decode as msgpackDecode } from '@msgpack/msgpack';
 import { loadTokenSpeedVectors } from '../helpers/shared.js';
 import {
   decodeBatchTokenIDOutSlim, encodeBatchTokenIDOutSlim, type BatchTokenIDOutSlim,
 } from '../../src/protocols/tokenspeed/output.js';
 import {
-  decodeEngineCoreOutputs, defaultEngineCoreOutputs, encodeEngineCoreOutputsFrames, schedulerStatsFor,
+  decodeEngineCoreOutputs, defaultEngineCoreOutputs, detectOutputLayout, encodeEngineCoreOutputsFrames, schedulerStatsFor,
 } from '../../src/protocols/vllm/index.js';
 import { WireEncodeError } from '../../src/wire/errors.js';
 import { encodeSimBatch, toBatchTokenIDOutSlim, type SimBatchView } from '../../src/sim/output.js';
@@ -121,27 +122,29 @@ test('encodeSimBatch names the field of a value the wire cannot carry (the schem
 
 /** The reference: the step's outputs as `EngineCoreOutput` objects through the schema codec (short form). */
 function schemaVllm(f: VllmStepFrame): string {
+  const layout = f.layout ?? 13;
   const o = defaultEngineCoreOutputs();
   o.engine_index = f.engineIndex;
-  o.outputs = f.rows.map((r) => toEngineCoreOutput(r));
+  o.outputs = f.rows.map((r) => toEngineCoreOutput(r, 0, [], layout));
   o.scheduler_stats = f.stats;
   o.timestamp = f.timestamp;
   o.finished_requests = f.finished;
-  const frames = encodeEngineCoreOutputsFrames(o);
+  const frames = encodeEngineCoreOutputsFrames(o, { layout });
   assert.equal(frames.length, 1);
   return hexOf(frames[0]!);
 }
 
-test('encodeVllmStepDirect equals the schema codec on seeded random steps (finish and stop reasons, prefill stats, finished ids)', () => {
+test('encodeVllmStepDirect equals the schema codec on seeded random steps (finish and stop reasons, prefill stats, finished ids), in both layouts', () => {
   const prng = new Prng(5);
   for (let i = 0; i < 400; i++) {
+    const layout = i % 2 === 0 ? 13 : 16;
     const rows = Array.from({ length: prng.int(0, 30) }, () => randomRow(prng, false));
     const stats = schedulerStatsFor({ numRunning: randomInt(prng), numWaiting: randomInt(prng), kvCacheUsage: prng.next() });
     stats.step_counter = randomInt(prng);
     stats.prefix_cache_stats.hits = prng.int(0, 5000);
     const finished = prng.next() < 0.5 ? Array.from({ length: prng.int(1, 5) }, () => randomRid(prng)) : null;
     const timestamp = prng.next() < 0.05 ? 0 : 1_764_000_000 + prng.next();
-    const frame: VllmStepFrame = { engineIndex: prng.int(0, 65535), rows, finished, stats, timestamp };
+    const frame: VllmStepFrame = { engineIndex: prng.int(0, 65535), rows, finished, stats, timestamp, layout };
     assert.equal(hexOf(encodeVllmStepDirect(frame)), schemaVllm(frame), `step ${i}`);
   }
 });
@@ -189,4 +192,24 @@ test('the vLLM sim wire names the field of a value the wire cannot carry', () =>
     logprobVals: [], logprobIdx: [], stopReason: null, prefillTokens: null,
   };
   assert.throws(() => wire.encodeStep(step([bad])), (e: unknown) => e instanceof WireEncodeError && /outputs\[0\]\.new_token_ids\[1\]/.test(e.message));
+});
+
+test('the vLLM sim wire\'s outputLayout: 13 (default) puts the five-key prefill_stats at 10, 16 the six-key one at 11; the gateway\'s detection agrees', () => {
+  const row: SimRow = {
+    rid: 'r-1', outputIds: [11], finishedReason: '', promptTokens: 20, completionTokens: 1, cachedTokens: 16,
+    logprobVals: [], logprobIdx: [], stopReason: null, prefillTokens: 4,
+  };
+  const ctx = { enableOutputLogprobs: true, tokens: () => ({ next: () => ({ tokenId: 1, logprob: 0 }) }) };
+  const prefill = { num_prompt_tokens: 20, num_computed_tokens: 4, num_cached_tokens: 16, num_local_cached_tokens: 16, num_external_cached_tokens: 0 };
+  for (const [layout, wire] of [[13, createVllmSimWire(ctx)], [13, createVllmSimWire({ ...ctx, outputLayout: 13 })], [16, createVllmSimWire({ ...ctx, outputLayout: 16 })]] as const) {
+    // Both encoder paths: the direct writer (no logprobs) and the schema codec (a row with logprobs).
+    for (const r of [row, { ...row, logprobVals: [-0.5], logprobIdx: [11] }]) {
+      const payload = wire.encodeStep(step([r]))![0]!;
+      const raw = (msgpackDecode(payload) as unknown[][])[1]![0] as unknown[];
+      assert.equal(raw.length, layout === 13 ? 11 : 12, `layout ${layout}: prefill_stats is the last element`);
+      assert.deepEqual(raw.at(-1), layout === 13 ? prefill : { ...prefill, num_cache_creation_tokens: 0 });
+      assert.equal(detectOutputLayout(payload)?.layout, layout);
+      assert.equal(decodeEngineCoreOutputs([payload]).outputs[0]!.prefill_stats!.num_cached_tokens, 16);
+    }
+  }
 });

@@ -198,7 +198,7 @@ test('close() pushes ENGINE_CORE_DEAD', async () => {
 });
 
 /** The registration frame a vLLM sim rank with `extra` options sends, decoded generically, read by a hand-driven gateway. */
-async function rawRegistration(extra: { readyResponse?: 'long' | 'short'; lockstep?: boolean; dataParallelSize?: number } = {}): Promise<Record<string, unknown>> {
+async function rawRegistration(extra: { readyResponse?: 'long' | 'short'; lockstep?: boolean; dataParallelSize?: number; vllmVersion?: string } = {}): Promise<Record<string, unknown>> {
   const d = await freshDir();
   const handshakeAddress = `tcp://127.0.0.1:${await freePort()}`;
   const inputAddress = `ipc://${d.dir}/in`;
@@ -246,4 +246,13 @@ test('readyResponse short: the registration is the 3-key map of vLLM up to at le
     runSimEngine({ engine: 'tokenspeed', engineIndex: 0, handshakeAddress: 'tcp://127.0.0.1:1', readyResponse: 'short', textModel, vocabSize: 1, eosTokenIds: [0] }),
     /readyResponse "short" needs engine "vllm"/,
   );
+});
+
+test('vllmVersion is what the long ready response reports (vllm-sim by default); outputLayout and vllmVersion are refused for TokenSpeed', async () => {
+  assert.equal((await rawRegistration()).vllm_version, 'vllm-sim');
+  assert.equal((await rawRegistration({ vllmVersion: '0.21.1.dev3+g52a31ccec' })).vllm_version, '0.21.1.dev3+g52a31ccec');
+  const ts = { engine: 'tokenspeed' as const, engineIndex: 0, handshakeAddress: 'tcp://127.0.0.1:1', textModel, vocabSize: 1, eosTokenIds: [0] };
+  await assert.rejects(runSimEngine({ ...ts, outputLayout: 16 }), /outputLayout and vllmVersion need engine "vllm"/);
+  await assert.rejects(runSimEngine({ ...ts, vllmVersion: 'x' }), /outputLayout and vllmVersion need engine "vllm"/);
+  await assert.rejects(runSimEngine({ ...ts, engine: 'vllm', outputLayout: 14 as 13 }), /outputLayout must be 13 or 16/);
 });

@@ -26,12 +26,15 @@ export type { StartDpWave } from './wave.js';
 export {
   decodeEngineCoreOutputs, encodeEngineCoreOutputs, encodeEngineCoreOutputsFrames, classifyEngineCoreOutputs,
   engineCoreOutputsToEngineBatch, engineCoreOutputCodecs, defaultEngineCoreOutput, defaultEngineCoreOutputs,
-  toFinishReason, VllmFinishReason, prefillStatsCodec, stopReasonCodec, finishReasonCodec,
+  toFinishReason, VllmFinishReason, prefillStatsCodec, prefillStats13Codec, prefillStatsCodecFor, stopReasonCodec,
+  finishReasonCodec, detectOutputLayout, peekEngineIndex, ENGINE_CORE_OUTPUT_LAYOUTS,
 } from './output.js';
 export type {
   EngineCoreOutput, EngineCoreOutputs, EngineCoreOutputsKind, EngineCoreEvent, PrefillStats, StopReason, WaveEvent,
-  EncodeOutputsOptions,
+  EncodeOutputsOptions, EngineCoreOutputLayout, OutputLayoutEvidence,
 } from './output.js';
+export { OutputLayouts, outputLayoutOfVersion, KNOWN_VLLM_COMMIT_LAYOUTS } from './layout.js';
+export type { OutputLayoutDecision, OutputLayoutSource } from './layout.js';
 export {
   schedulerStatsCodec, schedulerStatsFor, loadFromSchedulerStats, prefixCacheStatsCodec, kvCacheEvictionEventCodec,
 } from './stats.js';

@@ -2,7 +2,13 @@
  * vLLM's output message (engine-wire.md 5.8-5.11; vLLM `v1/engine/__init__.py`, SMG `protocol/vllm/*.rs`, SMG PR
  * #2175): the `EngineCoreOutputs` envelope and its `EngineCoreOutput`s, both untagged positional arrays,
  * trailing-tolerant (absent trailing fields default, extra ones are drained). Frame 0 is the payload; frames 1.. are
- * aux frames referenced by logprob tensors (5.6, 1.6).
+ * aux frames referenced by tensors (5.6, 1.6).
+ *
+ * `EngineCoreOutput` has two layouts in the world (docs/wire/vllm-output.md): the **13-field** one of vLLM 9aaf83ef and
+ * 52a31cce (`trace_headers` 9, `prefill_stats` 10, `routed_experts` 11, `num_nans_in_logits` 12) and the **16-field**
+ * one of SMG's decoder and engine-wire.md 5.9 (`ec_transfer_params` 9, so every later field one further on, plus
+ * `mm_cache_miss_hashes` 14 and `new_sampling_mask` 15). The codecs are built per layout; `detectOutputLayout` reads
+ * which one a payload shows (the protocol remembers it per rank, layout.ts).
  *
  * Envelope classification (5.8, SMG): *payload* = `outputs` non-empty, or `scheduler_stats` present, or
  * `finished_requests` present. Request batch = payload and no utility and no wave field; utility reply = utility
@@ -13,14 +19,15 @@ import type { EngineBatch, EngineOutputRow, FinishReason, WaveEvent } from '../t
 import {
   anyValue, decodeMessage, float, int, list, namedMap, nullable, positional, str, wireEqual,
 } from '../../wire/codec.js';
-import type { Codec, PositionalCodec } from '../../wire/codec.js';
+import type { Codec, FieldSpec, PositionalCodec } from '../../wire/codec.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
+import { MsgpackReader } from '../../wire/reader.js';
 import type { WireInt } from '../../wire/reader.js';
 import { MsgpackWriter } from '../../wire/writer.js';
 import { loadFromSchedulerStats, schedulerStatsCodec } from './stats.js';
 import type { SchedulerStats } from './stats.js';
-import { candidateLogprobs, logprobsCodec, sampledLogprobs } from './tensors.js';
-import type { TensorFrames, VllmLogprobs } from './tensors.js';
+import { candidateLogprobs, logprobsCodec, ndArrayCodec, sampledLogprobs } from './tensors.js';
+import type { TensorFrames, VllmLogprobs, WireNdArray } from './tensors.js';
 
 /** `stop_reason`: the matched stop token id (int), the matched stop string (str), or null. */
 export type StopReason = WireInt | string | null;
@@ -93,30 +100,78 @@ const engineCoreEventCodec = namedMap<EngineCoreEvent>({
   ],
 });
 
-/** `prefill_stats` (5.9): token counts of the prefill just scheduled; every key defaults to 0. */
+/**
+ * The field count of an `EngineCoreOutput` layout (docs/wire/vllm-output.md):
+ * - `13`: vLLM 9aaf83ef and 52a31cce (`vllm/v1/engine/__init__.py`): `trace_headers` 9, `prefill_stats` 10,
+ *   `routed_experts` 11, `num_nans_in_logits` 12; no `ec_transfer_params`;
+ * - `16`: SMG's decoder (`protocol/vllm/output.rs`) and engine-wire.md 5.9: `ec_transfer_params` 9, `trace_headers`
+ *   10, `prefill_stats` 11, `routed_experts` 12, `num_nans_in_logits` 13, `mm_cache_miss_hashes` 14,
+ *   `new_sampling_mask` 15.
+ * Indices 0..8 are the same in both.
+ */
+export type EngineCoreOutputLayout = 13 | 16;
+
+/** Both layouts, the real vLLM one first. */
+export const ENGINE_CORE_OUTPUT_LAYOUTS: readonly EngineCoreOutputLayout[] = Object.freeze([13, 16]);
+
+/**
+ * `prefill_stats` (5.9): token counts of the prefill just scheduled; every key defaults to 0. vLLM 9aaf83ef /
+ * 52a31cce send the first five keys (the golden vectors); `num_cache_creation_tokens` belongs to the 16-field
+ * layout's PrefillStats only (absent when decoded in the 13-field layout).
+ */
 export interface PrefillStats {
   num_prompt_tokens: WireInt;
   num_computed_tokens: WireInt;
   num_cached_tokens: WireInt;
   num_local_cached_tokens: WireInt;
   num_external_cached_tokens: WireInt;
-  num_cache_creation_tokens: WireInt;
+  num_cache_creation_tokens?: WireInt;
 }
 
-/** `prefill_stats` codec (named map). */
+const PREFILL_STATS_KEYS_13 = [
+  'num_prompt_tokens', 'num_computed_tokens', 'num_cached_tokens', 'num_local_cached_tokens', 'num_external_cached_tokens',
+] as const;
+
+/** `prefill_stats` codec of the 16-field layout (named map, six keys). */
 export const prefillStatsCodec = namedMap<PrefillStats>({
   name: 'PrefillStats',
   fields: [
-    { name: 'num_prompt_tokens', codec: int, dflt: () => 0 },
-    { name: 'num_computed_tokens', codec: int, dflt: () => 0 },
-    { name: 'num_cached_tokens', codec: int, dflt: () => 0 },
-    { name: 'num_local_cached_tokens', codec: int, dflt: () => 0 },
-    { name: 'num_external_cached_tokens', codec: int, dflt: () => 0 },
+    ...PREFILL_STATS_KEYS_13.map((name) => ({ name, codec: int, dflt: () => 0 })),
     { name: 'num_cache_creation_tokens', codec: int, dflt: () => 0 },
   ],
 });
 
-/** One per-request output, wire order, upstream names (engine-wire.md 5.9). */
+const prefillStats13Map = namedMap<PrefillStats>({
+  name: 'PrefillStats',
+  fields: PREFILL_STATS_KEYS_13.map((name) => ({ name, codec: int, dflt: () => 0 })),
+});
+
+/**
+ * `prefill_stats` codec of the 13-field layout: the five keys vLLM 9aaf83ef / 52a31cce send. Encoding refuses a
+ * non-zero `num_cache_creation_tokens` (that layout cannot carry it) instead of dropping it.
+ */
+export const prefillStats13Codec: Codec<PrefillStats> = {
+  type: 'PrefillStats',
+  decode: (r, path, expected) => prefillStats13Map.decode(r, path, expected),
+  encode(w, v, path) {
+    const extra = v?.num_cache_creation_tokens;
+    if (extra !== undefined && !wireEqual(extra, 0)) {
+      throw new WireEncodeError(`${path}.num_cache_creation_tokens`, 'the 13-field layout\'s PrefillStats has no such key');
+    }
+    prefillStats13Map.encode(w, v, path);
+  },
+};
+
+/** The `prefill_stats` codec of `layout`. */
+export function prefillStatsCodecFor(layout: EngineCoreOutputLayout): Codec<PrefillStats> {
+  return layout === 13 ? prefillStats13Codec : prefillStatsCodec;
+}
+
+/**
+ * One per-request output, upstream names, the fields of both layouts (docs/wire/vllm-output.md). A decoded output
+ * holds exactly the fields of the layout it was decoded in, in its wire order: the three 16-field-only fields are
+ * absent from a 13-field output.
+ */
 export interface EngineCoreOutput {
   request_id: string;
   /** New token ids this step (not cumulative). */
@@ -129,14 +184,18 @@ export interface EngineCoreOutput {
   stop_reason: StopReason;
   events: EngineCoreEvent[] | null;
   kv_transfer_params: unknown;
-  ec_transfer_params: unknown;
+  /** 16-field layout only (index 9). */
+  ec_transfer_params?: unknown;
   trace_headers: unknown;
-  /** Present on the first output after a new prefill is scheduled. */
+  /** Present on the first output after a new prefill is scheduled (the engine's prompt and cached-token counts). */
   prefill_stats: PrefillStats | null;
-  routed_experts: unknown;
+  /** 13-field layout: a `WireNdArray` (vLLM declares `np.ndarray | None`; int32); 16-field: as sent (opaque). */
+  routed_experts: WireNdArray | unknown;
   num_nans_in_logits: WireInt;
-  mm_cache_miss_hashes: string[] | null;
-  new_sampling_mask: unknown;
+  /** 16-field layout only (index 14). */
+  mm_cache_miss_hashes?: string[] | null;
+  /** 16-field layout only (index 15). */
+  new_sampling_mask?: unknown;
 }
 
 /** The envelope, wire order, upstream names (engine-wire.md 5.8). Every field has a default. */
@@ -154,33 +213,48 @@ export interface EngineCoreOutputs {
   start_wave: WireInt | null;
 }
 
-/** The positional codecs of one message (built per message: logprob tensors need its aux frames). */
-export function engineCoreOutputCodecs(frames: TensorFrames): {
+/** The fields only the 16-field layout has: a 13-field encode refuses a non-default value in any of them. */
+const SIXTEEN_FIELD_ONLY = ['ec_transfer_params', 'mm_cache_miss_hashes', 'new_sampling_mask'] as const;
+
+/**
+ * The positional codecs of one message in `layout` (default 13, vLLM's), built per message when it has aux frames
+ * (tensors need them). Field types follow each layout's source: in the 13-field layout `routed_experts` is an ndarray
+ * (vLLM's declaration), in the 16-field layout it is opaque (SMG's).
+ */
+export function engineCoreOutputCodecs(frames: TensorFrames, layout: EngineCoreOutputLayout = 13): {
   output: PositionalCodec<EngineCoreOutput>;
   outputs: PositionalCodec<EngineCoreOutputs>;
 } {
   const lp = nullable(logprobsCodec(frames));
-  const output = positional<EngineCoreOutput>({
-    name: 'EngineCoreOutput',
-    fields: [
-      { name: 'request_id', codec: str },
-      { name: 'new_token_ids', codec: list(int) },
-      { name: 'new_logprobs', codec: lp, dflt: () => null },
-      { name: 'new_prompt_logprobs_tensors', codec: lp, dflt: () => null },
-      { name: 'pooling_output', codec: anyValue, dflt: () => null },
-      { name: 'finish_reason', codec: finishReasonCodec, dflt: () => null },
-      { name: 'stop_reason', codec: stopReasonCodec, dflt: () => null },
-      { name: 'events', codec: nullable(list(engineCoreEventCodec)), dflt: () => null },
-      { name: 'kv_transfer_params', codec: anyValue, dflt: () => null },
-      { name: 'ec_transfer_params', codec: anyValue, dflt: () => null },
-      { name: 'trace_headers', codec: anyValue, dflt: () => null },
-      { name: 'prefill_stats', codec: nullable(prefillStatsCodec), dflt: () => null },
-      { name: 'routed_experts', codec: anyValue, dflt: () => null },
-      { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
-      { name: 'mm_cache_miss_hashes', codec: nullable(list(str)), dflt: () => null },
-      { name: 'new_sampling_mask', codec: anyValue, dflt: () => null },
-    ],
-  });
+  type Field = FieldSpec<EngineCoreOutput>;
+  const head: Field[] = [
+    { name: 'request_id', codec: str },
+    { name: 'new_token_ids', codec: list(int) },
+    { name: 'new_logprobs', codec: lp, dflt: () => null },
+    { name: 'new_prompt_logprobs_tensors', codec: lp, dflt: () => null },
+    { name: 'pooling_output', codec: anyValue, dflt: () => null },
+    { name: 'finish_reason', codec: finishReasonCodec, dflt: () => null },
+    { name: 'stop_reason', codec: stopReasonCodec, dflt: () => null },
+    { name: 'events', codec: nullable(list(engineCoreEventCodec)), dflt: () => null },
+    { name: 'kv_transfer_params', codec: anyValue, dflt: () => null },
+  ];
+  const tail: Field[] = layout === 13
+    ? [
+        { name: 'trace_headers', codec: anyValue, dflt: () => null },
+        { name: 'prefill_stats', codec: nullable(prefillStats13Codec), dflt: () => null },
+        { name: 'routed_experts', codec: nullable(ndArrayCodec(frames)), dflt: () => null },
+        { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
+      ]
+    : [
+        { name: 'ec_transfer_params', codec: anyValue, dflt: () => null },
+        { name: 'trace_headers', codec: anyValue, dflt: () => null },
+        { name: 'prefill_stats', codec: nullable(prefillStatsCodec), dflt: () => null },
+        { name: 'routed_experts', codec: anyValue, dflt: () => null },
+        { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
+        { name: 'mm_cache_miss_hashes', codec: nullable(list(str)), dflt: () => null },
+        { name: 'new_sampling_mask', codec: anyValue, dflt: () => null },
+      ];
+  const output = positional<EngineCoreOutput>({ name: 'EngineCoreOutput', fields: [...head, ...tail] });
   const outputs = positional<EngineCoreOutputs>({
     name: 'EngineCoreOutputs',
     fields: [
@@ -197,8 +271,18 @@ export function engineCoreOutputCodecs(frames: TensorFrames): {
   return { output, outputs };
 }
 
-/** A fresh `EngineCoreOutput` for `requestId` with every optional field at its default. */
-export function defaultEngineCoreOutput(requestId: string, newTokenIds: WireInt[] = []): EngineCoreOutput {
+/**
+ * A fresh `EngineCoreOutput` for `requestId` with every optional field at its default, with the fields of `layout`
+ * (default 16: the union, so it encodes in either layout; 13: exactly what a 13-field decode gives).
+ */
+export function defaultEngineCoreOutput(requestId: string, newTokenIds: WireInt[] = [], layout: EngineCoreOutputLayout = 16): EngineCoreOutput {
+  if (layout === 13) {
+    return {
+      request_id: requestId, new_token_ids: newTokenIds, new_logprobs: null, new_prompt_logprobs_tensors: null,
+      pooling_output: null, finish_reason: null, stop_reason: null, events: null, kv_transfer_params: null,
+      trace_headers: null, prefill_stats: null, routed_experts: null, num_nans_in_logits: 0,
+    };
+  }
   return {
     request_id: requestId, new_token_ids: newTokenIds, new_logprobs: null, new_prompt_logprobs_tensors: null,
     pooling_output: null, finish_reason: null, stop_reason: null, events: null, kv_transfer_params: null,
@@ -245,36 +329,157 @@ export function classifyEngineCoreOutputs(o: EngineCoreOutputs): EngineCoreOutpu
   return { kind: 'start_wave', wave: o.start_wave as WireInt };
 }
 
-let singleFrame: ReturnType<typeof engineCoreOutputCodecs> | undefined;
-/** Codecs for messages without aux frames, built once (decoding never adds frames). */
-function singleFrameCodecs(): ReturnType<typeof engineCoreOutputCodecs> {
-  singleFrame ??= engineCoreOutputCodecs({ aux: [] });
-  return singleFrame;
+type OutputCodecs = ReturnType<typeof engineCoreOutputCodecs>;
+const singleFrame: Partial<Record<EngineCoreOutputLayout, OutputCodecs>> = {};
+/** Codecs for messages without aux frames, built once per layout (decoding never adds frames). */
+function singleFrameCodecs(layout: EngineCoreOutputLayout): OutputCodecs {
+  return (singleFrame[layout] ??= engineCoreOutputCodecs({ aux: [] }, layout));
 }
 
 /**
  * Decodes one output message: `frames[0]` is the payload, `frames[1..]` the aux frames (a single `Uint8Array` means a
- * message without aux frames). Trailing elements are drained at envelope and output level; absent trailing fields
- * default (vLLM's own encoder omits trailing defaults). Then the shape is checked (`classifyEngineCoreOutputs`).
- * Integers beyond ±(2^53−1) stay bigint. Throws WireDecodeError naming the field: no frames, type mismatches,
- * truncation, trailing bytes, a `finish_reason` outside 0..4, a missing required `SchedulerStats` key, bad
- * tensors (pickle or unknown ext code, aux index out of range, ragged logprob arrays, ...), an invalid shape.
+ * message without aux frames), each `EngineCoreOutput` in `layout` (docs/wire/vllm-output.md). Without `layout`, the
+ * payload's own shape decides (`detectOutputLayout`); a payload that shows neither (every output ambiguous) is
+ * decoded in the 16-field layout, which reads every ambiguous output (its index 12 is nullable; the 13-field
+ * layout's `num_nans_in_logits` is not). Trailing elements are drained at envelope and output level; absent trailing
+ * fields default. Then the shape is checked (`classifyEngineCoreOutputs`). Integers beyond ±(2^53−1) stay bigint.
+ * Throws WireDecodeError naming the field: no frames, type mismatches, truncation, trailing bytes, a `finish_reason`
+ * outside 0..4, a missing required `SchedulerStats` key, bad tensors (pickle or unknown ext code, aux index out of
+ * range, ragged logprob arrays, ...), an invalid shape.
  */
-export function decodeEngineCoreOutputs(frames: readonly Uint8Array[] | Uint8Array): EngineCoreOutputs {
+export function decodeEngineCoreOutputs(frames: readonly Uint8Array[] | Uint8Array, layout?: EngineCoreOutputLayout): EngineCoreOutputs {
   const all = frames instanceof Uint8Array ? [frames] : frames;
   if (all.length === 0) throw new WireDecodeError('EngineCoreOutputs', 'output message has no frames');
-  const { outputs } = all.length === 1 ? singleFrameCodecs() : engineCoreOutputCodecs({ aux: all.slice(1) });
-  const o = decodeMessage(outputs, all[0], 'EngineCoreOutputs');
+  const use = layout ?? detectOutputLayout(all[0]!)?.layout ?? 16;
+  const { outputs } = all.length === 1 ? singleFrameCodecs(use) : engineCoreOutputCodecs({ aux: all.slice(1) }, use);
+  const o = decodeMessage(outputs, all[0]!, 'EngineCoreOutputs');
   classifyEngineCoreOutputs(o);
   return o;
 }
 
+/**
+ * The `engine_index` of an output payload (element 0 of the envelope; 0 when the envelope is empty) without decoding
+ * the message or allocating: null when the payload does not start with an array and a non-negative integer below
+ * 2^32 (the full decode then names the problem). For choosing the rank's layout before the decode.
+ */
+export function peekEngineIndex(payload: Uint8Array): number | null {
+  let at = 0;
+  const head = payload[at++];
+  let n: number;
+  if (head === undefined) return null;
+  if (head >= 0x90 && head <= 0x9f) n = head & 0x0f;
+  else if (head === 0xdc && payload.length >= 3) {
+    n = (payload[1]! << 8) | payload[2]!;
+    at = 3;
+  } else if (head === 0xdd && payload.length >= 5) {
+    n = ((payload[1]! << 24) >>> 0) + ((payload[2]! << 16) | (payload[3]! << 8) | payload[4]!);
+    at = 5;
+  } else return null;
+  if (n === 0) return 0;
+  const x = payload[at];
+  if (x === undefined) return null;
+  if (x <= 0x7f) return x;
+  const left = payload.length - at - 1;
+  if (x === 0xcc && left >= 1) return payload[at + 1]!;
+  if (x === 0xcd && left >= 2) return (payload[at + 1]! << 8) | payload[at + 2]!;
+  if (x === 0xce && left >= 4) {
+    return ((payload[at + 1]! << 24) >>> 0) + ((payload[at + 2]! << 16) | (payload[at + 3]! << 8) | payload[at + 4]!);
+  }
+  return null;
+}
+
+/** What a payload's shape shows about its `EngineCoreOutput` layout: the layout and the element that showed it. */
+export interface OutputLayoutEvidence {
+  layout: EngineCoreOutputLayout;
+  /** The deciding element and why, e.g. `outputs[0][12] is an int (num_nans_in_logits of the 13-field layout)`. */
+  reason: string;
+}
+
+const PREFILL_KEYS = new Set<string>([...PREFILL_STATS_KEYS_13, 'num_cache_creation_tokens']);
+
+/** What the map at the cursor is (consumed): empty, one with a PrefillStats key, or another map. */
+function mapKind(r: MsgpackReader, path: string): 'empty' | 'prefill' | 'other' {
+  const n = r.readMapHeader(path);
+  let prefill = false;
+  for (let i = 0; i < n; i++) {
+    if (!prefill && r.peekKind(path) === 'str') prefill = PREFILL_KEYS.has(r.readStr(path));
+    else r.skip(path);
+    r.skip(path);
+  }
+  return n === 0 ? 'empty' : prefill ? 'prefill' : 'other';
+}
+
+/**
+ * Which `EngineCoreOutput` layout an output payload shows (docs/wire/vllm-output.md "Telling them apart"), or null
+ * when no output decides it. Pure; reads the bytes without decoding them and throws nothing (a malformed payload is
+ * null here and a decode error later). The first deciding output wins:
+ * - more than 13 elements ⇒ 16;
+ * - index 10: a map with a PrefillStats key ⇒ 13 (`prefill_stats`); any other non-empty map ⇒ 16 (`trace_headers`);
+ * - index 11: an array ⇒ 13 (`routed_experts`, an ndarray); a map with a PrefillStats key ⇒ 16 (`prefill_stats`);
+ * - index 12: an int ⇒ 13 (`num_nans_in_logits`); an array ⇒ 16 (`routed_experts`).
+ * An output whose elements from 9 on are absent or nil is ambiguous (it decodes the same in both), and so is index 9
+ * (`trace_headers` or `ec_transfer_params`, both maps or nil).
+ */
+export function detectOutputLayout(payload: Uint8Array): OutputLayoutEvidence | null {
+  try {
+    const r = new MsgpackReader(payload);
+    const envelope = r.readArrayHeader('EngineCoreOutputs');
+    if (envelope < 2) return null;
+    r.skip('engine_index');
+    if (r.peekKind('outputs') !== 'array') return null;
+    const count = r.readArrayHeader('outputs');
+    for (let i = 0; i < count; i++) {
+      const found = outputEvidence(r, i);
+      if (found !== null) return found;
+    }
+    return null;
+  } catch {
+    return null;
+  }
+}
+
+/** The evidence of output `i` at the cursor (consumed), or null when it is ambiguous. */
+function outputEvidence(r: MsgpackReader, i: number): OutputLayoutEvidence | null {
+  const at = `outputs[${i}]`;
+  const n = r.readArrayHeader(at);
+  if (n > 13) return { layout: 16, reason: `${at} has ${n} elements (the 13-field layout has at most 13)` };
+  let found: OutputLayoutEvidence | null = null;
+  for (let k = 0; k < n; k++) {
+    if (found !== null || k < 10 || r.peekIsNil(at)) {
+      r.skip(at);
+      continue;
+    }
+    const kind = r.peekKind(at);
+    if (k === 10 && kind === 'map') {
+      const m = mapKind(r, at);
+      if (m === 'prefill') found = { layout: 13, reason: `${at}[10] is a PrefillStats map (prefill_stats of the 13-field layout)` };
+      else if (m === 'other') found = { layout: 16, reason: `${at}[10] is a map without PrefillStats keys (trace_headers of the 16-field layout)` };
+      continue;
+    }
+    if (k === 11 && kind === 'array') {
+      found = { layout: 13, reason: `${at}[11] is an array (routed_experts of the 13-field layout; prefill_stats there in the 16-field one)` };
+    } else if (k === 11 && kind === 'map') {
+      if (mapKind(r, at) === 'prefill') found = { layout: 16, reason: `${at}[11] is a PrefillStats map (prefill_stats of the 16-field layout)` };
+      continue;
+    } else if (k === 12 && kind === 'int') {
+      found = { layout: 13, reason: `${at}[12] is an int (num_nans_in_logits of the 13-field layout)` };
+    } else if (k === 12 && kind === 'array') {
+      found = { layout: 16, reason: `${at}[12] is an array (routed_experts of the 16-field layout)` };
+    }
+    r.skip(at);
+  }
+  return found;
+}
+
 /** Options of the `EngineCoreOutputs` encoders. */
 export interface EncodeOutputsOptions {
+  /** The `EngineCoreOutput` layout (docs/wire/vllm-output.md); default 13, what vLLM 9aaf83ef / 52a31cce send. */
+  layout?: EngineCoreOutputLayout;
   /**
-   * `'short'` (default): trailing default fields are left out of the envelope and of each output, as vLLM's msgspec
-   * structs (`array_like`, `omit_defaults`) send them (inferred from vLLM's struct declarations). `'full'`: all 8 / 16
-   * elements.
+   * `'short'` (default): trailing default fields are left out of the envelope and of each output. `'full'`: all 8
+   * envelope elements and all 13 / 16 output elements. vLLM's real encoder writes the full form: msgspec ignores
+   * `omit_defaults` for `array_like` structs (msgspec issue #720; the golden vectors in test/vectors/vllm are full
+   * length). Decoders accept both.
    */
   form?: 'short' | 'full';
   /** Tensor buffers of at least this many bytes go to aux frames (default: all inline, ext 3). */
@@ -294,16 +499,27 @@ function shortLength<T>(codec: PositionalCodec<T>, value: T): number {
   return n;
 }
 
+/** WireEncodeError when a 13-field output holds a value only the 16-field layout can carry. */
+function refuseSixteenFieldOnly(o: EngineCoreOutput, path: string): void {
+  for (const name of SIXTEEN_FIELD_ONLY) {
+    const v = (o as unknown as Record<string, unknown>)[name];
+    if (v !== undefined && v !== null) throw new WireEncodeError(`${path}.${name}`, 'the 13-field layout has no such field');
+  }
+}
+
 /**
- * Encodes an output message (what a simulated vLLM rank pushes) as frames `[payload, ...aux]`. Does not check the
- * envelope's shape (tests build invalid ones on purpose). Throws WireEncodeError naming the field on a value the
- * wire cannot carry (non-integer token ids, ragged logprob rows, ...).
+ * Encodes an output message (what a simulated vLLM rank pushes) as frames `[payload, ...aux]`, each output in
+ * `opts.layout` (default 13). Does not check the envelope's shape (tests build invalid ones on purpose). Throws
+ * WireEncodeError naming the field on a value the wire cannot carry (non-integer token ids, ragged logprob rows, a
+ * 16-field-only field or `num_cache_creation_tokens` set in the 13-field layout, ...).
  */
 export function encodeEngineCoreOutputsFrames(msg: EngineCoreOutputs, opts: EncodeOutputsOptions = {}): Uint8Array[] {
   const root = 'EngineCoreOutputs';
   if (msg === null || typeof msg !== 'object') throw new WireEncodeError(root, 'expected an object');
+  const layout = opts.layout ?? 13;
+  if (layout !== 13 && layout !== 16) throw new WireEncodeError(root, `unknown EngineCoreOutput layout ${String(layout)} (13 or 16)`);
   const frames: TensorFrames = { aux: [], auxThresholdBytes: opts.auxThresholdBytes };
-  const { output, outputs } = engineCoreOutputCodecs(frames);
+  const { output, outputs } = engineCoreOutputCodecs(frames, layout);
   const short = (opts.form ?? 'short') === 'short';
   const w = new MsgpackWriter(256);
   outputs.encodeWith(w, msg, root, {
@@ -312,9 +528,11 @@ export function encodeEngineCoreOutputsFrames(msg: EngineCoreOutputs, opts: Enco
       outputs: (wr, list, path) => {
         if (!Array.isArray(list)) throw new WireEncodeError(path, 'expected an array');
         wr.writeArrayHeader(list.length);
-        list.forEach((o, i) => output.encodeWith(wr, o, `${path}[${i}]`, {
-          length: short ? shortLength(output, o) : output.fullLength,
-        }));
+        list.forEach((o, i) => {
+          const p = `${path}[${i}]`;
+          if (layout === 13 && o !== null && typeof o === 'object') refuseSixteenFieldOnly(o, p);
+          output.encodeWith(wr, o, p, { length: short ? shortLength(output, o) : output.fullLength });
+        });
       },
     },
   });
@@ -322,8 +540,8 @@ export function encodeEngineCoreOutputsFrames(msg: EngineCoreOutputs, opts: Enco
 }
 
 /** `encodeEngineCoreOutputsFrames` with every tensor inline: one payload frame. */
-export function encodeEngineCoreOutputs(msg: EngineCoreOutputs, opts: { form?: 'short' | 'full' } = {}): Uint8Array {
-  return encodeEngineCoreOutputsFrames(msg, { form: opts.form })[0];
+export function encodeEngineCoreOutputs(msg: EngineCoreOutputs, opts: { form?: 'short' | 'full'; layout?: EngineCoreOutputLayout } = {}): Uint8Array {
+  return encodeEngineCoreOutputsFrames(msg, { form: opts.form, layout: opts.layout })[0]!;
 }
 
 /** The seam's wave event (src/protocols/types.ts), re-exported for the vLLM module's users. */

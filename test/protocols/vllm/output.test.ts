@@ -1,6 +1,8 @@
 /**
  * `EngineCoreOutputs` / `EngineCoreOutput` / `SchedulerStats` (engine-wire.md 5.8-5.11): field order pinned in both
  * directions, every envelope shape, the decode errors the spec names, trailing tolerance, float widths, bigints.
+ * The hand-written output pins here are in the 16-field layout (SMG's, engine-wire.md 5.9); the 13-field layout of
+ * vLLM 9aaf83ef / 52a31cce is pinned by its real vectors in output-layouts.test.ts (docs/wire/vllm-output.md).
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -32,7 +34,7 @@ const PREFILL_HEX = fixmap([
   ['num_local_cached_tokens', '01'], ['num_external_cached_tokens', '00'], ['num_cache_creation_tokens', '00'],
 ]);
 
-/** The 12-element short form vLLM sends (trailing defaults omitted): terminal `length` output with logprobs. */
+/** A 12-element short form in the 16-field layout (prefill_stats at 11): terminal `length` output with logprobs. */
 const OUTPUT_HEX = '9c' +
   'a57665632d31' + // 0 request_id "vec-1"
   '920a0b' + // 1 new_token_ids [10, 11]
@@ -100,9 +102,9 @@ test('request batch pin: hex in, value out, and the engine-neutral batch', () =>
   assert.deepStrictEqual(engineCoreOutputsToEngineBatch(BATCH), EXPECTED_BATCH);
 });
 
-test('request batch pin: value in, hex out (short form by default, full form on request)', () => {
-  assert.equal(hexOf(encodeEngineCoreOutputs(BATCH)), BATCH_HEX);
-  const full = hexOf(encodeEngineCoreOutputs(BATCH, { form: 'full' }));
+test('request batch pin: value in, hex out (16-field layout; short form by default, full form on request)', () => {
+  assert.equal(hexOf(encodeEngineCoreOutputs(BATCH, { layout: 16 })), BATCH_HEX);
+  const full = hexOf(encodeEngineCoreOutputs(BATCH, { form: 'full', layout: 16 }));
   const outputFull = 'dc0010' + OUTPUT_HEX.slice(2) + 'c0' + '00' + 'c0' + 'c0'; // 12 routed_experts .. 15 new_sampling_mask
   assert.equal(full, '98' + '01' + '91' + outputFull + STATS_HEX + F64['1.5'] + 'c0c0c0c0');
   assert.deepStrictEqual(decodeEngineCoreOutputs(bytesOf(full)), BATCH);
@@ -312,7 +314,7 @@ test('EngineCoreOutput pin with every field distinct: indices 0..15 land in thei
     }],
   };
   assert.deepStrictEqual(decodeEngineCoreOutputs(bytesOf(hex)), value);
-  assert.equal(hexOf(encodeEngineCoreOutputs(value)), hex);
+  assert.equal(hexOf(encodeEngineCoreOutputs(value, { layout: 16 })), hex);
   const b = engineCoreOutputsToEngineBatch(value);
   assert.equal(b.outputs[0].finishReason, 'error');
   assert.equal(b.outputs[0].stopReason, 's');
