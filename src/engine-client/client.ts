@@ -34,8 +34,9 @@ import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
 import { FailureScope } from './failure-scope.js';
 import { OutputContract } from './output-contract.js';
-import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay } from './probes.js';
-import { isConnected, type LivenessEvent, type RankStateName } from './rank-liveness.js';
+import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay, unrefTimer } from './probes.js';
+import { isConnected, isRevivable, type LivenessEvent, type RankStateName } from './rank-liveness.js';
+import { LogThrottle } from './log-throttle.js';
 import { RankSender } from './rank-sender.js';
 import { RankTable, type RankSlot } from './rank-table.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
@@ -56,8 +57,22 @@ export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
  * 128k-token prompt prefills in seconds to tens of seconds); raise it for slower engines.
  */
 export const DEFAULT_RANK_STALL_TIMEOUT_MS = 60_000;
-/** Consecutive undecodable messages that fail the group (dp-routing.md section 6; SMG PR #2175). */
-export const MAX_CONSECUTIVE_DECODE_ERRORS = 3;
+/**
+ * Undecodable messages a rank must have been quiet through before it is taken for their sender (SMG PR #2175 fails
+ * the whole group after 3 in a row; issue 26: any process that reaches the socket can push such frames, so only a
+ * rank that also went quiet is blamed, `DECODE_ATTRIBUTION_QUIET_MS`).
+ */
+export const DECODE_ATTRIBUTION_MIN_ERRORS = 3;
+/**
+ * How long a rank holding requests must have sent nothing decodable, while undecodable messages arrive, to be taken
+ * for their sender (issue 26): far above the gap between two batches of a working rank, so a rank that keeps
+ * streaming is never blamed for someone else's frames.
+ */
+export const DECODE_ATTRIBUTION_QUIET_MS = 3000;
+/** How often a dead rank's identity is probed to see whether it answers again (issue 26), in ms. */
+export const REVIVAL_PROBE_INTERVAL_MS = 500;
+/** At most one log line per this many ms about undecodable output, and about rows naming another rank's requests. */
+const WIRE_FAULT_LOG_INTERVAL_MS = 10_000;
 /** How long `shutdown` waits for its ABORTs to be accepted by the link, in ms. */
 const SHUTDOWN_ABORT_WAIT_MS = 1000;
 
@@ -160,7 +175,18 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly delivery: DeliveryQueue;
   private readonly routing = new RoutingState();
   private readonly ranks: RankTable;
-  private consecutiveDecodeErrors = 0;
+  private readonly decodeLog = new LogThrottle(WIRE_FAULT_LOG_INTERVAL_MS);
+  private readonly mismatchLog = new LogThrottle(WIRE_FAULT_LOG_INTERVAL_MS);
+  /**
+   * Per engine index: when the rank last sent a decodable batch, or got a request while it held none, whichever is
+   * later (the client's clock, ms); what `quietMs` measures from.
+   */
+  private readonly quietSince: Float64Array;
+  /** Per engine index: `stats.decodeErrors` when `quietSince` was last set (undecodable messages since = the difference). */
+  private readonly decodeErrorsAtQuiet: Float64Array;
+  /** The revival probe timer (null while no dead rank may come back) and the slots with a probe in flight. */
+  private revivalTimer: ReturnType<typeof setTimeout> | null = null;
+  private readonly revivalProbing = new Set<number>();
   private readonly watchdog: SilenceWatchdog;
   private readonly silentRanks: RankSilenceWatchdogs;
   private readonly stalledRanks: RankSilenceWatchdogs;
@@ -196,6 +222,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.delivery = new DeliveryQueue(opts.delivery);
     this.stats = newClientStats(opts.link.handshakeRejected);
     this.ranks = new RankTable(opts.link.dpSize);
+    this.quietSince = new Float64Array(opts.link.dpSize);
+    this.decodeErrorsAtQuiet = new Float64Array(opts.link.dpSize);
     this.waves = new WaveClock([], opts.lockstep ?? 'auto');
     this.watchdog = new SilenceWatchdog(this.silenceTimeoutMs, () => this.onGroupSilence());
     this.silentRanks = new RankSilenceWatchdogs(this.silenceTimeoutMs, (rank) => this.onRankSilent(rank));
@@ -217,7 +245,6 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       forgetRank: (index) => this.forgetRankState(index),
       release: (rank, ids, aborted) => this.release(rank, ids, aborted),
       clearInFlight: () => {
-        this.consecutiveDecodeErrors = 0;
         this.routing.clearInFlight();
         this.watchdog.stop();
         this.silentRanks.stopAll();
@@ -227,6 +254,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         this.syncRankWatchdogs(rank, false);
         this.touchWatchdog(false);
       },
+      quietMs: (rank) => this.quietMs(rank),
       groupFailed: (error) => this.notify('failed', error),
     });
     this.contract = new OutputContract(
@@ -531,6 +559,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const l = this.ranks.slot(index)!.liveness;
     const level = l.state === 'dead' || l.state === 'stalled' ? 'warn' : 'info';
     this.logger[level]({ engineIndex: index, from: previous, to: l.state, cause: l.cause, epoch: l.epoch }, `DP rank ${index}: ${previous} → ${l.state}`);
+    if (l.state === 'dead' && isRevivable(l.cause)) this.scheduleRevival();
     const wasServing = this.serving;
     this.serving = this.canServe();
     if (this.serving) this.everServed = true;
@@ -578,7 +607,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       this.scope.rankDied(index, 'replaced', `DP rank ${index} was replaced: a new engine process joined with its engine index`);
     }
     if (slot.liveness.epoch > 0) slot.counters.rejoins++;
-    this.scope.forgetDisowned(index);
+    this.scope.noteJoined(index);
     this.forgetRankState(index, slot.liveness.epoch > 0);
     slot.engine = engine;
     // A new process may speak another version of the wire (vLLM: its EngineCoreOutput layout).
@@ -671,6 +700,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private reserve(rank: number, request: GenerateRequest): void {
     this.routing.reserve(rank, request.requestId);
+    if (this.routing.inFlightCount(rank) === 1) this.markHeard(rank, this.now());
     try {
       const sample = this.routing.rates.dispatched(rank, request.requestId, request.promptTokenIds.length, this.now());
       const entry = this.registry.get(request.requestId); // registered before selection (section 3 step 2)
@@ -839,17 +869,58 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.applyBatch(batch);
   }
 
-  /** A single undecodable message is logged, counted and skipped; 3 in a row fail the group (SMG PR #2175). */
+  /**
+   * An undecodable message is counted, logged (the first one, then a summary line per interval) and skipped. Every
+   * ready rank that holds requests, sent nothing decodable for `DECODE_ATTRIBUTION_QUIET_MS` and was quiet through at
+   * least `DECODE_ATTRIBUTION_MIN_ERRORS` undecodable messages is taken for their sender: it is stalled with a
+   * `decode` error naming it (its requests end; it is back in rotation when it sends a decodable batch). Ranks that
+   * keep streaming are never blamed, and the group never fails on frames no rank can be tied to (issue 26: a rogue
+   * sender, or one broken rank among healthy ones).
+   */
   private onDecodeError(err: unknown): void {
     this.stats.decodeErrors++;
-    this.consecutiveDecodeErrors++;
-    if (this.consecutiveDecodeErrors >= MAX_CONSECUTIVE_DECODE_ERRORS) {
-      const n = this.consecutiveDecodeErrors;
-      const error = new EngineClientError('decode', `${n} consecutive undecodable engine output messages; last: ${describeError(err)}`, { cause: err });
-      this.scope.failGroup(error, 'decode-errors', true);
-      return;
+    const now = this.now();
+    const verdict = this.decodeLog.note(now);
+    if (verdict.log) {
+      this.logger.warn(
+        { err, skipped: verdict.count, ...(verdict.sinceMs === null ? {} : { sinceMs: verdict.sinceMs }) },
+        `skipping ${verdict.count === 1 ? 'an undecodable engine output message' : `${verdict.count} undecodable engine output messages`}` +
+          `${verdict.sinceMs === null ? '' : ' since the last such line'} (model_gateway_decode_errors_total counts them all)`,
+      );
     }
-    this.logger.warn({ err, consecutive: this.consecutiveDecodeErrors }, 'skipping an undecodable engine output message');
+    for (const slot of this.ranks.inState('ready')) {
+      const held = this.routing.inFlightCount(slot.index);
+      if (held === 0) continue;
+      const quiet = this.quietMs(slot.index, now);
+      const through = this.stats.decodeErrors - this.decodeErrorsAtQuiet[slot.index]!;
+      if (quiet < DECODE_ATTRIBUTION_QUIET_MS || through < DECODE_ATTRIBUTION_MIN_ERRORS) continue;
+      this.stats.decodeSuspects++;
+      const error = new EngineClientError(
+        'decode',
+        `DP rank ${slot.index} sent no decodable output for ${Math.round(quiet)} ms while holding ${held} request(s), and ` +
+          `${through} undecodable messages arrived on its group's output socket meanwhile (last: ${describeError(err)}); ` +
+          'taken out of rotation until it sends decodable output (engine/gateway version skew?)',
+        { cause: err, dpRank: slot.index },
+      );
+      this.logger.error({ engineIndex: slot.index, err: error }, `DP rank ${slot.index}: its output does not decode`);
+      this.scope.stalled(slot, error);
+    }
+  }
+
+  /** `rank` sent a decodable batch, or got a request while holding none, at `now`: its quiet time starts over. */
+  private markHeard(rank: number, now: number): void {
+    if (rank < 0 || rank >= this.quietSince.length) return;
+    this.quietSince[rank] = now;
+    this.decodeErrorsAtQuiet[rank] = this.stats.decodeErrors;
+  }
+
+  /**
+   * How long `rank` has held requests without a decodable batch naming it, in ms (0 when it holds none or is not
+   * connected): from its last batch, or from when it got a request while holding none, whichever is later.
+   */
+  private quietMs(rank: number, now = this.now()): number {
+    if (this.routing.inFlightCount(rank) === 0 || rank < 0 || rank >= this.quietSince.length) return 0;
+    return Math.max(0, now - this.quietSince[rank]!);
   }
 
   /**
@@ -857,17 +928,17 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * count; a stalled rank that speaks is back in rotation; store the load report BEFORE any release (only for a
    * connected rank: a dead rank's late batch must not resurrect a load); apply the wave event; route the rows
    * (batch-router.ts `planBatch`: each live request's stream takes its rows now, its push-mode listener hears of them
-   * in the sliced delivery that follows, delivery-queue.ts); release `finished` from the batch's rank for EVERY batch (the clamp, 10.3) and
-   * misattributed ids from their recorded rank (14.6); re-arm the watchdogs of every rank the batch proves alive; and
-   * drop rows for requests their rank no longer owns, counting them and ABORTing each id once.
+   * in the sliced delivery that follows, delivery-queue.ts); release `finished` from the batch's rank for EVERY batch (the clamp, 10.3);
+   * drop rows naming another rank's requests and ABORT them at the sender (14.6, issue 26); re-arm the watchdogs of
+   * the batch's rank; and drop rows for requests their rank no longer owns, counting them and ABORTing each id once.
    */
   private applyBatch(batch: EngineBatch): void {
-    this.consecutiveDecodeErrors = 0;
     const rank = batch.engineIndex;
     const slot = this.ranks.slot(rank);
     if (slot !== undefined) slot.counters.batches++;
     const live = slot !== undefined && isConnected(slot.liveness.state);
     const now = this.now();
+    if (live) this.markHeard(rank, now);
     if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, now));
     if (live && batch.wave) this.observeWave(rank, batch.wave);
 
@@ -892,18 +963,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       e.stream.closeWithoutTerminal();
     }
     this.release(rank, plan.finished);
-    for (const r of plan.alsoRelease) this.release(r.rank, [r.requestId]);
-    for (const r of plan.heardFrom) {
-      if (this.ranks.slot(r)?.liveness.state === 'stalled') this.transition(r, { kind: 'heard' });
-      this.syncRankWatchdogs(r, true);
-    }
-    if (plan.mismatches > 0) {
-      this.stats.rankMismatches += plan.mismatches;
-      this.logger.warn(
-        { engineIndex: rank, mismatches: plan.mismatches },
-        'output batch names a different DP rank than the one its requests were sent to (rank fidelity, dp-routing.md 14.6)',
-      );
-    }
+    if (slot?.liveness.state === 'stalled') this.transition(rank, { kind: 'heard' });
+    this.syncRankWatchdogs(rank, true);
+    if (plan.mismatches > 0) this.onMismatches(rank, plan.mismatches, plan.foreign, now);
     for (const id of plan.unknownRows) {
       this.routing.noteRow(rank, id);
       this.scope.orphanRow(id, plan.finished.has(id));
@@ -912,6 +974,26 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (plan.unknownRows.length > 0 && !live) {
       this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }
+  }
+
+  /**
+   * A batch naming `rank` carried `count` rows or finished ids of requests sent to another rank (rank fidelity, 14.6;
+   * issue 26): none was applied (the owners keep their streams). The rows' ids are ABORTed at `rank`, the sender the
+   * batch claims to be, so a misbehaving engine stops producing them; counted, and logged at a bounded rate.
+   */
+  private onMismatches(rank: number, count: number, foreign: readonly string[], now: number): void {
+    this.stats.rankMismatches += count;
+    if (foreign.length > 0 && this.ranks.slot(rank) !== undefined && isConnected(this.ranks.slot(rank)!.liveness.state)) {
+      void this.sendAbort(rank, foreign);
+    }
+    const verdict = this.mismatchLog.note(now, count);
+    if (!verdict.log) return;
+    this.logger.warn(
+      { engineIndex: rank, mismatches: verdict.count, sampleRequestId: foreign[0], ...(verdict.sinceMs === null ? {} : { sinceMs: verdict.sinceMs }) },
+      `dropped ${verdict.count} output row(s) or finished id(s) naming DP rank ${rank} for requests sent to another rank` +
+        `${verdict.sinceMs === null ? '' : ' since the last such line'}; their ids were ABORTed at rank ${rank} (rank fidelity, ` +
+        'dp-routing.md 14.6; a TokenSpeed sender without engine_index under DP > 1 looks like this too)',
+    );
   }
 
   /** Emit `event` to its listeners; a listener that throws is logged, never breaks the client. */
@@ -950,6 +1032,48 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.silentRanks.stopAll();
     this.stalledRanks.stopAll();
     this.probes.cancel();
+    if (this.revivalTimer !== null) clearTimeout(this.revivalTimer);
+    this.revivalTimer = null;
+  }
+
+  /**
+   * Probe dead ranks that may still be the same working process (rank-liveness.ts `isRevivable`; issue 26) every
+   * `REVIVAL_PROBE_INTERVAL_MS` while there are any: the input ROUTER refuses a send to an identity no peer holds
+   * (probes.ts), so a probe it accepts means the rank's engine is connected again, and it is back in rotation
+   * (`revive`). A rank whose process is gone keeps failing the probe at no cost; one that says HELLO leaves `dead`
+   * and is not probed.
+   */
+  private scheduleRevival(): void {
+    if (this.revivalTimer !== null || this.registry.closed) return;
+    this.revivalTimer = unrefTimer(() => {
+      this.revivalTimer = null;
+      if (this.registry.closed) return;
+      const candidates = this.ranks.slots.filter((s) => s.liveness.state === 'dead' && isRevivable(s.liveness.cause) && s.engine !== null);
+      if (candidates.length === 0) return;
+      for (const slot of candidates) {
+        if (this.revivalProbing.has(slot.index)) continue;
+        this.revivalProbing.add(slot.index);
+        const epoch = slot.liveness.epoch;
+        void this.sender.probeDead(slot).then((answered) => {
+          this.revivalProbing.delete(slot.index);
+          if (answered && slot.liveness.state === 'dead' && slot.liveness.epoch === epoch && !this.registry.closed) this.revive(slot.index);
+        });
+      }
+      this.scheduleRevival();
+    }, REVIVAL_PROBE_INTERVAL_MS);
+  }
+
+  /** A dead rank answers again as the same process: back in rotation, told to drop what it was failed with. */
+  private revive(index: number): void {
+    const slot = this.ranks.slot(index)!;
+    const cause = slot.liveness.cause;
+    this.stats.revivals++;
+    slot.counters.revivals++;
+    this.logger.warn({ engineIndex: index, deathCause: cause }, `DP rank ${index} answers again (its engine is connected to the input socket): back in rotation`);
+    this.routing.forgetRank(index);
+    this.markHeard(index, this.now());
+    this.scope.revived(index);
+    this.transition(index, { kind: 'revived' });
   }
 
   /**
@@ -978,7 +1102,13 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const held = this.routing.inFlightCount(rank);
     const slot = this.ranks.slot(rank);
     if (this.registry.closed || held === 0 || slot?.liveness.state !== 'ready') return;
-    this.scope.stalled(slot, held, this.stallTimeoutMs);
+    const error = new EngineClientError(
+      'rank-stalled',
+      `DP rank ${rank} stalled: it sent no output for ${this.stallTimeoutMs} ms while holding ${held} in-flight request(s) ` +
+        '(--rank-stall-timeout-ms); it is out of rotation until it speaks again',
+      { dpRank: rank },
+    );
+    this.scope.stalled(slot, error);
   }
 
   /** One probe round (after a `disconnect` hint or ENGINE_CORE_DEAD); the last one settles unattributed sentinels. */

@@ -13,12 +13,16 @@
  * - Group scope (`failGroup` with `ranksDie`): every request fails and every rank is marked dead, as SMG rebuilds its
  *   whole client; for faults nobody can be blamed for.
  * - Requests the gateway ended while their rank may still emit rows for them are remembered (`disowned`, bounded): a
- *   later row for one is dropped, counted and ABORTed once (`orphanRow`).
- * - ENGINE_CORE_DEAD names no rank (engine-wire.md 1.7): `noteSentinel` counts it, the next rank found unreachable
- *   is blamed for it (`sendFailed`), and `settleSentinels` falls back to group scope after the last probe round.
- *   A rank that exits cleanly pushes the sentinel before it closes its sockets, but the gateway may see its identity
- *   vanish first (the sentinel comes on the shared output socket, read behind other batches): a sentinel read within
- *   the probe window after such a death is tied to that rank (`noteSentinel`) instead of failing the whole group.
+ *   later row for one is dropped, counted and ABORTed once (`orphanRow`); a dead rank that answers again gets one
+ *   ABORT for all of them (`revived`); a new process of the rank forgets them (`noteJoined`).
+ * - ENGINE_CORE_DEAD names no rank (engine-wire.md 1.7): `noteSentinel` counts it and the next rank found unreachable
+ *   is blamed for it (`sendFailed`). A rank that exits cleanly pushes the sentinel before it closes its sockets, but
+ *   the gateway may see its identity vanish first (the sentinel comes on the shared output socket, read behind other
+ *   batches): a sentinel read within the probe window after such a death is tied to that rank (`noteSentinel`),
+ *   unless a new process of that rank joined since (`noteJoined`). A sentinel no vanished identity explains by the
+ *   last probe round never fails the group (issue 26: any process that reaches the socket can push one):
+ *   `settleSentinels` takes out of rotation, as stalled, each rank that holds requests and sent nothing since the
+ *   sentinel (the likely sender: a dying engine that still holds its sockets), and otherwise only counts it.
  */
 import type { Logger } from 'pino';
 import { EngineClientError, describeError } from './errors.js';
@@ -54,6 +58,11 @@ export interface FailureHost {
   clearInFlight(): void;
   /** Re-sync the timers after `rank` lost requests. */
   timersChanged(rank: number): void;
+  /**
+   * How long `rank` has held requests without a decodable batch naming it, in ms (0 when it holds none): since its
+   * last batch, or since it got a request while idle, whichever is later.
+   */
+  quietMs(rank: number): number;
   /** Emit `failed`. */
   groupFailed(error: EngineClientError): void;
 }
@@ -95,7 +104,7 @@ export class FailureScope {
     const entries = registry.onRank(index);
     for (const e of entries) {
       registry.removeEntry(e);
-      this.disown(e.requestId, index);
+      this.disown(e.requestId, index); // no ABORT now (it is gone); one if it answers again (`revived`)
     }
     this.forget(index);
     this.host.transition(index, { kind: 'death', cause });
@@ -120,20 +129,16 @@ export class FailureScope {
   }
 
   /**
-   * A ready rank held `held` requests and sent nothing for `timeoutMs`: it is stalled, its requests end with a
-   * `rank-stalled` error naming it and ABORTs for them are queued to it (it may be alive but wedged), followed by a
-   * one-token revival request (`RankSender.revive`: the engine sends nothing for aborted requests, so this is what it
-   * answers once it recovers); in a lockstep group every request of the group ends (its peers wait on it).
+   * Take `slot` out of rotation as stalled, ending its requests with `error` (which names the rank and why: it held
+   * requests and sent nothing for the stall timeout; or nothing decodable while undecodable output arrived; or nothing
+   * after an ENGINE_CORE_DEAD no vanished identity explains). ABORTs for its requests are queued to it (it may be alive
+   * but wedged), followed by a one-token revival request (`RankSender.revive`: the engine sends nothing for aborted
+   * requests, so this is what it answers once it recovers); it is back in rotation when it speaks. In a lockstep group
+   * every request of the group ends (its peers wait on it).
    */
-  stalled(slot: RankSlot, held: number, timeoutMs: number): void {
+  stalled(slot: RankSlot, error: EngineClientError): void {
     const { registry } = this.host;
     const rank = slot.index;
-    const error = new EngineClientError(
-      'rank-stalled',
-      `DP rank ${rank} stalled: it sent no output for ${timeoutMs} ms while holding ${held} in-flight request(s) ` +
-        '(--rank-stall-timeout-ms); it is out of rotation until it speaks again',
-      { dpRank: rank },
-    );
     slot.counters.stalls++;
     if (this.host.waves.lockstep) {
       this.noteLockstepFailure();
@@ -199,10 +204,37 @@ export class FailureScope {
   orphanRow(requestId: string, terminal: boolean): void {
     const owner = this.disowned.get(requestId);
     if (owner === undefined) return;
+    const slot = this.host.ranks.slot(owner);
+    // A dead rank's rows were queued before it died: keep the id for its ABORT should it answer again (`revived`).
+    if (slot === undefined || !isConnected(slot.liveness.state)) return;
     this.disowned.delete(requestId);
     this.host.stats.orphanOutputs++;
-    const slot = this.host.ranks.slot(owner);
-    if (!terminal && slot !== undefined) void this.host.sender.abort(slot, [requestId]);
+    if (!terminal) void this.host.sender.abort(slot, [requestId]);
+  }
+
+  /**
+   * A dead rank answers again as the same process (the client probed its identity; rank-liveness.ts `revived`): it may
+   * still be running the requests the gateway failed when it was found dead, so they get one ABORT. Never throws.
+   */
+  revived(index: number): void {
+    const slot = this.host.ranks.slot(index);
+    const ids: string[] = [];
+    for (const [id, r] of this.disowned) {
+      if (r !== index) continue;
+      ids.push(id);
+      this.disowned.delete(id);
+    }
+    this.dropRecentExit(index);
+    if (slot !== undefined && ids.length > 0) void this.host.sender.abort(slot, ids);
+  }
+
+  /**
+   * A new process of `index` completed its handshake: what its previous process held is gone, and an earlier
+   * vanishing of its identity can no longer explain an ENGINE_CORE_DEAD (that process is not the one running now).
+   */
+  noteJoined(index: number): void {
+    this.forgetDisowned(index);
+    this.dropRecentExit(index);
   }
 
   /** Forget the disowned ids of `rank` (its process is gone or replaced). */
@@ -221,6 +253,10 @@ export class FailureScope {
     return { pending: ++this.pendingSentinels };
   }
 
+  private dropRecentExit(index: number): void {
+    for (let at = this.recentExits.indexOf(index); at >= 0; at = this.recentExits.indexOf(index)) this.recentExits.splice(at, 1);
+  }
+
   /** `index` was found gone with no sentinel tied to it: one arriving within the probe window is its. */
   private noteExit(index: number): void {
     this.recentExits.push(index);
@@ -231,19 +267,39 @@ export class FailureScope {
   }
 
   /**
-   * After the last probe round (`withinMs` after the frame): sentinels no rank could be tied to fall back to group
-   * scope, as SMG treats ENGINE_CORE_DEAD (every request fails, every rank is marked dead).
+   * After the last probe round (`withinMs` after the frame), for sentinels no vanished identity explained: never a
+   * group failure (issue 26). Each ready rank that holds requests and sent nothing decodable for `withinMs` (so
+   * nothing since the sentinel) is the likely sender, a dying engine that still holds its sockets: it is taken out of
+   * rotation as stalled (`stalled`; it is back when it speaks). When no rank is quiet, every rank answers and keeps
+   * serving: the sentinel is counted (`stats.unattributedSentinels`) and logged. Returns the ranks stalled.
    */
-  settleSentinels(withinMs: number): void {
+  settleSentinels(withinMs: number): number[] {
     const n = this.pendingSentinels;
-    if (this.host.registry.closed || n === 0) return;
+    const { registry, ranks, stats, logger } = this.host;
+    if (registry.closed || n === 0) return [];
     this.pendingSentinels = 0;
-    const error = new EngineClientError(
-      'engine-dead',
-      `engine core dead: ENGINE_CORE_DEAD received ${n === 1 ? 'once' : `${n} times`} and no rank's identity vanished within ` +
-        `${withinMs} ms, so the dying rank is unknown; failing the whole group (every rank must dial in again)`,
-    );
-    this.failGroup(error, 'engine-core-dead', true);
+    const quiet = ranks.inState('ready').filter((s) => registry.onRank(s.index).length > 0 && this.host.quietMs(s.index) >= withinMs);
+    if (quiet.length === 0) {
+      stats.unattributedSentinels += n;
+      logger.warn(
+        { sentinels: n, withinMs, ranks: ranks.describe() },
+        `ENGINE_CORE_DEAD received ${n === 1 ? 'once' : `${n} times`} but every rank still answers (no identity vanished ` +
+          `within ${withinMs} ms and none holding requests went quiet): nothing failed; a process that is not a rank of ` +
+          'this group, or a rank that did not exit, sent it',
+      );
+      return [];
+    }
+    for (const slot of quiet) {
+      const error = new EngineClientError(
+        'rank-stalled',
+        `DP rank ${slot.index} sent no output for ${withinMs} ms after ENGINE_CORE_DEAD arrived while holding ` +
+          `${registry.onRank(slot.index).length} request(s) and its identity is still connected: taken out of rotation ` +
+          'as the likely sender of the sentinel (it is back if it speaks again)',
+        { dpRank: slot.index },
+      );
+      if (isConnected(slot.liveness.state)) this.stalled(slot, error);
+    }
+    return quiet.map((s) => s.index);
   }
 
   /**
@@ -271,7 +327,6 @@ export class FailureScope {
   }
 
   private forget(index: number): void {
-    this.forgetDisowned(index);
     this.host.forgetRank(index);
   }
 

@@ -50,6 +50,11 @@ export type LivenessEvent =
   | { kind: 'stall' }
   /** It was found dead. */
   | { kind: 'death'; cause: DeathCause }
+  /**
+   * A rank found dead answers again as the same process (its identity is back on the input socket; issue 26): a
+   * fault nobody could pin on it (a rogue frame, a group failure) or a transient loss of its connection.
+   */
+  | { kind: 'revived' }
   /** Its handshake did not finish. */
   | { kind: 'handshake-failed' };
 
@@ -67,16 +72,17 @@ export const INITIAL_LIVENESS: RankLiveness = Object.freeze({ state: 'joining', 
  * The next liveness after `event`, and whether the state changed (`changed`; a new epoch counts as a change). Pure;
  * never throws. Events that do not apply in a state leave it unchanged:
  *
- * | from \ event | hello   | joined          | heard  | stall   | death | handshake-failed            |
- * |--------------|---------|-----------------|--------|---------|-------|-----------------------------|
- * | joining      | joining | ready (epoch+1) | –      | –       | –     | joining (dead if it had an epoch: `handshake-timeout`) |
- * | ready        | –       | ready (epoch+1) | –      | stalled | dead  | –                           |
- * | stalled      | –       | ready (epoch+1) | ready  | –       | dead  | –                           |
- * | dead         | joining | ready (epoch+1) | –      | –       | –     | –                           |
+ * | from \ event | hello   | joined          | heard  | stall   | death | revived | handshake-failed            |
+ * |--------------|---------|-----------------|--------|---------|-------|---------|-----------------------------|
+ * | joining      | joining | ready (epoch+1) | –      | –       | –     | –       | joining (dead if it had an epoch: `handshake-timeout`) |
+ * | ready        | –       | ready (epoch+1) | –      | stalled | dead  | –       | –                           |
+ * | stalled      | –       | ready (epoch+1) | ready  | –       | dead  | –       | –                           |
+ * | dead         | joining | ready (epoch+1) | –      | –       | –     | ready   | –                           |
  *
  * A `joined` event from `ready`/`stalled` is a replacement process; the client retires the old one first.
- * `heard` never revives a dead rank: a rank declared dead has had its requests failed, and only a new handshake
- * proves a usable process.
+ * `heard` never revives a dead rank: a rank declared dead has had its requests failed, and a batch may be one it sent
+ * before it died. `revived` (same process, same epoch) is the client's decision that the rank answers again
+ * (`isRevivable` causes only; the client probes its identity); a new process comes back through a new handshake.
  */
 export function nextLiveness(current: RankLiveness, event: LivenessEvent): { next: RankLiveness; changed: boolean } {
   const same = { next: current, changed: false };
@@ -95,10 +101,22 @@ export function nextLiveness(current: RankLiveness, event: LivenessEvent): { nex
       return current.state === 'ready' ? to('stalled', 'stall') : same;
     case 'death':
       return current.state === 'ready' || current.state === 'stalled' ? to('dead', event.cause) : same;
+    case 'revived':
+      return current.state === 'dead' && current.epoch > 0 ? to('ready', null) : same;
     case 'handshake-failed':
       if (current.state !== 'joining') return same;
       return current.epoch > 0 ? to('dead', 'handshake-timeout') : same;
   }
+}
+
+/**
+ * Whether a rank dead of `cause` may be the same, still working process (issue 26): its connection was lost or a fault
+ * nobody could pin on it ended it (`peer-unreachable`, `send-timeout`, `engine-core-dead`, `rank-silent`,
+ * `group-failure`), so a probe that reaches its identity again brings it back. Not after `replaced` (a new process
+ * holds the index) or `handshake-timeout` (its new process never finished joining).
+ */
+export function isRevivable(cause: RankLiveness['cause']): boolean {
+  return cause === 'peer-unreachable' || cause === 'send-timeout' || cause === 'engine-core-dead' || cause === 'rank-silent' || cause === 'group-failure';
 }
 
 /** Whether a rank in `state` is connected (joined and not found dead): it can be sent ABORTs and probes. */

@@ -82,6 +82,20 @@ export class RankSender {
   }
 
   /**
+   * Probe a `slot` found dead (rank-liveness.ts `isRevivable`; issue 26): an empty ABORT to its identity. Resolves true
+   * when the link accepted it (a peer holds the identity on the input ROUTER again), false on any failure (refused,
+   * timed out, closed, unencodable); changes no rank state and never rejects.
+   */
+  async probeDead(slot: RankSlot): Promise<boolean> {
+    try {
+      await this.link.send(slot.identity, RequestType.ABORT, this.protocol.encodeAbort([]));
+      return true;
+    } catch {
+      return false;
+    }
+  }
+
+  /**
    * Send a stalled `slot` a one-token request (prompt `[0]`, greedy, `max_new_tokens` 1, EOS ignored) under the
    * request id `requestId`, which no client request has. An engine answers every request it runs, but nothing for the
    * ones the gateway ABORTed (engine-wire.md 4.7), so without it a stalled rank that recovers would never be heard

@@ -17,6 +17,8 @@ export interface RankCounters {
   /** Handshakes completed after the first one. */
   rejoins: number;
   stalls: number;
+  /** Times it was found dead and then answered again as the same process (issue 26). */
+  revivals: number;
   /** Output messages decoded that name this engine index (its batches; vLLM: also stats-only and wave envelopes). */
   batches: number;
   /** Deaths by cause (rank-liveness.ts `DeathCause`). */
@@ -49,7 +51,7 @@ export class RankTable {
       identity: encodeEngineIdentity(index),
       engine: null,
       liveness: INITIAL_LIVENESS,
-      counters: { pinned: 0, unpinned: 0, clamps: 0, abortsSent: 0, rejoins: 0, stalls: 0, batches: 0, deaths: {}, engineErrors: {} },
+      counters: { pinned: 0, unpinned: 0, clamps: 0, abortsSent: 0, rejoins: 0, stalls: 0, revivals: 0, batches: 0, deaths: {}, engineErrors: {} },
     }));
     slots.sort((a, b) => compareIdentities(a.identity, b.identity));
     this.slots = slots;

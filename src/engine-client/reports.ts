@@ -20,7 +20,8 @@ import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
  * - `dispatchedPinned` / `dispatchedUnpinned`: successful submits to this rank, pinned / scored.
  * - `clampEvents`: how often the release clamp turned non-zero running/waiting counts into 0 (section 10.2).
  * - `abortsSent`: request ABORTs accepted for this rank; `rejoins`: handshakes after the first; `stalls`: stall
- *   events; `deaths`: deaths by cause; `batches`: output messages received that name the rank.
+ *   events; `deaths`: deaths by cause; `batches`: output messages received that name the rank; `revivals`: times it was found dead and then answered again
+ *   as the same process (issue 26).
  * - `loadAgeMs`: ms since `load` was stored (section 14.1), null before the first report.
  * - `soleClientGuard`: true while the rank's reports show another client's work, so the release clamp is
  *   suspended for it (section 14.3); `guardEngagements` / `guardDisengagements` count the transitions.
@@ -45,6 +46,7 @@ export interface RankState {
   stalls: number;
   deaths: Record<string, number>;
   batches?: number;
+  revivals?: number;
   loadAgeMs?: number | null;
   soleClientGuard?: boolean;
   guardEngagements?: number;
@@ -64,10 +66,15 @@ export type GroupStatus = 'starting' | 'ok' | 'degraded' | 'unavailable';
  * Client-wide counters (gateway.md section 15.3, "wire health"). A live object: read it, never write it.
  * - `decodeErrors`: undecodable output messages.
  * - `abortsSent`: request ABORT messages the link accepted (probes not counted).
- * - `rankMismatches`: batch rows (or finished ids) whose request the client recorded on another rank (14.6).
- * - `failures`: group-scope failures by cause: `engine-core-dead` (a sentinel no rank could be tied to),
- *   `decode-errors`, `watchdog` (group silence), `output-closed`, `output-error`, `output-ended`, and for a lockstep
- *   group the cause of the rank death or stall that failed it.
+ * - `rankMismatches`: batch rows (or finished ids) naming a rank other than the one their request was sent to (14.6):
+ *   dropped, and the rows' ids ABORTed at the rank the batch names (issue 26).
+ * - `failures`: group-scope failures by cause: `watchdog` (group silence), `output-closed`, `output-error`,
+ *   `output-ended`, and for a lockstep group the cause of the rank death or stall that failed it.
+ * - `unattributedSentinels`: ENGINE_CORE_DEAD frames that no vanished identity and no quiet rank explained; counted
+ *   and ignored (failure-scope.ts `settleSentinels`, issue 26).
+ * - `decodeSuspects`: ranks taken out of rotation because they held requests and sent nothing decodable while
+ *   undecodable output arrived (issue 26).
+ * - `revivals`: dead ranks that answered again and came back into rotation (issue 26).
  * - `rankDeaths`: rank deaths by cause (rank-liveness.ts `DeathCause`).
  * - `orphanOutputs`: output rows for requests their rank no longer owns (failed by a death, stall or group failure
  *   while the rank kept working); each such id is ABORTed once.
@@ -84,6 +91,9 @@ export interface ClientStats {
   rankDeaths: Record<string, number>;
   orphanOutputs: number;
   unknownOutputs: number;
+  unattributedSentinels: number;
+  decodeSuspects: number;
+  revivals: number;
   readonly handshakeRejected: Readonly<Record<string, number>>;
 }
 
@@ -114,6 +124,7 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
     stalls: c.stalls,
     deaths: { ...c.deaths },
     batches: c.batches,
+    revivals: c.revivals,
     loadAgeMs: r.loadAgeMs,
     soleClientGuard: r.guard.engaged,
     guardEngagements: r.guard.engagements,
@@ -125,7 +136,7 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
 
 /** Fresh client-wide counters over the link's live `handshakeRejected` record. */
 export function newClientStats(handshakeRejected: Readonly<Record<string, number>>): ClientStats {
-  return { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, handshakeRejected };
+  return { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, unattributedSentinels: 0, decodeSuspects: 0, revivals: 0, handshakeRejected };
 }
 
 /**

@@ -19,6 +19,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { CancellableSubmitOptions, CancelSignal, ClientStats } from '../engine-client/client.js';
 import { EngineClientError } from '../engine-client/errors.js';
+import { newClientStats } from '../engine-client/reports.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import { RequestStreamImpl, type RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest } from '../protocols/types.js';
@@ -427,7 +428,7 @@ export class FrontChannel extends EventEmitter<{
   }
 }
 
-const EMPTY_STATS: ClientStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, handshakeRejected: {} };
+const EMPTY_STATS: ClientStats = newClientStats({});
 
 /** One engine group's engine client as a front sees it, through the router (see the module docs). */
 export class RemoteBackend implements GenerationBackend {

@@ -362,16 +362,8 @@ export class RouterService {
         canServe: b.canServe(),
         status: b.status(),
         ranks: b.rankStates(),
-        stats: {
-          decodeErrors: st.decodeErrors,
-          abortsSent: st.abortsSent,
-          rankMismatches: st.rankMismatches,
-          failures: { ...st.failures },
-          rankDeaths: { ...st.rankDeaths },
-          orphanOutputs: st.orphanOutputs,
-          unknownOutputs: st.unknownOutputs,
-          handshakeRejected: { ...st.handshakeRejected },
-        },
+        // Every counter as it is now; the records copied so the snapshot does not change under the encoder.
+        stats: { ...st, failures: { ...st.failures }, rankDeaths: { ...st.rankDeaths }, handshakeRejected: { ...st.handshakeRejected } },
       };
     });
   }

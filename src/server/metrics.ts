@@ -234,7 +234,22 @@ export class GatewayMetrics {
       });
     statCounter('model_gateway_decode_errors_total', 'Engine output messages that failed to decode', (s) => s.decodeErrors);
     statCounter('model_gateway_aborts_sent_total', 'ABORT messages sent to engine ranks', (s) => s.abortsSent);
-    statCounter('model_gateway_rank_mismatches_total', 'Outputs whose engine_index differed from the recorded rank', (s) => s.rankMismatches);
+    statCounter(
+      'model_gateway_rank_mismatches_total',
+      'Output rows naming a DP rank other than the one their request was sent to; dropped and ABORTed at the sender',
+      (s) => s.rankMismatches,
+    );
+    statCounter(
+      'model_gateway_unattributed_engine_dead_total',
+      'ENGINE_CORE_DEAD frames no vanished identity and no quiet rank explained (every rank still answered); ignored',
+      (s) => s.unattributedSentinels,
+    );
+    statCounter(
+      'model_gateway_decode_suspects_total',
+      'DP ranks taken out of rotation for sending nothing decodable while undecodable output arrived',
+      (s) => s.decodeSuspects,
+    );
+    statCounter('model_gateway_rank_revivals_total', 'Dead DP ranks that answered again and came back into rotation', (s) => s.revivals);
     // A counter with one series per key of a `Record<key, count>` read at scrape time, for every labelled row.
     const recordCounter = (name: string, help: string, labels: string[], key: string, rows: () => Array<[Record<string, string>, Readonly<Record<string, number>>]>) =>
       new Counter({

@@ -21,9 +21,8 @@ test('rows go to their live requests in batch order; terminal rows retire; unkno
   assert.deepEqual(plan.rows.map((r) => r.requestId), ['a', 'b', 'a'], 'rows[i] is the row of entries[i]');
   assert.deepEqual(plan.unknownRows, ['ghost']);
   assert.deepEqual([...plan.finished].sort(), ['a', 'b']);
-  assert.deepEqual([...plan.heardFrom], [0]);
   assert.equal(plan.mismatches, 0);
-  assert.deepEqual(plan.alsoRelease, []);
+  assert.deepEqual(plan.foreign, []);
   assert.deepEqual(plan.closedWithoutTerminal, []);
 });
 
@@ -43,17 +42,28 @@ test('an out-of-band finished id without a terminal row closes its stream; alrea
   assert.deepEqual([...plan.finished].sort(), ['a', 'b', 'nobody']);
 });
 
-test('rank fidelity (14.6): a batch that misnames its rank proves the recorded rank alive and releases there too', () => {
+test('rank fidelity (14.6, issue 26): rows naming another rank\'s requests are foreign: not delivered, not retired, listed once for an ABORT at the sender', () => {
   const a = { requestId: 'a', engineIndex: 2 };
   const b = { requestId: 'b', engineIndex: 3 };
-  const plan = planBatch(batch(0, [row('a'), row('b', 'stop')]), lookupOf([a, b]));
-  assert.deepEqual([...plan.heardFrom].sort(), [0, 2, 3]);
-  assert.equal(plan.mismatches, 2);
-  assert.deepEqual(plan.alsoRelease, [{ rank: 3, requestId: 'b' }]);
+  const c = { requestId: 'c', engineIndex: 0 };
+  const plan = planBatch(batch(0, [row('a'), row('b', 'stop'), row('a'), row('c')]), lookupOf([a, b, c]));
+  assert.deepEqual(plan.entries.map((e) => e.requestId), ['c'], 'only the batch rank\'s own request gets its row');
+  assert.deepEqual(plan.foreign, ['a', 'b'], 'each foreign id once');
+  assert.equal(plan.mismatches, 3);
+  assert.deepEqual(plan.closedWithoutTerminal, [], 'the terminal foreign row retires nothing');
+  assert.deepEqual(plan.unknownRows, []);
 });
 
-test('an empty batch still releases nothing but names its rank (the clamp runs on every batch)', () => {
+test('rank fidelity (issue 26): a finished id naming another rank\'s live request closes nothing', () => {
+  const a = { requestId: 'a', engineIndex: 1 };
+  const plan = planBatch(batch(0, [], undefined, ['a']), lookupOf([a]));
+  assert.deepEqual(plan.closedWithoutTerminal, []);
+  assert.equal(plan.mismatches, 1);
+  assert.deepEqual(plan.foreign, [], 'no row to ABORT');
+});
+
+test('an empty batch releases nothing (the client still runs the clamp on every batch)', () => {
   const plan = planBatch(batch(4, []), () => undefined);
   assert.deepEqual([...plan.finished], []);
-  assert.deepEqual([...plan.heardFrom], [4]);
+  assert.deepEqual(plan.entries, []);
 });

@@ -11,7 +11,6 @@ import {
   serviceEstimates,
   type ChoiceInputs,
 } from '../../src/engine-client/cache-aware.js';
-import { PROBE_SCHEDULE_MS } from '../../src/engine-client/client.js';
 import type { EngineClientError } from '../../src/engine-client/errors.js';
 import { createDpPolicy } from '../../src/engine-client/policies.js';
 import { createLoadPolicy, type RankView } from '../../src/engine-client/policy.js';
@@ -296,8 +295,7 @@ test('without any shared prefix cache_aware chooses exactly what load chooses (s
   }
 });
 
-test('through the client: pinned and unpinned dispatches feed the index; a dead group forgets every rank', async (t) => {
-  t.mock.timers.enable({ apis: ['setTimeout'] });
+test('through the client: pinned and unpinned dispatches feed the index; a dead group forgets every rank', async () => {
   const policy = createCacheAwarePolicy();
   const { client, link } = setup(3, { policy });
   const doc = seq(2048, 1);
@@ -307,10 +305,8 @@ test('through the client: pinned and unpinned dispatches feed the index; a dead 
   assert.equal(next.engineIndex, 2, 'in flight 1 there, but 2048 cached tokens');
   assert.deepEqual(inFlight(client), [0, 0, 2]);
   await link.deliverBatch(batch(2, [row('pinned', 'stop'), row('q', 'stop')], load(2, 0, 0.5)));
-  // ENGINE_CORE_DEAD that no rank can be tied to by the last probe round (issue #8): group scope, every rank dead.
-  await link.deliver({ kind: 'dead' });
-  t.mock.timers.tick(PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!);
-  await tick();
+  // The group's output socket fails (issue #8): group scope, every rank dead.
+  await link.deliver({ kind: 'closed', error: new Error('output socket failed') });
   await tick();
   assert.deepEqual(states(client), ['dead', 'dead', 'dead']);
   assert.equal(policy.index.size(2), 0, 'the group died: its caches are gone');

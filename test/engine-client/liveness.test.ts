@@ -4,15 +4,15 @@
  *   4.7); a probe, or any other send, refused with EHOSTUNREACH names the dead rank;
  * - in a dense group only that rank's requests fail (no ABORT to it), it leaves the scoring set, the policy forgets
  *   it, and its siblings keep serving; an unpinned ADD refused that way is placed on another rank instead;
- * - ENGINE_CORE_DEAD is tied to the rank whose identity then vanishes; when none does by the last probe round the
- *   group falls back to group scope (every request fails, every rank is marked dead);
+ * - ENGINE_CORE_DEAD is tied to the rank whose identity then vanishes; when none does by the last probe round, a rank
+ *   holding requests that went quiet since is stalled, and otherwise nothing fails (issue 26: never group scope);
  * - per-rank silence watchdogs: a rank holding requests and silent for `silenceTimeoutMs` is dead.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { RequestType, type GenerateRequest } from '../../src/protocols/types.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { PROBE_SCHEDULE_MS } from '../../src/engine-client/client.js';
+import { PROBE_SCHEDULE_MS, REVIVAL_PROBE_INTERVAL_MS } from '../../src/engine-client/client.js';
 import { createLoadPolicy, type DpPolicy } from '../../src/engine-client/policy.js';
 import {
   FakeSendTimeoutError,
@@ -137,31 +137,58 @@ test('ENGINE_CORE_DEAD is tied to the rank whose identity vanishes next (cause e
   await client.close();
 });
 
-test('ENGINE_CORE_DEAD that no rank can be tied to by the last probe round: group scope, every rank marked dead', async (t) => {
+test('ENGINE_CORE_DEAD that no rank can be tied to (issue 26): every rank still answers and streams, so nothing fails; it is counted', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
-  const { client, link } = setup(2);
+  let now = 0;
+  const { client, link } = setup(2, { now: () => now });
   const failed: EngineClientError[] = [];
   client.on('failed', (err) => failed.push(err));
   const streams = [await client.submit(req('a'), { dpRank: 0 }), await client.submit(req('b'), { dpRank: 1 })];
-  await link.deliver({ kind: 'dead' });
-  t.mock.timers.tick(LAST_ROUND - 1);
+  await link.deliver({ kind: 'dead' }); // a rogue process, or a rank that did not exit after all
+  for (let ms = 0; ms < LAST_ROUND; ms += 500) {
+    now += 500;
+    t.mock.timers.tick(500);
+    await link.deliverBatch(batch(0, [row('a')]));
+    await link.deliverBatch(batch(1, [row('b')]));
+    await tick();
+  }
   await tick();
   assert.deepEqual(states(client), ['ready', 'ready']);
-  t.mock.timers.tick(1);
+  assert.deepEqual(client.stats.failures, {}, 'no group-scope failure');
+  assert.equal(client.stats.unattributedSentinels, 1);
+  assert.equal(failed.length, 0);
+  await link.deliverBatch(batch(0, [row('a', 'stop')]));
+  await link.deliverBatch(batch(1, [row('b', 'stop')]));
+  const results = await Promise.all(streams.map(drain));
+  assert.deepEqual(results.map((r) => [r.error, r.outputs.at(-1)?.finishReason]), [[undefined, 'stop'], [undefined, 'stop']]);
+  await client.close();
+});
+
+test('ENGINE_CORE_DEAD no vanished identity explains (issue 26): the rank holding requests that went quiet since is taken out as stalled; the rest keep serving', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  let now = 0;
+  const { client, link } = setup(2, { now: () => now, rankStallTimeoutMs: 100_000 });
+  const a = await client.submit(req('a'), { dpRank: 0 });
+  const b = await client.submit(req('b'), { dpRank: 1 });
+  await link.deliver({ kind: 'dead' });
+  for (let ms = 0; ms < LAST_ROUND; ms += 500) {
+    now += 500;
+    t.mock.timers.tick(500);
+    await link.deliverBatch(batch(0, [row('a')])); // rank 0 keeps streaming; rank 1 says nothing
+    await tick();
+  }
   await tick();
-  await tick();
-  const errors = await Promise.all(streams.map(async (s) => (await drain(s)).error as EngineClientError));
-  assert.equal(errors[0], errors[1], 'the same error for the whole group');
-  assert.match(errors[0]!.message, /ENGINE_CORE_DEAD received once and no rank's identity vanished within 3000 ms/);
-  assert.deepEqual(states(client), ['dead', 'dead']);
-  assert.deepEqual(client.stats.failures, { 'engine-core-dead': 1 });
-  assert.deepEqual(client.stats.rankDeaths, { 'group-failure': 2 });
-  assert.equal(failed.length, 1);
-  assert.deepEqual(link.aborts().filter((f) => (f.decoded as string[]).length > 0).map((f) => [f.engineIndex, f.decoded]), [[0, ['a']], [1, ['b']]], 'the ranks may still be running: each is told to drop what it held');
-  assert.equal(client.status(), 'unavailable');
-  // They come back by dialing in again.
-  link.join(0);
-  assert.equal(client.status(), 'degraded');
+  const e = (await drain(b)).error as EngineClientError;
+  assert.equal(e.kind, 'rank-stalled');
+  assert.match(e.message, /DP rank 1 sent no output for 3000 ms after ENGINE_CORE_DEAD arrived/);
+  assert.deepEqual(states(client), ['ready', 'stalled']);
+  assert.deepEqual(client.stats.failures, {});
+  assert.equal(client.stats.unattributedSentinels, 0);
+  assert.ok(link.aborts().some((f) => f.engineIndex === 1 && JSON.stringify(f.decoded) === '["b"]'), 'its request is ABORTed there');
+  await link.deliverBatch(batch(1, [])); // it speaks: back in rotation
+  assert.deepEqual(states(client), ['ready', 'ready']);
+  await link.deliverBatch(batch(0, [row('a', 'stop')]));
+  assert.equal((await drain(a)).error, undefined);
   await client.close();
 });
 
@@ -315,7 +342,7 @@ test('per-rank silence: a silent rank holding requests dies (rank-silent) while 
   await client.close();
 });
 
-test('per-rank silence: counts from when the rank got work; rows for its requests prove it alive even if misnamed (14.6)', async (t) => {
+test('per-rank silence: counts from when the rank got work; rows naming another rank do not prove the owner alive (14.6, issue 26)', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   const { client, link } = setup(2, { silenceTimeoutMs: 1000, rankStallTimeoutMs: 5000 });
   const talker = await client.submit(req('talk'), { dpRank: 0 });
@@ -323,17 +350,18 @@ test('per-rank silence: counts from when the rank got work; rows for its request
     t.mock.timers.tick(500);
     await link.deliverBatch(batch(0, [row('talk')]));
   }
-  const late = await client.submit(req('late'), { dpRank: 1 });
-  for (let i = 0; i < 5; i++) {
-    t.mock.timers.tick(600);
-    await link.deliverBatch(batch(0, [row('late'), row('talk')])); // the 9-element TokenSpeed layout says rank 0
-  }
+  const late = await client.submit(req('late'), { dpRank: 1 }); // rank 1's clock starts now, not at the start
+  t.mock.timers.tick(600);
+  await link.deliverBatch(batch(0, [row('late'), row('talk')])); // a batch naming rank 0 with rank 1's request
+  assert.equal(client.stats.rankMismatches, 1);
+  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0).map((f) => f.decoded), [['late']], 'ABORTed at the sender');
   assert.deepEqual(states(client), ['ready', 'ready']);
-  assert.equal(client.stats.rankMismatches, 5);
-  t.mock.timers.tick(1000);
-  assert.deepEqual(states(client), ['dead', 'dead'], 'both silent for 1000 ms');
-  assert.equal(((await drain(late)).error as EngineClientError).kind, 'engine-dead');
-  assert.equal(((await drain(talker)).error as EngineClientError).kind, 'engine-dead');
+  t.mock.timers.tick(400);
+  assert.deepEqual(states(client), ['ready', 'dead'], 'rank 1 silent for 1000 ms: the misnamed row did not count for it');
+  const r = await drain(late);
+  assert.equal((r.error as EngineClientError).kind, 'engine-dead');
+  assert.equal(r.outputs.length, 0, 'the misnamed row never reached the request');
+  talker.cancel();
   await client.close();
 });
 
@@ -347,5 +375,105 @@ test('per-rank silence: the default is 300 000 ms (with the stall timeout raised
     await link.deliverBatch(batch(0, [row('talk')]));
   }
   assert.match(((await drain(mute)).error as Error).message, /DP rank 1 sent no output for 300000 ms/);
+  await client.close();
+});
+
+test('a dead rank that answers again (issue 26) is probed back into rotation as the same process, and told to drop what it was failed with', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { client, link } = setup(2);
+  const a = await client.submit(req('a'), { dpRank: 0 });
+  let gone = true;
+  link.sendHook = (f) => {
+    if (f.engineIndex === 0 && gone) throw unreachable(0);
+  };
+  await link.deliver(DISCONNECT); // e.g. its connection was cut for a moment
+  t.mock.timers.tick(20);
+  await tick();
+  assert.equal(((await drain(a)).error as EngineClientError).kind, 'engine-dead');
+  assert.deepEqual(states(client), ['dead', 'ready']);
+  // Still gone: the revival probes fail at no cost and the rank stays dead.
+  for (let i = 0; i < 4; i++) {
+    t.mock.timers.tick(REVIVAL_PROBE_INTERVAL_MS);
+    await tick();
+  }
+  assert.deepEqual(states(client), ['dead', 'ready']);
+  assert.ok(probes(link).filter((r) => r === 0).length >= 4, 'probed every interval');
+  // Its engine is connected again (the same process): the next probe is accepted.
+  gone = false;
+  t.mock.timers.tick(REVIVAL_PROBE_INTERVAL_MS);
+  await tick();
+  await tick();
+  assert.deepEqual(states(client), ['ready', 'ready']);
+  assert.equal(client.rankStates()[0]!.state, 'ready');
+  assert.equal(client.stats.revivals, 1);
+  assert.equal(client.rankStates()[0]!.rejoins, 0, 'not a new handshake');
+  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length > 0).map((f) => f.decoded), [['a']], 'the request failed at its death is ABORTed there once');
+  const b = await client.submit(req('b'), { dpRank: 0 });
+  await link.deliverBatch(batch(0, [row('b', 'stop')]));
+  assert.equal((await drain(b)).error, undefined, 'it serves again');
+  await client.close();
+});
+
+test('revival probes stop when the dead rank says HELLO (a new process joins through its handshake)', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { client, link } = setup(2);
+  let gone = true;
+  link.sendHook = (f) => {
+    if (f.engineIndex === 1 && gone) throw unreachable(1);
+  };
+  await assert.rejects(client.submit(req('a'), { dpRank: 1 }), { kind: 'engine-dead' });
+  assert.equal(await link.hello(1), true);
+  assert.deepEqual(states(client), ['ready', 'joining']);
+  gone = false;
+  const before = probes(link).length;
+  t.mock.timers.tick(5 * REVIVAL_PROBE_INTERVAL_MS);
+  await tick();
+  assert.equal(probes(link).length, before, 'a joining rank is not probed');
+  assert.deepEqual(states(client), ['ready', 'joining']);
+  link.join(1);
+  assert.deepEqual(states(client), ['ready', 'ready']);
+  assert.equal(client.rankStates()[1]!.rejoins, 1);
+  assert.equal(client.stats.revivals, 0);
+  await client.close();
+});
+
+test('a rank declared dead by its silence whose engine still holds its socket comes back as the same process (issue 26)', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { client } = setup(2, { silenceTimeoutMs: 1000, rankStallTimeoutMs: 100_000 });
+  const a = await client.submit(req('a'), { dpRank: 0 });
+  t.mock.timers.tick(1000);
+  assert.equal(((await drain(a)).error as EngineClientError).kind, 'engine-dead');
+  assert.deepEqual(states(client), ['dead', 'ready']);
+  t.mock.timers.tick(REVIVAL_PROBE_INTERVAL_MS);
+  await tick();
+  await tick();
+  assert.deepEqual(states(client), ['ready', 'ready'], 'a silent rank whose engine still holds its socket is back, as the same process');
+  assert.equal(client.rankStates()[0]!.revivals, 1);
+  await client.close();
+});
+
+test('ENGINE_CORE_DEAD is not tied to a rank whose new process joined since its identity vanished (issue 26)', async (t) => {
+  t.mock.timers.enable({ apis: ['setTimeout'] });
+  const { client, link } = setup(2);
+  let gone0 = true;
+  let gone1 = false;
+  link.sendHook = (f) => {
+    if (f.engineIndex === 0 && gone0) throw unreachable(0);
+    if (f.engineIndex === 1 && gone1) throw unreachable(1);
+  };
+  const a = await client.submit(req('a'), { dpRank: 0 }).catch((e: unknown) => e);
+  assert.ok(a instanceof EngineClientError, 'rank 0 was SIGKILLed: found gone');
+  assert.equal(await link.hello(0), true);
+  gone0 = false;
+  link.join(0); // a new process of rank 0, 1.5 s later
+  const b = await client.submit(req('b'), { dpRank: 1 });
+  gone1 = true; // rank 1 is SIGTERMed: it pushes ENGINE_CORE_DEAD and closes its sockets
+  await link.deliver({ kind: 'dead' });
+  t.mock.timers.tick(20);
+  await tick();
+  const e = (await drain(b)).error as EngineClientError;
+  assert.match(e.message, /DP rank 1 died: ENGINE_CORE_DEAD was received/);
+  assert.deepEqual(states(client), ['ready', 'dead']);
+  assert.deepEqual(client.stats.rankDeaths, { 'peer-unreachable': 1, 'engine-core-dead': 1 });
   await client.close();
 });

@@ -179,7 +179,7 @@ export class FakeBackend implements GenerationBackend {
   submitError: Error | null = null;
   submitGate: Promise<void> | null = null;
   rankStatesValue: BackendRankState[];
-  readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, handshakeRejected: {} };
+  readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, unattributedSentinels: 0, decodeSuspects: 0, revivals: 0, handshakeRejected: {} };
   private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
   private submittedWaiters: Array<(s: Submission) => void> = [];
   private callWaiters: Array<(c: { request: GenerateRequest; signal: AbortSignal | undefined }) => void> = [];
