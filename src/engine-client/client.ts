@@ -33,6 +33,7 @@ import type { ConnectedEngine, EngineLink, LinkListener } from './link.js';
 import { EngineClientError, describeError } from './errors.js';
 import { createLoadPolicy, type DpPolicy, type RankView } from './policy.js';
 import { FailureScope } from './failure-scope.js';
+import { ForeignRequests } from './foreign-requests.js';
 import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay } from './probes.js';
 import { isConnected, type LivenessEvent, type RankStateName } from './rank-liveness.js';
 import { RankSender } from './rank-sender.js';
@@ -164,6 +165,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly probes: ProbeRounds;
   private readonly sender: RankSender;
   private readonly scope: FailureScope;
+  /** Adopted ranks' rows for the previous gateway's requests: ABORTed once each (foreign-requests.ts). */
+  private readonly foreign = new ForeignRequests();
   private serving = false;
   private everServed = false;
   private readonly joinWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
@@ -548,7 +551,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /**
    * A rank completed its handshake (link listener): a fresh process, so a fresh stored load, fresh watchdogs, an
    * empty in-flight set and nothing remembered by the policy (`forgetRank`); a live holder of the index is retired
-   * first (cause `replaced`). A lockstep group may start serving again here.
+   * first (cause `replaced`). A lockstep group may start serving again here. An adopted rank (`engine.adopted`: a
+   * running engine of the previous gateway, link.ts) joins the same way, with the recorded ready response; its rows
+   * for requests this gateway never issued are ABORTed once each (`abortForeign`).
    */
   private onJoined(engine: ConnectedEngine): void {
     const index = engine.engineIndex;
@@ -560,13 +565,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (slot.liveness.epoch > 0) slot.counters.rejoins++;
     this.scope.forgetDisowned(index);
     this.forgetRankState(index, slot.liveness.epoch > 0);
+    if (engine.adopted === true) this.foreign.adopt(index);
     slot.engine = engine;
     this.waves.noteRank(engine.ready);
     const r = engine.ready;
     const rejoin = slot.liveness.epoch > 0;
     this.logger.info(
-      { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype },
-      rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
+      { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype, adopted: engine.adopted === true },
+      engine.adopted === true ? `DP rank ${index} adopted from the previous gateway's handshake` : rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
     );
     this.notify('joined', engine, rejoin);
     this.transition(index, { kind: 'joined' });
@@ -584,6 +590,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private forgetRankState(index: number, tellPolicy = true): void {
     this.routing.forgetRank(index);
+    this.foreign.forget(index);
     this.silentRanks.stop(index);
     this.stalledRanks.stop(index);
     if (tellPolicy) this.policy.forgetRank?.(index);
@@ -876,9 +883,20 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       );
     }
     for (const id of plan.unknownRows) this.scope.orphanRow(id, plan.finished.has(id));
+    if (live && plan.unknownRows.length > 0 && this.foreign.isAdopted(rank)) this.abortForeign(slot, plan.unknownRows, plan.finished);
     if (plan.unknownRows.length > 0 && !live) {
       this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }
+  }
+
+  /** ABORT, once each, the ids an adopted rank still runs for the previous gateway (foreign-requests.ts). */
+  private abortForeign(slot: RankSlot, unknownRows: readonly string[], finished: ReadonlySet<string>): void {
+    const { ids, first } = this.foreign.toAbort(slot.index, unknownRows, finished);
+    if (ids.length === 0) return;
+    if (first) {
+      this.logger.info({ engineIndex: slot.index, requestIds: ids.length }, `DP rank ${slot.index} still runs requests of the previous gateway; ABORTing each once`);
+    }
+    void this.sender.abort(slot, ids);
   }
 
   /** Emit `event` to its listeners; a listener that throws is logged, never breaks the client. */
