@@ -362,7 +362,11 @@ export class ZmqEngineLink implements EngineLink {
     if (opts === null) return;
     const path = rankRecordsPath(this.endpoints);
     const { records } = readRankRecords(path, { workerUrl: this.endpoints.workerUrl, engine: opts.engine, dpSize: this.dpSize }, this.log);
-    if (records.size === 0) return;
+    if (records.size === 0) {
+      // Nothing to adopt: the file now names this gateway (the stale-socket sweep of a later one reads its pid).
+      this.writeRecords();
+      return;
+    }
     const windowMs = opts.adoptionWindowMs ?? DEFAULT_ADOPTION_WINDOW_MS;
     this.log.info(
       { path, engineIndexes: [...records.keys()].sort((a, b) => a - b), windowMs },
