@@ -131,3 +131,45 @@ for (const workers of [1, 2]) {
     }
   });
 }
+
+test('a gateway restarted with the same simulated group adopts the ranks still running and spawns only the missing one', { timeout: 240_000 }, async () => {
+  const { dir, cleanup } = await freshDir('mgw-restart-same-');
+  mkdirSync(join(dir, 'tmp'));
+  const env = childEnv({ TMPDIR: join(dir, 'tmp') });
+  const options = async () => ({
+    engineUrl: `ipc://${join(dir, 'sockets', 'w')}`, handshake, sim: 2, port: await freePort(), modelId: MODEL, logLevel: 'info',
+    adoptionWindowMs: 3000, simArgs: ['--keep-running', '--time-scale', '0', '--log-level', 'warn'],
+  });
+  const handshake = `tcp://127.0.0.1:${await freePort()}`;
+  let a: NodeProcess | null = null;
+  let b: NodeProcess | null = null;
+  const ranks: number[] = [];
+  try {
+    a = NodeProcess.spawn([fixture, JSON.stringify(await options())], env);
+    ranks.push(...((await a.waitLog((l) => l['ready'] === true, 'gateway A ready'))['pids'] as number[]));
+    assert.equal(ranks.length, 2);
+    await a.kill('SIGKILL');
+    await killAll([ranks[1]!]); // rank 1's engine is gone too; rank 0's keeps running
+
+    const optsB = await options();
+    b = NodeProcess.spawn([fixture, JSON.stringify(optsB)], env);
+    const spawned = (await b.waitLog((l) => l['ready'] === true, 'gateway B ready'))['pids'] as number[];
+    ranks.push(...spawned);
+    assert.equal(spawned.length, 1, 'one simulated rank spawned, for the index nobody adopted');
+    assert.ok(!ranks.slice(0, 2).includes(spawned[0]!));
+    await b.waitLogged("DP rank 0 adopted from the previous gateway's handshake");
+    await b.waitLogged('DP rank 1 joined');
+    await b.waitLogged('rank record of DP rank 1 ignored');
+    assert.deepEqual(b.logged('simulated ranks spawned').map((l) => l['adopted']), [[0]]);
+    assert.ok(alive(ranks[0]!), 'the adopted process serves on');
+    for (const index of [0, 1]) {
+      const r = await post(`http://127.0.0.1:${optsB.port}/v1/completions`, SHORT, { 'x-data-parallel-rank': String(index) });
+      assert.equal(r.status, 200, r.text);
+    }
+  } finally {
+    await a?.kill();
+    await b?.kill();
+    await killAll(ranks);
+    await cleanup();
+  }
+});
