@@ -70,6 +70,11 @@ export class RankAdoption {
     return [...this.pending.keys()].sort((a, b) => a - b);
   }
 
+  /** The records still waited for (kept in the file while the window runs: a crash then loses none of them). */
+  pendingRecords(): RankRecord[] {
+    return [...this.pending.values()];
+  }
+
   /** Start probing (the first round at once). Idempotent. */
   start(): void {
     if (this.deadline !== 0 || this.stopped) return;

@@ -413,7 +413,9 @@ export class ZmqEngineLink implements EngineLink {
   private writeRecords(): void {
     const opts = this.rankRecordsOpts;
     if (opts === null) return;
-    writeRankRecords(rankRecordsPath(this.endpoints), { workerUrl: this.endpoints.workerUrl, engine: opts.engine, gatewayPid: process.pid, records: this.records }, this.log);
+    const records = new Map(this.records);
+    for (const r of this.adoption?.pendingRecords() ?? []) if (!records.has(r.engineIndex)) records.set(r.engineIndex, r);
+    writeRankRecords(rankRecordsPath(this.endpoints), { workerUrl: this.endpoints.workerUrl, engine: opts.engine, gatewayPid: process.pid, records }, this.log);
   }
 
   /** Handshake messages refused so far, by reason (a live record). */
