@@ -4,20 +4,26 @@
  * `ipc://` socket set with its own handshake, N DP ranks, one engine client and one engine family (TokenSpeed or
  * vLLM, pinned by configuration because the handshake cannot reveal the wire dialect, gateway.md 2.2).
  *
- * Serve at once (issue #8 part 4): it builds every group's link and engine client, builds one HTTP app over all
- * groups (the app picks a group per request, src/server/groups.ts) and listens first (so a busy port is caught before
- * anything is spawned), then binds each group's sockets and spawns its simulated ranks. Ranks join whenever they dial
- * in, for the gateway's whole life (restarts included); until a group can serve, requests get 503 with Retry-After and
- * /health and /ready say `starting`. A group that cannot serve is skipped by routing while the others keep serving.
+ * Serve at once (issue #8 part 4): it removes the socket files dead gateways left behind (transport/stale-sweep.ts),
+ * checks that the HTTP port is free, binds each group's sockets and builds its engine client, builds one HTTP app over
+ * all groups (the app picks a group per request, src/server/groups.ts) and listens, then spawns the simulated ranks.
+ * So a refused start (a live gateway owns an ipc path, the port is taken, a bind fails) ends before the "listening"
+ * line and before anything is spawned. Ranks join whenever they dial in, for the gateway's whole life (restarts
+ * included); until a group can serve, requests get 503 with Retry-After and /health and /ready say `starting`. A group
+ * that cannot serve is skipped by routing while the others keep serving.
+ *
+ * Gateway restarts (issue 26 part 6): a group with an `engineUrl` keeps its ranks' handshakes in `<P>-ranks.json`
+ * beside its sockets and, on start, adopts the ranks of a previous gateway that are still connected (their sockets
+ * reconnect by themselves; transport/adoption.ts): they serve without a restart. Simulated ranks of such a group are
+ * spawned once adoption is over, only for the indexes nobody adopted.
  *
  * Stopping: `close()` at once; `shutdown()` drains first (src/lifecycle.ts: readiness 503, new requests 503, live
  * ones run up to the grace, then end with an error); `emergencyStop()` for a process about to exit. Every path removes
  * the gateway's own ipc socket files (only if they are still the files it bound).
  */
 import { mkdirSync } from 'node:fs';
-import { isIPv4 } from 'node:net';
-import { tmpdir, userInfo } from 'node:os';
-import { basename, join, resolve } from 'node:path';
+import { createServer, isIPv4 } from 'node:net';
+import { basename, dirname, join, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
 import type { ConnectedEngine } from './engine-client/link.js';
@@ -43,6 +49,7 @@ import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { tokenIdMask } from './tokenizer/token-id-mask.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
 import { ZmqEngineLink, type MaxMessageBytes } from './transport/zmq-link.js';
+import { gatewayRuntimeDir, sweepDeadGatewayFiles } from './transport/stale-sweep.js';
 import type { OutputGate } from './transport/output-gate.js';
 
 export type { EngineFamily } from './server/backend.js';
@@ -173,6 +180,11 @@ export interface GatewayOptions extends GroupOptions {
    * `--workers N` pauses it while a front is far behind (src/fronts/cluster.ts). Default: none.
    */
   outputGate?: OutputGate;
+  /**
+   * How long after binding a rank recorded by a previous gateway on the same worker URL may take to show up on the
+   * input socket to be adopted, in ms (default 5000; src/transport/adoption.ts). Groups with an `engineUrl` only.
+   */
+  adoptionWindowMs?: number;
 }
 
 /** One served engine group of a running gateway. */
@@ -219,8 +231,7 @@ let simCounter = 0;
 
 /** A fresh ipc worker URL for simulated ranks: `ipc://<tmp>/model-gateway-<uid>/sim-<pid>[-<n>]`. */
 export function simWorkerUrl(): string {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().username;
-  const dir = join(tmpdir(), `model-gateway-${uid}`);
+  const dir = gatewayRuntimeDir();
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   const n = simCounter++;
   return `ipc://${join(dir, n === 0 ? `sim-${process.pid}` : `sim-${process.pid}-${n}`)}`;
@@ -473,7 +484,16 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     : null;
   if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
 
-  // Links and clients exist before anything binds, so the HTTP app can be built over them and listen first.
+  // Dead gateways' socket files go first (the runtime dir of simulated groups and `--workers`, and the configured
+  // groups' socket directories; never a live gateway's), then a taken HTTP port fails the start before any socket is
+  // bound, so that a refused start touches nothing and prints no "listening" line.
+  const serveHttp = opts.serveHttp ?? true;
+  await sweepDeadGatewayFiles([...new Set(endpointsList.map((e) => dirname(e.ipcPath)))], logger.child({ component: 'transport' }));
+  if (serveHttp) await assertPortFree(port, host);
+
+  // Each group's sockets are bound before its engine client exists: a bind that fails (a live gateway owns the path,
+  // a taken handshake port) then ends the start with nothing to tear down but the groups before it. Ranks that dial
+  // in (or are adopted) meanwhile are replayed to the client when it attaches (link.ts).
   const unknownDtypes = new Set<string>();
   // Every token id an engine sends is checked against the tokenizer (engine-client/output-contract.ts).
   const validTokenIds = tokenIdMask(tokenizer);
@@ -492,7 +512,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         ...(opts.sendHighWaterMark !== undefined ? { sendHighWaterMark: opts.sendHighWaterMark } : {}),
         ...(opts.maxMessageBytes !== undefined ? { maxMessageBytes: opts.maxMessageBytes } : {}),
         ...(opts.outputGate !== undefined ? { outputGate: opts.outputGate } : {}),
+        // A configured worker URL outlives this process: keep the handshakes there for a restart to adopt the ranks.
+        ...(spec.engineUrl !== undefined ? { rankRecords: { engine: spec.engine, ...(opts.adoptionWindowMs !== undefined ? { adoptionWindowMs: opts.adoptionWindowMs } : {}) } } : {}),
       });
+      await link.bind(); // logs 'engine sockets bound' with the addresses; closes itself on failure
       const engineLog = log.child({ component: 'engine-client' });
       let client: EngineClient | null = null;
       const protocol = buildProtocol(spec.engine, () => client?.maxModelLen ?? undefined, tokenizer, vllmEos, engineLog);
@@ -523,30 +546,40 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
 
   const running: RunningGroup[] = groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, endpoints: g.endpoints, client: g.client, get sims() { return g.sims; } }));
   const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
-  const serveHttp = opts.serveHttp ?? true;
   const metrics = new GatewayMetrics({ modelId, ...(serveHttp ? {} : { role: 'engine' as const }) });
   const lifecycle = new GatewayLifecycle();
   if (!serveHttp) metrics.attach(backendGroups);
-  const app = !serveHttp ? null : await buildApp({
-    groups: backendGroups,
-    tokenizer,
-    modelId,
-    servedModelNames,
-    logger: logger.child({ component: 'http' }),
-    metrics,
-    admission: lifecycle,
-    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
-    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
-    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
-    ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
-    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
-    ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
-  });
+  let app: Awaited<ReturnType<typeof buildApp>> | null = null;
+  try {
+    app = !serveHttp ? null : await buildApp({
+      groups: backendGroups,
+      tokenizer,
+      modelId,
+      servedModelNames,
+      logger: logger.child({ component: 'http' }),
+      metrics,
+      admission: lifecycle,
+      ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+      ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+      ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+      ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
+      ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+      ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
+    });
+  } catch (err) {
+    await closeClients();
+    throw err;
+  }
+  /** The simulated ranks this gateway stops are dropped from the rank records: a later gateway must not wait for them. */
+  const forgetSims = (g: GroupRuntime): void => {
+    if (g.sims !== null) g.link.forgetRankRecords(g.sims.ranks.map((r) => r.engineIndex));
+  };
   const teardown = async (): Promise<void> => {
     lifecycle.markStopped();
     // Fail live streams first so open SSE responses end, then stop the HTTP server, then the engines.
     await closeClients();
     if (app !== null) await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
+    groups.forEach(forgetSims);
     await Promise.all(groups.map((g) => g.sims?.stop().catch(() => {})));
   };
 
@@ -561,20 +594,26 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     } else {
       url = '';
     }
-    for (const g of groups) {
-      await g.link.bind(); // logs 'engine sockets bound' with the addresses
-      if (g.spec.sim > 0) {
-        const spawnOpts: SpawnSimRanksOptions = {
-          handshakeAddress: g.endpoints.handshake,
-          count: g.spec.sim,
-          engine: g.spec.engine,
-          lockstep: g.spec.lockstep,
-          ...(g.spec.simArgs.length > 0 ? { extraArgs: g.spec.simArgs } : {}),
-          logger: g.log.child({ component: 'sim' }),
-        };
-        g.sims = spawnSimRanks(spawnOpts);
-        g.log.info({ count: g.spec.sim, lockstep: g.spec.lockstep, pids: g.sims.ranks.map((r) => r.child.pid) }, 'simulated ranks spawned');
-      }
+    // Simulated ranks of a configured worker URL: none for the indexes a restart adopted (their processes serve on).
+    const adopted = groups.map((g) => (g.spec.sim > 0 ? g.link.adoptionSettled() : Promise.resolve([])));
+    for (const [i, g] of groups.entries()) {
+      if (g.spec.sim === 0) continue;
+      const skip = new Set(await adopted[i]!);
+      if (skip.size >= g.spec.sim) continue;
+      const spawnOpts: SpawnSimRanksOptions = {
+        handshakeAddress: g.endpoints.handshake,
+        count: g.spec.sim,
+        engine: g.spec.engine,
+        lockstep: g.spec.lockstep,
+        skip,
+        ...(g.spec.simArgs.length > 0 ? { extraArgs: g.spec.simArgs } : {}),
+        logger: g.log.child({ component: 'sim' }),
+      };
+      g.sims = spawnSimRanks(spawnOpts);
+      g.log.info(
+        { count: g.sims.ranks.length, adopted: [...skip], lockstep: g.spec.lockstep, pids: g.sims.ranks.map((r) => r.child.pid) },
+        'simulated ranks spawned',
+      );
     }
     const slots = groups.reduce((sum, g) => sum + g.spec.dpSize, 0);
     // A router of `--workers N` has no URL yet (its fronts listen later): their listening line names the dashboard.
@@ -643,6 +682,21 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       }
     },
   };
+}
+
+/**
+ * Bind `host:port` and close it again, so a busy or forbidden port fails before any engine socket is bound or anything
+ * is spawned. Port 0 (any free port) is not checked. Rejects with the listen error (`syscall` 'listen', `code`
+ * EADDRINUSE / EACCES / EADDRNOTAVAIL), which cli.ts turns into one line on stderr.
+ */
+export async function assertPortFree(port: number, host: string): Promise<void> {
+  if (port === 0) return;
+  const probe = createServer();
+  await new Promise<void>((resolve, reject) => {
+    probe.once('error', reject);
+    probe.listen({ port, host, exclusive: true }, () => resolve());
+  });
+  await new Promise<void>((resolve) => probe.close(() => resolve()));
 }
 
 /**

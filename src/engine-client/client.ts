@@ -37,6 +37,7 @@ import { OutputContract } from './output-contract.js';
 import { PROBE_SCHEDULE_MS, ProbeRounds, classifySendError, delay, unrefTimer } from './probes.js';
 import { isConnected, isRevivable, type LivenessEvent, type RankStateName } from './rank-liveness.js';
 import { LogThrottle } from './log-throttle.js';
+import { ForeignRequests } from './foreign-requests.js';
 import { RankSender } from './rank-sender.js';
 import { RankTable, type RankSlot } from './rank-table.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
@@ -196,6 +197,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly scope: FailureScope;
   /** The checks on every row (max_tokens, token ids, unknown ids; issue 26 part 4). */
   private readonly contract: OutputContract;
+  /** Adopted ranks' rows for the previous gateway's requests: ABORTed once each (foreign-requests.ts). */
+  private readonly foreign = new ForeignRequests();
   private serving = false;
   private everServed = false;
   private readonly joinWaiters: Array<{ resolve: () => void; reject: (e: Error) => void }> = [];
@@ -597,7 +600,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /**
    * A rank completed its handshake (link listener): a fresh process, so a fresh stored load, fresh watchdogs, an
    * empty in-flight set and nothing remembered by the policy (`forgetRank`); a live holder of the index is retired
-   * first (cause `replaced`). A lockstep group may start serving again here.
+   * first (cause `replaced`). A lockstep group may start serving again here. An adopted rank (`engine.adopted`: a
+   * running engine of the previous gateway, link.ts) joins the same way, with the recorded ready response; its rows
+   * for requests this gateway never issued are ABORTed once each (`abortForeign`).
    */
   private onJoined(engine: ConnectedEngine): void {
     const index = engine.engineIndex;
@@ -609,6 +614,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (slot.liveness.epoch > 0) slot.counters.rejoins++;
     this.scope.noteJoined(index);
     this.forgetRankState(index, slot.liveness.epoch > 0);
+    if (engine.adopted === true) this.foreign.adopt(index);
     slot.engine = engine;
     // A new process may speak another version of the wire (vLLM: its EngineCoreOutput layout).
     this.protocol.noteRankJoined?.(index, engine.ready);
@@ -616,8 +622,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const r = engine.ready;
     const rejoin = slot.liveness.epoch > 0;
     this.logger.info(
-      { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype },
-      rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
+      { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype, adopted: engine.adopted === true },
+      engine.adopted === true ? `DP rank ${index} adopted from the previous gateway's handshake` : rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
     );
     this.notify('joined', engine, rejoin);
     this.transition(index, { kind: 'joined' });
@@ -635,6 +641,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private forgetRankState(index: number, tellPolicy = true): void {
     this.routing.forgetRank(index);
+    this.foreign.forget(index);
     this.silentRanks.stop(index);
     this.stalledRanks.stop(index);
     if (tellPolicy) this.policy.forgetRank?.(index);
@@ -971,6 +978,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       this.scope.orphanRow(id, plan.finished.has(id));
     }
     if (plan.unknownRows.length > 0) this.contract.unknownRows(plan.unknownRows, rank);
+    if (live && plan.unknownRows.length > 0 && this.foreign.isAdopted(rank)) this.abortForeign(slot, plan.unknownRows, plan.finished);
     if (plan.unknownRows.length > 0 && !live) {
       this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
     }
@@ -994,6 +1002,16 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         `${verdict.sinceMs === null ? '' : ' since the last such line'}; their ids were ABORTed at rank ${rank} (rank fidelity, ` +
         'dp-routing.md 14.6; a TokenSpeed sender without engine_index under DP > 1 looks like this too)',
     );
+  }
+
+  /** ABORT, once each, the ids an adopted rank still runs for the previous gateway (foreign-requests.ts). */
+  private abortForeign(slot: RankSlot, unknownRows: readonly string[], finished: ReadonlySet<string>): void {
+    const { ids, first } = this.foreign.toAbort(slot.index, unknownRows, finished);
+    if (ids.length === 0) return;
+    if (first) {
+      this.logger.info({ engineIndex: slot.index, requestIds: ids.length }, `DP rank ${slot.index} still runs requests of the previous gateway; ABORTing each once`);
+    }
+    void this.sender.abort(slot, ids);
   }
 
   /** Emit `event` to its listeners; a listener that throws is logged, never breaks the client. */

@@ -17,6 +17,11 @@ export interface ConnectedEngine {
   engineIndex: number;
   /** The rank's registration frame. */
   ready: ReadyResponse;
+  /**
+   * True for a rank adopted after a gateway restart (src/transport/adoption.ts): still running, it registered with the
+   * previous gateway, whose ready response `ready` is; this gateway found its identity connected to the input socket.
+   */
+  adopted?: boolean;
 }
 
 /** What the output PULL socket delivered (engine-wire.md section 1.8). */
@@ -35,7 +40,8 @@ export type OutputMessage =
  *   true to answer with INIT (the rank's handshake starts), false to ignore it (the index is held by a live rank; the
  *   link logs and counts the refusal). May take a while (it can probe the current holder); the link keeps serving
  *   other ranks meanwhile. Must not reject.
- * - `joined(engine)`: the rank sent HELLO and READY and registered on the input socket; it can take requests now.
+ * - `joined(engine)`: the rank sent HELLO and READY and registered on the input socket, or (`engine.adopted`) it is a
+ *   running rank of the previous gateway found connected after a restart; it can take requests now.
  * - `joinFailed(engineIndex, reason)`: a rank that was let in did not finish its handshake (timeout); it is not joined.
  */
 export interface LinkListener {

@@ -26,12 +26,11 @@
  */
 import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, rmSync } from 'node:fs';
-import { createServer } from 'node:net';
-import { availableParallelism, tmpdir, userInfo } from 'node:os';
+import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AggregatorRegistry, Counter } from 'prom-client';
-import { DEFAULT_HOST, DEFAULT_PORT, startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
+import { DEFAULT_HOST, DEFAULT_PORT, assertPortFree, startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
 import { waitForDrain } from '../lifecycle.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
@@ -42,6 +41,7 @@ import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
 import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from '../engine-client/client.js';
 import { OutputGate } from '../transport/output-gate.js';
+import { gatewayRuntimeDir } from '../transport/stale-sweep.js';
 import { MAX_PRESSURE_MS } from './outbox.js';
 import { RouterService } from './router-service.js';
 
@@ -76,10 +76,12 @@ export function restartDelayMs(recentExits: number): number {
 const GET_METRICS_REQ = 'prom-client:getMetricsReq';
 const GET_METRICS_RES = 'prom-client:getMetricsRes';
 
-/** The router's socket for its fronts: `<tmp>/model-gateway-<uid>/fronts-<pid>.sock` (the directory is 0700). */
+/**
+ * The router's socket for its fronts: `<tmp>/model-gateway-<uid>/fronts-<pid>.sock` (the directory is 0700). A
+ * SIGKILLed router leaves it behind; the next gateway removes it (transport/stale-sweep.ts).
+ */
 function channelPath(): string {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().username;
-  const dir = join(tmpdir(), `model-gateway-${uid}`);
+  const dir = gatewayRuntimeDir();
   mkdirSync(dir, { recursive: true, mode: 0o700 });
   return join(dir, `fronts-${process.pid}.sock`);
 }
@@ -97,21 +99,6 @@ export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emerge
    */
   readonly failed: Promise<Error>;
 };
-
-/**
- * Bind `host:port` and close it again, so a busy or forbidden port fails before anything is spawned. Port 0 (any free
- * port) is not checked. Rejects with the listen error (`syscall` 'listen', `code` EADDRINUSE / EACCES /
- * EADDRNOTAVAIL), which cli.ts turns into one line on stderr.
- */
-async function assertPortFree(port: number, host: string): Promise<void> {
-  if (port === 0) return;
-  const probe = createServer();
-  await new Promise<void>((resolve, reject) => {
-    probe.once('error', reject);
-    probe.listen({ port, host, exclusive: true }, () => resolve());
-  });
-  await new Promise<void>((resolve) => probe.close(() => resolve()));
-}
 
 /**
  * Start the router here and `workers` (≥ 2) fronts; resolves once every front listens, or, once `startOpts.signal`

@@ -14,11 +14,18 @@
  * of scheduler.ts is on by default), `--tool-call-format hermes|llama3_json|none`
  * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000),
  * `--abort-lag-rounds N` (0: how many rounds after an ABORT arrives the rank applies it, issue 26), `--exit-with-parent`,
+ * `--keep-running` (once registered, outlive the spawning gateway: see below),
  * `--stats-dir DIR` (on SIGUSR2 the rank writes its counters to DIR/rank-<engine index>.json; `writeStatsFile`),
  * `--fault-overrun-tokens N`, `--fault-token-id ID`, `--fault-token-at N` (contract faults for tests, faults.ts),
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
  *
+ * With `--keep-running` (issue 26 part 6) a registered rank stays up when stdin closes (its spawning gateway died,
+ * even with `--exit-with-parent`, which `spawnSimRanks` always passes): like a real engine it keeps its sockets, which
+ * reconnect by themselves once a gateway binds the same endpoints again, and serves again once that gateway adopts it
+ * (src/transport/adoption.ts). Meanwhile its output PUSH queues up to its high-water mark and the rank pauses its
+ * rounds ("output is backed up", engine.ts) until the new gateway reads again. A rank still waiting for INIT when
+ * stdin closes exits as before (nothing recorded it, so nobody could adopt it).
  * On SIGTERM or SIGINT (or, with `--exit-with-parent`, when stdin closes) the rank pushes `ENGINE_CORE_DEAD`
  * (engine-wire.md 1.7), closes its sockets and exits 0, within about `closeGraceMs` even when the gateway stopped
  * reading its outputs (engine.ts).
@@ -49,6 +56,8 @@ export interface SimMainArgs {
   logLevel: Level | 'silent';
   /** Stop when stdin closes (set by `spawnSimRanks`, whose pipe closes when the gateway process dies). */
   exitWithParent: boolean;
+  /** `--keep-running`: once registered, do not stop when stdin closes (overrides `exitWithParent` then). */
+  keepRunning: boolean;
   /** `--stats-dir`: where SIGUSR2 writes the rank's counters (`writeStatsFile`), or null. */
   statsDir: string | null;
 }
@@ -88,6 +97,8 @@ options (units: tokens, 16-token KV pages, ms):
   --abort-lag-rounds N       Apply each client ABORT N rounds after it arrives, running the request meanwhile
                              (default 0: before the next round; a real engine in long steps lags like this)
   --exit-with-parent         Stop (sending ENGINE_CORE_DEAD) when stdin closes, i.e. when the spawning process dies
+  --keep-running             Once registered, keep serving when the spawning gateway dies (overrides
+                             --exit-with-parent then): a gateway restarted on the same endpoints adopts the rank
   --stats-dir DIR            On SIGUSR2, write the rank's counters to DIR/rank-<engine index>.json (for benchmarks)
   --fault-overrun-tokens N   Fault (tests): run every request N tokens past its max_new_tokens / max_tokens
   --fault-token-id ID        Fault (tests): send token id ID (any integer ≥ 0, e.g. one outside the vocabulary)
@@ -153,6 +164,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'abort-lag-rounds': { type: 'string' },
         'log-level': { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
+        'keep-running': { type: 'boolean' },
         'stats-dir': { type: 'string' },
         'fault-overrun-tokens': { type: 'string' },
         'fault-token-id': { type: 'string' },
@@ -257,7 +269,13 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   }
   const statsDir = str('stats-dir') ?? null;
   if (statsDir === '') throw new SimArgsError('--stats-dir: expected a directory, got ""');
-  return { engine, logLevel: logLevel as Level | 'silent', exitWithParent: values['exit-with-parent'] === true, statsDir };
+  return {
+    engine,
+    logLevel: logLevel as Level | 'silent',
+    exitWithParent: values['exit-with-parent'] === true,
+    keepRunning: values['keep-running'] === true,
+    statsDir,
+  };
 }
 
 /** The file `--stats-dir DIR` gets for the rank with engine index `engineIndex`. */
@@ -325,7 +343,17 @@ export async function simMain(argv: readonly string[]): Promise<number> {
       // logging is best effort
     }
   };
-  const onParentGone = (): void => stop('stdin closed: the spawning process is gone; sim rank stopping', {}, 'warn');
+  const onParentGone = (): void => {
+    if (args.keepRunning && handle !== null) {
+      try {
+        logger.warn({}, 'stdin closed: the spawning gateway is gone; sim rank keeps running (--keep-running) for a gateway restarted on the same endpoints to adopt');
+      } catch {
+        // logging is best effort
+      }
+      return;
+    }
+    stop('stdin closed: the spawning process is gone; sim rank stopping', {}, 'warn');
+  };
   if (args.exitWithParent) {
     // Watched from the start, so a gateway that dies during the handshake does not leave this rank waiting for INIT.
     process.stdin.once('end', onParentGone);

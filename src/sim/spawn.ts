@@ -36,6 +36,11 @@ export interface SpawnSimRanksOptions {
    * be one of the spawned engine indexes and each value a finite number > 0.
    */
   slowdowns?: Readonly<Record<number, number>>;
+  /**
+   * Engine indexes of `firstEngineIndex..` not to spawn: ranks of the group already running, such as ranks a restarted
+   * gateway adopted (src/transport/adoption.ts). A lockstep group still reports `count` as its size. Default: none.
+   */
+  skip?: ReadonlySet<number>;
   /** Where the children's log lines go (default: dropped). */
   logger?: MinimalLogger;
   /** How long `stop()` waits after SIGTERM before SIGKILL (ms, default 5000). */
@@ -158,11 +163,13 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   let stopping = false;
   for (let i = 0; i < opts.count; i++) {
     const engineIndex = first + i;
+    if (opts.skip?.has(engineIndex) === true) continue;
     const args = [
       ...entry,
       '--handshake', opts.handshakeAddress, '--engine-index', String(engineIndex),
       // The rank's stdin is a pipe from this process: when this process dies (even by SIGKILL) the pipe closes
-      // and the rank shuts down instead of living on as an orphan.
+      // and the rank shuts down instead of living on as an orphan (unless `--keep-running` is among the extra
+      // arguments: then, once registered, it outlives this process for a restarted gateway to adopt; main.ts).
       '--exit-with-parent',
       ...familyArgs,
       ...(opts.extraArgs ?? []),

@@ -110,7 +110,7 @@ function checkDirectory(dir: string, stats: Stats, workerUrl: string): void {
  * within `SOCKET_PROBE_TIMEOUT_MS`: a busy listener is still a listener), `stale` (ECONNREFUSED: nobody listens),
  * `gone` (ENOENT: removed meanwhile). Rethrows any other error (EACCES, ...).
  */
-async function socketOwner(path: string): Promise<'live' | 'stale' | 'gone'> {
+export async function socketOwner(path: string): Promise<'live' | 'stale' | 'gone'> {
   return new Promise((resolve, reject) => {
     const socket = connect(path);
     const timer = setTimeout(() => {

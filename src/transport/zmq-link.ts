@@ -33,6 +33,9 @@
  *   the event does not say which rank went away (a hint, not proof of death).
  * - libzmq leaves ipc socket files behind on close; `close()` removes the ones this link bound, if they are still
  *   the same files (inode check, socket-paths.ts).
+ * - With `rankRecords` the link keeps each joined rank's ready response in `<P>-ranks.json` (rank-records.ts) and,
+ *   after binding, adopts the ranks of a previous gateway still connected to the input socket (adoption.ts): they are
+ *   reported to the listener as joined with `adopted: true`. A HELLO for an index cancels its adoption.
  */
 import { setImmediate as nextMacrotask } from 'node:timers/promises';
 import { Pull, Router } from 'zeromq';
@@ -51,6 +54,10 @@ import { MessageQueue, OUTPUT_QUEUE_CAPACITY } from './message-queue.js';
 import type { OutputGate } from './output-gate.js';
 import { PerRankSendQueues } from './send-queues.js';
 import { prepareSocketPaths, recordSocketFiles, removeOwnSocketFiles, type BoundSocketFile } from './socket-paths.js';
+import { encodeAbortPayload } from '../protocols/tokenspeed/abort.js';
+import { RequestType } from '../protocols/types.js';
+import { DEFAULT_ADOPTION_WINDOW_MS, RankAdoption } from './adoption.js';
+import { rankRecordsPath, readRankRecords, writeRankRecords, type RankRecord } from './rank-records.js';
 
 /** Handshake stage timeout default: 600 s per stage of one rank (engine-wire.md 1.9, SMG `zmq_client.rs`). */
 export const DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS = 600_000;
@@ -113,7 +120,17 @@ export interface ZmqLinkOptions {
    * control toward slow fronts, fronts/outbox.ts). Default: none (always receive).
    */
   outputGate?: OutputGate;
+  /**
+   * Keep the rank records file `<P>-ranks.json` and adopt the recorded ranks still connected after `bind()` (issue 26
+   * part 6; rank-records.ts, adoption.ts). `engine`: the group's engine family, stored in the file and checked on
+   * reading; `adoptionWindowMs`: how long after binding a recorded rank may take to show up (default 5000). Default:
+   * off (no file is read or written).
+   */
+  rankRecords?: { engine: string; adoptionWindowMs?: number };
 }
+
+/** The empty ABORT `[]` (engine-wire.md 4.7; the same payload for TokenSpeed and vLLM): the adoption probe. */
+const EMPTY_ABORT = encodeAbortPayload([]);
 
 /** Closes a zeromq socket, ignoring errors (closing twice is harmless in zeromq.js, but be safe). */
 function closeQuietly(socket: Socket): void {
@@ -221,6 +238,14 @@ export class ZmqEngineLink implements EngineLink {
   /** The latest joined engine per index (what `engines` lists and `attach` replays). */
   private readonly joinedByIndex = new Map<number, ConnectedEngine>();
   private readonly joinWaiters: Array<{ count: number; resolve: (e: readonly ConnectedEngine[]) => void; reject: (e: Error) => void }> = [];
+  private readonly rankRecordsOpts: { engine: string; adoptionWindowMs?: number } | null;
+  /** The records this link keeps (ranks joined or adopted since binding), by engine index; written on each change. */
+  private readonly records = new Map<number, RankRecord>();
+  private adoption: RankAdoption | null = null;
+  /** Engine indexes adopted so far. */
+  private readonly adoptedIndexes = new Set<number>();
+  /** Set once `bind()` succeeded: only then are the rank records this link's to write. */
+  private everBound = false;
 
   /**
    * Validates the options and creates the three sockets, unbound. Throws ConfigError on a bad `dpSize`, timeout,
@@ -246,6 +271,8 @@ export class ZmqEngineLink implements EngineLink {
     for (const [k, v] of Object.entries(max)) positiveInteger(`maxMessageBytes.${k}`, v, 0x7fffffff);
     this.log = opts.logger ?? silentLogger;
     this.outputGate = opts.outputGate ?? null;
+    this.rankRecordsOpts = opts.rankRecords ?? null;
+    if (this.rankRecordsOpts?.adoptionWindowMs !== undefined) positiveInteger('rankRecords.adoptionWindowMs', this.rankRecordsOpts.adoptionWindowMs, 0x7fffffff);
     this.endpoints = opts.endpoints;
     // sendTimeout 0: zeromq.js never parks a send; EAGAIN (peer at its high-water mark) is retried by the pump.
     this.input = new Router({ mandatory: true, handover: true, linger: INPUT_LINGER_MS, sendTimeout: 0, maxMessageSize: max.input });
@@ -297,6 +324,7 @@ export class ZmqEngineLink implements EngineLink {
       throw new TransportError(`link ${endpoints.workerUrl} was closed while binding`, { code: 'ELINKCLOSED' });
     }
     this.state = 'bound';
+    this.everBound = true;
     this.background.push(...this.handshakeService.start());
     this.background.push(this.receiveLoop());
     this.background.push(this.watchDisconnects(this.output, 'output PULL'));
@@ -305,6 +333,89 @@ export class ZmqEngineLink implements EngineLink {
       { workerUrl: endpoints.workerUrl, input: endpoints.input, output: endpoints.output, handshake: endpoints.handshake, dpSize: this.dpSize },
       'engine sockets bound; ranks may dial in at any time',
     );
+    this.startAdoption();
+  }
+
+  /**
+   * Resolves with the engine indexes adopted from the previous gateway's records once adoption is over (every record
+   * adopted, cancelled by a HELLO or past the window; at once without records), or the link closed. Never rejects.
+   */
+  async adoptionSettled(): Promise<number[]> {
+    if (this.adoption !== null) await this.adoption.finished;
+    return [...this.adoptedIndexes].sort((a, b) => a - b);
+  }
+
+  /**
+   * Drop the records of `indexes` from the rank records file (their processes are being stopped on purpose, so a
+   * later gateway should not wait for them). A no-op without `rankRecords` or before a successful bind. Never throws.
+   */
+  forgetRankRecords(indexes: readonly number[]): void {
+    if (this.rankRecordsOpts === null || !this.everBound) return;
+    let changed = false;
+    for (const i of indexes) changed = this.records.delete(i) || changed;
+    if (changed) this.writeRecords();
+  }
+
+  /** Read the previous gateway's records and start adopting the ranks they name (adoption.ts). */
+  private startAdoption(): void {
+    const opts = this.rankRecordsOpts;
+    if (opts === null) return;
+    const path = rankRecordsPath(this.endpoints);
+    const { records } = readRankRecords(path, { workerUrl: this.endpoints.workerUrl, engine: opts.engine, dpSize: this.dpSize }, this.log);
+    if (records.size === 0) {
+      // Nothing to adopt: the file now names this gateway (the stale-socket sweep of a later one reads its pid).
+      this.writeRecords();
+      return;
+    }
+    const windowMs = opts.adoptionWindowMs ?? DEFAULT_ADOPTION_WINDOW_MS;
+    this.log.info(
+      { path, engineIndexes: [...records.keys()].sort((a, b) => a - b), windowMs },
+      `rank records of a previous gateway found: probing ${records.size} rank(s) on the input socket for adoption`,
+    );
+    this.adoption = new RankAdoption(
+      records,
+      {
+        probe: (identity) =>
+          this.send(identity, RequestType.ABORT, EMPTY_ABORT).then(
+            () => true,
+            (error: unknown) => {
+              const code = errorCode(error);
+              if (code !== 'EHOSTUNREACH' && code !== 'ELINKCLOSED') this.log.warn({ err: errorMessage(error), peer: describeIdentity(identity) }, 'adoption probe failed');
+              return false;
+            },
+          ),
+        adopted: (record) => this.adopt(record),
+        settled: (ignored) => {
+          for (const r of ignored) {
+            this.log.info(
+              { engineIndex: r.engineIndex, windowMs },
+              `rank record of DP rank ${r.engineIndex} ignored: its identity did not connect to the input socket within ${windowMs} ms ` +
+                '(the engine is gone, or restarting: it joins through the handshake)',
+            );
+          }
+          this.writeRecords();
+        },
+      },
+      { windowMs },
+    );
+    this.adoption.start();
+  }
+
+  /** A recorded rank is connected: report it joined (adopted) unless a handshake took its index meanwhile. */
+  private adopt(record: RankRecord): void {
+    if (this.isClosed() || this.joinedByIndex.has(record.engineIndex)) return;
+    this.adoptedIndexes.add(record.engineIndex);
+    this.records.set(record.engineIndex, record);
+    this.writeRecords();
+    this.deliverJoined({ identity: record.identity, engineIndex: record.engineIndex, ready: record.ready, adopted: true });
+  }
+
+  private writeRecords(): void {
+    const opts = this.rankRecordsOpts;
+    if (opts === null) return;
+    const records = new Map(this.records);
+    for (const r of this.adoption?.pendingRecords() ?? []) if (!records.has(r.engineIndex)) records.set(r.engineIndex, r);
+    writeRankRecords(rankRecordsPath(this.endpoints), { workerUrl: this.endpoints.workerUrl, engine: opts.engine, gatewayPid: process.pid, records }, this.log);
   }
 
   /** Handshake messages refused so far, by reason (a live record). */
@@ -335,14 +446,24 @@ export class ZmqEngineLink implements EngineLink {
   }
 
   private admitHello(index: number): Promise<boolean> {
+    this.adoption?.cancel(index); // a restarted engine: it joins through the handshake, not from its old record
     if (this.listener !== null) return this.listener.admitHello(index);
     // No engine client: nobody can tell whether the holder is alive, so an index joins once.
     return Promise.resolve(!this.joinedByIndex.has(index));
   }
 
+  /** A rank completed its handshake: record it (a new process overwrites its index's record), then report it. */
   private onJoined(engine: ConnectedEngine): void {
+    if (this.rankRecordsOpts !== null && !this.isClosed()) {
+      this.records.set(engine.engineIndex, { engineIndex: engine.engineIndex, identity: engine.identity, ready: engine.ready, joinedAtMs: Date.now() });
+      this.writeRecords();
+    }
+    this.deliverJoined(engine);
+  }
+
+  private deliverJoined(engine: ConnectedEngine): void {
     this.joinedByIndex.set(engine.engineIndex, engine);
-    this.log.debug({ engineIndex: engine.engineIndex, identity: hex(engine.identity) }, 'engine joined (handshake complete)');
+    this.log.debug({ engineIndex: engine.engineIndex, identity: hex(engine.identity), adopted: engine.adopted === true }, engine.adopted === true ? 'engine adopted (connected, recorded)' : 'engine joined (handshake complete)');
     for (const w of [...this.joinWaiters]) {
       if (this.joinedByIndex.size >= w.count) {
         this.joinWaiters.splice(this.joinWaiters.indexOf(w), 1);
@@ -402,6 +523,7 @@ export class ZmqEngineLink implements EngineLink {
     this.closing.abort();
     this.messages.abort();
     this.handshakeService.stop();
+    this.adoption?.stop();
     for (const job of this.sendQueues.drainAll()) job.reject(this.closedError('send'));
     for (const w of this.joinWaiters.splice(0)) w.reject(this.closedError('whenJoined'));
     if (this.peerStuck) this.input.linger = 0;
