@@ -4,8 +4,9 @@
  */
 
 /**
- * What went wrong, as the HTTP layer needs it (gateway.md section 11 maps `engine-dead` to "service unavailable",
- * `invalid-dp-rank` to 400, `engine-fault` to 502 and every other kind to "internal error"):
+ * What went wrong, as the HTTP layer needs it (gateway.md 11.3 maps `engine-dead` to "service unavailable"; this
+ * gateway also maps `invalid-dp-rank` to 400 (gateway.md 14), and `engine-fault` and `decode`, the engine's faults,
+ * to 502 (issue 26); server/errors.ts `statusForEngineError`):
  * - `engine-dead`: the rank holding the request died (ENGINE_CORE_DEAD, an unreachable identity, a send timeout,
  *   per-rank silence), or its group failed as a unit (dp-routing.md section 6; issue #8). The message names the rank.
  * - `rank-stalled`: the rank holding the request sent nothing for the stall timeout (issue #8 part 3); it is out of
@@ -13,7 +14,8 @@
  * - `unavailable`: no rank can take the request right now: the group is starting, rebuilding, or every rank is
  *   dead or stalled, or the pinned rank is not ready (names the ranks' states). Retrying later can succeed.
  * - `transport`: a socket operation failed (output receive error, a failed send).
- * - `decode` / `encode`: the protocol codec refused a message (the message names the struct and field).
+ * - `decode` / `encode`: the protocol codec refused a message (the message names the struct and field); `decode` on a
+ *   request: its rank sent nothing decodable while undecodable output arrived (issue 26), the rank is named.
  * - `client-closed`: the client is shut down ("shutting down"), has no engines ("no engines connected"), or its
  *   output stream ended ("engine output stream ended").
  * - `duplicate-request-id`: the id is already live (dp-routing.md section 7).

@@ -122,8 +122,8 @@ export function engineErrorKind(err: unknown): string | null {
  * HTTP status for an engine-client error (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
  * that section allows): `engine-dead`, `rank-stalled`, `unavailable`, `client-closed`, `stream-closed`, `transport`,
  * `handshake` → 503; `engine-fault` (the engine sent impossible output: the upstream is at fault, issue 26 part 4)
- * → 502;
- * `invalid-dp-rank` → 400; everything else (`decode`, `encode`, `duplicate-request-id`, unknown) → 500.
+ * and `decode` (the engine's output does not decode: issue 26 part 3) → 502;
+ * `invalid-dp-rank` → 400; everything else (`encode`, `duplicate-request-id`, unknown) → 500.
  */
 export function statusForEngineError(kind: string): number {
   switch (kind) {
@@ -136,6 +136,7 @@ export function statusForEngineError(kind: string): number {
     case 'handshake':
       return 503;
     case 'engine-fault':
+    case 'decode':
       return 502;
     case 'invalid-dp-rank':
       return 400;

@@ -43,7 +43,7 @@ import { silentLogger, type MinimalLogger } from '../logging.js';
 import {
   DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SchedulerState, type SimRow, type StepTimeModel,
 } from './scheduler.js';
-import { withFaults, type SimFaults } from './faults.js';
+import { UNDECODABLE_OUTPUT, withFaults, type SimFaults } from './faults.js';
 import { TextModel, seedToUint32 } from './text.js';
 import type { SimModelBehaviour } from './response-plan.js';
 import { createTokenSpeedSimWire } from './tokenspeed-wire.js';
@@ -411,10 +411,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
    * Encode (catching encoder errors) and queue one output message; `null` from the encoder sends nothing. True when a
    * message was queued.
    */
+  const undecodable = opts.faults?.undecodableOutput === true;
   const push = (what: string, encode: () => Uint8Array[] | null): boolean => {
     let frames: Uint8Array[] | null;
     try {
       frames = encode();
+      if (undecodable && frames !== null) frames = [...UNDECODABLE_OUTPUT];
     } catch (error) {
       stats.sendErrors += 1;
       log.error({ engineIndex: opts.engineIndex, what, err: describeError(error) }, 'sim rank could not encode an output message');

@@ -8,6 +8,9 @@
  * - `badTokenId` at `badTokenAt`: the `badTokenAt`-th token (1-based) each request generates is `badTokenId` instead
  *   of the sampled one (with its logprob), e.g. an id outside the tokenizer's vocabulary. The gateway must fail the
  *   request as the engine's fault.
+ * - `undecodableOutput`: every output message the rank pushes is bytes neither wire decodes (`UNDECODABLE_OUTPUT`),
+ *   as an engine whose wire version the gateway does not speak would send (issue 26 part 3). The gateway must blame
+ *   that rank alone, never the group.
  */
 import type { SampledToken, SimRequest, TokenSource } from './scheduler.js';
 
@@ -16,7 +19,11 @@ export interface SimFaults {
   overrunTokens?: number;
   badTokenId?: number;
   badTokenAt?: number;
+  undecodableOutput?: boolean;
 }
+
+/** What a rank with `undecodableOutput` pushes instead of each output message: 0xc1, a byte msgpack never uses. */
+export const UNDECODABLE_OUTPUT: readonly Uint8Array[] = Object.freeze([Uint8Array.of(0xc1)]);
 
 /** `spec` as a rank with `faults` runs it: the same object when there are none, else a changed copy. */
 export function withFaults(spec: SimRequest, faults: SimFaults | undefined): SimRequest {

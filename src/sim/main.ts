@@ -16,7 +16,8 @@
  * `--abort-lag-rounds N` (0: how many rounds after an ABORT arrives the rank applies it, issue 26), `--exit-with-parent`,
  * `--keep-running` (once registered, outlive the spawning gateway: see below),
  * `--stats-dir DIR` (on SIGUSR2 the rank writes its counters to DIR/rank-<engine index>.json; `writeStatsFile`),
- * `--fault-overrun-tokens N`, `--fault-token-id ID`, `--fault-token-at N` (contract faults for tests, faults.ts),
+ * `--fault-overrun-tokens N`, `--fault-token-id ID`, `--fault-token-at N`, `--fault-undecodable-output` (faults for
+ * tests, faults.ts),
  * `--log-level trace|debug|info|warn|error|fatal|silent` (info). Logs are pino JSON lines on stdout (through a
  * `LogSink`, so a dead reader can never keep the rank alive).
  *
@@ -104,6 +105,7 @@ options (units: tokens, 16-token KV pages, ms):
   --fault-token-id ID        Fault (tests): send token id ID (any integer ≥ 0, e.g. one outside the vocabulary)
                              as the --fault-token-at-th token of every request
   --fault-token-at N         Which token --fault-token-id replaces, 1-based (default 1)
+  --fault-undecodable-output Fault (tests): push bytes no wire decodes instead of every output message
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
   --help                     Show this help
 `;
@@ -169,6 +171,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'fault-overrun-tokens': { type: 'string' },
         'fault-token-id': { type: 'string' },
         'fault-token-at': { type: 'string' },
+        'fault-undecodable-output': { type: 'boolean' },
         'tool-call-format': { type: 'string' },
         reasoning: { type: 'boolean' },
       },
@@ -261,10 +264,12 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   const badTokenId = numberOption('fault-token-id', str('fault-token-id'), { integer: true, min: 0, max: 2 ** 32 - 1 });
   const badTokenAt = numberOption('fault-token-at', str('fault-token-at'), { integer: true, min: 1 });
   if (badTokenAt !== undefined && badTokenId === undefined) throw new SimArgsError('--fault-token-at needs --fault-token-id');
-  if (overrunTokens !== undefined || badTokenId !== undefined) {
+  const undecodableOutput = values['fault-undecodable-output'] === true;
+  if (overrunTokens !== undefined || badTokenId !== undefined || undecodableOutput) {
     engine.faults = {
       ...(overrunTokens !== undefined ? { overrunTokens } : {}),
       ...(badTokenId !== undefined ? { badTokenId, badTokenAt: badTokenAt ?? 1 } : {}),
+      ...(undecodableOutput ? { undecodableOutput } : {}),
     };
   }
   const statsDir = str('stats-dir') ?? null;

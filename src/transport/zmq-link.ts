@@ -11,9 +11,16 @@
  *   timeout, then `SendTimeoutError`). libzmq refuses both on the identity frame, before any part is queued, so a
  *   failed send never leaves the socket mid-message (the hazard dp-routing.md section 6 names); that is what lets a
  *   send timeout be one rank's failure instead of the whole group's.
- * - Both ROUTERs have `handover` set (ZMQ_ROUTER_HANDOVER): a restarted engine dials with the same 2-byte identity
- *   while libzmq may still hold the dead process's pipe; with handover the new connection takes the identity over
- *   instead of being refused.
+ * - The input ROUTER does NOT set `handover` (ZMQ_ROUTER_HANDOVER; issue 26): with it, any connection presenting a
+ *   live rank's identity took the identity over and libzmq cut the real rank's pipe, so every later ADD went to the
+ *   newcomer and the real rank was lost (measured with zeromq 6.8.0: 5 of 5 sends reached the newcomer). Without it
+ *   libzmq ignores a second peer with an identity in use, and the rank that registered keeps it. A restarted engine
+ *   is not hurt: it connects its input socket only after its handshake, by which time libzmq has dropped the dead
+ *   process's pipe (over ipc the kernel closes the socket of an exited process at once), and the engine client admits
+ *   its HELLO only once the old identity no longer answers (probes.ts).
+ * - The handshake ROUTER does set `handover`: a restarted engine's HELLO may arrive while libzmq still holds its
+ *   previous process's handshake pipe, and nothing but HELLO/READY travels there (a HELLO for a live index is refused
+ *   by the engine client after probing the holder).
  * - Every bound socket has a maximum message size (ZMQ_MAXMSGSIZE, per frame; `DEFAULT_MAX_MESSAGE_BYTES`): libzmq
  *   drops the connection of a peer that announces a larger frame instead of reading it.
  * - Sends are ordered per rank (src/transport/send-queues.ts): one FIFO per identity, drained round-robin from the end
@@ -275,7 +282,7 @@ export class ZmqEngineLink implements EngineLink {
     if (this.rankRecordsOpts?.adoptionWindowMs !== undefined) positiveInteger('rankRecords.adoptionWindowMs', this.rankRecordsOpts.adoptionWindowMs, 0x7fffffff);
     this.endpoints = opts.endpoints;
     // sendTimeout 0: zeromq.js never parks a send; EAGAIN (peer at its high-water mark) is retried by the pump.
-    this.input = new Router({ mandatory: true, handover: true, linger: INPUT_LINGER_MS, sendTimeout: 0, maxMessageSize: max.input });
+    this.input = new Router({ mandatory: true, handover: false, linger: INPUT_LINGER_MS, sendTimeout: 0, maxMessageSize: max.input });
     if (hwm !== undefined) this.input.sendHighWaterMark = hwm;
     this.output = new Pull({ linger: 0, maxMessageSize: max.output });
     this.handshakeSocket = new Router({ mandatory: true, handover: true, linger: 0, sendTimeout: 0, maxMessageSize: max.handshake });
