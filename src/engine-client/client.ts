@@ -188,6 +188,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /** The revival probe timer (null while no dead rank may come back) and the slots with a probe in flight. */
   private revivalTimer: ReturnType<typeof setTimeout> | null = null;
   private readonly revivalProbing = new Set<number>();
+  /** Dead ranks a decodable batch came from since they died (a `rank-silent` rank needs this to come back). */
+  private readonly heardWhileDead = new Set<number>();
   private readonly watchdog: SilenceWatchdog;
   private readonly silentRanks: RankSilenceWatchdogs;
   private readonly stalledRanks: RankSilenceWatchdogs;
@@ -562,6 +564,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const l = this.ranks.slot(index)!.liveness;
     const level = l.state === 'dead' || l.state === 'stalled' ? 'warn' : 'info';
     this.logger[level]({ engineIndex: index, from: previous, to: l.state, cause: l.cause, epoch: l.epoch }, `DP rank ${index}: ${previous} → ${l.state}`);
+    if (l.state === 'dead') this.heardWhileDead.delete(index);
     if (l.state === 'dead' && isRevivable(l.cause)) this.scheduleRevival();
     const wasServing = this.serving;
     this.serving = this.canServe();
@@ -946,6 +949,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const live = slot !== undefined && isConnected(slot.liveness.state);
     const now = this.now();
     if (live) this.markHeard(rank, now);
+    else if (slot?.liveness.state === 'dead') this.heardWhileDead.add(rank);
     if (live && batch.load) logGuardTransition(this.logger, rank, this.routing.storeLoad(rank, batch.load, now));
     if (live && batch.wave) this.observeWave(rank, batch.wave);
 
@@ -1069,7 +1073,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       const candidates = this.ranks.slots.filter((s) => s.liveness.state === 'dead' && isRevivable(s.liveness.cause) && s.engine !== null);
       if (candidates.length === 0) return;
       for (const slot of candidates) {
-        if (this.revivalProbing.has(slot.index)) continue;
+        if (this.revivalProbing.has(slot.index) || !this.mayRevive(slot)) continue;
         this.revivalProbing.add(slot.index);
         const epoch = slot.liveness.epoch;
         void this.sender.probeDead(slot).then((answered) => {
@@ -1079,6 +1083,16 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       }
       this.scheduleRevival();
     }, REVIVAL_PROBE_INTERVAL_MS);
+  }
+
+  /**
+   * Whether a dead `slot` may be probed back now: a rank found dead by its silence (`rank-silent`) holds its socket
+   * while hung (SIGSTOP), so a probe is accepted into the pipe although nobody reads it; it must first have sent a
+   * batch since it died. The other revivable causes lost the identity (or were never the rank's fault): a probe the
+   * ROUTER accepts is proof enough.
+   */
+  private mayRevive(slot: RankSlot): boolean {
+    return slot.liveness.cause !== 'rank-silent' || this.heardWhileDead.has(slot.index);
   }
 
   /** A dead rank answers again as the same process: back in rotation, told to drop what it was failed with. */

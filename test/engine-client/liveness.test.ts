@@ -437,18 +437,27 @@ test('revival probes stop when the dead rank says HELLO (a new process joins thr
   await client.close();
 });
 
-test('a rank declared dead by its silence whose engine still holds its socket comes back as the same process (issue 26)', async (t) => {
+test('a rank declared dead by its silence comes back only once it speaks again, then answers a probe (issue 26)', async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
-  const { client } = setup(2, { silenceTimeoutMs: 1000, rankStallTimeoutMs: 100_000 });
+  const { client, link } = setup(2, { silenceTimeoutMs: 1000, rankStallTimeoutMs: 100_000 });
   const a = await client.submit(req('a'), { dpRank: 0 });
   t.mock.timers.tick(1000);
   assert.equal(((await drain(a)).error as EngineClientError).kind, 'engine-dead');
   assert.deepEqual(states(client), ['dead', 'ready']);
+  // Hung (SIGSTOP) ranks hold their socket, so a probe would be accepted: not enough while it says nothing.
+  for (let i = 0; i < 4; i++) {
+    t.mock.timers.tick(REVIVAL_PROBE_INTERVAL_MS);
+    await tick();
+  }
+  assert.deepEqual(states(client), ['dead', 'ready']);
+  assert.equal(probes(link).filter((r) => r === 0).length, 0, 'not even probed while silent');
+  await link.deliverBatch(batch(0, [row('a')])); // resumed (SIGCONT): it streams the request it was running
   t.mock.timers.tick(REVIVAL_PROBE_INTERVAL_MS);
   await tick();
   await tick();
-  assert.deepEqual(states(client), ['ready', 'ready'], 'a silent rank whose engine still holds its socket is back, as the same process');
+  assert.deepEqual(states(client), ['ready', 'ready'], 'the same process, back');
   assert.equal(client.rankStates()[0]!.revivals, 1);
+  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length > 0).map((f) => f.decoded), [['a']]);
   await client.close();
 });
 
