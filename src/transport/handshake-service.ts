@@ -8,6 +8,13 @@
  * (they travel on different sockets) → joined. Each stage gets `timeoutMs` (engine-wire.md 1.9: 600 s per receive,
  * because model loading happens between INIT and READY); a rank that does not finish goes back to not joined.
  *
+ * Identities on the input ROUTER (issue 26): the link binds it without ZMQ_ROUTER_HANDOVER, so a peer that presents a
+ * live rank's identity is ignored by libzmq and cannot take the rank's requests. The one moment a new connection must
+ * be able to take an identity over is a new process's registration: between its READY and its registration (the same
+ * engine step, milliseconds apart; model loading happens before READY, engine-wire.md 1.9) the service turns handover
+ * on, so the process that just completed the handshake displaces a stale connection still holding its identity (an
+ * old process of the index, or a squatter), and off again once no registration is pending.
+ *
  * Hardening: every message that is not exactly `[identity, payload]`, carries an identity that is not 2 bytes, names
  * an engine index outside 0..dpSize−1, does not decode, arrives out of order (READY before HELLO, a second READY, a
  * registration nobody expects) or names an index a live rank holds is logged (which socket, which peer, what was
@@ -85,6 +92,8 @@ export class HandshakeService {
   private readonly init: Uint8Array;
   private readonly ranks = new Map<number, Progress>();
   private stopped = false;
+  /** Whether the input ROUTER hands identities over now (`syncHandover`). */
+  private handover = false;
   /** zeromq.js allows one send in flight per socket: INITs go out one after another. */
   private initChain: Promise<void> = Promise.resolve();
 
@@ -103,6 +112,22 @@ export class HandshakeService {
     this.stopped = true;
     for (const p of this.ranks.values()) if (p.timer !== null) clearTimeout(p.timer);
     this.ranks.clear();
+  }
+
+  /**
+   * Handover on the input ROUTER exactly while some rank said READY and has not registered yet (see the module docs).
+   * A failure to set the option (a closed socket) is ignored: nothing is waiting for it then.
+   */
+  private syncHandover(): void {
+    let pending = false;
+    for (const p of this.ranks.values()) if (p.stage === 'init-sent' && p.ready && p.registration === null) pending = true;
+    if (this.handover === pending) return;
+    this.handover = pending;
+    try {
+      if (!this.opts.inputSocket.closed) this.opts.inputSocket.handover = pending;
+    } catch (error) {
+      this.opts.logger.debug({ err: errorMessage(error) }, 'handshake service: could not set the input socket\'s handover');
+    }
   }
 
   /** Engine indexes whose handshake is in progress (HELLO seen, not joined yet), ascending. */
@@ -177,6 +202,7 @@ export class HandshakeService {
       known.ready = true;
       this.opts.logger.debug({ engineIndex: index }, 'handshake: READY received');
       this.progressed(known);
+      this.syncHandover();
       return;
     }
     if (known?.stage === 'admitting') {
@@ -188,6 +214,7 @@ export class HandshakeService {
       this.opts.logger.warn({ engineIndex: index }, `handshake: HELLO again from ${peer} before it finished; restarting its handshake`);
       this.clearTimer(known);
       this.ranks.delete(index);
+      this.syncHandover();
     }
     const p: Progress = { engineIndex: index, identity: Uint8Array.from(identity), stage: 'admitting', ready: false, registration: null, timer: null };
     this.ranks.set(index, p);
@@ -253,6 +280,7 @@ export class HandshakeService {
       'handshake: engine registered on the input socket',
     );
     this.progressed(p);
+    this.syncHandover();
   }
 
   /** A stage completed: join when READY and the registration are both in, else restart the stage timer. */
@@ -272,6 +300,7 @@ export class HandshakeService {
       p.timer = null;
       if (this.stopped || this.ranks.get(p.engineIndex) !== p) return;
       this.ranks.delete(p.engineIndex);
+      this.syncHandover();
       const detail = `no ${waitingFor} within ${this.opts.timeoutMs} ms of its previous handshake message; back to not joined (it must say HELLO again)`;
       this.reject('handshake-timeout', 'handshake', describeIdentity(p.identity), detail);
       this.opts.host.joinFailed(p.engineIndex, `handshake timed out waiting for ${waitingFor}`);

@@ -324,18 +324,20 @@ describe('data path', () => {
     assert.equal(r.value?.type, RequestType.ADD);
   });
 
-  test('a restarted engine with the same identity takes over (ZMQ_ROUTER_HANDOVER): sends reach the new process', async () => {
-    const { endpoints, link } = await connected([0]);
+  test('a peer presenting a live rank\'s identity on the input socket gets nothing; the registered rank keeps it (no handover, issue 26)', async () => {
+    const { endpoints, link, dialers } = await connected([0]);
     const out = link.outputs()[Symbol.asyncIterator]();
-    // A second dialer with index 0 (as a restart would): without a client the link refuses its HELLO, so register
-    // its input DEALER by hand after a handshake, the way a replacement with the same identity connects.
-    const again = rawAt(endpoints.input, id(0));
-    await again.send(encodeReadyResponse(readyFor(0)));
-    await until(() => link.handshakeRejected['unexpected-registration'] === 1, 'the stray registration was refused');
-    await link.send(id(0), RequestType.ADD, Uint8Array.of(0xc3));
-    const [type, payload] = await hangGuard(again.receive(), GUARD_MS, 'the new peer receives');
-    assert.deepEqual([...type!], [RequestType.ADD]);
-    assert.deepEqual([...payload!], [0xc3]);
+    // A second connection with identity 0 that never did a handshake (a thief, or a stray process).
+    const thief = rawAt(endpoints.input, id(0));
+    await thief.send(encodeReadyResponse(readyFor(0)));
+    for (let i = 0; i < 3; i++) await link.send(id(0), RequestType.ADD, Uint8Array.of(0xc3, i));
+    const requests = dialers[0]!.requests()[Symbol.asyncIterator]();
+    for (let i = 0; i < 3; i++) {
+      const r = await hangGuard(requests.next(), GUARD_MS, 'the registered rank receives');
+      assert.deepEqual([...r.value!.payload], [0xc3, i]);
+    }
+    thief.receiveTimeout = 0;
+    await assert.rejects(thief.receive(), { code: 'EAGAIN' }, 'nothing reached the second connection');
     void out;
   });
 
