@@ -461,12 +461,6 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
   const modelId = servedModelNames[0]!;
 
-  const tokenizer = await GatewayTokenizer.load(tokenizerDir);
-  logger.info(
-    { tokenizerDir, ...(source?.hfId ? { hfId: source.hfId } : {}), vocabSize: tokenizer.vocabSize, servedModelNames },
-    'tokenizer loaded',
-  );
-
   const endpointsList = specs.map((spec) => deriveEndpoints(spec.engineUrl ?? simWorkerUrl(), spec.handshake));
   const handshakes = new Set<string>();
   for (const e of endpointsList) {
@@ -479,11 +473,6 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     }
     handshakes.add(e.handshake);
   }
-  const vllmEos = specs.some((s) => s.engine === 'vllm')
-    ? vllmEosFor(tokenizer, (m) => logger.warn({ component: 'eos' }, m))
-    : null;
-  if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
-
   // Dead gateways' socket files go first (the runtime dir of simulated groups and `--workers`, and the configured
   // groups' socket directories; never a live gateway's), then a taken HTTP port fails the start before any socket is
   // bound, so that a refused start touches nothing and prints no "listening" line.
@@ -495,10 +484,11 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   // a taken handshake port) then ends the start with nothing to tear down but the groups before it. Ranks that dial
   // in (or are adopted) meanwhile are replayed to the client when it attaches (link.ts).
   const unknownDtypes = new Set<string>();
-  // Every token id an engine sends is checked against the tokenizer (engine-client/output-contract.ts).
-  const validTokenIds = tokenIdMask(tokenizer);
   const groups: GroupRuntime[] = [];
   const closeClients = () => Promise.all(groups.map((g) => g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'))));
+  // Links bound but without a client yet (closed on a failure before their client exists).
+  const bound: Array<{ link: ZmqEngineLink; log: Logger }> = [];
+  let tokenizer: GatewayTokenizer;
   try {
     for (const [i, spec] of specs.entries()) {
       const endpoints = endpointsList[i]!;
@@ -516,6 +506,24 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         ...(spec.engineUrl !== undefined ? { rankRecords: { engine: spec.engine, ...(opts.adoptionWindowMs !== undefined ? { adoptionWindowMs: opts.adoptionWindowMs } : {}) } } : {}),
       });
       await link.bind(); // logs 'engine sockets bound' with the addresses; closes itself on failure
+      bound.push({ link, log });
+    }
+    // The tokenizer loads (1-2 s of CPU) once the sockets are bound: ranks of a previous gateway reconnect and running
+    // ranks' handshakes proceed meanwhile (the I/O thread queues them), so a restart serves sooner.
+    tokenizer = await GatewayTokenizer.load(tokenizerDir);
+    logger.info(
+      { tokenizerDir, ...(source?.hfId ? { hfId: source.hfId } : {}), vocabSize: tokenizer.vocabSize, servedModelNames },
+      'tokenizer loaded',
+    );
+    const vllmEos = specs.some((s) => s.engine === 'vllm')
+      ? vllmEosFor(tokenizer, (m) => logger.warn({ component: 'eos' }, m))
+      : null;
+    if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
+    // Every token id an engine sends is checked against the tokenizer (engine-client/output-contract.ts).
+    const validTokenIds = tokenIdMask(tokenizer);
+    for (const [i, spec] of specs.entries()) {
+      const endpoints = endpointsList[i]!;
+      const { link, log } = bound[i]!;
       const engineLog = log.child({ component: 'engine-client' });
       let client: EngineClient | null = null;
       const protocol = buildProtocol(spec.engine, () => client?.maxModelLen ?? undefined, tokenizer, vllmEos, engineLog);
@@ -541,6 +549,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     }
   } catch (err) {
     await closeClients();
+    await Promise.all(bound.slice(groups.length).map((b) => b.link.close()));
     throw err;
   }
 
