@@ -4,6 +4,7 @@
  *
  * Body shape (OpenAI, also vLLM's `ErrorResponse`): `{ error: { message, type, param, code } }`.
  */
+import { OffLoopError, type OffLoopErrorKind } from '../tokenizer/errors.js';
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
@@ -140,13 +141,50 @@ export function statusForEngineError(kind: string): number {
   }
 }
 
+/** Seconds a client refused by a full tokenizer queue is told to wait (`Retry-After`). */
+export const RETRY_AFTER_TOKENIZER_SECONDS = 1;
+
+/**
+ * HTTP status for an off-loop tokenizer error (tokenizer/errors.ts, issue 26 part 5): `queue-full` → 429 (the
+ * process has as much tokenizer work queued as it takes; retry), `cancelled` → 499 (the client left; nothing is
+ * written, the status is what the metrics and access log count), `worker-failed` → 500 (the gateway's own fault).
+ */
+export function statusForOffLoopError(kind: OffLoopErrorKind): number {
+  switch (kind) {
+    case 'queue-full':
+      return 429;
+    case 'cancelled':
+      return 499;
+    case 'worker-failed':
+      return 500;
+  }
+}
+
+/** The `ApiError` of an off-loop tokenizer error (status by `statusForOffLoopError`; a 429 has `Retry-After`). */
+export function offLoopApiError(err: OffLoopError): ApiError {
+  const status = statusForOffLoopError(err.kind);
+  if (status === 429) {
+    return new ApiError(429, `${err.message}; retry after ${RETRY_AFTER_TOKENIZER_SECONDS} s`, {
+      type: 'requests',
+      code: 'tokenizer_queue_full',
+      retryAfterSeconds: RETRY_AFTER_TOKENIZER_SECONDS,
+      cause: err,
+    });
+  }
+  return new ApiError(status, `prompt tokenization failed: ${err.message}`, {
+    code: status === 499 ? 'client_closed_request' : 'tokenizer_error',
+    cause: err,
+  });
+}
+
 /**
  * Turn anything thrown while serving a request into an `ApiError`: an `ApiError` passes through; an engine-client
- * error maps by kind (its message is kept, prefixed with the kind; `unavailable` adds a `Retry-After`); anything else
- * becomes a 500 with its message.
+ * error maps by kind (its message is kept, prefixed with the kind; `unavailable` adds a `Retry-After`); an off-loop
+ * tokenizer error by `offLoopApiError`; anything else becomes a 500 with its message.
  */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  if (err instanceof OffLoopError) return offLoopApiError(err);
   const kind = engineErrorKind(err);
   if (kind !== null) {
     const status = statusForEngineError(kind);

@@ -2,36 +2,37 @@
  * Prompt preparation: chat messages rendered with the model's chat template, completion prompts tokenized or taken
  * as token ids (gateway.md section 5: the gateway tokenizes; the wire carries token ids only). A text prompt whose
  * size alone proves it cannot fit the usable context is refused before tokenizing (gateway.md 9.2), so a
- * multi-megabyte prompt does not block the event loop for seconds only to be refused anyway.
+ * multi-megabyte prompt does not block the event loop for seconds only to be refused anyway. Large texts and long
+ * chats are tokenized and rendered off the event loop, in the process's bounded queue (tokenizer/off-loop.ts, issue 26
+ * part 5), and dropped from it when the client leaves (`signal`).
  */
-import type { ChatMessage, GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import type { ChatMessage } from '../tokenizer/tokenizer.js';
+import type { OffLoopSignal, OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
-/** The tokenizer operations prompt preparation uses (a `GatewayTokenizer` satisfies it). */
-export type PromptTokenizer = Pick<GatewayTokenizer, 'encode' | 'encodeOffLoop' | 'applyChatTemplate' | 'vocabSize' | 'minTokenCount'>;
+/** The tokenizer operations prompt preparation uses: the process's off-loop tokenizer (and the tokenizer it wraps). */
+export type PromptTokenizer = Pick<OffLoopTokenizer, 'encode' | 'render' | 'tokenizer'>;
 
 /**
  * Tokenize `text` unless its cheap lower-bound token count (`tokenizer.minTokenCount`: UTF-8 bytes divided by the
  * longest token's bytes, rounded up) already reaches `limits.contextTokenLimit`; then throw, without tokenizing, the
  * same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
- * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`). A large text is tokenized on a worker thread
- * (`encodeOffLoop`, issue 9): the ids come as a promise then, which rejects with a 500 when the worker failed.
+ * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`). A large text is tokenized on the worker thread
+ * (`OffLoopTokenizer.encode`, issue 9): the ids come as a promise then, which rejects with the `OffLoopError` of a
+ * full queue, a client that left (`signal`) or a failed worker (errors.ts `offLoopApiError` maps them).
  */
 export function encodeWithinContext(
   tokenizer: PromptTokenizer,
   text: string,
   addSpecialTokens: boolean,
   limits: ContextLimits,
+  signal?: OffLoopSignal,
 ): number[] | Promise<number[]> {
-  const atLeast = tokenizer.minTokenCount(text);
+  const atLeast = tokenizer.tokenizer.minTokenCount(text);
   if (atLeast >= limits.contextTokenLimit) throw promptTooLongError(limits, atLeast, Buffer.byteLength(text, 'utf8'));
-  const ids = tokenizer.encodeOffLoop(text, { addSpecialTokens });
-  if (Array.isArray(ids)) return ids;
-  return ids.catch((err: unknown) => {
-    throw new ApiError(500, `prompt tokenization failed: ${err instanceof Error ? err.message : String(err)}`, { code: 'tokenizer_error' });
-  });
+  return tokenizer.encode(text, signal === undefined ? { addSpecialTokens } : { addSpecialTokens, signal });
 }
 
 type ChatMessageBody = ChatCompletionBodyT['messages'][number];
@@ -111,9 +112,14 @@ export function chatTemplateOptions(
  * the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when the rendered text is
  * too large to fit `limits` (see `encodeWithinContext`).
  */
-export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] | Promise<number[]> {
+export function chatPromptTokens(
+  tokenizer: PromptTokenizer,
+  body: ChatCompletionBodyT,
+  limits: ContextLimits,
+  signal?: OffLoopSignal,
+): number[] | Promise<number[]> {
   const text = renderChat(tokenizer, body.messages, chatTemplateOptions(body));
-  return encodeWithinContext(tokenizer, text, false, limits);
+  return encodeWithinContext(tokenizer, text, false, limits, signal);
 }
 
 /**
@@ -125,7 +131,7 @@ export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletio
  * and 500 when the template itself does not parse. Shared by the chat route and `/tokenize`.
  */
 export function renderChat(
-  tokenizer: Pick<PromptTokenizer, 'applyChatTemplate'>,
+  tokenizer: Pick<PromptTokenizer, 'tokenizer'>,
   messages: ChatCompletionBodyT['messages'],
   opts: {
     addGenerationPrompt: boolean;
@@ -137,19 +143,27 @@ export function renderChat(
   const shaped = messages.map((m, i) => toTemplateMessage(m, i));
   let text: string;
   try {
-    text = tokenizer.applyChatTemplate(shaped, {
+    text = tokenizer.tokenizer.applyChatTemplate(shaped, {
       addGenerationPrompt: opts.addGenerationPrompt,
       ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
       templateKwargs: opts.templateKwargs ?? undefined,
     });
   } catch (err) {
-    // A template that does not parse is the server's problem; everything else is about these messages.
-    if (err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse') {
-      throw new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, { code: 'chat_template_error' });
-    }
-    throw badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
+    throw templateApiError(err);
   }
   return opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text;
+}
+
+/**
+ * The error of a failed render: a template that does not parse is the server's problem (500); an off-loop error
+ * passes through (errors.ts maps it); everything else is about these messages (400 naming `messages`).
+ */
+function templateApiError(err: unknown): Error {
+  if (err instanceof Error && err.name === 'OffLoopError') return err;
+  if (err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse') {
+    return new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, { code: 'chat_template_error' });
+  }
+  return badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
 }
 
 /**
@@ -180,24 +194,25 @@ export function cutAfterFinalMessage(rendered: string, finalContent: string | nu
  * The token ids of a completions `prompt`: a string (tokenized with special tokens, as vLLM does), an array of one
  * string, token ids (each in [0, vocabSize)), or an array of one token-id list. Several prompts → 400 (batching
  * is not served); an empty list → 400; a string too large to fit `limits` → 400 `context_length_exceeded` without
- * tokenizing (see `encodeWithinContext`).
+ * tokenizing (see `encodeWithinContext`; a large one off the loop, dropped when `signal` aborts).
  */
 export function completionPromptTokens(
   tokenizer: PromptTokenizer,
   prompt: CompletionBodyT['prompt'],
   limits: ContextLimits,
+  signal?: OffLoopSignal,
 ): number[] | Promise<number[]> {
-  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits);
+  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits, signal);
   if (prompt.length === 0) throw badRequest(`'prompt' must not be empty`, 'prompt');
   const first = prompt[0];
   if (typeof first === 'string' || Array.isArray(first)) {
     if (prompt.length !== 1) {
       throw badRequest(`'prompt' holds ${prompt.length} prompts; batched prompts are not supported yet (send one)`, 'prompt', 'unsupported_parameter');
     }
-    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits);
-    return checkTokenIds(first, tokenizer.vocabSize);
+    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits, signal);
+    return checkTokenIds(first, tokenizer.tokenizer.vocabSize);
   }
-  return checkTokenIds(prompt as number[], tokenizer.vocabSize);
+  return checkTokenIds(prompt as number[], tokenizer.tokenizer.vocabSize);
 }
 
 function checkTokenIds(ids: number[], vocabSize: number): number[] {

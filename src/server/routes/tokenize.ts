@@ -53,7 +53,7 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
     if (hasPrompt === hasMessages) throw badRequest(`exactly one of 'prompt' and 'messages' is required`, hasPrompt ? 'messages' : 'prompt');
     let tokens: number[];
     if (hasMessages) {
-      const text = renderChat(ctx.tokenizer, body.messages!, chatTemplateOptions(body));
+      const text = renderChat(ctx.offLoop, body.messages!, chatTemplateOptions(body));
       tokens = ctx.tokenizer.encode(text, { addSpecialTokens: body.add_special_tokens ?? false });
     } else {
       for (const name of ['add_generation_prompt', 'continue_final_message', 'tools'] as const) {

@@ -1,0 +1,115 @@
+/**
+ * Bounded client work over real HTTP/1.1 sockets (issue 26 part 5; tokenizer/off-loop.ts, prompt.ts): the off-loop
+ * tokenizer queue refuses past its bound with a 429 (OpenAI-style body, Retry-After); a client that leaves while its
+ * prompt waits in the queue is dropped (its job never runs, nothing reaches the engine, counted as a 499) and one that
+ * leaves while its job runs has the result thrown away. The queue's counters are read from /metrics.
+ */
+import assert from 'node:assert/strict';
+import { request as httpRequest, type ClientRequest } from 'node:http';
+import { after, before, describe, test } from 'node:test';
+import { OFF_LOOP_ENCODE_MIN_CHARS } from '../../src/tokenizer/off-loop.js';
+import { waitFor } from '../helpers/async.js';
+import { FakeBackend } from './fake-backend.js';
+import { listenApp, MODEL_ID, type AppFixture } from './helpers.js';
+
+const SENTENCE = 'The river runs past the old mill, and the weather turns as the evening comes. ';
+const text = (chars: number) => SENTENCE.repeat(Math.ceil(chars / SENTENCE.length)).slice(0, chars);
+/**
+ * A prompt that keeps the worker busy for the rest of a test (~6 M characters: seconds of tokenizer work, far more
+ * than any step of these tests); the app's close stops the worker.
+ */
+const BLOCKER = text(6_000_000);
+
+type Fixture = AppFixture & { port: number };
+
+/** POST `body` to `path`; resolves with status, headers and text. */
+async function post(port: number, path: string, body: unknown) {
+  const res = await fetch(`http://127.0.0.1:${port}${path}`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify(body),
+  });
+  return { status: res.status, headers: res.headers, text: await res.text() };
+}
+
+/** POST `body` to `path` and leave the request open; `leave()` closes the connection (the client goes away). */
+function openRequest(port: number, path: string, body: unknown): { req: ClientRequest; done: Promise<number | null>; leave(): void } {
+  const payload = JSON.stringify(body);
+  const req = httpRequest({ port, host: '127.0.0.1', path, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } });
+  const done = new Promise<number | null>((resolve) => {
+    req.on('response', (res) => {
+      res.resume();
+      res.on('end', () => resolve(res.statusCode ?? null));
+      res.on('error', () => resolve(null));
+    });
+    req.on('error', () => resolve(null));
+    req.on('close', () => resolve(null));
+  });
+  req.end(payload);
+  return { req, done, leave: () => req.destroy() };
+}
+
+/** A series' value in the app's /metrics (0 when absent). */
+async function metric(fx: Fixture, series: string): Promise<number> {
+  const body = (await fx.app.inject({ method: 'GET', url: '/metrics' })).body;
+  const line = body.split('\n').find((l) => l.startsWith(`${series} `));
+  return line === undefined ? 0 : Number(line.slice(series.length + 1));
+}
+const jobs = (outcome: string) => `model_gateway_tokenizer_jobs_total{model="${MODEL_ID}",outcome="${outcome}"}`;
+const QUEUED = `model_gateway_tokenizer_queue_jobs{model="${MODEL_ID}"}`;
+
+describe('the off-loop tokenizer queue over HTTP', () => {
+  let fx: Fixture;
+  before(async () => {
+    fx = await listenApp({ backend: new FakeBackend({ maxModelLen: 10_000_000 }), edge: { tokenizerQueueJobs: 2 } });
+    fx.backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');
+  });
+  after(() => fx.app.close());
+
+  test('past its bound a large prompt gets 429 with Retry-After; a queued client that leaves is dropped, never run or submitted', { timeout: 120_000 }, async () => {
+    const blocker = openRequest(fx.port, '/v1/completions', { prompt: BLOCKER, max_tokens: 1 });
+    await waitFor(async () => (await metric(fx, jobs('run'))) === 1, 'the blocker runs on the worker');
+    const waiting = openRequest(fx.port, '/v1/completions', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS + 10), max_tokens: 1 });
+    await waitFor(async () => (await metric(fx, QUEUED)) === 2, 'the completion waits in the queue');
+
+    // The queue holds its bound (2 jobs): a third large prompt is refused at once, whichever route it came by.
+    for (const [path, body] of [
+      ['/v1/chat/completions', { messages: [{ role: 'user', content: text(OFF_LOOP_ENCODE_MIN_CHARS) }] }],
+      ['/v1/completions', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS) }],
+    ] as const) {
+      const res = await post(fx.port, path, body);
+      assert.equal(res.status, 429, `${path}: ${res.text.slice(0, 300)}`);
+      assert.equal(res.headers.get('retry-after'), '1');
+      const err = (JSON.parse(res.text) as { error: { type: string; code: string; message: string; param: unknown } }).error;
+      assert.equal(err.type, 'requests');
+      assert.equal(err.code, 'tokenizer_queue_full');
+      assert.equal(err.param, null);
+      assert.match(err.message, /at most 2 jobs and \d+ characters/);
+    }
+    assert.equal(await metric(fx, jobs('refused')), 2);
+    // Small requests never queue: served as before while the queue is full.
+    const small = await post(fx.port, '/v1/completions', { prompt: 'Hello', max_tokens: 1 });
+    assert.equal(small.status, 200, small.text);
+    const submittedBefore = fx.backend.submissions.length;
+
+    waiting.leave();
+    assert.equal(await waiting.done, null, 'no answer for a client that left');
+    await waitFor(async () => (await metric(fx, jobs('dropped'))) === 1, 'the waiting job is dropped');
+    assert.equal(await metric(fx, QUEUED), 1, 'only the blocker is left');
+    assert.equal(await metric(fx, jobs('run')), 1, 'the dropped job never ran');
+    assert.equal(fx.backend.submissions.length, submittedBefore, 'nothing reached the engine');
+    assert.equal(await metric(fx, 'model_gateway_requests_total{model="test-model",endpoint="/v1/completions",status="499",finish_reason="cancelled"}'), 1);
+
+    // Room again: a large prompt is queued (not refused) behind the blocker; its client leaves too.
+    const again = openRequest(fx.port, '/v1/chat/completions', { messages: [{ role: 'user', content: text(OFF_LOOP_ENCODE_MIN_CHARS) }] });
+    await waitFor(async () => (await metric(fx, QUEUED)) === 2, 'a new job is queued');
+    again.leave();
+    await waitFor(async () => (await metric(fx, jobs('dropped'))) === 2, 'the second waiting job is dropped');
+
+    // The blocker's client leaves while its job runs: it is answered with nothing and the result is thrown away.
+    blocker.leave();
+    await waitFor(async () => (await metric(fx, jobs('discarded'))) === 1, 'the running job is marked discarded');
+    assert.equal(await metric(fx, jobs('run')), 1);
+    assert.equal(await metric(fx, jobs('refused')), 2);
+  });
+});
