@@ -26,6 +26,15 @@ export const MAX_STOP_TOKEN_IDS = 1024;
 export const MAX_LOGIT_BIAS_ENTRIES = 1024;
 /** At most this many `tools` (OpenAI's documented maximum of functions). */
 export const MAX_TOOLS = 128;
+/**
+ * At most this many chat `messages` (also `/tokenize` `messages`, Responses `input` items and the history a
+ * `previous_response_id` adds; issue 26 part 5). Every message costs this process before anything is tokenized:
+ * schema validation, flattening and the worker hand-off ~1.5 µs each on the dev box, and the chat template 5–9 µs each
+ * (off the loop from `OFF_LOOP_RENDER_MIN_MESSAGES` on): 240k messages took 2–3 s. 8 Ki keeps the loop's share
+ * around 12 ms while leaving room for long agent sessions (a 128k-token context holds ~16 tokens per message then).
+ * vLLM has no such cap.
+ */
+export const MAX_MESSAGES = 8192;
 
 /** A user-supplied name (a field name, a header value) as logs and messages show it: at most 100 characters. */
 export function shortName(name: string): string {

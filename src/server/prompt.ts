@@ -7,8 +7,9 @@
  * part 5), and dropped from it when the client leaves (`signal`).
  */
 import type { ChatMessage } from '../tokenizer/tokenizer.js';
-import type { OffLoopSignal, OffLoopTokenizer } from '../tokenizer/off-loop.js';
+import { OFF_LOOP_RENDER_MIN_MESSAGES, type OffLoopSignal, type OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
+import { MAX_MESSAGES } from './input-limits.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
@@ -110,28 +111,31 @@ export function chatTemplateOptions(
  * serving). Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`,
  * `render`, `missing`), 400 naming `continue_final_message` (see `chatTemplateOptions`, `renderChat`), 500 when
  * the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when the rendered text is
- * too large to fit `limits` (see `encodeWithinContext`).
+ * too large to fit `limits` (see `encodeWithinContext`). A long chat is rendered off the loop (see `renderChat`).
  */
-export function chatPromptTokens(
+export async function chatPromptTokens(
   tokenizer: PromptTokenizer,
   body: ChatCompletionBodyT,
   limits: ContextLimits,
   signal?: OffLoopSignal,
-): number[] | Promise<number[]> {
-  const text = renderChat(tokenizer, body.messages, chatTemplateOptions(body));
+): Promise<number[]> {
+  const text = await renderChat(tokenizer, body.messages, chatTemplateOptions(body), signal);
   return encodeWithinContext(tokenizer, text, false, limits, signal);
 }
 
 /**
  * Render chat `messages` (schema-valid bodies, see `toTemplateMessage`) with the tokenizer's chat template, passing
  * `tools` (when given) as the template's `tools`. With `continueFinalMessage`, the text is cut right after the final
- * message's text (see `cutAfterFinalMessage`).
- * Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`, `render`,
- * `missing`), 400 (`param: 'continue_final_message'`) when the final message's text cannot be found in the rendering,
- * and 500 when the template itself does not parse. Shared by the chat route and `/tokenize`.
+ * message's text (see `cutAfterFinalMessage`). A chat of at least `OFF_LOOP_RENDER_MIN_MESSAGES` messages is rendered
+ * on the off-loop worker (issue 26 part 5: 240k messages took 2–3 s of the loop): the text comes as a promise then,
+ * rejecting with an `OffLoopError` as `encodeWithinContext` does; a shorter one is rendered here and returned as is.
+ * Throws 400 (`param: 'messages'`) for more than `MAX_MESSAGES` messages (Responses history counts), and when the
+ * template rejects the conversation (ChatTemplateError `raised`, `render`, `missing`), 400 (`param:
+ * 'continue_final_message'`) when the final message's text cannot be found in the rendering, and 500 when the
+ * template itself does not parse. Shared by the chat route, the Responses route and `/tokenize`.
  */
 export function renderChat(
-  tokenizer: Pick<PromptTokenizer, 'tokenizer'>,
+  tokenizer: Pick<PromptTokenizer, 'render' | 'tokenizer'>,
   messages: ChatCompletionBodyT['messages'],
   opts: {
     addGenerationPrompt: boolean;
@@ -139,19 +143,30 @@ export function renderChat(
     tools?: unknown[];
     templateKwargs?: Record<string, unknown> | null;
   },
-): string {
+  signal?: OffLoopSignal,
+): string | Promise<string> {
+  if (messages.length > MAX_MESSAGES) {
+    throw badRequest(`'messages' has more than ${MAX_MESSAGES} entries (the gateway's limit)`, 'messages');
+  }
   const shaped = messages.map((m, i) => toTemplateMessage(m, i));
+  const options = {
+    addGenerationPrompt: opts.addGenerationPrompt,
+    ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
+    templateKwargs: opts.templateKwargs ?? undefined,
+  };
+  const finish = (text: string) => (opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text);
+  if (shaped.length >= OFF_LOOP_RENDER_MIN_MESSAGES) {
+    return tokenizer.render(shaped, options, signal).then(finish, (err: unknown) => {
+      throw templateApiError(err);
+    });
+  }
   let text: string;
   try {
-    text = tokenizer.tokenizer.applyChatTemplate(shaped, {
-      addGenerationPrompt: opts.addGenerationPrompt,
-      ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
-      templateKwargs: opts.templateKwargs ?? undefined,
-    });
+    text = tokenizer.tokenizer.applyChatTemplate(shaped, options);
   } catch (err) {
     throw templateApiError(err);
   }
-  return opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text;
+  return finish(text);
 }
 
 /**

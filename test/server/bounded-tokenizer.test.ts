@@ -1,13 +1,16 @@
 /**
- * Bounded client work over real HTTP/1.1 sockets (issue 26 part 5; tokenizer/off-loop.ts, prompt.ts): the off-loop
- * tokenizer queue refuses past its bound with a 429 (OpenAI-style body, Retry-After); a client that leaves while its
- * prompt waits in the queue is dropped (its job never runs, nothing reaches the engine, counted as a 499) and one that
- * leaves while its job runs has the result thrown away. The queue's counters are read from /metrics.
+ * Bounded client work over real HTTP/1.1 sockets (issue 26 part 5; tokenizer/off-loop.ts, prompt.ts,
+ * routes/tokenize.ts, input-limits.ts `MAX_MESSAGES`): the off-loop tokenizer queue refuses past its bound with a
+ * 429 (OpenAI-style body, Retry-After); a client that leaves while its prompt waits in the queue is dropped (its job
+ * never runs, nothing reaches the engine, counted as a 499) and one that leaves while its job runs has the result
+ * thrown away; large `/tokenize`, `/detokenize` and long chats take the off-loop path with the results of the
+ * main-thread one; too many messages are a 400 naming the limit. The queue's counters are read from /metrics.
  */
 import assert from 'node:assert/strict';
 import { request as httpRequest, type ClientRequest } from 'node:http';
 import { after, before, describe, test } from 'node:test';
-import { OFF_LOOP_ENCODE_MIN_CHARS } from '../../src/tokenizer/off-loop.js';
+import { MAX_MESSAGES } from '../../src/server/input-limits.js';
+import { OFF_LOOP_DECODE_MIN_IDS, OFF_LOOP_ENCODE_MIN_CHARS, OFF_LOOP_RENDER_MIN_MESSAGES } from '../../src/tokenizer/off-loop.js';
 import { waitFor } from '../helpers/async.js';
 import { FakeBackend } from './fake-backend.js';
 import { listenApp, MODEL_ID, type AppFixture } from './helpers.js';
@@ -75,7 +78,8 @@ describe('the off-loop tokenizer queue over HTTP', () => {
     // The queue holds its bound (2 jobs): a third large prompt is refused at once, whichever route it came by.
     for (const [path, body] of [
       ['/v1/chat/completions', { messages: [{ role: 'user', content: text(OFF_LOOP_ENCODE_MIN_CHARS) }] }],
-      ['/v1/completions', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS) }],
+      ['/tokenize', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS) }],
+      ['/detokenize', { tokens: new Array(OFF_LOOP_DECODE_MIN_IDS).fill(9707) }],
     ] as const) {
       const res = await post(fx.port, path, body);
       assert.equal(res.status, 429, `${path}: ${res.text.slice(0, 300)}`);
@@ -86,7 +90,7 @@ describe('the off-loop tokenizer queue over HTTP', () => {
       assert.equal(err.param, null);
       assert.match(err.message, /at most 2 jobs and \d+ characters/);
     }
-    assert.equal(await metric(fx, jobs('refused')), 2);
+    assert.equal(await metric(fx, jobs('refused')), 3);
     // Small requests never queue: served as before while the queue is full.
     const small = await post(fx.port, '/v1/completions', { prompt: 'Hello', max_tokens: 1 });
     assert.equal(small.status, 200, small.text);
@@ -110,6 +114,83 @@ describe('the off-loop tokenizer queue over HTTP', () => {
     blocker.leave();
     await waitFor(async () => (await metric(fx, jobs('discarded'))) === 1, 'the running job is marked discarded');
     assert.equal(await metric(fx, jobs('run')), 1);
-    assert.equal(await metric(fx, jobs('refused')), 2);
+    assert.equal(await metric(fx, jobs('refused')), 3);
+  });
+});
+
+describe('large /tokenize, /detokenize and long chats take the off-loop path', () => {
+  let fx: Fixture;
+  before(async () => {
+    fx = await listenApp({ backend: new FakeBackend({ maxModelLen: 10_000_000 }) });
+    fx.backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');
+  });
+  after(() => fx.app.close());
+
+  test('/tokenize of a large prompt: the same answer, from the worker', { timeout: 120_000 }, async () => {
+    const prompt = text(OFF_LOOP_ENCODE_MIN_CHARS * 2) + ' 世界 🎉';
+    const res = await post(fx.port, '/tokenize', { model: MODEL_ID, prompt });
+    assert.equal(res.status, 200, res.text.slice(0, 300));
+    assert.match(res.headers.get('content-type') ?? '', /^application\/json/);
+    const tokens = fx.tokenizer.encode(prompt, { addSpecialTokens: true });
+    assert.deepEqual(JSON.parse(res.text), { count: tokens.length, max_model_len: 10_000_000, tokens, token_strs: null });
+    assert.equal(await metric(fx, jobs('run')), 1);
+    // Below the threshold: answered on the loop, no job.
+    const small = await post(fx.port, '/tokenize', { prompt: 'Hello' });
+    assert.deepEqual(JSON.parse(small.text).tokens, fx.tokenizer.encode('Hello', { addSpecialTokens: true }));
+    assert.equal(await metric(fx, jobs('run')), 1);
+  });
+
+  test('/detokenize of many ids: the same text, from the worker; a bad id is still a 400 naming tokens', { timeout: 120_000 }, async () => {
+    const before = await metric(fx, jobs('run'));
+    const ids = fx.tokenizer.encode(text(OFF_LOOP_DECODE_MIN_IDS * 6) + ' <|im_end|> 世界 🎉');
+    assert.ok(ids.length >= OFF_LOOP_DECODE_MIN_IDS);
+    const res = await post(fx.port, '/detokenize', { tokens: ids });
+    assert.equal(res.status, 200, res.text.slice(0, 300));
+    assert.deepEqual(JSON.parse(res.text), { prompt: fx.tokenizer.decode(ids, { skipSpecialTokens: false }) });
+    assert.equal(await metric(fx, jobs('run')), before + 1);
+    const bad = await post(fx.port, '/detokenize', { tokens: [...ids, fx.tokenizer.vocabSize] });
+    assert.equal(bad.status, 400, bad.text.slice(0, 300));
+    const err = JSON.parse(bad.text).error;
+    assert.equal(err.param, 'tokens');
+    assert.match(err.message, new RegExp(`at index ${ids.length}`));
+  });
+
+  test('a long chat is rendered on the worker: the engine gets the tokens of the main-thread rendering', { timeout: 120_000 }, async () => {
+    const messages = Array.from({ length: OFF_LOOP_RENDER_MIN_MESSAGES + 3 }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: `turn ${i}` }));
+    const before = await metric(fx, jobs('run'));
+    const res = await post(fx.port, '/v1/chat/completions', { messages, max_tokens: 1 });
+    assert.equal(res.status, 200, res.text.slice(0, 300));
+    const expected = fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }));
+    assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, expected);
+    assert.ok((await metric(fx, jobs('run'))) >= before + 1, 'the render ran on the worker');
+    // /tokenize with the same messages, and continue_final_message cutting the worker's rendering.
+    const tok = await post(fx.port, '/tokenize', { messages, add_generation_prompt: false, continue_final_message: true });
+    assert.equal(tok.status, 200, tok.text.slice(0, 300));
+    const rendered = fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: false });
+    const cut = rendered.slice(0, rendered.lastIndexOf(messages.at(-1)!.content) + messages.at(-1)!.content.length);
+    assert.deepEqual(JSON.parse(tok.text).tokens, fx.tokenizer.encode(cut));
+    // A message the template cannot take is the same 400 as on the main thread.
+    const bad = await post(fx.port, '/v1/chat/completions', { messages: [...messages, { role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] });
+    assert.equal(bad.status, 400);
+  });
+
+  test(`more than MAX_MESSAGES (${MAX_MESSAGES}) messages is a 400 naming the limit, before any work`, { timeout: 120_000 }, async () => {
+    const before = await metric(fx, jobs('run'));
+    const many = Array.from({ length: MAX_MESSAGES + 1 }, () => ({ role: 'user', content: 'hi' }));
+    for (const [path, body, param] of [
+      ['/v1/chat/completions', { messages: many }, 'messages'],
+      ['/tokenize', { messages: many }, 'messages'],
+      ['/v1/responses', { input: many.map((m) => ({ type: 'message', ...m })) }, 'input'],
+    ] as const) {
+      const res = await post(fx.port, path, body);
+      assert.equal(res.status, 400, `${path}: ${res.text.slice(0, 300)}`);
+      const err = JSON.parse(res.text).error;
+      assert.equal(err.param, param, path);
+      assert.equal(err.message, `'${param}' has more than ${MAX_MESSAGES} entries (the gateway's limit)`);
+    }
+    assert.equal(await metric(fx, jobs('run')), before, 'nothing was rendered');
+    // Exactly at the limit is served.
+    const atLimit = await post(fx.port, '/tokenize', { messages: many.slice(1) });
+    assert.equal(atLimit.status, 200, atLimit.text.slice(0, 300));
   });
 });
