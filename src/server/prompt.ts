@@ -7,22 +7,23 @@
  * part 5), and dropped from it when the client leaves (`signal`).
  */
 import type { ChatMessage } from '../tokenizer/tokenizer.js';
-import { OFF_LOOP_RENDER_MIN_MESSAGES, type OffLoopSignal, type OffLoopTokenizer } from '../tokenizer/off-loop.js';
+import { OFF_LOOP_RENDER_MIN_MESSAGES, type OffLoopSignal, type OffLoopTokenizer, type TooLong } from '../tokenizer/off-loop.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
 import { MAX_MESSAGES } from './input-limits.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
 /** The tokenizer operations prompt preparation uses: the process's off-loop tokenizer (and the tokenizer it wraps). */
-export type PromptTokenizer = Pick<OffLoopTokenizer, 'encode' | 'render' | 'tokenizer'>;
+export type PromptTokenizer = Pick<OffLoopTokenizer, 'encodePrompt' | 'render' | 'tokenizer'>;
 
 /**
- * Tokenize `text` unless its cheap lower-bound token count (`tokenizer.minTokenCount`: UTF-8 bytes divided by the
- * longest token's bytes, rounded up) already reaches `limits.contextTokenLimit`; then throw, without tokenizing, the
- * same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
- * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`). A large text is tokenized on the worker thread
- * (`OffLoopTokenizer.encode`, issue 9): the ids come as a promise then, which rejects with the `OffLoopError` of a
- * full queue, a client that left (`signal`) or a failed worker (errors.ts `offLoopApiError` maps them).
+ * Tokenize `text` unless it cannot fit `limits.contextTokenLimit`: its cheap lower-bound token count
+ * (`tokenizer.minTokenCount`: UTF-8 bytes divided by the longest token's bytes, rounded up) already reaches it, which
+ * is the same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
+ * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`), thrown without tokenizing; or, for a large text,
+ * its exact count does (the same 400 with the count). A large text is bounded and tokenized on the worker thread
+ * (`OffLoopTokenizer.encodePrompt`, issue 9): the ids come as a promise then, which rejects with the 400 or with the
+ * `OffLoopError` of a full queue, a client that left (`signal`) or a failed worker (errors.ts `offLoopApiError`).
  */
 export function encodeWithinContext(
   tokenizer: PromptTokenizer,
@@ -31,9 +32,15 @@ export function encodeWithinContext(
   limits: ContextLimits,
   signal?: OffLoopSignal,
 ): number[] | Promise<number[]> {
-  const atLeast = tokenizer.tokenizer.minTokenCount(text);
-  if (atLeast >= limits.contextTokenLimit) throw promptTooLongError(limits, atLeast, Buffer.byteLength(text, 'utf8'));
-  return tokenizer.encode(text, signal === undefined ? { addSpecialTokens } : { addSpecialTokens, signal });
+  const maxTokens = limits.contextTokenLimit;
+  const out = tokenizer.encodePrompt(text, signal === undefined ? { addSpecialTokens, maxTokens } : { addSpecialTokens, maxTokens, signal });
+  return out instanceof Promise ? out.then((r) => fitting(r, limits)) : fitting(out, limits);
+}
+
+/** The ids, or the 400 `context_length_exceeded` of a prompt that does not fit. */
+function fitting(r: number[] | TooLong, limits: ContextLimits): number[] {
+  if (Array.isArray(r)) return r;
+  throw promptTooLongError(limits, r.tokens, r.bytes ?? undefined);
 }
 
 type ChatMessageBody = ChatCompletionBodyT['messages'][number];

@@ -18,7 +18,16 @@ const utf8 = new TextEncoder();
 function run(tokenizer: GatewayTokenizer, job: OffLoopJob): [OffLoopReply, ArrayBuffer[]] {
   switch (job.kind) {
     case 'encode': {
+      if (job.maxTokens !== null) {
+        const atLeast = tokenizer.minTokenCount(job.text);
+        if (atLeast >= job.maxTokens) {
+          return [{ id: job.id, tooLong: { tooLong: true, tokens: atLeast, bytes: Buffer.byteLength(job.text, 'utf8') } }, []];
+        }
+      }
       const ids = tokenizer.encode(job.text, { addSpecialTokens: job.addSpecialTokens });
+      if (job.maxTokens !== null && ids.length >= job.maxTokens) {
+        return [{ id: job.id, tooLong: { tooLong: true, tokens: ids.length, bytes: null } }, []];
+      }
       const value = job.json ? utf8.encode(JSON.stringify(ids)) : Int32Array.from(ids);
       return [{ id: job.id, value, count: ids.length }, [value.buffer as ArrayBuffer]];
     }

@@ -140,6 +140,24 @@ describe('large /tokenize, /detokenize and long chats take the off-loop path', (
     assert.equal(await metric(fx, jobs('run')), 1);
   });
 
+  test('a large prompt longer than the context: the 400 with its count, decided on the worker', { timeout: 120_000 }, async () => {
+    const before = await metric(fx, jobs('run'));
+    fx.backend.maxModelLen = 4096;
+    try {
+      const prompt = text(OFF_LOOP_ENCODE_MIN_CHARS * 2);
+      const res = await post(fx.port, '/v1/completions', { prompt, max_tokens: 1 });
+      assert.equal(res.status, 400, res.text.slice(0, 300));
+      const err = JSON.parse(res.text).error;
+      assert.equal(err.code, 'context_length_exceeded');
+      assert.equal(err.param, 'prompt');
+      assert.match(err.message, new RegExp(`your prompt resulted in ${fx.tokenizer.encode(prompt, { addSpecialTokens: true }).length} tokens`));
+      assert.equal(await metric(fx, jobs('run')), before + 1);
+      assert.equal(fx.backend.submissions.length, 0);
+    } finally {
+      fx.backend.maxModelLen = 10_000_000;
+    }
+  });
+
   test('/detokenize of many ids: the same text, from the worker; a bad id is still a 400 naming tokens', { timeout: 120_000 }, async () => {
     const before = await metric(fx, jobs('run'));
     const ids = fx.tokenizer.encode(text(OFF_LOOP_DECODE_MIN_IDS * 6) + ' <|im_end|> 世界 🎉');

@@ -80,6 +80,28 @@ describe('off-loop tokenizer', () => {
     assert.deepEqual(q.stats(), { queuedJobs: 0, queuedChars: 0, run: 3, dropped: 0, discarded: 0, refused: 0 });
   });
 
+  test('encodePrompt: a prompt that cannot fit is refused by its size bound or its count, on the worker for a large text', { timeout: 120_000 }, async () => {
+    const q = make();
+    const small = 'Hello there, river.';
+    assert.deepEqual(q.encodePrompt(small, { addSpecialTokens: true, maxTokens: 100 }), tokenizer.encode(small, { addSpecialTokens: true }));
+    assert.deepEqual(q.encodePrompt(' '.repeat(1281), { addSpecialTokens: false, maxTokens: 11 }), { tooLong: true, tokens: 11, bytes: 1281 });
+    assert.equal(q.stats().run, 0);
+
+    const exact = tokenizer.encode(BIG);
+    const bound = tokenizer.minTokenCount(BIG);
+    assert.ok(bound < exact.length);
+    // The size bound alone refuses it: no tokenizing.
+    assert.deepEqual(await q.encodePrompt(BIG, { addSpecialTokens: false, maxTokens: bound }), {
+      tooLong: true,
+      tokens: bound,
+      bytes: Buffer.byteLength(BIG),
+    });
+    // The bound leaves room, the count does not: the count, and no ids.
+    assert.deepEqual(await q.encodePrompt(BIG, { addSpecialTokens: false, maxTokens: exact.length }), { tooLong: true, tokens: exact.length, bytes: null });
+    assert.deepEqual(await q.encodePrompt(BIG, { addSpecialTokens: false, maxTokens: exact.length + 1 }), exact);
+    assert.equal(q.stats().run, 3, 'each large text was one worker job');
+  });
+
   test('decode and chat rendering give the main thread results and errors', { timeout: 120_000 }, async () => {
     const q = make();
     const ids = tokenizer.encode('Hello 世界 🎉 <|im_end|> and more');
