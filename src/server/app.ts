@@ -190,7 +190,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
   // is a long-standing property of http.Server that @types/node does not declare.
   (app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-  installJsonBodyParser(app);
+  installJsonBodyParser(app, bodyLimit);
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
   await registerCors(app, edge.cors);

@@ -249,3 +249,43 @@ describe('request receive timeout and the concurrency cap', () => {
     assert.equal(res.status, 200);
   });
 });
+
+describe('bodies that arrive in pieces (input-limits.ts readBodyText)', () => {
+  let fx: AppFixture & { port: number };
+  before(async () => {
+    fx = await listenApp({ bodyLimitBytes: 2 * 1024 * 1024 });
+  });
+  after(() => fx.app.close());
+
+  /** A raw chunked POST of `body` to /tokenize, in HTTP chunks of `size` bytes (multi-byte characters split across them). */
+  const chunked = (body: Buffer, size: number) => {
+    const parts: Buffer[] = [Buffer.from('POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n')];
+    for (let at = 0; at < body.length; at += size) {
+      const piece = body.subarray(at, at + size);
+      parts.push(Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n'));
+    }
+    parts.push(Buffer.from('0\r\n\r\n'));
+    return rawExchange(fx.port, Buffer.concat(parts), 'chunked /tokenize');
+  };
+
+  test('a body of many chunks decodes as one: characters split across chunks, the same tokens', async () => {
+    const prompt = '世界 🎉 café — '.repeat(3000);
+    // 4099-byte chunks: every multi-byte character has a chance to straddle a boundary.
+    const res = await chunked(Buffer.from(JSON.stringify({ prompt })), 4099);
+    assert.equal(res.status, 200, res.body.slice(0, 300));
+    assert.deepEqual(JSON.parse(res.body).tokens, fx.tokenizer.encode(prompt, { addSpecialTokens: true }));
+  });
+
+  test('past the body limit while it arrives (no Content-Length) → 413, and a declared size over it before reading', async () => {
+    const big = Buffer.from(JSON.stringify({ prompt: 'x'.repeat(2 * 1024 * 1024) }));
+    const res = await chunked(big, 64 * 1024);
+    assert.equal(res.status, 413, res.body.slice(0, 300));
+    assert.match(JSON.parse(res.body).error.message, /larger than the gateway's limit of 2097152 bytes/);
+    const declared = await rawExchange(
+      fx.port,
+      `POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${3 * 1024 * 1024}\r\nConnection: close\r\n\r\n{}`,
+      'declared too large',
+    );
+    assert.equal(declared.status, 413);
+  });
+});
