@@ -28,7 +28,8 @@
  * - counter `model_gateway_requests_total{endpoint, status, finish_reason}` (finish_reason: stop, length, error,
  *   cancelled for a client disconnect, none for a request refused before generation).
  * Read from the app's off-loop tokenizer queue at scrape time (`attachOffLoop`; issue 26 part 5): counter
- * `model_gateway_tokenizer_jobs_total{outcome=run|dropped|discarded|refused}`, gauges
+ * `model_gateway_tokenizer_jobs_total{outcome=run|dropped|discarded|refused}`,
+ * `model_gateway_tokenizer_worker_restarts_total`, gauges
  * `model_gateway_tokenizer_queue_jobs` and `..._queue_chars` (HTTP-side: each front's queue, summed over the fronts).
  * vLLM-compatible series (the block "vLLM-compatible series" below; issue #13 part 1): the names, types and units of
  * vLLM's own `/metrics`, one series per served model (label `model_name` = the first served model name, as vLLM), so a
@@ -300,6 +301,16 @@ export class GatewayMetrics {
         this.reset();
         const s = offLoop();
         if (s !== null) for (const outcome of OFF_LOOP_OUTCOMES) this.inc({ model, outcome }, s[outcome]);
+      },
+    });
+    new Counter({
+      name: 'model_gateway_tokenizer_worker_restarts_total',
+      help: 'Off-loop tokenizer workers terminated because the large job they ran was abandoned by its client',
+      labelNames: ['model'],
+      registers: httpRegisters,
+      collect() {
+        this.reset();
+        this.inc({ model }, offLoop()?.restarts ?? 0);
       },
     });
     new Gauge({

@@ -8,9 +8,10 @@
  * each HTTP front of `--workers N`), started on the first job (it loads its own copy of the tokenizer directory, about
  * 0.5 s and ~100 MB) and kept without holding the process open. Jobs wait in a queue on this thread and go to the
  * worker one at a time, so:
- * - a job whose client left (its signal aborted) while it waits is removed and its text released at once; one that is
- *   running cannot be interrupted (the tokenizer is synchronous; stopping it would mean a new worker and a 0.5 s
- *   reload), so it finishes and its result is thrown away on arrival;
+ * - a job whose client left (its signal aborted) while it waits is removed and its text released at once; a running one
+ *   cannot be interrupted (the tokenizer is synchronous), so its result is thrown away on arrival, except that a
+ *   running job of `OFF_LOOP_RESTART_MIN_CHARS` or more is worth more than a new worker: that worker is terminated
+ *   (its memory goes with it) and the next job starts a fresh one;
  * - the queue is bounded by jobs and by characters (`OffLoopLimits`): characters are what a job costs (the worker
  *   tokenizes ~1 µs per character on the dev box) and what it holds (the text here and in the worker), so they bound
  *   both the wait of the last job and the memory; the job count bounds the bookkeeping of many small jobs. A job that
@@ -40,6 +41,12 @@ export const OFF_LOOP_DECODE_MIN_IDS = 4_096;
  * 5–9 µs per message on the dev box (240 k messages: 2.0–2.9 s), so 512 messages block the loop for ~3–5 ms.
  */
 export const OFF_LOOP_RENDER_MIN_MESSAGES = 512;
+/**
+ * A running job this large whose client left ends its worker instead of finishing: ~1 s of tokenizer work on the dev
+ * box, twice what a new worker takes to load the tokenizer (~0.5 s). So one client cannot hold the worker for seconds
+ * (up to the body limit: 8 MB, ~8 s) with a prompt it abandoned, and the memory of that job is freed at once.
+ */
+export const OFF_LOOP_RESTART_MIN_CHARS = 1_048_576;
 /** Characters a decode job counts per id: about the text one id decodes to (Qwen3: ~4 characters of English). */
 export const DECODE_CHARS_PER_ID = 4;
 /** Characters a render job counts per message besides its content: the template's markup around each message. */
@@ -75,6 +82,8 @@ export interface OffLoopStats {
   discarded: number;
   /** Jobs refused because the queue was full. */
   refused: number;
+  /** Workers terminated because the large job they ran was abandoned (`OFF_LOOP_RESTART_MIN_CHARS`). */
+  restarts: number;
 }
 
 /** The part of an `AbortSignal` a job watches (server/disconnect.ts `DisconnectSignal` has it too). */
@@ -166,7 +175,7 @@ export class OffLoopTokenizer {
   private chars = 0;
   private nextId = 1;
   private closed = false;
-  private readonly counts = { run: 0, dropped: 0, discarded: 0, refused: 0 };
+  private readonly counts = { run: 0, dropped: 0, discarded: 0, refused: 0, restarts: 0 };
   private readonly limits: Readonly<OffLoopLimits>;
 
   constructor(
@@ -305,8 +314,20 @@ export class OffLoopTokenizer {
       this.chars -= entry.chars;
       this.counts.dropped++;
     } else if (this.running === entry) {
-      // Its characters stay counted until the worker answers: the worker is busy with it until then.
       this.counts.discarded++;
+      if (entry.chars >= OFF_LOOP_RESTART_MIN_CHARS && this.worker !== null) {
+        // Cheaper to start over than to wait: the worker goes (its exit is ignored), the next job gets a new one.
+        const worker = this.worker;
+        this.worker = null;
+        this.running = null;
+        this.chars -= entry.chars;
+        this.counts.restarts++;
+        void worker.terminate();
+        this.settle(entry, cancelledError());
+        this.pump();
+        return;
+      }
+      // Its characters stay counted until the worker answers: the worker is busy with it until then.
     }
     this.settle(entry, cancelledError());
   }

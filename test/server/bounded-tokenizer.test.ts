@@ -113,6 +113,9 @@ describe('the off-loop tokenizer queue over HTTP', () => {
     // The blocker's client leaves while its job runs: it is answered with nothing and the result is thrown away.
     blocker.leave();
     await waitFor(async () => (await metric(fx, jobs('discarded'))) === 1, 'the running job is marked discarded');
+    // A job that large ends its worker rather than running on for seconds.
+    assert.equal(await metric(fx, `model_gateway_tokenizer_worker_restarts_total{model="${MODEL_ID}"}`), 1);
+    assert.equal(await metric(fx, QUEUED), 0);
     assert.equal(await metric(fx, jobs('run')), 1);
     assert.equal(await metric(fx, jobs('refused')), 3);
   });

@@ -3,7 +3,7 @@
  * are tokenized on a worker thread while the loop keeps running timers, with the ids of the main thread's `encode`,
  * and a small text at once without a promise; decode and chat rendering give the main thread's results and errors;
  * the queue refuses past its job and character bounds (`queue-full`), drops a waiting job whose signal aborted (never
- * run) and throws away the result of a running one; a closed queue refuses.
+ * run) and throws away the result of a running one, or ends its worker when it is large; a closed queue refuses.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -11,6 +11,7 @@ import { ChatTemplateError, OffLoopError } from '../../src/tokenizer/errors.js';
 import {
   DECODE_CHARS_PER_ID,
   OFF_LOOP_ENCODE_MIN_CHARS,
+  OFF_LOOP_RESTART_MIN_CHARS,
   OffLoopTokenizer,
   RENDER_CHARS_PER_MESSAGE,
 } from '../../src/tokenizer/off-loop.js';
@@ -77,7 +78,7 @@ describe('off-loop tokenizer', () => {
     const expected = tokenizer.encode(BIG.slice(3), { addSpecialTokens: true });
     assert.equal(asJson.count, expected.length);
     assert.deepEqual(JSON.parse(asJson.json.toString('utf8')), expected);
-    assert.deepEqual(q.stats(), { queuedJobs: 0, queuedChars: 0, run: 3, dropped: 0, discarded: 0, refused: 0 });
+    assert.deepEqual(q.stats(), { queuedJobs: 0, queuedChars: 0, run: 3, dropped: 0, discarded: 0, refused: 0, restarts: 0 });
   });
 
   test('encodePrompt: a prompt that cannot fit is refused by its size bound or its count, on the worker for a large text', { timeout: 120_000 }, async () => {
@@ -148,7 +149,7 @@ describe('off-loop tokenizer', () => {
     assert.equal(byChars.stats().queuedChars, BIG.length + 100);
     assert.equal(await rejectionKind(byChars.render([{ role: 'user', content: 'x'.repeat(100 - RENDER_CHARS_PER_MESSAGE) }], {})), 'queue-full');
     await Promise.all([fits, d]);
-    assert.deepEqual(byChars.stats(), { queuedJobs: 0, queuedChars: 0, run: 3, dropped: 0, discarded: 0, refused: 3 });
+    assert.deepEqual(byChars.stats(), { queuedJobs: 0, queuedChars: 0, run: 3, dropped: 0, discarded: 0, refused: 3, restarts: 0 });
   });
 
   test('a waiting job whose client left is dropped and never run; a running one has its result thrown away', { timeout: 120_000 }, async () => {
@@ -159,7 +160,7 @@ describe('off-loop tokenizer', () => {
     const running = q.encode(BIG, { signal: a.signal }) as Promise<number[]>;
     const waiting = q.encode(BIG.slice(1), { signal: b.signal }) as Promise<number[]>;
     const kept = q.encode(BIG.slice(2), { signal: c.signal }) as Promise<number[]>;
-    assert.deepEqual({ ...q.stats(), run: 0 }, { queuedJobs: 3, queuedChars: 3 * BIG.length - 3, run: 0, dropped: 0, discarded: 0, refused: 0 });
+    assert.deepEqual({ ...q.stats(), run: 0 }, { queuedJobs: 3, queuedChars: 3 * BIG.length - 3, run: 0, dropped: 0, discarded: 0, refused: 0, restarts: 0 });
     b.abort();
     assert.equal(await rejectionKind(waiting), 'cancelled');
     assert.equal(q.stats().dropped, 1);
@@ -169,10 +170,32 @@ describe('off-loop tokenizer', () => {
     assert.equal(await rejectionKind(running), 'cancelled');
     assert.equal(q.stats().discarded, 1);
     assert.deepEqual(await kept, tokenizer.encode(BIG.slice(2)));
-    assert.deepEqual(q.stats(), { queuedJobs: 0, queuedChars: 0, run: 2, dropped: 1, discarded: 1, refused: 0 });
+    assert.deepEqual(q.stats(), { queuedJobs: 0, queuedChars: 0, run: 2, dropped: 1, discarded: 1, refused: 0, restarts: 0 });
     // A signal already aborted: refused before it is queued.
     assert.equal(await rejectionKind(q.encode(BIG, { signal: a.signal }) as Promise<number[]>), 'cancelled');
     assert.equal(q.stats().run, 2);
+  });
+
+  test('a large running job whose client left ends its worker; the next job runs on a new one', { timeout: 120_000 }, async () => {
+    const q = make();
+    const huge = BIG.repeat(Math.ceil(OFF_LOOP_RESTART_MIN_CHARS / BIG.length));
+    assert.ok(huge.length >= OFF_LOOP_RESTART_MIN_CHARS);
+    const a = handSignal();
+    const running = q.encode(huge, { signal: a.signal }) as Promise<number[]>;
+    const next = q.encode(BIG.slice(5)) as Promise<number[]>;
+    assert.equal(q.stats().queuedJobs, 2);
+    a.abort();
+    assert.equal(await rejectionKind(running), 'cancelled');
+    // At once: the abandoned job no longer counts, and the waiting one went to a new worker.
+    assert.deepEqual(q.stats(), { queuedJobs: 1, queuedChars: BIG.length - 5, run: 2, dropped: 0, discarded: 1, refused: 0, restarts: 1 });
+    assert.deepEqual(await next, tokenizer.encode(BIG.slice(5)));
+    // A smaller abandoned job is left to finish (its result thrown away): no restart.
+    const b = handSignal();
+    const small = q.encode(BIG, { signal: b.signal }) as Promise<number[]>;
+    b.abort();
+    assert.equal(await rejectionKind(small), 'cancelled');
+    assert.deepEqual(await q.encode(BIG.slice(9)), tokenizer.encode(BIG.slice(9)));
+    assert.equal(q.stats().restarts, 1);
   });
 
   test('a closed queue fails what it holds and refuses later jobs', { timeout: 120_000 }, async () => {
