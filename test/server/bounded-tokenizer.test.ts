@@ -7,21 +7,24 @@
  * main-thread one; too many messages are a 400 naming the limit. The queue's counters are read from /metrics.
  */
 import assert from 'node:assert/strict';
-import { request as httpRequest, type ClientRequest } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { MAX_MESSAGES } from '../../src/server/input-limits.js';
 import { OFF_LOOP_DECODE_MIN_IDS, OFF_LOOP_ENCODE_MIN_CHARS, OFF_LOOP_RENDER_MIN_MESSAGES } from '../../src/tokenizer/off-loop.js';
-import { waitFor } from '../helpers/async.js';
+import { conclusive, waitFor } from '../helpers/async.js';
+import { openRequest, type OpenRequest } from '../helpers/net.js';
 import { FakeBackend } from './fake-backend.js';
 import { listenApp, MODEL_ID, type AppFixture } from './helpers.js';
 
 const SENTENCE = 'The river runs past the old mill, and the weather turns as the evening comes. ';
 const text = (chars: number) => SENTENCE.repeat(Math.ceil(chars / SENTENCE.length)).slice(0, chars);
 /**
- * A prompt that keeps the worker busy for the rest of a test (~6 M characters: seconds of tokenizer work, far more
- * than any step of these tests); the app's close stops the worker.
+ * A prompt that keeps the worker busy (6 M characters: one to a few seconds of tokenizer work). No step assumes it
+ * outlasts anything: each check runs in a round that first sees the blocker running and is repeated when the blocker
+ * turns out to have finished before the round was over (`conclusive`).
  */
 const BLOCKER = text(6_000_000);
+/** The queue's character bound in these tests: the blocker fits an idle queue; 600k characters more do not. */
+const QUEUE_CHARS = 6_500_000;
 
 type Fixture = AppFixture & { port: number };
 
@@ -33,23 +36,6 @@ async function post(port: number, path: string, body: unknown) {
     body: JSON.stringify(body),
   });
   return { status: res.status, headers: res.headers, text: await res.text() };
-}
-
-/** POST `body` to `path` and leave the request open; `leave()` closes the connection (the client goes away). */
-function openRequest(port: number, path: string, body: unknown): { req: ClientRequest; done: Promise<number | null>; leave(): void } {
-  const payload = JSON.stringify(body);
-  const req = httpRequest({ port, host: '127.0.0.1', path, method: 'POST', headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload) } });
-  const done = new Promise<number | null>((resolve) => {
-    req.on('response', (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode ?? null));
-      res.on('error', () => resolve(null));
-    });
-    req.on('error', () => resolve(null));
-    req.on('close', () => resolve(null));
-  });
-  req.end(payload);
-  return { req, done, leave: () => req.destroy() };
 }
 
 /** A series' value in the app's /metrics (0 when absent). */
@@ -64,60 +50,106 @@ const QUEUED = `model_gateway_tokenizer_queue_jobs{model="${MODEL_ID}"}`;
 describe('the off-loop tokenizer queue over HTTP', () => {
   let fx: Fixture;
   before(async () => {
-    fx = await listenApp({ backend: new FakeBackend({ maxModelLen: 10_000_000 }), edge: { tokenizerQueueJobs: 2 } });
+    fx = await listenApp({ backend: new FakeBackend({ maxModelLen: 10_000_000 }), edge: { tokenizerQueueChars: QUEUE_CHARS } });
     fx.backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');
   });
   after(() => fx.app.close());
 
-  test('past its bound a large prompt gets 429 with Retry-After; a queued client that leaves is dropped, never run or submitted', { timeout: 120_000 }, async () => {
-    const blocker = openRequest(fx.port, '/v1/completions', { prompt: BLOCKER, max_tokens: 1 });
-    await waitFor(async () => (await metric(fx, jobs('run'))) === 1, 'the blocker runs on the worker');
-    const waiting = openRequest(fx.port, '/v1/completions', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS + 10), max_tokens: 1 });
-    await waitFor(async () => (await metric(fx, QUEUED)) === 2, 'the completion waits in the queue');
+  const value = (series: string) => metric(fx, series);
+  const url = () => `http://127.0.0.1:${fx.port}`;
+  const RESTARTS = `model_gateway_tokenizer_worker_restarts_total{model="${MODEL_ID}"}`;
+  const CANCELLED = 'model_gateway_requests_total{model="test-model",endpoint="/v1/completions",status="499",finish_reason="cancelled"}';
 
-    // The queue holds its bound (2 jobs): a third large prompt is refused at once, whichever route it came by.
-    for (const [path, body] of [
-      ['/v1/chat/completions', { messages: [{ role: 'user', content: text(OFF_LOOP_ENCODE_MIN_CHARS) }] }],
-      ['/tokenize', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS) }],
-      ['/detokenize', { tokens: new Array(OFF_LOOP_DECODE_MIN_IDS).fill(9707) }],
-    ] as const) {
-      const res = await post(fx.port, path, body);
-      assert.equal(res.status, 429, `${path}: ${res.text.slice(0, 300)}`);
-      assert.equal(res.headers.get('retry-after'), '1');
-      const err = (JSON.parse(res.text) as { error: { type: string; code: string; message: string; param: unknown } }).error;
-      assert.equal(err.type, 'requests');
-      assert.equal(err.code, 'tokenizer_queue_full');
-      assert.equal(err.param, null);
-      assert.match(err.message, /at most 2 jobs and \d+ characters/);
-    }
-    assert.equal(await metric(fx, jobs('refused')), 3);
-    // Small requests never queue: served as before while the queue is full.
-    const small = await post(fx.port, '/v1/completions', { prompt: 'Hello', max_tokens: 1 });
-    assert.equal(small.status, 200, small.text);
-    const submittedBefore = fx.backend.submissions.length;
+  /** A blocker running on the worker, or null when it finished before it was seen running. */
+  async function runningBlocker(): Promise<OpenRequest | null> {
+    // The blockers of earlier rounds are let go once the server sees their clients leave.
+    await waitFor(async () => (await value(QUEUED)) === 0, 'the queue is empty');
+    const run = await value(jobs('run'));
+    const blocker = openRequest(url(), '/tokenize', { prompt: BLOCKER });
+    await waitFor(async () => blocker.answered() || ((await value(jobs('run'))) === run + 1 && (await value(QUEUED)) === 1), 'the blocker runs');
+    if (!blocker.answered()) return blocker;
+    assert.equal(await blocker.done, 200);
+    return null;
+  }
 
-    waiting.leave();
-    assert.equal(await waiting.done, null, 'no answer for a client that left');
-    await waitFor(async () => (await metric(fx, jobs('dropped'))) === 1, 'the waiting job is dropped');
-    assert.equal(await metric(fx, QUEUED), 1, 'only the blocker is left');
-    assert.equal(await metric(fx, jobs('run')), 1, 'the dropped job never ran');
-    assert.equal(fx.backend.submissions.length, submittedBefore, 'nothing reached the engine');
-    assert.equal(await metric(fx, 'model_gateway_requests_total{model="test-model",endpoint="/v1/completions",status="499",finish_reason="cancelled"}'), 1);
+  test('behind a running job, a large prompt that does not fit gets 429 with Retry-After, whichever route; small requests are served', { timeout: 120_000 }, async () => {
+    await conclusive('429 past the bound', async () => {
+      const blocker = await runningBlocker();
+      if (blocker === null) return false;
+      const refusedBefore = await value(jobs('refused'));
+      const probes = [];
+      for (const [path, body] of [
+        ['/v1/chat/completions', { messages: [{ role: 'user', content: text(600_000) }] }],
+        ['/tokenize', { prompt: text(600_000) }],
+        ['/detokenize', { tokens: new Array(600_000 / 4).fill(9707) }],
+      ] as const) {
+        probes.push({ path, res: await post(fx.port, path, body) });
+      }
+      // Small requests never queue: served while the worker is busy.
+      const small = await post(fx.port, '/v1/completions', { prompt: 'Hello', max_tokens: 1 });
+      const stillRunning = !blocker.answered();
+      blocker.leave();
+      if (probes.some((p) => p.res.status !== 429)) {
+        // A probe only gets in once the blocker is done: then the round says nothing.
+        assert.equal(stillRunning ? null : await blocker.done, 200, `a probe got in while the blocker ran: ${JSON.stringify(probes.map((p) => p.res.status))}`);
+        return false;
+      }
+      for (const { path, res } of probes) {
+        assert.equal(res.headers.get('retry-after'), '1', path);
+        const err = (JSON.parse(res.text) as { error: { type: string; code: string; message: string; param: unknown } }).error;
+        assert.equal(err.type, 'requests');
+        assert.equal(err.code, 'tokenizer_queue_full');
+        assert.equal(err.param, null);
+        assert.match(err.message, new RegExp(`at most 256 jobs and ${QUEUE_CHARS} characters; this job has \\d+\\)`));
+      }
+      assert.equal(await value(jobs('refused')), refusedBefore + 3);
+      assert.equal(small.status, 200, small.text);
+      return true;
+    });
+  });
 
-    // Room again: a large prompt is queued (not refused) behind the blocker; its client leaves too.
-    const again = openRequest(fx.port, '/v1/chat/completions', { messages: [{ role: 'user', content: text(OFF_LOOP_ENCODE_MIN_CHARS) }] });
-    await waitFor(async () => (await metric(fx, QUEUED)) === 2, 'a new job is queued');
-    again.leave();
-    await waitFor(async () => (await metric(fx, jobs('dropped'))) === 2, 'the second waiting job is dropped');
+  test('a client that leaves while its prompt waits is dropped: never run, nothing submitted, counted as a 499', { timeout: 120_000 }, async () => {
+    await conclusive('a waiting job dropped', async () => {
+      const blocker = await runningBlocker();
+      if (blocker === null) return false;
+      const [run, dropped, discarded, cancelled] = await Promise.all([value(jobs('run')), value(jobs('dropped')), value(jobs('discarded')), value(CANCELLED)]);
+      const submitted = fx.backend.submissions.length;
+      const waiting = openRequest(url(), '/v1/completions', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS + 10), max_tokens: 1 });
+      await waitFor(async () => blocker.answered() || (await value(QUEUED)) === 2, 'the completion waits in the queue');
+      waiting.leave();
+      await waitFor(
+        async () => (await value(jobs('dropped'))) > dropped || (await value(jobs('discarded'))) > discarded || (await value(jobs('run'))) > run,
+        'the waiting job is dropped, or ran',
+      );
+      blocker.leave();
+      assert.equal(await waiting.done, null, 'no answer for a client that left');
+      // It ran (the blocker had finished): the round says nothing.
+      if ((await value(jobs('run'))) > run) return false;
+      assert.equal(await value(jobs('dropped')), dropped + 1);
+      assert.equal(fx.backend.submissions.length, submitted, 'nothing reached the engine');
+      await waitFor(async () => (await value(CANCELLED)) === cancelled + 1, 'the request is counted as a 499');
+      return true;
+    });
+  });
 
-    // The blocker's client leaves while its job runs: it is answered with nothing and the result is thrown away.
-    blocker.leave();
-    await waitFor(async () => (await metric(fx, jobs('discarded'))) === 1, 'the running job is marked discarded');
-    // A job that large ends its worker rather than running on for seconds.
-    assert.equal(await metric(fx, `model_gateway_tokenizer_worker_restarts_total{model="${MODEL_ID}"}`), 1);
-    assert.equal(await metric(fx, QUEUED), 0);
-    assert.equal(await metric(fx, jobs('run')), 1);
-    assert.equal(await metric(fx, jobs('refused')), 3);
+  test('a client that leaves while its large job runs: no answer, the result is not waited for, the worker is ended', { timeout: 120_000 }, async () => {
+    await conclusive('a running job abandoned', async () => {
+      const blocker = await runningBlocker();
+      if (blocker === null) return false;
+      const [discarded, restarts] = await Promise.all([value(jobs('discarded')), value(RESTARTS)]);
+      blocker.leave();
+      const status = await blocker.done;
+      if (status !== null) return false;
+      await waitFor(async () => (await value(jobs('discarded'))) === discarded + 1 || (await value(QUEUED)) === 0, 'the job is let go');
+      if ((await value(jobs('discarded'))) === discarded) return false; // it finished as the client left
+      // A job that large ends its worker rather than running on for seconds for nobody.
+      assert.equal(await value(RESTARTS), restarts + 1);
+      assert.equal(await value(QUEUED), 0);
+      // The next job gets a new worker.
+      const after = await post(fx.port, '/tokenize', { prompt: text(OFF_LOOP_ENCODE_MIN_CHARS * 2) });
+      assert.equal(after.status, 200, after.text.slice(0, 400));
+      return true;
+    });
   });
 });
 
