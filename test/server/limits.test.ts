@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep } from '../../src/server/input-limits.js';
+import { MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep, readBodyText } from '../../src/server/input-limits.js';
+import { Readable } from 'node:stream';
 import { quoteValue } from '../../src/server/errors.js';
 import { hangGuard } from '../helpers/async.js';
 import { captureLogs, type LogRecord } from '../helpers/logs.js';
@@ -288,4 +289,18 @@ describe('bodies that arrive in pieces (input-limits.ts readBodyText)', () => {
     );
     assert.equal(declared.status, 413);
   });
+});
+
+test('readBodyText: chunks decoded as one; a body whose client is gone by its end is not decoded (499)', async () => {
+  const bytes = Buffer.from(JSON.stringify({ prompt: '世界 🎉 '.repeat(100) }));
+  const read = (gone: boolean, contentLength?: string) =>
+    new Promise<{ err: (Error & { statusCode?: number }) | null; text?: string }>((resolve) => {
+      const chunks = Array.from({ length: Math.ceil(bytes.length / 7) }, (_, i) => bytes.subarray(i * 7, i * 7 + 7));
+      readBodyText(Readable.from(chunks), contentLength ?? String(bytes.length), 1 << 20, () => gone, (err, text) => resolve({ err, text }));
+    });
+  assert.equal((await read(false)).text, bytes.toString('utf8'));
+  const gone = await read(true);
+  assert.equal(gone.err?.statusCode, 499);
+  assert.equal(gone.text, undefined);
+  assert.equal((await read(false, String(bytes.length + 1))).err?.statusCode, 400, 'a Content-Length mismatch');
 });
