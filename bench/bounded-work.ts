@@ -13,7 +13,8 @@
  * - Flood phase: `--rounds` rounds of `--flood` clients that each post a `--flood-chars` character chat prompt and
  *   close their connection `--leave-ms` after their body was sent (an answer before that, e.g. a 429, is counted);
  *   then at once a normal `--normal-chars` character prompt (max_tokens 1): how long it took. The RSS of the gateway's
- *   processes (ranks not counted) before the flood, at its peak (sampled every 100 ms) and after the normal prompt.
+ *   processes (ranks not counted) before the flood, at its peak (sampled every 100 ms), once the gateway is idle after
+ *   the normal prompt, and 10 s later.
  * Both run for each `--workers` value. `--source DIR` runs the gateway from another checkout (DIR/src/cli.ts through
  * tsx, DIR/node_modules needed), e.g. `git archive <commit> | tar -x -C DIR` for a before/after comparison: the same
  * bench against both. The gateway runs from src/ through tsx (`npm start`'s runtime).
@@ -42,6 +43,7 @@ interface Args {
   leaveMs: number;
   normalChars: number;
   source: string | null;
+  phases: Array<'stall' | 'flood'>;
 }
 
 const USAGE = `npm run bench:bounded-work -- [options]
@@ -55,6 +57,7 @@ const USAGE = `npm run bench:bounded-work -- [options]
   --leave-ms N         a flood client closes its connection N ms after its body was sent (1000)
   --normal-chars N     characters of the normal prompt sent right after the flood (40000)
   --source DIR         run the gateway from DIR/src/cli.ts (another checkout) instead of this one
+  --phases stall,flood the phases to run (both)
   --help               this text`;
 
 function parseArgs(argv: readonly string[]): Args {
@@ -73,6 +76,7 @@ function parseArgs(argv: readonly string[]): Args {
     leaveMs: 1000,
     normalChars: 40_000,
     source: null,
+    phases: ['stall', 'flood'],
   };
   const int = (flag: string, v: string | undefined): number => {
     const n = Number(v);
@@ -94,6 +98,12 @@ function parseArgs(argv: readonly string[]): Args {
       case '--rounds': args.rounds = int(flag, v); break;
       case '--leave-ms': args.leaveMs = int(flag, v); break;
       case '--normal-chars': args.normalChars = int(flag, v); break;
+      case '--phases':
+        args.phases = (v ?? '').split(',').map((p) => {
+          if (p !== 'stall' && p !== 'flood') throw new RangeError(`--phases takes stall and flood, got '${p}'`);
+          return p;
+        });
+        break;
       case '--source':
         if (v === undefined) throw new RangeError('--source needs a directory');
         args.source = resolve(v);
@@ -224,6 +234,8 @@ interface FloodFigure {
   rssBeforeMb: number;
   rssPeakMb: number;
   rssAfterMb: number;
+  /** 10 s later (V8 gives memory back some time after it is freed). */
+  rssLaterMb: number;
   normalStatus: number;
   normalMs: number;
 }
@@ -296,12 +308,14 @@ async function flood(gw: GatewayProcess, url: string, args: Args): Promise<Flood
   await gw.waitIdle(0.1, 30_000);
   clearInterval(sampler);
   const rssAfterMb = rssMb(pids);
-  return { rounds: args.rounds, clients: args.flood, answered, rssBeforeMb, rssPeakMb, rssAfterMb, normalStatus, normalMs };
+  await sleep(10_000);
+  const rssLaterMb = rssMb(pids);
+  return { rounds: args.rounds, clients: args.flood, answered, rssBeforeMb, rssPeakMb, rssAfterMb, rssLaterMb, normalStatus, normalMs };
 }
 
 const f1 = (n: number): string => (Number.isFinite(n) ? n.toFixed(1) : 'n/a');
 
-async function runWorkers(args: Args, workers: number, heavy: Heavy[]): Promise<{ workers: number; stall: StallFigure[]; flood: FloodFigure }> {
+async function runWorkers(args: Args, workers: number, heavy: Heavy[]): Promise<{ workers: number; stall: StallFigure[]; flood: FloodFigure | null }> {
   const root = args.source ?? fileURLToPath(new URL('../', import.meta.url));
   const probe = fileURLToPath(new URL('./throughput/loop-probe.ts', import.meta.url));
   progress(`--workers ${workers}: starting the gateway (${args.ranks} ranks, ${args.stepMs} ms steps) from ${root}`);
@@ -329,14 +343,16 @@ async function runWorkers(args: Args, workers: number, heavy: Heavy[]): Promise<
     for (let i = 0; i < Math.max(2, workers * 2); i++) await post(gw.url, '/tokenize', JSON.stringify({ prompt: text(20_000) }));
     await sleep(500);
     const stall: StallFigure[] = [];
-    const idleMs = 2000;
-    stall.push(await stallWindow(gw, streams, 'none (idle window)', () => sleep(idleMs).then(() => 0), args.stepMs));
-    for (const h of heavy) {
-      progress(`  ${h.name} (${(Buffer.byteLength(h.body) / 1e6).toFixed(1)} MB body)`);
-      stall.push(await stallWindow(gw, streams, h.name, () => post(gw.url, h.path, h.body), args.stepMs));
-      await gw.waitIdle(0.2, 60_000);
+    if (args.phases.includes('stall')) {
+      const idleMs = 2000;
+      stall.push(await stallWindow(gw, streams, 'none (idle window)', () => sleep(idleMs).then(() => 0), args.stepMs));
+      for (const h of heavy) {
+        progress(`  ${h.name} (${(Buffer.byteLength(h.body) / 1e6).toFixed(1)} MB body)`);
+        stall.push(await stallWindow(gw, streams, h.name, () => post(gw.url, h.path, h.body), args.stepMs));
+        await gw.waitIdle(0.2, 60_000);
+      }
     }
-    const floodFigure = await flood(gw, gw.url, args);
+    const floodFigure = args.phases.includes('flood') ? await flood(gw, gw.url, args) : null;
     return { workers, stall, flood: floodFigure };
   } finally {
     streams?.stop();
@@ -348,18 +364,21 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   progress('building the request bodies');
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-  const heavy = heavyRequests(tokenizer);
+  const heavy = args.phases.includes('stall') ? heavyRequests(tokenizer) : [];
   const results = [];
   for (const w of args.workers) {
     const r = await runWorkers(args, w, heavy);
     results.push(r);
     console.log(`\n--workers ${w}${args.source !== null ? ` (gateway from ${args.source})` : ''}: ${args.streams} streams, a token per ${args.stepMs} ms step`);
-    console.log('| request | status | duration ms | max gap of other streams ms | p99 gap ms | loop delay max ms |');
-    console.log('|---|---|---|---|---|---|');
+    if (r.stall.length > 0) {
+      console.log('| request | status | duration ms | max gap of other streams ms | p99 gap ms | loop delay max ms |');
+      console.log('|---|---|---|---|---|---|');
+    }
     for (const s of r.stall) console.log(`| ${s.request} | ${s.status} | ${f1(s.durationMs)} | ${f1(s.maxGapMs)} | ${f1(s.p99GapMs)} | ${f1(s.loopMaxMs)} |`);
     const fl = r.flood;
+    if (fl === null) continue;
     console.log(`flood: ${fl.rounds} × ${fl.clients} clients × ${args.floodChars} characters, answers ${JSON.stringify(fl.answered)}`);
-    console.log(`  gateway RSS before ${f1(fl.rssBeforeMb)} MB, peak ${f1(fl.rssPeakMb)} MB, after ${f1(fl.rssAfterMb)} MB (after − before ${f1(fl.rssAfterMb - fl.rssBeforeMb)} MB)`);
+    console.log(`  gateway RSS before ${f1(fl.rssBeforeMb)} MB, peak ${f1(fl.rssPeakMb)} MB, after ${f1(fl.rssAfterMb)} MB (after − before ${f1(fl.rssAfterMb - fl.rssBeforeMb)} MB), 10 s later ${f1(fl.rssLaterMb)} MB`);
     console.log(`  normal ${args.normalChars}-character prompt right after: status ${fl.normalStatus} in ${f1(fl.normalMs)} ms`);
   }
   console.log(`\n${JSON.stringify({ args, results }, null, 2)}`);

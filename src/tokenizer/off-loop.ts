@@ -42,11 +42,12 @@ export const OFF_LOOP_DECODE_MIN_IDS = 4_096;
  */
 export const OFF_LOOP_RENDER_MIN_MESSAGES = 512;
 /**
- * A running job this large whose client left ends its worker instead of finishing: ~1 s of tokenizer work on the dev
- * box, twice what a new worker takes to load the tokenizer (~0.5 s). So one client cannot hold the worker for seconds
- * (up to the body limit: 8 MB, ~8 s) with a prompt it abandoned, and the memory of that job is freed at once.
+ * A running job this large whose client left ends its worker instead of finishing: ~0.5 s of tokenizer work on the
+ * dev box, about what a new worker takes to load the tokenizer. So one client cannot hold the worker for seconds (up to
+ * the body limit: 8 MB, ~8 s) with a prompt it abandoned (issue 26: 1 MB prompts, ~1 s each), and the memory of that
+ * job is freed at once; a smaller job finishes sooner than a new worker would start.
  */
-export const OFF_LOOP_RESTART_MIN_CHARS = 1_048_576;
+export const OFF_LOOP_RESTART_MIN_CHARS = 524_288;
 /** Characters a decode job counts per id: about the text one id decodes to (Qwen3: ~4 characters of English). */
 export const DECODE_CHARS_PER_ID = 4;
 /** Characters a render job counts per message besides its content: the template's markup around each message. */
