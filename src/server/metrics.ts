@@ -28,7 +28,7 @@
  * - counter `model_gateway_requests_total{endpoint, status, finish_reason}` (finish_reason: stop, length, error,
  *   cancelled for a client disconnect, none for a request refused before generation).
  * Read from the app's off-loop tokenizer queue at scrape time (`attachOffLoop`; issue 26 part 5): counter
- * `model_gateway_tokenizer_jobs_total{outcome=run|dropped|discarded|refused}`,
+ * `model_gateway_tokenizer_jobs_total{outcome=run|started|dropped|discarded|refused}`,
  * `model_gateway_tokenizer_worker_restarts_total`, gauges
  * `model_gateway_tokenizer_queue_jobs` and `..._queue_chars` (HTTP-side: each front's queue, summed over the fronts).
  * vLLM-compatible series (the block "vLLM-compatible series" below; issue #13 part 1): the names, types and units of
@@ -63,7 +63,7 @@ export interface MetricsGroup {
 export type RequestOutcome = 'stop' | 'length' | 'tool_calls' | 'error' | 'cancelled' | 'none';
 
 /** The `outcome` label values of `model_gateway_tokenizer_jobs_total` (fields of `OffLoopStats`). */
-const OFF_LOOP_OUTCOMES = ['run', 'dropped', 'discarded', 'refused'] as const;
+const OFF_LOOP_OUTCOMES = ['run', 'started', 'dropped', 'discarded', 'refused'] as const;
 
 /** The rank liveness states (`model_gateway_rank_state`'s `state` label values). */
 const RANK_STATES = ['joining', 'ready', 'stalled', 'dead'] as const;
@@ -294,7 +294,8 @@ export class GatewayMetrics {
       name: 'model_gateway_tokenizer_jobs_total',
       help:
         'Off-loop tokenizer jobs (large prompts, long chats, /tokenize, /detokenize) by outcome: run (handed to the worker), ' +
-        'dropped (the client left while it waited), discarded (the client left while it ran), refused (queue full: 429)',
+        'started (begun by the worker), dropped (the client left while it waited), discarded (the client left once it was ' +
+        'handed over), refused (queue full: 429)',
       labelNames: ['model', 'outcome'],
       registers: httpRegisters,
       collect() {

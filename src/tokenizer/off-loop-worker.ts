@@ -3,10 +3,12 @@
  * event loop stalled every stream of the process for ~250 ms; issue 26 part 5: `/tokenize`, `/detokenize` and large
  * chats did the same). Loads the tokenizer directory named by `workerData.dir` once, then answers each `OffLoopJob`
  * with its result (an `Int32Array` of ids, a string, or UTF-8 JSON bytes; buffers transferred) or the error the work
- * threw, by name. Started by ./off-loop.ts; never imported by the main thread.
+ * threw, by name. Says `{started: id}` just before running a job; a `{cancel: id}` that arrives before that (while the
+ * tokenizer still loads) makes it skip the job (`{id, skipped: true}`). Started by ./off-loop.ts; never imported by
+ * the main thread.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import type { OffLoopJob, OffLoopReply } from './off-loop.js';
+import type { OffLoopCancel, OffLoopJob, OffLoopNotice, OffLoopReply } from './off-loop.js';
 import { GatewayTokenizer } from './tokenizer.js';
 
 const port = parentPort;
@@ -42,9 +44,25 @@ function run(tokenizer: GatewayTokenizer, job: OffLoopJob): [OffLoopReply, Array
   }
 }
 
-port.on('message', (job: OffLoopJob) => {
+/** Jobs cancelled before they started; only ids above the last started one can still be skipped. */
+const cancelled = new Set<number>();
+let lastStarted = 0;
+
+port.on('message', (m: OffLoopJob | OffLoopCancel) => {
+  if ('cancel' in m) {
+    if (m.cancel > lastStarted) cancelled.add(m.cancel);
+    return;
+  }
+  const job = m;
   loading
     .then((tokenizer) => {
+      if (cancelled.delete(job.id)) {
+        port.postMessage({ id: job.id, skipped: true } satisfies OffLoopReply);
+        return;
+      }
+      lastStarted = job.id;
+      for (const id of cancelled) if (id <= lastStarted) cancelled.delete(id);
+      port.postMessage({ started: job.id } satisfies OffLoopNotice);
       const [reply, transfer] = run(tokenizer, job);
       port.postMessage(reply, transfer);
     })

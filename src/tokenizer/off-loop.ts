@@ -8,10 +8,11 @@
  * each HTTP front of `--workers N`), started on the first job (it loads its own copy of the tokenizer directory, about
  * 0.5 s and ~100 MB) and kept without holding the process open. Jobs wait in a queue on this thread and go to the
  * worker one at a time, so:
- * - a job whose client left (its signal aborted) while it waits is removed and its text released at once; a running one
- *   cannot be interrupted (the tokenizer is synchronous), so its result is thrown away on arrival, except that a
- *   running job of `OFF_LOOP_RESTART_MIN_CHARS` or more is worth more than a new worker: that worker is terminated
- *   (its memory goes with it) and the next job starts a fresh one;
+ * - a job whose client left (its signal aborted) while it waits is removed and its text released at once. One handed
+ *   to the worker is skipped there if the worker has not started it yet (it was still loading the tokenizer). One it
+ *   has started cannot be interrupted (the tokenizer is synchronous), so its result is thrown away on arrival, except
+ *   that a running job of `OFF_LOOP_RESTART_MIN_CHARS` or more is worth more than a new worker: that worker is
+ *   terminated (its memory goes with it) and a fresh one starts loading at once;
  * - the queue is bounded by jobs and by characters (`OffLoopLimits`): characters are what a job costs (the worker
  *   tokenizes ~1 µs per character on the dev box) and what it holds (the text here and in the worker), so they bound
  *   both the wait of the last job and the memory; the job count bounds the bookkeeping of many small jobs. A job that
@@ -77,6 +78,8 @@ export interface OffLoopStats {
   queuedChars: number;
   /** Jobs handed to the worker. */
   run: number;
+  /** Jobs the worker started (a job cancelled while the worker was still loading is run but never started). */
+  started: number;
   /** Jobs removed while waiting because their signal aborted (never run). */
   dropped: number;
   /** Running jobs whose signal aborted: their result was thrown away. */
@@ -110,9 +113,18 @@ export type OffLoopJob =
  * text has that many tokens or more: see `TooLong`; no ids), or the error the work threw, by name.
  */
 export type OffLoopReply =
-  | { id: number; value: Int32Array | Uint8Array | string; count: number; error?: undefined; tooLong?: undefined }
-  | { id: number; tooLong: TooLong; error?: undefined; value?: undefined; count?: undefined }
-  | { id: number; error: { name: string; message: string; templateKind?: string }; tooLong?: undefined };
+  | { id: number; value: Int32Array | Uint8Array | string; count: number; error?: undefined; tooLong?: undefined; skipped?: undefined }
+  | { id: number; tooLong: TooLong; error?: undefined; value?: undefined; count?: undefined; skipped?: undefined }
+  | { id: number; skipped: true; error?: undefined; value?: undefined; count?: undefined; tooLong?: undefined }
+  | { id: number; error: { name: string; message: string; templateKind?: string }; tooLong?: undefined; skipped?: undefined };
+
+/**
+ * What the worker says besides replies: `{started: id}` just before it runs job `id` (from then on the job cannot be
+ * skipped). What this thread says besides jobs: `{cancel: id}`, skip job `id` if it has not started (the worker then
+ * replies `{id, skipped: true}`; a job already started or done is not affected).
+ */
+export type OffLoopNotice = { started: number };
+export type OffLoopCancel = { cancel: number };
 
 /**
  * A prompt that does not fit `maxTokens` (`OffLoopTokenizer.encodePrompt`): `tokens` is its token count, or, when
@@ -125,10 +137,13 @@ export interface TooLong {
   bytes: number | null;
 }
 
-/** A queued or running job. `job` is dropped once posted, so this thread does not keep its text. */
 /** A reply that is not an error. */
 type Answer = Exclude<OffLoopReply, { error: object }>;
 
+/**
+ * A queued or running job. `job` is dropped once posted, so this thread does not keep its text; `started`: the worker
+ * said it runs it.
+ */
 interface Entry {
   id: number;
   job: OffLoopJob | null;
@@ -138,6 +153,7 @@ interface Entry {
   signal: OffLoopSignal | undefined;
   onAbort: (() => void) | null;
   settled: boolean;
+  started: boolean;
 }
 
 /** Starts the worker: the compiled `.js` directly, or the TypeScript source through tsx's loader when running from src/. */
@@ -176,7 +192,7 @@ export class OffLoopTokenizer {
   private chars = 0;
   private nextId = 1;
   private closed = false;
-  private readonly counts = { run: 0, dropped: 0, discarded: 0, refused: 0, restarts: 0 };
+  private readonly counts = { run: 0, started: 0, dropped: 0, discarded: 0, refused: 0, restarts: 0 };
   private readonly limits: Readonly<OffLoopLimits>;
 
   constructor(
@@ -298,7 +314,7 @@ export class OffLoopTokenizer {
     }
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const entry: Entry = { id, job: make(id), chars, resolve, reject, signal, onAbort: null, settled: false };
+      const entry: Entry = { id, job: make(id), chars, resolve, reject, signal, onAbort: null, settled: false, started: false };
       if (signal !== undefined) {
         entry.onAbort = () => this.abandon(entry);
         signal.addEventListener('abort', entry.onAbort, { once: true });
@@ -309,15 +325,21 @@ export class OffLoopTokenizer {
     });
   }
 
-  /** The client of `entry` left: drop it if it waits, forget its result if it runs. */
+  /**
+   * The client of `entry` left: drop it if it waits; if it runs, have the worker skip it when it has not started, end
+   * the worker when it has and is large, else forget its result (see the module comment).
+   */
   private abandon(entry: Entry): void {
     if (this.waiting.delete(entry.id)) {
       this.chars -= entry.chars;
       this.counts.dropped++;
     } else if (this.running === entry) {
       this.counts.discarded++;
-      if (entry.chars >= OFF_LOOP_RESTART_MIN_CHARS && this.worker !== null) {
-        // Cheaper to start over than to wait: the worker goes (its exit is ignored), the next job gets a new one.
+      if (!entry.started) {
+        // Its characters stay counted until the worker answers (at once when it skips it).
+        this.worker?.postMessage({ cancel: entry.id } satisfies OffLoopCancel);
+      } else if (entry.chars >= OFF_LOOP_RESTART_MIN_CHARS && this.worker !== null) {
+        // Cheaper to start over than to wait: the worker goes (its exit is ignored); a new one loads at once.
         const worker = this.worker;
         this.worker = null;
         this.running = null;
@@ -325,10 +347,11 @@ export class OffLoopTokenizer {
         this.counts.restarts++;
         void worker.terminate();
         this.settle(entry, cancelledError());
+        this.start();
         this.pump();
         return;
       }
-      // Its characters stay counted until the worker answers: the worker is busy with it until then.
+      // Otherwise its characters stay counted until the worker answers: the worker is busy with it until then.
     }
     this.settle(entry, cancelledError());
   }
@@ -377,9 +400,16 @@ export class OffLoopTokenizer {
 
   private start(): Worker {
     const worker = startWorker(this.tokenizer.dir);
-    worker.on('message', (reply: OffLoopReply) => {
-      if (this.worker === worker) this.finishRunning(reply);
+    worker.on('message', (m: OffLoopReply | OffLoopNotice) => {
+      if (this.worker !== worker) return;
+      if ('started' in m) {
+        this.counts.started++;
+        if (this.running?.id === m.started) this.running.started = true;
+        return;
+      }
+      this.finishRunning(m);
     });
+    worker.unref();
     // Only the running job is lost with the worker; the waiting ones go to a new one.
     const fail = (err: Error) => {
       if (this.worker !== worker) return;

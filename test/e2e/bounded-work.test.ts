@@ -42,7 +42,12 @@ describe('bounded client work end to end', () => {
     await waitFor(async () => (await queued()) === 0, 'the queues are empty');
     const sent = Array.from({ length: 2 * gw.workers }, () => openRequest(gw.url, '/tokenize', { prompt: BLOCKER }));
     const answered = () => sent.filter((b) => b.answered()).length;
-    await waitFor(async () => answered() + (await queued()) === sent.length || answered() > gw.workers, 'the blockers are placed', 60_000);
+    const started = await jobs('started');
+    await waitFor(
+      async () => answered() + (await queued()) === sent.length && (await jobs('started')) - started >= sent.length - answered(),
+      'the blockers are placed and started',
+      60_000,
+    );
     const running = sent.filter((b) => !b.answered());
     const statuses = await Promise.all(sent.filter((b) => b.answered()).map((b) => b.done));
     if (running.length === gw.workers && statuses.every((s) => s === 429) && (await queued()) === gw.workers) return running;
