@@ -238,6 +238,8 @@ interface FloodFigure {
   rssLaterMb: number;
   normalStatus: number;
   normalMs: number;
+  /** A 5-character prompt sent with it. */
+  smallMs: number;
 }
 
 /** One stall window: reset the probes, run `send`, read the gaps and loop delay over its span. */
@@ -302,15 +304,18 @@ async function flood(gw: GatewayProcess, url: string, args: Args): Promise<Flood
   }
   progress(`  flood done; a normal ${args.normalChars}-character prompt now`);
   const t0 = performance.now();
+  // A small prompt beside it (never queued for the tokenizer): what the event loop alone makes a request wait.
+  const smallMsP = post(url, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }], max_tokens: 1 })).then(() => performance.now() - t0);
   const normalStatus = await post(url, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: text(args.normalChars) }], max_tokens: 1 }), 300_000);
   const normalMs = performance.now() - t0;
+  const smallMs = await smallMsP;
   // The RSS once the gateway is idle again (the worker done with what it had, a GC or two).
   await gw.waitIdle(0.1, 30_000);
   clearInterval(sampler);
   const rssAfterMb = rssMb(pids);
   await sleep(10_000);
   const rssLaterMb = rssMb(pids);
-  return { rounds: args.rounds, clients: args.flood, answered, rssBeforeMb, rssPeakMb, rssAfterMb, rssLaterMb, normalStatus, normalMs };
+  return { rounds: args.rounds, clients: args.flood, answered, rssBeforeMb, rssPeakMb, rssAfterMb, rssLaterMb, normalStatus, normalMs, smallMs };
 }
 
 const f1 = (n: number): string => (Number.isFinite(n) ? n.toFixed(1) : 'n/a');
@@ -379,7 +384,7 @@ async function main(): Promise<void> {
     if (fl === null) continue;
     console.log(`flood: ${fl.rounds} × ${fl.clients} clients × ${args.floodChars} characters, answers ${JSON.stringify(fl.answered)}`);
     console.log(`  gateway RSS before ${f1(fl.rssBeforeMb)} MB, peak ${f1(fl.rssPeakMb)} MB, after ${f1(fl.rssAfterMb)} MB (after − before ${f1(fl.rssAfterMb - fl.rssBeforeMb)} MB), 10 s later ${f1(fl.rssLaterMb)} MB`);
-    console.log(`  normal ${args.normalChars}-character prompt right after: status ${fl.normalStatus} in ${f1(fl.normalMs)} ms`);
+    console.log(`  normal ${args.normalChars}-character prompt right after: status ${fl.normalStatus} in ${f1(fl.normalMs)} ms (a 5-character one beside it: ${f1(fl.smallMs)} ms)`);
   }
   console.log(`\n${JSON.stringify({ args, results }, null, 2)}`);
 }
