@@ -58,6 +58,7 @@ import {
 import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
 import { tuneV8ForChatTemplates } from './tokenizer/chat-template.js';
 import { TokenizerLoadError } from './tokenizer/errors.js';
+import { DEFAULT_OFF_LOOP_LIMITS } from './tokenizer/off-loop.js';
 import { ConfigError, TransportError } from './transport/errors.js';
 
 /** The `--dp-policy` names the CLI accepts: every policy but `oracle`, which needs the benchmark's simulator state. */
@@ -210,6 +211,11 @@ HTTP edge (README "Security and limits"):
                            A streaming client that stays behind (that buffer full, outputs held) for N ms has its
                            engine request aborted and its connection closed (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
   --request-timeout-ms N   A request (headers and body) not received within N ms gets 408 (default ${DEFAULT_REQUEST_TIMEOUT_MS})
+  --tokenizer-queue-jobs N
+  --tokenizer-queue-chars N
+                           Large prompts, /tokenize, /detokenize and long chats are tokenized on a worker thread
+                           per process; past N jobs or N characters queued there a request gets 429 + Retry-After
+                           (defaults ${DEFAULT_OFF_LOOP_LIMITS.maxJobs} and ${DEFAULT_OFF_LOOP_LIMITS.maxChars})
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
 request goes to the live group whose least-loaded rank scores lowest):
@@ -450,6 +456,8 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         'stream-buffer-bytes': { type: 'string' },
         'client-stall-timeout-ms': { type: 'string' },
         'request-timeout-ms': { type: 'string' },
+        'tokenizer-queue-jobs': { type: 'string' },
+        'tokenizer-queue-chars': { type: 'string' },
         workers: { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -608,7 +616,7 @@ function parseListOption(flag: string, value: string): string[] {
 
 /**
  * The HTTP-edge options of the parsed (layered) flags (`--api-key`, the CORS flags, the concurrency cap, stream
- * buffering, the request timeout), or null when none is set. Throws UsageError for an empty key, a CORS flag without
+ * buffering, the request timeout, the tokenizer queue's bounds), or null when none is set. Throws UsageError for an empty key, a CORS flag without
  * `--allowed-origins`, and bad numbers.
  */
 function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[] | undefined>): HttpEdgeOptions | null {
@@ -641,6 +649,10 @@ function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[]
   if (stall !== undefined) edge.clientStallTimeoutMs = stall;
   const requestTimeout = num('request-timeout-ms', 1);
   if (requestTimeout !== undefined) edge.requestTimeoutMs = requestTimeout;
+  const queueJobs = num('tokenizer-queue-jobs', 1);
+  if (queueJobs !== undefined) edge.tokenizerQueueJobs = queueJobs;
+  const queueChars = num('tokenizer-queue-chars', 1);
+  if (queueChars !== undefined) edge.tokenizerQueueChars = queueChars;
   return Object.keys(edge).length > 0 ? edge : null;
 }
 

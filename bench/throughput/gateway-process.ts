@@ -64,6 +64,8 @@ export interface GatewayProcessOptions {
    * batch (each running request gets one token per step), so the offered load is streams × 1000 / stepMs tokens/s.
    */
   paceStepMs?: number;
+  /** More `serve` flags, before `--sim` (e.g. limits a scenario needs). */
+  extraArgs?: string[];
 }
 
 export type { LoopDelay };
@@ -115,6 +117,7 @@ export class GatewayProcess {
       // Every stream of a phase is admitted: the bench measures per-token cost, not the concurrency cap (429s).
       ...(capSupported() ? ['--max-concurrent-requests', '0'] : []),
       ...(opts.workers > 1 ? ['--workers', String(opts.workers)] : []),
+      ...(opts.extraArgs ?? []),
       '--sim', String(opts.ranks), ...simArgs.map((a) => `--sim-arg=${a}`),
     ];
     const probes = new LoopProbes();

@@ -13,6 +13,7 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import type { Logger } from 'pino';
+import { OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { OPEN_GATE, type AdmissionGate } from './admission.js';
 import type { BackendGroup } from './backend.js';
@@ -189,7 +190,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
   // is a long-standing property of http.Server that @types/node does not declare.
   (app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-  installJsonBodyParser(app);
+  installJsonBodyParser(app, bodyLimit);
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
   await registerCors(app, edge.cors);
@@ -219,9 +220,14 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       if (rejoin && engine.engineIndex !== null) rankStats.forgetRank(g.worker, engine.engineIndex);
     });
   }
+  // Off-loop tokenizer work of this process, bounded by the edge options; its worker stops with the app.
+  const offLoop = new OffLoopTokenizer(deps.tokenizer, edge.offLoop);
+  app.addHook('onClose', async () => offLoop.close());
+  deps.metrics.attachOffLoop(offLoop);
   const ctx: RouteContext = {
     router,
     tokenizer: deps.tokenizer,
+    offLoop,
     modelId: deps.modelId,
     servedModelNames: deps.servedModelNames !== undefined && deps.servedModelNames.length > 0 ? [...deps.servedModelNames] : [deps.modelId],
     metrics: deps.metrics,

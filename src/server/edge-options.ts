@@ -1,8 +1,10 @@
 /**
- * The options of the gateway's HTTP edge (issue #10): API keys, CORS, the concurrency cap, bounded stream buffering
- * and the request-receive timeout, with their defaults and checks. Each one's behaviour lives in its own module
- * (auth.ts, cors.ts, concurrency.ts, sse.ts, app.ts for the timeouts).
+ * The options of the gateway's HTTP edge (issue #10): API keys, CORS, the concurrency cap, bounded stream buffering,
+ * the request-receive timeout and the bounds of the off-loop tokenizer queue (issue 26 part 5), with their defaults
+ * and checks. Each one's behaviour lives in its own module (auth.ts, cors.ts, concurrency.ts, sse.ts, app.ts for the
+ * timeouts, tokenizer/off-loop.ts for the queue).
  */
+import { DEFAULT_OFF_LOOP_LIMITS, type OffLoopLimits } from '../tokenizer/off-loop.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './concurrency.js';
 import type { CorsOptions } from './cors.js';
 import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES, type StreamBackpressure } from './sse.js';
@@ -29,6 +31,9 @@ export const NODE_HEADERS_TIMEOUT_MS = 60_000;
  * - `requestTimeoutMs`: bound on receiving a whole request, headers and body (default 60 000 ms); a request not
  *   received by then gets 408 and its connection is closed. Once received, a request (and its stream) has no total
  *   time bound (gateway.md 12 "Timeouts").
+ * - `tokenizerQueueJobs`, `tokenizerQueueChars`: bounds of each process's off-loop tokenizer queue (large prompts,
+ *   `/tokenize`, `/detokenize`, large chats), in jobs and characters (defaults 256 and 8 Mi; tokenizer/off-loop.ts
+ *   `DEFAULT_OFF_LOOP_LIMITS` says why); a job past them is refused with 429 and `Retry-After`.
  */
 export interface HttpEdgeOptions {
   apiKeys?: readonly string[];
@@ -38,6 +43,8 @@ export interface HttpEdgeOptions {
   streamBufferBytes?: number;
   clientStallTimeoutMs?: number;
   requestTimeoutMs?: number;
+  tokenizerQueueJobs?: number;
+  tokenizerQueueChars?: number;
 }
 
 /** `HttpEdgeOptions` with every default applied. */
@@ -48,6 +55,7 @@ export interface ResolvedEdgeOptions {
   maxConcurrentRequests: number;
   streamBackpressure: StreamBackpressure;
   requestTimeoutMs: number;
+  offLoop: OffLoopLimits;
 }
 
 function positiveInteger(name: string, value: number): number {
@@ -74,6 +82,10 @@ export function resolveEdgeOptions(opts: HttpEdgeOptions = {}): ResolvedEdgeOpti
       stallTimeoutMs: positiveInteger('clientStallTimeoutMs', opts.clientStallTimeoutMs ?? DEFAULT_CLIENT_STALL_TIMEOUT_MS),
     },
     requestTimeoutMs: positiveInteger('requestTimeoutMs', opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
+    offLoop: {
+      maxJobs: positiveInteger('tokenizerQueueJobs', opts.tokenizerQueueJobs ?? DEFAULT_OFF_LOOP_LIMITS.maxJobs),
+      maxChars: positiveInteger('tokenizerQueueChars', opts.tokenizerQueueChars ?? DEFAULT_OFF_LOOP_LIMITS.maxChars),
+    },
   };
 }
 

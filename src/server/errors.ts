@@ -4,7 +4,7 @@
  *
  * Body shape (OpenAI, also vLLM's `ErrorResponse`): `{ error: { message, type, param, code } }`.
  */
-import { InvalidTokenIdError } from '../tokenizer/errors.js';
+import { InvalidTokenIdError, OffLoopError, type OffLoopErrorKind } from '../tokenizer/errors.js';
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
@@ -145,6 +145,42 @@ export function statusForEngineError(kind: string): number {
   }
 }
 
+/** Seconds a client refused by a full tokenizer queue is told to wait (`Retry-After`). */
+export const RETRY_AFTER_TOKENIZER_SECONDS = 1;
+
+/**
+ * HTTP status for an off-loop tokenizer error (tokenizer/errors.ts, issue 26 part 5): `queue-full` → 429 (the
+ * process has as much tokenizer work queued as it takes; retry), `cancelled` → 499 (the client left; nothing is
+ * written, the status is what the metrics and access log count), `worker-failed` → 500 (the gateway's own fault).
+ */
+export function statusForOffLoopError(kind: OffLoopErrorKind): number {
+  switch (kind) {
+    case 'queue-full':
+      return 429;
+    case 'cancelled':
+      return 499;
+    case 'worker-failed':
+      return 500;
+  }
+}
+
+/** The `ApiError` of an off-loop tokenizer error (status by `statusForOffLoopError`; a 429 has `Retry-After`). */
+export function offLoopApiError(err: OffLoopError): ApiError {
+  const status = statusForOffLoopError(err.kind);
+  if (status === 429) {
+    return new ApiError(429, `${err.message}; retry after ${RETRY_AFTER_TOKENIZER_SECONDS} s`, {
+      type: 'requests',
+      code: 'tokenizer_queue_full',
+      retryAfterSeconds: RETRY_AFTER_TOKENIZER_SECONDS,
+      cause: err,
+    });
+  }
+  return new ApiError(status, `prompt tokenization failed: ${err.message}`, {
+    code: status === 499 ? 'client_closed_request' : 'tokenizer_error',
+    cause: err,
+  });
+}
+
 /**
  * What a failure while rendering engine `requestId`'s output from DP rank `engineIndex` (null when unknown) reports: a
  * token id the tokenizer refused (`InvalidTokenIdError`, from the detokenizer or a logprob's token text) came from the
@@ -163,11 +199,12 @@ export function blameEngineForTokenId(err: unknown, requestId: string, engineInd
 
 /**
  * Turn anything thrown while serving a request into an `ApiError`: an `ApiError` passes through; an engine-client
- * error maps by kind (its message is kept, prefixed with the kind; `unavailable` adds a `Retry-After`); anything else
- * becomes a 500 with its message.
+ * error maps by kind (its message is kept, prefixed with the kind; `unavailable` adds a `Retry-After`); an off-loop
+ * tokenizer error by `offLoopApiError`; anything else becomes a 500 with its message.
  */
 export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
+  if (err instanceof OffLoopError) return offLoopApiError(err);
   const kind = engineErrorKind(err);
   if (kind !== null) {
     const status = statusForEngineError(kind);

@@ -8,7 +8,9 @@
  * HTTP 500 "Maximum call stack size exceeded". Checking the depth once, right after parsing, bounds every later
  * recursion; legitimate bodies (JSON schemas of tools and structured outputs included) nest a few levels deep.
  */
-import type { FastifyInstance } from 'fastify';
+import type { Readable } from 'node:stream';
+import { StringDecoder } from 'node:string_decoder';
+import { errorCodes, type FastifyInstance } from 'fastify';
 import { badRequest } from './errors.js';
 
 /** Deepest nesting a request body may have: the body object is level 1, each object or array inside adds one. */
@@ -26,6 +28,15 @@ export const MAX_STOP_TOKEN_IDS = 1024;
 export const MAX_LOGIT_BIAS_ENTRIES = 1024;
 /** At most this many `tools` (OpenAI's documented maximum of functions). */
 export const MAX_TOOLS = 128;
+/**
+ * At most this many chat `messages` (also `/tokenize` `messages`, Responses `input` items and the history a
+ * `previous_response_id` adds; issue 26 part 5). Every message costs this process before anything is tokenized:
+ * schema validation, flattening and the worker hand-off ~1.5 µs each on the dev box, and the chat template 5–9 µs each
+ * (off the loop from `OFF_LOOP_RENDER_MIN_MESSAGES` on): 240k messages took 2–3 s. 8 Ki keeps the loop's share
+ * around 12 ms while leaving room for long agent sessions (a 128k-token context holds ~16 tokens per message then).
+ * vLLM has no such cap.
+ */
+export const MAX_MESSAGES = 8192;
 
 /** A user-supplied name (a field name, a header value) as logs and messages show it: at most 100 characters. */
 export function shortName(name: string): string {
@@ -42,47 +53,170 @@ export function findTooDeep(body: unknown, maxDepth: number): { param: string | 
   const topKeys = Array.isArray(body) ? null : Object.keys(body);
   const roots: Array<[unknown, string | null]> = topKeys === null ? [[body, null]] : topKeys.map((k) => [(body as Record<string, unknown>)[k], k]);
   const baseDepth = topKeys === null ? 1 : 2;
+  // Two parallel stacks and indexed / for-in loops: no pair or value list per visited container (issue 26 part 5: the
+  // walk over a 240k-message body took 55–106 ms with them).
+  const values: object[] = [];
+  const depths: number[] = [];
   for (const [root, param] of roots) {
     if (root === null || typeof root !== 'object') continue;
-    const stack: Array<[object, number]> = [[root, baseDepth]];
-    while (stack.length > 0) {
-      const [value, depth] = stack.pop()!;
+    values.push(root);
+    depths.push(baseDepth);
+    while (values.length > 0) {
+      const value = values.pop()!;
+      const depth = depths.pop()!;
       if (depth > maxDepth) return { param };
-      const children = Array.isArray(value) ? value : Object.values(value);
-      for (const child of children) {
-        if (child !== null && typeof child === 'object') stack.push([child, depth + 1]);
+      if (Array.isArray(value)) {
+        for (let i = 0; i < value.length; i++) {
+          const child: unknown = value[i];
+          if (child !== null && typeof child === 'object') {
+            values.push(child);
+            depths.push(depth + 1);
+          }
+        }
+      } else {
+        // JSON.parse makes plain objects: their enumerable keys are their own.
+        for (const key in value) {
+          const child: unknown = (value as Record<string, unknown>)[key];
+          if (child !== null && typeof child === 'object') {
+            values.push(child);
+            depths.push(depth + 1);
+          }
+        }
       }
     }
   }
   return null;
 }
 
+/** The top-level parameters that hold a conversation's messages (chat and `/tokenize` `messages`, Responses `input`). */
+const MESSAGE_LISTS = ['messages', 'input'] as const;
+
+/**
+ * The top-level message list of `body` (see `MESSAGE_LISTS`) holding more than `MAX_MESSAGES` entries, or null. The
+ * route schemas say the same (`maxItems`); this answers before anything walks the list.
+ */
+export function messageListOverLimit(body: unknown): string | null {
+  if (body === null || typeof body !== 'object' || Array.isArray(body)) return null;
+  for (const name of MESSAGE_LISTS) {
+    const list = (body as Record<string, unknown>)[name];
+    if (Array.isArray(list) && list.length > MAX_MESSAGES) return name;
+  }
+  return null;
+}
+
+/**
+ * Read a request body as UTF-8 text, as fastify's own `parseAs: 'string'` reader does (the same errors: 413
+ * `FST_ERR_CTP_BODY_TOO_LARGE` for a declared or received size above `limit` bytes, 400
+ * `FST_ERR_CTP_INVALID_CONTENT_LENGTH` when the bytes received differ from `Content-Length`, a stream error as a 400),
+ * except that a body of several chunks is decoded chunk by chunk as it arrives instead of all at once at its end
+ * (issue 26 part 5: decoding a 7 MB body in one piece held the event loop ~20 ms on the dev box, on top of parsing
+ * it). A body of one chunk (every small request) is decoded once, with no decoder made for it. A body whose client is
+ * gone by its end (`gone()`: its connection was closed, not half-closed) is neither decoded nor parsed: a 499 that
+ * nobody reads (issue 26 part 5: 200 clients that posted 1 MB and left cost ~10 ms of the loop each otherwise).
+ */
+export function readBodyText(
+  payload: Readable & { receivedEncodedLength?: number },
+  contentLengthHeader: string | undefined,
+  limit: number,
+  gone: () => boolean,
+  done: (err: Error | null, text?: string) => void,
+): void {
+  const contentLength = Number(contentLengthHeader);
+  if (contentLength > limit) {
+    done(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE());
+    return;
+  }
+  let received = 0;
+  let first: Buffer | null = null;
+  let decoder: StringDecoder | null = null;
+  let text = '';
+  const stop = () => {
+    payload.removeListener('data', onData);
+    payload.removeListener('end', onEnd);
+    payload.removeListener('error', onEnd);
+  };
+  function onData(chunk: Buffer | string): void {
+    const bytes = typeof chunk === 'string' ? Buffer.from(chunk) : chunk;
+    received += bytes.length;
+    if (received > limit || (payload.receivedEncodedLength ?? 0) > limit) {
+      stop();
+      done(new errorCodes.FST_ERR_CTP_BODY_TOO_LARGE());
+      return;
+    }
+    if (decoder === null) {
+      if (first === null) {
+        first = bytes;
+        return;
+      }
+      decoder = new StringDecoder('utf8');
+      text = decoder.write(first);
+      first = null;
+    }
+    text += decoder.write(bytes);
+  }
+  function onEnd(err?: Error & { statusCode?: number }): void {
+    stop();
+    if (err !== undefined && err !== null) {
+      if (!(typeof err.statusCode === 'number' && err.statusCode >= 400)) err.statusCode = 400;
+      done(err);
+      return;
+    }
+    if (!Number.isNaN(contentLength) && (payload.receivedEncodedLength || received) !== contentLength) {
+      done(new errorCodes.FST_ERR_CTP_INVALID_CONTENT_LENGTH());
+      return;
+    }
+    if (gone()) {
+      done(Object.assign(new Error('the client closed its connection before its request was read'), { statusCode: 499, code: 'client_closed_request' }));
+      return;
+    }
+    done(null, decoder !== null ? text + decoder.end() : first !== null ? first.toString('utf8') : '');
+  }
+  payload.on('data', onData);
+  payload.on('end', onEnd);
+  payload.on('error', onEnd);
+  payload.resume();
+}
+
 /**
  * Replace fastify's `application/json` body parser by the same parser (fastify's default: secure-json-parse, with
- * `__proto__` and `constructor.prototype` keys refused) followed by the nesting check: a body deeper than `maxDepth`
- * → 400 `nesting_too_deep` naming the top-level parameter. Call before the routes are registered.
+ * `__proto__` and `constructor.prototype` keys refused) over a body read by `readBodyText` (at most `bodyLimit`
+ * bytes), followed by the message-list bound (more than `MAX_MESSAGES` `messages` or `input` entries → 400 naming
+ * it, as the schemas' `maxItems` would) and the nesting check: a body deeper than `maxDepth` → 400
+ * `nesting_too_deep` naming the top-level parameter. Call before the routes are registered.
  */
-export function installJsonBodyParser(app: FastifyInstance, maxDepth = MAX_JSON_DEPTH): void {
+export function installJsonBodyParser(app: FastifyInstance, bodyLimit: number, maxDepth = MAX_JSON_DEPTH): void {
   const parseJson = app.getDefaultJsonParser('error', 'error');
   app.removeContentTypeParser('application/json');
-  app.addContentTypeParser('application/json', { parseAs: 'string' }, (request, body, done) => {
-    parseJson(request, typeof body === 'string' ? body : body.toString('utf8'), (err, parsed) => {
-      if (err) {
-        done(err, undefined);
+  app.addContentTypeParser('application/json', (request, payload, done) => {
+    readBodyText(payload, request.headers['content-length'], bodyLimit, () => request.raw.socket?.destroyed === true, (readErr, body) => {
+      if (readErr !== null) {
+        done(readErr, undefined);
         return;
       }
-      const tooDeep = findTooDeep(parsed, maxDepth);
-      if (tooDeep === null) {
-        done(null, parsed);
-        return;
-      }
-      const where = tooDeep.param === null ? 'the request body' : `'${shortName(tooDeep.param)}'`;
-      const error = badRequest(
-        `${where} nests deeper than ${maxDepth} levels of objects and arrays (the gateway's limit)`,
-        tooDeep.param === null ? null : shortName(tooDeep.param),
-        'nesting_too_deep',
-      );
-      done(error, undefined);
+      parseJson(request, body!, (err, parsed) => {
+        if (err) {
+          done(err, undefined);
+          return;
+        }
+        // The message list's bound first: O(1), and it spares the walk below a list of a million messages.
+        const tooMany = messageListOverLimit(parsed);
+        if (tooMany !== null) {
+          done(badRequest(`'${tooMany}' has more than ${MAX_MESSAGES} entries (the gateway's limit)`, tooMany, 'invalid_parameter'), undefined);
+          return;
+        }
+        const tooDeep = findTooDeep(parsed, maxDepth);
+        if (tooDeep === null) {
+          done(null, parsed);
+          return;
+        }
+        const where = tooDeep.param === null ? 'the request body' : `'${shortName(tooDeep.param)}'`;
+        const error = badRequest(
+          `${where} nests deeper than ${maxDepth} levels of objects and arrays (the gateway's limit)`,
+          tooDeep.param === null ? null : shortName(tooDeep.param),
+          'nesting_too_deep',
+        );
+        done(error, undefined);
+      });
     });
   });
 }

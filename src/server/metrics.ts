@@ -30,12 +30,17 @@
  *   `model_gateway_e2e_request_latency_seconds`;
  * - counter `model_gateway_requests_total{endpoint, status, finish_reason}` (finish_reason: stop, length, error,
  *   cancelled for a client disconnect, none for a request refused before generation).
+ * Read from the app's off-loop tokenizer queue at scrape time (`attachOffLoop`; issue 26 part 5): counter
+ * `model_gateway_tokenizer_jobs_total{outcome=run|started|dropped|discarded|refused}`,
+ * `model_gateway_tokenizer_worker_restarts_total`, gauges
+ * `model_gateway_tokenizer_queue_jobs` and `..._queue_chars` (HTTP-side: each front's queue, summed over the fronts).
  * vLLM-compatible series (the block "vLLM-compatible series" below; issue #13 part 1): the names, types and units of
  * vLLM's own `/metrics`, one series per served model (label `model_name` = the first served model name, as vLLM), so a
  * cluster router that scrapes vLLM servers (the Gateway API Inference Extension's model-server protocol, llm-d's
  * endpoint picker) can treat the whole gateway as one model server: see `vllmAggregate` and docs/multi-node.md.
  */
 import { Counter, Gauge, Registry } from 'prom-client';
+import type { OffLoopStats } from '../tokenizer/off-loop.js';
 import type { BackendRankState, BackendStats } from './backend.js';
 import { PrebucketedHistogram, type PrebucketedSeries } from './prebucketed-histogram.js';
 import { vllmAggregate } from './vllm-aggregate.js';
@@ -60,6 +65,9 @@ export interface MetricsGroup {
 /** Request outcome label values of `model_gateway_requests_total`. */
 export type RequestOutcome = 'stop' | 'length' | 'tool_calls' | 'error' | 'cancelled' | 'none';
 
+/** The `outcome` label values of `model_gateway_tokenizer_jobs_total` (fields of `OffLoopStats`). */
+const OFF_LOOP_OUTCOMES = ['run', 'started', 'dropped', 'discarded', 'refused'] as const;
+
 /** The rank liveness states (`model_gateway_rank_state`'s `state` label values). */
 const RANK_STATES = ['joining', 'ready', 'stalled', 'dead'] as const;
 
@@ -79,6 +87,7 @@ export class GatewayMetrics {
   readonly registry = new Registry();
   readonly modelId: string;
   private groups: readonly MetricsGroup[] = [];
+  private offLoop: { stats(): OffLoopStats } | null = null;
 
   /**
    * The latency histograms are counted outside prom-client's per-call label hashing (prebucketed-histogram.ts): ITL
@@ -311,6 +320,51 @@ export class GatewayMetrics {
       (s) => s.unknownOutputs,
     );
 
+    // ---- The off-loop tokenizer queue (issue 26 part 5), read from the app's queue at scrape time ------------------
+    const offLoop = (): OffLoopStats | null => this.offLoop?.stats() ?? null;
+    new Counter({
+      name: 'model_gateway_tokenizer_jobs_total',
+      help:
+        'Off-loop tokenizer jobs (large prompts, long chats, /tokenize, /detokenize) by outcome: run (handed to the worker), ' +
+        'started (begun by the worker), dropped (the client left while it waited), discarded (the client left once it was ' +
+        'handed over), refused (queue full: 429)',
+      labelNames: ['model', 'outcome'],
+      registers: httpRegisters,
+      collect() {
+        this.reset();
+        const s = offLoop();
+        if (s !== null) for (const outcome of OFF_LOOP_OUTCOMES) this.inc({ model, outcome }, s[outcome]);
+      },
+    });
+    new Counter({
+      name: 'model_gateway_tokenizer_worker_restarts_total',
+      help: 'Off-loop tokenizer workers terminated because the large job they ran was abandoned by its client',
+      labelNames: ['model'],
+      registers: httpRegisters,
+      collect() {
+        this.reset();
+        this.inc({ model }, offLoop()?.restarts ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'model_gateway_tokenizer_queue_jobs',
+      help: 'Off-loop tokenizer jobs waiting or running now',
+      labelNames: ['model'],
+      registers: httpRegisters,
+      collect() {
+        this.set({ model }, offLoop()?.queuedJobs ?? 0);
+      },
+    });
+    new Gauge({
+      name: 'model_gateway_tokenizer_queue_chars',
+      help: 'Characters of the off-loop tokenizer jobs waiting or running now (tokenizer/off-loop.ts job sizes)',
+      labelNames: ['model'],
+      registers: httpRegisters,
+      collect() {
+        this.set({ model }, offLoop()?.queuedChars ?? 0);
+      },
+    });
+
     // A latency histogram in seconds, labelled model and endpoint, observed by the routes.
     const latencyHistogram = (name: string, help: string, buckets: number[]) =>
       new PrebucketedHistogram({ name, help, labelNames: ['model', 'endpoint'], buckets, registers: httpRegisters });
@@ -384,6 +438,11 @@ export class GatewayMetrics {
     for (const reason of VLLM_FINISHED_REASONS) this.vllmRequestSuccess.inc({ ...modelName, finished_reason: reason }, 0);
     this.vllmTtftSeries = this.vllmTtft.zero(modelName);
     this.vllmE2eSeries = this.vllmE2e.zero(modelName);
+  }
+
+  /** Read the off-loop tokenizer queue's counters (`stats()`) at every scrape (the app's queue; replaces any earlier). */
+  attachOffLoop(source: { stats(): OffLoopStats }): void {
+    this.offLoop = source;
   }
 
   /**

@@ -2,36 +2,45 @@
  * Prompt preparation: chat messages rendered with the model's chat template, completion prompts tokenized or taken
  * as token ids (gateway.md section 5: the gateway tokenizes; the wire carries token ids only). A text prompt whose
  * size alone proves it cannot fit the usable context is refused before tokenizing (gateway.md 9.2), so a
- * multi-megabyte prompt does not block the event loop for seconds only to be refused anyway.
+ * multi-megabyte prompt does not block the event loop for seconds only to be refused anyway. Large texts and long
+ * chats are tokenized and rendered off the event loop, in the process's bounded queue (tokenizer/off-loop.ts, issue 26
+ * part 5), and dropped from it when the client leaves (`signal`).
  */
-import type { ChatMessage, GatewayTokenizer } from '../tokenizer/tokenizer.js';
+import type { ChatMessage } from '../tokenizer/tokenizer.js';
+import { OFF_LOOP_RENDER_MIN_MESSAGES, type OffLoopSignal, type OffLoopTokenizer, type TooLong } from '../tokenizer/off-loop.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
+import { MAX_MESSAGES } from './input-limits.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
 
-/** The tokenizer operations prompt preparation uses (a `GatewayTokenizer` satisfies it). */
-export type PromptTokenizer = Pick<GatewayTokenizer, 'encode' | 'encodeOffLoop' | 'applyChatTemplate' | 'vocabSize' | 'minTokenCount'>;
+/** The tokenizer operations prompt preparation uses: the process's off-loop tokenizer (and the tokenizer it wraps). */
+export type PromptTokenizer = Pick<OffLoopTokenizer, 'encodePrompt' | 'render' | 'tokenizer'>;
 
 /**
- * Tokenize `text` unless its cheap lower-bound token count (`tokenizer.minTokenCount`: UTF-8 bytes divided by the
- * longest token's bytes, rounded up) already reaches `limits.contextTokenLimit`; then throw, without tokenizing, the
- * same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
- * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`). A large text is tokenized on a worker thread
- * (`encodeOffLoop`, issue 9): the ids come as a promise then, which rejects with a 500 when the worker failed.
+ * Tokenize `text` unless it cannot fit `limits.contextTokenLimit`: its cheap lower-bound token count
+ * (`tokenizer.minTokenCount`: UTF-8 bytes divided by the longest token's bytes, rounded up) already reaches it, which
+ * is the same 400 `context_length_exceeded` (`param` = the prompt parameter) that the exact count would get from
+ * `buildSampling` (whose rule is `promptTokens ≥ contextTokenLimit`), thrown without tokenizing; or, for a large text,
+ * its exact count does (the same 400 with the count). A large text is bounded and tokenized on the worker thread
+ * (`OffLoopTokenizer.encodePrompt`, issue 9): the ids come as a promise then, which rejects with the 400 or with the
+ * `OffLoopError` of a full queue, a client that left (`signal`) or a failed worker (errors.ts `offLoopApiError`).
  */
 export function encodeWithinContext(
   tokenizer: PromptTokenizer,
   text: string,
   addSpecialTokens: boolean,
   limits: ContextLimits,
+  signal?: OffLoopSignal,
 ): number[] | Promise<number[]> {
-  const atLeast = tokenizer.minTokenCount(text);
-  if (atLeast >= limits.contextTokenLimit) throw promptTooLongError(limits, atLeast, Buffer.byteLength(text, 'utf8'));
-  const ids = tokenizer.encodeOffLoop(text, { addSpecialTokens });
-  if (Array.isArray(ids)) return ids;
-  return ids.catch((err: unknown) => {
-    throw new ApiError(500, `prompt tokenization failed: ${err instanceof Error ? err.message : String(err)}`, { code: 'tokenizer_error' });
-  });
+  const maxTokens = limits.contextTokenLimit;
+  const out = tokenizer.encodePrompt(text, signal === undefined ? { addSpecialTokens, maxTokens } : { addSpecialTokens, maxTokens, signal });
+  return out instanceof Promise ? out.then((r) => fitting(r, limits)) : fitting(out, limits);
+}
+
+/** The ids, or the 400 `context_length_exceeded` of a prompt that does not fit. */
+function fitting(r: number[] | TooLong, limits: ContextLimits): number[] {
+  if (Array.isArray(r)) return r;
+  throw promptTooLongError(limits, r.tokens, r.bytes ?? undefined);
 }
 
 type ChatMessageBody = ChatCompletionBodyT['messages'][number];
@@ -109,23 +118,31 @@ export function chatTemplateOptions(
  * serving). Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`,
  * `render`, `missing`), 400 naming `continue_final_message` (see `chatTemplateOptions`, `renderChat`), 500 when
  * the template itself does not parse, and 400 `context_length_exceeded` without tokenizing when the rendered text is
- * too large to fit `limits` (see `encodeWithinContext`).
+ * too large to fit `limits` (see `encodeWithinContext`). A long chat is rendered off the loop (see `renderChat`).
  */
-export function chatPromptTokens(tokenizer: PromptTokenizer, body: ChatCompletionBodyT, limits: ContextLimits): number[] | Promise<number[]> {
-  const text = renderChat(tokenizer, body.messages, chatTemplateOptions(body));
-  return encodeWithinContext(tokenizer, text, false, limits);
+export async function chatPromptTokens(
+  tokenizer: PromptTokenizer,
+  body: ChatCompletionBodyT,
+  limits: ContextLimits,
+  signal?: OffLoopSignal,
+): Promise<number[]> {
+  const text = await renderChat(tokenizer, body.messages, chatTemplateOptions(body), signal);
+  return encodeWithinContext(tokenizer, text, false, limits, signal);
 }
 
 /**
  * Render chat `messages` (schema-valid bodies, see `toTemplateMessage`) with the tokenizer's chat template, passing
  * `tools` (when given) as the template's `tools`. With `continueFinalMessage`, the text is cut right after the final
- * message's text (see `cutAfterFinalMessage`).
- * Throws 400 (`param: 'messages'`) when the template rejects the conversation (ChatTemplateError `raised`, `render`,
- * `missing`), 400 (`param: 'continue_final_message'`) when the final message's text cannot be found in the rendering,
- * and 500 when the template itself does not parse. Shared by the chat route and `/tokenize`.
+ * message's text (see `cutAfterFinalMessage`). A chat of at least `OFF_LOOP_RENDER_MIN_MESSAGES` messages is rendered
+ * on the off-loop worker (issue 26 part 5: 240k messages took 2–3 s of the loop): the text comes as a promise then,
+ * rejecting with an `OffLoopError` as `encodeWithinContext` does; a shorter one is rendered here and returned as is.
+ * Throws 400 (`param: 'messages'`) for more than `MAX_MESSAGES` messages (Responses history counts), and when the
+ * template rejects the conversation (ChatTemplateError `raised`, `render`, `missing`), 400 (`param:
+ * 'continue_final_message'`) when the final message's text cannot be found in the rendering, and 500 when the
+ * template itself does not parse. Shared by the chat route, the Responses route and `/tokenize`.
  */
 export function renderChat(
-  tokenizer: Pick<PromptTokenizer, 'applyChatTemplate'>,
+  tokenizer: Pick<PromptTokenizer, 'render' | 'tokenizer'>,
   messages: ChatCompletionBodyT['messages'],
   opts: {
     addGenerationPrompt: boolean;
@@ -133,23 +150,42 @@ export function renderChat(
     tools?: unknown[];
     templateKwargs?: Record<string, unknown> | null;
   },
-): string {
+  signal?: OffLoopSignal,
+): string | Promise<string> {
+  if (messages.length > MAX_MESSAGES) {
+    throw badRequest(`'messages' has more than ${MAX_MESSAGES} entries (the gateway's limit)`, 'messages');
+  }
   const shaped = messages.map((m, i) => toTemplateMessage(m, i));
+  const options = {
+    addGenerationPrompt: opts.addGenerationPrompt,
+    ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
+    templateKwargs: opts.templateKwargs ?? undefined,
+  };
+  const finish = (text: string) => (opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text);
+  if (shaped.length >= OFF_LOOP_RENDER_MIN_MESSAGES) {
+    return tokenizer.render(shaped, options, signal).then(finish, (err: unknown) => {
+      throw templateApiError(err);
+    });
+  }
   let text: string;
   try {
-    text = tokenizer.applyChatTemplate(shaped, {
-      addGenerationPrompt: opts.addGenerationPrompt,
-      ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
-      templateKwargs: opts.templateKwargs ?? undefined,
-    });
+    text = tokenizer.tokenizer.applyChatTemplate(shaped, options);
   } catch (err) {
-    // A template that does not parse is the server's problem; everything else is about these messages.
-    if (err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse') {
-      throw new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, { code: 'chat_template_error' });
-    }
-    throw badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
+    throw templateApiError(err);
   }
-  return opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text;
+  return finish(text);
+}
+
+/**
+ * The error of a failed render: a template that does not parse is the server's problem (500); an off-loop error
+ * passes through (errors.ts maps it); everything else is about these messages (400 naming `messages`).
+ */
+function templateApiError(err: unknown): Error {
+  if (err instanceof Error && err.name === 'OffLoopError') return err;
+  if (err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse') {
+    return new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, { code: 'chat_template_error' });
+  }
+  return badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
 }
 
 /**
@@ -180,24 +216,25 @@ export function cutAfterFinalMessage(rendered: string, finalContent: string | nu
  * The token ids of a completions `prompt`: a string (tokenized with special tokens, as vLLM does), an array of one
  * string, token ids (each in [0, vocabSize)), or an array of one token-id list. Several prompts → 400 (batching
  * is not served); an empty list → 400; a string too large to fit `limits` → 400 `context_length_exceeded` without
- * tokenizing (see `encodeWithinContext`).
+ * tokenizing (see `encodeWithinContext`; a large one off the loop, dropped when `signal` aborts).
  */
 export function completionPromptTokens(
   tokenizer: PromptTokenizer,
   prompt: CompletionBodyT['prompt'],
   limits: ContextLimits,
+  signal?: OffLoopSignal,
 ): number[] | Promise<number[]> {
-  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits);
+  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits, signal);
   if (prompt.length === 0) throw badRequest(`'prompt' must not be empty`, 'prompt');
   const first = prompt[0];
   if (typeof first === 'string' || Array.isArray(first)) {
     if (prompt.length !== 1) {
       throw badRequest(`'prompt' holds ${prompt.length} prompts; batched prompts are not supported yet (send one)`, 'prompt', 'unsupported_parameter');
     }
-    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits);
-    return checkTokenIds(first, tokenizer.vocabSize);
+    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits, signal);
+    return checkTokenIds(first, tokenizer.tokenizer.vocabSize);
   }
-  return checkTokenIds(prompt as number[], tokenizer.vocabSize);
+  return checkTokenIds(prompt as number[], tokenizer.tokenizer.vocabSize);
 }
 
 function checkTokenIds(ids: number[], vocabSize: number): number[] {

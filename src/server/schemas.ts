@@ -15,7 +15,7 @@
  *   (params.ts `rejectUnsupported`) unless their value is the no-op default.
  */
 import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
-import { MAX_LOGIT_BIAS_ENTRIES, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, MAX_TOOLS } from './input-limits.js';
+import { MAX_LOGIT_BIAS_ENTRIES, MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, MAX_TOOLS } from './input-limits.js';
 
 /** `T | null`, optional. */
 function Opt<T extends TSchema>(schema: T) {
@@ -122,7 +122,7 @@ export const ToolSchema = Type.Object(
 export const ChatCompletionBody = Type.Object(
   {
     ...common,
-    messages: Type.Array(ChatMessageSchema, { minItems: 1 }),
+    messages: Type.Array(ChatMessageSchema, { minItems: 1, maxItems: MAX_MESSAGES }),
     /** vLLM extension: extra variables for the chat template (e.g. Qwen3's `enable_thinking`). */
     chat_template_kwargs: Opt(Type.Record(Type.String(), Type.Unknown())),
     /** Validated in logprobs.ts `parseLogprobs` (a boolean; top_logprobs ≤ 20, ≤ 1 on TokenSpeed groups). */

@@ -9,10 +9,11 @@ import { randomUUID } from 'node:crypto';
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
 import { createDetokenizer } from '../tokenizer/detokenizer.js';
+import type { OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { AdmissionGate } from './admission.js';
 import type { BackendGroup, BackendStream } from './backend.js';
-import { watchClientDisconnect } from './disconnect.js';
+import { watchClientDisconnect, type DisconnectSignal, type DisconnectWatch } from './disconnect.js';
 import { ApiError, badRequest, blameEngineForTokenId, toApiError } from './errors.js';
 import { ChoiceOutput, isEmptyDelta, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
 import { capableGroups } from './engine-capabilities.js';
@@ -39,6 +40,8 @@ export interface RouteContext {
   /** The engine groups and the worker-level choice among them (groups.ts). */
   router: GroupRouter;
   tokenizer: GatewayTokenizer;
+  /** This process's bounded off-loop tokenizer over `tokenizer` (large prompts, long chats, /tokenize, /detokenize). */
+  offLoop: OffLoopTokenizer;
   /** The reported model name: the first of `servedModelNames` (vLLM's `served_model_name[0]`). */
   modelId: string;
   /** Every name a request's `model` may use (`--served-model-name`, one or more; vLLM semantics). */
@@ -323,9 +326,15 @@ export interface PromptSource<B extends CommonBodyT> {
   /**
    * The prompt of a schema-valid body (gateway.md 5) and how its output is parsed; throws `ApiError` 400 naming the
    * bad field, or 400 `context_length_exceeded` when a text prompt is too large to fit `limits` even before
-   * tokenizing it.
+   * tokenizing it; rejects with the `OffLoopError` of off-loop work (a full queue; `cancelled` once `signal`, the
+   * client's disconnect, aborted).
    */
-  prepare(ctx: RouteContext, body: B, limits: ContextLimits, opts: { constrained: boolean }): PreparedPrompt | Promise<PreparedPrompt>;
+  prepare(
+    ctx: RouteContext,
+    body: B,
+    limits: ContextLimits,
+    opts: { constrained: boolean; signal: DisconnectSignal },
+  ): PreparedPrompt | Promise<PreparedPrompt>;
 }
 
 /**
@@ -345,6 +354,8 @@ export interface PromptSource<B extends CommonBodyT> {
  * gets a concrete `max_tokens`, gateway.md 9.1); add the single-token stop strings to the stop token ids
  * (`singleTokenStopIds`, gateway.md 6); and serve the request with `serveGeneration`. Nothing awaits
  * between the group choice and the submit, so the chosen rank is reserved in the same tick (dp-routing.md 12.3).
+ * The client's disconnect is watched from the prompt's preparation on: a client that leaves while its prompt waits
+ * for the off-loop tokenizer has its job dropped and is counted as a 499 with nothing written (issue 26 part 5).
  * `body` is the schema-validated request body. Throws `ApiError` for every refusal (the app's error handler renders
  * it); later errors behave as in `serveGeneration`.
  */
@@ -370,7 +381,52 @@ export async function handleGeneration<B extends CommonBodyT>(
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.router.validRanks());
   const pinned = ctx.router.candidates(dpRank);
   const widestOf = (gs: readonly BackendGroup[]) => gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
-  const prepared = await prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), { constrained: requested !== null });
+  // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
+  const disconnect = watchClientDisconnect(request.raw, reply.raw);
+  let handedOver = false;
+  try {
+    const prepared = await prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), {
+      constrained: requested !== null,
+      signal: disconnect.signal,
+    });
+    const next = toServe(ctx, shape, prompt, body, prepared, { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf });
+    handedOver = true;
+    return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
+  } catch (err) {
+    if (!disconnect.signal.aborted || handedOver) throw err;
+    // The client left before its request was submitted: nothing to answer (the engine never saw it).
+    ctx.counted.add(request);
+    ctx.metrics.countRequest(shape.endpoint, 499, 'cancelled');
+    if (!reply.sent) reply.hijack();
+    if (!reply.raw.destroyed) reply.raw.destroy();
+    return reply;
+  } finally {
+    if (!handedOver) disconnect.dispose();
+  }
+}
+
+/**
+ * The request `serveGeneration` runs, from a prepared prompt (see `handleGeneration`): the group choice among those
+ * whose context fits, admission and sampling against it, and the single-token stop ids. Throws `ApiError` for every
+ * refusal. Synchronous: the chosen rank is reserved by the submit in the same tick.
+ */
+function toServe<B extends CommonBodyT>(
+  ctx: RouteContext,
+  shape: ResponseShape,
+  prompt: PromptSource<B>,
+  body: B,
+  prepared: PreparedPrompt,
+  args: {
+    pinned: readonly BackendGroup[];
+    dpRank: number | undefined;
+    n: number;
+    stop: string[];
+    topLogprobs: number | null;
+    requested: RequestedStructuredOutput | null;
+    widest: (gs: readonly BackendGroup[]) => BackendGroup;
+  },
+): PreparedRequest {
+  const { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf } = args;
   const promptTokenIds = prepared.tokens;
   if (requested !== null && prepared.constraint) {
     throw badRequest(
@@ -399,7 +455,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   sampling.structuredOutput = constraint?.output ?? null;
   const convertedStopIds = singleTokenStopIds(ctx.tokenizer, stop, new Set([...sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]));
   sampling.stopTokenIds = [...sampling.stopTokenIds, ...convertedStopIds];
-  return serveGeneration(ctx, shape, request, reply, {
+  return {
     promptTokenIds,
     sampling,
     stream: body.stream === true,
@@ -412,7 +468,7 @@ export async function handleGeneration<B extends CommonBodyT>(
     topLogprobs,
     convertedStopIds,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
-  }, startedAt);
+  };
 }
 
 /**
@@ -426,6 +482,7 @@ export async function handleGeneration<B extends CommonBodyT>(
  * completion tokens. A disconnect or any sub-request's error aborts every unfinished sub-request; an error ends the
  * response with that error. A streaming client that keeps its buffer full past the stall timeout (sse.ts) has every
  * sub-request aborted and its connection closed. Latency metrics (TTFT/ITL/E2E) follow sub-request 0.
+ * `disconnect` watches the client since before its prompt was prepared (`handleGeneration`); it is disposed here.
  */
 export async function serveGeneration(
   ctx: RouteContext,
@@ -434,6 +491,7 @@ export async function serveGeneration(
   reply: FastifyReply,
   prepared: PreparedRequest,
   startedAt: number,
+  disconnect: DisconnectWatch,
 ): Promise<unknown> {
   const { metrics } = ctx;
   const { group, dpRank, n } = prepared;
@@ -456,11 +514,10 @@ export async function serveGeneration(
     ...(prepared.topLogprobs !== null && prepared.topLogprobs > 1 ? { topLogprobs: prepared.topLogprobs } : {}),
   }));
 
-  // Disconnect detection on the request's socket and the raw response: a close before the response finished means
-  // the client went away (every phase: before submit returns, before the first token, mid-stream, and while the
-  // response is still queued behind an earlier pipelined one; see disconnect.ts).
+  // `disconnect` watches the request's socket and the raw response: a close before the response finished means the
+  // client went away (every phase: before submit returns, before the first token, mid-stream, and while the response
+  // is still queued behind an earlier pipelined one; see disconnect.ts).
   const raw = reply.raw;
-  const disconnect = watchClientDisconnect(request.raw, raw);
   // Per-choice latency: choice 0 feeds the histograms, every choice its rank's statistics (set once submitted).
   const trackers: LatencyTracker[] = [];
   // Per choice: the reported finish reason (tool_calls included) once it finished.

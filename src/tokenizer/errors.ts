@@ -55,10 +55,34 @@ export class InvalidTokenIdError extends RangeError {
   readonly tokenId: unknown;
   readonly index: number;
 
-  constructor(tokenId: unknown, index: number, vocabSize: number) {
-    super(`token id ${String(tokenId)} at index ${index} is not in the vocabulary (valid ids 0..${vocabSize - 1})`);
+  /** `message` replaces the composed one (an error rebuilt from a worker thread's report, off-loop.ts). */
+  constructor(tokenId: unknown, index: number, vocabSize: number | null, message?: string) {
+    super(message ?? `token id ${String(tokenId)} at index ${index} is not in the vocabulary (valid ids 0..${(vocabSize ?? 0) - 1})`);
     this.name = 'InvalidTokenIdError';
     this.tokenId = tokenId;
     this.index = index;
+  }
+}
+
+/**
+ * Why an off-loop tokenizer job (./off-loop.ts) did not run to its result:
+ * - `queue-full`: the process's queue already holds its limit of jobs or characters; nothing was queued. The client
+ *   may retry later (HTTP 429).
+ * - `cancelled`: the job's signal aborted (the client left) before its result came; it was dropped from the queue, or
+ *   its result is thrown away when the worker answers.
+ * - `worker-failed`: the worker thread could not load the tokenizer directory, or it exited while running this job.
+ * Failures of the work itself (a template that raises, an id outside the vocabulary) are not off-loop errors: they
+ * reject with the same error the main-thread call throws (`ChatTemplateError`, `RangeError`).
+ */
+export type OffLoopErrorKind = 'queue-full' | 'cancelled' | 'worker-failed';
+
+/** An off-loop job was refused, cancelled or lost with its worker; see {@link OffLoopErrorKind}. */
+export class OffLoopError extends Error {
+  readonly kind: OffLoopErrorKind;
+
+  constructor(kind: OffLoopErrorKind, message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = 'OffLoopError';
+    this.kind = kind;
   }
 }

@@ -24,7 +24,6 @@ import type { JsonObject, ModelEos, WarningSink } from './model-files.js';
 import { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
 import type { NormalForm, TokenByteBound } from './token-bytes.js';
 import { buildTokenTextTable, type TokenTextTable, type TokenTextTableResult } from './token-text-table.js';
-import { OffloadedEncoder } from './offloaded-encoder.js';
 import { cacheByteLevelWords } from './pre-token-cache.js';
 import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads, loopEncodeText, type EncodeInternals } from './encode-paths.js';
 
@@ -74,14 +73,6 @@ interface HfTokenizer {
 
 const HfTokenizerClass = Tokenizer as unknown as new (tokenizerJson: object, tokenizerConfig: object) => HfTokenizer;
 
-/**
- * Texts at least this long (UTF-16 units) are tokenized on a worker thread by `encodeOffLoop`. Measured on the shared
- * 2-core development machine (Qwen3, the pure-JS tokenizer): 0.8-1.3 µs per character of English text, so 16 Ki
- * characters (≈ 3.6k tokens) block the loop for ~14 ms, within the 20 ms budget of issue 9, while a 400 k-character
- * prompt took 536 ms on the loop and ~1.5 ms of it off-loop (the post and the ids coming back).
- */
-export const OFF_LOOP_ENCODE_MIN_CHARS = 16_384;
-
 /** The special-token fields of `tokenizer_config.json` that are passed to chat templates when set. */
 const TEMPLATE_SPECIAL_TOKEN_FIELDS = ['bos_token', 'eos_token', 'unk_token', 'pad_token'] as const;
 
@@ -94,8 +85,6 @@ const TEMPLATE_SPECIAL_TOKEN_FIELDS = ['bos_token', 'eos_token', 'unk_token', 'p
 export class GatewayTokenizer {
   /** Absolute path of the directory this tokenizer was loaded from. */
   readonly dir: string;
-  /** The worker thread of `encodeOffLoop`, once a large text needed it. */
-  private offloaded: OffloadedEncoder | null = null;
   /**
    * The tokenizer's end-of-sequence ids, deduplicated, in this order: the id of `tokenizer_config.json`'s
    * `eos_token`, then `config.json`'s `eos_token_id` entries, then `generation_config.json`'s (gateway.md section 7;
@@ -279,20 +268,6 @@ export class GatewayTokenizer {
     if (typeof text !== 'string') throw new TypeError(`encode: expected a string, got ${typeof text}`);
     if (text.length === 0) return [];
     return this.inner.encode(text, { add_special_tokens: opts.addSpecialTokens ?? false }).ids;
-  }
-
-  /**
-   * `encode`, off the event loop for large texts: a text of at least {@link OFF_LOOP_ENCODE_MIN_CHARS} UTF-16 units is
-   * tokenized on a worker thread (./offloaded-encoder.ts; the first one also waits for the worker to load the
-   * directory), so the other requests of the process keep being served meanwhile; a smaller one is tokenized here and
-   * returned as is (no promise). Same ids as `encode`. The promise rejects with an Error when the worker fails.
-   * @throws TypeError when `text` is not a string.
-   */
-  encodeOffLoop(text: string, opts: { addSpecialTokens?: boolean } = {}): number[] | Promise<number[]> {
-    if (typeof text !== 'string') throw new TypeError(`encode: expected a string, got ${typeof text}`);
-    if (text.length < OFF_LOOP_ENCODE_MIN_CHARS) return this.encode(text, opts);
-    this.offloaded ??= new OffloadedEncoder(this.dir);
-    return this.offloaded.encode(text, opts.addSpecialTokens ?? false);
   }
 
   /**

@@ -33,3 +33,13 @@ export async function waitFor(cond: () => Promise<boolean> | boolean, what: stri
     await new Promise((r) => setTimeout(r, 50));
   }
 }
+
+/**
+ * Run `round` until it is conclusive (resolves true), at most `rounds` times. For checks that need a state that may
+ * end by itself (a busy worker finishing its job): a round that finds the state gone before it could tell anything
+ * resolves false and is run again; a genuine failure throws, so it never passes by repetition.
+ */
+export async function conclusive(what: string, round: () => Promise<boolean>, rounds = 6): Promise<void> {
+  for (let i = 0; i < rounds; i++) if (await round()) return;
+  assert.fail(`${what}: no conclusive round in ${rounds}`);
+}

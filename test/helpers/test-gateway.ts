@@ -257,6 +257,8 @@ export function serveArgsFor(opts: GatewayOptions): string[] {
           else if (k === 'streamBufferBytes') out.push('--stream-buffer-bytes', String(v));
           else if (k === 'clientStallTimeoutMs') out.push('--client-stall-timeout-ms', String(v));
           else if (k === 'requestTimeoutMs') out.push('--request-timeout-ms', String(v));
+          else if (k === 'tokenizerQueueJobs') out.push('--tokenizer-queue-jobs', String(v));
+          else if (k === 'tokenizerQueueChars') out.push('--tokenizer-queue-chars', String(v));
           else throw new Error(`startTestGateway --workers: edge option '${k}' has no serve flag here`);
         }
         break;

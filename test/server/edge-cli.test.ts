@@ -21,7 +21,7 @@ test('edge flags become the edge options', () => {
         '--allowed-origins', '["https://x.example", "https://y.example"]', '--allowed-methods', 'get,post',
         '--allowed-headers', 'authorization, content-type', '--allow-credentials',
         '--max-concurrent-requests', '64', '--stream-buffer-bytes', '65536', '--client-stall-timeout-ms', '5000',
-        '--request-timeout-ms', '10000',
+        '--request-timeout-ms', '10000', '--tokenizer-queue-jobs', '8', '--tokenizer-queue-chars', '100000',
       ],
       NO_ENV,
     ),
@@ -39,6 +39,8 @@ test('edge flags become the edge options', () => {
         streamBufferBytes: 65536,
         clientStallTimeoutMs: 5000,
         requestTimeoutMs: 10000,
+        tokenizerQueueJobs: 8,
+        tokenizerQueueChars: 100000,
       },
     },
   );
@@ -65,10 +67,12 @@ test('bad edge flags are usage errors', () => {
     ['--stream-buffer-bytes', '0'],
     ['--client-stall-timeout-ms', 'soon'],
     ['--request-timeout-ms', '0'],
+    ['--tokenizer-queue-jobs', '0'],
+    ['--tokenizer-queue-chars', 'lots'],
   ]) {
     assert.throws(() => parseServeArgs(argv, NO_ENV), UsageError, argv.join(' '));
   }
-  for (const flag of ['--api-key', '--allowed-origins', '--max-concurrent-requests', '--client-stall-timeout-ms', '--request-timeout-ms']) {
+  for (const flag of ['--api-key', '--allowed-origins', '--max-concurrent-requests', '--client-stall-timeout-ms', '--request-timeout-ms', '--tokenizer-queue-jobs', '--tokenizer-queue-chars']) {
     assert.ok(USAGE.includes(flag), `USAGE documents ${flag}`);
   }
 });
@@ -82,7 +86,10 @@ test('resolveEdgeOptions: documented defaults; serverTimeouts keeps Node consist
     maxConcurrentRequests: 512,
     streamBackpressure: { maxBufferedBytes: 1024 * 1024, stallTimeoutMs: 30_000 },
     requestTimeoutMs: 60_000,
+    offLoop: { maxJobs: 256, maxChars: 8 * 1024 * 1024 },
   });
+  assert.deepEqual(resolveEdgeOptions({ tokenizerQueueJobs: 2, tokenizerQueueChars: 9 }).offLoop, { maxJobs: 2, maxChars: 9 });
+  assert.throws(() => resolveEdgeOptions({ tokenizerQueueChars: 0 }), RangeError);
   assert.throws(() => resolveEdgeOptions({ apiKeys: [''] }), RangeError);
   assert.throws(() => resolveEdgeOptions({ maxConcurrentRequests: 1.5 }), RangeError);
   assert.throws(() => resolveEdgeOptions({ clientStallTimeoutMs: 0 }), RangeError);

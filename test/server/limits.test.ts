@@ -9,7 +9,8 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep } from '../../src/server/input-limits.js';
+import { MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep, readBodyText } from '../../src/server/input-limits.js';
+import { Readable } from 'node:stream';
 import { quoteValue } from '../../src/server/errors.js';
 import { hangGuard } from '../helpers/async.js';
 import { captureLogs, type LogRecord } from '../helpers/logs.js';
@@ -248,4 +249,58 @@ describe('request receive timeout and the concurrency cap', () => {
     const res = await rawExchange(fx.port, 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 'GET /health');
     assert.equal(res.status, 200);
   });
+});
+
+describe('bodies that arrive in pieces (input-limits.ts readBodyText)', () => {
+  let fx: AppFixture & { port: number };
+  before(async () => {
+    fx = await listenApp({ bodyLimitBytes: 2 * 1024 * 1024 });
+  });
+  after(() => fx.app.close());
+
+  /** A raw chunked POST of `body` to /tokenize, in HTTP chunks of `size` bytes (multi-byte characters split across them). */
+  const chunked = (body: Buffer, size: number) => {
+    const parts: Buffer[] = [Buffer.from('POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n')];
+    for (let at = 0; at < body.length; at += size) {
+      const piece = body.subarray(at, at + size);
+      parts.push(Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n'));
+    }
+    parts.push(Buffer.from('0\r\n\r\n'));
+    return rawExchange(fx.port, Buffer.concat(parts), 'chunked /tokenize');
+  };
+
+  test('a body of many chunks decodes as one: characters split across chunks, the same tokens', async () => {
+    const prompt = '世界 🎉 café — '.repeat(3000);
+    // 4099-byte chunks: every multi-byte character has a chance to straddle a boundary.
+    const res = await chunked(Buffer.from(JSON.stringify({ prompt })), 4099);
+    assert.equal(res.status, 200, res.body.slice(0, 300));
+    assert.deepEqual(JSON.parse(res.body).tokens, fx.tokenizer.encode(prompt, { addSpecialTokens: true }));
+  });
+
+  test('past the body limit while it arrives (no Content-Length) → 413, and a declared size over it before reading', async () => {
+    const big = Buffer.from(JSON.stringify({ prompt: 'x'.repeat(2 * 1024 * 1024) }));
+    const res = await chunked(big, 64 * 1024);
+    assert.equal(res.status, 413, res.body.slice(0, 300));
+    assert.match(JSON.parse(res.body).error.message, /larger than the gateway's limit of 2097152 bytes/);
+    const declared = await rawExchange(
+      fx.port,
+      `POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${3 * 1024 * 1024}\r\nConnection: close\r\n\r\n{}`,
+      'declared too large',
+    );
+    assert.equal(declared.status, 413);
+  });
+});
+
+test('readBodyText: chunks decoded as one; a body whose client is gone by its end is not decoded (499)', async () => {
+  const bytes = Buffer.from(JSON.stringify({ prompt: '世界 🎉 '.repeat(100) }));
+  const read = (gone: boolean, contentLength?: string) =>
+    new Promise<{ err: (Error & { statusCode?: number }) | null; text?: string }>((resolve) => {
+      const chunks = Array.from({ length: Math.ceil(bytes.length / 7) }, (_, i) => bytes.subarray(i * 7, i * 7 + 7));
+      readBodyText(Readable.from(chunks), contentLength ?? String(bytes.length), 1 << 20, () => gone, (err, text) => resolve({ err, text }));
+    });
+  assert.equal((await read(false)).text, bytes.toString('utf8'));
+  const gone = await read(true);
+  assert.equal(gone.err?.statusCode, 499);
+  assert.equal(gone.text, undefined);
+  assert.equal((await read(false, String(bytes.length + 1))).err?.statusCode, 400, 'a Content-Length mismatch');
 });

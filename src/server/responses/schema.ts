@@ -7,6 +7,7 @@
  * on), `stream_options`, `max_tool_calls`.
  */
 import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
+import { MAX_MESSAGES } from '../input-limits.js';
 
 function Opt<T extends TSchema>(schema: T) {
   return Type.Optional(Type.Union([schema, Type.Null()]));
@@ -17,7 +18,7 @@ export const ResponsesBody = Type.Object(
   {
     model: Opt(Type.String()),
     /** A string (one user message) or a list of input items (messages, function calls and outputs, references). */
-    input: Type.Union([Type.String(), Type.Array(Type.Unknown())]),
+    input: Type.Union([Type.String(), Type.Array(Type.Unknown(), { maxItems: MAX_MESSAGES })]),
     instructions: Opt(Type.String()),
     max_output_tokens: Opt(Type.Integer()),
     temperature: Opt(Type.Number()),

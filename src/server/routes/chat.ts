@@ -80,15 +80,18 @@ export function chatOutput(
 }
 
 /**
- * The chat prompt: `messages` rendered with the chat template (tools included), then tokenized (gateway.md 5); the
- * tool mode from `tools` / `tool_choice` / `parallel_tool_calls` (tool-choice.ts `planTools`).
+ * The chat prompt: `messages` rendered with the chat template (tools included), then tokenized (gateway.md 5; both
+ * off the loop when large, prompt.ts); the tool mode from `tools` / `tool_choice` / `parallel_tool_calls`
+ * (tool-choice.ts `planTools`).
  */
 export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
   param: 'messages',
   async prepare(ctx, body, limits, opts) {
     const plan = planTools(chatTools(body.tools), body.tool_choice, body.parallel_tool_calls, ctx.toolCallParser);
-    const text = renderChat(ctx.tokenizer, body.messages, chatTemplateOptions(body));
-    const tokens = await encodeWithinContext(ctx.tokenizer, text, false, limits);
+    const rendered = renderChat(ctx.offLoop, body.messages, chatTemplateOptions(body), opts.signal);
+    // A short chat renders synchronously: no extra turn for it.
+    const text = typeof rendered === 'string' ? rendered : await rendered;
+    const tokens = await encodeWithinContext(ctx.offLoop, text, false, limits, opts.signal);
     return { tokens, ...chatOutput(ctx, text, plan, body.chat_template_kwargs, opts.constrained) };
   },
 };

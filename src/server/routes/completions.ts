@@ -27,7 +27,7 @@ export const completionShape = chunkedShape({
 /** The completions prompt: `prompt` tokenized, or taken as token ids (gateway.md 5). */
 export const completionPrompt: PromptSource<CompletionBodyT> = {
   param: 'prompt',
-  prepare: async (ctx, body, limits) => ({ tokens: await completionPromptTokens(ctx.tokenizer, body.prompt, limits) }),
+  prepare: async (ctx, body, limits, opts) => ({ tokens: await completionPromptTokens(ctx.offLoop, body.prompt, limits, opts.signal) }),
 };
 
 /** Register the completions route on `app` (the shared flow is `handleGeneration`). */
