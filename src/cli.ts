@@ -46,7 +46,7 @@ import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './server/concurrency.js';
 import type { CorsOptions } from './server/cors.js';
-import { DEFAULT_REQUEST_TIMEOUT_MS, type HttpEdgeOptions } from './server/edge-options.js';
+import { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES, type HttpEdgeOptions } from './server/edge-options.js';
 import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES } from './server/sse.js';
 import { simEntryArgs } from './sim/spawn.js';
 import {
@@ -216,6 +216,9 @@ HTTP edge (README "Security and limits"):
                            Large prompts, /tokenize, /detokenize and long chats are tokenized on a worker thread
                            per process; past N jobs or N characters queued there a request gets 429 + Retry-After
                            (defaults ${DEFAULT_OFF_LOOP_LIMITS.maxJobs} and ${DEFAULT_OFF_LOOP_LIMITS.maxChars})
+  --tokenize-body-limit BYTES
+                           Largest /tokenize and /detokenize body; a larger one gets 413 (default
+                           ${DEFAULT_TOKENIZE_BODY_LIMIT_BYTES}, at most --body-limit)
 
 engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
 request goes to the live group whose least-loaded rank scores lowest):
@@ -458,6 +461,7 @@ export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): G
         'request-timeout-ms': { type: 'string' },
         'tokenizer-queue-jobs': { type: 'string' },
         'tokenizer-queue-chars': { type: 'string' },
+        'tokenize-body-limit': { type: 'string' },
         workers: { type: 'string' },
         'exit-with-parent': { type: 'boolean' },
         help: { type: 'boolean', short: 'h' },
@@ -653,6 +657,8 @@ function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[]
   if (queueJobs !== undefined) edge.tokenizerQueueJobs = queueJobs;
   const queueChars = num('tokenizer-queue-chars', 1);
   if (queueChars !== undefined) edge.tokenizerQueueChars = queueChars;
+  const tokenizeLimit = num('tokenize-body-limit', 1);
+  if (tokenizeLimit !== undefined) edge.tokenizeBodyLimitBytes = tokenizeLimit;
   return Object.keys(edge).length > 0 ? edge : null;
 }
 

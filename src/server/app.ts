@@ -25,7 +25,7 @@ import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge
 import { ApiError, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
 import { GroupRouter } from './groups.js';
-import { installJsonBodyParser } from './input-limits.js';
+import { installJsonBodyParser, type RouteBodyLimit } from './input-limits.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
@@ -190,7 +190,16 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
   // is a long-standing property of http.Server that @types/node does not declare.
   (app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
-  installJsonBodyParser(app, bodyLimit);
+  // /tokenize and /detokenize bodies are parsed here before their work goes off the loop: a lower limit bounds that
+  // parse (issue 26 part 5; edge-options.ts DEFAULT_TOKENIZE_BODY_LIMIT_BYTES).
+  const tokenizeLimit: RouteBodyLimit = {
+    bytes: edge.tokenizeBodyLimitBytes,
+    tooLarge: () =>
+      new ApiError(413, `/tokenize and /detokenize take bodies of at most ${edge.tokenizeBodyLimitBytes} bytes here (--tokenize-body-limit)`, {
+        code: 'request_too_large',
+      }),
+  };
+  installJsonBodyParser(app, bodyLimit, undefined, (url) => (url === '/tokenize' || url === '/detokenize' ? tokenizeLimit : null));
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
   await registerCors(app, edge.cors);

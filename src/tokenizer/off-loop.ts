@@ -49,6 +49,12 @@ export const OFF_LOOP_RENDER_MIN_MESSAGES = 512;
  * job is freed at once; a smaller job finishes sooner than a new worker would start.
  */
 export const OFF_LOOP_RESTART_MIN_CHARS = 524_288;
+/**
+ * A job this large is handed to the worker in an event-loop turn of its own (issue 26 part 5): copying a few MB of
+ * text into the worker's message costs ~10-30 ms on the dev box when its memory is fresh, which on top of parsing and
+ * validating the request in the same turn stalled every stream for 50-70 ms.
+ */
+export const OFF_LOOP_OWN_TURN_MIN_CHARS = 262_144;
 /** Characters a decode job counts per id: about the text one id decodes to (Qwen3: ~4 characters of English). */
 export const DECODE_CHARS_PER_ID = 4;
 /** Characters a render job counts per message besides its content: the template's markup around each message. */
@@ -322,7 +328,8 @@ export class OffLoopTokenizer {
       }
       this.waiting.set(id, entry);
       this.chars += chars;
-      this.pump();
+      if (chars >= OFF_LOOP_OWN_TURN_MIN_CHARS) setImmediate(() => this.pump());
+      else this.pump();
     });
   }
 

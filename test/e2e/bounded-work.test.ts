@@ -25,7 +25,7 @@ const QUEUE_CHARS = 6_500_000;
 describe('bounded client work end to end', () => {
   let gw: TestGateway;
   before(async () => {
-    gw = await startTestGateway({ sim: 2, edge: { tokenizerQueueChars: QUEUE_CHARS } });
+    gw = await startTestGateway({ sim: 2, edge: { tokenizerQueueChars: QUEUE_CHARS, tokenizeBodyLimitBytes: 8 * 1024 * 1024 } });
   });
   after(() => gw.close());
 

@@ -259,6 +259,7 @@ export function serveArgsFor(opts: GatewayOptions): string[] {
           else if (k === 'requestTimeoutMs') out.push('--request-timeout-ms', String(v));
           else if (k === 'tokenizerQueueJobs') out.push('--tokenizer-queue-jobs', String(v));
           else if (k === 'tokenizerQueueChars') out.push('--tokenizer-queue-chars', String(v));
+          else if (k === 'tokenizeBodyLimitBytes') out.push('--tokenize-body-limit', String(v));
           else throw new Error(`startTestGateway --workers: edge option '${k}' has no serve flag here`);
         }
         break;

@@ -50,7 +50,7 @@ const QUEUED = `model_gateway_tokenizer_queue_jobs{model="${MODEL_ID}"}`;
 describe('the off-loop tokenizer queue over HTTP', () => {
   let fx: Fixture;
   before(async () => {
-    fx = await listenApp({ backend: new FakeBackend({ maxModelLen: 10_000_000 }), edge: { tokenizerQueueChars: QUEUE_CHARS } });
+    fx = await listenApp({ backend: new FakeBackend({ maxModelLen: 10_000_000 }), edge: { tokenizerQueueChars: QUEUE_CHARS, tokenizeBodyLimitBytes: 8 * 1024 * 1024 } });
     fx.backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');
   });
   after(() => fx.app.close());

@@ -21,7 +21,7 @@ test('edge flags become the edge options', () => {
         '--allowed-origins', '["https://x.example", "https://y.example"]', '--allowed-methods', 'get,post',
         '--allowed-headers', 'authorization, content-type', '--allow-credentials',
         '--max-concurrent-requests', '64', '--stream-buffer-bytes', '65536', '--client-stall-timeout-ms', '5000',
-        '--request-timeout-ms', '10000', '--tokenizer-queue-jobs', '8', '--tokenizer-queue-chars', '100000',
+        '--request-timeout-ms', '10000', '--tokenizer-queue-jobs', '8', '--tokenizer-queue-chars', '100000', '--tokenize-body-limit', '65536',
       ],
       NO_ENV,
     ),
@@ -41,6 +41,7 @@ test('edge flags become the edge options', () => {
         requestTimeoutMs: 10000,
         tokenizerQueueJobs: 8,
         tokenizerQueueChars: 100000,
+        tokenizeBodyLimitBytes: 65536,
       },
     },
   );
@@ -69,10 +70,11 @@ test('bad edge flags are usage errors', () => {
     ['--request-timeout-ms', '0'],
     ['--tokenizer-queue-jobs', '0'],
     ['--tokenizer-queue-chars', 'lots'],
+    ['--tokenize-body-limit', '0'],
   ]) {
     assert.throws(() => parseServeArgs(argv, NO_ENV), UsageError, argv.join(' '));
   }
-  for (const flag of ['--api-key', '--allowed-origins', '--max-concurrent-requests', '--client-stall-timeout-ms', '--request-timeout-ms', '--tokenizer-queue-jobs', '--tokenizer-queue-chars']) {
+  for (const flag of ['--api-key', '--allowed-origins', '--max-concurrent-requests', '--client-stall-timeout-ms', '--request-timeout-ms', '--tokenizer-queue-jobs', '--tokenizer-queue-chars', '--tokenize-body-limit']) {
     assert.ok(USAGE.includes(flag), `USAGE documents ${flag}`);
   }
 });
@@ -87,7 +89,10 @@ test('resolveEdgeOptions: documented defaults; serverTimeouts keeps Node consist
     streamBackpressure: { maxBufferedBytes: 1024 * 1024, stallTimeoutMs: 30_000 },
     requestTimeoutMs: 60_000,
     offLoop: { maxJobs: 256, maxChars: 8 * 1024 * 1024 },
+    tokenizeBodyLimitBytes: 1024 * 1024,
   });
+  assert.equal(resolveEdgeOptions({ tokenizeBodyLimitBytes: 5 }).tokenizeBodyLimitBytes, 5);
+  assert.throws(() => resolveEdgeOptions({ tokenizeBodyLimitBytes: 0 }), RangeError);
   assert.deepEqual(resolveEdgeOptions({ tokenizerQueueJobs: 2, tokenizerQueueChars: 9 }).offLoop, { maxJobs: 2, maxChars: 9 });
   assert.throws(() => resolveEdgeOptions({ tokenizerQueueChars: 0 }), RangeError);
   assert.throws(() => resolveEdgeOptions({ apiKeys: [''] }), RangeError);

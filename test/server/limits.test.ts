@@ -254,7 +254,8 @@ describe('request receive timeout and the concurrency cap', () => {
 describe('bodies that arrive in pieces (input-limits.ts readBodyText)', () => {
   let fx: AppFixture & { port: number };
   before(async () => {
-    fx = await listenApp({ bodyLimitBytes: 2 * 1024 * 1024 });
+    // /tokenize's own limit (1 MiB by default) raised to the app's, whose behaviour is under test here.
+    fx = await listenApp({ bodyLimitBytes: 2 * 1024 * 1024, edge: { tokenizeBodyLimitBytes: 2 * 1024 * 1024 } });
   });
   after(() => fx.app.close());
 

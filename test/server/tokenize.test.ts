@@ -2,6 +2,7 @@
  * /tokenize and /detokenize as vLLM has them (no engine involved): prompt and messages forms, their
  * add_special_tokens / add_generation_prompt defaults, the round trip with emoji and CJK, and the 400s/404.
  */
+import { DEFAULT_TOKENIZE_BODY_LIMIT_BYTES } from '../../src/server/edge-options.js';
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { MODEL_ID, useApp } from './helpers.js';
@@ -55,5 +56,18 @@ describe('/tokenize and /detokenize', () => {
     const nested = await post('/tokenize', { messages: [{ role: 'user', content: 'b', frobnicate: 1 }] });
     assert.equal(nested.statusCode, 400);
     assert.equal(nested.json().error.param, 'messages[0].frobnicate');
+  });
+
+  test('bodies over the tokenize limit (default 1 MiB, issue 26 part 5) are refused with 413 naming it, before they are parsed', async () => {
+    const big = 'x'.repeat(DEFAULT_TOKENIZE_BODY_LIMIT_BYTES);
+    for (const [url, payload] of [['/tokenize', { prompt: big }], ['/detokenize', { tokens: Array.from({ length: DEFAULT_TOKENIZE_BODY_LIMIT_BYTES / 2 }, () => 1) }]] as const) {
+      const res = await post(url, payload);
+      assert.equal(res.statusCode, 413, url);
+      assert.equal(res.json().error.code, 'request_too_large');
+      assert.match(res.json().error.message, /--tokenize-body-limit/);
+    }
+    // Just under it is served; and the generation routes keep the general body limit.
+    assert.equal((await post('/tokenize', { prompt: 'x'.repeat(DEFAULT_TOKENIZE_BODY_LIMIT_BYTES - 100) })).statusCode, 200);
+    assert.notEqual((await fx.app.inject({ method: 'POST', url: '/v1/completions', payload: { model: 'other', prompt: big } })).statusCode, 413);
   });
 });
