@@ -146,7 +146,11 @@ function heavyRequests(tokenizer: GatewayTokenizer): Heavy[] {
   ];
 }
 
-/** POST `body` to `url + path`; resolves with the status (0: the connection failed) once the answer was read. */
+/**
+ * POST `body` to `url + path`; resolves with the status (0: the connection failed) once the answer was read. A body the
+ * gateway refuses by its declared size (413, e.g. past --tokenize-body-limit) shows as 0 here: the gateway answers and
+ * closes while Node's client is still writing, and the client reports only the failed write.
+ */
 function post(url: string, path: string, body: string, timeoutMs = 600_000): Promise<number> {
   const target = new URL(path, url);
   return new Promise((resolveStatus) => {

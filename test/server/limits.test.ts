@@ -9,7 +9,9 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep, readBodyText } from '../../src/server/input-limits.js';
+import {
+  JsonContainerCounter, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep, readBodyText,
+} from '../../src/server/input-limits.js';
 import { Readable } from 'node:stream';
 import { quoteValue } from '../../src/server/errors.js';
 import { hangGuard } from '../helpers/async.js';
@@ -304,4 +306,29 @@ test('readBodyText: chunks decoded as one; a body whose client is gone by its en
   assert.equal(gone.err?.statusCode, 499);
   assert.equal(gone.text, undefined);
   assert.equal((await read(false, String(bytes.length + 1))).err?.statusCode, 400, 'a Content-Length mismatch');
+});
+
+test('JsonContainerCounter: objects and arrays outside strings, across chunk boundaries, escapes included', () => {
+  const text = JSON.stringify({ a: [{ b: '{[not these]}' }, [1, 2]], c: 'quote \\" { [ inside', d: { e: [] } });
+  const bytes = Buffer.from(text);
+  for (const size of [1, 2, 3, 7, bytes.length]) {
+    const counter = new JsonContainerCounter();
+    for (let at = 0; at < bytes.length; at += size) counter.feed(bytes.subarray(at, at + size));
+    assert.equal(counter.count, 6, `chunks of ${size}: the body, a, its object, [1, 2], d and e`);
+  }
+});
+
+test('readBodyText: a body of more than the allowed objects and arrays is refused with 413 as it arrives, never decoded', async () => {
+  const body = Buffer.from(JSON.stringify({ messages: Array.from({ length: 2000 }, () => ({ role: 'user', content: 'hi' })) }));
+  const read = (max: number) =>
+    new Promise<{ err: (Error & { statusCode?: number }) | null; text?: string }>((resolve) => {
+      const chunks = Array.from({ length: Math.ceil(body.length / 4096) }, (_, i) => body.subarray(i * 4096, i * 4096 + 4096));
+      readBodyText(Readable.from(chunks), String(body.length), 1 << 20, () => false, (err, text) => resolve({ err, text }), undefined, max);
+    });
+  const refused = await read(1000);
+  assert.equal(refused.err?.statusCode, 413);
+  assert.match(refused.err!.message, /more than 1000 JSON objects and arrays/);
+  assert.equal(refused.text, undefined);
+  assert.equal((await read(2002)).text, body.toString('utf8'), '2002 = the body, its list and 2000 messages: within the limit');
+  assert.equal(MAX_JSON_CONTAINERS, 65_536);
 });
