@@ -1,6 +1,6 @@
 /**
  * Engine-neutral types at the seam between the engine protocols (TokenSpeed, vLLM), the transport and
- * the engine client. See `../shared/spec/architecture.md` ("The seams") and `../shared/spec/dp-routing.md`.
+ * the engine client. See docs/reference/architecture.md ("The seams") and docs/reference/dp-routing.md.
  *
  * Nothing here knows msgpack or sockets: protocols turn these into wire bytes and back.
  */

@@ -1,8 +1,7 @@
 /**
- * Locates `../shared` (the spec and the golden vectors) beside the repository root, as CI lays it out, and the
- * golden vectors copied into the repository (`test/vectors/<set>`, each with a README naming its source). The
- * TokenSpeed vectors are still read from `../shared`; the vLLM output-layout vectors are read from the repository,
- * and checked against `../shared` only when it is present.
+ * The golden vectors copied into the repository (`test/vectors/<set>`, each with a README naming its source), which
+ * every test reads, and `../shared` beside the repository root (the originals), which only
+ * test/vectors/vectors-match-shared.test.ts reads, when it is present.
  */
 import { existsSync, readFileSync, readdirSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
@@ -11,19 +10,7 @@ import { fileURLToPath } from 'node:url';
 /** Absolute path of the repository root (the folder holding package.json). */
 export const repoRoot: string = resolve(dirname(fileURLToPath(import.meta.url)), '..', '..');
 
-/**
- * Absolute path of `../shared` beside the repository root (or of the folder `GATEWAY_SHARED_DIR` names, see
- * `sharedDirIfPresent`). Throws if it is missing.
- */
-export function sharedDir(): string {
-  const dir = sharedDirIfPresent();
-  if (dir === null) {
-    throw new Error(`shared/ not found beside the repo root (looked at ${resolve(repoRoot, '..', 'shared')}; GATEWAY_SHARED_DIR unset or missing)`);
-  }
-  return dir;
-}
-
-/** One golden vector file, parsed (see shared/vectors/tokenspeed/README.md for its keys). */
+/** One golden vector file, parsed (see test/vectors/tokenspeed/README.md for its keys). */
 export interface Vector {
   name: string;
   kind: string;
@@ -39,13 +26,9 @@ export interface Vector {
   [key: string]: unknown;
 }
 
-/** Every TokenSpeed vector (all `*.json` except `index.json`), sorted by name. */
+/** Every TokenSpeed vector of the repository's copy (all `*.json` except `index.json`), sorted by name. */
 export function loadTokenSpeedVectors(): Vector[] {
-  const dir = join(sharedDir(), 'vectors', 'tokenspeed');
-  return readdirSync(dir)
-    .filter((f) => f.endsWith('.json') && f !== 'index.json')
-    .sort()
-    .map((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')) as Vector);
+  return loadRepoVectors('tokenspeed').filter((v) => v.name !== undefined);
 }
 
 /**
@@ -65,11 +48,11 @@ export function repoVectorsDir(set: string): string {
   return join(repoRoot, 'test', 'vectors', set);
 }
 
-/** Every `*.json` vector of the repository's copy of `set`, sorted by file name. */
+/** Every `*.json` vector of the repository's copy of `set` (`index.json` excepted), sorted by file name. */
 export function loadRepoVectors(set: string): Vector[] {
   const dir = repoVectorsDir(set);
   return readdirSync(dir)
-    .filter((f) => f.endsWith('.json'))
+    .filter((f) => f.endsWith('.json') && f !== 'index.json')
     .sort()
     .map((f) => JSON.parse(readFileSync(join(dir, f), 'utf8')) as Vector);
 }

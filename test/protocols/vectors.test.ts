@@ -1,5 +1,5 @@
 /**
- * Runs EVERY TokenSpeed golden vector (../shared/vectors/tokenspeed, README.md there; engine-wire.md section 6)
+ * Runs EVERY TokenSpeed golden vector (test/vectors/tokenspeed, README.md there; engine-wire.md section 6)
  * through the codecs: valid vectors must decode to exactly `decoded` and re-encode to exactly `hex` (unless the
  * bytes are not what msgspec's encoder would choose, then the test name says "decode only" and why); invalid
  * vectors must be rejected with an error naming the field or the frame problem. One `test()` per vector, and a final
@@ -9,7 +9,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { readFileSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
-import { loadTokenSpeedVectors, sharedDir } from '../helpers/shared.js';
+import { loadTokenSpeedVectors, repoVectorsDir } from '../helpers/shared.js';
 import type { Vector } from '../helpers/shared.js';
 import { RequestType } from '../../src/protocols/types.js';
 import type { EngineBatch, EngineLoad, EngineOutput, FinishReason } from '../../src/protocols/types.js';
@@ -434,7 +434,7 @@ for (const v of vectors) {
 }
 
 test('every vector file was exercised, and every table entry names a real vector', () => {
-  const dir = join(sharedDir(), 'vectors', 'tokenspeed');
+  const dir = repoVectorsDir('tokenspeed');
   const files = readdirSync(dir).filter((f) => f.endsWith('.json') && f !== 'index.json').map((f) => f.slice(0, -5));
   const index = JSON.parse(readFileSync(join(dir, 'index.json'), 'utf8')) as { count: number; vectors: { name: string }[] };
   assert.equal(files.length, index.count);
