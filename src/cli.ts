@@ -115,7 +115,7 @@ function parseOutputFlags(v: {
 
 /**
  * `--load-horizon-ms N` (integer ≥ 1), `--balance-abs-threshold N` (number ≥ 0), `--balance-rel-threshold X` (number
- * ≥ 1) as `DpPolicyTuning` (dp-routing.md 14.1; src/engine-client/cache-aware.ts), or null when none is given.
+ * ≥ 1) as `DpPolicyTuning` (dp-routing.md 14.1 for the horizon, 14.11 for the balance bounds; src/engine-client/cache-aware.ts), or null when none is given.
  * Throws UsageError on a bad value.
  */
 function parsePolicyTuning(horizon: string | undefined, abs: string | undefined, rel: string | undefined): DpPolicyTuning | null {

@@ -744,7 +744,7 @@ async function closeHttp(server: { closeAllConnections(): void }, closing: Promi
 /**
  * The engine protocol of one group. TokenSpeed: with the tokenizer's vocabulary size, so out-of-vocabulary
  * `logit_bias` keys are refused instead of answered by a silent terminal abort (engine-wire.md 4.6), and unknown
- * finish strings logged (then mapped to `stop`). vLLM: `max_model_len` read from the group's client at encode time
+ * finish strings logged (then mapped to `stop`, engine-wire.md 4.8). vLLM: `max_model_len` read from the group's client at encode time
  * (the first joined rank's ready response, gateway.md 9.1; only a backstop, since the HTTP layer always sets a
  * concrete limit), the connect-time EOS ids (gateway.md 7), and one info line per rank process when its
  * EngineCoreOutput layout is decided (docs/wire/vllm-output.md).

@@ -16,7 +16,10 @@ import type { SimFinishReason, SimRow } from './scheduler.js';
 /** Path of every direct write: a failing value is re-encoded by the schema codec, which names the field. */
 const DIRECT_PATH = 'EngineCoreOutputs';
 
-/** The wire `finish_reason` of a scheduler finish (engine-wire.md 5.11): '' → nil, stop 0, length 1, abort → 3 error. */
+/**
+ * The wire `finish_reason` of a scheduler finish (values: engine-wire.md 5.11): '' → nil, stop 0, length 1; the
+ * scheduler's own aborts (a request it cannot serve) are sent as 3 error, the sim's choice (vLLM fails such requests).
+ */
 export function vllmFinishReasonOf(reason: SimFinishReason): number | null {
   switch (reason) {
     case '': return null;

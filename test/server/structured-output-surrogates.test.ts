@@ -3,7 +3,7 @@
  * input: a 400 naming the parameter, and nothing is submitted. Found by the streaming-path hostile tests: through a
  * real engine client, `guided_regex`, `guided_choice`, `guided_grammar`, `structured_outputs.regex`, a raw (non-JSON)
  * schema string and `guided_whitespace_pattern` reached the wire encoder (wire/writer.ts refuses lone surrogates) and
- * came back as a 500 `server_error` with code `encode` (gateway.md: a malformed body is a 4xx, never a 500). A paired
+ * came back as a 500 `server_error` with code `encode` (CONTRIBUTING.md: a malformed body is a 4xx, never a 500). A paired
  * surrogate (an emoji) stays accepted.
  */
 import assert from 'node:assert/strict';
