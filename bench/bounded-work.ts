@@ -81,7 +81,7 @@ function parseArgs(argv: readonly string[]): Args {
   };
   const int = (flag: string, v: string | undefined): number => {
     const n = Number(v);
-    if (!Number.isSafeInteger(n) || n < 1) throw new RangeError(`${flag} must be a positive integer, got '${v}'`);
+    if (!Number.isSafeInteger(n) || n < 1) throw new UsageError(`${flag} must be a positive integer, got '${v}'`);
     return n;
   };
   for (let i = 0; i < argv.length; i++) {
@@ -101,20 +101,23 @@ function parseArgs(argv: readonly string[]): Args {
       case '--normal-chars': args.normalChars = int(flag, v); break;
       case '--phases':
         args.phases = (v ?? '').split(',').map((p) => {
-          if (p !== 'stall' && p !== 'flood') throw new RangeError(`--phases takes stall and flood, got '${p}'`);
+          if (p !== 'stall' && p !== 'flood') throw new UsageError(`--phases takes stall and flood, got '${p}'`);
           return p;
         });
         break;
       case '--source':
-        if (v === undefined) throw new RangeError('--source needs a directory');
+        if (v === undefined) throw new UsageError('--source needs a directory');
         args.source = resolve(v);
         break;
       default:
-        throw new RangeError(`unknown option ${flag} (--help lists them)`);
+        throw new UsageError(`unknown option ${flag} (--help lists them)`);
     }
   }
   return args;
 }
+
+/** A bad command-line option or value (printed without a stack trace). */
+class UsageError extends Error {}
 
 const started = performance.now();
 function progress(message: string): void {
@@ -400,7 +403,9 @@ async function main(): Promise<void> {
 main().then(
   () => process.exit(0),
   (err: unknown) => {
-    process.stderr.write(`\nbench:bounded-work failed: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
-    process.exit(1);
+    // A bad option is the caller's: its message alone; anything else with its stack.
+    const usage = err instanceof UsageError;
+    process.stderr.write(`\nbench:bounded-work failed: ${err instanceof Error ? (usage ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
+    process.exit(usage ? 2 : 1);
   },
 );

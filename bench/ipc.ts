@@ -244,14 +244,28 @@ interface ChannelFigures {
   roundTripMicros: Spread;
 }
 
+const USAGE = `npm run bench:ipc -- [options]
+  --quick      fewer rows per batch size (about a minute)
+  --repeats N  repeats of every channel (3; 1 with --quick)
+  --write      write bench/results/ipc.json
+  --help       this text`;
+
 async function main(): Promise<void> {
   const argv = process.argv.slice(2);
+  if (argv.includes('--help')) {
+    console.log(USAGE);
+    return;
+  }
   const quick = argv.includes('--quick');
   const write = argv.includes('--write');
   const at = argv.indexOf('--repeats');
   const repeats = at >= 0 ? Number(argv[at + 1]) : quick ? 1 : 3;
   const unknown = argv.filter((a, i) => !['--quick', '--write', '--repeats'].includes(a) && argv[i - 1] !== '--repeats');
-  if (unknown.length > 0 || !Number.isSafeInteger(repeats) || repeats < 1) throw new RangeError(`usage: bench:ipc [--quick] [--repeats N] [--write]; got ${argv.join(' ')}`);
+  if (unknown.length > 0 || !Number.isSafeInteger(repeats) || repeats < 1) {
+    process.stderr.write(`bench:ipc: unknown option or bad value in: ${argv.join(' ')}\n${USAGE}\n`);
+    process.exitCode = 2;
+    return;
+  }
   const rowsTarget = quick ? 200_000 : 600_000;
   const dir = mkdtempSync(join(tmpdir(), 'gw-bench-ipc-'));
   const results: ChannelFigures[] = [];

@@ -18,8 +18,18 @@ import { runOnce, type GroupConfig, type RunDiagnostics } from './routing/run.js
 import { percentile } from './routing/stats.js';
 import { buildWorkloads } from './routing/workloads.js';
 
-const { values } = parseArgs({
+const USAGE = `npm run bench:routing:diagnose -- [options]
+  --workloads a,b   workloads of the routing benchmark (multi_turn)
+  --policies a,b    DP policies (load,cache_aware)
+  --seed S          first seed (20261130); --seeds K seeds in all (1)
+  --requests N      measured requests per workload (200)
+  --time-scale X    simulated step-time scale (0.5)
+  --ranks R         simulated ranks, the last one slowed 2x (4)
+  --help            this text`;
+
+const { values } = parseCli(() => parseArgs({
   options: {
+    help: { type: 'boolean' },
     workloads: { type: 'string', default: 'multi_turn' },
     policies: { type: 'string', default: 'load,cache_aware' },
     seed: { type: 'string', default: '20261130' },
@@ -28,7 +38,21 @@ const { values } = parseArgs({
     'time-scale': { type: 'string', default: '0.5' },
     ranks: { type: 'string', default: '4' },
   },
-});
+}));
+if (values.help === true) {
+  console.log(USAGE);
+  process.exit(0);
+}
+
+/** Parse the command line, or print what was wrong and the usage and exit 2 (no stack trace). */
+function parseCli<T>(parse: () => T): T {
+  try {
+    return parse();
+  } catch (error) {
+    process.stderr.write(`bench:routing:diagnose: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
+    process.exit(2);
+  }
+}
 
 const fmt = (x: number, d = 2): string => (Number.isFinite(x) ? x.toFixed(d) : '-');
 const mean = (xs: number[]): number => (xs.length === 0 ? Number.NaN : xs.reduce((a, b) => a + b, 0) / xs.length);

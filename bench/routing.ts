@@ -340,5 +340,5 @@ main().catch((error: unknown) => {
   const badOption = error instanceof RangeError || (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
   const detail = error instanceof Error ? (badOption ? `${error.message}\n${USAGE}` : (error.stack ?? error.message)) : String(error);
   process.stderr.write(`\nbench:routing failed: ${detail}\n`);
-  process.exitCode = 1;
+  process.exitCode = badOption ? 2 : 1;
 });

@@ -26,8 +26,31 @@ import { ZmqEngineLink } from '../src/transport/zmq-link.js';
 import { freePort } from '../test/helpers/net.js';
 import { cpuMicros } from './throughput/proc.js';
 
-const { values } = parseArgs({
+const USAGE = `npx tsx bench/sim-step.ts [options]
+  --streams N       concurrent streaming requests (256)
+  --max-tokens N    tokens per request (256)
+  --window-ms N     measured window (5000); --warmup-ms N before it (2000)
+  --cpu-prof DIR    run the rank under node --cpu-prof, profiles in DIR
+  --sim-arg ARG     an extra argument for the rank (repeatable)
+  --help            this text`;
+
+let parsed: ReturnType<typeof parseCli>;
+try {
+  parsed = parseCli();
+} catch (error) {
+  process.stderr.write(`bench/sim-step: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
+  process.exit(2);
+}
+if (parsed.values.help === true) {
+  console.log(USAGE);
+  process.exit(0);
+}
+const { values } = parsed;
+
+function parseCli() {
+  return parseArgs({
   options: {
+    help: { type: 'boolean' },
     streams: { type: 'string', default: '256' },
     'max-tokens': { type: 'string', default: '256' },
     'window-ms': { type: 'string', default: '5000' },
@@ -35,7 +58,8 @@ const { values } = parseArgs({
     'cpu-prof': { type: 'string' },
     'sim-arg': { type: 'string', multiple: true, default: [] },
   },
-});
+  });
+}
 const streams = Number(values.streams);
 const maxTokens = Number(values['max-tokens']);
 const windowMs = Number(values['window-ms']);

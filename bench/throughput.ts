@@ -509,7 +509,8 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   // A bad option is the user's mistake: one line and the usage, no stack.
-  const detail = error instanceof RangeError ? `${error.message}\n${USAGE}` : error instanceof Error ? (error.stack ?? error.message) : String(error);
+  const badOption = error instanceof RangeError;
+  const detail = badOption ? `${error.message}\n${USAGE}` : error instanceof Error ? (error.stack ?? error.message) : String(error);
   process.stderr.write(`\nbench:throughput failed: ${detail}\n`);
-  process.exitCode = 1;
+  process.exitCode = badOption ? 2 : 1;
 });
