@@ -3,7 +3,7 @@
 # the executable and the dashboard's static files, and runs as the unprivileged `node` user of the base image.
 #   docker build -t model-gateway .
 #   docker run --rm -p 30000:30000 model-gateway                 # 4 simulated ranks
-FROM node:20-slim AS build
+FROM node:24-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json .npmrc ./
 RUN npm ci --no-audit --no-fund
@@ -11,7 +11,7 @@ COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
 RUN npm run build
 
-FROM node:20-slim AS runtime
+FROM node:24-slim AS runtime
 # Every serve option is also a MODEL_GATEWAY_* variable (flag > environment > --config file): listen on every
 # interface inside the container, JSON logs for the container runtime.
 ENV NODE_ENV=production \

@@ -1,6 +1,6 @@
 /**
  * The Dockerfile's structure (issue #13 part 6; `docker build` is not available here), read with dockerfile-ast:
- * a build stage and a node:20-slim runtime stage, a non-root user, a healthcheck on /ready, and every file it copies
+ * a build stage and a node:24-slim (current LTS) runtime stage, a non-root user, a healthcheck on /ready, and every file it copies
  * from the build context exists (and is not excluded by .dockerignore).
  */
 import assert from 'node:assert/strict';
@@ -23,10 +23,10 @@ const args = (ins: Instruction) => ins.getArguments().map((a) => a.getValue());
 /** The stage a COPY takes its files from (`--from=build`), or null for the build context. */
 const copyFrom = (ins: Instruction) => (ins as Copy).getFromFlag?.()?.getValue() ?? null;
 
-test('two stages on node:20-slim: build (npm ci + npm run build) and the runtime stage', () => {
+test('two stages on node:24-slim (the current LTS): build (npm ci + npm run build) and the runtime stage', () => {
   const froms = dockerfile.getFROMs();
   assert.equal(froms.length, 2);
-  for (const f of froms) assert.equal(f.getImage(), 'node:20-slim');
+  for (const f of froms) assert.equal(f.getImage(), 'node:24-slim');
   assert.equal(froms[0]!.getBuildStage(), 'build');
   const runs = stage(0).filter((i) => i.getKeyword() === 'RUN').map((i) => i.getArgumentsContent());
   assert.ok(runs.some((r) => r?.includes('npm ci')), 'the build stage installs with npm ci');
