@@ -1,4 +1,4 @@
-# model-gateway container image (README "Container image"). Two stages: `build` compiles the TypeScript sources to
+# model-gateway container image (docs/operations.md "Build and container image"). Two stages: `build` compiles the TypeScript sources to
 # dist/ with every dependency installed; the runtime stage has only the production dependencies, the compiled code,
 # the executable and the dashboard's static files, and runs as the unprivileged `node` user of the base image.
 #   docker build -t model-gateway .
@@ -26,7 +26,7 @@ COPY bin ./bin
 COPY dashboard ./dashboard
 USER node
 EXPOSE 30000
-# Ready = an engine group can serve and the gateway is not draining (GET /ready, see "Kubernetes probes" in the README);
+# Ready = an engine group can serve and the gateway is not draining (GET /ready, see "Kubernetes probes" in docs/operations.md);
 # set the port with MODEL_GATEWAY_PORT.
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
   CMD ["node", "-e", "fetch('http://127.0.0.1:' + (process.env.MODEL_GATEWAY_PORT || 30000) + '/ready').then((r) => process.exit(r.ok ? 0 : 1), () => process.exit(1))"]

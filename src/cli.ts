@@ -188,13 +188,13 @@ a key of --config FILE; precedence: flag > environment > file):
                            (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
   --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
   --workers N|auto         HTTP front processes sharing the port, with one router process owning the engines and
-                           the routing state; 1 = one process (README "Several cores: --workers"; default auto:
+                           the routing state; 1 = one process (docs/operations.md "Several cores"; default auto:
                            cores − 1, at most ${MAX_AUTO_WORKERS}, and 1 on a machine of 2 cores or fewer)
   --exit-with-parent       Stop at once (simulated ranks killed, socket files removed) when stdin closes, i.e. when
                            the process that spawned the gateway is gone (test harnesses, supervisors without
                            process groups); a flag only
 
-HTTP edge (README "Security and limits"):
+HTTP edge (docs/security.md):
   --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize (repeatable: any of
                            the keys; default: the MODEL_GATEWAY_API_KEY environment variable, else no key)
   --metrics-require-key    /metrics needs the key too (default: open)

@@ -15,12 +15,15 @@
  * after it in slices of a few ms (delivery-queue.ts, issue 9), so one large batch does not stall the event loop.
  *
  * Failure scope follows the engine's own (issue #8 part 1; dp-routing.md 6, 14.8; failure-scope.ts): a dense rank
- * fails alone, a lockstep group as a unit, and faults of the shared output socket that no frame pins on a rank keep
- * group scope (3 undecodable messages in a row, the group silence watchdog, a failed output socket, which also closes
- * the client for good). This file detects: EHOSTUNREACH on a send to a rank's identity, a send timeout to it, its own
- * silence and its own stall name the rank; ENGINE_CORE_DEAD names none (engine-wire.md 1.7) and starts the probe
- * rounds (probes.ts), as does a zeromq `disconnect` hint. Whenever the gateway fails requests, every rank still
- * reachable gets an ABORT for the ones it held.
+ * fails alone, a lockstep group as a unit. Faults nobody can pin on a rank never end a group for good (issue 26): an
+ * undecodable message or an ENGINE_CORE_DEAD that no vanished identity explains blames only a rank holding requests
+ * that went quiet meanwhile (stalled: back when it speaks), rows naming another rank's requests are dropped and
+ * ABORTed at the sender, and a rank found dead whose identity answers again is probed back into rotation. Group
+ * scope is left for the group silence watchdog and a failed output socket (which also closes the client for good).
+ * This file detects: EHOSTUNREACH on a send to a rank's identity, a send timeout to it, its own silence and its own
+ * stall name the rank; ENGINE_CORE_DEAD names none (engine-wire.md 1.7) and starts the probe rounds (probes.ts), as
+ * does a zeromq `disconnect` hint. Whenever the gateway fails requests, every rank still reachable gets an ABORT for
+ * the ones it held.
  */
 import { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';

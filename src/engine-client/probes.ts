@@ -14,8 +14,9 @@
  * (measured over ipc with zeromq 6.8.0: the immediate probe succeeded, one a few ms later failed with EHOSTUNREACH).
  * No round goes out at 0 ms: a rank that exits cleanly pushes `ENGINE_CORE_DEAD` and then closes its sockets, and an
  * immediate probe could win the race against that sentinel (seen in 2 of 13 e2e runs). The last round, 3 s after,
- * leaves a dying engine time to close its sockets before an ENGINE_CORE_DEAD that no rank could be tied to falls
- * back to failing the whole group (engine-client/client.ts).
+ * leaves a dying engine time to close its sockets before an ENGINE_CORE_DEAD that no rank could be tied to is settled:
+ * a quiet rank holding requests is stalled as its likely sender, else it is only counted (failure-scope.ts
+ * `settleSentinels`).
  */
 export const PROBE_SCHEDULE_MS: readonly number[] = Object.freeze([20, 200, 1000, 3000]);
 

@@ -55,7 +55,7 @@ export const MAX_AUTO_WORKERS = 8;
  * `--workers auto`, also the default (issue 9: derived from the core count): one front per core but one (left to the
  * router and the engines' own processes), 1..8, so one process on a machine of 2 cores or fewer. Why one process
  * there: on the 2-core development machine a second front gave 0.9–1.2× the tokens/s of one process (the engines and
- * the clients share those cores) and costs ~1.5× the CPU per request (README "Throughput benchmark"). `cores` is
+ * the clients share those cores) and costs ~1.5× the CPU per request (docs/benchmarks.md "Throughput benchmark"). `cores` is
  * `os.availableParallelism()` by default, which does not see a container's CPU quota: pass `--workers N` there.
  */
 export function autoWorkers(cores = availableParallelism()): number {

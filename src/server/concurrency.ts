@@ -16,8 +16,8 @@ import { ApiError } from './errors.js';
 /**
  * Default cap: 512 concurrent generation requests (about 0.5-1 GiB of response buffers in the worst case). Also what
  * one gateway process carries at 100 tokens/s per stream: ~15 µs of CPU per streamed token (bench:throughput, issue
- * 9) × 100 tokens/s × 512 streams ≈ 0.77 of a core, leaving room for the ~0.8 ms each request costs (README
- * "Security and limits" says how to size it).
+ * 9) × 100 tokens/s × 512 streams ≈ 0.77 of a core, leaving room for the ~0.8 ms each request costs (docs/security.md
+ * "Concurrency" says how to size it).
  */
 export const DEFAULT_MAX_CONCURRENT_REQUESTS = 512;
 

@@ -5,7 +5,7 @@
  * `/v1/responses` needs the items it was given.
  *
  * Bounds: at most `maxResponses` responses and about `maxBytes` of their JSON; the oldest are evicted first (FIFO).
- * The store lives in the gateway process and is lost on restart (documented in the README); a reference to an
+ * The store lives in the gateway process and is lost on restart (documented in docs/http-api.md); a reference to an
  * evicted or unknown id is a 400/404 naming it, never a hang.
  */
 
