@@ -1,0 +1,83 @@
+#!/usr/bin/env node
+/**
+ * `npm test`: every check of the repository, as phases run side by side (issue 27: the suite in minutes on a 2-core
+ * machine), each to its end whatever the others do, so one phase's failure never hides another's result:
+ * - typecheck: `tsc --noEmit`;
+ * - tests: every `test/**\/*.test.ts` file, files run concurrently (`--test-concurrency`; each e2e file owns its ports,
+ *   ipc paths and temp folders), the one-process gateway where a file starts one;
+ * - e2e --workers 2: the e2e files that start their gateway through test/helpers/test-gateway.ts, again with
+ *   `GATEWAY_TEST_WORKERS=2` (HTTP fronts beside the router process).
+ * Each phase's report is printed whole when it ends (test/reporters/files.mjs: the failures, the counts, the slowest
+ * files); progress goes to stderr. Exit code 0 only when every phase passed.
+ *
+ * Options: `--only NAME[,NAME]` runs the named phases (typecheck, tests, workers); `--concurrency N` sets the tests
+ * phase's file concurrency (default below); any other argument is a test file or folder for the tests phase.
+ */
+import { spawn } from 'node:child_process';
+import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { join, relative } from 'node:path';
+
+const root = new URL('..', import.meta.url).pathname;
+const args = process.argv.slice(2);
+const opt = (name) => {
+  const at = args.indexOf(name);
+  if (at < 0) return undefined;
+  const v = args[at + 1];
+  args.splice(at, 2);
+  return v;
+};
+const only = opt('--only')?.split(',');
+const concurrency = Number(opt('--concurrency') ?? 4);
+const workersConcurrency = Number(opt('--workers-concurrency') ?? 2);
+
+/** Every `*.test.ts` under `dir`, sorted. */
+function testFiles(dir) {
+  const out = [];
+  for (const name of readdirSync(dir)) {
+    const p = join(dir, name);
+    if (statSync(p).isDirectory()) out.push(...testFiles(p));
+    else if (name.endsWith('.test.ts')) out.push(relative(root, p));
+  }
+  return out.sort();
+}
+
+const targets = args.length > 0 ? args.flatMap((a) => (statSync(join(root, a)).isDirectory() ? testFiles(join(root, a)) : [a])) : testFiles(join(root, 'test'));
+const workerFiles = testFiles(join(root, 'test', 'e2e')).filter((f) => readFileSync(join(root, f), 'utf8').includes('helpers/test-gateway.js'));
+const nodeTest = (n) => [
+  process.execPath, '--import', 'tsx', '--test', `--test-concurrency=${n}`, '--test-timeout=120000',
+  '--test-reporter=./test/reporters/files.mjs', '--test-reporter-destination=stdout',
+];
+
+const phases = [
+  { name: 'typecheck', argv: [process.execPath, join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit'] },
+  { name: 'tests', argv: [...nodeTest(concurrency), ...targets] },
+  { name: 'workers', title: 'e2e --workers 2', argv: [...nodeTest(workersConcurrency), ...workerFiles], env: { GATEWAY_TEST_WORKERS: '2' } },
+].filter((p) => (only === undefined ? args.length === 0 || p.name !== 'workers' : only.includes(p.name)));
+
+const started = performance.now();
+const secs = () => ((performance.now() - started) / 1000).toFixed(0);
+process.stderr.write(`npm test: ${phases.map((p) => p.title ?? p.name).join(', ')} (${targets.length} test files; ${workerFiles.length} again with --workers 2)\n`);
+
+const results = await Promise.all(
+  phases.map(
+    (p) =>
+      new Promise((resolve) => {
+        const child = spawn(p.argv[0], p.argv.slice(1), { cwd: root, env: { ...process.env, ...p.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+        let out = '';
+        child.stdout.on('data', (c) => (out += c));
+        child.stderr.on('data', (c) => (out += c));
+        child.on('close', (code, signal) => {
+          process.stderr.write(`[${secs()} s] ${p.title ?? p.name}: ${code === 0 ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`}\n`);
+          resolve({ phase: p, code, out, seconds: secs() });
+        });
+      }),
+  ),
+);
+
+for (const r of results) {
+  process.stdout.write(`\n===== ${r.phase.title ?? r.phase.name}: ${r.code === 0 ? 'passed' : 'FAILED'} (ended at ${r.seconds} s) =====\n`);
+  process.stdout.write(r.out.trimEnd() + '\n');
+}
+const failed = results.filter((r) => r.code !== 0).map((r) => r.phase.title ?? r.phase.name);
+process.stdout.write(`\nnpm test: ${failed.length === 0 ? 'every phase passed' : `FAILED: ${failed.join(', ')}`} in ${secs()} s\n`);
+process.exitCode = failed.length === 0 ? 0 : 1;

@@ -1,0 +1,41 @@
+/**
+ * A node:test reporter for `npm test` (scripts/test.mjs): one line per failed test as it fails (file, name, error), and
+ * at the end the test counts and the slowest files (the sum of each file's top-level test durations: with files run
+ * concurrently, a file's own time, not the suite's). Plain JavaScript: reporters are loaded before any loader hook.
+ */
+import { relative } from 'node:path';
+
+/** @param {AsyncIterable<{ type: string, data: any }>} source */
+export default async function* filesReporter(source) {
+  const files = new Map();
+  let pass = 0;
+  let fail = 0;
+  let skip = 0;
+  const fileOf = (data) => (data.file ? relative(process.cwd(), data.file) : '(no file)');
+  for await (const event of source) {
+    const { type, data } = event;
+    if (type !== 'test:pass' && type !== 'test:fail') continue;
+    if (data.details?.type === 'suite') continue;
+    const file = fileOf(data);
+    const f = files.get(file) ?? { ms: 0, tests: 0, failed: 0 };
+    files.set(file, f);
+    if (data.nesting === 0) f.ms += data.details?.duration_ms ?? 0;
+    f.tests++;
+    if (type === 'test:pass') {
+      if (data.skip || data.todo) skip++;
+      else pass++;
+      continue;
+    }
+    const cancelled = data.details?.error?.failureType === 'cancelledByParent';
+    if (cancelled) continue;
+    fail++;
+    f.failed++;
+    const err = data.details?.error;
+    const cause = err?.cause ?? err;
+    const text = String(cause?.stack ?? cause?.message ?? cause).split('\n').slice(0, 12).join('\n    ');
+    yield `\n✗ ${file}: ${data.name}\n    ${text}\n`;
+  }
+  const slow = [...files].sort((a, b) => b[1].ms - a[1].ms).slice(0, 12);
+  yield `\n${pass} passed, ${fail} failed, ${skip} skipped, in ${files.size} files. Slowest files (s):\n`;
+  for (const [file, f] of slow) yield `  ${(f.ms / 1000).toFixed(1).padStart(6)}  ${file}${f.failed > 0 ? `  (${f.failed} failed)` : ''}\n`;
+}
