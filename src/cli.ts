@@ -12,7 +12,8 @@
  * - `model-gateway --help`, `model-gateway --version`.
  * Every serve option may also come from a `MODEL_GATEWAY_*` environment variable or a `--config FILE` (flag > env >
  * file; cli-config.ts). Exit codes: 0 success, 1 runtime failure, 2 usage error. A usage error and an operator
- * mistake found at start-up (`operatorErrorLine`) print one line on stderr, without a stack trace.
+ * mistake found at start-up (`operatorErrorLine`, an HTTP front that cannot start included) print one line on stderr,
+ * without a stack trace.
  */
 import { spawn } from 'node:child_process';
 import cluster from 'node:cluster';
@@ -38,7 +39,7 @@ import { DEFAULT_BALANCE_REL_THRESHOLD, REFERENCE_MAX_NUM_SEQS, SGLANG_BALANCE_A
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
-import { MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
+import { FrontStartError, MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
 import { isFrontProcess } from './fronts/control.js';
 import { runFront } from './fronts/front-process.js';
 import { packageVersion } from './server/app.js';
@@ -868,7 +869,7 @@ export async function main(argv: string[], io: CliIo = PROCESS_IO): Promise<numb
  * refused (socket folder, addresses: errors with a `code` such as ECONFIG, EADDRINUSE, EACCES).
  */
 export function operatorErrorLine(err: unknown): string | null {
-  if (err instanceof TokenizerLoadError) return err.message;
+  if (err instanceof TokenizerLoadError || err instanceof FrontStartError) return err.message;
   if (err instanceof RangeError) return err.message;
   if (!(err instanceof Error)) return null;
   const e = err as Error & { code?: unknown; address?: unknown; port?: unknown; syscall?: unknown };

@@ -62,6 +62,14 @@ export function autoWorkers(cores = availableParallelism()): number {
   return Math.max(1, Math.min(MAX_AUTO_WORKERS, cores - 1));
 }
 
+/** An HTTP front that kept failing to start (`MAX_FAILED_STARTS` in a row): the operator's to fix, printed on one line. */
+export class FrontStartError extends Error {
+  constructor(message: string) {
+    super(message);
+    this.name = 'FrontStartError';
+  }
+}
+
 /**
  * Exits in a row of one front slot's processes before listening after which the router stops forking it: the front
  * cannot start. A front that listened and then exited starts the count again (it is forked again however often).
@@ -223,7 +231,7 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
     const inARow = wasServing ? 0 : (failedStarts.get(slot) ?? 0) + 1;
     failedStarts.set(slot, inARow);
     if (inARow >= MAX_FAILED_STARTS) {
-      const err = new Error(`HTTP front ${slot} exited ${inARow} times in a row before listening (last: ${reason}); not forking it again`);
+      const err = new FrontStartError(`HTTP front ${slot} exited ${inARow} times in a row before listening (last: ${reason}); not forking it again`);
       log.error({ front: slot, pid: w.process.pid, code, signal }, err.message);
       giveUp(err);
       return;

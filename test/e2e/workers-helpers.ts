@@ -89,10 +89,11 @@ export class WorkersGateway {
   /** Start it over `ranks` simulated ranks with `extra` flags; resolves once `/ready` is 200 and both fronts run. */
   static async start(extra: string[], ranks = 2, launch: LaunchOptions = {}): Promise<WorkersGateway> {
     const g = await WorkersGateway.launch(extra, ranks, launch);
+    // The start is over when the router logs its "listening" line (every front listens), not at the first 200.
     await waitFor(async () => {
       if (g.gw.exitCode !== null) throw new Error(`gateway exited: ${g.stderr}`);
-      return (await g.get('/ready')).status === 200 && frontsOf(g.gw.pid!).length === 2;
-    }, 'gateway ready with two fronts', 60_000);
+      return g.logged('model-gateway listening on ').length === 1 && (await g.get('/ready')).status === 200 && frontsOf(g.gw.pid!).length === 2;
+    }, 'gateway started (listening line), ready, with two fronts', 60_000);
     return g;
   }
 

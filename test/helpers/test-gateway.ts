@@ -274,8 +274,14 @@ export function serveArgsFor(opts: GatewayOptions): string[] {
   return out;
 }
 
+/** pino's numeric levels by name (a record's `level`). */
+const PINO_LEVELS: Readonly<Record<string, number>> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Infinity };
+
 /** `model-gateway serve --workers N --exit-with-parent` in a child process. */
 class ChildGateway extends HttpView implements TestGateway {
+  /** The router logged its "listening" line: every front listens, the start is over. */
+  listening = false;
+
   readonly logs: LogRecord[] = [];
   readonly inProcess = null;
   private stderr = '';
@@ -292,9 +298,12 @@ class ChildGateway extends HttpView implements TestGateway {
 
   static async start(opts: GatewayOptions, workers: number, logLevel: string): Promise<ChildGateway> {
     const port = await freePort();
+    // The child logs at info whatever `logLevel` is: its "listening" line (info) is the event that the start is over
+    // (every front listens); `logs` keeps only the records at `logLevel` and above, as asked.
+    const keepFrom = PINO_LEVELS[logLevel] ?? 0;
     const args = [
       '--import', 'tsx', cliPath, 'serve', '--workers', String(workers), '--exit-with-parent',
-      '--port', String(port), '--log-level', logLevel, '--log-format', 'json',
+      '--port', String(port), '--log-level', logLevel === 'silent' || keepFrom > PINO_LEVELS['info']! ? 'info' : logLevel, '--log-format', 'json',
       // close() is "stop at once", as RunningGateway.close(): no grace for requests still live.
       ...(opts.shutdownGraceMs === undefined ? ['--shutdown-grace-ms', '0'] : []),
       ...serveArgsFor({ modelId: 'sim', ...opts }),
@@ -303,11 +312,14 @@ class ChildGateway extends HttpView implements TestGateway {
     const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
     const g = new ChildGateway(child, `http://127.0.0.1:${port}`, workers, once(child, 'exit').catch(() => undefined));
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
+      let record: LogRecord;
       try {
-        g.logs.push(JSON.parse(line) as LogRecord);
+        record = JSON.parse(line) as LogRecord;
       } catch {
-        g.logs.push({ level: 0, msg: line });
+        record = { level: 0, msg: line };
       }
+      if (typeof record.msg === 'string' && record.msg.startsWith('model-gateway listening on ')) g.listening = true;
+      if (record.level === 0 || record.level >= keepFrom) g.logs.push(record);
     });
     child.stderr!.on('data', (d: Buffer) => (g.stderr += d.toString()));
     const deadline = performance.now() + 90_000;
@@ -323,8 +335,12 @@ class ChildGateway extends HttpView implements TestGateway {
     return g;
   }
 
-  /** Every rank of every group ready (`/health` 200 ok, as `startGateway` waits for) and N fronts forked. */
+  /**
+   * The start is over (the router logged that every front listens), every rank of every group is ready (`/health`
+   * 200 ok, as `startGateway` waits for) and N fronts run.
+   */
   private async allReady(): Promise<boolean> {
+    if (!this.listening) return false;
     try {
       const { status, body } = await this.health();
       return status === 200 && body.status === 'ok' && this.fronts().length === this.workers;
