@@ -5,6 +5,8 @@
  * - typecheck: `tsc --noEmit`;
  * - tests: every `test/**\/*.test.ts` file, files run concurrently (`--test-concurrency`; each e2e file owns its ports,
  *   ipc paths and temp folders), the one-process gateway where a file starts one;
+ *   both test phases run the transpiled copy of the repository (./test-build.mjs, built first: plain node in every
+ *   test and every process a test starts, no tsx);
  * - e2e --workers 2: the e2e files that start their gateway through test/helpers/test-gateway.ts, again with
  *   `GATEWAY_TEST_WORKERS=2` (HTTP fronts beside the router process).
  * Each phase's report is printed whole when it ends (test/reporters/files.mjs: the failures, the counts, the slowest
@@ -16,6 +18,7 @@
 import { spawn } from 'node:child_process';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
+import { buildTestTree } from './test-build.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
 const args = process.argv.slice(2);
@@ -43,26 +46,30 @@ function testFiles(dir) {
 
 const targets = args.length > 0 ? args.flatMap((a) => (statSync(join(root, a)).isDirectory() ? testFiles(join(root, a)) : [a])) : testFiles(join(root, 'test'));
 const workerFiles = testFiles(join(root, 'test', 'e2e')).filter((f) => readFileSync(join(root, f), 'utf8').includes('helpers/test-gateway.js'));
+const js = (f) => f.replace(/\.ts$/, '.js');
 const nodeTest = (n) => [
-  process.execPath, '--import', 'tsx', '--test', `--test-concurrency=${n}`, '--test-timeout=120000',
+  process.execPath, '--enable-source-maps', '--test', `--test-concurrency=${n}`, '--test-timeout=120000',
   '--test-reporter=./test/reporters/files.mjs', '--test-reporter-destination=stdout',
 ];
 
 const phases = [
   { name: 'typecheck', argv: [process.execPath, join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit'] },
-  { name: 'tests', argv: [...nodeTest(concurrency), ...targets] },
-  { name: 'workers', title: 'e2e --workers 2', argv: [...nodeTest(workersConcurrency), ...workerFiles], env: { GATEWAY_TEST_WORKERS: '2' } },
+  { name: 'tests', argv: [...nodeTest(concurrency), ...targets.map(js)], transpiled: true },
+  { name: 'workers', title: 'e2e --workers 2', argv: [...nodeTest(workersConcurrency), ...workerFiles.map(js)], env: { GATEWAY_TEST_WORKERS: '2' }, transpiled: true },
 ].filter((p) => (only === undefined ? args.length === 0 || p.name !== 'workers' : only.includes(p.name)));
 
 const started = performance.now();
 const secs = () => ((performance.now() - started) / 1000).toFixed(0);
 process.stderr.write(`npm test: ${phases.map((p) => p.title ?? p.name).join(', ')} (${targets.length} test files; ${workerFiles.length} again with --workers 2)\n`);
 
+const buildDir = phases.some((p) => p.transpiled) ? await buildTestTree(root) : root;
+process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
+
 const results = await Promise.all(
   phases.map(
     (p) =>
       new Promise((resolve) => {
-        const child = spawn(p.argv[0], p.argv.slice(1), { cwd: root, env: { ...process.env, ...p.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn(p.argv[0], p.argv.slice(1), { cwd: p.transpiled ? buildDir : root, env: { ...process.env, ...p.env }, stdio: ['ignore', 'pipe', 'pipe'] });
         let out = '';
         child.stdout.on('data', (c) => (out += c));
         child.stderr.on('data', (c) => (out += c));

@@ -10,12 +10,12 @@ import { once } from 'node:events';
 import { closeSync, openSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
 import { LogSink } from '../src/log-sink.js';
 import { freshDir, hangGuard } from './helpers/async.js';
+import { nodeEntry } from './helpers/entry.js';
 
-const childScript = fileURLToPath(new URL('./fixtures/log-sink-child.ts', import.meta.url));
+const CHILD = new URL('./fixtures/log-sink-child.ts', import.meta.url);
 
 test('pino lines reach the file in order; drain() resolves true once written', async () => {
   const d = await freshDir();
@@ -60,7 +60,7 @@ test('bad options are refused with a RangeError naming the option', () => {
 });
 
 test('a dead reader (EPIPE) breaks the sink silently and the process still exits', async () => {
-  const child = spawn(process.execPath, ['--import', 'tsx', childScript], { stdio: ['pipe', 'pipe', 'pipe'] });
+  const child = spawn(process.execPath, nodeEntry(CHILD), { stdio: ['pipe', 'pipe', 'pipe'] });
   let stderr = '';
   child.stderr.on('data', (b: Buffer) => (stderr += b.toString()));
   const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;

@@ -8,12 +8,14 @@ import { spawn } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
+import { pathToFileURL } from 'node:url';
 import { repoRoot } from '../helpers/shared.js';
+import { nodeEntry } from '../helpers/entry.js';
 
-/** `node --import tsx <file> ...args` in the repository: exit code, stdout and stderr. */
+/** `node <file> ...args` in the repository (transpiled or through tsx: ../helpers/entry.ts): exit code, stdout and stderr. */
 function run(file: string, args: string[]): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', file, ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...nodeEntry(pathToFileURL(join(repoRoot, file))), ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));

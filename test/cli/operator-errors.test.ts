@@ -10,13 +10,14 @@ import { createServer, type Server } from 'node:net';
 import { test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { main } from '../../src/cli.js';
+import { nodeEntry } from '../helpers/entry.js';
 
-const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const CLI = new URL('../../src/cli.ts', import.meta.url);
 const binPath = fileURLToPath(new URL('../../bin/model-gateway.mjs', import.meta.url));
 const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
 
 /** Run `model-gateway ARGS` as a child (no MODEL_GATEWAY_* from the outer environment); exit code and output. */
-function cli(args: string[], entry: string[] = ['--import', 'tsx', cliPath]): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(args: string[], entry: string[] = nodeEntry(CLI)): Promise<{ code: number; stdout: string; stderr: string }> {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MODEL_GATEWAY_')));
   return new Promise((resolve) => {
     execFile(process.execPath, [...entry, ...args], { env: clean, timeout: 50_000 }, (err, stdout, stderr) => {

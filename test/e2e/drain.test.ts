@@ -13,15 +13,15 @@ import { once } from 'node:events';
 import { existsSync, readFileSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { hangGuard } from '../helpers/async.js';
+import { nodeEntry } from '../helpers/entry.js';
 import { freePort } from '../helpers/net.js';
 import { alive, simRanksOf, waitAllGone } from '../helpers/processes.js';
 import { testWorkers } from '../helpers/test-gateway.js';
 import { sendCompletion } from './failure-helpers.js';
 import { waitUntil } from './spread-helpers.js';
 
-const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const CLI = new URL('../../src/cli.ts', import.meta.url);
 const MODEL = 'sim';
 const WORKERS = testWorkers();
 const WORKER_ARGS = ['--workers', String(WORKERS)];
@@ -39,7 +39,7 @@ async function startCli(
   const port = await freePort();
   const gw = spawn(
     process.execPath,
-    ['--import', 'tsx', cliPath, 'serve', ...WORKER_ARGS, '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json', ...groupArgs, ...extra],
+    [...nodeEntry(CLI), 'serve', ...WORKER_ARGS, '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json', ...groupArgs, ...extra],
     { stdio: [stdin, 'pipe', 'pipe'] },
   );
   const exited = once(gw, 'exit');

@@ -18,7 +18,7 @@ import { freshDir } from '../helpers/async.js';
 import { freePort } from '../helpers/net.js';
 import { simRanksOf } from '../helpers/processes.js';
 import { frontsOf } from './workers-helpers.js';
-import { NodeProcess, childEnv, cliPath, get, killAll } from './restart-helpers.js';
+import { CLI, NodeProcess, childEnv, get, killAll } from './restart-helpers.js';
 
 const SIM_ARGS = ['--sim-arg=--time-scale', '--sim-arg=0', '--sim-arg=--log-level', '--sim-arg=warn'];
 
@@ -37,7 +37,7 @@ test("a dead gateway's socket files are removed by the next one, a live one's ar
   const procs: NodeProcess[] = [];
   const extra: number[] = [];
   const start = (args: string[]): NodeProcess => {
-    const p = NodeProcess.spawn([cliPath, 'serve', ...args], env);
+    const p = NodeProcess.spawn(CLI, ['serve', ...args], env);
     procs.push(p);
     return p;
   };

@@ -15,13 +15,12 @@ import assert from 'node:assert/strict';
 import { mkdirSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { fileURLToPath } from 'node:url';
 import { freshDir, waitFor } from '../helpers/async.js';
 import { freePort } from '../helpers/net.js';
 import { alive } from '../helpers/processes.js';
-import { NodeProcess, childEnv, cliPath, get, killAll, post } from './restart-helpers.js';
+import { CLI, NodeProcess, childEnv, get, killAll, post } from './restart-helpers.js';
 
-const fixture = fileURLToPath(new URL('./fixtures/keep-running-gateway.ts', import.meta.url));
+const FIXTURE = new URL('./fixtures/keep-running-gateway.ts', import.meta.url);
 const MODEL = 'sim';
 const SHORT = { model: MODEL, prompt: 'Hi.', max_tokens: 5, ignore_eos: true };
 /** Runs until aborted: at time scale 0 a step takes about a millisecond, so 20 000 tokens take far longer than the test. */
@@ -52,7 +51,7 @@ for (const workers of [1, 2]) {
     let b: NodeProcess | null = null;
     let ranks: number[] = [];
     try {
-      a = NodeProcess.spawn([fixture, JSON.stringify({
+      a = NodeProcess.spawn(FIXTURE, [JSON.stringify({
         engineUrl, handshake, sim: 2, port: portA, modelId: MODEL, logLevel: 'info',
         simArgs: ['--keep-running', '--time-scale', '0', '--log-level', 'warn', '--stats-dir', statsDir],
       })], env);
@@ -72,8 +71,8 @@ for (const workers of [1, 2]) {
       assert.deepEqual(ranks.map(alive), [true, true], 'the --keep-running ranks outlive their gateway');
 
       const spawnedAt = performance.now();
-      b = NodeProcess.spawn([
-        cliPath, 'serve', '--engine-url', engineUrl, '--dp-size', '2', '--handshake', handshake, '--port', String(portB),
+      b = NodeProcess.spawn(CLI, [
+        'serve', '--engine-url', engineUrl, '--dp-size', '2', '--handshake', handshake, '--port', String(portB),
         '--model', MODEL, '--workers', String(workers), '--log-format', 'json', '--log-level', 'info', '--exit-with-parent',
       ], env);
       const base = `http://127.0.0.1:${portB}`;
@@ -145,14 +144,14 @@ test('a gateway restarted with the same simulated group adopts the ranks still r
   let b: NodeProcess | null = null;
   const ranks: number[] = [];
   try {
-    a = NodeProcess.spawn([fixture, JSON.stringify(await options())], env);
+    a = NodeProcess.spawn(FIXTURE, [JSON.stringify(await options())], env);
     ranks.push(...((await a.waitLog((l) => l['ready'] === true, 'gateway A ready'))['pids'] as number[]));
     assert.equal(ranks.length, 2);
     await a.kill('SIGKILL');
     await killAll([ranks[1]!]); // rank 1's engine is gone too; rank 0's keeps running
 
     const optsB = await options();
-    b = NodeProcess.spawn([fixture, JSON.stringify(optsB)], env);
+    b = NodeProcess.spawn(FIXTURE, [JSON.stringify(optsB)], env);
     const spawned = (await b.waitLog((l) => l['ready'] === true, 'gateway B ready'))['pids'] as number[];
     ranks.push(...spawned);
     assert.equal(spawned.length, 1, 'one simulated rank spawned, for the index nobody adopted');

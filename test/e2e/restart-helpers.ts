@@ -7,11 +7,12 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { hangGuard } from '../helpers/async.js';
 import { alive, waitAllGone } from '../helpers/processes.js';
+import { nodeEntry } from '../helpers/entry.js';
 
-export const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+/** The CLI's entry file (for {@link NodeProcess.spawn}). */
+export const CLI = new URL('../../src/cli.ts', import.meta.url);
 
 /** One parsed JSON log line. */
 export type LogLine = Record<string, unknown> & { msg?: string };
@@ -55,9 +56,12 @@ export class NodeProcess {
     child.stderr!.on('data', (d: Buffer) => (this.stderr += d.toString()));
   }
 
-  /** `node --import tsx <args>` with `env`; stdin is a pipe (for `--exit-with-parent` and the fixtures). */
-  static spawn(args: string[], env: NodeJS.ProcessEnv): NodeProcess {
-    return new NodeProcess(spawn(process.execPath, ['--import', 'tsx', ...args], { stdio: ['pipe', 'pipe', 'pipe'], env }));
+  /**
+   * `node <entry> <args>` with `env` (the entry's .js when the suite runs transpiled, else the .ts through tsx:
+   * ../helpers/entry.ts); stdin is a pipe (for `--exit-with-parent` and the fixtures).
+   */
+  static spawn(entry: URL, args: string[], env: NodeJS.ProcessEnv): NodeProcess {
+    return new NodeProcess(spawn(process.execPath, [...nodeEntry(entry), ...args], { stdio: ['pipe', 'pipe', 'pipe'], env }));
   }
 
   get pid(): number {

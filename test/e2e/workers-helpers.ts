@@ -8,14 +8,16 @@ import { once } from 'node:events';
 import { readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { freePort } from '../helpers/net.js';
 import { waitFor } from '../helpers/async.js';
 import { alive, simRanksOf } from '../helpers/processes.js';
+import { entryPattern, nodeEntry } from '../helpers/entry.js';
 
 export { waitFor };
 
-const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const CLI = new URL('../../src/cli.ts', import.meta.url);
+const CLI_FILE = entryPattern('src/cli');
+const SIM_MAIN_FILE = entryPattern('sim/main');
 export const MODEL = 'sim';
 /** Socket idle timeout of the helpers' one-shot GET/POST requests, ms (a hang guard, not a timing assertion). */
 const REQUEST_TIMEOUT_MS = 15_000;
@@ -33,7 +35,7 @@ export function frontsOf(pid: number): number[] {
   return out.split('\n').filter(Boolean).map(Number).filter((child) => {
     try {
       const cmd = readFileSync(`/proc/${child}/cmdline`, 'utf8');
-      return cmd.includes('cli.ts') && !cmd.includes('sim/main.ts') && alive(child);
+      return CLI_FILE.test(cmd) && !SIM_MAIN_FILE.test(cmd) && alive(child);
     } catch {
       return false;
     }
@@ -103,7 +105,7 @@ export class WorkersGateway {
     const child = spawn(
       process.execPath,
       [
-        '--import', 'tsx', ...(launch.nodeArgs ?? []), cliPath, 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
+        ...nodeEntry(CLI, launch.nodeArgs), 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
         '--sim', String(ranks), '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', '--exit-with-parent', ...extra,
       ],
       // stdin is the --exit-with-parent pipe: a test file cancelled by the runner takes its gateway with it.

@@ -9,13 +9,15 @@
 import assert from 'node:assert/strict';
 import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
 import { MAX_FAILED_STARTS } from '../../src/fronts/cluster.js';
 import { freshDir, hangGuard } from '../helpers/async.js';
 import { alive } from '../helpers/processes.js';
+import { entryPath } from '../helpers/entry.js';
 import { WorkersGateway, waitFor, type LaunchOptions } from './workers-helpers.js';
 
-const FIXTURE = new URL('../fixtures/front-fault.ts', import.meta.url).href;
+const FIXTURE = pathToFileURL(entryPath(new URL('../fixtures/front-fault.ts', import.meta.url))).href;
 
 let dir: { dir: string; cleanup: () => Promise<void> };
 let faultFile: string;

@@ -17,6 +17,7 @@ import { EngineDialer } from '../../src/transport/engine-dialer.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { freePort } from '../helpers/net.js';
+import { nodeEntry } from '../helpers/entry.js';
 import { freshDir, hangGuard } from '../helpers/async.js';
 import { repoRoot } from '../helpers/shared.js';
 import { readyFor } from '../transport/helpers.js';
@@ -102,7 +103,7 @@ test('a rank that goes away (in process): disconnect → probe → EHOSTUNREACH 
 test('a SIGKILLed rank process (no sentinel): that rank is dead without waiting for the silence watchdog', async () => {
   const { endpoints, link } = await boundLink(2);
   const client = clientOver(link);
-  const child = spawn(process.execPath, ['--import', 'tsx', join(repoRoot, 'test/transport/fixtures/dial-child.ts'), endpoints.handshake, '1'], {
+  const child = spawn(process.execPath, [...nodeEntry(new URL('../transport/fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '1'], {
     cwd: repoRoot,
     stdio: ['ignore', 'ignore', 'inherit'],
   });

@@ -1,8 +1,11 @@
 /** Process inspection for the tests that kill gateways and simulated ranks (Linux: pgrep and /proc). */
 import { execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
+import { entryPattern } from './entry.js';
 
-/** The children of `pid` that run src/sim/main.ts (tsx may add a helper child such as esbuild's service). */
+const SIM_MAIN = entryPattern('sim/main');
+
+/** The children of `pid` that run src/sim/main.ts or its transpiled .js (tsx may add a helper child such as esbuild's service). */
 export function simRanksOf(pid: number): number[] {
   let out = '';
   try {
@@ -12,7 +15,7 @@ export function simRanksOf(pid: number): number[] {
   }
   return out.split('\n').filter(Boolean).map(Number).filter((child) => {
     try {
-      return readFileSync(`/proc/${child}/cmdline`, 'utf8').includes('sim/main.ts');
+      return SIM_MAIN.test(readFileSync(`/proc/${child}/cmdline`, 'utf8'));
     } catch {
       return false;
     }

@@ -16,18 +16,20 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import type { GatewayOptions, GroupOptions, RunningGateway } from '../../src/gateway.js';
 import type { HealthBody } from '../../src/server/health.js';
 import type { RanksView, RankView } from '../../src/server/routes/ranks.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { waitFor } from './async.js';
+import { entryPattern, nodeEntry } from './entry.js';
 import { startSimGateway } from './gateway.js';
 import type { LogRecord } from './logs.js';
 import { freePort } from './net.js';
 import { alive, simRanksOf } from './processes.js';
 
-const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const CLI = new URL('../../src/cli.ts', import.meta.url);
+const CLI_FILE = entryPattern('src/cli');
+const SIM_MAIN_FILE = entryPattern('sim/main');
 
 /** `GATEWAY_TEST_WORKERS` as a number: 1 (one process) unless set to an integer ≥ 2. */
 export function testWorkers(env: NodeJS.ProcessEnv = process.env): number {
@@ -302,7 +304,7 @@ class ChildGateway extends HttpView implements TestGateway {
     // (every front listens); `logs` keeps only the records at `logLevel` and above, as asked.
     const keepFrom = PINO_LEVELS[logLevel] ?? 0;
     const args = [
-      '--import', 'tsx', cliPath, 'serve', '--workers', String(workers), '--exit-with-parent',
+      ...nodeEntry(CLI), 'serve', '--workers', String(workers), '--exit-with-parent',
       '--port', String(port), '--log-level', logLevel === 'silent' || keepFrom > PINO_LEVELS['info']! ? 'info' : logLevel, '--log-format', 'json',
       // close() is "stop at once", as RunningGateway.close(): no grace for requests still live.
       ...(opts.shutdownGraceMs === undefined ? ['--shutdown-grace-ms', '0'] : []),
@@ -355,7 +357,7 @@ class ChildGateway extends HttpView implements TestGateway {
     if (pid === undefined) return [];
     return childrenOf(pid).filter((p) => {
       const cmd = cmdline(p);
-      return cmd.some((a) => a.endsWith('cli.ts')) && !cmd.some((a) => a.endsWith('sim/main.ts'));
+      return cmd.some((a) => CLI_FILE.test(a)) && !cmd.some((a) => SIM_MAIN_FILE.test(a));
     });
   }
 

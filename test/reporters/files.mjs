@@ -11,7 +11,8 @@ export default async function* filesReporter(source) {
   let pass = 0;
   let fail = 0;
   let skip = 0;
-  const fileOf = (data) => (data.file ? relative(process.cwd(), data.file) : '(no file)');
+  // With source maps the file is the original .ts beside the transpiled copy (scripts/test-build.mjs): drop the ../ part.
+  const fileOf = (data) => (data.file ? relative(process.cwd(), data.file).replace(/^(\.\.\/)+/, '') : '(no file)');
   for await (const event of source) {
     const { type, data } = event;
     if (type !== 'test:pass' && type !== 'test:fail') continue;

@@ -10,17 +10,17 @@ import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { existsSync, rmSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { hangGuard } from './helpers.js';
 import { alive, simRanksOf, waitAllGone } from '../helpers/processes.js';
+import { nodeEntry } from '../helpers/entry.js';
 
-const cliPath = fileURLToPath(new URL('../../src/cli.ts', import.meta.url));
+const CLI = new URL('../../src/cli.ts', import.meta.url);
 
 /** A `model-gateway serve --sim 2` child process with helpers to wait for its JSON log lines. */
 async function startCliGateway() {
   const gw = spawn(
     process.execPath,
-    ['--import', 'tsx', cliPath, 'serve', '--workers', '1', '--port', '0', '--sim', '2', '--log-level', 'info', '--sim-arg=--log-level', '--sim-arg=silent'],
+    [...nodeEntry(CLI), 'serve', '--workers', '1', '--port', '0', '--sim', '2', '--log-level', 'info', '--sim-arg=--log-level', '--sim-arg=silent'],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const messages: Array<Record<string, unknown>> = [];

@@ -12,12 +12,12 @@ import { rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import { freePort } from '../helpers/net.js';
 import { hangGuard } from '../helpers/async.js';
 import { alive, simRanksOf, waitAllGone } from '../helpers/processes.js';
+import { nodeEntry } from '../helpers/entry.js';
 
-const parentScript = fileURLToPath(new URL('./fixtures/orphan-parent.ts', import.meta.url));
+const PARENT = new URL('./fixtures/orphan-parent.ts', import.meta.url);
 
 
 
@@ -26,7 +26,7 @@ const parentScript = fileURLToPath(new URL('./fixtures/orphan-parent.ts', import
 for (const level of ['silent', 'info'] as const) {
   for (const mode of ['serving', 'dialing'] as const) {
     test(`ranks exit when their parent is SIGKILLed (${mode}, log level ${level})`, async () => {
-      const args = ['--import', 'tsx', parentScript, mode, String(await freePort()), level];
+      const args = [...nodeEntry(PARENT), mode, String(await freePort()), level];
       const parent = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'inherit'] });
       // At `info` the gateway's own log lines share the pipe: wait for the line that is exactly `ready`, reading on.
       const lines = createInterface({ input: parent.stdout, crlfDelay: Infinity });

@@ -24,6 +24,7 @@ import { ConfigError, SendTimeoutError, TransportError } from '../../src/transpo
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import type { ZmqLinkOptions } from '../../src/transport/zmq-link.js';
 import { freePort } from '../helpers/net.js';
+import { nodeEntry } from '../helpers/entry.js';
 import { freshDir, hangGuard, rawDealer, readyFor, recordingLogger, repoRootDir } from './helpers.js';
 
 const GUARD_MS = 10_000;
@@ -343,7 +344,7 @@ describe('data path', () => {
 
   test('a SIGKILLed engine process is reported as disconnect on the output PULL (no sentinel, no receive error)', async () => {
     const { endpoints, link } = await bindLink(1);
-    const child = spawn(process.execPath, ['--import', 'tsx', join(repoRootDir, 'test/transport/fixtures/dial-child.ts'), endpoints.handshake, '0'], {
+    const child = spawn(process.execPath, [...nodeEntry(new URL('./fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '0'], {
       cwd: repoRootDir,
       stdio: ['ignore', 'pipe', 'inherit'],
     });

@@ -1,0 +1,70 @@
+/**
+ * The transpiled copy of the repository that `npm test` runs (issue 27: the suite in minutes on a 2-core machine).
+ *
+ * Every file of the working tree (`git ls-files`: tracked and untracked, not ignored) is copied to `.test-build/`
+ * under the same path, and every `.ts` file of src/, test/ and bench/ gets its `.js` beside it, transpiled file by
+ * file with esbuild (types stripped, nothing bundled; safe because tsconfig.json has `isolatedModules` and
+ * `verbatimModuleSyntax`, and the type check is tsc's own phase). Test files and every process they start then run on
+ * plain node: loading TypeScript through tsx costs ~1.2 CPU-s per process, and the suite starts hundreds
+ * (test/helpers/entry.ts; src/sim/spawn.ts and src/tokenizer/off-loop.ts pick `.js` the same way). Paths that tests
+ * compute from `import.meta.url` (fixtures, vectors, README.md, package.json) resolve inside the copy, and
+ * `.test-build/node_modules` links to the repository's.
+ *
+ * The folder is rebuilt from scratch on every call (about a second), so nothing stale is ever run.
+ */
+import { execFileSync } from 'node:child_process';
+import { copyFileSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { build } from 'esbuild';
+
+/** The folder, relative to the repository root. */
+export const TEST_BUILD_DIR = '.test-build';
+
+/**
+ * Rebuilds `<root>/.test-build` and resolves to its absolute path.
+ * @param {string} root the repository root (absolute).
+ * @returns {Promise<string>}
+ * @throws when git cannot list the files (not a git checkout) or esbuild rejects a file (a syntax error).
+ */
+export async function buildTestTree(root) {
+  const out = join(root, TEST_BUILD_DIR);
+  rmSync(out, { recursive: true, force: true });
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: root, encoding: 'utf8', maxBuffer: 64 << 20 })
+    .split('\0')
+    .filter((f) => f !== '' && !f.startsWith(`${TEST_BUILD_DIR}/`));
+  const made = new Set();
+  for (const f of files) {
+    const dir = dirname(join(out, f));
+    if (!made.has(dir)) {
+      mkdirSync(dir, { recursive: true });
+      made.add(dir);
+    }
+    try {
+      copyFileSync(join(root, f), join(out, f));
+    } catch (error) {
+      // A file deleted in the working tree but not yet in the index: there is nothing to copy.
+      if (error.code !== 'ENOENT') throw error;
+    }
+  }
+  symlinkSync(join(root, 'node_modules'), join(out, 'node_modules'), 'dir');
+  const sources = files.filter((f) => /^(src|test|bench)\/.*\.ts$/.test(f) && !f.endsWith('.d.ts'));
+  await build({
+    entryPoints: sources.map((f) => join(root, f)),
+    outdir: out,
+    outbase: root,
+    bundle: false,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    sourcemap: 'linked',
+    logLevel: 'warning',
+  });
+  return out;
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const root = new URL('..', import.meta.url).pathname;
+  const started = performance.now();
+  const out = await buildTestTree(root);
+  process.stderr.write(`${out}: built in ${((performance.now() - started) / 1000).toFixed(1)} s\n`);
+}
