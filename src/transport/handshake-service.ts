@@ -13,7 +13,12 @@
  * be able to take an identity over is a new process's registration: between its READY and its registration (the same
  * engine step, milliseconds apart; model loading happens before READY, engine-wire.md 1.9) the service turns handover
  * on, so the process that just completed the handshake displaces a stale connection still holding its identity (an
- * old process of the index, or a squatter), and off again once no registration is pending.
+ * old process of the index, or a squatter), and off again once no registration is pending. While handover is on, any
+ * connection can take any identity, so the window is kept short: a rank that said READY must register within
+ * `REGISTRATION_AFTER_READY_MS` (not the 600 s stage bound), and one that does not (a peer that says HELLO and READY
+ * for a free index and never registers, to hold handover on and steal a live rank's identity; found by the issue 26
+ * break pass) turns handover off for `HANDOVER_COOLDOWN_MS`: registrations still work then, only a stale connection
+ * holding the same identity is not displaced (that rank's registration times out and it says HELLO again).
  *
  * Hardening: every message that is not exactly `[identity, payload]`, carries an identity that is not 2 bytes, names
  * an engine index outside 0..dpSize−1, does not decode, arrives out of order (READY before HELLO, a second READY, a
@@ -64,6 +69,10 @@ export interface HandshakeServiceOptions {
   dpSize: number;
   /** Bound on each stage of one rank's handshake (INIT sent → READY, → registration), in ms. */
   timeoutMs: number;
+  /** Bound between READY and the registration, ms (default `REGISTRATION_AFTER_READY_MS`; capped by `timeoutMs`). */
+  registrationWindowMs?: number;
+  /** Handover off after a missed registration window, ms (default `HANDOVER_COOLDOWN_MS`). */
+  handoverCooldownMs?: number;
   host: HandshakeHost;
   logger: MinimalLogger;
 }
@@ -83,6 +92,14 @@ function peerOf(frames: readonly Uint8Array[]): string {
   return frames.length > 0 ? describeIdentity(frames[0]!) : 'unknown peer';
 }
 
+/**
+ * Bound between a rank's READY and its registration on the input socket, ms. A real engine sends both in the same
+ * step after model loading (engine-wire.md 1.9), milliseconds apart; the bound is generous for a loaded machine.
+ */
+export const REGISTRATION_AFTER_READY_MS = 5_000;
+/** How long handover stays off after a READY that was not followed by a registration in time, ms (module docs). */
+export const HANDOVER_COOLDOWN_MS = 60_000;
+
 /** The handshake service of one engine group. Create once the sockets are bound; `start()` runs it. */
 export class HandshakeService {
   /** Refused messages by reason (a live record). */
@@ -94,6 +111,10 @@ export class HandshakeService {
   private stopped = false;
   /** Whether the input ROUTER hands identities over now (`syncHandover`). */
   private handover = false;
+  /** `performance.now()` before which handover stays off (a READY without a registration in time), ms. */
+  private handoverOffUntil = 0;
+  /** Handover refusals (cooldowns started); a live count for tests and the ranks view. */
+  handoverCooldowns = 0;
   /** zeromq.js allows one send in flight per socket: INITs go out one after another. */
   private initChain: Promise<void> = Promise.resolve();
 
@@ -121,6 +142,7 @@ export class HandshakeService {
   private syncHandover(): void {
     let pending = false;
     for (const p of this.ranks.values()) if (p.stage === 'init-sent' && p.ready && p.registration === null) pending = true;
+    if (performance.now() < this.handoverOffUntil) pending = false;
     if (this.handover === pending) return;
     this.handover = pending;
     try {
@@ -286,7 +308,8 @@ export class HandshakeService {
   /** A stage completed: join when READY and the registration are both in, else restart the stage timer. */
   private progressed(p: Progress): void {
     if (!p.ready || p.registration === null) {
-      this.armTimer(p, p.ready ? 'the registration on the input socket' : 'READY');
+      if (p.ready) this.armTimer(p, 'the registration on the input socket', Math.min(this.opts.timeoutMs, this.opts.registrationWindowMs ?? REGISTRATION_AFTER_READY_MS));
+      else this.armTimer(p, 'READY');
       return;
     }
     this.clearTimer(p);
@@ -294,14 +317,23 @@ export class HandshakeService {
     this.opts.host.joined({ identity: p.identity, engineIndex: p.engineIndex, ready: p.registration });
   }
 
-  private armTimer(p: Progress, waitingFor: string): void {
+  private armTimer(p: Progress, waitingFor: string, ms = this.opts.timeoutMs): void {
     this.clearTimer(p);
     const timer = setTimeout(() => {
       p.timer = null;
       if (this.stopped || this.ranks.get(p.engineIndex) !== p) return;
       this.ranks.delete(p.engineIndex);
+      if (p.ready && p.registration === null) {
+        const cooldownMs = this.opts.handoverCooldownMs ?? HANDOVER_COOLDOWN_MS;
+        this.handoverOffUntil = performance.now() + cooldownMs;
+        this.handoverCooldowns++;
+        this.opts.logger.warn(
+          { engineIndex: p.engineIndex, peer: describeIdentity(p.identity), cooldownMs },
+          `handshake: ${describeIdentity(p.identity)} said READY but did not register within ${ms} ms; identity handover on the input socket is off for ${cooldownMs} ms (a peer holding it open could take a live rank's identity)`,
+        );
+      }
       this.syncHandover();
-      const detail = `no ${waitingFor} within ${this.opts.timeoutMs} ms of its previous handshake message; back to not joined (it must say HELLO again)`;
+      const detail = `no ${waitingFor} within ${ms} ms of its previous handshake message; back to not joined (it must say HELLO again)`;
       this.reject('handshake-timeout', 'handshake', describeIdentity(p.identity), detail);
       this.opts.host.joinFailed(p.engineIndex, `handshake timed out waiting for ${waitingFor}`);
     }, this.opts.timeoutMs);

@@ -111,6 +111,11 @@ export interface ZmqLinkOptions {
   dpSize: number;
   /** Bound on each stage of one rank's handshake (HELLO → READY, → registration), in ms. Default 600 000. */
   handshakeReceiveTimeoutMs?: number;
+  /**
+   * Handover hardening of the handshake service (handshake-service.ts): the READY → registration bound and the handover
+   * cooldown after a missed one, ms. Defaults `REGISTRATION_AFTER_READY_MS`, `HANDOVER_COOLDOWN_MS`; tests shorten them.
+   */
+  handover?: { registrationWindowMs?: number; cooldownMs?: number };
   /** Bound on each input send, in ms. Default 10 000. */
   sendTimeoutMs?: number;
   /**
@@ -292,6 +297,8 @@ export class ZmqEngineLink implements EngineLink {
       endpoints: this.endpoints,
       dpSize: this.dpSize,
       timeoutMs: this.handshakeTimeoutMs,
+      ...(opts.handover?.registrationWindowMs !== undefined ? { registrationWindowMs: opts.handover.registrationWindowMs } : {}),
+      ...(opts.handover?.cooldownMs !== undefined ? { handoverCooldownMs: opts.handover.cooldownMs } : {}),
       logger: this.log,
       host: {
         admitHello: (index) => this.admitHello(index),
@@ -428,6 +435,11 @@ export class ZmqEngineLink implements EngineLink {
   /** Handshake messages refused so far, by reason (a live record). */
   get handshakeRejected(): Readonly<Record<string, number>> {
     return this.handshakeService.rejected;
+  }
+
+  /** How many times a READY without a registration in time turned identity handover off (handshake-service.ts). */
+  get handoverCooldowns(): number {
+    return this.handshakeService.handoverCooldowns;
   }
 
   /** The latest joined engine of every index that ever joined, sorted by identity bytes (engine-wire.md 1.5). */

@@ -342,6 +342,36 @@ describe('data path', () => {
     void out;
   });
 
+  test('a peer that says READY for a free index and never registers cannot hold handover on to steal a live rank\'s identity (issue 26 break pass)', async () => {
+    const log = recordingLogger();
+    const { endpoints, link, dialers } = await connected([0], { logger: log, handover: { registrationWindowMs: 100, cooldownMs: 60_000 } }, {}, 2);
+    // The rogue: HELLO and READY for free index 1 (INIT comes back), then silence on the input socket.
+    const rogue = rawAt(endpoints.handshake, id(1));
+    await rogue.send(HELLO);
+    await hangGuard(rogue.receive(), GUARD_MS, 'INIT to the rogue');
+    await rogue.send(READY);
+    await until(() => link.handoverCooldowns === 1, 'the registration window expires and handover goes off');
+    assert.ok(log.records.some((r) => r.level === 'warn' && /said READY but did not register within 100 ms; identity handover .* is off/.test(r.msg)));
+    // It tries again at once: handover stays off, so a thief presenting live rank 0's identity gets nothing.
+    await rogue.send(HELLO);
+    await hangGuard(rogue.receive(), GUARD_MS, 'INIT to the rogue, again');
+    await rogue.send(READY);
+    const thief = rawAt(endpoints.input, id(0));
+    await thief.send(encodeReadyResponse(readyFor(0)));
+    for (let i = 0; i < 3; i++) await link.send(id(0), RequestType.ADD, Uint8Array.of(0xc4, i));
+    const requests = dialers[0]!.requests()[Symbol.asyncIterator]();
+    for (let i = 0; i < 3; i++) {
+      const r = await hangGuard(requests.next(), GUARD_MS, 'the registered rank receives');
+      assert.deepEqual([...r.value!.payload], [0xc4, i]);
+    }
+    thief.receiveTimeout = 0;
+    await assert.rejects(thief.receive(), { code: 'EAGAIN' }, 'nothing reached the thief');
+    // A real rank 1 still joins during the cooldown (no stale connection holds its identity).
+    rogue.close();
+    await dial(endpoints.handshake, 1);
+    await hangGuard(link.whenJoined(2), GUARD_MS, 'rank 1 joins');
+  });
+
   test('a SIGKILLed engine process is reported as disconnect on the output PULL (no sentinel, no receive error)', async () => {
     const { endpoints, link } = await bindLink(1);
     const child = spawn(process.execPath, [...nodeEntry(new URL('./fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '0'], {
