@@ -24,7 +24,9 @@
  * ignored and dropped from the file (the engine is gone, or is restarting and will say HELLO); a record naming an
  * index outside the group's slots, an identity that is not its index's, a ready response that does not validate, or a
  * file written for another worker URL or another engine family is ignored with a warning. A file that does not parse
- * is tolerated: a warning, no rank adopted, and the next join writes a fresh one. Reading and writing never throw.
+ * is tolerated: a warning, no rank adopted, and the next join writes a fresh one; the corrupt file is kept beside it as
+ * `<file>.corrupt` (the running ranks' handshake facts may still be read off it by hand, and the next join would
+ * otherwise overwrite them). Reading and writing never throw.
  */
 import { readFileSync, renameSync, unlinkSync, writeFileSync } from 'node:fs';
 import { encodeEngineIdentity } from '../protocols/identity.js';
@@ -200,8 +202,14 @@ export function readRankRecords(
   try {
     parsed = parseRankRecords(text);
   } catch (error) {
+    let keptAs: string | null = `${path}.corrupt`;
+    try {
+      renameSync(path, keptAs);
+    } catch {
+      keptAs = null;
+    }
     log.warn(
-      { path, err: errorMessage(error) },
+      { path, err: errorMessage(error), keptAs },
       'the rank records file is corrupt and is ignored: no rank of the previous gateway is adopted (ranks join through the handshake; the next join rewrites the file)',
     );
     return none;

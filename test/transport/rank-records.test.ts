@@ -7,7 +7,7 @@
  * index goes through the normal handshake.
  */
 import assert from 'node:assert/strict';
-import { readFileSync, statSync, writeFileSync } from 'node:fs';
+import { existsSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { encodeReadyResponse } from '../../src/protocols/handshake.js';
@@ -99,6 +99,8 @@ test('a corrupt or foreign file is tolerated with one warning and adopts nothing
       assert.equal(back.records.size, 0, text);
       assert.equal(log.records.length, 1, text);
       assert.match(log.records[0]!.msg, /corrupt and is ignored/);
+      assert.equal(readFileSync(`${path}.corrupt`, 'utf8'), text, 'the corrupt file is kept for the operator, not overwritten by the next join');
+      assert.equal(existsSync(path), false);
     }
     assert.throws(() => parseRankRecords('nope'), /not JSON/);
   } finally {
