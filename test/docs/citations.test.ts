@@ -22,7 +22,8 @@ import { existsSync, readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
-const SELF = fileURLToPath(import.meta.url);
+/** This file without its extension: its own examples are fixtures, as .ts or transpiled .js (scripts/test-build.mjs). */
+const SELF = fileURLToPath(import.meta.url).replace(/\.[jt]s$/, '');
 const ROOT = join(dirname(SELF), '..', '..');
 const REFERENCE_DIR = join(ROOT, 'docs', 'reference');
 const MULTI_PROCESS_DOC = join(ROOT, 'docs', 'architecture.md');
@@ -174,7 +175,9 @@ function* walk(dir: string): Generator<string> {
     const path = join(dir, entry);
     const st = statSync(path);
     if (st.isDirectory()) yield* walk(path);
-    else if (SCANNED_FILE.test(entry) && path !== SELF) yield path; // this file's own examples are fixtures
+    else if (!SCANNED_FILE.test(entry) || path.replace(/\.[jt]s$/, '') === SELF) continue;
+    // A .js beside its .ts is the transpiled copy npm test runs (scripts/test-build.mjs): the .ts has the comments.
+    else if (!(entry.endsWith('.js') && existsSync(path.slice(0, -3) + '.ts'))) yield path;
   }
 }
 

@@ -97,10 +97,10 @@ for (const lockstep of [false, true]) {
       for await (const chunk of stream) {
         if (chunk.choices[0]?.delta.content) break;
       }
-      const deadline = Date.now() + 10_000; // hang guard only
+      const deadline = Date.now() + 60_000; // hang guard only
       while ((await aborts()) === abortsBefore || (await inFlight()) > 0) {
-        assert.ok(Date.now() < deadline, 'ABORT not sent within 10 s of the disconnect');
-        await new Promise((r) => setTimeout(r, 10));
+        assert.ok(Date.now() < deadline, 'ABORT not sent within 60 s of the disconnect');
+        await new Promise((r) => setTimeout(r, 50));
       }
       assert.equal(await aborts(), abortsBefore + 1);
     });

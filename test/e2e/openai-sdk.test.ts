@@ -75,10 +75,10 @@ describe('openai SDK against a gateway over 2 simulated ranks', () => {
       if (chunk.choices[0]?.delta.content) break; // `break` aborts the HTTP request (the SDK's controller)
     }
     // Hang guard only: the ABORT goes out as soon as the server sees the socket close.
-    const deadline = Date.now() + 10_000;
+    const deadline = Date.now() + 60_000;
     while ((await aborts()) === abortsBefore || (await inFlight()) > 0) {
-      assert.ok(Date.now() < deadline, 'ABORT not sent within 10 s of the disconnect');
-      await new Promise((r) => setTimeout(r, 10));
+      assert.ok(Date.now() < deadline, 'ABORT not sent within 60 s of the disconnect');
+      await new Promise((r) => setTimeout(r, 50));
     }
     assert.equal(await aborts(), abortsBefore + 1);
   });
