@@ -10,13 +10,19 @@
  * - e2e --workers 2: the e2e files that start their gateway through test/helpers/test-gateway.ts, again with
  *   `GATEWAY_TEST_WORKERS=2` (HTTP fronts beside the router process).
  * Each phase's report is printed whole when it ends (test/reporters/files.mjs: the failures, the counts, the slowest
- * files); progress goes to stderr. Exit code 0 only when every phase passed.
+ * files); progress goes to stderr. Exit code 0 only when every phase passed and nothing was left behind.
+ *
+ * Teardown (issue 27: no test leaves a process, socket file or temp folder behind, also when it times out): the test
+ * phases run with TMPDIR set to a folder of this run, removed at the end; a process still running from the
+ * transpiled copy once the phases ended (a file the runner cancelled took no care of its children) is SIGKILLed. Both
+ * are reported, and leftovers fail the run: a test that leaks is a bug to fix, and the teardown only keeps the
+ * machine clean meanwhile.
  *
  * Options: `--only NAME[,NAME]` runs the named phases (typecheck, tests, workers); `--concurrency N` sets the tests
  * phase's file concurrency (default below); any other argument is a test file or folder for the tests phase.
  */
 import { spawn } from 'node:child_process';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { buildTestTree } from './test-build.mjs';
 
@@ -65,11 +71,14 @@ process.stderr.write(`npm test: ${phases.map((p) => p.title ?? p.name).join(', '
 const buildDir = phases.some((p) => p.transpiled) ? await buildTestTree(root) : root;
 process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
 
+// Short: ipc socket paths under it must stay within the 107 bytes of sun_path.
+const tmp = mkdtempSync('/tmp/mgwt-');
+
 const results = await Promise.all(
   phases.map(
     (p) =>
       new Promise((resolve) => {
-        const child = spawn(p.argv[0], p.argv.slice(1), { cwd: p.transpiled ? buildDir : root, env: { ...process.env, ...p.env }, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn(p.argv[0], p.argv.slice(1), { cwd: p.transpiled ? buildDir : root, env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp } : {}) }, stdio: ['ignore', 'pipe', 'pipe'] });
         let out = '';
         child.stdout.on('data', (c) => (out += c));
         child.stderr.on('data', (c) => (out += c));
@@ -81,10 +90,44 @@ const results = await Promise.all(
   ),
 );
 
+/** Pids of processes (other than this one) whose command line names a file of `dir`. */
+function processesUnder(dir) {
+  const pids = [];
+  for (const name of readdirSync('/proc')) {
+    if (!/^\d+$/.test(name) || Number(name) === process.pid) continue;
+    try {
+      if (readFileSync(`/proc/${name}/cmdline`, 'utf8').includes(`${dir}/`)) pids.push(Number(name));
+    } catch {
+      // gone meanwhile
+    }
+  }
+  return pids;
+}
+
+const leftovers = [];
+if (buildDir !== root) {
+  // A process that is exiting at this moment gets a moment to finish.
+  for (let i = 0; i < 30 && processesUnder(buildDir).length > 0; i++) await new Promise((r) => setTimeout(r, 100));
+  for (const pid of processesUnder(buildDir)) {
+    let cmd = '';
+    try {
+      cmd = readFileSync(`/proc/${pid}/cmdline`, 'utf8').replaceAll('\0', ' ').trim();
+      process.kill(pid, 'SIGKILL');
+    } catch {
+      continue;
+    }
+    leftovers.push(`process ${pid} (killed): ${cmd.replaceAll(`${buildDir}/`, '').slice(0, 160)}`);
+  }
+}
+for (const entry of readdirSync(tmp)) leftovers.push(`temp entry: ${entry}`);
+rmSync(tmp, { recursive: true, force: true });
+
 for (const r of results) {
   process.stdout.write(`\n===== ${r.phase.title ?? r.phase.name}: ${r.code === 0 ? 'passed' : 'FAILED'} (ended at ${r.seconds} s) =====\n`);
   process.stdout.write(r.out.trimEnd() + '\n');
 }
+if (leftovers.length > 0) process.stdout.write(`\n===== left behind by the tests: FAILED =====\n${leftovers.join('\n')}\n`);
 const failed = results.filter((r) => r.code !== 0).map((r) => r.phase.title ?? r.phase.name);
+if (leftovers.length > 0) failed.push('teardown');
 process.stdout.write(`\nnpm test: ${failed.length === 0 ? 'every phase passed' : `FAILED: ${failed.join(', ')}`} in ${secs()} s\n`);
 process.exitCode = failed.length === 0 ? 0 : 1;

@@ -28,19 +28,19 @@ const WORKER_ARGS = ['--workers', String(WORKERS)];
 
 /**
  * `model-gateway serve --sim 2` (or `groupArgs`) on a free port with `extra` flags; resolves once `/ready` answers
- * `readyStatus` (200: a group serves; 503: listening, ranks still joining).
+ * `readyStatus` (200: a group serves; 503: listening, ranks still joining). Always `--exit-with-parent` over a stdin
+ * pipe, so a test file the runner cancels (a timeout) takes its gateway with it.
  */
 async function startCli(
   extra: string[],
   groupArgs = ['--sim', '2', '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent'],
   readyStatus = 200,
-  stdin: 'ignore' | 'pipe' = 'ignore',
 ): Promise<{ gw: ChildProcess; url: string; exited: Promise<unknown[]>; socketFiles: string[]; ranks: number[]; cleanup(): void }> {
   const port = await freePort();
   const gw = spawn(
     process.execPath,
-    [...nodeEntry(CLI), 'serve', ...WORKER_ARGS, '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json', ...groupArgs, ...extra],
-    { stdio: [stdin, 'pipe', 'pipe'] },
+    [...nodeEntry(CLI), 'serve', ...WORKER_ARGS, '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json', ...groupArgs, ...extra, ...(extra.includes('--exit-with-parent') ? [] : ['--exit-with-parent'])],
+    { stdio: ['pipe', 'pipe', 'pipe'] },
   );
   const exited = once(gw, 'exit');
   const socketFiles: string[] = [];
@@ -131,7 +131,7 @@ test('Ctrl-C while ranks are still joining: the gateway exits 0 and leaves no so
 });
 
 test('--exit-with-parent: when the pipe from the parent closes (the parent died), the gateway stops with its ranks and socket files', { timeout: 60_000 }, async () => {
-  const g = await startCli(['--exit-with-parent'], undefined, 200, 'pipe');
+  const g = await startCli(['--exit-with-parent']);
   try {
     assert.equal(g.ranks.length, 2);
     await waitUntil(() => g.socketFiles.length === 2, 'socket files logged');

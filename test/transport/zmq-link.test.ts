@@ -27,7 +27,7 @@ import { freePort } from '../helpers/net.js';
 import { nodeEntry } from '../helpers/entry.js';
 import { freshDir, hangGuard, rawDealer, readyFor, recordingLogger, repoRootDir } from './helpers.js';
 
-const GUARD_MS = 10_000;
+const GUARD_MS = 30_000; // a hang guard: generous for a loaded machine
 const HELLO = encodeReadyMessage({ status: 'HELLO' });
 const READY = encodeReadyMessage({ status: 'READY' });
 const id = (i: number) => encodeEngineIdentity(i);
