@@ -41,7 +41,9 @@ export default tseslint.config(
   {
     // The CLI shim, the test runner and its reporter run on Node.
     files: ['**/*.mjs'],
-    languageOptions: { globals: { process: 'readonly', console: 'readonly', performance: 'readonly', URL: 'readonly' } },
+    languageOptions: {
+      globals: { process: 'readonly', console: 'readonly', performance: 'readonly', URL: 'readonly' },
+    },
   },
   {
     // The dashboard's script runs in the browser.
