@@ -10,7 +10,7 @@
  */
 import type { Readable } from 'node:stream';
 import { StringDecoder } from 'node:string_decoder';
-import { errorCodes, type FastifyInstance } from 'fastify';
+import { errorCodes, type FastifyBodyParser, type FastifyInstance } from 'fastify';
 import { ApiError, badRequest } from './errors.js';
 
 /** Deepest nesting a request body may have: the body object is level 1, each object or array inside adds one. */
@@ -266,7 +266,12 @@ export function installJsonBodyParser(
   maxDepth = MAX_JSON_DEPTH,
   routeLimit: (url: string | undefined) => RouteBodyLimit | null = () => null,
 ): void {
-  const parseJson = app.getDefaultJsonParser('error', 'error');
+  // Typed as either body-parser form; it is the callback form (fastify lib/content-type-parser.js, defaultJsonParser
+  // (req, body, done)): it returns nothing and reports through `done`, so there is no promise to await.
+  const parseJson = app.getDefaultJsonParser('error', 'error') as Exclude<
+    FastifyBodyParser<string>,
+    (request: never, body: never) => Promise<unknown>
+  >;
   app.removeContentTypeParser('application/json');
   app.addContentTypeParser('application/json', (request, payload, done) => {
     const own = routeLimit(request.routeOptions.url);

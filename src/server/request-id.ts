@@ -16,7 +16,8 @@ import type { FastifyReply, FastifyRequest } from 'fastify';
 /** The header carrying the client's id. */
 export const REQUEST_ID_HEADER = 'x-request-id';
 
-const HIGH_BYTE = /[^\x00-\x7f]/;
+// Any char above 0x7f (a string's chars are UTF-16 code units, at most 0xffff).
+const HIGH_BYTE = /[\x80-\uffff]/;
 
 /** The client's id as Node parsed it (one char per byte), or null when absent or empty. */
 export function clientRequestId(headers: IncomingHttpHeaders): string | null {

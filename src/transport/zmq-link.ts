@@ -198,13 +198,12 @@ class Waker {
 
   wait(ms: number): Promise<void> {
     return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms);
-      const self = this;
-      function done(): void {
+      const done = (): void => {
         clearTimeout(timer);
-        if (self.resolveWait === done) self.resolveWait = null;
+        if (this.resolveWait === done) this.resolveWait = null;
         resolve();
-      }
+      };
+      const timer = setTimeout(done, ms);
       this.resolveWait = done;
     });
   }

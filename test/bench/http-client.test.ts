@@ -49,8 +49,8 @@ async function scripted(reply: (n: number) => Array<string | 'close' | 'hang'>):
   const server = createServer((socket: Socket) => {
     socket.setNoDelay(true);
     let pending = '';
-    socket.on('data', async (c: Buffer) => {
-      pending += c.toString('latin1');
+    // Answers the requests read so far, a piece every 5 ms, while later data keeps arriving.
+    const answer = async (): Promise<void> => {
       while (pending.includes('\r\n\r\n')) {
         const head = pending.slice(0, pending.indexOf('\r\n\r\n') + 4);
         const length = Number(/content-length: (\d+)/i.exec(head)?.[1] ?? 0);
@@ -63,6 +63,12 @@ async function scripted(reply: (n: number) => Array<string | 'close' | 'hang'>):
           await sleep(5);
         }
       }
+    };
+    socket.on('data', (c: Buffer) => {
+      pending += c.toString('latin1');
+      // A fault in the script is the test's: thrown out of the loop as an uncaught exception, as it would be from
+      // a synchronous listener.
+      answer().catch((err: unknown) => process.nextTick(() => { throw err; }));
     });
     socket.on('error', () => {});
   });

@@ -79,8 +79,10 @@ const engineErrors = (rank: number, kind: string): Promise<number> =>
 interface ChatOutcome {
   status: number;
   /** Non-streamed: the JSON body. Streamed: null. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- a parsed JSON body, read field by field by the assertions
   json: any;
   /** Streamed: every data record but [DONE], parsed. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON records, as `json`
   events: any[];
   done: boolean;
 }

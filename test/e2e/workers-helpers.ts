@@ -47,6 +47,7 @@ export interface Answer {
   status: number;
   headers: IncomingMessage['headers'];
   /** The parsed body (read field by field by the tests), or its text when it is not JSON. */
+  // eslint-disable-next-line @typescript-eslint/no-explicit-any -- the tests' assertions are its type check
   json: any;
 }
 

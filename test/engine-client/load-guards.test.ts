@@ -248,7 +248,7 @@ test('issue 26: a burst of client disconnects is the gateway\'s own load while t
 });
 
 test('issue 26: ABORTed requests stop explaining a rank\'s load once its reports go quiet about them; foreign load still engages the guard', async () => {
-  let now = 0;
+  const now = 0; // report counts decide here, not time: the clock stays put
   const { client, link } = tokenspeedSetup(1, () => now);
   const deliver = (frame: Uint8Array) => link.deliver({ kind: 'frames', frames: [frame] });
   const ids = ['a', 'b', 'c', 'd', 'e'];
@@ -269,7 +269,7 @@ test('issue 26: ABORTed requests stop explaining a rank\'s load once its reports
 });
 
 test('issue 26: a report explained without the ABORTed requests forgets them at once; an engine that ignores ABORTs is not explained forever', async () => {
-  let now = 0;
+  const now = 0; // report counts decide here, not time: the clock stays put
   const { client, link } = tokenspeedSetup(1, () => now);
   const deliver = (frame: Uint8Array) => link.deliver({ kind: 'frames', frames: [frame] });
   const first = await client.submit(req('x'));

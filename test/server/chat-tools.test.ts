@@ -47,7 +47,7 @@ describe('chat completions with tools', () => {
   const render = (messages: ChatMessage[], opts: { tools?: unknown[]; addGenerationPrompt?: boolean } = {}): number[] =>
     fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, opts), { addSpecialTokens: false });
 
-  function assert400(res: { statusCode: number; json(): any; body: string }, param: string, message?: RegExp): void {
+  function assert400(res: { statusCode: number; json(): { error: { param: string | null; message: string } }; body: string }, param: string, message?: RegExp): void {
     assert.equal(res.statusCode, 400, res.body);
     const err = res.json().error;
     assert.equal(err.param, param, err.message);

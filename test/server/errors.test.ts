@@ -28,7 +28,7 @@ describe('error answers', () => {
 
   /** Assert an OpenAI error body with this status, param and a message matching `message`. */
   function assertError(
-    res: { statusCode: number; json(): any; body: string },
+    res: { statusCode: number; json(): { error: { code: unknown; message: string; param: string | null; type: string } }; body: string },
     status: number,
     param: string | null,
     message?: RegExp,
@@ -229,7 +229,7 @@ describe('error answers', () => {
         const last = events.at(-1) as { error?: { message: string } };
         assert.ok(last.error, `${name}: last event is an error`);
         assert.match(last.error.message, message);
-        assert.ok(!events.some((e) => Array.isArray(e.choices) && (e.choices as any[]).some((c) => c.finish_reason !== null)), `${name}: no finish`);
+        assert.ok(!events.some((e) => Array.isArray(e.choices) && (e.choices as Array<{ finish_reason: string | null }>).some((c) => c.finish_reason !== null)), `${name}: no finish`);
       }
     } finally {
       backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');

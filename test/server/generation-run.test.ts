@@ -123,8 +123,7 @@ test('a sink that throws fails the run with that error and cancels the streams',
 test('pause holds outputs (and a failure) in arrival order; resume replays them, stopping if paused again', async () => {
   const s = [new PushStream('r-0'), new PushStream('r-1')];
   const log: string[] = [];
-  let run!: GenerationRun;
-  run = new GenerationRun(s.map((x) => choice(x)), (i, e) => {
+  const run: GenerationRun = new GenerationRun(s.map((x) => choice(x)), (i, e) => {
     log.push(describeEv(i, e));
     if (e.text === 'b') run.pause();
   });

@@ -34,6 +34,24 @@ async function both(fx: Fx, body: Record<string, unknown>) {
   return { message: full.json().choices[0].message, finish: full.json().choices[0].finish_reason, deltas: events.flatMap((e) => choicesOf(e)) };
 }
 
+/** A streamed choice's `delta`, the fields these tests read. */
+interface Delta {
+  content?: string | null;
+  reasoning_content?: string | null;
+  tool_calls?: Array<{ index: number; id?: string; type?: string; function: { name?: string; arguments?: string } }>;
+}
+
+/** A tool call of a message, the fields these tests read. */
+interface ToolCall {
+  id: string;
+  function: { name: string; arguments: string };
+}
+
+/** One item variant of the array schema `tool_choice: "required"` constrains the engine to: one tool by name. */
+interface VariantSchema {
+  properties: { name: { enum: string[] } };
+}
+
 /** Reassemble streamed choice deltas into a message (content, reasoning_content, tool_calls). */
 function assemble(deltas: Array<Record<string, unknown>>) {
   let content = '';
@@ -41,14 +59,14 @@ function assemble(deltas: Array<Record<string, unknown>>) {
   const calls: Array<{ id: string; name: string; arguments: string }> = [];
   let finish: unknown = null;
   for (const c of deltas) {
-    const d = c.delta as Record<string, any>;
+    const d = c.delta as Delta;
     content += d.content ?? '';
     reasoning += d.reasoning_content ?? '';
     for (const tc of d.tool_calls ?? []) {
       if (tc.id !== undefined) {
         assert.equal(tc.index, calls.length, 'a new call gets the next index');
         assert.equal(tc.type, 'function');
-        calls.push({ id: tc.id, name: tc.function.name, arguments: tc.function.arguments ?? '' });
+        calls.push({ id: tc.id, name: tc.function.name!, arguments: tc.function.arguments ?? '' });
       } else {
         assert.equal(tc.function.name, undefined, 'the name is sent once');
         calls[tc.index]!.arguments += tc.function.arguments;
@@ -69,14 +87,14 @@ describe('tool calls (hermes, the chat template default)', () => {
     const { message, finish, deltas } = await both(fx, { messages: USER, tools: TOOLS, tool_choice: 'auto' });
     assert.equal(finish, 'tool_calls');
     assert.equal(message.content, 'Checking.');
-    assert.deepEqual(message.tool_calls.map((c: any) => [c.function.name, JSON.parse(c.function.arguments)]), [['get_weather', { city: 'Paris' }], ['get_time', {}]]);
+    assert.deepEqual(message.tool_calls.map((c: ToolCall) => [c.function.name, JSON.parse(c.function.arguments)]), [['get_weather', { city: 'Paris' }], ['get_time', {}]]);
     for (const c of message.tool_calls) assert.match(c.id, /^call_[A-Za-z0-9]{24}$/);
     const s = assemble(deltas);
     assert.equal(s.finish, 'tool_calls');
     assert.equal(s.content, message.content);
-    assert.deepEqual(s.calls.map((c) => [c.name, c.arguments]), message.tool_calls.map((c: any) => [c.function.name, c.function.arguments]));
-    assert.ok(!deltas.some((c) => String((c.delta as any).content ?? '').includes('<tool')), 'no markup in any content delta');
-    assert.ok(deltas.filter((c) => (c.delta as any).tool_calls?.[0]?.index === 0).length > 3, 'arguments arrive in fragments');
+    assert.deepEqual(s.calls.map((c) => [c.name, c.arguments]), message.tool_calls.map((c: ToolCall) => [c.function.name, c.function.arguments]));
+    assert.ok(!deltas.some((c) => String((c.delta as Delta).content ?? '').includes('<tool')), 'no markup in any content delta');
+    assert.ok(deltas.filter((c) => (c.delta as Delta).tool_calls?.[0]?.index === 0).length > 3, 'arguments arrive in fragments');
   });
 
   test('tool_choice none and no tools: the text is content', async () => {
@@ -91,13 +109,13 @@ describe('tool calls (hermes, the chat template default)', () => {
     const { message, finish, deltas } = await both(fx, { messages: USER, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false });
     const so = fx.backend.submissions[before]!.request.sampling.structuredOutput!;
     assert.equal(so.constraint.kind, 'json');
-    const schema = (so.constraint as { schema: any }).schema;
+    const schema = (so.constraint as { schema: { type: string; maxItems: number; items: { anyOf: VariantSchema[] } } }).schema;
     assert.equal(schema.type, 'array');
     assert.equal(schema.maxItems, 1);
-    assert.deepEqual(schema.items.anyOf.map((v: any) => v.properties.name.enum[0]), ['get_weather', 'get_time']);
+    assert.deepEqual(schema.items.anyOf.map((v) => v.properties.name.enum[0]), ['get_weather', 'get_time']);
     assert.equal(finish, 'tool_calls');
     assert.equal(message.content, null);
-    assert.deepEqual(message.tool_calls.map((c: any) => c.function.name), ['get_time']);
+    assert.deepEqual(message.tool_calls.map((c: ToolCall) => c.function.name), ['get_time']);
     assert.equal(assemble(deltas).calls[0]!.arguments, '{}');
   });
 
@@ -105,15 +123,15 @@ describe('tool calls (hermes, the chat template default)', () => {
     answer(fx, '{"city": "Rome"}');
     const before = fx.backend.submissions.length;
     const { message, finish } = await both(fx, { messages: USER, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
-    assert.deepEqual((fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint as any).schema, TOOLS[0]!.function.parameters);
+    assert.deepEqual((fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint as { schema: unknown }).schema, TOOLS[0]!.function.parameters);
     assert.equal(finish, 'stop');
-    assert.deepEqual(message.tool_calls.map((c: any) => [c.function.name, c.function.arguments]), [['get_weather', '{"city": "Rome"}']]);
+    assert.deepEqual(message.tool_calls.map((c: ToolCall) => [c.function.name, c.function.arguments]), [['get_weather', '{"city": "Rome"}']]);
   });
 
   test('parallel_tool_calls false keeps the first call of an auto answer', async () => {
     answer(fx, HERMES);
     const { message, deltas } = await both(fx, { messages: USER, tools: TOOLS, parallel_tool_calls: false });
-    assert.deepEqual(message.tool_calls.map((c: any) => c.function.name), ['get_weather']);
+    assert.deepEqual(message.tool_calls.map((c: ToolCall) => c.function.name), ['get_weather']);
     assert.equal(assemble(deltas).calls.length, 1);
   });
 });
@@ -125,7 +143,7 @@ describe('reasoning (--reasoning-parser qwen3)', () => {
     answer(fx, '<think>\nThe user asks about <tool_call> markup.\n</think>\n\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>');
     const { message, finish, deltas } = await both(fx, { messages: USER, tools: TOOLS });
     assert.equal(message.reasoning_content, '\nThe user asks about <tool_call> markup.\n');
-    assert.deepEqual(message.tool_calls.map((c: any) => c.function.name), ['get_time']);
+    assert.deepEqual(message.tool_calls.map((c: ToolCall) => c.function.name), ['get_time']);
     assert.equal(finish, 'tool_calls');
     const s = assemble(deltas);
     assert.equal(s.reasoning, message.reasoning_content);
@@ -192,7 +210,7 @@ describe('top logprobs: vLLM candidates, TokenSpeed limit, model by id', () => {
       const res = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: USER, logprobs: true, top_logprobs: 3 } });
       assert.equal(res.statusCode, 200, res.body);
       const tops = res.json().choices[0].logprobs.content[0].top_logprobs;
-      assert.deepEqual(tops.map((t: any) => t.logprob), [-0.5, -1, -2]);
+      assert.deepEqual(tops.map((t: { logprob: number }) => t.logprob), [-0.5, -1, -2]);
     }
     assert.equal(ts.submissions.length, 0, 'TokenSpeed cannot return candidates: never chosen');
     assert.equal(vllm.submissions.at(-1)!.request.topLogprobs, 3);

@@ -10,11 +10,13 @@ import { MAX_PATH_PARAM_LENGTH } from '../../src/server/app.js';
 import { useApp } from './helpers.js';
 
 /** Parse a Responses SSE payload: every record `event: <type>\ndata: <json>` with matching types. */
+// eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON events, read field by field by the assertions
 function parseEvents(payload: string): Array<Record<string, any>> {
   assert.ok(payload.endsWith('\n\n'));
   return payload.slice(0, -2).split('\n\n').map((rec) => {
     const m = /^event: (\S+)\ndata: (.*)$/.exec(rec);
     assert.ok(m !== null, `malformed record ${JSON.stringify(rec)}`);
+    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as the return type above
     const data = JSON.parse(m[2]!) as Record<string, any>;
     assert.equal(data.type, m[1]);
     return data;
@@ -42,7 +44,7 @@ describe('POST /v1/responses', () => {
     assert.equal(r.output.length, 1);
     assert.equal(r.output[0].type, 'message');
     assert.equal(r.output[0].role, 'assistant');
-    assert.deepEqual(r.output[0].content.map((c: any) => [c.type, c.text]), [['output_text', 'Hello there.']]);
+    assert.deepEqual(r.output[0].content.map((c: { type: string; text: string }) => [c.type, c.text]), [['output_text', 'Hello there.']]);
     assert.equal(r.usage.output_tokens, fx.tokenizer.encode('Hello there.', { addSpecialTokens: false }).length);
     assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
     assert.equal(r.instructions, 'Be brief.');
@@ -68,7 +70,7 @@ describe('POST /v1/responses', () => {
       'response.completed',
     ]);
     const done = events.at(-1)!.response;
-    const strip = (items: any[]) => items.map(({ id: _id, ...rest }) => rest);
+    const strip = (items: Array<Record<string, unknown>>) => items.map(({ id: _id, ...rest }) => rest);
     assert.deepEqual(strip(done.output), strip(full.output));
     assert.equal(full.output[0].content[0].text, '\nShort.\n');
     assert.equal(full.output[1].content[0].text, '\n\nFine, thanks.');
@@ -80,7 +82,7 @@ describe('POST /v1/responses', () => {
   test('function tools: a function_call item; its output sent back as function_call_output; text.format constrains', async () => {
     answer('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>');
     const first = (await post({ input: [{ role: 'user', content: [{ type: 'input_text', text: 'Weather in Oslo?' }] }], tools: TOOLS })).json();
-    const call = first.output.find((o: any) => o.type === 'function_call');
+    const call = first.output.find((o: { type: string }) => o.type === 'function_call');
     assert.ok(call, JSON.stringify(first.output));
     assert.equal(call.name, 'get_weather');
     assert.equal(call.arguments, '{"city": "Oslo"}');
@@ -116,7 +118,7 @@ describe('POST /v1/responses', () => {
     const got = await fx.app.inject({ method: 'GET', url: `/v1/responses/${a.id}` });
     assert.deepEqual(got.json(), a);
     const items = (await fx.app.inject({ method: 'GET', url: `/v1/responses/${b.json().id}/input_items` })).json();
-    assert.deepEqual(items.data.map((i: any) => i.role), ['user', 'assistant', 'user']);
+    assert.deepEqual(items.data.map((i: { role: string }) => i.role), ['user', 'assistant', 'user']);
     assert.equal((await fx.app.inject({ method: 'DELETE', url: `/v1/responses/${a.id}` })).json().deleted, true);
     assert.equal((await fx.app.inject({ method: 'GET', url: `/v1/responses/${a.id}` })).statusCode, 404);
     const gone = await post({ input: 'x', previous_response_id: a.id });
