@@ -91,14 +91,30 @@ function parseArgs(argv: readonly string[]): Args {
       case '--workers':
         args.workers = (v ?? '').split(',').map((w) => int(flag, w));
         break;
-      case '--streams': args.streams = int(flag, v); break;
-      case '--step-ms': args.stepMs = int(flag, v); break;
-      case '--ranks': args.ranks = int(flag, v); break;
-      case '--flood': args.flood = int(flag, v); break;
-      case '--flood-chars': args.floodChars = int(flag, v); break;
-      case '--rounds': args.rounds = int(flag, v); break;
-      case '--leave-ms': args.leaveMs = int(flag, v); break;
-      case '--normal-chars': args.normalChars = int(flag, v); break;
+      case '--streams':
+        args.streams = int(flag, v);
+        break;
+      case '--step-ms':
+        args.stepMs = int(flag, v);
+        break;
+      case '--ranks':
+        args.ranks = int(flag, v);
+        break;
+      case '--flood':
+        args.flood = int(flag, v);
+        break;
+      case '--flood-chars':
+        args.floodChars = int(flag, v);
+        break;
+      case '--rounds':
+        args.rounds = int(flag, v);
+        break;
+      case '--leave-ms':
+        args.leaveMs = int(flag, v);
+        break;
+      case '--normal-chars':
+        args.normalChars = int(flag, v);
+        break;
       case '--phases':
         args.phases = (v ?? '').split(',').map((p) => {
           if (p !== 'stall' && p !== 'flood') throw new UsageError(`--phases takes stall and flood, got '${p}'`);
@@ -140,9 +156,16 @@ interface Heavy {
 function heavyRequests(tokenizer: GatewayTokenizer): Heavy[] {
   const ids = tokenizer.encode(SENTENCE.repeat(64));
   const tokens = Array.from({ length: 1_300_000 }, (_, i) => ids[i % ids.length]!);
-  const messages = Array.from({ length: 240_000 }, (_, i) => ({ role: i % 2 === 0 ? 'user' : 'assistant', content: 'hi' }));
+  const messages = Array.from({ length: 240_000 }, (_, i) => ({
+    role: i % 2 === 0 ? 'user' : 'assistant',
+    content: 'hi',
+  }));
   return [
-    { name: '4 MB chat prompt', path: '/v1/chat/completions', body: JSON.stringify({ messages: [{ role: 'user', content: text(4_000_000) }], max_tokens: 1 }) },
+    {
+      name: '4 MB chat prompt',
+      path: '/v1/chat/completions',
+      body: JSON.stringify({ messages: [{ role: 'user', content: text(4_000_000) }], max_tokens: 1 }),
+    },
     { name: '7 MB /tokenize', path: '/tokenize', body: JSON.stringify({ prompt: text(7_000_000) }) },
     { name: '1.3M-id /detokenize', path: '/detokenize', body: JSON.stringify({ tokens }) },
     { name: '240k-message chat', path: '/v1/chat/completions', body: JSON.stringify({ messages, max_tokens: 1 }) },
@@ -190,7 +213,9 @@ class StreamClient {
 
   static async start(url: string, streams: number): Promise<StreamClient> {
     const script = fileURLToPath(new URL('./bounded-work/stream-client.ts', import.meta.url));
-    const client = new StreamClient(fork(script, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }));
+    const client = new StreamClient(
+      fork(script, [], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] }),
+    );
     await client.ask({ start: { url, streams, maxTokens: 30_000 } });
     return client;
   }
@@ -251,7 +276,13 @@ interface FloodFigure {
 }
 
 /** One stall window: reset the probes, run `send`, read the gaps and loop delay over its span. */
-async function stallWindow(gw: GatewayProcess, streams: StreamClient, name: string, send: () => Promise<number>, stepMs: number): Promise<StallFigure> {
+async function stallWindow(
+  gw: GatewayProcess,
+  streams: StreamClient,
+  name: string,
+  send: () => Promise<number>,
+  stepMs: number,
+): Promise<StallFigure> {
   await gw.resetLoopDelay();
   const from = epoch();
   const t0 = performance.now();
@@ -275,38 +306,44 @@ async function flood(gw: GatewayProcess, url: string, args: Args): Promise<Flood
   const target = new URL('/v1/chat/completions', url);
   const answered: Record<string, number> = {};
   for (let round = 1; round <= args.rounds; round++) {
-    progress(`  flood round ${round}/${args.rounds}: ${args.flood} clients × ${args.floodChars} characters, leaving ${args.leaveMs} ms after sending`);
+    progress(
+      `  flood round ${round}/${args.rounds}: ${args.flood} clients × ${args.floodChars} characters, leaving ${args.leaveMs} ms after sending`,
+    );
     await Promise.all(
-      Array.from({ length: args.flood }, () =>
-        new Promise<void>((done) => {
-          const req = request({
-            host: target.hostname,
-            port: target.port,
-            path: target.pathname,
-            method: 'POST',
-            headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
-          });
-          const count = (key: string) => {
-            answered[key] = (answered[key] ?? 0) + 1;
-            done();
-          };
-          let settled = false;
-          const settle = (key: string) => {
-            if (settled) return;
-            settled = true;
-            count(key);
-          };
-          req.on('response', (res) => {
-            res.resume();
-            settle(String(res.statusCode));
-          });
-          req.on('error', () => settle('left'));
-          req.on('finish', () => setTimeout(() => {
-            req.destroy();
-            settle('left');
-          }, args.leaveMs));
-          req.end(body);
-        }),
+      Array.from(
+        { length: args.flood },
+        () =>
+          new Promise<void>((done) => {
+            const req = request({
+              host: target.hostname,
+              port: target.port,
+              path: target.pathname,
+              method: 'POST',
+              headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(body) },
+            });
+            const count = (key: string) => {
+              answered[key] = (answered[key] ?? 0) + 1;
+              done();
+            };
+            let settled = false;
+            const settle = (key: string) => {
+              if (settled) return;
+              settled = true;
+              count(key);
+            };
+            req.on('response', (res) => {
+              res.resume();
+              settle(String(res.statusCode));
+            });
+            req.on('error', () => settle('left'));
+            req.on('finish', () =>
+              setTimeout(() => {
+                req.destroy();
+                settle('left');
+              }, args.leaveMs),
+            );
+            req.end(body);
+          }),
       ),
     );
   }
@@ -315,10 +352,19 @@ async function flood(gw: GatewayProcess, url: string, args: Args): Promise<Flood
   // flood's clients sent before they left. Then, once it is answered, the normal prompt: how long it waits for the
   // tokenizer (the issue's 117 s).
   const t0 = performance.now();
-  await post(url, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }], max_tokens: 1 }));
+  await post(
+    url,
+    '/v1/chat/completions',
+    JSON.stringify({ messages: [{ role: 'user', content: 'Hello' }], max_tokens: 1 }),
+  );
   const smallMs = performance.now() - t0;
   const t1 = performance.now();
-  const normalStatus = await post(url, '/v1/chat/completions', JSON.stringify({ messages: [{ role: 'user', content: text(args.normalChars) }], max_tokens: 1 }), 300_000);
+  const normalStatus = await post(
+    url,
+    '/v1/chat/completions',
+    JSON.stringify({ messages: [{ role: 'user', content: text(args.normalChars) }], max_tokens: 1 }),
+    300_000,
+  );
   const normalMs = performance.now() - t1;
   // The RSS once the gateway is idle again (the worker done with what it had, a GC or two).
   await gw.waitIdle(0.1, 30_000);
@@ -326,12 +372,27 @@ async function flood(gw: GatewayProcess, url: string, args: Args): Promise<Flood
   const rssAfterMb = rssMb(pids);
   await sleep(10_000);
   const rssLaterMb = rssMb(pids);
-  return { rounds: args.rounds, clients: args.flood, answered, rssBeforeMb, rssPeakMb, rssAfterMb, rssLaterMb, normalStatus, normalMs, smallMs };
+  return {
+    rounds: args.rounds,
+    clients: args.flood,
+    answered,
+    rssBeforeMb,
+    rssPeakMb,
+    rssAfterMb,
+    rssLaterMb,
+    normalStatus,
+    normalMs,
+    smallMs,
+  };
 }
 
 const f1 = (n: number): string => (Number.isFinite(n) ? n.toFixed(1) : 'n/a');
 
-async function runWorkers(args: Args, workers: number, heavy: Heavy[]): Promise<{ workers: number; stall: StallFigure[]; flood: FloodFigure | null }> {
+async function runWorkers(
+  args: Args,
+  workers: number,
+  heavy: Heavy[],
+): Promise<{ workers: number; stall: StallFigure[]; flood: FloodFigure | null }> {
   const root = args.source ?? fileURLToPath(new URL('../', import.meta.url));
   const probe = fileURLToPath(new URL('./throughput/loop-probe.ts', import.meta.url));
   progress(`--workers ${workers}: starting the gateway (${args.ranks} ranks, ${args.stepMs} ms steps) from ${root}`);
@@ -356,7 +417,8 @@ async function runWorkers(args: Args, workers: number, heavy: Heavy[]): Promise<
     streams = await StreamClient.start(gw.url, args.streams);
     progress(`  ${args.streams} streams running`);
     // Warm-up: the tokenizer worker loads on its first large prompt (both fronts get one with --workers N).
-    for (let i = 0; i < Math.max(2, workers * 2); i++) await post(gw.url, '/tokenize', JSON.stringify({ prompt: text(20_000) }));
+    for (let i = 0; i < Math.max(2, workers * 2); i++)
+      await post(gw.url, '/tokenize', JSON.stringify({ prompt: text(20_000) }));
     await sleep(500);
     const stall: StallFigure[] = [];
     if (args.phases.includes('stall')) {
@@ -385,17 +447,28 @@ async function main(): Promise<void> {
   for (const w of args.workers) {
     const r = await runWorkers(args, w, heavy);
     results.push(r);
-    console.log(`\n--workers ${w}${args.source !== null ? ` (gateway from ${args.source})` : ''}: ${args.streams} streams, a token per ${args.stepMs} ms step`);
+    console.log(
+      `\n--workers ${w}${args.source !== null ? ` (gateway from ${args.source})` : ''}: ${args.streams} streams, a token per ${args.stepMs} ms step`,
+    );
     if (r.stall.length > 0) {
       console.log('| request | status | duration ms | max gap of other streams ms | p99 gap ms | loop delay max ms |');
       console.log('|---|---|---|---|---|---|');
     }
-    for (const s of r.stall) console.log(`| ${s.request} | ${s.status} | ${f1(s.durationMs)} | ${f1(s.maxGapMs)} | ${f1(s.p99GapMs)} | ${f1(s.loopMaxMs)} |`);
+    for (const s of r.stall)
+      console.log(
+        `| ${s.request} | ${s.status} | ${f1(s.durationMs)} | ${f1(s.maxGapMs)} | ${f1(s.p99GapMs)} | ${f1(s.loopMaxMs)} |`,
+      );
     const fl = r.flood;
     if (fl === null) continue;
-    console.log(`flood: ${fl.rounds} × ${fl.clients} clients × ${args.floodChars} characters, answers ${JSON.stringify(fl.answered)}`);
-    console.log(`  gateway RSS before ${f1(fl.rssBeforeMb)} MB, peak ${f1(fl.rssPeakMb)} MB, after ${f1(fl.rssAfterMb)} MB (after − before ${f1(fl.rssAfterMb - fl.rssBeforeMb)} MB), 10 s later ${f1(fl.rssLaterMb)} MB`);
-    console.log(`  a 5-character prompt right after: ${f1(fl.smallMs)} ms; then a normal ${args.normalChars}-character prompt: status ${fl.normalStatus} in ${f1(fl.normalMs)} ms`);
+    console.log(
+      `flood: ${fl.rounds} × ${fl.clients} clients × ${args.floodChars} characters, answers ${JSON.stringify(fl.answered)}`,
+    );
+    console.log(
+      `  gateway RSS before ${f1(fl.rssBeforeMb)} MB, peak ${f1(fl.rssPeakMb)} MB, after ${f1(fl.rssAfterMb)} MB (after − before ${f1(fl.rssAfterMb - fl.rssBeforeMb)} MB), 10 s later ${f1(fl.rssLaterMb)} MB`,
+    );
+    console.log(
+      `  a 5-character prompt right after: ${f1(fl.smallMs)} ms; then a normal ${args.normalChars}-character prompt: status ${fl.normalStatus} in ${f1(fl.normalMs)} ms`,
+    );
   }
   console.log(`\n${JSON.stringify({ args, results }, null, 2)}`);
 }
@@ -405,7 +478,9 @@ main().then(
   (err: unknown) => {
     // A bad option is the caller's: its message alone; anything else with its stack.
     const usage = err instanceof UsageError;
-    process.stderr.write(`\nbench:bounded-work failed: ${err instanceof Error ? (usage ? err.message : (err.stack ?? err.message)) : String(err)}\n`);
+    process.stderr.write(
+      `\nbench:bounded-work failed: ${err instanceof Error ? (usage ? err.message : (err.stack ?? err.message)) : String(err)}\n`,
+    );
     process.exit(usage ? 2 : 1);
   },
 );

@@ -29,7 +29,14 @@ import { markdownTable, spread, type Spread } from './throughput/figures.js';
 import type { PeerConfig, PeerReport } from './ipc/peer.js';
 
 const PEER_PATH = fileURLToPath(new URL('./ipc/peer.ts', import.meta.url));
-const CHANNELS: PeerConfig['channel'][] = ['node-json', 'node-advanced', 'zeromq', 'unix', 'port-clone', 'port-transfer'];
+const CHANNELS: PeerConfig['channel'][] = [
+  'node-json',
+  'node-advanced',
+  'zeromq',
+  'unix',
+  'port-clone',
+  'port-transfer',
+];
 const CHANNEL_LABELS: Record<PeerConfig['channel'], string> = {
   'node-json': 'node IPC, JSON',
   'node-advanced': 'node IPC, advanced (structured clone)',
@@ -45,7 +52,8 @@ const BATCH_ROWS = [1, 16, 128, 512];
  * a worker of this process (whose CPU process.cpuUsage would include), else this process's (with its GC threads).
  */
 function senderCpuMicros(channel: PeerConfig['channel']): number {
-  if (channel === 'port-clone' || channel === 'port-transfer') return Number(readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')[0]) / 1000;
+  if (channel === 'port-clone' || channel === 'port-transfer')
+    return Number(readFileSync('/proc/thread-self/schedstat', 'utf8').split(' ')[0]) / 1000;
   const u = process.cpuUsage();
   return u.user + u.system;
 }
@@ -114,7 +122,11 @@ async function openLink(config: PeerConfig): Promise<Link> {
     };
   }
   const serialization = config.channel === 'node-advanced' ? 'advanced' : 'json';
-  const child: ChildProcess = fork(PEER_PATH, [JSON.stringify(config)], { execArgv: ['--import', 'tsx'], serialization, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const child: ChildProcess = fork(PEER_PATH, [JSON.stringify(config)], {
+    execArgv: ['--import', 'tsx'],
+    serialization,
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   child.on('message', (m) => inbox.push(m));
   await inbox.next();
   const stop = async () => {
@@ -212,7 +224,11 @@ async function oneWay(channel: PeerConfig['channel'], rows: number, count: numbe
     const senderMicros = senderCpuMicros(channel) - c0;
     const { report } = (await link.next()) as { report: PeerReport };
     if (report.messages !== count) throw new Error(`${channel}: peer saw ${report.messages} of ${count} messages`);
-    return { senderPerMessage: senderMicros / count, receiverPerMessage: report.cpuMicros / count, wallMs: performance.now() - t0 };
+    return {
+      senderPerMessage: senderMicros / count,
+      receiverPerMessage: report.cpuMicros / count,
+      wallMs: performance.now() - t0,
+    };
   } finally {
     await link.close();
   }
@@ -240,7 +256,13 @@ async function pingPong(channel: PeerConfig['channel'], count: number, dir: stri
 interface ChannelFigures {
   channel: string;
   /** Per batch size: µs per message (sender + receiver), µs per row, and the split. */
-  batches: Array<{ rows: number; perMessage: Spread; perRow: Spread; senderPerMessage: Spread; receiverPerMessage: Spread }>;
+  batches: Array<{
+    rows: number;
+    perMessage: Spread;
+    perRow: Spread;
+    senderPerMessage: Spread;
+    receiverPerMessage: Spread;
+  }>;
   roundTripMicros: Spread;
 }
 
@@ -260,7 +282,9 @@ async function main(): Promise<void> {
   const write = argv.includes('--write');
   const at = argv.indexOf('--repeats');
   const repeats = at >= 0 ? Number(argv[at + 1]) : quick ? 1 : 3;
-  const unknown = argv.filter((a, i) => !['--quick', '--write', '--repeats'].includes(a) && argv[i - 1] !== '--repeats');
+  const unknown = argv.filter(
+    (a, i) => !['--quick', '--write', '--repeats'].includes(a) && argv[i - 1] !== '--repeats',
+  );
   if (unknown.length > 0 || !Number.isSafeInteger(repeats) || repeats < 1) {
     process.stderr.write(`bench:ipc: unknown option or bad value in: ${argv.join(' ')}\n${USAGE}\n`);
     process.exitCode = 2;
@@ -304,24 +328,47 @@ async function main(): Promise<void> {
     rmSync(dir, { recursive: true, force: true });
   }
   const fmt = (s: Spread, d: number) => (Number.isFinite(s.median) ? s.median.toFixed(d) : '-');
-  const header = ['channel', ...BATCH_ROWS.map((r) => `${r} row${r > 1 ? 's' : ''}: µs/msg (send + recv)`), 'µs/row at 512', 'round trip µs'];
+  const header = [
+    'channel',
+    ...BATCH_ROWS.map((r) => `${r} row${r > 1 ? 's' : ''}: µs/msg (send + recv)`),
+    'µs/row at 512',
+    'round trip µs',
+  ];
   const rows = results.map((c) => [
     c.channel,
-    ...c.batches.map((b) => `${fmt(b.perMessage, 1)} (${fmt(b.senderPerMessage, 1)} + ${fmt(b.receiverPerMessage, 1)})`),
+    ...c.batches.map(
+      (b) => `${fmt(b.perMessage, 1)} (${fmt(b.senderPerMessage, 1)} + ${fmt(b.receiverPerMessage, 1)})`,
+    ),
     fmt(c.batches[c.batches.length - 1]!.perRow, 3),
     fmt(c.roundTripMicros, 0),
   ]);
-  console.log(`IPC cost per message, sender + receiver CPU (median of ${repeats} repeat(s)); a row = (handle, token id, finish code), Int32.\n`);
+  console.log(
+    `IPC cost per message, sender + receiver CPU (median of ${repeats} repeat(s)); a row = (handle, token id, finish code), Int32.\n`,
+  );
   console.log(markdownTable(header, rows));
   if (write) {
     const out = join(dirname(fileURLToPath(import.meta.url)), 'results');
     await mkdir(out, { recursive: true });
-    await writeFile(join(out, 'ipc.json'), JSON.stringify({ generatedBy: 'npm run bench:ipc -- --write', repeats, units: { perMessage: 'µs of CPU', roundTrip: 'µs' }, results }, null, 2) + '\n');
+    await writeFile(
+      join(out, 'ipc.json'),
+      JSON.stringify(
+        {
+          generatedBy: 'npm run bench:ipc -- --write',
+          repeats,
+          units: { perMessage: 'µs of CPU', roundTrip: 'µs' },
+          results,
+        },
+        null,
+        2,
+      ) + '\n',
+    );
     console.log(`wrote ${join('bench', 'results', 'ipc.json')}`);
   }
 }
 
 main().catch((error: unknown) => {
-  process.stderr.write(`bench:ipc failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`);
+  process.stderr.write(
+    `bench:ipc failed: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}\n`,
+  );
   process.exitCode = 1;
 });

@@ -27,18 +27,20 @@ const USAGE = `npm run bench:routing:diagnose -- [options]
   --ranks R         simulated ranks, the last one slowed 2x (4)
   --help            this text`;
 
-const { values } = parseCli(() => parseArgs({
-  options: {
-    help: { type: 'boolean' },
-    workloads: { type: 'string', default: 'multi_turn' },
-    policies: { type: 'string', default: 'load,cache_aware' },
-    seed: { type: 'string', default: '20261130' },
-    seeds: { type: 'string', default: '1' },
-    requests: { type: 'string', default: '200' },
-    'time-scale': { type: 'string', default: '0.5' },
-    ranks: { type: 'string', default: '4' },
-  },
-}));
+const { values } = parseCli(() =>
+  parseArgs({
+    options: {
+      help: { type: 'boolean' },
+      workloads: { type: 'string', default: 'multi_turn' },
+      policies: { type: 'string', default: 'load,cache_aware' },
+      seed: { type: 'string', default: '20261130' },
+      seeds: { type: 'string', default: '1' },
+      requests: { type: 'string', default: '200' },
+      'time-scale': { type: 'string', default: '0.5' },
+      ranks: { type: 'string', default: '4' },
+    },
+  }),
+);
 if (values.help === true) {
   console.log(USAGE);
   process.exit(0);
@@ -49,7 +51,9 @@ function parseCli<T>(parse: () => T): T {
   try {
     return parse();
   } catch (error) {
-    process.stderr.write(`bench:routing:diagnose: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
+    process.stderr.write(
+      `bench:routing:diagnose: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`,
+    );
     process.exit(2);
   }
 }
@@ -70,7 +74,9 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
   }
   console.log('per rank: requests, prompt tokens, hit rate, TTFT p50 / p99');
   byRank.forEach((b, i) =>
-    console.log(`  rank ${i}: ${b.n} req, ${b.prompt} prompt tok, hits ${fmt(b.cached / b.prompt)}, TTFT ${fmt(percentile(b.ttft, 50), 1)} / ${fmt(percentile(b.ttft, 99), 1)}`),
+    console.log(
+      `  rank ${i}: ${b.n} req, ${b.prompt} prompt tok, hits ${fmt(b.cached / b.prompt)}, TTFT ${fmt(percentile(b.ttft, 50), 1)} / ${fmt(percentile(b.ttft, 99), 1)}`,
+    ),
   );
 
   // By turn (ids `<workload>-<conversation>-<turn>`).
@@ -88,7 +94,9 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
   if (turns.size > 0) {
     console.log('by turn: requests, mean prompt, hit rate, TTFT p50');
     for (const [k, t] of [...turns].sort((a, b) => a[0] - b[0])) {
-      console.log(`  turn ${k}: ${t.ttft.length} req, prompt ${fmt(t.prompt / t.ttft.length, 0)}, hits ${fmt(t.cached / t.prompt)}, TTFT p50 ${fmt(percentile(t.ttft, 50), 1)}`);
+      console.log(
+        `  turn ${k}: ${t.ttft.length} req, prompt ${fmt(t.prompt / t.ttft.length, 0)}, hits ${fmt(t.cached / t.prompt)}, TTFT p50 ${fmt(percentile(t.ttft, 50), 1)}`,
+      );
     }
     // Conversation moves and stickiness to each rank.
     const conv = new Map<string, number[]>();
@@ -117,7 +125,9 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
   if (scored.length === 0) return;
   const end = scored[scored.length - 1].atMs;
   const bins = 8;
-  console.log('queued (engine report, aged as load scores it) / own in-flight / KV in use per rank, mean over the decisions of each time bin:');
+  console.log(
+    'queued (engine report, aged as load scores it) / own in-flight / KV in use per rank, mean over the decisions of each time bin:',
+  );
   for (let b = 0; b < bins; b++) {
     const inBin = scored.filter((d) => Math.min(bins - 1, Math.floor((d.atMs / (end || 1)) * bins)) === b);
     const cells = Array.from({ length: ranks }, (_, i) => {
@@ -169,7 +179,9 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
   );
   if (diag.policyStats) console.log(`  policy decisions: ${JSON.stringify(diag.policyStats)}`);
   missAttribution(diag, ranks);
-  console.log(`  sent to the slow rank ${ranks - 1}: ${toSlow} (load's minimum there, first of ties: ${toSlowLoadWould})`);
+  console.log(
+    `  sent to the slow rank ${ranks - 1}: ${toSlow} (load's minimum there, first of ties: ${toSlowLoadWould})`,
+  );
 }
 
 /**
@@ -180,7 +192,9 @@ function report(name: string, policy: string, diag: RunDiagnostics, ranks: numbe
  * tokens, another conversation's blocks).
  */
 function missAttribution(diag: RunDiagnostics, ranks: number): void {
-  const byId = new Map(diag.decisions.filter((d) => !d.pinned && d.views.length === ranks).map((d) => [d.requestId, d]));
+  const byId = new Map(
+    diag.decisions.filter((d) => !d.pinned && d.views.length === ranks).map((d) => [d.requestId, d]),
+  );
   // Prompt tokens: all, hit, lost to moves (off the slow rank / the others), indexed but evicted, hit beyond the index.
   const t = { prompt: 0, cached: 0, movedOffSlow: 0, movedOther: 0, movedCount: 0, evicted: 0, extra: 0 };
   const evictedByRank = Array.from({ length: ranks }, () => 0);
@@ -214,7 +228,9 @@ function missAttribution(diag: RunDiagnostics, ranks: number): void {
       `${pct(t.movedOffSlow)} off the slow rank, ${pct(t.movedOther)} off the others; indexed but evicted by the rank: ${pct(t.evicted)} ` +
       `(per rank ${evictedByRank.map(pct).join(' ')}); hit beyond the index: ${pct(t.extra)}`,
   );
-  console.log(`  lost by moves, by the policy's reason: ${[...movedByReason].map(([k, v]) => `${k} ${pct(v)}`).join(', ')}`);
+  console.log(
+    `  lost by moves, by the policy's reason: ${[...movedByReason].map(([k, v]) => `${k} ${pct(v)}`).join(', ')}`,
+  );
 }
 
 async function main(): Promise<void> {
@@ -222,17 +238,29 @@ async function main(): Promise<void> {
   for (const p of policies) if (!isDpPolicyName(p)) throw new RangeError(`unknown policy ${p}`);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   const group: GroupConfig = {
-    ranks: Number(values.ranks), slowRank: Number(values.ranks) - 1, slowdown: 2, timeScale: Number(values['time-scale']), maxRunning: 32, kvTotalPages: 2048, maxModelLen: 8192,
-    textModel: new TextModel(tokenizer), vocabSize: tokenizer.vocabSize, eosTokenIds: tokenizer.eosTokenIds,
+    ranks: Number(values.ranks),
+    slowRank: Number(values.ranks) - 1,
+    slowdown: 2,
+    timeScale: Number(values['time-scale']),
+    maxRunning: 32,
+    kvTotalPages: 2048,
+    maxModelLen: 8192,
+    textModel: new TextModel(tokenizer),
+    vocabSize: tokenizer.vocabSize,
+    eosTokenIds: tokenizer.eosTokenIds,
   };
   const seed0 = Number(values.seed);
   for (let s = 0; s < Number(values.seeds); s++) {
-    const workloads = buildWorkloads({ requests: Number(values.requests), seed: seed0 + s }).filter((w) => values.workloads!.split(',').includes(w.name));
+    const workloads = buildWorkloads({ requests: Number(values.requests), seed: seed0 + s }).filter((w) =>
+      values.workloads!.split(',').includes(w.name),
+    );
     for (const w of workloads) {
       for (const p of policies as DpPolicyName[]) {
         const diag: RunDiagnostics = { decisions: [], requests: [] };
         const m = await runOnce(w, p, group, diag);
-        console.log(`\n--- seed ${seed0 + s}: TTFT p50 ${fmt(m.ttftP50, 1)} p99 ${fmt(m.ttftP99, 0)}, ITL p50 ${fmt(m.itlP50, 1)} p99 ${fmt(m.itlP99, 0)}, preemptions ${m.preemptions}, tok/s ${fmt(m.throughput, 0)}, hits ${fmt(m.prefixHitRate)}, shares ${m.tokenShare.map((x) => fmt(x)).join(' ')}, span ${fmt(m.spanMs, 0)} ms`);
+        console.log(
+          `\n--- seed ${seed0 + s}: TTFT p50 ${fmt(m.ttftP50, 1)} p99 ${fmt(m.ttftP99, 0)}, ITL p50 ${fmt(m.itlP50, 1)} p99 ${fmt(m.itlP99, 0)}, preemptions ${m.preemptions}, tok/s ${fmt(m.throughput, 0)}, hits ${fmt(m.prefixHitRate)}, shares ${m.tokenShare.map((x) => fmt(x)).join(' ')}, span ${fmt(m.spanMs, 0)} ms`,
+        );
         report(w.name, p, diag, group.ranks);
       }
     }

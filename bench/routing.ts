@@ -29,7 +29,16 @@ import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
 import { renderRatioChart } from './routing/chart.js';
 import { runOnce, type GroupConfig } from './routing/run.js';
 import type { RunMetrics } from './routing/stats.js';
-import { formatSpread, losesOutsideSpread, pairedRatios, spreadOf, summarize, tiesOrBeats, type Spread, type SummaryKey } from './routing/summary.js';
+import {
+  formatSpread,
+  losesOutsideSpread,
+  pairedRatios,
+  spreadOf,
+  summarize,
+  tiesOrBeats,
+  type Spread,
+  type SummaryKey,
+} from './routing/summary.js';
 import { buildWorkloads, hitRateCeiling, type Workload } from './routing/workloads.js';
 
 interface Args {
@@ -109,7 +118,9 @@ function progress(done: number, total: number, label: string, startMs: number): 
   const width = 30;
   const filled = Math.round((done / total) * width);
   const secs = ((performance.now() - startMs) / 1000).toFixed(0);
-  process.stderr.write(`\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${done}/${total} ${secs}s ${label}`.padEnd(100));
+  process.stderr.write(
+    `\r[${'#'.repeat(filled)}${'-'.repeat(width - filled)}] ${done}/${total} ${secs}s ${label}`.padEnd(100),
+  );
 }
 
 /** Per workload and policy: one run per seed, in seed order. */
@@ -124,11 +135,27 @@ interface Cell {
 function cellsOf(per: Map<DpPolicyName, RunMetrics[]>): Map<DpPolicyName, Cell> {
   const load = per.get('load') as RunMetrics[];
   const rr = per.get('round_robin') as RunMetrics[];
-  return new Map([...per].map(([p, runs]) => [p, { summary: summarize(runs), toLoad: pairedRatios(runs, load), toRoundRobin: pairedRatios(runs, rr) }]));
+  return new Map(
+    [...per].map(([p, runs]) => [
+      p,
+      { summary: summarize(runs), toLoad: pairedRatios(runs, load), toRoundRobin: pairedRatios(runs, rr) },
+    ]),
+  );
 }
 
 function table(w: Workload, cells: Map<DpPolicyName, Cell>): string {
-  const header = ['policy', 'TTFT p50 ms', 'TTFT p99 ms', 'ITL p99 ms', 'tok/s', 'prefix hits', 'TTFT p50 / load', 'TTFT p99 / load', 'TTFT p99 / rr', 'select µs'];
+  const header = [
+    'policy',
+    'TTFT p50 ms',
+    'TTFT p99 ms',
+    'ITL p99 ms',
+    'tok/s',
+    'prefix hits',
+    'TTFT p50 / load',
+    'TTFT p99 / load',
+    'TTFT p99 / rr',
+    'select µs',
+  ];
   const rows: string[][] = [header];
   for (const [p, c] of cells) {
     const s = c.summary;
@@ -138,7 +165,11 @@ function table(w: Workload, cells: Map<DpPolicyName, Cell>): string {
       formatSpread(s.ttftP99, 0),
       formatSpread(s.itlP99, 1),
       formatSpread(s.throughput, 0),
-      formatSpread({ median: s.prefixHitRate.median * 100, min: s.prefixHitRate.min * 100, max: s.prefixHitRate.max * 100 }, 0, '%'),
+      formatSpread(
+        { median: s.prefixHitRate.median * 100, min: s.prefixHitRate.min * 100, max: s.prefixHitRate.max * 100 },
+        0,
+        '%',
+      ),
       formatSpread(c.toLoad.ttftP50, 2, '×'),
       formatSpread(c.toLoad.ttftP99, 2, '×'),
       formatSpread(c.toRoundRobin.ttftP99, 2, '×'),
@@ -147,7 +178,13 @@ function table(w: Workload, cells: Map<DpPolicyName, Cell>): string {
   }
   const widths = header.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
   const line = (r: string[]): string => '| ' + r.map((c, i) => c.padEnd(widths[i])).join(' | ') + ' |';
-  return [`### ${w.name}`, line(rows[0]), '|' + widths.map((x) => '-'.repeat(x + 2)).join('|') + '|', ...rows.slice(1).map(line), `_${w.description}_`].join('\n');
+  return [
+    `### ${w.name}`,
+    line(rows[0]),
+    '|' + widths.map((x) => '-'.repeat(x + 2)).join('|') + '|',
+    ...rows.slice(1).map(line),
+    `_${w.description}_`,
+  ].join('\n');
 }
 
 /** The issue 12 "Done when" targets, measured: one line each, `met` or `NOT met` with the numbers. */
@@ -167,9 +204,17 @@ function targets(
     const ld = cells?.get('load');
     if (!ca || !ld) continue;
     const ttft = ca.toLoad.ttftP50;
-    verdict(`${w}.ttftP50`, ttft.max <= 0.5, `${w}: cache_aware TTFT p50 / load = ${formatSpread(ttft, 2, '×')} (target ≤ 0.5× on every seed)`);
+    verdict(
+      `${w}.ttftP50`,
+      ttft.max <= 0.5,
+      `${w}: cache_aware TTFT p50 / load = ${formatSpread(ttft, 2, '×')} (target ≤ 0.5× on every seed)`,
+    );
     const hits = ca.toLoad.prefixHitRate;
-    verdict(`${w}.hitRate`, hits.min >= 2, `${w}: cache_aware prefix hit rate / load = ${formatSpread(hits, 2, '×')} (target ≥ 2× on every seed)`);
+    verdict(
+      `${w}.hitRate`,
+      hits.min >= 2,
+      `${w}: cache_aware prefix hit rate / load = ${formatSpread(hits, 2, '×')} (target ≥ 2× on every seed)`,
+    );
     lines.push(`    ${ceilingNote(ceilings.get(w), ca.summary.prefixHitRate, ld.summary.prefixHitRate)}`);
   }
   for (const w of PREFIX_VARIANTS) {
@@ -225,7 +270,9 @@ function defaultVerdict(cellsByWorkload: Map<string, Map<DpPolicyName, Cell>>): 
       losesOutsideSpread(ca.itlP99, ld.itlP99) ? 'ITL p99' : null,
       losesOutsideSpread(ca.throughput, ld.throughput, true) ? 'throughput' : null,
     ].filter((x) => x !== null);
-    out.push(`- ${w}: ${losses.length === 0 ? 'ties or beats load' : `loses to load (outside the spread) on ${losses.join(', ')}`}`);
+    out.push(
+      `- ${w}: ${losses.length === 0 ? 'ties or beats load' : `loses to load (outside the spread) on ${losses.join(', ')}`}`,
+    );
   }
   return out;
 }
@@ -262,7 +309,10 @@ async function main(): Promise<void> {
       ceilingRuns.set(w.name, [...(ceilingRuns.get(w.name) ?? []), hitRateCeiling(w)]);
       for (const p of args.policies) {
         progress(done, total, `seed ${seed}: ${w.name} / ${p}`, start);
-        results.get(w.name)?.get(p)?.push(await runOnce(w, p, group));
+        results
+          .get(w.name)
+          ?.get(p)
+          ?.push(await runOnce(w, p, group));
         done += 1;
       }
     }
@@ -283,11 +333,22 @@ async function main(): Promise<void> {
   const ceilings = new Map(picked.map((n) => [n, spreadOf(ceilingRuns.get(n) ?? [])]));
   for (const w of workloads) {
     const c = ceilings.get(w.name);
-    const note = c !== undefined && c.max > 0 ? `\n_prefix hit-rate ceiling (no policy can beat it): ${formatSpread({ median: c.median * 100, min: c.min * 100, max: c.max * 100 }, 1, '%')}_` : '';
+    const note =
+      c !== undefined && c.max > 0
+        ? `\n_prefix hit-rate ceiling (no policy can beat it): ${formatSpread({ median: c.median * 100, min: c.min * 100, max: c.max * 100 }, 1, '%')}_`
+        : '';
     console.log(`${table(w, cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)}${note}\n`);
   }
   const t = targets(cellsByWorkload, ceilings);
-  console.log(['Issue 12 targets (cache_aware):', ...t.lines, '', 'cache_aware against load (the default rule):', ...defaultVerdict(cellsByWorkload)].join('\n'));
+  console.log(
+    [
+      'Issue 12 targets (cache_aware):',
+      ...t.lines,
+      '',
+      'cache_aware against load (the default rule):',
+      ...defaultVerdict(cellsByWorkload),
+    ].join('\n'),
+  );
 
   const base = args.ranks === 4 ? 'routing' : `routing-ranks${args.ranks}`;
   if (!args.write) {
@@ -305,8 +366,13 @@ async function main(): Promise<void> {
     machineLoad,
     group: groupJson,
     units: {
-      ttft: 'simulated ms on the ranks\' clocks', itl: 'simulated ms per token on the ranks\' clocks', throughput: 'tokens per simulated second', tokenShare: 'ratio 0..1 per engine index',
-      prefixHitRate: 'cached prompt tokens / prompt tokens, 0..1', prefixHitRateCeiling: 'the hit rate no policy can beat (bench/routing/workloads.ts hitRateCeiling), 0..1', selectionUs: 'µs per request in the policy: median select call + median onDispatch call',
+      ttft: "simulated ms on the ranks' clocks",
+      itl: "simulated ms per token on the ranks' clocks",
+      throughput: 'tokens per simulated second',
+      tokenShare: 'ratio 0..1 per engine index',
+      prefixHitRate: 'cached prompt tokens / prompt tokens, 0..1',
+      prefixHitRateCeiling: 'the hit rate no policy can beat (bench/routing/workloads.ts hitRateCeiling), 0..1',
+      selectionUs: 'µs per request in the policy: median select call + median onDispatch call',
       spread: 'median, min, max over the seeds; ratios paired per seed',
     },
     targets: t.verdicts,
@@ -317,13 +383,20 @@ async function main(): Promise<void> {
       policies: Object.fromEntries(
         [...(cellsByWorkload.get(w.name) as Map<DpPolicyName, Cell>)].map(([p, c]) => [
           p,
-          { summary: c.summary, ratioToLoad: c.toLoad, ratioToRoundRobin: c.toRoundRobin, runs: results.get(w.name)?.get(p) },
+          {
+            summary: c.summary,
+            ratioToLoad: c.toLoad,
+            ratioToRoundRobin: c.toRoundRobin,
+            runs: results.get(w.name)?.get(p),
+          },
         ]),
       ),
     })),
   };
   await writeFile(join(outDir, `${base}.json`), JSON.stringify(json, null, 2) + '\n');
-  const ratioCells = workloads.map((w) => args.policies.map((p) => cellsByWorkload.get(w.name)?.get(p)?.toRoundRobin.ttftP99 as Spread));
+  const ratioCells = workloads.map((w) =>
+    args.policies.map((p) => cellsByWorkload.get(w.name)?.get(p)?.toRoundRobin.ttftP99 as Spread),
+  );
   const svg = renderRatioChart({
     title: `TTFT p99 relative to round_robin, median and min-max over ${seeds.length} seeds (lower is better; ${group.ranks} ranks, rank ${group.slowRank} ${group.slowdown}x slower)`,
     workloads: workloads.map((w) => w.name),
@@ -337,8 +410,15 @@ async function main(): Promise<void> {
 
 main().catch((error: unknown) => {
   // A bad option is the user's mistake: one line and the usage, no stack.
-  const badOption = error instanceof RangeError || (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
-  const detail = error instanceof Error ? (badOption ? `${error.message}\n${USAGE}` : (error.stack ?? error.message)) : String(error);
+  const badOption =
+    error instanceof RangeError ||
+    (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
+  const detail =
+    error instanceof Error
+      ? badOption
+        ? `${error.message}\n${USAGE}`
+        : (error.stack ?? error.message)
+      : String(error);
   process.stderr.write(`\nbench:routing failed: ${detail}\n`);
   process.exitCode = badOption ? 2 : 1;
 });

@@ -49,15 +49,15 @@ const { values } = parsed;
 
 function parseCli() {
   return parseArgs({
-  options: {
-    help: { type: 'boolean' },
-    streams: { type: 'string', default: '256' },
-    'max-tokens': { type: 'string', default: '256' },
-    'window-ms': { type: 'string', default: '5000' },
-    'warmup-ms': { type: 'string', default: '2000' },
-    'cpu-prof': { type: 'string' },
-    'sim-arg': { type: 'string', multiple: true, default: [] },
-  },
+    options: {
+      help: { type: 'boolean' },
+      streams: { type: 'string', default: '256' },
+      'max-tokens': { type: 'string', default: '256' },
+      'window-ms': { type: 'string', default: '5000' },
+      'warmup-ms': { type: 'string', default: '2000' },
+      'cpu-prof': { type: 'string' },
+      'sim-arg': { type: 'string', multiple: true, default: [] },
+    },
   });
 }
 const streams = Number(values.streams);
@@ -72,12 +72,26 @@ const endpoints = deriveEndpoints(`ipc://${dir}/gw`, `tcp://127.0.0.1:${await fr
 const link = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 60_000 });
 const nodeArgs = values['cpu-prof'] !== undefined ? ['--cpu-prof', '--cpu-prof-dir', values['cpu-prof']] : [];
 const simArgs = [
-  '--handshake', endpoints.handshake, '--engine-index', '0', '--time-scale', '0', '--max-running', String(streams + 16),
-  '--kv-pages', String(Math.ceil(((streams + 16) * (Math.ceil((64 + maxTokens) / 16) + 1)) * 1.25)), '--log-level', 'warn',
-  '--stats-dir', statsDir, ...values['sim-arg'],
+  '--handshake',
+  endpoints.handshake,
+  '--engine-index',
+  '0',
+  '--time-scale',
+  '0',
+  '--max-running',
+  String(streams + 16),
+  '--kv-pages',
+  String(Math.ceil((streams + 16) * (Math.ceil((64 + maxTokens) / 16) + 1) * 1.25)),
+  '--log-level',
+  'warn',
+  '--stats-dir',
+  statsDir,
+  ...values['sim-arg'],
 ];
 mkdirSync(statsDir);
-const child = spawn(process.execPath, [...nodeArgs, ...simEntryArgs(), ...simArgs], { stdio: ['ignore', 'inherit', 'inherit'] });
+const child = spawn(process.execPath, [...nodeArgs, ...simEntryArgs(), ...simArgs], {
+  stdio: ['ignore', 'inherit', 'inherit'],
+});
 // Never leave the rank or the folder behind, whatever fails below.
 process.on('exit', () => {
   child.kill('SIGKILL');
@@ -130,7 +144,8 @@ async function counters(timeoutMs = 5000): Promise<Record<string, number>> {
   if (!child.kill('SIGUSR2')) throw new Error('the sim rank could not be signalled (it exited)');
   const deadline = performance.now() + timeoutMs;
   while (!existsSync(file)) {
-    if (performance.now() > deadline) throw new Error(`the sim rank wrote no counters to ${file} within ${timeoutMs} ms`);
+    if (performance.now() > deadline)
+      throw new Error(`the sim rank wrote no counters to ${file} within ${timeoutMs} ms`);
     await Promise.race([sleep(5), rankGone]);
   }
   return JSON.parse(readFileSync(file, 'utf8')) as Record<string, number>;

@@ -53,7 +53,13 @@ import {
 } from './throughput/figures.js';
 import { detokenizeFloor, sseWriterFloor, zmqReceiveFloor } from './throughput/floors.js';
 import { prepareGatewayBuild, type GatewayBuild, type GatewayRuntime } from './throughput/build.js';
-import { GatewayProcess, workersSupported, type GatewayProcessOptions, type LoopDelay, type RankCounters } from './throughput/gateway-process.js';
+import {
+  GatewayProcess,
+  workersSupported,
+  type GatewayProcessOptions,
+  type LoopDelay,
+  type RankCounters,
+} from './throughput/gateway-process.js';
 import { LoadProcess } from './throughput/load-process.js';
 import { cpuByRole, sampleTree, type ProcessRole } from './throughput/proc.js';
 import { summarizeProfile, type CallFrame, type ProfileBucket, type ProfileSummary } from './throughput/profile.js';
@@ -99,11 +105,30 @@ const USAGE = `npm run bench:throughput -- [options]
   --write             write bench/results/throughput.json and throughput.svg
   --help              this text`;
 
-const FLAGS = ['--quick', '--repeats', '--workers', '--streams', '--max-tokens', '--ranks', '--request-streams', '--warmup-ms', '--window-ms', '--paced-step-ms', '--scenarios', '--no-floors', '--seed', '--write', '--profile', '--profile-dir', '--runtime'];
+const FLAGS = [
+  '--quick',
+  '--repeats',
+  '--workers',
+  '--streams',
+  '--max-tokens',
+  '--ranks',
+  '--request-streams',
+  '--warmup-ms',
+  '--window-ms',
+  '--paced-step-ms',
+  '--scenarios',
+  '--no-floors',
+  '--seed',
+  '--write',
+  '--profile',
+  '--profile-dir',
+  '--runtime',
+];
 
 function positiveInts(flag: string, value: string): number[] {
   const out = value.split(',').map(Number);
-  if (out.length === 0 || out.some((n) => !Number.isSafeInteger(n) || n <= 0)) throw new RangeError(`${flag} must be positive integers, got '${value}'`);
+  if (out.length === 0 || out.some((n) => !Number.isSafeInteger(n) || n <= 0))
+    throw new RangeError(`${flag} must be positive integers, got '${value}'`);
   return out;
 }
 
@@ -135,32 +160,67 @@ function parseArgs(argv: readonly string[]): Args {
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
     if (flag === '--quick') continue;
-    if (flag === '--write') { args.write = true; continue; }
-    if (flag === '--profile') { args.profile = true; continue; }
-    if (flag === '--no-floors') { args.floors = false; continue; }
+    if (flag === '--write') {
+      args.write = true;
+      continue;
+    }
+    if (flag === '--profile') {
+      args.profile = true;
+      continue;
+    }
+    if (flag === '--no-floors') {
+      args.floors = false;
+      continue;
+    }
     const value = argv[++i];
-    if (value === undefined || !FLAGS.includes(flag)) throw new RangeError(`unknown option or missing value: ${flag} (valid: ${FLAGS.join(', ')})`);
+    if (value === undefined || !FLAGS.includes(flag))
+      throw new RangeError(`unknown option or missing value: ${flag} (valid: ${FLAGS.join(', ')})`);
     const one = () => positiveInts(flag, value)[0]!;
     switch (flag) {
-      case '--repeats': args.repeats = one(); break;
-      case '--workers': args.workers = positiveInts(flag, value); break;
-      case '--streams': args.streams = positiveInts(flag, value); break;
-      case '--max-tokens': args.maxTokens = one(); break;
-      case '--ranks': args.ranks = one(); break;
-      case '--request-streams': args.requestStreams = one(); break;
-      case '--warmup-ms': args.warmupMs = one(); break;
-      case '--window-ms': args.windowMs = one(); break;
-      case '--paced-step-ms': args.pacedStepMs = Number(value); break;
-      case '--scenarios': args.scenarios = value.split(','); break;
-      case '--seed': args.seed = one(); break;
-      case '--profile-dir': args.profileDir = value; break;
+      case '--repeats':
+        args.repeats = one();
+        break;
+      case '--workers':
+        args.workers = positiveInts(flag, value);
+        break;
+      case '--streams':
+        args.streams = positiveInts(flag, value);
+        break;
+      case '--max-tokens':
+        args.maxTokens = one();
+        break;
+      case '--ranks':
+        args.ranks = one();
+        break;
+      case '--request-streams':
+        args.requestStreams = one();
+        break;
+      case '--warmup-ms':
+        args.warmupMs = one();
+        break;
+      case '--window-ms':
+        args.windowMs = one();
+        break;
+      case '--paced-step-ms':
+        args.pacedStepMs = Number(value);
+        break;
+      case '--scenarios':
+        args.scenarios = value.split(',');
+        break;
+      case '--seed':
+        args.seed = one();
+        break;
+      case '--profile-dir':
+        args.profileDir = value;
+        break;
       case '--runtime':
         if (value !== 'dist' && value !== 'tsx') throw new RangeError(`--runtime must be dist or tsx, got '${value}'`);
         args.runtime = value;
         break;
     }
   }
-  if (!(Number.isFinite(args.pacedStepMs) && args.pacedStepMs >= 0)) throw new RangeError('--paced-step-ms must be a number ≥ 0');
+  if (!(Number.isFinite(args.pacedStepMs) && args.pacedStepMs >= 0))
+    throw new RangeError('--paced-step-ms must be a number ≥ 0');
   return args;
 }
 
@@ -186,11 +246,24 @@ function progress(message: string): void {
 }
 
 /** Gateway options able to run every stream of `specs` at once. */
-function gatewayOptions(args: Args, build: GatewayBuild, workers: number, specs: readonly ScenarioSpec[], extra: Partial<GatewayProcessOptions> = {}): GatewayProcessOptions {
+function gatewayOptions(
+  args: Args,
+  build: GatewayBuild,
+  workers: number,
+  specs: readonly ScenarioSpec[],
+  extra: Partial<GatewayProcessOptions> = {},
+): GatewayProcessOptions {
   const maxStreams = Math.max(1, ...specs.map((s) => s.streams));
   const maxRunningPerRank = Math.ceil(maxStreams / args.ranks) + 16;
   const pagesPerRequest = Math.ceil((64 + args.maxTokens) / 16) + 1;
-  return { build, ranks: args.ranks, workers, maxRunningPerRank, kvPagesPerRank: Math.ceil(maxRunningPerRank * pagesPerRequest * 1.25), ...extra };
+  return {
+    build,
+    ranks: args.ranks,
+    workers,
+    maxRunningPerRank,
+    kvPagesPerRank: Math.ceil(maxRunningPerRank * pagesPerRequest * 1.25),
+    ...extra,
+  };
 }
 
 /** Monotonic µs (the clock of V8 CPU profiles). */
@@ -250,13 +323,22 @@ async function measurePhase(
 }
 
 /** Every phase of one worker count in one repeat (one gateway for the saturated phases, one for the paced one). */
-async function runWorkers(args: Args, build: GatewayBuild, load: LoadProcess, workers: number, repeat: number, specs: readonly ScenarioSpec[]): Promise<PhaseSample[]> {
+async function runWorkers(
+  args: Args,
+  build: GatewayBuild,
+  load: LoadProcess,
+  workers: number,
+  repeat: number,
+  specs: readonly ScenarioSpec[],
+): Promise<PhaseSample[]> {
   const samples: PhaseSample[] = [];
   const groups = [specs.filter((s) => s.kind !== 'paced'), specs.filter((s) => s.kind === 'paced')];
   for (const group of groups) {
     if (group.length === 0) continue;
     const paced = group[0]!.kind === 'paced';
-    const gw = await GatewayProcess.start(gatewayOptions(args, build, workers, group, paced ? { paceStepMs: args.pacedStepMs } : {}));
+    const gw = await GatewayProcess.start(
+      gatewayOptions(args, build, workers, group, paced ? { paceStepMs: args.pacedStepMs } : {}),
+    );
     try {
       let startedIdle = true;
       for (const spec of group) {
@@ -283,7 +365,14 @@ async function runWorkers(args: Args, build: GatewayBuild, load: LoadProcess, wo
 }
 
 /** The floors of one repeat. */
-async function runFloors(args: Args, build: GatewayBuild, load: LoadProcess, tokenizer: GatewayTokenizer, repeat: number, streams: readonly number[]): Promise<FloorSample> {
+async function runFloors(
+  args: Args,
+  build: GatewayBuild,
+  load: LoadProcess,
+  tokenizer: GatewayTokenizer,
+  repeat: number,
+  streams: readonly number[],
+): Promise<FloorSample> {
   const zmqRow = await zmqReceiveFloor(args.quick ? 1000 : 2000, 256);
   const detok = detokenizeFloor(tokenizer, args.quick ? 2 : 4);
   const sseChunk: Record<number, number> = {};
@@ -302,7 +391,9 @@ async function runFloors(args: Args, build: GatewayBuild, load: LoadProcess, tok
   }
   progress(
     `repeat ${repeat + 1}/${args.repeats} floors: zmq ${zmqRow.toFixed(2)} µs/row, detokenize window ${detok.window.toFixed(2)} / table ` +
-      `${detok.table.toFixed(2)} µs/token, SSE ${Object.entries(sseChunk).map(([n, v]) => `${v.toFixed(1)} µs/chunk @${n}`).join(', ')}`,
+      `${detok.table.toFixed(2)} µs/token, SSE ${Object.entries(sseChunk)
+        .map(([n, v]) => `${v.toFixed(1)} µs/chunk @${n}`)
+        .join(', ')}`,
   );
   return { repeat, zmqRow, detokWindow: detok.window, detokTable: detok.table, sseChunk };
 }
@@ -319,11 +410,32 @@ const RESULTS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'results');
 
 /** Functions whose inclusive time the profile reports (the per-token path named in issue 9). */
 const PROFILED_FUNCTIONS = [
-  'serveGeneration', 'onOutput', 'take', 'deliver', 'flush', 'push', 'decode', 'send', 'write', 'writeOrBuffer', '_writeGeneric',
-  'tokens', 'observeItl', 'observe', 'receiveLoop', 'decodeOutput', 'handleGeneration', 'applyChatTemplate', 'encode', 'submit',
+  'serveGeneration',
+  'onOutput',
+  'take',
+  'deliver',
+  'flush',
+  'push',
+  'decode',
+  'send',
+  'write',
+  'writeOrBuffer',
+  '_writeGeneric',
+  'tokens',
+  'observeItl',
+  'observe',
+  'receiveLoop',
+  'decodeOutput',
+  'handleGeneration',
+  'applyChatTemplate',
+  'encode',
+  'submit',
 ];
 
-const areaIn = (...prefixes: string[]) => (_f: CallFrame, area: string) => prefixes.some((p) => area.startsWith(p));
+const areaIn =
+  (...prefixes: string[]) =>
+  (_f: CallFrame, area: string) =>
+    prefixes.some((p) => area.startsWith(p));
 /**
  * The buckets the profile's time is split into (issue 9's categories): libraries and per-request work by any frame on
  * the stack, the rest by the sample's own frame.
@@ -331,26 +443,61 @@ const areaIn = (...prefixes: string[]) => (_f: CallFrame, area: string) => prefi
 const PROFILE_BUCKETS: ProfileBucket[] = [
   { name: 'metrics (prom-client)', onStack: areaIn('prom-client') },
   { name: 'chat template (jinja)', onStack: areaIn('@huggingface/jinja') },
-  { name: 'prompt tokenization', onStack: (f, area) => f.functionName === 'encode' && area === 'src/tokenizer/tokenizer.ts' },
+  {
+    name: 'prompt tokenization',
+    onStack: (f, area) => f.functionName === 'encode' && area === 'src/tokenizer/tokenizer.ts',
+  },
   {
     name: 'detokenization',
-    onStack: areaIn('@huggingface/tokenizers', 'src/tokenizer/detokenizer.ts', 'src/tokenizer/table-detokenizer.ts', 'src/tokenizer/utf8-stream.ts'),
+    onStack: areaIn(
+      '@huggingface/tokenizers',
+      'src/tokenizer/detokenizer.ts',
+      'src/tokenizer/table-detokenizer.ts',
+      'src/tokenizer/utf8-stream.ts',
+    ),
   },
   { name: 'garbage collection', leaf: (f) => f.functionName === '(garbage collector)' },
   {
     name: 'socket writes (node:http, streams, libuv)',
-    leaf: (f, area) => ['writev', 'writeUtf8String', 'writeBuffer', 'writeLatin1String'].includes(f.functionName) || areaIn('node:internal/stream_base_commons', 'node:_http_outgoing', 'node:internal/streams', 'node:net')(f, area),
+    leaf: (f, area) =>
+      ['writev', 'writeUtf8String', 'writeBuffer', 'writeLatin1String'].includes(f.functionName) ||
+      areaIn('node:internal/stream_base_commons', 'node:_http_outgoing', 'node:internal/streams', 'node:net')(f, area),
   },
-  { name: 'SSE send + JSON.stringify (sse.ts, chunk-json.ts, coalescing-writer.ts)', leaf: areaIn('src/server/sse.ts', 'src/server/chunk-json.ts', 'src/server/coalescing-writer.ts') },
+  {
+    name: 'SSE send + JSON.stringify (sse.ts, chunk-json.ts, coalescing-writer.ts)',
+    leaf: areaIn('src/server/sse.ts', 'src/server/chunk-json.ts', 'src/server/coalescing-writer.ts'),
+  },
   { name: 'chunk objects (serve-generation.ts)', leaf: areaIn('src/server/serve-generation.ts') },
   {
     name: 'per-token dispatch (generation run and state, request streams, abort listeners, microtasks)',
     leaf: (f, area) =>
       f.functionName === 'runMicrotasks' ||
-      areaIn('src/server/fan-out.ts', 'src/server/generation.ts', 'src/server/generation-run.ts', 'src/engine-client/request-stream.ts', 'node:internal/event_target', 'node:internal/abort_controller')(f, area),
+      areaIn(
+        'src/server/fan-out.ts',
+        'src/server/generation.ts',
+        'src/server/generation-run.ts',
+        'src/engine-client/request-stream.ts',
+        'node:internal/event_target',
+        'node:internal/abort_controller',
+      )(f, area),
   },
-  { name: 'ZeroMQ receive, decode, engine client', leaf: areaIn('src/transport/', 'src/wire/', 'src/protocols/', 'src/engine-client/', 'zeromq', '@msgpack') },
-  { name: 'HTTP request handling (fastify, node:http)', leaf: areaIn('fastify', '@fastify', 'find-my-way', 'avvio', 'node:_http_server', 'node:_http_common', 'node:_http_incoming', 'src/server/') },
+  {
+    name: 'ZeroMQ receive, decode, engine client',
+    leaf: areaIn('src/transport/', 'src/wire/', 'src/protocols/', 'src/engine-client/', 'zeromq', '@msgpack'),
+  },
+  {
+    name: 'HTTP request handling (fastify, node:http)',
+    leaf: areaIn(
+      'fastify',
+      '@fastify',
+      'find-my-way',
+      'avvio',
+      'node:_http_server',
+      'node:_http_common',
+      'node:_http_incoming',
+      'src/server/',
+    ),
+  },
 ];
 
 /**
@@ -370,7 +517,9 @@ async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): 
   const routingPid = gw.processes.find((p) => p.role === 'routing' || p.role === 'gateway')!.pid;
   let m;
   try {
-    progress(`profiling ${spec.name} for ${profArgs.windowMs / 1000} s (node --cpu-prof${workers > 1 ? `, ${workers} fronts and the router` : ''})`);
+    progress(
+      `profiling ${spec.name} for ${profArgs.windowMs / 1000} s (node --cpu-prof${workers > 1 ? `, ${workers} fronts and the router` : ''})`,
+    );
     m = await measurePhase(gw, load, spec, profArgs, args.seed, window);
   } finally {
     await gw.stop();
@@ -381,16 +530,32 @@ async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): 
   const rootFile = files.find((f) => pidOf(f) === routingPid);
   if (rootFile === undefined) throw new Error(`no .cpuprofile of the gateway process written in ${dir}`);
   const profiles: Array<{ title: string; file: string; micros: number }> = [
-    { title: workers > 1 ? 'the routing process' : 'the gateway', file: rootFile, micros: workers > 1 ? m.cpu.routing : m.cpu.gateway },
+    {
+      title: workers > 1 ? 'the routing process' : 'the gateway',
+      file: rootFile,
+      micros: workers > 1 ? m.cpu.routing : m.cpu.gateway,
+    },
   ];
   const frontFile = files.find((f) => pidOf(f) !== routingPid);
-  if (workers > 1 && frontFile !== undefined) profiles.push({ title: `one front (of ${workers}; the fronts' CPU is ${workers}× its share)`, file: frontFile, micros: m.cpu.front / workers });
+  if (workers > 1 && frontFile !== undefined)
+    profiles.push({
+      title: `one front (of ${workers}; the fronts' CPU is ${workers}× its share)`,
+      file: frontFile,
+      micros: m.cpu.front / workers,
+    });
   const perRequest = spec.kind === 'request';
   const units = perRequest ? m.load.requests : m.load.tokens;
   const unit = perRequest ? 'request' : 'token';
   const written: Record<string, unknown> = {};
   for (const prof of profiles) {
-    const summary: ProfileSummary = summarizeProfile(join(dir, prof.file), window.startUs, window.endUs, PROFILED_FUNCTIONS, PROFILE_BUCKETS, 30);
+    const summary: ProfileSummary = summarizeProfile(
+      join(dir, prof.file),
+      window.startUs,
+      window.endUs,
+      PROFILED_FUNCTIONS,
+      PROFILE_BUCKETS,
+      30,
+    );
     written[prof.title] = { microsPerUnit: prof.micros / units, summary };
     console.log(
       `CPU profile of ${prof.title}, ${spec.name} (max_tokens ${spec.maxTokens}, ${spec.streams} streams, ${args.ranks} ranks at --time-scale 0, --workers ${workers}), ` +
@@ -399,25 +564,54 @@ async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): 
         `Last column: µs per ${unit}.\n`,
     );
     const perUnit = (ms: number) => ((ms * 1000) / units).toFixed(perRequest ? 0 : 2);
-    const rows = (r: ProfileSummary['topSelf']) => r.map((x) => [x.label, x.ms.toFixed(0), x.percent.toFixed(1), perUnit(x.ms)]);
+    const rows = (r: ProfileSummary['topSelf']) =>
+      r.map((x) => [x.label, x.ms.toFixed(0), x.percent.toFixed(1), perUnit(x.ms)]);
     const head = (first: string) => [first, 'ms', '% of busy', `µs/${unit}`];
     console.log('### Where the time goes (buckets)\n' + markdownTable(head('bucket'), rows(summary.buckets)) + '\n');
     console.log('### Self time by function\n' + markdownTable(head('function'), rows(summary.topSelf)) + '\n');
-    console.log('### Self time by area (file, package, node internals, GC)\n' + markdownTable(head('area'), rows(summary.byArea)) + '\n');
-    console.log('### Inclusive time of the per-token path (by function name; names can collide)\n' + markdownTable(head('function'), rows(summary.inclusive)) + '\n');
+    console.log(
+      '### Self time by area (file, package, node internals, GC)\n' +
+        markdownTable(head('area'), rows(summary.byArea)) +
+        '\n',
+    );
+    console.log(
+      '### Inclusive time of the per-token path (by function name; names can collide)\n' +
+        markdownTable(head('function'), rows(summary.inclusive)) +
+        '\n',
+    );
   }
   if (args.profileDir === null) rmSync(dir, { recursive: true, force: true });
   else progress(`profiles kept in ${dir}`);
   if (args.write) {
     await mkdir(RESULTS_DIR, { recursive: true });
-    const only = workers > 1 ? { workers, profiles: written } : { [perRequest ? 'microsPerRequest' : 'microsPerToken']: (written[profiles[0]!.title] as { microsPerUnit: number }).microsPerUnit, summary: (written[profiles[0]!.title] as { summary: unknown }).summary };
-    await writeFile(join(RESULTS_DIR, 'throughput-profile.json'), JSON.stringify({ generatedBy: 'npm run bench:throughput -- --profile --write', commit: gitCommit(), scenario: spec, ...only }, null, 2) + '\n');
+    const only =
+      workers > 1
+        ? { workers, profiles: written }
+        : {
+            [perRequest ? 'microsPerRequest' : 'microsPerToken']: (
+              written[profiles[0]!.title] as { microsPerUnit: number }
+            ).microsPerUnit,
+            summary: (written[profiles[0]!.title] as { summary: unknown }).summary,
+          };
+    await writeFile(
+      join(RESULTS_DIR, 'throughput-profile.json'),
+      JSON.stringify(
+        { generatedBy: 'npm run bench:throughput -- --profile --write', commit: gitCommit(), scenario: spec, ...only },
+        null,
+        2,
+      ) + '\n',
+    );
     console.log(`wrote ${join('bench', 'results', 'throughput-profile.json')}`);
   }
 }
 
 /** Token-phase chart groups: the gateway per worker count, then the stacked floor. */
-function chartGroups(figures: readonly ScenarioFigures[], specs: readonly ScenarioSpec[], floors: FloorSample[], workers: readonly number[]): ChartGroup[] {
+function chartGroups(
+  figures: readonly ScenarioFigures[],
+  specs: readonly ScenarioSpec[],
+  floors: FloorSample[],
+  workers: readonly number[],
+): ChartGroup[] {
   const ff = floorFigures(floors, []);
   return specs
     .filter((s) => s.kind === 'token')
@@ -425,7 +619,13 @@ function chartGroups(figures: readonly ScenarioFigures[], specs: readonly Scenar
       const bars: ChartGroup['bars'] = [];
       for (const w of workers) {
         const f = figures.find((x) => x.scenario === spec.name && x.workers === w);
-        if (f) bars.push({ series: `gateway w${w}`, median: f.gatewayPerUnit.median, min: f.gatewayPerUnit.min, max: f.gatewayPerUnit.max });
+        if (f)
+          bars.push({
+            series: `gateway w${w}`,
+            median: f.gatewayPerUnit.median,
+            min: f.gatewayPerUnit.min,
+            max: f.gatewayPerUnit.max,
+          });
       }
       if (floors.length > 0) {
         const total = floors.map((f) => tokenFloor(spec, f)).sort((a, b) => a - b);
@@ -435,7 +635,13 @@ function chartGroups(figures: readonly ScenarioFigures[], specs: readonly Scenar
           { label: 'detokenize (table)', value: ff.detokTable.median },
           ...(spec.stream ? [{ label: 'SSE chunk', value: sse[sse.length >> 1]! }] : []),
         ];
-        bars.push({ series: 'floor', median: parts.reduce((a, p) => a + p.value, 0), min: total[0]!, max: total[total.length - 1]!, parts });
+        bars.push({
+          series: 'floor',
+          median: parts.reduce((a, p) => a + p.value, 0),
+          min: total[0]!,
+          max: total[total.length - 1]!,
+          parts,
+        });
       }
       return { label: spec.name, bars };
     });
@@ -443,7 +649,9 @@ function chartGroups(figures: readonly ScenarioFigures[], specs: readonly Scenar
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  progress(args.runtime === 'dist' ? 'compiling the gateway (tsconfig.build.json → .build-bench)' : 'running src/ through tsx');
+  progress(
+    args.runtime === 'dist' ? 'compiling the gateway (tsconfig.build.json → .build-bench)' : 'running src/ through tsx',
+  );
   const build = await prepareGatewayBuild(args.runtime);
   const load = LoadProcess.start(build);
   try {
@@ -456,7 +664,10 @@ async function main(): Promise<void> {
     const available = workersSupported();
     const workers = args.workers.filter((w) => w === 1 || available);
     const unavailable = args.workers.filter((w) => !workers.includes(w));
-    if (unavailable.length > 0) progress(`workers ${unavailable.join(', ')}: unavailable (this gateway's serve has no --workers yet); skipped, not simulated`);
+    if (unavailable.length > 0)
+      progress(
+        `workers ${unavailable.join(', ')}: unavailable (this gateway's serve has no --workers yet); skipped, not simulated`,
+      );
     const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
     const sseStreams = [...new Set(specs.filter((s) => s.kind === 'token' && s.stream).map((s) => s.streams))];
     const loadStart = loadavg()[0]!;
@@ -466,7 +677,16 @@ async function main(): Promise<void> {
       for (const w of workers) samples.push(...(await runWorkers(args, build, load, w, repeat, specs)));
       if (args.floors) floors.push(await runFloors(args, build, load, tokenizer, repeat, sseStreams));
     }
-    const figures = workers.flatMap((w) => specs.map((spec) => scenarioFigures(spec, w, samples.filter((s) => s.scenario === spec.name && s.workers === w), floors)));
+    const figures = workers.flatMap((w) =>
+      specs.map((spec) =>
+        scenarioFigures(
+          spec,
+          w,
+          samples.filter((s) => s.scenario === spec.name && s.workers === w),
+          floors,
+        ),
+      ),
+    );
     const ff = floorFigures(floors, sseStreams);
     const commit = gitCommit();
     console.log(
@@ -475,11 +695,16 @@ async function main(): Promise<void> {
         `(+2 ms per stream); CPU from /proc over the window. Cells: median (min–max over repeats). Machine: ${execFileSync('nproc', { encoding: 'utf8' }).trim()} cores, ` +
         `load average ${loadStart.toFixed(1)} at the start, ${loadavg()[0]!.toFixed(1)} at the end (shared: only per-unit CPU figures compare across runs).\n`,
     );
-    if (unavailable.length > 0) console.log(`workers ${unavailable.join(', ')}: unavailable — serve has no --workers yet (issue 9 phase 2).\n`);
+    if (unavailable.length > 0)
+      console.log(`workers ${unavailable.join(', ')}: unavailable — serve has no --workers yet (issue 9 phase 2).\n`);
     console.log('### CPU per token (saturated)\n' + tokenTable(figures) + '\n');
-    if (workers.some((w) => w > 1) && workers.includes(1)) console.log('### --workers N against one process (per repeat)\n' + workersTable(samples, specs) + '\n');
+    if (workers.some((w) => w > 1) && workers.includes(1))
+      console.log('### --workers N against one process (per repeat)\n' + workersTable(samples, specs) + '\n');
     console.log('### CPU per request (max_tokens 1)\n' + requestTable(figures) + '\n');
-    if (specs.some((s) => s.kind === 'paced')) console.log(`### Paced ranks (a step every ${args.pacedStepMs} ms: not saturated)\n` + pacedTable(figures) + '\n');
+    if (specs.some((s) => s.kind === 'paced'))
+      console.log(
+        `### Paced ranks (a step every ${args.pacedStepMs} ms: not saturated)\n` + pacedTable(figures) + '\n',
+      );
     if (floors.length > 0) console.log('### Floors (same run)\n' + floorTable(ff) + '\n');
     if (args.write) {
       await mkdir(RESULTS_DIR, { recursive: true });
@@ -488,7 +713,14 @@ async function main(): Promise<void> {
         commit,
         args,
         unavailableWorkers: unavailable,
-        units: { perToken: 'µs of CPU', perRequest: 'µs of CPU', latency: 'ms', loopDelay: 'ms', tokensPerSecond: 'tokens/s', cores: 'CPU cores' },
+        units: {
+          perToken: 'µs of CPU',
+          perRequest: 'µs of CPU',
+          latency: 'ms',
+          loopDelay: 'ms',
+          tokensPerSecond: 'tokens/s',
+          cores: 'CPU cores',
+        },
         scenarios: specs,
         figures,
         floors: { summary: ff, samples: floors },
@@ -500,7 +732,9 @@ async function main(): Promise<void> {
         chartGroups(figures, specs, floors, workers),
       );
       await writeFile(join(RESULTS_DIR, 'throughput.svg'), svg);
-      console.log(`wrote ${join('bench', 'results', 'throughput.json')} and ${join('bench', 'results', 'throughput.svg')}`);
+      console.log(
+        `wrote ${join('bench', 'results', 'throughput.json')} and ${join('bench', 'results', 'throughput.svg')}`,
+      );
     }
   } finally {
     load.stop();
@@ -510,7 +744,11 @@ async function main(): Promise<void> {
 main().catch((error: unknown) => {
   // A bad option is the user's mistake: one line and the usage, no stack.
   const badOption = error instanceof RangeError;
-  const detail = badOption ? `${error.message}\n${USAGE}` : error instanceof Error ? (error.stack ?? error.message) : String(error);
+  const detail = badOption
+    ? `${error.message}\n${USAGE}`
+    : error instanceof Error
+      ? (error.stack ?? error.message)
+      : String(error);
   process.stderr.write(`\nbench:throughput failed: ${detail}\n`);
   process.exitCode = badOption ? 2 : 1;
 });

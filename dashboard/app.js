@@ -68,10 +68,18 @@ function sparkline(values) {
 }
 
 const COLUMNS = [
-  ['rank', 'dp rank'], ['state', 'state'], ['in_flight', 'in-flight'], ['trend', 'in-flight (30 s)'],
-  ['num_running_reqs', 'running'], ['num_waiting_reqs', 'waiting'], ['kv_cache_usage', 'KV cache'],
-  ['dispatch_rate', 'dispatch/s'], ['tokens', 'tokens/s'], ['ttft', 'TTFT p50/p90/p99 ms'],
-  ['itl', 'ITL p50/p90/p99 ms'], ['dispatched', 'dispatched (pinned)'],
+  ['rank', 'dp rank'],
+  ['state', 'state'],
+  ['in_flight', 'in-flight'],
+  ['trend', 'in-flight (30 s)'],
+  ['num_running_reqs', 'running'],
+  ['num_waiting_reqs', 'waiting'],
+  ['kv_cache_usage', 'KV cache'],
+  ['dispatch_rate', 'dispatch/s'],
+  ['tokens', 'tokens/s'],
+  ['ttft', 'TTFT p50/p90/p99 ms'],
+  ['itl', 'ITL p50/p90/p99 ms'],
+  ['dispatched', 'dispatched (pinned)'],
 ];
 
 function rankRow(group, r) {
@@ -121,16 +129,21 @@ function render(view) {
       totals.tokens_per_second += r.generation_tokens_per_second;
       body.append(rankRow(g, r));
     }
-    sections.push(el('section', { class: 'group', 'data-worker': g.worker },
-      el('h2', {}, `${g.worker} · ${g.engine} · ${g.ranks.length} DP rank${g.ranks.length === 1 ? '' : 's'}`, badge),
-      el('table', {}, el('thead', {}, head), body)));
+    sections.push(
+      el(
+        'section',
+        { class: 'group', 'data-worker': g.worker },
+        el('h2', {}, `${g.worker} · ${g.engine} · ${g.ranks.length} DP rank${g.ranks.length === 1 ? '' : 's'}`, badge),
+        el('table', {}, el('thead', {}, head), body),
+      ),
+    );
   }
   $('groups').replaceChildren(...sections);
   for (const node of document.querySelectorAll('[data-total]')) {
     const name = node.getAttribute('data-total');
     const v = totals[name];
-    node.textContent = name === 'kv_cache_usage_perc' ? `${(v * 100).toFixed(1)}%`
-      : name === 'dispatch_rate' ? fmt(v, 1) : fmt(v);
+    node.textContent =
+      name === 'kv_cache_usage_perc' ? `${(v * 100).toFixed(1)}%` : name === 'dispatch_rate' ? fmt(v, 1) : fmt(v);
   }
 }
 

@@ -29,7 +29,11 @@ export const TEST_BUILD_DIR = '.test-build';
 export async function buildTestTree(root) {
   const out = join(root, TEST_BUILD_DIR);
   rmSync(out, { recursive: true, force: true });
-  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], { cwd: root, encoding: 'utf8', maxBuffer: 64 << 20 })
+  const files = execFileSync('git', ['ls-files', '-z', '--cached', '--others', '--exclude-standard'], {
+    cwd: root,
+    encoding: 'utf8',
+    maxBuffer: 64 << 20,
+  })
     .split('\0')
     .filter((f) => f !== '' && !f.startsWith(`${TEST_BUILD_DIR}/`));
   const made = new Set();

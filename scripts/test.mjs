@@ -50,23 +50,41 @@ function testFiles(dir) {
   return out.sort();
 }
 
-const targets = args.length > 0 ? args.flatMap((a) => (statSync(join(root, a)).isDirectory() ? testFiles(join(root, a)) : [a])) : testFiles(join(root, 'test'));
-const workerFiles = testFiles(join(root, 'test', 'e2e')).filter((f) => readFileSync(join(root, f), 'utf8').includes('helpers/test-gateway.js'));
+const targets =
+  args.length > 0
+    ? args.flatMap((a) => (statSync(join(root, a)).isDirectory() ? testFiles(join(root, a)) : [a]))
+    : testFiles(join(root, 'test'));
+const workerFiles = testFiles(join(root, 'test', 'e2e')).filter((f) =>
+  readFileSync(join(root, f), 'utf8').includes('helpers/test-gateway.js'),
+);
 const js = (f) => f.replace(/\.ts$/, '.js');
 const nodeTest = (n) => [
-  process.execPath, '--enable-source-maps', '--test', `--test-concurrency=${n}`, '--test-timeout=120000',
-  '--test-reporter=./test/reporters/files.mjs', '--test-reporter-destination=stdout',
+  process.execPath,
+  '--enable-source-maps',
+  '--test',
+  `--test-concurrency=${n}`,
+  '--test-timeout=120000',
+  '--test-reporter=./test/reporters/files.mjs',
+  '--test-reporter-destination=stdout',
 ];
 
 const phases = [
   { name: 'typecheck', argv: [process.execPath, join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit'] },
   { name: 'tests', argv: [...nodeTest(concurrency), ...targets.map(js)], transpiled: true },
-  { name: 'workers', title: 'e2e --workers 2', argv: [...nodeTest(workersConcurrency), ...workerFiles.map(js)], env: { GATEWAY_TEST_WORKERS: '2' }, transpiled: true },
+  {
+    name: 'workers',
+    title: 'e2e --workers 2',
+    argv: [...nodeTest(workersConcurrency), ...workerFiles.map(js)],
+    env: { GATEWAY_TEST_WORKERS: '2' },
+    transpiled: true,
+  },
 ].filter((p) => (only === undefined ? args.length === 0 || p.name !== 'workers' : only.includes(p.name)));
 
 const started = performance.now();
 const secs = () => ((performance.now() - started) / 1000).toFixed(0);
-process.stderr.write(`npm test: ${phases.map((p) => p.title ?? p.name).join(', ')} (${targets.length} test files; ${workerFiles.length} again with --workers 2)\n`);
+process.stderr.write(
+  `npm test: ${phases.map((p) => p.title ?? p.name).join(', ')} (${targets.length} test files; ${workerFiles.length} again with --workers 2)\n`,
+);
 
 const buildDir = phases.some((p) => p.transpiled) ? await buildTestTree(root) : root;
 process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
@@ -78,12 +96,18 @@ const results = await Promise.all(
   phases.map(
     (p) =>
       new Promise((resolve) => {
-        const child = spawn(p.argv[0], p.argv.slice(1), { cwd: p.transpiled ? buildDir : root, env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp } : {}) }, stdio: ['ignore', 'pipe', 'pipe'] });
+        const child = spawn(p.argv[0], p.argv.slice(1), {
+          cwd: p.transpiled ? buildDir : root,
+          env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp } : {}) },
+          stdio: ['ignore', 'pipe', 'pipe'],
+        });
         let out = '';
         child.stdout.on('data', (c) => (out += c));
         child.stderr.on('data', (c) => (out += c));
         child.on('close', (code, signal) => {
-          process.stderr.write(`[${secs()} s] ${p.title ?? p.name}: ${code === 0 ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`}\n`);
+          process.stderr.write(
+            `[${secs()} s] ${p.title ?? p.name}: ${code === 0 ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`}\n`,
+          );
           resolve({ phase: p, code, out, seconds: secs() });
         });
       }),
@@ -123,11 +147,16 @@ for (const entry of readdirSync(tmp)) leftovers.push(`temp entry: ${entry}`);
 rmSync(tmp, { recursive: true, force: true });
 
 for (const r of results) {
-  process.stdout.write(`\n===== ${r.phase.title ?? r.phase.name}: ${r.code === 0 ? 'passed' : 'FAILED'} (ended at ${r.seconds} s) =====\n`);
+  process.stdout.write(
+    `\n===== ${r.phase.title ?? r.phase.name}: ${r.code === 0 ? 'passed' : 'FAILED'} (ended at ${r.seconds} s) =====\n`,
+  );
   process.stdout.write(r.out.trimEnd() + '\n');
 }
-if (leftovers.length > 0) process.stdout.write(`\n===== left behind by the tests: FAILED =====\n${leftovers.join('\n')}\n`);
+if (leftovers.length > 0)
+  process.stdout.write(`\n===== left behind by the tests: FAILED =====\n${leftovers.join('\n')}\n`);
 const failed = results.filter((r) => r.code !== 0).map((r) => r.phase.title ?? r.phase.name);
 if (leftovers.length > 0) failed.push('teardown');
-process.stdout.write(`\nnpm test: ${failed.length === 0 ? 'every phase passed' : `FAILED: ${failed.join(', ')}`} in ${secs()} s\n`);
+process.stdout.write(
+  `\nnpm test: ${failed.length === 0 ? 'every phase passed' : `FAILED: ${failed.join(', ')}`} in ${secs()} s\n`,
+);
 process.exitCode = failed.length === 0 ? 0 : 1;

@@ -100,7 +100,13 @@ function expandSpaceSeparated(argv: readonly string[], names: ReadonlySet<string
 function flagEntries(argv: readonly string[], options: LayerOptions['options']): Entry[] {
   let tokens;
   try {
-    tokens = parseArgs({ args: [...argv], options: { ...options }, strict: true, allowPositionals: false, tokens: true }).tokens;
+    tokens = parseArgs({
+      args: [...argv],
+      options: { ...options },
+      strict: true,
+      allowPositionals: false,
+      tokens: true,
+    }).tokens;
   } catch (err) {
     const e = err as { code?: string; message?: string };
     if (e.code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION') {
@@ -128,21 +134,30 @@ function envEntries(env: Readonly<Record<string, string | undefined>>, o: LayerO
     if (!key.startsWith(ENV_PREFIX) || key === envName('config')) continue;
     const name = byEnv.get(key);
     if (name === undefined || o.flagOnly.has(name)) {
-      throw new ConfigSourceError(`unknown environment variable ${key} (the MODEL_GATEWAY_* variables mirror the serve options)`);
+      throw new ConfigSourceError(
+        `unknown environment variable ${key} (the MODEL_GATEWAY_* variables mirror the serve options)`,
+      );
     }
   }
   const rank = (name: string) => (o.groupOpeners.has(name) ? 0 : o.groupOptions.has(name) ? 1 : 2);
-  const names = Object.keys(o.options).filter((n) => env[envName(n)] !== undefined).sort((a, b) => rank(a) - rank(b));
+  const names = Object.keys(o.options)
+    .filter((n) => env[envName(n)] !== undefined)
+    .sort((a, b) => rank(a) - rank(b));
   const out: Entry[] = [];
   for (const name of names) {
     const raw = env[envName(name)]!;
     const spec = o.options[name]!;
     if (spec.type === 'boolean') {
       const v = raw.trim().toLowerCase();
-      if (!TRUE.has(v) && !FALSE.has(v)) throw new ConfigSourceError(`${envName(name)} must be true or false, got '${raw}'`);
+      if (!TRUE.has(v) && !FALSE.has(v))
+        throw new ConfigSourceError(`${envName(name)} must be true or false, got '${raw}'`);
       out.push({ name, value: TRUE.has(v) });
     } else if (spec.multiple) {
-      for (const part of raw.split(',').map((p) => p.trim()).filter((p) => p !== '')) out.push({ name, value: part });
+      for (const part of raw
+        .split(',')
+        .map((p) => p.trim())
+        .filter((p) => p !== ''))
+        out.push({ name, value: part });
     } else {
       out.push({ name, value: raw });
     }
@@ -152,7 +167,10 @@ function envEntries(env: Readonly<Record<string, string | undefined>>, o: LayerO
 
 /** `dp_policy` / `dpPolicy` → `dp-policy`. */
 function optionKey(key: string): string {
-  return key.replace(/([a-z0-9])([A-Z])/g, '$1-$2').replaceAll('_', '-').toLowerCase();
+  return key
+    .replace(/([a-z0-9])([A-Z])/g, '$1-$2')
+    .replaceAll('_', '-')
+    .toLowerCase();
 }
 
 function isMapping(v: unknown): v is Record<string, unknown> {
@@ -160,7 +178,12 @@ function isMapping(v: unknown): v is Record<string, unknown> {
 }
 
 /** The entries of one mapping of the config file (`where` names it in errors). */
-function mappingEntries(map: Record<string, unknown>, o: LayerOptions, where: string, allow: (name: string) => string | null): Entry[] {
+function mappingEntries(
+  map: Record<string, unknown>,
+  o: LayerOptions,
+  where: string,
+  allow: (name: string) => string | null,
+): Entry[] {
   const out: Entry[] = [];
   for (const [rawKey, value] of Object.entries(map)) {
     const name = optionKey(rawKey);
@@ -170,10 +193,12 @@ function mappingEntries(map: Record<string, unknown>, o: LayerOptions, where: st
     if (refusal !== null) throw new ConfigSourceError(`${where}: '${rawKey}' ${refusal}`);
     if (value === null || value === undefined) continue;
     const values = Array.isArray(value) ? value : [value];
-    if (Array.isArray(value) && !spec.multiple) throw new ConfigSourceError(`${where}: '${rawKey}' takes one value, got a list`);
+    if (Array.isArray(value) && !spec.multiple)
+      throw new ConfigSourceError(`${where}: '${rawKey}' takes one value, got a list`);
     for (const v of values) {
       if (spec.type === 'boolean') {
-        if (typeof v !== 'boolean') throw new ConfigSourceError(`${where}: '${rawKey}' must be true or false, got ${JSON.stringify(v)}`);
+        if (typeof v !== 'boolean')
+          throw new ConfigSourceError(`${where}: '${rawKey}' must be true or false, got ${JSON.stringify(v)}`);
         out.push({ name, value: v });
       } else {
         if (typeof v !== 'string' && typeof v !== 'number') {
@@ -189,7 +214,8 @@ function mappingEntries(map: Record<string, unknown>, o: LayerOptions, where: st
 /** The entries of a parsed config file: top-level defaults and options, a top-level group, then `groups`. */
 export function fileEntries(doc: unknown, o: LayerOptions, file: string): Entry[] {
   if (doc === null || doc === undefined) return [];
-  if (!isMapping(doc)) throw new ConfigSourceError(`${file}: the top level must be a mapping of option names to values`);
+  if (!isMapping(doc))
+    throw new ConfigSourceError(`${file}: the top level must be a mapping of option names to values`);
   const { groups, ...top } = doc;
   const topEntries = mappingEntries(top, o, file, () => null);
   const rank = (e: Entry) => (o.groupOptions.has(e.name) ? 0 : o.groupOpeners.has(e.name) ? 1 : 2);
@@ -200,11 +226,15 @@ export function fileEntries(doc: unknown, o: LayerOptions, file: string): Entry[
     const where = `${file}: groups[${i}]`;
     if (!isMapping(g)) throw new ConfigSourceError(`${where} must be a mapping`);
     const entries = mappingEntries(g, o, where, (name) =>
-      o.groupOpeners.has(name) || o.groupOptions.has(name) ? null : 'is not an engine-group option (put it at the top level)',
+      o.groupOpeners.has(name) || o.groupOptions.has(name)
+        ? null
+        : 'is not an engine-group option (put it at the top level)',
     );
     const openers = entries.filter((e) => o.groupOpeners.has(e.name));
     if (openers.length !== 1) {
-      throw new ConfigSourceError(`${where} needs exactly one of ${[...o.groupOpeners].join(', ')}; got ${openers.length}`);
+      throw new ConfigSourceError(
+        `${where} needs exactly one of ${[...o.groupOpeners].join(', ')}; got ${openers.length}`,
+      );
     }
     out.push(openers[0]!, ...entries.filter((e) => !o.groupOpeners.has(e.name)));
   });
@@ -218,12 +248,16 @@ function loadFile(path: string, read: (p: string) => string): unknown {
     text = read(path);
   } catch (err) {
     const code = (err as { code?: string }).code;
-    throw new ConfigSourceError(`cannot read the config file ${path}${code === 'ENOENT' ? ': no such file' : `: ${(err as Error).message}`}`);
+    throw new ConfigSourceError(
+      `cannot read the config file ${path}${code === 'ENOENT' ? ': no such file' : `: ${(err as Error).message}`}`,
+    );
   }
   try {
     return parseYaml(text);
   } catch (err) {
-    throw new ConfigSourceError(`config file ${path} is not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`);
+    throw new ConfigSourceError(
+      `config file ${path} is not valid YAML or JSON: ${(err as Error).message.split('\n')[0]}`,
+    );
   }
 }
 
@@ -245,11 +279,14 @@ export function layerServeArgs(argv: readonly string[], o: LayerOptions): Layere
   const env = o.env ?? process.env;
   const flags = flagEntries(expandSpaceSeparated(argv, o.spaceSeparated ?? new Set()), o.options);
   const configFlag = [...flags].reverse().find((e) => e.name === 'config');
-  const configFile = typeof configFlag?.value === 'string' ? configFlag.value : (env[envName('config')] || null);
+  const configFile = typeof configFlag?.value === 'string' ? configFlag.value : env[envName('config')] || null;
   const sources: Record<Source, Entry[]> = {
     flag: flags.filter((e) => !['config'].includes(e.name)),
     env: envEntries(env, o),
-    file: configFile !== null ? fileEntries(loadFile(configFile, o.readFile ?? ((p) => readFileSync(p, 'utf8'))), o, configFile) : [],
+    file:
+      configFile !== null
+        ? fileEntries(loadFile(configFile, o.readFile ?? ((p) => readFileSync(p, 'utf8'))), o, configFile)
+        : [],
   };
   const order: Source[] = ['flag', 'env', 'file'];
   const isGroup = (name: string) => o.groupOpeners.has(name) || o.groupOptions.has(name);

@@ -35,8 +35,17 @@ import {
   type GroupOptions,
   type RunningGateway,
 } from './gateway.js';
-import { DEFAULT_BALANCE_REL_THRESHOLD, REFERENCE_MAX_NUM_SEQS, SGLANG_BALANCE_ABS_THRESHOLD } from './engine-client/cache-aware.js';
-import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName, type DpPolicyTuning } from './engine-client/policies.js';
+import {
+  DEFAULT_BALANCE_REL_THRESHOLD,
+  REFERENCE_MAX_NUM_SEQS,
+  SGLANG_BALANCE_ABS_THRESHOLD,
+} from './engine-client/cache-aware.js';
+import {
+  DEFAULT_DP_POLICY,
+  DP_POLICY_NAMES,
+  type DpPolicyName,
+  type DpPolicyTuning,
+} from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
 import { FrontStartError, MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
@@ -47,7 +56,11 @@ import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './server/concurrency.js';
 import type { CorsOptions } from './server/cors.js';
-import { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES, type HttpEdgeOptions } from './server/edge-options.js';
+import {
+  DEFAULT_REQUEST_TIMEOUT_MS,
+  DEFAULT_TOKENIZE_BODY_LIMIT_BYTES,
+  type HttpEdgeOptions,
+} from './server/edge-options.js';
 import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES } from './server/sse.js';
 import { simEntryArgs } from './sim/spawn.js';
 import {
@@ -72,7 +85,9 @@ export const CLI_DP_POLICIES: readonly DpPolicyName[] = DP_POLICY_NAMES.filter((
  */
 function parseDpPolicy(value: string): DpPolicyName {
   if (value === 'oracle') {
-    throw new UsageError(`--dp-policy oracle is benchmark only (it needs the simulator's true state); use one of ${CLI_DP_POLICIES.join(', ')}`);
+    throw new UsageError(
+      `--dp-policy oracle is benchmark only (it needs the simulator's true state); use one of ${CLI_DP_POLICIES.join(', ')}`,
+    );
   }
   if (!(CLI_DP_POLICIES as readonly string[]).includes(value)) {
     throw new UsageError(`--dp-policy must be one of ${CLI_DP_POLICIES.join(', ')}, got '${value}'`);
@@ -95,7 +110,9 @@ function parseOutputFlags(v: {
   const tool = v['tool-call-parser'];
   if (tool !== undefined) {
     if (tool !== 'none' && !(TOOL_CALL_PARSER_NAMES as readonly string[]).includes(tool)) {
-      throw new UsageError(`--tool-call-parser must be one of ${TOOL_CALL_PARSER_NAMES.join(', ')} or none, got '${tool}'`);
+      throw new UsageError(
+        `--tool-call-parser must be one of ${TOOL_CALL_PARSER_NAMES.join(', ')} or none, got '${tool}'`,
+      );
     }
     out.toolCallParser = tool as ToolCallParserName | 'none';
   }
@@ -105,7 +122,9 @@ function parseOutputFlags(v: {
   const reasoning = v['reasoning-parser'];
   if (reasoning !== undefined) {
     if (!(REASONING_PARSER_NAMES as readonly string[]).includes(reasoning)) {
-      throw new UsageError(`--reasoning-parser must be one of ${REASONING_PARSER_NAMES.join(', ')}, got '${reasoning}'`);
+      throw new UsageError(
+        `--reasoning-parser must be one of ${REASONING_PARSER_NAMES.join(', ')}, got '${reasoning}'`,
+      );
     }
     out.reasoningParser = reasoning as ReasoningParserName;
   }
@@ -119,14 +138,19 @@ function parseOutputFlags(v: {
  * ≥ 1) as `DpPolicyTuning` (dp-routing.md 14.1 for the horizon, 14.11 for the balance bounds; src/engine-client/cache-aware.ts), or null when none is given.
  * Throws UsageError on a bad value.
  */
-function parsePolicyTuning(horizon: string | undefined, abs: string | undefined, rel: string | undefined): DpPolicyTuning | null {
+function parsePolicyTuning(
+  horizon: string | undefined,
+  abs: string | undefined,
+  rel: string | undefined,
+): DpPolicyTuning | null {
   const tuning: DpPolicyTuning = {};
   const h = intOption('load-horizon-ms', horizon, 1);
   if (h !== undefined) tuning.loadHorizonMs = h;
   const num = (name: string, value: string | undefined, min: number): number | undefined => {
     if (value === undefined) return undefined;
     const n = Number(value);
-    if (value.trim() === '' || !Number.isFinite(n) || n < min) throw new UsageError(`--${name} must be a number ≥ ${min}, got '${value}'`);
+    if (value.trim() === '' || !Number.isFinite(n) || n < min)
+      throw new UsageError(`--${name} must be a number ≥ ${min}, got '${value}'`);
     return n;
   };
   const a = num('balance-abs-threshold', abs, 0);
@@ -270,7 +294,16 @@ const LOG_LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 
 
 /** The options that take part in the group syntax (see `USAGE`). */
 const GROUP_OPENERS = new Set(['engine-url', 'sim', 'worker', 'sim-worker']);
-const GROUP_OPTIONS = new Set(['engine', 'sim-engine', 'dp-size', 'handshake', 'lockstep', 'no-lockstep', 'sim-lockstep', 'sim-arg']);
+const GROUP_OPTIONS = new Set([
+  'engine',
+  'sim-engine',
+  'dp-size',
+  'handshake',
+  'lockstep',
+  'no-lockstep',
+  'sim-lockstep',
+  'sim-arg',
+]);
 
 /** One group (or the defaults) as written on the command line, before defaults are applied. */
 interface GroupFlags {
@@ -306,7 +339,10 @@ function checkEngineUrl(flag: string, url: string): string {
 /** `--worker ENGINE:ipc://PATH[:N]` (a path ending in `:<digits>` needs the long form). */
 function parseWorkerSpec(spec: string): GroupFlags {
   const m = /^([a-z]+):(ipc:\/\/.+?)(?::(\d+))?$/.exec(spec);
-  if (!m) throw new UsageError(`--worker must look like ENGINE:ipc://PATH[:DP_SIZE], e.g. vllm:ipc:///tmp/e/w0:2; got '${spec}'`);
+  if (!m)
+    throw new UsageError(
+      `--worker must look like ENGINE:ipc://PATH[:DP_SIZE], e.g. vllm:ipc:///tmp/e/w0:2; got '${spec}'`,
+    );
   const group: GroupFlags = {
     opener: `--worker ${spec}`,
     kind: 'real',
@@ -340,7 +376,9 @@ function applyGroupOption(target: GroupFlags, name: string, value: string | unde
     target[key] = v;
   };
   if (target.kind === 'real' && (name === 'sim-engine' || name === 'sim-lockstep' || name === 'sim-arg')) {
-    throw new UsageError(`--${name} applies to simulated groups, not ${target.opener}${name === 'sim-engine' ? ' (use --engine)' : ''}`);
+    throw new UsageError(
+      `--${name} applies to simulated groups, not ${target.opener}${name === 'sim-engine' ? ' (use --engine)' : ''}`,
+    );
   }
   switch (name) {
     case 'engine':
@@ -358,7 +396,8 @@ function applyGroupOption(target: GroupFlags, name: string, value: string | unde
       once('dpSize', intOption('dp-size', value, 1));
       return;
     case 'handshake':
-      if (!value!.startsWith('tcp://')) throw new UsageError(`--handshake must be a tcp://HOST:PORT address, got '${value}'`);
+      if (!value!.startsWith('tcp://'))
+        throw new UsageError(`--handshake must be a tcp://HOST:PORT address, got '${value}'`);
       once('handshake', value);
       return;
     case 'lockstep':
@@ -380,7 +419,9 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
   const sim = g.kind === 'sim';
   const out: GroupOptions = {};
   const engine =
-    g.kind === null ? (defaults.simEngine ?? defaults.engine) : (g.engine ?? (sim ? defaults.simEngine : undefined) ?? defaults.engine);
+    g.kind === null
+      ? (defaults.simEngine ?? defaults.engine)
+      : (g.engine ?? (sim ? defaults.simEngine : undefined) ?? defaults.engine);
   if (engine !== undefined) out.engine = engine;
   if (g.engineUrl !== undefined) out.engineUrl = g.engineUrl;
   if (g.sim !== undefined) out.sim = g.sim;
@@ -415,57 +456,57 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
 export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): GatewayOptions | null {
   // The options table. Every option here is also MODEL_GATEWAY_<NAME> and a --config key (cli-config.ts).
   const options = {
-        config: { type: 'string' },
-        version: { type: 'boolean', short: 'V' },
-        'served-model-name': { type: 'string', multiple: true },
-        'log-format': { type: 'string' },
-        port: { type: 'string' },
-        host: { type: 'string' },
-        'engine-url': { type: 'string', multiple: true },
-        sim: { type: 'string', multiple: true },
-        worker: { type: 'string', multiple: true },
-        'sim-worker': { type: 'string', multiple: true },
-        engine: { type: 'string', multiple: true },
-        'sim-engine': { type: 'string', multiple: true },
-        'dp-size': { type: 'string', multiple: true },
-        handshake: { type: 'string', multiple: true },
-        lockstep: { type: 'boolean', multiple: true },
-        'no-lockstep': { type: 'boolean', multiple: true },
-        'sim-lockstep': { type: 'boolean', multiple: true },
-        'sim-arg': { type: 'string', multiple: true },
-        tokenizer: { type: 'string' },
-        model: { type: 'string' },
-        'silence-timeout-ms': { type: 'string' },
-        'rank-stall-timeout-ms': { type: 'string' },
-        'handshake-timeout-ms': { type: 'string' },
-        'shutdown-grace-ms': { type: 'string' },
-        'max-output-message-bytes': { type: 'string' },
-        'body-limit': { type: 'string' },
-        'log-level': { type: 'string' },
-        'dp-policy': { type: 'string' },
-        'tool-call-parser': { type: 'string' },
-        'enable-auto-tool-choice': { type: 'boolean' },
-        'reasoning-parser': { type: 'string' },
-        'responses-store': { type: 'string' },
-        'load-horizon-ms': { type: 'string' },
-        'balance-abs-threshold': { type: 'string' },
-        'balance-rel-threshold': { type: 'string' },
-        'api-key': { type: 'string', multiple: true },
-        'metrics-require-key': { type: 'boolean' },
-        'allowed-origins': { type: 'string' },
-        'allowed-methods': { type: 'string' },
-        'allowed-headers': { type: 'string' },
-        'allow-credentials': { type: 'boolean' },
-        'max-concurrent-requests': { type: 'string' },
-        'stream-buffer-bytes': { type: 'string' },
-        'client-stall-timeout-ms': { type: 'string' },
-        'request-timeout-ms': { type: 'string' },
-        'tokenizer-queue-jobs': { type: 'string' },
-        'tokenizer-queue-chars': { type: 'string' },
-        'tokenize-body-limit': { type: 'string' },
-        workers: { type: 'string' },
-        'exit-with-parent': { type: 'boolean' },
-        help: { type: 'boolean', short: 'h' },
+    config: { type: 'string' },
+    version: { type: 'boolean', short: 'V' },
+    'served-model-name': { type: 'string', multiple: true },
+    'log-format': { type: 'string' },
+    port: { type: 'string' },
+    host: { type: 'string' },
+    'engine-url': { type: 'string', multiple: true },
+    sim: { type: 'string', multiple: true },
+    worker: { type: 'string', multiple: true },
+    'sim-worker': { type: 'string', multiple: true },
+    engine: { type: 'string', multiple: true },
+    'sim-engine': { type: 'string', multiple: true },
+    'dp-size': { type: 'string', multiple: true },
+    handshake: { type: 'string', multiple: true },
+    lockstep: { type: 'boolean', multiple: true },
+    'no-lockstep': { type: 'boolean', multiple: true },
+    'sim-lockstep': { type: 'boolean', multiple: true },
+    'sim-arg': { type: 'string', multiple: true },
+    tokenizer: { type: 'string' },
+    model: { type: 'string' },
+    'silence-timeout-ms': { type: 'string' },
+    'rank-stall-timeout-ms': { type: 'string' },
+    'handshake-timeout-ms': { type: 'string' },
+    'shutdown-grace-ms': { type: 'string' },
+    'max-output-message-bytes': { type: 'string' },
+    'body-limit': { type: 'string' },
+    'log-level': { type: 'string' },
+    'dp-policy': { type: 'string' },
+    'tool-call-parser': { type: 'string' },
+    'enable-auto-tool-choice': { type: 'boolean' },
+    'reasoning-parser': { type: 'string' },
+    'responses-store': { type: 'string' },
+    'load-horizon-ms': { type: 'string' },
+    'balance-abs-threshold': { type: 'string' },
+    'balance-rel-threshold': { type: 'string' },
+    'api-key': { type: 'string', multiple: true },
+    'metrics-require-key': { type: 'boolean' },
+    'allowed-origins': { type: 'string' },
+    'allowed-methods': { type: 'string' },
+    'allowed-headers': { type: 'string' },
+    'allow-credentials': { type: 'boolean' },
+    'max-concurrent-requests': { type: 'string' },
+    'stream-buffer-bytes': { type: 'string' },
+    'client-stall-timeout-ms': { type: 'string' },
+    'request-timeout-ms': { type: 'string' },
+    'tokenizer-queue-jobs': { type: 'string' },
+    'tokenizer-queue-chars': { type: 'string' },
+    'tokenize-body-limit': { type: 'string' },
+    workers: { type: 'string' },
+    'exit-with-parent': { type: 'boolean' },
+    help: { type: 'boolean', short: 'h' },
   } as const satisfies Record<string, OptionSpec>;
   let layered;
   let parsed;
@@ -527,7 +568,12 @@ function serveOptionsFrom(parsed: {
     const name = token.name!;
     if (GROUP_OPENERS.has(name)) {
       if (name === 'engine-url') {
-        groups.push({ opener: `--engine-url ${value}`, kind: 'real', engineUrl: checkEngineUrl('--engine-url', value!), simArgs: [] });
+        groups.push({
+          opener: `--engine-url ${value}`,
+          kind: 'real',
+          engineUrl: checkEngineUrl('--engine-url', value!),
+          simArgs: [],
+        });
       } else if (name === 'sim') {
         groups.push({ opener: `--sim ${value}`, kind: 'sim', sim: intOption('sim', value, 1), simArgs: [] });
       } else if (name === 'worker') {
@@ -553,7 +599,8 @@ function serveOptionsFrom(parsed: {
   else opts.groups = groups.map((g) => toGroupOptions(g, defaults));
   if (v.tokenizer !== undefined) opts.tokenizerDir = v.tokenizer;
   const served = v['served-model-name'];
-  if (served !== undefined && v.model !== undefined) throw new UsageError('give --served-model-name or --model, not both');
+  if (served !== undefined && v.model !== undefined)
+    throw new UsageError('give --served-model-name or --model, not both');
   if (served !== undefined) {
     if (served.some((n) => n.trim() === '')) throw new UsageError('--served-model-name must not be empty');
     opts.servedModelNames = [...new Set(served)];
@@ -610,7 +657,8 @@ function parseListOption(flag: string, value: string): string[] {
     } catch {
       throw new UsageError(`--${flag} is not a valid JSON list: ${value}`);
     }
-    if (!Array.isArray(list) || list.some((x) => typeof x !== 'string')) throw new UsageError(`--${flag} must be a list of strings`);
+    if (!Array.isArray(list) || list.some((x) => typeof x !== 'string'))
+      throw new UsageError(`--${flag} must be a list of strings`);
   } else {
     list = text.split(',');
   }
@@ -636,7 +684,8 @@ function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[]
   if (origins !== undefined) {
     const cors: CorsOptions = { allowedOrigins: parseListOption('allowed-origins', origins) };
     const methods = v['allowed-methods'] as string | undefined;
-    if (methods !== undefined) cors.allowedMethods = parseListOption('allowed-methods', methods).map((m) => m.toUpperCase());
+    if (methods !== undefined)
+      cors.allowedMethods = parseListOption('allowed-methods', methods).map((m) => m.toUpperCase());
     const headers = v['allowed-headers'] as string | undefined;
     if (headers !== undefined) cors.allowedHeaders = parseListOption('allowed-headers', headers);
     if (v['allow-credentials'] === true) cors.allowCredentials = true;
@@ -733,7 +782,9 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     parentGone = true;
     if (gateway === null) return;
     gateway.emergencyStop();
-    process.stderr.write('model-gateway: stdin closed (--exit-with-parent): the parent is gone; simulated ranks killed, exiting now\n');
+    process.stderr.write(
+      'model-gateway: stdin closed (--exit-with-parent): the parent is gone; simulated ranks killed, exiting now\n',
+    );
     process.exit(1);
   };
   if (argv.includes('--exit-with-parent')) {
@@ -749,9 +800,10 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   }
   try {
     const workers = opts.workers ?? autoWorkers();
-    gateway = workers > 1
-      ? await startClusterGateway({ ...opts, workers }, workers, { signal: startInterrupted.signal })
-      : await startGateway({ ...opts, waitForRanks: false });
+    gateway =
+      workers > 1
+        ? await startClusterGateway({ ...opts, workers }, workers, { signal: startInterrupted.signal })
+        : await startGateway({ ...opts, waitForRanks: false });
   } finally {
     if (gateway === null) {
       process.off('SIGINT', onSignal);
@@ -848,7 +900,8 @@ export async function main(argv: string[], io: CliIo = PROCESS_IO): Promise<numb
     }
   } catch (err) {
     if (err instanceof UsageError || err instanceof ConfigSourceError) {
-      const help = command === 'serve' || command === 'sim' ? `model-gateway ${command} --help` : 'model-gateway --help';
+      const help =
+        command === 'serve' || command === 'sim' ? `model-gateway ${command} --help` : 'model-gateway --help';
       io.stderr(`model-gateway: ${err.message} (see '${help}')\n`);
       return 2;
     }
@@ -874,10 +927,14 @@ export function operatorErrorLine(err: unknown): string | null {
   if (!(err instanceof Error)) return null;
   const e = err as Error & { code?: unknown; address?: unknown; port?: unknown; syscall?: unknown };
   if (e.syscall === 'listen' && (e.code === 'EADDRINUSE' || e.code === 'EACCES' || e.code === 'EADDRNOTAVAIL')) {
-    const where = typeof e.address === 'string' && e.port !== undefined ? `${e.address}:${String(e.port)}` : 'the HTTP address';
-    const why = e.code === 'EADDRINUSE' ? 'the port is already in use (another gateway?); choose one with --port'
-      : e.code === 'EACCES' ? 'permission denied; choose a port above 1023 with --port'
-      : 'the address is not on this machine; check --host';
+    const where =
+      typeof e.address === 'string' && e.port !== undefined ? `${e.address}:${String(e.port)}` : 'the HTTP address';
+    const why =
+      e.code === 'EADDRINUSE'
+        ? 'the port is already in use (another gateway?); choose one with --port'
+        : e.code === 'EACCES'
+          ? 'permission denied; choose a port above 1023 with --port'
+          : 'the address is not on this machine; check --host';
     return `cannot listen on ${where}: ${why}`;
   }
   if (err instanceof TransportError || err instanceof ConfigError) return err.message;

@@ -31,7 +31,13 @@ import type { LockstepSetting } from './engine-client/waves.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, GatewayLifecycle, waitForDrain } from './lifecycle.js';
 import { KNOWN_DTYPES, isKnownDtype } from './protocols/handshake.js';
 import { indexShapeFor } from './engine-client/cache-aware.js';
-import { createDpPolicy, type DpPolicyName, type DpPolicyOptions, type DpPolicyTuning, type OracleSource } from './engine-client/policies.js';
+import {
+  createDpPolicy,
+  type DpPolicyName,
+  type DpPolicyOptions,
+  type DpPolicyTuning,
+  type OracleSource,
+} from './engine-client/policies.js';
 import type { DpPolicy } from './engine-client/policy.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
@@ -257,7 +263,16 @@ export interface ResolvedGroup {
   lockstepMode: LockstepSetting;
 }
 
-const SHORTHAND_KEYS = ['engine', 'engineUrl', 'handshake', 'dpSize', 'sim', 'simArgs', 'lockstep', 'lockstepMode'] as const;
+const SHORTHAND_KEYS = [
+  'engine',
+  'engineUrl',
+  'handshake',
+  'dpSize',
+  'sim',
+  'simArgs',
+  'lockstep',
+  'lockstepMode',
+] as const;
 
 /**
  * Apply the defaults of `GroupOptions` to `opts.groups` (or to the single-group shorthand fields) and check them.
@@ -271,7 +286,8 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
   let list: GroupOptions[];
   if (opts.groups !== undefined) {
     const mixed = SHORTHAND_KEYS.filter((k) => opts[k] !== undefined);
-    if (mixed.length > 0) throw new RangeError(`give either groups or the single-group options (${mixed.join(', ')}), not both`);
+    if (mixed.length > 0)
+      throw new RangeError(`give either groups or the single-group options (${mixed.join(', ')}), not both`);
     if (opts.groups.length === 0) throw new RangeError('groups must list at least one engine group');
     list = opts.groups;
   } else {
@@ -282,7 +298,9 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
     const where = several ? `group ${i}: ` : '';
     const engine = g.engine ?? 'tokenspeed';
     if (!ENGINE_FAMILIES.includes(engine)) {
-      throw new RangeError(`${where}engine must be ${ENGINE_FAMILIES.join(' or ')} (the runtime of a ZMQ worker), got ${JSON.stringify(engine)}`);
+      throw new RangeError(
+        `${where}engine must be ${ENGINE_FAMILIES.join(' or ')} (the runtime of a ZMQ worker), got ${JSON.stringify(engine)}`,
+      );
     }
     const sim = g.sim ?? (g.engineUrl === undefined ? DEFAULT_SIM_RANKS : 0);
     if (sim !== 0) checkPositiveInteger(`${where}sim`, sim);
@@ -292,13 +310,24 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
     }
     const lockstep = g.lockstep === true;
     if (lockstep && (engine !== 'vllm' || sim < 2)) {
-      throw new RangeError(`${where}lockstep applies to a group of at least 2 simulated vLLM ranks (engine 'vllm', sim ≥ 2)`);
+      throw new RangeError(
+        `${where}lockstep applies to a group of at least 2 simulated vLLM ranks (engine 'vllm', sim ≥ 2)`,
+      );
     }
     const lockstepMode = g.lockstepMode ?? 'auto';
     if (lockstepMode !== 'auto' && lockstepMode !== true && lockstepMode !== false) {
       throw new RangeError(`${where}lockstepMode must be 'auto', true or false, got ${JSON.stringify(lockstepMode)}`);
     }
-    return { engine, engineUrl: g.engineUrl, handshake: g.handshake, dpSize, sim, simArgs: g.simArgs ?? [], lockstep, lockstepMode };
+    return {
+      engine,
+      engineUrl: g.engineUrl,
+      handshake: g.handshake,
+      dpSize,
+      sim,
+      simArgs: g.simArgs ?? [],
+      lockstep,
+      lockstepMode,
+    };
   });
   const seen = (key: 'engineUrl' | 'handshake', what: string) => {
     const values = resolved.map((g) => g[key]).filter((v): v is string => v !== undefined);
@@ -316,7 +345,10 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
  * loaded from that folder: `GatewayTokenizer.modelEos`, primary first), else the tokenizer's EOS ids; the
  * tokenizer's ids are also the per-request backstop.
  */
-export function vllmEosFor(tokenizer: Pick<GatewayTokenizer, 'modelEos' | 'eosTokenIds'>, onWarning?: (m: string) => void): VllmEosConfig {
+export function vllmEosFor(
+  tokenizer: Pick<GatewayTokenizer, 'modelEos' | 'eosTokenIds'>,
+  onWarning?: (m: string) => void,
+): VllmEosConfig {
   const { primary, extras } = tokenizer.modelEos;
   return resolveEosConfig({
     configEosTokenId: primary === null ? undefined : [primary, ...extras],
@@ -349,9 +381,12 @@ export function logReadyNotes(log: Logger, engine: ConnectedEngine, seen: Set<st
  * an empty or blank name, or a `modelId` that contradicts `servedModelNames`.
  */
 export function servedNames(opts: Pick<GatewayOptions, 'modelId' | 'servedModelNames'>, fallback: string): string[] {
-  const names = opts.servedModelNames !== undefined && opts.servedModelNames.length > 0 ? [...opts.servedModelNames] : null;
+  const names =
+    opts.servedModelNames !== undefined && opts.servedModelNames.length > 0 ? [...opts.servedModelNames] : null;
   if (names !== null && opts.modelId !== undefined && opts.modelId !== names[0]) {
-    throw new RangeError(`give the served model name once: modelId '${opts.modelId}' differs from servedModelNames[0] '${names[0]}'`);
+    throw new RangeError(
+      `give the served model name once: modelId '${opts.modelId}' differs from servedModelNames[0] '${names[0]}'`,
+    );
   }
   const out = names ?? [opts.modelId ?? fallback];
   for (const n of out) if (n.trim() === '') throw new RangeError('a served model name must not be empty');
@@ -365,7 +400,11 @@ export function servedNames(opts: Pick<GatewayOptions, 'modelId' | 'servedModelN
  * joined rank (`indexShapeFor`; every rank of a group has the same shape). `name` and `releaseClamp` do not depend on
  * the shape; `forgetRank` before the first use has nothing to forget.
  */
-function groupPolicy(name: DpPolicyName, options: DpPolicyOptions, link: { readonly engines: readonly ConnectedEngine[] }): DpPolicy {
+function groupPolicy(
+  name: DpPolicyName,
+  options: DpPolicyOptions,
+  link: { readonly engines: readonly ConnectedEngine[] },
+): DpPolicy {
   const probe = createDpPolicy(name, options);
   let built: DpPolicy | null = null;
   const policy = (): DpPolicy => {
@@ -398,19 +437,35 @@ function logGroupKind(log: Logger, client: EngineClient, mode: LockstepSetting, 
 }
 
 /** Reject when a simulated rank exits before every rank of its group joined (instead of waiting forever). */
-function rankExitBeforeJoin(sims: SimRankProcesses, client: EngineClient, worker: string): { promise: Promise<never>; cancel(): void } {
+function rankExitBeforeJoin(
+  sims: SimRankProcesses,
+  client: EngineClient,
+  worker: string,
+): { promise: Promise<never>; cancel(): void } {
   let cancelled = false;
   const promise = new Promise<never>((_, reject) => {
     for (const r of sims.ranks) {
       void r.exited.then((exit) => {
         if (!cancelled) {
-          reject(new Error(`simulated rank ${exit.engineIndex} exited (code ${exit.code}, signal ${exit.signal}) before every rank of ${worker} joined (${client.rankStates().map((s) => `rank ${s.engineIndex} ${s.state}`).join(', ')})`));
+          reject(
+            new Error(
+              `simulated rank ${exit.engineIndex} exited (code ${exit.code}, signal ${exit.signal}) before every rank of ${worker} joined (${client
+                .rankStates()
+                .map((s) => `rank ${s.engineIndex} ${s.state}`)
+                .join(', ')})`,
+            ),
+          );
         }
       });
     }
   });
   promise.catch(() => {});
-  return { promise, cancel: () => { cancelled = true; } };
+  return {
+    promise,
+    cancel: () => {
+      cancelled = true;
+    },
+  };
 }
 
 /** One served group while the gateway runs (and while it starts: what must be torn down if startup fails). */
@@ -433,18 +488,27 @@ interface GroupRuntime {
 export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGateway> {
   const logger =
     opts.logger ??
-    createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
+    createGatewayLogger({
+      ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}),
+      ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}),
+    });
   const port = opts.port ?? DEFAULT_PORT;
   const host = opts.host ?? DEFAULT_HOST;
   const specs = resolveGroups(opts);
   if (opts.workers !== undefined && opts.workers !== 1) {
-    throw new RangeError(`startGateway runs one process; ${opts.workers} workers need startClusterGateway (src/fronts/cluster.ts)`);
+    throw new RangeError(
+      `startGateway runs one process; ${opts.workers} workers need startClusterGateway (src/fronts/cluster.ts)`,
+    );
   }
   const dpPolicyName = opts.dpPolicy ?? 'load';
   const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
   createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
-  for (const [name, v] of [['silenceTimeoutMs', opts.silenceTimeoutMs], ['rankStallTimeoutMs', opts.rankStallTimeoutMs]] as const) {
-    if (v !== undefined && !(Number.isFinite(v) && v > 0)) throw new RangeError(`${name} must be a positive number of ms, got ${v}`);
+  for (const [name, v] of [
+    ['silenceTimeoutMs', opts.silenceTimeoutMs],
+    ['rankStallTimeoutMs', opts.rankStallTimeoutMs],
+  ] as const) {
+    if (v !== undefined && !(Number.isFinite(v) && v > 0))
+      throw new RangeError(`${name} must be a positive number of ms, got ${v}`);
   }
   const edge = resolveEdgeOptions(opts.edge); // validate before starting anything
   if (edge.apiKeys.length === 0 && !isLoopbackHost(host)) {
@@ -455,7 +519,8 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     );
   }
   const graceDefault = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
-  if (!(Number.isFinite(graceDefault) && graceDefault >= 0)) throw new RangeError(`shutdownGraceMs must be a number of ms ≥ 0, got ${graceDefault}`);
+  if (!(Number.isFinite(graceDefault) && graceDefault >= 0))
+    throw new RangeError(`shutdownGraceMs must be a number of ms ≥ 0, got ${graceDefault}`);
   const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
   const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
   const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
@@ -467,7 +532,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     // gateway.md 2.3: a derived handshake port equal to another worker's is refused (rename the path or override).
     if (handshakes.has(e.handshake)) {
       throw new RangeError(
-        `engine groups ${endpointsList.filter((o) => o.handshake === e.handshake).map((o) => o.workerUrl).join(' and ')} ` +
+        `engine groups ${endpointsList
+          .filter((o) => o.handshake === e.handshake)
+          .map((o) => o.workerUrl)
+          .join(' and ')} ` +
           `both use the handshake address ${e.handshake}; rename an ipc path or set an explicit handshake`,
       );
     }
@@ -477,7 +545,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   // groups' socket directories; never a live gateway's), then a taken HTTP port fails the start before any socket is
   // bound, so that a refused start touches nothing and prints no "listening" line.
   const serveHttp = opts.serveHttp ?? true;
-  await sweepDeadGatewayFiles([...new Set(endpointsList.map((e) => dirname(e.ipcPath)))], logger.child({ component: 'transport' }));
+  await sweepDeadGatewayFiles(
+    [...new Set(endpointsList.map((e) => dirname(e.ipcPath)))],
+    logger.child({ component: 'transport' }),
+  );
   if (serveHttp) await assertPortFree(port, host);
 
   // Each group's sockets are bound before its engine client exists: a bind that fails (a live gateway owns the path,
@@ -485,7 +556,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   // in (or are adopted) meanwhile are replayed to the client when it attaches (link.ts).
   const unknownDtypes = new Set<string>();
   const groups: GroupRuntime[] = [];
-  const closeClients = () => Promise.all(groups.map((g) => g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'))));
+  const closeClients = () =>
+    Promise.all(
+      groups.map((g) => g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'))),
+    );
   // Links bound but without a client yet (closed on a failure before their client exists).
   const bound: Array<{ link: ZmqEngineLink; log: Logger }> = [];
   let tokenizer: GatewayTokenizer;
@@ -503,7 +577,14 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         ...(opts.maxMessageBytes !== undefined ? { maxMessageBytes: opts.maxMessageBytes } : {}),
         ...(opts.outputGate !== undefined ? { outputGate: opts.outputGate } : {}),
         // A configured worker URL outlives this process: keep the handshakes there for a restart to adopt the ranks.
-        ...(spec.engineUrl !== undefined ? { rankRecords: { engine: spec.engine, ...(opts.adoptionWindowMs !== undefined ? { adoptionWindowMs: opts.adoptionWindowMs } : {}) } } : {}),
+        ...(spec.engineUrl !== undefined
+          ? {
+              rankRecords: {
+                engine: spec.engine,
+                ...(opts.adoptionWindowMs !== undefined ? { adoptionWindowMs: opts.adoptionWindowMs } : {}),
+              },
+            }
+          : {}),
       });
       await link.bind(); // logs 'engine sockets bound' with the addresses; closes itself on failure
       bound.push({ link, log });
@@ -512,7 +593,12 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     // ranks' handshakes proceed meanwhile (the I/O thread queues them), so a restart serves sooner.
     tokenizer = await GatewayTokenizer.load(tokenizerDir);
     logger.info(
-      { tokenizerDir, ...(source?.hfId ? { hfId: source.hfId } : {}), vocabSize: tokenizer.vocabSize, servedModelNames },
+      {
+        tokenizerDir,
+        ...(source?.hfId ? { hfId: source.hfId } : {}),
+        vocabSize: tokenizer.vocabSize,
+        servedModelNames,
+      },
       'tokenizer loaded',
     );
     const vllmEos = specs.some((s) => s.engine === 'vllm')
@@ -526,7 +612,13 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       const { link, log } = bound[i]!;
       const engineLog = log.child({ component: 'engine-client' });
       let client: EngineClient | null = null;
-      const protocol = buildProtocol(spec.engine, () => client?.maxModelLen ?? undefined, tokenizer, vllmEos, engineLog);
+      const protocol = buildProtocol(
+        spec.engine,
+        () => client?.maxModelLen ?? undefined,
+        tokenizer,
+        vllmEos,
+        engineLog,
+      );
       client = new EngineClient({
         protocol,
         link,
@@ -544,7 +636,12 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
         logReadyNotes(log, engine, unknownDtypes);
         logGroupKind(log, c, spec.lockstepMode, lastKind);
       });
-      c.on('failed', (err) => log.error({ err, kind: err.kind }, 'engine group failed as a unit: its requests ended; its ranks must be ready again to serve'));
+      c.on('failed', (err) =>
+        log.error(
+          { err, kind: err.kind },
+          'engine group failed as a unit: its requests ended; its ranks must be ready again to serve',
+        ),
+      );
       groups.push({ spec, endpoints, log, link, client, sims: null });
     }
   } catch (err) {
@@ -553,28 +650,42 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     throw err;
   }
 
-  const running: RunningGroup[] = groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, endpoints: g.endpoints, client: g.client, get sims() { return g.sims; } }));
+  const running: RunningGroup[] = groups.map((g) => ({
+    worker: g.endpoints.workerUrl,
+    engine: g.spec.engine,
+    endpoints: g.endpoints,
+    client: g.client,
+    get sims() {
+      return g.sims;
+    },
+  }));
   const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
   const metrics = new GatewayMetrics({ modelId, ...(serveHttp ? {} : { role: 'engine' as const }) });
   const lifecycle = new GatewayLifecycle();
   if (!serveHttp) metrics.attach(backendGroups);
   let app: Awaited<ReturnType<typeof buildApp>> | null = null;
   try {
-    app = !serveHttp ? null : await buildApp({
-      groups: backendGroups,
-      tokenizer,
-      modelId,
-      servedModelNames,
-      logger: logger.child({ component: 'http' }),
-      metrics,
-      admission: lifecycle,
-      ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
-      ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
-      ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
-      ...(opts.responsesStoreSize !== undefined ? { responsesStore: { maxResponses: opts.responsesStoreSize } } : {}),
-      ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
-      ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
-    });
+    app = !serveHttp
+      ? null
+      : await buildApp({
+          groups: backendGroups,
+          tokenizer,
+          modelId,
+          servedModelNames,
+          logger: logger.child({ component: 'http' }),
+          metrics,
+          admission: lifecycle,
+          ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+          ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+          ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+          ...(opts.responsesStoreSize !== undefined
+            ? { responsesStore: { maxResponses: opts.responsesStoreSize } }
+            : {}),
+          ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+          ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined
+            ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs }
+            : {}),
+        });
   } catch (err) {
     await closeClients();
     throw err;
@@ -587,7 +698,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     lifecycle.markStopped();
     // Fail live streams first so open SSE responses end, then stop the HTTP server, then the engines.
     await closeClients();
-    if (app !== null) await closeHttp(app.server, app.close()).catch((err: unknown) => logger.warn({ err }, 'HTTP server close failed'));
+    if (app !== null)
+      await closeHttp(app.server, app.close()).catch((err: unknown) =>
+        logger.warn({ err }, 'HTTP server close failed'),
+      );
     groups.forEach(forgetSims);
     await Promise.all(groups.map((g) => g.sims?.stop().catch(() => {})));
   };
@@ -596,7 +710,12 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   try {
     // fastify logs one line per listening address (several for 0.0.0.0): this is the gateway's "listening" line.
     if (app !== null) {
-      await app.listen({ port, host, backlog: LISTEN_BACKLOG, listenTextResolver: (address) => `model-gateway listening on ${address}` });
+      await app.listen({
+        port,
+        host,
+        backlog: LISTEN_BACKLOG,
+        listenTextResolver: (address) => `model-gateway listening on ${address}`,
+      });
       const address = app.server.address();
       const boundPort = typeof address === 'object' && address !== null ? address.port : port;
       url = `http://${host.includes(':') ? `[${host}]` : host}:${boundPort}`;
@@ -620,14 +739,24 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       };
       g.sims = spawnSimRanks(spawnOpts);
       g.log.info(
-        { count: g.sims.ranks.length, adopted: [...skip], lockstep: g.spec.lockstep, pids: g.sims.ranks.map((r) => r.child.pid) },
+        {
+          count: g.sims.ranks.length,
+          adopted: [...skip],
+          lockstep: g.spec.lockstep,
+          pids: g.sims.ranks.map((r) => r.child.pid),
+        },
         'simulated ranks spawned',
       );
     }
     const slots = groups.reduce((sum, g) => sum + g.spec.dpSize, 0);
     // A router of `--workers N` has no URL yet (its fronts listen later): their listening line names the dashboard.
     logger.info(
-      { url, servedModelNames, dpPolicy: dpPolicyName, groups: groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, dpSize: g.spec.dpSize })) },
+      {
+        url,
+        servedModelNames,
+        dpPolicy: dpPolicyName,
+        groups: groups.map((g) => ({ worker: g.endpoints.workerUrl, engine: g.spec.engine, dpSize: g.spec.dpSize })),
+      },
       `serving model '${modelId}' with ${slots} DP rank slot(s) in ${groups.length} engine group(s), DP policy '${dpPolicyName}': ranks join as they dial in, ` +
         `/ready turns 200 once a group can serve${url === '' ? '' : `; dashboard ${dashboardUrl(url)}`}`,
     );
@@ -669,7 +798,10 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
       const graceMs = shutdownOpts.graceMs ?? graceDefault;
       if (!lifecycle.startDrain() || closing !== null) return close();
       const live = () => groups.reduce((n, g) => n + g.client.registeredCount, 0);
-      logger.info({ graceMs, liveRequests: live() }, 'draining: /ready answers 503 and new requests get 503; live requests may finish');
+      logger.info(
+        { graceMs, liveRequests: live() },
+        'draining: /ready answers 503 and new requests get 503; live requests may finish',
+      );
       const drained = await waitForDrain(live, graceMs);
       if (!drained) {
         const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
@@ -713,7 +845,10 @@ export async function assertPortFree(port: number, host: string): Promise<void> 
  * brackets or IPv4-mapped). `0.0.0.0`, `::` and every other address are reachable from elsewhere.
  */
 export function isLoopbackHost(host: string): boolean {
-  const h = host.trim().toLowerCase().replace(/^\[(.*)\]$/, '$1');
+  const h = host
+    .trim()
+    .toLowerCase()
+    .replace(/^\[(.*)\]$/, '$1');
   if (h === 'localhost' || h === '::1') return true;
   const v4 = h.startsWith('::ffff:') ? h.slice('::ffff:'.length) : h;
   return isIPv4(v4) && v4.startsWith('127.');
@@ -761,10 +896,11 @@ function buildProtocol(
       maxModelLen,
       ...(vllmEos ? { eos: vllmEos } : {}),
       onWarning: (message) => log.warn(message),
-      onOutputLayout: ({ engineIndex, layout, source, reason }) => log.info(
-        { engineIndex, outputLayout: layout, decidedBy: source, reason },
-        `DP rank ${engineIndex}: vLLM EngineCoreOutput in the ${layout}-field layout (from its ${source === 'shape' ? 'output shape' : 'ready response'}: ${reason})`,
-      ),
+      onOutputLayout: ({ engineIndex, layout, source, reason }) =>
+        log.info(
+          { engineIndex, outputLayout: layout, decidedBy: source, reason },
+          `DP rank ${engineIndex}: vLLM EngineCoreOutput in the ${layout}-field layout (from its ${source === 'shape' ? 'output shape' : 'ready response'}: ${reason})`,
+        ),
     });
   }
   return createTokenSpeedProtocol({

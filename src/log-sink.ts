@@ -83,10 +83,13 @@ export class LogSink {
   drain(timeoutMs: number): Promise<boolean> {
     if (!this.writing && this.queue.length === 0) return Promise.resolve(true);
     return new Promise<boolean>((resolve) => {
-      const timer = setTimeout(() => {
-        this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
-        resolve(false);
-      }, Math.max(0, timeoutMs));
+      const timer = setTimeout(
+        () => {
+          this.idleWaiters = this.idleWaiters.filter((w) => w !== done);
+          resolve(false);
+        },
+        Math.max(0, timeoutMs),
+      );
       timer.unref();
       const done = (): void => {
         clearTimeout(timer);

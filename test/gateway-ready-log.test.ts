@@ -18,7 +18,14 @@ test('logReadyNotes: decoder notes are warnings; an unknown dtype is logged once
     ready: { ...DEFAULT_READY_RESPONSE, maxModelLen: 4096, ...over },
   });
   const seen = new Set<string>();
-  logReadyNotes(log, rank(0, { dtype: 'float8_e4m3fn', notes: ['EngineCoreReadyResponse.world_size: expected uint, got str (treated as not reported)'] }), seen);
+  logReadyNotes(
+    log,
+    rank(0, {
+      dtype: 'float8_e4m3fn',
+      notes: ['EngineCoreReadyResponse.world_size: expected uint, got str (treated as not reported)'],
+    }),
+    seen,
+  );
   logReadyNotes(log, rank(1, { dtype: 'float8_e4m3fn' }), seen);
   logReadyNotes(log, rank(2, { dtype: 'bfloat16' }), seen);
   logReadyNotes(log, rank(3, { dtype: null }), seen);
@@ -31,5 +38,8 @@ test('logReadyNotes: decoder notes are warnings; an unknown dtype is logged once
       ['ready response', 'int4'],
     ],
   );
-  assert.ok(lines.every((l) => l.level === 40), 'warnings');
+  assert.ok(
+    lines.every((l) => l.level === 40),
+    'warnings',
+  );
 });

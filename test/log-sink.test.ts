@@ -26,8 +26,14 @@ test('pino lines reach the file in order; drain() resolves true once written', a
     const logger = pino({ level: 'info', base: null, timestamp: false }, sink);
     for (let i = 0; i < 50; i++) logger.info({ i }, 'line');
     assert.equal(await hangGuard(sink.drain(10_000), 15_000, 'drain'), true);
-    const lines = readFileSync(path, 'utf8').trim().split('\n').map((l) => JSON.parse(l) as { i: number; msg: string });
-    assert.deepEqual(lines.map((l) => l.i), Array.from({ length: 50 }, (_, i) => i));
+    const lines = readFileSync(path, 'utf8')
+      .trim()
+      .split('\n')
+      .map((l) => JSON.parse(l) as { i: number; msg: string });
+    assert.deepEqual(
+      lines.map((l) => l.i),
+      Array.from({ length: 50 }, (_, i) => i),
+    );
     assert.equal(sink.broken, null);
     assert.equal(sink.droppedChunks, 0);
   } finally {
@@ -66,7 +72,11 @@ test('a dead reader (EPIPE) breaks the sink silently and the process still exits
   const exited = once(child, 'exit') as Promise<[number | null, NodeJS.Signals | null]>;
   try {
     const lines = createInterface({ input: child.stdout, crlfDelay: Infinity });
-    await hangGuard(new Promise<void>((resolve) => lines.on('line', (l) => l === 'ready' && resolve())), 30_000, 'child ready');
+    await hangGuard(
+      new Promise<void>((resolve) => lines.on('line', (l) => l === 'ready' && resolve())),
+      30_000,
+      'child ready',
+    );
     lines.close();
     child.stdout.destroy(); // our read end closes: the child's next write to stdout fails with EPIPE
     child.stdin.write('go\n');

@@ -58,31 +58,41 @@ function stream(url: URL, maxTokens: number, first: () => void): void {
   req.end(body);
 }
 
-process.on('message', (m: { start?: { url: string; streams: number; maxTokens: number }; gaps?: { from: number; to: number }; stop?: true }) => {
-  if (m.start !== undefined) {
-    const { url, streams, maxTokens } = m.start;
-    let waiting = streams;
-    for (let i = 0; i < streams; i++) {
-      stream(new URL(url), maxTokens, () => {
-        if (--waiting === 0) process.send?.({ started: true });
+process.on(
+  'message',
+  (m: {
+    start?: { url: string; streams: number; maxTokens: number };
+    gaps?: { from: number; to: number };
+    stop?: true;
+  }) => {
+    if (m.start !== undefined) {
+      const { url, streams, maxTokens } = m.start;
+      let waiting = streams;
+      for (let i = 0; i < streams; i++) {
+        stream(new URL(url), maxTokens, () => {
+          if (--waiting === 0) process.send?.({ started: true });
+        });
+      }
+    } else if (m.gaps !== undefined) {
+      const { from, to } = m.gaps;
+      const gaps = reads
+        .filter((r) => r.at >= from && r.at - r.gap <= to)
+        .map((r) => r.gap)
+        .sort((a, b) => a - b);
+      // Keep memory bounded: reads older than the window asked about are never asked about again.
+      const keepFrom = reads.findIndex((r) => r.at >= from);
+      if (keepFrom > 0) reads.splice(0, keepFrom);
+      process.send?.({
+        gaps: {
+          maxMs: gaps.at(-1) ?? Number.NaN,
+          p99Ms: gaps.length === 0 ? Number.NaN : gaps[Math.min(gaps.length - 1, Math.floor(gaps.length * 0.99))]!,
+          reads: gaps.length,
+        },
       });
+    } else if (m.stop === true) {
+      stopping = true;
+      for (const req of open) req.destroy();
+      process.exit(0);
     }
-  } else if (m.gaps !== undefined) {
-    const { from, to } = m.gaps;
-    const gaps = reads.filter((r) => r.at >= from && r.at - r.gap <= to).map((r) => r.gap).sort((a, b) => a - b);
-    // Keep memory bounded: reads older than the window asked about are never asked about again.
-    const keepFrom = reads.findIndex((r) => r.at >= from);
-    if (keepFrom > 0) reads.splice(0, keepFrom);
-    process.send?.({
-      gaps: {
-        maxMs: gaps.at(-1) ?? Number.NaN,
-        p99Ms: gaps.length === 0 ? Number.NaN : gaps[Math.min(gaps.length - 1, Math.floor(gaps.length * 0.99))]!,
-        reads: gaps.length,
-      },
-    });
-  } else if (m.stop === true) {
-    stopping = true;
-    for (const req of open) req.destroy();
-    process.exit(0);
-  }
-});
+  },
+);

@@ -26,7 +26,8 @@ export interface PeerReport {
   checksum: number;
 }
 
-const config: PeerConfig = parentPort !== null ? (workerData as PeerConfig) : (JSON.parse(process.argv[2]!) as PeerConfig);
+const config: PeerConfig =
+  parentPort !== null ? (workerData as PeerConfig) : (JSON.parse(process.argv[2]!) as PeerConfig);
 
 /** The calling thread's run time in µs (/proc/thread-self/schedstat, ns). */
 function threadCpuMicros(): number {

@@ -28,7 +28,10 @@ export function renderRatioChart(input: ChartInput): string {
   if (ratios.length !== workloads.length || ratios.some((r) => r.length !== policies.length)) {
     throw new RangeError('ratios must have one row per workload and one column per policy');
   }
-  if (input.spreads && (input.spreads.length !== workloads.length || input.spreads.some((r) => r.length !== policies.length))) {
+  if (
+    input.spreads &&
+    (input.spreads.length !== workloads.length || input.spreads.some((r) => r.length !== policies.length))
+  ) {
     throw new RangeError('spreads must have the shape of ratios');
   }
   const W = Math.max(900, 120 + 110 * workloads.length);
@@ -46,17 +49,25 @@ export function renderRatioChart(input: ChartInput): string {
   const groupW = plotW / workloads.length;
   const barW = (groupW * 0.8) / policies.length;
   const parts: string[] = [];
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`);
+  parts.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+  );
   parts.push(`<rect width="${W}" height="${H}" fill="#ffffff"/>`);
-  parts.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="15" font-weight="bold">${esc(input.title)}</text>`);
+  parts.push(
+    `<text x="${W / 2}" y="24" text-anchor="middle" font-size="15" font-weight="bold">${esc(input.title)}</text>`,
+  );
   const ticks = Math.round(niceMax / 0.25);
   for (let i = 0; i <= ticks; i++) {
     const v = i * 0.25;
     if (ticks > 12 && i % 2 === 1) continue;
-    parts.push(`<line x1="${left}" x2="${W - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#e6e6e6"/>`);
+    parts.push(
+      `<line x1="${left}" x2="${W - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#e6e6e6"/>`,
+    );
     parts.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(2)}</text>`);
   }
-  parts.push(`<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">TTFT p99 / round_robin</text>`);
+  parts.push(
+    `<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">TTFT p99 / round_robin</text>`,
+  );
   workloads.forEach((w, wi) => {
     const gx = left + wi * groupW + groupW * 0.1;
     policies.forEach((p, pi) => {
@@ -71,15 +82,26 @@ export function renderRatioChart(input: ChartInput): string {
       let labelY = y(v) - 3;
       if (whisker && Number.isFinite(whisker[0]) && Number.isFinite(whisker[1])) {
         const [lo, hi] = whisker;
-        parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(lo).toFixed(1)}" y2="${y(hi).toFixed(1)}" stroke="#222"/>`);
-        for (const e of [lo, hi]) parts.push(`<line x1="${(cx - 2).toFixed(1)}" x2="${(cx + 2).toFixed(1)}" y1="${y(e).toFixed(1)}" y2="${y(e).toFixed(1)}" stroke="#222"/>`);
+        parts.push(
+          `<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(lo).toFixed(1)}" y2="${y(hi).toFixed(1)}" stroke="#222"/>`,
+        );
+        for (const e of [lo, hi])
+          parts.push(
+            `<line x1="${(cx - 2).toFixed(1)}" x2="${(cx + 2).toFixed(1)}" y1="${y(e).toFixed(1)}" y2="${y(e).toFixed(1)}" stroke="#222"/>`,
+          );
         labelY = Math.min(labelY, y(hi) - 3);
       }
-      parts.push(`<text x="${cx.toFixed(1)}" y="${labelY.toFixed(1)}" text-anchor="middle" font-size="9">${v.toFixed(2)}</text>`);
+      parts.push(
+        `<text x="${cx.toFixed(1)}" y="${labelY.toFixed(1)}" text-anchor="middle" font-size="9">${v.toFixed(2)}</text>`,
+      );
     });
-    parts.push(`<text x="${(left + wi * groupW + groupW / 2).toFixed(1)}" y="${top + plotH + 18}" text-anchor="middle">${esc(w)}</text>`);
+    parts.push(
+      `<text x="${(left + wi * groupW + groupW / 2).toFixed(1)}" y="${top + plotH + 18}" text-anchor="middle">${esc(w)}</text>`,
+    );
   });
-  parts.push(`<line x1="${left}" x2="${W - right}" y1="${y(1).toFixed(1)}" y2="${y(1).toFixed(1)}" stroke="#333" stroke-dasharray="5,4"/>`);
+  parts.push(
+    `<line x1="${left}" x2="${W - right}" y1="${y(1).toFixed(1)}" y2="${y(1).toFixed(1)}" stroke="#333" stroke-dasharray="5,4"/>`,
+  );
   parts.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#333"/>`);
   parts.push(`<line x1="${left}" x2="${W - right}" y1="${top + plotH}" y2="${top + plotH}" stroke="#333"/>`);
   policies.forEach((p, pi) => {

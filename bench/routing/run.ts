@@ -151,7 +151,15 @@ interface Trace {
 /** An empty trace for a request that never got a stream. */
 function failedTrace(requestId: string, submitMs: number): Trace {
   return {
-    requestId, rank: null, tokens: 0, outputIds: [], promptTokens: 0, cachedTokens: 0, submitMs, finishMs: submitMs, finishReason: 'error',
+    requestId,
+    rank: null,
+    tokens: 0,
+    outputIds: [],
+    promptTokens: 0,
+    cachedTokens: 0,
+    submitMs,
+    finishMs: submitMs,
+    finishReason: 'error',
   };
 }
 
@@ -182,7 +190,10 @@ const ratioOf = (a: number, b: number): number => (b > 0 ? a / b : Number.NaN);
  * row's round begin when that was earlier: a rank catching up on late timers); ITL = the gap between consecutive
  * token-bearing rows over the later row's tokens; span = last row due − first arrival.
  */
-function latencies(timelines: readonly (SimTimeline | null)[], timeScale: number): { ttft: number[]; itl: number[]; spanMs: number } {
+function latencies(
+  timelines: readonly (SimTimeline | null)[],
+  timeScale: number,
+): { ttft: number[]; itl: number[]; spanMs: number } {
   const ttft: number[] = [];
   const itl: number[] = [];
   let first = Number.POSITIVE_INFINITY;
@@ -275,7 +286,10 @@ function instrumented(
   policy: DpPolicy,
   onSent: (rank: number, work: number) => void,
   cost: PolicyCost,
-  record?: { select(views: readonly RankView[], request: GenerateRequest): void; dispatch(rank: number, request: GenerateRequest): void },
+  record?: {
+    select(views: readonly RankView[], request: GenerateRequest): void;
+    dispatch(rank: number, request: GenerateRequest): void;
+  },
 ): DpPolicy {
   return {
     name: policy.name,
@@ -320,7 +334,14 @@ export interface DecisionRecord {
 /** What a run hands its diagnostics: every decision, and per measured request its rank, hits and TTFT. */
 export interface RunDiagnostics {
   decisions: DecisionRecord[];
-  requests: { id: string; rank: number | null; promptTokens: number; cachedTokens: number; ttftMs: number; finishMs: number }[];
+  requests: {
+    id: string;
+    rank: number | null;
+    promptTokens: number;
+    cachedTokens: number;
+    ttftMs: number;
+    finishMs: number;
+  }[];
   /** The policy's own decision counts, when it keeps any (`cache_aware`: `CacheAwareStats`). */
   policyStats?: Record<string, number>;
 }
@@ -330,7 +351,12 @@ export interface RunDiagnostics {
  * decision and every measured request is appended to it. Throws when the handshake or a submit fails; every socket,
  * rank and temp dir is closed before returning or throwing.
  */
-export async function runOnce(workload: Workload, policy: DpPolicyName, group: GroupConfig, diag?: RunDiagnostics): Promise<RunMetrics> {
+export async function runOnce(
+  workload: Workload,
+  policy: DpPolicyName,
+  group: GroupConfig,
+  diag?: RunDiagnostics,
+): Promise<RunMetrics> {
   const dir = await mkdtemp(join(tmpdir(), 'mgw-bench-'));
   const endpoints = deriveEndpoints(`ipc://${dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   const link = await ZmqEngineLink.bind({ endpoints, dpSize: group.ranks, handshakeReceiveTimeoutMs: 30_000 });
@@ -365,24 +391,34 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     const t0 = performance.now();
     let lastSelect: { views: RankView[]; request: GenerateRequest; matched: number[] } | null = null;
     const shadow = new PrefixIndex(shape);
-    const record = diag === undefined ? undefined : {
-      select: (views: readonly RankView[], request: GenerateRequest): void => {
-        const hashes = shadow.hashes(request.promptTokenIds);
-        const matched = views.map((v) => (v.engineIndex === null ? 0 : shadow.match(v.engineIndex, hashes) * shadow.blockTokens));
-        lastSelect = { views: views.map((v) => ({ ...v })), request, matched };
-      },
-      dispatch: (rank: number, request: GenerateRequest): void => {
-        const p = lastSelect;
-        lastSelect = null;
-        const scored = p !== null && p.request === request;
-        diag.decisions.push({
-          atMs: (performance.now() - t0) / group.timeScale, requestId: request.requestId, pinned: !scored, rank,
-          views: scored ? p.views : [], matchedTokens: scored ? p.matched : [], promptTokens: request.promptTokenIds.length,
-          reason: scored ? reasonOfLast() : undefined,
-        });
-        shadow.record(rank, shadow.hashes(request.promptTokenIds));
-      },
-    };
+    const record =
+      diag === undefined
+        ? undefined
+        : {
+            select: (views: readonly RankView[], request: GenerateRequest): void => {
+              const hashes = shadow.hashes(request.promptTokenIds);
+              const matched = views.map((v) =>
+                v.engineIndex === null ? 0 : shadow.match(v.engineIndex, hashes) * shadow.blockTokens,
+              );
+              lastSelect = { views: views.map((v) => ({ ...v })), request, matched };
+            },
+            dispatch: (rank: number, request: GenerateRequest): void => {
+              const p = lastSelect;
+              lastSelect = null;
+              const scored = p !== null && p.request === request;
+              diag.decisions.push({
+                atMs: (performance.now() - t0) / group.timeScale,
+                requestId: request.requestId,
+                pinned: !scored,
+                rank,
+                views: scored ? p.views : [],
+                matchedTokens: scored ? p.matched : [],
+                promptTokens: request.promptTokenIds.length,
+                reason: scored ? reasonOfLast() : undefined,
+              });
+              shadow.record(rank, shadow.hashes(request.promptTokenIds));
+            },
+          };
     const inner = createDpPolicy(policy, { oracle, ...shape });
     const reasons = 'stats' in inner ? (inner.stats as Record<string, number>) : null;
     let reasonsBefore: Record<string, number> = { ...(reasons ?? {}) };
@@ -416,7 +452,11 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
     const costBefore = { select: cost.select.length, dispatch: cost.dispatch.length };
     const done = await replay(workload.main, c, group.timeScale, async (req) => {
       oracle.sent(req.foreignRank as number, req.promptTokens + req.outputTokens);
-      await link.send(identityOf(req.foreignRank as number), RequestType.ADD, tokenspeedProtocol.encodeAdd(toGenerate(req)));
+      await link.send(
+        identityOf(req.foreignRank as number),
+        RequestType.ADD,
+        tokenspeedProtocol.encodeAdd(toGenerate(req)),
+      );
     });
     const preemptions = ranks.reduce((s, h) => s + h.stats().preemptions, 0) - preemptionsBefore;
 
@@ -427,9 +467,15 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
       done.forEach((t, i) => {
         const tl = timelines[i];
         const rows = tl?.rows.filter((r) => r.tokens > 0) ?? [];
-        const arrived = tl === null || tl === undefined || rows.length === 0 ? Number.NaN : Math.min(tl.arrivedMs, tl.rows[0].beginMs);
+        const arrived =
+          tl === null || tl === undefined || rows.length === 0
+            ? Number.NaN
+            : Math.min(tl.arrivedMs, tl.rows[0].beginMs);
         diag.requests.push({
-          id: t.requestId, rank: t.rank, promptTokens: t.promptTokens, cachedTokens: t.cachedTokens,
+          id: t.requestId,
+          rank: t.rank,
+          promptTokens: t.promptTokens,
+          cachedTokens: t.cachedTokens,
           ttftMs: rows.length === 0 ? Number.NaN : (rows[0].dueMs - arrived) / group.timeScale,
           finishMs: (t.finishMs - t0) / group.timeScale,
         });
@@ -450,8 +496,12 @@ export async function runOnce(workload: Workload, policy: DpPolicyName, group: G
       spanMs,
       preemptions,
       storedRunningAtStart,
-      prefixHitRate: ratioOf(done.reduce((s, t) => s + t.cachedTokens, 0), done.reduce((s, t) => s + t.promptTokens, 0)),
-      selectionUs: percentile(cost.select.slice(costBefore.select), 50) + percentile(cost.dispatch.slice(costBefore.dispatch), 50),
+      prefixHitRate: ratioOf(
+        done.reduce((s, t) => s + t.cachedTokens, 0),
+        done.reduce((s, t) => s + t.promptTokens, 0),
+      ),
+      selectionUs:
+        percentile(cost.select.slice(costBefore.select), 50) + percentile(cost.dispatch.slice(costBefore.dispatch), 50),
     };
   } finally {
     if (client) await client.close();

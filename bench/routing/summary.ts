@@ -8,7 +8,13 @@ import type { RunMetrics } from './stats.js';
 
 /** The metrics summarised per cell (all numbers of `RunMetrics` that have a direction). */
 export const SUMMARY_KEYS = [
-  'ttftP50', 'ttftP99', 'itlP50', 'itlP99', 'throughput', 'prefixHitRate', 'selectionUs',
+  'ttftP50',
+  'ttftP99',
+  'itlP50',
+  'itlP99',
+  'throughput',
+  'prefixHitRate',
+  'selectionUs',
 ] as const;
 /** One of `SUMMARY_KEYS`. */
 export type SummaryKey = (typeof SUMMARY_KEYS)[number];
@@ -31,7 +37,10 @@ export function spreadOf(xs: readonly number[]): Spread {
 
 /** Every summary key's spread over `runs` (one per seed). */
 export function summarize(runs: readonly RunMetrics[]): Record<SummaryKey, Spread> {
-  return Object.fromEntries(SUMMARY_KEYS.map((k) => [k, spreadOf(runs.map((r) => r[k]))])) as Record<SummaryKey, Spread>;
+  return Object.fromEntries(SUMMARY_KEYS.map((k) => [k, spreadOf(runs.map((r) => r[k]))])) as Record<
+    SummaryKey,
+    Spread
+  >;
 }
 
 /**
@@ -39,7 +48,8 @@ export function summarize(runs: readonly RunMetrics[]): Record<SummaryKey, Sprea
  * differ in length (they must come from the same seeds). A ratio with a zero or non-finite baseline is left out.
  */
 export function pairedRatios(runs: readonly RunMetrics[], baseline: readonly RunMetrics[]): Record<SummaryKey, Spread> {
-  if (runs.length !== baseline.length) throw new RangeError(`paired ratios need the same seeds: ${runs.length} vs ${baseline.length} runs`);
+  if (runs.length !== baseline.length)
+    throw new RangeError(`paired ratios need the same seeds: ${runs.length} vs ${baseline.length} runs`);
   const ratio = (a: number, b: number): number => (Number.isFinite(b) && b !== 0 ? a / b : Number.NaN);
   return Object.fromEntries(
     SUMMARY_KEYS.map((k) => [k, spreadOf(runs.map((r, i) => ratio(r[k], baseline[i][k])))]),

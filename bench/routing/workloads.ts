@@ -156,7 +156,10 @@ export function buildWorkloads(opts: WorkloadOptions = {}): Workload[] {
     }
     return out;
   };
-  const uniformShape = (rand: () => number) => ({ promptTokens: intIn(rand, 128, 256), outputTokens: intIn(rand, 64, 128) });
+  const uniformShape = (rand: () => number) => ({
+    promptTokens: intIn(rand, 128, 256),
+    outputTokens: intIn(rand, 64, 128),
+  });
 
   const uniform: Workload = {
     name: 'uniform',
@@ -263,13 +266,16 @@ function prefixWorkloads(n: number, base: number): Workload[] {
           promptTokens: first ? intIn(mt, 300, 1200) : intIn(mt, 50, 200),
           outputTokens: intIn(mt, 64, 128),
           seed: seedOf(mt),
-          ...(first ? { prefix: [system()] } : { follows: { previous: `${name}-${c}-${k - 1}`, thinkMs: intIn(mt, 150, 450) } }),
+          ...(first
+            ? { prefix: [system()] }
+            : { follows: { previous: `${name}-${c}-${k - 1}`, thinkMs: intIn(mt, 150, 450) } }),
         });
       }
     }
     return turns;
   };
-  const chatShape = '3-6 turns each, every turn resends the growing history (300-1200-token first message, 64-128-token answers, 50-200-token follow-ups 150-450 ms later); a new conversation every 30 ms';
+  const chatShape =
+    '3-6 turns each, every turn resends the growing history (300-1200-token first message, 64-128-token answers, 50-200-token follow-ups 150-450 ms later); a new conversation every 30 ms';
 
   const ma = randFor(10);
   const apps: PromptSegment[] = Array.from({ length: 8 }, () => ({ seed: seedOf(ma), tokens: intIn(ma, 64, 192) }));
@@ -292,12 +298,24 @@ function prefixWorkloads(n: number, base: number): Workload[] {
 
   // n Poisson arrivals, each prompt = `prefix()` then its own `own` tokens, with `output` tokens to generate.
   const withPrefix = (
-    name: string, rand: () => number, meanGapMs: number, prefix: () => PromptSegment[], own: [number, number], output: [number, number],
+    name: string,
+    rand: () => number,
+    meanGapMs: number,
+    prefix: () => PromptSegment[],
+    own: [number, number],
+    output: [number, number],
   ): BenchRequest[] => {
     const out: BenchRequest[] = [];
     for (let i = 0, t = 0; i < n; i++) {
       t = i === 0 ? 0 : t + expGap(rand, meanGapMs);
-      out.push({ id: `${name}-${i}`, atMs: t, prefix: prefix(), promptTokens: intIn(rand, ...own), outputTokens: intIn(rand, ...output), seed: seedOf(rand) });
+      out.push({
+        id: `${name}-${i}`,
+        atMs: t,
+        prefix: prefix(),
+        promptTokens: intIn(rand, ...own),
+        outputTokens: intIn(rand, ...output),
+        seed: seedOf(rand),
+      });
     }
     return out;
   };
@@ -311,7 +329,14 @@ function prefixWorkloads(n: number, base: number): Workload[] {
     name: 'shared_prompt',
     description: `12 system prompts of 4500-6500 tokens, equally popular × ${userShape}`,
     setup: [],
-    main: withPrefix('shared_prompt', su, 25, () => [uniformPrompts[intIn(su, 0, uniformPrompts.length - 1)]], [64, 256], [24, 64]),
+    main: withPrefix(
+      'shared_prompt',
+      su,
+      25,
+      () => [uniformPrompts[intIn(su, 0, uniformPrompts.length - 1)]],
+      [64, 256],
+      [24, 64],
+    ),
   };
 
   // The first pass's shared_prompt, request for request (same salt): Zipf popularity keeps the hot prompts everywhere.
@@ -321,7 +346,14 @@ function prefixWorkloads(n: number, base: number): Workload[] {
     name: 'shared_prompt_zipf',
     description: `12 system prompts of 4500-6500 tokens, Zipf s=0.8 popularity (the hot ones cached on every rank) × ${userShape}`,
     setup: [],
-    main: withPrefix('shared_prompt_zipf', sp, 25, () => [zipfPrompts[zipfPick(sp, zipfPrompts.length, 0.8)]], [64, 256], [24, 64]),
+    main: withPrefix(
+      'shared_prompt_zipf',
+      sp,
+      25,
+      () => [zipfPrompts[zipfPick(sp, zipfPrompts.length, 0.8)]],
+      [64, 256],
+      [24, 64],
+    ),
   };
 
   const sf = randFor(12);
@@ -330,16 +362,31 @@ function prefixWorkloads(n: number, base: number): Workload[] {
     name: 'shared_prompt_fits',
     description: `4 system prompts of 3000-5000 tokens (all of them fit in every rank's cache), equally popular × ${userShape}`,
     setup: [],
-    main: withPrefix('shared_prompt_fits', sf, 25, () => [fitting[intIn(sf, 0, fitting.length - 1)]], [64, 256], [24, 64]),
+    main: withPrefix(
+      'shared_prompt_fits',
+      sf,
+      25,
+      () => [fitting[intIn(sf, 0, fitting.length - 1)]],
+      [64, 256],
+      [24, 64],
+    ),
   };
 
   const rg = randFor(9);
   const instruction: PromptSegment = { seed: seedOf(rg), tokens: 128 };
   const docs: PromptSegment[] = Array.from({ length: 24 }, () => ({ seed: seedOf(rg), tokens: intIn(rg, 2000, 3500) }));
-  const questions = withPrefix('rag', rg, 20, () => [instruction, docs[intIn(rg, 0, docs.length - 1)]], [24, 96], [32, 96]);
+  const questions = withPrefix(
+    'rag',
+    rg,
+    20,
+    () => [instruction, docs[intIn(rg, 0, docs.length - 1)]],
+    [24, 96],
+    [32, 96],
+  );
   const rag: Workload = {
     name: 'rag',
-    description: '24 documents of 2000-3500 tokens behind a 128-token instruction, asked 24-96-token questions at random; Poisson arrivals (mean gap 20 ms), outputs 32-96',
+    description:
+      '24 documents of 2000-3500 tokens behind a 128-token instruction, asked 24-96-token questions at random; Poisson arrivals (mean gap 20 ms), outputs 32-96',
     setup: [],
     main: questions,
   };
@@ -365,7 +412,8 @@ export function hitRateCeiling(workload: Workload): number {
   const outputOf = new Map<string, number>();
   const seen: PromptSegment[][] = [];
   const blocks = (tokens: number): number => Math.floor(tokens / CACHE_BLOCK_TOKENS);
-  const segTokens = (segs: readonly PromptSegment[], j: number): number => segs.slice(0, j).reduce((s, g) => s + g.tokens, 0);
+  const segTokens = (segs: readonly PromptSegment[], j: number): number =>
+    segs.slice(0, j).reduce((s, g) => s + g.tokens, 0);
   let prompt = 0;
   let cached = 0;
   for (const req of [...workload.setup, ...workload.main]) {
@@ -381,7 +429,13 @@ export function hitRateCeiling(workload: Workload): number {
       let j = 0;
       for (const other of seen) {
         let k = 0;
-        while (k < segs.length && k < other.length && segs[k].seed === other[k].seed && segs[k].tokens === other[k].tokens) k += 1;
+        while (
+          k < segs.length &&
+          k < other.length &&
+          segs[k].seed === other[k].seed &&
+          segs[k].tokens === other[k].tokens
+        )
+          k += 1;
         j = Math.max(j, k);
       }
       shared = blocks(segTokens(segs, j));

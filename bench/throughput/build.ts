@@ -56,14 +56,30 @@ export async function prepareGatewayBuild(runtime: GatewayRuntime): Promise<Gate
       runtime,
       nodeArgs: ['--import', 'tsx', '--import', SRC_PROBE],
       cliPath: `${ROOT}src/cli.ts`,
-      benchScript: (name) => ({ path: fileURLToPath(new URL(`./${name}.ts`, import.meta.url)), execArgv: ['--import', 'tsx'] }),
+      benchScript: (name) => ({
+        path: fileURLToPath(new URL(`./${name}.ts`, import.meta.url)),
+        execArgv: ['--import', 'tsx'],
+      }),
     };
   }
   await rm(BENCH_BUILD_DIR, { recursive: true, force: true });
   await tsc(['-p', 'tsconfig.build.json', '--noCheck', '--outDir', BENCH_BUILD_DIR]);
   await tsc([
-    '--noCheck', '--target', 'ES2022', '--module', 'NodeNext', '--moduleResolution', 'NodeNext', '--types', 'node',
-    '--skipLibCheck', '--rootDir', BENCH_DIR, '--outDir', `${BENCH_BUILD_DIR}/_bench`, SRC_PROBE,
+    '--noCheck',
+    '--target',
+    'ES2022',
+    '--module',
+    'NodeNext',
+    '--moduleResolution',
+    'NodeNext',
+    '--types',
+    'node',
+    '--skipLibCheck',
+    '--rootDir',
+    BENCH_DIR,
+    '--outDir',
+    `${BENCH_BUILD_DIR}/_bench`,
+    SRC_PROBE,
     ...BENCH_SCRIPTS.map((name) => fileURLToPath(new URL(`./${name}.ts`, import.meta.url))),
   ]);
   return {

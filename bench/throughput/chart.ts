@@ -46,14 +46,20 @@ export function renderThroughputChart(title: string, groups: readonly ChartGroup
   const barW = (groupW * 0.8) / maxBars;
   const series = [...new Set(groups.flatMap((g) => g.bars.map((b) => b.series)))];
   const parts: string[] = [];
-  parts.push(`<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`);
+  parts.push(
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
+  );
   parts.push(`<rect width="${W}" height="${H}" fill="#ffffff"/>`);
   parts.push(`<text x="${W / 2}" y="24" text-anchor="middle" font-size="15" font-weight="bold">${esc(title)}</text>`);
   for (let v = 0; v <= niceMax + 1e-9; v += step) {
-    parts.push(`<line x1="${left}" x2="${W - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#e6e6e6"/>`);
+    parts.push(
+      `<line x1="${left}" x2="${W - right}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#e6e6e6"/>`,
+    );
     parts.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v}</text>`);
   }
-  parts.push(`<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">µs CPU per token</text>`);
+  parts.push(
+    `<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">µs CPU per token</text>`,
+  );
   const partLabels: string[] = [];
   groups.forEach((g, gi) => {
     const gx = left + gi * groupW + groupW * 0.1;
@@ -79,18 +85,31 @@ export function renderThroughputChart(title: string, groups: readonly ChartGroup
       }
       const cx = x + w / 2;
       if (Number.isFinite(b.min) && Number.isFinite(b.max) && b.max > b.min) {
-        parts.push(`<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(b.min).toFixed(1)}" y2="${y(b.max).toFixed(1)}" stroke="#222"/>`);
-        for (const v of [b.min, b.max]) parts.push(`<line x1="${(cx - 4).toFixed(1)}" x2="${(cx + 4).toFixed(1)}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#222"/>`);
+        parts.push(
+          `<line x1="${cx.toFixed(1)}" x2="${cx.toFixed(1)}" y1="${y(b.min).toFixed(1)}" y2="${y(b.max).toFixed(1)}" stroke="#222"/>`,
+        );
+        for (const v of [b.min, b.max])
+          parts.push(
+            `<line x1="${(cx - 4).toFixed(1)}" x2="${(cx + 4).toFixed(1)}" y1="${y(v).toFixed(1)}" y2="${y(v).toFixed(1)}" stroke="#222"/>`,
+          );
       }
-      parts.push(`<text x="${cx.toFixed(1)}" y="${(y(Math.max(b.median, b.max)) - 4).toFixed(1)}" text-anchor="middle" font-size="10">${b.median.toFixed(1)}</text>`);
-      parts.push(`<text x="${cx.toFixed(1)}" y="${top + plotH + 14}" text-anchor="middle" font-size="9">${esc(b.series)}</text>`);
+      parts.push(
+        `<text x="${cx.toFixed(1)}" y="${(y(Math.max(b.median, b.max)) - 4).toFixed(1)}" text-anchor="middle" font-size="10">${b.median.toFixed(1)}</text>`,
+      );
+      parts.push(
+        `<text x="${cx.toFixed(1)}" y="${top + plotH + 14}" text-anchor="middle" font-size="9">${esc(b.series)}</text>`,
+      );
     });
-    parts.push(`<text x="${(left + gi * groupW + groupW / 2).toFixed(1)}" y="${top + plotH + 32}" text-anchor="middle" font-weight="bold">${esc(g.label)}</text>`);
+    parts.push(
+      `<text x="${(left + gi * groupW + groupW / 2).toFixed(1)}" y="${top + plotH + 32}" text-anchor="middle" font-weight="bold">${esc(g.label)}</text>`,
+    );
   });
   parts.push(`<line x1="${left}" x2="${left}" y1="${top}" y2="${top + plotH}" stroke="#333"/>`);
   parts.push(`<line x1="${left}" x2="${W - right}" y1="${top + plotH}" y2="${top + plotH}" stroke="#333"/>`);
   const legend = [
-    ...series.filter((s) => groups.some((g) => g.bars.some((b) => b.series === s && !b.parts))).map((s) => ({ label: s, color: SERIES_COLORS[series.indexOf(s) % SERIES_COLORS.length]! })),
+    ...series
+      .filter((s) => groups.some((g) => g.bars.some((b) => b.series === s && !b.parts)))
+      .map((s) => ({ label: s, color: SERIES_COLORS[series.indexOf(s) % SERIES_COLORS.length]! })),
     ...partLabels.map((p, i) => ({ label: `floor: ${p}`, color: PART_COLORS[i % PART_COLORS.length]! })),
   ];
   legend.forEach((l, i) => {

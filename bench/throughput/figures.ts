@@ -112,7 +112,12 @@ export interface ScenarioFigures {
 }
 
 /** Summarizes every repeat of one (scenario, workers), with the floors of the same repeats. */
-export function scenarioFigures(spec: ScenarioSpec, workers: number, samples: readonly PhaseSample[], floors: readonly FloorSample[]): ScenarioFigures {
+export function scenarioFigures(
+  spec: ScenarioSpec,
+  workers: number,
+  samples: readonly PhaseSample[],
+  floors: readonly FloorSample[],
+): ScenarioFigures {
   const per = (f: (s: PhaseSample) => number) => spread(samples.map(f));
   const perUnit = (micros: (s: PhaseSample) => number) => per((s) => micros(s) / units(spec, s));
   const split = workers > 1;
@@ -203,7 +208,22 @@ export function tokenTable(figures: readonly ScenarioFigures[]): string {
       String(f.errors),
     ]);
   return markdownTable(
-    ['scenario', 'workers', 'gateway µs/token', 'routing / fronts µs/token', '× floor', 'ranks µs/token', 'rank tokens per step / rows per batch', 'tokens/s', 'gateway cores', 'TTFT (stream) or E2E p50 / p99 ms', 'ITL p50 / p99 ms', 'loop delay p50 / p99 / max ms', 'client µs/token', 'errors'],
+    [
+      'scenario',
+      'workers',
+      'gateway µs/token',
+      'routing / fronts µs/token',
+      '× floor',
+      'ranks µs/token',
+      'rank tokens per step / rows per batch',
+      'tokens/s',
+      'gateway cores',
+      'TTFT (stream) or E2E p50 / p99 ms',
+      'ITL p50 / p99 ms',
+      'loop delay p50 / p99 / max ms',
+      'client µs/token',
+      'errors',
+    ],
     rows,
   );
 }
@@ -225,7 +245,18 @@ export function requestTable(figures: readonly ScenarioFigures[]): string {
       String(f.errors),
     ]);
   return markdownTable(
-    ['scenario', 'workers', 'gateway µs/request', 'routing / fronts µs/request', 'ranks µs/request', 'requests/s', 'gateway cores', 'E2E p50 / p99 ms', 'loop delay p99 / max ms', 'errors'],
+    [
+      'scenario',
+      'workers',
+      'gateway µs/request',
+      'routing / fronts µs/request',
+      'ranks µs/request',
+      'requests/s',
+      'gateway cores',
+      'E2E p50 / p99 ms',
+      'loop delay p99 / max ms',
+      'errors',
+    ],
     rows,
   );
 }
@@ -246,7 +277,21 @@ export function pacedTable(figures: readonly ScenarioFigures[]): string {
       `${cell(f.loopP50, 1)} / ${cell(f.loopP99, 0)} / ${cell(f.loopMax, 0)}`,
       String(f.errors),
     ]);
-  return markdownTable(['scenario', 'workers', 'tokens/s', 'gateway cores', 'gateway µs/token', 'routing / fronts µs/token', 'TTFT p50 / p99 ms', 'ITL p50 / p99 ms', 'loop delay p50 / p99 / max ms', 'errors'], rows);
+  return markdownTable(
+    [
+      'scenario',
+      'workers',
+      'tokens/s',
+      'gateway cores',
+      'gateway µs/token',
+      'routing / fronts µs/token',
+      'TTFT p50 / p99 ms',
+      'ITL p50 / p99 ms',
+      'loop delay p50 / p99 / max ms',
+      'errors',
+    ],
+    rows,
+  );
 }
 
 /** The floors table. */
@@ -255,7 +300,10 @@ export function floorTable(f: FloorFigures): string {
     ['ZeroMQ receive + TokenSpeed decode, per batch row', cell(f.zmqRow, 2)],
     ['detokenize, window re-decode (IncrementalDetokenizer), per token', cell(f.detokWindow, 2)],
     ['detokenize, id → bytes table (TableDetokenizer), per token', cell(f.detokTable, 2)],
-    ...Object.entries(f.sseChunk).map(([n, s]) => [`minimal node:http SSE writer, per chunk, ${n} streams`, cell(s, 1)]),
+    ...Object.entries(f.sseChunk).map(([n, s]) => [
+      `minimal node:http SSE writer, per chunk, ${n} streams`,
+      cell(s, 1),
+    ]),
   ];
   return markdownTable(['floor', 'µs'], rows);
 }
@@ -271,10 +319,14 @@ export function workersTable(samples: readonly PhaseSample[], specs: readonly Sc
   const perToken = (s: PhaseSample, micros: number) => micros / s.load.tokens;
   for (const spec of specs.filter((x) => x.kind === 'token')) {
     const one = samples.filter((s) => s.scenario === spec.name && s.workers === 1);
-    const ns = [...new Set(samples.filter((s) => s.scenario === spec.name && s.workers > 1).map((s) => s.workers))].sort((a, b) => a - b);
+    const ns = [
+      ...new Set(samples.filter((s) => s.scenario === spec.name && s.workers > 1).map((s) => s.workers)),
+    ].sort((a, b) => a - b);
     for (const n of ns) {
       const many = samples.filter((s) => s.scenario === spec.name && s.workers === n);
-      const paired = many.map((m) => [m, one.find((o) => o.repeat === m.repeat)] as const).filter((p): p is readonly [PhaseSample, PhaseSample] => p[1] !== undefined);
+      const paired = many
+        .map((m) => [m, one.find((o) => o.repeat === m.repeat)] as const)
+        .filter((p): p is readonly [PhaseSample, PhaseSample] => p[1] !== undefined);
       const rate = (s: PhaseSample) => s.load.tokens / s.load.windowMs;
       rows.push([
         spec.name,
@@ -288,7 +340,15 @@ export function workersTable(samples: readonly PhaseSample[], specs: readonly Sc
     }
   }
   return markdownTable(
-    ['scenario', 'workers', 'tokens/s ratio (≥ 1.4)', 'front µs/token ÷ 1-process µs/token (≤ 1.10)', 'routing µs/token (≤ 1.5)', 'fronts µs/token', '1-process µs/token'],
+    [
+      'scenario',
+      'workers',
+      'tokens/s ratio (≥ 1.4)',
+      'front µs/token ÷ 1-process µs/token (≤ 1.10)',
+      'routing µs/token (≤ 1.5)',
+      'fronts µs/token',
+      '1-process µs/token',
+    ],
     rows,
   );
 }

@@ -42,7 +42,10 @@ function ownCpu(): number {
 export async function zmqReceiveFloor(messages: number, rows: number): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), 'gw-bench-zmq-'));
   const address = `ipc://${join(dir, 'out')}`;
-  const sender = fork(SENDER_PATH, [address, String(messages), String(rows)], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
+  const sender = fork(SENDER_PATH, [address, String(messages), String(rows)], {
+    execArgv: ['--import', 'tsx'],
+    stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
+  });
   const exited = new Promise<void>((resolve) => sender.once('exit', () => resolve()));
   try {
     await new Promise<void>((resolve, reject) => {
@@ -135,7 +138,11 @@ export interface SseFloor {
 }
 
 /** Runs `scenario` (its `url` is replaced) against a fresh minimal SSE server and measures the server's CPU per chunk. */
-export async function sseWriterFloor(build: GatewayBuild, load: LoadProcess, scenario: LoadScenario): Promise<SseFloor> {
+export async function sseWriterFloor(
+  build: GatewayBuild,
+  load: LoadProcess,
+  scenario: LoadScenario,
+): Promise<SseFloor> {
   const { path, execArgv } = build.benchScript('sse-floor-server');
   const server = fork(path, [], { execArgv, stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
   try {

@@ -17,7 +17,6 @@ import type { GatewayBuild } from './build.js';
 import { LoopProbes, type LoopDelay } from './loop-probes.js';
 import { cpuMicros, processTree, type TreeProcess } from './proc.js';
 
-
 /** Whether this checkout's `serve` accepts `--workers N` (multi-process fronts, issue 9 phase 2). */
 export function workersSupported(): boolean {
   return /--workers\b/.test(USAGE);
@@ -104,21 +103,43 @@ export class GatewayProcess {
     const pace =
       opts.paceStepMs === undefined
         ? ['--time-scale', '0']
-        : ['--time-scale', '1', '--step-base-ms', String(opts.paceStepMs), '--step-prefill-ms', '0', '--step-decode-ms', '0'];
+        : [
+            '--time-scale',
+            '1',
+            '--step-base-ms',
+            String(opts.paceStepMs),
+            '--step-prefill-ms',
+            '0',
+            '--step-decode-ms',
+            '0',
+          ];
     const statsDir = rankStatsSupported() ? mkdtempSync(join(tmpdir(), 'mgw-bench-ranks-')) : null;
     const simArgs = [
-      ...pace, '--max-running', String(opts.maxRunningPerRank), '--kv-pages', String(opts.kvPagesPerRank), '--log-level', 'warn',
+      ...pace,
+      '--max-running',
+      String(opts.maxRunningPerRank),
+      '--kv-pages',
+      String(opts.kvPagesPerRank),
+      '--log-level',
+      'warn',
       ...(statsDir !== null ? ['--stats-dir', statsDir] : []),
     ];
     const args = [
       ...opts.build.nodeArgs,
       ...(opts.cpuProfileDir !== undefined ? ['--cpu-prof', '--cpu-prof-dir', opts.cpuProfileDir] : []),
-      opts.build.cliPath, 'serve', '--port', String(port), '--log-level', 'warn',
+      opts.build.cliPath,
+      'serve',
+      '--port',
+      String(port),
+      '--log-level',
+      'warn',
       // Every stream of a phase is admitted: the bench measures per-token cost, not the concurrency cap (429s).
       ...(capSupported() ? ['--max-concurrent-requests', '0'] : []),
       ...(opts.workers > 1 ? ['--workers', String(opts.workers)] : []),
       ...(opts.extraArgs ?? []),
-      '--sim', String(opts.ranks), ...simArgs.map((a) => `--sim-arg=${a}`),
+      '--sim',
+      String(opts.ranks),
+      ...simArgs.map((a) => `--sim-arg=${a}`),
     ];
     const probes = new LoopProbes();
     await probes.listen();

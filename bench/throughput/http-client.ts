@@ -39,7 +39,8 @@ export interface ResponseSink {
   fail(message: string): void;
 }
 
-type State = 'idle' | 'head' | 'chunk-size' | 'chunk-data' | 'chunk-cr' | 'chunk-lf' | 'trailer' | 'length' | 'until-close';
+type State =
+  'idle' | 'head' | 'chunk-size' | 'chunk-data' | 'chunk-cr' | 'chunk-lf' | 'trailer' | 'length' | 'until-close';
 
 const CR = 0x0d;
 const LF = 0x0a;
@@ -64,8 +65,18 @@ export class HttpConnection {
    * of a process: reads are handled one at a time, synchronously). `onProtocolError` is told about bytes that arrive
    * past a response's end or with no request outstanding (the connection is dropped).
    */
-  constructor(host: string, port: number, readBuffer: Buffer, private readonly onProtocolError: (message: string) => void) {
-    this.socket = connect({ host, port, noDelay: true, onread: { buffer: readBuffer, callback: (n, buf) => this.readThen(n, buf) } });
+  constructor(
+    host: string,
+    port: number,
+    readBuffer: Buffer,
+    private readonly onProtocolError: (message: string) => void,
+  ) {
+    this.socket = connect({
+      host,
+      port,
+      noDelay: true,
+      onread: { buffer: readBuffer, callback: (n, buf) => this.readThen(n, buf) },
+    });
     this.socket.on('error', (err) => {
       this.socketError = err;
     });
@@ -185,7 +196,10 @@ export class HttpConnection {
     }
     this.line = null;
     const consumed = end + 4 - before; // bytes of this read that belong to the head
-    const problem = end + 4 > MAX_HEAD_BYTES ? `response head longer than ${MAX_HEAD_BYTES} bytes` : this.applyHead(all.toString('latin1', 0, end));
+    const problem =
+      end + 4 > MAX_HEAD_BYTES
+        ? `response head longer than ${MAX_HEAD_BYTES} bytes`
+        : this.applyHead(all.toString('latin1', 0, end));
     if (problem !== null) {
       this.failResponse(problem);
       return n;
@@ -208,7 +222,11 @@ export class HttpConnection {
       if (colon <= 0) return `malformed header line ${JSON.stringify(lines[k]!.slice(0, 80))}`;
       const name = lines[k]!.slice(0, colon).trim().toLowerCase();
       const value = lines[k]!.slice(colon + 1).trim();
-      if (name === 'transfer-encoding') chunked = value.toLowerCase().split(',').some((v) => v.trim() === 'chunked');
+      if (name === 'transfer-encoding')
+        chunked = value
+          .toLowerCase()
+          .split(',')
+          .some((v) => v.trim() === 'chunked');
       else if (name === 'content-length') {
         if (!/^\d+$/.test(value)) return `malformed Content-Length ${JSON.stringify(value)}`;
         length = Number(value);
@@ -315,6 +333,10 @@ export class HttpConnection {
     }
     this.sink = null;
     this.state = 'idle';
-    sink.fail(this.gotBytes ? 'response cut off before its end' : `request failed: ${this.socketError?.message ?? 'socket hang up'}`);
+    sink.fail(
+      this.gotBytes
+        ? 'response cut off before its end'
+        : `request failed: ${this.socketError?.message ?? 'socket hang up'}`,
+    );
   }
 }

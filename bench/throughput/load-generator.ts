@@ -37,7 +37,11 @@ function send(message: FromLoadGenerator): void {
   process.send?.(message);
 }
 
-const summary = (samples: number[]): Percentiles => ({ p50: percentile(samples, 50), p99: percentile(samples, 99), samples: samples.length });
+const summary = (samples: number[]): Percentiles => ({
+  p50: percentile(samples, 50),
+  p99: percentile(samples, 99),
+  samples: samples.length,
+});
 
 /** The state of one phase shared by all its streams. */
 class Phase {
@@ -70,7 +74,8 @@ class ErrorBody {
   private text = '';
   constructor(private readonly status: number) {}
   add(bytes: Buffer, start: number, end: number): void {
-    if (this.text.length < ERROR_BODY_CHARS) this.text += bytes.toString('utf8', start, Math.min(end, start + ERROR_BODY_CHARS * 4));
+    if (this.text.length < ERROR_BODY_CHARS)
+      this.text += bytes.toString('utf8', start, Math.min(end, start + ERROR_BODY_CHARS * 4));
   }
   message(): string {
     return `HTTP ${this.status}: ${this.text.slice(0, ERROR_BODY_CHARS)}`;
@@ -120,7 +125,8 @@ class StreamResponse implements ResponseSink {
   end(now: number): void {
     const phase = this.phase;
     if (this.errorBody !== null) phase.error(this.errorBody.message());
-    else if (!this.scanner.done || this.scanner.completionTokens < 0) phase.error('stream ended without [DONE] and usage');
+    else if (!this.scanner.done || this.scanner.completionTokens < 0)
+      phase.error('stream ended without [DONE] and usage');
     else {
       phase.completedTokens += this.scanner.completionTokens;
       phase.completedEvents += this.events;
@@ -196,7 +202,9 @@ class WholeResponse implements ResponseSink {
 function requestBytes(scenario: LoadScenario, target: URL, maxTokens: number): string {
   const chat = scenario.path.endsWith('/chat/completions');
   const body = JSON.stringify({
-    ...(chat ? { messages: [{ role: 'user', content: 'Tell me about the weather and the river.' }] } : { prompt: 'Tell me about the river.' }),
+    ...(chat
+      ? { messages: [{ role: 'user', content: 'Tell me about the weather and the river.' }] }
+      : { prompt: 'Tell me about the river.' }),
     max_tokens: maxTokens,
     ignore_eos: true,
     stream: scenario.stream,
@@ -209,7 +217,15 @@ function requestBytes(scenario: LoadScenario, target: URL, maxTokens: number): s
 }
 
 /** One closed-loop stream: a request, then the next as soon as its response ended or failed, until the phase stops. */
-function runStream(scenario: LoadScenario, target: URL, phase: Phase, readBuffer: Buffer, firstMaxTokens: number, steady: string, open: Set<HttpConnection>): Promise<void> {
+function runStream(
+  scenario: LoadScenario,
+  target: URL,
+  phase: Phase,
+  readBuffer: Buffer,
+  firstMaxTokens: number,
+  steady: string,
+  open: Set<HttpConnection>,
+): Promise<void> {
   return new Promise<void>((resolve) => {
     let conn: HttpConnection | null = null;
     let first = true;
@@ -231,7 +247,10 @@ function runStream(scenario: LoadScenario, target: URL, phase: Phase, readBuffer
         if (conn !== null && !conn.usable) setImmediate(next);
         else next();
       };
-      conn.request(bytes, scenario.stream ? new StreamResponse(phase, sentAt, done) : new WholeResponse(phase, sentAt, done));
+      conn.request(
+        bytes,
+        scenario.stream ? new StreamResponse(phase, sentAt, done) : new WholeResponse(phase, sentAt, done),
+      );
     };
     next();
   });
@@ -267,7 +286,9 @@ async function runPhase(scenario: LoadScenario): Promise<LoadResult> {
   const tokensPerEvent = phase.completedEvents > 0 ? phase.completedTokens / phase.completedEvents : Number.NaN;
   return {
     windowMs,
-    tokens: scenario.stream ? phase.eventsInWindow * (Number.isFinite(tokensPerEvent) ? tokensPerEvent : 1) : phase.tokensInWindow,
+    tokens: scenario.stream
+      ? phase.eventsInWindow * (Number.isFinite(tokensPerEvent) ? tokensPerEvent : 1)
+      : phase.tokensInWindow,
     requests: phase.requestsInWindow,
     errors: phase.errors,
     firstError: phase.firstError,
@@ -283,7 +304,8 @@ process.on('message', (message: ToLoadGenerator) => {
   if (message.type !== 'run') return;
   runPhase(message.scenario).then(
     (result) => send({ type: 'result', result }),
-    (err: unknown) => send({ type: 'failed', message: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
+    (err: unknown) =>
+      send({ type: 'failed', message: err instanceof Error ? (err.stack ?? err.message) : String(err) }),
   );
 });
 process.on('disconnect', () => process.exit(0));

@@ -77,7 +77,10 @@ export class LoopProbes {
       asked.map(
         (p) =>
           new Promise<Record<string, unknown>>((resolve, reject) => {
-            const timer = setTimeout(() => reject(new Error(`loop probe of pid ${p.pid} did not answer '${command}'`)), 60_000);
+            const timer = setTimeout(
+              () => reject(new Error(`loop probe of pid ${p.pid} did not answer '${command}'`)),
+              60_000,
+            );
             p.waiting.push((reply) => {
               clearTimeout(timer);
               resolve(reply);
@@ -102,7 +105,13 @@ export class LoopProbes {
     const replies = (await this.ask(pids, 'read')) as unknown as LoopDelay[];
     if (replies.length === 0) throw new Error(`no loop probe connected for pids ${pids.join(', ')}`);
     const worst = (key: 'p50Ms' | 'p99Ms' | 'maxMs' | 'meanMs') => Math.max(...replies.map((r) => r[key]));
-    return { p50Ms: worst('p50Ms'), p99Ms: worst('p99Ms'), maxMs: worst('maxMs'), meanMs: worst('meanMs'), samples: replies.reduce((s, r) => s + r.samples, 0) };
+    return {
+      p50Ms: worst('p50Ms'),
+      p99Ms: worst('p99Ms'),
+      maxMs: worst('maxMs'),
+      meanMs: worst('meanMs'),
+      samples: replies.reduce((s, r) => s + r.samples, 0),
+    };
   }
 
   /** Closes the server and every probe connection; removes the socket's folder. */

@@ -54,7 +54,8 @@ export function childPids(pid: number): number[] {
   }
   for (const task of tasks) {
     try {
-      for (const s of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' ')) if (s !== '') out.push(Number(s));
+      for (const s of readFileSync(`/proc/${pid}/task/${task}/children`, 'utf8').split(' '))
+        if (s !== '') out.push(Number(s));
     } catch {
       // thread exited meanwhile
     }
@@ -98,7 +99,11 @@ export function sampleTree(tree: readonly TreeProcess[]): Map<number, number> {
 }
 
 /** CPU µs spent between two samples, summed per role. */
-export function cpuByRole(tree: readonly TreeProcess[], before: Map<number, number>, after: Map<number, number>): Record<ProcessRole, number> {
+export function cpuByRole(
+  tree: readonly TreeProcess[],
+  before: Map<number, number>,
+  after: Map<number, number>,
+): Record<ProcessRole, number> {
   const out: Record<ProcessRole, number> = { gateway: 0, routing: 0, front: 0, rank: 0, other: 0 };
   for (const p of tree) out[p.role] += Math.max(0, (after.get(p.pid) ?? 0) - (before.get(p.pid) ?? 0));
   return out;

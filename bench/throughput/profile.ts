@@ -137,7 +137,11 @@ export function summarizeProfile(
       }
     }
     const bucket =
-      buckets.find((b) => (b.leaf?.(node.callFrame, a) ?? false) || (b.onStack !== undefined && stack.some((f) => b.onStack!(f, areaOf(f)))))?.name ?? 'other';
+      buckets.find(
+        (b) =>
+          (b.leaf?.(node.callFrame, a) ?? false) ||
+          (b.onStack !== undefined && stack.some((f) => b.onStack!(f, areaOf(f)))),
+      )?.name ?? 'other';
     bucketed.set(bucket, bucketed.get(bucket)! + dt);
   }
   const rows = (m: Map<string, number>, limit: number): ProfileRow[] =>
@@ -145,7 +149,11 @@ export function summarizeProfile(
       .sort((a, b) => b[1] - a[1])
       .slice(0, limit)
       .map(([label, us]) => ({ label, ms: us / 1000, percent: busyUs > 0 ? (100 * us) / busyUs : 0 }));
-  const bucketRows = [...bucketed.entries()].map(([label, us]) => ({ label, ms: us / 1000, percent: busyUs > 0 ? (100 * us) / busyUs : 0 }));
+  const bucketRows = [...bucketed.entries()].map(([label, us]) => ({
+    label,
+    ms: us / 1000,
+    percent: busyUs > 0 ? (100 * us) / busyUs : 0,
+  }));
   return {
     busyMs: busyUs / 1000,
     idleMs: idleUs / 1000,

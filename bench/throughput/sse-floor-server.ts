@@ -43,10 +43,14 @@ function tick(): void {
     const n = s.total - s.left;
     s.left--;
     if (s.left > 0) {
-      s.res.write(chunk(s, { index: 0, delta: { content: WORDS[n % WORDS.length] }, logprobs: null, finish_reason: null }));
+      s.res.write(
+        chunk(s, { index: 0, delta: { content: WORDS[n % WORDS.length] }, logprobs: null, finish_reason: null }),
+      );
       continue;
     }
-    s.res.write(chunk(s, { index: 0, delta: { content: WORDS[n % WORDS.length] }, logprobs: null, finish_reason: 'length' }));
+    s.res.write(
+      chunk(s, { index: 0, delta: { content: WORDS[n % WORDS.length] }, logprobs: null, finish_reason: 'length' }),
+    );
     s.res.write(chunk(s, {}, { prompt_tokens: 20, completion_tokens: s.total, total_tokens: 20 + s.total }));
     s.res.end('data: [DONE]\n\n');
     open.delete(s);
@@ -63,7 +67,11 @@ const server = createServer((req, res) => {
   req.on('end', () => {
     const parsed = JSON.parse(body) as { max_tokens?: number };
     const total = Math.max(1, parsed.max_tokens ?? 16);
-    res.writeHead(200, { 'content-type': 'text/event-stream; charset=utf-8', 'cache-control': 'no-cache', 'x-accel-buffering': 'no' });
+    res.writeHead(200, {
+      'content-type': 'text/event-stream; charset=utf-8',
+      'cache-control': 'no-cache',
+      'x-accel-buffering': 'no',
+    });
     const s: OpenStream = { res, id: `chatcmpl-${(counter++).toString(16).padStart(32, '0')}`, left: total, total };
     res.write(chunk(s, { index: 0, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }));
     open.add(s);

@@ -38,7 +38,8 @@ export class RecentIds {
 
   /** @param perGeneration ids per generation, an integer ≥ 1 (default 65 536). Throws RangeError otherwise. */
   constructor(perGeneration = DEFAULT_RECENT_IDS_PER_GENERATION) {
-    if (!Number.isSafeInteger(perGeneration) || perGeneration < 1) throw new RangeError(`perGeneration must be an integer ≥ 1, got ${perGeneration}`);
+    if (!Number.isSafeInteger(perGeneration) || perGeneration < 1)
+      throw new RangeError(`perGeneration must be an integer ≥ 1, got ${perGeneration}`);
     this.perGeneration = perGeneration;
     let slots = 2;
     while (slots < 2 * perGeneration) slots *= 2;

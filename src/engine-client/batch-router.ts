@@ -44,7 +44,10 @@ export interface BatchPlan<E extends LiveRequest> {
  * request only when the batch names the rank the request was sent to (`LiveRequest.engineIndex`); the engine index
  * inside a batch is checked, never trusted over the recorded rank. Pure; never throws.
  */
-export function planBatch<E extends LiveRequest>(batch: EngineBatch, lookup: (requestId: string) => E | undefined): BatchPlan<E> {
+export function planBatch<E extends LiveRequest>(
+  batch: EngineBatch,
+  lookup: (requestId: string) => E | undefined,
+): BatchPlan<E> {
   const rank = batch.engineIndex;
   const plan: BatchPlan<E> = {
     entries: [],

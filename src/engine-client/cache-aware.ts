@@ -39,7 +39,16 @@
  * prompt tokens plus one Map lookup per matched block per rank.
  */
 import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
-import { fleetScorer, loadHorizonOf, loadWeight, lowestPosition, queuedRequests, type DpPolicy, type LoadPolicyOptions, type RankView } from './policy.js';
+import {
+  fleetScorer,
+  loadHorizonOf,
+  loadWeight,
+  lowestPosition,
+  queuedRequests,
+  type DpPolicy,
+  type LoadPolicyOptions,
+  type RankView,
+} from './policy.js';
 import { DEFAULT_INDEX_CAPACITY_BLOCKS, PrefixIndex, type PrefixIndexOptions } from './prefix-index.js';
 import type { RankService } from './service-rates.js';
 
@@ -181,7 +190,8 @@ export interface ServiceEstimate {
   prefillMsPerToken: number;
 }
 
-const known = (x: number | null | undefined): x is number => x !== null && x !== undefined && Number.isFinite(x) && x > 0;
+const known = (x: number | null | undefined): x is number =>
+  x !== null && x !== undefined && Number.isFinite(x) && x > 0;
 
 /**
  * Fill in what is not measured yet (pure): a rank without an ITL gets the mean of the measured ones (1 when none is:
@@ -193,7 +203,9 @@ export function serviceEstimates(services: readonly (RankService | null | undefi
   const itls = services.map((s) => s?.itlMs).filter(known);
   const meanItl = itls.length > 0 ? itls.reduce((a, b) => a + b, 0) / itls.length : 1;
   const withBoth = services.find((s) => known(s?.itlMs) && known(s?.prefillMsPerToken));
-  const ratio = withBoth ? (withBoth.prefillMsPerToken as number) / (withBoth.itlMs as number) : DEFAULT_PREFILL_ITL_PER_TOKEN;
+  const ratio = withBoth
+    ? (withBoth.prefillMsPerToken as number) / (withBoth.itlMs as number)
+    : DEFAULT_PREFILL_ITL_PER_TOKEN;
   return services.map((s) => {
     const itlMs = known(s?.itlMs) ? s.itlMs : meanItl;
     return { itlMs, prefillMsPerToken: known(s?.prefillMsPerToken) ? s.prefillMsPerToken : ratio * itlMs };
@@ -204,7 +216,10 @@ export function serviceEstimates(services: readonly (RankService | null | undefi
  * Output tokens to expect from a request (pure): the mean over the ranks that measured one (else
  * `DEFAULT_OUTPUT_TOKENS`), but never more than the request's own `maxNewTokens` limit when it has one.
  */
-export function expectedOutputTokens(services: readonly (RankService | null | undefined)[], maxNewTokens: number | null): number {
+export function expectedOutputTokens(
+  services: readonly (RankService | null | undefined)[],
+  maxNewTokens: number | null,
+): number {
   const outs = services.map((s) => s?.outputTokens).filter(known);
   const mean = outs.length > 0 ? outs.reduce((a, b) => a + b, 0) / outs.length : DEFAULT_OUTPUT_TOKENS;
   return known(maxNewTokens) ? Math.min(mean, maxNewTokens) : mean;
@@ -308,7 +323,8 @@ export function indexShapeFor(ready: {
   const g = pg !== null && Number.isSafeInteger(pg) && pg > 0 ? pg : 16;
   const blockTokens = Math.max(16, g);
   const blocks = ready.numGpuBlocks;
-  const fit = blocks !== null && Number.isFinite(blocks) ? Math.floor((blocks * g) / blockTokens) : DEFAULT_INDEX_CAPACITY_BLOCKS;
+  const fit =
+    blocks !== null && Number.isFinite(blocks) ? Math.floor((blocks * g) / blockTokens) : DEFAULT_INDEX_CAPACITY_BLOCKS;
   const seqs = ready.maxNumSeqs;
   return {
     blockTokens,
@@ -345,8 +361,18 @@ export function createCacheAwarePolicy(
 ): DpPolicy & { readonly index: PrefixIndex; readonly stats: CacheAwareStats } {
   const horizonMs = loadHorizonOf(opts);
   const seqs = opts.maxNumSeqs ?? null;
-  const abs = checked('balanceAbsThreshold', opts.balanceAbsThreshold ?? balanceAbsFor(seqs), (v) => v >= 0, 'a number ≥ 0');
-  const rel = checked('balanceRelThreshold', opts.balanceRelThreshold ?? DEFAULT_BALANCE_REL_THRESHOLD, (v) => v >= 1, 'a number ≥ 1');
+  const abs = checked(
+    'balanceAbsThreshold',
+    opts.balanceAbsThreshold ?? balanceAbsFor(seqs),
+    (v) => v >= 0,
+    'a number ≥ 0',
+  );
+  const rel = checked(
+    'balanceRelThreshold',
+    opts.balanceRelThreshold ?? DEFAULT_BALANCE_REL_THRESHOLD,
+    (v) => v >= 1,
+    'a number ≥ 1',
+  );
   const maxNumSeqs = seqs !== null && Number.isFinite(seqs) && seqs > 0 ? seqs : Number.POSITIVE_INFINITY;
   const kvTotal = opts.kvTotalTokens ?? null;
   if (kvTotal !== null) checked('kvTotalTokens', kvTotal, (v) => v > 0, 'a number > 0');
@@ -375,7 +401,9 @@ export function createCacheAwarePolicy(
       const services = ranks.map((v) => v.service);
       const { position, reason } = cacheAwareChoice({
         loads: ranks.map(fleetScorer(ranks, horizonMs)),
-        matched: ranks.map((v) => (v.engineIndex === null ? 0 : index.match(v.engineIndex, hashes) * index.blockTokens)),
+        matched: ranks.map((v) =>
+          v.engineIndex === null ? 0 : index.match(v.engineIndex, hashes) * index.blockTokens,
+        ),
         promptTokens: request.promptTokenIds.length,
         estimates: serviceEstimates(services),
         outputTokens: expectedOutputTokens(services, request.sampling.maxNewTokens),
@@ -383,7 +411,12 @@ export function createCacheAwarePolicy(
         balanceAbsThreshold: abs,
         balanceRelThreshold: rel,
         maxNumSeqs,
-        kv: kvTotal === null ? undefined : ranks.map((v) => kvTokensOf(v.engineIndex === null ? null : v.load, kvTotal, loadWeight(v.loadAgeMs, horizonMs))),
+        kv:
+          kvTotal === null
+            ? undefined
+            : ranks.map((v) =>
+                kvTokensOf(v.engineIndex === null ? null : v.load, kvTotal, loadWeight(v.loadAgeMs, horizonMs)),
+              ),
       });
       stats[reason] += 1;
       return position;

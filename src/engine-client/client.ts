@@ -45,7 +45,14 @@ import { RankSender } from './rank-sender.js';
 import { RankTable, type RankSlot } from './rank-table.js';
 import { RequestRegistry, type RegistryEntry } from './registry.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
-import { logGuardTransition, newClientStats, rankStateOf, type ClientStats, type GroupStatus, type RankState } from './reports.js';
+import {
+  logGuardTransition,
+  newClientStats,
+  rankStateOf,
+  type ClientStats,
+  type GroupStatus,
+  type RankState,
+} from './reports.js';
 import { RoutingState } from './routing-state.js';
 import { RankSilenceWatchdogs, SilenceWatchdog } from './watchdog.js';
 import { WaveClock, type GroupKind, type KindSource, type LockstepSetting } from './waves.js';
@@ -383,7 +390,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
     }
     if (!Array.isArray(request.promptTokenIds)) {
-      throw new EngineClientError('encode', `request ${JSON.stringify(request.requestId)} has no prompt token id list`, { requestId: request.requestId });
+      throw new EngineClientError(
+        'encode',
+        `request ${JSON.stringify(request.requestId)} has no prompt token id list`,
+        { requestId: request.requestId },
+      );
     }
     if (signal?.aborted) throw abortReason(signal);
     if (this.registry.closed) throw this.clientClosedError();
@@ -392,8 +403,20 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     // Register before any reservation (section 3 step 2, section 7).
     let detachSignal: () => void = () => {};
     const promptTokens = request.promptTokenIds.length;
-    const stream: RequestStreamImpl = new RequestStreamImpl(id, promptTokens, () => this.abandon(entry), () => detachSignal(), this.delivery);
-    const entry: RegistryEntry = { requestId: id, stream, engineIndex: null, tokenLimit: request.sampling?.maxNewTokens ?? Infinity, tokens: 0 };
+    const stream: RequestStreamImpl = new RequestStreamImpl(
+      id,
+      promptTokens,
+      () => this.abandon(entry),
+      () => detachSignal(),
+      this.delivery,
+    );
+    const entry: RegistryEntry = {
+      requestId: id,
+      stream,
+      engineIndex: null,
+      tokenLimit: request.sampling?.maxNewTokens ?? Infinity,
+      tokens: 0,
+    };
     this.registry.register(entry);
 
     let payload: Uint8Array | null = null;
@@ -414,7 +437,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         try {
           payload = this.protocol.encodeAdd(request, { dpRank: pinned ? slot.index : null });
         } catch (err) {
-          const e = new EngineClientError('encode', `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`, { cause: err, requestId: id });
+          const e = new EngineClientError(
+            'encode',
+            `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`,
+            { cause: err, requestId: id },
+          );
           this.rollback(entry, e);
           throw e;
         }
@@ -459,7 +486,13 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * ADD reached no engine (a timeout or EHOSTUNREACH: the rank is dead), its engine-dead error; returns (request off
    * the dead rank, nothing rolled back) only when `retryable` and the request may be placed on another rank.
    */
-  private addFailed(entry: RegistryEntry, slot: RankSlot, retryable: boolean, err: unknown, signal: CancelSignal | undefined): void {
+  private addFailed(
+    entry: RegistryEntry,
+    slot: RankSlot,
+    retryable: boolean,
+    err: unknown,
+    signal: CancelSignal | undefined,
+  ): void {
     const id = entry.requestId;
     const what = `sending request ${JSON.stringify(id)} to DP rank ${slot.index}`;
     if (this.registry.closed) throw this.clientClosedError();
@@ -467,7 +500,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const live = this.registry.get(id) === entry;
     if (!live && entry.stream.failure !== null) throw entry.stream.failure;
     if (classifySendError(err) === 'other' || !live) {
-      const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err, requestId: id });
+      const e = new EngineClientError('transport', `${what} failed: ${describeError(err)}`, {
+        cause: err,
+        requestId: id,
+      });
       this.rollback(entry, e);
       throw e;
     }
@@ -476,7 +512,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     entry.engineIndex = null;
     const error = this.scope.sendFailed(slot, what, err);
     if (retryable && this.registry.get(id) === entry) {
-      this.logger.info({ requestId: id, engineIndex: slot.index }, 'ADD reached no engine; placing the request on another ready rank');
+      this.logger.info(
+        { requestId: id, engineIndex: slot.index },
+        'ADD reached no engine; placing the request on another ready rank',
+      );
       return;
     }
     this.rollback(entry, error);
@@ -566,7 +605,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     if (previous === null) return false;
     const l = this.ranks.slot(index)!.liveness;
     const level = l.state === 'dead' || l.state === 'stalled' ? 'warn' : 'info';
-    this.logger[level]({ engineIndex: index, from: previous, to: l.state, cause: l.cause, epoch: l.epoch }, `DP rank ${index}: ${previous} → ${l.state}`);
+    this.logger[level](
+      { engineIndex: index, from: previous, to: l.state, cause: l.cause, epoch: l.epoch },
+      `DP rank ${index}: ${previous} → ${l.state}`,
+    );
     if (l.state === 'dead') this.heardWhileDead.delete(index);
     if (l.state === 'dead' && isRevivable(l.cause)) this.scheduleRevival();
     const wasServing = this.serving;
@@ -594,7 +636,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         elapsed = ms;
         if (this.registry.closed) return false;
         if (holderGone()) break;
-        await this.sender.probe(slot, `liveness probe (empty ABORT) to DP rank ${index}, whose engine index a new HELLO claims`);
+        await this.sender.probe(
+          slot,
+          `liveness probe (empty ABORT) to DP rank ${index}, whose engine index a new HELLO claims`,
+        );
         if (holderGone()) break;
       }
       if (!holderGone()) return false;
@@ -615,7 +660,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const slot = this.ranks.slot(index);
     if (slot === undefined || this.registry.closed) return;
     if (isConnected(slot.liveness.state)) {
-      this.scope.rankDied(index, 'replaced', `DP rank ${index} was replaced: a new engine process joined with its engine index`);
+      this.scope.rankDied(
+        index,
+        'replaced',
+        `DP rank ${index} was replaced: a new engine process joined with its engine index`,
+      );
     }
     if (slot.liveness.epoch > 0) slot.counters.rejoins++;
     this.scope.noteJoined(index);
@@ -628,8 +677,22 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const r = engine.ready;
     const rejoin = slot.liveness.epoch > 0;
     this.logger.info(
-      { engineIndex: index, maxModelLen: r.maxModelLen, numGpuBlocks: r.numGpuBlocks, dataParallelRank: r.dataParallelRank, dataParallelSize: r.dataParallelSize, readyForm: r.form, vllmVersion: r.vllmVersion, dtype: r.dtype, adopted: engine.adopted === true },
-      engine.adopted === true ? `DP rank ${index} adopted from the previous gateway's handshake` : rejoin ? `DP rank ${index} rejoined` : `DP rank ${index} joined`,
+      {
+        engineIndex: index,
+        maxModelLen: r.maxModelLen,
+        numGpuBlocks: r.numGpuBlocks,
+        dataParallelRank: r.dataParallelRank,
+        dataParallelSize: r.dataParallelSize,
+        readyForm: r.form,
+        vllmVersion: r.vllmVersion,
+        dtype: r.dtype,
+        adopted: engine.adopted === true,
+      },
+      engine.adopted === true
+        ? `DP rank ${index} adopted from the previous gateway's handshake`
+        : rejoin
+          ? `DP rank ${index} rejoined`
+          : `DP rank ${index} joined`,
     );
     this.notify('joined', engine, rejoin);
     this.transition(index, { kind: 'joined' });
@@ -673,7 +736,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         );
       }
       if (slot.liveness.state !== 'ready' || !this.canServe()) {
-        const why = slot.liveness.state !== 'ready' ? `it is ${slot.liveness.state}` : `its lockstep group is not serving (${this.ranks.describe()})`;
+        const why =
+          slot.liveness.state !== 'ready'
+            ? `it is ${slot.liveness.state}`
+            : `its lockstep group is not serving (${this.ranks.describe()})`;
         throw new EngineClientError('unavailable', `DP rank ${dpRank} cannot take requests now: ${why}`, { dpRank });
       }
       this.reserve(slot.index, request);
@@ -696,7 +762,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     }));
     const pos = this.policy.select(views, request);
     if (!Number.isInteger(pos) || pos < 0 || pos >= ready.length) {
-      throw new RangeError(`DP policy ${this.policy.name} returned position ${pos}, expected an integer in 0..${ready.length - 1}`);
+      throw new RangeError(
+        `DP policy ${this.policy.name} returned position ${pos}, expected an integer in 0..${ready.length - 1}`,
+      );
     }
     const slot = ready[pos]!;
     this.reserve(slot.index, request);
@@ -734,7 +802,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * until it applies the ABORT (`RoutingState.releaseAborted`, dp-routing.md 14.3).
    */
   private release(rank: number, ids: Iterable<string>, aborted = false): void {
-    const clamped = aborted ? this.routing.releaseAborted(rank, ids, this.releaseClamp) : this.routing.release(rank, ids, this.releaseClamp);
+    const clamped = aborted
+      ? this.routing.releaseAborted(rank, ids, this.releaseClamp)
+      : this.routing.release(rank, ids, this.releaseClamp);
     if (clamped) {
       const slot = this.ranks.slot(rank);
       if (slot) slot.counters.clamps++;
@@ -810,7 +880,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     // Nobody waits on this wake: if its broadcast fails, the group's ranks never start the wave and every request of
     // the group would hang until its stall, so the group fails now (a rank found dead on it already failed it).
     void this.sender.startWave(this.ranks.connected(), wave).then((e) => {
-      if (e !== null && e.kind === 'transport' && !this.registry.closed) this.scope.failGroup(e, 'wave-send-failed', false);
+      if (e !== null && e.kind === 'transport' && !this.registry.closed)
+        this.scope.failGroup(e, 'wave-send-failed', false);
     });
   }
 
@@ -835,20 +906,34 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
             // rank was just found gone (its clean exit seen before its sentinel was read: failure-scope.ts).
             const sentinel = this.scope.noteSentinel();
             if ('tiedTo' in sentinel) {
-              this.logger.warn({ engineIndex: sentinel.tiedTo }, `ENGINE_CORE_DEAD received from DP rank ${sentinel.tiedTo}, already found gone`);
+              this.logger.warn(
+                { engineIndex: sentinel.tiedTo },
+                `ENGINE_CORE_DEAD received from DP rank ${sentinel.tiedTo}, already found gone`,
+              );
               break;
             }
-            this.logger.warn({ pendingSentinels: sentinel.pending }, 'ENGINE_CORE_DEAD received; probing every rank to find the dying one');
+            this.logger.warn(
+              { pendingSentinels: sentinel.pending },
+              'ENGINE_CORE_DEAD received; probing every rank to find the dying one',
+            );
             this.probes.start();
             break;
           }
           case 'closed':
-            this.outputFailed(new EngineClientError('transport', `engine output socket failed: ${describeError(msg.error)}`, { cause: msg.error }), 'output-closed');
+            this.outputFailed(
+              new EngineClientError('transport', `engine output socket failed: ${describeError(msg.error)}`, {
+                cause: msg.error,
+              }),
+              'output-closed',
+            );
             return;
           case 'disconnect':
             // A hint, not proof of death (link.ts); it does not re-arm the watchdog. `address` is the gateway's own
             // bound endpoint of the socket concerned; which rank went away is unknown: probe them all.
-            this.logger.warn({ address: msg.address }, `engine peer disconnected from the gateway socket bound at ${msg.address}`);
+            this.logger.warn(
+              { address: msg.address },
+              `engine peer disconnected from the gateway socket bound at ${msg.address}`,
+            );
             this.probes.start();
             break;
         }
@@ -856,7 +941,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       }
       this.outputFailed(new EngineClientError('client-closed', 'engine output stream ended'), 'output-ended');
     } catch (err) {
-      this.outputFailed(new EngineClientError('transport', `engine output receive failed: ${describeError(err)}`, { cause: err }), 'output-error');
+      this.outputFailed(
+        new EngineClientError('transport', `engine output receive failed: ${describeError(err)}`, { cause: err }),
+        'output-error',
+      );
     }
   }
 
@@ -985,9 +1073,13 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       this.scope.orphanRow(id, plan.finished.has(id));
     }
     if (plan.unknownRows.length > 0) this.contract.unknownRows(plan.unknownRows, rank);
-    if (live && plan.unknownRows.length > 0 && this.foreign.isAdopted(rank)) this.abortForeign(slot, plan.unknownRows, plan.finished);
+    if (live && plan.unknownRows.length > 0 && this.foreign.isAdopted(rank))
+      this.abortForeign(slot, plan.unknownRows, plan.finished);
     if (plan.unknownRows.length > 0 && !live) {
-      this.logger.debug({ engineIndex: rank, rows: plan.unknownRows.length }, 'output from a rank that is not connected dropped');
+      this.logger.debug(
+        { engineIndex: rank, rows: plan.unknownRows.length },
+        'output from a rank that is not connected dropped',
+      );
     }
   }
 
@@ -998,13 +1090,22 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private onMismatches(rank: number, count: number, foreign: readonly string[], now: number): void {
     this.stats.rankMismatches += count;
-    if (foreign.length > 0 && this.ranks.slot(rank) !== undefined && isConnected(this.ranks.slot(rank)!.liveness.state)) {
+    if (
+      foreign.length > 0 &&
+      this.ranks.slot(rank) !== undefined &&
+      isConnected(this.ranks.slot(rank)!.liveness.state)
+    ) {
       void this.sendAbort(rank, foreign);
     }
     const verdict = this.mismatchLog.note(now, count);
     if (!verdict.log) return;
     this.logger.warn(
-      { engineIndex: rank, mismatches: verdict.count, sampleRequestId: foreign[0], ...(verdict.sinceMs === null ? {} : { sinceMs: verdict.sinceMs }) },
+      {
+        engineIndex: rank,
+        mismatches: verdict.count,
+        sampleRequestId: foreign[0],
+        ...(verdict.sinceMs === null ? {} : { sinceMs: verdict.sinceMs }),
+      },
       `dropped ${verdict.count} output row(s) or finished id(s) naming DP rank ${rank} for requests sent to another rank` +
         `${verdict.sinceMs === null ? '' : ' since the last such line'}; their ids were ABORTed at rank ${rank} (rank fidelity, ` +
         'dp-routing.md 14.6; a TokenSpeed sender without engine_index under DP > 1 looks like this too)',
@@ -1016,7 +1117,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const { ids, first } = this.foreign.toAbort(slot.index, unknownRows, finished);
     if (ids.length === 0) return;
     if (first) {
-      this.logger.info({ engineIndex: slot.index, requestIds: ids.length }, `DP rank ${slot.index} still runs requests of the previous gateway; ABORTing each once`);
+      this.logger.info(
+        { engineIndex: slot.index, requestIds: ids.length },
+        `DP rank ${slot.index} still runs requests of the previous gateway; ABORTing each once`,
+      );
     }
     void this.sender.abort(slot, ids);
   }
@@ -1073,7 +1177,9 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     this.revivalTimer = unrefTimer(() => {
       this.revivalTimer = null;
       if (this.registry.closed) return;
-      const candidates = this.ranks.slots.filter((s) => s.liveness.state === 'dead' && isRevivable(s.liveness.cause) && s.engine !== null);
+      const candidates = this.ranks.slots.filter(
+        (s) => s.liveness.state === 'dead' && isRevivable(s.liveness.cause) && s.engine !== null,
+      );
       if (candidates.length === 0) return;
       for (const slot of candidates) {
         if (this.revivalProbing.has(slot.index) || !this.mayRevive(slot)) continue;
@@ -1081,7 +1187,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         const epoch = slot.liveness.epoch;
         void this.sender.probeDead(slot).then((answered) => {
           this.revivalProbing.delete(slot.index);
-          if (answered && slot.liveness.state === 'dead' && slot.liveness.epoch === epoch && !this.registry.closed) this.revive(slot.index);
+          if (answered && slot.liveness.state === 'dead' && slot.liveness.epoch === epoch && !this.registry.closed)
+            this.revive(slot.index);
         });
       }
       this.scheduleRevival();
@@ -1104,7 +1211,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const cause = slot.liveness.cause;
     this.stats.revivals++;
     slot.counters.revivals++;
-    this.logger.warn({ engineIndex: index, deathCause: cause }, `DP rank ${index} answers again (its engine is connected to the input socket): back in rotation`);
+    this.logger.warn(
+      { engineIndex: index, deathCause: cause },
+      `DP rank ${index} answers again (its engine is connected to the input socket): back in rotation`,
+    );
     this.routing.forgetRank(index);
     this.markHeard(index, this.now());
     this.scope.revived(index);
@@ -1117,7 +1227,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private syncRankWatchdogs(rank: number, reset: boolean): void {
     const state = this.ranks.slot(rank)?.liveness.state;
-    const live = !this.registry.closed && state !== undefined && isConnected(state) && this.routing.inFlightCount(rank) > 0;
+    const live =
+      !this.registry.closed && state !== undefined && isConnected(state) && this.routing.inFlightCount(rank) > 0;
     this.silentRanks.touch(rank, live, reset);
     this.stalledRanks.touch(rank, live && state === 'ready', reset);
   }
@@ -1126,7 +1237,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private onRankSilent(rank: number): void {
     const held = this.routing.inFlightCount(rank);
     if (this.registry.closed || held === 0) return;
-    this.scope.rankDied(rank, 'rank-silent', `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) (per-rank silence watchdog)`);
+    this.scope.rankDied(
+      rank,
+      'rank-silent',
+      `DP rank ${rank} sent no output for ${this.silenceTimeoutMs} ms while holding ${held} in-flight request(s) (per-rank silence watchdog)`,
+    );
   }
 
   /**
@@ -1149,15 +1264,23 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /** One probe round (after a `disconnect` hint or ENGINE_CORE_DEAD); the last one settles unattributed sentinels. */
   private probeRound(last: boolean): void {
     if (this.registry.closed) return;
-    const probes = this.ranks.connected().map((s) => this.sender.probe(s, `liveness probe (empty ABORT) to DP rank ${s.index}`));
-    if (last) void Promise.allSettled(probes).then(() => this.scope.settleSentinels(PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!));
+    const probes = this.ranks
+      .connected()
+      .map((s) => this.sender.probe(s, `liveness probe (empty ABORT) to DP rank ${s.index}`));
+    if (last)
+      void Promise.allSettled(probes).then(() =>
+        this.scope.settleSentinels(PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!),
+      );
   }
 
   private onGroupSilence(): void {
     const live = this.registry.size;
     if (this.registry.closed || live === 0) return;
     this.scope.failGroup(
-      new EngineClientError('engine-dead', `no engine output for ${this.silenceTimeoutMs} ms while ${live} request(s) were in flight (group silence watchdog)`),
+      new EngineClientError(
+        'engine-dead',
+        `no engine output for ${this.silenceTimeoutMs} ms while ${live} request(s) were in flight (group silence watchdog)`,
+      ),
       'watchdog',
       true,
     );

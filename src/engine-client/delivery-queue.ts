@@ -72,8 +72,10 @@ export class DeliveryQueue {
     this.checkEvery = opts.checkEvery ?? DEFAULT_DELIVERY_CHECK_EVERY;
     this.maxPending = opts.maxPending ?? DEFAULT_MAX_PENDING_DELIVERIES;
     if (!(this.budgetMs > 0)) throw new RangeError(`budgetMs must be > 0 ms, got ${this.budgetMs}`);
-    if (!Number.isSafeInteger(this.checkEvery) || this.checkEvery < 1) throw new RangeError(`checkEvery must be an integer ≥ 1, got ${this.checkEvery}`);
-    if (!Number.isSafeInteger(this.maxPending) || this.maxPending < 1) throw new RangeError(`maxPending must be an integer ≥ 1, got ${this.maxPending}`);
+    if (!Number.isSafeInteger(this.checkEvery) || this.checkEvery < 1)
+      throw new RangeError(`checkEvery must be an integer ≥ 1, got ${this.checkEvery}`);
+    if (!Number.isSafeInteger(this.maxPending) || this.maxPending < 1)
+      throw new RangeError(`maxPending must be an integer ≥ 1, got ${this.maxPending}`);
     this.now = opts.now ?? (() => performance.now());
     this.defer = opts.defer ?? ((run) => void setImmediate(run));
     this.soon = opts.soon ?? this.defer;

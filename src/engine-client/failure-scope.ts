@@ -119,13 +119,28 @@ export class FailureScope {
    */
   sendFailed(slot: RankSlot, what: string, err: unknown): EngineClientError {
     if (classifySendError(err) === 'timeout') {
-      return this.rankDied(slot.index, 'send-timeout', `DP rank ${slot.index} is not reading its input: ${what} timed out: ${describeError(err)}`, err);
+      return this.rankDied(
+        slot.index,
+        'send-timeout',
+        `DP rank ${slot.index} is not reading its input: ${what} timed out: ${describeError(err)}`,
+        err,
+      );
     }
     if (this.pendingSentinels > 0 && isConnected(slot.liveness.state)) {
       this.pendingSentinels--;
-      return this.rankDied(slot.index, 'engine-core-dead', `DP rank ${slot.index} died: ENGINE_CORE_DEAD was received and its identity is gone (${what} refused with EHOSTUNREACH)`, err);
+      return this.rankDied(
+        slot.index,
+        'engine-core-dead',
+        `DP rank ${slot.index} died: ENGINE_CORE_DEAD was received and its identity is gone (${what} refused with EHOSTUNREACH)`,
+        err,
+      );
     }
-    return this.rankDied(slot.index, 'peer-unreachable', `DP rank ${slot.index} is gone: ${what} failed with EHOSTUNREACH (no connected engine has its identity)`, err);
+    return this.rankDied(
+      slot.index,
+      'peer-unreachable',
+      `DP rank ${slot.index} is gone: ${what} failed with EHOSTUNREACH (no connected engine has its identity)`,
+      err,
+    );
   }
 
   /**
@@ -150,7 +165,11 @@ export class FailureScope {
     for (const e of entries) registry.removeEntry(e);
     void this.abortHeld(entries);
     void this.host.sender.revive(slot, `gw-revive-${rank}-${slot.liveness.epoch}-${slot.counters.stalls}`);
-    this.host.release(rank, entries.map((e) => e.requestId), true);
+    this.host.release(
+      rank,
+      entries.map((e) => e.requestId),
+      true,
+    );
     this.host.transition(rank, { kind: 'stall' });
     this.host.timersChanged(rank);
     for (const e of entries) e.stream.fail(error);
@@ -176,7 +195,10 @@ export class FailureScope {
       }
     }
     stats.failures[cause] = (stats.failures[cause] ?? 0) + 1;
-    logger.error({ err: error, cause, liveRequests: entries.length, ranks: ranks.describe() }, 'engine group failed as a unit');
+    logger.error(
+      { err: error, cause, liveRequests: entries.length, ranks: ranks.describe() },
+      'engine group failed as a unit',
+    );
     for (const e of entries) e.stream.fail(error);
     this.host.groupFailed(error);
   }
@@ -254,16 +276,20 @@ export class FailureScope {
   }
 
   private dropRecentExit(index: number): void {
-    for (let at = this.recentExits.indexOf(index); at >= 0; at = this.recentExits.indexOf(index)) this.recentExits.splice(at, 1);
+    for (let at = this.recentExits.indexOf(index); at >= 0; at = this.recentExits.indexOf(index))
+      this.recentExits.splice(at, 1);
   }
 
   /** `index` was found gone with no sentinel tied to it: one arriving within the probe window is its. */
   private noteExit(index: number): void {
     this.recentExits.push(index);
-    unrefTimer(() => {
-      const at = this.recentExits.indexOf(index);
-      if (at >= 0) this.recentExits.splice(at, 1);
-    }, PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!);
+    unrefTimer(
+      () => {
+        const at = this.recentExits.indexOf(index);
+        if (at >= 0) this.recentExits.splice(at, 1);
+      },
+      PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!,
+    );
   }
 
   /**
@@ -278,7 +304,9 @@ export class FailureScope {
     const { registry, ranks, stats, logger } = this.host;
     if (registry.closed || n === 0) return [];
     this.pendingSentinels = 0;
-    const quiet = ranks.inState('ready').filter((s) => registry.onRank(s.index).length > 0 && this.host.quietMs(s.index) >= withinMs);
+    const quiet = ranks
+      .inState('ready')
+      .filter((s) => registry.onRank(s.index).length > 0 && this.host.quietMs(s.index) >= withinMs);
     if (quiet.length === 0) {
       stats.unattributedSentinels += n;
       logger.warn(
@@ -318,7 +346,9 @@ export class FailureScope {
     if (allFresh) waves.reset();
     logger.info(
       { waveClock: waves.value, allFresh },
-      allFresh ? 'lockstep group rebuilt from fresh processes: wave clock restarted at 0' : 'lockstep group serving again: wave clock kept (surviving ranks keep their wave numbers)',
+      allFresh
+        ? 'lockstep group rebuilt from fresh processes: wave clock restarted at 0'
+        : 'lockstep group serving again: wave clock kept (surviving ranks keep their wave numbers)',
     );
   }
 

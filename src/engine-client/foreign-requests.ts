@@ -42,7 +42,11 @@ export class ForeignRequests {
    * not terminal (`finished` holds the batch's finished ids) and not ABORTed before; empty for a rank that is not
    * adopted. `first` is true the first time a rank yields any (for a log line).
    */
-  toAbort(rank: number, unknownRows: readonly string[], finished: ReadonlySet<string>): { ids: string[]; first: boolean } {
+  toAbort(
+    rank: number,
+    unknownRows: readonly string[],
+    finished: ReadonlySet<string>,
+  ): { ids: string[]; first: boolean } {
     const seen = this.adopted.get(rank);
     if (seen === undefined) return { ids: [], first: false };
     const ids: string[] = [];

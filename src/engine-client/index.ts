@@ -14,7 +14,14 @@ export {
   type EngineClientEvents,
 } from './client.js';
 export type { RankState, ClientStats, GroupStatus } from './reports.js';
-export { nextLiveness, isConnected, type RankStateName, type DeathCause, type LivenessEvent, type RankLiveness } from './rank-liveness.js';
+export {
+  nextLiveness,
+  isConnected,
+  type RankStateName,
+  type DeathCause,
+  type LivenessEvent,
+  type RankLiveness,
+} from './rank-liveness.js';
 export type { OutputListener, RequestStream } from './request-stream.js';
 export { EngineClientError, type EngineClientErrorKind } from './errors.js';
 export {

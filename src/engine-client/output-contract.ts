@@ -142,7 +142,14 @@ export class OutputContract {
     if (terminal) this.host.retire(entry);
     else this.host.abandon(entry);
     this.host.logger.warn(
-      { engineIndex: owner, requestId: entry.requestId, maxTokens: limit, rowTokens: sent, kept: keep, engineFinish: row.finishReason },
+      {
+        engineIndex: owner,
+        requestId: entry.requestId,
+        maxTokens: limit,
+        rowTokens: sent,
+        kept: keep,
+        engineFinish: row.finishReason,
+      },
       `DP rank ${owner} sent tokens past max_tokens ${limit} for request ${entry.requestId}: cut at the limit (finish length)` +
         `${terminal ? '' : ', the rest ABORTed on the rank'}`,
     );
@@ -165,7 +172,10 @@ export class OutputContract {
     this.count(owner, 'invalid-token-id');
     if (terminal) this.host.retire(entry);
     else this.host.abandon(entry);
-    this.host.logger.warn({ engineIndex: owner, requestId: entry.requestId, tokenId, position: entry.tokens + at }, error.message);
+    this.host.logger.warn(
+      { engineIndex: owner, requestId: entry.requestId, tokenId, position: entry.tokens + at },
+      error.message,
+    );
     entry.stream.fail(error);
     return null;
   }

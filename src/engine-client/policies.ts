@@ -22,7 +22,13 @@
  */
 import type { GenerateRequest } from '../protocols/types.js';
 import { createCacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
-import { createLoadPolicy, lowestScorePosition, type DpPolicy, type LoadPolicyOptions, type RankView } from './policy.js';
+import {
+  createLoadPolicy,
+  lowestScorePosition,
+  type DpPolicy,
+  type LoadPolicyOptions,
+  type RankView,
+} from './policy.js';
 
 /** The names accepted by `createDpPolicy` (and by `model-gateway serve --dp-policy`, except `oracle`). */
 export const DP_POLICY_NAMES = ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware', 'oracle'] as const;
@@ -171,7 +177,7 @@ export function createDpPolicy(name: string, opts: DpPolicyOptions = {}): DpPoli
       return createCacheAwarePolicy(opts);
     case 'oracle':
       if (!opts.oracle) {
-        throw new RangeError('the oracle DP policy needs an OracleSource (benchmark only: the simulator\'s true state)');
+        throw new RangeError("the oracle DP policy needs an OracleSource (benchmark only: the simulator's true state)");
       }
       return createOraclePolicy(opts.oracle);
   }

@@ -33,8 +33,12 @@ export class PrefixIndex {
   constructor(opts: PrefixIndexOptions = {}) {
     const blockTokens = opts.blockTokens ?? DEFAULT_BLOCK_TOKENS;
     const capacityBlocks = opts.capacityBlocks ?? DEFAULT_INDEX_CAPACITY_BLOCKS;
-    for (const [name, v] of [['blockTokens', blockTokens], ['capacityBlocks', capacityBlocks]] as const) {
-      if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`PrefixIndex: ${name} must be an integer ≥ 1, got ${v}`);
+    for (const [name, v] of [
+      ['blockTokens', blockTokens],
+      ['capacityBlocks', capacityBlocks],
+    ] as const) {
+      if (!Number.isSafeInteger(v) || v < 1)
+        throw new RangeError(`PrefixIndex: ${name} must be an integer ≥ 1, got ${v}`);
     }
     this.blockTokens = blockTokens;
     this.capacityBlocks = capacityBlocks;

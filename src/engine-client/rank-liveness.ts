@@ -116,7 +116,13 @@ export function nextLiveness(current: RankLiveness, event: LivenessEvent): { nex
  * holds the index) or `handshake-timeout` (its new process never finished joining).
  */
 export function isRevivable(cause: RankLiveness['cause']): boolean {
-  return cause === 'peer-unreachable' || cause === 'send-timeout' || cause === 'engine-core-dead' || cause === 'rank-silent' || cause === 'group-failure';
+  return (
+    cause === 'peer-unreachable' ||
+    cause === 'send-timeout' ||
+    cause === 'engine-core-dead' ||
+    cause === 'rank-silent' ||
+    cause === 'group-failure'
+  );
 }
 
 /** Whether a rank in `state` is connected (joined and not found dead): it can be sent ABORTs and probes. */

@@ -44,7 +44,11 @@ export class RankSender {
     try {
       payload = this.protocol.encodeAbort(ids);
     } catch (err) {
-      const e = new EngineClientError('encode', `cannot encode ABORT for ${JSON.stringify(ids)}: ${describeError(err)}`, { cause: err });
+      const e = new EngineClientError(
+        'encode',
+        `cannot encode ABORT for ${JSON.stringify(ids)}: ${describeError(err)}`,
+        { cause: err },
+      );
       this.logger.error({ err: e }, 'ABORT not sent');
       return e;
     }
@@ -109,7 +113,13 @@ export class RankSender {
     let payload: Uint8Array;
     try {
       payload = this.protocol.encodeAdd(
-        { requestId, promptTokenIds: [0], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 1, temperature: 0, ignoreEos: true }, stream: false, returnLogprob: false },
+        {
+          requestId,
+          promptTokenIds: [0],
+          sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 1, temperature: 0, ignoreEos: true },
+          stream: false,
+          returnLogprob: false,
+        },
         { dpRank: slot.index },
       );
     } catch (err) {
@@ -121,7 +131,8 @@ export class RankSender {
     } catch (err) {
       if (this.sink.closedError() !== null || !isConnected(slot.liveness.state)) return;
       const failure = this.failed(slot, `revival request to stalled DP rank ${slot.index}`, err);
-      if (failure.kind === 'transport') this.logger.warn({ err: failure, engineIndex: slot.index }, 'revival request not sent');
+      if (failure.kind === 'transport')
+        this.logger.warn({ err: failure, engineIndex: slot.index }, 'revival request not sent');
     }
   }
 
@@ -137,7 +148,9 @@ export class RankSender {
     try {
       payload = this.protocol.encodeStartWave(wave);
     } catch (err) {
-      return new EngineClientError('encode', `cannot encode START_DP_WAVE [${wave}, nil]: ${describeError(err)}`, { cause: err });
+      return new EngineClientError('encode', `cannot encode START_DP_WAVE [${wave}, nil]: ${describeError(err)}`, {
+        cause: err,
+      });
     }
     const sends = slots.map((slot) =>
       this.link.send(slot.identity, RequestType.START_DP_WAVE, payload).then(
@@ -148,7 +161,9 @@ export class RankSender {
     const failed = (await Promise.all(sends)).filter((f) => f !== null);
     if (failed.length === 0) return null;
     failed.sort((a, b) => Number(classifySendError(a.err) === 'other') - Number(classifySendError(b.err) === 'other'));
-    const errors = failed.map((f) => this.failed(f.slot, `START_DP_WAVE [${wave}, nil] to DP rank ${f.slot.index}`, f.err));
+    const errors = failed.map((f) =>
+      this.failed(f.slot, `START_DP_WAVE [${wave}, nil] to DP rank ${f.slot.index}`, f.err),
+    );
     return errors[0]!;
   }
 
@@ -156,7 +171,8 @@ export class RankSender {
   private failed(slot: RankSlot, what: string, err: unknown): EngineClientError {
     const closed = this.sink.closedError();
     if (closed !== null) return closed;
-    if (classifySendError(err) !== 'other' && isConnected(slot.liveness.state)) return this.sink.rankUnusable(slot, what, err);
+    if (classifySendError(err) !== 'other' && isConnected(slot.liveness.state))
+      return this.sink.rankUnusable(slot, what, err);
     return new EngineClientError('transport', `${what} failed: ${describeError(err)}`, { cause: err });
   }
 }

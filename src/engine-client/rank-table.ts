@@ -4,7 +4,14 @@
  * liveness (rank-liveness.ts) and its cumulative counters. Plain synchronous data; the engine client changes it.
  */
 import type { ConnectedEngine } from './link.js';
-import { INITIAL_LIVENESS, isConnected, nextLiveness, type LivenessEvent, type RankLiveness, type RankStateName } from './rank-liveness.js';
+import {
+  INITIAL_LIVENESS,
+  isConnected,
+  nextLiveness,
+  type LivenessEvent,
+  type RankLiveness,
+  type RankStateName,
+} from './rank-liveness.js';
 import { compareIdentities, encodeEngineIdentity } from '../protocols/identity.js';
 
 /** Cumulative per-rank counts (requests, events). */
@@ -51,7 +58,18 @@ export class RankTable {
       identity: encodeEngineIdentity(index),
       engine: null,
       liveness: INITIAL_LIVENESS,
-      counters: { pinned: 0, unpinned: 0, clamps: 0, abortsSent: 0, rejoins: 0, stalls: 0, revivals: 0, batches: 0, deaths: {}, engineErrors: {} },
+      counters: {
+        pinned: 0,
+        unpinned: 0,
+        clamps: 0,
+        abortsSent: 0,
+        rejoins: 0,
+        stalls: 0,
+        revivals: 0,
+        batches: 0,
+        deaths: {},
+        engineErrors: {},
+      },
     }));
     slots.sort((a, b) => compareIdentities(a.identity, b.identity));
     this.slots = slots;
@@ -106,7 +124,10 @@ export class RankTable {
   /** `rank 0 ready, rank 1 dead (peer-unreachable), …` for messages. */
   describe(): string {
     return this.slots
-      .map((s) => `rank ${s.index} ${s.liveness.state}${s.liveness.state === 'dead' && s.liveness.cause ? ` (${s.liveness.cause})` : ''}`)
+      .map(
+        (s) =>
+          `rank ${s.index} ${s.liveness.state}${s.liveness.state === 'dead' && s.liveness.cause ? ` (${s.liveness.cause})` : ''}`,
+      )
       .join(', ');
   }
 }

@@ -136,7 +136,19 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
 
 /** Fresh client-wide counters over the link's live `handshakeRejected` record. */
 export function newClientStats(handshakeRejected: Readonly<Record<string, number>>): ClientStats {
-  return { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, unattributedSentinels: 0, decodeSuspects: 0, revivals: 0, handshakeRejected };
+  return {
+    decodeErrors: 0,
+    abortsSent: 0,
+    rankMismatches: 0,
+    failures: {},
+    rankDeaths: {},
+    orphanOutputs: 0,
+    unknownOutputs: 0,
+    unattributedSentinels: 0,
+    decodeSuspects: 0,
+    revivals: 0,
+    handshakeRejected,
+  };
 }
 
 /**

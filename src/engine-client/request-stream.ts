@@ -272,7 +272,8 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
    * sink, or an iterator waiting on it); else empties the buffer and returns what it held (nothing once cancelled).
    */
   private claimBuffered(): Item[] {
-    if (this.mode !== 'iterate' || this.waiters.length > 0) throw new Error(`request ${this.requestId}: its stream already has a consumer`);
+    if (this.mode !== 'iterate' || this.waiters.length > 0)
+      throw new Error(`request ${this.requestId}: its stream already has a consumer`);
     const buffered = this.queue.slice(this.head);
     this.queue.length = 0;
     this.head = 0;
@@ -360,7 +361,9 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
       if (item instanceof Error) listener.error(item);
       else listener.output(item);
     } catch (err) {
-      process.emitWarning(`a RequestStream listener of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+      process.emitWarning(
+        `a RequestStream listener of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`,
+      );
       this.cancel();
     }
   }
@@ -389,7 +392,9 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
   }
 
   private sinkThrew(err: unknown): void {
-    process.emitWarning(`a RequestStream row sink of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`);
+    process.emitWarning(
+      `a RequestStream row sink of request ${this.requestId} threw: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}`,
+    );
     this.cancel();
   }
 

@@ -89,18 +89,28 @@ export function soleClientVerdict(
   const foreign = excess > SOLE_CLIENT_SLACK;
   if (!guard.engaged) {
     if (!foreign) return { guard: { ...guard, lastExcess: excess }, transition: null };
-    return { guard: { ...guard, engaged: true, agreeing: 0, lastExcess: excess, engagements: guard.engagements + 1 }, transition: 'engaged' };
+    return {
+      guard: { ...guard, engaged: true, agreeing: 0, lastExcess: excess, engagements: guard.engagements + 1 },
+      transition: 'engaged',
+    };
   }
   if (foreign) return { guard: { ...guard, agreeing: 0, lastExcess: excess }, transition: null };
   const agreeing = guard.agreeing + 1;
-  if (agreeing < SOLE_CLIENT_AGREEING_REPORTS) return { guard: { ...guard, agreeing, lastExcess: excess }, transition: null };
+  if (agreeing < SOLE_CLIENT_AGREEING_REPORTS)
+    return { guard: { ...guard, agreeing, lastExcess: excess }, transition: null };
   return {
     guard: { ...guard, engaged: false, agreeing: 0, lastExcess: excess, disengagements: guard.disengagements + 1 },
     transition: 'disengaged',
   };
 }
 
-const IDLE_GUARD: SoleClientGuard = Object.freeze({ engaged: false, agreeing: 0, lastExcess: 0, engagements: 0, disengagements: 0 });
+const IDLE_GUARD: SoleClientGuard = Object.freeze({
+  engaged: false,
+  agreeing: 0,
+  lastExcess: 0,
+  engagements: 0,
+  disengagements: 0,
+});
 
 /** What `storeLoad` decided about the sole-client guard (null `transition`: no change). */
 export interface StoreLoadResult {
@@ -129,7 +139,14 @@ interface RankExtras {
 }
 
 function freshExtras(guard: SoleClientGuard): RankExtras {
-  return { storedAtMs: 0, releasedSinceReport: 0, releasedIntervalBefore: 0, guard, reports: 0, aborting: new IdTable() };
+  return {
+    storedAtMs: 0,
+    releasedSinceReport: 0,
+    releasedIntervalBefore: 0,
+    guard,
+    reports: 0,
+    aborting: new IdTable(),
+  };
 }
 
 /**
@@ -157,7 +174,11 @@ export class RoutingState {
    * reports came with no row for one (`noteRow`), or `ABORT_MAX_REPORTS` reports after its ABORT.
    */
   storeLoad(rank: number, load: EngineLoad, nowMs = 0): StoreLoadResult {
-    const copy: EngineLoad = { numRunning: load.numRunning, numWaiting: load.numWaiting, kvCacheUsage: load.kvCacheUsage };
+    const copy: EngineLoad = {
+      numRunning: load.numRunning,
+      numWaiting: load.numWaiting,
+      kvCacheUsage: load.kvCacheUsage,
+    };
     if (load.runningIncludesWaiting === true) copy.runningIncludesWaiting = true;
     this.loads.set(rank, copy);
     const x = this.extrasOf(rank);

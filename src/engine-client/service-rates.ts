@@ -90,7 +90,16 @@ export class ServiceRates {
   dispatched(rank: number, requestId: string, promptTokens: number, nowMs: number): ServiceSample {
     const old = this.pending.get(requestId);
     if (old !== undefined) old.live = false;
-    const sample: ServiceSample = { requestId, rank, dispatchedMs: nowMs, promptTokens, lastRowMs: null, tokens: 0, live: true, sums: null };
+    const sample: ServiceSample = {
+      requestId,
+      rank,
+      dispatchedMs: nowMs,
+      promptTokens,
+      lastRowMs: null,
+      tokens: 0,
+      live: true,
+      sums: null,
+    };
     this.pending.set(requestId, sample);
     return sample;
   }

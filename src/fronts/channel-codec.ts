@@ -113,7 +113,8 @@ export type DownRecord =
   | { tag: typeof Tag.JOINED; group: number; engineIndex: number; rejoin: boolean };
 
 /** A router record as `decodeDown` returns it: an OUT record carries a `DecodedOutput`. */
-export type ReceivedRecord = Exclude<DownRecord, { tag: typeof Tag.OUT }> | { tag: typeof Tag.OUT; handle: number; output: DecodedOutput };
+export type ReceivedRecord =
+  Exclude<DownRecord, { tag: typeof Tag.OUT }> | { tag: typeof Tag.OUT; handle: number; output: DecodedOutput };
 
 /** A channel message that is not a list of well-formed records. */
 export class ChannelDecodeError extends Error {
@@ -384,7 +385,9 @@ function tuples(bytes: Uint8Array): unknown[][] {
   try {
     value = decoder.decode(bytes);
   } catch (err) {
-    throw new ChannelDecodeError(`undecodable channel message (${bytes.length} bytes): ${err instanceof Error ? err.message : String(err)}`);
+    throw new ChannelDecodeError(
+      `undecodable channel message (${bytes.length} bytes): ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
   if (!Array.isArray(value)) throw new ChannelDecodeError('a channel message must be a list of records');
   for (const [i, t] of value.entries()) {
@@ -395,7 +398,8 @@ function tuples(bytes: Uint8Array): unknown[][] {
 
 function int(t: unknown[], i: number, what: string): number {
   const v = t[i];
-  if (typeof v !== 'number' || !Number.isSafeInteger(v)) throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must be an integer, got ${typeof v}`);
+  if (typeof v !== 'number' || !Number.isSafeInteger(v))
+    throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must be an integer, got ${typeof v}`);
   return v;
 }
 
@@ -405,26 +409,31 @@ function intOrNull(t: unknown[], i: number, what: string): number | null {
 
 function object<T>(t: unknown[], i: number, what: string): T {
   const v = t[i];
-  if (typeof v !== 'object' || v === null) throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must be a map`);
+  if (typeof v !== 'object' || v === null)
+    throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must be a map`);
   return v as T;
 }
 
 function wireError(t: unknown[], i: number): WireError {
   const e = object<WireError>(t, i, 'error');
-  if (typeof e.message !== 'string' || typeof e.name !== 'string') throw new ChannelDecodeError(`record tag ${String(t[0])}: error needs a name and a message`);
+  if (typeof e.message !== 'string' || typeof e.name !== 'string')
+    throw new ChannelDecodeError(`record tag ${String(t[0])}: error needs a name and a message`);
   return e;
 }
 
 function numbers(t: unknown[], i: number, what: string): number[] {
   const v = t[i];
   if (!Array.isArray(v)) throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must be a list`);
-  for (const x of v) if (typeof x !== 'number') throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must hold numbers`);
+  for (const x of v)
+    if (typeof x !== 'number') throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must hold numbers`);
   return v as number[];
 }
 
 function integers(t: unknown[], i: number, what: string): number[] {
   const v = numbers(t, i, what);
-  for (const x of v) if (!Number.isSafeInteger(x)) throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must hold integers`);
+  for (const x of v)
+    if (!Number.isSafeInteger(x))
+      throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must hold integers`);
   return v;
 }
 
@@ -437,9 +446,17 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
         if (typeof request.requestId !== 'string') throw new ChannelDecodeError('SUBMIT: request id must be a string');
         // A front message's shape is checked at the boundary, so a malformed one is counted as such (O(1) checks; the
         // encoder checks the elements). The engine client refuses a missing prompt list too (client.ts `submit`).
-        if (!Array.isArray(request.promptTokenIds)) throw new ChannelDecodeError('SUBMIT: prompt token ids must be a list');
-        if (typeof request.sampling !== 'object' || request.sampling === null) throw new ChannelDecodeError('SUBMIT: sampling parameters must be a map');
-        return { tag: Tag.SUBMIT, handle: int(t, 1, 'handle'), group: int(t, 2, 'group'), request, dpRank: intOrNull(t, 4, 'dp rank') };
+        if (!Array.isArray(request.promptTokenIds))
+          throw new ChannelDecodeError('SUBMIT: prompt token ids must be a list');
+        if (typeof request.sampling !== 'object' || request.sampling === null)
+          throw new ChannelDecodeError('SUBMIT: sampling parameters must be a map');
+        return {
+          tag: Tag.SUBMIT,
+          handle: int(t, 1, 'handle'),
+          group: int(t, 2, 'group'),
+          request,
+          dpRank: intOrNull(t, 4, 'dp rank'),
+        };
       }
       case Tag.ABORT:
         return { tag: Tag.ABORT, handle: int(t, 1, 'handle') };
@@ -461,7 +478,8 @@ const OUT_HEAD = Tag.OUT; // a positive fixint: the byte itself
 function outTail(output: DecodedOutput, t: unknown[]): void {
   if (t[9] === true) {
     const s = t[8];
-    if (s !== null && typeof s !== 'number' && typeof s !== 'string') throw new ChannelDecodeError('OUT: stop reason must be a number, a string or nil');
+    if (s !== null && typeof s !== 'number' && typeof s !== 'string')
+      throw new ChannelDecodeError('OUT: stop reason must be a number, a string or nil');
     output.stopReason = s;
   }
   if (t.length > 10) {
@@ -494,7 +512,15 @@ function readOut(r: MsgpackReader, len: number): ReceivedRecord {
   const m = r.readArrayHeader('logprobs');
   const logprobs: number[] = [];
   for (let i = 0; i < m; i++) logprobs.push(r.readFloat('logprob'));
-  const output: DecodedOutput = { requestId: '', newTokenIds, finishReason: FINISH_CODES[code]!, promptTokens, completionTokens, cachedTokens, logprobs };
+  const output: DecodedOutput = {
+    requestId: '',
+    newTokenIds,
+    finishReason: FINISH_CODES[code]!,
+    promptTokens,
+    completionTokens,
+    cachedTokens,
+    logprobs,
+  };
   if (len > 8) {
     const tail: unknown[] = [];
     for (let i = 8; i < len; i++) tail[i] = r.readAny('OUT tail');
@@ -535,7 +561,12 @@ function downRecord(t: unknown[]): ReceivedRecord {
       if (!Array.isArray(t[1])) throw new ChannelDecodeError('SNAPSHOT: groups must be a list');
       return { tag: Tag.SNAPSHOT, groups: t[1] as GroupSnapshot[] };
     case Tag.JOINED:
-      return { tag: Tag.JOINED, group: int(t, 1, 'group'), engineIndex: int(t, 2, 'engine index'), rejoin: t[3] === true };
+      return {
+        tag: Tag.JOINED,
+        group: int(t, 1, 'group'),
+        engineIndex: int(t, 2, 'engine index'),
+        rejoin: t[3] === true,
+      };
     default:
       throw new ChannelDecodeError(`unknown router record tag ${String(t[0])}`);
   }
@@ -550,7 +581,8 @@ export function decodeDown(bytes: Uint8Array): ReceivedRecord[] {
   const r = new MsgpackReader(bytes);
   const out: ReceivedRecord[] = [];
   try {
-    if (bytes.length === 0 || r.peekKind('message') !== 'array') throw new ChannelDecodeError('a channel message must be a list of records');
+    if (bytes.length === 0 || r.peekKind('message') !== 'array')
+      throw new ChannelDecodeError('a channel message must be a list of records');
     const n = r.readArrayHeader('message');
     for (let i = 0; i < n; i++) {
       const start = r.pos;
@@ -564,13 +596,16 @@ export function decodeDown(bytes: Uint8Array): ReceivedRecord[] {
       r.pos = start;
       r.skip('record');
       const t = decoder.decode(bytes.subarray(start, r.pos));
-      if (!Array.isArray(t) || typeof t[0] !== 'number') throw new ChannelDecodeError(`record ${i} is not a tagged list`);
+      if (!Array.isArray(t) || typeof t[0] !== 'number')
+        throw new ChannelDecodeError(`record ${i} is not a tagged list`);
       out.push(downRecord(t as unknown[]));
     }
     r.expectEnd('message');
   } catch (err) {
     if (err instanceof ChannelDecodeError) throw err;
-    throw new ChannelDecodeError(`undecodable channel message (${bytes.length} bytes): ${err instanceof Error ? err.message : String(err)}`);
+    throw new ChannelDecodeError(
+      `undecodable channel message (${bytes.length} bytes): ${err instanceof Error ? err.message : String(err)}`,
+    );
   }
   return out;
 }

@@ -30,7 +30,14 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AggregatorRegistry, Counter } from 'prom-client';
-import { DEFAULT_HOST, DEFAULT_PORT, assertPortFree, startGateway, type GatewayOptions, type RunningGateway } from '../gateway.js';
+import {
+  DEFAULT_HOST,
+  DEFAULT_PORT,
+  assertPortFree,
+  startGateway,
+  type GatewayOptions,
+  type RunningGateway,
+} from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
 import { waitForDrain } from '../lifecycle.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
@@ -46,7 +53,9 @@ import { MAX_PRESSURE_MS } from './outbox.js';
 import { RouterService } from './router-service.js';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
-type MetricsJson = Awaited<ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>>;
+type MetricsJson = Awaited<
+  ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>
+>;
 
 /** Most fronts `--workers auto` picks. */
 export const MAX_AUTO_WORKERS = 8;
@@ -115,9 +124,18 @@ export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emerge
  * (cluster's default: this script and its arguments), so they parse the same options. Throws what `startGateway`
  * throws, and when a front slot exits `MAX_FAILED_STARTS` times in a row before listening.
  */
-export async function startClusterGateway(opts: GatewayOptions, workers: number, startOpts: { signal?: AbortSignal } = {}): Promise<ClusterGateway> {
+export async function startClusterGateway(
+  opts: GatewayOptions,
+  workers: number,
+  startOpts: { signal?: AbortSignal } = {},
+): Promise<ClusterGateway> {
   if (!cluster.isPrimary) throw new Error('startClusterGateway runs in the cluster primary');
-  const logger = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
+  const logger =
+    opts.logger ??
+    createGatewayLogger({
+      ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}),
+      ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}),
+    });
   const log = logger.child({ component: 'router' });
   const edge = resolveEdgeOptions(opts.edge);
   // The fronts bind the port later (through the primary, node:cluster's round-robin), after the ranks are spawned; a
@@ -125,8 +143,17 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
   await assertPortFree(opts.port ?? DEFAULT_PORT, opts.host ?? DEFAULT_HOST);
   // Flow control (docs/architecture.md section 6): the engines' output is not received while a front is far behind.
   const outputGate = new OutputGate();
-  const gateway = await startGateway({ ...opts, logger, serveHttp: false, waitForRanks: false, workers: 1, outputGate });
-  const store = new ResponsesStore(opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {});
+  const gateway = await startGateway({
+    ...opts,
+    logger,
+    serveHttp: false,
+    waitForRanks: false,
+    workers: 1,
+    outputGate,
+  });
+  const store = new ResponsesStore(
+    opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {},
+  );
   const frontExits = new Counter({
     name: 'model_gateway_front_exits_total',
     help: 'HTTP front processes (--workers N) that exited without being asked to, by signal or exit code',
@@ -135,12 +162,12 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
   });
   const outputPauses = new Counter({
     name: 'model_gateway_router_output_pauses_total',
-    help: 'Times the router (--workers N) stopped receiving the engines\' output because a front\'s outbox held more than its high-water mark',
+    help: "Times the router (--workers N) stopped receiving the engines' output because a front's outbox held more than its high-water mark",
     registers: [gateway.metrics.registry],
   });
   const outputPausedSeconds = new Counter({
     name: 'model_gateway_router_output_paused_seconds_total',
-    help: 'Seconds the router (--workers N) spent not receiving the engines\' output (ended pauses) while a front caught up',
+    help: "Seconds the router (--workers N) spent not receiving the engines' output (ended pauses) while a front caught up",
     registers: [gateway.metrics.registry],
   });
   let pausedAt = 0;
@@ -157,7 +184,18 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
     onFrontStuck: (frontId) => cluster.workers?.[frontId]?.process.kill('SIGKILL'),
     outputGate,
     // A pause must end well before a rank holding requests looks stalled (no batch handled for the stall timeout).
-    maxPressureMs: Math.min(MAX_PRESSURE_MS, Math.max(1, Math.floor(Math.min(opts.rankStallTimeoutMs ?? DEFAULT_RANK_STALL_TIMEOUT_MS, opts.silenceTimeoutMs ?? DEFAULT_SILENCE_TIMEOUT_MS) / 3))),
+    maxPressureMs: Math.min(
+      MAX_PRESSURE_MS,
+      Math.max(
+        1,
+        Math.floor(
+          Math.min(
+            opts.rankStallTimeoutMs ?? DEFAULT_RANK_STALL_TIMEOUT_MS,
+            opts.silenceTimeoutMs ?? DEFAULT_SILENCE_TIMEOUT_MS,
+          ) / 3,
+        ),
+      ),
+    ),
     onOutputPressure: (paused) => {
       if (paused) {
         outputPauses.inc();
@@ -190,7 +228,11 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
   const failedStarts = new Map<number, number>();
 
   const fork = (slot: number): Worker => {
-    const w = cluster.fork({ [FRONT_CHANNEL_ENV]: address, [FRONT_TOKEN_ENV]: service.frontToken.toString('hex'), MGW_FRONT_SLOT: String(slot) });
+    const w = cluster.fork({
+      [FRONT_CHANNEL_ENV]: address,
+      [FRONT_TOKEN_ENV]: service.frontToken.toString('hex'),
+      MGW_FRONT_SLOT: String(slot),
+    });
     slotOf.set(w.id, slot);
     w.on('message', (m: ControlMessage) => void onControl(w, m));
     return w;
@@ -205,13 +247,23 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
       failedStarts.delete(slot);
       if (listening.size >= workers) allListening();
     } else if (m?.type === 'mgw:rank-stats') {
-      w.send({ type: 'mgw:rank-stats-res', id: m.id, parts: await clusterRankStats([...serving]) } satisfies ControlMessage);
+      w.send({
+        type: 'mgw:rank-stats-res',
+        id: m.id,
+        parts: await clusterRankStats([...serving]),
+      } satisfies ControlMessage);
     } else if (m?.type === 'mgw:metrics') {
       try {
         const { contentType, body } = await clusterMetrics(gateway.metrics, [...serving]);
         w.send({ type: 'mgw:metrics-res', id: m.id, contentType, body } satisfies ControlMessage);
       } catch (err) {
-        w.send({ type: 'mgw:metrics-res', id: m.id, contentType: 'text/plain', body: '', error: String(err) } satisfies ControlMessage);
+        w.send({
+          type: 'mgw:metrics-res',
+          id: m.id,
+          contentType: 'text/plain',
+          body: '',
+          error: String(err),
+        } satisfies ControlMessage);
       }
     }
   };
@@ -225,13 +277,18 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
     const reason = signal ?? `code ${code}`;
     frontExits.inc({ reason });
     if (shuttingDown) {
-      log.warn({ front: slot, pid: w.process.pid, code, signal }, 'HTTP front exited while the gateway shuts down: its requests were aborted at the engines; not forking a new one');
+      log.warn(
+        { front: slot, pid: w.process.pid, code, signal },
+        'HTTP front exited while the gateway shuts down: its requests were aborted at the engines; not forking a new one',
+      );
       return;
     }
     const inARow = wasServing ? 0 : (failedStarts.get(slot) ?? 0) + 1;
     failedStarts.set(slot, inARow);
     if (inARow >= MAX_FAILED_STARTS) {
-      const err = new FrontStartError(`HTTP front ${slot} exited ${inARow} times in a row before listening (last: ${reason}); not forking it again`);
+      const err = new FrontStartError(
+        `HTTP front ${slot} exited ${inARow} times in a row before listening (last: ${reason}); not forking it again`,
+      );
       log.error({ front: slot, pid: w.process.pid, code, signal }, err.message);
       giveUp(err);
       return;
@@ -241,7 +298,10 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
     recent.push(now);
     exitsBySlot.set(slot, recent);
     const delay = restartDelayMs(recent.length);
-    log.warn({ front: slot, pid: w.process.pid, code, signal, restartInMs: delay, failedStarts: inARow }, 'HTTP front exited: its requests were aborted at the engines; forking a new one');
+    log.warn(
+      { front: slot, pid: w.process.pid, code, signal, restartInMs: delay, failedStarts: inARow },
+      'HTTP front exited: its requests were aborted at the engines; forking a new one',
+    );
     setTimeout(() => {
       if (!shuttingDown) fork(slot);
     }, delay).unref();
@@ -255,8 +315,16 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
   });
   try {
     const stoppedEarly = await Promise.race([started.then(() => false), interrupted, startFailed]);
-    if (stoppedEarly) log.warn({ listening: serving.size, workers }, 'start interrupted: not waiting for the HTTP fronts still starting');
-    else log.info({ url, workers, channel: address }, `model-gateway listening on ${url} with ${workers} HTTP front processes and one router; dashboard ${dashboardUrl(url)}`);
+    if (stoppedEarly)
+      log.warn(
+        { listening: serving.size, workers },
+        'start interrupted: not waiting for the HTTP fronts still starting',
+      );
+    else
+      log.info(
+        { url, workers, channel: address },
+        `model-gateway listening on ${url} with ${workers} HTTP front processes and one router; dashboard ${dashboardUrl(url)}`,
+      );
   } catch (err) {
     stopping = shuttingDown = true;
     for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
@@ -271,12 +339,18 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
   const stopFronts = async (): Promise<void> => {
     stopping = shuttingDown = true;
     const alive = Object.values(cluster.workers ?? {}).filter((w): w is Worker => w !== undefined && !w.isDead());
-    const exited = Promise.all(alive.map((w) => new Promise<void>((r) => (w.isDead() ? r() : w.once('exit', () => r())))));
+    const exited = Promise.all(
+      alive.map((w) => new Promise<void>((r) => (w.isDead() ? r() : w.once('exit', () => r())))),
+    );
     service.closingFronts();
     broadcast({ type: 'mgw:close' });
     // A front still starting holds no request and hears `mgw:close` only once it listens: do not wait for the timer.
     const starting = alive.filter((w) => !serving.has(w));
-    if (starting.length > 0) log.info({ pids: starting.map((w) => w.process.pid) }, 'HTTP fronts still starting killed at once: they hold no request');
+    if (starting.length > 0)
+      log.info(
+        { pids: starting.map((w) => w.process.pid) },
+        'HTTP fronts still starting killed at once: they hold no request',
+      );
     for (const w of starting) w.process.kill('SIGKILL');
     const timer = setTimeout(() => {
       for (const w of alive) if (!w.isDead()) w.process.kill('SIGKILL');
@@ -307,7 +381,10 @@ export async function startClusterGateway(opts: GatewayOptions, workers: number,
       const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? 30_000;
       broadcast({ type: 'mgw:drain' });
       const live = () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0);
-      log.info({ graceMs, liveRequests: live() }, 'draining: every front answers /ready 503 and new requests 503; live requests may finish');
+      log.info(
+        { graceMs, liveRequests: live() },
+        'draining: every front answers /ready 503 and new requests 503; live requests may finish',
+      );
       const drained = await waitForDrain(live, graceMs);
       if (!drained) {
         const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
@@ -334,12 +411,18 @@ let metricsRequests = 0;
  * `AggregatorRegistry.aggregate` (counters and histograms summed over fronts; the engine-side series exist in the
  * router only, so nothing is counted twice). A front that does not answer within 5 s is left out.
  */
-async function clusterMetrics(routerMetrics: GatewayMetrics, fronts: readonly Worker[]): Promise<{ contentType: string; body: string }> {
+async function clusterMetrics(
+  routerMetrics: GatewayMetrics,
+  fronts: readonly Worker[],
+): Promise<{ contentType: string; body: string }> {
   const requestId = `mgw-${process.pid}-${metricsRequests++}`;
   const replies = await askFronts<MetricsJson[]>(
     fronts,
     { type: GET_METRICS_REQ, requestId },
-    (m) => (m?.type === GET_METRICS_RES && m.requestId === requestId ? ((m.metrics as MetricsJson[] | undefined) ?? []) : undefined),
+    (m) =>
+      m?.type === GET_METRICS_RES && m.requestId === requestId
+        ? ((m.metrics as MetricsJson[] | undefined) ?? [])
+        : undefined,
     5000,
     [],
   );

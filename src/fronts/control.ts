@@ -29,4 +29,3 @@ export type ControlMessage =
 export function isFrontProcess(): boolean {
   return cluster.isWorker && typeof process.env[FRONT_CHANNEL_ENV] === 'string';
 }
-

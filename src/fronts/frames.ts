@@ -40,7 +40,8 @@ export const HELLO_BYTES = 4 + FRONT_TOKEN_BYTES;
 
 /** A front's hello frame payload: `frontId` (u32 LE) then `token` (`FRONT_TOKEN_BYTES` bytes). */
 export function helloFrame(frontId: number, token: Uint8Array): Buffer {
-  if (token.length !== FRONT_TOKEN_BYTES) throw new RangeError(`a front token is ${FRONT_TOKEN_BYTES} bytes, got ${token.length}`);
+  if (token.length !== FRONT_TOKEN_BYTES)
+    throw new RangeError(`a front token is ${FRONT_TOKEN_BYTES} bytes, got ${token.length}`);
   const hello = Buffer.allocUnsafe(HELLO_BYTES);
   hello.writeUInt32LE(frontId, 0);
   hello.set(token, 4);

@@ -24,7 +24,12 @@ function frontRankStats(book: RankStatsBook): SharedRankStats {
   let nextId = 1;
   const waiting = new Map<number, (parts: RankStatsExport[]) => void>();
   process.on('message', (m: ControlMessage) => {
-    if (m?.type === 'mgw:rank-stats-req') process.send?.({ type: 'mgw:rank-stats-part', reqId: m.reqId, parts: book.exportAll(performance.now()) } satisfies ControlMessage);
+    if (m?.type === 'mgw:rank-stats-req')
+      process.send?.({
+        type: 'mgw:rank-stats-part',
+        reqId: m.reqId,
+        parts: book.exportAll(performance.now()),
+      } satisfies ControlMessage);
     else if (m?.type === 'mgw:rank-stats-res') {
       waiting.get(m.id)?.(m.parts);
       waiting.delete(m.id);
@@ -90,7 +95,12 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const token = Buffer.from(process.env[FRONT_TOKEN_ENV] ?? '', 'hex');
   const slot = Number(process.env.MGW_FRONT_SLOT ?? '0');
   const frontId = cluster.worker!.id;
-  const base = opts.logger ?? createGatewayLogger({ ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}), ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}) });
+  const base =
+    opts.logger ??
+    createGatewayLogger({
+      ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}),
+      ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}),
+    });
   const logger = base.child({ front: slot });
   // The primary decides when to stop (a signal to the process group reaches every front too).
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => {});
@@ -98,8 +108,15 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
   const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
   const modelId = servedModelNames[0]!;
-  const [tokenizer, channel] = await Promise.all([GatewayTokenizer.load(tokenizerDir), FrontChannel.connect(address, frontId, token, logger.child({ component: 'channel' }))]);
-  const groups = channel.groups.map((g, i) => ({ worker: g.worker, engine: g.engine, backend: new RemoteBackend(channel, i) }));
+  const [tokenizer, channel] = await Promise.all([
+    GatewayTokenizer.load(tokenizerDir),
+    FrontChannel.connect(address, frontId, token, logger.child({ component: 'channel' })),
+  ]);
+  const groups = channel.groups.map((g, i) => ({
+    worker: g.worker,
+    engine: g.engine,
+    backend: new RemoteBackend(channel, i),
+  }));
   const lifecycle = new GatewayLifecycle();
   const rankStats = new RankStatsBook();
   const app = await buildApp({
@@ -113,17 +130,28 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
     sharedConcurrencyCap: sharedConcurrency(channel),
     rankStatsInstance: rankStats,
     sharedRankStats: frontRankStats(rankStats),
-    responsesStoreInstance: new SharedResponsesStore(channel, opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {}),
+    responsesStoreInstance: new SharedResponsesStore(
+      channel,
+      opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {},
+    ),
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
     ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
   });
   const host = opts.host ?? DEFAULT_HOST;
-  await app.listen({ port: opts.port ?? DEFAULT_PORT, host, backlog: LISTEN_BACKLOG, listenTextResolver: (a) => `front ${slot} listening on ${a}` });
+  await app.listen({
+    port: opts.port ?? DEFAULT_PORT,
+    host,
+    backlog: LISTEN_BACKLOG,
+    listenTextResolver: (a) => `front ${slot} listening on ${a}`,
+  });
   const address2 = app.server.address();
   const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? DEFAULT_PORT);
-  process.send?.({ type: 'mgw:listening', url: `http://${host.includes(':') ? `[${host}]` : host}:${port}` } satisfies ControlMessage);
+  process.send?.({
+    type: 'mgw:listening',
+    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+  } satisfies ControlMessage);
 
   return new Promise<number>((resolveExit) => {
     let closing = false;

@@ -227,7 +227,9 @@ export class FrontOutboxes {
     this.onPressure = opts.onPressure ?? null;
     this.onPressureTimeout = opts.onPressureTimeout ?? null;
     if (!(this.lowWaterBytes >= 0 && this.lowWaterBytes < this.highWaterBytes)) {
-      throw new RangeError(`lowWaterBytes (${this.lowWaterBytes}) must be ≥ 0 and below highWaterBytes (${this.highWaterBytes})`);
+      throw new RangeError(
+        `lowWaterBytes (${this.lowWaterBytes}) must be ≥ 0 and below highWaterBytes (${this.highWaterBytes})`,
+      );
     }
     if (!(this.maxPressureMs > 0)) throw new RangeError(`maxPressureMs must be > 0, got ${this.maxPressureMs}`);
   }
@@ -240,7 +242,21 @@ export class FrontOutboxes {
   /** The lane of front `key` (a new, empty one replaces any old lane of that key). */
   open(key: number): FrontLane {
     this.forget(key);
-    const lane: FrontLane = { key, message: null, dirty: false, queue: [], queuedBytes: 0, sending: false, refusedSince: null, retryMs: RETRY_FIRST_MS, retryTimer: null, closed: this.closed, sizeHint: 1024, slab: new MessageSlab(), pressure: 'none' };
+    const lane: FrontLane = {
+      key,
+      message: null,
+      dirty: false,
+      queue: [],
+      queuedBytes: 0,
+      sending: false,
+      refusedSince: null,
+      retryMs: RETRY_FIRST_MS,
+      retryTimer: null,
+      closed: this.closed,
+      sizeHint: 1024,
+      slab: new MessageSlab(),
+      pressure: 'none',
+    };
     this.lanes.set(key, lane);
     return lane;
   }
@@ -363,7 +379,12 @@ export class FrontOutboxes {
     lane.queue.push(bytes);
     lane.queuedBytes += bytes.length;
     if (lane.queuedBytes > this.maxQueuedBytes) {
-      this.stuck(lane, new Error(`front ${lane.key} holds ${lane.queuedBytes} bytes not taken by its socket (limit ${this.maxQueuedBytes})`));
+      this.stuck(
+        lane,
+        new Error(
+          `front ${lane.key} holds ${lane.queuedBytes} bytes not taken by its socket (limit ${this.maxQueuedBytes})`,
+        ),
+      );
       return;
     }
     this.press(lane);
@@ -400,7 +421,13 @@ export class FrontOutboxes {
         const now = this.now();
         lane.refusedSince ??= now;
         if (now - lane.refusedSince >= this.stuckAfterMs) {
-          this.stuck(lane, new Error(`front ${lane.key} took no message for ${Math.round(now - lane.refusedSince)} ms (its queue is full: it stopped reading)`, { cause: err }));
+          this.stuck(
+            lane,
+            new Error(
+              `front ${lane.key} took no message for ${Math.round(now - lane.refusedSince)} ms (its queue is full: it stopped reading)`,
+              { cause: err },
+            ),
+          );
           return;
         }
         lane.retryTimer = setTimeout(() => {

@@ -107,10 +107,19 @@ export class FrontChannel extends EventEmitter<{
    * no front without it), and resolve once the router's first snapshot arrived. Rejects when the router does not
    * answer within `timeoutMs` (default 30 000), or the socket closes first.
    */
-  static async connect(path: string, frontId: number, token: Uint8Array, log: Logger, timeoutMs = 30_000): Promise<FrontChannel> {
+  static async connect(
+    path: string,
+    frontId: number,
+    token: Uint8Array,
+    log: Logger,
+    timeoutMs = 30_000,
+  ): Promise<FrontChannel> {
     const ch = new FrontChannel(frontId, log);
     const first = new Promise<void>((resolve, reject) => {
-      const timer = setTimeout(() => fail(new Error(`the router at ${path} did not answer within ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(
+        () => fail(new Error(`the router at ${path} did not answer within ${timeoutMs} ms`)),
+        timeoutMs,
+      );
       const fail = (err: Error): void => {
         clearTimeout(timer);
         ch.off('snapshot', ok);
@@ -122,7 +131,8 @@ export class FrontChannel extends EventEmitter<{
         ch.off('socket-closed', closed);
         resolve();
       };
-      const closed = (): void => fail(new Error(`the router at ${path} closed the connection before its first snapshot`));
+      const closed = (): void =>
+        fail(new Error(`the router at ${path} closed the connection before its first snapshot`));
       ch.once('snapshot', ok);
       ch.once('socket-closed', closed);
     });
@@ -154,7 +164,11 @@ export class FrontChannel extends EventEmitter<{
         this.push({ tag: Tag.SUBMIT, handle, group, request, dpRank: dpRank ?? null });
         return undefined;
       } catch (err) {
-        return new EngineClientError('encode', `request ${request.requestId} cannot be sent to the router: ${(err as Error).message}`, { cause: err, requestId: request.requestId });
+        return new EngineClientError(
+          'encode',
+          `request ${request.requestId} cannot be sent to the router: ${(err as Error).message}`,
+          { cause: err, requestId: request.requestId },
+        );
       }
     };
     const stream = new RequestStreamImpl(
@@ -238,12 +252,14 @@ export class FrontChannel extends EventEmitter<{
   /** Fetch a fresh snapshot (falls back to the last one when the router does not answer in time). */
   refresh(): Promise<void> {
     // Concurrent refreshes (every group of this front, several probes at once) share one call.
-    this.refreshing ??= this.call('refresh', null).then(
-      (groups) => this.applySnapshot(groups as GroupSnapshot[]),
-      (err: unknown) => this.log.warn({ err }, 'router snapshot refresh failed: answering from the last one'),
-    ).finally(() => {
-      this.refreshing = null;
-    });
+    this.refreshing ??= this.call('refresh', null)
+      .then(
+        (groups) => this.applySnapshot(groups as GroupSnapshot[]),
+        (err: unknown) => this.log.warn({ err }, 'router snapshot refresh failed: answering from the last one'),
+      )
+      .finally(() => {
+        this.refreshing = null;
+      });
     return this.refreshing;
   }
 
@@ -260,7 +276,7 @@ export class FrontChannel extends EventEmitter<{
   private shut(message: string): void {
     if (this.closed) return;
     this.closed = true;
-    const err = this.closedError = fromWireError({ name: 'EngineClientError', kind: 'client-closed', message });
+    const err = (this.closedError = fromWireError({ name: 'EngineClientError', kind: 'client-closed', message }));
     for (const sub of this.submissions.values()) {
       if (!sub.settled) {
         sub.settled = true;
@@ -289,7 +305,10 @@ export class FrontChannel extends EventEmitter<{
     const sock = this.sock;
     if (sock.destroyed) return; // `socket-closed` has been (or is being) emitted
     if (sock.writableLength > UP_MAX_UNWRITTEN_BYTES) {
-      this.log.error({ unwritten: sock.writableLength }, 'the router is not reading this front\'s messages: closing the channel');
+      this.log.error(
+        { unwritten: sock.writableLength },
+        "the router is not reading this front's messages: closing the channel",
+      );
       sock.destroy();
       return;
     }

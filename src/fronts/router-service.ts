@@ -29,7 +29,14 @@ import type { EngineOutput, GenerateRequest } from '../protocols/types.js';
 import type { EngineFamily, GenerationBackend } from '../server/backend.js';
 import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
 import { ChannelDecodeError, Tag, decodeUp, toWireError, type GroupSnapshot, type UpRecord } from './channel-codec.js';
-import { FRONT_TOKEN_BYTES, FrameReader, HELLO_BYTES, MAX_FRONT_MESSAGE_BYTES, checkChannelPath, writeFrame } from './frames.js';
+import {
+  FRONT_TOKEN_BYTES,
+  FrameReader,
+  HELLO_BYTES,
+  MAX_FRONT_MESSAGE_BYTES,
+  checkChannelPath,
+  writeFrame,
+} from './frames.js';
 import type { OutputGate } from '../transport/output-gate.js';
 import { FrontOutboxes, MAX_PRESSURE_MS, type FrontLane } from './outbox.js';
 
@@ -37,7 +44,9 @@ import { FrontOutboxes, MAX_PRESSURE_MS, type FrontLane } from './outbox.js';
 export interface ServedGroup {
   readonly worker: string;
   readonly engine: EngineFamily;
-  readonly backend: GenerationBackend & { on(event: 'joined' | 'rank' | 'failed', listener: (...args: never[]) => void): unknown };
+  readonly backend: GenerationBackend & {
+    on(event: 'joined' | 'rank' | 'failed', listener: (...args: never[]) => void): unknown;
+  };
 }
 
 /** Options of `RouterService`. */
@@ -151,14 +160,18 @@ export class RouterService {
         if (s === undefined || s.dropped) return;
         const sock = s.sock;
         if (sock.destroyed) throw Object.assign(new Error(`front ${frontId} closed its socket`), { code: 'EPIPE' });
-        if (sock.writableLength > DOWN_HIGH_WATER_BYTES) throw refused(`front ${frontId} holds ${sock.writableLength} bytes unread`);
+        if (sock.writableLength > DOWN_HIGH_WATER_BYTES)
+          throw refused(`front ${frontId} holds ${sock.writableLength} bytes unread`);
         writeFrame(sock, message);
       },
       (frontId, err) => {
         if (this.closed) return;
         if (this.frontsClosing) {
           // Shutting down: the fronts close their sockets on purpose; a send in that window is no stuck front.
-          this.log.debug({ frontId, code: (err as { code?: unknown } | null)?.code }, 'send to a closing front dropped');
+          this.log.debug(
+            { frontId, code: (err as { code?: unknown } | null)?.code },
+            'send to a closing front dropped',
+          );
           return;
         }
         this.log.warn({ frontId, err }, 'front not reading (send refused or failed): treating it as stuck');
@@ -170,7 +183,9 @@ export class RouterService {
         highWaterBytes: opts.pressureHighBytes,
         lowWaterBytes: opts.pressureLowBytes,
         maxPressureMs: opts.maxPressureMs,
-        ...(opts.outputGate !== undefined ? { onPressure: (paused: boolean) => this.onPressure(opts.outputGate!, paused) } : {}),
+        ...(opts.outputGate !== undefined
+          ? { onPressure: (paused: boolean) => this.onPressure(opts.outputGate!, paused) }
+          : {}),
         onPressureTimeout: (frontIds) =>
           this.log.warn(
             { frontIds, maxPressureMs: opts.maxPressureMs ?? MAX_PRESSURE_MS },
@@ -181,7 +196,8 @@ export class RouterService {
     for (const [i, g] of opts.groups.entries()) {
       g.backend.on('joined', ((engine: { engineIndex: number | null }, rejoin: boolean) => {
         if (engine.engineIndex === null) return;
-        for (const s of this.sessions.values()) this.outbox.push(s.frontId, { tag: Tag.JOINED, group: i, engineIndex: engine.engineIndex, rejoin });
+        for (const s of this.sessions.values())
+          this.outbox.push(s.frontId, { tag: Tag.JOINED, group: i, engineIndex: engine.engineIndex, rejoin });
         this.queueSnapshot();
       }) as never);
       g.backend.on('rank', (() => this.queueSnapshot()) as never);
@@ -199,7 +215,12 @@ export class RouterService {
     else gate.resume();
     if (this.log.isLevelEnabled('debug')) {
       const lanes = [...this.sessions.values()].map((s) => [s.frontId, s.lane.queuedBytes]);
-      this.log.debug({ lanes }, paused ? 'a front lane is over its high-water mark: engine output receive paused' : 'front lanes drained: engine output receive resumed');
+      this.log.debug(
+        { lanes },
+        paused
+          ? 'a front lane is over its high-water mark: engine output receive paused'
+          : 'front lanes drained: engine output receive resumed',
+      );
     }
     this.opts.onOutputPressure?.(paused);
   }
@@ -279,7 +300,9 @@ export class RouterService {
         return;
       }
       if (frame.length !== HELLO_BYTES || !timingSafeEqual(frame.subarray(4), this.frontToken)) {
-        refuse('a front socket connection did not begin with a front hello carrying the token: closing it', { bytes: frame.length });
+        refuse('a front socket connection did not begin with a front hello carrying the token: closing it', {
+          bytes: frame.length,
+        });
         return;
       }
       const claimed = frame.readUInt32LE(0);
@@ -297,7 +320,10 @@ export class RouterService {
       try {
         reader.push(chunk);
       } catch (err) {
-        refuse('oversized frame on a front socket: closing it', { frontId: session?.frontId ?? null, err: (err as Error).message });
+        refuse('oversized frame on a front socket: closing it', {
+          frontId: session?.frontId ?? null,
+          err: (err as Error).message,
+        });
       }
     });
     sock.on('error', (err) => {
@@ -318,7 +344,16 @@ export class RouterService {
   /** A new session for front `frontId` on `sock` (an earlier one of that id, its socket closed, is dropped first). */
   private open(frontId: number, sock: Socket): FrontSession {
     this.dropFront(frontId);
-    const session: FrontSession = { frontId, sock, lane: this.outbox.open(frontId), streams: new IdTable(), abortedEarly: new IdSet(), permits: new IdSet(), dropped: false, reported: false };
+    const session: FrontSession = {
+      frontId,
+      sock,
+      lane: this.outbox.open(frontId),
+      streams: new IdTable(),
+      abortedEarly: new IdSet(),
+      permits: new IdSet(),
+      dropped: false,
+      reported: false,
+    };
     this.sessions.set(frontId, session);
     this.outbox.push(frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
     return session;
@@ -363,7 +398,12 @@ export class RouterService {
         status: b.status(),
         ranks: b.rankStates(),
         // Every counter as it is now; the records copied so the snapshot does not change under the encoder.
-        stats: { ...st, failures: { ...st.failures }, rankDeaths: { ...st.rankDeaths }, handshakeRejected: { ...st.handshakeRejected } },
+        stats: {
+          ...st,
+          failures: { ...st.failures },
+          rankDeaths: { ...st.rankDeaths },
+          handshakeRejected: { ...st.handshakeRejected },
+        },
       };
     });
   }
@@ -422,7 +462,10 @@ export class RouterService {
       records = decodeUp(payload);
     } catch (err) {
       this.stats.decodeErrors++;
-      this.log.warn({ frontId: s.frontId, err: err instanceof ChannelDecodeError ? err.message : err }, 'malformed front message dropped');
+      this.log.warn(
+        { frontId: s.frontId, err: err instanceof ChannelDecodeError ? err.message : err },
+        'malformed front message dropped',
+      );
       return;
     }
     for (const r of records) {
@@ -464,10 +507,20 @@ export class RouterService {
     }
   }
 
-  private submit(s: FrontSession, handle: number, group: number, request: GenerateRequest, dpRank: number | null): void {
+  private submit(
+    s: FrontSession,
+    handle: number,
+    group: number,
+    request: GenerateRequest,
+    dpRank: number | null,
+  ): void {
     const g = this.opts.groups[group];
     if (g === undefined) {
-      this.outbox.push(s.frontId, { tag: Tag.REJECTED, handle, error: { name: 'RangeError', message: `no engine group ${group}` } });
+      this.outbox.push(s.frontId, {
+        tag: Tag.REJECTED,
+        handle,
+        error: { name: 'RangeError', message: `no engine group ${group}` },
+      });
       return;
     }
     s.streams.set(handle, PENDING);

@@ -12,7 +12,18 @@
  */
 import type { ReadyResponse, ReadyResponseForm } from './types.js';
 import {
-  anyValue, bool, decodeMessage, encodeMessage, float, list, namedMap, nullable, safeInt, str, strMap, uint,
+  anyValue,
+  bool,
+  decodeMessage,
+  encodeMessage,
+  float,
+  list,
+  namedMap,
+  nullable,
+  safeInt,
+  str,
+  strMap,
+  uint,
 } from '../wire/codec.js';
 import type { Codec, FieldSpec } from '../wire/codec.js';
 import { HandshakeDecodeError, WireDecodeError, WireEncodeError } from '../wire/errors.js';
@@ -84,8 +95,10 @@ export function encodeReadyMessage(msg: {
 export function decodeReadyMessage(bytes: Uint8Array): ReadyMessage {
   const m = asHandshakeError(() => decodeMessage(readyMessageCodec, bytes));
   if (m.status !== 'HELLO' && m.status !== 'READY') {
-    throw new HandshakeDecodeError('WireReadyMessage.status',
-      `expected 'HELLO' or 'READY', got ${m.status === null ? 'nil' : `'${m.status}'`}`);
+    throw new HandshakeDecodeError(
+      'WireReadyMessage.status',
+      `expected 'HELLO' or 'READY', got ${m.status === null ? 'nil' : `'${m.status}'`}`,
+    );
   }
   return { status: m.status, local: m.local, headless: m.headless, parallelConfigHash: m.parallel_config_hash };
 }
@@ -180,10 +193,16 @@ export function decodeHandshakeInit(bytes: Uint8Array): HandshakeInit {
  */
 export function assertInitAddresses(init: HandshakeInit): void {
   if (init.inputs.length === 0) {
-    throw new HandshakeDecodeError('WireHandshakeInitMessage.addresses.inputs', 'empty: INIT must carry an input address');
+    throw new HandshakeDecodeError(
+      'WireHandshakeInitMessage.addresses.inputs',
+      'empty: INIT must carry an input address',
+    );
   }
   if (init.outputs.length === 0) {
-    throw new HandshakeDecodeError('WireHandshakeInitMessage.addresses.outputs', 'empty: INIT must carry an output address');
+    throw new HandshakeDecodeError(
+      'WireHandshakeInitMessage.addresses.outputs',
+      'empty: INIT must carry an output address',
+    );
   }
 }
 
@@ -291,19 +310,40 @@ const readyResponseInCodec = namedMap<WireReadyResponseIn>({
 });
 
 /** The keys of the short form (vLLM up to at least upstream 9aaf83ef, 2026-05-19), in the order vLLM writes them. */
-export const SHORT_FORM_KEYS: readonly string[] = Object.freeze(['max_model_len', 'num_gpu_blocks', 'dp_stats_address']);
+export const SHORT_FORM_KEYS: readonly string[] = Object.freeze([
+  'max_model_len',
+  'num_gpu_blocks',
+  'dp_stats_address',
+]);
 
 /** The keys the long form requires beyond the short form (SMG's decoder); alternatives share a row. */
 const LONG_FORM_REQUIRED: readonly (readonly string[])[] = [
-  ['prefix_granularity', 'block_size'], ['dtype'], ['vllm_version'], ['world_size'], ['data_parallel_size'],
+  ['prefix_granularity', 'block_size'],
+  ['dtype'],
+  ['vllm_version'],
+  ['world_size'],
+  ['data_parallel_size'],
 ];
 
 /** Every key of the 19-key form that the short form does not have. */
 const LONG_FORM_KEYS: ReadonlySet<string> = new Set([
-  'prefix_granularity', 'block_size', 'dtype', 'multimodal_encoder_dtype', 'vllm_version', 'world_size',
-  'data_parallel_size', 'tensor_parallel_size', 'pipeline_parallel_size', 'decode_context_parallel_size',
-  'data_parallel_rank', 'max_num_seqs', 'max_num_batched_tokens', 'instance_id', 'kv_cache_size_tokens',
-  'kv_cache_max_concurrency', 'kv_events_config',
+  'prefix_granularity',
+  'block_size',
+  'dtype',
+  'multimodal_encoder_dtype',
+  'vllm_version',
+  'world_size',
+  'data_parallel_size',
+  'tensor_parallel_size',
+  'pipeline_parallel_size',
+  'decode_context_parallel_size',
+  'data_parallel_rank',
+  'max_num_seqs',
+  'max_num_batched_tokens',
+  'instance_id',
+  'kv_cache_size_tokens',
+  'kv_cache_max_concurrency',
+  'kv_events_config',
 ]);
 
 /** The top-level keys of a map frame (values skipped). Throws WireDecodeError on a non-map or malformed frame. */
@@ -371,7 +411,10 @@ const readyResponseFields: readonly FieldSpec<WireEngineCoreReadyResponse>[] = [
   { name: 'kv_events_config', codec: nullable(strMap(anyValue)) },
 ];
 
-const readyResponseCodec = namedMap<WireEngineCoreReadyResponse>({ name: 'EngineCoreReadyResponse', fields: readyResponseFields });
+const readyResponseCodec = namedMap<WireEngineCoreReadyResponse>({
+  name: 'EngineCoreReadyResponse',
+  fields: readyResponseFields,
+});
 
 /** The vLLM spelling: the same fields with `block_size` in place of `prefix_granularity` (encode only). */
 const readyResponseBlockSizeCodec = namedMap<Record<string, unknown>>({
@@ -419,7 +462,8 @@ export const DEFAULT_READY_RESPONSE: Readonly<ReadyResponse> = Object.freeze({
 
 /** `value`, or a WireEncodeError naming `key` when it is null (the long form carries every key). */
 function reported<T>(value: T | null, key: string): T {
-  if (value === null) throw new WireEncodeError(`EngineCoreReadyResponse.${key}`, 'not reported (null), but the long form carries it');
+  if (value === null)
+    throw new WireEncodeError(`EngineCoreReadyResponse.${key}`, 'not reported (null), but the long form carries it');
   return value;
 }
 
@@ -437,7 +481,11 @@ export function encodeReadyResponse(
   opts: { granularityKey?: 'prefix_granularity' | 'block_size'; form?: 'long' | 'short' } = {},
 ): Uint8Array {
   if (opts.form === 'short') {
-    return encodeMessage(shortReadyResponseCodec, { max_model_len: r.maxModelLen, num_gpu_blocks: r.numGpuBlocks ?? 0, dp_stats_address: null });
+    return encodeMessage(shortReadyResponseCodec, {
+      max_model_len: r.maxModelLen,
+      num_gpu_blocks: r.numGpuBlocks ?? 0,
+      dp_stats_address: null,
+    });
   }
   const wire: WireEngineCoreReadyResponse = {
     max_model_len: r.maxModelLen,

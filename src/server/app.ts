@@ -109,8 +109,16 @@ export function resolveToolCallParser(
   if (setting === 'none') return null;
   if (setting !== undefined) return setting;
   const { parser, matched } = toolCallParserForTemplate(tokenizer.chatTemplateSources);
-  if (parser !== null) logger.info({ toolCallParser: parser }, `tool-call parser '${parser}' chosen from the chat template (--tool-call-parser to change)`);
-  else if (matched.length > 1) logger.warn({ matched }, `the chat template matches several tool-call formats (${matched.join(', ')}); set --tool-call-parser to enable "auto" tool choice`);
+  if (parser !== null)
+    logger.info(
+      { toolCallParser: parser },
+      `tool-call parser '${parser}' chosen from the chat template (--tool-call-parser to change)`,
+    );
+  else if (matched.length > 1)
+    logger.warn(
+      { matched },
+      `the chat template matches several tool-call formats (${matched.join(', ')}); set --tool-call-parser to enable "auto" tool choice`,
+    );
   return parser;
 }
 
@@ -119,7 +127,9 @@ const GENERATION_ROUTES = new Set(['/v1/chat/completions', '/v1/completions', '/
 /** The package version from package.json (`0.0.0` when it cannot be read). */
 export function packageVersion(): string {
   try {
-    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string };
+    const pkg = JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as {
+      version?: string;
+    };
     return pkg.version ?? '0.0.0';
   } catch {
     return '0.0.0';
@@ -133,7 +143,13 @@ export function packageVersion(): string {
  */
 function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknown): void {
   const status = apiErr.statusCode;
-  const fields = { status, code: apiErr.code, param: apiErr.param, method: request.method, route: request.routeOptions.url ?? null };
+  const fields = {
+    status,
+    code: apiErr.code,
+    param: apiErr.param,
+    method: request.method,
+    route: request.routeOptions.url ?? null,
+  };
   if (status < 500) {
     request.log.info(fields, 'request refused');
     request.log.debug({ status, code: apiErr.code }, apiErr.message);
@@ -162,7 +178,10 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
  * and for invalid `edge` options.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
-  const router = new GroupRouter(deps.groups, deps.loadHorizonMs !== undefined ? { loadHorizonMs: deps.loadHorizonMs } : {});
+  const router = new GroupRouter(
+    deps.groups,
+    deps.loadHorizonMs !== undefined ? { loadHorizonMs: deps.loadHorizonMs } : {},
+  );
   const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
   const edge = resolveEdgeOptions(deps.edge);
   const timeouts = serverTimeouts(edge.requestTimeoutMs);
@@ -183,7 +202,10 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here, and hand
       // Node the body as the onSend hook would (request-id.ts).
       echoRequestId(request, reply);
-      void reply.code(apiErr.statusCode).type('application/json; charset=utf-8').send(replyBody(reply, JSON.stringify(apiErr.toBody())));
+      void reply
+        .code(apiErr.statusCode)
+        .type('application/json; charset=utf-8')
+        .send(replyBody(reply, JSON.stringify(apiErr.toBody())));
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
   });
@@ -195,11 +217,17 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const tokenizeLimit: RouteBodyLimit = {
     bytes: edge.tokenizeBodyLimitBytes,
     tooLarge: () =>
-      new ApiError(413, `/tokenize and /detokenize take bodies of at most ${edge.tokenizeBodyLimitBytes} bytes here (--tokenize-body-limit)`, {
-        code: 'request_too_large',
-      }),
+      new ApiError(
+        413,
+        `/tokenize and /detokenize take bodies of at most ${edge.tokenizeBodyLimitBytes} bytes here (--tokenize-body-limit)`,
+        {
+          code: 'request_too_large',
+        },
+      ),
   };
-  installJsonBodyParser(app, bodyLimit, undefined, (url) => (url === '/tokenize' || url === '/detokenize' ? tokenizeLimit : null));
+  installJsonBodyParser(app, bodyLimit, undefined, (url) =>
+    url === '/tokenize' || url === '/detokenize' ? tokenizeLimit : null,
+  );
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
   await registerCors(app, edge.cors);
@@ -213,10 +241,16 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       done();
       return;
     }
-    done(new ApiError(503, 'the gateway is shutting down: it finishes the requests it has and takes no new ones; retry (another instance)', {
-      code: 'draining',
-      retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
-    }));
+    done(
+      new ApiError(
+        503,
+        'the gateway is shutting down: it finishes the requests it has and takes no new ones; retry (another instance)',
+        {
+          code: 'draining',
+          retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
+        },
+      ),
+    );
   });
   registerConcurrencyCap(app, edge.maxConcurrentRequests, deps.sharedConcurrencyCap);
   registerUnknownFieldPolicy(app);
@@ -238,7 +272,10 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     tokenizer: deps.tokenizer,
     offLoop,
     modelId: deps.modelId,
-    servedModelNames: deps.servedModelNames !== undefined && deps.servedModelNames.length > 0 ? [...deps.servedModelNames] : [deps.modelId],
+    servedModelNames:
+      deps.servedModelNames !== undefined && deps.servedModelNames.length > 0
+        ? [...deps.servedModelNames]
+        : [deps.modelId],
     metrics: deps.metrics,
     rankStats,
     now: deps.now ?? (() => performance.now()),
@@ -276,9 +313,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       });
       return reply.code(405).header('allow', allow).send(err.toBody());
     }
-    return reply.code(404).send(
-      new ApiError(404, `no route for ${request.method} ${request.url}`, { code: 'not_found' }).toBody(),
-    );
+    return reply
+      .code(404)
+      .send(new ApiError(404, `no route for ${request.method} ${request.url}`, { code: 'not_found' }).toBody());
   });
 
   registerChatRoute(app, ctx);

@@ -127,7 +127,8 @@ export class ChoiceOutput {
       this.content += delta.content;
     }
     if (final) {
-      const calledFinish = this.calls.length > 0 && ev.finishReason !== 'length' ? (this.opts.callFinishReason ?? 'tool_calls') : null;
+      const calledFinish =
+        this.calls.length > 0 && ev.finishReason !== 'length' ? (this.opts.callFinishReason ?? 'tool_calls') : null;
       this.done = {
         content: this.content,
         reasoning: this.opts.reasoning !== null && this.reasoning !== '' ? this.reasoning : null,

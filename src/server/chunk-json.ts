@@ -19,7 +19,8 @@ const SLOT_JSON = JSON.stringify(SLOT);
 export function jsonWithSlot(build: (text: string) => unknown, lead = '', trail = ''): (text: string) => string {
   const json = JSON.stringify(build(SLOT));
   const at = json.indexOf(SLOT_JSON);
-  if (at < 0 || json.indexOf(SLOT_JSON, at + 1) >= 0) throw new Error('jsonWithSlot: the built value must hold its text exactly once, as a string');
+  if (at < 0 || json.indexOf(SLOT_JSON, at + 1) >= 0)
+    throw new Error('jsonWithSlot: the built value must hold its text exactly once, as a string');
   const prefix = lead + json.slice(0, at);
   const suffix = json.slice(at + SLOT_JSON.length) + trail;
   return (text) => prefix + JSON.stringify(text) + suffix;

@@ -54,7 +54,11 @@ export interface SharedConcurrencyCap {
  * the slots this process took and holds now. With `shared`, the slots are taken from it (one count over every
  * process) instead of a local one.
  */
-export function registerConcurrencyCap(app: FastifyInstance, max: number, shared?: SharedConcurrencyCap): { inFlight(): number } {
+export function registerConcurrencyCap(
+  app: FastifyInstance,
+  max: number,
+  shared?: SharedConcurrencyCap,
+): { inFlight(): number } {
   if (max === 0) return { inFlight: () => 0 };
   let taken = 0;
   /** Hold a taken slot until the response (or, for a queued pipelined request, the socket) closes. */

@@ -21,14 +21,25 @@ export interface CorsOptions {
 }
 
 /** What `*` among the methods stands for (Starlette's list for `allow_methods=["*"]`). */
-export const ALL_METHODS: readonly string[] = Object.freeze(['DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT']);
+export const ALL_METHODS: readonly string[] = Object.freeze([
+  'DELETE',
+  'GET',
+  'HEAD',
+  'OPTIONS',
+  'PATCH',
+  'POST',
+  'PUT',
+]);
 
 /** The @fastify/cors options for `opts`, or null when CORS is off. Pure. */
 export function corsPluginOptions(opts: CorsOptions): FastifyCorsOptions | null {
   if (opts.allowedOrigins.length === 0) return null;
   const credentials = opts.allowCredentials === true;
   const anyOrigin = opts.allowedOrigins.includes('*');
-  const methods = opts.allowedMethods === undefined || opts.allowedMethods.includes('*') ? [...ALL_METHODS] : [...opts.allowedMethods];
+  const methods =
+    opts.allowedMethods === undefined || opts.allowedMethods.includes('*')
+      ? [...ALL_METHODS]
+      : [...opts.allowedMethods];
   const out: FastifyCorsOptions = {
     // true: echo the request's origin (any allowed); '*': the literal wildcard; a list: exact matches only.
     origin: anyOrigin ? (credentials ? true : '*') : [...opts.allowedOrigins],
@@ -37,7 +48,8 @@ export function corsPluginOptions(opts: CorsOptions): FastifyCorsOptions | null 
     hook: 'onRequest',
   };
   // Absent (null in the plugin): the preflight's Access-Control-Request-Headers are echoed, which is what `*` means.
-  if (opts.allowedHeaders !== undefined && !opts.allowedHeaders.includes('*')) out.allowedHeaders = [...opts.allowedHeaders];
+  if (opts.allowedHeaders !== undefined && !opts.allowedHeaders.includes('*'))
+    out.allowedHeaders = [...opts.allowedHeaders];
   return out;
 }
 

@@ -75,7 +75,8 @@ export function resolveEdgeOptions(opts: HttpEdgeOptions = {}): ResolvedEdgeOpti
   const apiKeys = [...new Set(opts.apiKeys ?? [])];
   if (apiKeys.some((k) => k.length === 0)) throw new RangeError('an API key must not be empty');
   const max = opts.maxConcurrentRequests ?? DEFAULT_MAX_CONCURRENT_REQUESTS;
-  if (!Number.isSafeInteger(max) || max < 0) throw new RangeError(`maxConcurrentRequests must be an integer ≥ 0, got ${max}`);
+  if (!Number.isSafeInteger(max) || max < 0)
+    throw new RangeError(`maxConcurrentRequests must be an integer ≥ 0, got ${max}`);
   return {
     apiKeys,
     metricsRequireKey: opts.metricsRequireKey === true,
@@ -83,14 +84,20 @@ export function resolveEdgeOptions(opts: HttpEdgeOptions = {}): ResolvedEdgeOpti
     maxConcurrentRequests: max,
     streamBackpressure: {
       maxBufferedBytes: positiveInteger('streamBufferBytes', opts.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES),
-      stallTimeoutMs: positiveInteger('clientStallTimeoutMs', opts.clientStallTimeoutMs ?? DEFAULT_CLIENT_STALL_TIMEOUT_MS),
+      stallTimeoutMs: positiveInteger(
+        'clientStallTimeoutMs',
+        opts.clientStallTimeoutMs ?? DEFAULT_CLIENT_STALL_TIMEOUT_MS,
+      ),
     },
     requestTimeoutMs: positiveInteger('requestTimeoutMs', opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
     offLoop: {
       maxJobs: positiveInteger('tokenizerQueueJobs', opts.tokenizerQueueJobs ?? DEFAULT_OFF_LOOP_LIMITS.maxJobs),
       maxChars: positiveInteger('tokenizerQueueChars', opts.tokenizerQueueChars ?? DEFAULT_OFF_LOOP_LIMITS.maxChars),
     },
-    tokenizeBodyLimitBytes: positiveInteger('tokenizeBodyLimitBytes', opts.tokenizeBodyLimitBytes ?? DEFAULT_TOKENIZE_BODY_LIMIT_BYTES),
+    tokenizeBodyLimitBytes: positiveInteger(
+      'tokenizeBodyLimitBytes',
+      opts.tokenizeBodyLimitBytes ?? DEFAULT_TOKENIZE_BODY_LIMIT_BYTES,
+    ),
   };
 }
 

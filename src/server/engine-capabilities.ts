@@ -35,7 +35,11 @@ export function capabilityProblem(engine: EngineFamily, needs: OutputNeeds): { m
   }
   if (needs.structuredOutput !== null) {
     const problem = tokenSpeedStructuredOutputProblem(needs.structuredOutput);
-    if (problem !== null) return { message: `'${needs.structuredOutputParam}' cannot be served: ${problem}`, param: needs.structuredOutputParam };
+    if (problem !== null)
+      return {
+        message: `'${needs.structuredOutputParam}' cannot be served: ${problem}`,
+        param: needs.structuredOutputParam,
+      };
   }
   return null;
 }

@@ -8,11 +8,7 @@ import { InvalidTokenIdError, OffLoopError, type OffLoopErrorKind } from '../tok
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
-  | 'invalid_request_error'
-  | 'not_found_error'
-  | 'requests'
-  | 'server_error'
-  | 'service_unavailable_error';
+  'invalid_request_error' | 'not_found_error' | 'requests' | 'server_error' | 'service_unavailable_error';
 
 /** The JSON body of every error response (and of a mid-stream SSE error event). */
 export interface OpenAIErrorBody {
@@ -43,7 +39,13 @@ export class ApiError extends Error {
   constructor(
     statusCode: number,
     message: string,
-    opts: { type?: ApiErrorType; param?: string | null; code?: string | null; cause?: unknown; retryAfterSeconds?: number } = {},
+    opts: {
+      type?: ApiErrorType;
+      param?: string | null;
+      code?: string | null;
+      cause?: unknown;
+      retryAfterSeconds?: number;
+    } = {},
   ) {
     super(capMessage(message), opts.cause === undefined ? undefined : { cause: opts.cause });
     this.name = 'ApiError';
@@ -191,10 +193,14 @@ export function offLoopApiError(err: OffLoopError): ApiError {
 export function blameEngineForTokenId(err: unknown, requestId: string, engineIndex: number | null): unknown {
   if (!(err instanceof InvalidTokenIdError)) return err;
   const rank = engineIndex === null ? 'the engine' : `DP rank ${engineIndex}`;
-  return new ApiError(502, `engine engine-fault: ${rank} sent output for request ${requestId} that the gateway's tokenizer refuses: ${err.message}`, {
-    code: 'engine_fault',
-    cause: err,
-  });
+  return new ApiError(
+    502,
+    `engine engine-fault: ${rank} sent output for request ${requestId} that the gateway's tokenizer refuses: ${err.message}`,
+    {
+      code: 'engine_fault',
+      cause: err,
+    },
+  );
 }
 
 /**

@@ -67,13 +67,15 @@ export function clientApiError(err: Error & { code?: string }): ApiError | null 
     case 'ECONNRESET':
       return null;
     case 'HPE_HEADER_OVERFLOW':
-      return new ApiError(431, 'request header fields too large: the headers exceed the HTTP server\'s limit (16 KiB)', {
+      return new ApiError(431, "request header fields too large: the headers exceed the HTTP server's limit (16 KiB)", {
         code: 'request_header_fields_too_large',
       });
     case 'ERR_HTTP_REQUEST_TIMEOUT':
       return new ApiError(408, 'request timeout: the request was not received in time', { code: 'request_timeout' });
     default:
-      return new ApiError(400, `malformed HTTP request (${err.code ?? 'parse error'}): ${err.message}`, { code: 'bad_request' });
+      return new ApiError(400, `malformed HTTP request (${err.code ?? 'parse error'}): ${err.message}`, {
+        code: 'bad_request',
+      });
   }
 }
 
@@ -82,7 +84,9 @@ export function clientApiError(err: Error & { code?: string }): ApiError | null 
  * OpenAI-style body of `clientApiError(err)` and `Connection: close`, then destroys the socket once the response
  * is flushed. Writes nothing to a destroyed or unwritable socket (it is destroyed). Never throws.
  */
-export function makeClientErrorHandler(logger: Pick<Logger, 'debug'>): (err: Error & { code?: string }, socket: Socket) => void {
+export function makeClientErrorHandler(
+  logger: Pick<Logger, 'debug'>,
+): (err: Error & { code?: string }, socket: Socket) => void {
   return (err, socket) => {
     const apiErr = clientApiError(err);
     if (apiErr === null || socket.destroyed || !socket.writable) {

@@ -72,7 +72,10 @@ export class GenerationRun {
       if (this.over) return;
       const stream = c.stream;
       if (typeof stream.listen === 'function') {
-        stream.listen({ output: (output) => this.onOutput(index, output), error: (error) => this.onError(index, error) });
+        stream.listen({
+          output: (output) => this.onOutput(index, output),
+          error: (error) => this.onError(index, error),
+        });
       } else {
         void this.pump(index, stream);
       }

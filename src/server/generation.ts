@@ -76,7 +76,14 @@ export interface TokenLogprob {
  */
 export type GenerationEvent =
   | { type: 'delta'; text: string; logprobs: TokenLogprob[] }
-  | { type: 'finish'; text: string; finishReason: 'stop' | 'length'; usage: Usage; logprobs: TokenLogprob[]; cachedTokens: number };
+  | {
+      type: 'finish';
+      text: string;
+      finishReason: 'stop' | 'length';
+      usage: Usage;
+      logprobs: TokenLogprob[];
+      cachedTokens: number;
+    };
 
 /** The detokenizer operations a choice uses (both of ../tokenizer/detokenizer.ts `createDetokenizer` results satisfy it). */
 export interface TextDetokenizer {
@@ -293,12 +300,21 @@ export class ChoiceGeneration {
     const completionTokens = r.matched !== null ? before + r.tokens : Math.max(this.received, out.completionTokens);
     const usage = makeUsage(this.opts.promptTokens, completionTokens, out.cachedTokens);
     const uncounted = r.matched !== null ? this.received - before - r.tokens : 0;
-    return { type: 'finish', text, finishReason, usage, logprobs: this.takeLogprobs(uncounted), cachedTokens: out.cachedTokens };
+    return {
+      type: 'finish',
+      text,
+      finishReason,
+      usage,
+      logprobs: this.takeLogprobs(uncounted),
+      cachedTokens: out.cachedTokens,
+    };
   }
 
   /** The error of a stream that ended without a terminal output (503 `stream-closed`). */
   ended(): ApiError {
     this.finished = true;
-    return new ApiError(503, `engine stream for request ${this.opts.requestId} ended without a finish reason`, { code: 'stream-closed' });
+    return new ApiError(503, `engine stream for request ${this.opts.requestId} ended without a finish reason`, {
+      code: 'stream-closed',
+    });
   }
 }

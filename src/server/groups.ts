@@ -32,7 +32,10 @@ import { describeGroups, groupHealth } from './health.js';
  * `horizonMs`; units: requests plus the dimensionless KV penalty). `Infinity` for a group with no ready rank, so such
  * a group only wins when it is the only candidate. Pure; never throws.
  */
-export function bestRankScore(states: readonly BackendRankState[], horizonMs: number = DEFAULT_LOAD_HORIZON_MS): number {
+export function bestRankScore(
+  states: readonly BackendRankState[],
+  horizonMs: number = DEFAULT_LOAD_HORIZON_MS,
+): number {
   const views: RankView[] = states
     .filter((s) => s.state === 'ready')
     .map((s) => ({ engineIndex: s.engineIndex, inFlight: s.inFlight, load: s.load, loadAgeMs: s.loadAgeMs ?? null }));
@@ -66,7 +69,9 @@ export function lowestGroupPosition(scores: readonly number[], start: number): n
 export function noLiveGroupError(groups: readonly BackendGroup[]): ApiError {
   const report = groupHealth(groups);
   const starting = report.every((g) => g.status === 'starting');
-  const head = starting ? 'starting: no engine group can serve yet, ranks are still joining' : 'engine core dead: no engine group can serve now';
+  const head = starting
+    ? 'starting: no engine group can serve yet, ranks are still joining'
+    : 'engine core dead: no engine group can serve now';
   return new ApiError(503, `${head} (${describeGroups(report)})`, {
     code: starting ? 'engine_starting' : 'engine_dead',
     retryAfterSeconds: starting ? RETRY_AFTER_STARTING_SECONDS : RETRY_AFTER_UNAVAILABLE_SECONDS,
@@ -118,7 +123,9 @@ export class GroupRouter {
    */
   get maxModelLen(): number | null {
     const live = this.alive();
-    const known = (live.length > 0 ? live : this.groups).map((g) => g.backend.maxModelLen).filter((n): n is number => n !== null);
+    const known = (live.length > 0 ? live : this.groups)
+      .map((g) => g.backend.maxModelLen)
+      .filter((n): n is number => n !== null);
     if (known.length > 0) return Math.min(...known);
     const any = this.groups.map((g) => g.backend.maxModelLen).filter((n): n is number => n !== null);
     return any.length > 0 ? Math.min(...any) : null;
@@ -136,20 +143,34 @@ export class GroupRouter {
     if (dpRank === undefined) return live;
     const having = this.groups.filter((g) => dpRank >= 0 && dpRank < g.backend.dpSize);
     if (having.length === 0) {
-      throw new ApiError(400, `X-data-parallel-rank must be one of ${this.validRanks().join(', ')} (the DP ranks of the engine groups); got '${dpRank}'`, {
-        param: 'X-data-parallel-rank',
-        code: 'invalid_dp_rank',
-      });
+      throw new ApiError(
+        400,
+        `X-data-parallel-rank must be one of ${this.validRanks().join(', ')} (the DP ranks of the engine groups); got '${dpRank}'`,
+        {
+          param: 'X-data-parallel-rank',
+          code: 'invalid_dp_rank',
+        },
+      );
     }
-    const ready = having.filter((g) => g.backend.canServe() && g.backend.rankStates().some((r) => r.engineIndex === dpRank && r.state === 'ready'));
+    const ready = having.filter(
+      (g) =>
+        g.backend.canServe() && g.backend.rankStates().some((r) => r.engineIndex === dpRank && r.state === 'ready'),
+    );
     if (ready.length === 0) {
       const states = having
-        .map((g) => `${g.worker}: ${g.backend.canServe() ? (g.backend.rankStates().find((r) => r.engineIndex === dpRank)?.state ?? 'unknown') : `group ${g.backend.status()}`}`)
+        .map(
+          (g) =>
+            `${g.worker}: ${g.backend.canServe() ? (g.backend.rankStates().find((r) => r.engineIndex === dpRank)?.state ?? 'unknown') : `group ${g.backend.status()}`}`,
+        )
         .join('; ');
-      throw new ApiError(503, `DP rank ${dpRank} cannot take requests now (${states}); retry later or send the request unpinned`, {
-        code: 'rank_unavailable',
-        retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
-      });
+      throw new ApiError(
+        503,
+        `DP rank ${dpRank} cannot take requests now (${states}); retry later or send the request unpinned`,
+        {
+          code: 'rank_unavailable',
+          retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS,
+        },
+      );
     }
     return ready;
   }

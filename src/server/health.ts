@@ -88,7 +88,10 @@ export function groupHealth(groups: readonly BackendGroup[]): GroupHealth[] {
 /** `ipc://a (tokenspeed): starting, 1 of 2 rank(s) joined (rank 0 ready, rank 1 joining)` for messages. */
 export function describeGroups(report: readonly GroupHealth[]): string {
   return report
-    .map((g) => `${g.worker} (${g.engine}): ${g.status}, ${g.joined} of ${g.expected} rank(s) joined (${g.ranks.map((r) => `rank ${r.engineIndex} ${r.state}`).join(', ')})`)
+    .map(
+      (g) =>
+        `${g.worker} (${g.engine}): ${g.status}, ${g.joined} of ${g.expected} rank(s) joined (${g.ranks.map((r) => `rank ${r.engineIndex} ${r.state}`).join(', ')})`,
+    )
     .join('; ');
 }
 
@@ -96,7 +99,11 @@ export function describeGroups(report: readonly GroupHealth[]): string {
 export function healthReport(groups: readonly BackendGroup[]): { statusCode: 200 | 503; body: HealthBody } {
   const report = groupHealth(groups);
   const live = report.filter((g) => g.alive).length;
-  if (live > 0) return { statusCode: 200, body: { status: report.every((g) => g.status === 'ok') ? 'ok' : 'degraded', groups: report } };
+  if (live > 0)
+    return {
+      statusCode: 200,
+      body: { status: report.every((g) => g.status === 'ok') ? 'ok' : 'degraded', groups: report },
+    };
   if (report.every((g) => g.status === 'starting')) {
     return {
       statusCode: 503,
@@ -114,7 +121,9 @@ export function healthReport(groups: readonly BackendGroup[]): { statusCode: 200
   }
   const causes = report
     .map((g) => {
-      const list = Object.entries(g.failures).map(([cause, n]) => `${cause}×${n}`).join(', ');
+      const list = Object.entries(g.failures)
+        .map(([cause, n]) => `${cause}×${n}`)
+        .join(', ');
       return `${g.worker}${list ? `: ${list}` : ''}`;
     })
     .join('; ');
@@ -137,10 +146,15 @@ export function healthReport(groups: readonly BackendGroup[]): { statusCode: 200
  * The HTTP status and body of `/ready`: 200 `ready` while some group can serve and the gateway accepts requests;
  * 503 `draining` once a shutdown began, else 503 `starting` (no group ever could serve) or `unavailable`. Never throws.
  */
-export function readyReport(groups: readonly BackendGroup[], draining: boolean): { statusCode: 200 | 503; body: ReadyBody } {
+export function readyReport(
+  groups: readonly BackendGroup[],
+  draining: boolean,
+): { statusCode: 200 | 503; body: ReadyBody } {
   const report = groupHealth(groups);
   if (draining) return { statusCode: 503, body: { status: 'draining', groups: report } };
   if (report.some((g) => g.alive)) return { statusCode: 200, body: { status: 'ready', groups: report } };
-  return { statusCode: 503, body: { status: report.every((g) => g.status === 'starting') ? 'starting' : 'unavailable', groups: report } };
+  return {
+    statusCode: 503,
+    body: { status: report.every((g) => g.status === 'starting') ? 'starting' : 'unavailable', groups: report },
+  };
 }
-

@@ -97,7 +97,8 @@ export function shortName(name: string): string {
 export function findTooDeep(body: unknown, maxDepth: number): { param: string | null } | null {
   if (body === null || typeof body !== 'object') return null;
   const topKeys = Array.isArray(body) ? null : Object.keys(body);
-  const roots: Array<[unknown, string | null]> = topKeys === null ? [[body, null]] : topKeys.map((k) => [(body as Record<string, unknown>)[k], k]);
+  const roots: Array<[unknown, string | null]> =
+    topKeys === null ? [[body, null]] : topKeys.map((k) => [(body as Record<string, unknown>)[k], k]);
   const baseDepth = topKeys === null ? 1 : 2;
   // Two parallel stacks and indexed / for-in loops: no pair or value list per visited container (issue 26 part 5: the
   // walk over a 240k-message body took 55–106 ms with them).
@@ -212,9 +213,13 @@ export function readBodyText(
       stop();
       pieces = [];
       done(
-        new ApiError(413, `the request body holds more than ${maxContainers} JSON objects and arrays (the gateway's limit)`, {
-          code: 'request_too_large',
-        }),
+        new ApiError(
+          413,
+          `the request body holds more than ${maxContainers} JSON objects and arrays (the gateway's limit)`,
+          {
+            code: 'request_too_large',
+          },
+        ),
       );
       return;
     }
@@ -232,7 +237,12 @@ export function readBodyText(
       return;
     }
     if (gone()) {
-      done(Object.assign(new Error('the client closed its connection before its request was read'), { statusCode: 499, code: 'client_closed_request' }));
+      done(
+        Object.assign(new Error('the client closed its connection before its request was read'), {
+          statusCode: 499,
+          code: 'client_closed_request',
+        }),
+      );
       return;
     }
     if (decoder !== null) pieces.push(decoder.end());
@@ -277,16 +287,23 @@ export function installJsonBodyParser(
     const own = routeLimit(request.routeOptions.url);
     const limit = own === null ? bodyLimit : Math.min(bodyLimit, own.bytes);
     const tooLarge = own !== null && own.bytes < bodyLimit ? own.tooLarge : undefined;
-    readBodyText(payload, request.headers['content-length'], limit, () => request.raw.socket?.destroyed === true, (readErr, body) => {
-      if (readErr !== null) {
-        done(readErr, undefined);
-        return;
-      }
-      // A large body is parsed in the turn after the one that read (and joined) it, and handled in the one after that
-      // (below): each costs ~12–15 ms for 4 MB on the dev box; in one turn they stalled every stream 50–70 ms.
-      if (body!.length >= OWN_TURN_MIN_BODY_CHARS) setImmediate(parseBody, body!);
-      else parseBody(body!);
-    }, tooLarge);
+    readBodyText(
+      payload,
+      request.headers['content-length'],
+      limit,
+      () => request.raw.socket?.destroyed === true,
+      (readErr, body) => {
+        if (readErr !== null) {
+          done(readErr, undefined);
+          return;
+        }
+        // A large body is parsed in the turn after the one that read (and joined) it, and handled in the one after that
+        // (below): each costs ~12–15 ms for 4 MB on the dev box; in one turn they stalled every stream 50–70 ms.
+        if (body!.length >= OWN_TURN_MIN_BODY_CHARS) setImmediate(parseBody, body!);
+        else parseBody(body!);
+      },
+      tooLarge,
+    );
     const parseBody = (body: string): void => {
       parseJson(request, body, (err, parsed) => {
         if (err) {
@@ -296,7 +313,14 @@ export function installJsonBodyParser(
         // The message list's bound first: O(1), and it spares the walk below a list of a million messages.
         const tooMany = messageListOverLimit(parsed);
         if (tooMany !== null) {
-          done(badRequest(`'${tooMany}' has more than ${MAX_MESSAGES} entries (the gateway's limit)`, tooMany, 'invalid_parameter'), undefined);
+          done(
+            badRequest(
+              `'${tooMany}' has more than ${MAX_MESSAGES} entries (the gateway's limit)`,
+              tooMany,
+              'invalid_parameter',
+            ),
+            undefined,
+          );
           return;
         }
         const tooDeep = findTooDeep(parsed, maxDepth);

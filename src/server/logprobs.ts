@@ -34,15 +34,20 @@ const isNull = (v: unknown): boolean => v === null || v === undefined;
  * `ApiError` 400 naming the parameter for a wrong type, a negative value, k above the endpoint's limit, or
  * `top_logprobs` > 0 without `logprobs: true` (as vLLM).
  */
-export function parseLogprobs(body: { logprobs?: unknown; top_logprobs?: unknown }, endpoint: 'chat' | 'completions'): number | null {
+export function parseLogprobs(
+  body: { logprobs?: unknown; top_logprobs?: unknown },
+  endpoint: 'chat' | 'completions',
+): number | null {
   const max = endpoint === 'chat' ? MAX_CHAT_TOP_LOGPROBS : MAX_COMPLETION_LOGPROBS;
   const checkK = (name: string, k: unknown): number => {
-    if (typeof k !== 'number' || !Number.isSafeInteger(k) || k < 0) throw badRequest(`'${name}' must be an integer ≥ 0; got ${quoteValue(k)}`, name);
+    if (typeof k !== 'number' || !Number.isSafeInteger(k) || k < 0)
+      throw badRequest(`'${name}' must be an integer ≥ 0; got ${quoteValue(k)}`, name);
     if (k > max) throw badRequest(`'${name}' must be at most ${max}; got ${k}`, name);
     return k;
   };
   if (endpoint === 'completions') return isNull(body.logprobs) ? null : checkK('logprobs', body.logprobs);
-  if (!isNull(body.logprobs) && typeof body.logprobs !== 'boolean') throw badRequest(`'logprobs' must be a boolean`, 'logprobs');
+  if (!isNull(body.logprobs) && typeof body.logprobs !== 'boolean')
+    throw badRequest(`'logprobs' must be a boolean`, 'logprobs');
   const k = isNull(body.top_logprobs) ? 0 : checkK('top_logprobs', body.top_logprobs);
   if (body.logprobs !== true) {
     if (k > 0) throw badRequest(`'top_logprobs' requires 'logprobs' to be true`, 'top_logprobs');
@@ -73,13 +78,20 @@ export function topCandidates(entry: TokenLogprob, k: number): { id: number; log
  * Chat `logprobs` object for `entries` (OpenAI `ChatCompletionLogProbs`): `{content: [{token, logprob, bytes,
  * top_logprobs}]}`; `bytes` = the UTF-8 bytes of `token`; `top_logprobs` = `topCandidates` in the same shape.
  */
-export function chatLogprobs(entries: readonly TokenLogprob[], k: number, tokenText: TokenText): Record<string, unknown> {
+export function chatLogprobs(
+  entries: readonly TokenLogprob[],
+  k: number,
+  tokenText: TokenText,
+): Record<string, unknown> {
   const shape = (id: number, logprob: number) => {
     const token = tokenText(id);
     return { token, logprob: finiteLogprob(logprob), bytes: [...Buffer.from(token, 'utf8')] };
   };
   return {
-    content: entries.map((e) => ({ ...shape(e.id, e.logprob), top_logprobs: topCandidates(e, k).map((c) => shape(c.id, c.logprob)) })),
+    content: entries.map((e) => ({
+      ...shape(e.id, e.logprob),
+      top_logprobs: topCandidates(e, k).map((c) => shape(c.id, c.logprob)),
+    })),
   };
 }
 

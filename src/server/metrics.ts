@@ -71,13 +71,19 @@ const OFF_LOOP_OUTCOMES = ['run', 'started', 'dropped', 'discarded', 'refused'] 
 /** The rank liveness states (`model_gateway_rank_state`'s `state` label values). */
 const RANK_STATES = ['joining', 'ready', 'stalled', 'dead'] as const;
 
-const LATENCY_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80];
-const ITL_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.4, 0.75, 1, 2.5, 5];
+const LATENCY_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+];
+const ITL_BUCKETS = [
+  0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.4, 0.75, 1, 2.5, 5,
+];
 /** vLLM's `finished_reason` values of `vllm:request_success_total` (vLLM `FinishReason`: stop, length, abort). */
 export const VLLM_FINISHED_REASONS = ['stop', 'length', 'abort'] as const;
 export type VllmFinishedReason = (typeof VLLM_FINISHED_REASONS)[number];
 /** vLLM's buckets (seconds) of `vllm:time_to_first_token_seconds` and `vllm:e2e_request_latency_seconds`. */
-const VLLM_TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560];
+const VLLM_TTFT_BUCKETS = [
+  0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560,
+];
 const VLLM_E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
 const E2E_BUCKETS = [0.01, 0.05, 0.1, 0.3, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960];
 
@@ -134,7 +140,12 @@ export class GatewayMetrics {
       groups().flatMap((g) => g.backend.rankStates().map((rank) => ({ worker: g.worker, rank })));
 
     // The name, help, labels (model, worker, dp_rank) and registries of a per-rank series.
-    const perRank = (name: string, help: string) => ({ name, help, labelNames: ['model', 'worker', 'dp_rank'], registers });
+    const perRank = (name: string, help: string) => ({
+      name,
+      help,
+      labelNames: ['model', 'worker', 'dp_rank'],
+      registers,
+    });
     // A per-rank gauge, reset and refilled at every scrape with `pick(rank)`; a rank whose pick is null (no stored load
     // yet) gets no sample.
     const rankGauge = (name: string, help: string, pick: (r: BackendRankState) => number | null) =>
@@ -154,7 +165,8 @@ export class GatewayMetrics {
         ...perRank(name, help),
         collect() {
           this.reset();
-          for (const { worker, rank: r } of ranks()) this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));
+          for (const { worker, rank: r } of ranks())
+            this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));
         },
       });
     rankGauge(
@@ -200,7 +212,11 @@ export class GatewayMetrics {
         }
       },
     });
-    rankCounter('model_gateway_rank_clamp_events_total', 'Release-clamp (zero-on-empty) events of the DP rank', (r) => r.clampEvents);
+    rankCounter(
+      'model_gateway_rank_clamp_events_total',
+      'Release-clamp (zero-on-empty) events of the DP rank',
+      (r) => r.clampEvents,
+    );
 
     // --- Load-signal guards (issue 12; dp-routing.md 14.1, 14.3): report age and the sole-client guard per rank.
     rankGauge(
@@ -241,7 +257,11 @@ export class GatewayMetrics {
           for (const g of groups()) this.inc({ model, worker: g.worker }, pick(g.backend.stats));
         },
       });
-    statCounter('model_gateway_decode_errors_total', 'Engine output messages that failed to decode', (s) => s.decodeErrors);
+    statCounter(
+      'model_gateway_decode_errors_total',
+      'Engine output messages that failed to decode',
+      (s) => s.decodeErrors,
+    );
     statCounter('model_gateway_aborts_sent_total', 'ABORT messages sent to engine ranks', (s) => s.abortsSent);
     statCounter(
       'model_gateway_rank_mismatches_total',
@@ -258,9 +278,19 @@ export class GatewayMetrics {
       'DP ranks taken out of rotation for sending nothing decodable while undecodable output arrived',
       (s) => s.decodeSuspects,
     );
-    statCounter('model_gateway_rank_revivals_total', 'Dead DP ranks that answered again and came back into rotation', (s) => s.revivals);
+    statCounter(
+      'model_gateway_rank_revivals_total',
+      'Dead DP ranks that answered again and came back into rotation',
+      (s) => s.revivals,
+    );
     // A counter with one series per key of a `Record<key, count>` read at scrape time, for every labelled row.
-    const recordCounter = (name: string, help: string, labels: string[], key: string, rows: () => Array<[Record<string, string>, Readonly<Record<string, number>>]>) =>
+    const recordCounter = (
+      name: string,
+      help: string,
+      labels: string[],
+      key: string,
+      rows: () => Array<[Record<string, string>, Readonly<Record<string, number>>]>,
+    ) =>
       new Counter({
         name,
         help,
@@ -268,11 +298,16 @@ export class GatewayMetrics {
         registers,
         collect() {
           this.reset();
-          for (const [values, counts] of rows()) for (const [k, n] of Object.entries(counts)) this.inc({ model, ...values, [key]: k }, n);
+          for (const [values, counts] of rows())
+            for (const [k, n] of Object.entries(counts)) this.inc({ model, ...values, [key]: k }, n);
         },
       });
-    recordCounter('model_gateway_engine_failures_total', 'Group-scope failures (every request of the group failed) by cause', ['worker'], 'cause', () =>
-      groups().map((g) => [{ worker: g.worker }, g.backend.stats.failures]),
+    recordCounter(
+      'model_gateway_engine_failures_total',
+      'Group-scope failures (every request of the group failed) by cause',
+      ['worker'],
+      'cause',
+      () => groups().map((g) => [{ worker: g.worker }, g.backend.stats.failures]),
     );
 
     // ---- Rank lifecycle (issue #8): per-rank state, rejoins, stalls, deaths; refused handshake messages -------------
@@ -284,14 +319,27 @@ export class GatewayMetrics {
       collect() {
         this.reset();
         for (const { worker, rank: r } of ranks()) {
-          for (const state of RANK_STATES) this.set({ model, worker, dp_rank: String(r.engineIndex), state }, r.state === state ? 1 : 0);
+          for (const state of RANK_STATES)
+            this.set({ model, worker, dp_rank: String(r.engineIndex), state }, r.state === state ? 1 : 0);
         }
       },
     });
-    rankCounter('model_gateway_rank_rejoins_total', 'Handshakes the DP rank completed after its first (a restarted engine joining again)', (r) => r.rejoins);
-    rankCounter('model_gateway_rank_stalls_total', 'Times the DP rank held requests and sent nothing for the stall timeout', (r) => r.stalls);
-    recordCounter('model_gateway_rank_deaths_total', 'Times the DP rank was found dead, by cause', ['worker', 'dp_rank'], 'cause', () =>
-      ranks().map(({ worker, rank: r }) => [{ worker, dp_rank: String(r.engineIndex) }, r.deaths]),
+    rankCounter(
+      'model_gateway_rank_rejoins_total',
+      'Handshakes the DP rank completed after its first (a restarted engine joining again)',
+      (r) => r.rejoins,
+    );
+    rankCounter(
+      'model_gateway_rank_stalls_total',
+      'Times the DP rank held requests and sent nothing for the stall timeout',
+      (r) => r.stalls,
+    );
+    recordCounter(
+      'model_gateway_rank_deaths_total',
+      'Times the DP rank was found dead, by cause',
+      ['worker', 'dp_rank'],
+      'cause',
+      () => ranks().map(({ worker, rank: r }) => [{ worker, dp_rank: String(r.engineIndex) }, r.deaths]),
     );
     recordCounter(
       'model_gateway_handshake_rejected_total',
@@ -408,16 +456,39 @@ export class GatewayMetrics {
           this.set(modelName, pick(aggregate()));
         },
       });
-    vllmGauge('vllm:num_requests_running', 'Number of requests in model execution batches (sum over the DP ranks)', (a) => a.running);
-    vllmGauge('vllm:num_requests_waiting', 'Number of requests waiting to be processed (sum over the DP ranks)', (a) => a.waiting);
-    vllmGauge('vllm:kv_cache_usage_perc', 'KV-cache usage, 1 means 100 percent usage (mean over the DP ranks)', (a) => a.kvCacheUsage);
+    vllmGauge(
+      'vllm:num_requests_running',
+      'Number of requests in model execution batches (sum over the DP ranks)',
+      (a) => a.running,
+    );
+    vllmGauge(
+      'vllm:num_requests_waiting',
+      'Number of requests waiting to be processed (sum over the DP ranks)',
+      (a) => a.waiting,
+    );
+    vllmGauge(
+      'vllm:kv_cache_usage_perc',
+      'KV-cache usage, 1 means 100 percent usage (mean over the DP ranks)',
+      (a) => a.kvCacheUsage,
+    );
     // vLLM's name before 0.9, still the default KV metric of older Inference Extension endpoint pickers.
-    vllmGauge('vllm:gpu_cache_usage_perc', 'GPU KV-cache usage, 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc', (a) => a.kvCacheUsage);
+    vllmGauge(
+      'vllm:gpu_cache_usage_perc',
+      'GPU KV-cache usage, 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc',
+      (a) => a.kvCacheUsage,
+    );
     const vllmCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
       new Counter<L>({ name, help, labelNames, registers: httpRegisters });
-    this.vllmPromptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', ['model_name']);
-    this.vllmGenerationTokens = vllmCounter('vllm:generation_tokens_total', 'Number of generation tokens processed', ['model_name']);
-    this.vllmRequestSuccess = vllmCounter('vllm:request_success_total', 'Count of successfully processed requests', ['model_name', 'finished_reason']);
+    this.vllmPromptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', [
+      'model_name',
+    ]);
+    this.vllmGenerationTokens = vllmCounter('vllm:generation_tokens_total', 'Number of generation tokens processed', [
+      'model_name',
+    ]);
+    this.vllmRequestSuccess = vllmCounter('vllm:request_success_total', 'Count of successfully processed requests', [
+      'model_name',
+      'finished_reason',
+    ]);
     this.vllmTtft = new PrebucketedHistogram({
       name: 'vllm:time_to_first_token_seconds',
       help: 'Histogram of time to first token in seconds',
@@ -435,7 +506,8 @@ export class GatewayMetrics {
     // Series exist from the first scrape (zero), as vLLM creates them at start-up.
     this.vllmPromptTokens.inc(modelName, 0);
     this.vllmGenerationTokens.inc(modelName, 0);
-    for (const reason of VLLM_FINISHED_REASONS) this.vllmRequestSuccess.inc({ ...modelName, finished_reason: reason }, 0);
+    for (const reason of VLLM_FINISHED_REASONS)
+      this.vllmRequestSuccess.inc({ ...modelName, finished_reason: reason }, 0);
     this.vllmTtftSeries = this.vllmTtft.zero(modelName);
     this.vllmE2eSeries = this.vllmE2e.zero(modelName);
   }
@@ -460,7 +532,11 @@ export class GatewayMetrics {
   }
 
   /** The series of `endpoint` in `histogram` (labels model, endpoint), cached in `cache`. */
-  private endpointSeries(cache: Map<string, PrebucketedSeries>, histogram: PrebucketedHistogram, endpoint: string): PrebucketedSeries {
+  private endpointSeries(
+    cache: Map<string, PrebucketedSeries>,
+    histogram: PrebucketedHistogram,
+    endpoint: string,
+  ): PrebucketedSeries {
     let series = cache.get(endpoint);
     if (series === undefined) cache.set(endpoint, (series = histogram.child({ model: this.modelId, endpoint })));
     return series;
@@ -496,9 +572,13 @@ export class GatewayMetrics {
    */
   countEngineRequest(finishedReason: VllmFinishedReason, promptTokens: number, generationTokens: number): void {
     const labels = { model_name: this.modelId };
-    if (promptTokens > 0) this.counterChild('vllm prompt', () => this.vllmPromptTokens.labels(labels)).inc(promptTokens);
-    if (generationTokens > 0) this.counterChild('vllm generation', () => this.vllmGenerationTokens.labels(labels)).inc(generationTokens);
-    this.counterChild(`vllm success ${finishedReason}`, () => this.vllmRequestSuccess.labels({ ...labels, finished_reason: finishedReason })).inc();
+    if (promptTokens > 0)
+      this.counterChild('vllm prompt', () => this.vllmPromptTokens.labels(labels)).inc(promptTokens);
+    if (generationTokens > 0)
+      this.counterChild('vllm generation', () => this.vllmGenerationTokens.labels(labels)).inc(generationTokens);
+    this.counterChild(`vllm success ${finishedReason}`, () =>
+      this.vllmRequestSuccess.labels({ ...labels, finished_reason: finishedReason }),
+    ).inc();
   }
 
   /** Count one finished HTTP request. */

@@ -42,7 +42,11 @@ const UNSUPPORTED_ENTRIES = Object.entries(UNSUPPORTED);
 export function rejectUnsupported(body: Record<string, unknown>): void {
   for (const [name, isNoOp] of UNSUPPORTED_ENTRIES) {
     if (name in body && !isNoOp(body[name])) {
-      throw badRequest(`parameter '${name}' is not supported by this gateway yet (got ${quoteValue(body[name])})`, name, 'unsupported_parameter');
+      throw badRequest(
+        `parameter '${name}' is not supported by this gateway yet (got ${quoteValue(body[name])})`,
+        name,
+        'unsupported_parameter',
+      );
     }
   }
 }
@@ -82,7 +86,10 @@ export function parseLogitBias(value: unknown, vocabSize: number): Record<string
   for (const [key, bias] of Object.entries(value as Record<string, unknown>)) {
     const id = /^[0-9]+$/.test(key) ? Number(key) : NaN;
     if (!Number.isSafeInteger(id) || id >= vocabSize) {
-      throw badRequest(`'logit_bias' keys must be token ids in [0, ${vocabSize}); got ${quoteValue(key)}`, 'logit_bias');
+      throw badRequest(
+        `'logit_bias' keys must be token ids in [0, ${vocabSize}); got ${quoteValue(key)}`,
+        'logit_bias',
+      );
     }
     if (typeof bias !== 'number' || !Number.isFinite(bias)) {
       throw badRequest(`'logit_bias' values must be finite numbers; got ${quoteValue(bias)} for ${key}`, 'logit_bias');
@@ -123,11 +130,7 @@ function maxContextSentence(limits: ContextLimits): string {
  * parameter; gateway.md 9.2, vLLM #40302). `promptTokens` is the prompt's token count, or, with `atLeastFromBytes`,
  * a lower bound derived from the prompt's size in UTF-8 bytes without tokenizing it (the message says so).
  */
-export function promptTooLongError(
-  limits: ContextLimits,
-  promptTokens: number,
-  atLeastFromBytes?: number,
-): ApiError {
+export function promptTooLongError(limits: ContextLimits, promptTokens: number, atLeastFromBytes?: number): ApiError {
   const count =
     atLeastFromBytes === undefined
       ? `${promptTokens} tokens`
@@ -154,7 +157,8 @@ function checkSafeInteger(name: string, value: number): void {
  * returns null when neither is set.
  */
 export function requestedLimit(body: CommonBodyT): { value: number; param: string } | null {
-  if (!isNull(body.max_completion_tokens)) return { value: body.max_completion_tokens as number, param: 'max_completion_tokens' };
+  if (!isNull(body.max_completion_tokens))
+    return { value: body.max_completion_tokens as number, param: 'max_completion_tokens' };
   if (!isNull(body.max_tokens)) return { value: body.max_tokens as number, param: 'max_tokens' };
   return null;
 }
@@ -175,7 +179,8 @@ export function requestedLimit(body: CommonBodyT): { value: number; param: strin
  */
 export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOptions {
   const { promptTokens, contextTokenLimit } = ctx;
-  if (promptTokens === 0) throw badRequest(`'${ctx.promptParam}' must not be empty: the prompt has 0 tokens`, ctx.promptParam);
+  if (promptTokens === 0)
+    throw badRequest(`'${ctx.promptParam}' must not be empty: the prompt has 0 tokens`, ctx.promptParam);
   if (promptTokens >= contextTokenLimit) throw promptTooLongError(ctx, promptTokens);
   const contextMessage = (requested: number) =>
     `${maxContextSentence(ctx)} However, you requested ${promptTokens + requested} tokens (${promptTokens} in the ` +
@@ -197,24 +202,42 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
   const s: SamplingOptions = { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens };
   if (!isNull(body.temperature)) {
     const t = body.temperature as number;
-    if (!(t >= 0) || !Number.isFinite(t)) throw badRequest(`'temperature' must be a finite number ≥ 0; got ${t}`, 'temperature');
+    if (!(t >= 0) || !Number.isFinite(t))
+      throw badRequest(`'temperature' must be a finite number ≥ 0; got ${t}`, 'temperature');
     s.temperature = t;
   }
-  if (!isNull(body.top_p)) { checkRange('top_p', body.top_p as number, 0, 1, true); s.topP = body.top_p as number; }
+  if (!isNull(body.top_p)) {
+    checkRange('top_p', body.top_p as number, 0, 1, true);
+    s.topP = body.top_p as number;
+  }
   if (!isNull(body.top_k)) {
     const k = body.top_k as number;
     if (k === -1 || k === 0) s.topK = -1;
     else if ((k >= 1 && k <= TOP_K_MAX) || k === TOP_K_DISABLED) s.topK = k;
-    else throw badRequest(`'top_k' must be -1 or 0 (disabled), 1..${TOP_K_MAX}, or ${TOP_K_DISABLED}; got ${k}`, 'top_k');
+    else
+      throw badRequest(`'top_k' must be -1 or 0 (disabled), 1..${TOP_K_MAX}, or ${TOP_K_DISABLED}; got ${k}`, 'top_k');
   }
-  if (!isNull(body.min_p)) { checkRange('min_p', body.min_p as number, 0, 1); s.minP = body.min_p as number; }
-  if (!isNull(body.presence_penalty)) { checkRange('presence_penalty', body.presence_penalty as number, -2, 2); s.presencePenalty = body.presence_penalty as number; }
-  if (!isNull(body.frequency_penalty)) { checkRange('frequency_penalty', body.frequency_penalty as number, -2, 2); s.frequencyPenalty = body.frequency_penalty as number; }
-  if (!isNull(body.repetition_penalty)) { checkRange('repetition_penalty', body.repetition_penalty as number, 0, 2); s.repetitionPenalty = body.repetition_penalty as number; }
+  if (!isNull(body.min_p)) {
+    checkRange('min_p', body.min_p as number, 0, 1);
+    s.minP = body.min_p as number;
+  }
+  if (!isNull(body.presence_penalty)) {
+    checkRange('presence_penalty', body.presence_penalty as number, -2, 2);
+    s.presencePenalty = body.presence_penalty as number;
+  }
+  if (!isNull(body.frequency_penalty)) {
+    checkRange('frequency_penalty', body.frequency_penalty as number, -2, 2);
+    s.frequencyPenalty = body.frequency_penalty as number;
+  }
+  if (!isNull(body.repetition_penalty)) {
+    checkRange('repetition_penalty', body.repetition_penalty as number, 0, 2);
+    s.repetitionPenalty = body.repetition_penalty as number;
+  }
   if (!isNull(body.min_tokens)) {
     const m = body.min_tokens as number;
     checkSafeInteger('min_tokens', m);
-    if (m < 0 || m > maxNewTokens) throw badRequest(`'min_tokens' must be in [0, ${maxNewTokens}] (the token limit); got ${m}`, 'min_tokens');
+    if (m < 0 || m > maxNewTokens)
+      throw badRequest(`'min_tokens' must be in [0, ${maxNewTokens}] (the token limit); got ${m}`, 'min_tokens');
     s.minNewTokens = m;
   }
   if (!isNull(body.seed)) {
@@ -227,7 +250,10 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
     const ids = body.stop_token_ids as number[];
     for (const id of ids) {
       if (!Number.isSafeInteger(id) || id < 0 || id >= ctx.vocabSize) {
-        throw badRequest(`'stop_token_ids' entries must be token ids in [0, ${ctx.vocabSize}); got ${id}`, 'stop_token_ids');
+        throw badRequest(
+          `'stop_token_ids' entries must be token ids in [0, ${ctx.vocabSize}); got ${id}`,
+          'stop_token_ids',
+        );
       }
     }
     s.stopTokenIds = [...new Set(ids)];

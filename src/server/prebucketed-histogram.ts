@@ -76,7 +76,13 @@ export class PrebucketedHistogram {
    *   (as prom-client's metric option; empty: none). Throws Error when a registry already has a metric of this name.
    */
   constructor(
-    private readonly opts: { name: string; help: string; labelNames: readonly string[]; buckets: readonly number[]; registers: readonly Registry[] },
+    private readonly opts: {
+      name: string;
+      help: string;
+      labelNames: readonly string[];
+      buckets: readonly number[];
+      registers: readonly Registry[];
+    },
   ) {
     this.bounds = [...opts.buckets];
     // prom-client's registry takes any object with its metric contract; its typings only name its own classes.
@@ -123,7 +129,13 @@ export class PrebucketedHistogram {
   }
 
   /** prom-client's metric contract: the values as `Registry.getMetricsAsJSON` gives them for a histogram. */
-  async get(): Promise<{ name: string; help: string; type: 'histogram'; aggregator: 'sum'; values: MetricValueJson[] }> {
+  async get(): Promise<{
+    name: string;
+    help: string;
+    type: 'histogram';
+    aggregator: 'sum';
+    values: MetricValueJson[];
+  }> {
     const values: MetricValueJson[] = [];
     const bucket = `${this.opts.name}_bucket`;
     for (const s of this.listed) {

@@ -7,7 +7,12 @@
  * part 5), and dropped from it when the client leaves (`signal`).
  */
 import type { ChatMessage } from '../tokenizer/tokenizer.js';
-import { OFF_LOOP_RENDER_MIN_MESSAGES, type OffLoopSignal, type OffLoopTokenizer, type TooLong } from '../tokenizer/off-loop.js';
+import {
+  OFF_LOOP_RENDER_MIN_MESSAGES,
+  type OffLoopSignal,
+  type OffLoopTokenizer,
+  type TooLong,
+} from '../tokenizer/off-loop.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
 import { MAX_MESSAGES } from './input-limits.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
@@ -33,7 +38,10 @@ export function encodeWithinContext(
   signal?: OffLoopSignal,
 ): number[] | Promise<number[]> {
   const maxTokens = limits.contextTokenLimit;
-  const out = tokenizer.encodePrompt(text, signal === undefined ? { addSpecialTokens, maxTokens } : { addSpecialTokens, maxTokens, signal });
+  const out = tokenizer.encodePrompt(
+    text,
+    signal === undefined ? { addSpecialTokens, maxTokens } : { addSpecialTokens, maxTokens, signal },
+  );
   return out instanceof Promise ? out.then((r) => fitting(r, limits)) : fitting(out, limits);
 }
 
@@ -65,7 +73,8 @@ export function toTemplateMessage(m: ChatMessageBody, i: number): ChatMessage {
           'unsupported_content',
         );
       }
-      if (typeof part.text !== 'string') throw badRequest(`a 'text' content part needs a string 'text'`, `messages[${i}].content[${j}].text`);
+      if (typeof part.text !== 'string')
+        throw badRequest(`a 'text' content part needs a string 'text'`, `messages[${i}].content[${j}].text`);
       texts.push(part.text);
     });
     content = texts.join('\n');
@@ -97,7 +106,10 @@ export interface ChatTemplateOptions {
  * both it and `add_generation_prompt` are true (vLLM `protocol.py` `check_generation_prompt`: "Cannot set both").
  */
 export function chatTemplateOptions(
-  body: Pick<ChatCompletionBodyT, 'add_generation_prompt' | 'continue_final_message' | 'tools' | 'chat_template_kwargs'>,
+  body: Pick<
+    ChatCompletionBodyT,
+    'add_generation_prompt' | 'continue_final_message' | 'tools' | 'chat_template_kwargs'
+  >,
 ): ChatTemplateOptions {
   const addGenerationPrompt = body.add_generation_prompt ?? true;
   const continueFinalMessage = body.continue_final_message ?? false;
@@ -107,7 +119,11 @@ export function chatTemplateOptions(
       'continue_final_message',
     );
   }
-  const out: ChatTemplateOptions = { addGenerationPrompt, continueFinalMessage, templateKwargs: body.chat_template_kwargs };
+  const out: ChatTemplateOptions = {
+    addGenerationPrompt,
+    continueFinalMessage,
+    templateKwargs: body.chat_template_kwargs,
+  };
   if (Array.isArray(body.tools)) out.tools = body.tools;
   return out;
 }
@@ -161,7 +177,8 @@ export function renderChat(
     ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
     templateKwargs: opts.templateKwargs ?? undefined,
   };
-  const finish = (text: string) => (opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text);
+  const finish = (text: string) =>
+    opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text;
   if (shaped.length >= OFF_LOOP_RENDER_MIN_MESSAGES) {
     return tokenizer.render(shaped, options, signal).then(finish, (err: unknown) => {
       throw templateApiError(err);
@@ -183,9 +200,14 @@ export function renderChat(
 function templateApiError(err: unknown): Error {
   if (err instanceof Error && err.name === 'OffLoopError') return err;
   if (err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse') {
-    return new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, { code: 'chat_template_error' });
+    return new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, {
+      code: 'chat_template_error',
+    });
   }
-  return badRequest(`the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`, 'messages');
+  return badRequest(
+    `the chat template rejected the messages: ${err instanceof Error ? err.message : String(err)}`,
+    'messages',
+  );
 }
 
 /**
@@ -229,7 +251,11 @@ export function completionPromptTokens(
   const first = prompt[0];
   if (typeof first === 'string' || Array.isArray(first)) {
     if (prompt.length !== 1) {
-      throw badRequest(`'prompt' holds ${prompt.length} prompts; batched prompts are not supported yet (send one)`, 'prompt', 'unsupported_parameter');
+      throw badRequest(
+        `'prompt' holds ${prompt.length} prompts; batched prompts are not supported yet (send one)`,
+        'prompt',
+        'unsupported_parameter',
+      );
     }
     if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits, signal);
     return checkTokenIds(first, tokenizer.tokenizer.vocabSize);

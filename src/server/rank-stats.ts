@@ -130,7 +130,13 @@ export class RankStatsBook {
   }
 
   /** The rank produced `tokens` tokens at `nowMs`: its first (TTFT `ttftMs`) or a later output (ITL `itlMsPerToken`). */
-  recordTokens(worker: string, engineIndex: number, nowMs: number, tokens: number, latency: { ttftMs: number } | { itlMsPerToken: number }): void {
+  recordTokens(
+    worker: string,
+    engineIndex: number,
+    nowMs: number,
+    tokens: number,
+    latency: { ttftMs: number } | { itlMsPerToken: number },
+  ): void {
     if ('ttftMs' in latency) this.recordSample(worker, engineIndex, nowMs, tokens, latency.ttftMs, true);
     else this.recordSample(worker, engineIndex, nowMs, tokens, latency.itlMsPerToken, false);
   }
@@ -166,7 +172,14 @@ export class RankStatsBook {
     const out: RankStatsExport[] = [];
     for (const [worker, ranks] of this.byWorker) {
       for (const [engineIndex, s] of ranks) {
-        out.push({ worker, engineIndex, dispatchRate: s.dispatches.perSecond(nowMs), tokenRate: s.tokens.perSecond(nowMs), ttftMs: [...s.ttft.sorted()], itlMs: [...s.itl.sorted()] });
+        out.push({
+          worker,
+          engineIndex,
+          dispatchRate: s.dispatches.perSecond(nowMs),
+          tokenRate: s.tokens.perSecond(nowMs),
+          ttftMs: [...s.ttft.sorted()],
+          itlMs: [...s.itl.sorted()],
+        });
       }
     }
     return out;
@@ -211,7 +224,12 @@ export function mergeRankStats(parts: readonly RankStatsExport[]): RankStatsSour
   }
   const pct = (values: number[]): LatencyPercentiles => {
     const sorted = Float64Array.from(values).sort();
-    return { p50: percentile(sorted, 0.5), p90: percentile(sorted, 0.9), p99: percentile(sorted, 0.99), samples: sorted.length };
+    return {
+      p50: percentile(sorted, 0.5),
+      p90: percentile(sorted, 0.9),
+      p99: percentile(sorted, 0.99),
+      samples: sorted.length,
+    };
   };
   return {
     snapshot(worker: string, engineIndex: number): RankStatsSnapshot {

@@ -15,7 +15,14 @@
  *   (params.ts `rejectUnsupported`) unless their value is the no-op default.
  */
 import { Type, type Static, type TSchema } from '@fastify/type-provider-typebox';
-import { MAX_LOGIT_BIAS_ENTRIES, MAX_MESSAGES, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_STOP_TOKEN_IDS, MAX_TOOLS } from './input-limits.js';
+import {
+  MAX_LOGIT_BIAS_ENTRIES,
+  MAX_MESSAGES,
+  MAX_STOP_CHARS,
+  MAX_STOP_STRINGS,
+  MAX_STOP_TOKEN_IDS,
+  MAX_TOOLS,
+} from './input-limits.js';
 
 /** `T | null`, optional. */
 function Opt<T extends TSchema>(schema: T) {

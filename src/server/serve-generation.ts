@@ -15,9 +15,23 @@ import type { AdmissionGate } from './admission.js';
 import type { BackendGroup, BackendStream } from './backend.js';
 import { watchClientDisconnect, type DisconnectSignal, type DisconnectWatch } from './disconnect.js';
 import { ApiError, badRequest, blameEngineForTokenId, toApiError } from './errors.js';
-import { ChoiceOutput, isEmptyDelta, type ChoiceDelta, type ChoiceOutputOptions, type ChoiceResult } from './choice-output.js';
+import {
+  ChoiceOutput,
+  isEmptyDelta,
+  type ChoiceDelta,
+  type ChoiceOutputOptions,
+  type ChoiceResult,
+} from './choice-output.js';
 import { capableGroups } from './engine-capabilities.js';
-import { ChoiceGeneration, ClientDisconnectedError, LatencyTracker, makeUsage, type GenerationEvent, type TokenLogprob, type Usage } from './generation.js';
+import {
+  ChoiceGeneration,
+  ClientDisconnectedError,
+  LatencyTracker,
+  makeUsage,
+  type GenerationEvent,
+  type TokenLogprob,
+  type Usage,
+} from './generation.js';
 import { GenerationRun, type RunChoice } from './generation-run.js';
 import { jsonWithSlot } from './chunk-json.js';
 import { parseLogprobs, type TokenText } from './logprobs.js';
@@ -32,8 +46,19 @@ import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js
 import { REQUEST_ID_HEADER, clientRequestId } from './request-id.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { CommonBodyT } from './schemas.js';
-import { ClientStalledError, OPENING_HOLD_MS, SSE_DATA_LEAD, SSE_RECORD_END, SseWriter, type StreamBackpressure } from './sse.js';
-import { parseStructuredOutput, type RequestedStructuredOutput, type StructuredOutputFields } from './structured-output.js';
+import {
+  ClientStalledError,
+  OPENING_HOLD_MS,
+  SSE_DATA_LEAD,
+  SSE_RECORD_END,
+  SseWriter,
+  type StreamBackpressure,
+} from './sse.js';
+import {
+  parseStructuredOutput,
+  type RequestedStructuredOutput,
+  type StructuredOutputFields,
+} from './structured-output.js';
 
 /** What the generation routes share (built once by `buildApp`). */
 export interface RouteContext {
@@ -109,9 +134,19 @@ export interface ResponseShape {
   /** How the endpoint spells the logprob parameters (logprobs.ts `parseLogprobs`). */
   logprobsParams: 'chat' | 'completions';
   /** Render logprob entries in the endpoint's shape; `offset` is the choice's running text offset (completions). */
-  renderLogprobs(entries: readonly TokenLogprob[], k: number, tokenText: TokenText, offset: { value: number }): Record<string, unknown>;
+  renderLogprobs(
+    entries: readonly TokenLogprob[],
+    k: number,
+    tokenText: TokenText,
+    offset: { value: number },
+  ): Record<string, unknown>;
   /** The non-streaming body from every choice's result (index order) and the usage; `logprobs(i)` renders choice i's. */
-  body(base: ResponseBase, results: readonly ChoiceResult[], usage: Usage, logprobs: (index: number) => Record<string, unknown> | null): unknown;
+  body(
+    base: ResponseBase,
+    results: readonly ChoiceResult[],
+    usage: Usage,
+    logprobs: (index: number) => Record<string, unknown> | null,
+  ): unknown;
   /** A writer for one streamed response. `includeUsage`: `stream_options.include_usage`. */
   stream(base: ResponseBase, opts: { includeUsage: boolean; n: number }): StreamShaper;
 }
@@ -132,7 +167,12 @@ export interface ChunkedShapeSpec {
   /** The choice of the chunk sent right after a successful submit, or null for none. */
   openingChoice(index: number): Record<string, unknown> | null;
   /** A stream chunk's choice; `finishReason` null until the terminal chunk. */
-  chunkChoice(index: number, delta: ChoiceDelta, finishReason: ChoiceResult['finishReason'] | null, logprobs: Record<string, unknown> | null): Record<string, unknown>;
+  chunkChoice(
+    index: number,
+    delta: ChoiceDelta,
+    finishReason: ChoiceResult['finishReason'] | null,
+    logprobs: Record<string, unknown> | null,
+  ): Record<string, unknown>;
   /** A choice of the non-streaming response. */
   fullChoice(index: number, result: ChoiceResult, logprobs: Record<string, unknown> | null): Record<string, unknown>;
 }
@@ -151,13 +191,17 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
     }),
     stream(base, { includeUsage, n }) {
       const usageField = includeUsage ? { usage: null } : {};
-      const chunk = (choices: Record<string, unknown>[]): SseEvent => ({ data: { ...header(base, spec.chunkObject), choices, ...usageField } });
+      const chunk = (choices: Record<string, unknown>[]): SseEvent => ({
+        data: { ...header(base, spec.chunkObject), choices, ...usageField },
+      });
       // A content-only delta (the bulk of a stream) is a record pre-serialized around its text, per choice index
       // (chunk-json.ts).
       const textRecords: Array<(text: string) => string> = [];
       const textRecord = (index: number, text: string): string =>
         (textRecords[index] ??= jsonWithSlot(
-          (slot) => chunk([spec.chunkChoice(index, { reasoning: '', content: slot, toolCalls: [], logprobs: [] }, null, null)]).data,
+          (slot) =>
+            chunk([spec.chunkChoice(index, { reasoning: '', content: slot, toolCalls: [], logprobs: [] }, null, null)])
+              .data,
           SSE_DATA_LEAD,
           SSE_RECORD_END,
         ))(text);
@@ -172,7 +216,9 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
           logprobs === null && delta.reasoning === '' && delta.toolCalls.length === 0 && delta.content !== ''
             ? [textChunk(index, delta.content)]
             : [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
-        finish: (index, delta, result, logprobs) => [chunk([spec.chunkChoice(index, delta, result.finishReason, logprobs)])],
+        finish: (index, delta, result, logprobs) => [
+          chunk([spec.chunkChoice(index, delta, result.finishReason, logprobs)]),
+        ],
         closing: (usage) => (includeUsage ? [{ data: { ...header(base, spec.chunkObject), choices: [], usage } }] : []),
         error: (err) => [{ data: err.toBody() }],
         textRecord,
@@ -256,7 +302,8 @@ export function singleTokenStopIds(
 /** The validated `n` (default 1): an integer in [1, MAX_N]; throws `ApiError` 400 (`param: 'n'`) otherwise. */
 export function parseN(n: number | null | undefined): number {
   if (n === null || n === undefined) return 1;
-  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_N) throw badRequest(`'n' must be an integer in [1, ${MAX_N}]; got ${n}`, 'n');
+  if (!Number.isSafeInteger(n) || n < 1 || n > MAX_N)
+    throw badRequest(`'n' must be an integer in [1, ${MAX_N}]; got ${n}`, 'n');
   return n;
 }
 
@@ -276,7 +323,11 @@ function roundMs(ms: number | null): number | null {
 
 /** The context sizes (tokens) of one group, for admission and its error messages (a serving group knows them). */
 function limitsOf(group: BackendGroup, promptParam: ContextLimits['promptParam']): ContextLimits {
-  return { maxModelLen: group.backend.maxModelLen ?? 0, contextTokenLimit: group.backend.contextTokenLimit, promptParam };
+  return {
+    maxModelLen: group.backend.maxModelLen ?? 0,
+    contextTokenLimit: group.backend.contextTokenLimit,
+    promptParam,
+  };
 }
 
 /**
@@ -380,7 +431,8 @@ export async function handleGeneration<B extends CommonBodyT>(
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.router.validRanks());
   const pinned = ctx.router.candidates(dpRank);
-  const widestOf = (gs: readonly BackendGroup[]) => gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
+  const widestOf = (gs: readonly BackendGroup[]) =>
+    gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
   const disconnect = watchClientDisconnect(request.raw, reply.raw);
   let handedOver = false;
@@ -389,7 +441,15 @@ export async function handleGeneration<B extends CommonBodyT>(
       constrained: requested !== null,
       signal: disconnect.signal,
     });
-    const next = toServe(ctx, shape, prompt, body, prepared, { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf });
+    const next = toServe(ctx, shape, prompt, body, prepared, {
+      pinned,
+      dpRank,
+      n,
+      stop,
+      topLogprobs,
+      requested,
+      widest: widestOf,
+    });
     handedOver = true;
     return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
   } catch (err) {
@@ -453,7 +513,11 @@ function toServe<B extends CommonBodyT>(
     vocabSize: ctx.tokenizer.vocabSize,
   });
   sampling.structuredOutput = constraint?.output ?? null;
-  const convertedStopIds = singleTokenStopIds(ctx.tokenizer, stop, new Set([...sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]));
+  const convertedStopIds = singleTokenStopIds(
+    ctx.tokenizer,
+    stop,
+    new Set([...sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds]),
+  );
   sampling.stopTokenIds = [...sampling.stopTokenIds, ...convertedStopIds];
   return {
     promptTokenIds,
@@ -560,7 +624,13 @@ export async function serveGeneration(
     accessLog(status, outcome, error);
   };
   /** A choice finished: count it as a finished engine request (vLLM counters). */
-  const choiceFinished = (index: number, engineReason: 'stop' | 'length', reported: RequestOutcome, generated: number, cached: number) => {
+  const choiceFinished = (
+    index: number,
+    engineReason: 'stop' | 'length',
+    reported: RequestOutcome,
+    generated: number,
+    cached: number,
+  ) => {
     reasons[index] = reported;
     completionTokens += generated;
     cachedTokens = Math.max(cachedTokens, cached);
@@ -568,7 +638,12 @@ export async function serveGeneration(
   };
   const countAborted = () => {
     for (let i = 0; i < trackers.length; i++) {
-      if (reasons[i] === null) metrics.countEngineRequest('abort' satisfies VllmFinishedReason, prepared.promptTokenIds.length, trackers[i]!.tokensSeen);
+      if (reasons[i] === null)
+        metrics.countEngineRequest(
+          'abort' satisfies VllmFinishedReason,
+          prepared.promptTokenIds.length,
+          trackers[i]!.tokensSeen,
+        );
     }
   };
   const endDisconnected = () => {
@@ -610,16 +685,24 @@ export async function serveGeneration(
     engineIndexes = streams.map((s) => s.engineIndex);
     const submittedAt = ctx.now();
     for (const s of streams) {
-      const rank = s.engineIndex === null ? undefined : { book: ctx.rankStats, worker: group.worker, engineIndex: s.engineIndex };
+      const rank =
+        s.engineIndex === null ? undefined : { book: ctx.rankStats, worker: group.worker, engineIndex: s.engineIndex };
       if (rank !== undefined) ctx.rankStats.recordDispatch(group.worker, rank.engineIndex, submittedAt);
-      trackers.push(new LatencyTracker(trackers.length === 0 ? metrics : null, shape.endpoint, startedAt, ctx.now, rank));
+      trackers.push(
+        new LatencyTracker(trackers.length === 0 ? metrics : null, shape.endpoint, startedAt, ctx.now, rank),
+      );
     }
     if (levelEnabled(request.log, 'debug')) {
-      request.log.debug({ requestId, worker: group.worker, engineIndexes, n, promptTokens: prepared.promptTokenIds.length }, 'submitted');
+      request.log.debug(
+        { requestId, worker: group.worker, engineIndexes, n, promptTokens: prepared.promptTokenIds.length },
+        'submitted',
+      );
     }
     // Ids whose text is dropped when they end a choice: the request's stop ids and EOS, not converted stop strings.
     const converted = new Set(prepared.convertedStopIds ?? []);
-    const stopTokenIds = new Set([...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)));
+    const stopTokenIds = new Set(
+      [...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)),
+    );
     const promptTokens = prepared.promptTokenIds.length;
     const choices: RunChoice[] = streams.map((stream, i) => ({
       stream,
@@ -635,7 +718,11 @@ export async function serveGeneration(
         latency: trackers[i],
       }),
     }));
-    const outputs = perChoice(n, (i) => new ChoiceOutput({ ...(prepared.output?.(i) ?? { reasoning: null, tools: null }), keepText: !prepared.stream }));
+    const outputs = perChoice(
+      n,
+      (i) =>
+        new ChoiceOutput({ ...(prepared.output?.(i) ?? { reasoning: null, tools: null }), keepText: !prepared.stream }),
+    );
     const tokenText: TokenText = (id) => ctx.tokenizer.decode([id], { skipSpecialTokens: false });
     const k = prepared.topLogprobs;
     const offsets = perChoice(n, () => ({ value: 0 }));
@@ -661,7 +748,8 @@ export async function serveGeneration(
     const take = (index: number, ev: GenerationEvent): ChoiceDelta => {
       const out = outputs[index]!;
       const delta = out.push(ev);
-      if (ev.type === 'finish') choiceFinished(index, ev.finishReason, out.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
+      if (ev.type === 'finish')
+        choiceFinished(index, ev.finishReason, out.result!.finishReason, ev.usage.completion_tokens, ev.cachedTokens);
       return delta;
     };
 
@@ -700,7 +788,8 @@ export async function serveGeneration(
     const sse = new SseWriter(
       raw,
       ctx.streamBackpressure,
-      (bufferedBytes) => request.log.debug({ requestId, bufferedBytes }, 'client is not keeping up: stream paused at the buffer bound'),
+      (bufferedBytes) =>
+        request.log.debug({ requestId, bufferedBytes }, 'client is not keeping up: stream paused at the buffer bound'),
       { pause: () => run?.pause(), resume: () => run?.resume(), stalled: (err) => run?.fail(err) },
     );
     // The headers and the opening chunk wait for the first engine output (at most OPENING_HOLD_MS), so they leave in

@@ -215,7 +215,11 @@ export class SseWriter {
   send(payload: unknown, event?: string, json?: string): void {
     if (!this.writable) return;
     const data = json ?? JSON.stringify(payload);
-    this.queue(event === undefined ? SSE_DATA_LEAD + data + SSE_RECORD_END : `event: ${event}\n${SSE_DATA_LEAD}${data}${SSE_RECORD_END}`);
+    this.queue(
+      event === undefined
+        ? SSE_DATA_LEAD + data + SSE_RECORD_END
+        : `event: ${event}\n${SSE_DATA_LEAD}${data}${SSE_RECORD_END}`,
+    );
   }
 
   /**
@@ -315,7 +319,8 @@ export class SseWriter {
       this.res.off('close', onDrain);
       this.waiting = false;
       this.bufferedAtFlush = this.res.writableLength; // drained: the upper bound from the last flush is stale
-      if (stalled) this.flow!.stalled(new ClientStalledError(Math.round(performance.now() - started), this.res.writableLength));
+      if (stalled)
+        this.flow!.stalled(new ClientStalledError(Math.round(performance.now() - started), this.res.writableLength));
       else this.flow!.resume();
     };
     const onDrain = () => finish(false);

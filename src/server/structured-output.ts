@@ -49,7 +49,8 @@ const LONE_SURROGATE = /\p{Cs}/u;
  * naming `param` when it holds a lone surrogate (the wire encoder would refuse it: a 500 otherwise).
  */
 function wireString(value: string, param: string): string {
-  if (LONE_SURROGATE.test(value)) throw badRequest(`'${param}' must be valid Unicode text (it holds a lone surrogate)`, param);
+  if (LONE_SURROGATE.test(value))
+    throw badRequest(`'${param}' must be valid Unicode text (it holds a lone surrogate)`, param);
   return value;
 }
 
@@ -81,7 +82,8 @@ function choiceParam(value: unknown, param: string): StructuredConstraint {
 
 /** `response_format` (OpenAI; vLLM `structural_tag`). `text` means no constraint. */
 function fromResponseFormat(rf: unknown): StructuredOutput | null {
-  if (!isObject(rf) || typeof rf.type !== 'string') throw badRequest(`'response_format' must be an object with a 'type'`, 'response_format');
+  if (!isObject(rf) || typeof rf.type !== 'string')
+    throw badRequest(`'response_format' must be an object with a 'type'`, 'response_format');
   switch (rf.type) {
     case 'text':
       return null;
@@ -89,7 +91,11 @@ function fromResponseFormat(rf: unknown): StructuredOutput | null {
       return withOptions({ kind: 'json_object' });
     case 'json_schema': {
       const js = rf.json_schema;
-      if (!isObject(js)) throw badRequest(`'response_format.json_schema' must be an object with a 'schema'`, 'response_format.json_schema');
+      if (!isObject(js))
+        throw badRequest(
+          `'response_format.json_schema' must be an object with a 'schema'`,
+          'response_format.json_schema',
+        );
       // OpenAI requires a schema; without one vLLM constrains to any JSON object.
       if (isNull(js.schema)) return withOptions({ kind: 'json_object' });
       return withOptions(jsonSchema(js.schema, 'response_format.json_schema.schema'));
@@ -110,9 +116,14 @@ function fromResponseFormat(rf: unknown): StructuredOutput | null {
 function fromStructuredOutputs(so: unknown): StructuredOutput {
   const param = 'structured_outputs';
   if (!isObject(so)) throw badRequest(`'${param}' must be an object`, param);
-  const keys = ['json', 'regex', 'choice', 'grammar', 'json_object', 'structural_tag'].filter((k) => !isNull(so[k]) && so[k] !== false);
+  const keys = ['json', 'regex', 'choice', 'grammar', 'json_object', 'structural_tag'].filter(
+    (k) => !isNull(so[k]) && so[k] !== false,
+  );
   if (keys.length !== 1) {
-    throw badRequest(`'${param}' must set exactly one of json, regex, choice, grammar, json_object, structural_tag; got ${keys.length === 0 ? 'none' : keys.join(', ')}`, param);
+    throw badRequest(
+      `'${param}' must set exactly one of json, regex, choice, grammar, json_object, structural_tag; got ${keys.length === 0 ? 'none' : keys.join(', ')}`,
+      param,
+    );
   }
   const key = keys[0]!;
   const value = so[key];
@@ -124,7 +135,11 @@ function fromStructuredOutputs(so: unknown): StructuredOutput {
   else if (key === 'json_object') {
     if (value !== true) throw badRequest(`'${param}.json_object' must be true`, `${param}.json_object`);
     constraint = { kind: 'json_object' };
-  } else constraint = { kind: 'structural_tag', tag: typeof value === 'string' ? wireString(value, `${param}.structural_tag`) : JSON.stringify(value) };
+  } else
+    constraint = {
+      kind: 'structural_tag',
+      tag: typeof value === 'string' ? wireString(value, `${param}.structural_tag`) : JSON.stringify(value),
+    };
   const bool = (k: string): boolean => {
     if (isNull(so[k])) return false;
     if (typeof so[k] !== 'boolean') throw badRequest(`'${param}.${k}' must be a boolean`, `${param}.${k}`);
@@ -149,8 +164,11 @@ export function parseStructuredOutput(body: StructuredOutputFields): RequestedSt
     const rf = fromResponseFormat(body.response_format);
     if (rf !== null) found.push({ output: rf, param: 'response_format' });
   }
-  if (!isNull(body.structured_outputs)) found.push({ output: fromStructuredOutputs(body.structured_outputs), param: 'structured_outputs' });
-  const ws = isNull(body.guided_whitespace_pattern) ? null : stringParam(body.guided_whitespace_pattern, 'guided_whitespace_pattern');
+  if (!isNull(body.structured_outputs))
+    found.push({ output: fromStructuredOutputs(body.structured_outputs), param: 'structured_outputs' });
+  const ws = isNull(body.guided_whitespace_pattern)
+    ? null
+    : stringParam(body.guided_whitespace_pattern, 'guided_whitespace_pattern');
   const guided: Array<[string, (v: unknown) => StructuredConstraint]> = [
     ['guided_json', (v) => jsonSchema(v, 'guided_json')],
     ['guided_regex', (v) => ({ kind: 'regex', pattern: stringParam(v, 'guided_regex') })],
@@ -162,7 +180,10 @@ export function parseStructuredOutput(body: StructuredOutputFields): RequestedSt
     if (!isNull(v)) found.push({ output: withOptions(make(v), { whitespacePattern: ws }), param: name });
   }
   if (found.length > 1) {
-    throw badRequest(`only one structured-output constraint may be given; got ${found.map((f) => f.param).join(' and ')}`, found[1]!.param);
+    throw badRequest(
+      `only one structured-output constraint may be given; got ${found.map((f) => f.param).join(' and ')}`,
+      found[1]!.param,
+    );
   }
   return found[0] ?? null;
 }

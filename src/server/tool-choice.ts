@@ -18,7 +18,12 @@ import type { StructuredOutput } from '../protocols/types.js';
 import { badRequest, quoteValue } from './errors.js';
 import { JSON_ARRAY_LAYOUT, JsonCallsParser } from './parsers/json-calls.js';
 import { NamedCallParser } from './parsers/named-call.js';
-import { createToolCallParser, type ToolCallIdSource, type ToolCallParser, type ToolCallParserName } from './parsers/index.js';
+import {
+  createToolCallParser,
+  type ToolCallIdSource,
+  type ToolCallParser,
+  type ToolCallParserName,
+} from './parsers/index.js';
 
 /** A function tool, whatever the API's spelling (chat nests it under `function`; Responses is flat). */
 export interface FunctionTool {
@@ -49,7 +54,12 @@ export const AUTO_NEEDS_PARSER =
 const isNull = (v: unknown): v is null | undefined => v === null || v === undefined;
 
 function jsonConstraint(schema: unknown): StructuredOutput {
-  return { constraint: { kind: 'json', schema }, disableAnyWhitespace: false, disableAdditionalProperties: false, whitespacePattern: null };
+  return {
+    constraint: { kind: 'json', schema },
+    disableAnyWhitespace: false,
+    disableAdditionalProperties: false,
+    whitespacePattern: null,
+  };
 }
 
 /** A tool's parameters schema, or an empty object schema when it declares none. */
@@ -73,7 +83,10 @@ export function requiredToolsSchema(tools: readonly FunctionTool[], parallel: bo
       }
       defs[name] = def;
     }
-    return { properties: { name: { type: 'string', enum: [t.name] }, parameters: params }, required: ['name', 'parameters'] };
+    return {
+      properties: { name: { type: 'string', enum: [t.name] }, parameters: params },
+      required: ['name', 'parameters'],
+    };
   });
   const schema: Record<string, unknown> = {
     type: 'array',
@@ -109,12 +122,21 @@ export function planTools(
   if (toolChoice === 'none') return none;
   if (toolChoice === 'auto') {
     if (tools.length === 0) return none;
-    if (parser === null) throw badRequest(`'tool_choice' "auto" is not supported: ${AUTO_NEEDS_PARSER}`, 'tool_choice', 'unsupported_parameter');
+    if (parser === null)
+      throw badRequest(
+        `'tool_choice' "auto" is not supported: ${AUTO_NEEDS_PARSER}`,
+        'tool_choice',
+        'unsupported_parameter',
+      );
     return { ...none, mode: { kind: 'auto', parser } };
   }
   if (toolChoice === 'required') {
     if (tools.length === 0) throw badRequest(`'tool_choice' "required" needs 'tools'`, 'tool_choice');
-    return { mode: { kind: 'required' }, constraint: jsonConstraint(requiredToolsSchema(tools, parallel)), parallelToolCalls: parallel };
+    return {
+      mode: { kind: 'required' },
+      constraint: jsonConstraint(requiredToolsSchema(tools, parallel)),
+      parallelToolCalls: parallel,
+    };
   }
   const named = namedChoice(toolChoice);
   if (named === null) {
@@ -125,9 +147,16 @@ export function planTools(
   }
   const tool = tools.find((t) => t.name === named);
   if (tool === undefined) {
-    throw badRequest(`'tool_choice' names function '${named}', which is not among the tools (${tools.map((t) => t.name).join(', ') || 'none given'})`, 'tool_choice');
+    throw badRequest(
+      `'tool_choice' names function '${named}', which is not among the tools (${tools.map((t) => t.name).join(', ') || 'none given'})`,
+      'tool_choice',
+    );
   }
-  return { mode: { kind: 'named', name: named }, constraint: jsonConstraint(parametersOf(tool)), parallelToolCalls: parallel };
+  return {
+    mode: { kind: 'named', name: named },
+    constraint: jsonConstraint(parametersOf(tool)),
+    parallelToolCalls: parallel,
+  };
 }
 
 /** The function name of a named tool choice (chat's nested or Responses' flat form), or null. */
@@ -142,9 +171,13 @@ function namedChoice(v: unknown): string | null {
 /** A fresh tool-call parser for one choice in `mode`, or null for `none`. */
 export function toolParserFor(mode: ToolMode, newId: ToolCallIdSource): ToolCallParser | null {
   switch (mode.kind) {
-    case 'none': return null;
-    case 'auto': return createToolCallParser(mode.parser, newId);
-    case 'required': return new JsonCallsParser(JSON_ARRAY_LAYOUT, newId);
-    case 'named': return new NamedCallParser(mode.name, newId);
+    case 'none':
+      return null;
+    case 'auto':
+      return createToolCallParser(mode.parser, newId);
+    case 'required':
+      return new JsonCallsParser(JSON_ARRAY_LAYOUT, newId);
+    case 'named':
+      return new NamedCallParser(mode.name, newId);
   }
 }

@@ -46,7 +46,11 @@ export function formatValidationErrors(errors: FastifySchemaValidationError[], d
   const first = errors[0];
   if (first === undefined) return badRequest(`invalid request ${dataVar}`, null, 'invalid_parameter');
   if (first.instancePath === '' && first.keyword === 'type') {
-    return badRequest(`the request ${dataVar} must be a JSON object (send it with content-type: application/json)`, null, 'invalid_body');
+    return badRequest(
+      `the request ${dataVar} must be a JSON object (send it with content-type: application/json)`,
+      null,
+      'invalid_body',
+    );
   }
   const params = (first.params ?? {}) as Record<string, unknown>;
   const at = pathToParam(first.instancePath);
@@ -68,7 +72,11 @@ export function formatValidationErrors(errors: FastifySchemaValidationError[], d
   if (size !== undefined) {
     const limit = String((size.params as { limit?: unknown }).limit);
     const what = SIZE_LIMITS[size.keyword]!(limit);
-    return badRequest(`'${pathToParam(size.instancePath)}' ${what} (the gateway's limit)`, param || null, 'invalid_parameter');
+    return badRequest(
+      `'${pathToParam(size.instancePath)}' ${what} (the gateway's limit)`,
+      param || null,
+      'invalid_parameter',
+    );
   }
   const leaf = param.replace(/.*[.\]]/, '').replace(/\[\d+\]$/, '');
   if (union !== undefined) {
@@ -82,7 +90,8 @@ export function formatValidationErrors(errors: FastifySchemaValidationError[], d
       UNION_SHAPES[leaf] ??
       (consts.length > 0 ? `one of ${consts.join(', ')}` : types.length > 0 ? types.join(' or ') : 'a valid value');
     const deeper = errors.find((e) => e.instancePath.length > target.instancePath.length && e.keyword !== 'anyOf');
-    const hint = deeper && UNION_SHAPES[leaf] === undefined ? ` ('${pathToParam(deeper.instancePath)}' ${deeper.message})` : '';
+    const hint =
+      deeper && UNION_SHAPES[leaf] === undefined ? ` ('${pathToParam(deeper.instancePath)}' ${deeper.message})` : '';
     return badRequest(`'${param}' must be ${shape}${hint}`, param, 'invalid_parameter');
   }
   if (first.keyword === 'type') {

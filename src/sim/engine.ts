@@ -41,7 +41,13 @@ import { EngineDialer } from '../transport/engine-dialer.js';
 import type { WireInt } from '../wire/reader.js';
 import { silentLogger, type MinimalLogger } from '../logging.js';
 import {
-  DEFAULT_STEP_TIME_MODEL, KV_PAGE_TOKENS, SimScheduler, type LoadTail, type SchedulerState, type SimRow, type StepTimeModel,
+  DEFAULT_STEP_TIME_MODEL,
+  KV_PAGE_TOKENS,
+  SimScheduler,
+  type LoadTail,
+  type SchedulerState,
+  type SimRow,
+  type StepTimeModel,
 } from './scheduler.js';
 import { UNDECODABLE_OUTPUT, withFaults, type SimFaults } from './faults.js';
 import { TextModel, seedToUint32 } from './text.js';
@@ -266,7 +272,13 @@ function settlesWithin(p: Promise<unknown>, ms: number): Promise<boolean> {
   const expired = new Promise<boolean>((resolve) => {
     timer = setTimeout(() => resolve(false), ms);
   });
-  return Promise.race([p.then(() => true, () => true), expired]).finally(() => clearTimeout(timer));
+  return Promise.race([
+    p.then(
+      () => true,
+      () => true,
+    ),
+    expired,
+  ]).finally(() => clearTimeout(timer));
 }
 
 function describeError(error: unknown): string {
@@ -276,9 +288,12 @@ function describeError(error: unknown): string {
 /** The wire of `family` for one rank. Throws `RangeError` for an unknown family. */
 export function createSimWire(family: SimEngineFamily, ctx: SimWireContext): SimWire {
   switch (family) {
-    case 'tokenspeed': return createTokenSpeedSimWire(ctx);
-    case 'vllm': return createVllmSimWire(ctx);
-    default: throw new RangeError(`engine must be one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(family)}`);
+    case 'tokenspeed':
+      return createTokenSpeedSimWire(ctx);
+    case 'vllm':
+      return createVllmSimWire(ctx);
+    default:
+      throw new RangeError(`engine must be one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(family)}`);
   }
 }
 
@@ -296,34 +311,47 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     throw new RangeError(`engine must be one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(family)}`);
   }
   const abortLagRounds = opts.abortLagRounds ?? 0;
-  if (!(Number.isSafeInteger(abortLagRounds) && abortLagRounds >= 0)) throw new RangeError(`abortLagRounds must be an integer ≥ 0, got ${abortLagRounds}`);
+  if (!(Number.isSafeInteger(abortLagRounds) && abortLagRounds >= 0))
+    throw new RangeError(`abortLagRounds must be an integer ≥ 0, got ${abortLagRounds}`);
   const lockstep = opts.lockstep ?? false;
   if (lockstep && family !== 'vllm') {
-    throw new RangeError('lockstep needs engine "vllm": the TokenSpeed wire has no wave messages (engine-wire.md 5.12)');
+    throw new RangeError(
+      'lockstep needs engine "vllm": the TokenSpeed wire has no wave messages (engine-wire.md 5.12)',
+    );
   }
   if (lockstep && !(Number.isSafeInteger(opts.dataParallelSize) && (opts.dataParallelSize as number) >= 2)) {
-    throw new RangeError(`lockstep needs dataParallelSize, an integer ≥ 2 (the group size), got ${String(opts.dataParallelSize)}`);
+    throw new RangeError(
+      `lockstep needs dataParallelSize, an integer ≥ 2 (the group size), got ${String(opts.dataParallelSize)}`,
+    );
   }
   if (!lockstep && opts.dataParallelSize !== undefined) {
-    throw new RangeError('dataParallelSize is only reported by a lockstep rank: dense ranks report 1 (engine-wire.md 5.12)');
+    throw new RangeError(
+      'dataParallelSize is only reported by a lockstep rank: dense ranks report 1 (engine-wire.md 5.12)',
+    );
   }
   const readyForm = opts.readyResponse ?? 'long';
-  if (readyForm !== 'long' && readyForm !== 'short') throw new RangeError(`readyResponse must be 'long' or 'short', got ${JSON.stringify(readyForm)}`);
+  if (readyForm !== 'long' && readyForm !== 'short')
+    throw new RangeError(`readyResponse must be 'long' or 'short', got ${JSON.stringify(readyForm)}`);
   if (readyForm === 'short' && family !== 'vllm') {
-    throw new RangeError('readyResponse "short" needs engine "vllm": TokenSpeed always sends the 19-key ready response');
+    throw new RangeError(
+      'readyResponse "short" needs engine "vllm": TokenSpeed always sends the 19-key ready response',
+    );
   }
   const outputLayout = opts.outputLayout ?? 13;
-  if (outputLayout !== 13 && outputLayout !== 16) throw new RangeError(`outputLayout must be 13 or 16, got ${JSON.stringify(outputLayout)}`);
+  if (outputLayout !== 13 && outputLayout !== 16)
+    throw new RangeError(`outputLayout must be 13 or 16, got ${JSON.stringify(outputLayout)}`);
   if ((opts.outputLayout !== undefined || opts.vllmVersion !== undefined) && family !== 'vllm') {
     throw new RangeError('outputLayout and vllmVersion need engine "vllm": they describe the vLLM EngineCore wire');
   }
   const timeScale = opts.timeScale ?? 1;
-  if (!Number.isFinite(timeScale) || timeScale < 0) throw new RangeError(`timeScale must be a finite number ≥ 0, got ${timeScale}`);
+  if (!Number.isFinite(timeScale) || timeScale < 0)
+    throw new RangeError(`timeScale must be a finite number ≥ 0, got ${timeScale}`);
   const maxRunning = opts.maxRunning ?? DEFAULTS.maxRunning;
   const kvTotalPages = opts.kvTotalPages ?? DEFAULTS.kvTotalPages;
   const maxModelLen = opts.maxModelLen ?? DEFAULTS.maxModelLen;
   const closeGraceMs = opts.closeGraceMs ?? DEFAULT_CLOSE_GRACE_MS;
-  if (!Number.isFinite(closeGraceMs) || closeGraceMs < 0) throw new RangeError(`closeGraceMs must be a finite number ≥ 0, got ${closeGraceMs}`);
+  if (!Number.isFinite(closeGraceMs) || closeGraceMs < 0)
+    throw new RangeError(`closeGraceMs must be a finite number ≥ 0, got ${closeGraceMs}`);
 
   let textModel = opts.textModel;
   let vocabSize = opts.vocabSize;
@@ -342,7 +370,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   const wire = createSimWire(family, {
     vocabSize,
     enableOutputLogprobs: opts.enableOutputLogprobs ?? true,
-    tokens: (seed: WireInt, prompt: readonly number[], constraint) => model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt, constraint),
+    tokens: (seed: WireInt, prompt: readonly number[], constraint) =>
+      model.createSource((seedToUint32(seed) ^ runSeed) >>> 0, prompt, constraint),
     candidatePool: model.candidatePool,
     outputLayout,
   });
@@ -392,14 +421,41 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   });
   // Debug: the gateway logs the join itself ("DP rank N joined", with max_model_len and the KV pages).
   log.debug(
-    { engineIndex: opts.engineIndex, engine: family, lockstep, readyForm, outputLayout: family === 'vllm' ? outputLayout : undefined, maxRunning, kvTotalPages, maxModelLen, timeScale, slowdown: scheduler.config.slowdown },
+    {
+      engineIndex: opts.engineIndex,
+      engine: family,
+      lockstep,
+      readyForm,
+      outputLayout: family === 'vllm' ? outputLayout : undefined,
+      maxRunning,
+      kvTotalPages,
+      maxModelLen,
+      timeScale,
+      slowdown: scheduler.config.slowdown,
+    },
     'sim rank registered',
   );
 
   const stats: SimEngineStats = {
-    added: 0, rejected: 0, abortedOnArrival: 0, aborted: 0, dropped: 0, rounds: 0, preemptions: 0, batchesSent: 0, steps: 0, stepRows: 0,
-    tokensGenerated: 0, sendErrors: 0,
-    pendingSends: 0, outputPauses: 0, outputPaused: false, wavesStarted: 0, wakesIgnored: 0, wavesCompleted: 0, startWaveRequests: 0,
+    added: 0,
+    rejected: 0,
+    abortedOnArrival: 0,
+    aborted: 0,
+    dropped: 0,
+    rounds: 0,
+    preemptions: 0,
+    batchesSent: 0,
+    steps: 0,
+    stepRows: 0,
+    tokensGenerated: 0,
+    sendErrors: 0,
+    pendingSends: 0,
+    outputPauses: 0,
+    outputPaused: false,
+    wavesStarted: 0,
+    wakesIgnored: 0,
+    wavesCompleted: 0,
+    startWaveRequests: 0,
   };
   let stopping = false;
   let timer: NodeJS.Timeout | null = null;
@@ -419,7 +475,10 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       if (undecodable && frames !== null) frames = [...UNDECODABLE_OUTPUT];
     } catch (error) {
       stats.sendErrors += 1;
-      log.error({ engineIndex: opts.engineIndex, what, err: describeError(error) }, 'sim rank could not encode an output message');
+      log.error(
+        { engineIndex: opts.engineIndex, what, err: describeError(error) },
+        'sim rank could not encode an output message',
+      );
       return false;
     }
     if (frames === null) return false;
@@ -440,7 +499,11 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       },
       (error: unknown) => {
         stats.sendErrors += 1;
-        if (!stopping) log.warn({ engineIndex: opts.engineIndex, what, err: describeError(error) }, 'sim rank could not push an output message');
+        if (!stopping)
+          log.warn(
+            { engineIndex: opts.engineIndex, what, err: describeError(error) },
+            'sim rank could not push an output message',
+          );
         sendSettled();
       },
     );
@@ -522,7 +585,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       // No forward pass. A vLLM rank still reports aborted ids in a step of its own (no rows, stats).
       if (wire.hasPendingReport()) pushStep([], plan.tail);
       // Anything still registered would have been planned (add() refuses what cannot fit).
-      if (scheduler.hasWork()) log.error({ engineIndex: opts.engineIndex, ...scheduler.state() }, 'sim rank has work it cannot schedule');
+      if (scheduler.hasWork())
+        log.error({ engineIndex: opts.engineIndex, ...scheduler.state() }, 'sim rank has work it cannot schedule');
       maybePark();
       return;
     }
@@ -532,17 +596,21 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     // timeScale 0 has no engine clock to keep (every step takes no time).
     const begin = due === null || timeScale === 0 ? now : Math.max(due, now - CATCH_UP_LIMIT_MS);
     const commitDue = begin + plan.stepTimeMs * timeScale;
-    timer = setTimeout(() => {
-      timer = null;
-      if (stopping) return;
-      const batch = scheduler.commit();
-      if (timelines !== null) {
-        for (const r of batch?.rows ?? []) timelines.get(r.rid)?.rows.push({ beginMs: begin, dueMs: commitDue, tokens: r.outputIds.length });
-      }
-      pushStep(batch?.rows ?? [], plan.tail);
-      lastDue = commitDue;
-      startRound(true);
-    }, Math.max(0, commitDue - now));
+    timer = setTimeout(
+      () => {
+        timer = null;
+        if (stopping) return;
+        const batch = scheduler.commit();
+        if (timelines !== null) {
+          for (const r of batch?.rows ?? [])
+            timelines.get(r.rid)?.rows.push({ beginMs: begin, dueMs: commitDue, tokens: r.outputIds.length });
+        }
+        pushStep(batch?.rows ?? [], plan.tail);
+        lastDue = commitDue;
+        startRound(true);
+      },
+      Math.max(0, commitDue - now),
+    );
   };
 
   const onAdd = (payload: Uint8Array): void => {
@@ -556,12 +624,18 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         case 'queued': {
           stats.added += 1;
           timelines?.set(rid, { arrivedMs: performance.now(), rows: [] });
-          log.debug({ engineIndex: opts.engineIndex, rid, promptTokens: spec.promptTokenIds.length }, 'sim rank queued a request');
+          log.debug(
+            { engineIndex: opts.engineIndex, rid, promptTokens: spec.promptTokenIds.length },
+            'sim rank queued a request',
+          );
           const startWave = waves?.arrived(requestWave) ?? null;
           if (startWave !== null && wire.waves !== null) {
             // A request for an already-drained wave reached a parked rank: ask the gateway to wake the group (5.12).
             stats.startWaveRequests += 1;
-            log.debug({ engineIndex: opts.engineIndex, rid, requestWave, wave: startWave }, 'sim rank asks for a wave start');
+            log.debug(
+              { engineIndex: opts.engineIndex, rid, requestWave, wave: startWave },
+              'sim rank asks for a wave start',
+            );
             const waveWire = wire.waves;
             push('start_wave', () => waveWire.encodeStartWave(opts.engineIndex, startWave));
           }
@@ -605,7 +679,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   };
   /** Before a round is planned: count it for every lagging ABORT and apply those whose lag is over. */
   const applyLaggingAborts = (): void => {
-    for (let i = 0; i < laggingAborts.length; ) {
+    for (let i = 0; i < laggingAborts.length;) {
       const a = laggingAborts[i]!;
       if (--a.rounds > 0) {
         i++;
@@ -647,11 +721,18 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       log.debug({ engineIndex: opts.engineIndex, wave, currentWave: before, outcome }, 'sim rank got a START_DP_WAVE');
     } catch (error) {
       stats.dropped += 1;
-      log.warn({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank dropped a malformed START_DP_WAVE');
+      log.warn(
+        { engineIndex: opts.engineIndex, err: describeError(error) },
+        'sim rank dropped a malformed START_DP_WAVE',
+      );
     }
   };
 
-  const served: ReadonlySet<RequestTypeByte> = new Set<RequestTypeByte>([RequestType.ADD, RequestType.ABORT, ...wire.extraRequestTypes]);
+  const served: ReadonlySet<RequestTypeByte> = new Set<RequestTypeByte>([
+    RequestType.ADD,
+    RequestType.ABORT,
+    ...wire.extraRequestTypes,
+  ]);
 
   let closing: Promise<void> | null = null;
   const close = (closeOpts: { sendDead?: boolean } = {}): Promise<void> => {
@@ -686,14 +767,18 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         if (stopping) break;
         if (!served.has(msg.type)) {
           stats.dropped += 1;
-          log.warn({ engineIndex: opts.engineIndex, engine: family, type: msg.type }, 'sim rank dropped a request type its engine does not serve');
+          log.warn(
+            { engineIndex: opts.engineIndex, engine: family, type: msg.type },
+            'sim rank dropped a request type its engine does not serve',
+          );
         } else if (msg.type === RequestType.ADD) onAdd(msg.payload);
         else if (msg.type === RequestType.ABORT) onAbort(msg.payload);
         else if (msg.type === RequestType.START_DP_WAVE) onStartWave(msg.payload);
         startRound();
       }
     } catch (error) {
-      if (!stopping) log.error({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank input failed; stopping');
+      if (!stopping)
+        log.error({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank input failed; stopping');
     }
     await close();
   })();

@@ -112,13 +112,19 @@ options (units: tokens, 16-token KV pages, ms):
 
 const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
-function numberOption(name: string, raw: string | undefined, opts: { integer?: boolean; min?: number; max?: number } = {}): number | undefined {
+function numberOption(
+  name: string,
+  raw: string | undefined,
+  opts: { integer?: boolean; min?: number; max?: number } = {},
+): number | undefined {
   if (raw === undefined) return undefined;
   const v = Number(raw);
   const { integer = false, min = -Infinity, max = Infinity } = opts;
   if (raw.trim() === '' || !Number.isFinite(v) || (integer && !Number.isSafeInteger(v)) || v < min || v > max) {
     const range = `${min === -Infinity ? '' : `≥ ${min}`}${max === Infinity ? '' : ` ≤ ${max}`}`;
-    throw new SimArgsError(`--${name}: expected ${integer ? 'an integer' : 'a number'} ${range}, got ${JSON.stringify(raw)}`);
+    throw new SimArgsError(
+      `--${name}: expected ${integer ? 'an integer' : 'a number'} ${range}, got ${JSON.stringify(raw)}`,
+    );
   }
   return v;
 }
@@ -182,19 +188,24 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   const str = (k: string): string | undefined => values[k] as string | undefined;
   const handshake = str('handshake');
   if (handshake === undefined) throw new SimArgsError('--handshake tcp://host:port is required');
-  if (!/^tcp:\/\/.+:\d+$/.test(handshake)) throw new SimArgsError(`--handshake: expected tcp://host:port, got ${JSON.stringify(handshake)}`);
+  if (!/^tcp:\/\/.+:\d+$/.test(handshake))
+    throw new SimArgsError(`--handshake: expected tcp://host:port, got ${JSON.stringify(handshake)}`);
   const logLevel = str('log-level') ?? 'info';
   if (!(LEVELS as readonly string[]).includes(logLevel)) {
     throw new SimArgsError(`--log-level: expected one of ${LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
   }
   const engineFamily = str('engine') ?? 'tokenspeed';
   if (!(SIM_ENGINE_FAMILIES as readonly string[]).includes(engineFamily)) {
-    throw new SimArgsError(`--engine: expected one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(engineFamily)}`);
+    throw new SimArgsError(
+      `--engine: expected one of ${SIM_ENGINE_FAMILIES.join(', ')}, got ${JSON.stringify(engineFamily)}`,
+    );
   }
   const lockstep = values.lockstep === true;
   const dpSize = numberOption('dp-size', str('dp-size'), { integer: true, min: 2, max: 0x10000 });
   if (lockstep && engineFamily !== 'vllm') {
-    throw new SimArgsError('--lockstep needs --engine vllm: the TokenSpeed wire has no wave messages (engine-wire.md 5.12)');
+    throw new SimArgsError(
+      '--lockstep needs --engine vllm: the TokenSpeed wire has no wave messages (engine-wire.md 5.12)',
+    );
   }
   if (lockstep && dpSize === undefined) throw new SimArgsError('--lockstep needs --dp-size N (the group size, N ≥ 2)');
   if (!lockstep && dpSize !== undefined) {
@@ -205,7 +216,9 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     throw new SimArgsError(`--ready-response: expected long or short, got ${JSON.stringify(readyResponse)}`);
   }
   if (readyResponse === 'short' && engineFamily !== 'vllm') {
-    throw new SimArgsError('--ready-response short needs --engine vllm: TokenSpeed always sends the 19-key ready response');
+    throw new SimArgsError(
+      '--ready-response short needs --engine vllm: TokenSpeed always sends the 19-key ready response',
+    );
   }
   const outputLayout = str('output-layout');
   if (outputLayout !== undefined && outputLayout !== '13' && outputLayout !== '16') {
@@ -213,7 +226,9 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   }
   const vllmVersion = str('vllm-version');
   if ((outputLayout !== undefined || vllmVersion !== undefined) && engineFamily !== 'vllm') {
-    throw new SimArgsError('--output-layout and --vllm-version need --engine vllm: they describe the vLLM EngineCore wire');
+    throw new SimArgsError(
+      '--output-layout and --vllm-version need --engine vllm: they describe the vLLM EngineCore wire',
+    );
   }
   const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
   const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
@@ -234,7 +249,9 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   if (values['disable-prefix-caching'] === true) engine.prefixCaching = false;
   const toolFormat = str('tool-call-format');
   if (toolFormat !== undefined && !(SIM_TOOL_CALL_FORMATS as readonly string[]).includes(toolFormat)) {
-    throw new SimArgsError(`--tool-call-format: expected one of ${SIM_TOOL_CALL_FORMATS.join(', ')}, got ${JSON.stringify(toolFormat)}`);
+    throw new SimArgsError(
+      `--tool-call-format: expected one of ${SIM_TOOL_CALL_FORMATS.join(', ')}, got ${JSON.stringify(toolFormat)}`,
+    );
   }
   if (toolFormat !== undefined || values.reasoning === true) {
     engine.behaviour = {
@@ -263,7 +280,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   const overrunTokens = numberOption('fault-overrun-tokens', str('fault-overrun-tokens'), { integer: true, min: 0 });
   const badTokenId = numberOption('fault-token-id', str('fault-token-id'), { integer: true, min: 0, max: 2 ** 32 - 1 });
   const badTokenAt = numberOption('fault-token-at', str('fault-token-at'), { integer: true, min: 1 });
-  if (badTokenAt !== undefined && badTokenId === undefined) throw new SimArgsError('--fault-token-at needs --fault-token-id');
+  if (badTokenAt !== undefined && badTokenId === undefined)
+    throw new SimArgsError('--fault-token-at needs --fault-token-id');
   const undecodableOutput = values['fault-undecodable-output'] === true;
   if (overrunTokens !== undefined || badTokenId !== undefined || undecodableOutput) {
     engine.faults = {
@@ -351,7 +369,10 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   const onParentGone = (): void => {
     if (args.keepRunning && handle !== null) {
       try {
-        logger.warn({}, 'stdin closed: the spawning gateway is gone; sim rank keeps running (--keep-running) for a gateway restarted on the same endpoints to adopt');
+        logger.warn(
+          {},
+          'stdin closed: the spawning gateway is gone; sim rank keeps running (--keep-running) for a gateway restarted on the same endpoints to adopt',
+        );
       } catch {
         // logging is best effort
       }
@@ -372,7 +393,10 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     try {
       writeStatsFile(statsDir, handle);
     } catch (error) {
-      logger.warn({ err: error instanceof Error ? error.message : String(error), statsDir }, 'sim rank could not write its stats file');
+      logger.warn(
+        { err: error instanceof Error ? error.message : String(error), statsDir },
+        'sim rank could not write its stats file',
+      );
     }
   };
   // Without --stats-dir SIGUSR2 keeps node's default (it ends the process), as before.

@@ -9,7 +9,9 @@
  * wire cannot carry.
  */
 import {
-  BATCH_TOKEN_ID_OUT_SLIM_TAG, encodeBatchTokenIDOutSlim, type BatchTokenIDOutSlim,
+  BATCH_TOKEN_ID_OUT_SLIM_TAG,
+  encodeBatchTokenIDOutSlim,
+  type BatchTokenIDOutSlim,
 } from '../protocols/tokenspeed/output.js';
 import { WireEncodeError } from '../wire/errors.js';
 import { MsgpackWriter } from '../wire/writer.js';
@@ -20,7 +22,8 @@ export type SimBatchView = Omit<SimBatch, 'rows'> & { rows: readonly SimRow[] };
 
 /** The wire struct for one scheduler batch. Throws `RangeError` for an empty batch (the engine never sends one). */
 export function toBatchTokenIDOutSlim(batch: SimBatchView): BatchTokenIDOutSlim {
-  if (batch.rows.length === 0) throw new RangeError('toBatchTokenIDOutSlim: a TokenSpeed rank never sends an empty batch');
+  if (batch.rows.length === 0)
+    throw new RangeError('toBatchTokenIDOutSlim: a TokenSpeed rank never sends an empty batch');
   const rows = batch.rows;
   return {
     rids: rows.map((r) => r.rid),
@@ -108,7 +111,8 @@ function encodeRowsDirect(batch: SimBatchView): Uint8Array {
  * empty batch and `WireEncodeError` naming the field (from the schema codec) for a value the wire cannot carry.
  */
 export function encodeSimBatch(batch: SimBatchView): Uint8Array {
-  if (batch.rows.length === 0) throw new RangeError('toBatchTokenIDOutSlim: a TokenSpeed rank never sends an empty batch');
+  if (batch.rows.length === 0)
+    throw new RangeError('toBatchTokenIDOutSlim: a TokenSpeed rank never sends an empty batch');
   try {
     return encodeRowsDirect(batch);
   } catch (error) {

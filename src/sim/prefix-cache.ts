@@ -32,7 +32,8 @@ export interface PrefixCacheCounts {
 }
 
 function count(name: string, n: number): void {
-  if (!Number.isSafeInteger(n) || n < 0) throw new RangeError(`SimPrefixCache.${name}: expected an integer ≥ 0, got ${n}`);
+  if (!Number.isSafeInteger(n) || n < 0)
+    throw new RangeError(`SimPrefixCache.${name}: expected an integer ≥ 0, got ${n}`);
 }
 
 /** A rank's page pool and prefix cache (see the module comment). */

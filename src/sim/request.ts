@@ -108,7 +108,8 @@ export function validationErrorOf(req: TokenizedGenerateReqInput, opts: EngineVa
     const resolved = start === -1 ? promptLen - 1 : start;
     if (start < -1) return `logprob_start_len ${start} is below -1`;
     if (resolved > promptLen - 1) return `logprob_start_len ${start} is past the prompt (${promptLen} tokens)`;
-    if (resolved < promptLen - 1) return `logprob_start_len ${start} would produce prompt logprobs, which this engine does not return`;
+    if (resolved < promptLen - 1)
+      return `logprob_start_len ${start} would produce prompt logprobs, which this engine does not return`;
     if (num(req.top_logprobs_num) !== 0) return `top_logprobs_num ${String(req.top_logprobs_num)} is not supported`;
     if (req.token_ids_logprob !== null) return 'token_ids_logprob is not supported';
   }
@@ -132,7 +133,9 @@ export interface ToSimRequestOptions extends EngineValidationOptions {
  */
 export function toSimRequest(decoded: TokenizedGenerateReqInput, opts: ToSimRequestOptions): SimRequest {
   if (typeof decoded.rid !== 'string') {
-    throw new SimRequestError(`TokenizedGenerateReqInput.rid: expected a single string, got ${decoded.rid === null ? 'nil' : 'a list'}`);
+    throw new SimRequestError(
+      `TokenizedGenerateReqInput.rid: expected a single string, got ${decoded.rid === null ? 'nil' : 'a list'}`,
+    );
   }
   const req = finalizeRequest(decoded);
   const p = req.sampling_params;

@@ -32,7 +32,10 @@ export interface SimModelBehaviour {
 }
 
 /** The default behaviour: Hermes tool calls (the bundled Qwen3's format), no reasoning. */
-export const DEFAULT_SIM_BEHAVIOUR: Readonly<SimModelBehaviour> = Object.freeze({ toolCallFormat: 'hermes', reasoning: false });
+export const DEFAULT_SIM_BEHAVIOUR: Readonly<SimModelBehaviour> = Object.freeze({
+  toolCallFormat: 'hermes',
+  reasoning: false,
+});
 
 /**
  * The plan of one response: `fixed` text followed by EOS, or `corpus` sentences preceded by `prefix` (a reasoning
@@ -55,9 +58,14 @@ export function declaredTools(prompt: string): DeclaredTool[] {
   for (const line of lines) {
     if (line.trim() === '') continue;
     try {
-      const t = JSON.parse(line) as { function?: { name?: unknown; parameters?: unknown }; name?: unknown; parameters?: unknown };
+      const t = JSON.parse(line) as {
+        function?: { name?: unknown; parameters?: unknown };
+        name?: unknown;
+        parameters?: unknown;
+      };
       const fn = t.function ?? t;
-      if (typeof fn.name === 'string') out.push({ name: fn.name, parameters: fn.parameters ?? { type: 'object', properties: {} } });
+      if (typeof fn.name === 'string')
+        out.push({ name: fn.name, parameters: fn.parameters ?? { type: 'object', properties: {} } });
     } catch {
       // Not a JSON line: not a tool.
     }
@@ -121,9 +129,12 @@ function constrainedTextOrThrow(c: StructuredConstraint, prng: Prng): string | n
       }
       return JSON.stringify(instanceOf(schema, prng));
     }
-    case 'json_object': return JSON.stringify({ answer: 'ok', value: prng.int(1, 99) });
-    case 'regex': return stringForRegex(c.pattern, prng);
-    case 'choice': return c.choices[prng.int(0, c.choices.length - 1)] ?? '';
+    case 'json_object':
+      return JSON.stringify({ answer: 'ok', value: prng.int(1, 99) });
+    case 'regex':
+      return stringForRegex(c.pattern, prng);
+    case 'choice':
+      return c.choices[prng.int(0, c.choices.length - 1)] ?? '';
     case 'grammar':
     case 'structural_tag':
       return null;
@@ -144,7 +155,9 @@ function toolsToCall(tools: readonly DeclaredTool[], turn: string): DeclaredTool
 function callText(calls: readonly DeclaredTool[], format: Exclude<SimToolCallFormat, 'none'>, prng: Prng): string {
   const args = calls.map((t) => JSON.stringify(instanceOf(t.parameters, prng)));
   if (format === 'hermes') {
-    return calls.map((t, i) => `<tool_call>\n{"name": ${JSON.stringify(t.name)}, "arguments": ${args[i]}}\n</tool_call>`).join('\n');
+    return calls
+      .map((t, i) => `<tool_call>\n{"name": ${JSON.stringify(t.name)}, "arguments": ${args[i]}}\n</tool_call>`)
+      .join('\n');
   }
   return calls.map((t, i) => `{"name": ${JSON.stringify(t.name)}, "parameters": ${args[i]}}`).join('; ');
 }

@@ -358,7 +358,8 @@ export class SimScheduler {
 
   constructor(config: SchedulerConfig) {
     const intAtLeast = (name: string, v: number, min: number): void => {
-      if (!Number.isSafeInteger(v) || v < min) throw new RangeError(`SchedulerConfig.${name}: expected an integer ≥ ${min}, got ${v}`);
+      if (!Number.isSafeInteger(v) || v < min)
+        throw new RangeError(`SchedulerConfig.${name}: expected an integer ≥ ${min}, got ${v}`);
     };
     intAtLeast('engineIndex', config.engineIndex, 0);
     intAtLeast('maxRunning', config.maxRunning, 1);
@@ -366,7 +367,8 @@ export class SimScheduler {
     intAtLeast('maxModelLen', config.maxModelLen, 3);
     const stepTime = config.stepTime ?? DEFAULT_STEP_TIME_MODEL;
     for (const [k, v] of Object.entries(stepTime)) {
-      if (!Number.isFinite(v) || v < 0) throw new RangeError(`SchedulerConfig.stepTime.${k}: expected a finite number ≥ 0, got ${v}`);
+      if (!Number.isFinite(v) || v < 0)
+        throw new RangeError(`SchedulerConfig.stepTime.${k}: expected a finite number ≥ 0, got ${v}`);
     }
     const slowdown = config.slowdown ?? 1;
     if (!Number.isFinite(slowdown) || slowdown <= 0) {
@@ -389,7 +391,9 @@ export class SimScheduler {
     });
     this.cache = new SimPrefixCache(this.config.kvTotalPages, this.config.prefixCaching);
     if (this.config.finishRules !== 'tokenspeed' && this.config.finishRules !== 'vllm') {
-      throw new RangeError(`SchedulerConfig.finishRules: expected 'tokenspeed' or 'vllm', got ${JSON.stringify(this.config.finishRules)}`);
+      throw new RangeError(
+        `SchedulerConfig.finishRules: expected 'tokenspeed' or 'vllm', got ${JSON.stringify(this.config.finishRules)}`,
+      );
     }
     this.vllm = this.config.finishRules === 'vllm';
     this.eos = new Set(config.eosTokenIds);
@@ -407,7 +411,8 @@ export class SimScheduler {
     const promptLen = spec.promptTokenIds.length;
     const maxNew = this.limitFor(spec, promptLen);
     const stopIds = new Set(spec.stopTokenIds ?? []);
-    const eosIds = spec.eosTokenIds !== undefined ? new Set(spec.eosTokenIds) : this.vllm ? new Set<number>() : this.eos;
+    const eosIds =
+      spec.eosTokenIds !== undefined ? new Set(spec.eosTokenIds) : this.vllm ? new Set<number>() : this.eos;
     const req: Req = {
       spec,
       promptLen,
@@ -446,7 +451,11 @@ export class SimScheduler {
    * Why `spec` is admitted finished, or null. Validation errors come first (engine-wire.md 4.6), then the sim's own
    * capacity checks.
    */
-  rejectionReason(spec: SimRequest, promptLen = spec.promptTokenIds.length, maxNew = this.limitFor(spec, promptLen)): string | null {
+  rejectionReason(
+    spec: SimRequest,
+    promptLen = spec.promptTokenIds.length,
+    maxNew = this.limitFor(spec, promptLen),
+  ): string | null {
     if (spec.validationError !== null) return spec.validationError;
     if (promptLen === 0) return 'empty prompt';
     if (maxNew < 0) return `prompt of ${promptLen} tokens does not fit max_model_len ${this.config.maxModelLen}`;
@@ -636,7 +645,8 @@ export class SimScheduler {
     const stepTimeMs =
       plannedCount === 0
         ? 0
-        : (st.baseMs + st.perPrefillTokenMs * prefillTokens + st.perDecodeTokenMs * decodeTokens) * this.config.slowdown;
+        : (st.baseMs + st.perPrefillTokenMs * prefillTokens + st.perDecodeTokenMs * decodeTokens) *
+          this.config.slowdown;
     if (plannedCount > 0) {
       this.tail = {
         numRunning: this.registered.size,
@@ -647,8 +657,15 @@ export class SimScheduler {
       this.planned = this.running.slice();
     }
     return {
-      admission, plannedCount, prefillTokens, decodeTokens, stepTimeMs, retracted,
-      cacheRequests: lookups.requests, cacheQueryTokens: lookups.queryTokens, cacheHitTokens: lookups.hitTokens,
+      admission,
+      plannedCount,
+      prefillTokens,
+      decodeTokens,
+      stepTimeMs,
+      retracted,
+      cacheRequests: lookups.requests,
+      cacheQueryTokens: lookups.queryTokens,
+      cacheHitTokens: lookups.hitTokens,
       tail: this.tail,
     };
   }

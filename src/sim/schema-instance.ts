@@ -38,7 +38,8 @@ const isObject = (v: unknown): v is Schema => typeof v === 'object' && v !== nul
  */
 export function stringForRegex(pattern: string, prng: Prng): string {
   for (const m of pattern.matchAll(/\{\s*(\d+)\s*(?:,\s*(\d*)\s*)?\}/g)) {
-    if (Number(m[1]) > MAX_REGEX_REPEAT || Number(m[2] ?? 0) > MAX_REGEX_REPEAT) throw new RangeError(`regex repetition ${m[0]} above ${MAX_REGEX_REPEAT}`);
+    if (Number(m[1]) > MAX_REGEX_REPEAT || Number(m[2] ?? 0) > MAX_REGEX_REPEAT)
+      throw new RangeError(`regex repetition ${m[0]} above ${MAX_REGEX_REPEAT}`);
   }
   const r = new RandExp(pattern);
   r.max = 6;
@@ -50,7 +51,10 @@ export function stringForRegex(pattern: string, prng: Prng): string {
 function resolveRef(ref: string, root: Schema): Schema {
   if (!ref.startsWith('#')) return {};
   let node: unknown = root;
-  for (const raw of ref.slice(1).split('/').filter((p) => p !== '')) {
+  for (const raw of ref
+    .slice(1)
+    .split('/')
+    .filter((p) => p !== '')) {
     const key = raw.replaceAll('~1', '/').replaceAll('~0', '~');
     node = isObject(node) ? node[key] : undefined;
   }
@@ -66,12 +70,19 @@ function stringFor(s: Schema, prng: Prng): string {
     }
   }
   switch (s.format) {
-    case 'date-time': return '2024-05-17T09:30:00Z';
-    case 'date': return '2024-05-17';
-    case 'time': return '09:30:00';
-    case 'email': return `${WORDS[prng.int(0, WORDS.length - 1)]}@example.com`;
-    case 'uri': case 'url': return `https://example.com/${WORDS[prng.int(0, WORDS.length - 1)]}`;
-    case 'uuid': return '123e4567-e89b-42d3-a456-426614174000';
+    case 'date-time':
+      return '2024-05-17T09:30:00Z';
+    case 'date':
+      return '2024-05-17';
+    case 'time':
+      return '09:30:00';
+    case 'email':
+      return `${WORDS[prng.int(0, WORDS.length - 1)]}@example.com`;
+    case 'uri':
+    case 'url':
+      return `https://example.com/${WORDS[prng.int(0, WORDS.length - 1)]}`;
+    case 'uuid':
+      return '123e4567-e89b-42d3-a456-426614174000';
   }
   const min = typeof s.minLength === 'number' ? Math.min(s.minLength, MAX_LENGTH) : 0;
   const max = typeof s.maxLength === 'number' ? s.maxLength : Infinity;
@@ -82,8 +93,12 @@ function stringFor(s: Schema, prng: Prng): string {
 
 function numberFor(s: Schema, integer: boolean, prng: Prng): number {
   const num = (k: string) => (typeof s[k] === 'number' ? (s[k] as number) : undefined);
-  let lo = num('minimum') ?? (num('exclusiveMinimum') !== undefined ? num('exclusiveMinimum')! + (integer ? 1 : 0.01) : undefined);
-  let hi = num('maximum') ?? (num('exclusiveMaximum') !== undefined ? num('exclusiveMaximum')! - (integer ? 1 : 0.01) : undefined);
+  let lo =
+    num('minimum') ??
+    (num('exclusiveMinimum') !== undefined ? num('exclusiveMinimum')! + (integer ? 1 : 0.01) : undefined);
+  let hi =
+    num('maximum') ??
+    (num('exclusiveMaximum') !== undefined ? num('exclusiveMaximum')! - (integer ? 1 : 0.01) : undefined);
   lo ??= hi !== undefined ? hi - 100 : 0;
   hi ??= lo + 100;
   if (integer) {
@@ -98,11 +113,17 @@ function numberFor(s: Schema, integer: boolean, prng: Prng): number {
  * A value valid against `schema` (a JSON schema object or boolean), chosen with `prng`. `root` resolves `$ref`s
  * (defaults to `schema`). Never throws for a schema object; unknown keywords are ignored.
  */
-export function instanceOf(schema: unknown, prng: Prng, root: Schema = isObject(schema) ? schema : {}, depth = 0): unknown {
+export function instanceOf(
+  schema: unknown,
+  prng: Prng,
+  root: Schema = isObject(schema) ? schema : {},
+  depth = 0,
+): unknown {
   if (schema === true || schema === undefined) return WORDS[prng.int(0, WORDS.length - 1)];
   if (!isObject(schema) || depth > MAX_NESTING) return null;
   const s = schema;
-  if (typeof s.$ref === 'string') return instanceOf({ ...resolveRef(s.$ref, root), ...omit(s, '$ref') }, prng, root, depth + 1);
+  if (typeof s.$ref === 'string')
+    return instanceOf({ ...resolveRef(s.$ref, root), ...omit(s, '$ref') }, prng, root, depth + 1);
   if ('const' in s) return s.const;
   if (Array.isArray(s.enum) && s.enum.length > 0) return s.enum[prng.int(0, s.enum.length - 1)];
   for (const key of ['anyOf', 'oneOf'] as const) {
@@ -118,7 +139,10 @@ export function instanceOf(schema: unknown, prng: Prng, root: Schema = isObject(
       if (!isObject(part)) continue;
       Object.assign(merged, part, {
         properties: { ...(merged.properties as Schema | undefined), ...(part.properties as Schema | undefined) },
-        required: [...((merged.required as string[] | undefined) ?? []), ...((part.required as string[] | undefined) ?? [])],
+        required: [
+          ...((merged.required as string[] | undefined) ?? []),
+          ...((part.required as string[] | undefined) ?? []),
+        ],
       });
     }
     return instanceOf(merged, prng, root, depth + 1);
@@ -132,7 +156,8 @@ export function instanceOf(schema: unknown, prng: Prng, root: Schema = isObject(
       const props = isObject(s.properties) ? s.properties : {};
       const required = new Set(Array.isArray(s.required) ? (s.required as string[]) : []);
       for (const [name, sub] of Object.entries(props)) {
-        if (required.has(name) || (depth < MAX_DEPTH && prng.next() < 0.5)) out[name] = instanceOf(sub, prng, root, depth + 1);
+        if (required.has(name) || (depth < MAX_DEPTH && prng.next() < 0.5))
+          out[name] = instanceOf(sub, prng, root, depth + 1);
       }
       return out;
     }
@@ -140,15 +165,24 @@ export function instanceOf(schema: unknown, prng: Prng, root: Schema = isObject(
       const prefix = Array.isArray(s.prefixItems) ? s.prefixItems : [];
       const min = Math.min(Math.max(typeof s.minItems === 'number' ? s.minItems : 0, prefix.length), MAX_ITEMS);
       const max = typeof s.maxItems === 'number' ? s.maxItems : Math.max(min, 3);
-      const count = depth >= MAX_DEPTH ? min : prng.int(Math.min(Math.max(min, 1), max), Math.max(min, Math.min(max, 3)));
-      return Array.from({ length: count }, (_, i) => instanceOf(i < prefix.length ? prefix[i] : s.items, prng, root, depth + 1));
+      const count =
+        depth >= MAX_DEPTH ? min : prng.int(Math.min(Math.max(min, 1), max), Math.max(min, Math.min(max, 3)));
+      return Array.from({ length: count }, (_, i) =>
+        instanceOf(i < prefix.length ? prefix[i] : s.items, prng, root, depth + 1),
+      );
     }
-    case 'string': return stringFor(s, prng);
-    case 'integer': return numberFor(s, true, prng);
-    case 'number': return numberFor(s, false, prng);
-    case 'boolean': return prng.next() < 0.5;
-    case 'null': return null;
-    default: return null;
+    case 'string':
+      return stringFor(s, prng);
+    case 'integer':
+      return numberFor(s, true, prng);
+    case 'number':
+      return numberFor(s, false, prng);
+    case 'boolean':
+      return prng.next() < 0.5;
+    case 'null':
+      return null;
+    default:
+      return null;
   }
 }
 

@@ -92,9 +92,21 @@ export function simEntryArgs(): string[] {
   return main.endsWith('.ts') ? ['--import', import.meta.resolve('tsx'), main] : [main];
 }
 
-const PINO_LEVELS: Record<number, keyof MinimalLogger> = { 10: 'debug', 20: 'debug', 30: 'info', 40: 'warn', 50: 'error', 60: 'error' };
+const PINO_LEVELS: Record<number, keyof MinimalLogger> = {
+  10: 'debug',
+  20: 'debug',
+  30: 'info',
+  40: 'warn',
+  50: 'error',
+  60: 'error',
+};
 
-function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineIndex: number, source: 'stdout' | 'stderr'): void {
+function relay(
+  stream: NodeJS.ReadableStream | null,
+  log: MinimalLogger,
+  engineIndex: number,
+  source: 'stdout' | 'stderr',
+): void {
   if (stream === null) return;
   const rl = createInterface({ input: stream, crlfDelay: Infinity });
   rl.on('line', (line) => {
@@ -110,9 +122,21 @@ function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineI
     if (parsed !== null && typeof parsed === 'object' && typeof (parsed as { level?: unknown }).level === 'number') {
       // engine / engineIndex are dropped: the parent's group logger binds `engine`, and `simEngineIndex` names the
       // rank (pino would otherwise write the `engine` key twice).
-      const { level, msg, time: _time, pid, hostname: _host, engine: _engine, engineIndex: _index, ...rest } = parsed as Record<string, unknown>;
+      const {
+        level,
+        msg,
+        time: _time,
+        pid,
+        hostname: _host,
+        engine: _engine,
+        engineIndex: _index,
+        ...rest
+      } = parsed as Record<string, unknown>;
       const method = PINO_LEVELS[level as number] ?? 'info';
-      log[method]({ simEngineIndex: engineIndex, simPid: pid, ...rest }, typeof msg === 'string' ? msg : 'sim rank log');
+      log[method](
+        { simEngineIndex: engineIndex, simPid: pid, ...rest },
+        typeof msg === 'string' ? msg : 'sim rank log',
+      );
     } else {
       log.warn({ simEngineIndex: engineIndex, source, line }, 'sim rank output');
     }
@@ -128,19 +152,26 @@ function relay(stream: NodeJS.ReadableStream | null, log: MinimalLogger, engineI
  */
 export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   const first = opts.firstEngineIndex ?? 0;
-  if (!Number.isSafeInteger(opts.count) || opts.count < 1) throw new RangeError(`spawnSimRanks: count must be an integer ≥ 1, got ${opts.count}`);
+  if (!Number.isSafeInteger(opts.count) || opts.count < 1)
+    throw new RangeError(`spawnSimRanks: count must be an integer ≥ 1, got ${opts.count}`);
   if (!Number.isSafeInteger(first) || first < 0 || first + opts.count - 1 > 0xffff) {
     throw new RangeError(`spawnSimRanks: engine indexes ${first}..${first + opts.count - 1} must lie in 0..65535`);
   }
   if (!opts.handshakeAddress.startsWith('tcp://')) {
-    throw new RangeError(`spawnSimRanks: handshakeAddress must start with tcp://, got ${JSON.stringify(opts.handshakeAddress)}`);
+    throw new RangeError(
+      `spawnSimRanks: handshakeAddress must start with tcp://, got ${JSON.stringify(opts.handshakeAddress)}`,
+    );
   }
   const engine = opts.engine ?? 'tokenspeed';
-  if (engine !== 'tokenspeed' && engine !== 'vllm') throw new RangeError(`spawnSimRanks: engine must be tokenspeed or vllm, got ${JSON.stringify(engine)}`);
+  if (engine !== 'tokenspeed' && engine !== 'vllm')
+    throw new RangeError(`spawnSimRanks: engine must be tokenspeed or vllm, got ${JSON.stringify(engine)}`);
   if (opts.lockstep === true && engine !== 'vllm') {
-    throw new RangeError('spawnSimRanks: lockstep needs engine "vllm" (the TokenSpeed wire has no wave messages, engine-wire.md 5.12)');
+    throw new RangeError(
+      'spawnSimRanks: lockstep needs engine "vllm" (the TokenSpeed wire has no wave messages, engine-wire.md 5.12)',
+    );
   }
-  if (opts.lockstep === true && opts.count < 2) throw new RangeError(`spawnSimRanks: a lockstep group needs count ≥ 2, got ${opts.count}`);
+  if (opts.lockstep === true && opts.count < 2)
+    throw new RangeError(`spawnSimRanks: a lockstep group needs count ≥ 2, got ${opts.count}`);
   const familyArgs = [
     ...(engine !== 'tokenspeed' ? ['--engine', engine] : []),
     ...(opts.lockstep === true ? ['--lockstep', '--dp-size', String(opts.count)] : []),
@@ -149,7 +180,9 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
   for (const [key, factor] of Object.entries(opts.slowdowns ?? {})) {
     const index = Number(key);
     if (!Number.isSafeInteger(index) || index < first || index >= first + opts.count) {
-      throw new RangeError(`spawnSimRanks: slowdowns names engine index ${key}, not one of ${first}..${first + opts.count - 1}`);
+      throw new RangeError(
+        `spawnSimRanks: slowdowns names engine index ${key}, not one of ${first}..${first + opts.count - 1}`,
+      );
     }
     if (!Number.isFinite(factor) || factor <= 0) {
       throw new RangeError(`spawnSimRanks: slowdown of engine index ${key} must be a finite number > 0, got ${factor}`);
@@ -166,7 +199,10 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
     if (opts.skip?.has(engineIndex) === true) continue;
     const args = [
       ...entry,
-      '--handshake', opts.handshakeAddress, '--engine-index', String(engineIndex),
+      '--handshake',
+      opts.handshakeAddress,
+      '--engine-index',
+      String(engineIndex),
       // The rank's stdin is a pipe from this process: when this process dies (even by SIGKILL) the pipe closes
       // and the rank shuts down instead of living on as an orphan (unless `--keep-running` is among the extra
       // arguments: then, once registered, it outlives this process for a restarted gateway to adopt; main.ts).

@@ -191,7 +191,8 @@ export class TextModel {
     let text = this.promptTexts.get(key);
     if (text === undefined) {
       text = this.tokenizer.decode(ids, { skipSpecialTokens: false });
-      if (this.promptTexts.size >= PROMPT_TEXT_CACHE_ENTRIES) this.promptTexts.delete(this.promptTexts.keys().next().value as string);
+      if (this.promptTexts.size >= PROMPT_TEXT_CACHE_ENTRIES)
+        this.promptTexts.delete(this.promptTexts.keys().next().value as string);
     } else this.promptTexts.delete(key); // re-inserted below: most recently used last
     this.promptTexts.set(key, text);
     return text;
@@ -204,7 +205,11 @@ export class TextModel {
    * block, a quoted tool result). `constraint` is the request's structured-output constraint (null: none). A fixed
    * text that ends before the request may stop (`min_tokens`) continues with corpus text.
    */
-  createSource(seed: number | bigint, promptTokenIds: readonly number[], constraint: StructuredConstraint | null = null): TokenSource {
+  createSource(
+    seed: number | bigint,
+    promptTokenIds: readonly number[],
+    constraint: StructuredConstraint | null = null,
+  ): TokenSource {
     const prng = new Prng((seedToUint32(seed) ^ hashTokens(promptTokenIds)) >>> 0);
     const promptText = this.promptText(promptTokenIds);
     const plan = planResponse(promptText, constraint, this.behaviour, prng);
@@ -218,7 +223,12 @@ export class TextModel {
     let corpusStarted = false;
     const startSentence = (): void => {
       const s = this.sentences[prng.int(0, this.sentences.length - 1)];
-      current = !corpusStarted && fixed.length === 0 ? s.bare : prng.next() < this.paragraphProbability ? s.paragraph : s.spaced;
+      current =
+        !corpusStarted && fixed.length === 0
+          ? s.bare
+          : prng.next() < this.paragraphProbability
+            ? s.paragraph
+            : s.spaced;
       corpusStarted = true;
       pos = 0;
     };

@@ -73,10 +73,14 @@ export function runVirtual(
   if (!Number.isFinite(scale) || scale < 0) throw new RangeError(`timeScale must be a finite number ≥ 0, got ${scale}`);
   const maxRounds = opts.maxRounds ?? 100_000;
   for (const a of arrivals) {
-    if (!Number.isFinite(a.atMs) || a.atMs < 0) throw new RangeError(`arrival time must be a finite number ≥ 0 ms, got ${a.atMs}`);
+    if (!Number.isFinite(a.atMs) || a.atMs < 0)
+      throw new RangeError(`arrival time must be a finite number ≥ 0 ms, got ${a.atMs}`);
   }
   // Stable by time: equal times keep their given order.
-  const queue = arrivals.map((a, i) => ({ a, i })).sort((x, y) => x.a.atMs - y.a.atMs || x.i - y.i).map((x) => x.a);
+  const queue = arrivals
+    .map((a, i) => ({ a, i }))
+    .sort((x, y) => x.a.atMs - y.a.atMs || x.i - y.i)
+    .map((x) => x.a);
   const s = new SimScheduler(config);
   const rounds: VirtualRound[] = [];
   const rejections: VirtualRunResult['rejections'] = [];
@@ -111,7 +115,8 @@ export function runVirtual(
         tail: plan.tail,
         rows: batch?.rows ?? [],
       });
-      if (rounds.length >= maxRounds && s.hasWork()) throw new Error(`runVirtual: the rank did not drain within ${maxRounds} rounds`);
+      if (rounds.length >= maxRounds && s.hasWork())
+        throw new Error(`runVirtual: the rank did not drain within ${maxRounds} rounds`);
     } else {
       now = arrivalAt;
       s.add(queue[next].request(), now);

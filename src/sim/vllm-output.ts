@@ -22,10 +22,14 @@ const DIRECT_PATH = 'EngineCoreOutputs';
  */
 export function vllmFinishReasonOf(reason: SimFinishReason): number | null {
   switch (reason) {
-    case '': return null;
-    case 'stop': return VllmFinishReason.STOP;
-    case 'length': return VllmFinishReason.LENGTH;
-    case 'abort': return VllmFinishReason.ERROR;
+    case '':
+      return null;
+    case 'stop':
+      return VllmFinishReason.STOP;
+    case 'length':
+      return VllmFinishReason.LENGTH;
+    case 'abort':
+      return VllmFinishReason.ERROR;
   }
 }
 
@@ -76,14 +80,18 @@ function writeOutput(w: MsgpackWriter, row: SimRow, layout: EngineCoreOutputLayo
   if (length === 7) return;
   // events, kv_transfer_params, then trace_headers (13) or ec_transfer_params and trace_headers (16)
   for (let i = 7; i < prefillAt; i++) w.writeNil();
-  prefillStatsCodecFor(layout).encode(w, {
-    num_prompt_tokens: row.promptTokens,
-    num_computed_tokens: row.prefillTokens as number,
-    num_cached_tokens: row.cachedTokens,
-    num_local_cached_tokens: row.cachedTokens,
-    num_external_cached_tokens: 0,
-    num_cache_creation_tokens: 0,
-  }, DIRECT_PATH);
+  prefillStatsCodecFor(layout).encode(
+    w,
+    {
+      num_prompt_tokens: row.promptTokens,
+      num_computed_tokens: row.prefillTokens as number,
+      num_cached_tokens: row.cachedTokens,
+      num_local_cached_tokens: row.cachedTokens,
+      num_external_cached_tokens: 0,
+      num_cache_creation_tokens: 0,
+    },
+    DIRECT_PATH,
+  );
 }
 
 /**

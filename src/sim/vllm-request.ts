@@ -56,11 +56,14 @@ export function constraintOf(so: StructuredOutputsParams): StructuredConstraint 
 
 /** Why EngineCore cannot serve `req`, or null (checked in field order). */
 export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?: number }): string | null {
-  if (req.prompt_embeds !== null && req.prompt_embeds !== undefined) return 'prompt_embeds are not served by this engine';
+  if (req.prompt_embeds !== null && req.prompt_embeds !== undefined)
+    return 'prompt_embeds are not served by this engine';
   if (req.prompt_token_ids === null) return 'prompt_token_ids is nil (this engine serves token prompts only)';
-  if (req.mm_features !== null && req.mm_features.length > 0) return 'mm_features: multimodal inputs are not served by this engine';
+  if (req.mm_features !== null && req.mm_features.length > 0)
+    return 'mm_features: multimodal inputs are not served by this engine';
   if (req.sampling_params === null) return 'sampling_params is nil (pooling requests are not served)';
-  if (req.pooling_params !== null && req.pooling_params !== undefined) return 'pooling_params: pooling requests are not served';
+  if (req.pooling_params !== null && req.pooling_params !== undefined)
+    return 'pooling_params: pooling requests are not served';
   const vocab = opts.vocabSize;
   for (let i = 0; i < req.prompt_token_ids.length; i++) {
     const t = toNumber(req.prompt_token_ids[i]);
@@ -73,7 +76,8 @@ export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?
   if (toNumber(p.min_tokens) < 0) return `sampling_params.min_tokens: ${String(p.min_tokens)} must be ≥ 0`;
   if (p.logit_bias !== null && vocab !== undefined) {
     for (const k of p.logit_bias.keys()) {
-      if (k < 0 || k >= vocab) return `sampling_params.logit_bias: token id ${k} is outside the vocabulary [0, ${vocab})`;
+      if (k < 0 || k >= vocab)
+        return `sampling_params.logit_bias: token id ${k} is outside the vocabulary [0, ${vocab})`;
     }
   }
   return null;
@@ -83,7 +87,10 @@ export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?
  * Maps a decoded `EngineCoreRequest` onto the scheduler's request (see the module comment), plus the wave the
  * sender named (`current_wave`, index 12). Throws `SimRequestError` for an empty `request_id` (nothing to answer to).
  */
-export function toVllmSimRequest(req: EngineCoreRequest, opts: VllmSimRequestOptions): { request: SimRequest; requestWave: number } {
+export function toVllmSimRequest(
+  req: EngineCoreRequest,
+  opts: VllmSimRequestOptions,
+): { request: SimRequest; requestWave: number } {
   if (req.request_id.length === 0) throw new SimRequestError('EngineCoreRequest.request_id: empty request id');
   const validationError = vllmValidationErrorOf(req, opts);
   const prompt = (req.prompt_token_ids ?? []).map(toNumber);

@@ -34,10 +34,20 @@
  * vectors in test/vectors/vllm), and the gateway reads both.
  */
 import {
-  decodeAbortPayload, decodeEngineCoreRequest, decodeStartDpWave, defaultEngineCoreOutput,
-  defaultEngineCoreOutputs, encodeEngineCoreOutputsFrames, schedulerStatsFor,
+  decodeAbortPayload,
+  decodeEngineCoreRequest,
+  decodeStartDpWave,
+  defaultEngineCoreOutput,
+  defaultEngineCoreOutputs,
+  encodeEngineCoreOutputsFrames,
+  schedulerStatsFor,
 } from '../protocols/vllm/index.js';
-import type { EngineCoreOutput, EngineCoreOutputLayout, EngineCoreOutputs, SchedulerStats } from '../protocols/vllm/index.js';
+import type {
+  EngineCoreOutput,
+  EngineCoreOutputLayout,
+  EngineCoreOutputs,
+  SchedulerStats,
+} from '../protocols/vllm/index.js';
 import type { WireInt } from '../wire/reader.js';
 import { RequestType } from '../protocols/types.js';
 import type { SimRow } from './scheduler.js';
@@ -54,7 +64,12 @@ export { vllmFinishReasonOf } from './vllm-output.js';
  * hash of the token, so repeatable); the sampled token is the best candidate, except for about one token in four
  * whose logprob leaves room for a better one, where it ranks second; the other candidates are less likely.
  */
-export function candidateRow(tokenId: number, logprob: number, k: number, pool: readonly number[]): { ids: number[]; logprobs: number[]; rank: number } {
+export function candidateRow(
+  tokenId: number,
+  logprob: number,
+  k: number,
+  pool: readonly number[],
+): { ids: number[]; logprobs: number[]; rank: number } {
   if (k <= 0) return { ids: [tokenId], logprobs: [logprob], rank: 1 };
   const others: number[] = [];
   let h = (Math.imul(tokenId + 1, 0x9e3779b1) >>> 0) % Math.max(1, pool.length);
@@ -66,17 +81,30 @@ export function candidateRow(tokenId: number, logprob: number, k: number, pool: 
   const base = Number.isFinite(logprob) ? logprob : -20;
   const second = base < -0.4 && tokenId % 4 === 0;
   const ranked: Array<{ id: number; lp: number }> = second
-    ? [{ id: others[0]!, lp: base + 0.3 }, { id: tokenId, lp: logprob }, ...others.slice(1).map((id, j) => ({ id, lp: base - 0.5 * (j + 1) }))]
+    ? [
+        { id: others[0]!, lp: base + 0.3 },
+        { id: tokenId, lp: logprob },
+        ...others.slice(1).map((id, j) => ({ id, lp: base - 0.5 * (j + 1) })),
+      ]
     : [{ id: tokenId, lp: logprob }, ...others.map((id, j) => ({ id, lp: base - 0.5 * (j + 1) }))];
   const top = ranked.filter((c) => c.id !== undefined).slice(0, k);
-  return { ids: [tokenId, ...top.map((c) => c.id)], logprobs: [logprob, ...top.map((c) => c.lp)], rank: second ? 2 : 1 };
+  return {
+    ids: [tokenId, ...top.map((c) => c.id)],
+    logprobs: [logprob, ...top.map((c) => c.lp)],
+    rank: second ? 2 : 1,
+  };
 }
 
 /**
  * One scheduler row as an `EngineCoreOutput` (engine-wire.md 5.9) with the fields of `layout` (default 13;
  * docs/wire/vllm-output.md); `topK` ranked candidates per token (5.6).
  */
-export function toEngineCoreOutput(row: SimRow, topK = 0, pool: readonly number[] = [], layout: EngineCoreOutputLayout = 13): EngineCoreOutput {
+export function toEngineCoreOutput(
+  row: SimRow,
+  topK = 0,
+  pool: readonly number[] = [],
+  layout: EngineCoreOutputLayout = 13,
+): EngineCoreOutput {
   const out = defaultEngineCoreOutput(row.rid, [...row.outputIds], layout);
   out.finish_reason = vllmFinishReasonOf(row.finishedReason);
   if (row.finishedReason === 'stop') out.stop_reason = row.stopReason;
@@ -115,7 +143,10 @@ export interface PrefixLookupTotals {
  * lookups since `previous` (the totals at the rank's previous stats; all zeros for the first): requests admitted,
  * tokens looked up (`queries`, tokens as vLLM counts them) and tokens hit.
  */
-export function schedulerStatsOf(step: SimStep, previous: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 }): SchedulerStats {
+export function schedulerStatsOf(
+  step: SimStep,
+  previous: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 },
+): SchedulerStats {
   const stats = schedulerStatsFor({
     numRunning: step.state.running,
     numWaiting: step.state.waiting,
@@ -184,7 +215,13 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
   let reported: PrefixLookupTotals = { requests: 0, queries: 0, hits: 0 };
 
   /** The step through the schema codec: outputs as `EngineCoreOutput` objects (logprob tensors included). */
-  const encodeObjects = (step: SimStep, rowTopK: readonly number[], finished: string[] | null, stats: SchedulerStats, timestamp: number): Uint8Array[] => {
+  const encodeObjects = (
+    step: SimStep,
+    rowTopK: readonly number[],
+    finished: string[] | null,
+    stats: SchedulerStats,
+    timestamp: number,
+  ): Uint8Array[] => {
     const o = envelope(step.engineIndex);
     o.timestamp = timestamp;
     o.outputs = step.rows.map((r, i) => toEngineCoreOutput(r, rowTopK[i]!, pool, layout));
@@ -213,7 +250,16 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
     const timestamp = nowSeconds();
     if (direct) {
       try {
-        return [encodeVllmStepDirect({ engineIndex: step.engineIndex, rows: step.rows, finished: finishedList, stats, timestamp, layout })];
+        return [
+          encodeVllmStepDirect({
+            engineIndex: step.engineIndex,
+            rows: step.rows,
+            finished: finishedList,
+            stats,
+            timestamp,
+            layout,
+          }),
+        ];
       } catch (error) {
         // The schema codec names the field the wire cannot carry.
         if (!(error instanceof WireEncodeError)) throw error;

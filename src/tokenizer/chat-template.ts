@@ -91,9 +91,13 @@ class LazyTemplate {
       try {
         template = new Template(this.source);
       } catch (error) {
-        throw new ChatTemplateError('parse', `chat template '${this.name}' failed to parse: ${(error as Error).message}`, {
-          cause: error,
-        });
+        throw new ChatTemplateError(
+          'parse',
+          `chat template '${this.name}' failed to parse: ${(error as Error).message}`,
+          {
+            cause: error,
+          },
+        );
       }
       renameRaiseException(template.parsed, new Set());
       this.parsed = template;
@@ -138,7 +142,9 @@ function parentScope(specialTokens: Readonly<Record<string, string>>): Environme
   if (env === undefined) {
     env = new Environment();
     globalsOnce ??= libraryGlobals();
-    const declare = (env as unknown as { declareVariable(name: string, value: unknown): unknown }).declareVariable.bind(env);
+    const declare = (env as unknown as { declareVariable(name: string, value: unknown): unknown }).declareVariable.bind(
+      env,
+    );
     for (const [name, value] of globalsOnce) declare(name, value);
     for (const [name, value] of Object.entries(specialTokens)) {
       if (!RESERVED_KWARGS.has(name)) env.set(name, value);
@@ -262,9 +268,13 @@ export class ChatTemplateSet {
       return new Interpreter(env).run(template.parsed).value as string;
     } catch (error) {
       if (error instanceof ChatTemplateError) throw error;
-      throw new ChatTemplateError('render', `chat template rendering failed: ${(error as Error)?.message ?? String(error)}`, {
-        cause: error,
-      });
+      throw new ChatTemplateError(
+        'render',
+        `chat template rendering failed: ${(error as Error)?.message ?? String(error)}`,
+        {
+          cause: error,
+        },
+      );
     }
   }
 }

@@ -155,7 +155,10 @@ export interface SequenceDetokenizer {
  * re-decode (every other decoder, e.g. SentencePiece's Metaspace/ByteFallback chains). Both emit the same deltas.
  * @param opts.skipSpecialTokens drop special tokens from the text (default true).
  */
-export function createDetokenizer(tokenizer: GatewayTokenizer, opts: { skipSpecialTokens?: boolean } = {}): SequenceDetokenizer {
+export function createDetokenizer(
+  tokenizer: GatewayTokenizer,
+  opts: { skipSpecialTokens?: boolean } = {},
+): SequenceDetokenizer {
   const table = tokenizer.tokenTextTable;
   if (table === null) return new IncrementalDetokenizer(tokenizer, opts);
   return new TableDetokenizer(table, (ids) => tokenizer.validateTokenIds(ids), opts);

@@ -54,7 +54,12 @@ export function flattenSequencePreTokenizer(tokenizer: EncodeInternals): boolean
   if (!(seq instanceof SequenceClass)) return false;
   const basePreTokenize = PreTokenizerClass.prototype.pre_tokenize;
   const steps = seq.tokenizers;
-  if (!steps.every((s) => s === null || s === undefined || (s instanceof PreTokenizerClass && s.pre_tokenize === basePreTokenize))) return false;
+  if (
+    !steps.every(
+      (s) => s === null || s === undefined || (s instanceof PreTokenizerClass && s.pre_tokenize === basePreTokenize),
+    )
+  )
+    return false;
   const active = steps.filter((s): s is PreTokenizerStep => s !== null && s !== undefined);
   const target = seq as unknown as { _call(text: string | string[], options?: unknown): string[] };
   const original = target._call.bind(seq);
@@ -98,7 +103,13 @@ export function execRegexSplit(tokenizer: EncodeInternals): number {
   let installed = 0;
   for (const step of steps) {
     if (!(step instanceof SplitClass)) continue;
-    if (step.pattern === null || !step.pattern.global || step.config.invert || step.config.behavior?.toLowerCase() === 'removed') continue;
+    if (
+      step.pattern === null ||
+      !step.pattern.global ||
+      step.config.invert ||
+      step.config.behavior?.toLowerCase() === 'removed'
+    )
+      continue;
     const library = step.pre_tokenize_text.bind(step);
     step.pre_tokenize_text = (text: string): string[] => {
       const regex = step.pattern;
@@ -133,7 +144,8 @@ export function execRegexSplit(tokenizer: EncodeInternals): number {
 export function plainBpeCacheReads(tokenizer: EncodeInternals): boolean {
   if (typeof BpeClass !== 'function' || !(tokenizer.model instanceof BpeClass)) return false;
   const cache = tokenizer.model.cache as { cache?: unknown; get?: unknown } | null;
-  if (cache === null || typeof cache !== 'object' || !(cache.cache instanceof Map) || typeof cache.get !== 'function') return false;
+  if (cache === null || typeof cache !== 'object' || !(cache.cache instanceof Map) || typeof cache.get !== 'function')
+    return false;
   const entries = cache.cache;
   cache.get = (key: string): unknown => entries.get(key);
   return true;
@@ -166,8 +178,18 @@ interface EncodeTextInternals {
  */
 export function loopEncodeText(tokenizer: unknown): boolean {
   const t = tokenizer as EncodeTextInternals;
-  if (typeof t?.encode_text !== 'function' || Object.hasOwn(t, 'encode_text') || t.do_lowercase_and_remove_accent === true) return false;
-  if (typeof t.splitter_unnormalized?.split !== 'function' || typeof t.splitter_normalized?.split !== 'function' || !(t.added_tokens_map instanceof Map)) return false;
+  if (
+    typeof t?.encode_text !== 'function' ||
+    Object.hasOwn(t, 'encode_text') ||
+    t.do_lowercase_and_remove_accent === true
+  )
+    return false;
+  if (
+    typeof t.splitter_unnormalized?.split !== 'function' ||
+    typeof t.splitter_normalized?.split !== 'function' ||
+    !(t.added_tokens_map instanceof Map)
+  )
+    return false;
   const added = t.added_tokens_map;
   const trimAround = (parts: string[]): void => {
     for (let i = 0; i < parts.length; i++) {
@@ -200,7 +222,8 @@ export function loopEncodeText(tokenizer: unknown): boolean {
           out.push(subsection);
           continue;
         }
-        const pieces = this.pre_tokenizer !== null ? this.pre_tokenizer(subsection, { section_index: sectionIndex }) : [subsection];
+        const pieces =
+          this.pre_tokenizer !== null ? this.pre_tokenizer(subsection, { section_index: sectionIndex }) : [subsection];
         const tokens = this.model(pieces);
         for (let i = 0; i < tokens.length; i++) out.push(tokens[i]!);
       }

@@ -57,7 +57,10 @@ export class InvalidTokenIdError extends RangeError {
 
   /** `message` replaces the composed one (an error rebuilt from a worker thread's report, off-loop.ts). */
   constructor(tokenId: unknown, index: number, vocabSize: number | null, message?: string) {
-    super(message ?? `token id ${String(tokenId)} at index ${index} is not in the vocabulary (valid ids 0..${(vocabSize ?? 0) - 1})`);
+    super(
+      message ??
+        `token id ${String(tokenId)} at index ${index} is not in the vocabulary (valid ids 0..${(vocabSize ?? 0) - 1})`,
+    );
     this.name = 'InvalidTokenIdError';
     this.tokenId = tokenId;
     this.index = index;

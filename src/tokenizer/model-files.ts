@@ -17,7 +17,9 @@ function isJsonObject(value: unknown): value is JsonObject {
 }
 
 function errorCode(error: unknown): string | undefined {
-  return typeof error === 'object' && error !== null && 'code' in error ? String((error as { code: unknown }).code) : undefined;
+  return typeof error === 'object' && error !== null && 'code' in error
+    ? String((error as { code: unknown }).code)
+    : undefined;
 }
 
 /**
@@ -52,9 +54,13 @@ export async function readRequiredJson(dir: string, name: string): Promise<JsonO
   try {
     parsed = JSON.parse(text);
   } catch (error) {
-    throw new TokenizerLoadError(`required tokenizer file ${path} is not valid JSON: ${(error as Error).message}`, path, {
-      cause: error,
-    });
+    throw new TokenizerLoadError(
+      `required tokenizer file ${path} is not valid JSON: ${(error as Error).message}`,
+      path,
+      {
+        cause: error,
+      },
+    );
   }
   if (!isJsonObject(parsed)) throw new TokenizerLoadError(`required tokenizer file ${path} is not a JSON object`, path);
   return parsed;

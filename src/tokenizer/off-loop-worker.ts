@@ -24,7 +24,10 @@ function run(tokenizer: GatewayTokenizer, job: OffLoopJob): [OffLoopReply, Array
       if (job.maxTokens !== null) {
         const atLeast = tokenizer.minTokenCount(job.text);
         if (atLeast >= job.maxTokens) {
-          return [{ id: job.id, tooLong: { tooLong: true, tokens: atLeast, bytes: Buffer.byteLength(job.text, 'utf8') } }, []];
+          return [
+            { id: job.id, tooLong: { tooLong: true, tokens: atLeast, bytes: Buffer.byteLength(job.text, 'utf8') } },
+            [],
+          ];
         }
       }
       const ids = tokenizer.encode(job.text, { addSpecialTokens: job.addSpecialTokens });
@@ -41,7 +44,10 @@ function run(tokenizer: GatewayTokenizer, job: OffLoopJob): [OffLoopReply, Array
       return [{ id: job.id, value, count: job.ids.length }, [value.buffer as ArrayBuffer]];
     }
     case 'render':
-      return [{ id: job.id, value: tokenizer.applyChatTemplate(job.messages, job.options), count: job.messages.length }, []];
+      return [
+        { id: job.id, value: tokenizer.applyChatTemplate(job.messages, job.options), count: job.messages.length },
+        [],
+      ];
   }
 }
 

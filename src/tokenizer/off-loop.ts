@@ -75,7 +75,10 @@ export interface OffLoopLimits {
  * with the gateway is never refused. 256 jobs is half the default concurrency cap: every request may hold a large
  * prompt, but no more than half of them queue for the one worker.
  */
-export const DEFAULT_OFF_LOOP_LIMITS: Readonly<OffLoopLimits> = Object.freeze({ maxJobs: 256, maxChars: 8 * 1024 * 1024 });
+export const DEFAULT_OFF_LOOP_LIMITS: Readonly<OffLoopLimits> = Object.freeze({
+  maxJobs: 256,
+  maxChars: 8 * 1024 * 1024,
+});
 
 /** Counters of one queue since it was made (tests and diagnostics). */
 export interface OffLoopStats {
@@ -119,10 +122,22 @@ export type OffLoopJob =
  * text has that many tokens or more: see `TooLong`; no ids), or the error the work threw, by name.
  */
 export type OffLoopReply =
-  | { id: number; value: Int32Array | Uint8Array | string; count: number; error?: undefined; tooLong?: undefined; skipped?: undefined }
+  | {
+      id: number;
+      value: Int32Array | Uint8Array | string;
+      count: number;
+      error?: undefined;
+      tooLong?: undefined;
+      skipped?: undefined;
+    }
   | { id: number; tooLong: TooLong; error?: undefined; value?: undefined; count?: undefined; skipped?: undefined }
   | { id: number; skipped: true; error?: undefined; value?: undefined; count?: undefined; tooLong?: undefined }
-  | { id: number; error: { name: string; message: string; templateKind?: string; tokenId?: string; index?: number }; tooLong?: undefined; skipped?: undefined };
+  | {
+      id: number;
+      error: { name: string; message: string; templateKind?: string; tokenId?: string; index?: number };
+      tooLong?: undefined;
+      skipped?: undefined;
+    };
 
 /**
  * What the worker says besides replies: `{started: id}` just before it runs job `id` (from then on the job cannot be
@@ -173,9 +188,17 @@ function startWorker(dir: string): Worker {
 }
 
 /** The error a job's failure in the worker stands for: the same class the main-thread call throws, where known. */
-function replyError(error: { name: string; message: string; templateKind?: string; tokenId?: string; index?: number }): Error {
-  if (error.name === 'ChatTemplateError') return new ChatTemplateError((error.templateKind ?? 'render') as ChatTemplateErrorKind, error.message);
-  if (error.name === 'InvalidTokenIdError') return new InvalidTokenIdError(error.tokenId, error.index ?? 0, null, error.message);
+function replyError(error: {
+  name: string;
+  message: string;
+  templateKind?: string;
+  tokenId?: string;
+  index?: number;
+}): Error {
+  if (error.name === 'ChatTemplateError')
+    return new ChatTemplateError((error.templateKind ?? 'render') as ChatTemplateErrorKind, error.message);
+  if (error.name === 'InvalidTokenIdError')
+    return new InvalidTokenIdError(error.tokenId, error.index ?? 0, null, error.message);
   if (error.name === 'RangeError') return new RangeError(error.message);
   if (error.name === 'TypeError') return new TypeError(error.message);
   return new OffLoopError('worker-failed', `off-loop tokenization failed: ${error.message}`);
@@ -218,13 +241,18 @@ export class OffLoopTokenizer {
    * The promise rejects with `OffLoopError` (`queue-full`, `cancelled` when `signal` aborts first, `worker-failed`).
    * @throws TypeError when `text` is not a string.
    */
-  encode(text: string, opts: { addSpecialTokens?: boolean; signal?: OffLoopSignal } = {}): number[] | Promise<number[]> {
+  encode(
+    text: string,
+    opts: { addSpecialTokens?: boolean; signal?: OffLoopSignal } = {},
+  ): number[] | Promise<number[]> {
     if (typeof text !== 'string') throw new TypeError(`encode: expected a string, got ${typeof text}`);
     if (text.length < OFF_LOOP_ENCODE_MIN_CHARS) return this.tokenizer.encode(text, opts);
     const addSpecialTokens = opts.addSpecialTokens ?? false;
-    return this.submit((id) => ({ id, kind: 'encode', text, addSpecialTokens, json: false, maxTokens: null }), text.length, opts.signal).then(
-      (r) => idList(r.value as Int32Array),
-    );
+    return this.submit(
+      (id) => ({ id, kind: 'encode', text, addSpecialTokens, json: false, maxTokens: null }),
+      text.length,
+      opts.signal,
+    ).then((r) => idList(r.value as Int32Array));
   }
 
   /**
@@ -245,18 +273,27 @@ export class OffLoopTokenizer {
       if (atLeast >= maxTokens) return { tooLong: true, tokens: atLeast, bytes: Buffer.byteLength(text, 'utf8') };
       return this.tokenizer.encode(text, { addSpecialTokens });
     }
-    return this.submit((id) => ({ id, kind: 'encode', text, addSpecialTokens, json: false, maxTokens }), text.length, opts.signal).then((r) =>
-      r.tooLong !== undefined ? r.tooLong : idList(r.value as Int32Array),
-    );
+    return this.submit(
+      (id) => ({ id, kind: 'encode', text, addSpecialTokens, json: false, maxTokens }),
+      text.length,
+      opts.signal,
+    ).then((r) => (r.tooLong !== undefined ? r.tooLong : idList(r.value as Int32Array)));
   }
 
   /**
    * `encode` on the worker whatever the length, answered as `{count, json}`: the number of ids and the UTF-8 JSON
    * text of the id array (`/tokenize` sends it as is). Rejects as `encode` does.
    */
-  encodeJson(text: string, opts: { addSpecialTokens?: boolean; signal?: OffLoopSignal } = {}): Promise<{ count: number; json: Buffer }> {
+  encodeJson(
+    text: string,
+    opts: { addSpecialTokens?: boolean; signal?: OffLoopSignal } = {},
+  ): Promise<{ count: number; json: Buffer }> {
     const addSpecialTokens = opts.addSpecialTokens ?? false;
-    return this.submit((id) => ({ id, kind: 'encode', text, addSpecialTokens, json: true, maxTokens: null }), text.length, opts.signal).then((r) => ({
+    return this.submit(
+      (id) => ({ id, kind: 'encode', text, addSpecialTokens, json: true, maxTokens: null }),
+      text.length,
+      opts.signal,
+    ).then((r) => ({
       count: r.count!,
       json: bytesOf(r.value as Uint8Array),
     }));
@@ -267,7 +304,10 @@ export class OffLoopTokenizer {
    * literal; `/detokenize` sends it as is). The ids are validated there too: the promise rejects with the tokenizer's
    * RangeError/TypeError naming the first bad id, or as `encode` does.
    */
-  decodeJson(ids: readonly number[], opts: { skipSpecialTokens?: boolean; signal?: OffLoopSignal } = {}): Promise<Buffer> {
+  decodeJson(
+    ids: readonly number[],
+    opts: { skipSpecialTokens?: boolean; signal?: OffLoopSignal } = {},
+  ): Promise<Buffer> {
     const skipSpecialTokens = opts.skipSpecialTokens ?? true;
     return this.submit(
       (id) => ({ id, kind: 'decode', ids: Float64Array.from(ids), skipSpecialTokens, json: true }),
@@ -281,7 +321,9 @@ export class OffLoopTokenizer {
    * (same kind) the main-thread call throws, or as `encode` does.
    */
   render(messages: ChatMessage[], options: ApplyChatTemplateOptions, signal?: OffLoopSignal): Promise<string> {
-    return this.submit((id) => ({ id, kind: 'render', messages, options }), renderChars(messages), signal).then((r) => r.value as string);
+    return this.submit((id) => ({ id, kind: 'render', messages, options }), renderChars(messages), signal).then(
+      (r) => r.value as string,
+    );
   }
 
   /** Counters since construction and what is queued now. */
@@ -321,7 +363,17 @@ export class OffLoopTokenizer {
     }
     const id = this.nextId++;
     return new Promise((resolve, reject) => {
-      const entry: Entry = { id, job: make(id), chars, resolve, reject, signal, onAbort: null, settled: false, started: false };
+      const entry: Entry = {
+        id,
+        job: make(id),
+        chars,
+        resolve,
+        reject,
+        signal,
+        onAbort: null,
+        settled: false,
+        started: false,
+      };
       if (signal !== undefined) {
         entry.onAbort = () => this.abandon(entry);
         signal.addEventListener('abort', entry.onAbort, { once: true });
@@ -424,8 +476,12 @@ export class OffLoopTokenizer {
       this.worker = null;
       this.finishRunning(err);
     };
-    worker.on('error', (err) => fail(new OffLoopError('worker-failed', `the tokenization worker failed: ${err.message}`, { cause: err })));
-    worker.on('exit', (code) => fail(new OffLoopError('worker-failed', `the tokenization worker exited (code ${code})`)));
+    worker.on('error', (err) =>
+      fail(new OffLoopError('worker-failed', `the tokenization worker failed: ${err.message}`, { cause: err })),
+    );
+    worker.on('exit', (code) =>
+      fail(new OffLoopError('worker-failed', `the tokenization worker exited (code ${code})`)),
+    );
     this.worker = worker;
     return worker;
   }

@@ -34,7 +34,9 @@ interface WithPreTokenizer {
 const exported = hf as unknown as Record<string, unknown>;
 const ByteLevelClass = exported.ByteLevelPreTokenizer as abstract new (...args: never[]) => ByteLevelStep;
 /** The library's `Sequence` pre-tokenizer class (also used by ./encode-paths.ts). */
-export const SequenceClass = exported.SequencePreTokenizer as abstract new (...args: never[]) => { tokenizers: unknown[] };
+export const SequenceClass = exported.SequencePreTokenizer as abstract new (...args: never[]) => {
+  tokenizers: unknown[];
+};
 
 /** The word-fed byte-level steps of a pre-tokenizer (itself, or the members of a `Sequence`). */
 function wordFedByteLevelSteps(preTokenizer: unknown): ByteLevelStep[] {

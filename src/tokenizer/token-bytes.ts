@@ -117,14 +117,17 @@ const unbounded = (reason: string): TokenByteBound => ({ maxTokenBytes: Infinity
  */
 export function analyzeTokenByteBound(tokenizerJson: JsonObject): TokenByteBound {
   const model = tokenizerJson.model;
-  if (!isObject(model) || model.type !== 'BPE') return unbounded(`model type ${isObject(model) ? String(model.type) : '?'} is not BPE`);
-  if (tokenizerJson.truncation !== null && tokenizerJson.truncation !== undefined) return unbounded('truncation is configured');
+  if (!isObject(model) || model.type !== 'BPE')
+    return unbounded(`model type ${isObject(model) ? String(model.type) : '?'} is not BPE`);
+  if (tokenizerJson.truncation !== null && tokenizerJson.truncation !== undefined)
+    return unbounded('truncation is configured');
   const forms = normalForms(tokenizerJson.normalizer);
   if (typeof forms === 'string') return unbounded(forms);
   const pre = preTokenizerTypes(tokenizerJson.pre_tokenizer);
   if (typeof pre === 'string') return unbounded(pre);
   const byteLevel = pre.includes('ByteLevel');
-  if (!byteLevel && model.byte_fallback !== true) return unbounded('the vocabulary does not cover every byte (no ByteLevel, no byte_fallback)');
+  if (!byteLevel && model.byte_fallback !== true)
+    return unbounded('the vocabulary does not cover every byte (no ByteLevel, no byte_fallback)');
   const vocab = model.vocab;
   if (!isObject(vocab)) return unbounded('model.vocab is not an object');
   const byteTokens = byteLevel ? byteLevelAlphabet() : byteFallbackTokens();
@@ -139,7 +142,8 @@ export function analyzeTokenByteBound(tokenizerJson: JsonObject): TokenByteBound
   const added = Array.isArray(tokenizerJson.added_tokens) ? tokenizerJson.added_tokens : [];
   for (const entry of added) {
     if (!isObject(entry) || typeof entry.content !== 'string') continue;
-    if (entry.lstrip === true || entry.rstrip === true) return unbounded(`added token ${JSON.stringify(entry.content)} strips whitespace`);
+    if (entry.lstrip === true || entry.rstrip === true)
+      return unbounded(`added token ${JSON.stringify(entry.content)} strips whitespace`);
     max = Math.max(max, Buffer.byteLength(entry.content, 'utf8'));
   }
   if (max === 0) return unbounded('empty vocabulary');

@@ -103,7 +103,10 @@ export function buildTokenTextTable(source: TokenTextTableSource): TokenTextTabl
   }
   const model = isObject(tokenizerJson.model) ? tokenizerJson.model : {};
   if (typeof model.end_of_word_suffix === 'string' && model.end_of_word_suffix !== '') {
-    return { table: null, reason: `model end_of_word_suffix ${JSON.stringify(model.end_of_word_suffix)} is replaced by decode` };
+    return {
+      table: null,
+      reason: `model end_of_word_suffix ${JSON.stringify(model.end_of_word_suffix)} is replaced by decode`,
+    };
   }
   const addedContents = new Set<string>();
   for (const entry of Array.isArray(tokenizerJson.added_tokens) ? tokenizerJson.added_tokens : []) {

@@ -25,7 +25,13 @@ import { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
 import type { NormalForm, TokenByteBound } from './token-bytes.js';
 import { buildTokenTextTable, type TokenTextTable, type TokenTextTableResult } from './token-text-table.js';
 import { cacheByteLevelWords } from './pre-token-cache.js';
-import { execRegexSplit, flattenSequencePreTokenizer, plainBpeCacheReads, loopEncodeText, type EncodeInternals } from './encode-paths.js';
+import {
+  execRegexSplit,
+  flattenSequencePreTokenizer,
+  plainBpeCacheReads,
+  loopEncodeText,
+  type EncodeInternals,
+} from './encode-paths.js';
 
 /**
  * One chat message as handed to the chat template (the OpenAI message, with array content already flattened to a
@@ -182,16 +188,21 @@ export class GatewayTokenizer {
     const tokenizerConfig = await readRequiredJson(root, 'tokenizer_config.json');
     const modelConfig = await readOptionalJson(root, 'config.json', warn);
     const generationConfig = await readOptionalJson(root, 'generation_config.json', warn);
-    const jinjaFile = tokenizerConfig.chat_template === undefined ? await readOptionalText(root, 'chat_template.jinja', warn) : null;
+    const jinjaFile =
+      tokenizerConfig.chat_template === undefined ? await readOptionalText(root, 'chat_template.jinja', warn) : null;
     const jsonFile =
-      tokenizerConfig.chat_template === undefined && jinjaFile === null ? await readOptionalJson(root, 'chat_template.json', warn) : null;
+      tokenizerConfig.chat_template === undefined && jinjaFile === null
+        ? await readOptionalJson(root, 'chat_template.json', warn)
+        : null;
 
     let inner: HfTokenizer;
     try {
       inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
     } catch (error) {
       const path = resolve(root, 'tokenizer.json');
-      throw new TokenizerLoadError(`tokenizer in ${root} could not be built: ${(error as Error).message}`, path, { cause: error });
+      throw new TokenizerLoadError(`tokenizer in ${root} could not be built: ${(error as Error).message}`, path, {
+        cause: error,
+      });
     }
     // Same ids, without re-mapping every word's bytes on every encode (./pre-token-cache.ts).
     cacheByteLevelWords(inner as unknown as { pre_tokenizer: unknown });
@@ -217,7 +228,8 @@ export class GatewayTokenizer {
     const eosText = templateSpecialTokens.eos_token;
     if (eosText !== undefined) {
       const id = inner.token_to_id(eosText);
-      if (id === undefined) warn(`${root}/tokenizer_config.json: eos_token ${JSON.stringify(eosText)} is not in the vocabulary`);
+      if (id === undefined)
+        warn(`${root}/tokenizer_config.json: eos_token ${JSON.stringify(eosText)} is not in the vocabulary`);
       else eosTokenIds.push(id);
     }
     const configIds = parseEosTokenIds(modelConfig?.eos_token_id, 'config.json', warn);
@@ -228,7 +240,9 @@ export class GatewayTokenizer {
 
     for (const type of decoderTypes(tokenizerJson.decoder)) {
       if (STREAMING_UNSAFE_DECODERS.has(type)) {
-        warn(`${root}/tokenizer.json: decoder ${type} can re-render earlier text; streamed text may differ from one-shot decode`);
+        warn(
+          `${root}/tokenizer.json: decoder ${type} can re-render earlier text; streamed text may differ from one-shot decode`,
+        );
       }
     }
 
@@ -332,7 +346,12 @@ export class GatewayTokenizer {
 
   /** Whether `id` is a token id: a safe integer in 0..vocabSize-1 that names a token. */
   isTokenId(id: unknown): id is number {
-    return Number.isSafeInteger(id) && (id as number) >= 0 && (id as number) < this.vocabSize && this.inner.id_to_token(id as number) !== undefined;
+    return (
+      Number.isSafeInteger(id) &&
+      (id as number) >= 0 &&
+      (id as number) < this.vocabSize &&
+      this.inner.id_to_token(id as number) !== undefined
+    );
   }
 
   /** Whether a chat template is available (requests needing one fail with ChatTemplateError `missing` otherwise). */
@@ -401,7 +420,9 @@ function collectSpecialIds(inner: HfTokenizer, tokenizerJson: JsonObject, tokeni
   for (const token of added as Array<{ id?: unknown; special?: unknown }>) {
     if (token && token.special === true && typeof token.id === 'number') ids.add(token.id);
   }
-  const extra = Array.isArray(tokenizerConfig.additional_special_tokens) ? tokenizerConfig.additional_special_tokens : [];
+  const extra = Array.isArray(tokenizerConfig.additional_special_tokens)
+    ? tokenizerConfig.additional_special_tokens
+    : [];
   for (const entry of extra) {
     const text = specialTokenText(entry);
     const id = text === null ? undefined : inner.token_to_id(text);

@@ -53,7 +53,11 @@ export class RankAdoption {
   private readonly done: Promise<void>;
   private resolveDone: () => void = () => {};
 
-  constructor(records: ReadonlyMap<number, RankRecord>, private readonly host: AdoptionHost, opts: RankAdoptionOptions = {}) {
+  constructor(
+    records: ReadonlyMap<number, RankRecord>,
+    private readonly host: AdoptionHost,
+    opts: RankAdoptionOptions = {},
+  ) {
     this.pending = new Map(records);
     this.windowMs = opts.windowMs ?? DEFAULT_ADOPTION_WINDOW_MS;
     this.intervalMs = opts.intervalMs ?? ADOPTION_PROBE_INTERVAL_MS;

@@ -12,7 +12,9 @@ export function hex(bytes: Uint8Array): string {
  */
 export function describeIdentity(identity: Uint8Array): string {
   const index = decodeEngineIdentity(identity);
-  return index === null ? `identity ${hex(identity) || '<empty>'} (no engine index)` : `engine ${index} (identity ${hex(identity)})`;
+  return index === null
+    ? `identity ${hex(identity) || '<empty>'} (no engine index)`
+    : `engine ${index} (identity ${hex(identity)})`;
 }
 
 /** The errno-style `code` of an unknown error, if it has one. */

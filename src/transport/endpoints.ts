@@ -67,7 +67,9 @@ export function deriveHandshakePort(ipcPath: string): number {
  */
 export function deriveEndpoints(workerUrl: string, handshakeOverride?: string): EngineEndpoints {
   if (!workerUrl.startsWith('ipc://')) {
-    throw new ConfigError(`worker URL ${JSON.stringify(workerUrl)} must start with ipc:// (a ZMQ worker is ipc://<path>)`);
+    throw new ConfigError(
+      `worker URL ${JSON.stringify(workerUrl)} must start with ipc:// (a ZMQ worker is ipc://<path>)`,
+    );
   }
   const ipcPath = workerUrl.slice('ipc://'.length);
   if (ipcPath === '') {

@@ -80,7 +80,9 @@ function connectSocket(socket: Socket, role: string, address: string): void {
   try {
     socket.connect(address);
   } catch (error) {
-    throw new ConfigError(`engine ${role}: cannot connect to ${JSON.stringify(address)}: ${errorMessage(error)}`, { cause: error });
+    throw new ConfigError(`engine ${role}: cannot connect to ${JSON.stringify(address)}: ${errorMessage(error)}`, {
+      cause: error,
+    });
   }
 }
 
@@ -157,10 +159,14 @@ export class EngineDialer {
       try {
         await handshake.send(encodeReadyMessage({ status: 'HELLO' }));
       } catch (error) {
-        throw new HandshakeError('HELLO', `${who} could not send HELLO to ${handshakeAddress}: ${errorMessage(error)}`, {
-          code: errorCode(error),
-          cause: error,
-        });
+        throw new HandshakeError(
+          'HELLO',
+          `${who} could not send HELLO to ${handshakeAddress}: ${errorMessage(error)}`,
+          {
+            code: errorCode(error),
+            cause: error,
+          },
+        );
       }
       log.debug({ engineIndex, handshakeAddress }, 'engine: HELLO sent, waiting for INIT');
 
@@ -186,7 +192,10 @@ export class EngineDialer {
               cause: error,
             });
           }
-          log.info({ engineIndex, handshakeAddress, waitedMs: Math.round(performance.now() - started) }, 'engine: still waiting for INIT');
+          log.info(
+            { engineIndex, handshakeAddress, waitedMs: Math.round(performance.now() - started) },
+            'engine: still waiting for INIT',
+          );
         }
       }
 
@@ -194,20 +203,29 @@ export class EngineDialer {
       try {
         await handshake.send(encodeReadyMessage({ status: 'READY' }));
       } catch (error) {
-        throw new HandshakeError('READY', `${who} could not send READY to ${handshakeAddress}: ${errorMessage(error)}`, {
-          code: errorCode(error),
-          cause: error,
-        });
+        throw new HandshakeError(
+          'READY',
+          `${who} could not send READY to ${handshakeAddress}: ${errorMessage(error)}`,
+          {
+            code: errorCode(error),
+            cause: error,
+          },
+        );
       }
 
       // TokenSpeed decodes the last frame it received (engine-wire.md 1.6).
       const last = frames[frames.length - 1];
-      if (last === undefined) throw new HandshakeError('INIT', `${who} received an empty INIT message from ${handshakeAddress}`);
+      if (last === undefined)
+        throw new HandshakeError('INIT', `${who} received an empty INIT message from ${handshakeAddress}`);
       let addresses: { inputs: string[]; outputs: string[] };
       try {
         addresses = decodeHandshakeInit(last);
       } catch (error) {
-        throw new HandshakeError('INIT', `${who}: INIT from ${handshakeAddress} does not decode: ${errorMessage(error)}`, { cause: error });
+        throw new HandshakeError(
+          'INIT',
+          `${who}: INIT from ${handshakeAddress} does not decode: ${errorMessage(error)}`,
+          { cause: error },
+        );
       }
       const inputAddress = addresses.inputs[0];
       const outputAddress = addresses.outputs[0];
@@ -225,12 +243,18 @@ export class EngineDialer {
       connectSocket(input, 'input DEALER', inputAddress);
       input.sendTimeout = initTimeoutMs;
       try {
-        await input.send(encodeReadyResponse(opts.readyResponse, { granularityKey: opts.granularityKey, form: opts.readyForm }));
+        await input.send(
+          encodeReadyResponse(opts.readyResponse, { granularityKey: opts.granularityKey, form: opts.readyForm }),
+        );
       } catch (error) {
-        throw new HandshakeError('registration', `${who} could not register on ${inputAddress}: ${errorMessage(error)}`, {
-          code: errorCode(error),
-          cause: error,
-        });
+        throw new HandshakeError(
+          'registration',
+          `${who} could not register on ${inputAddress}: ${errorMessage(error)}`,
+          {
+            code: errorCode(error),
+            cause: error,
+          },
+        );
       }
       input.sendTimeout = -1;
 
@@ -268,16 +292,22 @@ export class EngineDialer {
         frames = await this.input.receive();
       } catch (error) {
         if (this.closed) return;
-        throw new TransportError(`engine ${this.engineIndex}: receive on ${this.inputAddress} failed: ${errorMessage(error)}`, {
-          code: errorCode(error),
-          cause: error,
-        });
+        throw new TransportError(
+          `engine ${this.engineIndex}: receive on ${this.inputAddress} failed: ${errorMessage(error)}`,
+          {
+            code: errorCode(error),
+            cause: error,
+          },
+        );
       }
       try {
         const { type, payload } = parseRequestFrames(frames);
         yield { type, payload };
       } catch (error) {
-        this.log.warn({ engineIndex: this.engineIndex, err: error, frames: frames.length }, 'engine: skipping a malformed request message');
+        this.log.warn(
+          { engineIndex: this.engineIndex, err: error, frames: frames.length },
+          'engine: skipping a malformed request message',
+        );
       }
     }
   }
@@ -339,7 +369,9 @@ export class EngineDialer {
   /** Runs `task` after every earlier send (zeromq.js allows one send in progress per socket). */
   private enqueue(task: () => Promise<void>): Promise<void> {
     if (this.closed) {
-      return Promise.reject(new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, { code: 'ELINKCLOSED' }));
+      return Promise.reject(
+        new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, { code: 'ELINKCLOSED' }),
+      );
     }
     // With nothing in flight the send starts now (a simulated rank pushes one message per step: no extra
     // microtask hop); otherwise it waits for the previous one, so sends stay in call order.
@@ -347,7 +379,10 @@ export class EngineDialer {
       this.sendsInFlight === 0
         ? task()
         : this.sendChain.then(() => {
-            if (this.closed) throw new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, { code: 'ELINKCLOSED' });
+            if (this.closed)
+              throw new TransportError(`engine ${this.engineIndex}: the engine sockets are closed`, {
+                code: 'ELINKCLOSED',
+              });
             return task();
           });
     this.sendsInFlight += 1;

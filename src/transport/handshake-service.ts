@@ -125,7 +125,10 @@ export class HandshakeService {
 
   /** Start both receive loops (handshake ROUTER and input ROUTER). They end when the sockets close. */
   start(): Promise<void>[] {
-    return [this.loop(this.opts.handshakeSocket, (f) => this.onHandshakeMessage(f)), this.loop(this.opts.inputSocket, (f) => this.onRegistration(f))];
+    return [
+      this.loop(this.opts.handshakeSocket, (f) => this.onHandshakeMessage(f)),
+      this.loop(this.opts.inputSocket, (f) => this.onRegistration(f)),
+    ];
   }
 
   /** Stop: no further callbacks, pending stage timers cleared. The owner closes the sockets. Idempotent. */
@@ -141,14 +144,18 @@ export class HandshakeService {
    */
   private syncHandover(): void {
     let pending = false;
-    for (const p of this.ranks.values()) if (p.stage === 'init-sent' && p.ready && p.registration === null) pending = true;
+    for (const p of this.ranks.values())
+      if (p.stage === 'init-sent' && p.ready && p.registration === null) pending = true;
     if (performance.now() < this.handoverOffUntil) pending = false;
     if (this.handover === pending) return;
     this.handover = pending;
     try {
       if (!this.opts.inputSocket.closed) this.opts.inputSocket.handover = pending;
     } catch (error) {
-      this.opts.logger.debug({ err: errorMessage(error) }, 'handshake service: could not set the input socket\'s handover');
+      this.opts.logger.debug(
+        { err: errorMessage(error) },
+        "handshake service: could not set the input socket's handover",
+      );
     }
   }
 
@@ -180,7 +187,10 @@ export class HandshakeService {
   private reject(reason: HandshakeRejectReason, socket: 'handshake' | 'input', peer: string, detail: string): void {
     this.rejected[reason] = (this.rejected[reason] ?? 0) + 1;
     const address = socket === 'handshake' ? this.opts.endpoints.handshake : this.opts.endpoints.input;
-    this.opts.logger.warn({ reason, socket: address, peer }, `handshake message from ${peer} on ${address} ignored (${reason}): ${detail}`);
+    this.opts.logger.warn(
+      { reason, socket: address, peer },
+      `handshake message from ${peer} on ${address} ignored (${reason}): ${detail}`,
+    );
   }
 
   /** Checks the `[identity, payload]` shape and a 2-byte identity naming a slot; returns the index or null (refused). */
@@ -192,11 +202,21 @@ export class HandshakeService {
     }
     const index = decodeEngineIdentity(frames[0]!);
     if (index === null) {
-      this.reject('bad-identity', socket, peer, `the routing identity is ${frames[0]!.length} bytes; an engine index takes exactly 2 (engine-wire.md 1.5)`);
+      this.reject(
+        'bad-identity',
+        socket,
+        peer,
+        `the routing identity is ${frames[0]!.length} bytes; an engine index takes exactly 2 (engine-wire.md 1.5)`,
+      );
       return null;
     }
     if (index >= this.opts.dpSize) {
-      this.reject('index-out-of-range', socket, peer, `engine index ${index} is outside 0..${this.opts.dpSize - 1} (this group has ${this.opts.dpSize} rank slot(s); check --zmq-engine-index / --dp-size)`);
+      this.reject(
+        'index-out-of-range',
+        socket,
+        peer,
+        `engine index ${index} is outside 0..${this.opts.dpSize - 1} (this group has ${this.opts.dpSize} rank slot(s); check --zmq-engine-index / --dp-size)`,
+      );
       return null;
     }
     return index;
@@ -211,13 +231,23 @@ export class HandshakeService {
     try {
       status = decodeReadyMessage(payload).status;
     } catch (error) {
-      this.reject('undecodable', 'handshake', peer, `not a HELLO/READY message (${payload.length} bytes): ${errorMessage(error)}`);
+      this.reject(
+        'undecodable',
+        'handshake',
+        peer,
+        `not a HELLO/READY message (${payload.length} bytes): ${errorMessage(error)}`,
+      );
       return;
     }
     const known = this.ranks.get(index);
     if (status === 'READY') {
       if (known === undefined || known.stage !== 'init-sent' || known.ready) {
-        const why = known === undefined ? 'it did not say HELLO' : known.stage === 'admitting' ? 'its HELLO is not answered yet' : 'it already said READY';
+        const why =
+          known === undefined
+            ? 'it did not say HELLO'
+            : known.stage === 'admitting'
+              ? 'its HELLO is not answered yet'
+              : 'it already said READY';
         this.reject('unexpected-ready', 'handshake', peer, `READY out of order: ${why}`);
         return;
       }
@@ -233,12 +263,22 @@ export class HandshakeService {
     }
     if (known !== undefined) {
       // The rank restarted mid-handshake (or repeated its HELLO): start its handshake over.
-      this.opts.logger.warn({ engineIndex: index }, `handshake: HELLO again from ${peer} before it finished; restarting its handshake`);
+      this.opts.logger.warn(
+        { engineIndex: index },
+        `handshake: HELLO again from ${peer} before it finished; restarting its handshake`,
+      );
       this.clearTimer(known);
       this.ranks.delete(index);
       this.syncHandover();
     }
-    const p: Progress = { engineIndex: index, identity: Uint8Array.from(identity), stage: 'admitting', ready: false, registration: null, timer: null };
+    const p: Progress = {
+      engineIndex: index,
+      identity: Uint8Array.from(identity),
+      stage: 'admitting',
+      ready: false,
+      registration: null,
+      timer: null,
+    };
     this.ranks.set(index, p);
     this.opts.host.admitHello(index).then(
       (ok) => this.admitted(p, ok),
@@ -254,25 +294,33 @@ export class HandshakeService {
     const peer = describeIdentity(p.identity);
     if (!ok) {
       this.ranks.delete(p.engineIndex);
-      this.reject('duplicate-live-index', 'handshake', peer, `engine index ${p.engineIndex} is held by a live rank that still answers; is a second engine using the same index?`);
+      this.reject(
+        'duplicate-live-index',
+        'handshake',
+        peer,
+        `engine index ${p.engineIndex} is held by a live rank that still answers; is a second engine using the same index?`,
+      );
       return;
     }
     p.stage = 'init-sent';
     this.armTimer(p, 'READY and the registration');
-    this.initChain = this.initChain.then(
-      () => this.opts.handshakeSocket.send([p.identity, this.init]),
-    ).then(
-      () => {
-        this.opts.logger.debug({ engineIndex: p.engineIndex, identity: hex(p.identity) }, 'handshake: HELLO received, INIT sent');
-      },
-      (error: unknown) => {
-        if (this.stopped || this.ranks.get(p.engineIndex) !== p) return;
-        this.ranks.delete(p.engineIndex);
-        this.clearTimer(p);
-        this.reject('init-send-failed', 'handshake', peer, `sending INIT failed: ${errorMessage(error)}`);
-        this.opts.host.joinFailed(p.engineIndex, `INIT could not be sent: ${errorMessage(error)}`);
-      },
-    );
+    this.initChain = this.initChain
+      .then(() => this.opts.handshakeSocket.send([p.identity, this.init]))
+      .then(
+        () => {
+          this.opts.logger.debug(
+            { engineIndex: p.engineIndex, identity: hex(p.identity) },
+            'handshake: HELLO received, INIT sent',
+          );
+        },
+        (error: unknown) => {
+          if (this.stopped || this.ranks.get(p.engineIndex) !== p) return;
+          this.ranks.delete(p.engineIndex);
+          this.clearTimer(p);
+          this.reject('init-send-failed', 'handshake', peer, `sending INIT failed: ${errorMessage(error)}`);
+          this.opts.host.joinFailed(p.engineIndex, `INIT could not be sent: ${errorMessage(error)}`);
+        },
+      );
   }
 
   private onRegistration(frames: Uint8Array[]): void {
@@ -282,8 +330,18 @@ export class HandshakeService {
     const peer = describeIdentity(identity);
     const p = this.ranks.get(index);
     if (p === undefined || p.stage !== 'init-sent' || p.registration !== null) {
-      const why = p === undefined ? 'no handshake of this engine is in progress (a registered engine sends nothing else on the input socket)' : p.registration !== null ? 'it already registered' : 'its HELLO is not answered yet';
-      this.reject('unexpected-registration', 'input', peer, `${payload.length}-byte message on the input socket: ${why}`);
+      const why =
+        p === undefined
+          ? 'no handshake of this engine is in progress (a registered engine sends nothing else on the input socket)'
+          : p.registration !== null
+            ? 'it already registered'
+            : 'its HELLO is not answered yet';
+      this.reject(
+        'unexpected-registration',
+        'input',
+        peer,
+        `${payload.length}-byte message on the input socket: ${why}`,
+      );
       return;
     }
     if (payload.length === 0) {
@@ -293,12 +351,22 @@ export class HandshakeService {
     try {
       p.registration = decodeReadyResponse(payload);
     } catch (error) {
-      this.reject('undecodable-ready-response', 'input', peer, `ready response does not decode: ${errorMessage(error)}`);
+      this.reject(
+        'undecodable-ready-response',
+        'input',
+        peer,
+        `ready response does not decode: ${errorMessage(error)}`,
+      );
       return;
     }
     // Debug: the engine client logs one info line per joined rank ("DP rank N joined"), with these fields.
     this.opts.logger.debug(
-      { engineIndex: index, version: p.registration.vllmVersion, maxModelLen: p.registration.maxModelLen, readyForm: p.registration.form },
+      {
+        engineIndex: index,
+        version: p.registration.vllmVersion,
+        maxModelLen: p.registration.maxModelLen,
+        readyForm: p.registration.form,
+      },
       'handshake: engine registered on the input socket',
     );
     this.progressed(p);
@@ -308,7 +376,12 @@ export class HandshakeService {
   /** A stage completed: join when READY and the registration are both in, else restart the stage timer. */
   private progressed(p: Progress): void {
     if (!p.ready || p.registration === null) {
-      if (p.ready) this.armTimer(p, 'the registration on the input socket', Math.min(this.opts.timeoutMs, this.opts.registrationWindowMs ?? REGISTRATION_AFTER_READY_MS));
+      if (p.ready)
+        this.armTimer(
+          p,
+          'the registration on the input socket',
+          Math.min(this.opts.timeoutMs, this.opts.registrationWindowMs ?? REGISTRATION_AFTER_READY_MS),
+        );
       else this.armTimer(p, 'READY');
       return;
     }

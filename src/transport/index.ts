@@ -5,7 +5,12 @@
 export { deriveEndpoints, deriveHandshakePort, fnv1a64, MAX_IPC_PATH_BYTES } from './endpoints.js';
 export type { EngineEndpoints } from './endpoints.js';
 export { prepareSocketPaths, recordSocketFiles, removeOwnSocketFiles, type BoundSocketFile } from './socket-paths.js';
-export { ZmqEngineLink, DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, DEFAULT_SEND_TIMEOUT_MS, DEFAULT_MAX_MESSAGE_BYTES } from './zmq-link.js';
+export {
+  ZmqEngineLink,
+  DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS,
+  DEFAULT_SEND_TIMEOUT_MS,
+  DEFAULT_MAX_MESSAGE_BYTES,
+} from './zmq-link.js';
 export type { MaxMessageBytes, ZmqLinkOptions } from './zmq-link.js';
 export { HandshakeService, type HandshakeRejectReason } from './handshake-service.js';
 export { PerRankSendQueues } from './send-queues.js';

@@ -75,8 +75,22 @@ export function rankRecordsPath(endpoints: Pick<EngineEndpoints, 'ipcPath'>): st
 const FORMS: readonly ReadyResponseForm[] = ['short', 'partial', 'long'];
 
 /** Integer fields of `ReadyResponse` that must be present, and those that may be null. */
-const INT_FIELDS = ['maxModelLen', 'tensorParallelSize', 'pipelineParallelSize', 'decodeContextParallelSize', 'dataParallelRank', 'maxNumSeqs', 'maxNumBatchedTokens'] as const;
-const NULLABLE_INT_FIELDS = ['numGpuBlocks', 'prefixGranularity', 'worldSize', 'dataParallelSize', 'kvCacheSizeTokens'] as const;
+const INT_FIELDS = [
+  'maxModelLen',
+  'tensorParallelSize',
+  'pipelineParallelSize',
+  'decodeContextParallelSize',
+  'dataParallelRank',
+  'maxNumSeqs',
+  'maxNumBatchedTokens',
+] as const;
+const NULLABLE_INT_FIELDS = [
+  'numGpuBlocks',
+  'prefixGranularity',
+  'worldSize',
+  'dataParallelSize',
+  'kvCacheSizeTokens',
+] as const;
 const NULLABLE_STRING_FIELDS = ['dtype', 'vllmVersion'] as const;
 
 /**
@@ -88,7 +102,8 @@ export function readyFromJson(value: unknown): ReadyResponse {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) throw new Error('ready: not an object');
   const o = value as Record<string, unknown>;
   const int = (k: string, v: unknown): number => {
-    if (typeof v !== 'number' || !Number.isSafeInteger(v)) throw new Error(`ready.${k}: expected an integer, got ${JSON.stringify(v)}`);
+    if (typeof v !== 'number' || !Number.isSafeInteger(v))
+      throw new Error(`ready.${k}: expected an integer, got ${JSON.stringify(v)}`);
     return v;
   };
   const out: Record<string, unknown> = {};
@@ -96,20 +111,24 @@ export function readyFromJson(value: unknown): ReadyResponse {
   for (const k of NULLABLE_INT_FIELDS) out[k] = o[k] === null || o[k] === undefined ? null : int(k, o[k]);
   for (const k of NULLABLE_STRING_FIELDS) {
     const v = o[k];
-    if (v !== null && v !== undefined && typeof v !== 'string') throw new Error(`ready.${k}: expected a string or null`);
+    if (v !== null && v !== undefined && typeof v !== 'string')
+      throw new Error(`ready.${k}: expected a string or null`);
     out[k] = v ?? null;
   }
   if (typeof o['instanceId'] !== 'string') throw new Error('ready.instanceId: expected a string');
   out['instanceId'] = o['instanceId'];
   const c = o['kvCacheMaxConcurrency'];
-  if (c !== null && c !== undefined && !(typeof c === 'number' && Number.isFinite(c))) throw new Error('ready.kvCacheMaxConcurrency: expected a number or null');
+  if (c !== null && c !== undefined && !(typeof c === 'number' && Number.isFinite(c)))
+    throw new Error('ready.kvCacheMaxConcurrency: expected a number or null');
   out['kvCacheMaxConcurrency'] = c ?? null;
   if (o['form'] !== undefined) {
-    if (!FORMS.includes(o['form'] as ReadyResponseForm)) throw new Error(`ready.form: expected one of ${FORMS.join(', ')}`);
+    if (!FORMS.includes(o['form'] as ReadyResponseForm))
+      throw new Error(`ready.form: expected one of ${FORMS.join(', ')}`);
     out['form'] = o['form'];
   }
   if (o['notes'] !== undefined) {
-    if (!Array.isArray(o['notes']) || !o['notes'].every((n) => typeof n === 'string')) throw new Error('ready.notes: expected a list of strings');
+    if (!Array.isArray(o['notes']) || !o['notes'].every((n) => typeof n === 'string'))
+      throw new Error('ready.notes: expected a list of strings');
     out['notes'] = [...(o['notes'] as string[])];
   }
   return out as unknown as ReadyResponse;
@@ -119,7 +138,12 @@ export function readyFromJson(value: unknown): ReadyResponse {
 export function encodeRankRecords(file: RankRecordsFile, nowMs: number = Date.now()): string {
   const ranks = [...file.records.values()]
     .sort((a, b) => a.engineIndex - b.engineIndex)
-    .map((r) => ({ engineIndex: r.engineIndex, identity: hex(r.identity), joinedAt: new Date(r.joinedAtMs).toISOString(), ready: r.ready }));
+    .map((r) => ({
+      engineIndex: r.engineIndex,
+      identity: hex(r.identity),
+      joinedAt: new Date(r.joinedAtMs).toISOString(),
+      ready: r.ready,
+    }));
   const body = {
     format: RANK_RECORDS_FORMAT,
     version: RANK_RECORDS_VERSION,
@@ -145,10 +169,14 @@ export function parseRankRecords(text: string): { file: RankRecordsFile; rejecte
   }
   if (body === null || typeof body !== 'object' || Array.isArray(body)) throw new Error('not a JSON object');
   const o = body as Record<string, unknown>;
-  if (o['format'] !== RANK_RECORDS_FORMAT) throw new Error(`format is ${JSON.stringify(o['format'])}, not ${JSON.stringify(RANK_RECORDS_FORMAT)}`);
-  if (o['version'] !== RANK_RECORDS_VERSION) throw new Error(`version ${JSON.stringify(o['version'])} is not ${RANK_RECORDS_VERSION}`);
-  if (typeof o['workerUrl'] !== 'string' || typeof o['engine'] !== 'string') throw new Error('workerUrl and engine must be strings');
-  if (typeof o['gatewayPid'] !== 'number' || !Number.isSafeInteger(o['gatewayPid'])) throw new Error('gatewayPid must be an integer');
+  if (o['format'] !== RANK_RECORDS_FORMAT)
+    throw new Error(`format is ${JSON.stringify(o['format'])}, not ${JSON.stringify(RANK_RECORDS_FORMAT)}`);
+  if (o['version'] !== RANK_RECORDS_VERSION)
+    throw new Error(`version ${JSON.stringify(o['version'])} is not ${RANK_RECORDS_VERSION}`);
+  if (typeof o['workerUrl'] !== 'string' || typeof o['engine'] !== 'string')
+    throw new Error('workerUrl and engine must be strings');
+  if (typeof o['gatewayPid'] !== 'number' || !Number.isSafeInteger(o['gatewayPid']))
+    throw new Error('gatewayPid must be an integer');
   if (!Array.isArray(o['ranks'])) throw new Error('ranks must be a list');
   const records = new Map<number, RankRecord>();
   const rejected: string[] = [];
@@ -168,10 +196,13 @@ function recordFromJson(raw: unknown): RankRecord {
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new Error('not an object');
   const r = raw as Record<string, unknown>;
   const index = r['engineIndex'];
-  if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index > 0xffff) throw new Error(`engineIndex ${JSON.stringify(index)} is not in 0..65535`);
+  if (typeof index !== 'number' || !Number.isInteger(index) || index < 0 || index > 0xffff)
+    throw new Error(`engineIndex ${JSON.stringify(index)} is not in 0..65535`);
   const identity = encodeEngineIdentity(index);
   if (r['identity'] !== hex(identity)) {
-    throw new Error(`identity ${JSON.stringify(r['identity'])} is not engine index ${index}'s (${hex(identity)}, engine-wire.md 1.5)`);
+    throw new Error(
+      `identity ${JSON.stringify(r['identity'])} is not engine index ${index}'s (${hex(identity)}, engine-wire.md 1.5)`,
+    );
   }
   const joinedAtMs = typeof r['joinedAt'] === 'string' ? Date.parse(r['joinedAt']) : Number.NaN;
   if (!Number.isFinite(joinedAtMs)) throw new Error('joinedAt is not a date');
@@ -194,7 +225,10 @@ export function readRankRecords(
     text = readFileSync(path, 'utf8');
   } catch (error) {
     if ((error as NodeJS.ErrnoException).code !== 'ENOENT') {
-      log.warn({ path, err: errorMessage(error) }, 'cannot read the rank records file; no rank of the previous gateway is adopted');
+      log.warn(
+        { path, err: errorMessage(error) },
+        'cannot read the rank records file; no rank of the previous gateway is adopted',
+      );
     }
     return none;
   }
@@ -218,7 +252,11 @@ export function readRankRecords(
   for (const why of rejected) log.warn({ path, why }, 'rank record ignored');
   if (file.workerUrl !== expect.workerUrl || file.engine !== expect.engine) {
     log.warn(
-      { path, recorded: { workerUrl: file.workerUrl, engine: file.engine }, expected: { workerUrl: expect.workerUrl, engine: expect.engine } },
+      {
+        path,
+        recorded: { workerUrl: file.workerUrl, engine: file.engine },
+        expected: { workerUrl: expect.workerUrl, engine: expect.engine },
+      },
       'the rank records file was written for another worker URL or engine family; ignored (no rank adopted)',
     );
     return { records: new Map(), gatewayPid: file.gatewayPid };
@@ -226,7 +264,10 @@ export function readRankRecords(
   for (const index of [...file.records.keys()]) {
     if (index < expect.dpSize) continue;
     file.records.delete(index);
-    log.warn({ path, engineIndex: index, dpSize: expect.dpSize }, `rank record of engine index ${index} ignored: this group has ${expect.dpSize} rank slot(s)`);
+    log.warn(
+      { path, engineIndex: index, dpSize: expect.dpSize },
+      `rank record of engine index ${index} ignored: this group has ${expect.dpSize} rank slot(s)`,
+    );
   }
   return { records: file.records, gatewayPid: file.gatewayPid };
 }
@@ -242,7 +283,10 @@ export function writeRankRecords(path: string, file: RankRecordsFile, log: Minim
     renameSync(tmp, path);
     return true;
   } catch (error) {
-    log.warn({ path, err: errorMessage(error) }, 'cannot write the rank records file; a gateway restarted later may not adopt these ranks');
+    log.warn(
+      { path, err: errorMessage(error) },
+      'cannot write the rank records file; a gateway restarted later may not adopt these ranks',
+    );
     try {
       unlinkSync(tmp);
     } catch {

@@ -96,7 +96,9 @@ function checkDirectory(dir: string, stats: Stats, workerUrl: string): void {
   }
   const mode = stats.mode & 0o777;
   if ((mode & 0o022) !== 0) {
-    const who = [(mode & 0o020) !== 0 ? 'its group' : '', (mode & 0o002) !== 0 ? 'others' : ''].filter((w) => w !== '').join(' and ');
+    const who = [(mode & 0o020) !== 0 ? 'its group' : '', (mode & 0o002) !== 0 ? 'others' : '']
+      .filter((w) => w !== '')
+      .join(' and ');
     throw new ConfigError(
       `socket directory ${dir} for ${workerUrl} is writable by ${who} (mode ${mode.toString(8).padStart(4, '0')}): ` +
         `anyone who can write there can replace the gateway's sockets, which carry no authentication. ` +
@@ -179,7 +181,10 @@ export async function prepareSocketPaths(endpoints: EngineEndpoints, log: Minima
     } catch (error) {
       if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error;
     }
-    log.warn({ workerUrl, path }, 'removed stale ipc socket left by a dead process (nothing accepted a connection on it)');
+    log.warn(
+      { workerUrl, path },
+      'removed stale ipc socket left by a dead process (nothing accepted a connection on it)',
+    );
   }
 }
 
@@ -225,7 +230,8 @@ export function removeOwnSocketFiles(files: readonly BoundSocketFile[], log: Min
       unlinkSync(f.path);
       removed.push(f.path);
     } catch (error) {
-      if ((error as NodeJS.ErrnoException).code !== 'ENOENT') log.warn({ path: f.path, err: error }, 'could not remove ipc socket file');
+      if ((error as NodeJS.ErrnoException).code !== 'ENOENT')
+        log.warn({ path: f.path, err: error }, 'could not remove ipc socket file');
     }
   }
   return removed;

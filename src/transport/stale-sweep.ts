@@ -108,10 +108,17 @@ export async function sweepDeadGatewayFiles(
         if ((await socketOwner(path)) !== 'stale') continue;
         unlinkSync(path);
         removed.push(path);
-        log.info({ path, deadGatewayPid: pid }, `removed a socket file left by a dead gateway (pid ${pid} is gone and nothing listens there)`);
+        log.info(
+          { path, deadGatewayPid: pid },
+          `removed a socket file left by a dead gateway (pid ${pid} is gone and nothing listens there)`,
+        );
       } catch (error) {
         const code = (error as NodeJS.ErrnoException).code;
-        if (code !== 'ENOENT') log.warn({ path, err: errorMessage(error) }, 'could not check or remove a dead gateway\'s socket file; left in place');
+        if (code !== 'ENOENT')
+          log.warn(
+            { path, err: errorMessage(error) },
+            "could not check or remove a dead gateway's socket file; left in place",
+          );
       }
     }
   }

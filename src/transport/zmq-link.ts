@@ -248,7 +248,11 @@ export class ZmqEngineLink implements EngineLink {
   private listener: LinkListener | null = null;
   /** The latest joined engine per index (what `engines` lists and `attach` replays). */
   private readonly joinedByIndex = new Map<number, ConnectedEngine>();
-  private readonly joinWaiters: Array<{ count: number; resolve: (e: readonly ConnectedEngine[]) => void; reject: (e: Error) => void }> = [];
+  private readonly joinWaiters: Array<{
+    count: number;
+    resolve: (e: readonly ConnectedEngine[]) => void;
+    reject: (e: Error) => void;
+  }> = [];
   private readonly rankRecordsOpts: { engine: string; adoptionWindowMs?: number } | null;
   /** The records this link keeps (ranks joined or adopted since binding), by engine index; written on each change. */
   private readonly records = new Map<number, RankRecord>();
@@ -275,28 +279,50 @@ export class ZmqEngineLink implements EngineLink {
 
   private constructor(opts: ZmqLinkOptions) {
     this.dpSize = positiveInteger('dpSize', opts.dpSize, MAX_DP_SIZE);
-    this.handshakeTimeoutMs = positiveInteger('handshakeReceiveTimeoutMs', opts.handshakeReceiveTimeoutMs ?? DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, 0x7fffffff);
+    this.handshakeTimeoutMs = positiveInteger(
+      'handshakeReceiveTimeoutMs',
+      opts.handshakeReceiveTimeoutMs ?? DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS,
+      0x7fffffff,
+    );
     this.sendTimeoutMs = positiveInteger('sendTimeoutMs', opts.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS);
-    const hwm = opts.sendHighWaterMark === undefined ? undefined : positiveInteger('sendHighWaterMark', opts.sendHighWaterMark, 0x7fffffff);
+    const hwm =
+      opts.sendHighWaterMark === undefined
+        ? undefined
+        : positiveInteger('sendHighWaterMark', opts.sendHighWaterMark, 0x7fffffff);
     const max: MaxMessageBytes = { ...DEFAULT_MAX_MESSAGE_BYTES, ...opts.maxMessageBytes };
     for (const [k, v] of Object.entries(max)) positiveInteger(`maxMessageBytes.${k}`, v, 0x7fffffff);
     this.log = opts.logger ?? silentLogger;
     this.outputGate = opts.outputGate ?? null;
     this.rankRecordsOpts = opts.rankRecords ?? null;
-    if (this.rankRecordsOpts?.adoptionWindowMs !== undefined) positiveInteger('rankRecords.adoptionWindowMs', this.rankRecordsOpts.adoptionWindowMs, 0x7fffffff);
+    if (this.rankRecordsOpts?.adoptionWindowMs !== undefined)
+      positiveInteger('rankRecords.adoptionWindowMs', this.rankRecordsOpts.adoptionWindowMs, 0x7fffffff);
     this.endpoints = opts.endpoints;
     // sendTimeout 0: zeromq.js never parks a send; EAGAIN (peer at its high-water mark) is retried by the pump.
-    this.input = new Router({ mandatory: true, handover: false, linger: INPUT_LINGER_MS, sendTimeout: 0, maxMessageSize: max.input });
+    this.input = new Router({
+      mandatory: true,
+      handover: false,
+      linger: INPUT_LINGER_MS,
+      sendTimeout: 0,
+      maxMessageSize: max.input,
+    });
     if (hwm !== undefined) this.input.sendHighWaterMark = hwm;
     this.output = new Pull({ linger: 0, maxMessageSize: max.output });
-    this.handshakeSocket = new Router({ mandatory: true, handover: true, linger: 0, sendTimeout: 0, maxMessageSize: max.handshake });
+    this.handshakeSocket = new Router({
+      mandatory: true,
+      handover: true,
+      linger: 0,
+      sendTimeout: 0,
+      maxMessageSize: max.handshake,
+    });
     this.handshakeService = new HandshakeService({
       handshakeSocket: this.handshakeSocket,
       inputSocket: this.input,
       endpoints: this.endpoints,
       dpSize: this.dpSize,
       timeoutMs: this.handshakeTimeoutMs,
-      ...(opts.handover?.registrationWindowMs !== undefined ? { registrationWindowMs: opts.handover.registrationWindowMs } : {}),
+      ...(opts.handover?.registrationWindowMs !== undefined
+        ? { registrationWindowMs: opts.handover.registrationWindowMs }
+        : {}),
       ...(opts.handover?.cooldownMs !== undefined ? { handoverCooldownMs: opts.handover.cooldownMs } : {}),
       logger: this.log,
       host: {
@@ -318,7 +344,9 @@ export class ZmqEngineLink implements EngineLink {
    */
   async bind(): Promise<void> {
     if (this.state !== 'created') {
-      throw new TransportError(`bind() on ${this.endpoints.workerUrl} can run once; the link is ${this.state}`, { code: 'ESTATE' });
+      throw new TransportError(`bind() on ${this.endpoints.workerUrl} can run once; the link is ${this.state}`, {
+        code: 'ESTATE',
+      });
     }
     this.state = 'binding';
     const { endpoints } = this;
@@ -343,7 +371,13 @@ export class ZmqEngineLink implements EngineLink {
     this.background.push(this.watchDisconnects(this.output, 'output PULL'));
     this.background.push(this.watchDisconnects(this.input, 'input ROUTER'));
     this.log.info(
-      { workerUrl: endpoints.workerUrl, input: endpoints.input, output: endpoints.output, handshake: endpoints.handshake, dpSize: this.dpSize },
+      {
+        workerUrl: endpoints.workerUrl,
+        input: endpoints.input,
+        output: endpoints.output,
+        handshake: endpoints.handshake,
+        dpSize: this.dpSize,
+      },
       'engine sockets bound; ranks may dial in at any time',
     );
     this.startAdoption();
@@ -374,7 +408,11 @@ export class ZmqEngineLink implements EngineLink {
     const opts = this.rankRecordsOpts;
     if (opts === null) return;
     const path = rankRecordsPath(this.endpoints);
-    const { records } = readRankRecords(path, { workerUrl: this.endpoints.workerUrl, engine: opts.engine, dpSize: this.dpSize }, this.log);
+    const { records } = readRankRecords(
+      path,
+      { workerUrl: this.endpoints.workerUrl, engine: opts.engine, dpSize: this.dpSize },
+      this.log,
+    );
     if (records.size === 0) {
       // Nothing to adopt: the file now names this gateway (the stale-socket sweep of a later one reads its pid).
       this.writeRecords();
@@ -393,7 +431,8 @@ export class ZmqEngineLink implements EngineLink {
             () => true,
             (error: unknown) => {
               const code = errorCode(error);
-              if (code !== 'EHOSTUNREACH' && code !== 'ELINKCLOSED') this.log.warn({ err: errorMessage(error), peer: describeIdentity(identity) }, 'adoption probe failed');
+              if (code !== 'EHOSTUNREACH' && code !== 'ELINKCLOSED')
+                this.log.warn({ err: errorMessage(error), peer: describeIdentity(identity) }, 'adoption probe failed');
               return false;
             },
           ),
@@ -420,15 +459,25 @@ export class ZmqEngineLink implements EngineLink {
     this.adoptedIndexes.add(record.engineIndex);
     this.records.set(record.engineIndex, record);
     this.writeRecords();
-    this.deliverJoined({ identity: record.identity, engineIndex: record.engineIndex, ready: record.ready, adopted: true });
+    this.deliverJoined({
+      identity: record.identity,
+      engineIndex: record.engineIndex,
+      ready: record.ready,
+      adopted: true,
+    });
   }
 
   private writeRecords(): void {
     const opts = this.rankRecordsOpts;
     if (opts === null) return;
     const records = new Map(this.records);
-    for (const r of this.adoption?.pendingRecords() ?? []) if (!records.has(r.engineIndex)) records.set(r.engineIndex, r);
-    writeRankRecords(rankRecordsPath(this.endpoints), { workerUrl: this.endpoints.workerUrl, engine: opts.engine, gatewayPid: process.pid, records }, this.log);
+    for (const r of this.adoption?.pendingRecords() ?? [])
+      if (!records.has(r.engineIndex)) records.set(r.engineIndex, r);
+    writeRankRecords(
+      rankRecordsPath(this.endpoints),
+      { workerUrl: this.endpoints.workerUrl, engine: opts.engine, gatewayPid: process.pid, records },
+      this.log,
+    );
   }
 
   /** Handshake messages refused so far, by reason (a live record). */
@@ -473,7 +522,12 @@ export class ZmqEngineLink implements EngineLink {
   /** A rank completed its handshake: record it (a new process overwrites its index's record), then report it. */
   private onJoined(engine: ConnectedEngine): void {
     if (this.rankRecordsOpts !== null && !this.isClosed()) {
-      this.records.set(engine.engineIndex, { engineIndex: engine.engineIndex, identity: engine.identity, ready: engine.ready, joinedAtMs: Date.now() });
+      this.records.set(engine.engineIndex, {
+        engineIndex: engine.engineIndex,
+        identity: engine.identity,
+        ready: engine.ready,
+        joinedAtMs: Date.now(),
+      });
       this.writeRecords();
     }
     this.deliverJoined(engine);
@@ -481,7 +535,10 @@ export class ZmqEngineLink implements EngineLink {
 
   private deliverJoined(engine: ConnectedEngine): void {
     this.joinedByIndex.set(engine.engineIndex, engine);
-    this.log.debug({ engineIndex: engine.engineIndex, identity: hex(engine.identity), adopted: engine.adopted === true }, engine.adopted === true ? 'engine adopted (connected, recorded)' : 'engine joined (handshake complete)');
+    this.log.debug(
+      { engineIndex: engine.engineIndex, identity: hex(engine.identity), adopted: engine.adopted === true },
+      engine.adopted === true ? 'engine adopted (connected, recorded)' : 'engine joined (handshake complete)',
+    );
     for (const w of [...this.joinWaiters]) {
       if (this.joinedByIndex.size >= w.count) {
         this.joinWaiters.splice(this.joinWaiters.indexOf(w), 1);
@@ -506,7 +563,9 @@ export class ZmqEngineLink implements EngineLink {
   send(identity: Uint8Array, type: RequestTypeByte, payload: Uint8Array): Promise<void> {
     if (this.isClosed()) return Promise.reject(this.closedError('send'));
     if (TYPE_FRAMES[type] === undefined) {
-      return Promise.reject(new TransportError(`send: request type ${String(type)} is not one of 0x00..0x03 (engine-wire.md 1.6)`));
+      return Promise.reject(
+        new TransportError(`send: request type ${String(type)} is not one of 0x00..0x03 (engine-wire.md 1.6)`),
+      );
     }
     return new Promise<void>((resolve, reject) => {
       this.sendQueues.enqueue(queueKey(identity), { identity, type, payload, resolve, reject });
@@ -523,7 +582,9 @@ export class ZmqEngineLink implements EngineLink {
    */
   outputs(): AsyncIterable<OutputMessage> {
     if (this.outputsTaken) {
-      throw new TransportError(`outputs() of ${this.endpoints.workerUrl} can be iterated only once`, { code: 'ESTATE' });
+      throw new TransportError(`outputs() of ${this.endpoints.workerUrl} can be iterated only once`, {
+        code: 'ESTATE',
+      });
     }
     this.outputsTaken = true;
     return this.messages.consume();
@@ -571,7 +632,9 @@ export class ZmqEngineLink implements EngineLink {
   }
 
   private closedError(operation: string): TransportError {
-    return new TransportError(`${operation} on ${this.endpoints.workerUrl}: the engine link is closed`, { code: 'ELINKCLOSED' });
+    return new TransportError(`${operation} on ${this.endpoints.workerUrl}: the engine link is closed`, {
+      code: 'ELINKCLOSED',
+    });
   }
 
   /**
@@ -632,7 +695,12 @@ export class ZmqEngineLink implements EngineLink {
             this.sendQueues.drop(key);
             job.reject(timeout);
             for (const queued of this.sendQueues.drain(key)) {
-              queued.reject(new SendTimeoutError(`${timeout.message}; this later send to the same engine was not attempted`, this.sendTimeoutMs));
+              queued.reject(
+                new SendTimeoutError(
+                  `${timeout.message}; this later send to the same engine was not attempted`,
+                  this.sendTimeoutMs,
+                ),
+              );
             }
           } else {
             this.sendQueues.drop(key);
@@ -643,7 +711,10 @@ export class ZmqEngineLink implements EngineLink {
                       `the engine exited or never registered`,
                     { code, cause: error },
                   )
-                : new TransportError(`send to ${who} on ${this.endpoints.input} failed: ${errorMessage(error)}`, { code, cause: error }),
+                : new TransportError(`send to ${who} on ${this.endpoints.input} failed: ${errorMessage(error)}`, {
+                    code,
+                    cause: error,
+                  }),
             );
           }
           failed = true;
@@ -699,7 +770,10 @@ export class ZmqEngineLink implements EngineLink {
         continue;
       }
       if (isEngineCoreDead(frames[0]!)) {
-        this.log.warn({ address, workerUrl: this.endpoints.workerUrl }, 'ENGINE_CORE_DEAD received: a rank of the group is dying');
+        this.log.warn(
+          { address, workerUrl: this.endpoints.workerUrl },
+          'ENGINE_CORE_DEAD received: a rank of the group is dying',
+        );
         this.messages.push({ kind: 'dead' });
         continue;
       }
@@ -721,4 +795,3 @@ export class ZmqEngineLink implements EngineLink {
     }
   }
 }
-

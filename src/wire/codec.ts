@@ -246,12 +246,20 @@ export function wireEqual(a: unknown, b: unknown): boolean {
   if (Array.isArray(a) && Array.isArray(b)) {
     return a.length === b.length && a.every((x, i) => wireEqual(x, b[i]));
   }
-  if (a !== null && b !== null && typeof a === 'object' && typeof b === 'object' && !Array.isArray(a) &&
-      !Array.isArray(b)) {
+  if (
+    a !== null &&
+    b !== null &&
+    typeof a === 'object' &&
+    typeof b === 'object' &&
+    !Array.isArray(a) &&
+    !Array.isArray(b)
+  ) {
     const ka = Object.keys(a);
     const kb = Object.keys(b);
-    return ka.length === kb.length &&
-      ka.every((k) => wireEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]));
+    return (
+      ka.length === kb.length &&
+      ka.every((k) => wireEqual((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k]))
+    );
   }
   return false;
 }
@@ -285,7 +293,11 @@ export interface PositionalCodec<T> extends Codec<T> {
  * ("expected array, got map", `inv_req_map_form`).
  * Encode: all fields, or the first `length` elements (`encodeWith`), refusing to drop a non-default field.
  */
-export function positional<T>(spec: { name: string; tag?: string; fields: readonly FieldSpec<T>[] }): PositionalCodec<T> {
+export function positional<T>(spec: {
+  name: string;
+  tag?: string;
+  fields: readonly FieldSpec<T>[];
+}): PositionalCodec<T> {
   const { name, tag, fields } = spec;
   const offset = tag === undefined ? 0 : 1;
   let required = 0;
@@ -322,8 +334,11 @@ export function positional<T>(spec: { name: string; tag?: string; fields: readon
       const n = r.readArrayHeader(path, expected ?? 'array');
       if (n < minLength) {
         const missing = fields[Math.max(0, n - offset)]?.name as string | undefined;
-        throw new WireDecodeError(path, `expected array of at least length ${minLength}, got ${n}` +
-          (missing !== undefined && n >= offset ? ` (required field ${missing} missing)` : ''));
+        throw new WireDecodeError(
+          path,
+          `expected array of at least length ${minLength}, got ${n}` +
+            (missing !== undefined && n >= offset ? ` (required field ${missing} missing)` : ''),
+        );
       }
       if (tag !== undefined) {
         const tagPath = `${path}._tag`;
@@ -349,20 +364,27 @@ export function positional<T>(spec: { name: string; tag?: string; fields: readon
       }
       const length = opts.length ?? fullLength;
       if (!Number.isInteger(length) || length < minLength || length > fullLength) {
-        throw new WireEncodeError(path, `cannot encode ${name} with ${length} elements ` +
-          `(between ${minLength} and ${fullLength})`);
+        throw new WireEncodeError(
+          path,
+          `cannot encode ${name} with ${length} elements ` + `(between ${minLength} and ${fullLength})`,
+        );
       }
       const v = value as Record<string, unknown>;
       for (let i = Math.max(0, length - offset); i < fields.length; i++) {
         const fieldName = fields[i]!.name as string;
         if (!wireEqual(v[fieldName], fields[i]!.dflt!())) {
-          throw new WireEncodeError(`${path}.${fieldName}`, `holds a non-default value but the ${length}-element ` +
-            `form of ${name} ends before it`);
+          throw new WireEncodeError(
+            `${path}.${fieldName}`,
+            `holds a non-default value but the ${length}-element ` + `form of ${name} ends before it`,
+          );
         }
       }
       w.writeArrayHeader(length);
       if (tag !== undefined) w.writeStr(tag, `${path}._tag`);
-      const overrides = (opts.fieldEncoders ?? {}) as Record<string, ((w: MsgpackWriter, x: unknown, p: string) => void) | undefined>;
+      const overrides = (opts.fieldEncoders ?? {}) as Record<
+        string,
+        ((w: MsgpackWriter, x: unknown, p: string) => void) | undefined
+      >;
       const paths = fieldPaths(path);
       for (let i = 0; i + offset < length; i++) {
         const f = fields[i];

@@ -36,38 +36,70 @@ export function formatName(head: number): string {
   if (head <= 0xbf) return 'fixstr';
   if (head >= 0xe0) return 'negfixint';
   switch (head) {
-    case 0xc0: return 'nil';
-    case 0xc2: return 'false';
-    case 0xc3: return 'true';
-    case 0xc4: return 'bin8';
-    case 0xc5: return 'bin16';
-    case 0xc6: return 'bin32';
-    case 0xc7: return 'ext8';
-    case 0xc8: return 'ext16';
-    case 0xc9: return 'ext32';
-    case 0xca: return 'float32';
-    case 0xcb: return 'float64';
-    case 0xcc: return 'uint8';
-    case 0xcd: return 'uint16';
-    case 0xce: return 'uint32';
-    case 0xcf: return 'uint64';
-    case 0xd0: return 'int8';
-    case 0xd1: return 'int16';
-    case 0xd2: return 'int32';
-    case 0xd3: return 'int64';
-    case 0xd4: return 'fixext1';
-    case 0xd5: return 'fixext2';
-    case 0xd6: return 'fixext4';
-    case 0xd7: return 'fixext8';
-    case 0xd8: return 'fixext16';
-    case 0xd9: return 'str8';
-    case 0xda: return 'str16';
-    case 0xdb: return 'str32';
-    case 0xdc: return 'array16';
-    case 0xdd: return 'array32';
-    case 0xde: return 'map16';
-    case 0xdf: return 'map32';
-    default: return 'invalid';
+    case 0xc0:
+      return 'nil';
+    case 0xc2:
+      return 'false';
+    case 0xc3:
+      return 'true';
+    case 0xc4:
+      return 'bin8';
+    case 0xc5:
+      return 'bin16';
+    case 0xc6:
+      return 'bin32';
+    case 0xc7:
+      return 'ext8';
+    case 0xc8:
+      return 'ext16';
+    case 0xc9:
+      return 'ext32';
+    case 0xca:
+      return 'float32';
+    case 0xcb:
+      return 'float64';
+    case 0xcc:
+      return 'uint8';
+    case 0xcd:
+      return 'uint16';
+    case 0xce:
+      return 'uint32';
+    case 0xcf:
+      return 'uint64';
+    case 0xd0:
+      return 'int8';
+    case 0xd1:
+      return 'int16';
+    case 0xd2:
+      return 'int32';
+    case 0xd3:
+      return 'int64';
+    case 0xd4:
+      return 'fixext1';
+    case 0xd5:
+      return 'fixext2';
+    case 0xd6:
+      return 'fixext4';
+    case 0xd7:
+      return 'fixext8';
+    case 0xd8:
+      return 'fixext16';
+    case 0xd9:
+      return 'str8';
+    case 0xda:
+      return 'str16';
+    case 0xdb:
+      return 'str32';
+    case 0xdc:
+      return 'array16';
+    case 0xdd:
+      return 'array32';
+    case 0xde:
+      return 'map16';
+    case 0xdf:
+      return 'map32';
+    default:
+      return 'invalid';
   }
 }
 
@@ -96,8 +128,13 @@ function narrowBigInts(value: unknown): unknown {
     for (let i = 0; i < value.length; i++) value[i] = narrowBigInts(value[i]);
     return value;
   }
-  if (value !== null && typeof value === 'object' && !(value instanceof Uint8Array) && !(value instanceof ExtData) &&
-      !(value instanceof Date)) {
+  if (
+    value !== null &&
+    typeof value === 'object' &&
+    !(value instanceof Uint8Array) &&
+    !(value instanceof ExtData) &&
+    !(value instanceof Date)
+  ) {
     const obj = value as Record<string, unknown>;
     for (const k of Object.keys(obj)) obj[k] = narrowBigInts(obj[k]);
   }
@@ -128,8 +165,11 @@ export class MsgpackReader {
   /** Throws "input data was truncated" unless `n` more bytes are available. */
   private need(n: number, path: string): void {
     if (this.bytes.length - this.pos < n) {
-      throw new WireDecodeError(path, `input data was truncated (needed ${n} byte(s) at offset ${this.pos}, ` +
-        `${this.bytes.length - this.pos} left)`);
+      throw new WireDecodeError(
+        path,
+        `input data was truncated (needed ${n} byte(s) at offset ${this.pos}, ` +
+          `${this.bytes.length - this.pos} left)`,
+      );
     }
   }
 
@@ -202,18 +242,45 @@ export class MsgpackReader {
       return head - 0x100;
     }
     switch (head) {
-      case 0xcc: this.need(2, path); this.pos++; return this.u8();
-      case 0xcd: this.need(3, path); this.pos++; return this.u16();
-      case 0xce: this.need(5, path); this.pos++; return this.u32();
+      case 0xcc:
+        this.need(2, path);
+        this.pos++;
+        return this.u8();
+      case 0xcd:
+        this.need(3, path);
+        this.pos++;
+        return this.u16();
+      case 0xce:
+        this.need(5, path);
+        this.pos++;
+        return this.u32();
       case 0xcf: {
         this.need(9, path);
         const v = this.view.getBigUint64(this.pos + 1);
         this.pos += 9;
         return normalizeWireInt(v);
       }
-      case 0xd0: this.need(2, path); { const v = this.view.getInt8(this.pos + 1); this.pos += 2; return v; }
-      case 0xd1: this.need(3, path); { const v = this.view.getInt16(this.pos + 1); this.pos += 3; return v; }
-      case 0xd2: this.need(5, path); { const v = this.view.getInt32(this.pos + 1); this.pos += 5; return v; }
+      case 0xd0:
+        this.need(2, path);
+        {
+          const v = this.view.getInt8(this.pos + 1);
+          this.pos += 2;
+          return v;
+        }
+      case 0xd1:
+        this.need(3, path);
+        {
+          const v = this.view.getInt16(this.pos + 1);
+          this.pos += 3;
+          return v;
+        }
+      case 0xd2:
+        this.need(5, path);
+        {
+          const v = this.view.getInt32(this.pos + 1);
+          this.pos += 5;
+          return v;
+        }
       case 0xd3: {
         this.need(9, path);
         const v = this.view.getBigInt64(this.pos + 1);
@@ -289,9 +356,21 @@ export class MsgpackReader {
       this.pos++;
       return head & 0x1f;
     }
-    if (head === 0xd9) { this.need(2, path); this.pos++; return this.u8(); }
-    if (head === 0xda) { this.need(3, path); this.pos++; return this.u16(); }
-    if (head === 0xdb) { this.need(5, path); this.pos++; return this.u32(); }
+    if (head === 0xd9) {
+      this.need(2, path);
+      this.pos++;
+      return this.u8();
+    }
+    if (head === 0xda) {
+      this.need(3, path);
+      this.pos++;
+      return this.u16();
+    }
+    if (head === 0xdb) {
+      this.need(5, path);
+      this.pos++;
+      return this.u32();
+    }
     throw this.mismatch(path, expected, head);
   }
 
@@ -378,23 +457,74 @@ export class MsgpackReader {
         this.skipBytes(1 + (head & 0x1f), path);
       } else {
         switch (head) {
-          case 0xcc: case 0xd0: this.skipBytes(2, path); break;
-          case 0xcd: case 0xd1: this.skipBytes(3, path); break;
-          case 0xca: case 0xce: case 0xd2: this.skipBytes(5, path); break;
-          case 0xcb: case 0xcf: case 0xd3: this.skipBytes(9, path); break;
-          case 0xd4: this.skipBytes(3, path); break;
-          case 0xd5: this.skipBytes(4, path); break;
-          case 0xd6: this.skipBytes(6, path); break;
-          case 0xd7: this.skipBytes(10, path); break;
-          case 0xd8: this.skipBytes(18, path); break;
-          case 0xc4: case 0xd9: this.need(2, path); this.skipBytes(2 + this.bytes[this.pos + 1], path); break;
-          case 0xc5: case 0xda: this.need(3, path); this.skipBytes(3 + this.view.getUint16(this.pos + 1), path); break;
-          case 0xc6: case 0xdb: this.need(5, path); this.skipBytes(5 + this.view.getUint32(this.pos + 1), path); break;
-          case 0xc7: this.need(2, path); this.skipBytes(3 + this.bytes[this.pos + 1], path); break;
-          case 0xc8: this.need(3, path); this.skipBytes(4 + this.view.getUint16(this.pos + 1), path); break;
-          case 0xc9: this.need(5, path); this.skipBytes(6 + this.view.getUint32(this.pos + 1), path); break;
-          case 0xdc: case 0xdd: pending += this.readArrayHeader(path); break;
-          case 0xde: case 0xdf: pending += 2 * this.readMapHeader(path); break;
+          case 0xcc:
+          case 0xd0:
+            this.skipBytes(2, path);
+            break;
+          case 0xcd:
+          case 0xd1:
+            this.skipBytes(3, path);
+            break;
+          case 0xca:
+          case 0xce:
+          case 0xd2:
+            this.skipBytes(5, path);
+            break;
+          case 0xcb:
+          case 0xcf:
+          case 0xd3:
+            this.skipBytes(9, path);
+            break;
+          case 0xd4:
+            this.skipBytes(3, path);
+            break;
+          case 0xd5:
+            this.skipBytes(4, path);
+            break;
+          case 0xd6:
+            this.skipBytes(6, path);
+            break;
+          case 0xd7:
+            this.skipBytes(10, path);
+            break;
+          case 0xd8:
+            this.skipBytes(18, path);
+            break;
+          case 0xc4:
+          case 0xd9:
+            this.need(2, path);
+            this.skipBytes(2 + this.bytes[this.pos + 1], path);
+            break;
+          case 0xc5:
+          case 0xda:
+            this.need(3, path);
+            this.skipBytes(3 + this.view.getUint16(this.pos + 1), path);
+            break;
+          case 0xc6:
+          case 0xdb:
+            this.need(5, path);
+            this.skipBytes(5 + this.view.getUint32(this.pos + 1), path);
+            break;
+          case 0xc7:
+            this.need(2, path);
+            this.skipBytes(3 + this.bytes[this.pos + 1], path);
+            break;
+          case 0xc8:
+            this.need(3, path);
+            this.skipBytes(4 + this.view.getUint16(this.pos + 1), path);
+            break;
+          case 0xc9:
+            this.need(5, path);
+            this.skipBytes(6 + this.view.getUint32(this.pos + 1), path);
+            break;
+          case 0xdc:
+          case 0xdd:
+            pending += this.readArrayHeader(path);
+            break;
+          case 0xde:
+          case 0xdf:
+            pending += 2 * this.readMapHeader(path);
+            break;
           default:
             throw new WireDecodeError(path, `invalid msgpack byte 0x${head.toString(16)} at offset ${this.pos}`);
         }
@@ -426,8 +556,11 @@ export class MsgpackReader {
   /** Throws "trailing characters" unless the whole buffer was consumed (engine-wire.md 3.2, `inv_req_trailing_bytes`). */
   expectEnd(path: string): void {
     if (this.pos !== this.bytes.length) {
-      throw new WireDecodeError(path, `trailing characters: ${this.bytes.length - this.pos} byte(s) after the ` +
-        `top-level value at offset ${this.pos}`);
+      throw new WireDecodeError(
+        path,
+        `trailing characters: ${this.bytes.length - this.pos} byte(s) after the ` +
+          `top-level value at offset ${this.pos}`,
+      );
     }
   }
 }

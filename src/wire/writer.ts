@@ -104,9 +104,12 @@ export class MsgpackWriter {
   writeInt(value: WireInt, path: string): void {
     if (typeof value === 'number') {
       if (!Number.isSafeInteger(value)) {
-        throw new WireEncodeError(path, Number.isInteger(value)
-          ? `integer ${value} is beyond ±(2^53−1) and may already be rounded; pass a bigint`
-          : `expected an integer, got ${value}`);
+        throw new WireEncodeError(
+          path,
+          Number.isInteger(value)
+            ? `integer ${value} is beyond ±(2^53−1) and may already be rounded; pass a bigint`
+            : `expected an integer, got ${value}`,
+        );
       }
       if (value >= 0) {
         if (value < 0x80) this.u8(value);
@@ -169,7 +172,8 @@ export class MsgpackWriter {
   writeStr(value: string, path: string): void {
     if (typeof value !== 'string') throw new WireEncodeError(path, `expected a string, got ${describe(value)}`);
     if (value.length <= ASCII_FAST_MAX && this.tryAscii(value)) return;
-    if (LONE_SURROGATE.test(value)) throw new WireEncodeError(path, 'string contains a lone surrogate (not valid UTF-8)');
+    if (LONE_SURROGATE.test(value))
+      throw new WireEncodeError(path, 'string contains a lone surrogate (not valid UTF-8)');
     const bytes = utf8.encode(value);
     const n = bytes.length;
     if (n <= 31) this.u8(0xa0 | n);
@@ -247,14 +251,18 @@ export class MsgpackWriter {
     if (depth > 512) throw new WireEncodeError(path, 'value nested deeper than 512 levels (cycle?)');
     if (value === null || value === undefined) return this.writeNil();
     switch (typeof value) {
-      case 'boolean': return this.writeBool(value, path);
+      case 'boolean':
+        return this.writeBool(value, path);
       case 'number':
         return Number.isSafeInteger(value) && !Object.is(value, -0)
           ? this.writeInt(value, path)
           : this.writeFloat64(value, path);
-      case 'bigint': return this.writeInt(value, path);
-      case 'string': return this.writeStr(value, path);
-      default: break;
+      case 'bigint':
+        return this.writeInt(value, path);
+      case 'string':
+        return this.writeStr(value, path);
+      default:
+        break;
     }
     if (value instanceof Uint8Array) return this.writeBin(value);
     if (Array.isArray(value)) {

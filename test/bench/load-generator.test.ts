@@ -30,11 +30,15 @@ function serve(mode: Mode, res: ServerResponse, maxTokens: number): void {
     if (res.destroyed) return;
     if (mode === 'cut-off' && sent >= 2) return void res.destroy();
     if (mode === 'error-event' && sent >= 2) {
-      res.end(`data: ${JSON.stringify({ error: { message: 'rank died', type: 'internal_error', param: null, code: 500 } })}\n\ndata: [DONE]\n\n`);
+      res.end(
+        `data: ${JSON.stringify({ error: { message: 'rank died', type: 'internal_error', param: null, code: 500 } })}\n\ndata: [DONE]\n\n`,
+      );
       return;
     }
     if (sent >= maxTokens) {
-      res.end(`data: ${JSON.stringify({ ...base, choices: [], usage: { prompt_tokens: 3, completion_tokens: sent, total_tokens: 3 + sent } })}\n\ndata: [DONE]\n\n`);
+      res.end(
+        `data: ${JSON.stringify({ ...base, choices: [], usage: { prompt_tokens: 3, completion_tokens: sent, total_tokens: 3 + sent } })}\n\ndata: [DONE]\n\n`,
+      );
       return;
     }
     const two = sent + 2 <= maxTokens && sent % 4 === 0;
@@ -64,37 +68,50 @@ async function phase(load: LoadProcess, mode: Mode): Promise<LoadResult> {
   let result: LoadResult | undefined;
   await withServer(mode, async (url) => {
     result = await load.run(
-      { url, path: '/v1/chat/completions', streams: 4, stream: true, maxTokens: 12, warmupMs: 200, windowMs: 600, seed: 1 },
+      {
+        url,
+        path: '/v1/chat/completions',
+        streams: 4,
+        stream: true,
+        maxTokens: 12,
+        warmupMs: 200,
+        windowMs: 600,
+        seed: 1,
+      },
       { onWindowStart() {}, onWindowEnd() {} },
     );
   });
   return result!;
 }
 
-test('the load generator measures streams from their bytes and counts error events, cut-off bodies and HTTP errors', { timeout: 60_000 }, async () => {
-  const load = LoadProcess.start(await prepareGatewayBuild('tsx'));
-  try {
-    const ok = await phase(load, 'ok');
-    assert.equal(ok.errors, 0, String(ok.firstError));
-    assert.ok(ok.requests > 0 && ok.tokens > 0, JSON.stringify(ok));
-    assert.equal(ok.tokensPerEvent, 1, 'usage.completion_tokens = content events');
-    assert.ok(ok.ttftMs.samples > 0 && ok.itlMs.samples > 0, JSON.stringify(ok));
-    // Two events in one read: the second has an ITL of 0 (stamped with the same arrival).
-    assert.equal(ok.itlMs.p50 >= 0, true);
+test(
+  'the load generator measures streams from their bytes and counts error events, cut-off bodies and HTTP errors',
+  { timeout: 60_000 },
+  async () => {
+    const load = LoadProcess.start(await prepareGatewayBuild('tsx'));
+    try {
+      const ok = await phase(load, 'ok');
+      assert.equal(ok.errors, 0, String(ok.firstError));
+      assert.ok(ok.requests > 0 && ok.tokens > 0, JSON.stringify(ok));
+      assert.equal(ok.tokensPerEvent, 1, 'usage.completion_tokens = content events');
+      assert.ok(ok.ttftMs.samples > 0 && ok.itlMs.samples > 0, JSON.stringify(ok));
+      // Two events in one read: the second has an ITL of 0 (stamped with the same arrival).
+      assert.equal(ok.itlMs.p50 >= 0, true);
 
-    const errorEvent = await phase(load, 'error-event');
-    assert.ok(errorEvent.errors > 0);
-    assert.match(String(errorEvent.firstError), /^mid-stream error: rank died$/);
+      const errorEvent = await phase(load, 'error-event');
+      assert.ok(errorEvent.errors > 0);
+      assert.match(String(errorEvent.firstError), /^mid-stream error: rank died$/);
 
-    const cutOff = await phase(load, 'cut-off');
-    assert.ok(cutOff.errors > 0);
-    assert.match(String(cutOff.firstError), /^response cut off before its end$/);
-    assert.equal(cutOff.requests, 0);
+      const cutOff = await phase(load, 'cut-off');
+      assert.ok(cutOff.errors > 0);
+      assert.match(String(cutOff.firstError), /^response cut off before its end$/);
+      assert.equal(cutOff.requests, 0);
 
-    const refused = await phase(load, 'http-500');
-    assert.ok(refused.errors > 0);
-    assert.match(String(refused.firstError), /^HTTP 500: .*boom/);
-  } finally {
-    load.stop();
-  }
-});
+      const refused = await phase(load, 'http-500');
+      assert.ok(refused.errors > 0);
+      assert.match(String(refused.firstError), /^HTTP 500: .*boom/);
+    } finally {
+      load.stop();
+    }
+  },
+);

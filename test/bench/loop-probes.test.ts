@@ -30,8 +30,12 @@ test('every probed process answers; read gives the worst of the processes asked'
   try {
     const pids = [quiet.pid!, busy.pid!];
     // Wait until both probes connected (read throws for a pid without one).
-    const connected = (pid: number) => probes.read([pid]).then(() => true, () => false);
-    for (let i = 0; i < 200 && !(await connected(quiet.pid!) && (await connected(busy.pid!))); i++) await sleep(50);
+    const connected = (pid: number) =>
+      probes.read([pid]).then(
+        () => true,
+        () => false,
+      );
+    for (let i = 0; i < 200 && !((await connected(quiet.pid!)) && (await connected(busy.pid!))); i++) await sleep(50);
     await probes.reset(pids);
     busy.stdin!.write('block\n');
     await once(busy.stdout!, 'data');

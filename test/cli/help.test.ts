@@ -15,7 +15,10 @@ import { nodeEntry } from '../helpers/entry.js';
 /** `node <file> ...args` in the repository (transpiled or through tsx: ../helpers/entry.ts): exit code, stdout and stderr. */
 function run(file: string, args: string[]): Promise<{ code: number | null; out: string; err: string }> {
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, [...nodeEntry(pathToFileURL(join(repoRoot, file))), ...args], { cwd: repoRoot, stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, [...nodeEntry(pathToFileURL(join(repoRoot, file))), ...args], {
+      cwd: repoRoot,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
     let out = '';
     let err = '';
     child.stdout.on('data', (c: Buffer) => (out += c.toString()));

@@ -14,10 +14,15 @@ import { nodeEntry } from '../helpers/entry.js';
 
 const CLI = new URL('../../src/cli.ts', import.meta.url);
 const binPath = fileURLToPath(new URL('../../bin/model-gateway.mjs', import.meta.url));
-const version = (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }).version;
+const version = (
+  JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version: string }
+).version;
 
 /** Run `model-gateway ARGS` as a child (no MODEL_GATEWAY_* from the outer environment); exit code and output. */
-function cli(args: string[], entry: string[] = nodeEntry(CLI)): Promise<{ code: number; stdout: string; stderr: string }> {
+function cli(
+  args: string[],
+  entry: string[] = nodeEntry(CLI),
+): Promise<{ code: number; stdout: string; stderr: string }> {
   const clean = Object.fromEntries(Object.entries(process.env).filter(([k]) => !k.startsWith('MODEL_GATEWAY_')));
   return new Promise((resolve) => {
     execFile(process.execPath, [...entry, ...args], { env: clean, timeout: 50_000 }, (err, stdout, stderr) => {
@@ -28,7 +33,10 @@ function cli(args: string[], entry: string[] = nodeEntry(CLI)): Promise<{ code: 
 }
 
 /** Run the CLI's `main` in this process with `env` added to process.env for the call (one child per case is too slow). */
-async function inProcess(args: string[], env: Record<string, string> = {}): Promise<{ code: number; stdout: string; stderr: string }> {
+async function inProcess(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number; stdout: string; stderr: string }> {
   const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
   Object.assign(process.env, env);
   const out = { stdout: '', stderr: '' };
@@ -76,32 +84,60 @@ test('a bad option: one line with a hint to --help, exit 2', async () => {
 });
 
 test('a missing tokenizer folder or uncached Hugging Face model: one line naming what was tried, exit 1', async () => {
-  const dir = await inProcess(['serve', '--tokenizer', '/nonexistent/model-folder', '--port', '0', '--log-level', 'silent']);
+  const dir = await inProcess([
+    'serve',
+    '--tokenizer',
+    '/nonexistent/model-folder',
+    '--port',
+    '0',
+    '--log-level',
+    'silent',
+  ]);
   assert.equal(dir.code, 1);
   assert.equal(oneLine(dir.stderr), 'model-gateway: tokenizer directory /nonexistent/model-folder does not exist');
-  const hf = await inProcess(['serve', '--tokenizer', 'Nobody/NoSuchModel', '--port', '0', '--log-level', 'silent'], { HF_HUB_CACHE: '/nonexistent/hub' });
+  const hf = await inProcess(['serve', '--tokenizer', 'Nobody/NoSuchModel', '--port', '0', '--log-level', 'silent'], {
+    HF_HUB_CACHE: '/nonexistent/hub',
+  });
   assert.equal(hf.code, 1);
-  assert.match(oneLine(hf.stderr), /Nobody\/NoSuchModel is neither a folder nor a Hugging Face model.*\/nonexistent\/hub\/models--Nobody--NoSuchModel\/refs\/main/);
+  assert.match(
+    oneLine(hf.stderr),
+    /Nobody\/NoSuchModel is neither a folder nor a Hugging Face model.*\/nonexistent\/hub\/models--Nobody--NoSuchModel\/refs\/main/,
+  );
 });
 
 for (const workers of ['1', '2']) {
-test(`an HTTP port already in use (--workers ${workers}): one line, exit 1, no simulated rank left behind`, { timeout: 55_000 }, async () => {
-  const blocker: Server = createServer();
-  await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
-  const port = (blocker.address() as { port: number }).port;
-  try {
-    // --workers 2: the fronts bind the port only after the ranks are spawned, so the router checks it first.
-    const r = await cli(['serve', '--port', String(port), '--workers', workers, '--sim', '1', '--sim-arg=--time-scale=0', '--log-format', 'json']);
-    assert.equal(r.code, 1);
-    assert.equal(
-      oneLine(r.stderr),
-      `model-gateway: cannot listen on 127.0.0.1:${port}: the port is already in use (another gateway?); choose one with --port`,
-    );
-    // HTTP binds before anything is spawned (serve at once), so a taken port fails the start with no rank started.
-    assert.ok(!r.stdout.includes('"simulated ranks spawned"'), 'no simulated rank was spawned');
-    assert.ok(!r.stdout.includes('forking a new one'), 'no front was forked');
-  } finally {
-    await new Promise<void>((resolve) => blocker.close(() => resolve()));
-  }
-});
+  test(
+    `an HTTP port already in use (--workers ${workers}): one line, exit 1, no simulated rank left behind`,
+    { timeout: 55_000 },
+    async () => {
+      const blocker: Server = createServer();
+      await new Promise<void>((resolve) => blocker.listen(0, '127.0.0.1', resolve));
+      const port = (blocker.address() as { port: number }).port;
+      try {
+        // --workers 2: the fronts bind the port only after the ranks are spawned, so the router checks it first.
+        const r = await cli([
+          'serve',
+          '--port',
+          String(port),
+          '--workers',
+          workers,
+          '--sim',
+          '1',
+          '--sim-arg=--time-scale=0',
+          '--log-format',
+          'json',
+        ]);
+        assert.equal(r.code, 1);
+        assert.equal(
+          oneLine(r.stderr),
+          `model-gateway: cannot listen on 127.0.0.1:${port}: the port is already in use (another gateway?); choose one with --port`,
+        );
+        // HTTP binds before anything is spawned (serve at once), so a taken port fails the start with no rank started.
+        assert.ok(!r.stdout.includes('"simulated ranks spawned"'), 'no simulated rank was spawned');
+        assert.ok(!r.stdout.includes('forking a new one'), 'no front was forked');
+      } finally {
+        await new Promise<void>((resolve) => blocker.close(() => resolve()));
+      }
+    },
+  );
 }

@@ -33,7 +33,11 @@ test('IdTable: request ids iterate in insertion order, integer handles ascending
   const h = new IdTable<string>();
   for (const n of [3, 1, 2]) h.set(n, `h${n}`);
   assert.equal(h.get('2'), 'h2');
-  assert.deepEqual(h.entries(), [['1', 'h1'], ['2', 'h2'], ['3', 'h3']]);
+  assert.deepEqual(h.entries(), [
+    ['1', 'h1'],
+    ['2', 'h2'],
+    ['3', 'h3'],
+  ]);
 });
 
 test('IdSet: add is idempotent, delete reports presence, keys in order', () => {

@@ -34,7 +34,8 @@ async function rows(page: Page): Promise<Record<string, Record<string, string>>>
     const out: Record<string, Record<string, string>> = {};
     for (const tr of document.querySelectorAll('tr[data-rank]')) {
       const cells: Record<string, string> = {};
-      for (const td of tr.querySelectorAll('td[data-field]')) cells[td.getAttribute('data-field')!] = td.textContent ?? '';
+      for (const td of tr.querySelectorAll('td[data-field]'))
+        cells[td.getAttribute('data-field')!] = td.textContent ?? '';
       out[`${tr.getAttribute('data-worker')}|${tr.getAttribute('data-rank')}`] = cells;
     }
     return out;
@@ -49,7 +50,12 @@ function streamingLoad(url: string, concurrency: number, limit: number, stop: Ab
       const res = await fetch(`${url}/v1/completions`, {
         method: 'POST',
         headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'qwen3', prompt: 'Tell me about the ranks', max_tokens: 60 + (done % 5) * 30, stream: true }),
+        body: JSON.stringify({
+          model: 'qwen3',
+          prompt: 'Tell me about the ranks',
+          max_tokens: 60 + (done % 5) * 30,
+          stream: true,
+        }),
       });
       await res.text();
       assert.equal(res.status, 200);
@@ -80,20 +86,30 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
     await page.waitForFunction(() => Number(document.body.dataset.updates ?? 0) >= 1, null, { timeout: 20_000 });
     const idle = await rows(page);
     assert.equal(Object.keys(idle).length, 4, 'one row per DP rank');
-    assert.ok(Object.values(idle).every((r) => r.in_flight === '0' && r.dispatched === '0 (0)'), JSON.stringify(idle));
+    assert.ok(
+      Object.values(idle).every((r) => r.in_flight === '0' && r.dispatched === '0 (0)'),
+      JSON.stringify(idle),
+    );
 
     const stop = new AbortController();
     const load = streamingLoad(gateway.url, 20, 30, stop.signal);
     load.catch(() => {}); // awaited below; a failure must not surface as an unhandled rejection meanwhile
     try {
       // Under load: requests in flight, and every rank dispatched to with a measured TTFT and ITL.
-      await page.waitForFunction(() => Number(document.querySelector('[data-total="in_flight"]')?.textContent) > 0, null, { timeout: 30_000 });
+      await page.waitForFunction(
+        () => Number(document.querySelector('[data-total="in_flight"]')?.textContent) > 0,
+        null,
+        { timeout: 30_000 },
+      );
       await page.waitForFunction(
         // No named inner functions here: tsx would wrap them in a helper the page does not have.
-        () => [...document.querySelectorAll('tr[data-rank]')].every((tr) =>
-          !(tr.querySelector('td[data-field="ttft"]')?.textContent ?? '–').startsWith('–') &&
-          !(tr.querySelector('td[data-field="itl"]')?.textContent ?? '–').startsWith('–') &&
-          tr.querySelector('td[data-field="dispatched"]')?.textContent !== '0 (0)'),
+        () =>
+          [...document.querySelectorAll('tr[data-rank]')].every(
+            (tr) =>
+              !(tr.querySelector('td[data-field="ttft"]')?.textContent ?? '–').startsWith('–') &&
+              !(tr.querySelector('td[data-field="itl"]')?.textContent ?? '–').startsWith('–') &&
+              tr.querySelector('td[data-field="dispatched"]')?.textContent !== '0 (0)',
+          ),
         null,
         { timeout: 30_000 },
       );
@@ -103,13 +119,20 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
       // The page keeps polling and the numbers change between two of its renders.
       await page.waitForFunction(
         (before) => {
-          const now = [...document.querySelectorAll('tr[data-rank] td[data-field="dispatched"]')].map((td) => td.textContent).join();
+          const now = [...document.querySelectorAll('tr[data-rank] td[data-field="dispatched"]')]
+            .map((td) => td.textContent)
+            .join();
           return now !== before;
         },
-        Object.values(first).map((r) => r.dispatched).join(),
+        Object.values(first)
+          .map((r) => r.dispatched)
+          .join(),
         { timeout: 30_000 },
       );
-      assert.ok(Number(await page.evaluate(() => document.body.dataset.updates)) > updatesBefore, "the page kept polling");
+      assert.ok(
+        Number(await page.evaluate(() => document.body.dataset.updates)) > updatesBefore,
+        'the page kept polling',
+      );
       // The KV bars and the header totals follow the engines' reports.
       await page.waitForFunction(() => document.querySelectorAll('.kv .fill').length === 4, null, { timeout: 30_000 });
       const shot = await page.screenshot({ fullPage: true });
@@ -117,7 +140,9 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
       assert.ok(shot.length > 10_000, `screenshot of ${shot.length} bytes`);
       if (process.env.WRITE_DASHBOARD_PNG === '1') {
         // The documentation asset: after ~10 s more of load, so the in-flight trend lines have a history.
-        await page.waitForFunction((n) => Number(document.body.dataset.updates) >= n, updatesBefore + 20, { timeout: 60_000 });
+        await page.waitForFunction((n) => Number(document.body.dataset.updates) >= n, updatesBefore + 20, {
+          timeout: 60_000,
+        });
         const dir = await mkdtemp(join(tmpdir(), 'mg-shot-'));
         await page.screenshot({ path: join(dir, 'dashboard.png'), fullPage: true });
         await copyFile(join(dir, 'dashboard.png'), SCREENSHOT_TARGET);
@@ -130,7 +155,10 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
     assert.ok(sent >= 20, `${sent} requests`);
     // Idle again: the in-flight sets empty, and the page shows it.
     await page.waitForFunction(
-      () => [...document.querySelectorAll('tr[data-rank] td[data-field="in_flight"]')].every((td) => td.textContent === '0'),
+      () =>
+        [...document.querySelectorAll('tr[data-rank] td[data-field="in_flight"]')].every(
+          (td) => td.textContent === '0',
+        ),
       null,
       { timeout: 30_000 },
     );
@@ -150,13 +178,21 @@ describe('dashboard behind an API key', { timeout: 60_000 }, () => {
   before(async () => {
     const { app, backend } = await makeApp();
     backend.rankStatesValue = [
-      rankState(0, { inFlight: 3, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.4 }, dispatchedPinned: 1, dispatchedUnpinned: 9, clampEvents: 0 }),
+      rankState(0, {
+        inFlight: 3,
+        load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.4 },
+        dispatchedPinned: 1,
+        dispatchedUnpinned: 9,
+        clampEvents: 0,
+      }),
     ];
     // The key check of issue #10 (COORDINATION G): /v1/* needs `Authorization: Bearer <key>`; the page itself does not.
     server = createServer((req, res) => {
       seen.push({ url: req.url ?? '', headers: req.headers });
       if ((req.url ?? '').startsWith('/v1/') && req.headers.authorization !== `Bearer ${KEY}`) {
-        res.writeHead(401, { 'content-type': 'application/json' }).end(JSON.stringify({ error: { message: 'invalid API key' } }));
+        res
+          .writeHead(401, { 'content-type': 'application/json' })
+          .end(JSON.stringify({ error: { message: 'invalid API key' } }));
         return;
       }
       void app.inject({ method: req.method as 'GET', url: req.url ?? '/', headers: req.headers }).then((r) => {
@@ -176,7 +212,9 @@ describe('dashboard behind an API key', { timeout: 60_000 }, () => {
   test('asks for the key, then sends it as a Bearer header (never in a URL) and shows the ranks', async () => {
     const page = await browser.context.newPage();
     await page.goto(`${base}/dashboard`);
-    await page.waitForFunction(() => document.getElementById('status-text')?.textContent?.includes('401'), null, { timeout: 20_000 });
+    await page.waitForFunction(() => document.getElementById('status-text')?.textContent?.includes('401'), null, {
+      timeout: 20_000,
+    });
     assert.match((await page.textContent('#key-hint')) ?? '', /enter the API key/);
     await page.fill('#api-key', KEY);
     await page.click('#key-form button');
@@ -189,9 +227,15 @@ describe('dashboard behind an API key', { timeout: 60_000 }, () => {
     assert.match(row!.kv_cache_usage!, /40\.0%/);
     assert.match((await page.textContent('#status-text')) ?? '', /live/);
     const api = seen.filter((s) => s.url.startsWith('/v1/gateway/ranks'));
-    assert.ok(api.some((s) => s.headers.authorization === `Bearer ${KEY}`), "a Bearer header with the key");
-    assert.ok(seen.every((s) => !s.url.includes(KEY)), 'the key never appears in a URL');
-    assert.ok(!page.url().includes(KEY), "the key is not in the page URL");
+    assert.ok(
+      api.some((s) => s.headers.authorization === `Bearer ${KEY}`),
+      'a Bearer header with the key',
+    );
+    assert.ok(
+      seen.every((s) => !s.url.includes(KEY)),
+      'the key never appears in a URL',
+    );
+    assert.ok(!page.url().includes(KEY), 'the key is not in the page URL');
     await page.close();
   });
 });

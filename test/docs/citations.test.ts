@@ -79,7 +79,12 @@ export function expandSections(list: string): string[] {
     const pb = b.split('.');
     const lastA = Number(pa[pa.length - 1]);
     const lastB = Number(pb[pb.length - 1]);
-    if (pa.length === pb.length && pa.slice(0, -1).join('.') === pb.slice(0, -1).join('.') && lastB >= lastA && lastB - lastA <= 50) {
+    if (
+      pa.length === pb.length &&
+      pa.slice(0, -1).join('.') === pb.slice(0, -1).join('.') &&
+      lastB >= lastA &&
+      lastB - lastA <= 50
+    ) {
       for (let i = lastA; i <= lastB; i++) out.push([...pa.slice(0, -1), String(i)].join('.'));
     } else {
       out.push(a, b);
@@ -164,7 +169,8 @@ export function checkCitation(c: Citation, docs: ReadonlyMap<string, string | un
   if (missing.length > 0) return `${where} has no section ${missing.join(', ')}`;
   if (c.label !== null && c.sections.length > 0) {
     const last = c.sections[c.sections.length - 1];
-    if (!plain(sections.get(last)!).includes(plain(c.label))) return `section ${last} of ${where} does not mention "${c.label}"`;
+    if (!plain(sections.get(last)!).includes(plain(c.label)))
+      return `section ${last} of ${where} does not mention "${c.label}"`;
   }
   return null;
 }
@@ -222,15 +228,29 @@ test('the citation parser reads lists, ranges, wrapped lines, link forms and lab
 });
 
 test('a citation of a missing section, a missing document or an absent label is reported', () => {
-  const doc = '# T\n\n## 1. One\n\n### 1.2 Sub\n\nThe **Engine order** rule.\n\n## 2. Two\n\n```\n## 3. not a heading\n```\n';
-  const docs = new Map<string, string | undefined>([['engine-wire.md', doc], ['kv-events.md', undefined]]);
+  const doc =
+    '# T\n\n## 1. One\n\n### 1.2 Sub\n\nThe **Engine order** rule.\n\n## 2. Two\n\n```\n## 3. not a heading\n```\n';
+  const docs = new Map<string, string | undefined>([
+    ['engine-wire.md', doc],
+    ['kv-events.md', undefined],
+  ]);
   const check = (text: string) => findCitations(text, 'x.ts').map((c) => checkCitation(c, docs));
   assert.deepEqual(check('engine-wire.md 1, 1.2, 2'), [null]);
   assert.deepEqual(check('engine-wire.md 1.2 "Engine order"'), [null]);
-  assert.deepEqual(check('engine-wire.md 1 "engine ORDER"'), [null], 'a label may sit in a subsection of the cited section');
+  assert.deepEqual(
+    check('engine-wire.md 1 "engine ORDER"'),
+    [null],
+    'a label may sit in a subsection of the cited section',
+  );
   assert.deepEqual(check('engine-wire.md 1.3'), ['docs/reference/engine-wire.md has no section 1.3']);
-  assert.deepEqual(check('engine-wire.md 3'), ['docs/reference/engine-wire.md has no section 3'], 'headings in code fences do not count');
-  assert.deepEqual(check('engine-wire.md 2 "Engine order"'), ['section 2 of docs/reference/engine-wire.md does not mention "Engine order"']);
+  assert.deepEqual(
+    check('engine-wire.md 3'),
+    ['docs/reference/engine-wire.md has no section 3'],
+    'headings in code fences do not count',
+  );
+  assert.deepEqual(check('engine-wire.md 2 "Engine order"'), [
+    'section 2 of docs/reference/engine-wire.md does not mention "Engine order"',
+  ]);
   assert.deepEqual(check('kv-events.md 1.1'), ['docs/reference/kv-events.md does not exist']);
 });
 

@@ -54,8 +54,10 @@ export function findLinks(markdown: string): MarkdownLink[] {
   const text = stripCode(markdown);
   const links: MarkdownLink[] = [];
   const lineAt = (index: number) => text.slice(0, index).split('\n').length;
-  for (const m of text.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g)) links.push({ target: m[1]!, line: lineAt(m.index) });
-  for (const m of text.matchAll(/^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$/gm)) links.push({ target: m[1]!, line: lineAt(m.index) });
+  for (const m of text.matchAll(/\]\(\s*<?([^)\s>]+)>?(?:\s+"[^"]*")?\s*\)/g))
+    links.push({ target: m[1]!, line: lineAt(m.index) });
+  for (const m of text.matchAll(/^\s{0,3}\[[^\]]+\]:\s*<?(\S+?)>?(?:\s+"[^"]*")?\s*$/gm))
+    links.push({ target: m[1]!, line: lineAt(m.index) });
   return links;
 }
 
@@ -133,7 +135,8 @@ function checkLink(file: string, link: MarkdownLink): string | null {
   if (!path.startsWith(ROOT + sep) && path !== ROOT) return `${where} points outside the repository`;
   if (!existsSync(path)) return `${where}: ${relative(ROOT, path)} does not exist`;
   if (anchor !== null && anchor !== '' && path.endsWith('.md')) {
-    if (!anchorsOf(readFileSync(path, 'utf8')).has(anchor)) return `${where}: no heading or anchor #${anchor} in ${relative(ROOT, path)}`;
+    if (!anchorsOf(readFileSync(path, 'utf8')).has(anchor))
+      return `${where}: no heading or anchor #${anchor} in ${relative(ROOT, path)}`;
   }
   return null;
 }
@@ -151,7 +154,10 @@ function linkedFiles(file: string): Set<string> {
 
 test('README.md is at most 12 KiB', () => {
   const bytes = statSync(README).size;
-  assert.ok(bytes <= README_MAX_BYTES, `README.md is ${bytes} bytes, over ${README_MAX_BYTES}: move reference material to docs/`);
+  assert.ok(
+    bytes <= README_MAX_BYTES,
+    `README.md is ${bytes} bytes, over ${README_MAX_BYTES}: move reference material to docs/`,
+  );
 });
 
 test('every relative link in README.md, CONTRIBUTING.md and docs/ resolves, anchors included', () => {
@@ -205,7 +211,13 @@ test('the link checker itself: links, code, anchors and slugs', () => {
     ],
   );
   const anchors = anchorsOf(md);
-  for (const a of ['several-cores---workers', 'tool-calls-reasoning-and-structured-outputs', 'repeat', 'repeat-1', 'custom']) {
+  for (const a of [
+    'several-cores---workers',
+    'tool-calls-reasoning-and-structured-outputs',
+    'repeat',
+    'repeat-1',
+    'custom',
+  ]) {
     assert.ok(anchors.has(a), `missing anchor ${a}`);
   }
   assert.equal(slug('`cache_aware` against `load`'.replace(/`/g, '')), 'cache_aware-against-load');

@@ -24,7 +24,12 @@ import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 import { openStream, type CompletionBody, type HeldStream } from './spread-helpers.js';
 
 const MODEL = 'sim-qwen3';
-const LONG: CompletionBody = { model: MODEL, prompt: 'Tell me a very long story.', max_tokens: 20_000, ignore_eos: true };
+const LONG: CompletionBody = {
+  model: MODEL,
+  prompt: 'Tell me a very long story.',
+  max_tokens: 20_000,
+  ignore_eos: true,
+};
 const TIMEOUT = { timeout: 120_000 };
 
 describe('a burst of client disconnects on a rank that applies ABORTs late', () => {
@@ -46,10 +51,14 @@ describe('a burst of client disconnects on a rank that applies ABORTs late', () 
     const before = ++statsSeq;
     process.kill(sim.pid, 'SIGUSR2');
     let text = '';
-    await waitFor(async () => {
-      text = await readFile(file, 'utf8');
-      return before <= statsSeq && JSON.parse(text).pid === sim.pid;
-    }, 'rank 0 writes its stats file', 10_000);
+    await waitFor(
+      async () => {
+        text = await readFile(file, 'utf8');
+        return before <= statsSeq && JSON.parse(text).pid === sim.pid;
+      },
+      'rank 0 writes its stats file',
+      10_000,
+    );
     return JSON.parse(text) as { aborted: number; pendingSends: number; batchesSent: number };
   };
 
@@ -74,23 +83,46 @@ describe('a burst of client disconnects on a rank that applies ABORTs late', () 
     const burst: HeldStream[] = [];
     for (let i = 0; i < 16; i++) burst.push(await open(LONG, 0));
     for (let i = 0; i < 2; i++) await open(LONG, 1);
-    await waitFor(async () => (await rank(0)).num_running_reqs === 16, 'rank 0 reports its 16 requests running', 30_000, () => rank(0));
+    await waitFor(
+      async () => (await rank(0)).num_running_reqs === 16,
+      'rank 0 reports its 16 requests running',
+      30_000,
+      () => rank(0),
+    );
 
     for (const s of burst) s.cancel();
     await Promise.all(burst.map((s) => s.done));
-    await waitFor(async () => (await rank(0)).in_flight === 0, 'the gateway released the 16 disconnected requests', 30_000, () => rank(0));
+    await waitFor(
+      async () => (await rank(0)).in_flight === 0,
+      'the gateway released the 16 disconnected requests',
+      30_000,
+      () => rank(0),
+    );
 
     // The rank applied the ABORTs after its lag and went idle; the gateway read every batch it pushed until then.
     let sent = 0;
-    await waitFor(async () => {
-      const c = await simStats();
-      sent = c.batchesSent;
-      return c.aborted >= 16 && c.pendingSends === 0;
-    }, 'rank 0 applies the 16 ABORTs and pushes its last batch', 30_000);
-    await waitFor(async () => (await rank(0)).batches === sent, `the gateway reads all ${sent} batches of rank 0`, 30_000, () => rank(0));
+    await waitFor(
+      async () => {
+        const c = await simStats();
+        sent = c.batchesSent;
+        return c.aborted >= 16 && c.pendingSends === 0;
+      },
+      'rank 0 applies the 16 ABORTs and pushes its last batch',
+      30_000,
+    );
+    await waitFor(
+      async () => (await rank(0)).batches === sent,
+      `the gateway reads all ${sent} batches of rank 0`,
+      30_000,
+      () => rank(0),
+    );
 
     const r0 = await rank(0);
-    assert.equal(r0.sole_client_guard, false, `the late batches counted the gateway's own ABORTed requests: ${JSON.stringify(r0)}`);
+    assert.equal(
+      r0.sole_client_guard,
+      false,
+      `the late batches counted the gateway's own ABORTed requests: ${JSON.stringify(r0)}`,
+    );
     assert.equal(r0.num_running_reqs, 0, `zero-on-empty: rank 0 is idle (${JSON.stringify(r0)})`);
 
     const before0 = (await rank(0)).dispatched_unpinned;

@@ -44,7 +44,15 @@ describe('chat messages, tools and template options via the openai SDK', () => {
   test('a text-parts array means the same as its parts joined with a newline (as vLLM joins them)', async () => {
     const asString = await promptTokens({ messages: [{ role: 'user', content: 'Hello\nthere' }] });
     const asParts = await promptTokens({
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'Hello' }, { type: 'text', text: 'there' }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'Hello' },
+            { type: 'text', text: 'there' },
+          ],
+        },
+      ],
     });
     assert.equal(asParts, asString);
   });
@@ -69,7 +77,9 @@ describe('chat messages, tools and template options via the openai SDK', () => {
         {
           role: 'assistant',
           content: null,
-          tool_calls: [{ id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } }],
+          tool_calls: [
+            { id: 'call_1', type: 'function', function: { name: 'get_weather', arguments: '{"city":"Paris"}' } },
+          ],
         },
         { role: 'tool', tool_call_id: 'call_1', content: '{"temperature_c": 18}' },
       ],

@@ -33,7 +33,9 @@ describe('streaming == non-streaming through a gateway over 2 simulated ranks', 
 
   /** Per choice index: [text, finish_reason] of a non-streaming response. */
   function fullChoices(raw: string): Array<[string, string]> {
-    const body = JSON.parse(raw) as { choices: Array<{ index: number; text?: string; message?: { content: string }; finish_reason: string }> };
+    const body = JSON.parse(raw) as {
+      choices: Array<{ index: number; text?: string; message?: { content: string }; finish_reason: string }>;
+    };
     return body.choices.map((c) => [c.message?.content ?? c.text ?? '', c.finish_reason]);
   }
 
@@ -43,7 +45,12 @@ describe('streaming == non-streaming through a gateway over 2 simulated ranks', 
     assert.equal(doneCount, 1);
     const out: Array<[string, string]> = Array.from({ length: n }, () => ['', '']);
     for (const ev of events) {
-      for (const c of ev.choices as Array<{ index: number; text?: string; delta?: { content?: string }; finish_reason: string | null }>) {
+      for (const c of ev.choices as Array<{
+        index: number;
+        text?: string;
+        delta?: { content?: string };
+        finish_reason: string | null;
+      }>) {
         out[c.index]![0] += c.delta?.content ?? c.text ?? '';
         if (c.finish_reason !== null) out[c.index]![1] = c.finish_reason;
       }
@@ -76,7 +83,8 @@ describe('streaming == non-streaming through a gateway over 2 simulated ranks', 
         assert.deepEqual(streamedChoices(streamed.text, n), a, `${path} prompt ${p} seed ${seed}`);
         for (const [text] of a) {
           assert.ok(!text.includes('\uFFFD'));
-          if (seed >= 3) assert.ok(!text.includes('e ') && !text.includes('the'), `stop text leaked: ${JSON.stringify(text)}`);
+          if (seed >= 3)
+            assert.ok(!text.includes('e ') && !text.includes('the'), `stop text leaked: ${JSON.stringify(text)}`);
         }
         if (n === 2) assert.notEqual(a[0]![0], a[1]![0], 'seeds s and s + 1 give different choices');
         compared += n;
@@ -85,8 +93,12 @@ describe('streaming == non-streaming through a gateway over 2 simulated ranks', 
     assert.ok(compared >= 20);
   });
 
-  test('min_tokens: stop strings do not apply before min_tokens tokens (TokenSpeed ranks), streamed or not', { timeout: 120_000 }, async () => {
-    const checked = await checkMinTokensStops(gateway.url, 'sim', { prompts: PROMPTS.slice(0, 2), seeds: [3, 11] });
-    assert.equal(checked, 2 * 2 * 2 * 2 * 2);
-  });
+  test(
+    'min_tokens: stop strings do not apply before min_tokens tokens (TokenSpeed ranks), streamed or not',
+    { timeout: 120_000 },
+    async () => {
+      const checked = await checkMinTokensStops(gateway.url, 'sim', { prompts: PROMPTS.slice(0, 2), seeds: [3, 11] });
+      assert.equal(checked, 2 * 2 * 2 * 2 * 2);
+    },
+  );
 });

@@ -18,7 +18,12 @@ import { z } from 'zod';
 
 /** The weather tool every scenario offers (zod for the AI SDK and LangChain, JSON schema for the openai SDK). */
 const cityInput = z.object({ city: z.string().describe('City name') });
-const WEATHER_JSON_SCHEMA = { type: 'object', properties: { city: { type: 'string' } }, required: ['city'], additionalProperties: false };
+const WEATHER_JSON_SCHEMA = {
+  type: 'object',
+  properties: { city: { type: 'string' } },
+  required: ['city'],
+  additionalProperties: false,
+};
 
 /** A recipe object: a nested schema with enums, arrays and bounds, as apps ask for. */
 const Recipe = z.object({
@@ -35,7 +40,11 @@ export function clientScenarios(gateway: () => { url: string }, model: string, o
 
   test('LangChain: bindTools returns tool_calls; withStructuredOutput returns a parsed object; streamed tool chunks', async () => {
     const llm = new ChatOpenAI({ model, apiKey: 'unused', configuration: { baseURL: baseURL() }, maxRetries: 0 });
-    const weather = lcTool(async ({ city }) => `Sunny in ${city}`, { name: 'get_weather', description: 'Current weather', schema: cityInput });
+    const weather = lcTool(async ({ city }) => `Sunny in ${city}`, {
+      name: 'get_weather',
+      description: 'Current weather',
+      schema: cityInput,
+    });
     const ai = await llm.bindTools([weather]).invoke('What is the weather in Paris? Use get_weather.');
     assert.equal(ai.tool_calls?.length, 1, JSON.stringify(ai));
     assert.equal(ai.tool_calls![0]!.name, 'get_weather');
@@ -54,7 +63,12 @@ export function clientScenarios(gateway: () => { url: string }, model: string, o
   });
 
   test('AI SDK (openai-compatible): generateText runs a tool round trip; generateObject returns a schema-valid object', async () => {
-    const provider = createOpenAICompatible({ name: 'sim', baseURL: baseURL(), apiKey: 'unused', supportsStructuredOutputs: true });
+    const provider = createOpenAICompatible({
+      name: 'sim',
+      baseURL: baseURL(),
+      apiKey: 'unused',
+      supportsStructuredOutputs: true,
+    });
     let executed = 0;
     const result = await generateText({
       model: provider(model),
@@ -77,7 +91,12 @@ export function clientScenarios(gateway: () => { url: string }, model: string, o
     assert.equal(result.steps[0]!.finishReason, 'tool-calls');
     assert.match(result.text, /According to the tool, .*rain, 9 degrees/, result.text);
     if (opts.reasoning) assert.ok((result.reasoningText ?? '').length > 0, 'reasoning_content surfaces as reasoning');
-    const { object } = await generateObject({ model: provider(model), schema: Recipe, prompt: 'A pancake recipe.', maxRetries: 0 });
+    const { object } = await generateObject({
+      model: provider(model),
+      schema: Recipe,
+      prompt: 'A pancake recipe.',
+      maxRetries: 0,
+    });
     assert.ok(Recipe.safeParse(object).success, JSON.stringify(object));
     // Without structured outputs the provider asks for a JSON object (no schema): still a parsed object.
     const plain = createOpenAICompatible({ name: 'sim', baseURL: baseURL(), apiKey: 'unused' });
@@ -87,7 +106,12 @@ export function clientScenarios(gateway: () => { url: string }, model: string, o
 
   test('AI SDK default openai() provider: /v1/responses non-streaming and streaming, with a tool round trip', async () => {
     const openai = createOpenAI({ baseURL: baseURL(), apiKey: 'unused' });
-    const hello = await generateText({ model: openai(model), prompt: 'Say hello.', maxOutputTokens: 60, maxRetries: 0 });
+    const hello = await generateText({
+      model: openai(model),
+      prompt: 'Say hello.',
+      maxOutputTokens: 60,
+      maxRetries: 0,
+    });
     assert.ok(hello.text.trim().length > 0);
     assert.ok(!hello.text.includes('<think>'));
     assert.ok(hello.usage.outputTokens! > 0);
@@ -96,11 +120,27 @@ export function clientScenarios(gateway: () => { url: string }, model: string, o
     for await (const part of stream.textStream) text += part;
     assert.ok(text.trim().length > 0);
     assert.equal(text, await stream.text);
-    const weather = tool({ description: 'Current weather', inputSchema: cityInput, execute: async ({ city }) => `hail in ${city}` });
-    const looped = await generateText({ model: openai(model), tools: { get_weather: weather }, stopWhen: stepCountIs(3), prompt: 'Weather in Bergen? Use get_weather.', maxRetries: 0 });
+    const weather = tool({
+      description: 'Current weather',
+      inputSchema: cityInput,
+      execute: async ({ city }) => `hail in ${city}`,
+    });
+    const looped = await generateText({
+      model: openai(model),
+      tools: { get_weather: weather },
+      stopWhen: stepCountIs(3),
+      prompt: 'Weather in Bergen? Use get_weather.',
+      maxRetries: 0,
+    });
     assert.equal(looped.steps[0]!.toolCalls[0]!.toolName, 'get_weather');
     assert.match(looped.text, /According to the tool, .*hail in/, looped.text);
-    const streamedLoop = streamText({ model: openai(model), tools: { get_weather: weather }, stopWhen: stepCountIs(3), prompt: 'Weather in Lund? Use get_weather.', maxRetries: 0 });
+    const streamedLoop = streamText({
+      model: openai(model),
+      tools: { get_weather: weather },
+      stopWhen: stepCountIs(3),
+      prompt: 'Weather in Lund? Use get_weather.',
+      maxRetries: 0,
+    });
     assert.match(await streamedLoop.text, /According to the tool, .*hail in/);
   });
 
@@ -126,14 +166,23 @@ export function clientScenarios(gateway: () => { url: string }, model: string, o
     assert.equal(typeof JSON.parse(deltas.map((d) => d.function?.arguments ?? '').join('')).city, 'string');
 
     const events: OpenAI.Responses.ResponseStreamEvent[] = [];
-    for await (const ev of await client.responses.create({ model, input: 'Hello!', max_output_tokens: 40, stream: true })) events.push(ev);
+    for await (const ev of await client.responses.create({
+      model,
+      input: 'Hello!',
+      max_output_tokens: 40,
+      stream: true,
+    }))
+      events.push(ev);
     assert.equal(events[0]!.type, 'response.created');
     assert.ok(events.some((e) => e.type === 'response.output_item.added'));
     assert.ok(events.some((e) => e.type === 'response.output_text.delta'));
     assert.ok(events.some((e) => e.type === 'response.output_text.done'));
     const last = events.at(-1)!;
     assert.ok(last.type === 'response.completed' || last.type === 'response.incomplete', last.type);
-    assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
+    assert.deepEqual(
+      events.map((e) => e.sequence_number),
+      events.map((_, i) => i),
+    );
     const response = await client.responses.create({ model, input: 'Hello again!', max_output_tokens: 40 });
     assert.ok(response.output_text.length > 0);
     assert.equal((await client.responses.retrieve(response.id)).id, response.id);

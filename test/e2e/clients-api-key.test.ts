@@ -22,10 +22,16 @@ describe('third-party clients with an API key', () => {
     const res = await fetch(`${gateway.url}/v1/chat/completions`, {
       method: 'POST',
       headers: { 'content-type': 'application/json', authorization: `Bearer ${KEY}` },
-      body: JSON.stringify({ model: ASK.model, messages: [{ role: 'user', content: ASK.content }], max_tokens: ASK.maxTokens, seed: ASK.seed }),
+      body: JSON.stringify({
+        model: ASK.model,
+        messages: [{ role: 'user', content: ASK.content }],
+        max_tokens: ASK.maxTokens,
+        seed: ASK.seed,
+      }),
     });
     assert.equal(res.status, 200);
-    reference = ((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content;
+    reference = ((await res.json()) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message
+      .content;
     assert.ok(reference.length > 0);
   });
   after(() => gateway?.close());
@@ -39,12 +45,24 @@ describe('third-party clients with an API key', () => {
 
   test('each client, with a wrong key, fails with the 401', async () => {
     for (const client of allChatClients(gateway.url, `${KEY}-wrong`)) {
-      await assert.rejects(client.chat(ASK), (err: unknown) => {
-        const e = err as { status?: unknown; statusCode?: unknown; response?: { status?: unknown }; message?: unknown };
-        const status = e.status ?? e.statusCode ?? e.response?.status;
-        assert.ok(status === 401 || /401|Incorrect API key/.test(String(e.message)), `${client.name}: ${String(e.message)}`);
-        return true;
-      }, client.name);
+      await assert.rejects(
+        client.chat(ASK),
+        (err: unknown) => {
+          const e = err as {
+            status?: unknown;
+            statusCode?: unknown;
+            response?: { status?: unknown };
+            message?: unknown;
+          };
+          const status = e.status ?? e.statusCode ?? e.response?.status;
+          assert.ok(
+            status === 401 || /401|Incorrect API key/.test(String(e.message)),
+            `${client.name}: ${String(e.message)}`,
+          );
+          return true;
+        },
+        client.name,
+      );
     }
   });
 });

@@ -41,8 +41,18 @@ before(async () => {
     sim: 2,
     // 0.1: a round every ~1 ms, so a request runs for many seconds past its limit unless the ABORT stops it.
     simArgs: [
-      '--time-scale', '0.1', '--log-level', 'warn', '--stats-dir', statsDir,
-      '--fault-overrun-tokens', '100000', '--fault-token-id', String(OUT_OF_VOCABULARY), '--fault-token-at', '60',
+      '--time-scale',
+      '0.1',
+      '--log-level',
+      'warn',
+      '--stats-dir',
+      statsDir,
+      '--fault-overrun-tokens',
+      '100000',
+      '--fault-token-id',
+      String(OUT_OF_VOCABULARY),
+      '--fault-token-at',
+      '60',
     ],
   });
 });
@@ -106,56 +116,84 @@ async function chat(rank: number, maxTokens: number, stream: boolean): Promise<C
   if (!stream || !(res.headers.get('content-type') ?? '').startsWith('text/event-stream')) {
     return { status: res.status, json: JSON.parse(text), events: [], done: false };
   }
-  const data = text.split('\n\n').filter((r) => r.startsWith('data: ')).map((r) => r.slice(6));
-  return { status: res.status, json: null, events: data.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)), done: data.includes('[DONE]') };
+  const data = text
+    .split('\n\n')
+    .filter((r) => r.startsWith('data: '))
+    .map((r) => r.slice(6));
+  return {
+    status: res.status,
+    json: null,
+    events: data.filter((d) => d !== '[DONE]').map((d) => JSON.parse(d)),
+    done: data.includes('[DONE]'),
+  };
 }
 
-test('an engine that runs past max_tokens: the client gets exactly max_tokens, finish length; the rest is ABORTed on the rank', TIMEOUT, async () => {
-  const abortedBefore = abortedOnRank(1);
-  const plain = await chat(1, 40, false);
-  assert.equal(plain.status, 200, JSON.stringify(plain.json));
-  const choice = plain.json.choices[0];
-  assert.equal(choice.finish_reason, 'length');
-  assert.equal(plain.json.usage.completion_tokens, 40);
-  assert.equal(choice.logprobs.content.length, 40, 'one logprob per token the client got');
+test(
+  'an engine that runs past max_tokens: the client gets exactly max_tokens, finish length; the rest is ABORTed on the rank',
+  TIMEOUT,
+  async () => {
+    const abortedBefore = abortedOnRank(1);
+    const plain = await chat(1, 40, false);
+    assert.equal(plain.status, 200, JSON.stringify(plain.json));
+    const choice = plain.json.choices[0];
+    assert.equal(choice.finish_reason, 'length');
+    assert.equal(plain.json.usage.completion_tokens, 40);
+    assert.equal(choice.logprobs.content.length, 40, 'one logprob per token the client got');
 
-  const streamed = await chat(1, 40, true);
-  assert.equal(streamed.status, 200);
-  assert.ok(streamed.done, 'the stream ends with [DONE]');
-  assert.ok(!streamed.events.some((e) => e.error), 'no error event');
-  const choices = streamed.events.flatMap((e) => e.choices ?? []);
-  assert.equal(choices.filter((c) => c.finish_reason !== null).map((c) => c.finish_reason).join(), 'length');
-  assert.equal(choices.reduce((n, c) => n + (c.logprobs?.content?.length ?? 0), 0), 40);
-  assert.equal(streamed.events.at(-1).usage.completion_tokens, 40);
+    const streamed = await chat(1, 40, true);
+    assert.equal(streamed.status, 200);
+    assert.ok(streamed.done, 'the stream ends with [DONE]');
+    assert.ok(!streamed.events.some((e) => e.error), 'no error event');
+    const choices = streamed.events.flatMap((e) => e.choices ?? []);
+    assert.equal(
+      choices
+        .filter((c) => c.finish_reason !== null)
+        .map((c) => c.finish_reason)
+        .join(),
+      'length',
+    );
+    assert.equal(
+      choices.reduce((n, c) => n + (c.logprobs?.content?.length ?? 0), 0),
+      40,
+    );
+    assert.equal(streamed.events.at(-1).usage.completion_tokens, 40);
 
-  await waitAborted(1, Math.max(0, abortedBefore) + 2);
-  assert.equal(await engineErrors(1, 'max-tokens-overrun'), 2);
-  assert.equal(await engineErrors(0, 'max-tokens-overrun'), 0);
-  await waitFor(async () => (await inFlightTotal(gateway)) === 0, 'in-flight sets empty', 20_000);
-  assert.equal(logs().filter((r) => /past max_tokens 40/.test(r.msg)).length, 2, 'one warn line per request');
-});
+    await waitAborted(1, Math.max(0, abortedBefore) + 2);
+    assert.equal(await engineErrors(1, 'max-tokens-overrun'), 2);
+    assert.equal(await engineErrors(0, 'max-tokens-overrun'), 0);
+    await waitFor(async () => (await inFlightTotal(gateway)) === 0, 'in-flight sets empty', 20_000);
+    assert.equal(logs().filter((r) => /past max_tokens 40/.test(r.msg)).length, 2, 'one warn line per request');
+  },
+);
 
-test('a token id outside the vocabulary: 502 engine_fault naming the rank (an error event when streamed), ABORT, counted', TIMEOUT, async () => {
-  const abortedBefore = abortedOnRank(0);
-  const plain = await chat(0, 100, false);
-  assert.equal(plain.status, 502, JSON.stringify(plain.json));
-  assert.equal(plain.json.error.code, 'engine_fault');
-  assert.equal(plain.json.error.type, 'server_error');
-  assert.match(plain.json.error.message, /DP rank 0 sent token id 151669 for request \S+, which is not a token id of the gateway's tokenizer/);
+test(
+  'a token id outside the vocabulary: 502 engine_fault naming the rank (an error event when streamed), ABORT, counted',
+  TIMEOUT,
+  async () => {
+    const abortedBefore = abortedOnRank(0);
+    const plain = await chat(0, 100, false);
+    assert.equal(plain.status, 502, JSON.stringify(plain.json));
+    assert.equal(plain.json.error.code, 'engine_fault');
+    assert.equal(plain.json.error.type, 'server_error');
+    assert.match(
+      plain.json.error.message,
+      /DP rank 0 sent token id 151669 for request \S+, which is not a token id of the gateway's tokenizer/,
+    );
 
-  const streamed = await chat(0, 100, true);
-  assert.equal(streamed.status, 200);
-  assert.ok(streamed.done);
-  const last = streamed.events.at(-1);
-  assert.equal(last.error?.code, 'engine_fault', JSON.stringify(last));
-  assert.match(last.error.message, /DP rank 0 sent token id 151669/);
-  const finishes = streamed.events.flatMap((e) => e.choices ?? []).filter((c) => c.finish_reason !== null);
-  assert.equal(finishes.length, 0, 'no finish reason before the error');
+    const streamed = await chat(0, 100, true);
+    assert.equal(streamed.status, 200);
+    assert.ok(streamed.done);
+    const last = streamed.events.at(-1);
+    assert.equal(last.error?.code, 'engine_fault', JSON.stringify(last));
+    assert.match(last.error.message, /DP rank 0 sent token id 151669/);
+    const finishes = streamed.events.flatMap((e) => e.choices ?? []).filter((c) => c.finish_reason !== null);
+    assert.equal(finishes.length, 0, 'no finish reason before the error');
 
-  await waitAborted(0, Math.max(0, abortedBefore) + 2);
-  assert.equal(await engineErrors(0, 'invalid-token-id'), 2);
-  await waitFor(async () => (await inFlightTotal(gateway)) === 0, 'in-flight sets empty', 20_000);
-});
+    await waitAborted(0, Math.max(0, abortedBefore) + 2);
+    assert.equal(await engineErrors(0, 'invalid-token-id'), 2);
+    await waitFor(async () => (await inFlightTotal(gateway)) === 0, 'in-flight sets empty', 20_000);
+  },
+);
 
 test('rows for request ids the gateway never issued: counted, logged once for two bursts', TIMEOUT, async () => {
   const [group] = await gateway.groups();
@@ -165,17 +203,33 @@ test('rows for request ids the gateway never issued: counted, logged once for tw
       encodeSimBatch({
         engineIndex: 0,
         rows: Array.from({ length: 10 }, (_, i) => ({
-          rid: `rogue-${tag}-${i}`, outputIds: [9707], finishedReason: '' as const, promptTokens: 3, completionTokens: 1,
-          cachedTokens: 0, logprobVals: [], logprobIdx: [], stopReason: null, prefillTokens: null,
+          rid: `rogue-${tag}-${i}`,
+          outputIds: [9707],
+          finishedReason: '' as const,
+          promptTokens: 3,
+          completionTokens: 1,
+          cachedTokens: 0,
+          logprobVals: [],
+          logprobIdx: [],
+          stopReason: null,
+          prefillTokens: null,
         })),
         // kv_total_pages 0: no load report, so the rank's stored load is left alone.
         tail: { numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 },
       });
     const before = await gateway.metricSum('model_gateway_unknown_outputs_total');
     await injector.send([burst('a')]);
-    await waitFor(async () => (await gateway.metricSum('model_gateway_unknown_outputs_total')) === before + 10, 'the first burst was counted', 20_000);
+    await waitFor(
+      async () => (await gateway.metricSum('model_gateway_unknown_outputs_total')) === before + 10,
+      'the first burst was counted',
+      20_000,
+    );
     await injector.send([burst('b')]);
-    await waitFor(async () => (await gateway.metricSum('model_gateway_unknown_outputs_total')) === before + 20, 'the second burst was counted', 20_000);
+    await waitFor(
+      async () => (await gateway.metricSum('model_gateway_unknown_outputs_total')) === before + 20,
+      'the second burst was counted',
+      20_000,
+    );
     const lines = () => logs().filter((r) => /never issued/.test(r.msg));
     await waitFor(() => lines().length >= 1, 'the warn line reached the log', 20_000);
     assert.equal(lines().length, 1, 'one line for both bursts (at most one per 10 s)');

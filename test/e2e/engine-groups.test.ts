@@ -21,15 +21,22 @@ import { startTestGateway, type TestGateway, type TestGroup } from '../helpers/t
 import { openStream, type CompletionBody, type HeldStream } from './spread-helpers.js';
 
 const MODEL = 'sim-qwen3';
-const LONG: CompletionBody = { model: MODEL, prompt: 'Tell me a very long story.', max_tokens: 20_000, ignore_eos: true };
+const LONG: CompletionBody = {
+  model: MODEL,
+  prompt: 'Tell me a very long story.',
+  max_tokens: 20_000,
+  ignore_eos: true,
+};
 const SHORT: CompletionBody = { model: MODEL, prompt: 'Say a few words.', max_tokens: 6, ignore_eos: true };
 const TIMEOUT = { timeout: 120_000 };
-
 
 /** `/metrics` sample lines of `name` (without the name), e.g. `{model="m",worker="ipc://…",engine="vllm"} 1`. */
 async function scrape(url: string, name: string): Promise<string[]> {
   const text = await (await fetch(`${url}/metrics`)).text();
-  return text.split('\n').filter((l) => l.startsWith(`${name}{`)).map((l) => l.slice(name.length));
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`))
+    .map((l) => l.slice(name.length));
 }
 
 describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fails', () => {
@@ -38,7 +45,8 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
   let vllm: TestGroup;
   /** Group `g`'s ranks (0 TokenSpeed, 1 vLLM) in /v1/gateway/ranks. */
   const inFlight = async (g: 0 | 1): Promise<number[]> => (await gateway.rankStates(g)).map((r) => r.in_flight);
-  const dispatched = async (g: 0 | 1): Promise<number> => (await gateway.rankStates(g)).reduce((n, r) => n + r.dispatched_unpinned + r.dispatched_pinned, 0);
+  const dispatched = async (g: 0 | 1): Promise<number> =>
+    (await gateway.rankStates(g)).reduce((n, r) => n + r.dispatched_unpinned + r.dispatched_pinned, 0);
   /** The engine client's registry of group `g` is empty (in-process only: no endpoint shows the registry). */
   const assertNoneRegistered = (g: 0 | 1, what: string): void => {
     if (gateway.inProcess !== null) assert.equal(gateway.inProcess.groups[g]!.client.registeredCount, 0, what);
@@ -73,96 +81,151 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
 
   test('both groups serve; /health lists both as ok', TIMEOUT, async () => {
     const outcomes = await Promise.all([0, 1, 2, 3].map(async () => (await open(SHORT)).done));
-    for (const o of outcomes) assert.ok(o.completed && o.finishReason === 'length' && o.text.length > 0, JSON.stringify(o));
+    for (const o of outcomes)
+      assert.ok(o.completed && o.finishReason === 'length' && o.text.length > 0, JSON.stringify(o));
     const served = [await dispatched(0), await dispatched(1)];
     assert.ok(served[0]! > 0 && served[1]! > 0, `both groups served: ${served.join('/')}`);
-    await waitFor(async () => [...(await inFlight(0)), ...(await inFlight(1))].every((n) => n === 0), 'in-flight sets empty', 20_000);
-    const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
-    assert.equal(health.status, 200);
-    const body = (await health.json()) as { status: string; groups: { worker: string; engine: string; alive: boolean; message: string }[] };
-    assert.equal(body.status, 'ok');
-    assert.deepEqual(body.groups.map((g) => [g.worker, g.engine, g.alive, g.message]), [
-      [tokenspeed.worker, 'tokenspeed', true, 'ok'],
-      [vllm.worker, 'vllm', true, 'ok'],
-    ]);
-  });
-
-  test('SIGTERM of every TokenSpeed rank: its requests end with an error, the vLLM group keeps serving', TIMEOUT, async (t) => {
-    // Four long requests: the lowest best-rank score spreads them one per rank (a group holding one request per
-    // rank scores 1, an idle group 0).
-    const tsBefore = await dispatched(0);
-    const vlBefore = await dispatched(1);
-    const streams: HeldStream[] = [];
-    for (let i = 0; i < 4; i++) streams.push(await open(LONG));
-    assert.deepEqual(await inFlight(0), [1, 1], 'one request per TokenSpeed rank');
-    assert.deepEqual(await inFlight(1), [1, 1], 'one request per vLLM rank');
-    assert.equal((await dispatched(0)) - tsBefore, 2);
-    assert.equal((await dispatched(1)) - vlBefore, 2);
-    // Which stream went where is not visible over HTTP: the two that end when the TokenSpeed group dies were its own.
-
-    const killedAt = performance.now();
-    const endedAt = new Map<HeldStream, number>();
-    for (const s of streams) void s.done.then(() => endedAt.set(s, performance.now()));
-    const tsRanks = gateway.simRanks().filter((r) => r.handshake === tokenspeed.handshake).map((r) => r.pid);
-    assert.equal(tsRanks.length, 2, 'the TokenSpeed group\'s rank processes');
-    for (const pid of tsRanks) process.kill(pid, 'SIGTERM');
-    await waitAllGone(tsRanks);
-
-    await waitFor(async () => (await gateway.rankStates(0)).every((r) => r.state === 'dead'), 'every TokenSpeed rank is marked dead', 20_000);
-    await waitFor(() => endedAt.size === 2, 'two streams ended', 20_000, () => [...endedAt.values()]);
-    const failed = streams.filter((s) => endedAt.has(s));
-    const outcomes = await Promise.all(failed.map((s) => s.done));
-    for (const o of outcomes) {
-      assert.ok(o.completed, 'the failed stream still ends with [DONE]');
-      assert.equal(o.finishReason, null, 'no finish reason: the request did not finish');
-      assert.ok(o.error !== null, `an SSE error event: ${JSON.stringify(o)}`);
-      assert.match(o.error.message, /engine/);
-    }
-    t.diagnostic(
-      `ENGINE_CORE_DEAD after SIGTERM: the group's in-flight requests ended ${failed.map((s) => `${(endedAt.get(s)! - killedAt).toFixed(0)} ms`).join(', ')} after the signal`,
+    await waitFor(
+      async () => [...(await inFlight(0)), ...(await inFlight(1))].every((n) => n === 0),
+      'in-flight sets empty',
+      20_000,
     );
-    assert.deepEqual(await inFlight(0), [0, 0], "the failed group's in-flight sets are cleared");
-    const deaths = (await scrape(gateway.url, 'model_gateway_rank_deaths_total')).filter((l) => l.includes(`worker="${tokenspeed.worker}"`) && !l.endsWith(' 0'));
-    assert.equal(deaths.reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0), 2, deaths.join('\n'));
-    assert.ok(deaths.every((l) => /cause="(engine-core-dead|peer-unreachable)"/.test(l)), deaths.join('\n'));
-    assertNoneRegistered(0, 'no request left registered in the failed group');
-
-    // The vLLM group's requests are untouched and still streaming.
-    assert.deepEqual(await inFlight(1), [1, 1]);
-    const survivors = streams.filter((s) => !endedAt.has(s));
-    assert.equal(survivors.length, 2);
-
-    // /health: 200 while one group lives, the failed group reported unhealthy; /metrics: one alive gauge per group.
     const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200);
-    const body = (await health.json()) as { status: string; groups: { worker: string; alive: boolean; message: string; failures: Record<string, number> }[] };
-    assert.equal(body.status, 'degraded');
-    assert.deepEqual(body.groups.map((g) => [g.worker, g.alive, g.message]), [
-      [tokenspeed.worker, false, 'engine core dead'],
-      [vllm.worker, true, 'ok'],
-    ]);
-    assert.deepEqual(body.groups[0]!.failures, {}, 'rank deaths, not a group-scope failure');
-    const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
-    assert.ok(alive.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",engine="tokenspeed"} 0`), alive.join('\n'));
-    assert.ok(alive.includes(`{model="${MODEL}",worker="${vllm.worker}",engine="vllm"} 1`), alive.join('\n'));
-    const rankStates = await scrape(gateway.url, 'model_gateway_rank_state');
-    for (const rank of [0, 1]) {
-      assert.ok(rankStates.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",dp_rank="${rank}",state="dead"} 1`), rankStates.join('\n'));
-    }
-
-    // New requests succeed through the vLLM group only.
-    const vlNow = await dispatched(1);
-    const tsNow = await dispatched(0);
-    const fresh = await Promise.all([0, 1, 2].map(async () => (await open(SHORT)).done));
-    for (const o of fresh) assert.ok(o.completed && o.finishReason === 'length' && o.error === null, JSON.stringify(o));
-    assert.equal((await dispatched(1)) - vlNow, 3);
-    assert.equal(await dispatched(0), tsNow, 'nothing submitted to the dead group');
-
-    // The surviving long requests end by a client disconnect (ABORT); every in-flight set is empty afterwards.
-    for (const s of survivors) s.cancel();
-    const ends = await Promise.all(survivors.map((s) => s.done));
-    for (const o of ends) assert.ok(o.error === null && o.text.length > 0, `a vLLM stream kept streaming: ${JSON.stringify(o)}`);
-    await waitFor(async () => (await inFlight(1)).every((n) => n === 0), 'vLLM in-flight sets empty', 20_000, () => inFlight(1));
-    assertNoneRegistered(1, 'no request left registered in the vLLM group');
+    const body = (await health.json()) as {
+      status: string;
+      groups: { worker: string; engine: string; alive: boolean; message: string }[];
+    };
+    assert.equal(body.status, 'ok');
+    assert.deepEqual(
+      body.groups.map((g) => [g.worker, g.engine, g.alive, g.message]),
+      [
+        [tokenspeed.worker, 'tokenspeed', true, 'ok'],
+        [vllm.worker, 'vllm', true, 'ok'],
+      ],
+    );
   });
+
+  test(
+    'SIGTERM of every TokenSpeed rank: its requests end with an error, the vLLM group keeps serving',
+    TIMEOUT,
+    async (t) => {
+      // Four long requests: the lowest best-rank score spreads them one per rank (a group holding one request per
+      // rank scores 1, an idle group 0).
+      const tsBefore = await dispatched(0);
+      const vlBefore = await dispatched(1);
+      const streams: HeldStream[] = [];
+      for (let i = 0; i < 4; i++) streams.push(await open(LONG));
+      assert.deepEqual(await inFlight(0), [1, 1], 'one request per TokenSpeed rank');
+      assert.deepEqual(await inFlight(1), [1, 1], 'one request per vLLM rank');
+      assert.equal((await dispatched(0)) - tsBefore, 2);
+      assert.equal((await dispatched(1)) - vlBefore, 2);
+      // Which stream went where is not visible over HTTP: the two that end when the TokenSpeed group dies were its own.
+
+      const killedAt = performance.now();
+      const endedAt = new Map<HeldStream, number>();
+      for (const s of streams) void s.done.then(() => endedAt.set(s, performance.now()));
+      const tsRanks = gateway
+        .simRanks()
+        .filter((r) => r.handshake === tokenspeed.handshake)
+        .map((r) => r.pid);
+      assert.equal(tsRanks.length, 2, "the TokenSpeed group's rank processes");
+      for (const pid of tsRanks) process.kill(pid, 'SIGTERM');
+      await waitAllGone(tsRanks);
+
+      await waitFor(
+        async () => (await gateway.rankStates(0)).every((r) => r.state === 'dead'),
+        'every TokenSpeed rank is marked dead',
+        20_000,
+      );
+      await waitFor(
+        () => endedAt.size === 2,
+        'two streams ended',
+        20_000,
+        () => [...endedAt.values()],
+      );
+      const failed = streams.filter((s) => endedAt.has(s));
+      const outcomes = await Promise.all(failed.map((s) => s.done));
+      for (const o of outcomes) {
+        assert.ok(o.completed, 'the failed stream still ends with [DONE]');
+        assert.equal(o.finishReason, null, 'no finish reason: the request did not finish');
+        assert.ok(o.error !== null, `an SSE error event: ${JSON.stringify(o)}`);
+        assert.match(o.error.message, /engine/);
+      }
+      t.diagnostic(
+        `ENGINE_CORE_DEAD after SIGTERM: the group's in-flight requests ended ${failed.map((s) => `${(endedAt.get(s)! - killedAt).toFixed(0)} ms`).join(', ')} after the signal`,
+      );
+      assert.deepEqual(await inFlight(0), [0, 0], "the failed group's in-flight sets are cleared");
+      const deaths = (await scrape(gateway.url, 'model_gateway_rank_deaths_total')).filter(
+        (l) => l.includes(`worker="${tokenspeed.worker}"`) && !l.endsWith(' 0'),
+      );
+      assert.equal(
+        deaths.reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0),
+        2,
+        deaths.join('\n'),
+      );
+      assert.ok(
+        deaths.every((l) => /cause="(engine-core-dead|peer-unreachable)"/.test(l)),
+        deaths.join('\n'),
+      );
+      assertNoneRegistered(0, 'no request left registered in the failed group');
+
+      // The vLLM group's requests are untouched and still streaming.
+      assert.deepEqual(await inFlight(1), [1, 1]);
+      const survivors = streams.filter((s) => !endedAt.has(s));
+      assert.equal(survivors.length, 2);
+
+      // /health: 200 while one group lives, the failed group reported unhealthy; /metrics: one alive gauge per group.
+      const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
+      assert.equal(health.status, 200);
+      const body = (await health.json()) as {
+        status: string;
+        groups: { worker: string; alive: boolean; message: string; failures: Record<string, number> }[];
+      };
+      assert.equal(body.status, 'degraded');
+      assert.deepEqual(
+        body.groups.map((g) => [g.worker, g.alive, g.message]),
+        [
+          [tokenspeed.worker, false, 'engine core dead'],
+          [vllm.worker, true, 'ok'],
+        ],
+      );
+      assert.deepEqual(body.groups[0]!.failures, {}, 'rank deaths, not a group-scope failure');
+      const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
+      assert.ok(
+        alive.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",engine="tokenspeed"} 0`),
+        alive.join('\n'),
+      );
+      assert.ok(alive.includes(`{model="${MODEL}",worker="${vllm.worker}",engine="vllm"} 1`), alive.join('\n'));
+      const rankStates = await scrape(gateway.url, 'model_gateway_rank_state');
+      for (const rank of [0, 1]) {
+        assert.ok(
+          rankStates.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",dp_rank="${rank}",state="dead"} 1`),
+          rankStates.join('\n'),
+        );
+      }
+
+      // New requests succeed through the vLLM group only.
+      const vlNow = await dispatched(1);
+      const tsNow = await dispatched(0);
+      const fresh = await Promise.all([0, 1, 2].map(async () => (await open(SHORT)).done));
+      for (const o of fresh)
+        assert.ok(o.completed && o.finishReason === 'length' && o.error === null, JSON.stringify(o));
+      assert.equal((await dispatched(1)) - vlNow, 3);
+      assert.equal(await dispatched(0), tsNow, 'nothing submitted to the dead group');
+
+      // The surviving long requests end by a client disconnect (ABORT); every in-flight set is empty afterwards.
+      for (const s of survivors) s.cancel();
+      const ends = await Promise.all(survivors.map((s) => s.done));
+      for (const o of ends)
+        assert.ok(o.error === null && o.text.length > 0, `a vLLM stream kept streaming: ${JSON.stringify(o)}`);
+      await waitFor(
+        async () => (await inFlight(1)).every((n) => n === 0),
+        'vLLM in-flight sets empty',
+        20_000,
+        () => inFlight(1),
+      );
+      assertNoneRegistered(1, 'no request left registered in the vLLM group');
+    },
+  );
 });

@@ -20,7 +20,13 @@
  */
 import assert from 'node:assert/strict';
 import { Push } from 'zeromq';
-import { startGateway, type GatewayOptions, type GroupOptions, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import {
+  startGateway,
+  type GatewayOptions,
+  type GroupOptions,
+  type RunningGateway,
+  type RunningGroup,
+} from '../../src/gateway.js';
 import { captureLogs, type LogRecord } from '../helpers/logs.js';
 import { completionSse } from '../helpers/sse.js';
 import { waitUntil } from './spread-helpers.js';
@@ -30,7 +36,12 @@ export const MODEL = 'sim-qwen3';
 /** Hang guard of one failure test, in ms (node:test `timeout`). */
 export const TEST_TIMEOUT = { timeout: 60_000 };
 /** A completion that never finishes during a test (ignore_eos, 20 000 tokens at ~40 ms per step). */
-export const LONG = { model: MODEL, prompt: 'Tell me a very long story.', max_tokens: 20_000, ignore_eos: true } as const;
+export const LONG = {
+  model: MODEL,
+  prompt: 'Tell me a very long story.',
+  max_tokens: 20_000,
+  ignore_eos: true,
+} as const;
 /** A completion that finishes at once with finish reason `length`. */
 export const SHORT = { model: MODEL, prompt: 'Say a few words.', max_tokens: 6, ignore_eos: true } as const;
 /** Arguments of every simulated rank: slowed steps (so long requests keep streaming) and quiet logs. */
@@ -103,7 +114,14 @@ export function sendCompletion(
   let resolveHeaders: (status: number) => void = () => {};
   const headersPromise = new Promise<number>((r) => (resolveHeaders = r));
   const done = (async (): Promise<RequestOutcome> => {
-    const outcome: RequestOutcome = { status: 0, sse: null, json: null, cancelled: false, networkError: null, endedAt: 0 };
+    const outcome: RequestOutcome = {
+      status: 0,
+      sse: null,
+      json: null,
+      cancelled: false,
+      networkError: null,
+      endedAt: 0,
+    };
     try {
       const res = await fetch(`${baseUrl}/v1/completions`, {
         method: 'POST',
@@ -133,7 +151,9 @@ export function sendCompletion(
     return outcome;
   })();
   return {
-    label: opts.label ?? `${opts.stream ? 'stream' : 'request'}${opts.dpRank !== undefined ? ` pinned to rank ${opts.dpRank}` : ''}`,
+    label:
+      opts.label ??
+      `${opts.stream ? 'stream' : 'request'}${opts.dpRank !== undefined ? ` pinned to rank ${opts.dpRank}` : ''}`,
     headers: headersPromise,
     done,
     ended: () => ended,
@@ -182,7 +202,10 @@ export function assertTerminalError(o: RequestOutcome, label: string, expect: Re
   assert.ok(o.status >= 500 && o.status <= 599, `${label}: expected an HTTP 5xx, got ${dump}`);
   const body = o.json as { error?: { message?: unknown; type?: unknown; param?: unknown; code?: unknown } } | null;
   const err = body?.error;
-  assert.ok(err && typeof err.message === 'string' && typeof err.type === 'string' && 'param' in err && 'code' in err, `${label}: not an OpenAI-style error body: ${dump}`);
+  assert.ok(
+    err && typeof err.message === 'string' && typeof err.type === 'string' && 'param' in err && 'code' in err,
+    `${label}: not an OpenAI-style error body: ${dump}`,
+  );
   assert.match(err.message as string, expect, label);
   return `HTTP ${o.status} (${String(err.code)})`;
 }
@@ -192,7 +215,10 @@ export async function scrape(url: string, name: string): Promise<string[]> {
   const res = await fetch(`${url}/metrics`);
   assert.equal(res.status, 200, '/metrics status');
   const text = await res.text();
-  return text.split('\n').filter((l) => l.startsWith(`${name}{`)).map((l) => l.slice(name.length));
+  return text
+    .split('\n')
+    .filter((l) => l.startsWith(`${name}{`))
+    .map((l) => l.slice(name.length));
 }
 
 /** The value of the `/metrics` sample `name{model, worker}` (decode errors, aborts, ...), or NaN when absent. */
@@ -344,13 +370,32 @@ export class FailureScenario {
       assert.equal(await s.headers, 200, 'long stream accepted');
       streams.push(s);
     }
-    assert.deepEqual(inFlight(this.failing), this.failing.client.rankStates().map(() => 1), 'one stream per failing rank');
-    assert.deepEqual(inFlight(this.healthy), this.healthy.client.rankStates().map(() => 1), 'one stream per healthy rank');
+    assert.deepEqual(
+      inFlight(this.failing),
+      this.failing.client.rankStates().map(() => 1),
+      'one stream per failing rank',
+    );
+    assert.deepEqual(
+      inFlight(this.healthy),
+      this.healthy.client.rankStates().map(() => 1),
+      'one stream per healthy rank',
+    );
     const top = this.failingTopRank;
-    const nonStreaming = this.send(LONG, { stream: false, dpRank: top, label: `non-streaming request pinned to rank ${top}` });
-    await waitUntil(() => inFlight(this.failing)[top] === 2, 'the non-streaming request reached the failing top rank', () => inFlight(this.failing));
+    const nonStreaming = this.send(LONG, {
+      stream: false,
+      dpRank: top,
+      label: `non-streaming request pinned to rank ${top}`,
+    });
+    await waitUntil(
+      () => inFlight(this.failing)[top] === 2,
+      'the non-streaming request reached the failing top rank',
+      () => inFlight(this.failing),
+    );
     // Every stream has streamed text, so the failure hits them mid-stream (gateway.md 12 "Mid-stream errors").
-    await waitUntil(() => streams.every((r) => (r.progress()?.text.length ?? 0) > 0), 'every long stream has streamed text');
+    await waitUntil(
+      () => streams.every((r) => (r.progress()?.text.length ?? 0) > 0),
+      'every long stream has streamed text',
+    );
     return { streams, nonStreaming };
   }
 
@@ -361,9 +406,20 @@ export class FailureScenario {
    * every other stream is still open (the failing group's other ranks and the healthy group keep serving), and
    * return the measurements.
    */
-  async awaitRankFailure(load: PlacedLoad, rank: number, inducedAt: number, expect: RegExp, extra: SentRequest[] = [], state: 'dead' | 'stalled' = 'dead'): Promise<FailureReport> {
+  async awaitRankFailure(
+    load: PlacedLoad,
+    rank: number,
+    inducedAt: number,
+    expect: RegExp,
+    extra: SentRequest[] = [],
+    state: 'dead' | 'stalled' = 'dead',
+  ): Promise<FailureReport> {
     const rankOf = () => this.failing.client.rankStates().find((r) => r.engineIndex === rank)!;
-    await waitUntil(() => rankOf().state === state, `rank ${rank} of the failing group is ${state}`, () => this.failing.client.rankStates());
+    await waitUntil(
+      () => rankOf().state === state,
+      `rank ${rank} of the failing group is ${state}`,
+      () => this.failing.client.rankStates(),
+    );
     const failedAt = performance.now();
     const pinned = rank === this.failingTopRank ? [load.nonStreaming] : [];
     await waitUntil(
@@ -375,14 +431,28 @@ export class FailureScenario {
     assert.equal(endedStreams.length, 1, 'only the stream on the failed rank ended');
     const affected = [...endedStreams, ...pinned, ...extra];
     const outcomes = await Promise.all(affected.map((r) => r.done));
-    assert.ok((outcomes[0]!.sse?.text.length ?? 0) > 0, `${affected[0]!.label}: text streamed before the error (a mid-stream failure)`);
-    const lines = affected.map((r, i) => `${r.label}: ${assertTerminalError(outcomes[i]!, r.label, expect)}, ended ${ms(outcomes[i]!.endedAt - inducedAt)} after the failure was induced`);
+    assert.ok(
+      (outcomes[0]!.sse?.text.length ?? 0) > 0,
+      `${affected[0]!.label}: text streamed before the error (a mid-stream failure)`,
+    );
+    const lines = affected.map(
+      (r, i) =>
+        `${r.label}: ${assertTerminalError(outcomes[i]!, r.label, expect)}, ended ${ms(outcomes[i]!.endedAt - inducedAt)} after the failure was induced`,
+    );
     const survivors = load.streams.filter((s) => !s.ended());
     assert.equal(survivors.length, this.failing.client.dpSize - 1 + this.healthy.client.dpSize);
-    if (rank !== this.failingTopRank) assert.equal(load.nonStreaming.ended(), false, 'the pinned request on a live rank goes on');
-    assert.deepEqual(inFlight(this.healthy), this.healthy.client.rankStates().map(() => 1), "the healthy group's requests are untouched");
+    if (rank !== this.failingTopRank)
+      assert.equal(load.nonStreaming.ended(), false, 'the pinned request on a live rank goes on');
+    assert.deepEqual(
+      inFlight(this.healthy),
+      this.healthy.client.rankStates().map(() => 1),
+      "the healthy group's requests are untouched",
+    );
     const siblings = this.failing.client.rankStates().filter((r) => r.engineIndex !== rank);
-    assert.ok(siblings.every((r) => r.state === 'ready' && r.inFlight >= 1), `the failed rank's siblings keep their requests: ${JSON.stringify(siblings)}`);
+    assert.ok(
+      siblings.every((r) => r.state === 'ready' && r.inFlight >= 1),
+      `the failed rank's siblings keep their requests: ${JSON.stringify(siblings)}`,
+    );
     return { failedAt, affected, outcomes, survivors, lines };
   }
 
@@ -392,7 +462,11 @@ export class FailureScenario {
    * failure); `/metrics` has the rank's state gauge and, for a death, `model_gateway_rank_deaths_total{cause} 1`.
    * Returns the cause.
    */
-  async assertRankReported(rank: number, causes: readonly string[], state: 'dead' | 'stalled' = 'dead'): Promise<string> {
+  async assertRankReported(
+    rank: number,
+    causes: readonly string[],
+    state: 'dead' | 'stalled' = 'dead',
+  ): Promise<string> {
     const { failing, healthy, gateway } = this;
     const st = failing.client.rankStates().find((r) => r.engineIndex === rank)!;
     assert.equal(st.inFlight, 0, 'the failed rank holds nothing');
@@ -401,20 +475,43 @@ export class FailureScenario {
     assert.deepEqual(failing.client.stats.failures, {}, 'no group-scope failure');
     const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200);
-    const body = (await health.json()) as { status: string; groups: { worker: string; status: string; message: string; ranks: { engineIndex: number; state: string; cause: string | null }[] }[] };
+    const body = (await health.json()) as {
+      status: string;
+      groups: {
+        worker: string;
+        status: string;
+        message: string;
+        ranks: { engineIndex: number; state: string; cause: string | null }[];
+      }[];
+    };
     assert.equal(body.status, 'degraded');
-    assert.deepEqual(body.groups.map((g) => [g.worker, g.status]), [[failing.worker, 'degraded'], [healthy.worker, 'ok']]);
+    assert.deepEqual(
+      body.groups.map((g) => [g.worker, g.status]),
+      [
+        [failing.worker, 'degraded'],
+        [healthy.worker, 'ok'],
+      ],
+    );
     assert.deepEqual(
       body.groups[0]!.ranks.map((r) => [r.engineIndex, r.state]),
       failing.client.rankStates().map((r) => [r.engineIndex, r.engineIndex === rank ? state : 'ready']),
     );
     const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
-    assert.ok(alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 1`), alive.join('\n'));
+    assert.ok(
+      alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 1`),
+      alive.join('\n'),
+    );
     const states = await scrape(gateway.url, 'model_gateway_rank_state');
-    assert.ok(states.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",state="${state}"} 1`), states.join('\n'));
+    assert.ok(
+      states.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",state="${state}"} 1`),
+      states.join('\n'),
+    );
     if (state === 'dead') {
       const deaths = await scrape(gateway.url, 'model_gateway_rank_deaths_total');
-      assert.ok(deaths.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",cause="${cause}"} 1`), deaths.join('\n'));
+      assert.ok(
+        deaths.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",cause="${cause}"} 1`),
+        deaths.join('\n'),
+      );
     }
     return cause;
   }
@@ -424,11 +521,23 @@ export class FailureScenario {
    * only): its share of `load.streams` (one per rank), the non-streaming request and `extra`. Assert each ended with
    * a terminal error matching `expect`, that the healthy group's streams are still open, and return the measurements.
    */
-  async awaitGroupFailure(load: PlacedLoad, inducedAt: number, expect: RegExp, extra: SentRequest[] = []): Promise<FailureReport> {
-    await waitUntil(() => !this.failing.client.canServe(), 'the failing group cannot serve', () => this.failing.client.rankStates());
+  async awaitGroupFailure(
+    load: PlacedLoad,
+    inducedAt: number,
+    expect: RegExp,
+    extra: SentRequest[] = [],
+  ): Promise<FailureReport> {
+    await waitUntil(
+      () => !this.failing.client.canServe(),
+      'the failing group cannot serve',
+      () => this.failing.client.rankStates(),
+    );
     const failingStreams = this.failing.client.dpSize;
     await waitUntil(
-      () => load.streams.filter((s) => s.ended()).length >= failingStreams && load.nonStreaming.ended() && extra.every((r) => r.ended()),
+      () =>
+        load.streams.filter((s) => s.ended()).length >= failingStreams &&
+        load.nonStreaming.ended() &&
+        extra.every((r) => r.ended()),
       'every affected request ended',
       () => [...load.streams, load.nonStreaming, ...extra].map((r) => `${r.label}: ${r.ended()}`),
     );
@@ -437,13 +546,23 @@ export class FailureScenario {
     const affected = [...endedStreams, load.nonStreaming, ...extra];
     const outcomes = await Promise.all(affected.map((r) => r.done));
     for (const [i, r] of endedStreams.entries()) {
-      assert.ok((outcomes[i]!.sse?.text.length ?? 0) > 0, `${r.label}: text streamed before the error (a mid-stream failure)`);
+      assert.ok(
+        (outcomes[i]!.sse?.text.length ?? 0) > 0,
+        `${r.label}: text streamed before the error (a mid-stream failure)`,
+      );
     }
-    const lines = affected.map((r, i) => `${r.label}: ${assertTerminalError(outcomes[i]!, r.label, expect)}, ended ${ms(outcomes[i]!.endedAt - inducedAt)} after the failure was induced`);
+    const lines = affected.map(
+      (r, i) =>
+        `${r.label}: ${assertTerminalError(outcomes[i]!, r.label, expect)}, ended ${ms(outcomes[i]!.endedAt - inducedAt)} after the failure was induced`,
+    );
     const survivors = load.streams.filter((s) => !s.ended());
     assert.equal(survivors.length, this.healthy.client.dpSize);
     assert.ok(this.healthy.client.canServe(), 'the healthy group serves');
-    assert.deepEqual(inFlight(this.healthy), this.healthy.client.rankStates().map(() => 1), "the healthy group's requests are untouched");
+    assert.deepEqual(
+      inFlight(this.healthy),
+      this.healthy.client.rankStates().map(() => 1),
+      "the healthy group's requests are untouched",
+    );
     assert.ok(this.failedEvent !== null, "the failing group's client emitted 'failed'");
     return { failedAt: this.failedEvent.at, affected, outcomes, survivors, lines };
   }
@@ -456,31 +575,56 @@ export class FailureScenario {
    */
   async assertFailedGroupReported(causes: readonly string[]): Promise<string> {
     const { failing, healthy, gateway } = this;
-    assert.deepEqual(inFlight(failing), failing.client.rankStates().map(() => 0), "the failed group's in-flight sets are empty");
+    assert.deepEqual(
+      inFlight(failing),
+      failing.client.rankStates().map(() => 0),
+      "the failed group's in-flight sets are empty",
+    );
     assert.equal(failing.client.registeredCount, 0, 'no request left registered in the failed group');
     const entries = Object.entries(failing.client.stats.failures);
     assert.equal(entries.length, 1, `exactly one failure cause: ${JSON.stringify(failing.client.stats.failures)}`);
     const [cause, count] = entries[0]!;
     assert.equal(count, 1);
     assert.ok(causes.includes(cause), `failure cause ${cause} is one of ${causes.join(', ')}`);
-    assert.ok(failing.client.rankStates().every((r) => r.state === 'dead'), 'every rank of the failed group is marked dead');
+    assert.ok(
+      failing.client.rankStates().every((r) => r.state === 'dead'),
+      'every rank of the failed group is marked dead',
+    );
 
     const health = await fetch(`${gateway.url}/health?verbose=1`); // worker names are socket paths: verbose only
     assert.equal(health.status, 200, '/health is 200 while a group serves');
-    const body = (await health.json()) as { status: string; groups: { worker: string; engine: string; alive: boolean; message: string; failures: Record<string, number> }[] };
+    const body = (await health.json()) as {
+      status: string;
+      groups: { worker: string; engine: string; alive: boolean; message: string; failures: Record<string, number> }[];
+    };
     assert.equal(body.status, 'degraded');
-    assert.deepEqual(body.groups.map((g) => [g.worker, g.engine, g.alive, g.message]), [
-      [failing.worker, failing.engine, false, 'engine core dead'],
-      [healthy.worker, healthy.engine, true, 'ok'],
-    ]);
+    assert.deepEqual(
+      body.groups.map((g) => [g.worker, g.engine, g.alive, g.message]),
+      [
+        [failing.worker, failing.engine, false, 'engine core dead'],
+        [healthy.worker, healthy.engine, true, 'ok'],
+      ],
+    );
     assert.deepEqual(body.groups[0]!.failures, { [cause]: 1 });
 
     const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
-    assert.ok(alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 0`), alive.join('\n'));
-    assert.ok(alive.includes(`{model="${MODEL}",worker="${healthy.worker}",engine="${healthy.engine}"} 1`), alive.join('\n'));
+    assert.ok(
+      alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 0`),
+      alive.join('\n'),
+    );
+    assert.ok(
+      alive.includes(`{model="${MODEL}",worker="${healthy.worker}",engine="${healthy.engine}"} 1`),
+      alive.join('\n'),
+    );
     const failures = await scrape(gateway.url, 'model_gateway_engine_failures_total');
-    assert.ok(failures.includes(`{model="${MODEL}",worker="${failing.worker}",cause="${cause}"} 1`), failures.join('\n'));
-    assert.ok(!failures.some((l) => l.includes(`worker="${healthy.worker}"`)), `the healthy group has no failure: ${failures.join('\n')}`);
+    assert.ok(
+      failures.includes(`{model="${MODEL}",worker="${failing.worker}",cause="${cause}"} 1`),
+      failures.join('\n'),
+    );
+    assert.ok(
+      !failures.some((l) => l.includes(`worker="${healthy.worker}"`)),
+      `the healthy group has no failure: ${failures.join('\n')}`,
+    );
     return cause;
   }
 
@@ -506,14 +650,22 @@ export class FailureScenario {
     assert.equal(dispatched(healthy) + dispatched(failing) - before, 4, 'the new requests were all served');
     const after = perRank();
     for (const [i, r] of failing.client.rankStates().entries()) {
-      if (avoid === 'all' || avoid.includes(r.engineIndex)) assert.equal(after[i], failingBefore[i], `nothing was placed on failed rank ${r.engineIndex}`);
+      if (avoid === 'all' || avoid.includes(r.engineIndex))
+        assert.equal(after[i], failingBefore[i], `nothing was placed on failed rank ${r.engineIndex}`);
     }
 
     for (const s of survivors) s.cancel();
     for (const o of await Promise.all(survivors.map((s) => s.done))) {
-      assert.ok(o.cancelled && o.sse !== null && o.sse.error === null && o.sse.text.length > 0, `a live stream kept streaming: ${JSON.stringify(o)}`);
+      assert.ok(
+        o.cancelled && o.sse !== null && o.sse.error === null && o.sse.text.length > 0,
+        `a live stream kept streaming: ${JSON.stringify(o)}`,
+      );
     }
-    await waitUntil(() => [...inFlight(healthy), ...inFlight(failing)].every((n) => n === 0), 'in-flight sets empty', () => [inFlight(healthy), inFlight(failing)]);
+    await waitUntil(
+      () => [...inFlight(healthy), ...inFlight(failing)].every((n) => n === 0),
+      'in-flight sets empty',
+      () => [inFlight(healthy), inFlight(failing)],
+    );
     assert.equal(healthy.client.registeredCount, 0);
     assert.equal(failing.client.registeredCount, 0);
   }

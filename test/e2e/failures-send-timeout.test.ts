@@ -24,39 +24,54 @@ const BIG_PROMPT_TOKENS = 60_000;
 /** Large requests sent to the stopped rank: well beyond the ~210 kB kernel buffer plus 2 queued messages. */
 const BIG_REQUESTS = 12;
 
-test('(c) a send blocked past the send timeout (SIGSTOPped TokenSpeed rank) marks that rank dead; its sibling and the vLLM group keep serving', TEST_TIMEOUT, async (t) => {
-  const s = await FailureScenario.start({
-    failing: { engine: 'tokenspeed', sim: 2, simArgs: [...SIM_ARGS, '--max-model-len', '131072'] },
-    healthy: { engine: 'vllm', sim: 1, simArgs: [...SIM_ARGS] },
-    gateway: { sendTimeoutMs: SEND_TIMEOUT_MS, sendHighWaterMark: 2 },
-  });
-  t.after(() => s.close());
-  const load = await s.placeLoad();
+test(
+  '(c) a send blocked past the send timeout (SIGSTOPped TokenSpeed rank) marks that rank dead; its sibling and the vLLM group keep serving',
+  TEST_TIMEOUT,
+  async (t) => {
+    const s = await FailureScenario.start({
+      failing: { engine: 'tokenspeed', sim: 2, simArgs: [...SIM_ARGS, '--max-model-len', '131072'] },
+      healthy: { engine: 'vllm', sim: 1, simArgs: [...SIM_ARGS] },
+      gateway: { sendTimeoutMs: SEND_TIMEOUT_MS, sendHighWaterMark: 2 },
+    });
+    t.after(() => s.close());
+    const load = await s.placeLoad();
 
-  const topRank = s.failingTopRank;
-  const top = s.failing.sims!.ranks[topRank]!;
-  top.child.kill('SIGSTOP');
-  const prompt = Array.from({ length: BIG_PROMPT_TOKENS }, (_, i) => 100_000 + (i % 1000));
-  const inducedAt = performance.now();
-  const big: SentRequest[] = [];
-  for (let i = 0; i < BIG_REQUESTS; i++) {
-    big.push(s.send({ model: MODEL, prompt, max_tokens: 16, ignore_eos: true }, { stream: true, dpRank: topRank, label: `large stream #${i} pinned to rank ${topRank}` }));
-  }
-  try {
-    const report = await s.awaitRankFailure(load, topRank, inducedAt, new RegExp(`did not complete within ${SEND_TIMEOUT_MS} ms`), big);
-    await s.assertRankReported(topRank, ['send-timeout']);
-    const bigOutcomes = await Promise.all(big.map((r) => r.done));
-    const started = bigOutcomes.filter((o) => o.sse !== null).length;
-    const refused = bigOutcomes.filter((o) => o.sse === null).length;
-    assert.ok(refused >= 1, 'at least the request whose send blocked got an HTTP error answer');
-    t.diagnostic(
-      `(c) send timeout ${SEND_TIMEOUT_MS} ms, high-water mark 2: rank dead ${ms(report.failedAt - inducedAt)} after the ` +
-        `first large request was sent to the stopped rank; of ${BIG_REQUESTS} large requests ${started} had been sent ` +
-        `(SSE error) and ${refused} were blocked or queued (HTTP error)`,
-    );
-    for (const line of report.lines) t.diagnostic(`(c)   ${line}`);
-    await s.assertServesAndDrains(report.survivors, [topRank]);
-  } finally {
-    top.child.kill('SIGCONT');
-  }
-});
+    const topRank = s.failingTopRank;
+    const top = s.failing.sims!.ranks[topRank]!;
+    top.child.kill('SIGSTOP');
+    const prompt = Array.from({ length: BIG_PROMPT_TOKENS }, (_, i) => 100_000 + (i % 1000));
+    const inducedAt = performance.now();
+    const big: SentRequest[] = [];
+    for (let i = 0; i < BIG_REQUESTS; i++) {
+      big.push(
+        s.send(
+          { model: MODEL, prompt, max_tokens: 16, ignore_eos: true },
+          { stream: true, dpRank: topRank, label: `large stream #${i} pinned to rank ${topRank}` },
+        ),
+      );
+    }
+    try {
+      const report = await s.awaitRankFailure(
+        load,
+        topRank,
+        inducedAt,
+        new RegExp(`did not complete within ${SEND_TIMEOUT_MS} ms`),
+        big,
+      );
+      await s.assertRankReported(topRank, ['send-timeout']);
+      const bigOutcomes = await Promise.all(big.map((r) => r.done));
+      const started = bigOutcomes.filter((o) => o.sse !== null).length;
+      const refused = bigOutcomes.filter((o) => o.sse === null).length;
+      assert.ok(refused >= 1, 'at least the request whose send blocked got an HTTP error answer');
+      t.diagnostic(
+        `(c) send timeout ${SEND_TIMEOUT_MS} ms, high-water mark 2: rank dead ${ms(report.failedAt - inducedAt)} after the ` +
+          `first large request was sent to the stopped rank; of ${BIG_REQUESTS} large requests ${started} had been sent ` +
+          `(SSE error) and ${refused} were blocked or queued (HTTP error)`,
+      );
+      for (const line of report.lines) t.diagnostic(`(c)   ${line}`);
+      await s.assertServesAndDrains(report.survivors, [topRank]);
+    } finally {
+      top.child.kill('SIGCONT');
+    }
+  },
+);

@@ -32,7 +32,12 @@ const logs = (): LogRecord[] => (gateway.workers > 1 ? gateway.logs : captured);
 before(async () => {
   const capture = captureLogs('warn');
   captured = capture.records;
-  gateway = await startTestGateway({ logger: capture.logger, modelId: MODEL, sim: 2, simArgs: ['--time-scale', '0', '--log-level', 'warn'] });
+  gateway = await startTestGateway({
+    logger: capture.logger,
+    modelId: MODEL,
+    sim: 2,
+    simArgs: ['--time-scale', '0', '--log-level', 'warn'],
+  });
   handshake = (await gateway.groups())[0]!.handshake;
 });
 
@@ -57,42 +62,94 @@ async function stillServing(): Promise<void> {
     const o = await sendCompletion(gateway.url, SHORT, { stream: true, dpRank: rank }).done;
     assert.ok(o.sse?.done && o.sse.finishReason === 'length' && o.sse.error === null, JSON.stringify(o));
   }
-  assert.deepEqual((await gateway.rankStates()).map((r) => [r.state, r.rejoins]), [['ready', 0], ['ready', 0]], 'no slot was taken or reset');
+  assert.deepEqual(
+    (await gateway.rankStates()).map((r) => [r.state, r.rejoins]),
+    [
+      ['ready', 0],
+      ['ready', 0],
+    ],
+    'no slot was taken or reset',
+  );
 }
 
 /** The `model_gateway_handshake_rejected_total` value for `reason` (0 when absent). */
 async function rejected(reason: string): Promise<number> {
-  const line = (await scrape(gateway.url, 'model_gateway_handshake_rejected_total')).find((l) => l.includes(`reason="${reason}"`));
+  const line = (await scrape(gateway.url, 'model_gateway_handshake_rejected_total')).find((l) =>
+    l.includes(`reason="${reason}"`),
+  );
   return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
 }
 
 const cases: Array<{ name: string; reason: string; send: () => Promise<void> }> = [
-  { name: 'garbage bytes', reason: 'undecodable', send: () => peer(encodeEngineIdentity(0)).send(Uint8Array.of(0xc1, 0xff, 0x00)) },
-  { name: 'a multi-frame message', reason: 'frame-count', send: () => peer(encodeEngineIdentity(1)).send([HELLO, HELLO]) },
+  {
+    name: 'garbage bytes',
+    reason: 'undecodable',
+    send: () => peer(encodeEngineIdentity(0)).send(Uint8Array.of(0xc1, 0xff, 0x00)),
+  },
+  {
+    name: 'a multi-frame message',
+    reason: 'frame-count',
+    send: () => peer(encodeEngineIdentity(1)).send([HELLO, HELLO]),
+  },
   { name: 'READY before HELLO', reason: 'unexpected-ready', send: () => peer(encodeEngineIdentity(1)).send(READY) },
-  { name: 'a 13-byte identity', reason: 'bad-identity', send: () => peer(Uint8Array.from({ length: 13 }, (_, i) => 0x41 + i)).send(HELLO) },
-  { name: 'an engine index outside the group (7 of 2)', reason: 'index-out-of-range', send: () => peer(encodeEngineIdentity(7)).send(HELLO) },
-  { name: 'an unknown status', reason: 'undecodable', send: () => peer(encodeEngineIdentity(0)).send(encode({ status: 'GOODBYE' })) },
-  { name: 'a HELLO for an index a live rank holds', reason: 'duplicate-live-index', send: () => peer(encodeEngineIdentity(1)).send(HELLO) },
+  {
+    name: 'a 13-byte identity',
+    reason: 'bad-identity',
+    send: () => peer(Uint8Array.from({ length: 13 }, (_, i) => 0x41 + i)).send(HELLO),
+  },
+  {
+    name: 'an engine index outside the group (7 of 2)',
+    reason: 'index-out-of-range',
+    send: () => peer(encodeEngineIdentity(7)).send(HELLO),
+  },
+  {
+    name: 'an unknown status',
+    reason: 'undecodable',
+    send: () => peer(encodeEngineIdentity(0)).send(encode({ status: 'GOODBYE' })),
+  },
+  {
+    name: 'a HELLO for an index a live rank holds',
+    reason: 'duplicate-live-index',
+    send: () => peer(encodeEngineIdentity(1)).send(HELLO),
+  },
 ];
 
 for (const c of cases) {
-  test(`${c.name}: logged, counted (${c.reason}), ignored; the real ranks stay joined`, { timeout: 30_000 }, async () => {
-    const before = await rejected(c.reason);
-    await c.send();
-    await waitFor(async () => (await rejected(c.reason)) > before, `${c.reason} counted`, 15_000);
-    assert.equal(await rejected(c.reason), before + 1);
-    await waitFor(() => logs().some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)), `a warning naming ${c.reason}`, 10_000);
-    assert.ok(logs().some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)), `a warning names the peer and the reason ${c.reason}`);
-    await stillServing();
-  });
+  test(
+    `${c.name}: logged, counted (${c.reason}), ignored; the real ranks stay joined`,
+    { timeout: 30_000 },
+    async () => {
+      const before = await rejected(c.reason);
+      await c.send();
+      await waitFor(async () => (await rejected(c.reason)) > before, `${c.reason} counted`, 15_000);
+      assert.equal(await rejected(c.reason), before + 1);
+      await waitFor(
+        () => logs().some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)),
+        `a warning naming ${c.reason}`,
+        10_000,
+      );
+      assert.ok(
+        logs().some((r) => typeof r.msg === 'string' && r.msg.includes(`ignored (${c.reason})`)),
+        `a warning names the peer and the reason ${c.reason}`,
+      );
+      await stillServing();
+    },
+  );
 }
 
-test('an oversized frame (1 MiB on a 64 KiB limit) is never read: the peer is dropped, the gateway serves on', { timeout: 30_000 }, async () => {
-  const totals = async () => (await scrape(gateway.url, 'model_gateway_handshake_rejected_total')).reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0);
-  const before = await totals();
-  await peer(encodeEngineIdentity(0)).send(new Uint8Array(1024 * 1024));
-  await new Promise((r) => setTimeout(r, 200)); // nothing to wait for: libzmq drops it below the application
-  assert.equal(await totals(), before, 'nothing was delivered to the handshake service');
-  await stillServing();
-});
+test(
+  'an oversized frame (1 MiB on a 64 KiB limit) is never read: the peer is dropped, the gateway serves on',
+  { timeout: 30_000 },
+  async () => {
+    const totals = async () =>
+      (await scrape(gateway.url, 'model_gateway_handshake_rejected_total')).reduce(
+        (n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)),
+        0,
+      );
+    const before = await totals();
+    await peer(encodeEngineIdentity(0)).send(new Uint8Array(1024 * 1024));
+    await new Promise((r) => setTimeout(r, 200)); // nothing to wait for: libzmq drops it below the application
+    assert.equal(await totals(), before, 'nothing was delivered to the handshake service');
+    await stillServing();
+  },
+);

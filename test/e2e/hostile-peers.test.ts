@@ -46,7 +46,13 @@ function stream(url: string, maxTokens: number, dpRank?: number): Streamed {
     const res = await fetch(`${url}/v1/completions`, {
       method: 'POST',
       headers,
-      body: JSON.stringify({ model: MODEL, prompt: 'Tell me a story.', max_tokens: maxTokens, ignore_eos: true, stream: true }),
+      body: JSON.stringify({
+        model: MODEL,
+        prompt: 'Tell me a story.',
+        max_tokens: maxTokens,
+        ignore_eos: true,
+        stream: true,
+      }),
     });
     assert.equal(res.status, 200, await (res.status === 200 ? Promise.resolve('') : res.text()));
     const out = { id: '', text: '', finish: null as string | null, error: null as unknown, done: false };
@@ -57,13 +63,20 @@ function stream(url: string, maxTokens: number, dpRank?: number): Streamed {
       for (let nl = buf.indexOf('\n\n'); nl >= 0; nl = buf.indexOf('\n\n')) {
         const event = buf.slice(0, nl);
         buf = buf.slice(nl + 2);
-        const data = event.split('\n').find((l) => l.startsWith('data: '))?.slice(6);
+        const data = event
+          .split('\n')
+          .find((l) => l.startsWith('data: '))
+          ?.slice(6);
         if (data === undefined) continue;
         if (data === '[DONE]') {
           out.done = true;
           continue;
         }
-        const body = JSON.parse(data) as { id?: string; error?: unknown; choices?: Array<{ text?: string; finish_reason?: string | null }> };
+        const body = JSON.parse(data) as {
+          id?: string;
+          error?: unknown;
+          choices?: Array<{ text?: string; finish_reason?: string | null }>;
+        };
         if (body.error !== undefined) out.error = body.error;
         if (body.id !== undefined && out.id === '') {
           out.id = body.id;
@@ -89,7 +102,7 @@ async function assertFinishedNormally(held: readonly Streamed[]): Promise<void> 
   }
 }
 
-describe('hostile peers on a group\'s sockets', () => {
+describe("hostile peers on a group's sockets", () => {
   let gateway: RunningGateway;
   let group: RunningGroup;
   const logs = captureLogs('warn');
@@ -129,7 +142,11 @@ describe('hostile peers on a group\'s sockets', () => {
     rogue.connect(group.endpoints.output);
     try {
       await rogue.send([ENGINE_CORE_DEAD]);
-      await waitFor(() => group.client.stats.unattributedSentinels === 1, 'the sentinel is settled (after the last probe round)', 30_000);
+      await waitFor(
+        () => group.client.stats.unattributedSentinels === 1,
+        'the sentinel is settled (after the last probe round)',
+        30_000,
+      );
     } finally {
       rogue.close();
     }
@@ -147,7 +164,11 @@ describe('hostile peers on a group\'s sockets', () => {
     rogue.connect(group.endpoints.output);
     try {
       for (let burst = 0; burst < 5; burst++) for (const frames of GARBAGE) await rogue.send(frames);
-      await waitFor(() => group.client.stats.decodeErrors - before === 5 * GARBAGE.length, 'every garbage frame is read', 30_000);
+      await waitFor(
+        () => group.client.stats.decodeErrors - before === 5 * GARBAGE.length,
+        'every garbage frame is read',
+        30_000,
+      );
     } finally {
       rogue.close();
     }
@@ -158,52 +179,74 @@ describe('hostile peers on a group\'s sockets', () => {
     await servesBothRanks();
   });
 
-  test('an identity thief on the input socket gets nothing; the real rank keeps its identity and serves', TIMEOUT, async () => {
-    const held = await holdBoth();
-    const thief = new Dealer({ routingId: '\u0000\u0000', linger: 0, receiveTimeout: 0 });
-    const events = thief.events; // observed before connecting, so the handshake event is not missed
-    thief.connect(group.endpoints.input);
-    try {
-      // Wait until the thief's ZMTP handshake with the input ROUTER completed: the ROUTER has seen its identity.
-      for await (const event of events) if (event.type === 'handshake') break;
-      for (let i = 0; i < 3; i++) {
-        const pinned = await stream(gateway.url, 4, 0).done;
-        assert.equal(pinned.error, null);
-        assert.equal(pinned.finish, 'length', 'a request to rank 0 is served by the real rank 0');
+  test(
+    'an identity thief on the input socket gets nothing; the real rank keeps its identity and serves',
+    TIMEOUT,
+    async () => {
+      const held = await holdBoth();
+      const thief = new Dealer({ routingId: '\u0000\u0000', linger: 0, receiveTimeout: 0 });
+      const events = thief.events; // observed before connecting, so the handshake event is not missed
+      thief.connect(group.endpoints.input);
+      try {
+        // Wait until the thief's ZMTP handshake with the input ROUTER completed: the ROUTER has seen its identity.
+        for await (const event of events) if (event.type === 'handshake') break;
+        for (let i = 0; i < 3; i++) {
+          const pinned = await stream(gateway.url, 4, 0).done;
+          assert.equal(pinned.error, null);
+          assert.equal(pinned.finish, 'length', 'a request to rank 0 is served by the real rank 0');
+        }
+        await assert.rejects(thief.receive(), { code: 'EAGAIN' }, 'nothing was routed to the thief');
+      } finally {
+        thief.close();
       }
-      await assert.rejects(thief.receive(), { code: 'EAGAIN' }, 'nothing was routed to the thief');
-    } finally {
-      thief.close();
-    }
-    assert.deepEqual(ready(), ['ready', 'ready']);
-    await assertFinishedNormally(held);
-  });
+      assert.deepEqual(ready(), ['ready', 'ready']);
+      await assertFinishedNormally(held);
+    },
+  );
 
-  test('a batch naming rank 1 with rows for a request on rank 0 reaches no client; the owner keeps streaming', TIMEOUT, async () => {
-    const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-    const held = await holdBoth();
-    const victim = await held[0]!.id;
-    const injected = tokenizer.encode(' INJECTED BY A ROGUE');
-    const mismatchesBefore = group.client.stats.rankMismatches;
-    const rogue = new Push({ linger: 0 });
-    rogue.connect(group.endpoints.output);
-    try {
-      const frame = encodeBatchTokenIDOutSlim(
-        {
-          rids: [victim, victim], output_ids: [injected, []], finished_reasons: ['', 'stop'], prompt_tokens: [5, 5],
-          completion_tokens: [injected.length, injected.length], cached_tokens: [0, 0], output_token_logprobs_val: [[], []],
-          output_token_logprobs_idx: [[], []], engine_index: 1, num_running: 0, num_waiting: 0, kv_active_pages: 0, kv_total_pages: 0,
-        },
-        { form: 14 },
-      );
-      await rogue.send([frame]);
-      await waitFor(() => group.client.stats.rankMismatches - mismatchesBefore === 2, 'the forged batch is read', 30_000);
-    } finally {
-      rogue.close();
-    }
-    await assertFinishedNormally(held);
-    const r = await held[0]!.done;
-    assert.ok(!r.text.includes('INJECTED'), 'the injected tokens reached no client');
-    assert.deepEqual(ready(), ['ready', 'ready']);
-  });
+  test(
+    'a batch naming rank 1 with rows for a request on rank 0 reaches no client; the owner keeps streaming',
+    TIMEOUT,
+    async () => {
+      const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
+      const held = await holdBoth();
+      const victim = await held[0]!.id;
+      const injected = tokenizer.encode(' INJECTED BY A ROGUE');
+      const mismatchesBefore = group.client.stats.rankMismatches;
+      const rogue = new Push({ linger: 0 });
+      rogue.connect(group.endpoints.output);
+      try {
+        const frame = encodeBatchTokenIDOutSlim(
+          {
+            rids: [victim, victim],
+            output_ids: [injected, []],
+            finished_reasons: ['', 'stop'],
+            prompt_tokens: [5, 5],
+            completion_tokens: [injected.length, injected.length],
+            cached_tokens: [0, 0],
+            output_token_logprobs_val: [[], []],
+            output_token_logprobs_idx: [[], []],
+            engine_index: 1,
+            num_running: 0,
+            num_waiting: 0,
+            kv_active_pages: 0,
+            kv_total_pages: 0,
+          },
+          { form: 14 },
+        );
+        await rogue.send([frame]);
+        await waitFor(
+          () => group.client.stats.rankMismatches - mismatchesBefore === 2,
+          'the forged batch is read',
+          30_000,
+        );
+      } finally {
+        rogue.close();
+      }
+      await assertFinishedNormally(held);
+      const r = await held[0]!.done;
+      assert.ok(!r.text.includes('INJECTED'), 'the injected tokens reached no client');
+      assert.deepEqual(ready(), ['ready', 'ready']);
+    },
+  );
 });

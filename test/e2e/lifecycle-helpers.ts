@@ -30,7 +30,12 @@ export class Replacements {
    * family; with `lockstepDpSize`, a rank of a lockstep vLLM group of that many ranks), with `extraArgs`. `group` is a
    * `TestGateway.groups()` entry. Returns the process and when it was spawned.
    */
-  spawn(group: { engine: EngineFamily; handshake: string }, index: number, extraArgs: readonly string[], lockstepDpSize?: number): { rank: SimRankProcess; spawnedAt: number } {
+  spawn(
+    group: { engine: EngineFamily; handshake: string },
+    index: number,
+    extraArgs: readonly string[],
+    lockstepDpSize?: number,
+  ): { rank: SimRankProcess; spawnedAt: number } {
     const lockArgs = lockstepDpSize !== undefined ? ['--lockstep', '--dp-size', String(lockstepDpSize)] : [];
     const sims = spawnSimRanks({
       handshakeAddress: group.handshake,
@@ -55,9 +60,15 @@ export class Replacements {
 }
 
 /** GET `path` and parse the JSON body. */
-export async function getJson(url: string, path: string): Promise<{ status: number; body: Record<string, unknown> & { status: string; groups: GroupBody[] } }> {
+export async function getJson(
+  url: string,
+  path: string,
+): Promise<{ status: number; body: Record<string, unknown> & { status: string; groups: GroupBody[] } }> {
   const res = await fetch(`${url}${path}`);
-  return { status: res.status, body: (await res.json()) as Record<string, unknown> & { status: string; groups: GroupBody[] } };
+  return {
+    status: res.status,
+    body: (await res.json()) as Record<string, unknown> & { status: string; groups: GroupBody[] },
+  };
 }
 
 /** One group of a /health or /ready body. */
@@ -76,7 +87,10 @@ export async function assertAllUp(url: string): Promise<void> {
   const health = await getJson(url, '/health');
   assert.equal(health.status, 200, JSON.stringify(health.body));
   assert.equal(health.body.status, 'ok');
-  assert.ok(health.body.groups.every((g) => g.ranks.every((r) => r.state === 'ready')), JSON.stringify(health.body.groups));
+  assert.ok(
+    health.body.groups.every((g) => g.ranks.every((r) => r.state === 'ready')),
+    JSON.stringify(health.body.groups),
+  );
   const ready = await getJson(url, '/ready');
   assert.equal(ready.status, 200);
   assert.equal(ready.body.status, 'ready');

@@ -25,7 +25,14 @@ const replacements = new Replacements();
 
 before(async () => {
   const { logger } = captureLogs('error');
-  gateway = await startTestGateway({ logger, modelId: MODEL, engine: 'vllm', sim: 2, lockstep: true, simArgs: SIM_ARGS });
+  gateway = await startTestGateway({
+    logger,
+    modelId: MODEL,
+    engine: 'vllm',
+    sim: 2,
+    lockstep: true,
+    simArgs: SIM_ARGS,
+  });
 });
 
 /** The group's wave clock in-process; undefined with `--workers N` (not on HTTP). */
@@ -36,42 +43,64 @@ after(async () => {
   await replacements.stopAll();
 });
 
-test('one lockstep rank dies: every request of the group fails, the survivor gets ABORTs; a new process rebuilds the group', TIMEOUT, async (t) => {
-  if (gateway.inProcess !== null) assert.equal(gateway.inProcess.client.lockstep, true);
-  const onEach = [0, 1].map((rank) => sendCompletion(gateway.url, LONG, { stream: true, dpRank: rank, label: `stream on rank ${rank}` }));
-  await waitUntil(() => onEach.every((s) => (s.progress()?.text.length ?? 0) > 0), 'both streams streaming');
-  const clockBefore = waveClock();
-  const survivor = async () => (await gateway.rankStates()).find((r) => r.dp_rank === 0)!;
-  const survivorAborts = (await survivor()).aborts_sent;
+test(
+  'one lockstep rank dies: every request of the group fails, the survivor gets ABORTs; a new process rebuilds the group',
+  TIMEOUT,
+  async (t) => {
+    if (gateway.inProcess !== null) assert.equal(gateway.inProcess.client.lockstep, true);
+    const onEach = [0, 1].map((rank) =>
+      sendCompletion(gateway.url, LONG, { stream: true, dpRank: rank, label: `stream on rank ${rank}` }),
+    );
+    await waitUntil(() => onEach.every((s) => (s.progress()?.text.length ?? 0) > 0), 'both streams streaming');
+    const clockBefore = waveClock();
+    const survivor = async () => (await gateway.rankStates()).find((r) => r.dp_rank === 0)!;
+    const survivorAborts = (await survivor()).aborts_sent;
 
-  const killedAt = performance.now();
-  process.kill(gateway.simRanks().find((r) => r.engineIndex === 1)!.pid, 'SIGKILL');
-  await waitRankState(gateway, 1, 'dead');
-  const outcomes = await Promise.all(onEach.map((s) => s.done));
-  outcomes.forEach((o, i) => assertTerminalError(o, onEach[i]!.label, /DP rank 1 (is gone|died)/));
-  // The ABORT was queued in the same step that failed the group; the link accepts it right after.
-  await waitFor(async () => (await survivor()).aborts_sent > survivorAborts, 'the surviving rank was told to drop what it held', 20_000, () => gateway.rankStates());
-  assert.equal((await survivor()).state, 'ready', 'the survivor itself is fine');
-  const health = await getJson(gateway.url, '/health');
-  assert.equal(health.status, 503);
-  assert.equal(health.body.groups[0]!.status, 'unavailable');
-  assert.equal(health.body.groups[0]!.alive, false, 'a lockstep group needs every rank');
-  const refused = await fetch(`${gateway.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: JSON.stringify(SHORT) });
-  assert.equal(refused.status, 503);
-  assert.ok(refused.headers.get('retry-after'));
+    const killedAt = performance.now();
+    process.kill(gateway.simRanks().find((r) => r.engineIndex === 1)!.pid, 'SIGKILL');
+    await waitRankState(gateway, 1, 'dead');
+    const outcomes = await Promise.all(onEach.map((s) => s.done));
+    outcomes.forEach((o, i) => assertTerminalError(o, onEach[i]!.label, /DP rank 1 (is gone|died)/));
+    // The ABORT was queued in the same step that failed the group; the link accepts it right after.
+    await waitFor(
+      async () => (await survivor()).aborts_sent > survivorAborts,
+      'the surviving rank was told to drop what it held',
+      20_000,
+      () => gateway.rankStates(),
+    );
+    assert.equal((await survivor()).state, 'ready', 'the survivor itself is fine');
+    const health = await getJson(gateway.url, '/health');
+    assert.equal(health.status, 503);
+    assert.equal(health.body.groups[0]!.status, 'unavailable');
+    assert.equal(health.body.groups[0]!.alive, false, 'a lockstep group needs every rank');
+    const refused = await fetch(`${gateway.url}/v1/completions`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify(SHORT),
+    });
+    assert.equal(refused.status, 503);
+    assert.ok(refused.headers.get('retry-after'));
 
-  const { spawnedAt } = replacements.spawn((await gateway.groups())[0]!, 1, SIM_ARGS, 2);
-  const joinedAt = await waitRankState(gateway, 1, 'ready');
-  if (gateway.inProcess !== null) assert.ok(waveClock()! >= clockBefore!, `the wave clock never moves backwards (${clockBefore} → ${waveClock()})`);
-  const served = await Promise.all([undefined, 0, 1].map(async (rank) => {
-    const r = sendCompletion(gateway.url, SHORT, { stream: true, ...(rank === undefined ? {} : { dpRank: rank }), label: `short ${rank ?? 'unpinned'}` });
-    const o = await r.done;
-    assert.ok(o.sse?.done && o.sse.finishReason === 'length' && o.sse.error === null, JSON.stringify(o));
-    return o.endedAt;
-  }));
-  await assertAllUp(gateway.url);
-  t.diagnostic(
-    `lockstep: SIGKILL → group failed and rank 1 dead; replacement spawn → joined ${fmt(joinedAt - spawnedAt)}; ` +
-      `SIGKILL → first request served by the rebuilt group ${fmt(Math.min(...served) - killedAt)}; wave clock ${clockBefore ?? 'n/a'} → ${waveClock() ?? 'n/a'}`,
-  );
-});
+    const { spawnedAt } = replacements.spawn((await gateway.groups())[0]!, 1, SIM_ARGS, 2);
+    const joinedAt = await waitRankState(gateway, 1, 'ready');
+    if (gateway.inProcess !== null)
+      assert.ok(waveClock()! >= clockBefore!, `the wave clock never moves backwards (${clockBefore} → ${waveClock()})`);
+    const served = await Promise.all(
+      [undefined, 0, 1].map(async (rank) => {
+        const r = sendCompletion(gateway.url, SHORT, {
+          stream: true,
+          ...(rank === undefined ? {} : { dpRank: rank }),
+          label: `short ${rank ?? 'unpinned'}`,
+        });
+        const o = await r.done;
+        assert.ok(o.sse?.done && o.sse.finishReason === 'length' && o.sse.error === null, JSON.stringify(o));
+        return o.endedAt;
+      }),
+    );
+    await assertAllUp(gateway.url);
+    t.diagnostic(
+      `lockstep: SIGKILL → group failed and rank 1 dead; replacement spawn → joined ${fmt(joinedAt - spawnedAt)}; ` +
+        `SIGKILL → first request served by the rebuilt group ${fmt(Math.min(...served) - killedAt)}; wave clock ${clockBefore ?? 'n/a'} → ${waveClock() ?? 'n/a'}`,
+    );
+  },
+);

@@ -27,13 +27,23 @@ async function complete(url: string, body: Record<string, unknown>): Promise<Out
   const raw = await res.text();
   assert.equal(res.status, 200, raw);
   if (body.stream !== true) {
-    const json = JSON.parse(raw) as { choices: Array<{ text: string; finish_reason: string }>; usage: { completion_tokens: number } };
-    return { text: json.choices[0]!.text, finish: json.choices[0]!.finish_reason, completionTokens: json.usage.completion_tokens };
+    const json = JSON.parse(raw) as {
+      choices: Array<{ text: string; finish_reason: string }>;
+      usage: { completion_tokens: number };
+    };
+    return {
+      text: json.choices[0]!.text,
+      finish: json.choices[0]!.finish_reason,
+      completionTokens: json.usage.completion_tokens,
+    };
   }
   const { events, doneCount } = parseSse(raw);
   assert.equal(doneCount, 1);
   const out: Outcome = { text: '', finish: '', completionTokens: null };
-  for (const ev of events as Array<{ choices: Array<{ text?: string; finish_reason: string | null }>; usage?: { completion_tokens: number } | null }>) {
+  for (const ev of events as Array<{
+    choices: Array<{ text?: string; finish_reason: string | null }>;
+    usage?: { completion_tokens: number } | null;
+  }>) {
     for (const c of ev.choices) {
       out.text += c.text ?? '';
       if (c.finish_reason !== null) out.finish = c.finish_reason;
@@ -70,7 +80,10 @@ export async function checkMinTokensStops(
       const base = { model, prompt, seed, ignore_eos: true };
       const first = async (k: number) => (await complete(url, { ...base, max_tokens: k })).text;
       const [t1, t2, t3, all] = [await first(1), await first(2), await first(3), await first(maxTokens)];
-      assert.ok(all.startsWith(t3) && t3.startsWith(t2) && t2.startsWith(t1), `prefixes of one token stream: ${JSON.stringify([t1, t2, t3])}`);
+      assert.ok(
+        all.startsWith(t3) && t3.startsWith(t2) && t2.startsWith(t1),
+        `prefixes of one token stream: ${JSON.stringify([t1, t2, t3])}`,
+      );
       const second = t2.slice(t1.length);
       assert.ok(second.length > 0 && t1.length > 0, `tokens 1 and 2 have text: ${JSON.stringify([t1, t2])}`);
       for (const stop of [[second], [t2]]) {
@@ -83,8 +96,14 @@ export async function checkMinTokensStops(
             assert.equal(got.finish, expected.length < all.length ? 'stop' : 'length', what);
             if (minTokens === 0) assert.ok(expected.length < t2.length, `${what}: stops by token 2 without min_tokens`);
             else {
-              assert.ok(got.text.startsWith(t2), `${what}: the stop text inside the first 3 tokens is emitted as ordinary text`);
-              assert.ok((got.completionTokens ?? 0) >= 3, `${what}: at least min_tokens tokens (${got.completionTokens})`);
+              assert.ok(
+                got.text.startsWith(t2),
+                `${what}: the stop text inside the first 3 tokens is emitted as ordinary text`,
+              );
+              assert.ok(
+                (got.completionTokens ?? 0) >= 3,
+                `${what}: at least min_tokens tokens (${got.completionTokens})`,
+              );
             }
             checked++;
           }

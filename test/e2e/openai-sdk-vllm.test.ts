@@ -33,16 +33,25 @@ for (const lockstep of [false, true]) {
 
     test('the group is served with the vLLM wire, lockstep as configured', async () => {
       const groups = await gateway.groups();
-      assert.deepEqual(groups.map((g) => g.engine), ['vllm']);
+      assert.deepEqual(
+        groups.map((g) => g.engine),
+        ['vllm'],
+      );
       const inProcess = gateway.inProcess;
       if (inProcess === null) return; // the lockstep flag and the ready responses are not on HTTP
       assert.equal(inProcess.client.lockstep, lockstep, 'lockstep iff the ready responses say data_parallel_size > 1');
-      assert.deepEqual(inProcess.client.engines.map((e) => e.ready.dataParallelSize), lockstep ? [2, 2] : [1, 1]);
+      assert.deepEqual(
+        inProcess.client.engines.map((e) => e.ready.dataParallelSize),
+        lockstep ? [2, 2] : [1, 1],
+      );
     });
 
     test('lists the model', async () => {
       const models = await client.models.list();
-      assert.deepEqual(models.data.map((m) => m.id), [MODEL]);
+      assert.deepEqual(
+        models.data.map((m) => m.id),
+        [MODEL],
+      );
     });
 
     test('streaming chat completion: readable text and a finish reason', async () => {
@@ -51,7 +60,10 @@ for (const lockstep of [false, true]) {
       assert.ok(!text.includes('\uFFFD'), 'no replacement characters');
       // Plain words, punctuation and whitespace (the simulated text may break paragraphs with newlines).
       assert.match(text, /^[A-Za-z0-9\s.,;:'!?()-]+$/, `readable text, got ${JSON.stringify(text)}`);
-      assert.ok(text.split(/\s+/).filter((w) => /^[A-Za-z]+[.,;:!?]?$/.test(w)).length >= 3, `at least 3 words in ${JSON.stringify(text)}`);
+      assert.ok(
+        text.split(/\s+/).filter((w) => /^[A-Za-z]+[.,;:!?]?$/.test(w)).length >= 3,
+        `at least 3 words in ${JSON.stringify(text)}`,
+      );
       assert.ok(finish === 'stop' || finish === 'length', `finish reason ${finish}`);
       // vLLM reports no cumulative completion count: the engine client's stream counts the tokens (types.ts).
       assert.ok(usage && usage.completion_tokens > 0 && usage.completion_tokens <= 24, JSON.stringify(usage));
@@ -61,7 +73,10 @@ for (const lockstep of [false, true]) {
     test('non-streaming chat completion: the explicit limit reaches the vLLM engine (never a silent 16)', async () => {
       const res = await client.chat.completions.create({
         model: MODEL,
-        messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+        messages: [
+          { role: 'system', content: 'Be brief.' },
+          { role: 'user', content: 'Hello!' },
+        ],
         max_completion_tokens: 40,
         // ignore_eos is a vLLM/SGLang extension: the simulated rank then runs to the limit.
         ...({ ignore_eos: true } as Record<string, unknown>),
@@ -105,21 +120,25 @@ for (const lockstep of [false, true]) {
       assert.equal(await aborts(), abortsBefore + 1);
     });
 
-    test('a lockstep group keeps serving after it drained and parked (every submit wakes it)', { skip: !lockstep }, async () => {
-      const waveClock = () => gateway.inProcess?.client.waveClock; // undefined with --workers: not on HTTP
-      const waveBefore = waveClock();
-      for (let i = 0; i < 3; i++) {
-        const res = await client.completions.create({ model: MODEL, prompt: `Round ${i}`, max_tokens: 4 });
-        assert.ok(res.choices[0]!.text.length > 0);
-        assert.equal(res.choices[0]!.finish_reason === 'length' || res.choices[0]!.finish_reason === 'stop', true);
-      }
-      if (testWorkers() === 1) {
-        const after = waveClock();
-        assert.ok(waveBefore != null && after != null);
-        assert.ok(after >= waveBefore, `wave clock ${waveBefore} → ${after}`);
-      }
-      for (const r of await gateway.rankStates()) assert.equal(r.in_flight, 0);
-    });
+    test(
+      'a lockstep group keeps serving after it drained and parked (every submit wakes it)',
+      { skip: !lockstep },
+      async () => {
+        const waveClock = () => gateway.inProcess?.client.waveClock; // undefined with --workers: not on HTTP
+        const waveBefore = waveClock();
+        for (let i = 0; i < 3; i++) {
+          const res = await client.completions.create({ model: MODEL, prompt: `Round ${i}`, max_tokens: 4 });
+          assert.ok(res.choices[0]!.text.length > 0);
+          assert.equal(res.choices[0]!.finish_reason === 'length' || res.choices[0]!.finish_reason === 'stop', true);
+        }
+        if (testWorkers() === 1) {
+          const after = waveClock();
+          assert.ok(waveBefore != null && after != null);
+          assert.ok(after >= waveBefore, `wave clock ${waveBefore} → ${after}`);
+        }
+        for (const r of await gateway.rankStates()) assert.equal(r.in_flight, 0);
+      },
+    );
 
     test('a bad request surfaces as an OpenAI BadRequestError naming the parameter', async () => {
       await assert.rejects(

@@ -21,7 +21,10 @@ describe('openai SDK against a gateway over 2 simulated ranks', () => {
 
   test('lists the model', async () => {
     const models = await client.models.list();
-    assert.deepEqual(models.data.map((m) => m.id), ['sim-qwen3']);
+    assert.deepEqual(
+      models.data.map((m) => m.id),
+      ['sim-qwen3'],
+    );
   });
 
   test('streaming chat completion: readable text and a finish reason', async () => {
@@ -31,7 +34,10 @@ describe('openai SDK against a gateway over 2 simulated ranks', () => {
     // The simulated ranks draw English sentences through the real Qwen3 tokenizer: the detokenized stream must be
     // plain words and punctuation, mostly letters (a broken detokenizer shows byte garbage or U+FFFD).
     assert.match(text, /^[A-Za-z0-9\s.,;:'!?()-]+$/, `readable text, got ${JSON.stringify(text)}`);
-    assert.ok(text.split(/\s+/).filter((w) => /^[A-Za-z]+[.,;:!?]?$/.test(w)).length >= 3, `at least 3 words in ${JSON.stringify(text)}`);
+    assert.ok(
+      text.split(/\s+/).filter((w) => /^[A-Za-z]+[.,;:!?]?$/.test(w)).length >= 3,
+      `at least 3 words in ${JSON.stringify(text)}`,
+    );
     assert.ok(finish === 'stop' || finish === 'length', `finish reason ${finish}`);
     assert.ok(usage && usage.completion_tokens > 0 && usage.completion_tokens <= 24);
   });
@@ -39,7 +45,10 @@ describe('openai SDK against a gateway over 2 simulated ranks', () => {
   test('non-streaming chat completion', async () => {
     const res = await client.chat.completions.create({
       model: 'sim-qwen3',
-      messages: [{ role: 'system', content: 'Be brief.' }, { role: 'user', content: 'Hello!' }],
+      messages: [
+        { role: 'system', content: 'Be brief.' },
+        { role: 'user', content: 'Hello!' },
+      ],
       max_completion_tokens: 16,
     });
     assert.match(res.id, /^chatcmpl-/);
@@ -95,9 +104,13 @@ describe('openai SDK against a gateway over 2 simulated ranks', () => {
 // until ranks join, serve-at-once.test.ts), with one process or N, so there is nothing to fail fast in a child.
 const WAIT_FOR_RANKS_ONLY = testWorkers() > 1 ? 'startGateway waitForRanks only: serve serves at once' : false;
 
-test('startGateway fails fast (and cleans up) when a simulated rank dies before the handshake', { skip: WAIT_FOR_RANKS_ONLY }, async () => {
-  await assert.rejects(
-    startTestGateway({ sim: 1, simArgs: ['--no-such-option'] }),
-    /simulated rank 0 exited \(code 2/,
-  );
-});
+test(
+  'startGateway fails fast (and cleans up) when a simulated rank dies before the handshake',
+  { skip: WAIT_FOR_RANKS_ONLY },
+  async () => {
+    await assert.rejects(
+      startTestGateway({ sim: 1, simArgs: ['--no-such-option'] }),
+      /simulated rank 0 exited \(code 2/,
+    );
+  },
+);

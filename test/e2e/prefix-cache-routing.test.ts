@@ -12,10 +12,14 @@ import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 const MODEL = 'sim';
 /** A long, fixed document: well over a thousand tokens, so dozens of full 16-token blocks. */
-const DOC = Array.from({ length: 120 }, (_, i) => `Paragraph ${i}: routing keeps a conversation where its cache is.`).join('\n');
+const DOC = Array.from(
+  { length: 120 },
+  (_, i) => `Paragraph ${i}: routing keeps a conversation where its cache is.`,
+).join('\n');
 
 type UsageWithDetails = OpenAI.CompletionUsage & { prompt_tokens_details?: { cached_tokens?: number } };
-const cachedOf = (u: OpenAI.CompletionUsage | null | undefined): number | undefined => (u as UsageWithDetails | null | undefined)?.prompt_tokens_details?.cached_tokens;
+const cachedOf = (u: OpenAI.CompletionUsage | null | undefined): number | undefined =>
+  (u as UsageWithDetails | null | undefined)?.prompt_tokens_details?.cached_tokens;
 
 for (const engine of ['tokenspeed', 'vllm'] as const) {
   describe(`cache_aware routing and cached_tokens, simulated ${engine} ranks`, () => {
@@ -35,21 +39,40 @@ for (const engine of ['tokenspeed', 'vllm'] as const) {
       assert.ok(promptTokens > 1000, `a long prompt (${promptTokens} tokens)`);
 
       const stream = await client.completions.create({
-        model: MODEL, prompt: `${DOC}\nQuestion two?`, max_tokens: 4, stream: true, stream_options: { include_usage: true },
+        model: MODEL,
+        prompt: `${DOC}\nQuestion two?`,
+        max_tokens: 4,
+        stream: true,
+        stream_options: { include_usage: true },
       });
       let usage: OpenAI.CompletionUsage | null = null;
       for await (const chunk of stream) if (chunk.usage) usage = chunk.usage;
       const cached = cachedOf(usage);
-      assert.ok(cached !== undefined && cached >= promptTokens - 40 && cached % 16 === 0, `whole 16-token blocks of the shared document hit (${cached} of ${promptTokens})`);
+      assert.ok(
+        cached !== undefined && cached >= promptTokens - 40 && cached % 16 === 0,
+        `whole 16-token blocks of the shared document hit (${cached} of ${promptTokens})`,
+      );
 
-      const chat = await client.chat.completions.create({ model: MODEL, messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2 });
+      const chat = await client.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 2,
+      });
       assert.equal(cachedOf(chat.usage) !== undefined, true, 'chat usage carries prompt_tokens_details too');
 
       const unpinned = (await gateway.rankStates()).map((r) => r.dispatched_unpinned);
-      assert.ok(unpinned.includes(2) || unpinned.includes(3), `both document requests went to one rank (${unpinned.join('/')})`);
-      const guards = (await gateway.metricsText()).split('\n').filter((l) => l.startsWith('model_gateway_rank_sole_client_guard{'));
+      assert.ok(
+        unpinned.includes(2) || unpinned.includes(3),
+        `both document requests went to one rank (${unpinned.join('/')})`,
+      );
+      const guards = (await gateway.metricsText())
+        .split('\n')
+        .filter((l) => l.startsWith('model_gateway_rank_sole_client_guard{'));
       assert.equal(guards.length, 2, guards.join('\n'));
-      assert.ok(guards.every((l) => l.endsWith(' 0')), `the gateway is the ranks' only client: ${guards.join('\n')}`);
+      assert.ok(
+        guards.every((l) => l.endsWith(' 0')),
+        `the gateway is the ranks' only client: ${guards.join('\n')}`,
+      );
     });
   });
 }

@@ -61,7 +61,9 @@ export class NodeProcess {
    * ../helpers/entry.ts); stdin is a pipe (for `--exit-with-parent` and the fixtures).
    */
   static spawn(entry: URL, args: string[], env: NodeJS.ProcessEnv): NodeProcess {
-    return new NodeProcess(spawn(process.execPath, [...nodeEntry(entry), ...args], { stdio: ['pipe', 'pipe', 'pipe'], env }));
+    return new NodeProcess(
+      spawn(process.execPath, [...nodeEntry(entry), ...args], { stdio: ['pipe', 'pipe', 'pipe'], env }),
+    );
   }
 
   get pid(): number {
@@ -124,7 +126,12 @@ export interface Reply {
 
 /** POST `body` as JSON to `url` (extra `headers`); a 30 s hang guard. */
 export async function post(url: string, body: unknown, headers: Record<string, string> = {}): Promise<Reply> {
-  const res = await fetch(url, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(body), signal: AbortSignal.timeout(30_000) });
+  const res = await fetch(url, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(body),
+    signal: AbortSignal.timeout(30_000),
+  });
   return { status: res.status, text: await res.text() };
 }
 

@@ -56,17 +56,31 @@ after(async () => {
 });
 
 const post = (headers: Record<string, string> = {}) =>
-  fetch(`${gateway.url}/v1/completions`, { method: 'POST', headers: { 'content-type': 'application/json', ...headers }, body: JSON.stringify(SHORT) });
+  fetch(`${gateway.url}/v1/completions`, {
+    method: 'POST',
+    headers: { 'content-type': 'application/json', ...headers },
+    body: JSON.stringify(SHORT),
+  });
 
 function spawnRank(index: number): void {
-  ranks.push(spawnSimRanks({ handshakeAddress: group.endpoints.handshake, count: 1, firstEngineIndex: index, extraArgs: SIM_ARGS }));
+  ranks.push(
+    spawnSimRanks({
+      handshakeAddress: group.endpoints.handshake,
+      count: 1,
+      firstEngineIndex: index,
+      extraArgs: SIM_ARGS,
+    }),
+  );
 }
 
 test('before any rank joined: /health and /ready 503 starting (0 of 2); a request gets 503 + Retry-After with an OpenAI body', async () => {
   const health = await getJson(gateway.url, '/health');
   assert.equal(health.status, 503);
   assert.equal(health.body.status, 'starting');
-  assert.deepEqual(health.body.groups.map((g) => [g.status, g.joined, g.expected, g.ranks.map((r) => r.state)]), [['starting', 0, 2, ['joining', 'joining']]]);
+  assert.deepEqual(
+    health.body.groups.map((g) => [g.status, g.joined, g.expected, g.ranks.map((r) => r.state)]),
+    [['starting', 0, 2, ['joining', 'joining']]],
+  );
   const ready = await getJson(gateway.url, '/ready');
   assert.equal(ready.status, 503);
   assert.equal(ready.body.status, 'starting');
@@ -79,50 +93,88 @@ test('before any rank joined: /health and /ready 503 starting (0 of 2); a reques
   assert.match(body.error.message, /0 of 2 rank\(s\) joined/);
 });
 
-test('with 1 of 2 dense ranks joined requests are served; the missing rank is 503 when pinned; the second enters rotation', { timeout: 60_000 }, async () => {
-  spawnRank(0);
-  await waitRank(group.client, 0, 'ready');
-  for (const stream of [true, false]) {
-    const o = await sendCompletion(gateway.url, SHORT, { stream }).done;
-    assert.equal(o.status, 200, JSON.stringify(o));
-  }
-  const health = await getJson(gateway.url, '/health');
-  assert.equal(health.status, 200);
-  assert.equal(health.body.status, 'degraded');
-  assert.equal((await getJson(gateway.url, '/ready')).status, 200);
-  const pinned = await post({ 'x-data-parallel-rank': '1' });
-  assert.equal(pinned.status, 503);
-  assert.equal(pinned.headers.get('retry-after'), '1');
-  assert.equal(((await pinned.json()) as { error: { code: string } }).error.code, 'rank_unavailable');
-  spawnRank(1);
-  await waitRank(group.client, 1, 'ready');
-  const o = await sendCompletion(gateway.url, SHORT, { stream: true, dpRank: 1 }).done;
-  assert.ok(o.sse?.done && o.sse.finishReason === 'length', JSON.stringify(o));
-  assert.equal((await getJson(gateway.url, '/health')).body.status, 'ok');
-});
-
-test('a second gateway on the same live ipc path refuses to start; the first keeps serving and its socket files stay', { timeout: 60_000 }, async () => {
-  const files = [group.endpoints.input, group.endpoints.output].map((a) => a.slice('ipc://'.length));
-  await assert.rejects(
-    startGateway({ port: 0, logger: captureLogs('error').logger, modelId: MODEL, engineUrl: workerUrl, dpSize: 2, handshake: `tcp://127.0.0.1:${await freePort()}`, waitForRanks: false }),
-    (e: unknown) => e instanceof ConfigError && /is in use: a live process accepts connections on it \(another gateway is serving this worker URL\)/.test(e.message),
-  );
-  assert.ok(files.every((f) => existsSync(f)), 'the live gateway\'s socket files were not touched');
-  for (const rank of [0, 1]) {
-    const o = await sendCompletion(gateway.url, SHORT, { stream: true, dpRank: rank }).done;
+test(
+  'with 1 of 2 dense ranks joined requests are served; the missing rank is 503 when pinned; the second enters rotation',
+  { timeout: 60_000 },
+  async () => {
+    spawnRank(0);
+    await waitRank(group.client, 0, 'ready');
+    for (const stream of [true, false]) {
+      const o = await sendCompletion(gateway.url, SHORT, { stream }).done;
+      assert.equal(o.status, 200, JSON.stringify(o));
+    }
+    const health = await getJson(gateway.url, '/health');
+    assert.equal(health.status, 200);
+    assert.equal(health.body.status, 'degraded');
+    assert.equal((await getJson(gateway.url, '/ready')).status, 200);
+    const pinned = await post({ 'x-data-parallel-rank': '1' });
+    assert.equal(pinned.status, 503);
+    assert.equal(pinned.headers.get('retry-after'), '1');
+    assert.equal(((await pinned.json()) as { error: { code: string } }).error.code, 'rank_unavailable');
+    spawnRank(1);
+    await waitRank(group.client, 1, 'ready');
+    const o = await sendCompletion(gateway.url, SHORT, { stream: true, dpRank: 1 }).done;
     assert.ok(o.sse?.done && o.sse.finishReason === 'length', JSON.stringify(o));
-  }
-  const ready = await getJson(gateway.url, '/ready');
-  assert.equal(ready.status, 200);
-});
+    assert.equal((await getJson(gateway.url, '/health')).body.status, 'ok');
+  },
+);
 
-test('shutdown with a grace shorter than a live stream: the stream ends with an error naming the grace; socket files removed', { timeout: 60_000 }, async () => {
-  const files = [group.endpoints.input, group.endpoints.output].map((a) => a.slice('ipc://'.length));
-  const long = sendCompletion(gateway.url, { ...SHORT, max_tokens: 20_000 }, { stream: true, label: 'endless stream' });
-  await waitUntil(() => (long.progress()?.text.length ?? 0) > 0, 'streaming');
-  await gateway.shutdown({ graceMs: 200 });
-  const o = await long.done;
-  assert.ok(o.sse?.error && o.sse.done && o.sse.finishReason === null, JSON.stringify(o));
-  assert.match(o.sse.error.message, /the shutdown grace of 200 ms \(--shutdown-grace-ms\) ran out before this request finished/);
-  assert.deepEqual(files.filter((f) => existsSync(f)), [], 'the socket files it bound are removed');
-});
+test(
+  'a second gateway on the same live ipc path refuses to start; the first keeps serving and its socket files stay',
+  { timeout: 60_000 },
+  async () => {
+    const files = [group.endpoints.input, group.endpoints.output].map((a) => a.slice('ipc://'.length));
+    await assert.rejects(
+      startGateway({
+        port: 0,
+        logger: captureLogs('error').logger,
+        modelId: MODEL,
+        engineUrl: workerUrl,
+        dpSize: 2,
+        handshake: `tcp://127.0.0.1:${await freePort()}`,
+        waitForRanks: false,
+      }),
+      (e: unknown) =>
+        e instanceof ConfigError &&
+        /is in use: a live process accepts connections on it \(another gateway is serving this worker URL\)/.test(
+          e.message,
+        ),
+    );
+    assert.ok(
+      files.every((f) => existsSync(f)),
+      "the live gateway's socket files were not touched",
+    );
+    for (const rank of [0, 1]) {
+      const o = await sendCompletion(gateway.url, SHORT, { stream: true, dpRank: rank }).done;
+      assert.ok(o.sse?.done && o.sse.finishReason === 'length', JSON.stringify(o));
+    }
+    const ready = await getJson(gateway.url, '/ready');
+    assert.equal(ready.status, 200);
+  },
+);
+
+test(
+  'shutdown with a grace shorter than a live stream: the stream ends with an error naming the grace; socket files removed',
+  { timeout: 60_000 },
+  async () => {
+    const files = [group.endpoints.input, group.endpoints.output].map((a) => a.slice('ipc://'.length));
+    const long = sendCompletion(
+      gateway.url,
+      { ...SHORT, max_tokens: 20_000 },
+      { stream: true, label: 'endless stream' },
+    );
+    await waitUntil(() => (long.progress()?.text.length ?? 0) > 0, 'streaming');
+    await gateway.shutdown({ graceMs: 200 });
+    const o = await long.done;
+    assert.ok(o.sse?.error && o.sse.done && o.sse.finishReason === null, JSON.stringify(o));
+    assert.match(
+      o.sse.error.message,
+      /the shutdown grace of 200 ms \(--shutdown-grace-ms\) ran out before this request finished/,
+    );
+    assert.deepEqual(
+      files.filter((f) => existsSync(f)),
+      [],
+      'the socket files it bound are removed',
+    );
+  },
+);

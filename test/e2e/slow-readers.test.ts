@@ -97,7 +97,12 @@ describe('200 clients that never read', { timeout: 240_000 }, () => {
     const before = liveMemory();
 
     const abortsBefore = abortsSent(gateway);
-    const payload = JSON.stringify({ prompt: 'Tell me a very long story.', max_tokens: 4000, ignore_eos: true, stream: true });
+    const payload = JSON.stringify({
+      prompt: 'Tell me a very long story.',
+      max_tokens: 4000,
+      ignore_eos: true,
+      stream: true,
+    });
     const request =
       `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n` +
       `Content-Length: ${Buffer.byteLength(payload)}\r\n\r\n${payload}`;
@@ -135,12 +140,19 @@ describe('200 clients that never read', { timeout: 240_000 }, () => {
 
     // The gateway gave every stalled client up: in-flight sets are empty, every abort was logged once.
     for (const g of gateway.groups) {
-      assert.deepEqual(g.client.rankStates().map((r) => r.inFlight), g.client.rankStates().map(() => 0), 'in-flight sets empty');
+      assert.deepEqual(
+        g.client.rankStates().map((r) => r.inFlight),
+        g.client.rankStates().map(() => 0),
+        'in-flight sets empty',
+      );
     }
     const stalled = records.filter((r) => r.msg.startsWith('client stopped reading'));
     assert.equal(stalled.length, CLIENTS, 'one info line per stalled client');
     const buffered = stalled.map((r) => r.bufferedBytes as number);
-    assert.ok(Math.max(...buffered) < BUFFER_BYTES + RECORD_BYTES, `at most the bound plus one record buffered (max ${Math.max(...buffered)})`);
+    assert.ok(
+      Math.max(...buffered) < BUFFER_BYTES + RECORD_BYTES,
+      `at most the bound plus one record buffered (max ${Math.max(...buffered)})`,
+    );
 
     const heapGrowth = stalledMemory.heap - before.heap;
     const rssGrowth = stalledMemory.rss - before.rss;

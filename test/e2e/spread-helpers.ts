@@ -51,7 +51,11 @@ export interface CompletionBody {
  * writer never waits on back-pressure) and parsed into `done`.
  * Throws when the fetch itself fails before the headers (e.g. connection refused).
  */
-export async function openStream(baseUrl: string, body: CompletionBody, opts: { dpRank?: number } = {}): Promise<HeldStream> {
+export async function openStream(
+  baseUrl: string,
+  body: CompletionBody,
+  opts: { dpRank?: number } = {},
+): Promise<HeldStream> {
   const controller = new AbortController();
   const headers: Record<string, string> = { 'content-type': 'application/json' };
   if (opts.dpRank !== undefined) headers['x-data-parallel-rank'] = String(opts.dpRank);
@@ -94,16 +98,25 @@ export async function openStream(baseUrl: string, body: CompletionBody, opts: { 
  * Poll `condition` every 10 ms until it holds. The deadline (`guardMs`, default 20 000 ms) is a hang guard only:
  * when it passes, the assertion fails with `what` and the last `describe()` output.
  */
-export async function waitUntil(condition: () => boolean, what: string, describe: () => unknown = () => '', guardMs = 20_000): Promise<void> {
+export async function waitUntil(
+  condition: () => boolean,
+  what: string,
+  describe: () => unknown = () => '',
+  guardMs = 20_000,
+): Promise<void> {
   const deadline = Date.now() + guardMs;
   while (!condition()) {
-    if (Date.now() > deadline) assert.fail(`hang guard: ${what} did not happen within ${guardMs} ms; state: ${JSON.stringify(describe())}`);
+    if (Date.now() > deadline)
+      assert.fail(`hang guard: ${what} did not happen within ${guardMs} ms; state: ${JSON.stringify(describe())}`);
     await new Promise((r) => setTimeout(r, 10));
   }
 }
 
 /** What the spread tests read of a rank (`RankState`'s fields, as /v1/gateway/ranks shows them). */
-export type SpreadRank = Pick<RankState, 'engineIndex' | 'inFlight' | 'load' | 'dispatchedPinned' | 'dispatchedUnpinned' | 'clampEvents'>;
+export type SpreadRank = Pick<
+  RankState,
+  'engineIndex' | 'inFlight' | 'load' | 'dispatchedPinned' | 'dispatchedUnpinned' | 'clampEvents'
+>;
 
 /**
  * The rank states of the gateway's first group in identity-sorted engine order, read over HTTP
@@ -114,7 +127,10 @@ export async function states(gateway: Pick<TestGateway, 'rankStates'>): Promise<
   return (await gateway.rankStates()).map((r) => ({
     engineIndex: r.dp_rank,
     inFlight: r.in_flight,
-    load: r.num_running_reqs === null ? null : { numRunning: r.num_running_reqs, numWaiting: r.num_waiting_reqs ?? 0, kvCacheUsage: r.kv_cache_usage ?? 0 },
+    load:
+      r.num_running_reqs === null
+        ? null
+        : { numRunning: r.num_running_reqs, numWaiting: r.num_waiting_reqs ?? 0, kvCacheUsage: r.kv_cache_usage ?? 0 },
     dispatchedPinned: r.dispatched_pinned,
     dispatchedUnpinned: r.dispatched_unpinned,
     clampEvents: r.clamp_events,
@@ -128,7 +144,9 @@ export function views(list: readonly SpreadRank[]): RankView[] {
 
 /** Per-rank `dispatchedUnpinned` of `after` minus `before` (same order; ranks matched by engine index). */
 export function unpinnedDelta(before: readonly SpreadRank[], after: readonly SpreadRank[]): number[] {
-  return after.map((a) => a.dispatchedUnpinned - (before.find((b) => b.engineIndex === a.engineIndex)?.dispatchedUnpinned ?? 0));
+  return after.map(
+    (a) => a.dispatchedUnpinned - (before.find((b) => b.engineIndex === a.engineIndex)?.dispatchedUnpinned ?? 0),
+  );
 }
 
 /** Total unpinned selections so far (= the load policy's scan-start counter, dp-routing.md 9.2 step 3). */
@@ -146,12 +164,17 @@ export function unpinnedTotal(list: readonly SpreadRank[]): number {
  */
 export async function flushRanks(gateway: { url: string }, model: string, ranks: readonly number[]): Promise<void> {
   const flushes = await Promise.all(
-    ranks.map((r) => openStream(gateway.url, { model, prompt: 'flush', max_tokens: 1, ignore_eos: true }, { dpRank: r })),
+    ranks.map((r) =>
+      openStream(gateway.url, { model, prompt: 'flush', max_tokens: 1, ignore_eos: true }, { dpRank: r }),
+    ),
   );
   const outcomes = await Promise.all(flushes.map((f) => f.done));
   outcomes.forEach((o, i) => {
     assert.equal(flushes[i]!.status, 200);
-    assert.ok(o.completed && o.finishReason === 'length', `flush request on rank ${ranks[i]} ended ${JSON.stringify(o)}`);
+    assert.ok(
+      o.completed && o.finishReason === 'length',
+      `flush request on rank ${ranks[i]} ended ${JSON.stringify(o)}`,
+    );
   });
 }
 

@@ -32,14 +32,18 @@ export function frontsOf(pid: number): number[] {
   } catch {
     return [];
   }
-  return out.split('\n').filter(Boolean).map(Number).filter((child) => {
-    try {
-      const cmd = readFileSync(`/proc/${child}/cmdline`, 'utf8');
-      return CLI_FILE.test(cmd) && !SIM_MAIN_FILE.test(cmd) && alive(child);
-    } catch {
-      return false;
-    }
-  });
+  return out
+    .split('\n')
+    .filter(Boolean)
+    .map(Number)
+    .filter((child) => {
+      try {
+        const cmd = readFileSync(`/proc/${child}/cmdline`, 'utf8');
+        return CLI_FILE.test(cmd) && !SIM_MAIN_FILE.test(cmd) && alive(child);
+      } catch {
+        return false;
+      }
+    });
 }
 
 /** What a POST answered. */
@@ -93,10 +97,18 @@ export class WorkersGateway {
   static async start(extra: string[], ranks = 2, launch: LaunchOptions = {}): Promise<WorkersGateway> {
     const g = await WorkersGateway.launch(extra, ranks, launch);
     // The start is over when the router logs its "listening" line (every front listens), not at the first 200.
-    await waitFor(async () => {
-      if (g.gw.exitCode !== null) throw new Error(`gateway exited: ${g.stderr}`);
-      return g.logged('model-gateway listening on ').length === 1 && (await g.get('/ready')).status === 200 && frontsOf(g.gw.pid!).length === 2;
-    }, 'gateway started (listening line), ready, with two fronts', 60_000);
+    await waitFor(
+      async () => {
+        if (g.gw.exitCode !== null) throw new Error(`gateway exited: ${g.stderr}`);
+        return (
+          g.logged('model-gateway listening on ').length === 1 &&
+          (await g.get('/ready')).status === 200 &&
+          frontsOf(g.gw.pid!).length === 2
+        );
+      },
+      'gateway started (listening line), ready, with two fronts',
+      60_000,
+    );
     return g;
   }
 
@@ -106,11 +118,32 @@ export class WorkersGateway {
     const child = spawn(
       process.execPath,
       [
-        ...nodeEntry(CLI, launch.nodeArgs), 'serve', '--workers', '2', '--port', String(port), '--model', MODEL, '--log-level', 'info', '--log-format', 'json',
-        '--sim', String(ranks), '--sim-arg=--time-scale', '--sim-arg=1', '--sim-arg=--log-level', '--sim-arg=silent', '--exit-with-parent', ...extra,
+        ...nodeEntry(CLI, launch.nodeArgs),
+        'serve',
+        '--workers',
+        '2',
+        '--port',
+        String(port),
+        '--model',
+        MODEL,
+        '--log-level',
+        'info',
+        '--log-format',
+        'json',
+        '--sim',
+        String(ranks),
+        '--sim-arg=--time-scale',
+        '--sim-arg=1',
+        '--sim-arg=--log-level',
+        '--sim-arg=silent',
+        '--exit-with-parent',
+        ...extra,
       ],
       // stdin is the --exit-with-parent pipe: a test file cancelled by the runner takes its gateway with it.
-      { stdio: ['pipe', 'pipe', 'pipe'], ...(launch.env !== undefined ? { env: { ...process.env, ...launch.env } } : {}) },
+      {
+        stdio: ['pipe', 'pipe', 'pipe'],
+        ...(launch.env !== undefined ? { env: { ...process.env, ...launch.env } } : {}),
+      },
     );
     const g = new WorkersGateway(child, port, once(child, 'exit'));
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
@@ -157,24 +190,36 @@ export class WorkersGateway {
   /** POST `path` with `body` (and `headers`) on a fresh connection. */
   post(path: string, body: unknown, headers: Record<string, string> = {}): Promise<Answer> {
     return new Promise((resolve, reject) => {
-      const req = httpRequest({ host: '127.0.0.1', port: this.port, path, method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close', ...headers } }, (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (text += d));
-        res.on('end', () => {
-          let json: unknown = text;
-          try {
-            json = JSON.parse(text);
-          } catch {
-            // SSE or text: keep the text
-          }
-          resolve({ status: res.statusCode ?? 0, headers: res.headers, json });
-        });
-        res.on('error', reject);
-      });
+      const req = httpRequest(
+        {
+          host: '127.0.0.1',
+          port: this.port,
+          path,
+          method: 'POST',
+          agent: false,
+          headers: { 'content-type': 'application/json', connection: 'close', ...headers },
+        },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (text += d));
+          res.on('end', () => {
+            let json: unknown = text;
+            try {
+              json = JSON.parse(text);
+            } catch {
+              // SSE or text: keep the text
+            }
+            resolve({ status: res.statusCode ?? 0, headers: res.headers, json });
+          });
+          res.on('error', reject);
+        },
+      );
       req.on('error', reject);
       // A reply that never comes fails this request (a waitFor poll then retries) instead of hanging the file.
-      req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new Error(`POST ${path}: no reply within ${REQUEST_TIMEOUT_MS} ms`)));
+      req.setTimeout(REQUEST_TIMEOUT_MS, () =>
+        req.destroy(new Error(`POST ${path}: no reply within ${REQUEST_TIMEOUT_MS} ms`)),
+      );
       req.end(JSON.stringify(body));
     });
   }
@@ -182,15 +227,20 @@ export class WorkersGateway {
   /** GET `path` on a fresh connection. */
   get(path: string): Promise<{ status: number; text: string }> {
     return new Promise((resolve, reject) => {
-      const req = httpRequest({ host: '127.0.0.1', port: this.port, path, agent: false, headers: { connection: 'close' } }, (res) => {
-        let text = '';
-        res.setEncoding('utf8');
-        res.on('data', (d: string) => (text += d));
-        res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
-        res.on('error', reject);
-      });
+      const req = httpRequest(
+        { host: '127.0.0.1', port: this.port, path, agent: false, headers: { connection: 'close' } },
+        (res) => {
+          let text = '';
+          res.setEncoding('utf8');
+          res.on('data', (d: string) => (text += d));
+          res.on('end', () => resolve({ status: res.statusCode ?? 0, text }));
+          res.on('error', reject);
+        },
+      );
       req.on('error', reject);
-      req.setTimeout(REQUEST_TIMEOUT_MS, () => req.destroy(new Error(`GET ${path}: no reply within ${REQUEST_TIMEOUT_MS} ms`)));
+      req.setTimeout(REQUEST_TIMEOUT_MS, () =>
+        req.destroy(new Error(`GET ${path}: no reply within ${REQUEST_TIMEOUT_MS} ms`)),
+      );
       req.end();
     });
   }
@@ -200,7 +250,14 @@ export class WorkersGateway {
     let text = '';
     let status = 0;
     let destroyed = false;
-    const req = httpRequest({ host: '127.0.0.1', port: this.port, path: '/v1/completions', method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close' } });
+    const req = httpRequest({
+      host: '127.0.0.1',
+      port: this.port,
+      path: '/v1/completions',
+      method: 'POST',
+      agent: false,
+      headers: { 'content-type': 'application/json', connection: 'close' },
+    });
     const done = new Promise<{ status: number; finished: boolean; error: string | null }>((resolve) => {
       req.on('response', (res) => {
         status = res.statusCode ?? 0;
@@ -250,13 +307,16 @@ export class WorkersGateway {
     if (inode === null) return null;
     for (const pid of this.fronts()) {
       try {
-        if (readdirSync(`/proc/${pid}/fd`).some((fd) => {
-          try {
-            return readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`;
-          } catch {
-            return false;
-          }
-        })) return pid;
+        if (
+          readdirSync(`/proc/${pid}/fd`).some((fd) => {
+            try {
+              return readlinkSync(`/proc/${pid}/fd/${fd}`) === `socket:[${inode}]`;
+            } catch {
+              return false;
+            }
+          })
+        )
+          return pid;
       } catch {
         // the front exited meanwhile
       }

@@ -45,55 +45,80 @@ function fronts(g: WorkersGateway): number[] {
   return now;
 }
 
-test(`a front that crashes at every start after the gateway served: not forked again after ${MAX_FAILED_STARTS} exits in a row, exit 1`, { timeout: 120_000 }, async () => {
-  writeFileSync(faultFile, 'none');
-  const g = await WorkersGateway.start([], 1, launch);
-  gateways.push(g);
-  const [victim] = fronts(g);
-  writeFileSync(faultFile, 'crash');
-  process.kill(victim!, 'SIGKILL');
-  // Before, the slot's listening once made every later start failure a restart: forked forever.
-  const [code, signal] = await hangGuard(g.closed, 60_000, 'the gateway giving up on a front that cannot start');
-  assert.deepEqual({ code, signal }, { code: 1, signal: null }, g.errors);
-  assert.match(g.errors, new RegExp(`HTTP front \\d exited ${MAX_FAILED_STARTS} times in a row before listening \\(last: code 3\\); not forking it again: shutting down`));
-  // The SIGKILL and the first failed starts were forked again; the last one was not.
-  assert.equal(g.logged('HTTP front exited: ').length, MAX_FAILED_STARTS, JSON.stringify(g.logged('HTTP front')));
-  const gaveUp = g.logged('HTTP front ').filter((m) => m.level === 50);
-  assert.equal(gaveUp.length, 1, JSON.stringify(gaveUp));
-  assert.equal(gaveUp[0]!.code, 3);
-});
+test(
+  `a front that crashes at every start after the gateway served: not forked again after ${MAX_FAILED_STARTS} exits in a row, exit 1`,
+  { timeout: 120_000 },
+  async () => {
+    writeFileSync(faultFile, 'none');
+    const g = await WorkersGateway.start([], 1, launch);
+    gateways.push(g);
+    const [victim] = fronts(g);
+    writeFileSync(faultFile, 'crash');
+    process.kill(victim!, 'SIGKILL');
+    // Before, the slot's listening once made every later start failure a restart: forked forever.
+    const [code, signal] = await hangGuard(g.closed, 60_000, 'the gateway giving up on a front that cannot start');
+    assert.deepEqual({ code, signal }, { code: 1, signal: null }, g.errors);
+    assert.match(
+      g.errors,
+      new RegExp(
+        `HTTP front \\d exited ${MAX_FAILED_STARTS} times in a row before listening \\(last: code 3\\); not forking it again: shutting down`,
+      ),
+    );
+    // The SIGKILL and the first failed starts were forked again; the last one was not.
+    assert.equal(g.logged('HTTP front exited: ').length, MAX_FAILED_STARTS, JSON.stringify(g.logged('HTTP front')));
+    const gaveUp = g.logged('HTTP front ').filter((m) => m.level === 50);
+    assert.equal(gaveUp.length, 1, JSON.stringify(gaveUp));
+    assert.equal(gaveUp[0]!.code, 3);
+  },
+);
 
-test('SIGTERM while a front hangs at startup, before the gateway started: not held by it, exit 0, the front killed', { timeout: 120_000 }, async () => {
-  writeFileSync(faultFile, 'hang 1');
-  const g = await WorkersGateway.launch([], 1, launch);
-  gateways.push(g);
-  // Front 0 serves; front 1 never listens, so the start never completes.
-  await waitFor(async () => fronts(g).length === 2 && (await g.get('/ready')).status === 200, 'front 0 serving, front 1 hanging', 60_000);
-  const hanging = fronts(g);
-  assert.equal(g.logged('model-gateway listening on ').length, 0, 'the start is not complete');
-  g.gw.kill('SIGTERM');
-  // Before, a signal during the start was held until every front listened: for ever.
-  const [code, signal] = await hangGuard(g.closed, 30_000, 'the gateway exiting on SIGTERM');
-  assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.errors);
-  assert.match(g.errors, /SIGTERM during startup: shutting down/);
-  assert.equal(g.logged('start interrupted: ').length, 1);
-  await waitFor(() => hanging.every((pid) => !alive(pid)), 'every front gone', 10_000);
-});
+test(
+  'SIGTERM while a front hangs at startup, before the gateway started: not held by it, exit 0, the front killed',
+  { timeout: 120_000 },
+  async () => {
+    writeFileSync(faultFile, 'hang 1');
+    const g = await WorkersGateway.launch([], 1, launch);
+    gateways.push(g);
+    // Front 0 serves; front 1 never listens, so the start never completes.
+    await waitFor(
+      async () => fronts(g).length === 2 && (await g.get('/ready')).status === 200,
+      'front 0 serving, front 1 hanging',
+      60_000,
+    );
+    const hanging = fronts(g);
+    assert.equal(g.logged('model-gateway listening on ').length, 0, 'the start is not complete');
+    g.gw.kill('SIGTERM');
+    // Before, a signal during the start was held until every front listened: for ever.
+    const [code, signal] = await hangGuard(g.closed, 30_000, 'the gateway exiting on SIGTERM');
+    assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.errors);
+    assert.match(g.errors, /SIGTERM during startup: shutting down/);
+    assert.equal(g.logged('start interrupted: ').length, 1);
+    await waitFor(() => hanging.every((pid) => !alive(pid)), 'every front gone', 10_000);
+  },
+);
 
-test('SIGTERM while a re-forked front hangs at startup: it is killed at once instead of after the close timer, exit 0', { timeout: 120_000 }, async () => {
-  writeFileSync(faultFile, 'none');
-  const g = await WorkersGateway.start([], 1, launch);
-  gateways.push(g);
-  const [victim, survivor] = fronts(g);
-  writeFileSync(faultFile, 'hang');
-  process.kill(victim!, 'SIGKILL');
-  await waitFor(() => fronts(g).length === 2 && !g.fronts().includes(victim!), 'a new front forked (hanging)', 30_000);
-  const reforked = fronts(g).filter((pid) => pid !== survivor);
-  g.gw.kill('SIGTERM');
-  const [code, signal] = await hangGuard(g.closed, 30_000, 'the gateway exiting on SIGTERM');
-  assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.errors);
-  // Before, it waited for the 5 s SIGKILL timer: a front still starting does not hear the close message.
-  const killed = g.logged('HTTP fronts still starting killed at once');
-  assert.equal(killed.length, 1, JSON.stringify(g.logs.slice(-10)));
-  assert.deepEqual(killed[0]!.pids, reforked);
-});
+test(
+  'SIGTERM while a re-forked front hangs at startup: it is killed at once instead of after the close timer, exit 0',
+  { timeout: 120_000 },
+  async () => {
+    writeFileSync(faultFile, 'none');
+    const g = await WorkersGateway.start([], 1, launch);
+    gateways.push(g);
+    const [victim, survivor] = fronts(g);
+    writeFileSync(faultFile, 'hang');
+    process.kill(victim!, 'SIGKILL');
+    await waitFor(
+      () => fronts(g).length === 2 && !g.fronts().includes(victim!),
+      'a new front forked (hanging)',
+      30_000,
+    );
+    const reforked = fronts(g).filter((pid) => pid !== survivor);
+    g.gw.kill('SIGTERM');
+    const [code, signal] = await hangGuard(g.closed, 30_000, 'the gateway exiting on SIGTERM');
+    assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.errors);
+    // Before, it waited for the 5 s SIGKILL timer: a front still starting does not hear the close message.
+    const killed = g.logged('HTTP fronts still starting killed at once');
+    assert.equal(killed.length, 1, JSON.stringify(g.logs.slice(-10)));
+    assert.deepEqual(killed[0]!.pids, reforked);
+  },
+);

@@ -18,7 +18,10 @@ function assertAbortedOnce(client: EngineClient, link: FakeLink, id: string, ran
   assert.deepEqual(aborts[0].identity, link.engines[rank].identity);
   assert.deepEqual(aborts[0].decoded, [id]);
   assert.equal(client.registeredCount, 0);
-  assert.ok(inFlight(client).every((n) => n === 0), `in-flight ${inFlight(client).join('/')}`);
+  assert.ok(
+    inFlight(client).every((n) => n === 0),
+    `in-flight ${inFlight(client).join('/')}`,
+  );
 }
 
 test('cancel() aborts an unfinished request within the same turn, idempotently', async () => {

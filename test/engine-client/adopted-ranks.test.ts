@@ -11,7 +11,7 @@ import { MAX_FOREIGN_IDS, ForeignRequests } from '../../src/engine-client/foreig
 import { captureLogs } from '../helpers/logs.js';
 import { batch, drain, inFlight, load, makeEngines, req, row, setup, states } from './fakes.js';
 
-test('an adopted rank serves at once and its rows for the dead gateway\'s requests are ABORTed once each', async () => {
+test("an adopted rank serves at once and its rows for the dead gateway's requests are ABORTed once each", async () => {
   const { logger, records } = captureLogs('info');
   const { client, link } = setup(0, { dpSize: 2, logger });
   const [e0, e1] = makeEngines(2);
@@ -19,14 +19,23 @@ test('an adopted rank serves at once and its rows for the dead gateway\'s reques
   link.join(e1!); // a handshaken rank
   assert.deepEqual(states(client), ['ready', 'ready']);
   assert.deepEqual(inFlight(client), [0, 0]);
-  assert.deepEqual(client.rankStates().map((s) => s.load), [null, null]);
-  assert.ok(records.some((r) => r.msg === "DP rank 0 adopted from the previous gateway's handshake" && r['adopted'] === true));
+  assert.deepEqual(
+    client.rankStates().map((s) => s.load),
+    [null, null],
+  );
+  assert.ok(
+    records.some((r) => r.msg === "DP rank 0 adopted from the previous gateway's handshake" && r['adopted'] === true),
+  );
   assert.ok(records.some((r) => r.msg === 'DP rank 1 joined'));
 
   const own = await client.submit(req('own'), { dpRank: 0 });
   // The adopted rank still runs `old-a` and `old-b` for the dead gateway; `old-c` ends in this batch.
   await link.deliverBatch(batch(0, [row('old-a'), row('old-b'), row('own'), row('old-c', 'length')], load(3, 0, 0.2)));
-  const foreign = () => link.aborts().filter((f) => (f.decoded as string[]).length > 0).map((f) => [f.engineIndex, ...(f.decoded as string[])]);
+  const foreign = () =>
+    link
+      .aborts()
+      .filter((f) => (f.decoded as string[]).length > 0)
+      .map((f) => [f.engineIndex, ...(f.decoded as string[])]);
   assert.deepEqual(foreign(), [[0, 'old-a', 'old-b']]);
   await link.deliverBatch(batch(0, [row('old-a'), row('old-b'), row('own', 'stop')]));
   assert.deepEqual(foreign(), [[0, 'old-a', 'old-b']], 'each foreign id is ABORTed once');

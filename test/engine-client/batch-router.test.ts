@@ -17,8 +17,19 @@ test('rows go to their live requests in batch order; terminal rows retire; unkno
   const a = { requestId: 'a', engineIndex: 0 };
   const b = { requestId: 'b', engineIndex: 0 };
   const plan = planBatch(batch(0, [row('a'), row('ghost'), row('b', 'stop'), row('a', 'length')]), lookupOf([a, b]));
-  assert.deepEqual(plan.entries.map((e, i) => [e.requestId, plan.rows[i]!.finishReason !== null]), [['a', false], ['b', true], ['a', true]]);
-  assert.deepEqual(plan.rows.map((r) => r.requestId), ['a', 'b', 'a'], 'rows[i] is the row of entries[i]');
+  assert.deepEqual(
+    plan.entries.map((e, i) => [e.requestId, plan.rows[i]!.finishReason !== null]),
+    [
+      ['a', false],
+      ['b', true],
+      ['a', true],
+    ],
+  );
+  assert.deepEqual(
+    plan.rows.map((r) => r.requestId),
+    ['a', 'b', 'a'],
+    'rows[i] is the row of entries[i]',
+  );
   assert.deepEqual(plan.unknownRows, ['ghost']);
   assert.deepEqual([...plan.finished].sort(), ['a', 'b']);
   assert.equal(plan.mismatches, 0);
@@ -26,7 +37,7 @@ test('rows go to their live requests in batch order; terminal rows retire; unkno
   assert.deepEqual(plan.closedWithoutTerminal, []);
 });
 
-test('a row after its request\'s terminal row in the same batch is treated as unknown', () => {
+test("a row after its request's terminal row in the same batch is treated as unknown", () => {
   const a = { requestId: 'a', engineIndex: 1 };
   const plan = planBatch(batch(1, [row('a', 'stop'), row('a')]), lookupOf([a]));
   assert.equal(plan.entries.length, 1);
@@ -38,23 +49,30 @@ test('an out-of-band finished id without a terminal row closes its stream; alrea
   const a = { requestId: 'a', engineIndex: 0 };
   const b = { requestId: 'b', engineIndex: 0 };
   const plan = planBatch(batch(0, [row('a', 'stop')], undefined, ['a', 'b', 'nobody']), lookupOf([a, b]));
-  assert.deepEqual(plan.closedWithoutTerminal.map((e) => e.requestId), ['b']);
+  assert.deepEqual(
+    plan.closedWithoutTerminal.map((e) => e.requestId),
+    ['b'],
+  );
   assert.deepEqual([...plan.finished].sort(), ['a', 'b', 'nobody']);
 });
 
-test('rank fidelity (14.6, issue 26): rows naming another rank\'s requests are foreign: not delivered, not retired, listed once for an ABORT at the sender', () => {
+test("rank fidelity (14.6, issue 26): rows naming another rank's requests are foreign: not delivered, not retired, listed once for an ABORT at the sender", () => {
   const a = { requestId: 'a', engineIndex: 2 };
   const b = { requestId: 'b', engineIndex: 3 };
   const c = { requestId: 'c', engineIndex: 0 };
   const plan = planBatch(batch(0, [row('a'), row('b', 'stop'), row('a'), row('c')]), lookupOf([a, b, c]));
-  assert.deepEqual(plan.entries.map((e) => e.requestId), ['c'], 'only the batch rank\'s own request gets its row');
+  assert.deepEqual(
+    plan.entries.map((e) => e.requestId),
+    ['c'],
+    "only the batch rank's own request gets its row",
+  );
   assert.deepEqual(plan.foreign, ['a', 'b'], 'each foreign id once');
   assert.equal(plan.mismatches, 3);
   assert.deepEqual(plan.closedWithoutTerminal, [], 'the terminal foreign row retires nothing');
   assert.deepEqual(plan.unknownRows, []);
 });
 
-test('rank fidelity (issue 26): a finished id naming another rank\'s live request closes nothing', () => {
+test("rank fidelity (issue 26): a finished id naming another rank's live request closes nothing", () => {
   const a = { requestId: 'a', engineIndex: 1 };
   const plan = planBatch(batch(0, [], undefined, ['a']), lookupOf([a]));
   assert.deepEqual(plan.closedWithoutTerminal, []);

@@ -6,8 +6,19 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  DEFAULT_OUTPUT_TOKENS, DEFAULT_PREFILL_ITL_PER_TOKEN, SGLANG_BALANCE_ABS_THRESHOLD, balanceAbsFor, cacheAwareChoice,
-  createCacheAwarePolicy, expectedCostMs, expectedOutputTokens, hotRanks, indexShapeFor, isImbalanced, kvTokensOf, kvWaitMs,
+  DEFAULT_OUTPUT_TOKENS,
+  DEFAULT_PREFILL_ITL_PER_TOKEN,
+  SGLANG_BALANCE_ABS_THRESHOLD,
+  balanceAbsFor,
+  cacheAwareChoice,
+  createCacheAwarePolicy,
+  expectedCostMs,
+  expectedOutputTokens,
+  hotRanks,
+  indexShapeFor,
+  isImbalanced,
+  kvTokensOf,
+  kvWaitMs,
   serviceEstimates,
   type ChoiceInputs,
 } from '../../src/engine-client/cache-aware.js';
@@ -23,20 +34,43 @@ import { batch, drain, inFlight, load, row, setup, states, tick, unreachable } f
 const seq = (n: number, from: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
 function prompt(requestId: string, promptTokenIds: number[], maxNewTokens: number | null = null): GenerateRequest {
-  return { requestId, promptTokenIds, sampling: { ...DEFAULT_SAMPLING, maxNewTokens }, stream: true, returnLogprob: false };
+  return {
+    requestId,
+    promptTokenIds,
+    sampling: { ...DEFAULT_SAMPLING, maxNewTokens },
+    stream: true,
+    returnLogprob: false,
+  };
 }
 
-const idle = (n: number): RankView[] => Array.from({ length: n }, (_, i) => ({ engineIndex: i, inFlight: 0, load: null }));
-const service = (itlMs: number | null, prefillMsPerToken: number | null = null, outputTokens: number | null = null): RankService => ({
-  itlMs, prefillMsPerToken, outputTokens,
+const idle = (n: number): RankView[] =>
+  Array.from({ length: n }, (_, i) => ({ engineIndex: i, inFlight: 0, load: null }));
+const service = (
+  itlMs: number | null,
+  prefillMsPerToken: number | null = null,
+  outputTokens: number | null = null,
+): RankService => ({
+  itlMs,
+  prefillMsPerToken,
+  outputTokens,
 });
 
 /** Two ranks, equal unless overridden; 2000-token prompt, rank 1 holds 1800 of it, rank 0 (load's pick) none. */
 function choice(over: Partial<ChoiceInputs> = {}): ChoiceInputs {
   return {
-    loads: [4, 4], matched: [0, 1800], promptTokens: 2000, outputTokens: 100, start: 0,
-    estimates: [{ itlMs: 10, prefillMsPerToken: 0.02 }, { itlMs: 10, prefillMsPerToken: 0.02 }],
-    balanceAbsThreshold: 8, balanceRelThreshold: 1.5, maxNumSeqs: 32, ...over,
+    loads: [4, 4],
+    matched: [0, 1800],
+    promptTokens: 2000,
+    outputTokens: 100,
+    start: 0,
+    estimates: [
+      { itlMs: 10, prefillMsPerToken: 0.02 },
+      { itlMs: 10, prefillMsPerToken: 0.02 },
+    ],
+    balanceAbsThreshold: 8,
+    balanceRelThreshold: 1.5,
+    maxNumSeqs: 32,
+    ...over,
   };
 }
 
@@ -64,19 +98,30 @@ test('index: leading-block match per rank; LRU bound evicts the least recently s
 });
 
 test('index shape from the ready response: the engine granularity (at least 16), its KV size, capped, and its batch size', () => {
-  assert.deepEqual(
-    indexShapeFor({ prefixGranularity: 16, numGpuBlocks: 2048, maxNumSeqs: 32 }),
-    { blockTokens: 16, capacityBlocks: 2048, maxNumSeqs: 32, kvTotalTokens: 32_768 },
-  );
-  assert.deepEqual(
-    indexShapeFor({ prefixGranularity: 1, numGpuBlocks: 160_000 }),
-    { blockTokens: 16, capacityBlocks: 10_000, maxNumSeqs: null, kvTotalTokens: 160_000 },
-  );
-  assert.deepEqual(
-    indexShapeFor({ prefixGranularity: 64, numGpuBlocks: 10 ** 7, maxNumSeqs: 0 }),
-    { blockTokens: 64, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS, maxNumSeqs: null, kvTotalTokens: 64 * 10 ** 7 },
-  );
-  assert.deepEqual(indexShapeFor({ prefixGranularity: 0, numGpuBlocks: 0 }), { blockTokens: 16, capacityBlocks: 1, maxNumSeqs: null, kvTotalTokens: null });
+  assert.deepEqual(indexShapeFor({ prefixGranularity: 16, numGpuBlocks: 2048, maxNumSeqs: 32 }), {
+    blockTokens: 16,
+    capacityBlocks: 2048,
+    maxNumSeqs: 32,
+    kvTotalTokens: 32_768,
+  });
+  assert.deepEqual(indexShapeFor({ prefixGranularity: 1, numGpuBlocks: 160_000 }), {
+    blockTokens: 16,
+    capacityBlocks: 10_000,
+    maxNumSeqs: null,
+    kvTotalTokens: 160_000,
+  });
+  assert.deepEqual(indexShapeFor({ prefixGranularity: 64, numGpuBlocks: 10 ** 7, maxNumSeqs: 0 }), {
+    blockTokens: 64,
+    capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS,
+    maxNumSeqs: null,
+    kvTotalTokens: 64 * 10 ** 7,
+  });
+  assert.deepEqual(indexShapeFor({ prefixGranularity: 0, numGpuBlocks: 0 }), {
+    blockTokens: 16,
+    capacityBlocks: 1,
+    maxNumSeqs: null,
+    kvTotalTokens: null,
+  });
   assert.deepEqual(
     indexShapeFor({ prefixGranularity: null, numGpuBlocks: null, maxNumSeqs: null }),
     { blockTokens: 16, capacityBlocks: DEFAULT_INDEX_CAPACITY_BLOCKS, maxNumSeqs: null, kvTotalTokens: null },
@@ -93,17 +138,33 @@ test("SGLang's balance rule: imbalanced only past both the absolute and the rela
   assert.equal(balanceAbsFor(256), SGLANG_BALANCE_ABS_THRESHOLD, "SGLang's 64 at vLLM's default batch of 256");
   assert.equal(balanceAbsFor(32), 8, 'a quarter of the batch');
   assert.equal(balanceAbsFor(2), 1, 'at least one request');
-  assert.equal(balanceAbsFor(null), SGLANG_BALANCE_ABS_THRESHOLD, 'unknown batch: SGLang\'s default');
+  assert.equal(balanceAbsFor(null), SGLANG_BALANCE_ABS_THRESHOLD, "unknown batch: SGLang's default");
   assert.equal(balanceAbsFor(0), SGLANG_BALANCE_ABS_THRESHOLD);
 });
 
-test('expected cost: the prefill stalls the whole batch, the decode runs at the rank\'s ITL, past the batch it queues', () => {
+test("expected cost: the prefill stalls the whole batch, the decode runs at the rank's ITL, past the batch it queues", () => {
   const base = { uncachedTokens: 1000, prefillMsPerToken: 0.02, load: 4, outputTokens: 100, itlMs: 10, maxNumSeqs: 32 };
-  assert.equal(expectedCostMs(base), 1000 * 0.02 * 5 + 100 * 10, '20 ms prefill × (4 others + itself) + 1000 ms of decode');
+  assert.equal(
+    expectedCostMs(base),
+    1000 * 0.02 * 5 + 100 * 10,
+    '20 ms prefill × (4 others + itself) + 1000 ms of decode',
+  );
   assert.equal(expectedCostMs({ ...base, uncachedTokens: 0 }), 1000);
-  assert.equal(expectedCostMs({ ...base, load: 40 }), 20 * 33 + 1000 * (1 + 9 / 32), 'the stall counts the batch only; 9 requests queue ahead');
-  assert.equal(expectedCostMs({ ...base, load: 40, maxNumSeqs: Number.POSITIVE_INFINITY }), 20 * 41 + 1000, 'unknown batch size: no queue');
-  assert.equal(expectedCostMs({ ...base, itlMs: Number.NaN, uncachedTokens: -5 }), 0, 'non-finite or negative inputs count as 0');
+  assert.equal(
+    expectedCostMs({ ...base, load: 40 }),
+    20 * 33 + 1000 * (1 + 9 / 32),
+    'the stall counts the batch only; 9 requests queue ahead',
+  );
+  assert.equal(
+    expectedCostMs({ ...base, load: 40, maxNumSeqs: Number.POSITIVE_INFINITY }),
+    20 * 41 + 1000,
+    'unknown batch size: no queue',
+  );
+  assert.equal(
+    expectedCostMs({ ...base, itlMs: Number.NaN, uncachedTokens: -5 }),
+    0,
+    'non-finite or negative inputs count as 0',
+  );
 });
 
 test('balance bound per rank: hot = past both thresholds against the idlest; imbalanced exactly when one is hot', () => {
@@ -129,20 +190,48 @@ test('KV pressure: no wait while the request and the batch growth fit; past the 
   assert.equal(kvWaitMs(c), 0, 'unknown KV space');
   // need 1000 + 100, reserve 10 × 100 / 2 = 500: 1600 tokens.
   assert.equal(kvWaitMs({ ...c, kvFreeTokens: 1600, kvUsedTokens: 30_000 }), 0, 'exactly fits');
-  assert.equal(kvWaitMs({ ...c, kvFreeTokens: 600, kvUsedTokens: 20_000 }), (1000 / 20_000) * 100 * 10, 'shortage 1000 of 20 000 in use');
-  assert.equal(kvWaitMs({ ...c, load: 100, kvFreeTokens: 0, kvUsedTokens: 32_000 }), ((1100 + 1600) / 32_000) * 1000, 'the reserve counts the batch only (32)');
-  assert.equal(kvWaitMs({ ...c, kvFreeTokens: -5, kvUsedTokens: 0 }), ((1600 + 0) / 16) * 1000, 'nothing in use yet: one block at least');
+  assert.equal(
+    kvWaitMs({ ...c, kvFreeTokens: 600, kvUsedTokens: 20_000 }),
+    (1000 / 20_000) * 100 * 10,
+    'shortage 1000 of 20 000 in use',
+  );
+  assert.equal(
+    kvWaitMs({ ...c, load: 100, kvFreeTokens: 0, kvUsedTokens: 32_000 }),
+    ((1100 + 1600) / 32_000) * 1000,
+    'the reserve counts the batch only (32)',
+  );
+  assert.equal(
+    kvWaitMs({ ...c, kvFreeTokens: -5, kvUsedTokens: 0 }),
+    ((1600 + 0) / 16) * 1000,
+    'nothing in use yet: one block at least',
+  );
   assert.equal(
     expectedCostMs({ ...c, kvFreeTokens: 600, kvUsedTokens: 20_000 }),
     expectedCostMs(c) + 50,
     'the cost adds the wait',
   );
   assert.deepEqual(kvTokensOf(null, 32_768), { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 }, 'no report');
-  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), null), { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 }, 'unknown size');
+  assert.deepEqual(
+    kvTokensOf(load(4, 2, 0.75), null),
+    { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 },
+    'unknown size',
+  );
   assert.deepEqual(kvTokensOf(load(4, 2, 0.75), 32_768), { kvFreeTokens: 8192, kvUsedTokens: 24_576 });
-  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), 32_768, 0.5), { kvFreeTokens: 20_480, kvUsedTokens: 12_288 }, 'an ageing report counts less');
-  assert.deepEqual(kvTokensOf(load(4, 2, 0.75), 32_768, 0), { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 }, 'past the horizon');
-  assert.deepEqual(kvTokensOf(load(0, 0, 0.9), 32_768), { kvFreeTokens: 32_768, kvUsedTokens: 0 }, 'a clamped idle rank: nothing in use');
+  assert.deepEqual(
+    kvTokensOf(load(4, 2, 0.75), 32_768, 0.5),
+    { kvFreeTokens: 20_480, kvUsedTokens: 12_288 },
+    'an ageing report counts less',
+  );
+  assert.deepEqual(
+    kvTokensOf(load(4, 2, 0.75), 32_768, 0),
+    { kvFreeTokens: Number.POSITIVE_INFINITY, kvUsedTokens: 0 },
+    'past the horizon',
+  );
+  assert.deepEqual(
+    kvTokensOf(load(0, 0, 0.9), 32_768),
+    { kvFreeTokens: 32_768, kvUsedTokens: 0 },
+    'a clamped idle rank: nothing in use',
+  );
 });
 
 test('choice: a holder whose KV cache cannot take the request and its batch growth loses it to one that can', () => {
@@ -152,13 +241,19 @@ test('choice: a holder whose KV cache cannot take the request and its batch grow
   assert.equal(cacheAwareChoice(base).position, 1);
   const empty = { kvFreeTokens: 32_768, kvUsedTokens: 0 };
   // Rank 1 needs 100 + 100 + 10 × 50 = 700 tokens. With 200 free of 32 000 in use it waits 500 / 32 000 × 1000 ms.
-  assert.deepEqual(cacheAwareChoice({ ...base, kv: [empty, { kvFreeTokens: 200, kvUsedTokens: 32_000 }] }), { position: 1, reason: 'affinity' });
+  assert.deepEqual(cacheAwareChoice({ ...base, kv: [empty, { kvFreeTokens: 200, kvUsedTokens: 32_000 }] }), {
+    position: 1,
+    reason: 'affinity',
+  });
   // Full, with 3000 in use: 700 / 3000 × 1000 = 233 ms more, 1255 ms against 1200.
-  assert.deepEqual(cacheAwareChoice({ ...base, kv: [empty, { kvFreeTokens: 0, kvUsedTokens: 3000 }] }), { position: 0, reason: 'load-cheaper' });
+  assert.deepEqual(cacheAwareChoice({ ...base, kv: [empty, { kvFreeTokens: 0, kvUsedTokens: 3000 }] }), {
+    position: 0,
+    reason: 'load-cheaper',
+  });
   assert.throws(() => cacheAwareChoice({ ...base, kv: [empty] }), RangeError);
 });
 
-test('choice: a prompt nobody holds leaves load\'s pick only when that pick has no KV space for it', () => {
+test("choice: a prompt nobody holds leaves load's pick only when that pick has no KV space for it", () => {
   const equal = { itlMs: 10, prefillMsPerToken: 0.02 };
   const three = (over: Partial<ChoiceInputs>): ChoiceInputs =>
     choice({ loads: [2, 4, 6], matched: [0, 0, 0], estimates: [equal, equal, equal], ...over });
@@ -168,10 +263,10 @@ test('choice: a prompt nobody holds leaves load\'s pick only when that pick has 
   // Rank 0 needs 2000 + 100 + 2 × 50 = 2200 tokens and has 500: a 53 ms wait; on rank 1 two more requests stall 80 ms more.
   assert.deepEqual(cacheAwareChoice(three({ kv: [full, room, room] })), { position: 0, reason: 'load-cheaper' });
   // With 2000 in use it frees slower: 1700 / 2000 × 1000 = 850 ms; rank 1 has room: the cheapest that fits.
-  assert.deepEqual(
-    cacheAwareChoice(three({ kv: [{ kvFreeTokens: 500, kvUsedTokens: 2000 }, room, room] })),
-    { position: 1, reason: 'kv-short' },
-  );
+  assert.deepEqual(cacheAwareChoice(three({ kv: [{ kvFreeTokens: 500, kvUsedTokens: 2000 }, room, room] })), {
+    position: 1,
+    reason: 'kv-short',
+  });
   assert.deepEqual(
     cacheAwareChoice(three({ loads: [2, 11, 4], kv: [{ kvFreeTokens: 500, kvUsedTokens: 2000 }, room, room] })),
     { position: 2, reason: 'kv-short' },
@@ -179,10 +274,15 @@ test('choice: a prompt nobody holds leaves load\'s pick only when that pick has 
   );
 });
 
-test('estimates: unmeasured ranks get the measured ones\' mean ITL and the pooled prefill ratio; priors before anything', () => {
-  assert.deepEqual(serviceEstimates([null, undefined]), [
-    { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN }, { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN },
-  ], 'nothing measured: equal ranks, costs in steps');
+test("estimates: unmeasured ranks get the measured ones' mean ITL and the pooled prefill ratio; priors before anything", () => {
+  assert.deepEqual(
+    serviceEstimates([null, undefined]),
+    [
+      { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN },
+      { itlMs: 1, prefillMsPerToken: DEFAULT_PREFILL_ITL_PER_TOKEN },
+    ],
+    'nothing measured: equal ranks, costs in steps',
+  );
   const e = serviceEstimates([service(4, 0.02), service(8), null]);
   assert.deepEqual(e[0], { itlMs: 4, prefillMsPerToken: 0.02 });
   assert.deepEqual(e[1], { itlMs: 8, prefillMsPerToken: 0.04 }, 'a slower rank prefills slower by the same factor');
@@ -194,8 +294,16 @@ test('estimates: unmeasured ranks get the measured ones\' mean ITL and the poole
 
 test('choice: a prefix holder wins while loads are balanced; the balance rule hands it back to load (no hotspot)', () => {
   assert.deepEqual(cacheAwareChoice(choice()), { position: 1, reason: 'affinity' });
-  assert.deepEqual(cacheAwareChoice(choice({ loads: [2, 10] })), { position: 1, reason: 'affinity' }, '8 more: within abs');
-  assert.deepEqual(cacheAwareChoice(choice({ loads: [2, 11] })), { position: 0, reason: 'imbalanced' }, 'past both: load wins');
+  assert.deepEqual(
+    cacheAwareChoice(choice({ loads: [2, 10] })),
+    { position: 1, reason: 'affinity' },
+    '8 more: within abs',
+  );
+  assert.deepEqual(
+    cacheAwareChoice(choice({ loads: [2, 11] })),
+    { position: 0, reason: 'imbalanced' },
+    'past both: load wins',
+  );
   const three = [...choice().estimates, choice().estimates[0]!];
   assert.deepEqual(
     cacheAwareChoice(choice({ loads: [2, 3, 11], matched: [0, 1800, 0], estimates: three })),
@@ -208,8 +316,16 @@ test('choice: a prefix holder wins while loads are balanced; the balance rule ha
     'the best holder is hot: the next holder within the bound gets it',
   );
   assert.deepEqual(cacheAwareChoice(choice({ matched: [0, 0] })), { position: 0, reason: 'no-better-match' });
-  assert.deepEqual(cacheAwareChoice(choice({ matched: [1800, 1800] })), { position: 0, reason: 'no-better-match' }, "load's pick holds it too");
-  assert.deepEqual(cacheAwareChoice(choice({ matched: [0, 0], start: 1 })), { position: 1, reason: 'no-better-match' }, "load's rotating tie-break");
+  assert.deepEqual(
+    cacheAwareChoice(choice({ matched: [1800, 1800] })),
+    { position: 0, reason: 'no-better-match' },
+    "load's pick holds it too",
+  );
+  assert.deepEqual(
+    cacheAwareChoice(choice({ matched: [0, 0], start: 1 })),
+    { position: 1, reason: 'no-better-match' },
+    "load's rotating tie-break",
+  );
 });
 
 test('choice: a request moves off a clearly slower rank when re-prefilling costs less than its slower decode there', () => {
@@ -224,9 +340,15 @@ test('choice: a request moves off a clearly slower rank when re-prefilling costs
     { position: 1, reason: 'affinity' },
   );
   // Busier, same speed: the rank's measured ITL shows it (4 → 12 requests, 10 → 11 ms), still cheaper than 200 ms.
-  assert.deepEqual(cacheAwareChoice(choice({ loads: [4, 12], estimates: [fast, { itlMs: 11, prefillMsPerToken: 0.022 }] })).position, 1);
+  assert.deepEqual(
+    cacheAwareChoice(choice({ loads: [4, 12], estimates: [fast, { itlMs: 11, prefillMsPerToken: 0.022 }] })).position,
+    1,
+  );
   // Past its batch: 6 requests queue ahead on a rank of 8 slots, ≈ 6/8 of its decode time more; moving is cheaper.
-  assert.deepEqual(cacheAwareChoice(choice({ loads: [2, 13], maxNumSeqs: 8, balanceAbsThreshold: 64 })), { position: 0, reason: 'load-cheaper' });
+  assert.deepEqual(cacheAwareChoice(choice({ loads: [2, 13], maxNumSeqs: 8, balanceAbsThreshold: 64 })), {
+    position: 0,
+    reason: 'load-cheaper',
+  });
 });
 
 test('the policy end to end: measured rates in the views decide; without them a match wins while balanced', () => {
@@ -237,11 +359,29 @@ test('the policy end to end: measured rates in the views decide; without them a 
     { engineIndex: 0, inFlight: 3, load: null, service: service(10, 0.02, 100) },
     { engineIndex: 1, inFlight: 4, load: null, service: s1 },
   ];
-  assert.equal(policy.select(views(null), prompt('t1', [...history, 5])), 1, 'an unmeasured rank counts as average: affinity');
+  assert.equal(
+    policy.select(views(null), prompt('t1', [...history, 5])),
+    1,
+    'an unmeasured rank counts as average: affinity',
+  );
   assert.equal(policy.select(views(service(10, 0.02, 100)), prompt('t2', [...history, 5])), 1);
-  assert.equal(policy.select(views(service(20, 0.04, 100)), prompt('t3', [...history, 5])), 0, 'a 2× slower holder loses the turn');
-  assert.equal(policy.select(views(service(20, 0.04, 100)), prompt('t4', [...history, 5], 10)), 1, 'unless the answer is short (max 10)');
-  assert.deepEqual(policy.stats, { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 1, affinity: 3, 'kv-short': 0 });
+  assert.equal(
+    policy.select(views(service(20, 0.04, 100)), prompt('t3', [...history, 5])),
+    0,
+    'a 2× slower holder loses the turn',
+  );
+  assert.equal(
+    policy.select(views(service(20, 0.04, 100)), prompt('t4', [...history, 5], 10)),
+    1,
+    'unless the answer is short (max 10)',
+  );
+  assert.deepEqual(policy.stats, {
+    'no-better-match': 0,
+    imbalanced: 0,
+    'load-cheaper': 1,
+    affinity: 3,
+    'kv-short': 0,
+  });
   assert.throws(() => createCacheAwarePolicy({ balanceRelThreshold: 0.5 }), RangeError);
   assert.throws(() => createCacheAwarePolicy({ balanceAbsThreshold: -1 }), RangeError);
 });
@@ -286,7 +426,10 @@ test('without any shared prefix cache_aware chooses exactly what load chooses (s
       inFlight: Math.floor(rand() * 12),
       load: rand() < 0.7 ? load(Math.floor(rand() * 8), Math.floor(rand() * 4), rand()) : null,
       loadAgeMs: rand() < 0.2 ? 6000 : 10,
-      service: rand() < 0.8 ? service(1 + rand() * 30, rand() < 0.5 ? rand() * 0.1 : null, rand() < 0.5 ? rand() * 300 : null) : null,
+      service:
+        rand() < 0.8
+          ? service(1 + rand() * 30, rand() < 0.5 ? rand() * 0.1 : null, rand() < 0.5 ? rand() * 300 : null)
+          : null,
     }));
     const request = prompt(`r${i}`, seq(20 + Math.floor(rand() * 200), 100_000 * (i + 1)));
     const a = aware.select(ranks, request);
@@ -341,14 +484,26 @@ test('through the client: rates measured from the rows move a conversation off t
   }
   await drain(w0);
   await drain(w1);
-  const rates = (i: number): RankService => (client as unknown as { routing: { rates: { view(r: number): RankService } } }).routing.rates.view(i);
+  const rates = (i: number): RankService =>
+    (client as unknown as { routing: { rates: { view(r: number): RankService } } }).routing.rates.view(i);
   assert.ok(Math.abs(rates(0).itlMs! - 10) < 1e-9 && Math.abs(rates(1).itlMs! - 20) < 1e-9, 'ITL from the row gaps');
   // Turn 1 of two conversations, one on each rank (pinned), then their turn 2 unpinned. Requests have produced 20,
   // 10 and 100 tokens so far: about 57 expected from the next one.
   const history = (c: number): number[] => seq(2000, 1 + 10_000 * c);
-  for (const [c, r] of [[1, 0], [2, 1]] as const) {
+  for (const [c, r] of [
+    [1, 0],
+    [2, 1],
+  ] as const) {
     const s = await client.submit(prompt(`c${c}-t1`, history(c)), { dpRank: r });
-    await link.deliverBatch(batch(r, [row(`c${c}-t1`, 'length', Array.from({ length: 100 }, () => 7))])); // a 100-token answer
+    await link.deliverBatch(
+      batch(r, [
+        row(
+          `c${c}-t1`,
+          'length',
+          Array.from({ length: 100 }, () => 7),
+        ),
+      ]),
+    ); // a 100-token answer
     await drain(s);
   }
   // Two other requests on the slow rank (its requests last longer), one on the fast one: load's pick is rank 0.
@@ -359,7 +514,11 @@ test('through the client: rates measured from the rows move a conversation off t
   const t2a = await client.submit(prompt('c1-t2', [...history(1), 7, 7], 100));
   assert.equal(t2a.engineIndex, 0, 'its history is on the fast rank: it stays');
   const t2b = await client.submit(prompt('c2-t2', [...history(2), 7, 7], 100));
-  assert.equal(t2b.engineIndex, 0, 'its history is on the slow rank: 100 tokens at 20 ms cost more than re-prefilling 2000');
+  assert.equal(
+    t2b.engineIndex,
+    0,
+    'its history is on the slow rank: 100 tokens at 20 ms cost more than re-prefilling 2000',
+  );
   assert.equal(policy.index.match(0, policy.index.hashes(history(2))), 125, 'its history now lives on rank 0 too');
   const c3 = await client.submit(prompt('c3-t1', history(3)), { dpRank: 1 });
   const t2c = await client.submit(prompt('c3-t2', [...history(3), 7, 8], 2));
@@ -381,7 +540,8 @@ test("a rank's death and rejoin through the client: its index, sole-client guard
   now = 20;
   await link.deliverBatch(batch(1, [row('gone')]));
   await link.deliverBatch(batch(0, [row('keep')]));
-  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } }).routing.rates;
+  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } })
+    .routing.rates;
   assert.equal(client.rankStates()[1]!.soleClientGuard, true);
   assert.ok(Math.abs(rates.view(1).itlMs! - 10) < 1e-9);
   assert.equal(policy.index.size(1), 64);
@@ -392,12 +552,16 @@ test("a rank's death and rejoin through the client: its index, sole-client guard
   await tick();
   assert.deepEqual(states(client), ['ready', 'dead']);
   const dead = client.rankStates()[1]!;
-  assert.deepEqual([dead.soleClientGuard, dead.load, dead.loadAgeMs, dead.inFlight], [false, null, null, 0], 'death: guard off, no stored load, no age');
+  assert.deepEqual(
+    [dead.soleClientGuard, dead.load, dead.loadAgeMs, dead.inFlight],
+    [false, null, null, 0],
+    'death: guard off, no stored load, no age',
+  );
   assert.equal(policy.index.size(1), 0, "death: the dead rank's cache is gone");
   assert.equal(rates.view(1).itlMs, null, 'death: its rates are forgotten');
   assert.equal(policy.index.size(0), 64, 'the survivor keeps its index');
   assert.ok(Math.abs(rates.view(0).itlMs! - 10) < 1e-9, 'and its rates');
-  assert.equal(rates.trackedRequests, 1, 'only the survivor\'s request is still tracked');
+  assert.equal(rates.trackedRequests, 1, "only the survivor's request is still tracked");
   link.sendHook = null;
   assert.equal(await link.hello(1), true);
   link.join(1);
@@ -415,7 +579,7 @@ test("a rank's death and rejoin through the client: its index, sole-client guard
   await client.close();
 });
 
-test('a new process taking a ready rank\'s index (replaced, no death seen first): index, guard, stored load, age and rates reset', async () => {
+test("a new process taking a ready rank's index (replaced, no death seen first): index, guard, stored load, age and rates reset", async () => {
   let now = 0;
   const policy = createCacheAwarePolicy();
   const { client, link } = setup(2, { policy, now: () => now });
@@ -425,7 +589,8 @@ test('a new process taking a ready rank\'s index (replaced, no death seen first)
   await link.deliverBatch(batch(1, [row('old')], load(25, 0, 0.6))); // another client's work: the guard engages
   now = 20;
   await link.deliverBatch(batch(1, [row('old')]));
-  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } }).routing.rates;
+  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } })
+    .routing.rates;
   assert.equal(client.rankStates()[1]!.soleClientGuard, true);
   assert.ok(Math.abs(rates.view(1).itlMs! - 10) < 1e-9);
   assert.equal(policy.index.size(1), 64);

@@ -121,7 +121,7 @@ test('vLLM-style finished ids without a terminal row retire the request with a s
   await client.close();
 });
 
-test('rank fidelity (14.6, issue 26): rows naming another rank\'s request are dropped, counted and ABORTed at the sender; the owner keeps its stream', async () => {
+test("rank fidelity (14.6, issue 26): rows naming another rank's request are dropped, counted and ABORTed at the sender; the owner keeps its stream", async () => {
   const { client, link } = setup(2);
   const m = await client.submit(req('m'), { dpRank: 1 });
   await client.submit(req('other'), { dpRank: 0 });
@@ -130,12 +130,20 @@ test('rank fidelity (14.6, issue 26): rows naming another rank\'s request are dr
   assert.equal(client.stats.rankMismatches, 2);
   assert.deepEqual(inFlight(client), [1, 1], 'nothing retired: "m" still belongs to rank 1');
   assert.deepEqual(client.rankStates()[0].load, load(1, 0, 0.1), 'load stored under the batch rank (10.4)');
-  assert.deepEqual(link.aborts().map((f) => [f.engineIndex, f.decoded]), [[0, ['m']]], 'one ABORT, at the sender the batch names');
+  assert.deepEqual(
+    link.aborts().map((f) => [f.engineIndex, f.decoded]),
+    [[0, ['m']]],
+    'one ABORT, at the sender the batch names',
+  );
   // The owner's own rows still reach it.
   await link.deliverBatch(batch(1, [row('m', 'stop', [5, 6])]));
   const r = await drain(m);
   assert.equal(r.error, undefined);
-  assert.deepEqual(r.outputs.flatMap((o) => o.newTokenIds), [5, 6], 'only the owner\'s tokens');
+  assert.deepEqual(
+    r.outputs.flatMap((o) => o.newTokenIds),
+    [5, 6],
+    "only the owner's tokens",
+  );
   // A faithful batch counts nothing.
   await link.deliverBatch(batch(0, [row('other', 'stop')]));
   assert.equal(client.stats.rankMismatches, 2);

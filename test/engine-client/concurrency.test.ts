@@ -146,7 +146,11 @@ async function runScenario(seed: number, ranks: number, workers: number, perWork
   }
 
   assert.equal(client.registeredCount, 0);
-  assert.deepEqual(inFlight(client), link.engines.map(() => 0), 'every in-flight set is empty at the end');
+  assert.deepEqual(
+    inFlight(client),
+    link.engines.map(() => 0),
+    'every in-flight set is empty at the end',
+  );
   assert.equal(finishedNormally + cancelled <= workers * perWorker, true);
   assert.ok(finishedNormally > 0 && cancelled > 0, 'both paths were exercised');
   // Every ABORT went to the rank that received the request's ADD, and never more than one per request.

@@ -16,13 +16,21 @@ function r(
   finishReason: EngineOutputRow['finishReason'] = null,
 ): EngineOutputRow {
   return {
-    requestId: 'a', newTokenIds: tokens, finishReason, logprobs: [],
-    promptTokens: counts.prompt ?? null, completionTokens: counts.completion ?? null, cachedTokens: counts.cached ?? null,
+    requestId: 'a',
+    newTokenIds: tokens,
+    finishReason,
+    logprobs: [],
+    promptTokens: counts.prompt ?? null,
+    completionTokens: counts.completion ?? null,
+    cachedTokens: counts.cached ?? null,
   };
 }
 
-const triple = (o: { promptTokens: number; cachedTokens: number; completionTokens: number }) =>
-  [o.promptTokens, o.cachedTokens, o.completionTokens];
+const triple = (o: { promptTokens: number; cachedTokens: number; completionTokens: number }) => [
+  o.promptTokens,
+  o.cachedTokens,
+  o.completionTokens,
+];
 
 test('vLLM-like rows: completion = running total; prompt/cached = last reported, else the submitted prompt length and 0', async () => {
   const s = new RequestStreamImpl('a', 5, () => {});
@@ -34,7 +42,14 @@ test('vLLM-like rows: completion = running total; prompt/cached = last reported,
   s.deliver(r([8], {}, 'stop'));
   const { outputs, error } = await drain(s);
   assert.equal(error, undefined);
-  assert.deepEqual(outputs.map(triple), [[5, 0, 2], [7, 4, 3], [7, 4, 3], [7, 4, 6], [7, 0, 7], [7, 0, 8]]);
+  assert.deepEqual(outputs.map(triple), [
+    [5, 0, 2],
+    [7, 4, 3],
+    [7, 4, 3],
+    [7, 4, 6],
+    [7, 0, 7],
+    [7, 0, 8],
+  ]);
 });
 
 test('TokenSpeed-like rows: the reported cumulative count wins; a later unreported row continues from it', async () => {
@@ -43,17 +58,27 @@ test('TokenSpeed-like rows: the reported cumulative count wins; a later unreport
   s.deliver(r([4], {}));
   s.deliver(r([5], { prompt: 3, completion: 60, cached: 1 }, 'length'));
   const { outputs } = await drain(s);
-  assert.deepEqual(outputs.map(triple), [[3, 1, 50], [3, 1, 51], [3, 1, 60]]);
+  assert.deepEqual(outputs.map(triple), [
+    [3, 1, 50],
+    [3, 1, 51],
+    [3, 1, 60],
+  ]);
 });
 
-test('the stream keeps the row\'s other fields (stopReason, logprobs) and does not mutate the decoded row', async () => {
+test("the stream keeps the row's other fields (stopReason, logprobs) and does not mutate the decoded row", async () => {
   const s = new RequestStreamImpl('a', 2, () => {});
   const row: EngineOutputRow = { ...r([9], {}, 'stop'), logprobs: [-0.5], stopReason: 9 };
   s.deliver(row);
   const { outputs } = await drain(s);
   assert.deepEqual(outputs[0], {
-    requestId: 'a', newTokenIds: [9], finishReason: 'stop', logprobs: [-0.5], stopReason: 9,
-    promptTokens: 2, completionTokens: 1, cachedTokens: 0,
+    requestId: 'a',
+    newTokenIds: [9],
+    finishReason: 'stop',
+    logprobs: [-0.5],
+    stopReason: 9,
+    promptTokens: 2,
+    completionTokens: 1,
+    cachedTokens: 0,
   });
   assert.equal(row.completionTokens, null);
 });
@@ -62,11 +87,19 @@ test('through the client: counts are per request, and a submitted prompt length 
   const { client, link } = setup(1);
   const a = await client.submit(req('a')); // 3 prompt tokens
   const b = await client.submit({ ...req('b'), promptTokenIds: [1, 2, 3, 4, 5, 6] });
-  const rowFor = (id: string, tokens: number[], fin: 'stop' | null = null): EngineOutputRow =>
-    ({ ...r(tokens, {}, fin), requestId: id });
+  const rowFor = (id: string, tokens: number[], fin: 'stop' | null = null): EngineOutputRow => ({
+    ...r(tokens, {}, fin),
+    requestId: id,
+  });
   await link.deliverBatch(batch(0, [rowFor('a', [1]), rowFor('b', [1, 2])]));
   await link.deliverBatch(batch(0, [rowFor('a', [2], 'stop'), rowFor('b', [3], 'stop')]));
-  assert.deepEqual((await drain(a)).outputs.map(triple), [[3, 0, 1], [3, 0, 2]]);
-  assert.deepEqual((await drain(b)).outputs.map(triple), [[6, 0, 2], [6, 0, 3]]);
+  assert.deepEqual((await drain(a)).outputs.map(triple), [
+    [3, 0, 1],
+    [3, 0, 2],
+  ]);
+  assert.deepEqual((await drain(b)).outputs.map(triple), [
+    [6, 0, 2],
+    [6, 0, 3],
+  ]);
   await client.close();
 });

@@ -21,11 +21,20 @@ function fakeClock(): { now: () => number; spend: (ms: number) => void } {
 type LogEntry = string;
 
 /** Listen to `stream`, logging `id:token`, `id:finish:<reason>` and `id:error`; each output spends 1 ms. */
-function listenLogged(stream: RequestStream, log: LogEntry[], spend: (ms: number) => void, onOutput?: (o: EngineOutput) => void): void {
+function listenLogged(
+  stream: RequestStream,
+  log: LogEntry[],
+  spend: (ms: number) => void,
+  onOutput?: (o: EngineOutput) => void,
+): void {
   stream.listen!({
     output: (o) => {
       spend(1);
-      log.push(o.finishReason === null ? `${stream.requestId}:${o.newTokenIds.join(',')}` : `${stream.requestId}:finish:${o.finishReason}`);
+      log.push(
+        o.finishReason === null
+          ? `${stream.requestId}:${o.newTokenIds.join(',')}`
+          : `${stream.requestId}:finish:${o.finishReason}`,
+      );
       onOutput?.(o);
     },
     error: () => log.push(`${stream.requestId}:error`),
@@ -59,9 +68,24 @@ test('a large batch reaches its listeners in slices with a turn between them, in
   for (const s of streams) listenLogged(s, log, clock.spend);
   const turns = markTurns(log);
   // Two token batches and a terminal one, back to back: 30 outputs at 1 ms each, 4 ms per slice.
-  await link.deliverBatch(batch(0, ids.map((id) => row(id, null, [1]))));
-  await link.deliverBatch(batch(0, ids.map((id) => row(id, null, [2]))));
-  await link.deliverBatch(batch(0, ids.map((id) => row(id, 'length', [3]))));
+  await link.deliverBatch(
+    batch(
+      0,
+      ids.map((id) => row(id, null, [1])),
+    ),
+  );
+  await link.deliverBatch(
+    batch(
+      0,
+      ids.map((id) => row(id, null, [2])),
+    ),
+  );
+  await link.deliverBatch(
+    batch(
+      0,
+      ids.map((id) => row(id, 'length', [3])),
+    ),
+  );
   // The routing state did not wait for the listeners: every request is released already.
   assert.deepEqual(inFlight(client), [0]);
   assert.equal(client.registeredCount, 0);
@@ -71,11 +95,28 @@ test('a large batch reaches its listeners in slices with a turn between them, in
   const outputs = log.filter((e) => e !== 'turn');
   assert.equal(outputs.length, 30);
   // Batch order overall (one FIFO), so per request: token 1, token 2, then its finish.
-  assert.deepEqual(outputs, [...ids.map((id) => `${id}:1`), ...ids.map((id) => `${id}:2`), ...ids.map((id) => `${id}:finish:length`)]);
+  assert.deepEqual(outputs, [
+    ...ids.map((id) => `${id}:1`),
+    ...ids.map((id) => `${id}:2`),
+    ...ids.map((id) => `${id}:finish:length`),
+  ]);
   // Slices of at most 4 outputs, each pair separated by at least one turn of the loop.
-  const runs = log.join(' ').split('turn').map((part) => part.trim().split(' ').filter((e) => e !== '').length).filter((n) => n > 0);
+  const runs = log
+    .join(' ')
+    .split('turn')
+    .map(
+      (part) =>
+        part
+          .trim()
+          .split(' ')
+          .filter((e) => e !== '').length,
+    )
+    .filter((n) => n > 0);
   assert.ok(runs.length >= Math.ceil(30 / 4), `slices: ${runs.join(',')}`);
-  assert.ok(runs.every((n) => n <= 4), `slices: ${runs.join(',')}`);
+  assert.ok(
+    runs.every((n) => n <= 4),
+    `slices: ${runs.join(',')}`,
+  );
   await client.close();
 });
 
@@ -97,11 +138,21 @@ test('a request cancelled between slices hears nothing more; one aborted gets on
     });
   }
   const turns = markTurns(log);
-  await link.deliverBatch(batch(0, ids.map((id) => row(id, null, [1]))));
+  await link.deliverBatch(
+    batch(
+      0,
+      ids.map((id) => row(id, null, [1])),
+    ),
+  );
   await until(() => acted);
   // The engine finishes the others (x and y were ABORTed while their first rows were still queued).
   const rest = ids.filter((id) => id !== 'x' && id !== 'y');
-  await link.deliverBatch(batch(0, rest.map((id) => row(id, 'stop', [2]))));
+  await link.deliverBatch(
+    batch(
+      0,
+      rest.map((id) => row(id, 'stop', [2])),
+    ),
+  );
   await until(() => log.filter((e) => e.includes(':finish:')).length === rest.length);
   for (let i = 0; i < 3; i++) await tick();
   turns.stop();
@@ -111,7 +162,13 @@ test('a request cancelled between slices hears nothing more; one aborted gets on
   assert.deepEqual(of('y'), ['y:error'], 'aborted: its terminal error, none of its queued outputs');
   for (const id of ['a', 'b', 'c', 'd', 'e', 'f']) assert.deepEqual(of(id), [`${id}:1`, `${id}:finish:stop`]);
   // Both were retired with an ABORT to their rank; nothing leaked.
-  assert.deepEqual(link.aborts().map((f) => f.decoded).sort(), [['x'], ['y']]);
+  assert.deepEqual(
+    link
+      .aborts()
+      .map((f) => f.decoded)
+      .sort(),
+    [['x'], ['y']],
+  );
   assert.deepEqual(inFlight(client), [0]);
   assert.ok(log.indexOf('turn') < log.indexOf('f:1'), 'the batch took more than one slice');
   await client.close();
@@ -120,14 +177,30 @@ test('a request cancelled between slices hears nothing more; one aborted gets on
 test('the dispatcher stops reading engine output while the backlog is at its bound', async () => {
   const clock = fakeClock();
   const slices: Array<() => void> = [];
-  const { client, link } = setup(1, { delivery: { budgetMs: 4, checkEvery: 1, maxPending: 4, now: clock.now, defer: (run) => slices.push(run) } });
+  const { client, link } = setup(1, {
+    delivery: { budgetMs: 4, checkEvery: 1, maxPending: 4, now: clock.now, defer: (run) => slices.push(run) },
+  });
   const ids = Array.from({ length: 12 }, (_, i) => `q${i}`);
   const log: LogEntry[] = [];
   for (const id of ids) listenLogged(await client.submit(req(id)), log, clock.spend);
   let firstRead = false;
   let secondRead = false;
-  void link.deliverBatch(batch(0, ids.map((id) => row(id, null, [1])))).then(() => (firstRead = true));
-  void link.deliverBatch(batch(0, ids.map((id) => row(id, 'length', [2])))).then(() => (secondRead = true));
+  void link
+    .deliverBatch(
+      batch(
+        0,
+        ids.map((id) => row(id, null, [1])),
+      ),
+    )
+    .then(() => (firstRead = true));
+  void link
+    .deliverBatch(
+      batch(
+        0,
+        ids.map((id) => row(id, 'length', [2])),
+      ),
+    )
+    .then(() => (secondRead = true));
   await tick();
   // Routed, nothing handed yet: the first slice is a turn of its own. 12 queued ≥ 4: the next message is not taken.
   assert.equal(log.length, 0);
@@ -158,7 +231,13 @@ test('DeliveryQueue: FIFO across targets, one clock read per checkEvery hand-off
   let reads = 0;
   const deferred: Array<() => void> = [];
   const soon: Array<() => void> = [];
-  const q = new DeliveryQueue({ budgetMs: 3, checkEvery: 2, now: () => (reads++, t), defer: (r) => deferred.push(r), soon: (r) => soon.push(r) });
+  const q = new DeliveryQueue({
+    budgetMs: 3,
+    checkEvery: 2,
+    now: () => (reads++, t),
+    defer: (r) => deferred.push(r),
+    soon: (r) => soon.push(r),
+  });
   const got: string[] = [];
   const target = (name: string): DeliveryTarget => ({
     handQueued: (v) => {

@@ -13,18 +13,7 @@ import { RequestType } from '../../src/protocols/types.js';
 import type { EngineClient } from '../../src/engine-client/client.js';
 import { EngineClientError, type EngineClientErrorKind } from '../../src/engine-client/errors.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
-import {
-  FakeTransportError,
-  batch,
-  drain,
-  inFlight,
-  load,
-  req,
-  row,
-  setup,
-  tick,
-  type FakeLink,
-} from './fakes.js';
+import { FakeTransportError, batch, drain, inFlight, load, req, row, setup, tick, type FakeLink } from './fakes.js';
 
 const enc = new TextEncoder();
 
@@ -40,11 +29,7 @@ async function liveScene(opts: { silenceTimeoutMs?: number } = {}): Promise<Scen
   const { client, link } = setup(2, opts);
   const failed: EngineClientError[] = [];
   client.on('failed', (e) => failed.push(e));
-  const streams = [
-    await client.submit(req('s0')),
-    await client.submit(req('s1')),
-    await client.submit(req('s2')),
-  ];
+  const streams = [await client.submit(req('s0')), await client.submit(req('s1')), await client.submit(req('s2'))];
   await link.deliverBatch(batch(0, [row('s0')], load(2, 1, 0.6)));
   return { client, link, streams, failed };
 }
@@ -54,7 +39,12 @@ async function liveScene(opts: { silenceTimeoutMs?: number } = {}): Promise<Scen
  * `closedForGood` the client refuses new submits with client-closed, else every rank is dead and submits get
  * `unavailable`.
  */
-async function assertFailedAll(scene: Scene, kind: EngineClientErrorKind, cause: string, closedForGood: boolean): Promise<EngineClientError> {
+async function assertFailedAll(
+  scene: Scene,
+  kind: EngineClientErrorKind,
+  cause: string,
+  closedForGood: boolean,
+): Promise<EngineClientError> {
   const { client, link, streams, failed } = scene;
   const errors: unknown[] = [];
   for (const s of streams) errors.push((await drain(s)).error);
@@ -67,11 +57,24 @@ async function assertFailedAll(scene: Scene, kind: EngineClientErrorKind, cause:
   assert.equal(failed.length, 1);
   assert.equal(failed[0], first);
   assert.deepEqual(client.stats.failures, { [cause]: 1 });
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['dead', 'dead']);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['dead', 'dead'],
+  );
   assert.equal(client.canServe(), false);
   assert.equal(client.status(), 'unavailable');
-  const aborted = link.aborts().filter((f) => (f.decoded as string[]).length > 0).map((f) => [f.engineIndex, f.decoded]);
-  assert.deepEqual(aborted, [[0, ['s0', 's2']], [1, ['s1']]], 'each rank is told to drop what it held');
+  const aborted = link
+    .aborts()
+    .filter((f) => (f.decoded as string[]).length > 0)
+    .map((f) => [f.engineIndex, f.decoded]);
+  assert.deepEqual(
+    aborted,
+    [
+      [0, ['s0', 's2']],
+      [1, ['s1']],
+    ],
+    'each rank is told to drop what it held',
+  );
   if (closedForGood) {
     assert.equal(client.isAlive(), false);
     await assert.rejects(client.submit(req('after')), { kind: 'client-closed', message: /shutting down/ });
@@ -134,7 +137,10 @@ test('an ABORT transport failure (not EHOSTUNREACH, not a timeout) is logged; no
   };
   const victim = scene.streams.pop()!;
   await assert.rejects(scene.client.abort(victim.requestId), { kind: 'transport' });
-  assert.deepEqual(scene.client.rankStates().map((r) => r.state), ['ready', 'ready']);
+  assert.deepEqual(
+    scene.client.rankStates().map((r) => r.state),
+    ['ready', 'ready'],
+  );
   assert.equal(scene.client.registeredCount, 2);
   await scene.client.close();
 });
@@ -166,7 +172,10 @@ test('undecodable messages in a row while the ranks holding requests keep stream
     await link.deliverBatch(batch(1, [row('b')]));
   }
   assert.equal(client.stats.decodeErrors, 100);
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['ready', 'ready']);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['ready', 'ready'],
+  );
   assert.deepEqual(client.stats.failures, {});
   assert.equal(failed.length, 0);
   await link.deliverBatch(batch(0, [row('a', 'stop')]));
@@ -196,20 +205,34 @@ test('a rank holding requests that sends nothing decodable for 3 s while undecod
   assert.equal(e.kind, 'decode');
   assert.equal(e.dpRank, 1);
   assert.match(e.message, /DP rank 1 sent no decodable output for 3000 ms while holding 1 request\(s\)/);
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['ready', 'stalled']);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['ready', 'stalled'],
+  );
   assert.equal(client.stats.decodeSuspects, 1);
   assert.deepEqual(client.stats.failures, {}, 'no group failure');
   assert.equal(client.stats.decodeErrors, 8);
-  assert.equal(lines.filter((l) => /undecodable engine output/.test(String(l.msg))).length, 1, 'one skip line per interval, not one per frame');
-  assert.ok(link.aborts().some((f) => f.engineIndex === 1 && JSON.stringify(f.decoded) === '["b"]'), 'its request ABORTed there');
+  assert.equal(
+    lines.filter((l) => /undecodable engine output/.test(String(l.msg))).length,
+    1,
+    'one skip line per interval, not one per frame',
+  );
+  assert.ok(
+    link.aborts().some((f) => f.engineIndex === 1 && JSON.stringify(f.decoded) === '["b"]'),
+    'its request ABORTed there',
+  );
   await link.deliverBatch(batch(1, []));
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['ready', 'ready'], 'a decodable batch brings it back');
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['ready', 'ready'],
+    'a decodable batch brings it back',
+  );
   await link.deliverBatch(batch(0, [row('a', 'stop')]));
   assert.equal((await drain(a)).error, undefined);
   await client.close();
 });
 
-test('silence: with every rank silent, the holder\'s own watchdog fires first and names it (the group watchdog is a backstop)', async (t) => {
+test("silence: with every rank silent, the holder's own watchdog fires first and names it (the group watchdog is a backstop)", async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   const { client, link } = setup(2, { silenceTimeoutMs: 1000, rankStallTimeoutMs: 100_000 });
   const s = await client.submit(req('s0'));
@@ -219,7 +242,10 @@ test('silence: with every rank silent, the holder\'s own watchdog fires first an
   const e = (await drain(s)).error as EngineClientError;
   assert.equal(e.kind, 'engine-dead');
   assert.match(e.message, /DP rank 0 sent no output for 1000 ms/);
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['dead', 'ready']);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['dead', 'ready'],
+  );
   assert.deepEqual(client.stats.failures, {}, 'no group-scope failure');
   await client.close();
 });

@@ -85,7 +85,10 @@ export class FakeTransportError extends Error {
 
 /** What src/transport's link rejects with when the identity is no longer connected (ROUTER mandatory). */
 export function unreachable(engineIndex: number): FakeTransportError {
-  return new FakeTransportError(`send to engine ${engineIndex}: no connected engine with this identity (EHOSTUNREACH)`, 'EHOSTUNREACH');
+  return new FakeTransportError(
+    `send to engine ${engineIndex}: no connected engine with this identity (EHOSTUNREACH)`,
+    'EHOSTUNREACH',
+  );
 }
 
 /** Decodes a sent payload for `SentFrame.decoded` (default: JSON, as `JsonProtocol` writes). */
@@ -115,7 +118,11 @@ export class FakeLink implements EngineLink {
 
   private readonly decode: PayloadDecoder;
 
-  constructor(engines: number | ConnectedEngine[], decode: PayloadDecoder = jsonDecoder, opts: { dpSize?: number } = {}) {
+  constructor(
+    engines: number | ConnectedEngine[],
+    decode: PayloadDecoder = jsonDecoder,
+    opts: { dpSize?: number } = {},
+  ) {
     this.engines = typeof engines === 'number' ? makeEngines(engines) : engines;
     this.dpSize = opts.dpSize ?? Math.max(1, ...this.engines.map((e) => e.engineIndex + 1));
     this.decode = decode;
@@ -276,7 +283,9 @@ export class JsonProtocol implements EngineProtocol {
   encodeAdd(request: GenerateRequest, target?: AddTarget): Uint8Array {
     this.addTargets.push(target);
     if (this.encodeAddError) throw this.encodeAddError;
-    return enc.encode(JSON.stringify({ rid: request.requestId, prompt: request.promptTokenIds, dpRank: target?.dpRank }));
+    return enc.encode(
+      JSON.stringify({ rid: request.requestId, prompt: request.promptTokenIds, dpRank: target?.dpRank }),
+    );
   }
 
   encodeAbort(requestIds: readonly string[]): Uint8Array {
@@ -306,7 +315,11 @@ export function encodeBatch(batch: EngineBatch): Uint8Array {
 }
 
 /** One output row (TokenSpeed-like: every token count reported; `completionTokens` = this row's tokens). */
-export function row(requestId: string, finishReason: FinishReason | null = null, tokens: number[] = [7]): EngineOutputRow {
+export function row(
+  requestId: string,
+  finishReason: FinishReason | null = null,
+  tokens: number[] = [7],
+): EngineOutputRow {
   return {
     requestId,
     newTokenIds: tokens,
@@ -321,7 +334,12 @@ export function row(requestId: string, finishReason: FinishReason | null = null,
 /**
  * A batch from `engineIndex`: `finishedRequestIds` defaults to the rids of the terminal rows (TokenSpeed).
  */
-export function batch(engineIndex: number, outputs: EngineOutputRow[], load?: EngineLoad, finished?: string[]): EngineBatch {
+export function batch(
+  engineIndex: number,
+  outputs: EngineOutputRow[],
+  load?: EngineLoad,
+  finished?: string[],
+): EngineBatch {
   const b: EngineBatch = {
     engineIndex,
     outputs,
@@ -352,14 +370,26 @@ export async function finishWithStaleReport(
   for (const id of early) await client.submit(req(id), { dpRank: 0 });
   const last = await client.submit(req('last'), { dpRank: 0 });
   await client.submit(req('held'), { dpRank: 1 });
-  await link.deliverBatch(batch(0, early.map((id) => row(id, 'stop')), load(8, 0, staleReport.kvCacheUsage)));
+  await link.deliverBatch(
+    batch(
+      0,
+      early.map((id) => row(id, 'stop')),
+      load(8, 0, staleReport.kvCacheUsage),
+    ),
+  );
   await link.deliverBatch(batch(0, [row('last', 'stop')], staleReport));
   return drain(last);
 }
 
 /** A minimal request. */
 export function req(requestId: string): GenerateRequest {
-  return { requestId, promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING }, stream: true, returnLogprob: false };
+  return {
+    requestId,
+    promptTokenIds: [1, 2, 3],
+    sampling: { ...DEFAULT_SAMPLING },
+    stream: true,
+    returnLogprob: false,
+  };
 }
 
 /**
@@ -399,7 +429,9 @@ export function tick(): Promise<void> {
 }
 
 /** Read a stream to its end; returns the outputs, or the error it threw as `error`. */
-export async function drain(stream: AsyncIterable<EngineOutput>): Promise<{ outputs: EngineOutput[]; error?: unknown }> {
+export async function drain(
+  stream: AsyncIterable<EngineOutput>,
+): Promise<{ outputs: EngineOutput[]; error?: unknown }> {
   const outputs: EngineOutput[] = [];
   try {
     for await (const o of stream) outputs.push(o);

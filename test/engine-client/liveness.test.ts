@@ -34,7 +34,10 @@ const LAST_ROUND = PROBE_SCHEDULE_MS[PROBE_SCHEDULE_MS.length - 1]!;
 
 /** Probe frames: ABORT with the empty list. */
 function probes(link: FakeLink): number[] {
-  return link.aborts().filter((f) => Array.isArray(f.decoded) && f.decoded.length === 0).map((f) => f.engineIndex);
+  return link
+    .aborts()
+    .filter((f) => Array.isArray(f.decoded) && f.decoded.length === 0)
+    .map((f) => f.engineIndex);
 }
 
 /** A load policy that records its hooks (interface A). */
@@ -75,7 +78,7 @@ test('probe schedule: rounds at 20/200/1000/3000 ms after a disconnect, in ident
   await client.close();
 });
 
-test('dense: a probe refused with EHOSTUNREACH kills only that rank; its requests fail, its siblings\' do not; nothing is ABORTed', async (t) => {
+test("dense: a probe refused with EHOSTUNREACH kills only that rank; its requests fail, its siblings' do not; nothing is ABORTed", async (t) => {
   t.mock.timers.enable({ apis: ['setTimeout'] });
   const policy = recordingPolicy();
   const { client, link } = setup(3, { policy });
@@ -93,7 +96,10 @@ test('dense: a probe refused with EHOSTUNREACH kills only that rank; its request
   assert.equal(errors[0], errors[1], 'one error object for the rank');
   assert.equal(errors[0]!.kind, 'engine-dead');
   assert.equal(errors[0]!.dpRank, 1);
-  assert.match(errors[0]!.message, /DP rank 1 is gone: liveness probe \(empty ABORT\) to DP rank 1 failed with EHOSTUNREACH/);
+  assert.match(
+    errors[0]!.message,
+    /DP rank 1 is gone: liveness probe \(empty ABORT\) to DP rank 1 failed with EHOSTUNREACH/,
+  );
   assert.deepEqual(states(client), ['ready', 'dead', 'ready']);
   assert.deepEqual(events, ['1:dead:peer-unreachable']);
   assert.deepEqual(inFlight(client), [1, 0, 1]);
@@ -109,7 +115,10 @@ test('dense: a probe refused with EHOSTUNREACH kills only that rank; its request
   for (let i = 0; i < 4; i++) await client.submit(req(`new${i}`));
   assert.deepEqual(link.addsPerRank(), [3, 2, 3]);
   assert.ok(policy.dispatched.every(([rank, id]) => rank !== 1 || id.startsWith('d')));
-  await assert.rejects(client.submit(req('pin'), { dpRank: 1 }), { kind: 'unavailable', message: /DP rank 1 cannot take requests now: it is dead/ });
+  await assert.rejects(client.submit(req('pin'), { dpRank: 1 }), {
+    kind: 'unavailable',
+    message: /DP rank 1 cannot take requests now: it is dead/,
+  });
   for (const s of onLive) s.cancel();
   await client.close();
 });
@@ -160,7 +169,13 @@ test('ENGINE_CORE_DEAD that no rank can be tied to (issue 26): every rank still 
   await link.deliverBatch(batch(0, [row('a', 'stop')]));
   await link.deliverBatch(batch(1, [row('b', 'stop')]));
   const results = await Promise.all(streams.map(drain));
-  assert.deepEqual(results.map((r) => [r.error, r.outputs.at(-1)?.finishReason]), [[undefined, 'stop'], [undefined, 'stop']]);
+  assert.deepEqual(
+    results.map((r) => [r.error, r.outputs.at(-1)?.finishReason]),
+    [
+      [undefined, 'stop'],
+      [undefined, 'stop'],
+    ],
+  );
   await client.close();
 });
 
@@ -184,7 +199,10 @@ test('ENGINE_CORE_DEAD no vanished identity explains (issue 26): the rank holdin
   assert.deepEqual(states(client), ['ready', 'stalled']);
   assert.deepEqual(client.stats.failures, {});
   assert.equal(client.stats.unattributedSentinels, 0);
-  assert.ok(link.aborts().some((f) => f.engineIndex === 1 && JSON.stringify(f.decoded) === '["b"]'), 'its request is ABORTed there');
+  assert.ok(
+    link.aborts().some((f) => f.engineIndex === 1 && JSON.stringify(f.decoded) === '["b"]'),
+    'its request is ABORTed there',
+  );
   await link.deliverBatch(batch(1, [])); // it speaks: back in rotation
   assert.deepEqual(states(client), ['ready', 'ready']);
   await link.deliverBatch(batch(0, [row('a', 'stop')]));
@@ -230,7 +248,10 @@ test('an unpinned ADD refused with EHOSTUNREACH marks the rank dead and goes to 
   };
   const s = await client.submit(req('a')); // the scan starts at rank 0
   assert.equal(s.engineIndex, 1);
-  assert.deepEqual(link.adds().map((f) => f.engineIndex), [0, 1]);
+  assert.deepEqual(
+    link.adds().map((f) => f.engineIndex),
+    [0, 1],
+  );
   assert.deepEqual(states(client), ['dead', 'ready']);
   assert.deepEqual(inFlight(client), [0, 1]);
   await link.deliverBatch(batch(1, [row('a', 'stop')]));
@@ -301,8 +322,15 @@ test('an ABORT refused with EHOSTUNREACH kills that rank; the explicit abort rep
   link.sendHook = (f) => {
     if (f.type === RequestType.ABORT && f.engineIndex === 1) throw unreachable(1);
   };
-  await assert.rejects(client.abort('a'), { kind: 'engine-dead', message: /DP rank 1 is gone: ABORT of 1 request\(s\) to DP rank 1 failed/ });
-  assert.equal(((await drain(a)).error as EngineClientError).kind, 'stream-closed', 'the aborted stream was retired first');
+  await assert.rejects(client.abort('a'), {
+    kind: 'engine-dead',
+    message: /DP rank 1 is gone: ABORT of 1 request\(s\) to DP rank 1 failed/,
+  });
+  assert.equal(
+    ((await drain(a)).error as EngineClientError).kind,
+    'stream-closed',
+    'the aborted stream was retired first',
+  );
   assert.equal(((await drain(b)).error as EngineClientError).kind, 'engine-dead');
   assert.deepEqual(states(client), ['ready', 'dead']);
   c.cancel();
@@ -354,10 +382,21 @@ test('per-rank silence: counts from when the rank got work; rows naming another 
   t.mock.timers.tick(600);
   await link.deliverBatch(batch(0, [row('late'), row('talk')])); // a batch naming rank 0 with rank 1's request
   assert.equal(client.stats.rankMismatches, 1);
-  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0).map((f) => f.decoded), [['late']], 'ABORTed at the sender');
+  assert.deepEqual(
+    link
+      .aborts()
+      .filter((f) => f.engineIndex === 0)
+      .map((f) => f.decoded),
+    [['late']],
+    'ABORTed at the sender',
+  );
   assert.deepEqual(states(client), ['ready', 'ready']);
   t.mock.timers.tick(400);
-  assert.deepEqual(states(client), ['ready', 'dead'], 'rank 1 silent for 1000 ms: the misnamed row did not count for it');
+  assert.deepEqual(
+    states(client),
+    ['ready', 'dead'],
+    'rank 1 silent for 1000 ms: the misnamed row did not count for it',
+  );
   const r = await drain(late);
   assert.equal((r.error as EngineClientError).kind, 'engine-dead');
   assert.equal(r.outputs.length, 0, 'the misnamed row never reached the request');
@@ -407,7 +446,14 @@ test('a dead rank that answers again (issue 26) is probed back into rotation as 
   assert.equal(client.rankStates()[0]!.state, 'ready');
   assert.equal(client.stats.revivals, 1);
   assert.equal(client.rankStates()[0]!.rejoins, 0, 'not a new handshake');
-  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length > 0).map((f) => f.decoded), [['a']], 'the request failed at its death is ABORTed there once');
+  assert.deepEqual(
+    link
+      .aborts()
+      .filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length > 0)
+      .map((f) => f.decoded),
+    [['a']],
+    'the request failed at its death is ABORTed there once',
+  );
   const b = await client.submit(req('b'), { dpRank: 0 });
   await link.deliverBatch(batch(0, [row('b', 'stop')]));
   assert.equal((await drain(b)).error, undefined, 'it serves again');
@@ -457,7 +503,13 @@ test('a rank declared dead by its silence comes back only once it speaks again, 
   await tick();
   assert.deepEqual(states(client), ['ready', 'ready'], 'the same process, back');
   assert.equal(client.rankStates()[0]!.revivals, 1);
-  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length > 0).map((f) => f.decoded), [['a']]);
+  assert.deepEqual(
+    link
+      .aborts()
+      .filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length > 0)
+      .map((f) => f.decoded),
+    [['a']],
+  );
   await client.close();
 });
 

@@ -6,16 +6,31 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import {
-  DEFAULT_LOAD_HORIZON_MS, createLoadPolicy, fleetScorer, isDarkFleet, loadScore, loadScorer, loadWeight, queuedRequests,
+  DEFAULT_LOAD_HORIZON_MS,
+  createLoadPolicy,
+  fleetScorer,
+  isDarkFleet,
+  loadScore,
+  loadScorer,
+  loadWeight,
+  queuedRequests,
   type RankView,
 } from '../../src/engine-client/policy.js';
 import {
-  ABORT_MAX_REPORTS, ABORT_QUIET_REPORTS, SOLE_CLIENT_AGREEING_REPORTS, SOLE_CLIENT_SLACK, soleClientVerdict, type SoleClientGuard,
+  ABORT_MAX_REPORTS,
+  ABORT_QUIET_REPORTS,
+  SOLE_CLIENT_AGREEING_REPORTS,
+  SOLE_CLIENT_SLACK,
+  soleClientVerdict,
+  type SoleClientGuard,
 } from '../../src/engine-client/routing-state.js';
 import { EngineClient } from '../../src/engine-client/client.js';
 import { RequestType } from '../../src/protocols/types.js';
 import {
-  decodeAbortPayload, decodeTokenizedGenerateReqInput, encodeBatchTokenIDOutSlim, tokenspeedProtocol,
+  decodeAbortPayload,
+  decodeTokenizedGenerateReqInput,
+  encodeBatchTokenIDOutSlim,
+  tokenspeedProtocol,
 } from '../../src/protocols/tokenspeed/index.js';
 import { encodeSimBatch } from '../../src/sim/output.js';
 import { SimScheduler, type SimRequest } from '../../src/sim/scheduler.js';
@@ -24,30 +39,60 @@ import { loadFromSchedulerStats } from '../../src/protocols/vllm/stats.js';
 import { FakeLink, batch, drain, inFlight, load, req, row, setup } from './fakes.js';
 
 const view = (engineIndex: number, inFlight: number, l: RankView['load'] = null, loadAgeMs?: number): RankView => ({
-  engineIndex, inFlight, load: l, ...(loadAgeMs !== undefined ? { loadAgeMs } : {}),
+  engineIndex,
+  inFlight,
+  load: l,
+  ...(loadAgeMs !== undefined ? { loadAgeMs } : {}),
 });
 
 function simReq(rid: string, promptLen: number): SimRequest {
   return {
-    rid, promptTokenIds: Array.from({ length: promptLen }, (_, i) => 100 * rid.charCodeAt(0) + i), maxNewTokens: 5,
-    minNewTokens: 0, stopTokenIds: null, ignoreEos: true, stream: true, streamInterval: null, returnLogprob: false,
-    validationError: null, tokens: { next: () => ({ tokenId: 7, logprob: 0 }) },
+    rid,
+    promptTokenIds: Array.from({ length: promptLen }, (_, i) => 100 * rid.charCodeAt(0) + i),
+    maxNewTokens: 5,
+    minNewTokens: 0,
+    stopTokenIds: null,
+    ignoreEos: true,
+    stream: true,
+    streamInterval: null,
+    returnLogprob: false,
+    validationError: null,
+    tokens: { next: () => ({ tokenId: 7, logprob: 0 }) },
   };
 }
 
 test('14.2: a TokenSpeed backlog scores like the same vLLM backlog, pinned by what each simulated wire reports', () => {
   // Same rank state on both engines: 2 running, 3 waiting (max_running 2).
   const loads = (['tokenspeed', 'vllm'] as const).map((finishRules) => {
-    const s = new SimScheduler({ engineIndex: 0, maxRunning: 2, kvTotalPages: 100, maxModelLen: 4096, eosTokenIds: [999], finishRules });
+    const s = new SimScheduler({
+      engineIndex: 0,
+      maxRunning: 2,
+      kvTotalPages: 100,
+      maxModelLen: 4096,
+      eosTokenIds: [999],
+      finishRules,
+    });
     for (const rid of ['a', 'b', 'c', 'd', 'e']) s.add(simReq(rid, 8));
     const plan = s.plan();
     const b = s.commit();
     assert.ok(b);
     if (finishRules === 'tokenspeed') {
-      assert.deepEqual([plan.tail.numRunning, plan.tail.numWaiting], [5, 3], 'num_running counts the waiting ones too (4.9)');
+      assert.deepEqual(
+        [plan.tail.numRunning, plan.tail.numWaiting],
+        [5, 3],
+        'num_running counts the waiting ones too (4.9)',
+      );
       return tokenspeedProtocol.decodeOutput([encodeSimBatch(b)]).load;
     }
-    const stats = schedulerStatsOf({ engineIndex: 0, rows: b.rows, tail: b.tail, state: s.state(), kvTotalPages: 100, stepCounter: 1, currentWave: 0 });
+    const stats = schedulerStatsOf({
+      engineIndex: 0,
+      rows: b.rows,
+      tail: b.tail,
+      state: s.state(),
+      kvTotalPages: 100,
+      stepCounter: 1,
+      currentWave: 0,
+    });
     assert.deepEqual([stats.num_running_reqs, stats.num_waiting_reqs], [2, 3], 'vLLM counts are disjoint (5.10)');
     return loadFromSchedulerStats(stats);
   });
@@ -58,7 +103,11 @@ test('14.2: a TokenSpeed backlog scores like the same vLLM backlog, pinned by wh
   assert.equal(queuedRequests(ts), 5, 'max(5, 3): the 3 waiting are not counted twice');
   assert.equal(queuedRequests(vl), 5, '2 + 3');
   assert.equal(loadScore(view(0, 0, ts)), loadScore(view(1, 0, vl)), 'same backlog, same score');
-  assert.equal(queuedRequests({ numRunning: 1, numWaiting: 4, kvCacheUsage: 0, runningIncludesWaiting: true }), 4, 'never below the queue');
+  assert.equal(
+    queuedRequests({ numRunning: 1, numWaiting: 4, kvCacheUsage: 0, runningIncludesWaiting: true }),
+    4,
+    'never below the queue',
+  );
 });
 
 test('14.1 ageing: a report counts fully when fresh, linearly less with age, not at all at the horizon', () => {
@@ -80,7 +129,12 @@ test('14.1 ageing: a report counts fully when fresh, linearly less with age, not
 });
 
 test('14.5 dark fleet: with no fresh report anywhere, join-shortest-queue on in-flight with rotating ties', () => {
-  const stale = [view(0, 2, load(0, 0), 9000), view(1, 1, load(40, 40, 1), 9000), view(2, 1, null), view(3, 3, load(1, 0), 6000)];
+  const stale = [
+    view(0, 2, load(0, 0), 9000),
+    view(1, 1, load(40, 40, 1), 9000),
+    view(2, 1, null),
+    view(3, 3, load(1, 0), 6000),
+  ];
   assert.equal(isDarkFleet(stale, 5000), true);
   assert.deepEqual(stale.map(fleetScorer(stale, 5000)), [2, 1, 1, 3], 'own in-flight only');
   const policy = createLoadPolicy({ loadHorizonMs: 5000 });
@@ -126,13 +180,17 @@ test('14.3 sole-client verdict: engages on a clear excess, not within lag or sla
   // A foreign report in between restarts the count.
   g = soleClientVerdict(g, { reported: 12, own: 3, recentlyReleased: 0, aborting: 0 }).guard;
   assert.equal(g.agreeing, 0);
-  for (let i = 0; i < SOLE_CLIENT_AGREEING_REPORTS - 1; i++) g = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0, aborting: 0 }).guard;
+  for (let i = 0; i < SOLE_CLIENT_AGREEING_REPORTS - 1; i++)
+    g = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0, aborting: 0 }).guard;
   const off = soleClientVerdict(g, { reported: 2, own: 3, recentlyReleased: 0, aborting: 0 });
   assert.equal(off.transition, 'disengaged');
-  assert.deepEqual({ engaged: off.guard.engaged, engagements: off.guard.engagements, disengagements: off.guard.disengagements }, { engaged: false, engagements: 1, disengagements: 1 });
+  assert.deepEqual(
+    { engaged: off.guard.engaged, engagements: off.guard.engagements, disengagements: off.guard.disengagements },
+    { engaged: false, engagements: 1, disengagements: 1 },
+  );
 });
 
-test('14.3 through the client: another client\'s work suspends zero-on-empty for that rank, with a log line; agreement resumes it', async () => {
+test("14.3 through the client: another client's work suspends zero-on-empty for that rank, with a log line; agreement resumes it", async () => {
   const lines: Array<Record<string, unknown>> = [];
   const logger = pino({ level: 'info' }, { write: (line: string) => void lines.push(JSON.parse(line)) });
   let now = 0;
@@ -157,7 +215,8 @@ test('14.3 through the client: another client\'s work suspends zero-on-empty for
   const probe = await client.submit(req('probe'));
   assert.equal(probe.engineIndex, 1);
   // The other client left: r1's reports agree with our count again.
-  for (let i = 0; i < SOLE_CLIENT_AGREEING_REPORTS; i++) await link.deliverBatch(batch(1, [row('probe')], load(1, 0, 0.1)));
+  for (let i = 0; i < SOLE_CLIENT_AGREEING_REPORTS; i++)
+    await link.deliverBatch(batch(1, [row('probe')], load(1, 0, 0.1)));
   s = client.rankStates()[1];
   assert.equal(s.soleClientGuard, false);
   assert.equal(s.guardDisengagements, 1);
@@ -200,16 +259,25 @@ function slim(rank: number, rids: readonly string[], running: number, kvActive =
   const n = rids.length;
   return encodeBatchTokenIDOutSlim(
     {
-      rids: [...rids], output_ids: rids.map(() => [7]), finished_reasons: rids.map(() => ''), prompt_tokens: rids.map(() => 3),
-      completion_tokens: rids.map(() => 1), cached_tokens: rids.map(() => 0), output_token_logprobs_val: rids.map(() => []),
-      output_token_logprobs_idx: rids.map(() => []), engine_index: rank, num_running: running, num_waiting: 0,
-      kv_active_pages: n === 0 ? 0 : kvActive, kv_total_pages: 1000,
+      rids: [...rids],
+      output_ids: rids.map(() => [7]),
+      finished_reasons: rids.map(() => ''),
+      prompt_tokens: rids.map(() => 3),
+      completion_tokens: rids.map(() => 1),
+      cached_tokens: rids.map(() => 0),
+      output_token_logprobs_val: rids.map(() => []),
+      output_token_logprobs_idx: rids.map(() => []),
+      engine_index: rank,
+      num_running: running,
+      num_waiting: 0,
+      kv_active_pages: n === 0 ? 0 : kvActive,
+      kv_total_pages: 1000,
     },
     { form: 14 },
   );
 }
 
-test('issue 26: a burst of client disconnects is the gateway\'s own load while the engine applies the ABORTs; the rank keeps its share', async () => {
+test("issue 26: a burst of client disconnects is the gateway's own load while the engine applies the ABORTs; the rank keeps its share", async () => {
   let now = 0;
   const { client, link } = tokenspeedSetup(2, () => now);
   const gone = Array.from({ length: 16 }, (_, i) => `gone-${i}`);
@@ -236,18 +304,25 @@ test('issue 26: a burst of client disconnects is the gateway\'s own load while t
   const aborted = new Set(link.aborts().flatMap((f) => f.decoded as string[]));
   assert.deepEqual([...aborted].sort(), [...gone].sort(), 'each disconnect sent its ABORT');
   const r0 = client.rankStates()[0]!;
-  assert.equal(r0.soleClientGuard, false, 'its own ABORTed requests are not another client\'s work');
+  assert.equal(r0.soleClientGuard, false, "its own ABORTed requests are not another client's work");
   assert.equal(r0.guardEngagements, 0);
-  assert.deepEqual(r0.load, { ...load(0, 0, 0.3), runningIncludesWaiting: true }, 'zero-on-empty held through the late batches');
+  assert.deepEqual(
+    r0.load,
+    { ...load(0, 0, 0.3), runningIncludesWaiting: true },
+    'zero-on-empty held through the late batches',
+  );
   // 0.1 s after the burst, 32 unpinned requests: r0 (idle) takes its share; r1 holds 4.
   now += 100;
   const picks = [0, 0];
   for (let i = 0; i < 32; i++) picks[(await client.submit(req(`new-${i}`))).engineIndex!]! += 1;
-  assert.ok(picks[0]! >= 16, `the idle rank takes at least half of the new requests, got ${picks[0]} of 32 (${picks[1]} on r1)`);
+  assert.ok(
+    picks[0]! >= 16,
+    `the idle rank takes at least half of the new requests, got ${picks[0]} of 32 (${picks[1]} on r1)`,
+  );
   await client.close();
 });
 
-test('issue 26: ABORTed requests stop explaining a rank\'s load once its reports go quiet about them; foreign load still engages the guard', async () => {
+test("issue 26: ABORTed requests stop explaining a rank's load once its reports go quiet about them; foreign load still engages the guard", async () => {
   const now = 0; // report counts decide here, not time: the clock stays put
   const { client, link } = tokenspeedSetup(1, () => now);
   const deliver = (frame: Uint8Array) => link.deliver({ kind: 'frames', frames: [frame] });
@@ -261,7 +336,11 @@ test('issue 26: ABORTed requests stop explaining a rank\'s load once its reports
   // The engine dropped them, but the rank keeps reporting 5 running through a live request: not ours.
   const mine = await client.submit(req('mine'));
   for (let i = 0; i < ABORT_QUIET_REPORTS; i++) await deliver(slim(0, ['mine'], 6));
-  assert.equal(client.rankStates()[0]!.soleClientGuard, false, `within ${ABORT_QUIET_REPORTS} quiet reports the ABORTs may still lag`);
+  assert.equal(
+    client.rankStates()[0]!.soleClientGuard,
+    false,
+    `within ${ABORT_QUIET_REPORTS} quiet reports the ABORTs may still lag`,
+  );
   await deliver(slim(0, ['mine'], 6));
   assert.equal(client.rankStates()[0]!.soleClientGuard, true, 'then the 5 are load the gateway cannot explain');
   mine.cancel();
@@ -291,6 +370,10 @@ test('issue 26: a report explained without the ABORTed requests forgets them at 
   for (let i = 0; i < ABORT_MAX_REPORTS; i++) await other.link.deliver({ kind: 'frames', frames: [slim(0, many, 6)] });
   assert.equal(other.client.rankStates()[0]!.soleClientGuard, false);
   await other.link.deliver({ kind: 'frames', frames: [slim(0, many, 6)] });
-  assert.equal(other.client.rankStates()[0]!.soleClientGuard, true, 'still streaming after ABORT_MAX_REPORTS reports: not honouring the ABORT');
+  assert.equal(
+    other.client.rankStates()[0]!.soleClientGuard,
+    true,
+    'still streaming after ABORT_MAX_REPORTS reports: not honouring the ABORT',
+  );
   await other.client.close();
 });

@@ -20,7 +20,11 @@ function waveBatch(rank: number, kind: WaveEvent['kind'], wave: number): EngineB
 /** [type, engineIndex, decoded] of each frame. */
 function frames(sent: readonly SentFrame[]): [string, number, unknown][] {
   const name = (t: number) => (t === RequestType.ADD ? 'ADD' : t === RequestType.START_DP_WAVE ? 'WAVE' : `?${t}`);
-  return sent.map((f) => [name(f.type), f.engineIndex, f.type === RequestType.ADD ? (f.decoded as { rid: string }).rid : f.decoded]);
+  return sent.map((f) => [
+    name(f.type),
+    f.engineIndex,
+    f.type === RequestType.ADD ? (f.decoded as { rid: string }).rid : f.decoded,
+  ]);
 }
 
 /** A pino logger writing parsed lines into `lines`. */
@@ -67,7 +71,11 @@ test('WaveClock.observe: detection on an unknown group; a wake only when busy; d
   assert.equal(idle.observe({ kind: 'complete', wave: 1 }, false), 'updated', 'detected, nothing in flight: no wake');
   assert.deepEqual([idle.kind, idle.decidedBy, idle.value], ['lockstep', 'wave-notification', 2]);
   assert.equal(idle.submitWake(), 3, 'from now on every submit wakes');
-  assert.equal(idle.observe({ kind: 'complete', wave: 3 }, true), 'updated', 'after detection, complete never wakes (13.3)');
+  assert.equal(
+    idle.observe({ kind: 'complete', wave: 3 }, true),
+    'updated',
+    'after detection, complete never wakes (13.3)',
+  );
 
   const busy = new WaveClock(makeEngines(2, { dataParallelSize: null }));
   busy.submitWake();
@@ -80,7 +88,11 @@ test('WaveClock.observe: detection on an unknown group; a wake only when busy; d
 
   assert.equal(new WaveClock(makeEngines(2), false).observe({ kind: 'start', wave: 1 }, true), 'ignored');
   const dense = new WaveClock(makeEngines(2));
-  assert.equal(dense.observe({ kind: 'complete', wave: 1 }, true), 'ignored', 'data_parallel_size 1 is authoritative (13.1)');
+  assert.equal(
+    dense.observe({ kind: 'complete', wave: 1 }, true),
+    'ignored',
+    'data_parallel_size 1 is authoritative (13.1)',
+  );
   assert.equal(dense.kind, 'dense');
 });
 
@@ -104,15 +116,41 @@ test('client, unknown group (short ready responses): the first submit wakes ever
   assert.equal(client.lockstep, false);
   const a = await client.submit(req('a'), { dpRank: 1 });
   const b = await client.submit(req('b'), { dpRank: 0 });
-  assert.deepEqual(frames(link.sent), [['ADD', 1, 'a'], ['WAVE', 0, [1, null]], ['WAVE', 1, [1, null]], ['ADD', 0, 'b']]);
+  assert.deepEqual(frames(link.sent), [
+    ['ADD', 1, 'a'],
+    ['WAVE', 0, [1, null]],
+    ['WAVE', 1, [1, null]],
+    ['ADD', 0, 'b'],
+  ]);
   // The group turns out lockstep: rank 1 drained wave 1 while `b` waits on parked rank 0 → detected, and woken.
   await link.deliverBatch(batch(1, [row('a', 'stop')]));
   await link.deliverBatch(waveBatch(1, 'complete', 1));
   assert.deepEqual(client.groupKind, { kind: 'lockstep', decidedBy: 'wave-notification' });
-  assert.deepEqual(frames(link.sent.slice(4)), [['WAVE', 0, [3, null]], ['WAVE', 1, [3, null]]], 'clock max(1, 2) = 2, wake names 3');
-  assert.equal(lines.filter((l) => /lockstep group detected from a wave notification/.test(l.msg)).length, 1, JSON.stringify(lines));
+  assert.deepEqual(
+    frames(link.sent.slice(4)),
+    [
+      ['WAVE', 0, [3, null]],
+      ['WAVE', 1, [3, null]],
+    ],
+    'clock max(1, 2) = 2, wake names 3',
+  );
+  assert.equal(
+    lines.filter((l) => /lockstep group detected from a wave notification/.test(l.msg)).length,
+    1,
+    JSON.stringify(lines),
+  );
   await client.submit(req('c'));
-  assert.deepEqual(link.waves().slice(4).map((f) => f.decoded), [[4, null], [4, null]], 'every submit wakes now');
+  assert.deepEqual(
+    link
+      .waves()
+      .slice(4)
+      .map((f) => f.decoded),
+    [
+      [4, null],
+      [4, null],
+    ],
+    'every submit wakes now',
+  );
   await link.deliverBatch(batch(0, [row('b', 'stop')]));
   assert.equal((await drain(a)).error, undefined);
   assert.equal((await drain(b)).error, undefined);
@@ -126,8 +164,19 @@ test('client, unknown group that is dense: one probe wake in its lifetime, wave-
     await link.deliverBatch(batch(link.rankOf(id), [row(id, 'stop')]));
     await drain(s);
   }
-  assert.deepEqual(link.waves().map((f) => [f.engineIndex, f.decoded]), [[0, [1, null]], [1, [1, null]], [2, [1, null]]]);
-  assert.deepEqual(client.groupKind, { kind: 'unknown', decidedBy: null }, 'a dense engine never sends a wave notification');
+  assert.deepEqual(
+    link.waves().map((f) => [f.engineIndex, f.decoded]),
+    [
+      [0, [1, null]],
+      [1, [1, null]],
+      [2, [1, null]],
+    ],
+  );
+  assert.deepEqual(
+    client.groupKind,
+    { kind: 'unknown', decidedBy: null },
+    'a dense engine never sends a wave notification',
+  );
   await client.close();
 });
 
@@ -136,7 +185,15 @@ test('client: lockstep forced by the option wakes on every submit; forced dense 
   assert.deepEqual(forced.client.groupKind, { kind: 'lockstep', decidedBy: 'option' });
   await forced.client.submit(req('a'));
   await forced.client.submit(req('b'));
-  assert.deepEqual(forced.link.waves().map((f) => f.decoded), [[1, null], [1, null], [2, null], [2, null]]);
+  assert.deepEqual(
+    forced.link.waves().map((f) => f.decoded),
+    [
+      [1, null],
+      [1, null],
+      [2, null],
+      [2, null],
+    ],
+  );
   await forced.client.close();
 
   const { logger, lines } = capture('warn');
@@ -171,7 +228,11 @@ test('no hang before detection: a model lockstep group that parks at random, wit
       }
     };
     const check = (what: string) => {
-      if (!group.running && held.size > 0) assert.ok(notices.length > 0, `round ${round}, ${what}: parked with ${held.size} request(s) and no notice coming`);
+      if (!group.running && held.size > 0)
+        assert.ok(
+          notices.length > 0,
+          `round ${round}, ${what}: parked with ${held.size} request(s) and no notice coming`,
+        );
     };
     let n = 0;
     for (let step = 0; step < 60; step++) {

@@ -10,7 +10,12 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { DEFAULT_SAMPLING, RequestType, type EngineOutputRow, type GenerateRequest } from '../../src/protocols/types.js';
+import {
+  DEFAULT_SAMPLING,
+  RequestType,
+  type EngineOutputRow,
+  type GenerateRequest,
+} from '../../src/protocols/types.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import { UNKNOWN_ROWS_LOG_INTERVAL_MS } from '../../src/engine-client/output-contract.js';
 import { captureLogs } from '../helpers/logs.js';
@@ -32,7 +37,10 @@ function richRow(requestId: string, ids: number[], finish: EngineOutputRow['fini
 
 /** ABORT frames that named request ids (not the empty liveness probes), as id lists. */
 function abortedIds(link: { aborts(): Array<{ decoded: unknown }> }): string[][] {
-  return link.aborts().map((f) => f.decoded as string[]).filter((ids) => ids.length > 0);
+  return link
+    .aborts()
+    .map((f) => f.decoded as string[])
+    .filter((ids) => ids.length > 0);
 }
 
 /** Token ids 0..9 are the vocabulary, except 5 (a hole). */
@@ -52,7 +60,13 @@ test('max_tokens overrun: the client gets exactly max_tokens (finish length, log
   await link.deliverBatch(batch(1, [richRow('a', [4, 5, 6, 7])]));
   const { outputs, error } = await drain(a);
   assert.equal(error, undefined);
-  assert.deepEqual(outputs.map((o) => o.newTokenIds), [[1, 2, 3], [4, 5]]);
+  assert.deepEqual(
+    outputs.map((o) => o.newTokenIds),
+    [
+      [1, 2, 3],
+      [4, 5],
+    ],
+  );
   const last = outputs.at(-1)!;
   assert.equal(last.finishReason, 'length');
   assert.equal(last.completionTokens, 5, 'what the client got, not what the engine generated');
@@ -80,23 +94,41 @@ test('max_tokens overrun: inside one batch, on a terminal row (no ABORT), exactl
   // Several rows of one request in one batch: cut on the first that passes, the rest dropped, one ABORT.
   const a = await client.submit(limited('a', 4));
   await link.deliverBatch(batch(0, [row('a', null, [1, 2]), row('a', null, [3, 4, 5]), row('a', null, [6])]));
-  assert.deepEqual((await drain(a)).outputs.map((o) => [o.newTokenIds, o.finishReason]), [[[1, 2], null], [[3, 4], 'length']]);
+  assert.deepEqual(
+    (await drain(a)).outputs.map((o) => [o.newTokenIds, o.finishReason]),
+    [
+      [[1, 2], null],
+      [[3, 4], 'length'],
+    ],
+  );
   assert.deepEqual(abortedIds(link), [['a']]);
   // The engine ends the request itself, past the limit (a non-streamed request's one row): cut, no ABORT needed.
   const b = await client.submit(limited('b', 3));
   await link.deliverBatch(batch(0, [row('b', 'length', [1, 2, 3, 4, 5, 6])]));
-  assert.deepEqual((await drain(b)).outputs.map((o) => [o.newTokenIds, o.finishReason, o.completionTokens]), [[[1, 2, 3], 'length', 3]]);
+  assert.deepEqual(
+    (await drain(b)).outputs.map((o) => [o.newTokenIds, o.finishReason, o.completionTokens]),
+    [[[1, 2, 3], 'length', 3]],
+  );
   assert.deepEqual(abortedIds(link), [['a']], 'nothing to ABORT: the engine retired it');
   // Exactly max_tokens without a finish, then one more token: the client's last row carries no token.
   const c = await client.submit(limited('c', 2));
   await link.deliverBatch(batch(0, [row('c', null, [1, 2])]));
   await link.deliverBatch(batch(0, [row('c', null, [3])]));
-  assert.deepEqual((await drain(c)).outputs.map((o) => [o.newTokenIds, o.finishReason]), [[[1, 2], null], [[], 'length']]);
+  assert.deepEqual(
+    (await drain(c)).outputs.map((o) => [o.newTokenIds, o.finishReason]),
+    [
+      [[1, 2], null],
+      [[], 'length'],
+    ],
+  );
   assert.deepEqual(abortedIds(link), [['a'], ['c']]);
   // Row mode (the router of --workers N): the sink gets the cut row.
   const d = await client.submit(limited('d', 2));
   const got: string[] = [];
-  d.listenRows!({ row: (r, _p, completion) => got.push(`${r.newTokenIds.join(',')}/${r.finishReason} ${completion}`), error: (e) => got.push(`error ${e.message}`) });
+  d.listenRows!({
+    row: (r, _p, completion) => got.push(`${r.newTokenIds.join(',')}/${r.finishReason} ${completion}`),
+    error: (e) => got.push(`error ${e.message}`),
+  });
   await link.deliverBatch(batch(0, [row('d', null, [7, 8, 9])]));
   assert.deepEqual(got, ['7,8/length 2']);
   assert.deepEqual(abortedIds(link), [['a'], ['c'], ['d']]);
@@ -104,15 +136,28 @@ test('max_tokens overrun: inside one batch, on a terminal row (no ABORT), exactl
   // Within the limit, and without one: delivered as sent.
   const e = await client.submit(limited('e', 3));
   const f = await client.submit(req('f'));
-  await link.deliverBatch(batch(0, [row('e', null, [1, 2]), row('e', 'stop', [3]), row('f', 'length', Array.from({ length: 500 }, () => 1))]));
-  assert.deepEqual((await drain(e)).outputs.map((o) => o.newTokenIds.length), [2, 1]);
+  await link.deliverBatch(
+    batch(0, [
+      row('e', null, [1, 2]),
+      row('e', 'stop', [3]),
+      row(
+        'f',
+        'length',
+        Array.from({ length: 500 }, () => 1),
+      ),
+    ]),
+  );
+  assert.deepEqual(
+    (await drain(e)).outputs.map((o) => o.newTokenIds.length),
+    [2, 1],
+  );
   assert.equal((await drain(f)).outputs[0]!.newTokenIds.length, 500);
   assert.equal(client.rankStates()[0]!.engineErrors!['max-tokens-overrun'], 4);
   assert.deepEqual(inFlight(client), [0]);
   await client.close();
 });
 
-test('a token id outside the vocabulary fails the request as the rank\'s fault: engine-fault, ABORT, counted', async () => {
+test("a token id outside the vocabulary fails the request as the rank's fault: engine-fault, ABORT, counted", async () => {
   const { logger, records } = captureLogs('warn');
   const { client, link } = setup(2, { logger, validTokenIds: mask() });
   const a = await client.submit(req('a'), { dpRank: 1 });
@@ -120,13 +165,24 @@ test('a token id outside the vocabulary fails the request as the rank\'s fault: 
   await link.deliverBatch(batch(1, [row('a', null, [1, 2]), row('ok', null, [9])]));
   await link.deliverBatch(batch(1, [row('a', null, [3, 151_669]), row('ok', 'stop', [0])]));
   const { outputs, error } = await drain(a);
-  assert.deepEqual(outputs.map((o) => o.newTokenIds), [[1, 2]], 'nothing of the bad row reaches the client');
+  assert.deepEqual(
+    outputs.map((o) => o.newTokenIds),
+    [[1, 2]],
+    'nothing of the bad row reaches the client',
+  );
   assert.ok(error instanceof EngineClientError);
   assert.equal(error.kind, 'engine-fault');
   assert.equal(error.dpRank, 1);
   assert.equal(error.requestId, 'a');
-  assert.match(error.message, /DP rank 1 sent token id 151669 for request a, which is not a token id of the gateway's tokenizer/);
-  assert.deepEqual((await drain(ok)).outputs.map((o) => o.finishReason), [null, 'stop'], 'the other request on the rank is served');
+  assert.match(
+    error.message,
+    /DP rank 1 sent token id 151669 for request a, which is not a token id of the gateway's tokenizer/,
+  );
+  assert.deepEqual(
+    (await drain(ok)).outputs.map((o) => o.finishReason),
+    [null, 'stop'],
+    'the other request on the rank is served',
+  );
   assert.deepEqual(abortedIds(link), [['a']]);
   assert.deepEqual(inFlight(client), [0, 0]);
   assert.deepEqual(client.rankStates()[1]!.engineErrors, { 'invalid-token-id': 1 });
@@ -134,7 +190,11 @@ test('a token id outside the vocabulary fails the request as the rank\'s fault: 
   assert.equal(client.rankStates()[1]!.state, 'ready', 'the rank stays in rotation');
 
   // A hole in the vocabulary, a negative id and a fractional one are refused too; a terminal row is not ABORTed.
-  for (const [id, bad, finish] of [['hole', 5, null], ['neg', -1, null], ['frac', 1.5, 'stop']] as const) {
+  for (const [id, bad, finish] of [
+    ['hole', 5, null],
+    ['neg', -1, null],
+    ['frac', 1.5, 'stop'],
+  ] as const) {
     const s = await client.submit(req(id), { dpRank: 0 });
     await link.deliverBatch(batch(0, [row(id, finish, [bad])]));
     const r = await drain(s);
@@ -192,12 +252,15 @@ test('the revival request of a stalled rank is an issued id: its answer is not u
   t.mock.timers.tick(2000);
   await tick();
   assert.equal(client.rankStates()[0]!.state, 'stalled');
-  const revival = link.adds().map((f) => (f.decoded as { rid: string }).rid).find((rid) => rid !== 'held');
+  const revival = link
+    .adds()
+    .map((f) => (f.decoded as { rid: string }).rid)
+    .find((rid) => rid !== 'held');
   assert.ok(revival !== undefined, 'a revival request was sent');
   await link.deliverBatch(batch(0, [row(revival, 'length'), row('held')]));
   assert.equal(client.rankStates()[0]!.state, 'ready');
   assert.equal(client.stats.unknownOutputs, 0);
-  assert.equal(client.stats.orphanOutputs, 1, 'the stalled request\'s row is an orphan, not unknown');
+  assert.equal(client.stats.orphanOutputs, 1, "the stalled request's row is an orphan, not unknown");
   assert.ok(link.sent.some((f) => f.type === RequestType.ABORT));
   await client.close();
 });

@@ -3,12 +3,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  createDpPolicy,
-  DP_POLICY_NAMES,
-  inFlightScore,
-  type OracleSource,
-} from '../../src/engine-client/policies.js';
+import { createDpPolicy, DP_POLICY_NAMES, inFlightScore, type OracleSource } from '../../src/engine-client/policies.js';
 import type { RankView } from '../../src/engine-client/policy.js';
 import { batch, finishWithStaleReport, inFlight, load, req, row, setup } from './fakes.js';
 
@@ -41,10 +36,16 @@ test('inflight picks the lowest own in-flight count and ignores reported load', 
 test('inflight rotates ties: all equal → 0, 1, 2, 0', () => {
   const p = createDpPolicy('inflight');
   const ranks = [view(0, 3), view(1, 3), view(2, 3)];
-  assert.deepEqual([0, 1, 2, 3].map(() => p.select(ranks, r)), [0, 1, 2, 0]);
+  assert.deepEqual(
+    [0, 1, 2, 3].map(() => p.select(ranks, r)),
+    [0, 1, 2, 0],
+  );
   // A strictly lower rank wins whatever the scan start.
   const skew = [view(0, 3), view(1, 1), view(2, 3)];
-  assert.deepEqual([0, 1, 2].map(() => p.select(skew, r)), [1, 1, 1]);
+  assert.deepEqual(
+    [0, 1, 2].map(() => p.select(skew, r)),
+    [1, 1, 1],
+  );
 });
 
 test('load is the default scorer (9.4 KV example: r0 scores 17, r1 0) and keeps the clamp; load_no_clamp scores the same without it', () => {
@@ -59,7 +60,10 @@ test('load is the default scorer (9.4 KV example: r0 scores 17, r1 0) and keeps 
   assert.equal(n.select(ranks, r), 1);
   // Same rotation of ties as load: one call made above, so the scan now starts at 1.
   const ties = [view(0, 0), view(1, 0)];
-  assert.deepEqual([0, 1, 2].map(() => n.select(ties, r)), [1, 0, 1]);
+  assert.deepEqual(
+    [0, 1, 2].map(() => n.select(ties, r)),
+    [1, 0, 1],
+  );
 });
 
 test('oracle picks the least true outstanding tokens, even against the reported load', () => {
@@ -86,7 +90,10 @@ test('oracle picks the least true outstanding tokens, even against the reported 
 test('oracle rotates ties between equal outstanding work', () => {
   const p = createDpPolicy('oracle', { oracle: { outstandingTokens: () => 10 } });
   const ranks = [view(0, 0), view(1, 0)];
-  assert.deepEqual([0, 1, 2, 3].map(() => p.select(ranks, r)), [0, 1, 0, 1]);
+  assert.deepEqual(
+    [0, 1, 2, 3].map(() => p.select(ranks, r)),
+    [0, 1, 0, 1],
+  );
 });
 
 test('createDpPolicy: unknown names list the valid ones; oracle needs a source; each call is independent', () => {

@@ -72,7 +72,10 @@ test('rejoin: a dead rank says HELLO (joining) and joins again with a fresh stor
   assert.equal(st.rejoins, 1);
   assert.deepEqual(policy.forgotten, [1, 1], 'forgotten at its death and at its rejoin');
   const s = await client.submit(req('y'), { dpRank: 1 });
-  assert.ok(policy.dispatched.some(([rank, id]) => rank === 1 && id === 'y'), 'onDispatch for a pinned request too');
+  assert.ok(
+    policy.dispatched.some(([rank, id]) => rank === 1 && id === 'y'),
+    'onDispatch for a pinned request too',
+  );
   await link.deliverBatch(batch(1, [row('y', 'stop')]));
   assert.equal((await drain(s)).error, undefined);
   await client.close();
@@ -88,7 +91,10 @@ test('a HELLO for an index a live rank holds: the holder is probed; still answer
     await tick();
   }
   assert.equal(await answer, false, 'two engines claim index 0: the newcomer is refused');
-  assert.ok(link.aborts().filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length === 0).length >= 1, 'the holder was probed');
+  assert.ok(
+    link.aborts().filter((f) => f.engineIndex === 0 && (f.decoded as string[]).length === 0).length >= 1,
+    'the holder was probed',
+  );
   assert.deepEqual(states(client), ['ready', 'ready']);
 
   link.sendHook = (f) => {
@@ -100,7 +106,11 @@ test('a HELLO for an index a live rank holds: the holder is probed; still answer
   await tick();
   assert.equal(await second, true, 'the holder is gone: the newcomer is let in');
   assert.deepEqual(states(client), ['joining', 'ready']);
-  assert.equal(((await drain(held)).error as EngineClientError).kind, 'engine-dead', "the old process's request failed");
+  assert.equal(
+    ((await drain(held)).error as EngineClientError).kind,
+    'engine-dead',
+    "the old process's request failed",
+  );
   link.sendHook = null;
   link.join(0);
   assert.deepEqual(states(client), ['ready', 'ready']);
@@ -150,7 +160,10 @@ test('a rank that dies and then fails its new handshake is dead again (handshake
   assert.equal(await link.hello(0), true);
   assert.deepEqual(states(client), ['joining']);
   link.joinFailed(0);
-  assert.deepEqual(client.rankStates().map((r) => [r.state, r.cause]), [['dead', 'handshake-timeout']]);
+  assert.deepEqual(
+    client.rankStates().map((r) => [r.state, r.cause]),
+    [['dead', 'handshake-timeout']],
+  );
   await client.close();
 });
 
@@ -167,12 +180,19 @@ test('stall: a ready rank holding requests and silent for the stall timeout leav
   const errors = await Promise.all(stuck.map(async (s) => (await drain(s)).error as EngineClientError));
   assert.equal(errors[0]!.kind, 'rank-stalled');
   assert.equal(errors[0]!.dpRank, 1);
-  assert.match(errors[0]!.message, /DP rank 1 stalled: it sent no output for 2000 ms while holding 2 in-flight request\(s\)/);
+  assert.match(
+    errors[0]!.message,
+    /DP rank 1 stalled: it sent no output for 2000 ms while holding 2 in-flight request\(s\)/,
+  );
   assert.deepEqual(states(client), ['ready', 'stalled']);
   assert.equal(client.rankStates()[1]!.stalls, 1);
   assert.equal(client.rankStates()[1]!.cause, 'stall');
   assert.deepEqual(inFlight(client), [1, 0]);
-  assert.deepEqual(link.aborts().map((f) => [f.engineIndex, f.decoded]), [[1, ['s1', 's2']]], 'ABORTs queued to the stalled rank');
+  assert.deepEqual(
+    link.aborts().map((f) => [f.engineIndex, f.decoded]),
+    [[1, ['s1', 's2']]],
+    'ABORTs queued to the stalled rank',
+  );
   assert.equal(client.status(), 'degraded');
   const fresh = await client.submit(req('fresh'));
   assert.equal(fresh.engineIndex, 0, 'new requests avoid the stalled rank');
@@ -184,7 +204,14 @@ test('stall: a ready rank holding requests and silent for the stall timeout leav
   assert.equal(client.stats.orphanOutputs, 2);
   await link.deliverBatch(batch(1, [row('s1')]));
   assert.equal(client.stats.orphanOutputs, 2, 'counted once per id');
-  assert.deepEqual(link.aborts().map((f) => [f.engineIndex, f.decoded]), [[1, ['s1', 's2']], [1, ['s1']]], 's1 ABORTed again once; s2 had finished');
+  assert.deepEqual(
+    link.aborts().map((f) => [f.engineIndex, f.decoded]),
+    [
+      [1, ['s1', 's2']],
+      [1, ['s1']],
+    ],
+    's1 ABORTed again once; s2 had finished',
+  );
   const pinned = await client.submit(req('pin2'), { dpRank: 1 });
   await link.deliverBatch(batch(1, [row('pin2', 'stop')]));
   assert.equal((await drain(pinned)).error, undefined);
@@ -210,7 +237,11 @@ test('stall: a rank whose requests were all ABORTed gets a one-token revival req
   assert.equal(((await drain(stuck)).error as EngineClientError).kind, 'rank-stalled');
   assert.deepEqual(states(client), ['ready', 'stalled']);
   const sentToStalled = link.sent.filter((f) => f.engineIndex === 1).map((f) => f.type);
-  assert.deepEqual(sentToStalled, [RequestType.ADD, RequestType.ABORT, RequestType.ADD], 'the ABORT, then one revival ADD behind it');
+  assert.deepEqual(
+    sentToStalled,
+    [RequestType.ADD, RequestType.ABORT, RequestType.ADD],
+    'the ABORT, then one revival ADD behind it',
+  );
   const revival = link.adds().filter((f) => f.engineIndex === 1)[1]!.decoded as { rid: string; prompt: number[] };
   assert.equal(revival.prompt.length, 1, 'a one-token prompt');
   assert.equal(client.registeredCount, 1, 'the revival request is not a client request');
@@ -248,7 +279,10 @@ test('lockstep: a group serves only once every rank joined', async () => {
   link.join({ ...makeEngines(1, { dataParallelSize: 2 })[0]! });
   assert.equal(client.lockstep, true, 'detected from the first ready response');
   assert.equal(client.status(), 'starting');
-  await assert.rejects(client.submit(req('a')), { kind: 'unavailable', message: /a lockstep group needs every rank ready/ });
+  await assert.rejects(client.submit(req('a')), {
+    kind: 'unavailable',
+    message: /a lockstep group needs every rank ready/,
+  });
   link.join({ ...makeEngines(2, { dataParallelSize: 2 })[1]! });
   assert.equal(client.status(), 'ok');
   (await client.submit(req('b'))).cancel();
@@ -275,7 +309,14 @@ test('lockstep: one rank dies → every request of the group fails, the survivor
   assert.equal(failed.length, 1);
   assert.deepEqual(client.stats.failures, { 'peer-unreachable': 1 });
   assert.deepEqual(states(client), ['ready', 'dead']);
-  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 0).map((f) => f.decoded), [['r0']], 'the survivor drops what it held');
+  assert.deepEqual(
+    link
+      .aborts()
+      .filter((f) => f.engineIndex === 0)
+      .map((f) => f.decoded),
+    [['r0']],
+    'the survivor drops what it held',
+  );
   assert.equal(client.canServe(), false);
   assert.equal(client.status(), 'unavailable');
   await assert.rejects(client.submit(req('x')), { kind: 'unavailable' });
@@ -283,7 +324,16 @@ test('lockstep: one rank dies → every request of the group fails, the survivor
   assert.equal(client.status(), 'ok');
   assert.equal(client.waveClock, 7, 'rank 0 survived with its wave number: the clock never moves backwards');
   const s = await client.submit(req('after'));
-  assert.deepEqual(link.waves().slice(-2).map((f) => f.decoded), [[8, null], [8, null]]);
+  assert.deepEqual(
+    link
+      .waves()
+      .slice(-2)
+      .map((f) => f.decoded),
+    [
+      [8, null],
+      [8, null],
+    ],
+  );
   s.cancel();
   await client.close();
 });
@@ -305,7 +355,10 @@ test('lockstep: when every rank is a new process the wave clock restarts at 0; o
   await tick();
   link.sendHook = null;
   assert.deepEqual(states(client), ['dead', 'ready'], 'rank 0 is gone; the group is down');
-  await assert.rejects(client.submit(req('pinned'), { dpRank: 1 }), { kind: 'unavailable', message: /lockstep group is not serving/ });
+  await assert.rejects(client.submit(req('pinned'), { dpRank: 1 }), {
+    kind: 'unavailable',
+    message: /lockstep group is not serving/,
+  });
   link.join(engines[1]!); // rank 1 replaced too
   assert.deepEqual(states(client), ['dead', 'ready']);
   link.join(engines[0]!);
@@ -326,7 +379,16 @@ test('lockstep: a stalled rank fails the group (its peers wait on it); the group
   assert.equal(((await drain(b)).error as EngineClientError).kind, 'rank-stalled');
   assert.equal(((await drain(a)).error as EngineClientError).kind, 'rank-stalled');
   assert.deepEqual(states(client), ['ready', 'stalled']);
-  assert.deepEqual(link.aborts().map((f) => [f.engineIndex, f.decoded]).sort(), [[0, ['a']], [1, ['b']]]);
+  assert.deepEqual(
+    link
+      .aborts()
+      .map((f) => [f.engineIndex, f.decoded])
+      .sort(),
+    [
+      [0, ['a']],
+      [1, ['b']],
+    ],
+  );
   assert.equal(client.canServe(), false);
   await link.deliverBatch(batch(1, []));
   assert.equal(client.canServe(), true);
@@ -346,7 +408,16 @@ test('shutdown(message): live requests end with client-closed carrying the messa
     assert.equal(e.kind, 'client-closed');
     assert.match(e.message, /the shutdown grace of 10 ms ran out/);
   }
-  assert.deepEqual(link.aborts().map((f) => [f.engineIndex, f.decoded]), [[0, ['a']], [1, ['b']]]);
+  assert.deepEqual(
+    link.aborts().map((f) => [f.engineIndex, f.decoded]),
+    [
+      [0, ['a']],
+      [1, ['b']],
+    ],
+  );
   assert.equal(client.isAlive(), false);
-  await assert.rejects(client.submit(req('late')), { kind: 'client-closed', message: /the shutdown grace of 10 ms ran out/ });
+  await assert.rejects(client.submit(req('late')), {
+    kind: 'client-closed',
+    message: /the shutdown grace of 10 ms ran out/,
+  });
 });

@@ -4,7 +4,13 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { INITIAL_LIVENESS, isConnected, nextLiveness, type LivenessEvent, type RankLiveness } from '../../src/engine-client/rank-liveness.js';
+import {
+  INITIAL_LIVENESS,
+  isConnected,
+  nextLiveness,
+  type LivenessEvent,
+  type RankLiveness,
+} from '../../src/engine-client/rank-liveness.js';
 
 const hello: LivenessEvent = { kind: 'hello' };
 const joined: LivenessEvent = { kind: 'joined' };
@@ -65,7 +71,12 @@ test('the full table: each state against each event', () => {
 });
 
 test('causes: a death keeps its cause; a stall says stall; joining and ready have none', () => {
-  const [ready, stalled, back, deadAgain] = run(INITIAL_LIVENESS, [joined, stall, heard, { kind: 'death', cause: 'send-timeout' }]);
+  const [ready, stalled, back, deadAgain] = run(INITIAL_LIVENESS, [
+    joined,
+    stall,
+    heard,
+    { kind: 'death', cause: 'send-timeout' },
+  ]);
   assert.equal(ready!.cause, null);
   assert.equal(stalled!.cause, 'stall');
   assert.equal(back!.cause, null);
@@ -81,7 +92,10 @@ test('a rank that died and then fails its new handshake is dead again (handshake
 
 test('three kill/rejoin cycles count three new epochs', () => {
   const seq = run(INITIAL_LIVENESS, [joined, death, hello, joined, death, hello, joined, death, hello, joined]);
-  assert.deepEqual(seq.filter((l) => l.state === 'ready').map((l) => l.epoch), [1, 2, 3, 4]);
+  assert.deepEqual(
+    seq.filter((l) => l.state === 'ready').map((l) => l.epoch),
+    [1, 2, 3, 4],
+  );
 });
 
 test('isConnected: ready and stalled only', () => {

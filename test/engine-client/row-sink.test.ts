@@ -53,12 +53,23 @@ test('listenRows: a failure is handed once; a sink that throws cancels its strea
   const warnings: string[] = [];
   const onWarning = (w: Error) => warnings.push(w.message);
   process.on('warning', onWarning);
-  b.listenRows!({ row: () => { throw new Error('sink bug'); }, error: () => assert.fail('no error after the throw') });
+  b.listenRows!({
+    row: () => {
+      throw new Error('sink bug');
+    },
+    error: () => assert.fail('no error after the throw'),
+  });
   await link.deliverBatch(batch(0, [row('b', null, [1])]));
   await tick();
   process.off('warning', onWarning);
-  assert.ok(warnings.some((w) => /row sink of request b threw/.test(w)), 'reported as a process warning');
-  assert.ok(link.sent.some((m) => m.type === RequestType.ABORT), 'the thrown-in stream was abandoned: ABORT sent');
+  assert.ok(
+    warnings.some((w) => /row sink of request b threw/.test(w)),
+    'reported as a process warning',
+  );
+  assert.ok(
+    link.sent.some((m) => m.type === RequestType.ABORT),
+    'the thrown-in stream was abandoned: ABORT sent',
+  );
   assert.equal(client.registeredCount, 1, 'only a is still live');
   // An out-of-band finished id without a terminal row: a's stream is closed (stream-closed error), once.
   await link.deliverBatch(batch(0, [], undefined, ['a']));

@@ -144,7 +144,10 @@ test('burst balance: N concurrent requests over R idle ranks land within ±1 per
       const { client, link } = setup(ranks);
       await Promise.all(Array.from({ length: n }, (_, i) => client.submit(req(`r${i}`))));
       const counts = link.addsPerRank();
-      assert.equal(counts.reduce((a, b) => a + b, 0), n);
+      assert.equal(
+        counts.reduce((a, b) => a + b, 0),
+        n,
+      );
       assert.ok(Math.max(...counts) - Math.min(...counts) <= 1, `N=${n} R=${ranks}: ${counts.join('/')}`);
       assert.deepEqual(inFlight(client), counts);
       await client.close();

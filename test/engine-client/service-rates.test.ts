@@ -7,7 +7,11 @@ import assert from 'node:assert/strict';
 import { MIN_PREFILL_SAMPLE_TOKENS, ServiceRates } from '../../src/engine-client/service-rates.js';
 import type { EngineOutputRow } from '../../src/protocols/types.js';
 
-function out(requestId: string, tokens = 1, opts: { finish?: boolean; prompt?: number | null; cached?: number | null } = {}): EngineOutputRow {
+function out(
+  requestId: string,
+  tokens = 1,
+  opts: { finish?: boolean; prompt?: number | null; cached?: number | null } = {},
+): EngineOutputRow {
   return {
     requestId,
     newTokenIds: Array.from({ length: tokens }, () => 7),

@@ -27,7 +27,10 @@ function consumed(mode: 'listen' | 'rows'): { stream: RequestStreamImpl; consume
   const stream = new RequestStreamImpl('r', 3, () => {});
   const got: string[] = [];
   if (mode === 'listen') {
-    const listener: OutputListener = { output: (o) => got.push(`out ${o.finishReason}`), error: (e) => got.push(`error ${e.message}`) };
+    const listener: OutputListener = {
+      output: (o) => got.push(`out ${o.finishReason}`),
+      error: (e) => got.push(`error ${e.message}`),
+    };
     stream.listen(listener);
     return { stream, consumer: new WeakRef(listener), got };
   }
@@ -43,7 +46,11 @@ for (const mode of ['listen', 'rows'] as const) {
     assert.equal(await survives(consumer), true, 'an unfinished stream keeps its consumer');
     stream.deliver(row('r', 'stop', [2]));
     assert.deepEqual(got, mode === 'listen' ? ['out null', 'out stop'] : ['row null', 'row stop']);
-    assert.equal(await survives(consumer), false, 'the finished stream (still referenced) no longer holds its consumer');
+    assert.equal(
+      await survives(consumer),
+      false,
+      'the finished stream (still referenced) no longer holds its consumer',
+    );
     assert.equal(stream.deliver(row('r', null, [3])), false);
     stream.cancel();
     assert.throws(() => stream.listen({ output: () => {}, error: () => {} }), /already has a consumer/);

@@ -15,13 +15,17 @@ test('submit sends [identity, 00, payload] to the selected rank and returns a st
   assert.equal(link.sent.length, 1);
   assert.equal(link.sent[0].type, RequestType.ADD);
   assert.deepEqual(link.sent[0].identity, link.engines[0].identity);
-  assert.deepEqual(link.sent[0].decoded, { rid: 'a', prompt: [1, 2, 3], dpRank: null }, 'unpinned: no target rank in the payload');
+  assert.deepEqual(
+    link.sent[0].decoded,
+    { rid: 'a', prompt: [1, 2, 3], dpRank: null },
+    'unpinned: no target rank in the payload',
+  );
   assert.equal(client.maxModelLen, 4096);
   assert.equal(client.isAlive(), true);
   await client.close();
 });
 
-test('contextTokenLimit = the first engine\'s max_model_len minus the protocol\'s reserved tokens; maxModelLen unchanged', async () => {
+test("contextTokenLimit = the first engine's max_model_len minus the protocol's reserved tokens; maxModelLen unchanged", async () => {
   const ts = setup(2); // JsonProtocol reserves 2, as TokenSpeed (engine-wire.md 4.4)
   assert.equal(ts.client.maxModelLen, 4096);
   assert.equal(ts.client.contextTokenLimit, 4094);
@@ -45,9 +49,15 @@ test('outputs are routed per request in order across batches; the terminal outpu
   const ra = await drain(a);
   const rb = await drain(b);
   assert.equal(ra.error, undefined);
-  assert.deepEqual(ra.outputs.map((o) => o.newTokenIds[0]), [1, 2, 3]);
+  assert.deepEqual(
+    ra.outputs.map((o) => o.newTokenIds[0]),
+    [1, 2, 3],
+  );
   assert.equal(ra.outputs.at(-1)?.finishReason, 'length');
-  assert.deepEqual(rb.outputs.map((o) => o.newTokenIds[0]), [10, 11]);
+  assert.deepEqual(
+    rb.outputs.map((o) => o.newTokenIds[0]),
+    [10, 11],
+  );
   assert.deepEqual(inFlight(client), [0, 0]);
   assert.equal(client.registeredCount, 0);
   await client.close();
@@ -60,7 +70,10 @@ test('a consumer reading concurrently with delivery receives outputs through pen
   await link.deliverBatch(batch(0, [row('a', null, [1])]));
   await link.deliverBatch(batch(0, [row('a', 'stop', [2])]));
   const r = await reading;
-  assert.deepEqual(r.outputs.map((o) => o.newTokenIds[0]), [1, 2]);
+  assert.deepEqual(
+    r.outputs.map((o) => o.newTokenIds[0]),
+    [1, 2],
+  );
   assert.equal(r.error, undefined);
   await client.close();
 });
@@ -170,7 +183,10 @@ test('push mode (listen): buffered outputs at once, later ones in the delivery t
   await link.deliverBatch(batch(0, [row('a', null, [1])]));
   const got: string[] = [];
   assert.ok(a.listen, 'the engine client offers push mode');
-  a.listen({ output: (o) => got.push(`${o.newTokenIds[0]}/${o.finishReason}`), error: (e) => got.push(`error ${e.message}`) });
+  a.listen({
+    output: (o) => got.push(`${o.newTokenIds[0]}/${o.finishReason}`),
+    error: (e) => got.push(`error ${e.message}`),
+  });
   assert.deepEqual(got, ['1/null'], 'the buffered output is handed over before listen returns');
   await link.deliverBatch(batch(0, [row('a', null, [2]), row('a', 'stop', [3])]));
   assert.deepEqual(inFlight(client), [0], 'routed and released at once');
@@ -192,12 +208,23 @@ test('push mode: a failure is handed to error once; a listener that throws cance
   const warnings: string[] = [];
   const onWarning = (w: Error) => warnings.push(w.message);
   process.on('warning', onWarning);
-  b.listen!({ output: () => { throw new Error('listener bug'); }, error: () => assert.fail('no error after the throw') });
+  b.listen!({
+    output: () => {
+      throw new Error('listener bug');
+    },
+    error: () => assert.fail('no error after the throw'),
+  });
   await link.deliverBatch(batch(0, [row('b', null, [1])]));
   await new Promise((r) => setImmediate(r));
   process.off('warning', onWarning);
-  assert.ok(warnings.some((w) => /listener of request b threw/.test(w)), 'reported as a process warning');
-  assert.ok(link.sent.some((m) => m.type === RequestType.ABORT), 'the thrown-in stream was abandoned: ABORT sent');
+  assert.ok(
+    warnings.some((w) => /listener of request b threw/.test(w)),
+    'reported as a process warning',
+  );
+  assert.ok(
+    link.sent.some((m) => m.type === RequestType.ABORT),
+    'the thrown-in stream was abandoned: ABORT sent',
+  );
   assert.equal(client.registeredCount, 1, 'only a is still live');
   await client.close();
   await tick();

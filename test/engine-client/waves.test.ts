@@ -37,8 +37,19 @@ function waveBatch(rank: number, kind: WaveEvent['kind'], wave: number): EngineB
 
 /** [type, engineIndex, decoded] of each frame, for compact order assertions. */
 function frames(sent: readonly SentFrame[]): [string, number, unknown][] {
-  const name = (t: number) => (t === RequestType.ADD ? 'ADD' : t === RequestType.ABORT ? 'ABORT' : t === RequestType.START_DP_WAVE ? 'WAVE' : `?${t}`);
-  return sent.map((f) => [name(f.type), f.engineIndex, f.type === RequestType.ADD ? (f.decoded as { rid: string }).rid : f.decoded]);
+  const name = (t: number) =>
+    t === RequestType.ADD
+      ? 'ADD'
+      : t === RequestType.ABORT
+        ? 'ABORT'
+        : t === RequestType.START_DP_WAVE
+          ? 'WAVE'
+          : `?${t}`;
+  return sent.map((f) => [
+    name(f.type),
+    f.engineIndex,
+    f.type === RequestType.ADD ? (f.decoded as { rid: string }).rid : f.decoded,
+  ]);
 }
 
 test('WaveClock: lockstep iff ANY rank reports data_parallel_size > 1; clock starts at 0; bump, observe, saturation', () => {
@@ -134,7 +145,10 @@ test('SMG independent_ranks_are_never_woken: data_parallel_size 1 everywhere →
   assert.equal(client.lockstep, false);
   assert.equal(client.waveClock, null);
   for (const id of ['a', 'b', 'c']) await client.submit(req(id));
-  assert.deepEqual(link.sent.map((f) => f.type), [RequestType.ADD, RequestType.ADD, RequestType.ADD]);
+  assert.deepEqual(
+    link.sent.map((f) => f.type),
+    [RequestType.ADD, RequestType.ADD, RequestType.ADD],
+  );
   assert.equal(link.waves().length, 0);
   await client.close();
 });
@@ -142,10 +156,16 @@ test('SMG independent_ranks_are_never_woken: data_parallel_size 1 everywhere →
 test('SMG a_ranks_start_wave_request_wakes_the_whole_group: start(w) → clock max(clock, w), broadcast clock + 1', async () => {
   const { client, link } = lockstep(2);
   await link.deliverBatch(waveBatch(1, 'start', 5));
-  assert.deepEqual(frames(link.sent), [['WAVE', 0, [6, null]], ['WAVE', 1, [6, null]]]);
+  assert.deepEqual(frames(link.sent), [
+    ['WAVE', 0, [6, null]],
+    ['WAVE', 1, [6, null]],
+  ]);
   assert.equal(client.waveClock, 6);
   await link.deliverBatch(waveBatch(0, 'start', 2)); // an old wave: the clock stays, the wake still goes out
-  assert.deepEqual(frames(link.waves().slice(2)), [['WAVE', 0, [7, null]], ['WAVE', 1, [7, null]]]);
+  assert.deepEqual(frames(link.waves().slice(2)), [
+    ['WAVE', 0, [7, null]],
+    ['WAVE', 1, [7, null]],
+  ]);
   assert.equal(client.isAlive(), true);
   await client.close();
 });
@@ -158,7 +178,13 @@ test('SMG wave_complete_updates_the_clock_without_waking: complete(7) → clock 
   await link.deliverBatch(waveBatch(1, 'complete', 3));
   assert.equal(client.waveClock, 8, 'a stale notice does not move the clock back');
   await client.submit(req('a'));
-  assert.deepEqual(link.waves().map((f) => f.decoded), [[9, null], [9, null]]);
+  assert.deepEqual(
+    link.waves().map((f) => f.decoded),
+    [
+      [9, null],
+      [9, null],
+    ],
+  );
   await client.close();
 });
 
@@ -170,7 +196,11 @@ test('SMG wave_notifications_from_independent_ranks_are_ignored: logged, nothing
   await link.deliverBatch(waveBatch(1, 'start', 5));
   assert.equal(link.sent.length, 0);
   assert.equal(client.waveClock, null);
-  assert.equal(lines.filter((l) => /wave notification .*not lockstep ignored/.test(l.msg)).length, 2, JSON.stringify(lines));
+  assert.equal(
+    lines.filter((l) => /wave notification .*not lockstep ignored/.test(l.msg)).length,
+    2,
+    JSON.stringify(lines),
+  );
   await client.submit(req('a'));
   assert.equal(link.waves().length, 0);
   assert.equal(client.isAlive(), true);
@@ -181,16 +211,41 @@ test('13.4 timeline (2 lockstep ranks): 0 → pinned r1 wakes 1 → r0 wakes 2 �
   const { client, link, protocol } = lockstep(2);
   assert.equal(client.waveClock, 0, '1. connect: clock 0');
   await client.submit(req('r1'), { dpRank: 1 });
-  assert.deepEqual(frames(link.sent), [['ADD', 1, 'r1'], ['WAVE', 0, [1, null]], ['WAVE', 1, [1, null]]], '2.');
+  assert.deepEqual(
+    frames(link.sent),
+    [
+      ['ADD', 1, 'r1'],
+      ['WAVE', 0, [1, null]],
+      ['WAVE', 1, [1, null]],
+    ],
+    '2.',
+  );
   assert.deepEqual(protocol.addTargets[0], { dpRank: 1 }, 'the pin reaches the payload (vLLM data_parallel_rank)');
   // 3. The group drains and parks (ranks move to wave 2); the client has not seen wave_complete yet.
   await client.submit(req('r2'), { dpRank: 0 });
-  assert.deepEqual(frames(link.sent.slice(3)), [['ADD', 0, 'r2'], ['WAVE', 0, [2, null]], ['WAVE', 1, [2, null]]],
-    '4. accepted because 2 ≥ 2');
+  assert.deepEqual(
+    frames(link.sent.slice(3)),
+    [
+      ['ADD', 0, 'r2'],
+      ['WAVE', 0, [2, null]],
+      ['WAVE', 1, [2, null]],
+    ],
+    '4. accepted because 2 ≥ 2',
+  );
   await link.deliverBatch(waveBatch(0, 'complete', 7));
   assert.equal(client.waveClock, 8, '5.');
   await client.submit(req('r3'));
-  assert.deepEqual(link.waves().slice(4).map((f) => f.decoded), [[9, null], [9, null]], '6.');
+  assert.deepEqual(
+    link
+      .waves()
+      .slice(4)
+      .map((f) => f.decoded),
+    [
+      [9, null],
+      [9, null],
+    ],
+    '6.',
+  );
   await client.close();
 });
 
@@ -200,7 +255,10 @@ test('a TokenSpeed-like protocol (no wave message) in a group reporting data_par
   await client.submit(req('a'));
   await client.submit(req('b'));
   assert.equal(client.waveClock, 2);
-  assert.deepEqual(link.sent.map((f) => f.type), [RequestType.ADD, RequestType.ADD]);
+  assert.deepEqual(
+    link.sent.map((f) => f.type),
+    [RequestType.ADD, RequestType.ADD],
+  );
   await client.close();
 });
 
@@ -235,7 +293,17 @@ test('a failed wake rolls the submit back (section 3 step 6): entry removed, slo
   assert.equal(client.rankStates()[1].dispatchedPinned, 0, 'not counted as dispatched');
   link.sendHook = null;
   await client.submit(req('b'), { dpRank: 1 });
-  assert.deepEqual(link.waves().slice(-2).map((f) => f.decoded), [[3, null], [3, null]], 'the clock kept moving');
+  assert.deepEqual(
+    link
+      .waves()
+      .slice(-2)
+      .map((f) => f.decoded),
+    [
+      [3, null],
+      [3, null],
+    ],
+    'the clock kept moving',
+  );
   await link.deliverBatch(batch(0, [row('other', 'stop')]));
   assert.equal((await drain(other)).error, undefined);
   await client.close();
@@ -247,15 +315,28 @@ test('a wake that times out: that rank is dead, so the lockstep group fails as a
   link.sendHook = (f) => {
     if (f.type === RequestType.START_DP_WAVE && f.engineIndex === 0) throw new FakeSendTimeoutError();
   };
-  await assert.rejects(client.submit(req('a')), { kind: 'engine-dead', message: /DP rank 0 is not reading its input: START_DP_WAVE \[2, nil\] to DP rank 0 timed out/ });
+  await assert.rejects(client.submit(req('a')), {
+    kind: 'engine-dead',
+    message: /DP rank 0 is not reading its input: START_DP_WAVE \[2, nil\] to DP rank 0 timed out/,
+  });
   assert.equal(((await drain(live)).error as EngineClientError).kind, 'engine-dead');
   assert.deepEqual(client.stats.failures, { 'send-timeout': 1 });
   assert.deepEqual(client.stats.rankDeaths, { 'send-timeout': 1 });
   assert.deepEqual(inFlight(client), [0, 0]);
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['dead', 'ready']);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['dead', 'ready'],
+  );
   assert.equal(client.isAlive(), true, 'the client lives on; the group serves again once rank 0 rejoins');
   assert.equal(client.canServe(), false, 'a lockstep group needs every rank');
-  assert.deepEqual(link.aborts().filter((f) => f.engineIndex === 1).map((f) => f.decoded), [['live']], 'rank 1 is told to drop what it held (a went to dead rank 0: no ABORT there)');
+  assert.deepEqual(
+    link
+      .aborts()
+      .filter((f) => f.engineIndex === 1)
+      .map((f) => f.decoded),
+    [['live']],
+    'rank 1 is told to drop what it held (a went to dead rank 0: no ABORT there)',
+  );
   await client.close();
 });
 
@@ -273,11 +354,14 @@ test('a wake refused with EHOSTUNREACH marks that rank dead and fails the group;
     return true;
   });
   assert.deepEqual(client.stats.failures, { 'peer-unreachable': 1 });
-  assert.deepEqual(client.rankStates().map((r) => r.state), ['ready', 'ready', 'dead']);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.state),
+    ['ready', 'ready', 'dead'],
+  );
   await client.close();
 });
 
-test('a wake the dispatcher starts (start_wave) that fails fails the group\'s requests: nobody else could report it (14.8)', async () => {
+test("a wake the dispatcher starts (start_wave) that fails fails the group's requests: nobody else could report it (14.8)", async () => {
   const { client, link } = lockstep(2);
   const s = await client.submit(req('a'));
   const failed: EngineClientError[] = [];
@@ -306,6 +390,9 @@ test('a request aborted while its ADD is pending is not woken for', async () => 
   release();
   await assert.rejects(p, /client went away/);
   assert.equal(link.waves().length, 0);
-  assert.deepEqual(link.aborts().map((f) => f.decoded), [['a']]);
+  assert.deepEqual(
+    link.aborts().map((f) => f.decoded),
+    [['a']],
+  );
   await client.close();
 });

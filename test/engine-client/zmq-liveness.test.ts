@@ -39,7 +39,12 @@ async function boundLink(dpSize: number) {
 }
 
 async function dial(handshakeAddress: string, engineIndex: number): Promise<EngineDialer> {
-  const dialer = await EngineDialer.connect({ handshakeAddress, engineIndex, readyResponse: readyFor(engineIndex), initTimeoutMs: GUARD_MS });
+  const dialer = await EngineDialer.connect({
+    handshakeAddress,
+    engineIndex,
+    readyResponse: readyFor(engineIndex),
+    initTimeoutMs: GUARD_MS,
+  });
   cleanups.push(() => dialer.close());
   return dialer;
 }
@@ -87,7 +92,10 @@ test('a rank that goes away (in process): disconnect → probe → EHOSTUNREACH 
   assert.equal(error.kind, 'engine-dead');
   assert.match(error.message, /DP rank 1 .*EHOSTUNREACH/);
   assert.deepEqual(client.stats.rankDeaths, { 'peer-unreachable': 1 });
-  assert.deepEqual(client.rankStates().map((r) => r.inFlight), [1, 0]);
+  assert.deepEqual(
+    client.rankStates().map((r) => r.inFlight),
+    [1, 0],
+  );
   assert.equal(client.status(), 'degraded');
 
   // The same engine index dials the same handshake again (a restart) and takes work.
@@ -103,10 +111,14 @@ test('a rank that goes away (in process): disconnect → probe → EHOSTUNREACH 
 test('a SIGKILLed rank process (no sentinel): that rank is dead without waiting for the silence watchdog', async () => {
   const { endpoints, link } = await boundLink(2);
   const client = clientOver(link);
-  const child = spawn(process.execPath, [...nodeEntry(new URL('../transport/fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '1'], {
-    cwd: repoRoot,
-    stdio: ['ignore', 'ignore', 'inherit'],
-  });
+  const child = spawn(
+    process.execPath,
+    [...nodeEntry(new URL('../transport/fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '1'],
+    {
+      cwd: repoRoot,
+      stdio: ['ignore', 'ignore', 'inherit'],
+    },
+  );
   cleanups.push(() => {
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
   });

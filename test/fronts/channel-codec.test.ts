@@ -37,7 +37,13 @@ const request: GenerateRequest = {
 test('front records round-trip in one message, in order', () => {
   const records: UpRecord[] = [
     { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null },
-    { tag: Tag.SUBMIT, handle: 2, group: 1, request: { ...request, requestId: 'chatcmpl-2', topLogprobs: 2 }, dpRank: 1 },
+    {
+      tag: Tag.SUBMIT,
+      handle: 2,
+      group: 1,
+      request: { ...request, requestId: 'chatcmpl-2', topLogprobs: 2 },
+      dpRank: 1,
+    },
     { tag: Tag.ABORT, handle: 1 },
     { tag: Tag.PERMIT, ticket: 9 },
     { tag: Tag.RELEASE, ticket: 9 },
@@ -52,11 +58,56 @@ test('router records round-trip; absent optionals stay absent, stop reasons and 
     { tag: Tag.SUBMITTED, handle: 1, engineIndex: 0 },
     { tag: Tag.SUBMITTED, handle: 2, engineIndex: null },
     { tag: Tag.OUT, handle: 1, output: { ...base, newTokenIds: [10, 11], finishReason: null, logprobs: [] } },
-    { tag: Tag.OUT, handle: 1, output: { ...base, newTokenIds: [12], finishReason: 'stop', logprobs: [-0.5], stopReason: 12 } },
-    { tag: Tag.OUT, handle: 2, output: { ...base, newTokenIds: [], finishReason: 'abort', logprobs: [], stopReason: null } },
-    { tag: Tag.OUT, handle: 3, output: { ...base, newTokenIds: [1], finishReason: 'length', logprobs: [-1], stopReason: '###', topLogprobs: [[{ id: 1, logprob: -1 }, { id: 2, logprob: -2 }]] } },
-    { tag: Tag.OUT, handle: 4, output: { ...base, newTokenIds: [1], finishReason: 'error', logprobs: [-1], topLogprobs: [[{ id: 1, logprob: -1 }]] } },
-    { tag: Tag.REJECTED, handle: 5, error: { name: 'EngineClientError', message: 'no rank 7', kind: 'invalid-dp-rank', dpRank: 7, engineCount: 2, validRanks: [0, 1] } },
+    {
+      tag: Tag.OUT,
+      handle: 1,
+      output: { ...base, newTokenIds: [12], finishReason: 'stop', logprobs: [-0.5], stopReason: 12 },
+    },
+    {
+      tag: Tag.OUT,
+      handle: 2,
+      output: { ...base, newTokenIds: [], finishReason: 'abort', logprobs: [], stopReason: null },
+    },
+    {
+      tag: Tag.OUT,
+      handle: 3,
+      output: {
+        ...base,
+        newTokenIds: [1],
+        finishReason: 'length',
+        logprobs: [-1],
+        stopReason: '###',
+        topLogprobs: [
+          [
+            { id: 1, logprob: -1 },
+            { id: 2, logprob: -2 },
+          ],
+        ],
+      },
+    },
+    {
+      tag: Tag.OUT,
+      handle: 4,
+      output: {
+        ...base,
+        newTokenIds: [1],
+        finishReason: 'error',
+        logprobs: [-1],
+        topLogprobs: [[{ id: 1, logprob: -1 }]],
+      },
+    },
+    {
+      tag: Tag.REJECTED,
+      handle: 5,
+      error: {
+        name: 'EngineClientError',
+        message: 'no rank 7',
+        kind: 'invalid-dp-rank',
+        dpRank: 7,
+        engineCount: 2,
+        validRanks: [0, 1],
+      },
+    },
     { tag: Tag.FAILED, handle: 6, error: { name: 'EngineClientError', message: 'rank 0 died', kind: 'engine-dead' } },
     { tag: Tag.GRANT, ticket: 9, granted: false, max: 3 },
     { tag: Tag.REPLY, callId: 4, ok: true, value: { responses: [['resp_1', null]] } },
@@ -65,14 +116,32 @@ test('router records round-trip; absent optionals stay absent, stop reasons and 
   ];
   const back = decodeDown(encodeDown(records));
   // A decoded OUT row is the row a front's stream takes, named by the receiver (requestId '' until then).
-  assert.deepEqual(back, records.map((r) => (r.tag === Tag.OUT ? { ...r, output: { requestId: '', ...r.output } } : r)));
+  assert.deepEqual(
+    back,
+    records.map((r) => (r.tag === Tag.OUT ? { ...r, output: { requestId: '', ...r.output } } : r)),
+  );
   const first = back[2] as DownRecord & { tag: typeof Tag.OUT };
   assert.equal('stopReason' in first.output, false, 'no stop reason key when the engine reported none');
   assert.equal('topLogprobs' in first.output, false);
 });
 
 test('non-finite logprobs cross as they are', () => {
-  const out = decodeDown(encodeDown([{ tag: Tag.OUT, handle: 1, output: { newTokenIds: [1, 2, 3], finishReason: null, promptTokens: 1, completionTokens: 3, cachedTokens: 0, logprobs: [-Infinity, Number.NaN, -0.25] } }]));
+  const out = decodeDown(
+    encodeDown([
+      {
+        tag: Tag.OUT,
+        handle: 1,
+        output: {
+          newTokenIds: [1, 2, 3],
+          finishReason: null,
+          promptTokens: 1,
+          completionTokens: 3,
+          cachedTokens: 0,
+          logprobs: [-Infinity, Number.NaN, -0.25],
+        },
+      },
+    ]),
+  );
   const lp = (out[0] as DownRecord & { tag: typeof Tag.OUT }).output.logprobs;
   assert.equal(lp[0], -Infinity);
   assert.ok(Number.isNaN(lp[1]));
@@ -80,11 +149,18 @@ test('non-finite logprobs cross as they are', () => {
 });
 
 test('finish codes: 0 running, 1 stop, 2 length, 3 abort, 4 error', () => {
-  assert.deepEqual([null, 'stop', 'length', 'abort', 'error'].map((r) => finishCode(r as never)), [0, 1, 2, 3, 4]);
+  assert.deepEqual(
+    [null, 'stop', 'length', 'abort', 'error'].map((r) => finishCode(r as never)),
+    [0, 1, 2, 3, 4],
+  );
 });
 
 test('errors keep what the HTTP layer reads: the kind (→ status) and the structured fields', () => {
-  const err = new EngineClientError('invalid-dp-rank', 'DP rank 5 is not a connected rank', { dpRank: 5, engineCount: 2, validRanks: [0, 1] });
+  const err = new EngineClientError('invalid-dp-rank', 'DP rank 5 is not a connected rank', {
+    dpRank: 5,
+    engineCount: 2,
+    validRanks: [0, 1],
+  });
   const back = fromWireError(toWireError(err));
   assert.ok(back instanceof EngineClientError);
   assert.equal(back.kind, 'invalid-dp-rank');
@@ -115,8 +191,16 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['submit with a request id that is not a string', encode([[Tag.SUBMIT, 1, 0, { requestId: 4 }, null]]), 'up'],
     // Refused at the boundary (a malformed front message), before the engine client sees it.
     ['submit without prompt token ids', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', sampling: {} }, null]]), 'up'],
-    ['submit with prompt token ids that are not a list', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: 'abc', sampling: {} }, null]]), 'up'],
-    ['submit without sampling parameters', encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1] }, null]]), 'up'],
+    [
+      'submit with prompt token ids that are not a list',
+      encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: 'abc', sampling: {} }, null]]),
+      'up',
+    ],
+    [
+      'submit without sampling parameters',
+      encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1] }, null]]),
+      'up',
+    ],
     ['call without a method', encode([[Tag.CALL, 1, 2, null]]), 'up'],
     ['front tag from the router', encode([[Tag.PERMIT, 1]]), 'down'],
     ['the old HELLO record from a front', encode([[1, 3]]), 'up'],
@@ -133,7 +217,11 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['count not an integer', encode([[Tag.OUT, 1, [1], 0, 1.5, 1, 0, []]]), 'down'],
     ['out record too short', encode([[Tag.OUT, 1, [1], 0, 1, 1, 0]]), 'down'],
     ['top logprobs not a list', encode([[Tag.OUT, 1, [1], 0, 1, 1, 0, [], null, false, 3]]), 'down'],
-    ['trailing bytes', Uint8Array.from([...encodeDown([{ tag: Tag.JOINED, group: 0, engineIndex: 1, rejoin: false }]), 0x01]), 'down'],
+    [
+      'trailing bytes',
+      Uint8Array.from([...encodeDown([{ tag: Tag.JOINED, group: 0, engineIndex: 1, rejoin: false }]), 0x01]),
+      'down',
+    ],
     ['empty', new Uint8Array(0), 'down'],
     ['fewer records than the header says', encode([[Tag.SUBMITTED, 1, 0]]).map((b, i) => (i === 0 ? 0x92 : b)), 'down'],
   ];
@@ -143,7 +231,14 @@ test('malformed messages are ChannelDecodeErrors', () => {
 });
 
 test('DownMessage: OUT rows written in place are the msgpack list of records any decoder reads (the wire is unchanged)', () => {
-  const o = { newTokenIds: [5, 300, 70_000, 151_643], finishReason: 'length' as const, promptTokens: 70_000, completionTokens: 256, cachedTokens: 64, logprobs: [-0.5, -1, 0, -0, Number.NaN, -Infinity] };
+  const o = {
+    newTokenIds: [5, 300, 70_000, 151_643],
+    finishReason: 'length' as const,
+    promptTokens: 70_000,
+    completionTokens: 256,
+    cachedTokens: 64,
+    logprobs: [-0.5, -1, 0, -0, Number.NaN, -Infinity],
+  };
   const m = new DownMessage(8); // grows
   m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 3 });
   for (let h = 0; h < 40; h++) m.out(h, o);
@@ -165,33 +260,72 @@ test('DownMessage: OUT rows written in place are the msgpack list of records any
 
 test('DownMessage: a row that cannot be encoded throws and leaves the message as it was', () => {
   const m = new DownMessage();
-  const ok = { newTokenIds: [1], finishReason: null, promptTokens: 1, completionTokens: 1, cachedTokens: 0, logprobs: [] };
+  const ok = {
+    newTokenIds: [1],
+    finishReason: null,
+    promptTokens: 1,
+    completionTokens: 1,
+    cachedTokens: 0,
+    logprobs: [],
+  };
   m.out(1, ok);
-  for (const bad of [{ ...ok, newTokenIds: [1, 2.5] }, { ...ok, promptTokens: -1 }, { ...ok, cachedTokens: 2 ** 40 }]) {
+  for (const bad of [
+    { ...ok, newTokenIds: [1, 2.5] },
+    { ...ok, promptTokens: -1 },
+    { ...ok, cachedTokens: 2 ** 40 },
+  ]) {
     assert.throws(() => m.out(2, bad), /expected an integer in 0\.\.2\^32−1/);
   }
   m.out(3, ok);
-  assert.deepEqual(decodeDown(m.finish()).map((r) => (r as { handle: number }).handle), [1, 3]);
+  assert.deepEqual(
+    decodeDown(m.finish()).map((r) => (r as { handle: number }).handle),
+    [1, 3],
+  );
 });
 
 test('OUT records encoded by a generic msgpack encoder (any tag encoding, tuple layout) decode the same', () => {
   const base = [1, [7, 8], 0, 3, 2, 0, [-0.5, -1]];
-  const viaGeneric = decodeDown(encode([[Tag.OUT, ...base], [Tag.OUT, ...base, 12, true]]));
+  const viaGeneric = decodeDown(
+    encode([
+      [Tag.OUT, ...base],
+      [Tag.OUT, ...base, 12, true],
+    ]),
+  );
   // A non-minimal tag (uint8 103) goes through the tuple decoder.
   const nonMinimal = Uint8Array.from(encode([[Tag.OUT, ...base]]));
   const longTag = Uint8Array.from([nonMinimal[0]!, 0x98, 0xcc, Tag.OUT, ...nonMinimal.subarray(3)]);
   const viaTuple = decodeDown(longTag);
-  const expected = { tag: Tag.OUT, handle: 1, output: { requestId: '', newTokenIds: [7, 8], finishReason: null, promptTokens: 3, completionTokens: 2, cachedTokens: 0, logprobs: [-0.5, -1] } };
+  const expected = {
+    tag: Tag.OUT,
+    handle: 1,
+    output: {
+      requestId: '',
+      newTokenIds: [7, 8],
+      finishReason: null,
+      promptTokens: 3,
+      completionTokens: 2,
+      cachedTokens: 0,
+      logprobs: [-0.5, -1],
+    },
+  };
   assert.deepEqual(viaGeneric, [expected, { ...expected, output: { ...expected.output, stopReason: 12 } }]);
   assert.deepEqual(viaTuple, [expected]);
 });
 
 test('mutated router messages: a ChannelDecodeError or records, never another exception', () => {
   let seed = 7;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32);
+  const rand = () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
   const m = new DownMessage();
   m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 0 });
-  for (let h = 0; h < 6; h++) m.out(h, { newTokenIds: [h, 1000 + h], finishReason: h === 5 ? 'stop' : null, promptTokens: 9, completionTokens: h, cachedTokens: 0, logprobs: h % 2 ? [-1.5, -2] : [] });
+  for (let h = 0; h < 6; h++)
+    m.out(h, {
+      newTokenIds: [h, 1000 + h],
+      finishReason: h === 5 ? 'stop' : null,
+      promptTokens: 9,
+      completionTokens: h,
+      cachedTokens: 0,
+      logprobs: h % 2 ? [-1.5, -2] : [],
+    });
   m.push({ tag: Tag.FAILED, handle: 9, error: { name: 'EngineClientError', message: 'x', kind: 'engine-dead' } });
   const bytes = m.finish();
   let errors = 0;
@@ -208,7 +342,7 @@ test('mutated router messages: a ChannelDecodeError or records, never another ex
   assert.ok(errors > 1000, `${errors} refused`);
 });
 
-test('UpOutbox: the records of one turn are one message in one write; the next turn\'s are the next', async () => {
+test("UpOutbox: the records of one turn are one message in one write; the next turn's are the next", async () => {
   const writes: UpRecord[][][] = [];
   const box = new UpOutbox((messages) => writes.push(messages.map((m) => decodeUp(m))));
   box.push({ tag: Tag.PERMIT, ticket: 1 });
@@ -216,7 +350,15 @@ test('UpOutbox: the records of one turn are one message in one write; the next t
   box.push({ tag: Tag.ABORT, handle: 1 });
   assert.equal(writes.length, 0, 'nothing is written before the end of the turn');
   await new Promise((r) => setImmediate(r));
-  assert.deepEqual(writes, [[[{ tag: Tag.PERMIT, ticket: 1 }, { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null }, { tag: Tag.ABORT, handle: 1 }]]]);
+  assert.deepEqual(writes, [
+    [
+      [
+        { tag: Tag.PERMIT, ticket: 1 },
+        { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null },
+        { tag: Tag.ABORT, handle: 1 },
+      ],
+    ],
+  ]);
   box.push({ tag: Tag.RELEASE, ticket: 1 });
   await new Promise((r) => setImmediate(r));
   assert.deepEqual(writes[1], [[{ tag: Tag.RELEASE, ticket: 1 }]]);
@@ -231,10 +373,23 @@ test('UpOutbox: records that would pass the message bound leave as several messa
   const writes: Uint8Array[][] = [];
   const max = 600;
   const box = new UpOutbox((messages) => writes.push(messages), max);
-  const big = (handle: number): UpRecord => ({ tag: Tag.SUBMIT, handle, group: 0, request: { ...request, promptTokenIds: new Array<number>(60).fill(1000) }, dpRank: null });
+  const big = (handle: number): UpRecord => ({
+    tag: Tag.SUBMIT,
+    handle,
+    group: 0,
+    request: { ...request, promptTokenIds: new Array<number>(60).fill(1000) },
+    dpRank: null,
+  });
   for (let h = 1; h <= 5; h++) box.push(big(h));
   assert.throws(
-    () => box.push({ tag: Tag.SUBMIT, handle: 9, group: 0, request: { ...request, promptTokenIds: new Array<number>(400).fill(1000) }, dpRank: null }),
+    () =>
+      box.push({
+        tag: Tag.SUBMIT,
+        handle: 9,
+        group: 0,
+        request: { ...request, promptTokenIds: new Array<number>(400).fill(1000) },
+        dpRank: null,
+      }),
     (err: unknown) => err instanceof ChannelRecordTooLarge && err.maxBytes === max,
   );
   await new Promise((r) => setImmediate(r));
@@ -242,7 +397,11 @@ test('UpOutbox: records that would pass the message bound leave as several messa
   const messages = writes[0]!;
   assert.ok(messages.length > 1, `${messages.length} messages`);
   for (const m of messages) assert.ok(m.length <= max, `a message of ${m.length} bytes`);
-  assert.deepEqual(messages.flatMap((m) => decodeUp(m).map((r) => (r as { handle: number }).handle)), [1, 2, 3, 4, 5], 'every record once, in order; the refused one not at all');
+  assert.deepEqual(
+    messages.flatMap((m) => decodeUp(m).map((r) => (r as { handle: number }).handle)),
+    [1, 2, 3, 4, 5],
+    'every record once, in order; the refused one not at all',
+  );
 });
 
 test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAIN) keeps its messages in order and holds up no other', async () => {
@@ -259,7 +418,14 @@ test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAI
   );
   const a = boxes.open(1);
   const b = boxes.open(2);
-  const row = { newTokenIds: [1], finishReason: null, promptTokens: 1, completionTokens: 1, cachedTokens: 0, logprobs: [] };
+  const row = {
+    newTokenIds: [1],
+    finishReason: null,
+    promptTokens: 1,
+    completionTokens: 1,
+    cachedTokens: 0,
+    logprobs: [],
+  };
   boxes.message(a).out(1, row);
   boxes.message(a).out(2, row);
   boxes.message(b).out(3, row);
@@ -272,7 +438,16 @@ test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAI
   await new Promise((r) => setImmediate(r));
   refuse = false;
   await new Promise((r) => setTimeout(r, 80));
-  assert.deepEqual(sent, [[2, [3]], [2, [5]], [1, [1, 2]], [1, [4]]], 'front 1 gets its messages in order once it reads');
+  assert.deepEqual(
+    sent,
+    [
+      [2, [3]],
+      [2, [5]],
+      [1, [1, 2]],
+      [1, [4]],
+    ],
+    'front 1 gets its messages in order once it reads',
+  );
   assert.equal(boxes.queuedBytes(1), 0);
   assert.deepEqual(stuck, []);
   boxes.close();
@@ -291,7 +466,14 @@ test('FrontOutboxes: a front refusing for stuckAfterMs, over its byte limit, or 
     (key, err) => stuck.push(`${key}: ${(err as Error).message}`),
     { stuckAfterMs: 1000, maxQueuedBytes: 200, now: () => now },
   );
-  const row = { newTokenIds: [1, 2, 3], finishReason: null, promptTokens: 1, completionTokens: 1, cachedTokens: 0, logprobs: [-1, -2, -3] };
+  const row = {
+    newTokenIds: [1, 2, 3],
+    finishReason: null,
+    promptTokens: 1,
+    completionTokens: 1,
+    cachedTokens: 0,
+    logprobs: [-1, -2, -3],
+  };
   const slow = boxes.open(1);
   const big = boxes.open(2);
   const gone = boxes.open(3);
@@ -299,7 +481,11 @@ test('FrontOutboxes: a front refusing for stuckAfterMs, over its byte limit, or 
   for (let i = 0; i < 10; i++) boxes.message(big).out(i, row);
   boxes.message(gone).out(1, row);
   await new Promise((r) => setTimeout(r, 20));
-  assert.deepEqual(stuck.map((s) => s.split(':')[0]), ['2', '3'], 'over the byte limit and unreachable: stuck at once');
+  assert.deepEqual(
+    stuck.map((s) => s.split(':')[0]),
+    ['2', '3'],
+    'over the byte limit and unreachable: stuck at once',
+  );
   assert.ok((attempts.get(1) ?? 0) >= 2, 'the refused front is retried');
   now = 1500;
   await new Promise((r) => setTimeout(r, 120));

@@ -13,11 +13,13 @@ import { FrameReader, MAX_FRAME_BYTES, checkChannelPath, writeFrame, writeFrames
 import { ConfigError } from '../../src/transport/errors.js';
 
 function framed(payloads: Buffer[]): Buffer {
-  return Buffer.concat(payloads.flatMap((p) => {
-    const h = Buffer.alloc(4);
-    h.writeUInt32LE(p.length, 0);
-    return [h, p];
-  }));
+  return Buffer.concat(
+    payloads.flatMap((p) => {
+      const h = Buffer.alloc(4);
+      h.writeUInt32LE(p.length, 0);
+      return [h, p];
+    }),
+  );
 }
 
 test('FrameReader: whole frames in order for every way of cutting the stream into chunks', () => {
@@ -27,7 +29,11 @@ test('FrameReader: whole frames in order for every way of cutting the stream int
     const got: string[] = [];
     const r = new FrameReader((f) => got.push(f.toString('hex')));
     for (let i = 0; i < stream.length; i += size) r.push(stream.subarray(i, i + size));
-    assert.deepEqual(got, payloads.map((p) => p.toString('hex')), `chunks of ${size} bytes`);
+    assert.deepEqual(
+      got,
+      payloads.map((p) => p.toString('hex')),
+      `chunks of ${size} bytes`,
+    );
   }
 });
 
@@ -84,12 +90,18 @@ test('writeFrame over a unix socket: the reader gets each payload as written', a
   });
   await done;
   rmSync(dir, { recursive: true, force: true });
-  assert.deepEqual(got.map((s) => (s.length > 10 ? `${s.length}×${s[0]}` : s)), ['one', '100000×a', 'three']);
+  assert.deepEqual(
+    got.map((s) => (s.length > 10 ? `${s.length}×${s[0]}` : s)),
+    ['one', '100000×a', 'three'],
+  );
 });
 
 test('checkChannelPath: a channel socket path over the unix socket limit is a ConfigError naming it', () => {
   const dir = `/tmp/${'d'.repeat(80)}`;
   const fits = `${dir}/${'x'.repeat(107 - dir.length - 1)}`;
   assert.equal(checkChannelPath(fits), fits);
-  assert.throws(() => checkChannelPath(`${fits}x`), (err: unknown) => err instanceof ConfigError && /108 bytes, longer than the 107-byte/.test(err.message));
+  assert.throws(
+    () => checkChannelPath(`${fits}x`),
+    (err: unknown) => err instanceof ConfigError && /108 bytes, longer than the 107-byte/.test(err.message),
+  );
 });

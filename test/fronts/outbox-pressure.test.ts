@@ -179,8 +179,24 @@ test('a pressure lasting maxPressureMs lets go of its lanes; they hold nothing u
 });
 
 test('bad marks and a non-positive maxPressureMs are a RangeError', () => {
-  assert.throws(() => new FrontOutboxes(async () => {}, () => {}, { highWaterBytes: 10, lowWaterBytes: 10 }), RangeError);
-  assert.throws(() => new FrontOutboxes(async () => {}, () => {}, { maxPressureMs: 0 }), RangeError);
+  assert.throws(
+    () =>
+      new FrontOutboxes(
+        async () => {},
+        () => {},
+        { highWaterBytes: 10, lowWaterBytes: 10 },
+      ),
+    RangeError,
+  );
+  assert.throws(
+    () =>
+      new FrontOutboxes(
+        async () => {},
+        () => {},
+        { maxPressureMs: 0 },
+      ),
+    RangeError,
+  );
 });
 
 test('OutputGate: wait() resolves at once when open, at resume() when paused; pause/resume say whether they changed it', async () => {

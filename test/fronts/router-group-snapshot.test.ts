@@ -48,23 +48,36 @@ before(async () => {
 
 after(() => fronts.close());
 
-test('a request placed through one front shows in the other front\'s snapshot at once (two groups)', { timeout: 10_000 }, async () => {
-  assert.equal(b.groups[0]!.ranks[0]!.inFlight, 0);
-  const seen = new Promise<GroupSnapshot[]>((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error('front B got no snapshot with the new in-flight count within 3 s')), 3000);
-    b.on('snapshot', (groups) => {
-      if (groups[0]?.ranks[0]?.inFlight === 1) {
-        clearTimeout(timer);
-        resolve(groups);
-      }
+test(
+  "a request placed through one front shows in the other front's snapshot at once (two groups)",
+  { timeout: 10_000 },
+  async () => {
+    assert.equal(b.groups[0]!.ranks[0]!.inFlight, 0);
+    const seen = new Promise<GroupSnapshot[]>((resolve, reject) => {
+      const timer = setTimeout(
+        () => reject(new Error('front B got no snapshot with the new in-flight count within 3 s')),
+        3000,
+      );
+      b.on('snapshot', (groups) => {
+        if (groups[0]?.ranks[0]?.inFlight === 1) {
+          clearTimeout(timer);
+          resolve(groups);
+        }
+      });
     });
-  });
-  const submitted = first.nextSubmission();
-  const request: GenerateRequest = { requestId: 'cmpl-g0', promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 4 }, stream: true, returnLogprob: false };
-  const stream = await new RemoteBackend(a, 0).submit(request);
-  await submitted;
-  const groups = await seen;
-  assert.equal(groups[0]!.ranks[0]!.inFlight, 1);
-  assert.equal(new RemoteBackend(b, 0).rankStates()[0]!.inFlight, 1);
-  stream.cancel();
-});
+    const submitted = first.nextSubmission();
+    const request: GenerateRequest = {
+      requestId: 'cmpl-g0',
+      promptTokenIds: [1, 2, 3],
+      sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 4 },
+      stream: true,
+      returnLogprob: false,
+    };
+    const stream = await new RemoteBackend(a, 0).submit(request);
+    await submitted;
+    const groups = await seen;
+    assert.equal(groups[0]!.ranks[0]!.inFlight, 1);
+    assert.equal(new RemoteBackend(b, 0).rankStates()[0]!.inFlight, 1);
+    stream.cancel();
+  },
+);

@@ -47,35 +47,43 @@ async function setUp(prefix: string) {
   return { two, gate, stuck, pressure, stream, sub, ids, down, resumeReading };
 }
 
-test('a front that stops reading pauses the output gate past the high-water mark (not stuck); reading again resumes it', { timeout: 30_000 }, async () => {
-  const t = await setUp('mgw-pressure-read-');
-  try {
-    assert.equal(t.gate.isPaused, true, 'paused once the lane passed 1 MiB');
-    assert.deepEqual(t.pressure, [true]);
-    assert.equal(t.two.service.pressureStats.pauses, 1);
-    assert.deepEqual(t.stuck, [], 'a slow front is not reported stuck');
-    // The front reads again (its stream is consumed): the lane drains and the gate opens.
-    void (async () => {
-      for await (const _ of t.stream) void _;
-    })().catch(() => {});
-    t.resumeReading();
-    await until(() => !t.gate.isPaused, 'the resume', 10_000);
-    assert.deepEqual(t.pressure, [true, false]);
-    assert.deepEqual(t.stuck, []);
-  } finally {
-    await t.two.close();
-  }
-});
+test(
+  'a front that stops reading pauses the output gate past the high-water mark (not stuck); reading again resumes it',
+  { timeout: 30_000 },
+  async () => {
+    const t = await setUp('mgw-pressure-read-');
+    try {
+      assert.equal(t.gate.isPaused, true, 'paused once the lane passed 1 MiB');
+      assert.deepEqual(t.pressure, [true]);
+      assert.equal(t.two.service.pressureStats.pauses, 1);
+      assert.deepEqual(t.stuck, [], 'a slow front is not reported stuck');
+      // The front reads again (its stream is consumed): the lane drains and the gate opens.
+      void (async () => {
+        for await (const _ of t.stream) void _;
+      })().catch(() => {});
+      t.resumeReading();
+      await until(() => !t.gate.isPaused, 'the resume', 10_000);
+      assert.deepEqual(t.pressure, [true, false]);
+      assert.deepEqual(t.stuck, []);
+    } finally {
+      await t.two.close();
+    }
+  },
+);
 
-test('a front whose socket closes while it holds the gate paused releases it at once', { timeout: 30_000 }, async () => {
-  const t = await setUp('mgw-pressure-closed-');
-  try {
-    assert.equal(t.gate.isPaused, true);
-    t.down.destroy(); // the front's end: the router sees its socket close and drops the lane
-    await until(() => !t.gate.isPaused, 'the resume after the close', 10_000);
-    assert.deepEqual(t.pressure, [true, false]);
-    assert.deepEqual(t.stuck, [2], 'the closed front is reported (the primary ends it)');
-  } finally {
-    await t.two.close();
-  }
-});
+test(
+  'a front whose socket closes while it holds the gate paused releases it at once',
+  { timeout: 30_000 },
+  async () => {
+    const t = await setUp('mgw-pressure-closed-');
+    try {
+      assert.equal(t.gate.isPaused, true);
+      t.down.destroy(); // the front's end: the router sees its socket close and drops the lane
+      await until(() => !t.gate.isPaused, 'the resume after the close', 10_000);
+      assert.deepEqual(t.pressure, [true, false]);
+      assert.deepEqual(t.stuck, [2], 'the closed front is reported (the primary ends it)');
+    } finally {
+      await t.two.close();
+    }
+  },
+);

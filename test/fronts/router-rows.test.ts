@@ -88,7 +88,10 @@ test('a stream closed without a terminal row fails in the front with the engine 
   await link.deliverBatch(batch(0, [row('r2', null, [1])], undefined, ['r2']));
   await until(() => closed.done, 'the closed stream to end');
   assert.equal(closed.outputs.length, 1);
-  assert.ok(closed.error instanceof Error && /r2/.test(closed.error.message), `stream-closed error: ${String(closed.error)}`);
+  assert.ok(
+    closed.error instanceof Error && /r2/.test(closed.error.message),
+    `stream-closed error: ${String(closed.error)}`,
+  );
   assert.ok(!(closed.error instanceof EngineClientError) || closed.error.kind !== 'engine-dead');
 
   const cancelled = await remote.submit(req('r3'), { dpRank: 0 });

@@ -64,8 +64,14 @@ test('a submit is placed by the router; outputs reach the front with their count
   sub.stream.push([12], 'length', [], undefined);
   const outs: EngineOutput[] = [];
   for await (const o of stream) outs.push(o);
-  assert.deepEqual(outs.map((o) => o.newTokenIds), [[10, 11], [12]]);
-  assert.deepEqual(outs.map((o) => o.completionTokens), [2, 3]);
+  assert.deepEqual(
+    outs.map((o) => o.newTokenIds),
+    [[10, 11], [12]],
+  );
+  assert.deepEqual(
+    outs.map((o) => o.completionTokens),
+    [2, 3],
+  );
   assert.equal(outs[1]!.finishReason, 'length');
   assert.equal(outs[1]!.requestId, stream.requestId);
   assert.equal(service.liveRequests, 0);
@@ -100,7 +106,10 @@ test('cancel in the front cancels the engine stream (ABORT); so does one cancell
 
 test('a refused submit rejects with the engine client error kind; a failed stream throws it', async () => {
   const remote = new RemoteBackend(a, 0);
-  await assert.rejects(remote.submit(req(), { dpRank: 7 }), (err: unknown) => err instanceof EngineClientError && err.kind === 'invalid-dp-rank');
+  await assert.rejects(
+    remote.submit(req(), { dpRank: 7 }),
+    (err: unknown) => err instanceof EngineClientError && err.kind === 'invalid-dp-rank',
+  );
   const placed = backend.nextSubmission();
   const stream = await remote.submit(req());
   (await placed).stream.fail(new EngineClientError('engine-dead', 'rank 0 died'));
@@ -147,7 +156,11 @@ test('the concurrency count is one over every front; a dropped front returns its
 test('the Responses store is the router’s: a put through one front is read by another; a delete is seen by all', async () => {
   const sa = new SharedResponsesStore(a);
   const sb = new SharedResponsesStore(b);
-  const stored = { response: { id: 'resp_1', object: 'response' }, inputItems: [{ id: 'msg_in', type: 'message' }], outputItems: [{ id: 'msg_out', type: 'message' }] };
+  const stored = {
+    response: { id: 'resp_1', object: 'response' },
+    inputItems: [{ id: 'msg_in', type: 'message' }],
+    outputItems: [{ id: 'msg_out', type: 'message' }],
+  };
   sa.put('resp_1', stored);
   await until(() => store.get('resp_1') !== undefined, 'the put reached the router');
   assert.equal(sb.get('resp_1'), undefined, 'not local to the other front before a prefetch');
@@ -165,7 +178,13 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   const remote = new RemoteBackend(a, 0);
   backend.rankStatesValue = [rankState(0, { inFlight: 4 }), rankState(1, { state: 'dead', cause: 'exit' })];
   await remote.refresh();
-  assert.deepEqual(remote.rankStates().map((r) => [r.inFlight, r.state]), [[4, 'ready'], [0, 'dead']]);
+  assert.deepEqual(
+    remote.rankStates().map((r) => [r.inFlight, r.state]),
+    [
+      [4, 'ready'],
+      [0, 'dead'],
+    ],
+  );
   const joined: Array<[number | null, boolean]> = [];
   remote.on('joined', (engine, rejoin) => joined.push([engine.engineIndex, rejoin]));
   const other = new RemoteBackend(b, 0);
@@ -185,7 +204,10 @@ async function snapshotsStillReach(front: FrontChannel, n: number): Promise<void
 }
 
 /** Two fronts on a fresh service over one fake rank, snapshots every 20 ms, `extra` options on top. */
-function fastSnapshotFronts(prefix: string, extra: Partial<RouterServiceOptions> = {}): ReturnType<typeof openTwoFronts> {
+function fastSnapshotFronts(
+  prefix: string,
+  extra: Partial<RouterServiceOptions> = {},
+): ReturnType<typeof openTwoFronts> {
   return openTwoFronts(
     prefix,
     {
@@ -203,7 +225,10 @@ function fastSnapshotFronts(prefix: string, extra: Partial<RouterServiceOptions>
 test('a front whose socket closed has its requests aborted at once and is reported (the primary kills it); the other front is served on', async () => {
   const stuck: number[] = [];
   const fake = new FakeBackend({ ranks: [0] });
-  const two = await fastSnapshotFronts('mgw-fronts-stuck-', { onFrontStuck: (id) => stuck.push(id), groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }] });
+  const two = await fastSnapshotFronts('mgw-fronts-stuck-', {
+    onFrontStuck: (id) => stuck.push(id),
+    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
+  });
   try {
     const placed = fake.nextSubmission();
     await new RemoteBackend(two.b, 0).submit(req());
@@ -312,35 +337,39 @@ test('a frame socket connection that sends no hello is closed after the hello ti
   }
 });
 
-test('a front that stops reading its frame socket is reported stuck once the router holds too much for it (node\'s buffer does not grow without bound)', { timeout: 30_000 }, async () => {
-  const stuck: number[] = [];
-  const fake = new FakeBackend({ ranks: [0] });
-  // Stuck only by bytes (no send timeout in this test's time): a lane whose sends are refused grows past 1 MiB.
-  const two = await openTwoFronts(
-    'mgw-fronts-unread-',
-    { ...unhurriedOptions(fake, log), maxQueuedBytes: 1024 * 1024, onFrontStuck: (id) => stuck.push(id) },
-    log,
-  );
-  try {
-    const placed = fake.nextSubmission();
-    await new RemoteBackend(two.b, 0).submit(req());
-    const sub = await placed;
-    // Front 2 stops reading (and stays paused: its slice logic would resume it).
-    const down = (two.b as unknown as { sock: { pause(): unknown; resume: () => unknown } }).sock;
-    down.pause();
-    down.resume = () => down;
-    // ~250 KB of rows per turn: the kernel's socket buffer, then DOWN_HIGH_WATER_BYTES in node's, then the lane.
-    const ids = new Array<number>(50_000).fill(100_000);
-    for (let i = 0; i < 200 && stuck.length === 0; i++) {
-      sub.stream.push(ids);
-      await new Promise((r) => setImmediate(r));
+test(
+  "a front that stops reading its frame socket is reported stuck once the router holds too much for it (node's buffer does not grow without bound)",
+  { timeout: 30_000 },
+  async () => {
+    const stuck: number[] = [];
+    const fake = new FakeBackend({ ranks: [0] });
+    // Stuck only by bytes (no send timeout in this test's time): a lane whose sends are refused grows past 1 MiB.
+    const two = await openTwoFronts(
+      'mgw-fronts-unread-',
+      { ...unhurriedOptions(fake, log), maxQueuedBytes: 1024 * 1024, onFrontStuck: (id) => stuck.push(id) },
+      log,
+    );
+    try {
+      const placed = fake.nextSubmission();
+      await new RemoteBackend(two.b, 0).submit(req());
+      const sub = await placed;
+      // Front 2 stops reading (and stays paused: its slice logic would resume it).
+      const down = (two.b as unknown as { sock: { pause(): unknown; resume: () => unknown } }).sock;
+      down.pause();
+      down.resume = () => down;
+      // ~250 KB of rows per turn: the kernel's socket buffer, then DOWN_HIGH_WATER_BYTES in node's, then the lane.
+      const ids = new Array<number>(50_000).fill(100_000);
+      for (let i = 0; i < 200 && stuck.length === 0; i++) {
+        sub.stream.push(ids);
+        await new Promise((r) => setImmediate(r));
+      }
+      await until(() => stuck.length > 0, 'the stuck report');
+      assert.deepEqual(stuck, [2]);
+    } finally {
+      await two.close();
     }
-    await until(() => stuck.length > 0, 'the stuck report');
-    assert.deepEqual(stuck, [2]);
-  } finally {
-    await two.close();
-  }
-});
+  },
+);
 
 test('a front whose socket the router closed says so (socket-closed), once; a front closing itself does not', async () => {
   const two = await fastSnapshotFronts('mgw-fronts-downclosed-');
@@ -350,7 +379,9 @@ test('a front whose socket the router closed says so (socket-closed), once; a fr
     two.a.on('socket-closed', () => closedA++);
     two.b.on('socket-closed', () => closedB++);
     // The router's end of front 2's socket goes away (as when the router closes it).
-    const routerSide = (two.service as unknown as { sessions: Map<number, { sock: { destroy(): void } }> }).sessions.get(2)!.sock;
+    const routerSide = (
+      two.service as unknown as { sessions: Map<number, { sock: { destroy(): void } }> }
+    ).sessions.get(2)!.sock;
     routerSide.destroy();
     await until(() => closedB === 1, 'front 2 hearing its socket closed');
     two.a.close(); // a front closing its own channel is no loss
@@ -364,7 +395,9 @@ test('a front whose socket the router closed says so (socket-closed), once; a fr
 
 test('a front whose socket closed ends its live streams and refuses new work at once (a terminal outcome, not a hang)', async () => {
   const fake = new FakeBackend({ ranks: [0] });
-  const two = await fastSnapshotFronts('mgw-fronts-downfail-', { groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }] });
+  const two = await fastSnapshotFronts('mgw-fronts-downfail-', {
+    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
+  });
   try {
     const remote = new RemoteBackend(two.b, 0);
     const placed = fake.nextSubmission();
@@ -374,10 +407,20 @@ test('a front whose socket closed ends its live streams and refuses new work at 
     const it = stream[Symbol.asyncIterator]();
     assert.deepEqual((await it.next()).value?.newTokenIds, [10]);
     const closed = new Promise<void>((r) => two.b.once('socket-closed', () => r()));
-    (two.service as unknown as { sessions: Map<number, { sock: { destroy(): void } }> }).sessions.get(2)!.sock.destroy();
+    (two.service as unknown as { sessions: Map<number, { sock: { destroy(): void } }> }).sessions
+      .get(2)!
+      .sock.destroy();
     await closed;
-    await assert.rejects(it.next(), (err: unknown) => err instanceof EngineClientError && err.kind === 'client-closed', 'the live stream ends with an error');
-    await assert.rejects(remote.submit(req()), (err: unknown) => err instanceof EngineClientError && err.kind === 'client-closed', 'a new submit is refused');
+    await assert.rejects(
+      it.next(),
+      (err: unknown) => err instanceof EngineClientError && err.kind === 'client-closed',
+      'the live stream ends with an error',
+    );
+    await assert.rejects(
+      remote.submit(req()),
+      (err: unknown) => err instanceof EngineClientError && err.kind === 'client-closed',
+      'a new submit is refused',
+    );
     assert.equal(await two.b.acquirePermit(), null, 'no permit from a router that is gone');
     assert.equal(two.b.liveRequests, 0);
   } finally {
@@ -425,7 +468,10 @@ test('a message before the hello is refused: the connection is closed and none o
 
 test('a front frame longer than the bound is refused before it is gathered: the socket is closed, counted, the front dropped and reported', async () => {
   const stuck: number[] = [];
-  const two = await fastSnapshotFronts('mgw-fronts-oversized-', { maxConcurrentRequests: 5, onFrontStuck: (id) => stuck.push(id) });
+  const two = await fastSnapshotFronts('mgw-fronts-oversized-', {
+    maxConcurrentRequests: 5,
+    onFrontStuck: (id) => stuck.push(id),
+  });
   try {
     const raw = await rawConnection(two.address);
     writeFrame(raw.sock, helloFrame(9, two.service.frontToken));
@@ -459,7 +505,7 @@ test('a front frame longer than the bound is refused before it is gathered: the 
   }
 });
 
-test('a front\'s records of one turn reach the router as one message', async () => {
+test("a front's records of one turn reach the router as one message", async () => {
   const two = await fastSnapshotFronts('mgw-fronts-batch-');
   try {
     const before = two.service.stats.frontMessages;

@@ -43,7 +43,13 @@ export async function openTwoFronts(prefix: string, options: RouterServiceOption
 
 /** A streamed request `requestId` of 3 prompt tokens and `maxNewTokens`. */
 export function streamedRequest(requestId: string, maxNewTokens: number): GenerateRequest {
-  return { requestId, promptTokenIds: [1, 2, 3], sampling: { ...DEFAULT_SAMPLING, maxNewTokens }, stream: true, returnLogprob: false };
+  return {
+    requestId,
+    promptTokenIds: [1, 2, 3],
+    sampling: { ...DEFAULT_SAMPLING, maxNewTokens },
+    stream: true,
+    returnLogprob: false,
+  };
 }
 
 /** Resolves once `cond()` holds (polled every 5 ms); fails the test naming `what` after `timeoutMs`. */

@@ -23,11 +23,27 @@ export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Pro
  * Poll `cond` every 50 ms until it holds (a rejection counts as not yet); fails after `ms` with `what` and, when
  * given, what `describe()` says then. A hang guard only, never a timing assertion.
  */
-export async function waitFor(cond: () => Promise<boolean> | boolean, what: string, ms = 30_000, describe?: () => unknown): Promise<void> {
+export async function waitFor(
+  cond: () => Promise<boolean> | boolean,
+  what: string,
+  ms = 30_000,
+  describe?: () => unknown,
+): Promise<void> {
   const deadline = performance.now() + ms;
-  while (!(await Promise.resolve().then(cond).catch(() => false))) {
+  while (
+    !(await Promise.resolve()
+      .then(cond)
+      .catch(() => false))
+  ) {
     if (performance.now() > deadline) {
-      const state = describe === undefined ? '' : `; state: ${JSON.stringify(await Promise.resolve().then(describe).catch((e: unknown) => String(e)))}`;
+      const state =
+        describe === undefined
+          ? ''
+          : `; state: ${JSON.stringify(
+              await Promise.resolve()
+                .then(describe)
+                .catch((e: unknown) => String(e)),
+            )}`;
       assert.fail(`${what}: not within ${ms} ms${state}`);
     }
     await new Promise((r) => setTimeout(r, 50));

@@ -27,7 +27,12 @@ export interface ChatClient {
 /** The `openai` SDK against `baseUrl` (the gateway's `http://host:port`) with `apiKey`. */
 export function openaiSdkClient(baseUrl: string, apiKey: string): ChatClient {
   const client = new OpenAI({ baseURL: `${baseUrl}/v1`, apiKey, maxRetries: 0, timeout: 60_000 });
-  const params = (a: ChatAsk) => ({ model: a.model, messages: [{ role: 'user' as const, content: a.content }], max_tokens: a.maxTokens, seed: a.seed });
+  const params = (a: ChatAsk) => ({
+    model: a.model,
+    messages: [{ role: 'user' as const, content: a.content }],
+    max_tokens: a.maxTokens,
+    seed: a.seed,
+  });
   return {
     name: 'openai SDK',
     async chat(a) {
@@ -36,7 +41,8 @@ export function openaiSdkClient(baseUrl: string, apiKey: string): ChatClient {
     },
     async streamChat(a) {
       let text = '';
-      for await (const chunk of await client.chat.completions.create({ ...params(a), stream: true })) text += chunk.choices[0]?.delta.content ?? '';
+      for await (const chunk of await client.chat.completions.create({ ...params(a), stream: true }))
+        text += chunk.choices[0]?.delta.content ?? '';
       return text;
     },
   };
@@ -45,7 +51,13 @@ export function openaiSdkClient(baseUrl: string, apiKey: string): ChatClient {
 /** LangChain JS `ChatOpenAI` against `baseUrl` with `apiKey`. */
 export function langchainClient(baseUrl: string, apiKey: string): ChatClient {
   const model = (a: ChatAsk) =>
-    new ChatOpenAI({ model: a.model, apiKey, maxTokens: a.maxTokens, maxRetries: 0, configuration: { baseURL: `${baseUrl}/v1` } });
+    new ChatOpenAI({
+      model: a.model,
+      apiKey,
+      maxTokens: a.maxTokens,
+      maxRetries: 0,
+      configuration: { baseURL: `${baseUrl}/v1` },
+    });
   const text = (content: unknown): string => (typeof content === 'string' ? content : JSON.stringify(content));
   return {
     name: 'LangChain JS',
@@ -55,7 +67,8 @@ export function langchainClient(baseUrl: string, apiKey: string): ChatClient {
     },
     async streamChat(a) {
       let out = '';
-      for await (const chunk of await model(a).stream([{ role: 'user', content: a.content }], { seed: a.seed })) out += text(chunk.content);
+      for await (const chunk of await model(a).stream([{ role: 'user', content: a.content }], { seed: a.seed }))
+        out += text(chunk.content);
       return out;
     },
   };
@@ -78,7 +91,12 @@ export function aiSdkClient(baseUrl: string, apiKey: string): ChatClient {
     },
     async streamChat(a) {
       let failure: unknown = null;
-      const result = streamText({ ...opts(a), onError: ({ error }) => { failure = error; } });
+      const result = streamText({
+        ...opts(a),
+        onError: ({ error }) => {
+          failure = error;
+        },
+      });
       let out = '';
       for await (const part of result.textStream) out += part;
       if (failure !== null) throw failure;

@@ -37,7 +37,12 @@ export interface StreamedChat {
  * Stream one chat completion of a single user message `content` for `model` with `max_tokens: maxTokens` (tokens)
  * and `stream_options.include_usage`, and collect it. Throws what the `openai` client throws (HTTP or stream errors).
  */
-export async function streamChatWithUsage(client: OpenAI, model: string, content: string, maxTokens: number): Promise<StreamedChat> {
+export async function streamChatWithUsage(
+  client: OpenAI,
+  model: string,
+  content: string,
+  maxTokens: number,
+): Promise<StreamedChat> {
   const stream = await client.chat.completions.create({
     model,
     messages: [{ role: 'user', content }],

@@ -11,14 +11,17 @@ export interface LogRecord {
 /** A pino logger writing JSON records into memory (level `warn` and above by default). */
 export function captureLogs(level = 'warn'): { logger: Logger; records: LogRecord[] } {
   const records: LogRecord[] = [];
-  const logger = pino({ level }, {
-    write(line: string): void {
-      try {
-        records.push(JSON.parse(line) as LogRecord);
-      } catch {
-        records.push({ level: 0, msg: line });
-      }
+  const logger = pino(
+    { level },
+    {
+      write(line: string): void {
+        try {
+          records.push(JSON.parse(line) as LogRecord);
+        } catch {
+          records.push({ level: 0, msg: line });
+        }
+      },
     },
-  });
+  );
   return { logger, records };
 }

@@ -13,13 +13,17 @@ export function simRanksOf(pid: number): number[] {
   } catch {
     return []; // pgrep exits 1 when nothing matches
   }
-  return out.split('\n').filter(Boolean).map(Number).filter((child) => {
-    try {
-      return SIM_MAIN.test(readFileSync(`/proc/${child}/cmdline`, 'utf8'));
-    } catch {
-      return false;
-    }
-  });
+  return out
+    .split('\n')
+    .filter(Boolean)
+    .map(Number)
+    .filter((child) => {
+      try {
+        return SIM_MAIN.test(readFileSync(`/proc/${child}/cmdline`, 'utf8'));
+      } catch {
+        return false;
+      }
+    });
 }
 
 /**

@@ -46,7 +46,9 @@ export async function* completionSse(body: AsyncIterable<Uint8Array>): AsyncGene
         done: false,
         text: choice?.text ?? '',
         finishReason: choice?.finish_reason ?? null,
-        error: parsed.error ? { message: parsed.error.message, type: parsed.error.type, code: parsed.error.code } : null,
+        error: parsed.error
+          ? { message: parsed.error.message, type: parsed.error.type, code: parsed.error.code }
+          : null,
       };
     }
   }

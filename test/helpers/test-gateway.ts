@@ -134,7 +134,11 @@ abstract class HttpView {
   async groups(): Promise<TestGroup[]> {
     // ?verbose=1: the plain /health names groups `group-<i>` (health-redact.ts).
     const body = (await (await fetch(`${this.url}/health?verbose=1`)).json()) as HealthBody;
-    return body.groups.map((g) => ({ worker: g.worker, engine: g.engine, handshake: deriveEndpoints(g.worker).handshake }));
+    return body.groups.map((g) => ({
+      worker: g.worker,
+      engine: g.engine,
+      handshake: deriveEndpoints(g.worker).handshake,
+    }));
   }
 
   async metricsText(): Promise<string> {
@@ -160,11 +164,13 @@ function inProcess(gw: RunningGateway): TestGateway {
     readonly inProcess = gw;
     readonly logs: LogRecord[] = [];
     simRanks(): SimRankPid[] {
-      return gw.groups.flatMap((g) =>
-        (g.sims?.ranks ?? [])
-          .filter((r) => r.child.pid !== undefined && alive(r.child.pid))
-          .map((r) => ({ pid: r.child.pid!, engineIndex: r.engineIndex, handshake: handshakes.get(g)! })),
-      ).sort(byRank);
+      return gw.groups
+        .flatMap((g) =>
+          (g.sims?.ranks ?? [])
+            .filter((r) => r.child.pid !== undefined && alive(r.child.pid))
+            .map((r) => ({ pid: r.child.pid!, engineIndex: r.engineIndex, handshake: handshakes.get(g)! })),
+        )
+        .sort(byRank);
     }
     close(): Promise<void> {
       return gw.close();
@@ -172,7 +178,8 @@ function inProcess(gw: RunningGateway): TestGateway {
   })();
 }
 
-const byRank = (a: SimRankPid, b: SimRankPid): number => a.handshake.localeCompare(b.handshake) || a.engineIndex - b.engineIndex;
+const byRank = (a: SimRankPid, b: SimRankPid): number =>
+  a.handshake.localeCompare(b.handshake) || a.engineIndex - b.engineIndex;
 
 /** The value after `flag` in a NUL-separated /proc cmdline, or undefined. */
 function cmdlineValue(args: string[], flag: string): string | undefined {
@@ -183,7 +190,8 @@ function cmdlineValue(args: string[], flag: string): string | undefined {
 /** The `serve` flags of a group's options (simulated groups only: the harness runs no real engines). */
 function groupArgs(g: GroupOptions, defaultSimArgs: readonly string[]): string[] {
   for (const key of Object.keys(g)) {
-    if (!['engine', 'sim', 'simArgs', 'lockstep', 'lockstepMode', 'dpSize'].includes(key)) throw new Error(`startTestGateway --workers: group option '${key}' has no serve flag here`);
+    if (!['engine', 'sim', 'simArgs', 'lockstep', 'lockstepMode', 'dpSize'].includes(key))
+      throw new Error(`startTestGateway --workers: group option '${key}' has no serve flag here`);
   }
   const out = ['--sim', String(g.sim ?? 4)];
   if (g.engine !== undefined) out.push('--engine', g.engine);
@@ -271,13 +279,22 @@ export function serveArgsFor(opts: GatewayOptions): string[] {
     }
   }
   const groups = opts.groups ?? [top];
-  if (opts.groups !== undefined && Object.keys(top).length > 0) throw new Error('startTestGateway --workers: group options beside groups[]');
+  if (opts.groups !== undefined && Object.keys(top).length > 0)
+    throw new Error('startTestGateway --workers: group options beside groups[]');
   for (const g of groups) out.push(...groupArgs(g, DEFAULT_SIM_ARGS));
   return out;
 }
 
 /** pino's numeric levels by name (a record's `level`). */
-const PINO_LEVELS: Readonly<Record<string, number>> = { trace: 10, debug: 20, info: 30, warn: 40, error: 50, fatal: 60, silent: Infinity };
+const PINO_LEVELS: Readonly<Record<string, number>> = {
+  trace: 10,
+  debug: 20,
+  info: 30,
+  warn: 40,
+  error: 50,
+  fatal: 60,
+  silent: Infinity,
+};
 
 /** `model-gateway serve --workers N --exit-with-parent` in a child process. */
 class ChildGateway extends HttpView implements TestGateway {
@@ -304,15 +321,29 @@ class ChildGateway extends HttpView implements TestGateway {
     // (every front listens); `logs` keeps only the records at `logLevel` and above, as asked.
     const keepFrom = PINO_LEVELS[logLevel] ?? 0;
     const args = [
-      ...nodeEntry(CLI), 'serve', '--workers', String(workers), '--exit-with-parent',
-      '--port', String(port), '--log-level', logLevel === 'silent' || keepFrom > PINO_LEVELS['info']! ? 'info' : logLevel, '--log-format', 'json',
+      ...nodeEntry(CLI),
+      'serve',
+      '--workers',
+      String(workers),
+      '--exit-with-parent',
+      '--port',
+      String(port),
+      '--log-level',
+      logLevel === 'silent' || keepFrom > PINO_LEVELS['info']! ? 'info' : logLevel,
+      '--log-format',
+      'json',
       // close() is "stop at once", as RunningGateway.close(): no grace for requests still live.
       ...(opts.shutdownGraceMs === undefined ? ['--shutdown-grace-ms', '0'] : []),
       ...serveArgsFor({ modelId: 'sim', ...opts }),
     ];
     // stdin is the pipe --exit-with-parent watches; stdout carries the JSON log lines (read, so it never fills).
     const child = spawn(process.execPath, args, { stdio: ['pipe', 'pipe', 'pipe'] });
-    const g = new ChildGateway(child, `http://127.0.0.1:${port}`, workers, once(child, 'exit').catch(() => undefined));
+    const g = new ChildGateway(
+      child,
+      `http://127.0.0.1:${port}`,
+      workers,
+      once(child, 'exit').catch(() => undefined),
+    );
     createInterface({ input: child.stdout!, crlfDelay: Infinity }).on('line', (line) => {
       let record: LogRecord;
       try {
@@ -326,7 +357,8 @@ class ChildGateway extends HttpView implements TestGateway {
     child.stderr!.on('data', (d: Buffer) => (g.stderr += d.toString()));
     const deadline = performance.now() + 90_000;
     for (;;) {
-      if (child.exitCode !== null || child.signalCode !== null) throw new Error(`serve --workers ${workers} exited (${child.exitCode ?? child.signalCode}): ${g.stderr}`);
+      if (child.exitCode !== null || child.signalCode !== null)
+        throw new Error(`serve --workers ${workers} exited (${child.exitCode ?? child.signalCode}): ${g.stderr}`);
       if (performance.now() > deadline) {
         await g.close();
         throw new Error(`serve --workers ${workers} not ready within 90 s: ${g.stderr}`);
@@ -367,7 +399,11 @@ class ChildGateway extends HttpView implements TestGateway {
     return simRanksOf(pid)
       .map((p) => {
         const args = cmdline(p);
-        return { pid: p, engineIndex: Number(cmdlineValue(args, '--engine-index')), handshake: cmdlineValue(args, '--handshake') ?? '' };
+        return {
+          pid: p,
+          engineIndex: Number(cmdlineValue(args, '--engine-index')),
+          handshake: cmdlineValue(args, '--handshake') ?? '',
+        };
       })
       .sort(byRank);
   }
@@ -396,7 +432,12 @@ class ChildGateway extends HttpView implements TestGateway {
 
 function childrenOf(pid: number): number[] {
   try {
-    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(/\s+/).filter(Boolean).map(Number).filter(alive);
+    return readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8')
+      .trim()
+      .split(/\s+/)
+      .filter(Boolean)
+      .map(Number)
+      .filter(alive);
   } catch {
     return [];
   }
@@ -414,7 +455,13 @@ function cmdline(pid: number): string[] {
  * Resolves with `performance.now()` once rank `index` of group `group` is in `state` according to
  * `/v1/gateway/ranks` (hang guard `ms`).
  */
-export async function waitRankState(gw: TestGateway, index: number, state: string, group = 0, ms = 30_000): Promise<number> {
+export async function waitRankState(
+  gw: TestGateway,
+  index: number,
+  state: string,
+  group = 0,
+  ms = 30_000,
+): Promise<number> {
   await waitFor(
     async () => (await gw.rankStates(group)).find((r) => r.dp_rank === index)?.state === state,
     `rank ${index} ${state}`,

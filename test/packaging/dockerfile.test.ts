@@ -11,7 +11,10 @@ import { DockerfileParser, type Copy, type Instruction } from 'dockerfile-ast';
 const root = new URL('../../', import.meta.url);
 const dockerfile = DockerfileParser.parse(readFileSync(new URL('Dockerfile', root), 'utf8'));
 const instructions = dockerfile.getInstructions();
-const ignore = readFileSync(new URL('.dockerignore', root), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+const ignore = readFileSync(new URL('.dockerignore', root), 'utf8')
+  .split('\n')
+  .map((l) => l.trim())
+  .filter((l) => l && !l.startsWith('#'));
 
 /** Instructions from the `index`-th FROM up to the next one. */
 function stage(index: number): Instruction[] {
@@ -28,9 +31,17 @@ test('two stages on node:24-slim (the current LTS): build (npm ci + npm run buil
   assert.equal(froms.length, 2);
   for (const f of froms) assert.equal(f.getImage(), 'node:24-slim');
   assert.equal(froms[0]!.getBuildStage(), 'build');
-  const runs = stage(0).filter((i) => i.getKeyword() === 'RUN').map((i) => i.getArgumentsContent());
-  assert.ok(runs.some((r) => r?.includes('npm ci')), 'the build stage installs with npm ci');
-  assert.ok(runs.some((r) => r?.includes('npm run build')), 'the build stage compiles');
+  const runs = stage(0)
+    .filter((i) => i.getKeyword() === 'RUN')
+    .map((i) => i.getArgumentsContent());
+  assert.ok(
+    runs.some((r) => r?.includes('npm ci')),
+    'the build stage installs with npm ci',
+  );
+  assert.ok(
+    runs.some((r) => r?.includes('npm run build')),
+    'the build stage compiles',
+  );
   const runtime = stage(1);
   assert.ok(
     runtime.some((i) => i.getKeyword() === 'RUN' && /npm ci --omit=dev/.test(i.getArgumentsContent() ?? '')),
@@ -60,17 +71,25 @@ test('a healthcheck on /ready, on the port the gateway listens on', () => {
   const text = checks[0]!.getArgumentsContent() ?? '';
   assert.match(text, /\/ready/);
   assert.match(text, /MODEL_GATEWAY_PORT/);
-  const env = stage(1).filter((i) => i.getKeyword() === 'ENV').map((i) => i.getArgumentsContent() ?? '').join(' ');
+  const env = stage(1)
+    .filter((i) => i.getKeyword() === 'ENV')
+    .map((i) => i.getArgumentsContent() ?? '')
+    .join(' ');
   assert.match(env, /MODEL_GATEWAY_PORT=30000/);
   assert.match(env, /MODEL_GATEWAY_HOST=0\.0\.0\.0/);
-  assert.ok(stage(1).some((i) => i.getKeyword() === 'EXPOSE' && args(i).includes('30000')), 'EXPOSE 30000');
+  assert.ok(
+    stage(1).some((i) => i.getKeyword() === 'EXPOSE' && args(i).includes('30000')),
+    'EXPOSE 30000',
+  );
 });
 
 test('every file copied from the build context exists and is not excluded by .dockerignore', () => {
   const copies = instructions.filter((i) => i.getKeyword() === 'COPY' && copyFrom(i) === null);
   assert.ok(copies.length >= 5, `${copies.length} COPY instructions`);
   for (const c of copies) {
-    const sources = args(c).filter((a) => !a.startsWith('--')).slice(0, -1);
+    const sources = args(c)
+      .filter((a) => !a.startsWith('--'))
+      .slice(0, -1);
     for (const src of sources) {
       assert.ok(existsSync(new URL(src, root)), `${src} exists`);
       assert.ok(!ignore.some((p) => p.replace(/\/$/, '') === src.replace(/\/$/, '')), `${src} is not in .dockerignore`);
@@ -78,5 +97,6 @@ test('every file copied from the build context exists and is not excluded by .do
   }
   // What the runtime needs at run time is copied: the executable, the dashboard, the package manifest.
   const copied = copies.flatMap((c) => args(c));
-  for (const needed of ['bin', 'dashboard', 'package.json', 'package-lock.json', 'src']) assert.ok(copied.includes(needed), `${needed} is copied`);
+  for (const needed of ['bin', 'dashboard', 'package.json', 'package-lock.json', 'src'])
+    assert.ok(copied.includes(needed), `${needed} is copied`);
 });

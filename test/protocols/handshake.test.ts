@@ -3,8 +3,18 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decode as mpDecode, encode as mpEncode } from '@msgpack/msgpack';
 import {
-  DEFAULT_READY_RESPONSE, KNOWN_DTYPES, SHORT_FORM_KEYS, assertInitAddresses, decodeHandshakeInit, decodeReadyMessage,
-  decodeReadyResponse, encodeHandshakeInit, encodeReadyMessage, encodeReadyResponse, isKnownDtype, readyResponseForm,
+  DEFAULT_READY_RESPONSE,
+  KNOWN_DTYPES,
+  SHORT_FORM_KEYS,
+  assertInitAddresses,
+  decodeHandshakeInit,
+  decodeReadyMessage,
+  decodeReadyResponse,
+  encodeHandshakeInit,
+  encodeReadyMessage,
+  encodeReadyResponse,
+  isKnownDtype,
+  readyResponseForm,
 } from '../../src/protocols/handshake.js';
 import type { ReadyResponse } from '../../src/protocols/types.js';
 import { HandshakeDecodeError, WireDecodeError, WireEncodeError } from '../../src/wire/errors.js';
@@ -13,23 +23,46 @@ const fromHex = (hex: string): Uint8Array => Uint8Array.from(Buffer.from(hex, 'h
 const hexOf = (bytes: Uint8Array): string => Buffer.from(bytes).toString('hex');
 
 const rejects = (fn: () => unknown, re: RegExp) =>
-  assert.throws(fn, (e: unknown) => e instanceof HandshakeDecodeError && e instanceof WireDecodeError && re.test(e.message));
+  assert.throws(
+    fn,
+    (e: unknown) => e instanceof HandshakeDecodeError && e instanceof WireDecodeError && re.test(e.message),
+  );
 
 /** SMG's mock engine default response (engine-wire.md 2.5), handy as a realistic non-default value. */
 const MOCK: ReadyResponse = {
-  maxModelLen: 1048576, numGpuBlocks: 0, prefixGranularity: 16, dtype: 'float32', vllmVersion: 'test-vllm-version',
-  worldSize: 1, dataParallelSize: 1, tensorParallelSize: 1, pipelineParallelSize: 1, decodeContextParallelSize: 1,
-  dataParallelRank: 0, maxNumSeqs: 256, maxNumBatchedTokens: 8192, instanceId: 'test-instance',
-  kvCacheSizeTokens: null, kvCacheMaxConcurrency: 2.5,
+  maxModelLen: 1048576,
+  numGpuBlocks: 0,
+  prefixGranularity: 16,
+  dtype: 'float32',
+  vllmVersion: 'test-vllm-version',
+  worldSize: 1,
+  dataParallelSize: 1,
+  tensorParallelSize: 1,
+  pipelineParallelSize: 1,
+  decodeContextParallelSize: 1,
+  dataParallelRank: 0,
+  maxNumSeqs: 256,
+  maxNumBatchedTokens: 8192,
+  instanceId: 'test-instance',
+  kvCacheSizeTokens: null,
+  kvCacheMaxConcurrency: 2.5,
 };
 
 test('ready message: HELLO is 53 bytes, explicit nulls are kept, other statuses are refused', () => {
   assert.equal(encodeReadyMessage({ status: 'HELLO' }).length, 53);
-  const m = decodeReadyMessage(encodeReadyMessage({ status: 'READY', local: null, headless: false, parallelConfigHash: 'h' }));
+  const m = decodeReadyMessage(
+    encodeReadyMessage({ status: 'READY', local: null, headless: false, parallelConfigHash: 'h' }),
+  );
   assert.deepEqual(m, { status: 'READY', local: null, headless: false, parallelConfigHash: 'h' });
-  rejects(() => decodeReadyMessage(mpEncode({ status: 'BYE' })), /^WireReadyMessage\.status: expected 'HELLO' or 'READY', got 'BYE'$/);
+  rejects(
+    () => decodeReadyMessage(mpEncode({ status: 'BYE' })),
+    /^WireReadyMessage\.status: expected 'HELLO' or 'READY', got 'BYE'$/,
+  );
   rejects(() => decodeReadyMessage(mpEncode({})), /^WireReadyMessage\.status: expected 'HELLO' or 'READY', got nil$/);
-  rejects(() => decodeReadyMessage(mpEncode({ status: 'HELLO', local: 1 })), /^WireReadyMessage\.local: expected bool \| null, got int$/);
+  rejects(
+    () => decodeReadyMessage(mpEncode({ status: 'HELLO', local: 1 })),
+    /^WireReadyMessage\.local: expected bool \| null, got int$/,
+  );
   rejects(() => decodeReadyMessage(Uint8Array.of(0x45)), /^WireReadyMessage: expected map, got int$/);
   // Unknown keys are ignored.
   assert.equal(decodeReadyMessage(mpEncode({ future: [1, 2], status: 'HELLO' })).status, 'HELLO');
@@ -38,13 +71,19 @@ test('ready message: HELLO is 53 bytes, explicit nulls are kept, other statuses 
 test('INIT: round trip, and the engine-side address check', () => {
   const init = decodeHandshakeInit(encodeHandshakeInit({ inputs: ['ipc:///a'], outputs: ['ipc:///b'] }));
   assert.deepEqual(init, {
-    inputs: ['ipc:///a'], outputs: ['ipc:///b'], coordinatorInput: null, coordinatorOutput: null,
-    frontendStatsPublishAddress: null, parallelConfig: {},
+    inputs: ['ipc:///a'],
+    outputs: ['ipc:///b'],
+    coordinatorInput: null,
+    coordinatorOutput: null,
+    frontendStatsPublishAddress: null,
+    parallelConfig: {},
   });
   assertInitAddresses(init);
   rejects(() => assertInitAddresses({ ...init, outputs: [] }), /^WireHandshakeInitMessage\.addresses\.outputs: empty/);
-  rejects(() => decodeHandshakeInit(mpEncode({ addresses: { inputs: [1] } })),
-    /^WireHandshakeInitMessage\.addresses\.inputs\[0\]: expected str, got int$/);
+  rejects(
+    () => decodeHandshakeInit(mpEncode({ addresses: { inputs: [1] } })),
+    /^WireHandshakeInitMessage\.addresses\.inputs\[0\]: expected str, got int$/,
+  );
   assert.throws(() => encodeHandshakeInit({ inputs: [5 as unknown as string], outputs: [] }), WireEncodeError);
 });
 
@@ -56,10 +95,16 @@ test('ready response: all 19 keys in map16, both granularity spellings, round tr
   assert.ok(Buffer.from(vllm).includes(Buffer.from('block_size')));
   assert.ok(!Buffer.from(vllm).includes(Buffer.from('prefix_granularity')));
   assert.deepEqual(decodeReadyResponse(vllm), { ...MOCK, form: 'long' });
-  assert.deepEqual(decodeReadyResponse(encodeReadyResponse(DEFAULT_READY_RESPONSE)), { ...DEFAULT_READY_RESPONSE, form: 'long' });
+  assert.deepEqual(decodeReadyResponse(encodeReadyResponse(DEFAULT_READY_RESPONSE)), {
+    ...DEFAULT_READY_RESPONSE,
+    form: 'long',
+  });
   assert.ok(Object.isFrozen(DEFAULT_READY_RESPONSE));
   // The long form carries every key: an unknown (null) value cannot be written in it.
-  assert.throws(() => encodeReadyResponse({ ...MOCK, dataParallelSize: null }), /data_parallel_size: not reported \(null\)/);
+  assert.throws(
+    () => encodeReadyResponse({ ...MOCK, dataParallelSize: null }),
+    /data_parallel_size: not reported \(null\)/,
+  );
 });
 
 /**
@@ -71,24 +116,43 @@ test('ready response: all 19 keys in map16, both granularity spellings, round tr
  */
 const SHORT_FORM_HEX = [
   '83', // fixmap, 3 entries
-  'ad' + '6d61785f6d6f64656c5f6c656e', 'cd8000', // fixstr(13) "max_model_len": uint16 32768
-  'ae' + '6e756d5f6770755f626c6f636b73', 'cd6072', // fixstr(14) "num_gpu_blocks": uint16 24690
-  'b0' + '64705f73746174735f61646472657373', 'c0', // fixstr(16) "dp_stats_address": nil
+  'ad' + '6d61785f6d6f64656c5f6c656e',
+  'cd8000', // fixstr(13) "max_model_len": uint16 32768
+  'ae' + '6e756d5f6770755f626c6f636b73',
+  'cd6072', // fixstr(14) "num_gpu_blocks": uint16 24690
+  'b0' + '64705f73746174735f61646472657373',
+  'c0', // fixstr(16) "dp_stats_address": nil
 ].join('');
 /** The same three keys with a `dp_stats_address` string (the coordinator's stats address in vLLM's own setup). */
 const SHORT_FORM_WITH_ADDRESS_HEX = [
   '83',
-  'ad' + '6d61785f6d6f64656c5f6c656e', 'cd1000', // "max_model_len": uint16 4096
-  'ae' + '6e756d5f6770755f626c6f636b73', '00', // "num_gpu_blocks": posfixint 0
-  'b0' + '64705f73746174735f61646472657373', 'b3' + '7463703a2f2f31302e302e302e313a35353730', // fixstr(19) "tcp://10.0.0.1:5570"
+  'ad' + '6d61785f6d6f64656c5f6c656e',
+  'cd1000', // "max_model_len": uint16 4096
+  'ae' + '6e756d5f6770755f626c6f636b73',
+  '00', // "num_gpu_blocks": posfixint 0
+  'b0' + '64705f73746174735f61646472657373',
+  'b3' + '7463703a2f2f31302e302e302e313a35353730', // fixstr(19) "tcp://10.0.0.1:5570"
 ].join('');
 
 /** What the gateway makes of a short-form response: the 3 keys, null = not reported for what it lacks. */
 function shortDecoded(maxModelLen: number, numGpuBlocks: number): ReadyResponse {
   return {
-    form: 'short', maxModelLen, numGpuBlocks, prefixGranularity: null, dtype: null, vllmVersion: null, worldSize: null,
-    dataParallelSize: null, tensorParallelSize: 0, pipelineParallelSize: 0, decodeContextParallelSize: 0,
-    dataParallelRank: 0, maxNumSeqs: 0, maxNumBatchedTokens: 0, instanceId: '', kvCacheSizeTokens: null,
+    form: 'short',
+    maxModelLen,
+    numGpuBlocks,
+    prefixGranularity: null,
+    dtype: null,
+    vllmVersion: null,
+    worldSize: null,
+    dataParallelSize: null,
+    tensorParallelSize: 0,
+    pipelineParallelSize: 0,
+    decodeContextParallelSize: 0,
+    dataParallelRank: 0,
+    maxNumSeqs: 0,
+    maxNumBatchedTokens: 0,
+    instanceId: '',
+    kvCacheSizeTokens: null,
     kvCacheMaxConcurrency: null,
   };
 }
@@ -98,10 +162,17 @@ test('golden: the short ready response (3 keys) decodes; what it lacks is null (
   assert.deepEqual(mpDecode(bytes), { max_model_len: 32768, num_gpu_blocks: 24690, dp_stats_address: null });
   assert.deepEqual(decodeReadyResponse(bytes), shortDecoded(32768, 24690));
   const withAddress = fromHex(SHORT_FORM_WITH_ADDRESS_HEX);
-  assert.deepEqual(mpDecode(withAddress), { max_model_len: 4096, num_gpu_blocks: 0, dp_stats_address: 'tcp://10.0.0.1:5570' });
+  assert.deepEqual(mpDecode(withAddress), {
+    max_model_len: 4096,
+    num_gpu_blocks: 0,
+    dp_stats_address: 'tcp://10.0.0.1:5570',
+  });
   assert.deepEqual(decodeReadyResponse(withAddress), shortDecoded(4096, 0));
   // The encoder's short form (what a simulated rank with `--ready-response short` sends) is these very bytes.
-  assert.equal(hexOf(encodeReadyResponse({ ...MOCK, maxModelLen: 32768, numGpuBlocks: 24690 }, { form: 'short' })), SHORT_FORM_HEX);
+  assert.equal(
+    hexOf(encodeReadyResponse({ ...MOCK, maxModelLen: 32768, numGpuBlocks: 24690 }, { form: 'short' })),
+    SHORT_FORM_HEX,
+  );
 });
 
 /**
@@ -149,9 +220,22 @@ test('golden: a long ready response with 9 unknown keys decodes; the unknown key
   assert.equal(generic.supports_draft_weight_updates, false);
   assert.equal(generic.kv_cache_max_concurrency, 1.5);
   assert.deepEqual(decodeReadyResponse(bytes), {
-    form: 'long', maxModelLen: 32768, numGpuBlocks: 24690, prefixGranularity: 16, dtype: 'bfloat16', vllmVersion: '0.23.0',
-    worldSize: 1, dataParallelSize: 2, tensorParallelSize: 1, pipelineParallelSize: 1, decodeContextParallelSize: 1,
-    dataParallelRank: 1, maxNumSeqs: 256, maxNumBatchedTokens: 8192, instanceId: 'vllm-0', kvCacheSizeTokens: 395040,
+    form: 'long',
+    maxModelLen: 32768,
+    numGpuBlocks: 24690,
+    prefixGranularity: 16,
+    dtype: 'bfloat16',
+    vllmVersion: '0.23.0',
+    worldSize: 1,
+    dataParallelSize: 2,
+    tensorParallelSize: 1,
+    pipelineParallelSize: 1,
+    decodeContextParallelSize: 1,
+    dataParallelRank: 1,
+    maxNumSeqs: 256,
+    maxNumBatchedTokens: 8192,
+    instanceId: 'vllm-0',
+    kvCacheSizeTokens: 395040,
     kvCacheMaxConcurrency: 1.5,
   });
   // Unknown keys may carry any msgpack value, nested ones included.
@@ -164,10 +248,28 @@ test('ready response forms: short, partial (some of the later keys), long; unkno
   assert.equal(readyResponseForm(new Set([...SHORT_FORM_KEYS, 'some_future_key'])), 'short');
   assert.equal(readyResponseForm(new Set([...SHORT_FORM_KEYS, 'dtype'])), 'partial');
   assert.equal(readyResponseForm(new Set([...SHORT_FORM_KEYS, 'dtype', 'vllm_version'])), 'partial');
-  assert.equal(readyResponseForm(new Set(['max_model_len', 'block_size', 'dtype', 'vllm_version', 'world_size', 'data_parallel_size'])), 'long');
-  assert.equal(readyResponseForm(new Set(['max_model_len', 'prefix_granularity', 'dtype', 'vllm_version', 'world_size', 'data_parallel_size'])), 'long');
+  assert.equal(
+    readyResponseForm(
+      new Set(['max_model_len', 'block_size', 'dtype', 'vllm_version', 'world_size', 'data_parallel_size']),
+    ),
+    'long',
+  );
+  assert.equal(
+    readyResponseForm(
+      new Set(['max_model_len', 'prefix_granularity', 'dtype', 'vllm_version', 'world_size', 'data_parallel_size']),
+    ),
+    'long',
+  );
   // A release in between (dtype only, then dtype + vllm_version) decodes as partial, with what it sent.
-  const partial = decodeReadyResponse(mpEncode({ max_model_len: 2048, num_gpu_blocks: 7, dp_stats_address: null, dtype: 'float16', vllm_version: '0.10.1' }));
+  const partial = decodeReadyResponse(
+    mpEncode({
+      max_model_len: 2048,
+      num_gpu_blocks: 7,
+      dp_stats_address: null,
+      dtype: 'float16',
+      vllm_version: '0.10.1',
+    }),
+  );
   assert.equal(partial.form, 'partial');
   assert.equal(partial.dtype, 'float16');
   assert.equal(partial.vllmVersion, '0.10.1');
@@ -178,10 +280,19 @@ test('ready response: only max_model_len is required; informational keys never b
   // The smallest registration: max_model_len alone.
   const minimal = decodeReadyResponse(mpEncode({ max_model_len: 1024 }));
   assert.deepEqual(minimal, { ...shortDecoded(1024, 0), numGpuBlocks: null });
-  rejects(() => decodeReadyResponse(mpEncode({ num_gpu_blocks: 1 })), /^EngineCoreReadyResponse: missing required key 'max_model_len'$/);
-  rejects(() => decodeReadyResponse(mpEncode({ max_model_len: 1.5 })), /^EngineCoreReadyResponse\.max_model_len: expected uint, got float64$/);
+  rejects(
+    () => decodeReadyResponse(mpEncode({ num_gpu_blocks: 1 })),
+    /^EngineCoreReadyResponse: missing required key 'max_model_len'$/,
+  );
+  rejects(
+    () => decodeReadyResponse(mpEncode({ max_model_len: 1.5 })),
+    /^EngineCoreReadyResponse\.max_model_len: expected uint, got float64$/,
+  );
   rejects(() => decodeReadyResponse(mpEncode({ max_model_len: -1 })), /max_model_len: expected a non-negative integer/);
-  rejects(() => decodeReadyResponse(Uint8Array.of(0x93, 0x01, 0x02, 0x03)), /^EngineCoreReadyResponse: expected map, got array$/);
+  rejects(
+    () => decodeReadyResponse(Uint8Array.of(0x93, 0x01, 0x02, 0x03)),
+    /^EngineCoreReadyResponse: expected map, got array$/,
+  );
   // Truncated bytes are still an error, even inside an informational value.
   rejects(() => decodeReadyResponse(fromHex('82ad6d61785f6d6f64656c5f6c656e01a56474797065a8626666')), /truncated/);
 
@@ -194,15 +305,35 @@ test('ready response: only max_model_len is required; informational keys never b
   assert.equal(decodeReadyResponse(mpEncode({ max_model_len: 1, dtype: null, vllm_version: null })).dtype, null);
 
   // Mistyped informational keys: treated as not reported (or the SMG default), each described in `notes`.
-  const r = decodeReadyResponse(mpEncode({
-    max_model_len: 4096, num_gpu_blocks: 'many', block_size: -16, dtype: 16, vllm_version: 22, world_size: -1,
-    data_parallel_size: '2', tensor_parallel_size: 1.5, instance_id: 7, kv_events_config: 5, dp_stats_address: 1,
-    max_num_batched_tokens: -1,
-  }));
+  const r = decodeReadyResponse(
+    mpEncode({
+      max_model_len: 4096,
+      num_gpu_blocks: 'many',
+      block_size: -16,
+      dtype: 16,
+      vllm_version: 22,
+      world_size: -1,
+      data_parallel_size: '2',
+      tensor_parallel_size: 1.5,
+      instance_id: 7,
+      kv_events_config: 5,
+      dp_stats_address: 1,
+      max_num_batched_tokens: -1,
+    }),
+  );
   assert.equal(r.form, 'long');
   assert.equal(r.maxModelLen, 4096);
   assert.deepEqual(
-    [r.numGpuBlocks, r.prefixGranularity, r.dtype, r.vllmVersion, r.worldSize, r.dataParallelSize, r.tensorParallelSize, r.instanceId],
+    [
+      r.numGpuBlocks,
+      r.prefixGranularity,
+      r.dtype,
+      r.vllmVersion,
+      r.worldSize,
+      r.dataParallelSize,
+      r.tensorParallelSize,
+      r.instanceId,
+    ],
     [null, null, null, null, null, null, 0, ''],
   );
   assert.equal(r.maxNumBatchedTokens, -1, 'signed, as SMG decodes it');
@@ -218,5 +349,8 @@ test('ready response: only max_model_len is required; informational keys never b
     'EngineCoreReadyResponse.dp_stats_address: expected str | null, got int (treated as not reported)',
     'EngineCoreReadyResponse.kv_events_config: expected dict[str, any] | null, got int (treated as not reported)',
   ]);
-  assert.throws(() => encodeReadyResponse({ ...MOCK, maxModelLen: -5 }), /max_model_len: expected a non-negative integer/);
+  assert.throws(
+    () => encodeReadyResponse({ ...MOCK, maxModelLen: -5 }),
+    /max_model_len: expected a non-negative integer/,
+  );
 });

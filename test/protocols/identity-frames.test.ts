@@ -48,11 +48,17 @@ test('parseRequestFrames: splits [type, payload, ...aux]', () => {
 
 test('parseRequestFrames: frame errors, and a TokenSpeed engine that knows only ADD and ABORT', () => {
   const rejects = (frames: Uint8Array[], re: RegExp, allowed?: Parameters<typeof parseRequestFrames>[1]) =>
-    assert.throws(() => parseRequestFrames(frames, allowed), (e: unknown) => e instanceof WireDecodeError && re.test(e.message));
+    assert.throws(
+      () => parseRequestFrames(frames, allowed),
+      (e: unknown) => e instanceof WireDecodeError && re.test(e.message),
+    );
   rejects([], /got 0$/);
   rejects([Uint8Array.of(0)], /need at least 2 frames \(type, payload\), got 1$/);
   rejects([new Uint8Array(0), Uint8Array.of(0x90)], /type frame must be exactly 1 byte, got 0 bytes/);
   rejects([Uint8Array.of(0, 0), Uint8Array.of(0x90)], /type frame must be exactly 1 byte, got 2 bytes \(0000\)/);
   rejects([Uint8Array.of(0xff), Uint8Array.of(0x90)], /unknown request type byte 0xff/);
-  rejects([Uint8Array.of(2), Uint8Array.of(0x90)], /unknown request type byte 0x02/, [RequestType.ADD, RequestType.ABORT]);
+  rejects([Uint8Array.of(2), Uint8Array.of(0x90)], /unknown request type byte 0x02/, [
+    RequestType.ADD,
+    RequestType.ABORT,
+  ]);
 });

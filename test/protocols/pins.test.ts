@@ -12,19 +12,29 @@ import type { EngineBatch, GenerateRequest } from '../../src/protocols/types.js'
 import { encodeEngineIdentity } from '../../src/protocols/identity.js';
 import { parseRequestFrames } from '../../src/protocols/frames.js';
 import {
-  decodeBatchTokenIDOutSlim, decodeTokenizedGenerateReqInput, defaultSamplingParams, encodeAbortPayload,
-  encodeBatchTokenIDOutSlim, encodeTokenizedGenerateReqInput, tokenspeedProtocol,
+  decodeBatchTokenIDOutSlim,
+  decodeTokenizedGenerateReqInput,
+  defaultSamplingParams,
+  encodeAbortPayload,
+  encodeBatchTokenIDOutSlim,
+  encodeTokenizedGenerateReqInput,
+  tokenspeedProtocol,
 } from '../../src/protocols/tokenspeed/index.js';
 import type { BatchTokenIDOutSlim, TokenizedGenerateReqInput } from '../../src/protocols/tokenspeed/index.js';
 
 const hexOf = (b: Uint8Array) => Buffer.from(b).toString('hex');
 const bytesOf = (h: string) => Uint8Array.from(Buffer.from(h, 'hex'));
 
-const V1 = '9eb34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291019192cbbfe0000000000000cbbfd000000000000091920a0b01020564cd0190';
-const V2 = '9ab34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291019192cbbfe0000000000000cbbfd000000000000091920a0b01';
-const V3 = '99b34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291019192cbbfe0000000000000cbbfd000000000000091920a0b';
-const V4 = 'dc0018b9546f6b656e697a656447656e6572617465526571496e707574a57665632d31c0c093010203dc001d08c09102cb3fe0000000000000cb3feccccccccccccdce40000000cb0000000000000000cb0000000000000000cb0000000000000000cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c02ac0019000c3c3ff00c0c3c0c0c0c2cb0000000000000000c0c0c0c0c0c0c0c0';
-const V4_PREFIX = '9bb9546f6b656e697a656447656e6572617465526571496e707574a57665632d31c0c093010203dc001d08c09102cb3fe0000000000000cb3feccccccccccccdce40000000cb0000000000000000cb0000000000000000cb0000000000000000cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c02ac0019000c3c3ff00c0c3';
+const V1 =
+  '9eb34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291019192cbbfe0000000000000cbbfd000000000000091920a0b01020564cd0190';
+const V2 =
+  '9ab34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291019192cbbfe0000000000000cbbfd000000000000091920a0b01';
+const V3 =
+  '99b34261746368546f6b656e49444f7574536c696d91a57665632d3191920a0b91a66c656e6774689103910291019192cbbfe0000000000000cbbfd000000000000091920a0b';
+const V4 =
+  'dc0018b9546f6b656e697a656447656e6572617465526571496e707574a57665632d31c0c093010203dc001d08c09102cb3fe0000000000000cb3feccccccccccccdce40000000cb0000000000000000cb0000000000000000cb0000000000000000cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c02ac0019000c3c3ff00c0c3c0c0c0c2cb0000000000000000c0c0c0c0c0c0c0c0';
+const V4_PREFIX =
+  '9bb9546f6b656e697a656447656e6572617465526571496e707574a57665632d31c0c093010203dc001d08c09102cb3fe0000000000000cb3feccccccccccccdce40000000cb0000000000000000cb0000000000000000cb0000000000000000cb3ff000000000000000c0c0c0c0c2c3c3c2c0c0c0c02ac0019000c3c3ff00c0c3';
 
 /** The logical batch of V1-V3 (engine-wire.md 6.1), with the V1 tail. */
 const V1_BATCH: BatchTokenIDOutSlim = {
@@ -44,23 +54,51 @@ const V1_BATCH: BatchTokenIDOutSlim = {
 };
 
 const expectedRow = {
-  requestId: 'vec-1', newTokenIds: [10, 11], finishReason: 'length' as const, promptTokens: 3, completionTokens: 2,
-  cachedTokens: 1, logprobs: [-0.5, -0.25],
+  requestId: 'vec-1',
+  newTokenIds: [10, 11],
+  finishReason: 'length' as const,
+  promptTokens: 3,
+  completionTokens: 2,
+  cachedTokens: 1,
+  logprobs: [-0.5, -0.25],
 };
 
 /** The logical request of V4 (engine-wire.md 6.1 V4 table). */
 function v4Request(): TokenizedGenerateReqInput {
   return {
-    rid: 'vec-1', http_worker_ipc: null, input_text: null, input_ids: [1, 2, 3],
+    rid: 'vec-1',
+    http_worker_ipc: null,
+    input_text: null,
+    input_ids: [1, 2, 3],
     sampling_params: {
       ...defaultSamplingParams(),
-      max_new_tokens: 8, stop_token_ids: [2], temperature: 0.5, top_p: 0.9, top_k: 1073741824, seed: 42,
-      stop_strs: [], is_normalized: true,
+      max_new_tokens: 8,
+      stop_token_ids: [2],
+      temperature: 0.5,
+      top_p: 0.9,
+      top_k: 1073741824,
+      seed: 42,
+      stop_strs: [],
+      is_normalized: true,
     },
-    return_logprob: true, logprob_start_len: -1, top_logprobs_num: 0, token_ids_logprob: null, stream: true,
-    input_embeds: null, session_params: null, custom_logit_processor: null, return_hidden_states: false,
-    created_time: 0.0, bootstrap_host: null, bootstrap_port: null, bootstrap_room: null, input_multi_ids: null,
-    input_extra_infos: null, input_ids_unpadded: null, multimodal_inputs: null, validation_error: null,
+    return_logprob: true,
+    logprob_start_len: -1,
+    top_logprobs_num: 0,
+    token_ids_logprob: null,
+    stream: true,
+    input_embeds: null,
+    session_params: null,
+    custom_logit_processor: null,
+    return_hidden_states: false,
+    created_time: 0.0,
+    bootstrap_host: null,
+    bootstrap_port: null,
+    bootstrap_room: null,
+    input_multi_ids: null,
+    input_extra_infos: null,
+    input_ids_unpadded: null,
+    multimodal_inputs: null,
+    validation_error: null,
     data_parallel_rank: null,
   };
 }
@@ -79,7 +117,9 @@ test('V1 (14 elements, 77 bytes): encode, decode, rank 1, load (2, 5, 0.25)', ()
   assert.equal(hexOf(encodeBatchTokenIDOutSlim(V1_BATCH)), V1, 'the 14-element form is the default');
   assert.deepStrictEqual(decodeBatchTokenIDOutSlim(bytesOf(V1)), V1_BATCH);
   const expected: EngineBatch = {
-    engineIndex: 1, outputs: [expectedRow], finishedRequestIds: ['vec-1'],
+    engineIndex: 1,
+    outputs: [expectedRow],
+    finishedRequestIds: ['vec-1'],
     load: { numRunning: 2, numWaiting: 5, kvCacheUsage: 0.25, runningIncludesWaiting: true },
   };
   assert.deepStrictEqual(tokenspeedProtocol.decodeOutput([bytesOf(V1)]), expected);
@@ -100,8 +140,11 @@ test('V3 (9 elements, 70 bytes): rank 0 (default) and no load', () => {
   assert.equal(V3.length / 2, 70);
   assert.equal(hexOf(encodeBatchTokenIDOutSlim(batch, { form: 9 })), V3);
   assert.deepStrictEqual(decodeBatchTokenIDOutSlim(bytesOf(V3)), batch);
-  assert.deepStrictEqual(tokenspeedProtocol.decodeOutput([bytesOf(V3)]),
-    { engineIndex: 0, outputs: [expectedRow], finishedRequestIds: ['vec-1'] });
+  assert.deepStrictEqual(tokenspeedProtocol.decodeOutput([bytesOf(V3)]), {
+    engineIndex: 0,
+    outputs: [expectedRow],
+    finishedRequestIds: ['vec-1'],
+  });
 });
 
 test('V1 cannot be squeezed into the 9/10-element forms without losing its tail', () => {

@@ -8,13 +8,25 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_SAMPLING, type GenerateRequest, type StructuredOutput } from '../../src/protocols/types.js';
-import { toTokenSpeedGrammar, toTokenizedGenerateReqInput, tokenSpeedStructuredOutputProblem } from '../../src/protocols/tokenspeed/index.js';
-import { decodeEngineCoreRequest, encodeEngineCoreRequest, toEngineCoreRequest } from '../../src/protocols/vllm/request.js';
+import {
+  toTokenSpeedGrammar,
+  toTokenizedGenerateReqInput,
+  tokenSpeedStructuredOutputProblem,
+} from '../../src/protocols/tokenspeed/index.js';
+import {
+  decodeEngineCoreRequest,
+  encodeEngineCoreRequest,
+  toEngineCoreRequest,
+} from '../../src/protocols/vllm/request.js';
 import { candidateLogprobs } from '../../src/protocols/vllm/tensors.js';
 import { WireEncodeError } from '../../src/wire/errors.js';
 
 const so = (constraint: StructuredOutput['constraint'], opts: Partial<StructuredOutput> = {}): StructuredOutput => ({
-  constraint, disableAnyWhitespace: false, disableAdditionalProperties: false, whitespacePattern: null, ...opts,
+  constraint,
+  disableAnyWhitespace: false,
+  disableAdditionalProperties: false,
+  whitespacePattern: null,
+  ...opts,
 });
 
 const request = (structuredOutput: StructuredOutput | null, extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
@@ -37,8 +49,14 @@ test('vLLM: every constraint kind reaches structured_outputs, with _backend and 
     [so({ kind: 'regex', pattern: '[0-9]+' }), { regex: '[0-9]+' }],
     [so({ kind: 'choice', choices: ['yes', 'no'] }), { choice: ['yes', 'no'] }],
     [so({ kind: 'grammar', grammar: 'root ::= "a"' }), { grammar: 'root ::= "a"' }],
-    [so({ kind: 'structural_tag', tag: '{"type":"structural_tag"}' }), { structural_tag: '{"type":"structural_tag"}', _backend: 'xgrammar' }],
-    [so({ kind: 'json_object' }, { disableAnyWhitespace: true, whitespacePattern: ' ?' }), { disable_any_whitespace: true, whitespace_pattern: ' ?' }],
+    [
+      so({ kind: 'structural_tag', tag: '{"type":"structural_tag"}' }),
+      { structural_tag: '{"type":"structural_tag"}', _backend: 'xgrammar' },
+    ],
+    [
+      so({ kind: 'json_object' }, { disableAnyWhitespace: true, whitespacePattern: ' ?' }),
+      { disable_any_whitespace: true, whitespace_pattern: ' ?' },
+    ],
   ];
   for (const [input, expected] of cases) {
     const got = vllmRoundTrip(request(input)).structured_outputs as unknown as Record<string, unknown>;
@@ -49,7 +67,10 @@ test('vLLM: every constraint kind reaches structured_outputs, with _backend and 
 
 test('TokenSpeed: grammar fields, exactly one set; equivalents for choice and JSON object; options refused', () => {
   assert.deepEqual(toTokenSpeedGrammar(so({ kind: 'json', schema: { type: 'string' } })), {
-    json_schema: '{"type":"string"}', regex: null, ebnf: null, structural_tag: null,
+    json_schema: '{"type":"string"}',
+    regex: null,
+    ebnf: null,
+    structural_tag: null,
   });
   assert.equal(toTokenSpeedGrammar(so({ kind: 'json', schema: 'not json {' })).json_schema, 'not json {');
   assert.equal(toTokenSpeedGrammar(so({ kind: 'json_object' })).json_schema, '{"type":"object"}');
@@ -62,22 +83,40 @@ test('TokenSpeed: grammar fields, exactly one set; equivalents for choice and JS
   const sp = toTokenizedGenerateReqInput(request(so({ kind: 'regex', pattern: 'x+' }))).sampling_params;
   assert.equal(sp.regex, 'x+');
   assert.equal(sp.json_schema, null);
-  assert.match(tokenSpeedStructuredOutputProblem(so({ kind: 'json_object' }, { disableAdditionalProperties: true }))!, /disable_additional_properties/);
+  assert.match(
+    tokenSpeedStructuredOutputProblem(so({ kind: 'json_object' }, { disableAdditionalProperties: true }))!,
+    /disable_additional_properties/,
+  );
   assert.throws(() => toTokenSpeedGrammar(so({ kind: 'json_object' }, { whitespacePattern: ' ' })), WireEncodeError);
 });
 
 test('top-k logprobs: vLLM sends logprobs = k; TokenSpeed refuses k > 0; candidates are columns 1..K in rank order', () => {
   assert.equal(vllmRoundTrip(request(null, { returnLogprob: true, topLogprobs: 5 })).logprobs, 5);
   assert.equal(vllmRoundTrip(request(null, { returnLogprob: true })).logprobs, 0);
-  assert.throws(() => toTokenizedGenerateReqInput(request(null, { returnLogprob: true, topLogprobs: 2 })), /top_logprobs_num/);
+  assert.throws(
+    () => toTokenizedGenerateReqInput(request(null, { returnLogprob: true, topLogprobs: 2 })),
+    /top_logprobs_num/,
+  );
   const candidates = candidateLogprobs({
-    token_ids: [[7, 7, 9], [4, 5, 4]],
-    logprobs: [[-0.1, -0.1, -2], [-1, -0.5, -1]],
+    token_ids: [
+      [7, 7, 9],
+      [4, 5, 4],
+    ],
+    logprobs: [
+      [-0.1, -0.1, -2],
+      [-1, -0.5, -1],
+    ],
     ranks: [1, 2],
     cu_num_generated_tokens: null,
   });
   assert.deepEqual(candidates, [
-    [{ id: 7, logprob: -0.1 }, { id: 9, logprob: -2 }],
-    [{ id: 5, logprob: -0.5 }, { id: 4, logprob: -1 }],
+    [
+      { id: 7, logprob: -0.1 },
+      { id: 9, logprob: -2 },
+    ],
+    [
+      { id: 5, logprob: -0.5 },
+      { id: 4, logprob: -1 },
+    ],
   ]);
 });

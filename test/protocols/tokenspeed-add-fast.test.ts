@@ -7,7 +7,10 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  encodeTokenizedGenerateReqInput, tokenizedGenerateReqInputCodec, tokenspeedProtocol, toTokenizedGenerateReqInput,
+  encodeTokenizedGenerateReqInput,
+  tokenizedGenerateReqInputCodec,
+  tokenspeedProtocol,
+  toTokenizedGenerateReqInput,
 } from '../../src/protocols/tokenspeed/index.js';
 import type { TokenizedGenerateReqInput } from '../../src/protocols/tokenspeed/index.js';
 import type { GenerateRequest } from '../../src/protocols/types.js';
@@ -58,9 +61,24 @@ function randomRequest(r: () => number): GenerateRequest {
       structuredOutput: pick([
         null,
         null,
-        { constraint: { kind: 'json', schema: { type: 'object' } }, disableAnyWhitespace: false, disableAdditionalProperties: false, whitespacePattern: null },
-        { constraint: { kind: 'regex', pattern: 'a+' }, disableAnyWhitespace: false, disableAdditionalProperties: false, whitespacePattern: null },
-        { constraint: { kind: 'grammar', grammar: 'root ::= "x"' }, disableAnyWhitespace: false, disableAdditionalProperties: false, whitespacePattern: null },
+        {
+          constraint: { kind: 'json', schema: { type: 'object' } },
+          disableAnyWhitespace: false,
+          disableAdditionalProperties: false,
+          whitespacePattern: null,
+        },
+        {
+          constraint: { kind: 'regex', pattern: 'a+' },
+          disableAnyWhitespace: false,
+          disableAdditionalProperties: false,
+          whitespacePattern: null,
+        },
+        {
+          constraint: { kind: 'grammar', grammar: 'root ::= "x"' },
+          disableAnyWhitespace: false,
+          disableAdditionalProperties: false,
+          whitespacePattern: null,
+        },
       ] as GenerateRequest['sampling']['structuredOutput'][]),
     },
     stream: r() < 0.5,
@@ -72,7 +90,8 @@ test('every request the gateway builds encodes to the schema codec’s bytes (20
   const r = rng(9);
   for (let i = 0; i < 2000; i++) {
     const request = randomRequest(r);
-    if (request.sampling.maxNewTokens !== null && request.sampling.minNewTokens > request.sampling.maxNewTokens) request.sampling.minNewTokens = 0;
+    if (request.sampling.maxNewTokens !== null && request.sampling.minNewTokens > request.sampling.maxNewTokens)
+      request.sampling.minNewTokens = 0;
     const req = toTokenizedGenerateReqInput(request);
     assert.deepEqual(viaEncoder(req), viaCodec(req), `request ${i}`);
   }
@@ -81,11 +100,26 @@ test('every request the gateway builds encodes to the schema codec’s bytes (20
 test('the protocol’s encodeAdd gives the same bytes as the codec for the common chat request', () => {
   const request: GenerateRequest = {
     requestId: 'chatcmpl-0123456789abcdef0123456789abcdef',
-    promptTokenIds: [151644, 872, 198, 40451, 752, 911, 279, 9104, 323, 279, 14796, 13, 151645, 198, 151644, 77091, 198],
+    promptTokenIds: [
+      151644, 872, 198, 40451, 752, 911, 279, 9104, 323, 279, 14796, 13, 151645, 198, 151644, 77091, 198,
+    ],
     sampling: {
-      maxNewTokens: 1, minNewTokens: 0, temperature: 1, topP: 1, topK: -1, minP: 0, frequencyPenalty: 0, presencePenalty: 0,
-      repetitionPenalty: 1, stopTokenIds: [151645, 151643], ignoreEos: true, skipSpecialTokens: true, spacesBetweenSpecialTokens: true,
-      seed: null, logitBias: null, structuredOutput: null,
+      maxNewTokens: 1,
+      minNewTokens: 0,
+      temperature: 1,
+      topP: 1,
+      topK: -1,
+      minP: 0,
+      frequencyPenalty: 0,
+      presencePenalty: 0,
+      repetitionPenalty: 1,
+      stopTokenIds: [151645, 151643],
+      ignoreEos: true,
+      skipSpecialTokens: true,
+      spacesBetweenSpecialTokens: true,
+      seed: null,
+      logitBias: null,
+      structuredOutput: null,
     },
     stream: true,
     returnLogprob: false,
@@ -102,8 +136,14 @@ test('requests the fast path leaves to the codec get the codec’s bytes or its 
     ['custom_params set', { ...base, sampling_params: { ...base.sampling_params, custom_params: { a: 1 } } }],
     ['bigint seed', { ...base, sampling_params: { ...base.sampling_params, seed: 2n ** 63n } }],
     ['bigint token id', { ...base, input_ids: [1, 2n ** 40n, 3] }],
-    ['an absent sampling field', { ...base, sampling_params: { ...base.sampling_params, temperature: undefined as unknown as number } }],
-    ['an absent optional field', { ...base, sampling_params: { ...base.sampling_params, regex: undefined as unknown as null } }],
+    [
+      'an absent sampling field',
+      { ...base, sampling_params: { ...base.sampling_params, temperature: undefined as unknown as number } },
+    ],
+    [
+      'an absent optional field',
+      { ...base, sampling_params: { ...base.sampling_params, regex: undefined as unknown as null } },
+    ],
     ['a float token id', { ...base, input_ids: [1, 2.5] }],
     ['a negative zero created_time', { ...base, created_time: -0 }],
     ['a non-default tail field', { ...base, validation_error: 'bad' }],
@@ -111,9 +151,18 @@ test('requests the fast path leaves to the codec get the codec’s bytes or its 
     ['a list rid', { ...base, rid: ['a', 'b'] }],
     ['a lone surrogate in the rid', { ...base, rid: 'x\ud800y' }],
     ['an unsafe integer', { ...base, logprob_start_len: 2 ** 60 }],
-    ['a string temperature', { ...base, sampling_params: { ...base.sampling_params, temperature: '1' as unknown as number } }],
-    ['stop strings as a list', { ...base, sampling_params: { ...base.sampling_params, stop_strs: ['a', 'bc'], stop: 'x' } }],
-    ['a non-string stop string', { ...base, sampling_params: { ...base.sampling_params, stop_strs: ['a', 3 as unknown as string] } }],
+    [
+      'a string temperature',
+      { ...base, sampling_params: { ...base.sampling_params, temperature: '1' as unknown as number } },
+    ],
+    [
+      'stop strings as a list',
+      { ...base, sampling_params: { ...base.sampling_params, stop_strs: ['a', 'bc'], stop: 'x' } },
+    ],
+    [
+      'a non-string stop string',
+      { ...base, sampling_params: { ...base.sampling_params, stop_strs: ['a', 3 as unknown as string] } },
+    ],
     ['token_ids_logprob set', { ...base, token_ids_logprob: [1, 2] }],
     ['input_text set', { ...base, input_text: 'hello' }],
   ];
@@ -138,6 +187,9 @@ test('the common request takes the fast path (no codec walk); one it leaves to t
   const common = { ...base, sampling_params: { ...base.sampling_params, logit_bias: null, custom_params: null } };
   encodeTokenizedGenerateReqInput(common);
   assert.equal(walks, 0, 'the common ADD is written by writePrefixFast');
-  encodeTokenizedGenerateReqInput({ ...common, sampling_params: { ...common.sampling_params, logit_bias: { '3': 0.5 } } });
+  encodeTokenizedGenerateReqInput({
+    ...common,
+    sampling_params: { ...common.sampling_params, logit_bias: { '3': 0.5 } },
+  });
   assert.equal(walks, 1, 'a set logit_bias goes through the codec');
 });

@@ -9,7 +9,12 @@ import assert from 'node:assert/strict';
 import { loadTokenSpeedVectors } from '../helpers/shared.js';
 import { prng } from '../helpers/prng.js';
 import type { EngineBatch } from '../../src/protocols/types.js';
-import { batchToEngineBatch, decodeBatchTokenIDOutSlim, encodeBatchTokenIDOutSlim, tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
+import {
+  batchToEngineBatch,
+  decodeBatchTokenIDOutSlim,
+  encodeBatchTokenIDOutSlim,
+  tokenspeedProtocol,
+} from '../../src/protocols/tokenspeed/index.js';
 import type { BatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/index.js';
 import { RidCache, decodeBatchFast } from '../../src/protocols/tokenspeed/output-fast.js';
 import { WireDecodeError } from '../../src/wire/errors.js';
@@ -29,7 +34,10 @@ function checkAgainstSchemaDriven(bytes: Uint8Array, what: string): 'fast' | 'de
   const fast = decodeBatchFast(bytes);
   const slow = schemaDriven(bytes);
   if (fast === null) return 'declined';
-  assert.ok(!(slow instanceof Error), `${what}: the fast path accepted a frame the schema-driven decoder refuses (${String(slow)})`);
+  assert.ok(
+    !(slow instanceof Error),
+    `${what}: the fast path accepted a frame the schema-driven decoder refuses (${String(slow)})`,
+  );
   assert.deepStrictEqual(fast, slow, what);
   return 'fast';
 }
@@ -50,16 +58,29 @@ test('the protocol reports the schema-driven error for every invalid vector', ()
     const bytes = Uint8Array.from(Buffer.from(v.hex!, 'hex'));
     const slow = schemaDriven(bytes);
     assert.ok(slow instanceof WireDecodeError, v.name);
-    assert.throws(() => tokenspeedProtocol.decodeOutput([bytes]), (e: unknown) => e instanceof WireDecodeError && e.message === slow.message, v.name);
+    assert.throws(
+      () => tokenspeedProtocol.decodeOutput([bytes]),
+      (e: unknown) => e instanceof WireDecodeError && e.message === slow.message,
+      v.name,
+    );
   }
 });
 
 function sampleBatch(rand: () => number, rows: number): BatchTokenIDOutSlim {
   const b: BatchTokenIDOutSlim = {
-    rids: [], output_ids: [], finished_reasons: [], prompt_tokens: [], completion_tokens: [], cached_tokens: [],
-    output_token_logprobs_val: [], output_token_logprobs_idx: [],
-    engine_index: Math.floor(rand() * 4), num_running: Math.floor(rand() * 300), num_waiting: Math.floor(rand() * 10),
-    kv_active_pages: Math.floor(rand() * 70000), kv_total_pages: rand() < 0.2 ? 0 : 70000,
+    rids: [],
+    output_ids: [],
+    finished_reasons: [],
+    prompt_tokens: [],
+    completion_tokens: [],
+    cached_tokens: [],
+    output_token_logprobs_val: [],
+    output_token_logprobs_idx: [],
+    engine_index: Math.floor(rand() * 4),
+    num_running: Math.floor(rand() * 300),
+    num_waiting: Math.floor(rand() * 10),
+    kv_active_pages: Math.floor(rand() * 70000),
+    kv_total_pages: rand() < 0.2 ? 0 : 70000,
   };
   const reasons = ['', '', '', 'stop', 'length', 'abort', 'error', 'weird'];
   for (let i = 0; i < rows; i++) {
@@ -143,7 +164,12 @@ test('rids the UTF-8 decoders could read differently: a leading BOM (stripped by
   b.rids[1] = 'chatcmpl-xx';
   const bytes = Uint8Array.from(encodeBatchTokenIDOutSlim(b));
   const at = Buffer.from(bytes).indexOf('chatcmpl-xx') + 9;
-  for (const bad of [[0xc3, 0x28], [0xed, 0xa0], [0xc0, 0xaf], [0xff, 0xfe]]) {
+  for (const bad of [
+    [0xc3, 0x28],
+    [0xed, 0xa0],
+    [0xc0, 0xaf],
+    [0xff, 0xfe],
+  ]) {
     bytes[at] = bad[0]!;
     bytes[at + 1] = bad[1]!;
     assert.equal(decodeBatchFast(bytes), null, `invalid UTF-8 ${bad.map((x) => x.toString(16)).join(' ')}`);
@@ -153,15 +179,26 @@ test('rids the UTF-8 decoders could read differently: a leading BOM (stripped by
 
 test('request ids decoded again come from the rid cache: the same strings, and a rid that differs in one byte is its own string', () => {
   const b = sampleBatch(prng(11), 4);
-  b.rids = ['chatcmpl-0123456789abcdef0123456789abcdef', 'r', 'chatcmpl-ü-é', 'chatcmpl-0123456789abcdef0123456789abcdeg'];
+  b.rids = [
+    'chatcmpl-0123456789abcdef0123456789abcdef',
+    'r',
+    'chatcmpl-ü-é',
+    'chatcmpl-0123456789abcdef0123456789abcdeg',
+  ];
   const bytes = encodeBatchTokenIDOutSlim(b);
   const first = decodeBatchFast(bytes)!;
   const again = decodeBatchFast(Uint8Array.from(bytes))!;
   assert.deepStrictEqual(again, first);
-  assert.deepStrictEqual(again.outputs.map((o) => o.requestId), b.rids);
+  assert.deepStrictEqual(
+    again.outputs.map((o) => o.requestId),
+    b.rids,
+  );
   b.rids[0] = 'chatcmpl-0123456789abcdef0123456789abcdeF';
   const changed = decodeBatchFast(encodeBatchTokenIDOutSlim(b))!;
-  assert.deepStrictEqual(changed.outputs.map((o) => o.requestId), b.rids);
+  assert.deepStrictEqual(
+    changed.outputs.map((o) => o.requestId),
+    b.rids,
+  );
 });
 
 test('rids the cache cannot hold or keys alike decode the same: over 64 bytes, empty, short, and many sharing their last 8 bytes', () => {
@@ -170,13 +207,19 @@ test('rids the cache cannot hold or keys alike decode the same: over 64 bytes, e
   b.rids = [long, '', 'ab', 'p-0000-same-tail', 'q-0000-same-tail', 'r-1111-same-tail'];
   for (let round = 0; round < 3; round++) {
     const got = decodeBatchFast(Uint8Array.from(encodeBatchTokenIDOutSlim(b)))!;
-    assert.deepStrictEqual(got.outputs.map((o) => o.requestId), b.rids);
+    assert.deepStrictEqual(
+      got.outputs.map((o) => o.requestId),
+      b.rids,
+    );
   }
   // Many in-flight ids alike in the bytes the key reads (one set): each still decodes to its own string.
   b.rids = Array.from({ length: 6 }, (_, i) => `id-${i}-the-same-tail`);
   for (let round = 0; round < 2; round++) {
     const got = decodeBatchFast(Uint8Array.from(encodeBatchTokenIDOutSlim(b)))!;
-    assert.deepStrictEqual(got.outputs.map((o) => o.requestId), b.rids);
+    assert.deepStrictEqual(
+      got.outputs.map((o) => o.requestId),
+      b.rids,
+    );
   }
 });
 

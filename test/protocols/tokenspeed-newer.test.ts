@@ -9,7 +9,10 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import {
-  decodeTokenizedGenerateReqInput, encodeTokenizedGenerateReqInput, toTokenizedGenerateReqInput, tokenspeedProtocol,
+  decodeTokenizedGenerateReqInput,
+  encodeTokenizedGenerateReqInput,
+  toTokenizedGenerateReqInput,
+  tokenspeedProtocol,
 } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING } from '../../src/protocols/types.js';
 import { WireDecodeError } from '../../src/wire/errors.js';
@@ -25,17 +28,37 @@ const get = (name: string) => {
 
 test('every tokenspeed-newer vector is covered below', () => {
   assert.deepEqual([...vectors.keys()].sort(), [
-    'ts_load_snapshot_private_transport', 'ts_out_slim14_real_newer_class', 'ts_req_py_25_data_parallel_rank', 'ts_req_unnormalized_greedy_seed_pin',
+    'ts_load_snapshot_private_transport',
+    'ts_out_slim14_real_newer_class',
+    'ts_req_py_25_data_parallel_rank',
+    'ts_req_unnormalized_greedy_seed_pin',
   ]);
 });
 
-test('the newer class\'s 14-element BatchTokenIDOutSlim decodes to its rows and load tail', () => {
+test("the newer class's 14-element BatchTokenIDOutSlim decodes to its rows and load tail", () => {
   const v = get('ts_out_slim14_real_newer_class');
-  const d = v.decoded as { rids: string[]; output_ids: number[][]; finished_reasons: string[]; engine_index: number; num_running: number; num_waiting: number; kv_active_pages: number; kv_total_pages: number };
+  const d = v.decoded as {
+    rids: string[];
+    output_ids: number[][];
+    finished_reasons: string[];
+    engine_index: number;
+    num_running: number;
+    num_waiting: number;
+    kv_active_pages: number;
+    kv_total_pages: number;
+  };
   const b = tokenspeedProtocol.decodeOutput([bytes(v)]);
   assert.equal(b.engineIndex, d.engine_index);
-  assert.deepEqual(b.outputs.map((o) => [o.requestId, o.newTokenIds, o.finishReason ?? '']), d.rids.map((r, i) => [r, d.output_ids[i], d.finished_reasons[i]]));
-  assert.deepEqual(b.load, { numRunning: d.num_running, numWaiting: d.num_waiting, kvCacheUsage: d.kv_active_pages / d.kv_total_pages, runningIncludesWaiting: true });
+  assert.deepEqual(
+    b.outputs.map((o) => [o.requestId, o.newTokenIds, o.finishReason ?? '']),
+    d.rids.map((r, i) => [r, d.output_ids[i], d.finished_reasons[i]]),
+  );
+  assert.deepEqual(b.load, {
+    numRunning: d.num_running,
+    numWaiting: d.num_waiting,
+    kvCacheUsage: d.kv_active_pages / d.kv_total_pages,
+    runningIncludesWaiting: true,
+  });
 });
 
 test('a 25-element request (data_parallel_rank appended) is read by the engine-side decoder', () => {
@@ -48,10 +71,20 @@ test('a 25-element request (data_parallel_rank appended) is read by the engine-s
 
 test('greedy requests the gateway sends are normalized: the newer seed pin for un-normalized greedy sampling does not apply', () => {
   const v = get('ts_req_unnormalized_greedy_seed_pin');
-  assert.equal(decodeTokenizedGenerateReqInput(bytes(v)).sampling_params.is_normalized, false, 'the vector is the un-normalized case');
+  assert.equal(
+    decodeTokenizedGenerateReqInput(bytes(v)).sampling_params.is_normalized,
+    false,
+    'the vector is the un-normalized case',
+  );
   const ours = decodeTokenizedGenerateReqInput(
     encodeTokenizedGenerateReqInput(
-      toTokenizedGenerateReqInput({ requestId: 'g', promptTokenIds: [1, 2], sampling: { ...DEFAULT_SAMPLING, temperature: 0, seed: 5 }, stream: true, returnLogprob: false }),
+      toTokenizedGenerateReqInput({
+        requestId: 'g',
+        promptTokenIds: [1, 2],
+        sampling: { ...DEFAULT_SAMPLING, temperature: 0, seed: 5 },
+        stream: true,
+        returnLogprob: false,
+      }),
       { form: 'prefix' },
     ),
   );
@@ -62,5 +95,8 @@ test('greedy requests the gateway sends are normalized: the newer seed pin for u
 
 test('the private LoadSnapshot message is not an output batch: a clear decode error, never a batch', () => {
   const v = get('ts_load_snapshot_private_transport');
-  assert.throws(() => tokenspeedProtocol.decodeOutput([bytes(v)]), (e: unknown) => e instanceof WireDecodeError && /BatchTokenIDOutSlim/.test(e.message));
+  assert.throws(
+    () => tokenspeedProtocol.decodeOutput([bytes(v)]),
+    (e: unknown) => e instanceof WireDecodeError && /BatchTokenIDOutSlim/.test(e.message),
+  );
 });

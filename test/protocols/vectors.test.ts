@@ -16,13 +16,26 @@ import type { EngineBatch, EngineLoad, EngineOutput, FinishReason } from '../../
 import { decodeEngineIdentity, encodeEngineIdentity } from '../../src/protocols/identity.js';
 import { ENGINE_CORE_DEAD, isEngineCoreDead, parseRequestFrames } from '../../src/protocols/frames.js';
 import {
-  assertInitAddresses, decodeHandshakeInit, decodeReadyMessage, decodeReadyResponse, encodeHandshakeInit,
-  encodeReadyMessage, encodeReadyResponse,
+  assertInitAddresses,
+  decodeHandshakeInit,
+  decodeReadyMessage,
+  decodeReadyResponse,
+  encodeHandshakeInit,
+  encodeReadyMessage,
+  encodeReadyResponse,
 } from '../../src/protocols/handshake.js';
 import {
-  batchTokenIdOutSlimCodec, decodeAbortPayload, decodeBatchTokenIDOutSlim, decodeTokenizedGenerateReqInput,
-  encodeAbortPayload, encodeBatchTokenIDOutSlim, encodeTokenizedGenerateReqInput, engineAdmissionError,
-  samplingParamsCodec, tokenizedGenerateReqInputCodec, tokenspeedProtocol,
+  batchTokenIdOutSlimCodec,
+  decodeAbortPayload,
+  decodeBatchTokenIDOutSlim,
+  decodeTokenizedGenerateReqInput,
+  encodeAbortPayload,
+  encodeBatchTokenIDOutSlim,
+  encodeTokenizedGenerateReqInput,
+  engineAdmissionError,
+  samplingParamsCodec,
+  tokenizedGenerateReqInputCodec,
+  tokenspeedProtocol,
 } from '../../src/protocols/tokenspeed/index.js';
 import { WireDecodeError } from '../../src/wire/errors.js';
 
@@ -57,22 +70,67 @@ interface Layout {
 }
 
 const REQUEST_DEFAULTS: Record<string, unknown> = {
-  rid: null, http_worker_ipc: null, input_text: null, input_ids: null, return_logprob: false, logprob_start_len: -1,
-  top_logprobs_num: 0, token_ids_logprob: null, stream: false, input_embeds: null, session_params: null,
-  custom_logit_processor: null, return_hidden_states: false, created_time: 0, bootstrap_host: null,
-  bootstrap_port: null, bootstrap_room: null, input_multi_ids: null, input_extra_infos: null,
-  input_ids_unpadded: null, multimodal_inputs: null, validation_error: null, data_parallel_rank: null,
+  rid: null,
+  http_worker_ipc: null,
+  input_text: null,
+  input_ids: null,
+  return_logprob: false,
+  logprob_start_len: -1,
+  top_logprobs_num: 0,
+  token_ids_logprob: null,
+  stream: false,
+  input_embeds: null,
+  session_params: null,
+  custom_logit_processor: null,
+  return_hidden_states: false,
+  created_time: 0,
+  bootstrap_host: null,
+  bootstrap_port: null,
+  bootstrap_room: null,
+  input_multi_ids: null,
+  input_extra_infos: null,
+  input_ids_unpadded: null,
+  multimodal_inputs: null,
+  validation_error: null,
+  data_parallel_rank: null,
 };
 const SAMPLING_DEFAULTS: Record<string, unknown> = {
-  max_new_tokens: null, stop: null, stop_token_ids: null, temperature: 1, top_p: 1, top_k: -1, min_p: 0,
-  frequency_penalty: 0, presence_penalty: 0, repetition_penalty: 1, min_new_tokens: 0, json_schema: null,
-  regex: null, ebnf: null, structural_tag: null, ignore_eos: false, skip_special_tokens: true,
-  spaces_between_special_tokens: true, no_stop_trim: false, thinking_budget: null, custom_params: null,
-  stream_interval: null, logit_bias: null, seed: null, logprobs: null, n: 1, stop_strs: null, stop_str_max_len: 0,
+  max_new_tokens: null,
+  stop: null,
+  stop_token_ids: null,
+  temperature: 1,
+  top_p: 1,
+  top_k: -1,
+  min_p: 0,
+  frequency_penalty: 0,
+  presence_penalty: 0,
+  repetition_penalty: 1,
+  min_new_tokens: 0,
+  json_schema: null,
+  regex: null,
+  ebnf: null,
+  structural_tag: null,
+  ignore_eos: false,
+  skip_special_tokens: true,
+  spaces_between_special_tokens: true,
+  no_stop_trim: false,
+  thinking_budget: null,
+  custom_params: null,
+  stream_interval: null,
+  logit_bias: null,
+  seed: null,
+  logprobs: null,
+  n: 1,
+  stop_strs: null,
+  stop_str_max_len: 0,
   is_normalized: false,
 };
 const SLIM_DEFAULTS: Record<string, unknown> = {
-  engine_index: 0, num_running: 0, num_waiting: 0, kv_active_pages: 0, kv_total_pages: 0,
+  engine_index: 0,
+  num_running: 0,
+  num_waiting: 0,
+  kv_active_pages: 0,
+  kv_total_pages: 0,
 };
 
 /**
@@ -82,8 +140,12 @@ const SLIM_DEFAULTS: Record<string, unknown> = {
  * Returns the element count the vector's array had (for re-encoding in the same form).
  */
 function expectPositional(
-  actual: Record<string, unknown>, expected: Record<string, unknown>, codec: Layout,
-  defaults: Record<string, unknown>, path: string, nested: Record<string, (a: unknown, e: unknown, p: string) => void> = {},
+  actual: Record<string, unknown>,
+  expected: Record<string, unknown>,
+  codec: Layout,
+  defaults: Record<string, unknown>,
+  path: string,
+  nested: Record<string, (a: unknown, e: unknown, p: string) => void> = {},
 ): number {
   const offset = codec.tag === undefined ? 0 : 1;
   const names = codec.fields.map((f) => f.name as string);
@@ -119,13 +181,24 @@ function expectPositional(
 
 function expectRequest(actual: unknown, expected: unknown): { length: number; samplingLength: number } {
   let samplingLength = 0;
-  const length = expectPositional(actual as Record<string, unknown>, expected as Record<string, unknown>,
-    tokenizedGenerateReqInputCodec, REQUEST_DEFAULTS, 'TokenizedGenerateReqInput', {
+  const length = expectPositional(
+    actual as Record<string, unknown>,
+    expected as Record<string, unknown>,
+    tokenizedGenerateReqInputCodec,
+    REQUEST_DEFAULTS,
+    'TokenizedGenerateReqInput',
+    {
       sampling_params: (a, e, p) => {
-        samplingLength = expectPositional(a as Record<string, unknown>, e as Record<string, unknown>,
-          samplingParamsCodec, SAMPLING_DEFAULTS, p);
+        samplingLength = expectPositional(
+          a as Record<string, unknown>,
+          e as Record<string, unknown>,
+          samplingParamsCodec,
+          SAMPLING_DEFAULTS,
+          p,
+        );
       },
-    });
+    },
+  );
   return { length, samplingLength };
 }
 
@@ -185,14 +258,18 @@ const INVALID_ERRORS: Record<string, RegExp> = {
   inv_hs_init_no_addresses: /^WireHandshakeInitMessage: missing required key 'addresses'$/,
   inv_req_bin_rid: /^TokenizedGenerateReqInput\.rid: expected str \| array \| null, got bin$/,
   inv_req_bool_token: /^TokenizedGenerateReqInput\.input_ids\[0\]: expected int, got bool$/,
-  inv_req_float_max_new_tokens: /^TokenizedGenerateReqInput\.sampling_params\.max_new_tokens: expected int \| null, got float64$/,
+  inv_req_float_max_new_tokens:
+    /^TokenizedGenerateReqInput\.sampling_params\.max_new_tokens: expected int \| null, got float64$/,
   inv_req_map_form: /^TokenizedGenerateReqInput: expected array, got map$/,
-  inv_req_missing_sampling_params: /^TokenizedGenerateReqInput: expected array of at least length 6, got 5 \(required field sampling_params missing\)$/,
+  inv_req_missing_sampling_params:
+    /^TokenizedGenerateReqInput: expected array of at least length 6, got 5 \(required field sampling_params missing\)$/,
   inv_req_rid_int: /^TokenizedGenerateReqInput\.rid: expected str \| array \| null, got int$/,
   inv_req_stream_int: /^TokenizedGenerateReqInput\.stream: expected bool, got int$/,
-  inv_req_tagged_sampling_params: /^TokenizedGenerateReqInput\.sampling_params\.max_new_tokens: expected int \| null, got str$/,
+  inv_req_tagged_sampling_params:
+    /^TokenizedGenerateReqInput\.sampling_params\.max_new_tokens: expected int \| null, got str$/,
   inv_req_token_string: /^TokenizedGenerateReqInput\.input_ids\[0\]: expected int, got str$/,
-  inv_req_trailing_bytes: /^TokenizedGenerateReqInput: trailing characters: 1 byte\(s\) after the top-level value at offset 38$/,
+  inv_req_trailing_bytes:
+    /^TokenizedGenerateReqInput: trailing characters: 1 byte\(s\) after the top-level value at offset 38$/,
   inv_req_truncated: /^TokenizedGenerateReqInput\.input_ids: input data was truncated/,
   inv_req_untagged: /^TokenizedGenerateReqInput\._tag: invalid tag 'bad' \(expected 'TokenizedGenerateReqInput'\)$/,
   inv_req_wrong_tag: /^TokenizedGenerateReqInput\._tag: invalid tag 'TokenizedGenerateReqInputX'/,
@@ -226,9 +303,10 @@ function kindHandler(v: Vector): { title: string; run: () => void } {
   const bytes = bytesOf(v.hex ?? '');
   const invalid = v.error !== undefined;
   const decodeOnly = DECODE_ONLY[v.name];
-  const validTitle = decodeOnly === undefined
-    ? 'decodes to `decoded` and re-encodes to `hex`'
-    : `decodes to \`decoded\` (decode only: ${decodeOnly})`;
+  const validTitle =
+    decodeOnly === undefined
+      ? 'decodes to `decoded` and re-encodes to `hex`'
+      : `decodes to \`decoded\` (decode only: ${decodeOnly})`;
   const pattern = INVALID_ERRORS[v.name];
   if (invalid && pattern === undefined) throw new Error(`no expected error pattern for invalid vector ${v.name}`);
   const invalidTitle = `is rejected (${v.error})`;
@@ -245,15 +323,19 @@ function kindHandler(v: Vector): { title: string; run: () => void } {
           const req = decodeTokenizedGenerateReqInput(bytes);
           const { length, samplingLength } = expectRequest(req, v.decoded);
           if (decodeOnly === undefined) {
-            assert.equal(hexOf(encodeTokenizedGenerateReqInput(req, { form: length, samplingParamsLength: samplingLength })),
-              v.hex);
+            assert.equal(
+              hexOf(encodeTokenizedGenerateReqInput(req, { form: length, samplingParamsLength: samplingLength })),
+              v.hex,
+            );
           }
           // The engine's admission decision (4.5-4.6) for this request, as the vector's verified outcome says.
-          const verified = v.verified as { engine_outcome?: string; recv_socket_config?: Record<string, unknown> } | undefined;
+          const verified = v.verified as
+            { engine_outcome?: string; recv_socket_config?: Record<string, unknown> } | undefined;
           if (verified?.engine_outcome !== undefined) {
             const config = verified.recv_socket_config ?? {};
             const error = engineAdmissionError(req, {
-              vocabSize: config.vocab_size as number, enableOutputLogprobs: config.enable_output_logprobs as boolean,
+              vocabSize: config.vocab_size as number,
+              enableOutputLogprobs: config.enable_output_logprobs as boolean,
             });
             const aborted = verified.engine_outcome === 'terminal_abort' || v.handler_outcome === 'terminal_abort';
             assert.equal(error !== null, aborted, `admission: ${String(error)}`);
@@ -276,14 +358,21 @@ function kindHandler(v: Vector): { title: string; run: () => void } {
           const frames = (v.frames_hex ?? []).map(bytesOf);
           assert.equal(frames.length, 1);
           const batch = decodeBatchTokenIDOutSlim(frames[0]);
-          const length = expectPositional(batch as unknown as Record<string, unknown>, v.decoded as Record<string, unknown>,
-            batchTokenIdOutSlimCodec, SLIM_DEFAULTS, 'BatchTokenIDOutSlim');
+          const length = expectPositional(
+            batch as unknown as Record<string, unknown>,
+            v.decoded as Record<string, unknown>,
+            batchTokenIdOutSlimCodec,
+            SLIM_DEFAULTS,
+            'BatchTokenIDOutSlim',
+          );
           assert.equal(`${length}-element`, v.form === '15-element' ? '14-element' : v.form);
           if (decodeOnly === undefined) {
             assert.equal(hexOf(encodeBatchTokenIDOutSlim(batch, { form: length as 9 | 10 | 14 })), v.hex);
           }
-          assert.deepStrictEqual(tokenspeedProtocol.decodeOutput(frames),
-            expectedEngineBatch(fromJson(v.decoded) as Record<string, unknown>));
+          assert.deepStrictEqual(
+            tokenspeedProtocol.decodeOutput(frames),
+            expectedEngineBatch(fromJson(v.decoded) as Record<string, unknown>),
+          );
         },
       };
     case 'AbortPayload':
@@ -313,7 +402,10 @@ function kindHandler(v: Vector): { title: string; run: () => void } {
           const d = v.decoded as Record<string, unknown>;
           const m = decodeReadyMessage(bytes);
           assert.deepStrictEqual(m, {
-            status: d.status, local: d.local, headless: d.headless, parallelConfigHash: d.parallel_config_hash,
+            status: d.status,
+            local: d.local,
+            headless: d.headless,
+            parallelConfigHash: d.parallel_config_hash,
           });
           assert.equal(hexOf(encodeReadyMessage(m)), v.hex);
         },
@@ -435,8 +527,13 @@ for (const v of vectors) {
 
 test('every vector file was exercised, and every table entry names a real vector', () => {
   const dir = repoVectorsDir('tokenspeed');
-  const files = readdirSync(dir).filter((f) => f.endsWith('.json') && f !== 'index.json').map((f) => f.slice(0, -5));
-  const index = JSON.parse(readFileSync(join(dir, 'index.json'), 'utf8')) as { count: number; vectors: { name: string }[] };
+  const files = readdirSync(dir)
+    .filter((f) => f.endsWith('.json') && f !== 'index.json')
+    .map((f) => f.slice(0, -5));
+  const index = JSON.parse(readFileSync(join(dir, 'index.json'), 'utf8')) as {
+    count: number;
+    vectors: { name: string }[];
+  };
   assert.equal(files.length, index.count);
   assert.deepEqual([...files].sort(), index.vectors.map((x) => x.name).sort());
   assert.deepEqual([...exercised].sort(), [...files].sort());

@@ -33,10 +33,14 @@ export default async function* filesReporter(source) {
     f.failed++;
     const err = data.details?.error;
     const cause = err?.cause ?? err;
-    const text = String(cause?.stack ?? cause?.message ?? cause).split('\n').slice(0, 12).join('\n    ');
+    const text = String(cause?.stack ?? cause?.message ?? cause)
+      .split('\n')
+      .slice(0, 12)
+      .join('\n    ');
     yield `\n✗ ${file}: ${data.name}\n    ${text}\n`;
   }
   const slow = [...files].sort((a, b) => b[1].ms - a[1].ms).slice(0, 12);
   yield `\n${pass} passed, ${fail} failed, ${skip} skipped, in ${files.size} files. Slowest files (s):\n`;
-  for (const [file, f] of slow) yield `  ${(f.ms / 1000).toFixed(1).padStart(6)}  ${file}${f.failed > 0 ? `  (${f.failed} failed)` : ''}\n`;
+  for (const [file, f] of slow)
+    yield `  ${(f.ms / 1000).toFixed(1).padStart(6)}  ${file}${f.failed > 0 ? `  (${f.failed} failed)` : ''}\n`;
 }

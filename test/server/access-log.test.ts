@@ -13,12 +13,15 @@ import { WORKER, listenApp, makeApp } from './helpers.js';
 function recordingPino(): { logger: pino.Logger; lines: Array<Record<string, unknown>>; raw: string[] } {
   const lines: Array<Record<string, unknown>> = [];
   const raw: string[] = [];
-  const logger = pino({ level: 'info' }, {
-    write: (line: string) => {
-      raw.push(line);
-      lines.push(JSON.parse(line) as Record<string, unknown>);
+  const logger = pino(
+    { level: 'info' },
+    {
+      write: (line: string) => {
+        raw.push(line);
+        lines.push(JSON.parse(line) as Record<string, unknown>);
+      },
     },
-  });
+  );
   return { logger, lines, raw };
 }
 
@@ -31,7 +34,11 @@ test('one "request finished" line per request: non-streaming, streaming and n > 
   const { logger, lines, raw } = recordingPino();
   const { app } = await makeApp({ backend, logger });
   try {
-    const plain = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'hello there', max_tokens: 3 } });
+    const plain = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'hello there', max_tokens: 3 },
+    });
     assert.equal(plain.statusCode, 200);
     const streamed = await app.inject({
       method: 'POST',
@@ -40,7 +47,11 @@ test('one "request finished" line per request: non-streaming, streaming and n > 
       payload: { messages: [{ role: 'user', content: 'hi' }], max_tokens: 3, stream: true },
     });
     assert.equal(streamed.statusCode, 200);
-    const fan = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'hello there', max_tokens: 3, n: 2 } });
+    const fan = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'hello there', max_tokens: 3, n: 2 },
+    });
     assert.equal(fan.statusCode, 200);
 
     const finished = lines.filter((l) => l.msg === 'request finished');
@@ -85,7 +96,11 @@ test('a mid-stream engine failure is one warn line; a refused request is one inf
   const { logger, lines } = recordingPino();
   const { app } = await makeApp({ backend, logger });
   try {
-    const res = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 5, stream: true } });
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'x', max_tokens: 5, stream: true },
+    });
     assert.equal(res.statusCode, 200);
     assert.match(res.body, /"error"/);
     const failed = lines.filter((l) => l.msg === 'request failed');
@@ -119,11 +134,14 @@ test('a stream the client leaves mid-way logs 499 with the tokens it had receive
         got += c.toString('utf8');
         if (got.includes('"text":"Hello,"')) resolve(); // both tokens, in the turn's one chunk
       });
-      socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`);
+      socket.write(
+        `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n${payload}`,
+      );
     });
     socket.destroy();
     const deadline = Date.now() + 10_000;
-    while (!lines.some((l) => l.msg === 'request finished') && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    while (!lines.some((l) => l.msg === 'request finished') && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 10));
     const line = lines.find((l) => l.msg === 'request finished');
     assert.ok(line, JSON.stringify(lines.map((l) => l.msg)));
     assert.equal(line.status, 499);

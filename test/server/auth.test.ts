@@ -26,12 +26,20 @@ describe('API keys', () => {
     await metricsFx.app.close();
   });
 
-  const call = (port: number, path: string, init: { method?: string; key?: string; auth?: string; body?: unknown } = {}) =>
+  const call = (
+    port: number,
+    path: string,
+    init: { method?: string; key?: string; auth?: string; body?: unknown } = {},
+  ) =>
     fetch(`http://127.0.0.1:${port}${path}`, {
       method: init.method ?? (init.body === undefined ? 'GET' : 'POST'),
       headers: {
         ...(init.body !== undefined ? { 'content-type': 'application/json' } : {}),
-        ...(init.auth !== undefined ? { authorization: init.auth } : init.key !== undefined ? { authorization: `Bearer ${init.key}` } : {}),
+        ...(init.auth !== undefined
+          ? { authorization: init.auth }
+          : init.key !== undefined
+            ? { authorization: `Bearer ${init.key}` }
+            : {}),
       },
       ...(init.body !== undefined ? { body: JSON.stringify(init.body) } : {}),
     });
@@ -61,10 +69,16 @@ describe('API keys', () => {
     for (const [path, body] of routes) {
       const missing = await assert401(await call(fx.port, path, { body }), `${path} without a key`);
       assert.match(String(missing.message), /did not provide an API key/);
-      const wrong = await assert401(await call(fx.port, path, { body, key: 'sk-first-kez' }), `${path} with a wrong key`);
+      const wrong = await assert401(
+        await call(fx.port, path, { body, key: 'sk-first-kez' }),
+        `${path} with a wrong key`,
+      );
       assert.match(String(wrong.message), /Incorrect API key/);
       assert.ok(!JSON.stringify(wrong).includes('sk-first-kez'), 'the presented key is never echoed');
-      await assert401(await call(fx.port, path, { body, auth: 'Basic c2stZmlyc3Qta2V5' }), `${path} with another scheme`);
+      await assert401(
+        await call(fx.port, path, { body, auth: 'Basic c2stZmlyc3Qta2V5' }),
+        `${path} with another scheme`,
+      );
       await assert401(await call(fx.port, path, { body, key: `${KEYS[0]}x` }), `${path} with a longer key`);
       await assert401(await call(fx.port, path, { body, auth: 'Bearer' }), `${path} with an empty bearer`);
     }
@@ -139,7 +153,9 @@ test('keyMatcher compares digests of every key; isProtectedPath covers future /v
   assert.equal(match(''), false);
   assert.equal(match('a '), false);
   assert.equal(match('b'.repeat(10_000)), false);
-  for (const p of ['/v1/models', '/v1/responses', '/v1/gateway/ranks', '/tokenize', '/detokenize']) assert.equal(isProtectedPath(p, false), true, p);
-  for (const p of ['/health', '/ready', '/metrics', '/dashboard', '/v1x', '/tokenizer']) assert.equal(isProtectedPath(p, false), false, p);
+  for (const p of ['/v1/models', '/v1/responses', '/v1/gateway/ranks', '/tokenize', '/detokenize'])
+    assert.equal(isProtectedPath(p, false), true, p);
+  for (const p of ['/health', '/ready', '/metrics', '/dashboard', '/v1x', '/tokenizer'])
+    assert.equal(isProtectedPath(p, false), false, p);
   assert.equal(isProtectedPath('/metrics', true), true);
 });

@@ -22,7 +22,7 @@ describe('usage.prompt_tokens_details.cached_tokens', () => {
 
   const post = (url: string, payload: Record<string, unknown>) => fx.app.inject({ method: 'POST', url, payload });
 
-  test('non-streaming chat and completions report the engine\'s cached tokens', async () => {
+  test("non-streaming chat and completions report the engine's cached tokens", async () => {
     const chat = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }] });
     assert.equal(chat.statusCode, 200, chat.body);
     assert.deepEqual(chat.json().usage.prompt_tokens_details, { cached_tokens: 48 });
@@ -42,7 +42,7 @@ describe('usage.prompt_tokens_details.cached_tokens', () => {
     }
   });
 
-  test('n = 3: the shared prompt\'s cached tokens are counted once', async () => {
+  test("n = 3: the shared prompt's cached tokens are counted once", async () => {
     const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }], n: 3 });
     assert.equal(res.statusCode, 200, res.body);
     const usage = res.json().usage;

@@ -33,7 +33,8 @@ describe('chat completions with tools', () => {
     fx.backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
   });
 
-  const post = (payload: Record<string, unknown>, url = '/v1/chat/completions') => fx.app.inject({ method: 'POST', url, payload });
+  const post = (payload: Record<string, unknown>, url = '/v1/chat/completions') =>
+    fx.app.inject({ method: 'POST', url, payload });
 
   /** POST the body, expect 200, and return the prompt token ids the fake engine received. */
   async function submittedPrompt(payload: Record<string, unknown>): Promise<number[]> {
@@ -47,7 +48,11 @@ describe('chat completions with tools', () => {
   const render = (messages: ChatMessage[], opts: { tools?: unknown[]; addGenerationPrompt?: boolean } = {}): number[] =>
     fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, opts), { addSpecialTokens: false });
 
-  function assert400(res: { statusCode: number; json(): { error: { param: string | null; message: string } }; body: string }, param: string, message?: RegExp): void {
+  function assert400(
+    res: { statusCode: number; json(): { error: { param: string | null; message: string } }; body: string },
+    param: string,
+    message?: RegExp,
+  ): void {
     assert.equal(res.statusCode, 400, res.body);
     const err = res.json().error;
     assert.equal(err.param, param, err.message);
@@ -65,7 +70,10 @@ describe('chat completions with tools', () => {
     assert.match(text, /"name": "get_time"/);
     assert.deepEqual(await submittedPrompt({ messages, tools: TOOLS }), expected);
     assert.deepEqual(await submittedPrompt({ messages, tools: TOOLS, tool_choice: 'none' }), expected);
-    assert.deepEqual(await submittedPrompt({ messages, tools: TOOLS, tool_choice: null, parallel_tool_calls: false }), expected);
+    assert.deepEqual(
+      await submittedPrompt({ messages, tools: TOOLS, tool_choice: null, parallel_tool_calls: false }),
+      expected,
+    );
     assert.notDeepEqual(await submittedPrompt({ messages }), expected, 'without tools the prompt differs');
     assert.deepEqual(await submittedPrompt({ messages }), render(messages));
     // The response is plain content: no tool-call parsing.
@@ -103,16 +111,29 @@ describe('chat completions with tools', () => {
     );
     assert.deepEqual(await submittedPrompt({ messages: turn2, tools: TOOLS }), expected2);
 
-    const turn3 = [...turn2, { role: 'assistant', content: 'It is 18C and sunny.' }, { role: 'user', content: 'Thanks' }];
+    const turn3 = [
+      ...turn2,
+      { role: 'assistant', content: 'It is 18C and sunny.' },
+      { role: 'user', content: 'Thanks' },
+    ];
     const expected3 = render(turn3 as ChatMessage[], { tools: TOOLS });
-    assert.match(fx.tokenizer.decode(expected3, { skipSpecialTokens: false }), /It is 18C and sunny\.<\|im_end\|>\n<\|im_start\|>user\nThanks/);
+    assert.match(
+      fx.tokenizer.decode(expected3, { skipSpecialTokens: false }),
+      /It is 18C and sunny\.<\|im_end\|>\n<\|im_start\|>user\nThanks/,
+    );
     assert.deepEqual(await submittedPrompt({ messages: turn3, tools: TOOLS }), expected3);
   });
 
   test('content as text parts equals the joined string', async () => {
     const parts = [
       { role: 'system', content: [{ type: 'text', text: 'Be brief.' }] },
-      { role: 'user', content: [{ type: 'text', text: 'Weather' }, { type: 'text', text: 'in Paris?' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Weather' },
+          { type: 'text', text: 'in Paris?' },
+        ],
+      },
     ];
     const flat = [
       { role: 'system', content: 'Be brief.' },
@@ -128,32 +149,58 @@ describe('chat completions with tools', () => {
     assert.deepEqual(await submittedPrompt({ messages, add_generation_prompt: true }), render(messages));
 
     const partial = [...messages, { role: 'assistant', content: 'The answer is' }];
-    const cont = await submittedPrompt({ messages: partial, add_generation_prompt: false, continue_final_message: true });
+    const cont = await submittedPrompt({
+      messages: partial,
+      add_generation_prompt: false,
+      continue_final_message: true,
+    });
     const contText = fx.tokenizer.decode(cont, { skipSpecialTokens: false });
     assert.ok(contText.endsWith('<|im_start|>assistant\n<think>\n\n</think>\n\nThe answer is'), contText);
     const full = fx.tokenizer.applyChatTemplate(partial, { addGenerationPrompt: false });
-    assert.deepEqual(cont, fx.tokenizer.encode(full.slice(0, full.lastIndexOf('The answer is') + 'The answer is'.length), { addSpecialTokens: false }));
+    assert.deepEqual(
+      cont,
+      fx.tokenizer.encode(full.slice(0, full.lastIndexOf('The answer is') + 'The answer is'.length), {
+        addSpecialTokens: false,
+      }),
+    );
 
     // Trailing spacing the template keeps is kept (transformers' rule), so the model continues after the space.
     const spaced = [...messages, { role: 'assistant', content: 'The answer is ' }];
-    const contSpaced = await submittedPrompt({ messages: spaced, add_generation_prompt: false, continue_final_message: true });
+    const contSpaced = await submittedPrompt({
+      messages: spaced,
+      add_generation_prompt: false,
+      continue_final_message: true,
+    });
     assert.ok(fx.tokenizer.decode(contSpaced, { skipSpecialTokens: false }).endsWith('\n\nThe answer is '));
 
     const kw = { enable_thinking: false };
     const withKw = await submittedPrompt({ messages, tools: TOOLS, chat_template_kwargs: kw });
     assert.deepEqual(
       withKw,
-      fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { tools: TOOLS, templateKwargs: kw }), { addSpecialTokens: false }),
+      fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { tools: TOOLS, templateKwargs: kw }), {
+        addSpecialTokens: false,
+      }),
     );
-    assert.match(fx.tokenizer.decode(withKw, { skipSpecialTokens: false }), /<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n$/);
+    assert.match(
+      fx.tokenizer.decode(withKw, { skipSpecialTokens: false }),
+      /<\|im_start\|>assistant\n<think>\n\n<\/think>\n\n$/,
+    );
   });
 
   test('refusals → 400 naming the parameter, nothing submitted', async () => {
     const before = fx.backend.submissions.length;
     const messages = [{ role: 'user', content: 'Hi' }];
     assert400(await post({ messages, tool_choice: 'required' }), 'tool_choice', /needs 'tools'/);
-    assert400(await post({ messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } } }), 'tool_choice', /not among the tools/);
-    assert400(await post({ messages, tools: TOOLS, tool_choice: 'sometimes' }), 'tool_choice', /must be "none", "auto", "required"/);
+    assert400(
+      await post({ messages, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'nope' } } }),
+      'tool_choice',
+      /not among the tools/,
+    );
+    assert400(
+      await post({ messages, tools: TOOLS, tool_choice: 'sometimes' }),
+      'tool_choice',
+      /must be "none", "auto", "required"/,
+    );
     assert400(
       await post({ messages, tools: TOOLS, tool_choice: 'required', response_format: { type: 'json_object' } }),
       'response_format',
@@ -169,7 +216,11 @@ describe('chat completions with tools', () => {
     );
     assert400(await post({ messages, continue_final_message: true }), 'continue_final_message', /cannot both be true/);
     assert400(
-      await post({ messages: [...messages, { role: 'assistant', content: null, tool_calls: [CALL] }], add_generation_prompt: false, continue_final_message: true }),
+      await post({
+        messages: [...messages, { role: 'assistant', content: null, tool_calls: [CALL] }],
+        add_generation_prompt: false,
+        continue_final_message: true,
+      }),
       'continue_final_message',
       /text to continue/,
     );
@@ -189,7 +240,10 @@ describe('chat completions with tools', () => {
       assert.equal(res.statusCode, 400, `${JSON.stringify(tool)}: ${res.body}`);
       const err = res.json().error;
       assert.ok(String(err.param).startsWith('tools'), res.body);
-      assert.ok(err.param === path || String(err.message).includes(`'${path}'`), `${JSON.stringify(tool)} should name ${path}: ${res.body}`);
+      assert.ok(
+        err.param === path || String(err.message).includes(`'${path}'`),
+        `${JSON.stringify(tool)} should name ${path}: ${res.body}`,
+      );
     }
     assert400(await post({ messages, tools: { type: 'function' } }), 'tools');
     assert.equal(fx.backend.submissions.length, before, 'no refused request reached the engine');
@@ -198,7 +252,8 @@ describe('chat completions with tools', () => {
 
 describe('chat completions with tools and no tool-call parser (--tool-call-parser none)', () => {
   const fx = useApp({ output: { toolCallParser: 'none' } });
-  const post = (payload: Record<string, unknown>) => fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload });
+  const post = (payload: Record<string, unknown>) =>
+    fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload });
 
   test('"auto" is refused as vLLM does without a parser; required and named still work (constrained decoding)', async () => {
     const messages = [{ role: 'user', content: 'Hi' }];
@@ -206,7 +261,11 @@ describe('chat completions with tools and no tool-call parser (--tool-call-parse
     assert.equal(res.statusCode, 400, res.body);
     assert.equal(res.json().error.param, 'tool_choice');
     assert.match(res.json().error.message, /--enable-auto-tool-choice and --tool-call-parser/);
-    fx.backend.onSubmit = (s) => s.stream.pushAll(fx.tokenizer.encode('[{"name": "get_time", "parameters": {}}]', { addSpecialTokens: false }), 'stop');
+    fx.backend.onSubmit = (s) =>
+      s.stream.pushAll(
+        fx.tokenizer.encode('[{"name": "get_time", "parameters": {}}]', { addSpecialTokens: false }),
+        'stop',
+      );
     const ok = await post({ messages, tools: TOOLS, tool_choice: 'required' });
     assert.equal(ok.statusCode, 200, ok.body);
     assert.equal(ok.json().choices[0].message.tool_calls[0].function.name, 'get_time');

@@ -14,13 +14,28 @@ const build = (text: string) => ({
 
 test('fill(text) equals JSON.stringify(build(text)) for quotes, escapes, controls, lone surrogates and emoji', () => {
   const fill = jsonWithSlot(build);
-  const texts = ['', 'hello', '"', '\\', '\n\r\t\b\f', '\u0000\u001f\u007f', '\ud800', 'a\udc00b', '🐉 龍', '</script>', '\u2028\u2029', 'x'.repeat(5000)];
+  const texts = [
+    '',
+    'hello',
+    '"',
+    '\\',
+    '\n\r\t\b\f',
+    '\u0000\u001f\u007f',
+    '\ud800',
+    'a\udc00b',
+    '🐉 龍',
+    '</script>',
+    '\u2028\u2029',
+    'x'.repeat(5000),
+  ];
   for (const t of texts) assert.equal(fill(t), JSON.stringify(build(t)), JSON.stringify(t));
   // Random strings over the whole UTF-16 range.
   let seed = 7;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff);
+  const rand = () => (seed = (seed * 1103515245 + 12345) & 0x7fffffff) / 0x7fffffff;
   for (let i = 0; i < 500; i++) {
-    const t = String.fromCharCode(...Array.from({ length: Math.floor(rand() * 12) }, () => Math.floor(rand() * 0x10000)));
+    const t = String.fromCharCode(
+      ...Array.from({ length: Math.floor(rand() * 12) }, () => Math.floor(rand() * 0x10000)),
+    );
     assert.equal(fill(t), JSON.stringify(build(t)));
   }
 });

@@ -23,15 +23,18 @@ async function file(name: string, text: string): Promise<string> {
 }
 
 test('flag > environment > file, option by option', async () => {
-  const yaml = await file('a.yaml', [
-    'port: 31001',
-    'host: 0.0.0.0',
-    'dp-policy: round_robin',
-    'log_level: warn          # snake_case keys are accepted too',
-    'bodyLimit: 1024          # and camelCase',
-    'served-model-name: [qwen3, Qwen/Qwen3-8B]',
-    '',
-  ].join('\n'));
+  const yaml = await file(
+    'a.yaml',
+    [
+      'port: 31001',
+      'host: 0.0.0.0',
+      'dp-policy: round_robin',
+      'log_level: warn          # snake_case keys are accepted too',
+      'bodyLimit: 1024          # and camelCase',
+      'served-model-name: [qwen3, Qwen/Qwen3-8B]',
+      '',
+    ].join('\n'),
+  );
   const env = { MODEL_GATEWAY_PORT: '31002', MODEL_GATEWAY_DP_POLICY: 'inflight', HOME: '/x', PATH: '/bin' };
   assert.deepEqual(parseServeArgs(['--config', yaml, '--port', '31003'], { env }), {
     port: 31003,
@@ -76,33 +79,43 @@ test('every option of the table has its variable: names, booleans, lists', () =>
       simArgs: ['--time-scale=0', '--seed=3'],
     },
   );
-  assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_SIM: '2', MODEL_GATEWAY_SIM_LOCKSTEP: 'off' } }), { sim: 2 });
+  assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_SIM: '2', MODEL_GATEWAY_SIM_LOCKSTEP: 'off' } }), {
+    sim: 2,
+  });
   // Every option in USAGE's serve list that is not flag-only maps to a variable the parser accepts.
-  const flags = [...USAGE.matchAll(/^ {2}--([a-z-]+)/gm)].map((m) => m[1]!).filter((f) => !['help', 'version', 'config', 'exit-with-parent'].includes(f));
+  const flags = [...USAGE.matchAll(/^ {2}--([a-z-]+)/gm)]
+    .map((m) => m[1]!)
+    .filter((f) => !['help', 'version', 'config', 'exit-with-parent'].includes(f));
   assert.ok(flags.length >= 20, `${flags.length} flags in USAGE`);
   for (const flag of flags) {
     try {
       parseServeArgs([], { env: { [envName(flag)]: 'x' } });
     } catch (e) {
       // A bad value is fine here ('x' is no port); an unknown variable is not.
-      assert.ok(e instanceof UsageError && !/unknown environment variable/.test(e.message), `${envName(flag)}: ${String(e)}`);
+      assert.ok(
+        e instanceof UsageError && !/unknown environment variable/.test(e.message),
+        `${envName(flag)}: ${String(e)}`,
+      );
     }
   }
 });
 
 test('engine groups: the file describes several; a group on a higher layer replaces them all', async () => {
-  const yaml = await file('groups.yaml', [
-    'engine: vllm             # a default for every group',
-    'groups:',
-    '  - engine-url: ipc:///tmp/mg-cfg/a',
-    '    dp-size: 2',
-    '  - engine-url: ipc:///tmp/mg-cfg/b',
-    '    engine: tokenspeed',
-    '  - sim: 2',
-    '    sim-lockstep: true',
-    '    sim-arg: [--time-scale=0]',
-    '',
-  ].join('\n'));
+  const yaml = await file(
+    'groups.yaml',
+    [
+      'engine: vllm             # a default for every group',
+      'groups:',
+      '  - engine-url: ipc:///tmp/mg-cfg/a',
+      '    dp-size: 2',
+      '  - engine-url: ipc:///tmp/mg-cfg/b',
+      '    engine: tokenspeed',
+      '  - sim: 2',
+      '    sim-lockstep: true',
+      '    sim-arg: [--time-scale=0]',
+      '',
+    ].join('\n'),
+  );
   assert.deepEqual(parseServeArgs(['--config', yaml]), {
     groups: [
       { engine: 'vllm', engineUrl: 'ipc:///tmp/mg-cfg/a', dpSize: 2 },
@@ -111,14 +124,23 @@ test('engine groups: the file describes several; a group on a higher layer repla
     ],
   });
   assert.deepEqual(parseServeArgs(['--config', yaml, '--sim', '3']), { sim: 3 }, 'flags replace the file groups');
-  assert.deepEqual(parseServeArgs(['--config', yaml], { env: { MODEL_GATEWAY_WORKER: 'vllm:ipc:///tmp/mg-cfg/c:2' } }), {
-    engine: 'vllm', engineUrl: 'ipc:///tmp/mg-cfg/c', dpSize: 2,
-  });
+  assert.deepEqual(
+    parseServeArgs(['--config', yaml], { env: { MODEL_GATEWAY_WORKER: 'vllm:ipc:///tmp/mg-cfg/c:2' } }),
+    {
+      engine: 'vllm',
+      engineUrl: 'ipc:///tmp/mg-cfg/c',
+      dpSize: 2,
+    },
+  );
 });
 
 test('mistakes name their source', async () => {
   const bad = (argv: string[], env: Record<string, string>, re: RegExp) =>
-    assert.throws(() => parseServeArgs(argv, { env }), (e: unknown) => e instanceof UsageError && re.test(e.message), re.source);
+    assert.throws(
+      () => parseServeArgs(argv, { env }),
+      (e: unknown) => e instanceof UsageError && re.test(e.message),
+      re.source,
+    );
   bad([], { MODEL_GATEWAY_PORT: 'abc' }, /--port must be an integer.*\(from MODEL_GATEWAY_PORT\)/);
   bad([], { MODEL_GATEWAY_PROT: '1' }, /unknown environment variable MODEL_GATEWAY_PROT/);
   bad([], { MODEL_GATEWAY_HELP: '1' }, /unknown environment variable MODEL_GATEWAY_HELP/);
@@ -143,6 +165,11 @@ test('mistakes name their source', async () => {
 });
 
 test("--served-model-name takes vLLM's space-separated list, or repeats", () => {
-  assert.deepEqual(parseServeArgs(['--served-model-name', 'a', 'b', '--port', '1']), { port: 1, servedModelNames: ['a', 'b'] });
-  assert.deepEqual(parseServeArgs(['--served-model-name', 'a', '--served-model-name', 'b']), { servedModelNames: ['a', 'b'] });
+  assert.deepEqual(parseServeArgs(['--served-model-name', 'a', 'b', '--port', '1']), {
+    port: 1,
+    servedModelNames: ['a', 'b'],
+  });
+  assert.deepEqual(parseServeArgs(['--served-model-name', 'a', '--served-model-name', 'b']), {
+    servedModelNames: ['a', 'b'],
+  });
 });

@@ -11,13 +11,35 @@ test('parseServeArgs maps flags to startGateway options', () => {
   assert.equal(parseServeArgs(['--help']), null);
   assert.deepEqual(
     parseServeArgs([
-      '--port', '0', '--host', '0.0.0.0', '--engine-url', 'ipc:///tmp/x/engine', '--dp-size', '2',
-      '--handshake', 'tcp://127.0.0.1:30500', '--tokenizer', '/tok', '--model', 'm', '--log-level', 'debug',
-      '--body-limit', '1024',
+      '--port',
+      '0',
+      '--host',
+      '0.0.0.0',
+      '--engine-url',
+      'ipc:///tmp/x/engine',
+      '--dp-size',
+      '2',
+      '--handshake',
+      'tcp://127.0.0.1:30500',
+      '--tokenizer',
+      '/tok',
+      '--model',
+      'm',
+      '--log-level',
+      'debug',
+      '--body-limit',
+      '1024',
     ]),
     {
-      port: 0, host: '0.0.0.0', engineUrl: 'ipc:///tmp/x/engine', dpSize: 2, handshake: 'tcp://127.0.0.1:30500',
-      tokenizerDir: '/tok', modelId: 'm', logLevel: 'debug', bodyLimitBytes: 1024,
+      port: 0,
+      host: '0.0.0.0',
+      engineUrl: 'ipc:///tmp/x/engine',
+      dpSize: 2,
+      handshake: 'tcp://127.0.0.1:30500',
+      tokenizerDir: '/tok',
+      modelId: 'm',
+      logLevel: 'debug',
+      bodyLimitBytes: 1024,
     },
   );
   assert.deepEqual(parseServeArgs(['--sim', '2', '--sim-arg=--time-scale', '--sim-arg', '0.1']), {
@@ -29,20 +51,60 @@ test('parseServeArgs maps flags to startGateway options', () => {
 test('parseServeArgs: several engine groups, each with its own engine; defaults before the first group', () => {
   // Long form: every --engine-url / --sim opens a group; the options after it are that group's.
   assert.deepEqual(
-    parseServeArgs(['--engine-url', 'ipc:///tmp/e/ts', '--dp-size', '2', '--engine-url', 'ipc:///tmp/e/vl', '--engine', 'vllm']),
-    { groups: [{ engineUrl: 'ipc:///tmp/e/ts', dpSize: 2 }, { engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl' }] },
+    parseServeArgs([
+      '--engine-url',
+      'ipc:///tmp/e/ts',
+      '--dp-size',
+      '2',
+      '--engine-url',
+      'ipc:///tmp/e/vl',
+      '--engine',
+      'vllm',
+    ]),
+    {
+      groups: [
+        { engineUrl: 'ipc:///tmp/e/ts', dpSize: 2 },
+        { engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl' },
+      ],
+    },
   );
   // Options before the first group are defaults; a group's own option wins.
   assert.deepEqual(
-    parseServeArgs(['--engine', 'vllm', '--engine-url', 'ipc:///a', '--engine-url', 'ipc:///b', '--engine', 'tokenspeed']),
-    { groups: [{ engine: 'vllm', engineUrl: 'ipc:///a' }, { engine: 'tokenspeed', engineUrl: 'ipc:///b' }] },
+    parseServeArgs([
+      '--engine',
+      'vllm',
+      '--engine-url',
+      'ipc:///a',
+      '--engine-url',
+      'ipc:///b',
+      '--engine',
+      'tokenspeed',
+    ]),
+    {
+      groups: [
+        { engine: 'vllm', engineUrl: 'ipc:///a' },
+        { engine: 'tokenspeed', engineUrl: 'ipc:///b' },
+      ],
+    },
   );
   // Simulated groups: a dense and a lockstep vLLM group; per-group and default --sim-arg.
   assert.deepEqual(
     parseServeArgs([
-      '--sim-arg=--log-level', '--sim-arg=warn',
-      '--sim', '2', '--sim-engine', 'vllm', '--sim', '2', '--sim-engine', 'vllm', '--sim-lockstep', '--sim-arg=--seed', '--sim-arg=7',
-      '--silence-timeout-ms', '5000',
+      '--sim-arg=--log-level',
+      '--sim-arg=warn',
+      '--sim',
+      '2',
+      '--sim-engine',
+      'vllm',
+      '--sim',
+      '2',
+      '--sim-engine',
+      'vllm',
+      '--sim-lockstep',
+      '--sim-arg=--seed',
+      '--sim-arg=7',
+      '--silence-timeout-ms',
+      '5000',
     ]),
     {
       groups: [
@@ -66,20 +128,41 @@ test('parseServeArgs: several engine groups, each with its own engine; defaults 
     ],
   });
   assert.deepEqual(parseServeArgs(['--sim-worker', 'vllm:2:lockstep', '--sim-worker', 'tokenspeed:3']), {
-    groups: [{ engine: 'vllm', sim: 2, lockstep: true }, { engine: 'tokenspeed', sim: 3 }],
+    groups: [
+      { engine: 'vllm', sim: 2, lockstep: true },
+      { engine: 'tokenspeed', sim: 3 },
+    ],
   });
   // One group keeps the single-group shorthand fields.
   assert.deepEqual(parseServeArgs(['--worker', 'vllm:ipc:///tmp/e/vl:4', '--handshake', 'tcp://127.0.0.1:30500']), {
-    engine: 'vllm', engineUrl: 'ipc:///tmp/e/vl', dpSize: 4, handshake: 'tcp://127.0.0.1:30500',
+    engine: 'vllm',
+    engineUrl: 'ipc:///tmp/e/vl',
+    dpSize: 4,
+    handshake: 'tcp://127.0.0.1:30500',
   });
 });
 
 test('parseServeArgs: --lockstep / --no-lockstep are per-group options (lockstepMode), defaults before the first group', () => {
   assert.deepEqual(parseServeArgs(['--engine-url', 'ipc:///a', '--engine', 'vllm', '--lockstep']), {
-    engine: 'vllm', engineUrl: 'ipc:///a', lockstepMode: true,
+    engine: 'vllm',
+    engineUrl: 'ipc:///a',
+    lockstepMode: true,
   });
   assert.deepEqual(
-    parseServeArgs(['--no-lockstep', '--engine-url', 'ipc:///a', '--engine', 'vllm', '--engine-url', 'ipc:///b', '--engine', 'vllm', '--lockstep', '--worker', 'vllm:ipc:///c']),
+    parseServeArgs([
+      '--no-lockstep',
+      '--engine-url',
+      'ipc:///a',
+      '--engine',
+      'vllm',
+      '--engine-url',
+      'ipc:///b',
+      '--engine',
+      'vllm',
+      '--lockstep',
+      '--worker',
+      'vllm:ipc:///c',
+    ]),
     {
       groups: [
         { engine: 'vllm', engineUrl: 'ipc:///a', lockstepMode: false },
@@ -90,15 +173,30 @@ test('parseServeArgs: --lockstep / --no-lockstep are per-group options (lockstep
   );
   // Separate from --sim-lockstep, which shapes the simulated ranks: both may be given.
   assert.deepEqual(parseServeArgs(['--sim', '2', '--sim-engine', 'vllm', '--sim-lockstep', '--lockstep']), {
-    engine: 'vllm', sim: 2, lockstep: true, lockstepMode: true,
+    engine: 'vllm',
+    sim: 2,
+    lockstep: true,
+    lockstepMode: true,
   });
   // Absent: auto (resolveGroups fills it in).
   assert.equal(parseServeArgs(['--engine-url', 'ipc:///a'])!.lockstepMode, undefined);
-  assert.throws(() => parseServeArgs(['--engine-url', 'ipc:///a', '--lockstep', '--no-lockstep']), /--lockstep \/ --no-lockstep given twice for --engine-url ipc:\/\/\/a/);
+  assert.throws(
+    () => parseServeArgs(['--engine-url', 'ipc:///a', '--lockstep', '--no-lockstep']),
+    /--lockstep \/ --no-lockstep given twice for --engine-url ipc:\/\/\/a/,
+  );
   assert.throws(() => parseServeArgs(['--lockstep', '--lockstep']), /given twice before the first group/);
-  assert.deepEqual(resolveGroups({ engineUrl: 'ipc:///a' }).map((g) => g.lockstepMode), ['auto']);
-  assert.deepEqual(resolveGroups({ groups: [{ engineUrl: 'ipc:///a', lockstepMode: false }, { sim: 1 }] }).map((g) => g.lockstepMode), [false, 'auto']);
-  assert.throws(() => resolveGroups({ engineUrl: 'ipc:///a', lockstepMode: 'yes' as unknown as boolean }), /lockstepMode must be 'auto', true or false/);
+  assert.deepEqual(
+    resolveGroups({ engineUrl: 'ipc:///a' }).map((g) => g.lockstepMode),
+    ['auto'],
+  );
+  assert.deepEqual(
+    resolveGroups({ groups: [{ engineUrl: 'ipc:///a', lockstepMode: false }, { sim: 1 }] }).map((g) => g.lockstepMode),
+    [false, 'auto'],
+  );
+  assert.throws(
+    () => resolveGroups({ engineUrl: 'ipc:///a', lockstepMode: 'yes' as unknown as boolean }),
+    /lockstepMode must be 'auto', true or false/,
+  );
 });
 
 test('parseServeArgs refuses bad input with a UsageError naming the flag', () => {
@@ -115,7 +213,10 @@ test('parseServeArgs refuses bad input with a UsageError naming the flag', () =>
     [['--engine-url', 'ipc:///a', '--sim-lockstep'], /--sim-lockstep applies to simulated groups/],
     [['--sim-worker', 'vllm:1:lockstep'], /at least 2 simulated vLLM ranks/],
     [['--engine-url', 'ipc:///a', '--sim-engine', 'vllm'], /use --engine/],
-    [['--engine-url', 'ipc:///a', '--engine', 'vllm', '--engine', 'vllm'], /engine is given twice for --engine-url ipc:\/\/\/a/],
+    [
+      ['--engine-url', 'ipc:///a', '--engine', 'vllm', '--engine', 'vllm'],
+      /engine is given twice for --engine-url ipc:\/\/\/a/,
+    ],
     [['--engine-url', 'ipc:///a', '--dp-size', '2', '--dp-size', '2'], /--dp-size given twice/],
     [['--engine-url', 'ipc:///a', '--engine-url', 'ipc:///a'], /share the worker URL ipc:\/\/\/a/],
     [['--handshake', 'tcp://127.0.0.1:1', '--sim', '1', '--sim', '1'], /share the handshake address/],
@@ -129,28 +230,61 @@ test('parseServeArgs refuses bad input with a UsageError naming the flag', () =>
     [['stray'], /stray|positional/i],
   ];
   for (const [argv, re] of bad) {
-    assert.throws(() => parseServeArgs(argv), (e: unknown) => e instanceof UsageError && re.test(e.message), argv.join(' '));
+    assert.throws(
+      () => parseServeArgs(argv),
+      (e: unknown) => e instanceof UsageError && re.test(e.message),
+      argv.join(' '),
+    );
   }
 });
 
 test('output-parsing flags: --tool-call-parser, --enable-auto-tool-choice, --reasoning-parser, --responses-store', () => {
   assert.deepEqual(
-    parseServeArgs(['--tool-call-parser', 'llama3_json', '--enable-auto-tool-choice', '--reasoning-parser', 'deepseek_r1', '--responses-store', '0']),
+    parseServeArgs([
+      '--tool-call-parser',
+      'llama3_json',
+      '--enable-auto-tool-choice',
+      '--reasoning-parser',
+      'deepseek_r1',
+      '--responses-store',
+      '0',
+    ]),
     { toolCallParser: 'llama3_json', reasoningParser: 'deepseek_r1', responsesStoreSize: 0 },
   );
   assert.deepEqual(parseServeArgs(['--tool-call-parser', 'none']), { toolCallParser: 'none' });
-  assert.throws(() => parseServeArgs(['--tool-call-parser', 'mistral']), /--tool-call-parser must be one of hermes, llama3_json or none/);
-  assert.throws(() => parseServeArgs(['--tool-call-parser', 'none', '--enable-auto-tool-choice']), /needs a tool-call parser/);
-  assert.throws(() => parseServeArgs(['--reasoning-parser', 'o1']), /--reasoning-parser must be one of qwen3, deepseek_r1/);
+  assert.throws(
+    () => parseServeArgs(['--tool-call-parser', 'mistral']),
+    /--tool-call-parser must be one of hermes, llama3_json or none/,
+  );
+  assert.throws(
+    () => parseServeArgs(['--tool-call-parser', 'none', '--enable-auto-tool-choice']),
+    /needs a tool-call parser/,
+  );
+  assert.throws(
+    () => parseServeArgs(['--reasoning-parser', 'o1']),
+    /--reasoning-parser must be one of qwen3, deepseek_r1/,
+  );
   assert.throws(() => parseServeArgs(['--responses-store', '-1']), /--responses-store/);
 });
 
 test('parseServeArgs: rank lifecycle flags (issue #8)', () => {
   assert.deepEqual(
-    parseServeArgs(['--rank-stall-timeout-ms', '2000', '--handshake-timeout-ms', '120000', '--shutdown-grace-ms', '0', '--max-output-message-bytes', '1048576']),
+    parseServeArgs([
+      '--rank-stall-timeout-ms',
+      '2000',
+      '--handshake-timeout-ms',
+      '120000',
+      '--shutdown-grace-ms',
+      '0',
+      '--max-output-message-bytes',
+      '1048576',
+    ]),
     { rankStallTimeoutMs: 2000, handshakeTimeoutMs: 120000, shutdownGraceMs: 0, maxMessageBytes: { output: 1048576 } },
   );
-  assert.throws(() => parseServeArgs(['--rank-stall-timeout-ms', '0']), (e: unknown) => e instanceof UsageError && /--rank-stall-timeout-ms must be an integer ≥ 1/.test(e.message));
+  assert.throws(
+    () => parseServeArgs(['--rank-stall-timeout-ms', '0']),
+    (e: unknown) => e instanceof UsageError && /--rank-stall-timeout-ms must be an integer ≥ 1/.test(e.message),
+  );
   assert.throws(() => parseServeArgs(['--shutdown-grace-ms', '-5']), UsageError);
   assert.throws(() => parseServeArgs(['--max-output-message-bytes', 'lots']), UsageError);
 });
@@ -163,9 +297,17 @@ test('parseServeArgs: --workers N|auto (issue 9); startGateway itself is one pro
   assert.deepEqual(parseServeArgs(['--workers', '1']), { workers: 1 });
   assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_WORKERS: '2' } }), { workers: 2 });
   for (const bad of ['0', '-1', 'two', '1.5']) {
-    assert.throws(() => parseServeArgs(['--workers', bad]), (e: unknown) => e instanceof UsageError && /--workers/.test(e.message), bad);
+    assert.throws(
+      () => parseServeArgs(['--workers', bad]),
+      (e: unknown) => e instanceof UsageError && /--workers/.test(e.message),
+      bad,
+    );
   }
-  assert.deepEqual([1, 2, 3, 9, 64].map((cores) => autoWorkers(cores)), [1, 1, 2, 8, 8], 'cores − 1, 1..8');
+  assert.deepEqual(
+    [1, 2, 3, 9, 64].map((cores) => autoWorkers(cores)),
+    [1, 1, 2, 8, 8],
+    'cores − 1, 1..8',
+  );
   assert.deepEqual([1, 2, 3, 4, 10].map(restartDelayMs), [100, 200, 400, 800, 5000]);
   await assert.rejects(startGateway({ workers: 2 }), RangeError);
 });

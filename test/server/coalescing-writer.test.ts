@@ -44,7 +44,11 @@ test('take() hands the pending text to the caller and the later flush writes not
   const { flusher, deferred } = manualFlusher();
   const chunks: string[] = [];
   const answers: boolean[] = [];
-  const w = new CoalescingWriter((c) => (chunks.push(c), false), flusher, (accepted) => answers.push(accepted));
+  const w = new CoalescingWriter(
+    (c) => (chunks.push(c), false),
+    flusher,
+    (accepted) => answers.push(accepted),
+  );
   w.write('a');
   assert.equal(w.take(), 'a');
   w.write('b');
@@ -58,7 +62,11 @@ test('take() hands the pending text to the caller and the later flush writes not
 test('one flush callback writes for at most its budget and defers the rest, keeping their order', () => {
   const deferred: Array<() => void> = [];
   let clock = 0;
-  const flusher = new TickFlusher((f) => deferred.push(f), 4, () => clock);
+  const flusher = new TickFlusher(
+    (f) => deferred.push(f),
+    4,
+    () => clock,
+  );
   const log: string[] = [];
   const ws = [0, 1, 2, 3].map((i) => new CoalescingWriter((c) => ((clock += 3), log.push(`${i}:${c}`), true), flusher));
   ws.forEach((w, i) => w.write(String(i)));

@@ -26,7 +26,15 @@ describe('CORS', () => {
   before(async () => {
     off = await listenApp();
     listed = await listenApp({
-      edge: { apiKeys: ['k'], cors: { allowedOrigins: [ORIGIN], allowedMethods: ['GET', 'POST'], allowedHeaders: ['authorization', 'content-type'], allowCredentials: true } },
+      edge: {
+        apiKeys: ['k'],
+        cors: {
+          allowedOrigins: [ORIGIN],
+          allowedMethods: ['GET', 'POST'],
+          allowedHeaders: ['authorization', 'content-type'],
+          allowCredentials: true,
+        },
+      },
     });
     any = await listenApp({ edge: { cors: { allowedOrigins: ['*'] } } });
     for (const fx of [off, listed, any]) fx.backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');
@@ -61,7 +69,9 @@ describe('CORS', () => {
     });
     assert.equal(ok.status, 200);
     assert.equal(ok.headers.get('access-control-allow-origin'), ORIGIN);
-    const other = await fetch(`http://127.0.0.1:${listed.port}/health`, { headers: { origin: 'https://evil.example' } });
+    const other = await fetch(`http://127.0.0.1:${listed.port}/health`, {
+      headers: { origin: 'https://evil.example' },
+    });
     assert.equal(other.status, 200);
     assert.equal(other.headers.get('access-control-allow-origin'), null, 'an origin not listed gets no allow header');
   });
@@ -72,7 +82,9 @@ describe('CORS', () => {
     assert.equal(pre.headers.get('access-control-allow-origin'), '*');
     assert.match(pre.headers.get('access-control-allow-methods') ?? '', /POST/);
     assert.equal(pre.headers.get('access-control-allow-headers'), 'x-custom, content-type');
-    const res = await fetch(`http://127.0.0.1:${any.port}/v1/models`, { headers: { origin: 'https://anywhere.example' } });
+    const res = await fetch(`http://127.0.0.1:${any.port}/v1/models`, {
+      headers: { origin: 'https://anywhere.example' },
+    });
     assert.equal(res.headers.get('access-control-allow-origin'), '*');
   });
 });
@@ -81,6 +93,9 @@ test('corsPluginOptions: off without origins; "*" with credentials echoes the or
   assert.equal(corsPluginOptions({ allowedOrigins: [] }), null);
   assert.equal(corsPluginOptions({ allowedOrigins: ['*'], allowCredentials: true })?.origin, true);
   assert.equal(corsPluginOptions({ allowedOrigins: ['*'] })?.origin, '*');
-  assert.deepEqual(corsPluginOptions({ allowedOrigins: ['https://a', 'https://b'] })?.origin, ['https://a', 'https://b']);
+  assert.deepEqual(corsPluginOptions({ allowedOrigins: ['https://a', 'https://b'] })?.origin, [
+    'https://a',
+    'https://b',
+  ]);
   assert.equal(corsPluginOptions({ allowedOrigins: ['*'], allowedHeaders: ['*'] })?.allowedHeaders, undefined);
 });

@@ -33,7 +33,10 @@ describe('DisconnectSignal', () => {
     const controller = new AbortController();
     const seen = script(light, () => light.abort());
     assert.deepEqual(seen, ['aborted false', 'a', 'b', 'aborted true']);
-    assert.deepEqual(script(controller.signal, () => controller.abort()), seen);
+    assert.deepEqual(
+      script(controller.signal, () => controller.abort()),
+      seen,
+    );
   });
 
   test('the default reason is an AbortError DOMException, as AbortController.abort() gives; a given reason is kept', () => {
@@ -74,8 +77,12 @@ describe('DisconnectSignal', () => {
 
   test('watchClientDisconnect hands out one (it is what the submit and the run listen to)', () => {
     const fakeSocket = { destroyed: false, on() {}, off() {} };
-    const response = { writableFinished: false, on() {}, off() {}, headersSent: false } as unknown as Parameters<typeof watchClientDisconnect>[1];
-    const request = { socket: fakeSocket, httpVersion: '1.1' } as unknown as Parameters<typeof watchClientDisconnect>[0];
+    const response = { writableFinished: false, on() {}, off() {}, headersSent: false } as unknown as Parameters<
+      typeof watchClientDisconnect
+    >[1];
+    const request = { socket: fakeSocket, httpVersion: '1.1' } as unknown as Parameters<
+      typeof watchClientDisconnect
+    >[0];
     const watch = watchClientDisconnect(request, response);
     assert.ok(watch.signal instanceof DisconnectSignal);
     watch.dispose();

@@ -44,7 +44,11 @@ describe('client disconnects over HTTP/1.1', () => {
       path,
       method: 'POST',
       agent: false,
-      headers: { 'content-type': 'application/json', 'content-length': Buffer.byteLength(payload), connection: 'close' },
+      headers: {
+        'content-type': 'application/json',
+        'content-length': Buffer.byteLength(payload),
+        connection: 'close',
+      },
     });
     const response = new Promise<IncomingMessage>((resolve) => req.on('response', resolve));
     req.on('error', () => {}); // destroying the request on purpose raises ECONNRESET here
@@ -84,7 +88,10 @@ describe('client disconnects over HTTP/1.1', () => {
   test('streaming, before the first token: the stream is cancelled', async () => {
     backend.onSubmit = null; // the engine never answers
     const submitted = backend.nextSubmission();
-    const { req, response } = open('/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }], stream: true });
+    const { req, response } = open('/v1/chat/completions', {
+      messages: [{ role: 'user', content: 'Hi' }],
+      stream: true,
+    });
     const sub = await withGuard(submitted, 'the submit');
     const res = await withGuard(response, 'the response headers');
     await withGuard(waitForData(res, '"role":"assistant"'), 'the role chunk');

@@ -20,8 +20,20 @@ test('--dp-policy maps to dpPolicy for every CLI policy; absent means no option 
 
 test('--load-horizon-ms and the cache_aware balance bounds become dpPolicyOptions; bad values are usage errors', () => {
   assert.deepEqual(
-    parseServeArgs(['--dp-policy', 'cache_aware', '--load-horizon-ms', '2000', '--balance-abs-threshold', '4', '--balance-rel-threshold', '1.25']),
-    { dpPolicy: 'cache_aware', dpPolicyOptions: { loadHorizonMs: 2000, balanceAbsThreshold: 4, balanceRelThreshold: 1.25 } },
+    parseServeArgs([
+      '--dp-policy',
+      'cache_aware',
+      '--load-horizon-ms',
+      '2000',
+      '--balance-abs-threshold',
+      '4',
+      '--balance-rel-threshold',
+      '1.25',
+    ]),
+    {
+      dpPolicy: 'cache_aware',
+      dpPolicyOptions: { loadHorizonMs: 2000, balanceAbsThreshold: 4, balanceRelThreshold: 1.25 },
+    },
   );
   assert.deepEqual(parseServeArgs(['--load-horizon-ms', '750']), { dpPolicyOptions: { loadHorizonMs: 750 } });
   assert.throws(() => parseServeArgs(['--load-horizon-ms', '0']), UsageError);
@@ -66,7 +78,10 @@ test('startGateway gives every group its own instance of the chosen policy', asy
     assert.equal(serving?.dpPolicy, 'load_no_clamp', 'the startup line names the policy');
     assert.match(serving?.msg ?? '', /DP policy 'load_no_clamp'/);
     const policies = gateway.groups.map((g) => g.client.policy);
-    assert.deepEqual(policies.map((p) => p.name), ['load_no_clamp', 'load_no_clamp']);
+    assert.deepEqual(
+      policies.map((p) => p.name),
+      ['load_no_clamp', 'load_no_clamp'],
+    );
     assert.equal(policies[0]!.releaseClamp, false);
     assert.notEqual(policies[0], policies[1], 'one instance per engine client');
   } finally {

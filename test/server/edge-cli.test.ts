@@ -17,11 +17,32 @@ test('edge flags become the edge options', () => {
   assert.deepEqual(
     parseServeArgs(
       [
-        '--api-key', 'a', '--api-key', 'b', '--metrics-require-key',
-        '--allowed-origins', '["https://x.example", "https://y.example"]', '--allowed-methods', 'get,post',
-        '--allowed-headers', 'authorization, content-type', '--allow-credentials',
-        '--max-concurrent-requests', '64', '--stream-buffer-bytes', '65536', '--client-stall-timeout-ms', '5000',
-        '--request-timeout-ms', '10000', '--tokenizer-queue-jobs', '8', '--tokenizer-queue-chars', '100000', '--tokenize-body-limit', '65536',
+        '--api-key',
+        'a',
+        '--api-key',
+        'b',
+        '--metrics-require-key',
+        '--allowed-origins',
+        '["https://x.example", "https://y.example"]',
+        '--allowed-methods',
+        'get,post',
+        '--allowed-headers',
+        'authorization, content-type',
+        '--allow-credentials',
+        '--max-concurrent-requests',
+        '64',
+        '--stream-buffer-bytes',
+        '65536',
+        '--client-stall-timeout-ms',
+        '5000',
+        '--request-timeout-ms',
+        '10000',
+        '--tokenizer-queue-jobs',
+        '8',
+        '--tokenizer-queue-chars',
+        '100000',
+        '--tokenize-body-limit',
+        '65536',
       ],
       NO_ENV,
     ),
@@ -51,9 +72,13 @@ test('edge flags become the edge options', () => {
 
 test(`${API_KEY_ENV} supplies the key unless --api-key is given`, () => {
   assert.deepEqual(parseServeArgs([], { env: { [API_KEY_ENV]: 'from-env' } }), { edge: { apiKeys: ['from-env'] } });
-  assert.deepEqual(parseServeArgs(['--api-key', 'flag'], { env: { [API_KEY_ENV]: 'from-env' } }), { edge: { apiKeys: ['flag'] } });
+  assert.deepEqual(parseServeArgs(['--api-key', 'flag'], { env: { [API_KEY_ENV]: 'from-env' } }), {
+    edge: { apiKeys: ['flag'] },
+  });
   assert.deepEqual(parseServeArgs([], { env: { [API_KEY_ENV]: '' } }), {}, 'an empty variable means no key');
-  assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_MAX_CONCURRENT_REQUESTS: '8' } }), { edge: { maxConcurrentRequests: 8 } });
+  assert.deepEqual(parseServeArgs([], { env: { MODEL_GATEWAY_MAX_CONCURRENT_REQUESTS: '8' } }), {
+    edge: { maxConcurrentRequests: 8 },
+  });
 });
 
 test('bad edge flags are usage errors', () => {
@@ -74,7 +99,16 @@ test('bad edge flags are usage errors', () => {
   ]) {
     assert.throws(() => parseServeArgs(argv, NO_ENV), UsageError, argv.join(' '));
   }
-  for (const flag of ['--api-key', '--allowed-origins', '--max-concurrent-requests', '--client-stall-timeout-ms', '--request-timeout-ms', '--tokenizer-queue-jobs', '--tokenizer-queue-chars', '--tokenize-body-limit']) {
+  for (const flag of [
+    '--api-key',
+    '--allowed-origins',
+    '--max-concurrent-requests',
+    '--client-stall-timeout-ms',
+    '--request-timeout-ms',
+    '--tokenizer-queue-jobs',
+    '--tokenizer-queue-chars',
+    '--tokenize-body-limit',
+  ]) {
     assert.ok(USAGE.includes(flag), `USAGE documents ${flag}`);
   }
 });
@@ -93,19 +127,32 @@ test('resolveEdgeOptions: documented defaults; serverTimeouts keeps Node consist
   });
   assert.equal(resolveEdgeOptions({ tokenizeBodyLimitBytes: 5 }).tokenizeBodyLimitBytes, 5);
   assert.throws(() => resolveEdgeOptions({ tokenizeBodyLimitBytes: 0 }), RangeError);
-  assert.deepEqual(resolveEdgeOptions({ tokenizerQueueJobs: 2, tokenizerQueueChars: 9 }).offLoop, { maxJobs: 2, maxChars: 9 });
+  assert.deepEqual(resolveEdgeOptions({ tokenizerQueueJobs: 2, tokenizerQueueChars: 9 }).offLoop, {
+    maxJobs: 2,
+    maxChars: 9,
+  });
   assert.throws(() => resolveEdgeOptions({ tokenizerQueueChars: 0 }), RangeError);
   assert.throws(() => resolveEdgeOptions({ apiKeys: [''] }), RangeError);
   assert.throws(() => resolveEdgeOptions({ maxConcurrentRequests: 1.5 }), RangeError);
   assert.throws(() => resolveEdgeOptions({ clientStallTimeoutMs: 0 }), RangeError);
-  assert.deepEqual(serverTimeouts(60_000), { requestTimeout: 60_000, headersTimeout: 60_000, connectionsCheckingInterval: 6_000 });
+  assert.deepEqual(serverTimeouts(60_000), {
+    requestTimeout: 60_000,
+    headersTimeout: 60_000,
+    connectionsCheckingInterval: 6_000,
+  });
   assert.deepEqual(serverTimeouts(400), { requestTimeout: 400, headersTimeout: 400, connectionsCheckingInterval: 50 });
-  assert.deepEqual(serverTimeouts(600_000), { requestTimeout: 600_000, headersTimeout: 60_000, connectionsCheckingInterval: 30_000 });
+  assert.deepEqual(serverTimeouts(600_000), {
+    requestTimeout: 600_000,
+    headersTimeout: 60_000,
+    connectionsCheckingInterval: 30_000,
+  });
 });
 
 test('isLoopbackHost: only loopback addresses count as local', () => {
-  for (const h of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '[::1]', '::ffff:127.0.0.1']) assert.equal(isLoopbackHost(h), true, h);
-  for (const h of ['0.0.0.0', '::', '10.0.0.5', '192.168.1.2', 'example.com', '::ffff:10.0.0.1']) assert.equal(isLoopbackHost(h), false, h);
+  for (const h of ['127.0.0.1', '127.1.2.3', 'localhost', '::1', '[::1]', '::ffff:127.0.0.1'])
+    assert.equal(isLoopbackHost(h), true, h);
+  for (const h of ['0.0.0.0', '::', '10.0.0.5', '192.168.1.2', 'example.com', '::ffff:10.0.0.1'])
+    assert.equal(isLoopbackHost(h), false, h);
 });
 
 test('startGateway warns about a non-loopback host without a key, and not with one', async () => {
@@ -116,7 +163,13 @@ test('startGateway warns about a non-loopback host without a key, and not with o
     ['127.0.0.1', undefined, false],
   ] as const) {
     const { logger, records } = captureLogs('warn');
-    await assert.rejects(startGateway({ host, port: 0, logger, tokenizerDir: '/nonexistent-tokenizer-dir', ...(edge ? { edge } : {}) }));
-    assert.equal(records.some((r) => /without an API key/.test(r.msg)), warned, `${host} ${JSON.stringify(edge)}`);
+    await assert.rejects(
+      startGateway({ host, port: 0, logger, tokenizerDir: '/nonexistent-tokenizer-dir', ...(edge ? { edge } : {}) }),
+    );
+    assert.equal(
+      records.some((r) => /without an API key/.test(r.msg)),
+      warned,
+      `${host} ${JSON.stringify(edge)}`,
+    );
   }
 });

@@ -12,16 +12,24 @@ import { choicesOf, parseSse, useApp } from './helpers.js';
 describe('no empty mid-stream deltas (reasoning parser)', () => {
   const fx = useApp({ output: { reasoningParser: 'qwen3' } });
 
-  test('one token per output: every non-final chunk carries role, reasoning_content or content', { timeout: 10_000 }, async () => {
-    const ids = fx.tokenizer.encode('<think>\nLet me see.\n</think>\n\nHello there.', { addSpecialTokens: false });
-    fx.backend.onSubmit = (s) => ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null));
-    const res = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: [{ role: 'user', content: 'x' }], stream: true } });
-    const empty: string[] = [];
-    for (const ev of parseSse(res.body).events) {
-      for (const c of choicesOf(ev)) {
-        if (c.finish_reason === null && Object.keys(c.delta as object).length === 0) empty.push(JSON.stringify(c));
+  test(
+    'one token per output: every non-final chunk carries role, reasoning_content or content',
+    { timeout: 10_000 },
+    async () => {
+      const ids = fx.tokenizer.encode('<think>\nLet me see.\n</think>\n\nHello there.', { addSpecialTokens: false });
+      fx.backend.onSubmit = (s) => ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null));
+      const res = await fx.app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        payload: { messages: [{ role: 'user', content: 'x' }], stream: true },
+      });
+      const empty: string[] = [];
+      for (const ev of parseSse(res.body).events) {
+        for (const c of choicesOf(ev)) {
+          if (c.finish_reason === null && Object.keys(c.delta as object).length === 0) empty.push(JSON.stringify(c));
+        }
       }
-    }
-    assert.deepEqual(empty, []);
-  });
+      assert.deepEqual(empty, []);
+    },
+  );
 });

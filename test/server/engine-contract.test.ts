@@ -31,10 +31,16 @@ describe('engine output that breaks the contract', () => {
   });
   after(() => app.close());
 
-  const post = (url: string, payload: unknown) => app.inject({ method: 'POST', url, payload: payload as string, headers: { 'content-type': 'application/json' } });
+  const post = (url: string, payload: unknown) =>
+    app.inject({ method: 'POST', url, payload: payload as string, headers: { 'content-type': 'application/json' } });
 
   /** The non-streamed answer must be a 502 engine_fault naming DP rank `rank`; the streamed one must end in that error. */
-  async function assertEngineFault(url: string, body: Record<string, unknown>, rank: number, message: RegExp): Promise<void> {
+  async function assertEngineFault(
+    url: string,
+    body: Record<string, unknown>,
+    rank: number,
+    message: RegExp,
+  ): Promise<void> {
     const plain = await post(url, body);
     assert.equal(plain.statusCode, 502, plain.body);
     const error = plain.json().error;
@@ -57,7 +63,13 @@ describe('engine output that breaks the contract', () => {
   test("the engine client's engine-fault → 502 naming the rank (plain and streamed)", async () => {
     script = (s) => {
       s.stream.push([9707]);
-      s.stream.fail(new EngineClientError('engine-fault', `DP rank ${s.stream.engineIndex} sent token id ${OUT_OF_VOCABULARY} for request ${s.request.requestId}, which is not a token id`, { dpRank: 1 }));
+      s.stream.fail(
+        new EngineClientError(
+          'engine-fault',
+          `DP rank ${s.stream.engineIndex} sent token id ${OUT_OF_VOCABULARY} for request ${s.request.requestId}, which is not a token id`,
+          { dpRank: 1 },
+        ),
+      );
     };
     await assertEngineFault('/v1/chat/completions', { messages: USER }, 0, /sent token id 151669/);
     await assertEngineFault('/v1/completions', { prompt: 'x' }, 0, /sent token id 151669/);
@@ -70,7 +82,12 @@ describe('engine output that breaks the contract', () => {
       s.stream.push([9707]);
       s.stream.push([11, OUT_OF_VOCABULARY]);
     };
-    await assertEngineFault('/v1/chat/completions', { messages: USER }, 0, /token id 151669 at index 1 is not in the vocabulary/);
+    await assertEngineFault(
+      '/v1/chat/completions',
+      { messages: USER },
+      0,
+      /token id 151669 at index 1 is not in the vocabulary/,
+    );
     assert.equal(streams.length, 2);
     for (const s of streams) assert.ok(s.isCancelled, 'the unfinished engine request is aborted');
     // Terminal: nothing left to abort.
@@ -84,7 +101,18 @@ describe('engine output that breaks the contract', () => {
   });
 
   test('a ranked candidate outside the vocabulary → 502 naming the rank, not a 500', async () => {
-    script = (s) => s.stream.push([9707], 'stop', [-0.1], [[{ id: 9707, logprob: -0.1 }, { id: OUT_OF_VOCABULARY, logprob: -2 }]]);
+    script = (s) =>
+      s.stream.push(
+        [9707],
+        'stop',
+        [-0.1],
+        [
+          [
+            { id: 9707, logprob: -0.1 },
+            { id: OUT_OF_VOCABULARY, logprob: -2 },
+          ],
+        ],
+      );
     const res = await post('/v1/chat/completions', { messages: USER, logprobs: true, top_logprobs: 2 });
     assert.equal(res.statusCode, 502, res.body);
     assert.match(res.json().error.message, /DP rank 0 .*token id 151669/);
@@ -110,7 +138,10 @@ test('/metrics: the rank engine-error counts by kind and the unknown-output coun
     ]) {
       assert.ok(lines.includes(line), `missing line: ${line}\n${text}`);
     }
-    assert.ok(!text.includes(`model_gateway_rank_engine_errors_total{${w},dp_rank="1"`), 'no series for a rank without errors');
+    assert.ok(
+      !text.includes(`model_gateway_rank_engine_errors_total{${w},dp_rank="1"`),
+      'no series for a rank without errors',
+    );
   } finally {
     await app.close();
   }

@@ -24,11 +24,20 @@ describe('error answers', () => {
   after(() => app.close());
 
   const post = (url: string, payload: unknown, headers: Record<string, string> = {}) =>
-    app.inject({ method: 'POST', url, payload: payload as string, headers: { 'content-type': 'application/json', ...headers } });
+    app.inject({
+      method: 'POST',
+      url,
+      payload: payload as string,
+      headers: { 'content-type': 'application/json', ...headers },
+    });
 
   /** Assert an OpenAI error body with this status, param and a message matching `message`. */
   function assertError(
-    res: { statusCode: number; json(): { error: { code: unknown; message: string; param: string | null; type: string } }; body: string },
+    res: {
+      statusCode: number;
+      json(): { error: { code: unknown; message: string; param: string | null; type: string } };
+      body: string;
+    },
     status: number,
     param: string | null,
     message?: RegExp,
@@ -55,18 +64,35 @@ describe('error answers', () => {
     assertError(await post('/v1/chat/completions', { messages: [] }), 400, 'messages');
     const typed = await post('/v1/chat/completions', { messages: USER, temperature: 'hot' });
     assertError(typed, 400, 'temperature', /number/);
-    assert.equal(typed.json().error.code, 'invalid_parameter', 'our code, not fastify\'s FST_ERR_VALIDATION');
-    const text = await app.inject({ method: 'POST', url: '/v1/completions', payload: 'hello', headers: { 'content-type': 'text/plain' } });
+    assert.equal(typed.json().error.code, 'invalid_parameter', "our code, not fastify's FST_ERR_VALIDATION");
+    const text = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: 'hello',
+      headers: { 'content-type': 'text/plain' },
+    });
     assertError(text, 400, null, /JSON object/);
     assertError(await post('/v1/chat/completions', { messages: USER, max_tokens: 1.5 }), 400, 'max_tokens', /integer/);
-    assertError(await post('/v1/chat/completions', { messages: [{ role: 'wizard', content: 'x' }] }), 400, 'messages[0].role');
-    assertError(await post('/v1/chat/completions', { messages: [{ role: 'user', content: 5 }] }), 400, 'messages[0].content');
+    assertError(
+      await post('/v1/chat/completions', { messages: [{ role: 'wizard', content: 'x' }] }),
+      400,
+      'messages[0].role',
+    );
+    assertError(
+      await post('/v1/chat/completions', { messages: [{ role: 'user', content: 5 }] }),
+      400,
+      'messages[0].content',
+    );
     assertError(await post('/v1/completions', { prompt: [1.5] }), 400, 'prompt');
     assertError(await post('/v1/completions', { prompt: 'x', stream: 'yes' }), 400, 'stream', /boolean/);
   });
 
   test('unknown nested parameters are refused (unknown top-level ones are ignored: request-tolerance.test.ts)', async () => {
-    assertError(await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'x', extra: 1 }] }), 400, 'messages[0].extra');
+    assertError(
+      await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'x', extra: 1 }] }),
+      400,
+      'messages[0].extra',
+    );
   });
 
   test('parameters not served yet → 400 naming them (unless their value is a no-op)', async () => {
@@ -76,7 +102,11 @@ describe('error answers', () => {
       ['/v1/chat/completions', { top_logprobs: 3 }, 'top_logprobs'],
       ['/v1/chat/completions', { logprobs: true, top_logprobs: 21 }, 'top_logprobs'],
       ['/v1/chat/completions', { response_format: { type: 'xml' } }, 'response_format.type'],
-      ['/v1/chat/completions', { structured_outputs: { json_object: true, disable_any_whitespace: true } }, 'structured_outputs'],
+      [
+        '/v1/chat/completions',
+        { structured_outputs: { json_object: true, disable_any_whitespace: true } },
+        'structured_outputs',
+      ],
       ['/v1/chat/completions', { guided_regex: 'a+', guided_choice: ['a'] }, 'guided_choice'],
       ['/v1/chat/completions', { logit_bias: { '-5': 1 } }, 'logit_bias'],
       ['/v1/chat/completions', { logit_bias: { '5': 'x' } }, 'logit_bias'],
@@ -92,7 +122,9 @@ describe('error answers', () => {
     }
     assertError(await post('/v1/completions', { prompt: ['a', 'b'] }), 400, 'prompt', /batched/);
     assertError(
-      await post('/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }] }),
+      await post('/v1/chat/completions', {
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'x' } }] }],
+      }),
       400,
       'messages[0].content[0].type',
     );
@@ -141,7 +173,12 @@ describe('error answers', () => {
     assertError(res, 400, 'max_tokens', limitMsg);
     assert.match(res.json().error.message, /you requested 64 tokens \(61 in the prompt, 3 in the completion\)/);
     assert.equal(res.json().error.code, 'context_length_exceeded');
-    assertError(await post('/v1/completions', { prompt: ids(60), max_tokens: 3 }), 400, 'max_tokens', /requested 63 tokens/);
+    assertError(
+      await post('/v1/completions', { prompt: ids(60), max_tokens: 3 }),
+      400,
+      'max_tokens',
+      /requested 63 tokens/,
+    );
     assert.equal(backend.submissions.length, before, 'nothing was submitted');
     // Exactly filling the usable context is accepted; the default limit is the remaining usable context.
     const fits = await post('/v1/completions', { prompt: ids(60), max_tokens: 2 });
@@ -163,7 +200,11 @@ describe('error answers', () => {
     assertError(res, 404, 'model', /other/);
     assert.equal(res.headers['x-request-id'], 'abc-1', 'the client id is echoed on errors too');
     assert.equal(res.json().error.type, 'not_found_error');
-    assertError(await post('/v1/chat/completions', { messages: USER, stream_options: { include_usage: true } }), 400, 'stream_options');
+    assertError(
+      await post('/v1/chat/completions', { messages: USER, stream_options: { include_usage: true } }),
+      400,
+      'stream_options',
+    );
     const nf = await app.inject({ method: 'GET', url: '/v1/nothing' });
     assertError(nf, 404, null);
   });
@@ -179,7 +220,7 @@ describe('error answers', () => {
       const res = await post('/v1/chat/completions', { messages: USER });
       assertError(res, 503, null, /ENGINE_CORE_DEAD/);
       assert.equal(res.json().error.type, 'service_unavailable_error');
-      assert.equal(res.json().error.code, 'engine_dead', 'snake_case, like the gateway\'s own engine_dead refusal');
+      assert.equal(res.json().error.code, 'engine_dead', "snake_case, like the gateway's own engine_dead refusal");
       const streaming = await post('/v1/chat/completions', { messages: USER, stream: true });
       assertError(streaming, 503, null);
       backend.submitError = new EngineClientError('client-closed', 'shutting down');
@@ -216,7 +257,15 @@ describe('error answers', () => {
     const scripts: Array<[string, (s: import('./fake-backend.js').Submission) => void, number, RegExp]> = [
       ['abort', (s) => s.stream.push([], 'abort'), 500, /aborted/],
       ['error', (s) => s.stream.pushAll([9707], 'error'), 500, /with an error/],
-      ['closed', (s) => { s.stream.push([9707]); s.stream.end(); }, 503, /without a finish reason/],
+      [
+        'closed',
+        (s) => {
+          s.stream.push([9707]);
+          s.stream.end();
+        },
+        503,
+        /without a finish reason/,
+      ],
     ];
     try {
       for (const [name, script, status, message] of scripts) {
@@ -229,7 +278,14 @@ describe('error answers', () => {
         const last = events.at(-1) as { error?: { message: string } };
         assert.ok(last.error, `${name}: last event is an error`);
         assert.match(last.error.message, message);
-        assert.ok(!events.some((e) => Array.isArray(e.choices) && (e.choices as Array<{ finish_reason: string | null }>).some((c) => c.finish_reason !== null)), `${name}: no finish`);
+        assert.ok(
+          !events.some(
+            (e) =>
+              Array.isArray(e.choices) &&
+              (e.choices as Array<{ finish_reason: string | null }>).some((c) => c.finish_reason !== null),
+          ),
+          `${name}: no finish`,
+        );
       }
     } finally {
       backend.onSubmit = (s) => s.stream.pushAll([9707, 0], 'stop');

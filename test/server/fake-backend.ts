@@ -5,8 +5,20 @@
 import type { ConnectedEngine } from '../../src/engine-client/link.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
-import type { EngineOutput, FinishReason, GenerateRequest, ReadyResponse, TokenCandidate } from '../../src/protocols/types.js';
-import type { BackendRankState, BackendStats, BackendStatus, BackendStream, GenerationBackend } from '../../src/server/backend.js';
+import type {
+  EngineOutput,
+  FinishReason,
+  GenerateRequest,
+  ReadyResponse,
+  TokenCandidate,
+} from '../../src/protocols/types.js';
+import type {
+  BackendRankState,
+  BackendStats,
+  BackendStatus,
+  BackendStream,
+  GenerationBackend,
+} from '../../src/server/backend.js';
 
 /** A rank state with every counter 0, state `ready` and no load, overridden by `fields`. */
 export function rankState(engineIndex: number, fields: Partial<BackendRankState> = {}): BackendRankState {
@@ -46,7 +58,11 @@ export class FakeStream implements BackendStream {
   /** Prompt tokens the fake engine reports as served from its prefix cache (every output). */
   cachedTokens = 0;
 
-  constructor(requestId: string, engineIndex: number | null, private readonly promptTokens: number) {
+  constructor(
+    requestId: string,
+    engineIndex: number | null,
+    private readonly promptTokens: number,
+  ) {
     this.requestId = requestId;
     this.engineIndex = engineIndex;
     this.cancelled = new Promise((r) => (this.resolveCancelled = r));
@@ -56,7 +72,12 @@ export class FakeStream implements BackendStream {
    * Deliver one output with `ids` (terminal when `finish` is given), their `logprobs` (default none) and, like a
    * vLLM rank asked for top logprobs, each token's ranked candidates `topLogprobs`.
    */
-  push(ids: number[], finish: FinishReason | null = null, logprobs: number[] = [], topLogprobs?: TokenCandidate[][]): void {
+  push(
+    ids: number[],
+    finish: FinishReason | null = null,
+    logprobs: number[] = [],
+    topLogprobs?: TokenCandidate[][],
+  ): void {
     this.completion += ids.length;
     this.feed({
       output: {
@@ -179,7 +200,19 @@ export class FakeBackend implements GenerationBackend {
   submitError: Error | null = null;
   submitGate: Promise<void> | null = null;
   rankStatesValue: BackendRankState[];
-  readonly stats: BackendStats = { decodeErrors: 0, abortsSent: 0, rankMismatches: 0, failures: {}, rankDeaths: {}, orphanOutputs: 0, unknownOutputs: 0, unattributedSentinels: 0, decodeSuspects: 0, revivals: 0, handshakeRejected: {} };
+  readonly stats: BackendStats = {
+    decodeErrors: 0,
+    abortsSent: 0,
+    rankMismatches: 0,
+    failures: {},
+    rankDeaths: {},
+    orphanOutputs: 0,
+    unknownOutputs: 0,
+    unattributedSentinels: 0,
+    decodeSuspects: 0,
+    revivals: 0,
+    handshakeRejected: {},
+  };
   private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
   private submittedWaiters: Array<(s: Submission) => void> = [];
   private callWaiters: Array<(c: { request: GenerateRequest; signal: AbortSignal | undefined }) => void> = [];
@@ -191,7 +224,11 @@ export class FakeBackend implements GenerationBackend {
 
   constructor(opts: { ranks?: number[]; maxModelLen?: number } = {}) {
     const ranks = opts.ranks ?? [0, 1];
-    this.engines = ranks.map((i) => ({ identity: Uint8Array.of(i & 0xff, i >> 8), engineIndex: i, ready: { ...READY, dataParallelRank: i } }));
+    this.engines = ranks.map((i) => ({
+      identity: Uint8Array.of(i & 0xff, i >> 8),
+      engineIndex: i,
+      ready: { ...READY, dataParallelRank: i },
+    }));
     this.dpSize = Math.max(0, ...ranks) + 1;
     this.rankStatesValue = ranks.map((i) => rankState(i));
     this.maxModelLen = opts.maxModelLen ?? READY.maxModelLen;
@@ -237,7 +274,10 @@ export class FakeBackend implements GenerationBackend {
     return new Promise((resolve) => this.submittedWaiters.push(resolve));
   }
 
-  async submit(request: GenerateRequest, options: { dpRank?: number; signal?: AbortSignal } = {}): Promise<BackendStream> {
+  async submit(
+    request: GenerateRequest,
+    options: { dpRank?: number; signal?: AbortSignal } = {},
+  ): Promise<BackendStream> {
     const { dpRank, signal } = options;
     for (const w of this.callWaiters.splice(0)) w({ request, signal });
     if (this.submitGate) {

@@ -25,19 +25,120 @@ const pick = <T>(r: Rand, xs: readonly T[]): T => xs[int(r, xs.length)]!;
 
 /** Field names worth hitting: every known parameter of the routes, some SDK extras, and a few odd ones. */
 const FIELDS = [
-  'model', 'messages', 'prompt', 'max_tokens', 'max_completion_tokens', 'min_tokens', 'temperature', 'top_p', 'top_k',
-  'min_p', 'presence_penalty', 'frequency_penalty', 'repetition_penalty', 'seed', 'n', 'stream', 'stream_options',
-  'stop', 'stop_token_ids', 'ignore_eos', 'skip_special_tokens', 'user', 'logit_bias', 'include_stop_str_in_output',
-  'response_format', 'spaces_between_special_tokens', 'prompt_logprobs', 'logprobs', 'top_logprobs', 'tools',
-  'tool_choice', 'parallel_tool_calls', 'add_generation_prompt', 'continue_final_message', 'functions',
-  'function_call', 'reasoning_effort', 'chat_template_kwargs', 'modalities', 'audio', 'web_search_options', 'echo',
-  'suffix', 'best_of', 'add_special_tokens', 'tokens', 'store', 'metadata', 'service_tier', 'prediction',
-  'input', 'instructions', 'max_output_tokens', 'previous_response_id', 'text', 'include', 'structured_outputs',
-  '__proto__', 'constructor', '', 'x'.repeat(300), 'ü', 'role', 'content',
+  'model',
+  'messages',
+  'prompt',
+  'max_tokens',
+  'max_completion_tokens',
+  'min_tokens',
+  'temperature',
+  'top_p',
+  'top_k',
+  'min_p',
+  'presence_penalty',
+  'frequency_penalty',
+  'repetition_penalty',
+  'seed',
+  'n',
+  'stream',
+  'stream_options',
+  'stop',
+  'stop_token_ids',
+  'ignore_eos',
+  'skip_special_tokens',
+  'user',
+  'logit_bias',
+  'include_stop_str_in_output',
+  'response_format',
+  'spaces_between_special_tokens',
+  'prompt_logprobs',
+  'logprobs',
+  'top_logprobs',
+  'tools',
+  'tool_choice',
+  'parallel_tool_calls',
+  'add_generation_prompt',
+  'continue_final_message',
+  'functions',
+  'function_call',
+  'reasoning_effort',
+  'chat_template_kwargs',
+  'modalities',
+  'audio',
+  'web_search_options',
+  'echo',
+  'suffix',
+  'best_of',
+  'add_special_tokens',
+  'tokens',
+  'store',
+  'metadata',
+  'service_tier',
+  'prediction',
+  'input',
+  'instructions',
+  'max_output_tokens',
+  'previous_response_id',
+  'text',
+  'include',
+  'structured_outputs',
+  '__proto__',
+  'constructor',
+  '',
+  'x'.repeat(300),
+  'ü',
+  'role',
+  'content',
 ];
 
-const STRINGS = ['', 'Hi', ' ', '\u0000', '\ud800', '\udfff\ud800', '😀'.repeat(50), 'a'.repeat(5_000), '<|im_start|>', '<|endoftext|>', '{"a":1}', '\n\n\n', 'auto', 'none', 'text', 'function', 'user', 'assistant', 'system', 'tool', 'json_object', '-1', '1e309', 'NaN'];
-const NUMBERS = [0, 1, -1, 2, 3, 0.5, -0.5, 1e308, -1e308, 2 ** 53, 2 ** 53 + 2, -(2 ** 31), 151_643, 151_936, 10_000_000, 1e-320, 127, 128, 1 << 30, 4096];
+const STRINGS = [
+  '',
+  'Hi',
+  ' ',
+  '\u0000',
+  '\ud800',
+  '\udfff\ud800',
+  '😀'.repeat(50),
+  'a'.repeat(5_000),
+  '<|im_start|>',
+  '<|endoftext|>',
+  '{"a":1}',
+  '\n\n\n',
+  'auto',
+  'none',
+  'text',
+  'function',
+  'user',
+  'assistant',
+  'system',
+  'tool',
+  'json_object',
+  '-1',
+  '1e309',
+  'NaN',
+];
+const NUMBERS = [
+  0,
+  1,
+  -1,
+  2,
+  3,
+  0.5,
+  -0.5,
+  1e308,
+  -1e308,
+  2 ** 53,
+  2 ** 53 + 2,
+  -(2 ** 31),
+  151_643,
+  151_936,
+  10_000_000,
+  1e-320,
+  127,
+  128,
+  1 << 30,
+  4096,
+];
 
 /** Stands for 5 000 nested arrays until the body is serialized. */
 const DEEP_MARKER = '\u0001deep\u0001';
@@ -47,12 +148,20 @@ const DEEP_TEXT = '['.repeat(5000) + ']'.repeat(5000);
 function randomValue(r: Rand, depth = 0): unknown {
   const k = int(r, depth > 3 ? 6 : 10);
   switch (k) {
-    case 0: return null;
-    case 1: return r() < 0.5;
-    case 2: case 3: return pick(r, NUMBERS);
-    case 4: case 5: return pick(r, STRINGS);
-    case 6: return Array.from({ length: int(r, 5) }, () => randomValue(r, depth + 1));
-    case 7: return Object.fromEntries(Array.from({ length: int(r, 4) }, () => [pick(r, FIELDS), randomValue(r, depth + 1)]));
+    case 0:
+      return null;
+    case 1:
+      return r() < 0.5;
+    case 2:
+    case 3:
+      return pick(r, NUMBERS);
+    case 4:
+    case 5:
+      return pick(r, STRINGS);
+    case 6:
+      return Array.from({ length: int(r, 5) }, () => randomValue(r, depth + 1));
+    case 7:
+      return Object.fromEntries(Array.from({ length: int(r, 4) }, () => [pick(r, FIELDS), randomValue(r, depth + 1)]));
     case 8: {
       // A nesting chain, sometimes past the depth limit.
       // Sometimes 5 000 levels, spliced in as text after serializing (DEEP_MARKER): the test's own JSON.stringify
@@ -62,7 +171,8 @@ function randomValue(r: Rand, depth = 0): unknown {
       for (let i = int(r, 120); i > 0; i--) v = r() < 0.5 ? [v] : { a: v };
       return v;
     }
-    default: return Array.from({ length: int(r, 3000) }, () => int(r, 200_000) - 100);
+    default:
+      return Array.from({ length: int(r, 3000) }, () => int(r, 200_000) - 100);
   }
 }
 
@@ -73,7 +183,10 @@ const BASES: Record<string, () => Record<string, unknown>> = {
   '/detokenize': () => ({ tokens: [9707, 11] }),
   '/v1/responses': () => ({ input: 'Hello there', max_output_tokens: 4 }),
 };
-const TOKENIZE_CHAT = (): Record<string, unknown> => ({ messages: [{ role: 'user', content: 'Hi' }], add_generation_prompt: true });
+const TOKENIZE_CHAT = (): Record<string, unknown> => ({
+  messages: [{ role: 'user', content: 'Hi' }],
+  add_generation_prompt: true,
+});
 
 /** Mutate a JSON object in place a few times: delete, set, or replace a nested value. */
 function mutateObject(r: Rand, body: Record<string, unknown>): void {
@@ -105,19 +218,26 @@ function mutateObject(r: Rand, body: Record<string, unknown>): void {
 /** Mutate the JSON text: truncate, flip or insert characters, add garbage or a BOM, duplicate a key. */
 function mutateText(r: Rand, text: string): string {
   switch (int(r, 7)) {
-    case 0: return text.slice(0, int(r, text.length));
+    case 0:
+      return text.slice(0, int(r, text.length));
     case 1: {
       const i = int(r, text.length);
       return text.slice(0, i) + String.fromCharCode(int(r, 128)) + text.slice(i + 1);
     }
     case 2: {
       const i = int(r, text.length);
-      return text.slice(0, i) + pick(r, ['{', '}', '[', ']', ',', ':', '"', '\\', '\u0000', 'null', '1e999']) + text.slice(i);
+      return (
+        text.slice(0, i) + pick(r, ['{', '}', '[', ']', ',', ':', '"', '\\', '\u0000', 'null', '1e999']) + text.slice(i)
+      );
     }
-    case 3: return `${text}${pick(r, ['x', ' ', '}', '\n{}'])}`;
-    case 4: return `\ufeff${text}`;
-    case 5: return text.replace('{', '{"stream":true,"stream":false,');
-    default: return text.replace('{', '{"__proto__":{"polluted":1},');
+    case 3:
+      return `${text}${pick(r, ['x', ' ', '}', '\n{}'])}`;
+    case 4:
+      return `\ufeff${text}`;
+    case 5:
+      return text.replace('{', '{"stream":true,"stream":false,');
+    default:
+      return text.replace('{', '{"__proto__":{"polluted":1},');
   }
 }
 
@@ -127,12 +247,20 @@ function mutateHeaders(r: Rand): Record<string, string> {
   const ct =
     r() < 0.85
       ? pick(r, ['application/json', 'application/json; charset=utf-8', 'APPLICATION/JSON'])
-      : pick(r, ['text/plain', 'application/x-www-form-urlencoded', 'application/json; charset=latin1', '', 'multipart/form-data; boundary=x']);
+      : pick(r, [
+          'text/plain',
+          'application/x-www-form-urlencoded',
+          'application/json; charset=latin1',
+          '',
+          'multipart/form-data; boundary=x',
+        ]);
   if (ct !== '') h['content-type'] = ct;
   const auth = int(r, 20);
   if (auth < 18) h.authorization = r() < 0.9 ? `Bearer ${KEY}` : pick(r, [`bearer ${KEY}`, `Bearer  ${KEY} `]);
-  else if (auth === 18) h.authorization = pick(r, ['Bearer', 'Basic abc', `Bearer ${KEY}x`, `Bearer ${'k'.repeat(8000)}`]);
-  if (r() < 0.3) h['x-data-parallel-rank'] = pick(r, ['0', '1', '2', '-1', '999999999999', 'abc', '', ' 1 ', '0x1', '1,1']);
+  else if (auth === 18)
+    h.authorization = pick(r, ['Bearer', 'Basic abc', `Bearer ${KEY}x`, `Bearer ${'k'.repeat(8000)}`]);
+  if (r() < 0.3)
+    h['x-data-parallel-rank'] = pick(r, ['0', '1', '2', '-1', '999999999999', 'abc', '', ' 1 ', '0x1', '1,1']);
   if (r() < 0.3) h['x-request-id'] = pick(r, ['abc', 'x'.repeat(4000), '', '1 2 3', 'ü']);
   if (r() < 0.1) h['content-encoding'] = pick(r, ['gzip', 'br', 'identity']);
   if (r() < 0.1) h.accept = pick(r, ['text/event-stream', '*/*', 'application/xml']);
@@ -147,7 +275,15 @@ interface FuzzCase {
 }
 
 function makeCase(r: Rand): FuzzCase {
-  const url = pick(r, ['/v1/chat/completions', '/v1/chat/completions', '/v1/completions', '/v1/completions', '/tokenize', '/detokenize', '/v1/responses']);
+  const url = pick(r, [
+    '/v1/chat/completions',
+    '/v1/chat/completions',
+    '/v1/completions',
+    '/v1/completions',
+    '/tokenize',
+    '/detokenize',
+    '/v1/responses',
+  ]);
   const body = url === '/tokenize' && r() < 0.5 ? TOKENIZE_CHAT() : BASES[url]!();
   if (r() < 0.3) body.stream = true;
   if (r() < 0.85) mutateObject(r, body);
@@ -185,12 +321,17 @@ function rawRequest(r: Rand, c: FuzzCase): string {
       break;
   }
   const version = pick(r, ['HTTP/1.1', 'HTTP/1.1', 'HTTP/1.0', 'HTTP/2.0', 'HTTP/1.1 x']);
-  const head = `${c.method} ${c.url} ${version}\r\n${Object.entries(headers).map(([k, v]) => `${k}: ${v}`).join('\r\n')}\r\n${framing}\r\n`;
+  const head = `${c.method} ${c.url} ${version}\r\n${Object.entries(headers)
+    .map(([k, v]) => `${k}: ${v}`)
+    .join('\r\n')}\r\n${framing}\r\n`;
   return head + body;
 }
 
 function assertAnswer(status: number, body: string, what: string): void {
-  assert.ok(Number.isInteger(status) && status >= 200 && status < 500, `${what}: status ${status}: ${body.slice(0, 300)}`);
+  assert.ok(
+    Number.isInteger(status) && status >= 200 && status < 500,
+    `${what}: status ${status}: ${body.slice(0, 300)}`,
+  );
   if (status >= 400 && status !== 405 && body.trim().startsWith('{')) {
     const parsed = JSON.parse(body) as { error?: { message?: unknown; type?: unknown } };
     assert.equal(typeof parsed.error?.message, 'string', `${what}: not an OpenAI error body: ${body.slice(0, 300)}`);
@@ -238,7 +379,9 @@ describe(`fuzz (seed ${SEED})`, { timeout: 180_000 }, () => {
         assert.ok(ended, `${what}: stream without its terminal record`);
       }
     }
-    process.stdout.write(`# fuzz inject: ${INJECT_CASES} cases, statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}, unsendable ${unsendable}\n`);
+    process.stdout.write(
+      `# fuzz inject: ${INJECT_CASES} cases, statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}, unsendable ${unsendable}\n`,
+    );
     assert.ok((statuses.get(200) ?? 0) > INJECT_CASES / 20, 'a fair share of the cases is served, not all refused');
     assert.ok(unsendable < INJECT_CASES / 10);
   });
@@ -257,7 +400,9 @@ describe(`fuzz (seed ${SEED})`, { timeout: 180_000 }, () => {
       if (Number.isNaN(res.status)) continue;
       assertAnswer(res.status, res.body.replace(/^[0-9a-f]+\r\n/, ''), what);
     }
-    process.stdout.write(`# fuzz raw: ${RAW_CASES} cases, statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}\n`);
+    process.stdout.write(
+      `# fuzz raw: ${RAW_CASES} cases, statuses ${JSON.stringify(Object.fromEntries([...statuses].sort((a, b) => a[0] - b[0])))}\n`,
+    );
     assert.ok((statuses.get(NaN) ?? 0) < RAW_CASES / 10, 'almost every connection got an answer');
   });
 

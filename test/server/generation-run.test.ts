@@ -28,7 +28,15 @@ class PushStream {
   }
   emit(ids: number[], finish: FinishReason | null = null): void {
     this.completion += ids.length;
-    const o: EngineOutput = { requestId: this.requestId, newTokenIds: ids, finishReason: finish, promptTokens: 3, completionTokens: this.completion, cachedTokens: 0, logprobs: [] };
+    const o: EngineOutput = {
+      requestId: this.requestId,
+      newTokenIds: ids,
+      finishReason: finish,
+      promptTokens: 3,
+      completionTokens: this.completion,
+      cachedTokens: 0,
+      logprobs: [],
+    };
     this.listener!.output(o);
   }
   [Symbol.asyncIterator](): AsyncIterator<EngineOutput> {
@@ -37,7 +45,10 @@ class PushStream {
 }
 
 /** Token id i → letter 'a' + i. */
-const letters = { push: (ids: readonly number[]) => ids.map((i) => String.fromCharCode(97 + i)).join(''), finish: () => '' };
+const letters = {
+  push: (ids: readonly number[]) => ids.map((i) => String.fromCharCode(97 + i)).join(''),
+  finish: () => '',
+};
 
 function choice(stream: PushStream | FakeStream, stops: string[] = []): RunChoice {
   const generation = new ChoiceGeneration({
@@ -50,12 +61,16 @@ function choice(stream: PushStream | FakeStream, stops: string[] = []): RunChoic
   return { stream, generation };
 }
 
-const describeEv = (i: number, e: GenerationEvent) => `${i}:${e.type}:${e.text}${e.type === 'finish' ? `:${e.finishReason}` : ''}`;
+const describeEv = (i: number, e: GenerationEvent) =>
+  `${i}:${e.type}:${e.text}${e.type === 'finish' ? `:${e.finishReason}` : ''}`;
 
 test('events in exact arrival order across choices, synchronously; done resolves after the last finish', async () => {
   const s = [new PushStream('r-0'), new PushStream('r-1')];
   const log: string[] = [];
-  const run = new GenerationRun(s.map((x) => choice(x)), (i, e) => log.push(describeEv(i, e)));
+  const run = new GenerationRun(
+    s.map((x) => choice(x)),
+    (i, e) => log.push(describeEv(i, e)),
+  );
   run.start();
   s[1]!.emit([0]);
   s[0]!.emit([1, 2]);
@@ -66,7 +81,11 @@ test('events in exact arrival order across choices, synchronously; done resolves
   assert.equal(run.ended, true);
   await run.done;
   assert.deepEqual(log, ['1:delta:a', '0:delta:bc', '0:finish:d:length', '1:finish::stop']);
-  assert.deepEqual(s.map((x) => x.cancelled), [0, 0], 'finished streams are not cancelled');
+  assert.deepEqual(
+    s.map((x) => x.cancelled),
+    [0, 0],
+    'finished streams are not cancelled',
+  );
 });
 
 test('a stop string finishes its choice and cancels that stream only; later outputs of it are ignored', async () => {
@@ -85,24 +104,40 @@ test('a stop string finishes its choice and cancels that stream only; later outp
 
 test('a failure (disconnect) ends the run once and cancels every unfinished stream; an engine error does too', async () => {
   const s = [new PushStream('r-0'), new PushStream('r-1'), new PushStream('r-2')];
-  const run = new GenerationRun(s.map((x) => choice(x)), () => {});
+  const run = new GenerationRun(
+    s.map((x) => choice(x)),
+    () => {},
+  );
   run.start();
   s[2]!.emit([0], 'stop');
   run.fail(new ClientDisconnectedError());
   run.fail(new Error('second'));
   await assert.rejects(run.done, ClientDisconnectedError);
-  assert.deepEqual(s.map((x) => x.cancelled), [1, 1, 0]);
+  assert.deepEqual(
+    s.map((x) => x.cancelled),
+    [1, 1, 0],
+  );
   s[0]!.emit([1]); // ignored after the end
 
   const t = [new PushStream('q-0'), new PushStream('q-1')];
-  const run2 = new GenerationRun(t.map((x) => choice(x)), () => {});
+  const run2 = new GenerationRun(
+    t.map((x) => choice(x)),
+    () => {},
+  );
   run2.start();
   t[0]!.emit([1], 'error');
   await assert.rejects(run2.done, (e: unknown) => e instanceof ApiError && e.statusCode === 500);
-  assert.deepEqual(t.map((x) => x.cancelled), [0, 1], 'the failed choice is retired by the engine; the other is aborted');
+  assert.deepEqual(
+    t.map((x) => x.cancelled),
+    [0, 1],
+    'the failed choice is retired by the engine; the other is aborted',
+  );
 
   const u = [new PushStream('u-0')];
-  const run3 = new GenerationRun(u.map((x) => choice(x)), () => {});
+  const run3 = new GenerationRun(
+    u.map((x) => choice(x)),
+    () => {},
+  );
   run3.start();
   u[0]!.listener!.error(new Error('engine dead'));
   await assert.rejects(run3.done, /engine dead/);
@@ -111,22 +146,31 @@ test('a failure (disconnect) ends the run once and cancels every unfinished stre
 
 test('a sink that throws fails the run with that error and cancels the streams', async () => {
   const s = [new PushStream('r-0'), new PushStream('r-1')];
-  const run = new GenerationRun(s.map((x) => choice(x)), () => {
-    throw new RangeError('sink bug');
-  });
+  const run = new GenerationRun(
+    s.map((x) => choice(x)),
+    () => {
+      throw new RangeError('sink bug');
+    },
+  );
   run.start();
   s[0]!.emit([1]);
   await assert.rejects(run.done, RangeError);
-  assert.deepEqual(s.map((x) => x.cancelled), [1, 1]);
+  assert.deepEqual(
+    s.map((x) => x.cancelled),
+    [1, 1],
+  );
 });
 
 test('pause holds outputs (and a failure) in arrival order; resume replays them, stopping if paused again', async () => {
   const s = [new PushStream('r-0'), new PushStream('r-1')];
   const log: string[] = [];
-  const run: GenerationRun = new GenerationRun(s.map((x) => choice(x)), (i, e) => {
-    log.push(describeEv(i, e));
-    if (e.text === 'b') run.pause();
-  });
+  const run: GenerationRun = new GenerationRun(
+    s.map((x) => choice(x)),
+    (i, e) => {
+      log.push(describeEv(i, e));
+      if (e.text === 'b') run.pause();
+    },
+  );
   run.start();
   run.pause();
   s[0]!.emit([0]);

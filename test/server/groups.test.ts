@@ -14,11 +14,19 @@ import { MODEL_ID, makeApp } from './helpers.js';
 
 /** A rank state with `inFlight` requests and an optional stored load (running, waiting, KV usage 0..1). */
 function rank(engineIndex: number, inFlight: number, load: [number, number, number] | null = null): BackendRankState {
-  return rankState(engineIndex, { inFlight, load: load && { numRunning: load[0], numWaiting: load[1], kvCacheUsage: load[2] } });
+  return rankState(engineIndex, {
+    inFlight,
+    load: load && { numRunning: load[0], numWaiting: load[1], kvCacheUsage: load[2] },
+  });
 }
 
 /** A group over a fresh fake backend with `ranks` and the given rank states. */
-function group(worker: string, engine: 'tokenspeed' | 'vllm', states: BackendRankState[], ranks = states.map((s) => s.engineIndex)): { g: BackendGroup; b: FakeBackend } {
+function group(
+  worker: string,
+  engine: 'tokenspeed' | 'vllm',
+  states: BackendRankState[],
+  ranks = states.map((s) => s.engineIndex),
+): { g: BackendGroup; b: FakeBackend } {
   const b = new FakeBackend({ ranks });
   b.rankStatesValue = states;
   if (engine === 'vllm') b.reservedContextTokens = 0;
@@ -36,22 +44,41 @@ describe('bestRankScore and lowestGroupPosition', () => {
 
   test('groups are scored as the rank choice scores ranks: aged reports, TokenSpeed counted once, dark-fleet fallback', () => {
     const busy = { numRunning: 6, numWaiting: 2, kvCacheUsage: 0.2 };
-    const at = (age: number | null, inFlight = 1, l: typeof busy | null = busy): BackendRankState => rankState(0, { inFlight, load: l, loadAgeMs: age });
+    const at = (age: number | null, inFlight = 1, l: typeof busy | null = busy): BackendRankState =>
+      rankState(0, { inFlight, load: l, loadAgeMs: age });
     assert.equal(bestRankScore([at(0)]), 8, 'a fresh vLLM report: running + waiting');
     assert.equal(bestRankScore([at(2500)]), 4, 'half the default 5 s horizon: half the weight');
     assert.equal(bestRankScore([at(2500)], 10_000), 6, 'a longer horizon ages it slower');
-    assert.equal(bestRankScore([at(5000), rankState(1, { inFlight: 3 })]), 1, 'no fresh report in the group: shortest in-flight queue');
+    assert.equal(
+      bestRankScore([at(5000), rankState(1, { inFlight: 3 })]),
+      1,
+      'no fresh report in the group: shortest in-flight queue',
+    );
     const ts = { ...busy, runningIncludesWaiting: true };
-    assert.equal(bestRankScore([rankState(0, { inFlight: 0, load: ts, loadAgeMs: 0 })]), 6, "TokenSpeed's running count already holds its waiting ones (14.2)");
+    assert.equal(
+      bestRankScore([rankState(0, { inFlight: 0, load: ts, loadAgeMs: 0 })]),
+      6,
+      "TokenSpeed's running count already holds its waiting ones (14.2)",
+    );
     assert.equal(bestRankScore([rankState(0, { state: 'stalled', inFlight: 0 }), at(0)]), 8, 'only ready ranks count');
   });
 
   test('GroupRouter ages reports with the configured horizon: a stale busy group wins back its traffic', () => {
     const stale = { numRunning: 9, numWaiting: 0, kvCacheUsage: 0.1 };
     const a = group('ipc:///a', 'vllm', [rankState(0, { inFlight: 0, load: stale, loadAgeMs: 4000 })]);
-    const b = group('ipc:///b', 'vllm', [rankState(0, { inFlight: 2, load: { numRunning: 2, numWaiting: 0, kvCacheUsage: 0.1 }, loadAgeMs: 0 })]);
-    assert.equal(new GroupRouter([a.g, b.g]).choose([a.g, b.g]).worker, 'ipc:///a', '9 running at 4 of 5 s counts as 1.8 < 2');
-    assert.equal(new GroupRouter([a.g, b.g], { loadHorizonMs: 60_000 }).choose([a.g, b.g]).worker, 'ipc:///b', 'at 4 of 60 s it still counts as 8.4');
+    const b = group('ipc:///b', 'vllm', [
+      rankState(0, { inFlight: 2, load: { numRunning: 2, numWaiting: 0, kvCacheUsage: 0.1 }, loadAgeMs: 0 }),
+    ]);
+    assert.equal(
+      new GroupRouter([a.g, b.g]).choose([a.g, b.g]).worker,
+      'ipc:///a',
+      '9 running at 4 of 5 s counts as 1.8 < 2',
+    );
+    assert.equal(
+      new GroupRouter([a.g, b.g], { loadHorizonMs: 60_000 }).choose([a.g, b.g]).worker,
+      'ipc:///b',
+      'at 4 of 60 s it still counts as 8.4',
+    );
     assert.throws(() => new GroupRouter([a.g], { loadHorizonMs: 0 }), RangeError);
   });
 
@@ -74,7 +101,10 @@ describe('GroupRouter', () => {
     assert.equal(router.choose(router.candidates()).worker, 'ipc:///b', 'whatever the scan start');
     b.b.rankStatesValue = [rank(0, 3), rank(1, 2)];
     // Tie 2 vs 2: the scan start rotates (2 choices made so far → start 0, then 1, then 0).
-    assert.deepEqual([0, 1, 2].map(() => router.choose(router.candidates()).worker), ['ipc:///a', 'ipc:///b', 'ipc:///a']);
+    assert.deepEqual(
+      [0, 1, 2].map(() => router.choose(router.candidates()).worker),
+      ['ipc:///a', 'ipc:///b', 'ipc:///a'],
+    );
   });
 
   test('a dead group is never a candidate; none alive → 503 engine_dead naming the groups', () => {
@@ -87,7 +117,10 @@ describe('GroupRouter', () => {
     assert.throws(
       () => router.candidates(),
       (e: unknown) =>
-        e instanceof ApiError && e.statusCode === 503 && e.code === 'engine_dead' && e.retryAfterSeconds === 1 &&
+        e instanceof ApiError &&
+        e.statusCode === 503 &&
+        e.code === 'engine_dead' &&
+        e.retryAfterSeconds === 1 &&
         /ipc:\/\/\/a \(tokenspeed\): unavailable, .*; ipc:\/\/\/b \(vllm\): unavailable/.test(e.message),
     );
   });
@@ -99,8 +132,13 @@ describe('GroupRouter', () => {
     assert.throws(
       () => router.candidates(),
       (e: unknown) =>
-        e instanceof ApiError && e.statusCode === 503 && e.code === 'engine_starting' && e.retryAfterSeconds === 5 &&
-        /starting: .*ipc:\/\/\/a \(tokenspeed\): starting, 1 of 2 rank\(s\) joined \(rank 0 ready, rank 1 joining\)/.test(e.message),
+        e instanceof ApiError &&
+        e.statusCode === 503 &&
+        e.code === 'engine_starting' &&
+        e.retryAfterSeconds === 5 &&
+        /starting: .*ipc:\/\/\/a \(tokenspeed\): starting, 1 of 2 rank\(s\) joined \(rank 0 ready, rank 1 joining\)/.test(
+          e.message,
+        ),
     );
   });
 
@@ -109,18 +147,37 @@ describe('GroupRouter', () => {
     const b = group('ipc:///b', 'tokenspeed', [rank(0, 5), rank(1, 5), rank(2, 5)]);
     const router = new GroupRouter([a.g, b.g]);
     assert.deepEqual(router.validRanks(), [0, 1, 2]);
-    assert.deepEqual(router.candidates(1).map((g) => g.worker), ['ipc:///a', 'ipc:///b']);
-    assert.deepEqual(router.candidates(2).map((g) => g.worker), ['ipc:///b']);
+    assert.deepEqual(
+      router.candidates(1).map((g) => g.worker),
+      ['ipc:///a', 'ipc:///b'],
+    );
+    assert.deepEqual(
+      router.candidates(2).map((g) => g.worker),
+      ['ipc:///b'],
+    );
     b.b.rankStatesValue[1]!.state = 'stalled';
-    assert.deepEqual(router.candidates(1).map((g) => g.worker), ['ipc:///a'], 'a stalled rank is not a candidate');
+    assert.deepEqual(
+      router.candidates(1).map((g) => g.worker),
+      ['ipc:///a'],
+      'a stalled rank is not a candidate',
+    );
     b.b.alive = false;
     assert.throws(
       () => router.candidates(2),
-      (e: unknown) => e instanceof ApiError && e.statusCode === 503 && e.code === 'rank_unavailable' && e.retryAfterSeconds === 1 && /DP rank 2 cannot take requests now \(ipc:\/\/\/b: group unavailable\)/.test(e.message),
+      (e: unknown) =>
+        e instanceof ApiError &&
+        e.statusCode === 503 &&
+        e.code === 'rank_unavailable' &&
+        e.retryAfterSeconds === 1 &&
+        /DP rank 2 cannot take requests now \(ipc:\/\/\/b: group unavailable\)/.test(e.message),
     );
     assert.throws(
       () => router.candidates(3),
-      (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === 'X-data-parallel-rank' && /one of 0, 1, 2.*got '3'/.test(e.message),
+      (e: unknown) =>
+        e instanceof ApiError &&
+        e.statusCode === 400 &&
+        e.param === 'X-data-parallel-rank' &&
+        /one of 0, 1, 2.*got '3'/.test(e.message),
     );
   });
 
@@ -151,8 +208,30 @@ describe('healthReport', () => {
     assert.deepEqual(r.body, {
       status: 'ok',
       groups: [
-        { worker: 'ipc:///a', engine: 'tokenspeed', alive: true, status: 'ok', message: 'ok', joined: 2, expected: 2, dpRanks: [0, 1], ranks: [ready(0), ready(1)], failures: {} },
-        { worker: 'ipc:///b', engine: 'vllm', alive: true, status: 'ok', message: 'ok', joined: 1, expected: 1, dpRanks: [0], ranks: [ready(0)], failures: {} },
+        {
+          worker: 'ipc:///a',
+          engine: 'tokenspeed',
+          alive: true,
+          status: 'ok',
+          message: 'ok',
+          joined: 2,
+          expected: 2,
+          dpRanks: [0, 1],
+          ranks: [ready(0), ready(1)],
+          failures: {},
+        },
+        {
+          worker: 'ipc:///b',
+          engine: 'vllm',
+          alive: true,
+          status: 'ok',
+          message: 'ok',
+          joined: 1,
+          expected: 1,
+          dpRanks: [0],
+          ranks: [ready(0)],
+          failures: {},
+        },
       ],
     });
     a.b.alive = false;
@@ -160,10 +239,13 @@ describe('healthReport', () => {
     r = healthReport(groups);
     assert.equal(r.statusCode, 200);
     assert.equal(r.body.status, 'degraded');
-    assert.deepEqual(r.body.groups.map((g) => [g.alive, g.message, g.failures]), [
-      [false, 'engine core dead', { 'engine-core-dead': 1 }],
-      [true, 'ok', {}],
-    ]);
+    assert.deepEqual(
+      r.body.groups.map((g) => [g.alive, g.message, g.failures]),
+      [
+        [false, 'engine core dead', { 'engine-core-dead': 1 }],
+        [true, 'ok', {}],
+      ],
+    );
     assert.equal(r.body.error, undefined);
     b.b.alive = false;
     b.b.stats.failures['watchdog'] = 1;
@@ -171,23 +253,35 @@ describe('healthReport', () => {
     assert.equal(r.statusCode, 503);
     assert.equal(r.body.status, 'unhealthy');
     assert.equal(r.body.error?.code, 'engine_dead');
-    assert.match(r.body.error!.message, /^engine core dead: .*ipc:\/\/\/a: engine-core-dead×1; ipc:\/\/\/b: watchdog×1/);
+    assert.match(
+      r.body.error!.message,
+      /^engine core dead: .*ipc:\/\/\/a: engine-core-dead×1; ipc:\/\/\/b: watchdog×1/,
+    );
   });
 
-  test('503 starting before any group could serve, with each rank\'s state; a rank shown dead with its cause', () => {
-    const a = group('ipc:///a', 'tokenspeed', [{ ...rank(0, 0), state: 'joining' }, { ...rank(1, 0), state: 'joining' }]);
+  test("503 starting before any group could serve, with each rank's state; a rank shown dead with its cause", () => {
+    const a = group('ipc:///a', 'tokenspeed', [
+      { ...rank(0, 0), state: 'joining' },
+      { ...rank(1, 0), state: 'joining' },
+    ]);
     a.b.statusValue = 'starting';
     let r = healthReport([a.g]);
     assert.equal(r.statusCode, 503);
     assert.equal(r.body.status, 'starting');
     assert.equal(r.body.error?.code, 'engine_starting');
-    assert.deepEqual(r.body.groups.map((g) => [g.status, g.message, g.joined, g.expected]), [['starting', 'starting', 0, 2]]);
+    assert.deepEqual(
+      r.body.groups.map((g) => [g.status, g.message, g.joined, g.expected]),
+      [['starting', 'starting', 0, 2]],
+    );
     a.b.statusValue = 'degraded';
     a.b.rankStatesValue = [rank(0, 0), { ...rank(1, 0), state: 'dead', cause: 'peer-unreachable' }];
     r = healthReport([a.g]);
     assert.equal(r.statusCode, 200);
     assert.equal(r.body.status, 'degraded');
-    assert.deepEqual(r.body.groups[0]!.ranks, [{ engineIndex: 0, state: 'ready', cause: null }, { engineIndex: 1, state: 'dead', cause: 'peer-unreachable' }]);
+    assert.deepEqual(r.body.groups[0]!.ranks, [
+      { engineIndex: 0, state: 'ready', cause: null },
+      { engineIndex: 1, state: 'dead', cause: 'peer-unreachable' },
+    ]);
     assert.deepEqual(r.body.groups[0]!.dpRanks, [0]);
   });
 });
@@ -212,23 +306,33 @@ describe('routes over two groups', () => {
       a.b.alive = false;
       a.b.stats.failures['engine-core-dead'] = 1;
       for (let i = 0; i < 3; i++) {
-        assert.equal((await app.inject({ method: 'POST', url: '/v1/chat/completions', payload: chat })).statusCode, 200);
+        assert.equal(
+          (await app.inject({ method: 'POST', url: '/v1/chat/completions', payload: chat })).statusCode,
+          200,
+        );
       }
       assert.deepEqual([a.b.submissions.length, b.b.submissions.length], [1, 4]);
       const health = await app.inject({ method: 'GET', url: '/health?verbose=1' });
       assert.equal(health.statusCode, 200);
       assert.equal(health.json().status, 'degraded');
-      assert.deepEqual(health.json().groups.map((g: { worker: string; alive: boolean; message: string }) => [g.worker, g.alive, g.message]), [
-        ['ipc:///a', false, 'engine core dead'],
-        ['ipc:///b', true, 'ok'],
-      ]);
+      assert.deepEqual(
+        health
+          .json()
+          .groups.map((g: { worker: string; alive: boolean; message: string }) => [g.worker, g.alive, g.message]),
+        [
+          ['ipc:///a', false, 'engine core dead'],
+          ['ipc:///b', true, 'ok'],
+        ],
+      );
       const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body.split('\n');
       const m = `model="${MODEL_ID}"`;
       assert.ok(metrics.includes(`model_gateway_engine_alive{${m},worker="ipc:///a",engine="tokenspeed"} 0`));
       assert.ok(metrics.includes(`model_gateway_engine_alive{${m},worker="ipc:///b",engine="vllm"} 1`));
       assert.ok(metrics.includes(`model_gateway_rank_inflight_requests{${m},worker="ipc:///a",dp_rank="1"} 2`));
       assert.ok(metrics.includes(`model_gateway_rank_inflight_requests{${m},worker="ipc:///b",dp_rank="0"} 1`));
-      assert.ok(metrics.includes(`model_gateway_engine_failures_total{${m},worker="ipc:///a",cause="engine-core-dead"} 1`));
+      assert.ok(
+        metrics.includes(`model_gateway_engine_failures_total{${m},worker="ipc:///a",cause="engine-core-dead"} 1`),
+      );
 
       // Both dead: 503 before any submit.
       b.b.alive = false;
@@ -249,11 +353,24 @@ describe('routes over two groups', () => {
     const { app } = await makeApp({ groups: [a.g, b.g] });
     try {
       const pinned = (r: string) =>
-        app.inject({ method: 'POST', url: '/v1/chat/completions', payload: chat, headers: { 'x-data-parallel-rank': r } });
+        app.inject({
+          method: 'POST',
+          url: '/v1/chat/completions',
+          payload: chat,
+          headers: { 'x-data-parallel-rank': r },
+        });
       assert.equal((await pinned('2')).statusCode, 200);
-      assert.deepEqual(b.b.submissions.map((s) => s.dpRank), [2], 'only group b has rank 2');
+      assert.deepEqual(
+        b.b.submissions.map((s) => s.dpRank),
+        [2],
+        'only group b has rank 2',
+      );
       assert.equal((await pinned('1')).statusCode, 200);
-      assert.deepEqual(a.b.submissions.map((s) => s.dpRank), [1], 'rank 1 exists in both: the less loaded group a');
+      assert.deepEqual(
+        a.b.submissions.map((s) => s.dpRank),
+        [1],
+        'rank 1 exists in both: the less loaded group a',
+      );
       const bad = await pinned('3');
       assert.equal(bad.statusCode, 400);
       assert.match(bad.json().error.message, /one of 0, 1, 2/);
@@ -275,13 +392,21 @@ describe('routes over two groups', () => {
       const res = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt } });
       assert.equal(res.statusCode, 200);
       assert.equal(a.b.submissions.length, 0);
-      assert.equal(b.b.submissions[0]!.request.sampling.maxNewTokens, 64 - 20, 'vLLM always gets max_tokens = max_model_len − prompt');
+      assert.equal(
+        b.b.submissions[0]!.request.sampling.maxNewTokens,
+        64 - 20,
+        'vLLM always gets max_tokens = max_model_len − prompt',
+      );
       // A short prompt fits both: the idle group a wins, its default limit is its own usable context minus the prompt.
       const short = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: [100, 101, 102] } });
       assert.equal(short.statusCode, 200);
       assert.equal(a.b.submissions[0]!.request.sampling.maxNewTokens, 16 - 2 - 3);
       // Fits nobody: the 400 names the largest context.
-      const huge = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: Array.from({ length: 64 }, () => 100) } });
+      const huge = await app.inject({
+        method: 'POST',
+        url: '/v1/completions',
+        payload: { prompt: Array.from({ length: 64 }, () => 100) },
+      });
       assert.equal(huge.statusCode, 400);
       assert.match(huge.json().error.message, /maximum context length is 64 tokens/);
     } finally {

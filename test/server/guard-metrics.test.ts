@@ -12,10 +12,23 @@ test('/metrics: load age, sole-client guard state and transitions per rank', asy
   const base = { dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 };
   backend.rankStatesValue = [
     rankState(0, {
-      inFlight: 1, load: { numRunning: 25, numWaiting: 0, kvCacheUsage: 0.5 }, ...base,
-      loadAgeMs: 1500, soleClientGuard: true, guardEngagements: 2, guardDisengagements: 1,
+      inFlight: 1,
+      load: { numRunning: 25, numWaiting: 0, kvCacheUsage: 0.5 },
+      ...base,
+      loadAgeMs: 1500,
+      soleClientGuard: true,
+      guardEngagements: 2,
+      guardDisengagements: 1,
     }),
-    rankState(1, { inFlight: 0, load: null, ...base, loadAgeMs: null, soleClientGuard: false, guardEngagements: 0, guardDisengagements: 0 }),
+    rankState(1, {
+      inFlight: 0,
+      load: null,
+      ...base,
+      loadAgeMs: null,
+      soleClientGuard: false,
+      guardEngagements: 0,
+      guardDisengagements: 0,
+    }),
   ];
   const { app } = await makeApp({ backend });
   try {

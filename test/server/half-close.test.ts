@@ -80,11 +80,19 @@ describe('half-closed clients', () => {
 
   test('streaming: every chunk and [DONE] arrive after the client shut its write side', async () => {
     fx.backend.onSubmit = (s) => setTimeout(() => s.stream.pushAll([9707, 11, 0], 'stop'), 150);
-    const raw = await hangGuard(sendAndHalfClose(fx.port, rawPost({ prompt: 'x', stream: true })), 10_000, 'the stream');
+    const raw = await hangGuard(
+      sendAndHalfClose(fx.port, rawPost({ prompt: 'x', stream: true })),
+      10_000,
+      'the stream',
+    );
     const res = finalResponse(raw);
     assert.equal(res.status, 200);
     // The probes of a started stream are SSE comments, which SSE readers skip.
-    const events = dechunk(res.body).split('\n\n').filter((r) => r !== '' && !r.startsWith(':')).join('\n\n') + '\n\n';
+    const events =
+      dechunk(res.body)
+        .split('\n\n')
+        .filter((r) => r !== '' && !r.startsWith(':'))
+        .join('\n\n') + '\n\n';
     const { doneCount, events: parsed } = parseSse(events);
     assert.equal(doneCount, 1);
     assert.equal((parsed.at(-1)!.choices as Array<{ finish_reason: string }>)[0]!.finish_reason, 'stop');

@@ -21,7 +21,10 @@ test('starting: /health and /ready 503 starting; a request gets 503 engine_start
     const health = await app.inject({ method: 'GET', url: '/health' });
     assert.equal(health.statusCode, 503);
     assert.equal(health.json().status, 'starting');
-    assert.deepEqual(health.json().groups.map((g: { joined: number; expected: number }) => [g.joined, g.expected]), [[0, 2]]);
+    assert.deepEqual(
+      health.json().groups.map((g: { joined: number; expected: number }) => [g.joined, g.expected]),
+      [[0, 2]],
+    );
     const ready = await app.inject({ method: 'GET', url: '/ready' });
     assert.equal(ready.statusCode, 503);
     assert.equal(ready.json().status, 'starting');
@@ -47,12 +50,25 @@ test('a pinned request to a rank that is not ready: 503 rank_unavailable with Re
   backend.onSubmit = (s) => s.stream.pushAll([9707], 'length');
   const { app } = await makeApp({ backend });
   try {
-    const pinned = await app.inject({ method: 'POST', url: '/v1/completions', payload: body, headers: { 'x-data-parallel-rank': '1' } });
+    const pinned = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: body,
+      headers: { 'x-data-parallel-rank': '1' },
+    });
     assert.equal(pinned.statusCode, 503);
     assert.equal(pinned.headers['retry-after'], '1');
     assert.equal(pinned.json().error.code, 'rank_unavailable');
-    assert.match(pinned.json().error.message, /DP rank 1 cannot take requests now \(ipc:\/\/\/tmp\/fake\/worker: dead\)/);
-    const bad = await app.inject({ method: 'POST', url: '/v1/completions', payload: body, headers: { 'x-data-parallel-rank': '2' } });
+    assert.match(
+      pinned.json().error.message,
+      /DP rank 1 cannot take requests now \(ipc:\/\/\/tmp\/fake\/worker: dead\)/,
+    );
+    const bad = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: body,
+      headers: { 'x-data-parallel-rank': '2' },
+    });
     assert.equal(bad.statusCode, 400);
     assert.equal(bad.json().error.code, 'invalid_dp_rank');
     const ok = await app.inject({ method: 'POST', url: '/v1/completions', payload: body });
@@ -76,7 +92,10 @@ test('an engine error of kind unavailable maps to 503 with Retry-After; rank-sta
     assert.equal(a.headers['retry-after'], '1');
     assert.equal(a.json().error.code, 'unavailable');
     backend.submitError = null;
-    backend.onSubmit = (s) => s.stream.fail(new EngineClientError('rank-stalled', 'DP rank 0 stalled: it sent no output for 2000 ms', { dpRank: 0 }));
+    backend.onSubmit = (s) =>
+      s.stream.fail(
+        new EngineClientError('rank-stalled', 'DP rank 0 stalled: it sent no output for 2000 ms', { dpRank: 0 }),
+      );
     const b = await app.inject({ method: 'POST', url: '/v1/completions', payload: body });
     assert.equal(b.statusCode, 503);
     assert.equal(b.json().error.code, 'rank_stalled');
@@ -99,7 +118,11 @@ test('draining: /ready 503 draining at once, new API requests 503 + Retry-After,
     assert.equal(ready.statusCode, 503);
     assert.equal(ready.json().status, 'draining');
     for (const url of ['/v1/completions', '/v1/chat/completions']) {
-      const r = await app.inject({ method: 'POST', url, payload: { ...body, messages: [{ role: 'user', content: 'x' }] } });
+      const r = await app.inject({
+        method: 'POST',
+        url,
+        payload: { ...body, messages: [{ role: 'user', content: 'x' }] },
+      });
       assert.equal(r.statusCode, 503, url);
       assert.equal(r.headers['retry-after'], '1');
       assert.equal(r.json().error.code, 'draining');
@@ -122,7 +145,10 @@ test('waitForDrain: true once nothing is live, false when the grace runs out fir
 
 test('/metrics: rank state gauge (one series per state), rejoins, stalls, deaths by cause, refused handshake messages, orphan outputs', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
-  backend.rankStatesValue = [rankState(0, { rejoins: 2, deaths: { 'peer-unreachable': 2 } }), rankState(1, { state: 'stalled', cause: 'stall', stalls: 3 })];
+  backend.rankStatesValue = [
+    rankState(0, { rejoins: 2, deaths: { 'peer-unreachable': 2 } }),
+    rankState(1, { state: 'stalled', cause: 'stall', stalls: 3 }),
+  ];
   Object.assign(backend.stats, { orphanOutputs: 4, handshakeRejected: { 'bad-identity': 1, 'index-out-of-range': 2 } });
   const { app } = await makeApp({ backend });
   try {

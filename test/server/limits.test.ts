@@ -10,7 +10,14 @@ import { connect } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import {
-  JsonContainerCounter, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, MAX_STOP_CHARS, MAX_STOP_STRINGS, MAX_TOOLS, findTooDeep, readBodyText,
+  JsonContainerCounter,
+  MAX_JSON_CONTAINERS,
+  MAX_JSON_DEPTH,
+  MAX_STOP_CHARS,
+  MAX_STOP_STRINGS,
+  MAX_TOOLS,
+  findTooDeep,
+  readBodyText,
 } from '../../src/server/input-limits.js';
 import { Readable } from 'node:stream';
 import { quoteValue } from '../../src/server/errors.js';
@@ -29,7 +36,13 @@ async function post(port: number, path: string, body: unknown, headers: Record<s
     body: typeof body === 'string' ? body : JSON.stringify(body),
   });
   const text = await res.text();
-  return { status: res.status, headers: res.headers, text, json: () => JSON.parse(text) as { error: { message: string; param: string | null; code: string | null; type: string } } };
+  return {
+    status: res.status,
+    headers: res.headers,
+    text,
+    json: () =>
+      JSON.parse(text) as { error: { message: string; param: string | null; code: string | null; type: string } },
+  };
 }
 
 describe('input limits and error hygiene', () => {
@@ -47,9 +60,21 @@ describe('input limits and error hygiene', () => {
   test('5 000 levels of nesting in any parameter → 400 naming it, never 500', async () => {
     const deep = '['.repeat(5000) + ']'.repeat(5000);
     const cases: Array<[string, string, string]> = [
-      ['/v1/chat/completions', `{"messages":[{"role":"user","content":"hi"}],"response_format":${deep}}`, 'response_format'],
-      ['/v1/chat/completions', `{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":${deep}}}`, 'chat_template_kwargs'],
-      ['/v1/chat/completions', `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"a":${deep}}}}]}`, 'tools'],
+      [
+        '/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"response_format":${deep}}`,
+        'response_format',
+      ],
+      [
+        '/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"chat_template_kwargs":{"a":${deep}}}`,
+        'chat_template_kwargs',
+      ],
+      [
+        '/v1/chat/completions',
+        `{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":{"a":${deep}}}}]}`,
+        'tools',
+      ],
       ['/v1/completions', `{"prompt":"x","logprobs":${deep}}`, 'logprobs'],
       ['/v1/completions', `{"prompt":${deep}}`, 'prompt'],
       ['/v1/completions', `{"prompt":"x","unknown_field":${deep}}`, 'unknown_field'],
@@ -89,7 +114,10 @@ describe('input limits and error hygiene', () => {
       const res = await post(fx.port, '/v1/chat/completions', { messages: USER, ...extra });
       assert.equal(res.status, 400, `${param}: ${res.text.slice(0, 300)}`);
       assert.equal(res.json().error.param, param);
-      assert.match(res.json().error.message, /(has more than \d+ entries|is longer than \d+ characters) \(the gateway's limit\)/);
+      assert.match(
+        res.json().error.message,
+        /(has more than \d+ entries|is longer than \d+ characters) \(the gateway's limit\)/,
+      );
     }
     const fits = await post(fx.port, '/v1/chat/completions', {
       messages: USER,
@@ -115,12 +143,26 @@ describe('input limits and error hygiene', () => {
       assert.ok(res.text.length < 2000, `${param}: the body is ${res.text.length} bytes`);
       assert.match(res.json().error.message, /… \(\d+ bytes\)/);
     }
-    const header = await post(fx.port, '/v1/completions', { prompt: 'x' }, { 'x-data-parallel-rank': 'r'.repeat(10_000) });
+    const header = await post(
+      fx.port,
+      '/v1/completions',
+      { prompt: 'x' },
+      { 'x-data-parallel-rank': 'r'.repeat(10_000) },
+    );
     assert.equal(header.status, 400);
     assert.ok(header.text.length < 1000);
     const logged = records.map((r) => JSON.stringify(r));
-    assert.ok(logged.every((line) => line.length < 2000), 'no long log line');
-    assert.ok(!logged.some((line) => line.includes('zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz')));
+    assert.ok(
+      logged.every((line) => line.length < 2000),
+      'no long log line',
+    );
+    assert.ok(
+      !logged.some((line) =>
+        line.includes(
+          'zzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzzz',
+        ),
+      ),
+    );
     assert.equal(quoteValue('short'), '"short"');
     assert.equal(quoteValue('x'.repeat(200)), `"${'x'.repeat(99)}… (202 bytes)`);
   });
@@ -128,10 +170,15 @@ describe('input limits and error hygiene', () => {
   test('expected errors log one line without a stack; prompt and completion text never at info or above', async () => {
     records.length = 0;
     const marker = 'PROMPT-TEXT-MARKER';
-    const bad = await post(fx.port, '/v1/chat/completions', { messages: [{ role: 'user', content: [{ type: marker, text: marker }] }] });
+    const bad = await post(fx.port, '/v1/chat/completions', {
+      messages: [{ role: 'user', content: [{ type: marker, text: marker }] }],
+    });
     assert.equal(bad.status, 400);
     assert.equal(bad.json().error.param, 'messages[0].content[0].type');
-    const okRes = await post(fx.port, '/v1/chat/completions', { messages: [{ role: 'user', content: marker }], stream: true });
+    const okRes = await post(fx.port, '/v1/chat/completions', {
+      messages: [{ role: 'user', content: marker }],
+      stream: true,
+    });
     assert.equal(parseSse(okRes.text).doneCount, 1);
     fx.backend.submitError = new EngineClientError('engine-dead', 'ENGINE_CORE_DEAD received');
     try {
@@ -169,7 +216,9 @@ describe('request receive timeout and the concurrency cap', () => {
     const res = await hangGuard(
       new Promise<{ head: string; closed: boolean }>((resolve) => {
         const socket = connect(fx.port, '127.0.0.1', () => {
-          socket.write(`POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n`);
+          socket.write(
+            `POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: ${payload.length}\r\n\r\n`,
+          );
           let i = 0;
           const timer = setInterval(() => {
             if (i < payload.length && !socket.destroyed) socket.write(payload[i++]!);
@@ -215,8 +264,17 @@ describe('request receive timeout and the concurrency cap', () => {
   test('beyond the cap → 429 with Retry-After and an OpenAI body; a finished request frees its slot', async () => {
     held = [];
     fx.backend.onSubmit = (s) => held.push(s); // the engine answers nothing until released
-    const first = [post(fx.port, '/v1/completions', { prompt: 'a' }), post(fx.port, '/v1/completions', { prompt: 'b', stream: true })];
-    await hangGuard((async () => { while (held.length < 2) await new Promise((r) => setTimeout(r, 10)); })(), 10_000, 'two held requests');
+    const first = [
+      post(fx.port, '/v1/completions', { prompt: 'a' }),
+      post(fx.port, '/v1/completions', { prompt: 'b', stream: true }),
+    ];
+    await hangGuard(
+      (async () => {
+        while (held.length < 2) await new Promise((r) => setTimeout(r, 10));
+      })(),
+      10_000,
+      'two held requests',
+    );
     const refused = await post(fx.port, '/v1/chat/completions', { messages: USER });
     assert.equal(refused.status, 429);
     assert.equal(refused.headers.get('retry-after'), '1');
@@ -233,13 +291,20 @@ describe('request receive timeout and the concurrency cap', () => {
     // A client that goes away frees its slot too.
     fx.backend.onSubmit = (s) => held.push(s);
     held = [];
-    const raw = 'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{"prompt":"x"}';
+    const raw =
+      'POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 14\r\n\r\n{"prompt":"x"}';
     const sockets = [connect(fx.port, '127.0.0.1'), connect(fx.port, '127.0.0.1')];
     for (const s of sockets) {
       s.on('error', () => {});
       s.write(raw);
     }
-    await hangGuard((async () => { while (held.length < 2) await new Promise((r) => setTimeout(r, 10)); })(), 10_000, 'two raw requests');
+    await hangGuard(
+      (async () => {
+        while (held.length < 2) await new Promise((r) => setTimeout(r, 10));
+      })(),
+      10_000,
+      'two raw requests',
+    );
     assert.equal((await post(fx.port, '/v1/completions', { prompt: 'x' })).status, 429);
     for (const s of sockets) s.destroy();
     await hangGuard(Promise.all(held.map((s) => s.stream.cancelled)), 10_000, 'the cancels');
@@ -248,7 +313,11 @@ describe('request receive timeout and the concurrency cap', () => {
   });
 
   test('a plain raw exchange still works (nothing else changed at the socket level)', async () => {
-    const res = await rawExchange(fx.port, 'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n', 'GET /health');
+    const res = await rawExchange(
+      fx.port,
+      'GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n',
+      'GET /health',
+    );
     assert.equal(res.status, 200);
   });
 });
@@ -263,7 +332,11 @@ describe('bodies that arrive in pieces (input-limits.ts readBodyText)', () => {
 
   /** A raw chunked POST of `body` to /tokenize, in HTTP chunks of `size` bytes (multi-byte characters split across them). */
   const chunked = (body: Buffer, size: number) => {
-    const parts: Buffer[] = [Buffer.from('POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n')];
+    const parts: Buffer[] = [
+      Buffer.from(
+        'POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n',
+      ),
+    ];
     for (let at = 0; at < body.length; at += size) {
       const piece = body.subarray(at, at + size);
       parts.push(Buffer.from(`${piece.length.toString(16)}\r\n`), piece, Buffer.from('\r\n'));
@@ -299,7 +372,13 @@ test('readBodyText: chunks decoded as one; a body whose client is gone by its en
   const read = (gone: boolean, contentLength?: string) =>
     new Promise<{ err: (Error & { statusCode?: number }) | null; text?: string }>((resolve) => {
       const chunks = Array.from({ length: Math.ceil(bytes.length / 7) }, (_, i) => bytes.subarray(i * 7, i * 7 + 7));
-      readBodyText(Readable.from(chunks), contentLength ?? String(bytes.length), 1 << 20, () => gone, (err, text) => resolve({ err, text }));
+      readBodyText(
+        Readable.from(chunks),
+        contentLength ?? String(bytes.length),
+        1 << 20,
+        () => gone,
+        (err, text) => resolve({ err, text }),
+      );
     });
   assert.equal((await read(false)).text, bytes.toString('utf8'));
   const gone = await read(true);
@@ -319,16 +398,32 @@ test('JsonContainerCounter: objects and arrays outside strings, across chunk bou
 });
 
 test('readBodyText: a body of more than the allowed objects and arrays is refused with 413 as it arrives, never decoded', async () => {
-  const body = Buffer.from(JSON.stringify({ messages: Array.from({ length: 2000 }, () => ({ role: 'user', content: 'hi' })) }));
+  const body = Buffer.from(
+    JSON.stringify({ messages: Array.from({ length: 2000 }, () => ({ role: 'user', content: 'hi' })) }),
+  );
   const read = (max: number) =>
     new Promise<{ err: (Error & { statusCode?: number }) | null; text?: string }>((resolve) => {
-      const chunks = Array.from({ length: Math.ceil(body.length / 4096) }, (_, i) => body.subarray(i * 4096, i * 4096 + 4096));
-      readBodyText(Readable.from(chunks), String(body.length), 1 << 20, () => false, (err, text) => resolve({ err, text }), undefined, max);
+      const chunks = Array.from({ length: Math.ceil(body.length / 4096) }, (_, i) =>
+        body.subarray(i * 4096, i * 4096 + 4096),
+      );
+      readBodyText(
+        Readable.from(chunks),
+        String(body.length),
+        1 << 20,
+        () => false,
+        (err, text) => resolve({ err, text }),
+        undefined,
+        max,
+      );
     });
   const refused = await read(1000);
   assert.equal(refused.err?.statusCode, 413);
   assert.match(refused.err!.message, /more than 1000 JSON objects and arrays/);
   assert.equal(refused.text, undefined);
-  assert.equal((await read(2002)).text, body.toString('utf8'), '2002 = the body, its list and 2000 messages: within the limit');
+  assert.equal(
+    (await read(2002)).text,
+    body.toString('utf8'),
+    '2002 = the body, its list and 2000 messages: within the limit',
+  );
   assert.equal(MAX_JSON_CONTAINERS, 65_536);
 });

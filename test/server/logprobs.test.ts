@@ -32,9 +32,12 @@ describe('logprobs and logit_bias over the routes', () => {
   let ids: number[];
 
   before(async () => {
-    ids = fx.tokenizer.encode('Hi 你好 there, how are you doing today?', { addSpecialTokens: false }).slice(0, VALUES.length);
+    ids = fx.tokenizer
+      .encode('Hi 你好 there, how are you doing today?', { addSpecialTokens: false })
+      .slice(0, VALUES.length);
     assert.equal(ids.length, VALUES.length);
-    fx.backend.onSubmit = (s) => ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null, [VALUES[i]!]));
+    fx.backend.onSubmit = (s) =>
+      ids.forEach((id, i) => s.stream.push([id], i === ids.length - 1 ? 'length' : null, [VALUES[i]!]));
   });
 
   const post = (url: string, payload: Record<string, unknown>) => fx.app.inject({ method: 'POST', url, payload });
@@ -47,8 +50,14 @@ describe('logprobs and logit_bias over the routes', () => {
     assert.equal(res.statusCode, 200, res.body);
     assert.equal(fx.backend.submissions.at(-1)!.request.returnLogprob, true);
     const content = res.json().choices[0].logprobs.content as Array<Record<string, unknown>>;
-    assert.deepEqual(content.map((c) => c.logprob), expectedValues);
-    assert.deepEqual(content.map((c) => c.token), ids.map(tok));
+    assert.deepEqual(
+      content.map((c) => c.logprob),
+      expectedValues,
+    );
+    assert.deepEqual(
+      content.map((c) => c.token),
+      ids.map(tok),
+    );
     for (const c of content) {
       assert.deepEqual(c.bytes, [...Buffer.from(c.token as string, 'utf8')]);
       assert.deepEqual(c.top_logprobs, [{ token: c.token, logprob: c.logprob, bytes: c.bytes }]);
@@ -60,7 +69,10 @@ describe('logprobs and logit_bias over the routes', () => {
     });
     assert.deepEqual(streamed, content);
     const k0 = (await post('/v1/chat/completions', { ...body, top_logprobs: 0 })).json().choices[0].logprobs.content;
-    assert.deepEqual(k0.map((c: { top_logprobs: unknown[] }) => c.top_logprobs), VALUES.map(() => []));
+    assert.deepEqual(
+      k0.map((c: { top_logprobs: unknown[] }) => c.top_logprobs),
+      VALUES.map(() => []),
+    );
     const none = await post('/v1/chat/completions', { messages: body.messages });
     assert.equal(none.json().choices[0].logprobs, null);
     assert.equal(fx.backend.submissions.at(-1)!.request.returnLogprob, false);
@@ -72,10 +84,21 @@ describe('logprobs and logit_bias over the routes', () => {
     assert.deepEqual(lp.tokens, ids.map(tok));
     assert.deepEqual(lp.token_logprobs, expectedValues);
     let off = 0;
-    assert.deepEqual(lp.text_offset, ids.map((id) => ((off += tok(id).length), off - tok(id).length)));
-    assert.deepEqual(lp.top_logprobs, ids.map((id, i) => ({ [tok(id)]: expectedValues[i] })));
+    assert.deepEqual(
+      lp.text_offset,
+      ids.map((id) => ((off += tok(id).length), off - tok(id).length)),
+    );
+    assert.deepEqual(
+      lp.top_logprobs,
+      ids.map((id, i) => ({ [tok(id)]: expectedValues[i] })),
+    );
     const { events } = parseSse((await post('/v1/completions', { prompt: 'x', logprobs: 1, stream: true })).body);
-    const merged = { text_offset: [] as number[], token_logprobs: [] as number[], tokens: [] as string[], top_logprobs: [] as unknown[] };
+    const merged = {
+      text_offset: [] as number[],
+      token_logprobs: [] as number[],
+      tokens: [] as string[],
+      top_logprobs: [] as unknown[],
+    };
     for (const e of events) {
       const l = choicesOf(e)[0]?.logprobs as typeof merged | null;
       if (!l) continue;
@@ -83,7 +106,10 @@ describe('logprobs and logit_bias over the routes', () => {
     }
     assert.deepEqual(merged, lp);
     const k0 = (await post('/v1/completions', { prompt: 'x', logprobs: 0 })).json().choices[0].logprobs;
-    assert.deepEqual(k0.top_logprobs, VALUES.map(() => null));
+    assert.deepEqual(
+      k0.top_logprobs,
+      VALUES.map(() => null),
+    );
   });
 
   test('logit_bias reaches the engine request normalized and clamped; bad keys → 400', async () => {

@@ -9,7 +9,13 @@ import { MODEL_ID, WORKER, makeApp } from './helpers.js';
 test('/metrics exports per-rank gauges read at scrape time, client counters and request metrics', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
   backend.rankStatesValue = [
-    rankState(0, { inFlight: 3, load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2 }),
+    rankState(0, {
+      inFlight: 3,
+      load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.25 },
+      dispatchedPinned: 1,
+      dispatchedUnpinned: 7,
+      clampEvents: 2,
+    }),
     rankState(1, { dispatchedUnpinned: 4 }),
   ];
   backend.stats.decodeErrors = 1;
@@ -35,7 +41,10 @@ test('/metrics exports per-rank gauges read at scrape time, client counters and 
     has(`model_gateway_engine_kv_cache_usage{${w},dp_rank="0"} 0.25`);
     has(`model_gateway_rank_inflight_requests{${w},dp_rank="0"} 3`);
     has(`model_gateway_rank_inflight_requests{${w},dp_rank="1"} 0`);
-    assert.ok(!text.includes(`model_gateway_engine_running_requests{${w},dp_rank="1"}`), 'a rank without a load report has no load gauges');
+    assert.ok(
+      !text.includes(`model_gateway_engine_running_requests{${w},dp_rank="1"}`),
+      'a rank without a load report has no load gauges',
+    );
     has(`model_gateway_rank_dispatches_total{${w},dp_rank="0",pinned="true"} 1`);
     has(`model_gateway_rank_dispatches_total{${w},dp_rank="0",pinned="false"} 7`);
     has(`model_gateway_rank_clamp_events_total{${w},dp_rank="0"} 2`);
@@ -67,7 +76,20 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     const ranks = [0, 1].map((engineIndex) => ({ engineIndex, state: 'ready', cause: null }));
     assert.deepEqual(ok.json(), {
       status: 'ok',
-      groups: [{ worker: WORKER, engine: 'tokenspeed', alive: true, status: 'ok', message: 'ok', joined: 2, expected: 2, dpRanks: [0, 1], ranks, failures: {} }],
+      groups: [
+        {
+          worker: WORKER,
+          engine: 'tokenspeed',
+          alive: true,
+          status: 'ok',
+          message: 'ok',
+          joined: 2,
+          expected: 2,
+          dpRanks: [0, 1],
+          ranks,
+          failures: {},
+        },
+      ],
     });
     backend.alive = false;
     backend.stats.failures['engine-core-dead'] = 1;
@@ -75,7 +97,16 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     assert.equal(dead.statusCode, 503);
     assert.equal(dead.json().status, 'unhealthy');
     assert.deepEqual(dead.json().groups[0], {
-      worker: WORKER, engine: 'tokenspeed', alive: false, status: 'unavailable', message: 'engine core dead', joined: 2, expected: 2, dpRanks: [0, 1], ranks, failures: { 'engine-core-dead': 1 },
+      worker: WORKER,
+      engine: 'tokenspeed',
+      alive: false,
+      status: 'unavailable',
+      message: 'engine core dead',
+      joined: 2,
+      expected: 2,
+      dpRanks: [0, 1],
+      ranks,
+      failures: { 'engine-core-dead': 1 },
     });
     assert.match(dead.json().error.message, /engine core dead.*engine-core-dead/);
     assert.equal(dead.json().error.code, 'engine_dead');
@@ -86,7 +117,9 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     assert.ok(!plain.body.includes('/tmp/fake/worker'), plain.body);
     assert.match(plain.json().error.message, /group-0: engine-core-dead/);
     const metrics = await app.inject({ method: 'GET', url: '/metrics' });
-    assert.ok(metrics.body.includes(`model_gateway_engine_alive{model="${MODEL_ID}",worker="${WORKER}",engine="tokenspeed"} 0`));
+    assert.ok(
+      metrics.body.includes(`model_gateway_engine_alive{model="${MODEL_ID}",worker="${WORKER}",engine="tokenspeed"} 0`),
+    );
   } finally {
     await app.close();
   }

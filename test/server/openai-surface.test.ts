@@ -11,7 +11,13 @@ import { FakeBackend as Fake } from './fake-backend.js';
 import { choicesOf, MODEL_ID, parseSse, useApp } from './helpers.js';
 
 const TOOLS = [
-  { type: 'function', function: { name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } } },
+  {
+    type: 'function',
+    function: {
+      name: 'get_weather',
+      parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+    },
+  },
   { type: 'function', function: { name: 'get_time' } },
 ];
 const USER = [{ role: 'user', content: 'Weather in Paris and the time?' }];
@@ -31,7 +37,11 @@ async function both(fx: Fx, body: Record<string, unknown>) {
   assert.equal(res.statusCode, 200, res.body);
   const { events, doneCount } = parseSse(res.payload);
   assert.equal(doneCount, 1);
-  return { message: full.json().choices[0].message, finish: full.json().choices[0].finish_reason, deltas: events.flatMap((e) => choicesOf(e)) };
+  return {
+    message: full.json().choices[0].message,
+    finish: full.json().choices[0].finish_reason,
+    deltas: events.flatMap((e) => choicesOf(e)),
+  };
 }
 
 /** A streamed choice's `delta`, the fields these tests read. */
@@ -87,14 +97,29 @@ describe('tool calls (hermes, the chat template default)', () => {
     const { message, finish, deltas } = await both(fx, { messages: USER, tools: TOOLS, tool_choice: 'auto' });
     assert.equal(finish, 'tool_calls');
     assert.equal(message.content, 'Checking.');
-    assert.deepEqual(message.tool_calls.map((c: ToolCall) => [c.function.name, JSON.parse(c.function.arguments)]), [['get_weather', { city: 'Paris' }], ['get_time', {}]]);
+    assert.deepEqual(
+      message.tool_calls.map((c: ToolCall) => [c.function.name, JSON.parse(c.function.arguments)]),
+      [
+        ['get_weather', { city: 'Paris' }],
+        ['get_time', {}],
+      ],
+    );
     for (const c of message.tool_calls) assert.match(c.id, /^call_[A-Za-z0-9]{24}$/);
     const s = assemble(deltas);
     assert.equal(s.finish, 'tool_calls');
     assert.equal(s.content, message.content);
-    assert.deepEqual(s.calls.map((c) => [c.name, c.arguments]), message.tool_calls.map((c: ToolCall) => [c.function.name, c.function.arguments]));
-    assert.ok(!deltas.some((c) => String((c.delta as Delta).content ?? '').includes('<tool')), 'no markup in any content delta');
-    assert.ok(deltas.filter((c) => (c.delta as Delta).tool_calls?.[0]?.index === 0).length > 3, 'arguments arrive in fragments');
+    assert.deepEqual(
+      s.calls.map((c) => [c.name, c.arguments]),
+      message.tool_calls.map((c: ToolCall) => [c.function.name, c.function.arguments]),
+    );
+    assert.ok(
+      !deltas.some((c) => String((c.delta as Delta).content ?? '').includes('<tool')),
+      'no markup in any content delta',
+    );
+    assert.ok(
+      deltas.filter((c) => (c.delta as Delta).tool_calls?.[0]?.index === 0).length > 3,
+      'arguments arrive in fragments',
+    );
   });
 
   test('tool_choice none and no tools: the text is content', async () => {
@@ -103,35 +128,60 @@ describe('tool calls (hermes, the chat template default)', () => {
     assert.equal((await both(fx, { messages: USER })).message.content, HERMES);
   });
 
-  test('required: the engine is constrained to vLLM\'s array schema; the array becomes calls', async () => {
+  test("required: the engine is constrained to vLLM's array schema; the array becomes calls", async () => {
     answer(fx, '[{"name": "get_time", "parameters": {}}]');
     const before = fx.backend.submissions.length;
-    const { message, finish, deltas } = await both(fx, { messages: USER, tools: TOOLS, tool_choice: 'required', parallel_tool_calls: false });
+    const { message, finish, deltas } = await both(fx, {
+      messages: USER,
+      tools: TOOLS,
+      tool_choice: 'required',
+      parallel_tool_calls: false,
+    });
     const so = fx.backend.submissions[before]!.request.sampling.structuredOutput!;
     assert.equal(so.constraint.kind, 'json');
-    const schema = (so.constraint as { schema: { type: string; maxItems: number; items: { anyOf: VariantSchema[] } } }).schema;
+    const schema = (so.constraint as { schema: { type: string; maxItems: number; items: { anyOf: VariantSchema[] } } })
+      .schema;
     assert.equal(schema.type, 'array');
     assert.equal(schema.maxItems, 1);
-    assert.deepEqual(schema.items.anyOf.map((v) => v.properties.name.enum[0]), ['get_weather', 'get_time']);
+    assert.deepEqual(
+      schema.items.anyOf.map((v) => v.properties.name.enum[0]),
+      ['get_weather', 'get_time'],
+    );
     assert.equal(finish, 'tool_calls');
     assert.equal(message.content, null);
-    assert.deepEqual(message.tool_calls.map((c: ToolCall) => c.function.name), ['get_time']);
+    assert.deepEqual(
+      message.tool_calls.map((c: ToolCall) => c.function.name),
+      ['get_time'],
+    );
     assert.equal(assemble(deltas).calls[0]!.arguments, '{}');
   });
 
   test('named function: constrained to its parameters; one call, finish stop (as OpenAI and vLLM)', async () => {
     answer(fx, '{"city": "Rome"}');
     const before = fx.backend.submissions.length;
-    const { message, finish } = await both(fx, { messages: USER, tools: TOOLS, tool_choice: { type: 'function', function: { name: 'get_weather' } } });
-    assert.deepEqual((fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint as { schema: unknown }).schema, TOOLS[0]!.function.parameters);
+    const { message, finish } = await both(fx, {
+      messages: USER,
+      tools: TOOLS,
+      tool_choice: { type: 'function', function: { name: 'get_weather' } },
+    });
+    assert.deepEqual(
+      (fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint as { schema: unknown }).schema,
+      TOOLS[0]!.function.parameters,
+    );
     assert.equal(finish, 'stop');
-    assert.deepEqual(message.tool_calls.map((c: ToolCall) => [c.function.name, c.function.arguments]), [['get_weather', '{"city": "Rome"}']]);
+    assert.deepEqual(
+      message.tool_calls.map((c: ToolCall) => [c.function.name, c.function.arguments]),
+      [['get_weather', '{"city": "Rome"}']],
+    );
   });
 
   test('parallel_tool_calls false keeps the first call of an auto answer', async () => {
     answer(fx, HERMES);
     const { message, deltas } = await both(fx, { messages: USER, tools: TOOLS, parallel_tool_calls: false });
-    assert.deepEqual(message.tool_calls.map((c: ToolCall) => c.function.name), ['get_weather']);
+    assert.deepEqual(
+      message.tool_calls.map((c: ToolCall) => c.function.name),
+      ['get_weather'],
+    );
     assert.equal(assemble(deltas).calls.length, 1);
   });
 });
@@ -140,10 +190,16 @@ describe('reasoning (--reasoning-parser qwen3)', () => {
   const fx = useApp({ output: { reasoningParser: 'qwen3' } });
 
   test('<think> text goes to reasoning_content, streamed and not; tool calls are parsed from the content only', async () => {
-    answer(fx, '<think>\nThe user asks about <tool_call> markup.\n</think>\n\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>');
+    answer(
+      fx,
+      '<think>\nThe user asks about <tool_call> markup.\n</think>\n\n<tool_call>\n{"name": "get_time", "arguments": {}}\n</tool_call>',
+    );
     const { message, finish, deltas } = await both(fx, { messages: USER, tools: TOOLS });
     assert.equal(message.reasoning_content, '\nThe user asks about <tool_call> markup.\n');
-    assert.deepEqual(message.tool_calls.map((c: ToolCall) => c.function.name), ['get_time']);
+    assert.deepEqual(
+      message.tool_calls.map((c: ToolCall) => c.function.name),
+      ['get_time'],
+    );
     assert.equal(finish, 'tool_calls');
     const s = assemble(deltas);
     assert.equal(s.reasoning, message.reasoning_content);
@@ -175,15 +231,34 @@ describe('structured outputs reach the engine request', () => {
     ];
     for (const [extra, expected] of cases) {
       const before = fx.backend.submissions.length;
-      const res = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: USER, ...extra } });
+      const res = await fx.app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        payload: { messages: USER, ...extra },
+      });
       assert.equal(res.statusCode, 200, res.body);
-      assert.deepEqual(fx.backend.submissions[before]!.request.sampling.structuredOutput?.constraint ?? null, expected, JSON.stringify(extra));
+      assert.deepEqual(
+        fx.backend.submissions[before]!.request.sampling.structuredOutput?.constraint ?? null,
+        expected,
+        JSON.stringify(extra),
+      );
     }
     const before = fx.backend.submissions.length;
-    const completion = await fx.app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', guided_choice: ['yes', 'no'] } });
+    const completion = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'x', guided_choice: ['yes', 'no'] },
+    });
     assert.equal(completion.statusCode, 200, completion.body);
-    assert.deepEqual(fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint, { kind: 'choice', choices: ['yes', 'no'] });
-    const refused = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: USER, structured_outputs: { json_object: true, whitespace_pattern: ' ' } } });
+    assert.deepEqual(fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint, {
+      kind: 'choice',
+      choices: ['yes', 'no'],
+    });
+    const refused = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      payload: { messages: USER, structured_outputs: { json_object: true, whitespace_pattern: ' ' } },
+    });
     assert.equal(refused.statusCode, 400);
     assert.equal(refused.json().error.param, 'structured_outputs');
     assert.match(refused.json().error.message, /TokenSpeed.*whitespace_pattern/);
@@ -193,12 +268,29 @@ describe('structured outputs reach the engine request', () => {
 describe('top logprobs: vLLM candidates, TokenSpeed limit, model by id', () => {
   const ts = new Fake();
   const vllm = new Fake();
-  const fx = useApp({ groups: [{ worker: 'ipc:///tmp/fake/ts', engine: 'tokenspeed', backend: ts }, { worker: 'ipc:///tmp/fake/vl', engine: 'vllm', backend: vllm }] });
+  const fx = useApp({
+    groups: [
+      { worker: 'ipc:///tmp/fake/ts', engine: 'tokenspeed', backend: ts },
+      { worker: 'ipc:///tmp/fake/vl', engine: 'vllm', backend: vllm },
+    ],
+  });
 
   function script(b: FakeBackend, ids: number[]): void {
     b.onSubmit = (s) =>
       ids.forEach((id, i) =>
-        s.stream.push([id], i === ids.length - 1 ? 'stop' : null, [-0.5], [[{ id, logprob: -0.5 }, { id: id + 1, logprob: -1 }, { id: id + 2, logprob: -2 }, { id: id + 3, logprob: -Infinity }]]),
+        s.stream.push(
+          [id],
+          i === ids.length - 1 ? 'stop' : null,
+          [-0.5],
+          [
+            [
+              { id, logprob: -0.5 },
+              { id: id + 1, logprob: -1 },
+              { id: id + 2, logprob: -2 },
+              { id: id + 3, logprob: -Infinity },
+            ],
+          ],
+        ),
       );
   }
 
@@ -207,10 +299,17 @@ describe('top logprobs: vLLM candidates, TokenSpeed limit, model by id', () => {
     script(ts, ids);
     script(vllm, ids);
     for (let i = 0; i < 3; i++) {
-      const res = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: USER, logprobs: true, top_logprobs: 3 } });
+      const res = await fx.app.inject({
+        method: 'POST',
+        url: '/v1/chat/completions',
+        payload: { messages: USER, logprobs: true, top_logprobs: 3 },
+      });
       assert.equal(res.statusCode, 200, res.body);
       const tops = res.json().choices[0].logprobs.content[0].top_logprobs;
-      assert.deepEqual(tops.map((t: { logprob: number }) => t.logprob), [-0.5, -1, -2]);
+      assert.deepEqual(
+        tops.map((t: { logprob: number }) => t.logprob),
+        [-0.5, -1, -2],
+      );
     }
     assert.equal(ts.submissions.length, 0, 'TokenSpeed cannot return candidates: never chosen');
     assert.equal(vllm.submissions.at(-1)!.request.topLogprobs, 3);
@@ -232,14 +331,27 @@ describe('top logprobs: vLLM candidates, TokenSpeed limit, model by id', () => {
 
 describe('top logprobs on a TokenSpeed-only gateway', () => {
   const fx = useApp();
-  test('k > 1 → 400 naming the parameter and TokenSpeed\'s limit; k = 1 served', async () => {
-    const res = await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: USER, logprobs: true, top_logprobs: 2 } });
+  test("k > 1 → 400 naming the parameter and TokenSpeed's limit; k = 1 served", async () => {
+    const res = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      payload: { messages: USER, logprobs: true, top_logprobs: 2 },
+    });
     assert.equal(res.statusCode, 400);
     assert.equal(res.json().error.param, 'top_logprobs');
     assert.match(res.json().error.message, /at most 1 on TokenSpeed/);
     const c = await fx.app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', logprobs: 2 } });
     assert.equal(c.json().error.param, 'logprobs');
     answer(fx, 'Hi');
-    assert.equal((await fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: { messages: USER, logprobs: true, top_logprobs: 1 } })).statusCode, 200);
+    assert.equal(
+      (
+        await fx.app.inject({
+          method: 'POST',
+          url: '/v1/chat/completions',
+          payload: { messages: USER, logprobs: true, top_logprobs: 1 },
+        })
+      ).statusCode,
+      200,
+    );
   });
 });

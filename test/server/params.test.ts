@@ -10,12 +10,19 @@ import { parseDpRankHeader } from '../../src/server/pin.js';
 import { formatValidationErrors, pathToParam } from '../../src/server/validation.js';
 
 /** TokenSpeed-like: max_model_len 100, usable context 98 (engine-wire.md 4.4: the engine reserves 2). */
-const ctx = { promptTokens: 10, maxModelLen: 100, contextTokenLimit: 98, vocabSize: 1000, promptParam: 'prompt' as const };
+const ctx = {
+  promptTokens: 10,
+  maxModelLen: 100,
+  contextTokenLimit: 98,
+  vocabSize: 1000,
+  promptParam: 'prompt' as const,
+};
 
 function throws400(fn: () => unknown, param: string, message?: RegExp): void {
   assert.throws(
     fn,
-    (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.param === param && (!message || message.test(e.message)),
+    (e: unknown) =>
+      e instanceof ApiError && e.statusCode === 400 && e.param === param && (!message || message.test(e.message)),
   );
 }
 
@@ -28,21 +35,43 @@ test('buildSampling: defaults, the remaining-context default limit and precedenc
   throws400(() => buildSampling({}, { ...ctx, promptTokens: 0 }), 'prompt');
 });
 
-test('buildSampling: admission against the usable context (max_model_len − the engine\'s reserve), not max_model_len', () => {
+test("buildSampling: admission against the usable context (max_model_len − the engine's reserve), not max_model_len", () => {
   // prompt + explicit limit may fill the usable context exactly, not one token more.
   assert.equal(buildSampling({ max_tokens: 88 }, ctx).maxNewTokens, 88);
-  throws400(() => buildSampling({ max_tokens: 89 }, ctx), 'max_tokens', /maximum context length is 98 tokens \(max_model_len 100 less 2 the engine reserves\)\. However, you requested 99 tokens \(10 in the prompt, 89 in the completion\)/);
+  throws400(
+    () => buildSampling({ max_tokens: 89 }, ctx),
+    'max_tokens',
+    /maximum context length is 98 tokens \(max_model_len 100 less 2 the engine reserves\)\. However, you requested 99 tokens \(10 in the prompt, 89 in the completion\)/,
+  );
   throws400(() => buildSampling({ max_completion_tokens: 90 }, ctx), 'max_completion_tokens', /requested 100 tokens/);
   // The last prompt length that still gets a completion, and its default limit of 1 token.
   assert.equal(buildSampling({}, { ...ctx, promptTokens: 97 }).maxNewTokens, 1);
-  throws400(() => buildSampling({}, { ...ctx, promptTokens: 98 }), 'prompt', /resulted in 98 tokens, which leaves no room/);
-  throws400(() => buildSampling({ max_tokens: 1 }, { ...ctx, promptTokens: 99 }), 'prompt', /maximum context length is 98 tokens/);
-  const err = (() => { try { buildSampling({}, { ...ctx, promptTokens: 98 }); } catch (e) { return e as ApiError; } })();
+  throws400(
+    () => buildSampling({}, { ...ctx, promptTokens: 98 }),
+    'prompt',
+    /resulted in 98 tokens, which leaves no room/,
+  );
+  throws400(
+    () => buildSampling({ max_tokens: 1 }, { ...ctx, promptTokens: 99 }),
+    'prompt',
+    /maximum context length is 98 tokens/,
+  );
+  const err = (() => {
+    try {
+      buildSampling({}, { ...ctx, promptTokens: 98 });
+    } catch (e) {
+      return e as ApiError;
+    }
+  })();
   assert.equal(err?.toBody().error.code, 'context_length_exceeded');
   // No reserve (a vLLM-like engine): the limit is max_model_len and the message has no parenthesis.
   const vllm = { ...ctx, contextTokenLimit: 100 };
   assert.equal(buildSampling({}, vllm).maxNewTokens, 90);
-  throws400(() => buildSampling({ max_tokens: 91 }, vllm), 'max_tokens', /maximum context length is 100 tokens\. However/);
+  throws400(
+    () => buildSampling({ max_tokens: 91 }, vllm),
+    'max_tokens',
+    /maximum context length is 100 tokens\. However/,
+  );
 });
 
 test('buildSampling: top_k spellings and range edges', () => {
@@ -59,8 +88,22 @@ test('buildSampling: top_k spellings and range edges', () => {
 });
 
 test('rejectUnsupported: no-op values pass, real values are refused by name', () => {
-  rejectUnsupported({ stop: null, n: 1, logprobs: false, tools: [], tool_choice: 'none', response_format: { type: 'text' }, logit_bias: {} });
-  rejectUnsupported({ stop: '\n', n: 3, include_stop_str_in_output: true, tool_choice: 'auto', response_format: { type: 'json_object' } }); // served now
+  rejectUnsupported({
+    stop: null,
+    n: 1,
+    logprobs: false,
+    tools: [],
+    tool_choice: 'none',
+    response_format: { type: 'text' },
+    logit_bias: {},
+  });
+  rejectUnsupported({
+    stop: '\n',
+    n: 3,
+    include_stop_str_in_output: true,
+    tool_choice: 'auto',
+    response_format: { type: 'json_object' },
+  }); // served now
   throws400(() => rejectUnsupported({ functions: [{ name: 'f' }] }), 'functions');
 });
 
@@ -69,13 +112,29 @@ test('pathToParam and the validation formatter', () => {
   assert.equal(pathToParam('/messages/0/content'), 'messages[0].content');
   assert.equal(pathToParam('/stream_options/include_usage'), 'stream_options.include_usage');
   const e = formatValidationErrors(
-    [{ keyword: 'additionalProperties', instancePath: '', schemaPath: '#', params: { additionalProperty: 'foo' }, message: 'x' }],
+    [
+      {
+        keyword: 'additionalProperties',
+        instancePath: '',
+        schemaPath: '#',
+        params: { additionalProperty: 'foo' },
+        message: 'x',
+      },
+    ],
     'body',
   );
   assert.equal(e.statusCode, 400);
   assert.equal(e.param, 'foo');
   const r = formatValidationErrors(
-    [{ keyword: 'required', instancePath: '/stream_options', schemaPath: '#', params: { missingProperty: 'x' }, message: 'x' }],
+    [
+      {
+        keyword: 'required',
+        instancePath: '/stream_options',
+        schemaPath: '#',
+        params: { missingProperty: 'x' },
+        message: 'x',
+      },
+    ],
     'body',
   );
   assert.equal(r.param, 'stream_options.x');

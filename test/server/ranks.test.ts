@@ -46,7 +46,15 @@ test('RankStatsBook: rates over the last whole seconds, percentiles over the las
 test('GET /v1/gateway/ranks: every rank of every group with its load, counters, rates and latencies', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
   backend.rankStatesValue = [
-    rankState(0, { inFlight: 2, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.25 }, dispatchedPinned: 1, dispatchedUnpinned: 7, clampEvents: 2, abortsSent: 4, rejoins: 1 }),
+    rankState(0, {
+      inFlight: 2,
+      load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.25 },
+      dispatchedPinned: 1,
+      dispatchedUnpinned: 7,
+      clampEvents: 2,
+      abortsSent: 4,
+      rejoins: 1,
+    }),
     rankState(1, { inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 }),
   ];
   // Two token-bearing outputs per request: a TTFT and an ITL sample on the rank that served it (the fake's rank 0).
@@ -57,7 +65,11 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
   const { app } = await makeApp({ backend });
   try {
     for (let i = 0; i < 3; i++) {
-      assert.equal((await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 3 } })).statusCode, 200);
+      assert.equal(
+        (await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 3 } }))
+          .statusCode,
+        200,
+      );
     }
     const res = await app.inject({ method: 'GET', url: '/v1/gateway/ranks' });
     assert.equal(res.statusCode, 200);
@@ -65,7 +77,13 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
     const body = res.json();
     assert.equal(body.object, 'gateway.ranks');
     assert.deepEqual(body.served_model_names, ['test-model']);
-    assert.deepEqual(body.server, { num_requests_running: 2, num_requests_waiting: 1, kv_cache_usage_perc: 0.25, in_flight: 2, ranks: 2 });
+    assert.deepEqual(body.server, {
+      num_requests_running: 2,
+      num_requests_waiting: 1,
+      kv_cache_usage_perc: 0.25,
+      in_flight: 2,
+      ranks: 2,
+    });
     assert.equal(body.groups.length, 1);
     const [g] = body.groups;
     assert.equal(g.worker, WORKER);
@@ -73,17 +91,40 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
     const [r0, r1] = g.ranks;
     assert.deepEqual(
       // Rates depend on which wall-clock second the requests fell in: checked by the RankStatsBook test instead.
-      { ...r0, ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined, dispatch_rate: undefined },
       {
-        dp_rank: 0, state: 'ready', in_flight: 2, num_running_reqs: 3, num_waiting_reqs: 1, kv_cache_usage: 0.25,
-        dispatched_pinned: 1, dispatched_unpinned: 7, clamp_events: 2, aborts_sent: 4, rejoins: 1, dispatch_rate: undefined,
-        sole_client_guard: null, aborting: null, batches: null,
-        ttft_ms: undefined, itl_ms: undefined, generation_tokens_per_second: undefined,
+        ...r0,
+        ttft_ms: undefined,
+        itl_ms: undefined,
+        generation_tokens_per_second: undefined,
+        dispatch_rate: undefined,
+      },
+      {
+        dp_rank: 0,
+        state: 'ready',
+        in_flight: 2,
+        num_running_reqs: 3,
+        num_waiting_reqs: 1,
+        kv_cache_usage: 0.25,
+        dispatched_pinned: 1,
+        dispatched_unpinned: 7,
+        clamp_events: 2,
+        aborts_sent: 4,
+        rejoins: 1,
+        dispatch_rate: undefined,
+        sole_client_guard: null,
+        aborting: null,
+        batches: null,
+        ttft_ms: undefined,
+        itl_ms: undefined,
+        generation_tokens_per_second: undefined,
       },
     );
     assert.equal(r0.ttft_ms.samples, 3);
     assert.equal(r0.itl_ms.samples, 3);
-    assert.ok(r0.ttft_ms.p50 >= 0 && r0.ttft_ms.p50 <= r0.ttft_ms.p90 && r0.ttft_ms.p90 <= r0.ttft_ms.p99, JSON.stringify(r0.ttft_ms));
+    assert.ok(
+      r0.ttft_ms.p50 >= 0 && r0.ttft_ms.p50 <= r0.ttft_ms.p90 && r0.ttft_ms.p90 <= r0.ttft_ms.p99,
+      JSON.stringify(r0.ttft_ms),
+    );
     assert.equal(r1.num_running_reqs, null, 'a rank without a report has no load');
     assert.equal(r1.ttft_ms.p50, null);
 
@@ -103,10 +144,15 @@ test('a rank that rejoins as a fresh process starts with no latency samples; a f
     setTimeout(() => s.stream.push([11], 'length'), 2);
   };
   const { app } = await makeApp({ backend });
-  const samples = async () => (await app.inject({ method: 'GET', url: '/v1/gateway/ranks' })).json().groups[0].ranks[0].ttft_ms.samples;
+  const samples = async () =>
+    (await app.inject({ method: 'GET', url: '/v1/gateway/ranks' })).json().groups[0].ranks[0].ttft_ms.samples;
   try {
     for (let i = 0; i < 2; i++) {
-      assert.equal((await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 2 } })).statusCode, 200);
+      assert.equal(
+        (await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 2 } }))
+          .statusCode,
+        200,
+      );
     }
     assert.equal(await samples(), 2);
     backend.emitJoined(0, false);
@@ -120,10 +166,26 @@ test('a rank that rejoins as a fresh process starts with no latency samples; a f
 
 test('ranksView reports a dead group with its ranks, and leaves it out of the server totals', () => {
   const live = new FakeBackend({ ranks: [0] });
-  live.rankStatesValue = [rankState(0, { inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 })];
+  live.rankStatesValue = [
+    rankState(0, {
+      inFlight: 1,
+      load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.5 },
+      dispatchedPinned: 0,
+      dispatchedUnpinned: 1,
+      clampEvents: 0,
+    }),
+  ];
   const dead = new FakeBackend({ ranks: [0] });
   dead.alive = false;
-  dead.rankStatesValue = [rankState(0, { inFlight: 0, load: { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 }, dispatchedPinned: 0, dispatchedUnpinned: 5, clampEvents: 0 })];
+  dead.rankStatesValue = [
+    rankState(0, {
+      inFlight: 0,
+      load: { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 },
+      dispatchedPinned: 0,
+      dispatchedUnpinned: 5,
+      clampEvents: 0,
+    }),
+  ];
   const view = ranksView(
     [
       { worker: 'a', engine: 'vllm', backend: live },
@@ -133,8 +195,20 @@ test('ranksView reports a dead group with its ranks, and leaves it out of the se
     0,
     ['m'],
   );
-  assert.deepEqual(view.groups.map((g) => [g.worker, g.alive, g.ranks.length]), [['a', true, 1], ['b', false, 1]]);
-  assert.deepEqual(view.server, { num_requests_running: 1, num_requests_waiting: 0, kv_cache_usage_perc: 0.5, in_flight: 1, ranks: 1 });
+  assert.deepEqual(
+    view.groups.map((g) => [g.worker, g.alive, g.ranks.length]),
+    [
+      ['a', true, 1],
+      ['b', false, 1],
+    ],
+  );
+  assert.deepEqual(view.server, {
+    num_requests_running: 1,
+    num_requests_waiting: 0,
+    kv_cache_usage_perc: 0.5,
+    in_flight: 1,
+    ranks: 1,
+  });
 });
 
 test('the dashboard is served as static files with their content types, no key needed', async () => {
@@ -162,7 +236,12 @@ test('the dashboard is served as static files with their content types, no key n
 test('mergeRankStats: several books as one (rates summed, percentiles over the union of the samples)', () => {
   const a = new RankStatsBook();
   const b = new RankStatsBook();
-  for (const [book, ttft] of [[a, 10], [a, 20], [b, 30], [b, 40]] as const) {
+  for (const [book, ttft] of [
+    [a, 10],
+    [a, 20],
+    [b, 30],
+    [b, 40],
+  ] as const) {
     book.recordDispatch('w', 0, 1000);
     book.recordTokens('w', 0, 1000, 2, { ttftMs: ttft });
   }

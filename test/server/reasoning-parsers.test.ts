@@ -25,7 +25,10 @@ function check(start: ReasoningStart, text: string, expected: { reasoning: strin
 
 describe('think-tag parser', () => {
   test('qwen3: a generated <think> block is reasoning, the rest content', () => {
-    check('detect', '<think>\nI should greet.\n</think>\n\nHello!', { reasoning: '\nI should greet.\n', content: '\n\nHello!' });
+    check('detect', '<think>\nI should greet.\n</think>\n\nHello!', {
+      reasoning: '\nI should greet.\n',
+      content: '\n\nHello!',
+    });
   });
 
   test('qwen3: a message without <think> is all content, even one mentioning the tags later', () => {
@@ -36,8 +39,14 @@ describe('think-tag parser', () => {
   });
 
   test('a prompt that opened the block: reasoning until </think>; an unclosed block is all reasoning', () => {
-    check('reasoning', 'Let me think.</think>The answer is 4.', { reasoning: 'Let me think.', content: 'The answer is 4.' });
-    check('reasoning', 'Still thinking when the limit hit', { reasoning: 'Still thinking when the limit hit', content: '' });
+    check('reasoning', 'Let me think.</think>The answer is 4.', {
+      reasoning: 'Let me think.',
+      content: 'The answer is 4.',
+    });
+    check('reasoning', 'Still thinking when the limit hit', {
+      reasoning: 'Still thinking when the limit hit',
+      content: '',
+    });
   });
 
   test('deepseek_r1: a <think> the model writes anyway is dropped', () => {

@@ -29,7 +29,9 @@ interface Echo {
  */
 function exchange(port: number, head: string, id: Buffer, body = ''): Promise<Echo> {
   const request = Buffer.concat([
-    Buffer.from(`${head}\r\nHost: x\r\nConnection: close\r\n${body === '' ? '' : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`}X-Request-Id: `),
+    Buffer.from(
+      `${head}\r\nHost: x\r\nConnection: close\r\n${body === '' ? '' : `Content-Type: application/json\r\nContent-Length: ${Buffer.byteLength(body)}\r\n`}X-Request-Id: `,
+    ),
     id,
     Buffer.from(`\r\n\r\n${body}`),
   ]);
@@ -61,7 +63,7 @@ function exchange(port: number, head: string, id: Buffer, body = ''): Promise<Ec
 /** The bytes of a chunked body (`<hex size>\r\n<bytes>\r\n` … `0\r\n\r\n`). */
 function dechunk(raw: Buffer): Buffer {
   const parts: Buffer[] = [];
-  for (let at = 0; ; ) {
+  for (let at = 0; ;) {
     const eol = raw.indexOf('\r\n', at);
     assert.ok(eol > at, `a chunk size at ${at}`);
     const size = parseInt(raw.subarray(at, eol).toString('latin1'), 16);
@@ -71,7 +73,8 @@ function dechunk(raw: Buffer): Buffer {
   }
 }
 
-const chat = (stream: boolean) => JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], stream });
+const chat = (stream: boolean) =>
+  JSON.stringify({ model: MODEL_ID, messages: [{ role: 'user', content: 'Hi' }], stream });
 const completion = (stream: boolean) => JSON.stringify({ model: MODEL_ID, prompt: 'Hi', stream });
 
 describe('X-Request-Id echoed as the bytes the client sent', () => {
@@ -96,7 +99,10 @@ describe('X-Request-Id echoed as the bytes the client sent', () => {
       const r = await exchange(fx.port, 'POST /v1/chat/completions HTTP/1.1', id, chat(false));
       assert.equal(r.status, 200, r.body);
       assert.deepEqual(r.id, id);
-      assert.equal((JSON.parse(r.body) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content, 'Hello there ✓');
+      assert.equal(
+        (JSON.parse(r.body) as { choices: Array<{ message: { content: string } }> }).choices[0]!.message.content,
+        'Hello there ✓',
+      );
     });
 
     test(`${what}: errors from a route, the not-found handler and before routing`, async () => {

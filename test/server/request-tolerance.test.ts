@@ -55,7 +55,11 @@ describe('unknown top-level fields', () => {
       const extra = await post(path, { ...base, ...HARMLESS, modalities: ['text'] });
       assert.equal(extra.status, 200, JSON.stringify(extra.body));
       const extraRequest = fx.backend.submissions.at(-1)!.request;
-      assert.deepEqual({ ...extraRequest, requestId: '' }, { ...plainRequest, requestId: '' }, `${path}: the same engine request`);
+      assert.deepEqual(
+        { ...extraRequest, requestId: '' },
+        { ...plainRequest, requestId: '' },
+        `${path}: the same engine request`,
+      );
       assert.deepEqual(extra.body.choices, plain.body.choices);
     }
     const tok = await post('/tokenize', { prompt: 'Hello', ...HARMLESS });
@@ -69,8 +73,14 @@ describe('unknown top-level fields', () => {
     await post('/v1/completions', { prompt: 'x', only_here_a: 1 });
     await post('/v1/chat/completions', { messages: USER, only_here_a: 1, only_here_c: 3 });
     const warns = records.filter((r) => r.level === 40 && r.msg.startsWith(IGNORED_FIELDS_MESSAGE));
-    assert.deepEqual(warns.map((r) => r.ignoredFields), [['only_here_a', 'only_here_b'], ['only_here_c']]);
-    assert.match(warns[0]!.msg, /^The following fields were present in the request but ignored: only_here_a, only_here_b/);
+    assert.deepEqual(
+      warns.map((r) => r.ignoredFields),
+      [['only_here_a', 'only_here_b'], ['only_here_c']],
+    );
+    assert.match(
+      warns[0]!.msg,
+      /^The following fields were present in the request but ignored: only_here_a, only_here_b/,
+    );
     const debugs = records.filter((r) => r.level === 20 && r.msg.startsWith(IGNORED_FIELDS_MESSAGE));
     assert.equal(debugs.length, 3, 'one debug line per request');
   });
@@ -108,7 +118,11 @@ describe('unknown top-level fields', () => {
     const res = await post('/v1/chat/completions', { messages: [{ role: 'user', content: 'x', extra: 1 }] });
     assert.equal(res.status, 400);
     assert.equal(res.body.error.param, 'messages[0].extra');
-    const opts = await post('/v1/chat/completions', { messages: USER, stream: true, stream_options: { include_usage: true, other: 1 } });
+    const opts = await post('/v1/chat/completions', {
+      messages: USER,
+      stream: true,
+      stream_options: { include_usage: true, other: 1 },
+    });
     assert.equal(opts.status, 400);
     assert.equal(opts.body.error.param, 'stream_options.other');
   });

@@ -13,17 +13,26 @@ import { useApp } from './helpers.js';
 // eslint-disable-next-line @typescript-eslint/no-explicit-any -- parsed JSON events, read field by field by the assertions
 function parseEvents(payload: string): Array<Record<string, any>> {
   assert.ok(payload.endsWith('\n\n'));
-  return payload.slice(0, -2).split('\n\n').map((rec) => {
-    const m = /^event: (\S+)\ndata: (.*)$/.exec(rec);
-    assert.ok(m !== null, `malformed record ${JSON.stringify(rec)}`);
-    // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as the return type above
-    const data = JSON.parse(m[2]!) as Record<string, any>;
-    assert.equal(data.type, m[1]);
-    return data;
-  });
+  return payload
+    .slice(0, -2)
+    .split('\n\n')
+    .map((rec) => {
+      const m = /^event: (\S+)\ndata: (.*)$/.exec(rec);
+      assert.ok(m !== null, `malformed record ${JSON.stringify(rec)}`);
+      // eslint-disable-next-line @typescript-eslint/no-explicit-any -- as the return type above
+      const data = JSON.parse(m[2]!) as Record<string, any>;
+      assert.equal(data.type, m[1]);
+      return data;
+    });
 }
 
-const TOOLS = [{ type: 'function', name: 'get_weather', parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] } }];
+const TOOLS = [
+  {
+    type: 'function',
+    name: 'get_weather',
+    parameters: { type: 'object', properties: { city: { type: 'string' } }, required: ['city'] },
+  },
+];
 
 describe('POST /v1/responses', () => {
   const fx = useApp({ output: { reasoningParser: 'qwen3', responsesStore: { maxResponses: 3 } } });
@@ -31,11 +40,18 @@ describe('POST /v1/responses', () => {
   const answer = (text: string, finish: 'stop' | 'length' = 'stop') => {
     fx.backend.onSubmit = (s) => s.stream.pushAll(fx.tokenizer.encode(text, { addSpecialTokens: false }), finish);
   };
-  const lastPrompt = () => fx.tokenizer.decode(fx.backend.submissions.at(-1)!.request.promptTokenIds, { skipSpecialTokens: false });
+  const lastPrompt = () =>
+    fx.tokenizer.decode(fx.backend.submissions.at(-1)!.request.promptTokenIds, { skipSpecialTokens: false });
 
   test('string input with instructions: a message item, usage, the request echoed', async () => {
     answer('Hello there.');
-    const res = await post({ model: 'test-model', input: 'Hi!', instructions: 'Be brief.', max_output_tokens: 50, temperature: 0.5 });
+    const res = await post({
+      model: 'test-model',
+      input: 'Hi!',
+      instructions: 'Be brief.',
+      max_output_tokens: 50,
+      temperature: 0.5,
+    });
     assert.equal(res.statusCode, 200, res.body);
     const r = res.json();
     assert.match(r.id, /^resp_/);
@@ -44,7 +60,10 @@ describe('POST /v1/responses', () => {
     assert.equal(r.output.length, 1);
     assert.equal(r.output[0].type, 'message');
     assert.equal(r.output[0].role, 'assistant');
-    assert.deepEqual(r.output[0].content.map((c: { type: string; text: string }) => [c.type, c.text]), [['output_text', 'Hello there.']]);
+    assert.deepEqual(
+      r.output[0].content.map((c: { type: string; text: string }) => [c.type, c.text]),
+      [['output_text', 'Hello there.']],
+    );
     assert.equal(r.usage.output_tokens, fx.tokenizer.encode('Hello there.', { addSpecialTokens: false }).length);
     assert.equal(r.usage.total_tokens, r.usage.input_tokens + r.usage.output_tokens);
     assert.equal(r.instructions, 'Be brief.');
@@ -59,14 +78,26 @@ describe('POST /v1/responses', () => {
     assert.equal(res.statusCode, 200);
     assert.match(String(res.headers['content-type']), /text\/event-stream/);
     const events = parseEvents(res.payload);
-    assert.deepEqual(events.map((e) => e.sequence_number), events.map((_, i) => i));
+    assert.deepEqual(
+      events.map((e) => e.sequence_number),
+      events.map((_, i) => i),
+    );
     const types = events.map((e) => e.type).filter((t, i, a) => t !== a[i - 1]);
     assert.deepEqual(types, [
-      'response.created', 'response.in_progress',
-      'response.output_item.added', 'response.content_part.added', 'response.reasoning_text.delta', 'response.reasoning_text.done',
-      'response.content_part.done', 'response.output_item.done',
-      'response.output_item.added', 'response.content_part.added', 'response.output_text.delta', 'response.output_text.done',
-      'response.content_part.done', 'response.output_item.done',
+      'response.created',
+      'response.in_progress',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.reasoning_text.delta',
+      'response.reasoning_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
+      'response.output_item.added',
+      'response.content_part.added',
+      'response.output_text.delta',
+      'response.output_text.done',
+      'response.content_part.done',
+      'response.output_item.done',
       'response.completed',
     ]);
     const done = events.at(-1)!.response;
@@ -74,14 +105,22 @@ describe('POST /v1/responses', () => {
     assert.deepEqual(strip(done.output), strip(full.output));
     assert.equal(full.output[0].content[0].text, '\nShort.\n');
     assert.equal(full.output[1].content[0].text, '\n\nFine, thanks.');
-    const text = events.filter((e) => e.type === 'response.output_text.delta').map((e) => e.delta).join('');
+    const text = events
+      .filter((e) => e.type === 'response.output_text.delta')
+      .map((e) => e.delta)
+      .join('');
     assert.equal(text, '\n\nFine, thanks.');
     assert.equal(events[0]!.response.status, 'in_progress');
   });
 
   test('function tools: a function_call item; its output sent back as function_call_output; text.format constrains', async () => {
     answer('<tool_call>\n{"name": "get_weather", "arguments": {"city": "Oslo"}}\n</tool_call>');
-    const first = (await post({ input: [{ role: 'user', content: [{ type: 'input_text', text: 'Weather in Oslo?' }] }], tools: TOOLS })).json();
+    const first = (
+      await post({
+        input: [{ role: 'user', content: [{ type: 'input_text', text: 'Weather in Oslo?' }] }],
+        tools: TOOLS,
+      })
+    ).json();
     const call = first.output.find((o: { type: string }) => o.type === 'function_call');
     assert.ok(call, JSON.stringify(first.output));
     assert.equal(call.name, 'get_weather');
@@ -96,12 +135,21 @@ describe('POST /v1/responses', () => {
         { type: 'function_call_output', call_id: call.call_id, output: '2 degrees' },
       ],
       tools: TOOLS,
-      text: { format: { type: 'json_schema', name: 'w', schema: { type: 'object', properties: { summary: { type: 'string' } } } } },
+      text: {
+        format: {
+          type: 'json_schema',
+          name: 'w',
+          schema: { type: 'object', properties: { summary: { type: 'string' } } },
+        },
+      },
     });
     assert.equal(second.statusCode, 200, second.body);
     assert.equal(second.json().output[0].content[0].text, '{"summary": "cold"}');
     assert.equal(fx.backend.submissions[before]!.request.sampling.structuredOutput!.constraint.kind, 'json');
-    assert.match(lastPrompt(), /<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "Oslo"\}\}\n<\/tool_call>/);
+    assert.match(
+      lastPrompt(),
+      /<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "Oslo"\}\}\n<\/tool_call>/,
+    );
     assert.match(lastPrompt(), /<tool_response>\n2 degrees\n<\/tool_response>/);
   });
 
@@ -111,14 +159,26 @@ describe('POST /v1/responses', () => {
     answer('Second answer.');
     const b = await post({ input: 'Two', previous_response_id: a.id });
     assert.equal(b.statusCode, 200, b.body);
-    assert.match(lastPrompt(), /user\nOne<\|im_end\|>\n<\|im_start\|>assistant\nFirst answer\.<\|im_end\|>\n<\|im_start\|>user\nTwo/);
-    const ref = await post({ input: [{ role: 'user', content: 'One' }, { type: 'item_reference', id: a.output[0].id }, { role: 'user', content: 'Again' }] });
+    assert.match(
+      lastPrompt(),
+      /user\nOne<\|im_end\|>\n<\|im_start\|>assistant\nFirst answer\.<\|im_end\|>\n<\|im_start\|>user\nTwo/,
+    );
+    const ref = await post({
+      input: [
+        { role: 'user', content: 'One' },
+        { type: 'item_reference', id: a.output[0].id },
+        { role: 'user', content: 'Again' },
+      ],
+    });
     assert.equal(ref.statusCode, 200, ref.body);
     assert.match(lastPrompt(), /assistant\nFirst answer\.<\|im_end\|>\n<\|im_start\|>user\nAgain/);
     const got = await fx.app.inject({ method: 'GET', url: `/v1/responses/${a.id}` });
     assert.deepEqual(got.json(), a);
     const items = (await fx.app.inject({ method: 'GET', url: `/v1/responses/${b.json().id}/input_items` })).json();
-    assert.deepEqual(items.data.map((i: { role: string }) => i.role), ['user', 'assistant', 'user']);
+    assert.deepEqual(
+      items.data.map((i: { role: string }) => i.role),
+      ['user', 'assistant', 'user'],
+    );
     assert.equal((await fx.app.inject({ method: 'DELETE', url: `/v1/responses/${a.id}` })).json().deleted, true);
     assert.equal((await fx.app.inject({ method: 'GET', url: `/v1/responses/${a.id}` })).statusCode, 404);
     const gone = await post({ input: 'x', previous_response_id: a.id });
@@ -134,18 +194,32 @@ describe('POST /v1/responses', () => {
 
   test('an unknown id of any length a URL can carry: the same OpenAI-style 404 as a short one (GET, input_items, DELETE)', async () => {
     // fastify's default maxParamLength (100) answered 414 `uri_too_long` past 100 characters.
-    for (const [method, path] of [['GET', ''], ['GET', '/input_items'], ['DELETE', '']] as const) {
+    for (const [method, path] of [
+      ['GET', ''],
+      ['GET', '/input_items'],
+      ['DELETE', ''],
+    ] as const) {
       const answer = async (id: string) => {
         const res = await fx.app.inject({ method, url: `/v1/responses/${id}${path}` });
         const { message, ...error } = res.json().error as { message: string };
         // A long id is cut in the message (errors.ts bounds messages): compare its start.
-        assert.ok(message.startsWith(`Response with id '${id.slice(0, 100)}`), `${method} ${path}: ${message.slice(0, 200)}`);
+        assert.ok(
+          message.startsWith(`Response with id '${id.slice(0, 100)}`),
+          `${method} ${path}: ${message.slice(0, 200)}`,
+        );
         return { status: res.statusCode, error };
       };
       const short = await answer('resp_nope');
-      assert.deepEqual(short, { status: 404, error: { type: 'invalid_request_error', param: 'response_id', code: 'not_found' } });
+      assert.deepEqual(short, {
+        status: 404,
+        error: { type: 'invalid_request_error', param: 'response_id', code: 'not_found' },
+      });
       for (const length of [101, 4096, MAX_PATH_PARAM_LENGTH - 100, MAX_PATH_PARAM_LENGTH]) {
-        assert.deepEqual(await answer(`resp_${'x'.repeat(length - 5)}`), short, `${method} ${path}: an id of ${length} characters`);
+        assert.deepEqual(
+          await answer(`resp_${'x'.repeat(length - 5)}`),
+          short,
+          `${method} ${path}: an id of ${length} characters`,
+        );
       }
     }
   });
@@ -154,7 +228,9 @@ describe('POST /v1/responses', () => {
     answer('ok');
     const ids: string[] = [];
     for (let i = 0; i < 5; i++) ids.push((await post({ input: `q${i}` })).json().id);
-    const found = await Promise.all(ids.map(async (id) => (await fx.app.inject({ method: 'GET', url: `/v1/responses/${id}` })).statusCode));
+    const found = await Promise.all(
+      ids.map(async (id) => (await fx.app.inject({ method: 'GET', url: `/v1/responses/${id}` })).statusCode),
+    );
     assert.deepEqual(found, [404, 404, 200, 200, 200]);
   });
 
@@ -168,9 +244,13 @@ describe('POST /v1/responses', () => {
     // The message cut by the limit is itself `incomplete`, as in OpenAI's API: in the object, in the stream's
     // output_item.done and in the final response event.
     assert.equal(r.output[0].status, 'incomplete', JSON.stringify(r.output));
-    const itemDone = stream.find((e) => e.type === 'response.output_item.done') as { item: { status: string } } | undefined;
+    const itemDone = stream.find((e) => e.type === 'response.output_item.done') as
+      { item: { status: string } } | undefined;
     assert.equal(itemDone?.item.status, 'incomplete');
-    assert.equal((stream.at(-1) as { response: { output: Array<{ status: string }> } }).response.output[0]!.status, 'incomplete');
+    assert.equal(
+      (stream.at(-1) as { response: { output: Array<{ status: string }> } }).response.output[0]!.status,
+      'incomplete',
+    );
     answer('Whole', 'stop');
     assert.equal((await post({ input: 'Go' })).json().output[0].status, 'completed');
     const cases: Array<[Record<string, unknown>, string]> = [

@@ -19,12 +19,19 @@ describe('OpenAI routes', () => {
 
   const chat = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
     fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: body, headers });
-  const completions = (body: Record<string, unknown>) => fx.app.inject({ method: 'POST', url: '/v1/completions', payload: body });
+  const completions = (body: Record<string, unknown>) =>
+    fx.app.inject({ method: 'POST', url: '/v1/completions', payload: body });
 
   test('non-streaming chat: shape, text, usage, rendered prompt and default limit', async () => {
     const messages = [
       { role: 'system', content: 'Be brief.' },
-      { role: 'user', content: [{ type: 'text', text: 'Hi' }, { type: 'text', text: 'there' }] },
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'Hi' },
+          { type: 'text', text: 'there' },
+        ],
+      },
     ];
     const res = await chat({ model: MODEL_ID, messages, user: 'someone' }, { 'x-request-id': 'client-id-1' });
     assert.equal(res.statusCode, 200, res.body);
@@ -234,10 +241,15 @@ describe('OpenAI routes', () => {
     const res = await chat({ messages, chat_template_kwargs: { enable_thinking: false } });
     assert.equal(res.statusCode, 200, res.body);
     const withKwargs = fx.tokenizer.encode(
-      fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true, templateKwargs: { enable_thinking: false } }),
+      fx.tokenizer.applyChatTemplate(messages, {
+        addGenerationPrompt: true,
+        templateKwargs: { enable_thinking: false },
+      }),
       { addSpecialTokens: false },
     );
-    const without = fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }), { addSpecialTokens: false });
+    const without = fx.tokenizer.encode(fx.tokenizer.applyChatTemplate(messages, { addGenerationPrompt: true }), {
+      addSpecialTokens: false,
+    });
     assert.notDeepEqual(withKwargs, without, 'the kwarg changes the rendering');
     assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, withKwargs);
   });

@@ -44,7 +44,10 @@ class FakeResponse extends EventEmitter {
  * (Infinity: an engine request producing faster than the client reads). Resolves when the writer calls `stalled` or
  * after `cycles` pauses.
  */
-function drive(backlog: (cycle: number) => number, cycles: number): Promise<{ stalled: ClientStalledError | null; pauses: number; resumes: number }> {
+function drive(
+  backlog: (cycle: number) => number,
+  cycles: number,
+): Promise<{ stalled: ClientStalledError | null; pauses: number; resumes: number }> {
   const res = new FakeResponse();
   let paused = false;
   let pauses = 0;
@@ -82,19 +85,27 @@ function drive(backlog: (cycle: number) => number, cycles: number): Promise<{ st
   });
 }
 
-test('a client that reads in trickles and never catches up is stalled once it has been behind for the stall timeout', { timeout: 10_000 }, async () => {
-  const { stalled, pauses, resumes } = await drive(() => Infinity, 20);
-  assert.ok(stalled !== null, `never given up after ${pauses} pauses`);
-  assert.ok(resumes >= 2, `every wait ended by a drain before the timeout (${resumes} resumes)`);
-  // Timers may fire a millisecond before performance.now() says the delay passed.
-  assert.ok(stalled.stalledMs >= STALL_MS - 2, `behind for ${stalled.stalledMs} ms`);
-  assert.ok(stalled.bufferedBytes >= BOUND);
-  assert.match(stalled.message, /stayed behind for \d+ ms/);
-});
+test(
+  'a client that reads in trickles and never catches up is stalled once it has been behind for the stall timeout',
+  { timeout: 10_000 },
+  async () => {
+    const { stalled, pauses, resumes } = await drive(() => Infinity, 20);
+    assert.ok(stalled !== null, `never given up after ${pauses} pauses`);
+    assert.ok(resumes >= 2, `every wait ended by a drain before the timeout (${resumes} resumes)`);
+    // Timers may fire a millisecond before performance.now() says the delay passed.
+    assert.ok(stalled.stalledMs >= STALL_MS - 2, `behind for ${stalled.stalledMs} ms`);
+    assert.ok(stalled.bufferedBytes >= BOUND);
+    assert.match(stalled.message, /stayed behind for \d+ ms/);
+  },
+);
 
-test('a client that catches up between its pauses is never stalled, however long the stream', { timeout: 10_000 }, async () => {
-  // After each resume the owner has one record left: the end-of-turn flush leaves the buffer under the bound.
-  const { stalled, pauses } = await drive(() => 1, 12); // 12 waits of 50 ms: three stall timeouts in all
-  assert.equal(stalled, null);
-  assert.equal(pauses, 13);
-});
+test(
+  'a client that catches up between its pauses is never stalled, however long the stream',
+  { timeout: 10_000 },
+  async () => {
+    // After each resume the owner has one record left: the end-of-turn flush leaves the buffer under the bound.
+    const { stalled, pauses } = await drive(() => 1, 12); // 12 waits of 50 ms: three stall timeouts in all
+    assert.equal(stalled, null);
+    assert.equal(pauses, 13);
+  },
+);

@@ -31,7 +31,11 @@ describe('SSE responses and the Connection header', () => {
   after(() => app.close());
 
   test('Connection: close → the stream says connection: close and the server closes the socket after [DONE]', async () => {
-    const res = await rawExchange(port, rawPost({ prompt: 'x', stream: true }, 'close'), 'a streamed Connection: close request');
+    const res = await rawExchange(
+      port,
+      rawPost({ prompt: 'x', stream: true }, 'close'),
+      'a streamed Connection: close request',
+    );
     assert.equal(res.status, 200);
     assert.match(res.headers['content-type'] ?? '', /^text\/event-stream/);
     assert.equal(res.headers.connection, 'close');
@@ -57,7 +61,10 @@ describe('SSE responses and the Connection header', () => {
       let timer: NodeJS.Timeout | undefined;
       await Promise.race([
         doneTwice,
-        new Promise((_, reject) => (timer = setTimeout(() => reject(new Error(`hang guard: got ${JSON.stringify(seen)}`)), 10_000))),
+        new Promise(
+          (_, reject) =>
+            (timer = setTimeout(() => reject(new Error(`hang guard: got ${JSON.stringify(seen)}`)), 10_000)),
+        ),
       ]).finally(() => clearTimeout(timer));
       assert.equal(closed, false);
       const heads = seen.split('HTTP/1.1 ').slice(1);

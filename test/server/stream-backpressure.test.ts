@@ -49,7 +49,11 @@ describe('streams and clients that stop reading', () => {
   before(async () => {
     const logs = captureLogs('info');
     records = logs.records;
-    fx = await listenApp({ logger: logs.logger, servedModelNames: [LONG_MODEL_ID], edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: STALL_MS } });
+    fx = await listenApp({
+      logger: logs.logger,
+      servedModelNames: [LONG_MODEL_ID],
+      edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: STALL_MS },
+    });
   });
   after(() => fx.app.close());
 
@@ -80,7 +84,10 @@ describe('streams and clients that stop reading', () => {
 
   test('a slow reader with pauses far shorter than the stall timeout gets the whole stream', async () => {
     // Its own app with a 10 s stall timeout against 100 ms pauses: a loaded machine cannot turn a pause into a stall.
-    const slow = await listenApp({ servedModelNames: [LONG_MODEL_ID], edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: 10_000 } });
+    const slow = await listenApp({
+      servedModelNames: [LONG_MODEL_ID],
+      edge: { streamBufferBytes: 64 * 1024, clientStallTimeoutMs: 10_000 },
+    });
     slow.backend.onSubmit = (s) => produce(s.stream, 400, true); // about 6.5 MB
     const submitted = slow.backend.nextSubmission();
     const socket = connect(slow.port, '127.0.0.1');
@@ -97,7 +104,9 @@ describe('streams and clients that stop reading', () => {
     });
     // The stream ends with [DONE]; a connection the gateway closes first fails the test at once.
     const done = new Promise<void>((resolve, reject) => {
-      socket.on('close', () => (got.includes('data: [DONE]') ? resolve() : reject(new Error('the gateway closed a reading client'))));
+      socket.on('close', () =>
+        got.includes('data: [DONE]') ? resolve() : reject(new Error('the gateway closed a reading client')),
+      );
       const check = () => (got.includes('data: [DONE]') ? resolve() : setTimeout(check, 20));
       check();
     });

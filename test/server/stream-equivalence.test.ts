@@ -32,7 +32,9 @@ function expectedText(text: string, stop: string[] | undefined): string {
  * characters of the first `minTokens` bytes (a character is emitted by the token that completes it).
  */
 function expectedTextMinTokens(text: string, stop: string[], minTokens: number): string {
-  const boundary = new TextDecoder().decode(new TextEncoder().encode(text).subarray(0, minTokens), { stream: true }).length;
+  const boundary = new TextDecoder().decode(new TextEncoder().encode(text).subarray(0, minTokens), {
+    stream: true,
+  }).length;
   let cut = text.length;
   for (const s of stop) {
     const at = text.indexOf(s, Math.max(0, boundary - s.length + 1));
@@ -63,7 +65,9 @@ describe('streaming == non-streaming with characters split across byte-level tok
             const base = url === '/v1/completions' ? { prompt: 'x' } : { messages: [{ role: 'user', content: 'x' }] };
             const body = { ...base, n: 2, ...(stop ? { stop } : {}) };
             const full = (await fx.app.inject({ method: 'POST', url, payload: body })).json();
-            const streamed = parseSse((await fx.app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body);
+            const streamed = parseSse(
+              (await fx.app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body,
+            );
             assert.equal(streamed.doneCount, 1);
             for (const index of [0, 1]) {
               const fullText: string = full.choices[index].message?.content ?? full.choices[index].text;
@@ -71,7 +75,8 @@ describe('streaming == non-streaming with characters split across byte-level tok
               for (const ev of streamed.events) {
                 for (const c of choicesOf(ev)) {
                   if (c.index !== index) continue;
-                  streamText += (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
+                  streamText +=
+                    (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
                 }
               }
               const what = `${url} text ${t} stop ${JSON.stringify(stop)} seed ${seed} index ${index}`;
@@ -87,45 +92,57 @@ describe('streaming == non-streaming with characters split across byte-level tok
     assert.equal(compared, TEXTS.length * STOPS.length * 4 * 2 * 2);
   });
 
-  test('min_tokens: stop strings do not apply to the text of the first min_tokens tokens, streamed or not', { timeout: 60_000 }, async () => {
-    const stops = STOPS.filter((s): s is string[] => s !== undefined);
-    let compared = 0;
-    let changed = 0; // cases where min_tokens changes the result (so the rule is exercised)
-    for (const [t, text] of TEXTS.entries()) {
-      const bytes = new TextEncoder().encode(text).length;
-      for (const stop of stops) {
-        // Boundaries around the first occurrence's end, in bytes (= tokens), plus the whole text.
-        const first = Math.min(...stop.map((s) => text.indexOf(s)).filter((i) => i >= 0), text.length);
-        const end = new TextEncoder().encode(text.slice(0, first)).length + 4;
-        for (const minTokens of [1, end - 3, end - 1, end, end + 2, bytes]) {
-          if (minTokens < 0 || minTokens > bytes) continue;
-          for (const url of ['/v1/chat/completions', '/v1/completions']) {
-            scriptBytes(text, minTokens * 31 + t);
-            const base = url === '/v1/completions' ? { prompt: 'x' } : { messages: [{ role: 'user', content: 'x' }] };
-            const body = { ...base, n: 2, stop, min_tokens: minTokens, max_tokens: bytes + 5 };
-            const full = (await fx.app.inject({ method: 'POST', url, payload: body })).json();
-            const streamed = parseSse((await fx.app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body);
-            const expected = expectedTextMinTokens(text, stop, minTokens);
-            if (expected !== expectedText(text, stop)) changed++;
-            for (const index of [0, 1]) {
-              const fullText: string = full.choices[index].message?.content ?? full.choices[index].text;
-              let streamText = '';
-              for (const ev of streamed.events) {
-                for (const c of choicesOf(ev)) {
-                  if (c.index === index) streamText += (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
+  test(
+    'min_tokens: stop strings do not apply to the text of the first min_tokens tokens, streamed or not',
+    { timeout: 60_000 },
+    async () => {
+      const stops = STOPS.filter((s): s is string[] => s !== undefined);
+      let compared = 0;
+      let changed = 0; // cases where min_tokens changes the result (so the rule is exercised)
+      for (const [t, text] of TEXTS.entries()) {
+        const bytes = new TextEncoder().encode(text).length;
+        for (const stop of stops) {
+          // Boundaries around the first occurrence's end, in bytes (= tokens), plus the whole text.
+          const first = Math.min(...stop.map((s) => text.indexOf(s)).filter((i) => i >= 0), text.length);
+          const end = new TextEncoder().encode(text.slice(0, first)).length + 4;
+          for (const minTokens of [1, end - 3, end - 1, end, end + 2, bytes]) {
+            if (minTokens < 0 || minTokens > bytes) continue;
+            for (const url of ['/v1/chat/completions', '/v1/completions']) {
+              scriptBytes(text, minTokens * 31 + t);
+              const base = url === '/v1/completions' ? { prompt: 'x' } : { messages: [{ role: 'user', content: 'x' }] };
+              const body = { ...base, n: 2, stop, min_tokens: minTokens, max_tokens: bytes + 5 };
+              const full = (await fx.app.inject({ method: 'POST', url, payload: body })).json();
+              const streamed = parseSse(
+                (await fx.app.inject({ method: 'POST', url, payload: { ...body, stream: true } })).body,
+              );
+              const expected = expectedTextMinTokens(text, stop, minTokens);
+              if (expected !== expectedText(text, stop)) changed++;
+              for (const index of [0, 1]) {
+                const fullText: string = full.choices[index].message?.content ?? full.choices[index].text;
+                let streamText = '';
+                for (const ev of streamed.events) {
+                  for (const c of choicesOf(ev)) {
+                    if (c.index === index)
+                      streamText +=
+                        (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
+                  }
                 }
+                const what = `${url} text ${t} stop ${JSON.stringify(stop)} min_tokens ${minTokens} index ${index}`;
+                assert.equal(fullText, expected, what);
+                assert.equal(Buffer.compare(Buffer.from(streamText), Buffer.from(fullText)), 0, what);
+                assert.equal(
+                  full.choices[index].finish_reason,
+                  expected.length < text.length ? 'stop' : 'length',
+                  what,
+                );
+                compared++;
               }
-              const what = `${url} text ${t} stop ${JSON.stringify(stop)} min_tokens ${minTokens} index ${index}`;
-              assert.equal(fullText, expected, what);
-              assert.equal(Buffer.compare(Buffer.from(streamText), Buffer.from(fullText)), 0, what);
-              assert.equal(full.choices[index].finish_reason, expected.length < text.length ? 'stop' : 'length', what);
-              compared++;
             }
           }
         }
       }
-    }
-    assert.ok(compared > 100, `${compared} comparisons`);
-    assert.ok(changed > 10, `min_tokens changes the outcome in ${changed} cases`);
-  });
+      assert.ok(compared > 100, `${compared} comparisons`);
+      assert.ok(changed > 10, `min_tokens changes the outcome in ${changed} cases`);
+    },
+  );
 });

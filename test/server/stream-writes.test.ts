@@ -26,7 +26,10 @@ describe('socket writes of a streamed response', () => {
       const mine: string[] = [];
       writes.push(mine);
       type Chunk = string | Uint8Array;
-      const s = socket as unknown as { _write: (c: Chunk, ...a: unknown[]) => unknown; _writev: (c: { chunk: Chunk }[], ...a: unknown[]) => unknown };
+      const s = socket as unknown as {
+        _write: (c: Chunk, ...a: unknown[]) => unknown;
+        _writev: (c: { chunk: Chunk }[], ...a: unknown[]) => unknown;
+      };
       const write = s._write.bind(socket);
       const writev = s._writev.bind(socket);
       s._write = (c, ...a) => (mine.push(Buffer.from(c).toString()), write(c, ...a));
@@ -42,10 +45,21 @@ describe('socket writes of a streamed response', () => {
    * `onBody` sees the body received so far after each `data` event.
    */
   function streamed(onBody: (body: string) => void = () => {}): Promise<{ body: string; writes: string[] }> {
-    const payload = JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], stream: true, stream_options: { include_usage: true } });
+    const payload = JSON.stringify({
+      messages: [{ role: 'user', content: 'hi' }],
+      stream: true,
+      stream_options: { include_usage: true },
+    });
     return new Promise((resolve, reject) => {
       const req = httpRequest(
-        { host: '127.0.0.1', port, path: '/v1/chat/completions', method: 'POST', agent: false, headers: { 'content-type': 'application/json', connection: 'close' } },
+        {
+          host: '127.0.0.1',
+          port,
+          path: '/v1/chat/completions',
+          method: 'POST',
+          agent: false,
+          headers: { 'content-type': 'application/json', connection: 'close' },
+        },
         (res) => {
           let body = '';
           res.setEncoding('utf8');
@@ -77,7 +91,12 @@ describe('socket writes of a streamed response', () => {
     // The second output comes once the client holds a content chunk (the first token), in a later turn than its write.
     const r = await streamed((body) => {
       if (second === null || !body.endsWith('\n\n')) return;
-      if (!parseSse(body).events.some((e) => choicesOf(e).some((c) => (c.delta as { content?: string } | undefined)?.content))) return;
+      if (
+        !parseSse(body).events.some((e) =>
+          choicesOf(e).some((c) => (c.delta as { content?: string } | undefined)?.content),
+        )
+      )
+        return;
       const push = second;
       second = null;
       push();

@@ -30,7 +30,12 @@ describe('structured-output strings with lone surrogates', () => {
         const base = url === '/v1/completions' ? { prompt: 'x' } : { messages: [{ role: 'user', content: 'x' }] };
         const before = fx.backend.submissions.length;
         fx.backend.onSubmit = (s) => s.stream.push([1], 'length');
-        const res = await fx.app.inject({ method: 'POST', url, payload: JSON.stringify({ ...base, max_tokens: 1, ...extra }), headers: { 'content-type': 'application/json' } });
+        const res = await fx.app.inject({
+          method: 'POST',
+          url,
+          payload: JSON.stringify({ ...base, max_tokens: 1, ...extra }),
+          headers: { 'content-type': 'application/json' },
+        });
         assert.equal(res.statusCode, 400, `${url} ${param}: ${res.body}`);
         const err = res.json().error;
         assert.equal(err.type, 'invalid_request_error', `${url} ${param}`);
@@ -42,7 +47,11 @@ describe('structured-output strings with lone surrogates', () => {
 
   test('a paired surrogate (emoji) is accepted', async () => {
     fx.backend.onSubmit = (s) => s.stream.push([1], 'length');
-    const res = await fx.app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 1, guided_choice: ['🐉', '龍'] } });
+    const res = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'x', max_tokens: 1, guided_choice: ['🐉', '龍'] },
+    });
     assert.equal(res.statusCode, 200, res.body);
   });
 });

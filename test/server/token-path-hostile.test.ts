@@ -27,7 +27,13 @@ describe('fast path == general path == non-streamed, with invalid UTF-8 from the
     const ids = byteTokens(fx.tokenizer, bytes);
     fx.backend.onSubmit = (s) => {
       const chunks = randomChunks(ids, prng(seed + Number(s.request.requestId.endsWith('-1'))), 4);
-      chunks.forEach((c, i) => s.stream.push(c, i === chunks.length - 1 ? 'length' : null, c.map(() => -0.5)));
+      chunks.forEach((c, i) =>
+        s.stream.push(
+          c,
+          i === chunks.length - 1 ? 'length' : null,
+          c.map(() => -0.5),
+        ),
+      );
     };
   }
 
@@ -37,7 +43,8 @@ describe('fast path == general path == non-streamed, with invalid UTF-8 from the
     const out = Array.from({ length: n }, () => '');
     for (const ev of parsed.events) {
       for (const c of choicesOf(ev)) {
-        out[c.index as number] += (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
+        out[c.index as number] +=
+          (c.delta as { content?: string } | undefined)?.content ?? (c.text as string | undefined) ?? '';
       }
     }
     return out;
@@ -52,15 +59,25 @@ describe('fast path == general path == non-streamed, with invalid UTF-8 from the
           for (const url of ['/v1/chat/completions', '/v1/completions']) {
             for (const n of [1, 2]) {
               const chat = url === '/v1/chat/completions';
-              const base = { ...(chat ? { messages: [{ role: 'user', content: 'x' }] } : { prompt: 'x' }), n, ...(stop ? { stop } : {}) };
+              const base = {
+                ...(chat ? { messages: [{ role: 'user', content: 'x' }] } : { prompt: 'x' }),
+                n,
+                ...(stop ? { stop } : {}),
+              };
               const logprobs = chat ? { logprobs: true } : { logprobs: 0 };
               const what = `${url} bytes ${b} stop ${JSON.stringify(stop)} seed ${seed} n ${n}`;
               script(bytes, seed * 10 + b);
               const full = (await fx.app.inject({ method: 'POST', url, payload: base })).json();
               script(bytes, seed * 10 + b);
-              const fast = streamedTexts((await fx.app.inject({ method: 'POST', url, payload: { ...base, stream: true } })).body, n);
+              const fast = streamedTexts(
+                (await fx.app.inject({ method: 'POST', url, payload: { ...base, stream: true } })).body,
+                n,
+              );
               script(bytes, seed * 10 + b);
-              const general = streamedTexts((await fx.app.inject({ method: 'POST', url, payload: { ...base, ...logprobs, stream: true } })).body, n);
+              const general = streamedTexts(
+                (await fx.app.inject({ method: 'POST', url, payload: { ...base, ...logprobs, stream: true } })).body,
+                n,
+              );
               for (let i = 0; i < n; i++) {
                 const fullText: string = full.choices[i].message?.content ?? full.choices[i].text;
                 assert.equal(fast[i], general[i], `fast vs general: ${what} index ${i}`);

@@ -18,17 +18,25 @@ const base = { id: 'chatcmpl-1', created: 7, model: 'm', system_fingerprint: 'fp
 const texts = ['hello', ' "quoted" \\ ', '\n', '🐉', '\ud800'];
 
 /** The bytes `SseWriter.send` writes for the events `delta` returns. */
-const sent = (events: readonly SseEvent[]) => events.map((e) => e.record ?? `data: ${JSON.stringify(e.data)}\n\n`).join('');
+const sent = (events: readonly SseEvent[]) =>
+  events.map((e) => e.record ?? `data: ${JSON.stringify(e.data)}\n\n`).join('');
 
 test('textRecord is byte for byte the record delta sends for a content-only delta (chat, completions, n > 1, usage)', () => {
   for (const shape of [chatShape, completionShape]) {
-    for (const opts of [{ includeUsage: false, n: 1 }, { includeUsage: true, n: 3 }]) {
+    for (const opts of [
+      { includeUsage: false, n: 1 },
+      { includeUsage: true, n: 3 },
+    ]) {
       const writer = shape.stream(base, opts);
       assert.ok(writer.textRecord, `${shape.endpoint} offers the fast path`);
       for (let index = 0; index < opts.n; index++) {
         for (const text of texts) {
           const delta = { reasoning: '', content: text, toolCalls: [], logprobs: [] };
-          assert.equal(writer.textRecord(index, text), sent(writer.delta(index, delta, null)), `${shape.endpoint} ${index} ${JSON.stringify(text)}`);
+          assert.equal(
+            writer.textRecord(index, text),
+            sent(writer.delta(index, delta, null)),
+            `${shape.endpoint} ${index} ${JSON.stringify(text)}`,
+          );
         }
       }
       const parsed = JSON.parse(writer.textRecord(0, 'x').slice('data: '.length));
@@ -45,13 +53,23 @@ test('appendContent folds a plain choice’s text as push does, and refuses a ch
     viaPush.push({ type: 'delta', text, logprobs: [] });
     assert.equal(viaAppend.appendContent(text), true);
   }
-  const finish = { type: 'finish' as const, text: '!', finishReason: 'length' as const, usage: makeUsage(3, 6), logprobs: [], cachedTokens: 0 };
+  const finish = {
+    type: 'finish' as const,
+    text: '!',
+    finishReason: 'length' as const,
+    usage: makeUsage(3, 6),
+    logprobs: [],
+    cachedTokens: 0,
+  };
   viaPush.push(finish);
   viaAppend.push(finish);
   assert.deepEqual(viaAppend.result, viaPush.result);
   assert.equal(viaAppend.result?.content, texts.join('') + '!');
   assert.equal(viaAppend.appendContent('late'), false, 'after the finish');
-  const withParser = new ChoiceOutput({ reasoning: { push: (t) => ({ reasoning: t, content: '' }), finish: () => ({ reasoning: '', content: '' }) }, tools: null });
+  const withParser = new ChoiceOutput({
+    reasoning: { push: (t) => ({ reasoning: t, content: '' }), finish: () => ({ reasoning: '', content: '' }) },
+    tools: null,
+  });
   assert.equal(withParser.appendContent('x'), false);
 });
 
@@ -59,11 +77,21 @@ test('keepText false (a stream): the deltas are the same, the result keeps no te
   const kept = new ChoiceOutput({ reasoning: null, tools: null });
   const dropped = new ChoiceOutput({ reasoning: null, tools: null, keepText: false });
   for (const text of texts) {
-    assert.deepEqual(dropped.push({ type: 'delta', text, logprobs: [] }), kept.push({ type: 'delta', text, logprobs: [] }));
+    assert.deepEqual(
+      dropped.push({ type: 'delta', text, logprobs: [] }),
+      kept.push({ type: 'delta', text, logprobs: [] }),
+    );
     assert.equal(dropped.appendContent(text), true);
     kept.appendContent(text);
   }
-  const finish = { type: 'finish' as const, text: '!', finishReason: 'stop' as const, usage: makeUsage(3, 12), logprobs: [], cachedTokens: 0 };
+  const finish = {
+    type: 'finish' as const,
+    text: '!',
+    finishReason: 'stop' as const,
+    usage: makeUsage(3, 12),
+    logprobs: [],
+    cachedTokens: 0,
+  };
   assert.deepEqual(dropped.push(finish), kept.push(finish));
   assert.equal(kept.result?.content, texts.map((t) => t + t).join('') + '!');
   assert.equal(dropped.result?.content, '');
@@ -147,11 +175,18 @@ async function sseServer(
   };
   const nextWrite = () => new Promise<void>((r) => waiters.push(r));
   const server = createServer((req, res) => {
-    const socket = res.socket as unknown as { _write: (c: Chunk, ...a: unknown[]) => unknown; _writev: (cs: { chunk: Chunk }[], ...a: unknown[]) => unknown };
+    const socket = res.socket as unknown as {
+      _write: (c: Chunk, ...a: unknown[]) => unknown;
+      _writev: (cs: { chunk: Chunk }[], ...a: unknown[]) => unknown;
+    };
     const write = socket._write.bind(socket);
     const writev = socket._writev.bind(socket);
     socket._write = (c, ...a) => wrote([c], write(c, ...a));
-    socket._writev = (cs, ...a) => wrote(cs.map((c) => c.chunk), writev(cs, ...a));
+    socket._writev = (cs, ...a) =>
+      wrote(
+        cs.map((c) => c.chunk),
+        writev(cs, ...a),
+      );
     handler(new SseWriter(res), () => chunks.length, nextWrite);
   });
   await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
@@ -224,51 +259,67 @@ test('a held start sends nothing until release; then the headers, the opening an
   assert.match(r.body, /data: \{"role":"assistant"\}\n\n[^]*data: \{"content":"a"\}\n\n[^]*data: \[DONE\]\n\n/);
 });
 
-test('a stream that ends while held leaves in one write; a hold ends by itself after holdMs', { timeout: 10_000 }, async () => {
-  const whole = await sseServer((sse) => {
-    sse.start({}, { holdMs: 60_000 });
-    sse.sendRecord('data: {"role":"assistant"}\n\n');
-    setTimeout(() => {
-      sse.sendRecord('data: {"content":"a"}\n\n');
-      sse.done();
-    }, 20);
-  });
-  assert.equal(whole.writes, 1, 'headers, records and [DONE] in the write of the end');
-  assert.match(whole.body, /data: \{"role":"assistant"\}\n\ndata: \{"content":"a"\}\n\ndata: \[DONE\]\n\n/);
-
-  // The 5 ms check runs before the hold's 30 ms timer even after a stall (timers run in expiry order); the end waits
-  // for the hold's write itself, so only a hold that never ends by itself fails (by the test timeout).
-  const seen: number[] = [];
-  const timed = await sseServer((sse, socketWrites, nextWrite) => {
-    sse.start({}, { holdMs: 30 });
-    sse.sendRecord('data: {"role":"assistant"}\n\n');
-    setTimeout(() => seen.push(socketWrites()), 5);
-    void nextWrite().then(() => {
-      seen.push(socketWrites());
-      sse.done();
+test(
+  'a stream that ends while held leaves in one write; a hold ends by itself after holdMs',
+  { timeout: 10_000 },
+  async () => {
+    const whole = await sseServer((sse) => {
+      sse.start({}, { holdMs: 60_000 });
+      sse.sendRecord('data: {"role":"assistant"}\n\n');
+      setTimeout(() => {
+        sse.sendRecord('data: {"content":"a"}\n\n');
+        sse.done();
+      }, 20);
     });
-  });
-  assert.deepEqual(seen, [0, 1], 'held at first, written once the hold ran out');
-  assert.equal(timed.writes, 2, 'the hold\'s write (headers + opening), then the end');
-  assert.match(timed.body, /data: \{"role":"assistant"\}\n\n[^]*data: \[DONE\]\n\n/);
-});
+    assert.equal(whole.writes, 1, 'headers, records and [DONE] in the write of the end');
+    assert.match(whole.body, /data: \{"role":"assistant"\}\n\ndata: \{"content":"a"\}\n\ndata: \[DONE\]\n\n/);
 
-test('probe() ends a long hold and writes at once: the headers and the `:` comment in one write; later records are not held', { timeout: 10_000 }, async () => {
-  const seen: number[] = [];
-  const r = await sseServer((sse, socketWrites) => {
-    sse.start({ 'x-request-id': 'r3' }, { holdMs: 60_000 });
-    sse.probe();
-    seen.push(socketWrites());
-    sse.sendRecord('data: 1\n\n');
-    // Queued after the flusher's setImmediate (the record's): runs once that turn's flush is done.
-    setImmediate(() => {
-      seen.push(socketWrites());
-      sse.done();
+    // The 5 ms check runs before the hold's 30 ms timer even after a stall (timers run in expiry order); the end waits
+    // for the hold's write itself, so only a hold that never ends by itself fails (by the test timeout).
+    const seen: number[] = [];
+    const timed = await sseServer((sse, socketWrites, nextWrite) => {
+      sse.start({}, { holdMs: 30 });
+      sse.sendRecord('data: {"role":"assistant"}\n\n');
+      setTimeout(() => seen.push(socketWrites()), 5);
+      void nextWrite().then(() => {
+        seen.push(socketWrites());
+        sse.done();
+      });
     });
-  });
-  assert.deepEqual(seen, [1, 2], 'the probe written during its call; the next record at the end of its turn, not after the hold');
-  const [probe, record] = r.chunks as [string, string];
-  assert.match(probe, /^HTTP\/1\.1 200 OK\r\n[^]*x-request-id: r3\r\n[^]*\r\n\r\n[0-9a-f]+\r\n:\n\n\r\n$/, 'the headers and the comment');
-  assert.match(record, /^[0-9a-f]+\r\ndata: 1\n\n\r\n$/);
-  assert.equal(r.writes, 3, 'then the end');
-});
+    assert.deepEqual(seen, [0, 1], 'held at first, written once the hold ran out');
+    assert.equal(timed.writes, 2, "the hold's write (headers + opening), then the end");
+    assert.match(timed.body, /data: \{"role":"assistant"\}\n\n[^]*data: \[DONE\]\n\n/);
+  },
+);
+
+test(
+  'probe() ends a long hold and writes at once: the headers and the `:` comment in one write; later records are not held',
+  { timeout: 10_000 },
+  async () => {
+    const seen: number[] = [];
+    const r = await sseServer((sse, socketWrites) => {
+      sse.start({ 'x-request-id': 'r3' }, { holdMs: 60_000 });
+      sse.probe();
+      seen.push(socketWrites());
+      sse.sendRecord('data: 1\n\n');
+      // Queued after the flusher's setImmediate (the record's): runs once that turn's flush is done.
+      setImmediate(() => {
+        seen.push(socketWrites());
+        sse.done();
+      });
+    });
+    assert.deepEqual(
+      seen,
+      [1, 2],
+      'the probe written during its call; the next record at the end of its turn, not after the hold',
+    );
+    const [probe, record] = r.chunks as [string, string];
+    assert.match(
+      probe,
+      /^HTTP\/1\.1 200 OK\r\n[^]*x-request-id: r3\r\n[^]*\r\n\r\n[0-9a-f]+\r\n:\n\n\r\n$/,
+      'the headers and the comment',
+    );
+    assert.match(record, /^[0-9a-f]+\r\ndata: 1\n\n\r\n$/);
+    assert.equal(r.writes, 3, 'then the end');
+  },
+);

@@ -30,9 +30,12 @@ describe('/tokenize and /detokenize', () => {
   test('messages: the chat template with add_generation_prompt (default true) and no added specials', async () => {
     const messages = [{ role: 'user', content: '你好' }];
     const res = await post('/tokenize', { messages });
-    const expected = fx.tokenizer.encode(fx.tokenizer.applyChatTemplate([{ role: 'user', content: '你好' }], { addGenerationPrompt: true }), {
-      addSpecialTokens: false,
-    });
+    const expected = fx.tokenizer.encode(
+      fx.tokenizer.applyChatTemplate([{ role: 'user', content: '你好' }], { addGenerationPrompt: true }),
+      {
+        addSpecialTokens: false,
+      },
+    );
     assert.deepEqual(res.json().tokens, expected);
     const noGen = (await post('/tokenize', { messages, add_generation_prompt: false })).json();
     assert.ok(noGen.count < res.json().count, 'without the assistant opener the prompt is shorter');
@@ -42,8 +45,14 @@ describe('/tokenize and /detokenize', () => {
 
   test('refusals: both or neither input, bad token ids, unknown model, unknown nested fields (top-level ones are ignored)', async () => {
     assert.equal((await post('/tokenize', {})).statusCode, 400);
-    assert.equal((await post('/tokenize', { prompt: 'a', messages: [{ role: 'user', content: 'b' }] })).statusCode, 400);
-    assert.equal((await post('/tokenize', { prompt: 'a', add_generation_prompt: true })).json().error.param, 'add_generation_prompt');
+    assert.equal(
+      (await post('/tokenize', { prompt: 'a', messages: [{ role: 'user', content: 'b' }] })).statusCode,
+      400,
+    );
+    assert.equal(
+      (await post('/tokenize', { prompt: 'a', add_generation_prompt: true })).json().error.param,
+      'add_generation_prompt',
+    );
     const bad = await post('/detokenize', { tokens: [1, fx.tokenizer.vocabSize] });
     assert.equal(bad.statusCode, 400);
     assert.equal(bad.json().error.param, 'tokens');
@@ -60,7 +69,10 @@ describe('/tokenize and /detokenize', () => {
 
   test('bodies over the tokenize limit (default 1 MiB, issue 26 part 5) are refused with 413 naming it, before they are parsed', async () => {
     const big = 'x'.repeat(DEFAULT_TOKENIZE_BODY_LIMIT_BYTES);
-    for (const [url, payload] of [['/tokenize', { prompt: big }], ['/detokenize', { tokens: Array.from({ length: DEFAULT_TOKENIZE_BODY_LIMIT_BYTES / 2 }, () => 1) }]] as const) {
+    for (const [url, payload] of [
+      ['/tokenize', { prompt: big }],
+      ['/detokenize', { tokens: Array.from({ length: DEFAULT_TOKENIZE_BODY_LIMIT_BYTES / 2 }, () => 1) }],
+    ] as const) {
       const res = await post(url, payload);
       assert.equal(res.statusCode, 413, url);
       assert.equal(res.json().error.code, 'request_too_large');
@@ -68,8 +80,14 @@ describe('/tokenize and /detokenize', () => {
     }
     // Just under it is served; and the generation routes keep the general body limit. The text is words: one
     // million-letter word costs the pure-JS BPE ~28 CPU-s (superlinear in a word's length), ordinary text ~0.5 s.
-    const words = 'The quick brown fox jumps over the lazy dog. '.repeat(DEFAULT_TOKENIZE_BODY_LIMIT_BYTES / 45).slice(0, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES - 100);
+    const words = 'The quick brown fox jumps over the lazy dog. '
+      .repeat(DEFAULT_TOKENIZE_BODY_LIMIT_BYTES / 45)
+      .slice(0, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES - 100);
     assert.equal((await post('/tokenize', { prompt: words })).statusCode, 200);
-    assert.notEqual((await fx.app.inject({ method: 'POST', url: '/v1/completions', payload: { model: 'other', prompt: big } })).statusCode, 413);
+    assert.notEqual(
+      (await fx.app.inject({ method: 'POST', url: '/v1/completions', payload: { model: 'other', prompt: big } }))
+        .statusCode,
+      413,
+    );
   });
 });

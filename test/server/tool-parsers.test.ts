@@ -55,7 +55,11 @@ const ids = () => `call_${++counter}`;
 function check(make: () => ToolCallParser, text: string, expected: Message): void {
   for (const parts of splits(text)) {
     const got = assemble(feed(make, parts));
-    assert.deepEqual({ content: got.content, calls: got.calls }, expected, `split ${JSON.stringify(parts.slice(0, 3))}…`);
+    assert.deepEqual(
+      { content: got.content, calls: got.calls },
+      expected,
+      `split ${JSON.stringify(parts.slice(0, 3))}…`,
+    );
   }
 }
 
@@ -103,8 +107,14 @@ describe('hermes', () => {
       content: 'Before <tool_call>{name: get_weather}</tool_call> after',
       calls: [],
     });
-    check(hermes, '<tool_call>not json at all</tool_call>', { content: '<tool_call>not json at all</tool_call>', calls: [] });
-    check(hermes, '<tool_call>{"arguments": {}}</tool_call>', { content: '<tool_call>{"arguments": {}}</tool_call>', calls: [] });
+    check(hermes, '<tool_call>not json at all</tool_call>', {
+      content: '<tool_call>not json at all</tool_call>',
+      calls: [],
+    });
+    check(hermes, '<tool_call>{"arguments": {}}</tool_call>', {
+      content: '<tool_call>{"arguments": {}}</tool_call>',
+      calls: [],
+    });
   });
 
   test('a malformed call next to a good one: the good one is a call, the bad one content', () => {
@@ -163,7 +173,11 @@ describe('hermes', () => {
     const fragments = perDelta.flat().filter((e) => e.kind === 'arguments');
     assert.ok(fragments.length > 5, 'arguments are streamed in many fragments, not at the end');
     const nameAt = perDelta.findIndex((evs) => evs.some((e) => e.kind === 'call'));
-    assert.equal(text.slice(0, nameAt + 1).endsWith('"arguments":'), true, 'announced as soon as the header is complete');
+    assert.equal(
+      text.slice(0, nameAt + 1).endsWith('"arguments":'),
+      true,
+      'announced as soon as the header is complete',
+    );
     assert.ok(!perDelta.flat().some((e) => e.kind === 'content'), 'no markup leaks into content');
   });
 });
@@ -186,7 +200,10 @@ describe('llama3_json', () => {
   });
 
   test('text that does not start with a call is content, even with JSON later', () => {
-    check(llama, 'Here is JSON: {"name": "a", "parameters": {}}', { content: 'Here is JSON: {"name": "a", "parameters": {}}', calls: [] });
+    check(llama, 'Here is JSON: {"name": "a", "parameters": {}}', {
+      content: 'Here is JSON: {"name": "a", "parameters": {}}',
+      calls: [],
+    });
   });
 
   test('a JSON object that is not a call is content; text after calls is content', () => {

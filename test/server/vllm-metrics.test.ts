@@ -29,13 +29,20 @@ const VLLM_SERIES: Record<string, [ParsedFamily['type'], string[]]> = {
  * histogram's samples into one prom2json bucket map and keeps labels only for unlabelled histograms, so the sample
  * lines of each histogram family are parsed a second time, by the same parser, as plain samples.
  */
-function parse(text: string): { families: Map<string, ParsedFamily>; histogramSamples: Map<string, Array<{ name: string; labels: Record<string, string> }>> } {
+function parse(text: string): {
+  families: Map<string, ParsedFamily>;
+  histogramSamples: Map<string, Array<{ name: string; labels: Record<string, string> }>>;
+} {
   const families = new Map(parsePrometheus(text).map((f) => [f.name, f]));
   const histogramSamples = new Map<string, Array<{ name: string; labels: Record<string, string> }>>();
   for (const [name, f] of families) {
     if (f.type !== 'HISTOGRAM') continue;
-    const lines = text.split('\n').filter((l) => l.startsWith(`${name}_bucket{`) || l.startsWith(`${name}_sum`) || l.startsWith(`${name}_count`));
-    const samples = parsePrometheus(lines.join('\n') + '\n').flatMap((f) => f.metrics.map((s) => ({ name: f.name, labels: s.labels ?? {} })));
+    const lines = text
+      .split('\n')
+      .filter((l) => l.startsWith(`${name}_bucket{`) || l.startsWith(`${name}_sum`) || l.startsWith(`${name}_count`));
+    const samples = parsePrometheus(lines.join('\n') + '\n').flatMap((f) =>
+      f.metrics.map((s) => ({ name: f.name, labels: s.labels ?? {} })),
+    );
     histogramSamples.set(name, samples);
   }
   return { families, histogramSamples };
@@ -52,18 +59,42 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
   const tokenspeed = new FakeBackend({ ranks: [0, 1, 2] });
   tokenspeed.rankStatesValue = [
     // TokenSpeed's running count includes its waiting queue: 5 running of which 2 wait → 3 running in vLLM's sense.
-    rankState(0, { inFlight: 5, load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.5 }, dispatchedPinned: 0, dispatchedUnpinned: 9, clampEvents: 0 }),
-    rankState(1, { inFlight: 1, load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.1 }, dispatchedPinned: 0, dispatchedUnpinned: 3, clampEvents: 1 }),
+    rankState(0, {
+      inFlight: 5,
+      load: { numRunning: 5, numWaiting: 2, kvCacheUsage: 0.5 },
+      dispatchedPinned: 0,
+      dispatchedUnpinned: 9,
+      clampEvents: 0,
+    }),
+    rankState(1, {
+      inFlight: 1,
+      load: { numRunning: 1, numWaiting: 0, kvCacheUsage: 0.1 },
+      dispatchedPinned: 0,
+      dispatchedUnpinned: 3,
+      clampEvents: 1,
+    }),
     rankState(2, { inFlight: 0, load: null, dispatchedPinned: 0, dispatchedUnpinned: 0, clampEvents: 0 }),
   ];
   const vllm = new FakeBackend({ ranks: [0] });
   vllm.rankStatesValue = [
-    rankState(0, { inFlight: 4, load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.3 }, dispatchedPinned: 0, dispatchedUnpinned: 4, clampEvents: 0 }),
+    rankState(0, {
+      inFlight: 4,
+      load: { numRunning: 3, numWaiting: 1, kvCacheUsage: 0.3 },
+      dispatchedPinned: 0,
+      dispatchedUnpinned: 4,
+      clampEvents: 0,
+    }),
   ];
   const dead = new FakeBackend({ ranks: [0] });
   dead.alive = false;
   dead.rankStatesValue = [
-    rankState(0, { inFlight: 0, load: { numRunning: 50, numWaiting: 50, kvCacheUsage: 1 }, dispatchedPinned: 0, dispatchedUnpinned: 1, clampEvents: 0 }),
+    rankState(0, {
+      inFlight: 0,
+      load: { numRunning: 50, numWaiting: 50, kvCacheUsage: 1 },
+      dispatchedPinned: 0,
+      dispatchedUnpinned: 1,
+      clampEvents: 0,
+    }),
   ];
   tokenspeed.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
   vllm.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
@@ -83,10 +114,18 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
       assert.ok(f.help.length > 0, `${name} has a HELP line`);
       if (type === 'HISTOGRAM') {
         const samples = before.histogramSamples.get(name)!;
-        assert.ok(samples.some((s) => s.name === `${name}_bucket` && s.labels.le === '+Inf'), `${name} has a +Inf bucket`);
-        assert.ok(samples.some((s) => s.name === `${name}_count`) && samples.some((s) => s.name === `${name}_sum`), `${name} _count and _sum`);
+        assert.ok(
+          samples.some((s) => s.name === `${name}_bucket` && s.labels.le === '+Inf'),
+          `${name} has a +Inf bucket`,
+        );
+        assert.ok(
+          samples.some((s) => s.name === `${name}_count`) && samples.some((s) => s.name === `${name}_sum`),
+          `${name} _count and _sum`,
+        );
         for (const s of samples) {
-          const names = Object.keys(s.labels).filter((l) => l !== 'le').sort();
+          const names = Object.keys(s.labels)
+            .filter((l) => l !== 'le')
+            .sort();
           assert.deepEqual(names, labels, `${s.name} labels`);
           assert.equal(s.labels.model_name, 'qwen3');
         }
@@ -98,26 +137,48 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
       }
     }
     // One model server: one sample per gauge, the aggregate over the live ranks (the dead group is left out).
-    for (const g of ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc', 'vllm:gpu_cache_usage_perc']) {
+    for (const g of [
+      'vllm:num_requests_running',
+      'vllm:num_requests_waiting',
+      'vllm:kv_cache_usage_perc',
+      'vllm:gpu_cache_usage_perc',
+    ]) {
       assert.equal(before.families.get(g)!.metrics.length, 1, `${g} has one series`);
     }
     const m = { model_name: 'qwen3' };
     assert.equal(value(before.families.get('vllm:num_requests_running'), m), 3 + 1 + 3);
     assert.equal(value(before.families.get('vllm:num_requests_waiting'), m), 2 + 0 + 1);
-    assert.ok(Math.abs(value(before.families.get('vllm:kv_cache_usage_perc'), m) - (0.5 + 0.1 + 0.3) / 3) < 1e-12, 'mean KV usage');
-    assert.equal(value(before.families.get('vllm:gpu_cache_usage_perc'), m), value(before.families.get('vllm:kv_cache_usage_perc'), m));
+    assert.ok(
+      Math.abs(value(before.families.get('vllm:kv_cache_usage_perc'), m) - (0.5 + 0.1 + 0.3) / 3) < 1e-12,
+      'mean KV usage',
+    );
+    assert.equal(
+      value(before.families.get('vllm:gpu_cache_usage_perc'), m),
+      value(before.families.get('vllm:kv_cache_usage_perc'), m),
+    );
     assert.deepEqual(
-      before.families.get('vllm:request_success_total')!.metrics.map((s) => s.labels?.finished_reason).sort(),
+      before.families
+        .get('vllm:request_success_total')!
+        .metrics.map((s) => s.labels?.finished_reason)
+        .sort(),
       ['abort', 'length', 'stop'],
     );
 
     // Two finished requests (one per group; the model may be any served name), one refused before generation.
     for (const model of ['qwen3', 'Qwen/Qwen3-8B']) {
-      const res = await app.inject({ method: 'POST', url: '/v1/completions', payload: { model, prompt: 'hello there', max_tokens: 3 } });
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/completions',
+        payload: { model, prompt: 'hello there', max_tokens: 3 },
+      });
       assert.equal(res.statusCode, 200, res.body);
       assert.equal(res.json().model, 'qwen3', 'responses report the first served name');
     }
-    assert.equal((await app.inject({ method: 'POST', url: '/v1/completions', payload: { model: 'other', prompt: 'x' } })).statusCode, 404);
+    assert.equal(
+      (await app.inject({ method: 'POST', url: '/v1/completions', payload: { model: 'other', prompt: 'x' } }))
+        .statusCode,
+      404,
+    );
 
     const after = parse((await app.inject({ method: 'GET', url: '/metrics' })).body);
     const promptLen = 2; // "hello there" in Qwen3's tokenizer
@@ -125,14 +186,28 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
     assert.equal(value(after.families.get('vllm:generation_tokens_total'), m), 2 * 3);
     assert.equal(value(after.families.get('vllm:request_success_total'), { ...m, finished_reason: 'length' }), 2);
     assert.equal(value(after.families.get('vllm:request_success_total'), { ...m, finished_reason: 'stop' }), 0);
-    const ttftCount = after.histogramSamples.get('vllm:time_to_first_token_seconds')!.find((s) => s.name.endsWith('_count'));
+    const ttftCount = after.histogramSamples
+      .get('vllm:time_to_first_token_seconds')!
+      .find((s) => s.name.endsWith('_count'));
     assert.ok(ttftCount, 'a TTFT _count sample');
     const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
-    assert.ok(text.split('\n').includes('vllm:time_to_first_token_seconds_count{model_name="qwen3"} 2'), 'two TTFT samples');
-    assert.ok(text.split('\n').includes('vllm:e2e_request_latency_seconds_count{model_name="qwen3"} 2'), 'two e2e samples');
+    assert.ok(
+      text.split('\n').includes('vllm:time_to_first_token_seconds_count{model_name="qwen3"} 2'),
+      'two TTFT samples',
+    );
+    assert.ok(
+      text.split('\n').includes('vllm:e2e_request_latency_seconds_count{model_name="qwen3"} 2'),
+      'two e2e samples',
+    );
     // vLLM's buckets.
-    assert.ok(text.includes('vllm:time_to_first_token_seconds_bucket{le="2560",model_name="qwen3"}'), 'vLLM TTFT buckets');
-    assert.ok(text.includes('vllm:e2e_request_latency_seconds_bucket{le="7680",model_name="qwen3"}'), 'vLLM e2e buckets');
+    assert.ok(
+      text.includes('vllm:time_to_first_token_seconds_bucket{le="2560",model_name="qwen3"}'),
+      'vLLM TTFT buckets',
+    );
+    assert.ok(
+      text.includes('vllm:e2e_request_latency_seconds_bucket{le="7680",model_name="qwen3"}'),
+      'vLLM e2e buckets',
+    );
     // The gateway's own series keep their names beside the vLLM ones.
     assert.ok(after.families.has('model_gateway_rank_inflight_requests'), 'model_gateway_* series stay');
   } finally {
@@ -141,17 +216,27 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
 });
 
 test('vllmAggregate: an idle gateway and one without reports read 0; a rank in state dead or joining is left out', () => {
-  const rank = (engineIndex: number, load: { numRunning: number; numWaiting: number; kvCacheUsage: number } | null, state?: 'dead' | 'joining') =>
-    rankState(engineIndex, { load, ...(state ? { state } : {}) });
+  const rank = (
+    engineIndex: number,
+    load: { numRunning: number; numWaiting: number; kvCacheUsage: number } | null,
+    state?: 'dead' | 'joining',
+  ) => rankState(engineIndex, { load, ...(state ? { state } : {}) });
   const group = (engine: string, ranks: ReturnType<typeof rank>[], alive = true) => ({
     engine,
     backend: { rankStates: () => ranks, isAlive: () => alive },
   });
   assert.deepEqual(vllmAggregate([group('tokenspeed', [rank(0, null), rank(1, null)])]), {
-    running: 0, waiting: 0, kvCacheUsage: 0, ranks: 2, inFlight: 0,
+    running: 0,
+    waiting: 0,
+    kvCacheUsage: 0,
+    ranks: 2,
+    inFlight: 0,
   });
   const agg = vllmAggregate([
-    group('vllm', [rank(0, { numRunning: 2, numWaiting: 1, kvCacheUsage: 0.2 }), rank(1, { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 }, 'dead')]),
+    group('vllm', [
+      rank(0, { numRunning: 2, numWaiting: 1, kvCacheUsage: 0.2 }),
+      rank(1, { numRunning: 9, numWaiting: 9, kvCacheUsage: 0.9 }, 'dead'),
+    ]),
     group('tokenspeed', [rank(0, { numRunning: 1, numWaiting: 4, kvCacheUsage: 0.4 }), rank(1, null, 'joining')]),
   ]);
   // TokenSpeed: running never goes below 0 when its report counts more waiting than running (a stale tail).

@@ -20,7 +20,20 @@ const CLI = new URL('../../src/cli.ts', import.meta.url);
 async function startCliGateway() {
   const gw = spawn(
     process.execPath,
-    [...nodeEntry(CLI), 'serve', '--workers', '1', '--port', '0', '--sim', '2', '--log-level', 'info', '--sim-arg=--log-level', '--sim-arg=silent'],
+    [
+      ...nodeEntry(CLI),
+      'serve',
+      '--workers',
+      '1',
+      '--port',
+      '0',
+      '--sim',
+      '2',
+      '--log-level',
+      'info',
+      '--sim-arg=--log-level',
+      '--sim-arg=silent',
+    ],
     { stdio: ['ignore', 'pipe', 'pipe'] },
   );
   const messages: Array<Record<string, unknown>> = [];
@@ -41,7 +54,8 @@ async function startCliGateway() {
     for (;;) {
       const m = messages.find((x) => typeof x.msg === 'string' && re.test(x.msg));
       if (m !== undefined) return m;
-      if (gw.exitCode !== null || gw.signalCode !== null) throw new Error(`gateway exited before logging ${re}: ${out.stderr}`);
+      if (gw.exitCode !== null || gw.signalCode !== null)
+        throw new Error(`gateway exited before logging ${re}: ${out.stderr}`);
       await new Promise<void>((r) => waiters.push(r));
     }
   };
@@ -52,7 +66,10 @@ async function startCliGateway() {
   for (let i = 0; i < 100 && simRanksOf(gw.pid!).length < 2; i++) await new Promise((r) => setTimeout(r, 50));
   out.ranks = simRanksOf(gw.pid!);
   assert.equal(out.ranks.length, 2, `expected 2 sim rank processes, found ${out.ranks.join(',')}`);
-  assert.ok(out.socketFiles.every((p) => existsSync(p)), `socket files ${out.socketFiles.join(', ')} exist while serving`);
+  assert.ok(
+    out.socketFiles.every((p) => existsSync(p)),
+    `socket files ${out.socketFiles.join(', ')} exist while serving`,
+  );
   const cleanup = (): void => {
     lines.close();
     if (gw.exitCode === null && gw.signalCode === null) gw.kill('SIGKILL');
@@ -76,7 +93,11 @@ test('a second SIGINT SIGKILLs the simulated ranks and removes their ipc socket 
     assert.match(g.stderr, /second SIGINT/);
     // SIGKILL ends a stopped process too; the ranks were killed before the gateway exited.
     await hangGuard(waitAllGone(g.ranks), 10_000, 'simulated ranks gone');
-    assert.deepEqual(g.socketFiles.filter((p) => existsSync(p)), [], 'no ipc socket file left');
+    assert.deepEqual(
+      g.socketFiles.filter((p) => existsSync(p)),
+      [],
+      'no ipc socket file left',
+    );
   } finally {
     g.cleanup();
   }
@@ -92,9 +113,16 @@ test('one Ctrl-C delivered twice at once (terminal + tsx wrapper) is a single, c
     const [code, signal] = await hangGuard(g.exited, 30_000, 'gateway exit');
     assert.deepEqual({ code, signal }, { code: 0, signal: null }, g.stderr);
     assert.doesNotMatch(g.stderr, /second SIGINT/);
-    assert.ok(g.messages.some((m) => m.msg === 'shut down'), 'the orderly shutdown ran to its end');
+    assert.ok(
+      g.messages.some((m) => m.msg === 'shut down'),
+      'the orderly shutdown ran to its end',
+    );
     await hangGuard(waitAllGone(g.ranks), 10_000, 'simulated ranks gone');
-    assert.deepEqual(g.socketFiles.filter((p) => existsSync(p)), [], 'no ipc socket file left');
+    assert.deepEqual(
+      g.socketFiles.filter((p) => existsSync(p)),
+      [],
+      'no ipc socket file left',
+    );
   } finally {
     g.cleanup();
   }

@@ -35,7 +35,11 @@ async function until(cond: () => boolean): Promise<void> {
 }
 
 /** A bound gateway-side link in a fresh folder; nobody ever iterates its `outputs()`. */
-async function unreadLink(): Promise<{ endpoints: EngineEndpoints; pending: ZmqEngineLink; cleanup: () => Promise<void> }> {
+async function unreadLink(): Promise<{
+  endpoints: EngineEndpoints;
+  pending: ZmqEngineLink;
+  cleanup: () => Promise<void>;
+}> {
   const d = await freshDir();
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   const pending = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 30_000 });
@@ -44,7 +48,8 @@ async function unreadLink(): Promise<{ endpoints: EngineEndpoints; pending: ZmqE
 
 async function addLongRequests(link: ZmqEngineLink, n: number): Promise<void> {
   const identity = link.engines[0].identity;
-  for (let i = 0; i < n; i++) await link.send(identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(longRequest(`long-${i}`)));
+  for (let i = 0; i < n; i++)
+    await link.send(identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(longRequest(`long-${i}`)));
 }
 
 test('close() returns promptly while pushes are blocked because the gateway stopped reading', async () => {
@@ -72,7 +77,11 @@ test('close() returns promptly while pushes are blocked because the gateway stop
     );
     link = pending;
     await addLongRequests(pending, 8);
-    await hangGuard(until(() => engine.stats().outputPaused), 60_000, 'output backpressure (PUSH at its high-water mark)');
+    await hangGuard(
+      until(() => engine.stats().outputPaused),
+      60_000,
+      'output backpressure (PUSH at its high-water mark)',
+    );
     const paused = engine.stats();
     assert.ok(paused.pendingSends >= OUTPUT_BACKLOG_PAUSE, `pending sends ${paused.pendingSends}`);
     assert.equal(paused.outputPauses, 1);
@@ -82,9 +91,16 @@ test('close() returns promptly while pushes are blocked because the gateway stop
 
     await hangGuard(engine.close(), 10_000, 'close() with blocked pushes');
     await hangGuard(engine.closed, 10_000, 'closed after close()');
-    await hangGuard(until(() => engine.stats().pendingSends === 0), 10_000, 'blocked pushes failing after close');
+    await hangGuard(
+      until(() => engine.stats().pendingSends === 0),
+      10_000,
+      'blocked pushes failing after close',
+    );
     const after = engine.stats();
-    assert.ok(after.sendErrors >= paused.pendingSends, `the stuck batches were dropped (sendErrors ${after.sendErrors})`);
+    assert.ok(
+      after.sendErrors >= paused.pendingSends,
+      `the stuck batches were dropped (sendErrors ${after.sendErrors})`,
+    );
     assert.equal(after.batchesSent, paused.batchesSent, 'nothing more was pushed');
   } finally {
     await (link ?? pending).close();
@@ -100,7 +116,12 @@ test('a rank process exits on SIGTERM (no SIGKILL needed) while its gateway does
     (_obj: Record<string, unknown>, msg: string): void => {
       lines.push({ level, msg });
     };
-  const logger: MinimalLogger = { debug: record('debug'), info: record('info'), warn: record('warn'), error: record('error') };
+  const logger: MinimalLogger = {
+    debug: record('debug'),
+    info: record('info'),
+    warn: record('warn'),
+    error: record('error'),
+  };
   // A grace far beyond the hang guard: the rank must exit on SIGTERM alone, SIGKILL must not rescue the test.
   const sims = spawnSimRanks({
     handshakeAddress: endpoints.handshake,
@@ -114,11 +135,18 @@ test('a rank process exits on SIGTERM (no SIGKILL needed) while its gateway does
     await hangGuard(pending.whenJoined(), 60_000, 'handshake with the spawned rank');
     link = pending;
     await addLongRequests(link, 8);
-    await hangGuard(until(() => lines.some((l) => l.level === 'warn' && /output is backed up/.test(l.msg))), 60_000, 'the rank reporting backpressure');
+    await hangGuard(
+      until(() => lines.some((l) => l.level === 'warn' && /output is backed up/.test(l.msg))),
+      60_000,
+      'the rank reporting backpressure',
+    );
     await hangGuard(sims.stop(), 20_000, 'the rank exiting on SIGTERM');
     const exit = await sims.ranks[0].exited;
     assert.deepEqual({ code: exit.code, signal: exit.signal }, { code: 0, signal: null });
-    assert.ok(lines.some((l) => /output is not being read; dropping pending batches/.test(l.msg)), 'close() dropped the stuck batches');
+    assert.ok(
+      lines.some((l) => /output is not being read; dropping pending batches/.test(l.msg)),
+      'close() dropped the stuck batches',
+    );
     assert.ok(lines.some((l) => l.msg === 'sim rank stopped'));
   } finally {
     sims.killNow();

@@ -18,16 +18,24 @@ let reader: OutputReader;
 before(async () => {
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   rank = await startLinkedRank(tokenizer, {
-    engineIndex: 0, timeScale: 1, recordTimeline: true,
+    engineIndex: 0,
+    timeScale: 1,
+    recordTimeline: true,
     stepTimeModel: { baseMs: STEP_MS, perPrefillTokenMs: 0, perDecodeTokenMs: 0 },
   });
   reader = new OutputReader(rank.link);
 });
 after(() => rank?.close());
 
-test('a stalled event loop does not stretch the rank\'s steps: rounds stay one step apart on its clock', async () => {
+test("a stalled event loop does not stretch the rank's steps: rounds stay one step apart on its clock", async () => {
   const l = rank.link;
-  const req = { requestId: 'clock', promptTokenIds: [9707, 11, 1879], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 8, ignoreEos: true }, stream: true, returnLogprob: false };
+  const req = {
+    requestId: 'clock',
+    promptTokenIds: [9707, 11, 1879],
+    sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 8, ignoreEos: true },
+    stream: true,
+    returnLogprob: false,
+  };
   await l.send(l.engines[0].identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(req));
   await reader.batch(); // the first token: the rank is stepping now
   const until = performance.now() + 6 * STEP_MS;
@@ -38,11 +46,21 @@ test('a stalled event loop does not stretch the rank\'s steps: rounds stay one s
   const tl = rank.engine.timeline('clock');
   assert.ok(tl, 'recorded');
   assert.equal(tl.rows.length, 8, 'one row per token (streaming)');
-  assert.equal(tl.rows.reduce((n, r) => n + r.tokens, 0), 8);
+  assert.equal(
+    tl.rows.reduce((n, r) => n + r.tokens, 0),
+    8,
+  );
   assert.ok(tl.arrivedMs <= tl.rows[0].beginMs, 'the first round began after the request arrived');
   for (let i = 0; i < tl.rows.length; i++) {
-    assert.ok(Math.abs(tl.rows[i].dueMs - tl.rows[i].beginMs - STEP_MS) < 1e-6, `row ${i}: due one step after it began`);
-    if (i > 0) assert.ok(Math.abs(tl.rows[i].beginMs - tl.rows[i - 1].dueMs) < 1e-6, `row ${i}: began when the previous round was due`);
+    assert.ok(
+      Math.abs(tl.rows[i].dueMs - tl.rows[i].beginMs - STEP_MS) < 1e-6,
+      `row ${i}: due one step after it began`,
+    );
+    if (i > 0)
+      assert.ok(
+        Math.abs(tl.rows[i].beginMs - tl.rows[i - 1].dueMs) < 1e-6,
+        `row ${i}: began when the previous round was due`,
+      );
   }
   rank.engine.clearTimelines();
   assert.equal(rank.engine.timeline('clock'), null);

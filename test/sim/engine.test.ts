@@ -5,7 +5,11 @@
 import { after, before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import type { ZmqEngineLink } from '../../src/transport/zmq-link.js';
-import { encodeTokenizedGenerateReqInput, toTokenizedGenerateReqInput, tokenspeedProtocol } from '../../src/protocols/tokenspeed/index.js';
+import {
+  encodeTokenizedGenerateReqInput,
+  toTokenizedGenerateReqInput,
+  tokenspeedProtocol,
+} from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING, RequestType, type EngineBatch, type GenerateRequest } from '../../src/protocols/types.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import type { SimEngineHandle } from '../../src/sim/engine.js';
@@ -18,7 +22,13 @@ let reader: OutputReader;
 let tokenizer: GatewayTokenizer;
 
 function request(id: string, over: Partial<GenerateRequest['sampling']> = {}, stream = true): GenerateRequest {
-  return { requestId: id, promptTokenIds: [9707, 11, 1879], sampling: { ...DEFAULT_SAMPLING, ...over }, stream, returnLogprob: false };
+  return {
+    requestId: id,
+    promptTokenIds: [9707, 11, 1879],
+    sampling: { ...DEFAULT_SAMPLING, ...over },
+    stream,
+    returnLogprob: false,
+  };
 }
 
 async function send(req: GenerateRequest): Promise<void> {
@@ -26,7 +36,8 @@ async function send(req: GenerateRequest): Promise<void> {
   await l.send(l.engines[0].identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(req));
 }
 
-const rowsFor = (batches: EngineBatch[], id: string) => batches.flatMap((b) => b.outputs.filter((o) => o.requestId === id));
+const rowsFor = (batches: EngineBatch[], id: string) =>
+  batches.flatMap((b) => b.outputs.filter((o) => o.requestId === id));
 
 before(async () => {
   tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
@@ -60,7 +71,11 @@ test('an ADD is answered with readable tokens and a finish reason; the seed make
   assert.equal(rowsA.at(-1)?.completionTokens, idsA.length);
   assert.equal(rowsA.at(-1)?.promptTokens, 3);
   assert.ok(a.every((x) => x.engineIndex === 7 && x.load !== undefined));
-  assert.deepEqual(rowsFor(b, 'e-2').flatMap((o) => o.newTokenIds), idsA, 'same seed, same prompt → same tokens');
+  assert.deepEqual(
+    rowsFor(b, 'e-2').flatMap((o) => o.newTokenIds),
+    idsA,
+    'same seed, same prompt → same tokens',
+  );
   const text = tokenizer.decode(idsA, { skipSpecialTokens: true });
   assert.match(text, /^[A-Z][\x20-\x7e\n]+\.$/);
 });
@@ -79,22 +94,32 @@ test('a validation error answers with one terminal abort row and no tokens', asy
   const l = link as ZmqEngineLink;
   await l.send(l.engines[0].identity, RequestType.ADD, encodeTokenizedGenerateReqInput(wire, { form: 'full' }));
   const [b] = await reader.untilFinished(['e-bad']);
-  assert.deepEqual(b.outputs.map((o) => [o.requestId, o.finishReason, o.newTokenIds.length, o.completionTokens]), [['e-bad', 'abort', 0, 0]]);
+  assert.deepEqual(
+    b.outputs.map((o) => [o.requestId, o.finishReason, o.newTokenIds.length, o.completionTokens]),
+    [['e-bad', 'abort', 0, 0]],
+  );
 });
 
 test('a client ABORT is silent: no terminal row, and later batches no longer count it', async () => {
   const l = link as ZmqEngineLink;
   await send(request('e-long', { maxNewTokens: 1500, ignoreEos: true }));
   let first: EngineBatch;
-  do first = await reader.batch(); while (!first.outputs.some((o) => o.requestId === 'e-long'));
+  do first = await reader.batch();
+  while (!first.outputs.some((o) => o.requestId === 'e-long'));
   await l.send(l.engines[0].identity, RequestType.ABORT, tokenspeedProtocol.encodeAbort(['e-long']));
   await send(request('e-after', { maxNewTokens: 5, ignoreEos: true }));
   const batches = await reader.untilFinished(['e-after']);
-  assert.ok(batches.every((b) => !b.finishedRequestIds.includes('e-long')), 'no terminal row for the aborted request');
+  assert.ok(
+    batches.every((b) => !b.finishedRequestIds.includes('e-long')),
+    'no terminal row for the aborted request',
+  );
   const withAfter = batches.filter((b) => b.outputs.some((o) => o.requestId === 'e-after'));
   assert.ok(withAfter.length > 0);
   for (const b of withAfter) {
-    assert.ok(!b.outputs.some((o) => o.requestId === 'e-long'), 'no rows for the aborted request once the abort was applied');
+    assert.ok(
+      !b.outputs.some((o) => o.requestId === 'e-long'),
+      'no rows for the aborted request once the abort was applied',
+    );
     assert.equal(b.load?.numRunning, 1, 'the aborted request is no longer counted');
   }
   assert.equal((engine as SimEngineHandle).stats().aborted, 1);

@@ -68,12 +68,19 @@ test('the command line: --fault-overrun-tokens, --fault-token-id, --fault-token-
   const base = ['--handshake', 'tcp://127.0.0.1:1'];
   assert.equal(parseSimArgs(base).engine.faults, undefined);
   assert.deepEqual(parseSimArgs([...base, '--fault-overrun-tokens', '1000']).engine.faults, { overrunTokens: 1000 });
-  assert.deepEqual(parseSimArgs([...base, '--fault-token-id', '151669']).engine.faults, { badTokenId: 151_669, badTokenAt: 1 });
-  assert.deepEqual(parseSimArgs([...base, '--fault-token-id', '9', '--fault-token-at', '3', '--fault-overrun-tokens', '2']).engine.faults, {
-    overrunTokens: 2,
-    badTokenId: 9,
-    badTokenAt: 3,
+  assert.deepEqual(parseSimArgs([...base, '--fault-token-id', '151669']).engine.faults, {
+    badTokenId: 151_669,
+    badTokenAt: 1,
   });
+  assert.deepEqual(
+    parseSimArgs([...base, '--fault-token-id', '9', '--fault-token-at', '3', '--fault-overrun-tokens', '2']).engine
+      .faults,
+    {
+      overrunTokens: 2,
+      badTokenId: 9,
+      badTokenAt: 3,
+    },
+  );
   assert.throws(() => parseSimArgs([...base, '--fault-token-at', '3']), SimArgsError);
   assert.throws(() => parseSimArgs([...base, '--fault-token-id', '-1']), SimArgsError);
   assert.throws(() => parseSimArgs([...base, '--fault-overrun-tokens', 'x']), SimArgsError);

@@ -11,7 +11,12 @@ import {
   type SimRow,
   type TokenSource,
 } from '../../src/sim/scheduler.js';
-import { runVirtual, type VirtualArrival, type VirtualRound, type VirtualRunResult } from '../../src/sim/virtual-run.js';
+import {
+  runVirtual,
+  type VirtualArrival,
+  type VirtualRound,
+  type VirtualRunResult,
+} from '../../src/sim/virtual-run.js';
 
 const EOS = 999;
 
@@ -70,14 +75,26 @@ test('preemption: the newest running requests go back to the head of the waiting
   const p2 = s.plan();
   assert.equal(p2.retracted, 2);
   assert.equal(p2.plannedCount, 1);
-  assert.deepEqual(p2.tail, { numRunning: 3, numWaiting: 2, kvActivePages: 2, kvTotalPages: 3 }, 'TokenSpeed tail: running counts waiting too');
   assert.deepEqual(
-    { running: s.state().running, waiting: s.state().waiting, activePages: s.state().activePages, preemptions: s.state().preemptions },
+    p2.tail,
+    { numRunning: 3, numWaiting: 2, kvActivePages: 2, kvTotalPages: 3 },
+    'TokenSpeed tail: running counts waiting too',
+  );
+  assert.deepEqual(
+    {
+      running: s.state().running,
+      waiting: s.state().waiting,
+      activePages: s.state().activePages,
+      preemptions: s.state().preemptions,
+    },
     { running: 1, waiting: 2, activePages: 2, preemptions: 2 },
   );
   assert.equal(p2.prefillTokens, 0, 'no admission in a round that preempted');
   const b2 = s.commit();
-  assert.deepEqual(b2?.rows.map((r) => r.rid), ['a']);
+  assert.deepEqual(
+    b2?.rows.map((r) => r.rid),
+    ['a'],
+  );
   // Drain: b re-admitted before c (head of the queue = b), each recomputes prompt + generated.
   const order: string[] = [];
   const all: { rows: SimRow[] }[] = [{ rows: b2?.rows ?? [] }];
@@ -96,7 +113,11 @@ test('preemption: the newest running requests go back to the head of the waiting
   assert.deepEqual(st.get('b'), [101, 102, 103]);
   assert.deepEqual(st.get('c'), [101, 102, 103]);
   const finals = all.flatMap((r) => r.rows).filter((r) => r.finishedReason !== '');
-  assert.deepEqual(finals.map((r) => [r.rid, r.finishedReason, r.completionTokens]).sort(), [['a', 'length', 4], ['b', 'length', 4], ['c', 'length', 4]]);
+  assert.deepEqual(finals.map((r) => [r.rid, r.finishedReason, r.completionTokens]).sort(), [
+    ['a', 'length', 4],
+    ['b', 'length', 4],
+    ['c', 'length', 4],
+  ]);
   assert.equal(s.state().activePages, 0);
   assert.ok(s.state().preemptions >= 2);
 });
@@ -150,7 +171,10 @@ test('time scale: identical token streams and per-round decisions at 1, 1/2, 1/8
   const cfg = config({ kvTotalPages: 12, maxRunning: 4 });
   const base = runVirtual(cfg, workload(), { timeScale: 1 });
   assert.ok(base.state.preemptions > 0, 'the workload exercises preemption');
-  assert.ok(base.rounds.some((r) => r.prefillTokens > 0 && r.decodeTokens > 0), 'arrivals interleave with decoding');
+  assert.ok(
+    base.rounds.some((r) => r.prefillTokens > 0 && r.decodeTokens > 0),
+    'arrivals interleave with decoding',
+  );
   assert.equal(streams(base.rounds).size, 7);
   for (const scale of [0.5, 0.125, 1 / 1024]) {
     const scaled = runVirtual(cfg, workload(), { timeScale: scale });
@@ -172,7 +196,8 @@ test('time scale 0 is NOT result-preserving: every step takes no time, so each a
 });
 
 test('slowdown: the same decisions for a burst, each step exactly X times longer', () => {
-  const burst = (): VirtualArrival[] => [0, 1, 2, 3].map((i) => ({ atMs: 0, request: () => req(`b${i}`, 30 + i, 6 + i) }));
+  const burst = (): VirtualArrival[] =>
+    [0, 1, 2, 3].map((i) => ({ atMs: 0, request: () => req(`b${i}`, 30 + i, 6 + i) }));
   const normal = runVirtual(config(), burst());
   const slow = runVirtual(config({ slowdown: 2 }), burst());
   assert.deepEqual(withoutTimes(slow), withoutTimes(normal));

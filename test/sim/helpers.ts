@@ -110,7 +110,11 @@ export async function startLinkedRank(
   const d = await freshDir();
   const endpoints = deriveEndpoints(`ipc://${d.dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   // Rank slots 0..engineIndex: the rank's own index must be one of the group's (the link refuses any other).
-  const link = await ZmqEngineLink.bind({ endpoints, dpSize: (opts.engineIndex ?? 0) + 1, handshakeReceiveTimeoutMs: 20_000 });
+  const link = await ZmqEngineLink.bind({
+    endpoints,
+    dpSize: (opts.engineIndex ?? 0) + 1,
+    handshakeReceiveTimeoutMs: 20_000,
+  });
   const started = hangGuard(
     Promise.all([
       link.whenJoined(1),

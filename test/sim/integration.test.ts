@@ -29,7 +29,18 @@ before(async () => {
     {
       count: 2,
       firstEngineIndex: 4,
-      extraArgs: ['--time-scale', '0', '--max-running', '8', '--kv-pages', '256', '--max-model-len', '4096', '--init-timeout-ms', '60000'],
+      extraArgs: [
+        '--time-scale',
+        '0',
+        '--max-running',
+        '8',
+        '--kv-pages',
+        '256',
+        '--max-model-len',
+        '4096',
+        '--init-timeout-ms',
+        '60000',
+      ],
       logger,
       stopGraceMs: 5000,
     },
@@ -44,10 +55,19 @@ after(() => group?.close());
 
 test('both processes register with engine indexes 4 and 5', () => {
   const l = link as ZmqEngineLink;
-  assert.deepEqual(l.engines.map((e) => e.engineIndex), [4, 5]);
-  assert.deepEqual(l.engines.map((e) => e.ready.dataParallelRank), [4, 5]);
+  assert.deepEqual(
+    l.engines.map((e) => e.engineIndex),
+    [4, 5],
+  );
+  assert.deepEqual(
+    l.engines.map((e) => e.ready.dataParallelRank),
+    [4, 5],
+  );
   assert.ok(l.engines.every((e) => e.ready.vllmVersion === 'tokenspeed-sim' && e.ready.numGpuBlocks === 256));
-  assert.deepEqual(ranks?.ranks.map((r) => r.engineIndex), [4, 5]);
+  assert.deepEqual(
+    ranks?.ranks.map((r) => r.engineIndex),
+    [4, 5],
+  );
 });
 
 test('each rank answers an ADD with tokens and a finish reason, naming itself in engine_index', async () => {
@@ -62,10 +82,16 @@ test('each rank answers an ADD with tokens and a finish reason, naming itself in
   await l.send(l.engines[0].identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(req('i-4', 9, true)));
   await l.send(l.engines[1].identity, RequestType.ADD, tokenspeedProtocol.encodeAdd(req('i-5', null, false)));
   const batches = await reader.untilFinished(['i-4', 'i-5'], 30_000);
-  for (const [id, rank, reason] of [['i-4', 4, 'length'], ['i-5', 5, 'stop']] as const) {
+  for (const [id, rank, reason] of [
+    ['i-4', 4, 'length'],
+    ['i-5', 5, 'stop'],
+  ] as const) {
     const mine = batches.filter((b) => b.outputs.some((o) => o.requestId === id));
     assert.ok(mine.length > 0);
-    assert.ok(mine.every((b) => b.engineIndex === rank && b.load !== undefined), `${id} comes from rank ${rank}`);
+    assert.ok(
+      mine.every((b) => b.engineIndex === rank && b.load !== undefined),
+      `${id} comes from rank ${rank}`,
+    );
     const rows = mine.flatMap((b) => b.outputs.filter((o) => o.requestId === id));
     const tokens = rows.flatMap((o) => o.newTokenIds);
     assert.ok(tokens.length > 0);
@@ -75,7 +101,11 @@ test('each rank answers an ADD with tokens and a finish reason, naming itself in
   }
   const i4 = batches.flatMap((b) => b.outputs.filter((o) => o.requestId === 'i-4'));
   assert.equal(i4.flatMap((o) => o.newTokenIds).length, 9);
-  assert.deepEqual(i4.map((o) => o.completionTokens), [1, 9], 'non-streaming cadence: first token, then the finish');
+  assert.deepEqual(
+    i4.map((o) => o.completionTokens),
+    [1, 9],
+    'non-streaming cadence: first token, then the finish',
+  );
 });
 
 test('stop() SIGTERMs the ranks: they push ENGINE_CORE_DEAD and exit 0', async () => {
@@ -85,6 +115,9 @@ test('stop() SIGTERMs the ranks: they push ENGINE_CORE_DEAD and exit 0', async (
   while (m.kind === 'disconnect') m = await reader.message();
   assert.equal(m.kind, 'dead');
   const exits = await Promise.all(r.ranks.map((x) => x.exited));
-  assert.deepEqual(exits.map((e) => e.code), [0, 0]);
+  assert.deepEqual(
+    exits.map((e) => e.code),
+    [0, 0],
+  );
   assert.ok(!logLines.some((l) => l.level === 'error'), JSON.stringify(logLines.filter((l) => l.level === 'error')));
 });

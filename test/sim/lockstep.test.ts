@@ -15,7 +15,11 @@ import assert from 'node:assert/strict';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import {
-  encodeAbortPayload, encodeEngineCoreRequest, encodeStartDpWave, resolveEosConfig, toEngineCoreRequest,
+  encodeAbortPayload,
+  encodeEngineCoreRequest,
+  encodeStartDpWave,
+  resolveEosConfig,
+  toEngineCoreRequest,
 } from '../../src/protocols/vllm/index.js';
 import type { EngineCoreOutputs, VllmEosConfig } from '../../src/protocols/vllm/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
@@ -36,7 +40,13 @@ const isWaveComplete = (e: EngineCoreOutputs, rank: number, wave?: number): bool
   e.engine_index === rank && e.wave_complete !== null && (wave === undefined || Number(e.wave_complete) === wave);
 
 function request(id: string, over: Partial<GenerateRequest['sampling']> = {}): GenerateRequest {
-  return { requestId: id, promptTokenIds: [9707, 11, 1879], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 40, ...over }, stream: true, returnLogprob: false };
+  return {
+    requestId: id,
+    promptTokenIds: [9707, 11, 1879],
+    sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 40, ...over },
+    stream: true,
+    returnLogprob: false,
+  };
 }
 
 function identity(rank: number): Uint8Array {
@@ -51,7 +61,8 @@ async function add(rank: number, req: GenerateRequest): Promise<void> {
 }
 
 async function startWave(rankList: readonly number[], wave: number): Promise<void> {
-  for (const r of rankList) await (link as ZmqEngineLink).send(identity(r), RequestType.START_DP_WAVE, encodeStartDpWave(wave));
+  for (const r of rankList)
+    await (link as ZmqEngineLink).send(identity(r), RequestType.START_DP_WAVE, encodeStartDpWave(wave));
 }
 
 /**
@@ -102,14 +113,30 @@ after(async () => {
 
 test('both ranks register as one lockstep group: data_parallel_size 2, block size 16; they start parked at wave 0', () => {
   const l = link as ZmqEngineLink;
-  assert.deepEqual(l.engines.map((e) => [e.engineIndex, e.ready.dataParallelSize, e.ready.prefixGranularity]), [[0, 2, 16], [1, 2, 16]]);
-  assert.deepEqual(ranks.map((r) => r.wave()), [{ currentWave: 0, running: false }, { currentWave: 0, running: false }]);
+  assert.deepEqual(
+    l.engines.map((e) => [e.engineIndex, e.ready.dataParallelSize, e.ready.prefixGranularity]),
+    [
+      [0, 2, 16],
+      [1, 2, 16],
+    ],
+  );
+  assert.deepEqual(
+    ranks.map((r) => r.wave()),
+    [
+      { currentWave: 0, running: false },
+      { currentWave: 0, running: false },
+    ],
+  );
 });
 
 test('a parked rank holds an ADD and makes no progress without a wake', async () => {
   await add(0, request('h-1', { seed: 11 }));
   const envs = await barrier(0);
-  assert.equal(envs.length, 1, 'the barrier error is the first thing the rank sent: no tokens, no start_wave for wave 0');
+  assert.equal(
+    envs.length,
+    1,
+    'the barrier error is the first thing the rank sent: no tokens, no start_wave for wave 0',
+  );
   assert.equal(envs[0].scheduler_stats?.num_waiting_reqs, 1, 'the held request waits');
   assert.equal(envs[0].scheduler_stats?.num_running_reqs, 0);
   assert.equal(ranks[0].stats().rounds, 0);
@@ -123,11 +150,13 @@ test('START_DP_WAVE [1, nil] to the group wakes it: the holder streams and repor
   const got: EngineCoreOutputs[] = [];
   let done0 = false;
   let done1 = false;
-  got.push(...(await reader.until((e) => {
-    done0 ||= isWaveComplete(e, 0, 1);
-    done1 ||= isWaveComplete(e, 1, 1);
-    return done0 && done1;
-  })));
+  got.push(
+    ...(await reader.until((e) => {
+      done0 ||= isWaveComplete(e, 0, 1);
+      done1 ||= isWaveComplete(e, 1, 1);
+      return done0 && done1;
+    })),
+  );
   const outs = outputsOf(got, 'h-1');
   assert.ok(outs.length > 0 && outs.at(-1)?.finish_reason !== null, 'the held request ran to its finish');
   const r0 = got.filter((e) => e.engine_index === 0);
@@ -137,16 +166,30 @@ test('START_DP_WAVE [1, nil] to the group wakes it: the holder streams and repor
     assert.equal(Number(e.scheduler_stats?.current_wave), 1, 'steps of wave 1 report current_wave 1');
   }
   const complete = r0.at(-1)!;
-  assert.deepEqual([complete.outputs.length, complete.scheduler_stats, complete.finished_requests, complete.start_wave], [0, null, null, null], 'wave_complete only');
-  assert.deepEqual(got.filter((e) => e.engine_index === 1).map((e) => Number(e.wave_complete)), [1], 'rank 1 had no work: only its wave_complete');
-  assert.deepEqual(ranks.map((r) => r.wave()), [{ currentWave: 2, running: false }, { currentWave: 2, running: false }]);
+  assert.deepEqual(
+    [complete.outputs.length, complete.scheduler_stats, complete.finished_requests, complete.start_wave],
+    [0, null, null, null],
+    'wave_complete only',
+  );
+  assert.deepEqual(
+    got.filter((e) => e.engine_index === 1).map((e) => Number(e.wave_complete)),
+    [1],
+    'rank 1 had no work: only its wave_complete',
+  );
+  assert.deepEqual(
+    ranks.map((r) => r.wave()),
+    [
+      { currentWave: 2, running: false },
+      { currentWave: 2, running: false },
+    ],
+  );
 });
 
 test('an ADD for a drained wave makes the parked rank send start_wave; a stale lower START is ignored; w ≥ current starts it', async () => {
   await add(0, request('h-2', { seed: 12 }));
   const [notice] = await reader.until(() => true);
   assert.equal(notice.engine_index, 0);
-  assert.equal(Number(notice.start_wave), 2, 'start_wave names the rank\'s current wave');
+  assert.equal(Number(notice.start_wave), 2, "start_wave names the rank's current wave");
   assert.deepEqual([notice.outputs.length, notice.scheduler_stats, notice.wave_complete], [0, null, null]);
 
   const rounds = ranks[0].stats().rounds;
@@ -175,9 +218,19 @@ test('a START received while stepping is a no-op: the wave completes under its o
   await startWave([0], 7);
   await l.send(identity(0), RequestType.ABORT, encodeAbortPayload(['h-long']));
   const got = await reader.until((e) => isWaveComplete(e, 0));
-  assert.equal(ranks[0].stats().wakesIgnored, ignored + 1, 'the START [7] arrived while the rank was stepping and was ignored');
+  assert.equal(
+    ranks[0].stats().wakesIgnored,
+    ignored + 1,
+    'the START [7] arrived while the rank was stepping and was ignored',
+  );
   assert.equal(Number(got.at(-1)!.wave_complete), 3);
-  assert.ok(got.some((e) => (e.finished_requests ?? []).includes('h-long')), 'the aborted id is reported before parking');
-  assert.ok(outputsOf(got, 'h-long').every((o) => o.finish_reason === null), 'the abort stays silent');
+  assert.ok(
+    got.some((e) => (e.finished_requests ?? []).includes('h-long')),
+    'the aborted id is reported before parking',
+  );
+  assert.ok(
+    outputsOf(got, 'h-long').every((o) => o.finish_reason === null),
+    'the abort stays silent',
+  );
   assert.deepEqual(ranks[0].wave(), { currentWave: 4, running: false });
 });

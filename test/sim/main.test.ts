@@ -8,10 +8,32 @@ import { OutputReader, freshDir, hangGuard, startSpawnedRanks } from './helpers.
 
 test('parseSimArgs reads every option', () => {
   const a = parseSimArgs([
-    '--handshake', 'tcp://127.0.0.1:30500', '--engine-index', '3', '--max-running', '8', '--kv-pages', '512',
-    '--max-model-len', '4096', '--time-scale', '0.25', '--seed', '9', '--stream-interval', '2', '--step-decode-ms', '0.5',
-    '--disable-output-logprobs', '--disable-prefix-caching', '--init-timeout-ms', '5000', '--log-level', 'warn',
-    '--abort-lag-rounds', '20',
+    '--handshake',
+    'tcp://127.0.0.1:30500',
+    '--engine-index',
+    '3',
+    '--max-running',
+    '8',
+    '--kv-pages',
+    '512',
+    '--max-model-len',
+    '4096',
+    '--time-scale',
+    '0.25',
+    '--seed',
+    '9',
+    '--stream-interval',
+    '2',
+    '--step-decode-ms',
+    '0.5',
+    '--disable-output-logprobs',
+    '--disable-prefix-caching',
+    '--init-timeout-ms',
+    '5000',
+    '--log-level',
+    'warn',
+    '--abort-lag-rounds',
+    '20',
   ]);
   assert.equal(a.logLevel, 'warn');
   assert.deepEqual(a.engine, {
@@ -53,13 +75,29 @@ test('parseSimArgs names the bad option', () => {
 });
 
 test('parseSimArgs --ready-response: short for vLLM ranks (issue #14), long by default, refused for TokenSpeed', () => {
-  const short = parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm', '--lockstep', '--dp-size', '2', '--ready-response', 'short']);
+  const short = parseSimArgs([
+    '--handshake',
+    'tcp://h:1',
+    '--engine',
+    'vllm',
+    '--lockstep',
+    '--dp-size',
+    '2',
+    '--ready-response',
+    'short',
+  ]);
   assert.equal(short.engine.readyResponse, 'short');
   assert.equal(short.engine.lockstep, true);
   assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm']).engine.readyResponse, undefined);
   assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--ready-response', 'long']).engine.readyResponse, 'long');
-  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--ready-response', 'short']), /--ready-response short needs --engine vllm/);
-  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm', '--ready-response', 'tiny']), /--ready-response: expected long or short/);
+  assert.throws(
+    () => parseSimArgs(['--handshake', 'tcp://h:1', '--ready-response', 'short']),
+    /--ready-response short needs --engine vllm/,
+  );
+  assert.throws(
+    () => parseSimArgs(['--handshake', 'tcp://h:1', '--engine', 'vllm', '--ready-response', 'tiny']),
+    /--ready-response: expected long or short/,
+  );
   assert.ok(SIM_USAGE.includes('--ready-response FORM'));
 });
 
@@ -112,10 +150,13 @@ test('parseSimArgs refuses bad engine and lockstep combinations, naming the opti
   assert.throws(() => parseSimArgs([...h, '--engine', 'vllm', '--dp-size', '2']), /only meaningful with --lockstep/);
 });
 
-test('parseSimArgs --slowdown X: this rank\'s step-time multiplier (> 0), absent by default (issue #5 part 2)', () => {
+test("parseSimArgs --slowdown X: this rank's step-time multiplier (> 0), absent by default (issue #5 part 2)", () => {
   assert.equal(parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '2.5']).engine.slowdown, 2.5);
   assert.equal('slowdown' in parseSimArgs(['--handshake', 'tcp://h:1']).engine, false);
-  assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '0']), /--slowdown: expected a number > 0/);
+  assert.throws(
+    () => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '0']),
+    /--slowdown: expected a number > 0/,
+  );
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', '-1']), /--slowdown/);
   assert.throws(() => parseSimArgs(['--handshake', 'tcp://h:1', '--slowdown', 'slow']), /--slowdown/);
   assert.match(SIM_USAGE, /--slowdown X/);
@@ -128,48 +169,64 @@ test('parseSimArgs --stats-dir DIR: absent by default, refused when empty', () =
   assert.ok(SIM_USAGE.includes('--stats-dir DIR'));
 });
 
-test('a spawned rank with --stats-dir writes its counters to rank-<index>.json on SIGUSR2 and keeps serving', { timeout: 120_000 }, async () => {
-  const stats = await freshDir();
-  const group = await startSpawnedRanks(
-    { count: 1, firstEngineIndex: 2, extraArgs: ['--time-scale', '0', '--log-level', 'warn', '--stats-dir', stats.dir] },
-    'handshake with the spawned rank',
-  );
-  try {
-    const file = statsFilePath(stats.dir, 2);
-    const rank = group.ranks.ranks[0]!;
-    const read = async (): Promise<Record<string, unknown>> => {
-      await hangGuard(
-        (async () => {
-          while (!existsSync(file)) await new Promise((r) => setTimeout(r, 20));
-        })(),
-        20_000,
-        'the stats file',
+test(
+  'a spawned rank with --stats-dir writes its counters to rank-<index>.json on SIGUSR2 and keeps serving',
+  { timeout: 120_000 },
+  async () => {
+    const stats = await freshDir();
+    const group = await startSpawnedRanks(
+      {
+        count: 1,
+        firstEngineIndex: 2,
+        extraArgs: ['--time-scale', '0', '--log-level', 'warn', '--stats-dir', stats.dir],
+      },
+      'handshake with the spawned rank',
+    );
+    try {
+      const file = statsFilePath(stats.dir, 2);
+      const rank = group.ranks.ranks[0]!;
+      const read = async (): Promise<Record<string, unknown>> => {
+        await hangGuard(
+          (async () => {
+            while (!existsSync(file)) await new Promise((r) => setTimeout(r, 20));
+          })(),
+          20_000,
+          'the stats file',
+        );
+        return JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
+      };
+      rank.child.kill('SIGUSR2');
+      const first = await read();
+      assert.equal(first.engineIndex, 2);
+      assert.equal(first.pid, rank.child.pid);
+      assert.equal(first.rounds, 0);
+      assert.equal(first.steps, 0);
+      assert.equal(first.stepRows, 0);
+      // Still serving after the signal: one request runs to its end and the next file counts it.
+      const reader = new OutputReader(group.link);
+      const identity = group.link.engines[0]!.identity;
+      await group.link.send(
+        identity,
+        RequestType.ADD,
+        tokenspeedProtocol.encodeAdd({
+          requestId: 'r1',
+          promptTokenIds: [9707, 11],
+          sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 5, ignoreEos: true },
+          stream: true,
+          returnLogprob: false,
+        }),
       );
-      return JSON.parse(readFileSync(file, 'utf8')) as Record<string, unknown>;
-    };
-    rank.child.kill('SIGUSR2');
-    const first = await read();
-    assert.equal(first.engineIndex, 2);
-    assert.equal(first.pid, rank.child.pid);
-    assert.equal(first.rounds, 0);
-    assert.equal(first.steps, 0);
-    assert.equal(first.stepRows, 0);
-    // Still serving after the signal: one request runs to its end and the next file counts it.
-    const reader = new OutputReader(group.link);
-    const identity = group.link.engines[0]!.identity;
-    await group.link.send(identity, RequestType.ADD, tokenspeedProtocol.encodeAdd({
-      requestId: 'r1', promptTokenIds: [9707, 11], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 5, ignoreEos: true }, stream: true, returnLogprob: false,
-    }));
-    await reader.untilFinished(['r1']);
-    rmSync(file);
-    rank.child.kill('SIGUSR2');
-    const second = await read();
-    assert.equal(second.tokensGenerated, 5);
-    assert.equal(second.stepRows, 5, 'one row per token at stream interval 1');
-    assert.ok((second.steps as number) >= 5 && (second.rounds as number) >= 5);
-    assert.equal(readdirSync(stats.dir).filter((f) => f.endsWith('.tmp')).length, 0, 'no temporary file left');
-  } finally {
-    await group.close();
-    await stats.cleanup();
-  }
-});
+      await reader.untilFinished(['r1']);
+      rmSync(file);
+      rank.child.kill('SIGUSR2');
+      const second = await read();
+      assert.equal(second.tokensGenerated, 5);
+      assert.equal(second.stepRows, 5, 'one row per token at stream interval 1');
+      assert.ok((second.steps as number) >= 5 && (second.rounds as number) >= 5);
+      assert.equal(readdirSync(stats.dir).filter((f) => f.endsWith('.tmp')).length, 0, 'no temporary file left');
+    } finally {
+      await group.close();
+      await stats.cleanup();
+    }
+  },
+);

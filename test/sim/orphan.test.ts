@@ -19,10 +19,6 @@ import { nodeEntry } from '../helpers/entry.js';
 
 const PARENT = new URL('./fixtures/orphan-parent.ts', import.meta.url);
 
-
-
-
-
 for (const level of ['silent', 'info'] as const) {
   for (const mode of ['serving', 'dialing'] as const) {
     test(`ranks exit when their parent is SIGKILLed (${mode}, log level ${level})`, async () => {
@@ -48,7 +44,10 @@ for (const level of ['silent', 'info'] as const) {
         if (parent.exitCode === null && parent.signalCode === null) parent.kill('SIGKILL');
         for (const pid of ranks.filter(alive)) process.kill(pid, 'SIGKILL');
         // A SIGKILLed gateway cannot remove its simulated worker's socket files (gateway.ts `simWorkerUrl`).
-        for (const end of ['in', 'out']) rmSync(join(tmpdir(), `model-gateway-${process.getuid?.() ?? 0}`, `sim-${parent.pid}-${end}.sock`), { force: true });
+        for (const end of ['in', 'out'])
+          rmSync(join(tmpdir(), `model-gateway-${process.getuid?.() ?? 0}`, `sim-${parent.pid}-${end}.sock`), {
+            force: true,
+          });
       }
     });
   }

@@ -9,7 +9,13 @@ import { blockHashes, hashBlock, ROOT_BLOCK_HASH } from '../../src/protocols/blo
 import { decodeBatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/output.js';
 import { decodeEngineCoreOutputs } from '../../src/protocols/vllm/index.js';
 import { SimPrefixCache } from '../../src/sim/prefix-cache.js';
-import { SimScheduler, type SchedulerConfig, type SimBatch, type SimRequest, type SimRow } from '../../src/sim/scheduler.js';
+import {
+  SimScheduler,
+  type SchedulerConfig,
+  type SimBatch,
+  type SimRequest,
+  type SimRow,
+} from '../../src/sim/scheduler.js';
 import { encodeSimBatch } from '../../src/sim/output.js';
 import { createVllmSimWire } from '../../src/sim/vllm-wire.js';
 import type { SimStep } from '../../src/sim/wire.js';
@@ -20,16 +26,29 @@ const seq = (n: number, from: number): number[] => Array.from({ length: n }, (_,
 function req(rid: string, promptTokenIds: number[], maxNewTokens = 2, firstToken = 5000): SimRequest {
   let next = firstToken;
   return {
-    rid, promptTokenIds, maxNewTokens, minNewTokens: 0, stopTokenIds: null, ignoreEos: true, stream: true,
-    streamInterval: null, returnLogprob: false, validationError: null,
+    rid,
+    promptTokenIds,
+    maxNewTokens,
+    minNewTokens: 0,
+    stopTokenIds: null,
+    ignoreEos: true,
+    stream: true,
+    streamInterval: null,
+    returnLogprob: false,
+    validationError: null,
     tokens: { next: () => ({ tokenId: next++, logprob: -0.5 }) },
   };
 }
 
 function sched(over: Partial<SchedulerConfig> = {}): SimScheduler {
   return new SimScheduler({
-    engineIndex: 0, maxRunning: 8, kvTotalPages: 64, maxModelLen: 8192, eosTokenIds: [999],
-    stepTime: { baseMs: 4, perPrefillTokenMs: 0.5, perDecodeTokenMs: 1 }, ...over,
+    engineIndex: 0,
+    maxRunning: 8,
+    kvTotalPages: 64,
+    maxModelLen: 8192,
+    eosTokenIds: [999],
+    stepTime: { baseMs: 4, perPrefillTokenMs: 0.5, perDecodeTokenMs: 1 },
+    ...over,
   });
 }
 
@@ -46,7 +65,8 @@ function drain(s: SimScheduler): SimBatch[] {
   return out;
 }
 
-const rowsOf = (batches: SimBatch[], rid: string): SimRow[] => batches.flatMap((b) => b.rows.filter((r) => r.rid === rid));
+const rowsOf = (batches: SimBatch[], rid: string): SimRow[] =>
+  batches.flatMap((b) => b.rows.filter((r) => r.rid === rid));
 
 test('block hashes: chained over full 16-token blocks; equal prefixes give equal hashes, a partial block none', () => {
   const a = seq(40, 1);
@@ -153,8 +173,13 @@ test('page pool: long runs of seeded releases, hits and evictions evict exactly 
       }
     }
     if (step % 97 === 0) {
-      for (let h = 0; h < 120; h++) assert.equal(pool.match([h]).blocks, refs.has(h) ? 1 : 0, `step ${step}: block ${h}`);
-      assert.deepEqual(pool.counts(), { inUse: privatePages + [...refs.values()].filter((r) => r > 0).length, idle: idle.length, evictions });
+      for (let h = 0; h < 120; h++)
+        assert.equal(pool.match([h]).blocks, refs.has(h) ? 1 : 0, `step ${step}: block ${h}`);
+      assert.deepEqual(pool.counts(), {
+        inUse: privatePages + [...refs.values()].filter((r) => r > 0).length,
+        idle: idle.length,
+        evictions,
+      });
     }
   }
   assert.ok(evictions > 1000, `evictions exercised: ${evictions}`);
@@ -266,20 +291,36 @@ test('wires: TokenSpeed cached_tokens column; vLLM prefill_stats and prefix_cach
   const slim = decodeBatchTokenIDOutSlim(encodeSimBatch(batch));
   assert.deepEqual(slim.cached_tokens, [48]);
 
-  const wire = createVllmSimWire({ enableOutputLogprobs: false, tokens: () => ({ next: () => ({ tokenId: 1, logprob: 0 }) }) });
+  const wire = createVllmSimWire({
+    enableOutputLogprobs: false,
+    tokens: () => ({ next: () => ({ tokenId: 1, logprob: 0 }) }),
+  });
   const step = (b: SimBatch): SimStep => ({
-    engineIndex: 0, rows: b.rows, tail: b.tail, state: s.state(), kvTotalPages: 64, stepCounter: 1, currentWave: 0,
+    engineIndex: 0,
+    rows: b.rows,
+    tail: b.tail,
+    state: s.state(),
+    kvTotalPages: 64,
+    stepCounter: 1,
+    currentWave: 0,
   });
   const first = decodeEngineCoreOutputs(wire.encodeStep(step(batch)) ?? []);
   const out = first.outputs[0];
   assert.deepEqual(
-    [out.prefill_stats?.num_prompt_tokens, out.prefill_stats?.num_cached_tokens, out.prefill_stats?.num_local_cached_tokens, out.prefill_stats?.num_computed_tokens],
+    [
+      out.prefill_stats?.num_prompt_tokens,
+      out.prefill_stats?.num_cached_tokens,
+      out.prefill_stats?.num_local_cached_tokens,
+      out.prefill_stats?.num_computed_tokens,
+    ],
     [50, 48, 48, 2],
   );
   const pcs = first.scheduler_stats?.prefix_cache_stats;
   assert.deepEqual([pcs?.requests, pcs?.queries, pcs?.hits], [2, 100, 48], 'both admissions since the rank started');
   const next = s.plan();
-  const again = decodeEngineCoreOutputs(wire.encodeStep(step(s.commit() ?? { engineIndex: 0, rows: [], tail: next.tail })) ?? []);
+  const again = decodeEngineCoreOutputs(
+    wire.encodeStep(step(s.commit() ?? { engineIndex: 0, rows: [], tail: next.tail })) ?? [],
+  );
   const pcs2 = again.scheduler_stats?.prefix_cache_stats;
   assert.deepEqual([pcs2?.requests, pcs2?.queries, pcs2?.hits], [0, 0, 0], 'nothing looked up since');
 });

@@ -2,13 +2,7 @@ import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decodeTokenizedGenerateReqInput } from '../../src/protocols/tokenspeed/request.js';
 import { TOP_K_DISABLED } from '../../src/protocols/tokenspeed/sampling.js';
-import {
-  SimRequestError,
-  crc32Seed,
-  finalizeRequest,
-  toSimRequest,
-  validationErrorOf,
-} from '../../src/sim/request.js';
+import { SimRequestError, crc32Seed, finalizeRequest, toSimRequest, validationErrorOf } from '../../src/sim/request.js';
 import type { TokenSource } from '../../src/sim/scheduler.js';
 import { loadTokenSpeedVectors, type Vector } from '../helpers/shared.js';
 
@@ -48,11 +42,19 @@ for (const v of requestVectors) {
     assert.equal(got.is_normalized, true);
     assert.equal(Number(got.top_k), want.top_k, 'top_k');
     assert.equal(got.temperature, want.temperature, 'temperature');
-    const sortIds = (ids: unknown): number[] | null => (ids === null ? null : (ids as unknown[]).map(Number).sort((a, b) => a - b));
+    const sortIds = (ids: unknown): number[] | null =>
+      ids === null ? null : (ids as unknown[]).map(Number).sort((a, b) => a - b);
     assert.deepEqual(sortIds(got.stop_token_ids), sortIds(want.stop_token_ids), 'stop_token_ids');
-    assert.equal(fin.validation_error === null, verified.after_decode_request_frames.validation_error === null, 'finalization validation_error');
+    assert.equal(
+      fin.validation_error === null,
+      verified.after_decode_request_frames.validation_error === null,
+      'finalization validation_error',
+    );
 
-    const opts = { vocabSize: verified.recv_socket_config.vocab_size, enableOutputLogprobs: verified.recv_socket_config.enable_output_logprobs };
+    const opts = {
+      vocabSize: verified.recv_socket_config.vocab_size,
+      enableOutputLogprobs: verified.recv_socket_config.enable_output_logprobs,
+    };
     const reason = validationErrorOf(fin, opts);
     const expectAbort = verified.engine_outcome === 'terminal_abort' || v.handler_outcome === 'terminal_abort';
     assert.equal(reason !== null, expectAbort, `reason=${reason}`);
@@ -88,7 +90,10 @@ test('toSimRequest refuses a nil or list rid with SimRequestError (the engine dr
   const decoded = decodeTokenizedGenerateReqInput(fromHex(v.hex as string));
   const tokens = (): TokenSource => noTokens;
   assert.throws(() => toSimRequest({ ...decoded, rid: null }, { enableOutputLogprobs: true, tokens }), SimRequestError);
-  assert.throws(() => toSimRequest({ ...decoded, rid: ['a', 'b'] }, { enableOutputLogprobs: true, tokens }), /single string/);
+  assert.throws(
+    () => toSimRequest({ ...decoded, rid: ['a', 'b'] }, { enableOutputLogprobs: true, tokens }),
+    /single string/,
+  );
 });
 
 test('validation details: logprob gate, logprob start, session id, nil input_ids', () => {
@@ -97,18 +102,33 @@ test('validation details: logprob gate, logprob start, session id, nil input_ids
   const on = { enableOutputLogprobs: true, vocabSize: 32000 };
   assert.equal(validationErrorOf(base, on), null);
   const prompt = base.input_ids?.length ?? 0;
-  assert.match(validationErrorOf({ ...base, return_logprob: true }, { enableOutputLogprobs: false }) ?? '', /enable-output-logprobs/);
+  assert.match(
+    validationErrorOf({ ...base, return_logprob: true }, { enableOutputLogprobs: false }) ?? '',
+    /enable-output-logprobs/,
+  );
   assert.equal(validationErrorOf({ ...base, return_logprob: true, logprob_start_len: -1 }, on), null);
   assert.equal(validationErrorOf({ ...base, return_logprob: true, logprob_start_len: prompt - 1 }, on), null);
-  assert.match(validationErrorOf({ ...base, return_logprob: true, logprob_start_len: prompt }, on) ?? '', /past the prompt/);
+  assert.match(
+    validationErrorOf({ ...base, return_logprob: true, logprob_start_len: prompt }, on) ?? '',
+    /past the prompt/,
+  );
   assert.match(validationErrorOf({ ...base, return_logprob: true, logprob_start_len: -2 }, on) ?? '', /below -1/);
   assert.match(validationErrorOf({ ...base, return_logprob: true, top_logprobs_num: 3 }, on) ?? '', /top_logprobs_num/);
-  assert.match(validationErrorOf({ ...base, session_params: { id: 's', rid: null, offset: null, replace: null } }, on) ?? '', /session/);
+  assert.match(
+    validationErrorOf({ ...base, session_params: { id: 's', rid: null, offset: null, replace: null } }, on) ?? '',
+    /session/,
+  );
   assert.match(validationErrorOf({ ...base, input_ids: null }, on) ?? '', /input_ids/);
   // an un-normalized greedy request is rewritten, not refused
-  const greedy = finalizeRequest({ ...base, sampling_params: { ...base.sampling_params, is_normalized: false, temperature: -1, top_k: -1 } });
+  const greedy = finalizeRequest({
+    ...base,
+    sampling_params: { ...base.sampling_params, is_normalized: false, temperature: -1, top_k: -1 },
+  });
   assert.equal(greedy.sampling_params.temperature, 1);
   assert.equal(greedy.sampling_params.top_k, 1);
-  const disabled = finalizeRequest({ ...base, sampling_params: { ...base.sampling_params, is_normalized: false, top_k: -1 } });
+  const disabled = finalizeRequest({
+    ...base,
+    sampling_params: { ...base.sampling_params, is_normalized: false, top_k: -1 },
+  });
   assert.equal(disabled.sampling_params.top_k, TOP_K_DISABLED);
 });

@@ -92,7 +92,10 @@ test('pagesFor and the max_new_tokens clamp (engine-wire.md 4.4)', () => {
 test('constructor rejects bad configuration with a message naming the field', () => {
   assert.throws(() => sched({ maxRunning: 0 }), /maxRunning/);
   assert.throws(() => sched({ kvTotalPages: 1.5 }), /kvTotalPages/);
-  assert.throws(() => sched({ stepTime: { baseMs: -1, perPrefillTokenMs: 0, perDecodeTokenMs: 0 } }), /stepTime\.baseMs/);
+  assert.throws(
+    () => sched({ stepTime: { baseMs: -1, perPrefillTokenMs: 0, perDecodeTokenMs: 0 } }),
+    /stepTime\.baseMs/,
+  );
 });
 
 test('running cap: only maxRunning requests decode, the rest wait in FIFO order', () => {
@@ -105,7 +108,10 @@ test('running cap: only maxRunning requests decode, the rest wait in FIFO order'
   assert.equal(p.stepTimeMs, 5 + 0.5 * 8);
   assert.deepEqual(p.tail, { numRunning: 4, numWaiting: 2, kvActivePages: 2, kvTotalPages: 100 });
   const b = s.commit();
-  assert.deepEqual(b?.rows.map((r) => r.rid), ['a', 'b']);
+  assert.deepEqual(
+    b?.rows.map((r) => r.rid),
+    ['a', 'b'],
+  );
   // round 2: a, b decode (no prefill)
   const p2 = s.plan();
   assert.equal(p2.decodeTokens, 2);
@@ -115,11 +121,20 @@ test('running cap: only maxRunning requests decode, the rest wait in FIFO order'
   // round 3: a and b finish with length (3 tokens)
   s.plan();
   const b3 = s.commit();
-  assert.deepEqual(b3?.rows.map((r) => [r.rid, r.finishedReason]), [['a', 'length'], ['b', 'length']]);
+  assert.deepEqual(
+    b3?.rows.map((r) => [r.rid, r.finishedReason]),
+    [
+      ['a', 'length'],
+      ['b', 'length'],
+    ],
+  );
   // round 4: c and d are admitted, in order
   const p4 = s.plan();
   assert.equal(p4.plannedCount, 2);
-  assert.deepEqual(s.commit()?.rows.map((r) => r.rid), ['c', 'd']);
+  assert.deepEqual(
+    s.commit()?.rows.map((r) => r.rid),
+    ['c', 'd'],
+  );
 });
 
 test('KV admission: the head waits until its pages are free and is never skipped', () => {
@@ -136,7 +151,10 @@ test('KV admission: the head waits until its pages are free and is never skipped
   s.commit();
   s.plan();
   const fin = s.commit();
-  assert.deepEqual(fin?.rows.map((r) => [r.rid, r.finishedReason]), [['big', 'length']]);
+  assert.deepEqual(
+    fin?.rows.map((r) => [r.rid, r.finishedReason]),
+    [['big', 'length']],
+  );
   const p3 = s.plan();
   assert.equal(p3.plannedCount, 2, 'big2 (3 pages) and small (1 page) now fit');
   assert.equal(p3.tail.kvActivePages, 4);
@@ -161,7 +179,11 @@ test('KV growth: a request that cannot grow retracts the newest running request 
   const b = rowsOf(all, 'b');
   assert.equal(b.at(-1)?.finishedReason, 'length');
   assert.equal(b.at(-1)?.completionTokens, 10);
-  assert.equal(b.reduce((n, r) => n + r.outputIds.length, 1), 10, 'b keeps its first token across the retraction');
+  assert.equal(
+    b.reduce((n, r) => n + r.outputIds.length, 1),
+    10,
+    'b keeps its first token across the retraction',
+  );
 });
 
 test('stream cadence: stream=true gives a row every token; stream_interval k>1 emits at count mod k == 1', () => {
@@ -169,18 +191,36 @@ test('stream cadence: stream=true gives a row every token; stream_interval k>1 e
   s.add(req('s', { maxNewTokens: 5, stream: true }));
   s.add(req('k', { maxNewTokens: 7, stream: true, streamInterval: 3 }));
   const all = drain(s);
-  assert.deepEqual(rowsOf(all, 's').map((r) => r.outputIds.length), [1, 1, 1, 1, 1]);
-  assert.deepEqual(rowsOf(all, 'k').map((r) => r.completionTokens), [1, 4, 7]);
-  assert.deepEqual(rowsOf(all, 'k').map((r) => r.outputIds.length), [1, 3, 3]);
+  assert.deepEqual(
+    rowsOf(all, 's').map((r) => r.outputIds.length),
+    [1, 1, 1, 1, 1],
+  );
+  assert.deepEqual(
+    rowsOf(all, 'k').map((r) => r.completionTokens),
+    [1, 4, 7],
+  );
+  assert.deepEqual(
+    rowsOf(all, 'k').map((r) => r.outputIds.length),
+    [1, 3, 3],
+  );
 });
 
 test('stream cadence: stream=false gives the first token, then every 50, then the finish', () => {
   const s = sched();
   s.add(req('n', { maxNewTokens: 120, stream: false }));
   const rows = rowsOf(drain(s), 'n');
-  assert.deepEqual(rows.map((r) => r.completionTokens), [1, 50, 100, 120]);
-  assert.deepEqual(rows.map((r) => r.outputIds.length), [1, 49, 50, 20]);
-  assert.deepEqual(rows.map((r) => r.finishedReason), ['', '', '', 'length']);
+  assert.deepEqual(
+    rows.map((r) => r.completionTokens),
+    [1, 50, 100, 120],
+  );
+  assert.deepEqual(
+    rows.map((r) => r.outputIds.length),
+    [1, 49, 50, 20],
+  );
+  assert.deepEqual(
+    rows.map((r) => r.finishedReason),
+    ['', '', '', 'length'],
+  );
 });
 
 test('finish checks: stop token included; EOS stops; length wins over a stop token on the last allowed token', () => {
@@ -192,12 +232,21 @@ test('finish checks: stop token included; EOS stops; length wins over a stop tok
   const all = drain(s);
   const last = (rid: string): SimRow | undefined => rowsOf(all, rid).at(-1);
   assert.equal(last('stop')?.finishedReason, 'stop');
-  assert.deepEqual(rowsOf(all, 'stop').flatMap((r) => r.outputIds), [5, 6, 42]);
+  assert.deepEqual(
+    rowsOf(all, 'stop').flatMap((r) => r.outputIds),
+    [5, 6, 42],
+  );
   assert.equal(last('eos')?.finishedReason, 'stop');
-  assert.deepEqual(rowsOf(all, 'eos').flatMap((r) => r.outputIds), [5, EOS]);
+  assert.deepEqual(
+    rowsOf(all, 'eos').flatMap((r) => r.outputIds),
+    [5, EOS],
+  );
   assert.equal(last('both')?.finishedReason, 'length');
   assert.equal(last('ignore')?.finishedReason, 'length');
-  assert.deepEqual(rowsOf(all, 'ignore').flatMap((r) => r.outputIds), [EOS, 42, 5, 6]);
+  assert.deepEqual(
+    rowsOf(all, 'ignore').flatMap((r) => r.outputIds),
+    [EOS, 42, 5, 6],
+  );
   // every request appears in exactly one terminal row
   for (const rid of ['stop', 'eos', 'both', 'ignore']) {
     assert.equal(rowsOf(all, rid).filter((r) => r.finishedReason !== '').length, 1, rid);
@@ -217,7 +266,10 @@ test('min_new_tokens and ignore_eos tell the token source not to stop', () => {
   const s2 = sched();
   s2.add(req('masked', { maxNewTokens: 10, minNewTokens: 2, stopTokenIds: [42], tokens: scripted([42, 42, 42, 5]) }));
   const rows = rowsOf(drain(s2), 'masked');
-  assert.deepEqual(rows.flatMap((r) => r.outputIds), [42, 42, 42]);
+  assert.deepEqual(
+    rows.flatMap((r) => r.outputIds),
+    [42, 42, 42],
+  );
   assert.equal(rows.at(-1)?.finishedReason, 'stop');
 });
 
@@ -278,8 +330,16 @@ test('validation abort: one terminal row at admission, carrying the PREVIOUS rou
   assert.equal(first.length, 1);
   assert.deepEqual(first[0].rows, [
     {
-      rid: 'bad0', outputIds: [], finishedReason: 'abort', promptTokens: 4, completionTokens: 0, cachedTokens: 0, logprobVals: [], logprobIdx: [],
-      stopReason: null, prefillTokens: null,
+      rid: 'bad0',
+      outputIds: [],
+      finishedReason: 'abort',
+      promptTokens: 4,
+      completionTokens: 0,
+      cachedTokens: 0,
+      logprobVals: [],
+      logprobIdx: [],
+      stopReason: null,
+      prefillTokens: null,
     },
   ]);
   assert.deepEqual(first[0].tail, { numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
@@ -294,9 +354,16 @@ test('validation abort: one terminal row at admission, carrying the PREVIOUS rou
   s.add(req('bad', { validationError: 'logprobs must be nil or 0' }));
   const r2 = round(s);
   assert.equal(r2.length, 2, 'admission batch + the round batch');
-  assert.deepEqual(r2[0].rows.map((r) => [r.rid, r.finishedReason]), [['bad', 'abort']]);
+  assert.deepEqual(
+    r2[0].rows.map((r) => [r.rid, r.finishedReason]),
+    [['bad', 'abort']],
+  );
   assert.deepEqual(r2[0].tail, prevTail, 'the admission row carries the previous round tail');
-  assert.deepEqual(r2[1].tail, { numRunning: 3, numWaiting: 0, kvActivePages: 3, kvTotalPages: 100 }, 'bad is not counted');
+  assert.deepEqual(
+    r2[1].tail,
+    { numRunning: 3, numWaiting: 0, kvActivePages: 3, kvTotalPages: 100 },
+    'bad is not counted',
+  );
   assert.equal(rowsOf(drain(s), 'bad').length, 0, 'exactly one row for the rejected request');
 });
 
@@ -307,8 +374,16 @@ test('capacity rejections: empty prompt, prompt beyond the context, prompt beyon
   assert.equal(s.add(req('kv', { promptTokenIds: Array.from({ length: 48 }, () => 1), maxNewTokens: 1 })), 'rejected');
   assert.equal(s.add(req('fits', { promptTokenIds: Array.from({ length: 47 }, () => 1), maxNewTokens: 1 })), 'queued');
   const all = drain(s);
-  for (const rid of ['empty', 'long', 'kv']) assert.deepEqual(rowsOf(all, rid).map((r) => r.finishedReason), ['abort'], rid);
-  assert.deepEqual(rowsOf(all, 'fits').map((r) => r.finishedReason), ['length']);
+  for (const rid of ['empty', 'long', 'kv'])
+    assert.deepEqual(
+      rowsOf(all, rid).map((r) => r.finishedReason),
+      ['abort'],
+      rid,
+    );
+  assert.deepEqual(
+    rowsOf(all, 'fits').map((r) => r.finishedReason),
+    ['length'],
+  );
 });
 
 test('a lone request that outgrows the whole KV cache is finished by the engine with an abort row', () => {
@@ -319,7 +394,11 @@ test('a lone request that outgrows the whole KV cache is finished by the engine 
   const rows = rowsOf(all, 'big');
   assert.equal(rows.at(-1)?.finishedReason, 'abort');
   assert.equal(rows.at(-1)?.completionTokens, 47);
-  assert.equal(rows.reduce((n, r) => n + r.outputIds.length, 0), 47, 'every generated token was delivered');
+  assert.equal(
+    rows.reduce((n, r) => n + r.outputIds.length, 0),
+    47,
+    'every generated token was delivered',
+  );
   assert.equal(rows.filter((r) => r.finishedReason !== '').length, 1);
 });
 
@@ -330,7 +409,11 @@ test('KV contention: the newest request is retracted, re-admitted later, and eve
   for (const rid of ['p', 'q', 'r']) {
     const rows = rowsOf(all, rid);
     assert.equal(rows.at(-1)?.finishedReason, 'length', rid);
-    assert.equal(rows.reduce((n, r) => n + r.outputIds.length, 0), 30, rid);
+    assert.equal(
+      rows.reduce((n, r) => n + r.outputIds.length, 0),
+      30,
+      rid,
+    );
   }
   assert.ok(all.every((b) => b.tail.kvActivePages <= 4));
 });
@@ -344,8 +427,11 @@ test('SNAPSHOT TIMING (engine-wire.md 4.9): the batch carrying a terminal row st
   assert.equal(fin.length, 1);
   const terminal = fin[0].rows.find((r) => r.rid === 'last');
   assert.equal(terminal?.finishedReason, 'length');
-  assert.deepEqual(fin[0].tail, { numRunning: 2, numWaiting: 1, kvActivePages: 2, kvTotalPages: 100 },
-    'last is counted (and its 2 pages) although this very batch finishes it; num_running includes the waiting one');
+  assert.deepEqual(
+    fin[0].tail,
+    { numRunning: 2, numWaiting: 1, kvActivePages: 2, kvTotalPages: 100 },
+    'last is counted (and its 2 pages) although this very batch finishes it; num_running includes the waiting one',
+  );
   // internally the release already happened; it becomes visible in the next round's tail
   assert.equal(s.state().registered, 1);
   const next = round(s);
@@ -366,9 +452,18 @@ test('logprob columns are parallel to output_ids when requested and empty otherw
   s.add(req('nolp', { maxNewTokens: 2 }));
   const all = drain(s);
   const lp = rowsOf(all, 'lp');
-  assert.deepEqual(lp.map((r) => r.outputIds), [[11], [12]]);
-  assert.deepEqual(lp.map((r) => r.logprobIdx), [[11], [12]]);
-  assert.deepEqual(lp.map((r) => r.logprobVals), [[-0.25], [-0.25]]);
+  assert.deepEqual(
+    lp.map((r) => r.outputIds),
+    [[11], [12]],
+  );
+  assert.deepEqual(
+    lp.map((r) => r.logprobIdx),
+    [[11], [12]],
+  );
+  assert.deepEqual(
+    lp.map((r) => r.logprobVals),
+    [[-0.25], [-0.25]],
+  );
   assert.ok(rowsOf(all, 'nolp').every((r) => r.logprobVals.length === 0 && r.logprobIdx.length === 0));
 });
 
@@ -387,7 +482,13 @@ test('deterministic: two identical runs give identical batches', () => {
   const run = (): SimBatch[] => {
     const s = sched({ maxRunning: 3, kvTotalPages: 6 });
     for (let i = 0; i < 8; i++) {
-      s.add(req(`r${i}`, { maxNewTokens: 5 + i * 7, promptTokenIds: Array.from({ length: 3 + i * 5 }, () => i), stream: i % 2 === 0 }));
+      s.add(
+        req(`r${i}`, {
+          maxNewTokens: 5 + i * 7,
+          promptTokenIds: Array.from({ length: 3 + i * 5 }, () => i),
+          stream: i % 2 === 0,
+        }),
+      );
     }
     return drain(s);
   };
@@ -407,9 +508,15 @@ test('vLLM rules: EOS only when the request names it, EOS before stop ids before
   s.add(req('ign', { maxNewTokens: 5, ignoreEos: true, eosTokenIds: [EOS], tokens: scripted([EOS]) }));
   const all = drain(s);
   const last = (rid: string) => rowsOf(all, rid).at(-1);
-  assert.deepEqual(rowsOf(all, 'no-eos').flatMap((r) => r.outputIds), [5, EOS, 6]);
+  assert.deepEqual(
+    rowsOf(all, 'no-eos').flatMap((r) => r.outputIds),
+    [5, EOS, 6],
+  );
   assert.deepEqual([last('no-eos')?.finishedReason, last('no-eos')?.stopReason], ['length', null]);
-  assert.ok(noEos.asked.every((a) => !a), 'EOS would not end the request: the source may not emit it');
+  assert.ok(
+    noEos.asked.every((a) => !a),
+    'EOS would not end the request: the source may not emit it',
+  );
   assert.deepEqual([last('eos')?.finishedReason, last('eos')?.stopReason], ['stop', null]);
   assert.deepEqual([last('stop')?.finishedReason, last('stop')?.stopReason], ['stop', 42]);
   assert.deepEqual([last('ign')?.finishedReason, last('ign')?.outputIds], ['stop', [EOS]]);
@@ -429,8 +536,14 @@ test('prefillTokens marks the first row after each prefill; stopReason is also f
   const s = sched();
   s.add(req('a', { maxNewTokens: 3, stopTokenIds: [42], tokens: scripted([5, 42]) }));
   const rows = rowsOf(drain(s), 'a');
-  assert.deepEqual(rows.map((r) => r.prefillTokens), [4, null]);
-  assert.deepEqual(rows.map((r) => r.stopReason), [null, 42]);
+  assert.deepEqual(
+    rows.map((r) => r.prefillTokens),
+    [4, null],
+  );
+  assert.deepEqual(
+    rows.map((r) => r.stopReason),
+    [null, 42],
+  );
 });
 
 test('takeRejections() hands out pending rejection rows at once, with the last tail', () => {
@@ -438,7 +551,10 @@ test('takeRejections() hands out pending rejection rows at once, with the last t
   assert.equal(s.takeRejections(), null);
   s.add(req('bad', { validationError: 'no' }));
   const b = s.takeRejections();
-  assert.deepEqual(b?.rows.map((r) => [r.rid, r.finishedReason]), [['bad', 'abort']]);
+  assert.deepEqual(
+    b?.rows.map((r) => [r.rid, r.finishedReason]),
+    [['bad', 'abort']],
+  );
   assert.equal(s.hasWork(), false);
   assert.equal(s.plan().admission, null, 'not sent twice');
   s.add(req('ok'));

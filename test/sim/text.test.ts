@@ -27,9 +27,15 @@ test('Prng and seedToUint32 are deterministic and in range', () => {
   const a = new Prng(42);
   const b = new Prng(42);
   const xs = Array.from({ length: 100 }, () => a.next());
-  assert.deepEqual(xs, Array.from({ length: 100 }, () => b.next()));
+  assert.deepEqual(
+    xs,
+    Array.from({ length: 100 }, () => b.next()),
+  );
   assert.ok(xs.every((x) => x >= 0 && x < 1));
-  assert.notDeepEqual(xs, Array.from({ length: 100 }, () => new Prng(43).next()));
+  assert.notDeepEqual(
+    xs,
+    Array.from({ length: 100 }, () => new Prng(43).next()),
+  );
   assert.equal(seedToUint32(-1), 0xffffffff);
   assert.equal(seedToUint32(2n ** 40n + 5n), 5);
   assert.equal(seedToUint32(7.9), 7);
@@ -61,7 +67,8 @@ test('the generated text is readable through the real tokenizer', () => {
     const wordy = words.filter((w) => /^[A-Za-z][A-Za-z'-]*[.,;]?$/.test(w)).length;
     assert.ok(wordy / words.length > 0.9, `not mostly words: ${JSON.stringify(text)}`);
     // every sentence comes from the corpus
-    for (const s of text.split(/(?<=[.!?])\s+/)) assert.ok(DEFAULT_CORPUS.includes(s.trim()), `unknown sentence ${JSON.stringify(s)}`);
+    for (const s of text.split(/(?<=[.!?])\s+/))
+      assert.ok(DEFAULT_CORPUS.includes(s.trim()), `unknown sentence ${JSON.stringify(s)}`);
   }
 });
 

@@ -43,22 +43,41 @@ before(async () => {
 after(() => group?.close());
 
 test('spawnSimRanks refuses lockstep without vLLM or with a single rank', () => {
-  assert.throws(() => spawnSimRanks({ handshakeAddress: 'tcp://127.0.0.1:1', count: 2, lockstep: true }), /lockstep needs engine "vllm"/);
-  assert.throws(() => spawnSimRanks({ handshakeAddress: 'tcp://127.0.0.1:1', count: 1, engine: 'vllm', lockstep: true }), /count ≥ 2/);
+  assert.throws(
+    () => spawnSimRanks({ handshakeAddress: 'tcp://127.0.0.1:1', count: 2, lockstep: true }),
+    /lockstep needs engine "vllm"/,
+  );
+  assert.throws(
+    () => spawnSimRanks({ handshakeAddress: 'tcp://127.0.0.1:1', count: 1, engine: 'vllm', lockstep: true }),
+    /count ≥ 2/,
+  );
 });
 
 test('the processes register as one vLLM lockstep group', () => {
   const l = link as ZmqEngineLink;
   assert.deepEqual(
     l.engines.map((e) => [e.engineIndex, e.ready.vllmVersion, e.ready.dataParallelSize, e.ready.prefixGranularity]),
-    [[0, 'vllm-sim', 2, 16], [1, 'vllm-sim', 2, 16]],
+    [
+      [0, 'vllm-sim', 2, 16],
+      [1, 'vllm-sim', 2, 16],
+    ],
   );
 });
 
 test('a request to the parked group runs once START_DP_WAVE [1, nil] wakes it; both ranks report wave_complete 1', async () => {
   const l = link as ZmqEngineLink;
-  const req = { requestId: 'p-1', promptTokenIds: [9707, 11], sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 6, ignoreEos: true }, stream: true, returnLogprob: false };
-  await l.send(l.engines[1].identity, RequestType.ADD, encodeEngineCoreRequest(toEngineCoreRequest(req, { arrivalTime: 1 })));
+  const req = {
+    requestId: 'p-1',
+    promptTokenIds: [9707, 11],
+    sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 6, ignoreEos: true },
+    stream: true,
+    returnLogprob: false,
+  };
+  await l.send(
+    l.engines[1].identity,
+    RequestType.ADD,
+    encodeEngineCoreRequest(toEngineCoreRequest(req, { arrivalTime: 1 })),
+  );
   for (const e of l.engines) await l.send(e.identity, RequestType.START_DP_WAVE, encodeStartDpWave(1));
   const complete = new Set<number>();
   const envs = await reader.until((e) => {
@@ -69,7 +88,10 @@ test('a request to the parked group runs once START_DP_WAVE [1, nil] wakes it; b
   assert.equal(outs.flatMap((o) => o.new_token_ids).length, 6);
   assert.equal(outs.at(-1)?.finish_reason, 1);
   assert.ok(envs.filter((e) => e.wave_complete !== null).every((e) => Number(e.wave_complete) === 1));
-  assert.ok(envs.filter((e) => e.outputs.length > 0).every((e) => e.engine_index === 1), 'the holder answered');
+  assert.ok(
+    envs.filter((e) => e.outputs.length > 0).every((e) => e.engine_index === 1),
+    'the holder answered',
+  );
 });
 
 test('stop() SIGTERMs the ranks: ENGINE_CORE_DEAD, exit 0, no error logs', async () => {
@@ -78,6 +100,9 @@ test('stop() SIGTERMs the ranks: ENGINE_CORE_DEAD, exit 0, no error logs', async
   let m = await reader.message();
   while (m.kind === 'disconnect') m = await reader.message();
   assert.equal(m.kind, 'dead');
-  assert.deepEqual((await Promise.all(r.ranks.map((x) => x.exited))).map((e) => e.code), [0, 0]);
+  assert.deepEqual(
+    (await Promise.all(r.ranks.map((x) => x.exited))).map((e) => e.code),
+    [0, 0],
+  );
   assert.deepEqual(errors, []);
 });

@@ -12,7 +12,11 @@ import { Pull, Router } from 'zeromq';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { encodeHandshakeInit } from '../../src/protocols/handshake.js';
 import {
-  encodeAbortPayload, encodeEngineCoreRequest, encodeStartDpWave, resolveEosConfig, toEngineCoreRequest,
+  encodeAbortPayload,
+  encodeEngineCoreRequest,
+  encodeStartDpWave,
+  resolveEosConfig,
+  toEngineCoreRequest,
 } from '../../src/protocols/vllm/index.js';
 import type { EngineCoreOutputs, VllmEosConfig } from '../../src/protocols/vllm/index.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
@@ -34,7 +38,11 @@ let eos: VllmEosConfig;
 /** Every envelope any test read: checked for stats and wave fields at the end. */
 const seen: EngineCoreOutputs[] = [];
 
-function request(id: string, over: Partial<GenerateRequest['sampling']> = {}, extra: Partial<GenerateRequest> = {}): GenerateRequest {
+function request(
+  id: string,
+  over: Partial<GenerateRequest['sampling']> = {},
+  extra: Partial<GenerateRequest> = {},
+): GenerateRequest {
   return {
     requestId: id,
     promptTokenIds: [9707, 11, 1879],
@@ -48,7 +56,11 @@ function request(id: string, over: Partial<GenerateRequest['sampling']> = {}, ex
 /** An ADD as the gateway sends it: EOS folded into the sampling map (gateway.md 7), `current_wave` 0. */
 async function add(req: GenerateRequest): Promise<void> {
   const l = link as ZmqEngineLink;
-  await l.send(l.engines[0].identity, RequestType.ADD, encodeEngineCoreRequest(toEngineCoreRequest(req, { arrivalTime: 1_700_000_000, eos })));
+  await l.send(
+    l.engines[0].identity,
+    RequestType.ADD,
+    encodeEngineCoreRequest(toEngineCoreRequest(req, { arrivalTime: 1_700_000_000, eos })),
+  );
 }
 
 async function read(fn: (r: VllmOutputReader) => Promise<EngineCoreOutputs[]>): Promise<EngineCoreOutputs[]> {
@@ -61,7 +73,14 @@ before(async () => {
   tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   textModel = new TextModel(tokenizer);
   eos = resolveEosConfig({ tokenizerEosIds: tokenizer.eosTokenIds });
-  rank = await startLinkedRank(tokenizer, { engine: 'vllm', engineIndex: ENGINE_INDEX, maxRunning: 4, kvTotalPages: 200, maxModelLen: 4096, textModel });
+  rank = await startLinkedRank(tokenizer, {
+    engine: 'vllm',
+    engineIndex: ENGINE_INDEX,
+    maxRunning: 4,
+    kvTotalPages: 200,
+    maxModelLen: 4096,
+    textModel,
+  });
   ({ link, engine } = rank);
   reader = new VllmOutputReader(rank.link);
 });
@@ -89,9 +108,21 @@ test('an ADD is answered step by step: one token per output, prefill_stats first
   const envs = await read((r) => r.untilFinished(['v-1']));
   const outs = outputsOf(envs, 'v-1');
   assert.ok(outs.length > 1);
-  assert.ok(outs.every((o) => o.new_token_ids.length === 1), 'EngineCore reports every step');
-  assert.deepEqual(outs[0].prefill_stats && { p: outs[0].prefill_stats.num_prompt_tokens, c: outs[0].prefill_stats.num_computed_tokens }, { p: 3, c: 3 });
-  assert.ok(outs.slice(1).every((o) => o.prefill_stats === null), 'prefill_stats only on the first output after the prefill');
+  assert.ok(
+    outs.every((o) => o.new_token_ids.length === 1),
+    'EngineCore reports every step',
+  );
+  assert.deepEqual(
+    outs[0].prefill_stats && {
+      p: outs[0].prefill_stats.num_prompt_tokens,
+      c: outs[0].prefill_stats.num_computed_tokens,
+    },
+    { p: 3, c: 3 },
+  );
+  assert.ok(
+    outs.slice(1).every((o) => o.prefill_stats === null),
+    'prefill_stats only on the first output after the prefill',
+  );
   assert.ok(outs.slice(0, -1).every((o) => o.finish_reason === null));
   const last = outs.at(-1)!;
   assert.equal(last.finish_reason, 0, 'stop');
@@ -99,14 +130,20 @@ test('an ADD is answered step by step: one token per output, prefill_stats first
   assert.deepEqual(last.new_token_ids, [tokenizer.eosTokenIds[0]]);
   const terminal = envs.at(-1)!;
   assert.deepEqual(terminal.finished_requests, ['v-1']);
-  assert.equal(terminal.scheduler_stats?.num_running_reqs, 0, 'stats are made after the step: the finished request is gone');
+  assert.equal(
+    terminal.scheduler_stats?.num_running_reqs,
+    0,
+    'stats are made after the step: the finished request is gone',
+  );
   assert.equal(envs[0].scheduler_stats?.num_running_reqs, 1);
   assert.ok(envs.every((e) => e.engine_index === ENGINE_INDEX));
   const ids = outs.flatMap((o) => o.new_token_ids.map(Number));
   assert.match(tokenizer.decode(ids, { skipSpecialTokens: true }), /^[A-Z][\x20-\x7e\n]+\.$/);
 
   await add(request('v-2', { seed: 77 }));
-  const again = outputsOf(await read((r) => r.untilFinished(['v-2'])), 'v-2').flatMap((o) => o.new_token_ids.map(Number));
+  const again = outputsOf(await read((r) => r.untilFinished(['v-2'])), 'v-2').flatMap((o) =>
+    o.new_token_ids.map(Number),
+  );
   assert.deepEqual(again, ids, 'same seed, same prompt → same tokens');
 });
 
@@ -116,13 +153,20 @@ test('a stop token id finishes with stop_reason = that id; without EOS in the ma
   const refIds = ref.flatMap((o) => o.new_token_ids.map(Number));
   assert.equal(refIds.length, 30);
   assert.equal(ref.at(-1)?.finish_reason, 1, 'length');
-  assert.ok(!refIds.includes(tokenizer.eosTokenIds[0]), 'ignore_eos (EOS left out of the map): the model never emits EOS');
+  assert.ok(
+    !refIds.includes(tokenizer.eosTokenIds[0]),
+    'ignore_eos (EOS left out of the map): the model never emits EOS',
+  );
 
   const stopId = refIds[6];
   const cut = refIds.indexOf(stopId);
   await add(request('v-stop', { seed: 5, ignoreEos: true, maxNewTokens: 30, stopTokenIds: [stopId] }));
   const outs = outputsOf(await read((r) => r.untilFinished(['v-stop'])), 'v-stop');
-  assert.deepEqual(outs.flatMap((o) => o.new_token_ids.map(Number)), refIds.slice(0, cut + 1), 'the stop token is included');
+  assert.deepEqual(
+    outs.flatMap((o) => o.new_token_ids.map(Number)),
+    refIds.slice(0, cut + 1),
+    'the stop token is included',
+  );
   assert.equal(outs.at(-1)?.finish_reason, 0);
   assert.equal(outs.at(-1)?.stop_reason, stopId);
 });
@@ -142,7 +186,10 @@ test('logprobs asked: one sampled-token logprob per new token (column 0, rank 1)
 test('a request the engine cannot serve gets one terminal output with finish_reason 3 (error) and no tokens', async () => {
   await add({ ...request('v-empty'), promptTokenIds: [] });
   const [e] = await read((r) => r.untilFinished(['v-empty']));
-  assert.deepEqual(e.outputs.map((o) => [o.request_id, o.new_token_ids.length, o.finish_reason]), [['v-empty', 0, 3]]);
+  assert.deepEqual(
+    e.outputs.map((o) => [o.request_id, o.new_token_ids.length, o.finish_reason]),
+    [['v-empty', 0, 3]],
+  );
   assert.deepEqual(e.finished_requests, ['v-empty']);
   assert.notEqual(e.scheduler_stats, null);
   assert.equal((engine as SimEngineHandle).stats().rejected, 1);
@@ -154,7 +201,10 @@ test('a client ABORT is silent: no terminal output; the id is listed in finished
   await read((r) => r.until((e) => e.outputs.some((o) => o.request_id === 'v-long')));
   await l.send(l.engines[0].identity, RequestType.ABORT, encodeAbortPayload(['v-long']));
   const envs = await read((r) => r.until((e) => (e.finished_requests ?? []).includes('v-long')));
-  assert.ok(outputsOf(envs, 'v-long').every((o) => o.finish_reason === null), 'no terminal output for an aborted request');
+  assert.ok(
+    outputsOf(envs, 'v-long').every((o) => o.finish_reason === null),
+    'no terminal output for an aborted request',
+  );
   const report = envs.at(-1)!;
   assert.ok(!report.outputs.some((o) => o.request_id === 'v-long'));
   assert.equal(report.scheduler_stats?.num_running_reqs, 0, 'the aborted request is no longer counted');
@@ -171,7 +221,10 @@ test('a dense rank ignores START_DP_WAVE, and a malformed ADD is dropped without
   await l.send(l.engines[0].identity, RequestType.ADD, Uint8Array.of(0x93, 0x01, 0x02, 0x03));
   await add(request('v-ok', { maxNewTokens: 2, ignoreEos: true }));
   const envs = await read((r) => r.untilFinished(['v-ok']));
-  assert.ok(envs.every((e) => e.outputs.every((o) => o.request_id === 'v-ok')), 'nothing answered the wake or the bad ADD');
+  assert.ok(
+    envs.every((e) => e.outputs.every((o) => o.request_id === 'v-ok')),
+    'nothing answered the wake or the bad ADD',
+  );
   const now = (engine as SimEngineHandle).stats();
   assert.equal(now.wakesIgnored, before.wakesIgnored + 1);
   assert.equal(now.dropped, before.dropped + 1);
@@ -186,7 +239,10 @@ test('every envelope carried scheduler_stats and no wave field (a dense rank nev
     assert.equal(e.start_wave, null);
     assert.equal(e.utility_output, null);
   }
-  assert.ok(seen.some((e) => e.outputs.length === 0), 'a step without outputs still sent its stats');
+  assert.ok(
+    seen.some((e) => e.outputs.length === 0),
+    'a step without outputs still sent its stats',
+  );
 });
 
 test('close() pushes ENGINE_CORE_DEAD', async () => {
@@ -198,7 +254,9 @@ test('close() pushes ENGINE_CORE_DEAD', async () => {
 });
 
 /** The registration frame a vLLM sim rank with `extra` options sends, decoded generically, read by a hand-driven gateway. */
-async function rawRegistration(extra: { readyResponse?: 'long' | 'short'; lockstep?: boolean; dataParallelSize?: number; vllmVersion?: string } = {}): Promise<Record<string, unknown>> {
+async function rawRegistration(
+  extra: { readyResponse?: 'long' | 'short'; lockstep?: boolean; dataParallelSize?: number; vllmVersion?: string } = {},
+): Promise<Record<string, unknown>> {
   const d = await freshDir();
   const handshakeAddress = `tcp://127.0.0.1:${await freePort()}`;
   const inputAddress = `ipc://${d.dir}/in`;
@@ -212,8 +270,15 @@ async function rawRegistration(extra: { readyResponse?: 'long' | 'short'; lockst
     await input.bind(inputAddress);
     await output.bind(outputAddress);
     const started = runSimEngine({
-      engine: 'vllm', engineIndex: 1, handshakeAddress, timeScale: 0, textModel, vocabSize: tokenizer.vocabSize,
-      eosTokenIds: tokenizer.eosTokenIds, initTimeoutMs: 20_000, ...extra,
+      engine: 'vllm',
+      engineIndex: 1,
+      handshakeAddress,
+      timeScale: 0,
+      textModel,
+      vocabSize: tokenizer.vocabSize,
+      eosTokenIds: tokenizer.eosTokenIds,
+      initTimeoutMs: 20_000,
+      ...extra,
     });
     const [id] = await hangGuard(hs.receive(), 20_000, 'HELLO');
     await hs.send([id, encodeHandshakeInit({ inputs: [inputAddress], outputs: [outputAddress] })]);
@@ -238,21 +303,49 @@ test('the raw registration frame spells the granularity key block_size (engine-w
 });
 
 test('readyResponse short: the registration is the 3-key map of vLLM up to at least 9aaf83ef, also for a lockstep rank', async () => {
-  for (const extra of [{ readyResponse: 'short' as const }, { readyResponse: 'short' as const, lockstep: true, dataParallelSize: 2 }]) {
+  for (const extra of [
+    { readyResponse: 'short' as const },
+    { readyResponse: 'short' as const, lockstep: true, dataParallelSize: 2 },
+  ]) {
     const map = await rawRegistration(extra);
-    assert.deepEqual(map, { max_model_len: 32768, num_gpu_blocks: 4096, dp_stats_address: null }, JSON.stringify(extra));
+    assert.deepEqual(
+      map,
+      { max_model_len: 32768, num_gpu_blocks: 4096, dp_stats_address: null },
+      JSON.stringify(extra),
+    );
   }
   await assert.rejects(
-    runSimEngine({ engine: 'tokenspeed', engineIndex: 0, handshakeAddress: 'tcp://127.0.0.1:1', readyResponse: 'short', textModel, vocabSize: 1, eosTokenIds: [0] }),
+    runSimEngine({
+      engine: 'tokenspeed',
+      engineIndex: 0,
+      handshakeAddress: 'tcp://127.0.0.1:1',
+      readyResponse: 'short',
+      textModel,
+      vocabSize: 1,
+      eosTokenIds: [0],
+    }),
     /readyResponse "short" needs engine "vllm"/,
   );
 });
 
 test('vllmVersion is what the long ready response reports (vllm-sim by default); outputLayout and vllmVersion are refused for TokenSpeed', async () => {
   assert.equal((await rawRegistration()).vllm_version, 'vllm-sim');
-  assert.equal((await rawRegistration({ vllmVersion: '0.21.1.dev3+g52a31ccec' })).vllm_version, '0.21.1.dev3+g52a31ccec');
-  const ts = { engine: 'tokenspeed' as const, engineIndex: 0, handshakeAddress: 'tcp://127.0.0.1:1', textModel, vocabSize: 1, eosTokenIds: [0] };
+  assert.equal(
+    (await rawRegistration({ vllmVersion: '0.21.1.dev3+g52a31ccec' })).vllm_version,
+    '0.21.1.dev3+g52a31ccec',
+  );
+  const ts = {
+    engine: 'tokenspeed' as const,
+    engineIndex: 0,
+    handshakeAddress: 'tcp://127.0.0.1:1',
+    textModel,
+    vocabSize: 1,
+    eosTokenIds: [0],
+  };
   await assert.rejects(runSimEngine({ ...ts, outputLayout: 16 }), /outputLayout and vllmVersion need engine "vllm"/);
   await assert.rejects(runSimEngine({ ...ts, vllmVersion: 'x' }), /outputLayout and vllmVersion need engine "vllm"/);
-  await assert.rejects(runSimEngine({ ...ts, engine: 'vllm', outputLayout: 14 as 13 }), /outputLayout must be 13 or 16/);
+  await assert.rejects(
+    runSimEngine({ ...ts, engine: 'vllm', outputLayout: 14 as 13 }),
+    /outputLayout must be 13 or 16/,
+  );
 });

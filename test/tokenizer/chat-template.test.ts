@@ -38,19 +38,25 @@ describe('Qwen3 chat template', () => {
     const config = JSON.parse(readFileSync(join(GatewayTokenizer.defaultDir(), 'tokenizer_config.json'), 'utf8'));
     assert.equal(typeof config.chat_template, 'string');
     // The empty think block the template inserts when enable_thinking is false.
-    assert.ok(config.chat_template.includes("enable_thinking is defined and enable_thinking is false"));
+    assert.ok(config.chat_template.includes('enable_thinking is defined and enable_thinking is false'));
     assert.ok(config.chat_template.includes("'<think>\\n\\n</think>\\n\\n'"));
   });
 
   test('one user message', async () => {
     const tok = await qwen3();
-    assert.equal(tok.applyChatTemplate([{ role: 'user', content: 'Hi' }]), '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n');
+    assert.equal(
+      tok.applyChatTemplate([{ role: 'user', content: 'Hi' }]),
+      '<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n',
+    );
   });
 
   test('two turns with a system message, with and without the generation prompt', async () => {
     const tok = await qwen3();
     assert.equal(tok.applyChatTemplate(conversation), `${HISTORY}<|im_start|>assistant\n`);
-    assert.equal(tok.applyChatTemplate(conversation, { addGenerationPrompt: true }), `${HISTORY}<|im_start|>assistant\n`);
+    assert.equal(
+      tok.applyChatTemplate(conversation, { addGenerationPrompt: true }),
+      `${HISTORY}<|im_start|>assistant\n`,
+    );
     assert.equal(tok.applyChatTemplate(conversation, { addGenerationPrompt: false }), HISTORY);
   });
 
@@ -185,13 +191,19 @@ describe('template selection and errors (synthetic tokenizers)', () => {
     assert.match(tok.warnings.join('\n'), /without string 'name' and 'template'/);
     assert.equal(tok.hasChatTemplate, true);
     assert.equal(tok.applyChatTemplate([{ role: 'user', content: 'a' }], { tools: [{}] }), 'T');
-    assert.throws(() => tok.applyChatTemplate([{ role: 'user', content: 'a' }]), isTemplateError('missing', /none is 'default'/));
+    assert.throws(
+      () => tok.applyChatTemplate([{ role: 'user', content: 'a' }]),
+      isTemplateError('missing', /none is 'default'/),
+    );
   });
 
   test('no template anywhere is a missing error; chat_template.jinja and chat_template.json are fallbacks', async () => {
     const none = await withTemplate(undefined);
     assert.equal(none.hasChatTemplate, false);
-    assert.throws(() => none.applyChatTemplate([{ role: 'user', content: 'a' }]), isTemplateError('missing', /no chat template/));
+    assert.throws(
+      () => none.applyChatTemplate([{ role: 'user', content: 'a' }]),
+      isTemplateError('missing', /no chat template/),
+    );
 
     const jinja = await withTemplate(undefined, { 'chat_template.jinja': 'J{{ messages[0].content }}' });
     assert.equal(jinja.applyChatTemplate([{ role: 'user', content: 'a' }]), 'Ja');
@@ -202,12 +214,18 @@ describe('template selection and errors (synthetic tokenizers)', () => {
 
   test('a template that does not parse loads, then fails with kind parse', async () => {
     const tok = await withTemplate('{% if %}');
-    assert.throws(() => tok.applyChatTemplate([{ role: 'user', content: 'a' }]), isTemplateError('parse', /failed to parse/));
+    assert.throws(
+      () => tok.applyChatTemplate([{ role: 'user', content: 'a' }]),
+      isTemplateError('parse', /failed to parse/),
+    );
   });
 
   test('a runtime failure inside the template is kind render', async () => {
     const tok = await withTemplate('{{ messages[0].content.no_such_method() }}');
-    assert.throws(() => tok.applyChatTemplate([{ role: 'user', content: 'a' }]), isTemplateError('render', /rendering failed/));
+    assert.throws(
+      () => tok.applyChatTemplate([{ role: 'user', content: 'a' }]),
+      isTemplateError('render', /rendering failed/),
+    );
   });
 
   test('raise_exception is also renamed inside macros and nested expressions', async () => {
@@ -216,7 +234,10 @@ describe('template selection and errors (synthetic tokenizers)', () => {
         '{% for m in messages %}{{ check(m) }}{{ m.content }}{% endfor %}',
     );
     assert.equal(tok.applyChatTemplate([{ role: 'user', content: 'ok' }]), 'ok');
-    assert.throws(() => tok.applyChatTemplate([{ role: 'system', content: 'x' }]), isTemplateError('raised', /^bad system$/));
+    assert.throws(
+      () => tok.applyChatTemplate([{ role: 'system', content: 'x' }]),
+      isTemplateError('raised', /^bad system$/),
+    );
   });
 });
 
@@ -225,7 +246,11 @@ describe('render scopes (globals and special tokens in a parent scope made once)
   /** What the library's own `Template.render` gives for the variables the old per-render object held. */
   const libraryRender = (source: string, vars: Record<string, unknown>) => new Template(source).render(vars);
   const ours = (source: string, templateKwargs?: Record<string, unknown>, tools?: unknown[]) =>
-    ChatTemplateSet.fromSources({ config: { chat_template: source }, jinjaFile: null, jsonFile: null }, 'test', () => {}).render({
+    ChatTemplateSet.fromSources(
+      { config: { chat_template: source }, jinjaFile: null, jsonFile: null },
+      'test',
+      () => {},
+    ).render({
       messages: [{ role: 'user', content: 'hi' }],
       addGenerationPrompt: true,
       specialTokens,
@@ -233,15 +258,29 @@ describe('render scopes (globals and special tokens in a parent scope made once)
       ...(tools !== undefined ? { tools } : {}),
     });
   const cases: Array<[string, Record<string, unknown> | undefined]> = [
-    ['{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{{ eos_token }}{{ add_generation_prompt }}', undefined],
+    [
+      '{{ bos_token }}{% for m in messages %}{{ m.role }}:{{ m.content }}{% endfor %}{{ eos_token }}{{ add_generation_prompt }}',
+      undefined,
+    ],
     ['{{ bos_token }}|{{ enable_thinking }}|{{ eos_token }}', { bos_token: 'B', enable_thinking: false }],
     ['{% set bos_token = "X" %}{{ bos_token }}{{ eos_token }}{{ true }}{{ none is none }}{{ True }}', undefined],
-    ['{% for i in range(3) %}{{ i }}{% endfor %}{{ unk_token is defined }}{{ tools is defined }}', { x: [1, { y: 2 }] }],
-    ['{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}{{ x.y }}', { x: { y: 'z' } }],
+    [
+      '{% for i in range(3) %}{{ i }}{% endfor %}{{ unk_token is defined }}{{ tools is defined }}',
+      { x: [1, { y: 2 }] },
+    ],
+    [
+      '{% set ns = namespace(n=0) %}{% for m in messages %}{% set ns.n = ns.n + 1 %}{% endfor %}{{ ns.n }}{{ x.y }}',
+      { x: { y: 'z' } },
+    ],
   ];
   test('renders as the library’s Template.render with the same variables', () => {
     for (const [source, kwargs] of cases) {
-      const vars: Record<string, unknown> = { ...specialTokens, ...(kwargs ?? {}), messages: [{ role: 'user', content: 'hi' }], add_generation_prompt: true };
+      const vars: Record<string, unknown> = {
+        ...specialTokens,
+        ...(kwargs ?? {}),
+        messages: [{ role: 'user', content: 'hi' }],
+        add_generation_prompt: true,
+      };
       assert.equal(ours(source, kwargs), libraryRender(source, vars), source);
     }
     assert.equal(ours('{{ tools | length }}', undefined, [{ a: 1 }, { b: 2 }]), '2');

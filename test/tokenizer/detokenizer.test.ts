@@ -28,9 +28,18 @@ function stream(tok: GatewayTokenizer, chunks: readonly (readonly number[])[], s
 }
 
 /** Asserts streaming one token at a time and in random chunks both equal the one-shot decode. */
-function assertStreamsLikeDecode(tok: GatewayTokenizer, ids: readonly number[], seed: number, skipSpecialTokens?: boolean) {
+function assertStreamsLikeDecode(
+  tok: GatewayTokenizer,
+  ids: readonly number[],
+  seed: number,
+  skipSpecialTokens?: boolean,
+) {
   const expected = tok.decode(ids, skipSpecialTokens === undefined ? {} : { skipSpecialTokens });
-  const single = stream(tok, ids.map((id) => [id]), skipSpecialTokens);
+  const single = stream(
+    tok,
+    ids.map((id) => [id]),
+    skipSpecialTokens,
+  );
   assert.equal(single.deltas.join(''), expected, 'one token at a time');
   const random = prng(seed);
   for (let round = 0; round < 3; round++) {
@@ -135,7 +144,10 @@ describe('IncrementalDetokenizer on Qwen3 (byte-level BPE)', () => {
   test('an incomplete character cut off by the end of the stream flushes as one U+FFFD, like decode', async () => {
     const tok = await qwen3();
     const ids = byteTokens(tok, [0x61, 0xf0, 0x9f, 0xa4]); // 'a' + the first 3 bytes of 🤖
-    const { deltas } = stream(tok, ids.map((id) => [id]));
+    const { deltas } = stream(
+      tok,
+      ids.map((id) => [id]),
+    );
     assert.deepEqual(deltas, ['a', '', '', '', FFFD]);
     assert.equal(deltas.join(''), tok.decode(ids));
   });
@@ -158,11 +170,14 @@ describe('IncrementalDetokenizer on Qwen3 (byte-level BPE)', () => {
   test('special tokens are skipped by default and kept with skipSpecialTokens false', async () => {
     const tok = await qwen3();
     const ids = [...tok.encode('<think>\nhmm\n</think>\n\nHi 🤖'), 151645, 151643];
-    assert.equal(stream(tok, ids.map((id) => [id])).deltas.join(''), '<think>\nhmm\n</think>\n\nHi 🤖');
     assert.equal(
-      stream(tok, [ids], false).deltas.join(''),
-      '<think>\nhmm\n</think>\n\nHi 🤖<|im_end|><|endoftext|>',
+      stream(
+        tok,
+        ids.map((id) => [id]),
+      ).deltas.join(''),
+      '<think>\nhmm\n</think>\n\nHi 🤖',
     );
+    assert.equal(stream(tok, [ids], false).deltas.join(''), '<think>\nhmm\n</think>\n\nHi 🤖<|im_end|><|endoftext|>');
     assertStreamsLikeDecode(tok, ids, 5, false);
   });
 
@@ -170,9 +185,16 @@ describe('IncrementalDetokenizer on Qwen3 (byte-level BPE)', () => {
     const tok = await qwen3();
     const ids = byteTokens(tok, new TextEncoder().encode('🤖'));
     const withSpecial = [ids[0], ids[1], 151645, ids[2], ids[3]];
-    const skipped = stream(tok, withSpecial.map((id) => [id]));
+    const skipped = stream(
+      tok,
+      withSpecial.map((id) => [id]),
+    );
     assert.equal(skipped.deltas.join(''), '🤖');
-    const kept = stream(tok, withSpecial.map((id) => [id]), false);
+    const kept = stream(
+      tok,
+      withSpecial.map((id) => [id]),
+      false,
+    );
     assert.equal(kept.deltas.join(''), tok.decode(withSpecial, { skipSpecialTokens: false }));
     assert.equal(kept.deltas.join(''), `${FFFD}<|im_end|>${FFFD}${FFFD}`);
   });
@@ -246,7 +268,10 @@ describe('IncrementalDetokenizer on a SentencePiece byte-fallback tokenizer', ()
     const hello = tok.tokenToId('▁Hello')!;
     const world = tok.tokenToId('▁world')!;
     const ids = [1, hello, world, ...Array.from({ length: 30 }, (_, i) => (i % 2 ? world : hello))];
-    const { deltas } = stream(tok, ids.map((id) => [id]));
+    const { deltas } = stream(
+      tok,
+      ids.map((id) => [id]),
+    );
     assert.deepEqual(deltas.slice(0, 4), ['', 'Hello', ' world', ' Hello']);
     assert.equal(deltas.join(''), tok.decode(ids));
   });

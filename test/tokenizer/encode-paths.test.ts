@@ -4,21 +4,36 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { execRegexSplit, flattenSequencePreTokenizer, loopEncodeText, plainBpeCacheReads } from '../../src/tokenizer/encode-paths.js';
+import {
+  execRegexSplit,
+  flattenSequencePreTokenizer,
+  loopEncodeText,
+  plainBpeCacheReads,
+} from '../../src/tokenizer/encode-paths.js';
 import { mixedCorpus as corpus, qwen3, rawQwen3 as uncachedQwen3, type RawTokenizer } from './fixtures.js';
 
 /** Asserts that `fast` and `raw` encode every corpus text to the same ids, twice (cold and warm caches). */
 function assertSameIds(fast: RawTokenizer, raw: RawTokenizer): void {
   for (let pass = 0; pass < 2; pass++) {
     for (const text of corpus()) {
-      assert.deepEqual(fast.encode(text, { add_special_tokens: false }).ids, raw.encode(text, { add_special_tokens: false }).ids, `pass ${pass}: ${JSON.stringify(text.slice(0, 40))}`);
-      assert.deepEqual(fast.encode(text, { add_special_tokens: true }).ids, raw.encode(text, { add_special_tokens: true }).ids);
+      assert.deepEqual(
+        fast.encode(text, { add_special_tokens: false }).ids,
+        raw.encode(text, { add_special_tokens: false }).ids,
+        `pass ${pass}: ${JSON.stringify(text.slice(0, 40))}`,
+      );
+      assert.deepEqual(
+        fast.encode(text, { add_special_tokens: true }).ids,
+        raw.encode(text, { add_special_tokens: true }).ids,
+      );
     }
   }
 }
 
 /** The library objects of a GatewayTokenizer (reached into on purpose: the installs are own properties on them). */
-async function internals(): Promise<{ pre_tokenizer: { _call?: unknown; tokenizers: Array<{ pattern?: unknown }> }; model: { cache: { get: unknown } } }> {
+async function internals(): Promise<{
+  pre_tokenizer: { _call?: unknown; tokenizers: Array<{ pattern?: unknown }> };
+  model: { cache: { get: unknown } };
+}> {
   const tok = await qwen3();
   return (tok as unknown as { inner: never }).inner;
 }
@@ -60,10 +75,16 @@ describe('Split with exec', () => {
     execRegexSplit(fast);
     const raw = uncachedQwen3();
     // Swap in a pattern that matches empty strings (and astral characters) in both.
-    const steps = (t: RawTokenizer) => (t.pre_tokenizer as { tokenizers: Array<{ pattern: RegExp; pre_tokenize_text(s: string): string[] }> }).tokenizers;
+    const steps = (t: RawTokenizer) =>
+      (t.pre_tokenizer as { tokenizers: Array<{ pattern: RegExp; pre_tokenize_text(s: string): string[] }> })
+        .tokenizers;
     for (const t of [fast, raw]) steps(t)[0]!.pattern = /x*|🚀/gu;
     for (const text of ['', 'axxb', '🚀a🚀', 'a\ud800b', 'xx🚀xx']) {
-      assert.deepEqual(steps(fast)[0]!.pre_tokenize_text(text), steps(raw)[0]!.pre_tokenize_text(text), JSON.stringify(text));
+      assert.deepEqual(
+        steps(fast)[0]!.pre_tokenize_text(text),
+        steps(raw)[0]!.pre_tokenize_text(text),
+        JSON.stringify(text),
+      );
     }
   });
 
@@ -99,7 +120,8 @@ describe('encode_text in loops', () => {
     assert.equal(loopEncodeText(fast), true);
     const raw = uncachedQwen3();
     assertSameIds(fast, raw);
-    const tokensOf = (t: RawTokenizer, text: string) => (t.encode(text, { add_special_tokens: false }) as unknown as { tokens: string[] }).tokens;
+    const tokensOf = (t: RawTokenizer, text: string) =>
+      (t.encode(text, { add_special_tokens: false }) as unknown as { tokens: string[] }).tokens;
     for (const text of corpus()) assert.deepEqual(tokensOf(fast, text), tokensOf(raw, text));
   });
 
@@ -108,7 +130,8 @@ describe('encode_text in loops', () => {
     loopEncodeText(fast);
     const raw = uncachedQwen3();
     for (const t of [fast, raw]) {
-      const map = (t as unknown as { added_tokens_map: Map<string, { lstrip: boolean; rstrip: boolean }> }).added_tokens_map;
+      const map = (t as unknown as { added_tokens_map: Map<string, { lstrip: boolean; rstrip: boolean }> })
+        .added_tokens_map;
       map.get('<|im_end|>')!.lstrip = true;
       map.get('<|im_start|>')!.rstrip = true;
       map.get('<think>')!.lstrip = true;
@@ -121,7 +144,11 @@ describe('encode_text in loops', () => {
       ...corpus(),
     ];
     for (const text of texts) {
-      assert.deepEqual(fast.encode(text, { add_special_tokens: false }).ids, raw.encode(text, { add_special_tokens: false }).ids, JSON.stringify(text.slice(0, 40)));
+      assert.deepEqual(
+        fast.encode(text, { add_special_tokens: false }).ids,
+        raw.encode(text, { add_special_tokens: false }).ids,
+        JSON.stringify(text.slice(0, 40)),
+      );
     }
     assert.equal((fast as unknown as { encode_text(t: null): null }).encode_text(null), null);
   });

@@ -20,7 +20,11 @@ export function qwen3(): Promise<GatewayTokenizer> {
 }
 
 /** The part of the library's `Tokenizer` the equivalence tests use (its internals are reached by the code under test). */
-export type RawTokenizer = { encode(text: string, o: { add_special_tokens: boolean }): { ids: number[] }; pre_tokenizer: unknown; model: unknown };
+export type RawTokenizer = {
+  encode(text: string, o: { add_special_tokens: boolean }): { ids: number[] };
+  pre_tokenizer: unknown;
+  model: unknown;
+};
 
 /** A new instance of the library's own tokenizer for the Qwen3 files, as the library builds it (no fast paths). */
 export function rawQwen3(): RawTokenizer {
@@ -37,16 +41,50 @@ export function rawQwen3(): RawTokenizer {
 export function mixedCorpus(): string[] {
   const random = prng(7);
   const pieces = [
-    'Tell me about the weather and the river.', ' the', 'The', "don't", "I'll", "WE'VE", "it'S", '42', '3.14159', '1234567',
-    'naïve café', 'e\u0301', '日本語のテキスト', '中文分词', 'Привет, мир', 'مرحبا', '👩‍👩‍👧 🚀', '\t\t', '   ', '\n\n\n', '\r\n',
-    ' \r\n \n  x', 'x'.repeat(300), ' '.repeat(PRE_TOKEN_CACHE_MAX_WORD_LENGTH + 3), '<|im_start|>', '<|im_end|>', '<think>',
-    '</think>', '<tool_call>', 'function_name(arg1, arg2)', '{"a": [1, 2, 3]}', '\u00a0non-breaking', '\u{10FFFF}', '\ud800',
-    'ÀÉÎÕÜ', '...!!!??', '  trailing  ',
+    'Tell me about the weather and the river.',
+    ' the',
+    'The',
+    "don't",
+    "I'll",
+    "WE'VE",
+    "it'S",
+    '42',
+    '3.14159',
+    '1234567',
+    'naïve café',
+    'e\u0301',
+    '日本語のテキスト',
+    '中文分词',
+    'Привет, мир',
+    'مرحبا',
+    '👩‍👩‍👧 🚀',
+    '\t\t',
+    '   ',
+    '\n\n\n',
+    '\r\n',
+    ' \r\n \n  x',
+    'x'.repeat(300),
+    ' '.repeat(PRE_TOKEN_CACHE_MAX_WORD_LENGTH + 3),
+    '<|im_start|>',
+    '<|im_end|>',
+    '<think>',
+    '</think>',
+    '<tool_call>',
+    'function_name(arg1, arg2)',
+    '{"a": [1, 2, 3]}',
+    '\u00a0non-breaking',
+    '\u{10FFFF}',
+    '\ud800',
+    'ÀÉÎÕÜ',
+    '...!!!??',
+    '  trailing  ',
   ];
   const texts = [...pieces];
   for (let i = 0; i < 200; i++) {
     const n = 1 + Math.floor(random() * 8);
-    texts.push(Array.from({ length: n }, () => pieces[Math.floor(random() * pieces.length)]).join(random() < 0.5 ? ' ' : ''));
+    texts.push(
+      Array.from({ length: n }, () => pieces[Math.floor(random() * pieces.length)]).join(random() < 0.5 ? ' ' : ''),
+    );
   }
   return texts;
 }

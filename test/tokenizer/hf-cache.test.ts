@@ -26,7 +26,10 @@ before(async () => {
   await mkdir(join(repo, 'blobs'), { recursive: true });
   await mkdir(join(repo, 'refs'), { recursive: true });
   const source = GatewayTokenizer.defaultDir();
-  for (const [rev, blobs] of [[MAIN, ['tokenizer.json', 'tokenizer_config.json']], [DEV, ['tokenizer.json', 'tokenizer_config.json']]] as const) {
+  for (const [rev, blobs] of [
+    [MAIN, ['tokenizer.json', 'tokenizer_config.json']],
+    [DEV, ['tokenizer.json', 'tokenizer_config.json']],
+  ] as const) {
     const snap = join(repo, 'snapshots', rev);
     await mkdir(snap, { recursive: true });
     for (const name of blobs) {
@@ -52,13 +55,21 @@ test('the hub folder: HF_HUB_CACHE, then HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG
 
 test('ORG/NAME resolves through refs/main to its snapshot; @branch and @commit pick another', () => {
   const snapshot = (rev: string) => join(hub, 'models--Org--Tiny', 'snapshots', rev);
-  assert.deepEqual(resolveTokenizerSpec('Org/Tiny', env({ HF_HUB_CACHE: hub })), { dir: snapshot(MAIN), hfId: 'Org/Tiny', revision: 'main' });
+  assert.deepEqual(resolveTokenizerSpec('Org/Tiny', env({ HF_HUB_CACHE: hub })), {
+    dir: snapshot(MAIN),
+    hfId: 'Org/Tiny',
+    revision: 'main',
+  });
   assert.equal(resolveTokenizerSpec('Org/Tiny', env({ HF_HOME: root })).dir, snapshot(MAIN));
   assert.equal(resolveTokenizerSpec('Org/Tiny@dev', env({ HF_HUB_CACHE: hub })).dir, snapshot(DEV));
   assert.equal(resolveTokenizerSpec(`Org/Tiny@${DEV}`, env({ HF_HUB_CACHE: hub })).dir, snapshot(DEV));
   // A folder that exists is a folder, even when it could be an id.
   assert.deepEqual(resolveTokenizerSpec('hub', env({ HF_HUB_CACHE: hub })), { dir: hub, hfId: null, revision: null });
-  assert.equal(resolveTokenizerSpec('./no/such', env({ HF_HUB_CACHE: hub })).dir, join(root, 'no', 'such'), 'paths stay paths');
+  assert.equal(
+    resolveTokenizerSpec('./no/such', env({ HF_HUB_CACHE: hub })).dir,
+    join(root, 'no', 'such'),
+    'paths stay paths',
+  );
   assert.equal(looksLikeHfId('/models/x'), false);
   assert.equal(looksLikeHfId('Qwen/Qwen3-8B'), true);
 });
@@ -74,29 +85,44 @@ test('a model that is not cached is a TokenizerLoadError naming every path tried
   );
   assert.throws(
     () => resolveTokenizerSpec(`Org/Tiny@${'c'.repeat(40)}`, env({ HF_HUB_CACHE: hub })),
-    (e: unknown) => e instanceof TokenizerLoadError && e.message.includes(join(hub, 'models--Org--Tiny', 'snapshots', 'c'.repeat(40))),
+    (e: unknown) =>
+      e instanceof TokenizerLoadError &&
+      e.message.includes(join(hub, 'models--Org--Tiny', 'snapshots', 'c'.repeat(40))),
   );
 });
 
-test('startGateway --tokenizer Org/Tiny: loads the snapshot (symlinks into blobs) and serves it as model Org/Tiny', { timeout: 60_000 }, async () => {
-  const saved = process.env.HF_HUB_CACHE;
-  process.env.HF_HUB_CACHE = hub;
-  try {
-    const gateway = await startGateway({ tokenizerDir: 'Org/Tiny', port: 0, sim: 1, simArgs: ['--time-scale', '0', '--log-level', 'warn'], logger: pino({ level: 'silent' }) });
+test(
+  'startGateway --tokenizer Org/Tiny: loads the snapshot (symlinks into blobs) and serves it as model Org/Tiny',
+  { timeout: 60_000 },
+  async () => {
+    const saved = process.env.HF_HUB_CACHE;
+    process.env.HF_HUB_CACHE = hub;
     try {
-      const models = (await (await fetch(`${gateway.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
-      assert.deepEqual(models.data.map((m) => m.id), ['Org/Tiny']);
-      const res = await fetch(`${gateway.url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({ model: 'Org/Tiny', prompt: 'hello', max_tokens: 4 }),
+      const gateway = await startGateway({
+        tokenizerDir: 'Org/Tiny',
+        port: 0,
+        sim: 1,
+        simArgs: ['--time-scale', '0', '--log-level', 'warn'],
+        logger: pino({ level: 'silent' }),
       });
-      assert.equal(res.status, 200);
+      try {
+        const models = (await (await fetch(`${gateway.url}/v1/models`)).json()) as { data: Array<{ id: string }> };
+        assert.deepEqual(
+          models.data.map((m) => m.id),
+          ['Org/Tiny'],
+        );
+        const res = await fetch(`${gateway.url}/v1/completions`, {
+          method: 'POST',
+          headers: { 'content-type': 'application/json' },
+          body: JSON.stringify({ model: 'Org/Tiny', prompt: 'hello', max_tokens: 4 }),
+        });
+        assert.equal(res.status, 200);
+      } finally {
+        await gateway.close();
+      }
     } finally {
-      await gateway.close();
+      if (saved === undefined) delete process.env.HF_HUB_CACHE;
+      else process.env.HF_HUB_CACHE = saved;
     }
-  } finally {
-    if (saved === undefined) delete process.env.HF_HUB_CACHE;
-    else process.env.HF_HUB_CACHE = saved;
-  }
-});
+  },
+);

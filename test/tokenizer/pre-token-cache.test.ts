@@ -13,8 +13,15 @@ describe('byte-level pre-token cache', () => {
     const texts = corpus();
     for (let pass = 0; pass < 2; pass++) {
       for (const text of texts) {
-        assert.deepEqual(tok.encode(text), raw.encode(text, { add_special_tokens: false }).ids, `pass ${pass}: ${JSON.stringify(text.slice(0, 40))}`);
-        assert.deepEqual(tok.encode(text, { addSpecialTokens: true }), raw.encode(text, { add_special_tokens: true }).ids);
+        assert.deepEqual(
+          tok.encode(text),
+          raw.encode(text, { add_special_tokens: false }).ids,
+          `pass ${pass}: ${JSON.stringify(text.slice(0, 40))}`,
+        );
+        assert.deepEqual(
+          tok.encode(text, { addSpecialTokens: true }),
+          raw.encode(text, { add_special_tokens: true }).ids,
+        );
       }
     }
   });
@@ -24,7 +31,10 @@ describe('byte-level pre-token cache', () => {
     assert.equal(cacheByteLevelWords(cached, 3), 1);
     const raw = uncached();
     for (const text of [...corpus(), ...corpus().reverse()]) {
-      assert.deepEqual(cached.encode(text, { add_special_tokens: false }).ids, raw.encode(text, { add_special_tokens: false }).ids);
+      assert.deepEqual(
+        cached.encode(text, { add_special_tokens: false }).ids,
+        raw.encode(text, { add_special_tokens: false }).ids,
+      );
     }
   });
 
@@ -34,7 +44,12 @@ describe('byte-level pre-token cache', () => {
     // library's steps are callable objects (functions).
     const inner = (tok as unknown as { inner: { pre_tokenizer: { tokenizers?: unknown[] } } }).inner;
     const steps = inner.pre_tokenizer.tokenizers ?? [inner.pre_tokenizer];
-    const wordFed = steps.filter((s): s is { use_regex: boolean } => (typeof s === 'object' || typeof s === 'function') && s !== null && (s as { use_regex?: unknown }).use_regex === false);
+    const wordFed = steps.filter(
+      (s): s is { use_regex: boolean } =>
+        (typeof s === 'object' || typeof s === 'function') &&
+        s !== null &&
+        (s as { use_regex?: unknown }).use_regex === false,
+    );
     assert.equal(wordFed.length, 1, 'Qwen3 has one word-fed byte-level step');
     assert.ok(Object.hasOwn(wordFed[0]!, 'pre_tokenize_text'), 'its pre_tokenize_text is the cache wrapper');
   });
@@ -44,4 +59,3 @@ describe('byte-level pre-token cache', () => {
     assert.equal(cacheByteLevelWords({ pre_tokenizer: { tokenizers: [] } }), 0);
   });
 });
-

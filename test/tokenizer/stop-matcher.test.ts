@@ -10,7 +10,10 @@ function run(stops: string[], deltas: string[], includeStopStr = false) {
   for (const d of deltas) {
     const r = m.push(d);
     pieces.push(r.emit);
-    if (r.matched !== null) { matched = r.matched; break; }
+    if (r.matched !== null) {
+      matched = r.matched;
+      break;
+    }
   }
   const flushed = m.flush();
   return { pieces, text: pieces.join('') + flushed, matched, flushed };
@@ -93,7 +96,11 @@ test('any split of a text gives the same concatenated output', () => {
  * `boundary` (the text length of the first min_tokens tokens); the earliest such occurrence cuts the text (ties as this
  * matcher breaks them: the longest stop string).
  */
-function vllmMinTokensCut(text: string, stops: readonly string[], boundary: number): { text: string; matched: string | null } {
+function vllmMinTokensCut(
+  text: string,
+  stops: readonly string[],
+  boundary: number,
+): { text: string; matched: string | null } {
   let cut = -1;
   let matched: string | null = null;
   for (const s of stops) {
@@ -114,7 +121,11 @@ test('unmatchable text (min_tokens): a stop string wholly inside it is emitted a
 
 test('unmatchable text: a stop string that starts in it and ends after it matches; holdback spans the boundary', () => {
   const m = new StopStringMatcher(['world']);
-  assert.deepEqual(m.push('hello wor', { matchable: false }), { emit: 'hello ', matched: null }, '"wor" may still begin a match');
+  assert.deepEqual(
+    m.push('hello wor', { matchable: false }),
+    { emit: 'hello ', matched: null },
+    '"wor" may still begin a match',
+  );
   assert.deepEqual(m.push('ld!'), { emit: '', matched: 'world' });
   // A complete occurrence inside the unmatchable text that is also a prefix candidate is held, then released.
   const n = new StopStringMatcher(['ab', 'abc']);

@@ -12,14 +12,25 @@ import { buildTokenTextTable } from '../../src/tokenizer/token-text-table.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { Utf8StreamDecoder } from '../../src/tokenizer/utf8-stream.js';
 import { prng } from '../helpers/prng.js';
-import { byteTokenId, byteTokens, makeTempDir, qwen3, randomChunks, removeTempDirs, sentencePieceFiles } from './fixtures.js';
+import {
+  byteTokenId,
+  byteTokens,
+  makeTempDir,
+  qwen3,
+  randomChunks,
+  removeTempDirs,
+  sentencePieceFiles,
+} from './fixtures.js';
 
 after(removeTempDirs);
 
 const FFFD = '\uFFFD';
 
 /** Runs `chunks` through a detokenizer: every push's delta, then finish()'s. */
-function deltasOf(detok: { push(ids: readonly number[]): string; finish(): string }, chunks: readonly (readonly number[])[]): string[] {
+function deltasOf(
+  detok: { push(ids: readonly number[]): string; finish(): string },
+  chunks: readonly (readonly number[])[],
+): string[] {
   const out = chunks.map((c) => detok.push(c));
   out.push(detok.finish());
   return out;
@@ -99,9 +110,14 @@ describe('TableDetokenizer on Qwen3 equals IncrementalDetokenizer delta for delt
       [0xef, 0xbf, 0xbd],
       [0xef, 0xbf, 0xbd, 0xe4],
       [0x80, 0xe4],
-      [0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0x61],
+      [
+        0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf, 0xbf,
+        0xbf, 0x61,
+      ],
     ];
-    cases.forEach((bytes, i) => assertSameDeltas(tok, byteTokens(tok, bytes), 300 + i, `bytes ${bytes.map((b) => b.toString(16)).join(' ')}`));
+    cases.forEach((bytes, i) =>
+      assertSameDeltas(tok, byteTokens(tok, bytes), 300 + i, `bytes ${bytes.map((b) => b.toString(16)).join(' ')}`),
+    );
   });
 
   test('special and added tokens inside characters and between texts, skipped and kept', async () => {
@@ -118,33 +134,40 @@ describe('TableDetokenizer on Qwen3 equals IncrementalDetokenizer delta for delt
     sequences.forEach((ids, i) => assertSameDeltas(tok, ids, 400 + i, `sequence ${i}`));
   });
 
-  test('property: seeded random id sequences over the whole vocabulary, every chunking', { timeout: 120_000 }, async () => {
-    const tok = await qwen3();
-    const random = prng(20260611);
-    const addedIds = Array.from({ length: tok.vocabSize - 151643 }, (_, i) => 151643 + i);
-    const texts = SAMPLES.map((t) => tok.encode(t));
-    for (let trial = 0; trial < 300; trial++) {
-      const ids: number[] = [];
-      const length = 1 + Math.floor(random() * 70);
-      while (ids.length < length) {
-        const r = random();
-        if (r < 0.08) ids.push(addedIds[Math.floor(random() * addedIds.length)]!);
-        else if (r < 0.45) ids.push(byteTokenId(tok, 0x80 + Math.floor(random() * 0x80)));
-        else if (r < 0.55) {
-          const text = texts[Math.floor(random() * texts.length)]!;
-          const at = Math.floor(random() * text.length);
-          ids.push(...text.slice(at, at + 1 + Math.floor(random() * 8)));
-        } else ids.push(Math.floor(random() * tok.vocabSize));
+  test(
+    'property: seeded random id sequences over the whole vocabulary, every chunking',
+    { timeout: 120_000 },
+    async () => {
+      const tok = await qwen3();
+      const random = prng(20260611);
+      const addedIds = Array.from({ length: tok.vocabSize - 151643 }, (_, i) => 151643 + i);
+      const texts = SAMPLES.map((t) => tok.encode(t));
+      for (let trial = 0; trial < 300; trial++) {
+        const ids: number[] = [];
+        const length = 1 + Math.floor(random() * 70);
+        while (ids.length < length) {
+          const r = random();
+          if (r < 0.08) ids.push(addedIds[Math.floor(random() * addedIds.length)]!);
+          else if (r < 0.45) ids.push(byteTokenId(tok, 0x80 + Math.floor(random() * 0x80)));
+          else if (r < 0.55) {
+            const text = texts[Math.floor(random() * texts.length)]!;
+            const at = Math.floor(random() * text.length);
+            ids.push(...text.slice(at, at + 1 + Math.floor(random() * 8)));
+          } else ids.push(Math.floor(random() * tok.vocabSize));
+        }
+        assertSameDeltas(tok, ids, trial, `trial ${trial}`, 2);
       }
-      assertSameDeltas(tok, ids, trial, `trial ${trial}`, 2);
-    }
-  });
+    },
+  );
 
-  test('an invalid id throws the tokenizer\'s RangeError and consumes nothing of that push', async () => {
+  test("an invalid id throws the tokenizer's RangeError and consumes nothing of that push", async () => {
     const tok = await qwen3();
     const detok = createDetokenizer(tok);
     assert.equal(detok.push(tok.encode('Hello')), 'Hello');
-    assert.throws(() => detok.push([1879, 10_000_000]), { name: 'InvalidTokenIdError', message: /token id 10000000 at index 1/ });
+    assert.throws(() => detok.push([1879, 10_000_000]), {
+      name: 'InvalidTokenIdError',
+      message: /token id 10000000 at index 1/,
+    });
     assert.throws(() => detok.push([1879, 1.5]), { name: 'InvalidTokenIdError', message: /index 1/ });
     assert.throws(() => detok.push([-1]), RangeError);
     assert.throws(() => detok.push(['5' as unknown as number]), RangeError);
@@ -175,19 +198,35 @@ describe('tokenizers the table cannot express', () => {
     assert.match(buildTokenTextTable(source({})).reason ?? '', /decoder none is not ByteLevel/);
     assert.match(buildTokenTextTable(source({ decoder: { type: 'Metaspace' } })).reason ?? '', /Metaspace/);
     assert.match(
-      buildTokenTextTable(source({ decoder: { type: 'ByteLevel' }, model: { end_of_word_suffix: '</w>' } })).reason ?? '',
+      buildTokenTextTable(source({ decoder: { type: 'ByteLevel' }, model: { end_of_word_suffix: '</w>' } })).reason ??
+        '',
       /end_of_word_suffix/,
     );
-    assert.match(buildTokenTextTable(source({ decoder: { type: 'ByteLevel' } }, ['a', '\ud83d'])).reason ?? '', /token 1 has a lone UTF-16 surrogate/);
-    const ok = buildTokenTextTable(source({ decoder: { type: 'ByteLevel' }, model: { end_of_word_suffix: '' } }, ['a', '\ud83d\ude00']));
+    assert.match(
+      buildTokenTextTable(source({ decoder: { type: 'ByteLevel' } }, ['a', '\ud83d'])).reason ?? '',
+      /token 1 has a lone UTF-16 surrogate/,
+    );
+    const ok = buildTokenTextTable(
+      source({ decoder: { type: 'ByteLevel' }, model: { end_of_word_suffix: '' } }, ['a', '\ud83d\ude00']),
+    );
     assert.equal(ok.reason, null);
   });
 
   test('a vocabulary character outside the byte alphabet decodes as byte 0, like the library', async () => {
-    const vocab: Record<string, number> = { a: 0, 中: 1, 'aĠ': 2 };
+    const vocab: Record<string, number> = { a: 0, 中: 1, aĠ: 2 };
     const dir = await makeTempDir({
       'tokenizer.json': {
-        added_tokens: [{ id: 3, content: '<|end|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
+        added_tokens: [
+          {
+            id: 3,
+            content: '<|end|>',
+            single_word: false,
+            lstrip: false,
+            rstrip: false,
+            normalized: false,
+            special: true,
+          },
+        ],
         normalizer: null,
         pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
         post_processor: null,
@@ -207,7 +246,10 @@ describe('Utf8StreamDecoder', () => {
   test('equals TextDecoder (fatal false, BOM kept) over random bytes split at random points', () => {
     const random = prng(77);
     const reference = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
-    const interesting = [0x00, 0x61, 0x7f, 0x80, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xa0, 0xed, 0x9f, 0xef, 0xbb, 0xbf, 0xf0, 0x90, 0xf4, 0x8f, 0xf5, 0xff];
+    const interesting = [
+      0x00, 0x61, 0x7f, 0x80, 0xbf, 0xc0, 0xc1, 0xc2, 0xdf, 0xe0, 0xa0, 0xed, 0x9f, 0xef, 0xbb, 0xbf, 0xf0, 0x90, 0xf4,
+      0x8f, 0xf5, 0xff,
+    ];
     for (let trial = 0; trial < 2000; trial++) {
       const bytes = Uint8Array.from({ length: Math.floor(random() * 24) }, () =>
         random() < 0.6 ? interesting[Math.floor(random() * interesting.length)]! : Math.floor(random() * 256),

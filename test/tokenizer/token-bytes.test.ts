@@ -31,8 +31,26 @@ describe('GatewayTokenizer.maxTokenBytes / minTokenCount (Qwen3)', () => {
     const tok = await qwen3();
     const random = prng(20240611);
     const pieces = [
-      ' ', '    ', '\n', 'hello', ' world', '中文', '한국어', '😀', 'e\u0301', '\u1100\u1161\u11a8', 'ﬁ', '<|im_start|>',
-      '<|im_end|>', '<think>', 'Ġ', '\t', '1234567', 'a'.repeat(40), ' '.repeat(300), '\u0000',
+      ' ',
+      '    ',
+      '\n',
+      'hello',
+      ' world',
+      '中文',
+      '한국어',
+      '😀',
+      'e\u0301',
+      '\u1100\u1161\u11a8',
+      'ﬁ',
+      '<|im_start|>',
+      '<|im_end|>',
+      '<think>',
+      'Ġ',
+      '\t',
+      '1234567',
+      'a'.repeat(40),
+      ' '.repeat(300),
+      '\u0000',
     ];
     for (let i = 0; i < 300; i++) {
       let text = '';
@@ -65,7 +83,10 @@ function byteLevelJson(extra: string[] = [], patch: JsonObject = {}): JsonObject
   return {
     added_tokens: [{ id: 1000, content: '<|end|>', lstrip: false, rstrip: false, normalized: false, special: true }],
     normalizer: { type: 'NFC' },
-    pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Split', pattern: { Regex: '\\s+' }, behavior: 'Isolated' }, { type: 'ByteLevel' }] },
+    pre_tokenizer: {
+      type: 'Sequence',
+      pretokenizers: [{ type: 'Split', pattern: { Regex: '\\s+' }, behavior: 'Isolated' }, { type: 'ByteLevel' }],
+    },
     model: { type: 'BPE', vocab, merges: [] },
     ...patch,
   };
@@ -73,9 +94,15 @@ function byteLevelJson(extra: string[] = [], patch: JsonObject = {}): JsonObject
 
 describe('analyzeTokenByteBound', () => {
   test('byte-level BPE: L counts characters (one byte each), added tokens by their UTF-8 content', () => {
-    assert.deepEqual(analyzeTokenByteBound(byteLevelJson(['ĠĠĠ', 'Ã©Ã©'])), { maxTokenBytes: 7, forms: ['NFC'], reason: null });
+    assert.deepEqual(analyzeTokenByteBound(byteLevelJson(['ĠĠĠ', 'Ã©Ã©'])), {
+      maxTokenBytes: 7,
+      forms: ['NFC'],
+      reason: null,
+    });
     assert.equal(analyzeTokenByteBound(byteLevelJson(['abcdefghij'])).maxTokenBytes, 10);
-    const forms = analyzeTokenByteBound(byteLevelJson([], { normalizer: { type: 'Sequence', normalizers: [{ type: 'NFKC' }, { type: 'NFD' }] } }));
+    const forms = analyzeTokenByteBound(
+      byteLevelJson([], { normalizer: { type: 'Sequence', normalizers: [{ type: 'NFKC' }, { type: 'NFD' }] } }),
+    );
     assert.deepEqual(forms.forms, ['NFKC', 'NFD']);
     assert.equal(analyzeTokenByteBound(byteLevelJson([], { normalizer: null })).reason, null);
   });
@@ -84,7 +111,11 @@ describe('analyzeTokenByteBound', () => {
     const vocab: Record<string, number> = {};
     for (let b = 0; b < 256; b++) vocab[`<0x${b.toString(16).toUpperCase().padStart(2, '0')}>`] = b;
     vocab['▁the'] = 256; // 6 UTF-8 bytes for 4 bytes of text
-    const bound = analyzeTokenByteBound({ normalizer: null, pre_tokenizer: { type: 'Metaspace' }, model: { type: 'BPE', vocab, merges: [], byte_fallback: true } });
+    const bound = analyzeTokenByteBound({
+      normalizer: null,
+      pre_tokenizer: { type: 'Metaspace' },
+      model: { type: 'BPE', vocab, merges: [], byte_fallback: true },
+    });
     assert.equal(bound.maxTokenBytes, 6);
   });
 
@@ -92,11 +123,34 @@ describe('analyzeTokenByteBound', () => {
     const cases: Array<[string, JsonObject, RegExp]> = [
       ['WordPiece', { model: { type: 'WordPiece', vocab: { a: 0 } } }, /not BPE/],
       ['Lowercase', byteLevelJson([], { normalizer: { type: 'Lowercase' } }), /Lowercase can shrink/],
-      ['NFC then Strip', byteLevelJson([], { normalizer: { type: 'Sequence', normalizers: [{ type: 'NFC' }, { type: 'Strip' }] } }), /Strip/],
-      ['Whitespace pre-tokenizer', byteLevelJson([], { pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'ByteLevel' }] } }), /may drop text/],
-      ['Split Removed', byteLevelJson([], { pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'Split', behavior: 'Removed' }, { type: 'ByteLevel' }] } }), /Removed/],
+      [
+        'NFC then Strip',
+        byteLevelJson([], { normalizer: { type: 'Sequence', normalizers: [{ type: 'NFC' }, { type: 'Strip' }] } }),
+        /Strip/,
+      ],
+      [
+        'Whitespace pre-tokenizer',
+        byteLevelJson([], {
+          pre_tokenizer: { type: 'Sequence', pretokenizers: [{ type: 'WhitespaceSplit' }, { type: 'ByteLevel' }] },
+        }),
+        /may drop text/,
+      ],
+      [
+        'Split Removed',
+        byteLevelJson([], {
+          pre_tokenizer: {
+            type: 'Sequence',
+            pretokenizers: [{ type: 'Split', behavior: 'Removed' }, { type: 'ByteLevel' }],
+          },
+        }),
+        /Removed/,
+      ],
       ['truncation', byteLevelJson([], { truncation: { max_length: 8 } }), /truncation/],
-      ['lstrip added token', byteLevelJson([], { added_tokens: [{ id: 9, content: '<m>', lstrip: true }] }), /strips whitespace/],
+      [
+        'lstrip added token',
+        byteLevelJson([], { added_tokens: [{ id: 9, content: '<m>', lstrip: true }] }),
+        /strips whitespace/,
+      ],
       ['no byte coverage', byteLevelJson([], { pre_tokenizer: { type: 'Metaspace' } }), /does not cover every byte/],
     ];
     for (const [name, json, reason] of cases) {

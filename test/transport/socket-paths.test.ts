@@ -25,7 +25,9 @@ async function leaveStaleSocket(path: string): Promise<void> {
 }
 
 /** The worker `ipc://DIR/w` with stale sockets (nobody listening) left at both of its derived paths. */
-async function workerWithStaleSockets(dir: string): Promise<{ ep: ReturnType<typeof deriveEndpoints>; inPath: string; outPath: string }> {
+async function workerWithStaleSockets(
+  dir: string,
+): Promise<{ ep: ReturnType<typeof deriveEndpoints>; inPath: string; outPath: string }> {
   const ep = deriveEndpoints(`ipc://${join(dir, 'w')}`);
   const inPath = join(dir, 'w-in.sock');
   const outPath = join(dir, 'w-out.sock');
@@ -89,7 +91,10 @@ test('a regular file, a directory or a symlink at a socket path is refused and l
     const outPath = join(dir, 'w-out.sock');
 
     await writeFile(inPath, 'precious');
-    await assert.rejects(prepareSocketPaths(ep), (e: unknown) => e instanceof ConfigError && e.message.includes(inPath) && /regular file/.test(e.message));
+    await assert.rejects(
+      prepareSocketPaths(ep),
+      (e: unknown) => e instanceof ConfigError && e.message.includes(inPath) && /regular file/.test(e.message),
+    );
     assert.ok((await lstat(inPath)).isFile(), 'the file is still there');
 
     await rename(inPath, join(dir, 'elsewhere'));
@@ -124,30 +129,37 @@ test('a socket "directory" that is a regular file is refused', async () => {
   const { dir, cleanup } = await freshDir();
   try {
     await writeFile(join(dir, 'f'), '');
-    await assert.rejects(prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'f', 'w')}`)), /regular file, not a directory|ENOTDIR/);
+    await assert.rejects(
+      prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'f', 'w')}`)),
+      /regular file, not a directory|ENOTDIR/,
+    );
   } finally {
     await cleanup();
   }
 });
 
-test('a socket directory owned by another uid is refused, permissions untouched', { skip: !isRoot && 'needs root to chown' }, async () => {
-  const { dir, cleanup } = await freshDir();
-  try {
-    const foreign = join(dir, 'foreign');
-    await mkdir(foreign, { mode: 0o777 });
-    await chmod(foreign, 0o777);
-    await chown(foreign, 65534, 65534);
-    await assert.rejects(
-      prepareSocketPaths(deriveEndpoints(`ipc://${join(foreign, 'w')}`)),
-      (e: unknown) => e instanceof ConfigError && /owned by uid 65534/.test(e.message),
-    );
-    const s = await stat(foreign);
-    assert.equal(s.uid, 65534);
-    assert.equal(s.mode & 0o777, 0o777);
-  } finally {
-    await cleanup();
-  }
-});
+test(
+  'a socket directory owned by another uid is refused, permissions untouched',
+  { skip: !isRoot && 'needs root to chown' },
+  async () => {
+    const { dir, cleanup } = await freshDir();
+    try {
+      const foreign = join(dir, 'foreign');
+      await mkdir(foreign, { mode: 0o777 });
+      await chmod(foreign, 0o777);
+      await chown(foreign, 65534, 65534);
+      await assert.rejects(
+        prepareSocketPaths(deriveEndpoints(`ipc://${join(foreign, 'w')}`)),
+        (e: unknown) => e instanceof ConfigError && /owned by uid 65534/.test(e.message),
+      );
+      const s = await stat(foreign);
+      assert.equal(s.uid, 65534);
+      assert.equal(s.mode & 0o777, 0o777);
+    } finally {
+      await cleanup();
+    }
+  },
+);
 
 test('a pino logger is accepted as the transport logger (stale-socket warning as JSON)', async () => {
   const { dir, cleanup } = await freshDir();
@@ -162,7 +174,9 @@ test('a pino logger is accepted as the transport logger (stale-socket warning as
     const logger = pino({ level: 'info' }, sink);
     await leaveStaleSocket(join(dir, 'w-in.sock'));
     await prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'w')}`), logger);
-    const warn = lines.map((l) => JSON.parse(l) as { level: number; msg: string; path: string }).find((l) => l.level === 40);
+    const warn = lines
+      .map((l) => JSON.parse(l) as { level: number; msg: string; path: string })
+      .find((l) => l.level === 40);
     assert.ok(warn, lines.join(''));
     assert.match(warn.msg, /stale ipc socket/);
     assert.equal(warn.path, join(dir, 'w-in.sock'));
@@ -179,7 +193,10 @@ test('a socket someone still accepts connections on is refused and left in place
   try {
     await assert.rejects(
       prepareSocketPaths(deriveEndpoints(`ipc://${join(dir, 'w')}`)),
-      (e: unknown) => e instanceof ConfigError && e.message.includes(inPath) && /in use: a live process accepts connections on it/.test(e.message),
+      (e: unknown) =>
+        e instanceof ConfigError &&
+        e.message.includes(inPath) &&
+        /in use: a live process accepts connections on it/.test(e.message),
     );
     assert.ok((await lstat(inPath)).isSocket(), 'the live socket file is still there');
   } finally {
@@ -191,7 +208,12 @@ test('a socket someone still accepts connections on is refused and left in place
 test('a socket directory writable by group or others is refused with the fix (chmod 700), its mode untouched', async () => {
   const { dir, cleanup } = await freshDir();
   try {
-    for (const [mode, who] of [[0o777, 'its group and others'], [0o775, 'its group'], [0o1777, 'its group and others'], [0o757, 'others']] as const) {
+    for (const [mode, who] of [
+      [0o777, 'its group and others'],
+      [0o775, 'its group'],
+      [0o1777, 'its group and others'],
+      [0o757, 'others'],
+    ] as const) {
       const sockDir = join(dir, `m${mode.toString(8)}`);
       await mkdir(sockDir);
       await chmod(sockDir, mode);
@@ -213,7 +235,10 @@ test('removeOwnSocketFiles removes the bound files, but not one replaced since (
   try {
     const { ep, inPath, outPath } = await workerWithStaleSockets(dir);
     const files = recordSocketFiles(ep);
-    assert.deepEqual(files.map((f) => f.path), [inPath, outPath]);
+    assert.deepEqual(
+      files.map((f) => f.path),
+      [inPath, outPath],
+    );
     await rename(outPath, join(dir, 'moved'));
     await leaveStaleSocket(outPath); // a newer owner's file at the same path
     const log = recordingLogger();
@@ -240,9 +265,15 @@ test('a socket directory below a regular file is a ConfigError naming the path (
   }
 });
 
-test('a socket directory that cannot be created (under /proc) is a ConfigError, and returns (Node 20 recursive mkdir never does)', { skip: process.platform !== 'linux' && 'needs /proc', timeout: 10_000 }, async () => {
-  await assert.rejects(
-    prepareSocketPaths(deriveEndpoints('ipc:///proc/model-gateway-nope/sub/w')),
-    (e: unknown) => e instanceof ConfigError && /cannot create the ipc socket directory \/proc\/model-gateway-nope \(ENOENT\)/.test(e.message),
-  );
-});
+test(
+  'a socket directory that cannot be created (under /proc) is a ConfigError, and returns (Node 20 recursive mkdir never does)',
+  { skip: process.platform !== 'linux' && 'needs /proc', timeout: 10_000 },
+  async () => {
+    await assert.rejects(
+      prepareSocketPaths(deriveEndpoints('ipc:///proc/model-gateway-nope/sub/w')),
+      (e: unknown) =>
+        e instanceof ConfigError &&
+        /cannot create the ipc socket directory \/proc\/model-gateway-nope \(ENOENT\)/.test(e.message),
+    );
+  },
+);

@@ -51,14 +51,29 @@ async function bindLink(dpSize: number, extra: Partial<ZmqLinkOptions> = {}) {
   return { endpoints, link };
 }
 
-async function dial(handshakeAddress: string, engineIndex: number, extra: Partial<Parameters<typeof EngineDialer.connect>[0]> = {}) {
-  const dialer = await EngineDialer.connect({ handshakeAddress, engineIndex, readyResponse: readyFor(engineIndex), initTimeoutMs: 5000, ...extra });
+async function dial(
+  handshakeAddress: string,
+  engineIndex: number,
+  extra: Partial<Parameters<typeof EngineDialer.connect>[0]> = {},
+) {
+  const dialer = await EngineDialer.connect({
+    handshakeAddress,
+    engineIndex,
+    readyResponse: readyFor(engineIndex),
+    initTimeoutMs: 5000,
+    ...extra,
+  });
   cleanups.push(() => dialer.close());
   return dialer;
 }
 
 /** A bound link with `indices` dialled concurrently and all of them joined. */
-async function connected(indices: number[], extra: Partial<ZmqLinkOptions> = {}, dialExtra = {}, dpSize = indices.length) {
+async function connected(
+  indices: number[],
+  extra: Partial<ZmqLinkOptions> = {},
+  dialExtra = {},
+  dpSize = indices.length,
+) {
   const { endpoints, link } = await bindLink(dpSize, extra);
   const dialers = await Promise.all(indices.map((i) => dial(endpoints.handshake, i, dialExtra)));
   await hangGuard(link.whenJoined(indices.length), GUARD_MS, 'joins');
@@ -99,10 +114,13 @@ describe('handshake service', () => {
   test('ranks registering with the short ready response (issue #14): decoded, and the form is in the registration log', async () => {
     const log = recordingLogger();
     const { link } = await connected([0, 1], { logger: log }, { readyForm: 'short', granularityKey: 'block_size' });
-    assert.deepEqual(link.engines.map((e) => [e.ready.form, e.ready.maxModelLen, e.ready.numGpuBlocks, e.ready.dataParallelSize]), [
-      ['short', 32768, 1000, null],
-      ['short', 32769, 1000, null],
-    ]);
+    assert.deepEqual(
+      link.engines.map((e) => [e.ready.form, e.ready.maxModelLen, e.ready.numGpuBlocks, e.ready.dataParallelSize]),
+      [
+        ['short', 32768, 1000, null],
+        ['short', 32769, 1000, null],
+      ],
+    );
     const registered = log.records.filter((r) => r.msg.includes('registered on the input socket'));
     assert.deepEqual(registered.map((r) => r.obj.readyForm).sort(), ['short', 'short']);
   });
@@ -110,10 +128,22 @@ describe('handshake service', () => {
   test('3 ranks in scrambled order join sorted with their own ready responses; the handshake ROUTER stays bound', async () => {
     const log = recordingLogger();
     const { endpoints, link, dialers } = await connected([2, 0, 1], { logger: log });
-    assert.deepEqual(link.engines.map((e) => e.engineIndex), [0, 1, 2]);
-    assert.deepEqual(link.engines.map((e) => Buffer.from(e.identity).toString('hex')), ['0000', '0100', '0200']);
-    assert.deepEqual(link.engines.map((e) => e.ready.maxModelLen), [32768, 32769, 32770]);
-    assert.deepEqual(dialers.map((d) => [d.inputAddress, d.outputAddress]), [0, 1, 2].map(() => [endpoints.input, endpoints.output]));
+    assert.deepEqual(
+      link.engines.map((e) => e.engineIndex),
+      [0, 1, 2],
+    );
+    assert.deepEqual(
+      link.engines.map((e) => Buffer.from(e.identity).toString('hex')),
+      ['0000', '0100', '0200'],
+    );
+    assert.deepEqual(
+      link.engines.map((e) => e.ready.maxModelLen),
+      [32768, 32769, 32770],
+    );
+    assert.deepEqual(
+      dialers.map((d) => [d.inputAddress, d.outputAddress]),
+      [0, 1, 2].map(() => [endpoints.input, endpoints.output]),
+    );
     assert.equal(log.records.filter((r) => r.msg.includes('HELLO received')).length, 3);
     const port = Number(endpoints.handshake.split(':').pop());
     const reachable = await new Promise<boolean>((resolve) => {
@@ -129,7 +159,10 @@ describe('handshake service', () => {
 
   test('identities sort by bytes, not by index: 257 (01 01) before 2 (02 00)', async () => {
     const { link } = await connected([2, 257], {}, {}, 258);
-    assert.deepEqual(link.engines.map((e) => e.engineIndex), [257, 2]);
+    assert.deepEqual(
+      link.engines.map((e) => e.engineIndex),
+      [257, 2],
+    );
   });
 
   test('READY and registration of one rank may arrive before another rank says HELLO', async () => {
@@ -138,7 +171,10 @@ describe('handshake service', () => {
     await hangGuard(link.whenJoined(1), GUARD_MS, 'rank 0');
     await dial(endpoints.handshake, 1);
     await hangGuard(link.whenJoined(2), GUARD_MS, 'rank 1');
-    assert.deepEqual(link.engines.map((e) => e.engineIndex), [0, 1]);
+    assert.deepEqual(
+      link.engines.map((e) => e.engineIndex),
+      [0, 1],
+    );
   });
 
   test('malformed, out-of-order and out-of-range messages are logged, counted and ignored; a real rank joins afterwards', async () => {
@@ -150,22 +186,40 @@ describe('handshake service', () => {
     await rawAt(hs, id(1)).send(encode({ status: 'GOODBYE', local: true, headless: true, parallel_config_hash: null }));
     await rawAt(hs, id(2)).send([HELLO, Uint8Array.of(0)]); // multi-frame
     await rawAt(hs, id(3)).send(READY); // READY before HELLO
-    await rawAt(hs, Uint8Array.from({ length: 13 }, (_, i) => i + 1)).send(HELLO); // 13-byte identity
+    await rawAt(
+      hs,
+      Uint8Array.from({ length: 13 }, (_, i) => i + 1),
+    ).send(HELLO); // 13-byte identity
     await rawAt(hs, id(4)).send(HELLO); // index ≥ dpSize
     await rawAt(hs, id(9)).send(HELLO);
     await rawAt(endpoints.input, id(1)).send(encodeReadyResponse(readyFor(1))); // registration nobody expects
-    const expected = { undecodable: 2, 'frame-count': 1, 'unexpected-ready': 1, 'bad-identity': 1, 'index-out-of-range': 2, 'unexpected-registration': 1 };
+    const expected = {
+      undecodable: 2,
+      'frame-count': 1,
+      'unexpected-ready': 1,
+      'bad-identity': 1,
+      'index-out-of-range': 2,
+      'unexpected-registration': 1,
+    };
     await until(() => Object.values(link.handshakeRejected).reduce((a, b) => a + b, 0) === 8, 'all 8 counted');
     assert.deepEqual({ ...link.handshakeRejected }, expected);
     const lines = log.records.filter((r) => r.level === 'warn' && /ignored/.test(r.msg));
     assert.equal(lines.length, 8);
-    assert.ok(lines.some((r) => /identity 0102030405060708090a0b0c0d \(no engine index\).*routing identity is 13 bytes/.test(r.msg)), 'names the peer and the problem');
+    assert.ok(
+      lines.some((r) =>
+        /identity 0102030405060708090a0b0c0d \(no engine index\).*routing identity is 13 bytes/.test(r.msg),
+      ),
+      'names the peer and the problem',
+    );
     assert.ok(lines.some((r) => /engine 9 \(identity 0900\).*engine index 9 is outside 0\.\.3/.test(r.msg)));
     assert.equal(link.engines.length, 0, 'nothing took a slot');
     const dialers = await Promise.all([dial(hs, 0), dial(hs, 1)]);
     await hangGuard(link.whenJoined(2), GUARD_MS, 'real ranks join');
     assert.equal(dialers.length, 2);
-    assert.deepEqual(link.engines.map((e) => e.engineIndex), [0, 1]);
+    assert.deepEqual(
+      link.engines.map((e) => e.engineIndex),
+      [0, 1],
+    );
   });
 
   test('a duplicate READY and empty / undecodable ready responses are refused; the rank can still finish', async () => {
@@ -179,14 +233,17 @@ describe('handshake service', () => {
     await reg.send(new Uint8Array(0));
     await reg.send(encode({ num_gpu_blocks: 1, dtype: 'bfloat16' })); // no max_model_len: not even the short form
     await until(() => Object.keys(link.handshakeRejected).length === 3, 'three refusals');
-    assert.deepEqual({ ...link.handshakeRejected }, { 'unexpected-ready': 1, 'empty-ready-response': 1, 'undecodable-ready-response': 1 });
+    assert.deepEqual(
+      { ...link.handshakeRejected },
+      { 'unexpected-ready': 1, 'empty-ready-response': 1, 'undecodable-ready-response': 1 },
+    );
     assert.equal(link.engines.length, 0);
     await reg.send(encodeReadyResponse(readyFor(0)));
     await hangGuard(link.whenJoined(1), GUARD_MS, 'join');
     assert.equal(link.engines[0]!.ready.instanceId, 'rank-0');
   });
 
-  test('each stage of a rank\'s handshake is bounded: a rank that never finishes goes back to not joined and may dial again', async () => {
+  test("each stage of a rank's handshake is bounded: a rank that never finishes goes back to not joined and may dial again", async () => {
     const log = recordingLogger();
     const { endpoints, link } = await bindLink(1, { handshakeReceiveTimeoutMs: 100, logger: log });
     const d = rawAt(endpoints.handshake, id(0));
@@ -199,7 +256,7 @@ describe('handshake service', () => {
     await hangGuard(link.whenJoined(1), GUARD_MS, 'join on the second attempt');
   });
 
-  test('a HELLO again mid-handshake restarts that rank\'s handshake (a rank restarting while loading)', async () => {
+  test("a HELLO again mid-handshake restarts that rank's handshake (a rank restarting while loading)", async () => {
     const { endpoints, link } = await bindLink(1);
     const first = rawAt(endpoints.handshake, id(0));
     await first.send(HELLO);
@@ -230,27 +287,47 @@ describe('handshake service', () => {
     await assert.rejects(ZmqEngineLink.bind({ endpoints, dpSize: 0 }), ConfigError);
     await assert.rejects(ZmqEngineLink.bind({ endpoints, dpSize: 1.5 }), /dpSize must be an integer/);
     await assert.rejects(ZmqEngineLink.bind({ endpoints, dpSize: 1, sendTimeoutMs: 0 }), /sendTimeoutMs/);
-    await assert.rejects(ZmqEngineLink.bind({ endpoints, dpSize: 1, maxMessageBytes: { output: 0 } }), /maxMessageBytes\.output/);
+    await assert.rejects(
+      ZmqEngineLink.bind({ endpoints, dpSize: 1, maxMessageBytes: { output: 0 } }),
+      /maxMessageBytes\.output/,
+    );
     const port = Number(endpoints.handshake.split(':').pop());
     const blocker = createServer();
     await new Promise<void>((resolve) => blocker.listen(port, '127.0.0.1', resolve));
     try {
       await assert.rejects(
         ZmqEngineLink.bind({ endpoints, dpSize: 1 }),
-        (e: unknown) => e instanceof TransportError && e.code === 'EADDRINUSE' && e.message.includes(`handshake ROUTER socket at ${endpoints.handshake}`),
+        (e: unknown) =>
+          e instanceof TransportError &&
+          e.code === 'EADDRINUSE' &&
+          e.message.includes(`handshake ROUTER socket at ${endpoints.handshake}`),
       );
     } finally {
       await new Promise<void>((resolve) => blocker.close(() => resolve()));
     }
-    await assert.rejects(lstat(endpoints.input.slice('ipc://'.length)), { code: 'ENOENT' }, 'the failed bind removed its socket files');
+    await assert.rejects(
+      lstat(endpoints.input.slice('ipc://'.length)),
+      { code: 'ENOENT' },
+      'the failed bind removed its socket files',
+    );
     const first = await ZmqEngineLink.bind({ endpoints, dpSize: 1 });
     try {
-      await assert.rejects(ZmqEngineLink.bind({ endpoints, dpSize: 1 }), (e: unknown) => e instanceof ConfigError && /in use: a live process accepts connections/.test(e.message));
-      assert.ok((await lstat(endpoints.input.slice('ipc://'.length))).isSocket(), "the live link's socket file is left alone");
+      await assert.rejects(
+        ZmqEngineLink.bind({ endpoints, dpSize: 1 }),
+        (e: unknown) => e instanceof ConfigError && /in use: a live process accepts connections/.test(e.message),
+      );
+      assert.ok(
+        (await lstat(endpoints.input.slice('ipc://'.length))).isSocket(),
+        "the live link's socket file is left alone",
+      );
     } finally {
       await first.close();
     }
-    await assert.rejects(lstat(endpoints.output.slice('ipc://'.length)), { code: 'ENOENT' }, 'close() removed its socket files');
+    await assert.rejects(
+      lstat(endpoints.output.slice('ipc://'.length)),
+      { code: 'ENOENT' },
+      'close() removed its socket files',
+    );
   });
 });
 
@@ -261,10 +338,15 @@ describe('data path', () => {
     const n = 50;
     const sends: Promise<void>[] = [];
     for (let i = 0; i < n; i++) {
-      sends.push(link.send(id(i % 2), i % 3 === 0 ? RequestType.ABORT : RequestType.ADD, Uint8Array.of(0xcd, i >> 8, i & 0xff)));
+      sends.push(
+        link.send(id(i % 2), i % 3 === 0 ? RequestType.ABORT : RequestType.ADD, Uint8Array.of(0xcd, i >> 8, i & 0xff)),
+      );
     }
     await hangGuard(Promise.all(sends), GUARD_MS, 'sends');
-    for (const [rank, dialer] of [[0, d0], [1, d1]] as const) {
+    for (const [rank, dialer] of [
+      [0, d0],
+      [1, d1],
+    ] as const) {
       const it = dialer!.requests()[Symbol.asyncIterator]();
       for (let i = rank; i < n; i += 2) {
         const r = await hangGuard(it.next(), GUARD_MS, `request ${i}`);
@@ -315,8 +397,18 @@ describe('data path', () => {
     const out = link.outputs()[Symbol.asyncIterator]();
     await dialers[1]!.close();
     const got = await take(out, 2);
-    assert.deepEqual(got.map((m) => (m.kind === 'disconnect' ? m.address : m.kind)).sort(), [endpoints.input, endpoints.output].sort());
-    const e = await hangGuard(link.send(id(1), RequestType.ADD, Uint8Array.of(0xc0)).then(() => null, (err: unknown) => err), GUARD_MS, 'send');
+    assert.deepEqual(
+      got.map((m) => (m.kind === 'disconnect' ? m.address : m.kind)).sort(),
+      [endpoints.input, endpoints.output].sort(),
+    );
+    const e = await hangGuard(
+      link.send(id(1), RequestType.ADD, Uint8Array.of(0xc0)).then(
+        () => null,
+        (err: unknown) => err,
+      ),
+      GUARD_MS,
+      'send',
+    );
     assert.ok(e instanceof TransportError && !(e instanceof SendTimeoutError), String(e));
     assert.equal(e.code, 'EHOSTUNREACH');
     assert.match(e.message, /engine 1 \(identity 0100\)/);
@@ -325,7 +417,7 @@ describe('data path', () => {
     assert.equal(r.value?.type, RequestType.ADD);
   });
 
-  test('a peer presenting a live rank\'s identity on the input socket gets nothing; the registered rank keeps it (no handover, issue 26)', async () => {
+  test("a peer presenting a live rank's identity on the input socket gets nothing; the registered rank keeps it (no handover, issue 26)", async () => {
     const { endpoints, link, dialers } = await connected([0]);
     const out = link.outputs()[Symbol.asyncIterator]();
     // A second connection with identity 0 that never did a handshake (a thief, or a stray process).
@@ -342,16 +434,27 @@ describe('data path', () => {
     void out;
   });
 
-  test('a peer that says READY for a free index and never registers cannot hold handover on to steal a live rank\'s identity (issue 26 break pass)', async () => {
+  test("a peer that says READY for a free index and never registers cannot hold handover on to steal a live rank's identity (issue 26 break pass)", async () => {
     const log = recordingLogger();
-    const { endpoints, link, dialers } = await connected([0], { logger: log, handover: { registrationWindowMs: 100, cooldownMs: 60_000 } }, {}, 2);
+    const { endpoints, link, dialers } = await connected(
+      [0],
+      { logger: log, handover: { registrationWindowMs: 100, cooldownMs: 60_000 } },
+      {},
+      2,
+    );
     // The rogue: HELLO and READY for free index 1 (INIT comes back), then silence on the input socket.
     const rogue = rawAt(endpoints.handshake, id(1));
     await rogue.send(HELLO);
     await hangGuard(rogue.receive(), GUARD_MS, 'INIT to the rogue');
     await rogue.send(READY);
     await until(() => link.handoverCooldowns === 1, 'the registration window expires and handover goes off');
-    assert.ok(log.records.some((r) => r.level === 'warn' && /said READY but did not register within 100 ms; identity handover .* is off/.test(r.msg)));
+    assert.ok(
+      log.records.some(
+        (r) =>
+          r.level === 'warn' &&
+          /said READY but did not register within 100 ms; identity handover .* is off/.test(r.msg),
+      ),
+    );
     // It tries again at once: handover stays off, so a thief presenting live rank 0's identity gets nothing.
     await rogue.send(HELLO);
     await hangGuard(rogue.receive(), GUARD_MS, 'INIT to the rogue, again');
@@ -374,10 +477,14 @@ describe('data path', () => {
 
   test('a SIGKILLed engine process is reported as disconnect on the output PULL (no sentinel, no receive error)', async () => {
     const { endpoints, link } = await bindLink(1);
-    const child = spawn(process.execPath, [...nodeEntry(new URL('./fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '0'], {
-      cwd: repoRootDir,
-      stdio: ['ignore', 'pipe', 'inherit'],
-    });
+    const child = spawn(
+      process.execPath,
+      [...nodeEntry(new URL('./fixtures/dial-child.ts', import.meta.url)), endpoints.handshake, '0'],
+      {
+        cwd: repoRootDir,
+        stdio: ['ignore', 'pipe', 'inherit'],
+      },
+    );
     cleanups.push(() => {
       if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL');
     });
@@ -389,22 +496,38 @@ describe('data path', () => {
     child.kill('SIGKILL');
     await exited;
     const got = await take(out, 2);
-    assert.deepEqual(got.map((m) => m.kind), ['disconnect', 'disconnect']);
+    assert.deepEqual(
+      got.map((m) => m.kind),
+      ['disconnect', 'disconnect'],
+    );
     assert.ok(got.some((m) => m.kind === 'disconnect' && m.address === endpoints.output));
   });
 
   test('a rank that stops reading: its sends wait at the high-water mark, then SendTimeoutError; sends queued behind fail with it', async () => {
-    const { link } = await connected([0], { sendTimeoutMs: 150, sendHighWaterMark: 1 }, { inputReceiveHighWaterMark: 1 });
+    const { link } = await connected(
+      [0],
+      { sendTimeoutMs: 150, sendHighWaterMark: 1 },
+      { inputReceiveHighWaterMark: 1 },
+    );
     const payload = new Uint8Array(64 * 1024);
     let error: unknown = null;
     let delivered = 0;
     let queued: Promise<unknown> | null = null;
     for (; delivered < 5000 && error === null; delivered++) {
-      const p = link.send(id(0), RequestType.ADD, payload).then(() => null, (e: unknown) => e);
-      queued = link.send(id(0), RequestType.ABORT, payload).then(() => null, (e: unknown) => e);
+      const p = link.send(id(0), RequestType.ADD, payload).then(
+        () => null,
+        (e: unknown) => e,
+      );
+      queued = link.send(id(0), RequestType.ABORT, payload).then(
+        () => null,
+        (e: unknown) => e,
+      );
       error = await hangGuard(p, GUARD_MS, 'send');
     }
-    assert.ok(error instanceof SendTimeoutError, `expected SendTimeoutError, got ${String(error)} after ${delivered} sends`);
+    assert.ok(
+      error instanceof SendTimeoutError,
+      `expected SendTimeoutError, got ${String(error)} after ${delivered} sends`,
+    );
     assert.equal(error.timeoutMs, 150);
     assert.match(error.message, /send to engine 0 \(identity 0000\) .*within 150 ms/);
     const behind = await hangGuard(queued!, GUARD_MS, 'the queued send');
@@ -415,14 +538,21 @@ describe('data path', () => {
     await closing;
   });
 
-  test('a rank at its high-water mark does not hold up another rank\'s sends (per-rank queues)', async () => {
-    const { link, dialers } = await connected([0, 1], { sendTimeoutMs: 5000, sendHighWaterMark: 1 }, { inputReceiveHighWaterMark: 1 });
+  test("a rank at its high-water mark does not hold up another rank's sends (per-rank queues)", async () => {
+    const { link, dialers } = await connected(
+      [0, 1],
+      { sendTimeoutMs: 5000, sendHighWaterMark: 1 },
+      { inputReceiveHighWaterMark: 1 },
+    );
     const big = new Uint8Array(64 * 1024);
     // Fill rank 0 (it never reads) until a send stays pending, then send to rank 1 behind it.
     let stuck: Promise<void> | null = null;
     for (let i = 0; i < 5000 && stuck === null; i++) {
       const p = link.send(id(0), RequestType.ADD, big);
-      const settled = await Promise.race([p.then(() => true), new Promise<false>((r) => setTimeout(() => r(false), 100))]);
+      const settled = await Promise.race([
+        p.then(() => true),
+        new Promise<false>((r) => setTimeout(() => r(false), 100)),
+      ]);
       if (!settled) stuck = p;
     }
     assert.ok(stuck !== null, 'rank 0 reached its high-water mark');
@@ -430,7 +560,8 @@ describe('data path', () => {
     const ok = [0, 1, 2].map((i) => link.send(id(1), RequestType.ADD, Uint8Array.of(0xc0 + i)));
     await hangGuard(Promise.all(ok), GUARD_MS, "rank 1's sends while rank 0 is stuck");
     const it = dialers[1]!.requests()[Symbol.asyncIterator]();
-    for (let i = 0; i < 3; i++) assert.deepEqual([...(await hangGuard(it.next(), GUARD_MS, 'rank 1 reads')).value.payload], [0xc0 + i]);
+    for (let i = 0; i < 3; i++)
+      assert.deepEqual([...(await hangGuard(it.next(), GUARD_MS, 'rank 1 reads')).value.payload], [0xc0 + i]);
   });
 
   test('a receive failure on the output socket yields { kind: closed } and ends outputs()', async () => {
@@ -446,7 +577,12 @@ describe('data path', () => {
     );
     assert.equal(seen.length, 1);
     const [closed] = seen;
-    assert.ok(closed!.kind === 'closed' && closed!.error instanceof TransportError && closed!.error.message.includes(link.endpoints.output), JSON.stringify(closed));
+    assert.ok(
+      closed!.kind === 'closed' &&
+        closed!.error instanceof TransportError &&
+        closed!.error.message.includes(link.endpoints.output),
+      JSON.stringify(closed),
+    );
   });
 
   test('send rejects a type byte outside 0x00..0x03', async () => {
@@ -461,13 +597,19 @@ describe('data path', () => {
       for await (const m of link.outputs()) seen.push(m);
       return seen;
     })();
-    const waiting = link.whenJoined().then(() => null, (e: unknown) => e);
+    const waiting = link.whenJoined().then(
+      () => null,
+      (e: unknown) => e,
+    );
     const first = link.close();
     const second = link.close();
     assert.equal(first, second);
     await first;
     assert.deepEqual(await hangGuard(drained, GUARD_MS, 'outputs() end'), []);
     assert.equal(((await waiting) as TransportError).code, 'ELINKCLOSED');
-    await assert.rejects(link.send(id(0), RequestType.ADD, Uint8Array.of(0xc0)), (e: unknown) => e instanceof TransportError && e.code === 'ELINKCLOSED');
+    await assert.rejects(
+      link.send(id(0), RequestType.ADD, Uint8Array.of(0xc0)),
+      (e: unknown) => e instanceof TransportError && e.code === 'ELINKCLOSED',
+    );
   });
 });

@@ -2,8 +2,24 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import {
-  anyValue, bool, decodeMessage, encodeMessage, enumStr, float, int, list, namedMap, nestedFloats, nullable, positional,
-  safeInt, str, strMap, strOrStrList, uint, wireEqual,
+  anyValue,
+  bool,
+  decodeMessage,
+  encodeMessage,
+  enumStr,
+  float,
+  int,
+  list,
+  namedMap,
+  nestedFloats,
+  nullable,
+  positional,
+  safeInt,
+  str,
+  strMap,
+  strOrStrList,
+  uint,
+  wireEqual,
 } from '../../src/wire/codec.js';
 import type { WireInt } from '../../src/wire/reader.js';
 import { MsgpackWriter } from '../../src/wire/writer.js';
@@ -43,19 +59,29 @@ test('positional: layout (tag, minimum length through the last required field, f
 test('positional: a short array takes defaults; extra trailing elements are drained', () => {
   assert.deepStrictEqual(decodeMessage(demo, b('92a444656d6fa161')), { id: 'a', count: 0, ratio: 1, tags: null });
   // 7 elements: two unknown trailing values (a map and an array) are skipped.
-  assert.deepStrictEqual(decodeMessage(demo, b('97a444656d6fa16105cb3fe000000000000091a17881a16b01920102')),
-    { id: 'a', count: 5, ratio: 0.5, tags: ['x'] });
+  assert.deepStrictEqual(decodeMessage(demo, b('97a444656d6fa16105cb3fe000000000000091a17881a16b01920102')), {
+    id: 'a',
+    count: 5,
+    ratio: 0.5,
+    tags: ['x'],
+  });
 });
 
 test('positional: too short, wrong tag, untagged, map form, trailing bytes', () => {
-  decodeRejects(() => decodeMessage(demo, b('91a444656d6f')), /^Demo: expected array of at least length 2, got 1 \(required field id missing\)$/);
+  decodeRejects(
+    () => decodeMessage(demo, b('91a444656d6f')),
+    /^Demo: expected array of at least length 2, got 1 \(required field id missing\)$/,
+  );
   decodeRejects(() => decodeMessage(demo, b('90')), /^Demo: expected array of at least length 2, got 0$/);
   decodeRejects(() => decodeMessage(demo, b('92a3446578a161')), /^Demo\._tag: invalid tag 'Dex' \(expected 'Demo'\)$/);
   decodeRejects(() => decodeMessage(demo, b('9201a161')), /^Demo\._tag: invalid tag: expected str 'Demo', got int$/);
   decodeRejects(() => decodeMessage(demo, b('81a26964a161')), /^Demo: expected array, got map$/);
   decodeRejects(() => decodeMessage(demo, b('92a444656d6fa161c0')), /^Demo: trailing characters/);
   decodeRejects(() => decodeMessage(demo, b('93a444656d6fa161cb40')), /^Demo\.count: expected int, got float64$/);
-  decodeRejects(() => decodeMessage(demo, b('95a444656d6fa16100cb3ff000000000000091c0')), /^Demo\.tags\[0\]: expected str, got nil$/);
+  decodeRejects(
+    () => decodeMessage(demo, b('95a444656d6fa16100cb3ff000000000000091c0')),
+    /^Demo\.tags\[0\]: expected str, got nil$/,
+  );
 });
 
 test('positional encode: full form, prefix form, defaults filled in, non-default trailing field refused', () => {
@@ -67,8 +93,10 @@ test('positional encode: full form, prefix form, defaults filled in, non-default
   const w2 = new MsgpackWriter();
   demo.encodeWith(w2, { id: 'a' } as Demo, 'Demo', { length: 5 });
   assert.equal(h(w2.finish()), '95a444656d6fa16100cb3ff0000000000000c0');
-  encodeRejects(() => demo.encodeWith(new MsgpackWriter(), { ...value, tags: ['t'] }, 'Demo', { length: 4 }),
-    /^Demo\.tags: holds a non-default value but the 4-element form of Demo ends before it$/);
+  encodeRejects(
+    () => demo.encodeWith(new MsgpackWriter(), { ...value, tags: ['t'] }, 'Demo', { length: 4 }),
+    /^Demo\.tags: holds a non-default value but the 4-element form of Demo ends before it$/,
+  );
   encodeRejects(() => demo.encodeWith(new MsgpackWriter(), value, 'Demo', { length: 1 }), /between 2 and 5/);
   encodeRejects(() => demo.encodeWith(new MsgpackWriter(), value, 'Demo', { length: 6 }), /between 2 and 5/);
   encodeRejects(() => encodeMessage(demo, { count: 1 } as unknown as Demo), /^Demo\.id: required field is missing$/);
@@ -92,11 +120,24 @@ const hello = namedMap<Hello>({
 });
 
 test('namedMap: declaration-order encode with nil values; decode ignores unknown keys and accepts aliases', () => {
-  assert.equal(h(encodeMessage(hello, { status: null, size: 3, extra: {} })), '83a6737461747573c0a473697a6503a5657874726180');
-  assert.deepStrictEqual(decodeMessage(hello, b('82a5667574757292c0c0a473697a6503')), { status: null, size: 3, extra: {} });
+  assert.equal(
+    h(encodeMessage(hello, { status: null, size: 3, extra: {} })),
+    '83a6737461747573c0a473697a6503a5657874726180',
+  );
+  assert.deepStrictEqual(decodeMessage(hello, b('82a5667574757292c0c0a473697a6503')), {
+    status: null,
+    size: 3,
+    extra: {},
+  });
   assert.deepStrictEqual(decodeMessage(hello, b('81aa626c6f636b5f73697a6510')), { status: null, size: 16, extra: {} });
-  decodeRejects(() => decodeMessage(hello, b('81a6737461747573a141')), /^Hello: missing required key 'size' or 'block_size'$/);
-  decodeRejects(() => decodeMessage(hello, b('81a473697a65ff')), /^Hello\.size: expected a non-negative integer, got -1$/);
+  decodeRejects(
+    () => decodeMessage(hello, b('81a6737461747573a141')),
+    /^Hello: missing required key 'size' or 'block_size'$/,
+  );
+  decodeRejects(
+    () => decodeMessage(hello, b('81a473697a65ff')),
+    /^Hello\.size: expected a non-negative integer, got -1$/,
+  );
   decodeRejects(() => decodeMessage(hello, b('810103')), /^Hello\(key 0\): expected str, got int$/);
   decodeRejects(() => decodeMessage(hello, b('93')), /^Hello: expected map, got array$/);
 });
@@ -109,12 +150,16 @@ test('strMap: `__proto__` is an ordinary own key, never the prototype', () => {
 });
 
 test('nullable / scalar codecs name the union in mismatch messages', () => {
-  decodeRejects(() => decodeMessage(nullable(int), b('cb4020000000000000'), 'S.max_new_tokens'),
-    /^S\.max_new_tokens: expected int \| null, got float64$/);
+  decodeRejects(
+    () => decodeMessage(nullable(int), b('cb4020000000000000'), 'S.max_new_tokens'),
+    /^S\.max_new_tokens: expected int \| null, got float64$/,
+  );
   assert.equal(decodeMessage(nullable(int), b('c0')), null);
   decodeRejects(() => decodeMessage(strOrStrList, b('05'), 'R.rid'), /^R\.rid: expected str \| array, got int$/);
-  decodeRejects(() => decodeMessage(nullable(strOrStrList), b('c403626164'), 'R.rid'),
-    /^R\.rid: expected str \| array \| null, got bin$/);
+  decodeRejects(
+    () => decodeMessage(nullable(strOrStrList), b('c403626164'), 'R.rid'),
+    /^R\.rid: expected str \| array \| null, got bin$/,
+  );
   assert.deepEqual(decodeMessage(strOrStrList, b('92a161a162')), ['a', 'b']);
   decodeRejects(() => decodeMessage(safeInt, b('cf0020000000000001'), 'x'), /^x: integer 9007199254740993 is beyond/);
   decodeRejects(() => decodeMessage(bool, b('01'), 'x'), /^x: expected bool, got int$/);

@@ -11,10 +11,24 @@ const rejects = (fn: () => unknown, pattern: RegExp) =>
 
 test('readInt: every integer format, minimal or not', () => {
   const cases: [string, number | bigint][] = [
-    ['00', 0], ['7f', 127], ['ff', -1], ['e0', -32], ['cc80', 128], ['ccff', 255], ['cd0190', 400],
-    ['ce40000000', 2 ** 30], ['cf0000000100000000', 2 ** 32], ['d080', -128], ['d18000', -32768],
-    ['d280000000', -(2 ** 31)], ['d3ffffffffffffffff', -1], ['ce00000005', 5], ['cd0010', 16], ['cf0000000000000005', 5],
-    ['cf001fffffffffffff', Number.MAX_SAFE_INTEGER], ['d3ffe0000000000001', Number.MIN_SAFE_INTEGER],
+    ['00', 0],
+    ['7f', 127],
+    ['ff', -1],
+    ['e0', -32],
+    ['cc80', 128],
+    ['ccff', 255],
+    ['cd0190', 400],
+    ['ce40000000', 2 ** 30],
+    ['cf0000000100000000', 2 ** 32],
+    ['d080', -128],
+    ['d18000', -32768],
+    ['d280000000', -(2 ** 31)],
+    ['d3ffffffffffffffff', -1],
+    ['ce00000005', 5],
+    ['cd0010', 16],
+    ['cf0000000000000005', 5],
+    ['cf001fffffffffffff', Number.MAX_SAFE_INTEGER],
+    ['d3ffe0000000000001', Number.MIN_SAFE_INTEGER],
   ];
   for (const [hex, value] of cases) {
     const reader = r(hex);
@@ -98,17 +112,45 @@ test('truncation inside every multi-byte scalar is reported, not read past the e
 test('expectEnd rejects trailing characters', () => {
   const reader = r('0100');
   reader.readInt('x');
-  rejects(() => reader.expectEnd('Root'), /^Root: trailing characters: 1 byte\(s\) after the top-level value at offset 1$/);
+  rejects(
+    () => reader.expectEnd('Root'),
+    /^Root: trailing characters: 1 byte\(s\) after the top-level value at offset 1$/,
+  );
 });
 
 test('skip consumes exactly one value of every kind', () => {
   const values: unknown[] = [
-    null, true, false, 0, -1, 200, -200, 70000, -70000, 2 ** 40, -(2 ** 40), 1.5, 'x', 'y'.repeat(40), 'z'.repeat(300),
-    'w'.repeat(70000), new Uint8Array(3), new Uint8Array(300), new Uint8Array(70000), [1, [2, [3]]], { a: { b: [1] } },
-    new Array(20).fill(1), Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`k${i}`, i])),
-    new ExtData(5, new Uint8Array(1)), new ExtData(5, new Uint8Array(2)), new ExtData(5, new Uint8Array(4)),
-    new ExtData(5, new Uint8Array(8)), new ExtData(5, new Uint8Array(16)), new ExtData(5, new Uint8Array(3)),
-    new ExtData(5, new Uint8Array(300)), new ExtData(5, new Uint8Array(70000)),
+    null,
+    true,
+    false,
+    0,
+    -1,
+    200,
+    -200,
+    70000,
+    -70000,
+    2 ** 40,
+    -(2 ** 40),
+    1.5,
+    'x',
+    'y'.repeat(40),
+    'z'.repeat(300),
+    'w'.repeat(70000),
+    new Uint8Array(3),
+    new Uint8Array(300),
+    new Uint8Array(70000),
+    [1, [2, [3]]],
+    { a: { b: [1] } },
+    new Array(20).fill(1),
+    Object.fromEntries(Array.from({ length: 20 }, (_, i) => [`k${i}`, i])),
+    new ExtData(5, new Uint8Array(1)),
+    new ExtData(5, new Uint8Array(2)),
+    new ExtData(5, new Uint8Array(4)),
+    new ExtData(5, new Uint8Array(8)),
+    new ExtData(5, new Uint8Array(16)),
+    new ExtData(5, new Uint8Array(3)),
+    new ExtData(5, new Uint8Array(300)),
+    new ExtData(5, new Uint8Array(70000)),
   ];
   for (const v of values) {
     const bytes = mpEncode(v);
@@ -140,7 +182,7 @@ test('readAny decodes generic values, narrowing safe 64-bit ints and keeping big
   rejects(() => r('81c001').readAny('P.cfg'), /^P\.cfg: undecodable value/);
 });
 
-test('formatName / kindName follow the vectors\' `wire` vocabulary', () => {
+test("formatName / kindName follow the vectors' `wire` vocabulary", () => {
   assert.equal(formatName(0x05), 'posfixint');
   assert.equal(formatName(0xff), 'negfixint');
   assert.equal(formatName(0xcd), 'uint16');

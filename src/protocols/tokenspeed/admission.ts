@@ -40,7 +40,10 @@ export function engineDecodeRewrite(p: TokenSpeedSamplingParams): TokenSpeedSamp
  * then the sampling checks of 4.6 (on the parameters after the decode-time rewrite); then a non-nil
  * `session_params.id` (the handler knows no sessions). Messages are ours, not TokenSpeed's text.
  */
-export function engineAdmissionError(req: TokenizedGenerateReqInput, config: EngineAdmissionConfig = {}): string | null {
+export function engineAdmissionError(
+  req: TokenizedGenerateReqInput,
+  config: EngineAdmissionConfig = {},
+): string | null {
   if (req.validation_error !== null) return req.validation_error;
   const sp = engineDecodeRewrite(req.sampling_params);
   if (sp.n != 1) return `n=${sp.n} is not supported on the msgpack wire; the frontend must fan out n > 1 itself`;

@@ -111,7 +111,9 @@ class Cursor {
   constructor(bytes: Uint8Array) {
     this.buf = bytes;
     this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    this.slicer = (Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)) as unknown as Utf8Slicer;
+    this.slicer = (Buffer.isBuffer(bytes)
+      ? bytes
+      : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength)) as unknown as Utf8Slicer;
     this.end = bytes.length;
   }
 
@@ -158,13 +160,32 @@ class Cursor {
 
   private wideInt(h: number, pos: number): number {
     switch (h) {
-      case 0xcc: this.need(2); this.pos = pos + 2; return this.buf[pos + 1]!;
-      case 0xcd: this.need(3); this.pos = pos + 3; return this.view.getUint16(pos + 1);
-      case 0xce: this.need(5); this.pos = pos + 5; return this.view.getUint32(pos + 1);
-      case 0xd0: this.need(2); this.pos = pos + 2; return this.view.getInt8(pos + 1);
-      case 0xd1: this.need(3); this.pos = pos + 3; return this.view.getInt16(pos + 1);
-      case 0xd2: this.need(5); this.pos = pos + 5; return this.view.getInt32(pos + 1);
-      default: throw BAIL;
+      case 0xcc:
+        this.need(2);
+        this.pos = pos + 2;
+        return this.buf[pos + 1]!;
+      case 0xcd:
+        this.need(3);
+        this.pos = pos + 3;
+        return this.view.getUint16(pos + 1);
+      case 0xce:
+        this.need(5);
+        this.pos = pos + 5;
+        return this.view.getUint32(pos + 1);
+      case 0xd0:
+        this.need(2);
+        this.pos = pos + 2;
+        return this.view.getInt8(pos + 1);
+      case 0xd1:
+        this.need(3);
+        this.pos = pos + 3;
+        return this.view.getInt16(pos + 1);
+      case 0xd2:
+        this.need(5);
+        this.pos = pos + 5;
+        return this.view.getInt32(pos + 1);
+      default:
+        throw BAIL;
     }
   }
 
@@ -196,10 +217,20 @@ class Cursor {
       return h & 0x1f;
     }
     switch (h) {
-      case 0xd9: this.need(2); this.pos = pos + 2; return this.buf[pos + 1]!;
-      case 0xda: this.need(3); this.pos = pos + 3; return this.view.getUint16(pos + 1);
-      case 0xdb: this.need(5); this.pos = pos + 5; return this.view.getUint32(pos + 1);
-      default: throw BAIL;
+      case 0xd9:
+        this.need(2);
+        this.pos = pos + 2;
+        return this.buf[pos + 1]!;
+      case 0xda:
+        this.need(3);
+        this.pos = pos + 3;
+        return this.view.getUint16(pos + 1);
+      case 0xdb:
+        this.need(5);
+        this.pos = pos + 5;
+        return this.view.getUint32(pos + 1);
+      default:
+        throw BAIL;
     }
   }
 
@@ -270,11 +301,26 @@ class Cursor {
       this.pos = p + 4;
       return 'stop';
     }
-    if (n === 6 && buf[p] === 0x6c && buf[p + 1] === 0x65 && buf[p + 2] === 0x6e && buf[p + 3] === 0x67 && buf[p + 4] === 0x74 && buf[p + 5] === 0x68) {
+    if (
+      n === 6 &&
+      buf[p] === 0x6c &&
+      buf[p + 1] === 0x65 &&
+      buf[p + 2] === 0x6e &&
+      buf[p + 3] === 0x67 &&
+      buf[p + 4] === 0x74 &&
+      buf[p + 5] === 0x68
+    ) {
       this.pos = p + 6;
       return 'length';
     }
-    if (n === 5 && buf[p] === 0x61 && buf[p + 1] === 0x62 && buf[p + 2] === 0x6f && buf[p + 3] === 0x72 && buf[p + 4] === 0x74) {
+    if (
+      n === 5 &&
+      buf[p] === 0x61 &&
+      buf[p + 1] === 0x62 &&
+      buf[p + 2] === 0x6f &&
+      buf[p + 3] === 0x72 &&
+      buf[p + 4] === 0x74
+    ) {
       this.pos = p + 5;
       return 'abort';
     }
@@ -303,7 +349,15 @@ function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undef
   // been read, so `onUnknownFinish` hears only of frames this returns.
   const outputs: EngineOutputRow[] = [];
   for (let i = 0; i < rows; i++) {
-    outputs.push({ requestId: c.rid(), newTokenIds: NO_NUMBERS, finishReason: null, promptTokens: 0, completionTokens: 0, cachedTokens: 0, logprobs: NO_NUMBERS });
+    outputs.push({
+      requestId: c.rid(),
+      newTokenIds: NO_NUMBERS,
+      finishReason: null,
+      promptTokens: 0,
+      completionTokens: 0,
+      cachedTokens: 0,
+      logprobs: NO_NUMBERS,
+    });
   }
   if (c.arrayHeader() !== rows) throw BAIL;
   for (let i = 0; i < rows; i++) {
@@ -370,7 +424,8 @@ function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undef
     }
   }
   const batch: EngineBatch = { engineIndex, outputs, finishedRequestIds };
-  if (kvTotal !== 0) batch.load = { numRunning, numWaiting, kvCacheUsage: kvActive / kvTotal, runningIncludesWaiting: true };
+  if (kvTotal !== 0)
+    batch.load = { numRunning, numWaiting, kvCacheUsage: kvActive / kvTotal, runningIncludesWaiting: true };
   return batch;
 }
 

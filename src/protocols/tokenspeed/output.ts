@@ -62,8 +62,13 @@ export const batchTokenIdOutSlimCodec = positional<BatchTokenIDOutSlim>({
 
 /** The columns that must have one entry per rid (engine-wire.md 4.8 "Ragged columns"). */
 const COLUMNS = [
-  'output_ids', 'finished_reasons', 'prompt_tokens', 'completion_tokens', 'cached_tokens',
-  'output_token_logprobs_val', 'output_token_logprobs_idx',
+  'output_ids',
+  'finished_reasons',
+  'prompt_tokens',
+  'completion_tokens',
+  'cached_tokens',
+  'output_token_logprobs_val',
+  'output_token_logprobs_idx',
 ] as const;
 
 /** The name of the first column whose length differs from `rids`, with its length, or null. */
@@ -90,8 +95,10 @@ export function encodeBatchTokenIDOutSlim(batch: BatchTokenIDOutSlim, opts: { fo
   }
   const ragged = raggedColumn(batch);
   if (ragged !== null) {
-    throw new WireEncodeError(`${root}.${ragged.column}`,
-      `column has ${ragged.length} entries but rids has ${batch.rids.length}`);
+    throw new WireEncodeError(
+      `${root}.${ragged.column}`,
+      `column has ${ragged.length} entries but rids has ${batch.rids.length}`,
+    );
   }
   const w = new MsgpackWriter(256);
   batchTokenIdOutSlimCodec.encodeWith(w, batch, root, { length: opts.form ?? 14 });
@@ -110,8 +117,10 @@ export function decodeBatchTokenIDOutSlim(bytes: Uint8Array): BatchTokenIDOutSli
   const b = decodeMessage(batchTokenIdOutSlimCodec, bytes, root);
   const ragged = raggedColumn(b);
   if (ragged !== null) {
-    throw new WireDecodeError(`${root}.${ragged.column}`,
-      `ragged columns: column has ${ragged.length} entries but rids has ${b.rids.length}`);
+    throw new WireDecodeError(
+      `${root}.${ragged.column}`,
+      `ragged columns: column has ${ragged.length} entries but rids has ${b.rids.length}`,
+    );
   }
   return b;
 }
@@ -129,8 +138,13 @@ function toNumber(v: WireInt, path: string): number {
  */
 export function toFinishReason(raw: string, onUnknown?: (raw: string) => void): FinishReason | null {
   switch (raw) {
-    case '': return null;
-    case 'stop': case 'length': case 'abort': case 'error': return raw;
+    case '':
+      return null;
+    case 'stop':
+    case 'length':
+    case 'abort':
+    case 'error':
+      return raw;
     default:
       onUnknown?.(raw);
       return 'stop';
@@ -165,8 +179,10 @@ export function batchToEngineBatch(b: BatchTokenIDOutSlim, onUnknownFinish?: (ra
   const root = 'BatchTokenIDOutSlim';
   const ragged = raggedColumn(b);
   if (ragged !== null) {
-    throw new WireDecodeError(`${root}.${ragged.column}`,
-      `ragged columns: column has ${ragged.length} entries but rids has ${b.rids.length}`);
+    throw new WireDecodeError(
+      `${root}.${ragged.column}`,
+      `ragged columns: column has ${ragged.length} entries but rids has ${b.rids.length}`,
+    );
   }
   const outputs: EngineOutput[] = [];
   const finishedRequestIds: string[] = [];

@@ -27,7 +27,10 @@ export interface TokenSpeedProtocolOptions {
  * `token_ids_logprob`, `stream`; every later field at its default. Throws WireEncodeError naming the field for
  * anything TokenSpeed would refuse with a silent terminal abort (4.6) or cannot decode.
  */
-export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: TokenSpeedProtocolOptions = {}): TokenizedGenerateReqInput {
+export function toTokenizedGenerateReqInput(
+  request: GenerateRequest,
+  opts: TokenSpeedProtocolOptions = {},
+): TokenizedGenerateReqInput {
   const root = 'TokenizedGenerateReqInput';
   if (typeof request.requestId !== 'string' || request.requestId.length === 0) {
     throw new WireEncodeError(`${root}.rid`, 'request id must be a non-empty string');
@@ -46,11 +49,17 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
   }
   if ((request.topLogprobs ?? 0) > 0) {
     // SMG refuses more than the sampled token's logprob for TokenSpeed (gateway.md 8); the HTTP layer says so first.
-    throw new WireEncodeError(`${root}.top_logprobs_num`, `${request.topLogprobs} top logprobs requested; TokenSpeed returns only the sampled token's`);
+    throw new WireEncodeError(
+      `${root}.top_logprobs_num`,
+      `${request.topLogprobs} top logprobs requested; TokenSpeed returns only the sampled token's`,
+    );
   }
   const s = request.sampling;
   for (const [field, value] of [
-    ['max_new_tokens', s.maxNewTokens], ['min_new_tokens', s.minNewTokens], ['top_k', s.topK], ['seed', s.seed],
+    ['max_new_tokens', s.maxNewTokens],
+    ['min_new_tokens', s.minNewTokens],
+    ['top_k', s.topK],
+    ['seed', s.seed],
   ] as const) {
     if (value !== null && !Number.isSafeInteger(value)) {
       throw new WireEncodeError(`${root}.sampling_params.${field}`, `expected an integer, got ${String(value)}`);
@@ -62,8 +71,10 @@ export function toTokenizedGenerateReqInput(request: GenerateRequest, opts: Toke
   for (let i = 0; i < s.stopTokenIds.length; i++) {
     const t = s.stopTokenIds[i]!;
     if (!Number.isSafeInteger(t) || t < 0) {
-      throw new WireEncodeError(`${root}.sampling_params.stop_token_ids[${i}]`,
-        `token id must be an integer ≥ 0, got ${String(t)}`);
+      throw new WireEncodeError(
+        `${root}.sampling_params.stop_token_ids[${i}]`,
+        `token id must be an integer ≥ 0, got ${String(t)}`,
+      );
     }
   }
   const sampling = toTokenSpeedSamplingParams(s);
@@ -126,7 +137,10 @@ export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): 
     decodeOutput(frames: readonly Uint8Array[]): EngineBatch {
       if (frames.length === 0) throw new WireDecodeError('BatchTokenIDOutSlim', 'output message has no frames');
       // The common shape in one pass (output-fast.ts); anything else, errors included, through the schema-driven decoder.
-      return decodeBatchFast(frames[0], opts.onUnknownFinishReason) ?? batchToEngineBatch(decodeBatchTokenIDOutSlim(frames[0]), opts.onUnknownFinishReason);
+      return (
+        decodeBatchFast(frames[0], opts.onUnknownFinishReason) ??
+        batchToEngineBatch(decodeBatchTokenIDOutSlim(frames[0]), opts.onUnknownFinishReason)
+      );
     },
   };
 }

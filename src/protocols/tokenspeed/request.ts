@@ -8,7 +8,18 @@
  * TokenSpeed's Python encoder writes, byte-identical to pinned vector V4 in 6.1; 25 when `data_parallel_rank` is set).
  */
 import {
-  anyValue, bool, decodeMessage, float, int, list, nestedFloats, nullable, positional, str, strMap, strOrStrList,
+  anyValue,
+  bool,
+  decodeMessage,
+  float,
+  int,
+  list,
+  nestedFloats,
+  nullable,
+  positional,
+  str,
+  strMap,
+  strOrStrList,
 } from '../../wire/codec.js';
 import type { NestedFloats } from '../../wire/codec.js';
 import { WireEncodeError } from '../../wire/errors.js';
@@ -130,12 +141,16 @@ export interface EncodeRequestOptions {
  * WireEncodeError naming the field for a value the wire cannot carry, or for a non-default field the chosen form
  * would drop. Does not validate sampling ranges (see `validateSamplingParams`).
  */
-export function encodeTokenizedGenerateReqInput(req: TokenizedGenerateReqInput, opts: EncodeRequestOptions = {}): Uint8Array {
+export function encodeTokenizedGenerateReqInput(
+  req: TokenizedGenerateReqInput,
+  opts: EncodeRequestOptions = {},
+): Uint8Array {
   const form = opts.form ?? 'prefix';
   let length: number;
   if (form === 'prefix') length = PREFIX_FORM_LENGTH;
-  else if (form === 'full') length = req.data_parallel_rank === null || req.data_parallel_rank === undefined
-    ? FULL_FORM_LENGTH : FULL_FORM_LENGTH + 1;
+  else if (form === 'full')
+    length =
+      req.data_parallel_rank === null || req.data_parallel_rank === undefined ? FULL_FORM_LENGTH : FULL_FORM_LENGTH + 1;
   else length = form;
   const root = 'TokenizedGenerateReqInput';
   if (req === null || typeof req !== 'object') throw new WireEncodeError(root, 'expected an object');
@@ -146,19 +161,35 @@ export function encodeTokenizedGenerateReqInput(req: TokenizedGenerateReqInput, 
   w.reset();
   tokenizedGenerateReqInputCodec.encodeWith(w, req, root, {
     length,
-    fieldEncoders: samplingLength === undefined ? undefined : {
-      sampling_params: (wr, value, path) => samplingParamsCodec.encodeWith(wr, value, path, { length: samplingLength }),
-    },
+    fieldEncoders:
+      samplingLength === undefined
+        ? undefined
+        : {
+            sampling_params: (wr, value, path) =>
+              samplingParamsCodec.encodeWith(wr, value, path, { length: samplingLength }),
+          },
   });
   return w.take();
 }
 
 /** Fields 10.. of the prefix form's omitted tail (4.3): each must hold its default for the form to drop it. */
 function tailIsDefault(r: TokenizedGenerateReqInput): boolean {
-  return r.input_embeds === null && r.session_params === null && r.custom_logit_processor === null && r.return_hidden_states === false &&
-    Object.is(r.created_time, 0) && r.bootstrap_host === null && r.bootstrap_port === null && r.bootstrap_room === null &&
-    r.input_multi_ids === null && r.input_extra_infos === null && r.input_ids_unpadded === null && r.multimodal_inputs === null &&
-    r.validation_error === null && r.data_parallel_rank === null;
+  return (
+    r.input_embeds === null &&
+    r.session_params === null &&
+    r.custom_logit_processor === null &&
+    r.return_hidden_states === false &&
+    Object.is(r.created_time, 0) &&
+    r.bootstrap_host === null &&
+    r.bootstrap_port === null &&
+    r.bootstrap_room === null &&
+    r.input_multi_ids === null &&
+    r.input_extra_infos === null &&
+    r.input_ids_unpadded === null &&
+    r.multimodal_inputs === null &&
+    r.validation_error === null &&
+    r.data_parallel_rank === null
+  );
 }
 
 /** Writes `ids` (an array) as `list[int]` when every element is a safe integer; false (partly written) otherwise. */
@@ -198,10 +229,22 @@ const SP = 'TokenizedGenerateReqInput.sampling_params';
  */
 function writePrefixFast(w: MsgpackWriter, r: TokenizedGenerateReqInput): boolean {
   const sp = r.sampling_params;
-  if (typeof r.rid !== 'string' || r.http_worker_ipc !== null || r.input_text !== null || !Array.isArray(r.input_ids) ||
-      sp === null || typeof sp !== 'object' || typeof r.return_logprob !== 'boolean' || typeof r.logprob_start_len !== 'number' ||
-      typeof r.top_logprobs_num !== 'number' || r.token_ids_logprob !== null || typeof r.stream !== 'boolean' || !tailIsDefault(r) ||
-      sp.custom_params !== null || sp.logit_bias !== null) {
+  if (
+    typeof r.rid !== 'string' ||
+    r.http_worker_ipc !== null ||
+    r.input_text !== null ||
+    !Array.isArray(r.input_ids) ||
+    sp === null ||
+    typeof sp !== 'object' ||
+    typeof r.return_logprob !== 'boolean' ||
+    typeof r.logprob_start_len !== 'number' ||
+    typeof r.top_logprobs_num !== 'number' ||
+    r.token_ids_logprob !== null ||
+    typeof r.stream !== 'boolean' ||
+    !tailIsDefault(r) ||
+    sp.custom_params !== null ||
+    sp.logit_bias !== null
+  ) {
     return false;
   }
   try {
@@ -245,7 +288,8 @@ function writeSamplingFast(w: MsgpackWriter, p: TokenSpeedSamplingParams): boole
   if (!writeNullableInt(w, p.max_new_tokens, `${SP}.max_new_tokens`)) return false;
   if (!writeStrOrStrList(w, p.stop, `${SP}.stop`)) return false;
   if (p.stop_token_ids === null) w.writeNil();
-  else if (!Array.isArray(p.stop_token_ids) || !writeSafeInts(w, p.stop_token_ids, `${SP}.stop_token_ids`)) return false;
+  else if (!Array.isArray(p.stop_token_ids) || !writeSafeInts(w, p.stop_token_ids, `${SP}.stop_token_ids`))
+    return false;
   w.writeFloat64(p.temperature, `${SP}.temperature`);
   w.writeFloat64(p.top_p, `${SP}.top_p`);
   if (typeof p.top_k !== 'number') return false;
@@ -256,8 +300,12 @@ function writeSamplingFast(w: MsgpackWriter, p: TokenSpeedSamplingParams): boole
   w.writeFloat64(p.repetition_penalty, `${SP}.repetition_penalty`);
   if (typeof p.min_new_tokens !== 'number') return false;
   w.writeInt(p.min_new_tokens, `${SP}.min_new_tokens`);
-  if (!writeNullableStr(w, p.json_schema, `${SP}.json_schema`) || !writeNullableStr(w, p.regex, `${SP}.regex`) ||
-      !writeNullableStr(w, p.ebnf, `${SP}.ebnf`) || !writeNullableStr(w, p.structural_tag, `${SP}.structural_tag`)) {
+  if (
+    !writeNullableStr(w, p.json_schema, `${SP}.json_schema`) ||
+    !writeNullableStr(w, p.regex, `${SP}.regex`) ||
+    !writeNullableStr(w, p.ebnf, `${SP}.ebnf`) ||
+    !writeNullableStr(w, p.structural_tag, `${SP}.structural_tag`)
+  ) {
     return false;
   }
   w.writeBool(p.ignore_eos, `${SP}.ignore_eos`);

@@ -5,9 +5,7 @@
  * before sending, because TokenSpeed answers an invalid request only with a silent terminal abort.
  */
 import type { SamplingOptions, StructuredOutput } from '../types.js';
-import {
-  anyValue, bool, float, int, list, nullable, positional, str, strMap, strOrStrList,
-} from '../../wire/codec.js';
+import { anyValue, bool, float, int, list, nullable, positional, str, strMap, strOrStrList } from '../../wire/codec.js';
 import { WireEncodeError } from '../../wire/errors.js';
 import type { WireInt } from '../../wire/reader.js';
 
@@ -116,7 +114,10 @@ export function normalizeSamplingParams(p: TokenSpeedSamplingParams): TokenSpeed
 }
 
 /** TokenSpeed's four grammar fields (engine-wire.md 4.4 indexes 11..14); at most one is set. */
-export type TokenSpeedGrammarFields = Pick<TokenSpeedSamplingParams, 'json_schema' | 'regex' | 'ebnf' | 'structural_tag'>;
+export type TokenSpeedGrammarFields = Pick<
+  TokenSpeedSamplingParams,
+  'json_schema' | 'regex' | 'ebnf' | 'structural_tag'
+>;
 
 /** Characters with a meaning in a regular expression, escaped when a choice becomes a regex alternation. */
 const REGEX_SPECIAL = /[\\^$.*+?()[\]{}|/]/g;
@@ -150,12 +151,24 @@ export function toTokenSpeedGrammar(so: StructuredOutput | null | undefined): To
   if (problem !== null) throw new WireEncodeError('SamplingParams.json_schema', problem);
   const c = so.constraint;
   switch (c.kind) {
-    case 'json': out.json_schema = typeof c.schema === 'string' ? c.schema : JSON.stringify(c.schema); break;
-    case 'json_object': out.json_schema = '{"type":"object"}'; break;
-    case 'regex': out.regex = c.pattern; break;
-    case 'choice': out.regex = `(${c.choices.map((x) => x.replace(REGEX_SPECIAL, '\\$&')).join('|')})`; break;
-    case 'grammar': out.ebnf = c.grammar; break;
-    case 'structural_tag': out.structural_tag = c.tag; break;
+    case 'json':
+      out.json_schema = typeof c.schema === 'string' ? c.schema : JSON.stringify(c.schema);
+      break;
+    case 'json_object':
+      out.json_schema = '{"type":"object"}';
+      break;
+    case 'regex':
+      out.regex = c.pattern;
+      break;
+    case 'choice':
+      out.regex = `(${c.choices.map((x) => x.replace(REGEX_SPECIAL, '\\$&')).join('|')})`;
+      break;
+    case 'grammar':
+      out.ebnf = c.grammar;
+      break;
+    case 'structural_tag':
+      out.structural_tag = c.tag;
+      break;
   }
   return out;
 }
@@ -223,11 +236,13 @@ export function validateSamplingParams(p: TokenSpeedSamplingParams, opts: Sampli
   checkFloatIn(base, 'min_p', p.min_p, 0, 1, false);
   const k = p.top_k;
   const kOk = k == -1 || k == TOP_K_DISABLED || (k >= 1 && k <= 127);
-  if (!kOk) failAt(base, 'top_k', `${String(k)} is not −1, 1..127 or 2^30 (0 is refused; 128+ exceeds the sampling kernel)`);
+  if (!kOk)
+    failAt(base, 'top_k', `${String(k)} is not −1, 1..127 or 2^30 (0 is refused; 128+ exceeds the sampling kernel)`);
   checkFloatIn(base, 'frequency_penalty', p.frequency_penalty, -2, 2, false);
   checkFloatIn(base, 'presence_penalty', p.presence_penalty, -2, 2, false);
   checkFloatIn(base, 'repetition_penalty', p.repetition_penalty, 0, 2, false);
-  if (p.max_new_tokens !== null && p.max_new_tokens < 0) failAt(base, 'max_new_tokens', `${p.max_new_tokens} must be ≥ 0`);
+  if (p.max_new_tokens !== null && p.max_new_tokens < 0)
+    failAt(base, 'max_new_tokens', `${p.max_new_tokens} must be ≥ 0`);
   if (p.min_new_tokens < 0) failAt(base, 'min_new_tokens', `${p.min_new_tokens} must be ≥ 0`);
   if (p.max_new_tokens !== null && p.min_new_tokens > p.max_new_tokens) {
     failAt(base, 'min_new_tokens', `${p.min_new_tokens} exceeds max_new_tokens ${p.max_new_tokens}`);
@@ -236,9 +251,13 @@ export function validateSamplingParams(p: TokenSpeedSamplingParams, opts: Sampli
     for (const [key, bias] of Object.entries(p.logit_bias)) {
       const id = /^(0|[1-9][0-9]*)$/.test(key) ? Number(key) : NaN;
       if (!Number.isSafeInteger(id) || (opts.vocabSize !== undefined && id >= opts.vocabSize)) {
-        failAt(base, `logit_bias[${JSON.stringify(key)}]`, opts.vocabSize === undefined
-          ? 'key must be a decimal token id ≥ 0'
-          : `key must be a decimal token id in [0, ${opts.vocabSize})`);
+        failAt(
+          base,
+          `logit_bias[${JSON.stringify(key)}]`,
+          opts.vocabSize === undefined
+            ? 'key must be a decimal token id ≥ 0'
+            : `key must be a decimal token id in [0, ${opts.vocabSize})`,
+        );
       }
       if (typeof bias !== 'number' || !Number.isFinite(bias)) {
         failAt(base, `logit_bias[${JSON.stringify(key)}]`, `bias ${String(bias)} must be a finite number`);

@@ -27,10 +27,11 @@ export interface OutputLayoutDecision {
  * vLLM commits whose `EngineCoreOutput` layout is known from the real encoders (test/vectors/vllm, README there).
  * Full hashes; a version names one by a prefix of at least 7 hex digits.
  */
-export const KNOWN_VLLM_COMMIT_LAYOUTS: ReadonlyArray<{ commit: string; layout: EngineCoreOutputLayout }> = Object.freeze([
-  { commit: '9aaf83ef502fc37bc647f6e474314d48ba36cd1c', layout: 13 },
-  { commit: '52a31ccecca203effd490a5b496dc5f8d9496654', layout: 13 },
-]);
+export const KNOWN_VLLM_COMMIT_LAYOUTS: ReadonlyArray<{ commit: string; layout: EngineCoreOutputLayout }> =
+  Object.freeze([
+    { commit: '9aaf83ef502fc37bc647f6e474314d48ba36cd1c', layout: 13 },
+    { commit: '52a31ccecca203effd490a5b496dc5f8d9496654', layout: 13 },
+  ]);
 
 /** A setuptools-scm local version segment naming a commit: `+g<hash>` or `.g<hash>` (e.g. `0.21.1.dev3+g52a31ccec`). */
 const COMMIT_IN_VERSION = /[+.]g([0-9a-f]{7,40})(?![0-9a-f])/i;
@@ -42,7 +43,9 @@ const COMMIT_IN_VERSION = /[+.]g([0-9a-f]{7,40})(?![0-9a-f])/i;
  * numbers alone decide nothing: which releases carry which layout is not pinned down (docs/wire/vllm-output.md).
  * Pure.
  */
-export function outputLayoutOfVersion(version: string | null | undefined): { layout: EngineCoreOutputLayout; reason: string } | null {
+export function outputLayoutOfVersion(
+  version: string | null | undefined,
+): { layout: EngineCoreOutputLayout; reason: string } | null {
   if (typeof version !== 'string' || version === '') return null;
   const m = COMMIT_IN_VERSION.exec(version);
   if (m === null) return null;
@@ -85,7 +88,12 @@ export class OutputLayouts {
     this.decide(engineIndex, evidence.layout, 'shape', evidence.reason);
   }
 
-  private decide(engineIndex: number, layout: EngineCoreOutputLayout, source: OutputLayoutSource, reason: string): void {
+  private decide(
+    engineIndex: number,
+    layout: EngineCoreOutputLayout,
+    source: OutputLayoutSource,
+    reason: string,
+  ): void {
     if (!Number.isSafeInteger(engineIndex) || engineIndex < 0 || engineIndex > MAX_ENGINE_INDEX) return;
     this.decided.set(engineIndex, layout);
     this.onDecision?.({ engineIndex, layout, source, reason });

@@ -17,7 +17,16 @@
  */
 import type { EngineBatch, EngineOutputRow, FinishReason, WaveEvent } from '../types.js';
 import {
-  anyValue, decodeMessage, float, int, list, namedMap, nullable, positional, str, wireEqual,
+  anyValue,
+  decodeMessage,
+  float,
+  int,
+  list,
+  namedMap,
+  nullable,
+  positional,
+  str,
+  wireEqual,
 } from '../../wire/codec.js';
 import type { Codec, FieldSpec, PositionalCodec } from '../../wire/codec.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
@@ -78,11 +87,17 @@ export const finishReasonCodec: Codec<WireInt | null> = {
 export function toFinishReason(code: WireInt | null, path = 'EngineCoreOutput.finish_reason'): FinishReason | null {
   if (code === null) return null;
   switch (Number(code)) {
-    case 0: case 4: return 'stop';
-    case 1: return 'length';
-    case 2: return 'abort';
-    case 3: return 'error';
-    default: throw new WireDecodeError(path, `unknown finish reason ${code} (expected 0..4)`);
+    case 0:
+    case 4:
+      return 'stop';
+    case 1:
+      return 'length';
+    case 2:
+      return 'abort';
+    case 3:
+      return 'error';
+    default:
+      throw new WireDecodeError(path, `unknown finish reason ${code} (expected 0..4)`);
   }
 }
 
@@ -129,7 +144,11 @@ export interface PrefillStats {
 }
 
 const PREFILL_STATS_KEYS_13 = [
-  'num_prompt_tokens', 'num_computed_tokens', 'num_cached_tokens', 'num_local_cached_tokens', 'num_external_cached_tokens',
+  'num_prompt_tokens',
+  'num_computed_tokens',
+  'num_cached_tokens',
+  'num_local_cached_tokens',
+  'num_external_cached_tokens',
 ] as const;
 
 /** `prefill_stats` codec of the 16-field layout (named map, six keys). */
@@ -156,7 +175,10 @@ export const prefillStats13Codec: Codec<PrefillStats> = {
   encode(w, v, path) {
     const extra = v?.num_cache_creation_tokens;
     if (extra !== undefined && !wireEqual(extra, 0)) {
-      throw new WireEncodeError(`${path}.num_cache_creation_tokens`, 'the 13-field layout\'s PrefillStats has no such key');
+      throw new WireEncodeError(
+        `${path}.num_cache_creation_tokens`,
+        "the 13-field layout's PrefillStats has no such key",
+      );
     }
     prefillStats13Map.encode(w, v, path);
   },
@@ -221,7 +243,10 @@ const SIXTEEN_FIELD_ONLY = ['ec_transfer_params', 'mm_cache_miss_hashes', 'new_s
  * (tensors need them). Field types follow each layout's source: in the 13-field layout `routed_experts` is an ndarray
  * (vLLM's declaration), in the 16-field layout it is opaque (SMG's).
  */
-export function engineCoreOutputCodecs(frames: TensorFrames, layout: EngineCoreOutputLayout = 13): {
+export function engineCoreOutputCodecs(
+  frames: TensorFrames,
+  layout: EngineCoreOutputLayout = 13,
+): {
   output: PositionalCodec<EngineCoreOutput>;
   outputs: PositionalCodec<EngineCoreOutputs>;
 } {
@@ -238,22 +263,23 @@ export function engineCoreOutputCodecs(frames: TensorFrames, layout: EngineCoreO
     { name: 'events', codec: nullable(list(engineCoreEventCodec)), dflt: () => null },
     { name: 'kv_transfer_params', codec: anyValue, dflt: () => null },
   ];
-  const tail: Field[] = layout === 13
-    ? [
-        { name: 'trace_headers', codec: anyValue, dflt: () => null },
-        { name: 'prefill_stats', codec: nullable(prefillStats13Codec), dflt: () => null },
-        { name: 'routed_experts', codec: nullable(ndArrayCodec(frames)), dflt: () => null },
-        { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
-      ]
-    : [
-        { name: 'ec_transfer_params', codec: anyValue, dflt: () => null },
-        { name: 'trace_headers', codec: anyValue, dflt: () => null },
-        { name: 'prefill_stats', codec: nullable(prefillStatsCodec), dflt: () => null },
-        { name: 'routed_experts', codec: anyValue, dflt: () => null },
-        { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
-        { name: 'mm_cache_miss_hashes', codec: nullable(list(str)), dflt: () => null },
-        { name: 'new_sampling_mask', codec: anyValue, dflt: () => null },
-      ];
+  const tail: Field[] =
+    layout === 13
+      ? [
+          { name: 'trace_headers', codec: anyValue, dflt: () => null },
+          { name: 'prefill_stats', codec: nullable(prefillStats13Codec), dflt: () => null },
+          { name: 'routed_experts', codec: nullable(ndArrayCodec(frames)), dflt: () => null },
+          { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
+        ]
+      : [
+          { name: 'ec_transfer_params', codec: anyValue, dflt: () => null },
+          { name: 'trace_headers', codec: anyValue, dflt: () => null },
+          { name: 'prefill_stats', codec: nullable(prefillStatsCodec), dflt: () => null },
+          { name: 'routed_experts', codec: anyValue, dflt: () => null },
+          { name: 'num_nans_in_logits', codec: int, dflt: () => 0 },
+          { name: 'mm_cache_miss_hashes', codec: nullable(list(str)), dflt: () => null },
+          { name: 'new_sampling_mask', codec: anyValue, dflt: () => null },
+        ];
   const output = positional<EngineCoreOutput>({ name: 'EngineCoreOutput', fields: [...head, ...tail] });
   const outputs = positional<EngineCoreOutputs>({
     name: 'EngineCoreOutputs',
@@ -275,27 +301,59 @@ export function engineCoreOutputCodecs(frames: TensorFrames, layout: EngineCoreO
  * A fresh `EngineCoreOutput` for `requestId` with every optional field at its default, with the fields of `layout`
  * (default 16: the union, so it encodes in either layout; 13: exactly what a 13-field decode gives).
  */
-export function defaultEngineCoreOutput(requestId: string, newTokenIds: WireInt[] = [], layout: EngineCoreOutputLayout = 16): EngineCoreOutput {
+export function defaultEngineCoreOutput(
+  requestId: string,
+  newTokenIds: WireInt[] = [],
+  layout: EngineCoreOutputLayout = 16,
+): EngineCoreOutput {
   if (layout === 13) {
     return {
-      request_id: requestId, new_token_ids: newTokenIds, new_logprobs: null, new_prompt_logprobs_tensors: null,
-      pooling_output: null, finish_reason: null, stop_reason: null, events: null, kv_transfer_params: null,
-      trace_headers: null, prefill_stats: null, routed_experts: null, num_nans_in_logits: 0,
+      request_id: requestId,
+      new_token_ids: newTokenIds,
+      new_logprobs: null,
+      new_prompt_logprobs_tensors: null,
+      pooling_output: null,
+      finish_reason: null,
+      stop_reason: null,
+      events: null,
+      kv_transfer_params: null,
+      trace_headers: null,
+      prefill_stats: null,
+      routed_experts: null,
+      num_nans_in_logits: 0,
     };
   }
   return {
-    request_id: requestId, new_token_ids: newTokenIds, new_logprobs: null, new_prompt_logprobs_tensors: null,
-    pooling_output: null, finish_reason: null, stop_reason: null, events: null, kv_transfer_params: null,
-    ec_transfer_params: null, trace_headers: null, prefill_stats: null, routed_experts: null, num_nans_in_logits: 0,
-    mm_cache_miss_hashes: null, new_sampling_mask: null,
+    request_id: requestId,
+    new_token_ids: newTokenIds,
+    new_logprobs: null,
+    new_prompt_logprobs_tensors: null,
+    pooling_output: null,
+    finish_reason: null,
+    stop_reason: null,
+    events: null,
+    kv_transfer_params: null,
+    ec_transfer_params: null,
+    trace_headers: null,
+    prefill_stats: null,
+    routed_experts: null,
+    num_nans_in_logits: 0,
+    mm_cache_miss_hashes: null,
+    new_sampling_mask: null,
   };
 }
 
 /** A fresh envelope with every field at its default (an *invalid* message until something is set). */
 export function defaultEngineCoreOutputs(): EngineCoreOutputs {
   return {
-    engine_index: 0, outputs: [], scheduler_stats: null, timestamp: 0.0, utility_output: null,
-    finished_requests: null, wave_complete: null, start_wave: null,
+    engine_index: 0,
+    outputs: [],
+    scheduler_stats: null,
+    timestamp: 0.0,
+    utility_output: null,
+    finished_requests: null,
+    wave_complete: null,
+    start_wave: null,
   };
 }
 
@@ -316,13 +374,20 @@ export function classifyEngineCoreOutputs(o: EngineCoreOutputs): EngineCoreOutpu
   const complete = o.wave_complete !== null;
   const start = o.start_wave !== null;
   const present = [
-    payload && 'request payload', utility && 'utility_output', complete && 'wave_complete', start && 'start_wave',
+    payload && 'request payload',
+    utility && 'utility_output',
+    complete && 'wave_complete',
+    start && 'start_wave',
   ].filter((x): x is string => typeof x === 'string');
   if (present.length === 0) {
-    throw new WireDecodeError('EngineCoreOutputs', 'empty envelope (no outputs, scheduler_stats, finished_requests, ' +
-      'utility_output or wave field); an empty envelope is not a heartbeat');
+    throw new WireDecodeError(
+      'EngineCoreOutputs',
+      'empty envelope (no outputs, scheduler_stats, finished_requests, ' +
+        'utility_output or wave field); an empty envelope is not a heartbeat',
+    );
   }
-  if (present.length > 1) throw new WireDecodeError('EngineCoreOutputs', `mixed envelope shapes: ${present.join(' + ')}`);
+  if (present.length > 1)
+    throw new WireDecodeError('EngineCoreOutputs', `mixed envelope shapes: ${present.join(' + ')}`);
   if (payload) return { kind: 'requests' };
   if (utility) return { kind: 'utility' };
   if (complete) return { kind: 'wave_complete', wave: o.wave_complete as WireInt };
@@ -347,7 +412,10 @@ function singleFrameCodecs(layout: EngineCoreOutputLayout): OutputCodecs {
  * outside 0..4, a missing required `SchedulerStats` key, bad tensors (pickle or unknown ext code, aux index out of
  * range, ragged logprob arrays, ...), an invalid shape.
  */
-export function decodeEngineCoreOutputs(frames: readonly Uint8Array[] | Uint8Array, layout?: EngineCoreOutputLayout): EngineCoreOutputs {
+export function decodeEngineCoreOutputs(
+  frames: readonly Uint8Array[] | Uint8Array,
+  layout?: EngineCoreOutputLayout,
+): EngineCoreOutputs {
   const all = frames instanceof Uint8Array ? [frames] : frames;
   if (all.length === 0) throw new WireDecodeError('EngineCoreOutputs', 'output message has no frames');
   const use = layout ?? detectOutputLayout(all[0]!)?.layout ?? 16;
@@ -452,14 +520,23 @@ function outputEvidence(r: MsgpackReader, i: number): OutputLayoutEvidence | nul
     const kind = r.peekKind(at);
     if (k === 10 && kind === 'map') {
       const m = mapKind(r, at);
-      if (m === 'prefill') found = { layout: 13, reason: `${at}[10] is a PrefillStats map (prefill_stats of the 13-field layout)` };
-      else if (m === 'other') found = { layout: 16, reason: `${at}[10] is a map without PrefillStats keys (trace_headers of the 16-field layout)` };
+      if (m === 'prefill')
+        found = { layout: 13, reason: `${at}[10] is a PrefillStats map (prefill_stats of the 13-field layout)` };
+      else if (m === 'other')
+        found = {
+          layout: 16,
+          reason: `${at}[10] is a map without PrefillStats keys (trace_headers of the 16-field layout)`,
+        };
       continue;
     }
     if (k === 11 && kind === 'array') {
-      found = { layout: 13, reason: `${at}[11] is an array (routed_experts of the 13-field layout; prefill_stats there in the 16-field one)` };
+      found = {
+        layout: 13,
+        reason: `${at}[11] is an array (routed_experts of the 13-field layout; prefill_stats there in the 16-field one)`,
+      };
     } else if (k === 11 && kind === 'map') {
-      if (mapKind(r, at) === 'prefill') found = { layout: 16, reason: `${at}[11] is a PrefillStats map (prefill_stats of the 16-field layout)` };
+      if (mapKind(r, at) === 'prefill')
+        found = { layout: 16, reason: `${at}[11] is a PrefillStats map (prefill_stats of the 16-field layout)` };
       continue;
     } else if (k === 12 && kind === 'int') {
       found = { layout: 13, reason: `${at}[12] is an int (num_nans_in_logits of the 13-field layout)` };
@@ -503,7 +580,8 @@ function shortLength<T>(codec: PositionalCodec<T>, value: T): number {
 function refuseSixteenFieldOnly(o: EngineCoreOutput, path: string): void {
   for (const name of SIXTEEN_FIELD_ONLY) {
     const v = (o as unknown as Record<string, unknown>)[name];
-    if (v !== undefined && v !== null) throw new WireEncodeError(`${path}.${name}`, 'the 13-field layout has no such field');
+    if (v !== undefined && v !== null)
+      throw new WireEncodeError(`${path}.${name}`, 'the 13-field layout has no such field');
   }
 }
 
@@ -517,7 +595,8 @@ export function encodeEngineCoreOutputsFrames(msg: EngineCoreOutputs, opts: Enco
   const root = 'EngineCoreOutputs';
   if (msg === null || typeof msg !== 'object') throw new WireEncodeError(root, 'expected an object');
   const layout = opts.layout ?? 13;
-  if (layout !== 13 && layout !== 16) throw new WireEncodeError(root, `unknown EngineCoreOutput layout ${String(layout)} (13 or 16)`);
+  if (layout !== 13 && layout !== 16)
+    throw new WireEncodeError(root, `unknown EngineCoreOutput layout ${String(layout)} (13 or 16)`);
   const frames: TensorFrames = { aux: [], auxThresholdBytes: opts.auxThresholdBytes };
   const { output, outputs } = engineCoreOutputCodecs(frames, layout);
   const short = (opts.form ?? 'short') === 'short';
@@ -540,7 +619,10 @@ export function encodeEngineCoreOutputsFrames(msg: EngineCoreOutputs, opts: Enco
 }
 
 /** `encodeEngineCoreOutputsFrames` with every tensor inline: one payload frame. */
-export function encodeEngineCoreOutputs(msg: EngineCoreOutputs, opts: { form?: 'short' | 'full'; layout?: EngineCoreOutputLayout } = {}): Uint8Array {
+export function encodeEngineCoreOutputs(
+  msg: EngineCoreOutputs,
+  opts: { form?: 'short' | 'full'; layout?: EngineCoreOutputLayout } = {},
+): Uint8Array {
   return encodeEngineCoreOutputsFrames(msg, { form: opts.form, layout: opts.layout })[0]!;
 }
 
@@ -578,8 +660,13 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatc
   if (shape.kind !== 'requests') {
     const field = shape.kind === 'wave_complete' ? 'wave_complete' : 'start_wave';
     return {
-      engineIndex, outputs: [], finishedRequestIds: [],
-      wave: { kind: shape.kind === 'wave_complete' ? 'complete' : 'start', wave: count(shape.wave, `${root}.${field}`) },
+      engineIndex,
+      outputs: [],
+      finishedRequestIds: [],
+      wave: {
+        kind: shape.kind === 'wave_complete' ? 'complete' : 'start',
+        wave: count(shape.wave, `${root}.${field}`),
+      },
     };
   }
   const finished = new Set<string>(o.finished_requests ?? []);

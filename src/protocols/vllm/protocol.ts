@@ -18,7 +18,12 @@ import { encodeAbortPayload } from '../tokenspeed/abort.js';
 import type { VllmEosConfig } from './eos.js';
 import { OutputLayouts } from './layout.js';
 import type { OutputLayoutDecision } from './layout.js';
-import { decodeEngineCoreOutputs, detectOutputLayout, engineCoreOutputsToEngineBatch, peekEngineIndex } from './output.js';
+import {
+  decodeEngineCoreOutputs,
+  detectOutputLayout,
+  engineCoreOutputsToEngineBatch,
+  peekEngineIndex,
+} from './output.js';
 import type { EngineCoreOutputLayout } from './output.js';
 import { encodeEngineCoreRequest, toEngineCoreRequest } from './request.js';
 import { encodeStartDpWave } from './wave.js';

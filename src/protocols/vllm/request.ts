@@ -6,7 +6,17 @@
  */
 import type { GenerateRequest } from '../types.js';
 import {
-  anyValue, bool, decodeMessage, float, int, list, namedMap, nullable, positional, str, strMap,
+  anyValue,
+  bool,
+  decodeMessage,
+  float,
+  int,
+  list,
+  namedMap,
+  nullable,
+  positional,
+  str,
+  strMap,
 } from '../../wire/codec.js';
 import { WireEncodeError } from '../../wire/errors.js';
 import type { WireInt } from '../../wire/reader.js';
@@ -178,7 +188,8 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
   if (typeof request.requestId !== 'string' || request.requestId.length === 0) {
     throw new WireEncodeError(`${root}.request_id`, 'request id must be a non-empty string');
   }
-  if (!Array.isArray(request.promptTokenIds)) throw new WireEncodeError(`${root}.prompt_token_ids`, 'expected an array');
+  if (!Array.isArray(request.promptTokenIds))
+    throw new WireEncodeError(`${root}.prompt_token_ids`, 'expected an array');
   request.promptTokenIds.forEach((t, i) => {
     if (!Number.isSafeInteger(t) || t < 0) {
       throw new WireEncodeError(`${root}.prompt_token_ids[${i}]`, `token id must be an integer ≥ 0, got ${String(t)}`);
@@ -189,7 +200,10 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
     throw new WireEncodeError(`${root}.data_parallel_rank`, `must be an integer ≥ 0, got ${String(rank)}`);
   }
   if (typeof ctx.arrivalTime !== 'number' || !Number.isFinite(ctx.arrivalTime)) {
-    throw new WireEncodeError(`${root}.arrival_time`, `expected a finite number of seconds, got ${String(ctx.arrivalTime)}`);
+    throw new WireEncodeError(
+      `${root}.arrival_time`,
+      `expected a finite number of seconds, got ${String(ctx.arrivalTime)}`,
+    );
   }
   if (typeof request.returnLogprob !== 'boolean') {
     throw new WireEncodeError(`${root}.sampling_params.logprobs`, 'returnLogprob must be a boolean');

@@ -60,7 +60,14 @@ export interface StructuredOutputsParams {
 }
 
 /** The six constraint keys of `structured_outputs`, exactly one of which must be set. */
-export const STRUCTURED_OUTPUT_CONSTRAINTS = ['json', 'regex', 'choice', 'grammar', 'json_object', 'structural_tag'] as const;
+export const STRUCTURED_OUTPUT_CONSTRAINTS = [
+  'json',
+  'regex',
+  'choice',
+  'grammar',
+  'json_object',
+  'structural_tag',
+] as const;
 
 const omitFalse = (v: boolean): boolean => v !== true;
 
@@ -88,7 +95,8 @@ function constraintsOf(p: StructuredOutputsParams): string[] {
 /** Why `p` is not a valid constraint set (none, two or more, `json_object: false`), or null. */
 function structuredOutputsProblem(p: StructuredOutputsParams): string | null {
   const set = constraintsOf(p);
-  if (set.length === 0) return `exactly one constraint key is required (${STRUCTURED_OUTPUT_CONSTRAINTS.join(', ')}); got none`;
+  if (set.length === 0)
+    return `exactly one constraint key is required (${STRUCTURED_OUTPUT_CONSTRAINTS.join(', ')}); got none`;
   if (set.length > 1) return `exactly one constraint key is allowed; got ${set.join(', ')}`;
   if (p.json_object === false) return 'json_object must be true when present';
   return null;
@@ -121,8 +129,16 @@ export const structuredOutputsCodec: Codec<StructuredOutputsParams> = {
 /** A `StructuredOutputsParams` with nothing set (not valid on its own: set one constraint). */
 export function defaultStructuredOutputs(): StructuredOutputsParams {
   return {
-    json: null, regex: null, choice: null, grammar: null, json_object: null, structural_tag: null,
-    disable_any_whitespace: false, disable_additional_properties: false, whitespace_pattern: null, _backend: null,
+    json: null,
+    regex: null,
+    choice: null,
+    grammar: null,
+    json_object: null,
+    structural_tag: null,
+    disable_any_whitespace: false,
+    disable_additional_properties: false,
+    whitespace_pattern: null,
+    _backend: null,
   };
 }
 
@@ -136,12 +152,24 @@ export function toVllmStructuredOutputs(so: StructuredOutput): StructuredOutputs
   const out = defaultStructuredOutputs();
   const c = so.constraint;
   switch (c.kind) {
-    case 'json': out.json = c.schema; break;
-    case 'json_object': out.json_object = true; break;
-    case 'regex': out.regex = c.pattern; break;
-    case 'choice': out.choice = [...c.choices]; break;
-    case 'grammar': out.grammar = c.grammar; break;
-    case 'structural_tag': out.structural_tag = c.tag; break;
+    case 'json':
+      out.json = c.schema;
+      break;
+    case 'json_object':
+      out.json_object = true;
+      break;
+    case 'regex':
+      out.regex = c.pattern;
+      break;
+    case 'choice':
+      out.choice = [...c.choices];
+      break;
+    case 'grammar':
+      out.grammar = c.grammar;
+      break;
+    case 'structural_tag':
+      out.structural_tag = c.tag;
+      break;
   }
   out.disable_any_whitespace = so.disableAnyWhitespace;
   out.disable_additional_properties = so.disableAdditionalProperties;
@@ -161,7 +189,8 @@ export const logitBiasCodec: Codec<Map<number, number>> = {
     const out = new Map<number, number>();
     for (let i = 0; i < n; i++) {
       const key = r.readInt(`${path}(key ${i})`);
-      if (typeof key === 'bigint') throw new WireDecodeError(`${path}(key ${i})`, `token id ${key} is beyond ±(2^53−1)`);
+      if (typeof key === 'bigint')
+        throw new WireDecodeError(`${path}(key ${i})`, `token id ${key} is beyond ±(2^53−1)`);
       out.set(key, r.readFloat(`${path}[${key}]`));
     }
     return out;
@@ -232,7 +261,9 @@ export const vllmSamplingParamsCodec: Codec<VllmSamplingParams> = sparseMap<Vllm
     { name: '_eos_token_id', codec: nullable(int), dflt: () => null, omit: omitNull },
     { name: '_all_stop_token_ids', codec: list(int), dflt: () => [] },
     {
-      name: 'logit_bias', codec: nullable(logitBiasCodec), dflt: () => null,
+      name: 'logit_bias',
+      codec: nullable(logitBiasCodec),
+      dflt: () => null,
       omit: (v) => v === null || v.size === 0,
     },
     { name: 'allowed_token_ids', codec: nullable(list(int)), dflt: () => null, omit: omitNull },
@@ -250,11 +281,30 @@ export const vllmSamplingParamsCodec: Codec<VllmSamplingParams> = sparseMap<Vllm
  */
 export function defaultVllmSamplingParams(): VllmSamplingParams {
   return {
-    temperature: 1.0, top_p: 1.0, top_k: 0, seed: null, max_tokens: 16, min_tokens: 0, thinking_token_budget: null,
-    logprobs: null, prompt_logprobs: null, min_p: 0.0, frequency_penalty: 0.0, presence_penalty: 0.0,
-    repetition_penalty: 1.0, repetition_detection: null, stop_token_ids: [], _eos_token_id: null,
-    _all_stop_token_ids: [], logit_bias: null, allowed_token_ids: null, _bad_words_token_ids: null,
-    structured_outputs: null, logprob_token_ids: null, skip_reading_prefix_cache: null, extra_args: null,
+    temperature: 1.0,
+    top_p: 1.0,
+    top_k: 0,
+    seed: null,
+    max_tokens: 16,
+    min_tokens: 0,
+    thinking_token_budget: null,
+    logprobs: null,
+    prompt_logprobs: null,
+    min_p: 0.0,
+    frequency_penalty: 0.0,
+    presence_penalty: 0.0,
+    repetition_penalty: 1.0,
+    repetition_detection: null,
+    stop_token_ids: [],
+    _eos_token_id: null,
+    _all_stop_token_ids: [],
+    logit_bias: null,
+    allowed_token_ids: null,
+    _bad_words_token_ids: null,
+    structured_outputs: null,
+    logprob_token_ids: null,
+    skip_reading_prefix_cache: null,
+    extra_args: null,
   };
 }
 
@@ -339,7 +389,7 @@ export function toVllmSamplingParams(s: SamplingOptions, ctx: VllmSamplingContex
     }
   }
   const logprobs = ctx.logprobs ?? null;
-  if (logprobs !== null && (intField('logprobs', logprobs) < -1)) fail('logprobs', `${logprobs} must be ≥ −1`);
+  if (logprobs !== null && intField('logprobs', logprobs) < -1) fail('logprobs', `${logprobs} must be ≥ −1`);
 
   return {
     ...defaultVllmSamplingParams(),

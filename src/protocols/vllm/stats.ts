@@ -97,7 +97,11 @@ export const schedulerStatsCodec: Codec<SchedulerStats> = namedMap<SchedulerStat
 });
 
 /** A `SchedulerStats` for the given load; every other counter 0, prefix stats zeroed, no events. */
-export function schedulerStatsFor(load: { numRunning: WireInt; numWaiting: WireInt; kvCacheUsage: number }): SchedulerStats {
+export function schedulerStatsFor(load: {
+  numRunning: WireInt;
+  numWaiting: WireInt;
+  kvCacheUsage: number;
+}): SchedulerStats {
   return {
     num_running_reqs: load.numRunning,
     num_waiting_reqs: load.numWaiting,
@@ -105,7 +109,13 @@ export function schedulerStatsFor(load: { numRunning: WireInt; numWaiting: WireI
     current_wave: 0,
     kv_cache_usage: load.kvCacheUsage,
     prefix_cache_stats: {
-      reset: false, requests: 0, queries: 0, hits: 0, preempted_requests: 0, preempted_queries: 0, preempted_hits: 0,
+      reset: false,
+      requests: 0,
+      queries: 0,
+      hits: 0,
+      preempted_requests: 0,
+      preempted_queries: 0,
+      preempted_hits: 0,
     },
     kv_cache_eviction_events: [],
     num_skipped_waiting_reqs: 0,
@@ -129,5 +139,9 @@ export function loadFromSchedulerStats(s: SchedulerStats, path = 'SchedulerStats
     if (v < 0) throw new WireDecodeError(`${path}.${key}`, `must be ≥ 0, got ${v}`);
     return v;
   };
-  return { numRunning: count('num_running_reqs'), numWaiting: count('num_waiting_reqs'), kvCacheUsage: s.kv_cache_usage };
+  return {
+    numRunning: count('num_running_reqs'),
+    numWaiting: count('num_waiting_reqs'),
+    kvCacheUsage: s.kv_cache_usage,
+  };
 }

@@ -60,13 +60,18 @@ export function ndArrayCodec(frames: TensorFrames): Codec<WireNdArray> {
         if (EXT_PICKLE_CODES.includes(ext.type)) {
           throw new WireDecodeError(dataPath, `ext type ${ext.type} (pickle) is refused`);
         }
-        if (ext.type !== EXT_RAW_VIEW) throw new WireDecodeError(dataPath, `unknown ext type ${ext.type} (expected 3, raw view)`);
+        if (ext.type !== EXT_RAW_VIEW)
+          throw new WireDecodeError(dataPath, `unknown ext type ${ext.type} (expected 3, raw view)`);
         data = ext.data;
       } else if (kind === 'int') {
         const index = uint.decode(r, dataPath);
-        if (index === 0) throw new WireDecodeError(dataPath, 'aux frame index 0 names the payload itself (aux frames are 1-based)');
+        if (index === 0)
+          throw new WireDecodeError(dataPath, 'aux frame index 0 names the payload itself (aux frames are 1-based)');
         if (index > frames.aux.length) {
-          throw new WireDecodeError(dataPath, `aux frame index ${index} is out of range (the message has ${frames.aux.length} aux frame(s))`);
+          throw new WireDecodeError(
+            dataPath,
+            `aux frame index ${index} is out of range (the message has ${frames.aux.length} aux frame(s))`,
+          );
         }
         data = frames.aux[index - 1];
       } else {
@@ -108,10 +113,17 @@ export function parseDtype(dtype: string): DtypeInfo | null {
     s = s.slice(1);
   }
   switch (s) {
-    case 'i4': case 'int32': return { kind: 'int', size: 4, littleEndian };
-    case 'i8': case 'int64': return { kind: 'int', size: 8, littleEndian };
-    case 'f4': case 'float32': return { kind: 'float', size: 4, littleEndian };
-    default: return null;
+    case 'i4':
+    case 'int32':
+      return { kind: 'int', size: 4, littleEndian };
+    case 'i8':
+    case 'int64':
+      return { kind: 'int', size: 8, littleEndian };
+    case 'f4':
+    case 'float32':
+      return { kind: 'float', size: 4, littleEndian };
+    default:
+      return null;
   }
 }
 
@@ -120,12 +132,18 @@ function elementsOf(a: WireNdArray, kind: 'int' | 'float', path: string): number
   const info = parseDtype(a.dtype);
   if (info === null) throw new WireDecodeError(`${path}.dtype`, `unsupported dtype '${a.dtype}'`);
   if (info.kind !== kind) {
-    throw new WireDecodeError(`${path}.dtype`, `expected ${kind === 'int' ? 'an integer' : 'a float'} dtype, got '${a.dtype}'`);
+    throw new WireDecodeError(
+      `${path}.dtype`,
+      `expected ${kind === 'int' ? 'an integer' : 'a float'} dtype, got '${a.dtype}'`,
+    );
   }
   const count = a.shape.reduce((x, y) => x * y, 1);
   if (!Number.isSafeInteger(count) || count * info.size !== a.data.length) {
-    throw new WireDecodeError(`${path}.data`, `buffer has ${a.data.length} bytes but shape [${a.shape.join(', ')}] of ` +
-      `${a.dtype} needs ${count * info.size}`);
+    throw new WireDecodeError(
+      `${path}.data`,
+      `buffer has ${a.data.length} bytes but shape [${a.shape.join(', ')}] of ` +
+        `${a.dtype} needs ${count * info.size}`,
+    );
   }
   const view = new DataView(a.data.buffer, a.data.byteOffset, a.data.byteLength);
   const out = new Array<number>(count);
@@ -223,8 +241,10 @@ export function logprobsCodec(frames: TensorFrames): Codec<VllmLogprobs> {
     decode(r, path, expected) {
       const n = r.readArrayHeader(path, expected ?? 'array');
       if (n !== 4) {
-        throw new WireDecodeError(path, `WireLogprobs must be [token_ids, logprobs, ranks, cu_num_generated_tokens] ` +
-          `(4 elements), got ${n}`);
+        throw new WireDecodeError(
+          path,
+          `WireLogprobs must be [token_ids, logprobs, ranks, cu_num_generated_tokens] ` + `(4 elements), got ${n}`,
+        );
       }
       const tok = nd.decode(r, `${path}.token_ids`);
       const lp = nd.decode(r, `${path}.logprobs`);
@@ -237,10 +257,12 @@ export function logprobsCodec(frames: TensorFrames): Codec<VllmLogprobs> {
       const [rows, cols] = tok.shape;
       const tokens = elementsOf(tok, 'int', `${path}.token_ids`);
       const negative = tokens.findIndex((t) => t < 0);
-      if (negative >= 0) throw new WireDecodeError(`${path}.token_ids.data[${negative}]`, `token id ${tokens[negative]} is negative`);
+      if (negative >= 0)
+        throw new WireDecodeError(`${path}.token_ids.data[${negative}]`, `token id ${tokens[negative]} is negative`);
       const ranks = elementsOf(rk, 'int', `${path}.ranks`);
       const badRank = ranks.findIndex((x) => x < 1);
-      if (badRank >= 0) throw new WireDecodeError(`${path}.ranks.data[${badRank}]`, `rank ${ranks[badRank]} must be ≥ 1`);
+      if (badRank >= 0)
+        throw new WireDecodeError(`${path}.ranks.data[${badRank}]`, `rank ${ranks[badRank]} must be ≥ 1`);
       return {
         token_ids: toRows(tokens, rows, cols),
         logprobs: toRows(elementsOf(lp, 'float', `${path}.logprobs`), rows, cols),
@@ -249,8 +271,13 @@ export function logprobsCodec(frames: TensorFrames): Codec<VllmLogprobs> {
       };
     },
     encode(w, v, path) {
-      if (v === null || typeof v !== 'object' || !Array.isArray(v.token_ids) || !Array.isArray(v.logprobs) ||
-          !Array.isArray(v.ranks)) {
+      if (
+        v === null ||
+        typeof v !== 'object' ||
+        !Array.isArray(v.token_ids) ||
+        !Array.isArray(v.logprobs) ||
+        !Array.isArray(v.ranks)
+      ) {
         throw new WireEncodeError(path, 'expected { token_ids, logprobs, ranks } arrays');
       }
       if (v.cu_num_generated_tokens !== null && v.cu_num_generated_tokens !== undefined) {
@@ -258,7 +285,8 @@ export function logprobsCodec(frames: TensorFrames): Codec<VllmLogprobs> {
       }
       const rows = v.token_ids.length;
       const cols = rows === 0 ? 0 : v.token_ids[0].length;
-      const shapeOf = (m: number[][]) => (m.every((row) => Array.isArray(row) && row.length === cols) ? [m.length, cols] : [m.length, -1]);
+      const shapeOf = (m: number[][]) =>
+        m.every((row) => Array.isArray(row) && row.length === cols) ? [m.length, cols] : [m.length, -1];
       const problem = logprobsShapeProblem(shapeOf(v.token_ids), shapeOf(v.logprobs), [v.ranks.length]);
       if (problem !== null || shapeOf(v.token_ids)[1] < 0) {
         throw new WireEncodeError(path, problem ?? 'token_ids rows differ in length (ragged)');
@@ -266,11 +294,21 @@ export function logprobsCodec(frames: TensorFrames): Codec<VllmLogprobs> {
       const badRank = v.ranks.findIndex((x) => !(x >= 1));
       if (badRank >= 0) throw new WireEncodeError(`${path}.ranks[${badRank}]`, `rank ${v.ranks[badRank]} must be ≥ 1`);
       w.writeArrayHeader(4);
-      nd.encode(w, { dtype: 'int64', shape: [rows, cols], data: packElements(v.token_ids.flat(), 'int64', `${path}.token_ids`) },
-        `${path}.token_ids`);
-      nd.encode(w, { dtype: 'float32', shape: [rows, cols], data: packElements(v.logprobs.flat(), 'float32', `${path}.logprobs`) },
-        `${path}.logprobs`);
-      nd.encode(w, { dtype: 'int64', shape: [rows], data: packElements(v.ranks, 'int64', `${path}.ranks`) }, `${path}.ranks`);
+      nd.encode(
+        w,
+        { dtype: 'int64', shape: [rows, cols], data: packElements(v.token_ids.flat(), 'int64', `${path}.token_ids`) },
+        `${path}.token_ids`,
+      );
+      nd.encode(
+        w,
+        { dtype: 'float32', shape: [rows, cols], data: packElements(v.logprobs.flat(), 'float32', `${path}.logprobs`) },
+        `${path}.logprobs`,
+      );
+      nd.encode(
+        w,
+        { dtype: 'int64', shape: [rows], data: packElements(v.ranks, 'int64', `${path}.ranks`) },
+        `${path}.ranks`,
+      );
       w.writeNil();
     },
   };

@@ -27,9 +27,13 @@ const ROOT = 'StartDpWave';
 export function encodeStartDpWave(wave: WireInt, excludeEngineIndex: WireInt | null = null): Uint8Array {
   const isUint = (v: unknown): boolean =>
     (typeof v === 'number' && Number.isSafeInteger(v) && v >= 0) || (typeof v === 'bigint' && v >= 0n && v <= U64_MAX);
-  if (!isUint(wave)) throw new WireEncodeError(`${ROOT}.wave`, `expected an integer in [0, 2^64−1], got ${String(wave)}`);
+  if (!isUint(wave))
+    throw new WireEncodeError(`${ROOT}.wave`, `expected an integer in [0, 2^64−1], got ${String(wave)}`);
   if (excludeEngineIndex !== null && !isUint(excludeEngineIndex)) {
-    throw new WireEncodeError(`${ROOT}.exclude_engine_index`, `expected nil or an integer ≥ 0, got ${String(excludeEngineIndex)}`);
+    throw new WireEncodeError(
+      `${ROOT}.exclude_engine_index`,
+      `expected nil or an integer ≥ 0, got ${String(excludeEngineIndex)}`,
+    );
   }
   const w = new MsgpackWriter(16);
   w.writeArrayHeader(2);
@@ -46,7 +50,8 @@ export function encodeStartDpWave(wave: WireInt, excludeEngineIndex: WireInt | n
 export function decodeStartDpWave(bytes: Uint8Array): StartDpWave {
   const r = new MsgpackReader(bytes);
   const n = r.readArrayHeader(ROOT);
-  if (n !== 2) throw new WireDecodeError(ROOT, `expected an array of exactly 2 elements [wave, exclude_engine_index], got ${n}`);
+  if (n !== 2)
+    throw new WireDecodeError(ROOT, `expected an array of exactly 2 elements [wave, exclude_engine_index], got ${n}`);
   const wave = int.decode(r, `${ROOT}.wave`);
   if (wave < 0) throw new WireDecodeError(`${ROOT}.wave`, `must be ≥ 0, got ${wave}`);
   const excludeEngineIndex = nullable(int).decode(r, `${ROOT}.exclude_engine_index`);

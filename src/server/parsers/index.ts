@@ -8,7 +8,12 @@ import { JsonCallsParser, LLAMA3_JSON_LAYOUT } from './json-calls.js';
 import { ThinkTagParser, type ReasoningParserName, type ReasoningStart } from './reasoning.js';
 import type { ReasoningParser, ToolCallIdSource, ToolCallParser } from './types.js';
 
-export { REASONING_PARSER_NAMES, reasoningStartFor, type ReasoningParserName, type ReasoningStart } from './reasoning.js';
+export {
+  REASONING_PARSER_NAMES,
+  reasoningStartFor,
+  type ReasoningParserName,
+  type ReasoningStart,
+} from './reasoning.js';
 export type { ReasoningParser, ReasoningSplit, ToolCallIdSource, ToolCallParser, ToolParseEvent } from './types.js';
 
 /** The tool-call parsers the gateway offers (vLLM's names). */
@@ -30,7 +35,10 @@ export function createReasoningParser(_name: ReasoningParserName, start: Reasoni
  * (Hermes / Qwen) → `hermes`; `<|python_tag|>` (Llama 3.1+) → `llama3_json`. Returns null when none or several
  * match (Mistral's `[TOOL_CALLS]` has no parser here: null too), and `ambiguous` lists what matched.
  */
-export function toolCallParserForTemplate(templates: readonly string[]): { parser: ToolCallParserName | null; matched: string[] } {
+export function toolCallParserForTemplate(templates: readonly string[]): {
+  parser: ToolCallParserName | null;
+  matched: string[];
+} {
   const text = templates.join('\n');
   const matched: ToolCallParserName[] = [];
   if (text.includes('<tool_call>')) matched.push('hermes');

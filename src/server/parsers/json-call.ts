@@ -148,7 +148,12 @@ export class JsonCallObject {
         this.valueKind = c === '{' || c === '[' ? 'container' : c === '"' ? 'string' : 'primitive';
       }
       if (this.phase === 'value' && emitFrom < 0) emitFrom = i;
-      if (this.phase === 'value' && this.valueKind === 'primitive' && !this.inString && (c === ',' || c === '}' || isSpace(c))) {
+      if (
+        this.phase === 'value' &&
+        this.valueKind === 'primitive' &&
+        !this.inString &&
+        (c === ',' || c === '}' || isSpace(c))
+      ) {
         flush(i);
         this.phase = 'tail';
       }

@@ -27,7 +27,12 @@ export interface JsonCallsLayout {
 }
 
 /** `llama3_json`: optional `<|python_tag|>`, objects separated by `;`. */
-export const LLAMA3_JSON_LAYOUT: JsonCallsLayout = { prefixes: ['<|python_tag|>'], open: null, separator: ';', close: null };
+export const LLAMA3_JSON_LAYOUT: JsonCallsLayout = {
+  prefixes: ['<|python_tag|>'],
+  open: null,
+  separator: ';',
+  close: null,
+};
 /** The JSON array of the `required` constraint. */
 export const JSON_ARRAY_LAYOUT: JsonCallsLayout = { prefixes: [], open: '[', separator: ',', close: ']' };
 

@@ -34,7 +34,11 @@ export type ReasoningStart = 'detect' | 'reasoning' | 'content';
  * `</think>` (an empty block the template closed) or `enable_thinking: false` starts in the content; otherwise
  * `qwen3` detects and `deepseek_r1` starts in the reasoning.
  */
-export function reasoningStartFor(name: ReasoningParserName, promptText: string, enableThinking: unknown): ReasoningStart {
+export function reasoningStartFor(
+  name: ReasoningParserName,
+  promptText: string,
+  enableThinking: unknown,
+): ReasoningStart {
   const tail = promptText.trimEnd();
   if (enableThinking === false || tail.endsWith(END)) return 'content';
   if (tail.endsWith(START)) return 'reasoning';

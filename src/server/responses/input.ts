@@ -32,7 +32,11 @@ function contentText(content: unknown, path: string): string {
   return content
     .map((part, j) => {
       if (!isObject(part)) throw badRequest(`'${path}[${j}]' must be an object`, `${path}[${j}]`);
-      if ((part.type === 'input_text' || part.type === 'output_text' || part.type === 'text') && typeof part.text === 'string') return part.text;
+      if (
+        (part.type === 'input_text' || part.type === 'output_text' || part.type === 'text') &&
+        typeof part.text === 'string'
+      )
+        return part.text;
       throw badRequest(
         `content part type ${quoteValue(part.type)} is not supported (only input_text and output_text are)`,
         `${path}[${j}].type`,
@@ -55,16 +59,24 @@ function outputText(output: unknown, path: string): string {
  * (`param: previous_response_id`) for an unknown previous response, 400 naming `input[i]` for an unknown reference
  * or a malformed item.
  */
-export function resolveItems(store: ResponsesStore, input: string | unknown[], previousResponseId: string | null | undefined): Item[] {
+export function resolveItems(
+  store: ResponsesStore,
+  input: string | unknown[],
+  previousResponseId: string | null | undefined,
+): Item[] {
   const items: Item[] = [];
   if (previousResponseId !== null && previousResponseId !== undefined) {
     const prev = store.get(previousResponseId);
     if (prev === undefined) {
-      throw new ApiError(404, `Previous response with id '${previousResponseId}' not found (responses are kept in this gateway's memory only: ${store.enabled ? 'it was never stored, or was evicted' : 'storing is disabled'})`, {
-        type: 'invalid_request_error',
-        param: 'previous_response_id',
-        code: 'previous_response_not_found',
-      });
+      throw new ApiError(
+        404,
+        `Previous response with id '${previousResponseId}' not found (responses are kept in this gateway's memory only: ${store.enabled ? 'it was never stored, or was evicted' : 'storing is disabled'})`,
+        {
+          type: 'invalid_request_error',
+          param: 'previous_response_id',
+          code: 'previous_response_not_found',
+        },
+      );
     }
     items.push(...prev.inputItems, ...prev.outputItems);
   }
@@ -78,7 +90,11 @@ export function resolveItems(store: ResponsesStore, input: string | unknown[], p
       const id = raw.id;
       const found = typeof id === 'string' ? store.item(id) : undefined;
       if (found === undefined) {
-        throw badRequest(`Item with id ${quoteValue(id)} not found (items are kept with stored responses in this gateway's memory only)`, `input[${i}]`, 'item_not_found');
+        throw badRequest(
+          `Item with id ${quoteValue(id)} not found (items are kept with stored responses in this gateway's memory only)`,
+          `input[${i}]`,
+          'item_not_found',
+        );
       }
       items.push(found);
       return;
@@ -113,7 +129,10 @@ export function itemsToMessages(items: readonly Item[], instructions: string | n
       case 'message': {
         const role = item.role;
         if (role !== 'user' && role !== 'system' && role !== 'developer' && role !== 'assistant') {
-          throw badRequest(`'${path}.role' must be user, system, developer or assistant; got ${quoteValue(role)}`, `${path}.role`);
+          throw badRequest(
+            `'${path}.role' must be user, system, developer or assistant; got ${quoteValue(role)}`,
+            `${path}.role`,
+          );
         }
         messages.push({ role, content: contentText(item.content, `${path}.content`) });
         return;
@@ -127,7 +146,8 @@ export function itemsToMessages(items: readonly Item[], instructions: string | n
         return;
       }
       case 'function_call_output': {
-        if (typeof item.call_id !== 'string') throw badRequest(`'${path}' (function_call_output) needs a string call_id`, `${path}.call_id`);
+        if (typeof item.call_id !== 'string')
+          throw badRequest(`'${path}' (function_call_output) needs a string call_id`, `${path}.call_id`);
         messages.push({ role: 'tool', tool_call_id: item.call_id, content: outputText(item.output, `${path}.output`) });
         return;
       }

@@ -96,7 +96,14 @@ class OutputItems {
   }
 
   openCall(index: number, callId: string, name: string): Item {
-    const item: Item = { type: 'function_call', id: `fc_${hex()}`, call_id: callId, name, arguments: '', status: 'in_progress' };
+    const item: Item = {
+      type: 'function_call',
+      id: `fc_${hex()}`,
+      call_id: callId,
+      name,
+      arguments: '',
+      status: 'in_progress',
+    };
     this.calls.set(index, item);
     this.items.push(item);
     return item;
@@ -142,7 +149,11 @@ class OutputItems {
       this.addReasoning(delta.reasoning);
       on.reasoningDelta(r.item, delta.reasoning);
     }
-    if ((delta.content !== '' || delta.toolCalls.length > 0) && this.reasoning !== null && this.reasoning.status === 'in_progress') {
+    if (
+      (delta.content !== '' || delta.toolCalls.length > 0) &&
+      this.reasoning !== null &&
+      this.reasoning.status === 'in_progress'
+    ) {
       on.reasoningDone(this.doneReasoning());
     }
     if (delta.content !== '') {
@@ -166,7 +177,8 @@ class OutputItems {
 
   /** Close every open item in output order, with `status` (`incomplete` when generation stopped at the token limit). */
   closeAll(on: CloseHooks, status: DoneStatus = 'completed'): void {
-    if (this.reasoning !== null && this.reasoning.status === 'in_progress') on.reasoningDone(this.doneReasoning(status));
+    if (this.reasoning !== null && this.reasoning.status === 'in_progress')
+      on.reasoningDone(this.doneReasoning(status));
     for (const item of this.items) {
       if (item === this.message && item.status === 'in_progress') on.messageDone(this.doneMessage(status));
       else if (item.type === 'function_call' && item.status === 'in_progress') {
@@ -215,7 +227,8 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
     store: stored,
     ...info.echo,
   });
-  const finalStatus = (results: readonly ChoiceResult[]): DoneStatus => (results[0]?.finishReason === 'length' ? 'incomplete' : 'completed');
+  const finalStatus = (results: readonly ChoiceResult[]): DoneStatus =>
+    results[0]?.finishReason === 'length' ? 'incomplete' : 'completed';
   const keep = (response: Record<string, unknown>, output: Item[]) => {
     if (stored) info.store.put(response.id as string, { response, inputItems: info.inputItems, outputItems: output });
   };
@@ -232,11 +245,22 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
       const delta: ChoiceDelta = {
         reasoning: r.reasoning ?? '',
         content: r.content,
-        toolCalls: r.toolCalls.map((c, index) => ({ index, id: c.id, type: 'function' as const, function: { name: c.function.name, arguments: c.function.arguments } })),
+        toolCalls: r.toolCalls.map((c, index) => ({
+          index,
+          id: c.id,
+          type: 'function' as const,
+          function: { name: c.function.name, arguments: c.function.arguments },
+        })),
         logprobs: [],
       };
       out.apply(delta, textLogprobs(logprobs(0)), {
-        reasoningOpened: none, reasoningDelta: none, reasoningDone: none, messageOpened: none, textDelta: none, callOpened: none, argumentsDelta: none,
+        reasoningOpened: none,
+        reasoningDelta: none,
+        reasoningDone: none,
+        messageOpened: none,
+        textDelta: none,
+        callOpened: none,
+        argumentsDelta: none,
       });
       if (out.items.length === 0) out.openMessage();
       out.closeAll({ reasoningDone: none, messageDone: none, callDone: none }, finalStatus(results));
@@ -247,22 +271,44 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
     stream(base): StreamShaper {
       let seq = 0;
       const out = new OutputItems();
-      const ev = (type: string, fields: Record<string, unknown>): SseEvent => ({ event: type, data: { type, sequence_number: seq++, ...fields } });
+      const ev = (type: string, fields: Record<string, unknown>): SseEvent => ({
+        event: type,
+        data: { type, sequence_number: seq++, ...fields },
+      });
       const itemRef = (item: Item) => ({ item_id: item.id, output_index: out.indexOf(item) });
       const close = (events: SseEvent[]): CloseHooks => ({
         reasoningDone: (item) => {
           const text = (item.content as Item[])[0]!.text;
           events.push(ev('response.reasoning_text.done', { ...itemRef(item), content_index: 0, text }));
-          events.push(ev('response.content_part.done', { ...itemRef(item), content_index: 0, part: { type: 'reasoning_text', text } }));
+          events.push(
+            ev('response.content_part.done', {
+              ...itemRef(item),
+              content_index: 0,
+              part: { type: 'reasoning_text', text },
+            }),
+          );
           events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
         },
         messageDone: ({ part, item }) => {
-          events.push(ev('response.output_text.done', { ...itemRef(item), content_index: 0, text: part.text, logprobs: part.logprobs }));
+          events.push(
+            ev('response.output_text.done', {
+              ...itemRef(item),
+              content_index: 0,
+              text: part.text,
+              logprobs: part.logprobs,
+            }),
+          );
           events.push(ev('response.content_part.done', { ...itemRef(item), content_index: 0, part }));
           events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
         },
         callDone: (item) => {
-          events.push(ev('response.function_call_arguments.done', { ...itemRef(item), name: item.name, arguments: item.arguments }));
+          events.push(
+            ev('response.function_call_arguments.done', {
+              ...itemRef(item),
+              name: item.name,
+              arguments: item.arguments,
+            }),
+          );
           events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
         },
       });
@@ -272,16 +318,34 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
           ...close(events),
           reasoningOpened: (item) => {
             events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } }));
-            events.push(ev('response.content_part.added', { ...itemRef(item), content_index: 0, part: { type: 'reasoning_text', text: '' } }));
+            events.push(
+              ev('response.content_part.added', {
+                ...itemRef(item),
+                content_index: 0,
+                part: { type: 'reasoning_text', text: '' },
+              }),
+            );
           },
-          reasoningDelta: (item, text) => events.push(ev('response.reasoning_text.delta', { ...itemRef(item), content_index: 0, delta: text })),
+          reasoningDelta: (item, text) =>
+            events.push(ev('response.reasoning_text.delta', { ...itemRef(item), content_index: 0, delta: text })),
           messageOpened: (item) => {
             events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } }));
-            events.push(ev('response.content_part.added', { ...itemRef(item), content_index: 0, part: { type: 'output_text', text: '', annotations: [] } }));
+            events.push(
+              ev('response.content_part.added', {
+                ...itemRef(item),
+                content_index: 0,
+                part: { type: 'output_text', text: '', annotations: [] },
+              }),
+            );
           },
-          textDelta: (item, text, lp) => events.push(ev('response.output_text.delta', { ...itemRef(item), content_index: 0, delta: text, logprobs: lp })),
-          callOpened: (item) => events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } })),
-          argumentsDelta: (item, text) => events.push(ev('response.function_call_arguments.delta', { ...itemRef(item), delta: text })),
+          textDelta: (item, text, lp) =>
+            events.push(
+              ev('response.output_text.delta', { ...itemRef(item), content_index: 0, delta: text, logprobs: lp }),
+            ),
+          callOpened: (item) =>
+            events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } })),
+          argumentsDelta: (item, text) =>
+            events.push(ev('response.function_call_arguments.delta', { ...itemRef(item), delta: text })),
         });
         return events;
       };
@@ -297,7 +361,13 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
           if (out.items.length === 0) {
             const m = out.openMessage().item;
             events.push(ev('response.output_item.added', { output_index: out.indexOf(m), item: { ...m } }));
-            events.push(ev('response.content_part.added', { ...itemRef(m), content_index: 0, part: { type: 'output_text', text: '', annotations: [] } }));
+            events.push(
+              ev('response.content_part.added', {
+                ...itemRef(m),
+                content_index: 0,
+                part: { type: 'output_text', text: '', annotations: [] },
+              }),
+            );
           }
           out.closeAll(close(events), finalStatus([result]));
           return events;
@@ -313,7 +383,9 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
           const code = String(body.code ?? 'server_error');
           return [
             ev('error', { code, message: body.message, param: body.param ?? null }),
-            ev('response.failed', { response: responseObject(base, 'failed', out.items, null, { code, message: body.message }) }),
+            ev('response.failed', {
+              response: responseObject(base, 'failed', out.items, null, { code, message: body.message }),
+            }),
           ];
         },
       };

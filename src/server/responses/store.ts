@@ -43,8 +43,10 @@ export class ResponsesStore {
   constructor(opts: ResponsesStoreOptions = {}) {
     this.maxResponses = opts.maxResponses ?? DEFAULT_RESPONSES_STORE_SIZE;
     this.maxBytes = opts.maxBytes ?? DEFAULT_MAX_BYTES;
-    if (!Number.isSafeInteger(this.maxResponses) || this.maxResponses < 0) throw new RangeError(`maxResponses must be an integer ≥ 0, got ${this.maxResponses}`);
-    if (!Number.isSafeInteger(this.maxBytes) || this.maxBytes < 1) throw new RangeError(`maxBytes must be an integer ≥ 1, got ${this.maxBytes}`);
+    if (!Number.isSafeInteger(this.maxResponses) || this.maxResponses < 0)
+      throw new RangeError(`maxResponses must be an integer ≥ 0, got ${this.maxResponses}`);
+    if (!Number.isSafeInteger(this.maxBytes) || this.maxBytes < 1)
+      throw new RangeError(`maxBytes must be an integer ≥ 1, got ${this.maxBytes}`);
   }
 
   /** Whether responses are stored at all. */

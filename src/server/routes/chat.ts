@@ -12,7 +12,13 @@ import { chatLogprobs } from '../logprobs.js';
 import { createReasoningParser, newToolCallId, reasoningStartFor } from '../parsers/index.js';
 import { chatTemplateOptions, encodeWithinContext, renderChat } from '../prompt.js';
 import { ChatCompletionBody, type ChatCompletionBodyT } from '../schemas.js';
-import { chunkedShape, handleGeneration, type PreparedPrompt, type PromptSource, type RouteContext } from '../serve-generation.js';
+import {
+  chunkedShape,
+  handleGeneration,
+  type PreparedPrompt,
+  type PromptSource,
+  type RouteContext,
+} from '../serve-generation.js';
 import { planTools, toolParserFor, type FunctionTool, type ToolPlan } from '../tool-choice.js';
 
 /** The message fields of a delta (OpenAI `ChoiceDelta`): only what it carries. */
@@ -42,15 +48,29 @@ export const chatShape = chunkedShape({
   chunkObject: 'chat.completion.chunk',
   responseObject: 'chat.completion',
   openingChoice: (index) => ({ index, delta: { role: 'assistant', content: '' }, logprobs: null, finish_reason: null }),
-  chunkChoice: (index, delta, finishReason, logprobs) => ({ index, delta: deltaMessage(delta), logprobs, finish_reason: finishReason }),
-  fullChoice: (index, result, logprobs) => ({ index, message: fullMessage(result), logprobs, finish_reason: result.finishReason }),
+  chunkChoice: (index, delta, finishReason, logprobs) => ({
+    index,
+    delta: deltaMessage(delta),
+    logprobs,
+    finish_reason: finishReason,
+  }),
+  fullChoice: (index, result, logprobs) => ({
+    index,
+    message: fullMessage(result),
+    logprobs,
+    finish_reason: result.finishReason,
+  }),
   logprobsParams: 'chat',
   renderLogprobs: (entries, k, tokenText) => chatLogprobs(entries, k, tokenText),
 });
 
 /** Chat `tools` (`{type: "function", function: {...}}`) as function tools. */
 export function chatTools(tools: ChatCompletionBodyT['tools']): FunctionTool[] {
-  return (tools ?? []).map((t) => ({ name: t.function.name, description: t.function.description, parameters: t.function.parameters }));
+  return (tools ?? []).map((t) => ({
+    name: t.function.name,
+    description: t.function.description,
+    parameters: t.function.parameters,
+  }));
 }
 
 /**
@@ -98,9 +118,9 @@ export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
 
 /** Register the chat completions route on `app` (the shared flow is `handleGeneration`). */
 export function registerChatRoute(app: FastifyInstance, ctx: RouteContext): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().post(
-    '/v1/chat/completions',
-    { schema: { body: ChatCompletionBody } },
-    (request, reply) => handleGeneration(ctx, chatShape, chatPrompt, request, reply, request.body),
-  );
+  app
+    .withTypeProvider<TypeBoxTypeProvider>()
+    .post('/v1/chat/completions', { schema: { body: ChatCompletionBody } }, (request, reply) =>
+      handleGeneration(ctx, chatShape, chatPrompt, request, reply, request.body),
+    );
 }

@@ -18,8 +18,18 @@ export const completionShape = chunkedShape({
   chunkObject: 'text_completion',
   responseObject: 'text_completion',
   openingChoice: () => null,
-  chunkChoice: (index, delta, finishReason, logprobs) => ({ index, text: delta.content, logprobs, finish_reason: finishReason }),
-  fullChoice: (index, result, logprobs) => ({ index, text: result.content, logprobs, finish_reason: result.finishReason }),
+  chunkChoice: (index, delta, finishReason, logprobs) => ({
+    index,
+    text: delta.content,
+    logprobs,
+    finish_reason: finishReason,
+  }),
+  fullChoice: (index, result, logprobs) => ({
+    index,
+    text: result.content,
+    logprobs,
+    finish_reason: result.finishReason,
+  }),
   logprobsParams: 'completions',
   renderLogprobs: completionLogprobs,
 });
@@ -27,14 +37,16 @@ export const completionShape = chunkedShape({
 /** The completions prompt: `prompt` tokenized, or taken as token ids (gateway.md 5). */
 export const completionPrompt: PromptSource<CompletionBodyT> = {
   param: 'prompt',
-  prepare: async (ctx, body, limits, opts) => ({ tokens: await completionPromptTokens(ctx.offLoop, body.prompt, limits, opts.signal) }),
+  prepare: async (ctx, body, limits, opts) => ({
+    tokens: await completionPromptTokens(ctx.offLoop, body.prompt, limits, opts.signal),
+  }),
 };
 
 /** Register the completions route on `app` (the shared flow is `handleGeneration`). */
 export function registerCompletionsRoute(app: FastifyInstance, ctx: RouteContext): void {
-  app.withTypeProvider<TypeBoxTypeProvider>().post(
-    '/v1/completions',
-    { schema: { body: CompletionBody } },
-    (request, reply) => handleGeneration(ctx, completionShape, completionPrompt, request, reply, request.body),
-  );
+  app
+    .withTypeProvider<TypeBoxTypeProvider>()
+    .post('/v1/completions', { schema: { body: CompletionBody } }, (request, reply) =>
+      handleGeneration(ctx, completionShape, completionPrompt, request, reply, request.body),
+    );
 }

@@ -26,7 +26,8 @@ const FILES: ReadonlyArray<{ path: string; file: string; type: string }> = [
 ];
 
 /** Same-origin only: the page loads its own script and style and talks to this gateway alone. */
-const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'";
+const CSP =
+  "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'";
 
 /**
  * Register the dashboard routes. The files are read once, here (they are small); throws the `readFileSync` error

@@ -48,14 +48,24 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     const { statusCode, body } = healthReport(ctx.router.groups);
     reply.code(statusCode);
     // Socket paths and pids only with ?verbose=1 (which needs the API key when one is set; auth.ts).
-    return wantsVerbose(request.query) ? body : redactHealth(body, ctx.router.groups.map((g) => g.worker));
+    return wantsVerbose(request.query)
+      ? body
+      : redactHealth(
+          body,
+          ctx.router.groups.map((g) => g.worker),
+        );
   });
 
   app.get('/ready', async (request, reply) => {
     await refreshBackends(ctx.router.groups);
     const { statusCode, body } = readyReport(ctx.router.groups, ctx.admission.draining);
     reply.code(statusCode);
-    return wantsVerbose(request.query) ? body : redactHealth(body, ctx.router.groups.map((g) => g.worker));
+    return wantsVerbose(request.query)
+      ? body
+      : redactHealth(
+          body,
+          ctx.router.groups.map((g) => g.worker),
+        );
   });
 
   app.get('/metrics', async (_request, reply) => {

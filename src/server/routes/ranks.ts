@@ -59,12 +59,23 @@ export interface RanksView {
   served_model_names: string[];
   /** Unix time of the snapshot, seconds. */
   timestamp: number;
-  server: { num_requests_running: number; num_requests_waiting: number; kv_cache_usage_perc: number; in_flight: number; ranks: number };
+  server: {
+    num_requests_running: number;
+    num_requests_waiting: number;
+    kv_cache_usage_perc: number;
+    in_flight: number;
+    ranks: number;
+  };
   groups: GroupView[];
 }
 
 /** The ranks view of `groups` at `nowMs` (the app's clock, for the rates). Pure apart from reading the clients. */
-export function ranksView(groups: readonly BackendGroup[], stats: RankStatsSource, nowMs: number, names: readonly string[]): RanksView {
+export function ranksView(
+  groups: readonly BackendGroup[],
+  stats: RankStatsSource,
+  nowMs: number,
+  names: readonly string[],
+): RanksView {
   const agg = vllmAggregate(groups);
   return {
     object: 'gateway.ranks',
@@ -128,7 +139,7 @@ export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext, shar
       try {
         stats = await shared(ctx.rankStats);
       } catch (err) {
-        request.log.warn({ err }, 'per-rank statistics of the other fronts unavailable: answering with this front\'s');
+        request.log.warn({ err }, "per-rank statistics of the other fronts unavailable: answering with this front's");
       }
     }
     return ranksView(ctx.router.groups, stats, ctx.now(), ctx.servedModelNames);

@@ -31,7 +31,8 @@ function chatFormTools(tools: unknown[] | null | undefined): NonNullable<ChatCom
         'unsupported_parameter',
       );
     }
-    if (typeof t.name !== 'string' || t.name === '') throw badRequest(`'tools[${i}].name' must be a non-empty string`, `tools[${i}].name`);
+    if (typeof t.name !== 'string' || t.name === '')
+      throw badRequest(`'tools[${i}].name' must be a non-empty string`, `tools[${i}].name`);
     const fn: NonNullable<ChatCompletionBodyT['tools']>[number]['function'] = { name: t.name };
     if (typeof t.description === 'string') fn.description = t.description;
     if (isObject(t.parameters)) fn.parameters = t.parameters;
@@ -44,16 +45,32 @@ function responseFormat(text: ResponsesBodyT['text']): unknown {
   const f = text?.format;
   if (f === null || f === undefined) return undefined;
   if (!isObject(f)) throw badRequest(`'text.format' must be an object`, 'text.format');
-  if (f.type === 'json_schema') return { type: 'json_schema', json_schema: { name: f.name, schema: f.schema, strict: f.strict } };
+  if (f.type === 'json_schema')
+    return { type: 'json_schema', json_schema: { name: f.name, schema: f.schema, strict: f.strict } };
   return f;
 }
 
 /** Refuse what this gateway cannot serve (400 naming the field). */
 function refuseUnsupported(body: ResponsesBodyT): void {
-  if (body.background === true) throw badRequest(`'background' responses are not supported (this gateway keeps no job store)`, 'background', 'unsupported_parameter');
-  if (body.conversation !== undefined && body.conversation !== null) throw badRequest(`'conversation' is not supported (use previous_response_id or send the items)`, 'conversation', 'unsupported_parameter');
-  if (body.prompt !== undefined && body.prompt !== null) throw badRequest(`'prompt' (stored prompt templates) is not supported`, 'prompt', 'unsupported_parameter');
-  if (body.top_logprobs !== null && body.top_logprobs !== undefined && (body.top_logprobs < 0 || body.top_logprobs > 20)) {
+  if (body.background === true)
+    throw badRequest(
+      `'background' responses are not supported (this gateway keeps no job store)`,
+      'background',
+      'unsupported_parameter',
+    );
+  if (body.conversation !== undefined && body.conversation !== null)
+    throw badRequest(
+      `'conversation' is not supported (use previous_response_id or send the items)`,
+      'conversation',
+      'unsupported_parameter',
+    );
+  if (body.prompt !== undefined && body.prompt !== null)
+    throw badRequest(`'prompt' (stored prompt templates) is not supported`, 'prompt', 'unsupported_parameter');
+  if (
+    body.top_logprobs !== null &&
+    body.top_logprobs !== undefined &&
+    (body.top_logprobs < 0 || body.top_logprobs > 20)
+  ) {
     throw badRequest(`'top_logprobs' must be in [0, 20]; got ${body.top_logprobs}`, 'top_logprobs');
   }
 }
@@ -73,7 +90,8 @@ function referencedItemIds(input: readonly unknown[]): string[] {
   const ids: string[] = [];
   for (const raw of input) {
     const item = raw as { type?: unknown; id?: unknown } | null;
-    if (item !== null && typeof item === 'object' && item.type === 'item_reference' && typeof item.id === 'string') ids.push(item.id);
+    if (item !== null && typeof item === 'object' && item.type === 'item_reference' && typeof item.id === 'string')
+      ids.push(item.id);
   }
   return ids;
 }

@@ -21,7 +21,11 @@
  */
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
-import { OFF_LOOP_DECODE_MIN_IDS, OFF_LOOP_ENCODE_MIN_CHARS, OFF_LOOP_RENDER_MIN_MESSAGES } from '../../tokenizer/off-loop.js';
+import {
+  OFF_LOOP_DECODE_MIN_IDS,
+  OFF_LOOP_ENCODE_MIN_CHARS,
+  OFF_LOOP_RENDER_MIN_MESSAGES,
+} from '../../tokenizer/off-loop.js';
 import { watchClientDisconnect, type DisconnectSignal } from '../disconnect.js';
 import { badRequest } from '../errors.js';
 import { MAX_MESSAGES, MAX_TOOLS } from '../input-limits.js';
@@ -56,7 +60,11 @@ export const DetokenizeBody = Type.Object(
  * Run `work` with the client's disconnect watched (its signal goes to the off-loop jobs). A client that left gets no
  * answer: its connection is destroyed and the reply hijacked; any other outcome is `work`'s.
  */
-async function whileConnected(request: FastifyRequest, reply: FastifyReply, work: (signal: DisconnectSignal) => Promise<unknown>): Promise<unknown> {
+async function whileConnected(
+  request: FastifyRequest,
+  reply: FastifyReply,
+  work: (signal: DisconnectSignal) => Promise<unknown>,
+): Promise<unknown> {
   const watch = watchClientDisconnect(request.raw, reply.raw);
   try {
     return await work(watch.signal);
@@ -80,7 +88,8 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
     checkModel(body.model, ctx.servedModelNames);
     const hasPrompt = body.prompt !== null && body.prompt !== undefined;
     const hasMessages = body.messages !== null && body.messages !== undefined;
-    if (hasPrompt === hasMessages) throw badRequest(`exactly one of 'prompt' and 'messages' is required`, hasPrompt ? 'messages' : 'prompt');
+    if (hasPrompt === hasMessages)
+      throw badRequest(`exactly one of 'prompt' and 'messages' is required`, hasPrompt ? 'messages' : 'prompt');
     let text: string | null = null;
     let addSpecialTokens: boolean;
     if (hasMessages) {
@@ -92,7 +101,8 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
       }
     } else {
       for (const name of ['add_generation_prompt', 'continue_final_message', 'tools'] as const) {
-        if (body[name] !== null && body[name] !== undefined) throw badRequest(`'${name}' applies to 'messages' only`, name);
+        if (body[name] !== null && body[name] !== undefined)
+          throw badRequest(`'${name}' applies to 'messages' only`, name);
       }
       addSpecialTokens = body.add_special_tokens ?? true;
       text = body.prompt!;
@@ -113,7 +123,8 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
   typed.post('/detokenize', { schema: { body: DetokenizeBody } }, async (request, reply) => {
     const body = request.body;
     checkModel(body.model, ctx.servedModelNames);
-    const refuse = (err: unknown) => badRequest(`'tokens': ${err instanceof Error ? err.message : String(err)}`, 'tokens');
+    const refuse = (err: unknown) =>
+      badRequest(`'tokens': ${err instanceof Error ? err.message : String(err)}`, 'tokens');
     if (body.tokens.length < OFF_LOOP_DECODE_MIN_IDS) {
       try {
         ctx.tokenizer.validateTokenIds(body.tokens);

@@ -41,5 +41,9 @@ export const F64 = {
 
 /** A map16 (`de` + 16-bit count) of `[key, valueHex]` pairs, keys as fixstr, in the given order. */
 export function map16(pairs: ReadonlyArray<readonly [string, string]>): string {
-  return 'de' + pairs.length.toString(16).padStart(4, '0') + pairs.map(([k, v]) => fixstr(k) + v.replace(/\s+/g, '')).join('');
+  return (
+    'de' +
+    pairs.length.toString(16).padStart(4, '0') +
+    pairs.map(([k, v]) => fixstr(k) + v.replace(/\s+/g, '')).join('')
+  );
 }

@@ -17,9 +17,17 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { ExtData, decode, encode } from '@msgpack/msgpack';
 import {
-  createVllmProtocol, decodeEngineCoreOutputs, defaultEngineCoreOutput, defaultEngineCoreOutputs, detectOutputLayout,
-  encodeEngineCoreOutputs, engineCoreOutputCodecs, engineCoreOutputsToEngineBatch, outputLayoutOfVersion,
-  peekEngineIndex, schedulerStatsCodec,
+  createVllmProtocol,
+  decodeEngineCoreOutputs,
+  defaultEngineCoreOutput,
+  defaultEngineCoreOutputs,
+  detectOutputLayout,
+  encodeEngineCoreOutputs,
+  engineCoreOutputCodecs,
+  engineCoreOutputsToEngineBatch,
+  outputLayoutOfVersion,
+  peekEngineIndex,
+  schedulerStatsCodec,
 } from '../../../src/protocols/vllm/index.js';
 import type { EngineCoreOutputLayout, OutputLayoutDecision } from '../../../src/protocols/vllm/index.js';
 import { decodeReadyResponse } from '../../../src/protocols/handshake.js';
@@ -60,9 +68,22 @@ function fieldsOf(commit: string, struct: string): string[] {
 
 /** The 16-field layout, as SMG's decoder and engine-wire.md 5.9 declare it. */
 const SIXTEEN = [
-  'request_id', 'new_token_ids', 'new_logprobs', 'new_prompt_logprobs_tensors', 'pooling_output', 'finish_reason',
-  'stop_reason', 'events', 'kv_transfer_params', 'ec_transfer_params', 'trace_headers', 'prefill_stats',
-  'routed_experts', 'num_nans_in_logits', 'mm_cache_miss_hashes', 'new_sampling_mask',
+  'request_id',
+  'new_token_ids',
+  'new_logprobs',
+  'new_prompt_logprobs_tensors',
+  'pooling_output',
+  'finish_reason',
+  'stop_reason',
+  'events',
+  'kv_transfer_params',
+  'ec_transfer_params',
+  'trace_headers',
+  'prefill_stats',
+  'routed_experts',
+  'num_nans_in_logits',
+  'mm_cache_miss_hashes',
+  'new_sampling_mask',
 ];
 
 const payloadOf = (v: Vector): Uint8Array => {
@@ -76,20 +97,41 @@ const int32s = (data: Uint8Array): number[] => {
   return Array.from({ length: data.length / 4 }, (_, i) => view.getInt32(4 * i, true));
 };
 
-test('the 13-field codec has vLLM\'s EngineCoreOutput / EngineCoreOutputs fields in wire order at both commits; the 16-field one SMG\'s', () => {
+test("the 13-field codec has vLLM's EngineCoreOutput / EngineCoreOutputs fields in wire order at both commits; the 16-field one SMG's", () => {
   const c13 = engineCoreOutputCodecs({ aux: [] }, 13);
   const c16 = engineCoreOutputCodecs({ aux: [] }, 16);
   for (const commit of new Set(outputVectors.map(commitOf))) {
-    assert.deepEqual(c13.output.fields.map((f) => f.name), fieldsOf(commit, 'EngineCoreOutput'), commit);
-    assert.deepEqual(c13.outputs.fields.map((f) => f.name), fieldsOf(commit, 'EngineCoreOutputs'), commit);
-    assert.deepEqual(c16.outputs.fields.map((f) => f.name), fieldsOf(commit, 'EngineCoreOutputs'), commit);
+    assert.deepEqual(
+      c13.output.fields.map((f) => f.name),
+      fieldsOf(commit, 'EngineCoreOutput'),
+      commit,
+    );
+    assert.deepEqual(
+      c13.outputs.fields.map((f) => f.name),
+      fieldsOf(commit, 'EngineCoreOutputs'),
+      commit,
+    );
+    assert.deepEqual(
+      c16.outputs.fields.map((f) => f.name),
+      fieldsOf(commit, 'EngineCoreOutputs'),
+      commit,
+    );
   }
-  assert.deepEqual(c16.output.fields.map((f) => f.name), SIXTEEN);
+  assert.deepEqual(
+    c16.output.fields.map((f) => f.name),
+    SIXTEEN,
+  );
   assert.equal(new Set(outputVectors.map(commitOf)).size, 2, 'vectors from both commits');
 });
 
 /** Every field of a decoded 13-field output against the generic decode (`raw`) and the vector's own array. */
-function expectOutput13(name: string, actual: Record<string, unknown>, raw: unknown[], listed: unknown[], fields: string[]): void {
+function expectOutput13(
+  name: string,
+  actual: Record<string, unknown>,
+  raw: unknown[],
+  listed: unknown[],
+  fields: string[],
+): void {
   assert.deepEqual(Object.keys(actual), fields, `${name}: exactly the 13 fields, in wire order`);
   assert.equal(raw.length, 13, `${name}: the real encoder writes all 13 elements`);
   fields.forEach((field, i) => {
@@ -114,7 +156,11 @@ for (const v of outputVectors) {
     const payload = payloadOf(v);
     assert.equal(detectOutputLayout(payload)?.layout, 13);
     const decoded = decodeEngineCoreOutputs([payload]);
-    assert.deepStrictEqual(decoded, decodeEngineCoreOutputs([payload], 13), 'detection picks what the explicit layout gives');
+    assert.deepStrictEqual(
+      decoded,
+      decodeEngineCoreOutputs([payload], 13),
+      'detection picks what the explicit layout gives',
+    );
     const env = generic(payload);
     const envFields = fieldsOf(commit, 'EngineCoreOutputs');
     assert.equal(env.length, envFields.length, 'the real encoder writes all 8 envelope elements');
@@ -127,13 +173,24 @@ for (const v of outputVectors) {
         const raws = env[i] as unknown[][];
         assert.equal(decoded.outputs.length, raws.length);
         assert.equal(listed.length, raws.length);
-        raws.forEach((raw, j) => expectOutput13(`${v.name}.outputs[${j}]`, decoded.outputs[j] as unknown as Record<string, unknown>, raw, listed[j]!, outFields));
+        raws.forEach((raw, j) =>
+          expectOutput13(
+            `${v.name}.outputs[${j}]`,
+            decoded.outputs[j] as unknown as Record<string, unknown>,
+            raw,
+            listed[j]!,
+            outFields,
+          ),
+        );
       } else if (field === 'scheduler_stats') {
         const raw = env[i] as Record<string, unknown>;
         const stats = decoded.scheduler_stats as unknown as Record<string, unknown>;
         for (const key of Object.keys(stats)) assert.deepStrictEqual(stats[key], raw[key], `scheduler_stats.${key}`);
         // The two LoRA maps are not SchedulerStats fields this gateway declares (stats.ts): skipped as unknown keys.
-        assert.deepEqual(Object.keys(raw).filter((k) => !(k in stats)), ['waiting_lora_adapters', 'running_lora_adapters']);
+        assert.deepEqual(
+          Object.keys(raw).filter((k) => !(k in stats)),
+          ['waiting_lora_adapters', 'running_lora_adapters'],
+        );
       } else {
         assert.deepStrictEqual(d[field], env[i], `EngineCoreOutputs.${field}`);
       }
@@ -154,21 +211,61 @@ const EXPECTED_BATCHES: Record<string, EngineBatch> = {
   prefill_stats: {
     engineIndex: 1,
     outputs: [
-      { requestId: 'r-prefill', newTokenIds: [11], finishReason: null, promptTokens: 7, completionTokens: null, cachedTokens: 4, logprobs: [], stopReason: null },
-      { requestId: 'r-done', newTokenIds: [12], finishReason: 'length', promptTokens: null, completionTokens: null, cachedTokens: null, logprobs: [], stopReason: null },
+      {
+        requestId: 'r-prefill',
+        newTokenIds: [11],
+        finishReason: null,
+        promptTokens: 7,
+        completionTokens: null,
+        cachedTokens: 4,
+        logprobs: [],
+        stopReason: null,
+      },
+      {
+        requestId: 'r-done',
+        newTokenIds: [12],
+        finishReason: 'length',
+        promptTokens: null,
+        completionTokens: null,
+        cachedTokens: null,
+        logprobs: [],
+        stopReason: null,
+      },
     ],
     finishedRequestIds: ['r-done'],
     load: STATS_LOAD,
   },
   num_nans: {
     engineIndex: 0,
-    outputs: [{ requestId: 'r-nan', newTokenIds: [13], finishReason: null, promptTokens: null, completionTokens: null, cachedTokens: null, logprobs: [], stopReason: null }],
+    outputs: [
+      {
+        requestId: 'r-nan',
+        newTokenIds: [13],
+        finishReason: null,
+        promptTokens: null,
+        completionTokens: null,
+        cachedTokens: null,
+        logprobs: [],
+        stopReason: null,
+      },
+    ],
     finishedRequestIds: [],
     load: STATS_LOAD,
   },
   routed_experts: {
     engineIndex: 0,
-    outputs: [{ requestId: 'r-experts', newTokenIds: [14], finishReason: null, promptTokens: null, completionTokens: null, cachedTokens: null, logprobs: [], stopReason: null }],
+    outputs: [
+      {
+        requestId: 'r-experts',
+        newTokenIds: [14],
+        finishReason: null,
+        promptTokens: null,
+        completionTokens: null,
+        cachedTokens: null,
+        logprobs: [],
+        stopReason: null,
+      },
+    ],
     finishedRequestIds: [],
     load: STATS_LOAD,
   },
@@ -195,17 +292,30 @@ test('read as the 16-field layout (the decoder before issue 26), the real vector
         const o = decodeEngineCoreOutputs([payload], 16);
         assert.equal(o.outputs[0]!.prefill_stats, null, 'PrefillStats read as trace_headers');
         assert.equal((o.outputs[0]!.trace_headers as Record<string, unknown>).num_cached_tokens, 4);
-        assert.equal(engineCoreOutputsToEngineBatch(o).outputs[0]!.cachedTokens, null, `${v.name}: the cached-token count is lost`);
+        assert.equal(
+          engineCoreOutputsToEngineBatch(o).outputs[0]!.cachedTokens,
+          null,
+          `${v.name}: the cached-token count is lost`,
+        );
         break;
       }
       case 'num_nans':
-        assert.equal(decodeEngineCoreOutputs([payload], 16).outputs[0]!.num_nans_in_logits, 0, `${v.name}: num_nans_in_logits lost`);
+        assert.equal(
+          decodeEngineCoreOutputs([payload], 16).outputs[0]!.num_nans_in_logits,
+          0,
+          `${v.name}: num_nans_in_logits lost`,
+        );
         break;
       case 'routed_experts':
-        assert.throws(() => decodeEngineCoreOutputs([payload], 16),
-          (e: unknown) => e instanceof WireDecodeError && /prefill_stats: expected PrefillStats \| null, got array/.test(e.message), v.name);
+        assert.throws(
+          () => decodeEngineCoreOutputs([payload], 16),
+          (e: unknown) =>
+            e instanceof WireDecodeError && /prefill_stats: expected PrefillStats \| null, got array/.test(e.message),
+          v.name,
+        );
         break;
-      default: assert.fail(`unexpected vector ${v.name}`);
+      default:
+        assert.fail(`unexpected vector ${v.name}`);
     }
   }
 });
@@ -217,7 +327,7 @@ function twin16(payload: Uint8Array): Uint8Array {
   return encode(env);
 }
 
-test('each output vector\'s 16-field twin: its shape shows 16, every field lands in place, the batch is the same', () => {
+test("each output vector's 16-field twin: its shape shows 16, every field lands in place, the batch is the same", () => {
   for (const v of outputVectors) {
     const payload = payloadOf(v);
     const twin = twin16(payload);
@@ -230,7 +340,8 @@ test('each output vector\'s 16-field twin: its shape shows 16, every field lands
       assert.deepEqual(Object.keys(o), SIXTEEN, 'the 16 fields');
       SIXTEEN.forEach((field, i) => {
         const raw = i < raws[j]!.length ? raws[j]![i] : field === 'num_nans_in_logits' ? 0 : null;
-        const want = field === 'prefill_stats' && raw !== null ? { ...(raw as object), num_cache_creation_tokens: 0 } : raw;
+        const want =
+          field === 'prefill_stats' && raw !== null ? { ...(raw as object), num_cache_creation_tokens: 0 } : raw;
         assert.deepStrictEqual(o[field], want, `${v.name} twin outputs[${j}].${field}`);
       });
     });
@@ -261,7 +372,10 @@ test('detectOutputLayout: which element decides, ambiguous outputs decide nothin
     assert.equal(detectOutputLayout(payload)?.layout ?? null, layout, what);
     assert.equal(decodeEngineCoreOutputs([payload]).outputs.length > 0, true, `${what}: decodes`);
   }
-  assert.match(detectOutputLayout(cases[8]![1])!.reason, /outputs\[0\]\[12\] is an int \(num_nans_in_logits of the 13-field layout\)/);
+  assert.match(
+    detectOutputLayout(cases[8]![1])!.reason,
+    /outputs\[0\]\[12\] is an int \(num_nans_in_logits of the 13-field layout\)/,
+  );
   for (const bad of ['', '80', '91', '92' + '00' + 'a178', '92' + '00' + '91' + '9d' + 'a161']) {
     assert.equal(detectOutputLayout(bytesOf(bad)), null, `malformed ${bad}`);
   }
@@ -269,11 +383,25 @@ test('detectOutputLayout: which element decides, ambiguous outputs decide nothin
 
 test('peekEngineIndex reads element 0 of the envelope without decoding it', () => {
   const cases: Array<[string, number | null]> = [
-    ['9801', 1], ['9800', 0], ['90', 0], ['987f', 127], ['98cc80', 128], ['98cd0101', 257], ['98ce00011170', 70000],
-    ['dc000801', 1], ['dd0000000805', 5], ['', null], ['80', null], ['98ff', null], ['98a161', null], ['98cd01', null], ['98', null],
+    ['9801', 1],
+    ['9800', 0],
+    ['90', 0],
+    ['987f', 127],
+    ['98cc80', 128],
+    ['98cd0101', 257],
+    ['98ce00011170', 70000],
+    ['dc000801', 1],
+    ['dd0000000805', 5],
+    ['', null],
+    ['80', null],
+    ['98ff', null],
+    ['98a161', null],
+    ['98cd01', null],
+    ['98', null],
   ];
   for (const [hex, want] of cases) assert.equal(peekEngineIndex(bytesOf(hex)), want, hex);
-  for (const v of outputVectors) assert.equal(peekEngineIndex(payloadOf(v)), EXPECTED_BATCHES[kindOf(v)]!.engineIndex, v.name);
+  for (const v of outputVectors)
+    assert.equal(peekEngineIndex(payloadOf(v)), EXPECTED_BATCHES[kindOf(v)]!.engineIndex, v.name);
 });
 
 test('the ready-response vectors decode (3 keys at 9aaf83ef, 4 with dtype at 52a31cce) and name no version', () => {
@@ -285,7 +413,14 @@ test('the ready-response vectors decode (3 keys at 9aaf83ef, 4 with dtype at 52a
     assert.deepEqual(Object.keys(want), v.keys);
     assert.deepEqual(
       [ready.form, ready.maxModelLen, ready.numGpuBlocks, ready.dtype, ready.vllmVersion, ready.notes],
-      [want.dtype === undefined ? 'short' : 'partial', want.max_model_len, want.num_gpu_blocks, want.dtype ?? null, null, undefined],
+      [
+        want.dtype === undefined ? 'short' : 'partial',
+        want.max_model_len,
+        want.num_gpu_blocks,
+        want.dtype ?? null,
+        null,
+        undefined,
+      ],
       v.name,
     );
     assert.equal(outputLayoutOfVersion(ready.vllmVersion), null);
@@ -294,11 +429,21 @@ test('the ready-response vectors decode (3 keys at 9aaf83ef, 4 with dtype at 52a
 
 test('outputLayoutOfVersion: a setuptools-scm version naming 9aaf83ef or 52a31cce is 13 fields; anything else is left to the shape', () => {
   const cases: Array<[string | null, EngineCoreOutputLayout | null]> = [
-    ['0.21.1.dev325+g52a31ccec.d20260527', 13], ['0.21.1.dev3+g9aaf83ef', 13], ['0.1.dev1+G9AAF83EF502FC37B', 13],
-    ['0.22.0', null], ['vllm-sim', null], ['tokenspeed-0.1.0', null], ['0.21.1+g52a31c', null], ['0.21.1+g1234567', null],
-    ['0.21.1+g52a31ccecxyz', 13], ['0.21.1+g52a31ccec5', null], ['', null], [null, null],
+    ['0.21.1.dev325+g52a31ccec.d20260527', 13],
+    ['0.21.1.dev3+g9aaf83ef', 13],
+    ['0.1.dev1+G9AAF83EF502FC37B', 13],
+    ['0.22.0', null],
+    ['vllm-sim', null],
+    ['tokenspeed-0.1.0', null],
+    ['0.21.1+g52a31c', null],
+    ['0.21.1+g1234567', null],
+    ['0.21.1+g52a31ccecxyz', 13],
+    ['0.21.1+g52a31ccec5', null],
+    ['', null],
+    [null, null],
   ];
-  for (const [version, layout] of cases) assert.equal(outputLayoutOfVersion(version)?.layout ?? null, layout, String(version));
+  for (const [version, layout] of cases)
+    assert.equal(outputLayoutOfVersion(version)?.layout ?? null, layout, String(version));
 });
 
 test('the protocol decides once per rank, from the version or else the shape, reports it once, and forgets on rejoin', () => {
@@ -314,7 +459,11 @@ test('the protocol decides once per rank, from the version or else the shape, re
   assert.equal(decisions.length, 0);
 
   // Ambiguous outputs (short, or nil from index 9 on) decode and decide nothing.
-  const ambiguous = encodeEngineCoreOutputs({ ...defaultEngineCoreOutputs(), engine_index: 1, outputs: [defaultEngineCoreOutput('x', [5])] });
+  const ambiguous = encodeEngineCoreOutputs({
+    ...defaultEngineCoreOutputs(),
+    engine_index: 1,
+    outputs: [defaultEngineCoreOutput('x', [5])],
+  });
   assert.equal(p.decodeOutput([ambiguous]).outputs[0]!.newTokenIds[0], 5);
   assert.equal(p.decodeOutput([bytesOf('9201919da1789101' + 'c0'.repeat(11))]).outputs.length, 1);
   assert.equal(p.outputLayoutOf(1), undefined);
@@ -327,7 +476,10 @@ test('the protocol decides once per rank, from the version or else the shape, re
   assert.equal(p.decodeOutput([prefill]).outputs[0]!.cachedTokens, 4);
   assert.equal(p.decodeOutput([prefill]).outputs[0]!.cachedTokens, 4);
   assert.equal(p.outputLayoutOf(1), 13);
-  assert.deepEqual(decisions.map((d) => [d.engineIndex, d.layout, d.source]), [[1, 13, 'shape']]);
+  assert.deepEqual(
+    decisions.map((d) => [d.engineIndex, d.layout, d.source]),
+    [[1, 13, 'shape']],
+  );
   assert.match(decisions[0]!.reason, /outputs\[0\]\[10\] is a PrefillStats map/);
   assert.equal(p.outputLayoutOf(0), undefined, 'per rank');
 
@@ -340,7 +492,10 @@ test('the protocol decides once per rank, from the version or else the shape, re
   p.noteRankJoined!(0, { ...ready, vllmVersion: '0.21.1.dev325+g52a31ccec.d20260527' });
   assert.equal(p.outputLayoutOf(0), 13);
   assert.deepEqual(decisions.at(-1), {
-    engineIndex: 0, layout: 13, source: 'ready-response', reason: 'vllm_version \'0.21.1.dev325+g52a31ccec.d20260527\' names vLLM commit 52a31cce',
+    engineIndex: 0,
+    layout: 13,
+    source: 'ready-response',
+    reason: "vllm_version '0.21.1.dev325+g52a31ccec.d20260527' names vLLM commit 52a31cce",
   });
   assert.equal(p.decodeOutput([nans]).outputs[0]!.requestId, 'r-nan');
   // Rejoin without a version: the previous process's layout is forgotten; the new one's shape decides again.
@@ -348,8 +503,15 @@ test('the protocol decides once per rank, from the version or else the shape, re
   assert.equal(p.outputLayoutOf(1), undefined);
   assert.equal(p.decodeOutput([twin16(prefill)]).outputs[0]!.cachedTokens, 4);
   assert.equal(p.outputLayoutOf(1), 16);
-  assert.deepEqual(decisions.map((d) => [d.engineIndex, d.layout, d.source]),
-    [[1, 13, 'shape'], [0, 16, 'shape'], [0, 13, 'ready-response'], [1, 16, 'shape']]);
+  assert.deepEqual(
+    decisions.map((d) => [d.engineIndex, d.layout, d.source]),
+    [
+      [1, 13, 'shape'],
+      [0, 16, 'shape'],
+      [0, 13, 'ready-response'],
+      [1, 16, 'shape'],
+    ],
+  );
 
   // An engine index no identity can carry is decoded but never remembered (the memory stays bounded).
   const far = bytesOf('98ce00011170' + hexOf(nans).slice(4));

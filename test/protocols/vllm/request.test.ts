@@ -7,17 +7,29 @@ import assert from 'node:assert/strict';
 import { DEFAULT_SAMPLING } from '../../../src/protocols/types.js';
 import type { GenerateRequest, SamplingOptions } from '../../../src/protocols/types.js';
 import {
-  createVllmProtocol, decodeEngineCoreRequest, defaultVllmSamplingParams, encodeEngineCoreRequest,
-  toEngineCoreRequest, ENGINE_CORE_REQUEST_LENGTH,
+  createVllmProtocol,
+  decodeEngineCoreRequest,
+  defaultVllmSamplingParams,
+  encodeEngineCoreRequest,
+  toEngineCoreRequest,
+  ENGINE_CORE_REQUEST_LENGTH,
 } from '../../../src/protocols/vllm/index.js';
 import type { EngineCoreRequest, VllmSamplingParams } from '../../../src/protocols/vllm/index.js';
 import { WireDecodeError, WireEncodeError } from '../../../src/wire/errors.js';
 import { F64, bytesOf, fixmap, fixstr, hexOf, map16 } from './hex.js';
 
 const encodeRejects = (fn: () => unknown, re: RegExp) =>
-  assert.throws(fn, (e: unknown) => e instanceof WireEncodeError && re.test(e.message), `expected WireEncodeError ${re}`);
+  assert.throws(
+    fn,
+    (e: unknown) => e instanceof WireEncodeError && re.test(e.message),
+    `expected WireEncodeError ${re}`,
+  );
 const decodeRejects = (fn: () => unknown, re: RegExp) =>
-  assert.throws(fn, (e: unknown) => e instanceof WireDecodeError && re.test(e.message), `expected WireDecodeError ${re}`);
+  assert.throws(
+    fn,
+    (e: unknown) => e instanceof WireDecodeError && re.test(e.message),
+    `expected WireDecodeError ${re}`,
+  );
 
 /**
  * The pinned ADD: request `vec-1`, prompt [1, 2, 3], max_tokens 8, temperature 0.5, top_p 0.9, everything else
@@ -47,32 +59,74 @@ const ADD_HEX =
   'c0c2c0c0c0c2c0'; // 14 trace_headers, 15 resumable false, 16 external_req_id, 17 reasoning_ended,
 //                      18 reasoning_parser_kwargs, 19 abort_immediately false, 20 session_id
 
-const sampling = (s: Partial<SamplingOptions> = {}): SamplingOptions =>
-  ({ ...DEFAULT_SAMPLING, maxNewTokens: 8, temperature: 0.5, topP: 0.9, ...s });
+const sampling = (s: Partial<SamplingOptions> = {}): SamplingOptions => ({
+  ...DEFAULT_SAMPLING,
+  maxNewTokens: 8,
+  temperature: 0.5,
+  topP: 0.9,
+  ...s,
+});
 const request = (s: Partial<SamplingOptions> = {}, extra: Partial<GenerateRequest> = {}): GenerateRequest => ({
-  requestId: 'vec-1', promptTokenIds: [1, 2, 3], sampling: sampling(s), stream: true, returnLogprob: false, ...extra,
+  requestId: 'vec-1',
+  promptTokenIds: [1, 2, 3],
+  sampling: sampling(s),
+  stream: true,
+  returnLogprob: false,
+  ...extra,
 });
 
 const BASE_MAP: Array<[string, string]> = [
-  ['temperature', F64['0.5']], ['top_p', F64['0.9']], ['top_k', '00'], ['max_tokens', '08'], ['min_tokens', '00'],
-  ['min_p', F64['0']], ['frequency_penalty', F64['0']], ['presence_penalty', F64['0']],
-  ['repetition_penalty', F64['1']], ['stop_token_ids', '90'], ['_all_stop_token_ids', '90'],
+  ['temperature', F64['0.5']],
+  ['top_p', F64['0.9']],
+  ['top_k', '00'],
+  ['max_tokens', '08'],
+  ['min_tokens', '00'],
+  ['min_p', F64['0']],
+  ['frequency_penalty', F64['0']],
+  ['presence_penalty', F64['0']],
+  ['repetition_penalty', F64['1']],
+  ['stop_token_ids', '90'],
+  ['_all_stop_token_ids', '90'],
 ];
 
 /** ADD_HEX with the sampling map replaced and element 8 (`data_parallel_rank`) set. */
 function addHex(map: Array<[string, string]>, rank = 'c0'): string {
-  return 'dc0015a57665632d3193010203c0' + fixmap(map) + 'c0' + F64['1.7e9'] + 'c0c0' + rank + 'c0c0' + '000000' +
-    'c0c2c0c0c0c2c0';
+  return (
+    'dc0015a57665632d3193010203c0' +
+    fixmap(map) +
+    'c0' +
+    F64['1.7e9'] +
+    'c0c0' +
+    rank +
+    'c0c0' +
+    '000000' +
+    'c0c2c0c0c0c2c0'
+  );
 }
 
 /** The logical value of ADD_HEX as the decoder returns it. */
 const ADD_VALUE: EngineCoreRequest = {
-  request_id: 'vec-1', prompt_token_ids: [1, 2, 3], mm_features: null,
+  request_id: 'vec-1',
+  prompt_token_ids: [1, 2, 3],
+  mm_features: null,
   sampling_params: { ...defaultVllmSamplingParams(), temperature: 0.5, top_p: 0.9, top_k: 0, max_tokens: 8 },
-  pooling_params: null, arrival_time: 1.7e9, lora_request: null, cache_salt: null, data_parallel_rank: null,
-  prompt_embeds: null, prompt_is_token_ids: null, client_index: 0, current_wave: 0, priority: 0, trace_headers: null,
-  resumable: false, external_req_id: null, reasoning_ended: null, reasoning_parser_kwargs: null,
-  abort_immediately: false, session_id: null,
+  pooling_params: null,
+  arrival_time: 1.7e9,
+  lora_request: null,
+  cache_salt: null,
+  data_parallel_rank: null,
+  prompt_embeds: null,
+  prompt_is_token_ids: null,
+  client_index: 0,
+  current_wave: 0,
+  priority: 0,
+  trace_headers: null,
+  resumable: false,
+  external_req_id: null,
+  reasoning_ended: null,
+  reasoning_parser_kwargs: null,
+  abort_immediately: false,
+  session_id: null,
 };
 
 const fixedClock = () => 1.7e12; // ms
@@ -98,22 +152,41 @@ test('data_parallel_rank (index 8) carries the pinned rank of the AddTarget; neg
   assert.equal(hexOf(protocol.encodeAdd(request(), { dpRank: 0 })), addHex(BASE_MAP, '00'), 'rank 0 is a pin, not nil');
   assert.equal(hexOf(protocol.encodeAdd(request(), { dpRank: null })), ADD_HEX, 'unpinned: nil');
   assert.equal(hexOf(protocol.encodeAdd(request())), ADD_HEX, 'no target: nil');
-  encodeRejects(() => protocol.encodeAdd(request(), { dpRank: -1 }), /data_parallel_rank: must be an integer ≥ 0, got -1/);
+  encodeRejects(
+    () => protocol.encodeAdd(request(), { dpRank: -1 }),
+    /data_parallel_rank: must be an integer ≥ 0, got -1/,
+  );
   encodeRejects(() => protocol.encodeAdd(request(), { dpRank: 1.5 }), /data_parallel_rank/);
-  encodeRejects(() => encodeEngineCoreRequest({ ...ADD_VALUE, data_parallel_rank: -2 }), /data_parallel_rank: must be ≥ 0/);
+  encodeRejects(
+    () => encodeEngineCoreRequest({ ...ADD_VALUE, data_parallel_rank: -2 }),
+    /data_parallel_rank: must be ≥ 0/,
+  );
 });
 
 test('sampling map: optional keys appear only when set, in declaration order (seed, logprobs, EOS, logit_bias)', () => {
   const warnings: string[] = [];
   const protocol = createVllmProtocol({
-    now: fixedClock, eos: { primary: 5, extras: [7], tokenizerEosIds: [] }, onWarning: (m) => warnings.push(m),
+    now: fixedClock,
+    eos: { primary: 5, extras: [7], tokenizerEosIds: [] },
+    onWarning: (m) => warnings.push(m),
   });
   const req = request({ seed: 42, stopTokenIds: [7, 9], logitBias: { '42': -100, '-1': 5 } }, { returnLogprob: true });
   const map: Array<[string, string]> = [
-    ['temperature', F64['0.5']], ['top_p', F64['0.9']], ['top_k', '00'], ['seed', '2a'], ['max_tokens', '08'],
-    ['min_tokens', '00'], ['logprobs', '00'], ['min_p', F64['0']], ['frequency_penalty', F64['0']],
-    ['presence_penalty', F64['0']], ['repetition_penalty', F64['1']], ['stop_token_ids', '920709'],
-    ['_eos_token_id', '05'], ['_all_stop_token_ids', '93050709'], ['logit_bias', '812a' + F64['-100']],
+    ['temperature', F64['0.5']],
+    ['top_p', F64['0.9']],
+    ['top_k', '00'],
+    ['seed', '2a'],
+    ['max_tokens', '08'],
+    ['min_tokens', '00'],
+    ['logprobs', '00'],
+    ['min_p', F64['0']],
+    ['frequency_penalty', F64['0']],
+    ['presence_penalty', F64['0']],
+    ['repetition_penalty', F64['1']],
+    ['stop_token_ids', '920709'],
+    ['_eos_token_id', '05'],
+    ['_all_stop_token_ids', '93050709'],
+    ['logit_bias', '812a' + F64['-100']],
   ];
   assert.equal(hexOf(protocol.encodeAdd(req)), addHex(map));
   assert.deepEqual(warnings, ['logit_bias: negative token id -1 dropped']);
@@ -129,21 +202,35 @@ test('sampling map: optional keys appear only when set, in declaration order (se
 test('sampling map: ignore_eos drops _eos_token_id but keeps EOS in _all_stop_token_ids (gateway.md 7 row 2)', () => {
   const protocol = createVllmProtocol({ now: fixedClock, eos: { primary: 5, extras: [7], tokenizerEosIds: [] } });
   const map = BASE_MAP.map(([k, v]): [string, string] =>
-    k === 'stop_token_ids' ? [k, '9109'] : k === '_all_stop_token_ids' ? [k, '93050709'] : [k, v]);
+    k === 'stop_token_ids' ? [k, '9109'] : k === '_all_stop_token_ids' ? [k, '93050709'] : [k, v],
+  );
   assert.equal(hexOf(protocol.encodeAdd(request({ stopTokenIds: [9], ignoreEos: true }))), addHex(map));
 });
 
 test('sampling map: top_k, penalties and min_p pass through as float64; an empty logit_bias is omitted', () => {
   const protocol = createVllmProtocol({ now: fixedClock });
-  const req = request({ topK: 20, minP: 0.25, frequencyPenalty: 1.5, presencePenalty: -100, repetitionPenalty: 0.5, logitBias: {} });
+  const req = request({
+    topK: 20,
+    minP: 0.25,
+    frequencyPenalty: 1.5,
+    presencePenalty: -100,
+    repetitionPenalty: 0.5,
+    logitBias: {},
+  });
   const map = BASE_MAP.map(([k, v]): [string, string] => {
     switch (k) {
-      case 'top_k': return [k, '14'];
-      case 'min_p': return [k, F64['0.25']];
-      case 'frequency_penalty': return [k, F64['1.5']];
-      case 'presence_penalty': return [k, F64['-100']];
-      case 'repetition_penalty': return [k, F64['0.5']];
-      default: return [k, v];
+      case 'top_k':
+        return [k, '14'];
+      case 'min_p':
+        return [k, F64['0.25']];
+      case 'frequency_penalty':
+        return [k, F64['1.5']];
+      case 'presence_penalty':
+        return [k, F64['-100']];
+      case 'repetition_penalty':
+        return [k, F64['0.5']];
+      default:
+        return [k, v];
     }
   });
   assert.equal(hexOf(protocol.encodeAdd(req)), addHex(map));
@@ -156,28 +243,51 @@ test('max_tokens is always sent: the remaining context when the request sets no 
   const protocol = createVllmProtocol({ now: fixedClock, maxModelLen: 100 });
   const map = BASE_MAP.map(([k, v]): [string, string] => (k === 'max_tokens' ? [k, '61'] : [k, v]));
   assert.equal(hexOf(protocol.encodeAdd(request({ maxNewTokens: null }))), addHex(map), '100 − 3 = 97');
-  assert.equal(decodeEngineCoreRequest(protocol.encodeAdd(request({ maxNewTokens: 8 }))).sampling_params!.max_tokens, 8);
+  assert.equal(
+    decodeEngineCoreRequest(protocol.encodeAdd(request({ maxNewTokens: 8 }))).sampling_params!.max_tokens,
+    8,
+  );
   const late = createVllmProtocol({ now: fixedClock, maxModelLen: () => 2 });
-  assert.equal(decodeEngineCoreRequest(late.encodeAdd(request({ maxNewTokens: null }))).sampling_params!.max_tokens, 0,
-    'saturates at 0');
-  encodeRejects(() => createVllmProtocol({ now: fixedClock }).encodeAdd(request({ maxNewTokens: null })),
-    /sampling_params\.max_tokens: no token limit and no max_model_len .*16 tokens/);
-  encodeRejects(() => createVllmProtocol({ now: fixedClock, maxModelLen: () => undefined }).encodeAdd(request({ maxNewTokens: null })),
-    /max_tokens/);
+  assert.equal(
+    decodeEngineCoreRequest(late.encodeAdd(request({ maxNewTokens: null }))).sampling_params!.max_tokens,
+    0,
+    'saturates at 0',
+  );
+  encodeRejects(
+    () => createVllmProtocol({ now: fixedClock }).encodeAdd(request({ maxNewTokens: null })),
+    /sampling_params\.max_tokens: no token limit and no max_model_len .*16 tokens/,
+  );
+  encodeRejects(
+    () =>
+      createVllmProtocol({ now: fixedClock, maxModelLen: () => undefined }).encodeAdd(request({ maxNewTokens: null })),
+    /max_tokens/,
+  );
 });
 
 test('encodeAdd refuses what the wire cannot carry, naming the field', () => {
   const p = createVllmProtocol({ now: fixedClock });
-  encodeRejects(() => p.encodeAdd(request({}, { requestId: '' })), /EngineCoreRequest\.request_id: request id must be a non-empty string/);
-  encodeRejects(() => p.encodeAdd(request({}, { promptTokenIds: [1, -2] })), /prompt_token_ids\[1\]: token id must be an integer ≥ 0/);
+  encodeRejects(
+    () => p.encodeAdd(request({}, { requestId: '' })),
+    /EngineCoreRequest\.request_id: request id must be a non-empty string/,
+  );
+  encodeRejects(
+    () => p.encodeAdd(request({}, { promptTokenIds: [1, -2] })),
+    /prompt_token_ids\[1\]: token id must be an integer ≥ 0/,
+  );
   encodeRejects(() => p.encodeAdd(request({}, { promptTokenIds: [1.5] })), /prompt_token_ids\[0\]/);
   encodeRejects(() => p.encodeAdd(request({ maxNewTokens: 2.5 })), /sampling_params\.max_tokens: expected an integer/);
   encodeRejects(() => p.encodeAdd(request({ maxNewTokens: -1 })), /max_tokens: -1 must be ≥ 0/);
   encodeRejects(() => p.encodeAdd(request({ topK: -2 })), /sampling_params\.top_k/);
-  encodeRejects(() => p.encodeAdd(request({ temperature: NaN })), /sampling_params\.temperature: expected a finite number/);
+  encodeRejects(
+    () => p.encodeAdd(request({ temperature: NaN })),
+    /sampling_params\.temperature: expected a finite number/,
+  );
   encodeRejects(() => p.encodeAdd(request({ stopTokenIds: [3, -1] })), /stop_token_ids\[1\]: token id must be ≥ 0/);
   encodeRejects(() => p.encodeAdd(request({ seed: 2 ** 60 })), /sampling_params\.seed: expected an integer/);
-  encodeRejects(() => p.encodeAdd(request({ logitBias: { abc: 1 } })), /logit_bias\["abc"\]: key must be a decimal token id/);
+  encodeRejects(
+    () => p.encodeAdd(request({ logitBias: { abc: 1 } })),
+    /logit_bias\["abc"\]: key must be a decimal token id/,
+  );
   encodeRejects(() => p.encodeAdd(request({ logitBias: { '3': Infinity } })), /logit_bias\["3"\]/);
   encodeRejects(() => createVllmProtocol({ now: () => NaN }).encodeAdd(request()), /arrival_time/);
   encodeRejects(() => encodeEngineCoreRequest({ ...ADD_VALUE, prompt_embeds: [1] }), /prompt_embeds: must be nil/);
@@ -203,19 +313,26 @@ test('decode: vLLM short forms (6 required elements), the 20-element pre-session
   assert.deepStrictEqual(decodeEngineCoreRequest(bytesOf(twenty)), ADD_VALUE);
   const longer = ADD_HEX.replace(/^dc0015/, 'dc0017') + 'a378797a' + '82a161c0a16293c0c0c0';
   assert.deepStrictEqual(decodeEngineCoreRequest(bytesOf(longer)), ADD_VALUE);
-  decodeRejects(() => decodeEngineCoreRequest(bytesOf('95' + head.slice(0, -18))),
-    /EngineCoreRequest: expected array of at least length 6, got 5 \(required field arrival_time missing\)/);
+  decodeRejects(
+    () => decodeEngineCoreRequest(bytesOf('95' + head.slice(0, -18))),
+    /EngineCoreRequest: expected array of at least length 6, got 5 \(required field arrival_time missing\)/,
+  );
   decodeRejects(() => decodeEngineCoreRequest(bytesOf(ADD_HEX + '00')), /trailing characters/);
   decodeRejects(() => decodeEngineCoreRequest(bytesOf(ADD_HEX.slice(0, -4))), /truncated/);
   decodeRejects(() => decodeEngineCoreRequest(bytesOf('81a161c0')), /EngineCoreRequest: expected array, got map/);
 });
 
 test('decode: the sparse sampling map of SMG test decodes_sampling_params_with_omitted_defaults', () => {
-  const map = fixmap([['stop_token_ids', '91ce0002505b'], ['skip_reading_prefix_cache', 'c2']]); // [151643], false
+  const map = fixmap([
+    ['stop_token_ids', '91ce0002505b'],
+    ['skip_reading_prefix_cache', 'c2'],
+  ]); // [151643], false
   const hex = '96a5766563 2d31 90 c0'.replace(/\s+/g, '') + map + 'c0' + F64['0'];
   const sp = decodeEngineCoreRequest(bytesOf(hex)).sampling_params!;
   const expected: VllmSamplingParams = {
-    ...defaultVllmSamplingParams(), stop_token_ids: [151643], skip_reading_prefix_cache: false,
+    ...defaultVllmSamplingParams(),
+    stop_token_ids: [151643],
+    skip_reading_prefix_cache: false,
   };
   assert.deepStrictEqual(sp, expected);
   assert.deepEqual([sp.temperature, sp.top_p, sp.top_k, sp.max_tokens], [1, 1, 0, 16]);
@@ -223,7 +340,10 @@ test('decode: the sparse sampling map of SMG test decodes_sampling_params_with_o
 
 test('decode: float fields accept float32 and integers; int fields refuse floats; unknown keys are skipped', () => {
   const map = fixmap([
-    ['temperature', 'ca3f000000'], ['top_p', '01'], ['min_p', 'ca3e800000'], ['future_key', '93c0c0c0'],
+    ['temperature', 'ca3f000000'],
+    ['top_p', '01'],
+    ['min_p', 'ca3e800000'],
+    ['future_key', '93c0c0c0'],
   ]);
   const hex = '96a5766563 2d31 90 c0'.replace(/\s+/g, '') + map + 'c0' + 'ca4ecaa7e2';
   const r = decodeEngineCoreRequest(bytesOf(hex));
@@ -231,16 +351,32 @@ test('decode: float fields accept float32 and integers; int fields refuse floats
   assert.equal(r.sampling_params!.top_p, 1);
   assert.equal(r.sampling_params!.min_p, 0.25);
   assert.equal(r.arrival_time, 1.7e9, 'float32 arrival time (exactly representable here)');
-  decodeRejects(() => decodeEngineCoreRequest(bytesOf('96a5766563 2d31 90 c0'.replace(/\s+/g, '') +
-    fixmap([['max_tokens', F64['1']]]) + 'c0' + F64['0'])), /sampling_params\.max_tokens: expected int, got float64/);
-  decodeRejects(() => decodeEngineCoreRequest(bytesOf('96a5766563 2d31 90 c0'.replace(/\s+/g, '') +
-    fixmap([['temperature', 'a131']]) + 'c0' + F64['0'])), /sampling_params\.temperature: expected float, got str/);
-  decodeRejects(() => decodeEngineCoreRequest(bytesOf('9601' + '90c080c0' + F64['0'])), /EngineCoreRequest\.request_id: expected str, got int/);
+  decodeRejects(
+    () =>
+      decodeEngineCoreRequest(
+        bytesOf('96a5766563 2d31 90 c0'.replace(/\s+/g, '') + fixmap([['max_tokens', F64['1']]]) + 'c0' + F64['0']),
+      ),
+    /sampling_params\.max_tokens: expected int, got float64/,
+  );
+  decodeRejects(
+    () =>
+      decodeEngineCoreRequest(
+        bytesOf('96a5766563 2d31 90 c0'.replace(/\s+/g, '') + fixmap([['temperature', 'a131']]) + 'c0' + F64['0']),
+      ),
+    /sampling_params\.temperature: expected float, got str/,
+  );
+  decodeRejects(
+    () => decodeEngineCoreRequest(bytesOf('9601' + '90c080c0' + F64['0'])),
+    /EngineCoreRequest\.request_id: expected str, got int/,
+  );
 });
 
 test('bigint safety: integers beyond ±(2^53−1) decode as bigint and re-encode in the same smallest form', () => {
   const seed = 'cf0020000000000001'; // 2^53 + 1
-  const map = fixmap([['seed', seed], ['stop_token_ids', '91ce00010000']]);
+  const map = fixmap([
+    ['seed', seed],
+    ['stop_token_ids', '91ce00010000'],
+  ]);
   const hex = '96a5766563 2d31 91cf0000000100000000 c0'.replace(/\s+/g, '') + map + 'c0' + F64['0'];
   const r = decodeEngineCoreRequest(bytesOf(hex));
   assert.equal(r.sampling_params!.seed, 9007199254740993n);
@@ -256,28 +392,56 @@ test('structured_outputs, repetition_detection, LoRA and the other optional fiel
     ...ADD_VALUE,
     mm_features: [],
     sampling_params: {
-      ...ADD_VALUE.sampling_params!, thinking_token_budget: 4, prompt_logprobs: 1,
+      ...ADD_VALUE.sampling_params!,
+      thinking_token_budget: 4,
+      prompt_logprobs: 1,
       repetition_detection: { max_pattern_size: 8, min_pattern_size: 0, min_count: 3 },
-      allowed_token_ids: [1, 2], _bad_words_token_ids: [[5, 6]], logprob_token_ids: [9],
+      allowed_token_ids: [1, 2],
+      _bad_words_token_ids: [[5, 6]],
+      logprob_token_ids: [9],
       structured_outputs: {
-        json: { type: 'object' }, regex: null, choice: null, grammar: null, json_object: null, structural_tag: null,
-        disable_any_whitespace: true, disable_additional_properties: false, whitespace_pattern: null, _backend: 'guidance',
+        json: { type: 'object' },
+        regex: null,
+        choice: null,
+        grammar: null,
+        json_object: null,
+        structural_tag: null,
+        disable_any_whitespace: true,
+        disable_additional_properties: false,
+        whitespace_pattern: null,
+        _backend: 'guidance',
       },
-      skip_reading_prefix_cache: true, extra_args: { k: 'v' },
+      skip_reading_prefix_cache: true,
+      extra_args: { k: 'v' },
     },
     lora_request: {
-      lora_name: 'a', lora_int_id: 1, lora_path: '/p', base_model_name: null, tensorizer_config_dict: null,
-      load_inplace: false, is_3d_lora_weight: false,
+      lora_name: 'a',
+      lora_int_id: 1,
+      lora_path: '/p',
+      base_model_name: null,
+      tensorizer_config_dict: null,
+      load_inplace: false,
+      is_3d_lora_weight: false,
     },
-    cache_salt: 'salt', prompt_is_token_ids: [true], client_index: 2, current_wave: 3, priority: -1,
-    trace_headers: { traceparent: 'x' }, resumable: true, external_req_id: 'ext', reasoning_ended: false,
-    reasoning_parser_kwargs: { chat_template_kwargs: { enable_thinking: true } }, abort_immediately: true, session_id: 's',
+    cache_salt: 'salt',
+    prompt_is_token_ids: [true],
+    client_index: 2,
+    current_wave: 3,
+    priority: -1,
+    trace_headers: { traceparent: 'x' },
+    resumable: true,
+    external_req_id: 'ext',
+    reasoning_ended: false,
+    reasoning_parser_kwargs: { chat_template_kwargs: { enable_thinking: true } },
+    abort_immediately: true,
+    session_id: 's',
   };
   assert.deepStrictEqual(decodeEngineCoreRequest(encodeEngineCoreRequest(full)), full);
 });
 
 test('EngineCoreRequest pin with every field distinct: each index 0..20 lands in its own field (both directions)', () => {
-  const hex = 'dc0015' +
+  const hex =
+    'dc0015' +
     'a172' + // 0 request_id "r"
     '9101' + // 1 prompt_token_ids [1]
     '90' + // 2 mm_features []
@@ -289,7 +453,9 @@ test('EngineCoreRequest pin with every field distinct: each index 0..20 lands in
     '02' + // 8 data_parallel_rank 2
     'c0' + // 9 prompt_embeds nil (the gateway never sends anything else)
     '91c3' + // 10 prompt_is_token_ids [true]
-    '03' + '04' + '05' + // 11 client_index 3, 12 current_wave 4, 13 priority 5
+    '03' +
+    '04' +
+    '05' + // 11 client_index 3, 12 current_wave 4, 13 priority 5
     '81a174a175' + // 14 trace_headers {t: "u"}
     'c3' + // 15 resumable true
     'a178' + // 16 external_req_id "x"
@@ -298,14 +464,35 @@ test('EngineCoreRequest pin with every field distinct: each index 0..20 lands in
     'c2' + // 19 abort_immediately false
     'a17a'; // 20 session_id "z"
   const value: EngineCoreRequest = {
-    request_id: 'r', prompt_token_ids: [1], mm_features: [], sampling_params: null, pooling_params: 'p', arrival_time: 1.5,
+    request_id: 'r',
+    prompt_token_ids: [1],
+    mm_features: [],
+    sampling_params: null,
+    pooling_params: 'p',
+    arrival_time: 1.5,
     lora_request: {
-      lora_name: 'a', lora_int_id: 1, lora_path: '/p', base_model_name: null, tensorizer_config_dict: null,
-      load_inplace: false, is_3d_lora_weight: false,
+      lora_name: 'a',
+      lora_int_id: 1,
+      lora_path: '/p',
+      base_model_name: null,
+      tensorizer_config_dict: null,
+      load_inplace: false,
+      is_3d_lora_weight: false,
     },
-    cache_salt: 's', data_parallel_rank: 2, prompt_embeds: null, prompt_is_token_ids: [true], client_index: 3,
-    current_wave: 4, priority: 5, trace_headers: { t: 'u' }, resumable: true, external_req_id: 'x', reasoning_ended: null,
-    reasoning_parser_kwargs: { chat_template_kwargs: {} }, abort_immediately: false, session_id: 'z',
+    cache_salt: 's',
+    data_parallel_rank: 2,
+    prompt_embeds: null,
+    prompt_is_token_ids: [true],
+    client_index: 3,
+    current_wave: 4,
+    priority: 5,
+    trace_headers: { t: 'u' },
+    resumable: true,
+    external_req_id: 'x',
+    reasoning_ended: null,
+    reasoning_parser_kwargs: { chat_template_kwargs: {} },
+    abort_immediately: false,
+    session_id: 'z',
   };
   assert.deepStrictEqual(decodeEngineCoreRequest(bytesOf(hex)), value);
   assert.equal(hexOf(encodeEngineCoreRequest(value)), hex);
@@ -315,30 +502,91 @@ test('EngineCoreRequest pin with every field distinct: each index 0..20 lands in
 
 test('sampling map pin with all 24 keys set: declaration order of 5.3, both directions', () => {
   const hex = map16([
-    ['temperature', F64['0.5']], ['top_p', F64['0.9']], ['top_k', '05'], ['seed', '2a'], ['max_tokens', '08'],
-    ['min_tokens', '01'], ['thinking_token_budget', '02'], ['logprobs', 'ff'], ['prompt_logprobs', '00'],
-    ['min_p', F64['0.25']], ['frequency_penalty', F64['1.5']], ['presence_penalty', F64['-100']],
+    ['temperature', F64['0.5']],
+    ['top_p', F64['0.9']],
+    ['top_k', '05'],
+    ['seed', '2a'],
+    ['max_tokens', '08'],
+    ['min_tokens', '01'],
+    ['thinking_token_budget', '02'],
+    ['logprobs', 'ff'],
+    ['prompt_logprobs', '00'],
+    ['min_p', F64['0.25']],
+    ['frequency_penalty', F64['1.5']],
+    ['presence_penalty', F64['-100']],
     ['repetition_penalty', F64['1']],
-    ['repetition_detection', fixmap([['max_pattern_size', '04'], ['min_pattern_size', '01'], ['min_count', '02']])],
-    ['stop_token_ids', '9107'], ['_eos_token_id', '05'], ['_all_stop_token_ids', '920507'],
-    ['logit_bias', '8101' + F64['0.5']], ['allowed_token_ids', '9101'], ['_bad_words_token_ids', '91920203'],
-    ['structured_outputs', fixmap([['regex', 'a2612b'], ['_backend', 'a867756964616e6365']])],
-    ['logprob_token_ids', '9104'], ['skip_reading_prefix_cache', 'c2'], ['extra_args', '81a17801'],
+    [
+      'repetition_detection',
+      fixmap([
+        ['max_pattern_size', '04'],
+        ['min_pattern_size', '01'],
+        ['min_count', '02'],
+      ]),
+    ],
+    ['stop_token_ids', '9107'],
+    ['_eos_token_id', '05'],
+    ['_all_stop_token_ids', '920507'],
+    ['logit_bias', '8101' + F64['0.5']],
+    ['allowed_token_ids', '9101'],
+    ['_bad_words_token_ids', '91920203'],
+    [
+      'structured_outputs',
+      fixmap([
+        ['regex', 'a2612b'],
+        ['_backend', 'a867756964616e6365'],
+      ]),
+    ],
+    ['logprob_token_ids', '9104'],
+    ['skip_reading_prefix_cache', 'c2'],
+    ['extra_args', '81a17801'],
   ]);
   const value: VllmSamplingParams = {
-    temperature: 0.5, top_p: 0.9, top_k: 5, seed: 42, max_tokens: 8, min_tokens: 1, thinking_token_budget: 2,
-    logprobs: -1, prompt_logprobs: 0, min_p: 0.25, frequency_penalty: 1.5, presence_penalty: -100,
-    repetition_penalty: 1, repetition_detection: { max_pattern_size: 4, min_pattern_size: 1, min_count: 2 },
-    stop_token_ids: [7], _eos_token_id: 5, _all_stop_token_ids: [5, 7], logit_bias: new Map([[1, 0.5]]),
-    allowed_token_ids: [1], _bad_words_token_ids: [[2, 3]],
+    temperature: 0.5,
+    top_p: 0.9,
+    top_k: 5,
+    seed: 42,
+    max_tokens: 8,
+    min_tokens: 1,
+    thinking_token_budget: 2,
+    logprobs: -1,
+    prompt_logprobs: 0,
+    min_p: 0.25,
+    frequency_penalty: 1.5,
+    presence_penalty: -100,
+    repetition_penalty: 1,
+    repetition_detection: { max_pattern_size: 4, min_pattern_size: 1, min_count: 2 },
+    stop_token_ids: [7],
+    _eos_token_id: 5,
+    _all_stop_token_ids: [5, 7],
+    logit_bias: new Map([[1, 0.5]]),
+    allowed_token_ids: [1],
+    _bad_words_token_ids: [[2, 3]],
     structured_outputs: {
-      json: null, regex: 'a+', choice: null, grammar: null, json_object: null, structural_tag: null,
-      disable_any_whitespace: false, disable_additional_properties: false, whitespace_pattern: null, _backend: 'guidance',
+      json: null,
+      regex: 'a+',
+      choice: null,
+      grammar: null,
+      json_object: null,
+      structural_tag: null,
+      disable_any_whitespace: false,
+      disable_additional_properties: false,
+      whitespace_pattern: null,
+      _backend: 'guidance',
     },
-    logprob_token_ids: [4], skip_reading_prefix_cache: false, extra_args: { x: 1 },
+    logprob_token_ids: [4],
+    skip_reading_prefix_cache: false,
+    extra_args: { x: 1 },
   };
   const req = (map: string) => '96a172' + '90' + 'c0' + map + 'c0' + F64['0'];
   assert.deepStrictEqual(decodeEngineCoreRequest(bytesOf(req(hex))).sampling_params, value);
-  const encoded = hexOf(encodeEngineCoreRequest({ ...ADD_VALUE, request_id: 'r', prompt_token_ids: [], arrival_time: 0, sampling_params: value }));
+  const encoded = hexOf(
+    encodeEngineCoreRequest({
+      ...ADD_VALUE,
+      request_id: 'r',
+      prompt_token_ids: [],
+      arrival_time: 0,
+      sampling_params: value,
+    }),
+  );
   assert.ok(encoded.startsWith('dc0015a17290c0' + hex + 'c0' + F64['0']), encoded);
 });
