@@ -2,7 +2,7 @@
 /**
  * `npm test`: every check of the repository, as phases run side by side (issue 27: the suite in minutes on a 2-core
  * machine), each to its end whatever the others do, so one phase's failure never hides another's result:
- * - typecheck: `tsc --noEmit`;
+ * - static: `tsc --noEmit`, `eslint .`, `prettier --check .`, one after another (one core);
  * - tests: every `test/**\/*.test.ts` file, files run concurrently (`--test-concurrency`; each e2e file owns its ports,
  *   ipc paths and temp folders), the one-process gateway where a file starts one;
  *   both test phases run the transpiled copy of the repository (./test-build.mjs, built first: plain node in every
@@ -18,7 +18,7 @@
  * are reported, and leftovers fail the run: a test that leaks is a bug to fix, and the teardown only keeps the
  * machine clean meanwhile.
  *
- * Options: `--only NAME[,NAME]` runs the named phases (typecheck, tests, workers); `--concurrency N` sets the tests
+ * Options: `--only NAME[,NAME]` runs the named phases (static, tests, workers); `--concurrency N` sets the tests
  * phase's file concurrency (default below); any other argument is a test file or folder for the tests phase.
  */
 import { spawn } from 'node:child_process';
@@ -36,8 +36,8 @@ const opt = (name) => {
   return v;
 };
 const only = opt('--only')?.split(',');
-const concurrency = Number(opt('--concurrency') ?? 4);
-const workersConcurrency = Number(opt('--workers-concurrency') ?? 2);
+const concurrency = Number(opt('--concurrency') ?? 3);
+const workersConcurrency = Number(opt('--workers-concurrency') ?? 1);
 
 /** Every `*.test.ts` under `dir`, sorted. */
 function testFiles(dir) {
@@ -58,6 +58,7 @@ const workerFiles = testFiles(join(root, 'test', 'e2e')).filter((f) =>
   readFileSync(join(root, f), 'utf8').includes('helpers/test-gateway.js'),
 );
 const js = (f) => f.replace(/\.ts$/, '.js');
+const bin = (pkg, file) => join(root, 'node_modules', pkg, file);
 const nodeTest = (n) => [
   process.execPath,
   '--enable-source-maps',
@@ -69,7 +70,16 @@ const nodeTest = (n) => [
 ];
 
 const phases = [
-  { name: 'typecheck', argv: [process.execPath, join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '--noEmit'] },
+  {
+    // One after another, so the static checks hold one core and the tests the other.
+    name: 'static',
+    title: 'typecheck, lint, format',
+    steps: [
+      [process.execPath, bin('typescript', 'bin/tsc'), '--noEmit'],
+      [process.execPath, bin('eslint', 'bin/eslint.js'), '.'],
+      [process.execPath, bin('prettier', 'bin/prettier.cjs'), '--check', '--log-level', 'warn', '.'],
+    ],
+  },
   { name: 'tests', argv: [...nodeTest(concurrency), ...targets.map(js)], transpiled: true },
   {
     name: 'workers',
@@ -92,26 +102,36 @@ process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
 // Short: ipc socket paths under it must stay within the 107 bytes of sun_path.
 const tmp = mkdtempSync('/tmp/mgwt-');
 
+/** Runs one command of phase `p` to its end: its exit code (or signal name) and its output, stdout and stderr mixed. */
+function run(p, argv) {
+  return new Promise((resolve) => {
+    const child = spawn(argv[0], argv.slice(1), {
+      cwd: p.transpiled ? buildDir : root,
+      env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp } : {}) },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    child.stdout.on('data', (c) => (out += c));
+    child.stderr.on('data', (c) => (out += c));
+    child.on('close', (code, signal) => resolve({ code: code ?? signal, out }));
+  });
+}
+
 const results = await Promise.all(
-  phases.map(
-    (p) =>
-      new Promise((resolve) => {
-        const child = spawn(p.argv[0], p.argv.slice(1), {
-          cwd: p.transpiled ? buildDir : root,
-          env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp } : {}) },
-          stdio: ['ignore', 'pipe', 'pipe'],
-        });
-        let out = '';
-        child.stdout.on('data', (c) => (out += c));
-        child.stderr.on('data', (c) => (out += c));
-        child.on('close', (code, signal) => {
-          process.stderr.write(
-            `[${secs()} s] ${p.title ?? p.name}: ${code === 0 ? 'passed' : `FAILED (${signal ?? `exit ${code}`})`}\n`,
-          );
-          resolve({ phase: p, code, out, seconds: secs() });
-        });
-      }),
-  ),
+  phases.map(async (p) => {
+    let code = 0;
+    let out = '';
+    // Every step runs, also after one failed: one check's failure never hides another's result.
+    for (const argv of p.steps ?? [p.argv]) {
+      const r = await run(p, argv);
+      if (p.steps !== undefined)
+        out += `$ ${argv.slice(1).join(' ').replaceAll(`${root}`, '')}: ${r.code === 0 ? 'ok' : 'FAILED'}\n`;
+      out += r.out;
+      if (r.code !== 0) code = r.code;
+    }
+    process.stderr.write(`[${secs()} s] ${p.title ?? p.name}: ${code === 0 ? 'passed' : `FAILED (${code})`}\n`);
+    return { phase: p, code, out, seconds: secs() };
+  }),
 );
 
 /** Pids of processes (other than this one) whose command line names a file of `dir`. */
