@@ -163,7 +163,23 @@ if (buildDir !== root) {
     leftovers.push(`process ${pid} (killed): ${cmd.replaceAll(`${buildDir}/`, '').slice(0, 160)}`);
   }
 }
-for (const entry of readdirSync(tmp)) leftovers.push(`temp entry: ${entry}`);
+/** Every file under `dir` (recursively), relative to it. */
+function filesUnder(dir) {
+  return readdirSync(dir, { recursive: true, withFileTypes: true })
+    .filter((e) => !e.isDirectory())
+    .map((e) => relative(dir, join(e.parentPath ?? e.path, e.name)));
+}
+for (const entry of readdirSync(tmp)) {
+  // tsx's compile cache (the few tests that run a file from source) is not a test's leftover; nor is the gateways'
+  // runtime folder (model-gateway-<uid>) once every gateway removed its socket files from it.
+  if (/^tsx-\d+$/.test(entry)) continue;
+  const path = join(tmp, entry);
+  const files = statSync(path).isDirectory() ? filesUnder(path) : [entry];
+  if (/^model-gateway-\d+$/.test(entry) && files.length === 0) continue;
+  leftovers.push(
+    `temp entry: ${entry}${files.length > 0 && files[0] !== entry ? ` (${files.slice(0, 5).join(', ')}${files.length > 5 ? ', ...' : ''})` : ''}`,
+  );
+}
 rmSync(tmp, { recursive: true, force: true });
 
 for (const r of results) {

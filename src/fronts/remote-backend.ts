@@ -96,7 +96,7 @@ export class FrontChannel extends EventEmitter<{
 
   private constructor(
     readonly frontId: number,
-    private readonly log: Logger,
+    readonly log: Logger,
   ) {
     super();
     this.outbox = new UpOutbox((messages) => this.write(messages));
@@ -531,6 +531,8 @@ export function sharedConcurrency(channel: FrontChannel): SharedConcurrencyCap {
  */
 export class SharedResponsesStore extends ResponsesStore {
   private readonly fetchedItems = new Map<string, Record<string, unknown>>();
+  /** Unacknowledged store writes by response id (bounded by the requests in flight: each settles or times out). */
+  private readonly writes = new Map<string, Promise<void>>();
 
   constructor(
     private readonly channel: FrontChannel,
@@ -542,7 +544,25 @@ export class SharedResponsesStore extends ResponsesStore {
   override put(id: string, stored: StoredResponse): void {
     if (!this.enabled) return;
     super.put(id, stored);
-    void this.channel.call('store.put', [id, stored], true);
+    // Acknowledged, so the response can wait for it (`written`): the client may read it back from another front at
+    // once, whose store.get could otherwise reach the router before this put. A failed or late put is logged; the
+    // response still goes out (this front's copy serves requests here).
+    const write = this.channel.call('store.put', [id, stored]).then(
+      () => undefined,
+      (err: unknown) =>
+        this.channel.log.warn(
+          { id, err: (err as Error).message },
+          'Responses store write not acknowledged by the router',
+        ),
+    );
+    this.writes.set(id, write);
+    void write.finally(() => {
+      if (this.writes.get(id) === write) this.writes.delete(id);
+    });
+  }
+
+  override written(id: string): Promise<void> {
+    return this.writes.get(id) ?? Promise.resolve();
   }
 
   override item(id: string): Record<string, unknown> | undefined {

@@ -149,6 +149,12 @@ export interface ResponseShape {
   ): unknown;
   /** A writer for one streamed response. `includeUsage`: `stream_options.include_usage`. */
   stream(base: ResponseBase, opts: { includeUsage: boolean; n: number }): StreamShaper;
+  /**
+   * Resolves once what `body` or the stream's `closing` stored can be read from every front (Responses: the store
+   * write, acknowledged by the router with `--workers N`), so a client that reads the response back right after it
+   * ended finds it whichever front it reaches. Absent: nothing to wait for.
+   */
+  settled?(): Promise<void>;
 }
 
 /**
@@ -776,6 +782,7 @@ export async function serveGeneration(
       }
       // Rendered before counting: a logprob candidate the tokenizer refuses makes it a 502 (`render`).
       const body = shape.body(base, results(), usage(), (i) => render(i, outputs[i]!.result!.logprobs));
+      await shape.settled?.();
       count(200, outcome());
       reply.header(REQUEST_ID_HEADER, echoId);
       return body;
@@ -827,7 +834,9 @@ export async function serveGeneration(
       send(writer.opening());
       run.start();
       await run.done;
-      send(writer.closing(usage(), results()));
+      const closing = writer.closing(usage(), results());
+      await shape.settled?.();
+      send(closing);
       count(200, outcome());
     } catch (err) {
       if (err instanceof ClientStalledError) return endStalled(err);

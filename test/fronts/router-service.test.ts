@@ -162,7 +162,9 @@ test('the Responses store is the router’s: a put through one front is read by 
     outputItems: [{ id: 'msg_out', type: 'message' }],
   };
   sa.put('resp_1', stored);
-  await until(() => store.get('resp_1') !== undefined, 'the put reached the router');
+  // A response waits for this before it ends, so a client reading it back through another front finds it at once.
+  await sa.written('resp_1');
+  assert.notEqual(store.get('resp_1'), undefined, 'written() resolves once the router holds the put');
   assert.equal(sb.get('resp_1'), undefined, 'not local to the other front before a prefetch');
   await sb.prefetch(['resp_1'], ['msg_out']);
   assert.deepEqual(sb.get('resp_1'), stored);

@@ -229,13 +229,17 @@ export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
   });
   const finalStatus = (results: readonly ChoiceResult[]): DoneStatus =>
     results[0]?.finishReason === 'length' ? 'incomplete' : 'completed';
+  let kept: string | null = null;
   const keep = (response: Record<string, unknown>, output: Item[]) => {
-    if (stored) info.store.put(response.id as string, { response, inputItems: info.inputItems, outputItems: output });
+    if (!stored) return;
+    kept = response.id as string;
+    info.store.put(kept, { response, inputItems: info.inputItems, outputItems: output });
   };
 
   return {
     endpoint: '/v1/responses',
     idPrefix: 'resp_',
+    settled: () => (kept === null ? Promise.resolve() : info.store.written(kept)),
     logprobsParams: 'chat',
     renderLogprobs: (entries, k, tokenText) => chatLogprobs(entries, k, tokenText),
     body(base, results, usage, logprobs) {

@@ -59,6 +59,14 @@ export class ResponsesStore {
     return this.responses.size;
   }
 
+  /**
+   * Resolves once the `put` of `id` can be read from every front; never rejects. One process: at once (`put` is
+   * synchronous). The store of a `--workers N` front overrides it (fronts/remote-backend.ts).
+   */
+  written(_id: string): Promise<void> {
+    return Promise.resolve();
+  }
+
   /** Store `stored` under `id` (replacing one with the same id), then evict the oldest past the bounds. */
   put(id: string, stored: StoredResponse): void {
     if (!this.enabled) return;
