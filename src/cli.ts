@@ -167,111 +167,147 @@ export const USAGE = `Usage:
   model-gateway --help              Show this help
   model-gateway --version           Print the version
 
-serve options (each also as an environment variable MODEL_GATEWAY_<OPTION>, e.g. MODEL_GATEWAY_PORT=30001, and as
-a key of --config FILE; precedence: flag > environment > file):
-  --config FILE            YAML or JSON file of serve options, engine groups under 'groups:' (env MODEL_GATEWAY_CONFIG)
+examples:
+  model-gateway serve --sim 2
+      two simulated TokenSpeed ranks (no GPU)
+  model-gateway serve --engine-url ipc:///tmp/e/ts --dp-size 2 --api-key KEY
+      a running TokenSpeed engine with 2 DP ranks, behind a key
+  model-gateway serve --engine-url ipc:///tmp/e/vl --engine vllm --dp-size 2 \\
+      --tokenizer Qwen/Qwen3-8B
+      a running vLLM engine and its model's tokenizer
+  model-gateway serve --worker tokenspeed:ipc:///tmp/e/ts:2 --worker vllm:ipc:///tmp/e/vl
+      two groups at once (compact form)
+  model-gateway serve --engine-url ipc:///tmp/e/moe --engine vllm --dp-size 4 --lockstep
+      an MoE vLLM group whose ready responses are short
+  model-gateway serve --sim 2 --sim-engine vllm --sim 2 --sim-engine vllm --sim-lockstep
+      a dense and a lockstep simulated vLLM group
+
+Every serve option is also an environment variable MODEL_GATEWAY_<OPTION> (e.g.
+MODEL_GATEWAY_PORT=30001) and a key of --config FILE; precedence: flag > environment > file.
+
+engine groups (one ipc:// socket set, one handshake and N DP ranks each; with several, each
+request goes to the live group whose least-loaded rank scores lowest):
+  --engine-url URL         Start a group of running engines at worker URL ipc://PATH
+  --sim N                  Start a group of N simulated ranks (default without any group: one group
+                           of ${DEFAULT_SIM_RANKS})
+  --worker ENGINE:URL[:N]  Compact group of running engines, e.g. vllm:ipc:///tmp/e/w0:2 (N =
+                           --dp-size)
+  --sim-worker ENGINE:N[:lockstep]
+                           Compact simulated group, e.g. vllm:2:lockstep
+ options of a group (after its --engine-url/--sim/--worker/--sim-worker; before the first group they
+ are defaults for every group):
+  --engine ENGINE          Wire dialect of the group's ranks: tokenspeed (default) or vllm
+  --dp-size N              Number of DP ranks that must join (default 1 for --engine-url, N for
+                           --sim)
+  --handshake ADDR         Explicit handshake address tcp://HOST:PORT (default: derived from the ipc
+                           path)
+  --lockstep               Treat the group as lockstep (MoE): wake every rank after every request.
+                           Default: decided from data_parallel_size in the ready responses, else
+                           from the first wave notification
+  --no-lockstep            Treat the group as dense: never wake it, ignore wave notifications
+  --sim-engine ENGINE      Same as --engine, for simulated groups (as a default it applies to
+                           simulated groups only)
+  --sim-lockstep           Simulated vLLM ranks step in lockstep (MoE: data_parallel_size > 1,
+                           parked when drained)
+  --sim-arg ARG            Extra argument for every simulated rank of the group (repeatable; use
+                           --sim-arg=--flag)
+
+HTTP and model:
   --port N                 HTTP port (default ${DEFAULT_PORT}; 0 = any free port)
   --host ADDR              HTTP bind address (default ${DEFAULT_HOST})
-  --tokenizer DIR|HF_ID    Model folder (tokenizer.json, tokenizer_config.json, optionally config.json /
-                           generation_config.json for vLLM EOS ids), or a Hugging Face id such as Qwen/Qwen3-8B
-                           found in the local Hugging Face cache (HF_HUB_CACHE, HF_HOME; never downloaded)
-                           (default: bundled Qwen3)
+  --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize
+                           (repeatable: any of the keys; default: the MODEL_GATEWAY_API_KEY
+                           environment variable, else no key; docs/security.md)
+  --tokenizer DIR|HF_ID    Model folder (tokenizer.json, tokenizer_config.json, optionally
+                           config.json / generation_config.json for vLLM EOS ids), or a Hugging Face
+                           id such as Qwen/Qwen3-8B found in the local Hugging Face cache
+                           (HF_HUB_CACHE, HF_HOME; never downloaded) (default: bundled Qwen3)
   --served-model-name NAME [NAME...]
-                           Names a request's "model" may use; the first is the one reported (default: the
-                           Hugging Face id, else the tokenizer folder's name, else qwen3)
+                           Names a request's "model" may use; the first is the one reported
+                           (default: the Hugging Face id, else the tokenizer folder's name, else
+                           qwen3)
   --model NAME             Same as one --served-model-name
-  --silence-timeout-ms N   A rank that holds requests and sends nothing for N ms is dead (default ${DEFAULT_SILENCE_TIMEOUT_MS})
-  --rank-stall-timeout-ms N
-                           A rank that holds requests and sends nothing for N ms is stalled: out of rotation,
-                           its requests end with an error, back when it speaks again (default ${DEFAULT_RANK_STALL_TIMEOUT_MS})
-  --handshake-timeout-ms N Bound on each stage of a rank's handshake (INIT → READY, → registration); model
-                           loading happens in between (default ${DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS})
+  --config FILE            YAML or JSON file of serve options, engine groups under 'groups:' (env
+                           MODEL_GATEWAY_CONFIG)
+  --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
+                           (default: read off the chat template when unambiguous: <tool_call> →
+                           hermes, <|python_tag|> → llama3_json). A parser enables tool_choice
+                           "auto".
+  --enable-auto-tool-choice
+                           Accepted for vLLM command lines: "auto" is on whenever a tool-call parser
+                           is active (a usage error with --tool-call-parser none)
+  --reasoning-parser NAME  Move <think>…</think> into reasoning_content: ${REASONING_PARSER_NAMES.join(', ')}
+                           (default none)
+  --responses-store N      Responses kept in memory for previous_response_id / item_reference /
+                           GET /v1/responses/{id} (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
+
+processes and logs:
+  --workers N|auto         HTTP front processes sharing the port, with one router process owning the
+                           engines and the routing state; 1 = one process (docs/operations.md
+                           "Several cores"; default auto: cores − 1, at most ${MAX_AUTO_WORKERS}, and 1 on a
+                           machine of 2 cores or fewer)
+  --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
+  --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
   --shutdown-grace-ms N    On SIGTERM/SIGINT, let live requests run up to N ms before ending them
                            (default ${DEFAULT_SHUTDOWN_GRACE_MS}; a second signal exits at once)
-  --max-output-message-bytes N
-                           Largest engine output frame accepted; a bigger one drops that engine's connection
-                           (default ${DEFAULT_MAX_MESSAGE_BYTES.output})
-  --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
-  --dp-policy NAME         DP rank selection for unpinned requests: ${CLI_DP_POLICIES.join(', ')}
-                           (default ${DEFAULT_DP_POLICY}; oracle is benchmark only)
-  --load-horizon-ms N      A rank's stored load report counts less as it ages and not at all after N ms
-                           (default ${DEFAULT_LOAD_HORIZON_MS})
+  --exit-with-parent       Stop at once (simulated ranks killed, socket files removed) when stdin
+                           closes, i.e. when the process that spawned the gateway is gone (test
+                           harnesses, supervisors without process groups); a flag only
+
+routing (docs/routing.md):
+  --dp-policy NAME         DP rank selection for unpinned requests (default ${DEFAULT_DP_POLICY}):
+                           ${CLI_DP_POLICIES.join(', ')}
+                           (oracle is benchmark only)
+  --load-horizon-ms N      A rank's stored load report counts less as it ages and not at all
+                           after N ms (default ${DEFAULT_LOAD_HORIZON_MS})
   --balance-abs-threshold N
   --balance-rel-threshold X
-                           cache_aware: a rank whose load exceeds the idlest's by more than N requests and by
-                           more than X times never wins by prefix affinity (SGLang's rule, per rank; defaults
-                           max_num_seqs × ${SGLANG_BALANCE_ABS_THRESHOLD}/${REFERENCE_MAX_NUM_SEQS}, or ${SGLANG_BALANCE_ABS_THRESHOLD} when the engine reports none, and ${DEFAULT_BALANCE_REL_THRESHOLD})
-  --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
-  --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
-                           (default: read off the chat template when unambiguous: <tool_call> → hermes,
-                           <|python_tag|> → llama3_json). A parser enables tool_choice "auto".
-  --enable-auto-tool-choice
-                           Accepted for vLLM command lines: "auto" is on whenever a tool-call parser is active
-                           (a usage error with --tool-call-parser none)
-  --reasoning-parser NAME  Move <think>…</think> into reasoning_content: ${REASONING_PARSER_NAMES.join(', ')} (default none)
-  --responses-store N      Responses kept in memory for previous_response_id / item_reference / GET /v1/responses/{id}
-                           (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
-  --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
-  --workers N|auto         HTTP front processes sharing the port, with one router process owning the engines and
-                           the routing state; 1 = one process (docs/operations.md "Several cores"; default auto:
-                           cores − 1, at most ${MAX_AUTO_WORKERS}, and 1 on a machine of 2 cores or fewer)
-  --exit-with-parent       Stop at once (simulated ranks killed, socket files removed) when stdin closes, i.e. when
-                           the process that spawned the gateway is gone (test harnesses, supervisors without
-                           process groups); a flag only
+                           cache_aware: a rank whose load exceeds the idlest's by more than N
+                           requests and by more than X times never wins by prefix affinity
+                           (SGLang's rule, per rank; defaults max_num_seqs × ${SGLANG_BALANCE_ABS_THRESHOLD}/${REFERENCE_MAX_NUM_SEQS}, or ${SGLANG_BALANCE_ABS_THRESHOLD} when the
+                           engine reports none, and ${DEFAULT_BALANCE_REL_THRESHOLD})
 
-HTTP edge (docs/security.md):
-  --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize (repeatable: any of
-                           the keys; default: the MODEL_GATEWAY_API_KEY environment variable, else no key)
+engine liveness:
+  --silence-timeout-ms N   A rank that holds requests and sends nothing for N ms is dead
+                           (default ${DEFAULT_SILENCE_TIMEOUT_MS})
+  --rank-stall-timeout-ms N
+                           A rank that holds requests and sends nothing for N ms is stalled: out of
+                           rotation, its requests end with an error, back when it speaks again
+                           (default ${DEFAULT_RANK_STALL_TIMEOUT_MS})
+  --handshake-timeout-ms N Bound on each stage of a rank's handshake (INIT → READY, → registration);
+                           model loading happens in between (default ${DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS})
+  --max-output-message-bytes N
+                           Largest engine output frame accepted; a bigger one drops that engine's
+                           connection (default ${DEFAULT_MAX_MESSAGE_BYTES.output})
+
+HTTP edge and limits (docs/security.md):
   --metrics-require-key    /metrics needs the key too (default: open)
-  --allowed-origins LIST   CORS: allowed origins, a JSON list or comma-separated; * = any (default: no CORS)
+  --allowed-origins LIST   CORS: allowed origins, a JSON list or comma-separated; * = any (default:
+                           no CORS)
   --allowed-methods LIST   CORS: allowed methods (default *; needs --allowed-origins)
   --allowed-headers LIST   CORS: allowed request headers (default *; needs --allowed-origins)
   --allow-credentials      CORS: allow credentials (needs --allowed-origins)
   --max-concurrent-requests N
-                           Generation requests served at once before 429 + Retry-After (default ${DEFAULT_MAX_CONCURRENT_REQUESTS};
-                           0 = no cap)
+                           Generation requests served at once before 429 + Retry-After
+                           (default ${DEFAULT_MAX_CONCURRENT_REQUESTS}; 0 = no cap)
+  --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
+  --tokenize-body-limit BYTES
+                           Largest /tokenize and /detokenize body; a larger one gets 413
+                           (default ${DEFAULT_TOKENIZE_BODY_LIMIT_BYTES}, at most --body-limit)
   --stream-buffer-bytes BYTES
-                           Bytes buffered per stream for a client that does not read (default ${DEFAULT_STREAM_BUFFER_BYTES})
+                           Bytes buffered per stream for a client that does not read
+                           (default ${DEFAULT_STREAM_BUFFER_BYTES})
   --client-stall-timeout-ms N
-                           A streaming client that stays behind (that buffer full, outputs held) for N ms has its
-                           engine request aborted and its connection closed (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
-  --request-timeout-ms N   A request (headers and body) not received within N ms gets 408 (default ${DEFAULT_REQUEST_TIMEOUT_MS})
+                           A streaming client that stays behind (that buffer full, outputs held)
+                           for N ms has its engine request aborted and its connection closed
+                           (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
+  --request-timeout-ms N   A request (headers and body) not received within N ms gets 408
+                           (default ${DEFAULT_REQUEST_TIMEOUT_MS})
   --tokenizer-queue-jobs N
   --tokenizer-queue-chars N
-                           Large prompts, /tokenize, /detokenize and long chats are tokenized on a worker thread
-                           per process; past N jobs or N characters queued there a request gets 429 + Retry-After
-                           (defaults ${DEFAULT_OFF_LOOP_LIMITS.maxJobs} and ${DEFAULT_OFF_LOOP_LIMITS.maxChars})
-  --tokenize-body-limit BYTES
-                           Largest /tokenize and /detokenize body; a larger one gets 413 (default
-                           ${DEFAULT_TOKENIZE_BODY_LIMIT_BYTES}, at most --body-limit)
-
-engine groups (one ipc:// socket set, one handshake and N DP ranks each; several may be served at once and each
-request goes to the live group whose least-loaded rank scores lowest):
-  --engine-url URL         Start a group of running engines at worker URL ipc://PATH
-  --sim N                  Start a group of N simulated ranks (default without any group: one group of ${DEFAULT_SIM_RANKS})
-  --worker ENGINE:URL[:N]  Compact group of running engines, e.g. vllm:ipc:///tmp/e/w0:2 (N = --dp-size)
-  --sim-worker ENGINE:N[:lockstep]
-                           Compact simulated group, e.g. vllm:2:lockstep
- options of a group (after its --engine-url/--sim/--worker/--sim-worker; before the first group they are defaults
- for every group):
-  --engine ENGINE          Wire dialect of the group's ranks: tokenspeed (default) or vllm
-  --dp-size N              Number of DP ranks that must join (default 1 for --engine-url, N for --sim)
-  --handshake ADDR         Explicit handshake address tcp://HOST:PORT (default: derived from the ipc path)
-  --lockstep               Treat the group as lockstep (MoE): wake every rank after every request. Default: decided
-                           from data_parallel_size in the ready responses, else from the first wave notification
-  --no-lockstep            Treat the group as dense: never wake it, ignore wave notifications
-  --sim-engine ENGINE      Same as --engine, for simulated groups (as a default it applies to simulated groups only)
-  --sim-lockstep           Simulated vLLM ranks step in lockstep (MoE: data_parallel_size > 1, parked when drained)
-  --sim-arg ARG            Extra argument for every simulated rank of the group (repeatable; use --sim-arg=--flag)
-
-examples:
-  model-gateway serve --sim 2                                   two simulated TokenSpeed ranks
-  model-gateway serve --sim 2 --sim-engine vllm --sim 2 --sim-engine vllm --sim-lockstep
-                                                                a dense and a lockstep simulated vLLM group
-  model-gateway serve --engine-url ipc:///tmp/e/ts --dp-size 2 --engine-url ipc:///tmp/e/vl --engine vllm
-  model-gateway serve --worker tokenspeed:ipc:///tmp/e/ts:2 --worker vllm:ipc:///tmp/e/vl
-  model-gateway serve --engine-url ipc:///tmp/e/moe --engine vllm --dp-size 4 --lockstep
-                                                                an MoE vLLM group whose ready responses are short
+                           Large prompts, /tokenize, /detokenize and long chats are tokenized on a
+                           worker thread per process; past N jobs or N characters queued there a
+                           request gets 429 + Retry-After (defaults ${DEFAULT_OFF_LOOP_LIMITS.maxJobs} and ${DEFAULT_OFF_LOOP_LIMITS.maxChars})
 `;
 
 /** A command-line mistake: printed on one line with a hint to --help, exit code 2. */

@@ -63,3 +63,33 @@ describe('--help and bad options on every entry', { concurrency: 4 }, () => {
     });
   }
 });
+
+test('model-gateway --help fits 100 columns and lists what a first user needs first (issue 27 part 4)', async () => {
+  const { USAGE } = await import('../../src/cli.js');
+  const wide = USAGE.split('\n').filter((l) => [...l].length > 100);
+  assert.deepEqual(wide, [], 'lines over 100 columns');
+  const at = (s: string) => {
+    const i = USAGE.indexOf(s);
+    assert.ok(i >= 0, s);
+    return i;
+  };
+  // Examples, then the engine group options, then port, key and model; tuning after.
+  assert.ok(at('examples:') < at('  --engine-url URL'));
+  for (const first of [
+    '  --engine-url URL',
+    '  --dp-size N',
+    '  --engine ENGINE',
+    '  --port N',
+    '  --api-key KEY',
+    '  --tokenizer DIR',
+  ]) {
+    for (const later of [
+      '  --silence-timeout-ms N',
+      '  --dp-policy NAME',
+      '  --max-concurrent-requests N',
+      '  --allowed-origins',
+    ]) {
+      assert.ok(at(first) < at(later), `${first.trim()} before ${later.trim()}`);
+    }
+  }
+});
