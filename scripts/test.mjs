@@ -64,7 +64,7 @@ const nodeTest = (n) => [
   '--enable-source-maps',
   '--test',
   `--test-concurrency=${n}`,
-  '--test-timeout=120000',
+  '--test-timeout=240000',
   '--test-reporter=./test/reporters/files.mjs',
   '--test-reporter-destination=stdout',
 ];

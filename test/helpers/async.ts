@@ -10,11 +10,15 @@ export async function freshDir(prefix = 'mgw-'): Promise<{ dir: string; cleanup:
   return { dir, cleanup: () => rm(dir, { recursive: true, force: true }) };
 }
 
-/** Rejects after `ms` with a message naming `what`: a hang guard only, never a timing assertion. */
-export function hangGuard<T>(promise: Promise<T>, ms: number, what: string): Promise<T> {
+/**
+ * Rejects after `ms` with a message naming `what` (a function is asked then, so it can say how far things got): a
+ * hang guard only, never a timing assertion.
+ */
+export function hangGuard<T>(promise: Promise<T>, ms: number, what: string | (() => string)): Promise<T> {
   let timer: NodeJS.Timeout | undefined;
   const guard = new Promise<never>((_, reject) => {
-    timer = setTimeout(() => reject(new Error(`hang guard: ${what} did not settle within ${ms} ms`)), ms);
+    const name = () => (typeof what === 'function' ? what() : what);
+    timer = setTimeout(() => reject(new Error(`hang guard: ${name()} did not settle within ${ms} ms`)), ms);
   });
   return Promise.race([promise, guard]).finally(() => clearTimeout(timer));
 }
