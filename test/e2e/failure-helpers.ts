@@ -194,7 +194,7 @@ export function assertTerminalError(o: RequestOutcome, label: string, expect: Re
     assert.equal(o.status, 200, `${label}: ${dump}`);
     assert.ok(o.sse.error !== null, `${label}: the stream ended without an error event: ${dump}`);
     assert.ok(o.sse.error.message.length > 0 && typeof o.sse.error.type === 'string', `${label}: ${dump}`);
-    assert.match(o.sse.error.message, expect, label);
+    assert.match(o.sse.error.message, expect, `${label}: ${o.sse.error.message}`);
     assert.equal(o.sse.finishReason, null, `${label}: a failed request has no finish reason`);
     assert.equal(o.sse.done, true, `${label}: the error event must be followed by data: [DONE]: ${dump}`);
     return `SSE error (${o.sse.error.code}) after ${o.sse.text.length} chars`;
@@ -206,7 +206,7 @@ export function assertTerminalError(o: RequestOutcome, label: string, expect: Re
     err && typeof err.message === 'string' && typeof err.type === 'string' && 'param' in err && 'code' in err,
     `${label}: not an OpenAI-style error body: ${dump}`,
   );
-  assert.match(err.message as string, expect, label);
+  assert.match(err.message as string, expect, `${label}: HTTP ${o.status} ${String(err.message)}`);
   return `HTTP ${o.status} (${String(err.code)})`;
 }
 
