@@ -19,7 +19,7 @@
  * machine clean meanwhile.
  *
  * Options: `--only NAME[,NAME]` runs the named phases (static, tests, workers); `--concurrency N` sets the tests
- * phase's file concurrency (default below); any other argument is a test file or folder for the tests phase.
+ * phase's file concurrency (default below); any other argument is a test file or folder, run by the tests phase alone.
  */
 import { spawn } from 'node:child_process';
 import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
@@ -88,7 +88,8 @@ const phases = [
     env: { GATEWAY_TEST_WORKERS: '2' },
     transpiled: true,
   },
-].filter((p) => (only === undefined ? args.length === 0 || p.name !== 'workers' : only.includes(p.name)));
+  // Files or folders given: the tests phase only (unless --only says otherwise).
+].filter((p) => (only === undefined ? args.length === 0 || p.name === 'tests' : only.includes(p.name)));
 
 const started = performance.now();
 const secs = () => ((performance.now() - started) / 1000).toFixed(0);

@@ -22,7 +22,9 @@ import { waitUntil } from './spread-helpers.js';
  * all 40 to be open and streaming before the kill even on a loaded machine, short enough to finish afterwards.
  */
 const SIM_ARGS = ['--time-scale', '2', '--log-level', 'warn'];
-const STREAM = { model: MODEL, prompt: 'Tell me a story.', max_tokens: 400, ignore_eos: true };
+// Long enough (~22 s at --time-scale 2) that no stream can finish between the in-flight count and the kill, also when
+// a loaded machine takes seconds to get all 40 streaming (400 tokens let 3 of the victim's 10 finish first).
+const STREAM = { model: MODEL, prompt: 'Tell me a story.', max_tokens: 1200, ignore_eos: true };
 const SHORT = { model: MODEL, prompt: 'Hi.', max_tokens: 5, ignore_eos: true };
 const TIMEOUT = { timeout: 120_000 };
 
