@@ -1,7 +1,9 @@
 /**
  * A node:test reporter for `npm test` (scripts/test.mjs): one line per failed test as it fails (file, name, error), and
- * at the end the test counts and the slowest files (the sum of each file's top-level test durations: with files run
- * concurrently, a file's own time, not the suite's). Plain JavaScript: reporters are loaded before any loader hook.
+ * at the end the test counts and the slowest files (the sum of each file's top-level test and describe durations: with
+ * files run concurrently, a file's own time, not the suite's). A test is counted under the file that defines it (a
+ * shared scenario module such as test/e2e/client-scenarios.ts counts once for the files that run it). Plain
+ * JavaScript: reporters are loaded before any loader hook.
  */
 import { relative } from 'node:path';
 
@@ -16,11 +18,11 @@ export default async function* filesReporter(source) {
   for await (const event of source) {
     const { type, data } = event;
     if (type !== 'test:pass' && type !== 'test:fail') continue;
-    if (data.details?.type === 'suite') continue;
     const file = fileOf(data);
     const f = files.get(file) ?? { ms: 0, tests: 0, failed: 0 };
     files.set(file, f);
     if (data.nesting === 0) f.ms += data.details?.duration_ms ?? 0;
+    if (data.details?.type === 'suite') continue;
     f.tests++;
     if (type === 'test:pass') {
       if (data.skip || data.todo) skip++;
