@@ -22,7 +22,7 @@
  * phase's file concurrency (default below); any other argument is a test file or folder, run by the tests phase alone.
  */
 import { spawn } from 'node:child_process';
-import { mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { buildTestTree } from './test-build.mjs';
 
@@ -102,13 +102,17 @@ process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
 
 // Short: ipc socket paths under it must stay within the 107 bytes of sun_path.
 const tmp = mkdtempSync('/tmp/mgwt-');
+// The golden vectors' originals sit beside the repository, not beside its transpiled copy: name them for the check
+// that the repository's copies still equal them (test/vectors/vectors-match-shared.test.ts; skipped when absent).
+const shared = process.env.GATEWAY_SHARED_DIR || join(root, '..', 'shared');
+const sharedEnv = existsSync(shared) ? { GATEWAY_SHARED_DIR: shared } : {};
 
 /** Runs one command of phase `p` to its end: its exit code (or signal name) and its output, stdout and stderr mixed. */
 function run(p, argv) {
   return new Promise((resolve) => {
     const child = spawn(argv[0], argv.slice(1), {
       cwd: p.transpiled ? buildDir : root,
-      env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp } : {}) },
+      env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp, ...sharedEnv } : {}) },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';

@@ -782,7 +782,7 @@ export async function serveGeneration(
       }
       // Rendered before counting: a logprob candidate the tokenizer refuses makes it a 502 (`render`).
       const body = shape.body(base, results(), usage(), (i) => render(i, outputs[i]!.result!.logprobs));
-      await shape.settled?.();
+      if (shape.settled !== undefined) await shape.settled(); // Responses only: no extra turn elsewhere
       count(200, outcome());
       reply.header(REQUEST_ID_HEADER, echoId);
       return body;
@@ -835,7 +835,7 @@ export async function serveGeneration(
       run.start();
       await run.done;
       const closing = writer.closing(usage(), results());
-      await shape.settled?.();
+      if (shape.settled !== undefined) await shape.settled(); // Responses only: no extra turn elsewhere
       send(closing);
       count(200, outcome());
     } catch (err) {

@@ -9,7 +9,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { describe, test } from 'node:test';
 import { pathToFileURL } from 'node:url';
-import { repoRoot } from '../helpers/shared.js';
+import { repoRoot } from '../helpers/vectors.js';
 import { nodeEntry } from '../helpers/entry.js';
 
 /** `node <file> ...args` in the repository (transpiled or through tsx: ../helpers/entry.ts): exit code, stdout and stderr. */

@@ -24,7 +24,7 @@ import {
   schedulerStatsFor,
 } from '../../src/protocols/vllm/index.js';
 import type { EngineCoreOutputs, OutputLayoutDecision, PrefillStats } from '../../src/protocols/vllm/index.js';
-import { repoVectorsDir } from '../helpers/shared.js';
+import { repoVectorsDir } from '../helpers/vectors.js';
 import { FakeLink, drain, makeEngines, req } from './fakes.js';
 
 function decodeSent(type: RequestTypeByte, payload: Uint8Array): unknown {

@@ -19,7 +19,7 @@ import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { freePort } from '../helpers/net.js';
 import { nodeEntry } from '../helpers/entry.js';
 import { freshDir, hangGuard } from '../helpers/async.js';
-import { repoRoot } from '../helpers/shared.js';
+import { repoRoot } from '../helpers/vectors.js';
 import { readyFor } from '../transport/helpers.js';
 import { JsonProtocol, drain, req } from './fakes.js';
 

@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadTokenSpeedVectors } from '../helpers/shared.js';
+import { loadTokenSpeedVectors } from '../helpers/vectors.js';
 import { DEFAULT_SAMPLING, RequestType } from '../../src/protocols/types.js';
 import type { EngineBatch, GenerateRequest } from '../../src/protocols/types.js';
 import { encodeEngineIdentity } from '../../src/protocols/identity.js';

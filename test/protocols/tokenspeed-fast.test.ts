@@ -6,7 +6,7 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { loadTokenSpeedVectors } from '../helpers/shared.js';
+import { loadTokenSpeedVectors } from '../helpers/vectors.js';
 import { prng } from '../helpers/prng.js';
 import type { EngineBatch } from '../../src/protocols/types.js';
 import {

@@ -16,7 +16,7 @@ import {
 } from '../../src/protocols/tokenspeed/index.js';
 import { DEFAULT_SAMPLING } from '../../src/protocols/types.js';
 import { WireDecodeError } from '../../src/wire/errors.js';
-import { loadRepoVectors, type Vector } from '../helpers/shared.js';
+import { loadRepoVectors, type Vector } from '../helpers/vectors.js';
 
 const vectors = new Map(loadRepoVectors('tokenspeed-newer').map((v) => [v.name, v]));
 const bytes = (v: Vector) => Uint8Array.from(Buffer.from(v.hex!, 'hex'));

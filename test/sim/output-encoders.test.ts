@@ -7,7 +7,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { decode as msgpackDecode } from '@msgpack/msgpack';
-import { loadTokenSpeedVectors } from '../helpers/shared.js';
+import { loadTokenSpeedVectors } from '../helpers/vectors.js';
 import {
   decodeBatchTokenIDOutSlim,
   encodeBatchTokenIDOutSlim,

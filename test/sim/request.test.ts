@@ -4,7 +4,7 @@ import { decodeTokenizedGenerateReqInput } from '../../src/protocols/tokenspeed/
 import { TOP_K_DISABLED } from '../../src/protocols/tokenspeed/sampling.js';
 import { SimRequestError, crc32Seed, finalizeRequest, toSimRequest, validationErrorOf } from '../../src/sim/request.js';
 import type { TokenSource } from '../../src/sim/scheduler.js';
-import { loadTokenSpeedVectors, type Vector } from '../helpers/shared.js';
+import { loadTokenSpeedVectors, type Vector } from '../helpers/vectors.js';
 
 const fromHex = (hex: string): Uint8Array => Uint8Array.from(Buffer.from(hex, 'hex'));
 const requestVectors = loadTokenSpeedVectors().filter(

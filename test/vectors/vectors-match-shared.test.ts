@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
-import { repoRoot, repoVectorsDir, sharedDirIfPresent } from '../helpers/shared.js';
+import { repoRoot, repoVectorsDir, sharedDirIfPresent } from '../helpers/vectors.js';
 
 const sets = readdirSync(join(repoRoot, 'test', 'vectors')).filter((f) => statSync(join(repoRoot, 'test', 'vectors', f)).isDirectory());
 

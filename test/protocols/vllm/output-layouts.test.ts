@@ -33,8 +33,8 @@ import type { EngineCoreOutputLayout, OutputLayoutDecision } from '../../../src/
 import { decodeReadyResponse } from '../../../src/protocols/handshake.js';
 import type { EngineBatch } from '../../../src/protocols/types.js';
 import { WireDecodeError } from '../../../src/wire/errors.js';
-import { loadRepoVectors, repoVectorsDir } from '../../helpers/shared.js';
-import type { Vector } from '../../helpers/shared.js';
+import { loadRepoVectors, repoVectorsDir } from '../../helpers/vectors.js';
+import type { Vector } from '../../helpers/vectors.js';
 import { bytesOf, hexOf } from './hex.js';
 
 const vectors = loadRepoVectors('vllm');
