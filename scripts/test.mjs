@@ -198,6 +198,6 @@ if (leftovers.length > 0)
 const failed = results.filter((r) => r.code !== 0).map((r) => r.phase.title ?? r.phase.name);
 if (leftovers.length > 0) failed.push('teardown');
 process.stdout.write(
-  `\nnpm test: ${failed.length === 0 ? 'every phase passed' : `FAILED: ${failed.join(', ')}`} in ${secs()} s\n`,
+  `\n${args.length > 0 || only !== undefined ? 'test run' : 'npm test'}: ${failed.length === 0 ? 'every phase passed' : `FAILED: ${failed.join(', ')}`} in ${secs()} s\n`,
 );
 process.exitCode = failed.length === 0 ? 0 : 1;
