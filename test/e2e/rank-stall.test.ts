@@ -14,7 +14,10 @@ import { inFlightTotal, startTestGateway, waitRankState, type TestGateway } from
 import { fmt, getJson } from './lifecycle-helpers.js';
 
 const STALL_MS = 2000;
-const SIM_ARGS = ['--time-scale', '1', '--log-level', 'warn'];
+// The ABORTs queued to the stopped rank are applied 3 rounds after it reads them, so on SIGCONT it runs its disowned
+// requests for a few rounds first (as an engine does that steps before it reads its input): without the lag, whether
+// it steps or reads first is up to its event loop, and the orphan-row check below would depend on it.
+const SIM_ARGS = ['--time-scale', '1', '--log-level', 'warn', '--abort-lag-rounds', '3'];
 const LONG = { model: MODEL, prompt: 'A long story, please.', max_tokens: 20_000, ignore_eos: true };
 const SHORT = { model: MODEL, prompt: 'Hi.', max_tokens: 5, ignore_eos: true };
 
