@@ -55,7 +55,8 @@ import { GatewayTokenizer } from './tokenizer/tokenizer.js';
 import { tokenIdMask } from './tokenizer/token-id-mask.js';
 import { deriveEndpoints, type EngineEndpoints } from './transport/endpoints.js';
 import { ZmqEngineLink, type MaxMessageBytes } from './transport/zmq-link.js';
-import { gatewayRuntimeDir, sweepDeadGatewayFiles } from './transport/stale-sweep.js';
+import { gatewayRuntimeDir } from './runtime-dir.js';
+import { sweepDeadGatewayFiles } from './transport/stale-sweep.js';
 import type { OutputGate } from './transport/output-gate.js';
 
 export type { EngineFamily } from './server/backend.js';

@@ -48,7 +48,7 @@ import { ResponsesStore } from '../server/responses/store.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
 import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from '../engine-client/client.js';
 import { OutputGate } from '../transport/output-gate.js';
-import { gatewayRuntimeDir } from '../transport/stale-sweep.js';
+import { gatewayRuntimeDir } from '../runtime-dir.js';
 import { MAX_PRESSURE_MS } from './outbox.js';
 import { RouterService } from './router-service.js';
 

@@ -38,21 +38,27 @@ export async function assertDirectory(dir: string): Promise<void> {
 }
 
 /**
- * Reads and parses a required JSON file `dir/name` whose top level must be an object.
- * @throws TokenizerLoadError naming the file when it is missing, unreadable, not JSON, or not a JSON object.
+ * Reads a required file `dir/name` as bytes.
+ * @throws TokenizerLoadError naming the file when it is missing or unreadable.
  */
-export async function readRequiredJson(dir: string, name: string): Promise<JsonObject> {
+export async function readRequiredBytes(dir: string, name: string): Promise<Buffer> {
   const path = join(dir, name);
-  let text: string;
   try {
-    text = await readFile(path, 'utf8');
+    return await readFile(path);
   } catch (error) {
     const reason = errorCode(error) === 'ENOENT' ? 'is missing' : `cannot be read (${String(error)})`;
     throw new TokenizerLoadError(`required tokenizer file ${path} ${reason}`, path, { cause: error });
   }
+}
+
+/**
+ * Parses the bytes of a required JSON file (named by `path` in errors) whose top level must be an object.
+ * @throws TokenizerLoadError naming the file when it is not JSON or not a JSON object.
+ */
+export function parseRequiredJson(path: string, bytes: Buffer): JsonObject {
   let parsed: unknown;
   try {
-    parsed = JSON.parse(text);
+    parsed = JSON.parse(bytes.toString('utf8'));
   } catch (error) {
     throw new TokenizerLoadError(
       `required tokenizer file ${path} is not valid JSON: ${(error as Error).message}`,
@@ -64,6 +70,14 @@ export async function readRequiredJson(dir: string, name: string): Promise<JsonO
   }
   if (!isJsonObject(parsed)) throw new TokenizerLoadError(`required tokenizer file ${path} is not a JSON object`, path);
   return parsed;
+}
+
+/**
+ * Reads and parses a required JSON file `dir/name` whose top level must be an object.
+ * @throws TokenizerLoadError naming the file when it is missing, unreadable, not JSON, or not a JSON object.
+ */
+export async function readRequiredJson(dir: string, name: string): Promise<JsonObject> {
+  return parseRequiredJson(join(dir, name), await readRequiredBytes(dir, name));
 }
 
 /**

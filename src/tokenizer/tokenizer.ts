@@ -16,6 +16,8 @@ import {
   parseEosTokenIds,
   readOptionalJson,
   readOptionalText,
+  parseRequiredJson,
+  readRequiredBytes,
   readRequiredJson,
   resolveModelEos,
   specialTokenText,
@@ -25,6 +27,14 @@ import { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
 import type { NormalForm, TokenByteBound } from './token-bytes.js';
 import { buildTokenTextTable, type TokenTextTable, type TokenTextTableResult } from './token-text-table.js';
 import { cacheByteLevelWords } from './pre-token-cache.js';
+import {
+  cacheableParts,
+  defaultTokenizerCacheDir,
+  fillBpeModel,
+  readTokenizerCache,
+  tokenizerCacheKey,
+  writeTokenizerCache,
+} from './load-cache.js';
 import {
   execRegexSplit,
   flattenSequencePreTokenizer,
@@ -63,6 +73,11 @@ export interface ApplyChatTemplateOptions {
 export interface TokenizerLoadOptions {
   /** Called once per load warning (also kept in {@link GatewayTokenizer.warnings}). */
   onWarning?: WarningSink;
+  /**
+   * Where the tokenizer load cache lives (./load-cache.ts; default `<runtime dir>/tokenizers`), or null for no cache:
+   * every load parses tokenizer.json and builds the BPE tables itself, and nothing is written.
+   */
+  cacheDir?: string | null;
 }
 
 /**
@@ -74,7 +89,6 @@ interface HfTokenizer {
   decode(ids: number[], options: { skip_special_tokens: boolean; clean_up_tokenization_spaces: boolean }): string;
   token_to_id(token: string): number | undefined;
   id_to_token(id: number): string | undefined;
-  get_vocab(withAddedTokens: boolean): Map<string, number>;
 }
 
 const HfTokenizerClass = Tokenizer as unknown as new (tokenizerJson: object, tokenizerConfig: object) => HfTokenizer;
@@ -172,7 +186,8 @@ export class GatewayTokenizer {
    * - Optional: `config.json`, `generation_config.json` (`eos_token_id`: an integer or a list; unparseable JSON is a
    *   warning, gateway.md section 7), `chat_template.jinja` / `chat_template.json` (used when the config has no
    *   `chat_template`).
-   * Takes ~0.4 s for Qwen3's 11 MB tokenizer.json (measured on the dev box), of which ~50–80 ms build the id → bytes table.
+   * Qwen3's 11 MB tokenizer.json took ~1.2–1.4 CPU-s on the 2-core dev box; once the load cache (./load-cache.ts,
+   * `opts.cacheDir`) holds it, ~0.5 CPU-s, of which ~50–80 ms build the id → bytes table.
    * @throws TokenizerLoadError naming the directory or file when the directory or a required file is missing,
    *   unreadable or not a JSON object, or when the tokenizer library rejects the definition.
    */
@@ -184,7 +199,12 @@ export class GatewayTokenizer {
       opts.onWarning?.(message);
     };
     await assertDirectory(root);
-    const tokenizerJson = await readRequiredJson(root, 'tokenizer.json');
+    const tokenizerPath = resolve(root, 'tokenizer.json');
+    const tokenizerBytes = await readRequiredBytes(root, 'tokenizer.json');
+    const cacheDir = opts.cacheDir === undefined ? defaultTokenizerCacheDir() : opts.cacheDir;
+    const cacheKey = cacheDir === null ? null : tokenizerCacheKey(tokenizerBytes);
+    const cached = cacheDir === null || cacheKey === null ? null : await readTokenizerCache(cacheDir, cacheKey);
+    const tokenizerJson = cached?.stub ?? parseRequiredJson(tokenizerPath, tokenizerBytes);
     const tokenizerConfig = await readRequiredJson(root, 'tokenizer_config.json');
     const modelConfig = await readOptionalJson(root, 'config.json', warn);
     const generationConfig = await readOptionalJson(root, 'generation_config.json', warn);
@@ -199,10 +219,17 @@ export class GatewayTokenizer {
     try {
       inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
     } catch (error) {
-      const path = resolve(root, 'tokenizer.json');
-      throw new TokenizerLoadError(`tokenizer in ${root} could not be built: ${(error as Error).message}`, path, {
-        cause: error,
-      });
+      throw new TokenizerLoadError(
+        `tokenizer in ${root} could not be built: ${(error as Error).message}`,
+        tokenizerPath,
+        { cause: error },
+      );
+    }
+    if (cached !== null) fillBpeModel(inner, cached);
+    const bound = cached?.bound ?? analyzeTokenByteBound(tokenizerJson);
+    if (cached === null && cacheDir !== null && cacheKey !== null) {
+      const parts = cacheableParts(inner, tokenizerJson, bound);
+      if (parts !== null) await writeTokenizerCache(cacheDir, cacheKey, parts);
     }
     // Same ids, without re-mapping every word's bytes on every encode (./pre-token-cache.ts).
     cacheByteLevelWords(inner as unknown as { pre_tokenizer: unknown });
@@ -213,8 +240,9 @@ export class GatewayTokenizer {
     plainBpeCacheReads(internals);
     loopEncodeText(inner);
 
-    let maxId = -1;
-    for (const id of inner.get_vocab(true).values()) if (id > maxId) maxId = id;
+    // The model's id → token array, added tokens written in at their ids: its length is the largest id + 1.
+    // (`get_vocab(true)` gives the same answer by building a 151k-entry Map first: ~0.3 CPU-s per load with its GC.)
+    const maxId = (inner as unknown as { model: { vocab: readonly unknown[] } }).model.vocab.length - 1;
 
     const specialIds = collectSpecialIds(inner, tokenizerJson, tokenizerConfig);
 
@@ -258,7 +286,7 @@ export class GatewayTokenizer {
       templates,
       templateSpecialTokens,
       warnings,
-      bound: analyzeTokenByteBound(tokenizerJson),
+      bound,
       textTable: buildTokenTextTable({
         tokenizerJson,
         vocabSize: maxId + 1,

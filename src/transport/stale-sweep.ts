@@ -17,18 +17,12 @@
  * run, for a gateway started on those endpoints to adopt.
  */
 import { lstatSync, readdirSync, readFileSync, unlinkSync } from 'node:fs';
-import { tmpdir, userInfo } from 'node:os';
 import { join } from 'node:path';
 import { errorMessage } from './describe.js';
 import { RANK_RECORDS_SUFFIX } from './rank-records.js';
 import { socketOwner } from './socket-paths.js';
 import { silentLogger, type MinimalLogger } from '../logging.js';
-
-/** The gateway's own runtime directory, `<os.tmpdir()>/model-gateway-<uid>` (simulated groups, `--workers` channel). */
-export function gatewayRuntimeDir(): string {
-  const uid = typeof process.getuid === 'function' ? process.getuid() : userInfo().username;
-  return join(tmpdir(), `model-gateway-${uid}`);
-}
+import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
 
 /** True while `pid` names a process (ours or another user's: EPERM counts as running). */
 export function pidRunning(pid: number): boolean {
@@ -43,17 +37,6 @@ export function pidRunning(pid: number): boolean {
 
 /** Runtime-dir socket names and the pid that owns them: `sim-<pid>[-<n>]-{in,out}.sock`, `fronts-<pid>.sock`. */
 const RUNTIME_SOCKET = /^(?:sim-(\d+)(?:-\d+)?-(?:in|out)|fronts-(\d+))\.sock$/;
-
-/** Whether `dir` is a directory owned by this user and not writable by group or others (lstat; false if absent). */
-function safeDirectory(dir: string): boolean {
-  try {
-    const s = lstatSync(dir);
-    const euid = typeof process.geteuid === 'function' ? process.geteuid() : -1;
-    return s.isDirectory() && s.uid === euid && (s.mode & 0o022) === 0;
-  } catch {
-    return false;
-  }
-}
 
 /** Candidate files of dead owners in `dir`: (path, owner pid) pairs, from names and from rank records files. */
 function candidates(dir: string, runtime: boolean): Array<{ path: string; pid: number }> {

@@ -1,0 +1,233 @@
+/**
+ * A cache of the costly part of loading a BPE tokenizer, shared by every process of this user on the host.
+ *
+ * Why: loading Qwen3's 11 MB tokenizer.json took ~1.4 CPU-s per process on the 2-core dev box (JSON.parse of the
+ * file, `@huggingface/tokenizers`' BPE constructor turning a 151k-key vocabulary object and 151k merge strings into
+ * Maps, and the garbage both leave), and every gateway, `--workers` front, off-loop tokenizer thread and simulated
+ * rank pays it; the test suite starts hundreds of them (issue 27). From the cache a load takes ~0.3 CPU-s.
+ *
+ * What is kept: tokenizer.json with the model's `vocab` and `merges` emptied (everything else the library and the
+ * gateway read: normalizer, pre-tokenizer, decoder, added tokens), the model's id → token array after construction
+ * (added tokens written in), the BPE merge-rank keys in rank order, and the token byte bound (./token-bytes.ts,
+ * which reads the full vocabulary). A load from the cache builds the library's `Tokenizer` from the emptied JSON and
+ * installs the two Maps and the array the BPE constructor would have built (`fillBpeModel`).
+ *
+ * Exact by construction: a cache file is written only when rebuilding from it gives the same `tokens_to_ids` and
+ * `bpe_ranks` as the library built from the real file (`cacheableParts` checks every entry), else the tokenizer is
+ * simply not cached. The file name is a sha256 over the format version, the library's version and tokenizer.json's
+ * bytes, so an edited tokenizer.json or an upgraded library never reads a stale entry. Files live in
+ * `<runtime dir>/tokenizers` (../runtime-dir.ts, mode 0700, used only when owned by this user and closed to others);
+ * writes go to a temporary name and are renamed into place, so concurrent processes never read half a file. At most
+ * `MAX_CACHE_FILES` are kept (the least recently written go). Every failure to read or write the cache is silent: the
+ * load takes the slow path.
+ *
+ * File layout: a JSON header line (format, key, counts, the emptied tokenizer.json, the bound), then the id → token
+ * array and the rank keys, all joined by NUL (no entry may contain one; `cacheableParts` checks).
+ */
+import { createHash, randomBytes } from 'node:crypto';
+import { readFileSync } from 'node:fs';
+import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { createRequire } from 'node:module';
+import { dirname, join } from 'node:path';
+import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
+import type { JsonObject } from './model-files.js';
+import type { NormalForm, TokenByteBound } from './token-bytes.js';
+
+/** Bumped whenever the file layout or what it holds changes. */
+const FORMAT = 1;
+/** How many cache files the directory keeps (one per distinct tokenizer.json and library version). */
+export const MAX_CACHE_FILES = 8;
+const SUFFIX = '.tokenizer-cache';
+
+/** The library whose internals the cache fills, with its version (package.json pins it). */
+const LIBRARY = ((): string => {
+  try {
+    const entry = createRequire(import.meta.url).resolve('@huggingface/tokenizers');
+    const pkg = JSON.parse(readFileSync(join(dirname(entry), '..', 'package.json'), 'utf8')) as { version?: unknown };
+    return `@huggingface/tokenizers@${String(pkg.version)}`;
+  } catch {
+    return '@huggingface/tokenizers@unknown';
+  }
+})();
+
+/** What a load needs from the cache instead of tokenizer.json and the BPE constructor. */
+export interface CachedTokenizerParts {
+  /** tokenizer.json with `model.vocab` = {} and `model.merges` = []. */
+  stub: JsonObject;
+  /** The token byte bound of the full tokenizer.json (./token-bytes.ts). */
+  bound: TokenByteBound;
+  /** The model's id → token array after construction (added tokens included); dense, index = token id. */
+  vocab: string[];
+  /** `bpe_ranks`' keys (JSON pairs of the merged strings) in rank order: key i has rank i. */
+  rankKeys: string[];
+}
+
+/** The BPE model fields the library's constructor builds (`@huggingface/tokenizers` 0.2.0, dist BPE class). */
+interface BpeModelInternals {
+  tokens_to_ids: Map<string, number>;
+  vocab: Array<string | undefined>;
+  bpe_ranks: Map<string, number>;
+  merges: unknown;
+  unk_token?: string;
+  unk_token_id?: number;
+}
+
+/** The default cache directory, `<runtime dir>/tokenizers`. */
+export function defaultTokenizerCacheDir(): string {
+  return join(gatewayRuntimeDir(), 'tokenizers');
+}
+
+/** The cache key of a tokenizer.json: sha256 (hex) over the format, the library version and its bytes. */
+export function tokenizerCacheKey(tokenizerJsonBytes: Uint8Array): string {
+  return createHash('sha256').update(`${FORMAT}\0${LIBRARY}\0`).update(tokenizerJsonBytes).digest('hex');
+}
+
+const modelOf = (inner: object): BpeModelInternals => (inner as { model: BpeModelInternals }).model;
+
+/**
+ * The parts to cache for a tokenizer the library built from `tokenizerJson`, or null when it cannot be cached
+ * exactly: the model is not BPE, the id → token array has holes or an entry with NUL, or rebuilding `tokens_to_ids`
+ * (each token at its index, in id order) or `bpe_ranks` (key i at rank i) from the arrays would differ from what
+ * the library built (e.g. two ids spelling one token, or a merge listed twice). Linear in the vocabulary.
+ */
+export function cacheableParts(
+  inner: object,
+  tokenizerJson: JsonObject,
+  bound: TokenByteBound,
+): CachedTokenizerParts | null {
+  const spec = tokenizerJson.model as JsonObject | undefined;
+  if (spec?.type !== 'BPE') return null;
+  const model = modelOf(inner);
+  const vocab: string[] = [];
+  for (let id = 0; id < model.vocab.length; id++) {
+    const token = model.vocab[id];
+    if (typeof token !== 'string' || token.includes('\0')) return null;
+    vocab.push(token);
+  }
+  const rebuilt = buildTokensToIds(vocab);
+  if (rebuilt.size !== model.tokens_to_ids.size) return null;
+  for (const [token, id] of model.tokens_to_ids) if (rebuilt.get(token) !== id) return null;
+  const rankKeys: string[] = [];
+  for (const [key, rank] of model.bpe_ranks) {
+    if (rank !== rankKeys.length || key.includes('\0')) return null;
+    rankKeys.push(key);
+  }
+  return { stub: { ...tokenizerJson, model: { ...spec, vocab: {}, merges: [] } }, bound, vocab, rankKeys };
+}
+
+function buildTokensToIds(vocab: readonly string[]): Map<string, number> {
+  const map = new Map<string, number>();
+  for (let id = 0; id < vocab.length; id++) map.set(vocab[id]!, id);
+  return map;
+}
+
+/**
+ * Installs cached parts into a tokenizer the library built from `parts.stub`: the id → token array,
+ * `tokens_to_ids`, `bpe_ranks`, the unknown token's id, and `merges` (built on first read; the library reads it
+ * only in its constructor). Call before anything encodes with `inner`.
+ */
+export function fillBpeModel(inner: object, parts: CachedTokenizerParts): void {
+  const model = modelOf(inner);
+  model.vocab = parts.vocab;
+  model.tokens_to_ids = buildTokensToIds(parts.vocab);
+  const ranks = new Map<string, number>();
+  const keys = parts.rankKeys;
+  for (let rank = 0; rank < keys.length; rank++) ranks.set(keys[rank]!, rank);
+  model.bpe_ranks = ranks;
+  if (model.unk_token !== undefined && model.unk_token !== null)
+    model.unk_token_id = model.tokens_to_ids.get(model.unk_token);
+  let merges: unknown[] | null = null;
+  Object.defineProperty(model, 'merges', {
+    configurable: true,
+    enumerable: true,
+    get: () => (merges ??= keys.map((k) => JSON.parse(k) as unknown)),
+    set: (v: unknown[]) => (merges = v),
+  });
+}
+
+interface Header {
+  format: number;
+  key: string;
+  vocab: number;
+  rankKeys: number;
+  stub: JsonObject;
+  bound: { maxTokenBytes: number | null; forms: NormalForm[]; reason: string | null };
+}
+
+/**
+ * Reads the cache entry `key` from `dir`. Resolves to null when there is none, or it is unreadable, malformed, for
+ * another key or format, or `dir` is not a directory this user owns and others cannot write. Never rejects.
+ */
+export async function readTokenizerCache(dir: string, key: string): Promise<CachedTokenizerParts | null> {
+  if (!safeDirectory(dir)) return null;
+  let text: string;
+  try {
+    text = await readFile(join(dir, key + SUFFIX), 'utf8');
+  } catch {
+    return null;
+  }
+  try {
+    const nl = text.indexOf('\n');
+    if (nl < 0) return null;
+    const h = JSON.parse(text.slice(0, nl)) as Header;
+    if (h.format !== FORMAT || h.key !== key || typeof h.stub !== 'object' || h.stub === null) return null;
+    const items = text.slice(nl + 1).split('\0');
+    if (!Number.isSafeInteger(h.vocab) || items.length !== h.vocab + h.rankKeys) return null;
+    const { maxTokenBytes, forms, reason } = h.bound;
+    return {
+      stub: h.stub,
+      bound: { maxTokenBytes: maxTokenBytes ?? Infinity, forms, reason },
+      vocab: items.slice(0, h.vocab),
+      rankKeys: items.slice(h.vocab),
+    };
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Writes `parts` as the cache entry `key` in `dir` (made with mode 0700 when missing), through a temporary file
+ * renamed into place, then removes the oldest entries beyond `MAX_CACHE_FILES`. Resolves to true when the entry was
+ * written; false (and nothing left behind) when `dir` is not safe or any step fails. Never rejects.
+ */
+export async function writeTokenizerCache(dir: string, key: string, parts: CachedTokenizerParts): Promise<boolean> {
+  const tmp = join(dir, `.${key}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  try {
+    await mkdir(dir, { recursive: true, mode: 0o700 });
+    if (!safeDirectory(dir) || !safeDirectory(dirname(dir))) return false;
+    const { maxTokenBytes, forms, reason } = parts.bound;
+    const header: Header = {
+      format: FORMAT,
+      key,
+      vocab: parts.vocab.length,
+      rankKeys: parts.rankKeys.length,
+      stub: parts.stub,
+      bound: { maxTokenBytes: Number.isFinite(maxTokenBytes) ? maxTokenBytes : null, forms, reason },
+    };
+    const body = parts.vocab.join('\0') + (parts.rankKeys.length > 0 ? '\0' + parts.rankKeys.join('\0') : '');
+    await writeFile(tmp, JSON.stringify(header) + '\n' + body, { mode: 0o600 });
+    await rename(tmp, join(dir, key + SUFFIX));
+  } catch {
+    await rm(tmp, { force: true }).catch(() => undefined);
+    return false;
+  }
+  await pruneCache(dir, key + SUFFIX).catch(() => undefined);
+  return true;
+}
+
+/** Removes the least recently written cache files beyond `MAX_CACHE_FILES`, never `keep` (the one just written). */
+async function pruneCache(dir: string, keep: string): Promise<void> {
+  const names = (await readdir(dir)).filter((n) => n.endsWith(SUFFIX) && n !== keep);
+  if (names.length < MAX_CACHE_FILES) return;
+  const dated = await Promise.all(
+    names.map(async (n) => ({
+      n,
+      t: await stat(join(dir, n)).then(
+        (s) => s.mtimeMs,
+        () => 0,
+      ),
+    })),
+  );
+  dated.sort((a, b) => b.t - a.t);
+  for (const { n } of dated.slice(MAX_CACHE_FILES - 1)) await rm(join(dir, n), { force: true });
+}

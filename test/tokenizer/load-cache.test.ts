@@ -1,0 +1,179 @@
+/**
+ * The tokenizer load cache (src/tokenizer/load-cache.ts, issue 27): a load from the cache gives the same tokenizer as
+ * a load from tokenizer.json (ids, text, EOS, byte bound, detokenizer table, the library's BPE tables); an entry is
+ * read only for its own tokenizer.json bytes; a corrupt entry or an unsafe directory falls back to the slow path;
+ * what cannot be rebuilt exactly is not cached; the directory keeps at most MAX_CACHE_FILES entries.
+ */
+import assert from 'node:assert/strict';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { Tokenizer } from '@huggingface/tokenizers';
+import {
+  MAX_CACHE_FILES,
+  cacheableParts,
+  readTokenizerCache,
+  tokenizerCacheKey,
+  writeTokenizerCache,
+} from '../../src/tokenizer/load-cache.js';
+import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import { mixedCorpus } from './fixtures.js';
+
+const QWEN3 = GatewayTokenizer.defaultDir();
+type Bpe = {
+  tokens_to_ids: Map<string, number>;
+  vocab: string[];
+  bpe_ranks: Map<string, number>;
+  merges: unknown[];
+  unk_token_id: number | undefined;
+};
+const bpeOf = (t: GatewayTokenizer): Bpe => (t as unknown as { inner: { model: Bpe } }).inner.model;
+
+let root: string;
+let fresh: GatewayTokenizer;
+before(async () => {
+  root = await mkdtemp(join(tmpdir(), 'mgw-load-cache-'));
+  fresh = await GatewayTokenizer.load(QWEN3, { cacheDir: null });
+});
+after(() => rm(root, { recursive: true, force: true }));
+
+/** A new private cache directory under the file's temp folder. */
+let dirs = 0;
+async function cacheDir(): Promise<string> {
+  const dir = join(root, `cache-${++dirs}`);
+  await mkdir(dir, { mode: 0o700 });
+  return dir;
+}
+
+function assertSameMap(got: Map<string, number>, want: Map<string, number>): void {
+  assert.equal(got.size, want.size);
+  for (const [k, v] of want) if (got.get(k) !== v) assert.fail(`${JSON.stringify(k)}: ${got.get(k)} ≠ ${v}`);
+}
+
+function assertSameTokenizer(got: GatewayTokenizer, want: GatewayTokenizer): void {
+  assert.equal(got.vocabSize, want.vocabSize);
+  assert.deepEqual(got.eosTokenIds, want.eosTokenIds);
+  assert.equal(got.maxTokenBytes, want.maxTokenBytes);
+  assert.deepEqual(got.tokenTextTable, want.tokenTextTable);
+  for (const text of mixedCorpus()) {
+    const ids = want.encode(text);
+    assert.deepEqual(got.encode(text), ids, JSON.stringify(text));
+    assert.equal(got.decode(ids, { skipSpecialTokens: false }), want.decode(ids, { skipSpecialTokens: false }));
+    assert.equal(got.minTokenCount(text), want.minTokenCount(text));
+  }
+  const [g, w] = [bpeOf(got), bpeOf(want)];
+  assert.deepEqual(g.vocab, w.vocab);
+  // Lookups are what the library does with these Maps (their iteration order differs: Object.entries lists
+  // integer-like keys such as '0' first), so they are compared entry by entry.
+  assertSameMap(g.tokens_to_ids, w.tokens_to_ids);
+  assertSameMap(g.bpe_ranks, w.bpe_ranks);
+  assert.equal(g.unk_token_id, w.unk_token_id);
+  assert.deepEqual(g.merges, w.merges);
+}
+
+describe('tokenizer load cache', { timeout: 120_000 }, () => {
+  test('the first load writes the entry; loads from it give the same tokenizer as tokenizer.json', async () => {
+    const dir = await cacheDir();
+    const cold = await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
+    const key = tokenizerCacheKey(await readFile(join(QWEN3, 'tokenizer.json')));
+    assert.deepEqual(await readdir(dir), [`${key}.tokenizer-cache`]);
+    const warm = await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
+    assertSameTokenizer(cold, fresh);
+    assertSameTokenizer(warm, fresh);
+  });
+
+  test('a load reads the entry of its own tokenizer.json: an entry changed on disk shows in what loads', async () => {
+    const dir = await cacheDir();
+    await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
+    const key = tokenizerCacheKey(await readFile(join(QWEN3, 'tokenizer.json')));
+    const parts = await readTokenizerCache(dir, key);
+    assert.ok(parts !== null);
+    // Swap what ids 0 ('!') and 1 ('"') spell: only a load that used the entry decodes 0 as '"'.
+    [parts.vocab[0], parts.vocab[1]] = [parts.vocab[1]!, parts.vocab[0]!];
+    assert.equal(await writeTokenizerCache(dir, key, parts), true);
+    const swapped = await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
+    assert.equal(swapped.decode([0]), '"');
+    assert.equal(fresh.decode([0]), '!');
+
+    // Another tokenizer.json (one byte added) has another key: the entry is not read for it.
+    const copy = join(root, 'qwen3-copy');
+    await mkdir(copy);
+    for (const f of await readdir(QWEN3)) await writeFile(join(copy, f), await readFile(join(QWEN3, f)));
+    await writeFile(join(copy, 'tokenizer.json'), (await readFile(join(QWEN3, 'tokenizer.json'), 'utf8')) + '\n');
+    assert.notEqual(tokenizerCacheKey(await readFile(join(copy, 'tokenizer.json'))), key);
+    assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '!');
+  });
+
+  test('a corrupt entry is ignored and rewritten; an unsafe directory is neither read nor written', async () => {
+    const dir = await cacheDir();
+    const key = tokenizerCacheKey(await readFile(join(QWEN3, 'tokenizer.json')));
+    const file = join(dir, `${key}.tokenizer-cache`);
+    for (const junk of [
+      '',
+      'not json\n',
+      '{"format":1}\n',
+      `${JSON.stringify({ format: 1, key, vocab: 3, rankKeys: 0, stub: {} })}\na\0b`,
+    ]) {
+      await writeFile(file, junk);
+      assert.equal(await readTokenizerCache(dir, key), null, JSON.stringify(junk));
+    }
+    assertSameTokenizer(await GatewayTokenizer.load(QWEN3, { cacheDir: dir }), fresh);
+    assert.notEqual(await readTokenizerCache(dir, key), null, 'rewritten by the load');
+
+    const open = await cacheDir();
+    await chmod(open, 0o777);
+    const parts = await readTokenizerCache(dir, key);
+    assert.ok(parts !== null);
+    assert.equal(await writeTokenizerCache(open, key, parts), false);
+    assert.deepEqual(await readdir(open), []);
+    await writeFile(join(open, `${key}.tokenizer-cache`), await readFile(file));
+    assert.equal(await readTokenizerCache(open, key), null, 'a directory others can write is not trusted');
+  });
+
+  test('what cannot be rebuilt exactly is not cached: a merge listed twice, two ids spelling one token, not BPE', () => {
+    const bound = { maxTokenBytes: 2, forms: [], reason: null };
+    const json = (vocab: Record<string, number>, merges: string[]) => ({
+      model: { type: 'BPE', vocab, merges, unk_token: null },
+      decoder: null,
+      normalizer: null,
+      pre_tokenizer: null,
+      post_processor: null,
+      added_tokens: [],
+    });
+    const build = (j: object) => new (Tokenizer as unknown as new (j: object, c: object) => object)(j, {});
+    const ok = json({ a: 0, b: 1, ab: 2 }, ['a b']);
+    const parts = cacheableParts(build(ok), ok, bound);
+    assert.deepEqual(parts?.vocab, ['a', 'b', 'ab']);
+    assert.deepEqual(parts?.rankKeys, ['["a","b"]']);
+    assert.deepEqual(parts?.stub.model, { type: 'BPE', vocab: {}, merges: [], unk_token: null });
+
+    const twice = json({ a: 0, b: 1, ab: 2 }, ['a b', 'a b']);
+    assert.equal(cacheableParts(build(twice), twice, bound), null);
+    const sameId = json({ a: 0, b: 1, ab: 1 }, ['a b']);
+    assert.equal(cacheableParts(build(sameId), sameId, bound), null);
+    const nul = json({ a: 0, 'b\0': 1 }, []);
+    assert.equal(cacheableParts(build(nul), nul, bound), null);
+    const wordLevel = { ...ok, model: { type: 'WordLevel', vocab: { a: 0 }, unk_token: 'a' } };
+    assert.equal(cacheableParts(build(wordLevel), wordLevel, bound), null);
+  });
+
+  test(`the directory keeps at most ${MAX_CACHE_FILES} entries, the one just written among them`, async () => {
+    const dir = await cacheDir();
+    const parts = {
+      stub: { model: { type: 'BPE' } },
+      bound: { maxTokenBytes: Infinity, forms: [], reason: 'x' },
+      vocab: ['a'],
+      rankKeys: [],
+    };
+    const keys = Array.from({ length: MAX_CACHE_FILES + 3 }, (_, i) => `k${String(i).padStart(2, '0')}`);
+    for (const k of keys) {
+      assert.equal(await writeTokenizerCache(dir, k, parts), true);
+      assert.ok((await readdir(dir)).includes(`${k}.tokenizer-cache`), 'the entry just written stays');
+    }
+    const left = (await readdir(dir)).sort();
+    assert.equal(left.length, MAX_CACHE_FILES);
+    assert.ok(left.includes(`${keys.at(-1)}.tokenizer-cache`));
+    assert.deepEqual(await readTokenizerCache(dir, keys.at(-1)!), parts);
+  });
+});
