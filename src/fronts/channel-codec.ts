@@ -14,7 +14,13 @@
  * and counts it, the process keeps running).
  */
 import { Decoder, Encoder } from '@msgpack/msgpack';
-import { EngineClientError, type EngineClientErrorKind } from '../engine-client/errors.js';
+import {
+  ENGINE_CLIENT_ERROR_FIELD_NAMES,
+  EngineClientError,
+  isEngineClientErrorField,
+  isEngineClientErrorKind,
+  type EngineClientErrorFields,
+} from '../engine-client/errors.js';
 import type { ClientStats } from '../engine-client/reports.js';
 import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } from '../protocols/types.js';
 import type { BackendRankState, BackendStatus } from '../server/backend.js';
@@ -40,16 +46,12 @@ export const Tag = {
   JOINED: 108,
 } as const;
 
-/** An error as it crosses the channel: enough to rebuild what the HTTP layer reads (`kind` → HTTP status). */
-export interface WireError {
-  name: string;
-  message: string;
-  kind?: string;
-  requestId?: string;
-  dpRank?: number;
-  engineCount?: number;
-  validRanks?: number[];
-}
+/**
+ * An error as it crosses the channel: enough to rebuild what the HTTP layer reads (`kind` → HTTP status): an
+ * `EngineClientError`'s kind and structured fields (engine-client/errors.ts `ENGINE_CLIENT_ERROR_FIELDS`), or any
+ * other error's name and message.
+ */
+export type WireError = { name: string; message: string; kind?: string } & EngineClientErrorFields;
 
 /** Client-wide counters of one group (the engine client's `ClientStats`, copied). */
 export type WireStats = Omit<ClientStats, 'handshakeRejected'> & { handshakeRejected: Record<string, number> };
@@ -415,10 +417,18 @@ function object<T>(t: unknown[], i: number, what: string): T {
 }
 
 function wireError(t: unknown[], i: number): WireError {
-  const e = object<WireError>(t, i, 'error');
+  const e = object<Record<string, unknown>>(t, i, 'error');
   if (typeof e.message !== 'string' || typeof e.name !== 'string')
     throw new ChannelDecodeError(`record tag ${String(t[0])}: error needs a name and a message`);
-  return e;
+  if (e.kind !== undefined && !isEngineClientErrorKind(e.kind))
+    throw new ChannelDecodeError(
+      `record tag ${String(t[0])}: error kind ${JSON.stringify(e.kind)} is not an engine-client kind`,
+    );
+  for (const f of ENGINE_CLIENT_ERROR_FIELD_NAMES) {
+    if (e[f] !== undefined && !isEngineClientErrorField(f, e[f]))
+      throw new ChannelDecodeError(`record tag ${String(t[0])}: error field ${f} has the wrong type`);
+  }
+  return e as WireError;
 }
 
 function numbers(t: unknown[], i: number, what: string): number[] {
@@ -613,25 +623,26 @@ export function decodeDown(bytes: Uint8Array): ReceivedRecord[] {
 /** An error as `WireError` (the fields the HTTP layer and logs read; `EngineClientError`'s structured ones kept). */
 export function toWireError(err: unknown): WireError {
   if (!(err instanceof Error)) return { name: 'Error', message: String(err) };
-  const e = err as Error & Partial<Omit<WireError, 'validRanks'>> & { validRanks?: readonly number[] };
-  const w: WireError = { name: e.name, message: e.message };
-  if (typeof e.kind === 'string') w.kind = e.kind;
-  if (typeof e.requestId === 'string') w.requestId = e.requestId;
-  if (typeof e.dpRank === 'number') w.dpRank = e.dpRank;
-  if (typeof e.engineCount === 'number') w.engineCount = e.engineCount;
-  if (e.validRanks !== undefined) w.validRanks = [...e.validRanks];
+  const w: WireError = { name: err.name, message: err.message };
+  if (!(err instanceof EngineClientError)) return w;
+  w.kind = err.kind;
+  for (const f of ENGINE_CLIENT_ERROR_FIELD_NAMES) {
+    const v = err[f];
+    if (v !== undefined) (w as Record<string, unknown>)[f] = Array.isArray(v) ? [...(v as number[])] : v;
+  }
   return w;
 }
 
-/** The error a `WireError` stands for: an `EngineClientError` when it has a kind, else an `Error` of that name. */
+/**
+ * The error a `WireError` stands for: an `EngineClientError` when it has an engine-client kind (decoded records are
+ * checked by `wireError`), else an `Error` of that name.
+ */
 export function fromWireError(w: WireError): Error {
-  if (w.kind !== undefined) {
-    return new EngineClientError(w.kind as EngineClientErrorKind, w.message, {
-      ...(w.requestId !== undefined ? { requestId: w.requestId } : {}),
-      ...(w.dpRank !== undefined ? { dpRank: w.dpRank } : {}),
-      ...(w.engineCount !== undefined ? { engineCount: w.engineCount } : {}),
-      ...(w.validRanks !== undefined ? { validRanks: w.validRanks } : {}),
-    });
+  if (isEngineClientErrorKind(w.kind)) {
+    const fields: EngineClientErrorFields = {};
+    for (const f of ENGINE_CLIENT_ERROR_FIELD_NAMES)
+      if (w[f] !== undefined) (fields as Record<string, unknown>)[f] = w[f];
+    return new EngineClientError(w.kind, w.message, fields);
   }
   const err = new Error(w.message);
   err.name = w.name;

@@ -13,7 +13,7 @@ import type { GenerateRequest } from '../protocols/types.js';
 /**
  * One submitted request's result stream: the engine client's `RequestStream` (dp-routing.md section 4). Yields the
  * request's outputs in order and ends after the terminal one (`finishReason !== null`); throws the engine client's
- * error (an `Error` with a `kind`, see `engineErrorKind` in errors.ts) when the client fails (dp-routing.md
+ * error (an `EngineClientError`, engine-client/errors.ts; its HTTP status in errors.ts) when the client fails (dp-routing.md
  * section 6). `cancel()` abandons an unfinished stream: ABORT to the owning rank, in-flight slot released at once
  * (dp-routing.md section 5); idempotent; a no-op after the terminal output.
  */
@@ -33,8 +33,8 @@ export type BackendStatus = GroupStatus;
 
 /**
  * What the routes, health and metrics need from the engine client.
- * - `submit` rejects with the engine client's error: kind `engine-dead` / `client-closed` / `unavailable` /
- *   `rank-stalled` (HTTP 503), `invalid-dp-rank` (HTTP 400), anything else (HTTP 500); see `statusForEngineError`.
+ * - `submit` rejects with the engine client's `EngineClientError`; its HTTP status by kind is errors.ts
+ *   `ENGINE_ERROR_STATUS` (503 for a dead, stalled or unavailable rank, 400 for an invalid pinned rank).
  * - `dpSize`: the group's rank slots (engine indexes 0..dpSize−1, the values `X-data-parallel-rank` may name).
  * - `maxModelLen`: tokens, from the first engine's ready response (gateway.md 9.1); what /v1/models reports; null
  *   before any rank joined.

@@ -5,6 +5,7 @@
  * Body shape (OpenAI, also vLLM's `ErrorResponse`): `{ error: { message, type, param, code } }`.
  */
 import { InvalidTokenIdError, OffLoopError, type OffLoopErrorKind } from '../tokenizer/errors.js';
+import { EngineClientError, type EngineClientErrorKind } from '../engine-client/errors.js';
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
@@ -109,42 +110,34 @@ function defaultType(status: number): ApiErrorType {
   return 'invalid_request_error';
 }
 
-/**
- * The engine-client error kind of `err` (`EngineClientError.kind`, notes/apis.md), or null when `err` is not an
- * engine-client error. Duck-typed on `name === 'EngineClientError'` plus a string `kind`, so the HTTP layer does not
- * depend on the client's module (server/ knows no wire details).
- */
-export function engineErrorKind(err: unknown): string | null {
-  if (!(err instanceof Error)) return null;
-  const kind = (err as { kind?: unknown }).kind;
-  return err.name === 'EngineClientError' && typeof kind === 'string' ? kind : null;
+/** The engine-client error kind of `err`, or null when `err` is not an `EngineClientError` (fronts rebuild them too). */
+export function engineErrorKind(err: unknown): EngineClientErrorKind | null {
+  return err instanceof EngineClientError ? err.kind : null;
 }
 
 /**
- * HTTP status for an engine-client error (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
- * that section allows): `engine-dead`, `rank-stalled`, `unavailable`, `client-closed`, `stream-closed`, `transport`,
- * `handshake` → 503; `engine-fault` (the engine sent impossible output: the upstream is at fault, issue 26 part 4)
- * and `decode` (the engine's output does not decode: issue 26 part 3) → 502;
- * `invalid-dp-rank` → 400; everything else (`encode`, `duplicate-request-id`, unknown) → 500.
+ * HTTP status of each engine-client error kind (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
+ * that section allows). A `Record` over the kinds, so a new kind does not compile until it has a status here.
  */
-export function statusForEngineError(kind: string): number {
-  switch (kind) {
-    case 'engine-dead':
-    case 'rank-stalled':
-    case 'unavailable':
-    case 'client-closed':
-    case 'stream-closed':
-    case 'transport':
-    case 'handshake':
-      return 503;
-    case 'engine-fault':
-    case 'decode':
-      return 502;
-    case 'invalid-dp-rank':
-      return 400;
-    default:
-      return 500;
-  }
+export const ENGINE_ERROR_STATUS: Readonly<Record<EngineClientErrorKind, 400 | 500 | 502 | 503>> = {
+  'engine-dead': 503,
+  'rank-stalled': 503,
+  unavailable: 503,
+  'client-closed': 503,
+  'stream-closed': 503,
+  transport: 503,
+  // The engine sent impossible output (issue 26 part 4) or output that does not decode (part 3): the upstream's fault.
+  'engine-fault': 502,
+  decode: 502,
+  'invalid-dp-rank': 400,
+  // The gateway could not encode its own request, or reused a live request id: its own fault.
+  encode: 500,
+  'duplicate-request-id': 500,
+};
+
+/** HTTP status for an engine-client error kind (`ENGINE_ERROR_STATUS`). */
+export function statusForEngineError(kind: EngineClientErrorKind): number {
+  return ENGINE_ERROR_STATUS[kind];
 }
 
 /** Seconds a client refused by a full tokenizer queue is told to wait (`Retry-After`). */

@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { decode, encode } from '@msgpack/msgpack';
-import { EngineClientError } from '../../src/engine-client/errors.js';
+import { ENGINE_CLIENT_ERROR_KINDS, EngineClientError } from '../../src/engine-client/errors.js';
 import {
   ChannelDecodeError,
   ChannelRecordTooLarge,
@@ -19,12 +19,13 @@ import {
   finishCode,
   fromWireError,
   toWireError,
+  type WireError,
   type DownRecord,
   type UpRecord,
 } from '../../src/fronts/channel-codec.js';
 import { FrontOutboxes, UpOutbox } from '../../src/fronts/outbox.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
-import { statusForEngineError } from '../../src/server/errors.js';
+import { ENGINE_ERROR_STATUS, statusForEngineError } from '../../src/server/errors.js';
 
 const request: GenerateRequest = {
   requestId: 'chatcmpl-1',
@@ -171,6 +172,27 @@ test('errors keep what the HTTP layer reads: the kind (→ status) and the struc
     const e = fromWireError(toWireError(new EngineClientError(kind, kind)));
     assert.equal(statusForEngineError((e as EngineClientError).kind), 503, kind);
   }
+  // Every kind, with every structured field, crosses and keeps its status.
+  const fields = { requestId: 'r-1', dpRank: 3, engineCount: 4, validRanks: [0, 2] };
+  for (const kind of ENGINE_CLIENT_ERROR_KINDS) {
+    const records = [
+      { tag: Tag.FAILED, handle: 1, error: toWireError(new EngineClientError(kind, `m ${kind}`, fields)) },
+    ];
+    const e = fromWireError((decodeDown(encodeDown(records as never))[0] as { error: WireError }).error);
+    assert.ok(e instanceof EngineClientError, kind);
+    assert.deepEqual(
+      {
+        kind: e.kind,
+        message: e.message,
+        requestId: e.requestId,
+        dpRank: e.dpRank,
+        engineCount: e.engineCount,
+        validRanks: e.validRanks,
+      },
+      { kind, message: `m ${kind}`, ...fields },
+    );
+    assert.equal(statusForEngineError(e.kind), ENGINE_ERROR_STATUS[kind]);
+  }
   const plain = fromWireError(toWireError(new RangeError('bad')));
   assert.equal(plain.name, 'RangeError');
   assert.equal(plain.message, 'bad');
@@ -209,6 +231,17 @@ test('malformed messages are ChannelDecodeErrors', () => {
     ['unknown finish code', encode([[Tag.OUT, 1, [1], 9, 1, 1, 0, []]]), 'down'],
     ['stop reason of a bad type', encode([[Tag.OUT, 1, [1], 1, 1, 1, 0, [], { x: 1 }, true]]), 'down'],
     ['error without a message', encode([[Tag.FAILED, 1, { name: 'E' }]]), 'down'],
+    [
+      'error of no engine-client kind',
+      encode([[Tag.FAILED, 1, { name: 'E', message: 'm', kind: 'handshake' }]]),
+      'down',
+    ],
+    [
+      'error field of the wrong type',
+      encode([[Tag.FAILED, 1, { name: 'E', message: 'm', kind: 'invalid-dp-rank', validRanks: ['0'] }]]),
+      'down',
+    ],
+    ['error rank not a number', encode([[Tag.FAILED, 1, { name: 'E', message: 'm', dpRank: '1' }]]), 'down'],
     ['snapshot not a list', encode([[Tag.SNAPSHOT, 3]]), 'down'],
     ['fractional token id', encode([[Tag.OUT, 1, [1.5], 0, 1, 1, 0, []]]), 'down'],
     ['token id beyond 2^53', encode([[Tag.OUT, 1, [2n ** 60n], 0, 1, 1, 0, []]], { useBigInt64: true }), 'down'],

@@ -6,7 +6,12 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { FastifyInstance } from 'fastify';
-import { EngineClientError } from '../../src/engine-client/errors.js';
+import {
+  ENGINE_CLIENT_ERROR_KINDS,
+  EngineClientError,
+  type EngineClientErrorKind,
+} from '../../src/engine-client/errors.js';
+import { ENGINE_ERROR_STATUS, toApiError } from '../../src/server/errors.js';
 import type { FakeBackend } from './fake-backend.js';
 import { choicesOf, countingTokenizer, makeApp, parseSse } from './helpers.js';
 
@@ -343,4 +348,24 @@ describe('a text prompt too large for the context is refused before tokenizing (
     assert.equal(small.statusCode, 200, small.body);
     assert.equal(encodeCalls(), before + 1);
   });
+});
+
+test('every engine-client error kind has its status; only EngineClientErrors are read by kind', () => {
+  assert.deepEqual(Object.keys(ENGINE_ERROR_STATUS).sort(), [...ENGINE_CLIENT_ERROR_KINDS].sort());
+  for (const kind of ENGINE_CLIENT_ERROR_KINDS) {
+    const api = toApiError(new EngineClientError(kind, 'what happened', { dpRank: 1 }));
+    assert.equal(api.statusCode, ENGINE_ERROR_STATUS[kind], kind);
+    assert.equal(api.code, kind.replaceAll('-', '_'));
+    assert.equal(api.message, `engine ${kind}: what happened`);
+    assert.equal(api.retryAfterSeconds !== null, kind === 'unavailable', kind);
+  }
+  assert.deepEqual(
+    ['engine-dead', 'rank-stalled', 'unavailable', 'engine-fault', 'decode', 'invalid-dp-rank', 'encode'].map(
+      (k) => ENGINE_ERROR_STATUS[k as EngineClientErrorKind],
+    ),
+    [503, 503, 503, 502, 502, 400, 500],
+  );
+  // Something that only looks like one (a name and a kind) is the gateway's own fault, not a routed status.
+  const lookalike = Object.assign(new Error('x'), { name: 'EngineClientError', kind: 'invalid-dp-rank' });
+  assert.equal(toApiError(lookalike).statusCode, 500);
 });
