@@ -26,12 +26,29 @@ export type RawTokenizer = {
   model: unknown;
 };
 
-/** A new instance of the library's own tokenizer for the Qwen3 files, as the library builds it (no fast paths). */
+/** Freezes `v` and everything reachable from it (arrays and plain objects). */
+function deepFreeze<T>(v: T): T {
+  if (typeof v === 'object' && v !== null && !Object.isFrozen(v)) {
+    Object.freeze(v);
+    for (const x of Object.values(v)) deepFreeze(x);
+  }
+  return v;
+}
+
+let qwen3Files: { json: object; config: object } | null = null;
+
+/**
+ * A new instance of the library's own tokenizer for the Qwen3 files, as the library builds it (no fast paths). The
+ * files are parsed once per process and deep-frozen: the library only reads them (a write would throw here, ESM being
+ * strict), so every instance is built from the same objects as if from a fresh parse.
+ */
 export function rawQwen3(): RawTokenizer {
   const dir = GatewayTokenizer.defaultDir();
-  const json = JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8'));
-  const config = JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8'));
-  return new (Tokenizer as unknown as new (j: object, c: object) => RawTokenizer)(json, config);
+  qwen3Files ??= {
+    json: deepFreeze(JSON.parse(readFileSync(join(dir, 'tokenizer.json'), 'utf8')) as object),
+    config: deepFreeze(JSON.parse(readFileSync(join(dir, 'tokenizer_config.json'), 'utf8')) as object),
+  };
+  return new (Tokenizer as unknown as new (j: object, c: object) => RawTokenizer)(qwen3Files.json, qwen3Files.config);
 }
 
 /**
