@@ -20,13 +20,7 @@ import cluster from 'node:cluster';
 import { realpathSync } from 'node:fs';
 import { pathToFileURL } from 'node:url';
 import { parseArgs } from 'node:util';
-import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
-import { DEFAULT_SHUTDOWN_GRACE_MS } from './lifecycle.js';
-import { DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, DEFAULT_MAX_MESSAGE_BYTES } from './transport/zmq-link.js';
 import {
-  DEFAULT_HOST,
-  DEFAULT_PORT,
-  DEFAULT_SIM_RANKS,
   ENGINE_FAMILIES,
   resolveGroups,
   startGateway,
@@ -35,130 +29,30 @@ import {
   type GroupOptions,
   type RunningGateway,
 } from './gateway.js';
-import {
-  DEFAULT_BALANCE_REL_THRESHOLD,
-  REFERENCE_MAX_NUM_SEQS,
-  SGLANG_BALANCE_ABS_THRESHOLD,
-} from './engine-client/cache-aware.js';
-import {
-  DEFAULT_DP_POLICY,
-  DP_POLICY_NAMES,
-  type DpPolicyName,
-  type DpPolicyTuning,
-} from './engine-client/policies.js';
-import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
-import { ConfigSourceError, layerServeArgs, type OptionSpec } from './cli-config.js';
-import { FrontStartError, MAX_AUTO_WORKERS, autoWorkers, startClusterGateway } from './fronts/cluster.js';
+import { ConfigSourceError, layerServeArgs } from './cli-config.js';
+import { FrontStartError, autoWorkers, startClusterGateway } from './fronts/cluster.js';
 import { isFrontProcess } from './fronts/control.js';
 import { runFront } from './fronts/front-process.js';
 import { packageVersion } from './server/app.js';
-import { LOG_FORMATS, type LogFormat } from './gateway-logger.js';
 import { ignoreStdioErrors } from './log-sink.js';
-import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './server/concurrency.js';
-import type { CorsOptions } from './server/cors.js';
 import {
-  DEFAULT_REQUEST_TIMEOUT_MS,
-  DEFAULT_TOKENIZE_BODY_LIMIT_BYTES,
-  type HttpEdgeOptions,
-} from './server/edge-options.js';
-import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES } from './server/sse.js';
+  FLAG_ONLY,
+  GROUP_OPENERS,
+  GROUP_OPTIONS,
+  PARSE_ARGS_OPTIONS,
+  SERVE_OPTIONS,
+  SPACE_SEPARATED,
+  UsageError,
+  applyServeOption,
+  optionHelp,
+  parseIntOption,
+} from './serve-options.js';
 import { simEntryArgs } from './sim/spawn.js';
-import {
-  REASONING_PARSER_NAMES,
-  TOOL_CALL_PARSER_NAMES,
-  type ReasoningParserName,
-  type ToolCallParserName,
-} from './server/parsers/index.js';
-import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
 import { tuneV8ForChatTemplates } from './tokenizer/chat-template.js';
 import { TokenizerLoadError } from './tokenizer/errors.js';
-import { DEFAULT_OFF_LOOP_LIMITS } from './tokenizer/off-loop.js';
 import { ConfigError, TransportError } from './transport/errors.js';
 
-/** The `--dp-policy` names the CLI accepts: every policy but `oracle`, which needs the benchmark's simulator state. */
-export const CLI_DP_POLICIES: readonly DpPolicyName[] = DP_POLICY_NAMES.filter((n) => n !== 'oracle');
-
-/**
- * Check a `--dp-policy` value (issue #5 part 1; src/engine-client/policies.ts). Throws UsageError for `oracle`
- * (benchmark only: it reads the simulator's true state, which a served gateway does not have) and for an unknown
- * name, listing the valid ones.
- */
-function parseDpPolicy(value: string): DpPolicyName {
-  if (value === 'oracle') {
-    throw new UsageError(
-      `--dp-policy oracle is benchmark only (it needs the simulator's true state); use one of ${CLI_DP_POLICIES.join(', ')}`,
-    );
-  }
-  if (!(CLI_DP_POLICIES as readonly string[]).includes(value)) {
-    throw new UsageError(`--dp-policy must be one of ${CLI_DP_POLICIES.join(', ')}, got '${value}'`);
-  }
-  return value as DpPolicyName;
-}
-
-/**
- * The output-parsing flags (issue #11): `--tool-call-parser NAME|none`, `--enable-auto-tool-choice` (vLLM's flag:
- * "auto" is on whenever a parser is active; with `--tool-call-parser none` it is a UsageError, as vLLM refuses it
- * without a parser), `--reasoning-parser NAME`, `--responses-store N`. Throws UsageError on an unknown name.
- */
-function parseOutputFlags(v: {
-  'tool-call-parser'?: string;
-  'enable-auto-tool-choice'?: boolean;
-  'reasoning-parser'?: string;
-  'responses-store'?: string;
-}): Pick<GatewayOptions, 'toolCallParser' | 'reasoningParser' | 'responsesStoreSize'> {
-  const out: Pick<GatewayOptions, 'toolCallParser' | 'reasoningParser' | 'responsesStoreSize'> = {};
-  const tool = v['tool-call-parser'];
-  if (tool !== undefined) {
-    if (tool !== 'none' && !(TOOL_CALL_PARSER_NAMES as readonly string[]).includes(tool)) {
-      throw new UsageError(
-        `--tool-call-parser must be one of ${TOOL_CALL_PARSER_NAMES.join(', ')} or none, got '${tool}'`,
-      );
-    }
-    out.toolCallParser = tool as ToolCallParserName | 'none';
-  }
-  if (v['enable-auto-tool-choice'] === true && tool === 'none') {
-    throw new UsageError('--enable-auto-tool-choice needs a tool-call parser (--tool-call-parser none disables it)');
-  }
-  const reasoning = v['reasoning-parser'];
-  if (reasoning !== undefined) {
-    if (!(REASONING_PARSER_NAMES as readonly string[]).includes(reasoning)) {
-      throw new UsageError(
-        `--reasoning-parser must be one of ${REASONING_PARSER_NAMES.join(', ')}, got '${reasoning}'`,
-      );
-    }
-    out.reasoningParser = reasoning as ReasoningParserName;
-  }
-  const store = intOption('responses-store', v['responses-store'], 0);
-  if (store !== undefined) out.responsesStoreSize = store;
-  return out;
-}
-
-/**
- * `--load-horizon-ms N` (integer ≥ 1), `--balance-abs-threshold N` (number ≥ 0), `--balance-rel-threshold X` (number
- * ≥ 1) as `DpPolicyTuning` (dp-routing.md 14.1 for the horizon, 14.11 for the balance bounds; src/engine-client/cache-aware.ts), or null when none is given.
- * Throws UsageError on a bad value.
- */
-function parsePolicyTuning(
-  horizon: string | undefined,
-  abs: string | undefined,
-  rel: string | undefined,
-): DpPolicyTuning | null {
-  const tuning: DpPolicyTuning = {};
-  const h = intOption('load-horizon-ms', horizon, 1);
-  if (h !== undefined) tuning.loadHorizonMs = h;
-  const num = (name: string, value: string | undefined, min: number): number | undefined => {
-    if (value === undefined) return undefined;
-    const n = Number(value);
-    if (value.trim() === '' || !Number.isFinite(n) || n < min)
-      throw new UsageError(`--${name} must be a number ≥ ${min}, got '${value}'`);
-    return n;
-  };
-  const a = num('balance-abs-threshold', abs, 0);
-  if (a !== undefined) tuning.balanceAbsThreshold = a;
-  const r = num('balance-rel-threshold', rel, 1);
-  if (r !== undefined) tuning.balanceRelThreshold = r;
-  return Object.keys(tuning).length > 0 ? tuning : null;
-}
+export { CLI_DP_POLICIES, UsageError } from './serve-options.js';
 
 /** Usage text of the CLI. */
 export const USAGE = `Usage:
@@ -185,161 +79,12 @@ examples:
 Every serve option is also an environment variable MODEL_GATEWAY_<OPTION> (e.g.
 MODEL_GATEWAY_PORT=30001) and a key of --config FILE; precedence: flag > environment > file.
 
-engine groups (one ipc:// socket set, one handshake and N DP ranks each; with several, each
-request goes to the live group whose least-loaded rank scores lowest):
-  --engine-url URL         Start a group of running engines at worker URL ipc://PATH
-  --sim N                  Start a group of N simulated ranks (default without any group: one group
-                           of ${DEFAULT_SIM_RANKS})
-  --worker ENGINE:URL[:N]  Compact group of running engines, e.g. vllm:ipc:///tmp/e/w0:2 (N =
-                           --dp-size)
-  --sim-worker ENGINE:N[:lockstep]
-                           Compact simulated group, e.g. vllm:2:lockstep
- options of a group (after its --engine-url/--sim/--worker/--sim-worker; before the first group they
- are defaults for every group):
-  --engine ENGINE          Wire dialect of the group's ranks: tokenspeed (default) or vllm
-  --dp-size N              Number of DP ranks that must join (default 1 for --engine-url, N for
-                           --sim)
-  --handshake ADDR         Explicit handshake address tcp://HOST:PORT (default: derived from the ipc
-                           path)
-  --lockstep               Treat the group as lockstep (MoE): wake every rank after every request.
-                           Default: decided from data_parallel_size in the ready responses, else
-                           from the first wave notification
-  --no-lockstep            Treat the group as dense: never wake it, ignore wave notifications
-  --sim-engine ENGINE      Same as --engine, for simulated groups (as a default it applies to
-                           simulated groups only)
-  --sim-lockstep           Simulated vLLM ranks step in lockstep (MoE: data_parallel_size > 1,
-                           parked when drained)
-  --sim-arg ARG            Extra argument for every simulated rank of the group (repeatable; use
-                           --sim-arg=--flag)
+${optionHelp()}`;
 
-HTTP and model:
-  --port N                 HTTP port (default ${DEFAULT_PORT}; 0 = any free port)
-  --host ADDR              HTTP bind address (default ${DEFAULT_HOST})
-  --api-key KEY            Require Authorization: Bearer KEY on /v1/*, /tokenize, /detokenize
-                           (repeatable: any of the keys; default: the MODEL_GATEWAY_API_KEY
-                           environment variable, else no key; docs/security.md)
-  --tokenizer DIR|HF_ID    Model folder (tokenizer.json, tokenizer_config.json, optionally
-                           config.json / generation_config.json for vLLM EOS ids), or a Hugging Face
-                           id such as Qwen/Qwen3-8B found in the local Hugging Face cache
-                           (HF_HUB_CACHE, HF_HOME; never downloaded) (default: bundled Qwen3)
-  --served-model-name NAME [NAME...]
-                           Names a request's "model" may use; the first is the one reported
-                           (default: the Hugging Face id, else the tokenizer folder's name, else
-                           qwen3)
-  --model NAME             Same as one --served-model-name
-  --config FILE            YAML or JSON file of serve options, engine groups under 'groups:' (env
-                           MODEL_GATEWAY_CONFIG)
-  --tool-call-parser NAME  Parse tool calls out of generated text: ${TOOL_CALL_PARSER_NAMES.join(', ')}, or none
-                           (default: read off the chat template when unambiguous: <tool_call> →
-                           hermes, <|python_tag|> → llama3_json). A parser enables tool_choice
-                           "auto".
-  --enable-auto-tool-choice
-                           Accepted for vLLM command lines: "auto" is on whenever a tool-call parser
-                           is active (a usage error with --tool-call-parser none)
-  --reasoning-parser NAME  Move <think>…</think> into reasoning_content: ${REASONING_PARSER_NAMES.join(', ')}
-                           (default none)
-  --responses-store N      Responses kept in memory for previous_response_id / item_reference /
-                           GET /v1/responses/{id} (default ${DEFAULT_RESPONSES_STORE_SIZE}; 0 = store nothing)
-
-processes and logs:
-  --workers N|auto         HTTP front processes sharing the port, with one router process owning the
-                           engines and the routing state; 1 = one process (docs/operations.md
-                           "Several cores"; default auto: cores − 1, at most ${MAX_AUTO_WORKERS}, and 1 on a
-                           machine of 2 cores or fewer)
-  --log-level LEVEL        pino level: trace, debug, info, warn, error, fatal, silent (default info)
-  --log-format FORMAT      pretty (default on a terminal) or json (default otherwise)
-  --shutdown-grace-ms N    On SIGTERM/SIGINT, let live requests run up to N ms before ending them
-                           (default ${DEFAULT_SHUTDOWN_GRACE_MS}; a second signal exits at once)
-  --exit-with-parent       Stop at once (simulated ranks killed, socket files removed) when stdin
-                           closes, i.e. when the process that spawned the gateway is gone (test
-                           harnesses, supervisors without process groups); a flag only
-
-routing (docs/routing.md):
-  --dp-policy NAME         DP rank selection for unpinned requests (default ${DEFAULT_DP_POLICY}):
-                           ${CLI_DP_POLICIES.join(', ')}
-                           (oracle is benchmark only)
-  --load-horizon-ms N      A rank's stored load report counts less as it ages and not at all
-                           after N ms (default ${DEFAULT_LOAD_HORIZON_MS})
-  --balance-abs-threshold N
-  --balance-rel-threshold X
-                           cache_aware: a rank whose load exceeds the idlest's by more than N
-                           requests and by more than X times never wins by prefix affinity
-                           (SGLang's rule, per rank; defaults max_num_seqs × ${SGLANG_BALANCE_ABS_THRESHOLD}/${REFERENCE_MAX_NUM_SEQS}, or ${SGLANG_BALANCE_ABS_THRESHOLD} when the
-                           engine reports none, and ${DEFAULT_BALANCE_REL_THRESHOLD})
-
-engine liveness:
-  --silence-timeout-ms N   A rank that holds requests and sends nothing for N ms is dead
-                           (default ${DEFAULT_SILENCE_TIMEOUT_MS})
-  --rank-stall-timeout-ms N
-                           A rank that holds requests and sends nothing for N ms is stalled: out of
-                           rotation, its requests end with an error, back when it speaks again
-                           (default ${DEFAULT_RANK_STALL_TIMEOUT_MS})
-  --handshake-timeout-ms N Bound on each stage of a rank's handshake (INIT → READY, → registration);
-                           model loading happens in between (default ${DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS})
-  --max-output-message-bytes N
-                           Largest engine output frame accepted; a bigger one drops that engine's
-                           connection (default ${DEFAULT_MAX_MESSAGE_BYTES.output})
-
-HTTP edge and limits (docs/security.md):
-  --metrics-require-key    /metrics needs the key too (default: open)
-  --allowed-origins LIST   CORS: allowed origins, a JSON list or comma-separated; * = any (default:
-                           no CORS)
-  --allowed-methods LIST   CORS: allowed methods (default *; needs --allowed-origins)
-  --allowed-headers LIST   CORS: allowed request headers (default *; needs --allowed-origins)
-  --allow-credentials      CORS: allow credentials (needs --allowed-origins)
-  --max-concurrent-requests N
-                           Generation requests served at once before 429 + Retry-After
-                           (default ${DEFAULT_MAX_CONCURRENT_REQUESTS}; 0 = no cap)
-  --body-limit BYTES       Maximum HTTP request body size (default 8 MiB)
-  --tokenize-body-limit BYTES
-                           Largest /tokenize and /detokenize body; a larger one gets 413
-                           (default ${DEFAULT_TOKENIZE_BODY_LIMIT_BYTES}, at most --body-limit)
-  --stream-buffer-bytes BYTES
-                           Bytes buffered per stream for a client that does not read
-                           (default ${DEFAULT_STREAM_BUFFER_BYTES})
-  --client-stall-timeout-ms N
-                           A streaming client that stays behind (that buffer full, outputs held)
-                           for N ms has its engine request aborted and its connection closed
-                           (default ${DEFAULT_CLIENT_STALL_TIMEOUT_MS})
-  --request-timeout-ms N   A request (headers and body) not received within N ms gets 408
-                           (default ${DEFAULT_REQUEST_TIMEOUT_MS})
-  --tokenizer-queue-jobs N
-  --tokenizer-queue-chars N
-                           Large prompts, /tokenize, /detokenize and long chats are tokenized on a
-                           worker thread per process; past N jobs or N characters queued there a
-                           request gets 429 + Retry-After (defaults ${DEFAULT_OFF_LOOP_LIMITS.maxJobs} and ${DEFAULT_OFF_LOOP_LIMITS.maxChars})
-`;
-
-/** A command-line mistake: printed on one line with a hint to --help, exit code 2. */
-export class UsageError extends Error {
-  constructor(message: string) {
-    super(message);
-    this.name = 'UsageError';
-  }
-}
-
+/** An integer ≥ `min` from a group spec or a group option (`--dp-size`, `--sim`, `--worker ...:N`). */
 function intOption(name: string, value: string | undefined, min: number): number | undefined {
-  if (value === undefined) return undefined;
-  if (!/^\d+$/.test(value) || Number(value) < min || !Number.isSafeInteger(Number(value))) {
-    throw new UsageError(`--${name} must be an integer ≥ ${min}, got '${value}'`);
-  }
-  return Number(value);
+  return value === undefined ? undefined : parseIntOption(name, value, min);
 }
-
-const LOG_LEVELS = new Set(['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent']);
-
-/** The options that take part in the group syntax (see `USAGE`). */
-const GROUP_OPENERS = new Set(['engine-url', 'sim', 'worker', 'sim-worker']);
-const GROUP_OPTIONS = new Set([
-  'engine',
-  'sim-engine',
-  'dp-size',
-  'handshake',
-  'lockstep',
-  'no-lockstep',
-  'sim-lockstep',
-  'sim-arg',
-]);
 
 /** One group (or the defaults) as written on the command line, before defaults are applied. */
 interface GroupFlags {
@@ -490,60 +235,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
  * option's variable).
  */
 export function parseServeArgs(argv: string[], sources: ServeArgSources = {}): GatewayOptions | null {
-  // The options table. Every option here is also MODEL_GATEWAY_<NAME> and a --config key (cli-config.ts).
-  const options = {
-    config: { type: 'string' },
-    version: { type: 'boolean', short: 'V' },
-    'served-model-name': { type: 'string', multiple: true },
-    'log-format': { type: 'string' },
-    port: { type: 'string' },
-    host: { type: 'string' },
-    'engine-url': { type: 'string', multiple: true },
-    sim: { type: 'string', multiple: true },
-    worker: { type: 'string', multiple: true },
-    'sim-worker': { type: 'string', multiple: true },
-    engine: { type: 'string', multiple: true },
-    'sim-engine': { type: 'string', multiple: true },
-    'dp-size': { type: 'string', multiple: true },
-    handshake: { type: 'string', multiple: true },
-    lockstep: { type: 'boolean', multiple: true },
-    'no-lockstep': { type: 'boolean', multiple: true },
-    'sim-lockstep': { type: 'boolean', multiple: true },
-    'sim-arg': { type: 'string', multiple: true },
-    tokenizer: { type: 'string' },
-    model: { type: 'string' },
-    'silence-timeout-ms': { type: 'string' },
-    'rank-stall-timeout-ms': { type: 'string' },
-    'handshake-timeout-ms': { type: 'string' },
-    'shutdown-grace-ms': { type: 'string' },
-    'max-output-message-bytes': { type: 'string' },
-    'body-limit': { type: 'string' },
-    'log-level': { type: 'string' },
-    'dp-policy': { type: 'string' },
-    'tool-call-parser': { type: 'string' },
-    'enable-auto-tool-choice': { type: 'boolean' },
-    'reasoning-parser': { type: 'string' },
-    'responses-store': { type: 'string' },
-    'load-horizon-ms': { type: 'string' },
-    'balance-abs-threshold': { type: 'string' },
-    'balance-rel-threshold': { type: 'string' },
-    'api-key': { type: 'string', multiple: true },
-    'metrics-require-key': { type: 'boolean' },
-    'allowed-origins': { type: 'string' },
-    'allowed-methods': { type: 'string' },
-    'allowed-headers': { type: 'string' },
-    'allow-credentials': { type: 'boolean' },
-    'max-concurrent-requests': { type: 'string' },
-    'stream-buffer-bytes': { type: 'string' },
-    'client-stall-timeout-ms': { type: 'string' },
-    'request-timeout-ms': { type: 'string' },
-    'tokenizer-queue-jobs': { type: 'string' },
-    'tokenizer-queue-chars': { type: 'string' },
-    'tokenize-body-limit': { type: 'string' },
-    workers: { type: 'string' },
-    'exit-with-parent': { type: 'boolean' },
-    help: { type: 'boolean', short: 'h' },
-  } as const satisfies Record<string, OptionSpec>;
+  // The table (serve-options.ts): every option not flag-only is also MODEL_GATEWAY_<NAME> and a --config key.
+  const options = PARSE_ARGS_OPTIONS;
   let layered;
   let parsed;
   try {
@@ -575,11 +268,6 @@ export interface ServeArgSources {
   /** Reads `--config FILE` (default: the file system). */
   readFile?: (path: string) => string;
 }
-
-/** Options that are flags only, never environment variables or config keys. */
-const FLAG_ONLY = new Set(['help', 'version', 'config', 'exit-with-parent']);
-/** Flags that take several space-separated values, as vLLM's (`--served-model-name a b`). */
-const SPACE_SEPARATED = new Set(['served-model-name']);
 
 /** `--port must be ...` → `--port must be ... (from MODEL_GATEWAY_PORT)` when the value did not come from a flag. */
 function withOrigin(message: string, origins: ReadonlyMap<string, string>): string {
@@ -622,54 +310,20 @@ function serveOptionsFrom(parsed: {
     }
   }
 
-  const port = intOption('port', v.port, 0);
-  if (port !== undefined && port > 65535) throw new UsageError(`--port must be at most 65535, got ${port}`);
-  const logLevel = v['log-level'];
-  if (logLevel !== undefined && !LOG_LEVELS.has(logLevel)) {
-    throw new UsageError(`--log-level must be one of ${[...LOG_LEVELS].join(', ')}, got '${logLevel}'`);
+  if (v['served-model-name'] !== undefined && v.model !== undefined)
+    throw new UsageError('give --served-model-name or --model, not both');
+  if (parsed.values['enable-auto-tool-choice'] === true && v['tool-call-parser'] === 'none')
+    throw new UsageError('--enable-auto-tool-choice needs a tool-call parser (--tool-call-parser none disables it)');
+  if (v['allowed-origins'] === undefined) {
+    const stray = ['allowed-methods', 'allowed-headers', 'allow-credentials'].find(
+      (f) => parsed.values[f] !== undefined,
+    );
+    if (stray !== undefined) throw new UsageError(`--${stray} needs --allowed-origins (CORS is off without it)`);
   }
   const opts: GatewayOptions = {};
-  if (port !== undefined) opts.port = port;
-  if (v.host !== undefined) opts.host = v.host;
   if (groups.length <= 1) Object.assign(opts, toGroupOptions(groups[0] ?? defaults, defaults));
   else opts.groups = groups.map((g) => toGroupOptions(g, defaults));
-  if (v.tokenizer !== undefined) opts.tokenizerDir = v.tokenizer;
-  const served = v['served-model-name'];
-  if (served !== undefined && v.model !== undefined)
-    throw new UsageError('give --served-model-name or --model, not both');
-  if (served !== undefined) {
-    if (served.some((n) => n.trim() === '')) throw new UsageError('--served-model-name must not be empty');
-    opts.servedModelNames = [...new Set(served)];
-  }
-  if (v.model !== undefined) opts.modelId = v.model;
-  const logFormat = v['log-format'];
-  if (logFormat !== undefined) {
-    if (!(LOG_FORMATS as readonly string[]).includes(logFormat)) {
-      throw new UsageError(`--log-format must be one of ${LOG_FORMATS.join(', ')}, got '${logFormat}'`);
-    }
-    opts.logFormat = logFormat as LogFormat;
-  }
-  const silence = intOption('silence-timeout-ms', v['silence-timeout-ms'], 1);
-  if (silence !== undefined) opts.silenceTimeoutMs = silence;
-  const stall = intOption('rank-stall-timeout-ms', v['rank-stall-timeout-ms'], 1);
-  if (stall !== undefined) opts.rankStallTimeoutMs = stall;
-  const handshakeTimeout = intOption('handshake-timeout-ms', v['handshake-timeout-ms'], 1);
-  if (handshakeTimeout !== undefined) opts.handshakeTimeoutMs = handshakeTimeout;
-  const grace = intOption('shutdown-grace-ms', v['shutdown-grace-ms'], 0);
-  if (grace !== undefined) opts.shutdownGraceMs = grace;
-  const maxOutput = intOption('max-output-message-bytes', v['max-output-message-bytes'], 1);
-  if (maxOutput !== undefined) opts.maxMessageBytes = { output: maxOutput };
-  const bodyLimit = intOption('body-limit', v['body-limit'], 1);
-  if (bodyLimit !== undefined) opts.bodyLimitBytes = bodyLimit;
-  if (logLevel !== undefined) opts.logLevel = logLevel;
-  if (v['dp-policy'] !== undefined) opts.dpPolicy = parseDpPolicy(v['dp-policy']);
-  Object.assign(opts, parseOutputFlags(parsed.values as Parameters<typeof parseOutputFlags>[0]));
-  const tuning = parsePolicyTuning(v['load-horizon-ms'], v['balance-abs-threshold'], v['balance-rel-threshold']);
-  if (tuning !== null) opts.dpPolicyOptions = tuning;
-  const edge = parseEdgeArgs(parsed.values);
-  if (edge !== null) opts.edge = edge;
-  const workers = v.workers === 'auto' ? autoWorkers() : intOption('workers', v.workers, 1);
-  if (workers !== undefined) opts.workers = workers;
+  for (const o of SERVE_OPTIONS) applyServeOption(opts as Record<string, unknown>, o.name, parsed.values[o.name]);
   // Group-level consistency (dp-size vs sim count, lockstep without vLLM, shared worker URLs or handshakes).
   try {
     resolveGroups(opts);
@@ -682,71 +336,6 @@ function serveOptionsFrom(parsed: {
 
 /** The environment variable of `--api-key` (vLLM reads `VLLM_API_KEY` likewise); cli-config.ts maps it generically. */
 export const API_KEY_ENV = 'MODEL_GATEWAY_API_KEY';
-
-/** A CORS list flag: a JSON list of strings (vLLM's form, `["https://a.example"]`) or comma-separated values. */
-function parseListOption(flag: string, value: string): string[] {
-  const text = value.trim();
-  let list: unknown;
-  if (text.startsWith('[')) {
-    try {
-      list = JSON.parse(text);
-    } catch {
-      throw new UsageError(`--${flag} is not a valid JSON list: ${value}`);
-    }
-    if (!Array.isArray(list) || list.some((x) => typeof x !== 'string'))
-      throw new UsageError(`--${flag} must be a list of strings`);
-  } else {
-    list = text.split(',');
-  }
-  const out = (list as string[]).map((x) => x.trim()).filter((x) => x !== '');
-  if (out.length === 0) throw new UsageError(`--${flag} needs at least one value`);
-  return out;
-}
-
-/**
- * The HTTP-edge options of the parsed (layered) flags (`--api-key`, the CORS flags, the concurrency cap, stream
- * buffering, the request timeout, the tokenizer queue's bounds), or null when none is set. Throws UsageError for an empty key, a CORS flag without
- * `--allowed-origins`, and bad numbers.
- */
-function parseEdgeArgs(v: Record<string, string | boolean | (string | boolean)[] | undefined>): HttpEdgeOptions | null {
-  const edge: HttpEdgeOptions = {};
-  const keys = v['api-key'] as string[] | undefined;
-  if (keys !== undefined) {
-    if (keys.some((k) => k === '')) throw new UsageError('--api-key must not be empty');
-    edge.apiKeys = keys;
-  }
-  if (v['metrics-require-key'] === true) edge.metricsRequireKey = true;
-  const origins = v['allowed-origins'] as string | undefined;
-  if (origins !== undefined) {
-    const cors: CorsOptions = { allowedOrigins: parseListOption('allowed-origins', origins) };
-    const methods = v['allowed-methods'] as string | undefined;
-    if (methods !== undefined)
-      cors.allowedMethods = parseListOption('allowed-methods', methods).map((m) => m.toUpperCase());
-    const headers = v['allowed-headers'] as string | undefined;
-    if (headers !== undefined) cors.allowedHeaders = parseListOption('allowed-headers', headers);
-    if (v['allow-credentials'] === true) cors.allowCredentials = true;
-    edge.cors = cors;
-  } else {
-    const stray = ['allowed-methods', 'allowed-headers', 'allow-credentials'].find((f) => v[f] !== undefined);
-    if (stray !== undefined) throw new UsageError(`--${stray} needs --allowed-origins (CORS is off without it)`);
-  }
-  const num = (flag: string, min: number) => intOption(flag, v[flag] as string | undefined, min);
-  const max = num('max-concurrent-requests', 0);
-  if (max !== undefined) edge.maxConcurrentRequests = max;
-  const buffer = num('stream-buffer-bytes', 1);
-  if (buffer !== undefined) edge.streamBufferBytes = buffer;
-  const stall = num('client-stall-timeout-ms', 1);
-  if (stall !== undefined) edge.clientStallTimeoutMs = stall;
-  const requestTimeout = num('request-timeout-ms', 1);
-  if (requestTimeout !== undefined) edge.requestTimeoutMs = requestTimeout;
-  const queueJobs = num('tokenizer-queue-jobs', 1);
-  if (queueJobs !== undefined) edge.tokenizerQueueJobs = queueJobs;
-  const queueChars = num('tokenizer-queue-chars', 1);
-  if (queueChars !== undefined) edge.tokenizerQueueChars = queueChars;
-  const tokenizeLimit = num('tokenize-body-limit', 1);
-  if (tokenizeLimit !== undefined) edge.tokenizeBodyLimitBytes = tokenizeLimit;
-  return Object.keys(edge).length > 0 ? edge : null;
-}
 
 /** A signal repeated within this many ms of the first counts as the same one (see `serve`). */
 const SIGNAL_REPEAT_MS = 500;

@@ -42,7 +42,7 @@ import type { DpPolicy } from './engine-client/policy.js';
 import { createTokenSpeedProtocol } from './protocols/tokenspeed/index.js';
 import type { EngineProtocol } from './protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from './protocols/vllm/index.js';
-import { buildApp } from './server/app.js';
+import { buildApp, type GatewayDeps } from './server/app.js';
 import type { ReasoningParserName, ToolCallParserName } from './server/parsers/index.js';
 import { LISTEN_BACKLOG, resolveEdgeOptions, type HttpEdgeOptions } from './server/edge-options.js';
 import type { BackendGroup, EngineFamily } from './server/backend.js';
@@ -378,6 +378,23 @@ export function logReadyNotes(log: Logger, engine: ConnectedEngine, seen: Set<st
 }
 
 /**
+ * The `buildApp` options that come straight from `GatewayOptions`, for the one-process gateway and every `--workers`
+ * front alike: one place, so an option cannot reach one and miss the other (the fronts once chose groups without
+ * `--load-horizon-ms`, issue 28). The Responses store is not among them: each side builds its own.
+ */
+export function appOptionsOf(
+  opts: GatewayOptions,
+): Pick<GatewayDeps, 'bodyLimitBytes' | 'toolCallParser' | 'reasoningParser' | 'edge' | 'loadHorizonMs'> {
+  return {
+    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
+    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
+    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+    ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
+  };
+}
+
+/**
  * The served model names of `opts` (see `GatewayOptions.servedModelNames`), else `[fallback]`. Throws RangeError for
  * an empty or blank name, or a `modelId` that contradicts `servedModelNames`.
  */
@@ -676,15 +693,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
           logger: logger.child({ component: 'http' }),
           metrics,
           admission: lifecycle,
-          ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
-          ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
-          ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
+          ...appOptionsOf(opts),
           ...(opts.responsesStoreSize !== undefined
             ? { responsesStore: { maxResponses: opts.responsesStoreSize } }
-            : {}),
-          ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
-          ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined
-            ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs }
             : {}),
         });
   } catch (err) {

@@ -6,7 +6,7 @@
 import cluster from 'node:cluster';
 import { basename, resolve } from 'node:path';
 import { AggregatorRegistry } from 'prom-client';
-import { DEFAULT_HOST, DEFAULT_PORT, servedNames, type GatewayOptions } from '../gateway.js';
+import { DEFAULT_HOST, DEFAULT_PORT, appOptionsOf, servedNames, type GatewayOptions } from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
 import { GatewayLifecycle } from '../lifecycle.js';
 import { buildApp } from '../server/app.js';
@@ -134,10 +134,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
       channel,
       opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {},
     ),
-    ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
-    ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
-    ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
-    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+    ...appOptionsOf(opts),
   });
   const host = opts.host ?? DEFAULT_HOST;
   await app.listen({

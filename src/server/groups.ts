@@ -87,15 +87,15 @@ export class GroupRouter {
   readonly groups: readonly BackendGroup[];
   /** Rotating scan start of the tie-break (number of choices made so far). */
   private scanStart = 0;
-  /** The report ageing horizon of the rank choice (`--load-horizon-ms`), so groups are scored as ranks are. */
-  private readonly horizonMs: number;
+  /** The report ageing horizon of the rank choice (`--load-horizon-ms`, ms), so groups are scored as ranks are. */
+  readonly loadHorizonMs: number;
 
   /**
    * `opts.loadHorizonMs`: the engine clients' report ageing horizon (default `DEFAULT_LOAD_HORIZON_MS`). Throws
    * RangeError on an empty list, a duplicate worker name or a bad horizon.
    */
   constructor(groups: readonly BackendGroup[], opts: { loadHorizonMs?: number } = {}) {
-    this.horizonMs = loadHorizonOf(opts);
+    this.loadHorizonMs = loadHorizonOf(opts);
     if (groups.length === 0) throw new RangeError('GroupRouter needs at least one engine group');
     const seen = new Set<string>();
     for (const g of groups) {
@@ -185,7 +185,7 @@ export class GroupRouter {
     const start = this.scanStart;
     this.scanStart = this.scanStart >= Number.MAX_SAFE_INTEGER ? 0 : this.scanStart + 1;
     if (candidates.length === 1) return candidates[0]!;
-    const scores = candidates.map((g) => bestRankScore(g.backend.rankStates(), this.horizonMs));
+    const scores = candidates.map((g) => bestRankScore(g.backend.rankStates(), this.loadHorizonMs));
     return candidates[lowestGroupPosition(scores, start)]!;
   }
 }

@@ -14,6 +14,7 @@
  * registry is checked in-process only (no endpoint shows it).
  */
 import assert from 'node:assert/strict';
+import { get } from 'node:http';
 import { after, before, describe, test } from 'node:test';
 import { waitFor } from '../helpers/async.js';
 import { waitAllGone } from '../helpers/processes.js';
@@ -29,6 +30,27 @@ const LONG: CompletionBody = {
 };
 const SHORT: CompletionBody = { model: MODEL, prompt: 'Say a few words.', max_tokens: 6, ignore_eos: true };
 const TIMEOUT = { timeout: 120_000 };
+/** A load report ageing horizon other than the default (5000 ms), to see that it reached the group chooser. */
+const LOAD_HORIZON_MS = 4321;
+
+/** GET `url` on a connection of its own (no keep-alive pool) and parse the JSON body. */
+function getFresh(url: string): Promise<{ routing: unknown }> {
+  return new Promise((resolve, reject) => {
+    get(url, { agent: false }, (res) => {
+      let body = '';
+      res.setEncoding('utf8');
+      res.on('data', (c: string) => (body += c));
+      res.on('end', () => {
+        try {
+          resolve(JSON.parse(body) as { routing: unknown });
+        } catch (err) {
+          reject(err instanceof Error ? err : new Error(String(err)));
+        }
+      });
+      res.on('error', reject);
+    }).on('error', reject);
+  });
+}
 
 /** `/metrics` sample lines of `name` (without the name), e.g. `{model="m",worker="ipc://…",engine="vllm"} 1`. */
 async function scrape(url: string, name: string): Promise<string[]> {
@@ -62,6 +84,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
   before(async () => {
     gateway = await startTestGateway({
       modelId: MODEL,
+      dpPolicyOptions: { loadHorizonMs: LOAD_HORIZON_MS },
       groups: [
         { engine: 'tokenspeed', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'] },
         { engine: 'vllm', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'] },
@@ -78,6 +101,25 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     await Promise.all(opened.map((s) => s.done));
     await gateway?.close();
   });
+
+  test(
+    '--load-horizon-ms reaches every process that chooses a group (with --workers N, every front)',
+    TIMEOUT,
+    async () => {
+      // A new connection per request: node:cluster's primary hands connections to the fronts in turn, so 2 × N
+      // requests reach every front.
+      const views = await Promise.all(
+        Array.from(
+          { length: 2 * gateway.workers },
+          async () => (await getFresh(`${gateway.url}/v1/gateway/ranks`)).routing,
+        ),
+      );
+      assert.deepEqual(
+        views,
+        Array.from({ length: 2 * gateway.workers }, () => ({ load_horizon_ms: LOAD_HORIZON_MS })),
+      );
+    },
+  );
 
   test('both groups serve; /health lists both as ok', TIMEOUT, async () => {
     const outcomes = await Promise.all([0, 1, 2, 3].map(async () => (await open(SHORT)).done));

@@ -20,6 +20,7 @@ import type { GatewayOptions, GroupOptions, RunningGateway } from '../../src/gat
 import type { HealthBody } from '../../src/server/health.js';
 import type { RanksView, RankView } from '../../src/server/routes/ranks.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
+import { serveArgsOf } from '../../src/serve-options.js';
 import { waitFor } from './async.js';
 import { entryPattern, nodeEntry } from './entry.js';
 import { startSimGateway } from './gateway.js';
@@ -206,78 +207,19 @@ function groupArgs(g: GroupOptions, defaultSimArgs: readonly string[]): string[]
 const GROUP_KEYS = new Set(['engine', 'sim', 'simArgs', 'lockstep', 'lockstepMode', 'dpSize']);
 
 /**
- * `serve` flags for `opts` (without port, log and workers flags). Throws for an option the harness cannot pass to a
- * child (a logger aside, which the child replaces with its own JSON log lines).
+ * `serve` flags for `opts` (without port and workers flags, which the harness passes itself): the option table's
+ * inverse (src/serve-options.ts `serveArgsOf`) for the gateway options, `groupArgs` for the groups. Throws for an
+ * option the harness cannot pass to a child (a logger aside, which the child replaces with its own JSON log lines).
  */
 export function serveArgsFor(opts: GatewayOptions): string[] {
-  const out: string[] = [];
   const top: GroupOptions = {};
+  const rest: Record<string, unknown> = {};
   for (const [key, value] of Object.entries(opts)) {
     if (value === undefined) continue;
-    if (GROUP_KEYS.has(key)) {
-      (top as Record<string, unknown>)[key] = value;
-      continue;
-    }
-    switch (key) {
-      case 'logger':
-      case 'port':
-        break;
-      case 'groups':
-        break;
-      case 'modelId':
-        out.push('--model', String(value));
-        break;
-      case 'servedModelNames':
-        out.push('--served-model-name', ...(value as string[]));
-        break;
-      case 'dpPolicy':
-        out.push('--dp-policy', String(value));
-        break;
-      case 'reasoningParser':
-        out.push('--reasoning-parser', String(value));
-        break;
-      case 'toolCallParser':
-        out.push('--tool-call-parser', String(value));
-        break;
-      case 'responsesStoreSize':
-        out.push('--responses-store', String(value));
-        break;
-      case 'rankStallTimeoutMs':
-        out.push('--rank-stall-timeout-ms', String(value));
-        break;
-      case 'silenceTimeoutMs':
-        out.push('--silence-timeout-ms', String(value));
-        break;
-      case 'handshakeTimeoutMs':
-        out.push('--handshake-timeout-ms', String(value));
-        break;
-      case 'shutdownGraceMs':
-        out.push('--shutdown-grace-ms', String(value));
-        break;
-      case 'bodyLimitBytes':
-        out.push('--body-limit', String(value));
-        break;
-      case 'edge': {
-        const edge = value as NonNullable<GatewayOptions['edge']>;
-        for (const [k, v] of Object.entries(edge)) {
-          if (v === undefined) continue;
-          if (k === 'apiKeys') for (const apiKey of v as string[]) out.push('--api-key', apiKey);
-          else if (k === 'metricsRequireKey') out.push(...(v === true ? ['--metrics-require-key'] : []));
-          else if (k === 'maxConcurrentRequests') out.push('--max-concurrent-requests', String(v));
-          else if (k === 'streamBufferBytes') out.push('--stream-buffer-bytes', String(v));
-          else if (k === 'clientStallTimeoutMs') out.push('--client-stall-timeout-ms', String(v));
-          else if (k === 'requestTimeoutMs') out.push('--request-timeout-ms', String(v));
-          else if (k === 'tokenizerQueueJobs') out.push('--tokenizer-queue-jobs', String(v));
-          else if (k === 'tokenizerQueueChars') out.push('--tokenizer-queue-chars', String(v));
-          else if (k === 'tokenizeBodyLimitBytes') out.push('--tokenize-body-limit', String(v));
-          else throw new Error(`startTestGateway --workers: edge option '${k}' has no serve flag here`);
-        }
-        break;
-      }
-      default:
-        throw new Error(`startTestGateway --workers: option '${key}' has no serve flag here`);
-    }
+    if (GROUP_KEYS.has(key)) (top as Record<string, unknown>)[key] = value;
+    else rest[key] = value;
   }
+  const out = serveArgsOf(rest, new Set(['logger', 'port', 'workers', 'groups']));
   const groups = opts.groups ?? [top];
   if (opts.groups !== undefined && Object.keys(top).length > 0)
     throw new Error('startTestGateway --workers: group options beside groups[]');

@@ -194,7 +194,9 @@ test('ranksView reports a dead group with its ranks, and leaves it out of the se
     new RankStatsBook(),
     0,
     ['m'],
+    4321,
   );
+  assert.deepEqual(view.routing, { load_horizon_ms: 4321 });
   assert.deepEqual(
     view.groups.map((g) => [g.worker, g.alive, g.ranks.length]),
     [

@@ -66,6 +66,8 @@ export interface RanksView {
     in_flight: number;
     ranks: number;
   };
+  /** How this process chooses between groups: the load report ageing horizon it scores with (ms). */
+  routing: { load_horizon_ms: number };
   groups: GroupView[];
 }
 
@@ -75,6 +77,7 @@ export function ranksView(
   stats: RankStatsSource,
   nowMs: number,
   names: readonly string[],
+  loadHorizonMs: number,
 ): RanksView {
   const agg = vllmAggregate(groups);
   return {
@@ -89,6 +92,7 @@ export function ranksView(
       in_flight: agg.inFlight,
       ranks: agg.ranks,
     },
+    routing: { load_horizon_ms: loadHorizonMs },
     groups: groups.map((g) => ({
       worker: g.worker,
       engine: g.engine,
@@ -142,6 +146,6 @@ export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext, shar
         request.log.warn({ err }, "per-rank statistics of the other fronts unavailable: answering with this front's");
       }
     }
-    return ranksView(ctx.router.groups, stats, ctx.now(), ctx.servedModelNames);
+    return ranksView(ctx.router.groups, stats, ctx.now(), ctx.servedModelNames, ctx.router.loadHorizonMs);
   });
 }
