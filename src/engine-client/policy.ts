@@ -163,12 +163,18 @@ export function lowestScorePosition(
 }
 
 /**
- * `lowestScorePosition` over precomputed scores (one per rank, in list order): the position of the lowest score in
- * a wrapping scan from `start`, ties to the earliest in the scan. Pure. Throws RangeError when `scores` is empty.
+ * `lowestScorePosition` over precomputed scores (one per candidate, in list order: DP ranks here, engine groups in
+ * server/groups.ts): the position of the lowest score in a wrapping scan from `start` (taken modulo the length),
+ * replacing the candidate only on a strictly lower score, so ties go to the earliest in the scan. Pure.
+ * @throws RangeError with `emptyMessage` when `scores` is empty.
  */
-export function lowestPosition(scores: readonly number[], start: number): number {
+export function lowestPosition(
+  scores: readonly number[],
+  start: number,
+  emptyMessage = 'cannot select a DP rank: no engines connected',
+): number {
   const count = scores.length;
-  if (count === 0) throw new RangeError('cannot select a DP rank: no engines connected');
+  if (count === 0) throw new RangeError(emptyMessage);
   const first = ((Math.trunc(start) % count) + count) % count;
   let best = first;
   for (let offset = 1; offset < count; offset++) {

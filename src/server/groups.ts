@@ -21,7 +21,13 @@
  * The choice is synchronous and reads the client state at the call, so a caller that submits right after it without
  * an `await` in between (the routes do) reserves the chosen rank in the same tick (dp-routing.md 12.3 rule 1).
  */
-import { DEFAULT_LOAD_HORIZON_MS, fleetScorer, loadHorizonOf, type RankView } from '../engine-client/policy.js';
+import {
+  DEFAULT_LOAD_HORIZON_MS,
+  fleetScorer,
+  loadHorizonOf,
+  lowestPosition,
+  type RankView,
+} from '../engine-client/policy.js';
 import type { BackendGroup, BackendRankState } from './backend.js';
 import { ApiError, RETRY_AFTER_STARTING_SECONDS, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { describeGroups, groupHealth } from './health.js';
@@ -44,21 +50,9 @@ export function bestRankScore(
   return Math.min(...views.map(score));
 }
 
-/**
- * The position in `scores` of the lowest score, scanning from `start` (taken modulo the length; wrapping) and
- * replacing the candidate only on a **strictly** lower score, so ties go to the earliest position in the scan.
- * Pure. Throws RangeError on an empty list.
- */
+/** The position of the lowest group score, scanning from `start` (engine-client/policy.ts `lowestPosition`). */
 export function lowestGroupPosition(scores: readonly number[], start: number): number {
-  const count = scores.length;
-  if (count === 0) throw new RangeError('cannot choose an engine group: no candidates');
-  const first = ((Math.trunc(start) % count) + count) % count;
-  let best = first;
-  for (let offset = 1; offset < count; offset++) {
-    const pos = (first + offset) % count;
-    if (scores[pos]! < scores[best]!) best = pos;
-  }
-  return best;
+  return lowestPosition(scores, start, 'cannot choose an engine group: no candidates');
 }
 
 /**
