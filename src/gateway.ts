@@ -28,7 +28,7 @@ import type { Logger } from 'pino';
 import { EngineClient } from './engine-client/client.js';
 import type { ConnectedEngine } from './engine-client/link.js';
 import type { LockstepSetting } from './engine-client/waves.js';
-import { DEFAULT_SHUTDOWN_GRACE_MS, GatewayLifecycle, waitForDrain } from './lifecycle.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS, GatewayLifecycle, drainLiveRequests } from './lifecycle.js';
 import { KNOWN_DTYPES, isKnownDtype } from './protocols/handshake.js';
 import { indexShapeFor } from './engine-client/cache-aware.js';
 import {
@@ -809,19 +809,13 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
     async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
       const graceMs = shutdownOpts.graceMs ?? graceDefault;
       if (!lifecycle.startDrain() || closing !== null) return close();
-      const live = () => groups.reduce((n, g) => n + g.client.registeredCount, 0);
-      logger.info(
-        { graceMs, liveRequests: live() },
-        'draining: /ready answers 503 and new requests get 503; live requests may finish',
-      );
-      const drained = await waitForDrain(live, graceMs);
-      if (!drained) {
-        const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
-        logger.warn({ graceMs, liveRequests: live() }, 'shutdown grace expired; ending the requests still live');
-        await Promise.all(groups.map((g) => g.client.shutdown(message)));
-      } else {
-        logger.info('drained: every live request finished');
-      }
+      await drainLiveRequests({
+        liveRequests: () => groups.reduce((n, g) => n + g.client.registeredCount, 0),
+        graceMs,
+        logger,
+        what: '/ready answers 503 and new requests get 503',
+        clients: groups.map((g) => g.client),
+      });
       return close();
     },
     emergencyStop(): void {

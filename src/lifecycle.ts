@@ -5,6 +5,7 @@
  * the engine groups it drains.
  */
 import { setTimeout as sleep } from 'node:timers/promises';
+import type { MinimalLogger } from './logging.js';
 import type { AdmissionGate } from './server/admission.js';
 
 /** Default bound on a drain, in ms (`--shutdown-grace-ms`): how long live requests may run after SIGTERM. */
@@ -51,4 +52,28 @@ export async function waitForDrain(liveRequests: () => number, graceMs: number):
     if (left <= 0) return false;
     await sleep(Math.min(DRAIN_POLL_MS, left));
   }
+}
+
+/**
+ * The drain of a shutdown, for the one-process gateway and the `--workers` router alike: log that it started (with
+ * `what` saying who now answers 503), wait up to `graceMs` for `liveRequests()` to reach 0 (`waitForDrain`), and if
+ * the grace runs out, end every engine client's live requests with an error naming the grace (`--shutdown-grace-ms`).
+ * Resolves once the requests finished or were ended; never rejects (an engine client's `shutdown` does not).
+ */
+export async function drainLiveRequests(opts: {
+  liveRequests: () => number;
+  graceMs: number;
+  logger: MinimalLogger;
+  what: string;
+  clients: ReadonlyArray<{ shutdown(message: string): Promise<void> }>;
+}): Promise<void> {
+  const { liveRequests, graceMs, logger, clients } = opts;
+  logger.info({ graceMs, liveRequests: liveRequests() }, `draining: ${opts.what}; live requests may finish`);
+  if (await waitForDrain(liveRequests, graceMs)) {
+    logger.info({ graceMs }, 'drained: every live request finished');
+    return;
+  }
+  const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
+  logger.warn({ graceMs, liveRequests: liveRequests() }, 'shutdown grace expired; ending the requests still live');
+  await Promise.all(clients.map((c) => c.shutdown(message)));
 }

@@ -39,7 +39,7 @@ import {
   type RunningGateway,
 } from '../gateway.js';
 import { createGatewayLogger } from '../gateway-logger.js';
-import { waitForDrain } from '../lifecycle.js';
+import { drainLiveRequests } from '../lifecycle.js';
 import { resolveEdgeOptions } from '../server/edge-options.js';
 import { GatewayMetrics } from '../server/metrics.js';
 import { dashboardUrl } from '../server/routes/dashboard.js';
@@ -380,19 +380,13 @@ export async function startClusterGateway(
       draining = shuttingDown = true;
       const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? 30_000;
       broadcast({ type: 'mgw:drain' });
-      const live = () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0);
-      log.info(
-        { graceMs, liveRequests: live() },
-        'draining: every front answers /ready 503 and new requests 503; live requests may finish',
-      );
-      const drained = await waitForDrain(live, graceMs);
-      if (!drained) {
-        const message = `the gateway is shutting down: the shutdown grace of ${graceMs} ms (--shutdown-grace-ms) ran out before this request finished`;
-        log.warn({ graceMs, liveRequests: live() }, 'shutdown grace expired; ending the requests still live');
-        await Promise.all(gateway.groups.map((g) => g.client.shutdown(message)));
-      } else {
-        log.info('drained: every live request finished');
-      }
+      await drainLiveRequests({
+        liveRequests: () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0),
+        graceMs,
+        logger: log,
+        what: 'every front answers /ready 503 and new requests 503',
+        clients: gateway.groups.map((g) => g.client),
+      });
       return close();
     },
     emergencyStop(): void {
