@@ -467,7 +467,17 @@ const PROFILE_BUCKETS: ProfileBucket[] = [
     name: 'SSE send + JSON.stringify (sse.ts, chunk-json.ts, coalescing-writer.ts)',
     leaf: areaIn('src/server/sse.ts', 'src/server/chunk-json.ts', 'src/server/coalescing-writer.ts'),
   },
-  { name: 'chunk objects (serve-generation.ts)', leaf: areaIn('src/server/serve-generation.ts') },
+  {
+    name: 'chunk objects and the request path (response-shape.ts, serve-generation.ts, respond-*.ts, choice-outputs.ts)',
+    leaf: areaIn(
+      'src/server/response-shape.ts',
+      'src/server/serve-generation.ts',
+      'src/server/respond-streamed.ts',
+      'src/server/respond-buffered.ts',
+      'src/server/choice-outputs.ts',
+      'src/server/request-record.ts',
+    ),
+  },
   {
     name: 'per-token dispatch (generation run and state, request streams, abort listeners, microtasks)',
     leaf: (f, area) =>

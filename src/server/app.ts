@@ -2,6 +2,7 @@
  * The gateway's fastify app: OpenAI-compatible routes, health, metrics, and OpenAI-style error bodies for every
  * failure (gateway.md sections 4.2, 8, 9, 11-15).
  */
+import type { RouteContext } from './route-context.js';
 import { readFileSync } from 'node:fs';
 import { maxHeaderSize, type Server } from 'node:http';
 import Fastify, {
@@ -38,7 +39,7 @@ import { registerResponsesRoutes } from './routes/responses.js';
 import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
 import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
 import { echoRequestId, replyBody } from './request-id.js';
-import type { RouteContext } from './serve-generation.js';
+import type {} from './serve-generation.js';
 import { registerUnknownFieldPolicy } from './unknown-fields.js';
 import { formatValidationErrors } from './validation.js';
 

@@ -11,7 +11,7 @@ import { ChoiceOutput } from '../../src/server/choice-output.js';
 import { makeUsage } from '../../src/server/generation.js';
 import { chatShape } from '../../src/server/routes/chat.js';
 import { completionShape } from '../../src/server/routes/completions.js';
-import type { SseEvent } from '../../src/server/serve-generation.js';
+import type { SseEvent } from '../../src/server/response-shape.js';
 import { SseWriter } from '../../src/server/sse.js';
 
 const base = { id: 'chatcmpl-1', created: 7, model: 'm', system_fingerprint: 'fp' };

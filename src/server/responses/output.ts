@@ -25,7 +25,7 @@ import type { ChoiceDelta, ChoiceResult } from '../choice-output.js';
 import type { ApiError } from '../errors.js';
 import type { Usage } from '../generation.js';
 import { chatLogprobs } from '../logprobs.js';
-import type { ResponseBase, ResponseShape, SseEvent, StreamShaper } from '../serve-generation.js';
+import type { ResponseBase, ResponseShape, SseEvent, StreamShaper } from '../response-shape.js';
 import type { ResponsesStore } from './store.js';
 
 type Item = Record<string, unknown>;

@@ -5,6 +5,7 @@
  * The output goes through the reasoning parser (`reasoning_content`) and the tool-call parser of the request's tool
  * mode (`tool_calls`; tool-choice.ts) as vLLM's chat serving does.
  */
+import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import type { ChoiceDelta, ChoiceResult } from '../choice-output.js';
@@ -12,13 +13,8 @@ import { chatLogprobs } from '../logprobs.js';
 import { createReasoningParser, newToolCallId, reasoningStartFor } from '../parsers/index.js';
 import { chatTemplateOptions, encodeWithinContext, renderChat } from '../prompt.js';
 import { ChatCompletionBody, type ChatCompletionBodyT } from '../schemas.js';
-import {
-  chunkedShape,
-  handleGeneration,
-  type PreparedPrompt,
-  type PromptSource,
-  type RouteContext,
-} from '../serve-generation.js';
+import { chunkedShape } from '../response-shape.js';
+import { handleGeneration, type PreparedPrompt, type PromptSource } from '../serve-generation.js';
 import { planTools, toolParserFor, type FunctionTool, type ToolPlan } from '../tool-choice.js';
 
 /** The message fields of a delta (OpenAI `ChoiceDelta`): only what it carries. */

@@ -4,12 +4,14 @@
  * ids and `text_completion` objects (stream chunks too, as OpenAI does). No reasoning or tool-call parsing (as vLLM's
  * completions serving); structured outputs apply.
  */
+import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { completionLogprobs } from '../logprobs.js';
 import { completionPromptTokens } from '../prompt.js';
 import { CompletionBody, type CompletionBodyT } from '../schemas.js';
-import { chunkedShape, handleGeneration, type PromptSource, type RouteContext } from '../serve-generation.js';
+import { chunkedShape } from '../response-shape.js';
+import { handleGeneration, type PromptSource } from '../serve-generation.js';
 
 /** Response shapes of the completions endpoint. */
 export const completionShape = chunkedShape({

@@ -1,12 +1,13 @@
 /**
  * GET /v1/models, GET /health, GET /ready and GET /metrics (gateway.md sections 4.2 and 15; issue #8 parts 4, 6).
  */
+import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
 import { wantsVerbose } from '../auth.js';
 import { refreshBackends } from '../backend.js';
 import { healthReport, readyReport } from '../health.js';
 import { redactHealth } from '../health-redact.js';
-import { checkModel, type RouteContext } from '../serve-generation.js';
+import { checkModel } from '../serve-generation.js';
 
 /**
  * Register the informational routes:

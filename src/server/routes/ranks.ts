@@ -4,10 +4,11 @@
  * routing inputs and per-rank latency added. The dashboard polls it; it is useful by itself (`curl | jq`). Under
  * `/v1/`, so an API key, when one is configured, covers it (COORDINATION G).
  */
+import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
 import { refreshBackends, type BackendGroup } from '../backend.js';
 import type { LatencyPercentiles, RankStatsBook, RankStatsSource } from '../rank-stats.js';
-import type { RouteContext } from '../serve-generation.js';
+import type {} from '../serve-generation.js';
 import { rankLifecycle, vllmAggregate, type RankLifecycle } from '../vllm-aggregate.js';
 
 /** One DP rank in the answer. Counts in requests, `kv_cache_usage` a ratio 0..1, rates per second, latencies ms. */

@@ -9,6 +9,7 @@
  * The output is shaped as response items and streaming events (responses/output.ts). `store` (default true) keeps the
  * response in the gateway's bounded in-memory store (responses/store.ts).
  */
+import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { ApiError, badRequest, quoteValue } from '../errors.js';
@@ -17,7 +18,7 @@ import { responsesShape } from '../responses/output.js';
 import { ResponsesBody, type ResponsesBodyT } from '../responses/schema.js';
 import { chatPrompt } from './chat.js';
 import type { ChatCompletionBodyT } from '../schemas.js';
-import { handleGeneration, type PromptSource, type RouteContext } from '../serve-generation.js';
+import { handleGeneration, type PromptSource } from '../serve-generation.js';
 
 const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 

@@ -19,6 +19,7 @@
  * dropped when the client leaves, and the worker writes the answer's ids or text as JSON, which is sent as is.
  * Smaller requests are answered here, as before.
  */
+import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { Type, type TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import {
@@ -31,7 +32,7 @@ import { badRequest } from '../errors.js';
 import { MAX_MESSAGES, MAX_TOOLS } from '../input-limits.js';
 import { chatTemplateOptions, renderChat } from '../prompt.js';
 import { ChatMessageSchema, ToolSchema } from '../schemas.js';
-import { checkModel, type RouteContext } from '../serve-generation.js';
+import { checkModel } from '../serve-generation.js';
 
 const Opt = <T extends Parameters<typeof Type.Optional>[0]>(s: T) => Type.Optional(Type.Union([s, Type.Null()]));
 

@@ -1,0 +1,167 @@
+/**
+ * The record of one generation request (issue 28 part 3): its per-choice latency trackers and outcomes, counted once
+ * at the terminal outcome into the metrics (`countRequest`, the vLLM engine-request counters) and the one access-log
+ * line (issue #13 part 3), and the two ways a request ends because of its client (a disconnect, a client that stopped
+ * reading: 499 `cancelled`, the connection closed). Used by serve-generation.ts and the two responses
+ * (respond-buffered.ts, respond-streamed.ts).
+ */
+import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
+import type { BackendStream } from './backend.js';
+import type { LatencyTracker } from './generation.js';
+import type { GatewayMetrics, RequestOutcome, VllmFinishedReason } from './metrics.js';
+import type { ClientStalledError } from './sse.js';
+
+/** What a record is about: the request, its endpoint and engine group, and its size. */
+export interface RequestFacts {
+  request: FastifyRequest;
+  requestId: string;
+  endpoint: string;
+  worker: string;
+  promptTokens: number;
+  /** Number of choices (engine sub-requests). */
+  n: number;
+  stream: boolean;
+  /** The request's start on `now`'s clock (ms). */
+  startedAt: number;
+}
+
+/** What a record writes to. */
+export interface RecordSinks {
+  metrics: GatewayMetrics;
+  /** Requests whose outcome was already counted (the app's error handler counts the rest). */
+  counted: WeakSet<object>;
+  /** Monotonic clock in ms. */
+  now: () => number;
+}
+
+/**
+ * Whether `log` writes lines of `level` (pino's `isLevelEnabled`; a logger without it is taken to write them), so a
+ * line's fields are only gathered when it is written.
+ */
+export function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info' | 'warn'): boolean {
+  const check = (log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled;
+  return typeof check !== 'function' || check.call(log, level);
+}
+
+/** A duration in ms rounded to 0.1 ms for the access log; null stays null. */
+function roundMs(ms: number | null): number | null {
+  return ms === null ? null : Math.round(ms * 10) / 10;
+}
+
+/** One request's accounting (see the module comment). */
+export class RequestRecord {
+  /** Per choice: its latency tracker (choice 0 feeds the histograms, every choice its rank's statistics). */
+  readonly trackers: LatencyTracker[] = [];
+  /** Per choice: the engine index it was routed to (null when unknown), once submitted. */
+  engineIndexes: (number | null)[] = [];
+  /** Per choice: the reported finish reason (tool_calls included) once it finished. */
+  private readonly reasons: (RequestOutcome | null)[] = [];
+  private completionTokens = 0;
+  private cachedTokens = 0;
+
+  constructor(
+    readonly facts: RequestFacts,
+    private readonly sinks: RecordSinks,
+  ) {
+    for (let i = 0; i < facts.n; i++) this.reasons.push(null);
+  }
+
+  /** Count the request's terminal outcome (HTTP `status`, `error` for a failure) and write its access-log line. */
+  count(status: number, outcome: RequestOutcome, error?: string): void {
+    this.sinks.counted.add(this.facts.request);
+    this.sinks.metrics.countRequest(this.facts.endpoint, status, outcome);
+    this.accessLog(status, outcome, error);
+  }
+
+  /** Choice `index` finished: count it as a finished engine request (vLLM counters). Units: tokens. */
+  choiceFinished(
+    index: number,
+    engineReason: 'stop' | 'length',
+    reported: RequestOutcome,
+    generated: number,
+    cached: number,
+  ): void {
+    this.reasons[index] = reported;
+    this.completionTokens += generated;
+    this.cachedTokens = Math.max(this.cachedTokens, cached);
+    this.sinks.metrics.countEngineRequest(engineReason, this.facts.promptTokens, generated);
+  }
+
+  /** Count every choice that did not finish as an aborted engine request. */
+  countAborted(): void {
+    for (let i = 0; i < this.trackers.length; i++) {
+      if (this.reasons[i] === null)
+        this.sinks.metrics.countEngineRequest(
+          'abort' satisfies VllmFinishedReason,
+          this.facts.promptTokens,
+          this.trackers[i]!.tokensSeen,
+        );
+    }
+  }
+
+  /** Whether `level` is logged for this request (lines are built only then). */
+  logs(level: 'debug' | 'info' | 'warn'): boolean {
+    return levelEnabled(this.facts.request.log, level);
+  }
+
+  /** Tokens the choices that did not finish (aborted, stalled, failed) had received: they count in the access log. */
+  private unfinishedTokens(): number {
+    let sum = 0;
+    for (let i = 0; i < this.trackers.length; i++) if (this.reasons[i] === null) sum += this.trackers[i]!.tokensSeen;
+    return sum;
+  }
+
+  private accessLog(status: number, outcome: RequestOutcome, error?: string): void {
+    // The line is built only for a level that is logged (the default `info` logs it; `--log-level warn` only failures).
+    if (!this.logs(error !== undefined ? 'warn' : 'info')) return;
+    const f = this.facts;
+    const line = {
+      requestId: f.requestId,
+      endpoint: f.endpoint,
+      worker: f.worker,
+      rank: f.n === 1 ? (this.engineIndexes[0] ?? null) : this.engineIndexes,
+      status,
+      promptTokens: f.promptTokens,
+      completionTokens: this.completionTokens + this.unfinishedTokens(),
+      cachedTokens: this.cachedTokens,
+      ttftMs: roundMs(this.trackers[0]?.ttftMs ?? null),
+      durationMs: roundMs(this.sinks.now() - f.startedAt),
+      finishReason: f.n === 1 ? outcome : this.reasons.map((r) => r ?? outcome),
+      ...(f.n > 1 ? { n: f.n } : {}),
+      ...(f.stream ? { stream: true } : {}),
+      ...(error !== undefined ? { error } : {}),
+    };
+    if (error !== undefined) f.request.log.warn(line, 'request failed');
+    else f.request.log.info(line, 'request finished');
+  }
+}
+
+/** The client went away: its unfinished choices count as aborts, the request as 499 `cancelled`; the socket closes. */
+export function endDisconnected(record: RequestRecord, reply: FastifyReply): FastifyReply {
+  record.countAborted();
+  record.count(499, 'cancelled');
+  if (!reply.sent) reply.hijack();
+  if (!reply.raw.destroyed) reply.raw.destroy();
+  return reply;
+}
+
+/**
+ * A client that kept its stream's buffer full past the stall timeout (sse.ts): ABORT its engine requests, count them
+ * as aborts and the request as 499 `cancelled`, close the connection.
+ */
+export function endStalled(
+  record: RequestRecord,
+  reply: FastifyReply,
+  streams: readonly BackendStream[],
+  err: ClientStalledError,
+): FastifyReply {
+  for (const s of streams) s.cancel();
+  record.countAborted();
+  record.count(499, 'cancelled');
+  record.facts.request.log.info(
+    { requestId: record.facts.requestId, stalledMs: err.stalledMs, bufferedBytes: err.bufferedBytes },
+    'client stopped reading; engine request aborted and connection closed',
+  );
+  if (!reply.raw.destroyed) reply.raw.destroy();
+  return reply;
+}
