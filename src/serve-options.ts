@@ -759,15 +759,10 @@ export function serveArgsOf(opts: object, skip: ReadonlySet<string> = new Set())
     if (value === undefined) continue;
     const format = o.field.codec.format;
     if (format === undefined) throw new Error(`option --${o.name} cannot be written back as a flag`);
+    // `--name=value`: a value that starts with '-' is never taken for a flag; a list repeats the flag.
     if (o.type === 'boolean') {
       if (value === true) out.push(`--${o.name}`);
-    } else if (o.spaceSeparated === true) {
-      out.push(`--${o.name}`, ...format(value));
-    } else if (o.multiple === true) {
-      for (const v of format(value)) out.push(`--${o.name}`, v);
-    } else {
-      out.push(`--${o.name}`, ...format(value));
-    }
+    } else for (const v of format(value)) out.push(`--${o.name}=${v}`);
   }
   const branches = new Set<string>();
   for (const o of SERVE_OPTIONS)

@@ -26,12 +26,13 @@
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
-import { mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
+import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
 import type { JsonObject } from './model-files.js';
-import type { NormalForm, TokenByteBound } from './token-bytes.js';
+import { TOKEN_BYTES_MODULE_URL, type NormalForm, type TokenByteBound } from './token-bytes.js';
 
 /** Bumped whenever the file layout or what it holds changes. */
 const FORMAT = 1;
@@ -60,6 +61,8 @@ export interface CachedTokenizerParts {
   vocab: string[];
   /** `bpe_ranks`' keys (JSON pairs of the merged strings) in rank order: key i has rank i. */
   rankKeys: string[];
+  /** The model's `unk_token_id` as the library set it (looked up before the added tokens joined), or null. */
+  unkTokenId: number | null;
 }
 
 /** The BPE model fields the library's constructor builds (`@huggingface/tokenizers` 0.2.0, dist BPE class). */
@@ -69,7 +72,7 @@ interface BpeModelInternals {
   bpe_ranks: Map<string, number>;
   merges: unknown;
   unk_token?: string;
-  unk_token_id?: number;
+  unk_token_id?: number | null;
 }
 
 /** The default cache directory, `<runtime dir>/tokenizers`. */
@@ -77,9 +80,25 @@ export function defaultTokenizerCacheDir(): string {
   return join(gatewayRuntimeDir(), 'tokenizers');
 }
 
-/** The cache key of a tokenizer.json: sha256 (hex) over the format, the library version and its bytes. */
+/**
+ * What besides tokenizer.json decides an entry's content: the format, the library version, and the source of this
+ * module and of ./token-bytes.ts (whose byte bound is cached), so a change to either code never reads an old entry.
+ */
+const CODE_KEY = ((): string => {
+  const hash = createHash('sha256').update(`${FORMAT}\0${LIBRARY}\0`);
+  for (const url of [import.meta.url, TOKEN_BYTES_MODULE_URL]) {
+    try {
+      hash.update(readFileSync(fileURLToPath(url)));
+    } catch {
+      hash.update(url);
+    }
+  }
+  return hash.digest('hex');
+})();
+
+/** The cache key of a tokenizer.json: sha256 (hex) over `CODE_KEY` and its bytes. */
 export function tokenizerCacheKey(tokenizerJsonBytes: Uint8Array): string {
-  return createHash('sha256').update(`${FORMAT}\0${LIBRARY}\0`).update(tokenizerJsonBytes).digest('hex');
+  return createHash('sha256').update(CODE_KEY).update(tokenizerJsonBytes).digest('hex');
 }
 
 const modelOf = (inner: object): BpeModelInternals => (inner as { model: BpeModelInternals }).model;
@@ -101,7 +120,7 @@ export function cacheableParts(
   const vocab: string[] = [];
   for (let id = 0; id < model.vocab.length; id++) {
     const token = model.vocab[id];
-    if (typeof token !== 'string' || token.includes('\0')) return null;
+    if (typeof token !== 'string' || !storable(token)) return null;
     vocab.push(token);
   }
   const rebuilt = buildTokensToIds(vocab);
@@ -109,10 +128,23 @@ export function cacheableParts(
   for (const [token, id] of model.tokens_to_ids) if (rebuilt.get(token) !== id) return null;
   const rankKeys: string[] = [];
   for (const [key, rank] of model.bpe_ranks) {
-    if (rank !== rankKeys.length || key.includes('\0')) return null;
+    if (rank !== rankKeys.length || !storable(key)) return null;
     rankKeys.push(key);
   }
-  return { stub: { ...tokenizerJson, model: { ...spec, vocab: {}, merges: [] } }, bound, vocab, rankKeys };
+  const unk = model.unk_token_id;
+  if (unk !== undefined && unk !== null && !Number.isSafeInteger(unk)) return null;
+  return {
+    stub: { ...tokenizerJson, model: { ...spec, vocab: {}, merges: [] } },
+    bound,
+    vocab,
+    rankKeys,
+    unkTokenId: unk ?? null,
+  };
+}
+
+/** A string the file keeps as it is: no NUL (the separator) and no lone surrogate (UTF-8 would turn it into U+FFFD). */
+function storable(s: string): boolean {
+  return !s.includes('\0') && !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s);
 }
 
 function buildTokensToIds(vocab: readonly string[]): Map<string, number> {
@@ -134,8 +166,7 @@ export function fillBpeModel(inner: object, parts: CachedTokenizerParts): void {
   const keys = parts.rankKeys;
   for (let rank = 0; rank < keys.length; rank++) ranks.set(keys[rank]!, rank);
   model.bpe_ranks = ranks;
-  if (model.unk_token !== undefined && model.unk_token !== null)
-    model.unk_token_id = model.tokens_to_ids.get(model.unk_token);
+  model.unk_token_id = parts.unkTokenId ?? undefined;
   let merges: unknown[] | null = null;
   Object.defineProperty(model, 'merges', {
     configurable: true,
@@ -150,8 +181,36 @@ interface Header {
   key: string;
   vocab: number;
   rankKeys: number;
+  unkTokenId: number | null;
+  /**
+   * sha256 (hex) over the other header fields and the body (everything after the header line), so a truncated or
+   * altered file, a header edited, or counts that split the body elsewhere are refused (`contentHash`).
+   */
+  body: string;
   stub: JsonObject;
   bound: { maxTokenBytes: number | null; forms: NormalForm[]; reason: string | null };
+}
+
+const NORMAL_FORMS: ReadonlySet<string> = new Set(['NFC', 'NFD', 'NFKC', 'NFKD']);
+const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
+const count = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
+
+/** Whether `h` is a header this module wrote (every field of the right type and range). */
+function validHeader(h: unknown, key: string): h is Header {
+  if (!isObject(h) || h.format !== FORMAT || h.key !== key || typeof h.body !== 'string') return false;
+  if (!count(h.vocab) || !count(h.rankKeys) || !(h.unkTokenId === null || count(h.unkTokenId))) return false;
+  if (!isObject(h.stub) || !isObject(h.stub.model) || !Array.isArray(h.stub.added_tokens)) return false;
+  const b = h.bound;
+  if (!isObject(b) || !(b.reason === null || typeof b.reason === 'string')) return false;
+  if (!(b.maxTokenBytes === null || (Number.isSafeInteger(b.maxTokenBytes) && (b.maxTokenBytes as number) > 0)))
+    return false;
+  return Array.isArray(b.forms) && b.forms.every((f) => typeof f === 'string' && NORMAL_FORMS.has(f));
+}
+
+/** The hash a header's `body` field holds: over its content fields (not `body` itself) and the body. */
+function contentHash(h: Omit<Header, 'body'>, body: string): string {
+  const fields = [h.format, h.key, h.vocab, h.rankKeys, h.unkTokenId, h.stub, h.bound];
+  return createHash('sha256').update(JSON.stringify(fields)).update('\n').update(body).digest('hex');
 }
 
 /**
@@ -160,25 +219,31 @@ interface Header {
  */
 export async function readTokenizerCache(dir: string, key: string): Promise<CachedTokenizerParts | null> {
   if (!safeDirectory(dir)) return null;
+  const path = join(dir, key + SUFFIX);
   let text: string;
   try {
-    text = await readFile(join(dir, key + SUFFIX), 'utf8');
+    // A regular file only: a FIFO or device in its place would block or never end.
+    if (!(await lstat(path)).isFile()) return null;
+    text = await readFile(path, 'utf8');
   } catch {
     return null;
   }
   try {
     const nl = text.indexOf('\n');
     if (nl < 0) return null;
-    const h = JSON.parse(text.slice(0, nl)) as Header;
-    if (h.format !== FORMAT || h.key !== key || typeof h.stub !== 'object' || h.stub === null) return null;
-    const items = text.slice(nl + 1).split('\0');
-    if (!Number.isSafeInteger(h.vocab) || items.length !== h.vocab + h.rankKeys) return null;
+    const h: unknown = JSON.parse(text.slice(0, nl));
+    if (!validHeader(h, key)) return null;
+    const body = text.slice(nl + 1);
+    if (contentHash(h, body) !== h.body) return null;
+    const items = body.split('\0');
+    if (items.length !== h.vocab + h.rankKeys || h.vocab === 0) return null;
     const { maxTokenBytes, forms, reason } = h.bound;
     return {
       stub: h.stub,
       bound: { maxTokenBytes: maxTokenBytes ?? Infinity, forms, reason },
       vocab: items.slice(0, h.vocab),
       rankKeys: items.slice(h.vocab),
+      unkTokenId: h.unkTokenId,
     };
   } catch {
     return null;
@@ -194,17 +259,19 @@ export async function writeTokenizerCache(dir: string, key: string, parts: Cache
   const tmp = join(dir, `.${key}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
   try {
     await mkdir(dir, { recursive: true, mode: 0o700 });
-    if (!safeDirectory(dir) || !safeDirectory(dirname(dir))) return false;
+    if (!safeDirectory(dir)) return false;
     const { maxTokenBytes, forms, reason } = parts.bound;
-    const header: Header = {
+    const body = parts.vocab.join('\0') + (parts.rankKeys.length > 0 ? '\0' + parts.rankKeys.join('\0') : '');
+    const fields: Omit<Header, 'body'> = {
       format: FORMAT,
       key,
       vocab: parts.vocab.length,
       rankKeys: parts.rankKeys.length,
+      unkTokenId: parts.unkTokenId,
       stub: parts.stub,
       bound: { maxTokenBytes: Number.isFinite(maxTokenBytes) ? maxTokenBytes : null, forms, reason },
     };
-    const body = parts.vocab.join('\0') + (parts.rankKeys.length > 0 ? '\0' + parts.rankKeys.join('\0') : '');
+    const header: Header = { ...fields, body: contentHash(fields, body) };
     await writeFile(tmp, JSON.stringify(header) + '\n' + body, { mode: 0o600 });
     await rename(tmp, join(dir, key + SUFFIX));
   } catch {
@@ -215,9 +282,23 @@ export async function writeTokenizerCache(dir: string, key: string, parts: Cache
   return true;
 }
 
-/** Removes the least recently written cache files beyond `MAX_CACHE_FILES`, never `keep` (the one just written). */
+/** A temporary file older than this (ms) was left by a writer that died before its rename. */
+const STALE_TMP_MS = 10 * 60_000;
+
+/**
+ * Removes the least recently written cache files beyond `MAX_CACHE_FILES`, never `keep` (the one just written), and
+ * temporary files writers that died left behind.
+ */
 async function pruneCache(dir: string, keep: string): Promise<void> {
-  const names = (await readdir(dir)).filter((n) => n.endsWith(SUFFIX) && n !== keep);
+  const all = await readdir(dir);
+  for (const n of all.filter((f) => f.startsWith('.') && f.endsWith('.tmp'))) {
+    const t = await stat(join(dir, n)).then(
+      (st) => st.mtimeMs,
+      () => Date.now(),
+    );
+    if (Date.now() - t > STALE_TMP_MS) await rm(join(dir, n), { force: true });
+  }
+  const names = all.filter((n) => n.endsWith(SUFFIX) && n !== keep);
   if (names.length < MAX_CACHE_FILES) return;
   const dated = await Promise.all(
     names.map(async (n) => ({

@@ -21,6 +21,9 @@
  */
 import type { JsonObject } from './model-files.js';
 
+/** This module's URL: the tokenizer load cache keys its entries on this module's source (./load-cache.ts). */
+export const TOKEN_BYTES_MODULE_URL = import.meta.url;
+
 /** A Unicode normal form the bound applies before measuring. */
 export type NormalForm = 'NFC' | 'NFD' | 'NFKC' | 'NFKD';
 

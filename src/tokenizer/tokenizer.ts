@@ -203,8 +203,7 @@ export class GatewayTokenizer {
     const tokenizerBytes = await readRequiredBytes(root, 'tokenizer.json');
     const cacheDir = opts.cacheDir === undefined ? defaultTokenizerCacheDir() : opts.cacheDir;
     const cacheKey = cacheDir === null ? null : tokenizerCacheKey(tokenizerBytes);
-    const cached = cacheDir === null || cacheKey === null ? null : await readTokenizerCache(cacheDir, cacheKey);
-    const tokenizerJson = cached?.stub ?? parseRequiredJson(tokenizerPath, tokenizerBytes);
+    let cached = cacheKey === null || cacheDir === null ? null : await readTokenizerCache(cacheDir, cacheKey);
     const tokenizerConfig = await readRequiredJson(root, 'tokenizer_config.json');
     const modelConfig = await readOptionalJson(root, 'config.json', warn);
     const generationConfig = await readOptionalJson(root, 'generation_config.json', warn);
@@ -215,17 +214,31 @@ export class GatewayTokenizer {
         ? await readOptionalJson(root, 'chat_template.json', warn)
         : null;
 
-    let inner: HfTokenizer;
-    try {
-      inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
-    } catch (error) {
-      throw new TokenizerLoadError(
-        `tokenizer in ${root} could not be built: ${(error as Error).message}`,
-        tokenizerPath,
-        { cause: error },
-      );
+    let inner: HfTokenizer | null = null;
+    let tokenizerJson: JsonObject | null = null;
+    if (cached !== null) {
+      // An entry that passed its checks but that the library still refuses is ignored, as a corrupt one is.
+      try {
+        inner = new HfTokenizerClass(cached.stub, tokenizerConfig);
+        fillBpeModel(inner, cached);
+        tokenizerJson = cached.stub;
+      } catch {
+        cached = null;
+        inner = null;
+      }
     }
-    if (cached !== null) fillBpeModel(inner, cached);
+    if (inner === null || tokenizerJson === null) {
+      tokenizerJson = parseRequiredJson(tokenizerPath, tokenizerBytes);
+      try {
+        inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
+      } catch (error) {
+        throw new TokenizerLoadError(
+          `tokenizer in ${root} could not be built: ${(error as Error).message}`,
+          tokenizerPath,
+          { cause: error },
+        );
+      }
+    }
     const bound = cached?.bound ?? analyzeTokenByteBound(tokenizerJson);
     if (cached === null && cacheDir !== null && cacheKey !== null) {
       const parts = cacheableParts(inner, tokenizerJson, bound);

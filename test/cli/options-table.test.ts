@@ -144,6 +144,9 @@ test('the harness inverse gives back every option the table maps, and refuses wh
   const again = parseServeArgs(serveArgsOf(rest), { env: {} });
   assert.deepEqual(again, opts);
   assert.deepEqual(parseServeArgs(serveArgsOf({ modelId: 'm' }), { env: {} })?.modelId, 'm');
+  // Values that start with '-' come back too (written as --name=value).
+  const dashed = { modelId: '-m', host: '-1', edge: { apiKeys: ['-k', '--k2'] } };
+  assert.deepEqual(parseServeArgs(serveArgsOf(dashed), { env: {} }), dashed);
   assert.throws(() => serveArgsOf({ noSuchOption: 1 }), /'noSuchOption' has no serve flag/);
   assert.throws(() => serveArgsOf({ edge: { noSuchEdge: 1 } }), /'edge.noSuchEdge' has no serve flag/);
 });

@@ -5,7 +5,8 @@
  * what cannot be rebuilt exactly is not cached; the directory keeps at most MAX_CACHE_FILES entries.
  */
 import assert from 'node:assert/strict';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, writeFile } from 'node:fs/promises';
+import { execFileSync } from 'node:child_process';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
@@ -161,10 +162,11 @@ describe('tokenizer load cache', { timeout: 120_000 }, () => {
   test(`the directory keeps at most ${MAX_CACHE_FILES} entries, the one just written among them`, async () => {
     const dir = await cacheDir();
     const parts = {
-      stub: { model: { type: 'BPE' } },
+      stub: { model: { type: 'BPE' }, added_tokens: [] },
       bound: { maxTokenBytes: Infinity, forms: [], reason: 'x' },
       vocab: ['a'],
       rankKeys: [],
+      unkTokenId: null,
     };
     const keys = Array.from({ length: MAX_CACHE_FILES + 3 }, (_, i) => `k${String(i).padStart(2, '0')}`);
     for (const k of keys) {
@@ -175,5 +177,113 @@ describe('tokenizer load cache', { timeout: 120_000 }, () => {
     assert.equal(left.length, MAX_CACHE_FILES);
     assert.ok(left.includes(`${keys.at(-1)}.tokenizer-cache`));
     assert.deepEqual(await readTokenizerCache(dir, keys.at(-1)!), parts);
+  });
+
+  test('a truncated, extended or altered entry, or a FIFO in its place, is refused; so is a header that lies', async () => {
+    const dir = await cacheDir();
+    await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
+    const key = tokenizerCacheKey(await readFile(join(QWEN3, 'tokenizer.json')));
+    const file = join(dir, `${key}.tokenizer-cache`);
+    const good = await readFile(file, 'utf8');
+    const nl = good.indexOf('\n');
+    const header = JSON.parse(good.slice(0, nl)) as Record<string, unknown> & { bound: Record<string, unknown> };
+    const body = good.slice(nl + 1);
+    const withHeader = (h: object, b = body) => `${JSON.stringify(h)}\n${b}`;
+    const bad: Array<[string, string]> = [
+      ['cut by 1 character', good.slice(0, -1)],
+      ['cut by 5 characters', good.slice(0, -5)],
+      ['one character appended', `${good}x`],
+      ['the last merge key altered', good.slice(0, -2) + (good.at(-2) === 'a' ? 'b' : 'a') + good.at(-1)],
+      ['vocab entry 1 altered', withHeader(header, body.replace('"', '#'))],
+      ['forms not a list', withHeader({ ...header, bound: { ...header.bound, forms: null } })],
+      ['an unknown normal form', withHeader({ ...header, bound: { ...header.bound, forms: ['NFX'] } })],
+      ['maxTokenBytes 0', withHeader({ ...header, bound: { ...header.bound, maxTokenBytes: 0 } })],
+      ['maxTokenBytes a string', withHeader({ ...header, bound: { ...header.bound, maxTokenBytes: 'abc' } })],
+      ['stub a list', withHeader({ ...header, stub: [] })],
+      ['stub without a model', withHeader({ ...header, stub: { added_tokens: [] } })],
+      ['added tokens null', withHeader({ ...header, stub: { ...(header.stub as object), added_tokens: null } })],
+      [
+        'counts shifted',
+        withHeader({ ...header, vocab: (header.vocab as number) + 5, rankKeys: (header.rankKeys as number) - 5 }),
+      ],
+      ['a negative count', withHeader({ ...header, rankKeys: -1 })],
+      ['an unknown-token id that is not an id', withHeader({ ...header, unkTokenId: 'x' })],
+    ];
+    for (const [what, text] of bad) {
+      await writeFile(file, text);
+      assert.equal(await readTokenizerCache(dir, key), null, what);
+      assertSameTokenizer(await GatewayTokenizer.load(QWEN3, { cacheDir: dir }), fresh);
+      assert.equal(await readFile(file, 'utf8'), good, `${what}: rewritten by the load`);
+    }
+    await rm(file);
+    execFileSync('mkfifo', [file]);
+    assert.equal(await readTokenizerCache(dir, key), null, 'a FIFO is not read (it would block)');
+    await rm(file);
+  });
+
+  test('the unknown token keeps the id the library gave it, also when it is an added token', async () => {
+    // fuse_unk: a run of unknown characters is one <unk>; which id it has decides the encoding.
+    for (const [what, vocab, added] of [
+      ['added only', { a: 0, b: 1, ab: 2 }, [{ id: 3, content: '<unk>', special: true }]],
+      ['in the vocabulary and added', { '<unk>': 0, a: 1, b: 2, ab: 3 }, [{ id: 4, content: '<unk>', special: true }]],
+    ] as const) {
+      const dir = await cacheDir();
+      const model = join(root, `unk-${dirs}`);
+      await mkdir(model);
+      const json = {
+        version: '1.0',
+        truncation: null,
+        padding: null,
+        added_tokens: added.map((t) => ({ ...t, single_word: false, lstrip: false, rstrip: false, normalized: false })),
+        normalizer: null,
+        pre_tokenizer: null,
+        post_processor: null,
+        decoder: null,
+        model: { type: 'BPE', vocab, merges: ['a b'], unk_token: '<unk>', fuse_unk: true, byte_fallback: false },
+      };
+      await writeFile(join(model, 'tokenizer.json'), JSON.stringify(json));
+      await writeFile(join(model, 'tokenizer_config.json'), JSON.stringify({ unk_token: '<unk>' }));
+      const want = await GatewayTokenizer.load(model, { cacheDir: null });
+      await GatewayTokenizer.load(model, { cacheDir: dir });
+      const got = await GatewayTokenizer.load(model, { cacheDir: dir });
+      assert.equal((await readdir(dir)).length, 1, `${what}: cached`);
+      for (const text of ['zzz', 'xyab', 'abzab'])
+        assert.deepEqual(got.encode(text), want.encode(text), `${what}: ${text}`);
+    }
+  });
+
+  test('a token with a lone surrogate is not cached (the file could not keep it)', () => {
+    const bound = { maxTokenBytes: 2, forms: [], reason: null };
+    const json = {
+      model: { type: 'BPE', vocab: { a: 0, '\ud800': 1, b: 2 }, merges: [], unk_token: null },
+      decoder: null,
+      normalizer: null,
+      pre_tokenizer: null,
+      post_processor: null,
+      added_tokens: [],
+    };
+    const built = new (Tokenizer as unknown as new (j: object, c: object) => object)(json, {});
+    assert.equal(cacheableParts(built, json, bound), null);
+  });
+
+  test('temporary files of writers that died are removed once stale; fresh ones stay', async () => {
+    const dir = await cacheDir();
+    const stale = join(dir, '.deadbeef.123.abcd.tmp');
+    const live = join(dir, '.deadbeef.456.abcd.tmp');
+    await writeFile(stale, 'x');
+    await writeFile(live, 'x');
+    const old = new Date(Date.now() - 3_600_000);
+    await utimes(stale, old, old);
+    const parts = {
+      stub: { model: { type: 'BPE' }, added_tokens: [] },
+      bound: { maxTokenBytes: 1, forms: [], reason: null },
+      vocab: ['a'],
+      rankKeys: [],
+      unkTokenId: null,
+    };
+    for (let i = 0; i < MAX_CACHE_FILES; i++) assert.equal(await writeTokenizerCache(dir, `k${i}`, parts), true);
+    const left = await readdir(dir);
+    assert.ok(!left.includes('.deadbeef.123.abcd.tmp'), 'the stale one is gone');
+    assert.ok(left.includes('.deadbeef.456.abcd.tmp'), 'a writer may still be writing the fresh one');
   });
 });
