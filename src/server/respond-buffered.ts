@@ -13,12 +13,8 @@ import { REQUEST_ID_HEADER } from './request-id.js';
 import { endDisconnected, type RequestRecord } from './request-record.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
 
-/**
- * Run `choices` and resolve with the response body (the reply itself when the client left).
- * @throws ApiError for a generation that failed (counted with its status), or 500 when a choice ended without an
- *   outcome; a 502 when a logprob candidate the tokenizer refuses came from the engine.
- */
-export async function respondBuffered(a: {
+/** What both responses (buffered here, streamed in respond-streamed.ts) answer from. */
+export interface RespondParts {
   choices: readonly RunChoice[];
   outputs: ChoiceOutputs;
   record: RequestRecord;
@@ -26,8 +22,16 @@ export async function respondBuffered(a: {
   base: ResponseBase;
   disconnect: DisconnectWatch;
   reply: FastifyReply;
+  /** The request id the response header echoes (the client's X-Request-Id, else the gateway's). */
   echoId: string;
-}): Promise<unknown> {
+}
+
+/**
+ * Run `choices` and resolve with the response body (the reply itself when the client left).
+ * @throws ApiError for a generation that failed (counted with its status), or 500 when a choice ended without an
+ *   outcome; a 502 when a logprob candidate the tokenizer refuses came from the engine.
+ */
+export async function respondBuffered(a: RespondParts): Promise<unknown> {
   const { outputs, record, disconnect, reply } = a;
   const run = new GenerationRun(a.choices, (index, ev) => {
     if (ev.type !== 'delta' || ev.logprobs.length > 0 || !outputs.outputs[index]!.appendContent(ev.text))

@@ -7,30 +7,23 @@
 import type { FastifyReply } from 'fastify';
 import type { BackendStream } from './backend.js';
 import { isEmptyDelta } from './choice-output.js';
-import type { ChoiceOutputs } from './choice-outputs.js';
-import type { DisconnectWatch } from './disconnect.js';
 import { toApiError } from './errors.js';
 import { ClientDisconnectedError } from './generation.js';
-import { GenerationRun, type RunChoice } from './generation-run.js';
+import { GenerationRun } from './generation-run.js';
+import type { RespondParts } from './respond-buffered.js';
 import { REQUEST_ID_HEADER } from './request-id.js';
-import { endDisconnected, endStalled, type RequestRecord } from './request-record.js';
-import type { ResponseBase, ResponseShape, SseEvent } from './response-shape.js';
+import { endDisconnected, endStalled } from './request-record.js';
+import type { SseEvent } from './response-shape.js';
 import { ClientStalledError, OPENING_HOLD_MS, SseWriter, type StreamBackpressure } from './sse.js';
 
 /** Stream `choices` to the client; resolves with the (hijacked) reply once the response ended. Never rejects. */
-export async function respondStreamed(a: {
-  choices: readonly RunChoice[];
-  streams: readonly BackendStream[];
-  outputs: ChoiceOutputs;
-  record: RequestRecord;
-  shape: ResponseShape;
-  base: ResponseBase;
-  disconnect: DisconnectWatch;
-  reply: FastifyReply;
-  echoId: string;
-  includeUsage: boolean;
-  backpressure: StreamBackpressure;
-}): Promise<FastifyReply> {
+export async function respondStreamed(
+  a: RespondParts & {
+    streams: readonly BackendStream[];
+    includeUsage: boolean;
+    backpressure: StreamBackpressure;
+  },
+): Promise<FastifyReply> {
   const { outputs, record, disconnect, reply } = a;
   const requestId = record.facts.requestId;
   reply.hijack();
