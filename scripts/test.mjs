@@ -64,7 +64,9 @@ const nodeTest = (n) => [
   '--enable-source-maps',
   '--test',
   `--test-concurrency=${n}`,
-  '--test-timeout=240000',
+  // Per file and per test without its own: a hang detector, generous because a loaded 2-core machine runs the
+  // heaviest files (slow-readers moves ~0.9 GB of SSE) several times slower than an idle one.
+  '--test-timeout=480000',
   '--test-reporter=./test/reporters/files.mjs',
   '--test-reporter-destination=stdout',
 ];

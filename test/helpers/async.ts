@@ -24,6 +24,26 @@ export function hangGuard<T>(promise: Promise<T>, ms: number, what: string | (()
 }
 
 /**
+ * Poll the count `read()` every 100 ms until it reaches `target`; fails only when it has not moved for `idleMs` (with
+ * `what` and the count then). A guard against a hang, not a deadline: on a loaded machine the count grows more slowly
+ * but still grows, so the wait takes longer instead of failing.
+ */
+export async function progressGuard(read: () => number, target: number, idleMs: number, what: string): Promise<void> {
+  let last = read();
+  let movedAt = performance.now();
+  while (last < target) {
+    await new Promise((r) => setTimeout(r, 100));
+    const now = read();
+    if (now !== last) {
+      last = now;
+      movedAt = performance.now();
+    } else if (performance.now() - movedAt > idleMs) {
+      assert.fail(`progress guard: ${what} stopped at ${now} of ${target} for ${idleMs} ms`);
+    }
+  }
+}
+
+/**
  * Poll `cond` every 50 ms until it holds (a rejection counts as not yet); fails after `ms` with `what` and, when
  * given, what `describe()` says then. A hang guard only, never a timing assertion.
  */
