@@ -28,6 +28,16 @@ import { buildTestTree } from './test-build.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
 const args = process.argv.slice(2);
+const USAGE = `node scripts/test.mjs [options] [file or folder ...]   (npm test: no arguments)
+  --only static,tests,workers   run only these phases
+  --concurrency N               test files at once in the tests phase (3)
+  --workers-concurrency N       test files at once in the --workers 2 phase (1)
+  FILE|FOLDER                   run these test files (or every *.test.ts under a folder) in the tests phase alone
+`;
+if (args.includes('--help') || args.includes('-h')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
 const opt = (name) => {
   const at = args.indexOf(name);
   if (at < 0) return undefined;
@@ -50,6 +60,11 @@ function testFiles(dir) {
   return out.sort();
 }
 
+const missing = args.filter((a) => a.startsWith('-') || !existsSync(join(root, a)));
+if (missing.length > 0) {
+  process.stderr.write(`scripts/test.mjs: no such option, file or folder: ${missing.join(', ')}\n${USAGE}`);
+  process.exit(2);
+}
 const targets =
   args.length > 0
     ? args.flatMap((a) => (statSync(join(root, a)).isDirectory() ? testFiles(join(root, a)) : [a]))
@@ -112,7 +127,7 @@ function childCpu() {
 }
 const secs = () => ((performance.now() - started) / 1000).toFixed(0);
 process.stderr.write(
-  `npm test: ${phases.map((p) => p.title ?? p.name).join(', ')} (${targets.length} test files; ${workerFiles.length} again with --workers 2)\n`,
+  `npm test: ${phases.map((p) => p.title ?? p.name).join(', ')} (${targets.length} test files${phases.some((p) => p.name === 'workers') ? `; ${workerFiles.length} again with --workers 2` : ''})\n`,
 );
 
 const buildDir = phases.some((p) => p.transpiled) ? await buildTestTree(root) : root;
