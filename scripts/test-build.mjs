@@ -13,7 +13,7 @@
  * The folder is rebuilt from scratch on every call (about a second), so nothing stale is ever run.
  */
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { build } from 'esbuild';
 
@@ -51,7 +51,10 @@ export async function buildTestTree(root) {
     }
   }
   symlinkSync(join(root, 'node_modules'), join(out, 'node_modules'), 'dir');
-  const sources = files.filter((f) => /^(src|test|bench)\/.*\.ts$/.test(f) && !f.endsWith('.d.ts'));
+  // Deleted in the working tree but still in the index: nothing to transpile either.
+  const sources = files.filter(
+    (f) => /^(src|test|bench)\/.*\.ts$/.test(f) && !f.endsWith('.d.ts') && existsSync(join(root, f)),
+  );
   await build({
     entryPoints: sources.map((f) => join(root, f)),
     outdir: out,

@@ -30,9 +30,9 @@ import {
   type RunningGateway,
 } from './gateway.js';
 import { ConfigSourceError, layerServeArgs } from './cli-config.js';
-import { FrontStartError, autoWorkers, startClusterGateway } from './fronts/cluster.js';
-import { isFrontProcess } from './fronts/control.js';
-import { runFront } from './fronts/front-process.js';
+import { FrontStartError, autoWorkers, startClusterGateway } from './fronts/router/cluster.js';
+import { isFrontProcess } from './fronts/channel/control.js';
+import { runFront } from './fronts/front/front-process.js';
 import { packageVersion } from './server/app.js';
 import { ignoreStdioErrors } from './log-sink.js';
 import {

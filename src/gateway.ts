@@ -173,18 +173,18 @@ export interface GatewayOptions extends GroupOptions {
   waitForRanks?: boolean;
   /**
    * Serve HTTP in this process (default true). False: the engine groups only (links, clients, simulated ranks,
-   * metrics), for the router process of `--workers N` whose HTTP fronts are other processes (src/fronts/cluster.ts);
+   * metrics), for the router process of `--workers N` whose HTTP fronts are other processes (src/fronts/router/cluster.ts);
    * `url` is then empty and `port`/`host`/`edge` are the fronts' business.
    */
   serveHttp?: boolean;
   /**
-   * HTTP front processes (`--workers N`, default 1; src/fronts/cluster.ts `startClusterGateway` runs N ≥ 2).
+   * HTTP front processes (`--workers N`, default 1; src/fronts/router/cluster.ts `startClusterGateway` runs N ≥ 2).
    * `startGateway` is one process and refuses more than 1 (RangeError).
    */
   workers?: number;
   /**
    * Every group's link waits on it before each output receive (src/transport/output-gate.ts): the router of
-   * `--workers N` pauses it while a front is far behind (src/fronts/cluster.ts). Default: none.
+   * `--workers N` pauses it while a front is far behind (src/fronts/router/cluster.ts). Default: none.
    */
   outputGate?: OutputGate;
   /**
@@ -515,7 +515,7 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const specs = resolveGroups(opts);
   if (opts.workers !== undefined && opts.workers !== 1) {
     throw new RangeError(
-      `startGateway runs one process; ${opts.workers} workers need startClusterGateway (src/fronts/cluster.ts)`,
+      `startGateway runs one process; ${opts.workers} workers need startClusterGateway (src/fronts/router/cluster.ts)`,
     );
   }
   const dpPolicyName = opts.dpPolicy ?? 'load';

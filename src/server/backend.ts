@@ -64,7 +64,7 @@ export interface GenerationBackend {
   /**
    * Optional: bring the sync reads (`rankStates()`, `status()`, …) up to date. Absent for the engine client (its
    * reads are live); a front of `--workers N` answers from the router's last snapshot and fetches a fresh one here
-   * (src/fronts/remote-backend.ts). Never rejects.
+   * (src/fronts/front/remote-backend.ts). Never rejects.
    */
   refresh?(): Promise<void>;
 }

@@ -8,7 +8,7 @@
  * does: libzmq stops reading the ipc pipe once the PULL's receive high-water mark is reached, the engine's PUSH
  * fills to its send high-water mark, and its next send blocks (dp-routing.md section 1: back-pressure on the output
  * socket reaches the engine; engine-wire.md 1.8). Who pauses and resumes it is the caller's business
- * (fronts/outbox.ts `FrontOutboxes` with the router's front lanes).
+ * (fronts/channel/outbox.ts `FrontOutboxes` with the router's front lanes).
  */
 
 /** Open or paused; `wait()` resolves when open. Synchronous state changes; never throws. */

@@ -4,7 +4,7 @@
  * starting gateway is about to bind. What stayed forever:
  * - the simulated groups' sockets `<runtime dir>/sim-<pid>[-<n>]-{in,out}.sock`: each gateway picks a new path from its
  *   own pid (gateway.ts `simWorkerUrl`), so no later gateway ever binds the dead one's;
- * - the `--workers N` router's channel socket `<runtime dir>/fronts-<pid>.sock` (fronts/cluster.ts), likewise;
+ * - the `--workers N` router's channel socket `<runtime dir>/fronts-<pid>.sock` (fronts/router/cluster.ts), likewise;
  * - the sockets of other engine groups a dead gateway served beside the ones the next gateway is configured with.
  *
  * The runtime dir is `<os.tmpdir()>/model-gateway-<uid>` (mode 0700). A file is removed only when all of these hold:

@@ -129,7 +129,7 @@ export interface ZmqLinkOptions {
   logger?: MinimalLogger;
   /**
    * While paused, the output receive loop takes no next message from the PULL (output-gate.ts; the router's flow
-   * control toward slow fronts, fronts/outbox.ts). Default: none (always receive).
+   * control toward slow fronts, fronts/channel/outbox.ts). Default: none (always receive).
    */
   outputGate?: OutputGate;
   /**

@@ -1,5 +1,5 @@
 /**
- * End to end, a front of `model-gateway serve --workers 2` SIGKILLed mid-stream (issue 9 part 2; src/fronts/cluster.ts):
+ * End to end, a front of `model-gateway serve --workers 2` SIGKILLed mid-stream (issue 9 part 2; src/fronts/router/cluster.ts):
  * its engine requests are aborted by the router, the other front serves on, a new front is forked and counted. One
  * gateway for the file (one simulated rank: a front restart loads a whole process, keep the rest small); the API
  * behaviour and the drain are in workers.test.ts. Nothing asserts a duration.

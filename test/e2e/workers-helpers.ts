@@ -8,6 +8,8 @@ import { once } from 'node:events';
 import { readFileSync, readdirSync, readlinkSync, rmSync } from 'node:fs';
 import { request as httpRequest, type IncomingMessage } from 'node:http';
 import { createInterface } from 'node:readline';
+import { join } from 'node:path';
+import { gatewayRuntimeDir } from '../../src/runtime-dir.js';
 import { freePort } from '../helpers/net.js';
 import { waitFor } from '../helpers/async.js';
 import { alive, simRanksOf } from '../helpers/processes.js';
@@ -180,6 +182,8 @@ export class WorkersGateway {
     if (this.gw.exitCode === null && this.gw.signalCode === null) this.gw.kill('SIGKILL');
     for (const p of [...ranks, ...fronts].filter(alive)) process.kill(p, 'SIGKILL');
     for (const f of this.socketFiles) rmSync(f, { force: true });
+    // The router's channel socket (src/fronts/router/cluster.ts): a router killed with SIGKILL cannot remove it.
+    if (pid !== undefined) rmSync(join(gatewayRuntimeDir(), `fronts-${pid}.sock`), { force: true });
   }
 
   /** The gateway's front processes now. */

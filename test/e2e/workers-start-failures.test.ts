@@ -1,5 +1,5 @@
 /**
- * End to end, `model-gateway serve --workers 2` with a front that cannot start (src/fronts/cluster.ts
+ * End to end, `model-gateway serve --workers 2` with a front that cannot start (src/fronts/router/cluster.ts
  * `MAX_FAILED_STARTS`; src/cli.ts `serve`). The fault is injected by a module preloaded into the gateway and so into
  * its fronts (test/fixtures/front-fault.ts, driven by a file the test writes): a front that crashes at every start is
  * not forked forever (the gateway exits 1 naming it), and a SIGTERM while a front hangs at startup, before or after
@@ -11,7 +11,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { after, before, test } from 'node:test';
-import { MAX_FAILED_STARTS } from '../../src/fronts/cluster.js';
+import { MAX_FAILED_STARTS } from '../../src/fronts/router/cluster.js';
 import { freshDir, hangGuard } from '../helpers/async.js';
 import { alive } from '../helpers/processes.js';
 import { entryPath } from '../helpers/entry.js';

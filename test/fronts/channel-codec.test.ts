@@ -1,5 +1,5 @@
 /**
- * The front ↔ router data plane codec (src/fronts/channel-codec.ts) and the per-tick outbox (src/fronts/outbox.ts):
+ * The front ↔ router data plane codec (src/fronts/channel/channel-codec.ts) and the per-tick outbox (src/fronts/channel/outbox.ts):
  * every record type round-trips, absent optionals stay absent, non-finite logprobs survive, errors keep the kind the
  * HTTP layer maps to a status, and malformed messages are a `ChannelDecodeError` (never a crash or a wrong record).
  */
@@ -22,8 +22,8 @@ import {
   type WireError,
   type DownRecord,
   type UpRecord,
-} from '../../src/fronts/channel-codec.js';
-import { FrontOutboxes, UpOutbox } from '../../src/fronts/outbox.js';
+} from '../../src/fronts/channel/channel-codec.js';
+import { FrontOutboxes, UpOutbox } from '../../src/fronts/channel/outbox.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { ENGINE_ERROR_STATUS, statusForEngineError } from '../../src/server/errors.js';
 

@@ -1,5 +1,5 @@
 /**
- * The fronts' frame stream (src/fronts/frames.ts): frames come out whole and in order however the byte stream is cut
+ * The fronts' frame stream (src/fronts/channel/frames.ts): frames come out whole and in order however the byte stream is cut
  * (several per chunk, one across many chunks, a header cut in two), over a real unix socket too; a frame longer than
  * the limit is refused; the limit can change between frames of one chunk; a stopped reader hands on nothing more.
  */
@@ -9,7 +9,13 @@ import { createServer, connect } from 'node:net';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { FrameReader, MAX_FRAME_BYTES, checkChannelPath, writeFrame, writeFrames } from '../../src/fronts/frames.js';
+import {
+  FrameReader,
+  MAX_FRAME_BYTES,
+  checkChannelPath,
+  writeFrame,
+  writeFrames,
+} from '../../src/fronts/channel/frames.js';
 import { ConfigError } from '../../src/transport/errors.js';
 
 function framed(payloads: Buffer[]): Buffer {

@@ -1,8 +1,8 @@
-/** Buffers carved for channel messages (src/fronts/message-slab.ts, issue 9). */
+/** Buffers carved for channel messages (src/fronts/channel/message-slab.ts, issue 9). */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { DownMessage, Tag, decodeDown } from '../../src/fronts/channel-codec.js';
-import { MessageSlab } from '../../src/fronts/message-slab.js';
+import { DownMessage, Tag, decodeDown } from '../../src/fronts/channel/channel-codec.js';
+import { MessageSlab } from '../../src/fronts/channel/message-slab.js';
 
 /** Whether two views share any byte of the same ArrayBuffer. */
 function overlap(a: Uint8Array, b: Uint8Array): boolean {

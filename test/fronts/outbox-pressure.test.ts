@@ -1,13 +1,13 @@
 /**
- * Flow control of the router's front lanes (src/fronts/outbox.ts `FrontOutboxes`, `onPressure`): a lane over its
+ * Flow control of the router's front lanes (src/fronts/channel/outbox.ts `FrontOutboxes`, `onPressure`): a lane over its
  * high-water mark turns the pressure on; it goes off once every such lane is back to its low-water mark, or dropped
  * (forgotten, stuck, closed) at once; a pressure lasting `maxPressureMs` lets go of its lanes until they drain. With
  * the engine links' gate (src/transport/output-gate.ts) that pauses and resumes the engines' output receive.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Tag } from '../../src/fronts/channel-codec.js';
-import { FrontOutboxes, type FrontOutboxesOptions } from '../../src/fronts/outbox.js';
+import { Tag } from '../../src/fronts/channel/channel-codec.js';
+import { FrontOutboxes, type FrontOutboxesOptions } from '../../src/fronts/channel/outbox.js';
 import { OutputGate } from '../../src/transport/output-gate.js';
 
 const KiB = 1024;

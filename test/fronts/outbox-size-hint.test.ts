@@ -1,7 +1,7 @@
-/** The initial capacity of a lane's next message (src/fronts/outbox.ts `nextSizeHint`, issue 9). */
+/** The initial capacity of a lane's next message (src/fronts/channel/outbox.ts `nextSizeHint`, issue 9). */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { nextSizeHint } from '../../src/fronts/outbox.js';
+import { nextSizeHint } from '../../src/fronts/channel/outbox.js';
 
 test('nextSizeHint: half again the last message, at least 1 KiB, at most the bound', { timeout: 5000 }, () => {
   assert.equal(nextSizeHint(4000, 1024, 1 << 20), 6000);

@@ -1,14 +1,14 @@
 /**
  * With several engine groups, the fronts choose a request's group from the router's SNAPSHOT (src/server/groups.ts
  * `GroupRouter.choose` over `RemoteBackend.rankStates()`), so the router sends every front the new rank states at the
- * end of a turn that placed or finished a request, not only at its periodic tick (src/fronts/router-service.ts). Here
+ * end of a turn that placed or finished a request, not only at its periodic tick (src/fronts/router/router-service.ts). Here
  * the tick is ten minutes: only that push can tell front B about front A's request.
  */
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
-import { type FrontChannel, RemoteBackend } from '../../src/fronts/remote-backend.js';
-import type { GroupSnapshot } from '../../src/fronts/channel-codec.js';
+import { type FrontChannel, RemoteBackend } from '../../src/fronts/front/remote-backend.js';
+import type { GroupSnapshot } from '../../src/fronts/channel/channel-codec.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';

@@ -1,5 +1,5 @@
 /**
- * The router's flow control end to end over a real unix socket (src/fronts/router-service.ts `outputGate`,
+ * The router's flow control end to end over a real unix socket (src/fronts/router/router-service.ts `outputGate`,
  * outbox.ts): a front that stops reading while its streams get rows pauses the engines' output gate once its lane
  * passes the high-water mark, without being reported stuck; reading again resumes it; a front whose socket closes
  * resumes it at once.
@@ -7,8 +7,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { pino } from 'pino';
-import { RemoteBackend } from '../../src/fronts/remote-backend.js';
-import type { RouterServiceOptions } from '../../src/fronts/router-service.js';
+import { RemoteBackend } from '../../src/fronts/front/remote-backend.js';
+import type { RouterServiceOptions } from '../../src/fronts/router/router-service.js';
 import { OutputGate } from '../../src/transport/output-gate.js';
 import { FakeBackend } from '../server/fake-backend.js';
 import { openTwoFronts, streamedRequest, unhurriedOptions, until } from './two-fronts.js';

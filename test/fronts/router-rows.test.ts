@@ -1,5 +1,5 @@
 /**
- * The router service over a real engine client (src/fronts/router-service.ts with src/engine-client/client.ts over
+ * The router service over a real engine client (src/fronts/router/router-service.ts with src/engine-client/client.ts over
  * the fake link, a real ZeroMQ ipc channel to a front): rows go to the front's message in the engine client's batch
  * step (the stream's row mode), not through the client's sliced delivery; counts, terminal rows, a stream closed
  * without a terminal row, and a cancel in the front behave as in one process.
@@ -8,8 +8,8 @@ import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { FrontChannel, RemoteBackend } from '../../src/fronts/remote-backend.js';
-import { RouterService } from '../../src/fronts/router-service.js';
+import { FrontChannel, RemoteBackend } from '../../src/fronts/front/remote-backend.js';
+import { RouterService } from '../../src/fronts/router/router-service.js';
 import { RequestType, type EngineOutput } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { freshDir, waitFor } from '../helpers/async.js';

@@ -1,5 +1,5 @@
 /**
- * The router service and the fronts' channel (src/fronts/router-service.ts, remote-backend.ts) in one process over a
+ * The router service and the fronts' channel (src/fronts/router/router-service.ts, remote-backend.ts) in one process over a
  * real unix socket, with the route tests' fake engine client behind the router: outputs reach the front's
  * stream with their counts, a cancel in the front reaches the engine stream (also one cancelled before it was
  * placed), errors keep their kind, the concurrency count is one over every front, a dropped front's requests are
@@ -10,10 +10,10 @@ import { connect, type Socket } from 'node:net';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
 import { EngineClientError } from '../../src/engine-client/errors.js';
-import { Tag, encodeUp } from '../../src/fronts/channel-codec.js';
-import { MAX_FRONT_MESSAGE_BYTES, helloFrame, writeFrame } from '../../src/fronts/frames.js';
-import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/remote-backend.js';
-import { RouterService, type RouterServiceOptions } from '../../src/fronts/router-service.js';
+import { Tag, encodeUp } from '../../src/fronts/channel/channel-codec.js';
+import { MAX_FRONT_MESSAGE_BYTES, helloFrame, writeFrame } from '../../src/fronts/channel/frames.js';
+import { FrontChannel, RemoteBackend, SharedResponsesStore } from '../../src/fronts/front/remote-backend.js';
+import { RouterService, type RouterServiceOptions } from '../../src/fronts/router/router-service.js';
 import { type EngineOutput, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';

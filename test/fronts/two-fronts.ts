@@ -5,9 +5,9 @@
 import assert from 'node:assert/strict';
 import type { Logger } from 'pino';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
-import { FrontChannel } from '../../src/fronts/remote-backend.js';
+import { FrontChannel } from '../../src/fronts/front/remote-backend.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
-import { RouterService, type RouterServiceOptions } from '../../src/fronts/router-service.js';
+import { RouterService, type RouterServiceOptions } from '../../src/fronts/router/router-service.js';
 import { freshDir } from '../helpers/async.js';
 
 /** What {@link openTwoFronts} returns. */

@@ -290,7 +290,7 @@ test('parseServeArgs: rank lifecycle flags (issue #8)', () => {
 });
 
 test('parseServeArgs: --workers N|auto (issue 9); startGateway itself is one process', async () => {
-  const { autoWorkers, restartDelayMs } = await import('../../src/fronts/cluster.js');
+  const { autoWorkers, restartDelayMs } = await import('../../src/fronts/router/cluster.js');
   const { startGateway } = await import('../../src/gateway.js');
   assert.deepEqual(parseServeArgs(['--workers', '3']), { workers: 3 });
   assert.deepEqual(parseServeArgs(['--workers', 'auto']), { workers: autoWorkers() });

@@ -126,7 +126,7 @@ export function ranksView(
 }
 
 /**
- * The per-rank statistics of every front of `--workers N` merged (src/fronts/cluster.ts), given this front's book;
+ * The per-rank statistics of every front of `--workers N` merged (src/fronts/router/cluster.ts), given this front's book;
  * rejects when they cannot be had (the route then answers from this front's book).
  */
 export type SharedRankStats = (local: RankStatsBook) => Promise<RankStatsSource>;

@@ -37,19 +37,19 @@ import {
   startGateway,
   type GatewayOptions,
   type RunningGateway,
-} from '../gateway.js';
-import { createGatewayLogger } from '../gateway-logger.js';
-import { drainLiveRequests } from '../lifecycle.js';
-import { resolveEdgeOptions } from '../server/edge-options.js';
-import { GatewayMetrics } from '../server/metrics.js';
-import { dashboardUrl } from '../server/routes/dashboard.js';
-import type { RankStatsExport } from '../server/rank-stats.js';
-import { ResponsesStore } from '../server/responses/store.js';
-import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
-import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from '../engine-client/client.js';
-import { OutputGate } from '../transport/output-gate.js';
-import { gatewayRuntimeDir } from '../runtime-dir.js';
-import { MAX_PRESSURE_MS } from './outbox.js';
+} from '../../gateway.js';
+import { createGatewayLogger } from '../../gateway-logger.js';
+import { drainLiveRequests } from '../../lifecycle.js';
+import { resolveEdgeOptions } from '../../server/edge-options.js';
+import { GatewayMetrics } from '../../server/metrics.js';
+import { dashboardUrl } from '../../server/routes/dashboard.js';
+import type { RankStatsExport } from '../../server/rank-stats.js';
+import { ResponsesStore } from '../../server/responses/store.js';
+import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from '../channel/control.js';
+import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from '../../engine-client/client.js';
+import { OutputGate } from '../../transport/output-gate.js';
+import { gatewayRuntimeDir } from '../../runtime-dir.js';
+import { MAX_PRESSURE_MS } from '../channel/outbox.js';
 import { RouterService } from './router-service.js';
 
 /** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */

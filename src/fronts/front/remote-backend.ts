@@ -12,20 +12,20 @@
  *   (`prefetch` before the synchronous resolution of `previous_response_id` / `item_reference`), with writes sent on.
  * The routes cannot tell the difference; no routing state lives here.
  */
-import { IdTable } from '../collections/id-table.js';
+import { IdTable } from '../../collections/id-table.js';
 import { EventEmitter } from 'node:events';
 import { connect, type Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
-import type { CancellableSubmitOptions, CancelSignal, ClientStats } from '../engine-client/client.js';
-import { EngineClientError } from '../engine-client/errors.js';
-import { newClientStats } from '../engine-client/reports.js';
-import type { ConnectedEngine } from '../engine-client/link.js';
-import { RequestStreamImpl, type RequestStream } from '../engine-client/request-stream.js';
-import type { GenerateRequest } from '../protocols/types.js';
-import type { BackendRankState, BackendStatus, GenerationBackend } from '../server/backend.js';
-import type { SharedConcurrencyCap } from '../server/concurrency.js';
-import { ResponsesStore, type ResponsesStoreOptions, type StoredResponse } from '../server/responses/store.js';
+import type { CancellableSubmitOptions, CancelSignal, ClientStats } from '../../engine-client/client.js';
+import { EngineClientError } from '../../engine-client/errors.js';
+import { newClientStats } from '../../engine-client/reports.js';
+import type { ConnectedEngine } from '../../engine-client/link.js';
+import { RequestStreamImpl, type RequestStream } from '../../engine-client/request-stream.js';
+import type { GenerateRequest } from '../../protocols/types.js';
+import type { BackendRankState, BackendStatus, GenerationBackend } from '../../server/backend.js';
+import type { SharedConcurrencyCap } from '../../server/concurrency.js';
+import { ResponsesStore, type ResponsesStoreOptions, type StoredResponse } from '../../server/responses/store.js';
 import {
   ChannelDecodeError,
   Tag,
@@ -35,9 +35,9 @@ import {
   type ReceivedRecord,
   type UpRecord,
   type WireError,
-} from './channel-codec.js';
-import { FrameReader, helloFrame, writeFrame, writeFrames } from './frames.js';
-import { UpOutbox } from './outbox.js';
+} from '../channel/channel-codec.js';
+import { FrameReader, helloFrame, writeFrame, writeFrames } from '../channel/frames.js';
+import { UpOutbox } from '../channel/outbox.js';
 
 /** How long the frame socket is read in one event-loop turn before it pauses until the next turn, ms. */
 export const RECEIVE_SLICE_MS = 4;

@@ -18,8 +18,8 @@
  * unix socket (the write is one syscall from the main thread). Pure apart from the socket writes.
  */
 import type { Socket } from 'node:net';
-import { MAX_IPC_PATH_BYTES } from '../transport/endpoints.js';
-import { ConfigError } from '../transport/errors.js';
+import { MAX_IPC_PATH_BYTES } from '../../transport/endpoints.js';
+import { ConfigError } from '../../transport/errors.js';
 
 /** Largest payload a router → front frame may announce (bytes); a longer one means a corrupt stream. */
 export const MAX_FRAME_BYTES = 1 << 30;

@@ -1,5 +1,5 @@
 /**
- * Buffers for channel messages built one at a time (one lane's `DownMessage`s, src/fronts/outbox.ts), carved out of
+ * Buffers for channel messages built one at a time (one lane's `DownMessage`s, src/fronts/channel/outbox.ts), carved out of
  * 256 KiB slabs instead of allocated one per message.
  *
  * Why (issue 9, the routing process's CPU per streamed token): a lane's message of a turn is a few KB, over the

@@ -22,13 +22,20 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { IdSet, IdTable } from '../collections/id-table.js';
+import { IdSet, IdTable } from '../../collections/id-table.js';
 import type { Logger } from 'pino';
-import type { RequestStream } from '../engine-client/request-stream.js';
-import type { EngineOutput, GenerateRequest } from '../protocols/types.js';
-import type { EngineFamily, GenerationBackend } from '../server/backend.js';
-import type { ResponsesStore, StoredResponse } from '../server/responses/store.js';
-import { ChannelDecodeError, Tag, decodeUp, toWireError, type GroupSnapshot, type UpRecord } from './channel-codec.js';
+import type { RequestStream } from '../../engine-client/request-stream.js';
+import type { EngineOutput, GenerateRequest } from '../../protocols/types.js';
+import type { EngineFamily, GenerationBackend } from '../../server/backend.js';
+import type { ResponsesStore, StoredResponse } from '../../server/responses/store.js';
+import {
+  ChannelDecodeError,
+  Tag,
+  decodeUp,
+  toWireError,
+  type GroupSnapshot,
+  type UpRecord,
+} from '../channel/channel-codec.js';
 import {
   FRONT_TOKEN_BYTES,
   FrameReader,
@@ -36,9 +43,9 @@ import {
   MAX_FRONT_MESSAGE_BYTES,
   checkChannelPath,
   writeFrame,
-} from './frames.js';
-import type { OutputGate } from '../transport/output-gate.js';
-import { FrontOutboxes, MAX_PRESSURE_MS, type FrontLane } from './outbox.js';
+} from '../channel/frames.js';
+import type { OutputGate } from '../../transport/output-gate.js';
+import { FrontOutboxes, MAX_PRESSURE_MS, type FrontLane } from '../channel/outbox.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
 export interface ServedGroup {

@@ -4,7 +4,7 @@
  * listening, /metrics and the per-rank statistics gathered from every front, drain, close.
  */
 import cluster from 'node:cluster';
-import type { RankStatsExport } from '../server/rank-stats.js';
+import type { RankStatsExport } from '../../server/rank-stats.js';
 
 /** The environment variable that makes a cluster worker a front: the path of the router's socket for its fronts. */
 export const FRONT_CHANNEL_ENV = 'MGW_FRONT_CHANNEL';

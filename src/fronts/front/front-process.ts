@@ -6,17 +6,17 @@
 import cluster from 'node:cluster';
 import { basename, resolve } from 'node:path';
 import { AggregatorRegistry } from 'prom-client';
-import { DEFAULT_HOST, DEFAULT_PORT, appOptionsOf, servedNames, type GatewayOptions } from '../gateway.js';
-import { createGatewayLogger } from '../gateway-logger.js';
-import { GatewayLifecycle } from '../lifecycle.js';
-import { buildApp } from '../server/app.js';
-import { GatewayMetrics } from '../server/metrics.js';
-import { LISTEN_BACKLOG } from '../server/edge-options.js';
-import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../server/rank-stats.js';
-import type { SharedRankStats } from '../server/routes/ranks.js';
-import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
-import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from './control.js';
+import { DEFAULT_HOST, DEFAULT_PORT, appOptionsOf, servedNames, type GatewayOptions } from '../../gateway.js';
+import { createGatewayLogger } from '../../gateway-logger.js';
+import { GatewayLifecycle } from '../../lifecycle.js';
+import { buildApp } from '../../server/app.js';
+import { GatewayMetrics } from '../../server/metrics.js';
+import { LISTEN_BACKLOG } from '../../server/edge-options.js';
+import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../../server/rank-stats.js';
+import type { SharedRankStats } from '../../server/routes/ranks.js';
+import { resolveTokenizerSpec } from '../../tokenizer/hf-cache.js';
+import { GatewayTokenizer } from '../../tokenizer/tokenizer.js';
+import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from '../channel/control.js';
 import { FrontChannel, RemoteBackend, SharedResponsesStore, sharedConcurrency } from './remote-backend.js';
 
 /** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */

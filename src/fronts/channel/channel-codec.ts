@@ -20,13 +20,13 @@ import {
   isEngineClientErrorField,
   isEngineClientErrorKind,
   type EngineClientErrorFields,
-} from '../engine-client/errors.js';
-import type { ClientStats } from '../engine-client/reports.js';
-import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } from '../protocols/types.js';
-import type { BackendRankState, BackendStatus } from '../server/backend.js';
-import { MsgpackReader } from '../wire/reader.js';
-import { WireEncodeError } from '../wire/errors.js';
-import { grownBuffer } from '../wire/writer.js';
+} from '../../engine-client/errors.js';
+import type { ClientStats } from '../../engine-client/reports.js';
+import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } from '../../protocols/types.js';
+import type { BackendRankState, BackendStatus } from '../../server/backend.js';
+import { MsgpackReader } from '../../wire/reader.js';
+import { WireEncodeError } from '../../wire/errors.js';
+import { grownBuffer } from '../../wire/writer.js';
 import type { MessageSlab } from './message-slab.js';
 
 /** Record type tags (the first element of every record). 1 was HELLO, now the socket's hello frame (frames.ts). */
