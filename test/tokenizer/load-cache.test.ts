@@ -209,9 +209,11 @@ describe('tokenizer load cache', { timeout: 120_000 }, () => {
       ['a negative count', withHeader({ ...header, rankKeys: -1 })],
       ['an unknown-token id that is not an id', withHeader({ ...header, unkTokenId: 'x' })],
     ];
-    for (const [what, text] of bad) {
+    for (const [i, [what, text]] of bad.entries()) {
       await writeFile(file, text);
       assert.equal(await readTokenizerCache(dir, key), null, what);
+      // A refused entry means the slow path; every seventh also goes through a whole load (~1.4 CPU-s each).
+      if (i % 7 !== 0) continue;
       assertSameTokenizer(await GatewayTokenizer.load(QWEN3, { cacheDir: dir }), fresh);
       assert.equal(await readFile(file, 'utf8'), good, `${what}: rewritten by the load`);
     }
