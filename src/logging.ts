@@ -18,3 +18,6 @@ const noop: LogFn = () => {};
 
 /** A logger that drops everything (the default when no logger is given). Frozen. */
 export const silentLogger: MinimalLogger = Object.freeze({ debug: noop, info: noop, warn: noop, error: noop });
+
+/** The pino levels a `--log-level` takes (the gateway's and a simulated rank's). */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;

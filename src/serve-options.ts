@@ -20,6 +20,7 @@ import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { autoWorkers, MAX_AUTO_WORKERS } from './fronts/router/cluster.js';
 import { DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SIM_RANKS } from './gateway.js';
 import { LOG_FORMATS } from './gateway-logger.js';
+import { LOG_LEVELS } from './logging.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from './lifecycle.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './server/concurrency.js';
 import { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES } from './server/edge-options.js';
@@ -191,9 +192,6 @@ const dpPolicy: Codec<DpPolicyName> = {
   },
   format: (v) => [v],
 };
-
-/** The pino levels `--log-level` takes. */
-export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
 const field = <T>(path: readonly string[], codec: Codec<T>): Field => ({ path, codec: codec as Codec<unknown> });
 

@@ -38,7 +38,7 @@ export interface RecordSinks {
  * Whether `log` writes lines of `level` (pino's `isLevelEnabled`; a logger without it is taken to write them), so a
  * line's fields are only gathered when it is written.
  */
-export function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info' | 'warn'): boolean {
+function levelEnabled(log: FastifyBaseLogger, level: 'debug' | 'info' | 'warn'): boolean {
   const check = (log as { isLevelEnabled?: (level: string) => boolean }).isLevelEnabled;
   return typeof check !== 'function' || check.call(log, level);
 }

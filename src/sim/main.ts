@@ -39,6 +39,7 @@ import { parseArgs } from 'node:util';
 import { pino, type Level } from 'pino';
 import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from './engine.js';
 import { LogSink, ignoreStdioErrors } from '../log-sink.js';
+import { LOG_LEVELS } from '../logging.js';
 import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
 import { DEFAULT_SIM_BEHAVIOUR, SIM_TOOL_CALL_FORMATS, type SimToolCallFormat } from './response-plan.js';
@@ -109,8 +110,6 @@ options (units: tokens, 16-token KV pages, ms):
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
   --help                     Show this help
 `;
-
-const LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const;
 
 function numberOption(
   name: string,
@@ -191,8 +190,8 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   if (!/^tcp:\/\/.+:\d+$/.test(handshake))
     throw new SimArgsError(`--handshake: expected tcp://host:port, got ${JSON.stringify(handshake)}`);
   const logLevel = str('log-level') ?? 'info';
-  if (!(LEVELS as readonly string[]).includes(logLevel)) {
-    throw new SimArgsError(`--log-level: expected one of ${LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
+  if (!(LOG_LEVELS as readonly string[]).includes(logLevel)) {
+    throw new SimArgsError(`--log-level: expected one of ${LOG_LEVELS.join(', ')}, got ${JSON.stringify(logLevel)}`);
   }
   const engineFamily = str('engine') ?? 'tokenspeed';
   if (!(SIM_ENGINE_FAMILIES as readonly string[]).includes(engineFamily)) {

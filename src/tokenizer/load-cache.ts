@@ -31,8 +31,8 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
-import type { JsonObject } from './model-files.js';
-import { TOKEN_BYTES_MODULE_URL, type NormalForm, type TokenByteBound } from './token-bytes.js';
+import { isJsonObject, type JsonObject } from './model-files.js';
+import { TOKEN_BYTES_MODULE_URL, isNormalForm, type NormalForm, type TokenByteBound } from './token-bytes.js';
 
 /** Bumped whenever the file layout or what it holds changes. */
 const FORMAT = 1;
@@ -191,20 +191,18 @@ interface Header {
   bound: { maxTokenBytes: number | null; forms: NormalForm[]; reason: string | null };
 }
 
-const NORMAL_FORMS: ReadonlySet<string> = new Set(['NFC', 'NFD', 'NFKC', 'NFKD']);
-const isObject = (v: unknown): v is Record<string, unknown> => typeof v === 'object' && v !== null && !Array.isArray(v);
 const count = (v: unknown): v is number => Number.isSafeInteger(v) && (v as number) >= 0;
 
 /** Whether `h` is a header this module wrote (every field of the right type and range). */
 function validHeader(h: unknown, key: string): h is Header {
-  if (!isObject(h) || h.format !== FORMAT || h.key !== key || typeof h.body !== 'string') return false;
+  if (!isJsonObject(h) || h.format !== FORMAT || h.key !== key || typeof h.body !== 'string') return false;
   if (!count(h.vocab) || !count(h.rankKeys) || !(h.unkTokenId === null || count(h.unkTokenId))) return false;
-  if (!isObject(h.stub) || !isObject(h.stub.model) || !Array.isArray(h.stub.added_tokens)) return false;
+  if (!isJsonObject(h.stub) || !isJsonObject(h.stub.model) || !Array.isArray(h.stub.added_tokens)) return false;
   const b = h.bound;
-  if (!isObject(b) || !(b.reason === null || typeof b.reason === 'string')) return false;
+  if (!isJsonObject(b) || !(b.reason === null || typeof b.reason === 'string')) return false;
   if (!(b.maxTokenBytes === null || (Number.isSafeInteger(b.maxTokenBytes) && (b.maxTokenBytes as number) > 0)))
     return false;
-  return Array.isArray(b.forms) && b.forms.every((f) => typeof f === 'string' && NORMAL_FORMS.has(f));
+  return Array.isArray(b.forms) && b.forms.every(isNormalForm);
 }
 
 /** The hash a header's `body` field holds: over its content fields (not `body` itself) and the body. */

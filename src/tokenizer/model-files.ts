@@ -12,7 +12,7 @@ export type WarningSink = (message: string) => void;
 /** A parsed JSON object (the top level of every HF config file is an object). */
 export type JsonObject = Record<string, unknown>;
 
-function isJsonObject(value: unknown): value is JsonObject {
+export function isJsonObject(value: unknown): value is JsonObject {
   return typeof value === 'object' && value !== null && !Array.isArray(value);
 }
 

@@ -38,6 +38,11 @@ export interface TokenByteBound {
 }
 
 const NORMAL_FORMS = new Set<string>(['NFC', 'NFD', 'NFKC', 'NFKD']);
+
+/** Whether `v` names a Unicode normal form the bound applies (`NormalForm`). */
+export function isNormalForm(v: unknown): v is NormalForm {
+  return typeof v === 'string' && NORMAL_FORMS.has(v);
+}
 const SPLITTING_PRE_TOKENIZERS = new Set(['Split', 'ByteLevel', 'Metaspace', 'Digits', 'Punctuation']);
 
 function isObject(v: unknown): v is JsonObject {

@@ -9,7 +9,7 @@
  *   `num_nans_in_logits`, and the routed-experts batch fails;
  * - the protocol decides once per rank (ready-response version, else shape), reports it once, leaves ambiguous
  *   outputs undecided, and forgets on rejoin; the ready-response vectors decode;
- * (test/vectors/vectors-match-shared.test.ts checks the repository's copies against `../shared/vectors/vllm`.)
+ * (test/vectors/vectors-match-shared.test.ts checks the repository's copies against the originals when present.)
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
