@@ -22,7 +22,7 @@
  * phase's file concurrency (default below); any other argument is a test file or folder, run by the tests phase alone.
  */
 import { spawn } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { buildTestTree } from './test-build.mjs';
 
@@ -135,6 +135,9 @@ process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
 
 // Short: ipc socket paths under it must stay within the 107 bytes of sun_path.
 const tmp = mkdtempSync('/tmp/mgwt-');
+// The tcp ports test files hand to processes they start, claimed for the run (test/helpers/net.ts `freePort`).
+const portClaims = `${tmp}-ports`;
+mkdirSync(portClaims);
 // The golden vectors' originals sit beside the repository, not beside its transpiled copy: name them for the check
 // that the repository's copies still equal them (test/vectors/vectors-match-shared.test.ts; skipped when absent).
 const shared = process.env.GATEWAY_SHARED_DIR || join(root, '..', 'shared');
@@ -145,7 +148,11 @@ function run(p, argv) {
   return new Promise((resolve) => {
     const child = spawn(argv[0], argv.slice(1), {
       cwd: p.transpiled ? buildDir : root,
-      env: { ...process.env, ...p.env, ...(p.transpiled ? { TMPDIR: tmp, ...sharedEnv } : {}) },
+      env: {
+        ...process.env,
+        ...p.env,
+        ...(p.transpiled ? { TMPDIR: tmp, GATEWAY_TEST_PORT_CLAIMS: portClaims, ...sharedEnv } : {}),
+      },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let out = '';
@@ -222,6 +229,7 @@ for (const entry of readdirSync(tmp)) {
   );
 }
 rmSync(tmp, { recursive: true, force: true });
+rmSync(portClaims, { recursive: true, force: true });
 
 for (const r of results) {
   process.stdout.write(

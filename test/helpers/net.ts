@@ -1,12 +1,62 @@
 /** Network fixtures shared by the socket tests. */
 import { request as httpRequest } from 'node:http';
+import { closeSync, openSync, readFileSync } from 'node:fs';
 import { createServer } from 'node:net';
+import { join } from 'node:path';
 
 /**
- * A tcp port on 127.0.0.1 that was free a moment ago (listen on port 0, read it, close). Another process may take
- * it before the caller binds it. Rejects with the listen error, or `no port` if the address is not a tcp one.
+ * The kernel's ephemeral port range (`ip_local_port_range`): the ports it hands out for outgoing connections and for
+ * `listen(0)` anywhere on the machine. Null when unknown (not Linux).
  */
-export function freePort(): Promise<number> {
+function ephemeralRange(): [number, number] | null {
+  try {
+    const [low, high] = readFileSync('/proc/sys/net/ipv4/ip_local_port_range', 'utf8').trim().split(/\s+/).map(Number);
+    return Number.isInteger(low) && Number.isInteger(high) ? [low!, high!] : null;
+  } catch {
+    return null;
+  }
+}
+
+/** Ports a test may hand a process to bind later: below the ephemeral range, so no outgoing connection takes one. */
+const PICK_SPAN = 8000;
+
+/** Whether `port` can be bound on 127.0.0.1 right now (bound and closed again). */
+function canListen(port: number): Promise<boolean> {
+  return new Promise((resolve) => {
+    const server = createServer();
+    server.once('error', () => resolve(false));
+    server.listen(port, '127.0.0.1', () => server.close(() => resolve(true)));
+  });
+}
+
+/**
+ * A tcp port on 127.0.0.1 for a process the caller starts later (a gateway's `--port`), possibly much later (a
+ * restarted gateway). A port from `listen(0)` would be in the kernel's ephemeral range, where any outgoing connection
+ * of any process may take it before the caller binds it (a concurrent suite made that happen): the port is picked at
+ * random below that range instead, bindable now, and claimed for the whole test run (a file named after it in
+ * `GATEWAY_TEST_PORT_CLAIMS`, which scripts/test.mjs sets and removes at the end), so no other test file of the run
+ * picks it. Without the claim folder (a file run alone) or a known range, the port is the kernel's (`listen(0)`).
+ * Rejects when no port could be found.
+ */
+export async function freePort(): Promise<number> {
+  const claims = process.env.GATEWAY_TEST_PORT_CLAIMS;
+  const range = ephemeralRange();
+  if (claims !== undefined && range !== null && range[0] - PICK_SPAN > 1024) {
+    for (let attempt = 0; attempt < 200; attempt++) {
+      const port = range[0] - 1 - Math.floor(Math.random() * PICK_SPAN);
+      try {
+        closeSync(openSync(join(claims, String(port)), 'wx'));
+      } catch {
+        continue; // claimed by another test file of this run (or the folder is gone: the loop ends in the fallback)
+      }
+      if (await canListen(port)) return port;
+    }
+  }
+  return kernelPort();
+}
+
+/** A port from `listen(0)`, free a moment ago. Rejects with the listen error, or `no port` if not a tcp address. */
+function kernelPort(): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
