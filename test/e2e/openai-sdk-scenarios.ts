@@ -28,6 +28,25 @@ function clientOf(gateway: () => TestGateway): () => OpenAI {
   };
 }
 
+/** The buffered chat both non-streaming checks send. */
+const BRIEF_HELLO: OpenAI.Chat.Completions.ChatCompletionMessageParam[] = [
+  { role: 'system', content: 'Be brief.' },
+  { role: 'user', content: 'Hello!' },
+];
+
+/**
+ * Asserts what every buffered chat answer has (a `chatcmpl-` id, an assistant message with text, usage that adds up)
+ * and returns its first choice.
+ */
+function assertAnswered(res: OpenAI.Chat.Completions.ChatCompletion): OpenAI.Chat.Completions.ChatCompletion.Choice {
+  assert.match(res.id, /^chatcmpl-/);
+  const choice = res.choices[0]!;
+  assert.equal(choice.message.role, 'assistant');
+  assert.ok((choice.message.content ?? '').trim().length > 0);
+  assert.equal(res.usage!.total_tokens, res.usage!.prompt_tokens + res.usage!.completion_tokens);
+  return choice;
+}
+
 /** The basic SDK calls against a gateway over 2 ranks serving `model` (see the module comment). */
 export function sdkBasics(gateway: () => TestGateway, model: string): void {
   const client = clientOf(gateway);
@@ -59,42 +78,24 @@ export function sdkBasics(gateway: () => TestGateway, model: string): void {
   });
 
   test('non-streaming chat completion', async () => {
-    const res = await client().chat.completions.create({
-      model,
-      messages: [
-        { role: 'system', content: 'Be brief.' },
-        { role: 'user', content: 'Hello!' },
-      ],
-      max_completion_tokens: 16,
-    });
-    assert.match(res.id, /^chatcmpl-/);
+    const res = await client().chat.completions.create({ model, messages: BRIEF_HELLO, max_completion_tokens: 16 });
     assert.equal(res.choices.length, 1);
-    const choice = res.choices[0]!;
-    assert.equal(choice.message.role, 'assistant');
-    assert.ok((choice.message.content ?? '').trim().length > 0);
+    const choice = assertAnswered(res);
     assert.ok(choice.finish_reason === 'stop' || choice.finish_reason === 'length');
     assert.ok(res.usage!.prompt_tokens > 0);
-    assert.equal(res.usage!.total_tokens, res.usage!.prompt_tokens + res.usage!.completion_tokens);
   });
 
   test('non-streaming chat completion: the explicit limit reaches the engine (never a silent 16)', async () => {
     const res = await client().chat.completions.create({
       model,
-      messages: [
-        { role: 'system', content: 'Be brief.' },
-        { role: 'user', content: 'Hello!' },
-      ],
+      messages: BRIEF_HELLO,
       max_completion_tokens: 40,
       // ignore_eos is a vLLM/SGLang extension: the simulated rank then runs to the limit.
       ...({ ignore_eos: true } as Record<string, unknown>),
     });
-    assert.match(res.id, /^chatcmpl-/);
-    const choice = res.choices[0]!;
-    assert.equal(choice.message.role, 'assistant');
-    assert.ok((choice.message.content ?? '').trim().length > 0);
+    const choice = assertAnswered(res);
     assert.equal(choice.finish_reason, 'length');
     assert.equal(res.usage!.completion_tokens, 40, 'the explicit limit reached the engine (not a silent 16)');
-    assert.equal(res.usage!.total_tokens, res.usage!.prompt_tokens + res.usage!.completion_tokens);
   });
 
   test('streaming completion pinned to rank 1, then every in-flight set is empty', async () => {
