@@ -30,6 +30,7 @@ import type { ConnectedEngine } from './engine-client/link.js';
 import type { LockstepSetting } from './engine-client/waves.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, GatewayLifecycle, drainLiveRequests } from './lifecycle.js';
 import { KNOWN_DTYPES, isKnownDtype } from './protocols/handshake.js';
+import { positiveInteger, positiveMs } from './option-checks.js';
 import { indexShapeFor } from './engine-client/cache-aware.js';
 import {
   createDpPolicy,
@@ -244,11 +245,6 @@ export function simWorkerUrl(): string {
   return `ipc://${join(dir, n === 0 ? `sim-${process.pid}` : `sim-${process.pid}-${n}`)}`;
 }
 
-function checkPositiveInteger(name: string, v: number): number {
-  if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`${name} must be an integer ≥ 1, got ${v}`);
-  return v;
-}
-
 /** A group's options after defaults and checks (see `resolveGroups`). */
 export interface ResolvedGroup {
   engine: EngineFamily;
@@ -304,8 +300,8 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
       );
     }
     const sim = g.sim ?? (g.engineUrl === undefined ? DEFAULT_SIM_RANKS : 0);
-    if (sim !== 0) checkPositiveInteger(`${where}sim`, sim);
-    const dpSize = checkPositiveInteger(`${where}dpSize`, g.dpSize ?? (sim > 0 ? sim : 1));
+    if (sim !== 0) positiveInteger(`${where}sim`, sim);
+    const dpSize = positiveInteger(`${where}dpSize`, g.dpSize ?? (sim > 0 ? sim : 1));
     if (sim > 0 && dpSize !== sim) {
       throw new RangeError(`${where}dpSize (${dpSize}) must equal the number of simulated ranks (${sim})`);
     }
@@ -521,13 +517,9 @@ export async function startGateway(opts: GatewayOptions = {}): Promise<RunningGa
   const dpPolicyName = opts.dpPolicy ?? 'load';
   const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
   createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
-  for (const [name, v] of [
-    ['silenceTimeoutMs', opts.silenceTimeoutMs],
-    ['rankStallTimeoutMs', opts.rankStallTimeoutMs],
-  ] as const) {
-    if (v !== undefined && !(Number.isFinite(v) && v > 0))
-      throw new RangeError(`${name} must be a positive number of ms, got ${v}`);
-  }
+  // Validate before starting anything (each engine client checks them again when it is built, after the spawn).
+  if (opts.silenceTimeoutMs !== undefined) positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs);
+  if (opts.rankStallTimeoutMs !== undefined) positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs);
   const edge = resolveEdgeOptions(opts.edge); // validate before starting anything
   if (edge.apiKeys.length === 0 && !isLoopbackHost(host)) {
     logger.warn(

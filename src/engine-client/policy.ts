@@ -23,6 +23,7 @@
  *   own in-flight counts with the rotating scan (`fleetScorer`). Staleness never excludes a rank and never rejects a
  *   request: every rank keeps a finite score.
  */
+import { positiveMs } from '../option-checks.js';
 import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
 import type { RankService } from './service-rates.js';
 
@@ -191,9 +192,7 @@ export interface LoadPolicyOptions {
 
 /** The horizon of `opts`, validated. Throws RangeError unless it is a finite number > 0. */
 export function loadHorizonOf(opts: LoadPolicyOptions = {}): number {
-  const h = opts.loadHorizonMs ?? DEFAULT_LOAD_HORIZON_MS;
-  if (!Number.isFinite(h) || h <= 0) throw new RangeError(`loadHorizonMs must be a positive number of ms, got ${h}`);
-  return h;
+  return positiveMs('loadHorizonMs', opts.loadHorizonMs ?? DEFAULT_LOAD_HORIZON_MS);
 }
 
 /**

@@ -4,6 +4,7 @@
  * and checks. Each one's behaviour lives in its own module (auth.ts, cors.ts, concurrency.ts, sse.ts, app.ts for the
  * timeouts, tokenizer/off-loop.ts for the queue).
  */
+import { positiveInteger } from '../option-checks.js';
 import { DEFAULT_OFF_LOOP_LIMITS, type OffLoopLimits } from '../tokenizer/off-loop.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './concurrency.js';
 import type { CorsOptions } from './cors.js';
@@ -60,11 +61,6 @@ export interface ResolvedEdgeOptions {
   requestTimeoutMs: number;
   offLoop: OffLoopLimits;
   tokenizeBodyLimitBytes: number;
-}
-
-function positiveInteger(name: string, value: number): number {
-  if (!Number.isSafeInteger(value) || value < 1) throw new RangeError(`${name} must be an integer ≥ 1, got ${value}`);
-  return value;
 }
 
 /**

@@ -8,7 +8,8 @@
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { BackendStream } from './backend.js';
 import type { LatencyTracker } from './generation.js';
-import type { GatewayMetrics, RequestOutcome, VllmFinishedReason } from './metrics.js';
+import type { GatewayMetrics, RequestOutcome } from './metrics.js';
+import type { VllmFinishedReason } from './metrics-vllm.js';
 import type { ClientStalledError } from './sse.js';
 
 /** What a record is about: the request, its endpoint and engine group, and its size. */

@@ -22,6 +22,7 @@
  * produces); the characters of every message's content plus `RENDER_CHARS_PER_MESSAGE` per message of a render.
  */
 import { Worker } from 'node:worker_threads';
+import { positiveInteger } from '../option-checks.js';
 import { ChatTemplateError, InvalidTokenIdError, OffLoopError, type ChatTemplateErrorKind } from './errors.js';
 import type { ApplyChatTemplateOptions, ChatMessage, GatewayTokenizer } from './tokenizer.js';
 
@@ -229,9 +230,7 @@ export class OffLoopTokenizer {
     readonly tokenizer: GatewayTokenizer,
     limits: Readonly<OffLoopLimits> = DEFAULT_OFF_LOOP_LIMITS,
   ) {
-    for (const [name, v] of Object.entries(limits)) {
-      if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`off-loop ${name} must be an integer ≥ 1, got ${v}`);
-    }
+    for (const [name, v] of Object.entries(limits)) positiveInteger(`off-loop ${name}`, v);
     this.limits = Object.freeze({ ...limits });
   }
 

@@ -39,7 +39,7 @@ import {
   type RunningGateway,
 } from '../../gateway.js';
 import { createGatewayLogger } from '../../gateway-logger.js';
-import { drainLiveRequests } from '../../lifecycle.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS, drainLiveRequests } from '../../lifecycle.js';
 import { resolveEdgeOptions } from '../../server/edge-options.js';
 import { GatewayMetrics } from '../../server/metrics.js';
 import { dashboardUrl } from '../../server/routes/dashboard.js';
@@ -378,7 +378,7 @@ export async function startClusterGateway(
     async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
       if (draining || closing !== null) return close();
       draining = shuttingDown = true;
-      const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? 30_000;
+      const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
       broadcast({ type: 'mgw:drain' });
       await drainLiveRequests({
         liveRequests: () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0),
