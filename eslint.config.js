@@ -50,6 +50,31 @@ export default tseslint.config(
     },
   },
   {
+    // The engine client's synchronous steps (dp-routing.md 12.3): a state change that belongs together (select +
+    // reserve, store load + release + clamp, a liveness transition) is one function that takes no callback and returns
+    // no promise, so no other request can run in the middle of it. These files hold only such functions.
+    files: ['src/engine-client/group-state.ts', 'src/engine-client/placement.ts', 'src/engine-client/apply-batch.ts'],
+    rules: {
+      'no-restricted-syntax': [
+        'error',
+        { selector: ':function[async=true]', message: 'A synchronous step cannot be async (dp-routing.md 12.3).' },
+        { selector: 'AwaitExpression', message: 'A synchronous step cannot await (dp-routing.md 12.3).' },
+        {
+          selector: "CallExpression[callee.property.name='then']",
+          message: 'A synchronous step cannot chain on a promise; send through the failure scope instead.',
+        },
+        {
+          selector: "NewExpression[callee.name='Promise'], TSTypeReference[typeName.name=/^(Promise|PromiseLike)$/]",
+          message: 'A synchronous step returns no promise (dp-routing.md 12.3).',
+        },
+        {
+          selector: ':function > Identifier.params > TSTypeAnnotation > TSFunctionType',
+          message: 'A synchronous step takes no callback: pass the group state, not a function into it.',
+        },
+      ],
+    },
+  },
+  {
     // The CLI shim, the test runner and its reporter run on Node.
     files: ['**/*.mjs'],
     languageOptions: {

@@ -9,7 +9,7 @@
  *   requests end, ABORTs for them are queued to it and it is out of rotation until it speaks.
  * - A lockstep (MoE) group steps together: any rank's death or stall fails every request of the group; every rank
  *   still connected gets an ABORT for what it held; the wave clock is rebuilt when the group serves again
- *   (`rebuildWaves`).
+ *   (group-state.ts `rebuildWaves`).
  * - Group scope (`failGroup` with `ranksDie`): every request fails and every rank is marked dead, as SMG rebuilds its
  *   whole client; for faults nobody can be blamed for.
  * - Requests the gateway ended while their rank may still emit rows for them are remembered (`disowned`, bounded): a
@@ -24,61 +24,53 @@
  *   `settleSentinels` takes out of rotation, as stalled, each rank that holds requests and sent nothing since the
  *   sentinel (the likely sender: a dying engine that still holds its sockets), and otherwise only counts it.
  */
-import type { Logger } from 'pino';
+import type { EngineProtocol } from '../protocols/types.js';
 import { EngineClientError, describeError } from './errors.js';
+import type { GroupState } from './group-state.js';
+import type { EngineLink } from './link.js';
 import { PROBE_SCHEDULE_MS, classifySendError, unrefTimer } from './probes.js';
-import { isConnected, type DeathCause, type LivenessEvent } from './rank-liveness.js';
-import type { RankSender } from './rank-sender.js';
-import type { RankSlot, RankTable } from './rank-table.js';
-import type { RequestRegistry, RegistryEntry } from './registry.js';
-import type { ClientStats } from './reports.js';
-import type { WaveClock } from './waves.js';
+import { isConnected, type DeathCause } from './rank-liveness.js';
+import { RankSender, type SendFailureSink } from './rank-sender.js';
+import type { RankSlot } from './rank-table.js';
+import type { RegistryEntry } from './registry.js';
 
 /** Request ids remembered as no longer owned by their rank (bounded; the oldest are forgotten first). */
 const MAX_DISOWNED_IDS = 65_536;
 
-/** What the failure scope needs from the engine client. */
-export interface FailureHost {
-  readonly registry: RequestRegistry;
-  readonly ranks: RankTable;
-  readonly waves: WaveClock;
-  readonly sender: RankSender;
-  readonly stats: ClientStats;
-  readonly logger: Logger;
-  /** Apply a liveness event (logged, emitted; the client notices the group serving again). */
-  transition(index: number, event: LivenessEvent): void;
-  /** Drop the state of `index`'s process: stored load, in-flight set, its timers, the policy's knowledge of it. */
-  forgetRank(index: number): void;
-  /**
-   * `release(rank, ids)` with the clamp, as every shrink of an in-flight set; `aborted`: the ids are ABORTed on the
-   * rank, whose reports may count them a while longer (routing-state.ts `releaseAborted`).
-   */
-  release(rank: number, ids: Iterable<string>, aborted: boolean): void;
-  /** Empty every in-flight set and stop every request timer (a group-scope failure). */
-  clearInFlight(): void;
-  /** Re-sync the timers after `rank` lost requests. */
-  timersChanged(rank: number): void;
-  /**
-   * How long `rank` has held requests without a decodable batch naming it, in ms (0 when it holds none): since its
-   * last batch, or since it got a request while idle, whichever is later.
-   */
-  quietMs(rank: number): number;
-  /** Emit `failed`. */
-  groupFailed(error: EngineClientError): void;
-}
-
 /** The failure scope of one group (see the module docs). */
-export class FailureScope {
+export class FailureScope implements SendFailureSink {
+  /** The group's control sends (ABORT, probes, START_DP_WAVE, revival); a send that names a rank dead comes back here. */
+  readonly sender: RankSender;
   /** ENGINE_CORE_DEAD frames not yet tied to a rank. */
   private pendingSentinels = 0;
   /** Ranks whose identity vanished in the last probe window with no sentinel tied to them (oldest first). */
   private readonly recentExits: number[] = [];
   /** Request id → the rank that held it when the gateway ended it. */
   private readonly disowned = new Map<string, number>();
-  /** Slot epochs when a lockstep group last failed (null: serving normally since). */
-  private epochsAtFailure: Map<number, number> | null = null;
 
-  constructor(private readonly host: FailureHost) {}
+  /** The failure scope of the group whose state is `g`, sending over `link` with `protocol`'s codec. */
+  constructor(
+    private readonly g: GroupState,
+    link: EngineLink,
+    protocol: EngineProtocol,
+  ) {
+    this.sender = new RankSender(link, protocol, g.stats, g.logger, this);
+  }
+
+  /** `SendFailureSink`: a send to `slot` timed out or was refused with EHOSTUNREACH (`sendFailed`). */
+  rankUnusable(slot: RankSlot, what: string, err: unknown): EngineClientError {
+    return this.sendFailed(slot, what, err);
+  }
+
+  /** `SendFailureSink`: the client's `client-closed` error once it is closed, else null. */
+  closedError(): EngineClientError | null {
+    return this.g.registry.closed ? this.g.clientClosedError() : null;
+  }
+
+  /** `SendFailureSink`: the revival request's id, sent outside the registry (its rows are the gateway's own). */
+  untracked(requestId: string): void {
+    this.g.registry.remember(requestId);
+  }
 
   /**
    * A rank is dead: its requests get one engine-dead error naming the rank and `message` (in a lockstep group every
@@ -86,7 +78,7 @@ export class FailureScope {
    * rank that is not connected.
    */
   rankDied(index: number, cause: DeathCause, message: string, causeError?: unknown): EngineClientError {
-    const { registry, ranks, stats, logger } = this.host;
+    const { registry, ranks, stats, logger } = this.g;
     const error = new EngineClientError('engine-dead', message, { cause: causeError, dpRank: index });
     const slot = ranks.slot(index);
     if (slot === undefined || !isConnected(slot.liveness.state) || registry.closed) return error;
@@ -94,9 +86,9 @@ export class FailureScope {
     stats.rankDeaths[cause] = (stats.rankDeaths[cause] ?? 0) + 1;
     logger.error({ engineIndex: index, cause, err: error }, `DP rank ${index} is dead (${cause})`);
     if (cause === 'peer-unreachable' || cause === 'replaced') this.noteExit(index);
-    if (this.host.waves.lockstep) {
-      this.noteLockstepFailure();
-      this.host.transition(index, { kind: 'death', cause });
+    if (this.g.waves.lockstep) {
+      this.g.noteLockstepFailure();
+      this.g.transition(index, { kind: 'death', cause });
       this.forget(index);
       this.failGroup(error, cause, false);
       return error;
@@ -107,9 +99,10 @@ export class FailureScope {
       this.disown(e.requestId, index); // no ABORT now (it is gone); one if it answers again (`revived`)
     }
     this.forget(index);
-    this.host.transition(index, { kind: 'death', cause });
+    this.g.transition(index, { kind: 'death', cause });
     for (const e of entries) e.stream.fail(error);
-    this.host.timersChanged(index);
+    this.g.syncRankTimers(index, false);
+    this.g.touchGroupTimer(false);
     return error;
   }
 
@@ -152,26 +145,27 @@ export class FailureScope {
    * every request of the group ends (its peers wait on it).
    */
   stalled(slot: RankSlot, error: EngineClientError): void {
-    const { registry } = this.host;
+    const { registry } = this.g;
     const rank = slot.index;
     slot.counters.stalls++;
-    if (this.host.waves.lockstep) {
-      this.noteLockstepFailure();
-      this.host.transition(rank, { kind: 'stall' });
+    if (this.g.waves.lockstep) {
+      this.g.noteLockstepFailure();
+      this.g.transition(rank, { kind: 'stall' });
       this.failGroup(error, 'rank-stalled', false);
       return;
     }
     const entries = registry.onRank(rank);
     for (const e of entries) registry.removeEntry(e);
     void this.abortHeld(entries);
-    void this.host.sender.revive(slot, `gw-revive-${rank}-${slot.liveness.epoch}-${slot.counters.stalls}`);
-    this.host.release(
+    void this.sender.revive(slot, `gw-revive-${rank}-${slot.liveness.epoch}-${slot.counters.stalls}`);
+    this.g.release(
       rank,
       entries.map((e) => e.requestId),
       true,
     );
-    this.host.transition(rank, { kind: 'stall' });
-    this.host.timersChanged(rank);
+    this.g.transition(rank, { kind: 'stall' });
+    this.g.syncRankTimers(rank, false);
+    this.g.touchGroupTimer(false);
     for (const e of entries) e.stream.fail(error);
   }
 
@@ -181,17 +175,17 @@ export class FailureScope {
    * by dialing in again). Counts `cause` and emits `failed`.
    */
   failGroup(error: EngineClientError, cause: string, ranksDie: boolean): void {
-    const { registry, ranks, stats, logger } = this.host;
+    const { registry, ranks, stats, logger } = this.g;
     const entries = registry.removeAll();
     void this.abortHeld(entries);
-    this.host.clearInFlight();
+    this.g.clearInFlight();
     if (ranksDie) {
       this.pendingSentinels = 0; // every rank goes: nothing is left to tie a sentinel to
       for (const s of ranks.connected()) {
         s.counters.deaths['group-failure'] = (s.counters.deaths['group-failure'] ?? 0) + 1;
         stats.rankDeaths['group-failure'] = (stats.rankDeaths['group-failure'] ?? 0) + 1;
         this.forget(s.index);
-        this.host.transition(s.index, { kind: 'death', cause: 'group-failure' });
+        this.g.transition(s.index, { kind: 'death', cause: 'group-failure' });
       }
     }
     stats.failures[cause] = (stats.failures[cause] ?? 0) + 1;
@@ -200,7 +194,7 @@ export class FailureScope {
       'engine group failed as a unit',
     );
     for (const e of entries) e.stream.fail(error);
-    this.host.groupFailed(error);
+    this.g.notify('failed', error);
   }
 
   /** ABORTs for `entries`, one message per connected rank (best effort); they become disowned ids of that rank. */
@@ -209,13 +203,41 @@ export class FailureScope {
     for (const e of entries) {
       if (e.engineIndex === null) continue;
       this.disown(e.requestId, e.engineIndex);
-      const slot = this.host.ranks.slot(e.engineIndex);
+      const slot = this.g.ranks.slot(e.engineIndex);
       if (slot === undefined || !isConnected(slot.liveness.state)) continue;
       let ids = byRank.get(slot);
       if (!ids) byRank.set(slot, (ids = []));
       ids.push(e.requestId);
     }
-    return [...byRank].map(([slot, ids]) => this.host.sender.abort(slot, ids));
+    return [...byRank].map(([slot, ids]) => this.sender.abort(slot, ids));
+  }
+
+  /** ABORT `ids` on `rank` through the sender (see `RankSender.abort`); null once accepted. Never rejects. */
+  abortOn(rank: number, ids: readonly string[]): Promise<EngineClientError | null> {
+    const slot = this.g.ranks.slot(rank);
+    return slot === undefined ? Promise.resolve(null) : this.sender.abort(slot, ids);
+  }
+
+  /**
+   * Auto-abort of an abandoned, unfinished stream (dp-routing.md section 5; also the output contract's cut): remove
+   * the entry, release the slot and send the ABORT, all started in the same turn as the cancel (section 14.9).
+   * Idempotent.
+   */
+  abandon(entry: RegistryEntry): void {
+    const rank = entry.engineIndex;
+    if (!this.g.retire(entry, rank !== null)) return;
+    if (rank !== null) void this.abortOn(rank, [entry.requestId]);
+  }
+
+  /**
+   * `wake_group()` for wave `wave` that nobody waits on (a wave notification's, dp-routing.md 13.3): if its broadcast
+   * fails, the group's ranks never start the wave and every request of the group would hang until its stall, so the
+   * group fails now (a rank found dead on it already failed it).
+   */
+  wakeUnwatched(wave: number): void {
+    void this.sender.startWave(this.g.ranks.connected(), wave).then((e) => {
+      if (e !== null && e.kind === 'transport' && !this.g.registry.closed) this.failGroup(e, 'wave-send-failed', false);
+    });
   }
 
   /**
@@ -226,12 +248,12 @@ export class FailureScope {
   orphanRow(requestId: string, terminal: boolean): void {
     const owner = this.disowned.get(requestId);
     if (owner === undefined) return;
-    const slot = this.host.ranks.slot(owner);
+    const slot = this.g.ranks.slot(owner);
     // A dead rank's rows were queued before it died: keep the id for its ABORT should it answer again (`revived`).
     if (slot === undefined || !isConnected(slot.liveness.state)) return;
     this.disowned.delete(requestId);
-    this.host.stats.orphanOutputs++;
-    if (!terminal) void this.host.sender.abort(slot, [requestId]);
+    this.g.stats.orphanOutputs++;
+    if (!terminal) void this.sender.abort(slot, [requestId]);
   }
 
   /**
@@ -239,7 +261,7 @@ export class FailureScope {
    * still be running the requests the gateway failed when it was found dead, so they get one ABORT. Never throws.
    */
   revived(index: number): void {
-    const slot = this.host.ranks.slot(index);
+    const slot = this.g.ranks.slot(index);
     const ids: string[] = [];
     for (const [id, r] of this.disowned) {
       if (r !== index) continue;
@@ -247,7 +269,7 @@ export class FailureScope {
       this.disowned.delete(id);
     }
     this.dropRecentExit(index);
-    if (slot !== undefined && ids.length > 0) void this.host.sender.abort(slot, ids);
+    if (slot !== undefined && ids.length > 0) void this.sender.abort(slot, ids);
   }
 
   /**
@@ -301,12 +323,12 @@ export class FailureScope {
    */
   settleSentinels(withinMs: number): number[] {
     const n = this.pendingSentinels;
-    const { registry, ranks, stats, logger } = this.host;
+    const { registry, ranks, stats, logger } = this.g;
     if (registry.closed || n === 0) return [];
     this.pendingSentinels = 0;
     const quiet = ranks
       .inState('ready')
-      .filter((s) => registry.onRank(s.index).length > 0 && this.host.quietMs(s.index) >= withinMs);
+      .filter((s) => registry.onRank(s.index).length > 0 && this.g.quietMs(s.index) >= withinMs);
     if (quiet.length === 0) {
       stats.unattributedSentinels += n;
       logger.warn(
@@ -330,34 +352,8 @@ export class FailureScope {
     return quiet.map((s) => s.index);
   }
 
-  /**
-   * A lockstep group serves again (every rank ready): rebuild its wave clock (dp-routing.md 13.4). Ranks ignore a
-   * START_DP_WAVE naming a lower wave than their own, and a surviving rank keeps its wave number, so while any rank of
-   * the failed group survives the clock must never move backwards: it is kept (a fresh rank starts at wave 0 and
-   * accepts any wave, so clock + 1 reaches both). Only when every rank is a new process (its slot epoch moved past the
-   * one at the failure) does the clock restart at 0, like a group that just started.
-   */
-  rebuildWaves(): void {
-    const at = this.epochsAtFailure;
-    const { waves, ranks, logger } = this.host;
-    if (!waves.lockstep || at === null) return;
-    this.epochsAtFailure = null;
-    const allFresh = ranks.slots.every((s) => s.liveness.epoch > (at.get(s.index) ?? 0));
-    if (allFresh) waves.reset();
-    logger.info(
-      { waveClock: waves.value, allFresh },
-      allFresh
-        ? 'lockstep group rebuilt from fresh processes: wave clock restarted at 0'
-        : 'lockstep group serving again: wave clock kept (surviving ranks keep their wave numbers)',
-    );
-  }
-
-  private noteLockstepFailure(): void {
-    this.epochsAtFailure ??= new Map(this.host.ranks.slots.map((s) => [s.index, s.liveness.epoch]));
-  }
-
   private forget(index: number): void {
-    this.host.forgetRank(index);
+    this.g.forgetRank(index);
   }
 
   private disown(requestId: string, rank: number): void {

@@ -22,12 +22,11 @@
  * Cost per row in the normal case (dp-routing.md 12.3 step, the per-token path): one typed-array read and compare per
  * token, one add and compare per row; nothing allocated. Only a broken row allocates (the cut copy, the error).
  */
-import type { Logger } from 'pino';
 import type { EngineOutputRow } from '../protocols/types.js';
 import { EngineClientError } from './errors.js';
-import type { RankTable } from './rank-table.js';
-import type { RegistryEntry, RequestRegistry } from './registry.js';
-import type { ClientStats } from './reports.js';
+import type { FailureScope } from './failure-scope.js';
+import type { GroupState } from './group-state.js';
+import type { RegistryEntry } from './registry.js';
 
 /** The per-rank `engineErrors` keys (`RankState.engineErrors`). */
 export type EngineErrorKind = 'max-tokens-overrun' | 'invalid-token-id';
@@ -37,20 +36,6 @@ export const UNKNOWN_ROWS_LOG_INTERVAL_MS = 10_000;
 /** A sample id longer than this (a rogue sender's) is logged cut to it, in UTF-16 units. */
 const MAX_LOGGED_ID_CHARS = 128;
 
-/** What the contract needs from the engine client. */
-export interface ContractHost {
-  readonly registry: RequestRegistry;
-  readonly ranks: RankTable;
-  readonly stats: ClientStats;
-  readonly logger: Logger;
-  /** Monotonic clock, ms (the client's `now`). */
-  now(): number;
-  /** Remove `entry` from the registry and release its in-flight slot (with the clamp); whether it was live. */
-  retire(entry: RegistryEntry): boolean;
-  /** `retire` plus an ABORT of the request on its recorded rank (the path of a client cancel). */
-  abandon(entry: RegistryEntry): void;
-}
-
 /** The checks of one engine client (see the module docs). */
 export class OutputContract {
   private unknownSinceLog = 0;
@@ -58,11 +43,12 @@ export class OutputContract {
   private unknownSample = '';
 
   /**
-   * @param host the engine client's side.
+   * @param g the group's state; @param scope its failure scope (`abandon`: a retire plus an ABORT on the rank).
    * @param validTokenIds `mask[id] === 1` for each token id (tokenizer/token-id-mask.ts); null: ids are not checked.
    */
   constructor(
-    private readonly host: ContractHost,
+    private readonly g: GroupState,
+    private readonly scope: FailureScope,
     private readonly validTokenIds: Uint8Array | null,
   ) {}
 
@@ -89,7 +75,7 @@ export class OutputContract {
    * registry does not know, and log at the bounded rate (see the module docs).
    */
   unknownRows(ids: readonly string[], rank: number): void {
-    const registry = this.host.registry;
+    const registry = this.g.registry;
     let found = 0;
     for (const id of ids) {
       if (registry.knows(id)) continue;
@@ -97,13 +83,13 @@ export class OutputContract {
       this.unknownSample = id;
     }
     if (found === 0) return;
-    this.host.stats.unknownOutputs += found;
+    this.g.stats.unknownOutputs += found;
     this.unknownSinceLog += found;
-    const now = this.host.now();
+    const now = this.g.now();
     if (now - this.unknownLoggedAt < UNKNOWN_ROWS_LOG_INTERVAL_MS) return;
     const first = this.unknownLoggedAt === -Infinity;
     const sample = this.unknownSample;
-    this.host.logger.warn(
+    this.g.logger.warn(
       {
         engineIndex: rank,
         unknownRows: this.unknownSinceLog,
@@ -120,7 +106,7 @@ export class OutputContract {
 
   /** `row` passes `entry.tokenLimit`: cut it there (see `check`). */
   private overrun(entry: RegistryEntry, row: EngineOutputRow, rank: number): EngineOutputRow | null {
-    if (this.host.registry.get(entry.requestId) !== entry) return null;
+    if (this.g.registry.get(entry.requestId) !== entry) return null;
     const limit = entry.tokenLimit;
     const sent = row.newTokenIds.length;
     const keep = Math.max(0, limit - (entry.tokens - sent));
@@ -139,9 +125,9 @@ export class OutputContract {
     const owner = entry.engineIndex ?? rank;
     this.count(owner, 'max-tokens-overrun');
     const terminal = row.finishReason !== null;
-    if (terminal) this.host.retire(entry);
-    else this.host.abandon(entry);
-    this.host.logger.warn(
+    if (terminal) this.g.retire(entry);
+    else this.scope.abandon(entry);
+    this.g.logger.warn(
       {
         engineIndex: owner,
         requestId: entry.requestId,
@@ -158,7 +144,7 @@ export class OutputContract {
 
   /** Token `row.newTokenIds[at]` is not a token id: the request fails with `engine-fault` (see `check`). */
   private invalidTokenId(entry: RegistryEntry, row: EngineOutputRow, at: number, rank: number): null {
-    if (this.host.registry.get(entry.requestId) !== entry) return null;
+    if (this.g.registry.get(entry.requestId) !== entry) return null;
     const owner = entry.engineIndex ?? rank;
     const tokenId = row.newTokenIds[at];
     const terminal = row.finishReason !== null;
@@ -170,9 +156,9 @@ export class OutputContract {
       { requestId: entry.requestId, dpRank: owner },
     );
     this.count(owner, 'invalid-token-id');
-    if (terminal) this.host.retire(entry);
-    else this.host.abandon(entry);
-    this.host.logger.warn(
+    if (terminal) this.g.retire(entry);
+    else this.scope.abandon(entry);
+    this.g.logger.warn(
       { engineIndex: owner, requestId: entry.requestId, tokenId, position: entry.tokens + at },
       error.message,
     );
@@ -181,7 +167,7 @@ export class OutputContract {
   }
 
   private count(rank: number, kind: EngineErrorKind): void {
-    const slot = this.host.ranks.slot(rank);
+    const slot = this.g.ranks.slot(rank);
     if (slot !== undefined) slot.counters.engineErrors[kind] = (slot.counters.engineErrors[kind] ?? 0) + 1;
   }
 }

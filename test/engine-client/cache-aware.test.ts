@@ -22,6 +22,7 @@ import {
   serviceEstimates,
   type ChoiceInputs,
 } from '../../src/engine-client/cache-aware.js';
+import type { EngineClient } from '../../src/engine-client/client.js';
 import type { EngineClientError } from '../../src/engine-client/errors.js';
 import { createDpPolicy } from '../../src/engine-client/policies.js';
 import { createLoadPolicy, type RankView } from '../../src/engine-client/policy.js';
@@ -30,6 +31,12 @@ import type { RankService } from '../../src/engine-client/service-rates.js';
 import { DEFAULT_SAMPLING, RequestType, type GenerateRequest } from '../../src/protocols/types.js';
 import { prng } from '../helpers/prng.js';
 import { batch, drain, inFlight, load, row, setup, states, tick, unreachable } from './fakes.js';
+
+/** The client's service-rate tracker (private state of the group: its routing state's `rates`). */
+function serviceRates(client: EngineClient): { view(r: number): RankService; trackedRequests: number } {
+  type Inside = { g: { routing: { rates: { view(r: number): RankService; trackedRequests: number } } } };
+  return (client as unknown as Inside).g.routing.rates;
+}
 
 const seq = (n: number, from: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
@@ -484,8 +491,7 @@ test('through the client: rates measured from the rows move a conversation off t
   }
   await drain(w0);
   await drain(w1);
-  const rates = (i: number): RankService =>
-    (client as unknown as { routing: { rates: { view(r: number): RankService } } }).routing.rates.view(i);
+  const rates = (i: number): RankService => serviceRates(client).view(i);
   assert.ok(Math.abs(rates(0).itlMs! - 10) < 1e-9 && Math.abs(rates(1).itlMs! - 20) < 1e-9, 'ITL from the row gaps');
   // Turn 1 of two conversations, one on each rank (pinned), then their turn 2 unpinned. Requests have produced 20,
   // 10 and 100 tokens so far: about 57 expected from the next one.
@@ -540,8 +546,7 @@ test("a rank's death and rejoin through the client: its index, sole-client guard
   now = 20;
   await link.deliverBatch(batch(1, [row('gone')]));
   await link.deliverBatch(batch(0, [row('keep')]));
-  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } })
-    .routing.rates;
+  const rates = serviceRates(client);
   assert.equal(client.rankStates()[1]!.soleClientGuard, true);
   assert.ok(Math.abs(rates.view(1).itlMs! - 10) < 1e-9);
   assert.equal(policy.index.size(1), 64);
@@ -589,8 +594,7 @@ test("a new process taking a ready rank's index (replaced, no death seen first):
   await link.deliverBatch(batch(1, [row('old')], load(25, 0, 0.6))); // another client's work: the guard engages
   now = 20;
   await link.deliverBatch(batch(1, [row('old')]));
-  const rates = (client as unknown as { routing: { rates: { view(r: number): RankService; trackedRequests: number } } })
-    .routing.rates;
+  const rates = serviceRates(client);
   assert.equal(client.rankStates()[1]!.soleClientGuard, true);
   assert.ok(Math.abs(rates.view(1).itlMs! - 10) < 1e-9);
   assert.equal(policy.index.size(1), 64);

@@ -1,0 +1,92 @@
+/**
+ * What an engine client is built with and what a submit takes (client.ts), and the defaults of its two timeouts.
+ * Kept apart from the client so the option layer (serve-options.ts), the fronts and the server can name them without
+ * the client's machinery.
+ */
+import type { Logger } from 'pino';
+import type { EngineProtocol } from '../protocols/types.js';
+import type { DeliveryQueueOptions } from './delivery-queue.js';
+import type { EngineLink } from './link.js';
+import type { DpPolicy } from './policy.js';
+import type { LockstepSetting } from './waves.js';
+
+/** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without output). */
+export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
+/**
+ * Default stall timeout in ms (issue #8 part 3): a rank holding in-flight requests that sent nothing for this long
+ * leaves rotation. 60 s is longer than any normal gap between two batches of a rank, a long prefill included (a
+ * 128k-token prompt prefills in seconds to tens of seconds); raise it for slower engines.
+ */
+export const DEFAULT_RANK_STALL_TIMEOUT_MS = 60_000;
+/**
+ * Constructor options.
+ * - `protocol`: the engine family's codec (TokenSpeed or vLLM).
+ * - `link`: the group's socket set (its `dpSize` gives the rank slots); the client attaches to it, owns it from now
+ *   on and closes it on `close()`.
+ * - `policy`: the unpinned rank-selection policy (default `createLoadPolicy()`, SMG's DP scorer).
+ * - `silenceTimeoutMs`: the group silence watchdog and the per-rank silence watchdogs (a rank holding requests and
+ *   silent this long is dead), in ms (default 300 000).
+ * - `rankStallTimeoutMs`: a rank holding requests and silent this long is stalled (default 60 000).
+ * - `logger`: pino logger (default: silent).
+ * - `lockstep`: the group's kind (waves.ts, issue #14): `auto` (default: from the joining ranks' `data_parallel_size`,
+ *   else from the first wave notification, with one probe wake on the first submit while unknown), `true` (force
+ *   lockstep: every submit wakes the group) or `false` (force dense: never woken, wave notifications ignored).
+ * - `now`: monotonic clock in ms that stamps stored loads for ageing (dp-routing.md 14.1; default
+ *   `performance.now`). Tests pass their own.
+ * - `delivery`: how outputs reach push-mode listeners (delivery-queue.ts: a 4 ms slice budget, 4096 queued
+ *   hand-offs before the dispatcher stops reading engine output); tests pass a fake clock.
+ * - `validTokenIds`: the tokenizer's token ids as a byte mask (tokenizer/token-id-mask.ts); a row with any other id
+ *   fails its request as the rank's fault (output-contract.ts). Absent: token ids are not checked.
+ * Both timeouts must be positive finite numbers of ms.
+ */
+export interface EngineClientOptions {
+  protocol: EngineProtocol;
+  link: EngineLink;
+  policy?: DpPolicy;
+  silenceTimeoutMs?: number;
+  rankStallTimeoutMs?: number;
+  logger?: Logger;
+  lockstep?: LockstepSetting;
+  now?: () => number;
+  delivery?: DeliveryQueueOptions;
+  validTokenIds?: Uint8Array;
+}
+
+/**
+ * Per-submit options.
+ * - `dpRank`: pin the request to the rank with this engine index (dp-routing.md section 9.1; gateway.md section 14
+ *   `X-data-parallel-rank`). No scoring; the scan start is not advanced.
+ * - `signal`: aborting it aborts the request like `RequestStream.cancel()` (section 5). Already aborted at submit →
+ *   `submit` rejects with `signal.reason` and nothing is registered or sent.
+ */
+export interface SubmitOptions {
+  dpRank?: number;
+  signal?: AbortSignal;
+}
+
+/**
+ * The part of `AbortSignal` a submit uses: `aborted`, `reason`, and one `abort` listener added and later removed. An
+ * `AbortSignal` is one; so is the HTTP layer's lighter per-request signal (server/disconnect.ts `DisconnectSignal`).
+ */
+export interface CancelSignal {
+  readonly aborted: boolean;
+  readonly reason: unknown;
+  addEventListener(type: 'abort', listener: () => void, options?: { once?: boolean }): void;
+  removeEventListener(type: 'abort', listener: () => void): void;
+}
+
+/** `SubmitOptions` with any {@link CancelSignal} (what `EngineClient.submit` and the server's backends accept). */
+export interface CancellableSubmitOptions {
+  dpRank?: number;
+  signal?: CancelSignal;
+}
+
+/**
+ * A timeout option of the engine client: `value` (ms), or `fallback` when absent. Throws RangeError naming `name`
+ * unless the result is a positive finite number of ms.
+ */
+export function timeoutMs(name: string, value: number | undefined, fallback: number): number {
+  const x = value ?? fallback;
+  if (!Number.isFinite(x) || x <= 0) throw new RangeError(`${name} must be a positive number of ms, got ${x}`);
+  return x;
+}
