@@ -80,13 +80,3 @@ export interface CancellableSubmitOptions {
   dpRank?: number;
   signal?: CancelSignal;
 }
-
-/**
- * A timeout option of the engine client: `value` (ms), or `fallback` when absent. Throws RangeError naming `name`
- * unless the result is a positive finite number of ms.
- */
-export function timeoutMs(name: string, value: number | undefined, fallback: number): number {
-  const x = value ?? fallback;
-  if (!Number.isFinite(x) || x <= 0) throw new RangeError(`${name} must be a positive number of ms, got ${x}`);
-  return x;
-}

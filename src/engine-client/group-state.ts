@@ -14,10 +14,10 @@ import type { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { pino, type Logger } from 'pino';
 import type { EngineProtocol } from '../protocols/types.js';
+import { positiveMs } from '../option-checks.js';
 import {
   DEFAULT_RANK_STALL_TIMEOUT_MS,
   DEFAULT_SILENCE_TIMEOUT_MS,
-  timeoutMs,
   type EngineClientOptions,
 } from './client-options.js';
 import { DeliveryQueue } from './delivery-queue.js';
@@ -91,8 +91,8 @@ export class GroupState {
     opts: EngineClientOptions,
     private readonly events: EventEmitter<EngineClientEvents>,
   ) {
-    this.silenceTimeoutMs = timeoutMs('silenceTimeoutMs', opts.silenceTimeoutMs, DEFAULT_SILENCE_TIMEOUT_MS);
-    this.stallTimeoutMs = timeoutMs('rankStallTimeoutMs', opts.rankStallTimeoutMs, DEFAULT_RANK_STALL_TIMEOUT_MS);
+    this.silenceTimeoutMs = positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs ?? DEFAULT_SILENCE_TIMEOUT_MS);
+    this.stallTimeoutMs = positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs ?? DEFAULT_RANK_STALL_TIMEOUT_MS);
     this.protocol = opts.protocol;
     this.policy = opts.policy ?? createLoadPolicy();
     this.releaseClamp = this.policy.releaseClamp ?? true;
