@@ -26,16 +26,16 @@ import type { GenerateRequest } from '../../protocols/types.js';
 import type { BackendRankState, BackendStatus, GenerationBackend } from '../../server/backend.js';
 import type { SharedConcurrencyCap } from '../../server/concurrency.js';
 import { ResponsesStore, type ResponsesStoreOptions, type StoredResponse } from '../../server/responses/store.js';
+import { decodeDown } from '../channel/decode.js';
 import {
   ChannelDecodeError,
   Tag,
-  decodeDown,
-  fromWireError,
   type GroupSnapshot,
   type ReceivedRecord,
   type UpRecord,
   type WireError,
-} from '../channel/channel-codec.js';
+} from '../channel/records.js';
+import { fromWireError } from '../channel/wire-error.js';
 import { FrameReader, helloFrame, writeFrame, writeFrames } from '../channel/frames.js';
 import { UpOutbox } from '../channel/outbox.js';
 

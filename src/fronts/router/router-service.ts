@@ -2,7 +2,7 @@
  * The router side of `--workers N` (docs/architecture.md sections 3-6): the one process that owns the engine clients
  * serves them to N HTTP fronts, each over its own connection to the router's unix socket (frames.ts: length-prefixed
  * frames both ways; a front is heard only after its hello with the router's token, and no frame is read past a
- * bound); the records of channel-codec.ts are batched per tick both ways by outbox.ts.
+ * bound); the records of channel/records.ts are batched per tick both ways by outbox.ts.
  *
  * Every SUBMIT goes straight to the group's real `EngineClient.submit`, so select + reserve, the in-flight sets, the
  * stored loads and the release clamp stay in this one process in their synchronous blocks (dp-routing.md 12.3): the
@@ -28,14 +28,9 @@ import type { RequestStream } from '../../engine-client/request-stream.js';
 import type { EngineOutput, GenerateRequest } from '../../protocols/types.js';
 import type { EngineFamily, GenerationBackend } from '../../server/backend.js';
 import type { ResponsesStore, StoredResponse } from '../../server/responses/store.js';
-import {
-  ChannelDecodeError,
-  Tag,
-  decodeUp,
-  toWireError,
-  type GroupSnapshot,
-  type UpRecord,
-} from '../channel/channel-codec.js';
+import { decodeUp } from '../channel/decode.js';
+import { ChannelDecodeError, Tag, type GroupSnapshot, type UpRecord } from '../channel/records.js';
+import { toWireError } from '../channel/wire-error.js';
 import {
   FRONT_TOKEN_BYTES,
   FrameReader,
