@@ -8,6 +8,9 @@ import { MsgpackReader } from '../../wire/reader.js';
 import {
   ChannelDecodeError,
   FINISH_CODES,
+  OUT_ELEMENT,
+  OUT_LENGTH,
+  OUT_STOP_REASON_SET,
   Tag,
   type DecodedOutput,
   type GroupSnapshot,
@@ -105,17 +108,21 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
 
 const OUT_HEAD = Tag.OUT; // a positive fixint: the byte itself
 
-/** The optional tail of an OUT record (elements 8.., `len` elements in all), as the generic decoder reads it. */
+/**
+ * The optional tail of an OUT record (the fields of kind `optional`, from `OUT_ELEMENT.stopReason` on; records.ts),
+ * as the generic decoder reads it: each set only when the record carries it, so an absent one stays absent.
+ */
 function outTail(output: DecodedOutput, t: unknown[]): void {
-  if (t[9] === true) {
-    const s = t[8];
+  if (t[OUT_STOP_REASON_SET] === true) {
+    const s = t[OUT_ELEMENT.stopReason];
     if (s !== null && typeof s !== 'number' && typeof s !== 'string')
       throw new ChannelDecodeError('OUT: stop reason must be a number, a string or nil');
     output.stopReason = s;
   }
-  if (t.length > 10) {
-    if (!Array.isArray(t[10])) throw new ChannelDecodeError('OUT: top logprobs must be a list');
-    output.topLogprobs = t[10] as TokenCandidate[][];
+  if (t.length > OUT_ELEMENT.topLogprobs) {
+    const top = t[OUT_ELEMENT.topLogprobs];
+    if (!Array.isArray(top)) throw new ChannelDecodeError('OUT: top logprobs must be a list');
+    output.topLogprobs = top as TokenCandidate[][];
   }
 }
 
@@ -126,9 +133,10 @@ function safe(r: MsgpackReader, what: string): number {
 }
 
 /**
- * One OUT record of `len` elements (`len` ≥ 8) read in place, its tag already consumed: the per-token path of a
- * front, with no intermediate tuple. Types are checked as they are read (integers for ids and counts, numbers for
- * logprobs). Throws WireDecodeError or ChannelDecodeError.
+ * One OUT record of `len` elements (`len` ≥ `OUT_LENGTH.fixed`) read in place, its tag already consumed: the
+ * per-token path of a front, with no intermediate tuple. The elements are read in records.ts `OUT_ELEMENT` order.
+ * Types are checked as they are read (integers for ids and counts, numbers for logprobs). Throws WireDecodeError or
+ * ChannelDecodeError.
  */
 function readOut(r: MsgpackReader, len: number): ReceivedRecord {
   const handle = safe(r, 'handle');
@@ -152,12 +160,32 @@ function readOut(r: MsgpackReader, len: number): ReceivedRecord {
     cachedTokens,
     logprobs,
   };
-  if (len > 8) {
+  if (len > OUT_LENGTH.fixed) {
     const tail: unknown[] = [];
-    for (let i = 8; i < len; i++) tail[i] = r.readAny('OUT tail');
+    for (let i = OUT_LENGTH.fixed; i < len; i++) tail[i] = r.readAny('OUT tail');
     outTail(output, tail);
   }
   return { tag: Tag.OUT, handle, output };
+}
+
+/**
+ * An OUT record from its generic tuple, each field at its records.ts `OUT_ELEMENT` index: one the in-place reader
+ * did not take (a non-minimal tag, fewer than `OUT_LENGTH.fixed` elements).
+ */
+function outRecord(t: unknown[]): ReceivedRecord {
+  const code = int(t, OUT_ELEMENT.finishReason, 'finish code');
+  if (code < 0 || code >= FINISH_CODES.length) throw new ChannelDecodeError(`OUT: unknown finish code ${code}`);
+  const output: DecodedOutput = {
+    requestId: '',
+    newTokenIds: integers(t, OUT_ELEMENT.newTokenIds, 'token ids'),
+    finishReason: FINISH_CODES[code]!,
+    promptTokens: int(t, OUT_ELEMENT.promptTokens, 'prompt tokens'),
+    completionTokens: int(t, OUT_ELEMENT.completionTokens, 'completion tokens'),
+    cachedTokens: int(t, OUT_ELEMENT.cachedTokens, 'cached tokens'),
+    logprobs: numbers(t, OUT_ELEMENT.logprobs, 'logprobs'),
+  };
+  outTail(output, t);
+  return { tag: Tag.OUT, handle: int(t, 1, 'handle'), output };
 }
 
 /** One router record from its generic tuple. */
@@ -168,22 +196,8 @@ function downRecord(t: unknown[]): ReceivedRecord {
     case Tag.REJECTED:
     case Tag.FAILED:
       return { tag: t[0], handle: int(t, 1, 'handle'), error: checkedWireError(t[2], `record tag ${String(t[0])}`) };
-    case Tag.OUT: {
-      // An OUT record the in-place reader did not take (a non-minimal tag, fewer than 8 elements).
-      const code = int(t, 3, 'finish code');
-      if (code < 0 || code >= FINISH_CODES.length) throw new ChannelDecodeError(`OUT: unknown finish code ${code}`);
-      const output: DecodedOutput = {
-        requestId: '',
-        newTokenIds: integers(t, 2, 'token ids'),
-        finishReason: FINISH_CODES[code]!,
-        promptTokens: int(t, 4, 'prompt tokens'),
-        completionTokens: int(t, 5, 'completion tokens'),
-        cachedTokens: int(t, 6, 'cached tokens'),
-        logprobs: numbers(t, 7, 'logprobs'),
-      };
-      outTail(output, t);
-      return { tag: Tag.OUT, handle: int(t, 1, 'handle'), output };
-    }
+    case Tag.OUT:
+      return outRecord(t);
     case Tag.GRANT:
       return { tag: Tag.GRANT, ticket: int(t, 1, 'ticket'), granted: t[2] === true, max: int(t, 3, 'max') };
     case Tag.REPLY:
@@ -219,7 +233,7 @@ export function decodeDown(bytes: Uint8Array): ReceivedRecord[] {
       const start = r.pos;
       if (r.peekKind('record') !== 'array') throw new ChannelDecodeError(`record ${i} is not a tagged list`);
       const len = r.readArrayHeader('record');
-      if (len >= 8 && bytes[r.pos] === OUT_HEAD) {
+      if (len >= OUT_LENGTH.fixed && bytes[r.pos] === OUT_HEAD) {
         r.pos++;
         out.push(readOut(r, len));
         continue;

@@ -6,7 +6,15 @@ import { Encoder } from '@msgpack/msgpack';
 import { WireEncodeError } from '../../wire/errors.js';
 import { grownBuffer } from '../../wire/writer.js';
 import type { MessageSlab } from './message-slab.js';
-import { Tag, finishCode, type DownRecord, type UpRecord, type WireOutput, type WireRow } from './records.js';
+import {
+  OUT_LENGTH,
+  Tag,
+  finishCode,
+  type DownRecord,
+  type UpRecord,
+  type WireOutput,
+  type WireRow,
+} from './records.js';
 
 // Undefined object fields are left out (so an absent optional stays absent instead of becoming null).
 const encoder = new Encoder({ ignoreUndefined: true });
@@ -165,7 +173,8 @@ export class DownMessage extends RecordList {
 
   /**
    * `out` from an engine row and the request's counts after it (tokens; the router's row sink, request-stream.ts
-   * `RowSink`): the same record, with no output object built for it.
+   * `RowSink`): the same record, with no output object built for it. The fields go in records.ts `OUT_ELEMENT`
+   * order (the row's own counts, kind `count`, are not read: the request stream's are sent).
    */
   outRow(handle: number, o: WireRow, promptTokens: number, completionTokens: number, cachedTokens: number): void {
     const start = this.pos;
@@ -175,7 +184,9 @@ export class DownMessage extends RecordList {
       // Every fixed part at its widest: 1 + 5 × 6 ints + 2 × 5 list headers; 5 per id, 9 per logprob.
       this.ensure(41 + 5 * ids.length + 9 * lp.length);
       const extra = o.stopReason !== undefined || o.topLogprobs !== undefined;
-      this.buf[this.pos++] = 0x90 | (o.topLogprobs !== undefined ? 11 : extra ? 10 : 8);
+      this.buf[this.pos++] =
+        0x90 |
+        (o.topLogprobs !== undefined ? OUT_LENGTH.topLogprobs : extra ? OUT_LENGTH.stopReason : OUT_LENGTH.fixed);
       this.buf[this.pos++] = Tag.OUT;
       this.uint(handle);
       this.listHeader(ids.length);
@@ -191,6 +202,7 @@ export class DownMessage extends RecordList {
         view.setFloat64(this.pos + 1, lp[i]!);
         this.pos += 9;
       }
+      // The kind `optional` fields: absent ones stay absent (the flag tells an absent stop reason from a nil one).
       if (extra) {
         this.raw(encoder.encode(o.stopReason ?? null));
         this.raw(Uint8Array.of(o.stopReason !== undefined ? 0xc3 : 0xc2));

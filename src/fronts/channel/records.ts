@@ -14,7 +14,13 @@
  */
 import type { EngineClientErrorFields } from '../../engine-client/errors.js';
 import type { ClientStats } from '../../engine-client/reports.js';
-import type { EngineOutputRow, FinishReason, GenerateRequest, TokenCandidate } from '../../protocols/types.js';
+import type {
+  EngineOutput,
+  EngineOutputBase,
+  FinishReason,
+  GenerateRequest,
+  OutputRowField,
+} from '../../protocols/types.js';
 import type { BackendRankState, BackendStatus } from '../../server/backend.js';
 
 /** Record type tags (the first element of every record). 1 was HELLO, now the socket's hello frame (frames.ts). */
@@ -60,22 +66,48 @@ export interface GroupSnapshot {
 }
 
 /**
- * One output row as the router forwards it: the request's stream output with every count filled (tokens).
- * `finish` is the finish reason (null while running).
+ * One output row as the router forwards it (an OUT record): the request's stream output with every count filled
+ * (tokens), without the request id (the record's handle names the request).
  */
-export interface WireOutput {
-  newTokenIds: number[];
-  finishReason: FinishReason | null;
-  promptTokens: number;
-  completionTokens: number;
-  cachedTokens: number;
-  logprobs: number[];
-  stopReason?: number | string | null;
-  topLogprobs?: TokenCandidate[][];
-}
+export type WireOutput = Omit<EngineOutput, 'requestId'>;
 
 /** The per-row fields of an OUT record (an engine row has them; the counts are the request stream's). */
-export type WireRow = Pick<WireOutput, 'newTokenIds' | 'finishReason' | 'logprobs' | 'stopReason' | 'topLogprobs'>;
+export type WireRow = Omit<EngineOutputBase, 'requestId'>;
+
+/**
+ * Where each output-row field (protocols/types.ts `OUTPUT_ROW_FIELDS`) sits in an OUT record, the list [tag, handle,
+ * newTokenIds, finish code (`FINISH_CODES`), promptTokens, completionTokens, cachedTokens, logprobs, stopReason,
+ * whether the stop reason was set, topLogprobs]: elements up to `logprobs` always; the stop reason (nil when absent)
+ * and its flag (absent and nil differ) when either optional field is set; top logprobs only when set (`OUT_LENGTH`).
+ * `requestId` is not sent (null): the handle names the request, the front fills the id in. A `Record` over the
+ * fields, so one added there does not compile until it has a place here. messages.ts `DownMessage.outRow` writes
+ * the elements in this order, decode.ts reads them in this order in place (`readOut`) and by these indices from a
+ * generic tuple (`outRecord`).
+ */
+export const OUT_ELEMENT = {
+  requestId: null,
+  newTokenIds: 2,
+  finishReason: 3,
+  promptTokens: 4,
+  completionTokens: 5,
+  cachedTokens: 6,
+  logprobs: 7,
+  stopReason: 8,
+  topLogprobs: 10,
+} as const satisfies Record<OutputRowField, number | null>;
+
+/** The element of an OUT record that says whether the stop reason (`OUT_ELEMENT.stopReason`) was set. */
+export const OUT_STOP_REASON_SET = OUT_ELEMENT.stopReason + 1;
+
+/**
+ * The lengths of an OUT record (elements): `fixed` without the optional fields, `stopReason` with the stop reason and
+ * its flag (a stop reason or top logprobs set), `topLogprobs` with top logprobs as well.
+ */
+export const OUT_LENGTH = {
+  fixed: OUT_ELEMENT.logprobs + 1,
+  stopReason: OUT_STOP_REASON_SET + 1,
+  topLogprobs: OUT_ELEMENT.topLogprobs + 1,
+} as const;
 
 /** Records a front sends. `handle` is front-local (an integer ≥ 0), one per engine request. */
 export type UpRecord =
@@ -89,7 +121,7 @@ export type UpRecord =
  * An OUT row as a front decodes it: the row the front's request stream takes (`RequestStreamImpl.deliver`), with
  * `requestId` '' — the router does not send it (the handle names the request); the receiver fills it in.
  */
-export type DecodedOutput = WireOutput & Pick<EngineOutputRow, 'requestId'>;
+export type DecodedOutput = EngineOutput;
 
 /** Records the router sends. */
 export type DownRecord =
