@@ -6,7 +6,7 @@
 /**
  * Every engine-client error kind, declared once: `EngineClientErrorKind`, the HTTP status table (server/errors.ts
  * `ENGINE_ERROR_STATUS`, a `Record` over this union, so a new kind does not compile until it has a status) and the
- * channel codec's check of a kind read from another process (fronts/channel/channel-codec.ts) derive from it.
+ * channel codec's check of a kind read from another process (fronts/channel/wire-error.ts) derive from it.
  * gateway.md 11.3 maps `engine-dead` to "service unavailable"; this gateway also maps `invalid-dp-rank` to 400
  * (gateway.md 14), and `engine-fault` and `decode`, the engine's faults, to 502 (issue 26).
  * - `engine-dead`: the rank holding the request died (ENGINE_CORE_DEAD, an unreachable identity, a send timeout,
@@ -55,7 +55,7 @@ export function isEngineClientErrorKind(v: unknown): v is EngineClientErrorKind 
 /**
  * The structured fields an error may carry next to its message, with their value type, declared once: the
  * `EngineClientError` fields, its constructor, and the channel codec's copy and check of an error crossing processes
- * (fronts/channel/channel-codec.ts `toWireError` / `fromWireError`) all derive from this table.
+ * (fronts/channel/wire-error.ts `toWireError` / `fromWireError`) all derive from this table.
  * - `requestId`: the engine request id the error is about (duplicate-request-id, stream-closed, engine-fault).
  * - `dpRank`: the DP rank concerned: the pinned rank refused (invalid-dp-rank), the rank at fault (engine-fault,
  *   engine-dead).

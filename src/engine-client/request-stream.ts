@@ -176,8 +176,10 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
       this.handRow(row, this.promptTokens, this.completionTokens, this.cachedTokens);
       return true;
     }
-    // A literal of fixed shape, not a spread of the row: one hidden class on the per-token path (issue 9). Every
-    // field of `EngineOutputBase` is copied here: a field added there must be added here too.
+    // A literal of fixed shape, not a spread of the row: one hidden class on the per-token path (issue 9). Each
+    // field by its kind in protocols/types.ts `OUTPUT_ROW_FIELDS`: `id` and `row` by reference, `count` the stream's,
+    // `optional` only when set (absent stays absent). A required field left out does not compile; an optional one
+    // left out fails test/fronts/output-row-fields.test.ts.
     const output: EngineOutput = {
       requestId: row.requestId,
       newTokenIds: row.newTokenIds,

@@ -92,6 +92,52 @@ export interface EngineOutput extends EngineOutputBase {
 }
 
 /**
+ * How a copy of an output row treats a field (`OUTPUT_ROW_FIELDS`):
+ * - `id`: the engine request id (the channel's OUT record does not carry it: the record's handle names the request);
+ * - `row`: carried as the engine gave it, by reference;
+ * - `count`: a token count: null in an `EngineOutputRow` when the engine did not report it, a number in an
+ *   `EngineOutput` (the request stream fills it);
+ * - `optional`: absent unless the engine reported it, and kept absent (not `undefined`) by every copy.
+ */
+export type OutputFieldKind = 'id' | 'row' | 'count' | 'optional';
+
+/** The kind each field of `EngineOutputRow` must have in `OUTPUT_ROW_FIELDS`, read off the two interfaces. */
+type KindOfOutputField<F extends keyof EngineOutputRow> = F extends 'requestId'
+  ? 'id'
+  : object extends Pick<EngineOutputRow, F>
+    ? 'optional'
+    : EngineOutputRow[F] extends EngineOutput[F]
+      ? 'row'
+      : 'count';
+
+/**
+ * Every field of an output row, declared once with its kind (`OutputFieldKind`), for the copies of a row that cross
+ * a seam by hand because they are on the per-token path: the request stream's copy into an `EngineOutput`
+ * (engine-client/request-stream.ts `deliver`) and the channel's OUT record between the router and a front
+ * (fronts/channel/records.ts `OUT_ELEMENT`, which messages.ts writes and decode.ts reads). The `satisfies` holds the
+ * table to exactly the fields of `EngineOutputRow`, each with the kind the interfaces give it, so a field added to
+ * the interfaces does not compile until it is here; `OUT_ELEMENT` is a `Record` over these names, so it does not
+ * compile until the field has a place in the OUT record; the literals of the decoders (TokenSpeed, vLLM, the
+ * channel) and of the stream's copy do not compile without every required field. test/fronts/output-row-fields.test.ts
+ * sends a row with every field of this table set (and one with every optional field absent) through the request
+ * stream and both of the channel's readers, so a copy that drops a field fails it.
+ */
+export const OUTPUT_ROW_FIELDS = {
+  requestId: 'id',
+  newTokenIds: 'row',
+  finishReason: 'row',
+  logprobs: 'row',
+  promptTokens: 'count',
+  completionTokens: 'count',
+  cachedTokens: 'count',
+  stopReason: 'optional',
+  topLogprobs: 'optional',
+} as const satisfies { [F in keyof EngineOutputRow]-?: KindOfOutputField<F> };
+
+/** The name of a field of an output row (`OUTPUT_ROW_FIELDS`). */
+export type OutputRowField = keyof typeof OUTPUT_ROW_FIELDS;
+
+/**
  * A wave notification carried by an output message (engine-wire.md 5.8, 5.12; dp-routing.md 13.3): `complete` = the
  * lockstep group drained wave `wave` and parked (`wave_complete`); `start` = a rank received a request for an
  * already-drained wave and asks the group to start wave `wave` (`start_wave`). `wave` is a wave number ≥ 0.

@@ -25,7 +25,7 @@ const ASCII_FAST_MAX = 255;
 
 /**
  * A copy of `buf`'s first `used` bytes in a buffer at least twice as large with room for `extra` more (doubling), for
- * growable writers (this one, fronts/channel/channel-codec.ts `DownMessage`).
+ * growable writers (this one, fronts/channel/messages.ts `DownMessage`).
  */
 export function grownBuffer(buf: Uint8Array, used: number, extra: number): Uint8Array {
   let size = Math.max(1, buf.length) * 2;

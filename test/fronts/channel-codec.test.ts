@@ -1,5 +1,5 @@
 /**
- * The front ↔ router data plane codec (src/fronts/channel/channel-codec.ts) and the per-tick outbox (src/fronts/channel/outbox.ts):
+ * The front ↔ router data plane codec (src/fronts/channel/: records.ts, messages.ts, decode.ts, wire-error.ts) and the per-tick outbox (src/fronts/channel/outbox.ts):
  * every record type round-trips, absent optionals stay absent, non-finite logprobs survive, errors keep the kind the
  * HTTP layer maps to a status, and malformed messages are a `ChannelDecodeError` (never a crash or a wrong record).
  */
@@ -7,22 +7,17 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { decode, encode } from '@msgpack/msgpack';
 import { ENGINE_CLIENT_ERROR_KINDS, EngineClientError } from '../../src/engine-client/errors.js';
+import { decodeDown, decodeUp } from '../../src/fronts/channel/decode.js';
+import { ChannelRecordTooLarge, DownMessage, encodeDown, encodeUp } from '../../src/fronts/channel/messages.js';
 import {
   ChannelDecodeError,
-  ChannelRecordTooLarge,
-  DownMessage,
   Tag,
-  decodeDown,
-  decodeUp,
-  encodeDown,
-  encodeUp,
   finishCode,
-  fromWireError,
-  toWireError,
-  type WireError,
   type DownRecord,
   type UpRecord,
-} from '../../src/fronts/channel/channel-codec.js';
+  type WireError,
+} from '../../src/fronts/channel/records.js';
+import { fromWireError, toWireError } from '../../src/fronts/channel/wire-error.js';
 import { FrontOutboxes, UpOutbox } from '../../src/fronts/channel/outbox.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { ENGINE_ERROR_STATUS, statusForEngineError } from '../../src/server/errors.js';

@@ -1,7 +1,9 @@
 /** Buffers carved for channel messages (src/fronts/channel/message-slab.ts, issue 9). */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { DownMessage, Tag, decodeDown } from '../../src/fronts/channel/channel-codec.js';
+import { decodeDown } from '../../src/fronts/channel/decode.js';
+import { DownMessage } from '../../src/fronts/channel/messages.js';
+import { Tag } from '../../src/fronts/channel/records.js';
 import { MessageSlab } from '../../src/fronts/channel/message-slab.js';
 
 /** Whether two views share any byte of the same ArrayBuffer. */

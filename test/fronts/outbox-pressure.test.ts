@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { Tag } from '../../src/fronts/channel/channel-codec.js';
+import { Tag } from '../../src/fronts/channel/records.js';
 import { FrontOutboxes, type FrontOutboxesOptions } from '../../src/fronts/channel/outbox.js';
 import { OutputGate } from '../../src/transport/output-gate.js';
 

@@ -7,8 +7,9 @@
 import assert from 'node:assert/strict';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
-import { type FrontChannel, RemoteBackend } from '../../src/fronts/front/remote-backend.js';
-import type { GroupSnapshot } from '../../src/fronts/channel/channel-codec.js';
+import type { FrontChannel } from '../../src/fronts/front/front-channel.js';
+import { RemoteBackend } from '../../src/fronts/front/remote-backend.js';
+import type { GroupSnapshot } from '../../src/fronts/channel/records.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { FakeBackend, rankState } from '../server/fake-backend.js';

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import type { Logger } from 'pino';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
-import { FrontChannel } from '../../src/fronts/front/remote-backend.js';
+import { FrontChannel } from '../../src/fronts/front/front-channel.js';
 import { ResponsesStore } from '../../src/server/responses/store.js';
 import { RouterService, type RouterServiceOptions } from '../../src/fronts/router/router-service.js';
 import { freshDir } from '../helpers/async.js';

@@ -4,7 +4,7 @@
  * payload. The first frame a front sends on its connection is its hello (`helloFrame`: its front id, 4 bytes little
  * endian, then the router's `FRONT_TOKEN_BYTES` token, which the router hands its fronts in their environment, so
  * another process that finds the socket cannot take a front's streams). Every later frame, either way, is one
- * message: a msgpack list of channel-codec.ts records (the records of one event-loop turn).
+ * message: a msgpack list of records.ts records (the records of one event-loop turn).
  *
  * Bounds: before the hello the router reads no frame longer than a hello (`HELLO_BYTES`); after it, none longer than
  * `MAX_FRONT_MESSAGE_BYTES` (the front's outbox never writes a longer one, outbox.ts `UpOutbox`). A longer frame

@@ -7,7 +7,8 @@
  *   ever waiting, so one front that stopped reading delays no other (see the class).
  */
 import { performance } from 'node:perf_hooks';
-import { DownMessage, UpMessage, type DownRecord, type UpRecord } from './channel-codec.js';
+import { DownMessage, UpMessage } from './messages.js';
+import type { DownRecord, UpRecord } from './records.js';
 import { MAX_FRONT_MESSAGE_BYTES } from './frames.js';
 import { MessageSlab } from './message-slab.js';
 

@@ -17,7 +17,9 @@ import type { SharedRankStats } from '../../server/routes/ranks.js';
 import { resolveTokenizerSpec } from '../../tokenizer/hf-cache.js';
 import { GatewayTokenizer } from '../../tokenizer/tokenizer.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from '../channel/control.js';
-import { FrontChannel, RemoteBackend, SharedResponsesStore, sharedConcurrency } from './remote-backend.js';
+import { FrontChannel } from './front-channel.js';
+import { RemoteBackend, sharedConcurrency } from './remote-backend.js';
+import { SharedResponsesStore } from './shared-responses-store.js';
 
 /** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */
 function frontRankStats(book: RankStatsBook): SharedRankStats {

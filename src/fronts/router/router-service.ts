@@ -2,7 +2,7 @@
  * The router side of `--workers N` (docs/architecture.md sections 3-6): the one process that owns the engine clients
  * serves them to N HTTP fronts, each over its own connection to the router's unix socket (frames.ts: length-prefixed
  * frames both ways; a front is heard only after its hello with the router's token, and no frame is read past a
- * bound); the records of channel-codec.ts are batched per tick both ways by outbox.ts.
+ * bound); the records of channel/records.ts are batched per tick both ways by outbox.ts.
  *
  * Every SUBMIT goes straight to the group's real `EngineClient.submit`, so select + reserve, the in-flight sets, the
  * stored loads and the release clamp stay in this one process in their synchronous blocks (dp-routing.md 12.3): the
@@ -18,43 +18,39 @@
  * A front that goes away (its socket closes, or `dropFront`, called by the cluster primary on the worker's exit) is
  * handled like its clients disconnecting: every engine request it owned is cancelled (ABORT to the rank, in-flight
  * slot released) and its concurrency permits are returned.
+ *
+ * The class holds the service's state and its sequence; its parts are modules of their own: front-socket.ts (one
+ * connection up to the front's hello), front-sessions.ts (a front's tables: requests by handle, early aborts,
+ * permits), forward-outputs.ts (a placed request's rows into its front's lane: the per-token path), permits.ts (the
+ * global count), router-calls.ts (the CALL methods: the Responses store, a refresh), served-groups.ts (the snapshots).
  */
-import { randomBytes, timingSafeEqual } from 'node:crypto';
+import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
-import { IdSet, IdTable } from '../../collections/id-table.js';
 import type { Logger } from 'pino';
 import type { RequestStream } from '../../engine-client/request-stream.js';
-import type { EngineOutput, GenerateRequest } from '../../protocols/types.js';
-import type { EngineFamily, GenerationBackend } from '../../server/backend.js';
-import type { ResponsesStore, StoredResponse } from '../../server/responses/store.js';
-import {
-  ChannelDecodeError,
-  Tag,
-  decodeUp,
-  toWireError,
-  type GroupSnapshot,
-  type UpRecord,
-} from '../channel/channel-codec.js';
-import {
-  FRONT_TOKEN_BYTES,
-  FrameReader,
-  HELLO_BYTES,
-  MAX_FRONT_MESSAGE_BYTES,
-  checkChannelPath,
-  writeFrame,
-} from '../channel/frames.js';
+import type { GenerateRequest } from '../../protocols/types.js';
+import type { ResponsesStore } from '../../server/responses/store.js';
+import { decodeUp } from '../channel/decode.js';
+import { ChannelDecodeError, Tag, type GroupSnapshot, type UpRecord } from '../channel/records.js';
+import { toWireError } from '../channel/wire-error.js';
+import { FRONT_TOKEN_BYTES, MAX_FRONT_MESSAGE_BYTES, checkChannelPath, writeFrame } from '../channel/frames.js';
 import type { OutputGate } from '../../transport/output-gate.js';
-import { FrontOutboxes, MAX_PRESSURE_MS, type FrontLane } from '../channel/outbox.js';
-
-/** One served group as the router service sees it: its real engine client and its names. */
-export interface ServedGroup {
-  readonly worker: string;
-  readonly engine: EngineFamily;
-  readonly backend: GenerationBackend & {
-    on(event: 'joined' | 'rank' | 'failed', listener: (...args: never[]) => void): unknown;
-  };
-}
+import { FrontOutboxes, MAX_PRESSURE_MS } from '../channel/outbox.js';
+import { acceptFront, type FrontSocketHost } from './front-socket.js';
+import {
+  PENDING,
+  abortHandle,
+  cancelEvery,
+  keepPlaced,
+  newSession,
+  submitRefused,
+  type FrontSession,
+} from './front-sessions.js';
+import { forwardOutputs } from './forward-outputs.js';
+import { ConcurrencyPermits } from './permits.js';
+import { routerCallValue } from './router-calls.js';
+import { groupSnapshots, type ServedGroup } from './served-groups.js';
 
 /** Options of `RouterService`. */
 export interface RouterServiceOptions {
@@ -97,8 +93,6 @@ export interface RouterServiceOptions {
   onOutputPressure?: (paused: boolean) => void;
 }
 
-const PENDING = Symbol('pending');
-
 /**
  * Bytes a front's socket may hold unwritten (node's buffer, above the kernel's) before the router's sends to it are
  * refused (EAGAIN) and its lane retries and merges (outbox.ts `FrontOutboxes`): about a thousand messages of a few
@@ -109,22 +103,6 @@ export const DOWN_HIGH_WATER_BYTES = 4 * 1024 * 1024;
 /** A send refused for now (the lane retries; `FrontOutboxes` reads `code`). */
 function refused(message: string): Error {
   return Object.assign(new Error(message), { code: 'EAGAIN' });
-}
-
-/** One connected front: its socket, its engine requests by handle, its concurrency permits. */
-interface FrontSession {
-  readonly frontId: number;
-  readonly sock: Socket;
-  /** Its outbox lane (records of this turn, messages the socket has not taken yet). */
-  readonly lane: FrontLane;
-  /** `IdTable`/`IdSet`s, not `Map`/`Set`s: an entry per request comes and goes (collections/id-table.ts says why). */
-  readonly streams: IdTable<RequestStream | typeof PENDING>;
-  /** Handles aborted while their submit was still being placed. */
-  readonly abortedEarly: IdSet;
-  readonly permits: IdSet;
-  dropped: boolean;
-  /** Reported to `onFrontStuck` already (once is enough: the primary kills it). */
-  reported: boolean;
 }
 
 /** Counters of the service (for logs and tests). */
@@ -150,7 +128,9 @@ export class RouterService {
   private readonly sessions = new Map<number, FrontSession>();
   private readonly outbox: FrontOutboxes;
   private readonly log: Logger;
-  private permitsTaken = 0;
+  private readonly permits: ConcurrencyPermits;
+  /** What each connection to the socket is served with (front-socket.ts). */
+  private readonly socketHost: FrontSocketHost<FrontSession>;
   private snapshotTimer: NodeJS.Timeout | null = null;
   private snapshotQueued = false;
   private closed = false;
@@ -159,9 +139,36 @@ export class RouterService {
 
   constructor(private readonly opts: RouterServiceOptions) {
     this.log = opts.logger;
-    // A send never waits: a front whose socket holds too much refuses at once (EAGAIN) and its lane retries
-    // (outbox.ts `FrontOutboxes`), so one front that stopped reading never holds up the others.
-    this.outbox = new FrontOutboxes(
+    this.permits = new ConcurrencyPermits(opts.maxConcurrentRequests);
+    this.socketHost = {
+      frontToken: this.frontToken,
+      stats: this.stats,
+      log: this.log,
+      conns: this.conns,
+      helloTimeoutMs: opts.frontHelloTimeoutMs ?? 10_000,
+      maxFrontMessageBytes: opts.maxFrontMessageBytes ?? MAX_FRONT_MESSAGE_BYTES,
+      isClosed: () => this.closed,
+      hasOpenSocket: (frontId) => {
+        const held = this.sessions.get(frontId);
+        return held !== undefined && !held.sock.destroyed;
+      },
+      open: (frontId, sock) => this.open(frontId, sock),
+      onMessage: (session, frame) => this.onMessage(session, frame),
+      onClose: (session) => {
+        if (this.sessions.get(session.frontId) === session) this.lost(session);
+      },
+    };
+    this.outbox = this.newOutboxes(opts);
+    this.listenToGroups(opts.groups);
+  }
+
+  /**
+   * The fronts' outbox lanes (outbox.ts): a send never waits: a front whose socket holds too much refuses at once
+   * (EAGAIN) and its lane retries, so one front that stopped reading never holds up the others; a front refusing too
+   * long is reported stuck (unless the fronts are being closed).
+   */
+  private newOutboxes(opts: RouterServiceOptions): FrontOutboxes {
+    return new FrontOutboxes(
       async (frontId, message) => {
         const s = this.sessions.get(frontId);
         if (s === undefined || s.dropped) return;
@@ -200,7 +207,11 @@ export class RouterService {
           ),
       },
     );
-    for (const [i, g] of opts.groups.entries()) {
+  }
+
+  /** Every front hears of a rank joining (JOINED); a joined, changed or failed rank queues a snapshot for every front. */
+  private listenToGroups(groups: readonly ServedGroup[]): void {
+    for (const [i, g] of groups.entries()) {
       g.backend.on('joined', ((engine: { engineIndex: number | null }, rejoin: boolean) => {
         if (engine.engineIndex === null) return;
         for (const s of this.sessions.values())
@@ -241,7 +252,7 @@ export class RouterService {
 
   /** Concurrency permits held by fronts now. */
   get permitsHeld(): number {
-    return this.permitsTaken;
+    return this.permits.held;
   }
 
   /**
@@ -251,7 +262,7 @@ export class RouterService {
   async bind(path: string): Promise<void> {
     checkChannelPath(path); // before listening: a path too long leaves no socket file behind
     rmSync(path, { force: true }); // a stale file of an earlier process with this pid
-    const server = createServer((sock) => this.accept(sock));
+    const server = createServer((sock) => acceptFront(sock, this.socketHost));
     await new Promise<void>((resolve, reject) => {
       server.once('error', reject);
       server.listen(path, () => {
@@ -266,101 +277,10 @@ export class RouterService {
     this.snapshotTimer.unref();
   }
 
-  /**
-   * One front's connection (frames.ts): its first frame must be its hello (front id and `frontToken`); until then no
-   * frame longer than a hello is read. A hello without the token, any other first frame, or a hello for a front id
-   * whose socket is open is refused (logged, counted, closed): the front's streams stay with it. So is a connection that
-   * closes with part of a hello sent (one that sent nothing is not counted). After the hello
-   * every frame is one message of records (`decodeUp`), up to `maxFrontMessageBytes`; a malformed message is counted,
-   * logged and dropped, a longer frame closes the socket (and so ends the front).
-   */
-  private accept(sock: Socket): void {
-    if (this.closed) {
-      sock.destroy();
-      return;
-    }
-    this.conns.add(sock);
-    let session: FrontSession | null = null;
-    /** Bytes read before a hello, and whether the connection was refused (counted already). */
-    let heardBeforeHello = 0;
-    let refusedAlready = false;
-    // A connection that never says hello would hold a file descriptor for good.
-    const helloTimer = setTimeout(() => {
-      if (session !== null || sock.destroyed) return;
-      refusedAlready = true;
-      this.stats.decodeErrors++;
-      this.log.warn('a front socket connection sent no hello in time: closing it');
-      sock.destroy();
-    }, this.opts.frontHelloTimeoutMs ?? 10_000);
-    helloTimer.unref();
-    const refuse = (why: string, fields: Record<string, unknown>): void => {
-      refusedAlready = true;
-      this.stats.decodeErrors++;
-      this.log.warn(fields, why);
-      reader.stop();
-      sock.destroy();
-    };
-    const reader = new FrameReader((frame) => {
-      if (session !== null) {
-        this.stats.frontMessages++;
-        this.onMessage(session, frame);
-        return;
-      }
-      if (frame.length !== HELLO_BYTES || !timingSafeEqual(frame.subarray(4), this.frontToken)) {
-        refuse('a front socket connection did not begin with a front hello carrying the token: closing it', {
-          bytes: frame.length,
-        });
-        return;
-      }
-      const claimed = frame.readUInt32LE(0);
-      const held = this.sessions.get(claimed);
-      if (held !== undefined && !held.sock.destroyed) {
-        refuse('a second connection for a front that has one: closing the newcomer', { frontId: claimed });
-        return;
-      }
-      clearTimeout(helloTimer);
-      session = this.open(claimed, sock);
-      reader.maxFrameBytes = this.opts.maxFrontMessageBytes ?? MAX_FRONT_MESSAGE_BYTES;
-    }, HELLO_BYTES);
-    sock.on('data', (chunk: Buffer) => {
-      if (session === null) heardBeforeHello += chunk.length;
-      try {
-        reader.push(chunk);
-      } catch (err) {
-        refuse('oversized frame on a front socket: closing it', {
-          frontId: session?.frontId ?? null,
-          err: (err as Error).message,
-        });
-      }
-    });
-    sock.on('error', (err) => {
-      if (!this.closed) this.log.debug({ err, frontId: session?.frontId ?? null }, 'front socket error');
-    });
-    sock.on('close', () => {
-      this.conns.delete(sock);
-      clearTimeout(helloTimer);
-      if (session === null && heardBeforeHello > 0 && !refusedAlready && !this.closed) {
-        // Part of a hello, then gone: a malformed handshake (one that sent nothing at all is no frame).
-        this.stats.decodeErrors++;
-        this.log.warn({ bytes: heardBeforeHello }, 'a front socket connection closed before its hello was complete');
-      }
-      if (session !== null && this.sessions.get(session.frontId) === session) this.lost(session);
-    });
-  }
-
   /** A new session for front `frontId` on `sock` (an earlier one of that id, its socket closed, is dropped first). */
   private open(frontId: number, sock: Socket): FrontSession {
     this.dropFront(frontId);
-    const session: FrontSession = {
-      frontId,
-      sock,
-      lane: this.outbox.open(frontId),
-      streams: new IdTable(),
-      abortedEarly: new IdSet(),
-      permits: new IdSet(),
-      dropped: false,
-      reported: false,
-    };
+    const session = newSession(frontId, sock, this.outbox.open(frontId));
     this.sessions.set(frontId, session);
     this.outbox.push(frontId, { tag: Tag.SNAPSHOT, groups: this.snapshot() });
     return session;
@@ -389,30 +309,9 @@ export class RouterService {
     this.opts.onFrontStuck?.(frontId);
   }
 
-  /** Every group's state now (what a front's RemoteBackend answers from). */
+  /** Every group's state now (what a front's RemoteBackend answers from; served-groups.ts). */
   snapshot(): GroupSnapshot[] {
-    return this.opts.groups.map((g) => {
-      const b = g.backend;
-      const st = b.stats;
-      return {
-        worker: g.worker,
-        engine: g.engine,
-        dpSize: b.dpSize,
-        maxModelLen: b.maxModelLen,
-        contextTokenLimit: b.contextTokenLimit,
-        alive: b.isAlive(),
-        canServe: b.canServe(),
-        status: b.status(),
-        ranks: b.rankStates(),
-        // Every counter as it is now; the records copied so the snapshot does not change under the encoder.
-        stats: {
-          ...st,
-          failures: { ...st.failures },
-          rankDeaths: { ...st.rankDeaths },
-          handshakeRejected: { ...st.handshakeRejected },
-        },
-      };
-    });
+    return groupSnapshots(this.opts.groups);
   }
 
   /**
@@ -427,17 +326,9 @@ export class RouterService {
     this.outbox.forget(frontId);
     s.sock.destroy(); // nothing more is read from it either
     this.stats.frontsDropped++;
-    let orphaned = 0;
-    for (const [key, stream] of s.streams.entries()) {
-      const handle = Number(key);
-      orphaned++;
-      if (stream === PENDING) s.abortedEarly.add(handle);
-      else stream.cancel();
-    }
-    s.streams.clear();
+    const orphaned = cancelEvery(s);
     this.stats.orphanedRequests += orphaned;
-    this.permitsTaken -= s.permits.size;
-    s.permits.clear();
+    this.permits.returnAll(s.permits);
     if (orphaned > 0) this.log.warn({ frontId, orphaned }, 'front gone: its engine requests were aborted');
   }
 
@@ -486,27 +377,16 @@ export class RouterService {
       case Tag.SUBMIT:
         this.submit(s, r.handle, r.group, r.request, r.dpRank);
         return;
-      case Tag.ABORT: {
-        const stream = s.streams.get(r.handle);
-        if (stream === PENDING) s.abortedEarly.add(r.handle);
-        else if (stream !== undefined) {
-          s.streams.delete(r.handle);
-          stream.cancel();
-        }
+      case Tag.ABORT:
+        abortHandle(s, r.handle);
         return;
-      }
       case Tag.PERMIT: {
-        const max = this.opts.maxConcurrentRequests;
-        const granted = max === 0 || this.permitsTaken < max;
-        if (granted) {
-          this.permitsTaken++;
-          s.permits.add(r.ticket);
-        }
-        this.outbox.push(s.frontId, { tag: Tag.GRANT, ticket: r.ticket, granted, max });
+        const granted = this.permits.take(s.permits, r.ticket);
+        this.outbox.push(s.frontId, { tag: Tag.GRANT, ticket: r.ticket, granted, max: this.permits.max });
         return;
       }
       case Tag.RELEASE:
-        if (s.permits.delete(r.ticket)) this.permitsTaken--;
+        this.permits.release(s.permits, r.ticket);
         return;
       case Tag.CALL:
         this.call(s, r.callId, r.method, r.args);
@@ -537,71 +417,20 @@ export class RouterService {
     if (this.opts.groups.length > 1) this.queueSnapshot();
     placed.then(
       (stream) => {
-        if (s.dropped || s.abortedEarly.delete(handle)) {
-          s.streams.delete(handle);
-          stream.cancel();
-          return;
-        }
-        s.streams.set(handle, stream);
+        if (!keepPlaced(s, handle, stream)) return;
         this.outbox.push(s.frontId, { tag: Tag.SUBMITTED, handle, engineIndex: stream.engineIndex });
-        this.pump(s, handle, stream);
+        forwardOutputs(s, handle, stream, this.outbox, this.forgetStream);
       },
       (err: unknown) => {
-        s.streams.delete(handle);
-        s.abortedEarly.delete(handle);
+        submitRefused(s, handle);
         if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.REJECTED, handle, error: toWireError(err) });
       },
     );
   }
 
-  /**
-   * Forward one request's outputs to its front until the terminal one, a failure, or a cancel. Through the stream's
-   * row mode when it has one (`listenRows`, issue 9: each row is written into this turn's message for the front
-   * inside the engine client's batch step, straight from the decoded row; no output object, no delivery queue; every
-   * engine client stream has it), else by iterating it (other backends, e.g. the tests' fakes).
-   */
-  private pump(s: FrontSession, handle: number, stream: RequestStream): void {
-    const outbox = this.outbox;
-    const lane = s.lane;
-    if (stream.listenRows !== undefined) {
-      stream.listenRows({
-        row: (row, promptTokens, completionTokens, cachedTokens) => {
-          if (row.finishReason !== null) this.forget(s, handle, stream);
-          if (s.dropped || lane.closed) return;
-          outbox.message(lane).outRow(handle, row, promptTokens, completionTokens, cachedTokens);
-        },
-        error: (err) => {
-          this.forget(s, handle, stream);
-          if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
-        },
-      });
-      return;
-    }
-    const onOutput = (o: EngineOutput): boolean => {
-      if (s.dropped) return true;
-      // Straight into this turn's message for the front (no record object): the codec writes the fields it sends.
-      outbox.message(lane).out(handle, o);
-      return o.finishReason !== null;
-    };
-    const onError = (err: unknown): void => {
-      if (!s.dropped) this.outbox.push(s.frontId, { tag: Tag.FAILED, handle, error: toWireError(err) });
-    };
-    const forget = (): void => this.forget(s, handle, stream);
-    void (async () => {
-      // Stop at the terminal output without calling the iterator's return() (that would cancel).
-      const it = stream[Symbol.asyncIterator]();
-      try {
-        for (;;) {
-          const next = await it.next();
-          if (next.done === true || onOutput(next.value)) return;
-        }
-      } catch (err) {
-        onError(err);
-      } finally {
-        forget();
-      }
-    })();
-  }
+  /** `forget`, bound once (what `forwardOutputs` calls). */
+  private readonly forgetStream = (s: FrontSession, handle: number, stream: RequestStream): void =>
+    this.forget(s, handle, stream);
 
   /** `handle` of `s` is done with `stream` (terminal output, failure). */
   private forget(s: FrontSession, handle: number, stream: RequestStream): void {
@@ -613,38 +442,12 @@ export class RouterService {
     let value: unknown = null;
     let ok = true;
     try {
-      value = this.callValue(method, args);
+      value = routerCallValue(method, args, this.opts.store, () => this.snapshot());
     } catch (err) {
       ok = false;
       value = toWireError(err);
     }
     if (callId !== 0) this.outbox.push(s.frontId, { tag: Tag.REPLY, callId, ok, value });
-  }
-
-  private callValue(method: string, args: unknown): unknown {
-    const store = this.opts.store;
-    switch (method) {
-      case 'refresh':
-        return this.snapshot();
-      case 'store.put': {
-        const [id, stored] = args as [string, StoredResponse];
-        store.put(id, stored);
-        return null;
-      }
-      case 'store.get':
-        return store.get(args as string) ?? null;
-      case 'store.delete':
-        return store.delete(args as string);
-      case 'store.prefetch': {
-        const { responses, items } = args as { responses: string[]; items: string[] };
-        return {
-          responses: responses.map((id) => [id, store.get(id) ?? null]),
-          items: items.map((id) => [id, store.item(id) ?? null]),
-        };
-      }
-      default:
-        throw new RangeError(`unknown call ${JSON.stringify(method)}`);
-    }
   }
 
   private queueSnapshot(): void {

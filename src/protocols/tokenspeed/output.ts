@@ -5,7 +5,7 @@
  * load tail `num_running, num_waiting, kv_active_pages, kv_total_pages` (14-element form, TokenSpeed PR #1079 /
  * SMG PR #2131). Fields from element 9 on default to 0; elements after 13 are drained (`out_slim15_extra_trailing`).
  */
-import type { EngineBatch, EngineLoad, EngineOutput, FinishReason } from '../types.js';
+import type { EngineBatch, EngineLoad, EngineOutputRow, FinishReason } from '../types.js';
 import { float, int, list, positional, str, decodeMessage } from '../../wire/codec.js';
 import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
 import type { WireInt } from '../../wire/reader.js';
@@ -184,7 +184,7 @@ export function batchToEngineBatch(b: BatchTokenIDOutSlim, onUnknownFinish?: (ra
       `ragged columns: column has ${ragged.length} entries but rids has ${b.rids.length}`,
     );
   }
-  const outputs: EngineOutput[] = [];
+  const outputs: EngineOutputRow[] = [];
   const finishedRequestIds: string[] = [];
   for (let i = 0; i < b.rids.length; i++) {
     const finishReason = toFinishReason(b.finished_reasons[i], onUnknownFinish);

@@ -61,7 +61,7 @@ export class ResponsesStore {
 
   /**
    * Resolves once the `put` of `id` can be read from every front; never rejects. One process: at once (`put` is
-   * synchronous). The store of a `--workers N` front overrides it (fronts/front/remote-backend.ts).
+   * synchronous). The store of a `--workers N` front overrides it (fronts/front/shared-responses-store.ts).
    */
   written(_id: string): Promise<void> {
     return Promise.resolve();
@@ -100,7 +100,7 @@ export class ResponsesStore {
 
   /**
    * Make `responseIds` and the items `itemIds` readable by `get` / `item` (they are, in one process; a front of
-   * `--workers N` copies them from the router's store, src/fronts/front/remote-backend.ts). Awaited before the synchronous
+   * `--workers N` copies them from the router's store, src/fronts/front/shared-responses-store.ts). Awaited before the synchronous
    * resolution of `previous_response_id` and `item_reference`s.
    */
   async prefetch(_responseIds: readonly string[], _itemIds: readonly string[]): Promise<void> {}
