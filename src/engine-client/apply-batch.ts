@@ -6,7 +6,7 @@
  * slices (delivery-queue.ts, issue 9).
  */
 import type { EngineBatch, WaveEvent } from '../protocols/types.js';
-import { planBatch } from './batch-router.js';
+import { planBatch } from './batch-plan.js';
 import type { FailureScope } from './failure-scope.js';
 import type { GroupState } from './group-state.js';
 import type { OutputContract } from './output-contract.js';
@@ -24,7 +24,7 @@ export interface BatchSteps {
 /**
  * Apply `batch`: a stalled rank that speaks is back in rotation; store the load report BEFORE any release (only for
  * a connected rank: a dead rank's late batch must not resurrect a load); apply the wave event; route the rows
- * (batch-router.ts `planBatch`: each live request's stream takes its rows now, its push-mode listener hears of them
+ * (batch-plan.ts `planBatch`: each live request's stream takes its rows now, its push-mode listener hears of them
  * in the sliced delivery that follows); release `finished` from the batch's rank for EVERY batch (the clamp, 10.3);
  * drop rows naming another rank's requests and ABORT them at the sender (14.6, issue 26); re-arm the batch's rank's
  * timers; and drop rows for requests their rank no longer owns, counting them and ABORTing each id once.

@@ -71,7 +71,7 @@ export class OutputContract {
   }
 
   /**
-   * Rows of a batch from `rank` that no live request took (batch-router.ts `unknownRows`): count those whose id the
+   * Rows of a batch from `rank` that no live request took (batch-plan.ts `unknownRows`): count those whose id the
    * registry does not know, and log at the bounded rate (see the module docs).
    */
   unknownRows(ids: readonly string[], rank: number): void {

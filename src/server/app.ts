@@ -25,7 +25,7 @@ import { registerCors } from './cors.js';
 import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge-options.js';
 import { ApiError, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
-import { GroupRouter } from './groups.js';
+import { GroupChooser } from './groups.js';
 import { installJsonBodyParser, type RouteBodyLimit } from './input-limits.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
@@ -179,7 +179,7 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
  * and for invalid `edge` options.
  */
 export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
-  const router = new GroupRouter(
+  const chooser = new GroupChooser(
     deps.groups,
     deps.loadHorizonMs !== undefined ? { loadHorizonMs: deps.loadHorizonMs } : {},
   );
@@ -256,9 +256,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerConcurrencyCap(app, edge.maxConcurrentRequests, deps.sharedConcurrencyCap);
   registerUnknownFieldPolicy(app);
 
-  deps.metrics.attach(router.groups);
+  deps.metrics.attach(chooser.groups);
   const rankStats = deps.rankStatsInstance ?? new RankStatsBook();
-  for (const g of router.groups) {
+  for (const g of chooser.groups) {
     // A rejoined rank is a fresh process: its old latency samples and rates describe another engine.
     g.backend.on?.('joined', (engine, rejoin) => {
       if (rejoin && engine.engineIndex !== null) rankStats.forgetRank(g.worker, engine.engineIndex);
@@ -269,7 +269,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   app.addHook('onClose', async () => offLoop.close());
   deps.metrics.attachOffLoop(offLoop);
   const ctx: RouteContext = {
-    router,
+    chooser,
     tokenizer: deps.tokenizer,
     offLoop,
     modelId: deps.modelId,

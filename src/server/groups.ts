@@ -76,7 +76,7 @@ export function noLiveGroupError(groups: readonly BackendGroup[]): ApiError {
  * The engine groups an app serves and the worker-level choice among them. Group order is the configuration order
  * (`/health` lists them in it). Not thread-shared state: one instance per app.
  */
-export class GroupRouter {
+export class GroupChooser {
   /** Every group, alive or not, in configuration order. */
   readonly groups: readonly BackendGroup[];
   /** Rotating scan start of the tie-break (number of choices made so far). */
@@ -90,7 +90,7 @@ export class GroupRouter {
    */
   constructor(groups: readonly BackendGroup[], opts: { loadHorizonMs?: number } = {}) {
     this.loadHorizonMs = loadHorizonOf(opts);
-    if (groups.length === 0) throw new RangeError('GroupRouter needs at least one engine group');
+    if (groups.length === 0) throw new RangeError('GroupChooser needs at least one engine group');
     const seen = new Set<string>();
     for (const g of groups) {
       if (seen.has(g.worker)) throw new RangeError(`duplicate engine group worker name ${JSON.stringify(g.worker)}`);

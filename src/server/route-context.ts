@@ -5,7 +5,7 @@
 import type { OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { AdmissionGate } from './admission.js';
-import type { GroupRouter } from './groups.js';
+import type { GroupChooser } from './groups.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
 import type { RankStatsBook } from './rank-stats.js';
@@ -15,7 +15,7 @@ import type { StreamBackpressure } from './sse.js';
 /** What the generation routes share (built once by `buildApp`). */
 export interface RouteContext {
   /** The engine groups and the worker-level choice among them (groups.ts). */
-  router: GroupRouter;
+  chooser: GroupChooser;
   tokenizer: GatewayTokenizer;
   /** This process's bounded off-loop tokenizer over `tokenizer` (large prompts, long chats, /tokenize, /detokenize). */
   offLoop: OffLoopTokenizer;

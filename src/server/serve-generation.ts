@@ -171,7 +171,7 @@ export interface PromptSource<B extends CommonBodyT> {
  * it; the parsers of each choice; a constraint from a forced tool choice, 400 together with another constraint);
  * keep the groups whose engine can serve the logprobs and the constraint (engine-capabilities.ts; 400 naming the
  * limit when none can); choose the group among those whose context fits the request
- * (`GroupRouter.choose`: lowest best-rank score; when none fits, the widest one, whose admission then refuses it
+ * (`GroupChooser.choose`: lowest best-rank score; when none fits, the widest one, whose admission then refuses it
  * naming the largest context served); validate admission and sampling against the chosen group's `contextTokenLimit` (`buildSampling`,
  * gateway.md 8-9; the default completion limit is that group's context minus the prompt, so a vLLM group always
  * gets a concrete `max_tokens`, gateway.md 9.1); add the single-token stop strings to the stop token ids
@@ -201,8 +201,8 @@ export async function handleGeneration<B extends CommonBodyT>(
   }
   const requested = parseStructuredOutput(body as StructuredOutputFields);
   const pinHeader = request.headers[DP_RANK_HEADER];
-  const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.router.validRanks());
-  const pinned = ctx.router.candidates(dpRank);
+  const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
+  const pinned = ctx.chooser.candidates(dpRank);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
@@ -278,7 +278,7 @@ function toServe<B extends CommonBodyT>(
   const needed = tokensNeeded(body, promptTokenIds.length);
   const fitting = eligible.filter((g) => g.backend.contextTokenLimit >= needed);
   // None fits: the widest candidate's admission refuses it below, naming the largest context any group serves.
-  const group = fitting.length > 0 ? ctx.router.choose(fitting) : widest;
+  const group = fitting.length > 0 ? ctx.chooser.choose(fitting) : widest;
   const sampling = buildSampling(body, {
     ...limitsOf(group, prompt.param),
     promptTokens: promptTokenIds.length,

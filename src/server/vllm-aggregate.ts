@@ -23,17 +23,6 @@
  */
 import type { BackendRankState } from './backend.js';
 
-/** Lifecycle of a DP rank when the engine client reports it (COORDINATION C: `RankState.state`). */
-export type RankLifecycle = 'joining' | 'ready' | 'stalled' | 'dead';
-
-/** A rank state that may carry the lifecycle field (optional-safe until the engine client has it). */
-export type RankStateWithLifecycle = BackendRankState & { state?: RankLifecycle };
-
-/** The lifecycle state of a rank, or null when the engine client does not report one. */
-export function rankLifecycle(rank: BackendRankState): RankLifecycle | null {
-  return (rank as RankStateWithLifecycle).state ?? null;
-}
-
 /** One engine group as the aggregate reads it. */
 export interface AggregateGroup {
   readonly engine: string;
@@ -66,8 +55,7 @@ export function vllmAggregate(groups: readonly AggregateGroup[]): ServerLoad {
   for (const g of groups) {
     if (!g.backend.isAlive()) continue;
     for (const rank of g.backend.rankStates()) {
-      const lifecycle = rankLifecycle(rank);
-      if (lifecycle === 'dead' || lifecycle === 'joining') continue;
+      if (rank.state === 'dead' || rank.state === 'joining') continue;
       out.ranks++;
       out.inFlight += rank.inFlight;
       out.running += vllmRunning(g.engine, rank);

@@ -1,6 +1,6 @@
 /**
  * With several engine groups, the fronts choose a request's group from the router's SNAPSHOT (src/server/groups.ts
- * `GroupRouter.choose` over `RemoteBackend.rankStates()`), so the router sends every front the new rank states at the
+ * `GroupChooser.choose` over `RemoteBackend.rankStates()`), so the router sends every front the new rank states at the
  * end of a turn that placed or finished a request, not only at its periodic tick (src/fronts/router/router-service.ts). Here
  * the tick is ten minutes: only that push can tell front B about front A's request.
  */

@@ -18,7 +18,7 @@ import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import type { GatewayOptions, GroupOptions, RunningGateway } from '../../src/gateway.js';
 import type { HealthBody } from '../../src/server/health.js';
-import type { RanksView, RankView } from '../../src/server/routes/ranks.js';
+import type { RanksAnswer, RankAnswer } from '../../src/server/routes/ranks.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { serveArgsOf } from '../../src/serve-options.js';
 import { waitFor } from './async.js';
@@ -75,9 +75,9 @@ export interface TestGateway {
    */
   readonly logs: LogRecord[];
   /** GET /v1/gateway/ranks. */
-  ranks(): Promise<RanksView>;
+  ranks(): Promise<RanksAnswer>;
   /** The ranks of group `group` (configuration order) from /v1/gateway/ranks. */
-  rankStates(group?: number): Promise<RankView[]>;
+  rankStates(group?: number): Promise<RankAnswer[]>;
   /** GET /health: status code and body. */
   health(): Promise<{ status: number; body: HealthBody }>;
   /** The engine groups (/health order) with their handshake addresses. */
@@ -114,13 +114,13 @@ export async function startTestGateway(opts: TestGatewayOptions = {}, workers = 
 abstract class HttpView {
   abstract readonly url: string;
 
-  async ranks(): Promise<RanksView> {
+  async ranks(): Promise<RanksAnswer> {
     const res = await fetch(`${this.url}/v1/gateway/ranks`);
     if (res.status !== 200) throw new Error(`/v1/gateway/ranks: ${res.status} ${await res.text()}`);
-    return (await res.json()) as RanksView;
+    return (await res.json()) as RanksAnswer;
   }
 
-  async rankStates(group = 0): Promise<RankView[]> {
+  async rankStates(group = 0): Promise<RankAnswer[]> {
     const view = await this.ranks();
     const g = view.groups[group];
     if (g === undefined) throw new Error(`no group ${group} in /v1/gateway/ranks`);

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import type { BackendGroup, BackendRankState } from '../../src/server/backend.js';
 import { ApiError } from '../../src/server/errors.js';
-import { GroupRouter, bestRankScore, lowestGroupPosition } from '../../src/server/groups.js';
+import { GroupChooser, bestRankScore, lowestGroupPosition } from '../../src/server/groups.js';
 import { healthReport } from '../../src/server/health.js';
 import { FakeBackend, rankState } from './fake-backend.js';
 import { MODEL_ID, makeApp } from './helpers.js';
@@ -63,23 +63,23 @@ describe('bestRankScore and lowestGroupPosition', () => {
     assert.equal(bestRankScore([rankState(0, { state: 'stalled', inFlight: 0 }), at(0)]), 8, 'only ready ranks count');
   });
 
-  test('GroupRouter ages reports with the configured horizon: a stale busy group wins back its traffic', () => {
+  test('GroupChooser ages reports with the configured horizon: a stale busy group wins back its traffic', () => {
     const stale = { numRunning: 9, numWaiting: 0, kvCacheUsage: 0.1 };
     const a = group('ipc:///a', 'vllm', [rankState(0, { inFlight: 0, load: stale, loadAgeMs: 4000 })]);
     const b = group('ipc:///b', 'vllm', [
       rankState(0, { inFlight: 2, load: { numRunning: 2, numWaiting: 0, kvCacheUsage: 0.1 }, loadAgeMs: 0 }),
     ]);
     assert.equal(
-      new GroupRouter([a.g, b.g]).choose([a.g, b.g]).worker,
+      new GroupChooser([a.g, b.g]).choose([a.g, b.g]).worker,
       'ipc:///a',
       '9 running at 4 of 5 s counts as 1.8 < 2',
     );
     assert.equal(
-      new GroupRouter([a.g, b.g], { loadHorizonMs: 60_000 }).choose([a.g, b.g]).worker,
+      new GroupChooser([a.g, b.g], { loadHorizonMs: 60_000 }).choose([a.g, b.g]).worker,
       'ipc:///b',
       'at 4 of 60 s it still counts as 8.4',
     );
-    assert.throws(() => new GroupRouter([a.g], { loadHorizonMs: 0 }), RangeError);
+    assert.throws(() => new GroupChooser([a.g], { loadHorizonMs: 0 }), RangeError);
   });
 
   test('lowest score wins; ties go to the first position scanned from the start', () => {
@@ -92,11 +92,11 @@ describe('bestRankScore and lowestGroupPosition', () => {
   });
 });
 
-describe('GroupRouter', () => {
+describe('GroupChooser', () => {
   test('chooses the group whose best rank scores lowest; ties rotate', () => {
     const a = group('ipc:///a', 'tokenspeed', [rank(0, 2), rank(1, 2)]);
     const b = group('ipc:///b', 'vllm', [rank(0, 3), rank(1, 1)]);
-    const router = new GroupRouter([a.g, b.g]);
+    const router = new GroupChooser([a.g, b.g]);
     assert.equal(router.choose(router.candidates()).worker, 'ipc:///b', 'best rank 1 beats best rank 2');
     assert.equal(router.choose(router.candidates()).worker, 'ipc:///b', 'whatever the scan start');
     b.b.rankStatesValue = [rank(0, 3), rank(1, 2)];
@@ -110,7 +110,7 @@ describe('GroupRouter', () => {
   test('a dead group is never a candidate; none alive → 503 engine_dead naming the groups', () => {
     const a = group('ipc:///a', 'tokenspeed', [rank(0, 0)]);
     const b = group('ipc:///b', 'vllm', [rank(0, 9)]);
-    const router = new GroupRouter([a.g, b.g]);
+    const router = new GroupChooser([a.g, b.g]);
     a.b.alive = false;
     for (let i = 0; i < 4; i++) assert.equal(router.choose(router.candidates()).worker, 'ipc:///b');
     b.b.alive = false;
@@ -128,7 +128,7 @@ describe('GroupRouter', () => {
   test('every group still starting: 503 engine_starting with Retry-After naming joined/expected ranks (issue #8)', () => {
     const a = group('ipc:///a', 'tokenspeed', [rank(0, 0), { ...rank(1, 0), state: 'joining' }]);
     a.b.statusValue = 'starting';
-    const router = new GroupRouter([a.g]);
+    const router = new GroupChooser([a.g]);
     assert.throws(
       () => router.candidates(),
       (e: unknown) =>
@@ -145,7 +145,7 @@ describe('GroupRouter', () => {
   test('a pinned rank narrows the candidates to the serving groups where it is ready; 503 when it is not, 400 when nobody has it', () => {
     const a = group('ipc:///a', 'tokenspeed', [rank(0, 0), rank(1, 0)]);
     const b = group('ipc:///b', 'tokenspeed', [rank(0, 5), rank(1, 5), rank(2, 5)]);
-    const router = new GroupRouter([a.g, b.g]);
+    const router = new GroupChooser([a.g, b.g]);
     assert.deepEqual(router.validRanks(), [0, 1, 2]);
     assert.deepEqual(
       router.candidates(1).map((g) => g.worker),
@@ -186,14 +186,14 @@ describe('GroupRouter', () => {
     const b = group('ipc:///b', 'vllm', [rank(0, 0)]);
     a.b.maxModelLen = 1000;
     b.b.maxModelLen = 2000;
-    const router = new GroupRouter([a.g, b.g]);
+    const router = new GroupChooser([a.g, b.g]);
     assert.equal(router.maxModelLen, 1000);
     a.b.alive = false;
     assert.equal(router.maxModelLen, 2000);
     b.b.alive = false;
     assert.equal(router.maxModelLen, 1000, 'all dead: the smallest of all');
-    assert.throws(() => new GroupRouter([]), RangeError);
-    assert.throws(() => new GroupRouter([a.g, { ...b.g, worker: 'ipc:///a' }]), /duplicate engine group worker name/);
+    assert.throws(() => new GroupChooser([]), RangeError);
+    assert.throws(() => new GroupChooser([a.g, { ...b.g, worker: 'ipc:///a' }]), /duplicate engine group worker name/);
   });
 });
 

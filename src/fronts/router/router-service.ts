@@ -413,7 +413,7 @@ export class RouterService {
     s.streams.set(handle, PENDING);
     const placed = g.backend.submit(request, dpRank === null ? {} : { dpRank });
     // With more than one group, each front chooses the group of a request from its latest SNAPSHOT
-    // (GroupRouter.choose): send every front the new in-flight counts at the end of this turn, not at the next tick.
+    // (GroupChooser.choose): send every front the new in-flight counts at the end of this turn, not at the next tick.
     if (this.opts.groups.length > 1) this.queueSnapshot();
     placed.then(
       (stream) => {

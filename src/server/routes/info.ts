@@ -14,7 +14,7 @@ import { checkModel } from '../serve-generation.js';
  * - `/v1/models/{id}`: that model (ids may contain `/`, as Hugging Face names do; any served name), 404 `model_not_found` otherwise;
  * - `/v1/models`: one card per served model name (`root` = the first name), like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
  *   `max_model_len` = the first engine's handshake value, gateway.md 15.1; with several engine groups the smallest
- *   over the live ones, see `GroupRouter.maxModelLen`);
+ *   over the live ones, see `GroupChooser.maxModelLen`);
  * - `/health` (liveness): 200 while at least one engine group can serve, 503 when none can (`starting` before any
  *   rank joined, `unhealthy` after); the body lists every group with its status, joined/expected ranks and each
  *   rank's state (health.ts), and a 503 body adds an OpenAI-style error (gateway.md 4.2: nothing is sent to the
@@ -33,7 +33,7 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     owned_by: 'model-gateway',
     root: ctx.modelId,
     parent: null,
-    max_model_len: ctx.router.maxModelLen,
+    max_model_len: ctx.chooser.maxModelLen,
   });
   // One card per served model name, as vLLM lists every `--served-model-name`.
   app.get('/v1/models', async () => ({ object: 'list', data: ctx.servedModelNames.map(model) }));
@@ -45,27 +45,27 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
   });
 
   app.get('/health', async (request, reply) => {
-    await refreshBackends(ctx.router.groups);
-    const { statusCode, body } = healthReport(ctx.router.groups);
+    await refreshBackends(ctx.chooser.groups);
+    const { statusCode, body } = healthReport(ctx.chooser.groups);
     reply.code(statusCode);
     // Socket paths and pids only with ?verbose=1 (which needs the API key when one is set; auth.ts).
     return wantsVerbose(request.query)
       ? body
       : redactHealth(
           body,
-          ctx.router.groups.map((g) => g.worker),
+          ctx.chooser.groups.map((g) => g.worker),
         );
   });
 
   app.get('/ready', async (request, reply) => {
-    await refreshBackends(ctx.router.groups);
-    const { statusCode, body } = readyReport(ctx.router.groups, ctx.admission.draining);
+    await refreshBackends(ctx.chooser.groups);
+    const { statusCode, body } = readyReport(ctx.chooser.groups, ctx.admission.draining);
     reply.code(statusCode);
     return wantsVerbose(request.query)
       ? body
       : redactHealth(
           body,
-          ctx.router.groups.map((g) => g.worker),
+          ctx.chooser.groups.map((g) => g.worker),
         );
   });
 

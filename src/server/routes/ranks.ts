@@ -6,16 +6,15 @@
  */
 import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
-import { refreshBackends, type BackendGroup } from '../backend.js';
+import { refreshBackends, type BackendGroup, type BackendRankState } from '../backend.js';
 import type { LatencyPercentiles, RankStatsBook, RankStatsSource } from '../rank-stats.js';
-import type {} from '../serve-generation.js';
-import { rankLifecycle, vllmAggregate, type RankLifecycle } from '../vllm-aggregate.js';
+import { vllmAggregate } from '../vllm-aggregate.js';
 
 /** One DP rank in the answer. Counts in requests, `kv_cache_usage` a ratio 0..1, rates per second, latencies ms. */
-export interface RankView {
+export interface RankAnswer {
   dp_rank: number;
-  /** Lifecycle state when the engine client reports one (joining / ready / stalled / dead), else null. */
-  state: RankLifecycle | null;
+  /** The rank's liveness state (joining / ready / stalled / dead; rank-liveness.ts). */
+  state: BackendRankState['state'];
   in_flight: number;
   /** The stored load (release-clamped, dp-routing.md 10); null before the rank's first report. */
   num_running_reqs: number | null;
@@ -50,11 +49,11 @@ export interface GroupView {
   worker: string;
   engine: string;
   alive: boolean;
-  ranks: RankView[];
+  ranks: RankAnswer[];
 }
 
 /** The whole answer: `server` is the aggregate the `vllm:*` gauges report (vllm-aggregate.ts). */
-export interface RanksView {
+export interface RanksAnswer {
   object: 'gateway.ranks';
   model: string;
   served_model_names: string[];
@@ -79,7 +78,7 @@ export function ranksView(
   nowMs: number,
   names: readonly string[],
   loadHorizonMs: number,
-): RanksView {
+): RanksAnswer {
   const agg = vllmAggregate(groups);
   return {
     object: 'gateway.ranks',
@@ -98,11 +97,11 @@ export function ranksView(
       worker: g.worker,
       engine: g.engine,
       alive: g.backend.isAlive(),
-      ranks: g.backend.rankStates().map((r): RankView => {
+      ranks: g.backend.rankStates().map((r): RankAnswer => {
         const s = stats.snapshot(g.worker, r.engineIndex, nowMs);
         return {
           dp_rank: r.engineIndex,
-          state: rankLifecycle(r),
+          state: r.state,
           in_flight: r.inFlight,
           num_running_reqs: r.load?.numRunning ?? null,
           num_waiting_reqs: r.load?.numWaiting ?? null,
@@ -132,13 +131,13 @@ export function ranksView(
 export type SharedRankStats = (local: RankStatsBook) => Promise<RankStatsSource>;
 
 /**
- * Register GET /v1/gateway/ranks (answers `RanksView`; never fails while the app runs). With `shared`, the per-rank
+ * Register GET /v1/gateway/ranks (answers `RanksAnswer`; never fails while the app runs). With `shared`, the per-rank
  * rates and latencies are every front's, merged.
  */
 export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext, shared?: SharedRankStats): void {
   app.get('/v1/gateway/ranks', async (request, reply) => {
     reply.header('cache-control', 'no-store');
-    await refreshBackends(ctx.router.groups);
+    await refreshBackends(ctx.chooser.groups);
     let stats: RankStatsSource = ctx.rankStats;
     if (shared !== undefined) {
       try {
@@ -147,6 +146,6 @@ export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext, shar
         request.log.warn({ err }, "per-rank statistics of the other fronts unavailable: answering with this front's");
       }
     }
-    return ranksView(ctx.router.groups, stats, ctx.now(), ctx.servedModelNames, ctx.router.loadHorizonMs);
+    return ranksView(ctx.chooser.groups, stats, ctx.now(), ctx.servedModelNames, ctx.chooser.loadHorizonMs);
   });
 }

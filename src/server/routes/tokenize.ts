@@ -110,13 +110,13 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
     }
     if (text !== null && text.length < OFF_LOOP_ENCODE_MIN_CHARS) {
       const tokens = ctx.tokenizer.encode(text, { addSpecialTokens });
-      return { count: tokens.length, max_model_len: ctx.router.maxModelLen, tokens, token_strs: null };
+      return { count: tokens.length, max_model_len: ctx.chooser.maxModelLen, tokens, token_strs: null };
     }
     const known = text;
     return whileConnected(request, reply, async (signal) => {
       const full = known ?? (await renderChat(ctx.offLoop, body.messages!, chatTemplateOptions(body), signal));
       const { count, json } = await ctx.offLoop.encodeJson(full, { addSpecialTokens, signal });
-      const head = `{"count":${count},"max_model_len":${JSON.stringify(ctx.router.maxModelLen)},"tokens":`;
+      const head = `{"count":${count},"max_model_len":${JSON.stringify(ctx.chooser.maxModelLen)},"tokens":`;
       return reply.type(JSON_TYPE).send(Buffer.concat([Buffer.from(head), json, Buffer.from(',"token_strs":null}')]));
     });
   });

@@ -1,11 +1,11 @@
 /**
- * The pure batch router (src/engine-client/batch-router.ts; dp-routing.md section 8 steps 4-6, 10.4, 14.6): which
+ * The pure batch router (src/engine-client/batch-plan.ts; dp-routing.md section 8 steps 4-6, 10.4, 14.6): which
  * live request gets which row, what is released from which rank, which ranks a batch proves alive, which rows
  * belong to nobody. Nothing is mutated: the lookup is a plain map.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { planBatch, type LiveRequest } from '../../src/engine-client/batch-router.js';
+import { planBatch, type LiveRequest } from '../../src/engine-client/batch-plan.js';
 import { batch, row } from './fakes.js';
 
 function lookupOf(entries: LiveRequest[]): (id: string) => LiveRequest | undefined {
