@@ -18,7 +18,7 @@
  */
 import type { StructuredConstraint } from '../protocols/types.js';
 import { instanceOf, stringForRegex } from './schema-instance.js';
-import type { Prng } from './text.js';
+import type { Prng } from './prng.js';
 
 /** The tool-call formats a simulated rank can write (`--tool-call-format`); `none` never calls tools. */
 export const SIM_TOOL_CALL_FORMATS = ['hermes', 'llama3_json', 'none'] as const;

@@ -13,7 +13,7 @@
  * constraint can neither throw a rank's ADD away nor block its event loop.
  */
 import RandExpModule from 'randexp';
-import type { Prng } from './text.js';
+import type { Prng } from './prng.js';
 
 // randexp is CommonJS (`module.exports = RandExp`) typed as an ES default export: the default import is the class.
 const RandExp = RandExpModule as unknown as typeof RandExpModule.default;

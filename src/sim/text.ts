@@ -10,6 +10,7 @@
  */
 import type { StructuredConstraint } from '../protocols/types.js';
 import { DEFAULT_SIM_BEHAVIOUR, planResponse, type SimModelBehaviour } from './response-plan.js';
+import { Prng } from './prng.js';
 import type { SampledToken, TokenSource } from './scheduler.js';
 
 /**
@@ -107,27 +108,6 @@ function hashTokens(ids: readonly number[]): number {
 export function seedToUint32(seed: number | bigint): number {
   const b = typeof seed === 'bigint' ? seed : BigInt(Number.isFinite(seed) ? Math.trunc(seed) : 0);
   return Number(BigInt.asUintN(32, b));
-}
-
-/**
- * A small, fast 32-bit PRNG (mulberry32). `next()` returns a float in [0, 1). Deterministic for a given seed.
- */
-export class Prng {
-  private s: number;
-  constructor(seed: number) {
-    this.s = seed >>> 0;
-  }
-  next(): number {
-    this.s = (this.s + 0x6d2b79f5) >>> 0;
-    let t = this.s;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-  /** An integer in [lo, hi] (inclusive). */
-  int(lo: number, hi: number): number {
-    return lo + Math.floor(this.next() * (hi - lo + 1));
-  }
 }
 
 interface EncodedSentence {

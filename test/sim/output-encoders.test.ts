@@ -23,7 +23,7 @@ import {
 import { WireEncodeError } from '../../src/wire/errors.js';
 import { encodeSimBatch, toBatchTokenIDOutSlim, type SimBatchView } from '../../src/sim/output.js';
 import type { SimFinishReason, SimRow } from '../../src/sim/scheduler.js';
-import { Prng } from '../../src/sim/text.js';
+import { Prng } from '../../src/sim/prng.js';
 import { encodeVllmStepDirect, type VllmStepFrame } from '../../src/sim/vllm-output.js';
 import { createVllmSimWire, toEngineCoreOutput } from '../../src/sim/vllm-wire.js';
 import type { SimStep } from '../../src/sim/wire.js';

@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Ajv } from 'ajv';
-import { Prng } from '../../src/sim/text.js';
+import { Prng } from '../../src/sim/prng.js';
 import { instanceOf, stringForRegex } from '../../src/sim/schema-instance.js';
 import { declaredTools, planResponse } from '../../src/sim/response-plan.js';
 import { candidateRow } from '../../src/sim/vllm-wire.js';

@@ -1,7 +1,8 @@
 import { before, test } from 'node:test';
 import assert from 'node:assert/strict';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
-import { DEFAULT_CORPUS, Prng, TextModel, seedToUint32 } from '../../src/sim/text.js';
+import { Prng } from '../../src/sim/prng.js';
+import { DEFAULT_CORPUS, TextModel, seedToUint32 } from '../../src/sim/text.js';
 import type { TokenSource } from '../../src/sim/scheduler.js';
 
 let tokenizer: GatewayTokenizer;
