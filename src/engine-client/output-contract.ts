@@ -110,15 +110,16 @@ export class OutputContract {
     const limit = entry.tokenLimit;
     const sent = row.newTokenIds.length;
     const keep = Math.max(0, limit - (entry.tokens - sent));
+    // Every other field as the engine gave it (a rare copy, off the normal path: the spread keeps a field added to
+    // OUTPUT_ROW_FIELDS); the stop reason goes with the engine's finish, which `length` replaces.
+    const { stopReason: _engineStop, ...rest } = row;
     const cut: EngineOutputRow = {
-      requestId: row.requestId,
+      ...rest,
       newTokenIds: row.newTokenIds.slice(0, keep),
       finishReason: 'length',
       logprobs: row.logprobs.length > keep ? row.logprobs.slice(0, keep) : row.logprobs,
-      promptTokens: row.promptTokens,
       // What the client got, not what the engine says it generated.
       completionTokens: limit,
-      cachedTokens: row.cachedTokens,
     };
     if (row.topLogprobs !== undefined) cut.topLogprobs = row.topLogprobs.slice(0, keep);
     entry.tokens = limit;
