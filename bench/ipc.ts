@@ -1,5 +1,5 @@
 /**
- * IPC micro-benchmark for the multi-process design (issue 9, docs/architecture.md): what it costs to move the per-tick
+ * IPC micro-benchmark for the multi-process design (issue 9, docs/workers.md): what it costs to move the per-tick
  * token batches from the routing process to a front (and a submit back), over each candidate channel on this machine:
  * - node IPC (`child_process.fork` / `node:cluster`'s channel), JSON serialization (the default) of a columnar
  *   object `{ h: handles[], t: token ids[], f: finish codes[] }`;

@@ -1,5 +1,5 @@
 /**
- * The rooms of src/ and the direction of their imports (issue 28; docs/architecture.md "Rooms"): folders follow the
+ * The rooms of src/ and the direction of their imports (issue 28; the rooms table of docs/architecture.md): folders follow the
  * data path (wire → protocols → transport → engine client → server → gateway → fronts → cli) and an import never runs
  * back up it; `fronts/router/` and `fronts/front/` share only `fronts/channel/`; and no module imports itself through
  * others (no circular imports). Read from the sources' import lines, so a new room must be placed in `RANK` below.

@@ -2,7 +2,7 @@
  * A gate on the output receive loops of one or more engine links (zmq-link.ts `ZmqLinkOptions.outputGate`): while it
  * is paused no link takes its next message off its output PULL; the messages already received are still handled.
  *
- * Why (issue 9, `--workers N` flow control; docs/architecture.md section 6): the router reads the engines' output
+ * Why (issue 9, `--workers N` flow control; docs/workers.md section 6): the router reads the engines' output
  * faster than the HTTP fronts can serve it, so without a gate a slower front's outbox lane grows until the front is
  * declared stuck. Pausing the PULL pushes back on the engines the way a one-process gateway that cannot keep up
  * does: libzmq stops reading the ipc pipe once the PULL's receive high-water mark is reached, the engine's PUSH

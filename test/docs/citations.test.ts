@@ -10,8 +10,9 @@
  * heading `## N.` or `### N.N`, and a quoted label must occur in that section's text.
  *
  * The architecture sketch is cited by quoted heading or term (`architecture.md "The seams"`), answered by
- * docs/reference/architecture.md; a numbered architecture citation (`docs/architecture.md section 6`) means the
- * multi-process design in docs/architecture.md, whose sections are numbered.
+ * docs/reference/architecture.md; the multi-process design is cited by number (`docs/workers.md section 6`), answered
+ * by docs/workers.md; a numbered `architecture.md` citation would name the map (docs/architecture.md), which has no
+ * numbered sections, and fails.
  *
  * Scanned: src/, test/, bench/, docs/ (the reference documents' own cross-references included) and the top-level
  * Markdown files; node_modules, generated results and this file (whose examples are fixtures) are skipped.
@@ -26,7 +27,8 @@ import { fileURLToPath } from 'node:url';
 const SELF = fileURLToPath(import.meta.url).replace(/\.[jt]s$/, '');
 const ROOT = join(dirname(SELF), '..', '..');
 const REFERENCE_DIR = join(ROOT, 'docs', 'reference');
-const MULTI_PROCESS_DOC = join(ROOT, 'docs', 'architecture.md');
+const MULTI_PROCESS_DOC = join(ROOT, 'docs', 'workers.md');
+const MAP_DOC = join(ROOT, 'docs', 'architecture.md');
 const SCANNED_DIRS = ['src', 'test', 'bench', 'docs'];
 const SCANNED_FILE = /\.(?:ts|mts|cts|js|mjs|cjs|md)$/;
 const SKIPPED_DIRS = new Set(['node_modules', 'results', '.git']);
@@ -49,7 +51,7 @@ const NUMBERED = new RegExp(
   'g',
 );
 const ARCHITECTURE = new RegExp(
-  String.raw`(?<![\w.-])((?:[\w.-]*\/)*)architecture\.md${NAME_END}(?:${WS}*(?:\(${WS}*)?"([^"\n]{1,100})"|${WS}*${KEYWORD}?(${LIST}))?`,
+  String.raw`(?<![\w.-])((?:[\w.-]*\/)*)(architecture|workers)\.md${NAME_END}(?:${WS}*(?:\(${WS}*)?"([^"\n]{1,100})"|${WS}*${KEYWORD}?(${LIST}))?`,
   'g',
 );
 
@@ -113,16 +115,17 @@ export function findCitations(text: string, file: string): Citation[] {
     });
   }
   for (const m of text.matchAll(ARCHITECTURE)) {
-    const numbered = m[3] !== undefined;
-    if (!numbered && m[2] === undefined) continue;
+    const workers = m[2] === 'workers';
+    const numbered = m[4] !== undefined;
+    if (!numbered && (workers || m[3] === undefined)) continue;
     out.push({
       file,
       line: lineOf(text, m.index),
       text: m[0].replace(/\s+/g, ' ').trim(),
-      // The architecture sketch has no numbered sections; only the multi-process design does.
-      doc: numbered ? 'docs/architecture.md' : 'architecture.md',
-      sections: numbered ? expandSections(m[3]) : [],
-      label: numbered ? null : m[2],
+      // The architecture sketch is cited by heading; the multi-process design by number.
+      doc: workers ? 'docs/workers.md' : numbered ? 'docs/architecture.md' : 'architecture.md',
+      sections: numbered ? expandSections(m[4]) : [],
+      label: numbered ? null : m[3],
     });
   }
   return out;
@@ -158,7 +161,7 @@ const plain = (s: string) => s.replace(/[`*_]/g, '').replace(/\s+/g, ' ').toLowe
 
 /** What is wrong with `c`, or null when it resolves. `docs` maps a document key to its text (absent: missing). */
 export function checkCitation(c: Citation, docs: ReadonlyMap<string, string | undefined>): string | null {
-  const where = c.doc === 'docs/architecture.md' ? 'docs/architecture.md' : `docs/reference/${c.doc}`;
+  const where = c.doc.startsWith('docs/') ? c.doc : `docs/reference/${c.doc}`;
   const body = docs.get(c.doc);
   if (body === undefined) return `${where} does not exist`;
   if (c.doc === 'architecture.md') {
@@ -200,7 +203,8 @@ function loadDocs(): Map<string, string | undefined> {
     const path = join(REFERENCE_DIR, `${name}.md`);
     docs.set(`${name}.md`, existsSync(path) ? readFileSync(path, 'utf8') : undefined);
   }
-  docs.set('docs/architecture.md', existsSync(MULTI_PROCESS_DOC) ? readFileSync(MULTI_PROCESS_DOC, 'utf8') : undefined);
+  docs.set('docs/workers.md', existsSync(MULTI_PROCESS_DOC) ? readFileSync(MULTI_PROCESS_DOC, 'utf8') : undefined);
+  docs.set('docs/architecture.md', existsSync(MAP_DOC) ? readFileSync(MAP_DOC, 'utf8') : undefined);
   return docs;
 }
 
@@ -209,7 +213,7 @@ test('the citation parser reads lists, ranges, wrapped lines, link forms and lab
     '/** See engine-wire.md 4.8, 5.9 and dp-routing.md sections 9.2, 10.2-10.4; gateway.md section',
     ' * 12 "Mid-stream errors". Also `../shared/spec/gateway.md` 2.1-2.3 and [engine-wire.md](engine-wire.md) 1.5.',
     ' * Bare: dp-routing.md; not a number: gateway.md 9.2, vLLM #40302; kv-events.md 2.1.',
-    ' * architecture.md "The seams", docs/architecture.md sections 3-6, engine-wire.md 12.3x. */',
+    ' * architecture.md "The seams", docs/workers.md sections 3-6, engine-wire.md 12.3x. */',
   ].join('\n');
   const got = findCitations(text, 'x.ts').map((c) => `${c.line}|${c.doc}|${c.sections.join(' ')}|${c.label ?? ''}`);
   assert.deepEqual(got, [
@@ -223,7 +227,7 @@ test('the citation parser reads lists, ranges, wrapped lines, link forms and lab
     '3|kv-events.md|2.1|',
     '4|engine-wire.md||',
     '4|architecture.md||The seams',
-    '4|docs/architecture.md|3 4 5 6|',
+    '4|docs/workers.md|3 4 5 6|',
   ]);
 });
 

@@ -1,5 +1,5 @@
 /**
- * The control plane of `--workers N` (docs/architecture.md section 2): the cluster IPC messages between the router
+ * The control plane of `--workers N` (docs/workers.md section 2): the cluster IPC messages between the router
  * (primary) and the fronts, and how a process knows it is a front. A handful of messages per second: a front is
  * listening, /metrics and the per-rank statistics gathered from every front, drain, close.
  */

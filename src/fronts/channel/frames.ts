@@ -1,5 +1,5 @@
 /**
- * The data plane of `--workers N` (docs/architecture.md section 5): one unix stream socket (`node:net`) per front,
+ * The data plane of `--workers N` (docs/workers.md section 5): one unix stream socket (`node:net`) per front,
  * carrying both directions as length-prefixed frames. Each frame is a 4-byte little-endian payload length, then the
  * payload. The first frame a front sends on its connection is its hello (`helloFrame`: its front id, 4 bytes little
  * endian, then the router's `FRONT_TOKEN_BYTES` token, which the router hands its fronts in their environment, so

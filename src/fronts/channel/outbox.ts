@@ -1,5 +1,5 @@
 /**
- * Per-tick batching of channel records (docs/architecture.md section 4 step 2): records pushed during one event-loop
+ * Per-tick batching of channel records (docs/workers.md section 4 step 2): records pushed during one event-loop
  * turn leave as one message per peer, flushed from `setImmediate`.
  * - `UpOutbox` (a front → its router): one open message, encoded as records are pushed, written with the turn's
  *   other messages (if the records passed `MAX_FRONT_MESSAGE_BYTES`) in one socket write at the end of the turn.
@@ -173,7 +173,7 @@ function isRefusal(err: unknown): boolean {
 }
 
 /**
- * The router's outboxes, one lane per front (docs/architecture.md sections 4 and 6; issue 9): the records of one
+ * The router's outboxes, one lane per front (docs/workers.md sections 4 and 6; issue 9): the records of one
  * event-loop turn for a front are one `DownMessage`, written as they are appended (an OUT row straight to bytes) and
  * flushed at the end of the turn. Fronts are independent: `send` must never wait (router-service.ts refuses a
  * front whose frame socket holds too much with an immediate `EAGAIN`). A refused message stays first in its lane and is retried with a

@@ -1,5 +1,5 @@
 /**
- * The records of the data plane between the HTTP fronts and the router of `--workers N` (docs/architecture.md
+ * The records of the data plane between the HTTP fronts and the router of `--workers N` (docs/workers.md
  * sections 4-5): every message is one frame on the front's unix socket (frames.ts), a msgpack list of records, so a
  * tick's worth of submits, aborts and token rows crosses the process boundary as one message. A record is a list whose
  * first element is its type tag. This module is the schema (tags, record shapes, finish codes); messages.ts encodes,

@@ -1,5 +1,5 @@
 /**
- * A front process's channel to the router of `--workers N` (docs/architecture.md sections 3-6): one unix socket,
+ * A front process's channel to the router of `--workers N` (docs/workers.md sections 3-6): one unix socket,
  * length-prefixed frames both ways (frames.ts); the front's records of one turn are one frame (outbox.ts `UpOutbox`).
  * `FrontChannel` submits engine requests (SUBMIT; the router's SUBMITTED resolves a stream fed by OUT records, the
  * engine client's own `RequestStreamImpl`, so the routes read exactly what they read in one process; cancelling it

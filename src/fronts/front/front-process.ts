@@ -1,5 +1,5 @@
 /**
- * A front process of `--workers N` (docs/architecture.md sections 2-6): a cluster worker that connects to the router
+ * A front process of `--workers N` (docs/workers.md sections 2-6): a cluster worker that connects to the router
  * (remote-backend.ts), builds the HTTP app over `RemoteBackend`s with the shared concurrency cap, Responses store and
  * per-rank statistics, listens on the shared port, and serves until the primary says close (or goes away).
  */

@@ -1,5 +1,5 @@
 /**
- * What the HTTP app of a `--workers N` front is given instead of the engine clients (docs/architecture.md sections
+ * What the HTTP app of a `--workers N` front is given instead of the engine clients (docs/workers.md sections
  * 3-6), all through its `FrontChannel` (front-channel.ts):
  * - `RemoteBackend`: a `GenerationBackend` per engine group. `submit` goes to the router, which places the request;
  *   the sync reads (`rankStates()`, `status()`, …) answer from the router's last SNAPSHOT; `refresh()` fetches a fresh

@@ -1,5 +1,5 @@
 /**
- * `--workers N` (issue 9 part 2; docs/architecture.md): one router process — the node:cluster primary, owning the
+ * `--workers N` (issue 9 part 2; docs/workers.md): one router process — the node:cluster primary, owning the
  * engine groups (sockets, handshake, engine clients with their routing state, simulated ranks), the global
  * concurrency count and the Responses store — and N HTTP front processes (cluster workers sharing the listen port)
  * that do HTTP, chat templates, tokenization, detokenization, stop strings and SSE.
@@ -141,7 +141,7 @@ export async function startClusterGateway(
   // The fronts bind the port later (through the primary, node:cluster's round-robin), after the ranks are spawned; a
   // port that is taken must fail the start before that, with the one-process mode's one line (cli.ts).
   await assertPortFree(opts.port ?? DEFAULT_PORT, opts.host ?? DEFAULT_HOST);
-  // Flow control (docs/architecture.md section 6): the engines' output is not received while a front is far behind.
+  // Flow control (docs/workers.md section 6): the engines' output is not received while a front is far behind.
   const outputGate = new OutputGate();
   const gateway = await startGateway({
     ...opts,

@@ -1,5 +1,5 @@
 /**
- * The router side of `--workers N` (docs/architecture.md sections 3-6): the one process that owns the engine clients
+ * The router side of `--workers N` (docs/workers.md sections 3-6): the one process that owns the engine clients
  * serves them to N HTTP fronts, each over its own connection to the router's unix socket (frames.ts: length-prefixed
  * frames both ways; a front is heard only after its hello with the router's token, and no frame is read past a
  * bound); the records of channel/records.ts are batched per tick both ways by outbox.ts.
