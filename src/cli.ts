@@ -28,7 +28,7 @@ import {
   type GatewayOptions,
   type GroupOptions,
   type RunningGateway,
-} from './gateway.js';
+} from './gateway/index.js';
 import { ConfigSourceError, layerServeArgs } from './cli-config.js';
 import { FrontStartError, autoWorkers, startClusterGateway } from './fronts/router/cluster.js';
 import { isFrontProcess } from './fronts/channel/control.js';

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { pino } from 'pino';
-import { logReadyNotes } from '../src/gateway.js';
+import { logReadyNotes } from '../src/gateway/index.js';
 import { DEFAULT_READY_RESPONSE } from '../src/protocols/handshake.js';
 import type { ConnectedEngine } from '../src/engine-client/link.js';
 

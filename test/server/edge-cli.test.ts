@@ -6,7 +6,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { API_KEY_ENV, parseServeArgs, UsageError, USAGE } from '../../src/cli.js';
-import { isLoopbackHost, startGateway } from '../../src/gateway.js';
+import { isLoopbackHost, startGateway } from '../../src/gateway/index.js';
 import { captureLogs } from '../helpers/logs.js';
 import { resolveEdgeOptions, serverTimeouts } from '../../src/server/edge-options.js';
 

@@ -6,7 +6,7 @@
 import cluster from 'node:cluster';
 import { basename, resolve } from 'node:path';
 import { AggregatorRegistry } from 'prom-client';
-import { DEFAULT_HOST, DEFAULT_PORT, appOptionsOf, servedNames, type GatewayOptions } from '../../gateway.js';
+import { DEFAULT_HOST, DEFAULT_PORT, appOptionsOf, servedNames, type GatewayOptions } from '../../gateway/index.js';
 import { createGatewayLogger } from '../../gateway-logger.js';
 import { GatewayLifecycle } from '../../lifecycle.js';
 import { buildApp } from '../../server/app.js';

@@ -37,7 +37,7 @@ import {
   startGateway,
   type GatewayOptions,
   type RunningGateway,
-} from '../../gateway.js';
+} from '../../gateway/index.js';
 import { createGatewayLogger } from '../../gateway-logger.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS, drainLiveRequests } from '../../lifecycle.js';
 import { resolveEdgeOptions } from '../../server/edge-options.js';
