@@ -1,5 +1,5 @@
 /**
- * What the gateway logs about a rank's ready response beyond the join line (issue #14; src/gateway.ts
+ * What the gateway logs about a rank's ready response beyond the join line (issue #14; src/gateway/engine-groups.ts
  * `logReadyNotes`): each decoder note as a warning, and a dtype outside the three SMG knows once per value.
  */
 import assert from 'node:assert/strict';

@@ -1,5 +1,5 @@
 /**
- * `model-gateway serve --dp-policy NAME` (src/cli.ts) and its passthrough by `startGateway` (src/gateway.ts) to every
+ * `model-gateway serve --dp-policy NAME` (src/cli.ts) and its passthrough by `startGateway` (src/gateway/) to every
  * engine client (issue #5 part 1; dp-routing.md 9.2).
  */
 import assert from 'node:assert/strict';

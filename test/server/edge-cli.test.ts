@@ -1,7 +1,7 @@
 /**
  * The HTTP-edge flags of `model-gateway serve` (src/cli.ts `parseServeArgs` → `edge`; issue #10), the
  * `MODEL_GATEWAY_API_KEY` fallback, the option checks of src/server/edge-options.ts, and the startup warning for a
- * non-loopback host without a key (src/gateway.ts `isLoopbackHost`).
+ * non-loopback host without a key (src/gateway/http-app.ts `isLoopbackHost`).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
