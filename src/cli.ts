@@ -1,6 +1,6 @@
 /**
  * The `model-gateway` command line (node:util parseArgs):
- * - `model-gateway serve [options]`: start the gateway (src/gateway.ts `startGateway`) over one or more engine groups
+ * - `model-gateway serve [options]`: start the gateway (src/gateway/start.ts `startGateway`) over one or more engine groups
  *   (`--engine-url`/`--sim`/`--worker`/`--sim-worker`, each followed by its own `--engine tokenspeed|vllm`,
  *   `--dp-size`, ...; see `USAGE`; issue #3 part 5). It serves at once: HTTP listens while ranks are still joining
  *   (issue #8). SIGINT/SIGTERM/SIGHUP drain it (`shutdown()`: /ready 503, new requests 503, live requests run for up
@@ -28,7 +28,7 @@ import {
   type GatewayOptions,
   type GroupOptions,
   type RunningGateway,
-} from './gateway.js';
+} from './gateway/index.js';
 import { ConfigSourceError, layerServeArgs } from './cli-config.js';
 import { FrontStartError, autoWorkers, startClusterGateway } from './fronts/router/cluster.js';
 import { isFrontProcess } from './fronts/channel/control.js';

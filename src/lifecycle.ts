@@ -1,7 +1,7 @@
 /**
  * The gateway's lifecycle and admission state (issue #8 part 6, graceful drain): `serving` → `draining` (a shutdown
  * began: readiness turns 503 and new API requests get 503 with `Retry-After`, live requests run on) → `stopped`.
- * The HTTP layer only reads `draining` (src/server/admission.ts); the gateway (src/gateway.ts) drives the rest, with
+ * The HTTP layer only reads `draining` (src/server/admission.ts); the gateway (src/gateway/) drives the rest, with
  * the engine groups it drains.
  */
 import { setTimeout as sleep } from 'node:timers/promises';

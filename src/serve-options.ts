@@ -18,7 +18,7 @@ import {
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
 import { autoWorkers, MAX_AUTO_WORKERS } from './fronts/router/cluster.js';
-import { DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SIM_RANKS } from './gateway.js';
+import { DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SIM_RANKS } from './gateway/index.js';
 import { LOG_FORMATS } from './gateway-logger.js';
 import { LOG_LEVELS } from './logging.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from './lifecycle.js';

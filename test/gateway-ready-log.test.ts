@@ -1,11 +1,11 @@
 /**
- * What the gateway logs about a rank's ready response beyond the join line (issue #14; src/gateway.ts
+ * What the gateway logs about a rank's ready response beyond the join line (issue #14; src/gateway/engine-groups.ts
  * `logReadyNotes`): each decoder note as a warning, and a dtype outside the three SMG knows once per value.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { pino } from 'pino';
-import { logReadyNotes } from '../src/gateway.js';
+import { logReadyNotes } from '../src/gateway/index.js';
 import { DEFAULT_READY_RESPONSE } from '../src/protocols/handshake.js';
 import type { ConnectedEngine } from '../src/engine-client/link.js';
 

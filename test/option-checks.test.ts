@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { pino } from 'pino';
 import { EngineClient, type EngineClientOptions } from '../src/engine-client/client.js';
 import { createLoadPolicy } from '../src/engine-client/policy.js';
-import { startGateway } from '../src/gateway.js';
+import { startGateway } from '../src/gateway/index.js';
 import { positiveInteger, positiveMs } from '../src/option-checks.js';
 import { resolveEdgeOptions } from '../src/server/edge-options.js';
 import { OffLoopTokenizer } from '../src/tokenizer/off-loop.js';

@@ -3,7 +3,7 @@
  * in place when its process is killed, and `prepareSocketPaths` (socket-paths.ts) only cleans the two paths the
  * starting gateway is about to bind. What stayed forever:
  * - the simulated groups' sockets `<runtime dir>/sim-<pid>[-<n>]-{in,out}.sock`: each gateway picks a new path from its
- *   own pid (gateway.ts `simWorkerUrl`), so no later gateway ever binds the dead one's;
+ *   own pid (gateway/engine-groups.ts `simWorkerUrl`), so no later gateway ever binds the dead one's;
  * - the `--workers N` router's channel socket `<runtime dir>/fronts-<pid>.sock` (fronts/router/cluster.ts), likewise;
  * - the sockets of other engine groups a dead gateway served beside the ones the next gateway is configured with.
  *

@@ -15,7 +15,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { pino } from 'pino';
 import type { Page } from 'playwright-core';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import { startGateway, type RunningGateway } from '../../src/gateway/index.js';
 import { rankState } from '../server/fake-backend.js';
 import { makeApp } from '../server/helpers.js';
 import { launchChromium, type Browser } from './browser.js';

@@ -26,7 +26,7 @@ import {
   type GroupOptions,
   type RunningGateway,
   type RunningGroup,
-} from '../../src/gateway.js';
+} from '../../src/gateway/index.js';
 import { captureLogs, type LogRecord } from '../helpers/logs.js';
 import { completionSse } from '../helpers/sse.js';
 import { waitUntil } from './spread-helpers.js';

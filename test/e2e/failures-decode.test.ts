@@ -15,7 +15,7 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { startGateway, type RunningGroup } from '../../src/gateway.js';
+import { startGateway, type RunningGroup } from '../../src/gateway/index.js';
 import { spawnSimRanks } from '../../src/sim/spawn.js';
 import { freshDir } from '../helpers/async.js';
 import { freePort } from '../helpers/net.js';

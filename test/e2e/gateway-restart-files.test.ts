@@ -1,6 +1,6 @@
 /**
  * Socket files of dead gateways are removed by the next gateway, a live gateway's never, and a refused start prints
- * one line (issue 26 part 6; src/transport/stale-sweep.ts, src/gateway.ts). Real gateway processes (the CLI) share one
+ * one line (issue 26 part 6; src/transport/stale-sweep.ts, src/gateway/). Real gateway processes (the CLI) share one
  * runtime directory (`TMPDIR` of this file's folder) and one operator socket directory:
  * - L (`--sim 1` and an `--engine-url` group) runs; D (`--sim 1 --workers 2`) and E (two `--engine-url` groups) start
  *   beside it and are SIGKILLed: their `sim-<pid>-{in,out}.sock`, `fronts-<pid>.sock` and the sockets of both groups

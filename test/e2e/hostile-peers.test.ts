@@ -18,7 +18,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { Dealer, Push } from 'zeromq';
-import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway/index.js';
 import { ENGINE_CORE_DEAD } from '../../src/protocols/frames.js';
 import { encodeBatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/index.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';

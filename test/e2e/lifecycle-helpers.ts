@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import type { EngineClient } from '../../src/engine-client/client.js';
-import type { EngineFamily } from '../../src/gateway.js';
+import type { EngineFamily } from '../../src/gateway/index.js';
 import { spawnSimRanks, type SimRankProcess, type SimRankProcesses } from '../../src/sim/spawn.js';
 import { waitUntil } from './spread-helpers.js';
 

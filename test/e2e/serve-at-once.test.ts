@@ -15,7 +15,7 @@ import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
-import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway/index.js';
 import { spawnSimRanks, type SimRankProcesses } from '../../src/sim/spawn.js';
 import { ConfigError } from '../../src/transport/errors.js';
 import { freshDir } from '../helpers/async.js';

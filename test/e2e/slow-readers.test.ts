@@ -19,7 +19,7 @@ import { connect, type Socket } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { setFlagsFromString } from 'node:v8';
 import { runInNewContext } from 'node:vm';
-import type { RunningGateway } from '../../src/gateway.js';
+import type { RunningGateway } from '../../src/gateway/index.js';
 import { progressGuard } from '../helpers/async.js';
 import { startSimGateway } from '../helpers/gateway.js';
 import { captureLogs, type LogRecord } from '../helpers/logs.js';

@@ -12,7 +12,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type OpenAI from 'openai';
-import { startGateway, type RunningGateway } from '../../src/gateway.js';
+import { startGateway, type RunningGateway } from '../../src/gateway/index.js';
 import { openaiClient } from '../helpers/gateway.js';
 import { captureLogs, type LogRecord } from '../helpers/logs.js';
 

@@ -19,7 +19,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type OpenAI from 'openai';
 import { pino } from 'pino';
-import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway.js';
+import { startGateway, type RunningGateway, type RunningGroup } from '../../src/gateway/index.js';
 import { openaiClient } from '../helpers/gateway.js';
 import { checkMinTokensStops } from './min-tokens-helpers.js';
 

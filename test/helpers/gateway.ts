@@ -1,7 +1,7 @@
 /** Starting a real gateway for end-to-end tests: port 0, silent logs, fast simulated ranks, an `openai` client. */
 import OpenAI from 'openai';
 import { pino } from 'pino';
-import { startGateway, type GatewayOptions, type RunningGateway } from '../../src/gateway.js';
+import { startGateway, type GatewayOptions, type RunningGateway } from '../../src/gateway/index.js';
 
 /**
  * `startGateway` with test defaults: any free port, a silent logger, model id `sim`, and simulated ranks that run at

@@ -16,7 +16,7 @@ import { spawn, type ChildProcess } from 'node:child_process';
 import { once } from 'node:events';
 import { readFileSync } from 'node:fs';
 import { createInterface } from 'node:readline';
-import type { GatewayOptions, GroupOptions, RunningGateway } from '../../src/gateway.js';
+import type { GatewayOptions, GroupOptions, RunningGateway } from '../../src/gateway/index.js';
 import type { HealthBody } from '../../src/server/health.js';
 import type { RanksAnswer, RankAnswer } from '../../src/server/routes/ranks.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';

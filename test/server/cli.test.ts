@@ -4,7 +4,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseServeArgs, UsageError } from '../../src/cli.js';
-import { resolveGroups } from '../../src/gateway.js';
+import { resolveGroups } from '../../src/gateway/index.js';
 
 test('parseServeArgs maps flags to startGateway options', () => {
   assert.deepEqual(parseServeArgs([]), {});
@@ -291,7 +291,7 @@ test('parseServeArgs: rank lifecycle flags (issue #8)', () => {
 
 test('parseServeArgs: --workers N|auto (issue 9); startGateway itself is one process', async () => {
   const { autoWorkers, restartDelayMs } = await import('../../src/fronts/router/cluster.js');
-  const { startGateway } = await import('../../src/gateway.js');
+  const { startGateway } = await import('../../src/gateway/index.js');
   assert.deepEqual(parseServeArgs(['--workers', '3']), { workers: 3 });
   assert.deepEqual(parseServeArgs(['--workers', 'auto']), { workers: autoWorkers() });
   assert.deepEqual(parseServeArgs(['--workers', '1']), { workers: 1 });

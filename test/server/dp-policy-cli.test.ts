@@ -1,12 +1,12 @@
 /**
- * `model-gateway serve --dp-policy NAME` (src/cli.ts) and its passthrough by `startGateway` (src/gateway.ts) to every
+ * `model-gateway serve --dp-policy NAME` (src/cli.ts) and its passthrough by `startGateway` (src/gateway/) to every
  * engine client (issue #5 part 1; dp-routing.md 9.2).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { pino } from 'pino';
 import { CLI_DP_POLICIES, parseServeArgs, UsageError, USAGE } from '../../src/cli.js';
-import { startGateway } from '../../src/gateway.js';
+import { startGateway } from '../../src/gateway/index.js';
 
 test('--dp-policy maps to dpPolicy for every CLI policy; absent means no option (default load)', () => {
   assert.deepEqual([...CLI_DP_POLICIES], ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware']);

@@ -1,12 +1,12 @@
 /**
  * The HTTP-edge flags of `model-gateway serve` (src/cli.ts `parseServeArgs` → `edge`; issue #10), the
  * `MODEL_GATEWAY_API_KEY` fallback, the option checks of src/server/edge-options.ts, and the startup warning for a
- * non-loopback host without a key (src/gateway.ts `isLoopbackHost`).
+ * non-loopback host without a key (src/gateway/http-app.ts `isLoopbackHost`).
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { API_KEY_ENV, parseServeArgs, UsageError, USAGE } from '../../src/cli.js';
-import { isLoopbackHost, startGateway } from '../../src/gateway.js';
+import { isLoopbackHost, startGateway } from '../../src/gateway/index.js';
 import { captureLogs } from '../helpers/logs.js';
 import { resolveEdgeOptions, serverTimeouts } from '../../src/server/edge-options.js';
 

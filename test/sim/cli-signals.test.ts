@@ -1,6 +1,6 @@
 /**
  * `model-gateway serve` with simulated ranks: a second SIGINT exits at once, yet leaves no simulated rank running and
- * no ipc socket file behind (src/cli.ts second-signal path, `RunningGateway.emergencyStop()` in src/gateway.ts).
+ * no ipc socket file behind (src/cli.ts second-signal path, `RunningGateway.emergencyStop()` in src/gateway/shutdown.ts).
  * The ranks are SIGSTOPped first so that the first signal's orderly shutdown cannot finish on its own: only the
  * emergency teardown can end them.
  */

@@ -43,7 +43,7 @@ for (const level of ['silent', 'info'] as const) {
         lines.close();
         if (parent.exitCode === null && parent.signalCode === null) parent.kill('SIGKILL');
         for (const pid of ranks.filter(alive)) process.kill(pid, 'SIGKILL');
-        // A SIGKILLed gateway cannot remove its simulated worker's socket files (gateway.ts `simWorkerUrl`).
+        // A SIGKILLed gateway cannot remove its simulated worker's socket files (gateway/engine-groups.ts `simWorkerUrl`).
         for (const end of ['in', 'out'])
           rmSync(join(tmpdir(), `model-gateway-${process.getuid?.() ?? 0}`, `sim-${parent.pid}-${end}.sock`), {
             force: true,

@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, test } from 'node:test';
 import { pino } from 'pino';
-import { startGateway } from '../../src/gateway.js';
+import { startGateway } from '../../src/gateway/index.js';
 import { TokenizerLoadError } from '../../src/tokenizer/errors.js';
 import { hubCacheDir, looksLikeHfId, resolveTokenizerSpec } from '../../src/tokenizer/hf-cache.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';

@@ -4,17 +4,23 @@
  * per-rank statistics, listens on the shared port, and serves until the primary says close (or goes away).
  */
 import cluster from 'node:cluster';
-import { basename, resolve } from 'node:path';
 import { AggregatorRegistry } from 'prom-client';
-import { DEFAULT_HOST, DEFAULT_PORT, appOptionsOf, servedNames, type GatewayOptions } from '../../gateway.js';
-import { createGatewayLogger } from '../../gateway-logger.js';
+import {
+  DEFAULT_HOST,
+  DEFAULT_PORT,
+  appDepsOf,
+  closeApp,
+  gatewayLogger,
+  listenApp,
+  resolveServedModel,
+  responsesStoreOptionsOf,
+  type GatewayOptions,
+} from '../../gateway/index.js';
 import { GatewayLifecycle } from '../../lifecycle.js';
 import { buildApp } from '../../server/app.js';
 import { GatewayMetrics } from '../../server/metrics.js';
-import { LISTEN_BACKLOG } from '../../server/edge-options.js';
 import { RankStatsBook, mergeRankStats, type RankStatsExport } from '../../server/rank-stats.js';
 import type { SharedRankStats } from '../../server/routes/ranks.js';
-import { resolveTokenizerSpec } from '../../tokenizer/hf-cache.js';
 import { GatewayTokenizer } from '../../tokenizer/tokenizer.js';
 import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from '../channel/control.js';
 import { FrontChannel } from './front-channel.js';
@@ -97,21 +103,12 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const token = Buffer.from(process.env[FRONT_TOKEN_ENV] ?? '', 'hex');
   const slot = Number(process.env.MGW_FRONT_SLOT ?? '0');
   const frontId = cluster.worker!.id;
-  const base =
-    opts.logger ??
-    createGatewayLogger({
-      ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}),
-      ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}),
-    });
-  const logger = base.child({ front: slot });
+  const logger = gatewayLogger(opts).child({ front: slot });
   // The primary decides when to stop (a signal to the process group reaches every front too).
   for (const sig of ['SIGINT', 'SIGTERM', 'SIGHUP'] as const) process.on(sig, () => {});
-  const source = opts.tokenizerDir !== undefined ? resolveTokenizerSpec(opts.tokenizerDir) : null;
-  const tokenizerDir = source?.dir ?? resolve(GatewayTokenizer.defaultDir());
-  const servedModelNames = servedNames(opts, source === null ? 'qwen3' : (source.hfId ?? basename(tokenizerDir)));
-  const modelId = servedModelNames[0]!;
+  const model = resolveServedModel(opts);
   const [tokenizer, channel] = await Promise.all([
-    GatewayTokenizer.load(tokenizerDir),
+    GatewayTokenizer.load(model.tokenizerDir),
     FrontChannel.connect(address, frontId, token, logger.child({ component: 'channel' })),
   ]);
   const groups = channel.groups.map((g, i) => ({
@@ -121,36 +118,20 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   }));
   const lifecycle = new GatewayLifecycle();
   const rankStats = new RankStatsBook();
+  const metrics = new FrontMetrics(model.modelId);
   const app = await buildApp({
-    groups,
-    tokenizer,
-    modelId,
-    servedModelNames,
-    logger: logger.child({ component: 'http' }),
-    metrics: new FrontMetrics(modelId),
-    admission: lifecycle,
+    ...appDepsOf(opts, { groups, tokenizer, model, logger, metrics, admission: lifecycle }),
     sharedConcurrencyCap: sharedConcurrency(channel),
     rankStatsInstance: rankStats,
     sharedRankStats: frontRankStats(rankStats),
-    responsesStoreInstance: new SharedResponsesStore(
-      channel,
-      opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {},
-    ),
-    ...appOptionsOf(opts),
+    responsesStoreInstance: new SharedResponsesStore(channel, responsesStoreOptionsOf(opts)),
   });
-  const host = opts.host ?? DEFAULT_HOST;
-  await app.listen({
+  const url = await listenApp(app, {
     port: opts.port ?? DEFAULT_PORT,
-    host,
-    backlog: LISTEN_BACKLOG,
-    listenTextResolver: (a) => `front ${slot} listening on ${a}`,
+    host: opts.host ?? DEFAULT_HOST,
+    listenText: (a) => `front ${slot} listening on ${a}`,
   });
-  const address2 = app.server.address();
-  const port = typeof address2 === 'object' && address2 !== null ? address2.port : (opts.port ?? DEFAULT_PORT);
-  process.send?.({
-    type: 'mgw:listening',
-    url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
-  } satisfies ControlMessage);
+  process.send?.({ type: 'mgw:listening', url } satisfies ControlMessage);
 
   return new Promise<number>((resolveExit) => {
     let closing = false;
@@ -158,9 +139,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
       if (closing) return;
       closing = true;
       lifecycle.markStopped();
-      const timer = setTimeout(() => app.server.closeAllConnections(), 1000);
-      await app.close().catch(() => {});
-      clearTimeout(timer);
+      await closeApp(app).catch(() => {});
       channel.close();
       resolveExit(code);
     };

@@ -31,16 +31,14 @@ import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import { AggregatorRegistry, Counter } from 'prom-client';
 import {
-  DEFAULT_HOST,
-  DEFAULT_PORT,
   assertPortFree,
-  startGateway,
+  planGateway,
+  responsesStoreOptionsOf,
+  startPlannedGateway,
   type GatewayOptions,
   type RunningGateway,
-} from '../../gateway.js';
-import { createGatewayLogger } from '../../gateway-logger.js';
-import { DEFAULT_SHUTDOWN_GRACE_MS, drainLiveRequests } from '../../lifecycle.js';
-import { resolveEdgeOptions } from '../../server/edge-options.js';
+} from '../../gateway/index.js';
+import { drainLiveRequests } from '../../lifecycle.js';
 import { GatewayMetrics } from '../../server/metrics.js';
 import { dashboardUrl } from '../../server/routes/dashboard.js';
 import type { RankStatsExport } from '../../server/rank-stats.js';
@@ -130,30 +128,17 @@ export async function startClusterGateway(
   startOpts: { signal?: AbortSignal } = {},
 ): Promise<ClusterGateway> {
   if (!cluster.isPrimary) throw new Error('startClusterGateway runs in the cluster primary');
-  const logger =
-    opts.logger ??
-    createGatewayLogger({
-      ...(opts.logLevel !== undefined ? { level: opts.logLevel } : {}),
-      ...(opts.logFormat !== undefined ? { format: opts.logFormat } : {}),
-    });
-  const log = logger.child({ component: 'router' });
-  const edge = resolveEdgeOptions(opts.edge);
-  // The fronts bind the port later (through the primary, node:cluster's round-robin), after the ranks are spawned; a
-  // port that is taken must fail the start before that, with the one-process mode's one line (cli.ts).
-  await assertPortFree(opts.port ?? DEFAULT_PORT, opts.host ?? DEFAULT_HOST);
   // Flow control (docs/workers.md section 6): the engines' output is not received while a front is far behind.
   const outputGate = new OutputGate();
-  const gateway = await startGateway({
-    ...opts,
-    logger,
-    serveHttp: false,
-    waitForRanks: false,
-    workers: 1,
-    outputGate,
-  });
-  const store = new ResponsesStore(
-    opts.responsesStoreSize !== undefined ? { maxResponses: opts.responsesStoreSize } : {},
-  );
+  // The router's engine side is the one-process gateway without HTTP (the fronts serve it): its options are checked
+  // once, before the port check, and the router reads the same plan (logger, HTTP edge, shutdown grace).
+  const plan = planGateway({ ...opts, serveHttp: false, waitForRanks: false, workers: 1, outputGate });
+  const log = plan.logger.child({ component: 'router' });
+  // The fronts bind the port later (through the primary, node:cluster's round-robin), after the ranks are spawned; a
+  // port that is taken must fail the start before that, with the one-process mode's one line (cli.ts).
+  await assertPortFree(plan.port, plan.host);
+  const gateway = await startPlannedGateway(plan);
+  const store = new ResponsesStore(responsesStoreOptionsOf(opts));
   const frontExits = new Counter({
     name: 'model_gateway_front_exits_total',
     help: 'HTTP front processes (--workers N) that exited without being asked to, by signal or exit code',
@@ -179,7 +164,7 @@ export async function startClusterGateway(
   const service = new RouterService({
     groups: gateway.groups.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client })),
     store,
-    maxConcurrentRequests: edge.maxConcurrentRequests,
+    maxConcurrentRequests: plan.edge.maxConcurrentRequests,
     logger: log,
     onFrontStuck: (frontId) => cluster.workers?.[frontId]?.process.kill('SIGKILL'),
     outputGate,
@@ -378,7 +363,7 @@ export async function startClusterGateway(
     async shutdown(shutdownOpts: { graceMs?: number } = {}): Promise<void> {
       if (draining || closing !== null) return close();
       draining = shuttingDown = true;
-      const graceMs = shutdownOpts.graceMs ?? opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+      const graceMs = shutdownOpts.graceMs ?? plan.shutdownGraceMs;
       broadcast({ type: 'mgw:drain' });
       await drainLiveRequests({
         liveRequests: () => service.liveRequests + gateway.groups.reduce((n, g) => n + g.client.registeredCount, 0),

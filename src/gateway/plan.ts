@@ -1,0 +1,79 @@
+/**
+ * Every check and default of `GatewayOptions` that can fail, done before anything starts (issue #8 part 4: a refused
+ * start touches nothing): `planGateway` turns the options into a `GatewayPlan` that the start (start.ts) and the
+ * `--workers` router (src/fronts/router/cluster.ts) read instead of deriving the same values again.
+ */
+import type { Logger } from 'pino';
+import { createDpPolicy, type DpPolicyName, type DpPolicyOptions } from '../engine-client/policies.js';
+import { DEFAULT_SHUTDOWN_GRACE_MS } from '../lifecycle.js';
+import { positiveMs } from '../option-checks.js';
+import { resolveEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
+import { warnIfOpenWithoutKey } from './http-app.js';
+import {
+  DEFAULT_HOST,
+  DEFAULT_PORT,
+  gatewayLogger,
+  resolveGroups,
+  resolveServedModel,
+  type GatewayOptions,
+  type ResolvedGroup,
+  type ServedModel,
+} from './options.js';
+
+/** `GatewayOptions` checked and with their defaults: what a start reads. */
+export interface GatewayPlan {
+  /** The options as given (the fields not resolved here are passed on as they are). */
+  readonly opts: GatewayOptions;
+  /** The root logger (`gatewayLogger`). */
+  readonly logger: Logger;
+  /** The HTTP listener (default 30000 and 127.0.0.1; port 0 = any free port). */
+  readonly port: number;
+  readonly host: string;
+  /** `GatewayOptions.serveHttp` (default true). */
+  readonly serveHttp: boolean;
+  /** The engine groups (`resolveGroups`), in configuration order. */
+  readonly specs: readonly ResolvedGroup[];
+  /** The unpinned DP policy of every group (default `load`) and its options (tuning plus the oracle source). */
+  readonly dpPolicyName: DpPolicyName;
+  readonly policyOptions: DpPolicyOptions;
+  /** The HTTP edge with its defaults (server/edge-options.ts). */
+  readonly edge: ResolvedEdgeOptions;
+  /** `shutdown()`'s default grace in ms (default 30 000). */
+  readonly shutdownGraceMs: number;
+  /** The tokenizer folder and the served model names (`resolveServedModel`). */
+  readonly model: ServedModel;
+}
+
+/**
+ * Check `opts` and apply their defaults; logs a warning when the HTTP listener is reachable beyond this machine
+ * without an API key. Starts nothing (it creates the logger unless `opts.logger` is given). Throws RangeError for a
+ * bad option: the groups (`resolveGroups`), `workers` other than 1 (one process; `--workers N` is
+ * `startClusterGateway`'s), an unknown `dpPolicy` or bad `dpPolicyOptions` or `oracle` (`createDpPolicy`), a watchdog
+ * timeout that is not a positive number of ms, the HTTP edge (`resolveEdgeOptions`), a negative `shutdownGraceMs`,
+ * the served model names; and what `resolveServedModel` throws for a Hugging Face id not in the local cache.
+ */
+export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
+  const logger = gatewayLogger(opts);
+  const port = opts.port ?? DEFAULT_PORT;
+  const host = opts.host ?? DEFAULT_HOST;
+  const specs = resolveGroups(opts);
+  if (opts.workers !== undefined && opts.workers !== 1) {
+    throw new RangeError(
+      `startGateway runs one process; ${opts.workers} workers need startClusterGateway (src/fronts/router/cluster.ts)`,
+    );
+  }
+  const dpPolicyName = opts.dpPolicy ?? 'load';
+  const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
+  createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
+  // Validate before starting anything (each engine client checks them again when it is built, after the spawn).
+  if (opts.silenceTimeoutMs !== undefined) positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs);
+  if (opts.rankStallTimeoutMs !== undefined) positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs);
+  const edge = resolveEdgeOptions(opts.edge);
+  warnIfOpenWithoutKey(logger, host, edge);
+  const shutdownGraceMs = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
+  if (!(Number.isFinite(shutdownGraceMs) && shutdownGraceMs >= 0))
+    throw new RangeError(`shutdownGraceMs must be a number of ms ≥ 0, got ${shutdownGraceMs}`);
+  const model = resolveServedModel(opts);
+  const serveHttp = opts.serveHttp ?? true;
+  return { opts, logger, port, host, serveHttp, specs, dpPolicyName, policyOptions, edge, shutdownGraceMs, model };
+}
