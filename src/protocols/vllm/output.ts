@@ -306,24 +306,7 @@ export function defaultEngineCoreOutput(
   newTokenIds: WireInt[] = [],
   layout: EngineCoreOutputLayout = 16,
 ): EngineCoreOutput {
-  if (layout === 13) {
-    return {
-      request_id: requestId,
-      new_token_ids: newTokenIds,
-      new_logprobs: null,
-      new_prompt_logprobs_tensors: null,
-      pooling_output: null,
-      finish_reason: null,
-      stop_reason: null,
-      events: null,
-      kv_transfer_params: null,
-      trace_headers: null,
-      prefill_stats: null,
-      routed_experts: null,
-      num_nans_in_logits: 0,
-    };
-  }
-  return {
+  const full: EngineCoreOutput = {
     request_id: requestId,
     new_token_ids: newTokenIds,
     new_logprobs: null,
@@ -341,6 +324,10 @@ export function defaultEngineCoreOutput(
     mm_cache_miss_hashes: null,
     new_sampling_mask: null,
   };
+  if (layout === 16) return full;
+  // The 13-field layout has neither ec_transfer_params nor the two trailing fields (docs/wire/vllm-output.md).
+  const { ec_transfer_params: _ec, mm_cache_miss_hashes: _mm, new_sampling_mask: _mask, ...thirteen } = full;
+  return thirteen;
 }
 
 /** A fresh envelope with every field at its default (an *invalid* message until something is set). */

@@ -2,7 +2,7 @@
  * GET /v1/models, GET /health, GET /ready and GET /metrics (gateway.md sections 4.2 and 15; issue #8 parts 4, 6).
  */
 import type { RouteContext } from '../route-context.js';
-import type { FastifyInstance } from 'fastify';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
 import { wantsVerbose } from '../auth.js';
 import { refreshBackends } from '../backend.js';
 import { healthReport, readyReport } from '../health.js';
@@ -44,30 +44,29 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     return model(id);
   });
 
-  app.get('/health', async (request, reply) => {
-    await refreshBackends(ctx.chooser.groups);
-    const { statusCode, body } = healthReport(ctx.chooser.groups);
-    reply.code(statusCode);
-    // Socket paths and pids only with ?verbose=1 (which needs the API key when one is set; auth.ts).
-    return wantsVerbose(request.query)
-      ? body
-      : redactHealth(
-          body,
-          ctx.chooser.groups.map((g) => g.worker),
-        );
-  });
-
-  app.get('/ready', async (request, reply) => {
-    await refreshBackends(ctx.chooser.groups);
-    const { statusCode, body } = readyReport(ctx.chooser.groups, ctx.admission.draining);
-    reply.code(statusCode);
-    return wantsVerbose(request.query)
-      ? body
-      : redactHealth(
-          body,
-          ctx.chooser.groups.map((g) => g.worker),
-        );
-  });
+  // Both probes read fresh group state, and show socket paths and pids only with ?verbose=1 (which needs the API key
+  // when one is set; auth.ts).
+  const probe =
+    (report: () => { statusCode: number; body: Parameters<typeof redactHealth>[0] }) =>
+    async (request: FastifyRequest, reply: FastifyReply) => {
+      await refreshBackends(ctx.chooser.groups);
+      const { statusCode, body } = report();
+      reply.code(statusCode);
+      return wantsVerbose(request.query)
+        ? body
+        : redactHealth(
+            body,
+            ctx.chooser.groups.map((g) => g.worker),
+          );
+    };
+  app.get(
+    '/health',
+    probe(() => healthReport(ctx.chooser.groups)),
+  );
+  app.get(
+    '/ready',
+    probe(() => readyReport(ctx.chooser.groups, ctx.admission.draining)),
+  );
 
   app.get('/metrics', async (_request, reply) => {
     const { contentType, body } = await ctx.metrics.render();
