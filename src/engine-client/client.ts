@@ -201,6 +201,28 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   async submit(request: GenerateRequest, options: CancellableSubmitOptions = {}): Promise<RequestStream> {
     const { dpRank, signal } = options;
+    const { entry, hook } = this.register(request, signal);
+    const { slot, pinned } = await this.placeAndSend(request, entry, dpRank, signal, hook);
+    if (this.g.registry.closed) throw this.g.clientClosedError();
+    if (signal?.aborted) throw abortReason(signal);
+    // Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a dense group), and a group of unknown
+    // kind after its first one (waves.ts `submitWake`: the no-hang probe before lockstep detection).
+    const wave = this.g.registry.get(entry.requestId) === entry ? this.g.waves.submitWake() : null;
+    if (wave !== null) await this.wake(entry, slot, wave, signal);
+    if (pinned) slot.counters.pinned++;
+    else slot.counters.unpinned++;
+    return entry.stream;
+  }
+
+  /**
+   * Validate `request` and register it with a fresh stream, before any reservation (section 3 step 2, section 7).
+   * Throws `encode` (no request id, no prompt token id list), the signal's reason, or `client-closed`; nothing is
+   * registered then. `hook.detach` removes the signal's listener once one is added (`placeAndSend`).
+   */
+  private register(
+    request: GenerateRequest,
+    signal: CancelSignal | undefined,
+  ): { entry: RegistryEntry; hook: { detach: () => void } } {
     if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
     }
@@ -213,86 +235,101 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     }
     if (signal?.aborted) throw abortReason(signal);
     if (this.g.registry.closed) throw this.g.clientClosedError();
-    const id = request.requestId;
-
-    // Register before any reservation (section 3 step 2, section 7).
-    let detachSignal: () => void = () => {};
-    const promptTokens = request.promptTokenIds.length;
+    const hook = { detach: (): void => {} };
     const stream: RequestStreamImpl = new RequestStreamImpl(
-      id,
-      promptTokens,
+      request.requestId,
+      request.promptTokenIds.length,
       () => this.scope.abandon(entry),
-      () => detachSignal(),
+      () => hook.detach(),
       this.g.delivery,
     );
     const entry: RegistryEntry = {
-      requestId: id,
+      requestId: request.requestId,
       stream,
       engineIndex: null,
       tokenLimit: request.sampling?.maxNewTokens ?? Infinity,
       tokens: 0,
     };
     this.g.registry.register(entry);
+    return { entry, hook };
+  }
 
+  /**
+   * Place the registered `entry` on a rank (select + reserve in one synchronous step, section 9, section 12.3 rule 1),
+   * encode its ADD once and send it; an unpinned ADD that reached no engine is placed again on another ready rank
+   * (`addFailed`). The signal's listener is added on the first attempt. Every failure is rolled back and thrown.
+   */
+  private async placeAndSend(
+    request: GenerateRequest,
+    entry: RegistryEntry,
+    dpRank: number | undefined,
+    signal: CancelSignal | undefined,
+    hook: { detach: () => void },
+  ): Promise<{ slot: RankSlot; pinned: boolean }> {
+    const stream = entry.stream;
     let payload: Uint8Array | null = null;
-    let slot: RankSlot;
-    let pinned: boolean;
     for (let attempt = 0; ; attempt++) {
-      // Select and reserve in the same synchronous step (section 9, section 12.3 rule 1).
+      let placed: { slot: RankSlot; pinned: boolean };
       try {
-        ({ slot, pinned } = selectAndReserve(this.g, request, dpRank));
+        placed = selectAndReserve(this.g, request, dpRank);
       } catch (err) {
         this.g.rollback(entry, err);
         throw err;
       }
+      const { slot, pinned } = placed;
       entry.engineIndex = slot.index;
       stream.engineIndex = slot.index;
       this.g.touchGroupTimer(false);
-      if (payload === null) {
-        try {
-          payload = this.g.protocol.encodeAdd(request, { dpRank: pinned ? slot.index : null });
-        } catch (err) {
-          const e = new EngineClientError(
-            'encode',
-            `cannot encode request ${JSON.stringify(id)}: ${describeError(err)}`,
-            { cause: err, requestId: id },
-          );
-          this.g.rollback(entry, e);
-          throw e;
-        }
-      }
+      payload ??= this.encodeAdd(request, entry, pinned ? slot.index : null);
       if (attempt === 0 && signal) {
         const onAbort = (): void => stream.cancel();
         signal.addEventListener('abort', onAbort, { once: true });
-        detachSignal = () => signal.removeEventListener('abort', onAbort);
+        hook.detach = () => signal.removeEventListener('abort', onAbort);
       }
       try {
         await this.link.send(slot.identity, RequestType.ADD, payload);
-        break;
+        return placed;
       } catch (err) {
         this.addFailed(entry, slot, !pinned && attempt < this.g.ranks.size, err, signal); // throws unless it may retry
       }
     }
+  }
+
+  /** The ADD payload of `request` (`dpRank`: the pinned rank, else null); an encode failure is rolled back and thrown. */
+  private encodeAdd(request: GenerateRequest, entry: RegistryEntry, dpRank: number | null): Uint8Array {
+    try {
+      return this.g.protocol.encodeAdd(request, { dpRank });
+    } catch (err) {
+      const e = new EngineClientError(
+        'encode',
+        `cannot encode request ${JSON.stringify(entry.requestId)}: ${describeError(err)}`,
+        { cause: err, requestId: entry.requestId },
+      );
+      this.g.rollback(entry, e);
+      throw e;
+    }
+  }
+
+  /**
+   * START_DP_WAVE `wave` to every connected rank after `entry`'s ADD. A failed wake rolls the request back (ABORTed on
+   * `slot` if it was still live, section 3 step 6) and is thrown.
+   */
+  private async wake(
+    entry: RegistryEntry,
+    slot: RankSlot,
+    wave: number,
+    signal: CancelSignal | undefined,
+  ): Promise<void> {
+    const id = entry.requestId;
+    const failure = await this.scope.sender.startWave(this.g.ranks.connected(), wave);
+    if (failure !== null) {
+      const live = this.g.registry.get(id) === entry;
+      this.g.rollback(entry, failure, live);
+      if (live) void this.scope.abortOn(slot.index, [id]); // its result is ignored
+      throw failure;
+    }
     if (this.g.registry.closed) throw this.g.clientClosedError();
     if (signal?.aborted) throw abortReason(signal);
-
-    // Wake a lockstep group after EVERY successful ADD (section 13.2; nothing for a dense group), and a group of
-    // unknown kind after its first one (waves.ts `submitWake`: the no-hang probe before lockstep detection).
-    const wave = this.g.registry.get(id) === entry ? this.g.waves.submitWake() : null;
-    if (wave !== null) {
-      const failure = await this.scope.sender.startWave(this.g.ranks.connected(), wave);
-      if (failure !== null) {
-        const live = this.g.registry.get(id) === entry;
-        this.g.rollback(entry, failure, live);
-        if (live) void this.scope.abortOn(slot.index, [id]); // section 3 step 6: its result is ignored
-        throw failure;
-      }
-      if (this.g.registry.closed) throw this.g.clientClosedError();
-      if (signal?.aborted) throw abortReason(signal);
-    }
-    if (pinned) slot.counters.pinned++;
-    else slot.counters.unpinned++;
-    return stream;
   }
 
   /**

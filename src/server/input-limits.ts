@@ -212,37 +212,16 @@ export function readBodyText(
     if (containers!.count > maxContainers) {
       stop();
       pieces = [];
-      done(
-        new ApiError(
-          413,
-          `the request body holds more than ${maxContainers} JSON objects and arrays (the gateway's limit)`,
-          {
-            code: 'request_too_large',
-          },
-        ),
-      );
+      done(tooManyContainers(maxContainers));
       return;
     }
     pieces.push(decoder.write(bytes));
   }
   function onEnd(err?: Error & { statusCode?: number }): void {
     stop();
-    if (err !== undefined && err !== null) {
-      if (!(typeof err.statusCode === 'number' && err.statusCode >= 400)) err.statusCode = 400;
-      done(err);
-      return;
-    }
-    if (!Number.isNaN(contentLength) && (payload.receivedEncodedLength || received) !== contentLength) {
-      done(new errorCodes.FST_ERR_CTP_INVALID_CONTENT_LENGTH());
-      return;
-    }
-    if (gone()) {
-      done(
-        Object.assign(new Error('the client closed its connection before its request was read'), {
-          statusCode: 499,
-          code: 'client_closed_request',
-        }),
-      );
+    const failed = bodyEndError(err, contentLength, payload.receivedEncodedLength || received, gone);
+    if (failed !== null) {
+      done(failed);
       return;
     }
     if (decoder !== null) pieces.push(decoder.end());
@@ -252,6 +231,38 @@ export function readBodyText(
   payload.on('end', onEnd);
   payload.on('error', onEnd);
   payload.resume();
+}
+
+/** The 413 of a body with more than `max` JSON objects and arrays. */
+function tooManyContainers(max: number): ApiError {
+  return new ApiError(413, `the request body holds more than ${max} JSON objects and arrays (the gateway's limit)`, {
+    code: 'request_too_large',
+  });
+}
+
+/**
+ * Why a body that ended cannot be used, or null: the stream's error (a status below 400 made 400), a length that is
+ * not the `content-length` header's (`received` bytes), or a client gone by its end (499, never read).
+ */
+function bodyEndError(
+  err: (Error & { statusCode?: number }) | undefined,
+  contentLength: number,
+  received: number,
+  gone: () => boolean,
+): Error | null {
+  if (err !== undefined && err !== null) {
+    if (!(typeof err.statusCode === 'number' && err.statusCode >= 400)) err.statusCode = 400;
+    return err;
+  }
+  if (!Number.isNaN(contentLength) && received !== contentLength)
+    return new errorCodes.FST_ERR_CTP_INVALID_CONTENT_LENGTH();
+  if (gone()) {
+    return Object.assign(new Error('the client closed its connection before its request was read'), {
+      statusCode: 499,
+      code: 'client_closed_request',
+    });
+  }
+  return null;
 }
 
 /**

@@ -178,6 +178,46 @@ export function requestedLimit(body: CommonBodyT): { value: number; param: strin
  * Throws `ApiError` 400 naming the parameter.
  */
 export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOptions {
+  const maxNewTokens = tokenLimitOf(body, ctx);
+  const s: SamplingOptions = { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens };
+  setDistributionParams(body, s);
+  if (!isNull(body.min_tokens)) {
+    const m = body.min_tokens as number;
+    checkSafeInteger('min_tokens', m);
+    if (m < 0 || m > maxNewTokens)
+      throw badRequest(`'min_tokens' must be in [0, ${maxNewTokens}] (the token limit); got ${m}`, 'min_tokens');
+    s.minNewTokens = m;
+  }
+  if (!isNull(body.seed)) {
+    const seed = body.seed as number;
+    checkSafeInteger('seed', seed);
+    if (seed < 0) throw badRequest(`'seed' must be ≥ 0; got ${seed}`, 'seed');
+    s.seed = seed;
+  }
+  if (!isNull(body.stop_token_ids)) {
+    const ids = body.stop_token_ids as number[];
+    for (const id of ids) {
+      if (!Number.isSafeInteger(id) || id < 0 || id >= ctx.vocabSize) {
+        throw badRequest(
+          `'stop_token_ids' entries must be token ids in [0, ${ctx.vocabSize}); got ${id}`,
+          'stop_token_ids',
+        );
+      }
+    }
+    s.stopTokenIds = [...new Set(ids)];
+  }
+  s.logitBias = parseLogitBias((body as { logit_bias?: unknown }).logit_bias, ctx.vocabSize);
+  if (!isNull(body.ignore_eos)) s.ignoreEos = body.ignore_eos as boolean;
+  if (!isNull(body.skip_special_tokens)) s.skipSpecialTokens = body.skip_special_tokens as boolean;
+  return s;
+}
+
+/**
+ * The request's completion token limit (`max_tokens` / `max_completion_tokens`, else what the context leaves after the
+ * prompt). Throws `ApiError` 400 for an empty prompt, a prompt that fills the context, a limit below 1 or one the
+ * context cannot hold (`context_length_exceeded`).
+ */
+function tokenLimitOf(body: CommonBodyT, ctx: ParamContext): number {
   const { promptTokens, contextTokenLimit } = ctx;
   if (promptTokens === 0)
     throw badRequest(`'${ctx.promptParam}' must not be empty: the prompt has 0 tokens`, ctx.promptParam);
@@ -198,8 +238,11 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
   } else {
     maxNewTokens = contextTokenLimit - promptTokens;
   }
+  return maxNewTokens;
+}
 
-  const s: SamplingOptions = { ...DEFAULT_SAMPLING, stopTokenIds: [], maxNewTokens };
+/** Temperature, top_p, top_k, min_p and the three penalties onto `s`, range-checked (see `buildSampling`). */
+function setDistributionParams(body: CommonBodyT, s: SamplingOptions): void {
   if (!isNull(body.temperature)) {
     const t = body.temperature as number;
     if (!(t >= 0) || !Number.isFinite(t))
@@ -233,33 +276,4 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
     checkRange('repetition_penalty', body.repetition_penalty as number, 0, 2);
     s.repetitionPenalty = body.repetition_penalty as number;
   }
-  if (!isNull(body.min_tokens)) {
-    const m = body.min_tokens as number;
-    checkSafeInteger('min_tokens', m);
-    if (m < 0 || m > maxNewTokens)
-      throw badRequest(`'min_tokens' must be in [0, ${maxNewTokens}] (the token limit); got ${m}`, 'min_tokens');
-    s.minNewTokens = m;
-  }
-  if (!isNull(body.seed)) {
-    const seed = body.seed as number;
-    checkSafeInteger('seed', seed);
-    if (seed < 0) throw badRequest(`'seed' must be ≥ 0; got ${seed}`, 'seed');
-    s.seed = seed;
-  }
-  if (!isNull(body.stop_token_ids)) {
-    const ids = body.stop_token_ids as number[];
-    for (const id of ids) {
-      if (!Number.isSafeInteger(id) || id < 0 || id >= ctx.vocabSize) {
-        throw badRequest(
-          `'stop_token_ids' entries must be token ids in [0, ${ctx.vocabSize}); got ${id}`,
-          'stop_token_ids',
-        );
-      }
-    }
-    s.stopTokenIds = [...new Set(ids)];
-  }
-  s.logitBias = parseLogitBias((body as { logit_bias?: unknown }).logit_bias, ctx.vocabSize);
-  if (!isNull(body.ignore_eos)) s.ignoreEos = body.ignore_eos as boolean;
-  if (!isNull(body.skip_special_tokens)) s.skipSpecialTokens = body.skip_special_tokens as boolean;
-  return s;
 }

@@ -142,6 +142,39 @@ function narrowBigInts(value: unknown): unknown {
 }
 
 /**
+ * Total size in bytes of the msgpack values whose size the first byte fixes, by that byte (0: not such a value):
+ * uint/int 8-64, float 32/64, fixext 1-16 (the msgpack spec's formats table).
+ */
+const FIXED_SIZE = (() => {
+  const t = new Uint8Array(256);
+  const sizes: Array<[number, number[]]> = [
+    [2, [0xcc, 0xd0]],
+    [3, [0xcd, 0xd1, 0xd4]],
+    [4, [0xd5]],
+    [5, [0xca, 0xce, 0xd2]],
+    [6, [0xd6]],
+    [9, [0xcb, 0xcf, 0xd3]],
+    [10, [0xd7]],
+    [18, [0xd8]],
+  ];
+  for (const [size, heads] of sizes) for (const h of heads) t[h] = size;
+  return t;
+})();
+
+/** bin, str and ext with a length field: its size in bytes, and the type byte an ext adds after it. */
+const LENGTH_PREFIXED: ReadonlyMap<number, readonly [lengthBytes: 1 | 2 | 4, typeBytes: 0 | 1]> = new Map([
+  [0xc4, [1, 0]],
+  [0xd9, [1, 0]],
+  [0xc5, [2, 0]],
+  [0xda, [2, 0]],
+  [0xc6, [4, 0]],
+  [0xdb, [4, 0]],
+  [0xc7, [1, 1]],
+  [0xc8, [2, 1]],
+  [0xc9, [4, 1]],
+]);
+
+/**
  * Reads one msgpack buffer front to back. `pos` is the offset of the next unread byte.
  * Construct one per frame; call `expectEnd` after the top-level value to reject trailing characters.
  */
@@ -455,81 +488,32 @@ export class MsgpackReader {
         pending += this.readArrayHeader(path);
       } else if (head <= 0xbf) {
         this.skipBytes(1 + (head & 0x1f), path);
+      } else if (head === 0xdc || head === 0xdd) {
+        pending += this.readArrayHeader(path);
+      } else if (head === 0xde || head === 0xdf) {
+        pending += 2 * this.readMapHeader(path);
+      } else if (FIXED_SIZE[head] !== 0) {
+        this.skipBytes(FIXED_SIZE[head]!, path);
       } else {
-        switch (head) {
-          case 0xcc:
-          case 0xd0:
-            this.skipBytes(2, path);
-            break;
-          case 0xcd:
-          case 0xd1:
-            this.skipBytes(3, path);
-            break;
-          case 0xca:
-          case 0xce:
-          case 0xd2:
-            this.skipBytes(5, path);
-            break;
-          case 0xcb:
-          case 0xcf:
-          case 0xd3:
-            this.skipBytes(9, path);
-            break;
-          case 0xd4:
-            this.skipBytes(3, path);
-            break;
-          case 0xd5:
-            this.skipBytes(4, path);
-            break;
-          case 0xd6:
-            this.skipBytes(6, path);
-            break;
-          case 0xd7:
-            this.skipBytes(10, path);
-            break;
-          case 0xd8:
-            this.skipBytes(18, path);
-            break;
-          case 0xc4:
-          case 0xd9:
-            this.need(2, path);
-            this.skipBytes(2 + this.bytes[this.pos + 1], path);
-            break;
-          case 0xc5:
-          case 0xda:
-            this.need(3, path);
-            this.skipBytes(3 + this.view.getUint16(this.pos + 1), path);
-            break;
-          case 0xc6:
-          case 0xdb:
-            this.need(5, path);
-            this.skipBytes(5 + this.view.getUint32(this.pos + 1), path);
-            break;
-          case 0xc7:
-            this.need(2, path);
-            this.skipBytes(3 + this.bytes[this.pos + 1], path);
-            break;
-          case 0xc8:
-            this.need(3, path);
-            this.skipBytes(4 + this.view.getUint16(this.pos + 1), path);
-            break;
-          case 0xc9:
-            this.need(5, path);
-            this.skipBytes(6 + this.view.getUint32(this.pos + 1), path);
-            break;
-          case 0xdc:
-          case 0xdd:
-            pending += this.readArrayHeader(path);
-            break;
-          case 0xde:
-          case 0xdf:
-            pending += 2 * this.readMapHeader(path);
-            break;
-          default:
-            throw new WireDecodeError(path, `invalid msgpack byte 0x${head.toString(16)} at offset ${this.pos}`);
-        }
+        this.skipLengthPrefixed(head, path);
       }
     }
+  }
+
+  /** Skip a bin, str 8/16/32 or ext 8/16/32 value at `pos` (`head` its first byte); throws on any other byte. */
+  private skipLengthPrefixed(head: number, path: string): void {
+    const form = LENGTH_PREFIXED.get(head);
+    if (form === undefined)
+      throw new WireDecodeError(path, `invalid msgpack byte 0x${head.toString(16)} at offset ${this.pos}`);
+    const [lengthBytes, typeBytes] = form;
+    this.need(1 + lengthBytes, path);
+    const length =
+      lengthBytes === 1
+        ? this.bytes[this.pos + 1]!
+        : lengthBytes === 2
+          ? this.view.getUint16(this.pos + 1)
+          : this.view.getUint32(this.pos + 1);
+    this.skipBytes(1 + lengthBytes + typeBytes + length, path);
   }
 
   private skipBytes(n: number, path: string): void {

@@ -396,6 +396,22 @@ function decodeFrame(c: Cursor, onUnknownFinish: ((raw: string) => void) | undef
     const m = c.arrayHeader();
     for (let j = 0; j < m; j++) c.int();
   }
+  return finishBatch(c, n, outputs, finishedAt, finishRaw, onUnknownFinish);
+}
+
+/**
+ * The frame's trailing elements after the row columns (engine_index and the load snapshot when present, a newer
+ * sender's extra elements drained; `n` elements in all), the end-of-frame check, and the finish reasons applied to
+ * the rows (`finishedAt[k]` is the row of raw reason `finishRaw[k]`). Throws BAIL on anything else.
+ */
+function finishBatch(
+  c: Cursor,
+  n: number,
+  outputs: EngineOutputRow[],
+  finishedAt: number[] | null,
+  finishRaw: string[] | null,
+  onUnknownFinish: ((raw: string) => void) | undefined,
+): EngineBatch {
   const engineIndex = n > 9 ? c.int() : 0;
   const numRunning = n > 10 ? c.int() : 0;
   const numWaiting = n > 11 ? c.int() : 0;

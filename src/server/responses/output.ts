@@ -205,194 +205,257 @@ interface CloseHooks {
   callDone(item: Item): void;
 }
 
-/** The Responses shape of one request (see the module comment). */
-export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
-  const stored = info.storeRequested && info.store.enabled;
-  const responseObject = (
+/** The response object of one request, its final status and its place in the store (the body and the stream's). */
+class ResponseRecord {
+  readonly stored: boolean;
+  private kept: string | null = null;
+
+  constructor(private readonly info: ResponsesRequestInfo) {
+    this.stored = info.storeRequested && info.store.enabled;
+  }
+
+  /** The response object (OpenAI `Response`) with `status`, `output` and `usage` (null while in progress). */
+  object(
     base: ResponseBase,
     status: 'in_progress' | 'completed' | 'incomplete' | 'failed',
     output: Item[],
     usage: Usage | null,
     error: { code: string; message: string } | null = null,
-  ): Record<string, unknown> => ({
-    id: base.id,
-    object: 'response',
-    created_at: base.created,
-    status,
-    error,
-    incomplete_details: status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
-    model: base.model,
-    output,
-    usage: usage === null ? null : responsesUsage(usage),
-    store: stored,
-    ...info.echo,
-  });
-  const finalStatus = (results: readonly ChoiceResult[]): DoneStatus =>
-    results[0]?.finishReason === 'length' ? 'incomplete' : 'completed';
-  let kept: string | null = null;
-  const keep = (response: Record<string, unknown>, output: Item[]) => {
-    if (!stored) return;
-    kept = response.id as string;
-    info.store.put(kept, { response, inputItems: info.inputItems, outputItems: output });
-  };
+  ): Record<string, unknown> {
+    return {
+      id: base.id,
+      object: 'response',
+      created_at: base.created,
+      status,
+      error,
+      incomplete_details: status === 'incomplete' ? { reason: 'max_output_tokens' } : null,
+      model: base.model,
+      output,
+      usage: usage === null ? null : responsesUsage(usage),
+      store: this.stored,
+      ...this.info.echo,
+    };
+  }
 
+  /** Store the finished `response` (when `store` was asked for and the store is on). */
+  keep(response: Record<string, unknown>, output: Item[]): void {
+    if (!this.stored) return;
+    this.kept = response.id as string;
+    this.info.store.put(this.kept, { response, inputItems: this.info.inputItems, outputItems: output });
+  }
+
+  /** Resolves once the stored response can be read from every front. */
+  settled(): Promise<void> {
+    return this.kept === null ? Promise.resolve() : this.info.store.written(this.kept);
+  }
+}
+
+/** `incomplete` when generation stopped at the token limit, else `completed`. */
+function finalStatus(results: readonly ChoiceResult[]): DoneStatus {
+  return results[0]?.finishReason === 'length' ? 'incomplete' : 'completed';
+}
+
+/** The non-streamed response of one request: its one choice's result as output items. */
+function bufferedResponse(
+  record: ResponseRecord,
+  base: ResponseBase,
+  results: readonly ChoiceResult[],
+  usage: Usage,
+  logprobs: (index: number) => Record<string, unknown> | null,
+): Record<string, unknown> {
+  const r = results[0]!;
+  const out = new OutputItems();
+  const none = () => undefined;
+  const delta: ChoiceDelta = {
+    reasoning: r.reasoning ?? '',
+    content: r.content,
+    toolCalls: r.toolCalls.map((c, index) => ({
+      index,
+      id: c.id,
+      type: 'function' as const,
+      function: { name: c.function.name, arguments: c.function.arguments },
+    })),
+    logprobs: [],
+  };
+  out.apply(delta, textLogprobs(logprobs(0)), {
+    reasoningOpened: none,
+    reasoningDelta: none,
+    reasoningDone: none,
+    messageOpened: none,
+    textDelta: none,
+    callOpened: none,
+    argumentsDelta: none,
+  });
+  if (out.items.length === 0) out.openMessage();
+  out.closeAll({ reasoningDone: none, messageDone: none, callDone: none }, finalStatus(results));
+  const response = record.object(base, finalStatus(results), out.items, usage);
+  record.keep(response, out.items);
+  return response;
+}
+
+/** The streamed events of one request (OpenAI's Responses streaming sequence, numbered). */
+class ResponsesStream implements StreamShaper {
+  readonly doneSentinel = false;
+  private seq = 0;
+  private readonly out = new OutputItems();
+
+  constructor(
+    private readonly base: ResponseBase,
+    private readonly record: ResponseRecord,
+  ) {}
+
+  opening(): SseEvent[] {
+    return [
+      this.ev('response.created', { response: this.record.object(this.base, 'in_progress', [], null) }),
+      this.ev('response.in_progress', { response: this.record.object(this.base, 'in_progress', [], null) }),
+    ];
+  }
+
+  delta(_index: number, delta: ChoiceDelta, logprobs: Record<string, unknown> | null): SseEvent[] {
+    return this.apply(delta, logprobs);
+  }
+
+  finish(
+    _index: number,
+    delta: ChoiceDelta,
+    result: ChoiceResult,
+    logprobs: Record<string, unknown> | null,
+  ): SseEvent[] {
+    const events = this.apply(delta, logprobs);
+    if (this.out.items.length === 0) this.messageAdded(events, this.out.openMessage().item);
+    this.out.closeAll(this.closeHooks(events), finalStatus([result]));
+    return events;
+  }
+
+  closing(usage: Usage, results: readonly ChoiceResult[]): SseEvent[] {
+    const status = finalStatus(results);
+    const response = this.record.object(this.base, status, this.out.items, usage);
+    this.record.keep(response, this.out.items);
+    return [this.ev(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response })];
+  }
+
+  error(err: ApiError): SseEvent[] {
+    const body = err.toBody().error;
+    const code = String(body.code ?? 'server_error');
+    return [
+      this.ev('error', { code, message: body.message, param: body.param ?? null }),
+      this.ev('response.failed', {
+        response: this.record.object(this.base, 'failed', this.out.items, null, { code, message: body.message }),
+      }),
+    ];
+  }
+
+  private ev(type: string, fields: Record<string, unknown>): SseEvent {
+    return { event: type, data: { type, sequence_number: this.seq++, ...fields } };
+  }
+
+  private itemRef(item: Item): { item_id: unknown; output_index: number } {
+    return { item_id: item.id, output_index: this.out.indexOf(item) };
+  }
+
+  private itemAdded(events: SseEvent[], item: Item): void {
+    events.push(this.ev('response.output_item.added', { output_index: this.out.indexOf(item), item: { ...item } }));
+  }
+
+  private itemDone(events: SseEvent[], item: Item): void {
+    events.push(this.ev('response.output_item.done', { output_index: this.out.indexOf(item), item }));
+  }
+
+  /** A message item opened: its `output_item.added` and its empty `output_text` part. */
+  private messageAdded(events: SseEvent[], item: Item): void {
+    this.itemAdded(events, item);
+    events.push(
+      this.ev('response.content_part.added', {
+        ...this.itemRef(item),
+        content_index: 0,
+        part: { type: 'output_text', text: '', annotations: [] },
+      }),
+    );
+  }
+
+  private apply(delta: ChoiceDelta, logprobs: Record<string, unknown> | null): SseEvent[] {
+    const events: SseEvent[] = [];
+    this.out.apply(delta, textLogprobs(logprobs), {
+      ...this.closeHooks(events),
+      reasoningOpened: (item) => {
+        this.itemAdded(events, item);
+        events.push(
+          this.ev('response.content_part.added', {
+            ...this.itemRef(item),
+            content_index: 0,
+            part: { type: 'reasoning_text', text: '' },
+          }),
+        );
+      },
+      reasoningDelta: (item, text) =>
+        events.push(this.ev('response.reasoning_text.delta', { ...this.itemRef(item), content_index: 0, delta: text })),
+      messageOpened: (item) => this.messageAdded(events, item),
+      textDelta: (item, text, lp) =>
+        events.push(
+          this.ev('response.output_text.delta', {
+            ...this.itemRef(item),
+            content_index: 0,
+            delta: text,
+            logprobs: lp,
+          }),
+        ),
+      callOpened: (item) => this.itemAdded(events, item),
+      argumentsDelta: (item, text) =>
+        events.push(this.ev('response.function_call_arguments.delta', { ...this.itemRef(item), delta: text })),
+    });
+    return events;
+  }
+
+  private closeHooks(events: SseEvent[]): CloseHooks {
+    return {
+      reasoningDone: (item) => {
+        const text = (item.content as Item[])[0]!.text;
+        events.push(this.ev('response.reasoning_text.done', { ...this.itemRef(item), content_index: 0, text }));
+        events.push(
+          this.ev('response.content_part.done', {
+            ...this.itemRef(item),
+            content_index: 0,
+            part: { type: 'reasoning_text', text },
+          }),
+        );
+        this.itemDone(events, item);
+      },
+      messageDone: ({ part, item }) => {
+        events.push(
+          this.ev('response.output_text.done', {
+            ...this.itemRef(item),
+            content_index: 0,
+            text: part.text,
+            logprobs: part.logprobs,
+          }),
+        );
+        events.push(this.ev('response.content_part.done', { ...this.itemRef(item), content_index: 0, part }));
+        this.itemDone(events, item);
+      },
+      callDone: (item) => {
+        events.push(
+          this.ev('response.function_call_arguments.done', {
+            ...this.itemRef(item),
+            name: item.name,
+            arguments: item.arguments,
+          }),
+        );
+        this.itemDone(events, item);
+      },
+    };
+  }
+}
+
+/** The Responses shape of one request (see the module comment). */
+export function responsesShape(info: ResponsesRequestInfo): ResponseShape {
+  const record = new ResponseRecord(info);
   return {
     endpoint: '/v1/responses',
     idPrefix: 'resp_',
-    settled: () => (kept === null ? Promise.resolve() : info.store.written(kept)),
+    settled: () => record.settled(),
     logprobsParams: 'chat',
     renderLogprobs: (entries, k, tokenText) => chatLogprobs(entries, k, tokenText),
-    body(base, results, usage, logprobs) {
-      const r = results[0]!;
-      const out = new OutputItems();
-      const none = () => undefined;
-      const delta: ChoiceDelta = {
-        reasoning: r.reasoning ?? '',
-        content: r.content,
-        toolCalls: r.toolCalls.map((c, index) => ({
-          index,
-          id: c.id,
-          type: 'function' as const,
-          function: { name: c.function.name, arguments: c.function.arguments },
-        })),
-        logprobs: [],
-      };
-      out.apply(delta, textLogprobs(logprobs(0)), {
-        reasoningOpened: none,
-        reasoningDelta: none,
-        reasoningDone: none,
-        messageOpened: none,
-        textDelta: none,
-        callOpened: none,
-        argumentsDelta: none,
-      });
-      if (out.items.length === 0) out.openMessage();
-      out.closeAll({ reasoningDone: none, messageDone: none, callDone: none }, finalStatus(results));
-      const response = responseObject(base, finalStatus(results), out.items, usage);
-      keep(response, out.items);
-      return response;
-    },
-    stream(base): StreamShaper {
-      let seq = 0;
-      const out = new OutputItems();
-      const ev = (type: string, fields: Record<string, unknown>): SseEvent => ({
-        event: type,
-        data: { type, sequence_number: seq++, ...fields },
-      });
-      const itemRef = (item: Item) => ({ item_id: item.id, output_index: out.indexOf(item) });
-      const close = (events: SseEvent[]): CloseHooks => ({
-        reasoningDone: (item) => {
-          const text = (item.content as Item[])[0]!.text;
-          events.push(ev('response.reasoning_text.done', { ...itemRef(item), content_index: 0, text }));
-          events.push(
-            ev('response.content_part.done', {
-              ...itemRef(item),
-              content_index: 0,
-              part: { type: 'reasoning_text', text },
-            }),
-          );
-          events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
-        },
-        messageDone: ({ part, item }) => {
-          events.push(
-            ev('response.output_text.done', {
-              ...itemRef(item),
-              content_index: 0,
-              text: part.text,
-              logprobs: part.logprobs,
-            }),
-          );
-          events.push(ev('response.content_part.done', { ...itemRef(item), content_index: 0, part }));
-          events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
-        },
-        callDone: (item) => {
-          events.push(
-            ev('response.function_call_arguments.done', {
-              ...itemRef(item),
-              name: item.name,
-              arguments: item.arguments,
-            }),
-          );
-          events.push(ev('response.output_item.done', { output_index: out.indexOf(item), item }));
-        },
-      });
-      const apply = (delta: ChoiceDelta, logprobs: Record<string, unknown> | null): SseEvent[] => {
-        const events: SseEvent[] = [];
-        out.apply(delta, textLogprobs(logprobs), {
-          ...close(events),
-          reasoningOpened: (item) => {
-            events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } }));
-            events.push(
-              ev('response.content_part.added', {
-                ...itemRef(item),
-                content_index: 0,
-                part: { type: 'reasoning_text', text: '' },
-              }),
-            );
-          },
-          reasoningDelta: (item, text) =>
-            events.push(ev('response.reasoning_text.delta', { ...itemRef(item), content_index: 0, delta: text })),
-          messageOpened: (item) => {
-            events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } }));
-            events.push(
-              ev('response.content_part.added', {
-                ...itemRef(item),
-                content_index: 0,
-                part: { type: 'output_text', text: '', annotations: [] },
-              }),
-            );
-          },
-          textDelta: (item, text, lp) =>
-            events.push(
-              ev('response.output_text.delta', { ...itemRef(item), content_index: 0, delta: text, logprobs: lp }),
-            ),
-          callOpened: (item) =>
-            events.push(ev('response.output_item.added', { output_index: out.indexOf(item), item: { ...item } })),
-          argumentsDelta: (item, text) =>
-            events.push(ev('response.function_call_arguments.delta', { ...itemRef(item), delta: text })),
-        });
-        return events;
-      };
-      return {
-        doneSentinel: false,
-        opening: () => [
-          ev('response.created', { response: responseObject(base, 'in_progress', [], null) }),
-          ev('response.in_progress', { response: responseObject(base, 'in_progress', [], null) }),
-        ],
-        delta: (_index, delta, logprobs) => apply(delta, logprobs),
-        finish: (_index, delta, result, logprobs) => {
-          const events = apply(delta, logprobs);
-          if (out.items.length === 0) {
-            const m = out.openMessage().item;
-            events.push(ev('response.output_item.added', { output_index: out.indexOf(m), item: { ...m } }));
-            events.push(
-              ev('response.content_part.added', {
-                ...itemRef(m),
-                content_index: 0,
-                part: { type: 'output_text', text: '', annotations: [] },
-              }),
-            );
-          }
-          out.closeAll(close(events), finalStatus([result]));
-          return events;
-        },
-        closing: (usage, results) => {
-          const status = finalStatus(results);
-          const response = responseObject(base, status, out.items, usage);
-          keep(response, out.items);
-          return [ev(status === 'incomplete' ? 'response.incomplete' : 'response.completed', { response })];
-        },
-        error: (err: ApiError) => {
-          const body = err.toBody().error;
-          const code = String(body.code ?? 'server_error');
-          return [
-            ev('error', { code, message: body.message, param: body.param ?? null }),
-            ev('response.failed', {
-              response: responseObject(base, 'failed', out.items, null, { code, message: body.message }),
-            }),
-          ];
-        },
-      };
-    },
+    body: (base, results, usage, logprobs) => bufferedResponse(record, base, results, usage, logprobs),
+    stream: (base) => new ResponsesStream(base, record),
   };
 }
