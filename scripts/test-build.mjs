@@ -10,11 +10,20 @@
  * compute from `import.meta.url` (fixtures, vectors, README.md, package.json) resolve inside the copy, and
  * `.test-build/node_modules` links to the repository's.
  *
+ * The two entries the suite starts hundreds of processes from, the CLI (every gateway) and a simulated rank, are also
+ * bundled into one file each (`src/cli.bundle.js`, `src/sim/main.bundle.js`, with the packages that are pure
+ * JavaScript inside): loading ~200 modules and their packages file by file cost ~1.1 CPU-s per process, the bundle
+ * ~0.4. Each bundled module keeps its own `import.meta.url` (the path of its per-file `.js`; the entry's is the
+ * bundle's own), so paths computed from it resolve as in the per-file copy. test/helpers/entry.ts and
+ * src/sim/spawn.ts start the bundle when it is there; a test that imports an entry in-process gets the per-file
+ * module, so no process holds two copies of a module.
+ *
  * The folder is rebuilt from scratch on every call (about a second), so nothing stale is ever run.
  */
 import { execFileSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, rmSync, symlinkSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
 import { dirname, join } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { build } from 'esbuild';
 
 /** The folder, relative to the repository root. */
@@ -66,7 +75,52 @@ export async function buildTestTree(root) {
     sourcemap: 'linked',
     logLevel: 'warning',
   });
+  await Promise.all(BUNDLED_ENTRIES.map((entry) => bundleEntry(root, out, entry)));
   return out;
+}
+
+/** The entries bundled (see the module docs), relative to the root. */
+const BUNDLED_ENTRIES = ['src/cli.ts', 'src/sim/main.ts'];
+
+/**
+ * Packages left outside the bundles: native code (zeromq), packages that load files of their own by path at run time
+ * (pino's transports run thread-stream workers; the tokenizer library; randexp's CommonJS graph), so they load as
+ * installed.
+ */
+const EXTERNAL_PACKAGES = ['zeromq', '@huggingface/tokenizers', 'pino', 'pino-pretty', 'thread-stream', 'randexp'];
+
+/**
+ * Bundle `entry` (a `.ts` file under `root`) into `<out>/<entry without .ts>.bundle.js`. Every module's
+ * `import.meta.url` becomes the URL of its per-file `.js` in `out` (the entry's: the bundle's), and bundled CommonJS
+ * packages get a `require` (createRequire over the bundle's URL).
+ */
+async function bundleEntry(root, out, entry) {
+  const bundle = join(out, entry.replace(/\.ts$/, '.bundle.js'));
+  const metaUrl = {
+    name: 'per-module-import-meta-url',
+    setup(b) {
+      b.onLoad({ filter: /\.ts$/ }, (args) => {
+        const rel = args.path.slice(root.length).replace(/^\//, '');
+        const url = pathToFileURL(rel === entry ? bundle : join(out, rel.replace(/\.ts$/, '.js'))).href;
+        const contents = readFileSync(args.path, 'utf8').replaceAll('import.meta.url', JSON.stringify(url));
+        return { contents, loader: 'ts' };
+      });
+    },
+  };
+  await build({
+    entryPoints: [join(root, entry)],
+    outfile: bundle,
+    bundle: true,
+    external: EXTERNAL_PACKAGES,
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    plugins: [metaUrl],
+    banner: {
+      js: "import { createRequire as __testBuildRequire } from 'node:module'; const require = __testBuildRequire(import.meta.url);",
+    },
+    logLevel: 'warning',
+  });
 }
 
 if (import.meta.url === `file://${process.argv[1]}`) {

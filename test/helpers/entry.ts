@@ -5,20 +5,24 @@
  * process that loading TypeScript through tsx costs (issue 27). Run from source (`node --import tsx --test file.ts`),
  * the child goes through tsx as before.
  */
+import { existsSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 
 /** True when this module runs transpiled (from .test-build/), false when it runs from source through tsx. */
 export const RUNS_TRANSPILED: boolean = import.meta.url.endsWith('.js');
 
 /**
- * The path of an entry file, `.js` when the suite runs transpiled.
+ * The path of an entry file: transpiled, its bundle (`.bundle.js`, made for the CLI and the simulated rank by
+ * scripts/test-build.mjs) when there is one, else its `.js`; from source, the `.ts`.
  * @param url the entry's `.ts` file, e.g. `new URL('../../src/cli.ts', import.meta.url)`.
  * @throws TypeError when `url` does not name a `.ts` file.
  */
 export function entryPath(url: URL): string {
   const path = fileURLToPath(url);
   if (!path.endsWith('.ts')) throw new TypeError(`entryPath: ${path} is not a .ts file`);
-  return RUNS_TRANSPILED ? `${path.slice(0, -3)}.js` : path;
+  if (!RUNS_TRANSPILED) return path;
+  const bundle = `${path.slice(0, -3)}.bundle.js`;
+  return existsSync(bundle) ? bundle : `${path.slice(0, -3)}.js`;
 }
 
 /**
@@ -29,7 +33,7 @@ export function nodeEntry(url: URL, nodeArgs: readonly string[] = []): string[] 
   return RUNS_TRANSPILED ? [...nodeArgs, entryPath(url)] : ['--import', 'tsx', ...nodeArgs, entryPath(url)];
 }
 
-/** Matches the command line of a process running `src/<name>.ts` or its transpiled `.js` (e.g. `sim/main`). */
+/** Matches the command line of a process running `src/<name>.ts`, its `.js` or its `.bundle.js` (e.g. `sim/main`). */
 export function entryPattern(name: string): RegExp {
-  return new RegExp(`${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}\\.[jt]s(?:\\0|$)`);
+  return new RegExp(`${name.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')}(?:\\.bundle)?\\.[jt]s(?:\\0|$)`);
 }
