@@ -22,8 +22,11 @@ export default async function* filesReporter(source) {
     const f = files.get(file) ?? { ms: 0, tests: 0, failed: 0 };
     files.set(file, f);
     if (data.nesting === 0) f.ms += data.details?.duration_ms ?? 0;
-    if (data.details?.type === 'suite') continue;
-    f.tests++;
+    // A suite is not a test, but a failed one (a `before` hook that threw, a describe that timed out) is a failure:
+    // its tests are then only "cancelled by parent", so without this line the run would fail with nothing shown.
+    const suite = data.details?.type === 'suite';
+    if (suite && (type === 'test:pass' || data.details?.error?.failureType === 'subtestsFailed')) continue;
+    if (!suite) f.tests++;
     if (type === 'test:pass') {
       if (data.skip || data.todo) skip++;
       else pass++;
