@@ -7,13 +7,24 @@
  * (serve-options.ts), which run before these.
  */
 
+/** The longest delay Node's timers keep, in ms (2^31 − 1): a longer one is taken as 1 ms, so a timer fires at once. */
+export const MAX_TIMER_MS = 2_147_483_647;
+
 /**
- * `value` when it is a finite number of ms > 0 (a fraction is allowed: timers take one).
- * @throws RangeError `<name> must be a positive number of ms, got <value>`.
+ * `value` when it is a finite number of ms > 0 (a fraction is allowed: timers take one) and at most `MAX_TIMER_MS`.
+ * @throws RangeError `<name> must be a positive number of ms, got <value>`, or `<name> must be at most 2147483647 ms
+ * (the longest timer Node keeps), got <value>`.
  */
 export function positiveMs(name: string, value: number): number {
   if (!Number.isFinite(value) || value <= 0)
     throw new RangeError(`${name} must be a positive number of ms, got ${value}`);
+  return atMostTimerMs(name, value);
+}
+
+/** `value` (ms) unless it is above `MAX_TIMER_MS`. @throws RangeError naming `name`. */
+export function atMostTimerMs(name: string, value: number): number {
+  if (value > MAX_TIMER_MS)
+    throw new RangeError(`${name} must be at most ${MAX_TIMER_MS} ms (the longest timer Node keeps), got ${value}`);
   return value;
 }
 

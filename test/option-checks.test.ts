@@ -9,7 +9,7 @@ import { pino } from 'pino';
 import { EngineClient, type EngineClientOptions } from '../src/engine-client/client.js';
 import { createLoadPolicy } from '../src/engine-client/policy.js';
 import { startGateway } from '../src/gateway/index.js';
-import { positiveInteger, positiveMs } from '../src/option-checks.js';
+import { MAX_TIMER_MS, positiveInteger, positiveMs } from '../src/option-checks.js';
 import { resolveEdgeOptions } from '../src/server/edge-options.js';
 import { OffLoopTokenizer } from '../src/tokenizer/off-loop.js';
 import type { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
@@ -32,6 +32,23 @@ test('positiveMs takes a finite number > 0 (fractions too) and names the option 
       () => positiveMs('silenceTimeoutMs', bad),
       `silenceTimeoutMs must be a positive number of ms, got ${shown}`,
     );
+});
+
+test('a timer delay above 2^31 - 1 ms is refused, not left to fire at once', () => {
+  assert.equal(positiveMs('silenceTimeoutMs', MAX_TIMER_MS), MAX_TIMER_MS);
+  for (const bad of [MAX_TIMER_MS + 1, 99_999_999_999])
+    throwsExactly(
+      () => positiveMs('rankStallTimeoutMs', bad),
+      `rankStallTimeoutMs must be at most 2147483647 ms (the longest timer Node keeps), got ${bad}`,
+    );
+  throwsExactly(
+    () => resolveEdgeOptions({ requestTimeoutMs: 2 ** 31 }),
+    'requestTimeoutMs must be at most 2147483647 ms (the longest timer Node keeps), got 2147483648',
+  );
+  throwsExactly(
+    () => resolveEdgeOptions({ clientStallTimeoutMs: 2 ** 32 }),
+    'clientStallTimeoutMs must be at most 2147483647 ms (the longest timer Node keeps), got 4294967296',
+  );
 });
 
 test('positiveInteger takes a safe integer ≥ 1 and names the option otherwise', () => {

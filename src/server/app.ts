@@ -193,6 +193,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     routerOptions: { maxParamLength: MAX_PATH_PARAM_LENGTH },
     requestTimeout: timeouts.requestTimeout,
     http: timeouts,
+    // A request that reaches a closing app (a keep-alive connection after the drain) gets the admission hook's 503
+    // `draining` with Retry-After in the OpenAI shape, not fastify's bare 503.
+    return503OnClosing: false,
     // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },

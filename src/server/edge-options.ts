@@ -4,7 +4,7 @@
  * and checks. Each one's behaviour lives in its own module (auth.ts, cors.ts, concurrency.ts, sse.ts, app.ts for the
  * timeouts, tokenizer/off-loop.ts for the queue).
  */
-import { positiveInteger } from '../option-checks.js';
+import { atMostTimerMs, positiveInteger } from '../option-checks.js';
 import { DEFAULT_OFF_LOOP_LIMITS, type OffLoopLimits } from '../tokenizer/off-loop.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from './concurrency.js';
 import type { CorsOptions } from './cors.js';
@@ -80,12 +80,15 @@ export function resolveEdgeOptions(opts: HttpEdgeOptions = {}): ResolvedEdgeOpti
     maxConcurrentRequests: max,
     streamBackpressure: {
       maxBufferedBytes: positiveInteger('streamBufferBytes', opts.streamBufferBytes ?? DEFAULT_STREAM_BUFFER_BYTES),
-      stallTimeoutMs: positiveInteger(
+      stallTimeoutMs: atMostTimerMs(
         'clientStallTimeoutMs',
-        opts.clientStallTimeoutMs ?? DEFAULT_CLIENT_STALL_TIMEOUT_MS,
+        positiveInteger('clientStallTimeoutMs', opts.clientStallTimeoutMs ?? DEFAULT_CLIENT_STALL_TIMEOUT_MS),
       ),
     },
-    requestTimeoutMs: positiveInteger('requestTimeoutMs', opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
+    requestTimeoutMs: atMostTimerMs(
+      'requestTimeoutMs',
+      positiveInteger('requestTimeoutMs', opts.requestTimeoutMs ?? DEFAULT_REQUEST_TIMEOUT_MS),
+    ),
     offLoop: {
       maxJobs: positiveInteger('tokenizerQueueJobs', opts.tokenizerQueueJobs ?? DEFAULT_OFF_LOOP_LIMITS.maxJobs),
       maxChars: positiveInteger('tokenizerQueueChars', opts.tokenizerQueueChars ?? DEFAULT_OFF_LOOP_LIMITS.maxChars),

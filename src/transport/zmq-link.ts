@@ -284,7 +284,7 @@ export class ZmqEngineLink implements EngineLink {
       opts.handshakeReceiveTimeoutMs ?? DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS,
       0x7fffffff,
     );
-    this.sendTimeoutMs = positiveInteger('sendTimeoutMs', opts.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS);
+    this.sendTimeoutMs = positiveInteger('sendTimeoutMs', opts.sendTimeoutMs ?? DEFAULT_SEND_TIMEOUT_MS, 0x7fffffff);
     const hwm =
       opts.sendHighWaterMark === undefined
         ? undefined

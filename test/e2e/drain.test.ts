@@ -112,6 +112,9 @@ test(
       const body = { model: MODEL, prompt: 'Tell me something.', max_tokens: 150, ignore_eos: true };
       const streams = [0, 1, 2, 3].map((i) => sendCompletion(g.url, body, { stream: true, label: `stream #${i}` }));
       await waitUntil(() => streams.every((s) => (s.progress()?.text.length ?? 0) > 0), 'every stream streaming');
+      // The ranks pause while the drain is checked, so the streams are certainly live when the late request arrives
+      // (on a loaded machine they could otherwise end first, and the late request would meet a closed server).
+      for (const pid of g.ranks) process.kill(pid, 'SIGSTOP');
       const signalledAt = performance.now();
       g.gw.kill('SIGTERM');
       let ready = 0;
@@ -138,6 +141,7 @@ test(
       assert.equal(late.status, 503);
       assert.ok(late.headers.get('retry-after'));
       assert.equal(((await late.json()) as { error: { code: string } }).error.code, 'draining');
+      for (const pid of g.ranks) process.kill(pid, 'SIGCONT');
       const outcomes = await Promise.all(streams.map((s) => s.done));
       for (const o of outcomes)
         assert.ok(
