@@ -106,8 +106,21 @@ async function until(cond: () => boolean, what: string): Promise<void> {
 function rawAt(address: string, identity: Uint8Array) {
   const d = rawDealer(identity);
   cleanups.push(() => d.close());
+  rawPeers.push(d);
   d.connect(address);
   return d;
+}
+
+/** The raw peers `rawAt` made and not yet closed. */
+const rawPeers: Array<{ close(): void; closed: boolean }> = [];
+
+/**
+ * Close every raw peer: a real rank that dials next must not find a raw peer holding its identity on the input
+ * ROUTER, which only a registration right after READY may take over (handshake-service.ts; under load the handover
+ * window could close first, and the rank would not join).
+ */
+function closeRawPeers(): void {
+  for (const d of rawPeers.splice(0)) if (!d.closed) d.close();
 }
 
 describe('handshake service', () => {
@@ -213,6 +226,7 @@ describe('handshake service', () => {
     );
     assert.ok(lines.some((r) => /engine 9 \(identity 0900\).*engine index 9 is outside 0\.\.3/.test(r.msg)));
     assert.equal(link.engines.length, 0, 'nothing took a slot');
+    closeRawPeers();
     const dialers = await Promise.all([dial(hs, 0), dial(hs, 1)]);
     await hangGuard(link.whenJoined(2), GUARD_MS, 'real ranks join');
     assert.equal(dialers.length, 2);
