@@ -274,13 +274,15 @@ test(
     assert.equal(whole.writes, 1, 'headers, records and [DONE] in the write of the end');
     assert.match(whole.body, /data: \{"role":"assistant"\}\n\ndata: \{"content":"a"\}\n\ndata: \[DONE\]\n\n/);
 
-    // The 5 ms check runs before the hold's 30 ms timer even after a stall (timers run in expiry order); the end waits
-    // for the hold's write itself, so only a hold that never ends by itself fails (by the test timeout).
+    // The first check runs at the end of this loop turn (setImmediate: after anything the writer would send at the end
+    // of the turn, and always before the hold's timer, which can fire in the next turn at the earliest, however long
+    // the machine stalls); the end waits for the hold's write itself, so only a hold that never ends by itself fails
+    // (by the test timeout). A 5 ms timer here saw the hold's write first once, on a loaded machine.
     const seen: number[] = [];
     const timed = await sseServer((sse, socketWrites, nextWrite) => {
       sse.start({}, { holdMs: 30 });
       sse.sendRecord('data: {"role":"assistant"}\n\n');
-      setTimeout(() => seen.push(socketWrites()), 5);
+      setImmediate(() => seen.push(socketWrites()));
       void nextWrite().then(() => {
         seen.push(socketWrites());
         sse.done();
