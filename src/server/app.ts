@@ -27,6 +27,7 @@ import { ApiError, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
 import { GroupChooser } from './groups.js';
 import { installJsonBodyParser, type RouteBodyLimit } from './input-limits.js';
+import { buildLazyValidator } from './validator-compiler.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
@@ -199,6 +200,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
     logController: new LogController({ disableRequestLogging: true }),
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
+    // Each route's validator compiles on its first request and is shared by the process's apps (validator-compiler.ts).
+    schemaController: { compilersFactory: { buildValidator: buildLazyValidator } },
     schemaErrorFormatter: (errors, dataVar) => formatValidationErrors(errors, dataVar),
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const apiErr = frameworkApiError(error, bodyLimit);
