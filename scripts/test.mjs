@@ -217,12 +217,12 @@ function filesUnder(dir) {
 for (const entry of readdirSync(tmp)) {
   // tsx's compile cache (the few tests that run a file from source) is not a test's leftover; nor is the gateways'
   // runtime folder (model-gateway-<uid>) once every gateway removed its socket files from it, nor the tokenizer load
-  // cache kept there (src/tokenizer/load-cache.ts).
+  // cache kept there, entries and key notes (src/tokenizer/load-cache.ts).
   if (/^tsx-\d+$/.test(entry)) continue;
   const path = join(tmp, entry);
   let files = statSync(path).isDirectory() ? filesUnder(path) : [entry];
   if (/^model-gateway-\d+$/.test(entry))
-    files = files.filter((f) => !/^tokenizers\/[0-9a-f]{64}\.tokenizer-cache$/.test(f));
+    files = files.filter((f) => !/^tokenizers\/[0-9a-f]{64}\.(tokenizer-cache|key)$/.test(f));
   if (/^model-gateway-\d+$/.test(entry) && files.length === 0) continue;
   leftovers.push(
     `temp entry: ${entry}${files.length > 0 && files[0] !== entry ? ` (${files.slice(0, 5).join(', ')}${files.length > 5 ? ', ...' : ''})` : ''}`,

@@ -21,6 +21,13 @@
  * `MAX_CACHE_FILES` are kept (the least recently written go). Every failure to read or write the cache is silent: the
  * load takes the slow path.
  *
+ * Key notes: computing the key reads and hashes the 11 MB tokenizer.json (~65 ms of CPU per load, a tenth of a load
+ * from the cache). After a load, a small note `<identity>.key` records the key of the file as it was on disk, named by
+ * a sha256 over `CODE_KEY`, the file's path and its identity (device, inode, size, and the modification and change
+ * times in nanoseconds). A later load of the same unchanged file reads the note instead. Any write to the file
+ * changes its change time (which no user can set), so an edited tokenizer.json never matches an old note; a note is
+ * written only when the identity was the same before and after the file was read. At most `MAX_KEY_NOTES` are kept.
+ *
  * File layout: a JSON header line (format, key, counts, the emptied tokenizer.json, the bound), then the id → token
  * array and the rank keys, all joined by NUL (no entry may contain one; `cacheableParts` checks).
  */
@@ -28,10 +35,10 @@ import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
-import { dirname, join } from 'node:path';
+import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
-import { isJsonObject, type JsonObject } from './model-files.js';
+import { isJsonObject, readRequiredBytes, type JsonObject } from './model-files.js';
 import { TOKEN_BYTES_MODULE_URL, isNormalForm, type NormalForm, type TokenByteBound } from './token-bytes.js';
 
 /** Bumped whenever the file layout or what it holds changes. */
@@ -39,6 +46,10 @@ const FORMAT = 1;
 /** How many cache files the directory keeps (one per distinct tokenizer.json and library version). */
 export const MAX_CACHE_FILES = 8;
 const SUFFIX = '.tokenizer-cache';
+/** How many key notes the directory keeps (one per tokenizer.json path and version seen). */
+export const MAX_KEY_NOTES = 64;
+const NOTE_SUFFIX = '.key';
+const KEY_FORM = /^[0-9a-f]{64}$/;
 
 /** The library whose internals the cache fills, with its version (package.json pins it). */
 const LIBRARY = ((): string => {
@@ -99,6 +110,87 @@ const CODE_KEY = ((): string => {
 /** The cache key of a tokenizer.json: sha256 (hex) over `CODE_KEY` and its bytes. */
 export function tokenizerCacheKey(tokenizerJsonBytes: Uint8Array): string {
   return createHash('sha256').update(CODE_KEY).update(tokenizerJsonBytes).digest('hex');
+}
+
+/**
+ * The identity of the file at `path` as the key notes name it: sha256 (hex) over `CODE_KEY`, the path, and the
+ * file's device, inode, size, modification and change times (ns). Null when it cannot be read with `stat`.
+ */
+export async function fileIdentity(path: string): Promise<string | null> {
+  try {
+    const s = await stat(path, { bigint: true });
+    const fields = [path, s.dev, s.ino, s.size, s.mtimeNs, s.ctimeNs].map(String).join('\0');
+    return createHash('sha256').update(CODE_KEY).update('\0').update(fields).digest('hex');
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * The cache key the note for `identity` in `dir` records, or null when there is none, it is not a regular file
+ * holding one key, or `dir` is not safe. Never rejects.
+ */
+export async function readKeyNote(dir: string, identity: string): Promise<string | null> {
+  if (!safeDirectory(dir)) return null;
+  const path = join(dir, identity + NOTE_SUFFIX);
+  try {
+    if (!(await lstat(path)).isFile()) return null;
+    const key = (await readFile(path, 'utf8')).trim();
+    return KEY_FORM.test(key) ? key : null;
+  } catch {
+    return null;
+  }
+}
+
+/**
+ * Records that the file of `identity` has the cache key `key` (temporary file renamed into place), then removes the
+ * oldest notes beyond `MAX_KEY_NOTES`. Resolves to whether the note was written; never rejects.
+ */
+export async function writeKeyNote(dir: string, identity: string, key: string): Promise<boolean> {
+  if (!KEY_FORM.test(key) || !safeDirectory(dir)) return false;
+  const tmp = join(dir, `.${identity}.${process.pid}.${randomBytes(4).toString('hex')}.tmp`);
+  try {
+    await writeFile(tmp, key + '\n', { mode: 0o600 });
+    await rename(tmp, join(dir, identity + NOTE_SUFFIX));
+  } catch {
+    await rm(tmp, { force: true }).catch(() => undefined);
+    return false;
+  }
+  await pruneOldest(dir, NOTE_SUFFIX, identity + NOTE_SUFFIX, MAX_KEY_NOTES).catch(() => undefined);
+  return true;
+}
+
+/** What `findCachedParts` found for a tokenizer.json. */
+export interface CacheLookup {
+  /** The file's cache key: from its note, or from its bytes. */
+  key: string;
+  /** The cache entry, or null when there is no usable one. */
+  parts: CachedTokenizerParts | null;
+  /** The file's bytes when they were read (no usable note), else null. */
+  bytes: Buffer | null;
+  /** The identity to note `key` under once an entry is written; null when the file changed while read. */
+  identity: string | null;
+}
+
+/**
+ * Looks up the cache entry of the tokenizer.json at `tokenizerPath` in `dir`: through the key note of the file's
+ * identity when there is one and its entry is usable (the file is not read), else by the key of the file's bytes
+ * (noting that key when its entry exists and the file did not change while read).
+ * @throws TokenizerLoadError when the file has no usable note and cannot be read.
+ */
+export async function findCachedParts(dir: string, tokenizerPath: string): Promise<CacheLookup> {
+  const identity = await fileIdentity(tokenizerPath);
+  if (identity !== null) {
+    const noted = await readKeyNote(dir, identity);
+    const parts = noted === null ? null : await readTokenizerCache(dir, noted);
+    if (noted !== null && parts !== null) return { key: noted, parts, bytes: null, identity };
+  }
+  const bytes = await readRequiredBytes(dirname(tokenizerPath), basename(tokenizerPath));
+  const key = tokenizerCacheKey(bytes);
+  const stable = identity !== null && (await fileIdentity(tokenizerPath)) === identity ? identity : null;
+  const parts = await readTokenizerCache(dir, key);
+  if (parts !== null && stable !== null) await writeKeyNote(dir, stable, key);
+  return { key, parts, bytes, identity: stable };
 }
 
 const modelOf = (inner: object): BpeModelInternals => (inner as { model: BpeModelInternals }).model;
@@ -296,10 +388,18 @@ async function pruneCache(dir: string, keep: string): Promise<void> {
     );
     if (Date.now() - t > STALE_TMP_MS) await rm(join(dir, n), { force: true });
   }
-  const names = all.filter((n) => n.endsWith(SUFFIX) && n !== keep);
-  if (names.length < MAX_CACHE_FILES) return;
+  await pruneOldest(dir, SUFFIX, keep, MAX_CACHE_FILES, all);
+}
+
+/**
+ * Removes the least recently written files of `dir` ending in `suffix` so that at most `limit` remain, never `keep`
+ * (the one just written). `names`: the directory's listing when the caller has it.
+ */
+async function pruneOldest(dir: string, suffix: string, keep: string, limit: number, names?: string[]): Promise<void> {
+  const own = (names ?? (await readdir(dir))).filter((n) => n.endsWith(suffix) && !n.startsWith('.') && n !== keep);
+  if (own.length < limit) return;
   const dated = await Promise.all(
-    names.map(async (n) => ({
+    own.map(async (n) => ({
       n,
       t: await stat(join(dir, n)).then(
         (s) => s.mtimeMs,
@@ -308,5 +408,5 @@ async function pruneCache(dir: string, keep: string): Promise<void> {
     })),
   );
   dated.sort((a, b) => b.t - a.t);
-  for (const { n } of dated.slice(MAX_CACHE_FILES - 1)) await rm(join(dir, n), { force: true });
+  for (const { n } of dated.slice(limit - 1)) await rm(join(dir, n), { force: true });
 }

@@ -31,8 +31,8 @@ import {
   cacheableParts,
   defaultTokenizerCacheDir,
   fillBpeModel,
-  readTokenizerCache,
-  tokenizerCacheKey,
+  findCachedParts,
+  writeKeyNote,
   writeTokenizerCache,
 } from './load-cache.js';
 import {
@@ -200,10 +200,10 @@ export class GatewayTokenizer {
     };
     await assertDirectory(root);
     const tokenizerPath = resolve(root, 'tokenizer.json');
-    const tokenizerBytes = await readRequiredBytes(root, 'tokenizer.json');
     const cacheDir = opts.cacheDir === undefined ? defaultTokenizerCacheDir() : opts.cacheDir;
-    const cacheKey = cacheDir === null ? null : tokenizerCacheKey(tokenizerBytes);
-    let cached = cacheKey === null || cacheDir === null ? null : await readTokenizerCache(cacheDir, cacheKey);
+    const found = cacheDir === null ? null : await findCachedParts(cacheDir, tokenizerPath);
+    let cached = found?.parts ?? null;
+    const cacheKey = found?.key ?? null;
     const tokenizerConfig = await readRequiredJson(root, 'tokenizer_config.json');
     const modelConfig = await readOptionalJson(root, 'config.json', warn);
     const generationConfig = await readOptionalJson(root, 'generation_config.json', warn);
@@ -228,7 +228,10 @@ export class GatewayTokenizer {
       }
     }
     if (inner === null || tokenizerJson === null) {
-      tokenizerJson = parseRequiredJson(tokenizerPath, tokenizerBytes);
+      tokenizerJson = parseRequiredJson(
+        tokenizerPath,
+        found?.bytes ?? (await readRequiredBytes(root, 'tokenizer.json')),
+      );
       try {
         inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
       } catch (error) {
@@ -242,7 +245,13 @@ export class GatewayTokenizer {
     const bound = cached?.bound ?? analyzeTokenByteBound(tokenizerJson);
     if (cached === null && cacheDir !== null && cacheKey !== null) {
       const parts = cacheableParts(inner, tokenizerJson, bound);
-      if (parts !== null) await writeTokenizerCache(cacheDir, cacheKey, parts);
+      if (
+        parts !== null &&
+        (await writeTokenizerCache(cacheDir, cacheKey, parts)) &&
+        found !== null &&
+        found.identity !== null
+      )
+        await writeKeyNote(cacheDir, found.identity, cacheKey);
     }
     // Same ids, without re-mapping every word's bytes on every encode (./pre-token-cache.ts).
     cacheByteLevelWords(inner as unknown as { pre_tokenizer: unknown });

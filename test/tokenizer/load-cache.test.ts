@@ -6,16 +6,20 @@
  */
 import assert from 'node:assert/strict';
 import { execFileSync } from 'node:child_process';
-import { chmod, mkdir, mkdtemp, readdir, readFile, rm, utimes, writeFile } from 'node:fs/promises';
+import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import { Tokenizer } from '@huggingface/tokenizers';
 import {
   MAX_CACHE_FILES,
+  MAX_KEY_NOTES,
   cacheableParts,
+  fileIdentity,
+  readKeyNote,
   readTokenizerCache,
   tokenizerCacheKey,
+  writeKeyNote,
   writeTokenizerCache,
 } from '../../src/tokenizer/load-cache.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
@@ -73,12 +77,17 @@ function assertSameTokenizer(got: GatewayTokenizer, want: GatewayTokenizer): voi
   assert.deepEqual(g.merges, w.merges);
 }
 
-describe('tokenizer load cache', { timeout: 120_000 }, () => {
+// The timeout is a hang detector for the whole suite: its ~20 loads take ~20 CPU-s, and 130 s of wall time were seen
+// on a 2-core machine with both cores busy elsewhere.
+describe('tokenizer load cache', { timeout: 480_000 }, () => {
   test('the first load writes the entry; loads from it give the same tokenizer as tokenizer.json', async () => {
     const dir = await cacheDir();
     const cold = await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
     const key = tokenizerCacheKey(await readFile(join(QWEN3, 'tokenizer.json')));
-    assert.deepEqual(await readdir(dir), [`${key}.tokenizer-cache`]);
+    const identity = await fileIdentity(join(QWEN3, 'tokenizer.json'));
+    assert.ok(identity !== null);
+    assert.deepEqual((await readdir(dir)).sort(), [`${identity}.key`, `${key}.tokenizer-cache`].sort());
+    assert.equal(await readKeyNote(dir, identity), key);
     const warm = await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
     assertSameTokenizer(cold, fresh);
     assertSameTokenizer(warm, fresh);
@@ -104,6 +113,64 @@ describe('tokenizer load cache', { timeout: 120_000 }, () => {
     await writeFile(join(copy, 'tokenizer.json'), (await readFile(join(QWEN3, 'tokenizer.json'), 'utf8')) + '\n');
     assert.notEqual(tokenizerCacheKey(await readFile(join(copy, 'tokenizer.json'))), key);
     assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '!');
+  });
+
+  test('a key note spares reading tokenizer.json while the file is unchanged; any write to the file retires it', async () => {
+    const dir = await cacheDir();
+    const copy = join(root, 'qwen3-noted');
+    await mkdir(copy);
+    for (const f of await readdir(QWEN3)) await writeFile(join(copy, f), await readFile(join(QWEN3, f)));
+    const file = join(copy, 'tokenizer.json');
+    await GatewayTokenizer.load(copy, { cacheDir: dir });
+    const key = tokenizerCacheKey(await readFile(file));
+    const identity = await fileIdentity(file);
+    assert.ok(identity !== null);
+    assert.equal(await readKeyNote(dir, identity), key);
+
+    // The note is followed: pointed at an entry whose ids 0 and 1 are swapped, the load decodes 0 as '"'.
+    const parts = await readTokenizerCache(dir, key);
+    assert.ok(parts !== null);
+    [parts.vocab[0], parts.vocab[1]] = [parts.vocab[1]!, parts.vocab[0]!];
+    const other = 'f'.repeat(64);
+    assert.equal(await writeTokenizerCache(dir, other, parts), true);
+    assert.equal(await writeKeyNote(dir, identity, other), true);
+    assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '"');
+
+    // One byte changed in place, the size and the modification time kept: the change time still moves, so the old
+    // note is not read and the file's own entry is.
+    const st = await stat(file);
+    const bytes = await readFile(file);
+    const at = bytes.indexOf('"!"');
+    assert.ok(at > 0);
+    bytes[at + 1] = '!'.charCodeAt(0);
+    await writeFile(file, bytes);
+    await utimes(file, st.atime, st.mtime);
+    const changed = await fileIdentity(file);
+    assert.notEqual(changed, identity);
+    const reloaded = await GatewayTokenizer.load(copy, { cacheDir: dir });
+    assert.equal(await readKeyNote(dir, changed!), tokenizerCacheKey(bytes));
+    assert.equal(reloaded.decode([0]), '!');
+
+    // A note that does not hold one key, or a missing entry behind it, falls back to the file's bytes.
+    await writeFile(join(dir, `${changed!}.key`), 'not a key\n');
+    assert.equal(await readKeyNote(dir, changed!), null);
+    assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '!');
+    assert.equal(await readKeyNote(dir, changed!), tokenizerCacheKey(bytes), 'noted again from the bytes');
+  });
+
+  test(`the directory keeps at most ${MAX_KEY_NOTES} key notes, the one just written among them`, async () => {
+    const dir = await cacheDir();
+    const ids = Array.from({ length: MAX_KEY_NOTES + 3 }, (_, i) => i.toString(16).padStart(64, '0'));
+    for (const [i, id] of ids.entries()) {
+      assert.equal(await writeKeyNote(dir, id, 'a'.repeat(64)), true);
+      // Distinct modification times, oldest first, whatever the file system's clock resolution.
+      await utimes(join(dir, `${id}.key`), i + 1, i + 1);
+    }
+    const left = (await readdir(dir)).filter((n) => n.endsWith('.key'));
+    assert.equal(left.length, MAX_KEY_NOTES);
+    assert.ok(left.includes(`${ids.at(-1)!}.key`));
+    assert.ok(!left.includes(`${ids[0]!}.key`));
+    assert.equal(await writeKeyNote(dir, ids[0]!, 'not a key'), false, 'only a key is noted');
   });
 
   test('a corrupt entry is ignored and rewritten; an unsafe directory is neither read nor written', async () => {
@@ -248,7 +315,7 @@ describe('tokenizer load cache', { timeout: 120_000 }, () => {
       const want = await GatewayTokenizer.load(model, { cacheDir: null });
       await GatewayTokenizer.load(model, { cacheDir: dir });
       const got = await GatewayTokenizer.load(model, { cacheDir: dir });
-      assert.equal((await readdir(dir)).length, 1, `${what}: cached`);
+      assert.equal((await readdir(dir)).filter((n) => n.endsWith('.tokenizer-cache')).length, 1, `${what}: cached`);
       for (const text of ['zzz', 'xyab', 'abzab'])
         assert.deepEqual(got.encode(text), want.encode(text), `${what}: ${text}`);
     }
