@@ -316,8 +316,12 @@ export function writeStatsFile(dir: string, handle: SimEngineHandle): void {
   renameSync(tmp, path);
 }
 
-/** How long a stopping rank waits for its last log lines to reach the (possibly dead) reader, in ms. */
-const LOG_DRAIN_MS = 300;
+/**
+ * How long a stopping rank waits for its last log lines to reach the reader, in ms. A dead reader costs nothing (EPIPE
+ * drops the lines at once); a live one on a loaded machine can take over 300 ms to read the pipe, and the rank's
+ * closing counters ("sim rank stopped") were lost that way. Below `STOP_DEADLINE_MS` and the spawner's stop grace.
+ */
+const LOG_DRAIN_MS = 2000;
 /**
  * Hard bound on a stop, in ms after it began: if the rank has not finished closing by then (it should take at most
  * about `closeGraceMs`), it exits anyway with code 1. The timer is unref'd, so it never keeps the process alive.

@@ -59,7 +59,7 @@ export interface SimRankExit {
 export interface SimRankProcess {
   engineIndex: number;
   child: ChildProcess;
-  /** Resolves when the process has exited (never rejects). */
+  /** Resolves when the process has exited and all it wrote to stdout and stderr was relayed (never rejects). */
   exited: Promise<SimRankExit>;
 }
 
@@ -226,7 +226,9 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
         log.error({ simEngineIndex: engineIndex, err: err.message }, 'sim rank process error');
         if (child.pid === undefined) resolve({ engineIndex, code: null, signal: null });
       });
-      child.once('exit', (code, signal) => {
+      // 'close', not 'exit': after the process ended and its stdout and stderr were read to their end, so every line
+      // it wrote (its closing "sim rank stopped" among them) was relayed before `exited` resolves.
+      child.once('close', (code, signal) => {
         // A rank stopped on purpose already said "sim rank stopped": its exit is debug; any other exit is an error.
         const level = stopping && code === 0 ? 'debug' : stopping || code === 0 ? 'info' : 'error';
         log[level]({ simEngineIndex: engineIndex, code, signal }, 'sim rank exited');

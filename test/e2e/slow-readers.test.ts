@@ -160,7 +160,8 @@ describe('200 clients that never read', { timeout: 480_000 }, () => {
     for (const s of sockets) s.destroy();
     await gateway.close();
     const stops = records.filter((r) => r.msg === 'sim rank stopped');
-    assert.equal(stops.length, 2, 'every rank reported its stats');
+    const rankLines = records.filter((r) => r.msg.startsWith('sim rank') && r.msg !== 'sim rank stopped');
+    assert.equal(stops.length, 2, `every rank reported its stats; other rank lines: ${JSON.stringify(rankLines)}`);
     const aborted = stops.reduce((n, r) => n + (r.aborted as number) + (r.abortedOnArrival as number), 0);
     process.stdout.write(`# slow readers: the ranks dropped ${aborted} requests on ABORT\n`);
     assert.equal(aborted, CLIENTS, 'every stalled request was aborted on its rank');
