@@ -18,7 +18,11 @@
  * src/sim/spawn.ts start the bundle when it is there; a test that imports an entry in-process gets the per-file
  * module, so no process holds two copies of a module.
  *
- * The folder is rebuilt from scratch on every call (about a second), so nothing stale is ever run.
+ * The test files are bundled too, in place, their shared modules and packages split into chunks (`bundleTests`): a
+ * server test file took ~0.4 CPU-s less that way (1.8–2.3 → 1.3–1.8 CPU-s, paired runs on an idle machine), for ~7
+ * CPU-s of esbuild per build.
+ *
+ * The folder is rebuilt from scratch on every call (a few seconds), so nothing stale is ever run.
  */
 import { execFileSync } from 'node:child_process';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, rmSync, symlinkSync } from 'node:fs';
@@ -76,7 +80,30 @@ export async function buildTestTree(root) {
     logLevel: 'warning',
   });
   await Promise.all(BUNDLED_ENTRIES.map((entry) => bundleEntry(root, out, entry)));
+  await bundleTests(
+    root,
+    out,
+    sources.filter((f) => f.startsWith('test/') && f.endsWith('.test.ts')),
+  );
   return out;
+}
+
+/**
+ * An esbuild plugin that gives each bundled `.ts` module its own `import.meta.url`: the URL of its per-file `.js` in
+ * `out`, or `bundle`'s for `entry` (both null: none is special).
+ */
+function metaUrlPlugin(root, out, entry, bundle) {
+  return {
+    name: 'per-module-import-meta-url',
+    setup(b) {
+      b.onLoad({ filter: /\.ts$/ }, (args) => {
+        const rel = args.path.slice(root.length).replace(/^\//, '');
+        const url = pathToFileURL(rel === entry ? bundle : join(out, rel.replace(/\.ts$/, '.js'))).href;
+        const contents = readFileSync(args.path, 'utf8').replaceAll('import.meta.url', JSON.stringify(url));
+        return { contents, loader: 'ts' };
+      });
+    },
+  };
 }
 
 /** The entries bundled (see the module docs), relative to the root. */
@@ -96,17 +123,7 @@ const EXTERNAL_PACKAGES = ['zeromq', '@huggingface/tokenizers', 'pino', 'pino-pr
  */
 async function bundleEntry(root, out, entry) {
   const bundle = join(out, entry.replace(/\.ts$/, '.bundle.js'));
-  const metaUrl = {
-    name: 'per-module-import-meta-url',
-    setup(b) {
-      b.onLoad({ filter: /\.ts$/ }, (args) => {
-        const rel = args.path.slice(root.length).replace(/^\//, '');
-        const url = pathToFileURL(rel === entry ? bundle : join(out, rel.replace(/\.ts$/, '.js'))).href;
-        const contents = readFileSync(args.path, 'utf8').replaceAll('import.meta.url', JSON.stringify(url));
-        return { contents, loader: 'ts' };
-      });
-    },
-  };
+  const metaUrl = metaUrlPlugin(root, out, entry, bundle);
   await build({
     entryPoints: [join(root, entry)],
     outfile: bundle,
@@ -116,6 +133,34 @@ async function bundleEntry(root, out, entry) {
     platform: 'node',
     target: 'node20',
     plugins: [metaUrl],
+    banner: {
+      js: "import { createRequire as __testBuildRequire } from 'node:module'; const require = __testBuildRequire(import.meta.url);",
+    },
+    logLevel: 'warning',
+  });
+}
+
+/**
+ * Bundles every test file in place (`test/<...>.test.js` overwritten by a bundle of it), with the modules and
+ * packages it imports split into shared chunks under `test/_chunks/`: a test process then loads its file and a few
+ * chunks instead of ~100-300 modules one by one. Same `import.meta.url` and `require` handling as `bundleEntry`.
+ */
+async function bundleTests(root, out, tests) {
+  await build({
+    entryPoints: tests.map((f) => join(root, f)),
+    outdir: out,
+    outbase: root,
+    bundle: true,
+    splitting: true,
+    chunkNames: 'test/_chunks/[name]-[hash]',
+    // playwright-core reads files beside its own (__dirname), which a bundle cannot keep.
+    external: [...EXTERNAL_PACKAGES, 'playwright-core'],
+    format: 'esm',
+    platform: 'node',
+    target: 'node20',
+    sourcemap: 'linked',
+    allowOverwrite: true,
+    plugins: [metaUrlPlugin(root, out, null, null)],
     banner: {
       js: "import { createRequire as __testBuildRequire } from 'node:module'; const require = __testBuildRequire(import.meta.url);",
     },

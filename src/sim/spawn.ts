@@ -97,6 +97,12 @@ export function simEntryArgs(): string[] {
   return main.endsWith('.ts') ? ['--import', import.meta.resolve('tsx'), main] : [main];
 }
 
+/**
+ * How long a rank's stdout and stderr are still read after its process exited, in ms: its last lines are in the
+ * pipes by then unless another process holds them open (see `spawnSimRanks`).
+ */
+const OUTPUT_AFTER_EXIT_MS = 2000;
+
 const PINO_LEVELS: Record<number, keyof MinimalLogger> = {
   10: 'debug',
   20: 'debug',
@@ -226,13 +232,27 @@ export function spawnSimRanks(opts: SpawnSimRanksOptions): SimRankProcesses {
         log.error({ simEngineIndex: engineIndex, err: err.message }, 'sim rank process error');
         if (child.pid === undefined) resolve({ engineIndex, code: null, signal: null });
       });
-      // 'close', not 'exit': after the process ended and its stdout and stderr were read to their end, so every line
-      // it wrote (its closing "sim rank stopped" among them) was relayed before `exited` resolves.
-      child.once('close', (code, signal) => {
+      // Resolved on 'close', not 'exit': after the process ended and its stdout and stderr were read to their end,
+      // so every line it wrote (its closing "sim rank stopped" among them) was relayed first. A process the rank
+      // started that still holds those pipes (tsx's esbuild helper, stopped with the rank's process group) would
+      // delay 'close' forever: `OUTPUT_AFTER_EXIT_MS` after the exit the pipes are dropped and the exit counts.
+      let done = false;
+      const finish = (code: number | null, signal: NodeJS.Signals | null): void => {
+        if (done) return;
+        done = true;
         // A rank stopped on purpose already said "sim rank stopped": its exit is debug; any other exit is an error.
         const level = stopping && code === 0 ? 'debug' : stopping || code === 0 ? 'info' : 'error';
         log[level]({ simEngineIndex: engineIndex, code, signal }, 'sim rank exited');
         resolve({ engineIndex, code, signal });
+      };
+      child.once('close', finish);
+      child.once('exit', (code, signal) => {
+        setTimeout(() => {
+          if (done) return;
+          child.stdout?.destroy();
+          child.stderr?.destroy();
+          finish(code, signal);
+        }, OUTPUT_AFTER_EXIT_MS).unref();
       });
     });
     ranks.push({ engineIndex, child, exited });

@@ -24,9 +24,11 @@
  * Key notes: computing the key reads and hashes the 11 MB tokenizer.json (~65 ms of CPU per load, a tenth of a load
  * from the cache). After a load, a small note `<identity>.key` records the key of the file as it was on disk, named by
  * a sha256 over `CODE_KEY`, the file's path and its identity (device, inode, size, and the modification and change
- * times in nanoseconds). A later load of the same unchanged file reads the note instead. Any write to the file
- * changes its change time (which no user can set), so an edited tokenizer.json never matches an old note; a note is
- * written only when the identity was the same before and after the file was read. At most `MAX_KEY_NOTES` are kept.
+ * times in nanoseconds). A later load of the same unchanged file reads the note instead. A write to the file changes
+ * its change time (which no user can set), so an edited tokenizer.json does not match an old note; a note is written
+ * only when the identity was the same before and after the file was read and the last change is `NOTE_SETTLE_MS` old.
+ * Not noticed: bytes changed through a shared memory map whose pages were already dirty (Linux moves the times only
+ * when a clean page is first written); after such an edit, delete the notes. At most `MAX_KEY_NOTES` are kept.
  *
  * File layout: a JSON header line (format, key, counts, the emptied tokenizer.json, the bound), then the id → token
  * array and the rank keys, all joined by NUL (no entry may contain one; `cacheableParts` checks).
@@ -117,10 +119,22 @@ export function tokenizerCacheKey(tokenizerJsonBytes: Uint8Array): string {
  * file's device, inode, size, modification and change times (ns). Null when it cannot be read with `stat`.
  */
 export async function fileIdentity(path: string): Promise<string | null> {
+  return (await statIdentity(path))?.identity ?? null;
+}
+
+/**
+ * A file may be noted only once its last change is this old (ms): a kernel with coarse timestamps (before Linux 6.13)
+ * gives two writes within one clock tick the same change time, so a file noted in the tick it was written could be
+ * written again, same size, without its identity moving (git's "racily clean" entries are the same problem).
+ */
+export const NOTE_SETTLE_MS = 1000;
+
+async function statIdentity(path: string): Promise<{ identity: string; changedMs: number } | null> {
   try {
     const s = await stat(path, { bigint: true });
     const fields = [path, s.dev, s.ino, s.size, s.mtimeNs, s.ctimeNs].map(String).join('\0');
-    return createHash('sha256').update(CODE_KEY).update('\0').update(fields).digest('hex');
+    const identity = createHash('sha256').update(CODE_KEY).update('\0').update(fields).digest('hex');
+    return { identity, changedMs: Number(s.ctimeNs / 1_000_000n) };
   } catch {
     return null;
   }
@@ -134,7 +148,9 @@ export async function readKeyNote(dir: string, identity: string): Promise<string
   if (!safeDirectory(dir)) return null;
   const path = join(dir, identity + NOTE_SUFFIX);
   try {
-    if (!(await lstat(path)).isFile()) return null;
+    // A regular file of one key and a newline: anything larger is not a note, and is not read.
+    const st = await lstat(path);
+    if (!st.isFile() || st.size > 128) return null;
     const key = (await readFile(path, 'utf8')).trim();
     return KEY_FORM.test(key) ? key : null;
   } catch {
@@ -168,7 +184,10 @@ export interface CacheLookup {
   parts: CachedTokenizerParts | null;
   /** The file's bytes when they were read (no usable note), else null. */
   bytes: Buffer | null;
-  /** The identity to note `key` under once an entry is written; null when the file changed while read. */
+  /**
+   * The identity to note `key` under once an entry is written: null when the file changed while read or too recently
+   * (`NOTE_SETTLE_MS`), and when the entry came from a note (`bytes` null: the file was not read).
+   */
   identity: string | null;
 }
 
@@ -179,15 +198,20 @@ export interface CacheLookup {
  * @throws TokenizerLoadError when the file has no usable note and cannot be read.
  */
 export async function findCachedParts(dir: string, tokenizerPath: string): Promise<CacheLookup> {
-  const identity = await fileIdentity(tokenizerPath);
-  if (identity !== null) {
-    const noted = await readKeyNote(dir, identity);
+  const before = await statIdentity(tokenizerPath);
+  if (before !== null) {
+    const noted = await readKeyNote(dir, before.identity);
     const parts = noted === null ? null : await readTokenizerCache(dir, noted);
-    if (noted !== null && parts !== null) return { key: noted, parts, bytes: null, identity };
+    if (noted !== null && parts !== null) return { key: noted, parts, bytes: null, identity: before.identity };
   }
   const bytes = await readRequiredBytes(dirname(tokenizerPath), basename(tokenizerPath));
   const key = tokenizerCacheKey(bytes);
-  const stable = identity !== null && (await fileIdentity(tokenizerPath)) === identity ? identity : null;
+  // Noted only when the file did not change while it was read, and its last change is settled (`NOTE_SETTLE_MS`).
+  const after = before === null ? null : await statIdentity(tokenizerPath);
+  const stable =
+    after !== null && after.identity === before?.identity && Date.now() - after.changedMs >= NOTE_SETTLE_MS
+      ? after.identity
+      : null;
   const parts = await readTokenizerCache(dir, key);
   if (parts !== null && stable !== null) await writeKeyNote(dir, stable, key);
   return { key, parts, bytes, identity: stable };

@@ -32,6 +32,7 @@ import {
   defaultTokenizerCacheDir,
   fillBpeModel,
   findCachedParts,
+  tokenizerCacheKey,
   writeKeyNote,
   writeTokenizerCache,
 } from './load-cache.js';
@@ -203,7 +204,8 @@ export class GatewayTokenizer {
     const cacheDir = opts.cacheDir === undefined ? defaultTokenizerCacheDir() : opts.cacheDir;
     const found = cacheDir === null ? null : await findCachedParts(cacheDir, tokenizerPath);
     let cached = found?.parts ?? null;
-    const cacheKey = found?.key ?? null;
+    let cacheKey = found?.key ?? null;
+    let noteAs = found?.identity ?? null;
     const tokenizerConfig = await readRequiredJson(root, 'tokenizer_config.json');
     const modelConfig = await readOptionalJson(root, 'config.json', warn);
     const generationConfig = await readOptionalJson(root, 'generation_config.json', warn);
@@ -228,10 +230,15 @@ export class GatewayTokenizer {
       }
     }
     if (inner === null || tokenizerJson === null) {
-      tokenizerJson = parseRequiredJson(
-        tokenizerPath,
-        found?.bytes ?? (await readRequiredBytes(root, 'tokenizer.json')),
-      );
+      let bytes = found?.bytes ?? null;
+      if (bytes === null) {
+        // No cache, or an entry from a key note that the library refused: the file is read now, and whatever is
+        // written is keyed by these bytes (the file may have changed since the note), with no note.
+        bytes = await readRequiredBytes(root, 'tokenizer.json');
+        if (cacheKey !== null) cacheKey = tokenizerCacheKey(bytes);
+        noteAs = null;
+      }
+      tokenizerJson = parseRequiredJson(tokenizerPath, bytes);
       try {
         inner = new HfTokenizerClass(tokenizerJson, tokenizerConfig);
       } catch (error) {
@@ -245,13 +252,8 @@ export class GatewayTokenizer {
     const bound = cached?.bound ?? analyzeTokenByteBound(tokenizerJson);
     if (cached === null && cacheDir !== null && cacheKey !== null) {
       const parts = cacheableParts(inner, tokenizerJson, bound);
-      if (
-        parts !== null &&
-        (await writeTokenizerCache(cacheDir, cacheKey, parts)) &&
-        found !== null &&
-        found.identity !== null
-      )
-        await writeKeyNote(cacheDir, found.identity, cacheKey);
+      if (parts !== null && (await writeTokenizerCache(cacheDir, cacheKey, parts)) && noteAs !== null)
+        await writeKeyNote(cacheDir, noteAs, cacheKey);
     }
     // Same ids, without re-mapping every word's bytes on every encode (./pre-token-cache.ts).
     cacheByteLevelWords(inner as unknown as { pre_tokenizer: unknown });

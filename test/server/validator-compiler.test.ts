@@ -76,3 +76,16 @@ test('answers what the eager compiler answers, valid and invalid bodies alike', 
   assert.equal(bad.statusCode, 400);
   assert.match(bad.body, /body\/n must be >= 1/);
 });
+
+test('a headers schema is refused when the app starts (fastify would not lowercase it for this compiler)', async () => {
+  const f = Fastify({ schemaController: { compilersFactory: { buildValidator: buildLazyValidator } } });
+  f.get(
+    '/h',
+    { schema: { headers: { type: 'object', required: ['X-Api-Version'], properties: { 'X-Api-Version': {} } } } },
+    () => ({}),
+  );
+  await assert.rejects(async () => {
+    await f.ready();
+  }, /GET \/h: a headers schema is not supported/);
+  await f.close();
+});

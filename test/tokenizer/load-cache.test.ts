@@ -9,11 +9,13 @@ import { execFileSync } from 'node:child_process';
 import { chmod, mkdir, mkdtemp, readdir, readFile, rm, stat, utimes, writeFile } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { after, before, describe, test } from 'node:test';
 import { Tokenizer } from '@huggingface/tokenizers';
 import {
   MAX_CACHE_FILES,
   MAX_KEY_NOTES,
+  NOTE_SETTLE_MS,
   cacheableParts,
   fileIdentity,
   readKeyNote,
@@ -49,6 +51,16 @@ async function cacheDir(): Promise<string> {
   const dir = join(root, `cache-${++dirs}`);
   await mkdir(dir, { mode: 0o700 });
   return dir;
+}
+
+/**
+ * Resolves once `file`'s last change is `NOTE_SETTLE_MS` old, the age a key note needs: time is the subject here, so
+ * this waits exactly the remaining age, read from the file's own change time.
+ */
+async function settled(file: string): Promise<void> {
+  const changedMs = Number((await stat(file, { bigint: true })).ctimeNs / 1_000_000n);
+  const remaining = NOTE_SETTLE_MS + 1 - (Date.now() - changedMs);
+  if (remaining > 0) await delay(remaining);
 }
 
 function assertSameMap(got: Map<string, number>, want: Map<string, number>): void {
@@ -121,10 +133,15 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     await mkdir(copy);
     for (const f of await readdir(QWEN3)) await writeFile(join(copy, f), await readFile(join(QWEN3, f)));
     const file = join(copy, 'tokenizer.json');
+    // Just written: too fresh to note (a second same-size write in the same clock tick could keep its identity).
     await GatewayTokenizer.load(copy, { cacheDir: dir });
-    const key = tokenizerCacheKey(await readFile(file));
     const identity = await fileIdentity(file);
     assert.ok(identity !== null);
+    assert.equal(await readKeyNote(dir, identity), null, 'a file changed under NOTE_SETTLE_MS ago is not noted');
+    await settled(file);
+    await GatewayTokenizer.load(copy, { cacheDir: dir });
+    const key = tokenizerCacheKey(await readFile(file));
+    assert.equal(await fileIdentity(file), identity);
     assert.equal(await readKeyNote(dir, identity), key);
 
     // The note is followed: pointed at an entry whose ids 0 and 1 are swapped, the load decodes 0 as '"'.
@@ -146,16 +163,21 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     await writeFile(file, bytes);
     await utimes(file, st.atime, st.mtime);
     const changed = await fileIdentity(file);
+    assert.ok(changed !== null);
     assert.notEqual(changed, identity);
-    const reloaded = await GatewayTokenizer.load(copy, { cacheDir: dir });
-    assert.equal(await readKeyNote(dir, changed!), tokenizerCacheKey(bytes));
-    assert.equal(reloaded.decode([0]), '!');
-
-    // A note that does not hold one key, or a missing entry behind it, falls back to the file's bytes.
-    await writeFile(join(dir, `${changed!}.key`), 'not a key\n');
-    assert.equal(await readKeyNote(dir, changed!), null);
     assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '!');
-    assert.equal(await readKeyNote(dir, changed!), tokenizerCacheKey(bytes), 'noted again from the bytes');
+    await settled(file);
+    assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '!');
+    assert.equal(await readKeyNote(dir, changed), tokenizerCacheKey(bytes));
+
+    // A note that does not hold one key, or one too large to be a note (read with its size checked first), is no
+    // note; a note whose entry is missing falls back to the file's bytes. Each load then notes the file again.
+    for (const junk of ['not a key\n', 'a'.repeat(64) + ' '.repeat(200), 'e'.repeat(64) + '\n']) {
+      await writeFile(join(dir, `${changed}.key`), junk);
+      assert.equal(await readKeyNote(dir, changed), junk.startsWith('e') ? 'e'.repeat(64) : null, junk.slice(0, 9));
+      assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '!', junk.slice(0, 9));
+      assert.equal(await readKeyNote(dir, changed), tokenizerCacheKey(bytes), `noted again after ${junk.slice(0, 9)}`);
+    }
   });
 
   test(`the directory keeps at most ${MAX_KEY_NOTES} key notes, the one just written among them`, async () => {
