@@ -192,9 +192,11 @@ describe('handshake service', () => {
 
   test('malformed, out-of-order and out-of-range messages are logged, counted and ignored; a real rank joins afterwards', async () => {
     const log = recordingLogger();
-    const { endpoints, link } = await bindLink(4, { logger: log });
+    const { endpoints, link } = await bindLink(6, { logger: log });
     const hs = endpoints.handshake;
-    // One peer (identity) per message: two live peers with one identity would hand the connection over.
+    // One peer (identity) per message: two live peers with one identity would hand the connection over. The real
+    // ranks that join afterwards (4 and 5) use identities no raw peer held: a closed peer leaves the ROUTER in its I/O
+    // thread, after close() returns, and under load a rank dialling with that identity would still find it there.
     await rawAt(hs, id(0)).send(Uint8Array.of(0xc1, 0x00)); // garbage
     await rawAt(hs, id(1)).send(encode({ status: 'GOODBYE', local: true, headless: true, parallel_config_hash: null }));
     await rawAt(hs, id(2)).send([HELLO, Uint8Array.of(0)]); // multi-frame
@@ -203,7 +205,7 @@ describe('handshake service', () => {
       hs,
       Uint8Array.from({ length: 13 }, (_, i) => i + 1),
     ).send(HELLO); // 13-byte identity
-    await rawAt(hs, id(4)).send(HELLO); // index ≥ dpSize
+    await rawAt(hs, id(6)).send(HELLO); // index ≥ dpSize
     await rawAt(hs, id(9)).send(HELLO);
     await rawAt(endpoints.input, id(1)).send(encodeReadyResponse(readyFor(1))); // registration nobody expects
     const expected = {
@@ -224,15 +226,15 @@ describe('handshake service', () => {
       ),
       'names the peer and the problem',
     );
-    assert.ok(lines.some((r) => /engine 9 \(identity 0900\).*engine index 9 is outside 0\.\.3/.test(r.msg)));
+    assert.ok(lines.some((r) => /engine 9 \(identity 0900\).*engine index 9 is outside 0\.\.5/.test(r.msg)));
     assert.equal(link.engines.length, 0, 'nothing took a slot');
     closeRawPeers();
-    const dialers = await Promise.all([dial(hs, 0), dial(hs, 1)]);
+    const dialers = await Promise.all([dial(hs, 4), dial(hs, 5)]);
     await hangGuard(link.whenJoined(2), GUARD_MS, 'real ranks join');
     assert.equal(dialers.length, 2);
     assert.deepEqual(
       link.engines.map((e) => e.engineIndex),
-      [0, 1],
+      [4, 5],
     );
   });
 
