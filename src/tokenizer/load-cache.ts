@@ -4,13 +4,15 @@
  * Why: loading Qwen3's 11 MB tokenizer.json took ~1.4 CPU-s per process on the 2-core dev box (JSON.parse of the
  * file, `@huggingface/tokenizers`' BPE constructor turning a 151k-key vocabulary object and 151k merge strings into
  * Maps, and the garbage both leave), and every gateway, `--workers` front, off-loop tokenizer thread and simulated
- * rank pays it; the test suite starts hundreds of them (issue 27). From the cache a load takes ~0.3 CPU-s.
+ * rank pays it; the test suite starts hundreds of them (issue 27). From the cache a load takes ~0.2 CPU-s.
  *
  * What is kept: tokenizer.json with the model's `vocab` and `merges` emptied (everything else the library and the
  * gateway read: normalizer, pre-tokenizer, decoder, added tokens), the model's id → token array after construction
  * (added tokens written in), the BPE merge-rank keys in rank order, and the token byte bound (./token-bytes.ts,
  * which reads the full vocabulary). A load from the cache builds the library's `Tokenizer` from the emptied JSON and
- * installs the two Maps and the array the BPE constructor would have built (`fillBpeModel`).
+ * installs, in place of the two Maps the BPE constructor would have built, two `StringList`s (./string-list.ts: one
+ * scan of the file's text, no Map and no string per entry), plus the id → token array built on first read
+ * (`fillBpeModel`).
  *
  * Exact by construction: a cache file is written only when rebuilding from it gives the same `tokens_to_ids` and
  * `bpe_ranks` as the library built from the real file (`cacheableParts` checks every entry), else the tokenizer is
@@ -30,8 +32,9 @@
  * Not noticed: bytes changed through a shared memory map whose pages were already dirty (Linux moves the times only
  * when a clean page is first written); after such an edit, delete the notes. At most `MAX_KEY_NOTES` are kept.
  *
- * File layout: a JSON header line (format, key, counts, the emptied tokenizer.json, the bound), then the id → token
- * array and the rank keys, all joined by NUL (no entry may contain one; `cacheableParts` checks).
+ * File layout: a JSON header line (UTF-8: format, key, counts, the emptied tokenizer.json, the bound), then the body in
+ * UTF-16LE (JavaScript's own code units, so every string, lone surrogates included, reads back as it was): the id →
+ * token list and the rank keys, all joined by NUL (no entry may contain one; `cacheableParts` checks).
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
@@ -41,10 +44,11 @@ import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
 import { isJsonObject, readRequiredBytes, type JsonObject } from './model-files.js';
+import { STRING_LIST_MODULE_URL, StringList } from './string-list.js';
 import { TOKEN_BYTES_MODULE_URL, isNormalForm, type NormalForm, type TokenByteBound } from './token-bytes.js';
 
 /** Bumped whenever the file layout or what it holds changes. */
-const FORMAT = 1;
+const FORMAT = 2;
 /** How many cache files the directory keeps (one per distinct tokenizer.json and library version). */
 export const MAX_CACHE_FILES = 8;
 const SUFFIX = '.tokenizer-cache';
@@ -70,19 +74,22 @@ export interface CachedTokenizerParts {
   stub: JsonObject;
   /** The token byte bound of the full tokenizer.json (./token-bytes.ts). */
   bound: TokenByteBound;
-  /** The model's id → token array after construction (added tokens included); dense, index = token id. */
-  vocab: string[];
+  /** The model's id → token list after construction (added tokens included); dense, position = token id. */
+  vocab: StringList;
   /** `bpe_ranks`' keys (JSON pairs of the merged strings) in rank order: key i has rank i. */
-  rankKeys: string[];
+  rankKeys: StringList;
   /** The model's `unk_token_id` as the library set it (looked up before the added tokens joined), or null. */
   unkTokenId: number | null;
 }
 
-/** The BPE model fields the library's constructor builds (`@huggingface/tokenizers` 0.2.0, dist BPE class). */
+/**
+ * The BPE model fields the library's constructor builds (`@huggingface/tokenizers` 0.2.0, dist BPE class); after
+ * `fillBpeModel` the two Maps are `StringList`s, which answer the `get` and `has` the library reads them with.
+ */
 interface BpeModelInternals {
-  tokens_to_ids: Map<string, number>;
+  tokens_to_ids: Map<string, number> | StringList;
   vocab: Array<string | undefined>;
-  bpe_ranks: Map<string, number>;
+  bpe_ranks: Map<string, number> | StringList;
   merges: unknown;
   unk_token?: string;
   unk_token_id?: number | null;
@@ -99,7 +106,7 @@ export function defaultTokenizerCacheDir(): string {
  */
 const CODE_KEY = ((): string => {
   const hash = createHash('sha256').update(`${FORMAT}\0${LIBRARY}\0`);
-  for (const url of [import.meta.url, TOKEN_BYTES_MODULE_URL]) {
+  for (const url of [import.meta.url, TOKEN_BYTES_MODULE_URL, STRING_LIST_MODULE_URL]) {
     try {
       hash.update(readFileSync(fileURLToPath(url)));
     } catch {
@@ -233,20 +240,25 @@ export function cacheableParts(
   const spec = tokenizerJson.model as JsonObject | undefined;
   if (spec?.type !== 'BPE') return null;
   const model = modelOf(inner);
-  const vocab: string[] = [];
+  const { tokens_to_ids: tokensToIds, bpe_ranks: bpeRanks } = model;
+  if (!(tokensToIds instanceof Map) || !(bpeRanks instanceof Map)) return null;
+  const tokens: string[] = [];
   for (let id = 0; id < model.vocab.length; id++) {
     const token = model.vocab[id];
-    if (typeof token !== 'string' || !storable(token)) return null;
-    vocab.push(token);
+    if (typeof token !== 'string' || token.includes('\0')) return null;
+    tokens.push(token);
   }
-  const rebuilt = buildTokensToIds(vocab);
-  if (rebuilt.size !== model.tokens_to_ids.size) return null;
-  for (const [token, id] of model.tokens_to_ids) if (rebuilt.get(token) !== id) return null;
-  const rankKeys: string[] = [];
-  for (const [key, rank] of model.bpe_ranks) {
-    if (rank !== rankKeys.length || !storable(key)) return null;
-    rankKeys.push(key);
+  // The list answers as a Map set in id order would; where the library's Map says otherwise (two ids spelling one
+  // token, the earlier one kept), the entry cannot be rebuilt and is not written.
+  const vocab = StringList.fromStrings(tokens);
+  if (vocab.size !== tokensToIds.size) return null;
+  for (const [token, id] of tokensToIds) if (vocab.get(token) !== id) return null;
+  const keys: string[] = [];
+  for (const [key, rank] of bpeRanks) {
+    if (rank !== keys.length || key.includes('\0')) return null;
+    keys.push(key);
   }
+  const rankKeys = StringList.fromStrings(keys);
   const unk = model.unk_token_id;
   if (unk !== undefined && unk !== null && !Number.isSafeInteger(unk)) return null;
   return {
@@ -258,37 +270,35 @@ export function cacheableParts(
   };
 }
 
-/** A string the file keeps as it is: no NUL (the separator) and no lone surrogate (UTF-8 would turn it into U+FFFD). */
-function storable(s: string): boolean {
-  return !s.includes('\0') && !/[\uD800-\uDBFF](?![\uDC00-\uDFFF])|(?<![\uD800-\uDBFF])[\uDC00-\uDFFF]/.test(s);
-}
-
-function buildTokensToIds(vocab: readonly string[]): Map<string, number> {
-  const map = new Map<string, number>();
-  for (let id = 0; id < vocab.length; id++) map.set(vocab[id]!, id);
-  return map;
-}
-
 /**
- * Installs cached parts into a tokenizer the library built from `parts.stub`: the id → token array,
- * `tokens_to_ids`, `bpe_ranks`, the unknown token's id, and `merges` (built on first read; the library reads it
- * only in its constructor). Call before anything encodes with `inner`.
+ * Installs cached parts into a tokenizer the library built from `parts.stub`: `tokens_to_ids` and `bpe_ranks` (the
+ * two lists, which the library reads only with `get` and `has`), the unknown token's id, and the id → token array and
+ * `merges`, each built on first read (the gateway decodes through its own table, ./token-text-table.ts, and the
+ * library reads `merges` only in its constructor). Call before anything encodes with `inner`.
  */
 export function fillBpeModel(inner: object, parts: CachedTokenizerParts): void {
   const model = modelOf(inner);
-  model.vocab = parts.vocab;
-  model.tokens_to_ids = buildTokensToIds(parts.vocab);
-  const ranks = new Map<string, number>();
-  const keys = parts.rankKeys;
-  for (let rank = 0; rank < keys.length; rank++) ranks.set(keys[rank]!, rank);
-  model.bpe_ranks = ranks;
+  model.tokens_to_ids = parts.vocab;
+  model.bpe_ranks = parts.rankKeys;
   model.unk_token_id = parts.unkTokenId ?? undefined;
-  let merges: unknown[] | null = null;
-  Object.defineProperty(model, 'merges', {
+  lazyProperty(model, 'vocab', () => parts.vocab.toArray());
+  lazyProperty(model, 'merges', () => parts.rankKeys.toArray().map((k) => JSON.parse(k) as unknown));
+}
+
+/** Defines `object[name]` as `make()`'s value, computed on first read; a write replaces it. */
+function lazyProperty(object: object, name: string, make: () => unknown): void {
+  let value: unknown;
+  let made = false;
+  Object.defineProperty(object, name, {
     configurable: true,
     enumerable: true,
-    get: () => (merges ??= keys.map((k) => JSON.parse(k) as unknown)),
-    set: (v: unknown[]) => (merges = v),
+    get: () => {
+      if (!made) [value, made] = [make(), true];
+      return value;
+    },
+    set: (v: unknown) => {
+      [value, made] = [v, true];
+    },
   });
 }
 
@@ -321,8 +331,8 @@ function validHeader(h: unknown, key: string): h is Header {
   return Array.isArray(b.forms) && b.forms.every(isNormalForm);
 }
 
-/** The hash a header's `body` field holds: over its content fields (not `body` itself) and the body. */
-function contentHash(h: Omit<Header, 'body'>, body: string): string {
+/** The hash a header's `body` field holds: over its content fields (not `body` itself) and the body's bytes. */
+function contentHash(h: Omit<Header, 'body'>, body: Uint8Array): string {
   const fields = [h.format, h.key, h.vocab, h.rankKeys, h.unkTokenId, h.stub, h.bound];
   return createHash('sha256').update(JSON.stringify(fields)).update('\n').update(body).digest('hex');
 }
@@ -334,29 +344,31 @@ function contentHash(h: Omit<Header, 'body'>, body: string): string {
 export async function readTokenizerCache(dir: string, key: string): Promise<CachedTokenizerParts | null> {
   if (!safeDirectory(dir)) return null;
   const path = join(dir, key + SUFFIX);
-  let text: string;
+  let bytes: Buffer;
   try {
     // A regular file only: a FIFO or device in its place would block or never end.
     if (!(await lstat(path)).isFile()) return null;
-    text = await readFile(path, 'utf8');
+    bytes = await readFile(path);
   } catch {
     return null;
   }
   try {
-    const nl = text.indexOf('\n');
+    const nl = bytes.indexOf(0x0a);
     if (nl < 0) return null;
-    const h: unknown = JSON.parse(text.slice(0, nl));
+    const h: unknown = JSON.parse(bytes.toString('utf8', 0, nl));
     if (!validHeader(h, key)) return null;
-    const body = text.slice(nl + 1);
-    if (contentHash(h, body) !== h.body) return null;
-    const items = body.split('\0');
-    if (items.length !== h.vocab + h.rankKeys || h.vocab === 0) return null;
+    const body = bytes.subarray(nl + 1);
+    if (body.length % 2 !== 0 || h.vocab === 0 || contentHash(h, body) !== h.body) return null;
+    const text = body.toString('utf16le');
+    const vocab = StringList.parse(text, 0, h.vocab);
+    const rankKeys = vocab === null ? null : StringList.parse(text, vocab.next, h.rankKeys);
+    if (vocab === null || rankKeys === null || rankKeys.next !== text.length) return null;
     const { maxTokenBytes, forms, reason } = h.bound;
     return {
       stub: h.stub,
       bound: { maxTokenBytes: maxTokenBytes ?? Infinity, forms, reason },
-      vocab: items.slice(0, h.vocab),
-      rankKeys: items.slice(h.vocab),
+      vocab: vocab.list,
+      rankKeys: rankKeys.list,
       unkTokenId: h.unkTokenId,
     };
   } catch {
@@ -375,7 +387,10 @@ export async function writeTokenizerCache(dir: string, key: string, parts: Cache
     await mkdir(dir, { recursive: true, mode: 0o700 });
     if (!safeDirectory(dir)) return false;
     const { maxTokenBytes, forms, reason } = parts.bound;
-    const body = parts.vocab.join('\0') + (parts.rankKeys.length > 0 ? '\0' + parts.rankKeys.join('\0') : '');
+    const body = Buffer.from(
+      parts.vocab.joined() + (parts.rankKeys.length > 0 ? '\0' + parts.rankKeys.joined() : ''),
+      'utf16le',
+    );
     const fields: Omit<Header, 'body'> = {
       format: FORMAT,
       key,
@@ -386,7 +401,7 @@ export async function writeTokenizerCache(dir: string, key: string, parts: Cache
       bound: { maxTokenBytes: Number.isFinite(maxTokenBytes) ? maxTokenBytes : null, forms, reason },
     };
     const header: Header = { ...fields, body: contentHash(fields, body) };
-    await writeFile(tmp, JSON.stringify(header) + '\n' + body, { mode: 0o600 });
+    await writeFile(tmp, Buffer.concat([Buffer.from(JSON.stringify(header) + '\n'), body]), { mode: 0o600 });
     await rename(tmp, join(dir, key + SUFFIX));
   } catch {
     await rm(tmp, { force: true }).catch(() => undefined);

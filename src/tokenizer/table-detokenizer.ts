@@ -16,7 +16,7 @@
  */
 import { InvalidTokenIdError } from './errors.js';
 import { REPLACEMENT_CHARACTER, Utf8StreamDecoder } from './utf8-stream.js';
-import { TOKEN_ADDED, TOKEN_SPECIAL, TOKEN_VALID, type TokenTextTable } from './token-text-table.js';
+import { TOKEN_ADDED, TOKEN_SPECIAL, TOKEN_VALID, freshText, type TokenTextTable } from './token-text-table.js';
 
 /**
  * Throws the tokenizer's own InvalidTokenIdError (a RangeError) or TypeError for the first invalid id of `ids`
@@ -88,7 +88,8 @@ export class TableDetokenizer {
         out += utf8.flush() + fresh[id]!;
         continue;
       }
-      const text = utf8.pending ? null : fresh[id]!;
+      let text = utf8.pending ? null : fresh[id];
+      if (text === undefined) text = freshText(this.table, id);
       out += text ?? utf8.write(bytes, byteStart[id]!, byteStart[id + 1]!);
     }
     if (!utf8.pending && out.endsWith(REPLACEMENT_CHARACTER)) {

@@ -37,14 +37,33 @@ export const TOKEN_SPECIAL = 4;
  * - the bytes of a non-added token: `bytes[byteStart[id] .. byteStart[id + 1])`;
  * - `fresh[id]`: the text the token decodes to when no UTF-8 sequence is pending before it and none is pending after
  *   it (the common case: a token of whole characters), so it can be appended without decoding; null when the token
- *   ends inside a character (or starts one it cannot finish). For an added token: its content.
+ *   ends inside a character (or starts one it cannot finish). For an added token: its content, from the start; for
+ *   any other token undefined until {@link freshText} first computes it (a string per token at load was ~40 ms and
+ *   7 MB per process, for the few thousand ids a process ever emits).
  */
 export interface TokenTextTable {
   readonly vocabSize: number;
   readonly flags: Uint8Array;
   readonly byteStart: Uint32Array;
   readonly bytes: Uint8Array;
-  readonly fresh: ReadonlyArray<string | null>;
+  readonly fresh: Array<string | null | undefined>;
+}
+
+/** Reused by {@link freshText}: flushed after every use, so it starts each token fresh. */
+const freshDecoder = new Utf8StreamDecoder();
+
+/**
+ * `table.fresh[id]` for a valid, non-added token id, computed from its bytes and kept on first call.
+ * @returns the token's text, or null when it ends inside a character (or starts one it cannot finish).
+ */
+export function freshText(table: TokenTextTable, id: number): string | null {
+  const known = table.fresh[id];
+  if (known !== undefined) return known;
+  const text = freshDecoder.write(table.bytes, table.byteStart[id]!, table.byteStart[id + 1]!);
+  const value = freshDecoder.pending ? null : text;
+  freshDecoder.flush();
+  table.fresh[id] = value;
+  return value;
 }
 
 /** What {@link buildTokenTextTable} needs from a loaded tokenizer. */
@@ -91,7 +110,7 @@ function hasLoneSurrogate(s: string): boolean {
 
 /**
  * Builds the table of a byte-level BPE tokenizer in two passes over the vocabulary (about 50–70 ms for Qwen3's
- * 151 669 ids once warm, 1 MB of bytes; about 7 MB with the precomputed texts; measured on the dev box). Never throws: a tokenizer it cannot express gives `table: null` and a
+ * 151 669 ids once warm, 1 MB of bytes; measured on the dev box; the texts are computed per id on first use). Never throws: a tokenizer it cannot express gives `table: null` and a
  * `reason` (see the module comment for the conditions).
  */
 export function buildTokenTextTable(source: TokenTextTableSource): TokenTextTableResult {
@@ -134,8 +153,7 @@ export function buildTokenTextTable(source: TokenTextTableSource): TokenTextTabl
 
   const byteStart = new Uint32Array(vocabSize + 1);
   const bytes = new Uint8Array(total);
-  const fresh: (string | null)[] = new Array(vocabSize).fill(null);
-  const utf8 = new Utf8StreamDecoder();
+  const fresh = new Array<string | null | undefined>(vocabSize);
   let at = 0;
   for (let id = 0; id < vocabSize; id++) {
     byteStart[id] = at;
@@ -150,9 +168,6 @@ export function buildTokenTextTable(source: TokenTextTableSource): TokenTextTabl
       if (c >= 0xd800 && c <= 0xdbff) i++; // a pair (no lone surrogates here) is one code point
       bytes[at++] = c < 0x144 ? Math.max(0, byteOf[c]!) : 0;
     }
-    const text = utf8.write(bytes, byteStart[id]!, at);
-    if (!utf8.pending) fresh[id] = text;
-    utf8.flush();
   }
   byteStart[vocabSize] = at;
   return { table: { vocabSize, flags, byteStart, bytes, fresh }, reason: null };

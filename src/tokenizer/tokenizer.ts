@@ -266,7 +266,8 @@ export class GatewayTokenizer {
 
     // The model's id → token array, added tokens written in at their ids: its length is the largest id + 1.
     // (`get_vocab(true)` gives the same answer by building a 151k-entry Map first: ~0.3 CPU-s per load with its GC.)
-    const maxId = (inner as unknown as { model: { vocab: readonly unknown[] } }).model.vocab.length - 1;
+    const maxId =
+      (cached?.vocab.length ?? (inner as unknown as { model: { vocab: readonly unknown[] } }).model.vocab.length) - 1;
 
     const specialIds = collectSpecialIds(inner, tokenizerJson, tokenizerConfig);
 
@@ -314,7 +315,8 @@ export class GatewayTokenizer {
       textTable: buildTokenTextTable({
         tokenizerJson,
         vocabSize: maxId + 1,
-        tokenString: (id) => inner.id_to_token(id),
+        // From the cached list, so the model's id → token array is built only if something reads it.
+        tokenString: cached === null ? (id) => inner.id_to_token(id) : (id) => cached.vocab.at(id),
         isSpecial: (id) => specialIds.has(id),
       }),
     });

@@ -23,15 +23,20 @@ import {
   tokenizerCacheKey,
   writeKeyNote,
   writeTokenizerCache,
+  type CachedTokenizerParts,
 } from '../../src/tokenizer/load-cache.js';
+import { StringList } from '../../src/tokenizer/string-list.js';
+import { TOKEN_VALID, freshText, type TokenTextTable } from '../../src/tokenizer/token-text-table.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { mixedCorpus } from './fixtures.js';
 
 const QWEN3 = GatewayTokenizer.defaultDir();
+/** What the library reads a token → id or pair → rank table with: a Map, or the cache's StringList. */
+type Lookup = { size: number; get(key: string): number | undefined };
 type Bpe = {
-  tokens_to_ids: Map<string, number>;
+  tokens_to_ids: Lookup;
   vocab: string[];
-  bpe_ranks: Map<string, number>;
+  bpe_ranks: Lookup;
   merges: unknown[];
   unk_token_id: number | undefined;
 };
@@ -63,16 +68,38 @@ async function settled(file: string): Promise<void> {
   if (remaining > 0) await delay(remaining);
 }
 
-function assertSameMap(got: Map<string, number>, want: Map<string, number>): void {
+function assertSameMap(got: Lookup, want: Lookup): void {
   assert.equal(got.size, want.size);
+  assert.ok(want instanceof Map);
   for (const [k, v] of want) if (got.get(k) !== v) assert.fail(`${JSON.stringify(k)}: ${got.get(k)} ≠ ${v}`);
+}
+
+/** The same table: the arrays as they are, and every token's text (computed on first use: compared through it). */
+function assertSameTextTable(got: TokenTextTable | null, want: TokenTextTable | null): void {
+  assert.ok(got !== null && want !== null);
+  const { fresh: _g, ...gotArrays } = got;
+  const { fresh: _w, ...wantArrays } = want;
+  assert.deepEqual(gotArrays, wantArrays);
+  for (let id = 0; id < want.vocabSize; id++) {
+    if ((want.flags[id]! & TOKEN_VALID) === 0) continue;
+    const g: string | null = freshText(got, id);
+    const w: string | null = freshText(want, id);
+    if (g !== w) assert.fail(`token ${id}: ${JSON.stringify(g)} ≠ ${JSON.stringify(w)}`);
+  }
+}
+
+/** `parts` with the tokens of ids 0 and 1 swapped. */
+function swapFirstTwo(parts: CachedTokenizerParts): CachedTokenizerParts {
+  const tokens = parts.vocab.toArray();
+  [tokens[0], tokens[1]] = [tokens[1]!, tokens[0]!];
+  return { ...parts, vocab: StringList.fromStrings(tokens) };
 }
 
 function assertSameTokenizer(got: GatewayTokenizer, want: GatewayTokenizer): void {
   assert.equal(got.vocabSize, want.vocabSize);
   assert.deepEqual(got.eosTokenIds, want.eosTokenIds);
   assert.equal(got.maxTokenBytes, want.maxTokenBytes);
-  assert.deepEqual(got.tokenTextTable, want.tokenTextTable);
+  assertSameTextTable(got.tokenTextTable, want.tokenTextTable);
   for (const text of mixedCorpus()) {
     const ids = want.encode(text);
     assert.deepEqual(got.encode(text), ids, JSON.stringify(text));
@@ -112,8 +139,7 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     const parts = await readTokenizerCache(dir, key);
     assert.ok(parts !== null);
     // Swap what ids 0 ('!') and 1 ('"') spell: only a load that used the entry decodes 0 as '"'.
-    [parts.vocab[0], parts.vocab[1]] = [parts.vocab[1]!, parts.vocab[0]!];
-    assert.equal(await writeTokenizerCache(dir, key, parts), true);
+    assert.equal(await writeTokenizerCache(dir, key, swapFirstTwo(parts)), true);
     const swapped = await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
     assert.equal(swapped.decode([0]), '"');
     assert.equal(fresh.decode([0]), '!');
@@ -147,9 +173,8 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     // The note is followed: pointed at an entry whose ids 0 and 1 are swapped, the load decodes 0 as '"'.
     const parts = await readTokenizerCache(dir, key);
     assert.ok(parts !== null);
-    [parts.vocab[0], parts.vocab[1]] = [parts.vocab[1]!, parts.vocab[0]!];
     const other = 'f'.repeat(64);
-    assert.equal(await writeTokenizerCache(dir, other, parts), true);
+    assert.equal(await writeTokenizerCache(dir, other, swapFirstTwo(parts)), true);
     assert.equal(await writeKeyNote(dir, identity, other), true);
     assert.equal((await GatewayTokenizer.load(copy, { cacheDir: dir })).decode([0]), '"');
 
@@ -234,8 +259,8 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     const build = (j: object) => new (Tokenizer as unknown as new (j: object, c: object) => object)(j, {});
     const ok = json({ a: 0, b: 1, ab: 2 }, ['a b']);
     const parts = cacheableParts(build(ok), ok, bound);
-    assert.deepEqual(parts?.vocab, ['a', 'b', 'ab']);
-    assert.deepEqual(parts?.rankKeys, ['["a","b"]']);
+    assert.deepEqual(parts?.vocab.toArray(), ['a', 'b', 'ab']);
+    assert.deepEqual(parts?.rankKeys.toArray(), ['["a","b"]']);
     assert.deepEqual(parts?.stub.model, { type: 'BPE', vocab: {}, merges: [], unk_token: null });
 
     const twice = json({ a: 0, b: 1, ab: 2 }, ['a b', 'a b']);
@@ -253,8 +278,8 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     const parts = {
       stub: { model: { type: 'BPE' }, added_tokens: [] },
       bound: { maxTokenBytes: Infinity, forms: [], reason: 'x' },
-      vocab: ['a'],
-      rankKeys: [],
+      vocab: StringList.fromStrings(['a']),
+      rankKeys: StringList.fromStrings([]),
       unkTokenId: null,
     };
     const keys = Array.from({ length: MAX_CACHE_FILES + 3 }, (_, i) => `k${String(i).padStart(2, '0')}`);
@@ -273,17 +298,26 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     await GatewayTokenizer.load(QWEN3, { cacheDir: dir });
     const key = tokenizerCacheKey(await readFile(join(QWEN3, 'tokenizer.json')));
     const file = join(dir, `${key}.tokenizer-cache`);
-    const good = await readFile(file, 'utf8');
-    const nl = good.indexOf('\n');
-    const header = JSON.parse(good.slice(0, nl)) as Record<string, unknown> & { bound: Record<string, unknown> };
-    const body = good.slice(nl + 1);
-    const withHeader = (h: object, b = body) => `${JSON.stringify(h)}\n${b}`;
-    const bad: Array<[string, string]> = [
-      ['cut by 1 character', good.slice(0, -1)],
-      ['cut by 5 characters', good.slice(0, -5)],
-      ['one character appended', `${good}x`],
-      ['the last merge key altered', good.slice(0, -2) + (good.at(-2) === 'a' ? 'b' : 'a') + good.at(-1)],
-      ['vocab entry 1 altered', withHeader(header, body.replace('"', '#'))],
+    const good = await readFile(file);
+    const nl = good.indexOf(0x0a);
+    const header = JSON.parse(good.toString('utf8', 0, nl)) as Record<string, unknown> & {
+      bound: Record<string, unknown>;
+    };
+    const body = good.subarray(nl + 1);
+    const withHeader = (h: object, b: Uint8Array = body) => Buffer.concat([Buffer.from(`${JSON.stringify(h)}\n`), b]);
+    // The body is UTF-16LE: one character is two bytes.
+    const utf16 = (text: string) => Buffer.from(text, 'utf16le');
+    const lastAltered = Buffer.from(good);
+    lastAltered[lastAltered.length - 2] = lastAltered.at(-2) === 0x61 ? 0x62 : 0x61;
+    const bad: Array<[string, Uint8Array]> = [
+      ['cut by 1 byte (half a character)', good.subarray(0, -1)],
+      ['cut by 1 character', good.subarray(0, -2)],
+      ['cut by 5 characters', good.subarray(0, -10)],
+      ['one byte appended', Buffer.concat([good, Buffer.of(0x78)])],
+      ['one character appended', Buffer.concat([good, utf16('x')])],
+      ['the last merge key altered', lastAltered],
+      ['vocab entry 1 altered', withHeader(header, utf16(body.toString('utf16le').replace('"', '#')))],
+      ['the body read as UTF-8', withHeader(header, Buffer.from(body.toString('utf16le')))],
       ['forms not a list', withHeader({ ...header, bound: { ...header.bound, forms: null } })],
       ['an unknown normal form', withHeader({ ...header, bound: { ...header.bound, forms: ['NFX'] } })],
       ['maxTokenBytes 0', withHeader({ ...header, bound: { ...header.bound, maxTokenBytes: 0 } })],
@@ -304,7 +338,7 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
       // A refused entry means the slow path; every seventh also goes through a whole load (~1.4 CPU-s each).
       if (i % 7 !== 0) continue;
       assertSameTokenizer(await GatewayTokenizer.load(QWEN3, { cacheDir: dir }), fresh);
-      assert.equal(await readFile(file, 'utf8'), good, `${what}: rewritten by the load`);
+      assert.deepEqual(await readFile(file), good, `${what}: rewritten by the load`);
     }
     await rm(file);
     execFileSync('mkfifo', [file]);
@@ -343,7 +377,7 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     }
   });
 
-  test('a token with a lone surrogate is not cached (the file could not keep it)', () => {
+  test('a token with a lone surrogate is cached and reads back as it was (the body is UTF-16)', async () => {
     const bound = { maxTokenBytes: 2, forms: [], reason: null };
     const json = {
       model: { type: 'BPE', vocab: { a: 0, '\ud800': 1, b: 2 }, merges: [], unk_token: null },
@@ -354,7 +388,13 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
       added_tokens: [],
     };
     const built = new (Tokenizer as unknown as new (j: object, c: object) => object)(json, {});
-    assert.equal(cacheableParts(built, json, bound), null);
+    const parts = cacheableParts(built, json, bound);
+    assert.ok(parts !== null);
+    const dir = await cacheDir();
+    assert.equal(await writeTokenizerCache(dir, 'lone', parts), true);
+    const read = await readTokenizerCache(dir, 'lone');
+    assert.deepEqual(read?.vocab.toArray(), ['a', '\ud800', 'b']);
+    assert.equal(read?.vocab.get('\ud800'), 1);
   });
 
   test('temporary files of writers that died are removed once stale; fresh ones stay', async () => {
@@ -368,8 +408,8 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     const parts = {
       stub: { model: { type: 'BPE' }, added_tokens: [] },
       bound: { maxTokenBytes: 1, forms: [], reason: null },
-      vocab: ['a'],
-      rankKeys: [],
+      vocab: StringList.fromStrings(['a']),
+      rankKeys: StringList.fromStrings([]),
       unkTokenId: null,
     };
     for (let i = 0; i < MAX_CACHE_FILES; i++) assert.equal(await writeTokenizerCache(dir, `k${i}`, parts), true);

@@ -8,7 +8,7 @@ import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { IncrementalDetokenizer, createDetokenizer } from '../../src/tokenizer/detokenizer.js';
 import { TableDetokenizer } from '../../src/tokenizer/table-detokenizer.js';
-import { buildTokenTextTable } from '../../src/tokenizer/token-text-table.js';
+import { buildTokenTextTable, freshText } from '../../src/tokenizer/token-text-table.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { Utf8StreamDecoder } from '../../src/tokenizer/utf8-stream.js';
 import { prng } from '../helpers/prng.js';
@@ -75,9 +75,13 @@ describe('TableDetokenizer on Qwen3 equals IncrementalDetokenizer delta for delt
     assert.ok(table !== null, String(tok.tokenTextTableReason));
     assert.equal(tok.tokenTextTableReason, null);
     assert.equal(table.vocabSize, tok.vocabSize);
-    assert.equal(table.fresh[tok.tokenToId('Ġworld')!], ' world');
-    assert.equal(table.fresh[151645], '<|im_end|>');
-    assert.equal(table.fresh[byteTokenId(tok, 0xe4)], null, 'a lead byte alone ends inside a character');
+    const world = tok.tokenToId('Ġworld')!;
+    assert.equal(table.fresh[world], undefined, 'a token text is computed on first use, not at load');
+    assert.equal(freshText(table, world), ' world');
+    assert.equal(table.fresh[world], ' world', 'and kept');
+    assert.equal(table.fresh[151645], '<|im_end|>', 'an added token has its content from the start');
+    assert.equal(freshText(table, byteTokenId(tok, 0xe4)), null, 'a lead byte alone ends inside a character');
+    assert.equal(table.fresh[byteTokenId(tok, 0xe4)], null, 'and null is kept');
     for (const id of [151643, 151645, 151657, 151667, 151668]) {
       assert.equal((table.flags[id]! & 4) !== 0, tok.isSpecialToken(id), `special flag of ${id}`);
       assert.equal(table.flags[id]! & 2, 2, `added flag of ${id}`);
