@@ -137,7 +137,7 @@ export class IncrementalDetokenizer {
   private decodeWindow(): string {
     this.work += this.window.length;
     // Special tokens never reach the window when skipping, so no filtering is needed here.
-    return this.tokenizer.decode(this.window, { skipSpecialTokens: false });
+    return this.tokenizer.decodeWithLibrary(this.window, { skipSpecialTokens: false });
   }
 }
 

@@ -26,6 +26,7 @@ import type { JsonObject, ModelEos, WarningSink } from './model-files.js';
 import { analyzeTokenByteBound, normalizedByteLength } from './token-bytes.js';
 import type { NormalForm, TokenByteBound } from './token-bytes.js';
 import { buildTokenTextTable, type TokenTextTable, type TokenTextTableResult } from './token-text-table.js';
+import { TableDetokenizer } from './table-detokenizer.js';
 import { cacheByteLevelWords } from './pre-token-cache.js';
 import {
   cacheableParts,
@@ -358,9 +359,26 @@ export class GatewayTokenizer {
    * tokens such as Qwen3's `<think>` always appear as their text. Incomplete or invalid UTF-8 decodes to U+FFFD.
    * Tokenization-space clean-up is never applied (streamed text, built by ./detokenizer.ts, equals this byte for
    * byte; gateway.md section 5; vLLM's incremental path does not clean up either).
+   *
+   * With a {@link tokenTextTable} the text comes from the table (./table-detokenizer.ts: its deltas add up to the
+   * library's decode byte for byte; test/tokenizer/table-detokenizer.test.ts checks both against
+   * {@link decodeWithLibrary}); the library's decode reads every token's string, which a tokenizer loaded from the
+   * cache builds for the whole vocabulary on first use (~100 ms for Qwen3, ./load-cache.ts).
    * @throws RangeError naming the index and value of the first id that is not a token id (see {@link validateTokenIds}).
    */
   decode(ids: readonly number[], opts: { skipSpecialTokens?: boolean } = {}): string {
+    if (this.tokenTextTable === null) return this.decodeWithLibrary(ids, opts);
+    const detokenizer = new TableDetokenizer(this.tokenTextTable, (bad) => this.validateTokenIds(bad), opts);
+    return detokenizer.push(ids) + detokenizer.finish();
+  }
+
+  /**
+   * {@link decode} through the tokenizer library itself: special tokens dropped first (with `skipSpecialTokens`,
+   * default true), then the library's one-shot decode without clean-up. The window detokenizer (./detokenizer.ts)
+   * decodes with it, so it is also the reference the table is tested against.
+   * @throws RangeError as {@link decode}.
+   */
+  decodeWithLibrary(ids: readonly number[], opts: { skipSpecialTokens?: boolean } = {}): string {
     this.validateTokenIds(ids);
     const skip = opts.skipSpecialTokens ?? true;
     const kept = skip ? ids.filter((id) => !this.specialIds.has(id)) : ids.slice();
