@@ -11,14 +11,14 @@
  *   one line on stderr, no "listening" line, no stack trace, nothing bound, and L still serving.
  */
 import assert from 'node:assert/strict';
-import { existsSync, mkdirSync, readdirSync } from 'node:fs';
+import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { test } from 'node:test';
 import { freshDir } from '../helpers/async.js';
 import { freePort } from '../helpers/net.js';
 import { simRanksOf } from '../helpers/processes.js';
 import { frontsOf } from './workers-helpers.js';
-import { CLI, NodeProcess, childEnv, get, killAll } from './restart-helpers.js';
+import { CLI, NodeProcess, childEnv, childTmpdir, get, killAll } from './restart-helpers.js';
 
 const SIM_ARGS = ['--sim-arg=--time-scale', '--sim-arg=0', '--sim-arg=--log-level', '--sim-arg=warn'];
 
@@ -38,8 +38,7 @@ test(
   { timeout: 300_000 },
   async () => {
     const { dir, cleanup } = await freshDir('mgw-sockfiles-');
-    mkdirSync(join(dir, 'tmp'));
-    const env = childEnv({ TMPDIR: join(dir, 'tmp') });
+    const env = childEnv({ TMPDIR: childTmpdir(dir) });
     const uid = process.getuid?.() ?? 0;
     const runtime = join(dir, 'tmp', `model-gateway-${uid}`);
     const ops = join(dir, 'ops');

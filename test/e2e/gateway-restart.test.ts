@@ -18,7 +18,7 @@ import { test } from 'node:test';
 import { freshDir, waitFor } from '../helpers/async.js';
 import { freePort } from '../helpers/net.js';
 import { alive } from '../helpers/processes.js';
-import { CLI, NodeProcess, childEnv, get, killAll, post } from './restart-helpers.js';
+import { CLI, NodeProcess, childEnv, childTmpdir, get, killAll, post } from './restart-helpers.js';
 
 const FIXTURE = new URL('./fixtures/keep-running-gateway.ts', import.meta.url);
 const MODEL = 'sim';
@@ -49,8 +49,7 @@ for (const workers of [1, 2]) {
       const { dir, cleanup } = await freshDir('mgw-restart-');
       const statsDir = join(dir, 'stats');
       mkdirSync(statsDir);
-      mkdirSync(join(dir, 'tmp'));
-      const env = childEnv({ TMPDIR: join(dir, 'tmp') });
+      const env = childEnv({ TMPDIR: childTmpdir(dir) });
       const engineUrl = `ipc://${join(dir, 'sockets', 'w')}`;
       const handshake = `tcp://127.0.0.1:${await freePort()}`;
       const [portA, portB] = [await freePort(), await freePort()];
@@ -209,8 +208,7 @@ test(
   { timeout: 240_000 },
   async () => {
     const { dir, cleanup } = await freshDir('mgw-restart-same-');
-    mkdirSync(join(dir, 'tmp'));
-    const env = childEnv({ TMPDIR: join(dir, 'tmp') });
+    const env = childEnv({ TMPDIR: childTmpdir(dir) });
     const options = async () => ({
       engineUrl: `ipc://${join(dir, 'sockets', 'w')}`,
       handshake,
