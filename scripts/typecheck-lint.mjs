@@ -56,7 +56,8 @@ const eslint = new ESLint({
 const results = await eslint.lintFiles(['.']);
 const report = await (await eslint.loadFormatter('stylish')).format(results);
 if (report !== '') process.stdout.write(report);
-const lintErrors = results.reduce((n, r) => n + r.errorCount + r.fatalErrorCount, 0);
+// errorCount includes the fatal (parse) errors.
+const lintErrors = results.reduce((n, r) => n + r.errorCount, 0);
 
 process.stdout.write(`tsc: ${typeErrors} error(s); eslint: ${lintErrors} error(s) in ${results.length} files\n`);
 process.exit(typeErrors > 0 || lintErrors > 0 ? 1 : 0);

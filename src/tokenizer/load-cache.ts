@@ -21,7 +21,9 @@
  * `<runtime dir>/tokenizers` (../runtime-dir.ts, mode 0700, used only when owned by this user and closed to others);
  * writes go to a temporary name and are renamed into place, so concurrent processes never read half a file. At most
  * `MAX_CACHE_FILES` are kept (the least recently written go). Every failure to read or write the cache is silent: the
- * load takes the slow path.
+ * load takes the slow path. The header's content hash catches a damaged file (cut, appended to, altered); it does not
+ * stop a deliberate edit with the hash recomputed, which only this user can make (the directory is theirs alone), as
+ * they could edit the tokenizer files themselves.
  *
  * Key notes: computing the key reads and hashes the 11 MB tokenizer.json (~65 ms of CPU per load, a tenth of a load
  * from the cache). After a load, a small note `<identity>.key` records the key of the file as it was on disk, named by
@@ -324,6 +326,8 @@ function validHeader(h: unknown, key: string): h is Header {
   if (!isJsonObject(h) || h.format !== FORMAT || h.key !== key || typeof h.body !== 'string') return false;
   if (!count(h.vocab) || !count(h.rankKeys) || !(h.unkTokenId === null || count(h.unkTokenId))) return false;
   if (!isJsonObject(h.stub) || !isJsonObject(h.stub.model) || !Array.isArray(h.stub.added_tokens)) return false;
+  // Only BPE models are cached (`cacheableParts`): the lists stand in for a BPE model's tables, no other model's.
+  if (h.stub.model.type !== 'BPE') return false;
   const b = h.bound;
   if (!isJsonObject(b) || !(b.reason === null || typeof b.reason === 'string')) return false;
   if (!(b.maxTokenBytes === null || (Number.isSafeInteger(b.maxTokenBytes) && (b.maxTokenBytes as number) > 0)))

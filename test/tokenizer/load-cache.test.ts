@@ -377,6 +377,21 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     }
   });
 
+  test('an entry whose model is not BPE is refused, even with a matching content hash', async () => {
+    const dir = await cacheDir();
+    const parts = (type: string): CachedTokenizerParts => ({
+      stub: { model: { type }, added_tokens: [] },
+      bound: { maxTokenBytes: 1, forms: [], reason: null },
+      vocab: StringList.fromStrings(['a']),
+      rankKeys: StringList.fromStrings([]),
+      unkTokenId: null,
+    });
+    assert.equal(await writeTokenizerCache(dir, 'bpe', parts('BPE')), true);
+    assert.notEqual(await readTokenizerCache(dir, 'bpe'), null);
+    assert.equal(await writeTokenizerCache(dir, 'wordpiece', parts('WordPiece')), true);
+    assert.equal(await readTokenizerCache(dir, 'wordpiece'), null);
+  });
+
   test('a token with a lone surrogate is cached and reads back as it was (the body is UTF-16)', async () => {
     const bound = { maxTokenBytes: 2, forms: [], reason: null };
     const json = {
