@@ -21,6 +21,7 @@ import { fromWireError, toWireError } from '../../src/fronts/channel/wire-error.
 import { FrontOutboxes, UpOutbox } from '../../src/fronts/channel/outbox.js';
 import { DEFAULT_SAMPLING, type GenerateRequest } from '../../src/protocols/types.js';
 import { ENGINE_ERROR_STATUS, statusForEngineError } from '../../src/server/errors.js';
+import { waitFor } from '../helpers/async.js';
 
 const request: GenerateRequest = {
   requestId: 'chatcmpl-1',
@@ -444,41 +445,50 @@ test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAI
     },
     (key) => stuck.push(key),
   );
-  const a = boxes.open(1);
-  const b = boxes.open(2);
-  const row = {
-    newTokenIds: [1],
-    finishReason: null,
-    promptTokens: 1,
-    completionTokens: 1,
-    cachedTokens: 0,
-    logprobs: [],
-  };
-  boxes.message(a).out(1, row);
-  boxes.message(a).out(2, row);
-  boxes.message(b).out(3, row);
-  await new Promise((r) => setImmediate(r));
-  await new Promise((r) => setImmediate(r));
-  assert.deepEqual(sent, [[2, [3]]], 'front 2 served while front 1 refuses');
-  assert.ok(boxes.queuedBytes(1) > 0);
-  boxes.message(a).out(4, row);
-  boxes.push(2, { tag: Tag.SUBMITTED, handle: 5, engineIndex: 0 });
-  await new Promise((r) => setImmediate(r));
-  refuse = false;
-  await new Promise((r) => setTimeout(r, 80));
-  assert.deepEqual(
-    sent,
-    [
-      [2, [3]],
-      [2, [5]],
-      [1, [1, 2]],
-      [1, [4]],
-    ],
-    'front 1 gets its messages in order once it reads',
-  );
-  assert.equal(boxes.queuedBytes(1), 0);
-  assert.deepEqual(stuck, []);
-  boxes.close();
+  // Closed also when an assertion fails: a refusing lane retries on a timer and would keep the file alive.
+  try {
+    const a = boxes.open(1);
+    const b = boxes.open(2);
+    const row = {
+      newTokenIds: [1],
+      finishReason: null,
+      promptTokens: 1,
+      completionTokens: 1,
+      cachedTokens: 0,
+      logprobs: [],
+    };
+    boxes.message(a).out(1, row);
+    boxes.message(a).out(2, row);
+    boxes.message(b).out(3, row);
+    await new Promise((r) => setImmediate(r));
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(sent, [[2, [3]]], 'front 2 served while front 1 refuses');
+    assert.ok(boxes.queuedBytes(1) > 0);
+    boxes.message(a).out(4, row);
+    boxes.push(2, { tag: Tag.SUBMITTED, handle: 5, engineIndex: 0 });
+    await new Promise((r) => setImmediate(r));
+    refuse = false;
+    await waitFor(
+      () => sent.length >= 4,
+      'front 1 reads again',
+      30_000,
+      () => sent,
+    );
+    assert.deepEqual(
+      sent,
+      [
+        [2, [3]],
+        [2, [5]],
+        [1, [1, 2]],
+        [1, [4]],
+      ],
+      'front 1 gets its messages in order once it reads',
+    );
+    assert.equal(boxes.queuedBytes(1), 0);
+    assert.deepEqual(stuck, []);
+  } finally {
+    boxes.close();
+  }
 });
 
 test('FrontOutboxes: a front refusing for stuckAfterMs, over its byte limit, or unreachable is reported stuck once and sends nothing more', async () => {
@@ -502,27 +512,34 @@ test('FrontOutboxes: a front refusing for stuckAfterMs, over its byte limit, or 
     cachedTokens: 0,
     logprobs: [-1, -2, -3],
   };
-  const slow = boxes.open(1);
-  const big = boxes.open(2);
-  const gone = boxes.open(3);
-  boxes.message(slow).out(1, row);
-  for (let i = 0; i < 10; i++) boxes.message(big).out(i, row);
-  boxes.message(gone).out(1, row);
-  await new Promise((r) => setTimeout(r, 20));
-  assert.deepEqual(
-    stuck.map((s) => s.split(':')[0]),
-    ['2', '3'],
-    'over the byte limit and unreachable: stuck at once',
-  );
-  assert.ok((attempts.get(1) ?? 0) >= 2, 'the refused front is retried');
-  now = 1500;
-  await new Promise((r) => setTimeout(r, 120));
-  assert.equal(stuck.length, 3);
-  assert.match(stuck[2]!, /^1: front 1 took no message for 1500 ms/);
-  const tries = attempts.get(1);
-  boxes.message(slow).out(2, row);
-  await new Promise((r) => setTimeout(r, 60));
-  assert.equal(attempts.get(1), tries, 'a stuck lane sends nothing more');
-  assert.equal(boxes.queuedBytes(1), 0, 'and holds nothing');
-  boxes.close();
+  const state = () => ({ stuck, attempts: [...attempts] });
+  // Closed also when an assertion fails: a refusing lane retries on a timer and would keep the file alive.
+  try {
+    const slow = boxes.open(1);
+    const big = boxes.open(2);
+    const gone = boxes.open(3);
+    boxes.message(slow).out(1, row);
+    for (let i = 0; i < 10; i++) boxes.message(big).out(i, row);
+    boxes.message(gone).out(1, row);
+    // The clock stands at 0, so front 1 cannot be stuck yet, however long this takes.
+    await waitFor(() => stuck.length >= 2 && (attempts.get(1) ?? 0) >= 2, 'fronts 2 and 3 stuck', 30_000, state);
+    assert.deepEqual(
+      stuck.map((s) => s.split(':')[0]),
+      ['2', '3'],
+      'over the byte limit and unreachable: stuck at once',
+    );
+    assert.ok((attempts.get(1) ?? 0) >= 2, 'the refused front is retried');
+    now = 1500;
+    await waitFor(() => stuck.length >= 3, 'front 1 stuck once its refusals last stuckAfterMs', 30_000, state);
+    assert.equal(stuck.length, 3);
+    assert.match(stuck[2]!, /^1: front 1 took no message for 1500 ms/);
+    const tries = attempts.get(1);
+    boxes.message(slow).out(2, row);
+    // Nothing to wait for here: a retry would come within RETRY_MAX_MS (16 ms) of the last one.
+    await new Promise((r) => setTimeout(r, 60));
+    assert.equal(attempts.get(1), tries, 'a stuck lane sends nothing more');
+    assert.equal(boxes.queuedBytes(1), 0, 'and holds nothing');
+  } finally {
+    boxes.close();
+  }
 });
