@@ -82,7 +82,14 @@ test('close() while the gate is paused ends outputs(), resolves (no hang) and re
   gate.pause();
   await dialer.sendOutput(Uint8Array.of(2)); // completes the receive in progress; the next one waits on the gate
   await dialer.sendOutput(Uint8Array.of(3));
-  await sleep(100);
+  // Under load the loop may take a while to get there: wait for it (a hang guard, not a timing assertion).
+  await hangGuard(
+    (async () => {
+      while (gate.waiting === 0) await sleep(5);
+    })(),
+    GUARD_MS,
+    'the receive loop reaching the gate',
+  );
   assert.equal(gate.waiting, 1, 'the receive loop waits on the gate');
   await hangGuard(link.close(), GUARD_MS, 'close() while paused');
   await hangGuard(reading, GUARD_MS, 'outputs() end while paused');
