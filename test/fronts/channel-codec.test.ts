@@ -287,16 +287,19 @@ test('DownMessage: OUT rows written in place are the msgpack list of records any
   assert.deepEqual(back[42], { tag: Tag.GRANT, ticket: 2, granted: true, max: 0 });
 });
 
+/** An output row of one token, no logprobs. */
+const ONE_TOKEN_ROW = {
+  newTokenIds: [1],
+  finishReason: null,
+  promptTokens: 1,
+  completionTokens: 1,
+  cachedTokens: 0,
+  logprobs: [],
+};
+
 test('DownMessage: a row that cannot be encoded throws and leaves the message as it was', () => {
   const m = new DownMessage();
-  const ok = {
-    newTokenIds: [1],
-    finishReason: null,
-    promptTokens: 1,
-    completionTokens: 1,
-    cachedTokens: 0,
-    logprobs: [],
-  };
+  const ok = ONE_TOKEN_ROW;
   m.out(1, ok);
   for (const bad of [
     { ...ok, newTokenIds: [1, 2.5] },
@@ -449,14 +452,7 @@ test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAI
   try {
     const a = boxes.open(1);
     const b = boxes.open(2);
-    const row = {
-      newTokenIds: [1],
-      finishReason: null,
-      promptTokens: 1,
-      completionTokens: 1,
-      cachedTokens: 0,
-      logprobs: [],
-    };
+    const row = ONE_TOKEN_ROW;
     boxes.message(a).out(1, row);
     boxes.message(a).out(2, row);
     boxes.message(b).out(3, row);
