@@ -185,6 +185,20 @@ describe('TableDetokenizer on Qwen3 equals IncrementalDetokenizer delta for delt
   });
 });
 
+describe('GatewayTokenizer.decode with a table', () => {
+  test('decodes from the table, never through the library (whose decode builds the whole vocabulary)', async () => {
+    const tok = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
+    const inner = (tok as unknown as { inner: { decode: (...a: unknown[]) => string } }).inner;
+    const ids = [...tok.encode('Hello 你好 🤖'), 151645];
+    const want = tok.decodeWithLibrary(ids, { skipSpecialTokens: false });
+    inner.decode = () => assert.fail('the library decode was called');
+    assert.equal(tok.decode(ids, { skipSpecialTokens: false }), want);
+    assert.equal(tok.decode(ids), want.replace('<|im_end|>', ''));
+    assert.throws(() => tok.decodeWithLibrary(ids), /the library decode was called/);
+    assert.throws(() => tok.decode([1, -1]), { name: 'InvalidTokenIdError', message: /index 1/ });
+  });
+});
+
 describe('tokenizers the table cannot express', () => {
   test('a SentencePiece byte-fallback decoder chain falls back to the window detokenizer', async () => {
     const tok = await GatewayTokenizer.load(await makeTempDir(sentencePieceFiles()));
