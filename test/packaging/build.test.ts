@@ -23,11 +23,14 @@ before(
       execFile(
         process.execPath,
         // --noCheck: emit only (npm test type-checks everything first), so the build fits the file's time budget.
+        // --noResolve: the packages' type declarations are not read either (~25 % less CPU); with isolatedModules and
+        // verbatimModuleSyntax each file's output depends on that file alone, so it is the same output.
         [
           fileURLToPath(new URL('../../node_modules/typescript/bin/tsc', import.meta.url)),
           '-p',
           'tsconfig.build.json',
           '--noCheck',
+          '--noResolve',
           '--outDir',
           out,
         ],
