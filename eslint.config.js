@@ -1,6 +1,6 @@
 // ESLint (flat config): typescript-eslint's recommended rules for every TypeScript file, plus the type-aware rules that
 // guard this code base's async discipline (a promise neither awaited nor voided, a promise where a callback's result is
-// expected). Formatting is prettier's (eslint-config-prettier turns off the rules that would fight it).
+// expected). Formatting is oxfmt's (prettier's style; eslint-config-prettier turns off the rules that would fight it).
 import js from '@eslint/js';
 import prettier from 'eslint-config-prettier';
 import tseslint from 'typescript-eslint';

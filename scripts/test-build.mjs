@@ -153,8 +153,9 @@ async function bundleTests(root, out, tests) {
     bundle: true,
     splitting: true,
     chunkNames: 'test/_chunks/[name]-[hash]',
-    // playwright-core reads files beside its own (__dirname), which a bundle cannot keep.
-    external: [...EXTERNAL_PACKAGES, 'playwright-core'],
+    // playwright-core reads files beside its own (__dirname), which a bundle cannot keep; oxfmt loads its native
+    // binding and optional formatters on demand.
+    external: [...EXTERNAL_PACKAGES, 'playwright-core', 'oxfmt'],
     format: 'esm',
     platform: 'node',
     target: 'node20',

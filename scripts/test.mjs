@@ -3,7 +3,7 @@
  * `npm test`: every check of the repository, as phases run side by side (issue 27: the suite in minutes on a 2-core
  * machine), each to its end whatever the others do, so one phase's failure never hides another's result:
  * - static: `tsc --noEmit` and `eslint .` (scripts/typecheck-lint.mjs, one program for both), then
- *   `prettier --check .`, one after another (one core);
+ *   `oxfmt --check .`, one after another (one core);
  * - tests: every `test/**\/*.test.ts` file, files run concurrently (`--test-concurrency`; each e2e file owns its ports,
  *   ipc paths and temp folders), the one-process gateway where a file starts one;
  *   both test phases run the transpiled copy of the repository (./test-build.mjs, built first: plain node in every
@@ -95,7 +95,7 @@ const phases = [
     steps: [
       // tsc --noEmit and eslint . on one TypeScript program (~30 CPU-s less than apart).
       [process.execPath, join(root, 'scripts', 'typecheck-lint.mjs')],
-      [process.execPath, bin('prettier', 'bin/prettier.cjs'), '--check', '--log-level', 'warn', '.'],
+      [process.execPath, bin('oxfmt', 'bin/oxfmt'), '--check', '.'],
     ],
   },
   { name: 'tests', argv: [...nodeTest(concurrency), ...targets.map(js)], transpiled: true },

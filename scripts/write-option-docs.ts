@@ -1,7 +1,7 @@
 /**
  * Writes the option tables of docs/configuration.md from the option table (src/serve-options.ts
  * `renderOptionTables`), between the page's `<!-- options:begin -->` and `<!-- options:end -->` markers, formatted by
- * prettier as the rest of the repository. Run with `npm run docs:options` after changing an option;
+ * oxfmt as the rest of the repository. Run with `npm run docs:options` after changing an option;
  * test/cli/options-table.test.ts fails while the page is stale.
  */
 import { readFileSync, writeFileSync } from 'node:fs';

@@ -40,7 +40,15 @@ export interface ResponseSink {
 }
 
 type State =
-  'idle' | 'head' | 'chunk-size' | 'chunk-data' | 'chunk-cr' | 'chunk-lf' | 'trailer' | 'length' | 'until-close';
+  | 'idle'
+  | 'head'
+  | 'chunk-size'
+  | 'chunk-data'
+  | 'chunk-cr'
+  | 'chunk-lf'
+  | 'trailer'
+  | 'length'
+  | 'until-close';
 
 const CR = 0x0d;
 const LF = 0x0a;

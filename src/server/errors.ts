@@ -9,7 +9,11 @@ import { EngineClientError, type EngineClientErrorKind } from '../engine-client/
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
-  'invalid_request_error' | 'not_found_error' | 'requests' | 'server_error' | 'service_unavailable_error';
+  | 'invalid_request_error'
+  | 'not_found_error'
+  | 'requests'
+  | 'server_error'
+  | 'service_unavailable_error';
 
 /** The JSON body of every error response (and of a mid-stream SSE error event). */
 export interface OpenAIErrorBody {

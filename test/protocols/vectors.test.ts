@@ -330,7 +330,8 @@ function kindHandler(v: Vector): { title: string; run: () => void } {
           }
           // The engine's admission decision (4.5-4.6) for this request, as the vector's verified outcome says.
           const verified = v.verified as
-            { engine_outcome?: string; recv_socket_config?: Record<string, unknown> } | undefined;
+            | { engine_outcome?: string; recv_socket_config?: Record<string, unknown> }
+            | undefined;
           if (verified?.engine_outcome !== undefined) {
             const config = verified.recv_socket_config ?? {};
             const error = engineAdmissionError(req, {

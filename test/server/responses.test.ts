@@ -245,7 +245,8 @@ describe('POST /v1/responses', () => {
     // output_item.done and in the final response event.
     assert.equal(r.output[0].status, 'incomplete', JSON.stringify(r.output));
     const itemDone = stream.find((e) => e.type === 'response.output_item.done') as
-      { item: { status: string } } | undefined;
+      | { item: { status: string } }
+      | undefined;
     assert.equal(itemDone?.item.status, 'incomplete');
     assert.equal(
       (stream.at(-1) as { response: { output: Array<{ status: string }> } }).response.output[0]!.status,

@@ -136,7 +136,8 @@ export type DownRecord =
 
 /** A router record as `decodeDown` returns it: an OUT record carries a `DecodedOutput`. */
 export type ReceivedRecord =
-  Exclude<DownRecord, { tag: typeof Tag.OUT }> | { tag: typeof Tag.OUT; handle: number; output: DecodedOutput };
+  | Exclude<DownRecord, { tag: typeof Tag.OUT }>
+  | { tag: typeof Tag.OUT; handle: number; output: DecodedOutput };
 
 /** A channel message that is not a list of well-formed records. */
 export class ChannelDecodeError extends Error {
