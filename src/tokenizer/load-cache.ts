@@ -4,15 +4,15 @@
  * Why: loading Qwen3's 11 MB tokenizer.json took ~1.4 CPU-s per process on the 2-core dev box (JSON.parse of the
  * file, `@huggingface/tokenizers`' BPE constructor turning a 151k-key vocabulary object and 151k merge strings into
  * Maps, and the garbage both leave), and every gateway, `--workers` front, off-loop tokenizer thread and simulated
- * rank pays it; the test suite starts hundreds of them (issue 27). From the cache a load takes ~0.2 CPU-s.
+ * rank pays it; the test suite starts hundreds of them (issue 27). From the cache a load takes ~0.15 CPU-s.
  *
  * What is kept: tokenizer.json with the model's `vocab` and `merges` emptied (everything else the library and the
  * gateway read: normalizer, pre-tokenizer, decoder, added tokens), the model's id → token array after construction
  * (added tokens written in), the BPE merge-rank keys in rank order, and the token byte bound (./token-bytes.ts,
  * which reads the full vocabulary). A load from the cache builds the library's `Tokenizer` from the emptied JSON and
- * installs, in place of the two Maps the BPE constructor would have built, two `StringList`s (./string-list.ts: one
- * scan of the file's text, no Map and no string per entry), plus the id → token array built on first read
- * (`fillBpeModel`).
+ * installs, in place of the two Maps the BPE constructor would have built, two `StringList`s (./string-list.ts: no
+ * Map and no string per entry; their hash index is in the file too, so a load neither hashes an item nor fills an
+ * index), plus the id → token array built on first read (`fillBpeModel`).
  *
  * Exact by construction: a cache file is written only when rebuilding from it gives the same `tokens_to_ids` and
  * `bpe_ranks` as the library built from the real file (`cacheableParts` checks every entry), else the tokenizer is
@@ -34,23 +34,26 @@
  * Not noticed: bytes changed through a shared memory map whose pages were already dirty (Linux moves the times only
  * when a clean page is first written); after such an edit, delete the notes. At most `MAX_KEY_NOTES` are kept.
  *
- * File layout: a JSON header line (UTF-8: format, key, counts, the emptied tokenizer.json, the bound), then the body in
- * UTF-16LE (JavaScript's own code units, so every string, lone surrogates included, reads back as it was): the id →
- * token list and the rank keys, all joined by NUL (no entry may contain one; `cacheableParts` checks).
+ * File layout: a JSON header line (UTF-8: format, key, counts, the emptied tokenizer.json, the bound), then the body:
+ * the texts of the id → token list and of the rank keys, each joined by NUL (no entry may contain one;
+ * `cacheableParts` checks), in UTF-16LE (JavaScript's own code units, so every string, lone surrogates included, reads
+ * back as it was); then each list's index arrays (`StringListIndex`: starts, hashes, slots) in the host's byte order,
+ * which is part of the key.
  */
 import { createHash, randomBytes } from 'node:crypto';
 import { readFileSync } from 'node:fs';
 import { lstat, mkdir, readdir, readFile, rename, rm, stat, writeFile } from 'node:fs/promises';
 import { createRequire } from 'node:module';
+import { endianness } from 'node:os';
 import { basename, dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { gatewayRuntimeDir, safeDirectory } from '../runtime-dir.js';
 import { isJsonObject, readRequiredBytes, type JsonObject } from './model-files.js';
-import { STRING_LIST_MODULE_URL, StringList } from './string-list.js';
+import { STRING_LIST_MODULE_URL, StringList, slotCount, type StringListIndex } from './string-list.js';
 import { TOKEN_BYTES_MODULE_URL, isNormalForm, type NormalForm, type TokenByteBound } from './token-bytes.js';
 
 /** Bumped whenever the file layout or what it holds changes. */
-const FORMAT = 2;
+const FORMAT = 3;
 /** How many cache files the directory keeps (one per distinct tokenizer.json and library version). */
 export const MAX_CACHE_FILES = 8;
 const SUFFIX = '.tokenizer-cache';
@@ -103,11 +106,12 @@ export function defaultTokenizerCacheDir(): string {
 }
 
 /**
- * What besides tokenizer.json decides an entry's content: the format, the library version, and the source of this
- * module and of ./token-bytes.ts (whose byte bound is cached), so a change to either code never reads an old entry.
+ * What besides tokenizer.json decides an entry's content: the format, the library version, the host's byte order (the
+ * index arrays are stored in it), and the source of this module, ./token-bytes.ts (whose byte bound is cached) and
+ * ./string-list.ts (whose index is stored), so a change to that code never reads an old entry.
  */
 const CODE_KEY = ((): string => {
-  const hash = createHash('sha256').update(`${FORMAT}\0${LIBRARY}\0`);
+  const hash = createHash('sha256').update(`${FORMAT}\0${LIBRARY}\0${endianness()}\0`);
   for (const url of [import.meta.url, TOKEN_BYTES_MODULE_URL, STRING_LIST_MODULE_URL]) {
     try {
       hash.update(readFileSync(fileURLToPath(url)));
@@ -307,8 +311,15 @@ function lazyProperty(object: object, name: string, make: () => unknown): void {
 interface Header {
   format: number;
   key: string;
+  /** Items of each list. */
   vocab: number;
   rankKeys: number;
+  /** UTF-16 code units of each list's text. */
+  vocabChars: number;
+  rankKeysChars: number;
+  /** Distinct items of each list (`StringListIndex.size`). */
+  vocabDistinct: number;
+  rankKeysDistinct: number;
   unkTokenId: number | null;
   /**
    * sha256 (hex) over the other header fields and the body (everything after the header line), so a truncated or
@@ -325,6 +336,7 @@ const count = (v: unknown): v is number => Number.isSafeInteger(v) && (v as numb
 function validHeader(h: unknown, key: string): h is Header {
   if (!isJsonObject(h) || h.format !== FORMAT || h.key !== key || typeof h.body !== 'string') return false;
   if (!count(h.vocab) || !count(h.rankKeys) || !(h.unkTokenId === null || count(h.unkTokenId))) return false;
+  if (![h.vocabChars, h.rankKeysChars, h.vocabDistinct, h.rankKeysDistinct].every(count)) return false;
   if (!isJsonObject(h.stub) || !isJsonObject(h.stub.model) || !Array.isArray(h.stub.added_tokens)) return false;
   // Only BPE models are cached (`cacheableParts`): the lists stand in for a BPE model's tables, no other model's.
   if (h.stub.model.type !== 'BPE') return false;
@@ -337,7 +349,19 @@ function validHeader(h: unknown, key: string): h is Header {
 
 /** The hash a header's `body` field holds: over its content fields (not `body` itself) and the body's bytes. */
 function contentHash(h: Omit<Header, 'body'>, body: Uint8Array): string {
-  const fields = [h.format, h.key, h.vocab, h.rankKeys, h.unkTokenId, h.stub, h.bound];
+  const fields = [
+    h.format,
+    h.key,
+    h.vocab,
+    h.rankKeys,
+    h.vocabChars,
+    h.rankKeysChars,
+    h.vocabDistinct,
+    h.rankKeysDistinct,
+    h.unkTokenId,
+    h.stub,
+    h.bound,
+  ];
   return createHash('sha256').update(JSON.stringify(fields)).update('\n').update(body).digest('hex');
 }
 
@@ -362,22 +386,55 @@ export async function readTokenizerCache(dir: string, key: string): Promise<Cach
     const h: unknown = JSON.parse(bytes.toString('utf8', 0, nl));
     if (!validHeader(h, key)) return null;
     const body = bytes.subarray(nl + 1);
-    if (body.length % 2 !== 0 || h.vocab === 0 || contentHash(h, body) !== h.body) return null;
-    const text = body.toString('utf16le');
-    const vocab = StringList.parse(text, 0, h.vocab);
-    const rankKeys = vocab === null ? null : StringList.parse(text, vocab.next, h.rankKeys);
-    if (vocab === null || rankKeys === null || rankKeys.next !== text.length) return null;
+    const textBytes = 2 * (h.vocabChars + h.rankKeysChars);
+    const indexBytes = indexByteLength(h.vocab) + indexByteLength(h.rankKeys);
+    if (body.length !== textBytes + indexBytes || h.vocab === 0 || contentHash(h, body) !== h.body) return null;
+    const text = body.toString('utf16le', 0, textBytes);
+    const vocabEnd = textBytes + indexByteLength(h.vocab);
+    const vocab = StringList.fromIndex(
+      text.slice(0, h.vocabChars),
+      readIndex(body.subarray(textBytes, vocabEnd), h.vocab, h.vocabDistinct),
+    );
+    const rankKeys = StringList.fromIndex(
+      text.slice(h.vocabChars),
+      readIndex(body.subarray(vocabEnd), h.rankKeys, h.rankKeysDistinct),
+    );
+    if (vocab === null || rankKeys === null) return null;
     const { maxTokenBytes, forms, reason } = h.bound;
     return {
       stub: h.stub,
       bound: { maxTokenBytes: maxTokenBytes ?? Infinity, forms, reason },
-      vocab: vocab.list,
-      rankKeys: rankKeys.list,
+      vocab,
+      rankKeys,
       unkTokenId: h.unkTokenId,
     };
   } catch {
     return null;
   }
+}
+
+/** Bytes of a `length`-item list's index arrays in the file: starts (length + 1), hashes (length), slots; 4 each. */
+function indexByteLength(length: number): number {
+  return 4 * (2 * length + 1 + slotCount(length));
+}
+
+/** A list's index arrays as the file stores them (`indexByteLength(length)` bytes of `bytes`), copied out. */
+function readIndex(bytes: Uint8Array, length: number, size: number): StringListIndex {
+  // Copied: a typed array over the file's buffer would need the section 4-byte aligned.
+  const starts = new Uint32Array(length + 1);
+  const hashes = new Int32Array(length);
+  const slots = new Int32Array(slotCount(length));
+  let at = 0;
+  for (const array of [starts, hashes, slots]) {
+    new Uint8Array(array.buffer).set(bytes.subarray(at, at + array.byteLength));
+    at += array.byteLength;
+  }
+  return { starts, hashes, slots, size };
+}
+
+/** A list's index arrays as the file stores them. */
+function indexBytes(index: StringListIndex): Buffer[] {
+  return [index.starts, index.hashes, index.slots].map((a) => Buffer.from(a.buffer, a.byteOffset, a.byteLength));
 }
 
 /**
@@ -391,15 +448,22 @@ export async function writeTokenizerCache(dir: string, key: string, parts: Cache
     await mkdir(dir, { recursive: true, mode: 0o700 });
     if (!safeDirectory(dir)) return false;
     const { maxTokenBytes, forms, reason } = parts.bound;
-    const body = Buffer.from(
-      parts.vocab.joined() + (parts.rankKeys.length > 0 ? '\0' + parts.rankKeys.joined() : ''),
-      'utf16le',
-    );
+    const [vocabText, rankKeysText] = [parts.vocab.joined(), parts.rankKeys.joined()];
+    const [vocabIndex, rankKeysIndex] = [parts.vocab.indexArrays(), parts.rankKeys.indexArrays()];
+    const body = Buffer.concat([
+      Buffer.from(vocabText + rankKeysText, 'utf16le'),
+      ...indexBytes(vocabIndex),
+      ...indexBytes(rankKeysIndex),
+    ]);
     const fields: Omit<Header, 'body'> = {
       format: FORMAT,
       key,
       vocab: parts.vocab.length,
       rankKeys: parts.rankKeys.length,
+      vocabChars: vocabText.length,
+      rankKeysChars: rankKeysText.length,
+      vocabDistinct: vocabIndex.size,
+      rankKeysDistinct: rankKeysIndex.size,
       unkTokenId: parts.unkTokenId,
       stub: parts.stub,
       bound: { maxTokenBytes: Number.isFinite(maxTokenBytes) ? maxTokenBytes : null, forms, reason },

@@ -305,17 +305,24 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     };
     const body = good.subarray(nl + 1);
     const withHeader = (h: object, b: Uint8Array = body) => Buffer.concat([Buffer.from(`${JSON.stringify(h)}\n`), b]);
-    // The body is UTF-16LE: one character is two bytes.
+    // The texts are UTF-16LE: one character is two bytes.
     const utf16 = (text: string) => Buffer.from(text, 'utf16le');
-    const lastAltered = Buffer.from(good);
-    lastAltered[lastAltered.length - 2] = lastAltered.at(-2) === 0x61 ? 0x62 : 0x61;
+    const altered = (at: number): Buffer => {
+      const copy = Buffer.from(good);
+      copy[at] = copy[at] === 0x61 ? 0x62 : 0x61;
+      return copy;
+    };
+    // The body: the two lists' texts (UTF-16LE), then their index arrays.
+    const textEnd = nl + 1 + 2 * ((header.vocabChars as number) + (header.rankKeysChars as number));
     const bad: Array<[string, Uint8Array]> = [
-      ['cut by 1 byte (half a character)', good.subarray(0, -1)],
-      ['cut by 1 character', good.subarray(0, -2)],
-      ['cut by 5 characters', good.subarray(0, -10)],
+      ['cut by 1 byte', good.subarray(0, -1)],
+      ['cut by 2 bytes', good.subarray(0, -2)],
+      ['cut by 10 bytes', good.subarray(0, -10)],
       ['one byte appended', Buffer.concat([good, Buffer.of(0x78)])],
-      ['one character appended', Buffer.concat([good, utf16('x')])],
-      ['the last merge key altered', lastAltered],
+      ['two bytes appended', Buffer.concat([good, utf16('x')])],
+      ['the last merge key altered', altered(textEnd - 2)],
+      ["a byte of the vocabulary's index altered", altered(textEnd + 4 * 1000)],
+      ["the last byte of the merge ranks' index altered", altered(good.length - 1)],
       ['vocab entry 1 altered', withHeader(header, utf16(body.toString('utf16le').replace('"', '#')))],
       ['the body read as UTF-8', withHeader(header, Buffer.from(body.toString('utf16le')))],
       ['forms not a list', withHeader({ ...header, bound: { ...header.bound, forms: null } })],
@@ -330,6 +337,15 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
         withHeader({ ...header, vocab: (header.vocab as number) + 5, rankKeys: (header.rankKeys as number) - 5 }),
       ],
       ['a negative count', withHeader({ ...header, rankKeys: -1 })],
+      [
+        'text lengths shifted',
+        withHeader({
+          ...header,
+          vocabChars: (header.vocabChars as number) + 1,
+          rankKeysChars: (header.rankKeysChars as number) - 1,
+        }),
+      ],
+      ['a distinct count off by one', withHeader({ ...header, vocabDistinct: (header.vocabDistinct as number) - 1 })],
       ['an unknown-token id that is not an id', withHeader({ ...header, unkTokenId: 'x' })],
     ];
     for (const [i, [what, text]] of bad.entries()) {

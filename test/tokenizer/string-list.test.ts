@@ -5,7 +5,7 @@
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { StringList } from '../../src/tokenizer/string-list.js';
+import { StringList, slotCount, type StringListIndex } from '../../src/tokenizer/string-list.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { prng } from '../helpers/prng.js';
 
@@ -93,6 +93,85 @@ describe('StringList', () => {
     }
   });
 
+  test('fromIndex rebuilds a list from its text and index arrays: the same answers, every item', () => {
+    const random = prng(29);
+    const lists: string[][] = [
+      [],
+      ['only'],
+      [''],
+      ['a', ''],
+      ['', 'a', ''],
+      ['a', 'b', 'a', 'c', 'b', 'a'],
+      ['\ud800', '😀', '中文', 'Ġthe'],
+    ];
+    for (let round = 0; round < 10; round++) {
+      const alphabet = ['a', 'b', 'Ġ', '中', '\ud83d\ude00', '\udc00'];
+      lists.push(
+        Array.from({ length: 1 + Math.floor(random() * 400) }, () => {
+          let s = '';
+          for (let i = Math.floor(random() * 5); i > 0; i--) s += alphabet[Math.floor(random() * alphabet.length)];
+          return s;
+        }),
+      );
+    }
+    for (const items of lists) {
+      const built = StringList.fromStrings(items);
+      const copy = (i: StringListIndex): StringListIndex => ({
+        starts: i.starts.slice(),
+        hashes: i.hashes.slice(),
+        slots: i.slots.slice(),
+        size: i.size,
+      });
+      const rebuilt = StringList.fromIndex(built.joined(), copy(built.indexArrays()));
+      assert.ok(rebuilt !== null, JSON.stringify(items.slice(0, 5)));
+      assertLikeMap(rebuilt, items, ['zz', 'a\0b', undefined]);
+      assert.deepEqual(rebuilt.toArray(), items);
+      assert.equal(rebuilt.joined(), built.joined());
+    }
+  });
+
+  test('fromIndex refuses arrays that do not fit the text or each other', () => {
+    const items = ['a', 'bb', 'a', 'ccc'];
+    const list = StringList.fromStrings(items);
+    const text = list.joined();
+    const good = list.indexArrays();
+    const variant = (change: (i: StringListIndex) => void): StringListIndex => {
+      const i = {
+        starts: good.starts.slice(),
+        hashes: good.hashes.slice(),
+        slots: good.slots.slice(),
+        size: good.size,
+      };
+      change(i);
+      return i;
+    };
+    const firstFilled = good.slots.findIndex((e) => e !== 0);
+    const firstEmpty = good.slots.findIndex((e) => e === 0);
+    const bad: Array<[string, string, StringListIndex]> = [
+      ['one start fewer', text, variant((i) => (i.starts = i.starts.subarray(1)))],
+      ['one hash more', text, variant((i) => (i.hashes = Int32Array.from([...i.hashes, 0])))],
+      ['half the slots', text, variant((i) => (i.slots = i.slots.subarray(0, i.slots.length / 2)))],
+      ['twice the slots', text, variant((i) => (i.slots = new Int32Array(i.slots.length * 2)))],
+      ['a distinct count one less', text, variant((i) => i.size--)],
+      ['a distinct count above the items', text, variant((i) => (i.size = items.length + 1))],
+      ['a fractional distinct count', text, variant((i) => (i.size = 2.5))],
+      ['a slot past the last item', text, variant((i) => (i.slots[firstFilled] = items.length + 1))],
+      ['a negative slot', text, variant((i) => (i.slots[firstFilled] = -1))],
+      ['one slot more filled', text, variant((i) => (i.slots[firstEmpty] = 1))],
+      ['starts not from 0', text, variant((i) => (i.starts[0] = 1))],
+      ['starts out of order', text, variant((i) => ([i.starts[1], i.starts[2]] = [i.starts[2]!, i.starts[1]!]))],
+      ['a start off its separator', text, variant((i) => i.starts[2]!++)],
+      ['the end past the text', text, variant((i) => i.starts[items.length]!++)],
+      ['a longer text', `${text}x`, good],
+      ['a shorter text', text.slice(0, -1), good],
+      ['text with no items', 'a', StringList.fromStrings([]).indexArrays()],
+    ];
+    for (const [what, t, index] of bad) assert.equal(StringList.fromIndex(t, index), null, what);
+    assert.equal(slotCount(0), 2);
+    assert.equal(slotCount(4), 8);
+    assert.equal(slotCount(5), 16);
+  });
+
   test("Qwen3's vocabulary and merge ranks: the same answers as the library's Maps", async () => {
     const tok = await GatewayTokenizer.load(GatewayTokenizer.defaultDir(), { cacheDir: null });
     const model = (tok as unknown as { inner: { model: Record<string, unknown> } }).inner.model;
@@ -105,6 +184,11 @@ describe('StringList', () => {
     assert.equal(v.size, tokensToIds.size);
     for (const [token, id] of tokensToIds) if (v.get(token) !== id) assert.fail(`token ${JSON.stringify(token)}`);
     for (const [key, rank] of ranks) if (r.get(key) !== rank) assert.fail(`merge ${key}`);
+    // Rebuilt from its own arrays (what a load from the cache does): the same answers.
+    const rv = StringList.fromIndex(v.joined(), v.indexArrays());
+    assert.ok(rv !== null);
+    for (const [token, id] of tokensToIds)
+      if (rv.get(token) !== id) assert.fail(`rebuilt: token ${JSON.stringify(token)}`);
     // Misses BPE asks about: pairs that are not merges.
     for (let i = 0; i < 2000; i++) {
       const pair = JSON.stringify([vocab[i * 71]!, vocab[i * 37 + 5]!]);
