@@ -23,8 +23,8 @@ const FNV_OFFSET = 0x811c9dc5 | 0;
 const FNV_PRIME = 0x01000193;
 const SEPARATOR = 0;
 
-/** FNV-1a (32 bit) over the UTF-16 code units of `s`. */
-function hashString(s: string): number {
+/** FNV-1a (32 bit) over the UTF-16 code units of `s`: what `StringList.hashAt` gives for an item equal to `s`. */
+export function hashString(s: string): number {
   let h = FNV_OFFSET;
   for (let i = 0; i < s.length; i++) h = Math.imul(h ^ s.charCodeAt(i), FNV_PRIME);
   return h;
@@ -179,6 +179,24 @@ export class StringList {
     return this.starts[item + 1]! - 1 - start === key.length && this.text.startsWith(key, start);
   }
 
+  /**
+   * Where item `position` lies in `joined()`: its first code unit, and one past its last. For 0..length-1 only (not
+   * checked: a caller walking the items, such as ./token-text-table.ts, reads them without a string per item).
+   */
+  itemStart(position: number): number {
+    return this.starts[position]!;
+  }
+
+  /** One past item `position`'s last code unit in `joined()` (see `itemStart`). */
+  itemEnd(position: number): number {
+    return this.starts[position + 1]! - 1;
+  }
+
+  /** `hashString` of item `position` (0..length-1, not checked), kept from the build. */
+  hashAt(position: number): number {
+    return this.hashes[position]!;
+  }
+
   /** Item `position` as a string of its own, or undefined outside 0..length-1. */
   at(position: number): string | undefined {
     if (!Number.isInteger(position) || position < 0 || position >= this.length) return undefined;
@@ -218,6 +236,7 @@ export class StringList {
 
   /** The items joined by NUL (what `parse` reads back). */
   joined(): string {
-    return this.length === 0 ? '' : this.text.slice(0, this.starts[this.length]! - 1);
+    // Every way a list is made keeps exactly its items and separators as `text` (`fromIndex` checks the end).
+    return this.text;
   }
 }

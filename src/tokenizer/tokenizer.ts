@@ -189,7 +189,7 @@ export class GatewayTokenizer {
    *   warning, gateway.md section 7), `chat_template.jinja` / `chat_template.json` (used when the config has no
    *   `chat_template`).
    * Qwen3's 11 MB tokenizer.json took ~1.2–1.4 CPU-s on the 2-core dev box; once the load cache (./load-cache.ts,
-   * `opts.cacheDir`) holds it, ~0.15 CPU-s, of which ~50 ms build the id → bytes table.
+   * `opts.cacheDir`) holds it, ~0.12 CPU-s, of which ~20 ms build the id → bytes table.
    * @throws TokenizerLoadError naming the directory or file when the directory or a required file is missing,
    *   unreadable or not a JSON object, or when the tokenizer library rejects the definition.
    */
@@ -319,6 +319,7 @@ export class GatewayTokenizer {
         // From the cached list, so the model's id → token array is built only if something reads it.
         tokenString: cached === null ? (id) => inner.id_to_token(id) : (id) => cached.vocab.at(id),
         isSpecial: (id) => specialIds.has(id),
+        ...(cached === null ? {} : { vocabList: cached.vocab }),
       }),
     });
   }

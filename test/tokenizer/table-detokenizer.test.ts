@@ -5,9 +5,12 @@
  * kept; the streaming UTF-8 decoder matches TextDecoder; tokenizers the table cannot express fall back.
  */
 import assert from 'node:assert/strict';
+import { readFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { IncrementalDetokenizer, createDetokenizer } from '../../src/tokenizer/detokenizer.js';
 import { TableDetokenizer } from '../../src/tokenizer/table-detokenizer.js';
+import { StringList } from '../../src/tokenizer/string-list.js';
 import { buildTokenTextTable, freshText } from '../../src/tokenizer/token-text-table.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { Utf8StreamDecoder } from '../../src/tokenizer/utf8-stream.js';
@@ -229,6 +232,65 @@ describe('tokenizers the table cannot express', () => {
       source({ decoder: { type: 'ByteLevel' }, model: { end_of_word_suffix: '' } }, ['a', '\ud83d\ude00']),
     );
     assert.equal(ok.reason, null);
+  });
+
+  test('built from a vocabulary list (the load cache): the same table or refusal as token by token', async () => {
+    const byteLevel = { decoder: { type: 'ByteLevel' } };
+    const cases: Array<[string, Record<string, unknown>, string[], Set<number>]> = [
+      ['plain', byteLevel, ['a', 'Ġthe', '', 'ĊĊ', '中', '\ud83d\ude00x'], new Set([2])],
+      [
+        // An added token's content repeated at another id: both ids are added tokens, as content equality says.
+        'added, twice',
+        {
+          ...byteLevel,
+          added_tokens: [
+            { id: 3, content: '<|end|>' },
+            { id: 4, content: '<x>' },
+            { id: 6, content: '\ud83d\ude00' },
+          ],
+        },
+        ['a', '<|end|>', 'b', '<|end|>', '<x>', '<|end|>b', '\ud83d\ude00', 'c'],
+        new Set([3]),
+      ],
+      ['a lone high surrogate', byteLevel, ['a', 'b\ud83d'], new Set()],
+      ['a lone low surrogate', byteLevel, ['\ude00a'], new Set()],
+      [
+        'a lone surrogate in an added token',
+        { ...byteLevel, added_tokens: [{ content: '\ud83d' }] },
+        ['\ud83d'],
+        new Set(),
+      ],
+    ];
+    for (const [what, json, strings, special] of cases) {
+      const source = {
+        tokenizerJson: json,
+        vocabSize: strings.length,
+        tokenString: (id: number) => strings[id],
+        isSpecial: (id: number) => special.has(id),
+      };
+      const byToken = buildTokenTextTable(source);
+      const byList = buildTokenTextTable({ ...source, vocabList: StringList.fromStrings(strings) });
+      assert.deepEqual(byList, byToken, what);
+    }
+    // Qwen3: the load cache's list against the library's id → token strings.
+    const tok = await qwen3();
+    const inner = (tok as unknown as { inner: { id_to_token(id: number): string | undefined } }).inner;
+    const strings = Array.from({ length: tok.vocabSize }, (_, id) => inner.id_to_token(id));
+    assert.ok(strings.every((s) => typeof s === 'string'));
+    const source = {
+      tokenizerJson: JSON.parse(
+        await readFile(join(GatewayTokenizer.defaultDir(), 'tokenizer.json'), 'utf8'),
+      ) as Record<string, unknown>,
+      vocabSize: tok.vocabSize,
+      tokenString: (id: number) => strings[id],
+      isSpecial: (id: number) => tok.isSpecialToken(id),
+    };
+    const byToken = buildTokenTextTable(source);
+    assert.equal(byToken.reason, null);
+    assert.deepEqual(
+      buildTokenTextTable({ ...source, vocabList: StringList.fromStrings(strings as string[]) }),
+      byToken,
+    );
   });
 
   test('a vocabulary character outside the byte alphabet decodes as byte 0, like the library', async () => {
