@@ -74,6 +74,28 @@ const workerFiles = testFiles(join(root, 'test', 'e2e')).filter((f) =>
   readFileSync(join(root, f), 'utf8').includes('helpers/test-gateway.js'),
 );
 const js = (f) => f.replace(/\.ts$/, '.js');
+
+/**
+ * Where each test phase's file times (ms) of the last run are kept (test/reporters/files.mjs writes them): beside
+ * node_modules' other caches, so a clean clone starts without them.
+ */
+const durationsDir = join(root, 'node_modules', '.cache', 'model-gateway');
+const durationsFile = (phase) => join(durationsDir, `test-durations-${phase}.json`);
+/**
+ * `files` in the order a phase starts them: the files that took longest last time first, so the last files to end are
+ * short ones and the cores stay busy to the end (as Jest orders by its cache of durations); files with no time yet
+ * (new, or no earlier run) before all of them, as they may be long; the rest in name order.
+ */
+function longestFirst(files, phase) {
+  let ms = {};
+  try {
+    ms = JSON.parse(readFileSync(durationsFile(phase), 'utf8'));
+  } catch {
+    return files;
+  }
+  const key = (f) => (typeof ms[f] === 'number' ? ms[f] : Infinity);
+  return [...files].sort((a, b) => key(b) - key(a) || (a < b ? -1 : 1));
+}
 const bin = (pkg, file) => join(root, 'node_modules', pkg, file);
 const nodeTest = (n) => [
   process.execPath,
@@ -98,12 +120,17 @@ const phases = [
       [process.execPath, bin('oxfmt', 'bin/oxfmt'), '--check', '.'],
     ],
   },
-  { name: 'tests', argv: [...nodeTest(concurrency), ...targets.map(js)], transpiled: true },
+  {
+    name: 'tests',
+    argv: [...nodeTest(concurrency), ...longestFirst(targets, 'tests').map(js)],
+    env: { GATEWAY_TEST_DURATIONS: durationsFile('tests') },
+    transpiled: true,
+  },
   {
     name: 'workers',
     title: 'e2e --workers 2',
-    argv: [...nodeTest(workersConcurrency), ...workerFiles.map(js)],
-    env: { GATEWAY_TEST_WORKERS: '2' },
+    argv: [...nodeTest(workersConcurrency), ...longestFirst(workerFiles, 'workers').map(js)],
+    env: { GATEWAY_TEST_WORKERS: '2', GATEWAY_TEST_DURATIONS: durationsFile('workers') },
     transpiled: true,
   },
   // Files or folders given: the tests phase only (unless --only says otherwise).
@@ -132,6 +159,7 @@ process.stderr.write(
 );
 
 const buildDir = phases.some((p) => p.transpiled) ? await buildTestTree(root) : root;
+mkdirSync(durationsDir, { recursive: true });
 process.stderr.write(`[${secs()} s] transpiled copy ready in ${buildDir}\n`);
 
 // Short: ipc socket paths under it must stay within the 107 bytes of sun_path.

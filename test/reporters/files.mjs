@@ -4,7 +4,11 @@
  * files run concurrently, a file's own time, not the suite's). A test is counted under the file that defines it (a
  * shared scenario module such as test/e2e/client-scenarios.ts counts once for the files that run it). Plain
  * JavaScript: reporters are loaded before any loader hook.
+ *
+ * With `GATEWAY_TEST_DURATIONS` set to a file path, each file's time (ms) is also merged into that JSON object at the
+ * end, where scripts/test.mjs reads it to start the longest files first next time.
  */
+import { readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { relative } from 'node:path';
 
 /** @param {AsyncIterable<{ type: string, data: any }>} source */
@@ -44,8 +48,30 @@ export default async function* filesReporter(source) {
       .join('\n    ');
     yield `\n✗ ${file}: ${data.name}\n    ${text}\n`;
   }
+  if (process.env.GATEWAY_TEST_DURATIONS) recordDurations(process.env.GATEWAY_TEST_DURATIONS, files);
   const slow = [...files].sort((a, b) => b[1].ms - a[1].ms).slice(0, 12);
   yield `\n${pass} passed, ${fail} failed, ${skip} skipped, in ${files.size} files. Slowest files (s):\n`;
   for (const [file, f] of slow)
     yield `  ${(f.ms / 1000).toFixed(1).padStart(6)}  ${file}${f.failed > 0 ? `  (${f.failed} failed)` : ''}\n`;
+}
+
+/**
+ * Merges each file's time (ms) into the JSON object at `path` (written to a temporary name, then renamed). A file
+ * that cannot be read is started over; one that cannot be written is left as it was: the order is only a hint.
+ */
+function recordDurations(path, files) {
+  let known = {};
+  try {
+    const parsed = JSON.parse(readFileSync(path, 'utf8'));
+    if (typeof parsed === 'object' && parsed !== null && !Array.isArray(parsed)) known = parsed;
+  } catch {
+    // none yet, or unreadable: start over
+  }
+  for (const [file, f] of files) if (file !== '(no file)') known[file] = Math.round(f.ms);
+  try {
+    writeFileSync(`${path}.${process.pid}.tmp`, JSON.stringify(known));
+    renameSync(`${path}.${process.pid}.tmp`, path);
+  } catch {
+    // a read-only checkout: the next run keeps the default order
+  }
 }
