@@ -408,6 +408,32 @@ describe('tokenizer load cache', { timeout: 480_000 }, () => {
     assert.equal(await readTokenizerCache(dir, 'wordpiece'), null);
   });
 
+  test('an entry whose index arrays do not fit its lists is refused, even with a matching content hash', async () => {
+    const dir = await cacheDir();
+    const parts = (): CachedTokenizerParts => ({
+      stub: { model: { type: 'BPE' }, added_tokens: [] },
+      bound: { maxTokenBytes: 1, forms: [], reason: null },
+      vocab: StringList.fromStrings(['a', 'b', 'ab']),
+      rankKeys: StringList.fromStrings(['["a","b"]']),
+      unkTokenId: null,
+    });
+    assert.equal(await writeTokenizerCache(dir, 'good', parts()), true);
+    assert.notEqual(await readTokenizerCache(dir, 'good'), null);
+    // The writer stores each list's own arrays (`indexArrays` hands out the list's arrays): altered in place, they are
+    // written with a hash that matches them.
+    const lies: Array<[string, (p: CachedTokenizerParts) => void]> = [
+      ['every slot filled', (p) => p.vocab.indexArrays().slots.fill(1)],
+      ['a slot past the last item', (p) => (p.rankKeys.indexArrays().slots[0] = 5)],
+      ['a start off its separator', (p) => p.vocab.indexArrays().starts[1]!++],
+    ];
+    for (const [what, lie] of lies) {
+      const bad = parts();
+      lie(bad);
+      assert.equal(await writeTokenizerCache(dir, 'lie', bad), true, what);
+      assert.equal(await readTokenizerCache(dir, 'lie'), null, what);
+    }
+  });
+
   test('a token with a lone surrogate is cached and reads back as it was (the body is UTF-16)', async () => {
     const bound = { maxTokenBytes: 2, forms: [], reason: null };
     const json = {
