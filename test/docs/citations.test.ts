@@ -5,7 +5,7 @@
  * Code comments cite the reference documents as `<name>.md [section|sections] N[.N]`, possibly a list or a range
  * (`4.8, 5.9`, `2.1-2.3`, `sections 2, 3 and 16`), possibly wrapped over a comment line break, and sometimes followed by
  * a quoted label that names a part of that section (`gateway.md 12 "Mid-stream errors"`). The names are those of
- * docs/reference/ (engine-wire, dp-routing, gateway; kv-events has no document, so citing it fails). Whatever path
+ * docs/reference/ (engine-wire, dp-routing, gateway, kv-events). Whatever path
  * precedes the name (`../shared/spec/`, `docs/reference/`) the section must exist in docs/reference/<name>.md as a
  * heading `## N.` or `### N.N`, and a quoted label must occur in that section's text.
  *

@@ -13,7 +13,7 @@ import { repoRoot, repoVectorsDir, sharedDirIfPresent } from '../helpers/vectors
 const sets = readdirSync(join(repoRoot, 'test', 'vectors')).filter((f) => statSync(join(repoRoot, 'test', 'vectors', f)).isDirectory());
 
 test('the repository holds the vector sets the tests read', () => {
-  assert.deepEqual(sets.sort(), ['tokenspeed', 'tokenspeed-newer', 'vllm']);
+  assert.deepEqual(sets.sort(), ['kv-events', 'tokenspeed', 'tokenspeed-newer', 'vllm']);
 });
 
 for (const set of sets) {
