@@ -23,6 +23,7 @@ import type { SimRankProcesses } from '../sim/spawn.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { tokenIdMask } from '../tokenizer/token-id-mask.js';
 import { deriveEndpoints, type EngineEndpoints } from '../transport/endpoints.js';
+import { TransportError } from '../transport/errors.js';
 import { ZmqEngineLink } from '../transport/zmq-link.js';
 import { gatewayRuntimeDir } from '../runtime-dir.js';
 import type { ResolvedGroup } from './options.js';
@@ -107,12 +108,20 @@ export async function startEngineGroups(
   const groups: GroupRuntime[] = [];
   // Links bound but without a client yet (closed on a failure before their client exists).
   const bound: BoundLink[] = [];
+  // A simulated group may move to other endpoints while binding (`bindSimGroupLink`).
+  const chosen = [...endpoints];
   try {
-    for (const [i, spec] of plan.specs.entries()) bound.push(await bindGroupLink(plan, spec, endpoints[i]!));
+    for (const [i, spec] of plan.specs.entries()) {
+      bound.push(
+        spec.engineUrl === undefined && spec.handshake === undefined
+          ? await bindSimGroupLink(plan, spec, chosen, i)
+          : await bindGroupLink(plan, spec, chosen[i]!),
+      );
+    }
     const tokenizer = await loadTokenizer(plan);
     const shared = groupShared(plan, tokenizer);
     for (const [i, spec] of plan.specs.entries()) {
-      groups.push(startGroupClient(plan, spec, endpoints[i]!, bound[i]!, shared));
+      groups.push(startGroupClient(plan, spec, chosen[i]!, bound[i]!, shared));
     }
     return { groups, tokenizer };
   } catch (err) {
@@ -140,6 +149,39 @@ export function runningGroups(groups: readonly GroupRuntime[]): RunningGroup[] {
       return g.sims;
     },
   }));
+}
+
+/** How many fresh ipc paths a simulated group tries when its derived handshake port is taken. */
+const SIM_BIND_ATTEMPTS = 8;
+
+/**
+ * `bindGroupLink` for simulated group `i`, whose ipc path the gateway picked (`simWorkerUrl`): its handshake port is
+ * derived from that path (20000 + a hash mod 10000, engine-wire.md 1.3), so another process on the host (another
+ * gateway, a test file running beside this one) can hold it. Then the group moves to a fresh path, up to
+ * `SIM_BIND_ATTEMPTS` times, skipping handshakes other groups use, and `chosen[i]` is set to the endpoints it bound.
+ * Its ranks are spawned later, from those endpoints. Rejects with the last bind error.
+ */
+async function bindSimGroupLink(
+  plan: GatewayPlan,
+  spec: ResolvedGroup,
+  chosen: EngineEndpoints[],
+  i: number,
+): Promise<BoundLink> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await bindGroupLink(plan, spec, chosen[i]!);
+    } catch (err) {
+      if (!(err instanceof TransportError) || err.code !== 'EADDRINUSE' || attempt >= SIM_BIND_ATTEMPTS) throw err;
+      const taken = chosen[i]!.handshake;
+      let next = deriveEndpoints(simWorkerUrl());
+      while (chosen.some((e) => e.handshake === next.handshake)) next = deriveEndpoints(simWorkerUrl());
+      plan.logger.info(
+        { worker: chosen[i]!.workerUrl, handshake: taken, next: next.workerUrl },
+        'handshake port of a simulated group is taken: trying another path',
+      );
+      chosen[i] = next;
+    }
+  }
 }
 
 /** Create and bind one group's sockets (logs 'engine sockets bound' with the addresses; closes itself on failure). */
