@@ -7,7 +7,7 @@
 import { EngineClientError, describeError } from './errors.js';
 import type { FailureScope } from './failure-scope.js';
 import type { GroupState } from './group-state.js';
-import { LogThrottle } from './log-throttle.js';
+import { LogThrottle } from '../collections/log-throttle.js';
 import { isConnected } from './rank-liveness.js';
 import type { RankSlot } from './rank-table.js';
 

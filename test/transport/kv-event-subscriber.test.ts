@@ -1,0 +1,177 @@
+/**
+ * The KV-event subscriber (src/transport/kv-event-subscriber.ts) over real ZeroMQ, against a test publisher that sends
+ * the engines' own frames (test/vectors/kv-events): live batches in order, a gap closed by a replay from the test's
+ * ROUTER, a replay the ring overran, a replay with no end marker, a restarted publisher, other topics and garbage.
+ */
+import assert from 'node:assert/strict';
+import { after, describe, test } from 'node:test';
+import { pino } from 'pino';
+import { Router, XPublisher } from 'zeromq';
+import type { KvEventBatch } from '../../src/protocols/kv-events/codec.js';
+import { KvEventSubscriber, type KvEventSink } from '../../src/transport/kv-event-subscriber.js';
+import { loadRepoVectors } from '../helpers/vectors.js';
+
+const hex = (h: string): Buffer => Buffer.from(h, 'hex');
+const vectors = loadRepoVectors('kv-events');
+/** vLLM's rank-0 stream, as [seq, frames] in seq order. */
+const vllmStream = vectors
+  .filter((v) => v.kind === 'KVEventFrames' && v.name.startsWith('vllm_') && !v.name.includes('default_topic'))
+  .map((v) => ({ seq: BigInt(v.seq as number), frames: v.frames_hex!.map(hex) }))
+  .sort((a, b) => Number(a.seq - b.seq));
+const TOPIC = 'kv-events';
+const seq8 = (n: bigint): Buffer => {
+  const b = Buffer.alloc(8);
+  b.writeBigUInt64BE(n);
+  return b;
+};
+const framesAt = (n: bigint) => vllmStream.find((m) => m.seq === n)!.frames;
+
+/** What the sink saw, as short strings: `apply <ts>`, `reset`, `sure`, `unsure: <reason>`. */
+class RecordingSink implements KvEventSink {
+  readonly seen: string[] = [];
+  private waiters: Array<() => void> = [];
+  apply(_rank: number, batch: KvEventBatch): void {
+    this.push(`apply ${batch.ts}`);
+  }
+  reset(): void {
+    this.push('reset');
+  }
+  sureness(_rank: number, sure: boolean, reason: string | null): void {
+    this.push(sure ? 'sure' : `unsure: ${reason}`);
+  }
+  private push(s: string): void {
+    this.seen.push(s);
+    for (const w of this.waiters.splice(0)) w();
+  }
+  /** Resolves once `cond` holds of what was seen; a hang guard (not a speed check) fails after 20 s. */
+  async until(cond: (seen: string[]) => boolean, what: string): Promise<void> {
+    const deadline = Date.now() + 20_000;
+    while (!cond(this.seen)) {
+      const left = deadline - Date.now();
+      assert.ok(left > 0, `timed out waiting for ${what}; saw ${JSON.stringify(this.seen)}`);
+      await new Promise<void>((resolve) => {
+        const t = setTimeout(resolve, left);
+        this.waiters.push(() => {
+          clearTimeout(t);
+          resolve();
+        });
+      });
+    }
+  }
+}
+
+/** A test publisher: an XPUB (its subscription message says the subscriber is in) and a replay ROUTER. */
+async function publisher() {
+  const pub = new XPublisher({ linger: 0 });
+  await pub.bind('tcp://127.0.0.1:*');
+  const router = new Router({ linger: 0 });
+  await router.bind('tcp://127.0.0.1:*');
+  return { pub, router, close: () => (pub.close(), router.close()) };
+}
+
+const open: Array<{ close(): unknown }> = [];
+after(async () => {
+  for (const o of open.splice(0)) await o.close();
+});
+
+/** A publisher and a subscriber to it, once the subscription reached the publisher. */
+async function pair(opts: { replay?: boolean; replayTimeoutMs?: number } = {}) {
+  const p = await publisher();
+  const sink = new RecordingSink();
+  const sub = new KvEventSubscriber({
+    rank: 0,
+    eventsAddress: p.pub.lastEndpoint!,
+    replayAddress: opts.replay === false ? null : p.router.lastEndpoint!,
+    topic: TOPIC,
+    sink,
+    logger: pino({ level: 'silent' }),
+    ...(opts.replayTimeoutMs !== undefined ? { replayTimeoutMs: opts.replayTimeoutMs } : {}),
+  });
+  open.push(p, sub);
+  sub.start();
+  // The XPUB's first message is the subscription (0x01 + topic): from then on nothing published is lost to a late join.
+  const [subscription] = await p.pub.receive();
+  assert.equal(subscription!.toString('latin1'), `\x01${TOPIC}`);
+  return { ...p, sink, sub };
+}
+
+/** Reads one replay request on the ROUTER: the requester's identity and the start seq. */
+async function replayRequest(router: Router): Promise<{ identity: Buffer; from: bigint }> {
+  const [identity, delimiter, seq] = await router.receive();
+  assert.equal(delimiter!.length, 0, 'a DEALER request carries the empty delimiter');
+  return { identity: identity!, from: seq!.readBigUInt64BE() };
+}
+
+const tsOf = (n: bigint) =>
+  `apply ${JSON.stringify((vectors.find((v) => v.kind === 'KVEventFrames' && v.name.startsWith('vllm_') && BigInt(v.seq as number) === n && !v.name.includes('default_topic'))!.decoded as { ts: number }).ts)}`;
+
+describe('KvEventSubscriber over ZeroMQ', { timeout: 60_000 }, () => {
+  test('live batches apply in seq order; another topic and garbage are counted, and the index is then unsure', async () => {
+    const { pub, sink, sub } = await pair({ replay: false });
+    for (const n of [0n, 1n, 2n]) await pub.send(framesAt(n));
+    await pub.send([Buffer.from(`${TOPIC}-other`), seq8(3n), framesAt(3n)[2]!]);
+    await pub.send([Buffer.from(TOPIC), seq8(3n)]); // two frames
+    await pub.send([Buffer.from(TOPIC), seq8(3n), Buffer.from([0xc1])]); // not msgpack
+    await pub.send(framesAt(3n));
+    await sink.until((s) => s.filter((x) => x.startsWith('apply')).length === 4, 'four batches');
+    assert.deepEqual(
+      sink.seen.filter((x) => x.startsWith('apply')),
+      [0n, 1n, 2n, 3n].map(tsOf),
+    );
+    assert.equal(sub.counters.otherTopics, 1);
+    assert.equal(sub.counters.badFrames, 2);
+    assert.ok(sink.seen.some((x) => x.startsWith('unsure: a KV-event message did not decode')));
+  });
+
+  test('a gap is closed by a replay: the missed batches, then the live ones held meanwhile, in order', async () => {
+    const { pub, router, sink, sub } = await pair();
+    await pub.send(framesAt(0n));
+    await sink.until((s) => s.length === 1, 'seq 0');
+    await pub.send(framesAt(3n));
+    const { identity, from } = await replayRequest(router);
+    assert.equal(from, 1n);
+    await pub.send(framesAt(4n)); // live while the replay runs: held
+    for (const n of [1n, 2n, 3n]) await router.send([identity, Buffer.alloc(0), seq8(n), framesAt(n)[2]!]);
+    await router.send([identity, Buffer.alloc(0), hex('ffffffffffffffff'), Buffer.alloc(0)]);
+    await sink.until((s) => s.length === 5, 'five batches');
+    assert.deepEqual(sink.seen, [0n, 1n, 2n, 3n, 4n].map(tsOf));
+    assert.equal(sub.indexSure, true);
+    assert.equal(sub.counters.replays, 1);
+  });
+
+  test("the engine's overrun reply (the ring no longer held the start) leaves the index unsure", async () => {
+    const { pub, router, sink, sub } = await pair();
+    const overrun = vectors.find((v) => v.name === 'vllm_replay_buffer_overrun')!;
+    const published = (overrun.published_seqs as number[]).at(-1)!;
+    // Join late: the first batch seen is the last one published, so the subscriber bootstraps from 0.
+    await pub.send([
+      Buffer.from(TOPIC),
+      seq8(BigInt(published)),
+      hex((overrun.messages_frames_hex as string[][])[1]![2]!),
+    ]);
+    const { identity, from } = await replayRequest(router);
+    assert.equal(from, 0n);
+    for (const m of overrun.messages_frames_hex as string[][]) await router.send([identity, ...m.map(hex)]);
+    await sink.until((s) => s.filter((x) => x.startsWith('apply')).length === 2, 'the two surviving batches');
+    assert.equal(sink.seen[0], 'unsure: the replay started after the missed batches (the ring no longer held them)');
+    assert.equal(sub.indexSure, false);
+  });
+
+  test('a replay that never ends counts as failed: the held batches apply and the index is unsure', async () => {
+    const { pub, router, sink, sub } = await pair({ replayTimeoutMs: 200 });
+    await pub.send(framesAt(0n));
+    await pub.send(framesAt(2n));
+    await replayRequest(router); // and no answer
+    await sink.until((s) => s.includes(tsOf(2n)), 'the held batch after the timeout');
+    assert.deepEqual(sink.seen, [tsOf(0n), 'unsure: the replay failed: no end marker in time', tsOf(2n)]);
+    assert.equal(sub.counters.replayFailures, 1);
+  });
+
+  test('a publisher that restarted (seq back to 0) resets the index', async () => {
+    const { pub, sink } = await pair({ replay: false });
+    for (const n of [0n, 1n, 2n]) await pub.send(framesAt(n));
+    await pub.send(framesAt(0n));
+    await sink.until((s) => s.length === 5, 'the reset and the batch after it');
+    assert.deepEqual(sink.seen, [tsOf(0n), tsOf(1n), tsOf(2n), 'reset', tsOf(0n)]);
+  });
+});
