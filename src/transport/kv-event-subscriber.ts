@@ -133,13 +133,8 @@ export class KvEventSubscriber {
   }
 
   private onLive(frames: Buffer[]): void {
-    let message;
-    try {
-      message = decodeKvEventMessage(frames);
-    } catch (err) {
-      this.badFrame('a KV-event message did not decode', err);
-      return;
-    }
+    const message = this.decoded(() => decodeKvEventMessage(frames), 'a KV-event message did not decode');
+    if (message === undefined) return;
     // SUBSCRIBE is a prefix match: `kv-events-2` passes a `kv-events` filter.
     if (message.topic !== this.opts.topic) {
       this.counters.otherTopics++;
@@ -151,18 +146,23 @@ export class KvEventSubscriber {
 
   private onReplay(frames: Buffer[]): void {
     if (!this.sequencer.replayRunning) return; // a late reply to a replay given up
-    let message;
-    try {
-      message = decodeReplayMessage(frames);
-    } catch (err) {
-      this.badFrame('a KV-event replay message did not decode', err);
-      return;
-    }
+    const message = this.decoded(() => decodeReplayMessage(frames), 'a KV-event replay message did not decode');
+    if (message === undefined) return;
     if (message.kind === 'end') {
       this.stopReplayTimer();
       this.perform(this.sequencer.replayEnd());
     } else {
       this.perform(this.sequencer.replayBatch(message.seq, message.batch));
+    }
+  }
+
+  /** `decode()`'s value, or undefined after `badFrame` when it throws. */
+  private decoded<T>(decode: () => T, what: string): T | undefined {
+    try {
+      return decode();
+    } catch (err) {
+      this.badFrame(what, err);
+      return undefined;
     }
   }
 

@@ -95,12 +95,15 @@ function readBlockKey(r: MsgpackReader, path: string): BlockKey {
   return key;
 }
 
-function readBlockKeys(r: MsgpackReader, path: string): BlockKey[] {
+/** An array of `item`s. */
+function readArray<T>(r: MsgpackReader, path: string, item: (path: string) => T): T[] {
   const n = r.readArrayHeader(path);
-  const keys = new Array<BlockKey>(n);
-  for (let i = 0; i < n; i++) keys[i] = readBlockKey(r, `${path}[${i}]`);
-  return keys;
+  const out = new Array<T>(n);
+  for (let i = 0; i < n; i++) out[i] = item(`${path}[${i}]`);
+  return out;
 }
+
+const readBlockKeys = (r: MsgpackReader, path: string): BlockKey[] => readArray(r, path, (p) => readBlockKey(r, p));
 
 function readSafeInt(r: MsgpackReader, path: string): number {
   const v = r.readInt(path);
@@ -108,12 +111,7 @@ function readSafeInt(r: MsgpackReader, path: string): number {
   return v;
 }
 
-function readTokenIds(r: MsgpackReader, path: string): number[] {
-  const n = r.readArrayHeader(path);
-  const ids = new Array<number>(n);
-  for (let i = 0; i < n; i++) ids[i] = readSafeInt(r, `${path}[${i}]`);
-  return ids;
-}
+const readTokenIds = (r: MsgpackReader, path: string): number[] => readArray(r, path, (p) => readSafeInt(r, p));
 
 const orNull = <T>(r: MsgpackReader, path: string, read: () => T): T | null =>
   r.peekIsNil(path) ? r.readNil(path) : read();
