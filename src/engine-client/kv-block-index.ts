@@ -20,6 +20,12 @@
  * away and forgets the block at zero; a removal of a block it does not hold is ignored (connectors report those).
  * `AllBlocksCleared`, the rank's death and its rejoin as a fresh process clear the rank.
  *
+ * Predict-on-route (as Dynamo's KV router does): a rank announces a prompt's blocks only once it schedules or computes
+ * them, so right after the gateway routes a request there, a second turn of the same conversation would see nothing
+ * cached and could go elsewhere. `noteRouted` remembers the prompt keys a request was routed with, per rank, for
+ * `predictTtlMs`; a lookup counts a block as held when the index holds it or it was routed there within that time,
+ * so the count is the larger of the two views. At most `maxBlocksPerRank` predictions per rank (the oldest go first).
+ *
  * Memory: about 200 bytes per held block (two Map entries, a string key of 18 characters, one small record), at most
  * `maxBlocksPerRank` blocks per rank; a store beyond it is dropped and counted (`droppedStores`), and the rank's count
  * of cached blocks then errs low, never high.
@@ -71,6 +77,8 @@ class RankBlocks {
   readonly byEngineKey = new Map<BlockKey, Held>();
   /** Prompt key → how many held engine keys have it (two engine keys can share one: per-process vLLM seeds). */
   readonly byPromptKey = new Map<PromptKey, number>();
+  /** Prompt keys routed here and not yet announced → when the prediction expires (ms), oldest first. */
+  readonly predicted = new Map<PromptKey, number>();
 }
 
 /** A block's key within a rank: its engine key, prefixed by its KV-cache group when the engine names one (vLLM). */
@@ -83,20 +91,28 @@ const PREFIX_KINDS = new Set<string | null>([null, 'full_attention', 'mla_attent
 export class KvBlockIndex {
   readonly keying: KvKeying;
   readonly maxBlocksPerRank: number;
+  readonly predictTtlMs: number;
   readonly counters: KvIndexCounters = { droppedStores: 0, unlinkedBlocks: 0, skippedBlocks: 0, unknownRemovals: 0 };
   private readonly ranks = new Map<number, RankBlocks>();
 
   /**
    * @param keying how the group's engines name blocks.
-   * @param maxBlocksPerRank cap on the blocks held per rank (an integer ≥ 1; default 262,144, ~50 MB).
-   * @throws RangeError when the cap is not an integer ≥ 1.
+   * @param maxBlocksPerRank cap on the blocks held per rank (an integer ≥ 1; default 262,144, ~50 MB), and on the
+   *   predictions kept per rank.
+   * @param predictTtlMs how long a routed prompt's blocks count as held before the rank announces them (ms ≥ 0;
+   *   default 5,000; 0 turns prediction off).
+   * @throws RangeError when the cap is not an integer ≥ 1 or the TTL not a finite number ≥ 0.
    */
-  constructor(keying: KvKeying, maxBlocksPerRank = 262_144) {
+  constructor(keying: KvKeying, maxBlocksPerRank = 262_144, predictTtlMs = 5_000) {
     if (!Number.isSafeInteger(maxBlocksPerRank) || maxBlocksPerRank < 1) {
       throw new RangeError(`maxBlocksPerRank must be an integer ≥ 1, got ${maxBlocksPerRank}`);
     }
+    if (!Number.isFinite(predictTtlMs) || predictTtlMs < 0) {
+      throw new RangeError(`predictTtlMs must be a finite number ≥ 0, got ${predictTtlMs}`);
+    }
     this.keying = keying;
     this.maxBlocksPerRank = maxBlocksPerRank;
+    this.predictTtlMs = predictTtlMs;
   }
 
   /** Blocks held for `rank` (distinct engine keys). */
@@ -120,14 +136,39 @@ export class KvBlockIndex {
 
   /**
    * How many of `keys` (a prompt's block keys, first block first) `rank` holds as a leading run: the prompt's cached
-   * prefix on that rank, in blocks.
+   * prefix on that rank, in blocks, counting blocks routed there within `predictTtlMs` before `nowMs` (without
+   * `nowMs`: the announced blocks alone).
    */
-  cachedPrefixBlocks(rank: number, keys: readonly PromptKey[]): number {
-    const held = this.ranks.get(rank)?.byPromptKey;
-    if (held === undefined) return 0;
+  cachedPrefixBlocks(rank: number, keys: readonly PromptKey[], nowMs = Infinity): number {
+    const r = this.ranks.get(rank);
+    if (r === undefined) return 0;
     let n = 0;
-    while (n < keys.length && held.has(keys[n]!)) n++;
+    while (n < keys.length) {
+      const key = keys[n]!;
+      if (!r.byPromptKey.has(key) && !((r.predicted.get(key) ?? -Infinity) > nowMs)) break;
+      n++;
+    }
     return n;
+  }
+
+  /**
+   * A request with the prompt `keys` was just routed to `rank` at `nowMs`: its blocks count as held there for
+   * `predictTtlMs` unless the rank announces them first.
+   */
+  noteRouted(rank: number, keys: readonly PromptKey[], nowMs: number): void {
+    if (this.predictTtlMs === 0) return;
+    const { predicted, byPromptKey } = this.rankBlocks(rank);
+    const expires = nowMs + this.predictTtlMs;
+    for (const key of keys) {
+      if (byPromptKey.has(key)) continue;
+      predicted.delete(key); // re-inserted as the newest
+      predicted.set(key, expires);
+    }
+    // Oldest first: expired ones, then any beyond the cap.
+    for (const [key, until] of predicted) {
+      if (until > nowMs && predicted.size <= this.maxBlocksPerRank) break;
+      predicted.delete(key);
+    }
   }
 
   private rankBlocks(rank: number): RankBlocks {
@@ -176,6 +217,7 @@ export class KvBlockIndex {
       }
       r.byEngineKey.set(key, { count: 1, prompt, chain });
       r.byPromptKey.set(prompt, (r.byPromptKey.get(prompt) ?? 0) + 1);
+      r.predicted.delete(prompt); // announced: the exact entry takes over
     }
   }
 

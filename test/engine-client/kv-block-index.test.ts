@@ -118,6 +118,34 @@ describe('KvBlockIndex', () => {
     assert.equal(index.blockCount(1), 0);
   });
 
+  test('predict-on-route: a routed prompt counts as held until its TTL, the larger of the two views; announced, it is exact', () => {
+    const index = new KvBlockIndex('tokenspeed', 4, 1000);
+    const prompt = tokenSpeedPageKeys([1, 2, 3, 4, 5, 6], 2);
+    index.noteRouted(0, prompt, 10_000);
+    assert.equal(index.cachedPrefixBlocks(0, prompt, 10_500), 3, 'routed 500 ms ago');
+    assert.equal(index.cachedPrefixBlocks(1, prompt, 10_500), 0, 'only the rank it was routed to');
+    assert.equal(index.cachedPrefixBlocks(0, prompt), 0, 'without a clock: the exact view alone');
+    assert.equal(index.cachedPrefixBlocks(0, prompt, 11_000), 0, 'expired');
+    // The rank announces the first page; the prediction of the others runs out, the announced page stays.
+    index.noteRouted(0, prompt, 20_000);
+    index.applyEvents(0, [
+      stored({ blockHashes: [prompt[0]!], tokenIds: [1, 2], medium: null, groupIdx: null, specKind: null }),
+    ]);
+    assert.equal(index.cachedPrefixBlocks(0, prompt, 20_100), 3);
+    assert.equal(index.cachedPrefixBlocks(0, prompt, 21_000), 1);
+    // At most the cap's worth of predictions per rank, the oldest dropped first; a clear drops them too.
+    const long = tokenSpeedPageKeys(
+      Array.from({ length: 20 }, (_, i) => i),
+      2,
+    );
+    index.noteRouted(0, long, 30_000);
+    assert.equal(index.cachedPrefixBlocks(0, long.slice(-4), 30_001), 4);
+    assert.equal(index.cachedPrefixBlocks(0, long, 30_001), 0, 'the first ones went');
+    index.clearRank(0);
+    assert.equal(index.cachedPrefixBlocks(0, long.slice(-4), 30_001), 0);
+    assert.throws(() => new KvBlockIndex('vllm', 1, -1), RangeError);
+  });
+
   test('the cap: stores beyond it are dropped and counted, so a count errs low', () => {
     const index = new KvBlockIndex('tokenspeed', 3);
     const pages = tokenSpeedPageKeys([1, 2, 3, 4, 5, 6, 7, 8, 9, 10], 2);
