@@ -15,7 +15,12 @@ import {
   type KvEventBatch,
 } from '../../src/protocols/kv-events/codec.js';
 import { bytesBlockKey, intBlockKey, tokenSpeedPageKeys, u64Key } from '../../src/protocols/kv-events/block-keys.js';
-import { KvEventsEndpointError, dialAddress, offsetEndpointForRank } from '../../src/protocols/kv-events/endpoints.js';
+import {
+  KvEventsEndpointError,
+  dialAddress,
+  kvEventAddresses,
+  offsetEndpointForRank,
+} from '../../src/protocols/kv-events/endpoints.js';
 import { WireDecodeError } from '../../src/wire/errors.js';
 import { loadRepoVectors, type Vector } from '../helpers/vectors.js';
 
@@ -207,6 +212,29 @@ describe('KV-event stream codec', () => {
     assert.equal(dialAddress('tcp://*:5560', '127.0.0.1'), 'tcp://127.0.0.1:5560');
     assert.equal(dialAddress('tcp://10.0.0.5:5559', '127.0.0.1'), 'tcp://10.0.0.5:5559');
     assert.throws(() => offsetEndpointForRank('tcp://*:5557', -1), RangeError);
+  });
+
+  test("a group's addresses: each rank offset and dialled on the host; overlapping ranges refused", () => {
+    assert.deepEqual(
+      kvEventAddresses({ endpoint: 'tcp://*:5557', replayEndpoint: 'tcp://*:5567', host: '10.0.0.5' }, 3),
+      [
+        { events: 'tcp://10.0.0.5:5557', replay: 'tcp://10.0.0.5:5567' },
+        { events: 'tcp://10.0.0.5:5558', replay: 'tcp://10.0.0.5:5568' },
+        { events: 'tcp://10.0.0.5:5559', replay: 'tcp://10.0.0.5:5569' },
+      ],
+    );
+    assert.deepEqual(kvEventAddresses({ endpoint: 'ipc:///tmp/kv', replayEndpoint: null, host: 'x' }, 1), [
+      { events: 'ipc:///tmp/kv', replay: null },
+    ]);
+    assert.throws(
+      () => kvEventAddresses({ endpoint: 'tcp://*:5557', replayEndpoint: 'tcp://*:5558', host: 'h' }, 2),
+      /rank 1's events and rank 0's replay are both tcp:\/\/h:5558/,
+    );
+    assert.throws(
+      () => kvEventAddresses({ endpoint: 'ipc:///tmp/kv', replayEndpoint: null, host: 'h' }, 2),
+      KvEventsEndpointError,
+    );
+    assert.throws(() => kvEventAddresses({ endpoint: 'tcp://*:1', replayEndpoint: null, host: 'h' }, 0), RangeError);
   });
 
   test("TokenSpeed's page hashes: FNV-1a 64 chained over full pages, as the engine computes them", () => {

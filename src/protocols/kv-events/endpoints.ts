@@ -53,3 +53,54 @@ export function offsetEndpointForRank(endpoint: string, rank: number): string {
 export function dialAddress(rankEndpoint: string, host: string): string {
   return rankEndpoint.replace('://*:', `://${host}:`);
 }
+
+/** How a group's engines were started for KV events: the endpoints as configured (before the per-rank offset). */
+export interface KvEventsEndpointConfig {
+  /** The events endpoint (`tcp://*:5557`, the engines' default). */
+  readonly endpoint: string;
+  /** The replay endpoint, or null when the engines have none. */
+  readonly replayEndpoint: string | null;
+  /** The host the gateway dials a wildcard endpoint on. */
+  readonly host: string;
+}
+
+/** The addresses the gateway dials for one rank. */
+export interface RankKvEventAddresses {
+  readonly events: string;
+  readonly replay: string | null;
+}
+
+/**
+ * The addresses to dial for each of `dpSize` ranks (engine indexes 0..dpSize-1) of a group started with `config`.
+ * @throws KvEventsEndpointError when an endpoint cannot be offset for a rank (the engines would not start), or when
+ *   two ranks' sockets would share one address (the replay range overlapping the events range, docs/reference/kv-events.md
+ *   2: the second bind fails in the engine).
+ * @throws RangeError when `dpSize` is not an integer ≥ 1.
+ */
+export function kvEventAddresses(config: KvEventsEndpointConfig, dpSize: number): RankKvEventAddresses[] {
+  if (!Number.isInteger(dpSize) || dpSize < 1) throw new RangeError(`DP size must be an integer ≥ 1, got ${dpSize}`);
+  const out: RankKvEventAddresses[] = [];
+  const seen = new Map<string, string>();
+  const claim = (address: string, what: string): string => {
+    const other = seen.get(address);
+    if (other !== undefined) {
+      throw new KvEventsEndpointError(
+        `${what} and ${other} are both ${address}: move the replay endpoint's port range`,
+      );
+    }
+    seen.set(address, what);
+    return address;
+  };
+  for (let rank = 0; rank < dpSize; rank++) {
+    const events = claim(
+      dialAddress(offsetEndpointForRank(config.endpoint, rank), config.host),
+      `rank ${rank}'s events`,
+    );
+    const replay =
+      config.replayEndpoint === null
+        ? null
+        : claim(dialAddress(offsetEndpointForRank(config.replayEndpoint, rank), config.host), `rank ${rank}'s replay`);
+    out.push({ events, replay });
+  }
+  return out;
+}
