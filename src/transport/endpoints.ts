@@ -6,6 +6,7 @@
  * A worker URL `ipc://<P>` names three endpoints: input `ipc://<P>-in.sock`, output `ipc://<P>-out.sock`, and the
  * handshake `tcp://127.0.0.1:<20000 + FNV-1a-64(<P>) mod 10000>` unless an explicit `tcp://` override is given.
  */
+import { Fnv1a64 } from '../protocols/kv-events/block-keys.js';
 import { ConfigError } from './errors.js';
 
 /** The addresses of one worker's socket set. */
@@ -22,10 +23,6 @@ export interface EngineEndpoints {
   handshake: string;
 }
 
-const FNV_OFFSET_BASIS = 0xcbf29ce484222325n;
-const FNV_PRIME = 0x00000100000001b3n;
-const MASK_64 = 0xffffffffffffffffn;
-
 /** Handshake ports are 20000..29999, below the Linux default ephemeral range 32768..60999 (engine-wire.md 1.3). */
 const PORT_BASE = 20000;
 const PORT_SPAN = 10000n;
@@ -41,12 +38,9 @@ export const MAX_IPC_PATH_BYTES = 107;
  * 2^64; engine-wire.md 1.3). Returns the 64-bit hash as a BigInt in 0..2^64-1.
  */
 export function fnv1a64(bytes: Uint8Array): bigint {
-  let hash = FNV_OFFSET_BASIS;
-  for (const byte of bytes) {
-    hash ^= BigInt(byte);
-    hash = (hash * FNV_PRIME) & MASK_64;
-  }
-  return hash;
+  const hash = new Fnv1a64();
+  for (const byte of bytes) hash.byte(byte);
+  return hash.value();
 }
 
 /**

@@ -40,11 +40,40 @@ export function bytesBlockKey(bytes: Uint8Array): BlockKey {
   return hex;
 }
 
-// FNV-1a 64 (offset basis 14695981039346656037 = 0xcbf29ce484222325, prime 1099511628211 = 0x100000001b3), kept as two
-// unsigned 32-bit halves: `lo * 0x1b3` stays below 2^41, so every product here is exact in a double.
 const FNV_OFFSET_HI = 0xcbf29ce4;
 const FNV_OFFSET_LO = 0x84222325;
 const FNV_PRIME_LO = 0x1b3;
+
+/**
+ * FNV-1a 64 (offset basis 0xcbf29ce484222325, prime 0x100000001b3: xor a byte in, multiply modulo 2^64), kept as two
+ * unsigned 32-bit halves so no BigInt is made per byte: `lo * 0x1b3` stays below 2^41, exact in a double. Also the
+ * handshake-port hash of ../../transport/endpoints.ts.
+ */
+export class Fnv1a64 {
+  hi = FNV_OFFSET_HI;
+  lo = FNV_OFFSET_LO;
+
+  /** One byte (0..255) into the hash. */
+  byte(b: number): void {
+    const lo = (this.lo ^ b) >>> 0;
+    const low = lo * FNV_PRIME_LO;
+    this.hi = (Math.imul(this.hi, FNV_PRIME_LO) + (lo << 8) + Math.floor(low / 2 ** 32)) >>> 0;
+    this.lo = low >>> 0;
+  }
+
+  /** The low 32 bits of `v` (an integer; negative ones as two's complement), little-endian. */
+  u32le(v: number): void {
+    this.byte(v & 0xff);
+    this.byte((v >>> 8) & 0xff);
+    this.byte((v >>> 16) & 0xff);
+    this.byte((v >>> 24) & 0xff);
+  }
+
+  /** The hash, 0..2^64−1. */
+  value(): bigint {
+    return (BigInt(this.hi) << 32n) | BigInt(this.lo);
+  }
+}
 
 /**
  * TokenSpeed's KV-event hash of each full page of `tokenIds` (pages of `pageSize` tokens from token 0; a partial tail
@@ -62,32 +91,18 @@ export function tokenSpeedPageKeys(tokenIds: readonly number[], pageSize: number
   let parentHi = 0;
   let parentLo = 0;
   for (let start = 0; start + pageSize <= tokenIds.length; start += pageSize) {
-    let hi = FNV_OFFSET_HI;
-    let lo = FNV_OFFSET_LO;
-    // One byte into the hash: xor into the low byte, then multiply by the prime modulo 2^64.
-    const feed = (byte: number): void => {
-      lo = (lo ^ byte) >>> 0;
-      const low = lo * FNV_PRIME_LO;
-      hi = (Math.imul(hi, FNV_PRIME_LO) + (lo << 8) + Math.floor(low / 2 ** 32)) >>> 0;
-      lo = low >>> 0;
-    };
-    const feed32 = (v: number): void => {
-      feed(v & 0xff);
-      feed((v >>> 8) & 0xff);
-      feed((v >>> 16) & 0xff);
-      feed((v >>> 24) & 0xff);
-    };
+    const h = new Fnv1a64();
     const first = start === 0;
-    feed(first ? 0 : 1);
+    h.byte(first ? 0 : 1);
     if (!first) {
-      feed32(parentLo);
-      feed32(parentHi);
+      h.u32le(parentLo);
+      h.u32le(parentHi);
     }
-    feed32(pageSize);
-    feed32(0);
-    for (let i = start; i < start + pageSize; i++) feed32(tokenIds[i]! | 0);
-    keys.push(u64Key(hi, lo));
-    [parentHi, parentLo] = [hi, lo];
+    h.u32le(pageSize);
+    h.u32le(0);
+    for (let i = start; i < start + pageSize; i++) h.u32le(tokenIds[i]! | 0);
+    keys.push(u64Key(h.hi, h.lo));
+    [parentHi, parentLo] = [h.hi, h.lo];
   }
   return keys;
 }
