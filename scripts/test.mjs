@@ -26,6 +26,7 @@ import { spawn } from 'node:child_process';
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import { buildTestTree } from './test-build.mjs';
+import { longestFirst } from '../test/reporters/files.mjs';
 
 const root = new URL('..', import.meta.url).pathname;
 const args = process.argv.slice(2);
@@ -81,21 +82,6 @@ const js = (f) => f.replace(/\.ts$/, '.js');
  */
 const durationsDir = join(root, 'node_modules', '.cache', 'model-gateway');
 const durationsFile = (phase) => join(durationsDir, `test-durations-${phase}.json`);
-/**
- * `files` in the order a phase starts them: the files that took longest last time first, so the last files to end are
- * short ones and the cores stay busy to the end (as Jest orders by its cache of durations); files with no time yet
- * (new, or no earlier run) before all of them, as they may be long; the rest in name order.
- */
-function longestFirst(files, phase) {
-  let ms = {};
-  try {
-    ms = JSON.parse(readFileSync(durationsFile(phase), 'utf8'));
-  } catch {
-    return files;
-  }
-  const key = (f) => (typeof ms[f] === 'number' ? ms[f] : Infinity);
-  return [...files].sort((a, b) => key(b) - key(a) || (a < b ? -1 : 1));
-}
 const bin = (pkg, file) => join(root, 'node_modules', pkg, file);
 const nodeTest = (n) => [
   process.execPath,
@@ -122,14 +108,14 @@ const phases = [
   },
   {
     name: 'tests',
-    argv: [...nodeTest(concurrency), ...longestFirst(targets, 'tests').map(js)],
+    argv: [...nodeTest(concurrency), ...longestFirst(targets, durationsFile('tests')).map(js)],
     env: { GATEWAY_TEST_DURATIONS: durationsFile('tests') },
     transpiled: true,
   },
   {
     name: 'workers',
     title: 'e2e --workers 2',
-    argv: [...nodeTest(workersConcurrency), ...longestFirst(workerFiles, 'workers').map(js)],
+    argv: [...nodeTest(workersConcurrency), ...longestFirst(workerFiles, durationsFile('workers')).map(js)],
     env: { GATEWAY_TEST_WORKERS: '2', GATEWAY_TEST_DURATIONS: durationsFile('workers') },
     transpiled: true,
   },

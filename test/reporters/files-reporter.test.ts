@@ -5,8 +5,14 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 // @ts-expect-error: a plain JavaScript reporter with no type declarations
-import filesReporter from './files.mjs';
+import filesReporter, { longestFirst } from './files.mjs';
+
+// The runner's own durations file (scripts/test.mjs sets this for the phase): the reports made here must not write to it.
+delete process.env.GATEWAY_TEST_DURATIONS;
 
 type Event = { type: string; data: Record<string, unknown> };
 
@@ -51,4 +57,36 @@ test('a suite that failed through a failed test is shown once, through the test'
   assert.equal(out.match(/✗/g)?.length, 1);
   assert.match(out, /✗ test\/e2e\/x\.test\.ts: a\n\s+Error: boom/);
   assert.match(out, /1 passed, 1 failed, 0 skipped/);
+});
+
+test('file times are merged into the durations file, and the next run starts the longest files first', async () => {
+  const dir = await mkdtemp(join(tmpdir(), 'mgw-durations-'));
+  const path = join(dir, 'durations.json');
+  const order = longestFirst as (files: string[], path: string) => string[];
+  try {
+    const files = ['a.test.ts', 'b.test.ts', 'c.test.ts', 'new.test.ts'];
+    assert.deepEqual(order(files, path), files, 'no file yet: as given');
+    await writeFile(path, JSON.stringify({ 'gone.test.ts': 5, 'a.test.ts': 1 }));
+    process.env.GATEWAY_TEST_DURATIONS = path;
+    try {
+      await report([
+        { type: 'test:pass', data: { name: 't', nesting: 0, file: 'b.test.ts', details: { duration_ms: 300 } } },
+        { type: 'test:pass', data: { name: 't', nesting: 0, file: 'c.test.ts', details: { duration_ms: 20.4 } } },
+        { type: 'test:pass', data: { name: 'u', nesting: 0, file: 'c.test.ts', details: { duration_ms: 20 } } },
+      ]);
+    } finally {
+      delete process.env.GATEWAY_TEST_DURATIONS;
+    }
+    assert.deepEqual(JSON.parse(await readFile(path, 'utf8')), {
+      'gone.test.ts': 5,
+      'a.test.ts': 1,
+      'b.test.ts': 300,
+      'c.test.ts': 40,
+    });
+    assert.deepEqual(order(files, path), ['new.test.ts', 'b.test.ts', 'c.test.ts', 'a.test.ts']);
+    await writeFile(path, 'not json');
+    assert.deepEqual(order(files, path), files, 'unreadable: as given');
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
 });
