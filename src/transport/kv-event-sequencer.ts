@@ -66,7 +66,7 @@ export class KvEventSequencer {
     const out: KvSequencerEffect[] = [];
     if (this.replaying) {
       this.held.push({ seq, batch });
-      if (this.held.length > this.maxHeld) this.giveUpReplay('too many batches arrived during the replay', out);
+      if (this.held.length > this.maxHeld) this.drainHeld('too many batches arrived during the replay', out);
       return out;
     }
     if (this.next !== null && seq < this.next) {
@@ -109,7 +109,7 @@ export class KvEventSequencer {
   /** The replay timed out or its socket failed: what it did not bring is lost. */
   replayFailed(reason: string): KvSequencerEffect[] {
     const out: KvSequencerEffect[] = [];
-    if (this.replaying) this.giveUpReplay(`the replay failed: ${reason}`, out);
+    if (this.replaying) this.drainHeld(`the replay failed: ${reason}`, out);
     return out;
   }
 
@@ -119,10 +119,6 @@ export class KvEventSequencer {
     this.held = [{ seq, batch }];
     out.push({ kind: 'replay', from });
     return out;
-  }
-
-  private giveUpReplay(reason: string, out: KvSequencerEffect[]): void {
-    this.drainHeld(reason, out);
   }
 
   /** Ends the replay: applies the held batches in order, marking the index unsure (with `reason`) at a hole. */
