@@ -48,6 +48,7 @@ import {
   parseIntOption,
 } from './serve-options.js';
 import { simEntryArgs } from './sim/spawn.js';
+import { parseKvEventsConfig } from './protocols/kv-events/config.js';
 import { tuneV8ForChatTemplates } from './tokenizer/chat-template.js';
 import { TokenizerLoadError } from './tokenizer/errors.js';
 import { ConfigError, TransportError } from './transport/errors.js';
@@ -100,6 +101,7 @@ interface GroupFlags {
   lockstep?: boolean;
   /** `--lockstep` (true) / `--no-lockstep` (false): the gateway's lockstep option; absent = auto. */
   lockstepMode?: boolean;
+  kvEventsConfig?: string;
   simArgs: string[];
 }
 
@@ -192,6 +194,14 @@ function applyGroupOption(target: GroupFlags, name: string, value: string | unde
     case 'sim-arg':
       target.simArgs.push(value!);
       return;
+    case 'kv-events-config':
+      try {
+        parseKvEventsConfig(value!);
+      } catch (err) {
+        throw new UsageError(`--kv-events-config: ${(err as Error).message}`);
+      }
+      once('kvEventsConfig', value);
+      return;
   }
 }
 
@@ -212,6 +222,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
   if (handshake !== undefined) out.handshake = handshake;
   const lockstepMode = g.lockstepMode ?? defaults.lockstepMode;
   if (lockstepMode !== undefined) out.lockstepMode = lockstepMode;
+  const kvEventsConfig = g.kvEventsConfig ?? defaults.kvEventsConfig;
+  if (kvEventsConfig !== undefined) out.kvEventsConfig = kvEventsConfig;
   if (sim || g.kind === null) {
     const simArgs = [...defaults.simArgs, ...(g === defaults ? [] : g.simArgs)];
     if (simArgs.length > 0) out.simArgs = simArgs;

@@ -302,6 +302,16 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     help: 'Simulated vLLM ranks step in lockstep (MoE: data_parallel_size > 1, parked when drained)',
   },
   {
+    name: 'kv-events-config',
+    type: 'string',
+    multiple: true,
+    value: 'JSON',
+    section: 'group',
+    group: 'option',
+    help: "The group's --kv-events-config (as its engines got it): cache_aware routes on the ranks' KV-cache events",
+    default: 'none, unless a ready response carries it',
+  },
+  {
     name: 'sim-arg',
     type: 'string',
     multiple: true,

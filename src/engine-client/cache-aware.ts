@@ -51,6 +51,8 @@ import {
 } from './policy.js';
 import { DEFAULT_INDEX_CAPACITY_BLOCKS, PrefixIndex, type PrefixIndexOptions } from './prefix-index.js';
 import type { RankService } from './service-rates.js';
+import type { KvCacheView } from './kv-cache-view.js';
+import type { PromptKey } from './kv-block-index.js';
 
 /** SGLang's `balance_rel_threshold` default: affinity yields to load when the busiest rank is past 1.5× the idlest. */
 export const DEFAULT_BALANCE_REL_THRESHOLD = 1.5;
@@ -341,6 +343,13 @@ export function indexShapeFor(ready: {
  * default `balanceAbsFor(maxNumSeqs)`), `balanceRelThreshold` (ratio ≥ 1; default 1.5).
  */
 export interface CacheAwareOptions extends LoadPolicyOptions, PrefixIndexOptions {
+  /**
+   * The group's exact index from the ranks' KV-cache events (kv-cache-view.ts), or absent: a rank whose stream is live
+   * is scored by what it announced (and what was just routed there), the others by the approximate index.
+   */
+  kvCache?: KvCacheView | null;
+  /** The policy's clock in ms (default `performance.now`; the same one `kvCache` was built with). */
+  now?: () => number;
   maxNumSeqs?: number | null;
   kvTotalTokens?: number | null;
   balanceAbsThreshold?: number;
@@ -353,6 +362,16 @@ export type CacheAwareStats = Record<CacheAwareReason, number>;
 function checked(name: string, v: number, ok: (v: number) => boolean, what: string): number {
   if (!Number.isFinite(v) || !ok(v)) throw new RangeError(`${name} must be ${what}, got ${v}`);
   return v;
+}
+
+/**
+ * The prompt tokens a rank can serve from its cache: `matched`, but at most the whole blocks of the prompt's first
+ * `promptTokens − 1` tokens (both engines compute at least the last prompt token: vLLM caps a hit at
+ * `num_tokens − 1`, and so does the simulated rank), in `blockTokens`-token blocks. Pure.
+ */
+export function servableCachedTokens(matched: number, promptTokens: number, blockTokens: number): number {
+  const cap = Math.floor(Math.max(0, promptTokens - 1) / blockTokens) * blockTokens;
+  return Math.max(0, Math.min(matched, cap));
 }
 
 /** A cache-aware policy with its own index, scan start and decision counts. Throws RangeError on a bad option. */
@@ -377,15 +396,38 @@ export function createCacheAwarePolicy(
   const kvTotal = opts.kvTotalTokens ?? null;
   if (kvTotal !== null) checked('kvTotalTokens', kvTotal, (v) => v > 0, 'a number > 0');
   const index = new PrefixIndex(opts);
+  const exact = opts.kvCache ?? null;
+  const now = opts.now ?? (() => performance.now());
   const stats: CacheAwareStats = { 'no-better-match': 0, imbalanced: 0, 'load-cheaper': 0, affinity: 0, 'kv-short': 0 };
   let scanStart = 0;
-  // The hashes `select` computed, for the `onDispatch` of the same request that follows in the same step.
-  let last: { request: GenerateRequest; hashes: number[] } | null = null;
-  const hashesOf = (request: GenerateRequest): number[] => {
-    if (last !== null && last.request === request) return last.hashes;
-    const hashes = index.hashes(request.promptTokenIds);
-    last = { request, hashes };
-    return hashes;
+  // What `select` computed for a request, for the `onDispatch` and `predictedCachedTokens` that follow in the same
+  // step: its approximate-index hashes, its exact-index keys and the cached tokens predicted on the chosen rank.
+  let last: { request: GenerateRequest; hashes: number[]; keys: PromptKey[] | null; predicted: number | null } | null =
+    null;
+  const keysOf = (request: GenerateRequest): NonNullable<typeof last> => {
+    if (last !== null && last.request === request) return last;
+    last = {
+      request,
+      hashes: index.hashes(request.promptTokenIds),
+      keys: exact !== null && exact.enabled ? exact.promptKeys(request.promptTokenIds) : null,
+      predicted: null,
+    };
+    return last;
+  };
+  /** Tokens of the prompt rank `engineIndex` holds: the exact index when its stream is live, else the approximate. */
+  const matchedOn = (engineIndex: number, k: NonNullable<typeof last>, nowMs: number): number => {
+    if (exact !== null && k.keys !== null && exact.isLive(engineIndex, nowMs)) {
+      return servableCachedTokens(
+        exact.cachedPrefixTokens(engineIndex, k.keys, nowMs),
+        k.request.promptTokenIds.length,
+        exact.blockSize,
+      );
+    }
+    return servableCachedTokens(
+      index.match(engineIndex, k.hashes) * index.blockTokens,
+      k.request.promptTokenIds.length,
+      index.blockTokens,
+    );
   };
 
   return {
@@ -397,13 +439,13 @@ export function createCacheAwarePolicy(
       if (ranks.length === 0) throw new RangeError('cannot select a DP rank: no engines connected');
       const start = scanStart % ranks.length;
       scanStart = scanStart >= Number.MAX_SAFE_INTEGER ? 0 : scanStart + 1;
-      const hashes = hashesOf(request);
+      const k = keysOf(request);
+      const nowMs = now();
       const services = ranks.map((v) => v.service);
+      const matched = ranks.map((v) => (v.engineIndex === null ? 0 : matchedOn(v.engineIndex, k, nowMs)));
       const { position, reason } = cacheAwareChoice({
         loads: ranks.map(fleetScorer(ranks, horizonMs)),
-        matched: ranks.map((v) =>
-          v.engineIndex === null ? 0 : index.match(v.engineIndex, hashes) * index.blockTokens,
-        ),
+        matched,
         promptTokens: request.promptTokenIds.length,
         estimates: serviceEstimates(services),
         outputTokens: expectedOutputTokens(services, request.sampling.maxNewTokens),
@@ -418,15 +460,23 @@ export function createCacheAwarePolicy(
                 kvTokensOf(v.engineIndex === null ? null : v.load, kvTotal, loadWeight(v.loadAgeMs, horizonMs)),
               ),
       });
+      k.predicted = matched[position]!;
       stats[reason] += 1;
       return position;
     },
     onDispatch(engineIndex: number, request: GenerateRequest): void {
-      index.record(engineIndex, hashesOf(request));
+      const k = keysOf(request);
+      index.record(engineIndex, k.hashes);
+      if (exact !== null && k.keys !== null) exact.noteRouted(engineIndex, k.keys, now());
+    },
+    predictedCachedTokens(request: GenerateRequest): number | null {
+      const k = last !== null && last.request === request ? last : null;
       last = null;
+      return k?.predicted ?? null;
     },
     forgetRank(engineIndex: number): void {
       index.forget(engineIndex);
+      exact?.forgetRank(engineIndex);
     },
   };
 }

@@ -8,6 +8,7 @@ import type { EngineProtocol } from '../protocols/types.js';
 import type { DeliveryQueueOptions } from './delivery-queue.js';
 import type { EngineLink } from './link.js';
 import type { DpPolicy } from './policy.js';
+import type { KvCacheView } from './kv-cache-view.js';
 import type { LockstepSetting } from './waves.js';
 
 /** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without output). */
@@ -24,6 +25,8 @@ export const DEFAULT_RANK_STALL_TIMEOUT_MS = 60_000;
  * - `link`: the group's socket set (its `dpSize` gives the rank slots); the client attaches to it, owns it from now
  *   on and closes it on `close()`.
  * - `policy`: the unpinned rank-selection policy (default `createLoadPolicy()`, SMG's DP scorer).
+ * - `kvCache`: the group's exact index from its ranks' KV-cache events (kv-cache-view.ts), when the group has them:
+ *   its counters appear in `stats.kvEvents`. The policy reads it; the client only reports it.
  * - `silenceTimeoutMs`: the group silence watchdog and the per-rank silence watchdogs (a rank holding requests and
  *   silent this long is dead), in ms (default 300 000).
  * - `rankStallTimeoutMs`: a rank holding requests and silent this long is stalled (default 60 000).
@@ -43,6 +46,7 @@ export interface EngineClientOptions {
   protocol: EngineProtocol;
   link: EngineLink;
   policy?: DpPolicy;
+  kvCache?: KvCacheView | null;
   silenceTimeoutMs?: number;
   rankStallTimeoutMs?: number;
   logger?: Logger;

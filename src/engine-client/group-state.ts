@@ -99,7 +99,7 @@ export class GroupState {
     this.now = opts.now ?? (() => performance.now());
     this.logger = opts.logger ?? pino({ level: 'silent' });
     this.delivery = new DeliveryQueue(opts.delivery);
-    this.stats = newClientStats(opts.link.handshakeRejected);
+    this.stats = newClientStats(opts.link.handshakeRejected, this.routing.rates.precision, opts.kvCache ?? null);
     this.ranks = new RankTable(opts.link.dpSize);
     this.quietSince = new Float64Array(opts.link.dpSize);
     this.decodeErrorsAtQuiet = new Float64Array(opts.link.dpSize);

@@ -23,7 +23,7 @@ export function selectAndReserve(
 ): { slot: RankSlot; pinned: boolean } {
   if (dpRank !== undefined) {
     const slot = pinnedSlot(g, dpRank);
-    reserve(g, slot.index, request);
+    reserve(g, slot.index, request, false);
     return { slot, pinned: true };
   }
   if (!g.canServe()) {
@@ -48,7 +48,7 @@ export function selectAndReserve(
     );
   }
   const slot = ready[pos]!;
-  reserve(g, slot.index, request);
+  reserve(g, slot.index, request, true);
   return { slot, pinned: false };
 }
 
@@ -75,10 +75,10 @@ function pinnedSlot(g: GroupState, dpRank: number): RankSlot {
 
 /**
  * Add the request to `inflight[rank]`, start its service-rate accounting, arm the rank's timers if it was idle
- * (14.8), tell the policy. If any of that throws, the slot is released again and the error rethrown (the submit's
+ * (14.8), tell the policy (and, for a rank the policy `chosen`, keep its cached-token prediction in the sample). If any of that throws, the slot is released again and the error rethrown (the submit's
  * rollback releases only a request whose rank it has recorded, which happens after this returns).
  */
-function reserve(g: GroupState, rank: number, request: GenerateRequest): void {
+function reserve(g: GroupState, rank: number, request: GenerateRequest, chosen: boolean): void {
   g.routing.reserve(rank, request.requestId);
   if (g.routing.inFlightCount(rank) === 1) g.markHeard(rank, g.now());
   try {
@@ -87,6 +87,8 @@ function reserve(g: GroupState, rank: number, request: GenerateRequest): void {
     if (entry !== undefined) entry.service = sample;
     g.syncRankTimers(rank, false);
     g.policy.onDispatch?.(rank, request);
+    // The policy's expectation of the chosen rank's cache, checked against the engine's `cached_tokens`.
+    if (chosen) sample.predictedCachedTokens = g.policy.predictedCachedTokens?.(request) ?? null;
   } catch (err) {
     // The caller's rollback releases only a request whose engineIndex is set, which happens after this returns:
     // undo the reservation here, so a throw (a malformed request, a policy's onDispatch) leaves no slot held.

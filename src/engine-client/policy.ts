@@ -61,6 +61,12 @@ export interface DpPolicy {
   select(ranks: readonly RankView[], request: GenerateRequest): number;
   /** Called inside the synchronous select+reserve step for every request sent to a rank, pinned or not. */
   onDispatch?(engineIndex: number, request: GenerateRequest): void;
+  /**
+   * The prompt tokens the policy expects the chosen rank to serve from its prefix cache, asked once right after
+   * `onDispatch` of an unpinned request (null: no prediction). Compared with the engine's `cached_tokens` (routing
+   * precision, service-rates.ts).
+   */
+  predictedCachedTokens?(request: GenerateRequest): number | null;
   /** The rank's engine state is gone (it died, or rejoined as a fresh process): drop what is known about it. */
   forgetRank?(engineIndex: number): void;
 }

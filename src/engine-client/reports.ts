@@ -9,6 +9,9 @@ import type { EngineLoad } from '../protocols/types.js';
 import type { RankStateName } from './rank-liveness.js';
 import type { RankSlot } from './rank-table.js';
 import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
+import type { RoutingPrecision } from './service-rates.js';
+import type { KvCacheView, KvCacheViewCounters } from './kv-cache-view.js';
+import type { KvIndexCounters } from './kv-block-index.js';
 
 /**
  * One rank slot's state for /metrics, /health and the dashboard (gateway.md section 15.3; interface C):
@@ -95,6 +98,10 @@ export interface ClientStats {
   decodeSuspects: number;
   revivals: number;
   readonly handshakeRejected: Readonly<Record<string, number>>;
+  /** The policy's cache predictions against the engines' reports (service-rates.ts; a live object). */
+  readonly routingPrecision: Readonly<RoutingPrecision>;
+  /** The group's KV-event counters (kv-cache-view.ts and its index), or null without KV events (live objects). */
+  readonly kvEvents: { readonly view: Readonly<KvCacheViewCounters>; readonly index: Readonly<KvIndexCounters> } | null;
 }
 
 /** What the routing state knows about a rank (routing-state.ts), as `rankStateOf` reports it. */
@@ -135,7 +142,11 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
 }
 
 /** Fresh client-wide counters over the link's live `handshakeRejected` record. */
-export function newClientStats(handshakeRejected: Readonly<Record<string, number>>): ClientStats {
+export function newClientStats(
+  handshakeRejected: Readonly<Record<string, number>>,
+  routingPrecision: Readonly<RoutingPrecision>,
+  kvCache: Pick<KvCacheView, 'counters' | 'index'> | null = null,
+): ClientStats {
   return {
     decodeErrors: 0,
     abortsSent: 0,
@@ -148,6 +159,8 @@ export function newClientStats(handshakeRejected: Readonly<Record<string, number
     decodeSuspects: 0,
     revivals: 0,
     handshakeRejected,
+    routingPrecision,
+    kvEvents: kvCache === null ? null : { view: kvCache.counters, index: kvCache.index.counters },
   };
 }
 

@@ -63,6 +63,8 @@ export interface ServiceSample {
   lastRowMs: number | null;
   tokens: number;
   live: boolean;
+  /** The policy's predicted prefix-cache hit on the rank (tokens), until the engine reports its own; else null. */
+  predictedCachedTokens: number | null;
   /** The rank's sums, looked up on the sample's first row. */
   sums: RankSums | null;
 }
@@ -74,8 +76,31 @@ interface RankSums {
   outputTokens: number;
 }
 
+/**
+ * How well a policy's cache predictions held (issue 29 part 3), over the requests it placed whose engine reported
+ * `cached_tokens`: Σ predicted tokens, Σ min(predicted, reported) (`confirmedTokens`), Σ reported tokens. Routing
+ * precision is confirmed / predicted (1 when nothing was predicted); confirmed / reported is the share of the real
+ * hits the policy foresaw. Counters, never reset.
+ */
+export interface RoutingPrecision {
+  requests: number;
+  predictedTokens: number;
+  confirmedTokens: number;
+  reportedTokens: number;
+}
+
+/** Adds one request's prediction and the engine's report (tokens) to `p`. */
+export function observePrecision(p: RoutingPrecision, predicted: number, reported: number): void {
+  p.requests++;
+  p.predictedTokens += predicted;
+  p.reportedTokens += reported;
+  p.confirmedTokens += Math.min(predicted, reported);
+}
+
 /** The tracker of one engine client (see the module comment). */
 export class ServiceRates {
+  /** Predicted against reported prefix-cache hits of the requests a policy placed (`RoutingPrecision`). */
+  readonly precision: RoutingPrecision = { requests: 0, predictedTokens: 0, confirmedTokens: 0, reportedTokens: 0 };
   /** An `IdTable`, not a `Map`: one sample per request comes and goes (collections/id-table.ts says why). */
   private readonly pending = new IdTable<ServiceSample>();
   private readonly ranks = new Map<number, RankSums>();
@@ -98,6 +123,7 @@ export class ServiceRates {
       lastRowMs: null,
       tokens: 0,
       live: true,
+      predictedCachedTokens: null,
       sums: null,
     };
     this.pending.set(requestId, sample);
@@ -111,6 +137,10 @@ export class ServiceRates {
    */
   observeRow(rank: number, sample: ServiceSample, out: EngineOutputRow, nowMs: number): void {
     if (!sample.live || sample.rank !== rank) return;
+    if (sample.predictedCachedTokens !== null && out.cachedTokens !== null) {
+      observePrecision(this.precision, sample.predictedCachedTokens, out.cachedTokens);
+      sample.predictedCachedTokens = null;
+    }
     const tokens = out.newTokenIds.length;
     const sums = (sample.sums ??= this.sumsOf(rank));
     if (sample.lastRowMs === null) {

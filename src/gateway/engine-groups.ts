@@ -25,6 +25,7 @@ import { tokenIdMask } from '../tokenizer/token-id-mask.js';
 import { deriveEndpoints, type EngineEndpoints } from '../transport/endpoints.js';
 import { TransportError } from '../transport/errors.js';
 import { ZmqEngineLink } from '../transport/zmq-link.js';
+import { startGroupKvEvents, type GroupKvEvents } from './kv-events.js';
 import { gatewayRuntimeDir } from '../runtime-dir.js';
 import type { ResolvedGroup } from './options.js';
 import type { GatewayPlan } from './plan.js';
@@ -49,6 +50,8 @@ export interface GroupRuntime {
   link: ZmqEngineLink;
   client: EngineClient;
   sims: SimRankProcesses | null;
+  /** The group's KV-cache event streams and exact index (kv-events.ts). */
+  kvEvents: GroupKvEvents;
 }
 
 let simCounter = 0;
@@ -134,7 +137,10 @@ export async function startEngineGroups(
 /** Close every group's engine client (its live requests end, its link closes); a failure is logged. Never rejects. */
 export async function closeEngineClients(groups: readonly GroupRuntime[]): Promise<void> {
   await Promise.all(
-    groups.map((g) => g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'))),
+    groups.map(async (g) => {
+      await g.client.close().catch((err: unknown) => g.log.warn({ err }, 'engine client close failed'));
+      await g.kvEvents.close();
+    }),
   );
 }
 
@@ -255,6 +261,13 @@ function startGroupClient(
 ): GroupRuntime {
   const { opts } = plan;
   const engineLog = log.child({ component: 'engine-client' });
+  const kvEvents = startGroupKvEvents(
+    spec.engine,
+    spec.dpSize,
+    spec.kvEvents,
+    plan.dpPolicyName === 'cache_aware',
+    log,
+  );
   let client: EngineClient | null = null;
   const protocol = buildProtocol(
     spec.engine,
@@ -267,7 +280,8 @@ function startGroupClient(
     protocol,
     link,
     logger: engineLog,
-    policy: groupPolicy(plan.dpPolicyName, plan.policyOptions, link),
+    policy: groupPolicy(plan.dpPolicyName, { ...plan.policyOptions, kvCache: kvEvents.view }, link),
+    kvCache: kvEvents.view,
     validTokenIds: shared.validTokenIds,
     ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
     ...(opts.rankStallTimeoutMs !== undefined ? { rankStallTimeoutMs: opts.rankStallTimeoutMs } : {}),
@@ -277,6 +291,7 @@ function startGroupClient(
   const lastKind = { kind: null as string | null };
   logGroupKind(log, c, spec.lockstepMode, lastKind);
   c.on('joined', (engine) => {
+    kvEvents.onJoined(engine);
     logReadyNotes(log, engine, shared.unknownDtypes);
     logGroupKind(log, c, spec.lockstepMode, lastKind);
   });
@@ -286,7 +301,7 @@ function startGroupClient(
       'engine group failed as a unit: its requests ended; its ranks must be ready again to serve',
     ),
   );
-  return { spec, endpoints, log, link, client: c, sims: null };
+  return { spec, endpoints, log, link, client: c, sims: null, kvEvents };
 }
 
 /**
@@ -350,6 +365,7 @@ function groupPolicy(
     ...(probe.releaseClamp !== undefined ? { releaseClamp: probe.releaseClamp } : {}),
     select: (ranks, request) => policy().select(ranks, request),
     onDispatch: (engineIndex, request) => policy().onDispatch?.(engineIndex, request),
+    predictedCachedTokens: (request) => built?.predictedCachedTokens?.(request) ?? null,
     forgetRank: (engineIndex) => built?.forgetRank?.(engineIndex),
   };
 }

@@ -13,6 +13,8 @@ import type { HttpEdgeOptions } from '../server/edge-options.js';
 import type { EngineFamily } from '../server/backend.js';
 import { createGatewayLogger, type LogFormat } from '../gateway-logger.js';
 import { positiveInteger } from '../option-checks.js';
+import { parseKvEventsConfig, type KvEventsConfig } from '../protocols/kv-events/config.js';
+import { kvEventAddresses } from '../protocols/kv-events/endpoints.js';
 import { resolveTokenizerSpec } from '../tokenizer/hf-cache.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { MaxMessageBytes } from '../transport/zmq-link.js';
@@ -43,6 +45,11 @@ export const ENGINE_FAMILIES: readonly EngineFamily[] = Object.freeze(['tokenspe
  *   src/engine-client/waves.ts): `'auto'` (default) decides from the ready responses' `data_parallel_size`, else from
  *   the first wave notification; `true` forces lockstep (every submit wakes the group), `false` forces dense (never
  *   woken; wave notifications ignored). Independent of `lockstep`, which shapes the simulated ranks only.
+ * - `kvEventsConfig`: the `--kv-events-config` the group's engines were started with (JSON text or the object;
+ *   ../protocols/kv-events/config.ts): the gateway subscribes to every rank's KV-cache events there and `cache_aware`
+ *   routes on what the ranks really cache (issue 29; kv-events.ts). Simulated ranks are started with it. Its
+ *   endpoints must have a wildcard host (`tcp://*:PORT`: the engine binds, the gateway dials it on 127.0.0.1). Absent:
+ *   a rank whose ready response carries its config (newer vLLM) is subscribed to from that.
  */
 export interface GroupOptions {
   engine?: EngineFamily;
@@ -53,6 +60,7 @@ export interface GroupOptions {
   simArgs?: string[];
   lockstep?: boolean;
   lockstepMode?: LockstepSetting;
+  kvEventsConfig?: string | Record<string, unknown>;
 }
 
 /**
@@ -166,6 +174,8 @@ export interface ResolvedGroup {
   lockstep: boolean;
   /** The gateway's lockstep option for the group (`GroupOptions.lockstepMode`; default `'auto'`). */
   lockstepMode: LockstepSetting;
+  /** The group's KV-event configuration when it is enabled, else null (`GroupOptions.kvEventsConfig`). */
+  kvEvents: KvEventsConfig | null;
 }
 
 const SHORTHAND_KEYS = [
@@ -177,6 +187,7 @@ const SHORTHAND_KEYS = [
   'simArgs',
   'lockstep',
   'lockstepMode',
+  'kvEventsConfig',
 ] as const;
 
 /**
@@ -184,7 +195,7 @@ const SHORTHAND_KEYS = [
  * Pure (no I/O). Throws RangeError naming the group (`group i`, 0-based) when: both `groups` and a shorthand field
  * are given; `groups` is empty; `engine` is not `tokenspeed`/`vllm` (gateway.md 2.2); `sim` or `dpSize` is not an
  * integer ≥ 1 (gateway.md 3: 0 is rejected); `dpSize` differs from `sim`; `lockstep` is set without simulated vLLM
- * ranks (at least 2); `lockstepMode` is not `'auto'`, true or false; or two groups name the same `engineUrl` or
+ * ranks (at least 2); `kvEventsConfig` is refused (`groupKvEvents`); `lockstepMode` is not `'auto'`, true or false; or two groups name the same `engineUrl` or
  * `handshake`.
  */
 export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
@@ -232,6 +243,7 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
       simArgs: g.simArgs ?? [],
       lockstep,
       lockstepMode,
+      kvEvents: g.kvEventsConfig === undefined ? null : groupKvEvents(g.kvEventsConfig, dpSize, where),
     };
   });
   const seen = (key: 'engineUrl' | 'handshake', what: string) => {
@@ -242,6 +254,29 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
   seen('engineUrl', 'worker URL');
   seen('handshake', 'handshake address');
   return resolved;
+}
+
+/**
+ * A group's `kvEventsConfig`, parsed and checked for `dpSize` ranks: null when it leaves events off. Throws RangeError
+ * (prefixed with `where`) for a config the engines refuse, endpoints that cannot be offset for every rank or overlap
+ * (../protocols/kv-events/endpoints.ts), or a non-wildcard tcp host (the engine would connect to the gateway).
+ */
+function groupKvEvents(value: string | Record<string, unknown>, dpSize: number, where: string): KvEventsConfig | null {
+  try {
+    const config = parseKvEventsConfig(value);
+    if (!config.enabled) return null;
+    for (const ep of [config.endpoint, config.replayEndpoint]) {
+      if (ep !== null && ep.startsWith('tcp://') && !ep.startsWith('tcp://*:')) {
+        throw new RangeError(
+          `endpoint ${ep} has a host: the engine would connect to it rather than bind; start the engines with tcp://*:PORT`,
+        );
+      }
+    }
+    kvEventAddresses({ endpoint: config.endpoint, replayEndpoint: config.replayEndpoint, host: '127.0.0.1' }, dpSize);
+    return config;
+  } catch (err) {
+    throw new RangeError(`${where}kvEventsConfig: ${(err as Error).message}`);
+  }
 }
 
 /**

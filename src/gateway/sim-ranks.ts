@@ -6,6 +6,7 @@
 import { spawnSimRanks, type SimRankProcesses, type SpawnSimRanksOptions } from '../sim/spawn.js';
 import type { EngineClient } from '../engine-client/client.js';
 import type { GroupRuntime } from './engine-groups.js';
+import { kvEventsConfigObject } from '../protocols/kv-events/config.js';
 
 /**
  * Spawn the simulated ranks of every group with `sim` > 0 (`GroupRuntime.sims`), skipping the engine indexes its link
@@ -18,13 +19,19 @@ export async function spawnGroupSims(groups: readonly GroupRuntime[]): Promise<v
     if (g.spec.sim === 0) continue;
     const skip = new Set(await adopted[i]!);
     if (skip.size >= g.spec.sim) continue;
+    const extraArgs = [
+      ...(g.spec.kvEvents !== null
+        ? ['--kv-events-config', JSON.stringify(kvEventsConfigObject(g.spec.kvEvents))]
+        : []),
+      ...g.spec.simArgs,
+    ];
     const spawnOpts: SpawnSimRanksOptions = {
       handshakeAddress: g.endpoints.handshake,
       count: g.spec.sim,
       engine: g.spec.engine,
       lockstep: g.spec.lockstep,
       skip,
-      ...(g.spec.simArgs.length > 0 ? { extraArgs: g.spec.simArgs } : {}),
+      ...(extraArgs.length > 0 ? { extraArgs } : {}),
       logger: g.log.child({ component: 'sim' }),
     };
     g.sims = spawnSimRanks(spawnOpts);

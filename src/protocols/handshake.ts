@@ -468,7 +468,8 @@ function reported<T>(value: T | null, key: string): T {
 }
 
 /**
- * Encodes a ready response (`dp_stats_address`, `multimodal_encoder_dtype` and `kv_events_config` nil).
+ * Encodes a ready response (`dp_stats_address` and `multimodal_encoder_dtype` nil; `kv_events_config` as `kvEventsConfig`
+ * says, nil when absent, as TokenSpeed and vLLM at 9aaf83ef always send it).
  * - `form: 'long'` (default): all 19 keys in TokenSpeed order (map16 `de 0013`); `granularityKey` picks the spelling
  *   of key 3 (`prefix_granularity`, TokenSpeed, default; `block_size`, vLLM).
  * - `form: 'short'`: the three keys of vLLM releases up to at least 9aaf83ef (`max_model_len`, `num_gpu_blocks`,
@@ -506,7 +507,7 @@ export function encodeReadyResponse(
     instance_id: r.instanceId,
     kv_cache_size_tokens: r.kvCacheSizeTokens,
     kv_cache_max_concurrency: r.kvCacheMaxConcurrency,
-    kv_events_config: null,
+    kv_events_config: r.kvEventsConfig ?? null,
   };
   if (opts.granularityKey === 'block_size') {
     const { prefix_granularity, ...rest } = wire;
@@ -558,7 +559,8 @@ export function decodeReadyResponse(bytes: Uint8Array): ReadyResponse {
   // Decoded and type-checked, not carried: a wrong type is still worth a note.
   value(m.dp_stats_address, null);
   value(m.multimodal_encoder_dtype, null);
-  value(m.kv_events_config, null);
+  const kvEvents = value(m.kv_events_config, null);
+  if (kvEvents !== null) out.kvEventsConfig = kvEvents;
   if (notes.length > 0) out.notes = notes;
   return out;
 }

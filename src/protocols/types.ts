@@ -381,6 +381,11 @@ export interface ReadyResponse {
   kvCacheSizeTokens: number | null;
   kvCacheMaxConcurrency: number | null;
   /**
+   * The rank's `--kv-events-config` as it reports it (newer vLLM; TokenSpeed's field is always nil, docs/reference/
+   * kv-events.md 1), or absent/null. Set by `decodeReadyResponse` only when the engine filled it.
+   */
+  kvEventsConfig?: Record<string, unknown> | null;
+  /**
    * Informational keys that had the wrong type and were treated as not reported, one line each (`"world_size:
    * expected uint, got str"`). Set by `decodeReadyResponse` only when there are some; the gateway logs them.
    */

@@ -21,7 +21,14 @@
  *   reason}` and `model_gateway_orphan_outputs_total{worker}`;
  * - the engine output contract (issue 26 part 4; engine-client/output-contract.ts): counters
  *   `model_gateway_rank_engine_errors_total{worker, dp_rank, kind}` (kind `max-tokens-overrun`, `invalid-token-id`)
- *   and `model_gateway_unknown_outputs_total{worker}` (rows for request ids the gateway never issued).
+ *   and `model_gateway_unknown_outputs_total{worker}` (rows for request ids the gateway never issued);
+ * - prefix-cache routing (issue 29 part 3; engine-client/service-rates.ts `RoutingPrecision`), per group: counters
+ *   `model_gateway_routing_predictions_total`, `..._predicted_cached_tokens_total`,
+ *   `..._confirmed_cached_tokens_total` (Σ min(predicted, reported)) and `..._reported_cached_tokens_total`: routing
+ *   precision is confirmed / predicted; with KV events (engine-client/kv-cache-view.ts), counters
+ *   `model_gateway_kv_event_batches_total`, `model_gateway_kv_event_unsure_total{reason=unsure|silent}`,
+ *   `model_gateway_kv_event_publisher_restarts_total` and `model_gateway_kv_index_dropped_stores_total` (the
+ *   per-rank block cap bit).
  * Every collector resets and refills its metric at each scrape, so a group or rank that went away leaves no series.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -65,6 +72,7 @@ export function registerEngineSeries(ctx: EngineSeriesContext): void {
   registerClientCounters(ctx);
   registerLifecycleSeries(ctx);
   registerOutputContractSeries(ctx);
+  registerCacheRoutingSeries(ctx);
 }
 
 /** Every rank of every group, with the group's worker label. */
@@ -350,5 +358,64 @@ function registerOutputContractSeries(ctx: EngineSeriesContext): void {
     'model_gateway_unknown_outputs_total',
     'Output rows for request ids this gateway never issued (or forgot long ago); dropped',
     (s) => s.unknownOutputs,
+  );
+}
+
+/** Prefix-cache routing (issue 29 part 3): the policy's predictions against the engines' reports; KV-event streams. */
+function registerCacheRoutingSeries(ctx: EngineSeriesContext): void {
+  const precision: Array<[string, string, (p: BackendStats['routingPrecision']) => number]> = [
+    ['predictions', 'Requests placed by the policy whose engine reported cached_tokens', (p) => p.requests],
+    [
+      'predicted_cached_tokens',
+      'Prompt tokens the policy expected the chosen rank to serve from its cache',
+      (p) => p.predictedTokens,
+    ],
+    [
+      'confirmed_cached_tokens',
+      'Of those, tokens the engine did serve from its cache (sum of min(predicted, reported)); precision = confirmed / predicted',
+      (p) => p.confirmedTokens,
+    ],
+    [
+      'reported_cached_tokens',
+      'Prompt tokens the engines reported served from cache for those requests',
+      (p) => p.reportedTokens,
+    ],
+  ];
+  for (const [name, help, pick] of precision) {
+    statCounter(ctx, `model_gateway_routing_${name}_total`, help, (s) => pick(s.routingPrecision));
+  }
+  const kv = (s: BackendStats) => s.kvEvents;
+  statCounter(
+    ctx,
+    'model_gateway_kv_event_batches_total',
+    'KV-event batches applied to the exact index',
+    (s) => kv(s)?.view.batches ?? 0,
+  );
+  recordCounter(
+    ctx,
+    'model_gateway_kv_event_unsure_total',
+    "Times a rank's exact index stopped being trusted (scored by the approximate index meanwhile), by reason: unsure (lost batches, undecodable frames) or silent (no events after prompts were routed there)",
+    ['worker'],
+    'reason',
+    () =>
+      ctx
+        .groups()
+        .filter((g) => kv(g.backend.stats) !== null)
+        .map((g) => {
+          const v = kv(g.backend.stats)!.view;
+          return [{ worker: g.worker }, { unsure: v.unsure, silent: v.silent }];
+        }),
+  );
+  statCounter(
+    ctx,
+    'model_gateway_kv_event_publisher_restarts_total',
+    "KV-event publishers seen restarting (seq back to 0): the rank's index was forgotten",
+    (s) => kv(s)?.view.resets ?? 0,
+  );
+  statCounter(
+    ctx,
+    'model_gateway_kv_index_dropped_stores_total',
+    'Announced blocks the exact index did not keep: the per-rank block cap was reached',
+    (s) => kv(s)?.index.droppedStores ?? 0,
   );
 }

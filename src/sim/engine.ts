@@ -55,6 +55,8 @@ import type { SimModelBehaviour } from './response-plan.js';
 import { createTokenSpeedSimWire } from './tokenspeed-wire.js';
 import { createVllmSimWire } from './vllm-wire.js';
 import { LockstepWaves } from './waves.js';
+import { SimKvPublisher } from './kv-events.js';
+import { kvEventsConfigObject, type KvEventsConfig } from '../protocols/kv-events/config.js';
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily, type SimStep, type SimWire, type SimWireContext } from './wire.js';
 
 export type { SimEngineFamily } from './wire.js';
@@ -108,6 +110,11 @@ export interface SimEngineOptions {
   slowdown?: number;
   /** Keep a prefix cache (scheduler.ts, prefix-cache.ts; default true, as vLLM V1 and TokenSpeed do). */
   prefixCaching?: boolean;
+  /**
+   * Publish the prefix cache's KV events as the engine does when started with this `--kv-events-config`
+   * (kv-events.ts; off unless `enabled`). Bound before the rank dials the gateway.
+   */
+  kvEvents?: KvEventsConfig;
   /**
    * Record every request's timeline on the rank's own clock (`SimEngineHandle.timeline`; default false): for
    * benchmarks, whose latencies should not include the host's scheduling delays. Kept until `clearTimelines()`.
@@ -387,7 +394,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     streamInterval: opts.streamInterval,
     finishRules: wire.finishRules,
     ...(opts.prefixCaching !== undefined ? { prefixCaching: opts.prefixCaching } : {}),
+    kvEvents: opts.kvEvents?.enabled === true,
   });
+  const kvPublisher =
+    opts.kvEvents?.enabled === true
+      ? await SimKvPublisher.bind(opts.kvEvents, opts.engineIndex, family, KV_PAGE_TOKENS, log)
+      : null;
   const waves = lockstep ? new LockstepWaves(opts.engineIndex) : null;
   const ready: ReadyResponse = {
     ...DEFAULT_READY_RESPONSE,
@@ -408,9 +420,13 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     instanceId: opts.instanceId ?? wire.defaultInstanceId,
     kvCacheSizeTokens: wire.reportsKvCacheSizeTokens ? kvTotalPages * KV_PAGE_TOKENS : null,
     kvCacheMaxConcurrency: null,
+    // Newer vLLM reports its KV-event config here; TokenSpeed's field stays nil (docs/reference/kv-events.md 1).
+    ...(family === 'vllm' && opts.kvEvents?.enabled === true
+      ? { kvEventsConfig: kvEventsConfigObject(opts.kvEvents) }
+      : {}),
   };
 
-  const dialer = await EngineDialer.connect({
+  const dialing = EngineDialer.connect({
     handshakeAddress: opts.handshakeAddress,
     engineIndex: opts.engineIndex,
     readyResponse: ready,
@@ -418,6 +434,10 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     readyForm,
     initTimeoutMs: opts.initTimeoutMs,
     logger: log,
+  });
+  const dialer = await dialing.catch(async (err: unknown) => {
+    await kvPublisher?.close();
+    throw err;
   });
   // Debug: the gateway logs the join itself ("DP rank N joined", with max_model_len and the KV pages).
   log.debug(
@@ -541,6 +561,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
   const pushStep = (rows: readonly SimRow[], tail: LoadTail): void => {
     totalSteps += 1;
     waves?.stepped();
+    // Before the step's output, as the engines take a step's events when they schedule it.
+    kvPublisher?.publish(scheduler.takeKvEvents());
     for (const r of rows) stats.tokensGenerated += r.outputIds.length;
     const step = stepOf(rows, tail);
     if (push('step', () => wire.encodeStep(step))) {
@@ -756,6 +778,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       }
       // Closing the PUSH fails a blocked push at once (zeromq triggers its poller on close).
       await dialer.close();
+      await kvPublisher?.close();
       log.info({ engineIndex: opts.engineIndex, ...stats }, 'sim rank stopped');
     })();
     return closing;

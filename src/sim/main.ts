@@ -11,7 +11,7 @@
  * (vLLM only: the ready response's `vllm_version`), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--disable-prefix-caching` (the prefix cache
- * of scheduler.ts is on by default), `--tool-call-format hermes|llama3_json|none`
+ * of scheduler.ts is on by default), `--kv-events-config JSON` (publish KV-cache events as the engine would; kv-events.ts), `--tool-call-format hermes|llama3_json|none`
  * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000),
  * `--abort-lag-rounds N` (0: how many rounds after an ABORT arrives the rank applies it, issue 26), `--exit-with-parent`,
  * `--keep-running` (once registered, outlive the spawning gateway: see below),
@@ -43,6 +43,7 @@ import { LOG_LEVELS } from '../logging.js';
 import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
 import { DEFAULT_SIM_BEHAVIOUR, SIM_TOOL_CALL_FORMATS, type SimToolCallFormat } from './response-plan.js';
+import { parseKvEventsConfig } from '../protocols/kv-events/config.js';
 
 /** A command-line mistake; the message names the option. */
 export class SimArgsError extends Error {
@@ -92,6 +93,9 @@ options (units: tokens, 16-token KV pages, ms):
   --step-decode-ms X         Step-time model: cost per decode token
   --disable-output-logprobs  Act like an engine started without --enable-output-logprobs
   --disable-prefix-caching   No prefix cache: every prompt is prefilled in full, cached_tokens stays 0
+  --kv-events-config JSON    Publish KV-cache events as the engine does with this config, e.g.
+                             '{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5567"}'
+                             (the endpoints offset by the engine index; the engine's block hashes and layout)
   --tool-call-format FMT     Tool calls written when the prompt declares tools: hermes, llama3_json or none
                              (default hermes, the bundled Qwen3's format)
   --reasoning                Write a <think> block before answers (unless the prompt closed one)
@@ -167,6 +171,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'step-decode-ms': { type: 'string' },
         'disable-output-logprobs': { type: 'boolean' },
         'disable-prefix-caching': { type: 'boolean' },
+        'kv-events-config': { type: 'string' },
         'init-timeout-ms': { type: 'string' },
         'abort-lag-rounds': { type: 'string' },
         'log-level': { type: 'string' },
@@ -246,6 +251,17 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   };
   if (engineFamily !== 'tokenspeed') engine.engine = engineFamily as SimEngineFamily;
   if (values['disable-prefix-caching'] === true) engine.prefixCaching = false;
+  const kvEvents = str('kv-events-config');
+  if (kvEvents !== undefined) {
+    try {
+      engine.kvEvents = parseKvEventsConfig(kvEvents);
+    } catch (err) {
+      throw new SimArgsError(`--kv-events-config: ${(err as Error).message}`);
+    }
+    if (engine.kvEvents.enabled && engine.prefixCaching === false) {
+      throw new SimArgsError('--kv-events-config needs the prefix cache: it announces what the cache holds');
+    }
+  }
   const toolFormat = str('tool-call-format');
   if (toolFormat !== undefined && !(SIM_TOOL_CALL_FORMATS as readonly string[]).includes(toolFormat)) {
     throw new SimArgsError(

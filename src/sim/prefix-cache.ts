@@ -49,6 +49,8 @@ export class SimPrefixCache {
   private lru: IterableIterator<number> | null = null;
   private hashedInUse = 0;
   private evictions = 0;
+  /** Told of every eviction, in order (the rank's KV-event stream: `BlockRemoved`); null: nobody listens. */
+  onEvict: ((hash: number) => void) | null = null;
 
   /** Throws RangeError unless `totalPages` is an integer ≥ 1. */
   constructor(totalPages: number, enabled = true) {
@@ -91,6 +93,11 @@ export class SimPrefixCache {
       blocks += 1;
     }
     return { blocks, idle };
+  }
+
+  /** Whether block `hash` is resident (in use or idle). */
+  isResident(hash: number): boolean {
+    return this.refs.has(hash);
   }
 
   /**
@@ -140,6 +147,7 @@ export class SimPrefixCache {
         this.idle.delete(next.value);
         this.refs.delete(next.value);
         this.evictions += 1;
+        this.onEvict?.(next.value);
         return;
       }
       this.lru = null;

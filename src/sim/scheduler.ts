@@ -116,7 +116,21 @@ export interface SchedulerConfig {
   finishRules?: FinishRules;
   /** Keep computed full blocks as a prefix cache (see the module comment). Default true. */
   prefixCaching?: boolean;
+  /**
+   * Record the prefix cache's KV events for `takeKvEvents` (a block newly resident, a block evicted; kv-events.ts
+   * publishes them). Default false.
+   */
+  kvEvents?: boolean;
 }
+
+/**
+ * A change to a rank's prefix cache, in the scheduler's own block hashes (src/protocols/block-hash.ts): a block that
+ * became resident (its parent block, null for a sequence's first, and its `KV_PAGE_TOKENS` token ids), or one that was
+ * evicted. In the order they happened: an allocation's evictions come before the blocks it then stores, as in vLLM.
+ */
+export type SimKvEvent =
+  | { readonly kind: 'stored'; readonly hash: number; readonly parent: number | null; readonly tokens: number[] }
+  | { readonly kind: 'removed'; readonly hash: number };
 
 /** Whose `max_new_tokens` clamp and finish-check order the scheduler applies. */
 export type FinishRules = 'tokenspeed' | 'vllm';
@@ -352,6 +366,8 @@ export class SimScheduler {
   private readonly pendingAborts = new Map<string, number>();
   private planned: Req[] | null = null;
   private readonly cache: SimPrefixCache;
+  /** The KV events since the last `takeKvEvents` (null: not recorded). */
+  private kvEvents: SimKvEvent[] | null = null;
   private preemptions = 0;
   private readonly cacheTotals = { requests: 0, queryTokens: 0, hitTokens: 0 };
   private tail: LoadTail = ZERO_TAIL;
@@ -388,8 +404,14 @@ export class SimScheduler {
       pendingAbortTtlMs: config.pendingAbortTtlMs ?? 60_000,
       finishRules: config.finishRules ?? 'tokenspeed',
       prefixCaching: config.prefixCaching ?? true,
+      kvEvents: config.kvEvents ?? false,
     });
     this.cache = new SimPrefixCache(this.config.kvTotalPages, this.config.prefixCaching);
+    if (this.config.kvEvents) {
+      const events: SimKvEvent[] = [];
+      this.kvEvents = events;
+      this.cache.onEvict = (hash) => events.push({ kind: 'removed', hash });
+    }
     if (this.config.finishRules !== 'tokenspeed' && this.config.finishRules !== 'vllm') {
       throw new RangeError(
         `SchedulerConfig.finishRules: expected 'tokenspeed' or 'vllm', got ${JSON.stringify(this.config.finishRules)}`,
@@ -780,10 +802,26 @@ export class SimScheduler {
    * its pages reach (a running request's pages always cover its full blocks).
    */
   private cacheComputedBlocks(r: Req): void {
+    const events = this.kvEvents;
     while (r.held < r.hashes.length && r.held < r.pages) {
-      if (!this.cache.promote(r.hashes[r.held])) return;
+      const hash = r.hashes[r.held];
+      const fresh = events !== null && !this.cache.isResident(hash);
+      if (!this.cache.promote(hash)) return;
+      if (fresh) {
+        const start = r.held * KV_PAGE_TOKENS;
+        const parent = r.held === 0 ? null : r.hashes[r.held - 1];
+        events.push({ kind: 'stored', hash, parent, tokens: r.tokenIds.slice(start, start + KV_PAGE_TOKENS) });
+      }
       r.held += 1;
     }
+  }
+
+  /** The KV events recorded since the last call, oldest first (empty unless `kvEvents` is on). */
+  takeKvEvents(): SimKvEvent[] {
+    const events = this.kvEvents;
+    if (events === null || events.length === 0) return [];
+    const out = events.splice(0, events.length);
+    return out;
   }
 
   /** Give `r`'s pages back to the pool: private ones freed, hashed blocks released (they stay cached). */

@@ -91,6 +91,20 @@ export class KvEventSequencer {
     return out;
   }
 
+  /**
+   * The SUB socket (re)connected to the publisher. Batches published before the subscription reached it are not
+   * delivered live (ZeroMQ's slow joiner), and when the rank publishes nothing more no gap would ever show them: with
+   * a replay socket, ask for everything from the next seq needed (0 before any batch) now. Nothing otherwise.
+   */
+  connected(): KvSequencerEffect[] {
+    if (!this.canReplay || this.replaying) return [];
+    this.replaying = true;
+    this.held = [];
+    const from = this.next ?? 0n;
+    this.next = from;
+    return [{ kind: 'replay', from }];
+  }
+
   /** A batch of the running replay's reply. */
   replayBatch(seq: bigint, batch: KvEventBatch): KvSequencerEffect[] {
     const out: KvSequencerEffect[] = [];

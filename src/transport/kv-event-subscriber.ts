@@ -93,6 +93,10 @@ export class KvEventSubscriber {
     this.dealer = opts.replayAddress === null ? null : new Dealer({ linger: 0, receiveHighWaterMark: hwm });
     this.dealer?.connect(opts.replayAddress!);
     this.sequencer = new KvEventSequencer({ replay: this.dealer !== null });
+    // What the rank published before this socket's subscription reached it is only in its replay ring.
+    this.sub.events.on('connect', () => {
+      if (!this.closed) this.perform(this.sequencer.connected());
+    });
   }
 
   /** Runs the receive loops until `close`. */

@@ -55,6 +55,36 @@ export async function freePort(): Promise<number> {
   return kernelPort();
 }
 
+/**
+ * `count` consecutive ports, bindable now and claimed like `freePort`'s (for endpoints the engines offset per DP rank:
+ * a KV-event endpoint's port + rank). Rejects when no such run was found.
+ */
+export async function freePortRange(count: number): Promise<number> {
+  const claims = process.env.GATEWAY_TEST_PORT_CLAIMS;
+  const range = ephemeralRange();
+  const low = range !== null && range[0] - PICK_SPAN > 1024 ? range[0] - PICK_SPAN : 20000;
+  const span = range !== null ? range[0] - count - low : 10000;
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const base = low + Math.floor(Math.random() * span);
+    const ports = Array.from({ length: count }, (_, i) => base + i);
+    if (claims !== undefined) {
+      const taken: number[] = [];
+      for (const port of ports) {
+        try {
+          closeSync(openSync(join(claims, String(port)), 'wx'));
+          taken.push(port);
+        } catch {
+          break;
+        }
+      }
+      if (taken.length < count) continue; // claimed by another test file (the part taken stays claimed: harmless)
+    }
+    const free = await Promise.all(ports.map((p) => canListen(p)));
+    if (free.every(Boolean)) return base;
+  }
+  throw new Error(`no ${count} consecutive free ports found`);
+}
+
 /** A port from `listen(0)`, free a moment ago. Rejects with the listen error, or `no port` if not a tcp address. */
 function kernelPort(): Promise<number> {
   return new Promise((resolve, reject) => {

@@ -191,7 +191,7 @@ function cmdlineValue(args: string[], flag: string): string | undefined {
 /** The `serve` flags of a group's options (simulated groups only: the harness runs no real engines). */
 function groupArgs(g: GroupOptions, defaultSimArgs: readonly string[]): string[] {
   for (const key of Object.keys(g)) {
-    if (!['engine', 'sim', 'simArgs', 'lockstep', 'lockstepMode', 'dpSize'].includes(key))
+    if (!GROUP_KEYS.has(key))
       throw new Error(`startTestGateway --workers: group option '${key}' has no serve flag here`);
   }
   const out = ['--sim', String(g.sim ?? 4)];
@@ -200,11 +200,23 @@ function groupArgs(g: GroupOptions, defaultSimArgs: readonly string[]): string[]
   if (g.lockstep === true) out.push('--sim-lockstep');
   if (g.lockstepMode === true) out.push('--lockstep');
   if (g.lockstepMode === false) out.push('--no-lockstep');
+  if (g.kvEventsConfig !== undefined) {
+    const c = g.kvEventsConfig;
+    out.push('--kv-events-config', typeof c === 'string' ? c : JSON.stringify(c));
+  }
   for (const a of g.simArgs ?? defaultSimArgs) out.push(`--sim-arg=${a}`);
   return out;
 }
 
-const GROUP_KEYS = new Set(['engine', 'sim', 'simArgs', 'lockstep', 'lockstepMode', 'dpSize']);
+const GROUP_KEYS: ReadonlySet<string> = new Set([
+  'engine',
+  'sim',
+  'simArgs',
+  'lockstep',
+  'lockstepMode',
+  'dpSize',
+  'kvEventsConfig',
+]);
 
 /**
  * `serve` flags for `opts` (without port and workers flags, which the harness passes itself): the option table's

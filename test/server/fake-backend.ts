@@ -212,6 +212,8 @@ export class FakeBackend implements GenerationBackend {
     decodeSuspects: 0,
     revivals: 0,
     handshakeRejected: {},
+    routingPrecision: { requests: 0, predictedTokens: 0, confirmedTokens: 0, reportedTokens: 0 },
+    kvEvents: null,
   };
   private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
   private submittedWaiters: Array<(s: Submission) => void> = [];

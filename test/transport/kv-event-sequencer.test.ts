@@ -24,6 +24,21 @@ describe('KvEventSequencer', () => {
     assert.equal(s.indexSure, true);
   });
 
+  test('a (re)connected SUB asks for what was published before its subscription took effect (slow joiner)', () => {
+    const s = new KvEventSequencer({ replay: true });
+    assert.deepEqual(brief(s.connected()), ['replay 0'], 'before any batch: from seq 0');
+    assert.deepEqual(brief(s.connected()), [], 'one replay at a time');
+    assert.deepEqual(brief(s.live(2n, batch(2))), [], 'held');
+    assert.deepEqual(brief(s.replayBatch(0n, batch(0))), ['apply 0']);
+    assert.deepEqual(brief(s.replayBatch(1n, batch(1))), ['apply 1']);
+    assert.deepEqual(brief(s.replayEnd()), ['apply 2']);
+    assert.deepEqual(brief(s.connected()), ['replay 3'], 'a reconnect: from the next seq needed');
+    assert.deepEqual(brief(s.replayEnd()), [], 'nothing new');
+    assert.deepEqual(brief(s.live(3n, batch(3))), ['apply 3']);
+    assert.equal(s.indexSure, true);
+    assert.deepEqual(brief(new KvEventSequencer({ replay: false }).connected()), [], 'no replay socket: nothing');
+  });
+
   test('a gap: replay from the first missing seq, apply in order, then the held batches without duplicates', () => {
     const s = new KvEventSequencer({ replay: true });
     s.live(0n, batch(0));

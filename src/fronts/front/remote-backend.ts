@@ -17,7 +17,10 @@ import type { SharedConcurrencyCap } from '../../server/concurrency.js';
 import type { GroupSnapshot } from '../channel/records.js';
 import type { FrontChannel } from './front-channel.js';
 
-const EMPTY_STATS: ClientStats = newClientStats({});
+const EMPTY_STATS: ClientStats = newClientStats(
+  {},
+  { requests: 0, predictedTokens: 0, confirmedTokens: 0, reportedTokens: 0 },
+);
 
 /** One engine group's engine client as a front sees it, through the router (see the module docs). */
 export class RemoteBackend implements GenerationBackend {
