@@ -89,20 +89,26 @@ export class KvEventSubscriber {
     const hwm = opts.receiveHighWaterMark ?? DEFAULT_HWM;
     this.sub = new Subscriber({ linger: 0, receiveHighWaterMark: hwm });
     this.sub.subscribe(opts.topic);
+    // What the rank published before this socket's subscription reached it is only in its replay ring. Observed
+    // before connecting: a connection made before the socket monitor starts is never reported.
+    this.sub.events.on('connect', () => {
+      if (!this.closed) this.perform(this.sequencer.connected());
+    });
     this.sub.connect(opts.eventsAddress);
     this.dealer = opts.replayAddress === null ? null : new Dealer({ linger: 0, receiveHighWaterMark: hwm });
     this.dealer?.connect(opts.replayAddress!);
     this.sequencer = new KvEventSequencer({ replay: this.dealer !== null });
-    // What the rank published before this socket's subscription reached it is only in its replay ring.
-    this.sub.events.on('connect', () => {
-      if (!this.closed) this.perform(this.sequencer.connected());
-    });
   }
 
   /** Runs the receive loops until `close`. */
   start(): void {
     this.loops.push(this.receiveLive());
     if (this.dealer !== null) this.loops.push(this.receiveReplay(this.dealer));
+  }
+
+  /** Whether a replay is running (its reply not ended, failed or timed out yet). */
+  get replayRunning(): boolean {
+    return this.sequencer.replayRunning;
   }
 
   /** Whether the rank's index is complete so far. */

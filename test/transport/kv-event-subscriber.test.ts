@@ -9,6 +9,7 @@ import { pino } from 'pino';
 import { Router, XPublisher } from 'zeromq';
 import type { KvEventBatch } from '../../src/protocols/kv-events/codec.js';
 import { KvEventSubscriber, type KvEventSink } from '../../src/transport/kv-event-subscriber.js';
+import { waitFor } from '../helpers/async.js';
 import { loadRepoVectors } from '../helpers/vectors.js';
 
 const hex = (h: string): Buffer => Buffer.from(h, 'hex');
@@ -93,6 +94,13 @@ async function pair(opts: { replay?: boolean; replayTimeoutMs?: number } = {}) {
   // The XPUB's first message is the subscription (0x01 + topic): from then on nothing published is lost to a late join.
   const [subscription] = await p.pub.receive();
   assert.equal(subscription!.toString('latin1'), `\x01${TOPIC}`);
+  if (opts.replay !== false) {
+    // On connecting, the subscriber asks for everything from seq 0 (the slow joiner's loss): nothing published yet.
+    const { identity, from } = await replayRequest(p.router);
+    assert.equal(from, 0n);
+    await p.router.send([identity, Buffer.alloc(0), hex('ffffffffffffffff'), Buffer.alloc(0)]);
+    await waitFor(() => !sub.replayRunning, 'the end of the connect replay');
+  }
   return { ...p, sink, sub };
 }
 
@@ -137,7 +145,7 @@ describe('KvEventSubscriber over ZeroMQ', { timeout: 60_000 }, () => {
     await sink.until((s) => s.length === 5, 'five batches');
     assert.deepEqual(sink.seen, [0n, 1n, 2n, 3n, 4n].map(tsOf));
     assert.equal(sub.indexSure, true);
-    assert.equal(sub.counters.replays, 1);
+    assert.equal(sub.counters.replays, 2, 'the connect replay, then the gap');
   });
 
   test("the engine's overrun reply (the ring no longer held the start) leaves the index unsure", async () => {
@@ -164,8 +172,16 @@ describe('KvEventSubscriber over ZeroMQ', { timeout: 60_000 }, () => {
     await pub.send(framesAt(2n));
     await replayRequest(router); // and no answer
     await sink.until((s) => s.includes(tsOf(2n)), 'the held batch after the timeout');
-    assert.deepEqual(sink.seen, [tsOf(0n), 'unsure: the replay failed: no end marker in time', tsOf(2n)]);
-    assert.equal(sub.counters.replayFailures, 1);
+    // On a loaded machine the connect replay may time out too before the test answers it: the same verdict, once.
+    assert.deepEqual(
+      sink.seen.filter((x) => x.startsWith('apply')),
+      [tsOf(0n), tsOf(2n)],
+    );
+    assert.deepEqual(
+      sink.seen.filter((x) => !x.startsWith('apply')),
+      ['unsure: the replay failed: no end marker in time'],
+    );
+    assert.ok(sub.counters.replayFailures >= 1);
   });
 
   test('a publisher that restarted (seq back to 0) resets the index', async () => {
