@@ -27,6 +27,9 @@ import { runSimEngine, type SimEngineHandle, type SimTimeline } from '../../src/
 import type { TextModel } from '../../src/sim/text.js';
 import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
+import { startGroupKvEvents } from '../../src/gateway/kv-events.js';
+import { parseKvEventsConfig, type KvEventsConfig } from '../../src/protocols/kv-events/config.js';
+import { pino } from 'pino';
 import { percentile, type RunMetrics } from './stats.js';
 import { seededRandom, type BenchRequest, type Workload } from './workloads.js';
 
@@ -49,18 +52,42 @@ export interface GroupConfig {
   eosTokenIds: readonly number[];
 }
 
-/** A tcp port on 127.0.0.1 that was free a moment ago. Rejects with the listen error. */
-function freePort(): Promise<number> {
+/** A tcp port on 127.0.0.1 that was free a moment ago (`port` 0: any). Rejects with the listen error. */
+function freePort(port = 0): Promise<number> {
   return new Promise((resolve, reject) => {
     const server = createServer();
     server.once('error', reject);
-    server.listen(0, '127.0.0.1', () => {
+    server.listen(port, '127.0.0.1', () => {
       const address = server.address();
-      const port = address !== null && typeof address !== 'string' ? address.port : 0;
-      server.close(() => (port > 0 ? resolve(port) : reject(new Error('no tcp port'))));
+      const got = address !== null && typeof address !== 'string' ? address.port : 0;
+      server.close(() => (got > 0 ? resolve(got) : reject(new Error('no tcp port'))));
     });
   });
 }
+
+/** The first of `count` consecutive tcp ports that were free a moment ago (KV-event endpoints offset per rank). */
+async function freePortRun(count: number): Promise<number> {
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const base = 30_000 + Math.floor(Math.random() * 20_000);
+    const ok = await Promise.all(
+      Array.from({ length: count }, (_, i) =>
+        freePort(base + i).then(
+          () => true,
+          () => false,
+        ),
+      ),
+    );
+    if (ok.every(Boolean)) return base;
+  }
+  throw new Error(`no ${count} consecutive free tcp ports`);
+}
+
+/**
+ * The policies a run can use: every `DpPolicyName`, and `cache_aware_events`: `cache_aware` on the ranks' KV-cache
+ * events (the simulated ranks publish them; src/gateway/kv-events.ts subscribes, as a gateway group with
+ * `--kv-events-config` does).
+ */
+export type BenchPolicy = DpPolicyName | 'cache_aware_events';
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, Math.max(0, ms)));
 
@@ -115,6 +142,12 @@ export class TrueWorkOracle {
       this.sentWork.set(h.engineIndex, []);
     }
     this.slow = { rank: group.slowRank, factor: group.slowdown };
+  }
+
+  /** A restarted rank's new process: its outstanding work starts from nothing. */
+  replace(handle: SimEngineHandle): void {
+    this.handles.set(handle.engineIndex, handle);
+    this.sentWork.set(handle.engineIndex, []);
   }
 
   /** Record an ADD of `work` tokens (prompt + output) sent to `rank`, in send order. */
@@ -308,6 +341,7 @@ function instrumented(
       record?.dispatch(rank, request);
       onSent(rank, request.promptTokenIds.length + (request.sampling.maxNewTokens ?? 0));
     },
+    predictedCachedTokens: (request) => policy.predictedCachedTokens?.(request) ?? null,
     forgetRank: (rank) => policy.forgetRank?.(rank),
   };
 }
@@ -353,36 +387,46 @@ export interface RunDiagnostics {
  */
 export async function runOnce(
   workload: Workload,
-  policy: DpPolicyName,
+  policy: BenchPolicy,
   group: GroupConfig,
   diag?: RunDiagnostics,
 ): Promise<RunMetrics> {
   const dir = await mkdtemp(join(tmpdir(), 'mgw-bench-'));
   const endpoints = deriveEndpoints(`ipc://${dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   const link = await ZmqEngineLink.bind({ endpoints, dpSize: group.ranks, handshakeReceiveTimeoutMs: 30_000 });
+  const events = policy === 'cache_aware_events';
+  const kvEvents: KvEventsConfig | undefined = events
+    ? parseKvEventsConfig({
+        enable_kv_cache_events: true,
+        endpoint: `tcp://*:${await freePortRun(group.ranks)}`,
+        replay_endpoint: `tcp://*:${await freePortRun(group.ranks)}`,
+      })
+    : undefined;
   const handles: SimEngineHandle[] = [];
+  const startRank = (i: number): Promise<SimEngineHandle> =>
+    runSimEngine({
+      engineIndex: i,
+      handshakeAddress: endpoints.handshake,
+      timeScale: group.timeScale,
+      slowdown: i === group.slowRank ? group.slowdown : 1,
+      maxRunning: group.maxRunning,
+      kvTotalPages: group.kvTotalPages,
+      maxModelLen: group.maxModelLen,
+      textModel: group.textModel,
+      vocabSize: group.vocabSize,
+      eosTokenIds: group.eosTokenIds,
+      enableOutputLogprobs: false,
+      closeGraceMs: 50,
+      initTimeoutMs: 30_000,
+      recordTimeline: true,
+      ...(kvEvents !== undefined ? { kvEvents } : {}),
+    });
+  const streams = startGroupKvEvents('tokenspeed', group.ranks, kvEvents ?? null, events, pino({ level: 'silent' }));
   let client: EngineClient | null = null;
   try {
     const [, ...ranks] = await Promise.all([
       link.whenJoined(),
-      ...Array.from({ length: group.ranks }, (_, i) =>
-        runSimEngine({
-          engineIndex: i,
-          handshakeAddress: endpoints.handshake,
-          timeScale: group.timeScale,
-          slowdown: i === group.slowRank ? group.slowdown : 1,
-          maxRunning: group.maxRunning,
-          kvTotalPages: group.kvTotalPages,
-          maxModelLen: group.maxModelLen,
-          textModel: group.textModel,
-          vocabSize: group.vocabSize,
-          eosTokenIds: group.eosTokenIds,
-          enableOutputLogprobs: false,
-          closeGraceMs: 50,
-          initTimeoutMs: 30_000,
-          recordTimeline: true,
-        }),
-      ),
+      ...Array.from({ length: group.ranks }, (_, i) => startRank(i)),
     ]);
     handles.push(...(ranks as SimEngineHandle[]));
     const oracle = new TrueWorkOracle(ranks as SimEngineHandle[], group);
@@ -419,7 +463,11 @@ export async function runOnce(
               shadow.record(rank, shadow.hashes(request.promptTokenIds));
             },
           };
-    const inner = createDpPolicy(policy, { oracle, ...shape });
+    const inner = createDpPolicy(events ? 'cache_aware' : policy, {
+      oracle,
+      ...shape,
+      ...(events ? { kvCache: streams.view } : {}),
+    });
     const reasons = 'stats' in inner ? (inner.stats as Record<string, number>) : null;
     let reasonsBefore: Record<string, number> = { ...(reasons ?? {}) };
     const reasonOfLast = (): string | undefined => {
@@ -429,7 +477,7 @@ export async function runOnce(
       return changed;
     };
     const chosen = instrumented(inner, (rank, work) => oracle.sent(rank, work), cost, record);
-    const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen });
+    const c = new EngineClient({ protocol: tokenspeedProtocol, link, policy: chosen, kvCache: streams.view });
     client = c;
     const identityOf = (rank: number): Uint8Array => {
       const e = c.engines.find((x) => x.engineIndex === rank);
@@ -450,6 +498,12 @@ export async function runOnce(
     const storedRunningAtStart = c.rankStates().map((r) => r.load?.numRunning ?? null);
     const preemptionsBefore = ranks.reduce((s, h) => s + h.stats().preemptions, 0);
     const costBefore = { select: cost.select.length, dispatch: cost.dispatch.length };
+    const precisionBefore = { ...c.stats.routingPrecision };
+    // Settled now and rethrown after the replay, so a failed restart is reported, never an unhandled rejection.
+    const restarted = scheduleRestart(workload, group, ranks as SimEngineHandle[], oracle, startRank, handles).then(
+      () => null,
+      (err: unknown) => err,
+    );
     const done = await replay(workload.main, c, group.timeScale, async (req) => {
       oracle.sent(req.foreignRank as number, req.promptTokens + req.outputTokens);
       await link.send(
@@ -458,9 +512,19 @@ export async function runOnce(
         tokenspeedProtocol.encodeAdd(toGenerate(req)),
       );
     });
-    const preemptions = ranks.reduce((s, h) => s + h.stats().preemptions, 0) - preemptionsBefore;
+    const restartError = await restarted;
+    if (restartError !== null) throw restartError;
+    const preemptions = handles.reduce((s, h) => s + h.stats().preemptions, 0) - preemptionsBefore;
+    const precision = c.stats.routingPrecision;
+    const predicted = precision.predictedTokens - precisionBefore.predictedTokens;
+    const confirmed = precision.confirmedTokens - precisionBefore.confirmedTokens;
 
-    const timelines = done.map((t) => (t.rank === null ? null : (ranks[t.rank]?.timeline(t.requestId) ?? null)));
+    // A restarted rank's requests are in its first process's timelines or in its second's.
+    const timelineOf = (rank: number, id: string): SimTimeline | null => {
+      for (const h of handles) if (h.engineIndex === rank && h.timeline(id) !== null) return h.timeline(id);
+      return null;
+    };
+    const timelines = done.map((t) => (t.rank === null ? null : timelineOf(t.rank, t.requestId)));
     const lat = latencies(timelines, group.timeScale);
     if (diag !== undefined) {
       if ('stats' in inner) diag.policyStats = { ...(inner.stats as Record<string, number>) };
@@ -502,11 +566,37 @@ export async function runOnce(
       ),
       selectionUs:
         percentile(cost.select.slice(costBefore.select), 50) + percentile(cost.dispatch.slice(costBefore.dispatch), 50),
+      routingPrecision: predicted > 0 ? confirmed / predicted : Number.NaN,
     };
   } finally {
     if (client) await client.close();
     else await link.close();
+    await streams.close();
     await Promise.all(handles.map((h) => h.close({ sendDead: false })));
     await rm(dir, { recursive: true, force: true });
   }
+}
+
+/**
+ * `workload.restart`: at its time into the measured phase (scaled), stop that rank's process (it sends
+ * ENGINE_CORE_DEAD, as an engine shutting down does; its requests fail) and start a fresh one with the same engine
+ * index, which joins again with an empty cache (and, with KV events, a publisher starting at seq 0). The oracle and
+ * `handles` learn the new process. Resolves once it has joined (at once without a restart).
+ */
+async function scheduleRestart(
+  workload: Workload,
+  group: GroupConfig,
+  ranks: SimEngineHandle[],
+  oracle: TrueWorkOracle,
+  startRank: (i: number) => Promise<SimEngineHandle>,
+  handles: SimEngineHandle[],
+): Promise<void> {
+  const r = workload.restart;
+  if (r === undefined) return;
+  await sleep(r.atMs * group.timeScale);
+  await ranks[r.rank]!.close({ sendDead: true });
+  const fresh = await startRank(r.rank);
+  handles.push(fresh);
+  ranks[r.rank] = fresh;
+  oracle.replace(fresh);
 }

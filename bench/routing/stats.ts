@@ -42,6 +42,12 @@ export interface RunMetrics {
   prefixHitRate: number;
   /** µs in the policy per request: the median `select` call plus the median `onDispatch` call of the measured phase. */
   selectionUs: number;
+  /**
+   * Routing precision (issue 29): of the prompt tokens the policy predicted the chosen rank would serve from its
+   * cache, the share it did (Σ min(predicted, reported cached_tokens) / Σ predicted) over the measured phase; NaN for
+   * a policy that predicts nothing (all but `cache_aware`).
+   */
+  routingPrecision: number;
 }
 
 /** The metric keys tabulated and compared with round-robin (ratio = policy / round_robin). */

@@ -15,6 +15,7 @@ export const SUMMARY_KEYS = [
   'throughput',
   'prefixHitRate',
   'selectionUs',
+  'routingPrecision',
 ] as const;
 /** One of `SUMMARY_KEYS`. */
 export type SummaryKey = (typeof SUMMARY_KEYS)[number];

@@ -52,6 +52,8 @@ export interface Workload {
   description: string;
   setup: BenchRequest[];
   main: BenchRequest[];
+  /** Restart this DP rank (a fresh process: empty cache, seq 0) at `atMs` engine ms into `main` (default none). */
+  restart?: { rank: number; atMs: number };
 }
 
 /** mulberry32: a small seeded PRNG returning uniform floats in [0, 1). Deterministic for a given 32-bit seed. */

@@ -414,20 +414,16 @@ export function createCacheAwarePolicy(
     };
     return last;
   };
-  /** Tokens of the prompt rank `engineIndex` holds: the exact index when its stream is live, else the approximate. */
-  const matchedOn = (engineIndex: number, k: NonNullable<typeof last>, nowMs: number): number => {
-    if (exact !== null && k.keys !== null && exact.isLive(engineIndex, nowMs)) {
-      return servableCachedTokens(
-        exact.cachedPrefixTokens(engineIndex, k.keys, nowMs),
-        k.request.promptTokenIds.length,
-        exact.blockSize,
-      );
+  /**
+   * Tokens of the prompt rank `engineIndex` holds: the exact index when its stream is live (with the blocks routed
+   * there within the prediction TTL: `nowMs`; without it, the announced blocks alone), else the approximate index.
+   */
+  const matchedOn = (engineIndex: number, k: NonNullable<typeof last>, nowMs?: number): number => {
+    const prompt = k.request.promptTokenIds.length;
+    if (exact !== null && k.keys !== null && exact.isLive(engineIndex, nowMs ?? now())) {
+      return servableCachedTokens(exact.cachedPrefixTokens(engineIndex, k.keys, nowMs), prompt, exact.blockSize);
     }
-    return servableCachedTokens(
-      index.match(engineIndex, k.hashes) * index.blockTokens,
-      k.request.promptTokenIds.length,
-      index.blockTokens,
-    );
+    return servableCachedTokens(index.match(engineIndex, k.hashes) * index.blockTokens, prompt, index.blockTokens);
   };
 
   return {
@@ -460,7 +456,11 @@ export function createCacheAwarePolicy(
                 kvTokensOf(v.engineIndex === null ? null : v.load, kvTotal, loadWeight(v.loadAgeMs, horizonMs)),
               ),
       });
-      k.predicted = matched[position]!;
+      // The claim checked against the engine's `cached_tokens` (routing precision): what the chosen rank's index
+      // says it holds. Blocks routed there and not announced yet steer the choice (predict-on-route) but are a
+      // forecast, not a claim: a request queued beside the one computing them finds them only if it is admitted after.
+      const chosen = ranks[position]!.engineIndex;
+      k.predicted = chosen === null ? 0 : matchedOn(chosen, k);
       stats[reason] += 1;
       return position;
     },

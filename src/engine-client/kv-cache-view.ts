@@ -114,8 +114,11 @@ export class KvCacheView implements KvEventSink {
     return !silent;
   }
 
-  /** The leading tokens of a prompt (its `keys`) the rank holds, or was routed within the prediction TTL. */
-  cachedPrefixTokens(rank: number, keys: readonly PromptKey[], nowMs: number): number {
+  /**
+   * The leading tokens of a prompt (its `keys`) the rank holds, or was routed within the prediction TTL at `nowMs`;
+   * without `nowMs`, the ones it announced alone.
+   */
+  cachedPrefixTokens(rank: number, keys: readonly PromptKey[], nowMs?: number): number {
     return this.index.cachedPrefixBlocks(rank, keys, nowMs) * this.size;
   }
 

@@ -154,10 +154,16 @@ export class SimKvPublisher {
     this.stats.events += translated.length;
   }
 
-  /** Closes both sockets. Idempotent. */
+  /** Unbinds and closes both sockets (a rank restarted at once can bind the same ports again). Idempotent. */
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
+    // close() alone frees the port later, on ZeroMQ's I/O thread; unbind resolves once it is free.
+    // A wildcard endpoint is bound as `tcp://0.0.0.0:PORT`: unbind what the socket reports.
+    await Promise.allSettled([
+      this.pub.unbind(this.pub.lastEndpoint ?? this.endpoint),
+      ...(this.router !== null ? [this.router.unbind(this.router.lastEndpoint ?? this.replayEndpoint!)] : []),
+    ]);
     this.pub.close();
     this.router?.close();
     await this.replayLoop;

@@ -37,6 +37,7 @@ function run(ttftP50: number, prefixHitRate = 0.5): RunMetrics {
     storedRunningAtStart: [null],
     prefixHitRate,
     selectionUs: 3,
+    routingPrecision: Number.NaN,
   };
 }
 
