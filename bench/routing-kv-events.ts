@@ -122,7 +122,11 @@ function table(w: Workload, cells: Map<BenchPolicy, Cell>, ceiling: Spread): str
 }
 
 /** The issue's "Done when" lines for the benchmark, measured. */
-function targets(cells: Map<string, Map<BenchPolicy, Cell>>, ceilings: Map<string, Spread>) {
+function targets(
+  cells: Map<string, Map<BenchPolicy, Cell>>,
+  ceilings: Map<string, Spread>,
+  runs: Map<string, Map<BenchPolicy, RunMetrics[]>>,
+) {
   const lines: string[] = [];
   const verdicts: Record<string, boolean> = {};
   const verdict = (key: string, ok: boolean, text: string): void => {
@@ -152,10 +156,13 @@ function targets(cells: Map<string, Map<BenchPolicy, Cell>>, ceilings: Map<strin
       );
     }
     if (GUESS_FAILS.includes(w)) {
+      // Seeds sample different conversations, so their spread is mostly the workload's: the paired ratio (same
+      // requests) says whether events beat the approximate index on every seed.
+      const paired = pairedRatios(runs.get(w)!.get('cache_aware_events')!, runs.get(w)!.get('cache_aware')!).ttftP50;
       verdict(
         `${w}.beatsApprox`,
-        losesOutsideSpread(ap.ttftP50, ev.ttftP50),
-        `${w}: TTFT p50 events ${formatSpread(ev.ttftP50, 1)} vs approximate ${formatSpread(ap.ttftP50, 1)} ms (target: better outside the spread)`,
+        losesOutsideSpread(ap.ttftP50, ev.ttftP50) || paired.max < 1,
+        `${w}: TTFT p50 events ${formatSpread(ev.ttftP50, 1)} vs approximate ${formatSpread(ap.ttftP50, 1)} ms, paired events / approximate ${formatSpread(paired, 2, '×')} (target: better outside the spread, or on every seed)`,
       );
     }
     if (NO_PREFIX.includes(w)) {
@@ -232,7 +239,7 @@ async function main(): Promise<void> {
       'Each cell: median [min–max] over the seeds; times in simulated ms; ratios paired per seed.\n',
   );
   for (const w of workloads) console.log(`${table(w, cells.get(w.name)!, ceilings.get(w.name)!)}\n`);
-  const t = targets(cells, ceilings);
+  const t = targets(cells, ceilings, results);
   console.log(['Issue 29 targets:', ...t.lines].join('\n'));
   if (!args.write) {
     console.log('\n(nothing written; pass --write to update bench/results/routing-kv-events.json)');

@@ -84,6 +84,8 @@ interface Args {
   /** `--profile-dir DIR`: keep the .cpuprofile files there (else they go to a temporary directory, removed). */
   profileDir: string | null;
   runtime: GatewayRuntime;
+  /** Flags added to the gateway's `serve` command (`--serve-arg`). */
+  serveArgs: string[];
 }
 
 const USAGE = `npm run bench:throughput -- [options]
@@ -102,6 +104,8 @@ const USAGE = `npm run bench:throughput -- [options]
   --runtime dist|tsx  the compiled build (dist, default: what the container runs) or src/ through tsx
   --profile           one run of the first --scenarios entry under node --cpu-prof: where the gateway's time goes
   --profile-dir DIR   with --profile: keep the .cpuprofile files in DIR (for Chrome DevTools or speedscope)
+  --serve-arg ARG     one more flag for the gateway's serve command (repeatable; e.g. --serve-arg --dp-policy
+                      --serve-arg cache_aware)
   --write             write bench/results/throughput.json and throughput.svg
   --help              this text`;
 
@@ -123,6 +127,7 @@ const FLAGS = [
   '--profile',
   '--profile-dir',
   '--runtime',
+  '--serve-arg',
 ];
 
 function positiveInts(flag: string, value: string): number[] {
@@ -156,6 +161,7 @@ function parseArgs(argv: readonly string[]): Args {
     profile: false,
     profileDir: null,
     runtime: 'dist',
+    serveArgs: [],
   };
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
@@ -217,6 +223,9 @@ function parseArgs(argv: readonly string[]): Args {
         if (value !== 'dist' && value !== 'tsx') throw new RangeError(`--runtime must be dist or tsx, got '${value}'`);
         args.runtime = value;
         break;
+      case '--serve-arg':
+        args.serveArgs.push(value);
+        break;
     }
   }
   if (!(Number.isFinite(args.pacedStepMs) && args.pacedStepMs >= 0))
@@ -263,6 +272,7 @@ function gatewayOptions(
     maxRunningPerRank,
     kvPagesPerRank: Math.ceil(maxRunningPerRank * pagesPerRequest * 1.25),
     ...extra,
+    extraArgs: [...(extra.extraArgs ?? []), ...args.serveArgs],
   };
 }
 

@@ -75,7 +75,10 @@ interface Held {
 class RankBlocks {
   /** `groupKey(group, engine key)` → the block. */
   readonly byEngineKey = new Map<BlockKey, Held>();
-  /** Prompt key → how many held engine keys have it (two engine keys can share one: per-process vLLM seeds). */
+  /**
+   * Prompt key → how many held engine keys have it (two engine keys can share one: per-process vLLM seeds). vLLM
+   * only: a TokenSpeed block's prompt key is its engine key, so `byEngineKey` answers prompt lookups itself.
+   */
   readonly byPromptKey = new Map<PromptKey, number>();
   /** Prompt keys routed here and not yet announced → when the prediction expires (ms), oldest first. */
   readonly predicted = new Map<PromptKey, number>();
@@ -142,13 +145,19 @@ export class KvBlockIndex {
   cachedPrefixBlocks(rank: number, keys: readonly PromptKey[], nowMs = Infinity): number {
     const r = this.ranks.get(rank);
     if (r === undefined) return 0;
+    const held = this.promptKeysOf(r);
     let n = 0;
     while (n < keys.length) {
       const key = keys[n]!;
-      if (!r.byPromptKey.has(key) && !((r.predicted.get(key) ?? -Infinity) > nowMs)) break;
+      if (!held.has(key) && !((r.predicted.get(key) ?? -Infinity) > nowMs)) break;
       n++;
     }
     return n;
+  }
+
+  /** The rank's held prompt keys (see `RankBlocks.byPromptKey`). */
+  private promptKeysOf(r: RankBlocks): ReadonlyMap<PromptKey, unknown> {
+    return this.keying === 'tokenspeed' ? r.byEngineKey : r.byPromptKey;
   }
 
   /**
@@ -157,10 +166,12 @@ export class KvBlockIndex {
    */
   noteRouted(rank: number, keys: readonly PromptKey[], nowMs: number): void {
     if (this.predictTtlMs === 0) return;
-    const { predicted, byPromptKey } = this.rankBlocks(rank);
+    const r = this.rankBlocks(rank);
+    const { predicted } = r;
+    const held = this.promptKeysOf(r);
     const expires = nowMs + this.predictTtlMs;
     for (const key of keys) {
-      if (byPromptKey.has(key)) continue;
+      if (held.has(key)) continue;
       predicted.delete(key); // re-inserted as the newest
       predicted.set(key, expires);
     }
@@ -216,8 +227,8 @@ export class KvBlockIndex {
         return;
       }
       r.byEngineKey.set(key, { count: 1, prompt, chain });
-      r.byPromptKey.set(prompt, (r.byPromptKey.get(prompt) ?? 0) + 1);
-      r.predicted.delete(prompt); // announced: the exact entry takes over
+      if (this.keying === 'vllm') r.byPromptKey.set(prompt, (r.byPromptKey.get(prompt) ?? 0) + 1);
+      if (r.predicted.size > 0) r.predicted.delete(prompt); // announced: the exact entry takes over
     }
   }
 
@@ -233,6 +244,7 @@ export class KvBlockIndex {
       }
       if (--held.count > 0) continue;
       r.byEngineKey.delete(key);
+      if (this.keying !== 'vllm') continue;
       const left = (r.byPromptKey.get(held.prompt) ?? 1) - 1;
       if (left > 0) r.byPromptKey.set(held.prompt, left);
       else r.byPromptKey.delete(held.prompt);

@@ -14,7 +14,13 @@ import {
   type KvEvent,
   type KvEventBatch,
 } from '../../src/protocols/kv-events/codec.js';
-import { bytesBlockKey, intBlockKey, tokenSpeedPageKeys, u64Key } from '../../src/protocols/kv-events/block-keys.js';
+import {
+  blockKeyHex,
+  bytesBlockKey,
+  intBlockKey,
+  tokenSpeedPageKeys,
+  u64Key,
+} from '../../src/protocols/kv-events/block-keys.js';
 import {
   KvEventsEndpointError,
   dialAddress,
@@ -133,7 +139,7 @@ describe('KV-event stream codec', () => {
       assert.ok(e.kind !== 'cleared');
       assert.equal(e.medium, 'CPU');
       assert.equal(e.groupIdx, null);
-      assert.ok(e.blockHashes.every((k) => k.startsWith('b:') && k.length === 2 + 64));
+      assert.ok(e.blockHashes.every((k) => blockKeyHex(k).startsWith('b:') && blockKeyHex(k).length === 2 + 64));
     }
     // [ts, [["BlockRemoved", [5], "GPU", 0], ["BlockRemoved", [bin 32], "CPU", nil]], 0]
     const mixed = decodeKvEventBatch(
@@ -147,9 +153,9 @@ describe('KV-event stream codec', () => {
       ),
     );
     assert.deepEqual(
-      mixed.events.map((e) => (e.kind === 'removed' ? [e.blockHashes[0], e.medium] : null)),
+      mixed.events.map((e) => (e.kind === 'removed' ? [blockKeyHex(e.blockHashes[0]!), e.medium] : null)),
       [
-        [intBlockKey(5), 'GPU'],
+        [blockKeyHex(intBlockKey(5)!), 'GPU'],
         [`b:${'ab'.repeat(32)}`, 'CPU'],
       ],
     );
@@ -242,7 +248,11 @@ describe('KV-event stream codec', () => {
     assert.equal(chains.length, 5);
     for (const v of chains) {
       const want = (v.block_hashes_hex_u64 as string[]).map((h) => `u:${h}`);
-      assert.deepEqual(tokenSpeedPageKeys(v.token_ids as number[], v.page_size as number), want, v.name);
+      assert.deepEqual(
+        tokenSpeedPageKeys(v.token_ids as number[], v.page_size as number).map(blockKeyHex),
+        want,
+        v.name,
+      );
     }
     // Negative and extreme int32 token ids are fed as two's complement, as the engine's int32 tokens are.
     const keys = tokenSpeedPageKeys([-1, 2147483647, -2147483648, 0], 2);
@@ -251,13 +261,20 @@ describe('KV-event stream codec', () => {
     assert.throws(() => tokenSpeedPageKeys([1], 0), RangeError);
   });
 
-  test('block keys: u64 as 16 hex digits whatever the integer width; bytes as hex', () => {
-    assert.equal(intBlockKey(0), 'u:0000000000000000');
+  test('block keys: one key per u64 whatever the integer width; bytes of any length; shown as hex', () => {
+    const hex = (k: string | null) => (k === null ? null : blockKeyHex(k));
+    assert.equal(hex(intBlockKey(0)), 'u:0000000000000000');
     assert.equal(intBlockKey(2 ** 53 - 1), u64Key(0x1fffff, 0xffffffff));
-    assert.equal(intBlockKey(0xffff_ffff_ffff_ffffn), 'u:ffffffffffffffff');
+    assert.equal(intBlockKey(2 ** 53 - 1), intBlockKey(2n ** 53n - 1n));
+    assert.equal(hex(intBlockKey(0xffff_ffff_ffff_ffffn)), 'u:ffffffffffffffff');
+    assert.equal(hex(intBlockKey(0x0123_4567_89ab_cdefn)), 'u:0123456789abcdef');
     assert.equal(intBlockKey(-1), null);
     assert.equal(intBlockKey(2n ** 64n), null);
-    assert.equal(bytesBlockKey(Uint8Array.of(0, 255, 16)), 'b:00ff10');
+    assert.equal(hex(bytesBlockKey(Uint8Array.of(0, 255, 16))), 'b:00ff10');
+    assert.equal(hex(bytesBlockKey(Uint8Array.of(0, 255, 16, 1))), 'b:00ff1001');
+    // An odd byte count never equals an even one: [ff 10] and [10] differ.
+    assert.notEqual(bytesBlockKey(Uint8Array.of(0xff, 0x10)), bytesBlockKey(Uint8Array.of(0x10)));
+    assert.notEqual(bytesBlockKey(Uint8Array.of(1, 0xff, 0x10)), bytesBlockKey(Uint8Array.of(1, 0x10)));
   });
 
   test('malformed input is a WireDecodeError naming where, never another exception', () => {

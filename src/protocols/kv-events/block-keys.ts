@@ -4,20 +4,23 @@
  *
  * A block hash travels either as an unsigned 64-bit integer (TokenSpeed always; vLLM with
  * `VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1`, its default) or as raw digest bytes (vLLM with that variable 0, and every
- * CPU-offload connector event, so one stream can mix both). Both become one string key, `u:` and 16 hex digits or
- * `b:` and the bytes in hex, so an index can hold them in one Map without BigInt arithmetic.
+ * CPU-offload connector event, so one stream can mix both). Both become one short string key, so an index can hold
+ * them in one Map without BigInt arithmetic: `u` and the u64's four 16-bit halves as UTF-16 code units (5 characters,
+ * one allocation, no hex formatting: the events of a busy rank make thousands per second), or the bytes two per code
+ * unit after `b` (an even count) or `c` (an odd count: the last code unit holds one byte). Opaque: `blockKeyHex`
+ * shows one.
  *
  * Pure; no I/O.
  */
 
-/** A block hash as the gateway keys it: `u:<16 lowercase hex digits>` (u64) or `b:<lowercase hex>` (digest bytes). */
+/** A block hash as the gateway keys it (see the module comment; `blockKeyHex` for display). */
 export type BlockKey = string;
 
 const HEX = Array.from({ length: 256 }, (_, b) => b.toString(16).padStart(2, '0'));
 
 /** The key of the u64 `hi · 2^32 + lo` (`hi`, `lo`: unsigned 32-bit integers). */
 export function u64Key(hi: number, lo: number): BlockKey {
-  return `u:${(hi >>> 0).toString(16).padStart(8, '0')}${(lo >>> 0).toString(16).padStart(8, '0')}`;
+  return String.fromCharCode(0x75, hi >>> 16, hi & 0xffff, lo >>> 16, lo & 0xffff);
 }
 
 /**
@@ -35,8 +38,20 @@ export function intBlockKey(value: number | bigint): BlockKey | null {
 
 /** The key of a digest-bytes hash. */
 export function bytesBlockKey(bytes: Uint8Array): BlockKey {
-  let hex = 'b:';
-  for (const b of bytes) hex += HEX[b];
+  let key = bytes.length % 2 === 0 ? 'b' : 'c';
+  let i = 0;
+  for (; i + 1 < bytes.length; i += 2) key += String.fromCharCode((bytes[i]! << 8) | bytes[i + 1]!);
+  if (i < bytes.length) key += String.fromCharCode(bytes[i]!);
+  return key;
+}
+
+/** A key as text: `u:` and 16 hex digits, or `b:` and the bytes in hex (logs, tests). */
+export function blockKeyHex(key: BlockKey): string {
+  let hex = key[0] === 'u' ? 'u:' : 'b:';
+  for (let i = 1; i < key.length; i++) {
+    const c = key.charCodeAt(i);
+    hex += key[0] === 'c' && i === key.length - 1 ? HEX[c & 0xff] : HEX[c >>> 8]! + HEX[c & 0xff]!;
+  }
   return hex;
 }
 

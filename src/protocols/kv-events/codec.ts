@@ -15,7 +15,7 @@
  */
 import { MsgpackReader } from '../../wire/reader.js';
 import { WireDecodeError } from '../../wire/errors.js';
-import { bytesBlockKey, intBlockKey, type BlockKey } from './block-keys.js';
+import { bytesBlockKey, intBlockKey, u64Key, type BlockKey } from './block-keys.js';
 
 /** `BlockStored`: full blocks a rank's cache now holds (vLLM: 12 elements; TokenSpeed: the first 5). */
 export interface KvBlockStored {
@@ -89,6 +89,15 @@ function readBlockKey(r: MsgpackReader, path: string): BlockKey {
     if (!(bytes instanceof Uint8Array) || bytes.length === 0)
       throw new WireDecodeError(path, 'expected a non-empty block hash');
     return bytesBlockKey(bytes);
+  }
+  if (head === 0xcf && r.remaining >= 9) {
+    // u64, the common case: read the two halves straight from the frame (no BigInt).
+    const b = r.bytes;
+    const at = r.pos + 1;
+    r.pos += 9;
+    const hi = ((b[at]! << 24) | (b[at + 1]! << 16) | (b[at + 2]! << 8) | b[at + 3]!) >>> 0;
+    const lo = ((b[at + 4]! << 24) | (b[at + 5]! << 16) | (b[at + 6]! << 8) | b[at + 7]!) >>> 0;
+    return u64Key(hi, lo);
   }
   const key = intBlockKey(r.readInt(path, 'block hash (u64 or bin)'));
   if (key === null) throw new WireDecodeError(path, 'a block hash must be an unsigned 64-bit integer');
