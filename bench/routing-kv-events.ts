@@ -280,7 +280,10 @@ async function main(): Promise<void> {
 }
 
 main().catch((error: unknown) => {
-  const badOption = error instanceof RangeError;
+  // A bad option is the user's mistake: one line and the usage, no stack.
+  const badOption =
+    error instanceof RangeError ||
+    (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
   const detail =
     error instanceof Error
       ? badOption
