@@ -12,8 +12,8 @@
 import { parseArgs } from 'node:util';
 import { fleetScorer, DEFAULT_LOAD_HORIZON_MS, lowestPosition, queuedRequests } from '../src/engine-client/policy.js';
 import { isDpPolicyName, type DpPolicyName } from '../src/engine-client/policies.js';
-import { TextModel } from '../src/sim/text.js';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
+import { benchGroup } from './routing/report.js';
 import { runOnce, type GroupConfig, type RunDiagnostics } from './routing/run.js';
 import { percentile } from './routing/stats.js';
 import { buildWorkloads } from './routing/workloads.js';
@@ -237,18 +237,7 @@ async function main(): Promise<void> {
   const policies = values.policies!.split(',');
   for (const p of policies) if (!isDpPolicyName(p)) throw new RangeError(`unknown policy ${p}`);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-  const group: GroupConfig = {
-    ranks: Number(values.ranks),
-    slowRank: Number(values.ranks) - 1,
-    slowdown: 2,
-    timeScale: Number(values['time-scale']),
-    maxRunning: 32,
-    kvTotalPages: 2048,
-    maxModelLen: 8192,
-    textModel: new TextModel(tokenizer),
-    vocabSize: tokenizer.vocabSize,
-    eosTokenIds: tokenizer.eosTokenIds,
-  };
+  const group: GroupConfig = benchGroup(Number(values.ranks), Number(values['time-scale']), tokenizer);
   const seed0 = Number(values.seed);
   for (let s = 0; s < Number(values.seeds); s++) {
     const workloads = buildWorkloads({ requests: Number(values.requests), seed: seed0 + s }).filter((w) =>

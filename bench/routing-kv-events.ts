@@ -18,7 +18,6 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
-import { TextModel } from '../src/sim/text.js';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
 import { runOnce, type BenchPolicy, type GroupConfig } from './routing/run.js';
 import type { RunMetrics } from './routing/stats.js';
@@ -32,6 +31,7 @@ import {
   type Spread,
   type SummaryKey,
 } from './routing/summary.js';
+import { benchFailed, benchGroup, markdownTable } from './routing/report.js';
 import { loadMooncakeTrace, traceWorkloads } from './routing/trace-workloads.js';
 import { buildWorkloads, hitRateCeiling, type Workload } from './routing/workloads.js';
 
@@ -110,13 +110,9 @@ function table(w: Workload, cells: Map<BenchPolicy, Cell>, ceiling: Spread): str
       formatSpread(c.toLoad.ttftP50, 2, '×'),
     ]);
   }
-  const widths = header.map((_, i) => Math.max(...rows.map((r) => r[i]!.length)));
-  const line = (r: string[]): string => '| ' + r.map((c, i) => c.padEnd(widths[i]!)).join(' | ') + ' |';
   return [
     `### ${w.name}`,
-    line(rows[0]!),
-    '|' + widths.map((x) => '-'.repeat(x + 2)).join('|') + '|',
-    ...rows.slice(1).map(line),
+    ...markdownTable(rows),
     `_${w.description}; prefix hit-rate ceiling ${formatSpread(pct(ceiling), 1, '%')}_`,
   ].join('\n');
 }
@@ -180,18 +176,7 @@ async function main(): Promise<void> {
   const args = parseCli(process.argv.slice(2));
   const seeds = Array.from({ length: args.seeds }, (_, i) => args.seed + i);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-  const group: GroupConfig = {
-    ranks: 4,
-    slowRank: 3,
-    slowdown: 2,
-    timeScale: args.timeScale,
-    maxRunning: 32,
-    kvTotalPages: 2048,
-    maxModelLen: 8192,
-    textModel: new TextModel(tokenizer),
-    vocabSize: tokenizer.vocabSize,
-    eosTokenIds: tokenizer.eosTokenIds,
-  };
+  const group: GroupConfig = benchGroup(4, args.timeScale, tokenizer);
   const trace = loadMooncakeTrace();
   const build = (seed: number): Workload[] =>
     [
@@ -279,17 +264,4 @@ async function main(): Promise<void> {
   console.log('\nwrote bench/results/routing-kv-events.json');
 }
 
-main().catch((error: unknown) => {
-  // A bad option is the user's mistake: one line and the usage, no stack.
-  const badOption =
-    error instanceof RangeError ||
-    (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
-  const detail =
-    error instanceof Error
-      ? badOption
-        ? `${error.message}\n${USAGE}`
-        : (error.stack ?? error.message)
-      : String(error);
-  process.stderr.write(`\nbench:routing:kv-events failed: ${detail}\n`);
-  process.exitCode = badOption ? 2 : 1;
-});
+main().catch(benchFailed('bench:routing:kv-events', USAGE));

@@ -24,9 +24,9 @@ import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { DP_POLICY_NAMES, isDpPolicyName, type DpPolicyName } from '../src/engine-client/policies.js';
-import { TextModel } from '../src/sim/text.js';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
 import { renderRatioChart } from './routing/chart.js';
+import { benchFailed, benchGroup, markdownTable } from './routing/report.js';
 import { runOnce, type GroupConfig } from './routing/run.js';
 import type { RunMetrics } from './routing/stats.js';
 import {
@@ -176,15 +176,7 @@ function table(w: Workload, cells: Map<DpPolicyName, Cell>): string {
       formatSpread(s.selectionUs, 1),
     ]);
   }
-  const widths = header.map((_, i) => Math.max(...rows.map((r) => r[i].length)));
-  const line = (r: string[]): string => '| ' + r.map((c, i) => c.padEnd(widths[i])).join(' | ') + ' |';
-  return [
-    `### ${w.name}`,
-    line(rows[0]),
-    '|' + widths.map((x) => '-'.repeat(x + 2)).join('|') + '|',
-    ...rows.slice(1).map(line),
-    `_${w.description}_`,
-  ].join('\n');
+  return [`### ${w.name}`, ...markdownTable(rows), `_${w.description}_`].join('\n');
 }
 
 /** The issue 12 "Done when" targets, measured: one line each, `met` or `NOT met` with the numbers. */
@@ -284,18 +276,7 @@ async function main(): Promise<void> {
   const picked = args.workloads === null ? names : names.filter((n) => args.workloads?.includes(n));
   if (picked.length === 0) throw new RangeError(`no workload matches; valid: ${names.join(', ')}`);
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
-  const group: GroupConfig = {
-    ranks: args.ranks,
-    slowRank: args.ranks - 1,
-    slowdown: 2,
-    timeScale: args.timeScale,
-    maxRunning: 32,
-    kvTotalPages: 2048,
-    maxModelLen: 8192,
-    textModel: new TextModel(tokenizer),
-    vocabSize: tokenizer.vocabSize,
-    eosTokenIds: tokenizer.eosTokenIds,
-  };
+  const group: GroupConfig = benchGroup(args.ranks, args.timeScale, tokenizer);
   const total = seeds.length * picked.length * args.policies.length;
   const loadBefore = loadavg()[0];
   const start = performance.now();
@@ -408,17 +389,4 @@ async function main(): Promise<void> {
   console.log(`\nwrote ${join('bench', 'results', `${base}.json`)} and ${join('bench', 'results', `${base}.svg`)}`);
 }
 
-main().catch((error: unknown) => {
-  // A bad option is the user's mistake: one line and the usage, no stack.
-  const badOption =
-    error instanceof RangeError ||
-    (error instanceof TypeError && String((error as { code?: unknown }).code).startsWith('ERR_PARSE_ARGS'));
-  const detail =
-    error instanceof Error
-      ? badOption
-        ? `${error.message}\n${USAGE}`
-        : (error.stack ?? error.message)
-      : String(error);
-  process.stderr.write(`\nbench:routing failed: ${detail}\n`);
-  process.exitCode = badOption ? 2 : 1;
-});
+main().catch(benchFailed('bench:routing', USAGE));

@@ -15,6 +15,7 @@ import { deriveEndpoints } from '../../src/transport/endpoints.js';
 import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { freePort } from '../helpers/net.js';
 import type { EngineCoreOutput, EngineCoreOutputs } from '../../src/protocols/vllm/index.js';
+import type { SimRequest } from '../../src/sim/scheduler.js';
 
 /** Reads a link's output messages one at a time (hang-guarded); subclasses decode them for one engine family. */
 class RawOutputReader {
@@ -190,5 +191,31 @@ export async function startSpawnedRanks(
       await link.close();
       await d.cleanup();
     },
+  };
+}
+
+/**
+ * A scheduler request with a scripted output (token ids `firstToken`, `firstToken + 1`, …; logprob −0.5 each) that
+ * runs to `maxNewTokens` (ignore_eos, streaming, no logprobs).
+ */
+export function scriptedRequest(
+  rid: string,
+  promptTokenIds: number[],
+  maxNewTokens = 2,
+  firstToken = 5000,
+): SimRequest {
+  let next = firstToken;
+  return {
+    rid,
+    promptTokenIds,
+    maxNewTokens,
+    minNewTokens: 0,
+    stopTokenIds: null,
+    ignoreEos: true,
+    stream: true,
+    streamInterval: null,
+    returnLogprob: false,
+    validationError: null,
+    tokens: { next: () => ({ tokenId: next++, logprob: -0.5 }) },
   };
 }

@@ -17,25 +17,11 @@ import { SimScheduler, type SimKvEvent, type SimRequest } from '../../src/sim/sc
 import { KvEventSubscriber } from '../../src/transport/kv-event-subscriber.js';
 import { waitFor } from '../helpers/async.js';
 import { freePortRange } from '../helpers/net.js';
+import { scriptedRequest } from './helpers.js';
 
 const seq = (n: number, from: number): number[] => Array.from({ length: n }, (_, i) => from + i);
 
-function req(rid: string, promptTokenIds: number[], maxNewTokens = 1): SimRequest {
-  let next = 5000;
-  return {
-    rid,
-    promptTokenIds,
-    maxNewTokens,
-    minNewTokens: 0,
-    stopTokenIds: null,
-    ignoreEos: true,
-    stream: true,
-    streamInterval: null,
-    returnLogprob: false,
-    validationError: null,
-    tokens: { next: () => ({ tokenId: next++, logprob: -0.5 }) },
-  };
-}
+const req = (rid: string, promptTokenIds: number[]): SimRequest => scriptedRequest(rid, promptTokenIds, 1);
 
 function run(s: SimScheduler, r: SimRequest): SimKvEvent[] {
   s.add(r, 0);

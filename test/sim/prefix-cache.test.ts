@@ -9,36 +9,14 @@ import { blockHashes, hashBlock, ROOT_BLOCK_HASH } from '../../src/protocols/blo
 import { decodeBatchTokenIDOutSlim } from '../../src/protocols/tokenspeed/output.js';
 import { decodeEngineCoreOutputs } from '../../src/protocols/vllm/index.js';
 import { SimPrefixCache } from '../../src/sim/prefix-cache.js';
-import {
-  SimScheduler,
-  type SchedulerConfig,
-  type SimBatch,
-  type SimRequest,
-  type SimRow,
-} from '../../src/sim/scheduler.js';
+import { SimScheduler, type SchedulerConfig, type SimBatch, type SimRow } from '../../src/sim/scheduler.js';
 import { encodeSimBatch } from '../../src/sim/output.js';
+import { scriptedRequest as req } from './helpers.js';
 import { createVllmSimWire } from '../../src/sim/vllm-wire.js';
 import type { SimStep } from '../../src/sim/wire.js';
 
 /** Token ids `from, from + 1, …` (n of them). */
 const seq = (n: number, from: number): number[] => Array.from({ length: n }, (_, i) => from + i);
-
-function req(rid: string, promptTokenIds: number[], maxNewTokens = 2, firstToken = 5000): SimRequest {
-  let next = firstToken;
-  return {
-    rid,
-    promptTokenIds,
-    maxNewTokens,
-    minNewTokens: 0,
-    stopTokenIds: null,
-    ignoreEos: true,
-    stream: true,
-    streamInterval: null,
-    returnLogprob: false,
-    validationError: null,
-    tokens: { next: () => ({ tokenId: next++, logprob: -0.5 }) },
-  };
-}
 
 function sched(over: Partial<SchedulerConfig> = {}): SimScheduler {
   return new SimScheduler({
