@@ -14,7 +14,11 @@
  */
 import type { KvEventBatch } from '../protocols/kv-events/codec.js';
 import { tokenSpeedPageKeys } from '../protocols/kv-events/block-keys.js';
-import type { KvEventSink } from '../transport/kv-event-subscriber.js';
+import {
+  newKvEventSubscriberCounters,
+  type KvEventSink,
+  type KvEventSubscriberCounters,
+} from '../transport/kv-event-subscriber.js';
 import { KvBlockIndex, vllmPromptKeys, type KvKeying, type PromptKey } from './kv-block-index.js';
 
 /** Default `silenceMs`: routed blocks unannounced this long mean the rank's stream is lost. */
@@ -50,6 +54,8 @@ export interface KvCacheViewCounters {
 export class KvCacheView implements KvEventSink {
   readonly index: KvBlockIndex;
   readonly counters: KvCacheViewCounters = { batches: 0, unsure: 0, silent: 0, resets: 0 };
+  /** What the group's subscribers counted (they add to this one object): frames dropped, replays. */
+  readonly streams: KvEventSubscriberCounters = newKvEventSubscriberCounters();
   private size: number;
   private readonly silenceMs: number;
   private readonly onLiveness: KvCacheViewOptions['onLiveness'];

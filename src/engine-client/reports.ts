@@ -12,6 +12,7 @@ import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
 import type { RoutingPrecision } from './service-rates.js';
 import type { KvCacheView, KvCacheViewCounters } from './kv-cache-view.js';
 import type { KvIndexCounters } from './kv-block-index.js';
+import type { KvEventSubscriberCounters } from '../transport/kv-event-subscriber.js';
 
 /**
  * One rank slot's state for /metrics, /health and the dashboard (gateway.md section 15.3; interface C):
@@ -101,7 +102,11 @@ export interface ClientStats {
   /** The policy's cache predictions against the engines' reports (service-rates.ts; a live object). */
   readonly routingPrecision: Readonly<RoutingPrecision>;
   /** The group's KV-event counters (kv-cache-view.ts and its index), or null without KV events (live objects). */
-  readonly kvEvents: { readonly view: Readonly<KvCacheViewCounters>; readonly index: Readonly<KvIndexCounters> } | null;
+  readonly kvEvents: {
+    readonly view: Readonly<KvCacheViewCounters>;
+    readonly index: Readonly<KvIndexCounters>;
+    readonly streams: Readonly<KvEventSubscriberCounters>;
+  } | null;
 }
 
 /** What the routing state knows about a rank (routing-state.ts), as `rankStateOf` reports it. */
@@ -145,7 +150,7 @@ export function rankStateOf(slot: RankSlot, r: RankRouting): RankState {
 export function newClientStats(
   handshakeRejected: Readonly<Record<string, number>>,
   routingPrecision: Readonly<RoutingPrecision>,
-  kvCache: Pick<KvCacheView, 'counters' | 'index'> | null = null,
+  kvCache: Pick<KvCacheView, 'counters' | 'index' | 'streams'> | null = null,
 ): ClientStats {
   return {
     decodeErrors: 0,
@@ -160,7 +165,8 @@ export function newClientStats(
     revivals: 0,
     handshakeRejected,
     routingPrecision,
-    kvEvents: kvCache === null ? null : { view: kvCache.counters, index: kvCache.index.counters },
+    kvEvents:
+      kvCache === null ? null : { view: kvCache.counters, index: kvCache.index.counters, streams: kvCache.streams },
   };
 }
 

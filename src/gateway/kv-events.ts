@@ -60,6 +60,7 @@ export function startGroupKvEvents(
       replayAddress: replay,
       topic: c.topic,
       sink: view,
+      counters: view.streams,
       logger: kvLog,
       // The replay socket must hold the publisher's whole ring (docs/reference/kv-events.md 2).
       receiveHighWaterMark: Math.max(100_000, c.bufferSteps + 1),

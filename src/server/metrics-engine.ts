@@ -27,8 +27,9 @@
  *   `..._confirmed_cached_tokens_total` (Σ min(predicted, reported)) and `..._reported_cached_tokens_total`: routing
  *   precision is confirmed / predicted; with KV events (engine-client/kv-cache-view.ts), counters
  *   `model_gateway_kv_event_batches_total`, `model_gateway_kv_event_unsure_total{reason=unsure|silent}`,
- *   `model_gateway_kv_event_publisher_restarts_total` and `model_gateway_kv_index_dropped_stores_total` (the
- *   per-rank block cap bit).
+ *   `model_gateway_kv_event_publisher_restarts_total`, `model_gateway_kv_event_frames_dropped_total{reason}`,
+ *   `model_gateway_kv_event_replays_total{outcome}` and `model_gateway_kv_index_dropped_stores_total` (the per-rank
+ *   block cap bit).
  * Every collector resets and refills its metric at each scrape, so a group or rank that went away leaves no series.
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
@@ -411,6 +412,36 @@ function registerCacheRoutingSeries(ctx: EngineSeriesContext): void {
     'model_gateway_kv_event_publisher_restarts_total',
     "KV-event publishers seen restarting (seq back to 0): the rank's index was forgotten",
     (s) => kv(s)?.view.resets ?? 0,
+  );
+  recordCounter(
+    ctx,
+    'model_gateway_kv_event_frames_dropped_total',
+    'KV-event messages dropped by the subscribers, by reason: undecodable (logged; the rank turns unsure) or other_topic',
+    ['worker'],
+    'reason',
+    () =>
+      ctx
+        .groups()
+        .filter((g) => kv(g.backend.stats) !== null)
+        .map((g) => {
+          const s = kv(g.backend.stats)!.streams;
+          return [{ worker: g.worker }, { undecodable: s.badFrames, other_topic: s.otherTopics }];
+        }),
+  );
+  recordCounter(
+    ctx,
+    'model_gateway_kv_event_replays_total',
+    "Replays asked of the ranks' replay sockets (on each connect and each seq gap), by outcome: requested, failed (timed out or the socket failed)",
+    ['worker'],
+    'outcome',
+    () =>
+      ctx
+        .groups()
+        .filter((g) => kv(g.backend.stats) !== null)
+        .map((g) => {
+          const s = kv(g.backend.stats)!.streams;
+          return [{ worker: g.worker }, { requested: s.replays, failed: s.replayFailures }];
+        }),
   );
   statCounter(
     ctx,

@@ -48,6 +48,8 @@ export interface KvEventSubscriberOptions {
   readonly receiveHighWaterMark?: number;
   /** How long a replay may take before what it has not brought counts as lost (ms; default 5 000). */
   readonly replayTimeoutMs?: number;
+  /** Counters to add to (several subscribers may share one, e.g. a group's); default: the subscriber's own. */
+  readonly counters?: KvEventSubscriberCounters;
   /** Timers, for tests. */
   readonly setTimer?: (fn: () => void, ms: number) => { unref?(): unknown };
   readonly clearTimer?: (timer: unknown) => void;
@@ -66,14 +68,13 @@ const LOG_INTERVAL_MS = 10_000;
 const DEFAULT_HWM = 100_000;
 const DEFAULT_REPLAY_TIMEOUT_MS = 5_000;
 
+/** Zeroed `KvEventSubscriberCounters`. */
+export function newKvEventSubscriberCounters(): KvEventSubscriberCounters {
+  return { batches: 0, badFrames: 0, otherTopics: 0, replays: 0, replayFailures: 0 };
+}
+
 export class KvEventSubscriber {
-  readonly counters: KvEventSubscriberCounters = {
-    batches: 0,
-    badFrames: 0,
-    otherTopics: 0,
-    replays: 0,
-    replayFailures: 0,
-  };
+  readonly counters: KvEventSubscriberCounters;
   private readonly opts: KvEventSubscriberOptions;
   private readonly sub: Subscriber;
   private readonly dealer: Dealer | null;
@@ -86,6 +87,7 @@ export class KvEventSubscriber {
   /** Creates the sockets and dials; messages flow once `start` runs the receive loops. */
   constructor(opts: KvEventSubscriberOptions) {
     this.opts = opts;
+    this.counters = opts.counters ?? newKvEventSubscriberCounters();
     const hwm = opts.receiveHighWaterMark ?? DEFAULT_HWM;
     this.sub = new Subscriber({ linger: 0, receiveHighWaterMark: hwm });
     this.sub.subscribe(opts.topic);

@@ -78,6 +78,12 @@ for (const engine of ['tokenspeed', 'vllm'] as const) {
       assert.equal(confirmed, predicted, 'routing precision 1');
       assert.equal(reported, predicted);
       assert.equal(await gateway.metricSum('model_gateway_kv_event_unsure_total'), 0, 'no stream was lost');
+      assert.equal(await gateway.metricSum('model_gateway_kv_event_frames_dropped_total'), 0);
+      assert.ok(
+        (await gateway.metricSum('model_gateway_kv_event_replays_total', 'outcome="requested"')) >= 2,
+        'each subscriber asked its rank for what it published before the subscription took effect',
+      );
+      assert.equal(await gateway.metricSum('model_gateway_kv_event_replays_total', 'outcome="failed"'), 0);
     });
   });
 }
