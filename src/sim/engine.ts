@@ -245,6 +245,11 @@ export interface SimEngineHandle {
    * For tests and benchmarks. Never throws.
    */
   cachedPrefixTokens(tokens: readonly number[]): number;
+  /**
+   * Resets the rank's prefix cache (vLLM `reset_prefix_cache`; `SimScheduler.resetPrefixCache`): false while requests
+   * hold cached blocks. With KV events on, the reset is published with the rank's next step, as vLLM does.
+   */
+  resetPrefixCache(): boolean;
   /** The request's timeline (`recordTimeline` on), or null when none was recorded. Never throws. */
   timeline(rid: string): SimTimeline | null;
   /** Drop every recorded timeline. */
@@ -814,6 +819,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     wave: () => (waves === null ? null : { currentWave: waves.currentWave, running: waves.running }),
     outstandingTokens: () => scheduler.outstandingTokens(),
     cachedPrefixTokens: (tokens) => scheduler.cachedPrefixTokens(tokens),
+    resetPrefixCache: () => scheduler.resetPrefixCache(),
     timeline: (rid) => timelines?.get(rid) ?? null,
     clearTimelines: () => timelines?.clear(),
     closed: loop,

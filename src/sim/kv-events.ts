@@ -54,6 +54,14 @@ export class SimBlockNamer {
   translate(events: readonly SimKvEvent[], blockSize: number): KvPublishedEvent[] {
     const out: KvPublishedEvent[] = [];
     for (const e of events) {
+      if (e.kind === 'cleared') {
+        // vLLM announces the reset as one AllBlocksCleared; TokenSpeed's flush removes each page (the encoder writes
+        // what each engine writes: `cleared` is dropped there, so the removals carry it).
+        const names = e.hashes.map((h) => this.names.get(h)).filter((n): n is bigint => n !== undefined);
+        this.names.clear();
+        out.push(this.flavor === 'vllm' ? { kind: 'cleared' } : { kind: 'removed', hashes: names });
+        continue;
+      }
       if (e.kind === 'removed') {
         const name = this.names.get(e.hash);
         if (name === undefined) continue;

@@ -95,6 +95,20 @@ export class SimPrefixCache {
     return { blocks, idle };
   }
 
+  /**
+   * Drops every idle block (vLLM `reset_prefix_cache`), and returns their hashes, least recently used first. Refuses
+   * (returns null, nothing dropped) while any hashed block is in use, as vLLM's reset fails while requests hold
+   * blocks. With the cache disabled there is nothing to drop.
+   */
+  reset(): number[] | null {
+    if (this.hashedInUse > 0) return null;
+    const dropped = [...this.idle.keys()];
+    this.idle.clear();
+    this.refs.clear();
+    this.lru = null;
+    return dropped;
+  }
+
   /** Whether block `hash` is resident (in use or idle). */
   isResident(hash: number): boolean {
     return this.refs.has(hash);

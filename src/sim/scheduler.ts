@@ -130,7 +130,8 @@ export interface SchedulerConfig {
  */
 export type SimKvEvent =
   | { readonly kind: 'stored'; readonly hash: number; readonly parent: number | null; readonly tokens: number[] }
-  | { readonly kind: 'removed'; readonly hash: number };
+  | { readonly kind: 'removed'; readonly hash: number }
+  | { readonly kind: 'cleared'; readonly hashes: readonly number[] };
 
 /** Whose `max_new_tokens` clamp and finish-check order the scheduler applies. */
 export type FinishRules = 'tokenspeed' | 'vllm';
@@ -814,6 +815,18 @@ export class SimScheduler {
       }
       r.held += 1;
     }
+  }
+
+  /**
+   * Resets the prefix cache (vLLM `reset_prefix_cache`): every idle block is dropped and, with `kvEvents`, a `cleared`
+   * event names them (vLLM announces `AllBlocksCleared`, TokenSpeed one removal per page: kv-events.ts). False, and
+   * nothing changes, while a running or waiting request holds cached blocks.
+   */
+  resetPrefixCache(): boolean {
+    const dropped = this.cache.reset();
+    if (dropped === null) return false;
+    this.kvEvents?.push({ kind: 'cleared', hashes: dropped });
+    return true;
   }
 
   /** The KV events recorded since the last call, oldest first (empty unless `kvEvents` is on). */

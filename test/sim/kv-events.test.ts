@@ -61,13 +61,39 @@ describe('scheduler KV events', () => {
     const other = run(s, req('c', [...seq(64, 900), 1]));
     const kinds = other.map((e) => e.kind);
     assert.deepEqual(
-      other.slice(0, 2).map((e) => [e.kind, e.hash]),
+      other.slice(0, 2).map((e) => [e.kind, e.kind === 'cleared' ? null : e.hash]),
       [
         ['removed', h2],
         ['removed', h1],
       ],
     );
     assert.deepEqual(kinds.slice(2), ['stored', 'stored', 'stored', 'stored']);
+  });
+
+  test('a prefix-cache reset: refused while a request holds blocks, then every idle block in one event', () => {
+    const s = new SimScheduler({
+      engineIndex: 0,
+      maxRunning: 4,
+      kvTotalPages: 64,
+      maxModelLen: 8192,
+      eosTokenIds: [999],
+      kvEvents: true,
+    });
+    run(s, req('a', [...seq(32, 1), 7]));
+    s.add(req('b', [...seq(32, 1), 8]), 0);
+    s.plan(); // admitted: it holds the two cached blocks
+    assert.equal(s.resetPrefixCache(), false);
+    s.commit();
+    while (s.hasWork()) {
+      s.plan();
+      s.commit();
+    }
+    s.takeKvEvents();
+    assert.equal(s.resetPrefixCache(), true);
+    const [cleared] = s.takeKvEvents();
+    assert.equal(cleared?.kind, 'cleared');
+    assert.equal(cleared?.kind === 'cleared' ? cleared.hashes.length : 0, 2);
+    assert.equal(s.cachedPrefixTokens(seq(32, 1)), 0, 'nothing is cached any more');
   });
 });
 
@@ -90,6 +116,21 @@ describe('block names', () => {
     const named = out.filter((e) => e.kind === 'stored').map((e) => intBlockKey(e.hashes[0] as bigint));
     assert.deepEqual(named, keys.slice(0, 2));
     assert.equal(out.length, 3, 'a removal of a block never stored is not announced');
+  });
+
+  test('a reset: vLLM announces AllBlocksCleared, TokenSpeed removes each page it announced', () => {
+    const stores = events().slice(0, 2);
+    const hashes = stores.map((e) => (e.kind === 'stored' ? e.hash : 0));
+    const reset: SimKvEvent = { kind: 'cleared', hashes: [...hashes, 999] };
+    const vllm = new SimBlockNamer('vllm', 1n).translate([...stores, reset], 16);
+    assert.deepEqual(vllm.at(-1), { kind: 'cleared' });
+    const ts = new SimBlockNamer('tokenspeed').translate([...stores, reset], 16);
+    const last = ts.at(-1)!;
+    assert.equal(last.kind, 'removed');
+    assert.deepEqual(
+      last.kind === 'removed' ? last.hashes.map((h) => intBlockKey(h as bigint)) : [],
+      tokenSpeedPageKeys(tokens, 16).slice(0, 2),
+    );
   });
 
   test('vLLM: seeded per process, so two processes name one block differently', () => {
