@@ -12,7 +12,7 @@
  * the stream is taken to be lost (a wrong endpoint, a publisher that never started) and the rank falls back to the
  * approximate index until a batch arrives. Nothing here does I/O or keeps a timer; time comes from the callers.
  */
-import type { KvEventBatch } from '../protocols/kv-events/codec.js';
+import type { KvEvent, KvEventBatch } from '../protocols/kv-events/codec.js';
 import { tokenSpeedPageKeys } from '../protocols/kv-events/block-keys.js';
 import {
   newKvEventSubscriberCounters,
@@ -68,6 +68,8 @@ export class KvCacheView implements KvEventSink {
   private readonly down = new Set<number>();
   /** Ranks with a subscriber on their stream. */
   private readonly attached = new Set<number>();
+  /** Whether `size` came from a rank (then fixed), not from the options. */
+  private sizeKnown = false;
 
   /** @throws RangeError on a block size that is not an integer ≥ 1 or a bad index option. */
   constructor(opts: KvCacheViewOptions) {
@@ -80,7 +82,12 @@ export class KvCacheView implements KvEventSink {
     this.clock = opts.now ?? (() => performance.now());
   }
 
-  /** Tokens per block of the prompt keys (from the latest stored event, else the configured size). */
+  /**
+   * Tokens per block of the prompt keys: the first size known (a joining rank's `prefix_granularity`, else the first
+   * stored GPU block), else the configured one. Fixed from then on: every rank of a group has one block size, so a
+   * stored event of another size (a misconfigured or hostile publisher) is left out (`skippedBlocks`) rather than
+   * re-keying the whole group.
+   */
   get blockSize(): number {
     return this.size;
   }
@@ -103,9 +110,7 @@ export class KvCacheView implements KvEventSink {
    */
   attach(rank: number, blockSize: number | null = null): void {
     this.attached.add(rank);
-    if (blockSize !== null && Number.isSafeInteger(blockSize) && blockSize >= 1 && this.counters.batches === 0) {
-      this.size = blockSize;
-    }
+    if (blockSize !== null && Number.isSafeInteger(blockSize) && blockSize >= 1) this.learnSize(blockSize);
   }
 
   /** Whether `rank` is scored by the exact index at `nowMs` (see the module comment). */
@@ -143,12 +148,27 @@ export class KvCacheView implements KvEventSink {
   /** `KvEventSink`: the next batch of `rank`, in seq order. */
   apply(rank: number, batch: KvEventBatch): void {
     this.counters.batches++;
-    for (const e of batch.events) {
-      if (e.kind === 'stored' && e.blockSize > 0 && (e.medium === null || e.medium === 'GPU')) this.size = e.blockSize;
+    let events = batch.events;
+    for (const e of events) {
+      if (e.kind !== 'stored' || e.blockSize <= 0 || (e.medium !== null && e.medium !== 'GPU')) continue;
+      this.learnSize(e.blockSize);
+      if (e.blockSize !== this.size) {
+        const fits = (x: KvEvent) => x.kind !== 'stored' || x.blockSize === this.size || x.blockSize <= 0;
+        for (const x of events)
+          if (!fits(x) && x.kind === 'stored') this.index.counters.skippedBlocks += x.blockHashes.length;
+        events = events.filter(fits);
+        break;
+      }
     }
-    this.index.applyEvents(rank, batch.events);
+    this.index.applyEvents(rank, events);
     this.routedSince.delete(rank);
     if (!this.unsure.has(rank) && this.down.has(rank)) this.note(rank, true, null);
+  }
+
+  private learnSize(size: number): void {
+    if (this.sizeKnown) return;
+    this.sizeKnown = true;
+    this.size = size;
   }
 
   /** `KvEventSink`: the rank's publisher restarted, its cache started empty. */

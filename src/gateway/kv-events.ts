@@ -63,7 +63,7 @@ export function startGroupKvEvents(
       counters: view.streams,
       logger: kvLog,
       // The replay socket must hold the publisher's whole ring (docs/reference/kv-events.md 2).
-      receiveHighWaterMark: Math.max(100_000, c.bufferSteps + 1),
+      receiveHighWaterMark: Math.max(100_000, c.bufferSteps + 1), // ≤ 2^31 − 1: parseKvEventsConfig bounds it
     });
     sub.start();
     subscribers.set(rank, sub);

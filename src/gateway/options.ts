@@ -266,10 +266,16 @@ function groupKvEvents(value: string | Record<string, unknown>, dpSize: number, 
     const config = parseKvEventsConfig(value);
     if (!config.enabled) return null;
     for (const ep of [config.endpoint, config.replayEndpoint]) {
-      if (ep !== null && ep.startsWith('tcp://') && !ep.startsWith('tcp://*:')) {
+      if (ep === null || !ep.startsWith('tcp://')) continue;
+      if (!ep.startsWith('tcp://*:')) {
         throw new RangeError(
-          `endpoint ${ep} has a host: the engine would connect to it rather than bind; start the engines with tcp://*:PORT`,
+          `endpoint ${ep}: the gateway dials the engines on 127.0.0.1 and needs them bound on tcp://*:PORT ` +
+            '(a named host makes the engine connect instead; an IPv6 wildcard is not dialled)',
         );
+      }
+      const port = Number(ep.slice('tcp://*:'.length));
+      if (!Number.isInteger(port) || port < 1 || port > 65_535) {
+        throw new RangeError(`endpoint ${ep} needs a port from 1 to 65535`);
       }
     }
     kvEventAddresses({ endpoint: config.endpoint, replayEndpoint: config.replayEndpoint, host: '127.0.0.1' }, dpSize);

@@ -65,6 +65,8 @@ export interface KvEventSubscriberCounters {
 }
 
 const LOG_INTERVAL_MS = 10_000;
+/** Longest run of received messages handled before the receive loop yields to the event loop (ms). */
+const SLICE_MS = 4;
 const DEFAULT_HWM = 100_000;
 const DEFAULT_REPLAY_TIMEOUT_MS = 5_000;
 
@@ -80,6 +82,7 @@ export class KvEventSubscriber {
   private readonly dealer: Dealer | null;
   private readonly sequencer: KvEventSequencer;
   private readonly badFrameLog = new LogThrottle(LOG_INTERVAL_MS);
+  private readonly otherTopicLog = new LogThrottle(LOG_INTERVAL_MS);
   private replayTimer: unknown = null;
   private closed = false;
   private readonly loops: Promise<void>[] = [];
@@ -130,7 +133,16 @@ export class KvEventSubscriber {
 
   private async receiveLive(): Promise<void> {
     try {
-      for await (const frames of this.sub) this.onLive(frames);
+      let sliceStart = performance.now();
+      for await (const frames of this.sub) {
+        this.onLive(frames);
+        // A flood (a hostile or broken publisher) must not starve the event loop, where requests and outputs run:
+        // after each slice of work, let everything else that waits run once.
+        if (performance.now() - sliceStart > SLICE_MS) {
+          await new Promise<void>((resolve) => setImmediate(resolve));
+          sliceStart = performance.now();
+        }
+      }
     } catch (err) {
       if (!this.closed) this.opts.logger.warn({ err: errorMessage(err) }, 'KV-event SUB socket failed');
     }
@@ -150,6 +162,13 @@ export class KvEventSubscriber {
     // SUBSCRIBE is a prefix match: `kv-events-2` passes a `kv-events` filter.
     if (message.topic !== this.opts.topic) {
       this.counters.otherTopics++;
+      const verdict = this.otherTopicLog.note(Date.now());
+      if (verdict.log) {
+        this.opts.logger.warn(
+          { rank: this.opts.rank, topic: message.topic, count: verdict.count },
+          'KV-event message with another topic dropped',
+        );
+      }
       return;
     }
     this.counters.batches++;

@@ -78,13 +78,20 @@ describe('KvCacheView: when a rank is scored by the exact index', () => {
     );
   });
 
-  test('the block size of the prompt keys follows the stored events; a publisher restart forgets the rank', () => {
-    const view = new KvCacheView({ keying: 'tokenspeed' });
-    view.attach(0, 4);
-    assert.equal(view.blockSize, 4);
+  test('the first block size seen keys the prompts; another size is left out; a publisher restart forgets the rank', () => {
+    const view = new KvCacheView({ keying: 'tokenspeed', blockSize: 4 });
+    view.attach(0, null);
+    view.attach(1, null);
+    assert.equal(view.blockSize, 4, 'the configured size until a rank says');
     view.apply(0, batch(stored(seq(48, 7))));
     assert.equal(view.blockSize, PAGE);
     assert.equal(view.cachedPrefixTokens(0, view.promptKeys(seq(50, 7)), 0), 48);
+    // A rank announcing another block size (misconfigured, or not an engine) cannot re-key the group.
+    const small = stored(seq(48, 7)).map((e) => (e.kind === 'stored' ? { ...e, blockSize: 1, tokenIds: [1] } : e));
+    view.apply(1, batch(small));
+    assert.equal(view.blockSize, PAGE);
+    assert.equal(view.index.counters.skippedBlocks, 3);
+    assert.equal(view.index.blockCount(1), 0);
     view.reset(0);
     assert.equal(view.cachedPrefixTokens(0, view.promptKeys(seq(50, 7)), 0), 0);
     assert.equal(view.counters.resets, 1);

@@ -37,6 +37,9 @@ export const KV_EVENTS_DEFAULTS: KvEventsConfig = Object.freeze({
   topic: '',
 });
 
+/** The largest count a config may give: ZeroMQ's high-water marks are C ints; the replay queue needs one more. */
+const MAX_COUNT = 2 ** 31 - 2;
+
 const KEYS = new Set([
   'enable_kv_cache_events',
   'publisher',
@@ -52,7 +55,7 @@ const KEYS = new Set([
  * The configuration a `--kv-events-config` value (a JSON object, or the object itself, as a ready response carries
  * it) describes, with the engines' defaults.
  * @throws RangeError naming the field: not a JSON object, an unknown key, a field of the wrong type, a publisher other
- *   than `zmq`/`null`, a count that is not an integer ≥ 1.
+ *   than `zmq`/`null`, a count that is not an integer from 1 to 2^31 − 2.
  */
 export function parseKvEventsConfig(value: string | Record<string, unknown>): KvEventsConfig {
   let obj: unknown = value;
@@ -79,8 +82,11 @@ export function parseKvEventsConfig(value: string | Record<string, unknown>): Kv
   const count = (k: string, dflt: number): number => {
     const v = o[k];
     if (v === undefined || v === null) return dflt;
-    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1) {
-      throw new RangeError(`KV-events config: ${k} must be an integer ≥ 1, got ${JSON.stringify(v)}`);
+    // ZeroMQ takes its queue limits as 32-bit ints (the subscriber's receive queue holds buffer_steps + 1).
+    if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < 1 || v > MAX_COUNT) {
+      throw new RangeError(
+        `KV-events config: ${k} must be an integer from 1 to ${MAX_COUNT}, got ${JSON.stringify(v)}`,
+      );
     }
     return v;
   };

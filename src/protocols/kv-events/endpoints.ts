@@ -21,7 +21,7 @@ export class KvEventsEndpointError extends Error {
  * last `:`; anything else with rank > 0, and a `tcp` endpoint with no port, is refused, as the engine refuses it at
  * start. `tcp://*:5557` for rank 3 is `tcp://*:5560`; `tcp://[::1]:5557` for rank 1 is `tcp://[::1]:5558`.
  * @throws KvEventsEndpointError for an endpoint the engine refuses for this rank (`ipc://…` with rank > 0, `tcp://host`
- *   with no port).
+ *   with no port), or a port past 65535 once offset (the rank's bind would fail).
  * @throws RangeError when `rank` is not an integer ≥ 0.
  */
 export function offsetEndpointForRank(endpoint: string, rank: number): string {
@@ -38,7 +38,13 @@ export function offsetEndpointForRank(endpoint: string, rank: number): string {
         `KV-events endpoint ${JSON.stringify(endpoint)} has no port to offset for DP rank ${rank}`,
       );
     }
-    return `${endpoint.slice(0, colon + 1)}${Number(port) + rank}`;
+    const offset = Number(port) + rank;
+    if (offset > 65_535) {
+      throw new KvEventsEndpointError(
+        `KV-events endpoint ${JSON.stringify(endpoint)} offset for DP rank ${rank} is port ${offset}, past 65535`,
+      );
+    }
+    return `${endpoint.slice(0, colon + 1)}${offset}`;
   }
   throw new KvEventsEndpointError(
     `KV-events endpoint ${JSON.stringify(endpoint)} cannot be offset for DP rank ${rank}: ` +
