@@ -32,6 +32,11 @@
  * rank counts as equally fast and the prefill cost defaults to `DEFAULT_PREFILL_ITL_PER_TOKEN`, so a match wins
  * while the loads are balanced, as in SGLang.
  *
+ * With KV-cache events (issue 29; `CacheAwareOptions.kvCache`, kv-cache-view.ts), a rank whose event stream is live is
+ * scored by what it announced it holds, plus the prompts routed there within the prediction TTL; the other ranks by
+ * the approximate index below. `predictedCachedTokens` gives the chosen rank's claim (announced blocks only) for the
+ * routing precision.
+ *
  * The index (`PrefixIndex`) holds the chained hashes of the prompts sent to each rank, recorded in `onDispatch`
  * (pinned requests too) and dropped in `forgetRank`. `select` and `onDispatch` run in the client's synchronous
  * select + reserve step (dp-routing.md 12.3); the prompt is hashed once per request (`select` keeps the hashes for the
