@@ -1,13 +1,14 @@
 /**
  * The KV-event subscriber (src/transport/kv-event-subscriber.ts) over real ZeroMQ, against a test publisher that sends
- * the engines' own frames (test/vectors/kv-events): live batches in order, a gap closed by a replay from the test's
- * ROUTER, a replay the ring overran, a replay with no end marker, a restarted publisher, other topics and garbage.
+ * the engines' own frames (test/vectors/kv-events): every PUB payload vector of both engines, live batches in order, a
+ * gap closed by a replay from the test's ROUTER (both engines' recorded replies too), the connect replay, a replay the
+ * ring overran, a replay with no end marker, a restarted publisher, other topics and garbage.
  */
 import assert from 'node:assert/strict';
 import { after, describe, test } from 'node:test';
 import { pino } from 'pino';
 import { Router, XPublisher } from 'zeromq';
-import type { KvEventBatch } from '../../src/protocols/kv-events/codec.js';
+import { decodeKvEventBatch, type KvEventBatch } from '../../src/protocols/kv-events/codec.js';
 import { KvEventSubscriber, type KvEventSink } from '../../src/transport/kv-event-subscriber.js';
 import { waitFor } from '../helpers/async.js';
 import { loadRepoVectors } from '../helpers/vectors.js';
@@ -30,8 +31,11 @@ const framesAt = (n: bigint) => vllmStream.find((m) => m.seq === n)!.frames;
 /** What the sink saw, as short strings: `apply <ts>`, `reset`, `sure`, `unsure: <reason>`. */
 class RecordingSink implements KvEventSink {
   readonly seen: string[] = [];
+  /** Every batch applied, in order. */
+  readonly batches: KvEventBatch[] = [];
   private waiters: Array<() => void> = [];
   apply(_rank: number, batch: KvEventBatch): void {
+    this.batches.push(batch);
     this.push(`apply ${batch.ts}`);
   }
   reset(): void {
@@ -130,6 +134,51 @@ describe('KvEventSubscriber over ZeroMQ', { timeout: 60_000 }, () => {
     assert.equal(sub.counters.otherTopics, 1);
     assert.equal(sub.counters.badFrames, 2);
     assert.ok(sink.seen.some((x) => x.startsWith('unsure: a KV-event message did not decode')));
+  });
+
+  test('every PUB vector of both engines crosses ZeroMQ intact and applies in seq order', async () => {
+    // The PUB messages (19) and the two payloads encoded outside a publisher (rank unset).
+    const payloads = vectors
+      .filter((v) => v.kind === 'KVEventFrames' || v.kind === 'KVEventBatch')
+      .map((v) => hex(v.kind === 'KVEventFrames' ? v.frames_hex![2]! : v.hex!));
+    assert.equal(payloads.length, 21);
+    const { pub, sink, sub } = await pair({ replay: false });
+    // Re-sequenced under one topic: the vectors come from several publishers, each starting its own seq.
+    for (const [i, p] of payloads.entries()) await pub.send([Buffer.from(TOPIC), seq8(BigInt(i)), p]);
+    await sink.until((s) => s.filter((x) => x.startsWith('apply')).length === payloads.length, 'every vector');
+    assert.deepEqual(
+      sink.batches,
+      payloads.map((p) => decodeKvEventBatch(p)),
+    );
+    assert.equal(sub.counters.badFrames, 0);
+    assert.equal(sub.indexSure, true);
+  });
+
+  test("both engines' replay replies close a gap: the publishers' own answers, end marker included", async () => {
+    for (const name of ['ts_replay_reply_from_2', 'vllm_replay_reply_from_7']) {
+      const v = vectors.find((x) => x.name === name)!;
+      const messages = (v.messages_frames_hex as string[][]).map((m) => m.map(hex));
+      const seqs = (v.messages as Array<{ seq: number; end_marker: boolean }>).filter((m) => !m.end_marker);
+      const from = BigInt(seqs[0]!.seq);
+      const last = BigInt(seqs.at(-1)!.seq);
+      const { pub, router, sink, sub } = await pair();
+      // Live batches up to the replay's start, then one past its end: a gap exactly the reply fills.
+      const filler = framesAt(0n)[2]!;
+      for (let n = 0n; n < from; n++) await pub.send([Buffer.from(TOPIC), seq8(n), filler]);
+      await pub.send([Buffer.from(TOPIC), seq8(last + 1n), filler]);
+      const request = await replayRequest(router);
+      assert.equal(request.from, from, name);
+      for (const m of messages) await router.send([request.identity, ...m]);
+      const total = Number(last) + 2;
+      await sink.until((x) => x.filter((y) => y.startsWith('apply')).length === total, `${name}: every batch`);
+      const replayed = sink.batches.slice(Number(from), Number(last) + 1);
+      assert.deepEqual(
+        replayed,
+        messages.slice(0, -1).map((m) => decodeKvEventBatch(m[2]!)),
+        name,
+      );
+      assert.equal(sub.indexSure, true, name);
+    }
   });
 
   test('a gap is closed by a replay: the missed batches, then the live ones held meanwhile, in order', async () => {
