@@ -353,7 +353,7 @@ export interface CacheAwareOptions extends LoadPolicyOptions, PrefixIndexOptions
    * is scored by what it announced (and what was just routed there), the others by the approximate index.
    */
   kvCache?: KvCacheView | null;
-  /** The policy's clock in ms (default `performance.now`; the same one `kvCache` was built with). */
+  /** The policy's clock in ms (default `performance.now`): the time of routes and of the prediction TTL. */
   now?: () => number;
   maxNumSeqs?: number | null;
   kvTotalTokens?: number | null;

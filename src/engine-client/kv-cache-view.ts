@@ -35,8 +35,6 @@ export interface KvCacheViewOptions {
   readonly predictTtlMs?: number;
   /** Told when a rank's liveness changes (for the gateway's log), with the reason it is not live. */
   readonly onLiveness?: (rank: number, live: boolean, reason: string | null) => void;
-  /** The clock of the sink side (ms; default `performance.now`), the same one the policy passes in. */
-  readonly now?: () => number;
 }
 
 /** Per-group counters (never reset). */
@@ -59,7 +57,6 @@ export class KvCacheView implements KvEventSink {
   private size: number;
   private readonly silenceMs: number;
   private readonly onLiveness: KvCacheViewOptions['onLiveness'];
-  private readonly clock: () => number;
   /** Ranks the subscriber declared unsure → why. */
   private readonly unsure = new Map<number, string>();
   /** Per rank: when the first route with full blocks since its last batch happened (ms). */
@@ -79,7 +76,6 @@ export class KvCacheView implements KvEventSink {
     this.size = size;
     this.silenceMs = opts.silenceMs ?? DEFAULT_KV_SILENCE_MS;
     this.onLiveness = opts.onLiveness;
-    this.clock = opts.now ?? (() => performance.now());
   }
 
   /**
@@ -187,15 +183,6 @@ export class KvCacheView implements KvEventSink {
     if (!this.unsure.has(rank)) this.counters.unsure++;
     this.unsure.set(rank, reason ?? 'unsure');
     if (!this.down.has(rank)) this.note(rank, false, reason);
-  }
-
-  /** Per rank whether it is live now, and why not (for /health-style reports). */
-  liveness(ranks: readonly number[]): Array<{ rank: number; live: boolean; reason: string | null }> {
-    const now = this.clock();
-    return ranks.map((rank) => {
-      const live = this.isLive(rank, now);
-      return { rank, live, reason: live ? null : (this.unsure.get(rank) ?? 'silent') };
-    });
   }
 
   private note(rank: number, live: boolean, reason: string | null): void {

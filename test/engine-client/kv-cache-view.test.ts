@@ -103,7 +103,7 @@ describe('cache_aware on the exact index', () => {
 
   test('an evicted prefix is no longer followed; the rank another client warmed is', () => {
     let now = 0;
-    const view = new KvCacheView({ keying: 'tokenspeed', predictTtlMs: 0, now: () => now });
+    const view = new KvCacheView({ keying: 'tokenspeed', predictTtlMs: 0 });
     view.attach(0, PAGE);
     view.attach(1, PAGE);
     const policy = createCacheAwarePolicy({ kvCache: view, now: () => now });
@@ -141,7 +141,7 @@ describe('cache_aware on the exact index', () => {
 
   test('predict-on-route: a burst of turns lands on one rank before the engine announced anything', () => {
     let now = 0;
-    const view = new KvCacheView({ keying: 'tokenspeed', predictTtlMs: 5000, now: () => now });
+    const view = new KvCacheView({ keying: 'tokenspeed', predictTtlMs: 5000 });
     view.attach(0, PAGE);
     view.attach(1, PAGE);
     const policy = createCacheAwarePolicy({ kvCache: view, now: () => now });
