@@ -386,26 +386,26 @@ function registerCacheRoutingSeries(ctx: EngineSeriesContext): void {
     statCounter(ctx, `model_gateway_routing_${name}_total`, help, (s) => pick(s.routingPrecision));
   }
   const kv = (s: BackendStats) => s.kvEvents;
+  type KvStats = NonNullable<BackendStats['kvEvents']>;
+  /** A per-group counter with one series per key of `pick`'s record, for the groups that have KV events. */
+  const kvRecord = (name: string, help: string, key: string, pick: (k: KvStats) => Record<string, number>): void =>
+    recordCounter(ctx, name, help, ['worker'], key, () =>
+      ctx.groups().flatMap((g) => {
+        const k = kv(g.backend.stats);
+        return k === null ? [] : [[{ worker: g.worker }, pick(k)] as [Record<string, string>, Record<string, number>]];
+      }),
+    );
   statCounter(
     ctx,
     'model_gateway_kv_event_batches_total',
     'KV-event batches applied to the exact index',
     (s) => kv(s)?.view.batches ?? 0,
   );
-  recordCounter(
-    ctx,
+  kvRecord(
     'model_gateway_kv_event_unsure_total',
     "Times a rank's exact index stopped being trusted (scored by the approximate index meanwhile), by reason: unsure (lost batches, undecodable frames) or silent (no events after prompts were routed there)",
-    ['worker'],
     'reason',
-    () =>
-      ctx
-        .groups()
-        .filter((g) => kv(g.backend.stats) !== null)
-        .map((g) => {
-          const v = kv(g.backend.stats)!.view;
-          return [{ worker: g.worker }, { unsure: v.unsure, silent: v.silent }];
-        }),
+    (k) => ({ unsure: k.view.unsure, silent: k.view.silent }),
   );
   statCounter(
     ctx,
@@ -413,35 +413,17 @@ function registerCacheRoutingSeries(ctx: EngineSeriesContext): void {
     "KV-event publishers seen restarting (seq back to 0): the rank's index was forgotten",
     (s) => kv(s)?.view.resets ?? 0,
   );
-  recordCounter(
-    ctx,
+  kvRecord(
     'model_gateway_kv_event_frames_dropped_total',
     'KV-event messages dropped by the subscribers, by reason: undecodable (logged; the rank turns unsure) or other_topic',
-    ['worker'],
     'reason',
-    () =>
-      ctx
-        .groups()
-        .filter((g) => kv(g.backend.stats) !== null)
-        .map((g) => {
-          const s = kv(g.backend.stats)!.streams;
-          return [{ worker: g.worker }, { undecodable: s.badFrames, other_topic: s.otherTopics }];
-        }),
+    (k) => ({ undecodable: k.streams.badFrames, other_topic: k.streams.otherTopics }),
   );
-  recordCounter(
-    ctx,
+  kvRecord(
     'model_gateway_kv_event_replays_total',
     "Replays asked of the ranks' replay sockets (on each connect and each seq gap), by outcome: requested, failed (timed out or the socket failed)",
-    ['worker'],
     'outcome',
-    () =>
-      ctx
-        .groups()
-        .filter((g) => kv(g.backend.stats) !== null)
-        .map((g) => {
-          const s = kv(g.backend.stats)!.streams;
-          return [{ worker: g.worker }, { requested: s.replays, failed: s.replayFailures }];
-        }),
+    (k) => ({ requested: k.streams.replays, failed: k.streams.replayFailures }),
   );
   statCounter(
     ctx,
