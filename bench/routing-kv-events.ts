@@ -12,10 +12,7 @@
  * Usage: `npm run bench:routing:kv-events -- [--requests N] [--seeds K] [--seed S] [--time-scale X] [--workloads a,b]
  * [--write]` (writes bench/results/routing-kv-events.json only with `--write`). Progress goes to stderr.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
@@ -31,7 +28,7 @@ import {
   type Spread,
   type SummaryKey,
 } from './routing/summary.js';
-import { benchFailed, benchGroup, markdownTable } from './routing/report.js';
+import { benchFailed, benchGroup, groupJson, markdownTable, writeResult } from './routing/report.js';
 import { loadMooncakeTrace, traceWorkloads } from './routing/trace-workloads.js';
 import { buildWorkloads, hitRateCeiling, type Workload } from './routing/workloads.js';
 
@@ -230,16 +227,13 @@ async function main(): Promise<void> {
     console.log('\n(nothing written; pass --write to update bench/results/routing-kv-events.json)');
     return;
   }
-  const outDir = join(dirname(fileURLToPath(import.meta.url)), 'results');
-  await mkdir(outDir, { recursive: true });
-  const { textModel: _t, ...groupJson } = group;
   const json = {
     generatedBy: 'npm run bench:routing:kv-events -- --write',
     seeds,
     requestsPerWorkload: args.requests,
     wallSeconds: Math.round(wallS),
     machineLoad,
-    group: groupJson,
+    group: groupJson(group),
     units: {
       ttft: "simulated ms on the ranks' clocks",
       throughput: 'tokens per simulated second',
@@ -260,8 +254,7 @@ async function main(): Promise<void> {
       ),
     })),
   };
-  await writeFile(join(outDir, 'routing-kv-events.json'), JSON.stringify(json, null, 2) + '\n');
-  console.log('\nwrote bench/results/routing-kv-events.json');
+  console.log(`\nwrote ${await writeResult('routing-kv-events.json', JSON.stringify(json, null, 2) + '\n')}`);
 }
 
 main().catch(benchFailed('bench:routing:kv-events', USAGE));

@@ -17,16 +17,13 @@
  * arrival rates do not change with R), `--write` (write bench/results/routing.json and routing.svg, or
  * routing-ranksR.json / .svg for R ≠ 4; without it nothing is written). A progress bar goes to stderr.
  */
-import { mkdir, writeFile } from 'node:fs/promises';
 import { loadavg } from 'node:os';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { DP_POLICY_NAMES, isDpPolicyName, type DpPolicyName } from '../src/engine-client/policies.js';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
 import { renderRatioChart } from './routing/chart.js';
-import { benchFailed, benchGroup, markdownTable } from './routing/report.js';
+import { benchFailed, benchGroup, groupJson, markdownTable, writeResult } from './routing/report.js';
 import { runOnce, type GroupConfig } from './routing/run.js';
 import type { RunMetrics } from './routing/stats.js';
 import {
@@ -336,16 +333,13 @@ async function main(): Promise<void> {
     console.log(`\n(nothing written; pass --write to update bench/results/${base}.json and ${base}.svg)`);
     return;
   }
-  const outDir = join(dirname(fileURLToPath(import.meta.url)), 'results');
-  await mkdir(outDir, { recursive: true });
-  const { textModel: _t, ...groupJson } = group;
   const json = {
     generatedBy: `npm run bench:routing -- --write${args.ranks === 4 ? '' : ` --ranks ${args.ranks}`}`,
     seeds,
     requestsPerWorkload: args.requests,
     wallSeconds: Math.round(wallS),
     machineLoad,
-    group: groupJson,
+    group: groupJson(group),
     units: {
       ttft: "simulated ms on the ranks' clocks",
       itl: "simulated ms per token on the ranks' clocks",
@@ -374,7 +368,7 @@ async function main(): Promise<void> {
       ),
     })),
   };
-  await writeFile(join(outDir, `${base}.json`), JSON.stringify(json, null, 2) + '\n');
+  const jsonPath = await writeResult(`${base}.json`, JSON.stringify(json, null, 2) + '\n');
   const ratioCells = workloads.map((w) =>
     args.policies.map((p) => cellsByWorkload.get(w.name)?.get(p)?.toRoundRobin.ttftP99 as Spread),
   );
@@ -385,8 +379,8 @@ async function main(): Promise<void> {
     ratios: ratioCells.map((r) => r.map((s) => s.median)),
     spreads: ratioCells.map((r) => r.map((s) => [s.min, s.max] as const)),
   });
-  await writeFile(join(outDir, `${base}.svg`), svg);
-  console.log(`\nwrote ${join('bench', 'results', `${base}.json`)} and ${join('bench', 'results', `${base}.svg`)}`);
+  const svgPath = await writeResult(`${base}.svg`, svg);
+  console.log(`\nwrote ${jsonPath} and ${svgPath}`);
 }
 
 main().catch(benchFailed('bench:routing', USAGE));

@@ -1,7 +1,11 @@
 /**
  * What the routing benchmarks (bench/routing.ts, bench/routing-kv-events.ts, bench/routing-diagnose.ts) share around
- * the runner: the simulated group they all run, their Markdown tables and how they end on an error.
+ * the runner: the simulated group they all run, their Markdown tables, their results files and how they end on an
+ * error.
  */
+import { mkdir, writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { TextModel } from '../../src/sim/text.js';
 import type { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import type { GroupConfig } from './run.js';
@@ -51,4 +55,18 @@ export function benchFailed(name: string, usage: string): (error: unknown) => vo
     process.stderr.write(`\n${name} failed: ${detail}\n`);
     process.exitCode = badOption ? 2 : 1;
   };
+}
+
+/** `group` as the results files record it (without the text model). */
+export function groupJson(group: GroupConfig): Omit<GroupConfig, 'textModel'> {
+  const { textModel: _t, ...rest } = group;
+  return rest;
+}
+
+/** Writes `content` to bench/results/`fileName` (creating the folder); returns the path relative to the repository. */
+export async function writeResult(fileName: string, content: string): Promise<string> {
+  const dir = fileURLToPath(new URL('../results/', import.meta.url));
+  await mkdir(dir, { recursive: true });
+  await writeFile(join(dir, fileName), content);
+  return join('bench', 'results', fileName);
 }
