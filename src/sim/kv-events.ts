@@ -92,6 +92,27 @@ export class SimBlockNamer {
   }
 }
 
+/** How long a bind keeps retrying a port that is still in use: `BIND_RETRY_MS` apart, `BIND_RETRIES` times. */
+const BIND_RETRY_MS = 50;
+const BIND_RETRIES = 40;
+
+/**
+ * Binds `socket` to `endpoint`, retrying for up to 2 s while the port is still in use. A rank restarted in this
+ * process binds the ports its previous publisher just unbound, and ZeroMQ closes a listener on its I/O thread after
+ * `unbind` resolved, so the first bind can still find the port taken. Throws what the last bind threw.
+ */
+async function bindRetrying(socket: Publisher | Router, endpoint: string): Promise<void> {
+  for (let attempt = 0; ; attempt++) {
+    try {
+      await socket.bind(endpoint);
+      return;
+    } catch (err) {
+      if ((err as { code?: unknown }).code !== 'EADDRINUSE' || attempt >= BIND_RETRIES) throw err;
+      await new Promise((r) => setTimeout(r, BIND_RETRY_MS));
+    }
+  }
+}
+
 /** One rank's publisher: PUB + replay ROUTER (see the module comment). */
 export class SimKvPublisher {
   readonly stats: SimKvPublisherStats = { batches: 0, events: 0, replays: 0, sendFailures: 0 };
@@ -134,8 +155,8 @@ export class SimKvPublisher {
   ): Promise<SimKvPublisher> {
     const p = new SimKvPublisher(config, rank, flavor, blockSize, log);
     try {
-      await p.pub.bind(p.endpoint);
-      if (p.router !== null) await p.router.bind(p.replayEndpoint!);
+      await bindRetrying(p.pub, p.endpoint);
+      if (p.router !== null) await bindRetrying(p.router, p.replayEndpoint!);
     } catch (err) {
       p.pub.close();
       p.router?.close();
