@@ -48,6 +48,7 @@ import {
   type SchedulerState,
   type SimRow,
   type StepTimeModel,
+  type SchedulingPolicy,
 } from './scheduler.js';
 import { UNDECODABLE_OUTPUT, withFaults, type SimFaults } from './faults.js';
 import { TextModel, seedToUint32 } from './text.js';
@@ -110,6 +111,11 @@ export interface SimEngineOptions {
   slowdown?: number;
   /** Keep a prefix cache (scheduler.ts, prefix-cache.ts; default true, as vLLM V1 and TokenSpeed do). */
   prefixCaching?: boolean;
+  /**
+   * vLLM's `--scheduling-policy` (scheduler.ts `SchedulingPolicy`; default `'fcfs'`): `'priority'` serves the waiting
+   * queue by each request's `priority`. Only a vLLM rank reads `priority` from its requests; TokenSpeed's have none.
+   */
+  schedulingPolicy?: SchedulingPolicy;
   /**
    * Publish the prefix cache's KV events as the engine does when started with this `--kv-events-config`
    * (kv-events.ts; off unless `enabled`). Bound before the rank dials the gateway.
@@ -399,6 +405,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     streamInterval: opts.streamInterval,
     finishRules: wire.finishRules,
     ...(opts.prefixCaching !== undefined ? { prefixCaching: opts.prefixCaching } : {}),
+    ...(opts.schedulingPolicy !== undefined ? { schedulingPolicy: opts.schedulingPolicy } : {}),
     kvEvents: opts.kvEvents?.enabled === true,
   });
   const kvPublisher =

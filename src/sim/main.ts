@@ -11,7 +11,7 @@
  * (vLLM only: the ready response's `vllm_version`), `--max-running N` (64), `--kv-pages N` (4096), `--max-model-len N`
  * (32768), `--time-scale X` (1), `--slowdown X` (1; this rank's step-time multiplier, issue #5 part 2), `--seed N` (0), `--stream-interval N` (1), `--step-base-ms X`, `--step-prefill-ms X`,
  * `--step-decode-ms X` (the step-time model), `--disable-output-logprobs`, `--disable-prefix-caching` (the prefix cache
- * of scheduler.ts is on by default), `--kv-events-config JSON` (publish KV-cache events as the engine would; kv-events.ts), `--tool-call-format hermes|llama3_json|none`
+ * of scheduler.ts is on by default), `--scheduling-policy fcfs|priority` (vLLM only; scheduler.ts), `--kv-events-config JSON` (publish KV-cache events as the engine would; kv-events.ts), `--tool-call-format hermes|llama3_json|none`
  * (hermes) and `--reasoning` (how the model answers tools and whether it thinks first; response-plan.ts), `--init-timeout-ms N` (600000),
  * `--abort-lag-rounds N` (0: how many rounds after an ABORT arrives the rank applies it, issue 26), `--exit-with-parent`,
  * `--keep-running` (once registered, outlive the spawning gateway: see below),
@@ -40,7 +40,7 @@ import { pino, type Level } from 'pino';
 import { runSimEngine, type SimEngineHandle, type SimEngineOptions } from './engine.js';
 import { LogSink, ignoreStdioErrors } from '../log-sink.js';
 import { LOG_LEVELS } from '../logging.js';
-import { DEFAULT_STEP_TIME_MODEL } from './scheduler.js';
+import { DEFAULT_STEP_TIME_MODEL, SCHEDULING_POLICIES, type SchedulingPolicy } from './scheduler.js';
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
 import { DEFAULT_SIM_BEHAVIOUR, SIM_TOOL_CALL_FORMATS, type SimToolCallFormat } from './response-plan.js';
 import { parseKvEventsConfig } from '../protocols/kv-events/config.js';
@@ -93,6 +93,8 @@ options (units: tokens, 16-token KV pages, ms):
   --step-decode-ms X         Step-time model: cost per decode token
   --disable-output-logprobs  Act like an engine started without --enable-output-logprobs
   --disable-prefix-caching   No prefix cache: every prompt is prefilled in full, cached_tokens stays 0
+  --scheduling-policy fcfs|priority
+                             vLLM only: serve waiting requests by their priority (lower first), as vLLM does
   --kv-events-config JSON    Publish KV-cache events as the engine does with this config, e.g.
                              '{"enable_kv_cache_events":true,"endpoint":"tcp://*:5557","replay_endpoint":"tcp://*:5567"}'
                              (the endpoints offset by the engine index; the engine's block hashes and layout)
@@ -171,6 +173,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'step-decode-ms': { type: 'string' },
         'disable-output-logprobs': { type: 'boolean' },
         'disable-prefix-caching': { type: 'boolean' },
+        'scheduling-policy': { type: 'string' },
         'kv-events-config': { type: 'string' },
         'init-timeout-ms': { type: 'string' },
         'abort-lag-rounds': { type: 'string' },
@@ -251,6 +254,18 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   };
   if (engineFamily !== 'tokenspeed') engine.engine = engineFamily as SimEngineFamily;
   if (values['disable-prefix-caching'] === true) engine.prefixCaching = false;
+  const policy = str('scheduling-policy');
+  if (policy !== undefined) {
+    if (!(SCHEDULING_POLICIES as readonly string[]).includes(policy)) {
+      throw new SimArgsError(
+        `--scheduling-policy: expected one of ${SCHEDULING_POLICIES.join(', ')}, got ${JSON.stringify(policy)}`,
+      );
+    }
+    if (engineFamily !== 'vllm' && policy !== 'fcfs') {
+      throw new SimArgsError('--scheduling-policy priority: only a vLLM rank has request priorities');
+    }
+    engine.schedulingPolicy = policy as SchedulingPolicy;
+  }
   const kvEvents = str('kv-events-config');
   if (kvEvents !== undefined) {
     try {

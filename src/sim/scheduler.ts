@@ -121,7 +121,17 @@ export interface SchedulerConfig {
    * publishes them). Default false.
    */
   kvEvents?: boolean;
+  /**
+   * How the waiting queue is ordered (vLLM `--scheduling-policy`; default `'fcfs'`). `'priority'`: by the request's
+   * `priority` (lower first), then arrival, and a shortage of KV pages preempts the running request with the largest
+   * (priority, arrival) instead of the newest (vLLM `v1/core/sched/scheduler.py` `schedule()`, `request_queue.py`).
+   */
+  schedulingPolicy?: SchedulingPolicy;
 }
+
+/** vLLM's `--scheduling-policy` values the simulated ranks model. */
+export const SCHEDULING_POLICIES = ['fcfs', 'priority'] as const;
+export type SchedulingPolicy = (typeof SCHEDULING_POLICIES)[number];
 
 /**
  * A change to a rank's prefix cache, in the scheduler's own block hashes (src/protocols/block-hash.ts): a block that
@@ -177,6 +187,8 @@ export interface SimRequest {
   /** Non-null: the request is admitted finished with a terminal `abort` row (engine-wire.md 4.6). */
   validationError: string | null;
   tokens: TokenSource;
+  /** vLLM's request `priority` (lower is served first under `schedulingPolicy: 'priority'`); absent = 0. */
+  priority?: number;
 }
 
 /** A finish reason as it travels in `finished_reasons` ("" = not finished). */
@@ -288,6 +300,8 @@ type ReqState = 'waiting' | 'running' | 'done';
 
 interface Req {
   spec: SimRequest;
+  /** The order requests were added in (vLLM orders equal priorities by arrival time). */
+  arrival: number;
   promptLen: number;
   /** Clamped limit. */
   maxNew: number;
@@ -348,6 +362,13 @@ const NO_LOGPROBS: readonly number[] = Object.freeze([]);
 
 const ZERO_TAIL: LoadTail = Object.freeze({ numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
 
+/** Whether `a` is served before `b` under the priority policy: lower `priority` (absent = 0), then earlier arrival. */
+function sortsBefore(a: Req, b: Req): boolean {
+  const pa = a.spec.priority ?? 0;
+  const pb = b.spec.priority ?? 0;
+  return pa !== pb ? pa < pb : a.arrival < b.arrival;
+}
+
 /**
  * The continuous-batching scheduler of one simulated rank. Not re-entrant: call `plan()` then `commit()` in turn;
  * `add()` and `abort()` may be called at any time, including between them.
@@ -361,6 +382,9 @@ export class SimScheduler {
   private readonly eos: ReadonlySet<number>;
   private readonly waiting: Req[] = [];
   private readonly running: Req[] = [];
+  /** `schedulingPolicy` is `'priority'`. */
+  private readonly byPriority: boolean;
+  private arrivals = 0;
   /** An `IdTable`, not a `Map`: one request comes and goes per request (collections/id-table.ts says why). */
   private readonly registered = new IdTable<Req>();
   private readonly rejected: Req[] = [];
@@ -406,7 +430,14 @@ export class SimScheduler {
       finishRules: config.finishRules ?? 'tokenspeed',
       prefixCaching: config.prefixCaching ?? true,
       kvEvents: config.kvEvents ?? false,
+      schedulingPolicy: config.schedulingPolicy ?? 'fcfs',
     });
+    if (!SCHEDULING_POLICIES.includes(this.config.schedulingPolicy)) {
+      throw new RangeError(
+        `SchedulerConfig.schedulingPolicy: expected one of ${SCHEDULING_POLICIES.join(', ')}, got ${JSON.stringify(this.config.schedulingPolicy)}`,
+      );
+    }
+    this.byPriority = this.config.schedulingPolicy === 'priority';
     this.cache = new SimPrefixCache(this.config.kvTotalPages, this.config.prefixCaching);
     if (this.config.kvEvents) {
       const events: SimKvEvent[] = [];
@@ -438,6 +469,7 @@ export class SimScheduler {
       spec.eosTokenIds !== undefined ? new Set(spec.eosTokenIds) : this.vllm ? new Set<number>() : this.eos;
     const req: Req = {
       spec,
+      arrival: this.arrivals++,
       promptLen,
       maxNew,
       stopIds,
@@ -466,7 +498,8 @@ export class SimScheduler {
     req.tokenIds = [...spec.promptTokenIds];
     if (this.config.prefixCaching) req.hashes = blockHashes(req.tokenIds, KV_PAGE_TOKENS);
     this.registered.set(spec.rid, req);
-    this.waiting.push(req);
+    if (this.byPriority) this.enqueueByPriority(req);
+    else this.waiting.push(req);
     return 'queued';
   }
 
@@ -598,13 +631,16 @@ export class SimScheduler {
     for (let i = 0; i < this.running.length; i++) {
       const r = this.running[i];
       const extra = pagesFor(r.promptLen + r.generated + 1) - r.pages;
-      while (extra > this.freePages() && this.running.length - 1 > i) {
-        this.retract(this.running[this.running.length - 1]);
+      let victim = this.preemptionVictim();
+      while (extra > this.freePages() && victim !== null && victim !== r && this.running.length > 1) {
+        if (this.running.indexOf(victim) < i) i -= 1; // an earlier request leaves: r moves one place up
+        this.retract(victim);
         retracted += 1;
+        victim = this.preemptionVictim();
       }
       if (extra > this.freePages()) {
-        if (i > 0) {
-          // Older requests keep running; r waits for them.
+        if (this.running.length > 1) {
+          // The others keep running (older ones, or under the priority policy more urgent ones); r waits for them.
           this.retract(r);
           retracted += 1;
           i -= 1;
@@ -852,7 +888,27 @@ export class SimScheduler {
     this.releasePages(r);
     r.needsPrefill = true;
     r.state = 'waiting';
-    this.waiting.unshift(r);
+    // vLLM prepends a preempted request under FCFS; its priority queue re-sorts it by (priority, arrival).
+    if (this.byPriority) this.enqueueByPriority(r);
+    else this.waiting.unshift(r);
+  }
+
+  /** Insert `r` into `waiting` by (priority, arrival): after every request that sorts before it or ties with it. */
+  private enqueueByPriority(r: Req): void {
+    let i = this.waiting.length;
+    while (i > 0 && sortsBefore(r, this.waiting[i - 1]!)) i--;
+    this.waiting.splice(i, 0, r);
+  }
+
+  /**
+   * The running request a KV shortage preempts: the newest (FCFS, the end of `running`), or under the priority policy
+   * the one with the largest (priority, arrival), as vLLM picks it. Null when `running` is empty.
+   */
+  private preemptionVictim(): Req | null {
+    if (!this.byPriority) return this.running.at(-1) ?? null;
+    let victim: Req | null = null;
+    for (const r of this.running) if (victim === null || sortsBefore(victim, r)) victim = r;
+    return victim;
   }
 
   /** Drop a registered request (finished or aborted) and free its pages. */

@@ -109,6 +109,7 @@ export function toVllmSimRequest(
     returnLogprob: p !== null && p.logprobs !== null,
     validationError,
     tokens: opts.tokens(seed, prompt, p?.structured_outputs ? constraintOf(p.structured_outputs) : null),
+    priority: toNumber(req.priority),
   };
   return { request, requestWave: Math.max(0, toNumber(req.current_wave)) };
 }

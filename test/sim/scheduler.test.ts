@@ -186,6 +186,46 @@ test('KV growth: a request that cannot grow retracts the newest running request 
   );
 });
 
+/** The rids in the order their terminal rows appeared. */
+function finishOrder(batches: SimBatch[]): string[] {
+  return batches.flatMap((b) => b.rows.filter((r) => r.finishedReason !== '').map((r) => r.rid));
+}
+
+test('scheduling policy priority: waiting requests are served by priority (lower first), then arrival', () => {
+  const add = (s: SimScheduler) => {
+    s.add(req('a', { maxNewTokens: 3 }));
+    s.add(req('b', { maxNewTokens: 3, priority: 5 }));
+    s.add(req('c', { maxNewTokens: 3, priority: -1 }));
+    s.add(req('d', { maxNewTokens: 3, priority: 0 }));
+  };
+  const fcfs = sched({ maxRunning: 1 });
+  add(fcfs);
+  assert.deepEqual(finishOrder(drain(fcfs)), ['a', 'b', 'c', 'd'], 'FCFS ignores priority');
+  const byPriority = sched({ maxRunning: 1, schedulingPolicy: 'priority' });
+  add(byPriority);
+  assert.deepEqual(finishOrder(drain(byPriority)), ['c', 'a', 'd', 'b']);
+});
+
+test('scheduling policy priority: a KV shortage preempts the least urgent running request, not the newest', () => {
+  // 2 pages, prompts of 15 tokens: both run on a page each, then the first to grow needs the other's page.
+  const p15 = Array.from({ length: 15 }, (_, i) => i + 1);
+  const run = (policy: 'fcfs' | 'priority') => {
+    const s = sched({ kvTotalPages: 2, maxRunning: 8, schedulingPolicy: policy });
+    s.add(req('bulk', { promptTokenIds: p15, maxNewTokens: 6, priority: 5 }));
+    s.add(req('urgent', { promptTokenIds: p15, maxNewTokens: 6, priority: 0 }));
+    const all = drain(s);
+    return { order: finishOrder(all), preemptions: s.state().preemptions };
+  };
+  assert.deepEqual(run('fcfs').order, ['bulk', 'urgent'], 'FCFS preempts the newest: urgent waits');
+  const p = run('priority');
+  assert.deepEqual(p.order, ['urgent', 'bulk'], 'priority preempts bulk, which then waits');
+  assert.ok(p.preemptions >= 1);
+});
+
+test('scheduling policy: an unknown one is refused', () => {
+  assert.throws(() => sched({ schedulingPolicy: 'lifo' as never }), /schedulingPolicy/);
+});
+
 test('stream cadence: stream=true gives a row every token; stream_interval k>1 emits at count mod k == 1', () => {
   const s = sched();
   s.add(req('s', { maxNewTokens: 5, stream: true }));
