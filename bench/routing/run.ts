@@ -11,7 +11,6 @@
  * request).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
-import { createServer } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
@@ -30,6 +29,7 @@ import { ZmqEngineLink } from '../../src/transport/zmq-link.js';
 import { startGroupKvEvents } from '../../src/gateway/kv-events.js';
 import { parseKvEventsConfig, type KvEventsConfig } from '../../src/protocols/kv-events/config.js';
 import { pino } from 'pino';
+import { freePort, freePortRange } from '../../test/helpers/net.js';
 import { percentile, type RunMetrics } from './stats.js';
 import { seededRandom, type BenchRequest, type Workload } from './workloads.js';
 
@@ -50,36 +50,6 @@ export interface GroupConfig {
   textModel: TextModel;
   vocabSize: number;
   eosTokenIds: readonly number[];
-}
-
-/** A tcp port on 127.0.0.1 that was free a moment ago (`port` 0: any). Rejects with the listen error. */
-function freePort(port = 0): Promise<number> {
-  return new Promise((resolve, reject) => {
-    const server = createServer();
-    server.once('error', reject);
-    server.listen(port, '127.0.0.1', () => {
-      const address = server.address();
-      const got = address !== null && typeof address !== 'string' ? address.port : 0;
-      server.close(() => (got > 0 ? resolve(got) : reject(new Error('no tcp port'))));
-    });
-  });
-}
-
-/** The first of `count` consecutive tcp ports that were free a moment ago (KV-event endpoints offset per rank). */
-async function freePortRun(count: number): Promise<number> {
-  for (let attempt = 0; attempt < 100; attempt++) {
-    const base = 30_000 + Math.floor(Math.random() * 20_000);
-    const ok = await Promise.all(
-      Array.from({ length: count }, (_, i) =>
-        freePort(base + i).then(
-          () => true,
-          () => false,
-        ),
-      ),
-    );
-    if (ok.every(Boolean)) return base;
-  }
-  throw new Error(`no ${count} consecutive free tcp ports`);
 }
 
 /**
@@ -395,11 +365,14 @@ export async function runOnce(
   const endpoints = deriveEndpoints(`ipc://${dir}/gw`, `tcp://127.0.0.1:${await freePort()}`);
   const link = await ZmqEngineLink.bind({ endpoints, dpSize: group.ranks, handshakeReceiveTimeoutMs: 30_000 });
   const events = policy === 'cache_aware_events';
+  // Both endpoints from one run of ports below the ephemeral range, so no outgoing connection takes one (a restarted
+  // rank binds its ports again mid-run).
+  const kvBase = events ? await freePortRange(2 * group.ranks) : 0;
   const kvEvents: KvEventsConfig | undefined = events
     ? parseKvEventsConfig({
         enable_kv_cache_events: true,
-        endpoint: `tcp://*:${await freePortRun(group.ranks)}`,
-        replay_endpoint: `tcp://*:${await freePortRun(group.ranks)}`,
+        endpoint: `tcp://*:${kvBase}`,
+        replay_endpoint: `tcp://*:${kvBase + group.ranks}`,
       })
     : undefined;
   const handles: SimEngineHandle[] = [];
@@ -410,7 +383,7 @@ export async function runOnce(
       timeScale: group.timeScale,
       slowdown: i === group.slowRank ? group.slowdown : 1,
       maxRunning: group.maxRunning,
-      kvTotalPages: group.kvTotalPages,
+      kvTotalPages: workload.kvTotalPages ?? group.kvTotalPages,
       maxModelLen: group.maxModelLen,
       textModel: group.textModel,
       vocabSize: group.vocabSize,
@@ -514,6 +487,16 @@ export async function runOnce(
     });
     const restartError = await restarted;
     if (restartError !== null) throw restartError;
+    // Every request runs to its length unless a rank restarted under it: anything else is a request the group
+    // refused (a workload that does not fit it), which would count as a cache miss and measure nothing.
+    const served = done.filter((t) => t.finishReason === 'length');
+    const failed = done.find((t) => t.finishReason !== 'length');
+    if (failed !== undefined && workload.restart === undefined) {
+      throw new Error(
+        `${workload.name} / ${policy}: request ${failed.requestId} ended with ${failed.finishReason} ` +
+          `(${failed.promptTokens} prompt tokens): the workload does not fit the group`,
+      );
+    }
     const preemptions = handles.reduce((s, h) => s + h.stats().preemptions, 0) - preemptionsBefore;
     const precision = c.stats.routingPrecision;
     const predicted = precision.predictedTokens - precisionBefore.predictedTokens;
@@ -556,13 +539,13 @@ export async function runOnce(
       itlP99: percentile(itl, 99),
       throughput: spanMs > 0 ? (tokens / spanMs) * 1000 : Number.NaN,
       tokenShare: perRank.map((n) => (tokens > 0 ? n / tokens : 0)),
-      failures: done.filter((t) => t.finishReason !== 'length').length,
+      failures: done.length - served.length,
       spanMs,
       preemptions,
       storedRunningAtStart,
       prefixHitRate: ratioOf(
-        done.reduce((s, t) => s + t.cachedTokens, 0),
-        done.reduce((s, t) => s + t.promptTokens, 0),
+        served.reduce((s, t) => s + t.cachedTokens, 0),
+        served.reduce((s, t) => s + t.promptTokens, 0),
       ),
       selectionUs:
         percentile(cost.select.slice(costBefore.select), 50) + percentile(cost.dispatch.slice(costBefore.dispatch), 50),

@@ -7,18 +7,22 @@
  *   conversation is the requests whose `hash_ids` start with the same two blocks: the shared system prompt, block 0,
  *   then the conversation's own first block) and takes whole conversations until `requests` requests, then the first
  *   `requests` of them in arrival order. Every request keeps its trace prompt: a different seed is another sample.
+ *   Turns that would not fit the ranks' context at `kv_pressure`'s scale (prompt + output > `max_model_len`, 8192
+ *   tokens: longer than 62 trace blocks, about 31,000 trace tokens) are left out first, as a gateway would refuse
+ *   them; sent anyway, the ranks refused them and each counted as a whole-prompt cache miss.
  * - **Lengths.** One 512-token trace block becomes one block of `blockTokens` seeded token ids (the same ids for the
  *   same `hash_id`, so equal ids share prefixes exactly as in the trace): 64 tokens (÷ 8, four simulated KV pages) for
- *   `mooncake` and its variants, 128 (÷ 4) for `kv_pressure`. A partial last block is scaled the same way (at least 1 token). Outputs are
- *   the trace's ÷ 16, at least 4 tokens.
+ *   `mooncake` and its variants, 128 (÷ 4) for `kv_pressure`. A partial last block is scaled the same way (at least
+ *   1 token). Outputs are the trace's ÷ 16, at least 4 tokens.
  * - **Time.** Arrival times keep the trace's order and relative gaps, compressed linearly so that the mean gap is
  *   `gapMs` engine ms: 12 (`mooncake`), 24 (`kv_pressure`, twice the prompt), where `load` runs the group busy but not
  *   saturated (the trace spans ~59 minutes; a run spans a few seconds of engine time).
  *
  * The workloads:
  * - `mooncake`: the sample as it is;
- * - `kv_pressure`: the same sample with 2× longer blocks: its distinct blocks exceed the whole group's KV cache, so
- *   ranks evict constantly, which the gateway cannot see without the engines' events;
+ * - `kv_pressure`: the same sample with 2× longer blocks, on ranks with half the KV cache (1024 pages of 16 tokens
+ *   each): its distinct blocks (about 240,000 tokens) are almost four times the group's cache (65,536), so ranks evict
+ *   constantly, which the gateway cannot see without the engines' events;
  * - `rank_restart`: `mooncake`, with rank 0 restarted (a fresh process, empty cache) a third of the way through;
  * - `second_client_prefix`: `mooncake`, where each conversation's first turn is sent by a second client straight to a
  *   rank chosen by the conversation (not measured), so the rank that holds a conversation is one the gateway never
@@ -73,11 +77,19 @@ const conversationOf = (r: TraceRequest): string => r.hashIds.slice(0, 2).join('
 
 /**
  * The seeded sample of the module comment: whole conversations of ≥ 2 turns in a seeded order until `requests`
- * requests, then the first `requests` in arrival order. Throws RangeError when the trace has too few.
+ * requests, then the first `requests` in arrival order. Only the requests `fits` accepts count (default all): a turn
+ * that would not fit the group's context is left out, as a gateway would refuse it. Throws RangeError when the trace
+ * has too few.
  */
-export function sampleConversations(trace: readonly TraceRequest[], requests: number, seed: number): TraceRequest[] {
+export function sampleConversations(
+  trace: readonly TraceRequest[],
+  requests: number,
+  seed: number,
+  fits: (r: TraceRequest) => boolean = () => true,
+): TraceRequest[] {
   const byConversation = new Map<string, TraceRequest[]>();
   for (const r of trace) {
+    if (!fits(r)) continue;
     const key = conversationOf(r);
     byConversation.set(key, [...(byConversation.get(key) ?? []), r]);
   }
@@ -106,6 +118,18 @@ export interface TraceScale {
   gapMs: number;
 }
 
+/** Output tokens of a trace request at `scale` (at least 4). */
+const outputTokensOf = (r: TraceRequest, scale: TraceScale): number =>
+  Math.max(4, Math.round(r.outputLength / scale.outputDivisor));
+
+/**
+ * Whether a trace request fits a context of `contextTokens` at `scale`: its prompt (every block at full length, plus
+ * its own token) and its output. Pure.
+ */
+export function fitsContext(r: TraceRequest, scale: TraceScale, contextTokens: number): boolean {
+  return r.hashIds.length * scale.blockTokens + 1 + outputTokensOf(r, scale) <= contextTokens;
+}
+
 /** The sample as benchmark requests, scaled as the module comment says (ids `name-i`). Pure. */
 export function toBenchRequests(sample: readonly TraceRequest[], scale: TraceScale, name: string): BenchRequest[] {
   const t0 = sample[0]?.timestamp ?? 0;
@@ -125,7 +149,7 @@ export function toBenchRequests(sample: readonly TraceRequest[], scale: TraceSca
       prefix,
       // One token of its own: the request's prompt ends where the trace's does.
       promptTokens: 1,
-      outputTokens: Math.max(4, Math.round(r.outputLength / scale.outputDivisor)),
+      outputTokens: outputTokensOf(r, scale),
       seed: (Math.imul(i + 1, 0x85ebca6b) ^ r.timestamp) >>> 0 || 1,
     };
   });
@@ -137,13 +161,18 @@ export interface TraceWorkloadOptions {
   seed: number;
   /** DP ranks of the group (the second client spreads conversations over them). */
   ranks: number;
+  /** The ranks' context (`max_model_len`, tokens): longer turns are left out of the sample (`fitsContext`). */
+  contextTokens: number;
+  /** The group's KV pages per rank: `kv_pressure` runs on half of them. */
+  kvTotalPages: number;
 }
 
 /** The four trace workloads of the module comment. */
 export function traceWorkloads(trace: readonly TraceRequest[], opts: TraceWorkloadOptions): Workload[] {
-  const sample = sampleConversations(trace, opts.requests, opts.seed);
   const small: TraceScale = { blockTokens: 64, outputDivisor: 16, gapMs: 12 };
   const big: TraceScale = { blockTokens: 128, outputDivisor: 16, gapMs: 24 };
+  // One sample for all four, so they differ only in what each changes: it must fit at the larger scale.
+  const sample = sampleConversations(trace, opts.requests, opts.seed, (r) => fitsContext(r, big, opts.contextTokens));
   const mooncake = toBenchRequests(sample, small, 'mooncake');
   const pressure = toBenchRequests(sample, big, 'kv_pressure');
   const restartAt = mooncake[Math.floor(mooncake.length / 3)]?.atMs ?? 0;
@@ -169,9 +198,12 @@ export function traceWorkloads(trace: readonly TraceRequest[], opts: TraceWorklo
     },
     {
       name: 'kv_pressure',
-      description: describe(`${scaled(big)} (its distinct blocks exceed the group's KV cache)`),
+      description: describe(
+        `${scaled(big)}, on ranks with half the KV cache (${Math.floor(opts.kvTotalPages / 2)} pages): they evict constantly`,
+      ),
       setup: [],
       main: pressure,
+      kvTotalPages: Math.max(1, Math.floor(opts.kvTotalPages / 2)),
     },
     {
       name: 'rank_restart',

@@ -54,6 +54,8 @@ export interface Workload {
   main: BenchRequest[];
   /** Restart this DP rank (a fresh process: empty cache, seq 0) at `atMs` engine ms into `main` (default none). */
   restart?: { rank: number; atMs: number };
+  /** KV pages per rank for this workload, when it needs a smaller cache than the group's (default the group's). */
+  kvTotalPages?: number;
 }
 
 /** mulberry32: a small seeded PRNG returning uniform floats in [0, 1). Deterministic for a given 32-bit seed. */

@@ -12,6 +12,7 @@ import { gunzipSync } from 'node:zlib';
 import { describe, test } from 'node:test';
 import {
   loadMooncakeTrace,
+  fitsContext,
   sampleConversations,
   toBenchRequests,
   traceWorkloads,
@@ -63,7 +64,7 @@ describe('Mooncake trace workloads', { timeout: 30_000 }, () => {
   });
 
   test('the variants: a restart a third of the way in; first turns from a second client; a hit-rate ceiling', () => {
-    const ws = traceWorkloads(trace, { requests: 200, seed: 11, ranks: 4 });
+    const ws = traceWorkloads(trace, { requests: 200, seed: 11, ranks: 4, contextTokens: 8192, kvTotalPages: 2048 });
     assert.deepEqual(
       ws.map((w) => w.name),
       ['mooncake', 'kv_pressure', 'rank_restart', 'second_client_prefix'],
@@ -77,5 +78,26 @@ describe('Mooncake trace workloads', { timeout: 30_000 }, () => {
     assert.ok(foreign.every((r) => r.foreignRank! >= 0 && r.foreignRank! < 4));
     const ceiling = hitRateCeiling(ws[0]!);
     assert.ok(ceiling > 0.3 && ceiling < 0.9, `mooncake's ceiling ${ceiling}`);
+  });
+
+  test('every turn fits the context at the larger scale: the longer ones are left out, not sent to be refused', () => {
+    const big = { blockTokens: 128, outputDivisor: 16, gapMs: 24 };
+    assert.ok(
+      trace.some((r) => !fitsContext(r, big, 8192)),
+      'the trace has turns too long for 8192 tokens',
+    );
+    for (const w of traceWorkloads(trace, {
+      requests: 200,
+      seed: 11,
+      ranks: 4,
+      contextTokens: 8192,
+      kvTotalPages: 2048,
+    })) {
+      assert.equal(w.main.length, 200);
+      for (const r of w.main) {
+        const prompt = (r.prefix ?? []).reduce((s, g) => s + g.tokens, 0) + r.promptTokens;
+        assert.ok(prompt + r.outputTokens <= 8192, `${w.name} ${r.id}: ${prompt} + ${r.outputTokens} tokens`);
+      }
+    }
   });
 });
