@@ -256,6 +256,11 @@ export interface GenerateRequest {
    * sampled token only; vLLM `logprobs` = k, engine-wire.md 5.3 / 5.6). Absent = 0. TokenSpeed can only return 0.
    */
   topLogprobs?: number;
+  /**
+   * vLLM's request `priority` (an integer; lower is served first by an engine started with `--scheduling-policy
+   * priority`, engine-wire.md 5.2 element 13). Absent = 0. TokenSpeed's wire has no such field.
+   */
+  priority?: number;
 }
 
 /** The single raw type byte that precedes every request payload (engine-wire.md section 1.6). */

@@ -11,6 +11,7 @@ import { EngineClientError, type EngineClientErrorKind } from '../engine-client/
 export type ApiErrorType =
   | 'invalid_request_error'
   | 'not_found_error'
+  | 'permission_error'
   | 'requests'
   | 'server_error'
   | 'service_unavailable_error';
@@ -107,6 +108,7 @@ export function badRequest(message: string, param: string | null = null, code: s
 }
 
 function defaultType(status: number): ApiErrorType {
+  if (status === 403) return 'permission_error';
   if (status === 404) return 'not_found_error';
   if (status === 429) return 'requests';
   if (status === 503) return 'service_unavailable_error';

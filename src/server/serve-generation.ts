@@ -28,6 +28,13 @@ import { endDisconnected, RequestRecord } from './request-record.js';
 import { respondBuffered } from './respond-buffered.js';
 import { respondStreamed } from './respond-streamed.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
+import {
+  DEFAULT_PRIORITY_BAND,
+  PRIORITY_BAND_HEADER,
+  parsePriorityBand,
+  vllmPriorityOf,
+  type PriorityBand,
+} from './priority-band.js';
 import type { RouteContext } from './route-context.js';
 import type { CommonBodyT } from './schemas.js';
 import {
@@ -63,6 +70,8 @@ export interface PreparedRequest {
    * Ids the request or the EOS set already stops on are not listed. Absent: none.
    */
   convertedStopIds?: number[];
+  /** The request's priority band (priority-band.ts); on vLLM groups it sets the wire `priority`. */
+  band: PriorityBand;
 }
 
 /**
@@ -203,6 +212,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = ctx.chooser.candidates(dpRank);
+  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER]);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
@@ -221,6 +231,7 @@ export async function handleGeneration<B extends CommonBodyT>(
       topLogprobs,
       requested,
       widest: widestOf,
+      band,
     });
     handedOver = true;
     return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
@@ -256,6 +267,7 @@ function toServe<B extends CommonBodyT>(
     topLogprobs: number | null;
     requested: RequestedStructuredOutput | null;
     widest: (gs: readonly BackendGroup[]) => BackendGroup;
+    band: PriorityBand;
   },
 ): PreparedRequest {
   const { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf } = args;
@@ -303,6 +315,7 @@ function toServe<B extends CommonBodyT>(
     n,
     topLogprobs,
     convertedStopIds,
+    band: args.band,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
   };
 }
@@ -408,6 +421,7 @@ function engineRequestsOf(requestId: string, prepared: PreparedRequest): Generat
     returnLogprob: prepared.topLogprobs !== null,
     // vLLM returns k ranked candidates when asked (engine-wire.md 5.6); k ≤ 1 needs the sampled token only.
     ...(prepared.topLogprobs !== null && prepared.topLogprobs > 1 ? { topLogprobs: prepared.topLogprobs } : {}),
+    ...(prepared.band !== DEFAULT_PRIORITY_BAND ? { priority: vllmPriorityOf(prepared.band) } : {}),
   }));
 }
 

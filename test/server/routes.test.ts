@@ -19,8 +19,8 @@ describe('OpenAI routes', () => {
 
   const chat = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
     fx.app.inject({ method: 'POST', url: '/v1/chat/completions', payload: body, headers });
-  const completions = (body: Record<string, unknown>) =>
-    fx.app.inject({ method: 'POST', url: '/v1/completions', payload: body });
+  const completions = (body: Record<string, unknown>, headers: Record<string, string> = {}) =>
+    fx.app.inject({ method: 'POST', url: '/v1/completions', payload: body, headers });
 
   test('non-streaming chat: shape, text, usage, rendered prompt and default limit', async () => {
     const messages = [
@@ -234,6 +234,24 @@ describe('OpenAI routes', () => {
       assert.match(err.message, /one of 0, 1/);
     }
     assert.equal(fx.backend.submissions.length, before, 'nothing submitted for a bad pin');
+  });
+
+  test('x-gateway-inference-objective: the band sets the request priority; above the ceiling is 403, unknown 400', async () => {
+    const messages = [{ role: 'user', content: 'Hi' }];
+    const plain = await chat({ messages });
+    assert.equal(plain.statusCode, 200, plain.body);
+    assert.equal(fx.backend.submissions.at(-1)!.request.priority, undefined, 'standard: nothing added');
+    const bulk = await chat({ messages }, { 'X-Gateway-Inference-Objective': 'sheddable' });
+    assert.equal(bulk.statusCode, 200, bulk.body);
+    assert.equal(fx.backend.submissions.at(-1)!.request.priority, 1);
+    const before = fx.backend.submissions.length;
+    const raised = await chat({ messages }, { 'x-gateway-inference-objective': 'critical' });
+    assert.equal(raised.statusCode, 403, raised.body);
+    assert.equal(raised.json().error.code, 'priority_not_allowed');
+    const unknown = await completions({ prompt: 'x' }, { 'x-gateway-inference-objective': 'urgent' });
+    assert.equal(unknown.statusCode, 400, unknown.body);
+    assert.equal(unknown.json().error.param, 'x-gateway-inference-objective');
+    assert.equal(fx.backend.submissions.length, before, 'nothing submitted for a refused band');
   });
 
   test('chat_template_kwargs reach the template (Qwen3 enable_thinking)', async () => {

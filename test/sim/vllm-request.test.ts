@@ -56,12 +56,13 @@ test('an EngineCoreRequest maps onto the scheduler: stop ids and _eos_token_id f
       returnLogprob: false,
       validationError: null,
       tokens: undefined,
+      priority: 0,
     },
   );
   assert.deepEqual(seeds, [crc32Seed('r-1')], 'a nil seed is derived from the request id');
 });
 
-test('max_tokens absent from the map decodes as 16; the seed and current_wave pass through', () => {
+test('max_tokens absent from the map decodes as 16; the seed, current_wave and priority pass through', () => {
   const sampling = { ...defaultVllmSamplingParams(), seed: 5 };
   seeds.length = 0;
   const { request, requestWave } = toVllmSimRequest(wireRequest({ sampling_params: sampling, current_wave: 4 }), {
@@ -71,6 +72,8 @@ test('max_tokens absent from the map decodes as 16; the seed and current_wave pa
   assert.deepEqual(request.eosTokenIds, [], 'no _eos_token_id: the engine stops on no EOS');
   assert.equal(requestWave, 4);
   assert.deepEqual(seeds, [5]);
+  assert.equal(request.priority, 0);
+  assert.equal(toVllmSimRequest(wireRequest({ priority: -1 }), { tokens }).request.priority, -1, 'priority passes');
 });
 
 test('requests EngineCore cannot serve get a validation error (answered with finish_reason 3); an empty id is dropped', () => {

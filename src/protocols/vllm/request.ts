@@ -230,7 +230,7 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
     prompt_is_token_ids: null,
     client_index: 0,
     current_wave: 0,
-    priority: 0,
+    priority: request.priority ?? 0,
     trace_headers: null,
     resumable: false,
     external_req_id: null,

@@ -304,6 +304,15 @@ test('toEngineCoreRequest: arrival_time in seconds, stream has no vLLM field, th
   assert.deepStrictEqual(streamed, wire);
 });
 
+test('priority (index 13): the band value on the wire, 0 when it names none', () => {
+  const p = createVllmProtocol({ now: () => 1 });
+  const at13 = (bytes: Uint8Array) => decodeEngineCoreRequest(bytes).priority;
+  assert.equal(at13(p.encodeAdd(request())), 0);
+  assert.equal(at13(p.encodeAdd(request({}, { priority: -1 }))), -1);
+  assert.equal(at13(p.encodeAdd(request({}, { priority: 1 }))), 1);
+  encodeRejects(() => p.encodeAdd(request({}, { priority: 0.5 })), /priority/);
+});
+
 test('decode: vLLM short forms (6 required elements), the 20-element pre-session_id form, extra trailing elements', () => {
   const head = 'a5766563 2d31 93010203 c0 80 c0'.replace(/\s+/g, '') + F64['1.7e9'];
   const six = decodeEngineCoreRequest(bytesOf('96' + head));

@@ -1,0 +1,67 @@
+/**
+ * Priority bands (issue 30 part 2): how urgent a request is, named as the Gateway API Inference Extension names its
+ * objectives' criticality (llm-d / GIE flow control: critical before standard before sheddable). A client names its
+ * band in the `x-gateway-inference-objective` header (GIE's header, whose value names an objective; here the
+ * objective is its band). A client may lower its request below its ceiling but never raise it above: without tenants
+ * the ceiling is `standard`, so `critical` needs a tenant allowed to use it.
+ *
+ * On vLLM groups the band also sets the request's wire `priority` (EngineCoreRequest element 13; lower is served
+ * first by an engine started with `--scheduling-policy priority`, vLLM `v1/core/sched/request_queue.py`): critical −1,
+ * standard 0 (what every request carried before), sheddable 1. An FCFS engine ignores the field. TokenSpeed's wire
+ * has no priority.
+ */
+import { ApiError, badRequest, quoteValue } from './errors.js';
+
+/** The bands, most urgent first. */
+export const PRIORITY_BANDS = ['critical', 'standard', 'sheddable'] as const;
+export type PriorityBand = (typeof PRIORITY_BANDS)[number];
+
+/** The band of a request that names none, and the ceiling of a client without a tenant. */
+export const DEFAULT_PRIORITY_BAND: PriorityBand = 'standard';
+
+/** The request header naming the band (Node lower-cases incoming header names). */
+export const PRIORITY_BAND_HEADER = 'x-gateway-inference-objective';
+
+/** Whether `value` is a band name. */
+export function isPriorityBand(value: unknown): value is PriorityBand {
+  return (PRIORITY_BANDS as readonly unknown[]).includes(value);
+}
+
+/** A band's urgency: 0 for the most urgent band, one more per band after it. */
+export function bandOrder(band: PriorityBand): number {
+  return PRIORITY_BANDS.indexOf(band);
+}
+
+/** The vLLM wire `priority` of a band: its order relative to the default band (critical −1, standard 0, sheddable 1). */
+export function vllmPriorityOf(band: PriorityBand): number {
+  return bandOrder(band) - bandOrder(DEFAULT_PRIORITY_BAND);
+}
+
+/**
+ * The band of a request from its header `value` (absent or empty: `fallback`), allowed up to `ceiling`.
+ * @throws ApiError 400 (`invalid_priority_band`) for a value that names no band; 403 (`priority_not_allowed`) for a
+ *   band more urgent than `ceiling`.
+ */
+export function parsePriorityBand(
+  value: string | string[] | undefined,
+  ceiling: PriorityBand = DEFAULT_PRIORITY_BAND,
+  fallback: PriorityBand = DEFAULT_PRIORITY_BAND,
+): PriorityBand {
+  const raw = (Array.isArray(value) ? value.join(',') : (value ?? '')).trim().toLowerCase();
+  if (raw === '') return bandOrder(fallback) < bandOrder(ceiling) ? ceiling : fallback;
+  if (!isPriorityBand(raw)) {
+    throw badRequest(
+      `${PRIORITY_BAND_HEADER} must be one of ${PRIORITY_BANDS.join(', ')}; got ${quoteValue(raw)}`,
+      PRIORITY_BAND_HEADER,
+      'invalid_priority_band',
+    );
+  }
+  if (bandOrder(raw) < bandOrder(ceiling)) {
+    throw new ApiError(
+      403,
+      `priority band '${raw}' is above what this client may use ('${ceiling}' or lower: ${PRIORITY_BANDS.slice(bandOrder(ceiling)).join(', ')})`,
+      { type: 'permission_error', param: PRIORITY_BAND_HEADER, code: 'priority_not_allowed' },
+    );
+  }
+  return raw;
+}
