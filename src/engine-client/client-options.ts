@@ -7,6 +7,7 @@ import type { Logger } from 'pino';
 import type { EngineProtocol } from '../protocols/types.js';
 import type { DeliveryQueueOptions } from './delivery-queue.js';
 import type { EngineLink } from './link.js';
+import type { FlowControlOptions, FlowTicket } from './flow-control.js';
 import type { DpPolicy } from './policy.js';
 import type { KvCacheView } from './kv-cache-view.js';
 import type { LockstepSetting } from './waves.js';
@@ -54,6 +55,11 @@ export interface EngineClientOptions {
   now?: () => number;
   delivery?: DeliveryQueueOptions;
   validTokenIds?: Uint8Array;
+  /**
+   * Flow control (flow-control.ts, issue 30): while the group is saturated, unpinned requests wait in the gateway's
+   * queue. Absent or null: off (every request goes to a rank at once, as before).
+   */
+  flowControl?: FlowControlOptions | null;
 }
 
 /**
@@ -61,11 +67,14 @@ export interface EngineClientOptions {
  * - `dpRank`: pin the request to the rank with this engine index (dp-routing.md section 9.1; gateway.md section 14
  *   `X-data-parallel-rank`). No scoring; the scan start is not advanced.
  * - `signal`: aborting it aborts the request like `RequestStream.cancel()` (section 5). Already aborted at submit →
- *   `submit` rejects with `signal.reason` and nothing is registered or sent.
+ *   `submit` rejects with `signal.reason` and nothing is registered or sent. While the request waits in the flow
+ *   control queue, it leaves the queue at once.
+ * - `flow`: its tenant, band and queue deadline for flow control (`EngineClientOptions.flowControl`).
  */
 export interface SubmitOptions {
   dpRank?: number;
   signal?: AbortSignal;
+  flow?: FlowTicket;
 }
 
 /**
@@ -83,4 +92,6 @@ export interface CancelSignal {
 export interface CancellableSubmitOptions {
   dpRank?: number;
   signal?: CancelSignal;
+  /** The request's tenant and band for flow control (absent: the default tenant, the standard band). */
+  flow?: FlowTicket;
 }

@@ -39,6 +39,7 @@ import type { BatchSteps } from './apply-batch.js';
 import type { CancelSignal, CancellableSubmitOptions, EngineClientOptions } from './client-options.js';
 import { runDispatcher } from './dispatcher.js';
 import { EngineClientError, describeError } from './errors.js';
+import { DEFAULT_FLOW_TICKET } from './flow-control.js';
 import { FailureScope } from './failure-scope.js';
 import { GroupState, type EngineClientEvents } from './group-state.js';
 import type { ConnectedEngine, EngineLink } from './link.js';
@@ -200,6 +201,21 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * died or stalled), the stream is returned and yields that error.
    */
   async submit(request: GenerateRequest, options: CancellableSubmitOptions = {}): Promise<RequestStream> {
+    const gate = this.g.gate;
+    if (gate === null || options.dpRank !== undefined || !this.g.canServe() || typeof request?.requestId !== 'string') {
+      return this.submitNow(request, options);
+    }
+    const wait = gate.admit(request?.requestId, options.flow ?? DEFAULT_FLOW_TICKET, options.signal);
+    if (wait === null) return this.submitNow(request, options);
+    await wait;
+    // Granted: the reservation happens in submitNow's synchronous first step, then the grant stops holding room.
+    const submitted = this.submitNow(request, options);
+    gate.placed();
+    return submitted;
+  }
+
+  /** `submit` once flow control let the request through (or without it): register, place, send. */
+  private async submitNow(request: GenerateRequest, options: CancellableSubmitOptions): Promise<RequestStream> {
     const { dpRank, signal } = options;
     const { entry, hook } = this.register(request, signal);
     const { slot, pinned } = await this.placeAndSend(request, entry, dpRank, signal, hook);

@@ -26,6 +26,9 @@
  * - `engine-fault`: the rank holding the request sent output no engine may send (a token id outside the tokenizer's
  *   vocabulary; output-contract.ts, issue 26 part 4): the request fails and is ABORTed on the rank, which stays in
  *   rotation. The message names the rank, the request and the offending value; the gateway is not at fault.
+ * - `overloaded`: flow control (flow-control.ts) did not let the request reach a rank: the group stayed saturated past
+ *   the request's queue deadline, the queue (or its tenant's share) was full, or a more urgent request took its
+ *   place. Retrying later can succeed.
  * A failed handshake is not a request's error: the handshake service logs and counts it (transport/).
  */
 export const ENGINE_CLIENT_ERROR_KINDS = [
@@ -40,6 +43,7 @@ export const ENGINE_CLIENT_ERROR_KINDS = [
   'invalid-dp-rank',
   'stream-closed',
   'engine-fault',
+  'overloaded',
 ] as const;
 
 /** What went wrong, as the HTTP layer needs it (see `ENGINE_CLIENT_ERROR_KINDS`). */

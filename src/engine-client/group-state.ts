@@ -22,6 +22,7 @@ import {
 } from './client-options.js';
 import { DeliveryQueue } from './delivery-queue.js';
 import { EngineClientError } from './errors.js';
+import { FlowGate, rankRoom } from './flow-control.js';
 import { ForeignRequests } from './foreign-requests.js';
 import type { ConnectedEngine } from './link.js';
 import { createLoadPolicy, type DpPolicy } from './policy.js';
@@ -81,6 +82,10 @@ export class GroupState {
   private epochsAtFailure: Map<number, number> | null = null;
   /** Who waits for every slot to have joined once (the client's `whenAllJoined`). */
   readonly joinWaiters = new JoinWaiters();
+  /** Flow control's gate (flow-control.ts), or null when it is off. */
+  readonly gate: FlowGate | null;
+  /** Flow control's per-rank in-flight target; null: each rank's `max_num_seqs`. */
+  private readonly flowTarget: number | null;
   private closeReason: EngineClientError | null = null;
 
   /**
@@ -105,6 +110,23 @@ export class GroupState {
     this.decodeErrorsAtQuiet = new Float64Array(opts.link.dpSize);
     this.waves = new WaveClock([], opts.lockstep ?? 'auto');
     this.timers = new RankTimers(this.silenceTimeoutMs, this.stallTimeoutMs);
+    const flow = opts.flowControl ?? null;
+    this.flowTarget = flow?.maxInFlightPerRank ?? null;
+    this.gate = flow === null ? null : new FlowGate(flow, () => this.flowRoom());
+  }
+
+  /**
+   * The requests the ready ranks can still take before the group is saturated (flow-control.ts `rankRoom`, summed):
+   * each rank's in-flight target is `maxInFlightPerRank`, else its `max_num_seqs` (0 = unknown: no target).
+   */
+  flowRoom(): number {
+    let room = 0;
+    for (const s of this.ranks.inState('ready')) {
+      const seqs = s.engine?.ready.maxNumSeqs ?? 0;
+      const target = this.flowTarget ?? (seqs > 0 ? seqs : null);
+      room += rankRoom(this.routing.inFlightCount(s.index), this.routing.load(s.index), target);
+    }
+    return room;
   }
 
   // ---------------------------------------------------------------------------------------------------------------
@@ -163,6 +185,7 @@ export class GroupState {
       if (slot) slot.counters.clamps++;
     }
     this.syncRankTimers(rank, false);
+    this.gate?.noteFreed();
   }
 
   /**
@@ -239,6 +262,7 @@ export class GroupState {
     if (this.serving) this.everServed = true;
     if (this.serving && !wasServing) this.rebuildWaves();
     this.notify('rank', index, l.state, l.cause);
+    if (l.state === 'ready') this.gate?.noteFreed();
     return true;
   }
 
@@ -299,6 +323,7 @@ export class GroupState {
     this.routing.clearInFlight();
     this.timers.stopAll();
     this.joinWaiters.rejectAll(this.clientClosedError());
+    this.gate?.closeAll(this.clientClosedError());
     return entries;
   }
 

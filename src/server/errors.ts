@@ -125,7 +125,7 @@ export function engineErrorKind(err: unknown): EngineClientErrorKind | null {
  * HTTP status of each engine-client error kind (gateway.md 11.3, choosing 503 for every "the engine is gone" case, as
  * that section allows). A `Record` over the kinds, so a new kind does not compile until it has a status here.
  */
-export const ENGINE_ERROR_STATUS: Readonly<Record<EngineClientErrorKind, 400 | 500 | 502 | 503>> = {
+export const ENGINE_ERROR_STATUS: Readonly<Record<EngineClientErrorKind, 400 | 429 | 500 | 502 | 503>> = {
   'engine-dead': 503,
   'rank-stalled': 503,
   unavailable: 503,
@@ -136,6 +136,8 @@ export const ENGINE_ERROR_STATUS: Readonly<Record<EngineClientErrorKind, 400 | 5
   'engine-fault': 502,
   decode: 502,
   'invalid-dp-rank': 400,
+  // Flow control held the request until its deadline, or had no room to queue it (issue 30): retry later.
+  overloaded: 429,
   // The gateway could not encode its own request, or reused a live request id: its own fault.
   encode: 500,
   'duplicate-request-id': 500,
@@ -204,7 +206,7 @@ export function blameEngineForTokenId(err: unknown, requestId: string, engineInd
 
 /**
  * Turn anything thrown while serving a request into an `ApiError`: an `ApiError` passes through; an engine-client
- * error maps by kind (its message is kept, prefixed with the kind; `unavailable` adds a `Retry-After`); an off-loop
+ * error maps by kind (its message is kept, prefixed with the kind; `unavailable` and `overloaded` add a `Retry-After`); an off-loop
  * tokenizer error by `offLoopApiError`; anything else becomes a 500 with its message.
  */
 export function toApiError(err: unknown): ApiError {
@@ -220,7 +222,7 @@ export function toApiError(err: unknown): ApiError {
       code: kind.replace(/-/g, '_'),
       param: kind === 'invalid-dp-rank' ? 'X-data-parallel-rank' : null,
       cause: err,
-      ...(kind === 'unavailable' ? { retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS } : {}),
+      ...(kind === 'unavailable' || kind === 'overloaded' ? { retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS } : {}),
     });
   }
   const message = err instanceof Error ? err.message : String(err);

@@ -3,6 +3,7 @@
  * messages and wait until the dispatcher has processed each one) and a JSON `EngineProtocol` (the real TokenSpeed
  * codec is tested elsewhere). Nothing here touches sockets or timers.
  */
+import type { FlowControlOptions } from '../../src/engine-client/flow-control.js';
 import type { ConnectedEngine, EngineLink, LinkListener, OutputMessage } from '../../src/engine-client/link.js';
 import type {
   AddTarget,
@@ -413,6 +414,8 @@ export function setup(
     dpSize?: number;
     /** Token ids the client accepts (output-contract.ts; default: unchecked). */
     validTokenIds?: Uint8Array;
+    /** Flow control (flow-control.ts; default off). */
+    flowControl?: FlowControlOptions;
   } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
   const { reservedContextTokens, waves, dpSize, ...clientOpts } = opts;

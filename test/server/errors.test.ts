@@ -357,13 +357,20 @@ test('every engine-client error kind has its status; only EngineClientErrors are
     assert.equal(api.statusCode, ENGINE_ERROR_STATUS[kind], kind);
     assert.equal(api.code, kind.replaceAll('-', '_'));
     assert.equal(api.message, `engine ${kind}: what happened`);
-    assert.equal(api.retryAfterSeconds !== null, kind === 'unavailable', kind);
+    assert.equal(api.retryAfterSeconds !== null, kind === 'unavailable' || kind === 'overloaded', kind);
   }
   assert.deepEqual(
-    ['engine-dead', 'rank-stalled', 'unavailable', 'engine-fault', 'decode', 'invalid-dp-rank', 'encode'].map(
-      (k) => ENGINE_ERROR_STATUS[k as EngineClientErrorKind],
-    ),
-    [503, 503, 503, 502, 502, 400, 500],
+    [
+      'engine-dead',
+      'rank-stalled',
+      'unavailable',
+      'engine-fault',
+      'decode',
+      'invalid-dp-rank',
+      'encode',
+      'overloaded',
+    ].map((k) => ENGINE_ERROR_STATUS[k as EngineClientErrorKind]),
+    [503, 503, 503, 502, 502, 400, 500, 429],
   );
   // Something that only looks like one (a name and a kind) is the gateway's own fault, not a routed status.
   const lookalike = Object.assign(new Error('x'), { name: 'EngineClientError', kind: 'invalid-dp-rank' });

@@ -1,0 +1,203 @@
+/**
+ * Flow control of one engine group (issue 30 part 3): while the group is **saturated**, a new unpinned request waits
+ * in the gateway's queue (flow-queue.ts: bands, fairness between tenants, FCFS) instead of piling into the engines'
+ * own queues, where it could not be reordered and where its prompt's cached blocks can be evicted before it runs.
+ * Work-conserving: while the group has room, nothing waits.
+ *
+ * **Room** is judged from what the gateway already knows per ready rank (`rankRoom`): its in-flight set against a
+ * per-rank target (default the rank's `max_num_seqs`, the batch it can run at once: past it a request would only wait
+ * in the engine's queue), and none at all while the rank's last report shows requests waiting (the engine already
+ * queues: KV space or its batch is full). Gateway-side, this is the saturation check of llm-d / the Gateway API
+ * Inference Extension's flow control (a pod is saturated past a queue depth or a KV usage; the pool when every pod
+ * is), with the in-flight sets this gateway has per rank.
+ *
+ * A queued request is granted when room appears (`noteFreed`: a release, a rank joining or reviving; the pump runs
+ * once per microtask turn), in the queue's order. A grant counts against the room until the request is reserved on a
+ * rank (`placed`), so a new arrival between the grant and the placement cannot take its place. A queued request
+ * ends early when its client leaves (its signal aborts: it leaves the queue at once), when its deadline passes, when
+ * the queue is full, or when a more urgent request sheds it; those end with the `overloaded` error (HTTP 429 with
+ * `Retry-After`).
+ */
+import type { EngineLoad } from '../protocols/types.js';
+import type { CancelSignal } from './client-options.js';
+import { EngineClientError } from './errors.js';
+import { FlowQueue, type FlowRefusal } from './flow-queue.js';
+
+/** Defaults of `FlowControlOptions`. */
+export const FLOW_CONTROL_DEFAULTS = {
+  maxQueued: 4096,
+  maxQueuedPerTenant: 1024,
+  queueTimeoutMs: 30_000,
+} as const;
+
+/**
+ * Flow control's settings (requests, ms).
+ * - `maxInFlightPerRank`: the per-rank in-flight target; absent or null: each rank's `max_num_seqs` (unknown: no
+ *   in-flight limit for that rank, only its waiting queue counts).
+ * - `maxQueued` / `maxQueuedPerTenant`: the queue's bounds (flow-queue.ts).
+ * - `queueTimeoutMs`: how long a request may wait unless it asks for less.
+ */
+export interface FlowControlOptions {
+  readonly maxInFlightPerRank?: number | null;
+  readonly maxQueued?: number;
+  readonly maxQueuedPerTenant?: number;
+  readonly queueTimeoutMs?: number;
+}
+
+/** What a submit says about itself for flow control: its tenant, its band (0 = most urgent) and its own deadline. */
+export interface FlowTicket {
+  readonly tenant: string;
+  readonly band: number;
+  /** ms this request may wait in the queue, at most the group's `queueTimeoutMs`; absent: that. */
+  readonly timeoutMs?: number;
+}
+
+/** The bands flow control orders by (priority-band.ts: critical, standard, sheddable). */
+export const FLOW_BANDS = 3;
+
+/** The ticket of a request that names none: the default tenant, the standard band. */
+export const DEFAULT_FLOW_TICKET: FlowTicket = Object.freeze({ tenant: 'default', band: 1 });
+
+/**
+ * Requests a ready rank can still take before it is saturated (see the module comment): 0 while its report shows
+ * waiting requests, else `target − inFlight` (at least 0); `Infinity` without a target. Pure.
+ */
+export function rankRoom(inFlight: number, load: EngineLoad | null, target: number | null): number {
+  if (load !== null && load.numWaiting > 0 && inFlight > 0) return 0;
+  return target === null ? Number.POSITIVE_INFINITY : Math.max(0, target - inFlight);
+}
+
+interface Waiter {
+  grant(): void;
+  refuse(err: EngineClientError): void;
+}
+
+const REFUSALS: Record<Exclude<FlowRefusal, 'duplicate'> | 'shed' | 'timeout', (c: number) => string> = {
+  'queue-full': (c) => `the engine group is saturated and its queue is full (${c} requests wait)`,
+  'tenant-full': (c) => `the engine group is saturated and this tenant already has ${c} requests waiting`,
+  shed: () => 'the engine group is saturated: this request was dropped to make room for a more urgent one',
+  timeout: (ms) => `the engine group stayed saturated for ${ms} ms while this request waited`,
+};
+
+/** One group's gate (see the module comment). `room()` is the group's room now, read in the same synchronous step. */
+export class FlowGate {
+  private readonly queue: FlowQueue<Waiter>;
+  private readonly timeoutMs: number;
+  /** Requests granted and not yet reserved on a rank. */
+  private granted = 0;
+  private pumpScheduled = false;
+  /** Requests that waited and were granted, and that ended while waiting (by reason). */
+  readonly counters = { granted: 0, refused: 0, timedOut: 0, shed: 0, left: 0 };
+
+  /** @throws RangeError on a bound that is not an integer ≥ 1 or a timeout that is not a positive number of ms. */
+  constructor(
+    opts: FlowControlOptions,
+    private readonly room: () => number,
+  ) {
+    this.queue = new FlowQueue(FLOW_BANDS, {
+      maxTotal: opts.maxQueued ?? FLOW_CONTROL_DEFAULTS.maxQueued,
+      maxPerTenant: opts.maxQueuedPerTenant ?? FLOW_CONTROL_DEFAULTS.maxQueuedPerTenant,
+    });
+    this.timeoutMs = opts.queueTimeoutMs ?? FLOW_CONTROL_DEFAULTS.queueTimeoutMs;
+    if (!(this.timeoutMs > 0) || !Number.isFinite(this.timeoutMs)) {
+      throw new RangeError(`queueTimeoutMs must be a positive number of ms, got ${this.timeoutMs}`);
+    }
+  }
+
+  /** Requests waiting now, per band and per tenant. */
+  waiting(): { total: number; bands: number[]; tenants: Map<string, number> } {
+    return { total: this.queue.size, ...this.queue.counts() };
+  }
+
+  /**
+   * Null when request `id` may be placed now (nothing waits and the group has room: place it in this same synchronous
+   * step); else a promise that resolves once it is granted (then place it and call `placed()`), or rejects with
+   * `overloaded` (queue full, shed, deadline) or with `signal`'s reason (its client left; it left the queue at once).
+   */
+  admit(id: string, ticket: FlowTicket, signal?: CancelSignal): Promise<void> | null {
+    if (this.queue.size === 0 && this.room() - this.granted > 0) return null;
+    return new Promise<void>((resolve, reject) => {
+      const waitMs = Math.min(this.timeoutMs, ticket.timeoutMs ?? this.timeoutMs);
+      let timer: NodeJS.Timeout | null = null;
+      const done = () => {
+        if (timer !== null) clearTimeout(timer);
+        signal?.removeEventListener('abort', onAbort);
+      };
+      const onAbort = () => {
+        if (this.queue.remove(id) === undefined) return;
+        this.counters.left++;
+        done();
+        reject(signal!.reason);
+      };
+      const waiter: Waiter = {
+        grant: () => {
+          done();
+          resolve();
+        },
+        refuse: (err) => {
+          done();
+          reject(err);
+        },
+      };
+      const r = this.queue.enqueue({ id, tenant: ticket.tenant, band: ticket.band, value: waiter });
+      if (!r.queued) {
+        if (r.reason === 'duplicate') {
+          const msg = `request id ${JSON.stringify(id)} is already waiting`;
+          reject(new EngineClientError('duplicate-request-id', msg, { requestId: id }));
+          return;
+        }
+        this.counters.refused++;
+        const count =
+          r.reason === 'tenant-full' ? (this.queue.counts().tenants.get(ticket.tenant) ?? 0) : this.queue.size;
+        reject(overloaded(REFUSALS[r.reason](count)));
+        return;
+      }
+      if (r.shed !== null) {
+        this.counters.shed++;
+        r.shed.value.refuse(overloaded(REFUSALS.shed(0)));
+      }
+      signal?.addEventListener('abort', onAbort, { once: true });
+      timer = setTimeout(() => {
+        if (this.queue.remove(id) === undefined) return;
+        this.counters.timedOut++;
+        waiter.refuse(overloaded(REFUSALS.timeout(waitMs)));
+      }, waitMs);
+      // Room may exist already (the queue was not empty, but its head was just granted): try at once.
+      this.noteFreed();
+    });
+  }
+
+  /** A granted request was reserved on a rank, or failed before it could be: its grant no longer holds room. */
+  placed(): void {
+    if (this.granted > 0) this.granted--;
+    this.noteFreed();
+  }
+
+  /** Room may have appeared (a release, a join, a revival): grant what it allows, once per microtask turn. */
+  noteFreed(): void {
+    if (this.pumpScheduled || this.queue.size === 0) return;
+    this.pumpScheduled = true;
+    queueMicrotask(() => {
+      this.pumpScheduled = false;
+      this.pump();
+    });
+  }
+
+  /** Refuse every waiting request with `err` (the group closed). */
+  closeAll(err: EngineClientError): void {
+    for (let e = this.queue.take(); e !== undefined; e = this.queue.take()) e.value.refuse(err);
+  }
+
+  private pump(): void {
+    while (this.queue.size > 0 && this.room() - this.granted > 0) {
+      const e = this.queue.take()!;
+      this.granted++;
+      this.counters.granted++;
+      e.value.grant();
+    }
+  }
+}
+
+function overloaded(message: string): EngineClientError {
+  return new EngineClientError('overloaded', message);
+}
