@@ -17,6 +17,7 @@ import {
 } from './engine-client/cache-aware.js';
 import { DEFAULT_DP_POLICY, DP_POLICY_NAMES, type DpPolicyName } from './engine-client/policies.js';
 import { DEFAULT_LOAD_HORIZON_MS } from './engine-client/policy.js';
+import { FLOW_CONTROL_DEFAULTS } from './engine-client/flow-control.js';
 import { autoWorkers, MAX_AUTO_WORKERS } from './fronts/router/cluster.js';
 import { DEFAULT_HOST, DEFAULT_PORT, DEFAULT_SIM_RANKS } from './gateway/index.js';
 import { LOG_FORMATS } from './gateway-logger.js';
@@ -526,6 +527,50 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     help: "cache_aware: with --balance-abs-threshold, how many times the idlest rank's load makes a rank hot",
     default: String(DEFAULT_BALANCE_REL_THRESHOLD),
     field: field(['dpPolicyOptions', 'balanceRelThreshold'], num(1)),
+  },
+  {
+    name: 'flow-control',
+    type: 'boolean',
+    section: 'routing',
+    help: 'While every rank is saturated, new requests wait in the gateway (by priority band, fairly between tenants) instead of in the engines; 429 + Retry-After past --queue-timeout-ms',
+    doc: 'While every rank is saturated, new requests wait in the gateway (by priority band, fairly between tenants) instead of in the engines ([routing.md](routing.md#flow-control)).',
+    field: field(['flowControl', 'enabled'], flag),
+  },
+  {
+    name: 'max-in-flight-per-rank',
+    type: 'string',
+    value: 'N',
+    section: 'routing',
+    help: 'Flow control: a rank holding N requests is saturated',
+    default: "the rank's max_num_seqs",
+    field: field(['flowControl', 'maxInFlightPerRank'], int(1)),
+  },
+  {
+    name: 'max-queued',
+    type: 'string',
+    value: 'N',
+    section: 'routing',
+    help: 'Flow control: requests that may wait per engine group; past it, 429 (a more urgent request sheds a less urgent one)',
+    default: String(FLOW_CONTROL_DEFAULTS.maxQueued),
+    field: field(['flowControl', 'maxQueued'], int(1)),
+  },
+  {
+    name: 'max-queued-per-tenant',
+    type: 'string',
+    value: 'N',
+    section: 'routing',
+    help: 'Flow control: requests one tenant may have waiting per engine group; past it, 429',
+    default: String(FLOW_CONTROL_DEFAULTS.maxQueuedPerTenant),
+    field: field(['flowControl', 'maxQueuedPerTenant'], int(1)),
+  },
+  {
+    name: 'queue-timeout-ms',
+    type: 'string',
+    value: 'N',
+    section: 'routing',
+    help: 'Flow control: a request waiting this long gets 429 + Retry-After',
+    default: String(FLOW_CONTROL_DEFAULTS.queueTimeoutMs),
+    field: field(['flowControl', 'queueTimeoutMs'], int(1)),
   },
   // Engine liveness.
   {

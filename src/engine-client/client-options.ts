@@ -7,7 +7,6 @@ import type { Logger } from 'pino';
 import type { EngineProtocol } from '../protocols/types.js';
 import type { DeliveryQueueOptions } from './delivery-queue.js';
 import type { EngineLink } from './link.js';
-import type { FlowControlOptions, FlowTicket } from './flow-control.js';
 import type { DpPolicy } from './policy.js';
 import type { KvCacheView } from './kv-cache-view.js';
 import type { LockstepSetting } from './waves.js';
@@ -94,4 +93,26 @@ export interface CancellableSubmitOptions {
   signal?: CancelSignal;
   /** The request's tenant and band for flow control (absent: the default tenant, the standard band). */
   flow?: FlowTicket;
+}
+
+/**
+ * Flow control's settings (requests, ms; engine-client/flow-control.ts).
+ * - `maxInFlightPerRank`: the per-rank in-flight target; absent or null: each rank's `max_num_seqs` (unknown: no
+ *   in-flight limit for that rank, only its waiting queue counts).
+ * - `maxQueued` / `maxQueuedPerTenant`: the queue's bounds (flow-queue.ts).
+ * - `queueTimeoutMs`: how long a request may wait unless it asks for less.
+ */
+export interface FlowControlOptions {
+  readonly maxInFlightPerRank?: number | null;
+  readonly maxQueued?: number;
+  readonly maxQueuedPerTenant?: number;
+  readonly queueTimeoutMs?: number;
+}
+
+/** What a submit says about itself for flow control: its tenant, its band (0 = most urgent) and its own deadline. */
+export interface FlowTicket {
+  readonly tenant: string;
+  readonly band: number;
+  /** ms this request may wait in the queue, at most the group's `queueTimeoutMs`; absent: that. */
+  readonly timeoutMs?: number;
 }

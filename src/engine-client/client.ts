@@ -159,6 +159,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return this.g.waves.value;
   }
 
+  /** Whether flow control is on: an unpinned submit may wait in the gateway's queue (flow-control.ts). */
+  get flowControlled(): boolean {
+    return this.g.gate !== null;
+  }
+
   /** Number of registered (live) requests. */
   get registeredCount(): number {
     return this.g.registry.size;

@@ -19,9 +19,11 @@
  * `Retry-After`).
  */
 import type { EngineLoad } from '../protocols/types.js';
-import type { CancelSignal } from './client-options.js';
+import type { CancelSignal, FlowControlOptions, FlowTicket } from './client-options.js';
 import { EngineClientError } from './errors.js';
 import { FlowQueue, type FlowRefusal } from './flow-queue.js';
+
+export type { FlowControlOptions, FlowTicket } from './client-options.js';
 
 /** Defaults of `FlowControlOptions`. */
 export const FLOW_CONTROL_DEFAULTS = {
@@ -31,25 +33,13 @@ export const FLOW_CONTROL_DEFAULTS = {
 } as const;
 
 /**
- * Flow control's settings (requests, ms).
- * - `maxInFlightPerRank`: the per-rank in-flight target; absent or null: each rank's `max_num_seqs` (unknown: no
- *   in-flight limit for that rank, only its waiting queue counts).
- * - `maxQueued` / `maxQueuedPerTenant`: the queue's bounds (flow-queue.ts).
- * - `queueTimeoutMs`: how long a request may wait unless it asks for less.
+ * What flow control did, live: requests queued now per band (index = band), and how queued requests ended: granted
+ * (went to a rank), refused (the queue or the tenant's share was full), timed_out (deadline), shed (dropped for a more
+ * urgent one), left (the client left while it waited).
  */
-export interface FlowControlOptions {
-  readonly maxInFlightPerRank?: number | null;
-  readonly maxQueued?: number;
-  readonly maxQueuedPerTenant?: number;
-  readonly queueTimeoutMs?: number;
-}
-
-/** What a submit says about itself for flow control: its tenant, its band (0 = most urgent) and its own deadline. */
-export interface FlowTicket {
-  readonly tenant: string;
-  readonly band: number;
-  /** ms this request may wait in the queue, at most the group's `queueTimeoutMs`; absent: that. */
-  readonly timeoutMs?: number;
+export interface FlowControlStats {
+  readonly queuedByBand: readonly number[];
+  readonly outcomes: Record<'granted' | 'refused' | 'timed_out' | 'shed' | 'left', number>;
 }
 
 /** The bands flow control orders by (priority-band.ts: critical, standard, sheddable). */
@@ -65,6 +55,28 @@ export const DEFAULT_FLOW_TICKET: FlowTicket = Object.freeze({ tenant: 'default'
 export function rankRoom(inFlight: number, load: EngineLoad | null, target: number | null): number {
   if (load !== null && load.numWaiting > 0 && inFlight > 0) return 0;
   return target === null ? Number.POSITIVE_INFINITY : Math.max(0, target - inFlight);
+}
+
+/**
+ * Checks flow control's settings before anything starts.
+ * @throws RangeError on a queue bound or per-rank target that is not an integer ≥ 1 (null target: allowed), or a
+ *   timeout that is not a positive finite number of ms.
+ */
+export function checkFlowControlOptions(opts: FlowControlOptions): void {
+  const ints: [string, number | null | undefined][] = [
+    ['maxQueued', opts.maxQueued],
+    ['maxQueuedPerTenant', opts.maxQueuedPerTenant],
+    ['maxInFlightPerRank', opts.maxInFlightPerRank],
+  ];
+  for (const [name, v] of ints) {
+    if (v !== undefined && v !== null && (!Number.isSafeInteger(v) || v < 1)) {
+      throw new RangeError(`${name} must be an integer ≥ 1, got ${v}`);
+    }
+  }
+  const t = opts.queueTimeoutMs;
+  if (t !== undefined && (!(t > 0) || !Number.isFinite(t))) {
+    throw new RangeError(`queueTimeoutMs must be a positive number of ms, got ${t}`);
+  }
 }
 
 interface Waiter {
@@ -86,22 +98,24 @@ export class FlowGate {
   /** Requests granted and not yet reserved on a rank. */
   private granted = 0;
   private pumpScheduled = false;
-  /** Requests that waited and were granted, and that ended while waiting (by reason). */
-  readonly counters = { granted: 0, refused: 0, timedOut: 0, shed: 0, left: 0 };
+  /** What flow control did (`FlowControlStats`; live: read it, never write it). */
+  readonly stats: FlowControlStats;
 
-  /** @throws RangeError on a bound that is not an integer ≥ 1 or a timeout that is not a positive number of ms. */
+  /** @throws RangeError as `checkFlowControlOptions`. */
   constructor(
     opts: FlowControlOptions,
     private readonly room: () => number,
   ) {
+    checkFlowControlOptions(opts);
     this.queue = new FlowQueue(FLOW_BANDS, {
       maxTotal: opts.maxQueued ?? FLOW_CONTROL_DEFAULTS.maxQueued,
       maxPerTenant: opts.maxQueuedPerTenant ?? FLOW_CONTROL_DEFAULTS.maxQueuedPerTenant,
     });
     this.timeoutMs = opts.queueTimeoutMs ?? FLOW_CONTROL_DEFAULTS.queueTimeoutMs;
-    if (!(this.timeoutMs > 0) || !Number.isFinite(this.timeoutMs)) {
-      throw new RangeError(`queueTimeoutMs must be a positive number of ms, got ${this.timeoutMs}`);
-    }
+    this.stats = {
+      queuedByBand: this.queue.bandSizes,
+      outcomes: { granted: 0, refused: 0, timed_out: 0, shed: 0, left: 0 },
+    };
   }
 
   /** Requests waiting now, per band and per tenant. */
@@ -125,7 +139,7 @@ export class FlowGate {
       };
       const onAbort = () => {
         if (this.queue.remove(id) === undefined) return;
-        this.counters.left++;
+        this.stats.outcomes.left++;
         done();
         reject(signal!.reason);
       };
@@ -146,20 +160,19 @@ export class FlowGate {
           reject(new EngineClientError('duplicate-request-id', msg, { requestId: id }));
           return;
         }
-        this.counters.refused++;
-        const count =
-          r.reason === 'tenant-full' ? (this.queue.counts().tenants.get(ticket.tenant) ?? 0) : this.queue.size;
+        this.stats.outcomes.refused++;
+        const count = r.reason === 'tenant-full' ? this.queue.queuedOf(ticket.tenant) : this.queue.size;
         reject(overloaded(REFUSALS[r.reason](count)));
         return;
       }
       if (r.shed !== null) {
-        this.counters.shed++;
+        this.stats.outcomes.shed++;
         r.shed.value.refuse(overloaded(REFUSALS.shed(0)));
       }
       signal?.addEventListener('abort', onAbort, { once: true });
       timer = setTimeout(() => {
         if (this.queue.remove(id) === undefined) return;
-        this.counters.timedOut++;
+        this.stats.outcomes.timed_out++;
         waiter.refuse(overloaded(REFUSALS.timeout(waitMs)));
       }, waitMs);
       // Room may exist already (the queue was not empty, but its head was just granted): try at once.
@@ -192,7 +205,7 @@ export class FlowGate {
     while (this.queue.size > 0 && this.room() - this.granted > 0) {
       const e = this.queue.take()!;
       this.granted++;
-      this.counters.granted++;
+      this.stats.outcomes.granted++;
       e.value.grant();
     }
   }

@@ -47,6 +47,8 @@ export class FlowQueue<T> {
   private seq = 0;
   private readonly perTenant = new Map<string, number>();
   private readonly limits: FlowQueueLimits;
+  /** Requests queued per band now (index = band; a live array: read it, never write it). */
+  readonly bandSizes: number[];
 
   /** @throws RangeError when `bandCount` or a limit is not an integer ≥ 1. */
   constructor(bandCount: number, limits: FlowQueueLimits) {
@@ -58,6 +60,7 @@ export class FlowQueue<T> {
       if (!Number.isSafeInteger(v) || v < 1) throw new RangeError(`FlowQueue ${name} must be an integer ≥ 1, got ${v}`);
     }
     this.bands = Array.from({ length: bandCount }, () => new Map());
+    this.bandSizes = Array.from({ length: bandCount }, () => 0);
     this.limits = { ...limits };
   }
 
@@ -94,6 +97,7 @@ export class FlowQueue<T> {
     if (fifo === undefined) band.set(entry.tenant, [entry]);
     else fifo.push(entry);
     this.byId.set(entry.id, { entry, seq: this.seq++ });
+    this.bandSizes[entry.band]!++;
     this.perTenant.set(entry.tenant, (this.perTenant.get(entry.tenant) ?? 0) + 1);
     return { queued: true, shed };
   }
@@ -134,14 +138,17 @@ export class FlowQueue<T> {
 
   /** Queued requests per band (index = band), and per tenant. */
   counts(): { bands: number[]; tenants: Map<string, number> } {
-    return {
-      bands: this.bands.map((b) => [...b.values()].reduce((n, f) => n + f.length, 0)),
-      tenants: new Map(this.perTenant),
-    };
+    return { bands: [...this.bandSizes], tenants: new Map(this.perTenant) };
+  }
+
+  /** Requests `tenant` has queued now. */
+  queuedOf(tenant: string): number {
+    return this.perTenant.get(tenant) ?? 0;
   }
 
   private forget(entry: FlowEntry<T>): void {
     this.byId.delete(entry.id);
+    this.bandSizes[entry.band]!--;
     const n = (this.perTenant.get(entry.tenant) ?? 1) - 1;
     if (n > 0) this.perTenant.set(entry.tenant, n);
     else this.perTenant.delete(entry.tenant);

@@ -104,15 +104,20 @@ export class GroupState {
     this.now = opts.now ?? (() => performance.now());
     this.logger = opts.logger ?? pino({ level: 'silent' });
     this.delivery = new DeliveryQueue(opts.delivery);
-    this.stats = newClientStats(opts.link.handshakeRejected, this.routing.rates.precision, opts.kvCache ?? null);
+    const flow = opts.flowControl ?? null;
+    this.flowTarget = flow?.maxInFlightPerRank ?? null;
+    this.gate = flow === null ? null : new FlowGate(flow, () => this.flowRoom());
+    this.stats = newClientStats(
+      opts.link.handshakeRejected,
+      this.routing.rates.precision,
+      opts.kvCache ?? null,
+      this.gate?.stats ?? null,
+    );
     this.ranks = new RankTable(opts.link.dpSize);
     this.quietSince = new Float64Array(opts.link.dpSize);
     this.decodeErrorsAtQuiet = new Float64Array(opts.link.dpSize);
     this.waves = new WaveClock([], opts.lockstep ?? 'auto');
     this.timers = new RankTimers(this.silenceTimeoutMs, this.stallTimeoutMs);
-    const flow = opts.flowControl ?? null;
-    this.flowTarget = flow?.maxInFlightPerRank ?? null;
-    this.gate = flow === null ? null : new FlowGate(flow, () => this.flowRoom());
   }
 
   /**

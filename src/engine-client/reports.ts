@@ -11,6 +11,7 @@ import type { RankSlot } from './rank-table.js';
 import type { SoleClientGuard, StoreLoadResult } from './routing-state.js';
 import type { RoutingPrecision } from './service-rates.js';
 import type { KvCacheView, KvCacheViewCounters } from './kv-cache-view.js';
+import type { FlowControlStats } from './flow-control.js';
 import type { KvIndexCounters } from './kv-block-index.js';
 import type { KvEventSubscriberCounters } from '../transport/kv-event-subscriber.js';
 
@@ -107,6 +108,8 @@ export interface ClientStats {
     readonly index: Readonly<KvIndexCounters>;
     readonly streams: Readonly<KvEventSubscriberCounters>;
   } | null;
+  /** Flow control's queue and outcomes (flow-control.ts; a live object), or null when it is off. */
+  readonly flowControl: Readonly<FlowControlStats> | null;
 }
 
 /** What the routing state knows about a rank (routing-state.ts), as `rankStateOf` reports it. */
@@ -151,6 +154,7 @@ export function newClientStats(
   handshakeRejected: Readonly<Record<string, number>>,
   routingPrecision: Readonly<RoutingPrecision>,
   kvCache: Pick<KvCacheView, 'counters' | 'index' | 'streams'> | null = null,
+  flowControl: Readonly<FlowControlStats> | null = null,
 ): ClientStats {
   return {
     decodeErrors: 0,
@@ -167,6 +171,7 @@ export function newClientStats(
     routingPrecision,
     kvEvents:
       kvCache === null ? null : { view: kvCache.counters, index: kvCache.index.counters, streams: kvCache.streams },
+    flowControl,
   };
 }
 

@@ -285,6 +285,7 @@ function startGroupClient(
     validTokenIds: shared.validTokenIds,
     ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
     ...(opts.rankStallTimeoutMs !== undefined ? { rankStallTimeoutMs: opts.rankStallTimeoutMs } : {}),
+    flowControl: opts.flowControl?.enabled === true ? opts.flowControl : null,
     lockstep: spec.lockstepMode,
   });
   const c = client;

@@ -8,6 +8,7 @@ import { basename, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { LockstepSetting } from '../engine-client/waves.js';
 import type { DpPolicyName, DpPolicyTuning, OracleSource } from '../engine-client/policies.js';
+import type { FlowControlOptions } from '../engine-client/flow-control.js';
 import type { ReasoningParserName, ToolCallParserName } from '../server/parsers/index.js';
 import type { HttpEdgeOptions } from '../server/edge-options.js';
 import type { EngineFamily } from '../server/backend.js';
@@ -86,6 +87,8 @@ export interface GroupOptions {
  *   part 4): a rank holding requests and silent this long is dead.
  * - `rankStallTimeoutMs`: a rank holding requests and silent this long is stalled: out of rotation, its requests end
  *   (default 60 000; issue #8 part 3).
+ * - `flowControl`: with `enabled`, each engine client holds new unpinned requests in its queue while its ranks are
+ *   saturated (engine-client/flow-control.ts; issue 30): bounds and deadline as `FlowControlOptions`.
  * - `shutdownGraceMs`: how long `shutdown()` lets live requests run (default 30 000; issue #8 part 6).
  * - `maxMessageBytes`: per-socket frame size limits (src/transport/zmq-link.ts `DEFAULT_MAX_MESSAGE_BYTES`).
  * - `waitForRanks`: resolve only once every DP rank of every group has joined (default true; the HTTP server already
@@ -135,6 +138,8 @@ export interface GatewayOptions extends GroupOptions {
   dpPolicyOptions?: DpPolicyTuning;
   edge?: HttpEdgeOptions;
   rankStallTimeoutMs?: number;
+  /** Flow control of every engine group (engine-client/flow-control.ts); on only with `enabled`. */
+  flowControl?: FlowControlOptions & { enabled?: boolean };
   shutdownGraceMs?: number;
   maxMessageBytes?: Partial<MaxMessageBytes>;
   waitForRanks?: boolean;

@@ -4,6 +4,7 @@
  * `--workers` router (src/fronts/router/cluster.ts) read instead of deriving the same values again.
  */
 import type { Logger } from 'pino';
+import { checkFlowControlOptions } from '../engine-client/flow-control.js';
 import { createDpPolicy, type DpPolicyName, type DpPolicyOptions } from '../engine-client/policies.js';
 import { DEFAULT_SHUTDOWN_GRACE_MS } from '../lifecycle.js';
 import { positiveMs } from '../option-checks.js';
@@ -68,6 +69,7 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   // Validate before starting anything (each engine client checks them again when it is built, after the spawn).
   if (opts.silenceTimeoutMs !== undefined) positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs);
   if (opts.rankStallTimeoutMs !== undefined) positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs);
+  if (opts.flowControl?.enabled === true) checkFlowControlOptions(opts.flowControl);
   const edge = resolveEdgeOptions(opts.edge);
   warnIfOpenWithoutKey(logger, host, edge);
   const shutdownGraceMs = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;

@@ -293,6 +293,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     responses: deps.responsesStoreInstance ?? new ResponsesStore(deps.responsesStore),
     streamBackpressure: edge.streamBackpressure,
     admission,
+    keyed: edge.apiKeys.length > 0,
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {

@@ -57,6 +57,11 @@ export interface GenerationBackend {
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
   /**
+   * Optional: whether a submit may wait in the group's flow-control queue (engine-client/flow-control.ts); a caller
+   * that can abort a request before its submit settles passes a signal then.
+   */
+  readonly flowControlled?: boolean;
+  /**
    * Optional: subscribe to a rank joining (`rejoin` true when the slot held an earlier process of that rank; the
    * engine client's `joined` event). The app uses it to drop a rejoined rank's per-rank latency samples.
    */

@@ -222,7 +222,9 @@ export function toApiError(err: unknown): ApiError {
       code: kind.replace(/-/g, '_'),
       param: kind === 'invalid-dp-rank' ? 'X-data-parallel-rank' : null,
       cause: err,
-      ...(kind === 'unavailable' || kind === 'overloaded' ? { retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS } : {}),
+      ...(kind === 'unavailable' || kind === 'overloaded'
+        ? { retryAfterSeconds: RETRY_AFTER_UNAVAILABLE_SECONDS }
+        : {}),
     });
   }
   const message = err instanceof Error ? err.message : String(err);

@@ -34,6 +34,7 @@
  */
 import { Counter, Gauge, type Registry } from 'prom-client';
 import type { BackendRankState, BackendStats } from './backend.js';
+import { PRIORITY_BANDS } from './priority-band.js';
 
 /** What the scrape-time collectors read from one group's client (an `EngineClient` satisfies it). */
 export interface MetricsSource {
@@ -74,6 +75,7 @@ export function registerEngineSeries(ctx: EngineSeriesContext): void {
   registerLifecycleSeries(ctx);
   registerOutputContractSeries(ctx);
   registerCacheRoutingSeries(ctx);
+  registerFlowControlSeries(ctx);
 }
 
 /** Every rank of every group, with the group's worker label. */
@@ -359,6 +361,41 @@ function registerOutputContractSeries(ctx: EngineSeriesContext): void {
     'model_gateway_unknown_outputs_total',
     'Output rows for request ids this gateway never issued (or forgot long ago); dropped',
     (s) => s.unknownOutputs,
+  );
+}
+
+/** Flow control (issue 30 part 3; engine-client/flow-control.ts): the queue per band, how queued requests ended. */
+function registerFlowControlSeries(ctx: EngineSeriesContext): void {
+  const model = ctx.model;
+  new Gauge({
+    name: 'model_gateway_flow_control_queued_requests',
+    help: "Requests waiting in the engine group's flow-control queue (the group is saturated), by priority band",
+    labelNames: ['model', 'worker', 'band'],
+    registers: ctx.registers,
+    collect() {
+      this.reset();
+      for (const g of ctx.groups()) {
+        const f = g.backend.stats.flowControl;
+        if (f === null) continue;
+        f.queuedByBand.forEach((n, b) =>
+          this.set({ model, worker: g.worker, band: PRIORITY_BANDS[b] ?? String(b) }, n),
+        );
+      }
+    },
+  });
+  recordCounter(
+    ctx,
+    'model_gateway_flow_control_requests_total',
+    'Requests that waited in the flow-control queue, by how the wait ended: granted (went to a rank), refused (queue or tenant share full), timed_out, shed (dropped for a more urgent request), left (the client left)',
+    ['worker'],
+    'outcome',
+    () =>
+      ctx.groups().flatMap((g) => {
+        const f = g.backend.stats.flowControl;
+        return f === null
+          ? []
+          : [[{ worker: g.worker }, f.outcomes] as [Record<string, string>, Record<string, number>]];
+      }),
   );
 }
 

@@ -42,4 +42,6 @@ export interface RouteContext {
   streamBackpressure: StreamBackpressure;
   /** Whether the gateway is draining (admission.ts; `/ready` reports it). */
   admission: AdmissionGate;
+  /** Whether API keys are checked (then each key is a tenant; tenant.ts). */
+  keyed: boolean;
 }

@@ -28,7 +28,9 @@ import { endDisconnected, RequestRecord } from './request-record.js';
 import { respondBuffered } from './respond-buffered.js';
 import { respondStreamed } from './respond-streamed.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
+import { tenantOf } from './tenant.js';
 import {
+  bandOrder,
   DEFAULT_PRIORITY_BAND,
   PRIORITY_BAND_HEADER,
   parsePriorityBand,
@@ -72,6 +74,8 @@ export interface PreparedRequest {
   convertedStopIds?: number[];
   /** The request's priority band (priority-band.ts); on vLLM groups it sets the wire `priority`. */
   band: PriorityBand;
+  /** The request's tenant (tenant.ts), for flow control's fairness. */
+  tenant: string;
 }
 
 /**
@@ -213,6 +217,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = ctx.chooser.candidates(dpRank);
   const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER]);
+  const tenant = tenantOf(request.headers, ctx.keyed);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
@@ -232,6 +237,7 @@ export async function handleGeneration<B extends CommonBodyT>(
       requested,
       widest: widestOf,
       band,
+      tenant,
     });
     handedOver = true;
     return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
@@ -268,6 +274,7 @@ function toServe<B extends CommonBodyT>(
     requested: RequestedStructuredOutput | null;
     widest: (gs: readonly BackendGroup[]) => BackendGroup;
     band: PriorityBand;
+    tenant: string;
   },
 ): PreparedRequest {
   const { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf } = args;
@@ -316,6 +323,7 @@ function toServe<B extends CommonBodyT>(
     topLogprobs,
     convertedStopIds,
     band: args.band,
+    tenant: args.tenant,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
   };
 }
@@ -372,8 +380,9 @@ export async function serveGeneration(
   // is still queued behind an earlier pipelined one; see disconnect.ts).
   try {
     // Submit every sub-request in the same tick (each routed on its own; dp-routing.md 12.3).
+    const flow = { tenant: prepared.tenant, band: bandOrder(prepared.band) };
     const settled = await Promise.allSettled(
-      engineRequestsOf(requestId, prepared).map((r) => backend.submit(r, { dpRank, signal: disconnect.signal })),
+      engineRequestsOf(requestId, prepared).map((r) => backend.submit(r, { dpRank, signal: disconnect.signal, flow })),
     );
     const streams: BackendStream[] = [];
     let submitError: unknown = null;

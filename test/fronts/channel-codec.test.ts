@@ -33,13 +33,14 @@ const request: GenerateRequest = {
 
 test('front records round-trip in one message, in order', () => {
   const records: UpRecord[] = [
-    { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null },
+    { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null, flow: null },
     {
       tag: Tag.SUBMIT,
       handle: 2,
       group: 1,
-      request: { ...request, requestId: 'chatcmpl-2', topLogprobs: 2 },
+      request: { ...request, requestId: 'chatcmpl-2', topLogprobs: 2, priority: 1 },
       dpRank: 1,
+      flow: { tenant: 'key:0123456789ab', band: 2 },
     },
     { tag: Tag.ABORT, handle: 1 },
     { tag: Tag.PERMIT, ticket: 9 },
@@ -219,6 +220,16 @@ test('malformed messages are ChannelDecodeErrors', () => {
       encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1] }, null]]),
       'up',
     ],
+    [
+      'submit with a flow tenant that is not a string',
+      encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 7, 1]]),
+      'up',
+    ],
+    [
+      'submit with a flow band that is not an integer',
+      encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 't', 'high']]),
+      'up',
+    ],
     ['call without a method', encode([[Tag.CALL, 1, 2, null]]), 'up'],
     ['front tag from the router', encode([[Tag.PERMIT, 1]]), 'down'],
     ['the old HELLO record from a front', encode([[1, 3]]), 'up'],
@@ -378,7 +389,7 @@ test("UpOutbox: the records of one turn are one message in one write; the next t
   const writes: UpRecord[][][] = [];
   const box = new UpOutbox((messages) => writes.push(messages.map((m) => decodeUp(m))));
   box.push({ tag: Tag.PERMIT, ticket: 1 });
-  box.push({ tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null });
+  box.push({ tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null, flow: null });
   box.push({ tag: Tag.ABORT, handle: 1 });
   assert.equal(writes.length, 0, 'nothing is written before the end of the turn');
   await new Promise((r) => setImmediate(r));
@@ -386,7 +397,7 @@ test("UpOutbox: the records of one turn are one message in one write; the next t
     [
       [
         { tag: Tag.PERMIT, ticket: 1 },
-        { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null },
+        { tag: Tag.SUBMIT, handle: 1, group: 0, request, dpRank: null, flow: null },
         { tag: Tag.ABORT, handle: 1 },
       ],
     ],
@@ -411,6 +422,7 @@ test('UpOutbox: records that would pass the message bound leave as several messa
     group: 0,
     request: { ...request, promptTokenIds: new Array<number>(60).fill(1000) },
     dpRank: null,
+    flow: null,
   });
   for (let h = 1; h <= 5; h++) box.push(big(h));
   assert.throws(
@@ -421,6 +433,7 @@ test('UpOutbox: records that would pass the message bound leave as several messa
         group: 0,
         request: { ...request, promptTokenIds: new Array<number>(400).fill(1000) },
         dpRank: null,
+        flow: null,
       }),
     (err: unknown) => err instanceof ChannelRecordTooLarge && err.maxBytes === max,
   );

@@ -7,6 +7,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { isProtectedPath, keyMatcher } from '../../src/server/auth.js';
+import { keyTenant } from '../../src/server/tenant.js';
 import { listenApp, rawExchange, WORKER, type AppFixture } from './helpers.js';
 
 const KEYS = ['sk-first-key', 'second'];
@@ -92,6 +93,8 @@ describe('API keys', () => {
       assert.equal(((await res.json()) as { object: string }).object, 'chat.completion');
     }
     assert.equal((await call(fx.port, '/v1/models', { auth: `bearer ${KEYS[1]}` })).status, 200);
+    const tenants = fx.backend.submissions.slice(-KEYS.length).map((x) => x.flow?.tenant);
+    assert.deepEqual(tenants, KEYS.map(keyTenant), 'each key is its own tenant, named by a digest, never the key');
     const tok = await call(fx.port, '/tokenize', { key: KEYS[0], body: { prompt: 'Hello' } });
     assert.equal(tok.status, 200);
     assert.equal((await call(fx.port, '/detokenize', { key: KEYS[1], body: { tokens: [9707] } })).status, 200);

@@ -2,6 +2,7 @@
  * An in-memory `GenerationBackend` for the route tests: records every submit and lets the test script each
  * request's outputs (or failures) through a `FakeStream`.
  */
+import type { FlowTicket } from '../../src/engine-client/flow-control.js';
 import type { ConnectedEngine } from '../../src/engine-client/link.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
 import { DEFAULT_READY_RESPONSE } from '../../src/protocols/handshake.js';
@@ -176,6 +177,8 @@ export interface Submission {
   dpRank: number | undefined;
   signal: AbortSignal | undefined;
   stream: FakeStream;
+  /** The flow-control ticket the route passed (tenant, band). */
+  flow: FlowTicket | undefined;
 }
 
 /** The fake ranks' ready response: only maxModelLen is read by the routes; TokenSpeed defaults elsewhere. */
@@ -214,6 +217,7 @@ export class FakeBackend implements GenerationBackend {
     handshakeRejected: {},
     routingPrecision: { requests: 0, predictedTokens: 0, confirmedTokens: 0, reportedTokens: 0 },
     kvEvents: null,
+    flowControl: null,
   };
   private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
   private submittedWaiters: Array<(s: Submission) => void> = [];
@@ -278,9 +282,9 @@ export class FakeBackend implements GenerationBackend {
 
   async submit(
     request: GenerateRequest,
-    options: { dpRank?: number; signal?: AbortSignal } = {},
+    options: { dpRank?: number; signal?: AbortSignal; flow?: FlowTicket } = {},
   ): Promise<BackendStream> {
-    const { dpRank, signal } = options;
+    const { dpRank, signal, flow } = options;
     for (const w of this.callWaiters.splice(0)) w({ request, signal });
     if (this.submitGate) {
       await Promise.race([
@@ -297,7 +301,7 @@ export class FakeBackend implements GenerationBackend {
     }
     const stream = new FakeStream(request.requestId, dpRank ?? 0, request.promptTokenIds.length);
     signal?.addEventListener('abort', () => stream.cancel(), { once: true });
-    const s: Submission = { request, dpRank, signal, stream };
+    const s: Submission = { request, dpRank, signal, stream, flow };
     this.submissions.push(s);
     this.onSubmit?.(s);
     for (const w of this.submittedWaiters.splice(0)) w(s);

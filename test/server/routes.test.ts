@@ -236,7 +236,7 @@ describe('OpenAI routes', () => {
     assert.equal(fx.backend.submissions.length, before, 'nothing submitted for a bad pin');
   });
 
-  test('x-gateway-inference-objective: the band sets the request priority; above the ceiling is 403, unknown 400', async () => {
+  test('x-gateway-inference-objective and x-gateway-fairness-id: band and tenant reach the submit; bad values are refused', async () => {
     const messages = [{ role: 'user', content: 'Hi' }];
     const plain = await chat({ messages });
     assert.equal(plain.statusCode, 200, plain.body);
@@ -244,6 +244,13 @@ describe('OpenAI routes', () => {
     const bulk = await chat({ messages }, { 'X-Gateway-Inference-Objective': 'sheddable' });
     assert.equal(bulk.statusCode, 200, bulk.body);
     assert.equal(fx.backend.submissions.at(-1)!.request.priority, 1);
+    assert.deepEqual(fx.backend.submissions.at(-1)!.flow, { tenant: 'default', band: 2 }, 'the flow ticket');
+    const named = await chat({ messages }, { 'x-gateway-fairness-id': 'team-a' });
+    assert.equal(named.statusCode, 200, named.body);
+    assert.deepEqual(fx.backend.submissions.at(-1)!.flow, { tenant: 'team-a', band: 1 });
+    const badId = await chat({ messages }, { 'x-gateway-fairness-id': 'has space' });
+    assert.equal(badId.statusCode, 400, badId.body);
+    assert.equal(badId.json().error.code, 'invalid_fairness_id');
     const before = fx.backend.submissions.length;
     const raised = await chat({ messages }, { 'x-gateway-inference-objective': 'critical' });
     assert.equal(raised.statusCode, 403, raised.body);

@@ -3,6 +3,7 @@
  * `ChannelDecodeError` for anything else (the caller logs and counts it, the process keeps running). Pure: no sockets.
  */
 import { Decoder } from '@msgpack/msgpack';
+import type { FlowTicket } from '../../engine-client/flow-control.js';
 import type { GenerateRequest, TokenCandidate } from '../../protocols/types.js';
 import { MsgpackReader } from '../../wire/reader.js';
 import {
@@ -55,6 +56,13 @@ function object<T>(t: unknown[], i: number, what: string): T {
   return v as T;
 }
 
+/** A SUBMIT's flow ticket: elements 5 (tenant, a string) and 6 (band, an integer ≥ 0), or null when absent. */
+function flowTicket(t: unknown[]): FlowTicket | null {
+  if (t.length <= 5) return null;
+  if (typeof t[5] !== 'string') throw new ChannelDecodeError('SUBMIT: the flow tenant must be a string');
+  return { tenant: t[5], band: int(t, 6, 'flow band') };
+}
+
 function numbers(t: unknown[], i: number, what: string): number[] {
   const v = t[i];
   if (!Array.isArray(v)) throw new ChannelDecodeError(`record tag ${String(t[0])}: ${what} must be a list`);
@@ -90,6 +98,7 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
           group: int(t, 2, 'group'),
           request,
           dpRank: intOrNull(t, 4, 'dp rank'),
+          flow: flowTicket(t),
         };
       }
       case Tag.ABORT:

@@ -23,7 +23,9 @@ const encoder = new Encoder({ ignoreUndefined: true });
 function upTuple(r: UpRecord): unknown[] {
   switch (r.tag) {
     case Tag.SUBMIT:
-      return [r.tag, r.handle, r.group, r.request, r.dpRank];
+      return r.flow === null
+        ? [r.tag, r.handle, r.group, r.request, r.dpRank]
+        : [r.tag, r.handle, r.group, r.request, r.dpRank, r.flow.tenant, r.flow.band];
     case Tag.ABORT:
       return [r.tag, r.handle];
     case Tag.PERMIT:

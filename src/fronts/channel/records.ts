@@ -14,6 +14,7 @@
  */
 import type { EngineClientErrorFields } from '../../engine-client/errors.js';
 import type { ClientStats } from '../../engine-client/reports.js';
+import type { FlowTicket } from '../../engine-client/flow-control.js';
 import type {
   EngineOutput,
   EngineOutputBase,
@@ -111,7 +112,15 @@ export const OUT_LENGTH = {
 
 /** Records a front sends. `handle` is front-local (an integer ≥ 0), one per engine request. */
 export type UpRecord =
-  | { tag: typeof Tag.SUBMIT; handle: number; group: number; request: GenerateRequest; dpRank: number | null }
+  | {
+      tag: typeof Tag.SUBMIT;
+      handle: number;
+      group: number;
+      request: GenerateRequest;
+      dpRank: number | null;
+      /** The request's tenant and band for the router's flow control (engine-client/flow-control.ts); null: none. */
+      flow: FlowTicket | null;
+    }
   | { tag: typeof Tag.ABORT; handle: number }
   | { tag: typeof Tag.PERMIT; ticket: number }
   | { tag: typeof Tag.RELEASE; ticket: number }

@@ -151,7 +151,7 @@ export class FrontChannel extends EventEmitter<{
     // Fails the submission when its record cannot be sent (outbox.ts: too large for a message); undefined when sent.
     const unsendable = (): Error | undefined => {
       try {
-        this.push({ tag: Tag.SUBMIT, handle, group, request, dpRank: dpRank ?? null });
+        this.push({ tag: Tag.SUBMIT, handle, group, request, dpRank: dpRank ?? null, flow: options.flow ?? null });
         return undefined;
       } catch (err) {
         return new EngineClientError(

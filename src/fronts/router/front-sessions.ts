@@ -21,6 +21,11 @@ export interface FrontSession {
   readonly streams: IdTable<RequestStream | typeof PENDING>;
   /** Handles aborted while their submit was still being placed. */
   readonly abortedEarly: IdSet;
+  /**
+   * Per pending handle whose group has flow control: what leaves its queue at once when the front aborts it (a
+   * request can wait there for seconds; engine-client/flow-control.ts).
+   */
+  readonly queued: IdTable<AbortController>;
   readonly permits: IdSet;
   dropped: boolean;
   /** Reported to `onFrontStuck` already (once is enough: the primary kills it). */
@@ -35,6 +40,7 @@ export function newSession(frontId: number, sock: Socket, lane: FrontLane): Fron
     lane,
     streams: new IdTable(),
     abortedEarly: new IdSet(),
+    queued: new IdTable(),
     permits: new IdSet(),
     dropped: false,
     reported: false,
@@ -44,8 +50,10 @@ export function newSession(frontId: number, sock: Socket, lane: FrontLane): Fron
 /** The front aborted `handle` (ABORT): cancel its stream, or note it when its submit is still being placed. */
 export function abortHandle(s: FrontSession, handle: number): void {
   const stream = s.streams.get(handle);
-  if (stream === PENDING) s.abortedEarly.add(handle);
-  else if (stream !== undefined) {
+  if (stream === PENDING) {
+    s.abortedEarly.add(handle);
+    s.queued.get(handle)?.abort(new Error('the front aborted the request while it waited'));
+  } else if (stream !== undefined) {
     s.streams.delete(handle);
     stream.cancel();
   }
@@ -56,6 +64,7 @@ export function abortHandle(s: FrontSession, handle: number): void {
  * handle's), else cancels it (the front went away or aborted it meanwhile) and returns false.
  */
 export function keepPlaced(s: FrontSession, handle: number, stream: RequestStream): boolean {
+  s.queued.delete(handle);
   if (s.dropped || s.abortedEarly.delete(handle)) {
     s.streams.delete(handle);
     stream.cancel();
@@ -67,6 +76,7 @@ export function keepPlaced(s: FrontSession, handle: number, stream: RequestStrea
 
 /** `handle`'s submit was refused: the handle holds nothing any more. */
 export function submitRefused(s: FrontSession, handle: number): void {
+  s.queued.delete(handle);
   s.streams.delete(handle);
   s.abortedEarly.delete(handle);
 }
@@ -82,6 +92,8 @@ export function cancelEvery(s: FrontSession): number {
     if (stream === PENDING) s.abortedEarly.add(Number(key));
     else stream.cancel();
   }
+  for (const q of s.queued.values()) q.abort(new Error('the front went away while the request waited'));
+  s.queued.clear();
   s.streams.clear();
   return n;
 }

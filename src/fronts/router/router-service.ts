@@ -28,6 +28,7 @@ import { randomBytes } from 'node:crypto';
 import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
+import type { FlowTicket } from '../../engine-client/flow-control.js';
 import type { RequestStream } from '../../engine-client/request-stream.js';
 import type { GenerateRequest } from '../../protocols/types.js';
 import type { ResponsesStore } from '../../server/responses/store.js';
@@ -375,7 +376,7 @@ export class RouterService {
   private apply(s: FrontSession, r: UpRecord): void {
     switch (r.tag) {
       case Tag.SUBMIT:
-        this.submit(s, r.handle, r.group, r.request, r.dpRank);
+        this.submit(s, r.handle, r.group, r.request, r.dpRank, r.flow);
         return;
       case Tag.ABORT:
         abortHandle(s, r.handle);
@@ -400,6 +401,7 @@ export class RouterService {
     group: number,
     request: GenerateRequest,
     dpRank: number | null,
+    flow: FlowTicket | null,
   ): void {
     const g = this.opts.groups[group];
     if (g === undefined) {
@@ -411,7 +413,14 @@ export class RouterService {
       return;
     }
     s.streams.set(handle, PENDING);
-    const placed = g.backend.submit(request, dpRank === null ? {} : { dpRank });
+    // A request that may wait in the group's flow-control queue can be aborted there (front-sessions.ts `queued`).
+    const queued = dpRank === null && g.backend.flowControlled === true ? new AbortController() : null;
+    if (queued !== null) s.queued.set(handle, queued);
+    const placed = g.backend.submit(request, {
+      ...(dpRank === null ? {} : { dpRank }),
+      ...(flow === null ? {} : { flow }),
+      ...(queued === null ? {} : { signal: queued.signal }),
+    });
     // With more than one group, each front chooses the group of a request from its latest SNAPSHOT
     // (GroupChooser.choose): send every front the new in-flight counts at the end of this turn, not at the next tick.
     if (this.opts.groups.length > 1) this.queueSnapshot();

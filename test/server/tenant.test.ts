@@ -1,0 +1,27 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { ApiError } from '../../src/server/errors.js';
+import { DEFAULT_TENANT, keyTenant, tenantOf } from '../../src/server/tenant.js';
+
+test('with API keys: the key names the tenant (a digest, stable, never the key); the fairness header is ignored', () => {
+  const t = keyTenant('sk-secret-1');
+  assert.match(t, /^key:[0-9a-f]{12}$/);
+  assert.ok(!t.includes('secret'));
+  assert.equal(keyTenant('sk-secret-1'), t);
+  assert.notEqual(keyTenant('sk-secret-2'), t);
+  const headers = { authorization: 'Bearer sk-secret-1', 'x-gateway-fairness-id': 'someone-else' };
+  assert.equal(tenantOf(headers, true), t);
+  assert.equal(tenantOf({ authorization: 'bearer  sk-secret-1 ' }, true), t, 'scheme case and spaces');
+});
+
+test('without keys: the fairness header, else the default tenant; a bad id is a 400', () => {
+  assert.equal(tenantOf({}, false), DEFAULT_TENANT);
+  assert.equal(tenantOf({ 'x-gateway-fairness-id': ' team-a ' }, false), 'team-a');
+  for (const bad of ['has space', 'x'.repeat(65), 'naïve']) {
+    assert.throws(
+      () => tenantOf({ 'x-gateway-fairness-id': bad }, false),
+      (err: unknown) => err instanceof ApiError && err.statusCode === 400 && err.code === 'invalid_fairness_id',
+      bad,
+    );
+  }
+});
