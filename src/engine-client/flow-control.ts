@@ -196,7 +196,7 @@ export class FlowGate {
     });
   }
 
-  /** Refuse every waiting request with `err` (the group closed). */
+  /** Refuse every waiting request with `err` (the group closed, or no rank can serve). */
   closeAll(err: EngineClientError): void {
     for (let e = this.queue.take(); e !== undefined; e = this.queue.take()) e.value.refuse(err);
   }

@@ -268,6 +268,15 @@ export class GroupState {
     if (this.serving && !wasServing) this.rebuildWaves();
     this.notify('rank', index, l.state, l.cause);
     if (l.state === 'ready') this.gate?.noteFreed();
+    // Nothing can serve the waiting requests now: they end as a submit would (503 + Retry-After), not at their deadline.
+    if (!this.serving && wasServing) {
+      this.gate?.closeAll(
+        new EngineClientError(
+          'unavailable',
+          `no DP rank of this engine group can take requests now (${this.ranks.describe()}); the request waited in the flow-control queue`,
+        ),
+      );
+    }
     return true;
   }
 

@@ -10,7 +10,7 @@ import { EngineClientError } from '../../src/engine-client/errors.js';
 import { rankRoom } from '../../src/engine-client/flow-control.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
 import { RequestType } from '../../src/protocols/types.js';
-import { batch, inFlight, load, req, row, setup, tick, type FakeLink } from './fakes.js';
+import { batch, inFlight, load, req, row, setup, tick, unreachable, type FakeLink } from './fakes.js';
 
 /** Ids of the ADDs sent so far, in order. */
 const added = (link: FakeLink): string[] =>
@@ -124,6 +124,24 @@ test('the engine reports a queue: no room even under the in-flight target', asyn
     await tick();
     await b;
     assert.deepEqual(added(link), ['a', 'b']);
+  } finally {
+    await client.close();
+  }
+});
+
+test('when no rank can serve any more, waiting requests end at once with unavailable, not at their deadline', async () => {
+  const { client, link } = setup(1, { flowControl: { maxInFlightPerRank: 1, queueTimeoutMs: 60_000 } });
+  try {
+    const first = await client.submit(req('a'));
+    const waiting = client.submit(req('b'));
+    await tick();
+    // The only rank's ABORT is refused as unreachable: the rank is dead, the group cannot serve.
+    link.sendHook = (f) => {
+      if (f.type === RequestType.ABORT) throw unreachable(0);
+    };
+    first.cancel();
+    await assert.rejects(waiting, (err) => err instanceof EngineClientError && err.kind === 'unavailable');
+    assert.deepEqual(added(link), ['a'], 'it never reached a rank');
   } finally {
     await client.close();
   }
