@@ -192,7 +192,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   /**
-   * Submit one request (dp-routing.md section 3). Synchronously, before the first `await`: validate, register, select
+   * Submit one request (dp-routing.md section 3). With flow control on (`EngineClientOptions.flowControl`), an unpinned
+   * request first waits in the gateway's queue while the group is saturated (flow-control.ts; it rejects with
+   * `overloaded` at its deadline or when the queue is full, with `unavailable` when no rank can serve any more, and with
+   * the signal's reason when its client leaves); once it may go, the steps below run. Synchronously, before the first
+   * `await` (once admitted): validate, register, select
    * a ready rank and reserve its in-flight slot (one step, `policy.onDispatch` inside it), encode (with the pinned rank
    * as `AddTarget.dpRank`, gateway.md 14); then send `[identity, 00, payload]`, wake the group if it is lockstep
    * (13.2) and resolve with the request's stream. An ADD refused with EHOSTUNREACH or a send timeout reached no engine
