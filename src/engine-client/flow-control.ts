@@ -33,13 +33,14 @@ export const FLOW_CONTROL_DEFAULTS = {
 } as const;
 
 /**
- * What flow control did, live: requests queued now per band (index = band), and how queued requests ended: granted
- * (went to a rank), refused (the queue or the tenant's share was full), timed_out (deadline), shed (dropped for a more
- * urgent one), left (the client left while it waited).
+ * What flow control did, live: requests queued now per band (index = band), and how requests that met a saturated
+ * group ended: granted (waited, then let through to placement), refused (not queued: the queue or the tenant's share was full),
+ * timed_out (deadline), shed (dropped for a more urgent one), left (the client left while it waited), unavailable (no
+ * rank could serve any more, or the client closed).
  */
 export interface FlowControlStats {
   readonly queuedByBand: readonly number[];
-  readonly outcomes: Record<'granted' | 'refused' | 'timed_out' | 'shed' | 'left', number>;
+  readonly outcomes: Record<'granted' | 'refused' | 'timed_out' | 'shed' | 'left' | 'unavailable', number>;
 }
 
 /** The bands flow control orders by (priority-band.ts: critical, standard, sheddable). */
@@ -114,7 +115,7 @@ export class FlowGate {
     this.timeoutMs = opts.queueTimeoutMs ?? FLOW_CONTROL_DEFAULTS.queueTimeoutMs;
     this.stats = {
       queuedByBand: this.queue.bandSizes,
-      outcomes: { granted: 0, refused: 0, timed_out: 0, shed: 0, left: 0 },
+      outcomes: { granted: 0, refused: 0, timed_out: 0, shed: 0, left: 0, unavailable: 0 },
     };
   }
 
@@ -198,7 +199,10 @@ export class FlowGate {
 
   /** Refuse every waiting request with `err` (the group closed, or no rank can serve). */
   closeAll(err: EngineClientError): void {
-    for (let e = this.queue.take(); e !== undefined; e = this.queue.take()) e.value.refuse(err);
+    for (let e = this.queue.take(); e !== undefined; e = this.queue.take()) {
+      this.stats.outcomes.unavailable++;
+      e.value.refuse(err);
+    }
   }
 
   private pump(): void {

@@ -9,6 +9,7 @@ import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
 import { EngineClient } from '../engine-client/client.js';
+import { FLOW_CONTROL_DEFAULTS } from '../engine-client/flow-control.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import type { LockstepSetting } from '../engine-client/waves.js';
 import { indexShapeFor } from '../engine-client/cache-aware.js';
@@ -289,6 +290,18 @@ function startGroupClient(
     lockstep: spec.lockstepMode,
   });
   const c = client;
+  if (c.flowControlled) {
+    const fc = opts.flowControl!;
+    log.info(
+      {
+        maxInFlightPerRank: fc.maxInFlightPerRank ?? 'max_num_seqs',
+        maxQueued: fc.maxQueued ?? FLOW_CONTROL_DEFAULTS.maxQueued,
+        maxQueuedPerTenant: fc.maxQueuedPerTenant ?? FLOW_CONTROL_DEFAULTS.maxQueuedPerTenant,
+        queueTimeoutMs: fc.queueTimeoutMs ?? FLOW_CONTROL_DEFAULTS.queueTimeoutMs,
+      },
+      'flow control on: requests wait in the gateway while every rank is saturated',
+    );
+  }
   const lastKind = { kind: null as string | null };
   logGroupKind(log, c, spec.lockstepMode, lastKind);
   c.on('joined', (engine) => {

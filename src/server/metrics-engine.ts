@@ -386,7 +386,7 @@ function registerFlowControlSeries(ctx: EngineSeriesContext): void {
   recordCounter(
     ctx,
     'model_gateway_flow_control_requests_total',
-    'Requests that waited in the flow-control queue, by how the wait ended: granted (went to a rank), refused (queue or tenant share full), timed_out, shed (dropped for a more urgent request), left (the client left)',
+    'Requests that met a saturated engine group, by how they ended: granted (waited, then let through to placement), refused (not queued: queue or tenant share full), timed_out, shed (dropped for a more urgent request), left (the client left while waiting), unavailable (no rank could serve any more)',
     ['worker'],
     'outcome',
     () =>

@@ -142,6 +142,10 @@ test('when no rank can serve any more, waiting requests end at once with unavail
     first.cancel();
     await assert.rejects(waiting, (err) => err instanceof EngineClientError && err.kind === 'unavailable');
     assert.deepEqual(added(link), ['a'], 'it never reached a rank');
+    // Counted once: as unavailable when the rank's death emptied the queue, or as granted when room (the cancel) let
+    // it through first and the placement then found no rank.
+    const o = client.stats.flowControl!.outcomes;
+    assert.equal(o.unavailable + o.granted, 1, 'counted once');
   } finally {
     await client.close();
   }
