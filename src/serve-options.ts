@@ -28,6 +28,7 @@ import { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES } from '.
 import { REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES } from './server/parsers/index.js';
 import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
 import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES } from './server/sse.js';
+import { MAX_TIMER_MS } from './option-checks.js';
 import { DEFAULT_OFF_LOOP_LIMITS } from './tokenizer/off-loop.js';
 import { DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, DEFAULT_MAX_MESSAGE_BYTES } from './transport/zmq-link.js';
 
@@ -570,7 +571,7 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     section: 'routing',
     help: 'Flow control: a request waiting this long gets 429 + Retry-After',
     default: String(FLOW_CONTROL_DEFAULTS.queueTimeoutMs),
-    field: field(['flowControl', 'queueTimeoutMs'], int(1)),
+    field: field(['flowControl', 'queueTimeoutMs'], int(1, MAX_TIMER_MS)),
   },
   // Engine liveness.
   {

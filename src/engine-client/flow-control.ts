@@ -20,6 +20,7 @@
  */
 import type { EngineLoad } from '../protocols/types.js';
 import type { CancelSignal, FlowControlOptions, FlowTicket } from './client-options.js';
+import { positiveMs } from '../option-checks.js';
 import { EngineClientError } from './errors.js';
 import { FlowQueue, type FlowRefusal } from './flow-queue.js';
 
@@ -61,7 +62,8 @@ export function rankRoom(inFlight: number, load: EngineLoad | null, target: numb
 /**
  * Checks flow control's settings before anything starts.
  * @throws RangeError on a queue bound or per-rank target that is not an integer ≥ 1 (null target: allowed), or a
- *   timeout that is not a positive finite number of ms.
+ *   timeout that is not a positive number of ms at most `MAX_TIMER_MS` (Node's longest timer: a longer one fires
+ *   at once).
  */
 export function checkFlowControlOptions(opts: FlowControlOptions): void {
   const ints: [string, number | null | undefined][] = [
@@ -74,10 +76,7 @@ export function checkFlowControlOptions(opts: FlowControlOptions): void {
       throw new RangeError(`${name} must be an integer ≥ 1, got ${v}`);
     }
   }
-  const t = opts.queueTimeoutMs;
-  if (t !== undefined && (!(t > 0) || !Number.isFinite(t))) {
-    throw new RangeError(`queueTimeoutMs must be a positive number of ms, got ${t}`);
-  }
+  if (opts.queueTimeoutMs !== undefined) positiveMs('queueTimeoutMs', opts.queueTimeoutMs);
 }
 
 interface Waiter {

@@ -8,14 +8,30 @@
 import { createServer, isIPv4 } from 'node:net';
 import type { FastifyInstance } from 'fastify';
 import type { Logger } from 'pino';
+import { FLOW_CONTROL_DEFAULTS } from '../engine-client/flow-control.js';
 import type { AdmissionGate } from '../server/admission.js';
 import type { GatewayDeps } from '../server/app.js';
 import type { BackendGroup } from '../server/backend.js';
-import { LISTEN_BACKLOG, type ResolvedEdgeOptions } from '../server/edge-options.js';
+import { DEFAULT_MAX_CONCURRENT_REQUESTS } from '../server/concurrency.js';
+import { LISTEN_BACKLOG, type HttpEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
 import type { GatewayMetrics } from '../server/metrics.js';
 import type { ResponsesStoreOptions } from '../server/responses/store.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { GatewayOptions, ServedModel } from './options.js';
+
+/**
+ * The HTTP edge options of `opts`. The concurrency cap counts requests waiting in flow control's queue (it is checked
+ * when a request arrives, before anything knows whether it will wait), so with `--flow-control` and no explicit cap
+ * the default cap grows by the queue's bound per group: otherwise one tenant's flood would fill the cap (512) long
+ * before the queue's own bounds and fair turns could act, and every other tenant would get 429 (found by testing).
+ */
+export function edgeOptionsOf(opts: GatewayOptions): HttpEdgeOptions | undefined {
+  const fc = opts.flowControl;
+  if (fc?.enabled !== true || opts.edge?.maxConcurrentRequests !== undefined) return opts.edge;
+  const groups = Math.max(1, opts.groups?.length ?? 1);
+  const queued = fc.maxQueued ?? FLOW_CONTROL_DEFAULTS.maxQueued;
+  return { ...opts.edge, maxConcurrentRequests: DEFAULT_MAX_CONCURRENT_REQUESTS + groups * queued };
+}
 
 /**
  * The `buildApp` options that come straight from `GatewayOptions`, for the one-process gateway and every `--workers`
@@ -29,7 +45,7 @@ export function appOptionsOf(
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
     ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
-    ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
+    ...(edgeOptionsOf(opts) !== undefined ? { edge: edgeOptionsOf(opts) } : {}),
     ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
   };
 }

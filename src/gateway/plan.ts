@@ -9,7 +9,7 @@ import { createDpPolicy, type DpPolicyName, type DpPolicyOptions } from '../engi
 import { DEFAULT_SHUTDOWN_GRACE_MS } from '../lifecycle.js';
 import { positiveMs } from '../option-checks.js';
 import { resolveEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
-import { warnIfOpenWithoutKey } from './http-app.js';
+import { edgeOptionsOf, warnIfOpenWithoutKey } from './http-app.js';
 import {
   DEFAULT_HOST,
   DEFAULT_PORT,
@@ -70,7 +70,7 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   if (opts.silenceTimeoutMs !== undefined) positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs);
   if (opts.rankStallTimeoutMs !== undefined) positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs);
   if (opts.flowControl?.enabled === true) checkFlowControlOptions(opts.flowControl);
-  const edge = resolveEdgeOptions(opts.edge);
+  const edge = resolveEdgeOptions(edgeOptionsOf(opts));
   warnIfOpenWithoutKey(logger, host, edge);
   const shutdownGraceMs = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
   if (!(Number.isFinite(shutdownGraceMs) && shutdownGraceMs >= 0))

@@ -47,7 +47,9 @@ export function parsePriorityBand(
   ceiling: PriorityBand = DEFAULT_PRIORITY_BAND,
   fallback: PriorityBand = DEFAULT_PRIORITY_BAND,
 ): PriorityBand {
-  const raw = (Array.isArray(value) ? value.join(',') : (value ?? '')).trim().toLowerCase();
+  // A header sent twice arrives joined with ', ': the same band twice is that band.
+  const parts = (Array.isArray(value) ? value.join(',') : (value ?? '')).split(',').map((p) => p.trim().toLowerCase());
+  const raw = parts.every((p) => p === parts[0]) ? parts[0]! : parts.join(', ');
   if (raw === '') return bandOrder(fallback) < bandOrder(ceiling) ? ceiling : fallback;
   if (!isPriorityBand(raw)) {
     throw badRequest(

@@ -37,6 +37,7 @@ import {
   vllmPriorityOf,
   type PriorityBand,
 } from './priority-band.js';
+import type { CancelSignal } from '../engine-client/client.js';
 import type { RouteContext } from './route-context.js';
 import type { CommonBodyT } from './schemas.js';
 import {
@@ -381,8 +382,17 @@ export async function serveGeneration(
   try {
     // Submit every sub-request in the same tick (each routed on its own; dp-routing.md 12.3).
     const flow = { tenant: prepared.tenant, band: bandOrder(prepared.band) };
+    const subs = engineRequestsOf(requestId, prepared);
+    const failFast = subs.length > 1 ? siblingsSignal(disconnect.signal) : null;
+    const signal = failFast?.signal ?? disconnect.signal;
     const settled = await Promise.allSettled(
-      engineRequestsOf(requestId, prepared).map((r) => backend.submit(r, { dpRank, signal: disconnect.signal, flow })),
+      subs.map((r) =>
+        // A refused sub-request ends its siblings at once: one still waiting in flow control's queue leaves it.
+        backend.submit(r, { dpRank, signal, flow }).catch((err: unknown) => {
+          failFast?.abort(err);
+          throw err;
+        }),
+      ),
     );
     const streams: BackendStream[] = [];
     let submitError: unknown = null;
@@ -418,6 +428,18 @@ export async function serveGeneration(
   } finally {
     disconnect.dispose();
   }
+}
+
+/**
+ * The signal of a request's n > 1 sub-requests: aborted when the client leaves (`leave` aborts) or, by its caller,
+ * when one sub-request is refused, so the others do not wait on (flow control can hold a submit for seconds).
+ */
+function siblingsSignal(leave: CancelSignal): AbortController {
+  const all = new AbortController();
+  const onLeave = () => all.abort(leave.reason);
+  if (leave.aborted) onLeave();
+  else leave.addEventListener('abort', onLeave, { once: true });
+  return all;
 }
 
 /** The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request. */

@@ -24,7 +24,8 @@ export function keyTenant(key: string): string {
 /** The bearer token of an `Authorization` header value, or null. */
 function bearerToken(value: string | undefined): string | null {
   if (value === undefined) return null;
-  const m = /^\s*bearer\s+(\S+)\s*$/i.exec(value);
+  // Everything after the scheme, as the key check reads it (a key may hold spaces).
+  const m = /^\s*bearer\s+(.+?)\s*$/i.exec(value);
   return m === null ? null : m[1]!;
 }
 

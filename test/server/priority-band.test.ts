@@ -38,6 +38,7 @@ test('header: a band above the ceiling is 403, an unknown one 400, both naming t
   refused(() => parsePriorityBand('standard', 'sheddable'), 403, 'priority_not_allowed');
   refused(() => parsePriorityBand('urgent'), 400, 'invalid_priority_band');
   refused(() => parsePriorityBand(['sheddable', 'critical']), 400, 'invalid_priority_band');
+  assert.equal(parsePriorityBand('sheddable, sheddable'), 'sheddable', 'the same band sent twice');
   try {
     parsePriorityBand('critical');
   } catch (err) {

@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
+import { EngineClientError } from '../../src/engine-client/errors.js';
 import { MODEL_ID, choicesOf, parseSse, streamedText, useApp } from './helpers.js';
 
 const REPLY = 'Hello there! Ünïcödé ✓ 你好 🎉 done.';
@@ -259,6 +260,29 @@ describe('OpenAI routes', () => {
     assert.equal(unknown.statusCode, 400, unknown.body);
     assert.equal(unknown.json().error.param, 'x-gateway-inference-objective');
     assert.equal(fx.backend.submissions.length, before, 'nothing submitted for a refused band');
+  });
+
+  test('n > 1: a sub-request refused at once ends the request at once, its siblings withdrawn', async () => {
+    const backend = fx.backend;
+    const submit = backend.submit.bind(backend);
+    const seen: string[] = [];
+    backend.submitGate = new Promise<void>(() => {}); // the siblings wait (as in flow control's queue) until aborted
+    backend.submit = (request, options) => {
+      seen.push(request.requestId);
+      if (request.requestId.endsWith('-1')) {
+        return Promise.reject(new EngineClientError('overloaded', 'the queue of this tenant is full'));
+      }
+      return submit(request, options);
+    };
+    try {
+      const res = await completions({ prompt: 'x', n: 3, max_tokens: 2 });
+      assert.equal(res.statusCode, 429, res.body);
+      assert.equal(res.json().error.code, 'overloaded');
+      assert.equal(seen.length, 3);
+    } finally {
+      backend.submit = submit;
+      backend.submitGate = null;
+    }
   });
 
   test('chat_template_kwargs reach the template (Qwen3 enable_thinking)', async () => {

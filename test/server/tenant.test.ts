@@ -12,6 +12,8 @@ test('with API keys: the key names the tenant (a digest, stable, never the key);
   const headers = { authorization: 'Bearer sk-secret-1', 'x-gateway-fairness-id': 'someone-else' };
   assert.equal(tenantOf(headers, true), t);
   assert.equal(tenantOf({ authorization: 'bearer  sk-secret-1 ' }, true), t, 'scheme case and spaces');
+  assert.equal(tenantOf({ authorization: 'Bearer key B' }, true), keyTenant('key B'), 'a key with a space');
+  assert.notEqual(keyTenant('key B'), keyTenant('key D'));
 });
 
 test('without keys: the fairness header, else the default tenant; a bad id is a 400', () => {
