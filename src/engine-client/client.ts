@@ -159,6 +159,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     return this.g.waves.value;
   }
 
+  /**
+   * Whether an unpinned request submitted now would go to a rank at once: always without flow control, else while
+   * nothing waits and the group has room (flow-control.ts). Read by the group choice.
+   */
+  hasRoom(): boolean {
+    return this.g.gate === null || this.g.gate.wouldAdmit();
+  }
+
   /** Whether flow control is on: an unpinned submit may wait in the gateway's queue (flow-control.ts). */
   get flowControlled(): boolean {
     return this.g.gate !== null;

@@ -118,6 +118,11 @@ export class FlowGate {
     };
   }
 
+  /** Whether a request arriving now would go to a rank without waiting (nothing waits, and the group has room). */
+  wouldAdmit(): boolean {
+    return this.queue.size === 0 && this.room() - this.granted > 0;
+  }
+
   /** Requests waiting now, per band and per tenant. */
   waiting(): { total: number; bands: number[]; tenants: Map<string, number> } {
     return { total: this.queue.size, ...this.queue.counts() };
@@ -129,7 +134,7 @@ export class FlowGate {
    * `overloaded` (queue full, shed, deadline) or with `signal`'s reason (its client left; it left the queue at once).
    */
   admit(id: string, ticket: FlowTicket, signal?: CancelSignal): Promise<void> | null {
-    if (this.queue.size === 0 && this.room() - this.granted > 0) return null;
+    if (this.wouldAdmit()) return null;
     return new Promise<void>((resolve, reject) => {
       const waitMs = Math.min(this.timeoutMs, ticket.timeoutMs ?? this.timeoutMs);
       let timer: NodeJS.Timeout | null = null;

@@ -62,6 +62,11 @@ export interface GenerationBackend {
    */
   readonly flowControlled?: boolean;
   /**
+   * Optional: whether an unpinned request submitted now would go to a rank without waiting in flow control's queue
+   * (absent: always). The group choice prefers groups that have room.
+   */
+  hasRoom?(): boolean;
+  /**
    * Optional: subscribe to a rank joining (`rejoin` true when the slot held an earlier process of that rank; the
    * engine client's `joined` event). The app uses it to drop a rejoined rank's per-rank latency samples.
    */

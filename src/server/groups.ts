@@ -179,7 +179,10 @@ export class GroupChooser {
     const start = this.scanStart;
     this.scanStart = this.scanStart >= Number.MAX_SAFE_INTEGER ? 0 : this.scanStart + 1;
     if (candidates.length === 1) return candidates[0]!;
-    const scores = candidates.map((g) => bestRankScore(g.backend.rankStates(), this.loadHorizonMs));
-    return candidates[lowestGroupPosition(scores, start)]!;
+    // With flow control, a saturated group would make the request wait while another has room: prefer those.
+    const open = candidates.filter((g) => g.backend.hasRoom?.() !== false);
+    const pool = open.length > 0 ? open : candidates;
+    const scores = pool.map((g) => bestRankScore(g.backend.rankStates(), this.loadHorizonMs));
+    return pool[lowestGroupPosition(scores, start)]!;
   }
 }

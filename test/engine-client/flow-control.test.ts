@@ -64,8 +64,10 @@ test('saturated: requests wait and go in band order, tenants taking turns, as ro
 test('not saturated: nothing waits, pinned requests never wait', async () => {
   const { client, link } = setup(2, { flowControl: { maxInFlightPerRank: 1 } });
   try {
+    assert.equal(client.hasRoom(), true);
     await client.submit(req('a'));
     await client.submit(req('b'));
+    assert.equal(client.hasRoom(), false, 'both ranks at their target: a new request would wait');
     await client.submit(req('pinned'), { dpRank: 0 });
     assert.deepEqual(added(link), ['a', 'b', 'pinned']);
   } finally {

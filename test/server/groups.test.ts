@@ -107,6 +107,20 @@ describe('GroupChooser', () => {
     );
   });
 
+  test('with flow control, a group with room beats a saturated one whatever the scores; all saturated: the scores', () => {
+    const a = group('ipc:///a', 'tokenspeed', [rank(0, 1)]);
+    const b = group('ipc:///b', 'tokenspeed', [rank(0, 9)]);
+    const room = { a: true, b: true };
+    Object.assign(a.b, { hasRoom: () => room.a });
+    Object.assign(b.b, { hasRoom: () => room.b });
+    const router = new GroupChooser([a.g, b.g]);
+    assert.equal(router.choose(router.candidates()).worker, 'ipc:///a', 'both have room: the lower score');
+    room.a = false;
+    assert.equal(router.choose(router.candidates()).worker, 'ipc:///b', 'a is saturated: b has room');
+    room.b = false;
+    assert.equal(router.choose(router.candidates()).worker, 'ipc:///a', 'both saturated: the lower score again');
+  });
+
   test('a dead group is never a candidate; none alive → 503 engine_dead naming the groups', () => {
     const a = group('ipc:///a', 'tokenspeed', [rank(0, 0)]);
     const b = group('ipc:///b', 'vllm', [rank(0, 9)]);

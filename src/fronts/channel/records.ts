@@ -64,6 +64,8 @@ export interface GroupSnapshot {
   status: BackendStatus;
   ranks: BackendRankState[];
   stats: WireStats;
+  /** Whether an unpinned request would go to a rank without waiting in flow control's queue (`hasRoom`). */
+  hasRoom: boolean;
 }
 
 /**

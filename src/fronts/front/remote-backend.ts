@@ -62,6 +62,10 @@ export class RemoteBackend implements GenerationBackend {
     return this.snap?.canServe ?? false;
   }
 
+  hasRoom(): boolean {
+    return this.snap?.hasRoom ?? true;
+  }
+
   status(): BackendStatus {
     return this.snap?.status ?? 'unavailable';
   }

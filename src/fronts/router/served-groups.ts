@@ -29,6 +29,7 @@ export function groupSnapshots(groups: readonly ServedGroup[]): GroupSnapshot[] 
       canServe: b.canServe(),
       status: b.status(),
       ranks: b.rankStates(),
+      hasRoom: b.hasRoom?.() ?? true,
       // Every counter as it is now; the records copied so the snapshot does not change under the encoder.
       stats: {
         ...st,
