@@ -294,6 +294,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     streamBackpressure: edge.streamBackpressure,
     admission,
     keyed: edge.apiKeys.length > 0,
+    tenants: new WeakMap(),
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
@@ -303,6 +304,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     if (url !== undefined && GENERATION_ROUTES.has(url) && !ctx.counted.has(request)) {
       ctx.counted.add(request);
       deps.metrics.countRequest(url, apiErr.statusCode, 'none');
+      const tenant = ctx.tenants.get(request);
+      if (tenant !== undefined) deps.metrics.countTenant(tenant, apiErr.statusCode, null);
     }
     if (apiErr.retryAfterSeconds !== null) reply.header('retry-after', String(apiErr.retryAfterSeconds));
     return reply.code(apiErr.statusCode).send(apiErr.toBody());

@@ -27,6 +27,11 @@ export type RequestOutcome = 'stop' | 'length' | 'tool_calls' | 'error' | 'cance
 /** The `outcome` label values of `model_gateway_tokenizer_jobs_total` (fields of `OffLoopStats`). */
 const OFF_LOOP_OUTCOMES = ['run', 'started', 'dropped', 'discarded', 'refused'] as const;
 
+/** Tenants labelled by name in the per-tenant series; a process counts later ones as `OTHER_TENANT`. */
+export const MAX_TENANT_LABELS = 100;
+/** The label of the tenants past `MAX_TENANT_LABELS`. */
+export const OTHER_TENANT = 'other';
+
 const LATENCY_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
 ];
@@ -53,6 +58,10 @@ export class GatewayMetrics {
   private readonly itlChildren = new Map<string, PrebucketedSeries>();
   private readonly e2e: PrebucketedHistogram;
   private readonly requests: Counter<'model' | 'endpoint' | 'status' | 'finish_reason'>;
+  private readonly tenantRequests: Counter<'model' | 'tenant' | 'status'>;
+  private readonly tenantTokens: Counter<'model' | 'tenant' | 'kind'>;
+  /** Tenant names labelled so far (at most `MAX_TENANT_LABELS`; the rest count as `other`). */
+  private readonly tenantLabels = new Set<string>();
   /** The series of `ttft` and `e2e` per endpoint. */
   private readonly ttftChildren = new Map<string, PrebucketedSeries>();
   private readonly e2eChildren = new Map<string, PrebucketedSeries>();
@@ -103,6 +112,18 @@ export class GatewayMetrics {
       name: 'model_gateway_requests_total',
       help: 'Requests by endpoint, HTTP status and finish reason (cancelled = client disconnect, none = refused)',
       labelNames: ['model', 'endpoint', 'status', 'finish_reason'],
+      registers: httpRegisters,
+    });
+    this.tenantRequests = new Counter({
+      name: 'model_gateway_tenant_requests_total',
+      help: `Generation requests by tenant (an API key's digest, or the x-gateway-fairness-id; the first ${MAX_TENANT_LABELS} names, then other) and HTTP status`,
+      labelNames: ['model', 'tenant', 'status'],
+      registers: httpRegisters,
+    });
+    this.tenantTokens = new Counter({
+      name: 'model_gateway_tenant_tokens_total',
+      help: 'Tokens of the answered (200) generation requests by tenant and kind: prompt, completion, cached (the usage each answer reported)',
+      labelNames: ['model', 'tenant', 'kind'],
       registers: httpRegisters,
     });
     this.vllm = registerVllmSeries({ model, registers, httpRegisters, groups });
@@ -182,6 +203,33 @@ export class GatewayMetrics {
     this.counterChild(`requests ${endpoint} ${status} ${finishReason}`, () =>
       this.requests.labels({ model: this.modelId, endpoint, status: String(status), finish_reason: finishReason }),
     ).inc();
+  }
+
+  /**
+   * Count one finished generation request of `tenant` with its HTTP `status`, and with `usage` (tokens) the usage its
+   * answer reported. A tenant name past the first `MAX_TENANT_LABELS` is labelled `other` (the fairness header is the
+   * client's choice: the series stay bounded).
+   */
+  countTenant(
+    tenant: string,
+    status: number,
+    usage: { prompt: number; completion: number; cached: number } | null,
+  ): void {
+    if (!this.tenantLabels.has(tenant)) {
+      if (this.tenantLabels.size >= MAX_TENANT_LABELS) tenant = OTHER_TENANT;
+      else this.tenantLabels.add(tenant);
+    }
+    const model = this.modelId;
+    this.counterChild(`tenant ${tenant} ${status}`, () =>
+      this.tenantRequests.labels({ model, tenant, status: String(status) }),
+    ).inc();
+    if (usage === null) return;
+    for (const kind of ['prompt', 'completion', 'cached'] as const) {
+      if (usage[kind] > 0)
+        this.counterChild(`tenant tokens ${tenant} ${kind}`, () =>
+          this.tenantTokens.labels({ model, tenant, kind }),
+        ).inc(usage[kind]);
+    }
   }
 
   /** The exposition text (Prometheus text format 0.0.4) and its content type. */

@@ -24,6 +24,8 @@ export interface RequestFacts {
   stream: boolean;
   /** The request's start on `now`'s clock (ms). */
   startedAt: number;
+  /** The request's tenant (tenant.ts), for the per-tenant accounting. */
+  tenant: string;
 }
 
 /** What a record writes to. */
@@ -71,6 +73,12 @@ export class RequestRecord {
   count(status: number, outcome: RequestOutcome, error?: string): void {
     this.sinks.counted.add(this.facts.request);
     this.sinks.metrics.countRequest(this.facts.endpoint, status, outcome);
+    // The usage an answered request reported: the prompt once, every choice's completion, the cached prompt tokens.
+    const usage =
+      status === 200
+        ? { prompt: this.facts.promptTokens, completion: this.completionTokens, cached: this.cachedTokens }
+        : null;
+    this.sinks.metrics.countTenant(this.facts.tenant, status, usage);
     this.accessLog(status, outcome, error);
   }
 

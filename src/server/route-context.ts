@@ -44,4 +44,6 @@ export interface RouteContext {
   admission: AdmissionGate;
   /** Whether API keys are checked (then each key is a tenant; tenant.ts). */
   keyed: boolean;
+  /** The tenant of each generation request once known, for the error handler's per-tenant count. */
+  tenants: WeakMap<object, string>;
 }

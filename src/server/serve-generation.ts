@@ -217,8 +217,9 @@ export async function handleGeneration<B extends CommonBodyT>(
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = ctx.chooser.candidates(dpRank);
-  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER]);
   const tenant = tenantOf(request.headers, ctx.keyed);
+  ctx.tenants.set(request, tenant); // a refusal from here on is counted for the tenant too (the app's error handler)
+  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER]);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
@@ -247,6 +248,7 @@ export async function handleGeneration<B extends CommonBodyT>(
     // The client left before its request was submitted: nothing to answer (the engine never saw it).
     ctx.counted.add(request);
     ctx.metrics.countRequest(shape.endpoint, 499, 'cancelled');
+    ctx.metrics.countTenant(tenant, 499, null);
     if (!reply.sent) reply.hijack();
     if (!reply.raw.destroyed) reply.raw.destroy();
     return reply;
@@ -372,6 +374,7 @@ export async function serveGeneration(
       n,
       stream: prepared.stream,
       startedAt,
+      tenant: prepared.tenant,
     },
     ctx,
   );

@@ -285,6 +285,37 @@ describe('OpenAI routes', () => {
     }
   });
 
+  test('per-tenant accounting: the tokens equal the usage the answers reported; refusals count for the tenant', async () => {
+    const metric = async (name: string, labels: string): Promise<number> => {
+      const text = (await fx.app.inject({ method: 'GET', url: '/metrics' })).body;
+      const line = text
+        .split('\n')
+        .find((l) => l.startsWith(`${name}{`) && labels.split(',').every((x) => l.includes(x)));
+      return line === undefined ? 0 : Number(line.slice(line.lastIndexOf(' ') + 1));
+    };
+    const team = 'billing-test-a';
+    const sums = { prompt: 0, completion: 0 };
+    for (const body of [
+      { prompt: 'one', max_tokens: 3 },
+      { prompt: 'two words', max_tokens: 5, n: 2 },
+    ]) {
+      const res = await completions(body, { 'x-gateway-fairness-id': team });
+      assert.equal(res.statusCode, 200, res.body);
+      sums.prompt += res.json().usage.prompt_tokens;
+      sums.completion += res.json().usage.completion_tokens;
+    }
+    const tenant = `tenant="${team}"`;
+    assert.equal(await metric('model_gateway_tenant_tokens_total', `${tenant},kind="prompt"`), sums.prompt);
+    assert.equal(await metric('model_gateway_tenant_tokens_total', `${tenant},kind="completion"`), sums.completion);
+    assert.equal(await metric('model_gateway_tenant_requests_total', `${tenant},status="200"`), 2);
+    const refused = await completions(
+      { prompt: 'x' },
+      { 'x-gateway-fairness-id': team, 'x-gateway-inference-objective': 'critical' },
+    );
+    assert.equal(refused.statusCode, 403);
+    assert.equal(await metric('model_gateway_tenant_requests_total', `${tenant},status="403"`), 1);
+  });
+
   test('chat_template_kwargs reach the template (Qwen3 enable_thinking)', async () => {
     const messages = [{ role: 'user', content: 'Hi' }];
     const res = await chat({ messages, chat_template_kwargs: { enable_thinking: false } });
