@@ -353,7 +353,8 @@ export const API_KEY_ENV = 'MODEL_GATEWAY_API_KEY';
 const SIGNAL_REPEAT_MS = 500;
 
 /**
- * `serve`: start (serving at once: `waitForRanks: false`), then on SIGINT/SIGTERM/SIGHUP drain and close; a second
+ * `serve`: start (serving at once: `waitForRanks: false`), then on SIGINT/SIGTERM/SIGHUP drain and close (with
+ * `--api-keys-file`, SIGHUP reads the keys file again instead); a second
  * signal exits at once. A signal that arrives while the gateway is still starting is held until it started, then
  * acted on (so even a Ctrl-C during startup leaves no socket files behind); with `--workers N` it also ends the wait
  * for the HTTP fronts still starting (one that cannot start must not hold the exit). With `--workers N`, a front that
@@ -372,7 +373,9 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   ignoreStdioErrors();
   tuneV8ForChatTemplates();
   if (isFrontProcess()) return serveFront(opts);
-  let gateway: (Pick<RunningGateway, 'shutdown' | 'emergencyStop'> & { failed?: Promise<Error> }) | null = null;
+  let gateway:
+    | (Pick<RunningGateway, 'shutdown' | 'emergencyStop' | 'reloadKeys'> & { failed?: Promise<Error> })
+    | null = null;
   let resolveExit: (code: number) => void = () => {};
   const exit = new Promise<number>((r) => (resolveExit = r));
   let signals = 0;
@@ -410,8 +413,11 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
   process.on('SIGINT', onSignal);
   process.on('SIGTERM', onSignal);
   // A closed terminal (or the end of a shell job) sends SIGHUP to the process group: shut down cleanly as for SIGTERM,
-  // instead of Node's default of dying at once and leaving the simulated worker's socket files behind.
-  process.on('SIGHUP', onSignal);
+  // instead of Node's default of dying at once and leaving the simulated worker's socket files behind. With a keys
+  // file, SIGHUP means what it means to most daemons instead: read the configuration (the keys file) again.
+  const keysFile = opts.edge?.apiKeysFile !== undefined;
+  const onHangup = keysFile ? () => gateway?.reloadKeys() : onSignal;
+  process.on('SIGHUP', onHangup);
   // --exit-with-parent: the stdin pipe from the spawning process closes when that process dies, even by SIGKILL.
   // Stop as for a second signal (synchronous teardown); during startup, right after it.
   let parentGone = false;
@@ -445,7 +451,7 @@ async function serve(argv: string[], io: CliIo): Promise<number> {
     if (gateway === null) {
       process.off('SIGINT', onSignal);
       process.off('SIGTERM', onSignal);
-      process.off('SIGHUP', onSignal);
+      process.off('SIGHUP', onHangup);
       resolveExit(1); // the start failed: let go of stdin (--exit-with-parent)
     }
   }

@@ -360,6 +360,15 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     }),
   },
   {
+    name: 'api-keys-file',
+    type: 'string',
+    value: 'PATH',
+    section: 'http',
+    help: 'A JSON file of tenants, each with its keys and priority bands; its keys are accepted too; SIGHUP reads it again (docs/security.md)',
+    doc: 'A JSON file of tenants, each with its keys and priority bands; its keys are accepted too. SIGHUP reads it again ([security.md](security.md#tenants-and-the-keys-file)).',
+    field: field(['edge', 'apiKeysFile'], text),
+  },
+  {
     name: 'tokenizer',
     type: 'string',
     value: 'DIR|HF_ID',

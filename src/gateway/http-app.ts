@@ -13,7 +13,13 @@ import type { AdmissionGate } from '../server/admission.js';
 import type { GatewayDeps } from '../server/app.js';
 import type { BackendGroup } from '../server/backend.js';
 import { DEFAULT_MAX_CONCURRENT_REQUESTS } from '../server/concurrency.js';
-import { LISTEN_BACKLOG, type HttpEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
+import {
+  LISTEN_BACKLOG,
+  resolveEdgeOptions,
+  type HttpEdgeOptions,
+  type ResolvedEdgeOptions,
+} from '../server/edge-options.js';
+import { TenantDirectory } from '../server/tenant.js';
 import type { GatewayMetrics } from '../server/metrics.js';
 import type { ResponsesStoreOptions } from '../server/responses/store.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
@@ -31,6 +37,29 @@ export function edgeOptionsOf(opts: GatewayOptions): HttpEdgeOptions | undefined
   const groups = Math.max(1, opts.groups?.length ?? 1);
   const queued = fc.maxQueued ?? FLOW_CONTROL_DEFAULTS.maxQueued;
   return { ...opts.edge, maxConcurrentRequests: DEFAULT_MAX_CONCURRENT_REQUESTS + groups * queued };
+}
+
+/**
+ * The keys and tenants of an HTTP process (server/tenant.ts): the `--api-key` keys and the keys file's. Each process
+ * that serves HTTP (the gateway, or each `--workers` front) keeps its own and reloads it (`reloadKeys`).
+ * @throws KeysFileError when the keys file cannot be read or parsed.
+ */
+export function tenantDirectoryOf(opts: GatewayOptions): TenantDirectory {
+  const edge = resolveEdgeOptions(edgeOptionsOf(opts));
+  return new TenantDirectory(edge.apiKeys, edge.apiKeysFile);
+}
+
+/**
+ * Read the keys file of `directory` again (SIGHUP), logging what it now holds, or why it was not taken (the keys in
+ * use stay). Requests already admitted are not affected. Never throws.
+ */
+export function reloadKeys(directory: TenantDirectory, logger: Logger): void {
+  try {
+    const n = directory.reload();
+    logger.info({ keysFile: directory.keysFile, ...n }, 'keys file reloaded');
+  } catch (err) {
+    logger.error({ keysFile: directory.keysFile, err: String(err) }, 'keys file not reloaded: the keys in use stay');
+  }
 }
 
 /**
@@ -154,8 +183,12 @@ export function isLoopbackHost(host: string): boolean {
  * Log a warning when `host` is reachable beyond this machine (`isLoopbackHost`) and the edge has no API key: anyone
  * who can reach it can use the API.
  */
-export function warnIfOpenWithoutKey(logger: Logger, host: string, edge: Pick<ResolvedEdgeOptions, 'apiKeys'>): void {
-  if (edge.apiKeys.length === 0 && !isLoopbackHost(host)) {
+export function warnIfOpenWithoutKey(
+  logger: Logger,
+  host: string,
+  edge: Pick<ResolvedEdgeOptions, 'apiKeys' | 'apiKeysFile'>,
+): void {
+  if (edge.apiKeys.length === 0 && edge.apiKeysFile === null && !isLoopbackHost(host)) {
     logger.warn(
       { host },
       `listening on ${host}, which is reachable beyond this machine, without an API key: anyone who can reach it can ` +

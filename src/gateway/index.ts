@@ -36,6 +36,8 @@ export {
   closeApp,
   isLoopbackHost,
   listenApp,
+  reloadKeys,
   responsesStoreOptionsOf,
+  tenantDirectoryOf,
 } from './http-app.js';
 export { startGateway, startPlannedGateway, type RunningGateway } from './start.js';

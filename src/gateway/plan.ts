@@ -9,6 +9,7 @@ import { createDpPolicy, type DpPolicyName, type DpPolicyOptions } from '../engi
 import { DEFAULT_SHUTDOWN_GRACE_MS } from '../lifecycle.js';
 import { positiveMs } from '../option-checks.js';
 import { resolveEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
+import { readKeysFile } from '../server/keys-file.js';
 import { edgeOptionsOf, warnIfOpenWithoutKey } from './http-app.js';
 import {
   DEFAULT_HOST,
@@ -71,6 +72,7 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   if (opts.rankStallTimeoutMs !== undefined) positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs);
   if (opts.flowControl?.enabled === true) checkFlowControlOptions(opts.flowControl);
   const edge = resolveEdgeOptions(edgeOptionsOf(opts));
+  if (edge.apiKeysFile !== null) readKeysFile(edge.apiKeysFile); // a bad file stops the start (KeysFileError)
   warnIfOpenWithoutKey(logger, host, edge);
   const shutdownGraceMs = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
   if (!(Number.isFinite(shutdownGraceMs) && shutdownGraceMs >= 0))

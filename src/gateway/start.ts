@@ -37,7 +37,14 @@ import {
   type GroupRuntime,
   type RunningGroup,
 } from './engine-groups.js';
-import { appDepsOf, assertPortFree, listenApp, responsesStoreOptionsOf } from './http-app.js';
+import {
+  appDepsOf,
+  assertPortFree,
+  listenApp,
+  reloadKeys,
+  responsesStoreOptionsOf,
+  tenantDirectoryOf,
+} from './http-app.js';
 import type { GatewayOptions } from './options.js';
 import { planGateway, type GatewayPlan } from './plan.js';
 import { gatewayStops } from './shutdown.js';
@@ -69,6 +76,11 @@ export interface RunningGateway {
    * throws; a no-op for what is already gone.
    */
   emergencyStop(): void;
+  /**
+   * Read the keys file again (SIGHUP with `--api-keys-file`): the next requests are checked against its keys and
+   * get its tenants. A file that cannot be read or parsed is logged and the keys in use stay. Never throws.
+   */
+  reloadKeys(): void;
 }
 
 /**
@@ -106,6 +118,7 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
   const lifecycle = new GatewayLifecycle();
   if (!plan.serveHttp) metrics.attach(backendGroups);
   let app: FastifyInstance | null = null;
+  const tenants = tenantDirectoryOf(opts);
   try {
     app = !plan.serveHttp
       ? null
@@ -119,6 +132,7 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
             admission: lifecycle,
           }),
           responsesStore: responsesStoreOptionsOf(opts),
+          tenants,
         });
   } catch (err) {
     await closeEngineClients(groups);
@@ -144,7 +158,18 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
     throw err;
   }
   const { close, shutdown, emergencyStop } = stops;
-  return { url, client: running[0]!.client, groups: running, lifecycle, metrics, close, shutdown, emergencyStop };
+  const reload = (): void => reloadKeys(tenants, logger);
+  return {
+    url,
+    client: running[0]!.client,
+    groups: running,
+    lifecycle,
+    metrics,
+    close,
+    shutdown,
+    emergencyStop,
+    reloadKeys: reload,
+  };
 }
 
 /** The line that says what the gateway serves (with the dashboard's URL once the gateway listens). */

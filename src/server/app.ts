@@ -20,6 +20,7 @@ import { OPEN_GATE, type AdmissionGate } from './admission.js';
 import type { BackendGroup } from './backend.js';
 import { RouteMethods } from './allowed-methods.js';
 import { registerApiKeyAuth } from './auth.js';
+import { TenantDirectory } from './tenant.js';
 import { registerConcurrencyCap, type SharedConcurrencyCap } from './concurrency.js';
 import { registerCors } from './cors.js';
 import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge-options.js';
@@ -67,6 +68,11 @@ export const MAX_PATH_PARAM_LENGTH = maxHeaderSize;
  */
 export interface GatewayDeps {
   groups: readonly BackendGroup[];
+  /**
+   * The keys and tenants (tenant.ts), when the caller keeps them to reload the keys file on SIGHUP; absent: built
+   * here from `edge` (its `apiKeys` and `apiKeysFile`).
+   */
+  tenants?: TenantDirectory;
   tokenizer: GatewayTokenizer;
   modelId: string;
   servedModelNames?: readonly string[];
@@ -238,7 +244,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const routeMethods = new RouteMethods();
   app.addHook('onRoute', (route) => routeMethods.add(route.url, route.method));
   await registerCors(app, edge.cors);
-  await registerApiKeyAuth(app, { keys: edge.apiKeys, metricsRequireKey: edge.metricsRequireKey });
+  const directory = deps.tenants ?? new TenantDirectory(edge.apiKeys, edge.apiKeysFile);
+  await registerApiKeyAuth(app, { keys: directory, metricsRequireKey: edge.metricsRequireKey });
   // Draining (issue #8 part 6): new requests to the API get 503 with Retry-After; live ones run on. After the key check
   // (an unauthenticated caller learns nothing), before the concurrency cap (a refused request never takes a slot).
   const admission = deps.admission ?? OPEN_GATE;
@@ -293,7 +300,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     responses: deps.responsesStoreInstance ?? new ResponsesStore(deps.responsesStore),
     streamBackpressure: edge.streamBackpressure,
     admission,
-    keyed: edge.apiKeys.length > 0,
+    directory,
     tenants: new WeakMap(),
   };
 

@@ -17,34 +17,22 @@
  * presented key and of every configured key, each pair with `crypto.timingSafeEqual` (fixed 32-byte inputs), every
  * key compared whatever the outcome.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
 import bearerAuth from '@fastify/bearer-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
 import { ApiError } from './errors.js';
+import type { TenantDirectory } from './tenant.js';
+
+export { keyMatcher } from './auth-keys.js';
 
 /** Options of the API-key check. */
 export interface ApiKeyOptions {
-  /** The accepted keys; none → no check at all (every path open). Each must be a non-empty string. */
-  keys: readonly string[];
+  /**
+   * The accepted keys (the `--api-key` ones and the keys file's, reloadable; tenant.ts). Without keys configured
+   * (`keyed` false) there is no check at all (every path open).
+   */
+  keys: TenantDirectory;
   /** Also protect `/metrics` (vLLM has no such option; Prometheus scrapers can send a bearer token). */
   metricsRequireKey?: boolean;
-}
-
-const sha256 = (text: string): Buffer => createHash('sha256').update(text, 'utf8').digest();
-
-/**
- * A constant-time key matcher: true when `presented` equals one of `keys`. Compares 32-byte SHA-256 digests with
- * `timingSafeEqual` against every key (no early exit), so the time taken depends on neither the presented key's
- * length nor which key matched.
- */
-export function keyMatcher(keys: readonly string[]): (presented: string) => boolean {
-  const digests = keys.map(sha256);
-  return (presented) => {
-    const d = sha256(presented);
-    let ok = false;
-    for (const k of digests) ok = timingSafeEqual(d, k) || ok;
-    return ok;
-  };
 }
 
 /** The path of a request URL (no query string). */
@@ -104,16 +92,15 @@ export function bearerAuthApiError(err: { code?: string }): ApiError | null {
 /**
  * Register the key check on `app` (a no-op without keys). Must be registered before the routes. 401 answers carry
  * `WWW-Authenticate: Bearer`; their body comes from the app's error handler (`bearerAuthApiError`).
- * Throws RangeError for an empty key.
  */
 export async function registerApiKeyAuth(app: FastifyInstance, opts: ApiKeyOptions): Promise<void> {
-  if (opts.keys.length === 0) return;
-  if (opts.keys.some((k) => k === '')) throw new RangeError('an API key must not be empty');
-  const matches = keyMatcher(opts.keys);
+  const directory = opts.keys;
+  if (!directory.keyed) return;
   const metricsRequireKey = opts.metricsRequireKey === true;
   await app.register(bearerAuth, {
     keys: [],
-    auth: (key) => matches(key),
+    // The directory's current keys: a reload of the keys file applies to the next request.
+    auth: (key) => directory.matches(key),
     addHook: false,
     specCompliance: 'rfc6749',
     // The app's error handler logs the 401 once (one line, no stack).

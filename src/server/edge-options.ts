@@ -23,6 +23,8 @@ export const NODE_HEADERS_TIMEOUT_MS = 60_000;
 /**
  * Options of the HTTP edge; every field is optional and defaults as documented here.
  * - `apiKeys`: accepted bearer keys; none (default) → no authentication (auth.ts).
+ * - `apiKeysFile`: a keys file of tenants with their keys and priority bands (keys-file.ts); its keys are accepted
+ *   too, and it is read again on SIGHUP.
  * - `metricsRequireKey`: `/metrics` also needs a key (default false).
  * - `cors`: CORS policy; absent (default) → no CORS headers (cors.ts).
  * - `maxConcurrentRequests`: concurrent generation requests before 429 (default 512; 0 = no cap; concurrency.ts).
@@ -40,6 +42,7 @@ export const NODE_HEADERS_TIMEOUT_MS = 60_000;
  */
 export interface HttpEdgeOptions {
   apiKeys?: readonly string[];
+  apiKeysFile?: string;
   metricsRequireKey?: boolean;
   cors?: CorsOptions;
   maxConcurrentRequests?: number;
@@ -54,6 +57,7 @@ export interface HttpEdgeOptions {
 /** `HttpEdgeOptions` with every default applied. */
 export interface ResolvedEdgeOptions {
   apiKeys: readonly string[];
+  apiKeysFile: string | null;
   metricsRequireKey: boolean;
   cors: CorsOptions | undefined;
   maxConcurrentRequests: number;
@@ -75,6 +79,7 @@ export function resolveEdgeOptions(opts: HttpEdgeOptions = {}): ResolvedEdgeOpti
     throw new RangeError(`maxConcurrentRequests must be an integer ≥ 0, got ${max}`);
   return {
     apiKeys,
+    apiKeysFile: opts.apiKeysFile ?? null,
     metricsRequireKey: opts.metricsRequireKey === true,
     cors: opts.cors,
     maxConcurrentRequests: max,

@@ -2,8 +2,9 @@
  * Priority bands (issue 30 part 2): how urgent a request is, named as the Gateway API Inference Extension names its
  * objectives' criticality (llm-d / GIE flow control: critical before standard before sheddable). A client names its
  * band in the `x-gateway-inference-objective` header (GIE's header, whose value names an objective; here the
- * objective is its band). A client may lower its request below its ceiling but never raise it above: without tenants
- * the ceiling is `standard`, so `critical` needs a tenant allowed to use it.
+ * objective is its band). A client may lower its request below its tenant's ceiling but never raise it above: the
+ * ceiling is `standard` unless the keys file gives the tenant another (keys-file.ts), so `critical` needs a tenant
+ * allowed to use it.
  *
  * On vLLM groups the band also sets the request's wire `priority` (EngineCoreRequest element 13; lower is served
  * first by an engine started with `--scheduling-policy priority`, vLLM `v1/core/sched/request_queue.py`): critical −1,

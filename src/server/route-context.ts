@@ -11,6 +11,7 @@ import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js
 import type { RankStatsBook } from './rank-stats.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { StreamBackpressure } from './sse.js';
+import type { TenantDirectory } from './tenant.js';
 
 /** What the generation routes share (built once by `buildApp`). */
 export interface RouteContext {
@@ -42,8 +43,8 @@ export interface RouteContext {
   streamBackpressure: StreamBackpressure;
   /** Whether the gateway is draining (admission.ts; `/ready` reports it). */
   admission: AdmissionGate;
-  /** Whether API keys are checked (then each key is a tenant; tenant.ts). */
-  keyed: boolean;
+  /** The keys and tenants (tenant.ts): each request's tenant and its priority bands. */
+  directory: TenantDirectory;
   /** The tenant of each generation request once known, for the error handler's per-tenant count. */
   tenants: WeakMap<object, string>;
 }

@@ -28,7 +28,6 @@ import { endDisconnected, RequestRecord } from './request-record.js';
 import { respondBuffered } from './respond-buffered.js';
 import { respondStreamed } from './respond-streamed.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
-import { tenantOf } from './tenant.js';
 import {
   bandOrder,
   DEFAULT_PRIORITY_BAND,
@@ -217,9 +216,10 @@ export async function handleGeneration<B extends CommonBodyT>(
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = ctx.chooser.candidates(dpRank);
-  const tenant = tenantOf(request.headers, ctx.keyed);
+  const policy = ctx.directory.policyOf(request.headers);
+  const tenant = policy.name;
   ctx.tenants.set(request, tenant); // a refusal from here on is counted for the tenant too (the app's error handler)
-  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER]);
+  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.

@@ -1,13 +1,18 @@
 /**
- * Which tenant a request belongs to (issue 30 part 1), for flow control's fairness (engine-client/flow-control.ts).
- * - With API keys (`--api-key`), each key is a tenant, named `key:` + the first 12 hex digits of its SHA-256 (stable
- *   across restarts and key order, and never the key itself: the name appears in logs and metrics). The fairness
- *   header is ignored then: a client cannot pick another tenant.
+ * Which tenant a request belongs to (issue 30 part 1), for flow control's fairness (engine-client/flow-control.ts),
+ * its priority bands (priority-band.ts) and the per-tenant accounting.
+ * - A key of the keys file (`--api-keys-file`, keys-file.ts) belongs to its named tenant, with that tenant's bands.
+ * - Each `--api-key` is a tenant of its own, named `key:` + the first 12 hex digits of its SHA-256 (stable across
+ *   restarts and key order, and never the key itself: the name appears in logs and metrics), with the default bands.
+ * - With keys (either kind), the fairness header is ignored: a client cannot pick another tenant.
  * - Without keys, the `x-gateway-fairness-id` header names it (the Gateway API Inference Extension's header):
  *   printable ASCII, at most `MAX_FAIRNESS_ID_CHARS` characters; absent: the `default` tenant.
  */
 import { createHash } from 'node:crypto';
+import { keyMatcher } from './auth-keys.js';
 import { badRequest, quoteValue } from './errors.js';
+import { readKeysFile, type KeysFile, type TenantPolicy } from './keys-file.js';
+import { DEFAULT_PRIORITY_BAND } from './priority-band.js';
 
 /** The header naming a request's tenant when the gateway has no API keys (Node lower-cases header names). */
 export const FAIRNESS_ID_HEADER = 'x-gateway-fairness-id';
@@ -51,4 +56,66 @@ export function tenantOf(headers: Record<string, string | string[] | undefined>,
     );
   }
   return id;
+}
+
+/** The policy of a tenant the keys file does not name: the default band, no higher. */
+function defaultPolicy(name: string): TenantPolicy {
+  return { name, priority: DEFAULT_PRIORITY_BAND, maxPriority: DEFAULT_PRIORITY_BAND };
+}
+
+/**
+ * The gateway's keys and tenants: the `--api-key` keys and those of the keys file (re-read by `reload`, on SIGHUP).
+ * `matches` is the API-key check (constant time over every key, auth.ts); `policyOf` a request's tenant.
+ */
+export class TenantDirectory {
+  private file: KeysFile | null;
+  private match: (presented: string) => boolean;
+
+  /** @throws KeysFileError when `keysFile` cannot be read or parsed; RangeError for an empty `apiKeys` entry. */
+  constructor(
+    private readonly apiKeys: readonly string[],
+    readonly keysFile: string | null,
+  ) {
+    if (apiKeys.some((k) => k.length === 0)) throw new RangeError('an API key must not be empty');
+    this.file = keysFile === null ? null : readKeysFile(keysFile);
+    this.match = keyMatcher(this.allKeys());
+  }
+
+  /** Whether requests need a key: some `--api-key`, or a keys file (even one with no keys yet: then nobody gets in). */
+  get keyed(): boolean {
+    return this.apiKeys.length > 0 || this.keysFile !== null;
+  }
+
+  /** Whether `presented` is one of the keys now (constant time, auth.ts `keyMatcher`). */
+  matches(presented: string): boolean {
+    return this.match(presented);
+  }
+
+  /**
+   * The tenant of a request from its headers (see the module comment; the key was verified by auth.ts first).
+   * @throws ApiError 400 (`invalid_fairness_id`) for a bad fairness id when the gateway has no keys.
+   */
+  policyOf(headers: Record<string, string | string[] | undefined>): TenantPolicy {
+    if (!this.keyed) return defaultPolicy(tenantOf(headers, false));
+    const auth = headers.authorization;
+    const token = bearerToken(Array.isArray(auth) ? auth[0] : auth);
+    if (token === null) return defaultPolicy(DEFAULT_TENANT);
+    return this.file?.byKey.get(token) ?? defaultPolicy(keyTenant(token));
+  }
+
+  /**
+   * Read the keys file again and use it from now on (requests already admitted keep their tenant). Returns the
+   * counts read. @throws KeysFileError (the file as it was stays in use) or RangeError without a keys file.
+   */
+  reload(): { tenants: number; keys: number } {
+    if (this.keysFile === null) throw new RangeError('no --api-keys-file to reload');
+    const file = readKeysFile(this.keysFile);
+    this.file = file;
+    this.match = keyMatcher(this.allKeys());
+    return { tenants: file.tenants, keys: file.byKey.size };
+  }
+
+  private allKeys(): string[] {
+    return [...new Set([...this.apiKeys, ...(this.file?.byKey.keys() ?? [])])];
+  }
 }

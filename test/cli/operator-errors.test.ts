@@ -83,6 +83,20 @@ test('a bad option: one line with a hint to --help, exit 2', async () => {
   assert.match(oneLine(c.stderr), /unknown command 'frobnicate' \(see 'model-gateway --help'\)/);
 });
 
+test('a keys file that cannot be read or parsed: one line naming the file, exit 1, nothing started', async () => {
+  const r = await inProcess([
+    'serve',
+    '--api-keys-file',
+    '/nonexistent/keys.json',
+    '--port',
+    '0',
+    '--log-level',
+    'silent',
+  ]);
+  assert.equal(r.code, 1);
+  assert.match(oneLine(r.stderr), /^model-gateway: \/nonexistent\/keys\.json: cannot read it/);
+});
+
 test('a missing tokenizer folder or uncached Hugging Face model: one line naming what was tried, exit 1', async () => {
   const dir = await inProcess([
     'serve',

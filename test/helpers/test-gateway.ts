@@ -90,6 +90,11 @@ export interface TestGateway {
   simRanks(): SimRankPid[];
   /** Stop at once (live requests end) and wait until the gateway and its ranks are gone. Idempotent. */
   close(): Promise<void>;
+  /**
+   * What SIGHUP does to a `serve` with `--api-keys-file` (read the keys file again): in-process, `reloadKeys()`; with
+   * `--workers N`, a real SIGHUP to the child gateway, which asks every front.
+   */
+  hangup(): void;
 }
 
 /** Options of `startTestGateway`: `startGateway`'s (port and logger are the harness's in `--workers` mode). */
@@ -175,6 +180,9 @@ function inProcess(gw: RunningGateway): TestGateway {
     }
     close(): Promise<void> {
       return gw.close();
+    }
+    hangup(): void {
+      gw.reloadKeys();
     }
   })();
 }
@@ -360,6 +368,10 @@ class ChildGateway extends HttpView implements TestGateway {
         };
       })
       .sort(byRank);
+  }
+
+  hangup(): void {
+    this.child.kill('SIGHUP');
   }
 
   close(): Promise<void> {

@@ -18,6 +18,8 @@ export type ControlMessage =
   | { type: 'mgw:metrics'; id: number }
   | { type: 'mgw:metrics-res'; id: number; contentType: string; body: string; error?: string }
   | { type: 'mgw:drain' }
+  /** SIGHUP with `--api-keys-file`: each front reads the keys file again. */
+  | { type: 'mgw:reload-keys' }
   | { type: 'mgw:close' }
   /** A front asks for every front's per-rank statistics; the primary asks each front (`-req` / `-part`) and answers. */
   | { type: 'mgw:rank-stats'; id: number }

@@ -12,8 +12,10 @@ import {
   closeApp,
   gatewayLogger,
   listenApp,
+  reloadKeys,
   resolveServedModel,
   responsesStoreOptionsOf,
+  tenantDirectoryOf,
   type GatewayOptions,
 } from '../../gateway/index.js';
 import { GatewayLifecycle } from '../../lifecycle.js';
@@ -119,7 +121,12 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const lifecycle = new GatewayLifecycle();
   const rankStats = new RankStatsBook();
   const metrics = new FrontMetrics(model.modelId);
+  const tenants = tenantDirectoryOf(opts);
+  process.on('message', (m: ControlMessage) => {
+    if (m?.type === 'mgw:reload-keys') reloadKeys(tenants, logger);
+  });
   const app = await buildApp({
+    tenants,
     ...appDepsOf(opts, { groups, tokenizer, model, logger, metrics, admission: lifecycle }),
     sharedConcurrencyCap: sharedConcurrency(channel),
     rankStatsInstance: rankStats,

@@ -102,7 +102,7 @@ function channelPath(): string {
 }
 
 /** What the CLI holds of a running gateway. */
-export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emergencyStop'> & {
+export type ClusterGateway = Pick<RunningGateway, 'shutdown' | 'close' | 'emergencyStop' | 'reloadKeys'> & {
   /** The fronts' base URL (`http://host:port`); '' when the start was stopped before any front listened. */
   url: string;
   /** The router's view of the fronts (for tests and diagnostics). */
@@ -373,6 +373,10 @@ export async function startClusterGateway(
         clients: gateway.groups.map((g) => g.client),
       });
       return close();
+    },
+    reloadKeys(): void {
+      // The fronts check keys and name tenants; each reads the file and logs what it holds.
+      broadcast({ type: 'mgw:reload-keys' });
     },
     emergencyStop(): void {
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');

@@ -1,0 +1,115 @@
+/**
+ * The API keys file (`--api-keys-file`, issue 30 part 1): tenants by name, each with its keys and its priority bands.
+ * JSON, read at start and again on SIGHUP (tenant.ts `TenantDirectory.reload`):
+ *
+ * ```json
+ * { "tenants": {
+ *     "search":  { "keys": ["sk-search-1"], "priority": "standard", "max_priority": "critical" },
+ *     "batch":   { "keys": ["sk-batch-1", "sk-batch-2"], "priority": "sheddable" } } }
+ * ```
+ *
+ * - `keys`: the tenant's bearer keys (non-empty strings; a key belongs to one tenant only).
+ * - `priority`: the band of its requests that name none (default `standard`).
+ * - `max_priority`: the most urgent band its requests may ask for (default: its `priority`); never less urgent than
+ *   `priority`.
+ * Anything else (an unknown field, a band that does not exist, a tenant name that is not 1-64 printable ASCII
+ * characters) is refused with the file and the field named: a typo must not silently change who may do what.
+ */
+import { readFileSync } from 'node:fs';
+import {
+  bandOrder,
+  DEFAULT_PRIORITY_BAND,
+  isPriorityBand,
+  PRIORITY_BANDS,
+  type PriorityBand,
+} from './priority-band.js';
+
+/** What a tenant may do: its name (in metrics and logs), its default band and its ceiling. */
+export interface TenantPolicy {
+  readonly name: string;
+  readonly priority: PriorityBand;
+  readonly maxPriority: PriorityBand;
+}
+
+/** A parsed keys file: each key's tenant, and how many tenants there are. */
+export interface KeysFile {
+  readonly byKey: ReadonlyMap<string, TenantPolicy>;
+  readonly tenants: number;
+}
+
+/** A keys file that cannot be read or does not follow the format; the message names the file and the field. */
+export class KeysFileError extends RangeError {
+  constructor(message: string) {
+    super(message);
+    this.name = 'KeysFileError';
+  }
+}
+
+const TENANT_FIELDS = new Set(['keys', 'priority', 'max_priority']);
+const NAME = /^[\x21-\x7e]{1,64}$/;
+
+/**
+ * Parse the text of a keys file (`source` names it in errors).
+ * @throws KeysFileError for anything the module comment refuses.
+ */
+export function parseKeysFile(text: string, source: string): KeysFile {
+  const fail = (what: string): never => {
+    throw new KeysFileError(`${source}: ${what}`);
+  };
+  let doc: unknown;
+  try {
+    doc = JSON.parse(text);
+  } catch (err) {
+    return fail(`not JSON (${(err as Error).message})`);
+  }
+  if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return fail('expected an object');
+  const extra = Object.keys(doc).filter((k) => k !== 'tenants');
+  if (extra.length > 0) fail(`unknown field ${JSON.stringify(extra[0])} (expected only "tenants")`);
+  const tenants = (doc as { tenants?: unknown }).tenants;
+  if (typeof tenants !== 'object' || tenants === null || Array.isArray(tenants)) {
+    return fail('"tenants" must be an object of tenant name → { keys, priority, max_priority }');
+  }
+  const byKey = new Map<string, TenantPolicy>();
+  const band = (name: string, field: string, v: unknown, dflt: PriorityBand): PriorityBand => {
+    if (v === undefined) return dflt;
+    if (!isPriorityBand(v))
+      fail(`tenant ${JSON.stringify(name)}: "${field}" must be one of ${PRIORITY_BANDS.join(', ')}`);
+    return v as PriorityBand;
+  };
+  for (const [name, spec] of Object.entries(tenants)) {
+    if (!NAME.test(name)) fail(`tenant name ${JSON.stringify(name)} must be 1-64 printable ASCII characters`);
+    if (typeof spec !== 'object' || spec === null || Array.isArray(spec))
+      fail(`tenant ${JSON.stringify(name)}: expected an object`);
+    const s = spec as Record<string, unknown>;
+    const unknown = Object.keys(s).find((k) => !TENANT_FIELDS.has(k));
+    if (unknown !== undefined) fail(`tenant ${JSON.stringify(name)}: unknown field ${JSON.stringify(unknown)}`);
+    const priority = band(name, 'priority', s.priority, DEFAULT_PRIORITY_BAND);
+    const maxPriority = band(name, 'max_priority', s.max_priority, priority);
+    if (bandOrder(priority) < bandOrder(maxPriority)) {
+      fail(`tenant ${JSON.stringify(name)}: "priority" ${priority} is above its "max_priority" ${maxPriority}`);
+    }
+    if (!Array.isArray(s.keys) || s.keys.some((k) => typeof k !== 'string' || k.length === 0)) {
+      fail(`tenant ${JSON.stringify(name)}: "keys" must be a list of non-empty strings`);
+    }
+    const policy: TenantPolicy = { name, priority, maxPriority };
+    for (const key of s.keys as string[]) {
+      // Name the tenants, never the key (the message reaches the log).
+      const owner = byKey.get(key);
+      if (owner !== undefined)
+        fail(`a key of tenant ${JSON.stringify(name)} is also a key of ${JSON.stringify(owner.name)}`);
+      byKey.set(key, policy);
+    }
+  }
+  return { byKey, tenants: Object.keys(tenants).length };
+}
+
+/** Read and parse the keys file at `path`. @throws KeysFileError when it cannot be read or parsed. */
+export function readKeysFile(path: string): KeysFile {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new KeysFileError(`${path}: cannot read it (${(err as Error).message})`);
+  }
+  return parseKeysFile(text, path);
+}

@@ -1,0 +1,68 @@
+/**
+ * End to end (issue 30 part 1): `--api-keys-file` names tenants with their keys and priority bands, and SIGHUP reads it
+ * again without a restart. In one process the harness calls `reloadKeys()`; with `--workers 2` it sends the child
+ * gateway a real SIGHUP, which asks every front to read the file (each front checks keys itself).
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, before, describe, test } from 'node:test';
+import { waitFor } from '../helpers/async.js';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
+
+describe('the keys file: tenants, their bands, reload on SIGHUP', { timeout: 60_000 }, () => {
+  let gw: TestGateway;
+  const dir = mkdtempSync(join(tmpdir(), 'mgw-e2e-keys-'));
+  const file = join(dir, 'keys.json');
+  const write = (tenants: Record<string, unknown>) => writeFileSync(file, JSON.stringify({ tenants }));
+
+  before(async () => {
+    write({
+      search: { keys: ['sk-search-1'], priority: 'standard', max_priority: 'critical' },
+      batch: { keys: ['sk-batch-1'], priority: 'sheddable' },
+    });
+    gw = await startTestGateway({ sim: 1, edge: { apiKeysFile: file } });
+  });
+  after(async () => {
+    await gw?.close();
+    rmSync(dir, { recursive: true, force: true });
+  });
+
+  const complete = (key: string, band?: string) =>
+    fetch(`${gw.url}/v1/completions`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        authorization: `Bearer ${key}`,
+        ...(band !== undefined ? { 'x-gateway-inference-objective': band } : {}),
+      },
+      body: JSON.stringify({ model: 'sim', prompt: 'hi', max_tokens: 2 }),
+    });
+
+  test('each key names its tenant: its ceiling allows critical or not; other keys get 401', async () => {
+    assert.equal((await complete('sk-search-1', 'critical')).status, 200);
+    const batch = await complete('sk-batch-1', 'standard');
+    assert.equal(batch.status, 403, 'batch may not rise above sheddable');
+    assert.equal((await complete('sk-batch-1')).status, 200, 'its default band');
+    assert.equal((await complete('sk-nobody')).status, 401);
+    await waitFor(
+      async () =>
+        (await gw.metricSum('model_gateway_tenant_requests_total', 'tenant="batch",status="403"')) === 1 &&
+        (await gw.metricSum('model_gateway_tenant_requests_total', 'tenant="search",status="200"')) === 1,
+      'the requests counted for their tenants',
+    );
+  });
+
+  test('SIGHUP reads the file again: new keys work, removed keys stop, a broken file changes nothing', async () => {
+    write({ search: { keys: ['sk-search-2'], max_priority: 'critical' } });
+    gw.hangup();
+    // With --workers every front reloads on its own message: wait until the new key works on every connection.
+    await waitFor(async () => (await complete('sk-search-2', 'critical')).status === 200, 'the new key is accepted');
+    await waitFor(async () => (await complete('sk-search-1')).status === 401, 'the removed key is refused');
+    await waitFor(async () => (await complete('sk-batch-1')).status === 401, 'a removed tenant is refused');
+    writeFileSync(file, '{ not json');
+    gw.hangup();
+    for (let i = 0; i < 5; i++) assert.equal((await complete('sk-search-2')).status, 200, 'the keys in use stay');
+  });
+});

@@ -1,0 +1,76 @@
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { KeysFileError, parseKeysFile } from '../../src/server/keys-file.js';
+import { keyTenant, TenantDirectory } from '../../src/server/tenant.js';
+
+const FILE = JSON.stringify({
+  tenants: {
+    search: { keys: ['sk-search'], priority: 'standard', max_priority: 'critical' },
+    batch: { keys: ['sk-batch-1', 'sk-batch-2'], priority: 'sheddable' },
+  },
+});
+
+test('a keys file: each key names its tenant with its bands; defaults standard, the ceiling its priority', () => {
+  const f = parseKeysFile(FILE, 'k.json');
+  assert.equal(f.tenants, 2);
+  assert.deepEqual(f.byKey.get('sk-search'), { name: 'search', priority: 'standard', maxPriority: 'critical' });
+  assert.deepEqual(f.byKey.get('sk-batch-2'), { name: 'batch', priority: 'sheddable', maxPriority: 'sheddable' });
+  const plain = parseKeysFile('{"tenants":{"t":{"keys":["k"]}}}', 'k.json').byKey.get('k');
+  assert.deepEqual(plain, { name: 't', priority: 'standard', maxPriority: 'standard' });
+});
+
+test('a keys file that is wrong is refused naming the file and the field, never a key', () => {
+  const bad: Array<[string, RegExp]> = [
+    ['not json', /k\.json: not JSON/],
+    ['[]', /expected an object/],
+    ['{"tenants":{},"extra":1}', /unknown field "extra"/],
+    ['{"tenants":{"t":{"keys":["k"],"weight":2}}}', /tenant "t": unknown field "weight"/],
+    ['{"tenants":{"t":{"keys":["k"],"priority":"urgent"}}}', /"priority" must be one of critical, standard, sheddable/],
+    ['{"tenants":{"t":{"keys":["k"],"priority":"critical","max_priority":"standard"}}}', /is above its "max_priority"/],
+    ['{"tenants":{"t":{"keys":[""]}}}', /"keys" must be a list of non-empty strings/],
+    ['{"tenants":{"t":{}}}', /"keys" must be a list/],
+    ['{"tenants":{"has space":{"keys":["k"]}}}', /1-64 printable ASCII/],
+    ['{"tenants":{"a":{"keys":["sk-secret-dup"]},"b":{"keys":["sk-secret-dup"]}}}', /also a key of "a"/],
+  ];
+  for (const [text, message] of bad) {
+    assert.throws(
+      () => parseKeysFile(text, 'k.json'),
+      (err: unknown) => err instanceof KeysFileError && message.test(err.message) && !err.message.includes('sk-'),
+      text,
+    );
+  }
+});
+
+test('the directory: keys of the file and --api-key keys are accepted; reload takes a new file or keeps the old', () => {
+  const dir = mkdtempSync(join(tmpdir(), 'mgw-keys-'));
+  try {
+    const path = join(dir, 'keys.json');
+    writeFileSync(path, FILE);
+    const d = new TenantDirectory(['sk-plain'], path);
+    assert.equal(d.keyed, true);
+    for (const k of ['sk-plain', 'sk-search', 'sk-batch-1']) assert.equal(d.matches(k), true, k);
+    assert.equal(d.matches('sk-other'), false);
+    const auth = (k: string) => ({ authorization: `Bearer ${k}` });
+    assert.equal(d.policyOf(auth('sk-search')).maxPriority, 'critical');
+    assert.deepEqual(d.policyOf(auth('sk-plain')), {
+      name: keyTenant('sk-plain'),
+      priority: 'standard',
+      maxPriority: 'standard',
+    });
+    writeFileSync(path, JSON.stringify({ tenants: { search: { keys: ['sk-search-2'] } } }));
+    assert.deepEqual(d.reload(), { tenants: 1, keys: 1 });
+    assert.equal(d.matches('sk-search'), false, 'the old key is gone');
+    assert.equal(d.matches('sk-search-2'), true);
+    assert.equal(d.matches('sk-plain'), true, '--api-key keys stay');
+    writeFileSync(path, '{ broken');
+    assert.throws(() => d.reload(), KeysFileError);
+    assert.equal(d.matches('sk-search-2'), true, 'a bad file: the keys in use stay');
+    assert.equal(new TenantDirectory([], null).keyed, false);
+    assert.throws(() => new TenantDirectory([], join(dir, 'missing.json')), /missing\.json: cannot read it/);
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+});
