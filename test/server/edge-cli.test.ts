@@ -117,6 +117,7 @@ test('resolveEdgeOptions: documented defaults; serverTimeouts keeps Node consist
   const d = resolveEdgeOptions();
   assert.deepEqual(d, {
     apiKeys: [],
+    apiKeysFile: null,
     metricsRequireKey: false,
     cors: undefined,
     maxConcurrentRequests: 512,
