@@ -13,9 +13,8 @@
  * Mechanics: @fastify/bearer-auth parses the header (scheme case-insensitive, RFC 7235 section 2.1) and raises its
  * 401 errors, which the app's error handler renders; it runs without its own hook (`addHook: false`) inside an
  * `onRequest` hook here, which is what scopes it to the protected paths. Its built-in key comparison returns early
- * on a length mismatch (leaking the key's length), so the keys are compared here instead: SHA-256 digests of the
- * presented key and of every configured key, each pair with `crypto.timingSafeEqual` (fixed 32-byte inputs), every
- * key compared whatever the outcome.
+ * on a length mismatch (leaking the key's length), so the keys are compared here instead, by their SHA-256 digests
+ * (auth-keys.ts `keyMatcher`).
  */
 import bearerAuth from '@fastify/bearer-auth';
 import type { FastifyInstance, FastifyRequest } from 'fastify';

@@ -60,7 +60,9 @@ export function parseKeysFile(text: string, source: string): KeysFile {
   try {
     doc = JSON.parse(text);
   } catch (err) {
-    return fail(`not JSON (${(err as Error).message})`);
+    // Not the parser's message: it quotes the text around the error, which can be part of a key.
+    const at = /position (\d+)/.exec((err as Error).message)?.[1];
+    return fail(`not valid JSON${at !== undefined ? ` (at character ${at})` : ''}`);
   }
   if (typeof doc !== 'object' || doc === null || Array.isArray(doc)) return fail('expected an object');
   const extra = Object.keys(doc).filter((k) => k !== 'tenants');

@@ -204,6 +204,9 @@ export async function handleGeneration<B extends CommonBodyT>(
   body: B,
 ): Promise<unknown> {
   const startedAt = ctx.now();
+  const policy = ctx.directory.policyOf(request.headers);
+  const tenant = policy.name;
+  ctx.tenants.set(request, tenant); // a refusal from here on is counted for the tenant too (the app's error handler)
   checkModel(body.model, ctx.servedModelNames);
   rejectUnsupported(body as Record<string, unknown>);
   const n = parseN(body.n);
@@ -216,9 +219,6 @@ export async function handleGeneration<B extends CommonBodyT>(
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = ctx.chooser.candidates(dpRank);
-  const policy = ctx.directory.policyOf(request.headers);
-  const tenant = policy.name;
-  ctx.tenants.set(request, tenant); // a refusal from here on is counted for the tenant too (the app's error handler)
   const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));

@@ -65,7 +65,7 @@ function defaultPolicy(name: string): TenantPolicy {
 
 /**
  * The gateway's keys and tenants: the `--api-key` keys and those of the keys file (re-read by `reload`, on SIGHUP).
- * `matches` is the API-key check (constant time over every key, auth.ts); `policyOf` a request's tenant.
+ * `matches` is the API-key check (by digest, auth-keys.ts); `policyOf` a request's tenant.
  */
 export class TenantDirectory {
   private file: KeysFile | null;
@@ -86,7 +86,7 @@ export class TenantDirectory {
     return this.apiKeys.length > 0 || this.keysFile !== null;
   }
 
-  /** Whether `presented` is one of the keys now (constant time, auth.ts `keyMatcher`). */
+  /** Whether `presented` is one of the keys now (auth-keys.ts `keyMatcher`). */
   matches(presented: string): boolean {
     return this.match(presented);
   }

@@ -149,7 +149,7 @@ describe('API keys', () => {
   });
 });
 
-test('keyMatcher compares digests of every key; isProtectedPath covers future /v1 routes', () => {
+test('keyMatcher finds keys by digest; isProtectedPath covers future /v1 routes', () => {
   const match = keyMatcher(['a', 'bb']);
   assert.equal(match('a'), true);
   assert.equal(match('bb'), true);

@@ -24,7 +24,8 @@ test('a keys file: each key names its tenant with its bands; defaults standard, 
 
 test('a keys file that is wrong is refused naming the file and the field, never a key', () => {
   const bad: Array<[string, RegExp]> = [
-    ['not json', /k\.json: not JSON/],
+    ['not json', /k\.json: not valid JSON/],
+    ['{"tenants":{"a":{"keys":["sk-live-TOPSECRET987654",]}}}', /not valid JSON/],
     ['[]', /expected an object/],
     ['{"tenants":{},"extra":1}', /unknown field "extra"/],
     ['{"tenants":{"t":{"keys":["k"],"weight":2}}}', /tenant "t": unknown field "weight"/],
