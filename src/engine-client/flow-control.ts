@@ -44,11 +44,29 @@ export interface FlowControlStats {
   readonly outcomes: Record<'granted' | 'refused' | 'timed_out' | 'shed' | 'left' | 'unavailable', number>;
 }
 
-/** The bands flow control orders by (priority-band.ts: critical, standard, sheddable). */
-export const FLOW_BANDS = 3;
+/**
+ * The priority bands, most urgent first (the Gateway API Inference Extension's criticality; declared here because
+ * flow control orders by them; server/priority-band.ts reads them from the header).
+ */
+export const PRIORITY_BANDS = ['critical', 'standard', 'sheddable'] as const;
+export type PriorityBand = (typeof PRIORITY_BANDS)[number];
 
-/** The ticket of a request that names none: the default tenant, the standard band. */
-export const DEFAULT_FLOW_TICKET: FlowTicket = Object.freeze({ tenant: 'default', band: 1 });
+/** The band of a request that names none, and the ceiling of a tenant the keys file does not raise. */
+export const DEFAULT_PRIORITY_BAND: PriorityBand = 'standard';
+
+/** A band's urgency, what a `FlowTicket` carries: 0 for the most urgent band, one more per band after it. */
+export function bandOrder(band: PriorityBand): number {
+  return PRIORITY_BANDS.indexOf(band);
+}
+
+/** The tenant of a request that names none. */
+export const DEFAULT_TENANT = 'default';
+
+/** The ticket of a request that names none: the default tenant, the default band. */
+export const DEFAULT_FLOW_TICKET: FlowTicket = Object.freeze({
+  tenant: DEFAULT_TENANT,
+  band: bandOrder(DEFAULT_PRIORITY_BAND),
+});
 
 /**
  * Requests a ready rank can still take before it is saturated (see the module comment): 0 while its report shows
@@ -107,7 +125,7 @@ export class FlowGate {
     private readonly room: () => number,
   ) {
     checkFlowControlOptions(opts);
-    this.queue = new FlowQueue(FLOW_BANDS, {
+    this.queue = new FlowQueue(PRIORITY_BANDS.length, {
       maxTotal: opts.maxQueued ?? FLOW_CONTROL_DEFAULTS.maxQueued,
       maxPerTenant: opts.maxQueuedPerTenant ?? FLOW_CONTROL_DEFAULTS.maxQueuedPerTenant,
     });
@@ -123,11 +141,6 @@ export class FlowGate {
     return this.queue.size === 0 && this.room() - this.granted > 0;
   }
 
-  /** Requests waiting now, per band and per tenant. */
-  waiting(): { total: number; bands: number[]; tenants: Map<string, number> } {
-    return { total: this.queue.size, ...this.queue.counts() };
-  }
-
   /**
    * Null when request `id` may be placed now (nothing waits and the group has room: place it in this same synchronous
    * step); else a promise that resolves once it is granted (then place it and call `placed()`), or rejects with
@@ -135,6 +148,8 @@ export class FlowGate {
    */
   admit(id: string, ticket: FlowTicket, signal?: CancelSignal): Promise<void> | null {
     if (this.wouldAdmit()) return null;
+    // A client already gone never queues (an abort listener added now would never fire).
+    if (signal?.aborted === true) return Promise.reject(signal.reason);
     return new Promise<void>((resolve, reject) => {
       const waitMs = Math.min(this.timeoutMs, ticket.timeoutMs ?? this.timeoutMs);
       let timer: NodeJS.Timeout | null = null;

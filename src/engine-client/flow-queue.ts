@@ -102,15 +102,10 @@ export class FlowQueue<T> {
     return { queued: true, shed };
   }
 
-  /** The request to serve next, without taking it: the most urgent band's tenant whose turn it is, its oldest. */
-  peek(): FlowEntry<T> | undefined {
-    for (const band of this.bands) {
-      for (const fifo of band.values()) return fifo[0];
-    }
-    return undefined;
-  }
-
-  /** Take the request `peek` names; its tenant's turn passes to the next tenant of the band. */
+  /**
+   * Take the request to serve next: the most urgent band's tenant whose turn it is, its oldest; that tenant's turn
+   * passes to the next tenant of the band.
+   */
   take(): FlowEntry<T> | undefined {
     for (const band of this.bands) {
       for (const [tenant, fifo] of band) {
@@ -134,11 +129,6 @@ export class FlowQueue<T> {
     if (fifo.length === 0) band.delete(entry.tenant);
     this.forget(entry);
     return entry;
-  }
-
-  /** Queued requests per band (index = band), and per tenant. */
-  counts(): { bands: number[]; tenants: Map<string, number> } {
-    return { bands: [...this.bandSizes], tenants: new Map(this.perTenant) };
   }
 
   /** Requests `tenant` has queued now. */

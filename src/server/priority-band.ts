@@ -11,14 +11,10 @@
  * standard 0 (what every request carried before), sheddable 1. An FCFS engine ignores the field. TokenSpeed's wire
  * has no priority.
  */
+import { bandOrder, DEFAULT_PRIORITY_BAND, PRIORITY_BANDS, type PriorityBand } from '../engine-client/flow-control.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
 
-/** The bands, most urgent first. */
-export const PRIORITY_BANDS = ['critical', 'standard', 'sheddable'] as const;
-export type PriorityBand = (typeof PRIORITY_BANDS)[number];
-
-/** The band of a request that names none, and the ceiling of a client without a tenant. */
-export const DEFAULT_PRIORITY_BAND: PriorityBand = 'standard';
+export { bandOrder, DEFAULT_PRIORITY_BAND, PRIORITY_BANDS, type PriorityBand };
 
 /** The request header naming the band (Node lower-cases incoming header names). */
 export const PRIORITY_BAND_HEADER = 'x-gateway-inference-objective';
@@ -26,11 +22,6 @@ export const PRIORITY_BAND_HEADER = 'x-gateway-inference-objective';
 /** Whether `value` is a band name. */
 export function isPriorityBand(value: unknown): value is PriorityBand {
   return (PRIORITY_BANDS as readonly unknown[]).includes(value);
-}
-
-/** A band's urgency: 0 for the most urgent band, one more per band after it. */
-export function bandOrder(band: PriorityBand): number {
-  return PRIORITY_BANDS.indexOf(band);
 }
 
 /** The vLLM wire `priority` of a band: its order relative to the default band (critical −1, standard 0, sheddable 1). */

@@ -12,12 +12,12 @@ import { createHash } from 'node:crypto';
 import { keyMatcher } from './auth-keys.js';
 import { badRequest, quoteValue } from './errors.js';
 import { readKeysFile, type KeysFile, type TenantPolicy } from './keys-file.js';
-import { DEFAULT_PRIORITY_BAND } from './priority-band.js';
+import { DEFAULT_PRIORITY_BAND, DEFAULT_TENANT } from '../engine-client/flow-control.js';
+
+export { DEFAULT_TENANT };
 
 /** The header naming a request's tenant when the gateway has no API keys (Node lower-cases header names). */
 export const FAIRNESS_ID_HEADER = 'x-gateway-fairness-id';
-/** The tenant of a request that names none. */
-export const DEFAULT_TENANT = 'default';
 /** The longest fairness id accepted (characters). */
 export const MAX_FAIRNESS_ID_CHARS = 64;
 
@@ -35,16 +35,10 @@ function bearerToken(value: string | undefined): string | null {
 }
 
 /**
- * The tenant of a request from its headers: `keyed` = the gateway checks API keys (then the request's key, already
- * verified by auth.ts, names it); else the fairness header, else `DEFAULT_TENANT`.
+ * The tenant a request names when the gateway has no keys: its fairness header, else `DEFAULT_TENANT`.
  * @throws ApiError 400 (`invalid_fairness_id`) for a fairness id that is too long or not printable ASCII.
  */
-export function tenantOf(headers: Record<string, string | string[] | undefined>, keyed: boolean): string {
-  if (keyed) {
-    const auth = headers.authorization;
-    const token = bearerToken(Array.isArray(auth) ? auth[0] : auth);
-    return token === null ? DEFAULT_TENANT : keyTenant(token);
-  }
+export function fairnessTenant(headers: Record<string, string | string[] | undefined>): string {
   const raw = headers[FAIRNESS_ID_HEADER];
   const id = (Array.isArray(raw) ? raw.join(',') : (raw ?? '')).trim();
   if (id === '') return DEFAULT_TENANT;
@@ -68,22 +62,25 @@ function defaultPolicy(name: string): TenantPolicy {
  * `matches` is the API-key check (by digest, auth-keys.ts); `policyOf` a request's tenant.
  */
 export class TenantDirectory {
-  private file: KeysFile | null;
-  private match: (presented: string) => boolean;
+  /** Every key's tenant now: the `--api-key` keys' own, then the keys file's (which wins for a key in both). */
+  private byKey: ReadonlyMap<string, TenantPolicy> = new Map();
+  private match: (presented: string) => boolean = () => false;
+  /** The `--api-key` keys' tenants, computed once (a digest each). */
+  private readonly ownTenants: ReadonlyMap<string, TenantPolicy>;
 
   /** @throws KeysFileError when `keysFile` cannot be read or parsed; RangeError for an empty `apiKeys` entry. */
   constructor(
-    private readonly apiKeys: readonly string[],
+    apiKeys: readonly string[],
     readonly keysFile: string | null,
   ) {
     if (apiKeys.some((k) => k.length === 0)) throw new RangeError('an API key must not be empty');
-    this.file = keysFile === null ? null : readKeysFile(keysFile);
-    this.match = keyMatcher(this.allKeys());
+    this.ownTenants = new Map(apiKeys.map((k) => [k, defaultPolicy(keyTenant(k))]));
+    this.use(keysFile === null ? null : readKeysFile(keysFile));
   }
 
   /** Whether requests need a key: some `--api-key`, or a keys file (even one with no keys yet: then nobody gets in). */
   get keyed(): boolean {
-    return this.apiKeys.length > 0 || this.keysFile !== null;
+    return this.ownTenants.size > 0 || this.keysFile !== null;
   }
 
   /** Whether `presented` is one of the keys now (auth-keys.ts `keyMatcher`). */
@@ -96,11 +93,11 @@ export class TenantDirectory {
    * @throws ApiError 400 (`invalid_fairness_id`) for a bad fairness id when the gateway has no keys.
    */
   policyOf(headers: Record<string, string | string[] | undefined>): TenantPolicy {
-    if (!this.keyed) return defaultPolicy(tenantOf(headers, false));
+    if (!this.keyed) return defaultPolicy(fairnessTenant(headers));
     const auth = headers.authorization;
     const token = bearerToken(Array.isArray(auth) ? auth[0] : auth);
     if (token === null) return defaultPolicy(DEFAULT_TENANT);
-    return this.file?.byKey.get(token) ?? defaultPolicy(keyTenant(token));
+    return this.byKey.get(token) ?? defaultPolicy(keyTenant(token));
   }
 
   /**
@@ -110,12 +107,13 @@ export class TenantDirectory {
   reload(): { tenants: number; keys: number } {
     if (this.keysFile === null) throw new RangeError('no --api-keys-file to reload');
     const file = readKeysFile(this.keysFile);
-    this.file = file;
-    this.match = keyMatcher(this.allKeys());
+    this.use(file);
     return { tenants: file.tenants, keys: file.byKey.size };
   }
 
-  private allKeys(): string[] {
-    return [...new Set([...this.apiKeys, ...(this.file?.byKey.keys() ?? [])])];
+  /** Take `file`'s keys beside the `--api-key` ones (the key check and the tenants change together). */
+  private use(file: KeysFile | null): void {
+    this.byKey = new Map([...this.ownTenants, ...(file?.byKey ?? [])]);
+    this.match = keyMatcher([...this.byKey.keys()]);
   }
 }

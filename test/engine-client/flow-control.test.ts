@@ -87,6 +87,14 @@ test('a queued request ends with overloaded at its deadline, and one whose clien
     await tick();
     ac.abort(new Error('client left'));
     await assert.rejects(gone, /client left/);
+    const already = new AbortController();
+    already.abort(new Error('left before it queued'));
+    await assert.rejects(client.submit(req('never'), { signal: already.signal }), /left before it queued/);
+    assert.equal(
+      client.stats.flowControl?.queuedByBand.reduce((a, b) => a + b, 0),
+      1,
+      'only "stays" waits',
+    );
     await finish(link, 0, 'a');
     await stays;
     assert.deepEqual(added(link), ['a', 'stays'], 'the departed request never reached the rank');

@@ -37,6 +37,7 @@ import { SimScheduler, type SimRequest } from '../../src/sim/scheduler.js';
 import { schedulerStatsOf } from '../../src/sim/vllm-wire.js';
 import { loadFromSchedulerStats } from '../../src/protocols/vllm/stats.js';
 import { FakeLink, batch, drain, inFlight, load, req, row, setup } from './fakes.js';
+import { scriptedRequest } from '../sim/helpers.js';
 
 const view = (engineIndex: number, inFlight: number, l: RankView['load'] = null, loadAgeMs?: number): RankView => ({
   engineIndex,
@@ -46,19 +47,11 @@ const view = (engineIndex: number, inFlight: number, l: RankView['load'] = null,
 });
 
 function simReq(rid: string, promptLen: number): SimRequest {
-  return {
+  return scriptedRequest(
     rid,
-    promptTokenIds: Array.from({ length: promptLen }, (_, i) => 100 * rid.charCodeAt(0) + i),
-    maxNewTokens: 5,
-    minNewTokens: 0,
-    stopTokenIds: null,
-    ignoreEos: true,
-    stream: true,
-    streamInterval: null,
-    returnLogprob: false,
-    validationError: null,
-    tokens: { next: () => ({ tokenId: 7, logprob: 0 }) },
-  };
+    Array.from({ length: promptLen }, (_, i) => 100 * rid.charCodeAt(0) + i),
+    5,
+  );
 }
 
 test('14.2: a TokenSpeed backlog scores like the same vLLM backlog, pinned by what each simulated wire reports', () => {

@@ -4,44 +4,29 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import {
-  SimScheduler,
-  type SchedulerConfig,
-  type SimRequest,
-  type SimRow,
-  type TokenSource,
-} from '../../src/sim/scheduler.js';
+import { SimScheduler, type SchedulerConfig, type SimRequest, type SimRow } from '../../src/sim/scheduler.js';
 import {
   runVirtual,
   type VirtualArrival,
   type VirtualRound,
   type VirtualRunResult,
 } from '../../src/sim/virtual-run.js';
+import { scriptedRequest } from './helpers.js';
 
 const EOS = 999;
 
-/** A deterministic source: token ids 100, 101, 102, ... (never EOS). */
-function counting(): TokenSource {
-  let n = 100;
-  return { next: () => ({ tokenId: n++, logprob: -0.5 }) };
-}
-
-/** Prompts differ per rid (a per-rid offset), so no two requests share a prefix-cache block. */
+/**
+ * Prompts differ per rid (a per-rid offset), so no two requests share a prefix-cache block; token ids 100, 101, ...
+ * (never EOS).
+ */
 function req(rid: string, promptLen: number, maxNewTokens: number): SimRequest {
   const offset = 1000 * [...rid].reduce((h, c) => (h * 31 + c.charCodeAt(0)) % 9973, 7);
-  return {
+  return scriptedRequest(
     rid,
-    promptTokenIds: Array.from({ length: promptLen }, (_, i) => offset + i + 1),
+    Array.from({ length: promptLen }, (_, i) => offset + i + 1),
     maxNewTokens,
-    minNewTokens: 0,
-    stopTokenIds: null,
-    ignoreEos: true,
-    stream: true,
-    streamInterval: null,
-    returnLogprob: false,
-    validationError: null,
-    tokens: counting(),
-  };
+    100,
+  );
 }
 
 function config(over: Partial<SchedulerConfig> = {}): SchedulerConfig {
