@@ -112,6 +112,35 @@ function rankRow(group, r) {
   return tr;
 }
 
+// Flow control's queue of a group (issue 30): waiting requests per priority band and per tenant, and how queued
+// requests ended. Null when flow control is off: nothing is shown.
+function queuePanel(fc) {
+  if (fc === null || fc === undefined) return null;
+  const bands = Object.entries(fc.queued_by_band).map(([band, n]) =>
+    el('span', { class: `queue-band${n > 0 ? ' busy' : ''}`, 'data-band': band }, `${band} ${n}`),
+  );
+  const tenants = Object.entries(fc.queued_by_tenant);
+  const tenantList =
+    tenants.length === 0
+      ? el('span', { class: 'muted' }, 'no tenant waiting')
+      : el(
+          'span',
+          {},
+          ...tenants.map(([t, n]) => el('span', { class: 'queue-tenant', 'data-tenant': t }, `${t} ${n}`)),
+        );
+  const o = fc.outcomes;
+  const ended = `granted ${o.granted} · timed out ${o.timed_out} · refused ${o.refused} · shed ${o.shed} · left ${o.left}`;
+  return el(
+    'div',
+    { class: 'queue' },
+    el('span', { class: 'label' }, 'queue'),
+    ...bands,
+    el('span', { class: 'label' }, 'tenants'),
+    tenantList,
+    el('span', { class: 'muted queue-ended' }, ended),
+  );
+}
+
 function render(view) {
   $('model').textContent = view.served_model_names.join(', ');
   const totals = {
@@ -134,6 +163,7 @@ function render(view) {
         'section',
         { class: 'group', 'data-worker': g.worker },
         el('h2', {}, `${g.worker} · ${g.engine} · ${g.ranks.length} DP rank${g.ranks.length === 1 ? '' : 's'}`, badge),
+        ...[queuePanel(g.flow_control)].filter((x) => x !== null),
         el('table', {}, el('thead', {}, head), body),
       ),
     );

@@ -10,6 +10,7 @@ import type { EngineLink } from './link.js';
 import type { DpPolicy } from './policy.js';
 import type { KvCacheView } from './kv-cache-view.js';
 import type { LockstepSetting } from './waves.js';
+import type { BudgetLedger, BudgetLimits } from './budgets.js';
 
 /** Default silence-watchdog timeout in ms (dp-routing.md section 6: 300 s without output). */
 export const DEFAULT_SILENCE_TIMEOUT_MS = 300_000;
@@ -59,6 +60,11 @@ export interface EngineClientOptions {
    * queue. Absent or null: off (every request goes to a rank at once, as before).
    */
   flowControl?: FlowControlOptions | null;
+  /**
+   * The gateway's per-tenant budgets (budgets.ts, issue 30 part 4), one ledger shared by every group's client, so a
+   * tenant's budget spans the groups. A submit whose ticket carries limits is charged here. Absent or null: none.
+   */
+  budgets?: BudgetLedger | null;
 }
 
 /**
@@ -109,10 +115,20 @@ export interface FlowControlOptions {
   readonly queueTimeoutMs?: number;
 }
 
-/** What a submit says about itself for flow control: its tenant, its band (0 = most urgent) and its own deadline. */
+/**
+ * What a submit says about itself for flow control and budgets: its tenant, its band (0 = most urgent), its own
+ * deadline, and its tenant's budget.
+ */
 export interface FlowTicket {
   readonly tenant: string;
   readonly band: number;
   /** ms this request may wait in the queue, at most the group's `queueTimeoutMs`; absent: that. */
   readonly timeoutMs?: number;
+  /** The tenant's limits per minute (budgets.ts); absent: no budget. */
+  readonly budget?: BudgetLimits;
+  /**
+   * false for the second and later sub-requests of one HTTP request with n > 1: they are charged their completion
+   * tokens only (the first took the request and the prompt). Absent: true.
+   */
+  readonly lead?: boolean;
 }

@@ -36,7 +36,8 @@ import { EventEmitter } from 'node:events';
 import type { GenerateRequest } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
 import type { BatchSteps } from './apply-batch.js';
-import type { CancelSignal, CancellableSubmitOptions, EngineClientOptions } from './client-options.js';
+import type { CancelSignal, CancellableSubmitOptions, EngineClientOptions, FlowTicket } from './client-options.js';
+import type { BudgetCharge, BudgetLedger } from './budgets.js';
 import { runDispatcher } from './dispatcher.js';
 import { EngineClientError, describeError } from './errors.js';
 import { DEFAULT_FLOW_TICKET } from './flow-control.js';
@@ -88,6 +89,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
 
   /** The group's state and its synchronous steps. */
   private readonly g: GroupState;
+  /** The gateway's tenant budgets (shared by every group's client), or null. */
+  private readonly budgets: BudgetLedger | null;
   private readonly link: EngineLink;
   /** Failures, and the control sends (ABORT, probes, waves, revival). */
   private readonly scope: FailureScope;
@@ -98,6 +101,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   constructor(opts: EngineClientOptions) {
     super();
     this.g = new GroupState(opts, this);
+    this.budgets = opts.budgets ?? null;
     this.policy = this.g.policy;
     this.stats = this.g.stats;
     this.link = opts.link;
@@ -218,23 +222,53 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * died or stalled), the stream is returned and yields that error.
    */
   async submit(request: GenerateRequest, options: CancellableSubmitOptions = {}): Promise<RequestStream> {
+    const charge = this.chargeBudget(request, options.flow);
+    if (charge === null) return this.admit(request, options, null);
+    try {
+      return await this.admit(request, options, charge);
+    } catch (err) {
+      charge.refund();
+      throw err;
+    }
+  }
+
+  /**
+   * Charge the request's tenant budget (budgets.ts) when its ticket carries one. Returns null without one.
+   * @throws EngineClientError `rate-limited` when the budget cannot take the request (nothing else happened yet).
+   */
+  private chargeBudget(request: GenerateRequest, flow: FlowTicket | undefined): BudgetCharge | null {
+    if (this.budgets === null || flow?.budget === undefined) return null;
+    const prompt = Array.isArray(request?.promptTokenIds) ? request.promptTokenIds.length : 0;
+    return this.budgets.admit(flow.tenant, flow.budget, prompt, flow.lead !== false);
+  }
+
+  /** `submit` past the budget: through flow control's queue when the group is saturated, then `submitNow`. */
+  private async admit(
+    request: GenerateRequest,
+    options: CancellableSubmitOptions,
+    charge: BudgetCharge | null,
+  ): Promise<RequestStream> {
     const gate = this.g.gate;
     if (gate === null || options.dpRank !== undefined || !this.g.canServe() || typeof request?.requestId !== 'string') {
-      return this.submitNow(request, options);
+      return this.submitNow(request, options, charge);
     }
     const wait = gate.admit(request?.requestId, options.flow ?? DEFAULT_FLOW_TICKET, options.signal);
-    if (wait === null) return this.submitNow(request, options);
+    if (wait === null) return this.submitNow(request, options, charge);
     await wait;
     // Granted: the reservation happens in submitNow's synchronous first step, then the grant stops holding room.
-    const submitted = this.submitNow(request, options);
+    const submitted = this.submitNow(request, options, charge);
     gate.placed();
     return submitted;
   }
 
   /** `submit` once flow control let the request through (or without it): register, place, send. */
-  private async submitNow(request: GenerateRequest, options: CancellableSubmitOptions): Promise<RequestStream> {
+  private async submitNow(
+    request: GenerateRequest,
+    options: CancellableSubmitOptions,
+    charge: BudgetCharge | null,
+  ): Promise<RequestStream> {
     const { dpRank, signal } = options;
-    const { entry, hook } = this.register(request, signal);
+    const { entry, hook } = this.register(request, signal, charge);
     const { slot, pinned } = await this.placeAndSend(request, entry, dpRank, signal, hook);
     if (this.g.registry.closed) throw this.g.clientClosedError();
     if (signal?.aborted) throw abortReason(signal);
@@ -255,6 +289,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private register(
     request: GenerateRequest,
     signal: CancelSignal | undefined,
+    charge: BudgetCharge | null,
   ): { entry: RegistryEntry; hook: { detach: () => void } } {
     if (typeof request?.requestId !== 'string' || request.requestId.length === 0) {
       throw new EngineClientError('encode', 'request id must be a non-empty string');
@@ -282,8 +317,10 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       engineIndex: null,
       tokenLimit: request.sampling?.maxNewTokens ?? Infinity,
       tokens: 0,
+      charge,
     };
     this.g.registry.register(entry);
+    if (charge !== null) stream.budget = charge.snapshot;
     return { entry, hook };
   }
 

@@ -29,6 +29,9 @@
  * - `overloaded`: flow control (flow-control.ts) did not let the request reach a rank: the group stayed saturated past
  *   the request's queue deadline, the queue (or its tenant's share) was full, or a more urgent request took its
  *   place. Retrying later can succeed.
+ * - `rate-limited`: the request's tenant has used its budget (budgets.ts: requests or tokens per minute); fields
+ *   `retryAfterMs` (absent when waiting cannot help: a prompt larger than the whole budget) and `rateLimits` (the
+ *   tenant's budget, budgets.ts `snapshotNumbers`).
  * A failed handshake is not a request's error: the handshake service logs and counts it (transport/).
  */
 export const ENGINE_CLIENT_ERROR_KINDS = [
@@ -44,6 +47,7 @@ export const ENGINE_CLIENT_ERROR_KINDS = [
   'stream-closed',
   'engine-fault',
   'overloaded',
+  'rate-limited',
 ] as const;
 
 /** What went wrong, as the HTTP layer needs it (see `ENGINE_CLIENT_ERROR_KINDS`). */
@@ -65,12 +69,16 @@ export function isEngineClientErrorKind(v: unknown): v is EngineClientErrorKind 
  *   engine-dead).
  * - `engineCount`: invalid-dp-rank only: the number of rank slots of the group.
  * - `validRanks`: invalid-dp-rank only: engine indices of the connected ranks, ascending (gateway.md section 14).
+ * - `retryAfterMs`: rate-limited only: ms until the budget can take the request.
+ * - `rateLimits`: rate-limited only: the tenant's budget as six numbers (budgets.ts `snapshotNumbers`).
  */
 export const ENGINE_CLIENT_ERROR_FIELDS = {
   requestId: 'string',
   dpRank: 'number',
   engineCount: 'number',
   validRanks: 'numbers',
+  retryAfterMs: 'number',
+  rateLimits: 'numbers',
 } as const;
 
 type FieldValue<T> = T extends 'string' ? string : T extends 'number' ? number : readonly number[];

@@ -33,14 +33,19 @@ export const FLOW_CONTROL_DEFAULTS = {
   queueTimeoutMs: 30_000,
 } as const;
 
+/** Tenants named in `FlowControlStats.queuedByTenant` (the ones with the most queued). */
+export const QUEUED_TENANTS_SHOWN = 20;
+
 /**
- * What flow control did, live: requests queued now per band (index = band), and how requests that met a saturated
+ * What flow control did, live: requests queued now per band (index = band) and per tenant (the
+ * `QUEUED_TENANTS_SHOWN` with the most; read when asked), and how requests that met a saturated
  * group ended: granted (waited, then let through to placement), refused (not queued: the queue or the tenant's share was full),
  * timed_out (deadline), shed (dropped for a more urgent one), left (the client left while it waited), unavailable (no
  * rank could serve any more, or the client closed).
  */
 export interface FlowControlStats {
   readonly queuedByBand: readonly number[];
+  readonly queuedByTenant: Readonly<Record<string, number>>;
   readonly outcomes: Record<'granted' | 'refused' | 'timed_out' | 'shed' | 'left' | 'unavailable', number>;
 }
 
@@ -130,8 +135,13 @@ export class FlowGate {
       maxPerTenant: opts.maxQueuedPerTenant ?? FLOW_CONTROL_DEFAULTS.maxQueuedPerTenant,
     });
     this.timeoutMs = opts.queueTimeoutMs ?? FLOW_CONTROL_DEFAULTS.queueTimeoutMs;
+    const queue = this.queue;
     this.stats = {
-      queuedByBand: this.queue.bandSizes,
+      queuedByBand: queue.bandSizes,
+      // A getter: computed when a scrape, a snapshot or the dashboard reads it, never on the request path.
+      get queuedByTenant() {
+        return queue.topTenants(QUEUED_TENANTS_SHOWN);
+      },
       outcomes: { granted: 0, refused: 0, timed_out: 0, shed: 0, left: 0, unavailable: 0 },
     };
   }

@@ -136,6 +136,12 @@ export class FlowQueue<T> {
     return this.perTenant.get(tenant) ?? 0;
   }
 
+  /** The `limit` tenants with the most requests queued now, as tenant → requests, most first. */
+  topTenants(limit: number): Record<string, number> {
+    const top = [...this.perTenant].sort((a, b) => b[1] - a[1]).slice(0, limit);
+    return Object.fromEntries(top);
+  }
+
   private forget(entry: FlowEntry<T>): void {
     this.byId.delete(entry.id);
     this.bandSizes[entry.band]!--;

@@ -6,6 +6,7 @@
  * sink would let one slow consumer stall every other request and, through back-pressure, the engine); memory per
  * request is bounded by its token limit.
  */
+import type { BudgetSnapshot } from './budgets.js';
 import type { EngineOutput, EngineOutputBase, EngineOutputRow } from '../protocols/types.js';
 import type { DeliveryQueue, DeliveryTarget } from './delivery-queue.js';
 import { streamClosedError } from './errors.js';
@@ -23,6 +24,8 @@ import { streamClosedError } from './errors.js';
 export interface RequestStream extends AsyncIterable<EngineOutput> {
   readonly requestId: string;
   readonly engineIndex: number | null;
+  /** The tenant's budget right after this request was admitted (budgets.ts), when it has one. */
+  readonly budget?: BudgetSnapshot | null;
   cancel(): void;
   /**
    * Optional push mode (issue 9, the per-token path): instead of iterating, hand every output to `listener` without
@@ -97,6 +100,7 @@ const DONE: IteratorResult<EngineOutput> = Object.freeze({ done: true, value: un
 export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOutput>, DeliveryTarget {
   readonly requestId: string;
   engineIndex: number | null = null;
+  budget: BudgetSnapshot | null = null;
 
   private readonly queue: Item[] = [];
   private head = 0;

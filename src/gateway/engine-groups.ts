@@ -5,6 +5,8 @@
  * failure of the whole group). `startEngineGroups` starts them all for `startGateway` (start.ts) and the `--workers`
  * router; sim-ranks.ts spawns their simulated ranks.
  */
+import { performance } from 'node:perf_hooks';
+import { BudgetLedger } from '../engine-client/budgets.js';
 import { mkdirSync } from 'node:fs';
 import { join } from 'node:path';
 import type { Logger } from 'pino';
@@ -236,6 +238,8 @@ interface GroupShared {
   validTokenIds: ReturnType<typeof tokenIdMask>;
   /** `logReadyNotes`'s unknown dtypes already logged, for the whole gateway. */
   unknownDtypes: Set<string>;
+  /** The tenants' budgets: one ledger for every group, so a tenant's budget spans them (issue 30 part 4). */
+  budgets: BudgetLedger;
 }
 
 /** The shared part, resolved once: the vLLM EOS ids only when a group speaks vLLM (logged, with its warnings). */
@@ -246,7 +250,13 @@ function groupShared(plan: GatewayPlan, tokenizer: GatewayTokenizer): GroupShare
     : null;
   if (vllmEos) logger.info({ eos: vllmEos }, 'vLLM EOS ids resolved');
   // Every token id an engine sends is checked against the tokenizer (engine-client/output-contract.ts).
-  return { tokenizer, vllmEos, validTokenIds: tokenIdMask(tokenizer), unknownDtypes: new Set<string>() };
+  return {
+    tokenizer,
+    vllmEos,
+    validTokenIds: tokenIdMask(tokenizer),
+    unknownDtypes: new Set<string>(),
+    budgets: new BudgetLedger(() => performance.now()),
+  };
 }
 
 /**
@@ -287,6 +297,7 @@ function startGroupClient(
     ...(opts.silenceTimeoutMs !== undefined ? { silenceTimeoutMs: opts.silenceTimeoutMs } : {}),
     ...(opts.rankStallTimeoutMs !== undefined ? { rankStallTimeoutMs: opts.rankStallTimeoutMs } : {}),
     flowControl: opts.flowControl?.enabled === true ? opts.flowControl : null,
+    budgets: shared.budgets,
     lockstep: spec.lockstepMode,
   });
   const c = client;

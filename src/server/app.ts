@@ -312,9 +312,11 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
       ctx.counted.add(request);
       deps.metrics.countRequest(url, apiErr.statusCode, 'none');
       const tenant = ctx.tenants.get(request);
-      if (tenant !== undefined) deps.metrics.countTenant(tenant, apiErr.statusCode, null);
+      if (tenant !== undefined)
+        deps.metrics.countTenant(tenant, apiErr.statusCode, null, apiErr.code ?? String(apiErr.statusCode));
     }
     if (apiErr.retryAfterSeconds !== null) reply.header('retry-after', String(apiErr.retryAfterSeconds));
+    if (apiErr.headers !== null) reply.headers(apiErr.headers);
     return reply.code(apiErr.statusCode).send(apiErr.toBody());
   });
   // Echo the client's X-Request-Id on every answer (gateway.md 13) as the bytes it sent; it is never used as the engine

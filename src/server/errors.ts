@@ -6,6 +6,8 @@
  */
 import { InvalidTokenIdError, OffLoopError, type OffLoopErrorKind } from '../tokenizer/errors.js';
 import { EngineClientError, type EngineClientErrorKind } from '../engine-client/errors.js';
+import { snapshotFromNumbers } from '../engine-client/budgets.js';
+import { rateLimitHeaders } from './rate-limits.js';
 
 /** OpenAI error `type` values the gateway uses. */
 export type ApiErrorType =
@@ -13,6 +15,7 @@ export type ApiErrorType =
   | 'not_found_error'
   | 'permission_error'
   | 'requests'
+  | 'tokens'
   | 'server_error'
   | 'service_unavailable_error';
 
@@ -39,6 +42,8 @@ export class ApiError extends Error {
   readonly param: string | null;
   readonly code: string | null;
   readonly retryAfterSeconds: number | null;
+  /** Further response headers (a rate limit's `x-ratelimit-*`), or null. */
+  readonly headers: Readonly<Record<string, string>> | null;
   /** The body's `code`, kept apart because fastify overwrites `code` on validation errors (FST_ERR_VALIDATION). */
   readonly #bodyCode: string | null;
 
@@ -51,6 +56,7 @@ export class ApiError extends Error {
       code?: string | null;
       cause?: unknown;
       retryAfterSeconds?: number;
+      headers?: Readonly<Record<string, string>>;
     } = {},
   ) {
     super(capMessage(message), opts.cause === undefined ? undefined : { cause: opts.cause });
@@ -60,6 +66,7 @@ export class ApiError extends Error {
     this.param = opts.param ?? null;
     this.code = opts.code ?? null;
     this.retryAfterSeconds = opts.retryAfterSeconds ?? null;
+    this.headers = opts.headers ?? null;
     this.#bodyCode = this.code;
   }
 
@@ -138,6 +145,8 @@ export const ENGINE_ERROR_STATUS: Readonly<Record<EngineClientErrorKind, 400 | 4
   'invalid-dp-rank': 400,
   // Flow control held the request until its deadline, or had no room to queue it (issue 30): retry later.
   overloaded: 429,
+  // The tenant used its budget (issue 30 part 4): OpenAI's 429 `rate_limit_exceeded`.
+  'rate-limited': 429,
   // The gateway could not encode its own request, or reused a live request id: its own fault.
   encode: 500,
   'duplicate-request-id': 500,
@@ -205,6 +214,24 @@ export function blameEngineForTokenId(err: unknown, requestId: string, engineInd
 }
 
 /**
+ * The 429 of a request refused by its tenant's budget, as OpenAI answers one: `code` `rate_limit_exceeded`, `type`
+ * the limit that refused it (`requests` or `tokens`), `Retry-After` (whole seconds, at least 1) unless waiting cannot
+ * help, and the tenant's `x-ratelimit-*` headers.
+ */
+function rateLimitedApiError(err: EngineClientError): ApiError {
+  const snapshot = err.rateLimits === undefined ? null : snapshotFromNumbers(err.rateLimits);
+  // The ledger checks requests first: a refusal with no request left was the request limit's.
+  const type = snapshot?.requests?.remaining === 0 ? 'requests' : 'tokens';
+  return new ApiError(429, err.message, {
+    type,
+    code: 'rate_limit_exceeded',
+    cause: err,
+    ...(err.retryAfterMs === undefined ? {} : { retryAfterSeconds: Math.max(1, Math.ceil(err.retryAfterMs / 1000)) }),
+    ...(snapshot === null ? {} : { headers: rateLimitHeaders(snapshot) }),
+  });
+}
+
+/**
  * Turn anything thrown while serving a request into an `ApiError`: an `ApiError` passes through; an engine-client
  * error maps by kind (its message is kept, prefixed with the kind; `unavailable` and `overloaded` add a `Retry-After`); an off-loop
  * tokenizer error by `offLoopApiError`; anything else becomes a 500 with its message.
@@ -213,6 +240,7 @@ export function toApiError(err: unknown): ApiError {
   if (err instanceof ApiError) return err;
   if (err instanceof OffLoopError) return offLoopApiError(err);
   const kind = engineErrorKind(err);
+  if (kind === 'rate-limited') return rateLimitedApiError(err as EngineClientError);
   if (kind !== null) {
     const status = statusForEngineError(kind);
     const message = (err as Error).message;

@@ -5,17 +5,21 @@
  * ```json
  * { "tenants": {
  *     "search":  { "keys": ["sk-search-1"], "priority": "standard", "max_priority": "critical" },
- *     "batch":   { "keys": ["sk-batch-1", "sk-batch-2"], "priority": "sheddable" } } }
+ *     "batch":   { "keys": ["sk-batch-1", "sk-batch-2"], "priority": "sheddable",
+ *                  "requests_per_minute": 600, "tokens_per_minute": 2000000 } } }
  * ```
  *
  * - `keys`: the tenant's bearer keys (non-empty strings; a key belongs to one tenant only).
  * - `priority`: the band of its requests that name none (default `standard`).
  * - `max_priority`: the most urgent band its requests may ask for (default: its `priority`); never less urgent than
  *   `priority`.
+ * - `requests_per_minute`, `tokens_per_minute`: the tenant's budgets (integers ≥ 1; engine-client/budgets.ts), shared
+ *   by all its keys; absent: no limit.
  * Anything else (an unknown field, a band that does not exist, a tenant name that is not 1-64 printable ASCII
  * characters) is refused with the file and the field named: a typo must not silently change who may do what.
  */
 import { readFileSync } from 'node:fs';
+import { isBudgetLimit, type BudgetLimits } from '../engine-client/budgets.js';
 import {
   bandOrder,
   DEFAULT_PRIORITY_BAND,
@@ -24,11 +28,12 @@ import {
   type PriorityBand,
 } from './priority-band.js';
 
-/** What a tenant may do: its name (in metrics and logs), its default band and its ceiling. */
+/** What a tenant may do: its name (in metrics and logs), its default band, its ceiling and its budget (or null). */
 export interface TenantPolicy {
   readonly name: string;
   readonly priority: PriorityBand;
   readonly maxPriority: PriorityBand;
+  readonly budget: BudgetLimits | null;
 }
 
 /** A parsed keys file: each key's tenant, and how many tenants there are. */
@@ -45,7 +50,7 @@ export class KeysFileError extends RangeError {
   }
 }
 
-const TENANT_FIELDS = new Set(['keys', 'priority', 'max_priority']);
+const TENANT_FIELDS = new Set(['keys', 'priority', 'max_priority', 'requests_per_minute', 'tokens_per_minute']);
 const NAME = /^[\x21-\x7e]{1,64}$/;
 
 /**
@@ -93,7 +98,17 @@ export function parseKeysFile(text: string, source: string): KeysFile {
     if (!Array.isArray(s.keys) || s.keys.some((k) => typeof k !== 'string' || k.length === 0)) {
       fail(`tenant ${JSON.stringify(name)}: "keys" must be a list of non-empty strings`);
     }
-    const policy: TenantPolicy = { name, priority, maxPriority };
+    const limit = (field: string): number | null => {
+      const v = s[field];
+      if (v === undefined) return null;
+      if (!isBudgetLimit(v)) fail(`tenant ${JSON.stringify(name)}: "${field}" must be an integer ≥ 1`);
+      return v as number;
+    };
+    const requestsPerMinute = limit('requests_per_minute');
+    const tokensPerMinute = limit('tokens_per_minute');
+    const budget =
+      requestsPerMinute === null && tokensPerMinute === null ? null : { requestsPerMinute, tokensPerMinute };
+    const policy: TenantPolicy = { name, priority, maxPriority, budget };
     for (const key of s.keys as string[]) {
       // Name the tenants, never the key (the message reaches the log).
       const owner = byKey.get(key);

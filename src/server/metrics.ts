@@ -29,6 +29,9 @@ const OFF_LOOP_OUTCOMES = ['run', 'started', 'dropped', 'discarded', 'refused'] 
 
 /** Tenants labelled by name in the per-tenant series; a process counts later ones as `OTHER_TENANT`. */
 export const MAX_TENANT_LABELS = 100;
+/** Buckets of the queue wait (seconds): flow control's deadline defaults to 30 s. */
+const QUEUE_WAIT_BUCKETS = [0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60];
+
 /** The label of the tenants past `MAX_TENANT_LABELS`. */
 export const OTHER_TENANT = 'other';
 
@@ -60,6 +63,9 @@ export class GatewayMetrics {
   private readonly requests: Counter<'model' | 'endpoint' | 'status' | 'finish_reason'>;
   private readonly tenantRequests: Counter<'model' | 'tenant' | 'status'>;
   private readonly tenantTokens: Counter<'model' | 'tenant' | 'kind'>;
+  private readonly tenantRejections: Counter<'model' | 'tenant' | 'reason'>;
+  private readonly tenantQueueWait: PrebucketedHistogram;
+  private readonly queueWaitChildren = new Map<string, PrebucketedSeries>();
   /** Tenant names labelled so far (at most `MAX_TENANT_LABELS`; the rest count as `other`). */
   private readonly tenantLabels = new Set<string>();
   /** The series of `ttft` and `e2e` per endpoint. */
@@ -126,7 +132,39 @@ export class GatewayMetrics {
       labelNames: ['model', 'tenant', 'kind'],
       registers: httpRegisters,
     });
+    this.tenantRejections = new Counter({
+      name: 'model_gateway_tenant_rejections_total',
+      help: 'Generation requests refused before their answer started, by tenant and reason (the error code: rate_limit_exceeded, overloaded, priority_not_allowed, ...)',
+      labelNames: ['model', 'tenant', 'reason'],
+      registers: httpRegisters,
+    });
+    this.tenantQueueWait = new PrebucketedHistogram({
+      name: 'model_gateway_tenant_queue_wait_seconds',
+      help: "Time a generation request waited to be placed on a rank (flow control's queue included; refused ones too), by tenant, seconds",
+      labelNames: ['model', 'tenant'],
+      buckets: QUEUE_WAIT_BUCKETS,
+      registers: httpRegisters,
+    });
     this.vllm = registerVllmSeries({ model, registers, httpRegisters, groups });
+  }
+
+  /** A tenant's label: its name, or `other` past the first `MAX_TENANT_LABELS` names this process labelled. */
+  private tenantLabel(tenant: string): string {
+    if (this.tenantLabels.has(tenant)) return tenant;
+    if (this.tenantLabels.size >= MAX_TENANT_LABELS) return OTHER_TENANT;
+    this.tenantLabels.add(tenant);
+    return tenant;
+  }
+
+  /** Record how long a request of `tenant` waited to be placed (seconds; see `tenantQueueWait`). */
+  observeQueueWait(tenant: string, seconds: number): void {
+    const label = this.tenantLabel(tenant);
+    let series = this.queueWaitChildren.get(label);
+    if (series === undefined) {
+      series = this.tenantQueueWait.child({ model: this.modelId, tenant: label });
+      this.queueWaitChildren.set(label, series);
+    }
+    series.observe(seconds);
   }
 
   /** Read the off-loop tokenizer queue's counters (`stats()`) at every scrape (the app's queue; replaces any earlier). */
@@ -207,22 +245,25 @@ export class GatewayMetrics {
 
   /**
    * Count one finished generation request of `tenant` with its HTTP `status`, and with `usage` (tokens) the usage its
-   * answer reported. A tenant name past the first `MAX_TENANT_LABELS` is labelled `other` (the fairness header is the
-   * client's choice: the series stay bounded).
+   * answer reported; `rejection`, for a request refused before its answer started, the reason (its error code). A
+   * tenant name past the first `MAX_TENANT_LABELS` is labelled `other` (the fairness header is the client's choice:
+   * the series stay bounded).
    */
   countTenant(
-    tenant: string,
+    name: string,
     status: number,
     usage: { prompt: number; completion: number; cached: number } | null,
+    rejection: string | null = null,
   ): void {
-    if (!this.tenantLabels.has(tenant)) {
-      if (this.tenantLabels.size >= MAX_TENANT_LABELS) tenant = OTHER_TENANT;
-      else this.tenantLabels.add(tenant);
-    }
+    const tenant = this.tenantLabel(name);
     const model = this.modelId;
     this.counterChild(`tenant ${tenant} ${status}`, () =>
       this.tenantRequests.labels({ model, tenant, status: String(status) }),
     ).inc();
+    if (rejection !== null)
+      this.counterChild(`tenant rejection ${tenant} ${rejection}`, () =>
+        this.tenantRejections.labels({ model, tenant, reason: rejection }),
+      ).inc();
     if (usage === null) return;
     for (const kind of ['prompt', 'completion', 'cached'] as const) {
       if (usage[kind] > 0)

@@ -9,7 +9,6 @@ import type { DisconnectWatch } from './disconnect.js';
 import { ApiError, toApiError } from './errors.js';
 import { ClientDisconnectedError } from './generation.js';
 import { GenerationRun, type RunChoice } from './generation-run.js';
-import { REQUEST_ID_HEADER } from './request-id.js';
 import { endDisconnected, type RequestRecord } from './request-record.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
 
@@ -22,8 +21,11 @@ export interface RespondParts {
   base: ResponseBase;
   disconnect: DisconnectWatch;
   reply: FastifyReply;
-  /** The request id the response header echoes (the client's X-Request-Id, else the gateway's). */
-  echoId: string;
+  /**
+   * The response's own headers: the request id it echoes (the client's X-Request-Id, else the gateway's) and the
+   * tenant's `x-ratelimit-*` when it has a budget (rate-limits.ts).
+   */
+  headers: Record<string, string>;
 }
 
 /**
@@ -57,6 +59,6 @@ export async function respondBuffered(a: RespondParts): Promise<unknown> {
   const body = a.shape.body(a.base, results, outputs.usage(), (i) => outputs.render(i, results[i]!.logprobs));
   if (a.shape.settled !== undefined) await a.shape.settled(); // Responses only: no extra turn elsewhere
   record.count(200, outputs.outcome());
-  reply.header(REQUEST_ID_HEADER, a.echoId);
+  reply.headers(a.headers);
   return body;
 }

@@ -11,7 +11,6 @@ import { toApiError } from './errors.js';
 import { ClientDisconnectedError } from './generation.js';
 import { GenerationRun } from './generation-run.js';
 import type { RespondParts } from './respond-buffered.js';
-import { REQUEST_ID_HEADER } from './request-id.js';
 import { endDisconnected, endStalled } from './request-record.js';
 import type { SseEvent } from './response-shape.js';
 import { ClientStalledError, OPENING_HOLD_MS, SseWriter, type StreamBackpressure } from './sse.js';
@@ -41,7 +40,7 @@ export async function respondStreamed(
   );
   // The headers and the opening chunk wait for the first engine output (at most OPENING_HOLD_MS), so they leave in
   // the same write as it (sse.ts `start`).
-  sse.start({ [REQUEST_ID_HEADER]: a.echoId }, { holdMs: OPENING_HOLD_MS });
+  sse.start(a.headers, { holdMs: OPENING_HOLD_MS });
   disconnect.setProbe(() => sse.probe());
   const send = (list: readonly SseEvent[]) => {
     for (const e of list) {

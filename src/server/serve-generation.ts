@@ -23,7 +23,10 @@ import type { RunChoice } from './generation-run.js';
 import { parseLogprobs } from './logprobs.js';
 import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
-import { clientRequestId } from './request-id.js';
+import { clientRequestId, REQUEST_ID_HEADER } from './request-id.js';
+import { rateLimitHeaders } from './rate-limits.js';
+import type { BudgetLimits } from '../engine-client/budgets.js';
+import type { FlowTicket } from '../engine-client/client-options.js';
 import { endDisconnected, RequestRecord } from './request-record.js';
 import { respondBuffered } from './respond-buffered.js';
 import { respondStreamed } from './respond-streamed.js';
@@ -76,6 +79,8 @@ export interface PreparedRequest {
   band: PriorityBand;
   /** The request's tenant (tenant.ts), for flow control's fairness. */
   tenant: string;
+  /** The tenant's budget (keys file; engine-client/budgets.ts), or null. */
+  budget: BudgetLimits | null;
 }
 
 /**
@@ -240,6 +245,7 @@ export async function handleGeneration<B extends CommonBodyT>(
       widest: widestOf,
       band,
       tenant,
+      budget: policy.budget,
     });
     handedOver = true;
     return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
@@ -278,6 +284,7 @@ function toServe<B extends CommonBodyT>(
     widest: (gs: readonly BackendGroup[]) => BackendGroup;
     band: PriorityBand;
     tenant: string;
+    budget: BudgetLimits | null;
   },
 ): PreparedRequest {
   const { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf } = args;
@@ -327,6 +334,7 @@ function toServe<B extends CommonBodyT>(
     convertedStopIds,
     band: args.band,
     tenant: args.tenant,
+    budget: args.budget,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
   };
 }
@@ -384,19 +392,27 @@ export async function serveGeneration(
   // is still queued behind an earlier pipelined one; see disconnect.ts).
   try {
     // Submit every sub-request in the same tick (each routed on its own; dp-routing.md 12.3).
-    const flow = { tenant: prepared.tenant, band: bandOrder(prepared.band) };
+    const flow: FlowTicket = {
+      tenant: prepared.tenant,
+      band: bandOrder(prepared.band),
+      ...(prepared.budget === null ? {} : { budget: prepared.budget }),
+    };
+    // Sub-requests after the first are charged their completion tokens only (budgets.ts).
+    const siblingFlow: FlowTicket = { ...flow, lead: false };
     const subs = engineRequestsOf(requestId, prepared);
     const failFast = subs.length > 1 ? siblingsSignal(disconnect.signal) : null;
     const signal = failFast?.signal ?? disconnect.signal;
+    const submittedAt = ctx.now();
     const settled = await Promise.allSettled(
-      subs.map((r) =>
+      subs.map((r, i) =>
         // A refused sub-request ends its siblings at once: one still waiting in flow control's queue leaves it.
-        backend.submit(r, { dpRank, signal, flow }).catch((err: unknown) => {
+        backend.submit(r, { dpRank, signal, flow: i === 0 ? flow : siblingFlow }).catch((err: unknown) => {
           failFast?.abort(err);
           throw err;
         }),
       ),
     );
+    ctx.metrics.observeQueueWait(prepared.tenant, (ctx.now() - submittedAt) / 1000);
     const streams: BackendStream[] = [];
     let submitError: unknown = null;
     for (const s of settled) {
@@ -419,7 +435,9 @@ export async function serveGeneration(
       prepared.output,
       !prepared.stream,
     );
-    const answer = { choices, outputs, record, shape, base, disconnect, reply, echoId };
+    const budget = streams[0]!.budget ?? null;
+    const headers = { [REQUEST_ID_HEADER]: echoId, ...(budget === null ? {} : rateLimitHeaders(budget)) };
+    const answer = { choices, outputs, record, shape, base, disconnect, reply, headers };
     if (!prepared.stream) return await respondBuffered(answer);
     // Streaming: from here on errors travel as SSE events.
     return await respondStreamed({

@@ -54,7 +54,7 @@ export function fairnessTenant(headers: Record<string, string | string[] | undef
 
 /** The policy of a tenant the keys file does not name: the default band, no higher. */
 function defaultPolicy(name: string): TenantPolicy {
-  return { name, priority: DEFAULT_PRIORITY_BAND, maxPriority: DEFAULT_PRIORITY_BAND };
+  return { name, priority: DEFAULT_PRIORITY_BAND, maxPriority: DEFAULT_PRIORITY_BAND, budget: null };
 }
 
 /**

@@ -259,6 +259,37 @@ describe('dashboard behind an API key', { timeout: 60_000 }, () => {
   });
 });
 
+describe("dashboard: flow control's queue per band and per tenant", { timeout: 60_000 }, () => {
+  let base: string;
+  let close: () => Promise<void>;
+  before(async () => {
+    const { app, backend } = await makeApp();
+    backend.rankStatesValue = [rankState(0, { inFlight: 1 })];
+    (backend.stats as { flowControl: unknown }).flowControl = {
+      queuedByBand: [0, 3, 5],
+      queuedByTenant: { 'team-a': 5, 'team-b': 3 },
+      outcomes: { granted: 7, refused: 1, timed_out: 2, shed: 0, left: 4, unavailable: 0 },
+    };
+    base = await app.listen({ port: 0, host: '127.0.0.1' });
+    close = () => app.close();
+  });
+  after(() => close?.());
+
+  test('each band and each waiting tenant has its count; the outcomes so far are shown', async () => {
+    const page = await browser.context.newPage();
+    await page.goto(`${base}/dashboard`);
+    await page.waitForFunction(() => Number(document.body.dataset.updates ?? 0) >= 1, null, { timeout: 20_000 });
+    const text = (selector: string) => page.textContent(selector);
+    assert.equal(await text('[data-band="critical"]'), 'critical 0');
+    assert.equal(await text('[data-band="standard"]'), 'standard 3');
+    assert.equal(await text('[data-band="sheddable"]'), 'sheddable 5');
+    assert.equal(await text('[data-tenant="team-a"]'), 'team-a 5');
+    assert.equal(await text('[data-tenant="team-b"]'), 'team-b 3');
+    assert.match((await text('.queue-ended')) ?? '', /granted 7 · timed out 2 · refused 1 · shed 0 · left 4/);
+    await page.close();
+  });
+});
+
 test('the committed screenshot is a PNG', async () => {
   const png = await readFile(SCREENSHOT_TARGET);
   assert.deepEqual([...png.subarray(0, 4)], [0x89, 0x50, 0x4e, 0x47]);

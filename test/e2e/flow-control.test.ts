@@ -58,10 +58,12 @@ describe('flow control: a saturated group queues in the gateway', { timeout: 60_
   test('waiting requests go in band order: standard before the sheddable one that came first', async () => {
     const block = await blocker();
     const order: string[] = [];
-    const shed = complete(4, { 'x-gateway-inference-objective': 'sheddable' }).then((r) => {
-      order.push('sheddable');
-      return r;
-    });
+    const shed = complete(4, { 'x-gateway-inference-objective': 'sheddable', 'x-gateway-fairness-id': 'team-a' }).then(
+      (r) => {
+        order.push('sheddable');
+        return r;
+      },
+    );
     await waitFor(
       async () => (await queued()) === 1,
       'the sheddable request waits',
@@ -78,6 +80,18 @@ describe('flow control: a saturated group queues in the gateway', { timeout: 60_
     });
     await waitFor(async () => (await queued()) === 2, 'both wait');
     assert.equal(await inFlight(), 1, 'nothing else reached the rank');
+    // The ranks view (the dashboard's source) shows the queue per band and per tenant.
+    await waitFor(async () => {
+      const view = (await (await fetch(`${gw.url}/v1/gateway/ranks`)).json()) as {
+        groups: Array<{ flow_control: { queued_by_band: object; queued_by_tenant: object } | null }>;
+      };
+      const fc = view.groups[0]!.flow_control;
+      return (
+        fc !== null &&
+        JSON.stringify(fc.queued_by_band) === JSON.stringify({ critical: 0, standard: 1, sheddable: 1 }) &&
+        JSON.stringify(fc.queued_by_tenant) === JSON.stringify({ 'team-a': 1, default: 1 })
+      );
+    }, 'the ranks view shows both waiting, by band and by tenant');
     await block.release();
     for (const r of await Promise.all([shed, std])) assert.equal(r.status, 200, await r.text());
     assert.deepEqual(order, ['standard', 'sheddable']);

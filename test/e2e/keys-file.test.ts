@@ -21,6 +21,7 @@ describe('the keys file: tenants, their bands, reload on SIGHUP', { timeout: 60_
     write({
       search: { keys: ['sk-search-1'], priority: 'standard', max_priority: 'critical' },
       batch: { keys: ['sk-batch-1'], priority: 'sheddable' },
+      metered: { keys: ['sk-metered-1', 'sk-metered-2'], requests_per_minute: 4, tokens_per_minute: 1_000_000 },
     });
     gw = await startTestGateway({ sim: 1, edge: { apiKeysFile: file } });
   });
@@ -29,7 +30,7 @@ describe('the keys file: tenants, their bands, reload on SIGHUP', { timeout: 60_
     rmSync(dir, { recursive: true, force: true });
   });
 
-  const complete = (key: string, band?: string) =>
+  const complete = (key: string, band?: string, extra: Record<string, unknown> = {}) =>
     fetch(`${gw.url}/v1/completions`, {
       method: 'POST',
       headers: {
@@ -37,8 +38,44 @@ describe('the keys file: tenants, their bands, reload on SIGHUP', { timeout: 60_
         authorization: `Bearer ${key}`,
         ...(band !== undefined ? { 'x-gateway-inference-objective': band } : {}),
       },
-      body: JSON.stringify({ model: 'sim', prompt: 'hi', max_tokens: 2 }),
+      body: JSON.stringify({ model: 'sim', prompt: 'hi', max_tokens: 2, ...extra }),
     });
+
+  test('budgets: x-ratelimit headers on every answer; past the limit a 429 rate_limit_exceeded', async () => {
+    // Four requests per minute for the tenant, whichever of its keys (and, with --workers, whichever front).
+    const answers = [
+      await complete('sk-metered-1'),
+      await complete('sk-metered-2', undefined, { stream: true }),
+      await complete('sk-metered-1', undefined, { n: 2 }),
+      await complete('sk-metered-2'),
+    ];
+    for (const r of answers) {
+      assert.equal(r.status, 200);
+      await r.text();
+      assert.equal(r.headers.get('x-ratelimit-limit-requests'), '4');
+      assert.equal(r.headers.get('x-ratelimit-limit-tokens'), '1000000');
+      assert.match(r.headers.get('x-ratelimit-reset-requests')!, /^\d+(\.\d+)?s$/);
+    }
+    assert.deepEqual(
+      answers.map((r) => r.headers.get('x-ratelimit-remaining-requests')),
+      ['3', '2', '1', '0'],
+      'n = 2 is one request',
+    );
+    const refused = await complete('sk-metered-1');
+    assert.equal(refused.status, 429);
+    const body = (await refused.json()) as { error: { type: string; code: string; message: string } };
+    assert.equal(body.error.code, 'rate_limit_exceeded');
+    assert.equal(body.error.type, 'requests');
+    assert.match(body.error.message, /tenant "metered" reached its budget of 4 requests per minute/);
+    assert.equal(refused.headers.get('x-ratelimit-remaining-requests'), '0');
+    const retryAfter = Number(refused.headers.get('retry-after'));
+    assert.ok(retryAfter >= 1 && retryAfter <= 15, `Retry-After ${retryAfter}: one request back every 15 s`);
+    assert.equal((await complete('sk-batch-1')).status, 200, 'another tenant is not limited');
+    await waitFor(
+      async () => (await gw.metricSum('model_gateway_tenant_requests_total', 'tenant="metered",status="429"')) === 1,
+      'the refusal counted for its tenant',
+    );
+  });
 
   test('each key names its tenant: its ceiling allows critical or not; other keys get 401', async () => {
     assert.equal((await complete('sk-search-1', 'critical')).status, 200);

@@ -3,6 +3,7 @@
  * messages and wait until the dispatcher has processed each one) and a JSON `EngineProtocol` (the real TokenSpeed
  * codec is tested elsewhere). Nothing here touches sockets or timers.
  */
+import type { BudgetLedger } from '../../src/engine-client/budgets.js';
 import type { FlowControlOptions } from '../../src/engine-client/flow-control.js';
 import type { ConnectedEngine, EngineLink, LinkListener, OutputMessage } from '../../src/engine-client/link.js';
 import type {
@@ -416,6 +417,8 @@ export function setup(
     validTokenIds?: Uint8Array;
     /** Flow control (flow-control.ts; default off). */
     flowControl?: FlowControlOptions;
+    /** Tenant budgets (budgets.ts; default none). */
+    budgets?: BudgetLedger;
   } = {},
 ): { client: EngineClient; link: FakeLink; protocol: JsonProtocol } {
   const { reservedContextTokens, waves, dpSize, ...clientOpts } = opts;

@@ -42,6 +42,15 @@ test('front records round-trip in one message, in order', () => {
       dpRank: 1,
       flow: { tenant: 'key:0123456789ab', band: 2 },
     },
+    {
+      tag: Tag.SUBMIT,
+      handle: 3,
+      group: 0,
+      request,
+      dpRank: null,
+      flow: { tenant: 'batch', band: 1, budget: { requestsPerMinute: 60, tokensPerMinute: null } },
+    },
+    { tag: Tag.SUBMIT, handle: 4, group: 0, request, dpRank: null, flow: { tenant: 'batch', band: 1, lead: false } },
     { tag: Tag.ABORT, handle: 1 },
     { tag: Tag.PERMIT, ticket: 9 },
     { tag: Tag.RELEASE, ticket: 9 },
@@ -53,8 +62,9 @@ test('front records round-trip in one message, in order', () => {
 test('router records round-trip; absent optionals stay absent, stop reasons and top logprobs survive', () => {
   const base = { promptTokens: 4, completionTokens: 2, cachedTokens: 1 };
   const records: DownRecord[] = [
-    { tag: Tag.SUBMITTED, handle: 1, engineIndex: 0 },
-    { tag: Tag.SUBMITTED, handle: 2, engineIndex: null },
+    { tag: Tag.SUBMITTED, handle: 1, engineIndex: 0, budget: null },
+    { tag: Tag.SUBMITTED, handle: 2, engineIndex: null, budget: null },
+    { tag: Tag.SUBMITTED, handle: 3, engineIndex: 1, budget: [60, 59, 1000, -1, -1, -1] },
     { tag: Tag.OUT, handle: 1, output: { ...base, newTokenIds: [10, 11], finishReason: null, logprobs: [] } },
     {
       tag: Tag.OUT,
@@ -118,7 +128,7 @@ test('router records round-trip; absent optionals stay absent, stop reasons and 
     back,
     records.map((r) => (r.tag === Tag.OUT ? { ...r, output: { requestId: '', ...r.output } } : r)),
   );
-  const first = back[2] as DownRecord & { tag: typeof Tag.OUT };
+  const first = back[3] as DownRecord & { tag: typeof Tag.OUT };
   assert.equal('stopReason' in first.output, false, 'no stop reason key when the engine reported none');
   assert.equal('topLogprobs' in first.output, false);
 });
@@ -230,6 +240,17 @@ test('malformed messages are ChannelDecodeErrors', () => {
       encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 't', 'high']]),
       'up',
     ],
+    [
+      'submit with a budget limit of 0',
+      encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 't', 1, 0, null, true]]),
+      'up',
+    ],
+    [
+      'submit with a lead flag that is not a boolean',
+      encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 't', 1, 5, null, 1]]),
+      'up',
+    ],
+    ['submitted with a budget of five numbers', encode([[Tag.SUBMITTED, 1, 0, [1, 2, 3, 4, 5]]]), 'down'],
     ['call without a method', encode([[Tag.CALL, 1, 2, null]]), 'up'],
     ['front tag from the router', encode([[Tag.PERMIT, 1]]), 'down'],
     ['the old HELLO record from a front', encode([[1, 3]]), 'up'],
@@ -280,7 +301,7 @@ test('DownMessage: OUT rows written in place are the msgpack list of records any
     logprobs: [-0.5, -1, 0, -0, Number.NaN, -Infinity],
   };
   const m = new DownMessage(8); // grows
-  m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 3 });
+  m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 3, budget: null });
   for (let h = 0; h < 40; h++) m.out(h, o);
   m.out(41, { ...o, stopReason: '###' });
   m.push({ tag: Tag.GRANT, ticket: 2, granted: true, max: 0 });
@@ -359,7 +380,7 @@ test('mutated router messages: a ChannelDecodeError or records, never another ex
   let seed = 7;
   const rand = () => (seed = (seed * 1103515245 + 12345) >>> 0) / 2 ** 32;
   const m = new DownMessage();
-  m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 0 });
+  m.push({ tag: Tag.SUBMITTED, handle: 1, engineIndex: 0, budget: null });
   for (let h = 0; h < 6; h++)
     m.out(h, {
       newTokenIds: [h, 1000 + h],
@@ -474,7 +495,7 @@ test('FrontOutboxes: one message per front per turn; a front that refuses (EAGAI
     assert.deepEqual(sent, [[2, [3]]], 'front 2 served while front 1 refuses');
     assert.ok(boxes.queuedBytes(1) > 0);
     boxes.message(a).out(4, row);
-    boxes.push(2, { tag: Tag.SUBMITTED, handle: 5, engineIndex: 0 });
+    boxes.push(2, { tag: Tag.SUBMITTED, handle: 5, engineIndex: 0, budget: null });
     await new Promise((r) => setImmediate(r));
     refuse = false;
     await waitFor(

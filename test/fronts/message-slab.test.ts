@@ -63,14 +63,14 @@ test(
     for (let m = 0; m < 30; m++) {
       const msg = new DownMessage(64, slab); // small on purpose: some grow out of their carve
       for (let r = 0; r < 1 + (m % 7) * 5; r++)
-        msg.push({ tag: Tag.SUBMITTED, handle: m * 1000 + r, engineIndex: r % 3 });
+        msg.push({ tag: Tag.SUBMITTED, handle: m * 1000 + r, engineIndex: r % 3, budget: null });
       finished.push(msg.finish());
     }
     for (let m = 0; m < finished.length; m++) {
       const records = decodeDown(finished[m]!);
       assert.equal(records.length, 1 + (m % 7) * 5);
       records.forEach((rec, r) =>
-        assert.deepStrictEqual(rec, { tag: Tag.SUBMITTED, handle: m * 1000 + r, engineIndex: r % 3 }),
+        assert.deepStrictEqual(rec, { tag: Tag.SUBMITTED, handle: m * 1000 + r, engineIndex: r % 3, budget: null }),
       );
     }
   },

@@ -350,9 +350,46 @@ describe('a text prompt too large for the context is refused before tokenizing (
   });
 });
 
+test("a budget refusal is OpenAI's 429 rate_limit_exceeded with Retry-After and x-ratelimit headers", () => {
+  const requests = toApiError(
+    new EngineClientError('rate-limited', 'tenant "a" reached its budget', {
+      retryAfterMs: 2_500,
+      rateLimits: [10, 0, 6_000, 1000, 400, 36_000],
+    }),
+  );
+  assert.equal(requests.statusCode, 429);
+  assert.deepEqual(requests.toBody().error, {
+    message: 'tenant "a" reached its budget',
+    type: 'requests',
+    param: null,
+    code: 'rate_limit_exceeded',
+  });
+  assert.equal(requests.retryAfterSeconds, 3);
+  assert.deepEqual(requests.headers, {
+    'x-ratelimit-limit-requests': '10',
+    'x-ratelimit-remaining-requests': '0',
+    'x-ratelimit-reset-requests': '6s',
+    'x-ratelimit-limit-tokens': '1000',
+    'x-ratelimit-remaining-tokens': '400',
+    'x-ratelimit-reset-tokens': '36s',
+  });
+  // The token limit refused it, and waiting cannot help (a prompt larger than the budget): no Retry-After.
+  const tokens = toApiError(
+    new EngineClientError('rate-limited', 'too big', { rateLimits: [-1, -1, -1, 100, 100, 0] }),
+  );
+  assert.equal(tokens.type, 'tokens');
+  assert.equal(tokens.retryAfterSeconds, null);
+  assert.deepEqual(Object.keys(tokens.headers!), [
+    'x-ratelimit-limit-tokens',
+    'x-ratelimit-remaining-tokens',
+    'x-ratelimit-reset-tokens',
+  ]);
+});
+
 test('every engine-client error kind has its status; only EngineClientErrors are read by kind', () => {
   assert.deepEqual(Object.keys(ENGINE_ERROR_STATUS).sort(), [...ENGINE_CLIENT_ERROR_KINDS].sort());
   for (const kind of ENGINE_CLIENT_ERROR_KINDS) {
+    if (kind === 'rate-limited') continue; // the tenant's budget, not the engine's: its own test below
     const api = toApiError(new EngineClientError(kind, 'what happened', { dpRank: 1 }));
     assert.equal(api.statusCode, ENGINE_ERROR_STATUS[kind], kind);
     assert.equal(api.code, kind.replaceAll('-', '_'));

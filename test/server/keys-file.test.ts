@@ -9,17 +9,30 @@ import { keyTenant, TenantDirectory } from '../../src/server/tenant.js';
 const FILE = JSON.stringify({
   tenants: {
     search: { keys: ['sk-search'], priority: 'standard', max_priority: 'critical' },
-    batch: { keys: ['sk-batch-1', 'sk-batch-2'], priority: 'sheddable' },
+    batch: { keys: ['sk-batch-1', 'sk-batch-2'], priority: 'sheddable', requests_per_minute: 60 },
+    metered: { keys: ['sk-metered'], requests_per_minute: 10, tokens_per_minute: 50_000 },
   },
 });
 
 test('a keys file: each key names its tenant with its bands; defaults standard, the ceiling its priority', () => {
   const f = parseKeysFile(FILE, 'k.json');
-  assert.equal(f.tenants, 2);
-  assert.deepEqual(f.byKey.get('sk-search'), { name: 'search', priority: 'standard', maxPriority: 'critical' });
-  assert.deepEqual(f.byKey.get('sk-batch-2'), { name: 'batch', priority: 'sheddable', maxPriority: 'sheddable' });
+  assert.equal(f.tenants, 3);
+  assert.deepEqual(f.byKey.get('sk-search'), {
+    name: 'search',
+    priority: 'standard',
+    maxPriority: 'critical',
+    budget: null,
+  });
+  assert.deepEqual(f.byKey.get('sk-batch-2'), {
+    name: 'batch',
+    priority: 'sheddable',
+    maxPriority: 'sheddable',
+    budget: { requestsPerMinute: 60, tokensPerMinute: null },
+  });
+  assert.deepEqual(f.byKey.get('sk-metered')?.budget, { requestsPerMinute: 10, tokensPerMinute: 50_000 });
+  assert.equal(f.byKey.get('sk-batch-1'), f.byKey.get('sk-batch-2'), 'one policy, so one budget, per tenant');
   const plain = parseKeysFile('{"tenants":{"t":{"keys":["k"]}}}', 'k.json').byKey.get('k');
-  assert.deepEqual(plain, { name: 't', priority: 'standard', maxPriority: 'standard' });
+  assert.deepEqual(plain, { name: 't', priority: 'standard', maxPriority: 'standard', budget: null });
 });
 
 test('a keys file that is wrong is refused naming the file and the field, never a key', () => {
@@ -33,6 +46,9 @@ test('a keys file that is wrong is refused naming the file and the field, never 
     ['{"tenants":{"t":{"keys":["k"],"priority":"critical","max_priority":"standard"}}}', /is above its "max_priority"/],
     ['{"tenants":{"t":{"keys":[""]}}}', /"keys" must be a list of non-empty strings/],
     ['{"tenants":{"t":{}}}', /"keys" must be a list/],
+    ['{"tenants":{"t":{"keys":["k"],"requests_per_minute":0}}}', /"requests_per_minute" must be an integer ≥ 1/],
+    ['{"tenants":{"t":{"keys":["k"],"tokens_per_minute":1.5}}}', /"tokens_per_minute" must be an integer ≥ 1/],
+    ['{"tenants":{"t":{"keys":["k"],"tokens_per_minute":"100"}}}', /"tokens_per_minute" must be an integer ≥ 1/],
     ['{"tenants":{"has space":{"keys":["k"]}}}', /1-64 printable ASCII/],
     ['{"tenants":{"a":{"keys":["sk-secret-dup"]},"b":{"keys":["sk-secret-dup"]}}}', /also a key of "a"/],
   ];
@@ -60,6 +76,7 @@ test('the directory: keys of the file and --api-key keys are accepted; reload ta
       name: keyTenant('sk-plain'),
       priority: 'standard',
       maxPriority: 'standard',
+      budget: null,
     });
     writeFileSync(path, JSON.stringify({ tenants: { search: { keys: ['sk-search-2'] } } }));
     assert.deepEqual(d.reload(), { tenants: 1, keys: 1 });

@@ -4,6 +4,7 @@
  */
 import { Decoder } from '@msgpack/msgpack';
 import type { FlowTicket } from '../../engine-client/flow-control.js';
+import { isBudgetLimit, snapshotFromNumbers } from '../../engine-client/budgets.js';
 import type { GenerateRequest, TokenCandidate } from '../../protocols/types.js';
 import { MsgpackReader } from '../../wire/reader.js';
 import {
@@ -56,11 +57,37 @@ function object<T>(t: unknown[], i: number, what: string): T {
   return v as T;
 }
 
-/** A SUBMIT's flow ticket: elements 5 (tenant, a string) and 6 (band, an integer ≥ 0), or null when absent. */
+/**
+ * A SUBMIT's flow ticket (messages.ts `submitTuple`): elements 5 (tenant, a string) and 6 (band, an integer ≥ 0),
+ * then optionally 7 and 8 (requests and tokens per minute: nil or an integer ≥ 1) and 9 (lead, a boolean); null when
+ * absent.
+ */
 function flowTicket(t: unknown[]): FlowTicket | null {
   if (t.length <= 5) return null;
   if (typeof t[5] !== 'string') throw new ChannelDecodeError('SUBMIT: the flow tenant must be a string');
-  return { tenant: t[5], band: int(t, 6, 'flow band') };
+  const ticket = { tenant: t[5], band: int(t, 6, 'flow band') };
+  if (t.length <= 7) return ticket;
+  const limit = (i: number): number | null => {
+    if (t[i] === null || isBudgetLimit(t[i])) return t[i] as number | null;
+    throw new ChannelDecodeError('SUBMIT: a budget limit must be nil or an integer ≥ 1');
+  };
+  const requestsPerMinute = limit(7);
+  const tokensPerMinute = limit(8);
+  if (typeof t[9] !== 'boolean') throw new ChannelDecodeError("SUBMIT: the ticket's lead flag must be a boolean");
+  return {
+    ...ticket,
+    ...(requestsPerMinute === null && tokensPerMinute === null
+      ? {}
+      : { budget: { requestsPerMinute, tokensPerMinute } }),
+    ...(t[9] ? {} : { lead: false }),
+  };
+}
+
+/** A SUBMITTED's element 3: the budget's six numbers (budgets.ts `snapshotNumbers`). */
+function budgetNumbers(t: unknown[]): number[] {
+  const v = numbers(t, 3, 'budget');
+  if (snapshotFromNumbers(v) === null) throw new ChannelDecodeError('SUBMITTED: the budget must be six finite numbers');
+  return v;
 }
 
 function numbers(t: unknown[], i: number, what: string): number[] {
@@ -201,7 +228,12 @@ function outRecord(t: unknown[]): ReceivedRecord {
 function downRecord(t: unknown[]): ReceivedRecord {
   switch (t[0]) {
     case Tag.SUBMITTED:
-      return { tag: Tag.SUBMITTED, handle: int(t, 1, 'handle'), engineIndex: intOrNull(t, 2, 'engine index') };
+      return {
+        tag: Tag.SUBMITTED,
+        handle: int(t, 1, 'handle'),
+        engineIndex: intOrNull(t, 2, 'engine index'),
+        budget: t.length > 3 ? budgetNumbers(t) : null,
+      };
     case Tag.REJECTED:
     case Tag.FAILED:
       return { tag: t[0], handle: int(t, 1, 'handle'), error: checkedWireError(t[2], `record tag ${String(t[0])}`) };

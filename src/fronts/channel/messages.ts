@@ -23,9 +23,7 @@ const encoder = new Encoder({ ignoreUndefined: true });
 function upTuple(r: UpRecord): unknown[] {
   switch (r.tag) {
     case Tag.SUBMIT:
-      return r.flow === null
-        ? [r.tag, r.handle, r.group, r.request, r.dpRank]
-        : [r.tag, r.handle, r.group, r.request, r.dpRank, r.flow.tenant, r.flow.band];
+      return submitTuple(r);
     case Tag.ABORT:
       return [r.tag, r.handle];
     case Tag.PERMIT:
@@ -36,10 +34,23 @@ function upTuple(r: UpRecord): unknown[] {
   }
 }
 
+/**
+ * A SUBMIT as its list: [tag, handle, group, request, dpRank], then with a flow ticket its tenant and band, then
+ * when the ticket has a budget or is not its request's lead: requests and tokens per minute (nil: no limit) and lead.
+ */
+function submitTuple(r: Extract<UpRecord, { tag: typeof Tag.SUBMIT }>): unknown[] {
+  const head = [r.tag, r.handle, r.group, r.request, r.dpRank];
+  const f = r.flow;
+  if (f === null) return head;
+  if (f.budget === undefined && f.lead !== false) return [...head, f.tenant, f.band];
+  const b = f.budget;
+  return [...head, f.tenant, f.band, b?.requestsPerMinute ?? null, b?.tokensPerMinute ?? null, f.lead !== false];
+}
+
 function downTuple(r: Exclude<DownRecord, { tag: typeof Tag.OUT }>): unknown[] {
   switch (r.tag) {
     case Tag.SUBMITTED:
-      return [r.tag, r.handle, r.engineIndex];
+      return r.budget === null ? [r.tag, r.handle, r.engineIndex] : [r.tag, r.handle, r.engineIndex, r.budget];
     case Tag.REJECTED:
     case Tag.FAILED:
       return [r.tag, r.handle, r.error];

@@ -136,7 +136,13 @@ export type DecodedOutput = EngineOutput;
 
 /** Records the router sends. */
 export type DownRecord =
-  | { tag: typeof Tag.SUBMITTED; handle: number; engineIndex: number | null }
+  | {
+      tag: typeof Tag.SUBMITTED;
+      handle: number;
+      engineIndex: number | null;
+      /** The tenant's budget after the admission (engine-client/budgets.ts `snapshotNumbers`), or null. */
+      budget: number[] | null;
+    }
   | { tag: typeof Tag.REJECTED; handle: number; error: WireError }
   | { tag: typeof Tag.OUT; handle: number; output: WireOutput }
   | { tag: typeof Tag.FAILED; handle: number; error: WireError }

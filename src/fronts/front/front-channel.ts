@@ -14,6 +14,7 @@ import { performance } from 'node:perf_hooks';
 import type { Logger } from 'pino';
 import type { CancellableSubmitOptions, CancelSignal } from '../../engine-client/client.js';
 import { EngineClientError } from '../../engine-client/errors.js';
+import { snapshotFromNumbers } from '../../engine-client/budgets.js';
 import { RequestStreamImpl, type RequestStream } from '../../engine-client/request-stream.js';
 import type { GenerateRequest } from '../../protocols/types.js';
 import { decodeDown } from '../channel/decode.js';
@@ -373,6 +374,7 @@ export class FrontChannel extends EventEmitter<{
         if (sub === undefined || sub.settled) return;
         sub.settled = true;
         sub.stream.engineIndex = r.engineIndex;
+        if (r.budget !== null) sub.stream.budget = snapshotFromNumbers(r.budget);
         sub.resolve(sub.stream);
         return;
       }

@@ -29,6 +29,7 @@ import { rmSync } from 'node:fs';
 import { createServer, type Server, type Socket } from 'node:net';
 import type { Logger } from 'pino';
 import type { FlowTicket } from '../../engine-client/flow-control.js';
+import { snapshotNumbers } from '../../engine-client/budgets.js';
 import type { RequestStream } from '../../engine-client/request-stream.js';
 import type { GenerateRequest } from '../../protocols/types.js';
 import type { ResponsesStore } from '../../server/responses/store.js';
@@ -427,7 +428,13 @@ export class RouterService {
     placed.then(
       (stream) => {
         if (!keepPlaced(s, handle, stream)) return;
-        this.outbox.push(s.frontId, { tag: Tag.SUBMITTED, handle, engineIndex: stream.engineIndex });
+        const budget = stream.budget ?? null;
+        this.outbox.push(s.frontId, {
+          tag: Tag.SUBMITTED,
+          handle,
+          engineIndex: stream.engineIndex,
+          budget: budget === null ? null : snapshotNumbers(budget),
+        });
         forwardOutputs(s, handle, stream, this.outbox, this.forgetStream);
       },
       (err: unknown) => {

@@ -9,6 +9,7 @@ import type { FastifyInstance } from 'fastify';
 import { refreshBackends, type BackendGroup, type BackendRankState } from '../backend.js';
 import type { LatencyPercentiles, RankStatsBook, RankStatsSource } from '../rank-stats.js';
 import { vllmAggregate } from '../vllm-aggregate.js';
+import { PRIORITY_BANDS, type FlowControlStats, type PriorityBand } from '../../engine-client/flow-control.js';
 
 /** One DP rank in the answer. Counts in requests, `kv_cache_usage` a ratio 0..1, rates per second, latencies ms. */
 export interface RankAnswer {
@@ -44,12 +45,35 @@ export interface RankAnswer {
   itl_ms: LatencyPercentiles;
 }
 
+/**
+ * A group's flow-control queue now (issue 30 part 5; null when flow control is off): requests waiting per band and
+ * per tenant (the tenants with the most waiting, at most `QUEUED_TENANTS_SHOWN`), and how queued requests ended so far.
+ */
+export interface FlowControlView {
+  queued_by_band: Record<PriorityBand, number>;
+  queued_by_tenant: Record<string, number>;
+  outcomes: Record<string, number>;
+}
+
 /** One engine group in the answer. */
 export interface GroupView {
   worker: string;
   engine: string;
   alive: boolean;
+  flow_control: FlowControlView | null;
   ranks: RankAnswer[];
+}
+
+function flowControlView(f: Readonly<FlowControlStats> | null | undefined): FlowControlView | null {
+  if (f === null || f === undefined) return null;
+  return {
+    queued_by_band: Object.fromEntries(PRIORITY_BANDS.map((b, i) => [b, f.queuedByBand[i] ?? 0])) as Record<
+      PriorityBand,
+      number
+    >,
+    queued_by_tenant: { ...f.queuedByTenant },
+    outcomes: { ...f.outcomes },
+  };
 }
 
 /** The whole answer: `server` is the aggregate the `vllm:*` gauges report (vllm-aggregate.ts). */
@@ -97,6 +121,7 @@ export function ranksView(
       worker: g.worker,
       engine: g.engine,
       alive: g.backend.isAlive(),
+      flow_control: flowControlView(g.backend.stats.flowControl),
       ranks: g.backend.rankStates().map((r): RankAnswer => {
         const s = stats.snapshot(g.worker, r.engineIndex, nowMs);
         return {

@@ -1,0 +1,249 @@
+/**
+ * Per-tenant budgets (issue 30 part 4): requests per minute and tokens per minute (prompt + completion), as a token
+ * bucket per tenant and kind that refills continuously at its limit per minute up to the limit (how OpenAI describes
+ * its own rate limits: a limit of 60 per minute lets one request through every second once the bucket is empty).
+ *
+ * Charging. A request takes one request and its prompt tokens when it is admitted (`admit`); its completion tokens are
+ * taken as the engine produces them (`BudgetCharge.spend`, from the output check of every row), so a long generation
+ * draws the budget down while it runs. The token bucket may go below zero that way; the tenant's next request then
+ * waits until it has refilled. A request that never reached a rank (flow control refused it, no rank could serve it)
+ * gets its request and prompt back (`refund`). With n > 1 only the first sub-request is charged a request and the
+ * prompt (the `usage` object counts the prompt once); every sub-request's completion tokens are charged.
+ *
+ * Admission needs one request left and, for the token budget, the prompt's tokens (and at least one token). A prompt
+ * larger than the whole per-minute token budget can never pass; it is refused without a retry time.
+ *
+ * State: one account per tenant with a budget (the keys file names them, so their number is bounded by it); an
+ * account back at full is the same as a fresh one, so accounts beyond `MAX_ACCOUNTS` are pruned when full. Pure
+ * state with an injected clock: no timers, no I/O. The limits come with each request (`FlowTicket.budget`), so a keys
+ * file reload applies from the tenant's next request; a lower limit clamps what is left to it.
+ */
+import { EngineClientError } from './errors.js';
+
+/** A tenant's limits (per minute; null: no limit of that kind). */
+export interface BudgetLimits {
+  readonly requestsPerMinute: number | null;
+  readonly tokensPerMinute: number | null;
+}
+
+/** One limit's state, as OpenAI's `x-ratelimit-*` headers give it: the limit, what is left, ms until full again. */
+export interface LimitState {
+  readonly limit: number;
+  readonly remaining: number;
+  readonly resetMs: number;
+}
+
+/** What a tenant's budget looks like after an admission or a refusal (null: that kind is not limited). */
+export interface BudgetSnapshot {
+  readonly requests: LimitState | null;
+  readonly tokens: LimitState | null;
+}
+
+/** Which limit refused a request: OpenAI's error `type` for a rate limit (`requests` or `tokens`). */
+export type LimitKind = 'requests' | 'tokens';
+
+/** What an admitted request holds: it spends completion tokens as they come and may give its admission back. */
+export interface BudgetCharge {
+  /** The tenant's budget right after this admission (what the response's `x-ratelimit-*` headers say). */
+  readonly snapshot: BudgetSnapshot;
+  /** Take `tokens` completion tokens from the tenant's token budget (a no-op without one). */
+  spend(tokens: number): void;
+  /** Give back the request and the prompt tokens taken at admission (once; the request never reached a rank). */
+  refund(): void;
+}
+
+/** Accounts kept before the full ones are pruned (see the module comment). */
+export const MAX_ACCOUNTS = 10_000;
+
+const MS_PER_MINUTE = 60_000;
+
+/** A continuously refilling bucket of at most `capacity` units, `capacity` per minute. */
+class Bucket {
+  level: number;
+  capacity: number;
+  private at: number;
+
+  constructor(capacity: number, now: number) {
+    this.capacity = capacity;
+    this.level = capacity;
+    this.at = now;
+  }
+
+  /** Bring the level to `now` under the limit `capacity` (a lowered limit clamps the level). */
+  refill(capacity: number, now: number): void {
+    const elapsed = Math.max(0, now - this.at);
+    this.at = now;
+    this.capacity = capacity;
+    this.level = Math.min(capacity, this.level + (elapsed * capacity) / MS_PER_MINUTE);
+  }
+
+  /** ms until the level reaches `need` (0 when it has). */
+  msUntil(need: number): number {
+    return this.level >= need ? 0 : Math.ceil(((need - this.level) * MS_PER_MINUTE) / this.capacity);
+  }
+
+  state(): LimitState {
+    return {
+      limit: this.capacity,
+      remaining: Math.max(0, Math.floor(this.level)),
+      resetMs: this.msUntil(this.capacity),
+    };
+  }
+
+  get full(): boolean {
+    return this.level >= this.capacity;
+  }
+}
+
+interface Account {
+  requests: Bucket | null;
+  tokens: Bucket | null;
+}
+
+/** Whether `v` is a usable per-minute limit: an integer ≥ 1. */
+export function isBudgetLimit(v: unknown): v is number {
+  return typeof v === 'number' && Number.isSafeInteger(v) && v >= 1;
+}
+
+/**
+ * The budgets of every tenant (one per gateway: every engine group's client shares it, so a tenant's budget spans
+ * the groups). `now` is the clock (ms; default `performance.now`-like, injected by tests).
+ */
+export class BudgetLedger {
+  private readonly accounts = new Map<string, Account>();
+  /** Requests refused, per limit kind (all counters, never reset). */
+  readonly refusals: Record<LimitKind, number> = { requests: 0, tokens: 0 };
+
+  constructor(private readonly now: () => number) {}
+
+  /** Tenants with an account now (bounded, see the module comment). */
+  get size(): number {
+    return this.accounts.size;
+  }
+
+  /**
+   * Admit one request of `tenant` under `limits`: take one request (when `lead`) and `promptTokens` (when `lead`).
+   * Returns the charge, or null when `limits` limits nothing.
+   * @throws EngineClientError `rate-limited` (HTTP 429; fields `retryAfterMs` when waiting can help, and
+   *   `rateLimits`, the snapshot as `snapshotNumbers`) when the tenant's budget cannot take it; nothing is taken then.
+   */
+  admit(tenant: string, limits: BudgetLimits, promptTokens: number, lead = true): BudgetCharge | null {
+    const rpm = limits.requestsPerMinute;
+    const tpm = limits.tokensPerMinute;
+    if (rpm === null && tpm === null) return null;
+    const now = this.now();
+    const account = this.account(tenant, rpm, tpm, now);
+    const { requests, tokens } = account;
+    requests?.refill(rpm!, now);
+    tokens?.refill(tpm!, now);
+    const prompt = lead ? promptTokens : 0;
+    if (lead && requests !== null && requests.level < 1) {
+      throw this.refuse(tenant, 'requests', account, requests.msUntil(1), `${rpm} requests per minute`);
+    }
+    if (lead && tokens !== null && (tokens.level < Math.max(1, prompt) || prompt > tokens.capacity)) {
+      const never = prompt > tokens.capacity;
+      throw this.refuse(
+        tenant,
+        'tokens',
+        account,
+        never ? null : tokens.msUntil(Math.max(1, prompt)),
+        never
+          ? `${tpm} tokens per minute, and this request's ${prompt} prompt tokens exceed it: it can never pass`
+          : `${tpm} tokens per minute (this request needs ${prompt} prompt tokens)`,
+      );
+    }
+    if (lead) {
+      if (requests !== null) requests.level -= 1;
+      if (tokens !== null) tokens.level -= prompt;
+    }
+    let refunded = !lead;
+    return {
+      snapshot: snapshotOf(account),
+      spend: (n: number) => {
+        if (tokens !== null) tokens.level -= n;
+      },
+      refund: () => {
+        if (refunded) return;
+        refunded = true;
+        if (requests !== null) requests.level = Math.min(requests.capacity, requests.level + 1);
+        if (tokens !== null) tokens.level = Math.min(tokens.capacity, tokens.level + prompt);
+      },
+    };
+  }
+
+  private account(tenant: string, rpm: number | null, tpm: number | null, now: number): Account {
+    let a = this.accounts.get(tenant);
+    if (a === undefined) {
+      if (this.accounts.size >= MAX_ACCOUNTS) this.prune(now);
+      a = { requests: null, tokens: null };
+      this.accounts.set(tenant, a);
+    }
+    // A limit added or removed by a keys file reload: a new limit starts full, a removed one is dropped.
+    if (rpm === null) a.requests = null;
+    else a.requests ??= new Bucket(rpm, now);
+    if (tpm === null) a.tokens = null;
+    else a.tokens ??= new Bucket(tpm, now);
+    return a;
+  }
+
+  /** Drop the accounts that are full again (the same as fresh ones). */
+  private prune(now: number): void {
+    for (const [tenant, a] of this.accounts) {
+      a.requests?.refill(a.requests.capacity, now);
+      a.tokens?.refill(a.tokens.capacity, now);
+      if ((a.requests?.full ?? true) && (a.tokens?.full ?? true)) this.accounts.delete(tenant);
+    }
+  }
+
+  private refuse(
+    tenant: string,
+    kind: LimitKind,
+    account: Account,
+    retryAfterMs: number | null,
+    what: string,
+  ): EngineClientError {
+    this.refusals[kind]++;
+    const wait = retryAfterMs === null ? '' : `; retry after ${formatResetMs(retryAfterMs)}`;
+    return new EngineClientError(
+      'rate-limited',
+      `tenant ${JSON.stringify(tenant)} reached its budget of ${what}${wait}`,
+      {
+        ...(retryAfterMs === null ? {} : { retryAfterMs }),
+        rateLimits: snapshotNumbers(snapshotOf(account)),
+      },
+    );
+  }
+}
+
+function snapshotOf(a: Account): BudgetSnapshot {
+  return { requests: a.requests?.state() ?? null, tokens: a.tokens?.state() ?? null };
+}
+
+/**
+ * A snapshot as six numbers (how it crosses the `--workers` channel and an error's fields): limit, remaining and
+ * reset ms of requests, then of tokens; −1 for a kind that is not limited.
+ */
+export function snapshotNumbers(s: BudgetSnapshot): number[] {
+  const part = (l: LimitState | null) => (l === null ? [-1, -1, -1] : [l.limit, l.remaining, l.resetMs]);
+  return [...part(s.requests), ...part(s.tokens)];
+}
+
+/** The inverse of `snapshotNumbers`; null when `v` is not six numbers. */
+export function snapshotFromNumbers(v: readonly number[]): BudgetSnapshot | null {
+  if (v.length !== 6 || v.some((x) => typeof x !== 'number' || !Number.isFinite(x))) return null;
+  const part = (i: number): LimitState | null =>
+    v[i]! < 0 ? null : { limit: v[i]!, remaining: v[i + 1]!, resetMs: v[i + 2]! };
+  return { requests: part(0), tokens: part(3) };
+}
+
+/**
+ * A duration as OpenAI's `x-ratelimit-reset-*` headers write it: `17ms`, `1s`, `1.5s`, `6m0s`, `1m30.5s`
+ * (`ms` ≥ 0).
+ */
+export function formatResetMs(ms: number): string {
+  const t = Math.max(0, Math.ceil(ms));
+  if (t < 1000) return `${t}ms`;
+  const seconds = (s: number) => `${Number(s.toFixed(3))}s`;
+  if (t < MS_PER_MINUTE) return seconds(t / 1000);
+  return `${Math.floor(t / MS_PER_MINUTE)}m${seconds((t % MS_PER_MINUTE) / 1000)}`;
+}
