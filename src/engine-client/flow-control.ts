@@ -64,13 +64,16 @@ export function bandOrder(band: PriorityBand): number {
   return PRIORITY_BANDS.indexOf(band);
 }
 
+/** `bandOrder(DEFAULT_PRIORITY_BAND)`. */
+const DEFAULT_BAND_ORDER = bandOrder(DEFAULT_PRIORITY_BAND);
+
 /** The tenant of a request that names none. */
 export const DEFAULT_TENANT = 'default';
 
 /** The ticket of a request that names none: the default tenant, the default band. */
 export const DEFAULT_FLOW_TICKET: FlowTicket = Object.freeze({
   tenant: DEFAULT_TENANT,
-  band: bandOrder(DEFAULT_PRIORITY_BAND),
+  band: DEFAULT_BAND_ORDER,
 });
 
 /**
@@ -114,7 +117,10 @@ const REFUSALS: Record<Exclude<FlowRefusal, 'duplicate'> | 'shed' | 'timeout', (
   timeout: (ms) => `the engine group stayed saturated for ${ms} ms while this request waited`,
 };
 
-/** One group's gate (see the module comment). `room()` is the group's room now, read in the same synchronous step. */
+/**
+ * One group's gate (see the module comment). `room(band)` is the group's room now for a request of `band`, read in the
+ * same synchronous step.
+ */
 export class FlowGate {
   private readonly queue: FlowQueue<Waiter>;
   private readonly timeoutMs: number;
@@ -127,7 +133,7 @@ export class FlowGate {
   /** @throws RangeError as `checkFlowControlOptions`. */
   constructor(
     opts: FlowControlOptions,
-    private readonly room: () => number,
+    private readonly room: (band: number) => number,
   ) {
     checkFlowControlOptions(opts);
     this.queue = new FlowQueue(PRIORITY_BANDS.length, {
@@ -146,9 +152,12 @@ export class FlowGate {
     };
   }
 
-  /** Whether a request arriving now would go to a rank without waiting (nothing waits, and the group has room). */
-  wouldAdmit(): boolean {
-    return this.queue.size === 0 && this.room() - this.granted > 0;
+  /**
+   * Whether a request of `band` arriving now would go to a rank without waiting: nothing as urgent waits, and the group
+   * has room for its band.
+   */
+  wouldAdmit(band: number = DEFAULT_BAND_ORDER): boolean {
+    return !this.queue.waitsAtOrAbove(band) && this.room(band) - this.granted > 0;
   }
 
   /**
@@ -157,7 +166,7 @@ export class FlowGate {
    * `overloaded` (queue full, shed, deadline) or with `signal`'s reason (its client left; it left the queue at once).
    */
   admit(id: string, ticket: FlowTicket, signal?: CancelSignal): Promise<void> | null {
-    if (this.wouldAdmit()) return null;
+    if (this.wouldAdmit(ticket.band)) return null;
     // A client already gone never queues (an abort listener added now would never fire).
     if (signal?.aborted === true) return Promise.reject(signal.reason);
     return new Promise<void>((resolve, reject) => {
@@ -235,7 +244,9 @@ export class FlowGate {
   }
 
   private pump(): void {
-    while (this.queue.size > 0 && this.room() - this.granted > 0) {
+    // The most urgent waiting request goes first; one that finds no room for its band stops the pump (a less urgent
+    // one behind it would find less: the most urgent band may use the rank's whole batch, the others the target).
+    while (this.queue.size > 0 && this.room(this.queue.nextBand()) - this.granted > 0) {
       const e = this.queue.take()!;
       this.granted++;
       this.stats.outcomes.granted++;

@@ -102,6 +102,18 @@ export class FlowQueue<T> {
     return { queued: true, shed };
   }
 
+  /** The band of the request `take` would return (0 = most urgent), or −1 when nothing waits. */
+  nextBand(): number {
+    for (let b = 0; b < this.bandSizes.length; b++) if (this.bandSizes[b]! > 0) return b;
+    return -1;
+  }
+
+  /** Whether a request of `band` or a more urgent one waits. */
+  waitsAtOrAbove(band: number): boolean {
+    for (let b = 0; b <= band && b < this.bandSizes.length; b++) if (this.bandSizes[b]! > 0) return true;
+    return false;
+  }
+
   /**
    * Take the request to serve next: the most urgent band's tenant whose turn it is, its oldest; that tenant's turn
    * passes to the next tenant of the band.

@@ -106,7 +106,7 @@ export class GroupState {
     this.delivery = new DeliveryQueue(opts.delivery);
     const flow = opts.flowControl ?? null;
     this.flowTarget = flow?.maxInFlightPerRank ?? null;
-    this.gate = flow === null ? null : new FlowGate(flow, () => this.flowRoom());
+    this.gate = flow === null ? null : new FlowGate(flow, (band) => this.flowRoom(band));
     this.stats = newClientStats(
       opts.link.handshakeRejected,
       this.routing.rates.precision,
@@ -121,14 +121,17 @@ export class GroupState {
   }
 
   /**
-   * The requests the ready ranks can still take before the group is saturated (flow-control.ts `rankRoom`, summed):
-   * each rank's in-flight target is `maxInFlightPerRank`, else its `max_num_seqs` (0 = unknown: no target).
+   * The requests of `band` the ready ranks can still take before the group is saturated for it (flow-control.ts
+   * `rankRoom`, summed): each rank's in-flight target is `maxInFlightPerRank`, else its `max_num_seqs` (0 = unknown:
+   * no target). The most urgent band (0) may fill a rank up to its `max_num_seqs` when that is larger: a target below
+   * the engine's batch keeps that many slots per rank for critical requests, which then start without waiting.
    */
-  flowRoom(): number {
+  flowRoom(band: number): number {
     let room = 0;
     for (const s of this.ranks.inState('ready')) {
       const seqs = s.engine?.ready.maxNumSeqs ?? 0;
-      const target = this.flowTarget ?? (seqs > 0 ? seqs : null);
+      let target = this.flowTarget ?? (seqs > 0 ? seqs : null);
+      if (band === 0 && target !== null && seqs > target) target = seqs;
       room += rankRoom(this.routing.inFlightCount(s.index), this.routing.load(s.index), target);
     }
     return room;

@@ -41,21 +41,28 @@ export function edgeOptionsOf(opts: GatewayOptions): HttpEdgeOptions | undefined
 
 /**
  * The keys and tenants of an HTTP process (server/tenant.ts): the `--api-key` keys and the keys file's. Each process
- * that serves HTTP (the gateway, or each `--workers` front) keeps its own and reloads it (`reloadKeys`).
+ * that serves HTTP (the gateway, or each `--workers` front) keeps its own and reloads it (`reloadKeys`). `keysText`:
+ * the keys file's content when another process read it (a front gets it from the primary); null: read it here.
  * @throws KeysFileError when the keys file cannot be read or parsed.
  */
-export function tenantDirectoryOf(opts: GatewayOptions): TenantDirectory {
+export function tenantDirectoryOf(opts: GatewayOptions, keysText: string | null = null): TenantDirectory {
   const edge = resolveEdgeOptions(edgeOptionsOf(opts));
-  return new TenantDirectory(edge.apiKeys, edge.apiKeysFile);
+  return new TenantDirectory(edge.apiKeys, edge.apiKeysFile, keysText);
+}
+
+/** The keys file of `opts` (`--api-keys-file`), or null. */
+export function keysFileOf(opts: GatewayOptions): string | null {
+  return resolveEdgeOptions(edgeOptionsOf(opts)).apiKeysFile;
 }
 
 /**
- * Read the keys file of `directory` again (SIGHUP), logging what it now holds, or why it was not taken (the keys in
- * use stay). Requests already admitted are not affected. Never throws.
+ * Read the keys file of `directory` again (SIGHUP; or take `keysText`, its content read by the primary), logging what
+ * it now holds, or why it was not taken (the keys in use stay). Requests already admitted are not affected. Never
+ * throws.
  */
-export function reloadKeys(directory: TenantDirectory, logger: Logger): void {
+export function reloadKeys(directory: TenantDirectory, logger: Logger, keysText: string | null = null): void {
   try {
-    const n = directory.reload();
+    const n = directory.reload(keysText);
     logger.info({ keysFile: directory.keysFile, ...n }, 'keys file reloaded');
   } catch (err) {
     logger.error({ keysFile: directory.keysFile, err: String(err) }, 'keys file not reloaded: the keys in use stay');

@@ -35,6 +35,7 @@ export {
   assertPortFree,
   closeApp,
   isLoopbackHost,
+  keysFileOf,
   listenApp,
   reloadKeys,
   responsesStoreOptionsOf,

@@ -52,6 +52,8 @@ export class KeysFileError extends RangeError {
 
 const TENANT_FIELDS = new Set(['keys', 'priority', 'max_priority', 'requests_per_minute', 'tokens_per_minute']);
 const NAME = /^[\x21-\x7e]{1,64}$/;
+/** Names the gateway gives tenants itself (metrics.ts `OTHER_TENANT`, tenant.ts `keyTenant`): one name, one tenant. */
+const RESERVED = /^(other$|key:)/;
 
 /**
  * Parse the text of a keys file (`source` names it in errors).
@@ -85,6 +87,10 @@ export function parseKeysFile(text: string, source: string): KeysFile {
   };
   for (const [name, spec] of Object.entries(tenants)) {
     if (!NAME.test(name)) fail(`tenant name ${JSON.stringify(name)} must be 1-64 printable ASCII characters`);
+    if (RESERVED.test(name))
+      fail(
+        `tenant name ${JSON.stringify(name)} is reserved (\`other\` labels tenants past the metrics' bound, \`key:…\` an --api-key's tenant)`,
+      );
     if (typeof spec !== 'object' || spec === null || Array.isArray(spec))
       fail(`tenant ${JSON.stringify(name)}: expected an object`);
     const s = spec as Record<string, unknown>;
@@ -120,13 +126,16 @@ export function parseKeysFile(text: string, source: string): KeysFile {
   return { byKey, tenants: Object.keys(tenants).length };
 }
 
-/** Read and parse the keys file at `path`. @throws KeysFileError when it cannot be read or parsed. */
-export function readKeysFile(path: string): KeysFile {
-  let text: string;
+/** The text of the keys file at `path`. @throws KeysFileError when it cannot be read. */
+export function readKeysText(path: string): string {
   try {
-    text = readFileSync(path, 'utf8');
+    return readFileSync(path, 'utf8');
   } catch (err) {
     throw new KeysFileError(`${path}: cannot read it (${(err as Error).message})`);
   }
-  return parseKeysFile(text, path);
+}
+
+/** Read and parse the keys file at `path`. @throws KeysFileError when it cannot be read or parsed. */
+export function readKeysFile(path: string): KeysFile {
+  return parseKeysFile(readKeysText(path), path);
 }

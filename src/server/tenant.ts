@@ -11,7 +11,7 @@
 import { createHash } from 'node:crypto';
 import { keyMatcher } from './auth-keys.js';
 import { badRequest, quoteValue } from './errors.js';
-import { readKeysFile, type KeysFile, type TenantPolicy } from './keys-file.js';
+import { parseKeysFile, readKeysFile, type KeysFile, type TenantPolicy } from './keys-file.js';
 import { DEFAULT_PRIORITY_BAND, DEFAULT_TENANT } from '../engine-client/flow-control.js';
 
 export { DEFAULT_TENANT };
@@ -68,14 +68,19 @@ export class TenantDirectory {
   /** The `--api-key` keys' tenants, computed once (a digest each). */
   private readonly ownTenants: ReadonlyMap<string, TenantPolicy>;
 
-  /** @throws KeysFileError when `keysFile` cannot be read or parsed; RangeError for an empty `apiKeys` entry. */
+  /**
+   * `keysText`: the keys file's content as read elsewhere (a `--workers` front gets it from the primary, which alone
+   * reads the file); null: read `keysFile` here.
+   * @throws KeysFileError when the keys file cannot be read or parsed; RangeError for an empty `apiKeys` entry.
+   */
   constructor(
     apiKeys: readonly string[],
     readonly keysFile: string | null,
+    keysText: string | null = null,
   ) {
     if (apiKeys.some((k) => k.length === 0)) throw new RangeError('an API key must not be empty');
     this.ownTenants = new Map(apiKeys.map((k) => [k, defaultPolicy(keyTenant(k))]));
-    this.use(keysFile === null ? null : readKeysFile(keysFile));
+    this.use(keysFile === null ? null : this.parse(keysFile, keysText));
   }
 
   /** Whether requests need a key: some `--api-key`, or a keys file (even one with no keys yet: then nobody gets in). */
@@ -101,14 +106,19 @@ export class TenantDirectory {
   }
 
   /**
-   * Read the keys file again and use it from now on (requests already admitted keep their tenant). Returns the
-   * counts read. @throws KeysFileError (the file as it was stays in use) or RangeError without a keys file.
+   * Read the keys file again (or take `keysText`, its content read elsewhere) and use it from now on (requests already
+   * admitted keep their tenant). Returns the counts read.
+   * @throws KeysFileError (the file as it was stays in use) or RangeError without a keys file.
    */
-  reload(): { tenants: number; keys: number } {
+  reload(keysText: string | null = null): { tenants: number; keys: number } {
     if (this.keysFile === null) throw new RangeError('no --api-keys-file to reload');
-    const file = readKeysFile(this.keysFile);
+    const file = this.parse(this.keysFile, keysText);
     this.use(file);
     return { tenants: file.tenants, keys: file.byKey.size };
+  }
+
+  private parse(path: string, text: string | null): KeysFile {
+    return text === null ? readKeysFile(path) : parseKeysFile(text, path);
   }
 
   /** Take `file`'s keys beside the `--api-key` ones (the key check and the tenants change together). */

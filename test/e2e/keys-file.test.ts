@@ -1,7 +1,7 @@
 /**
  * End to end (issue 30 part 1): `--api-keys-file` names tenants with their keys and priority bands, and SIGHUP reads it
  * again without a restart. In one process the harness calls `reloadKeys()`; with `--workers 2` it sends the child
- * gateway a real SIGHUP, which asks every front to read the file (each front checks keys itself).
+ * gateway a real SIGHUP: the primary reads the file and hands its content to every front (each front checks keys itself).
  */
 import assert from 'node:assert/strict';
 import { mkdtempSync, rmSync, writeFileSync } from 'node:fs';

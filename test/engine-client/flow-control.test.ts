@@ -10,7 +10,7 @@ import { EngineClientError } from '../../src/engine-client/errors.js';
 import { rankRoom } from '../../src/engine-client/flow-control.js';
 import type { RequestStream } from '../../src/engine-client/request-stream.js';
 import { RequestType } from '../../src/protocols/types.js';
-import { batch, inFlight, load, req, row, setup, tick, unreachable, type FakeLink } from './fakes.js';
+import { batch, inFlight, load, makeEngines, req, row, setup, tick, unreachable, type FakeLink } from './fakes.js';
 
 /** Ids of the ADDs sent so far, in order. */
 const added = (link: FakeLink): string[] =>
@@ -156,6 +156,41 @@ test('when no rank can serve any more, waiting requests end at once with unavail
     // it through first and the placement then found no rank.
     const o = client.stats.flowControl!.outcomes;
     assert.equal(o.unavailable + o.granted, 1, 'counted once');
+  } finally {
+    await client.close();
+  }
+});
+
+test('a target below the engine batch keeps room for critical: it starts while standard requests wait', async () => {
+  const engines = makeEngines(1).map((e) => ({ ...e, ready: { ...e.ready, maxNumSeqs: 3 } }));
+  const { client, link } = setup(engines, { flowControl: { maxInFlightPerRank: 1 } });
+  try {
+    await client.submit(req('a'));
+    const std = client.submit(req('std'), { flow: { tenant: 'x', band: 1 } });
+    await tick();
+    assert.deepEqual(added(link), ['a'], 'standard waits at the target');
+    assert.equal(client.hasRoom(), false);
+    await client.submit(req('c1'), { flow: { tenant: 'y', band: 0 } });
+    await client.submit(req('c2'), { flow: { tenant: 'y', band: 0 } });
+    assert.deepEqual(
+      added(link),
+      ['a', 'c1', 'c2'],
+      'critical goes past the waiting standard request, up to the batch',
+    );
+    const c3 = client.submit(req('c3'), { flow: { tenant: 'y', band: 0 } });
+    await tick();
+    assert.equal(added(link).length, 3, 'the batch is full: critical waits too');
+    // One slot frees: the critical request goes first; the standard one only when in-flight is below the target.
+    await finish(link, 0, 'c1');
+    await c3;
+    assert.deepEqual(added(link), ['a', 'c1', 'c2', 'c3']);
+    await finish(link, 0, 'c2');
+    await finish(link, 0, 'c3');
+    await tick();
+    assert.equal(added(link).length, 4, 'a still holds the one standard slot');
+    await finish(link, 0, 'a');
+    await std;
+    assert.deepEqual(added(link).at(-1), 'std');
   } finally {
     await client.close();
   }

@@ -18,8 +18,13 @@ export type ControlMessage =
   | { type: 'mgw:metrics'; id: number }
   | { type: 'mgw:metrics-res'; id: number; contentType: string; body: string; error?: string }
   | { type: 'mgw:drain' }
-  /** SIGHUP with `--api-keys-file`: each front reads the keys file again. */
-  | { type: 'mgw:reload-keys' }
+  /**
+   * `--api-keys-file`: the primary alone reads the file (at start and on SIGHUP) and sends its content to the fronts,
+   * once valid: every front holds the same keys, and a front that restarts gets the last good content even when the
+   * file is gone or broken meanwhile. A starting front asks for it (`-req`) before it serves.
+   */
+  | { type: 'mgw:keys'; text: string }
+  | { type: 'mgw:keys-req' }
   | { type: 'mgw:close' }
   /** A front asks for every front's per-rank statistics; the primary asks each front (`-req` / `-part`) and answers. */
   | { type: 'mgw:rank-stats'; id: number }

@@ -11,6 +11,7 @@ import {
   appDepsOf,
   closeApp,
   gatewayLogger,
+  keysFileOf,
   listenApp,
   reloadKeys,
   resolveServedModel,
@@ -96,6 +97,31 @@ class FrontMetrics extends GatewayMetrics {
 }
 
 /**
+ * The keys file's content as the primary last read it (control.ts `mgw:keys`): asked for once, before the front
+ * serves. Rejects when the primary goes away first.
+ */
+function keysFromPrimary(): Promise<string> {
+  return new Promise<string>((resolve, reject) => {
+    const onMessage = (m: ControlMessage) => {
+      if (m?.type !== 'mgw:keys') return;
+      done();
+      resolve(m.text);
+    };
+    const onGone = () => {
+      done();
+      reject(new Error('the primary went away before it sent the keys file'));
+    };
+    const done = () => {
+      process.off('message', onMessage);
+      process.off('disconnect', onGone);
+    };
+    process.on('message', onMessage);
+    process.once('disconnect', onGone);
+    process.send?.({ type: 'mgw:keys-req' } satisfies ControlMessage);
+  });
+}
+
+/**
  * Run this process as a front (a cluster worker with `FRONT_CHANNEL_ENV` set): connect to the router, build the HTTP
  * app over `RemoteBackend`s, listen on the shared port, and serve until the primary says close (or goes away).
  * Resolves with the exit code.
@@ -121,9 +147,9 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const lifecycle = new GatewayLifecycle();
   const rankStats = new RankStatsBook();
   const metrics = new FrontMetrics(model.modelId);
-  const tenants = tenantDirectoryOf(opts);
+  const tenants = tenantDirectoryOf(opts, keysFileOf(opts) === null ? null : await keysFromPrimary());
   process.on('message', (m: ControlMessage) => {
-    if (m?.type === 'mgw:reload-keys') reloadKeys(tenants, logger);
+    if (m?.type === 'mgw:keys') reloadKeys(tenants, logger, m.text);
   });
   const app = await buildApp({
     tenants,

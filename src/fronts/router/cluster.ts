@@ -24,6 +24,7 @@
  * close), and the engine groups close. Fronts ignore SIGINT/SIGTERM/SIGHUP themselves (a signal to the process group
  * reaches them too) and exit when the primary goes.
  */
+import { parseKeysFile, readKeysText } from '../../server/keys-file.js';
 import cluster, { type Worker } from 'node:cluster';
 import { mkdirSync, rmSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
@@ -198,6 +199,9 @@ export async function startClusterGateway(
     throw err;
   }
 
+  // The keys file's content as last read and parsed (the plan checked it at start): what every front, a restarted one
+  // too, is given (control.ts `mgw:keys`).
+  let keysText = plan.edge.apiKeysFile === null ? null : readKeysText(plan.edge.apiKeysFile);
   let url = '';
   const listening = new Set<number>(); // front slots that listened at least once
   // Fronts listening now: the ones /metrics and the per-rank statistics ask (one still starting cannot answer yet).
@@ -224,7 +228,9 @@ export async function startClusterGateway(
   };
 
   const onControl = async (w: Worker, m: ControlMessage): Promise<void> => {
-    if (m?.type === 'mgw:listening') {
+    if (m?.type === 'mgw:keys-req') {
+      if (keysText !== null) w.send({ type: 'mgw:keys', text: keysText } satisfies ControlMessage);
+    } else if (m?.type === 'mgw:listening') {
       url = m.url;
       serving.add(w);
       const slot = slotOf.get(w.id) ?? -1;
@@ -375,8 +381,18 @@ export async function startClusterGateway(
       return close();
     },
     reloadKeys(): void {
-      // The fronts check keys and name tenants; each reads the file and logs what it holds.
-      broadcast({ type: 'mgw:reload-keys' });
+      // The fronts check keys and name tenants from the content read here, once it parses: all of them the same.
+      const path = plan.edge.apiKeysFile;
+      if (path === null) return;
+      try {
+        const text = readKeysText(path);
+        const file = parseKeysFile(text, path);
+        keysText = text;
+        log.info({ keysFile: path, tenants: file.tenants, keys: file.byKey.size }, 'keys file reloaded');
+        broadcast({ type: 'mgw:keys', text });
+      } catch (err) {
+        log.error({ keysFile: path, err: String(err) }, 'keys file not reloaded: the keys in use stay');
+      }
     },
     emergencyStop(): void {
       for (const w of Object.values(cluster.workers ?? {})) w?.process.kill('SIGKILL');
