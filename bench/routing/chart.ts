@@ -14,6 +14,8 @@ export interface ChartInput {
   policies: readonly string[];
   ratios: readonly (readonly number[])[];
   spreads?: readonly (readonly (readonly [number, number])[])[];
+  /** The y axis's title (default `TTFT p99 / round_robin`, the routing benchmark's). */
+  yLabel?: string;
 }
 
 const COLORS = ['#8c8c8c', '#4e79a7', '#59a14f', '#e15759', '#f28e2b', '#76b7b2'];
@@ -66,7 +68,7 @@ export function renderRatioChart(input: ChartInput): string {
     parts.push(`<text x="${left - 6}" y="${(y(v) + 4).toFixed(1)}" text-anchor="end">${v.toFixed(2)}</text>`);
   }
   parts.push(
-    `<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">TTFT p99 / round_robin</text>`,
+    `<text x="16" y="${top + plotH / 2}" text-anchor="middle" transform="rotate(-90 16 ${top + plotH / 2})">${esc(input.yLabel ?? 'TTFT p99 / round_robin')}</text>`,
   );
   workloads.forEach((w, wi) => {
     const gx = left + wi * groupW + groupW * 0.1;
