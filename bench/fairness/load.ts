@@ -5,6 +5,7 @@
  * internals: the benchmark judges flow control from the client's side.
  */
 import { performance } from 'node:perf_hooks';
+import { prng } from '../../test/helpers/prng.js';
 import { BENCH_MODEL } from './gateway.js';
 
 /** One tenant of the load: its key, band and offered rate (requests per second). */
@@ -26,18 +27,6 @@ export interface RequestResult {
   readonly status: number;
   /** The error body's `code` (or the SSE error event's) when the request did not end with tokens. */
   readonly code: string | null;
-}
-
-/** A deterministic PRNG (mulberry32) for the arrival gaps, so a seed gives the same schedule. */
-export function rng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
 }
 
 /** The request body: `tokens` output tokens exactly (min_tokens = max_tokens), a short prompt. */
@@ -105,7 +94,7 @@ export async function offer(
   await Promise.all(
     tenants.map(async (t, k) => {
       if (t.ratePerSecond <= 0) return;
-      const random = rng(seed * 31 + k);
+      const random = prng(seed * 31 + k);
       let at = 0;
       for (;;) {
         at += (-Math.log(1 - random()) * 1000) / t.ratePerSecond;

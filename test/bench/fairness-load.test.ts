@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { createServer, type Server } from 'node:http';
 import { after, before, test } from 'node:test';
-import { offer, rng, sendOne, type TenantLoad } from '../../bench/fairness/load.js';
+import { offer, sendOne, type TenantLoad } from '../../bench/fairness/load.js';
 
 let server: Server;
 let url: string;
@@ -62,17 +62,10 @@ test(
   },
 );
 
-test('the schedule: a seed gives the same arrivals; the rate sets how many', { timeout: 10_000 }, async () => {
-  const a = rng(7);
-  const b = rng(7);
-  const xs = Array.from({ length: 5 }, () => a());
-  assert.deepEqual(
-    xs,
-    Array.from({ length: 5 }, () => b()),
-  );
-  assert.ok(xs.every((x) => x >= 0 && x < 1));
+test('the schedule: the rate sets how many arrive, from the tenants that have one', { timeout: 10_000 }, async () => {
   const results = await offer(url, [tenant('ok', 200), tenant('idle', 0)], 4, 300, 1);
-  // 200 per second for 0.3 s: about 60 requests (Poisson), all from the tenant with a rate.
+  // 200 per second for 0.3 s: about 60 requests (Poisson; the seed fixes the schedule, so the count does not depend on
+  // how late the timers fire), all from the tenant with a rate.
   assert.ok(results.length > 30 && results.length < 100, `${results.length} requests`);
   assert.ok(results.every((r) => r.tenant === 'ok' && r.status === 200));
 });
