@@ -59,3 +59,27 @@ export function parsePriorityBand(
   }
   return raw;
 }
+
+/**
+ * The request header that shortens a request's wait in flow control's queue (ms; the gateway's `--queue-timeout-ms`
+ * stays the longest wait: a larger value waits that long).
+ */
+export const QUEUE_TIMEOUT_HEADER = 'x-gateway-queue-timeout-ms';
+
+/**
+ * A request's own queue deadline from its header `value` (absent: null, the gateway's default applies).
+ * @throws ApiError 400 (`invalid_queue_timeout`) unless it is an integer number of ms ≥ 1.
+ */
+export function parseQueueTimeout(value: string | string[] | undefined): number | null {
+  if (value === undefined) return null;
+  const raw = (Array.isArray(value) ? value[0]! : value).trim();
+  const ms = /^\d{1,10}$/.test(raw) ? Number(raw) : Number.NaN;
+  if (!(ms >= 1)) {
+    throw badRequest(
+      `${QUEUE_TIMEOUT_HEADER} must be a whole number of milliseconds ≥ 1; got ${quoteValue(raw)}`,
+      QUEUE_TIMEOUT_HEADER,
+      'invalid_queue_timeout',
+    );
+  }
+  return ms;
+}

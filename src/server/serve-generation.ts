@@ -35,7 +35,9 @@ import {
   bandOrder,
   DEFAULT_PRIORITY_BAND,
   PRIORITY_BAND_HEADER,
+  QUEUE_TIMEOUT_HEADER,
   parsePriorityBand,
+  parseQueueTimeout,
   vllmPriorityOf,
   type PriorityBand,
 } from './priority-band.js';
@@ -81,6 +83,8 @@ export interface PreparedRequest {
   tenant: string;
   /** The tenant's budget (keys file; engine-client/budgets.ts), or null. */
   budget: BudgetLimits | null;
+  /** The request's own queue deadline (ms, `x-gateway-queue-timeout-ms`), or null for the gateway's. */
+  queueTimeoutMs: number | null;
 }
 
 /**
@@ -225,6 +229,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = ctx.chooser.candidates(dpRank);
   const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
+  const queueTimeoutMs = parseQueueTimeout(request.headers[QUEUE_TIMEOUT_HEADER]);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
@@ -246,6 +251,7 @@ export async function handleGeneration<B extends CommonBodyT>(
       band,
       tenant,
       budget: policy.budget,
+      queueTimeoutMs,
     });
     handedOver = true;
     return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
@@ -285,6 +291,7 @@ function toServe<B extends CommonBodyT>(
     band: PriorityBand;
     tenant: string;
     budget: BudgetLimits | null;
+    queueTimeoutMs: number | null;
   },
 ): PreparedRequest {
   const { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf } = args;
@@ -335,6 +342,7 @@ function toServe<B extends CommonBodyT>(
     band: args.band,
     tenant: args.tenant,
     budget: args.budget,
+    queueTimeoutMs: args.queueTimeoutMs,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
   };
 }
@@ -396,6 +404,7 @@ export async function serveGeneration(
       tenant: prepared.tenant,
       band: bandOrder(prepared.band),
       ...(prepared.budget === null ? {} : { budget: prepared.budget }),
+      ...(prepared.queueTimeoutMs === null ? {} : { timeoutMs: prepared.queueTimeoutMs }),
     };
     // Sub-requests after the first are charged their completion tokens only (budgets.ts).
     const siblingFlow: FlowTicket = { ...flow, lead: false };

@@ -122,6 +122,13 @@ describe('flow control: a saturated group queues in the gateway', { timeout: 60_
     assert.equal(body.error.code, 'overloaded');
     assert.match(body.error.message, /stayed saturated for 3000 ms/);
     await waitFor(async () => (await outcome('timed_out')) === 1, 'counted as timed out');
+    // A request may ask to wait less (x-gateway-queue-timeout-ms), never more than the gateway's deadline.
+    const short = await complete(4, { 'x-gateway-queue-timeout-ms': '200' });
+    assert.equal(short.status, 429);
+    assert.match(((await short.json()) as { error: { message: string } }).error.message, /for 200 ms/);
+    const bad = await complete(4, { 'x-gateway-queue-timeout-ms': 'soon' });
+    assert.equal(bad.status, 400);
+    assert.equal(((await bad.json()) as { error: { code: string } }).error.code, 'invalid_queue_timeout');
     await block.release();
   });
 });

@@ -51,6 +51,7 @@ test('front records round-trip in one message, in order', () => {
       flow: { tenant: 'batch', band: 1, budget: { requestsPerMinute: 60, tokensPerMinute: null } },
     },
     { tag: Tag.SUBMIT, handle: 4, group: 0, request, dpRank: null, flow: { tenant: 'batch', band: 1, lead: false } },
+    { tag: Tag.SUBMIT, handle: 5, group: 0, request, dpRank: null, flow: { tenant: 'batch', band: 0, timeoutMs: 250 } },
     { tag: Tag.ABORT, handle: 1 },
     { tag: Tag.PERMIT, ticket: 9 },
     { tag: Tag.RELEASE, ticket: 9 },
@@ -248,6 +249,13 @@ test('malformed messages are ChannelDecodeErrors', () => {
     [
       'submit with a lead flag that is not a boolean',
       encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 't', 1, 5, null, 1]]),
+      'up',
+    ],
+    [
+      'submit with a queue deadline of 0',
+      encode([
+        [Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {} }, null, 't', 1, null, null, true, 0],
+      ]),
       'up',
     ],
     ['submitted with a budget of five numbers', encode([[Tag.SUBMITTED, 1, 0, [1, 2, 3, 4, 5]]]), 'down'],

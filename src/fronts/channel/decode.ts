@@ -59,8 +59,8 @@ function object<T>(t: unknown[], i: number, what: string): T {
 
 /**
  * A SUBMIT's flow ticket (messages.ts `submitTuple`): elements 5 (tenant, a string) and 6 (band, an integer ≥ 0),
- * then optionally 7 and 8 (requests and tokens per minute: nil or an integer ≥ 1) and 9 (lead, a boolean); null when
- * absent.
+ * then optionally 7 and 8 (requests and tokens per minute: nil or an integer ≥ 1), 9 (lead, a boolean) and 10 (the
+ * queue deadline: nil or ms > 0); null when absent.
  */
 function flowTicket(t: unknown[]): FlowTicket | null {
   if (t.length <= 5) return null;
@@ -74,8 +74,12 @@ function flowTicket(t: unknown[]): FlowTicket | null {
   const requestsPerMinute = limit(7);
   const tokensPerMinute = limit(8);
   if (typeof t[9] !== 'boolean') throw new ChannelDecodeError("SUBMIT: the ticket's lead flag must be a boolean");
+  const timeoutMs = t[10] ?? null;
+  if (timeoutMs !== null && !(typeof timeoutMs === 'number' && timeoutMs > 0 && Number.isFinite(timeoutMs)))
+    throw new ChannelDecodeError("SUBMIT: the ticket's queue deadline must be nil or ms > 0");
   return {
     ...ticket,
+    ...(timeoutMs === null ? {} : { timeoutMs: timeoutMs as number }),
     ...(requestsPerMinute === null && tokensPerMinute === null
       ? {}
       : { budget: { requestsPerMinute, tokensPerMinute } }),

@@ -36,15 +36,24 @@ function upTuple(r: UpRecord): unknown[] {
 
 /**
  * A SUBMIT as its list: [tag, handle, group, request, dpRank], then with a flow ticket its tenant and band, then
- * when the ticket has a budget or is not its request's lead: requests and tokens per minute (nil: no limit) and lead.
+ * when the ticket has a budget, a deadline of its own or is not its request's lead: requests and tokens per minute
+ * (nil: no limit), lead, and the deadline in ms (nil: the group's).
  */
 function submitTuple(r: Extract<UpRecord, { tag: typeof Tag.SUBMIT }>): unknown[] {
   const head = [r.tag, r.handle, r.group, r.request, r.dpRank];
   const f = r.flow;
   if (f === null) return head;
-  if (f.budget === undefined && f.lead !== false) return [...head, f.tenant, f.band];
+  if (f.budget === undefined && f.lead !== false && f.timeoutMs === undefined) return [...head, f.tenant, f.band];
   const b = f.budget;
-  return [...head, f.tenant, f.band, b?.requestsPerMinute ?? null, b?.tokensPerMinute ?? null, f.lead !== false];
+  return [
+    ...head,
+    f.tenant,
+    f.band,
+    b?.requestsPerMinute ?? null,
+    b?.tokensPerMinute ?? null,
+    f.lead !== false,
+    f.timeoutMs ?? null,
+  ];
 }
 
 function downTuple(r: Exclude<DownRecord, { tag: typeof Tag.OUT }>): unknown[] {
