@@ -31,6 +31,13 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   modalities: (v) => isNull(v) || (Array.isArray(v) && v.every((m) => m === 'text')),
   audio: isNull,
   web_search_options: isNull,
+  // vLLM extensions that change the output (issue 31 part 4): refused until served, never dropped.
+  bad_words: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
+  allowed_token_ids: isNull,
+  truncate_prompt_tokens: isNull,
+  return_token_ids: (v) => isNull(v) || v === false,
+  thinking_token_budget: isNull,
+  chat_template: isNull,
 };
 
 const UNSUPPORTED_ENTRIES = Object.entries(UNSUPPORTED);
@@ -40,6 +47,24 @@ const UNSUPPORTED_ENTRIES = Object.entries(UNSUPPORTED);
  * Throws `ApiError` 400 (`code: 'unsupported_parameter'`, `param` = the parameter's name).
  */
 export function rejectUnsupported(body: Record<string, unknown>): void {
+  const priority = body.priority;
+  if (!isNull(priority) && priority !== 0) {
+    // vLLM's body field would let any client jump the engine's queue; here the tenant's band decides (issue 30).
+    throw badRequest(
+      `parameter 'priority' is not served in the request body (got ${quoteValue(priority)}): name a priority band ` +
+        `with the x-gateway-inference-objective header (critical, standard, sheddable), within your tenant's ceiling`,
+      'priority',
+      'unsupported_parameter',
+    );
+  }
+  const streamOptions = body.stream_options as { continuous_usage_stats?: unknown } | null | undefined;
+  if (streamOptions?.continuous_usage_stats === true) {
+    throw badRequest(
+      `'stream_options.continuous_usage_stats' is not supported by this gateway yet; 'include_usage' gives the usage in the last chunk`,
+      'stream_options.continuous_usage_stats',
+      'unsupported_parameter',
+    );
+  }
   for (const [name, isNoOp] of UNSUPPORTED_ENTRIES) {
     if (name in body && !isNoOp(body[name])) {
       throw badRequest(

@@ -235,7 +235,8 @@ export function cutAfterFinalMessage(rendered: string, finalContent: string | nu
 }
 
 /**
- * The token ids of a completions `prompt`: a string (tokenized with special tokens, as vLLM does), an array of one
+ * The token ids of a completions `prompt`: a string (tokenized with special tokens unless `addSpecialTokens` is false,
+ * as vLLM does), an array of one
  * string, token ids (each in [0, vocabSize)), or an array of one token-id list. Several prompts → 400 (batching
  * is not served); an empty list → 400; a string too large to fit `limits` → 400 `context_length_exceeded` without
  * tokenizing (see `encodeWithinContext`; a large one off the loop, dropped when `signal` aborts).
@@ -245,8 +246,9 @@ export function completionPromptTokens(
   prompt: CompletionBodyT['prompt'],
   limits: ContextLimits,
   signal?: OffLoopSignal,
+  addSpecialTokens = true,
 ): number[] | Promise<number[]> {
-  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, true, limits, signal);
+  if (typeof prompt === 'string') return encodeWithinContext(tokenizer, prompt, addSpecialTokens, limits, signal);
   if (prompt.length === 0) throw badRequest(`'prompt' must not be empty`, 'prompt');
   const first = prompt[0];
   if (typeof first === 'string' || Array.isArray(first)) {
@@ -257,7 +259,7 @@ export function completionPromptTokens(
         'unsupported_parameter',
       );
     }
-    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, true, limits, signal);
+    if (typeof first === 'string') return encodeWithinContext(tokenizer, first, addSpecialTokens, limits, signal);
     return checkTokenIds(first, tokenizer.tokenizer.vocabSize);
   }
   return checkTokenIds(prompt as number[], tokenizer.tokenizer.vocabSize);

@@ -45,7 +45,13 @@ const common = {
   seed: Opt(Type.Integer()),
   n: Opt(Type.Integer()),
   stream: Opt(Type.Boolean()),
-  stream_options: Opt(Type.Object({ include_usage: Opt(Type.Boolean()) }, { additionalProperties: false })),
+  stream_options: Opt(
+    Type.Object(
+      // vLLM's `continuous_usage_stats` (usage on every chunk) is not served: true is refused (params.ts).
+      { include_usage: Opt(Type.Boolean()), continuous_usage_stats: Opt(Type.Boolean()) },
+      { additionalProperties: false },
+    ),
+  ),
   stop_token_ids: Opt(Type.Array(Type.Integer(), { maxItems: MAX_STOP_TOKEN_IDS })),
   ignore_eos: Opt(Type.Boolean()),
   skip_special_tokens: Opt(Type.Boolean()),
@@ -75,9 +81,19 @@ const common = {
   guided_whitespace_pattern: Type.Optional(Type.Unknown()),
   /** vLLM: the grammar backend; accepted and ignored (the engine picks its backend). */
   guided_decoding_backend: Type.Optional(Type.Unknown()),
-  // Known but not served yet: refused in code unless the value is a no-op (params.ts).
+  /** vLLM: whether the tokenizer adds its special tokens to the prompt (default: completions true, chat false). */
+  add_special_tokens: Opt(Type.Boolean()),
+  /** vLLM's request priority: 0 is accepted; the band header orders requests here (params.ts says why). */
+  priority: Type.Optional(Type.Unknown()),
+  // Known but not served yet: refused in code unless the value is a no-op (params.ts). vLLM's extensions that change
+  // the output are listed so they are refused, not dropped as unknown fields (issue 31 part 4).
   spaces_between_special_tokens: Type.Optional(Type.Unknown()),
   prompt_logprobs: Type.Optional(Type.Unknown()),
+  bad_words: Type.Optional(Type.Unknown()),
+  allowed_token_ids: Type.Optional(Type.Unknown()),
+  truncate_prompt_tokens: Type.Optional(Type.Unknown()),
+  return_token_ids: Type.Optional(Type.Unknown()),
+  thinking_token_budget: Type.Optional(Type.Unknown()),
 };
 
 /** One content part of a chat message; only `{type: "text", text}` is served (checked in prompt.ts). */
@@ -150,6 +166,8 @@ export const ChatCompletionBody = Type.Object(
     functions: Type.Optional(Type.Unknown()),
     function_call: Type.Optional(Type.Unknown()),
     reasoning_effort: Type.Optional(Type.Unknown()),
+    /** vLLM: a request's own chat template (vLLM needs `--trust-request-chat-template`): refused (params.ts). */
+    chat_template: Type.Optional(Type.Unknown()),
     // Output modalities and audio/web-search options would change the output: refused unless no-ops (params.ts).
     modalities: Type.Optional(Type.Unknown()),
     audio: Type.Optional(Type.Unknown()),

@@ -325,6 +325,14 @@ export class GatewayTokenizer {
   }
 
   /**
+   * The vocabulary strings of `ids` (the tokenizer's own spelling, e.g. `Ġhello` for a byte-level BPE; vLLM's
+   * `/tokenize` `return_token_strs`, its `convert_ids_to_tokens`). An id with no string gives ''.
+   */
+  tokenStrings(ids: readonly number[]): string[] {
+    return ids.map((id) => this.inner.id_to_token(id) ?? '');
+  }
+
+  /**
    * Encodes text to token ids. Special-token text inside `text` (e.g. `<|im_end|>`) is matched as that token, as
    * HF tokenizers do (`split_special_tokens` false).
    *

@@ -105,6 +105,19 @@ describe('unknown top-level fields', () => {
       ['/v1/completions', { echo: true }, 'echo'],
       ['/v1/completions', { logprobs: 3 }, 'logprobs'],
       ['/v1/completions', { best_of: 3 }, 'best_of'],
+      // vLLM extensions that change the output are refused by name, never dropped as unknown (issue 31 part 4).
+      ['/v1/completions', { bad_words: ['x'] }, 'bad_words'],
+      ['/v1/chat/completions', { allowed_token_ids: [1, 2] }, 'allowed_token_ids'],
+      ['/v1/completions', { truncate_prompt_tokens: 10 }, 'truncate_prompt_tokens'],
+      ['/v1/chat/completions', { return_token_ids: true }, 'return_token_ids'],
+      ['/v1/chat/completions', { thinking_token_budget: 100 }, 'thinking_token_budget'],
+      ['/v1/chat/completions', { chat_template: '{{ messages }}' }, 'chat_template'],
+      ['/v1/completions', { priority: -5 }, 'priority'],
+      [
+        '/v1/chat/completions',
+        { stream: true, stream_options: { continuous_usage_stats: true } },
+        'stream_options.continuous_usage_stats',
+      ],
     ];
     for (const [path, extra, param] of cases) {
       const base = path === '/v1/completions' ? { prompt: 'x' } : { messages: USER };
@@ -112,6 +125,17 @@ describe('unknown top-level fields', () => {
       assert.equal(res.status, 400, `${param}: ${JSON.stringify(res.body)}`);
       assert.equal(res.body.error.param, param);
     }
+  });
+
+  test('their no-op values pass: priority 0, empty bad_words, return_token_ids false', async () => {
+    const res = await post('/v1/completions', {
+      prompt: 'x',
+      priority: 0,
+      bad_words: [],
+      return_token_ids: false,
+      allowed_token_ids: null,
+    });
+    assert.equal(res.status, 200, JSON.stringify(res.body));
   });
 
   test('nested unknown fields are still refused by name', async () => {

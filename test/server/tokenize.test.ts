@@ -27,6 +27,17 @@ describe('/tokenize and /detokenize', () => {
     assert.equal(fx.backend.submissions.length, 0, 'no engine request');
   });
 
+  test('return_token_strs: each token\'s vocabulary string, for a short and a long (off-loop) prompt', async () => {
+    const short = (await post('/tokenize', { prompt: 'Hello world', return_token_strs: true })).json();
+    assert.deepEqual(short.token_strs, ['Hello', 'Ġworld']);
+    const text = 'Hello world. '.repeat(2000);
+    const long = await post('/tokenize', { prompt: text, return_token_strs: true });
+    assert.equal(long.statusCode, 200, long.body);
+    const body = long.json();
+    assert.equal(body.token_strs.length, body.count);
+    assert.deepEqual(body.token_strs.slice(0, 3), ['Hello', 'Ġworld', '.']);
+  });
+
   test('messages: the chat template with add_generation_prompt (default true) and no added specials', async () => {
     const messages = [{ role: 'user', content: '你好' }];
     const res = await post('/tokenize', { messages });

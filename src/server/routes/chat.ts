@@ -107,7 +107,8 @@ export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
     const rendered = renderChat(ctx.offLoop, body.messages, chatTemplateOptions(body), opts.signal);
     // A short chat renders synchronously: no extra turn for it.
     const text = typeof rendered === 'string' ? rendered : await rendered;
-    const tokens = await encodeWithinContext(ctx.offLoop, text, false, limits, opts.signal);
+    // The template holds the specials: none added unless asked (vLLM's default for chat).
+    const tokens = await encodeWithinContext(ctx.offLoop, text, body.add_special_tokens === true, limits, opts.signal);
     return { tokens, ...chatOutput(ctx, text, plan, body.chat_template_kwargs, opts.constrained) };
   },
 };

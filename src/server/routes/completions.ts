@@ -40,7 +40,13 @@ export const completionShape = chunkedShape({
 export const completionPrompt: PromptSource<CompletionBodyT> = {
   param: 'prompt',
   prepare: async (ctx, body, limits, opts) => ({
-    tokens: await completionPromptTokens(ctx.offLoop, body.prompt, limits, opts.signal),
+    tokens: await completionPromptTokens(
+      ctx.offLoop,
+      body.prompt,
+      limits,
+      opts.signal,
+      body.add_special_tokens ?? true,
+    ),
   }),
 };
 

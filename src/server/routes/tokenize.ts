@@ -43,6 +43,8 @@ export const TokenizeBody = Type.Object(
     prompt: Opt(Type.String()),
     messages: Opt(Type.Array(ChatMessageSchema, { minItems: 1, maxItems: MAX_MESSAGES })),
     add_special_tokens: Opt(Type.Boolean()),
+    /** vLLM: also answer each token's vocabulary string (`token_strs`). */
+    return_token_strs: Opt(Type.Boolean()),
     add_generation_prompt: Opt(Type.Boolean()),
     continue_final_message: Opt(Type.Boolean()),
     tools: Opt(Type.Array(ToolSchema, { maxItems: MAX_TOOLS })),
@@ -110,14 +112,22 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
     }
     if (text !== null && text.length < OFF_LOOP_ENCODE_MIN_CHARS) {
       const tokens = ctx.tokenizer.encode(text, { addSpecialTokens });
-      return { count: tokens.length, max_model_len: ctx.chooser.maxModelLen, tokens, token_strs: null };
+      const strs = body.return_token_strs === true ? ctx.tokenizer.tokenStrings(tokens) : null;
+      return { count: tokens.length, max_model_len: ctx.chooser.maxModelLen, tokens, token_strs: strs };
     }
     const known = text;
     return whileConnected(request, reply, async (signal) => {
       const full = known ?? (await renderChat(ctx.offLoop, body.messages!, chatTemplateOptions(body), signal));
       const { count, json } = await ctx.offLoop.encodeJson(full, { addSpecialTokens, signal });
       const head = `{"count":${count},"max_model_len":${JSON.stringify(ctx.chooser.maxModelLen)},"tokens":`;
-      return reply.type(JSON_TYPE).send(Buffer.concat([Buffer.from(head), json, Buffer.from(',"token_strs":null}')]));
+      // Token strings of a long prompt: one map lookup per id here (the ids come back as JSON text).
+      const strs =
+        body.return_token_strs === true
+          ? JSON.stringify(ctx.tokenizer.tokenStrings(JSON.parse(json.toString('utf8')) as number[]))
+          : 'null';
+      return reply
+        .type(JSON_TYPE)
+        .send(Buffer.concat([Buffer.from(head), json, Buffer.from(`,"token_strs":${strs}}`)]));
     });
   });
 
