@@ -19,7 +19,7 @@ function recording(): { tokenizer: PromptTokenizer; flags: boolean[] } {
   return { tokenizer, flags };
 }
 
-const limits = { maxModelLen: 100, contextTokenLimit: 100, promptParam: 'prompt' };
+const limits = { maxModelLen: 100, contextTokenLimit: 100, promptParam: 'prompt' as const };
 
 test('completions: specials by default, none with add_special_tokens false; token-id prompts untouched', () => {
   const { tokenizer, flags } = recording();

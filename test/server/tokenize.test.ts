@@ -27,7 +27,7 @@ describe('/tokenize and /detokenize', () => {
     assert.equal(fx.backend.submissions.length, 0, 'no engine request');
   });
 
-  test('return_token_strs: each token\'s vocabulary string, for a short and a long (off-loop) prompt', async () => {
+  test("return_token_strs: each token's vocabulary string, for a short and a long (off-loop) prompt", async () => {
     const short = (await post('/tokenize', { prompt: 'Hello world', return_token_strs: true })).json();
     assert.deepEqual(short.token_strs, ['Hello', 'Ġworld']);
     const text = 'Hello world. '.repeat(2000);
