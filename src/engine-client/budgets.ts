@@ -3,20 +3,21 @@
  * bucket per tenant and kind that refills continuously at its limit per minute up to the limit (how OpenAI describes
  * its own rate limits: a limit of 60 per minute lets one request through every second once the bucket is empty).
  *
- * Charging. A request takes one request and its prompt tokens when it is admitted (`admit`); its completion tokens are
- * taken as the engine produces them (`BudgetCharge.spend`, from the output check of every row), so a long generation
- * draws the budget down while it runs. The token bucket may go below zero that way; the tenant's next request then
- * waits until it has refilled. A request that never reached a rank (flow control refused it, no rank could serve it)
- * gets its request and prompt back (`refund`). With n > 1 only the first sub-request is charged a request and the
- * prompt (the `usage` object counts the prompt once); every sub-request's completion tokens are charged.
+ * Charging. A request takes one request, its prompt tokens and a reservation of its `max_tokens` when it is admitted
+ * (`admit`), and gives back the part of the reservation it did not generate when it ends (`BudgetCharge.settle`), so
+ * the bucket never goes below zero however many requests run at once (OpenAI also counts `max_tokens` at admission).
+ * A request that never reached a rank (flow control refused it, no rank could serve it, its client left while it
+ * waited) gets everything back (`refund`). With n > 1 only the first sub-request is charged a request and the prompt
+ * (the `usage` object counts the prompt once); each sub-request reserves its own `max_tokens`.
  *
- * Admission needs one request left and, for the token budget, the prompt's tokens (and at least one token). A prompt
- * larger than the whole per-minute token budget can never pass; it is refused without a retry time.
+ * Admission needs one request left and the tokens it takes. A request whose prompt and reservation exceed the whole
+ * per-minute token budget can never pass; it is refused without a retry time (ask for fewer `max_tokens`).
  *
  * State: one account per tenant with a budget (the keys file names them, so their number is bounded by it); an
- * account back at full is the same as a fresh one, so accounts beyond `MAX_ACCOUNTS` are pruned when full. Pure
- * state with an injected clock: no timers, no I/O. The limits come with each request (`FlowTicket.budget`), so a keys
- * file reload applies from the tenant's next request; a lower limit clamps what is left to it.
+ * account back at full is the same as a fresh one, so accounts beyond `MAX_ACCOUNTS` are pruned when full (at most
+ * once per doubling of the count, so a flood of new tenants costs amortized O(1) each). Pure state with an injected
+ * clock: no timers, no I/O. The limits come with each request (`FlowTicket.budget`), so a keys file reload applies
+ * from the tenant's next request; a lower limit clamps what is left to it.
  */
 import { EngineClientError } from './errors.js';
 
@@ -42,13 +43,13 @@ export interface BudgetSnapshot {
 /** Which limit refused a request: OpenAI's error `type` for a rate limit (`requests` or `tokens`). */
 export type LimitKind = 'requests' | 'tokens';
 
-/** What an admitted request holds: it spends completion tokens as they come and may give its admission back. */
+/** What an admitted request holds: it settles its reservation when it ends, or gives its admission back. */
 export interface BudgetCharge {
   /** The tenant's budget right after this admission (what the response's `x-ratelimit-*` headers say). */
   readonly snapshot: BudgetSnapshot;
-  /** Take `tokens` completion tokens from the tenant's token budget (a no-op without one). */
-  spend(tokens: number): void;
-  /** Give back the request and the prompt tokens taken at admission (once; the request never reached a rank). */
+  /** The request ended having generated `completionTokens`: give back the rest of its reservation (once). */
+  settle(completionTokens: number): void;
+  /** Give back all it took: the request, the prompt and what is left of its reservation (once; it never ran). */
   refund(): void;
 }
 
@@ -111,6 +112,8 @@ export function isBudgetLimit(v: unknown): v is number {
  */
 export class BudgetLedger {
   private readonly accounts = new Map<string, Account>();
+  /** Prune when the account count reaches this (see the module comment). */
+  private pruneAt = MAX_ACCOUNTS;
   /** Requests refused, per limit kind (all counters, never reset). */
   readonly refusals: Record<LimitKind, number> = { requests: 0, tokens: 0 };
 
@@ -122,12 +125,18 @@ export class BudgetLedger {
   }
 
   /**
-   * Admit one request of `tenant` under `limits`: take one request (when `lead`) and `promptTokens` (when `lead`).
-   * Returns the charge, or null when `limits` limits nothing.
+   * Admit one request of `tenant` under `limits`: when `lead`, take one request and `promptTokens`; take
+   * `reserveTokens` (its `max_tokens`) in any case. Returns the charge, or null when `limits` limits nothing.
    * @throws EngineClientError `rate-limited` (HTTP 429; fields `retryAfterMs` when waiting can help, and
    *   `rateLimits`, the snapshot as `snapshotNumbers`) when the tenant's budget cannot take it; nothing is taken then.
    */
-  admit(tenant: string, limits: BudgetLimits, promptTokens: number, lead = true): BudgetCharge | null {
+  admit(
+    tenant: string,
+    limits: BudgetLimits,
+    promptTokens: number,
+    reserveTokens: number,
+    lead = true,
+  ): BudgetCharge | null {
     const rpm = limits.requestsPerMinute;
     const tpm = limits.tokensPerMinute;
     if (rpm === null && tpm === null) return null;
@@ -137,36 +146,41 @@ export class BudgetLedger {
     requests?.refill(rpm!, now);
     tokens?.refill(tpm!, now);
     const prompt = lead ? promptTokens : 0;
+    const need = prompt + Math.max(0, reserveTokens);
     if (lead && requests !== null && requests.level < 1) {
       throw this.refuse(tenant, 'requests', account, requests.msUntil(1), `${rpm} requests per minute`);
     }
-    if (lead && tokens !== null && (tokens.level < Math.max(1, prompt) || prompt > tokens.capacity)) {
-      const never = prompt > tokens.capacity;
+    if (tokens !== null && (tokens.level < Math.max(1, need) || need > tokens.capacity)) {
+      const never = need > tokens.capacity;
+      const what = `${tpm} tokens per minute (this request takes ${prompt} prompt tokens and reserves its max_tokens, ${need - prompt})`;
       throw this.refuse(
         tenant,
         'tokens',
         account,
-        never ? null : tokens.msUntil(Math.max(1, prompt)),
-        never
-          ? `${tpm} tokens per minute, and this request's ${prompt} prompt tokens exceed it: it can never pass`
-          : `${tpm} tokens per minute (this request needs ${prompt} prompt tokens)`,
+        never ? null : tokens.msUntil(Math.max(1, need)),
+        never ? `${what}: more than the whole budget, it can never pass; ask for fewer max_tokens` : what,
       );
     }
-    if (lead) {
-      if (requests !== null) requests.level -= 1;
-      if (tokens !== null) tokens.level -= prompt;
-    }
-    let refunded = !lead;
+    if (lead && requests !== null) requests.level -= 1;
+    if (tokens !== null) tokens.level -= need;
+    let admitted = lead && requests !== null;
+    let reserved = tokens === null ? 0 : need - prompt;
+    let promptHeld = tokens === null ? 0 : prompt;
+    const giveTokens = (n: number) => {
+      if (tokens !== null && n > 0) tokens.level = Math.min(tokens.capacity, tokens.level + n);
+    };
     return {
       snapshot: snapshotOf(account),
-      spend: (n: number) => {
-        if (tokens !== null) tokens.level -= n;
+      settle: (completionTokens: number) => {
+        giveTokens(reserved - Math.min(reserved, Math.max(0, completionTokens)));
+        reserved = 0;
       },
       refund: () => {
-        if (refunded) return;
-        refunded = true;
-        if (requests !== null) requests.level = Math.min(requests.capacity, requests.level + 1);
-        if (tokens !== null) tokens.level = Math.min(tokens.capacity, tokens.level + prompt);
+        if (admitted && requests !== null) requests.level = Math.min(requests.capacity, requests.level + 1);
+        admitted = false;
+        giveTokens(promptHeld + reserved);
+        promptHeld = 0;
+        reserved = 0;
       },
     };
   }
@@ -174,7 +188,10 @@ export class BudgetLedger {
   private account(tenant: string, rpm: number | null, tpm: number | null, now: number): Account {
     let a = this.accounts.get(tenant);
     if (a === undefined) {
-      if (this.accounts.size >= MAX_ACCOUNTS) this.prune(now);
+      if (this.accounts.size >= this.pruneAt) {
+        this.prune(now);
+        this.pruneAt = Math.max(MAX_ACCOUNTS, 2 * this.accounts.size);
+      }
       a = { requests: null, tokens: null };
       this.accounts.set(tenant, a);
     }

@@ -127,8 +127,8 @@ export interface FlowTicket {
   /** The tenant's limits per minute (budgets.ts); absent: no budget. */
   readonly budget?: BudgetLimits;
   /**
-   * false for the second and later sub-requests of one HTTP request with n > 1: they are charged their completion
-   * tokens only (the first took the request and the prompt). Absent: true.
+   * false for the second and later sub-requests of one HTTP request with n > 1: they take no request and no prompt
+   * from the budget, only their own `max_tokens` (the first took the request and the prompt). Absent: true.
    */
   readonly lead?: boolean;
 }

@@ -239,7 +239,14 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private chargeBudget(request: GenerateRequest, flow: FlowTicket | undefined): BudgetCharge | null {
     if (this.budgets === null || flow?.budget === undefined) return null;
     const prompt = Array.isArray(request?.promptTokenIds) ? request.promptTokenIds.length : 0;
-    return this.budgets.admit(flow.tenant, flow.budget, prompt, flow.lead !== false);
+    const reserve = request?.sampling?.maxNewTokens ?? 0;
+    return this.budgets.admit(
+      flow.tenant,
+      flow.budget,
+      prompt,
+      Number.isFinite(reserve) ? reserve : 0,
+      flow.lead !== false,
+    );
   }
 
   /** `submit` past the budget: through flow control's queue when the group is saturated, then `submitNow`. */
@@ -308,7 +315,11 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       request.requestId,
       request.promptTokenIds.length,
       () => this.scope.abandon(entry),
-      () => hook.detach(),
+      () => {
+        hook.detach();
+        // The request ended (terminal row, failure, or its consumer left): its unused reservation goes back.
+        charge?.settle(entry.tokens);
+      },
       this.g.delivery,
     );
     const entry: RegistryEntry = {
@@ -317,7 +328,6 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       engineIndex: null,
       tokenLimit: request.sampling?.maxNewTokens ?? Infinity,
       tokens: 0,
-      charge,
     };
     this.g.registry.register(entry);
     if (charge !== null) stream.budget = charge.snapshot;

@@ -67,7 +67,6 @@ export class OutputContract {
       }
     }
     entry.tokens += ids.length;
-    entry.charge?.spend(ids.length);
     return entry.tokens <= entry.tokenLimit ? row : this.overrun(entry, row, rank);
   }
 

@@ -2,7 +2,6 @@
  * The request registry (dp-routing.md section 2): `closed` flag plus request id → live entry. Plain data; every
  * method is synchronous, so it is never held across an `await` (section 1).
  */
-import type { BudgetCharge } from './budgets.js';
 import { IdTable } from '../collections/id-table.js';
 import { RecentIds } from '../collections/recent-ids.js';
 import { EngineClientError } from './errors.js';
@@ -27,8 +26,6 @@ export interface RegistryEntry {
   service?: ServiceSample;
   readonly tokenLimit: number;
   tokens: number;
-  /** The request's tenant budget, charged each row's tokens (budgets.ts); null without one. */
-  readonly charge: BudgetCharge | null;
 }
 
 /** Section 2's registry. Sizes are request counts. */

@@ -406,21 +406,28 @@ export async function serveGeneration(
       ...(prepared.budget === null ? {} : { budget: prepared.budget }),
       ...(prepared.queueTimeoutMs === null ? {} : { timeoutMs: prepared.queueTimeoutMs }),
     };
-    // Sub-requests after the first are charged their completion tokens only (budgets.ts).
+    // Sub-requests after the first take no request and no prompt, only their own max_tokens (budgets.ts).
     const siblingFlow: FlowTicket = { ...flow, lead: false };
     const subs = engineRequestsOf(requestId, prepared);
     const failFast = subs.length > 1 ? siblingsSignal(disconnect.signal) : null;
     const signal = failFast?.signal ?? disconnect.signal;
     const submittedAt = ctx.now();
-    const settled = await Promise.allSettled(
-      subs.map((r, i) =>
-        // A refused sub-request ends its siblings at once: one still waiting in flow control's queue leaves it.
-        backend.submit(r, { dpRank, signal, flow: i === 0 ? flow : siblingFlow }).catch((err: unknown) => {
-          failFast?.abort(err);
-          throw err;
-        }),
-      ),
-    );
+    // A refused sub-request ends its siblings at once: one still waiting in flow control's queue leaves it.
+    const submit = (r: GenerateRequest, i: number) =>
+      backend.submit(r, { dpRank, signal, flow: i === 0 ? flow : siblingFlow }).catch((err: unknown) => {
+        failFast?.abort(err);
+        throw err;
+      });
+    let settled: PromiseSettledResult<BackendStream>[];
+    if (prepared.budget !== null && subs.length > 1) {
+      // The budget is checked with the first sub-request: the others go only once it was admitted. Sent together,
+      // a refused tenant's siblings would reach the ranks, or shed other tenants' queued requests, before its 429.
+      settled = await Promise.allSettled([submit(subs[0]!, 0)]);
+      if (settled[0]!.status === 'fulfilled')
+        settled.push(...(await Promise.allSettled(subs.slice(1).map((r, i) => submit(r, i + 1)))));
+    } else {
+      settled = await Promise.allSettled(subs.map(submit));
+    }
     ctx.metrics.observeQueueWait(prepared.tenant, (ctx.now() - submittedAt) / 1000);
     const streams: BackendStream[] = [];
     let submitError: unknown = null;

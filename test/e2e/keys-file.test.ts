@@ -70,10 +70,19 @@ describe('the keys file: tenants, their bands, reload on SIGHUP', { timeout: 60_
     assert.equal(refused.headers.get('x-ratelimit-remaining-requests'), '0');
     const retryAfter = Number(refused.headers.get('retry-after'));
     assert.ok(retryAfter >= 1 && retryAfter <= 15, `Retry-After ${retryAfter}: one request back every 15 s`);
+    // Past the budget, n > 1 is refused as a whole: none of its sub-requests reaches a rank.
+    const dispatched = async () => {
+      const res = await fetch(`${gw.url}/v1/gateway/ranks`, { headers: { authorization: 'Bearer sk-batch-1' } });
+      const view = (await res.json()) as { groups: Array<{ ranks: Array<{ dispatched_unpinned: number }> }> };
+      return view.groups[0]!.ranks.reduce((n, r) => n + r.dispatched_unpinned, 0);
+    };
+    const before = await dispatched();
+    assert.equal((await complete('sk-metered-2', undefined, { n: 5 })).status, 429);
     assert.equal((await complete('sk-batch-1')).status, 200, 'another tenant is not limited');
+    await waitFor(async () => (await dispatched()) === before + 1, "only the other tenant's request was dispatched");
     await waitFor(
-      async () => (await gw.metricSum('model_gateway_tenant_requests_total', 'tenant="metered",status="429"')) === 1,
-      'the refusal counted for its tenant',
+      async () => (await gw.metricSum('model_gateway_tenant_requests_total', 'tenant="metered",status="429"')) === 2,
+      'both refusals counted for their tenant',
     );
   });
 
