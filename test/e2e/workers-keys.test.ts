@@ -47,11 +47,17 @@ test(
     process.kill(g.gw.pid!, 'SIGHUP');
     await waitFor(async () => g.logged('keys file not reloaded').length === 2, 'the broken file logged');
     assert.deepEqual(await statuses('sk-team-1'), [200, 200, 200, 200], 'the keys in use stay');
+    // The tenant's count as /metrics sums it now (this scrape is also the router's latest view of each front).
+    const counted = () => g.metricSum('model_gateway_tenant_requests_total', 'tenant="team",status="200"');
+    const before = await counted();
+    assert.equal(before, 8);
     const [victim] = g.fronts();
     process.kill(victim!, 'SIGKILL');
     await waitFor(async () => g.fronts().length === 2 && !g.fronts().includes(victim!), 'a new front forked');
     await waitFor(async () => (await g.get('/ready')).status === 200, 'ready again');
     assert.deepEqual(await statuses('sk-team-1'), [200, 200, 200, 200], 'the new front has the keys too');
+    // The killed front's counts stay in the sum (front-metrics-memory.ts): no counter falls.
+    assert.equal(await counted(), before + 4);
     assert.deepEqual(await statuses('sk-other'), [401, 401, 401, 401]);
     assert.equal(g.gw.exitCode, null, 'the gateway runs on');
     // A good file again: both fronts take it.

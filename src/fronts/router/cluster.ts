@@ -50,11 +50,7 @@ import { OutputGate } from '../../transport/output-gate.js';
 import { gatewayRuntimeDir } from '../../runtime-dir.js';
 import { MAX_PRESSURE_MS } from '../channel/outbox.js';
 import { RouterService } from './router-service.js';
-
-/** One registry's metrics as JSON (`Registry.getMetricsAsJSON`), what the cluster protocol carries. */
-type MetricsJson = Awaited<
-  ReturnType<AggregatorRegistry<'text/plain; version=0.0.4; charset=utf-8'>['getMetricsAsJSON']>
->;
+import { FrontMetricsMemory, type MetricsJson } from './front-metrics-memory.js';
 
 /** Most fronts `--workers auto` picks. */
 export const MAX_AUTO_WORKERS = 8;
@@ -203,6 +199,8 @@ export async function startClusterGateway(
   // too, is given (control.ts `mgw:keys`).
   let keysText = plan.edge.apiKeysFile === null ? null : readKeysText(plan.edge.apiKeysFile);
   let url = '';
+  // Counters of fronts that exited stay in /metrics (front-metrics-memory.ts).
+  const frontMetrics = new FrontMetricsMemory();
   const listening = new Set<number>(); // front slots that listened at least once
   // Fronts listening now: the ones /metrics and the per-rank statistics ask (one still starting cannot answer yet).
   const serving = new Set<Worker>();
@@ -245,7 +243,7 @@ export async function startClusterGateway(
       } satisfies ControlMessage);
     } else if (m?.type === 'mgw:metrics') {
       try {
-        const { contentType, body } = await clusterMetrics(gateway.metrics, [...serving]);
+        const { contentType, body } = await clusterMetrics(gateway.metrics, [...serving], frontMetrics);
         w.send({ type: 'mgw:metrics-res', id: m.id, contentType, body } satisfies ControlMessage);
       } catch (err) {
         w.send({
@@ -260,6 +258,7 @@ export async function startClusterGateway(
   };
 
   cluster.on('exit', (w, code, signal) => {
+    void frontMetrics.retire(w.id);
     const wasServing = serving.delete(w);
     service.dropFront(w.id);
     const slot = slotOf.get(w.id);
@@ -413,10 +412,13 @@ let metricsRequests = 0;
 async function clusterMetrics(
   routerMetrics: GatewayMetrics,
   fronts: readonly Worker[],
+  memory: FrontMetricsMemory,
 ): Promise<{ contentType: string; body: string }> {
   const requestId = `mgw-${process.pid}-${metricsRequests++}`;
+  // Connected now (askFronts asks these, in this order, within this same synchronous step).
+  const live = fronts.filter((w) => w.isConnected());
   const replies = await askFronts<MetricsJson[]>(
-    fronts,
+    live,
     { type: GET_METRICS_REQ, requestId },
     (m) =>
       m?.type === GET_METRICS_RES && m.requestId === requestId
@@ -425,8 +427,9 @@ async function clusterMetrics(
     5000,
     [],
   );
+  live.forEach((w, i) => memory.remember(w.id, replies[i]!.flat()));
   const own = await routerMetrics.registry.getMetricsAsJSON();
-  const merged = AggregatorRegistry.aggregate([own, ...replies.flat()]);
+  const merged = AggregatorRegistry.aggregate([own, await memory.retiredMetrics(), ...replies.flat()]);
   return { contentType: merged.contentType, body: await merged.metrics() };
 }
 
