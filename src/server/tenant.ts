@@ -118,7 +118,8 @@ export class TenantDirectory {
   }
 
   private parse(path: string, text: string | null): KeysFile {
-    return text === null ? readKeysFile(path) : parseKeysFile(text, path);
+    // Content read elsewhere was checked there (the `--workers` primary): no second duplicate scan here.
+    return text === null ? readKeysFile(path) : parseKeysFile(text, path, false);
   }
 
   /** Take `file`'s keys beside the `--api-key` ones (the key check and the tenants change together). */

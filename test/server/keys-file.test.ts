@@ -51,6 +51,12 @@ test('a keys file that is wrong is refused naming the file and the field, never 
     ['{"tenants":{"t":{"keys":["k"],"tokens_per_minute":"100"}}}', /"tokens_per_minute" must be an integer ≥ 1/],
     ['{"tenants":{"has space":{"keys":["k"]}}}', /1-64 printable ASCII/],
     ['{"tenants":{"other":{"keys":["k"]}}}', /"other" is reserved/],
+    [
+      '{"tenants":{"a":{"keys":["sk-a-1"]},\n"a":{"keys":["sk-a-2"]}}}',
+      /a name appears twice in one object \(line 2\)/,
+    ],
+    ['{"tenants":{"a":{"keys":["sk-a-1"],"priority":"standard","priority":"sheddable"}}}', /appears twice/],
+    ['{"tenants":{"a":{"keys":["sk-a-1"]}},"tenants":{}}', /appears twice/],
     ['{"tenants":{"key:0123456789ab":{"keys":["k"]}}}', /"key:0123456789ab" is reserved/],
     ['{"tenants":{"a":{"keys":["sk-secret-dup"]},"b":{"keys":["sk-secret-dup"]}}}', /also a key of "a"/],
   ];
