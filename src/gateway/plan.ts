@@ -71,6 +71,14 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   if (opts.silenceTimeoutMs !== undefined) positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs);
   if (opts.rankStallTimeoutMs !== undefined) positiveMs('rankStallTimeoutMs', opts.rankStallTimeoutMs);
   if (opts.flowControl?.enabled === true) checkFlowControlOptions(opts.flowControl);
+  else if (
+    opts.flowControl !== undefined &&
+    Object.entries(opts.flowControl).some(([k, v]) => k !== 'enabled' && v != null)
+  )
+    logger.warn(
+      { flowControl: opts.flowControl },
+      'flow control options are set but --flow-control is not: they do nothing (add --flow-control)',
+    );
   const edge = resolveEdgeOptions(edgeOptionsOf(opts));
   if (edge.apiKeysFile !== null) readKeysFile(edge.apiKeysFile); // a bad file stops the start (KeysFileError)
   warnIfOpenWithoutKey(logger, host, edge);

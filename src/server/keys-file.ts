@@ -53,6 +53,8 @@ export class KeysFileError extends RangeError {
 
 const TENANT_FIELDS = new Set(['keys', 'priority', 'max_priority', 'requests_per_minute', 'tokens_per_minute']);
 const NAME = /^[\x21-\x7e]{1,64}$/;
+/** What an `Authorization: Bearer` header can carry unchanged: printable ASCII without spaces. */
+const KEY = /^[\x21-\x7e]+$/;
 /** Names the gateway gives tenants itself (metrics.ts `OTHER_TENANT`, tenant.ts `keyTenant`): one name, one tenant. */
 const RESERVED = /^(other$|key:)/;
 
@@ -110,6 +112,12 @@ export function parseKeysFile(text: string, source: string, checkDuplicates = tr
     if (!Array.isArray(s.keys) || s.keys.some((k) => typeof k !== 'string' || k.length === 0)) {
       fail(`tenant ${JSON.stringify(name)}: "keys" must be a list of non-empty strings`);
     }
+    // A key a client cannot send as a bearer token (spaces, control or non-ASCII characters) would never match.
+    const unusable = (s.keys as string[]).findIndex((k) => !KEY.test(k));
+    if (unusable >= 0)
+      fail(
+        `tenant ${JSON.stringify(name)}: "keys"[${unusable}] has characters a bearer token cannot carry (printable ASCII, no spaces)`,
+      );
     const limit = (field: string): number | null => {
       const v = s[field];
       if (v === undefined) return null;

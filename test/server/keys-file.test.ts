@@ -45,6 +45,8 @@ test('a keys file that is wrong is refused naming the file and the field, never 
     ['{"tenants":{"t":{"keys":["k"],"priority":"urgent"}}}', /"priority" must be one of critical, standard, sheddable/],
     ['{"tenants":{"t":{"keys":["k"],"priority":"critical","max_priority":"standard"}}}', /is above its "max_priority"/],
     ['{"tenants":{"t":{"keys":[""]}}}', /"keys" must be a list of non-empty strings/],
+    ['{"tenants":{"t":{"keys":["ok-key"," sk-spaced "]}}}', /"keys"\[1\] has characters a bearer token cannot carry/],
+    ['{"tenants":{"t":{"keys":["sk-clé"]}}}', /"keys"\[0\] has characters/],
     ['{"tenants":{"t":{}}}', /"keys" must be a list/],
     ['{"tenants":{"t":{"keys":["k"],"requests_per_minute":0}}}', /"requests_per_minute" must be an integer ≥ 1/],
     ['{"tenants":{"t":{"keys":["k"],"tokens_per_minute":1.5}}}', /"tokens_per_minute" must be an integer ≥ 1/],
