@@ -193,6 +193,8 @@ export interface SamplingOptions {
   logitBias: Record<string, number> | null;
   /** A structured-output constraint (grammar-guided decoding), or null/absent for free text. */
   structuredOutput?: StructuredOutput | null;
+  /** Only these token ids may be sampled (vLLM `allowed_token_ids`; not on TokenSpeed's wire); null/absent: any. */
+  allowedTokenIds?: number[] | null;
 }
 
 /**

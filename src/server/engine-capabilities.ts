@@ -19,6 +19,8 @@ export interface OutputNeeds {
   structuredOutput: StructuredOutput | null;
   /** The parameter the constraint came from (for the error's `param`). */
   structuredOutputParam: string;
+  /** Whether the request restricts the sampled ids (`allowed_token_ids`: vLLM's wire only). */
+  allowedTokenIds: boolean;
 }
 
 /** The most top logprobs a TokenSpeed group returns: the sampled token's only (gateway.md 8). */
@@ -27,6 +29,12 @@ export const TOKENSPEED_MAX_TOP_LOGPROBS = 1;
 /** Why an engine family cannot serve `needs` (the message and the parameter), or null when it can. */
 export function capabilityProblem(engine: EngineFamily, needs: OutputNeeds): { message: string; param: string } | null {
   if (engine !== 'tokenspeed') return null;
+  if (needs.allowedTokenIds) {
+    return {
+      message: `'allowed_token_ids' cannot be served on TokenSpeed engine groups: TokenSpeed's request has no such field`,
+      param: 'allowed_token_ids',
+    };
+  }
   if (needs.topLogprobs !== null && needs.topLogprobs > TOKENSPEED_MAX_TOP_LOGPROBS) {
     return {
       message: `'${needs.logprobsParam}' must be at most ${TOKENSPEED_MAX_TOP_LOGPROBS} on TokenSpeed engine groups: TokenSpeed returns only the sampled token's logprob (got ${needs.topLogprobs})`,

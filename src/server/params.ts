@@ -33,7 +33,6 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   web_search_options: isNull,
   // vLLM extensions that change the output (issue 31 part 4): refused until served, never dropped.
   bad_words: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
-  allowed_token_ids: isNull,
   truncate_prompt_tokens: isNull,
   return_token_ids: (v) => isNull(v) || v === false,
   thinking_token_budget: isNull,
@@ -90,6 +89,31 @@ export function parseStopStrings(stop: unknown): string[] {
     if (s === '') throw badRequest(`'stop' must not contain empty strings`, 'stop');
   }
   return [...new Set(list as string[])];
+}
+
+/** Most entries of `allowed_token_ids` (the engine builds a vocabulary mask from them; vLLM has no bound). */
+export const MAX_ALLOWED_TOKEN_IDS = 65_536;
+
+/**
+ * The request's `allowed_token_ids` (vLLM: only these ids may be sampled): a non-empty list of token ids in
+ * [0, vocabSize), at most `MAX_ALLOWED_TOKEN_IDS`, duplicates removed; null when absent.
+ * @throws ApiError 400 (`param: 'allowed_token_ids'`) naming the bad entry.
+ */
+export function parseAllowedTokenIds(value: unknown, vocabSize: number): number[] | null {
+  if (isNull(value)) return null;
+  const param = 'allowed_token_ids';
+  if (!Array.isArray(value) || value.length === 0)
+    throw badRequest(`'${param}' must be a non-empty list of token ids`, param);
+  if (value.length > MAX_ALLOWED_TOKEN_IDS)
+    throw badRequest(`'${param}' holds ${value.length} ids; at most ${MAX_ALLOWED_TOKEN_IDS}`, param);
+  value.forEach((id, i) => {
+    if (!Number.isSafeInteger(id) || (id as number) < 0 || (id as number) >= vocabSize)
+      throw badRequest(
+        `'${param}' entries must be token ids in [0, ${vocabSize}); ${param}[${i}] is ${quoteValue(id)}`,
+        param,
+      );
+  });
+  return [...new Set(value as number[])];
 }
 
 /** Bound of a `logit_bias` value: vLLM clamps every bias to [−100, 100] (vLLM `protocol.py`), as OpenAI documents. */
@@ -232,6 +256,8 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
     s.stopTokenIds = [...new Set(ids)];
   }
   s.logitBias = parseLogitBias((body as { logit_bias?: unknown }).logit_bias, ctx.vocabSize);
+  const allowed = parseAllowedTokenIds((body as { allowed_token_ids?: unknown }).allowed_token_ids, ctx.vocabSize);
+  if (allowed !== null) s.allowedTokenIds = allowed;
   if (!isNull(body.ignore_eos)) s.ignoreEos = body.ignore_eos as boolean;
   if (!isNull(body.skip_special_tokens)) s.skipSpecialTokens = body.skip_special_tokens as boolean;
   return s;

@@ -269,6 +269,8 @@ export async function handleGeneration<B extends CommonBodyT>(
   }
 }
 
+const isNullish = (v: unknown): boolean => v === null || v === undefined;
+
 /**
  * The request `serveGeneration` runs, from a prepared prompt (see `handleGeneration`): the group choice among those
  * whose context fits, admission and sampling against it, and the single-token stop ids. Throws `ApiError` for every
@@ -309,6 +311,7 @@ function toServe<B extends CommonBodyT>(
     logprobsParam: shape.logprobsParams === 'chat' ? 'top_logprobs' : 'logprobs',
     structuredOutput: constraint?.output ?? null,
     structuredOutputParam: constraint?.param ?? 'response_format',
+    allowedTokenIds: !isNullish((body as { allowed_token_ids?: unknown }).allowed_token_ids),
   });
   const widest = widestOf(eligible);
   const needed = tokensNeeded(body, promptTokenIds.length);

@@ -5,7 +5,13 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { DEFAULT_SAMPLING } from '../../src/protocols/types.js';
 import { ApiError } from '../../src/server/errors.js';
-import { buildSampling, parseLogitBias, rejectUnsupported, TOP_K_DISABLED } from '../../src/server/params.js';
+import {
+  buildSampling,
+  parseAllowedTokenIds,
+  parseLogitBias,
+  rejectUnsupported,
+  TOP_K_DISABLED,
+} from '../../src/server/params.js';
 import { parseDpRankHeader } from '../../src/server/pin.js';
 import { formatValidationErrors, pathToParam } from '../../src/server/validation.js';
 
@@ -85,6 +91,16 @@ test('buildSampling: top_k spellings and range edges', () => {
   assert.equal(buildSampling({ temperature: 0 }, ctx).temperature, 0);
   throws400(() => buildSampling({ seed: 2 ** 60 }, ctx), 'seed');
   throws400(() => buildSampling({ stop_token_ids: [1000] }, ctx), 'stop_token_ids');
+});
+
+test('allowed_token_ids: token ids of the vocabulary, deduplicated, into the sampling options; else 400', () => {
+  assert.deepEqual(buildSampling({ allowed_token_ids: [3, 1, 3] } as never, ctx).allowedTokenIds, [3, 1]);
+  assert.equal(buildSampling({}, ctx).allowedTokenIds, undefined);
+  assert.equal(parseAllowedTokenIds(null, 1000), null);
+  throws400(() => parseAllowedTokenIds([], 1000), 'allowed_token_ids', /non-empty list/);
+  throws400(() => parseAllowedTokenIds([1, 1000], 1000), 'allowed_token_ids', /allowed_token_ids\[1\] is 1000/);
+  throws400(() => parseAllowedTokenIds([1.5], 1000), 'allowed_token_ids');
+  throws400(() => parseAllowedTokenIds('1,2', 1000), 'allowed_token_ids');
 });
 
 test('rejectUnsupported: no-op values pass, real values are refused by name', () => {

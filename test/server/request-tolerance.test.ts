@@ -107,7 +107,6 @@ describe('unknown top-level fields', () => {
       ['/v1/completions', { best_of: 3 }, 'best_of'],
       // vLLM extensions that change the output are refused by name, never dropped as unknown (issue 31 part 4).
       ['/v1/completions', { bad_words: ['x'] }, 'bad_words'],
-      ['/v1/chat/completions', { allowed_token_ids: [1, 2] }, 'allowed_token_ids'],
       ['/v1/completions', { truncate_prompt_tokens: 10 }, 'truncate_prompt_tokens'],
       ['/v1/chat/completions', { return_token_ids: true }, 'return_token_ids'],
       ['/v1/chat/completions', { thinking_token_budget: 100 }, 'thinking_token_budget'],

@@ -408,6 +408,10 @@ export function toVllmSamplingParams(s: SamplingOptions, ctx: VllmSamplingContex
     _eos_token_id: eosFields._eos_token_id,
     _all_stop_token_ids: eosFields._all_stop_token_ids,
     logit_bias: logitBias !== null && logitBias.size > 0 ? logitBias : null,
+    allowed_token_ids:
+      s.allowedTokenIds === null || s.allowedTokenIds === undefined
+        ? null
+        : s.allowedTokenIds.map((id, i) => intField(`allowed_token_ids[${i}]`, id)),
     structured_outputs: s.structuredOutput ? toVllmStructuredOutputs(s.structuredOutput) : null,
   };
 }

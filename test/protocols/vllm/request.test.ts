@@ -199,6 +199,14 @@ test('sampling map: optional keys appear only when set, in declaration order (se
   assert.deepEqual(decoded.logit_bias, new Map([[42, -100]]));
 });
 
+test('sampling map: allowed_token_ids goes out as a list after logit_bias (vLLM SamplingParams order)', () => {
+  const protocol = createVllmProtocol({ now: fixedClock });
+  const map: Array<[string, string]> = [...BASE_MAP, ['allowed_token_ids', '930a14cd012c']];
+  const req = request({ allowedTokenIds: [10, 20, 300] });
+  assert.equal(hexOf(protocol.encodeAdd(req)), addHex(map));
+  assert.deepEqual(decodeEngineCoreRequest(bytesOf(addHex(map))).sampling_params!.allowed_token_ids, [10, 20, 300]);
+});
+
 test('sampling map: ignore_eos drops _eos_token_id but keeps EOS in _all_stop_token_ids (gateway.md 7 row 2)', () => {
   const protocol = createVllmProtocol({ now: fixedClock, eos: { primary: 5, extras: [7], tokenizerEosIds: [] } });
   const map = BASE_MAP.map(([k, v]): [string, string] =>
