@@ -44,6 +44,11 @@ export interface ChoiceResult {
   reasoning: string | null;
   toolCalls: ToolCall[];
   finishReason: ChoiceFinishReason;
+  /**
+   * What ended a `stop` finish, as vLLM's `stop_reason` says it: the stop string, or the id of a `stop_token_ids`
+   * entry; null for an end-of-sequence token, a length finish or when unknown.
+   */
+  stopReason: number | string | null;
   /** Completion tokens of this choice (the engine's count). */
   completionTokens: number;
   usage: Usage;
@@ -134,6 +139,7 @@ export class ChoiceOutput {
         reasoning: this.opts.reasoning !== null && this.reasoning !== '' ? this.reasoning : null,
         toolCalls: this.calls,
         finishReason: calledFinish ?? ev.finishReason,
+        stopReason: ev.stopReason,
         completionTokens: ev.usage.completion_tokens,
         usage: ev.usage,
         logprobs: this.logprobs,

@@ -80,6 +80,8 @@ export type GenerationEvent =
       type: 'finish';
       text: string;
       finishReason: 'stop' | 'length';
+      /** The stop string or stop token id that ended a `stop` finish; null otherwise (vLLM `stop_reason`). */
+      stopReason: number | string | null;
       usage: Usage;
       logprobs: TokenLogprob[];
       cachedTokens: number;
@@ -160,6 +162,10 @@ export interface GenerationOptions {
   logprobs?: boolean;
   /** The request's `min_tokens` (tokens, default 0): stop strings cannot end inside the text of the first this many. */
   minTokens?: number;
+  /** End-of-sequence ids: a finish on one of them has no `stopReason` (as vLLM reports it). Absent: none. */
+  eosTokenIds?: ReadonlySet<number>;
+  /** Stop strings sent to the engine as single token ids (gateway.md 6), by id: the `stopReason` of a finish on one. */
+  convertedStops?: ReadonlyMap<number, string>;
 }
 
 /** The (shared, frozen) empty logprob list of events when logprobs were not requested. */
@@ -274,7 +280,15 @@ export class ChoiceGeneration {
         this.stoppedEarly = true;
         const usage = makeUsage(this.opts.promptTokens, before + r.tokens, out.cachedTokens);
         const logprobs = this.takeLogprobs(this.received - before - r.tokens);
-        return { type: 'finish', text: r.emit, finishReason: 'stop', usage, logprobs, cachedTokens: out.cachedTokens };
+        return {
+          type: 'finish',
+          text: r.emit,
+          finishReason: 'stop',
+          stopReason: r.matched,
+          usage,
+          logprobs,
+          cachedTokens: out.cachedTokens,
+        };
       }
       return r.emit === '' ? null : { type: 'delta', text: r.emit, logprobs: this.takeLogprobs() };
     }
@@ -304,10 +318,28 @@ export class ChoiceGeneration {
       type: 'finish',
       text,
       finishReason,
+      stopReason: r.matched ?? (out.finishReason === 'stop' ? this.engineStopReason(out.stopReason, last) : null),
       usage,
       logprobs: this.takeLogprobs(uncounted),
       cachedTokens: out.cachedTokens,
     };
+  }
+
+  /**
+   * The `stopReason` of an engine `stop` finish: what the engine said (vLLM: a stop token id or a stop string it
+   * matched), else the last token when it is a stop token; a stop string the gateway sent as a token id reads as the
+   * string, an end-of-sequence id as null.
+   */
+  private engineStopReason(
+    reported: number | string | null | undefined,
+    last: number | undefined,
+  ): number | string | null {
+    const id = typeof reported === 'number' ? reported : reported == null ? last : undefined;
+    if (id === undefined) return (reported as string | undefined) ?? null;
+    const converted = this.opts.convertedStops?.get(id);
+    if (converted !== undefined) return converted;
+    if (this.opts.eosTokenIds?.has(id) === true) return null;
+    return typeof reported === 'number' || this.opts.stopTokenIds.has(id) ? id : null;
   }
 
   /** The error of a stream that ended without a terminal output (503 `stream-closed`). */

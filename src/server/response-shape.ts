@@ -110,7 +110,8 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
     renderLogprobs: spec.renderLogprobs,
     body: (base, results, usage, logprobs) => ({
       ...header(base, spec.responseObject),
-      choices: results.map((r, i) => spec.fullChoice(i, r, logprobs(i))),
+      // vLLM's `stop_reason`: the stop string or stop token id that ended the choice, else null (after finish_reason).
+      choices: results.map((r, i) => ({ ...spec.fullChoice(i, r, logprobs(i)), stop_reason: r.stopReason })),
       usage,
     }),
     stream(base, { includeUsage, n }) {
@@ -141,7 +142,7 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
             ? [textChunk(index, delta.content)]
             : [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
         finish: (index, delta, result, logprobs) => [
-          chunk([spec.chunkChoice(index, delta, result.finishReason, logprobs)]),
+          chunk([{ ...spec.chunkChoice(index, delta, result.finishReason, logprobs), stop_reason: result.stopReason }]),
         ],
         closing: (usage) => (includeUsage ? [{ data: { ...header(base, spec.chunkObject), choices: [], usage } }] : []),
         error: (err) => [{ data: err.toBody() }],

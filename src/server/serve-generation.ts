@@ -536,6 +536,12 @@ function runChoices(
   const stopTokenIds = new Set(
     [...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)),
   );
+  const eosTokenIds = new Set(ctx.tokenizer.eosTokenIds);
+  // A converted stop string's id stands for the string (its text is the string itself, singleTokenStopIds).
+  const convertedStops =
+    converted.size === 0
+      ? undefined
+      : new Map([...converted].map((id) => [id, ctx.tokenizer.decode([id], { skipSpecialTokens: false })]));
   return streams.map((stream, i) => ({
     stream,
     latency: record.trackers[i],
@@ -548,6 +554,8 @@ function runChoices(
       logprobs: prepared.topLogprobs !== null,
       minTokens: prepared.sampling.minNewTokens,
       latency: record.trackers[i],
+      eosTokenIds,
+      ...(convertedStops === undefined ? {} : { convertedStops }),
     }),
   }));
 }

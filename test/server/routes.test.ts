@@ -48,6 +48,7 @@ describe('OpenAI routes', () => {
       message: { role: 'assistant', content: REPLY },
       logprobs: null,
       finish_reason: 'stop',
+      stop_reason: null,
     });
     const sub = fx.backend.submissions.at(-1)!;
     const expectedPrompt = fx.tokenizer.encode(
@@ -123,7 +124,9 @@ describe('OpenAI routes', () => {
     const body = plain.json();
     assert.match(body.id, /^cmpl-/);
     assert.equal(body.object, 'text_completion');
-    assert.deepEqual(body.choices, [{ index: 0, text: REPLY, logprobs: null, finish_reason: 'stop' }]);
+    assert.deepEqual(body.choices, [
+      { index: 0, text: REPLY, logprobs: null, finish_reason: 'stop', stop_reason: null },
+    ]);
     const promptIds = fx.tokenizer.encode('Once upon a time', { addSpecialTokens: true });
     assert.deepEqual(fx.backend.submissions.at(-1)!.request.promptTokenIds, promptIds);
     assert.equal(fx.backend.submissions.at(-1)!.request.sampling.maxNewTokens, 50);
@@ -196,11 +199,24 @@ describe('OpenAI routes', () => {
       const body = res.json();
       assert.equal(body.choices[0].text, 'Hi there');
       assert.equal(body.usage.completion_tokens, ids.length + 1);
+      assert.equal(body.choices[0].stop_reason, stopId, "vLLM's stop_reason: the stop token's id");
+      // Streamed: the terminal chunk says it too.
+      const streamed = parseSse((await completions({ prompt: 'x', stop_token_ids: [stopId], stream: true })).body);
+      const withChoices = streamed.events.filter((e) => choicesOf(e).length > 0);
+      const last = choicesOf(withChoices.at(-1)!)[0]! as Record<string, unknown>;
+      assert.deepEqual([last.finish_reason, last.stop_reason], ['stop', stopId]);
+      // A stop string the gateway matched: its text.
+      const matched = await completions({ prompt: 'x', stop: ['there'] });
+      assert.deepEqual(
+        [matched.json().choices[0].finish_reason, matched.json().choices[0].stop_reason],
+        ['stop', 'there'],
+      );
       // A length finish keeps the last token's text.
       fx.backend.onSubmit = (s) => s.stream.pushAll([...ids, stopId], 'length');
       const res2 = await completions({ prompt: 'x', stop_token_ids: [stopId] });
       assert.equal(res2.json().choices[0].text, 'Hi there!');
       assert.equal(res2.json().choices[0].finish_reason, 'length');
+      assert.equal(res2.json().choices[0].stop_reason, null);
     } finally {
       fx.backend.onSubmit = (s) => s.stream.pushAll(replyIds, 'stop');
     }
