@@ -25,14 +25,13 @@ import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, typ
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import { clientRequestId, REQUEST_ID_HEADER } from './request-id.js';
 import { rateLimitHeaders } from './rate-limits.js';
+import { flowTicketOf, submitSubRequests } from './submit-sub-requests.js';
 import type { BudgetLimits } from '../engine-client/budgets.js';
-import type { FlowTicket } from '../engine-client/client-options.js';
 import { endDisconnected, RequestRecord } from './request-record.js';
 import { respondBuffered } from './respond-buffered.js';
 import { respondStreamed } from './respond-streamed.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
 import {
-  bandOrder,
   DEFAULT_PRIORITY_BAND,
   PRIORITY_BAND_HEADER,
   QUEUE_TIMEOUT_HEADER,
@@ -41,7 +40,6 @@ import {
   vllmPriorityOf,
   type PriorityBand,
 } from './priority-band.js';
-import type { CancelSignal } from '../engine-client/client.js';
 import type { RouteContext } from './route-context.js';
 import type { CommonBodyT } from './schemas.js';
 import {
@@ -402,42 +400,13 @@ export async function serveGeneration(
   // client went away (every phase: before submit returns, before the first token, mid-stream, and while the response
   // is still queued behind an earlier pipelined one; see disconnect.ts).
   try {
-    // Submit every sub-request in the same tick (each routed on its own; dp-routing.md 12.3).
-    const flow: FlowTicket = {
-      tenant: prepared.tenant,
-      band: bandOrder(prepared.band),
-      ...(prepared.budget === null ? {} : { budget: prepared.budget }),
-      ...(prepared.queueTimeoutMs === null ? {} : { timeoutMs: prepared.queueTimeoutMs }),
-    };
-    // Sub-requests after the first take no request and no prompt, only their own max_tokens (budgets.ts).
-    const siblingFlow: FlowTicket = { ...flow, lead: false };
-    const subs = engineRequestsOf(requestId, prepared);
-    const failFast = subs.length > 1 ? siblingsSignal(disconnect.signal) : null;
-    const signal = failFast?.signal ?? disconnect.signal;
     const submittedAt = ctx.now();
-    // A refused sub-request ends its siblings at once: one still waiting in flow control's queue leaves it.
-    const submit = (r: GenerateRequest, i: number) =>
-      backend.submit(r, { dpRank, signal, flow: i === 0 ? flow : siblingFlow }).catch((err: unknown) => {
-        failFast?.abort(err);
-        throw err;
-      });
-    let settled: PromiseSettledResult<BackendStream>[];
-    if (prepared.budget !== null && subs.length > 1) {
-      // The budget is checked with the first sub-request: the others go only once it was admitted. Sent together,
-      // a refused tenant's siblings would reach the ranks, or shed other tenants' queued requests, before its 429.
-      settled = await Promise.allSettled([submit(subs[0]!, 0)]);
-      if (settled[0]!.status === 'fulfilled')
-        settled.push(...(await Promise.allSettled(subs.slice(1).map((r, i) => submit(r, i + 1)))));
-    } else {
-      settled = await Promise.allSettled(subs.map(submit));
-    }
+    const { streams, error: submitError } = await submitSubRequests(backend, engineRequestsOf(requestId, prepared), {
+      dpRank,
+      leave: disconnect.signal,
+      ticket: flowTicketOf(prepared),
+    });
     ctx.metrics.observeQueueWait(prepared.tenant, (ctx.now() - submittedAt) / 1000);
-    const streams: BackendStream[] = [];
-    let submitError: unknown = null;
-    for (const s of settled) {
-      if (s.status === 'fulfilled') streams.push(s.value);
-      else submitError ??= s.reason;
-    }
     if (submitError !== null || disconnect.signal.aborted) {
       for (const s of streams) s.cancel();
       if (disconnect.signal.aborted) return endDisconnected(record, reply);
@@ -468,18 +437,6 @@ export async function serveGeneration(
   } finally {
     disconnect.dispose();
   }
-}
-
-/**
- * The signal of a request's n > 1 sub-requests: aborted when the client leaves (`leave` aborts) or, by its caller,
- * when one sub-request is refused, so the others do not wait on (flow control can hold a submit for seconds).
- */
-function siblingsSignal(leave: CancelSignal): AbortController {
-  const all = new AbortController();
-  const onLeave = () => all.abort(leave.reason);
-  if (leave.aborted) onLeave();
-  else leave.addEventListener('abort', onLeave, { once: true });
-  return all;
 }
 
 /** The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request. */
