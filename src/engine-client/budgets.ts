@@ -114,10 +114,17 @@ export class BudgetLedger {
   private readonly accounts = new Map<string, Account>();
   /** Prune when the account count reaches this (see the module comment). */
   private pruneAt = MAX_ACCOUNTS;
+  /** Scans for full accounts so far (each visits every account). */
+  private pruneCount = 0;
   /** Requests refused, per limit kind (all counters, never reset). */
   readonly refusals: Record<LimitKind, number> = { requests: 0, tokens: 0 };
 
   constructor(private readonly now: () => number) {}
+
+  /** How many times the accounts were scanned for full ones (see the module comment: once per doubling). */
+  get prunes(): number {
+    return this.pruneCount;
+  }
 
   /** Tenants with an account now (bounded, see the module comment). */
   get size(): number {
@@ -205,6 +212,7 @@ export class BudgetLedger {
 
   /** Drop the accounts that are full again (the same as fresh ones). */
   private prune(now: number): void {
+    this.pruneCount++;
     for (const [tenant, a] of this.accounts) {
       a.requests?.refill(a.requests.capacity, now);
       a.tokens?.refill(a.tokens.capacity, now);

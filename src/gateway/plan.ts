@@ -9,7 +9,7 @@ import { createDpPolicy, type DpPolicyName, type DpPolicyOptions } from '../engi
 import { DEFAULT_SHUTDOWN_GRACE_MS } from '../lifecycle.js';
 import { positiveMs } from '../option-checks.js';
 import { resolveEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
-import { readKeysFile } from '../server/keys-file.js';
+import { parseKeysFile, readKeysText } from '../server/keys-file.js';
 import { edgeOptionsOf, warnIfOpenWithoutKey } from './http-app.js';
 import {
   DEFAULT_HOST,
@@ -44,6 +44,11 @@ export interface GatewayPlan {
   readonly shutdownGraceMs: number;
   /** The tokenizer folder and the served model names (`resolveServedModel`). */
   readonly model: ServedModel;
+  /**
+   * The keys file's text as read and checked here (null without `--api-keys-file`): what the process that checks keys
+   * starts from, so the file is read and checked once (a 100,000-key file takes about 1 s).
+   */
+  readonly keysText: string | null;
 }
 
 /**
@@ -80,12 +85,26 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
       'flow control options are set but --flow-control is not: they do nothing (add --flow-control)',
     );
   const edge = resolveEdgeOptions(edgeOptionsOf(opts));
-  if (edge.apiKeysFile !== null) readKeysFile(edge.apiKeysFile); // a bad file stops the start (KeysFileError)
+  const keysText = edge.apiKeysFile === null ? null : readKeysText(edge.apiKeysFile);
+  if (keysText !== null) parseKeysFile(keysText, edge.apiKeysFile!); // a bad file stops the start (KeysFileError)
   warnIfOpenWithoutKey(logger, host, edge);
   const shutdownGraceMs = opts.shutdownGraceMs ?? DEFAULT_SHUTDOWN_GRACE_MS;
   if (!(Number.isFinite(shutdownGraceMs) && shutdownGraceMs >= 0))
     throw new RangeError(`shutdownGraceMs must be a number of ms ≥ 0, got ${shutdownGraceMs}`);
   const model = resolveServedModel(opts);
   const serveHttp = opts.serveHttp ?? true;
-  return { opts, logger, port, host, serveHttp, specs, dpPolicyName, policyOptions, edge, shutdownGraceMs, model };
+  return {
+    opts,
+    logger,
+    port,
+    host,
+    serveHttp,
+    specs,
+    dpPolicyName,
+    policyOptions,
+    edge,
+    shutdownGraceMs,
+    model,
+    keysText,
+  };
 }

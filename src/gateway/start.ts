@@ -118,7 +118,7 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
   const lifecycle = new GatewayLifecycle();
   if (!plan.serveHttp) metrics.attach(backendGroups);
   let app: FastifyInstance | null = null;
-  const tenants = tenantDirectoryOf(opts);
+  const tenants = tenantDirectoryOf(opts, plan.keysText); // read and checked by the plan
   try {
     app = !plan.serveHttp
       ? null

@@ -439,6 +439,14 @@ export async function serveGeneration(
   }
 }
 
+/** Each tokenizer's EOS ids as a set, made once (not per request). */
+const eosSets = new WeakMap<GatewayTokenizer, ReadonlySet<number>>();
+function eosSetOf(tokenizer: GatewayTokenizer): ReadonlySet<number> {
+  let set = eosSets.get(tokenizer);
+  if (set === undefined) eosSets.set(tokenizer, (set = new Set(tokenizer.eosTokenIds)));
+  return set;
+}
+
 /** The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request. */
 function engineRequestsOf(requestId: string, prepared: PreparedRequest): GenerateRequest[] {
   return subRequestIds(requestId, prepared.n).map((id, i) => ({
@@ -493,7 +501,7 @@ function runChoices(
   const stopTokenIds = new Set(
     [...prepared.sampling.stopTokenIds, ...ctx.tokenizer.eosTokenIds].filter((id) => !converted.has(id)),
   );
-  const eosTokenIds = new Set(ctx.tokenizer.eosTokenIds);
+  const eosTokenIds = eosSetOf(ctx.tokenizer);
   // A converted stop string's id stands for the string (its text is the string itself, singleTokenStopIds).
   const convertedStops =
     converted.size === 0

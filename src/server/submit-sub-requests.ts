@@ -43,7 +43,7 @@ export async function submitSubRequests(
   opts: { dpRank: number | undefined; leave: CancelSignal; ticket: FlowTicket },
 ): Promise<{ streams: BackendStream[]; error: unknown }> {
   const { dpRank, ticket } = opts;
-  const siblingTicket: FlowTicket = { ...ticket, lead: false };
+  const siblingTicket: FlowTicket = subs.length > 1 ? { ...ticket, lead: false } : ticket;
   const failFast = subs.length > 1 ? siblingsSignal(opts.leave) : null;
   const signal = failFast?.signal ?? opts.leave;
   const submit = (r: GenerateRequest, i: number) =>

@@ -195,9 +195,9 @@ export async function startClusterGateway(
     throw err;
   }
 
-  // The keys file's content as last read and parsed (the plan checked it at start): what every front, a restarted one
-  // too, is given (control.ts `mgw:keys`).
-  let keysText = plan.edge.apiKeysFile === null ? null : readKeysText(plan.edge.apiKeysFile);
+  // The keys file's content as last read and parsed (the plan read and checked it at start): what every front, a
+  // restarted one too, is given (control.ts `mgw:keys`).
+  let keysText = plan.keysText;
   let url = '';
   // Counters of fronts that exited stay in /metrics (front-metrics-memory.ts).
   const frontMetrics = new FrontMetricsMemory();
