@@ -24,7 +24,9 @@ import {
   ENGINE_FAMILIES,
   resolveGroups,
   startGateway,
+  parseTasks,
   type EngineFamily,
+  type EngineTask,
   type GatewayOptions,
   type GroupOptions,
   type RunningGateway,
@@ -102,6 +104,7 @@ interface GroupFlags {
   /** `--lockstep` (true) / `--no-lockstep` (false): the gateway's lockstep option; absent = auto. */
   lockstepMode?: boolean;
   kvEventsConfig?: string;
+  tasks?: EngineTask[];
   simArgs: string[];
 }
 
@@ -194,6 +197,13 @@ function applyGroupOption(target: GroupFlags, name: string, value: string | unde
     case 'sim-arg':
       target.simArgs.push(value!);
       return;
+    case 'tasks':
+      try {
+        once('tasks', parseTasks(value!));
+      } catch (err) {
+        throw new UsageError(`--tasks: ${(err as Error).message}`);
+      }
+      return;
     case 'kv-events-config':
       try {
         parseKvEventsConfig(value!);
@@ -222,6 +232,8 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
   if (handshake !== undefined) out.handshake = handshake;
   const lockstepMode = g.lockstepMode ?? defaults.lockstepMode;
   if (lockstepMode !== undefined) out.lockstepMode = lockstepMode;
+  const tasks = g.tasks ?? defaults.tasks;
+  if (tasks !== undefined) out.tasks = tasks;
   const kvEventsConfig = g.kvEventsConfig ?? defaults.kvEventsConfig;
   if (kvEventsConfig !== undefined) out.kvEventsConfig = kvEventsConfig;
   if (sim || g.kind === null) {

@@ -314,6 +314,16 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     default: 'none, unless a ready response carries it',
   },
   {
+    name: 'tasks',
+    type: 'string',
+    multiple: true,
+    value: 'LIST',
+    section: 'group',
+    group: 'option',
+    help: "What the group's engines serve, comma-separated: generate, embed (vLLM pooling; an engine started with --runner pooling serves embed only)",
+    default: 'generate,embed for simulated vLLM ranks, else generate',
+  },
+  {
     name: 'sim-arg',
     type: 'string',
     multiple: true,

@@ -128,7 +128,8 @@ export interface FlowTicket {
   readonly budget?: BudgetLimits;
   /**
    * false for the second and later sub-requests of one HTTP request with n > 1: they take no request and no prompt
-   * from the budget, only their own `max_tokens` (the first took the request and the prompt). Absent: true.
+   * from the budget, only their own `max_tokens` (the first took the request and the prompt); the inputs of an
+   * embeddings request (pooling) take their own prompts but no request. Absent: true.
    */
   readonly lead?: boolean;
 }

@@ -246,6 +246,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       prompt,
       Number.isFinite(reserve) ? reserve : 0,
       flow.lead !== false,
+      // Each input of an embeddings request is its own prompt (n > 1 siblings share theirs).
+      flow.lead !== false || request?.pooling !== undefined,
     );
   }
 

@@ -195,6 +195,7 @@ export class RequestStreamImpl implements RequestStream, AsyncIterator<EngineOut
     };
     if (row.stopReason !== undefined) output.stopReason = row.stopReason;
     if (row.topLogprobs !== undefined) output.topLogprobs = row.topLogprobs;
+    if (row.pooled !== undefined) output.pooled = row.pooled;
     if (output.finishReason !== null) this.markSinkDone();
     this.push(output);
     return true;

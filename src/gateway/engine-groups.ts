@@ -21,7 +21,7 @@ import { KNOWN_DTYPES, isKnownDtype } from '../protocols/handshake.js';
 import { createTokenSpeedProtocol } from '../protocols/tokenspeed/index.js';
 import type { EngineProtocol } from '../protocols/types.js';
 import { createVllmProtocol, resolveEosConfig, type VllmEosConfig } from '../protocols/vllm/index.js';
-import type { EngineFamily } from '../server/backend.js';
+import type { EngineFamily, EngineTask } from '../server/backend.js';
 import type { SimRankProcesses } from '../sim/spawn.js';
 import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { tokenIdMask } from '../tokenizer/token-id-mask.js';
@@ -38,6 +38,8 @@ export interface RunningGroup {
   /** The worker URL (`ipc://<path>`): the group's name in /health and its `worker` label in /metrics. */
   readonly worker: string;
   readonly engine: EngineFamily;
+  /** What the group serves (`--tasks`). */
+  readonly tasks: readonly EngineTask[];
   readonly endpoints: EngineEndpoints;
   /** The group's engine client. */
   readonly client: EngineClient;
@@ -152,6 +154,7 @@ export function runningGroups(groups: readonly GroupRuntime[]): RunningGroup[] {
   return groups.map((g) => ({
     worker: g.endpoints.workerUrl,
     engine: g.spec.engine,
+    tasks: g.spec.tasks,
     endpoints: g.endpoints,
     client: g.client,
     get sims() {

@@ -11,7 +11,7 @@ import type { DpPolicyName, DpPolicyTuning, OracleSource } from '../engine-clien
 import type { FlowControlOptions } from '../engine-client/flow-control.js';
 import type { ReasoningParserName, ToolCallParserName } from '../server/parsers/index.js';
 import type { HttpEdgeOptions } from '../server/edge-options.js';
-import type { EngineFamily } from '../server/backend.js';
+import { ENGINE_TASKS, type EngineFamily, type EngineTask } from '../server/backend.js';
 import { createGatewayLogger, type LogFormat } from '../gateway-logger.js';
 import { positiveInteger } from '../option-checks.js';
 import { parseKvEventsConfig, type KvEventsConfig } from '../protocols/kv-events/config.js';
@@ -21,7 +21,7 @@ import { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { MaxMessageBytes } from '../transport/zmq-link.js';
 import type { OutputGate } from '../transport/output-gate.js';
 
-export type { EngineFamily } from '../server/backend.js';
+export type { EngineFamily, EngineTask } from '../server/backend.js';
 
 /** Default HTTP port (TokenSpeed's/SGLang's default serving port). */
 export const DEFAULT_PORT = 30000;
@@ -62,6 +62,28 @@ export interface GroupOptions {
   lockstep?: boolean;
   lockstepMode?: LockstepSetting;
   kvEventsConfig?: string | Record<string, unknown>;
+  /**
+   * What the group serves (CLI `--tasks generate,embed`): `generate`, `embed` or both. Default: both for simulated
+   * vLLM ranks (they serve either), else `generate` (a real vLLM engine runs one runner: one started with `--runner
+   * pooling` serves `embed` only). TokenSpeed groups serve `generate` only.
+   */
+  tasks?: readonly EngineTask[];
+}
+
+/**
+ * The tasks of a `--tasks` value: comma-separated names of `ENGINE_TASKS`, each at most once, at least one. Throws
+ * RangeError naming the bad part.
+ */
+export function parseTasks(value: string): EngineTask[] {
+  const parts = value.split(',').map((p) => p.trim());
+  const out: EngineTask[] = [];
+  for (const p of parts) {
+    if (!(ENGINE_TASKS as readonly string[]).includes(p))
+      throw new RangeError(`unknown task '${p}' (expected a comma-separated list of ${ENGINE_TASKS.join(', ')})`);
+    if (out.includes(p as EngineTask)) throw new RangeError(`task '${p}' is named twice`);
+    out.push(p as EngineTask);
+  }
+  return out;
 }
 
 /**
@@ -181,6 +203,8 @@ export interface ResolvedGroup {
   lockstepMode: LockstepSetting;
   /** The group's KV-event configuration when it is enabled, else null (`GroupOptions.kvEventsConfig`). */
   kvEvents: KvEventsConfig | null;
+  /** What the group serves (`GroupOptions.tasks` after its default). */
+  tasks: readonly EngineTask[];
 }
 
 const SHORTHAND_KEYS = [
@@ -193,6 +217,7 @@ const SHORTHAND_KEYS = [
   'lockstep',
   'lockstepMode',
   'kvEventsConfig',
+  'tasks',
 ] as const;
 
 /**
@@ -239,6 +264,11 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
     if (lockstepMode !== 'auto' && lockstepMode !== true && lockstepMode !== false) {
       throw new RangeError(`${where}lockstepMode must be 'auto', true or false, got ${JSON.stringify(lockstepMode)}`);
     }
+    const tasks = g.tasks ?? (engine === 'vllm' && sim > 0 ? ['generate', 'embed'] : ['generate']);
+    if (tasks.length === 0 || tasks.some((t) => !(ENGINE_TASKS as readonly string[]).includes(t)))
+      throw new RangeError(`${where}tasks must list some of ${ENGINE_TASKS.join(', ')}, got ${JSON.stringify(tasks)}`);
+    if (engine === 'tokenspeed' && tasks.includes('embed'))
+      throw new RangeError(`${where}tasks: TokenSpeed engines serve no embeddings (its request has no pooling field)`);
     return {
       engine,
       engineUrl: g.engineUrl,
@@ -249,6 +279,7 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
       lockstep,
       lockstepMode,
       kvEvents: g.kvEventsConfig === undefined ? null : groupKvEvents(g.kvEventsConfig, dpSize, where),
+      tasks,
     };
   });
   const seen = (key: 'engineUrl' | 'handshake', what: string) => {

@@ -112,7 +112,12 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
   const { groups, tokenizer } = await startEngineGroups(plan, endpoints);
 
   const running = runningGroups(groups);
-  const backendGroups: BackendGroup[] = running.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client }));
+  const backendGroups: BackendGroup[] = running.map((g) => ({
+    worker: g.worker,
+    engine: g.engine,
+    tasks: g.tasks,
+    backend: g.client,
+  }));
   const { modelId } = plan.model;
   const metrics = new GatewayMetrics({ modelId, ...(plan.serveHttp ? {} : { role: 'engine' as const }) });
   const lifecycle = new GatewayLifecycle();

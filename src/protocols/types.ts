@@ -52,6 +52,11 @@ export interface EngineOutputBase {
    * Absent otherwise. Parallel to `newTokenIds`.
    */
   topLogprobs?: TokenCandidate[][];
+  /**
+   * The pooled vector of a pooling request (an embedding; float32 values), on its terminal output only (vLLM
+   * `pooling_output`, docs/wire/vllm-pooling.md). Absent for generation.
+   */
+  pooled?: Float32Array;
 }
 
 /** One ranked candidate token at a position: its id and natural-log probability (may be −∞ or NaN). */
@@ -132,6 +137,7 @@ export const OUTPUT_ROW_FIELDS = {
   cachedTokens: 'count',
   stopReason: 'optional',
   topLogprobs: 'optional',
+  pooled: 'optional',
 } as const satisfies { [F in keyof EngineOutputRow]-?: KindOfOutputField<F> };
 
 /** The name of a field of an output row (`OUTPUT_ROW_FIELDS`). */
@@ -263,6 +269,22 @@ export interface GenerateRequest {
    * priority`, engine-wire.md 5.2 element 13). Absent = 0. TokenSpeed's wire has no such field.
    */
   priority?: number;
+  /**
+   * Present: a pooling request (an embedding) instead of a generation; `sampling` is then not sent (vLLM: nil
+   * `sampling_params`, docs/wire/vllm-pooling.md). Only vLLM's wire carries it; TokenSpeed's encoder refuses it.
+   */
+  pooling?: PoolingOptions;
+}
+
+/**
+ * What a pooling request asks for (vLLM `PoolingParams`, docs/wire/vllm-pooling.md): the task (`embed`: one vector
+ * per input), the Matryoshka `dimensions` (elements; null = the model's size) and whether the engine L2-normalizes
+ * the vector (`use_activation`).
+ */
+export interface PoolingOptions {
+  task: 'embed';
+  dimensions: number | null;
+  normalize: boolean;
 }
 
 /** The single raw type byte that precedes every request payload (engine-wire.md section 1.6). */

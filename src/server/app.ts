@@ -32,6 +32,7 @@ import { buildLazyValidator } from './validator-compiler.js';
 import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
+import { registerEmbeddingsRoute } from './routes/embeddings.js';
 import { registerDashboardRoutes } from './routes/dashboard.js';
 import { registerInfoRoutes } from './routes/info.js';
 import { registerRanksRoute, type SharedRankStats } from './routes/ranks.js';
@@ -340,6 +341,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
 
   registerChatRoute(app, ctx);
   registerCompletionsRoute(app, ctx);
+  registerEmbeddingsRoute(app, ctx);
   registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
   registerTokenizeRoutes(app, ctx);
   registerResponsesRoutes(app, ctx);

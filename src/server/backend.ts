@@ -88,6 +88,13 @@ export async function refreshBackends(groups: readonly BackendGroup[]): Promise<
 export type EngineFamily = 'tokenspeed' | 'vllm';
 
 /**
+ * What an engine group serves (vLLM's task names): `generate` (chat, completions, Responses) and `embed` (pooling:
+ * /v1/embeddings, vLLM only; docs/wire/vllm-pooling.md).
+ */
+export const ENGINE_TASKS = ['generate', 'embed'] as const;
+export type EngineTask = (typeof ENGINE_TASKS)[number];
+
+/**
  * One engine group (one worker: one `ipc://` socket set, N DP ranks, one engine client; gateway.md 3) as the HTTP
  * layer sees it.
  * - `worker`: the worker's name in /health and the `worker` label of /metrics: its worker URL (`ipc://<path>`);
@@ -99,4 +106,6 @@ export interface BackendGroup {
   readonly worker: string;
   readonly engine: EngineFamily;
   readonly backend: GenerationBackend;
+  /** What the group serves (`--tasks`); absent = `['generate']`. */
+  readonly tasks?: readonly EngineTask[];
 }

@@ -28,7 +28,10 @@ import {
   lowestPosition,
   type RankView,
 } from '../engine-client/policy.js';
-import type { BackendGroup, BackendRankState } from './backend.js';
+import type { BackendGroup, BackendRankState, EngineTask } from './backend.js';
+
+/** What a group serves when it does not say (`BackendGroup.tasks`). */
+const DEFAULT_TASKS: readonly EngineTask[] = ['generate'];
 import { ApiError, RETRY_AFTER_STARTING_SECONDS, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { describeGroups, groupHealth } from './health.js';
 
@@ -126,16 +129,38 @@ export class GroupChooser {
   }
 
   /**
-   * The groups that can serve now, in configuration order, restricted to those whose DP rank `dpRank` is ready when
-   * it is given. Throws `ApiError` 503 with `Retry-After` (`noLiveGroupError`) when no group can serve; with
+   * The groups that serve `task` (`BackendGroup.tasks`, absent = generate), alive or not, in configuration order.
+   * Throws `ApiError` 400 (`param` `model`, code `unsupported_task`) when none does: the model is not served for it
+   * (vLLM answers a model without the task the same way).
+   */
+  serving(task: EngineTask): BackendGroup[] {
+    const out = this.groups.filter((g) => (g.tasks ?? DEFAULT_TASKS).includes(task));
+    if (out.length > 0) return out;
+    const what =
+      task !== 'embed'
+        ? `the ${task} task`
+        : this.groups.every((g) => g.engine === 'tokenspeed')
+          ? 'embeddings: TokenSpeed engines cannot pool (their request has no pooling field)'
+          : 'embeddings (no engine group serves the embed task)';
+    throw new ApiError(400, `This gateway's model does not serve ${what}; see --tasks`, {
+      param: 'model',
+      code: 'unsupported_task',
+    });
+  }
+
+  /**
+   * The groups that serve `task` (default `generate`; `serving`) and can serve now, in configuration order,
+   * restricted to those whose DP rank `dpRank` is ready when it is given. Throws `ApiError` 400 when no group serves
+   * `task`, 503 with `Retry-After` (`noLiveGroupError`) when no group can serve; with
    * `dpRank`, 400 (`invalid_dp_rank`, param `X-data-parallel-rank`) when no group has that rank at all, and 503 with
    * `Retry-After` (`rank_unavailable`) when the groups that have it cannot place a request on it now.
    */
-  candidates(dpRank?: number): BackendGroup[] {
-    const live = this.alive();
-    if (live.length === 0) throw noLiveGroupError(this.groups);
+  candidates(dpRank?: number, task: EngineTask = 'generate'): BackendGroup[] {
+    const serving = this.serving(task);
+    const live = serving.filter((g) => g.backend.canServe());
+    if (live.length === 0) throw noLiveGroupError(serving);
     if (dpRank === undefined) return live;
-    const having = this.groups.filter((g) => dpRank >= 0 && dpRank < g.backend.dpSize);
+    const having = serving.filter((g) => dpRank >= 0 && dpRank < g.backend.dpSize);
     if (having.length === 0) {
       throw new ApiError(
         400,

@@ -28,6 +28,8 @@ export const MAX_STOP_TOKEN_IDS = 1024;
 export const MAX_LOGIT_BIAS_ENTRIES = 1024;
 /** At most this many `tools` (OpenAI's documented maximum of functions). */
 export const MAX_TOOLS = 128;
+/** At most this many inputs in one embeddings request (OpenAI's limit); each is its own engine request. */
+export const MAX_EMBEDDING_INPUTS = 2048;
 /**
  * At most this many chat `messages` (also `/tokenize` `messages`, Responses `input` items and the history a
  * `previous_response_id` adds; issue 26 part 5). Every message costs this process before anything is tokenized:

@@ -22,6 +22,7 @@ import {
   MAX_STOP_STRINGS,
   MAX_STOP_TOKEN_IDS,
   MAX_TOOLS,
+  MAX_EMBEDDING_INPUTS,
 } from './input-limits.js';
 
 /** `T | null`, optional. */
@@ -196,6 +197,33 @@ export const CompletionBody = Type.Object(
   { additionalProperties: false },
 );
 export type CompletionBodyT = Static<typeof CompletionBody>;
+
+/**
+ * POST /v1/embeddings (OpenAI's embeddings request, plus vLLM's `truncate_prompt_tokens`, `add_special_tokens` and
+ * `priority`). `input`: a string, strings, token ids or token-id lists, at most `MAX_EMBEDDING_INPUTS` of them;
+ * `dimensions` (Matryoshka) and `encoding_format` are checked in embeddings.ts.
+ */
+export const EmbeddingBody = Type.Object(
+  {
+    model: Opt(Type.String()),
+    input: Type.Union([
+      Type.String(),
+      Type.Array(Type.String(), { maxItems: MAX_EMBEDDING_INPUTS }),
+      Type.Array(Type.Integer()),
+      Type.Array(Type.Array(Type.Integer()), { maxItems: MAX_EMBEDDING_INPUTS }),
+    ]),
+    encoding_format: Opt(Type.Union([Type.Literal('float'), Type.Literal('base64')])),
+    dimensions: Opt(Type.Integer()),
+    /** OpenAI end-user id: accepted and ignored (it does not change the vectors). */
+    user: Opt(Type.String()),
+    truncate_prompt_tokens: Opt(Type.Integer()),
+    add_special_tokens: Opt(Type.Boolean()),
+    /** vLLM's request priority: 0 only (the priority band header sets it, priority-band.ts). */
+    priority: Opt(Type.Integer()),
+  },
+  { additionalProperties: false },
+);
+export type EmbeddingBodyT = Static<typeof EmbeddingBody>;
 
 /** The parameters both bodies share, as the sampling translation reads them. */
 export type CommonBodyT = Pick<ChatCompletionBodyT, keyof typeof common>;

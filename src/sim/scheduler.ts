@@ -56,6 +56,7 @@
 import { IdTable } from '../collections/id-table.js';
 import { DEFAULT_BLOCK_TOKENS, ROOT_BLOCK_HASH, blockHashes, hashBlock } from '../protocols/block-hash.js';
 import { SimPrefixCache, type PrefixMatch } from './prefix-cache.js';
+import { simEmbedding } from './pooling.js';
 
 /** KV page size in tokens (the sim's `prefix_granularity`): one prefix-cache block. */
 export const KV_PAGE_TOKENS = DEFAULT_BLOCK_TOKENS;
@@ -189,6 +190,11 @@ export interface SimRequest {
   tokens: TokenSource;
   /** vLLM's request `priority` (lower is served first under `schedulingPolicy: 'priority'`); absent = 0. */
   priority?: number;
+  /**
+   * Present: a pooling request (vLLM `PoolingParams`, task `embed`): it is prefilled, then finishes in the same step
+   * with `stop` and no token, its row carrying the pooled vector (pooling.ts). Elements; whether to normalize.
+   */
+  pooling?: { dimensions: number; normalize: boolean };
 }
 
 /** A finish reason as it travels in `finished_reasons` ("" = not finished). */
@@ -218,6 +224,8 @@ export interface SimRow {
    * (vLLM `prefill_stats.num_computed_tokens`, engine-wire.md 5.9).
    */
   prefillTokens: number | null;
+  /** A pooling request's vector, on its terminal row only (vLLM `pooling_output`). */
+  pooled?: Float32Array;
 }
 
 /** The four-field load tail of the 14-element `BatchTokenIDOutSlim` (engine-wire.md 4.9). Counts; pages. */
@@ -753,6 +761,14 @@ export class SimScheduler {
       }
       r.needsPrefill = false;
       const spec = r.spec;
+      if (spec.pooling !== undefined) {
+        // A pooling request ends with its prefill: the pooler reads the prompt's hidden states, nothing is sampled.
+        const row = this.row(r, [], [], 'stop');
+        row.pooled = simEmbedding(spec.promptTokenIds, spec.pooling.dimensions, spec.pooling.normalize);
+        rows.push(row);
+        this.retire(r);
+        continue;
+      }
       // Below min_new_tokens both engines mask stop tokens, so none can end the request. TokenSpeed: ignore_eos skips
       // check 2. vLLM: the source may only emit EOS when EOS would end the request (its stop set names it).
       const minReached = r.generated >= spec.minNewTokens;

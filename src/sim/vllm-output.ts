@@ -46,9 +46,9 @@ export interface VllmStepFrame {
   layout?: EngineCoreOutputLayout;
 }
 
-/** True when the direct writer covers every row (no logprob tensors to write). */
+/** True when the direct writer covers every row (no logprob or pooled tensors to write). */
 export function directlyEncodable(rows: readonly SimRow[]): boolean {
-  for (const r of rows) if (r.logprobVals.length > 0) return false;
+  for (const r of rows) if (r.logprobVals.length > 0 || r.pooled !== undefined) return false;
   return true;
 }
 

@@ -14,13 +14,19 @@
  * - A nil `seed` is derived from the request id (CRC-32, like TokenSpeed's): a sim choice for reproducibility; real
  *   vLLM draws a random one.
  *
- * A request EngineCore cannot serve (nil prompt, prompt embeddings, multimodal features, pooling, a token id or
+ * - A pooling request (nil `sampling_params`, `PoolingParams` with task `embed`) is prefilled and answered with its
+ *   pooled vector (pooling.ts), as a vLLM embedding model's EngineCore does.
+ *
+ * A request EngineCore cannot serve (nil prompt, prompt embeddings, multimodal features, a pooling task other than
+ * `embed`, a token id or
  * `logit_bias` key outside the vocabulary, an empty prompt, a prompt beyond the context or the KV cache) is not an
  * exception: it gets a `validationError`, and the engine answers it at once with a terminal output whose
  * `finish_reason` is 3 (error), as vLLM's input thread answers a request whose preprocessing failed
  * (`_handle_request_preproc_error`). Only an ADD with no usable request id is dropped (`SimRequestError`).
  */
 import type { EngineCoreRequest } from '../protocols/vllm/request.js';
+import { OUTPUT_KIND_FINAL_ONLY, type PoolingParams } from '../protocols/vllm/pooling.js';
+import { SIM_EMBEDDING_SIZE } from './pooling.js';
 import type { StructuredOutputsParams } from '../protocols/vllm/sampling.js';
 import type { StructuredConstraint } from '../protocols/types.js';
 import type { WireInt } from '../wire/reader.js';
@@ -61,9 +67,11 @@ export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?
   if (req.prompt_token_ids === null) return 'prompt_token_ids is nil (this engine serves token prompts only)';
   if (req.mm_features !== null && req.mm_features.length > 0)
     return 'mm_features: multimodal inputs are not served by this engine';
-  if (req.sampling_params === null) return 'sampling_params is nil (pooling requests are not served)';
-  if (req.pooling_params !== null && req.pooling_params !== undefined)
-    return 'pooling_params: pooling requests are not served';
+  const pooling = req.pooling_params;
+  if (req.sampling_params === null && pooling === null) return 'sampling_params and pooling_params are both nil';
+  if (req.sampling_params !== null && pooling !== null) return 'sampling_params and pooling_params are both set';
+  const poolingError = pooling === null ? null : poolingProblem(pooling);
+  if (poolingError !== null) return poolingError;
   const vocab = opts.vocabSize;
   for (let i = 0; i < req.prompt_token_ids.length; i++) {
     const t = toNumber(req.prompt_token_ids[i]);
@@ -71,7 +79,8 @@ export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?
       return `prompt_token_ids[${i}]: token id ${String(req.prompt_token_ids[i])} is outside the vocabulary [0, ${vocab ?? '∞'})`;
     }
   }
-  const p = req.sampling_params;
+  if (pooling !== null) return null;
+  const p = req.sampling_params!;
   if (toNumber(p.max_tokens) < 0) return `sampling_params.max_tokens: ${String(p.max_tokens)} must be ≥ 0`;
   if (toNumber(p.min_tokens) < 0) return `sampling_params.min_tokens: ${String(p.min_tokens)} must be ≥ 0`;
   if (p.logit_bias !== null && vocab !== undefined) {
@@ -80,6 +89,22 @@ export function vllmValidationErrorOf(req: EngineCoreRequest, opts: { vocabSize?
         return `sampling_params.logit_bias: token id ${k} is outside the vocabulary [0, ${vocab})`;
     }
   }
+  return null;
+}
+
+/**
+ * Why the simulated pooler cannot serve `p` (vLLM's `PoolingParams.verify` for a Matryoshka `embed` model of
+ * `SIM_EMBEDDING_SIZE` elements), or null: the task must be `embed`, `dimensions` in 1..SIM_EMBEDDING_SIZE, the
+ * output kind FINAL_ONLY, no step pooling.
+ */
+function poolingProblem(p: PoolingParams): string | null {
+  if (p.task !== 'embed') return `pooling_params.task: ${JSON.stringify(p.task)} is not served (this model embeds)`;
+  if (toNumber(p.output_kind) !== OUTPUT_KIND_FINAL_ONLY) return 'pooling_params.output_kind must be FINAL_ONLY (2)';
+  if (p.step_tag_id !== null || p.returned_token_ids !== null)
+    return 'pooling_params: step pooling is not served by this model';
+  const d = p.dimensions === null ? null : toNumber(p.dimensions);
+  if (d !== null && (d < 1 || d > SIM_EMBEDDING_SIZE))
+    return `pooling_params.dimensions: ${d} is outside 1..${SIM_EMBEDDING_SIZE}`;
   return null;
 }
 
@@ -111,5 +136,14 @@ export function toVllmSimRequest(
     tokens: opts.tokens(seed, prompt, p?.structured_outputs ? constraintOf(p.structured_outputs) : null),
     priority: toNumber(req.priority),
   };
+  const pooling = req.pooling_params;
+  if (pooling !== null) {
+    request.maxNewTokens = 0;
+    request.pooling = {
+      dimensions: pooling.dimensions === null ? SIM_EMBEDDING_SIZE : toNumber(pooling.dimensions),
+      // vLLM's frontend resolves a nil use_activation to true before the engine sees it; the engine treats nil as off.
+      normalize: pooling.use_activation === true,
+    };
+  }
   return { request, requestWave: Math.max(0, toNumber(req.current_wave)) };
 }

@@ -52,6 +52,7 @@ import type { WireInt } from '../wire/reader.js';
 import { RequestType } from '../protocols/types.js';
 import type { SimRow } from './scheduler.js';
 import { toVllmSimRequest } from './vllm-request.js';
+import { float32NdArray } from '../protocols/vllm/pooling.js';
 import { directlyEncodable, encodeVllmStepDirect, vllmFinishReasonOf } from './vllm-output.js';
 import { WireEncodeError } from '../wire/errors.js';
 import type { SimStep, SimWaveWire, SimWire, SimWireContext } from './wire.js';
@@ -117,6 +118,7 @@ export function toEngineCoreOutput(
       cu_num_generated_tokens: null,
     };
   }
+  if (row.pooled !== undefined) out.pooling_output = float32NdArray(row.pooled);
   if (row.prefillTokens !== null) {
     out.prefill_stats = {
       num_prompt_tokens: row.promptTokens,
@@ -205,6 +207,12 @@ const vllmWaves: SimWaveWire = {
   },
 };
 
+/** Whether a step carries a pooled vector (its tensors then go to aux frames as vLLM's encoder sends them). */
+function pooledRows(step: SimStep): boolean {
+  for (const r of step.rows) if (r.pooled !== undefined) return true;
+  return false;
+}
+
 /** The vLLM wire for one rank. Holds the ids aborted since the last step (reported in `finished_requests`). */
 export function createVllmSimWire(ctx: SimWireContext): SimWire {
   const aborted = new Set<string>();
@@ -227,7 +235,8 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
     o.outputs = step.rows.map((r, i) => toEngineCoreOutput(r, rowTopK[i]!, pool, layout));
     o.finished_requests = finished;
     o.scheduler_stats = stats;
-    return encodeEngineCoreOutputsFrames(o, { layout });
+    // As vLLM's encoder: a tensor buffer of 256 bytes or more travels in an aux frame (a pooled vector does).
+    return encodeEngineCoreOutputsFrames(o, { layout, ...(pooledRows(step) ? { auxThresholdBytes: 256 } : {}) });
   };
 
   const encode = (step: SimStep, includeAborted: boolean): Uint8Array[] => {

@@ -37,6 +37,7 @@ const FULL: { [F in OutputRowField]-?: Exclude<EngineOutput[F], undefined> } = {
     [{ id: 300, logprob: -1.5 }],
     [{ id: 70_000, logprob: Number.NEGATIVE_INFINITY }],
   ],
+  pooled: Float32Array.of(0.5, -1.25, 3),
 };
 
 const FIELDS = Object.keys(OUTPUT_ROW_FIELDS) as OutputRowField[];

@@ -212,6 +212,7 @@ function groupArgs(g: GroupOptions, defaultSimArgs: readonly string[]): string[]
     const c = g.kvEventsConfig;
     out.push('--kv-events-config', typeof c === 'string' ? c : JSON.stringify(c));
   }
+  if (g.tasks !== undefined) out.push('--tasks', g.tasks.join(','));
   for (const a of g.simArgs ?? defaultSimArgs) out.push(`--sim-arg=${a}`);
   return out;
 }
@@ -224,6 +225,7 @@ const GROUP_KEYS: ReadonlySet<string> = new Set([
   'lockstepMode',
   'dpSize',
   'kvEventsConfig',
+  'tasks',
 ]);
 
 /**

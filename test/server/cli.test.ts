@@ -311,3 +311,15 @@ test('parseServeArgs: --workers N|auto (issue 9); startGateway itself is one pro
   assert.deepEqual([1, 2, 3, 4, 10].map(restartDelayMs), [100, 200, 400, 800, 5000]);
   await assert.rejects(startGateway({ workers: 2 }), RangeError);
 });
+
+test('--tasks per group: parsed, defaulted by engine, and refused for TokenSpeed embeddings', () => {
+  const opts = parseServeArgs(['--sim', '2', '--engine', 'vllm', '--tasks', 'embed'])!;
+  assert.deepEqual(opts.tasks, ['embed']);
+  assert.deepEqual(resolveGroups(opts)[0]!.tasks, ['embed']);
+  assert.deepEqual(resolveGroups({ engine: 'vllm', sim: 2 })[0]!.tasks, ['generate', 'embed'], 'simulated vLLM: both');
+  assert.deepEqual(resolveGroups({ engine: 'vllm', engineUrl: 'ipc:///x' })[0]!.tasks, ['generate'], 'real: generate');
+  assert.deepEqual(resolveGroups({})[0]!.tasks, ['generate'], 'TokenSpeed: generate');
+  assert.throws(() => resolveGroups({ tasks: ['embed'] }), /TokenSpeed engines serve no embeddings/);
+  assert.throws(() => parseServeArgs(['--tasks', 'generate,chat']), /unknown task 'chat'/);
+  assert.throws(() => parseServeArgs(['--tasks', 'embed,embed']), /named twice/);
+});

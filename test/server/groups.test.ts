@@ -428,3 +428,39 @@ describe('routes over two groups', () => {
     }
   });
 });
+
+describe('groups by task (--tasks)', () => {
+  test('candidates keep the groups that serve the task; none serving it is a 400, none alive a 503', () => {
+    const ts = group('ts', 'tokenspeed', [rank(0, 0)]);
+    const vl = group('vl', 'vllm', [rank(0, 0)]);
+    const embedding = { ...vl.g, tasks: ['generate', 'embed'] as const };
+    const chooser = new GroupChooser([ts.g, embedding]);
+    assert.deepEqual(
+      chooser.candidates(undefined, 'embed').map((g) => g.worker),
+      ['vl'],
+    );
+    assert.deepEqual(
+      chooser.candidates().map((g) => g.worker),
+      ['ts', 'vl'],
+      'generation goes to either',
+    );
+    vl.b.alive = false;
+    assert.throws(
+      () => chooser.candidates(undefined, 'embed'),
+      (e: unknown) => e instanceof ApiError && e.statusCode === 503,
+      'the embedding group exists but cannot serve now',
+    );
+    const tokenspeedOnly = new GroupChooser([ts.g]);
+    assert.throws(
+      () => tokenspeedOnly.candidates(undefined, 'embed'),
+      (e: unknown) =>
+        e instanceof ApiError && e.statusCode === 400 && e.code === 'unsupported_task' && /TokenSpeed/.test(e.message),
+    );
+    const embedOnly = new GroupChooser([{ ...group('e', 'vllm', [rank(0, 0)]).g, tasks: ['embed'] }]);
+    assert.throws(
+      () => embedOnly.candidates(),
+      (e: unknown) => e instanceof ApiError && e.statusCode === 400 && e.code === 'unsupported_task',
+      'a pooling-only group takes no chat',
+    );
+  });
+});

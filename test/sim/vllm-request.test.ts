@@ -1,4 +1,5 @@
 import { test } from 'node:test';
+import { toPoolingParams } from '../../src/protocols/vllm/pooling.js';
 import assert from 'node:assert/strict';
 import {
   decodeEngineCoreOutputs,
@@ -80,7 +81,11 @@ test('requests EngineCore cannot serve get a validation error (answered with fin
   const err = (over: Partial<EngineCoreRequest>, vocabSize?: number) =>
     toVllmSimRequest(wireRequest(over), { vocabSize, tokens }).request.validationError;
   assert.match(err({ prompt_token_ids: null }) ?? '', /prompt_token_ids is nil/);
-  assert.match(err({ sampling_params: null }) ?? '', /sampling_params is nil/);
+  assert.match(err({ sampling_params: null }) ?? '', /sampling_params and pooling_params are both nil/);
+  const embed = toPoolingParams({ task: 'embed', dimensions: null, normalize: true });
+  assert.match(err({ pooling_params: embed }) ?? '', /both set/);
+  assert.equal(err({ sampling_params: null, pooling_params: embed }), null, 'a pooling request is served');
+  assert.match(err({ sampling_params: null, pooling_params: { ...embed, task: 'classify' } }) ?? '', /classify/);
   assert.match(err({ mm_features: [{}] }) ?? '', /mm_features/);
   assert.match(err({ prompt_token_ids: [1, 5000] }, 1000) ?? '', /prompt_token_ids\[1\].*5000/);
   assert.match(

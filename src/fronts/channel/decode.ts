@@ -6,6 +6,7 @@ import { Decoder } from '@msgpack/msgpack';
 import type { FlowTicket } from '../../engine-client/flow-control.js';
 import { isBudgetLimit, snapshotFromNumbers } from '../../engine-client/budgets.js';
 import type { GenerateRequest, TokenCandidate } from '../../protocols/types.js';
+import { float32sFromLe } from '../../wire/float32.js';
 import { MsgpackReader } from '../../wire/reader.js';
 import {
   ChannelDecodeError,
@@ -159,10 +160,16 @@ function outTail(output: DecodedOutput, t: unknown[]): void {
       throw new ChannelDecodeError('OUT: stop reason must be a number, a string or nil');
     output.stopReason = s;
   }
-  if (t.length > OUT_ELEMENT.topLogprobs) {
+  if (t.length > OUT_ELEMENT.topLogprobs && t[OUT_ELEMENT.topLogprobs] !== null) {
     const top = t[OUT_ELEMENT.topLogprobs];
-    if (!Array.isArray(top)) throw new ChannelDecodeError('OUT: top logprobs must be a list');
+    if (!Array.isArray(top)) throw new ChannelDecodeError('OUT: top logprobs must be a list or nil');
     output.topLogprobs = top as TokenCandidate[][];
+  }
+  if (t.length > OUT_ELEMENT.pooled) {
+    const bytes = t[OUT_ELEMENT.pooled];
+    if (!(bytes instanceof Uint8Array) || bytes.length % 4 !== 0)
+      throw new ChannelDecodeError('OUT: the pooled vector must be bytes of float32 values');
+    output.pooled = float32sFromLe(bytes);
   }
 }
 

@@ -4,6 +4,7 @@
  */
 import { Encoder } from '@msgpack/msgpack';
 import { WireEncodeError } from '../../wire/errors.js';
+import { float32LeBytes } from '../../wire/float32.js';
 import { grownBuffer } from '../../wire/writer.js';
 import type { MessageSlab } from './message-slab.js';
 import {
@@ -205,10 +206,17 @@ export class DownMessage extends RecordList {
       const lp = o.logprobs;
       // Every fixed part at its widest: 1 + 5 × 6 ints + 2 × 5 list headers; 5 per id, 9 per logprob.
       this.ensure(41 + 5 * ids.length + 9 * lp.length);
-      const extra = o.stopReason !== undefined || o.topLogprobs !== undefined;
+      const pooled = o.pooled;
+      const extra = o.stopReason !== undefined || o.topLogprobs !== undefined || pooled !== undefined;
       this.buf[this.pos++] =
         0x90 |
-        (o.topLogprobs !== undefined ? OUT_LENGTH.topLogprobs : extra ? OUT_LENGTH.stopReason : OUT_LENGTH.fixed);
+        (pooled !== undefined
+          ? OUT_LENGTH.pooled
+          : o.topLogprobs !== undefined
+            ? OUT_LENGTH.topLogprobs
+            : extra
+              ? OUT_LENGTH.stopReason
+              : OUT_LENGTH.fixed);
       this.buf[this.pos++] = Tag.OUT;
       this.uint(handle);
       this.listHeader(ids.length);
@@ -229,7 +237,8 @@ export class DownMessage extends RecordList {
         this.raw(encoder.encode(o.stopReason ?? null));
         this.raw(Uint8Array.of(o.stopReason !== undefined ? 0xc3 : 0xc2));
       }
-      if (o.topLogprobs !== undefined) this.raw(encoder.encode(o.topLogprobs));
+      if (o.topLogprobs !== undefined || pooled !== undefined) this.raw(encoder.encode(o.topLogprobs ?? null));
+      if (pooled !== undefined) this.raw(encoder.encode(float32LeBytes(pooled)));
     } catch (err) {
       this.pos = start;
       throw err;

@@ -22,7 +22,7 @@ import type {
   GenerateRequest,
   OutputRowField,
 } from '../../protocols/types.js';
-import type { BackendRankState, BackendStatus } from '../../server/backend.js';
+import type { BackendRankState, BackendStatus, EngineTask } from '../../server/backend.js';
 
 /** Record type tags (the first element of every record). 1 was HELLO, now the socket's hello frame (frames.ts). */
 export const Tag = {
@@ -56,6 +56,8 @@ export interface GroupSnapshot {
   /** The group's worker URL (its name in /health and its `worker` metrics label) and engine family. */
   worker: string;
   engine: 'tokenspeed' | 'vllm';
+  /** What the group serves (`--tasks`). */
+  tasks: EngineTask[];
   dpSize: number;
   maxModelLen: number | null;
   contextTokenLimit: number;
@@ -80,8 +82,9 @@ export type WireRow = Omit<EngineOutputBase, 'requestId'>;
 /**
  * Where each output-row field (protocols/types.ts `OUTPUT_ROW_FIELDS`) sits in an OUT record, the list [tag, handle,
  * newTokenIds, finish code (`FINISH_CODES`), promptTokens, completionTokens, cachedTokens, logprobs, stopReason,
- * whether the stop reason was set, topLogprobs]: elements up to `logprobs` always; the stop reason (nil when absent)
- * and its flag (absent and nil differ) when either optional field is set; top logprobs only when set (`OUT_LENGTH`).
+ * whether the stop reason was set, topLogprobs, pooled]: elements up to `logprobs` always; the stop reason (nil when
+ * absent) and its flag (absent and nil differ) when any optional field is set; top logprobs when they or the pooled
+ * vector are set (nil when absent); the pooled vector (bin: float32 little-endian) only when set (`OUT_LENGTH`).
  * `requestId` is not sent (null): the handle names the request, the front fills the id in. A `Record` over the
  * fields, so one added there does not compile until it has a place here. messages.ts `DownMessage.outRow` writes
  * the elements in this order, decode.ts reads them in this order in place (`readOut`) and by these indices from a
@@ -97,6 +100,7 @@ export const OUT_ELEMENT = {
   logprobs: 7,
   stopReason: 8,
   topLogprobs: 10,
+  pooled: 11,
 } as const satisfies Record<OutputRowField, number | null>;
 
 /** The element of an OUT record that says whether the stop reason (`OUT_ELEMENT.stopReason`) was set. */
@@ -104,12 +108,14 @@ export const OUT_STOP_REASON_SET = OUT_ELEMENT.stopReason + 1;
 
 /**
  * The lengths of an OUT record (elements): `fixed` without the optional fields, `stopReason` with the stop reason and
- * its flag (a stop reason or top logprobs set), `topLogprobs` with top logprobs as well.
+ * its flag (a stop reason or top logprobs set), `topLogprobs` with top logprobs as well, `pooled` with the pooled
+ * vector as well.
  */
 export const OUT_LENGTH = {
   fixed: OUT_ELEMENT.logprobs + 1,
   stopReason: OUT_STOP_REASON_SET + 1,
   topLogprobs: OUT_ELEMENT.topLogprobs + 1,
+  pooled: OUT_ELEMENT.pooled + 1,
 } as const;
 
 /** Records a front sends. `handle` is front-local (an integer ≥ 0), one per engine request. */

@@ -142,6 +142,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const groups = channel.groups.map((g, i) => ({
     worker: g.worker,
     engine: g.engine,
+    tasks: g.tasks,
     backend: new RemoteBackend(channel, i),
   }));
   const lifecycle = new GatewayLifecycle();

@@ -159,7 +159,12 @@ export async function startClusterGateway(
   let stopping = false;
   let shuttingDown = false;
   const service = new RouterService({
-    groups: gateway.groups.map((g) => ({ worker: g.worker, engine: g.engine, backend: g.client })),
+    groups: gateway.groups.map((g) => ({
+      worker: g.worker,
+      engine: g.engine,
+      tasks: g.tasks,
+      backend: g.client,
+    })),
     store,
     maxConcurrentRequests: plan.edge.maxConcurrentRequests,
     logger: log,

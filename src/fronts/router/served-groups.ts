@@ -2,13 +2,15 @@
  * The engine groups the router serves to its fronts, and the snapshot of them every front answers /health, /ready and
  * /v1/gateway/ranks from (SNAPSHOT records; router-service.ts says when they are sent).
  */
-import type { EngineFamily, GenerationBackend } from '../../server/backend.js';
+import type { EngineFamily, EngineTask, GenerationBackend } from '../../server/backend.js';
 import type { GroupSnapshot } from '../channel/records.js';
 
 /** One served group as the router service sees it: its real engine client and its names. */
 export interface ServedGroup {
   readonly worker: string;
   readonly engine: EngineFamily;
+  /** What the group serves (`--tasks`); absent = `['generate']`. */
+  readonly tasks?: readonly EngineTask[];
   readonly backend: GenerationBackend & {
     on(event: 'joined' | 'rank' | 'failed', listener: (...args: never[]) => void): unknown;
   };
@@ -22,6 +24,7 @@ export function groupSnapshots(groups: readonly ServedGroup[]): GroupSnapshot[] 
     return {
       worker: g.worker,
       engine: g.engine,
+      tasks: [...(g.tasks ?? ['generate'])],
       dpSize: b.dpSize,
       maxModelLen: b.maxModelLen,
       contextTokenLimit: b.contextTokenLimit,

@@ -118,7 +118,7 @@ export const TOKENSPEED_RESERVED_CONTEXT_TOKENS = 2;
  * A TokenSpeed `EngineProtocol` (`reservedContextTokens` = {@link TOKENSPEED_RESERVED_CONTEXT_TOKENS}).
  * - `encodeAdd(request, target)` ignores `target`: a pinned rank needs no wire field, the identity frame routes the
  *   ADD (gateway.md 14; newer TokenSpeed's trailing `data_parallel_rank` is never sent, as in SMG). Throws
- *   WireEncodeError naming the field (4.6 checks, see `validateSamplingParams`).
+ *   WireEncodeError naming the field (4.6 checks, see `validateSamplingParams`), and for a pooling request.
  * - No `encodeStartWave`: the TokenSpeed wire has no wave message (engine-wire.md 5.12; dp-routing.md 13.2).
  * - `decodeOutput` reads frame 0 only (aux frames are ignored, 4.8) and throws WireDecodeError naming the field.
  *   Every row reports all three token counts (4.8 `prompt_tokens`, `completion_tokens` (cumulative),
@@ -129,6 +129,9 @@ export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): 
     name: 'tokenspeed',
     reservedContextTokens: TOKENSPEED_RESERVED_CONTEXT_TOKENS,
     encodeAdd(request: GenerateRequest, _target?: AddTarget): Uint8Array {
+      // TokenSpeed's request has no pooling field: an embedding cannot be asked for (the server never routes one here).
+      if (request.pooling !== undefined)
+        throw new WireEncodeError('TokenizedGenerateReqInput', 'TokenSpeed serves no pooling (embedding) requests');
       return encodeTokenizedGenerateReqInput(toTokenizedGenerateReqInput(request, opts), { form: 'prefix' });
     },
     encodeAbort(requestIds: readonly string[]): Uint8Array {

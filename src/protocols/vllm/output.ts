@@ -36,6 +36,7 @@ import { MsgpackWriter } from '../../wire/writer.js';
 import { loadFromSchedulerStats, schedulerStatsCodec } from './stats.js';
 import type { SchedulerStats } from './stats.js';
 import { candidateLogprobs, logprobsCodec, ndArrayCodec, sampledLogprobs } from './tensors.js';
+import { pooledVector } from './pooling.js';
 import type { TensorFrames, VllmLogprobs, WireNdArray } from './tensors.js';
 
 /** `stop_reason`: the matched stop token id (int), the matched stop string (str), or null. */
@@ -200,7 +201,8 @@ export interface EngineCoreOutput {
   new_token_ids: WireInt[];
   new_logprobs: VllmLogprobs | null;
   new_prompt_logprobs_tensors: VllmLogprobs | null;
-  pooling_output: unknown;
+  /** 4: the pooled tensor of a pooling request's terminal output (pooling.ts), else nil. */
+  pooling_output: WireNdArray | null;
   /** 0 stop, 1 length, 2 abort, 3 error, 4 repetition; non-null ⇔ terminal. */
   finish_reason: WireInt | null;
   stop_reason: StopReason;
@@ -257,7 +259,7 @@ export function engineCoreOutputCodecs(
     { name: 'new_token_ids', codec: list(int) },
     { name: 'new_logprobs', codec: lp, dflt: () => null },
     { name: 'new_prompt_logprobs_tensors', codec: lp, dflt: () => null },
-    { name: 'pooling_output', codec: anyValue, dflt: () => null },
+    { name: 'pooling_output', codec: nullable(ndArrayCodec(frames)), dflt: () => null },
     { name: 'finish_reason', codec: finishReasonCodec, dflt: () => null },
     { name: 'stop_reason', codec: stopReasonCodec, dflt: () => null },
     { name: 'events', codec: nullable(list(engineCoreEventCodec)), dflt: () => null },
@@ -679,6 +681,7 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatc
     if (out.new_logprobs !== null && out.new_logprobs.token_ids.some((r) => r.length > 1)) {
       row.topLogprobs = candidateLogprobs(out.new_logprobs);
     }
+    if (out.pooling_output !== null) row.pooled = pooledVector(out.pooling_output, `${p}.pooling_output`);
     return row;
   });
   const batch: EngineBatch = { engineIndex, outputs, finishedRequestIds: [...finished] };

@@ -24,6 +24,7 @@ import { MsgpackWriter } from '../../wire/writer.js';
 import { toVllmSamplingParams, vllmSamplingParamsCodec } from './sampling.js';
 import type { VllmSamplingParams } from './sampling.js';
 import type { VllmEosConfig } from './eos.js';
+import { poolingParamsCodec, toPoolingParams, type PoolingParams } from './pooling.js';
 
 /** vLLM `LoraRequest` (5.2): positional; never sent by the gateway. */
 export interface LoraRequest {
@@ -70,8 +71,8 @@ export interface EngineCoreRequest {
   mm_features: unknown[] | null;
   /** 3: the sampling map (5.3). */
   sampling_params: VllmSamplingParams | null;
-  /** 4: nil for generation. */
-  pooling_params: unknown;
+  /** 4: nil for generation; a pooling request's `PoolingParams` (pooling.ts), with nil `sampling_params`. */
+  pooling_params: PoolingParams | null;
   /** 5: Unix time in seconds (float64). */
   arrival_time: number;
   lora_request: LoraRequest | null;
@@ -102,7 +103,7 @@ export const engineCoreRequestCodec = positional<EngineCoreRequest>({
     { name: 'prompt_token_ids', codec: nullable(list(int)) },
     { name: 'mm_features', codec: nullable(list(anyValue)) },
     { name: 'sampling_params', codec: nullable(vllmSamplingParamsCodec) },
-    { name: 'pooling_params', codec: anyValue },
+    { name: 'pooling_params', codec: nullable(poolingParamsCodec) },
     { name: 'arrival_time', codec: float },
     { name: 'lora_request', codec: nullable(loraRequestCodec), dflt: () => null },
     { name: 'cache_salt', codec: nullable(str), dflt: () => null },
@@ -208,20 +209,25 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
   if (typeof request.returnLogprob !== 'boolean') {
     throw new WireEncodeError(`${root}.sampling_params.logprobs`, 'returnLogprob must be a boolean');
   }
-  const sampling = toVllmSamplingParams(request.sampling, {
-    promptTokens: request.promptTokenIds.length,
-    maxModelLen: ctx.maxModelLen,
-    logprobs: request.returnLogprob ? (request.topLogprobs ?? 0) : null,
-    eos: ctx.eos,
-    onWarning: ctx.onWarning,
-    path: `${root}.sampling_params`,
-  });
+  // A pooling request carries PoolingParams instead of a sampling map (docs/wire/vllm-pooling.md).
+  const pooling = request.pooling === undefined ? null : toPoolingParams(request.pooling);
+  const sampling =
+    pooling !== null
+      ? null
+      : toVllmSamplingParams(request.sampling, {
+          promptTokens: request.promptTokenIds.length,
+          maxModelLen: ctx.maxModelLen,
+          logprobs: request.returnLogprob ? (request.topLogprobs ?? 0) : null,
+          eos: ctx.eos,
+          onWarning: ctx.onWarning,
+          path: `${root}.sampling_params`,
+        });
   return {
     request_id: request.requestId,
     prompt_token_ids: [...request.promptTokenIds],
     mm_features: null,
     sampling_params: sampling,
-    pooling_params: null,
+    pooling_params: pooling,
     arrival_time: ctx.arrivalTime,
     lora_request: null,
     cache_salt: null,

@@ -482,7 +482,7 @@ test('EngineCoreOutput pin with every field distinct: indices 0..15 land in thei
     '9101' + // 1 new_token_ids [1]
     'c0' +
     'c0' + // 2 new_logprobs, 3 new_prompt_logprobs_tensors
-    'a170' + // 4 pooling_output "p"
+    '93a7666c6f617433329101d6030000803f' + // 4 pooling_output ["float32", [1], ext 3 of 1.0]
     '03' + // 5 finish_reason 3 (error)
     'a173' + // 6 stop_reason "s"
     '90' + // 7 events []
@@ -500,7 +500,7 @@ test('EngineCoreOutput pin with every field distinct: indices 0..15 land in thei
     outputs: [
       {
         ...defaultEngineCoreOutput('a', [1]),
-        pooling_output: 'p',
+        pooling_output: { dtype: 'float32', shape: [1], data: Uint8Array.of(0, 0, 0x80, 0x3f) },
         finish_reason: 3,
         stop_reason: 's',
         events: [],

@@ -17,6 +17,7 @@ import {
 import type { EngineCoreRequest, VllmSamplingParams } from '../../../src/protocols/vllm/index.js';
 import { WireDecodeError, WireEncodeError } from '../../../src/wire/errors.js';
 import { F64, bytesOf, fixmap, fixstr, hexOf, map16 } from './hex.js';
+import { toPoolingParams } from '../../../src/protocols/vllm/pooling.js';
 
 const encodeRejects = (fn: () => unknown, re: RegExp) =>
   assert.throws(
@@ -463,7 +464,7 @@ test('EngineCoreRequest pin with every field distinct: each index 0..20 lands in
     '9101' + // 1 prompt_token_ids [1]
     '90' + // 2 mm_features []
     'c0' + // 3 sampling_params nil
-    'a170' + // 4 pooling_params "p"
+    '9ac3c0c0c0a5656d626564c2c2c0c002' + // 4 pooling_params: PoolingParams(task="embed", use_activation=True, ...)
     F64['1.5'] + // 5 arrival_time 1.5
     '97a16101a22f70c0c0c2c2' + // 6 lora_request ["a", 1, "/p", nil, nil, false, false]
     'a173' + // 7 cache_salt "s"
@@ -485,7 +486,7 @@ test('EngineCoreRequest pin with every field distinct: each index 0..20 lands in
     prompt_token_ids: [1],
     mm_features: [],
     sampling_params: null,
-    pooling_params: 'p',
+    pooling_params: toPoolingParams({ task: 'embed', dimensions: null, normalize: true }),
     arrival_time: 1.5,
     lora_request: {
       lora_name: 'a',

@@ -1,0 +1,181 @@
+/**
+ * POST /v1/embeddings (OpenAI's embeddings endpoint over vLLM pooling; docs/wire/vllm-pooling.md). The flow of a
+ * generation request without the token stream: validate → the groups that serve `embed` (400 when none does, 503
+ * when none can serve now) → tokenize every input → choose the group (groups.ts) → one engine request per input
+ * (ids `<id>-<i>`), all submitted in one tick so the engine client spreads them over the ranks by load and each rank
+ * batches its share into a few scheduler steps → collect each input's pooled vector → answer them in input order.
+ * Tenants, priority bands, budgets (each input charges its own prompt; the request counts once) and flow control
+ * apply as to generation; a client that leaves aborts every unfinished input (499).
+ */
+import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
+import type { FastifyInstance, FastifyReply, FastifyRequest } from 'fastify';
+import { DEFAULT_SAMPLING, type GenerateRequest } from '../../protocols/types.js';
+import type { BackendStream } from '../backend.js';
+import { watchClientDisconnect } from '../disconnect.js';
+import { embeddingInputs, embeddingOptions, embeddingResponse } from '../embeddings.js';
+import { ApiError, toApiError } from '../errors.js';
+import { subRequestIds } from '../fan-out.js';
+import { parseDpRankHeader, DP_RANK_HEADER } from '../pin.js';
+import {
+  DEFAULT_PRIORITY_BAND,
+  PRIORITY_BAND_HEADER,
+  QUEUE_TIMEOUT_HEADER,
+  parsePriorityBand,
+  parseQueueTimeout,
+  vllmPriorityOf,
+} from '../priority-band.js';
+import { rateLimitHeaders } from '../rate-limits.js';
+import { endDisconnected, RequestRecord } from '../request-record.js';
+import { clientRequestId, REQUEST_ID_HEADER } from '../request-id.js';
+import type { RouteContext } from '../route-context.js';
+import { EmbeddingBody, type EmbeddingBodyT } from '../schemas.js';
+import { checkModel, mintRequestId } from '../serve-generation.js';
+import { flowTicketOf, submitSubRequests } from '../submit-sub-requests.js';
+
+const ENDPOINT = '/v1/embeddings';
+
+/** Register POST /v1/embeddings on `app`. */
+export function registerEmbeddingsRoute(app: FastifyInstance, ctx: RouteContext): void {
+  app
+    .withTypeProvider<TypeBoxTypeProvider>()
+    .post(ENDPOINT, { schema: { body: EmbeddingBody } }, (request, reply) =>
+      handleEmbeddings(ctx, request, reply, request.body),
+    );
+}
+
+/**
+ * Serve one embeddings request (see the module comment). Throws `ApiError` for every refusal before the engines
+ * were asked and for a failure after (an engine's fault is a 502 naming the rank); resolves with the body.
+ */
+async function handleEmbeddings(
+  ctx: RouteContext,
+  request: FastifyRequest,
+  reply: FastifyReply,
+  body: EmbeddingBodyT,
+): Promise<unknown> {
+  const startedAt = ctx.now();
+  const policy = ctx.directory.policyOf(request.headers);
+  const tenant = policy.name;
+  ctx.tenants.set(request, tenant);
+  checkModel(body.model, ctx.servedModelNames);
+  const opts = embeddingOptions(body);
+  const pinHeader = request.headers[DP_RANK_HEADER];
+  const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
+  const live = ctx.chooser.candidates(dpRank, 'embed');
+  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
+  const queueTimeoutMs = parseQueueTimeout(request.headers[QUEUE_TIMEOUT_HEADER]);
+  // Every input must fit every candidate, so the group chosen after tokenizing can take them all.
+  const maxModelLen = Math.min(...live.map((g) => g.backend.maxModelLen ?? 0));
+  const disconnect = watchClientDisconnect(request.raw, reply.raw);
+  try {
+    const inputs = await embeddingInputs(ctx.offLoop, body.input, opts, maxModelLen, disconnect.signal);
+    const group = ctx.chooser.choose(live);
+    const requestId = mintRequestId('embd-');
+    const promptTokens = inputs.reduce((sum, ids) => sum + ids.length, 0);
+    const record = new RequestRecord(
+      {
+        request,
+        requestId,
+        endpoint: ENDPOINT,
+        worker: group.worker,
+        promptTokens,
+        n: inputs.length,
+        stream: false,
+        startedAt,
+        tenant,
+      },
+      ctx,
+    );
+    const priority = band !== DEFAULT_PRIORITY_BAND ? { priority: vllmPriorityOf(band) } : {};
+    const subs: GenerateRequest[] = subRequestIds(requestId, inputs.length).map((id, i) => ({
+      requestId: id,
+      promptTokenIds: inputs[i]!,
+      // Not sent (a pooling request has no sampling map); no completion is reserved from a token budget.
+      sampling: { ...DEFAULT_SAMPLING, maxNewTokens: 0 },
+      stream: false,
+      returnLogprob: false,
+      pooling: opts.pooling,
+      ...priority,
+    }));
+    const submittedAt = ctx.now();
+    const { streams, error } = await submitSubRequests(group.backend, subs, {
+      dpRank,
+      leave: disconnect.signal,
+      ticket: flowTicketOf({ tenant, band, budget: policy.budget, queueTimeoutMs }),
+    });
+    ctx.metrics.observeQueueWait(tenant, (ctx.now() - submittedAt) / 1000);
+    record.engineIndexes = streams.map((s) => s.engineIndex);
+    if (error !== null || disconnect.signal.aborted) {
+      for (const s of streams) s.cancel();
+      if (disconnect.signal.aborted) return endDisconnected(record, reply);
+      const apiErr = toApiError(error);
+      record.count(apiErr.statusCode, 'error', apiErr.message);
+      throw apiErr;
+    }
+    const onLeave = () => {
+      for (const s of streams) s.cancel();
+    };
+    disconnect.signal.addEventListener('abort', onLeave, { once: true });
+    let vectors: Float32Array[];
+    try {
+      vectors = await Promise.all(streams.map((s, i) => pooledVectorOf(s, i)));
+    } catch (err) {
+      for (const s of streams) s.cancel();
+      if (disconnect.signal.aborted) return endDisconnected(record, reply);
+      const apiErr = toApiError(err);
+      record.count(apiErr.statusCode, 'error', apiErr.message);
+      throw apiErr;
+    } finally {
+      disconnect.signal.removeEventListener('abort', onLeave);
+    }
+    if (disconnect.signal.aborted) return endDisconnected(record, reply);
+    record.count(200, 'stop');
+    const budget = streams[0]!.budget ?? null;
+    reply.headers({
+      [REQUEST_ID_HEADER]: clientRequestId(request.headers) ?? requestId,
+      ...(budget === null ? {} : rateLimitHeaders(budget)),
+    });
+    return embeddingResponse(
+      { id: requestId, created: Math.floor(Date.now() / 1000), model: ctx.modelId },
+      vectors,
+      opts.encoding,
+      promptTokens,
+    );
+  } catch (err) {
+    if (!disconnect.signal.aborted || reply.sent) throw err;
+    // The client left before anything was submitted (while its inputs were tokenized): nothing to answer.
+    ctx.counted.add(request);
+    ctx.metrics.countRequest(ENDPOINT, 499, 'cancelled');
+    ctx.metrics.countTenant(tenant, 499, null);
+    reply.hijack();
+    if (!reply.raw.destroyed) reply.raw.destroy();
+    return reply;
+  } finally {
+    disconnect.dispose();
+  }
+}
+
+/**
+ * The pooled vector of input `index`'s stream: its terminal output must be a `stop` carrying one. Throws `ApiError`
+ * 502 (`engine_fault`, naming the rank) when the engine ended it otherwise, and what the stream throws (the engine
+ * client's error: a dead rank, a stall).
+ */
+async function pooledVectorOf(stream: BackendStream, index: number): Promise<Float32Array> {
+  for await (const out of stream) {
+    if (out.finishReason === null) continue;
+    if (out.finishReason === 'stop' && out.pooled !== undefined) return out.pooled;
+    throw new ApiError(
+      502,
+      `engine engine-fault: ${rankName(stream)} ended embedding input ${index} (${stream.requestId}) with finish ` +
+        `reason '${out.finishReason}' and ${out.pooled === undefined ? 'no' : 'a'} pooled vector`,
+      { code: 'engine_fault' },
+    );
+  }
+  throw new ApiError(502, `engine engine-fault: ${rankName(stream)} ended embedding input ${index} without a result`, {
+    code: 'engine_fault',
+  });
+}
+
+function rankName(stream: BackendStream): string {
+  return stream.engineIndex === null ? 'the engine' : `DP rank ${stream.engineIndex}`;
+}
