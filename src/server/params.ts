@@ -23,7 +23,6 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   prompt_logprobs: isNull,
   functions: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
   function_call: (v) => isNull(v) || v === 'none',
-  reasoning_effort: isNull,
   echo: (v) => isNull(v) || v === false,
   suffix: (v) => isNull(v) || v === '',
   best_of: (v) => isNull(v) || v === 1,

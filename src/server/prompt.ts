@@ -14,6 +14,7 @@ import {
   type TooLong,
 } from '../tokenizer/off-loop.js';
 import { ApiError, badRequest, quoteValue } from './errors.js';
+import { parseReasoningEffort, templateKwargsWithEffort } from './reasoning-effort.js';
 import { MAX_MESSAGES } from './input-limits.js';
 import { promptTooLongError, type ContextLimits } from './params.js';
 import type { ChatCompletionBodyT, CompletionBodyT } from './schemas.js';
@@ -96,19 +97,20 @@ export interface ChatTemplateOptions {
   continueFinalMessage: boolean;
   /** OpenAI function tools for the template's `tools` variable (schema-checked), or undefined when not sent. */
   tools?: unknown[];
-  /** The request's `chat_template_kwargs`. */
+  /** The request's `chat_template_kwargs`, with its `reasoning_effort` (reasoning-effort.ts). */
   templateKwargs?: Record<string, unknown> | null;
 }
 
 /**
  * The template switches of a chat body: `add_generation_prompt` (default true), `continue_final_message` (default
- * false), `tools` (as sent; null → none), `chat_template_kwargs`. Throws 400 naming `continue_final_message` when
+ * false), `tools` (as sent; null → none), `chat_template_kwargs` with `reasoning_effort` folded in as vLLM does
+ * (reasoning-effort.ts; 400 naming it for an unknown level). Throws 400 naming `continue_final_message` when
  * both it and `add_generation_prompt` are true (vLLM `protocol.py` `check_generation_prompt`: "Cannot set both").
  */
 export function chatTemplateOptions(
   body: Pick<
     ChatCompletionBodyT,
-    'add_generation_prompt' | 'continue_final_message' | 'tools' | 'chat_template_kwargs'
+    'add_generation_prompt' | 'continue_final_message' | 'tools' | 'chat_template_kwargs' | 'reasoning_effort'
   >,
 ): ChatTemplateOptions {
   const addGenerationPrompt = body.add_generation_prompt ?? true;
@@ -122,7 +124,10 @@ export function chatTemplateOptions(
   const out: ChatTemplateOptions = {
     addGenerationPrompt,
     continueFinalMessage,
-    templateKwargs: body.chat_template_kwargs,
+    templateKwargs: templateKwargsWithEffort(
+      body.chat_template_kwargs,
+      parseReasoningEffort(body.reasoning_effort, 'reasoning_effort'),
+    ),
   };
   if (Array.isArray(body.tools)) out.tools = body.tools;
   return out;

@@ -166,6 +166,7 @@ export const ChatCompletionBody = Type.Object(
     continue_final_message: Opt(Type.Boolean()),
     functions: Type.Optional(Type.Unknown()),
     function_call: Type.Optional(Type.Unknown()),
+    /** OpenAI's reasoning effort, served as vLLM does (reasoning-effort.ts); checked there. */
     reasoning_effort: Type.Optional(Type.Unknown()),
     /** vLLM: a request's own chat template (vLLM needs `--trust-request-chat-template`): refused (params.ts). */
     chat_template: Type.Optional(Type.Unknown()),

@@ -82,15 +82,21 @@ describe('POST /v1/responses', () => {
       events.map((e) => e.sequence_number),
       events.map((_, i) => i),
     );
-    const types = events.map((e) => e.type).filter((t, i, a) => t !== a[i - 1]);
+    // The reasoning deltas come in pairs (vLLM's reasoning_text, OpenAI's summary text): one entry for the run.
+    const types = events
+      .map((e) => (e.type === 'response.reasoning_summary_text.delta' ? 'response.reasoning_text.delta' : e.type))
+      .filter((t, i, a) => t !== a[i - 1]);
     assert.deepEqual(types, [
       'response.created',
       'response.in_progress',
       'response.output_item.added',
       'response.content_part.added',
+      'response.reasoning_summary_part.added',
       'response.reasoning_text.delta',
       'response.reasoning_text.done',
       'response.content_part.done',
+      'response.reasoning_summary_text.done',
+      'response.reasoning_summary_part.done',
       'response.output_item.done',
       'response.output_item.added',
       'response.content_part.added',
@@ -104,6 +110,16 @@ describe('POST /v1/responses', () => {
     const strip = (items: Array<Record<string, unknown>>) => items.map(({ id: _id, ...rest }) => rest);
     assert.deepEqual(strip(done.output), strip(full.output));
     assert.equal(full.output[0].content[0].text, '\nShort.\n');
+    assert.deepEqual(
+      full.output[0].summary,
+      [{ type: 'summary_text', text: '\nShort.\n' }],
+      'OpenAI clients read this',
+    );
+    const summaryText = events
+      .filter((e) => e.type === 'response.reasoning_summary_text.delta')
+      .map((e) => e.delta)
+      .join('');
+    assert.equal(summaryText, '\nShort.\n');
     assert.equal(full.output[1].content[0].text, '\n\nFine, thanks.');
     const text = events
       .filter((e) => e.type === 'response.output_text.delta')

@@ -5,8 +5,14 @@
  *
  *   response.created → response.in_progress →
  *   [reasoning]  response.output_item.added → response.content_part.added (reasoning_text) →
- *                response.reasoning_text.delta… → response.reasoning_text.done → response.content_part.done →
+ *                response.reasoning_summary_part.added (summary_text) →
+ *                (response.reasoning_text.delta, response.reasoning_summary_text.delta)… →
+ *                response.reasoning_text.done → response.content_part.done →
+ *                response.reasoning_summary_text.done → response.reasoning_summary_part.done →
  *                response.output_item.done
+ *                The reasoning travels twice: as vLLM's `reasoning_text` content and as OpenAI's summary (there is no
+ *                summarizer: the summary is the reasoning text), which is what the openai SDK's and the AI SDK's
+ *                default providers read.
  *   [message]    response.output_item.added → response.content_part.added (output_text) →
  *                response.output_text.delta… → response.output_text.done → response.content_part.done →
  *                response.output_item.done
@@ -121,7 +127,9 @@ class OutputItems {
   /** The reasoning item as done (`completed`, or `incomplete` when the response ran out of tokens in it). */
   doneReasoning(status: DoneStatus = 'completed'): Item {
     const r = this.reasoning!;
+    // The reasoning as vLLM gives it (content) and as OpenAI's clients read it (a summary: the whole text here).
     r.content = [{ type: 'reasoning_text', text: this.reasoningText }];
+    r.summary = [{ type: 'summary_text', text: this.reasoningText }];
     r.status = status;
     return r;
   }
@@ -386,9 +394,20 @@ class ResponsesStream implements StreamShaper {
             part: { type: 'reasoning_text', text: '' },
           }),
         );
+        events.push(
+          this.ev('response.reasoning_summary_part.added', {
+            ...this.itemRef(item),
+            summary_index: 0,
+            part: { type: 'summary_text', text: '' },
+          }),
+        );
       },
-      reasoningDelta: (item, text) =>
-        events.push(this.ev('response.reasoning_text.delta', { ...this.itemRef(item), content_index: 0, delta: text })),
+      reasoningDelta: (item, text) => {
+        events.push(this.ev('response.reasoning_text.delta', { ...this.itemRef(item), content_index: 0, delta: text }));
+        events.push(
+          this.ev('response.reasoning_summary_text.delta', { ...this.itemRef(item), summary_index: 0, delta: text }),
+        );
+      },
       messageOpened: (item) => this.messageAdded(events, item),
       textDelta: (item, text, lp) =>
         events.push(
@@ -417,6 +436,11 @@ class ResponsesStream implements StreamShaper {
             content_index: 0,
             part: { type: 'reasoning_text', text },
           }),
+        );
+        const summary = { ...this.itemRef(item), summary_index: 0 };
+        events.push(this.ev('response.reasoning_summary_text.done', { ...summary, text }));
+        events.push(
+          this.ev('response.reasoning_summary_part.done', { ...summary, part: { type: 'summary_text', text } }),
         );
         this.itemDone(events, item);
       },

@@ -104,12 +104,13 @@ export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
   param: 'messages',
   async prepare(ctx, body, limits, opts) {
     const plan = planTools(chatTools(body.tools), body.tool_choice, body.parallel_tool_calls, ctx.toolCallParser);
-    const rendered = renderChat(ctx.offLoop, body.messages, chatTemplateOptions(body), opts.signal);
+    const options = chatTemplateOptions(body);
+    const rendered = renderChat(ctx.offLoop, body.messages, options, opts.signal);
     // A short chat renders synchronously: no extra turn for it.
     const text = typeof rendered === 'string' ? rendered : await rendered;
     // The template holds the specials: none added unless asked (vLLM's default for chat).
     const tokens = await encodeWithinContext(ctx.offLoop, text, body.add_special_tokens === true, limits, opts.signal);
-    return { tokens, ...chatOutput(ctx, text, plan, body.chat_template_kwargs, opts.constrained) };
+    return { tokens, ...chatOutput(ctx, text, plan, options.templateKwargs, opts.constrained) };
   },
 };
 

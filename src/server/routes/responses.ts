@@ -17,6 +17,7 @@ import { itemsToMessages, resolveItems } from '../responses/input.js';
 import { responsesShape } from '../responses/output.js';
 import { ResponsesBody, type ResponsesBodyT } from '../responses/schema.js';
 import { chatPrompt } from './chat.js';
+import { parseReasoningEffort, type ReasoningEffort } from '../reasoning-effort.js';
 import type { ChatCompletionBodyT } from '../schemas.js';
 import { handleGeneration, type PromptSource } from '../serve-generation.js';
 
@@ -49,6 +50,23 @@ function responseFormat(text: ResponsesBodyT['text']): unknown {
   if (f.type === 'json_schema')
     return { type: 'json_schema', json_schema: { name: f.name, schema: f.schema, strict: f.strict } };
   return f;
+}
+
+/**
+ * `reasoning` ({effort, summary}): the effort as chat's `reasoning_effort` (reasoning-effort.ts), the summary mode
+ * echoed (`auto`, `concise`, `detailed` or null: the gateway has no summarizer, so every reasoning item's summary is
+ * its reasoning text whatever the mode; responses/output.ts). Throws 400 naming `reasoning.effort` /
+ * `reasoning.summary` for another value.
+ */
+function reasoningOf(r: ResponsesBodyT['reasoning']): { effort: ReasoningEffort | null; summary: string | null } {
+  const effort = parseReasoningEffort(r?.effort, 'reasoning.effort');
+  const summary = r?.summary ?? r?.generate_summary ?? null;
+  if (summary !== null && !['auto', 'concise', 'detailed'].includes(summary as string))
+    throw badRequest(
+      `'reasoning.summary' must be auto, concise or detailed; got ${quoteValue(summary)}`,
+      'reasoning.summary',
+    );
+  return { effort, summary: summary as string | null };
 }
 
 /** Refuse what this gateway cannot serve (400 naming the field). */
@@ -111,6 +129,7 @@ export function registerResponsesRoutes(app: FastifyInstance, ctx: RouteContext)
     const items = resolveItems(ctx.responses, body.input, body.previous_response_id);
     const messages = itemsToMessages(items, body.instructions);
     const logprobs = (body.include ?? []).includes('message.output_text.logprobs') || (body.top_logprobs ?? 0) > 0;
+    const reasoning = reasoningOf(body.reasoning);
     const chatBody: ChatCompletionBodyT = {
       model: body.model,
       messages,
@@ -122,6 +141,7 @@ export function registerResponsesRoutes(app: FastifyInstance, ctx: RouteContext)
       top_p: body.top_p,
       stream: body.stream,
       response_format: responseFormat(body.text),
+      ...(reasoning.effort !== null ? { reasoning_effort: reasoning.effort } : {}),
       ...(logprobs ? { logprobs: true, top_logprobs: body.top_logprobs ?? 0 } : {}),
     };
     const shape = responsesShape({
@@ -141,7 +161,7 @@ export function registerResponsesRoutes(app: FastifyInstance, ctx: RouteContext)
         metadata: body.metadata ?? {},
         user: body.user ?? null,
         truncation: body.truncation ?? 'disabled',
-        reasoning: { effort: null, summary: null },
+        reasoning,
         background: false,
       },
     });
