@@ -30,6 +30,11 @@ export interface BatchSteps {
  * timers; and drop rows for requests their rank no longer owns, counting them and ABORTing each id once.
  */
 export function applyBatch(g: GroupState, steps: BatchSteps, batch: EngineBatch): void {
+  // A utility reply carries no rows and no load (and may not name its rank): it only settles its call.
+  if (batch.utility !== undefined) {
+    g.utility.settle(batch.utility);
+    return;
+  }
   const rank = batch.engineIndex;
   const slot = g.ranks.slot(rank);
   if (slot !== undefined) slot.counters.batches++;
@@ -37,7 +42,12 @@ export function applyBatch(g: GroupState, steps: BatchSteps, batch: EngineBatch)
   const now = g.now();
   if (live) g.markHeard(rank, now);
   else if (slot?.liveness.state === 'dead') g.heardWhileDead.add(rank);
-  if (live && batch.load) logGuardTransition(g.logger, rank, g.routing.storeLoad(rank, batch.load, now));
+  if (live && batch.load) {
+    logGuardTransition(g.logger, rank, g.routing.storeLoad(rank, batch.load, now));
+    // Each report says which adapters the rank holds requests for; one without adapter counts says none.
+    if (batch.loraAdapters !== undefined) g.loraCounts.set(rank, batch.loraAdapters);
+    else g.loraCounts.delete(rank);
+  }
   if (live && batch.wave) observeWave(g, steps.scope, rank, batch.wave);
 
   const plan = planBatch(batch, (id) => g.registry.get(id));

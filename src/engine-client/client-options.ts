@@ -3,6 +3,7 @@
  * Kept apart from the client so the option layer (serve-options.ts), the fronts and the server can name them without
  * the client's machinery.
  */
+import type { LoraModule } from './lora-adapters.js';
 import type { Logger } from 'pino';
 import type { EngineProtocol } from '../protocols/types.js';
 import type { DeliveryQueueOptions } from './delivery-queue.js';
@@ -65,6 +66,11 @@ export interface EngineClientOptions {
    * tenant's budget spans the groups. A submit whose ticket carries limits is charged here. Absent or null: none.
    */
   budgets?: BudgetLedger | null;
+  /**
+   * The LoRA adapters the group serves from the start (`--lora-modules`; lora-adapters.ts). Only for a protocol with
+   * utility calls (vLLM); absent: none until loaded at run time.
+   */
+  loraModules?: readonly LoraModule[];
 }
 
 /**

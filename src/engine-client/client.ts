@@ -33,7 +33,7 @@
  * the ones it held.
  */
 import { EventEmitter } from 'node:events';
-import type { GenerateRequest } from '../protocols/types.js';
+import type { GenerateRequest, LoraAdapterCounts } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
 import type { BatchSteps } from './apply-batch.js';
 import type { CancelSignal, CancellableSubmitOptions, EngineClientOptions, FlowTicket } from './client-options.js';
@@ -45,6 +45,7 @@ import { FailureScope } from './failure-scope.js';
 import { GroupState, type EngineClientEvents } from './group-state.js';
 import type { ConnectedEngine, EngineLink } from './link.js';
 import { OutputContract } from './output-contract.js';
+import { LoraAdapters } from './lora-adapters.js';
 import { OutputFaults } from './output-faults.js';
 import { selectAndReserve } from './placement.js';
 import type { DpPolicy } from './policy.js';
@@ -113,6 +114,33 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     };
     this.link.attach(new RankLifecycle(this.g, this.scope));
     this.dispatcherDone = runDispatcher(this.g, steps, this.link);
+    const encodeUtility = opts.protocol.encodeUtility?.bind(opts.protocol);
+    this.adapters =
+      encodeUtility === undefined
+        ? null
+        : new LoraAdapters(
+            this.g.utility,
+            {
+              readyRanks: () =>
+                this.g.ranks
+                  .connected()
+                  .filter((s) => s.liveness.state === 'ready')
+                  .map((s) => ({ engineIndex: s.index, identity: s.identity })),
+              encode: encodeUtility,
+              send: (identity, payload) => this.link.send(identity, RequestType.UTILITY, payload),
+            },
+            opts.loraModules ?? [],
+          );
+  }
+
+  /**
+   * The LoRA adapters the group serves (lora-adapters.ts), or null when its wire has no utility calls (TokenSpeed).
+   */
+  readonly adapters: LoraAdapters | null;
+
+  /** Per engine index: the LoRA adapters its last report counted requests for (vLLM `*_lora_adapters`). */
+  loraAdapterCounts(): ReadonlyMap<number, LoraAdapterCounts> {
+    return this.g.loraCounts;
   }
 
   /** Number of rank slots (engine indexes 0..dpSize−1). */
@@ -509,6 +537,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   }
 
   private async doClose(error: EngineClientError | null): Promise<void> {
+    this.g.utility.failAll(error ?? new EngineClientError('client-closed', 'engine client is shutting down'));
     const entries = this.g.closeForGood(
       error ?? new EngineClientError('client-closed', 'engine client is shutting down'),
     );

@@ -10,6 +10,8 @@
  * cannot be split by another request. The steps that span parts are built from these: select + reserve
  * (placement.ts), store load + route + release + clamp (apply-batch.ts), a rank's death or stall (failure-scope.ts).
  */
+import { UtilityCalls } from './utility-calls.js';
+import type { LoraAdapterCounts } from '../protocols/types.js';
 import type { EventEmitter } from 'node:events';
 import { performance } from 'node:perf_hooks';
 import { pino, type Logger } from 'pino';
@@ -65,6 +67,10 @@ export class GroupState {
   readonly timers: RankTimers;
   /** Push-mode hand-offs, sliced (delivery-queue.ts); the routing state never waits for it. */
   readonly delivery: DeliveryQueue;
+  /** Pending utility calls (utility-calls.ts): settled by the batch that answers them (apply-batch.ts). */
+  readonly utility = new UtilityCalls();
+  /** Per engine index: the LoRA adapters its last report counted requests for (vLLM scheduler stats). */
+  readonly loraCounts = new Map<number, LoraAdapterCounts>();
   /** Adopted ranks' rows for the previous gateway's requests: ABORTed once each (foreign-requests.ts). */
   readonly foreign = new ForeignRequests();
   /** Dead ranks a decodable batch came from since they died (a `rank-silent` rank needs this to come back). */

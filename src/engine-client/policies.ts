@@ -12,6 +12,7 @@
  * | `load`          | `loadScore` (section 9.2 step 4), the default          | on                          |
  * | `load_no_clamp` | `loadScore`                                            | **off** (section 10.3 ablation) |
  * | `cache_aware`   | `load`'s choice, or a prefix holder when cheaper       | on                          |
+ * | `lora_aware`    | `load`'s choice, or a rank warm for the request's LoRA adapter within a slack (lora-aware.ts) | on |
  * | `oracle`        | true outstanding tokens from an `OracleSource`         | on (has no effect on it)    |
  *
  * `load`, `load_no_clamp` and `cache_aware` age stored reports out at `loadHorizonMs` and fall back to
@@ -22,6 +23,7 @@
  */
 import type { GenerateRequest } from '../protocols/types.js';
 import { createCacheAwarePolicy, type CacheAwareOptions } from './cache-aware.js';
+import { createLoraAwarePolicy, type LoraAwareOptions } from './lora-aware.js';
 import {
   createLoadPolicy,
   lowestScorePosition,
@@ -31,7 +33,15 @@ import {
 } from './policy.js';
 
 /** The names accepted by `createDpPolicy` (and by `model-gateway serve --dp-policy`, except `oracle`). */
-export const DP_POLICY_NAMES = ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware', 'oracle'] as const;
+export const DP_POLICY_NAMES = [
+  'round_robin',
+  'inflight',
+  'load',
+  'load_no_clamp',
+  'cache_aware',
+  'lora_aware',
+  'oracle',
+] as const;
 /** One of `DP_POLICY_NAMES`. */
 export type DpPolicyName = (typeof DP_POLICY_NAMES)[number];
 /** The default policy name (dp-routing.md section 9.2). */
@@ -54,7 +64,7 @@ export interface OracleSource {
  * report ageing horizon of `load`, `load_no_clamp` and `cache_aware`; the other `CacheAwareOptions` only tune
  * `cache_aware`.
  */
-export interface DpPolicyOptions extends CacheAwareOptions {
+export interface DpPolicyOptions extends CacheAwareOptions, Pick<LoraAwareOptions, 'maxLoras' | 'loraSlack'> {
   oracle?: OracleSource;
 }
 
@@ -175,6 +185,8 @@ export function createDpPolicy(name: string, opts: DpPolicyOptions = {}): DpPoli
       return createLoadNoClampPolicy(opts);
     case 'cache_aware':
       return createCacheAwarePolicy(opts);
+    case 'lora_aware':
+      return createLoraAwarePolicy(opts);
     case 'oracle':
       if (!opts.oracle) {
         throw new RangeError("the oracle DP policy needs an OracleSource (benchmark only: the simulator's true state)");

@@ -169,6 +169,37 @@ export interface EngineBatch {
   finishedRequestIds: string[];
   load?: EngineLoad;
   wave?: WaveEvent;
+  /** The answer to a utility call (vLLM `utility_output`, docs/wire/vllm-utility.md); such a batch has no outputs. */
+  utility?: UtilityReply;
+  /**
+   * The LoRA adapters the rank's scheduler holds requests for, by name (vLLM `SchedulerStats.running_lora_adapters` /
+   * `waiting_lora_adapters`: adapter name → requests); absent when the report has none.
+   */
+  loraAdapters?: LoraAdapterCounts;
+}
+
+/** A utility call's answer: its call id, the engine's failure message (null on success) and the returned value. */
+export interface UtilityReply {
+  callId: number;
+  failure: string | null;
+  result: unknown;
+}
+
+/** Requests per LoRA adapter name on one rank, running and waiting (vLLM scheduler stats). */
+export interface LoraAdapterCounts {
+  running: Record<string, number>;
+  waiting: Record<string, number>;
+}
+
+/**
+ * A LoRA adapter a request runs with (vLLM `LoRARequest`, engine-wire.md 5.2 index 6): its served name, the integer
+ * id the engines know it by (unique per gateway, ≥ 1), the path the engine loads it from, the base model's name.
+ */
+export interface LoraTarget {
+  name: string;
+  id: number;
+  path: string;
+  baseModelName: string | null;
 }
 
 /**
@@ -274,6 +305,8 @@ export interface GenerateRequest {
    * `sampling_params`, docs/wire/vllm-pooling.md). Only vLLM's wire carries it; TokenSpeed's encoder refuses it.
    */
   pooling?: PoolingOptions;
+  /** The LoRA adapter to run with (vLLM's wire only; TokenSpeed's encoder refuses it). Absent: the base model. */
+  lora?: LoraTarget;
 }
 
 /**
@@ -330,6 +363,12 @@ export interface EngineProtocol {
    * `WireEncodeError` for a wave that is not an integer ≥ 0.
    */
   encodeStartWave?(wave: number): Uint8Array;
+  /**
+   * The UTILITY payload (request type `03`, docs/wire/vllm-utility.md) calling EngineCore method `method` with
+   * `args` under `callId` (an integer ≥ 0 the reply names). Absent: the wire has no utility calls (TokenSpeed).
+   * Throws `WireEncodeError` for an argument the wire cannot carry.
+   */
+  encodeUtility?(callId: number, method: string, args: readonly unknown[]): Uint8Array;
   /**
    * Decode one output message (frame 0 = payload, later frames = aux). The caller has already checked for
    * `ENGINE_CORE_DEAD`. No per-request state: token counts the engine did not report in this message are null (see

@@ -32,6 +32,7 @@
  * not serve, a duplicate request id) are logged and dropped with no reply (TokenSpeed 4.1 "Silent drop"; for vLLM a
  * sim choice).
  */
+import { SimLoraRegistry } from './utility.js';
 import { performance } from 'node:perf_hooks';
 import { DEFAULT_READY_RESPONSE } from '../protocols/handshake.js';
 import type { EngineCoreOutputLayout } from '../protocols/vllm/output.js';
@@ -96,6 +97,8 @@ export interface SimEngineOptions {
   vllmVersion?: string;
   /** Cap on running requests (default 64); reported as `max_num_seqs`. */
   maxRunning?: number;
+  /** LoRA adapters a step may run at once (vLLM `--max-loras`; `SchedulerConfig.maxLoras`, default 1). */
+  maxLoras?: number;
   /** Device KV pages of 16 tokens (default 4096 = 65 536 tokens); reported as `num_gpu_blocks`. */
   kvTotalPages?: number;
   /** Context length in tokens (default 32 768); reported as `max_model_len`. */
@@ -182,6 +185,8 @@ export interface SimEngineStats {
   dropped: number;
   /** Forward passes started. */
   rounds: number;
+  /** LoRA adapter loads into GPU slots (lora-slots.ts). */
+  loraLoads: number;
   /** Running requests preempted back to the waiting queue for lack of KV pages (`SchedulerState.preemptions`). */
   preemptions: number;
   /** Output messages pushed (step batches, rejections, wave notices). */
@@ -406,6 +411,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     finishRules: wire.finishRules,
     ...(opts.prefixCaching !== undefined ? { prefixCaching: opts.prefixCaching } : {}),
     ...(opts.schedulingPolicy !== undefined ? { schedulingPolicy: opts.schedulingPolicy } : {}),
+    ...(opts.maxLoras !== undefined ? { maxLoras: opts.maxLoras } : {}),
     kvEvents: opts.kvEvents?.enabled === true,
   });
   const kvPublisher =
@@ -474,6 +480,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     abortedOnArrival: 0,
     aborted: 0,
     dropped: 0,
+    loraLoads: 0,
     rounds: 0,
     preemptions: 0,
     batchesSent: 0,
@@ -652,6 +659,10 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     try {
       const { request: decoded, requestWave } = wire.decodeAdd(payload);
       const spec = withFaults(decoded, opts.faults);
+      const lora = spec.lora;
+      // As vLLM's worker: an adapter it was not given loads from the request's path, and fails the request without one.
+      if (lora !== undefined && spec.validationError === null && !loraRegistry.admit(lora.id, lora.name, lora.path))
+        spec.validationError = `LoRA adapter ${lora.name} (id ${lora.id}): no adapter found at ${lora.path}`;
       rid = spec.rid;
       const result = scheduler.add(spec, performance.now());
       switch (result) {
@@ -738,6 +749,21 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     }
   };
 
+  const loraRegistry = new SimLoraRegistry();
+  const onUtility = (payload: Uint8Array): void => {
+    const utility = wire.utility;
+    if (utility === null) return;
+    try {
+      const call = utility.decodeCall(payload);
+      const outcome = loraRegistry.call(call.method, call.args);
+      log.debug({ engineIndex: opts.engineIndex, method: call.method, callId: call.callId }, 'sim rank utility call');
+      push('utility', () => utility.encodeReply(opts.engineIndex, call.callId, outcome));
+    } catch (error) {
+      stats.dropped += 1;
+      log.warn({ engineIndex: opts.engineIndex, err: describeError(error) }, 'sim rank dropped a malformed UTILITY');
+    }
+  };
+
   const onStartWave = (payload: Uint8Array): void => {
     if (wire.waves === null) return;
     try {
@@ -809,6 +835,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         } else if (msg.type === RequestType.ADD) onAdd(msg.payload);
         else if (msg.type === RequestType.ABORT) onAbort(msg.payload);
         else if (msg.type === RequestType.START_DP_WAVE) onStartWave(msg.payload);
+        else if (msg.type === RequestType.UTILITY) onUtility(msg.payload);
         startRound();
       }
     } catch (error) {
@@ -822,7 +849,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     engineIndex: opts.engineIndex,
     engine: family,
     ready,
-    stats: () => ({ ...stats }),
+    stats: () => ({ ...stats, loraLoads: scheduler.state().loraLoads }),
     wave: () => (waves === null ? null : { currentWave: waves.currentWave, running: waves.running }),
     outstandingTokens: () => scheduler.outstandingTokens(),
     cachedPrefixTokens: (tokens) => scheduler.cachedPrefixTokens(tokens),

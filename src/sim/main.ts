@@ -82,6 +82,7 @@ options (units: tokens, 16-token KV pages, ms):
                              (SMG's decoder: ec_transfer_params at 9)
   --vllm-version STR         vLLM only: vllm_version of the long ready response (default vllm-sim)
   --max-running N            Cap on running requests (default 64)
+  --max-loras N              vLLM: LoRA adapters a step may run at once (default 1)
   --kv-pages N               Total KV pages of 16 tokens (default 4096)
   --max-model-len N          Context length reported in the ready response (default 32768)
   --time-scale X             Multiplier on the modelled step time; 0 = as fast as possible (default 1)
@@ -162,6 +163,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'output-layout': { type: 'string' },
         'vllm-version': { type: 'string' },
         'max-running': { type: 'string' },
+        'max-loras': { type: 'string' },
         'kv-pages': { type: 'string' },
         'max-model-len': { type: 'string' },
         'time-scale': { type: 'string' },
@@ -244,6 +246,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
     handshakeAddress: handshake,
     engineIndex: numberOption('engine-index', str('engine-index'), { integer: true, min: 0, max: 0xffff }) ?? 0,
     maxRunning: numberOption('max-running', str('max-running'), { integer: true, min: 1 }),
+    maxLoras: numberOption('max-loras', str('max-loras'), { integer: true, min: 1 }),
     kvTotalPages: numberOption('kv-pages', str('kv-pages'), { integer: true, min: 1 }),
     maxModelLen: numberOption('max-model-len', str('max-model-len'), { integer: true, min: 3 }),
     timeScale: numberOption('time-scale', str('time-scale'), { min: 0 }),

@@ -56,6 +56,7 @@
 import { IdTable } from '../collections/id-table.js';
 import { DEFAULT_BLOCK_TOKENS, ROOT_BLOCK_HASH, blockHashes, hashBlock } from '../protocols/block-hash.js';
 import { SimPrefixCache, type PrefixMatch } from './prefix-cache.js';
+import { SimLoraSlots } from './lora-slots.js';
 import { simEmbedding } from './pooling.js';
 
 /** KV page size in tokens (the sim's `prefix_granularity`): one prefix-cache block. */
@@ -78,7 +79,12 @@ export interface StepTimeModel {
   perPrefillTokenMs: number;
   /** Cost per request decoding one token this round (ms/token). */
   perDecodeTokenMs: number;
+  /** Cost of loading one LoRA adapter into a GPU slot this round (ms; lora-slots.ts). Absent: `DEFAULT_LORA_LOAD_MS`. */
+  perLoraLoadMs?: number;
 }
+
+/** Default cost of one LoRA adapter load (ms): a small adapter moved from host memory into a GPU slot. */
+export const DEFAULT_LORA_LOAD_MS = 25;
 
 /** Step-time defaults, roughly a small model on one GPU: 64 decoding requests ≈ 14 ms, a 1000-token prefill ≈ 28 ms. */
 export const DEFAULT_STEP_TIME_MODEL: Readonly<StepTimeModel> = Object.freeze({
@@ -128,6 +134,11 @@ export interface SchedulerConfig {
    * (priority, arrival) instead of the newest (vLLM `v1/core/sched/scheduler.py` `schedule()`, `request_queue.py`).
    */
   schedulingPolicy?: SchedulingPolicy;
+  /**
+   * LoRA adapters a step may run at once (vLLM `--max-loras`, default 1): a waiting request whose adapter would be one
+   * too many is skipped until a running adapter's requests finish (lora-slots.ts).
+   */
+  maxLoras?: number;
 }
 
 /** vLLM's `--scheduling-policy` values the simulated ranks model. */
@@ -185,6 +196,8 @@ export interface SimRequest {
   streamInterval: number | null;
   /** Fill the logprob columns. */
   returnLogprob: boolean;
+  /** The LoRA adapter the request runs with (vLLM `lora_request`: its int id, name, path); absent: the base model. */
+  lora?: { id: number; name: string; path: string };
   /** Non-null: the request is admitted finished with a terminal `abort` row (engine-wire.md 4.6). */
   validationError: string | null;
   tokens: TokenSource;
@@ -302,6 +315,11 @@ export interface SchedulerState {
   roundOpen: boolean;
   /** Cumulative preemptions (running requests moved back to the waiting queue for lack of KV pages) since start. */
   preemptions: number;
+  /** Cumulative LoRA adapter loads into GPU slots since start (lora-slots.ts). */
+  loraLoads: number;
+  /** Adapter name → running / waiting requests with it (vLLM's `running_lora_adapters`, `waiting_lora_adapters`). */
+  loraRunning: Record<string, number>;
+  loraWaiting: Record<string, number>;
 }
 
 type ReqState = 'waiting' | 'running' | 'done';
@@ -368,6 +386,18 @@ export function vllmMaxNewTokens(requested: number | null, promptLen: number, ma
 /** The logprob columns of a row that did not ask for them (shared: rows are read, never written, by their users). */
 const NO_LOGPROBS: readonly number[] = Object.freeze([]);
 
+const NO_ADAPTERS: Record<string, number> = Object.freeze({}) as Record<string, number>;
+
+/** Adapter name → requests of `reqs` that run with it. */
+function adapterCounts(reqs: readonly Req[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const r of reqs) {
+    const name = r.spec.lora?.name;
+    if (name !== undefined) out[name] = (out[name] ?? 0) + 1;
+  }
+  return out;
+}
+
 const ZERO_TAIL: LoadTail = Object.freeze({ numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 });
 
 /** Whether `a` is served before `b` under the priority policy: lower `priority` (absent = 0), then earlier arrival. */
@@ -402,6 +432,8 @@ export class SimScheduler {
   /** The KV events since the last `takeKvEvents` (null: not recorded). */
   private kvEvents: SimKvEvent[] | null = null;
   private preemptions = 0;
+  /** The rank's LoRA slots and the adapters of its running requests (lora-slots.ts). */
+  private readonly loras: SimLoraSlots;
   private readonly cacheTotals = { requests: 0, queryTokens: 0, hitTokens: 0 };
   private tail: LoadTail = ZERO_TAIL;
 
@@ -439,7 +471,10 @@ export class SimScheduler {
       prefixCaching: config.prefixCaching ?? true,
       kvEvents: config.kvEvents ?? false,
       schedulingPolicy: config.schedulingPolicy ?? 'fcfs',
+      maxLoras: config.maxLoras ?? 1,
     });
+    intAtLeast('maxLoras', this.config.maxLoras, 1);
+    this.loras = new SimLoraSlots(this.config.maxLoras);
     if (!SCHEDULING_POLICIES.includes(this.config.schedulingPolicy)) {
       throw new RangeError(
         `SchedulerConfig.schedulingPolicy: expected one of ${SCHEDULING_POLICIES.join(', ')}, got ${JSON.stringify(this.config.schedulingPolicy)}`,
@@ -621,13 +656,19 @@ export class SimScheduler {
       pendingRejections: this.rejected.length,
       roundOpen: this.planned !== null,
       preemptions: this.preemptions,
+      loraLoads: this.loras.loads,
+      // Counted only while some request runs with an adapter (the per-step stats read this).
+      loraRunning: this.loras.active() ? adapterCounts(this.running) : NO_ADAPTERS,
+      loraWaiting:
+        this.loras.active() || this.waiting.some((r) => r.spec.lora) ? adapterCounts(this.waiting) : NO_ADAPTERS,
     };
   }
 
   /**
    * Start a round: stream the admission rejections (previous tail), grow running requests by one token of KV
    * (retracting the newest when pages run out), admit from the FIFO waiting queue while the cap and the free pages
-   * allow (no skipping past a head that does not fit), compute the step time, and sample the load tail.
+   * allow (no skipping past a head that does not fit its pages; a request whose LoRA adapter would be one more than
+   * `maxLoras` is skipped, as vLLM does), compute the step time (LoRA loads included), and sample the load tail.
    * Throws `Error` if the previous round was not committed.
    */
   plan(): RoundPlan {
@@ -666,22 +707,31 @@ export class SimScheduler {
 
     // Admit in FIFO order (not in a round that had to retract, to avoid thrashing).
     const lookups = { requests: 0, queryTokens: 0, hitTokens: 0 };
+    let loraLoads = 0;
     if (retracted === 0) {
-      while (this.waiting.length > 0 && this.running.length < this.config.maxRunning) {
-        const head = this.waiting[0];
+      let at = 0;
+      while (at < this.waiting.length && this.running.length < this.config.maxRunning) {
+        const head = this.waiting[at]!;
+        // vLLM skips a request whose adapter would exceed max_loras in this step, and looks further down the queue.
+        if (head.spec.lora !== undefined && !this.loras.canRun(head.spec.lora.id)) {
+          at += 1;
+          continue;
+        }
         const need = pagesFor(head.promptLen + head.generated + 1);
         if (need > this.config.kvTotalPages) {
           // A retracted request that can never fit again: the engine finishes it (see outOfMemory).
-          this.waiting.shift();
+          this.waiting.splice(at, 1);
           head.state = 'running';
           head.outOfMemory = true;
+          if (head.spec.lora !== undefined) this.loras.start(head.spec.lora.id);
           this.running.push(head);
           continue;
         }
         // Cached leading blocks are shared, not allocated: only the rest needs free (or evictable) pages.
         const hit = this.hitBlocks(head);
         if (need - hit.blocks > this.freePages() - hit.idle) break;
-        this.waiting.shift();
+        this.waiting.splice(at, 1);
+        if (head.spec.lora !== undefined && this.loras.start(head.spec.lora.id)) loraLoads += 1;
         this.cache.acquire(head.hashes, hit.blocks);
         this.cache.allocate(need - hit.blocks);
         head.state = 'running';
@@ -712,7 +762,10 @@ export class SimScheduler {
     const stepTimeMs =
       plannedCount === 0
         ? 0
-        : (st.baseMs + st.perPrefillTokenMs * prefillTokens + st.perDecodeTokenMs * decodeTokens) *
+        : (st.baseMs +
+            st.perPrefillTokenMs * prefillTokens +
+            st.perDecodeTokenMs * decodeTokens +
+            (st.perLoraLoadMs ?? DEFAULT_LORA_LOAD_MS) * loraLoads) *
           this.config.slowdown;
     if (plannedCount > 0) {
       this.tail = {
@@ -901,6 +954,7 @@ export class SimScheduler {
     this.preemptions += 1;
     const i = this.running.indexOf(r);
     if (i >= 0) this.running.splice(i, 1);
+    if (r.spec.lora !== undefined) this.loras.stop(r.spec.lora.id);
     this.releasePages(r);
     r.needsPrefill = true;
     r.state = 'waiting';
@@ -932,6 +986,7 @@ export class SimScheduler {
     if (r.state === 'running') {
       const i = this.running.indexOf(r);
       if (i >= 0) this.running.splice(i, 1);
+      if (r.spec.lora !== undefined) this.loras.stop(r.spec.lora.id);
     } else if (r.state === 'waiting') {
       const i = this.waiting.indexOf(r);
       if (i >= 0) this.waiting.splice(i, 1);

@@ -30,6 +30,7 @@ export function createTokenSpeedSimWire(ctx: SimWireContext): SimWire {
     finishRules: 'tokenspeed',
     waves: null,
     extraRequestTypes: [],
+    utility: null,
     decodeAdd(payload) {
       const request = toSimRequest(decodeTokenizedGenerateReqInput(payload), {
         vocabSize: ctx.vocabSize,

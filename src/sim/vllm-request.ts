@@ -136,6 +136,8 @@ export function toVllmSimRequest(
     tokens: opts.tokens(seed, prompt, p?.structured_outputs ? constraintOf(p.structured_outputs) : null),
     priority: toNumber(req.priority),
   };
+  const lora = req.lora_request;
+  if (lora !== null) request.lora = { id: toNumber(lora.lora_int_id), name: lora.lora_name, path: lora.lora_path };
   const pooling = req.pooling_params;
   if (pooling !== null) {
     request.maxNewTokens = 0;

@@ -49,13 +49,15 @@ import type {
   SchedulerStats,
 } from '../protocols/vllm/index.js';
 import type { WireInt } from '../wire/reader.js';
+import { anyValue, decodeMessage } from '../wire/codec.js';
 import { RequestType } from '../protocols/types.js';
 import type { SimRow } from './scheduler.js';
 import { toVllmSimRequest } from './vllm-request.js';
 import { float32NdArray } from '../protocols/vllm/pooling.js';
 import { directlyEncodable, encodeVllmStepDirect, vllmFinishReasonOf } from './vllm-output.js';
 import { WireEncodeError } from '../wire/errors.js';
-import type { SimStep, SimWaveWire, SimWire, SimWireContext } from './wire.js';
+import type { SimStep, SimUtilityWire, SimWaveWire, SimWire, SimWireContext } from './wire.js';
+import { toUtilityCall, utilityOutputValue } from '../protocols/vllm/utility.js';
 
 export { vllmFinishReasonOf } from './vllm-output.js';
 
@@ -160,6 +162,8 @@ export function schedulerStatsOf(
   stats.prefix_cache_stats.requests = totals.requests - previous.requests;
   stats.prefix_cache_stats.queries = totals.queries - previous.queries;
   stats.prefix_cache_stats.hits = totals.hits - previous.hits;
+  stats.running_lora_adapters = step.state.loraRunning;
+  stats.waiting_lora_adapters = step.state.loraWaiting;
   return stats;
 }
 
@@ -203,6 +207,16 @@ const vllmWaves: SimWaveWire = {
   encodeStartWave(engineIndex, wave) {
     const o = envelope(engineIndex);
     o.start_wave = wave;
+    return encodeEngineCoreOutputsFrames(o);
+  },
+};
+
+/** vLLM's utility calls: `[client_index, call_id, method, args]` in, an envelope with `utility_output` out. */
+const vllmUtilityWire: SimUtilityWire = {
+  decodeCall: (payload) => toUtilityCall(decodeMessage(anyValue, payload, 'UtilityCall')),
+  encodeReply(engineIndex, callId, outcome) {
+    const o = envelope(engineIndex);
+    o.utility_output = utilityOutputValue(callId, outcome);
     return encodeEngineCoreOutputsFrames(o);
   },
 };
@@ -286,7 +300,8 @@ export function createVllmSimWire(ctx: SimWireContext): SimWire {
     rejectAt: 'arrival',
     finishRules: 'vllm',
     waves: vllmWaves,
-    extraRequestTypes: [RequestType.START_DP_WAVE],
+    extraRequestTypes: [RequestType.START_DP_WAVE, RequestType.UTILITY],
+    utility: vllmUtilityWire,
     decodeAdd(payload) {
       const req = decodeEngineCoreRequest(payload);
       const k = req.sampling_params?.logprobs;

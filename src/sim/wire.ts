@@ -4,6 +4,8 @@
  * a wire that has them) wave messages. One module per family implements it: `tokenspeed-wire.ts` (engine-wire.md
  * section 4) and `vllm-wire.ts` (section 5). Everything here is synchronous and free of sockets and timers.
  */
+import type { UtilityCall } from '../protocols/vllm/utility.js';
+import type { UtilityOutcome } from './utility.js';
 import type { EngineCoreOutputLayout } from '../protocols/vllm/output.js';
 import type { RequestTypeByte, StructuredConstraint } from '../protocols/types.js';
 import type { WireInt } from '../wire/reader.js';
@@ -117,4 +119,14 @@ export interface SimWire {
   encodeRejections(step: SimStep): Uint8Array[] | null;
   /** The message for one step, or null to send nothing (TokenSpeed never sends an empty batch). */
   encodeStep(step: SimStep): Uint8Array[] | null;
+  /** Utility calls (vLLM: request type `03`), or null for a wire without them. */
+  readonly utility: SimUtilityWire | null;
+}
+
+/** The utility calls of a wire that has them (vLLM: docs/wire/vllm-utility.md). */
+export interface SimUtilityWire {
+  /** Decode a UTILITY payload. Throws `WireDecodeError` on a malformed one. */
+  decodeCall(payload: Uint8Array): UtilityCall;
+  /** The answer to call `callId` of this rank. */
+  encodeReply(engineIndex: number, callId: number, outcome: UtilityOutcome): Uint8Array[];
 }

@@ -191,6 +191,9 @@ function step(rows: SimRow[]): SimStep {
     tail: { numRunning: 2, numWaiting: 0, kvActivePages: 3, kvTotalPages: 64 },
     state: {
       running: 2,
+      loraLoads: 0,
+      loraRunning: {},
+      loraWaiting: {},
       waiting: 0,
       registered: 2,
       activePages: 3,

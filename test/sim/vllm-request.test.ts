@@ -141,6 +141,9 @@ test('the vLLM wire reports aborted ids once in the next step, with stats made a
     tail: { numRunning: 0, numWaiting: 0, kvActivePages: 0, kvTotalPages: 0 },
     state: {
       running: 2,
+      loraLoads: 0,
+      loraRunning: {},
+      loraWaiting: {},
       waiting: 1,
       registered: 3,
       activePages: 25,

@@ -33,7 +33,8 @@ import { WireDecodeError, WireEncodeError } from '../../wire/errors.js';
 import { MsgpackReader } from '../../wire/reader.js';
 import type { WireInt } from '../../wire/reader.js';
 import { MsgpackWriter } from '../../wire/writer.js';
-import { loadFromSchedulerStats, schedulerStatsCodec } from './stats.js';
+import { loadFromSchedulerStats, loraAdaptersOf, schedulerStatsCodec } from './stats.js';
+import { utilityReplyOf } from './utility.js';
 import type { SchedulerStats } from './stats.js';
 import { candidateLogprobs, logprobsCodec, ndArrayCodec, sampledLogprobs } from './tensors.js';
 import { pooledVector } from './pooling.js';
@@ -635,7 +636,7 @@ function count(v: WireInt, path: string): number {
  *   cumulative count: the engine client's stream keeps the running total of `new_token_ids`).
  *   `finishedRequestIds` = `finished_requests` (deduplicated) then terminal outputs not already listed; `load` iff
  *   `scheduler_stats`;
- * - utility reply: an empty batch for engine 0;
+ * - utility reply: an empty batch for `engine_index` carrying the reply (`utility`, utility.ts `utilityReplyOf`);
  * - wave notice: an empty batch for `engine_index` with `wave` (`complete` for `wave_complete`, `start` for
  *   `start_wave`).
  * Throws WireDecodeError for an invalid shape (see `classifyEngineCoreOutputs`), a negative or beyond-±(2^53−1)
@@ -644,7 +645,10 @@ function count(v: WireInt, path: string): number {
 export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatch {
   const root = 'EngineCoreOutputs';
   const shape = classifyEngineCoreOutputs(o);
-  if (shape.kind === 'utility') return { engineIndex: 0, outputs: [], finishedRequestIds: [] };
+  if (shape.kind === 'utility') {
+    const engineIndex = count(o.engine_index, `${root}.engine_index`);
+    return { engineIndex, outputs: [], finishedRequestIds: [], utility: utilityReplyOf(o.utility_output) };
+  }
   const engineIndex = count(o.engine_index, `${root}.engine_index`);
   if (shape.kind !== 'requests') {
     const field = shape.kind === 'wave_complete' ? 'wave_complete' : 'start_wave';
@@ -685,6 +689,10 @@ export function engineCoreOutputsToEngineBatch(o: EngineCoreOutputs): EngineBatc
     return row;
   });
   const batch: EngineBatch = { engineIndex, outputs, finishedRequestIds: [...finished] };
-  if (o.scheduler_stats !== null) batch.load = loadFromSchedulerStats(o.scheduler_stats, `${root}.scheduler_stats`);
+  if (o.scheduler_stats !== null) {
+    batch.load = loadFromSchedulerStats(o.scheduler_stats, `${root}.scheduler_stats`);
+    const adapters = loraAdaptersOf(o.scheduler_stats, `${root}.scheduler_stats`);
+    if (adapters !== null) batch.loraAdapters = adapters;
+  }
   return batch;
 }

@@ -11,6 +11,7 @@
  * "Token counts": the engine client's per-request stream keeps the running completion total and the last
  * `prefill_stats` values). Build one instance per engine group (engine indices are per group).
  */
+import { encodeUtilityCall, type UtilityArg } from './utility.js';
 import type { AddTarget, EngineBatch, EngineProtocol, GenerateRequest, ReadyResponse } from '../types.js';
 import type { WireInt } from '../../wire/reader.js';
 import { WireDecodeError } from '../../wire/errors.js';
@@ -109,6 +110,9 @@ export function createVllmProtocol(opts: VllmProtocolOptions = {}): VllmProtocol
     outputLayoutOf: (engineIndex) => layouts.of(engineIndex),
     encodeStartWave(wave: WireInt): Uint8Array {
       return encodeStartDpWave(wave, null);
+    },
+    encodeUtility(callId: number, method: string, args: readonly unknown[]): Uint8Array {
+      return encodeUtilityCall(callId, method, args as readonly UtilityArg[]);
     },
   };
 }

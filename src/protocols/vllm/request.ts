@@ -4,7 +4,7 @@
  * `session_id`, SMG PR #2175); indices 0..5 are required on decode, later ones default; extra trailing elements
  * are drained (3.2). Nested: the sampling map (5.3, `sampling.ts`) and `LoraRequest`.
  */
-import type { GenerateRequest } from '../types.js';
+import type { GenerateRequest, LoraTarget } from '../types.js';
 import {
   anyValue,
   bool,
@@ -26,7 +26,7 @@ import type { VllmSamplingParams } from './sampling.js';
 import type { VllmEosConfig } from './eos.js';
 import { poolingParamsCodec, toPoolingParams, type PoolingParams } from './pooling.js';
 
-/** vLLM `LoraRequest` (5.2): positional; never sent by the gateway. */
+/** vLLM `LoraRequest` (5.2): positional; sent for a request that names an adapter (utility.ts `toLoraRequest`). */
 export interface LoraRequest {
   lora_name: string;
   lora_int_id: WireInt;
@@ -50,6 +50,19 @@ export const loraRequestCodec = positional<LoraRequest>({
     { name: 'is_3d_lora_weight', codec: bool, dflt: () => false },
   ],
 });
+
+/** The wire `LoRARequest` of `target` (engine-wire.md 5.2 `LoraRequest`; the defaults of the last four fields). */
+export function toLoraRequest(target: LoraTarget): LoraRequest {
+  return {
+    lora_name: target.name,
+    lora_int_id: target.id,
+    lora_path: target.path,
+    base_model_name: target.baseModelName,
+    tensorizer_config_dict: null,
+    load_inplace: false,
+    is_3d_lora_weight: false,
+  };
+}
 
 /** `reasoning_parser_kwargs` (5.2 index 18): `{chat_template_kwargs: map}`. */
 export interface ReasoningParserKwargs {
@@ -229,7 +242,7 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
     sampling_params: sampling,
     pooling_params: pooling,
     arrival_time: ctx.arrivalTime,
-    lora_request: null,
+    lora_request: request.lora === undefined ? null : toLoraRequest(request.lora),
     cache_salt: null,
     data_parallel_rank: rank,
     prompt_embeds: null,

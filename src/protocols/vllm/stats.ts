@@ -7,8 +7,8 @@
  * Load mapping (dp-routing.md 11): running = `num_running_reqs`, waiting = `num_waiting_reqs`, KV usage =
  * `kv_cache_usage` (ratio, 1.0 = 100 %); `num_skipped_waiting_reqs` is not used.
  */
-import type { EngineLoad } from '../types.js';
-import { anyValue, bool, float, int, list, namedMap } from '../../wire/codec.js';
+import type { EngineLoad, LoraAdapterCounts } from '../types.js';
+import { anyValue, bool, float, int, list, namedMap, strMap } from '../../wire/codec.js';
 import type { Codec } from '../../wire/codec.js';
 import { WireDecodeError } from '../../wire/errors.js';
 import type { WireInt } from '../../wire/reader.js';
@@ -71,6 +71,9 @@ export interface SchedulerStats {
   kv_connector_stats: unknown;
   cudagraph_stats: unknown;
   perf_stats: unknown;
+  /** LoRA adapter name → requests waiting / running with it (vLLM `SchedulerStats`; {} without LoRA). */
+  waiting_lora_adapters: Record<string, WireInt>;
+  running_lora_adapters: Record<string, WireInt>;
 }
 
 /**
@@ -93,6 +96,8 @@ export const schedulerStatsCodec: Codec<SchedulerStats> = namedMap<SchedulerStat
     { name: 'kv_connector_stats', codec: anyValue, dflt: () => null },
     { name: 'cudagraph_stats', codec: anyValue, dflt: () => null },
     { name: 'perf_stats', codec: anyValue, dflt: () => null },
+    { name: 'waiting_lora_adapters', codec: strMap(int), dflt: () => ({}) },
+    { name: 'running_lora_adapters', codec: strMap(int), dflt: () => ({}) },
   ],
 });
 
@@ -124,7 +129,28 @@ export function schedulerStatsFor(load: {
     kv_connector_stats: null,
     cudagraph_stats: null,
     perf_stats: null,
+    waiting_lora_adapters: {},
+    running_lora_adapters: {},
   };
+}
+
+/**
+ * The adapter counts of a stats map (`running_lora_adapters`, `waiting_lora_adapters`), or null when both are empty.
+ * Throws WireDecodeError (under `path`) for a negative or beyond-±(2^53−1) count.
+ */
+export function loraAdaptersOf(s: SchedulerStats, path = 'SchedulerStats'): LoraAdapterCounts | null {
+  const counts = (key: 'running_lora_adapters' | 'waiting_lora_adapters'): Record<string, number> => {
+    const out: Record<string, number> = {};
+    for (const [name, v] of Object.entries(s[key] ?? {})) {
+      if (typeof v === 'bigint' || v < 0) throw new WireDecodeError(`${path}.${key}.${name}`, `bad count ${v}`);
+      out[name] = v;
+    }
+    return out;
+  };
+  const running = counts('running_lora_adapters');
+  const waiting = counts('waiting_lora_adapters');
+  if (Object.keys(running).length === 0 && Object.keys(waiting).length === 0) return null;
+  return { running, waiting };
 }
 
 /**

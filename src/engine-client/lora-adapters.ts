@@ -1,0 +1,141 @@
+/**
+ * The LoRA adapters a vLLM engine group serves (vLLM's `--lora-modules` and `/v1/load_lora_adapter`, issue 31 part
+ * 2): each has a served name, an integer id unique in the group (≥ 1; vLLM's frontends number them the same way) and
+ * the path the engines load it from. A request naming one carries its `LoRARequest` (engine-wire.md 5.2 index 6);
+ * an engine loads the adapter on first use from that path, so adapters survive a rank's restart without replay.
+ * Loading one at run time asks every ready rank to `add_lora` it (a utility call, docs/wire/vllm-utility.md) and
+ * registers it only when all of them could; unloading asks them to `remove_lora` it and forgets it.
+ */
+import type { LoraTarget } from '../protocols/types.js';
+import { EngineClientError, describeError } from './errors.js';
+import type { UtilityCalls, UtilityOutcome } from './utility-calls.js';
+
+/** An adapter as configured: served name, path on the engines' host, optional base model name. */
+export interface LoraModule {
+  name: string;
+  path: string;
+  baseModelName?: string | null;
+}
+
+/** How the registry reaches the ranks (the engine client provides it). */
+export interface UtilityChannel {
+  /** The ranks a call goes to now (ready ones), with their identities. */
+  readyRanks(): readonly { engineIndex: number; identity: Uint8Array }[];
+  /** The UTILITY payload of a call (the protocol's `encodeUtility`). */
+  encode(callId: number, method: string, args: readonly unknown[]): Uint8Array;
+  /** Send a UTILITY payload to a rank; rejects when it cannot be sent. */
+  send(identity: Uint8Array, payload: Uint8Array): Promise<void>;
+}
+
+/** The outcome of a load or unload: done, or why not (`exists` / `missing` are the caller's; `engine` the ranks'). */
+export type AdapterChange =
+  | { ok: true; adapter: LoraTarget }
+  | { ok: false; reason: 'exists' | 'missing' | 'engine'; message: string };
+
+/** How long a rank may take to answer an adapter call (ms): loading weights from disk can take seconds. */
+export const ADAPTER_CALL_TIMEOUT_MS = 30_000;
+
+/** The adapter registry of one group (see the module comment). */
+export class LoraAdapters {
+  private readonly byName = new Map<string, LoraTarget>();
+  /** Names with a load or unload in progress (a second change of the same name is refused meanwhile). */
+  private readonly changing = new Set<string>();
+  private nextId = 1;
+
+  /** `modules`: the configured adapters (`--lora-modules`), registered at once. Throws RangeError for a duplicate name. */
+  constructor(
+    private readonly calls: UtilityCalls,
+    private readonly channel: UtilityChannel,
+    modules: readonly LoraModule[] = [],
+  ) {
+    for (const m of modules) {
+      if (this.byName.has(m.name)) throw new RangeError(`LoRA adapter '${m.name}' is configured twice`);
+      this.byName.set(m.name, this.targetOf(m));
+    }
+  }
+
+  /** Every adapter, in registration order. */
+  list(): LoraTarget[] {
+    return [...this.byName.values()];
+  }
+
+  /** The adapter served under `name`, if any. */
+  get(name: string): LoraTarget | undefined {
+    return this.byName.get(name);
+  }
+
+  /**
+   * Load adapter `m` on every ready rank (`add_lora`), then serve it. Resolves `exists` for a name already served
+   * or being changed, `engine` (with the rank's message) when a rank refused it; rejects with EngineClientError
+   * `unavailable` when no rank is ready or a rank did not answer in `timeoutMs`.
+   */
+  async load(m: LoraModule, timeoutMs = ADAPTER_CALL_TIMEOUT_MS): Promise<AdapterChange> {
+    if (this.byName.has(m.name) || this.changing.has(m.name))
+      return { ok: false, reason: 'exists', message: `The lora adapter '${m.name}' has already been loaded.` };
+    this.changing.add(m.name);
+    try {
+      // The id is taken now: another load may register while the ranks answer this one.
+      const target = this.targetOf(m);
+      const refused = await this.everyRank('add_lora', [{ lora: target }], timeoutMs);
+      if (refused !== null) return { ok: false, reason: 'engine', message: refused };
+      this.byName.set(m.name, target);
+      return { ok: true, adapter: target };
+    } finally {
+      this.changing.delete(m.name);
+    }
+  }
+
+  /**
+   * Stop serving adapter `name` and ask every ready rank to `remove_lora` it. Resolves `missing` for an unknown
+   * name; the adapter is forgotten even when a rank could not be asked (it only frees that rank's memory).
+   */
+  async unload(name: string, timeoutMs = ADAPTER_CALL_TIMEOUT_MS): Promise<AdapterChange> {
+    const adapter = this.byName.get(name);
+    if (adapter === undefined || this.changing.has(name))
+      return { ok: false, reason: 'missing', message: `The lora adapter '${name}' cannot be found.` };
+    this.byName.delete(name);
+    this.changing.add(name);
+    try {
+      await this.everyRank('remove_lora', [adapter.id], timeoutMs).catch(() => null);
+      return { ok: true, adapter };
+    } finally {
+      this.changing.delete(name);
+    }
+  }
+
+  /** The wire target of `m`, with a fresh id (ids are never reused, so a late request cannot name a new adapter). */
+  private targetOf(m: LoraModule): LoraTarget {
+    return { name: m.name, id: this.nextId++, path: m.path, baseModelName: m.baseModelName ?? null };
+  }
+
+  /**
+   * Call `method(args)` on every ready rank at once; resolves null when all succeeded, else the first failure text
+   * naming its rank. Rejects as `load` says.
+   */
+  private async everyRank(method: string, args: readonly unknown[], timeoutMs: number): Promise<string | null> {
+    const ranks = this.channel.readyRanks();
+    if (ranks.length === 0)
+      throw new EngineClientError('unavailable', `no DP rank is ready to ${method}: retry once the ranks have joined`);
+    const outcomes = await Promise.all(
+      ranks.map(async (r): Promise<[number, UtilityOutcome]> => {
+        const { callId, outcome } = this.calls.begin(r.engineIndex, method, timeoutMs);
+        try {
+          await this.channel.send(r.identity, this.channel.encode(callId, method, args));
+        } catch (err) {
+          this.calls.abandon(
+            callId,
+            new EngineClientError(
+              'unavailable',
+              `${method} not sent to DP rank ${r.engineIndex}: ${describeError(err)}`,
+            ),
+          );
+        }
+        return [r.engineIndex, await outcome];
+      }),
+    );
+    const failed = outcomes.find(([, o]) => !o.ok);
+    if (failed === undefined) return null;
+    const [rank, o] = failed;
+    return `DP rank ${rank}: ${(o as { failure: string }).failure}`;
+  }
+}
