@@ -9,6 +9,8 @@
  * Engine-group options (`--engine-url`, `--sim`, `--engine`, ...) are declared here for help, docs and layering; their
  * positional syntax (each applies to the group opened before it) is parsed by cli.ts.
  */
+import { parseLoraModule } from './engine-client/lora-adapters.js';
+import type { LoraModule } from './engine-client/lora-adapters.js';
 import { DEFAULT_RANK_STALL_TIMEOUT_MS, DEFAULT_SILENCE_TIMEOUT_MS } from './engine-client/client.js';
 import {
   DEFAULT_BALANCE_REL_THRESHOLD,
@@ -564,6 +566,44 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     help: 'Flow control: a rank holding N requests is saturated',
     default: "the rank's max_num_seqs",
     field: field(['flowControl', 'maxInFlightPerRank'], int(1)),
+  },
+  {
+    name: 'lora-modules',
+    type: 'string',
+    multiple: true,
+    value: 'NAME=PATH',
+    section: 'routing',
+    help: 'A LoRA adapter every vLLM group serves under NAME (repeatable; vLLM\'s flag: NAME=PATH or {"name", "path", "base_model_name"} JSON)',
+    field: field(['loraModules'], {
+      parse(name, raw) {
+        const items = Array.isArray(raw) ? raw : [str(raw)];
+        return items.map((item) => {
+          try {
+            return parseLoraModule(item);
+          } catch (err) {
+            throw new UsageError(`--${name}: ${(err as Error).message}`);
+          }
+        });
+      },
+      format: (modules: LoraModule[]) =>
+        modules.map((m) => JSON.stringify({ name: m.name, path: m.path, base_model_name: m.baseModelName ?? null })),
+    }),
+  },
+  {
+    name: 'max-loras',
+    type: 'string',
+    value: 'N',
+    section: 'routing',
+    help: 'LoRA adapters a vLLM rank holds at once (its --max-loras): lora_aware routes on it, simulated ranks get it',
+    default: '1',
+    field: field(['maxLoras'], int(1)),
+  },
+  {
+    name: 'allow-runtime-lora-updating',
+    type: 'boolean',
+    section: 'routing',
+    help: 'Serve POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM: VLLM_ALLOW_RUNTIME_LORA_UPDATING)',
+    field: field(['allowRuntimeLoraUpdating'], flag),
   },
   {
     name: 'max-queued',

@@ -33,7 +33,7 @@
  * the ones it held.
  */
 import { EventEmitter } from 'node:events';
-import type { GenerateRequest, LoraAdapterCounts } from '../protocols/types.js';
+import type { GenerateRequest } from '../protocols/types.js';
 import { RequestType } from '../protocols/types.js';
 import type { BatchSteps } from './apply-batch.js';
 import type { CancelSignal, CancellableSubmitOptions, EngineClientOptions, FlowTicket } from './client-options.js';
@@ -137,11 +137,6 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * The LoRA adapters the group serves (lora-adapters.ts), or null when its wire has no utility calls (TokenSpeed).
    */
   readonly adapters: LoraAdapters | null;
-
-  /** Per engine index: the LoRA adapters its last report counted requests for (vLLM `*_lora_adapters`). */
-  loraAdapterCounts(): ReadonlyMap<number, LoraAdapterCounts> {
-    return this.g.loraCounts;
-  }
 
   /** Number of rank slots (engine indexes 0..dpSize−1). */
   get dpSize(): number {
@@ -506,15 +501,18 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   /** Every rank slot's state, in identity order (see `RankState`). */
   rankStates(): RankState[] {
     const now = this.g.now();
-    return this.g.ranks.slots.map((s) =>
-      rankStateOf(s, {
+    return this.g.ranks.slots.map((s) => {
+      const state = rankStateOf(s, {
         inFlight: this.g.routing.inFlightCount(s.index),
         load: this.g.routing.load(s.index),
         loadAgeMs: this.g.routing.loadAgeMs(s.index, now),
         guard: this.g.routing.soleClientGuard(s.index),
         aborting: this.g.routing.abortingCount(s.index),
-      }),
-    );
+      });
+      const lora = this.g.loraCounts.get(s.index);
+      if (lora !== undefined) state.loraAdapters = lora;
+      return state;
+    });
   }
 
   /**

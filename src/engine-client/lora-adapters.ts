@@ -17,6 +17,31 @@ export interface LoraModule {
   baseModelName?: string | null;
 }
 
+/**
+ * One `--lora-modules` value, as vLLM reads it: `NAME=PATH`, or a JSON object `{"name", "path", "base_model_name"?}`.
+ * Throws RangeError naming what is wrong.
+ */
+export function parseLoraModule(text: string): LoraModule {
+  const t = text.trim();
+  if (t.startsWith('{')) {
+    let v: unknown;
+    try {
+      v = JSON.parse(t);
+    } catch {
+      throw new RangeError(`not valid JSON: ${t}`);
+    }
+    const o = v as { name?: unknown; path?: unknown; base_model_name?: unknown };
+    if (typeof o.name !== 'string' || o.name === '' || typeof o.path !== 'string' || o.path === '')
+      throw new RangeError(`a JSON LoRA module needs "name" and "path" strings: ${t}`);
+    if (o.base_model_name !== undefined && o.base_model_name !== null && typeof o.base_model_name !== 'string')
+      throw new RangeError(`"base_model_name" must be a string: ${t}`);
+    return { name: o.name, path: o.path, baseModelName: (o.base_model_name as string | null | undefined) ?? null };
+  }
+  const eq = t.indexOf('=');
+  if (eq <= 0 || eq === t.length - 1) throw new RangeError(`expected NAME=PATH, got '${t}'`);
+  return { name: t.slice(0, eq), path: t.slice(eq + 1), baseModelName: null };
+}
+
 /** How the registry reaches the ranks (the engine client provides it). */
 export interface UtilityChannel {
   /** The ranks a call goes to now (ready ones), with their identities. */

@@ -4,6 +4,7 @@
  * client-wide `ClientStats`. Plain shapes, the functions that build a `RankState` and fresh `ClientStats`, and the
  * log line of a sole-client guard transition.
  */
+import type { LoraAdapterCounts } from '../protocols/types.js';
 import type { Logger } from 'pino';
 import type { EngineLoad } from '../protocols/types.js';
 import type { RankStateName } from './rank-liveness.js';
@@ -58,6 +59,8 @@ export interface RankState {
   guardDisengagements?: number;
   aborting?: number;
   engineErrors?: Record<string, number>;
+  /** The LoRA adapters the rank's last report counted requests for (vLLM); absent when it reported none. */
+  loraAdapters?: LoraAdapterCounts;
 }
 
 /**

@@ -302,6 +302,7 @@ function startGroupClient(
     flowControl: opts.flowControl?.enabled === true ? opts.flowControl : null,
     budgets: shared.budgets,
     lockstep: spec.lockstepMode,
+    ...(spec.engine === 'vllm' && opts.loraModules !== undefined ? { loraModules: opts.loraModules } : {}),
   });
   const c = client;
   if (c.flowControlled) {

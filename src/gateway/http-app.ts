@@ -76,13 +76,17 @@ export function reloadKeys(directory: TenantDirectory, logger: Logger, keysText:
  */
 export function appOptionsOf(
   opts: GatewayOptions,
-): Pick<GatewayDeps, 'bodyLimitBytes' | 'toolCallParser' | 'reasoningParser' | 'edge' | 'loadHorizonMs'> {
+): Pick<
+  GatewayDeps,
+  'bodyLimitBytes' | 'toolCallParser' | 'reasoningParser' | 'edge' | 'loadHorizonMs' | 'allowRuntimeLoraUpdating'
+> {
   return {
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
     ...(opts.toolCallParser !== undefined ? { toolCallParser: opts.toolCallParser } : {}),
     ...(opts.reasoningParser !== undefined ? { reasoningParser: opts.reasoningParser } : {}),
     ...(edgeOptionsOf(opts) !== undefined ? { edge: edgeOptionsOf(opts) } : {}),
     ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
+    ...(opts.allowRuntimeLoraUpdating === true ? { allowRuntimeLoraUpdating: true } : {}),
   };
 }
 

@@ -4,6 +4,7 @@
  * they serve (`resolveServedModel`: tokenizer folder and served names) and the root logger (`gatewayLogger`). Nothing
  * here starts anything: the only I/O is looking a tokenizer up in the Hugging Face cache and creating the logger.
  */
+import type { LoraModule } from '../engine-client/lora-adapters.js';
 import { basename, resolve } from 'node:path';
 import type { Logger } from 'pino';
 import type { LockstepSetting } from '../engine-client/waves.js';
@@ -158,6 +159,12 @@ export interface GatewayOptions extends GroupOptions {
   reasoningParser?: ReasoningParserName;
   responsesStoreSize?: number;
   dpPolicyOptions?: DpPolicyTuning;
+  /** LoRA adapters every vLLM group serves from the start (vLLM `--lora-modules`; engine-client/lora-adapters.ts). */
+  loraModules?: LoraModule[];
+  /** LoRA adapters a vLLM rank holds at once (vLLM `--max-loras`, default 1): `lora_aware` and the simulated ranks. */
+  maxLoras?: number;
+  /** Serve `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING`). */
+  allowRuntimeLoraUpdating?: boolean;
   edge?: HttpEdgeOptions;
   rankStallTimeoutMs?: number;
   /** Flow control of every engine group (engine-client/flow-control.ts); on only with `enabled`. */

@@ -70,7 +70,11 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
     );
   }
   const dpPolicyName = opts.dpPolicy ?? 'load';
-  const policyOptions = { ...opts.dpPolicyOptions, ...(opts.oracle ? { oracle: opts.oracle } : {}) };
+  const policyOptions = {
+    ...opts.dpPolicyOptions,
+    ...(opts.oracle ? { oracle: opts.oracle } : {}),
+    ...(opts.maxLoras !== undefined ? { maxLoras: opts.maxLoras } : {}),
+  };
   createDpPolicy(dpPolicyName, policyOptions); // validate before starting anything
   // Validate before starting anything (each engine client checks them again when it is built, after the spawn).
   if (opts.silenceTimeoutMs !== undefined) positiveMs('silenceTimeoutMs', opts.silenceTimeoutMs);

@@ -10,9 +10,10 @@ import { kvEventsConfigObject } from '../protocols/kv-events/config.js';
 
 /**
  * Spawn the simulated ranks of every group with `sim` > 0 (`GroupRuntime.sims`), skipping the engine indexes its link
- * adopted from a previous gateway (all of them: nothing spawned), and log them. Throws what `spawnSimRanks` throws.
+ * adopted from a previous gateway (all of them: nothing spawned), and log them; simulated vLLM ranks get `maxLoras`
+ * (the gateway's `--max-loras`). Throws what `spawnSimRanks` throws.
  */
-export async function spawnGroupSims(groups: readonly GroupRuntime[]): Promise<void> {
+export async function spawnGroupSims(groups: readonly GroupRuntime[], maxLoras?: number): Promise<void> {
   // Simulated ranks of a configured worker URL: none for the indexes a restart adopted (their processes serve on).
   const adopted = groups.map((g) => (g.spec.sim > 0 ? g.link.adoptionSettled() : Promise.resolve([])));
   for (const [i, g] of groups.entries()) {
@@ -20,6 +21,8 @@ export async function spawnGroupSims(groups: readonly GroupRuntime[]): Promise<v
     const skip = new Set(await adopted[i]!);
     if (skip.size >= g.spec.sim) continue;
     const extraArgs = [
+      // The gateway's --max-loras describes its vLLM ranks: simulated ones are started with it.
+      ...(g.spec.engine === 'vllm' && maxLoras !== undefined ? ['--max-loras', String(maxLoras)] : []),
       ...(g.spec.kvEvents !== null
         ? ['--kv-events-config', JSON.stringify(kvEventsConfigObject(g.spec.kvEvents))]
         : []),

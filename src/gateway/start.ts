@@ -119,7 +119,11 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
     backend: g.client,
   }));
   const { modelId } = plan.model;
-  const metrics = new GatewayMetrics({ modelId, ...(plan.serveHttp ? {} : { role: 'engine' as const }) });
+  const metrics = new GatewayMetrics({
+    modelId,
+    ...(plan.serveHttp ? {} : { role: 'engine' as const }),
+    ...(plan.opts.maxLoras !== undefined ? { maxLoras: plan.opts.maxLoras } : {}),
+  });
   const lifecycle = new GatewayLifecycle();
   if (!plan.serveHttp) metrics.attach(backendGroups);
   let app: FastifyInstance | null = null;
@@ -155,7 +159,7 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
         listenText: (address) => `model-gateway listening on ${address}`,
       });
     }
-    await spawnGroupSims(groups);
+    await spawnGroupSims(groups, plan.opts.maxLoras);
     logServing(plan, groups, url);
     if (opts.waitForRanks ?? true) await waitForGroupRanks(groups);
   } catch (err) {

@@ -33,6 +33,7 @@ import type { GatewayMetrics } from './metrics.js';
 import { registerChatRoute } from './routes/chat.js';
 import { registerCompletionsRoute } from './routes/completions.js';
 import { registerEmbeddingsRoute } from './routes/embeddings.js';
+import { registerLoraRoutes } from './routes/lora.js';
 import { registerDashboardRoutes } from './routes/dashboard.js';
 import { registerInfoRoutes } from './routes/info.js';
 import { registerRanksRoute, type SharedRankStats } from './routes/ranks.js';
@@ -95,6 +96,8 @@ export interface GatewayDeps {
   admission?: AdmissionGate;
   /** The engine clients' report ageing horizon (ms), so the group choice ages reports as the rank choice does. */
   loadHorizonMs?: number;
+  /** Serve `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (routes/lora.ts). */
+  allowRuntimeLoraUpdating?: boolean;
   /**
    * `--workers N` (src/fronts): the concurrency cap counted in the router instead of here, and the Responses store
    * shared through it (an instance, used instead of one built from `responsesStore`).
@@ -342,6 +345,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   registerChatRoute(app, ctx);
   registerCompletionsRoute(app, ctx);
   registerEmbeddingsRoute(app, ctx);
+  if (deps.allowRuntimeLoraUpdating === true) registerLoraRoutes(app, ctx);
   registerInfoRoutes(app, ctx, Math.floor(Date.now() / 1000));
   registerTokenizeRoutes(app, ctx);
   registerResponsesRoutes(app, ctx);

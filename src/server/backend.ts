@@ -8,7 +8,8 @@
 import type { CancellableSubmitOptions, ClientStats, GroupStatus, RankState } from '../engine-client/client.js';
 import type { ConnectedEngine } from '../engine-client/link.js';
 import type { RequestStream } from '../engine-client/request-stream.js';
-import type { GenerateRequest } from '../protocols/types.js';
+import type { GenerateRequest, LoraTarget } from '../protocols/types.js';
+import type { AdapterChange, LoraModule } from '../engine-client/lora-adapters.js';
 
 /**
  * One submitted request's result stream: the engine client's `RequestStream` (dp-routing.md section 4). Yields the
@@ -27,6 +28,18 @@ export type BackendRankState = RankState;
 
 /** Cumulative client-wide wire-health counters: the engine client's `ClientStats` (gateway.md section 15.3). */
 export type BackendStats = ClientStats;
+
+/**
+ * A group's LoRA adapters (the engine client's `LoraAdapters`; a `--workers` front's view through the router):
+ * `list` / `get` read the adapters served now; `load` / `unload` change them on every rank (resolving why not, or
+ * rejecting with the engine client's error when the ranks cannot be asked).
+ */
+export interface AdapterRegistry {
+  list(): LoraTarget[];
+  get(name: string): LoraTarget | undefined;
+  load(m: LoraModule): Promise<AdapterChange>;
+  unload(name: string): Promise<AdapterChange>;
+}
 
 /** A group's serving status: the engine client's `GroupStatus` (`starting` | `ok` | `degraded` | `unavailable`). */
 export type BackendStatus = GroupStatus;
@@ -56,6 +69,11 @@ export interface GenerationBackend {
   submit(request: GenerateRequest, options?: CancellableSubmitOptions): Promise<BackendStream>;
   rankStates(): BackendRankState[];
   readonly stats: BackendStats;
+  /**
+   * Optional: the LoRA adapters the group serves (vLLM groups; engine-client/lora-adapters.ts), or null/absent when
+   * it serves none (TokenSpeed).
+   */
+  readonly adapters?: AdapterRegistry | null;
   /**
    * Optional: whether a submit may wait in the group's flow-control queue (engine-client/flow-control.ts); a caller
    * that can abort a request before its submit settles passes a signal then.

@@ -44,6 +44,8 @@ export interface MetricsSource {
   isAlive(): boolean;
   /** The group can take a request now (`model_gateway_engine_alive`). */
   canServe(): boolean;
+  /** The group's LoRA adapters (`vllm:lora_requests_info` exists while some group has one). */
+  readonly adapters?: { list(): readonly unknown[] } | null;
 }
 
 /** One engine group as the collectors see it (a `BackendGroup` satisfies it): label values and its client. */

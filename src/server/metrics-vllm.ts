@@ -44,6 +44,8 @@ export function registerVllmSeries(opts: {
   registers: Registry[];
   httpRegisters: Registry[];
   groups: () => readonly AggregateGroup[];
+  /** Whether LoRA is served (some group has adapters) and each rank's `--max-loras`; null/absent: no LoRA series. */
+  lora?: () => { maxLoras: number } | null;
 }): VllmRecordedSeries {
   const { registers, httpRegisters, groups } = opts;
   const modelName = { model_name: opts.model };
@@ -79,6 +81,34 @@ export function registerVllmSeries(opts: {
     'GPU KV-cache usage, 1 means 100 percent usage. DEPRECATED: use vllm:kv_cache_usage_perc',
     (a) => a.kvCacheUsage,
   );
+  // vLLM's LoRA info series: its value is the time of the scrape, its labels name the adapters the ranks hold
+  // requests for (comma-separated) and the adapters a rank may hold at once; only while some group serves adapters.
+  new Gauge({
+    name: 'vllm:lora_requests_info',
+    help: 'Running stats on lora requests.',
+    labelNames: ['max_lora', 'waiting_lora_adapters', 'running_lora_adapters'],
+    registers,
+    collect() {
+      this.reset();
+      const info = opts.lora?.();
+      if (info === null || info === undefined) return;
+      const names = (pick: 'running' | 'waiting') => {
+        const set = new Set<string>();
+        for (const g of groups())
+          for (const r of g.backend.rankStates())
+            for (const [name, n] of Object.entries(r.loraAdapters?.[pick] ?? {})) if (n > 0) set.add(name);
+        return [...set].sort().join(',');
+      };
+      this.set(
+        {
+          max_lora: String(info.maxLoras),
+          waiting_lora_adapters: names('waiting'),
+          running_lora_adapters: names('running'),
+        },
+        Date.now() / 1000,
+      );
+    },
+  });
   const vllmCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
     new Counter<L>({ name, help, labelNames, registers: httpRegisters });
   const promptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', ['model_name']);

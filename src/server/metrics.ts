@@ -85,7 +85,7 @@ export class GatewayMetrics {
    * registries have disjoint series, so the router's plus the fronts' aggregate (prom-client AggregatorRegistry) is
    * the one-process set with nothing counted twice.
    */
-  constructor(opts: { modelId: string; role?: 'all' | 'engine' | 'http' }) {
+  constructor(opts: { modelId: string; role?: 'all' | 'engine' | 'http'; maxLoras?: number }) {
     this.modelId = opts.modelId;
     const role = opts.role ?? 'all';
     // Engine-side series (scrape-time collectors) register here; the recorded (HTTP-side) ones in `httpRegisters`.
@@ -145,7 +145,20 @@ export class GatewayMetrics {
       buckets: QUEUE_WAIT_BUCKETS,
       registers: httpRegisters,
     });
-    this.vllm = registerVllmSeries({ model, registers, httpRegisters, groups });
+    const maxLoras = opts.maxLoras ?? 1;
+    this.vllm = registerVllmSeries({
+      model,
+      registers,
+      httpRegisters,
+      groups,
+      // The LoRA info series exists while some group serves an adapter.
+      lora: () =>
+        this.groups.some(
+          (g) => ((g.backend as { adapters?: { list(): unknown[] } | null }).adapters?.list().length ?? 0) > 0,
+        )
+          ? { maxLoras }
+          : null,
+    });
   }
 
   /** A tenant's label: its name, or `other` past the first `MAX_TENANT_LABELS` names this process labelled. */

@@ -7,7 +7,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import type { FastifyReply, FastifyRequest } from 'fastify';
-import type { GenerateRequest, SamplingOptions } from '../protocols/types.js';
+import type { GenerateRequest, LoraTarget, SamplingOptions } from '../protocols/types.js';
 import { createDetokenizer } from '../tokenizer/detokenizer.js';
 import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
@@ -16,7 +16,8 @@ import type { ChoiceOutputOptions } from './choice-output.js';
 import { ChoiceOutputs } from './choice-outputs.js';
 import { watchClientDisconnect, type DisconnectSignal, type DisconnectWatch } from './disconnect.js';
 import { capableGroups } from './engine-capabilities.js';
-import { ApiError, badRequest, toApiError } from './errors.js';
+import { badRequest, toApiError } from './errors.js';
+import { adapterGroups, adapterOf, loraOf } from './adapters.js';
 import { MAX_N, subRequestIds, subRequestSeed } from './fan-out.js';
 import { ChoiceGeneration, LatencyTracker } from './generation.js';
 import type { RunChoice } from './generation-run.js';
@@ -83,6 +84,8 @@ export interface PreparedRequest {
   budget: BudgetLimits | null;
   /** The request's own queue deadline (ms, `x-gateway-queue-timeout-ms`), or null for the gateway's. */
   queueTimeoutMs: number | null;
+  /** The LoRA adapter the request names as its `model` (resolved in the chosen group), or undefined: the base model. */
+  lora?: LoraTarget;
 }
 
 /**
@@ -136,21 +139,6 @@ function tokensNeeded(body: CommonBodyT, promptTokens: number): number {
 /** Mint an id that is both the response id and the engine request id (never a client-supplied id, gateway.md 13). */
 export function mintRequestId(prefix: string): string {
   return `${prefix}${randomUUID().replaceAll('-', '')}`;
-}
-
-/**
- * Refuse a `model` that is not one of the served names with 404 (vLLM's behaviour); an absent/null model means the
- * served one. `served` is the served model name or the list of them (`--served-model-name`, first = reported).
- */
-export function checkModel(model: string | null | undefined, served: string | readonly string[]): void {
-  const names = typeof served === 'string' ? [served] : served;
-  if (model === null || model === undefined || names.includes(model)) return;
-  const list = names.map((n) => `'${n}'`).join(', ');
-  throw new ApiError(404, `The model '${model}' does not exist (this gateway serves ${list})`, {
-    type: 'not_found_error',
-    param: 'model',
-    code: 'model_not_found',
-  });
 }
 
 /** A prepared prompt: its token ids, the parsers of each choice, and a constraint the prompt side adds. */
@@ -214,7 +202,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   const policy = ctx.directory.policyOf(request.headers);
   const tenant = policy.name;
   ctx.tenants.set(request, tenant); // a refusal from here on is counted for the tenant too (the app's error handler)
-  checkModel(body.model, ctx.servedModelNames);
+  const adapter = adapterOf(ctx.chooser.groups, body.model, ctx.servedModelNames);
   rejectUnsupported(body as Record<string, unknown>);
   const n = parseN(body.n);
   const stop = parseStopStrings(body.stop);
@@ -225,7 +213,7 @@ export async function handleGeneration<B extends CommonBodyT>(
   const requested = parseStructuredOutput(body as StructuredOutputFields);
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
-  const pinned = ctx.chooser.candidates(dpRank);
+  const pinned = adapterGroups(ctx.chooser.candidates(dpRank), adapter);
   const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
   const queueTimeoutMs = parseQueueTimeout(request.headers[QUEUE_TIMEOUT_HEADER]);
   const widestOf = (gs: readonly BackendGroup[]) =>
@@ -250,6 +238,7 @@ export async function handleGeneration<B extends CommonBodyT>(
       tenant,
       budget: policy.budget,
       queueTimeoutMs,
+      adapter,
     });
     handedOver = true;
     return await serveGeneration(ctx, shape, request, reply, next, startedAt, disconnect);
@@ -292,6 +281,7 @@ function toServe<B extends CommonBodyT>(
     tenant: string;
     budget: BudgetLimits | null;
     queueTimeoutMs: number | null;
+    adapter: string | null;
   },
 ): PreparedRequest {
   const { pinned, dpRank, n, stop, topLogprobs, requested, widest: widestOf } = args;
@@ -345,6 +335,7 @@ function toServe<B extends CommonBodyT>(
     budget: args.budget,
     queueTimeoutMs: args.queueTimeoutMs,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
+    ...loraOf(group, args.adapter),
   };
 }
 
@@ -377,7 +368,8 @@ export async function serveGeneration(
   const base: ResponseBase = {
     id: requestId,
     created: Math.floor(Date.now() / 1000),
-    model: ctx.modelId,
+    // As vLLM: a request served by an adapter reports the adapter's name.
+    model: prepared.lora?.name ?? ctx.modelId,
     system_fingerprint: ctx.systemFingerprint,
   };
   const promptTokens = prepared.promptTokenIds.length;
@@ -458,6 +450,7 @@ function engineRequestsOf(requestId: string, prepared: PreparedRequest): Generat
     // vLLM returns k ranked candidates when asked (engine-wire.md 5.6); k ≤ 1 needs the sampled token only.
     ...(prepared.topLogprobs !== null && prepared.topLogprobs > 1 ? { topLogprobs: prepared.topLogprobs } : {}),
     ...(prepared.band !== DEFAULT_PRIORITY_BAND ? { priority: vllmPriorityOf(prepared.band) } : {}),
+    ...(prepared.lora !== undefined ? { lora: prepared.lora } : {}),
   }));
 }
 

@@ -21,7 +21,8 @@ export class SimLoraRegistry {
       switch (method) {
         case 'add_lora': {
           const req = loraRequestOf(args[0]);
-          if (!existsSync(req.path)) return failed(method, `Loading lora ${req.name} failed: No adapter found for ${req.path}`);
+          if (!existsSync(req.path))
+            return failed(method, `Loading lora ${req.name} failed: No adapter found for ${req.path}`);
           this.adapters.set(req.id, { name: req.name, path: req.path });
           return { result: true };
         }

@@ -23,6 +23,7 @@ import type {
   OutputRowField,
 } from '../../protocols/types.js';
 import type { BackendRankState, BackendStatus, EngineTask } from '../../server/backend.js';
+import type { LoraTarget } from '../../protocols/types.js';
 
 /** Record type tags (the first element of every record). 1 was HELLO, now the socket's hello frame (frames.ts). */
 export const Tag = {
@@ -68,6 +69,8 @@ export interface GroupSnapshot {
   stats: WireStats;
   /** Whether an unpinned request would go to a rank without waiting in flow control's queue (`hasRoom`). */
   hasRoom: boolean;
+  /** The LoRA adapters the group serves, or null when it cannot serve any (TokenSpeed). */
+  adapters: LoraTarget[] | null;
 }
 
 /**

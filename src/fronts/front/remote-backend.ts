@@ -12,7 +12,8 @@ import { newClientStats } from '../../engine-client/reports.js';
 import type { ConnectedEngine } from '../../engine-client/link.js';
 import type { RequestStream } from '../../engine-client/request-stream.js';
 import type { GenerateRequest } from '../../protocols/types.js';
-import type { BackendRankState, BackendStatus, GenerationBackend } from '../../server/backend.js';
+import type { AdapterRegistry, BackendRankState, BackendStatus, GenerationBackend } from '../../server/backend.js';
+import type { AdapterChange } from '../../engine-client/lora-adapters.js';
 import type { SharedConcurrencyCap } from '../../server/concurrency.js';
 import type { GroupSnapshot } from '../channel/records.js';
 import type { FrontChannel } from './front-channel.js';
@@ -81,6 +82,26 @@ export class RemoteBackend implements GenerationBackend {
   /** Submit through the router, which places it on a rank (select + reserve there); rejects with the router's error. */
   submit(request: GenerateRequest, options?: CancellableSubmitOptions): Promise<RequestStream> {
     return this.channel.submit(this.group, request, options);
+  }
+
+  /**
+   * The group's LoRA adapters as the last snapshot lists them; a change goes to the router (which asks the ranks)
+   * and the front refreshes its snapshot after it. Null when the group serves none (TokenSpeed).
+   */
+  get adapters(): AdapterRegistry | null {
+    const listed = this.snap?.adapters ?? null;
+    if (listed === null) return null;
+    const change = async (method: string, arg: unknown): Promise<AdapterChange> => {
+      const out = (await this.channel.call(method, [this.group, arg])) as AdapterChange;
+      await this.channel.refresh();
+      return out;
+    };
+    return {
+      list: () => listed,
+      get: (name) => listed.find((a) => a.name === name),
+      load: (m) => change('lora.load', m),
+      unload: (name) => change('lora.unload', name),
+    };
   }
 
   /** Fetch a fresh snapshot from the router (shared by every group of the front). */

@@ -4,20 +4,32 @@
  */
 import type { ResponsesStore, StoredResponse } from '../../server/responses/store.js';
 import type { GroupSnapshot } from '../channel/records.js';
+import type { LoraModule } from '../../engine-client/lora-adapters.js';
+import type { ServedGroup } from './served-groups.js';
 
 /**
  * The value of call `method` with `args` (as the front sent them): `refresh` → every group's snapshot (`snapshot()`);
  * `store.put` [id, stored] → null; `store.get` id → the stored response or null; `store.delete` id → whether it was
- * held; `store.prefetch` {responses, items} → {responses, items} as [id, value or null] pairs. Throws RangeError for
- * an unknown method (the front gets it as the call's error).
+ * held; `store.prefetch` {responses, items} → {responses, items} as [id, value or null] pairs; `lora.load` [group,
+ * module] / `lora.unload` [group, name] → a promise of the group's AdapterChange. Throws RangeError for an unknown
+ * method (the front gets it as the call's error).
  */
 export function routerCallValue(
   method: string,
   args: unknown,
   store: ResponsesStore,
   snapshot: () => GroupSnapshot[],
+  groups: readonly ServedGroup[] = [],
 ): unknown {
   switch (method) {
+    case 'lora.load':
+    case 'lora.unload': {
+      // A LoRA adapter change in group `group` (routes/lora.ts through RemoteBackend): a promise of its AdapterChange.
+      const [group, arg] = args as [number, LoraModule | string];
+      const adapters = groups[group]?.backend.adapters;
+      if (adapters === undefined || adapters === null) throw new RangeError(`group ${group} serves no LoRA adapters`);
+      return method === 'lora.load' ? adapters.load(arg as LoraModule) : adapters.unload(arg as string);
+    }
     case 'refresh':
       return snapshot();
     case 'store.put': {

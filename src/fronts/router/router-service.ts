@@ -458,12 +458,26 @@ export class RouterService {
     let value: unknown = null;
     let ok = true;
     try {
-      value = routerCallValue(method, args, this.opts.store, () => this.snapshot());
+      value = routerCallValue(method, args, this.opts.store, () => this.snapshot(), this.opts.groups);
     } catch (err) {
       ok = false;
       value = toWireError(err);
     }
+    if (value instanceof Promise) {
+      // An adapter change: answered when the ranks have, and every front learns the new list from a snapshot.
+      value.then(
+        (v: unknown) => this.reply(s, callId, true, v),
+        (err: unknown) => this.reply(s, callId, false, toWireError(err)),
+      );
+      return;
+    }
     if (callId !== 0) this.outbox.push(s.frontId, { tag: Tag.REPLY, callId, ok, value });
+  }
+
+  private reply(s: FrontSession, callId: number, ok: boolean, value: unknown): void {
+    this.queueSnapshot();
+    if (callId !== 0 && this.sessions.get(s.frontId) === s)
+      this.outbox.push(s.frontId, { tag: Tag.REPLY, callId, ok, value });
   }
 
   private queueSnapshot(): void {

@@ -33,6 +33,7 @@ export function groupSnapshots(groups: readonly ServedGroup[]): GroupSnapshot[] 
       status: b.status(),
       ranks: b.rankStates(),
       hasRoom: b.hasRoom?.() ?? true,
+      adapters: b.adapters ? b.adapters.list() : null,
       // Every counter as it is now; the records copied so the snapshot does not change under the encoder.
       stats: {
         ...st,

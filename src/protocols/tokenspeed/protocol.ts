@@ -132,6 +132,8 @@ export function createTokenSpeedProtocol(opts: TokenSpeedProtocolOptions = {}): 
       // TokenSpeed's request has no pooling field: an embedding cannot be asked for (the server never routes one here).
       if (request.pooling !== undefined)
         throw new WireEncodeError('TokenizedGenerateReqInput', 'TokenSpeed serves no pooling (embedding) requests');
+      if (request.lora !== undefined)
+        throw new WireEncodeError('TokenizedGenerateReqInput', 'the gateway sends LoRA adapters to vLLM groups only');
       return encodeTokenizedGenerateReqInput(toTokenizedGenerateReqInput(request, opts), { form: 'prefix' });
     },
     encodeAbort(requestIds: readonly string[]): Uint8Array {

@@ -29,7 +29,8 @@ import { endDisconnected, RequestRecord } from '../request-record.js';
 import { clientRequestId, REQUEST_ID_HEADER } from '../request-id.js';
 import type { RouteContext } from '../route-context.js';
 import { EmbeddingBody, type EmbeddingBodyT } from '../schemas.js';
-import { checkModel, mintRequestId } from '../serve-generation.js';
+import { checkModel } from '../adapters.js';
+import { mintRequestId } from '../serve-generation.js';
 import { flowTicketOf, submitSubRequests } from '../submit-sub-requests.js';
 
 const ENDPOINT = '/v1/embeddings';

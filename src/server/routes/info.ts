@@ -7,12 +7,14 @@ import { wantsVerbose } from '../auth.js';
 import { refreshBackends } from '../backend.js';
 import { healthReport, readyReport } from '../health.js';
 import { redactHealth } from '../health-redact.js';
-import { checkModel } from '../serve-generation.js';
+import { checkModel, servedAdapters } from '../adapters.js';
+import type { LoraTarget } from '../../protocols/types.js';
 
 /**
  * Register the informational routes:
  * - `/v1/models/{id}`: that model (ids may contain `/`, as Hugging Face names do; any served name), 404 `model_not_found` otherwise;
- * - `/v1/models`: one card per served model name (`root` = the first name), like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
+ * - `/v1/models`: one card per served model name (`root` = the first name), then one per LoRA adapter (`root` its path,
+ *   `parent` its base model), like vLLM's (`id`, `object: 'model'`, `created`, `owned_by`, `root`, `parent`,
  *   `max_model_len` = the first engine's handshake value, gateway.md 15.1; with several engine groups the smallest
  *   over the live ones, see `GroupChooser.maxModelLen`);
  * - `/health` (liveness): 200 while at least one engine group can serve, 503 when none can (`starting` before any
@@ -35,11 +37,22 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     parent: null,
     max_model_len: ctx.chooser.maxModelLen,
   });
-  // One card per served model name, as vLLM lists every `--served-model-name`.
-  app.get('/v1/models', async () => ({ object: 'list', data: ctx.servedModelNames.map(model) }));
+  // A LoRA adapter's card as vLLM's: `root` its path, `parent` the base model it applies to.
+  const adapterCard = (a: LoraTarget) => ({
+    ...model(a.name),
+    root: a.path,
+    parent: a.baseModelName ?? ctx.modelId,
+  });
+  // One card per served model name, as vLLM lists every `--served-model-name`, then one per LoRA adapter.
+  app.get('/v1/models', async () => {
+    await refreshBackends(ctx.chooser.groups);
+    return { object: 'list', data: [...ctx.servedModelNames.map(model), ...servedAdapters(ctx).map(adapterCard)] };
+  });
   // The served model by id (OpenAI `models.retrieve`); any other id is a 404 like a model the route does not serve.
   app.get('/v1/models/*', async (request) => {
     const id = (request.params as { '*': string })['*'];
+    const adapter = servedAdapters(ctx).find((a) => a.name === id);
+    if (adapter !== undefined) return adapterCard(adapter);
     checkModel(id, ctx.servedModelNames);
     return model(id);
   });

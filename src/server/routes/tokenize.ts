@@ -32,7 +32,7 @@ import { badRequest } from '../errors.js';
 import { MAX_MESSAGES, MAX_TOOLS } from '../input-limits.js';
 import { chatTemplateOptions, renderChat } from '../prompt.js';
 import { ChatMessageSchema, ToolSchema } from '../schemas.js';
-import { checkModel } from '../serve-generation.js';
+import { checkModel } from '../adapters.js';
 
 const Opt = <T extends Parameters<typeof Type.Optional>[0]>(s: T) => Type.Optional(Type.Union([s, Type.Null()]));
 
