@@ -132,8 +132,7 @@ export class BudgetLedger {
   }
 
   /**
-   * Admit one request of `tenant` under `limits`: when `lead`, take one request; when `chargePrompt` (default:
-   * `lead`; an n > 1 request's siblings share its prompt, an embeddings request's inputs do not), `promptTokens`;
+   * Admit one request of `tenant` under `limits`: when `lead`, take one request and `promptTokens`; take
    * `reserveTokens` (its `max_tokens`) in any case. Returns the charge, or null when `limits` limits nothing.
    * @throws EngineClientError `rate-limited` (HTTP 429; fields `retryAfterMs` when waiting can help, and
    *   `rateLimits`, the snapshot as `snapshotNumbers`) when the tenant's budget cannot take it; nothing is taken then.
@@ -144,7 +143,6 @@ export class BudgetLedger {
     promptTokens: number,
     reserveTokens: number,
     lead = true,
-    chargePrompt = lead,
   ): BudgetCharge | null {
     const rpm = limits.requestsPerMinute;
     const tpm = limits.tokensPerMinute;
@@ -154,7 +152,7 @@ export class BudgetLedger {
     const { requests, tokens } = account;
     requests?.refill(rpm!, now);
     tokens?.refill(tpm!, now);
-    const prompt = chargePrompt ? promptTokens : 0;
+    const prompt = lead ? promptTokens : 0;
     const need = prompt + Math.max(0, reserveTokens);
     if (lead && requests !== null && requests.level < 1) {
       throw this.refuse(tenant, 'requests', account, requests.msUntil(1), `${rpm} requests per minute`);

@@ -133,9 +133,14 @@ export interface FlowTicket {
   /** The tenant's limits per minute (budgets.ts); absent: no budget. */
   readonly budget?: BudgetLimits;
   /**
-   * false for the second and later sub-requests of one HTTP request with n > 1: they take no request and no prompt
-   * from the budget, only their own `max_tokens` (the first took the request and the prompt); the inputs of an
-   * embeddings request (pooling) take their own prompts but no request. Absent: true.
+   * false for the second and later sub-requests of one HTTP request with n > 1 or several embedding inputs: they
+   * take no request and no prompt from the budget, only their own `max_tokens` (the first took the request and the
+   * prompt), and an embedding input skips flow control's queue (its lead waited there). Absent: true.
    */
   readonly lead?: boolean;
+  /**
+   * The prompt tokens the lead charges to the budget instead of its own prompt's: an embeddings request's lead
+   * charges every input's. Absent: the request's prompt length.
+   */
+  readonly promptTokens?: number;
 }

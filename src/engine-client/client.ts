@@ -261,7 +261,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   private chargeBudget(request: GenerateRequest, flow: FlowTicket | undefined): BudgetCharge | null {
     if (this.budgets === null || flow?.budget === undefined) return null;
-    const prompt = Array.isArray(request?.promptTokenIds) ? request.promptTokenIds.length : 0;
+    // An embeddings request's lead names the prompt tokens of all its inputs (its siblings take none).
+    const prompt = flow.promptTokens ?? (Array.isArray(request?.promptTokenIds) ? request.promptTokenIds.length : 0);
     const reserve = request?.sampling?.maxNewTokens ?? 0;
     return this.budgets.admit(
       flow.tenant,
@@ -269,8 +270,6 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
       prompt,
       Number.isFinite(reserve) ? reserve : 0,
       flow.lead !== false,
-      // Each input of an embeddings request is its own prompt (n > 1 siblings share theirs).
-      flow.lead !== false || request?.pooling !== undefined,
     );
   }
 
@@ -281,7 +280,15 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     charge: BudgetCharge | null,
   ): Promise<RequestStream> {
     const gate = this.g.gate;
-    if (gate === null || options.dpRank !== undefined || !this.g.canServe() || typeof request?.requestId !== 'string') {
+    // An embeddings request passes flow control as one request: its lead input waits, the others follow it.
+    const follows = request?.pooling !== undefined && options.flow?.lead === false;
+    if (
+      gate === null ||
+      follows ||
+      options.dpRank !== undefined ||
+      !this.g.canServe() ||
+      typeof request?.requestId !== 'string'
+    ) {
       return this.submitNow(request, options, charge);
     }
     const wait = gate.admit(request?.requestId, options.flow ?? DEFAULT_FLOW_TICKET, options.signal);

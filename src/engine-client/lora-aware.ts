@@ -18,7 +18,7 @@ import {
 } from './policy.js';
 
 /** How many requests busier than the least-loaded rank a warm rank may be and still win (requests). */
-export const DEFAULT_LORA_SLACK = 4;
+export const DEFAULT_LORA_SLACK = 8;
 
 /** Options of `createLoraAwarePolicy`: the load policy's, plus the slots per rank and the slack (requests). */
 export interface LoraAwareOptions extends LoadPolicyOptions {

@@ -75,14 +75,26 @@ export async function embeddingInputs(
   maxModelLen: number,
   signal?: OffLoopSignal,
 ): Promise<number[][]> {
+  if (opts.truncate !== null && opts.truncate > maxModelLen)
+    throw badRequest(
+      `'truncate_prompt_tokens' (${opts.truncate}) must be at most the model's context, ${maxModelLen} tokens`,
+      'truncate_prompt_tokens',
+    );
   const keep = opts.truncate === null ? null : opts.truncate === -1 ? maxModelLen : opts.truncate;
   // Without truncation a text that cannot fit is refused before it is tokenized (its lower-bound count).
   const maxTokens = keep === null ? maxModelLen + 1 : Number.MAX_SAFE_INTEGER;
   const vocab = tokenizer.tokenizer.vocabSize;
   const lists = inputList(input);
   const out: number[][] = [];
+  let sinceYield = 0;
   for (let i = 0; i < lists.length; i++) {
     const item = lists[i]!;
+    // Short texts are tokenized on this thread: hand the loop back now and then, so other requests' streams go on.
+    if (typeof item === 'string' && (sinceYield += item.length) > YIELD_AFTER_CHARS) {
+      sinceYield = 0;
+      await new Promise((resolve) => setImmediate(resolve));
+      if (signal?.aborted === true) throw new Error('the client left while its inputs were tokenized');
+    }
     const where = lists.length === 1 && typeof input === 'string' ? 'input' : `input[${i}]`;
     let ids: number[];
     if (typeof item === 'string') {
@@ -114,6 +126,9 @@ function tooLong(where: string, count: string, maxModelLen: number) {
     'context_length_exceeded',
   );
 }
+
+/** Characters of input text tokenized on the event loop between two yields (about 10 ms of work). */
+const YIELD_AFTER_CHARS = 32_768;
 
 /** One vector as the response carries it: numbers, or base64 of its float32 little-endian bytes. */
 export function encodeEmbedding(v: Float32Array, encoding: 'float' | 'base64'): number[] | string {

@@ -30,6 +30,8 @@ export const MAX_LOGIT_BIAS_ENTRIES = 1024;
 export const MAX_TOOLS = 128;
 /** At most this many inputs in one embeddings request (OpenAI's limit); each is its own engine request. */
 export const MAX_EMBEDDING_INPUTS = 2048;
+/** The largest `dimensions` an embeddings request may ask for (well above any model's; the engine's own bound is lower). */
+export const MAX_EMBEDDING_DIMENSIONS = 65_536;
 /**
  * At most this many chat `messages` (also `/tokenize` `messages`, Responses `input` items and the history a
  * `previous_response_id` adds; issue 26 part 5). Every message costs this process before anything is tokenized:
@@ -148,7 +150,8 @@ export function messageListOverLimit(body: unknown): string | null {
   if (body === null || typeof body !== 'object' || Array.isArray(body)) return null;
   for (const name of MESSAGE_LISTS) {
     const list = (body as Record<string, unknown>)[name];
-    if (Array.isArray(list) && list.length > MAX_MESSAGES) return name;
+    // A list of numbers is one prompt's token ids (/v1/embeddings `input`), bounded by the context, not a message list.
+    if (Array.isArray(list) && list.length > MAX_MESSAGES && typeof list[0] !== 'number') return name;
   }
   return null;
 }

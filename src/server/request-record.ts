@@ -51,6 +51,16 @@ function roundMs(ms: number | null): number | null {
   return ms === null ? null : Math.round(ms * 10) / 10;
 }
 
+/** Past this many choices (or embedding inputs), a log line counts ranks and finish reasons instead of listing them. */
+const LISTED_CHOICES = 16;
+
+/** How many times each value occurs in `values` (keys as strings). */
+function tally(values: readonly (string | number | null)[]): Record<string, number> {
+  const out: Record<string, number> = {};
+  for (const v of values) out[String(v)] = (out[String(v)] ?? 0) + 1;
+  return out;
+}
+
 /** One request's accounting (see the module comment). */
 export class RequestRecord {
   /** Per choice: its latency tracker (choice 0 feeds the histograms, every choice its rank's statistics). */
@@ -128,14 +138,24 @@ export class RequestRecord {
       requestId: f.requestId,
       endpoint: f.endpoint,
       worker: f.worker,
-      rank: f.n === 1 ? (this.engineIndexes[0] ?? null) : this.engineIndexes,
+      rank:
+        f.n === 1
+          ? (this.engineIndexes[0] ?? null)
+          : f.n <= LISTED_CHOICES
+            ? this.engineIndexes
+            : tally(this.engineIndexes),
       status,
       promptTokens: f.promptTokens,
       completionTokens: this.completionTokens + this.unfinishedTokens(),
       cachedTokens: this.cachedTokens,
       ttftMs: roundMs(this.trackers[0]?.ttftMs ?? null),
       durationMs: roundMs(this.sinks.now() - f.startedAt),
-      finishReason: f.n === 1 ? outcome : this.reasons.map((r) => r ?? outcome),
+      finishReason:
+        f.n === 1
+          ? outcome
+          : f.n <= LISTED_CHOICES
+            ? this.reasons.map((r) => r ?? outcome)
+            : tally(this.reasons.map((r) => r ?? outcome)),
       ...(f.n > 1 ? { n: f.n } : {}),
       ...(f.stream ? { stream: true } : {}),
       ...(error !== undefined ? { error } : {}),

@@ -23,6 +23,7 @@ import {
   MAX_STOP_TOKEN_IDS,
   MAX_TOOLS,
   MAX_EMBEDDING_INPUTS,
+  MAX_EMBEDDING_DIMENSIONS,
 } from './input-limits.js';
 
 /** `T | null`, optional. */
@@ -214,7 +215,7 @@ export const EmbeddingBody = Type.Object(
       Type.Array(Type.Array(Type.Integer()), { maxItems: MAX_EMBEDDING_INPUTS }),
     ]),
     encoding_format: Opt(Type.Union([Type.Literal('float'), Type.Literal('base64')])),
-    dimensions: Opt(Type.Integer()),
+    dimensions: Opt(Type.Integer({ minimum: 1, maximum: MAX_EMBEDDING_DIMENSIONS })),
     /** OpenAI end-user id: accepted and ignored (it does not change the vectors). */
     user: Opt(Type.String()),
     truncate_prompt_tokens: Opt(Type.Integer()),

@@ -6,6 +6,7 @@
  * (where they could shed other tenants' requests). A refused sub-request ends its siblings at once (one still
  * waiting in the queue leaves it), and so does the client leaving.
  */
+import { setMaxListeners } from 'node:events';
 import type { CancelSignal, FlowTicket } from '../engine-client/client-options.js';
 import type { BudgetLimits } from '../engine-client/budgets.js';
 import type { GenerateRequest } from '../protocols/types.js';
@@ -44,7 +45,7 @@ export async function submitSubRequests(
 ): Promise<{ streams: BackendStream[]; error: unknown }> {
   const { dpRank, ticket } = opts;
   const siblingTicket: FlowTicket = subs.length > 1 ? { ...ticket, lead: false } : ticket;
-  const failFast = subs.length > 1 ? siblingsSignal(opts.leave) : null;
+  const failFast = subs.length > 1 ? siblingsSignal(opts.leave, subs.length) : null;
   const signal = failFast?.signal ?? opts.leave;
   const submit = (r: GenerateRequest, i: number) =>
     backend.submit(r, { dpRank, signal, flow: i === 0 ? ticket : siblingTicket }).catch((err: unknown) => {
@@ -52,7 +53,8 @@ export async function submitSubRequests(
       throw err;
     });
   let settled: PromiseSettledResult<BackendStream>[];
-  if (ticket.budget !== undefined && subs.length > 1) {
+  // Under a budget, or for embedding inputs (which follow their lead past flow control), the lead goes first alone.
+  if ((ticket.budget !== undefined || subs[0]?.pooling !== undefined) && subs.length > 1) {
     settled = await Promise.allSettled([submit(subs[0]!, 0)]);
     if (settled[0]!.status === 'fulfilled')
       settled.push(...(await Promise.allSettled(subs.slice(1).map((r, i) => submit(r, i + 1)))));
@@ -72,8 +74,10 @@ export async function submitSubRequests(
  * The signal of a request's n > 1 sub-requests: aborted when the client leaves (`leave` aborts) or, by its caller,
  * when one sub-request is refused, so the others do not wait on (flow control can hold a submit for seconds).
  */
-function siblingsSignal(leave: CancelSignal): AbortController {
+function siblingsSignal(leave: CancelSignal, listeners: number): AbortController {
   const all = new AbortController();
+  // Each sibling's submit listens on it (up to 2048 embedding inputs): not a leak, so no warning past the default 10.
+  setMaxListeners(listeners + 10, all.signal);
   const onLeave = () => all.abort(leave.reason);
   if (leave.aborted) onLeave();
   else leave.addEventListener('abort', onLeave, { once: true });

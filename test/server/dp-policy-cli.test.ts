@@ -9,7 +9,10 @@ import { CLI_DP_POLICIES, parseServeArgs, UsageError, USAGE } from '../../src/cl
 import { startGateway } from '../../src/gateway/index.js';
 
 test('--dp-policy maps to dpPolicy for every CLI policy; absent means no option (default load)', () => {
-  assert.deepEqual([...CLI_DP_POLICIES], ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware']);
+  assert.deepEqual(
+    [...CLI_DP_POLICIES],
+    ['round_robin', 'inflight', 'load', 'load_no_clamp', 'cache_aware', 'lora_aware'],
+  );
   for (const name of CLI_DP_POLICIES) {
     assert.deepEqual(parseServeArgs(['--dp-policy', name]), { dpPolicy: name });
   }

@@ -60,8 +60,8 @@ function object<T>(t: unknown[], i: number, what: string): T {
 
 /**
  * A SUBMIT's flow ticket (messages.ts `submitTuple`): elements 5 (tenant, a string) and 6 (band, an integer ≥ 0),
- * then optionally 7 and 8 (requests and tokens per minute: nil or an integer ≥ 1), 9 (lead, a boolean) and 10 (the
- * queue deadline: nil or ms > 0); null when absent.
+ * then optionally 7 and 8 (requests and tokens per minute: nil or an integer ≥ 1), 9 (lead, a boolean), 10 (the
+ * queue deadline: nil or ms > 0) and 11 (the prompt tokens the lead charges: an integer ≥ 0); null when absent.
  */
 function flowTicket(t: unknown[]): FlowTicket | null {
   if (t.length <= 5) return null;
@@ -78,9 +78,13 @@ function flowTicket(t: unknown[]): FlowTicket | null {
   const timeoutMs = t[10] ?? null;
   if (timeoutMs !== null && !(typeof timeoutMs === 'number' && timeoutMs > 0 && Number.isFinite(timeoutMs)))
     throw new ChannelDecodeError("SUBMIT: the ticket's queue deadline must be nil or ms > 0");
+  const promptTokens = t[11] ?? null;
+  if (promptTokens !== null && !(Number.isSafeInteger(promptTokens) && (promptTokens as number) >= 0))
+    throw new ChannelDecodeError("SUBMIT: the ticket's prompt tokens must be nil or an integer ≥ 0");
   return {
     ...ticket,
     ...(timeoutMs === null ? {} : { timeoutMs: timeoutMs as number }),
+    ...(promptTokens === null ? {} : { promptTokens: promptTokens as number }),
     ...(requestsPerMinute === null && tokensPerMinute === null
       ? {}
       : { budget: { requestsPerMinute, tokensPerMinute } }),

@@ -38,15 +38,17 @@ function upTuple(r: UpRecord): unknown[] {
 /**
  * A SUBMIT as its list: [tag, handle, group, request, dpRank], then with a flow ticket its tenant and band, then
  * when the ticket has a budget, a deadline of its own or is not its request's lead: requests and tokens per minute
- * (nil: no limit), lead, and the deadline in ms (nil: the group's).
+ * (nil: no limit), lead, and the deadline in ms (nil: the group's); then the prompt tokens the lead charges when the
+ * ticket names them (an embeddings request).
  */
 function submitTuple(r: Extract<UpRecord, { tag: typeof Tag.SUBMIT }>): unknown[] {
   const head = [r.tag, r.handle, r.group, r.request, r.dpRank];
   const f = r.flow;
   if (f === null) return head;
-  if (f.budget === undefined && f.lead !== false && f.timeoutMs === undefined) return [...head, f.tenant, f.band];
+  if (f.budget === undefined && f.lead !== false && f.timeoutMs === undefined && f.promptTokens === undefined)
+    return [...head, f.tenant, f.band];
   const b = f.budget;
-  return [
+  const tail = [
     ...head,
     f.tenant,
     f.band,
@@ -55,6 +57,7 @@ function submitTuple(r: Extract<UpRecord, { tag: typeof Tag.SUBMIT }>): unknown[
     f.lead !== false,
     f.timeoutMs ?? null,
   ];
+  return f.promptTokens === undefined ? tail : [...tail, f.promptTokens];
 }
 
 function downTuple(r: Exclude<DownRecord, { tag: typeof Tag.OUT }>): unknown[] {

@@ -13,7 +13,7 @@ import { DEFAULT_SAMPLING, type GenerateRequest } from '../../protocols/types.js
 import type { BackendStream } from '../backend.js';
 import { watchClientDisconnect } from '../disconnect.js';
 import { embeddingInputs, embeddingOptions, embeddingResponse } from '../embeddings.js';
-import { ApiError, toApiError } from '../errors.js';
+import { ApiError, badRequest, toApiError } from '../errors.js';
 import { subRequestIds } from '../fan-out.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from '../pin.js';
 import {
@@ -34,6 +34,13 @@ import { mintRequestId } from '../serve-generation.js';
 import { flowTicketOf, submitSubRequests } from '../submit-sub-requests.js';
 
 const ENDPOINT = '/v1/embeddings';
+
+/**
+ * Each group's embedding size (elements), learned from its first answer at the model's full size: a `dimensions`
+ * above it is then the client's mistake (400), as vLLM's frontend, which knows the model, answers it; before that
+ * the engine refuses it (a 502 that says why).
+ */
+const EMBEDDING_SIZES = new WeakMap<object, number>();
 
 /** Register POST /v1/embeddings on `app`. */
 export function registerEmbeddingsRoute(app: FastifyInstance, ctx: RouteContext): void {
@@ -67,6 +74,13 @@ async function handleEmbeddings(
   const queueTimeoutMs = parseQueueTimeout(request.headers[QUEUE_TIMEOUT_HEADER]);
   // Every input must fit every candidate, so the group chosen after tokenizing can take them all.
   const maxModelLen = Math.min(...live.map((g) => g.backend.maxModelLen ?? 0));
+  const dimensions = opts.pooling.dimensions;
+  const size = Math.min(...live.map((g) => EMBEDDING_SIZES.get(g.backend) ?? Number.POSITIVE_INFINITY));
+  if (dimensions !== null && dimensions > size)
+    throw badRequest(
+      `'dimensions' must be at most ${size}, this model's embedding size; got ${dimensions}`,
+      'dimensions',
+    );
   const disconnect = watchClientDisconnect(request.raw, reply.raw);
   try {
     const inputs = await embeddingInputs(ctx.offLoop, body.input, opts, maxModelLen, disconnect.signal);
@@ -102,7 +116,8 @@ async function handleEmbeddings(
     const { streams, error } = await submitSubRequests(group.backend, subs, {
       dpRank,
       leave: disconnect.signal,
-      ticket: flowTicketOf({ tenant, band, budget: policy.budget, queueTimeoutMs }),
+      // The lead charges every input's prompt; the request counts once (budgets.ts).
+      ticket: { ...flowTicketOf({ tenant, band, budget: policy.budget, queueTimeoutMs }), promptTokens },
     });
     ctx.metrics.observeQueueWait(tenant, (ctx.now() - submittedAt) / 1000);
     record.engineIndexes = streams.map((s) => s.engineIndex);
@@ -130,6 +145,7 @@ async function handleEmbeddings(
       disconnect.signal.removeEventListener('abort', onLeave);
     }
     if (disconnect.signal.aborted) return endDisconnected(record, reply);
+    if (dimensions === null && vectors.length > 0) EMBEDDING_SIZES.set(group.backend, vectors[0]!.length);
     record.count(200, 'stop');
     const budget = streams[0]!.budget ?? null;
     reply.headers({
@@ -168,7 +184,8 @@ async function pooledVectorOf(stream: BackendStream, index: number): Promise<Flo
     throw new ApiError(
       502,
       `engine engine-fault: ${rankName(stream)} ended embedding input ${index} (${stream.requestId}) with finish ` +
-        `reason '${out.finishReason}' and ${out.pooled === undefined ? 'no' : 'a'} pooled vector`,
+        `reason '${out.finishReason}' and ${out.pooled === undefined ? 'no' : 'a'} pooled vector` +
+        (out.finishReason === 'error' ? ` (an engine refuses a 'dimensions' larger than its model's embedding)` : ''),
       { code: 'engine_fault' },
     );
   }

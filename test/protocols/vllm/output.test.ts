@@ -88,6 +88,8 @@ const STATS_HEX = fixmap([
   ['kv_connector_stats', 'c0'],
   ['cudagraph_stats', 'c0'],
   ['perf_stats', 'c0'],
+  ['waiting_lora_adapters', '80'],
+  ['running_lora_adapters', '80'],
 ]);
 
 /** Request batch, 4-element short envelope: engine 1, one output, stats, timestamp 1.5. */
@@ -190,8 +192,8 @@ test('every envelope shape: request batch, stats-only, finished-only, utility re
   assert.deepEqual(classifyEngineCoreOutputs(decodeEngineCoreOutputs(utility)), { kind: 'utility' });
   assert.deepStrictEqual(
     engineCoreOutputsToEngineBatch(decodeEngineCoreOutputs(utility)),
-    { engineIndex: 0, outputs: [], finishedRequestIds: [] },
-    'a utility reply is an empty batch for engine 0',
+    { engineIndex: 3, outputs: [], finishedRequestIds: [], utility: { callId: 1, failure: null, result: null } },
+    'a utility reply is a batch without rows carrying the reply',
   );
 
   const complete = bytesOf('97' + '02' + '90' + 'c0' + F64['0'] + 'c0' + 'c0' + '07');
