@@ -1,10 +1,12 @@
 /**
  * The `lora_aware` DP policy (issue 31 part 2): `load`'s choice, except that a request for a LoRA adapter goes to a
  * rank that is warm for it when that rank's load score is within `slack` requests of the best one. A rank is warm
- * for an adapter it was recently sent requests for: the last `maxLoras` distinct adapters dispatched to it (vLLM
- * holds `--max-loras` adapters in GPU slots and reuses the least recently used one first; a cold adapter costs a
- * load before the request can run, and while another adapter's requests run it may have to wait). Bounded by load
- * like the cache affinity (cache-aware.ts): a warm rank that is much busier loses to the least-loaded one.
+ * for an adapter it was recently sent requests for (the last `maxLoras` distinct adapters dispatched to it: vLLM
+ * holds `--max-loras` adapters in GPU slots and reuses the least recently used one first) or whose last report
+ * counts requests for it. A cold adapter costs a load before the request can run, and while `maxLoras` other
+ * adapters' requests run it waits: with no warm rank, the request goes to a rank whose report shows a free adapter
+ * slot. Both bounded by load like the cache affinity (cache-aware.ts): a rank much busier than the least-loaded one
+ * loses to it.
  * Requests without an adapter are scored exactly as `load` scores them.
  */
 import type { GenerateRequest } from '../protocols/types.js';
@@ -55,20 +57,23 @@ export function createLoraAwarePolicy(opts: LoraAwareOptions = {}): DpPolicy & {
         stats.base += 1;
         return best;
       }
-      // The least-loaded warm rank within the slack, else load's choice.
+      const name = request.lora!.name;
       const bound = scores[best]! + slack;
+      const within = (i: number) => ranks[i]!.engineIndex !== null && scores[i]! <= bound;
+      // The least-loaded warm rank within the slack: one the adapter was sent to lately, or whose report shows it.
       const warmScores = ranks.map((v, i) =>
-        v.engineIndex !== null && scores[i]! <= bound && warm.get(v.engineIndex)?.includes(id) === true
-          ? scores[i]!
-          : Number.POSITIVE_INFINITY,
+        within(i) && (warm.get(v.engineIndex!)?.includes(id) === true || holds(v, name)) ? scores[i]! : Infinity,
       );
       const pick = lowestPosition(warmScores, start);
-      if (warmScores[pick] === Number.POSITIVE_INFINITY) {
-        stats.cold += 1;
-        return best;
+      if (warmScores[pick] !== Infinity) {
+        stats.warm += 1;
+        return pick;
       }
-      stats.warm += 1;
-      return pick;
+      // Cold: a rank with a free adapter slot (its report shows fewer running adapters) starts it at once.
+      const freeScores = ranks.map((v, i) => (within(i) && runningAdapters(v) < maxLoras ? scores[i]! : Infinity));
+      const free = lowestPosition(freeScores, start);
+      stats.cold += 1;
+      return freeScores[free] !== Infinity ? free : best;
     },
     onDispatch(engineIndex: number, request: GenerateRequest): void {
       const id = request.lora?.id;
@@ -84,6 +89,21 @@ export function createLoraAwarePolicy(opts: LoraAwareOptions = {}): DpPolicy & {
       warm.delete(engineIndex);
     },
   };
+}
+
+/** Whether the rank's last report counts requests for adapter `name` (running or waiting). */
+function holds(v: RankView, name: string): boolean {
+  const a = v.adapters;
+  return a !== null && a !== undefined && ((a.running[name] ?? 0) > 0 || (a.waiting[name] ?? 0) > 0);
+}
+
+/** How many distinct adapters the rank's last report shows running. */
+function runningAdapters(v: RankView): number {
+  const running = v.adapters?.running;
+  if (running === undefined) return 0;
+  let n = 0;
+  for (const k in running) if (running[k]! > 0) n += 1;
+  return n;
 }
 
 /** What `lora_aware` decided: adapter requests sent to a warm rank, to load's choice (none warm within the slack), and requests without an adapter. */

@@ -40,6 +40,7 @@ export function selectAndReserve(
     load: g.routing.load(s.index),
     loadAgeMs: g.routing.loadAgeMs(s.index, now),
     service: g.routing.rates.view(s.index),
+    adapters: g.loraCounts.get(s.index) ?? null,
   }));
   const pos = g.policy.select(views, request);
   if (!Number.isInteger(pos) || pos < 0 || pos >= ready.length) {

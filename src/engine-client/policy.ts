@@ -24,7 +24,7 @@
  *   request: every rank keeps a finite score.
  */
 import { positiveMs } from '../option-checks.js';
-import type { EngineLoad, GenerateRequest } from '../protocols/types.js';
+import type { EngineLoad, GenerateRequest, LoraAdapterCounts } from '../protocols/types.js';
 import type { RankService } from './service-rates.js';
 
 /**
@@ -43,6 +43,11 @@ export interface RankView {
   readonly load: EngineLoad | null;
   readonly loadAgeMs?: number | null;
   readonly service?: RankService | null;
+  /**
+   * The LoRA adapters the rank's last report counted requests for, by name (vLLM scheduler stats); absent or null =
+   * none reported. Only `lora_aware` reads it.
+   */
+  readonly adapters?: LoraAdapterCounts | null;
 }
 
 /**

@@ -232,6 +232,16 @@ export interface SamplingOptions {
   structuredOutput?: StructuredOutput | null;
   /** Only these token ids may be sampled (vLLM `allowed_token_ids`; not on TokenSpeed's wire); null/absent: any. */
   allowedTokenIds?: number[] | null;
+  /**
+   * Token sequences the engine must not complete (vLLM `_bad_words_token_ids`, made from the request's `bad_words` as
+   * vLLM's frontend makes it; not on TokenSpeed's wire); null/absent: none.
+   */
+  badWordsTokenIds?: number[][] | null;
+  /**
+   * Most tokens the model may think before it must answer (vLLM `thinking_token_budget`, TokenSpeed
+   * `thinking_budget`; the engine needs its reasoning configuration to apply it); null/absent: no budget.
+   */
+  thinkingTokenBudget?: number | null;
 }
 
 /**

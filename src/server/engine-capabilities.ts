@@ -21,6 +21,8 @@ export interface OutputNeeds {
   structuredOutputParam: string;
   /** Whether the request restricts the sampled ids (`allowed_token_ids`: vLLM's wire only). */
   allowedTokenIds: boolean;
+  /** Whether the request forbids words (`bad_words`: vLLM's wire only). Absent: no. */
+  badWords?: boolean;
 }
 
 /** The most top logprobs a TokenSpeed group returns: the sampled token's only (gateway.md 8). */
@@ -33,6 +35,12 @@ export function capabilityProblem(engine: EngineFamily, needs: OutputNeeds): { m
     return {
       message: `'allowed_token_ids' cannot be served on TokenSpeed engine groups: TokenSpeed's request has no such field`,
       param: 'allowed_token_ids',
+    };
+  }
+  if (needs.badWords === true) {
+    return {
+      message: `'bad_words' cannot be served on TokenSpeed engine groups: TokenSpeed's request has no such field`,
+      param: 'bad_words',
     };
   }
   if (needs.topLogprobs !== null && needs.topLogprobs > TOKENSPEED_MAX_TOP_LOGPROBS) {

@@ -31,10 +31,7 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   audio: isNull,
   web_search_options: isNull,
   // vLLM extensions that change the output (issue 31 part 4): refused until served, never dropped.
-  bad_words: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
-  truncate_prompt_tokens: isNull,
   return_token_ids: (v) => isNull(v) || v === false,
-  thinking_token_budget: isNull,
   chat_template: isNull,
 };
 
@@ -113,6 +110,58 @@ export function parseAllowedTokenIds(value: unknown, vocabSize: number): number[
       );
   });
   return [...new Set(value as number[])];
+}
+
+/**
+ * The request's `truncate_prompt_tokens` (vLLM): keep only the last k prompt tokens (left truncation); -1 keeps as many
+ * as leave one token of room in the context. Null when absent.
+ * @throws ApiError 400 (`param: 'truncate_prompt_tokens'`) for anything but -1 or an integer ≥ 1.
+ */
+export function parseTruncatePromptTokens(value: unknown): number | null {
+  if (isNull(value)) return null;
+  if (value === -1 || (Number.isSafeInteger(value) && (value as number) >= 1)) return value as number;
+  throw badRequest(
+    `'truncate_prompt_tokens' must be -1 (the context) or an integer ≥ 1; got ${quoteValue(value)}`,
+    'truncate_prompt_tokens',
+  );
+}
+
+/** Most `bad_words` entries and characters per entry (each becomes token sequences the engine checks every step). */
+export const MAX_BAD_WORDS = 128;
+export const MAX_BAD_WORD_CHARS = 256;
+
+/**
+ * The token sequences of the request's `bad_words` as vLLM's frontend makes them (`SamplingParams.
+ * update_from_tokenizer`): each word without its leading spaces, encoded without special tokens, then with one leading
+ * space, the latter kept only when it starts with another token and has as many tokens (the word in the middle of a
+ * text). Null when absent or empty.
+ * @throws ApiError 400 (`param: 'bad_words'`) for a value that is not a list of non-empty strings within the bounds.
+ */
+export function badWordsTokenIds(
+  tokenizer: { encode(text: string, opts: { addSpecialTokens: boolean }): number[] },
+  value: unknown,
+): number[][] | null {
+  if (isNull(value)) return null;
+  const param = 'bad_words';
+  if (
+    !Array.isArray(value) ||
+    value.some((w) => typeof w !== 'string' || w.trim() === '' || w.length > MAX_BAD_WORD_CHARS)
+  )
+    throw badRequest(
+      `'${param}' must be a list of non-empty strings of at most ${MAX_BAD_WORD_CHARS} characters`,
+      param,
+    );
+  if (value.length > MAX_BAD_WORDS)
+    throw badRequest(`'${param}' holds ${value.length} words; at most ${MAX_BAD_WORDS}`, param);
+  const out: number[][] = [];
+  for (const word of value as string[]) {
+    const bare = word.trimStart();
+    const plain = tokenizer.encode(bare, { addSpecialTokens: false });
+    out.push(plain);
+    const spaced = tokenizer.encode(` ${bare}`, { addSpecialTokens: false });
+    if (spaced[0] !== plain[0] && spaced.length === plain.length) out.push(spaced);
+  }
+  return out.length === 0 ? null : out;
 }
 
 /** Bound of a `logit_bias` value: vLLM clamps every bias to [−100, 100] (vLLM `protocol.py`), as OpenAI documents. */
@@ -257,6 +306,15 @@ export function buildSampling(body: CommonBodyT, ctx: ParamContext): SamplingOpt
   s.logitBias = parseLogitBias((body as { logit_bias?: unknown }).logit_bias, ctx.vocabSize);
   const allowed = parseAllowedTokenIds((body as { allowed_token_ids?: unknown }).allowed_token_ids, ctx.vocabSize);
   if (allowed !== null) s.allowedTokenIds = allowed;
+  const budget = (body as { thinking_token_budget?: unknown }).thinking_token_budget;
+  if (!isNull(budget)) {
+    if (!Number.isSafeInteger(budget) || (budget as number) < 0)
+      throw badRequest(
+        `'thinking_token_budget' must be an integer ≥ 0; got ${quoteValue(budget)}`,
+        'thinking_token_budget',
+      );
+    s.thinkingTokenBudget = budget as number;
+  }
   if (!isNull(body.ignore_eos)) s.ignoreEos = body.ignore_eos as boolean;
   if (!isNull(body.skip_special_tokens)) s.skipSpecialTokens = body.skip_special_tokens as boolean;
   return s;

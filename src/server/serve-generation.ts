@@ -22,7 +22,15 @@ import { MAX_N, subRequestIds, subRequestSeed } from './fan-out.js';
 import { ChoiceGeneration, LatencyTracker } from './generation.js';
 import type { RunChoice } from './generation-run.js';
 import { parseLogprobs } from './logprobs.js';
-import { buildSampling, parseStopStrings, rejectUnsupported, requestedLimit, type ContextLimits } from './params.js';
+import {
+  badWordsTokenIds,
+  buildSampling,
+  parseStopStrings,
+  parseTruncatePromptTokens,
+  rejectUnsupported,
+  requestedLimit,
+  type ContextLimits,
+} from './params.js';
 import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
 import { clientRequestId, REQUEST_ID_HEADER } from './request-id.js';
 import { rateLimitHeaders } from './rate-limits.js';
@@ -211,6 +219,7 @@ export async function handleGeneration<B extends CommonBodyT>(
     throw badRequest(`'stream_options' is only allowed when 'stream' is true`, 'stream_options');
   }
   const requested = parseStructuredOutput(body as StructuredOutputFields);
+  const truncate = parseTruncatePromptTokens((body as { truncate_prompt_tokens?: unknown }).truncate_prompt_tokens);
   const pinHeader = request.headers[DP_RANK_HEADER];
   const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
   const pinned = adapterGroups(ctx.chooser.candidates(dpRank), adapter);
@@ -222,10 +231,18 @@ export async function handleGeneration<B extends CommonBodyT>(
   const disconnect = watchClientDisconnect(request.raw, reply.raw);
   let handedOver = false;
   try {
-    const prepared = await prompt.prepare(ctx, body, limitsOf(widestOf(pinned), prompt.param), {
-      constrained: requested !== null,
-      signal: disconnect.signal,
-    });
+    const limits = limitsOf(widestOf(pinned), prompt.param);
+    // With truncation the whole prompt is tokenized (its head is dropped after), so no early size refusal.
+    const prepared = await prompt.prepare(
+      ctx,
+      body,
+      truncate === null ? limits : { ...limits, contextTokenLimit: Number.MAX_SAFE_INTEGER },
+      { constrained: requested !== null, signal: disconnect.signal },
+    );
+    if (truncate !== null) {
+      const keep = truncate === -1 ? Math.max(1, limits.contextTokenLimit - 1) : truncate;
+      if (prepared.tokens.length > keep) prepared.tokens = prepared.tokens.slice(prepared.tokens.length - keep);
+    }
     const next = toServe(ctx, shape, prompt, body, prepared, {
       pinned,
       dpRank,
@@ -293,6 +310,7 @@ function toServe<B extends CommonBodyT>(
     );
   }
   const constraint = requested ?? prepared.constraint ?? null;
+  const badWords = badWordsTokenIds(ctx.tokenizer, (body as { bad_words?: unknown }).bad_words);
   // Only groups whose engine can express the request's output options (engine-capabilities.ts).
   const eligible = capableGroups(pinned, {
     topLogprobs,
@@ -300,6 +318,7 @@ function toServe<B extends CommonBodyT>(
     structuredOutput: constraint?.output ?? null,
     structuredOutputParam: constraint?.param ?? 'response_format',
     allowedTokenIds: !isNullish((body as { allowed_token_ids?: unknown }).allowed_token_ids),
+    badWords: badWords !== null,
   });
   const widest = widestOf(eligible);
   const needed = tokensNeeded(body, promptTokenIds.length);
@@ -312,6 +331,7 @@ function toServe<B extends CommonBodyT>(
     vocabSize: ctx.tokenizer.vocabSize,
   });
   sampling.structuredOutput = constraint?.output ?? null;
+  if (badWords !== null) sampling.badWordsTokenIds = badWords;
   const convertedStopIds = singleTokenStopIds(
     ctx.tokenizer,
     stop,

@@ -45,3 +45,14 @@ test('requests without an adapter go where load sends them, with the same rotati
   assert.equal(aware.stats.base, 8);
   assert.throws(() => createLoraAwarePolicy({ maxLoras: 0 }), RangeError);
 });
+
+test('a rank whose report shows the adapter is warm; a cold adapter goes to a rank with a free slot', () => {
+  const p = createLoraAwarePolicy({ maxLoras: 1, loraSlack: 5 });
+  const views: RankView[] = [
+    { engineIndex: 0, inFlight: 0, load: null, adapters: { running: { a9: 2 }, waiting: {} } },
+    { engineIndex: 1, inFlight: 1, load: null, adapters: null },
+    { engineIndex: 2, inFlight: 2, load: null, adapters: { running: {}, waiting: { a5: 1 } } },
+  ];
+  assert.equal(p.select(views, req(5)), 2, 'rank 2 holds a waiting request for a5');
+  assert.equal(p.select(views, req(7)), 1, 'rank 0 runs another adapter in its only slot: rank 1 is free');
+});

@@ -176,7 +176,7 @@ export function toTokenSpeedGrammar(so: StructuredOutput | null | undefined): To
 /**
  * Maps the engine-neutral `SamplingOptions` (already validated and defaulted by the HTTP layer) onto TokenSpeed's
  * 29 fields and normalizes them (engine-wire.md 4.4 "Gateway sends" column): `stop` nil (stop strings are matched in
- * the gateway), the grammar fields from `structuredOutput` (`toTokenSpeedGrammar`), `no_stop_trim` false, `thinking_budget`/`custom_params`/`stream_interval` nil,
+ * the gateway), the grammar fields from `structuredOutput` (`toTokenSpeedGrammar`), `no_stop_trim` false, `thinking_budget` = `thinkingTokenBudget` (nil without), `custom_params`/`stream_interval` nil,
  * `logprobs` nil, `n` 1, `stop_strs` `[]`, `is_normalized` true. `logit_bias` and `seed` are passed through.
  */
 export function toTokenSpeedSamplingParams(s: SamplingOptions): TokenSpeedSamplingParams {
@@ -197,7 +197,7 @@ export function toTokenSpeedSamplingParams(s: SamplingOptions): TokenSpeedSampli
     skip_special_tokens: s.skipSpecialTokens,
     spaces_between_special_tokens: s.spacesBetweenSpecialTokens,
     no_stop_trim: false,
-    thinking_budget: null,
+    thinking_budget: s.thinkingTokenBudget ?? null,
     custom_params: null,
     stream_interval: null,
     logit_bias: s.logitBias === null ? null : { ...s.logitBias },

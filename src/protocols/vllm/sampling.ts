@@ -412,6 +412,14 @@ export function toVllmSamplingParams(s: SamplingOptions, ctx: VllmSamplingContex
       s.allowedTokenIds === null || s.allowedTokenIds === undefined
         ? null
         : s.allowedTokenIds.map((id, i) => intField(`allowed_token_ids[${i}]`, id)),
+    _bad_words_token_ids:
+      s.badWordsTokenIds === null || s.badWordsTokenIds === undefined
+        ? null
+        : s.badWordsTokenIds.map((seq, i) => seq.map((id, j) => intField(`_bad_words_token_ids[${i}][${j}]`, id))),
+    thinking_token_budget:
+      s.thinkingTokenBudget === null || s.thinkingTokenBudget === undefined
+        ? null
+        : intField('thinking_token_budget', s.thinkingTokenBudget),
     structured_outputs: s.structuredOutput ? toVllmStructuredOutputs(s.structuredOutput) : null,
   };
 }

@@ -1,0 +1,180 @@
+/**
+ * The client matrix of issue 31 part 5: embeddings, LoRA adapters and reasoning controls through the clients people
+ * use (openai SDK, the Vercel AI SDK's default `openai()` provider and its openai-compatible one, LangChain), against
+ * one gateway per engine family. Both families' simulated ranks think before answering (`--reasoning`, parsed with
+ * `--reasoning-parser qwen3`). vLLM: embeddings and an adapter (`--lora-modules`) are served; TokenSpeed: both are
+ * refused with the errors a client can tell apart (400 `unsupported_task`, 404 for an adapter name). Reasoning works
+ * on both: `reasoning_effort` (chat), `reasoning.effort` / `summary` (Responses), and the AI SDK's default provider
+ * shows the reasoning (it reads the summary events).
+ */
+import { after, before, describe, test } from 'node:test';
+import assert from 'node:assert/strict';
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import OpenAI from 'openai';
+import { createOpenAI } from '@ai-sdk/openai';
+import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
+import { embed, generateText, streamText } from 'ai';
+import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
+import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
+
+const MODEL = 'sim-qwen3';
+const TIMEOUT = { timeout: 90_000 };
+const SIM_ARGS = ['--time-scale', '0', '--log-level', 'warn', '--reasoning'];
+
+for (const engine of ['vllm', 'tokenspeed'] as const) {
+  describe(`the new client surface against simulated ${engine} ranks`, () => {
+    let gateway: TestGateway;
+    let dir: string;
+    const url = () => `${gateway.url}/v1`;
+    const client = () => new OpenAI({ baseURL: url(), apiKey: 'unused', maxRetries: 0 });
+
+    before(async () => {
+      dir = await mkdtemp(join(tmpdir(), 'mgw-surface-'));
+      gateway = await startTestGateway({
+        modelId: MODEL,
+        engine,
+        sim: 2,
+        simArgs: SIM_ARGS,
+        reasoningParser: 'qwen3',
+        loraModules: [{ name: 'sql', path: dir, baseModelName: null }],
+      });
+    });
+    after(async () => {
+      await gateway?.close();
+      await rm(dir, { recursive: true, force: true });
+    });
+
+    test('embeddings: openai SDK, AI SDK embed(), LangChain OpenAIEmbeddings', TIMEOUT, async () => {
+      const ai = createOpenAI({ baseURL: url(), apiKey: 'unused' });
+      const lc = new OpenAIEmbeddings({
+        model: MODEL,
+        apiKey: 'unused',
+        configuration: { baseURL: url() },
+        maxRetries: 0,
+      });
+      if (engine === 'vllm') {
+        const r = await client().embeddings.create({ model: MODEL, input: ['a', 'b'] });
+        assert.equal(r.data.length, 2);
+        assert.equal(
+          (await embed({ model: ai.embedding(MODEL), value: 'c', maxRetries: 0 })).embedding.length,
+          r.data[0]!.embedding.length,
+        );
+        assert.equal((await lc.embedQuery('d')).length, r.data[0]!.embedding.length);
+      } else {
+        await assert.rejects(
+          client().embeddings.create({ model: MODEL, input: 'a' }),
+          (e: unknown) => e instanceof OpenAI.BadRequestError && e.code === 'unsupported_task',
+        );
+        await assert.rejects(embed({ model: ai.embedding(MODEL), value: 'c', maxRetries: 0 }), /embed/i);
+        await assert.rejects(lc.embedQuery('d'));
+      }
+    });
+
+    test('a LoRA adapter by model name: openai SDK, AI SDK openai-compatible, LangChain', TIMEOUT, async () => {
+      const compat = createOpenAICompatible({ name: 'sim', baseURL: url(), apiKey: 'unused' });
+      const lc = new ChatOpenAI({
+        model: 'sql',
+        apiKey: 'unused',
+        configuration: { baseURL: url() },
+        maxRetries: 0,
+        maxTokens: 8,
+      });
+      if (engine === 'vllm') {
+        const r = await client().chat.completions.create({
+          model: 'sql',
+          messages: [{ role: 'user', content: 'q' }],
+          max_tokens: 8,
+        });
+        assert.equal(r.model, 'sql');
+        const { text } = await generateText({
+          model: compat.chatModel('sql'),
+          prompt: 'q',
+          maxOutputTokens: 8,
+          maxRetries: 0,
+        });
+        assert.equal(typeof text, 'string');
+        assert.equal((await lc.invoke('q')).response_metadata?.model_name, 'sql');
+        assert.ok((await client().models.list()).data.some((m) => m.id === 'sql'));
+      } else {
+        await assert.rejects(
+          client().chat.completions.create({ model: 'sql', messages: [{ role: 'user', content: 'q' }] }),
+          (e: unknown) => e instanceof OpenAI.NotFoundError,
+        );
+        await assert.rejects(generateText({ model: compat.chatModel('sql'), prompt: 'q', maxRetries: 0 }));
+        await assert.rejects(lc.invoke('q'));
+      }
+    });
+
+    test(
+      'reasoning: effort on chat and Responses; the AI SDK default provider shows the reasoning',
+      TIMEOUT,
+      async () => {
+        // Effort none turns Qwen3 thinking off: the answer has no reasoning; high leaves it on.
+        const off = await client().chat.completions.create({
+          model: MODEL,
+          messages: [{ role: 'user', content: 'Hi' }],
+          max_tokens: 60,
+          reasoning_effort: 'none',
+        });
+        assert.equal(
+          (off.choices[0]!.message as { reasoning_content?: string | null }).reasoning_content ?? null,
+          null,
+        );
+        const on = await client().chat.completions.create({
+          model: MODEL,
+          messages: [{ role: 'user', content: 'Hi' }],
+          max_tokens: 200,
+          reasoning_effort: 'high',
+        });
+        assert.ok(((on.choices[0]!.message as { reasoning_content?: string }).reasoning_content ?? '').length > 0);
+        // The AI SDK's chat provider passes reasoningEffort through (it was a 400 before).
+        const ai = createOpenAI({ baseURL: url(), apiKey: 'unused' });
+        const viaChat = await generateText({
+          model: ai.chat(MODEL),
+          prompt: 'Hi',
+          maxOutputTokens: 60,
+          providerOptions: { openai: { reasoningEffort: 'low' } },
+          maxRetries: 0,
+        });
+        assert.equal(typeof viaChat.text, 'string');
+        // The default openai() provider (Responses) shows the reasoning, buffered and streamed.
+        const shown = await generateText({
+          model: ai(MODEL),
+          prompt: 'Think, then answer.',
+          maxOutputTokens: 200,
+          maxRetries: 0,
+        });
+        assert.ok((shown.reasoningText ?? '').length > 0, 'reasoningText from the summary');
+        const streamed = streamText({
+          model: ai(MODEL),
+          prompt: 'Think, then answer.',
+          maxOutputTokens: 200,
+          maxRetries: 0,
+        });
+        let reasoning = '';
+        for await (const part of streamed.fullStream) if (part.type === 'reasoning-delta') reasoning += part.text;
+        assert.ok(reasoning.length > 0, 'reasoning deltas from the summary events');
+        const response = await client().responses.create({
+          model: MODEL,
+          input: 'Think first.',
+          max_output_tokens: 200,
+          reasoning: { effort: 'high', summary: 'auto' },
+        });
+        const item = response.output.find((o) => o.type === 'reasoning') as
+          | OpenAI.Responses.ResponseReasoningItem
+          | undefined;
+        assert.ok((item?.summary[0]?.text ?? '').length > 0);
+        const lc = new ChatOpenAI({
+          model: MODEL,
+          apiKey: 'unused',
+          configuration: { baseURL: url() },
+          maxRetries: 0,
+          reasoning: { effort: 'low' },
+        });
+        assert.equal(typeof (await lc.invoke('Hi')).content, 'string');
+      },
+    );
+  });
+}

@@ -1,0 +1,78 @@
+/**
+ * vLLM's request extensions that reach the engine (issue 31 part 4): `bad_words` becomes the token sequences vLLM's
+ * frontend makes (the word, and the word after a space when that tokenizes differently), `thinking_token_budget` the
+ * engine's thinking budget, `truncate_prompt_tokens` keeps the prompt's last k tokens (-1: as many as the context
+ * leaves room for); TokenSpeed groups refuse `bad_words` (their request has no such field). Bad values are 400s
+ * naming the field.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { badWordsTokenIds } from '../../src/server/params.js';
+import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
+import { FakeBackend } from './fake-backend.js';
+import { useApp } from './helpers.js';
+
+test('bad_words: each word bare, and after a space when that is another token sequence of the same length', async () => {
+  const tok = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
+  const seqs = badWordsTokenIds(tok, [' hello', 'world'])!;
+  const bare = tok.encode('hello', { addSpecialTokens: false });
+  const spaced = tok.encode(' hello', { addSpecialTokens: false });
+  assert.deepEqual(seqs[0], bare, 'leading spaces are stripped first');
+  assert.ok(
+    seqs.some((s) => JSON.stringify(s) === JSON.stringify(spaced)) ===
+      (spaced[0] !== bare[0] && spaced.length === bare.length),
+  );
+  assert.equal(badWordsTokenIds(tok, null), null);
+  assert.throws(() => badWordsTokenIds(tok, ['']), /bad_words/);
+  assert.throws(() => badWordsTokenIds(tok, 'x'), /bad_words/);
+});
+
+describe('extensions on the routes (vLLM group)', () => {
+  const vllm = new FakeBackend();
+  vllm.reservedContextTokens = 0;
+  const fx = useApp({ backend: vllm, groups: [{ worker: 'ipc:///tmp/vllm', engine: 'vllm', backend: vllm }] });
+  const complete = (extra: Record<string, unknown>) =>
+    fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'one two three four five', max_tokens: 2, ...extra },
+    });
+  const last = () => fx.backend.submissions.at(-1)!.request;
+
+  test('bad_words, thinking_token_budget and truncate_prompt_tokens reach the engine request', async () => {
+    fx.backend.onSubmit = (sub) => sub.stream.pushAll([11, 12], 'length');
+    const full = (await complete({})).statusCode;
+    assert.equal(full, 200);
+    const whole = last().promptTokenIds;
+    assert.equal(
+      (await complete({ bad_words: ['three'], thinking_token_budget: 16, truncate_prompt_tokens: 2 })).statusCode,
+      200,
+    );
+    const r = last();
+    assert.deepEqual(r.promptTokenIds, whole.slice(-2), 'the last two prompt tokens');
+    assert.equal(r.sampling.thinkingTokenBudget, 16);
+    assert.ok((r.sampling.badWordsTokenIds ?? []).length >= 1);
+    for (const [body, param] of [
+      [{ thinking_token_budget: -1 }, 'thinking_token_budget'],
+      [{ truncate_prompt_tokens: 0 }, 'truncate_prompt_tokens'],
+      [{ bad_words: [3] }, 'bad_words'],
+    ] as const) {
+      const res = await complete(body);
+      assert.equal(res.statusCode, 400, JSON.stringify(body));
+      assert.equal(res.json().error.param, param);
+    }
+  });
+});
+
+describe('bad_words on a TokenSpeed group', () => {
+  const fx = useApp();
+  test('is refused, naming the field', async () => {
+    const res = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'x', max_tokens: 2, bad_words: ['y'] },
+    });
+    assert.equal(res.statusCode, 400);
+    assert.equal(res.json().error.param, 'bad_words');
+  });
+});
