@@ -23,7 +23,6 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   prompt_logprobs: isNull,
   functions: (v) => isNull(v) || (Array.isArray(v) && v.length === 0),
   function_call: (v) => isNull(v) || v === 'none',
-  echo: (v) => isNull(v) || v === false,
   suffix: (v) => isNull(v) || v === '',
   best_of: (v) => isNull(v) || v === 1,
   // Would change the output (audio out, web search): refused unless they ask for plain text only.
@@ -49,14 +48,6 @@ export function rejectUnsupported(body: Record<string, unknown>): void {
       `parameter 'priority' is not served in the request body (got ${quoteValue(priority)}): name a priority band ` +
         `with the x-gateway-inference-objective header (critical, standard, sheddable), within your tenant's ceiling`,
       'priority',
-      'unsupported_parameter',
-    );
-  }
-  const streamOptions = body.stream_options as { continuous_usage_stats?: unknown } | null | undefined;
-  if (streamOptions?.continuous_usage_stats === true) {
-    throw badRequest(
-      `'stream_options.continuous_usage_stats' is not supported by this gateway yet; 'include_usage' gives the usage in the last chunk`,
-      'stream_options.continuous_usage_stats',
       'unsupported_parameter',
     );
   }

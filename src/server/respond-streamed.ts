@@ -8,7 +8,7 @@ import type { FastifyReply } from 'fastify';
 import type { BackendStream } from './backend.js';
 import { isEmptyDelta } from './choice-output.js';
 import { toApiError } from './errors.js';
-import { ClientDisconnectedError } from './generation.js';
+import { ClientDisconnectedError, makeUsage, type Usage } from './generation.js';
 import { GenerationRun } from './generation-run.js';
 import type { RespondParts } from './respond-buffered.js';
 import { endDisconnected, endStalled } from './request-record.js';
@@ -20,13 +20,25 @@ export async function respondStreamed(
   a: RespondParts & {
     streams: readonly BackendStream[];
     includeUsage: boolean;
+    /** vLLM's `continuous_usage_stats` (with `includeUsage`): every chunk carries the usage so far. */
+    continuousUsage?: boolean;
     backpressure: StreamBackpressure;
   },
 ): Promise<FastifyReply> {
   const { outputs, record, disconnect, reply } = a;
   const requestId = record.facts.requestId;
   reply.hijack();
-  const writer = a.shape.stream(a.base, { includeUsage: a.includeUsage, n: a.streams.length });
+  const continuous = a.includeUsage && a.continuousUsage === true;
+  const usageSoFar = (): Usage => {
+    let completion = 0;
+    for (const t of record.trackers) completion += t.tokensSeen;
+    return makeUsage(record.facts.promptTokens, completion);
+  };
+  const writer = a.shape.stream(a.base, {
+    includeUsage: a.includeUsage,
+    n: a.streams.length,
+    ...(continuous ? { continuousUsage: usageSoFar } : {}),
+  });
   let run: GenerationRun | null = null;
   const sse = new SseWriter(
     reply.raw,
@@ -49,7 +61,7 @@ export async function respondStreamed(
     }
   };
   // Without logprobs, a plain choice's delta (the bulk of a stream) is one pre-built record (StreamShaper.textRecord).
-  const textRecord = outputs.topLogprobs === null ? writer.textRecord : undefined;
+  const textRecord = outputs.topLogprobs === null && !continuous ? writer.textRecord : undefined;
   run = new GenerationRun(a.choices, (index, ev) => {
     sse.release();
     const out = outputs.outputs[index]!;

@@ -65,8 +65,11 @@ export interface ResponseShape {
     usage: Usage,
     logprobs: (index: number) => Record<string, unknown> | null,
   ): unknown;
-  /** A writer for one streamed response. `includeUsage`: `stream_options.include_usage`. */
-  stream(base: ResponseBase, opts: { includeUsage: boolean; n: number }): StreamShaper;
+  /**
+   * A writer for one streamed response. `includeUsage`: `stream_options.include_usage`; `continuousUsage`: vLLM's
+   * `stream_options.continuous_usage_stats` (with `include_usage`), the usage so far for every chunk. Absent: null.
+   */
+  stream(base: ResponseBase, opts: { includeUsage: boolean; n: number; continuousUsage?: () => Usage }): StreamShaper;
   /**
    * Resolves once what `body` or the stream's `closing` stored can be read from every front (Responses: the store
    * write, acknowledged by the router with `--workers N`), so a client that reads the response back right after it
@@ -79,7 +82,8 @@ export interface ResponseShape {
  * The chat/completions family of shapes: stream chunks `{id, object, created, model, system_fingerprint, choices,
  * usage?}` ending with `[DONE]`, an optional opening chunk per choice (chat: the assistant role), every choice's
  * `finish_reason` null until its terminal chunk (gateway.md 12), and with `include_usage` one last chunk with
- * `choices: []` and the usage (every other chunk has `usage: null`).
+ * `choices: []` and the usage (every other chunk has `usage: null`, or with vLLM's `continuous_usage_stats` the usage
+ * so far: the prompt, and the tokens every choice has generated).
  */
 export interface ChunkedShapeSpec {
   endpoint: string;
@@ -114,10 +118,14 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
       choices: results.map((r, i) => ({ ...spec.fullChoice(i, r, logprobs(i)), stop_reason: r.stopReason })),
       usage,
     }),
-    stream(base, { includeUsage, n }) {
+    stream(base, { includeUsage, n, continuousUsage }) {
       const usageField = includeUsage ? { usage: null } : {};
       const chunk = (choices: Record<string, unknown>[]): SseEvent => ({
-        data: { ...header(base, spec.chunkObject), choices, ...usageField },
+        data: {
+          ...header(base, spec.chunkObject),
+          choices,
+          ...(continuousUsage !== undefined ? { usage: continuousUsage() } : usageField),
+        },
       });
       // A content-only delta (the bulk of a stream) is a record pre-serialized around its text, per choice index
       // (chunk-json.ts).

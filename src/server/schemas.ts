@@ -49,7 +49,7 @@ const common = {
   stream: Opt(Type.Boolean()),
   stream_options: Opt(
     Type.Object(
-      // vLLM's `continuous_usage_stats` (usage on every chunk) is not served: true is refused (params.ts).
+      // vLLM's `continuous_usage_stats`: with include_usage, every chunk carries the usage so far (respond-streamed.ts).
       { include_usage: Opt(Type.Boolean()), continuous_usage_stats: Opt(Type.Boolean()) },
       { additionalProperties: false },
     ),

@@ -66,6 +66,8 @@ export interface PreparedRequest {
   sampling: SamplingOptions;
   stream: boolean;
   includeUsage: boolean;
+  /** vLLM's `stream_options.continuous_usage_stats`: every chunk carries the usage so far (with `includeUsage`). */
+  continuousUsage: boolean;
   group: BackendGroup;
   dpRank: number | undefined;
   /** Stop strings matched on the text (gateway.md 6); [] for none. */
@@ -343,6 +345,7 @@ function toServe<B extends CommonBodyT>(
     sampling,
     stream: body.stream === true,
     includeUsage: body.stream_options?.include_usage === true,
+    continuousUsage: body.stream_options?.continuous_usage_stats === true,
     group,
     dpRank,
     stop,
@@ -444,6 +447,7 @@ export async function serveGeneration(
       ...answer,
       streams,
       includeUsage: prepared.includeUsage,
+      continuousUsage: prepared.continuousUsage,
       backpressure: ctx.streamBackpressure,
     });
   } finally {

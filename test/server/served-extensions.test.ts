@@ -76,3 +76,66 @@ describe('bad_words on a TokenSpeed group', () => {
     assert.equal(res.json().error.param, 'bad_words');
   });
 });
+
+describe('echo and continuous usage stats', () => {
+  const fx = useApp();
+  const sse = (payload: string) =>
+    payload
+      .split('\n\n')
+      .filter((r) => r.startsWith('data: ') && r !== 'data: [DONE]')
+      .map((r) => JSON.parse(r.slice(6)) as Record<string, any>); // eslint-disable-line @typescript-eslint/no-explicit-any -- parsed chunks
+
+  test("echo: the prompt starts every choice (buffered) or is each choice's first chunk (streamed)", async () => {
+    fx.backend.onSubmit = (sub) =>
+      sub.stream.pushAll(fx.tokenizer.encode(' and more', { addSpecialTokens: false }), 'length');
+    const full = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'Once upon', echo: true, max_tokens: 3 },
+    });
+    assert.equal(full.statusCode, 200, full.body);
+    assert.equal(full.json().choices[0].text, 'Once upon and more');
+    const streamed = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'Once upon', echo: true, max_tokens: 3, stream: true },
+    });
+    const chunks = sse(streamed.body);
+    assert.equal(chunks[0]!.choices[0].text, 'Once upon');
+    assert.equal(chunks.map((c) => c.choices[0]?.text ?? '').join(''), 'Once upon and more');
+    const ids = fx.tokenizer.encode('Hello', { addSpecialTokens: false });
+    const fromIds = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: ids, echo: true, max_tokens: 3 },
+    });
+    assert.ok(fromIds.json().choices[0].text.startsWith('Hello'));
+  });
+
+  test('continuous_usage_stats: every chunk carries the usage so far, the last one the total', async () => {
+    fx.backend.onSubmit = (sub) => sub.stream.pushAll([11, 12, 13], 'length');
+    const res = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      payload: {
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 3,
+        stream: true,
+        stream_options: { include_usage: true, continuous_usage_stats: true },
+      },
+    });
+    assert.equal(res.statusCode, 200);
+    const chunks = sse(res.body);
+    assert.ok(
+      chunks.every((c) => c.usage !== null && typeof c.usage.prompt_tokens === 'number'),
+      'usage on every chunk',
+    );
+    const completions = chunks.map((c) => c.usage.completion_tokens as number);
+    assert.deepEqual(
+      [...completions].sort((a, b) => a - b),
+      completions,
+      'never decreasing',
+    );
+    assert.equal(completions.at(-1), 3);
+  });
+});
