@@ -31,7 +31,7 @@ import {
   requestedLimit,
   type ContextLimits,
 } from './params.js';
-import { parseDpRankHeader, DP_RANK_HEADER } from './pin.js';
+import { requestHeaderFacts } from './request-headers.js';
 import { clientRequestId, REQUEST_ID_HEADER } from './request-id.js';
 import { rateLimitHeaders } from './rate-limits.js';
 import { flowTicketOf, submitSubRequests } from './submit-sub-requests.js';
@@ -40,15 +40,7 @@ import { endDisconnected, RequestRecord } from './request-record.js';
 import { respondBuffered } from './respond-buffered.js';
 import { respondStreamed } from './respond-streamed.js';
 import type { ResponseBase, ResponseShape } from './response-shape.js';
-import {
-  DEFAULT_PRIORITY_BAND,
-  PRIORITY_BAND_HEADER,
-  QUEUE_TIMEOUT_HEADER,
-  parsePriorityBand,
-  parseQueueTimeout,
-  vllmPriorityOf,
-  type PriorityBand,
-} from './priority-band.js';
+import { DEFAULT_PRIORITY_BAND, vllmPriorityOf, type PriorityBand } from './priority-band.js';
 import type { RouteContext } from './route-context.js';
 import type { CommonBodyT } from './schemas.js';
 import {
@@ -222,11 +214,8 @@ export async function handleGeneration<B extends CommonBodyT>(
   }
   const requested = parseStructuredOutput(body as StructuredOutputFields);
   const truncate = parseTruncatePromptTokens((body as { truncate_prompt_tokens?: unknown }).truncate_prompt_tokens);
-  const pinHeader = request.headers[DP_RANK_HEADER];
-  const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
+  const { dpRank, band, queueTimeoutMs } = requestHeaderFacts(ctx, request, policy);
   const pinned = adapterGroups(ctx.chooser.candidates(dpRank), adapter);
-  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
-  const queueTimeoutMs = parseQueueTimeout(request.headers[QUEUE_TIMEOUT_HEADER]);
   const widestOf = (gs: readonly BackendGroup[]) =>
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.

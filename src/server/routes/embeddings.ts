@@ -15,15 +15,8 @@ import { watchClientDisconnect } from '../disconnect.js';
 import { embeddingInputs, embeddingOptions, embeddingResponse } from '../embeddings.js';
 import { ApiError, badRequest, toApiError } from '../errors.js';
 import { subRequestIds } from '../fan-out.js';
-import { parseDpRankHeader, DP_RANK_HEADER } from '../pin.js';
-import {
-  DEFAULT_PRIORITY_BAND,
-  PRIORITY_BAND_HEADER,
-  QUEUE_TIMEOUT_HEADER,
-  parsePriorityBand,
-  parseQueueTimeout,
-  vllmPriorityOf,
-} from '../priority-band.js';
+import { DEFAULT_PRIORITY_BAND, vllmPriorityOf } from '../priority-band.js';
+import { requestHeaderFacts } from '../request-headers.js';
 import { rateLimitHeaders } from '../rate-limits.js';
 import { endDisconnected, RequestRecord } from '../request-record.js';
 import { clientRequestId, REQUEST_ID_HEADER } from '../request-id.js';
@@ -67,11 +60,8 @@ async function handleEmbeddings(
   ctx.tenants.set(request, tenant);
   checkModel(body.model, ctx.servedModelNames);
   const opts = embeddingOptions(body);
-  const pinHeader = request.headers[DP_RANK_HEADER];
-  const dpRank = pinHeader === undefined ? undefined : parseDpRankHeader(pinHeader, ctx.chooser.validRanks());
+  const { dpRank, band, queueTimeoutMs } = requestHeaderFacts(ctx, request, policy);
   const live = ctx.chooser.candidates(dpRank, 'embed');
-  const band = parsePriorityBand(request.headers[PRIORITY_BAND_HEADER], policy.maxPriority, policy.priority);
-  const queueTimeoutMs = parseQueueTimeout(request.headers[QUEUE_TIMEOUT_HEADER]);
   // Every input must fit every candidate, so the group chosen after tokenizing can take them all.
   const maxModelLen = Math.min(...live.map((g) => g.backend.maxModelLen ?? 0));
   const dimensions = opts.pooling.dimensions;
