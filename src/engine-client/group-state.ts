@@ -297,6 +297,12 @@ export class GroupState {
     this.routing.forgetRank(index);
     this.foreign.forget(index);
     this.timers.stopRank(index);
+    this.loraCounts.delete(index);
+    // A utility call to the gone process will never be answered: end it now, not at its deadline.
+    this.utility.failRank(
+      index,
+      new EngineClientError('engine-dead', `DP rank ${index} went away before it answered`, { dpRank: index }),
+    );
     if (tellPolicy) this.policy.forgetRank?.(index);
   }
 

@@ -22,6 +22,27 @@ export interface LoraModule {
  * Throws RangeError naming what is wrong.
  */
 export function parseLoraModule(text: string): LoraModule {
+  const m = parseLoraModuleText(text);
+  checkAdapterName(m.name);
+  return m;
+}
+
+/** Longest adapter name (characters). */
+export const MAX_ADAPTER_NAME_CHARS = 256;
+
+/**
+ * Throws RangeError unless `name` can serve as a model name: not blank, at most `MAX_ADAPTER_NAME_CHARS` characters,
+ * no control characters.
+ */
+export function checkAdapterName(name: string): void {
+  if (name.trim() === '') throw new RangeError('an adapter name must not be blank');
+  if (name.length > MAX_ADAPTER_NAME_CHARS)
+    throw new RangeError(`an adapter name is at most ${MAX_ADAPTER_NAME_CHARS} characters`);
+  // eslint-disable-next-line no-control-regex -- what it refuses
+  if (/[\u0000-\u001f\u007f]/.test(name)) throw new RangeError('an adapter name must not hold control characters');
+}
+
+function parseLoraModuleText(text: string): LoraModule {
   const t = text.trim();
   if (t.startsWith('{')) {
     let v: unknown;
@@ -38,7 +59,9 @@ export function parseLoraModule(text: string): LoraModule {
     return { name: o.name, path: o.path, baseModelName: (o.base_model_name as string | null | undefined) ?? null };
   }
   const eq = t.indexOf('=');
-  if (eq <= 0 || eq === t.length - 1) throw new RangeError(`expected NAME=PATH, got '${t}'`);
+  // As vLLM's parser: exactly one '='.
+  if (eq <= 0 || eq === t.length - 1 || t.indexOf('=', eq + 1) >= 0)
+    throw new RangeError(`expected NAME=PATH, got '${t}'`);
   return { name: t.slice(0, eq), path: t.slice(eq + 1), baseModelName: null };
 }
 
@@ -56,6 +79,9 @@ export interface UtilityChannel {
 export type AdapterChange =
   | { ok: true; adapter: LoraTarget }
   | { ok: false; reason: 'exists' | 'missing' | 'engine'; message: string };
+
+/** Most adapters one group serves (vLLM bounds its host-memory LoRA cache too; each adapter is a /v1/models card). */
+export const MAX_ADAPTERS = 1024;
 
 /** How long a rank may take to answer an adapter call (ms): loading weights from disk can take seconds. */
 export const ADAPTER_CALL_TIMEOUT_MS = 30_000;
@@ -97,12 +123,28 @@ export class LoraAdapters {
   async load(m: LoraModule, timeoutMs = ADAPTER_CALL_TIMEOUT_MS): Promise<AdapterChange> {
     if (this.byName.has(m.name) || this.changing.has(m.name))
       return { ok: false, reason: 'exists', message: `The lora adapter '${m.name}' has already been loaded.` };
+    if (this.byName.size + this.changing.size >= MAX_ADAPTERS)
+      return {
+        ok: false,
+        reason: 'engine',
+        message: `a group serves at most ${MAX_ADAPTERS} LoRA adapters: unload one first`,
+      };
     this.changing.add(m.name);
     try {
       // The id is taken now: another load may register while the ranks answer this one.
       const target = this.targetOf(m);
-      const refused = await this.everyRank('add_lora', [{ lora: target }], timeoutMs);
-      if (refused !== null) return { ok: false, reason: 'engine', message: refused };
+      let refused: string | null;
+      try {
+        refused = await this.everyRank('add_lora', [{ lora: target }], timeoutMs);
+      } catch (err) {
+        // Not answered everywhere (a rank stalled or died): the ranks that took it drop it again.
+        this.dropEverywhere(target.id, timeoutMs);
+        throw err;
+      }
+      if (refused !== null) {
+        this.dropEverywhere(target.id, timeoutMs);
+        return { ok: false, reason: 'engine', message: refused };
+      }
       this.byName.set(m.name, target);
       return { ok: true, adapter: target };
     } finally {
@@ -111,21 +153,24 @@ export class LoraAdapters {
   }
 
   /**
-   * Stop serving adapter `name` and ask every ready rank to `remove_lora` it. Resolves `missing` for an unknown
-   * name; the adapter is forgotten even when a rank could not be asked (it only frees that rank's memory).
+   * Stop serving adapter `name` at once, and ask every ready rank to `remove_lora` it in the background. Resolves
+   * `missing` for an unknown name or one being loaded.
    */
   async unload(name: string, timeoutMs = ADAPTER_CALL_TIMEOUT_MS): Promise<AdapterChange> {
     const adapter = this.byName.get(name);
     if (adapter === undefined || this.changing.has(name))
       return { ok: false, reason: 'missing', message: `The lora adapter '${name}' cannot be found.` };
     this.byName.delete(name);
-    this.changing.add(name);
-    try {
-      await this.everyRank('remove_lora', [adapter.id], timeoutMs).catch(() => null);
-      return { ok: true, adapter };
-    } finally {
-      this.changing.delete(name);
-    }
+    this.dropEverywhere(adapter.id, timeoutMs);
+    return { ok: true, adapter };
+  }
+
+  /**
+   * Ask every ready rank to `remove_lora` adapter `id`, in the background: it only frees the ranks' memory, so nobody
+   * waits for a rank that does not answer (its call ends at its deadline or when the rank goes away).
+   */
+  private dropEverywhere(id: number, timeoutMs: number): void {
+    this.everyRank('remove_lora', [id], timeoutMs).catch(() => null);
   }
 
   /** The wire target of `m`, with a fresh id (ids are never reused, so a late request cannot name a new adapter). */

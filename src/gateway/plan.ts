@@ -3,6 +3,7 @@
  * start touches nothing): `planGateway` turns the options into a `GatewayPlan` that the start (start.ts) and the
  * `--workers` router (src/fronts/router/cluster.ts) read instead of deriving the same values again.
  */
+import { existsSync } from 'node:fs';
 import type { Logger } from 'pino';
 import { checkFlowControlOptions } from '../engine-client/flow-control.js';
 import { createDpPolicy, type DpPolicyName, type DpPolicyOptions } from '../engine-client/policies.js';
@@ -96,6 +97,7 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   if (!(Number.isFinite(shutdownGraceMs) && shutdownGraceMs >= 0))
     throw new RangeError(`shutdownGraceMs must be a number of ms ≥ 0, got ${shutdownGraceMs}`);
   const model = resolveServedModel(opts);
+  checkLoraModules(opts, specs, model.servedModelNames, logger);
   const serveHttp = opts.serveHttp ?? true;
   return {
     opts,
@@ -111,4 +113,34 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
     model,
     keysText,
   };
+}
+
+/**
+ * The `--lora-modules` of `opts` against the gateway: a name must differ from the served model names and from the
+ * other adapters' (RangeError otherwise, as vLLM refuses a duplicate at start); a path that does not exist on this
+ * host (where the engines run) and adapters with no vLLM group to serve them are logged as warnings (the engines may
+ * resolve paths the gateway cannot see).
+ */
+function checkLoraModules(
+  opts: GatewayOptions,
+  specs: readonly ResolvedGroup[],
+  served: readonly string[],
+  logger: Logger,
+): void {
+  const modules = opts.loraModules ?? [];
+  if (modules.length === 0) return;
+  const names = new Set<string>();
+  for (const m of modules) {
+    if (served.includes(m.name))
+      throw new RangeError(`--lora-modules: '${m.name}' is a served model name; an adapter needs a name of its own`);
+    if (names.has(m.name)) throw new RangeError(`--lora-modules: '${m.name}' is given twice`);
+    names.add(m.name);
+    if (!existsSync(m.path))
+      logger.warn(
+        { adapter: m.name, path: m.path },
+        'LoRA adapter path does not exist on this host; the engines will refuse it unless they see it',
+      );
+  }
+  if (!specs.some((g) => g.engine === 'vllm'))
+    logger.warn({ adapters: [...names] }, '--lora-modules has no effect: only vLLM engine groups serve LoRA adapters');
 }

@@ -69,3 +69,8 @@ export function servedAdapters(ctx: { chooser: { groups: readonly BackendGroup[]
     for (const a of g.backend.adapters?.list() ?? []) if (!byName.has(a.name)) byName.set(a.name, a);
   return [...byName.values()];
 }
+
+/** The names of `servedAdapters` (a request's `model` may name any; an adapter uses the base model's tokenizer). */
+export function adapterNames(ctx: { chooser: { groups: readonly BackendGroup[] } }): string[] {
+  return servedAdapters(ctx).map((a) => a.name);
+}

@@ -146,7 +146,11 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
             .filter((c): c is Record<string, unknown> => c !== null)
             .map((c) => chunk([c])),
         delta: (index, delta, logprobs) =>
-          logprobs === null && delta.reasoning === '' && delta.toolCalls.length === 0 && delta.content !== ''
+          continuousUsage === undefined &&
+          logprobs === null &&
+          delta.reasoning === '' &&
+          delta.toolCalls.length === 0 &&
+          delta.content !== ''
             ? [textChunk(index, delta.content)]
             : [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
         finish: (index, delta, result, logprobs) => [

@@ -16,7 +16,7 @@ import type { ChoiceOutputOptions } from './choice-output.js';
 import { ChoiceOutputs } from './choice-outputs.js';
 import { watchClientDisconnect, type DisconnectSignal, type DisconnectWatch } from './disconnect.js';
 import { capableGroups } from './engine-capabilities.js';
-import { badRequest, toApiError } from './errors.js';
+import { ApiError, badRequest, toApiError } from './errors.js';
 import { adapterGroups, adapterOf, loraOf } from './adapters.js';
 import { MAX_N, subRequestIds, subRequestSeed } from './fan-out.js';
 import { ChoiceGeneration, LatencyTracker } from './generation.js';
@@ -347,8 +347,20 @@ function toServe<B extends CommonBodyT>(
     budget: args.budget,
     queueTimeoutMs: args.queueTimeoutMs,
     ...(prepared.output !== undefined ? { output: prepared.output } : {}),
-    ...loraOf(group, args.adapter),
+    ...servedLora(group, args.adapter),
   };
+}
+
+/** `loraOf`, or a 404 when the adapter the request named was unloaded while its prompt was prepared. */
+function servedLora(group: BackendGroup, adapter: string | null): ReturnType<typeof loraOf> {
+  const lora = loraOf(group, adapter);
+  if (adapter !== null && lora.lora === undefined)
+    throw new ApiError(404, `The model '${adapter}' does not exist (the LoRA adapter was unloaded)`, {
+      type: 'not_found_error',
+      param: 'model',
+      code: 'model_not_found',
+    });
+  return lora;
 }
 
 /**

@@ -390,7 +390,8 @@ const NO_ADAPTERS: Record<string, number> = Object.freeze({}) as Record<string, 
 
 /** Adapter name → requests of `reqs` that run with it. */
 function adapterCounts(reqs: readonly Req[]): Record<string, number> {
-  const out: Record<string, number> = {};
+  // No prototype: an adapter may be named `constructor` or `__proto__`.
+  const out = Object.create(null) as Record<string, number>;
   for (const r of reqs) {
     const name = r.spec.lora?.name;
     if (name !== undefined) out[name] = (out[name] ?? 0) + 1;

@@ -137,5 +137,12 @@ describe('echo and continuous usage stats', () => {
       'never decreasing',
     );
     assert.equal(completions.at(-1), 3);
+    // Each content chunk counts one more token (the pre-built text records would freeze the first chunk's usage).
+    const withText = chunks.filter((c) => (c.choices[0]?.delta?.content ?? '') !== '');
+    assert.ok(withText.length >= 2, `${withText.length} content chunks`);
+    assert.deepEqual(
+      withText.map((c) => c.usage.completion_tokens),
+      withText.map((_, i) => i + 1),
+    );
   });
 });

@@ -59,8 +59,8 @@ test('the scheduler skips a request whose adapter would be one too many, and cha
   assert.equal(plan.plannedCount, 3, 'a and c (adapter 1) and d (base model); b waits for adapter 1 to finish');
   assert.equal(plan.stepTimeMs, 1 + DEFAULT_LORA_LOAD_MS, 'one adapter load in this step');
   const state = s.state();
-  assert.deepEqual(state.loraRunning, { a1: 2 });
-  assert.deepEqual(state.loraWaiting, { a2: 1 });
+  assert.deepEqual({ ...state.loraRunning }, { a1: 2 });
+  assert.deepEqual({ ...state.loraWaiting }, { a2: 1 });
   assert.equal(state.loraLoads, 1);
   let rounds = 0;
   while (s.state().loraRunning.a2 === undefined && rounds++ < 20) {
@@ -70,4 +70,24 @@ test('the scheduler skips a request whose adapter would be one too many, and cha
   assert.equal(s.state().loraRunning.a2, 1, 'b starts once adapter 1 no longer runs');
   assert.equal(s.has('a') || s.has('c'), false, "adapter 1's requests finished first");
   assert.equal(s.state().loraLoads, 2);
+});
+
+test('adapter names that are Object.prototype members count like any other name', () => {
+  const s = new SimScheduler({
+    engineIndex: 0,
+    maxRunning: 4,
+    kvTotalPages: 16,
+    maxModelLen: 64,
+    eosTokenIds: [1],
+    finishRules: 'vllm',
+    maxLoras: 2,
+  });
+  const named = (rid: string, name: string, id: number): SimRequest => ({
+    ...request(rid, id),
+    lora: { id, name, path: '/p' },
+  });
+  s.add(named('x', 'constructor', 1));
+  s.add(named('y', '__proto__', 2));
+  s.plan();
+  assert.deepEqual({ ...s.state().loraRunning }, { constructor: 1, ['__proto__']: 1 });
 });

@@ -140,7 +140,8 @@ export function schedulerStatsFor(load: {
  */
 export function loraAdaptersOf(s: SchedulerStats, path = 'SchedulerStats'): LoraAdapterCounts | null {
   const counts = (key: 'running_lora_adapters' | 'waiting_lora_adapters'): Record<string, number> => {
-    const out: Record<string, number> = {};
+    // No prototype: an adapter may be named `constructor` or `__proto__`.
+    const out = Object.create(null) as Record<string, number>;
     for (const [name, v] of Object.entries(s[key] ?? {})) {
       if (typeof v === 'bigint' || v < 0) throw new WireDecodeError(`${path}.${key}.${name}`, `bad count ${v}`);
       out[name] = v;

@@ -7,7 +7,7 @@ import { wantsVerbose } from '../auth.js';
 import { refreshBackends } from '../backend.js';
 import { healthReport, readyReport } from '../health.js';
 import { redactHealth } from '../health-redact.js';
-import { checkModel, servedAdapters } from '../adapters.js';
+import { adapterNames, checkModel, servedAdapters } from '../adapters.js';
 import type { LoraTarget } from '../../protocols/types.js';
 
 /**
@@ -53,7 +53,7 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
     const id = (request.params as { '*': string })['*'];
     const adapter = servedAdapters(ctx).find((a) => a.name === id);
     if (adapter !== undefined) return adapterCard(adapter);
-    checkModel(id, ctx.servedModelNames);
+    checkModel(id, ctx.servedModelNames, adapterNames(ctx));
     return model(id);
   });
 

@@ -8,7 +8,7 @@
 import type { TypeBoxTypeProvider } from '@fastify/type-provider-typebox';
 import { Type } from '@fastify/type-provider-typebox';
 import type { FastifyInstance } from 'fastify';
-import type { AdapterChange } from '../../engine-client/lora-adapters.js';
+import { checkAdapterName, type AdapterChange } from '../../engine-client/lora-adapters.js';
 import { refreshBackends } from '../backend.js';
 import { ApiError, badRequest, toApiError } from '../errors.js';
 import type { RouteContext } from '../route-context.js';
@@ -35,17 +35,24 @@ export function registerLoraRoutes(app: FastifyInstance, ctx: RouteContext): voi
   const typed = app.withTypeProvider<TypeBoxTypeProvider>();
   typed.post('/v1/load_lora_adapter', { schema: { body: LoadBody } }, async (request, reply) => {
     const { lora_name: name, lora_path: path, base_model_name: base } = request.body;
+    try {
+      checkAdapterName(name);
+    } catch (err) {
+      throw badRequest(`'lora_name': ${(err as Error).message}`, 'lora_name');
+    }
     if (ctx.servedModelNames.includes(name))
       throw badRequest(`'${name}' is the base model's name; an adapter needs another`, 'lora_name');
     if (request.body.load_inplace === true)
       throw badRequest(`'load_inplace' is not supported (unload the adapter, then load it again)`, 'load_inplace');
     const groups = loraGroups(ctx);
     const changes = await Promise.all(
-      groups.map((g) => g.load({ name, path, baseModelName: base ?? null }).catch(failed)),
+      groups.map(({ worker, adapters }) =>
+        adapters.load({ name, path, baseModelName: base ?? null }).then(named(worker, groups.length), failed),
+      ),
     );
     // All groups or none: a group that loaded it unloads it again when another could not.
     if (changes.some((c) => !c.ok))
-      await Promise.all(groups.map((g, i) => (changes[i]!.ok ? g.unload(name).catch(() => null) : null)));
+      await Promise.all(groups.map((g, i) => (changes[i]!.ok ? g.adapters.unload(name).catch(() => null) : null)));
     await refreshBackends(ctx.chooser.groups);
     answer(changes);
     reply.type('text/plain; charset=utf-8');
@@ -53,7 +60,7 @@ export function registerLoraRoutes(app: FastifyInstance, ctx: RouteContext): voi
   });
   typed.post('/v1/unload_lora_adapter', { schema: { body: UnloadBody } }, async (request, reply) => {
     const name = request.body.lora_name;
-    const changes = await Promise.all(loraGroups(ctx).map((g) => g.unload(name).catch(failed)));
+    const changes = await Promise.all(loraGroups(ctx).map((g) => g.adapters.unload(name).catch(failed)));
     await refreshBackends(ctx.chooser.groups);
     // Unloaded where it was served: a 404 only when no group knew it.
     if (changes.some((c) => c.ok)) {
@@ -67,7 +74,9 @@ export function registerLoraRoutes(app: FastifyInstance, ctx: RouteContext): voi
 
 /** The adapter registries of the groups that serve adapters; 400 when none does (TokenSpeed only). */
 function loraGroups(ctx: RouteContext) {
-  const out = ctx.chooser.groups.flatMap((g) => (g.backend.adapters ? [g.backend.adapters] : []));
+  const out = ctx.chooser.groups.flatMap((g) =>
+    g.backend.adapters ? [{ worker: g.worker, adapters: g.backend.adapters }] : [],
+  );
   if (out.length === 0)
     throw badRequest(
       'no engine group serves LoRA adapters (TokenSpeed groups cannot)',
@@ -75,6 +84,12 @@ function loraGroups(ctx: RouteContext) {
       'unsupported_task',
     );
   return out;
+}
+
+/** With several groups, a failure's message names its group (two groups both have a DP rank 0). */
+function named(worker: string, groups: number) {
+  return (c: AdapterChange): AdapterChange =>
+    c.ok || groups === 1 ? c : { ...c, message: `engine group ${worker}: ${c.message}` };
 }
 
 /** A registry call that threw (the ranks could not be asked) as a change that failed, keeping its error. */

@@ -32,7 +32,7 @@ import { badRequest } from '../errors.js';
 import { MAX_MESSAGES, MAX_TOOLS } from '../input-limits.js';
 import { chatTemplateOptions, renderChat } from '../prompt.js';
 import { ChatMessageSchema, ToolSchema } from '../schemas.js';
-import { checkModel } from '../adapters.js';
+import { adapterNames, checkModel } from '../adapters.js';
 
 const Opt = <T extends Parameters<typeof Type.Optional>[0]>(s: T) => Type.Optional(Type.Union([s, Type.Null()]));
 
@@ -88,7 +88,7 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
   const typed = app.withTypeProvider<TypeBoxTypeProvider>();
   typed.post('/tokenize', { schema: { body: TokenizeBody } }, async (request, reply) => {
     const body = request.body;
-    checkModel(body.model, ctx.servedModelNames);
+    checkModel(body.model, ctx.servedModelNames, adapterNames(ctx));
     const hasPrompt = body.prompt !== null && body.prompt !== undefined;
     const hasMessages = body.messages !== null && body.messages !== undefined;
     if (hasPrompt === hasMessages)
@@ -133,7 +133,7 @@ export function registerTokenizeRoutes(app: FastifyInstance, ctx: RouteContext):
 
   typed.post('/detokenize', { schema: { body: DetokenizeBody } }, async (request, reply) => {
     const body = request.body;
-    checkModel(body.model, ctx.servedModelNames);
+    checkModel(body.model, ctx.servedModelNames, adapterNames(ctx));
     const refuse = (err: unknown) =>
       badRequest(`'tokens': ${err instanceof Error ? err.message : String(err)}`, 'tokens');
     if (body.tokens.length < OFF_LOOP_DECODE_MIN_IDS) {
