@@ -75,7 +75,8 @@ interface RunResult {
   maxShare: number;
 }
 
-function parseCli(argv: string[]): Args {
+function parseCli(argv: string[]): Args | null {
+  if (argv.includes('--help') || argv.includes('-h')) return null;
   const { values } = parseArgs({
     args: argv,
     strict: true,
@@ -239,6 +240,10 @@ async function runOnce(
 
 async function main(): Promise<void> {
   const a = parseCli(process.argv.slice(2));
+  if (a === null) {
+    process.stdout.write(`${USAGE}\n`);
+    return;
+  }
   const tokenizer = await GatewayTokenizer.load(GatewayTokenizer.defaultDir());
   const textModel = new TextModel(tokenizer);
   const runs: Record<Policy, RunResult[]> = { load: [], lora_aware: [] };

@@ -117,7 +117,7 @@ describe('error answers', () => {
       ['/v1/chat/completions', { logit_bias: { '5': 'x' } }, 'logit_bias'],
       ['/v1/completions', { logprobs: 2 }, 'logprobs'],
       ['/v1/completions', { logprobs: 6 }, 'logprobs'],
-      ['/v1/completions', { echo: true }, 'echo'],
+      ['/v1/completions', { echo: true, logprobs: 1 }, 'echo'],
       ['/v1/completions', { best_of: 2 }, 'best_of'],
       ['/v1/completions', { suffix: 'tail' }, 'suffix'],
     ];
