@@ -1,7 +1,8 @@
 /**
  * The client matrix of issue 31 part 5: embeddings, LoRA adapters and reasoning controls through the clients people
  * use (openai SDK, the Vercel AI SDK's default `openai()` provider and its openai-compatible one, LangChain), against
- * one gateway per engine family. Both families' simulated ranks think before answering (`--reasoning`, parsed with
+ * one gateway per engine family; LlamaIndex's `OpenAIEmbedding` and the OpenAI Agents SDK (chat-completions model,
+ * `modelSettings.reasoning`) too. Both families' simulated ranks think before answering (`--reasoning`, parsed with
  * `--reasoning-parser qwen3`). vLLM: embeddings and an adapter (`--lora-modules`) are served; TokenSpeed: both are
  * refused with the errors a client can tell apart (400 `unsupported_task`, 404 for an adapter name). Reasoning works
  * on both: `reasoning_effort` (chat), `reasoning.effort` / `summary` (Responses), and the AI SDK's default provider
@@ -17,6 +18,8 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { embed, generateText, streamText } from 'ai';
 import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
+import { OpenAIEmbedding } from '@llamaindex/openai';
+import { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled } from '@openai/agents';
 import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 const MODEL = 'sim-qwen3';
@@ -62,6 +65,8 @@ for (const engine of ['vllm', 'tokenspeed'] as const) {
           r.data[0]!.embedding.length,
         );
         assert.equal((await lc.embedQuery('d')).length, r.data[0]!.embedding.length);
+        const li = new OpenAIEmbedding({ model: MODEL, apiKey: 'unused', baseURL: url(), maxRetries: 0 });
+        assert.equal((await li.getTextEmbedding('e')).length, r.data[0]!.embedding.length);
       } else {
         await assert.rejects(
           client().embeddings.create({ model: MODEL, input: 'a' }),
@@ -69,6 +74,8 @@ for (const engine of ['vllm', 'tokenspeed'] as const) {
         );
         await assert.rejects(embed({ model: ai.embedding(MODEL), value: 'c', maxRetries: 0 }), /embed/i);
         await assert.rejects(lc.embedQuery('d'));
+        const li = new OpenAIEmbedding({ model: MODEL, apiKey: 'unused', baseURL: url(), maxRetries: 0 });
+        await assert.rejects(li.getTextEmbedding('e'));
       }
     });
 
@@ -174,6 +181,16 @@ for (const engine of ['vllm', 'tokenspeed'] as const) {
           reasoning: { effort: 'low' },
         });
         assert.equal(typeof (await lc.invoke('Hi')).content, 'string');
+        // The OpenAI Agents SDK in chat mode sends modelSettings.reasoning as reasoning_effort (a 400 before).
+        setTracingDisabled(true);
+        const agent = new Agent({
+          name: 'sim',
+          instructions: 'Answer briefly.',
+          model: new OpenAIChatCompletionsModel(client() as never, MODEL),
+          modelSettings: { reasoning: { effort: 'low' }, maxTokens: 60 },
+        });
+        const result = await run(agent, 'Hi');
+        assert.equal(typeof result.finalOutput, 'string');
       },
     );
   });
