@@ -426,6 +426,13 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     doc: 'YAML or JSON file of serve options, engine groups under `groups:` ([below](#config-file)). Also `MODEL_GATEWAY_CONFIG`.',
   },
   {
+    name: 'trust-request-chat-template',
+    type: 'boolean',
+    section: 'http',
+    help: "Render a chat request's own chat_template (vLLM's flag; without it such a request gets a 400)",
+    field: field(['trustRequestChatTemplate'], flag),
+  },
+  {
     name: 'tool-call-parser',
     type: 'string',
     value: 'NAME',

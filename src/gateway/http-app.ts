@@ -78,7 +78,13 @@ export function appOptionsOf(
   opts: GatewayOptions,
 ): Pick<
   GatewayDeps,
-  'bodyLimitBytes' | 'toolCallParser' | 'reasoningParser' | 'edge' | 'loadHorizonMs' | 'allowRuntimeLoraUpdating'
+  | 'bodyLimitBytes'
+  | 'toolCallParser'
+  | 'reasoningParser'
+  | 'edge'
+  | 'loadHorizonMs'
+  | 'allowRuntimeLoraUpdating'
+  | 'trustRequestChatTemplate'
 > {
   return {
     ...(opts.bodyLimitBytes !== undefined ? { bodyLimitBytes: opts.bodyLimitBytes } : {}),
@@ -87,6 +93,7 @@ export function appOptionsOf(
     ...(edgeOptionsOf(opts) !== undefined ? { edge: edgeOptionsOf(opts) } : {}),
     ...(opts.dpPolicyOptions?.loadHorizonMs !== undefined ? { loadHorizonMs: opts.dpPolicyOptions.loadHorizonMs } : {}),
     ...(opts.allowRuntimeLoraUpdating === true ? { allowRuntimeLoraUpdating: true } : {}),
+    ...(opts.trustRequestChatTemplate === true ? { trustRequestChatTemplate: true } : {}),
   };
 }
 

@@ -165,6 +165,8 @@ export interface GatewayOptions extends GroupOptions {
   maxLoras?: number;
   /** Serve `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING`). */
   allowRuntimeLoraUpdating?: boolean;
+  /** Render a chat request's own `chat_template` (vLLM's `--trust-request-chat-template`). */
+  trustRequestChatTemplate?: boolean;
   edge?: HttpEdgeOptions;
   rankStallTimeoutMs?: number;
   /** Flow control of every engine group (engine-client/flow-control.ts); on only with `enabled`. */

@@ -98,6 +98,8 @@ export interface GatewayDeps {
   loadHorizonMs?: number;
   /** Serve `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (routes/lora.ts). */
   allowRuntimeLoraUpdating?: boolean;
+  /** Render a chat request's own `chat_template` (vLLM's `--trust-request-chat-template`; prompt.ts). */
+  trustRequestChatTemplate?: boolean;
   /**
    * `--workers N` (src/fronts): the concurrency cap counted in the router instead of here, and the Responses store
    * shared through it (an instance, used instead of one built from `responsesStore`).
@@ -301,6 +303,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     counted: new WeakSet(),
     toolCallParser: resolveToolCallParser(deps.toolCallParser, deps.tokenizer, deps.logger),
     reasoningParser: deps.reasoningParser ?? null,
+    trustRequestChatTemplate: deps.trustRequestChatTemplate === true,
     responses: deps.responsesStoreInstance ?? new ResponsesStore(deps.responsesStore),
     streamBackpressure: edge.streamBackpressure,
     admission,

@@ -31,7 +31,6 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   web_search_options: isNull,
   // vLLM extensions that change the output (issue 31 part 4): refused until served, never dropped.
   return_token_ids: (v) => isNull(v) || v === false,
-  chat_template: isNull,
 };
 
 const UNSUPPORTED_ENTRIES = Object.entries(UNSUPPORTED);

@@ -99,7 +99,12 @@ export interface ChatTemplateOptions {
   tools?: unknown[];
   /** The request's `chat_template_kwargs`, with its `reasoning_effort` (reasoning-effort.ts). */
   templateKwargs?: Record<string, unknown> | null;
+  /** The request's own template (vLLM `chat_template`; only with `--trust-request-chat-template`). */
+  chatTemplate?: string;
 }
+
+/** The longest template a request may send (characters; the model's own templates are a few thousand). */
+export const MAX_REQUEST_CHAT_TEMPLATE_CHARS = 65_536;
 
 /**
  * The template switches of a chat body: `add_generation_prompt` (default true), `continue_final_message` (default
@@ -111,7 +116,8 @@ export function chatTemplateOptions(
   body: Pick<
     ChatCompletionBodyT,
     'add_generation_prompt' | 'continue_final_message' | 'tools' | 'chat_template_kwargs' | 'reasoning_effort'
-  >,
+  > & { chat_template?: unknown },
+  trustRequestTemplate = false,
 ): ChatTemplateOptions {
   const addGenerationPrompt = body.add_generation_prompt ?? true;
   const continueFinalMessage = body.continue_final_message ?? false;
@@ -130,6 +136,22 @@ export function chatTemplateOptions(
     ),
   };
   if (Array.isArray(body.tools)) out.tools = body.tools;
+  const own = body.chat_template;
+  if (own !== null && own !== undefined) {
+    // As vLLM: a request's template is a way to run code in the template engine; only a trusting server takes it.
+    if (!trustRequestTemplate)
+      throw badRequest(
+        `'chat_template' is passed with the request, but the gateway runs without --trust-request-chat-template: refused (the model's own template applies)`,
+        'chat_template',
+        'unsupported_parameter',
+      );
+    if (typeof own !== 'string' || own === '' || own.length > MAX_REQUEST_CHAT_TEMPLATE_CHARS)
+      throw badRequest(
+        `'chat_template' must be a Jinja template of 1 to ${MAX_REQUEST_CHAT_TEMPLATE_CHARS} characters`,
+        'chat_template',
+      );
+    out.chatTemplate = own;
+  }
   return out;
 }
 
@@ -170,6 +192,7 @@ export function renderChat(
     continueFinalMessage?: boolean;
     tools?: unknown[];
     templateKwargs?: Record<string, unknown> | null;
+    chatTemplate?: string;
   },
   signal?: OffLoopSignal,
 ): string | Promise<string> {
@@ -181,19 +204,20 @@ export function renderChat(
     addGenerationPrompt: opts.addGenerationPrompt,
     ...(opts.tools !== undefined ? { tools: opts.tools } : {}),
     templateKwargs: opts.templateKwargs ?? undefined,
+    ...(opts.chatTemplate !== undefined ? { chatTemplate: opts.chatTemplate } : {}),
   };
   const finish = (text: string) =>
     opts.continueFinalMessage === true ? cutAfterFinalMessage(text, shaped[shaped.length - 1]!.content) : text;
   if (shaped.length >= OFF_LOOP_RENDER_MIN_MESSAGES) {
     return tokenizer.render(shaped, options, signal).then(finish, (err: unknown) => {
-      throw templateApiError(err);
+      throw templateApiError(err, opts.chatTemplate !== undefined);
     });
   }
   let text: string;
   try {
     text = tokenizer.tokenizer.applyChatTemplate(shaped, options);
   } catch (err) {
-    throw templateApiError(err);
+    throw templateApiError(err, opts.chatTemplate !== undefined);
   }
   return finish(text);
 }
@@ -202,8 +226,13 @@ export function renderChat(
  * The error of a failed render: a template that does not parse is the server's problem (500); an off-loop error
  * passes through (errors.ts maps it); everything else is about these messages (400 naming `messages`).
  */
-function templateApiError(err: unknown): Error {
+function templateApiError(err: unknown, requestTemplate = false): Error {
   if (err instanceof Error && err.name === 'OffLoopError') return err;
+  const parse =
+    err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse';
+  // The request's own template failing is the client's mistake, not the model's.
+  if (parse && requestTemplate)
+    return badRequest(`'chat_template' cannot be parsed: ${(err as Error).message}`, 'chat_template');
   if (err instanceof Error && err.name === 'ChatTemplateError' && (err as { kind?: unknown }).kind === 'parse') {
     return new ApiError(500, `the model's chat template cannot be parsed: ${err.message}`, {
       code: 'chat_template_error',

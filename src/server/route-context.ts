@@ -37,6 +37,8 @@ export interface RouteContext {
   toolCallParser: ToolCallParserName | null;
   /** The reasoning parser (`--reasoning-parser`), or null: no `reasoning_content`. */
   reasoningParser: ReasoningParserName | null;
+  /** A chat request may bring its own `chat_template` (`--trust-request-chat-template`, vLLM's flag). */
+  trustRequestChatTemplate: boolean;
   /** Stored Responses-API responses (`store`, `previous_response_id`; responses/store.ts). */
   responses: ResponsesStore;
   /** Per-stream buffer bound and stall timeout of streamed responses (sse.ts). */

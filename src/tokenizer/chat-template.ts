@@ -166,6 +166,24 @@ export interface ChatTemplateRenderInput {
   specialTokens: Readonly<Record<string, string>>;
   /** Extra variables (`enable_thinking`, ...); they override `specialTokens`, never the reserved names. */
   templateKwargs?: Readonly<Record<string, unknown>>;
+  /** A request's own template text (vLLM `chat_template`, when the server trusts it), used instead of the tokenizer's. */
+  templateText?: string;
+}
+
+/** Request templates parsed lately (text → template), so a client that sends the same one is not parsed again. */
+const requestTemplates = new Map<string, LazyTemplate>();
+/** At most this many request templates are kept parsed (least recently used first out). */
+const MAX_REQUEST_TEMPLATES = 16;
+
+/** The parsed template of a request's own text. @throws ChatTemplateError `parse` when it does not parse. */
+function requestTemplate(text: string): Template {
+  let t = requestTemplates.get(text);
+  if (t === undefined) {
+    t = new LazyTemplate('request', text);
+    if (requestTemplates.size >= MAX_REQUEST_TEMPLATES) requestTemplates.delete(requestTemplates.keys().next().value!);
+  } else requestTemplates.delete(text);
+  requestTemplates.set(text, t);
+  return t.get();
 }
 
 /**
@@ -253,7 +271,10 @@ export class ChatTemplateSet {
    *   failure, `missing`/`parse` from {@link select}.
    */
   render(input: ChatTemplateRenderInput): string {
-    const template = this.select(input.tools !== undefined && input.tools.length > 0);
+    const template =
+      input.templateText !== undefined
+        ? requestTemplate(input.templateText)
+        : this.select(input.tools !== undefined && input.tools.length > 0);
     try {
       // What `Template.render` does, with the globals and special tokens in a parent scope made once (parentScope).
       const env = new Environment(parentScope(input.specialTokens));

@@ -69,6 +69,8 @@ export interface ApplyChatTemplateOptions {
   tools?: unknown[];
   /** Extra template variables, e.g. `{ enable_thinking: false }` (the request's `chat_template_kwargs`). */
   templateKwargs?: Record<string, unknown>;
+  /** The request's own template text (vLLM `chat_template`, allowed by `--trust-request-chat-template`). */
+  chatTemplate?: string;
 }
 
 /** Options of {@link GatewayTokenizer.load}. */
@@ -472,6 +474,7 @@ export class GatewayTokenizer {
       addGenerationPrompt: opts.addGenerationPrompt ?? true,
       specialTokens: this.templateSpecialTokens,
       templateKwargs: opts.templateKwargs,
+      ...(opts.chatTemplate !== undefined ? { templateText: opts.chatTemplate } : {}),
     });
   }
 }

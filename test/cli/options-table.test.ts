@@ -110,6 +110,7 @@ test('the harness inverse gives back every option the table maps, and refuses wh
     '--served-model-name',
     'a',
     'b',
+    '--trust-request-chat-template',
     '--tool-call-parser=hermes',
     '--reasoning-parser=qwen3',
     '--responses-store=7',

@@ -40,7 +40,7 @@ export async function makeApp(
     bodyLimitBytes?: number;
     tokenizer?: GatewayTokenizer;
     /** Output-parsing options of the app (tool-call parser, reasoning parser, Responses store). */
-    output?: Pick<GatewayDeps, 'toolCallParser' | 'reasoningParser' | 'responsesStore'>;
+    output?: Pick<GatewayDeps, 'toolCallParser' | 'reasoningParser' | 'responsesStore' | 'trustRequestChatTemplate'>;
     edge?: HttpEdgeOptions;
     logger?: Logger;
     servedModelNames?: string[];

@@ -146,3 +146,28 @@ describe('echo and continuous usage stats', () => {
     );
   });
 });
+
+describe("a request's own chat_template", () => {
+  const trusting = useApp({ output: { trustRequestChatTemplate: true } });
+  const plain = useApp();
+  const chat = (fx: typeof plain, chat_template: unknown) =>
+    fx.app.inject({
+      method: 'POST',
+      url: '/v1/chat/completions',
+      payload: { messages: [{ role: 'user', content: 'Hi' }], max_tokens: 2, chat_template },
+    });
+
+  test('renders the prompt with --trust-request-chat-template; refused without it, or when it does not parse', async () => {
+    trusting.backend.onSubmit = (sub) => sub.stream.pushAll([11], 'length');
+    const ok = await chat(trusting, '{% for m in messages %}<<{{ m.content }}>>{% endfor %}');
+    assert.equal(ok.statusCode, 200, ok.body);
+    const prompt = trusting.backend.submissions.at(-1)!.request.promptTokenIds;
+    assert.equal(trusting.tokenizer.decode(prompt, { skipSpecialTokens: false }), '<<Hi>>');
+    const broken = await chat(trusting, '{% for m in messages %}');
+    assert.equal(broken.statusCode, 400);
+    assert.equal(broken.json().error.param, 'chat_template');
+    const refused = await chat(plain, '{{ messages }}');
+    assert.equal(refused.statusCode, 400);
+    assert.match(refused.json().error.message, /--trust-request-chat-template/);
+  });
+});

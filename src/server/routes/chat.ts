@@ -104,7 +104,7 @@ export const chatPrompt: PromptSource<ChatCompletionBodyT> = {
   param: 'messages',
   async prepare(ctx, body, limits, opts) {
     const plan = planTools(chatTools(body.tools), body.tool_choice, body.parallel_tool_calls, ctx.toolCallParser);
-    const options = chatTemplateOptions(body);
+    const options = chatTemplateOptions(body, ctx.trustRequestChatTemplate);
     const rendered = renderChat(ctx.offLoop, body.messages, options, opts.signal);
     // A short chat renders synchronously: no extra turn for it.
     const text = typeof rendered === 'string' ? rendered : await rendered;
