@@ -33,6 +33,8 @@ export interface ChoiceDelta {
   content: string;
   toolCalls: ToolCallDelta[];
   logprobs: TokenLogprob[];
+  /** The token ids behind this delta (vLLM `return_token_ids`); absent unless asked for. */
+  tokenIds?: number[];
 }
 
 /** OpenAI finish reasons a choice can end with. */
@@ -54,6 +56,8 @@ export interface ChoiceResult {
   usage: Usage;
   /** Every token's logprob, in order (empty unless requested). */
   logprobs: TokenLogprob[];
+  /** Every token id of the choice (vLLM `return_token_ids`); absent unless asked for. */
+  tokenIds?: number[];
 }
 
 /** How a choice's text is parsed. */
@@ -83,6 +87,7 @@ export class ChoiceOutput {
   private reasoning = '';
   private readonly calls: ToolCall[] = [];
   private readonly logprobs: TokenLogprob[] = [];
+  private tokenIds: number[] | null = null;
   private done: ChoiceResult | null = null;
   /** True without a reasoning or tool-call parser: every token's text is content as it is (`appendContent` applies). */
   readonly plain: boolean;
@@ -112,6 +117,10 @@ export class ChoiceOutput {
     if (this.done !== null) throw new Error('ChoiceOutput: event after the finish');
     const delta: ChoiceDelta = { reasoning: '', content: '', toolCalls: [], logprobs: ev.logprobs };
     this.logprobs.push(...ev.logprobs);
+    if (ev.tokenIds !== undefined) {
+      delta.tokenIds = ev.tokenIds;
+      for (const id of ev.tokenIds) (this.tokenIds ??= []).push(id);
+    }
     const final = ev.type === 'finish';
     let contentText = ev.text;
     if (this.opts.reasoning !== null) {
@@ -143,6 +152,7 @@ export class ChoiceOutput {
         completionTokens: ev.usage.completion_tokens,
         usage: ev.usage,
         logprobs: this.logprobs,
+        ...(ev.tokenIds !== undefined ? { tokenIds: this.tokenIds ?? [] } : {}),
       };
     }
     return delta;

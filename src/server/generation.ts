@@ -75,9 +75,11 @@ export interface TokenLogprob {
  * its prefix cache (its last report; 0 when it never said).
  */
 export type GenerationEvent =
-  | { type: 'delta'; text: string; logprobs: TokenLogprob[] }
+  | { type: 'delta'; text: string; logprobs: TokenLogprob[]; tokenIds?: number[] }
   | {
       type: 'finish';
+      /** With `tokenIds`: the ids received since the previous event (held-back text's ids come with the next one). */
+      tokenIds?: number[];
       text: string;
       finishReason: 'stop' | 'length';
       /** The stop string or stop token id that ended a `stop` finish; null otherwise (vLLM `stop_reason`). */
@@ -166,6 +168,8 @@ export interface GenerationOptions {
   eosTokenIds?: ReadonlySet<number>;
   /** Stop strings sent to the engine as single token ids (gateway.md 6), by id: the `stopReason` of a finish on one. */
   convertedStops?: ReadonlyMap<number, string>;
+  /** Put the token ids behind each event on it (vLLM `return_token_ids`). Absent: no ids. */
+  tokenIds?: boolean;
 }
 
 /** The (shared, frozen) empty logprob list of events when logprobs were not requested. */
@@ -199,7 +203,11 @@ export class ChoiceGeneration {
     this.detokenizer = opts.detokenizer;
     this.latency = opts.latency;
     this.withLogprobs = opts.logprobs === true;
+    this.pendingIds = opts.tokenIds === true ? [] : null;
   }
+
+  /** With `tokenIds`: ids received since the last event (see `GenerationEvent`); null without. */
+  private pendingIds: number[] | null;
 
   /**
    * Detokenize `ids`, the tokens after the first `before`, and feed their text to the matcher: tokens up to number
@@ -254,6 +262,17 @@ export class ChoiceGeneration {
 
   /** One engine output of this choice (see the class docs). Returns null after the finish. */
   take(out: EngineOutput): GenerationEvent | null {
+    if (this.pendingIds === null) return this.takeOutput(out);
+    if (!this.finished) for (const id of out.newTokenIds) this.pendingIds.push(id);
+    const ev = this.takeOutput(out);
+    if (ev !== null) {
+      ev.tokenIds = this.pendingIds;
+      this.pendingIds = [];
+    }
+    return ev;
+  }
+
+  private takeOutput(out: EngineOutput): GenerationEvent | null {
     if (this.finished) return null;
     const ids = out.newTokenIds;
     const before = this.received;

@@ -30,7 +30,6 @@ const UNSUPPORTED: Record<string, (value: unknown) => boolean> = {
   audio: isNull,
   web_search_options: isNull,
   // vLLM extensions that change the output (issue 31 part 4): refused until served, never dropped.
-  return_token_ids: (v) => isNull(v) || v === false,
 };
 
 const UNSUPPORTED_ENTRIES = Object.entries(UNSUPPORTED);
@@ -114,6 +113,17 @@ export function parseTruncatePromptTokens(value: unknown): number | null {
     `'truncate_prompt_tokens' must be -1 (the context) or an integer ≥ 1; got ${quoteValue(value)}`,
     'truncate_prompt_tokens',
   );
+}
+
+/**
+ * The request's `return_token_ids` (vLLM): whether the answer carries the prompt's token ids (top level; streamed:
+ * in the first chunk) and each choice's (`token_ids`; streamed: each chunk's own). Absent: false.
+ * @throws ApiError 400 (`param: 'return_token_ids'`) for a value that is not a boolean.
+ */
+export function parseReturnTokenIds(value: unknown): boolean {
+  if (isNull(value)) return false;
+  if (typeof value !== 'boolean') throw badRequest(`'return_token_ids' must be a boolean`, 'return_token_ids');
+  return value;
 }
 
 /** Most `bad_words` entries and characters per entry (each becomes token sequences the engine checks every step). */

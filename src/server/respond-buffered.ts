@@ -36,7 +36,12 @@ export interface RespondParts {
 export async function respondBuffered(a: RespondParts): Promise<unknown> {
   const { outputs, record, disconnect, reply } = a;
   const run = new GenerationRun(a.choices, (index, ev) => {
-    if (ev.type !== 'delta' || ev.logprobs.length > 0 || !outputs.outputs[index]!.appendContent(ev.text))
+    if (
+      ev.type !== 'delta' ||
+      ev.logprobs.length > 0 ||
+      ev.tokenIds !== undefined ||
+      !outputs.outputs[index]!.appendContent(ev.text)
+    )
       outputs.take(index, ev);
   });
   // One listener per request: a disconnect ends the run (every unfinished sub-request is aborted).

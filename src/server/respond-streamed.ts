@@ -61,7 +61,8 @@ export async function respondStreamed(
     }
   };
   // Without logprobs, a plain choice's delta (the bulk of a stream) is one pre-built record (StreamShaper.textRecord).
-  const textRecord = outputs.topLogprobs === null && !continuous ? writer.textRecord : undefined;
+  const textRecord =
+    outputs.topLogprobs === null && !continuous && a.base.promptTokenIds === undefined ? writer.textRecord : undefined;
   run = new GenerationRun(a.choices, (index, ev) => {
     sse.release();
     const out = outputs.outputs[index]!;

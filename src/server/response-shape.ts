@@ -114,19 +114,31 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
     renderLogprobs: spec.renderLogprobs,
     body: (base, results, usage, logprobs) => ({
       ...header(base, spec.responseObject),
+      ...(base.promptTokenIds !== undefined ? { prompt_token_ids: base.promptTokenIds } : {}),
       // vLLM's `stop_reason`: the stop string or stop token id that ended the choice, else null (after finish_reason).
-      choices: results.map((r, i) => ({ ...spec.fullChoice(i, r, logprobs(i)), stop_reason: r.stopReason })),
+      choices: results.map((r, i) => ({
+        ...spec.fullChoice(i, r, logprobs(i)),
+        stop_reason: r.stopReason,
+        ...(r.tokenIds !== undefined ? { token_ids: r.tokenIds } : {}),
+      })),
       usage,
     }),
     stream(base, { includeUsage, n, continuousUsage }) {
       const usageField = includeUsage ? { usage: null } : {};
-      const chunk = (choices: Record<string, unknown>[]): SseEvent => ({
-        data: {
-          ...header(base, spec.chunkObject),
-          choices,
-          ...(continuousUsage !== undefined ? { usage: continuousUsage() } : usageField),
-        },
-      });
+      // vLLM sends the prompt's ids (return_token_ids) in the first chunk only.
+      let promptIds = base.promptTokenIds;
+      const chunk = (choices: Record<string, unknown>[]): SseEvent => {
+        const head = header(base, spec.chunkObject);
+        if (promptIds !== undefined) {
+          head.prompt_token_ids = promptIds;
+          promptIds = undefined;
+        }
+        return {
+          data: { ...head, choices, ...(continuousUsage !== undefined ? { usage: continuousUsage() } : usageField) },
+        };
+      };
+      const withIds = (choice: Record<string, unknown>, delta: ChoiceDelta) =>
+        delta.tokenIds === undefined ? choice : { ...choice, token_ids: delta.tokenIds };
       // A content-only delta (the bulk of a stream) is a record pre-serialized around its text, per choice index
       // (chunk-json.ts).
       const textRecords: Array<(text: string) => string> = [];
@@ -147,14 +159,20 @@ export function chunkedShape(spec: ChunkedShapeSpec): ResponseShape {
             .map((c) => chunk([c])),
         delta: (index, delta, logprobs) =>
           continuousUsage === undefined &&
+          delta.tokenIds === undefined &&
           logprobs === null &&
           delta.reasoning === '' &&
           delta.toolCalls.length === 0 &&
           delta.content !== ''
             ? [textChunk(index, delta.content)]
-            : [chunk([spec.chunkChoice(index, delta, null, logprobs)])],
+            : [chunk([withIds(spec.chunkChoice(index, delta, null, logprobs), delta)])],
         finish: (index, delta, result, logprobs) => [
-          chunk([{ ...spec.chunkChoice(index, delta, result.finishReason, logprobs), stop_reason: result.stopReason }]),
+          chunk([
+            withIds(
+              { ...spec.chunkChoice(index, delta, result.finishReason, logprobs), stop_reason: result.stopReason },
+              delta,
+            ),
+          ]),
         ],
         closing: (usage) => (includeUsage ? [{ data: { ...header(base, spec.chunkObject), choices: [], usage } }] : []),
         error: (err) => [{ data: err.toBody() }],
@@ -180,6 +198,8 @@ export interface ResponseBase {
   created: number;
   model: string;
   system_fingerprint: string;
+  /** The prompt's token ids, when the request asked for them (vLLM `return_token_ids`); absent otherwise. */
+  promptTokenIds?: readonly number[];
 }
 
 /** The common fields in OpenAI's order: `id`, `object`, `created`, `model`, `system_fingerprint`. */

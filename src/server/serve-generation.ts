@@ -26,6 +26,7 @@ import {
   badWordsTokenIds,
   buildSampling,
   parseStopStrings,
+  parseReturnTokenIds,
   parseTruncatePromptTokens,
   rejectUnsupported,
   requestedLimit,
@@ -60,6 +61,8 @@ export interface PreparedRequest {
   includeUsage: boolean;
   /** vLLM's `stream_options.continuous_usage_stats`: every chunk carries the usage so far (with `includeUsage`). */
   continuousUsage: boolean;
+  /** vLLM's `return_token_ids`: the answer carries the prompt's and every choice's token ids. */
+  returnTokenIds: boolean;
   group: BackendGroup;
   dpRank: number | undefined;
   /** Stop strings matched on the text (gateway.md 6); [] for none. */
@@ -335,6 +338,7 @@ function toServe<B extends CommonBodyT>(
     stream: body.stream === true,
     includeUsage: body.stream_options?.include_usage === true,
     continuousUsage: body.stream_options?.continuous_usage_stats === true,
+    returnTokenIds: parseReturnTokenIds((body as { return_token_ids?: unknown }).return_token_ids),
     group,
     dpRank,
     stop,
@@ -395,6 +399,7 @@ export async function serveGeneration(
     // As vLLM: a request served by an adapter reports the adapter's name.
     model: prepared.lora?.name ?? ctx.modelId,
     system_fingerprint: ctx.systemFingerprint,
+    ...(prepared.returnTokenIds ? { promptTokenIds: prepared.promptTokenIds } : {}),
   };
   const promptTokens = prepared.promptTokenIds.length;
   const record = new RequestRecord(
@@ -539,6 +544,7 @@ function runChoices(
       latency: record.trackers[i],
       eosTokenIds,
       ...(convertedStops === undefined ? {} : { convertedStops }),
+      ...(prepared.returnTokenIds ? { tokenIds: true } : {}),
     }),
   }));
 }

@@ -108,7 +108,7 @@ describe('unknown top-level fields', () => {
       // vLLM extensions that change the output are refused by name, never dropped as unknown (issue 31 part 4); the
       // served ones refuse bad values by name (and bad_words on this TokenSpeed group).
       ['/v1/completions', { bad_words: ['x'] }, 'bad_words'],
-      ['/v1/chat/completions', { return_token_ids: true }, 'return_token_ids'],
+      ['/v1/chat/completions', { return_token_ids: 'yes' }, 'return_token_ids'],
       ['/v1/chat/completions', { chat_template: '{{ messages }}' }, 'chat_template'],
       ['/v1/completions', { priority: -5 }, 'priority'],
       ['/v1/chat/completions', { thinking_token_budget: -1 }, 'thinking_token_budget'],

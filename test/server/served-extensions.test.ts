@@ -171,3 +171,53 @@ describe("a request's own chat_template", () => {
     assert.match(refused.json().error.message, /--trust-request-chat-template/);
   });
 });
+
+describe('return_token_ids', () => {
+  const fx = useApp();
+  const sseChunks = (payload: string) =>
+    payload
+      .split('\n\n')
+      .filter((r) => r.startsWith('data: ') && r !== 'data: [DONE]')
+      .map((r) => JSON.parse(r.slice(6)) as Record<string, any>); // eslint-disable-line @typescript-eslint/no-explicit-any -- parsed chunks
+
+  test("the prompt ids and every choice's ids, buffered and streamed, chat and completions", async () => {
+    const ids = fx.tokenizer.encode(' one two three', { addSpecialTokens: false });
+    fx.backend.onSubmit = (sub) => sub.stream.pushAll(ids, 'length');
+    for (const [url, extra] of [
+      ['/v1/chat/completions', { messages: [{ role: 'user', content: 'Hi' }] }],
+      ['/v1/completions', { prompt: 'Count' }],
+    ] as const) {
+      const full = await fx.app.inject({
+        method: 'POST',
+        url,
+        payload: { ...extra, max_tokens: 3, return_token_ids: true },
+      });
+      assert.equal(full.statusCode, 200, full.body);
+      const body = full.json();
+      assert.deepEqual(body.prompt_token_ids, fx.backend.submissions.at(-1)!.request.promptTokenIds);
+      assert.deepEqual(body.choices[0].token_ids, ids);
+      const streamed = await fx.app.inject({
+        method: 'POST',
+        url,
+        payload: { ...extra, max_tokens: 3, return_token_ids: true, stream: true },
+      });
+      const chunks = sseChunks(streamed.body);
+      assert.deepEqual(chunks[0]!.prompt_token_ids, body.prompt_token_ids, 'in the first chunk');
+      assert.ok(
+        chunks.slice(1).every((c) => c.prompt_token_ids === undefined),
+        'only there',
+      );
+      assert.deepEqual(
+        chunks.flatMap((c) => c.choices[0]?.token_ids ?? []),
+        ids,
+      );
+    }
+    const plain = await fx.app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'x', max_tokens: 3 },
+    });
+    assert.equal(plain.json().prompt_token_ids, undefined);
+    assert.equal(plain.json().choices[0].token_ids, undefined);
+  });
+});
