@@ -204,6 +204,7 @@ export class ChoiceGeneration {
     this.latency = opts.latency;
     this.withLogprobs = opts.logprobs === true;
     this.pendingIds = opts.tokenIds === true ? [] : null;
+    if (this.pendingIds !== null) this.take = this.takeWithIds;
   }
 
   /** With `tokenIds`: ids received since the last event (see `GenerationEvent`); null without. */
@@ -260,19 +261,24 @@ export class ChoiceGeneration {
     return uncounted > 0 ? pending.slice(0, Math.max(0, pending.length - uncounted)) : pending;
   }
 
-  /** One engine output of this choice (see the class docs). Returns null after the finish. */
-  take(out: EngineOutput): GenerationEvent | null {
-    if (this.pendingIds === null) return this.takeOutput(out);
-    if (!this.finished) for (const id of out.newTokenIds) this.pendingIds.push(id);
-    const ev = this.takeOutput(out);
+  /**
+   * `take` of a choice that returns token ids (`GenerationOptions.tokenIds`; installed in place of `take` by the
+   * constructor, so the common path keeps its single call): the output's ids join the pending ones, and an event takes
+   * them all.
+   */
+  private takeWithIds(out: EngineOutput): GenerationEvent | null {
+    const pending = this.pendingIds!;
+    if (!this.finished) for (const id of out.newTokenIds) pending.push(id);
+    const ev = ChoiceGeneration.prototype.take.call(this, out);
     if (ev !== null) {
-      ev.tokenIds = this.pendingIds;
+      ev.tokenIds = pending;
       this.pendingIds = [];
     }
     return ev;
   }
 
-  private takeOutput(out: EngineOutput): GenerationEvent | null {
+  /** One engine output of this choice (see the class docs). Returns null after the finish. */
+  take(out: EngineOutput): GenerationEvent | null {
     if (this.finished) return null;
     const ids = out.newTokenIds;
     const before = this.received;
