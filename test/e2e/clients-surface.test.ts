@@ -2,7 +2,7 @@
  * The client matrix of issue 31 part 5: embeddings, LoRA adapters and reasoning controls through the clients people
  * use (openai SDK, the Vercel AI SDK's default `openai()` provider and its openai-compatible one, LangChain), against
  * one gateway per engine family; LlamaIndex's `OpenAIEmbedding` and the OpenAI Agents SDK (chat-completions model,
- * `modelSettings.reasoning`) too. Both families' simulated ranks think before answering (`--reasoning`, parsed with
+ * `modelSettings.reasoning`) too, and the newest majors beside the pinned ones: openai 7 and ai 7 (@ai-sdk/openai 4). Both families' simulated ranks think before answering (`--reasoning`, parsed with
  * `--reasoning-parser qwen3`). vLLM: embeddings and an adapter (`--lora-modules`) are served; TokenSpeed: both are
  * refused with the errors a client can tell apart (400 `unsupported_task`, 404 for an adapter name). Reasoning works
  * on both: `reasoning_effort` (chat), `reasoning.effort` / `summary` (Responses), and the AI SDK's default provider
@@ -20,6 +20,10 @@ import { embed, generateText, streamText } from 'ai';
 import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
 import { OpenAIEmbedding } from '@llamaindex/openai';
 import { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled } from '@openai/agents';
+// The newest majors beside the pinned ones (npm aliases): openai 7, ai 7 with @ai-sdk/openai 4.
+import OpenAI7 from 'openai-v7';
+import { embed as embed7, generateText as generateText7 } from 'ai-v7';
+import { createOpenAI as createOpenAI4 } from 'ai-sdk-openai-v4';
 import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
 
 const MODEL = 'sim-qwen3';
@@ -193,5 +197,42 @@ for (const engine of ['vllm', 'tokenspeed'] as const) {
         assert.equal(typeof result.finalOutput, 'string');
       },
     );
+    test('the newest majors: openai 7 and ai 7 embed, address the adapter, show the reasoning', TIMEOUT, async () => {
+      const c7 = new OpenAI7({ baseURL: url(), apiKey: 'unused', maxRetries: 0 });
+      const ai4 = createOpenAI4({ baseURL: url(), apiKey: 'unused' });
+      if (engine === 'vllm') {
+        assert.equal((await c7.embeddings.create({ model: MODEL, input: 'a' })).data.length, 1);
+        assert.ok((await embed7({ model: ai4.embedding(MODEL), value: 'b', maxRetries: 0 })).embedding.length > 0);
+        const r = await c7.chat.completions.create({
+          model: 'sql',
+          messages: [{ role: 'user', content: 'q' }],
+          max_tokens: 4,
+        });
+        assert.equal(r.model, 'sql');
+      } else {
+        await assert.rejects(
+          c7.embeddings.create({ model: MODEL, input: 'a' }),
+          (e: unknown) => e instanceof OpenAI7.BadRequestError,
+        );
+        await assert.rejects(
+          c7.chat.completions.create({ model: 'sql', messages: [{ role: 'user', content: 'q' }] }),
+          (e: unknown) => e instanceof OpenAI7.NotFoundError,
+        );
+      }
+      const off = await c7.chat.completions.create({
+        model: MODEL,
+        messages: [{ role: 'user', content: 'Hi' }],
+        max_tokens: 60,
+        reasoning_effort: 'none',
+      });
+      assert.equal((off.choices[0]!.message as { reasoning_content?: string | null }).reasoning_content ?? null, null);
+      const shown = await generateText7({
+        model: ai4(MODEL),
+        prompt: 'Think, then answer.',
+        maxOutputTokens: 200,
+        maxRetries: 0,
+      });
+      assert.ok((shown.reasoningText ?? '').length > 0, 'ai 7 default provider: reasoningText from the summary');
+    });
   });
 }
