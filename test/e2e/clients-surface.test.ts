@@ -1,6 +1,7 @@
 /**
  * The client matrix of issue 31 part 5: embeddings, LoRA adapters and reasoning controls through the clients people
- * use (openai SDK, the Vercel AI SDK's default `openai()` provider and its openai-compatible one, LangChain), against
+ * use (openai SDK, the Vercel AI SDK's default `openai()` provider and its openai-compatible one, LangChain and a
+ * LangGraph graph), against
  * one gateway per engine family; LlamaIndex's `OpenAIEmbedding` and the OpenAI Agents SDK (chat-completions model,
  * `modelSettings.reasoning`) too, and the newest majors beside the pinned ones: openai 7 and ai 7 (@ai-sdk/openai 4). Both families' simulated ranks think before answering (`--reasoning`, parsed with
  * `--reasoning-parser qwen3`). vLLM: embeddings and an adapter (`--lora-modules`) are served; TokenSpeed: both are
@@ -18,6 +19,7 @@ import { createOpenAI } from '@ai-sdk/openai';
 import { createOpenAICompatible } from '@ai-sdk/openai-compatible';
 import { embed, generateText, streamText } from 'ai';
 import { ChatOpenAI, OpenAIEmbeddings } from '@langchain/openai';
+import { END, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
 import { OpenAIEmbedding } from '@llamaindex/openai';
 import { Agent, OpenAIChatCompletionsModel, run, setTracingDisabled } from '@openai/agents';
 // The newest majors beside the pinned ones (npm aliases): openai 7, ai 7 with @ai-sdk/openai 4.
@@ -185,6 +187,14 @@ for (const engine of ['vllm', 'tokenspeed'] as const) {
           reasoning: { effort: 'low' },
         });
         assert.equal(typeof (await lc.invoke('Hi')).content, 'string');
+        // LangGraph: a one-node graph over the same reasoning model.
+        const graph = new StateGraph(MessagesAnnotation)
+          .addNode('model', async (state) => ({ messages: [await lc.invoke(state.messages)] }))
+          .addEdge(START, 'model')
+          .addEdge('model', END)
+          .compile();
+        const out = await graph.invoke({ messages: [{ role: 'user', content: 'Hi' }] });
+        assert.equal(out.messages.length, 2);
         // The OpenAI Agents SDK in chat mode sends modelSettings.reasoning as reasoning_effort (a 400 before).
         setTracingDisabled(true);
         const agent = new Agent({
