@@ -3,7 +3,7 @@
  * use (openai SDK, the Vercel AI SDK's default `openai()` provider and its openai-compatible one, LangChain and a
  * LangGraph graph), against
  * one gateway per engine family; LlamaIndex's `OpenAIEmbedding` and the OpenAI Agents SDK (chat-completions model,
- * `modelSettings.reasoning`) too, and the newest majors beside the pinned ones: openai 7 and ai 7 (@ai-sdk/openai 4). Both families' simulated ranks think before answering (`--reasoning`, parsed with
+ * `modelSettings.reasoning`) and a Mastra agent with its embedding model too, and the newest majors beside the pinned ones: openai 7 and ai 7 (@ai-sdk/openai 4). Both families' simulated ranks think before answering (`--reasoning`, parsed with
  * `--reasoning-parser qwen3`). vLLM: embeddings and an adapter (`--lora-modules`) are served; TokenSpeed: both are
  * refused with the errors a client can tell apart (400 `unsupported_task`, 404 for an adapter name). Reasoning works
  * on both: `reasoning_effort` (chat), `reasoning.effort` / `summary` (Responses), and the AI SDK's default provider
@@ -244,5 +244,43 @@ for (const engine of ['vllm', 'tokenspeed'] as const) {
       });
       assert.ok((shown.reasoningText ?? '').length > 0, 'ai 7 default provider: reasoningText from the summary');
     });
+    test(
+      'Mastra: an agent shows the reasoning and addresses the adapter; its embedding model embeds',
+      TIMEOUT,
+      async () => {
+        // Mastra's model router reaches an OpenAI-compatible endpoint from { providerId, modelId, url }; its request
+        // options go under the provider id. Its usage telemetry is off in tests (read once, at import).
+        process.env['MASTRA_TELEMETRY_DISABLED'] = '1';
+        const { Agent: MastraAgent } = await import('@mastra/core/agent');
+        const { ModelRouterEmbeddingModel } = await import('@mastra/core/llm');
+        const model = (modelId: string) => ({ providerId: 'gateway', modelId, url: url(), apiKey: 'unused' });
+        const agent = new MastraAgent({ id: 'sim', name: 'sim', instructions: 'Answer briefly.', model: model(MODEL) });
+        const shown = await agent.generate('Think, then answer.', { modelSettings: { maxOutputTokens: 200 } });
+        assert.ok((shown.reasoningText ?? '').length > 0, 'Mastra reasoningText');
+        assert.ok(shown.text.length > 0);
+        const streamed = await agent.stream('Think, then answer.', { modelSettings: { maxOutputTokens: 200 } });
+        let reasoning = '';
+        for await (const part of streamed.fullStream as AsyncIterable<{ type: string; payload?: { text?: string } }>)
+          if (part.type === 'reasoning-delta') reasoning += part.payload?.text ?? '';
+        assert.ok(reasoning.length > 0, 'Mastra streamed reasoning deltas');
+        const off = await agent.generate('Hi', {
+          modelSettings: { maxOutputTokens: 60 },
+          providerOptions: { gateway: { reasoningEffort: 'none' } },
+        });
+        assert.equal(off.reasoningText ?? '', '', 'reasoningEffort none turns thinking off');
+        const adapter = new MastraAgent({ id: 'sql', name: 'sql', instructions: 'SQL only.', model: model('sql') });
+        const embedder = new ModelRouterEmbeddingModel(model(MODEL));
+        if (engine === 'vllm') {
+          const r = await adapter.generate('q', { modelSettings: { maxOutputTokens: 8 } });
+          assert.equal(r.response?.modelId, 'sql');
+          const { embeddings } = await embedder.doEmbed({ values: ['a', 'b'] });
+          assert.equal(embeddings.length, 2);
+          assert.ok(embeddings[0]!.length > 0);
+        } else {
+          await assert.rejects(adapter.generate('q', { modelSettings: { maxOutputTokens: 8 } }));
+          await assert.rejects(embedder.doEmbed({ values: ['a'] }));
+        }
+      },
+    );
   });
 }
