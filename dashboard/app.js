@@ -83,7 +83,7 @@ const COLUMNS = [
 ];
 
 function rankRow(group, r) {
-  const key = `${group.worker}|${r.dp_rank}`;
+  const key = `${group.name}|${r.dp_rank}`;
   const h = history.get(key) ?? [];
   h.push(r.in_flight);
   if (h.length > HISTORY) h.shift();
@@ -103,7 +103,7 @@ function rankRow(group, r) {
     itl: pct(r.itl_ms),
     dispatched: `${r.dispatched_pinned + r.dispatched_unpinned} (${r.dispatched_pinned})`,
   };
-  const tr = el('tr', { 'data-worker': group.worker, 'data-rank': String(r.dp_rank) });
+  const tr = el('tr', { 'data-group': group.name, 'data-rank': String(r.dp_rank) });
   for (const [field] of COLUMNS) {
     const td = el('td', { 'data-field': field }, cells[field]);
     if (field === 'state') td.className = `state-${state}`;
@@ -150,7 +150,9 @@ function render(view) {
   };
   const sections = [];
   for (const g of view.groups) {
-    const badge = el('span', { class: `badge ${g.alive ? 'alive' : 'dead'}` }, g.alive ? 'alive' : 'dead');
+    // The group's status as /health reports it: ok, degraded (a rank is not ready), starting or unavailable.
+    const status = g.alive ? g.status : 'unavailable';
+    const badge = el('span', { class: `badge ${status}` }, status);
     const head = el('tr', {}, ...COLUMNS.map(([, label]) => el('th', {}, label)));
     const body = el('tbody');
     for (const r of g.ranks) {
@@ -161,8 +163,8 @@ function render(view) {
     sections.push(
       el(
         'section',
-        { class: 'group', 'data-worker': g.worker },
-        el('h2', {}, `${g.worker} · ${g.engine} · ${g.ranks.length} DP rank${g.ranks.length === 1 ? '' : 's'}`, badge),
+        { class: 'group', 'data-group': g.name },
+        el('h2', {}, `${g.name} · ${g.engine} · ${g.ranks.length} DP rank${g.ranks.length === 1 ? '' : 's'}`, badge),
         ...[queuePanel(g.flow_control)].filter((x) => x !== null),
         el('table', {}, el('thead', {}, head), body),
       ),

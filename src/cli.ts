@@ -105,6 +105,7 @@ interface GroupFlags {
   lockstepMode?: boolean;
   kvEventsConfig?: string;
   tasks?: EngineTask[];
+  name?: string;
   simArgs: string[];
 }
 
@@ -204,6 +205,9 @@ function applyGroupOption(target: GroupFlags, name: string, value: string | unde
         throw new UsageError(`--tasks: ${(err as Error).message}`);
       }
       return;
+    case 'group-name':
+      once('name', value);
+      return;
     case 'kv-events-config':
       try {
         parseKvEventsConfig(value!);
@@ -234,6 +238,9 @@ function toGroupOptions(g: GroupFlags, defaults: GroupFlags): GroupOptions {
   if (lockstepMode !== undefined) out.lockstepMode = lockstepMode;
   const tasks = g.tasks ?? defaults.tasks;
   if (tasks !== undefined) out.tasks = tasks;
+  // A name is a group's own: given before the first group it names the one group there is (more are refused).
+  const name = g.name ?? defaults.name;
+  if (name !== undefined) out.name = name;
   const kvEventsConfig = g.kvEventsConfig ?? defaults.kvEventsConfig;
   if (kvEventsConfig !== undefined) out.kvEventsConfig = kvEventsConfig;
   if (sim || g.kind === null) {
@@ -344,6 +351,8 @@ function serveOptionsFrom(parsed: {
     );
     if (stray !== undefined) throw new UsageError(`--${stray} needs --allowed-origins (CORS is off without it)`);
   }
+  if (defaults.name !== undefined && groups.length > 1)
+    throw new UsageError('--group-name before the first group names the only group; give it after each group instead');
   const opts: GatewayOptions = {};
   if (groups.length <= 1) Object.assign(opts, toGroupOptions(groups[0] ?? defaults, defaults));
   else opts.groups = groups.map((g) => toGroupOptions(g, defaults));

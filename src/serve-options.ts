@@ -326,6 +326,16 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     default: 'generate,embed for simulated vLLM ranks, else generate',
   },
   {
+    name: 'group-name',
+    type: 'string',
+    multiple: true,
+    value: 'NAME',
+    section: 'group',
+    group: 'option',
+    help: "The group's name: its group label in /metrics, its title in /health and on the dashboard (letters, digits, . _ -)",
+    default: 'the engine family and its index among groups of that family, e.g. vllm-0',
+  },
+  {
     name: 'sim-arg',
     type: 'string',
     multiple: true,

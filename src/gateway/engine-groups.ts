@@ -35,8 +35,10 @@ import type { GatewayPlan } from './plan.js';
 
 /** One served engine group of a running gateway. */
 export interface RunningGroup {
-  /** The worker URL (`ipc://<path>`): the group's name in /health and its `worker` label in /metrics. */
+  /** The worker URL (`ipc://<path>`). */
   readonly worker: string;
+  /** The group's name (`--group-name`): its `group` label in /metrics and its title in /health. */
+  readonly name: string;
   readonly engine: EngineFamily;
   /** What the group serves (`--tasks`). */
   readonly tasks: readonly EngineTask[];
@@ -153,6 +155,7 @@ export async function closeEngineClients(groups: readonly GroupRuntime[]): Promi
 export function runningGroups(groups: readonly GroupRuntime[]): RunningGroup[] {
   return groups.map((g) => ({
     worker: g.endpoints.workerUrl,
+    name: g.spec.name,
     engine: g.spec.engine,
     tasks: g.spec.tasks,
     endpoints: g.endpoints,
@@ -199,7 +202,7 @@ async function bindSimGroupLink(
 /** Create and bind one group's sockets (logs 'engine sockets bound' with the addresses; closes itself on failure). */
 async function bindGroupLink(plan: GatewayPlan, spec: ResolvedGroup, endpoints: EngineEndpoints): Promise<BoundLink> {
   const { opts } = plan;
-  const log = plan.logger.child({ worker: endpoints.workerUrl, engine: spec.engine });
+  const log = plan.logger.child({ group: spec.name, worker: endpoints.workerUrl, engine: spec.engine });
   const link = ZmqEngineLink.create({
     endpoints,
     dpSize: spec.dpSize,

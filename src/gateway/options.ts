@@ -69,7 +69,16 @@ export interface GroupOptions {
    * pooling` serves `embed` only). TokenSpeed groups serve `generate` only.
    */
   tasks?: readonly EngineTask[];
+  /**
+   * The group's name (CLI `--group-name`): the `group` label of its metrics, its title on the dashboard and in
+   * /health, the `group` of its log lines; never its socket path. `GROUP_NAME` letters, unique among the groups.
+   * Default: the engine family and its index among the groups of that family (`vllm-0`, `tokenspeed-1`).
+   */
+  name?: string;
 }
+
+/** What a group name may hold: a Prometheus label value and a log field that need no quoting, 1..64 characters. */
+export const GROUP_NAME = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/;
 
 /**
  * The tasks of a `--tasks` value: comma-separated names of `ENGINE_TASKS`, each at most once, at least one. Throws
@@ -214,6 +223,8 @@ export interface ResolvedGroup {
   kvEvents: KvEventsConfig | null;
   /** What the group serves (`GroupOptions.tasks` after its default). */
   tasks: readonly EngineTask[];
+  /** The group's name (`GroupOptions.name` after its default). */
+  name: string;
 }
 
 const SHORTHAND_KEYS = [
@@ -227,6 +238,7 @@ const SHORTHAND_KEYS = [
   'lockstepMode',
   'kvEventsConfig',
   'tasks',
+  'name',
 ] as const;
 
 /**
@@ -234,8 +246,8 @@ const SHORTHAND_KEYS = [
  * Pure (no I/O). Throws RangeError naming the group (`group i`, 0-based) when: both `groups` and a shorthand field
  * are given; `groups` is empty; `engine` is not `tokenspeed`/`vllm` (gateway.md 2.2); `sim` or `dpSize` is not an
  * integer ≥ 1 (gateway.md 3: 0 is rejected); `dpSize` differs from `sim`; `lockstep` is set without simulated vLLM
- * ranks (at least 2); `kvEventsConfig` is refused (`groupKvEvents`); `lockstepMode` is not `'auto'`, true or false; or two groups name the same `engineUrl` or
- * `handshake`.
+ * ranks (at least 2); `kvEventsConfig` is refused (`groupKvEvents`); `lockstepMode` is not `'auto'`, true or false; a `name` is not `GROUP_NAME`; or two groups name the same `engineUrl`,
+ * `handshake` or `name`.
  */
 export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
   let list: GroupOptions[];
@@ -249,6 +261,7 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
     list = [opts];
   }
   const several = list.length > 1;
+  const perFamily = new Map<EngineFamily, number>();
   const resolved = list.map((g, i): ResolvedGroup => {
     const where = several ? `group ${i}: ` : '';
     const engine = g.engine ?? 'tokenspeed';
@@ -278,6 +291,13 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
       throw new RangeError(`${where}tasks must list some of ${ENGINE_TASKS.join(', ')}, got ${JSON.stringify(tasks)}`);
     if (engine === 'tokenspeed' && tasks.includes('embed'))
       throw new RangeError(`${where}tasks: TokenSpeed engines serve no embeddings (its request has no pooling field)`);
+    const index = perFamily.get(engine) ?? 0;
+    perFamily.set(engine, index + 1);
+    const name = g.name ?? `${engine}-${index}`;
+    if (typeof name !== 'string' || !GROUP_NAME.test(name))
+      throw new RangeError(
+        `${where}name must be 1 to 64 letters, digits, '.', '_' or '-' starting with a letter or digit, got ${JSON.stringify(name)}`,
+      );
     return {
       engine,
       engineUrl: g.engineUrl,
@@ -289,15 +309,17 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
       lockstepMode,
       kvEvents: g.kvEventsConfig === undefined ? null : groupKvEvents(g.kvEventsConfig, dpSize, where),
       tasks,
+      name,
     };
   });
-  const seen = (key: 'engineUrl' | 'handshake', what: string) => {
+  const seen = (key: 'engineUrl' | 'handshake' | 'name', what: string) => {
     const values = resolved.map((g) => g[key]).filter((v): v is string => v !== undefined);
     const dup = values.find((v, i) => values.indexOf(v) !== i);
     if (dup !== undefined) throw new RangeError(`two engine groups share the ${what} ${dup}; each group needs its own`);
   };
   seen('engineUrl', 'worker URL');
   seen('handshake', 'handshake address');
+  seen('name', 'name');
   return resolved;
 }
 

@@ -114,6 +114,7 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
   const running = runningGroups(groups);
   const backendGroups: BackendGroup[] = running.map((g) => ({
     worker: g.worker,
+    name: g.name,
     engine: g.engine,
     tasks: g.tasks,
     backend: g.client,

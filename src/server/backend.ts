@@ -115,13 +115,15 @@ export type EngineTask = (typeof ENGINE_TASKS)[number];
 /**
  * One engine group (one worker: one `ipc://` socket set, N DP ranks, one engine client; gateway.md 3) as the HTTP
  * layer sees it.
- * - `worker`: the worker's name in /health and the `worker` label of /metrics: its worker URL (`ipc://<path>`);
- *   unique within an app.
+ * - `worker`: its worker URL (`ipc://<path>`), unique within an app: in /health only with `?verbose=1`.
+ * - `name`: its name (`--group-name`, options.ts `GROUP_NAME`), unique within an app: the `group` label of /metrics,
+ *   its title on the dashboard and in /health.
  * - `engine`: the engine family (`tokenspeed` | `vllm`).
  * - `backend`: its engine client.
  */
 export interface BackendGroup {
   readonly worker: string;
+  readonly name: string;
   readonly engine: EngineFamily;
   readonly backend: GenerationBackend;
   /** What the group serves (`--tasks`); absent = `['generate']`. */

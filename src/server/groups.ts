@@ -89,15 +89,18 @@ export class GroupChooser {
 
   /**
    * `opts.loadHorizonMs`: the engine clients' report ageing horizon (default `DEFAULT_LOAD_HORIZON_MS`). Throws
-   * RangeError on an empty list, a duplicate worker name or a bad horizon.
+   * RangeError on an empty list, a duplicate worker URL or name, or a bad horizon.
    */
   constructor(groups: readonly BackendGroup[], opts: { loadHorizonMs?: number } = {}) {
     this.loadHorizonMs = loadHorizonOf(opts);
     if (groups.length === 0) throw new RangeError('GroupChooser needs at least one engine group');
     const seen = new Set<string>();
+    const names = new Set<string>();
     for (const g of groups) {
       if (seen.has(g.worker)) throw new RangeError(`duplicate engine group worker name ${JSON.stringify(g.worker)}`);
+      if (names.has(g.name)) throw new RangeError(`duplicate engine group name ${JSON.stringify(g.name)}`);
       seen.add(g.worker);
+      names.add(g.name);
     }
     this.groups = [...groups];
   }
@@ -179,7 +182,7 @@ export class GroupChooser {
       const states = having
         .map(
           (g) =>
-            `${g.worker}: ${g.backend.canServe() ? (g.backend.rankStates().find((r) => r.engineIndex === dpRank)?.state ?? 'unknown') : `group ${g.backend.status()}`}`,
+            `${g.name}: ${g.backend.canServe() ? (g.backend.rankStates().find((r) => r.engineIndex === dpRank)?.state ?? 'unknown') : `group ${g.backend.status()}`}`,
         )
         .join('; ');
       throw new ApiError(

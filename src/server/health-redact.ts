@@ -10,14 +10,14 @@ const PID_KEY = /^(pid|pids)$|Pids?$/;
 const ADDRESS = /\b(ipc|tcp):\/\/[^\s"',;)]+/g;
 
 /**
- * A copy of `body` with, in every string, each worker URL (`ipc://<path>`, and `<path>` alone, which the socket file
- * names extend) replaced by `group-<i>` (its position in `workers`) and every other `ipc://` or `tcp://` address by
- * `<scheme>://<hidden>`, and without keys that hold process ids (`pid`, `pids`, `…Pid`, `…Pids`). Pure.
+ * A copy of `body` with, in every string, each group's worker URL (`ipc://<path>`, and `<path>` alone, which the
+ * socket file names extend) replaced by the group's name (`--group-name`) and every other `ipc://` or `tcp://` address
+ * by `<scheme>://<hidden>`, and without keys that hold process ids (`pid`, `pids`, `…Pid`, `…Pids`). Pure.
  */
-export function redactHealth<T>(body: T, workers: readonly string[]): T {
+export function redactHealth<T>(body: T, groups: readonly { worker: string; name: string }[]): T {
   // Longest first: one worker's path may be a prefix of another's (sim-<pid> and sim-<pid>-1).
-  const names = workers
-    .map((w, i) => ({ url: w, path: w.startsWith('ipc://') ? w.slice('ipc://'.length) : null, name: `group-${i}` }))
+  const names = groups
+    .map(({ worker: w, name }) => ({ url: w, path: w.startsWith('ipc://') ? w.slice('ipc://'.length) : null, name }))
     .sort((a, b) => b.url.length - a.url.length);
   const redactString = (s: string): string => {
     let out = s;

@@ -28,6 +28,9 @@ export interface RankHealth {
  * - `failures`: its group-scope failures by cause (`decode-errors`, `engine-core-dead`, `watchdog`, ...).
  */
 export interface GroupHealth {
+  /** The group's name (`--group-name`). */
+  name: string;
+  /** Its worker URL (`ipc://<path>`): only with `?verbose=1` (the plain body replaces it by `name`; health-redact.ts). */
   worker: string;
   engine: EngineFamily;
   alive: boolean;
@@ -71,6 +74,7 @@ export function groupHealth(groups: readonly BackendGroup[]): GroupHealth[] {
     const ranks = g.backend.rankStates().map((r) => ({ engineIndex: r.engineIndex, state: r.state, cause: r.cause }));
     const connected = ranks.filter((r) => r.state === 'ready' || r.state === 'stalled');
     return {
+      name: g.name,
       worker: g.worker,
       engine: g.engine,
       alive: g.backend.canServe(),
@@ -85,12 +89,12 @@ export function groupHealth(groups: readonly BackendGroup[]): GroupHealth[] {
   });
 }
 
-/** `ipc://a (tokenspeed): starting, 1 of 2 rank(s) joined (rank 0 ready, rank 1 joining)` for messages. */
+/** `vllm-0 (vllm): starting, 1 of 2 rank(s) joined (rank 0 ready, rank 1 joining)` for messages. */
 export function describeGroups(report: readonly GroupHealth[]): string {
   return report
     .map(
       (g) =>
-        `${g.worker} (${g.engine}): ${g.status}, ${g.joined} of ${g.expected} rank(s) joined (${g.ranks.map((r) => `rank ${r.engineIndex} ${r.state}`).join(', ')})`,
+        `${g.name} (${g.engine}): ${g.status}, ${g.joined} of ${g.expected} rank(s) joined (${g.ranks.map((r) => `rank ${r.engineIndex} ${r.state}`).join(', ')})`,
     )
     .join('; ');
 }
@@ -124,7 +128,7 @@ export function healthReport(groups: readonly BackendGroup[]): { statusCode: 200
       const list = Object.entries(g.failures)
         .map(([cause, n]) => `${cause}×${n}`)
         .join(', ');
-      return `${g.worker}${list ? `: ${list}` : ''}`;
+      return `${g.name}${list ? `: ${list}` : ''}`;
     })
     .join('; ');
   return {

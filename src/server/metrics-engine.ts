@@ -1,27 +1,27 @@
 /**
  * The engine-side Prometheus series of a gateway app (gateway.md section 15.3): read at scrape time from each engine
  * group's client (`rankStates()`, `stats`, `canServe()`), registered only where the engine clients live (roles `all`
- * and `engine` of `GatewayMetrics`). Every series carries the group's `worker` label (its worker URL, as SMG labels
- * `smg_engine_*` with `worker`, gateway.md 15.3), so the ranks of several groups (each numbered from 0) never collide:
+ * and `engine` of `GatewayMetrics`). Every series carries the group's `group` label (its name, `--group-name`; SMG labels
+ * `smg_engine_*` with its `worker` URL, gateway.md 15.3, but a socket path is no label to show: issue 32), so the ranks of several groups (each numbered from 0) never collide:
  * - gauges `model_gateway_engine_running_requests`, `..._waiting_requests`, `..._kv_cache_usage` (ratio 0..1) from
  *   each rank's stored load (absent for a rank that never reported, like SMG), `model_gateway_rank_inflight_requests`
- *   (the in-flight set size: must return to 0 when idle); labels model, worker, dp_rank;
+ *   (the in-flight set size: must return to 0 when idle); labels model, group, dp_rank;
  * - gauge `model_gateway_engine_alive` (1 = the group can take requests now, 0 = it cannot: starting, or no rank
- *   ready; gateway.md 4.2), labels model, worker, engine (`tokenspeed` | `vllm`): one series per group;
- * - counters mirroring each client's cumulative counts: `model_gateway_rank_dispatches_total{worker, dp_rank,
- *   pinned}`, `model_gateway_rank_clamp_events_total{worker, dp_rank}`, `model_gateway_decode_errors_total{worker}`,
- *   `model_gateway_aborts_sent_total{worker}`, `model_gateway_rank_mismatches_total{worker}`,
- *   `model_gateway_engine_failures_total{worker, cause}` (group-scope failures);
+ *   ready; gateway.md 4.2), labels model, group, engine (`tokenspeed` | `vllm`): one series per group;
+ * - counters mirroring each client's cumulative counts: `model_gateway_rank_dispatches_total{group, dp_rank,
+ *   pinned}`, `model_gateway_rank_clamp_events_total{group, dp_rank}`, `model_gateway_decode_errors_total{group}`,
+ *   `model_gateway_aborts_sent_total{group}`, `model_gateway_rank_mismatches_total{group}`,
+ *   `model_gateway_engine_failures_total{group, cause}` (group-scope failures);
  * - load-signal guards (issue 12; dp-routing.md 14.1, 14.3), per rank: gauges `model_gateway_rank_load_age_seconds`
  *   (age of the stored report) and `model_gateway_rank_sole_client_guard` (1 = another client's work seen, clamp
  *   suspended), counter `model_gateway_rank_sole_client_guard_transitions_total{transition=engaged|disengaged}`;
- * - rank lifecycle (issue #8): gauge `model_gateway_rank_state{worker, dp_rank, state}` (1 for the rank's current
+ * - rank lifecycle (issue #8): gauge `model_gateway_rank_state{group, dp_rank, state}` (1 for the rank's current
  *   state, 0 for the other three), counters `model_gateway_rank_rejoins_total`, `model_gateway_rank_stalls_total`,
- *   `model_gateway_rank_deaths_total{cause}` (labels worker, dp_rank), `model_gateway_handshake_rejected_total{worker,
- *   reason}` and `model_gateway_orphan_outputs_total{worker}`;
+ *   `model_gateway_rank_deaths_total{cause}` (labels group, dp_rank), `model_gateway_handshake_rejected_total{group,
+ *   reason}` and `model_gateway_orphan_outputs_total{group}`;
  * - the engine output contract (issue 26 part 4; engine-client/output-contract.ts): counters
- *   `model_gateway_rank_engine_errors_total{worker, dp_rank, kind}` (kind `max-tokens-overrun`, `invalid-token-id`)
- *   and `model_gateway_unknown_outputs_total{worker}` (rows for request ids the gateway never issued);
+ *   `model_gateway_rank_engine_errors_total{group, dp_rank, kind}` (kind `max-tokens-overrun`, `invalid-token-id`)
+ *   and `model_gateway_unknown_outputs_total{group}` (rows for request ids the gateway never issued);
  * - prefix-cache routing (issue 29 part 3; engine-client/service-rates.ts `RoutingPrecision`), per group: counters
  *   `model_gateway_routing_predictions_total`, `..._predicted_cached_tokens_total`,
  *   `..._confirmed_cached_tokens_total` (Σ min(predicted, reported)) and `..._reported_cached_tokens_total`: routing
@@ -50,7 +50,8 @@ export interface MetricsSource {
 
 /** One engine group as the collectors see it (a `BackendGroup` satisfies it): label values and its client. */
 export interface MetricsGroup {
-  readonly worker: string;
+  /** The group's name (`--group-name`): the `group` label. Never the socket path (issue 32). */
+  readonly name: string;
   readonly engine: string;
   readonly backend: MetricsSource;
 }
@@ -80,14 +81,14 @@ export function registerEngineSeries(ctx: EngineSeriesContext): void {
   registerFlowControlSeries(ctx);
 }
 
-/** Every rank of every group, with the group's worker label. */
-function ranks(ctx: EngineSeriesContext): Array<{ worker: string; rank: BackendRankState }> {
-  return ctx.groups().flatMap((g) => g.backend.rankStates().map((rank) => ({ worker: g.worker, rank })));
+/** Every rank of every group, with the group's label. */
+function ranks(ctx: EngineSeriesContext): Array<{ group: string; rank: BackendRankState }> {
+  return ctx.groups().flatMap((g) => g.backend.rankStates().map((rank) => ({ group: g.name, rank })));
 }
 
-/** The name, help, labels (model, worker, dp_rank) and registries of a per-rank series. */
+/** The name, help, labels (model, group, dp_rank) and registries of a per-rank series. */
 function perRank(ctx: EngineSeriesContext, name: string, help: string) {
-  return { name, help, labelNames: ['model', 'worker', 'dp_rank'], registers: ctx.registers };
+  return { name, help, labelNames: ['model', 'group', 'dp_rank'], registers: ctx.registers };
 }
 
 /**
@@ -105,9 +106,9 @@ function rankGauge(
     ...perRank(ctx, name, help),
     collect() {
       this.reset();
-      for (const { worker, rank } of ranks(ctx)) {
+      for (const { group, rank } of ranks(ctx)) {
         const value = pick(rank);
-        if (value !== null) this.set({ model, worker, dp_rank: String(rank.engineIndex) }, value);
+        if (value !== null) this.set({ model, group, dp_rank: String(rank.engineIndex) }, value);
       }
     },
   });
@@ -120,23 +121,22 @@ function rankCounter(ctx: EngineSeriesContext, name: string, help: string, pick:
     ...perRank(ctx, name, help),
     collect() {
       this.reset();
-      for (const { worker, rank: r } of ranks(ctx))
-        this.inc({ model, worker, dp_rank: String(r.engineIndex) }, pick(r));
+      for (const { group, rank: r } of ranks(ctx)) this.inc({ model, group, dp_rank: String(r.engineIndex) }, pick(r));
     },
   });
 }
 
-/** A per-group counter (labels model, worker) mirroring one of the client's cumulative `stats` at every scrape. */
+/** A per-group counter (labels model, group) mirroring one of the client's cumulative `stats` at every scrape. */
 function statCounter(ctx: EngineSeriesContext, name: string, help: string, pick: (s: BackendStats) => number): void {
   const model = ctx.model;
   new Counter({
     name,
     help,
-    labelNames: ['model', 'worker'],
+    labelNames: ['model', 'group'],
     registers: ctx.registers,
     collect() {
       this.reset();
-      for (const g of ctx.groups()) this.inc({ model, worker: g.worker }, pick(g.backend.stats));
+      for (const g of ctx.groups()) this.inc({ model, group: g.name }, pick(g.backend.stats));
     },
   });
 }
@@ -194,24 +194,23 @@ function registerRankLoadSeries(ctx: EngineSeriesContext): void {
   new Gauge({
     name: 'model_gateway_engine_alive',
     help: 'Whether the engine group can take requests now (1) or not (0: starting, or no rank ready)',
-    labelNames: ['model', 'worker', 'engine'],
+    labelNames: ['model', 'group', 'engine'],
     registers: ctx.registers,
     collect() {
       this.reset();
-      for (const g of ctx.groups())
-        this.set({ model, worker: g.worker, engine: g.engine }, g.backend.canServe() ? 1 : 0);
+      for (const g of ctx.groups()) this.set({ model, group: g.name, engine: g.engine }, g.backend.canServe() ? 1 : 0);
     },
   });
   new Counter({
     name: 'model_gateway_rank_dispatches_total',
     help: 'Requests dispatched to the DP rank, pinned (X-data-parallel-rank) or chosen by the DP policy',
-    labelNames: ['model', 'worker', 'dp_rank', 'pinned'],
+    labelNames: ['model', 'group', 'dp_rank', 'pinned'],
     registers: ctx.registers,
     collect() {
       this.reset();
-      for (const { worker, rank: r } of ranks(ctx)) {
-        this.inc({ model, worker, dp_rank: String(r.engineIndex), pinned: 'true' }, r.dispatchedPinned);
-        this.inc({ model, worker, dp_rank: String(r.engineIndex), pinned: 'false' }, r.dispatchedUnpinned);
+      for (const { group, rank: r } of ranks(ctx)) {
+        this.inc({ model, group, dp_rank: String(r.engineIndex), pinned: 'true' }, r.dispatchedPinned);
+        this.inc({ model, group, dp_rank: String(r.engineIndex), pinned: 'false' }, r.dispatchedUnpinned);
       }
     },
   });
@@ -238,15 +237,15 @@ function registerRankLoadSeries(ctx: EngineSeriesContext): void {
   new Counter({
     name: 'model_gateway_rank_sole_client_guard_transitions_total',
     help: 'Times the sole-client guard of the DP rank engaged (foreign work seen) or disengaged (reports agree again)',
-    labelNames: ['model', 'worker', 'dp_rank', 'transition'],
+    labelNames: ['model', 'group', 'dp_rank', 'transition'],
     registers: ctx.registers,
     collect() {
       this.reset();
-      for (const { worker, rank: r } of ranks(ctx)) {
+      for (const { group, rank: r } of ranks(ctx)) {
         if (r.guardEngagements === undefined) continue;
         const dp_rank = String(r.engineIndex);
-        this.inc({ model, worker, dp_rank, transition: 'engaged' }, r.guardEngagements);
-        this.inc({ model, worker, dp_rank, transition: 'disengaged' }, r.guardDisengagements ?? 0);
+        this.inc({ model, group, dp_rank, transition: 'engaged' }, r.guardEngagements);
+        this.inc({ model, group, dp_rank, transition: 'disengaged' }, r.guardDisengagements ?? 0);
       }
     },
   });
@@ -289,9 +288,9 @@ function registerClientCounters(ctx: EngineSeriesContext): void {
     ctx,
     'model_gateway_engine_failures_total',
     'Group-scope failures (every request of the group failed) by cause',
-    ['worker'],
+    ['group'],
     'cause',
-    () => ctx.groups().map((g) => [{ worker: g.worker }, g.backend.stats.failures]),
+    () => ctx.groups().map((g) => [{ group: g.name }, g.backend.stats.failures]),
   );
 }
 
@@ -301,13 +300,13 @@ function registerLifecycleSeries(ctx: EngineSeriesContext): void {
   new Gauge({
     name: 'model_gateway_rank_state',
     help: 'Liveness of the DP rank: 1 for its current state (joining, ready, stalled, dead), 0 for the others',
-    labelNames: ['model', 'worker', 'dp_rank', 'state'],
+    labelNames: ['model', 'group', 'dp_rank', 'state'],
     registers: ctx.registers,
     collect() {
       this.reset();
-      for (const { worker, rank: r } of ranks(ctx)) {
+      for (const { group, rank: r } of ranks(ctx)) {
         for (const state of RANK_STATES)
-          this.set({ model, worker, dp_rank: String(r.engineIndex), state }, r.state === state ? 1 : 0);
+          this.set({ model, group, dp_rank: String(r.engineIndex), state }, r.state === state ? 1 : 0);
       }
     },
   });
@@ -327,17 +326,17 @@ function registerLifecycleSeries(ctx: EngineSeriesContext): void {
     ctx,
     'model_gateway_rank_deaths_total',
     'Times the DP rank was found dead, by cause',
-    ['worker', 'dp_rank'],
+    ['group', 'dp_rank'],
     'cause',
-    () => ranks(ctx).map(({ worker, rank: r }) => [{ worker, dp_rank: String(r.engineIndex) }, r.deaths]),
+    () => ranks(ctx).map(({ group, rank: r }) => [{ group, dp_rank: String(r.engineIndex) }, r.deaths]),
   );
   recordCounter(
     ctx,
     'model_gateway_handshake_rejected_total',
     'Handshake-socket and input-socket messages the gateway refused and ignored, by reason',
-    ['worker'],
+    ['group'],
     'reason',
-    () => ctx.groups().map((g) => [{ worker: g.worker }, g.backend.stats.handshakeRejected]),
+    () => ctx.groups().map((g) => [{ group: g.name }, g.backend.stats.handshakeRejected]),
   );
   statCounter(
     ctx,
@@ -354,9 +353,9 @@ function registerOutputContractSeries(ctx: EngineSeriesContext): void {
     'model_gateway_rank_engine_errors_total',
     'Outputs of the DP rank that broke the output contract, by kind: max-tokens-overrun (tokens past max_tokens: cut ' +
       "there, the rest ABORTed), invalid-token-id (a token id outside the tokenizer's vocabulary: the request failed, 502)",
-    ['worker', 'dp_rank'],
+    ['group', 'dp_rank'],
     'kind',
-    () => ranks(ctx).map(({ worker, rank: r }) => [{ worker, dp_rank: String(r.engineIndex) }, r.engineErrors ?? {}]),
+    () => ranks(ctx).map(({ group, rank: r }) => [{ group, dp_rank: String(r.engineIndex) }, r.engineErrors ?? {}]),
   );
   statCounter(
     ctx,
@@ -372,16 +371,14 @@ function registerFlowControlSeries(ctx: EngineSeriesContext): void {
   new Gauge({
     name: 'model_gateway_flow_control_queued_requests',
     help: "Requests waiting in the engine group's flow-control queue (the group is saturated), by priority band",
-    labelNames: ['model', 'worker', 'band'],
+    labelNames: ['model', 'group', 'band'],
     registers: ctx.registers,
     collect() {
       this.reset();
       for (const g of ctx.groups()) {
         const f = g.backend.stats.flowControl;
         if (f === null) continue;
-        f.queuedByBand.forEach((n, b) =>
-          this.set({ model, worker: g.worker, band: PRIORITY_BANDS[b] ?? String(b) }, n),
-        );
+        f.queuedByBand.forEach((n, b) => this.set({ model, group: g.name, band: PRIORITY_BANDS[b] ?? String(b) }, n));
       }
     },
   });
@@ -389,14 +386,12 @@ function registerFlowControlSeries(ctx: EngineSeriesContext): void {
     ctx,
     'model_gateway_flow_control_requests_total',
     'Requests that met a saturated engine group, by how they ended: granted (waited, then let through to placement), refused (not queued: queue or tenant share full), timed_out, shed (dropped for a more urgent request), left (the client left while waiting), unavailable (no rank could serve any more)',
-    ['worker'],
+    ['group'],
     'outcome',
     () =>
       ctx.groups().flatMap((g) => {
         const f = g.backend.stats.flowControl;
-        return f === null
-          ? []
-          : [[{ worker: g.worker }, f.outcomes] as [Record<string, string>, Record<string, number>]];
+        return f === null ? [] : [[{ group: g.name }, f.outcomes] as [Record<string, string>, Record<string, number>]];
       }),
   );
 }
@@ -428,10 +423,10 @@ function registerCacheRoutingSeries(ctx: EngineSeriesContext): void {
   type KvStats = NonNullable<BackendStats['kvEvents']>;
   /** A per-group counter with one series per key of `pick`'s record, for the groups that have KV events. */
   const kvRecord = (name: string, help: string, key: string, pick: (k: KvStats) => Record<string, number>): void =>
-    recordCounter(ctx, name, help, ['worker'], key, () =>
+    recordCounter(ctx, name, help, ['group'], key, () =>
       ctx.groups().flatMap((g) => {
         const k = kv(g.backend.stats);
-        return k === null ? [] : [[{ worker: g.worker }, pick(k)] as [Record<string, string>, Record<string, number>]];
+        return k === null ? [] : [[{ group: g.name }, pick(k)] as [Record<string, string>, Record<string, number>]];
       }),
     );
   statCounter(

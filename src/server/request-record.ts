@@ -17,7 +17,8 @@ export interface RequestFacts {
   request: FastifyRequest;
   requestId: string;
   endpoint: string;
-  worker: string;
+  /** The engine group's name (`--group-name`). */
+  group: string;
   promptTokens: number;
   /** Number of choices (engine sub-requests). */
   n: number;
@@ -137,7 +138,7 @@ export class RequestRecord {
     const line = {
       requestId: f.requestId,
       endpoint: f.endpoint,
-      worker: f.worker,
+      group: f.group,
       rank:
         f.n === 1
           ? (this.engineIndexes[0] ?? null)

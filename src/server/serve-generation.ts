@@ -407,7 +407,7 @@ export async function serveGeneration(
       request,
       requestId,
       endpoint: shape.endpoint,
-      worker: group.worker,
+      group: group.name,
       promptTokens,
       n,
       stream: prepared.stream,

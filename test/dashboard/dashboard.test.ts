@@ -47,7 +47,7 @@ before(async () => {
 });
 after(() => browser?.close());
 
-/** Every rank row's cells as text: `worker|rank` → field → text. */
+/** Every rank row's cells as text: `group|rank` → field → text. */
 async function rows(page: Page): Promise<Record<string, Record<string, string>>> {
   return page.evaluate(() => {
     const out: Record<string, Record<string, string>> = {};
@@ -55,7 +55,7 @@ async function rows(page: Page): Promise<Record<string, Record<string, string>>>
       const cells: Record<string, string> = {};
       for (const td of tr.querySelectorAll('td[data-field]'))
         cells[td.getAttribute('data-field')!] = td.textContent ?? '';
-      out[`${tr.getAttribute('data-worker')}|${tr.getAttribute('data-rank')}`] = cells;
+      out[`${tr.getAttribute('data-group')}|${tr.getAttribute('data-rank')}`] = cells;
     }
     return out;
   });

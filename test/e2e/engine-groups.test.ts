@@ -52,7 +52,7 @@ function getFresh(url: string): Promise<{ routing: unknown }> {
   });
 }
 
-/** `/metrics` sample lines of `name` (without the name), e.g. `{model="m",worker="ipc://…",engine="vllm"} 1`. */
+/** `/metrics` sample lines of `name` (without the name), e.g. `{model="m",group="vllm-0",engine="vllm"} 1`. */
 async function scrape(url: string, name: string): Promise<string[]> {
   const text = await (await fetch(`${url}/metrics`)).text();
   return text
@@ -86,7 +86,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
       modelId: MODEL,
       dpPolicyOptions: { loadHorizonMs: LOAD_HORIZON_MS },
       groups: [
-        { engine: 'tokenspeed', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'] },
+        { engine: 'tokenspeed', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'], name: 'blue' },
         { engine: 'vllm', sim: 2, simArgs: ['--time-scale', '5', '--log-level', 'warn'] },
       ],
     });
@@ -94,6 +94,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
     assert.equal(tokenspeed.engine, 'tokenspeed');
     assert.equal(vllm.engine, 'vllm');
     assert.notEqual(tokenspeed.worker, vllm.worker);
+    assert.deepEqual([tokenspeed.name, vllm.name], ['blue', 'vllm-0'], '--group-name, else the family and an index');
   });
 
   after(async () => {
@@ -146,6 +147,15 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
         [vllm.worker, 'vllm', true, 'ok'],
       ],
     );
+    // Operators see names: /metrics labels groups by name, and no socket path appears anywhere in it (issue 32).
+    const metrics = await gateway.metricsText();
+    for (const g of [tokenspeed, vllm]) {
+      assert.ok(metrics.includes(`group="${g.name}"`), `series labelled group="${g.name}"`);
+      assert.ok(!metrics.includes(g.worker.slice('ipc://'.length)), `no socket path of ${g.name} in /metrics`);
+    }
+    assert.ok(!metrics.includes('ipc://'), 'no ipc:// address in /metrics');
+    const plain = await (await fetch(`${gateway.url}/health`)).text();
+    assert.ok(plain.includes('"name":"blue"') && !plain.includes('ipc://'), plain);
   });
 
   test(
@@ -199,7 +209,7 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
       );
       assert.deepEqual(await inFlight(0), [0, 0], "the failed group's in-flight sets are cleared");
       const deaths = (await scrape(gateway.url, 'model_gateway_rank_deaths_total')).filter(
-        (l) => l.includes(`worker="${tokenspeed.worker}"`) && !l.endsWith(' 0'),
+        (l) => l.includes(`group="${tokenspeed.name}"`) && !l.endsWith(' 0'),
       );
       assert.equal(
         deaths.reduce((n, l) => n + Number(l.slice(l.lastIndexOf(' ') + 1)), 0),
@@ -235,14 +245,14 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
       assert.deepEqual(body.groups[0]!.failures, {}, 'rank deaths, not a group-scope failure');
       const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
       assert.ok(
-        alive.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",engine="tokenspeed"} 0`),
+        alive.includes(`{model="${MODEL}",group="${tokenspeed.name}",engine="tokenspeed"} 0`),
         alive.join('\n'),
       );
-      assert.ok(alive.includes(`{model="${MODEL}",worker="${vllm.worker}",engine="vllm"} 1`), alive.join('\n'));
+      assert.ok(alive.includes(`{model="${MODEL}",group="${vllm.name}",engine="vllm"} 1`), alive.join('\n'));
       const rankStates = await scrape(gateway.url, 'model_gateway_rank_state');
       for (const rank of [0, 1]) {
         assert.ok(
-          rankStates.includes(`{model="${MODEL}",worker="${tokenspeed.worker}",dp_rank="${rank}",state="dead"} 1`),
+          rankStates.includes(`{model="${MODEL}",group="${tokenspeed.name}",dp_rank="${rank}",state="dead"} 1`),
           rankStates.join('\n'),
         );
       }

@@ -210,7 +210,7 @@ export function assertTerminalError(o: RequestOutcome, label: string, expect: Re
   return `HTTP ${o.status} (${String(err.code)})`;
 }
 
-/** `/metrics` sample lines of `name` without the name, e.g. `{model="m",worker="ipc://…",engine="vllm"} 1`. */
+/** `/metrics` sample lines of `name` without the name, e.g. `{model="m",group="vllm-0",engine="vllm"} 1`. */
 export async function scrape(url: string, name: string): Promise<string[]> {
   const res = await fetch(`${url}/metrics`);
   assert.equal(res.status, 200, '/metrics status');
@@ -221,9 +221,9 @@ export async function scrape(url: string, name: string): Promise<string[]> {
     .map((l) => l.slice(name.length));
 }
 
-/** The value of the `/metrics` sample `name{model, worker}` (decode errors, aborts, ...), or NaN when absent. */
-export async function workerCounter(url: string, name: string, worker: string): Promise<number> {
-  const line = (await scrape(url, name)).find((l) => l.startsWith(`{model="${MODEL}",worker="${worker}"}`));
+/** The value of the `/metrics` sample `name{model, group}` (decode errors, aborts, ...), or NaN when absent. */
+export async function groupCounter(url: string, name: string, group: string): Promise<number> {
+  const line = (await scrape(url, name)).find((l) => l.startsWith(`{model="${MODEL}",group="${group}"}`));
   return line === undefined ? Number.NaN : Number(line.slice(line.lastIndexOf('}') + 1).trim());
 }
 
@@ -498,18 +498,18 @@ export class FailureScenario {
     );
     const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
     assert.ok(
-      alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 1`),
+      alive.includes(`{model="${MODEL}",group="${failing.name}",engine="${failing.engine}"} 1`),
       alive.join('\n'),
     );
     const states = await scrape(gateway.url, 'model_gateway_rank_state');
     assert.ok(
-      states.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",state="${state}"} 1`),
+      states.includes(`{model="${MODEL}",group="${failing.name}",dp_rank="${rank}",state="${state}"} 1`),
       states.join('\n'),
     );
     if (state === 'dead') {
       const deaths = await scrape(gateway.url, 'model_gateway_rank_deaths_total');
       assert.ok(
-        deaths.includes(`{model="${MODEL}",worker="${failing.worker}",dp_rank="${rank}",cause="${cause}"} 1`),
+        deaths.includes(`{model="${MODEL}",group="${failing.name}",dp_rank="${rank}",cause="${cause}"} 1`),
         deaths.join('\n'),
       );
     }
@@ -609,20 +609,17 @@ export class FailureScenario {
 
     const alive = await scrape(gateway.url, 'model_gateway_engine_alive');
     assert.ok(
-      alive.includes(`{model="${MODEL}",worker="${failing.worker}",engine="${failing.engine}"} 0`),
+      alive.includes(`{model="${MODEL}",group="${failing.name}",engine="${failing.engine}"} 0`),
       alive.join('\n'),
     );
     assert.ok(
-      alive.includes(`{model="${MODEL}",worker="${healthy.worker}",engine="${healthy.engine}"} 1`),
+      alive.includes(`{model="${MODEL}",group="${healthy.name}",engine="${healthy.engine}"} 1`),
       alive.join('\n'),
     );
     const failures = await scrape(gateway.url, 'model_gateway_engine_failures_total');
+    assert.ok(failures.includes(`{model="${MODEL}",group="${failing.name}",cause="${cause}"} 1`), failures.join('\n'));
     assert.ok(
-      failures.includes(`{model="${MODEL}",worker="${failing.worker}",cause="${cause}"} 1`),
-      failures.join('\n'),
-    );
-    assert.ok(
-      !failures.some((l) => l.includes(`worker="${healthy.worker}"`)),
+      !failures.some((l) => l.includes(`group="${healthy.name}"`)),
       `the healthy group has no failure: ${failures.join('\n')}`,
     );
     return cause;

@@ -32,7 +32,7 @@ import {
   inFlight,
   ms,
   sendCompletion,
-  workerCounter,
+  groupCounter,
   type SentRequest,
 } from './failure-helpers.js';
 import { waitUntil } from './spread-helpers.js';
@@ -59,8 +59,8 @@ test(
       () => s.failing.client.stats,
     );
     assert.equal(s.failing.client.stats.decodeErrors, sent);
-    assert.equal(await workerCounter(s.gateway.url, 'model_gateway_decode_errors_total', s.failing.worker), sent);
-    assert.equal(await workerCounter(s.gateway.url, 'model_gateway_decode_errors_total', s.healthy.worker), 0);
+    assert.equal(await groupCounter(s.gateway.url, 'model_gateway_decode_errors_total', s.failing.name), sent);
+    assert.equal(await groupCounter(s.gateway.url, 'model_gateway_decode_errors_total', s.healthy.name), 0);
     assert.ok(s.failing.client.canServe(), 'the group still serves');
     assert.deepEqual(s.failing.client.stats.failures, {});
     assert.equal(s.failing.client.stats.decodeSuspects, 0, 'the ranks kept streaming: no rank is blamed');
@@ -177,7 +177,7 @@ test(
     assert.deepEqual(groups.map(inFlight), [[1], [1]]);
     await waitUntil(() => opened.every((r) => (r.progress()?.text.length ?? 0) > 0), 'both streams are streaming');
 
-    const errorsOf = (g: RunningGroup) => workerCounter(gateway.url, 'model_gateway_decode_errors_total', g.worker);
+    const errorsOf = (g: RunningGroup) => groupCounter(gateway.url, 'model_gateway_decode_errors_total', g.name);
     for (const g of groups) assert.equal(await errorsOf(g), 0);
 
     // One garbage message into each group's output socket.

@@ -34,8 +34,8 @@ before(async () => {
     'mgw-fronts-groups-',
     {
       groups: [
-        { worker: 'ipc:///fake-0', engine: 'tokenspeed', backend: first as never },
-        { worker: 'ipc:///fake-1', engine: 'vllm', backend: second as never },
+        { worker: 'ipc:///fake-0', name: 'fake-0', engine: 'tokenspeed', backend: first as never },
+        { worker: 'ipc:///fake-1', name: 'fake-1', engine: 'vllm', backend: second as never },
       ],
       store: new ResponsesStore(),
       maxConcurrentRequests: 0,

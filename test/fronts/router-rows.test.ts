@@ -45,7 +45,7 @@ before(async () => {
   // The engine client's sliced delivery never runs: whatever reaches the front went through row mode.
   ({ client, link } = setup(2, { delivery: { soon: () => {}, defer: () => {} } }));
   service = new RouterService({
-    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: client as never }],
+    groups: [{ worker: 'ipc:///fake', name: 'fake', engine: 'tokenspeed', backend: client as never }],
     store: new ResponsesStore(),
     maxConcurrentRequests: 0,
     logger: log,

@@ -40,7 +40,7 @@ before(async () => {
   fronts = await openTwoFronts(
     'mgw-fronts-',
     {
-      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: backend as never }],
+      groups: [{ worker: 'ipc:///fake', name: 'fake', engine: 'tokenspeed', backend: backend as never }],
       store,
       maxConcurrentRequests: 2,
       logger: log,
@@ -216,7 +216,14 @@ function fastSnapshotFronts(
   return openTwoFronts(
     prefix,
     {
-      groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: new FakeBackend({ ranks: [0] }) as never }],
+      groups: [
+        {
+          worker: 'ipc:///fake',
+          name: 'fake',
+          engine: 'tokenspeed',
+          backend: new FakeBackend({ ranks: [0] }) as never,
+        },
+      ],
       store: new ResponsesStore(),
       maxConcurrentRequests: 0,
       logger: log,
@@ -232,7 +239,7 @@ test('a front whose socket closed has its requests aborted at once and is report
   const fake = new FakeBackend({ ranks: [0] });
   const two = await fastSnapshotFronts('mgw-fronts-stuck-', {
     onFrontStuck: (id) => stuck.push(id),
-    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
+    groups: [{ worker: 'ipc:///fake', name: 'fake', engine: 'tokenspeed', backend: fake as never }],
   });
   try {
     const placed = fake.nextSubmission();
@@ -401,7 +408,7 @@ test('a front whose socket the router closed says so (socket-closed), once; a fr
 test('a front whose socket closed ends its live streams and refuses new work at once (a terminal outcome, not a hang)', async () => {
   const fake = new FakeBackend({ ranks: [0] });
   const two = await fastSnapshotFronts('mgw-fronts-downfail-', {
-    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: fake as never }],
+    groups: [{ worker: 'ipc:///fake', name: 'fake', engine: 'tokenspeed', backend: fake as never }],
   });
   try {
     const remote = new RemoteBackend(two.b, 0);

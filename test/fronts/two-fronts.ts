@@ -67,7 +67,7 @@ export async function until(cond: () => boolean, what: string, timeoutMs = 5000)
  */
 export function unhurriedOptions(backend: unknown, logger: Logger): RouterServiceOptions {
   return {
-    groups: [{ worker: 'ipc:///fake', engine: 'tokenspeed', backend: backend as never }],
+    groups: [{ worker: 'ipc:///fake', name: 'fake', engine: 'tokenspeed', backend: backend as never }],
     store: new ResponsesStore(),
     maxConcurrentRequests: 0,
     logger,

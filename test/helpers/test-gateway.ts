@@ -54,6 +54,8 @@ export interface SimRankPid {
 /** One engine group as HTTP shows it (/health), with its handshake address (for replacement ranks). */
 export interface TestGroup {
   worker: string;
+  /** The group's name (`--group-name`): its `group` label in /metrics. */
+  name: string;
   engine: 'tokenspeed' | 'vllm';
   handshake: string;
 }
@@ -138,10 +140,11 @@ abstract class HttpView {
   }
 
   async groups(): Promise<TestGroup[]> {
-    // ?verbose=1: the plain /health names groups `group-<i>` (health-redact.ts).
+    // ?verbose=1: the plain /health shows names in place of worker URLs (health-redact.ts).
     const body = (await (await fetch(`${this.url}/health?verbose=1`)).json()) as HealthBody;
     return body.groups.map((g) => ({
       worker: g.worker,
+      name: g.name,
       engine: g.engine,
       handshake: deriveEndpoints(g.worker).handshake,
     }));
@@ -213,6 +216,7 @@ function groupArgs(g: GroupOptions, defaultSimArgs: readonly string[]): string[]
     out.push('--kv-events-config', typeof c === 'string' ? c : JSON.stringify(c));
   }
   if (g.tasks !== undefined) out.push('--tasks', g.tasks.join(','));
+  if (g.name !== undefined) out.push('--group-name', g.name);
   for (const a of g.simArgs ?? defaultSimArgs) out.push(`--sim-arg=${a}`);
   return out;
 }
@@ -226,6 +230,7 @@ const GROUP_KEYS: ReadonlySet<string> = new Set([
   'dpSize',
   'kvEventsConfig',
   'tasks',
+  'name',
 ]);
 
 /**

@@ -7,7 +7,7 @@ import { connect } from 'node:net';
 import { test } from 'node:test';
 import { pino } from 'pino';
 import { FakeBackend } from './fake-backend.js';
-import { WORKER, listenApp, makeApp } from './helpers.js';
+import { listenApp, makeApp } from './helpers.js';
 
 /** A pino logger that keeps every line as an object. */
 function recordingPino(): { logger: pino.Logger; lines: Array<Record<string, unknown>>; raw: string[] } {
@@ -60,7 +60,7 @@ test('one "request finished" line per request: non-streaming, streaming and n > 
     assert.equal(a!.level, 30, 'info');
     assert.equal(a!.requestId, plain.json().id);
     assert.equal(a!.endpoint, '/v1/completions');
-    assert.equal(a!.worker, WORKER);
+    assert.equal(a!.group, 'tokenspeed-0');
     assert.equal(a!.rank, 0);
     assert.equal(a!.status, 200);
     assert.equal(a!.promptTokens, 2);

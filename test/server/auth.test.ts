@@ -121,7 +121,7 @@ describe('API keys', () => {
       assert.equal(plain.status, 200, path);
       const text = await plain.text();
       assert.ok(!text.includes(WORKER) && !text.includes('/tmp/fake'), text);
-      assert.equal((JSON.parse(text) as { groups: Array<{ worker: string }> }).groups[0]!.worker, 'group-0');
+      assert.equal((JSON.parse(text) as { groups: Array<{ worker: string }> }).groups[0]!.worker, 'tokenspeed-0');
       await assert401(await call(fx.port, `${path}?verbose=1`), `${path}?verbose=1 without a key`);
       const verbose = await call(fx.port, `${path}?verbose=1`, { key: KEYS[0] });
       assert.equal(verbose.status, 200);

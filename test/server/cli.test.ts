@@ -323,3 +323,34 @@ test('--tasks per group: parsed, defaulted by engine, and refused for TokenSpeed
   assert.throws(() => parseServeArgs(['--tasks', 'generate,chat']), /unknown task 'chat'/);
   assert.throws(() => parseServeArgs(['--tasks', 'embed,embed']), /named twice/);
 });
+
+test('--group-name per group: the name operators see; defaulted to the family and an index; checked', () => {
+  const two = parseServeArgs(['--sim', '2', '--group-name', 'blue', '--sim', '1', '--engine', 'vllm'])!;
+  assert.deepEqual(
+    resolveGroups(two).map((g) => g.name),
+    ['blue', 'vllm-0'],
+  );
+  assert.deepEqual(
+    resolveGroups({ groups: [{ sim: 1 }, { sim: 1, engine: 'vllm' }, { sim: 1 }] }).map((g) => g.name),
+    ['tokenspeed-0', 'vllm-0', 'tokenspeed-1'],
+    'per-family index',
+  );
+  assert.equal(parseServeArgs(['--group-name', 'solo'])!.name, 'solo', 'before the only group: names it');
+  assert.equal(parseServeArgs(['--group-name', 'solo', '--sim', '2'])!.name, 'solo');
+  assert.throws(
+    () => parseServeArgs(['--group-name', 'x', '--sim', '1', '--sim', '1']),
+    /names the only group; give it after each group/,
+  );
+  assert.throws(() => parseServeArgs(['--sim', '1', '--group-name', 'a', '--group-name', 'b']), /given twice/);
+  assert.throws(() => parseServeArgs(['--group-name', 'ipc:///tmp/x']), /name must be 1 to 64 letters/);
+  assert.throws(() => resolveGroups({ name: '' }), /name must be/);
+  assert.throws(
+    () => parseServeArgs(['--sim', '1', '--group-name', 'same', '--sim', '1', '--group-name', 'same']),
+    /share the name same/,
+  );
+  assert.throws(
+    () => parseServeArgs(['--sim', '1', '--group-name', 'tokenspeed-1', '--sim', '1']),
+    /share the name tokenspeed-1/,
+    'a chosen name that a default takes',
+  );
+});

@@ -26,7 +26,7 @@ describe('engine output that breaks the contract', () => {
   before(async () => {
     // A vLLM group: top logprobs (ranked candidates) are vLLM's.
     backend = new FakeBackend();
-    ({ app } = await makeApp({ groups: [{ worker: WORKER, engine: 'vllm', backend }] }));
+    ({ app } = await makeApp({ groups: [{ worker: WORKER, name: 'vllm-0', engine: 'vllm', backend }] }));
     backend.onSubmit = (s) => script(s);
   });
   after(() => app.close());
@@ -130,7 +130,7 @@ test('/metrics: the rank engine-error counts by kind and the unknown-output coun
   try {
     const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
     const lines = text.split('\n');
-    const w = `model="${MODEL_ID}",worker="${WORKER}"`;
+    const w = `model="${MODEL_ID}",group="tokenspeed-0"`;
     for (const line of [
       `model_gateway_rank_engine_errors_total{${w},dp_rank="0",kind="max-tokens-overrun"} 3`,
       `model_gateway_rank_engine_errors_total{${w},dp_rank="0",kind="invalid-token-id"} 1`,

@@ -30,7 +30,7 @@ function group(
   const b = new FakeBackend({ ranks });
   b.rankStatesValue = states;
   if (engine === 'vllm') b.reservedContextTokens = 0;
-  return { g: { worker, engine, backend: b }, b };
+  return { g: { worker, name: worker.replace(/^ipc:\/\/\/?/, ''), engine, backend: b }, b };
 }
 
 describe('bestRankScore and lowestGroupPosition', () => {
@@ -135,7 +135,7 @@ describe('GroupChooser', () => {
         e.statusCode === 503 &&
         e.code === 'engine_dead' &&
         e.retryAfterSeconds === 1 &&
-        /ipc:\/\/\/a \(tokenspeed\): unavailable, .*; ipc:\/\/\/b \(vllm\): unavailable/.test(e.message),
+        /a \(tokenspeed\): unavailable, .*; b \(vllm\): unavailable/.test(e.message),
     );
   });
 
@@ -150,7 +150,7 @@ describe('GroupChooser', () => {
         e.statusCode === 503 &&
         e.code === 'engine_starting' &&
         e.retryAfterSeconds === 5 &&
-        /starting: .*ipc:\/\/\/a \(tokenspeed\): starting, 1 of 2 rank\(s\) joined \(rank 0 ready, rank 1 joining\)/.test(
+        /starting: .*a \(tokenspeed\): starting, 1 of 2 rank\(s\) joined \(rank 0 ready, rank 1 joining\)/.test(
           e.message,
         ),
     );
@@ -183,7 +183,7 @@ describe('GroupChooser', () => {
         e.statusCode === 503 &&
         e.code === 'rank_unavailable' &&
         e.retryAfterSeconds === 1 &&
-        /DP rank 2 cannot take requests now \(ipc:\/\/\/b: group unavailable\)/.test(e.message),
+        /DP rank 2 cannot take requests now \(b: group unavailable\)/.test(e.message),
     );
     assert.throws(
       () => router.candidates(3),
@@ -208,6 +208,7 @@ describe('GroupChooser', () => {
     assert.equal(router.maxModelLen, 1000, 'all dead: the smallest of all');
     assert.throws(() => new GroupChooser([]), RangeError);
     assert.throws(() => new GroupChooser([a.g, { ...b.g, worker: 'ipc:///a' }]), /duplicate engine group worker name/);
+    assert.throws(() => new GroupChooser([a.g, { ...b.g, name: 'a' }]), /duplicate engine group name/);
   });
 });
 
@@ -223,6 +224,7 @@ describe('healthReport', () => {
       status: 'ok',
       groups: [
         {
+          name: 'a',
           worker: 'ipc:///a',
           engine: 'tokenspeed',
           alive: true,
@@ -235,6 +237,7 @@ describe('healthReport', () => {
           failures: {},
         },
         {
+          name: 'b',
           worker: 'ipc:///b',
           engine: 'vllm',
           alive: true,
@@ -267,10 +270,7 @@ describe('healthReport', () => {
     assert.equal(r.statusCode, 503);
     assert.equal(r.body.status, 'unhealthy');
     assert.equal(r.body.error?.code, 'engine_dead');
-    assert.match(
-      r.body.error!.message,
-      /^engine core dead: .*ipc:\/\/\/a: engine-core-dead×1; ipc:\/\/\/b: watchdog×1/,
-    );
+    assert.match(r.body.error!.message, /^engine core dead: .*a: engine-core-dead×1; b: watchdog×1/);
   });
 
   test("503 starting before any group could serve, with each rank's state; a rank shown dead with its cause", () => {
@@ -340,13 +340,11 @@ describe('routes over two groups', () => {
       );
       const metrics = (await app.inject({ method: 'GET', url: '/metrics' })).body.split('\n');
       const m = `model="${MODEL_ID}"`;
-      assert.ok(metrics.includes(`model_gateway_engine_alive{${m},worker="ipc:///a",engine="tokenspeed"} 0`));
-      assert.ok(metrics.includes(`model_gateway_engine_alive{${m},worker="ipc:///b",engine="vllm"} 1`));
-      assert.ok(metrics.includes(`model_gateway_rank_inflight_requests{${m},worker="ipc:///a",dp_rank="1"} 2`));
-      assert.ok(metrics.includes(`model_gateway_rank_inflight_requests{${m},worker="ipc:///b",dp_rank="0"} 1`));
-      assert.ok(
-        metrics.includes(`model_gateway_engine_failures_total{${m},worker="ipc:///a",cause="engine-core-dead"} 1`),
-      );
+      assert.ok(metrics.includes(`model_gateway_engine_alive{${m},group="a",engine="tokenspeed"} 0`));
+      assert.ok(metrics.includes(`model_gateway_engine_alive{${m},group="b",engine="vllm"} 1`));
+      assert.ok(metrics.includes(`model_gateway_rank_inflight_requests{${m},group="a",dp_rank="1"} 2`));
+      assert.ok(metrics.includes(`model_gateway_rank_inflight_requests{${m},group="b",dp_rank="0"} 1`));
+      assert.ok(metrics.includes(`model_gateway_engine_failures_total{${m},group="a",cause="engine-core-dead"} 1`));
 
       // Both dead: 503 before any submit.
       b.b.alive = false;

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { FakeBackend, rankState } from './fake-backend.js';
-import { MODEL_ID, WORKER, makeApp } from './helpers.js';
+import { MODEL_ID, makeApp } from './helpers.js';
 
 test('/metrics: load age, sole-client guard state and transitions per rank', async () => {
   const backend = new FakeBackend({ ranks: [0, 1] });
@@ -34,7 +34,7 @@ test('/metrics: load age, sole-client guard state and transitions per rank', asy
   try {
     const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
     const has = (line: string) => assert.ok(text.split('\n').includes(line), `missing line: ${line}\n${text}`);
-    const w = `model="${MODEL_ID}",worker="${WORKER}"`;
+    const w = `model="${MODEL_ID}",group="tokenspeed-0"`;
     has(`model_gateway_rank_load_age_seconds{${w},dp_rank="0"} 1.5`);
     assert.ok(!text.includes(`model_gateway_rank_load_age_seconds{${w},dp_rank="1"}`), 'no report, no age');
     has(`model_gateway_rank_sole_client_guard{${w},dp_rank="0"} 1`);

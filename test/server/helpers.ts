@@ -52,7 +52,7 @@ export async function makeApp(
   const tokenizer = opts.tokenizer ?? (await loadTokenizer());
   const metrics = new GatewayMetrics({ modelId: opts.servedModelNames?.[0] ?? MODEL_ID });
   const app = await buildApp({
-    groups: opts.groups ?? [{ worker: WORKER, engine: 'tokenspeed', backend }],
+    groups: opts.groups ?? [{ worker: WORKER, name: 'tokenspeed-0', engine: 'tokenspeed', backend }],
     tokenizer,
     modelId: opts.servedModelNames?.[0] ?? MODEL_ID,
     ...(opts.servedModelNames !== undefined ? { servedModelNames: opts.servedModelNames } : {}),

@@ -7,7 +7,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { GatewayLifecycle, waitForDrain } from '../../src/lifecycle.js';
 import { FakeBackend, rankState } from './fake-backend.js';
-import { MODEL_ID, WORKER, makeApp } from './helpers.js';
+import { MODEL_ID, makeApp } from './helpers.js';
 
 const body = { prompt: 'Hello', max_tokens: 3 };
 
@@ -59,10 +59,7 @@ test('a pinned request to a rank that is not ready: 503 rank_unavailable with Re
     assert.equal(pinned.statusCode, 503);
     assert.equal(pinned.headers['retry-after'], '1');
     assert.equal(pinned.json().error.code, 'rank_unavailable');
-    assert.match(
-      pinned.json().error.message,
-      /DP rank 1 cannot take requests now \(ipc:\/\/\/tmp\/fake\/worker: dead\)/,
-    );
+    assert.match(pinned.json().error.message, /DP rank 1 cannot take requests now \(tokenspeed-0: dead\)/);
     const bad = await app.inject({
       method: 'POST',
       url: '/v1/completions',
@@ -154,7 +151,7 @@ test('/metrics: rank state gauge (one series per state), rejoins, stalls, deaths
   try {
     const text = (await app.inject({ method: 'GET', url: '/metrics' })).body;
     const has = (line: string) => assert.ok(text.split('\n').includes(line), `missing line: ${line}\n${text}`);
-    const w = `model="${MODEL_ID}",worker="${WORKER}"`;
+    const w = `model="${MODEL_ID}",group="tokenspeed-0"`;
     has(`model_gateway_rank_state{${w},dp_rank="0",state="ready"} 1`);
     has(`model_gateway_rank_state{${w},dp_rank="0",state="dead"} 0`);
     has(`model_gateway_rank_state{${w},dp_rank="1",state="stalled"} 1`);

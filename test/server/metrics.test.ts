@@ -35,7 +35,7 @@ test('/metrics exports per-rank gauges read at scrape time, client counters and 
     const text = res.body;
     const has = (line: string) => assert.ok(text.split('\n').includes(line), `missing line: ${line}\n${text}`);
     const m = `model="${MODEL_ID}"`;
-    const w = `${m},worker="${WORKER}"`;
+    const w = `${m},group="tokenspeed-0"`;
     has(`model_gateway_engine_running_requests{${w},dp_rank="0"} 5`);
     has(`model_gateway_engine_waiting_requests{${w},dp_rank="0"} 2`);
     has(`model_gateway_engine_kv_cache_usage{${w},dp_rank="0"} 0.25`);
@@ -78,6 +78,7 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
       status: 'ok',
       groups: [
         {
+          name: 'tokenspeed-0',
           worker: WORKER,
           engine: 'tokenspeed',
           alive: true,
@@ -97,6 +98,7 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     assert.equal(dead.statusCode, 503);
     assert.equal(dead.json().status, 'unhealthy');
     assert.deepEqual(dead.json().groups[0], {
+      name: 'tokenspeed-0',
       worker: WORKER,
       engine: 'tokenspeed',
       alive: false,
@@ -110,15 +112,17 @@ test('/health is 200 while the engine client is alive and 503 with a message onc
     });
     assert.match(dead.json().error.message, /engine core dead.*engine-core-dead/);
     assert.equal(dead.json().error.code, 'engine_dead');
-    // Without ?verbose=1 the socket path is replaced by the group's position, also inside the message.
+    // Without ?verbose=1 the socket path is replaced by the group's name, also inside the message.
     const plain = await app.inject({ method: 'GET', url: '/health' });
     assert.equal(plain.statusCode, 503);
-    assert.equal(plain.json().groups[0].worker, 'group-0');
+    assert.equal(plain.json().groups[0].worker, 'tokenspeed-0');
     assert.ok(!plain.body.includes('/tmp/fake/worker'), plain.body);
-    assert.match(plain.json().error.message, /group-0: engine-core-dead/);
+    assert.match(plain.json().error.message, /tokenspeed-0: engine-core-dead/);
     const metrics = await app.inject({ method: 'GET', url: '/metrics' });
     assert.ok(
-      metrics.body.includes(`model_gateway_engine_alive{model="${MODEL_ID}",worker="${WORKER}",engine="tokenspeed"} 0`),
+      metrics.body.includes(
+        `model_gateway_engine_alive{model="${MODEL_ID}",group="tokenspeed-0",engine="tokenspeed"} 0`,
+      ),
     );
   } finally {
     await app.close();

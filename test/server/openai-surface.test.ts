@@ -270,8 +270,8 @@ describe('top logprobs: vLLM candidates, TokenSpeed limit, model by id', () => {
   const vllm = new Fake();
   const fx = useApp({
     groups: [
-      { worker: 'ipc:///tmp/fake/ts', engine: 'tokenspeed', backend: ts },
-      { worker: 'ipc:///tmp/fake/vl', engine: 'vllm', backend: vllm },
+      { worker: 'ipc:///tmp/fake/ts', name: 'ts', engine: 'tokenspeed', backend: ts },
+      { worker: 'ipc:///tmp/fake/vl', name: 'vl', engine: 'vllm', backend: vllm },
     ],
   });
 

@@ -188,8 +188,8 @@ test('ranksView reports a dead group with its ranks, and leaves it out of the se
   ];
   const view = ranksView(
     [
-      { worker: 'a', engine: 'vllm', backend: live },
-      { worker: 'b', engine: 'vllm', backend: dead },
+      { worker: 'a', name: 'a', engine: 'vllm', backend: live },
+      { worker: 'b', name: 'b', engine: 'vllm', backend: dead },
     ],
     new RankStatsBook(),
     0,

@@ -30,7 +30,10 @@ test('bad_words: each word bare, and after a space when that is another token se
 describe('extensions on the routes (vLLM group)', () => {
   const vllm = new FakeBackend();
   vllm.reservedContextTokens = 0;
-  const fx = useApp({ backend: vllm, groups: [{ worker: 'ipc:///tmp/vllm', engine: 'vllm', backend: vllm }] });
+  const fx = useApp({
+    backend: vllm,
+    groups: [{ worker: 'ipc:///tmp/vllm', name: 'vllm', engine: 'vllm', backend: vllm }],
+  });
   const complete = (extra: Record<string, unknown>) =>
     fx.app.inject({
       method: 'POST',

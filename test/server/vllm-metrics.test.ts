@@ -99,9 +99,9 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
   tokenspeed.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
   vllm.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
   const groups: BackendGroup[] = [
-    { worker: 'ipc:///tmp/fake/ts', engine: 'tokenspeed', backend: tokenspeed },
-    { worker: 'ipc:///tmp/fake/vl', engine: 'vllm', backend: vllm },
-    { worker: 'ipc:///tmp/fake/dead', engine: 'tokenspeed', backend: dead },
+    { worker: 'ipc:///tmp/fake/ts', name: 'ts', engine: 'tokenspeed', backend: tokenspeed },
+    { worker: 'ipc:///tmp/fake/vl', name: 'vl', engine: 'vllm', backend: vllm },
+    { worker: 'ipc:///tmp/fake/dead', name: 'dead', engine: 'tokenspeed', backend: dead },
   ];
   const { app } = await makeApp({ groups, servedModelNames: ['qwen3', 'Qwen/Qwen3-8B'] });
   try {

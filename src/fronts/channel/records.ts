@@ -54,8 +54,9 @@ export type WireStats = Omit<ClientStats, 'handshakeRejected'> & { handshakeReje
 
 /** One group's state as the router last saw it (what a front's `RemoteBackend` answers from). */
 export interface GroupSnapshot {
-  /** The group's worker URL (its name in /health and its `worker` metrics label) and engine family. */
+  /** The group's worker URL, its name (`--group-name`) and engine family. */
   worker: string;
+  name: string;
   engine: 'tokenspeed' | 'vllm';
   /** What the group serves (`--tasks`). */
   tasks: EngineTask[];

@@ -141,6 +141,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   ]);
   const groups = channel.groups.map((g, i) => ({
     worker: g.worker,
+    name: g.name,
     engine: g.engine,
     tasks: g.tasks,
     backend: new RemoteBackend(channel, i),

@@ -161,6 +161,7 @@ export async function startClusterGateway(
   const service = new RouterService({
     groups: gateway.groups.map((g) => ({
       worker: g.worker,
+      name: g.name,
       engine: g.engine,
       tasks: g.tasks,
       backend: g.client,

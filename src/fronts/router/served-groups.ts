@@ -8,6 +8,7 @@ import type { GroupSnapshot } from '../channel/records.js';
 /** One served group as the router service sees it: its real engine client and its names. */
 export interface ServedGroup {
   readonly worker: string;
+  readonly name: string;
   readonly engine: EngineFamily;
   /** What the group serves (`--tasks`); absent = `['generate']`. */
   readonly tasks?: readonly EngineTask[];
@@ -23,6 +24,7 @@ export function groupSnapshots(groups: readonly ServedGroup[]): GroupSnapshot[] 
     const st = b.stats;
     return {
       worker: g.worker,
+      name: g.name,
       engine: g.engine,
       tasks: [...(g.tasks ?? ['generate'])],
       dpSize: b.dpSize,

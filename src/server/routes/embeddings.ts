@@ -82,7 +82,7 @@ async function handleEmbeddings(
         request,
         requestId,
         endpoint: ENDPOINT,
-        worker: group.worker,
+        group: group.name,
         promptTokens,
         n: inputs.length,
         stream: false,

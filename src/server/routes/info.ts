@@ -69,7 +69,7 @@ export function registerInfoRoutes(app: FastifyInstance, ctx: RouteContext, star
         ? body
         : redactHealth(
             body,
-            ctx.chooser.groups.map((g) => g.worker),
+            ctx.chooser.groups.map((g) => ({ worker: g.worker, name: g.name })),
           );
     };
   app.get(

@@ -6,7 +6,7 @@
  */
 import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
-import { refreshBackends, type BackendGroup, type BackendRankState } from '../backend.js';
+import { refreshBackends, type BackendGroup, type BackendRankState, type BackendStatus } from '../backend.js';
 import type { LatencyPercentiles, RankStatsBook, RankStatsSource } from '../rank-stats.js';
 import { vllmAggregate } from '../vllm-aggregate.js';
 import { PRIORITY_BANDS, type FlowControlStats, type PriorityBand } from '../../engine-client/flow-control.js';
@@ -57,9 +57,13 @@ export interface FlowControlView {
 
 /** One engine group in the answer. */
 export interface GroupView {
+  /** The group's name (`--group-name`): what the dashboard titles it. */
+  name: string;
   worker: string;
   engine: string;
   alive: boolean;
+  /** As /health reports the group: `ok` | `degraded` (some rank not ready) | `starting` | `unavailable`. */
+  status: BackendStatus;
   flow_control: FlowControlView | null;
   ranks: RankAnswer[];
 }
@@ -118,9 +122,11 @@ export function ranksView(
     },
     routing: { load_horizon_ms: loadHorizonMs },
     groups: groups.map((g) => ({
+      name: g.name,
       worker: g.worker,
       engine: g.engine,
       alive: g.backend.isAlive(),
+      status: g.backend.status(),
       flow_control: flowControlView(g.backend.stats.flowControl),
       ranks: g.backend.rankStates().map((r): RankAnswer => {
         const s = stats.snapshot(g.worker, r.engineIndex, nowMs);
