@@ -1,7 +1,8 @@
 /**
  * The routing benchmark's chart (issue #5 part 4): a hand-written SVG of grouped bars, one group per workload, one
  * bar per DP policy, bar height = the policy's TTFT p99 divided by round-robin's in the same run (1.0 = a tie; lower
- * is better). A dashed line marks 1.0. Pure: returns the SVG document as a string.
+ * is better). A dashed line marks 1.0. Pure: returns the SVG document as a string. `routingChart` draws it from a
+ * routing results file (bench/routing.ts writes both; bench/redraw-charts.ts draws it again from the committed file).
  */
 
 /**
@@ -114,4 +115,41 @@ export function renderRatioChart(input: ChartInput): string {
   });
   parts.push('</svg>');
   return parts.join('\n') + '\n';
+}
+
+/** A median and its min–max spread; `null` where the results file holds no finite value (JSON writes NaN as null). */
+export interface SpreadJson {
+  median: number | null;
+  min: number | null;
+  max: number | null;
+}
+
+/** What `routingChart` reads of a routing results file (bench/results/routing*.json, written by bench/routing.ts). */
+export interface RoutingResults {
+  seeds: readonly number[];
+  group: { ranks: number; slowRank: number; slowdown: number };
+  /** One entry per workload, in the chart's order; each has one entry per policy, in the bars' order (the same in all). */
+  workloads: ReadonlyArray<{
+    name: string;
+    policies: Readonly<Record<string, { ratioToRoundRobin: { ttftP99: SpreadJson } }>>;
+  }>;
+}
+
+const num = (v: number | null): number => v ?? Number.NaN;
+
+/**
+ * The routing benchmark's chart of `results`: per workload, each policy's TTFT p99 divided by round_robin's in the
+ * same seed, median with its min–max over the seeds (`ratioToRoundRobin.ttftP99`).
+ */
+export function routingChart(results: RoutingResults): string {
+  const { seeds, group, workloads } = results;
+  const policies = Object.keys(workloads[0]?.policies ?? {});
+  const cells = workloads.map((w) => policies.map((p) => w.policies[p]?.ratioToRoundRobin.ttftP99));
+  return renderRatioChart({
+    title: `TTFT p99 relative to round_robin, median and min-max over ${seeds.length} seeds (lower is better; ${group.ranks} ranks, rank ${group.slowRank} ${group.slowdown}x slower)`,
+    workloads: workloads.map((w) => w.name),
+    policies,
+    ratios: cells.map((r) => r.map((s) => num(s?.median ?? null))),
+    spreads: cells.map((r) => r.map((s) => [num(s?.min ?? null), num(s?.max ?? null)] as const)),
+  });
 }

@@ -2,7 +2,10 @@
  * The chart of bench:throughput: a hand-written SVG of grouped bars, one group per token scenario, one bar per
  * series (the gateway with each worker count, then the floor stacked by component), bar height = median µs of CPU per
  * token, a whisker from the minimum to the maximum over the repeats. Pure: returns the SVG document as a string.
+ * `throughputChart` draws it from a results file (bench/throughput.ts writes both; bench/redraw-charts.ts draws it
+ * again from the committed file).
  */
+import { floorFigures, tokenFloor, type FloorSample, type ScenarioSpec } from './figures.js';
 
 /** One bar: its median, spread and, for a stacked bar, the parts (label → µs) that add up to it. */
 export interface ChartBar {
@@ -120,4 +123,70 @@ export function renderThroughputChart(title: string, groups: readonly ChartGroup
   });
   parts.push('</svg>');
   return parts.join('\n') + '\n';
+}
+
+/** A median and its min–max spread; `null` where the results file holds no finite value (JSON writes NaN as null). */
+interface SpreadJson {
+  median: number | null;
+  min: number | null;
+  max: number | null;
+}
+
+/** What `throughputChart` reads of a results file (bench/results/throughput.json, written by bench/throughput.ts). */
+export interface ThroughputResults {
+  args: { ranks: number; maxTokens: number; workers: readonly number[] };
+  /** Worker counts asked for but not run (the chart leaves them out). */
+  unavailableWorkers: readonly number[];
+  scenarios: readonly ScenarioSpec[];
+  figures: ReadonlyArray<{ scenario: string; workers: number; gatewayPerUnit: SpreadJson }>;
+  floors: { samples: readonly FloorSample[] };
+}
+
+const num = (v: number | null): number => v ?? Number.NaN;
+
+/** Token-phase chart groups: the gateway per worker count, then the stacked floor. */
+function chartGroups(results: ThroughputResults): ChartGroup[] {
+  const floors = results.floors.samples;
+  const workers = results.args.workers.filter((w) => !results.unavailableWorkers.includes(w));
+  const ff = floorFigures(floors, []);
+  return results.scenarios
+    .filter((s) => s.kind === 'token')
+    .map((spec) => {
+      const bars: ChartGroup['bars'] = [];
+      for (const w of workers) {
+        const f = results.figures.find((x) => x.scenario === spec.name && x.workers === w);
+        if (f)
+          bars.push({
+            series: `gateway w${w}`,
+            median: num(f.gatewayPerUnit.median),
+            min: num(f.gatewayPerUnit.min),
+            max: num(f.gatewayPerUnit.max),
+          });
+      }
+      if (floors.length > 0) {
+        const total = floors.map((f) => tokenFloor(spec, f)).sort((a, b) => a - b);
+        const sse = floors.map((f) => f.sseChunk[spec.streams] ?? Number.NaN).sort((a, b) => a - b);
+        const parts = [
+          { label: 'ZeroMQ row', value: ff.zmqRow.median },
+          { label: 'detokenize (table)', value: ff.detokTable.median },
+          ...(spec.stream ? [{ label: 'SSE chunk', value: sse[sse.length >> 1]! }] : []),
+        ];
+        bars.push({
+          series: 'floor',
+          median: parts.reduce((a, p) => a + p.value, 0),
+          min: total[0]!,
+          max: total[total.length - 1]!,
+          parts,
+        });
+      }
+      return { label: spec.name, bars };
+    });
+}
+
+/** The chart of a throughput results file: the token scenarios' gateway CPU per token beside their floor. */
+export function throughputChart(results: ThroughputResults): string {
+  return renderThroughputChart(
+    `Gateway CPU per token vs floor (${results.args.ranks} sim ranks at time-scale 0, max_tokens ${results.args.maxTokens}; median, min–max)`,
+    chartGroups(results),
+  );
 }
