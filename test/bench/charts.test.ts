@@ -1,7 +1,9 @@
 /**
- * The benchmarks' charts (issue 32 part 5): no two text labels overlap, every label lies inside the picture, and a
- * whisker far above the bars (an outlier) is cut at the y axis's top with a caret and its value written, instead of
- * setting the scale; checked on synthetic charts made to crowd: long unbreakable names, narrow columns, outliers.
+ * The benchmarks' charts (issue 32 part 5): the committed SVGs in bench/results/ are what their committed JSON draws
+ * (bench/charts.ts, `npm run bench:charts`), no two of their text labels overlap, every label lies inside the
+ * picture, and a whisker far above the bars (an outlier) is cut at the y axis's top with a caret and its value
+ * written, instead of setting the scale. The same checks run on synthetic charts made to crowd: long unbreakable
+ * names, narrow columns, outliers.
  *
  * A label's box is estimated as the charts lay them out (bench/chart-svg.ts): 0.6 × the font size per character
  * wide, from 0.8 × the font size above the baseline to 0.2 × below, placed by `text-anchor` and turned by the
@@ -9,9 +11,12 @@
  * rectangles).
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { test } from 'node:test';
 import { chooseYAxis, wrapText } from '../../bench/chart-svg.js';
-import { renderRatioChart } from '../../bench/routing/chart.js';
+import { RESULTS_DIR, chartSources, drawCharts } from '../../bench/charts.js';
+import { renderRatioChart, type RoutingResults } from '../../bench/routing/chart.js';
 import { renderThroughputChart } from '../../bench/throughput/chart.js';
 
 type Point = readonly [number, number];
@@ -112,6 +117,82 @@ function axisTop(svg: string): number {
 }
 
 const carets = (svg: string): number => (svg.match(/<polygon /g) ?? []).length;
+
+const committed = (name: string): string => readFileSync(join(RESULTS_DIR, name), 'utf8');
+
+test('every committed chart is what its committed JSON draws (npm run bench:charts)', () => {
+  const drawn = drawCharts();
+  assert.deepEqual(
+    [...drawn.keys()].sort(),
+    ['fairness.svg', 'routing-ranks8.svg', 'routing.svg', 'throughput.svg'],
+    'the four committed charts',
+  );
+  for (const [name, svg] of drawn) assert.equal(committed(name), svg, `${name} is stale: run npm run bench:charts`);
+});
+
+test('no two labels of a committed chart overlap, and each lies inside the picture', () => {
+  for (const { svg } of chartSources()) {
+    const content = committed(svg);
+    assert.ok(labelsOf(content).labels.length > 20, `${svg} has its labels`);
+    assert.deepEqual(layoutFaults(content), [], svg);
+  }
+});
+
+/** Each bar's median and whisker top of a committed routing result. */
+function routingBars(name: string): Array<{ median: number; max: number }> {
+  const json = JSON.parse(committed(name)) as RoutingResults;
+  return json.workloads.flatMap((w) =>
+    Object.values(w.policies).map((p) => ({
+      median: p.ratioToRoundRobin.ttftP99.median ?? Number.NaN,
+      max: p.ratioToRoundRobin.ttftP99.max ?? Number.NaN,
+    })),
+  );
+}
+
+test('routing-ranks8.svg: the outlying whisker (6.59) is cut at the axis top with a caret and its value written', () => {
+  const bars = routingBars('routing-ranks8.json');
+  const tallest = Math.max(...bars.map((b) => b.median));
+  const highest = Math.max(...bars.map((b) => b.max));
+  assert.ok(highest > 4 * tallest, `the committed result has an outlier (${highest} against bars up to ${tallest})`);
+  const svg = committed('routing-ranks8.svg');
+  const top = axisTop(svg);
+  assert.ok(top < highest, `the axis top ${top} is below the largest whisker ${highest}`);
+  assert.ok(top >= tallest, `every bar fits under the axis top ${top}`);
+  const cut = bars.filter((b) => b.max > top);
+  assert.equal(carets(svg), cut.length, 'one caret per whisker above the axis');
+  for (const b of cut) assert.ok(svg.includes(`(max ${b.max.toFixed(2)})`), `the cut whisker's ${b.max} is written`);
+  // Bars near 1.0 are not flattened: round_robin's (exactly 1) stand at least 40 % of the plot's height.
+  const axis = /<line x1="([\d.]+)" x2="\1" y1="([\d.]+)" y2="([\d.]+)" stroke="#333"\/>/.exec(svg)!;
+  const plotH = Number(axis[3]) - Number(axis[2]);
+  const heights = [...svg.matchAll(/height="([\d.]+)" fill="[^"]+"><title>[^<]*\/ round_robin: 1\.000</g)].map((m) =>
+    Number(m[1]),
+  );
+  assert.equal(heights.length, 12, "round_robin's bar in each of the 12 workloads");
+  for (const h of heights) assert.ok(h / plotH >= 0.4, `a bar of 1.0 is ${((100 * h) / plotH).toFixed(0)} % high`);
+});
+
+test('routing.svg and throughput.svg have no outlier: the axis covers every whisker and nothing is cut', () => {
+  const routing = committed('routing.svg');
+  const highest = Math.max(...routingBars('routing.json').map((b) => b.max));
+  assert.ok(axisTop(routing) >= highest, `routing.svg's axis covers ${highest}`);
+  assert.equal(carets(routing), 0);
+  const throughput = committed('throughput.svg');
+  assert.equal(carets(throughput), 0);
+  const maxima = [...throughput.matchAll(/<line x1="([\d.]+)" x2="\1" y1="([\d.]+)" y2="([\d.]+)" stroke="#222"/g)];
+  assert.ok(maxima.length >= 8, 'the whiskers are drawn');
+});
+
+test('fairness.svg: the critical ratio without flow control (986×) is cut at 5 and labelled with its real value', () => {
+  const json = JSON.parse(committed('fairness.json')) as {
+    summary: { off: { criticalTtftRatio: { median: number; max: number } } };
+  };
+  const svg = committed('fairness.svg');
+  assert.equal(axisTop(svg), 5);
+  const { median, max } = json.summary.off.criticalTtftRatio;
+  assert.ok(median > 100);
+  assert.ok(svg.includes(`>${median.toFixed(0)} (max ${max.toFixed(0)})</text>`), 'the real median and max written');
+  assert.equal(carets(svg), 1, 'one caret: the cut bar');
+});
 
 test('chooseYAxis: the top is chosen from the bars; whiskers beyond 1.5 × the tallest bar do not raise it', () => {
   const bars = [
