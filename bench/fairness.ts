@@ -26,8 +26,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { parseArgs } from 'node:util';
 import { GatewayUnderTest, writeKeysFile, type FleetShape, type FlowSettings } from './fairness/gateway.js';
+import { fairnessChart } from './fairness/chart.js';
 import { closedLoopRate, offer, type RequestResult, type TenantLoad } from './fairness/load.js';
-import { renderRatioChart } from './routing/chart.js';
 import { benchFailed } from './routing/report.js';
 import { percentile } from './routing/stats.js';
 
@@ -422,47 +422,6 @@ function report(
   // Every mode has its summary by now (the loop above).
   writeFileSync(new URL('fairness.svg', results), fairnessChart({ summary: summary as Record<Mode, ModeSummary> }));
   process.stderr.write('[fairness] wrote bench/results/fairness.json and fairness.svg\n');
-}
-
-/** The cap on the chart's critical-TTFT bars: without flow control the ratio is in the hundreds. */
-const CHART_CAP = 5;
-
-/**
- * The chart of a written result (its `summary`): per group, flow control off and on side by side (median, whiskers
- * min–max over the seeds): the critical tenant's TTFT p99 ÷ its unloaded one (bars cut at `CHART_CAP`, the label says
- * the real value), each standard-band tenant's share × 2 (1.0 = an equal split of the two), and Jain's index.
- */
-function fairnessChart(json: { summary: Record<Mode, ModeSummary> }): string {
-  const std = Object.keys(json.summary.on.tenants).filter((t) => t.startsWith('batch-'));
-  const cut = (x: Spread): Spread => ({
-    median: Math.min(CHART_CAP, x.median),
-    min: Math.min(CHART_CAP, x.min),
-    max: Math.min(CHART_CAP, x.max),
-  });
-  const twice = (x: Spread): Spread => ({ median: 2 * x.median, min: 2 * x.min, max: 2 * x.max });
-  const series = (m: Mode): Spread[] => [
-    cut(json.summary[m].criticalTtftRatio),
-    ...std.map((t) => twice(json.summary[m].tenants[t]!.share)),
-    json.summary[m].jain,
-  ];
-  const off = series('off');
-  const on = series('on');
-  const offRatio = json.summary.off.criticalTtftRatio.median;
-  return renderRatioChart({
-    title: 'bench:fairness at 2× capacity: flow control off vs on (median, whiskers min–max over seeds)',
-    workloads: [
-      `critical TTFT p99 ÷ unloaded (off: ${offRatio.toFixed(0)}×, cut at ${CHART_CAP})`,
-      ...std.map((t) => `${t} share × 2`),
-      "Jain's index",
-    ],
-    policies: ['flow control off', 'flow control on'],
-    yLabel: 'ratio (1.0: unloaded TTFT, an equal split, fair)',
-    ratios: off.map((x, i) => [x.median, on[i]!.median]),
-    spreads: off.map((x, i) => [
-      [x.min, x.max],
-      [on[i]!.min, on[i]!.max],
-    ]),
-  });
 }
 
 if (process.argv.includes('--chart-only')) {

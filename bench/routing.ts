@@ -22,7 +22,7 @@ import { performance } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { DP_POLICY_NAMES, isDpPolicyName, type DpPolicyName } from '../src/engine-client/policies.js';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
-import { renderRatioChart } from './routing/chart.js';
+import { routingChart } from './routing/chart.js';
 import { benchFailed, benchGroup, groupJson, markdownTable, writeResult } from './routing/report.js';
 import { runOnce, type GroupConfig } from './routing/run.js';
 import type { RunMetrics } from './routing/stats.js';
@@ -369,16 +369,7 @@ async function main(): Promise<void> {
     })),
   };
   const jsonPath = await writeResult(`${base}.json`, JSON.stringify(json, null, 2) + '\n');
-  const ratioCells = workloads.map((w) =>
-    args.policies.map((p) => cellsByWorkload.get(w.name)?.get(p)?.toRoundRobin.ttftP99 as Spread),
-  );
-  const svg = renderRatioChart({
-    title: `TTFT p99 relative to round_robin, median and min-max over ${seeds.length} seeds (lower is better; ${group.ranks} ranks, rank ${group.slowRank} ${group.slowdown}x slower)`,
-    workloads: workloads.map((w) => w.name),
-    policies: args.policies,
-    ratios: ratioCells.map((r) => r.map((s) => s.median)),
-    spreads: ratioCells.map((r) => r.map((s) => [s.min, s.max] as const)),
-  });
+  const svg = routingChart(json);
   const svgPath = await writeResult(`${base}.svg`, svg);
   console.log(`\nwrote ${jsonPath} and ${svgPath}`);
 }

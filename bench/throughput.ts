@@ -35,7 +35,7 @@ import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { performance } from 'node:perf_hooks';
 import { GatewayTokenizer } from '../src/tokenizer/tokenizer.js';
-import { renderThroughputChart, type ChartGroup } from './throughput/chart.js';
+import { throughputChart } from './throughput/chart.js';
 import {
   floorFigures,
   floorTable,
@@ -43,12 +43,10 @@ import {
   pacedTable,
   requestTable,
   scenarioFigures,
-  tokenFloor,
   tokenTable,
   workersTable,
   type FloorSample,
   type PhaseSample,
-  type ScenarioFigures,
   type ScenarioSpec,
 } from './throughput/figures.js';
 import { detokenizeFloor, sseWriterFloor, zmqReceiveFloor } from './throughput/floors.js';
@@ -625,48 +623,6 @@ async function profileMode(args: Args, build: GatewayBuild, load: LoadProcess): 
   }
 }
 
-/** Token-phase chart groups: the gateway per worker count, then the stacked floor. */
-function chartGroups(
-  figures: readonly ScenarioFigures[],
-  specs: readonly ScenarioSpec[],
-  floors: FloorSample[],
-  workers: readonly number[],
-): ChartGroup[] {
-  const ff = floorFigures(floors, []);
-  return specs
-    .filter((s) => s.kind === 'token')
-    .map((spec) => {
-      const bars: ChartGroup['bars'] = [];
-      for (const w of workers) {
-        const f = figures.find((x) => x.scenario === spec.name && x.workers === w);
-        if (f)
-          bars.push({
-            series: `gateway w${w}`,
-            median: f.gatewayPerUnit.median,
-            min: f.gatewayPerUnit.min,
-            max: f.gatewayPerUnit.max,
-          });
-      }
-      if (floors.length > 0) {
-        const total = floors.map((f) => tokenFloor(spec, f)).sort((a, b) => a - b);
-        const sse = floors.map((f) => f.sseChunk[spec.streams] ?? Number.NaN).sort((a, b) => a - b);
-        const parts = [
-          { label: 'ZeroMQ row', value: ff.zmqRow.median },
-          { label: 'detokenize (table)', value: ff.detokTable.median },
-          ...(spec.stream ? [{ label: 'SSE chunk', value: sse[sse.length >> 1]! }] : []),
-        ];
-        bars.push({
-          series: 'floor',
-          median: parts.reduce((a, p) => a + p.value, 0),
-          min: total[0]!,
-          max: total[total.length - 1]!,
-          parts,
-        });
-      }
-      return { label: spec.name, bars };
-    });
-}
-
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   progress(
@@ -747,10 +703,7 @@ async function main(): Promise<void> {
         samples,
       };
       await writeFile(join(RESULTS_DIR, 'throughput.json'), JSON.stringify(json, null, 2) + '\n');
-      const svg = renderThroughputChart(
-        `Gateway CPU per token vs floor (${args.ranks} sim ranks at time-scale 0, max_tokens ${args.maxTokens}; median, min–max)`,
-        chartGroups(figures, specs, floors, workers),
-      );
+      const svg = throughputChart(json);
       await writeFile(join(RESULTS_DIR, 'throughput.svg'), svg);
       console.log(
         `wrote ${join('bench', 'results', 'throughput.json')} and ${join('bench', 'results', 'throughput.svg')}`,
