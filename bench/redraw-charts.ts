@@ -10,7 +10,25 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { RESULTS_DIR, drawCharts } from './charts.js';
 
-const check = process.argv.includes('--check');
+const USAGE = `Usage: npm run bench:charts [-- --check]
+
+Draw every committed benchmark chart (bench/results/*.svg) again from its committed results file.
+
+Options:
+  --check   write nothing; exit 1 naming each SVG that differs from what its JSON draws
+  --help    show this help
+`;
+const args = process.argv.slice(2);
+if (args.includes('--help')) {
+  process.stdout.write(USAGE);
+  process.exit(0);
+}
+const unknown = args.find((a) => a !== '--check');
+if (unknown !== undefined) {
+  process.stderr.write(`bench:charts: unknown option ${unknown}\n\n${USAGE}`);
+  process.exit(2);
+}
+const check = args.includes('--check');
 const stale: string[] = [];
 for (const [svg, content] of drawCharts()) {
   const path = join(RESULTS_DIR, svg);
