@@ -494,6 +494,16 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     }),
   },
   {
+    name: 'otlp-traces-endpoint',
+    type: 'string',
+    value: 'URL',
+    section: 'processes',
+    help: "Export OpenTelemetry traces to this OTLP/HTTP endpoint (vLLM's flag; OTEL_* variables honoured)",
+    doc: 'An OTLP/HTTP URL; a URL without a path gets `/v1/traces` ([observability.md](observability.md#tracing)).',
+    default: 'off, unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set',
+    field: field(['otlpTracesEndpoint'], text),
+  },
+  {
     name: 'log-level',
     type: 'string',
     value: 'LEVEL',

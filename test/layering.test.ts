@@ -23,6 +23,7 @@ const RANK: Record<string, number> = {
   'log-sink': 0,
   'option-checks': 0,
   'runtime-dir': 0,
+  tracing: 0,
   wire: 1,
   protocols: 2,
   transport: 3,

@@ -4,6 +4,7 @@
  * the client's machinery.
  */
 import type { LoraModule } from './lora-adapters.js';
+import type { ClientTracing } from './request-spans.js';
 import type { Logger } from 'pino';
 import type { EngineProtocol } from '../protocols/types.js';
 import type { DeliveryQueueOptions } from './delivery-queue.js';
@@ -71,6 +72,11 @@ export interface EngineClientOptions {
    * utility calls (vLLM); absent: none until loaded at run time.
    */
   loraModules?: readonly LoraModule[];
+  /**
+   * Tracing (src/tracing.ts): a traced request (`GenerateRequest.trace`) gets `queue` and `route` spans
+   * (request-spans.ts). Absent or null: no spans (the trace headers still reach a vLLM rank).
+   */
+  tracing?: ClientTracing | null;
 }
 
 /**

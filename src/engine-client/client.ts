@@ -47,12 +47,13 @@ import type { ConnectedEngine, EngineLink } from './link.js';
 import { OutputContract } from './output-contract.js';
 import { LoraAdapters } from './lora-adapters.js';
 import { OutputFaults } from './output-faults.js';
-import { selectAndReserve } from './placement.js';
+import { selectAndReserve, type Placement } from './placement.js';
 import type { DpPolicy } from './policy.js';
 import { classifySendError, delay } from './probes.js';
 import { RankLifecycle } from './rank-lifecycle.js';
 import type { RankSlot } from './rank-table.js';
 import type { RegistryEntry } from './registry.js';
+import { recordQueue, recordRoute, type ClientTracing } from './request-spans.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
 import { rankStateOf, type ClientStats, type GroupStatus, type RankState } from './reports.js';
 import type { GroupKind, KindSource } from './waves.js';
@@ -92,6 +93,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
   private readonly g: GroupState;
   /** The gateway's tenant budgets (shared by every group's client), or null. */
   private readonly budgets: BudgetLedger | null;
+  /** Tracing of traced requests' queue and route spans (request-spans.ts), or null. */
+  private readonly tracing: ClientTracing | null;
   private readonly link: EngineLink;
   /** Failures, and the control sends (ABORT, probes, waves, revival). */
   private readonly scope: FailureScope;
@@ -103,6 +106,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     super();
     this.g = new GroupState(opts, this);
     this.budgets = opts.budgets ?? null;
+    this.tracing = opts.tracing ?? null;
     this.policy = this.g.policy;
     this.stats = this.g.stats;
     this.link = opts.link;
@@ -154,6 +158,18 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    */
   get maxModelLen(): number | null {
     for (const s of this.g.ranks.slots) if (s.engine !== null) return s.engine.ready.maxModelLen;
+    return null;
+  }
+
+  /**
+   * The KV cache as the first joined rank's ready response describes it (`vllm:cache_config_info`): its pages
+   * (`num_gpu_blocks`) and tokens per page (vLLM `block_size`, TokenSpeed `prefix_granularity`), each null when not
+   * reported; null before any rank joined.
+   */
+  get cacheConfig(): { numGpuBlocks: number | null; blockSize: number | null } | null {
+    for (const s of this.g.ranks.slots)
+      if (s.engine !== null)
+        return { numGpuBlocks: s.engine.ready.numGpuBlocks, blockSize: s.engine.ready.prefixGranularity };
     return null;
   }
 
@@ -293,7 +309,15 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     }
     const wait = gate.admit(request?.requestId, options.flow ?? DEFAULT_FLOW_TICKET, options.signal);
     if (wait === null) return this.submitNow(request, options, charge);
-    await wait;
+    const tracing = request.trace === undefined ? null : this.tracing;
+    const queuedAt = tracing === null ? 0 : this.g.now();
+    try {
+      await wait;
+    } catch (err) {
+      if (tracing !== null) recordQueue(tracing, request, queuedAt, this.g.now(), err);
+      throw err;
+    }
+    if (tracing !== null) recordQueue(tracing, request, queuedAt, this.g.now(), null);
     // Granted: the reservation happens in submitNow's synchronous first step, then the grant stops holding room.
     const submitted = this.submitNow(request, options, charge);
     gate.placed();
@@ -381,7 +405,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const stream = entry.stream;
     let payload: Uint8Array | null = null;
     for (let attempt = 0; ; attempt++) {
-      let placed: { slot: RankSlot; pinned: boolean };
+      let placed: Placement;
       try {
         placed = selectAndReserve(this.g, request, dpRank);
       } catch (err) {
@@ -389,6 +413,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         throw err;
       }
       const { slot, pinned } = placed;
+      if (this.tracing !== null && request.trace !== undefined) this.traceRoute(request, entry, placed, attempt);
       entry.engineIndex = slot.index;
       stream.engineIndex = slot.index;
       this.g.touchGroupTimer(false);
@@ -450,6 +475,24 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
    * ADD reached no engine (a timeout or EHOSTUNREACH: the rank is dead), its engine-dead error; returns (request off
    * the dead rank, nothing rolled back) only when `retryable` and the request may be placed on another rank.
    */
+  /** The route span of a traced request's placement (after select + reserve, so the prediction is known). */
+  private traceRoute(request: GenerateRequest, entry: RegistryEntry, placed: Placement, attempt: number): void {
+    recordRoute(
+      this.tracing!,
+      request,
+      {
+        dpRank: placed.slot.index,
+        pinned: placed.pinned,
+        policy: this.g.policy.name,
+        candidates: placed.candidates,
+        view: placed.view,
+        predictedCachedTokens: entry.service?.predictedCachedTokens ?? null,
+        attempt,
+      },
+      this.g.now(),
+    );
+  }
+
   private addFailed(
     entry: RegistryEntry,
     slot: RankSlot,

@@ -11,20 +11,27 @@ import type { RankView } from './policy.js';
 import type { RankSlot } from './rank-table.js';
 
 /**
+ * Where a request was placed: its slot, whether the client pinned it, and, when the policy chose, the chosen rank as
+ * the policy saw it and how many ready ranks it was offered (what a route span records; request-spans.ts).
+ */
+export interface Placement {
+  slot: RankSlot;
+  pinned: boolean;
+  view: RankView | null;
+  candidates: number;
+}
+
+/**
  * Pick the rank and reserve the in-flight slot, synchronously, and tell the policy (`onDispatch`). Pinned (`dpRank`
  * given): the slot of that engine index (else `invalid-dp-rank`, section 9.1), which must be ready (else
  * `unavailable`). Unpinned: the policy over one `RankView` per ready rank, in identity order (section 9.2), else
  * `unavailable`. A policy returning a position out of range throws RangeError, nothing reserved.
  */
-export function selectAndReserve(
-  g: GroupState,
-  request: GenerateRequest,
-  dpRank: number | undefined,
-): { slot: RankSlot; pinned: boolean } {
+export function selectAndReserve(g: GroupState, request: GenerateRequest, dpRank: number | undefined): Placement {
   if (dpRank !== undefined) {
     const slot = pinnedSlot(g, dpRank);
     reserve(g, slot.index, request, false);
-    return { slot, pinned: true };
+    return { slot, pinned: true, view: null, candidates: 0 };
   }
   if (!g.canServe()) {
     throw new EngineClientError(
@@ -50,7 +57,7 @@ export function selectAndReserve(
   }
   const slot = ready[pos]!;
   reserve(g, slot.index, request, true);
-  return { slot, pinned: false };
+  return { slot, pinned: false, view: views[pos]!, candidates: ready.length };
 }
 
 /** The ready slot of pinned `dpRank`; throws `invalid-dp-rank` (no such slot) or `unavailable` (not serving). */

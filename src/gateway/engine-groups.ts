@@ -5,6 +5,7 @@
  * failure of the whole group). `startEngineGroups` starts them all for `startGateway` (start.ts) and the `--workers`
  * router; sim-ranks.ts spawns their simulated ranks.
  */
+import type { Tracer } from '@opentelemetry/api';
 import { performance } from 'node:perf_hooks';
 import { BudgetLedger } from '../engine-client/budgets.js';
 import { mkdirSync } from 'node:fs';
@@ -108,12 +109,14 @@ interface BoundLink {
  * dial in (or are adopted) meanwhile are replayed to the client when it attaches (link.ts). The tokenizer loads (1-2 s
  * of CPU) once the sockets are bound: ranks of a previous gateway reconnect and running ranks' handshakes proceed
  * meanwhile (the I/O thread queues them), so a restart serves sooner. On any failure, closes what it started (the
- * clients built, then the links bound without a client) and rethrows: the bind's `TransportError` or `ConfigError`,
+ * clients built, then the links bound without a client) and rethrows. `tracer`: the engine clients' spans of traced
+ * requests (queue, route; null: none): the bind's `TransportError` or `ConfigError`,
  * the tokenizer's load error, an engine client's `RangeError`.
  */
 export async function startEngineGroups(
   plan: GatewayPlan,
   endpoints: readonly EngineEndpoints[],
+  tracer: Tracer | null = null,
 ): Promise<{ groups: GroupRuntime[]; tokenizer: GatewayTokenizer }> {
   const groups: GroupRuntime[] = [];
   // Links bound but without a client yet (closed on a failure before their client exists).
@@ -131,7 +134,7 @@ export async function startEngineGroups(
     const tokenizer = await loadTokenizer(plan);
     const shared = groupShared(plan, tokenizer);
     for (const [i, spec] of plan.specs.entries()) {
-      groups.push(startGroupClient(plan, spec, chosen[i]!, bound[i]!, shared));
+      groups.push(startGroupClient(plan, spec, chosen[i]!, bound[i]!, shared, tracer));
     }
     return { groups, tokenizer };
   } catch (err) {
@@ -275,6 +278,7 @@ function startGroupClient(
   endpoints: EngineEndpoints,
   { link, log }: BoundLink,
   shared: GroupShared,
+  tracer: Tracer | null,
 ): GroupRuntime {
   const { opts } = plan;
   const engineLog = log.child({ component: 'engine-client' });
@@ -306,6 +310,7 @@ function startGroupClient(
     budgets: shared.budgets,
     lockstep: spec.lockstepMode,
     ...(spec.engine === 'vllm' && opts.loraModules !== undefined ? { loraModules: opts.loraModules } : {}),
+    tracing: tracer === null ? null : { tracer, group: spec.name },
   });
   const c = client;
   if (c.flowControlled) {

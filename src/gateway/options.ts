@@ -165,6 +165,11 @@ export interface GatewayOptions extends GroupOptions {
    * capacity in responses (default 1000; 0 = store nothing).
    */
   toolCallParser?: ToolCallParserName | 'none';
+  /**
+   * Where traces go (`--otlp-traces-endpoint`, vLLM's flag; src/tracing.ts `tracingSettings`, which also reads the
+   * `OTEL_*` variables). Absent and no endpoint variable: tracing is off.
+   */
+  otlpTracesEndpoint?: string;
   reasoningParser?: ReasoningParserName;
   responsesStoreSize?: number;
   dpPolicyOptions?: DpPolicyTuning;

@@ -11,6 +11,7 @@ import { DEFAULT_SHUTDOWN_GRACE_MS } from '../lifecycle.js';
 import { positiveMs } from '../option-checks.js';
 import { resolveEdgeOptions, type ResolvedEdgeOptions } from '../server/edge-options.js';
 import { parseKeysFile, readKeysText } from '../server/keys-file.js';
+import { tracingSettings, type TracingSettings } from '../tracing.js';
 import { edgeOptionsOf, warnIfOpenWithoutKey } from './http-app.js';
 import {
   DEFAULT_HOST,
@@ -50,6 +51,8 @@ export interface GatewayPlan {
    * starts from, so the file is read and checked once (a 100,000-key file takes about 1 s).
    */
   readonly keysText: string | null;
+  /** Tracing's settings (src/tracing.ts `tracingSettings`: the flag and the `OTEL_*` variables), or null: off. */
+  readonly tracing: TracingSettings | null;
 }
 
 /**
@@ -58,7 +61,7 @@ export interface GatewayPlan {
  * bad option: the groups (`resolveGroups`), `workers` other than 1 (one process; `--workers N` is
  * `startClusterGateway`'s), an unknown `dpPolicy` or bad `dpPolicyOptions` or `oracle` (`createDpPolicy`), a watchdog
  * timeout that is not a positive number of ms, the HTTP edge (`resolveEdgeOptions`), a negative `shutdownGraceMs`,
- * the served model names; and what `resolveServedModel` throws for a Hugging Face id not in the local cache.
+ * the served model names, the tracing settings (`tracingSettings`); and what `resolveServedModel` throws for a Hugging Face id not in the local cache.
  */
 export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   const logger = gatewayLogger(opts);
@@ -99,6 +102,7 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
   const model = resolveServedModel(opts);
   checkLoraModules(opts, specs, model.servedModelNames, logger);
   const serveHttp = opts.serveHttp ?? true;
+  const tracing = tracingSettings(opts.otlpTracesEndpoint, process.env);
   return {
     opts,
     logger,
@@ -112,6 +116,7 @@ export function planGateway(opts: GatewayOptions = {}): GatewayPlan {
     shutdownGraceMs,
     model,
     keysText,
+    tracing,
   };
 }
 

@@ -9,6 +9,7 @@ import type { Logger } from 'pino';
 import { drainLiveRequests, type GatewayLifecycle } from '../lifecycle.js';
 import { closeEngineClients, type GroupRuntime } from './engine-groups.js';
 import { closeApp } from './http-app.js';
+import type { Tracing } from '../tracing.js';
 
 /** The ways to stop a started gateway (see `RunningGateway` in start.ts for each one's contract). */
 export interface GatewayStops {
@@ -32,6 +33,8 @@ export function gatewayStops(parts: {
   lifecycle: GatewayLifecycle;
   logger: Logger;
   shutdownGraceMs: number;
+  /** Tracing, flushed last (the spans of the requests that just ended). */
+  tracing?: Tracing | null;
 }): GatewayStops {
   const { groups, app, lifecycle, logger } = parts;
   const teardown = async (): Promise<void> => {
@@ -42,6 +45,7 @@ export function gatewayStops(parts: {
     // The simulated ranks this gateway stops are dropped from the rank records: a later gateway must not wait for them.
     for (const g of groups) if (g.sims !== null) g.link.forgetRankRecords(g.sims.ranks.map((r) => r.engineIndex));
     await Promise.all(groups.map((g) => g.sims?.stop().catch(() => {})));
+    await parts.tracing?.shutdown();
   };
   let closing: Promise<void> | null = null;
   const close = (): Promise<void> => {

@@ -49,6 +49,7 @@ import type { GatewayOptions } from './options.js';
 import { planGateway, type GatewayPlan } from './plan.js';
 import { gatewayStops } from './shutdown.js';
 import { spawnGroupSims, waitForGroupRanks } from './sim-ranks.js';
+import { startTracing } from '../tracing.js';
 
 /** A started gateway: its base URL (`http://host:port`) and idempotent ways to stop it. */
 export interface RunningGateway {
@@ -109,7 +110,20 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
     logger.child({ component: 'transport' }),
   );
   if (plan.serveHttp) await assertPortFree(plan.port, plan.host);
-  const { groups, tokenizer } = await startEngineGroups(plan, endpoints);
+  const tracing =
+    plan.tracing === null ? null : await startTracing(plan.tracing, plan.serveHttp ? 'gateway' : 'router');
+  if (plan.tracing !== null) {
+    const { endpoint, protocol, sampler, ratio } = plan.tracing;
+    logger.info({ endpoint, protocol, sampler, ratio }, 'tracing on: spans go to the OTLP endpoint');
+  }
+  let started: Awaited<ReturnType<typeof startEngineGroups>>;
+  try {
+    started = await startEngineGroups(plan, endpoints, tracing?.tracer ?? null);
+  } catch (err) {
+    await tracing?.shutdown();
+    throw err;
+  }
+  const { groups, tokenizer } = started;
 
   const running = runningGroups(groups);
   const backendGroups: BackendGroup[] = running.map((g) => ({
@@ -125,6 +139,7 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
     ...(plan.serveHttp ? {} : { role: 'engine' as const }),
     ...(plan.opts.maxLoras !== undefined ? { maxLoras: plan.opts.maxLoras } : {}),
   });
+  metrics.collectProcessMetrics(plan.serveHttp ? 'gateway' : 'router');
   const lifecycle = new GatewayLifecycle();
   if (!plan.serveHttp) metrics.attach(backendGroups);
   let app: FastifyInstance | null = null;
@@ -143,12 +158,14 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
           }),
           responsesStore: responsesStoreOptionsOf(opts),
           tenants,
+          tracer: tracing?.tracer ?? null,
         });
   } catch (err) {
     await closeEngineClients(groups);
+    await tracing?.shutdown();
     throw err;
   }
-  const stops = gatewayStops({ groups, app, lifecycle, logger, shutdownGraceMs: plan.shutdownGraceMs });
+  const stops = gatewayStops({ groups, app, lifecycle, logger, shutdownGraceMs: plan.shutdownGraceMs, tracing });
 
   let url = '';
   try {

@@ -317,6 +317,12 @@ export interface GenerateRequest {
   pooling?: PoolingOptions;
   /** The LoRA adapter to run with (vLLM's wire only; TokenSpeed's encoder refuses it). Absent: the base model. */
   lora?: LoraTarget;
+  /**
+   * The W3C trace-context headers of the gateway's span for the request (src/tracing.ts `TraceCarrier`): vLLM gets
+   * them as `trace_headers` (engine-wire.md 5.2 element 14), so its spans join the trace; the engine client's queue
+   * and route spans are its children. TokenSpeed's wire has no such field. Absent: the request is not traced.
+   */
+  trace?: Readonly<Record<string, string>>;
 }
 
 /**

@@ -14,6 +14,7 @@ import Fastify, {
   type FastifyRequest,
 } from 'fastify';
 import type { Logger } from 'pino';
+import type { Tracer } from '@opentelemetry/api';
 import { OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import { OPEN_GATE, type AdmissionGate } from './admission.js';
@@ -42,7 +43,9 @@ import { registerTokenizeRoutes } from './routes/tokenize.js';
 import { registerResponsesRoutes } from './routes/responses.js';
 import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParserName } from './parsers/index.js';
 import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
-import { echoRequestId, replyBody } from './request-id.js';
+import { echoRequestId, logRequestId, replyBody } from './request-id.js';
+import { RequestTraces } from './request-trace.js';
+import { LineBudget } from './line-budget.js';
 import type {} from './serve-generation.js';
 import { registerUnknownFieldPolicy } from './unknown-fields.js';
 import { formatValidationErrors } from './validation.js';
@@ -109,6 +112,8 @@ export interface GatewayDeps {
   /** `--workers N`: this front's per-rank statistics (an instance the front also exports) and every front's merged. */
   rankStatsInstance?: RankStatsBook;
   sharedRankStats?: SharedRankStats;
+  /** Tracing (src/tracing.ts): each request gets a span from this tracer (request-trace.ts). Absent or null: off. */
+  tracer?: Tracer | null;
 }
 
 /**
@@ -174,6 +179,28 @@ function logErrorAnswer(request: FastifyRequest, apiErr: ApiError, error: unknow
   }
 }
 
+/** How many 404 / 405 lines a second are logged (`LineBudget`); the next line written says how many were dropped. */
+const UNKNOWN_ROUTE_LINES_PER_SECOND = 10;
+
+/** Characters of a refused path kept in its log line. */
+const LOGGED_PATH_CHARS = 256;
+
+/** One info line for a request to a path this gateway does not serve (404) or not with that method (405). */
+function logUnknownRoute(request: FastifyRequest, status: 404 | 405, budget: LineBudget): void {
+  const grant = budget.take();
+  if (!grant.write) return;
+  const path = request.url.split('?', 1)[0]!;
+  request.log.info(
+    {
+      status,
+      method: request.method,
+      path: path.length <= LOGGED_PATH_CHARS ? path : `${path.slice(0, LOGGED_PATH_CHARS)}…`,
+      ...(grant.suppressed > 0 ? { suppressed: grant.suppressed } : {}),
+    },
+    status === 404 ? 'no route' : 'method not allowed',
+  );
+}
+
 /**
  * Build the app (not listening). Routes: POST /v1/chat/completions, POST /v1/completions, POST /v1/responses,
  * GET/DELETE /v1/responses/{id}, GET /v1/models, GET /v1/models/{id}, GET /health, GET /ready, GET /metrics,
@@ -210,7 +237,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     // `draining` with Retry-After in the OpenAI shape, not fastify's bare 503.
     return503OnClosing: false,
     // fastify's two lines per request are off: the routes log what matters (submit at debug, failures).
-    logController: new LogController({ disableRequestLogging: true }),
+    // Every line about a request names it (`requestId`): the client's X-Request-Id, else an id minted here.
+    logController: new LogController({ disableRequestLogging: true, requestIdLogLabel: 'requestId' }),
     ajv: { customOptions: { removeAdditional: false, coerceTypes: false, useDefaults: false, allErrors: false } },
     // Each route's validator compiles on its first request and is shared by the process's apps (validator-compiler.ts).
     schemaController: { compilersFactory: { buildValidator: buildLazyValidator } },
@@ -227,7 +255,11 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
         .send(replyBody(reply, JSON.stringify(apiErr.toBody())));
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
+    genReqId: logRequestId, // request-id.ts
   });
+  // First of the onRequest hooks, so a request refused by any later one has its span too.
+  const traces = deps.tracer ? new RequestTraces(deps.tracer) : null;
+  traces?.install(app);
   // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
   // is a long-standing property of http.Server that @types/node does not declare.
   (app.server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true;
@@ -309,11 +341,13 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     admission,
     directory,
     tenants: new WeakMap(),
+    traces,
   };
 
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiErr = frameworkApiError(error, bodyLimit);
     logErrorAnswer(request, apiErr, error);
+    if (apiErr.statusCode >= 500) traces?.of(request)?.fail(error);
     const url = request.routeOptions.url;
     if (url !== undefined && GENERATION_ROUTES.has(url) && !ctx.counted.has(request)) {
       ctx.counted.add(request);
@@ -332,8 +366,11 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     echoRequestId(request, reply);
     return typeof payload === 'string' ? replyBody(reply, payload) : payload;
   });
+  // 404s and 405s are logged at info (a client calling a path this gateway does not serve), at most 10 lines a second.
+  const unknownRoutes = new LineBudget(UNKNOWN_ROUTE_LINES_PER_SECOND, 1000, ctx.now);
   app.setNotFoundHandler((request, reply) => {
     const allow = routeMethods.allowFor(request.url);
+    logUnknownRoute(request, allow === null ? 404 : 405, unknownRoutes);
     if (allow !== null) {
       const err = new ApiError(405, `Method Not Allowed: ${request.method} ${request.url} (allowed: ${allow})`, {
         code: 'method_not_allowed',

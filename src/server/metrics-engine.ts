@@ -46,6 +46,8 @@ export interface MetricsSource {
   canServe(): boolean;
   /** The group's LoRA adapters (`vllm:lora_requests_info` exists while some group has one). */
   readonly adapters?: { list(): readonly unknown[] } | null;
+  /** The ranks' KV cache (pages, tokens per page) once one joined (`vllm:cache_config_info`); absent: unknown. */
+  readonly cacheConfig?: { numGpuBlocks: number | null; blockSize: number | null } | null;
 }
 
 /** One engine group as the collectors see it (a `BackendGroup` satisfies it): label values and its client. */

@@ -22,6 +22,12 @@ const VLLM_TTFT_BUCKETS = [
   0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80, 160, 640, 2560,
 ];
 const VLLM_E2E_BUCKETS = [0.3, 0.5, 0.8, 1, 1.5, 2, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960, 1920, 7680];
+/** vLLM's buckets (seconds) of `vllm:inter_token_latency_seconds`. */
+const VLLM_ITL_BUCKETS = [
+  0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1, 2.5, 5, 7.5, 10, 20, 40, 80,
+];
+/** vLLM's request-latency buckets (seconds), which its queue-time histogram uses too (`vllm:request_queue_time_seconds`). */
+const VLLM_QUEUE_BUCKETS = VLLM_E2E_BUCKETS;
 
 /** The recorded vLLM series (each with its one `model_name` label set); the routes write them per request. */
 export interface VllmRecordedSeries {
@@ -32,6 +38,23 @@ export interface VllmRecordedSeries {
   readonly ttft: PrebucketedSeries;
   /** The one series of `vllm:e2e_request_latency_seconds` (seconds). */
   readonly e2e: PrebucketedSeries;
+  /** The one series of `vllm:inter_token_latency_seconds` (seconds per token). */
+  readonly itl: PrebucketedSeries;
+  /** The one series of `vllm:request_queue_time_seconds` (seconds). */
+  readonly queueTime: PrebucketedSeries;
+  /** `vllm:prefix_cache_queries_total` / `_hits_total` (tokens). */
+  readonly prefixQueries: Counter<'model_name'>;
+  readonly prefixHits: Counter<'model_name'>;
+}
+
+/**
+ * The cache configuration `vllm:cache_config_info` reports for one group (its labels; values as strings, as vLLM's
+ * info gauges): what the ranks' ready responses said. Absent values are left out.
+ */
+export interface CacheConfigLabels {
+  num_gpu_blocks?: string;
+  block_size?: string;
+  enable_prefix_caching?: string;
 }
 
 /**
@@ -46,6 +69,8 @@ export function registerVllmSeries(opts: {
   groups: () => readonly AggregateGroup[];
   /** Whether LoRA is served (some group has adapters) and each rank's `--max-loras`; null/absent: no LoRA series. */
   lora?: () => { maxLoras: number } | null;
+  /** The cache configuration of each group that knows one (`vllm:cache_config_info`); absent: none. */
+  cacheConfig?: () => readonly CacheConfigLabels[];
 }): VllmRecordedSeries {
   const { registers, httpRegisters, groups } = opts;
   const modelName = { model_name: opts.model };
@@ -109,6 +134,17 @@ export function registerVllmSeries(opts: {
       );
     },
   });
+  // vLLM's info gauge of its KV-cache configuration (value 1): one series per distinct configuration of the groups.
+  new Gauge({
+    name: 'vllm:cache_config_info',
+    help: 'Information of the LLMEngine CacheConfig',
+    labelNames: ['num_gpu_blocks', 'block_size', 'enable_prefix_caching'],
+    registers,
+    collect() {
+      this.reset();
+      for (const labels of opts.cacheConfig?.() ?? []) this.set({ ...labels }, 1);
+    },
+  });
   const vllmCounter = <L extends string>(name: string, help: string, labelNames: L[]) =>
     new Counter<L>({ name, help, labelNames, registers: httpRegisters });
   const promptTokens = vllmCounter('vllm:prompt_tokens_total', 'Number of prefill tokens processed', ['model_name']);
@@ -131,9 +167,42 @@ export function registerVllmSeries(opts: {
     'Histogram of e2e request latency in seconds',
     VLLM_E2E_BUCKETS,
   );
+  const itl = vllmHistogram(
+    'vllm:inter_token_latency_seconds',
+    'Histogram of inter-token latency in seconds',
+    VLLM_ITL_BUCKETS,
+  );
+  // The gateway's queue: the time a request waited to be placed on a rank (flow control), not the engine's own.
+  const queueTime = vllmHistogram(
+    'vllm:request_queue_time_seconds',
+    'Histogram of time spent in WAITING phase for request',
+    VLLM_QUEUE_BUCKETS,
+  );
+  const prefixQueries = vllmCounter(
+    'vllm:prefix_cache_queries_total',
+    'Prefix cache queries, in terms of number of queried tokens',
+    ['model_name'],
+  );
+  const prefixHits = vllmCounter(
+    'vllm:prefix_cache_hits_total',
+    'Prefix cache hits, in terms of number of cached tokens',
+    ['model_name'],
+  );
   // Series exist from the first scrape (zero), as vLLM creates them at start-up.
+  prefixQueries.inc(modelName, 0);
+  prefixHits.inc(modelName, 0);
   promptTokens.inc(modelName, 0);
   generationTokens.inc(modelName, 0);
   for (const reason of VLLM_FINISHED_REASONS) requestSuccess.inc({ ...modelName, finished_reason: reason }, 0);
-  return { promptTokens, generationTokens, requestSuccess, ttft: ttft.zero(modelName), e2e: e2e.zero(modelName) };
+  return {
+    promptTokens,
+    generationTokens,
+    requestSuccess,
+    ttft: ttft.zero(modelName),
+    e2e: e2e.zero(modelName),
+    itl: itl.zero(modelName),
+    queueTime: queueTime.zero(modelName),
+    prefixQueries,
+    prefixHits,
+  };
 }

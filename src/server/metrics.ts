@@ -15,10 +15,15 @@
  * vLLM-compatible series (issue #13 part 1; metrics-vllm.ts): the names, types and units of vLLM's own `/metrics`, so
  * a cluster router that scrapes vLLM servers can treat the whole gateway as one model server.
  */
-import { Counter, Gauge, Registry } from 'prom-client';
+import { collectDefaultMetrics, Counter, Gauge, Registry } from 'prom-client';
 import type { OffLoopStats } from '../tokenizer/off-loop.js';
 import { registerEngineSeries, type MetricsGroup } from './metrics-engine.js';
-import { registerVllmSeries, type VllmFinishedReason, type VllmRecordedSeries } from './metrics-vllm.js';
+import {
+  registerVllmSeries,
+  type CacheConfigLabels,
+  type VllmFinishedReason,
+  type VllmRecordedSeries,
+} from './metrics-vllm.js';
 import { PrebucketedHistogram, type PrebucketedSeries } from './prebucketed-histogram.js';
 
 /** Request outcome label values of `model_gateway_requests_total`. */
@@ -42,6 +47,25 @@ const ITL_BUCKETS = [
   0.0005, 0.001, 0.0025, 0.005, 0.01, 0.015, 0.02, 0.025, 0.03, 0.04, 0.05, 0.075, 0.1, 0.2, 0.4, 0.75, 1, 2.5, 5,
 ];
 const E2E_BUCKETS = [0.01, 0.05, 0.1, 0.3, 0.5, 1, 2.5, 5, 10, 15, 20, 30, 40, 50, 60, 120, 240, 480, 960];
+
+/**
+ * The distinct `vllm:cache_config_info` label sets of `groups` (groups whose ranks have not joined have none).
+ * Prefix caching is on in both engine families' defaults and the simulated ranks; the gateway cannot see it off.
+ */
+function cacheConfigLabels(groups: readonly MetricsGroup[]): CacheConfigLabels[] {
+  const seen = new Map<string, CacheConfigLabels>();
+  for (const g of groups) {
+    const c = g.backend.cacheConfig;
+    if (c === null || c === undefined) continue;
+    const labels: CacheConfigLabels = {
+      ...(c.numGpuBlocks !== null ? { num_gpu_blocks: String(c.numGpuBlocks) } : {}),
+      ...(c.blockSize !== null ? { block_size: String(c.blockSize) } : {}),
+      enable_prefix_caching: 'True',
+    };
+    seen.set(JSON.stringify(labels), labels);
+  }
+  return [...seen.values()];
+}
 
 /** The metrics of one gateway app. Create once per app; `attach` the engine client before the first scrape. */
 export class GatewayMetrics {
@@ -158,6 +182,7 @@ export class GatewayMetrics {
         )
           ? { maxLoras }
           : null,
+      cacheConfig: () => cacheConfigLabels(this.groups),
     });
   }
 
@@ -169,7 +194,11 @@ export class GatewayMetrics {
     return tenant;
   }
 
-  /** Record how long a request of `tenant` waited to be placed (seconds; see `tenantQueueWait`). */
+  /**
+   * Record how long a request of `tenant` waited to be placed (seconds; see `tenantQueueWait`), also as
+   * `vllm:request_queue_time_seconds` (the gateway's queue: the engine's own waiting time is not on its wire for
+   * every engine family).
+   */
   observeQueueWait(tenant: string, seconds: number): void {
     const label = this.tenantLabel(tenant);
     let series = this.queueWaitChildren.get(label);
@@ -178,6 +207,17 @@ export class GatewayMetrics {
       this.queueWaitChildren.set(label, series);
     }
     series.observe(seconds);
+    this.vllm.queueTime.observe(seconds);
+  }
+
+  /**
+   * Export this process's own `process_*` and `nodejs_*` series (prom-client's default metrics: CPU seconds, memory,
+   * event-loop lag, GC, handles) with label `role`: `gateway` (one process), `router`, or `front` (`--workers N`: the
+   * fronts' series are summed into one `role="front"` set by the aggregation, the router's kept apart). Once per
+   * process: the collectors watch process-wide state (an event-loop delay monitor), so apps built in tests call none.
+   */
+  collectProcessMetrics(role: 'gateway' | 'router' | 'front'): void {
+    collectDefaultMetrics({ register: this.registry, labels: { role } });
   }
 
   /** Read the off-loop tokenizer queue's counters (`stats()`) at every scrape (the app's queue; replaces any earlier). */
@@ -217,7 +257,10 @@ export class GatewayMetrics {
     return child;
   }
 
-  /** Record `tokens` ITL samples of `secondsPerToken` each (called once per engine output; a child per endpoint). */
+  /**
+   * Record `tokens` ITL samples of `secondsPerToken` each (called once per engine output; a child per endpoint), also
+   * as `vllm:inter_token_latency_seconds`.
+   */
   observeItl(endpoint: string, secondsPerToken: number, tokens = 1): void {
     let child = this.itlChildren.get(endpoint);
     if (child === undefined) {
@@ -225,6 +268,7 @@ export class GatewayMetrics {
       this.itlChildren.set(endpoint, child);
     }
     child.observe(secondsPerToken, tokens);
+    this.vllm.itl.observe(secondsPerToken, tokens);
   }
 
   /** Record an end-to-end latency sample (seconds), also as `vllm:e2e_request_latency_seconds`. */
@@ -236,10 +280,23 @@ export class GatewayMetrics {
   /**
    * Count one finished engine request (each choice of an `n > 1` request is one, as in vLLM) in the vLLM counters:
    * `promptTokens` into `vllm:prompt_tokens_total`, `generationTokens` into `vllm:generation_tokens_total` (tokens),
-   * and one `vllm:request_success_total{finished_reason}` (`abort` = the client went away).
+   * and one `vllm:request_success_total{finished_reason}` (`abort` = the client went away). With `cachedTokens` (a
+   * finished request's reported prefix-cache hits), its prompt counts in `vllm:prefix_cache_queries_total` and its
+   * cached tokens in `vllm:prefix_cache_hits_total`.
    */
-  countEngineRequest(finishedReason: VllmFinishedReason, promptTokens: number, generationTokens: number): void {
+  countEngineRequest(
+    finishedReason: VllmFinishedReason,
+    promptTokens: number,
+    generationTokens: number,
+    cachedTokens: number | null = null,
+  ): void {
     const labels = { model_name: this.modelId };
+    // The prefix-cache lookup of a request that finished: its prompt queried, its reported cached tokens hit.
+    if (cachedTokens !== null && promptTokens > 0) {
+      this.counterChild('vllm prefix queries', () => this.vllm.prefixQueries.labels(labels)).inc(promptTokens);
+      if (cachedTokens > 0)
+        this.counterChild('vllm prefix hits', () => this.vllm.prefixHits.labels(labels)).inc(cachedTokens);
+    }
     if (promptTokens > 0)
       this.counterChild('vllm prompt', () => this.vllm.promptTokens.labels(labels)).inc(promptTokens);
     if (generationTokens > 0)

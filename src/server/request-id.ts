@@ -10,7 +10,8 @@
  * second time (`ü`, c3 bc, as c3 83 c2 bc). Handed bytes instead, Node writes the header block apart, in latin1:
  * `headerSafeBody`, which copies a body only for an id with such a byte.
  */
-import type { IncomingHttpHeaders } from 'node:http';
+import { randomUUID } from 'node:crypto';
+import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 
 /** The header carrying the client's id. */
@@ -18,6 +19,20 @@ export const REQUEST_ID_HEADER = 'x-request-id';
 
 // Any char above 0x7f (a string's chars are UTF-16 code units, at most 0xffff).
 const HIGH_BYTE = /[\x80-\uffff]/;
+
+/** Characters of a client's id kept in log lines (the echo keeps it whole): a header may be kilobytes long. */
+export const LOGGED_REQUEST_ID_CHARS = 256;
+
+/**
+ * The id every log line about a request carries (`requestId`; fastify's `genReqId`): the client's `X-Request-Id`
+ * (cut to `LOGGED_REQUEST_ID_CHARS`), else a fresh 32-hex-digit id, which a generation request also takes as its
+ * response and engine request id after the route's prefix (serve-generation.ts), so one id names it everywhere.
+ */
+export function logRequestId(raw: IncomingMessage): string {
+  const id = clientRequestId(raw.headers);
+  if (id === null) return randomUUID().replaceAll('-', '');
+  return id.length <= LOGGED_REQUEST_ID_CHARS ? id : `${id.slice(0, LOGGED_REQUEST_ID_CHARS)}…`;
+}
 
 /** The client's id as Node parsed it (one char per byte), or null when absent or empty. */
 export function clientRequestId(headers: IncomingHttpHeaders): string | null {

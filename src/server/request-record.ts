@@ -7,6 +7,7 @@
  */
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { BackendStream } from './backend.js';
+import type { RequestTrace } from './request-trace.js';
 import type { LatencyTracker } from './generation.js';
 import type { GatewayMetrics, RequestOutcome } from './metrics.js';
 import type { VllmFinishedReason } from './metrics-vllm.js';
@@ -27,6 +28,8 @@ export interface RequestFacts {
   startedAt: number;
   /** The request's tenant (tenant.ts), for the per-tenant accounting. */
   tenant: string;
+  /** The request's span while tracing is on (request-trace.ts): the record ends it with the outcome. */
+  trace?: RequestTrace | null;
 }
 
 /** What a record writes to. */
@@ -78,6 +81,7 @@ export class RequestRecord {
     private readonly sinks: RecordSinks,
   ) {
     for (let i = 0; i < facts.n; i++) this.reasons.push(null);
+    if (facts.trace) facts.trace.owned = true;
   }
 
   /** Count the request's terminal outcome (HTTP `status`, `error` for a failure) and write its access-log line. */
@@ -91,6 +95,26 @@ export class RequestRecord {
         : null;
     this.sinks.metrics.countTenant(this.facts.tenant, status, usage);
     this.accessLog(status, outcome, error);
+    if (this.facts.trace) this.endSpan(this.facts.trace, status, outcome, error);
+  }
+
+  /** End the request's span: when the first token came, the usage, the ranks and finish reasons, the status. */
+  private endSpan(trace: RequestTrace, status: number, outcome: RequestOutcome, error: string | undefined): void {
+    const f = this.facts;
+    const ttft = this.trackers[0]?.ttftMs ?? null;
+    if (ttft !== null) trace.event('first_token', { 'model_gateway.ttft_ms': ttft }, f.startedAt + ttft);
+    trace.set({
+      'model_gateway.response_id': f.requestId,
+      'model_gateway.group': f.group,
+      'model_gateway.tenant': f.tenant,
+      'model_gateway.dp_ranks': this.engineIndexes.map((r) => r ?? -1),
+      'gen_ai.usage.input_tokens': f.promptTokens,
+      'gen_ai.usage.output_tokens': this.completionTokens + this.unfinishedTokens(),
+      'model_gateway.cached_tokens': this.cachedTokens,
+      'gen_ai.response.finish_reasons': this.reasons.map((r) => r ?? outcome),
+    });
+    if (error !== undefined) trace.fail(new Error(error));
+    trace.end(status);
   }
 
   /** Choice `index` finished: count it as a finished engine request (vLLM counters). Units: tokens. */
@@ -104,7 +128,7 @@ export class RequestRecord {
     this.reasons[index] = reported;
     this.completionTokens += generated;
     this.cachedTokens = Math.max(this.cachedTokens, cached);
-    this.sinks.metrics.countEngineRequest(engineReason, this.facts.promptTokens, generated);
+    this.sinks.metrics.countEngineRequest(engineReason, this.facts.promptTokens, generated, cached);
   }
 
   /** Count every choice that did not finish as an aborted engine request. */
@@ -136,7 +160,7 @@ export class RequestRecord {
     if (!this.logs(error !== undefined ? 'warn' : 'info')) return;
     const f = this.facts;
     const line = {
-      requestId: f.requestId,
+      responseId: f.requestId,
       endpoint: f.endpoint,
       group: f.group,
       rank:
@@ -189,7 +213,7 @@ export function endStalled(
   record.countAborted();
   record.count(499, 'cancelled');
   record.facts.request.log.info(
-    { requestId: record.facts.requestId, stalledMs: err.stalledMs, bufferedBytes: err.bufferedBytes },
+    { responseId: record.facts.requestId, stalledMs: err.stalledMs, bufferedBytes: err.bufferedBytes },
     'client stopped reading; engine request aborted and connection closed',
   );
   if (!reply.raw.destroyed) reply.raw.destroy();

@@ -9,6 +9,7 @@ import type { GroupChooser } from './groups.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
 import type { RankStatsBook } from './rank-stats.js';
+import type { RequestTraces } from './request-trace.js';
 import type { ResponsesStore } from './responses/store.js';
 import type { StreamBackpressure } from './sse.js';
 import type { TenantDirectory } from './tenant.js';
@@ -49,4 +50,6 @@ export interface RouteContext {
   directory: TenantDirectory;
   /** The tenant of each generation request once known, for the error handler's per-tenant count. */
   tenants: WeakMap<object, string>;
+  /** Each request's span while tracing is on (request-trace.ts), else null. */
+  traces: RequestTraces | null;
 }

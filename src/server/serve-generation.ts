@@ -34,6 +34,7 @@ import {
 } from './params.js';
 import { requestHeaderFacts } from './request-headers.js';
 import { clientRequestId, REQUEST_ID_HEADER } from './request-id.js';
+import type { RequestTrace } from './request-trace.js';
 import { rateLimitHeaders } from './rate-limits.js';
 import { flowTicketOf, submitSubRequests } from './submit-sub-requests.js';
 import type { BudgetLimits } from '../engine-client/budgets.js';
@@ -223,9 +224,11 @@ export async function handleGeneration<B extends CommonBodyT>(
     gs.reduce((a, b) => (b.backend.contextTokenLimit > a.backend.contextTokenLimit ? b : a));
   // Watched from here: a client that leaves while its prompt waits for the off-loop tokenizer is dropped from its queue.
   const disconnect = watchClientDisconnect(request.raw, reply.raw);
+  const trace = ctx.traces?.of(request);
   let handedOver = false;
   try {
     const limits = limitsOf(widestOf(pinned), prompt.param);
+    const tokenizeFrom = trace === undefined ? 0 : ctx.now();
     // With truncation the whole prompt is tokenized (its head is dropped after), so no early size refusal.
     const prepared = await prompt.prepare(
       ctx,
@@ -237,6 +240,7 @@ export async function handleGeneration<B extends CommonBodyT>(
       const keep = truncate === -1 ? Math.max(1, limits.contextTokenLimit - 1) : truncate;
       if (prepared.tokens.length > keep) prepared.tokens = prepared.tokens.slice(prepared.tokens.length - keep);
     }
+    trace?.child('tokenize', tokenizeFrom, ctx.now(), { 'gen_ai.usage.input_tokens': prepared.tokens.length });
     const next = toServe(ctx, shape, prompt, body, prepared, {
       pinned,
       dpRank,
@@ -391,8 +395,11 @@ export async function serveGeneration(
 ): Promise<unknown> {
   const { group, dpRank, n } = prepared;
   const backend = group.backend;
-  const requestId = mintRequestId(shape.idPrefix);
-  const echoId = clientRequestId(request.headers) ?? requestId;
+  const clientId = clientRequestId(request.headers);
+  // Without a client id the request's log id (request-id.ts `logRequestId`) is its response id, after the prefix.
+  const requestId = clientId === null ? `${shape.idPrefix}${request.id}` : mintRequestId(shape.idPrefix);
+  const echoId = clientId ?? requestId;
+  const trace = ctx.traces?.of(request) ?? null;
   const base: ResponseBase = {
     id: requestId,
     created: Math.floor(Date.now() / 1000),
@@ -413,6 +420,7 @@ export async function serveGeneration(
       stream: prepared.stream,
       startedAt,
       tenant: prepared.tenant,
+      trace,
     },
     ctx,
   );
@@ -422,11 +430,15 @@ export async function serveGeneration(
   // is still queued behind an earlier pipelined one; see disconnect.ts).
   try {
     const submittedAt = ctx.now();
-    const { streams, error: submitError } = await submitSubRequests(backend, engineRequestsOf(requestId, prepared), {
-      dpRank,
-      leave: disconnect.signal,
-      ticket: flowTicketOf(prepared),
-    });
+    const { streams, error: submitError } = await submitSubRequests(
+      backend,
+      engineRequestsOf(requestId, prepared, trace),
+      {
+        dpRank,
+        leave: disconnect.signal,
+        ticket: flowTicketOf(prepared),
+      },
+    );
     ctx.metrics.observeQueueWait(prepared.tenant, (ctx.now() - submittedAt) / 1000);
     if (submitError !== null || disconnect.signal.aborted) {
       for (const s of streams) s.cancel();
@@ -469,8 +481,12 @@ function eosSetOf(tokenizer: GatewayTokenizer): ReadonlySet<number> {
   return set;
 }
 
-/** The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request. */
-function engineRequestsOf(requestId: string, prepared: PreparedRequest): GenerateRequest[] {
+/**
+ * The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request; each
+ * carries the request span's headers when `trace` is given.
+ */
+function engineRequestsOf(requestId: string, prepared: PreparedRequest, trace: RequestTrace | null): GenerateRequest[] {
+  const carrier = trace?.carrier();
   return subRequestIds(requestId, prepared.n).map((id, i) => ({
     requestId: id,
     promptTokenIds: prepared.promptTokenIds,
@@ -481,6 +497,7 @@ function engineRequestsOf(requestId: string, prepared: PreparedRequest): Generat
     ...(prepared.topLogprobs !== null && prepared.topLogprobs > 1 ? { topLogprobs: prepared.topLogprobs } : {}),
     ...(prepared.band !== DEFAULT_PRIORITY_BAND ? { priority: vllmPriorityOf(prepared.band) } : {}),
     ...(prepared.lora !== undefined ? { lora: prepared.lora } : {}),
+    ...(carrier !== undefined ? { trace: carrier } : {}),
   }));
 }
 
@@ -510,7 +527,7 @@ function runChoices(
   if (record.logs('debug')) {
     record.facts.request.log.debug(
       {
-        requestId: record.facts.requestId,
+        responseId: record.facts.requestId,
         worker,
         engineIndexes: record.engineIndexes,
         n: prepared.n,

@@ -58,6 +58,8 @@ import { createTokenSpeedSimWire } from './tokenspeed-wire.js';
 import { createVllmSimWire } from './vllm-wire.js';
 import { LockstepWaves } from './waves.js';
 import { SimKvPublisher } from './kv-events.js';
+import { SimRequestSpans } from './request-spans.js';
+import type { Tracer } from '@opentelemetry/api';
 import { kvEventsConfigObject, type KvEventsConfig } from '../protocols/kv-events/config.js';
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily, type SimStep, type SimWire, type SimWireContext } from './wire.js';
 
@@ -129,6 +131,10 @@ export interface SimEngineOptions {
    * benchmarks, whose latencies should not include the host's scheduling delays. Kept until `clearTimelines()`.
    */
   recordTimeline?: boolean;
+  /**
+   * Trace requests that carry `trace_headers` (request-spans.ts; `--otlp-traces-endpoint`). Absent or null: no spans.
+   */
+  tracer?: Tracer | null;
   /** XORed into every request's seed so whole runs can differ (default 0: the request seed alone decides). */
   seed?: number;
   /** Server default `--stream-interval` in tokens (default 1; TokenSpeed only: vLLM reports every step). */
@@ -559,9 +565,12 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
     }
   };
 
+  // Spans of traced requests (request-spans.ts), ended as their terminal rows leave.
+  const spans = opts.tracer ? new SimRequestSpans(opts.tracer, opts.engineIndex) : null;
   // `state` is read by the encoder (vLLM stats; `push` encodes at once, so "right after the step" still holds) and
   // built only then: the TokenSpeed wire never reads it.
   const stepOf = (rows: readonly SimRow[], tail: LoadTail): SimStep => {
+    spans?.rows(rows);
     let state: SchedulerState | null = null;
     return {
       engineIndex: opts.engineIndex,
@@ -669,6 +678,8 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
         case 'queued': {
           stats.added += 1;
           timelines?.set(rid, { arrivedMs: performance.now(), rows: [] });
+          if (spans !== null && spec.traceHeaders !== undefined)
+            spans.start(rid, spec.traceHeaders, spec.promptTokenIds.length);
           log.debug(
             { engineIndex: opts.engineIndex, rid, promptTokens: spec.promptTokenIds.length },
             'sim rank queued a request',
@@ -740,6 +751,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       const rids = wire.decodeAbort(payload);
       const registered = rids.filter((rid) => scheduler.has(rid));
       const n = scheduler.abort(rids, performance.now());
+      spans?.aborted(registered);
       stats.aborted += n;
       wire.noteAborted(registered);
       log.debug({ engineIndex: opts.engineIndex, rids, dropped: n }, 'sim rank applied an ABORT');
@@ -817,6 +829,7 @@ export async function runSimEngine(opts: SimEngineOptions): Promise<SimEngineHan
       // Closing the PUSH fails a blocked push at once (zeromq triggers its poller on close).
       await dialer.close();
       await kvPublisher?.close();
+      spans?.closeAll();
       log.info({ engineIndex: opts.engineIndex, ...stats }, 'sim rank stopped');
     })();
     return closing;

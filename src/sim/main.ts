@@ -44,6 +44,7 @@ import { DEFAULT_STEP_TIME_MODEL, SCHEDULING_POLICIES, type SchedulingPolicy } f
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
 import { DEFAULT_SIM_BEHAVIOUR, SIM_TOOL_CALL_FORMATS, type SimToolCallFormat } from './response-plan.js';
 import { parseKvEventsConfig } from '../protocols/kv-events/config.js';
+import { startTracing, tracesUrl, tracingSettings } from '../tracing.js';
 
 /** A command-line mistake; the message names the option. */
 export class SimArgsError extends Error {
@@ -55,8 +56,10 @@ export class SimArgsError extends Error {
 
 /** Parsed command line: engine options (without logger/text model) plus the log level. */
 export interface SimMainArgs {
-  engine: Omit<SimEngineOptions, 'logger' | 'textModel'>;
+  engine: Omit<SimEngineOptions, 'logger' | 'textModel' | 'tracer'>;
   logLevel: Level | 'silent';
+  /** `--otlp-traces-endpoint`: trace requests that carry trace headers (request-spans.ts), or null: no tracing. */
+  otlpTracesEndpoint: string | null;
   /** Stop when stdin closes (set by `spawnSimRanks`, whose pipe closes when the gateway process dies). */
   exitWithParent: boolean;
   /** `--keep-running`: once registered, do not stop when stdin closes (overrides `exitWithParent` then). */
@@ -114,6 +117,7 @@ options (units: tokens, 16-token KV pages, ms):
                              as the --fault-token-at-th token of every request
   --fault-token-at N         Which token --fault-token-id replaces, 1-based (default 1)
   --fault-undecodable-output Fault (tests): push bytes no wire decodes instead of every output message
+  --otlp-traces-endpoint URL Trace every request that carries trace_headers (vLLM's flag; OTEL_* variables honoured)
   --log-level LEVEL          trace, debug, info, warn, error, fatal, silent (default info)
   --help                     Show this help
 `;
@@ -189,6 +193,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
         'fault-undecodable-output': { type: 'boolean' },
         'tool-call-format': { type: 'string' },
         reasoning: { type: 'boolean' },
+        'otlp-traces-endpoint': { type: 'string' },
       },
     }));
   } catch (error) {
@@ -242,7 +247,7 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   const base = numberOption('step-base-ms', str('step-base-ms'), { min: 0 });
   const prefill = numberOption('step-prefill-ms', str('step-prefill-ms'), { min: 0 });
   const decode = numberOption('step-decode-ms', str('step-decode-ms'), { min: 0 });
-  const engine: Omit<SimEngineOptions, 'logger' | 'textModel'> = {
+  const engine: Omit<SimEngineOptions, 'logger' | 'textModel' | 'tracer'> = {
     handshakeAddress: handshake,
     engineIndex: numberOption('engine-index', str('engine-index'), { integer: true, min: 0, max: 0xffff }) ?? 0,
     maxRunning: numberOption('max-running', str('max-running'), { integer: true, min: 1 }),
@@ -325,12 +330,21 @@ export function parseSimArgs(argv: readonly string[]): SimMainArgs {
   }
   const statsDir = str('stats-dir') ?? null;
   if (statsDir === '') throw new SimArgsError('--stats-dir: expected a directory, got ""');
+  const otlpTracesEndpoint = str('otlp-traces-endpoint') ?? null;
+  if (otlpTracesEndpoint !== null) {
+    try {
+      tracesUrl(otlpTracesEndpoint, true);
+    } catch (error) {
+      throw new SimArgsError(`--otlp-traces-endpoint: ${(error as Error).message}`);
+    }
+  }
   return {
     engine,
     logLevel: logLevel as Level | 'silent',
     exitWithParent: values['exit-with-parent'] === true,
     keepRunning: values['keep-running'] === true,
     statsDir,
+    otlpTracesEndpoint,
   };
 }
 
@@ -438,10 +452,13 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   };
   // Without --stats-dir SIGUSR2 keeps node's default (it ends the process), as before.
   if (statsDir !== null) process.on('SIGUSR2', onStatsSignal);
+  const traceSettings = args.otlpTracesEndpoint === null ? null : tracingSettings(args.otlpTracesEndpoint, process.env);
+  const tracing = traceSettings === null ? null : await startTracing(traceSettings, 'engine', 'model-gateway-sim');
   try {
-    handle = await runSimEngine({ ...args.engine, logger });
+    handle = await runSimEngine({ ...args.engine, logger, tracer: tracing?.tracer ?? null });
   } catch (error) {
     logger.fatal({ err: error instanceof Error ? error.message : String(error) }, 'sim rank could not start');
+    await tracing?.shutdown();
     await sink.drain(LOG_DRAIN_MS);
     return 1;
   }
@@ -455,6 +472,7 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   process.removeListener('SIGINT', onSignal);
   process.removeListener('SIGUSR2', onStatsSignal);
   if (args.exitWithParent) process.stdin.pause();
+  await tracing?.shutdown(); // the spans of the last requests
   await sink.drain(LOG_DRAIN_MS);
   return 0;
 }

@@ -203,6 +203,8 @@ export interface SimRequest {
   tokens: TokenSource;
   /** vLLM's request `priority` (lower is served first under `schedulingPolicy: 'priority'`); absent = 0. */
   priority?: number;
+  /** vLLM's `trace_headers` (W3C `traceparent`, `tracestate`); absent: the request is not traced. */
+  traceHeaders?: Readonly<Record<string, string>>;
   /**
    * Present: a pooling request (vLLM `PoolingParams`, task `embed`): it is prefilled, then finishes in the same step
    * with `stop` and no token, its row carrying the pooled vector (pooling.ts). Elements; whether to normalize.

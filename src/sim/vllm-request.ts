@@ -136,6 +136,8 @@ export function toVllmSimRequest(
     tokens: opts.tokens(seed, prompt, p?.structured_outputs ? constraintOf(p.structured_outputs) : null),
     priority: toNumber(req.priority),
   };
+  // The gateway's W3C trace context (engine-wire.md 5.2 element 14): a rank that traces makes its span a child of it.
+  if (req.trace_headers !== null) request.traceHeaders = req.trace_headers;
   const lora = req.lora_request;
   if (lora !== null) request.lora = { id: toNumber(lora.lora_int_id), name: lora.lora_name, path: lora.lora_path };
   const pooling = req.pooling_params;

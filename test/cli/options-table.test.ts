@@ -77,6 +77,7 @@ const SAMPLES: Readonly<Record<string, string>> = {
   'request-timeout-ms': '2500',
   'tokenizer-queue-jobs': '5',
   'tokenizer-queue-chars': '500',
+  'otlp-traces-endpoint': 'http://127.0.0.1:4318',
 };
 
 test('every option but the flag-only ones is an environment variable that means what the flag means', () => {
@@ -115,6 +116,7 @@ test('the harness inverse gives back every option the table maps, and refuses wh
     '--reasoning-parser=qwen3',
     '--responses-store=7',
     '--workers=3',
+    '--otlp-traces-endpoint=http://127.0.0.1:4318/v1/traces',
     '--log-level=warn',
     '--log-format=json',
     '--shutdown-grace-ms=5',

@@ -154,6 +154,19 @@ describe('two engine groups (TokenSpeed + vLLM) behind one gateway; one group fa
       assert.ok(!metrics.includes(g.worker.slice('ipc://'.length)), `no socket path of ${g.name} in /metrics`);
     }
     assert.ok(!metrics.includes('ipc://'), 'no ipc:// address in /metrics');
+    // The gateway's own processes: prom-client's default series, by process role (the fronts summed).
+    const roles = gateway.workers > 1 ? ['router', 'front'] : ['gateway'];
+    for (const role of roles) {
+      for (const name of [
+        'process_cpu_seconds_total',
+        'process_resident_memory_bytes',
+        'nodejs_eventloop_lag_p99_seconds',
+      ])
+        assert.ok(
+          metrics.split('\n').some((l) => l.startsWith(`${name}{`) && l.includes(`role="${role}"`)),
+          `${name}{role="${role}"}`,
+        );
+    }
     const plain = await (await fetch(`${gateway.url}/health`)).text();
     assert.ok(plain.includes('"name":"blue"') && !plain.includes('ipc://'), plain);
   });

@@ -38,7 +38,13 @@ test('front records round-trip in one message, in order', () => {
       tag: Tag.SUBMIT,
       handle: 2,
       group: 1,
-      request: { ...request, requestId: 'chatcmpl-2', topLogprobs: 2, priority: 1 },
+      request: {
+        ...request,
+        requestId: 'chatcmpl-2',
+        topLogprobs: 2,
+        priority: 1,
+        trace: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+      },
       dpRank: 1,
       flow: { tenant: 'key:0123456789ab', band: 2 },
     },
@@ -224,6 +230,13 @@ test('malformed messages are ChannelDecodeErrors', () => {
     [
       'submit with prompt token ids that are not a list',
       encode([[Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: 'abc', sampling: {} }, null]]),
+      'up',
+    ],
+    [
+      'submit with trace headers that are not strings',
+      encode([
+        [Tag.SUBMIT, 1, 0, { requestId: 'x', promptTokenIds: [1], sampling: {}, trace: { traceparent: 7 } }, null],
+      ]),
       'up',
     ],
     [

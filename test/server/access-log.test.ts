@@ -58,7 +58,8 @@ test('one "request finished" line per request: non-streaming, streaming and n > 
     assert.equal(finished.length, 3, JSON.stringify(lines.map((l) => l.msg)));
     const [a, b, c] = finished;
     assert.equal(a!.level, 30, 'info');
-    assert.equal(a!.requestId, plain.json().id);
+    assert.equal(a!.responseId, plain.json().id);
+    assert.equal(`cmpl-${String(a!.requestId)}`, plain.json().id, 'without X-Request-Id the log id is the response id');
     assert.equal(a!.endpoint, '/v1/completions');
     assert.equal(a!.group, 'tokenspeed-0');
     assert.equal(a!.rank, 0);
@@ -149,5 +150,54 @@ test('a stream the client leaves mid-way logs 499 with the tokens it had receive
     assert.equal(line.completionTokens, 2);
   } finally {
     await fx.app.close();
+  }
+});
+
+test('every line about a request names it: the client X-Request-Id (cut to 256 chars), else the minted id', async () => {
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.onSubmit = (s) => s.stream.pushAll([9707, 11], 'length');
+  const { logger, lines } = recordingPino();
+  const { app } = await makeApp({ backend, logger });
+  try {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      headers: { 'x-request-id': 'client-42' },
+      payload: { prompt: 'x', max_tokens: 2 },
+    });
+    assert.equal(res.statusCode, 200);
+    assert.equal(res.headers['x-request-id'], 'client-42');
+    const line = lines.find((l) => l.msg === 'request finished')!;
+    assert.equal(line.requestId, 'client-42');
+    assert.match(String(line.responseId), /^cmpl-[0-9a-f]{32}$/, 'the response id is the gateway’s own');
+    const long = 'x'.repeat(300);
+    await app.inject({ method: 'POST', url: '/v1/completions', headers: { 'x-request-id': long }, payload: {} });
+    const refused = lines.find((l) => l.msg === 'request refused' && String(l.requestId).startsWith('xxx'))!;
+    assert.equal(refused.requestId, `${'x'.repeat(256)}…`);
+  } finally {
+    await app.close();
+  }
+});
+
+test('404 and 405 are logged at info with method and path, at most 10 lines a second', async () => {
+  const { logger, lines } = recordingPino();
+  const { app } = await makeApp({ logger });
+  try {
+    assert.equal((await app.inject({ method: 'GET', url: '/v1/nowhere?q=1' })).statusCode, 404);
+    assert.equal((await app.inject({ method: 'GET', url: '/v1/chat/completions' })).statusCode, 405);
+    const notFound = lines.find((l) => l.msg === 'no route')!;
+    assert.deepEqual(
+      [notFound.level, notFound.status, notFound.method, notFound.path],
+      [30, 404, 'GET', '/v1/nowhere'],
+    );
+    assert.equal(typeof notFound.requestId, 'string');
+    const notAllowed = lines.find((l) => l.msg === 'method not allowed')!;
+    assert.deepEqual([notAllowed.status, notAllowed.path], [405, '/v1/chat/completions']);
+    for (let i = 0; i < 30; i++) await app.inject({ method: 'GET', url: `/scan/${i}` });
+    const logged = lines.filter((l) => l.msg === 'no route' || l.msg === 'method not allowed').length;
+    assert.ok(logged <= 20, `bounded: ${logged} lines for 32 refusals`);
+    assert.ok(logged >= 10, `the first ten of a second are written: ${logged}`);
+  } finally {
+    await app.close();
   }
 });

@@ -22,6 +22,10 @@ const VLLM_SERIES: Record<string, [ParsedFamily['type'], string[]]> = {
   'vllm:request_success_total': ['COUNTER', ['model_name', 'finished_reason']],
   'vllm:time_to_first_token_seconds': ['HISTOGRAM', ['model_name']],
   'vllm:e2e_request_latency_seconds': ['HISTOGRAM', ['model_name']],
+  'vllm:inter_token_latency_seconds': ['HISTOGRAM', ['model_name']],
+  'vllm:request_queue_time_seconds': ['HISTOGRAM', ['model_name']],
+  'vllm:prefix_cache_queries_total': ['COUNTER', ['model_name']],
+  'vllm:prefix_cache_hits_total': ['COUNTER', ['model_name']],
 };
 
 /**
@@ -98,6 +102,7 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
   ];
   tokenspeed.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
   vllm.onSubmit = (s) => s.stream.pushAll([9707, 11, 1879], 'length');
+  (vllm as unknown as { cacheConfig: unknown }).cacheConfig = { numGpuBlocks: 4096, blockSize: 16 };
   const groups: BackendGroup[] = [
     { worker: 'ipc:///tmp/fake/ts', name: 'ts', engine: 'tokenspeed', backend: tokenspeed },
     { worker: 'ipc:///tmp/fake/vl', name: 'vl', engine: 'vllm', backend: vllm },
@@ -186,6 +191,13 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
     assert.equal(value(after.families.get('vllm:generation_tokens_total'), m), 2 * 3);
     assert.equal(value(after.families.get('vllm:request_success_total'), { ...m, finished_reason: 'length' }), 2);
     assert.equal(value(after.families.get('vllm:request_success_total'), { ...m, finished_reason: 'stop' }), 0);
+    // Each finished request's prompt was a prefix-cache query; the queue time is the gateway's placement wait.
+    assert.equal(value(after.families.get('vllm:prefix_cache_queries_total'), m), 2 * promptLen);
+    assert.ok(value(after.families.get('vllm:prefix_cache_hits_total'), m) <= 2 * promptLen);
+    // The KV-cache configuration of the group whose ranks reported one (vLLM's info gauge, value 1).
+    assert.deepEqual(after.families.get('vllm:cache_config_info')?.metrics, [
+      { labels: { num_gpu_blocks: '4096', block_size: '16', enable_prefix_caching: 'True' }, value: '1' },
+    ]);
     const ttftCount = after.histogramSamples
       .get('vllm:time_to_first_token_seconds')!
       .find((s) => s.name.endsWith('_count'));
@@ -199,6 +211,11 @@ test('vllm:* series: names, types and labels as vLLM; one series per model; coun
       text.split('\n').includes('vllm:e2e_request_latency_seconds_count{model_name="qwen3"} 2'),
       'two e2e samples',
     );
+    assert.ok(
+      text.split('\n').includes('vllm:request_queue_time_seconds_count{model_name="qwen3"} 2'),
+      'two queue-time samples',
+    );
+    assert.ok(text.includes('vllm:inter_token_latency_seconds_bucket{le="80",model_name="qwen3"}'), 'vLLM ITL buckets');
     // vLLM's buckets.
     assert.ok(
       text.includes('vllm:time_to_first_token_seconds_bucket{le="2560",model_name="qwen3"}'),

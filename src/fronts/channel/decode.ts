@@ -8,6 +8,7 @@ import { isBudgetLimit, snapshotFromNumbers } from '../../engine-client/budgets.
 import type { GenerateRequest, TokenCandidate } from '../../protocols/types.js';
 import { float32sFromLe } from '../../wire/float32.js';
 import { MsgpackReader } from '../../wire/reader.js';
+import { isTraceCarrier } from '../../tracing.js';
 import {
   ChannelDecodeError,
   FINISH_CODES,
@@ -128,6 +129,8 @@ export function decodeUp(bytes: Uint8Array): UpRecord[] {
           throw new ChannelDecodeError('SUBMIT: prompt token ids must be a list');
         if (typeof request.sampling !== 'object' || request.sampling === null)
           throw new ChannelDecodeError('SUBMIT: sampling parameters must be a map');
+        if (request.trace !== undefined && !isTraceCarrier(request.trace))
+          throw new ChannelDecodeError('SUBMIT: trace headers must be a map of at most 8 strings');
         return {
           tag: Tag.SUBMIT,
           handle: int(t, 1, 'handle'),

@@ -29,6 +29,7 @@ import { FRONT_CHANNEL_ENV, FRONT_TOKEN_ENV, type ControlMessage } from '../chan
 import { FrontChannel } from './front-channel.js';
 import { RemoteBackend, sharedConcurrency } from './remote-backend.js';
 import { SharedResponsesStore } from './shared-responses-store.js';
+import { startTracing, tracingSettings } from '../../tracing.js';
 
 /** The front side of `clusterRankStats`: answer the primary with `book`, and ask it for every front's. */
 function frontRankStats(book: RankStatsBook): SharedRankStats {
@@ -149,13 +150,18 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   const lifecycle = new GatewayLifecycle();
   const rankStats = new RankStatsBook();
   const metrics = new FrontMetrics(model.modelId);
+  metrics.collectProcessMetrics('front');
   const tenants = tenantDirectoryOf(opts, keysFileOf(opts) === null ? null : await keysFromPrimary());
   process.on('message', (m: ControlMessage) => {
     if (m?.type === 'mgw:keys') reloadKeys(tenants, logger, m.text);
   });
+  // Each front exports its own spans; the router's route spans join them through the engine request's trace headers.
+  const traceSettings = tracingSettings(opts.otlpTracesEndpoint, process.env);
+  const tracing = traceSettings === null ? null : await startTracing(traceSettings, 'front');
   const app = await buildApp({
     tenants,
     ...appDepsOf(opts, { groups, tokenizer, model, logger, metrics, admission: lifecycle }),
+    tracer: tracing?.tracer ?? null,
     sharedConcurrencyCap: sharedConcurrency(channel),
     rankStatsInstance: rankStats,
     sharedRankStats: frontRankStats(rankStats),
@@ -176,6 +182,7 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
       lifecycle.markStopped();
       await closeApp(app).catch(() => {});
       channel.close();
+      await tracing?.shutdown();
       resolveExit(code);
     };
     process.on('message', (m: ControlMessage) => {

@@ -250,7 +250,7 @@ export function toEngineCoreRequest(request: GenerateRequest, ctx: EngineCoreReq
     client_index: 0,
     current_wave: 0,
     priority: request.priority ?? 0,
-    trace_headers: null,
+    trace_headers: request.trace === undefined ? null : { ...request.trace },
     resumable: false,
     external_req_id: null,
     reasoning_ended: null,

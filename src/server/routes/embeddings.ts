@@ -72,10 +72,13 @@ async function handleEmbeddings(
       'dimensions',
     );
   const disconnect = watchClientDisconnect(request.raw, reply.raw);
+  const trace = ctx.traces?.of(request) ?? null;
   try {
+    const tokenizeFrom = ctx.now();
     const inputs = await embeddingInputs(ctx.offLoop, body.input, opts, maxModelLen, disconnect.signal);
     const group = ctx.chooser.choose(live);
-    const requestId = mintRequestId('embd-');
+    // Without a client id the request's log id (request-id.ts `logRequestId`) is its response id, after the prefix.
+    const requestId = clientRequestId(request.headers) === null ? `embd-${request.id}` : mintRequestId('embd-');
     const promptTokens = inputs.reduce((sum, ids) => sum + ids.length, 0);
     const record = new RequestRecord(
       {
@@ -88,9 +91,15 @@ async function handleEmbeddings(
         stream: false,
         startedAt,
         tenant,
+        trace,
       },
       ctx,
     );
+    const carrier = trace === null ? {} : { trace: trace.carrier() };
+    trace?.child('tokenize', tokenizeFrom, ctx.now(), {
+      'gen_ai.usage.input_tokens': promptTokens,
+      'model_gateway.inputs': inputs.length,
+    });
     const priority = band !== DEFAULT_PRIORITY_BAND ? { priority: vllmPriorityOf(band) } : {};
     const subs: GenerateRequest[] = subRequestIds(requestId, inputs.length).map((id, i) => ({
       requestId: id,
@@ -101,6 +110,7 @@ async function handleEmbeddings(
       returnLogprob: false,
       pooling: opts.pooling,
       ...priority,
+      ...carrier,
     }));
     const submittedAt = ctx.now();
     const { streams, error } = await submitSubRequests(group.backend, subs, {

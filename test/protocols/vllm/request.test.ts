@@ -322,6 +322,15 @@ test('priority (index 13): the band value on the wire, 0 when it names none', ()
   encodeRejects(() => p.encodeAdd(request({}, { priority: 0.5 })), /priority/);
 });
 
+test('trace_headers (index 14): the W3C headers of the request span, nil when the request is not traced', () => {
+  const p = createVllmProtocol({ now: () => 1 });
+  const at14 = (bytes: Uint8Array) => decodeEngineCoreRequest(bytes).trace_headers;
+  assert.equal(at14(p.encodeAdd(request())), null);
+  const trace = { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01', tracestate: 'k=v' };
+  assert.deepEqual(at14(p.encodeAdd(request({}, { trace }))), trace);
+  encodeRejects(() => p.encodeAdd(request({}, { trace: { traceparent: 1 as never } })), /trace_headers/);
+});
+
 test('decode: vLLM short forms (6 required elements), the 20-element pre-session_id form, extra trailing elements', () => {
   const head = 'a5766563 2d31 93010203 c0 80 c0'.replace(/\s+/g, '') + F64['1.7e9'];
   const six = decodeEngineCoreRequest(bytesOf('96' + head));

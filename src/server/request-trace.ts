@@ -1,0 +1,135 @@
+/**
+ * The span of each HTTP request while tracing is on (issue 32 part 1; src/tracing.ts). Every request but the probes,
+ * `/metrics` and the dashboard gets a SERVER span named `METHOD route`, a child of the client's `traceparent` when it
+ * sent one, else the root of a new trace; its log lines carry the trace id (`traceId`). A generation request adds
+ * a `tokenize` child span, hands the span's headers to the engine client (its `queue` and `route` spans, and vLLM's
+ * `trace_headers`), and its record (request-record.ts) ends the span with the outcome: `first_token` event, usage,
+ * finish reasons. Any other request's span ends when its response closes, with the HTTP status.
+ *
+ * Tracing off: no hook is installed and no route looks anything up (`RouteContext.traces` is null).
+ */
+import {
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { carrierOf, contextOf, type TraceCarrier } from '../tracing.js';
+
+/** Paths without spans: probes and scrapes (every few seconds, nothing to see) and the dashboard's files. */
+function untraced(url: string): boolean {
+  return url === '/metrics' || url === '/health' || url === '/ready' || url.startsWith('/dashboard');
+}
+
+/** One request's span and what its route adds to it. Every method is a no-op once the span ended. */
+export class RequestTrace {
+  /** True once a request record owns the span's end (it ends it with the outcome, not the response's close). */
+  owned = false;
+  private ended = false;
+  private headers: TraceCarrier | null = null;
+
+  constructor(
+    readonly span: Span,
+    private readonly tracer: Tracer,
+  ) {}
+
+  /** The trace id (32 hex digits). */
+  get traceId(): string {
+    return this.span.spanContext().traceId;
+  }
+
+  /** The W3C headers that make this span the parent of another process's spans (made once). */
+  carrier(): TraceCarrier {
+    return (this.headers ??= carrierOf(this.span));
+  }
+
+  /** Add `attributes` to the span. */
+  set(attributes: Attributes): void {
+    if (!this.ended) this.span.setAttributes(attributes);
+  }
+
+  /** A finished child span `name` from `fromMs` to `toMs` (a `performance.now()` clock or epoch ms). */
+  child(name: string, fromMs: number, toMs: number, attributes?: Attributes): void {
+    if (this.ended) return;
+    const s = this.tracer.startSpan(
+      name,
+      { startTime: fromMs, ...(attributes ? { attributes } : {}) },
+      trace.setSpan(ROOT_CONTEXT, this.span),
+    );
+    s.end(toMs);
+  }
+
+  /** An event `name` on the span at `atMs` (same clocks as `child`). */
+  event(name: string, attributes: Attributes, atMs: number): void {
+    if (!this.ended) this.span.addEvent(name, attributes, atMs);
+  }
+
+  /** Record `err` on the span and mark it failed. */
+  fail(err: unknown): void {
+    if (this.ended) return;
+    if (err instanceof Error) this.span.recordException(err);
+    this.span.setStatus({ code: SpanStatusCode.ERROR, message: err instanceof Error ? err.message : String(err) });
+  }
+
+  /**
+   * End the span with HTTP `status` (`http.response.status_code`; a 5xx marks it failed, as the HTTP semantic
+   * conventions say for a server span). Idempotent: the first end wins.
+   */
+  end(status: number): void {
+    if (this.ended) return;
+    this.span.setAttribute('http.response.status_code', status);
+    if (status >= 500) this.span.setStatus({ code: SpanStatusCode.ERROR });
+    this.ended = true;
+    this.span.end();
+  }
+}
+
+/** The spans of an app's requests (one per app; see the module comment). */
+export class RequestTraces {
+  private readonly byRequest = new WeakMap<object, RequestTrace>();
+
+  constructor(private readonly tracer: Tracer) {}
+
+  /** The span of `request`, or undefined when it has none (an untraced path). */
+  of(request: FastifyRequest): RequestTrace | undefined {
+    return this.byRequest.get(request);
+  }
+
+  /**
+   * Start a span for every traced request (the first `onRequest` hook, so requests refused by authentication, CORS
+   * or the concurrency cap have one too) and end it when the response closes unless a record owns it.
+   */
+  install(app: FastifyInstance): void {
+    app.addHook('onRequest', (request, reply, done) => {
+      if (untraced(request.url)) {
+        done();
+        return;
+      }
+      const route = request.routeOptions.url;
+      const span = this.tracer.startSpan(
+        `${request.method} ${route ?? 'unknown route'}`,
+        {
+          kind: SpanKind.SERVER,
+          attributes: {
+            'http.request.method': request.method,
+            ...(route !== undefined ? { 'http.route': route } : {}),
+            'url.path': request.url.split('?', 1)[0]!,
+            'model_gateway.request_id': request.id,
+          },
+        },
+        contextOf(request.headers),
+      );
+      const t = new RequestTrace(span, this.tracer);
+      this.byRequest.set(request, t);
+      request.log = request.log.child({ traceId: t.traceId });
+      reply.raw.once('close', () => {
+        if (!t.owned) t.end(reply.raw.statusCode);
+      });
+      done();
+    });
+  }
+}

@@ -1,0 +1,229 @@
+/**
+ * OpenTelemetry tracing (issue 32 part 1): off by default; on with `--otlp-traces-endpoint URL` (vLLM's flag) or the
+ * standard `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` / `OTEL_EXPORTER_OTLP_ENDPOINT`. Spans leave over OTLP/HTTP, protobuf
+ * (the OpenTelemetry default) or JSON (`OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` / `OTEL_EXPORTER_OTLP_PROTOCOL`), in
+ * batches (`OTEL_BSP_*`), sampled as `OTEL_TRACES_SAMPLER` / `OTEL_TRACES_SAMPLER_ARG` say (default: follow the
+ * caller's sampled flag, sample every new trace). The exporter reads its own `OTEL_EXPORTER_OTLP_*` headers, timeout
+ * and certificates; the resource reads `OTEL_SERVICE_NAME` and `OTEL_RESOURCE_ATTRIBUTES`. The spec of these
+ * variables: https://opentelemetry.io/docs/specs/otel/configuration/sdk-environment-variables/.
+ *
+ * Context crosses processes as W3C trace-context headers (`traceparent`, `tracestate`): from the client's HTTP request,
+ * from a `--workers` front to the router inside the engine request, and to vLLM ranks as the request's `trace_headers`
+ * (engine-wire.md 5.2 element 14; docs/observability.md "Tracing"), so the engine's spans join the gateway's trace.
+ *
+ * The SDK and the exporters are loaded only when tracing starts: a gateway without tracing never loads them.
+ */
+import {
+  ROOT_CONTEXT,
+  defaultTextMapGetter,
+  defaultTextMapSetter,
+  trace,
+  type Context,
+  type Span,
+  type Tracer,
+} from '@opentelemetry/api';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+
+/** W3C trace-context headers (`traceparent`, and `tracestate` when there is one), lower-case names. */
+export type TraceCarrier = Readonly<Record<string, string>>;
+
+const propagator = new W3CTraceContextPropagator();
+
+/**
+ * The context `carrier` names (HTTP request headers, an engine request's `trace` carrier): a remote parent span
+ * when it holds a valid `traceparent`, else the empty root context (the next span starts a new trace). Never throws.
+ */
+export function contextOf(carrier: object | null | undefined): Context {
+  if (carrier === null || carrier === undefined) return ROOT_CONTEXT;
+  return propagator.extract(ROOT_CONTEXT, carrier, defaultTextMapGetter);
+}
+
+/** The W3C headers that make `span` the parent of a span in another process (an engine's, the router's). */
+export function carrierOf(span: Span): TraceCarrier {
+  const out: Record<string, string> = {};
+  propagator.inject(trace.setSpan(ROOT_CONTEXT, span), out, defaultTextMapSetter);
+  return out;
+}
+
+/** Whether `value` can be a trace carrier: a map of at most 8 string fields of at most 512 characters each. */
+export function isTraceCarrier(value: unknown): value is TraceCarrier {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;
+  const entries = Object.entries(value);
+  return entries.length <= 8 && entries.every(([, v]) => typeof v === 'string' && v.length <= 512);
+}
+
+/** The OTLP transports built in. gRPC is not (it would add a gRPC stack): collectors serve OTLP/HTTP on port 4318. */
+export const OTLP_PROTOCOLS = ['http/protobuf', 'http/json'] as const;
+export type OtlpProtocol = (typeof OTLP_PROTOCOLS)[number];
+
+/** The samplers of `OTEL_TRACES_SAMPLER` (the spec's names). */
+export const SAMPLERS = [
+  'always_on',
+  'always_off',
+  'traceidratio',
+  'parentbased_always_on',
+  'parentbased_always_off',
+  'parentbased_traceidratio',
+] as const;
+export type SamplerName = (typeof SAMPLERS)[number];
+
+/** The batch span processor's settings (`OTEL_BSP_*`; ms and spans). */
+export interface BatchSettings {
+  scheduledDelayMillis: number;
+  maxQueueSize: number;
+  maxExportBatchSize: number;
+  exportTimeoutMillis: number;
+}
+
+/** What tracing runs with once on (`tracingSettings`). */
+export interface TracingSettings {
+  /** Where spans are posted: the full OTLP/HTTP traces URL (`…/v1/traces`). */
+  endpoint: string;
+  protocol: OtlpProtocol;
+  sampler: SamplerName;
+  /** The ratio 0..1 of the `traceidratio` samplers (`OTEL_TRACES_SAMPLER_ARG`, default 1). */
+  ratio: number;
+  batch: BatchSettings;
+}
+
+/** The spec's batch defaults (ms, spans). */
+const BATCH_DEFAULTS: BatchSettings = {
+  scheduledDelayMillis: 5000,
+  maxQueueSize: 2048,
+  maxExportBatchSize: 512,
+  exportTimeoutMillis: 30_000,
+};
+
+const BATCH_ENV: Record<keyof BatchSettings, string> = {
+  scheduledDelayMillis: 'OTEL_BSP_SCHEDULE_DELAY',
+  maxQueueSize: 'OTEL_BSP_MAX_QUEUE_SIZE',
+  maxExportBatchSize: 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE',
+  exportTimeoutMillis: 'OTEL_BSP_EXPORT_TIMEOUT',
+};
+
+/** `value` without surrounding blanks, or undefined when unset or blank (the spec treats empty as unset). */
+function envValue(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const v = env[name]?.trim();
+  return v === undefined || v === '' ? undefined : v;
+}
+
+/**
+ * The traces URL of an endpoint given as a flag: used as it is when it names a path (vLLM passes the flag to its
+ * exporter unchanged), else with the OTLP/HTTP traces path `/v1/traces` added. Throws RangeError for a value that is
+ * not an http(s) URL.
+ */
+export function tracesUrl(value: string, appendPath: boolean): string {
+  let url: URL;
+  try {
+    url = new URL(value);
+  } catch {
+    throw new RangeError(`the OTLP traces endpoint must be an http:// or https:// URL, got ${JSON.stringify(value)}`);
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:')
+    throw new RangeError(
+      `the OTLP traces endpoint must be an http:// or https:// URL (OTLP/HTTP; gRPC is not built in), got ${JSON.stringify(value)}`,
+    );
+  if (appendPath && (url.pathname === '' || url.pathname === '/')) url.pathname = '/v1/traces';
+  return url.toString();
+}
+
+/**
+ * Whether and how to trace: null when off (no endpoint from `endpointFlag` or the environment, or
+ * `OTEL_SDK_DISABLED=true`, or `OTEL_TRACES_EXPORTER=none`), else the settings. The flag wins over
+ * `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` (a full URL), which wins over `OTEL_EXPORTER_OTLP_ENDPOINT` (a base URL,
+ * `/v1/traces` appended). Pure. Throws RangeError naming the variable for a value it cannot use: an endpoint that is not
+ * an http(s) URL, a protocol other than `OTLP_PROTOCOLS` (`grpc` included), a sampler not in `SAMPLERS`, a ratio
+ * outside 0..1, a batch setting that is not an integer ≥ 1 (delay and timeout: ≥ 0).
+ */
+export function tracingSettings(endpointFlag: string | undefined, env: NodeJS.ProcessEnv): TracingSettings | null {
+  if (envValue(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return null;
+  if (envValue(env, 'OTEL_TRACES_EXPORTER')?.toLowerCase() === 'none') return null;
+  const traces = envValue(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT');
+  const base = envValue(env, 'OTEL_EXPORTER_OTLP_ENDPOINT');
+  let endpoint: string;
+  if (endpointFlag !== undefined) endpoint = tracesUrl(endpointFlag, true);
+  else if (traces !== undefined) endpoint = tracesUrl(traces, false);
+  else if (base !== undefined) endpoint = `${tracesUrl(base, false).replace(/\/$/, '')}/v1/traces`;
+  else return null;
+  const protocolName =
+    envValue(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') ?? envValue(env, 'OTEL_EXPORTER_OTLP_PROTOCOL');
+  const protocol = (protocolName ?? 'http/protobuf') as OtlpProtocol;
+  if (!OTLP_PROTOCOLS.includes(protocol))
+    throw new RangeError(
+      `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL must be ${OTLP_PROTOCOLS.join(' or ')} (gRPC is not built in: point the endpoint at the collector's OTLP/HTTP port, usually 4318), got ${JSON.stringify(protocolName)}`,
+    );
+  const samplerName = envValue(env, 'OTEL_TRACES_SAMPLER')?.toLowerCase() ?? 'parentbased_always_on';
+  if (!(SAMPLERS as readonly string[]).includes(samplerName))
+    throw new RangeError(
+      `OTEL_TRACES_SAMPLER must be one of ${SAMPLERS.join(', ')}, got ${JSON.stringify(samplerName)}`,
+    );
+  const arg = envValue(env, 'OTEL_TRACES_SAMPLER_ARG');
+  const ratio = arg === undefined ? 1 : Number(arg);
+  if (!Number.isFinite(ratio) || ratio < 0 || ratio > 1)
+    throw new RangeError(`OTEL_TRACES_SAMPLER_ARG must be a ratio 0..1, got ${JSON.stringify(arg)}`);
+  const batch = { ...BATCH_DEFAULTS };
+  for (const key of Object.keys(BATCH_ENV) as (keyof BatchSettings)[]) {
+    const raw = envValue(env, BATCH_ENV[key]);
+    if (raw === undefined) continue;
+    const n = Number(raw);
+    const min = key === 'scheduledDelayMillis' || key === 'exportTimeoutMillis' ? 0 : 1;
+    if (!Number.isSafeInteger(n) || n < min)
+      throw new RangeError(`${BATCH_ENV[key]} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
+    batch[key] = n;
+  }
+  return { endpoint, protocol, sampler: samplerName as SamplerName, ratio, batch };
+}
+
+/** A running tracer provider: its tracer and how to flush it. */
+export interface Tracing {
+  readonly tracer: Tracer;
+  readonly settings: TracingSettings;
+  /** Export what is buffered and stop (at most the exporter's timeout). Never rejects. */
+  shutdown(): Promise<void>;
+}
+
+/**
+ * Start a tracer provider for `settings`: a batch processor posting to the OTLP endpoint, the sampler the settings
+ * name, a resource with `service.name` (`OTEL_SERVICE_NAME`, else `serviceName`), `OTEL_RESOURCE_ATTRIBUTES` and
+ * `model_gateway.role` = `role` (`gateway`, `front`, `router`, `engine`). Not registered globally: only the code
+ * given the tracer makes spans. Loads the SDK and exporter modules on the first call.
+ */
+export async function startTracing(
+  settings: TracingSettings,
+  role: string,
+  serviceName = 'model-gateway',
+): Promise<Tracing> {
+  const [sdk, resources] = await Promise.all([import('@opentelemetry/sdk-trace'), import('@opentelemetry/resources')]);
+  const { OTLPTraceExporter } =
+    settings.protocol === 'http/json'
+      ? await import('@opentelemetry/exporter-trace-otlp-http')
+      : await import('@opentelemetry/exporter-trace-otlp-proto');
+  const exporter = new OTLPTraceExporter({ url: settings.endpoint });
+  const ratio = new sdk.TraceIdRatioBasedSampler(settings.ratio);
+  const root = {
+    always_on: new sdk.AlwaysOnSampler(),
+    always_off: new sdk.AlwaysOffSampler(),
+    traceidratio: ratio,
+    parentbased_always_on: new sdk.AlwaysOnSampler(),
+    parentbased_always_off: new sdk.AlwaysOffSampler(),
+    parentbased_traceidratio: ratio,
+  }[settings.sampler];
+  const sampler = settings.sampler.startsWith('parentbased_') ? new sdk.ParentBasedSampler({ root }) : root;
+  const resource = resources
+    .resourceFromAttributes({
+      'service.name': serviceName,
+      'service.instance.id': `${process.pid}`,
+      'model_gateway.role': role,
+    })
+    .merge(resources.detectResources({ detectors: [resources.envDetector] }));
+  const provider = new sdk.TracerProvider({
+    resource,
+    sampler,
+    spanProcessors: [new sdk.BatchSpanProcessor({ exporter, ...settings.batch })],
+  });
+  return {
+    tracer: provider.getTracer('model-gateway'),
+    settings,
+    shutdown: () => provider.shutdown().catch(() => {}),
+  };
+}
