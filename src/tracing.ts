@@ -45,6 +45,15 @@ export function carrierOf(span: Span): TraceCarrier {
   return out;
 }
 
+/**
+ * Whether `carrier`'s `traceparent` says its trace is sampled (the flags' lowest bit; W3C Trace Context 3.2.2.5).
+ * The engine client makes child spans only for sampled requests: a parent-based sampler would drop them anyway.
+ */
+export function isSampled(carrier: TraceCarrier): boolean {
+  const tp = carrier['traceparent'];
+  return tp !== undefined && tp.length >= 55 && (parseInt(tp.slice(53, 55), 16) & 1) === 1;
+}
+
 /** Whether `value` can be a trace carrier: a map of at most 8 string fields of at most 512 characters each. */
 export function isTraceCarrier(value: unknown): value is TraceCarrier {
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return false;

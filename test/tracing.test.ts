@@ -5,7 +5,15 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { trace, ROOT_CONTEXT } from '@opentelemetry/api';
-import { carrierOf, contextOf, isTraceCarrier, startTracing, tracingSettings, tracesUrl } from '../src/tracing.js';
+import {
+  carrierOf,
+  contextOf,
+  isSampled,
+  isTraceCarrier,
+  startTracing,
+  tracingSettings,
+  tracesUrl,
+} from '../src/tracing.js';
 import { waitFor } from './helpers/async.js';
 import { startOtlpReceiver } from './helpers/otlp-receiver.js';
 
@@ -103,4 +111,14 @@ test('startTracing exports over OTLP/JSON with the resource and the sampler', { 
   } finally {
     await receiver.close();
   }
+});
+
+test('isSampled reads the sampled bit of the traceparent flags', () => {
+  const tp = (flags: string) => ({ traceparent: `00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-${flags}` });
+  assert.ok(isSampled(tp('01')));
+  assert.ok(isSampled(tp('03')));
+  assert.ok(!isSampled(tp('00')));
+  assert.ok(!isSampled(tp('02')));
+  assert.ok(!isSampled({}));
+  assert.ok(!isSampled({ traceparent: 'short' }));
 });

@@ -54,6 +54,7 @@ import { RankLifecycle } from './rank-lifecycle.js';
 import type { RankSlot } from './rank-table.js';
 import type { RegistryEntry } from './registry.js';
 import { recordQueue, recordRoute, type ClientTracing } from './request-spans.js';
+import { isSampled } from '../tracing.js';
 import { RequestStreamImpl, type RequestStream } from './request-stream.js';
 import { rankStateOf, type ClientStats, type GroupStatus, type RankState } from './reports.js';
 import type { GroupKind, KindSource } from './waves.js';
@@ -309,7 +310,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     }
     const wait = gate.admit(request?.requestId, options.flow ?? DEFAULT_FLOW_TICKET, options.signal);
     if (wait === null) return this.submitNow(request, options, charge);
-    const tracing = request.trace === undefined ? null : this.tracing;
+    const tracing = request.trace === undefined || !isSampled(request.trace) ? null : this.tracing;
     const queuedAt = tracing === null ? 0 : this.g.now();
     try {
       await wait;
@@ -413,7 +414,8 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
         throw err;
       }
       const { slot, pinned } = placed;
-      if (this.tracing !== null && request.trace !== undefined) this.traceRoute(request, entry, placed, attempt);
+      if (this.tracing !== null && request.trace !== undefined && isSampled(request.trace))
+        this.traceRoute(request, entry, placed, attempt);
       entry.engineIndex = slot.index;
       stream.engineIndex = slot.index;
       this.g.touchGroupTimer(false);

@@ -6,7 +6,7 @@
  */
 import { SpanStatusCode, type Attributes, type Tracer } from '@opentelemetry/api';
 import type { GenerateRequest } from '../protocols/types.js';
-import { contextOf } from '../tracing.js';
+import { contextOf, isSampled } from '../tracing.js';
 import type { RankView } from './policy.js';
 
 /** What a client traces with: the tracer and the group's name for the spans' attributes. */
@@ -60,10 +60,11 @@ function routeAttributes(group: string, f: RouteFacts): Attributes {
 
 /**
  * Record the `route` span of `request` (a child of its trace headers) at `atMs` (the client's `now` clock, ms: a
- * `performance.now()` value or epoch ms). Nothing when the request carries no headers. Never throws.
+ * `performance.now()` value or epoch ms). Nothing when the request carries no headers or its trace is not sampled.
+ * Never throws.
  */
 export function recordRoute(t: ClientTracing, request: GenerateRequest, facts: RouteFacts, atMs: number): void {
-  if (request.trace === undefined) return;
+  if (request.trace === undefined || !isSampled(request.trace)) return;
   const span = t.tracer.startSpan(
     'route',
     { startTime: atMs, attributes: routeAttributes(t.group, facts) },
@@ -83,7 +84,7 @@ export function recordQueue(
   toMs: number,
   error: unknown,
 ): void {
-  if (request.trace === undefined) return;
+  if (request.trace === undefined || !isSampled(request.trace)) return;
   const span = t.tracer.startSpan(
     'queue',
     { startTime: fromMs, attributes: { 'model_gateway.group': t.group, 'model_gateway.queue_ms': toMs - fromMs } },

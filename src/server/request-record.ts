@@ -100,6 +100,7 @@ export class RequestRecord {
 
   /** End the request's span: when the first token came, the usage, the ranks and finish reasons, the status. */
   private endSpan(trace: RequestTrace, status: number, outcome: RequestOutcome, error: string | undefined): void {
+    if (!trace.recording) return;
     const f = this.facts;
     const ttft = this.trackers[0]?.ttftMs ?? null;
     if (ttft !== null) trace.event('first_token', { 'model_gateway.ttft_ms': ttft }, f.startedAt + ttft);

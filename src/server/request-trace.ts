@@ -25,17 +25,23 @@ function untraced(url: string): boolean {
   return url === '/metrics' || url === '/health' || url === '/ready' || url.startsWith('/dashboard');
 }
 
-/** One request's span and what its route adds to it. Every method is a no-op once the span ended. */
+/**
+ * One request's span and what its route adds to it. Every method but `carrier` is a no-op once the span ended, and
+ * for a span the sampler left out (most of them at a low sampling ratio): the per-request cost of an unsampled
+ * request is the span's start, its headers and its log child.
+ */
 export class RequestTrace {
   /** True once a request record owns the span's end (it ends it with the outcome, not the response's close). */
   owned = false;
-  private ended = false;
+  private ended: boolean;
   private headers: TraceCarrier | null = null;
 
   constructor(
     readonly span: Span,
     private readonly tracer: Tracer,
-  ) {}
+  ) {
+    this.ended = !span.isRecording();
+  }
 
   /** The trace id (32 hex digits). */
   get traceId(): string {
@@ -50,6 +56,11 @@ export class RequestTrace {
   /** Add `attributes` to the span. */
   set(attributes: Attributes): void {
     if (!this.ended) this.span.setAttributes(attributes);
+  }
+
+  /** Whether the span records (the sampler kept it): callers skip building attributes for one that does not. */
+  get recording(): boolean {
+    return !this.ended;
   }
 
   /** A finished child span `name` from `fromMs` to `toMs` (a `performance.now()` clock or epoch ms). */
@@ -80,7 +91,7 @@ export class RequestTrace {
    * conventions say for a server span). Idempotent: the first end wins.
    */
   end(status: number): void {
-    if (this.ended) return;
+    if (this.ended) return; // ended, or never recording (the SDK's non-recording span has nothing to end)
     this.span.setAttribute('http.response.status_code', status);
     if (status >= 500) this.span.setStatus({ code: SpanStatusCode.ERROR });
     this.ended = true;
@@ -112,18 +123,17 @@ export class RequestTraces {
       const route = request.routeOptions.url;
       const span = this.tracer.startSpan(
         `${request.method} ${route ?? 'unknown route'}`,
-        {
-          kind: SpanKind.SERVER,
-          attributes: {
-            'http.request.method': request.method,
-            ...(route !== undefined ? { 'http.route': route } : {}),
-            'url.path': request.url.split('?', 1)[0]!,
-            'model_gateway.request_id': request.id,
-          },
-        },
+        { kind: SpanKind.SERVER },
         contextOf(request.headers),
       );
       const t = new RequestTrace(span, this.tracer);
+      if (t.recording)
+        t.set({
+          'http.request.method': request.method,
+          ...(route !== undefined ? { 'http.route': route } : {}),
+          'url.path': request.url.split('?', 1)[0]!,
+          'model_gateway.request_id': request.id,
+        });
       this.byRequest.set(request, t);
       request.log = request.log.child({ traceId: t.traceId });
       reply.raw.once('close', () => {

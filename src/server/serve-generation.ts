@@ -240,7 +240,8 @@ export async function handleGeneration<B extends CommonBodyT>(
       const keep = truncate === -1 ? Math.max(1, limits.contextTokenLimit - 1) : truncate;
       if (prepared.tokens.length > keep) prepared.tokens = prepared.tokens.slice(prepared.tokens.length - keep);
     }
-    trace?.child('tokenize', tokenizeFrom, ctx.now(), { 'gen_ai.usage.input_tokens': prepared.tokens.length });
+    if (trace?.recording)
+      trace.child('tokenize', tokenizeFrom, ctx.now(), { 'gen_ai.usage.input_tokens': prepared.tokens.length });
     const next = toServe(ctx, shape, prompt, body, prepared, {
       pinned,
       dpRank,

@@ -154,22 +154,37 @@ describe('OpenTelemetry traces from the gateway into the vLLM ranks', () => {
     }
   });
 
-  test('refused and unknown requests have spans with their status; probes and scrapes have none', TIMEOUT, async () => {
-    const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
-    const headers = { 'content-type': 'application/json', traceparent: `00-${traceId}-00f067aa0ba902b7-01` };
-    const bad = await fetch(`${gateway.url}/v1/completions`, {
-      method: 'POST',
-      headers,
-      body: JSON.stringify({ model: MODEL, prompt: 'x', top_p: 0 }),
-    });
-    assert.equal(bad.status, 400);
-    const unknown = await fetch(`${gateway.url}/v1/nothing-here`, { headers });
-    assert.equal(unknown.status, 404);
-    await fetch(`${gateway.url}/health`, { headers });
-    await fetch(`${gateway.url}/metrics`, { headers });
-    const spans = await waitForTrace(traceId, ['POST /v1/completions', 'GET unknown route']);
-    assert.equal(spans.find((s) => s.name === 'POST /v1/completions')!.attributes['http.response.status_code'], 400);
-    assert.equal(spans.find((s) => s.name === 'GET unknown route')!.attributes['http.response.status_code'], 404);
-    assert.ok(!spans.some((s) => /health|metrics/.test(s.name)), spans.map((s) => s.name).join(', '));
-  });
+  test(
+    'refused and unknown requests have spans with their status; probes, scrapes and unsampled traces have none',
+    TIMEOUT,
+    async () => {
+      // A caller that did not sample its trace (flags 00): the gateway follows it (parent-based sampling) and exports
+      // nothing for it; the rank gets the headers and follows it too.
+      const unsampled = '5bf92f3577b34da6a3ce929d0e0e4737';
+      const quiet = await fetch(`${gateway.url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', traceparent: `00-${unsampled}-00f067aa0ba902b7-00` },
+        body: JSON.stringify({ model: MODEL, prompt: 'x', max_tokens: 2 }),
+      });
+      assert.equal(quiet.status, 200);
+      await quiet.text();
+      const traceId = '4bf92f3577b34da6a3ce929d0e0e4736';
+      const headers = { 'content-type': 'application/json', traceparent: `00-${traceId}-00f067aa0ba902b7-01` };
+      const bad = await fetch(`${gateway.url}/v1/completions`, {
+        method: 'POST',
+        headers,
+        body: JSON.stringify({ model: MODEL, prompt: 'x', top_p: 0 }),
+      });
+      assert.equal(bad.status, 400);
+      const unknown = await fetch(`${gateway.url}/v1/nothing-here`, { headers });
+      assert.equal(unknown.status, 404);
+      await fetch(`${gateway.url}/health`, { headers });
+      await fetch(`${gateway.url}/metrics`, { headers });
+      const spans = await waitForTrace(traceId, ['POST /v1/completions', 'GET unknown route']);
+      assert.equal(spans.find((s) => s.name === 'POST /v1/completions')!.attributes['http.response.status_code'], 400);
+      assert.equal(spans.find((s) => s.name === 'GET unknown route')!.attributes['http.response.status_code'], 404);
+      assert.ok(!spans.some((s) => /health|metrics/.test(s.name)), spans.map((s) => s.name).join(', '));
+      assert.deepEqual(inTrace(unsampled), [], 'nothing exported for the unsampled trace');
+    },
+  );
 });

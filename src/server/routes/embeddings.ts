@@ -96,10 +96,11 @@ async function handleEmbeddings(
       ctx,
     );
     const carrier = trace === null ? {} : { trace: trace.carrier() };
-    trace?.child('tokenize', tokenizeFrom, ctx.now(), {
-      'gen_ai.usage.input_tokens': promptTokens,
-      'model_gateway.inputs': inputs.length,
-    });
+    if (trace?.recording)
+      trace.child('tokenize', tokenizeFrom, ctx.now(), {
+        'gen_ai.usage.input_tokens': promptTokens,
+        'model_gateway.inputs': inputs.length,
+      });
     const priority = band !== DEFAULT_PRIORITY_BAND ? { priority: vllmPriorityOf(band) } : {};
     const subs: GenerateRequest[] = subRequestIds(requestId, inputs.length).map((id, i) => ({
       requestId: id,
