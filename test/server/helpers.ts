@@ -46,6 +46,8 @@ export async function makeApp(
     servedModelNames?: string[];
     /** The drain gate (src/lifecycle.ts); default: never draining. */
     admission?: AdmissionGate;
+    /** Tracing (request-trace.ts); default: off. */
+    tracer?: GatewayDeps['tracer'];
   } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
@@ -62,6 +64,7 @@ export async function makeApp(
     ...opts.output,
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
     ...(opts.admission !== undefined ? { admission: opts.admission } : {}),
+    ...(opts.tracer !== undefined ? { tracer: opts.tracer } : {}),
   });
   return { app, backend, tokenizer, metrics };
 }

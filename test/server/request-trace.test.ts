@@ -1,0 +1,89 @@
+/**
+ * Request spans in the app (src/server/request-trace.ts), read from an in-memory exporter: what a generation request's
+ * span holds, a 5xx recorded as an error with its exception, a mid-stream engine failure marked failed, and the
+ * client's parent. The OTLP path end to end is test/e2e/tracing.test.ts.
+ */
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { SpanStatusCode } from '@opentelemetry/api';
+import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { FakeBackend } from './fake-backend.js';
+import { makeApp } from './helpers.js';
+
+function tracing() {
+  const exporter = new InMemorySpanExporter();
+  const provider = new TracerProvider({ spanProcessors: [new SimpleSpanProcessor({ exporter })] });
+  return { exporter, tracer: provider.getTracer('test') };
+}
+
+test('a generation request: SERVER span with the outcome, tokenize child, first_token event, trace headers sent', async () => {
+  const { exporter, tracer } = tracing();
+  const backend = new FakeBackend({ ranks: [0, 1] });
+  const sent: Array<Record<string, string> | undefined> = [];
+  backend.onSubmit = (s) => {
+    sent.push(s.request.trace);
+    s.stream.pushAll([9707, 11], 'length');
+  };
+  const { app } = await makeApp({ backend, tracer });
+  try {
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      headers: { traceparent: '00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01' },
+      payload: { prompt: 'hello', max_tokens: 2, n: 2 },
+    });
+    assert.equal(res.statusCode, 200);
+    const spans = exporter.getFinishedSpans();
+    const request = spans.find((s) => s.name === 'POST /v1/completions')!;
+    assert.equal(request.spanContext().traceId, '0af7651916cd43dd8448eb211c80319c');
+    assert.equal(request.parentSpanContext?.spanId, 'b7ad6b7169203331');
+    assert.equal(request.attributes['http.response.status_code'], 200);
+    assert.equal(request.attributes['gen_ai.usage.output_tokens'], 4);
+    assert.deepEqual(request.attributes['gen_ai.response.finish_reasons'], ['length', 'length']);
+    assert.deepEqual(request.attributes['model_gateway.dp_ranks'], [0, 0]);
+    assert.ok(request.events.some((e) => e.name === 'first_token'));
+    const tokenize = spans.find((s) => s.name === 'tokenize')!;
+    assert.equal(tokenize.parentSpanContext?.spanId, request.spanContext().spanId);
+    // Both sub-requests carry the request span's headers (the engine client's spans and vLLM's trace_headers).
+    assert.equal(sent.length, 2);
+    for (const t of sent)
+      assert.equal(t?.traceparent, `00-${request.spanContext().traceId}-${request.spanContext().spanId}-01`);
+  } finally {
+    await app.close();
+  }
+});
+
+test('a 5xx is recorded as an error with its exception; a mid-stream engine failure marks the span failed', async () => {
+  const { exporter, tracer } = tracing();
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.onSubmit = (s) => {
+    s.stream.push([9707]);
+    setTimeout(() => s.stream.fail(Object.assign(new Error('engine core dead'), { kind: 'engine-dead' })), 5);
+  };
+  const { app } = await makeApp({ backend, tracer });
+  try {
+    const streamed = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      payload: { prompt: 'x', max_tokens: 5, stream: true },
+    });
+    assert.equal(streamed.statusCode, 200);
+    const failed = exporter.getFinishedSpans().find((s) => s.name === 'POST /v1/completions')!;
+    assert.equal(failed.status.code, SpanStatusCode.ERROR);
+    assert.match(failed.status.message ?? '', /engine core dead/);
+    exporter.reset();
+    backend.alive = false;
+    const dead = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 5 } });
+    assert.equal(dead.statusCode, 503);
+    await new Promise((r) => setImmediate(r));
+    const span = exporter.getFinishedSpans().find((s) => s.name === 'POST /v1/completions')!;
+    assert.equal(span.attributes['http.response.status_code'], 503);
+    assert.equal(span.status.code, SpanStatusCode.ERROR);
+    assert.ok(
+      span.events.some((e) => e.name === 'exception'),
+      'the exception is recorded',
+    );
+  } finally {
+    await app.close();
+  }
+});
