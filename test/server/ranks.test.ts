@@ -225,6 +225,11 @@ test('the dashboard is served as static files with their content types, no key n
       ['/dashboard/', 'text/html', '<title>model-gateway dashboard</title>'],
       ['/dashboard/app.js', 'text/javascript', "fetch('/v1/gateway/ranks'"],
       ['/dashboard/style.css', 'text/css', 'section.group'],
+      ['/dashboard/charts.js', 'text/javascript', 'new uPlot('],
+      ['/dashboard/events.js', 'text/javascript', 'events_source'],
+      // uPlot from node_modules (the `uplot` package), same origin: the CSP stays 'self'.
+      ['/dashboard/vendor/uPlot.iife.min.js', 'text/javascript', 'uPlot'],
+      ['/dashboard/vendor/uPlot.min.css', 'text/css', '.uplot'],
     ] as const) {
       const res = await app.inject({ method: 'GET', url });
       assert.equal(res.statusCode, 200, url);
