@@ -100,6 +100,8 @@ export default tseslint.config(
         performance: 'readonly',
         sessionStorage: 'readonly',
         setTimeout: 'readonly',
+        // uPlot's browser build (/dashboard/vendor/uPlot.iife.min.js) defines it before the page's modules run.
+        uPlot: 'readonly',
       },
     },
   },

@@ -1,13 +1,16 @@
-// model-gateway dashboard: polls GET /v1/gateway/ranks and renders every DP rank of every engine group.
-// Plain ES module, no build step. The API key (when the gateway has one) is typed by the user, kept in
-// sessionStorage for this tab only, and sent as `Authorization: Bearer`; it never goes into the URL.
+// model-gateway dashboard: polls GET /v1/gateway/ranks and renders every DP rank of every engine group, the history
+// charts (charts.js, uPlot) and the event list (events.js). Plain ES modules, no build step. The API key (when the
+// gateway has one) is typed by the user, kept in sessionStorage for this tab only, and sent as
+// `Authorization: Bearer`; it never goes into the URL.
+import { Charts } from './charts.js';
+import { EventList } from './events.js';
 
 const POLL_MS = 500;
-const HISTORY = 60; // in-flight samples per rank in the sparkline
 const KEY_STORE = 'model-gateway.api-key';
 
 const $ = (id) => document.getElementById(id);
-const history = new Map(); // "worker|rank" -> number[]
+const charts = new Charts($('history'));
+const events = new EventList($('events'), $('events-empty'));
 let apiKey = sessionStorage.getItem(KEY_STORE) ?? '';
 let updates = 0;
 
@@ -53,25 +56,16 @@ function kvCell(ratio) {
   return wrap;
 }
 
-function sparkline(values) {
-  const ns = 'http://www.w3.org/2000/svg';
-  const svg = document.createElementNS(ns, 'svg');
-  svg.setAttribute('class', 'spark');
-  svg.setAttribute('viewBox', `0 0 ${HISTORY - 1} 24`);
-  svg.setAttribute('preserveAspectRatio', 'none');
-  const max = Math.max(1, ...values);
-  const line = document.createElementNS(ns, 'polyline');
-  const offset = HISTORY - values.length;
-  line.setAttribute('points', values.map((v, i) => `${i + offset},${(23 - (v / max) * 22).toFixed(2)}`).join(' '));
-  svg.append(line);
-  return svg;
+/** The state cell: the state, and for a dead rank why (its death cause). */
+function stateCell(state, cause) {
+  if (state !== 'dead' || cause === null) return state;
+  return el('span', {}, state, el('span', { class: 'cause', 'data-cause': cause }, cause));
 }
 
 const COLUMNS = [
   ['rank', 'dp rank'],
   ['state', 'state'],
   ['in_flight', 'in-flight'],
-  ['trend', 'in-flight (30 s)'],
   ['num_running_reqs', 'running'],
   ['num_waiting_reqs', 'waiting'],
   ['kv_cache_usage', 'KV cache'],
@@ -83,17 +77,11 @@ const COLUMNS = [
 ];
 
 function rankRow(group, r) {
-  const key = `${group.name}|${r.dp_rank}`;
-  const h = history.get(key) ?? [];
-  h.push(r.in_flight);
-  if (h.length > HISTORY) h.shift();
-  history.set(key, h);
   const state = r.state ?? (group.alive ? 'connected' : 'dead');
   const cells = {
     rank: r.dp_rank,
-    state,
+    state: stateCell(state, r.cause ?? null),
     in_flight: r.in_flight,
-    trend: sparkline(h),
     num_running_reqs: fmt(r.num_running_reqs),
     num_waiting_reqs: fmt(r.num_waiting_reqs),
     kv_cache_usage: kvCell(r.kv_cache_usage),
@@ -103,7 +91,7 @@ function rankRow(group, r) {
     itl: pct(r.itl_ms),
     dispatched: `${r.dispatched_pinned + r.dispatched_unpinned} (${r.dispatched_pinned})`,
   };
-  const tr = el('tr', { 'data-group': group.name, 'data-rank': String(r.dp_rank) });
+  const tr = el('tr', { 'data-group': group.name, 'data-rank': String(r.dp_rank), class: `rank-${state}` });
   for (const [field] of COLUMNS) {
     const td = el('td', { 'data-field': field }, cells[field]);
     if (field === 'state') td.className = `state-${state}`;
@@ -198,7 +186,10 @@ async function poll() {
       setStatus(false, `HTTP ${res.status}`);
       return;
     }
-    render(await res.json());
+    const view = await res.json();
+    render(view);
+    charts.add(view);
+    events.update(view);
     updates++;
     document.body.dataset.updates = String(updates);
     setStatus(true, `live · updated ${new Date().toLocaleTimeString()}`);

@@ -194,7 +194,7 @@ export class FailureScope implements SendFailureSink {
       'engine group failed as a unit',
     );
     for (const e of entries) e.stream.fail(error);
-    this.g.notify('failed', error);
+    this.g.notify('failed', error, cause);
   }
 
   /** ABORTs for `entries`, one message per connected rank (best effort); they become disowned ids of that rank. */

@@ -39,8 +39,11 @@ import { WaveClock } from './waves.js';
 
 /** Events emitted by `EngineClient` (a typed node:events EventEmitter). */
 export interface EngineClientEvents {
-  /** The group failed as a unit (its requests got `error`); emitted per group-scope failure. */
-  failed: [error: EngineClientError];
+  /**
+   * The group failed as a unit (its requests got `error`); emitted per group-scope failure. `cause`: what
+   * `ClientStats.failures` counts it under (`watchdog`, `output-closed`, a lockstep rank's death cause, …).
+   */
+  failed: [error: EngineClientError, cause: string];
   /** A rank changed state (`cause`: why it died or stalled, else null). */
   rank: [engineIndex: number, state: RankStateName, cause: string | null];
   /** A rank completed its handshake (`rejoin`: not its slot's first); emitted before it takes requests. */

@@ -27,6 +27,7 @@ import { registerCors } from './cors.js';
 import { resolveEdgeOptions, serverTimeouts, type HttpEdgeOptions } from './edge-options.js';
 import { ApiError, RETRY_AFTER_UNAVAILABLE_SECONDS } from './errors.js';
 import { frameworkApiError, makeClientErrorHandler } from './framework-errors.js';
+import { GatewayEvents, recordGroupEvents } from './gateway-events.js';
 import { GroupChooser } from './groups.js';
 import { installJsonBodyParser, type RouteBodyLimit } from './input-limits.js';
 import { buildLazyValidator } from './validator-compiler.js';
@@ -114,6 +115,8 @@ export interface GatewayDeps {
   sharedRankStats?: SharedRankStats;
   /** Tracing (src/tracing.ts): each request gets a span from this tracer (request-trace.ts). Absent or null: off. */
   tracer?: Tracer | null;
+  /** The dashboard's event list (gateway-events.ts), when the caller keeps it (a test's clock); absent: built here. */
+  events?: GatewayEvents;
 }
 
 /**
@@ -309,11 +312,13 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
 
   deps.metrics.attach(chooser.groups);
   const rankStats = deps.rankStatsInstance ?? new RankStatsBook();
+  const events = deps.events ?? new GatewayEvents();
   for (const g of chooser.groups) {
     // A rejoined rank is a fresh process: its old latency samples and rates describe another engine.
     g.backend.on?.('joined', (engine, rejoin) => {
       if (rejoin && engine.engineIndex !== null) rankStats.forgetRank(g.worker, engine.engineIndex);
     });
+    recordGroupEvents(events, g);
   }
   // Off-loop tokenizer work of this process, bounded by the edge options; its worker stops with the app.
   const offLoop = new OffLoopTokenizer(deps.tokenizer, edge.offLoop);
@@ -330,6 +335,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
         : [deps.modelId],
     metrics: deps.metrics,
     rankStats,
+    events,
     now: deps.now ?? (() => performance.now()),
     systemFingerprint: deps.systemFingerprint ?? `model-gateway-${packageVersion()}`,
     counted: new WeakSet(),
@@ -348,6 +354,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     const apiErr = frameworkApiError(error, bodyLimit);
     logErrorAnswer(request, apiErr, error);
     if (apiErr.statusCode >= 500) traces?.of(request)?.fail(error);
+    // Every 429 ends here (the concurrency cap, flow control, tenant budgets, a full tokenizer queue): in bursts.
+    if (apiErr.statusCode === 429) events.refused(apiErr.code);
     const url = request.routeOptions.url;
     if (url !== undefined && GENERATION_ROUTES.has(url) && !ctx.counted.has(request)) {
       ctx.counted.add(request);

@@ -5,8 +5,13 @@
  * only; the one runtime import of engine-client/ in server/ is the pure `fleetScorer` of policy.ts (groups.ts scores
  * groups with the same function the client's `load` policy scores ranks with).
  */
-import type { CancellableSubmitOptions, ClientStats, GroupStatus, RankState } from '../engine-client/client.js';
-import type { ConnectedEngine } from '../engine-client/link.js';
+import type {
+  CancellableSubmitOptions,
+  ClientStats,
+  EngineClientEvents,
+  GroupStatus,
+  RankState,
+} from '../engine-client/client.js';
 import type { RequestStream } from '../engine-client/request-stream.js';
 import type { GenerateRequest, LoraTarget } from '../protocols/types.js';
 import type { AdapterChange, LoraModule } from '../engine-client/lora-adapters.js';
@@ -40,6 +45,9 @@ export interface AdapterRegistry {
   load(m: LoraModule): Promise<AdapterChange>;
   unload(name: string): Promise<AdapterChange>;
 }
+
+/** What a backend's `on` may tell: the engine client's events (engine-client/group-state.ts `EngineClientEvents`). */
+export type BackendEvents = EngineClientEvents;
 
 /** A group's serving status: the engine client's `GroupStatus` (`starting` | `ok` | `degraded` | `unavailable`). */
 export type BackendStatus = GroupStatus;
@@ -85,10 +93,12 @@ export interface GenerationBackend {
    */
   hasRoom?(): boolean;
   /**
-   * Optional: subscribe to a rank joining (`rejoin` true when the slot held an earlier process of that rank; the
-   * engine client's `joined` event). The app uses it to drop a rejoined rank's per-rank latency samples.
+   * Optional: subscribe to the group's events (the engine client's `EngineClientEvents`): `joined` (a rank completed a
+   * handshake; `rejoin` true when the slot held an earlier process of that rank), `rank` (a rank changed state, with
+   * the cause of a death or stall) and `failed` (the group failed as a unit, with its cause). The app drops a rejoined
+   * rank's per-rank latency samples and keeps the dashboard's event list (gateway-events.ts) from them.
    */
-  on?(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): unknown;
+  on?<E extends keyof BackendEvents>(event: E, listener: (...args: BackendEvents[E]) => void): unknown;
   /**
    * Optional: bring the sync reads (`rankStates()`, `status()`, …) up to date. Absent for the engine client (its
    * reads are live); a front of `--workers N` answers from the router's last snapshot and fetches a fresh one here

@@ -13,18 +13,21 @@ export const RING_SIZE = 512;
 /** The rate window in seconds: rates are counts over the last this-many whole seconds, divided by it. */
 export const RATE_WINDOW_S = 10;
 
-/** A fixed-capacity ring of numbers (the newest `capacity` values). */
+/** A fixed-capacity ring of numbers (the newest `capacity` values), each with the time it was recorded at (ms). */
 class SampleRing {
   private readonly values: Float64Array;
+  private readonly times: Float64Array;
   private next = 0;
   private filled = 0;
 
   constructor(capacity: number) {
     this.values = new Float64Array(capacity);
+    this.times = new Float64Array(capacity);
   }
 
-  push(value: number): void {
+  push(value: number, atMs: number): void {
     this.values[this.next] = value;
+    this.times[this.next] = atMs;
     this.next = (this.next + 1) % this.values.length;
     if (this.filled < this.values.length) this.filled++;
   }
@@ -32,6 +35,11 @@ class SampleRing {
   /** The stored values, sorted ascending (a copy). */
   sorted(): Float64Array {
     return this.values.slice(0, this.filled).sort();
+  }
+
+  /** Append to `into` the stored values recorded at or after `fromMs` (in no particular order). */
+  since(fromMs: number, into: number[]): void {
+    for (let i = 0; i < this.filled; i++) if (this.times[i]! >= fromMs) into.push(this.values[i]!);
   }
 }
 
@@ -91,8 +99,26 @@ export function percentile(sorted: ArrayLike<number>, q: number): number | null 
 }
 
 function percentiles(ring: SampleRing): LatencyPercentiles {
-  const s = ring.sorted();
+  return percentilesOfSorted(ring.sorted());
+}
+
+function percentilesOfSorted(s: Float64Array): LatencyPercentiles {
   return { p50: percentile(s, 0.5), p90: percentile(s, 0.9), p99: percentile(s, 0.99), samples: s.length };
+}
+
+/** Percentiles of `values` (ms, any order). */
+function percentilesOf(values: readonly number[]): LatencyPercentiles {
+  return percentilesOfSorted(Float64Array.from(values).sort());
+}
+
+/**
+ * The latency of the whole gateway lately (the dashboard's charts): TTFT and ITL percentiles over every rank's samples
+ * recorded in the last `RATE_WINDOW_S` seconds (at most `RING_SIZE` per rank: a busy rank's last ITL samples may span
+ * less than that), ms; null fields when there was none.
+ */
+export interface RecentLatency {
+  ttftMs: LatencyPercentiles;
+  itlMs: LatencyPercentiles;
 }
 
 class RankStats {
@@ -149,8 +175,22 @@ export class RankStatsBook {
     const s = this.stats(worker, engineIndex);
     s.tokens.add(nowMs, tokens);
     if (!Number.isFinite(ms) || ms < 0) return;
-    if (first) s.ttft.push(ms);
-    else s.itl.push(ms);
+    if (first) s.ttft.push(ms, nowMs);
+    else s.itl.push(ms, nowMs);
+  }
+
+  /** The whole gateway's recent latency at `nowMs` (`RecentLatency`). */
+  recent(nowMs: number): RecentLatency {
+    const from = nowMs - RATE_WINDOW_S * 1000;
+    const ttft: number[] = [];
+    const itl: number[] = [];
+    for (const ranks of this.byWorker.values()) {
+      for (const s of ranks.values()) {
+        s.ttft.since(from, ttft);
+        s.itl.since(from, itl);
+      }
+    }
+    return { ttftMs: percentilesOf(ttft), itlMs: percentilesOf(itl) };
   }
 
   /** The rank's rates and percentiles at `nowMs` (all zero / null for a rank never recorded). */
@@ -170,8 +210,13 @@ export class RankStatsBook {
    */
   exportAll(nowMs: number): RankStatsExport[] {
     const out: RankStatsExport[] = [];
+    const from = nowMs - RATE_WINDOW_S * 1000;
     for (const [worker, ranks] of this.byWorker) {
       for (const [engineIndex, s] of ranks) {
+        const recentTtftMs: number[] = [];
+        const recentItlMs: number[] = [];
+        s.ttft.since(from, recentTtftMs);
+        s.itl.since(from, recentItlMs);
         out.push({
           worker,
           engineIndex,
@@ -179,6 +224,8 @@ export class RankStatsBook {
           tokenRate: s.tokens.perSecond(nowMs),
           ttftMs: [...s.ttft.sorted()],
           itlMs: [...s.itl.sorted()],
+          recentTtftMs,
+          recentItlMs,
         });
       }
     }
@@ -191,7 +238,10 @@ export class RankStatsBook {
   }
 }
 
-/** One rank's figures from one book (`RankStatsBook.exportAll`): rates per second, latency samples in ms. */
+/**
+ * One rank's figures from one book (`RankStatsBook.exportAll`): rates per second, latency samples in ms (all kept, and
+ * those of the last `RATE_WINDOW_S` seconds: `RecentLatency`).
+ */
 export interface RankStatsExport {
   worker: string;
   engineIndex: number;
@@ -199,18 +249,28 @@ export interface RankStatsExport {
   tokenRate: number;
   ttftMs: number[];
   itlMs: number[];
+  recentTtftMs: number[];
+  recentItlMs: number[];
 }
 
-/** What `ranksView` reads per rank: a `RankStatsBook`, or several books merged (`mergeRankStats`). */
-export type RankStatsSource = Pick<RankStatsBook, 'snapshot'>;
+/**
+ * What `ranksView` reads: per rank (`snapshot`) and for the whole gateway (`recent`); a `RankStatsBook`, or several
+ * books merged (`mergeRankStats`).
+ */
+export type RankStatsSource = Pick<RankStatsBook, 'snapshot' | 'recent'>;
 
 /**
  * Several processes' books as one (`--workers N`): per rank, rates summed and percentiles over the union of the
- * samples (each book's last `RING_SIZE`). Pure; `nowMs` of `snapshot` is ignored (each book exported at its own now).
+ * samples (each book's last `RING_SIZE`), and the recent latency over every book's recent samples. Pure; `nowMs` of
+ * `snapshot` and `recent` is ignored (each book exported at its own now).
  */
 export function mergeRankStats(parts: readonly RankStatsExport[]): RankStatsSource {
   const merged = new Map<string, { dispatchRate: number; tokenRate: number; ttft: number[]; itl: number[] }>();
+  const recentTtft: number[] = [];
+  const recentItl: number[] = [];
   for (const p of parts) {
+    for (const v of p.recentTtftMs) recentTtft.push(v);
+    for (const v of p.recentItlMs) recentItl.push(v);
     const key = `${p.engineIndex}\u0000${p.worker}`;
     let m = merged.get(key);
     if (m === undefined) {
@@ -222,16 +282,9 @@ export function mergeRankStats(parts: readonly RankStatsExport[]): RankStatsSour
     m.ttft.push(...p.ttftMs);
     m.itl.push(...p.itlMs);
   }
-  const pct = (values: number[]): LatencyPercentiles => {
-    const sorted = Float64Array.from(values).sort();
-    return {
-      p50: percentile(sorted, 0.5),
-      p90: percentile(sorted, 0.9),
-      p99: percentile(sorted, 0.99),
-      samples: sorted.length,
-    };
-  };
+  const pct = percentilesOf;
   return {
+    recent: () => ({ ttftMs: pct(recentTtft), itlMs: pct(recentItl) }),
     snapshot(worker: string, engineIndex: number): RankStatsSnapshot {
       const m = merged.get(`${engineIndex}\u0000${worker}`);
       if (m === undefined) return { dispatchRate: 0, tokenRate: 0, ttftMs: pct([]), itlMs: pct([]) };

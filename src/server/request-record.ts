@@ -7,6 +7,9 @@
  */
 import type { FastifyBaseLogger, FastifyReply, FastifyRequest } from 'fastify';
 import type { BackendStream } from './backend.js';
+import { EngineClientError } from '../engine-client/errors.js';
+import type { ApiError } from './errors.js';
+import type { GatewayEvents } from './gateway-events.js';
 import type { RequestTrace } from './request-trace.js';
 import type { LatencyTracker } from './generation.js';
 import type { GatewayMetrics, RequestOutcome } from './metrics.js';
@@ -39,6 +42,8 @@ export interface RecordSinks {
   counted: WeakSet<object>;
   /** Monotonic clock in ms. */
   now: () => number;
+  /** The gateway's event list (gateway-events.ts): a request an engine failed is counted there. */
+  events?: Pick<GatewayEvents, 'engineFailed'>;
 }
 
 /**
@@ -96,6 +101,23 @@ export class RequestRecord {
     this.sinks.metrics.countTenant(this.facts.tenant, status, usage);
     this.accessLog(status, outcome, error);
     if (this.facts.trace) this.endSpan(this.facts.trace, status, outcome, error);
+  }
+
+  /**
+   * Count the request as failed with `apiErr`, answered with HTTP `status`: the error's own, or 200 when it came
+   * mid-stream (an SSE error event; the log line says so). A failure that is an engine's (gateway-events.ts
+   * `ENGINE_FAILURE_CODES`) also goes to the event list, on the DP rank the error names, else the one every choice
+   * went to.
+   */
+  countFailure(status: number, apiErr: ApiError): void {
+    const midStream = status !== apiErr.statusCode;
+    this.count(status, 'error', midStream ? `mid-stream (${apiErr.statusCode}): ${apiErr.message}` : apiErr.message);
+    if (apiErr.code === null || this.sinks.events === undefined) return;
+    const cause = apiErr.cause;
+    const named = cause instanceof EngineClientError ? cause.dpRank : undefined;
+    const ranks = new Set(this.engineIndexes);
+    const only = ranks.size === 1 ? [...ranks][0]! : null;
+    this.sinks.events.engineFailed(this.facts.group, named ?? only, apiErr.code);
   }
 
   /** End the request's span: when the first token came, the usage, the ranks and finish reasons, the status. */

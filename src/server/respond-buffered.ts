@@ -53,7 +53,7 @@ export async function respondBuffered(a: RespondParts): Promise<unknown> {
   } catch (err) {
     if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected(record, reply);
     const apiErr = toApiError(err);
-    record.count(apiErr.statusCode, 'error', apiErr.message);
+    record.countFailure(apiErr.statusCode, apiErr);
     throw apiErr;
   } finally {
     disconnect.signal.removeEventListener('abort', onDisconnect);

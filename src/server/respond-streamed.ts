@@ -95,7 +95,7 @@ export async function respondStreamed(
     if (err instanceof ClientDisconnectedError || disconnect.signal.aborted) return endDisconnected(record, reply);
     const apiErr = toApiError(err);
     // Mid-stream: the HTTP status is already 200; the error travels as an SSE event (logged with its own status).
-    record.count(200, 'error', `mid-stream (${apiErr.statusCode}): ${apiErr.message}`);
+    record.countFailure(200, apiErr);
     send(writer.error(apiErr));
   } finally {
     disconnect.signal.removeEventListener('abort', onDisconnect);

@@ -6,6 +6,7 @@ import type { OffLoopTokenizer } from '../tokenizer/off-loop.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
 import type { AdmissionGate } from './admission.js';
 import type { GroupChooser } from './groups.js';
+import type { GatewayEvents } from './gateway-events.js';
 import type { GatewayMetrics } from './metrics.js';
 import type { ReasoningParserName, ToolCallParserName } from './parsers/index.js';
 import type { RankStatsBook } from './rank-stats.js';
@@ -28,6 +29,11 @@ export interface RouteContext {
   metrics: GatewayMetrics;
   /** Per-rank dispatch rates and latency percentiles (`/v1/gateway/ranks`, the dashboard). */
   rankStats: RankStatsBook;
+  /**
+   * The last events of this process (gateway-events.ts): rank and group events from the backends, 429 bursts from
+   * the error handler, engine failures from the request records; served by `/v1/gateway/ranks`.
+   */
+  events: GatewayEvents;
   /** Monotonic clock in ms (latency metrics). */
   now: () => number;
   /** `system_fingerprint` of every response. */

@@ -201,6 +201,27 @@ test('snapshots carry the rank states; refresh() fetches a fresh one; a rank joi
   assert.deepEqual(joinedB, [[1, true]], 'broadcast, not only to one front');
 });
 
+test("a rank's death and a group failure reach a front's RemoteBackend as the engine client's events", async () => {
+  const remote = new RemoteBackend(b, 0);
+  await remote.refresh();
+  const heard: string[] = [];
+  remote.on('rank', (dpRank, state, cause) => heard.push(`rank ${dpRank} ${state} ${cause}`));
+  remote.on('failed', (err, cause) => heard.push(`failed ${cause} ${err.kind}`));
+  // The router hears `rank` and `failed` from the engine client and pushes a snapshot; only the counters change.
+  backend.rankStatesValue = [
+    rankState(0),
+    rankState(1, { state: 'dead', cause: 'peer-unreachable', deaths: { 'peer-unreachable': 1 } }),
+  ];
+  backend.emitEvent('rank', 1, 'dead', 'peer-unreachable');
+  await until(() => heard.length === 1, 'the death reached the front');
+  backend.stats.failures['watchdog'] = 1;
+  backend.emitEvent('failed', new EngineClientError('engine-dead', 'no output'), 'watchdog');
+  await until(() => heard.length === 2, 'the group failure reached the front');
+  assert.deepEqual(heard, ['rank 1 dead peer-unreachable', 'failed watchdog engine-dead']);
+  backend.rankStatesValue = [rankState(0), rankState(1)];
+  delete backend.stats.failures['watchdog'];
+});
+
 /** Resolves once `front` has received `n` more snapshots: the router still serves it. */
 async function snapshotsStillReach(front: FrontChannel, n: number): Promise<void> {
   let snapshots = 0;

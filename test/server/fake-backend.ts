@@ -2,6 +2,7 @@
  * An in-memory `GenerationBackend` for the route tests: records every submit and lets the test script each
  * request's outputs (or failures) through a `FakeStream`.
  */
+import { EventEmitter } from 'node:events';
 import type { FlowTicket } from '../../src/engine-client/flow-control.js';
 import type { ConnectedEngine } from '../../src/engine-client/link.js';
 import { EngineClientError } from '../../src/engine-client/errors.js';
@@ -14,6 +15,7 @@ import type {
   TokenCandidate,
 } from '../../src/protocols/types.js';
 import type {
+  BackendEvents,
   BackendRankState,
   BackendStats,
   BackendStatus,
@@ -219,7 +221,8 @@ export class FakeBackend implements GenerationBackend {
     kvEvents: null,
     flowControl: null,
   };
-  private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
+  /** The engine client's events, as `emitJoined` and `emitEvent` drive them. */
+  private readonly events = new EventEmitter<BackendEvents>();
   private submittedWaiters: Array<(s: Submission) => void> = [];
   private callWaiters: Array<(c: { request: GenerateRequest; signal: AbortSignal | undefined }) => void> = [];
 
@@ -262,9 +265,9 @@ export class FakeBackend implements GenerationBackend {
     return this.rankStatesValue;
   }
 
-  /** The engine client's `joined` event (only that one): `emitJoined` drives it. */
-  on(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): this {
-    if (event === 'joined') this.joinedListeners.push(listener);
+  /** The engine client's events: `emitJoined` and `emitEvent` drive them. */
+  on<E extends keyof BackendEvents>(event: E, listener: (...args: BackendEvents[E]) => void): this {
+    this.events.on(event, listener as never);
     return this;
   }
 
@@ -272,7 +275,12 @@ export class FakeBackend implements GenerationBackend {
   emitJoined(engineIndex: number, rejoin: boolean): void {
     const engine = this.engines.find((e) => e.engineIndex === engineIndex);
     if (engine === undefined) throw new RangeError(`the fake has no rank ${engineIndex}`);
-    for (const l of this.joinedListeners) l(engine, rejoin);
+    this.emitEvent('joined', engine, rejoin);
+  }
+
+  /** Emit one of the engine client's events (`rank`: a state change; `failed`: the group failed as a unit). */
+  emitEvent<E extends keyof BackendEvents>(event: E, ...args: BackendEvents[E]): void {
+    this.events.emit(event, ...(args as never));
   }
 
   /** Resolves with the next submission (or the latest one if it already happened and nobody took it). */

@@ -11,6 +11,7 @@ import { buildApp, type GatewayDeps } from '../../src/server/app.js';
 import type { HttpEdgeOptions } from '../../src/server/edge-options.js';
 import type { AdmissionGate } from '../../src/server/admission.js';
 import type { BackendGroup } from '../../src/server/backend.js';
+import type { GatewayEvents } from '../../src/server/gateway-events.js';
 import { GatewayMetrics } from '../../src/server/metrics.js';
 import { GatewayTokenizer } from '../../src/tokenizer/tokenizer.js';
 import { FakeBackend } from './fake-backend.js';
@@ -48,6 +49,8 @@ export async function makeApp(
     admission?: AdmissionGate;
     /** Tracing (request-trace.ts); default: off. */
     tracer?: GatewayDeps['tracer'];
+    /** The event list (a test's clock); default: the app's own. */
+    events?: GatewayEvents;
   } = {},
 ): Promise<{ app: FastifyInstance; backend: FakeBackend; tokenizer: GatewayTokenizer; metrics: GatewayMetrics }> {
   const backend = opts.backend ?? new FakeBackend();
@@ -65,6 +68,7 @@ export async function makeApp(
     ...(opts.edge !== undefined ? { edge: opts.edge } : {}),
     ...(opts.admission !== undefined ? { admission: opts.admission } : {}),
     ...(opts.tracer !== undefined ? { tracer: opts.tracer } : {}),
+    ...(opts.events !== undefined ? { events: opts.events } : {}),
   });
   return { app, backend, tokenizer, metrics };
 }

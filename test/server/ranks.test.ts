@@ -6,6 +6,8 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { RankStatsBook, RATE_WINDOW_S, RING_SIZE, mergeRankStats, percentile } from '../../src/server/rank-stats.js';
 import { ranksView } from '../../src/server/routes/ranks.js';
+import { GatewayEvents } from '../../src/server/gateway-events.js';
+import { EngineClientError } from '../../src/engine-client/errors.js';
 import { FakeBackend, rankState } from './fake-backend.js';
 import { WORKER, makeApp } from './helpers.js';
 
@@ -101,6 +103,7 @@ test('GET /v1/gateway/ranks: every rank of every group with its load, counters, 
       {
         dp_rank: 0,
         state: 'ready',
+        cause: null,
         in_flight: 2,
         num_running_reqs: 3,
         num_waiting_reqs: 1,
@@ -195,6 +198,7 @@ test('ranksView reports a dead group with its ranks, and leaves it out of the se
     0,
     ['m'],
     4321,
+    new GatewayEvents(),
   );
   assert.deepEqual(view.routing, { load_horizon_ms: 4321 });
   assert.deepEqual(
@@ -221,6 +225,11 @@ test('the dashboard is served as static files with their content types, no key n
       ['/dashboard/', 'text/html', '<title>model-gateway dashboard</title>'],
       ['/dashboard/app.js', 'text/javascript', "fetch('/v1/gateway/ranks'"],
       ['/dashboard/style.css', 'text/css', 'section.group'],
+      ['/dashboard/charts.js', 'text/javascript', 'new uPlot('],
+      ['/dashboard/events.js', 'text/javascript', 'events_source'],
+      // uPlot from node_modules (the `uplot` package), same origin: the CSP stays 'self'.
+      ['/dashboard/vendor/uPlot.iife.min.js', 'text/javascript', 'uPlot'],
+      ['/dashboard/vendor/uPlot.min.css', 'text/css', '.uplot'],
     ] as const) {
       const res = await app.inject({ method: 'GET', url });
       assert.equal(res.statusCode, 200, url);
@@ -257,4 +266,87 @@ test('mergeRankStats: several books as one (rates summed, percentiles over the u
   assert.equal(r0.tokenRate, (4 * 2) / 10);
   assert.equal(merged.snapshot('w', 1, 0).itlMs.samples, 1);
   assert.deepEqual(merged.snapshot('other', 0, 0).ttftMs, { p50: null, p90: null, p99: null, samples: 0 });
+});
+
+test('RankStatsBook.recent: TTFT and ITL percentiles over every rank of the last RATE_WINDOW_S seconds; merged too', () => {
+  const book = new RankStatsBook();
+  const t0 = 1_000_000;
+  book.recordTokens('w', 0, t0, 1, { ttftMs: 900 }); // falls out of the window below
+  book.recordTokens('w', 0, t0 + 5000, 1, { ttftMs: 10 });
+  book.recordTokens('w', 1, t0 + 6000, 1, { ttftMs: 30 });
+  book.recordTokens('v', 0, t0 + 7000, 1, { ttftMs: 20 });
+  book.recordTokens('v', 0, t0 + 7000, 3, { itlMsPerToken: 4 });
+  const now = t0 + RATE_WINDOW_S * 1000 + 1;
+  const recent = book.recent(now);
+  assert.deepEqual(recent.ttftMs, { p50: 20, p90: 30, p99: 30, samples: 3 });
+  assert.deepEqual(recent.itlMs, { p50: 4, p90: 4, p99: 4, samples: 1 });
+  assert.equal(book.snapshot('w', 0, now).ttftMs.samples, 2, 'the per-rank percentiles keep the older sample');
+  assert.deepEqual(book.recent(now + 10 * RATE_WINDOW_S * 1000).ttftMs, {
+    p50: null,
+    p90: null,
+    p99: null,
+    samples: 0,
+  });
+  const other = new RankStatsBook();
+  other.recordTokens('w', 0, now - 1, 1, { ttftMs: 40 });
+  const merged = mergeRankStats([...book.exportAll(now), ...other.exportAll(now)]);
+  assert.deepEqual(merged.recent(0).ttftMs, { p50: 20, p90: 40, p99: 40, samples: 4 });
+});
+
+test('GET /v1/gateway/ranks: the recent latency, and the events of the backends, 429 bursts and engine failures', async () => {
+  const clock = { t: 1_700_000_000_000 };
+  const events = new GatewayEvents({ now: () => clock.t });
+  const backend = new FakeBackend({ ranks: [0, 1] });
+  const { app } = await makeApp({ backend, events });
+  const post = (payload: object) => app.inject({ method: 'POST', url: '/v1/completions', payload });
+  const ranks = async () => (await app.inject({ method: 'GET', url: '/v1/gateway/ranks' })).json();
+  try {
+    backend.emitJoined(1, true);
+    backend.emitEvent('rank', 1, 'dead', 'engine-core-dead');
+    backend.rankStatesValue = [rankState(0), rankState(1, { state: 'dead', cause: 'engine-core-dead' })];
+    // Two refusals (flow control's 429) and a request the engine fails mid-stream, in one burst window each.
+    backend.submitError = new EngineClientError('overloaded', 'the group stayed saturated');
+    for (let i = 0; i < 2; i++) assert.equal((await post({ prompt: 'x', max_tokens: 2 })).statusCode, 429);
+    backend.submitError = null;
+    backend.onSubmit = (s) => {
+      s.stream.push([9707]);
+      setTimeout(() => s.stream.fail(new EngineClientError('engine-dead', 'DP rank 0 died', { dpRank: 0 })), 2);
+    };
+    const failed = await post({ prompt: 'x', max_tokens: 5, stream: true });
+    assert.match(failed.body, /engine_dead/);
+    let body = await ranks();
+    assert.deepEqual(
+      body.events.map((e: { kind: string }) => e.kind),
+      ['rank_rejoined', 'rank_died'],
+      'the bursts are still open',
+    );
+    assert.deepEqual(body.groups[0].ranks[1].state, 'dead');
+    assert.deepEqual(body.groups[0].ranks[1].cause, 'engine-core-dead');
+    assert.equal(body.events_source, events.source);
+    assert.equal(body.latency.window_s, RATE_WINDOW_S);
+    clock.t += 1000;
+    body = await ranks();
+    assert.deepEqual(
+      body.events.map(
+        (e: { id: number; kind: string; group: string | null; dp_rank: number | null; count: number }) => [
+          e.id,
+          e.kind,
+          e.group,
+          e.dp_rank,
+          e.count,
+        ],
+      ),
+      [
+        [1, 'rank_rejoined', 'tokenspeed-0', 1, 1],
+        [2, 'rank_died', 'tokenspeed-0', 1, 1],
+        [3, 'refused', null, null, 2],
+        [4, 'engine_errors', 'tokenspeed-0', 0, 1],
+      ],
+    );
+    assert.equal(body.events[1].cause, 'engine-core-dead');
+    assert.equal(body.events[2].message, '429 ×2 in 1 s (overloaded ×2)');
+    assert.ok(body.latency.ttft_ms.samples >= 1, JSON.stringify(body.latency));
+  } finally {
+    await app.close();
+  }
 });

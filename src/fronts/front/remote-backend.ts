@@ -3,20 +3,30 @@
  * 3-6), all through its `FrontChannel` (front-channel.ts):
  * - `RemoteBackend`: a `GenerationBackend` per engine group. `submit` goes to the router, which places the request;
  *   the sync reads (`rankStates()`, `status()`, …) answer from the router's last SNAPSHOT; `refresh()` fetches a fresh
- *   one (what /health, /ready and /v1/gateway/ranks await first).
+ *   one (what /health, /ready and /v1/gateway/ranks await first). Its events are the engine client's: `joined` from
+ *   the router's JOINED records, `rank` and `failed` from what changed between two snapshots.
  * - `sharedConcurrency`: the global `--max-concurrent-requests` count, held by the router (PERMIT / RELEASE).
  * The Responses store is shared-responses-store.ts. The routes cannot tell the difference; no routing state lives here.
  */
+import { EventEmitter } from 'node:events';
 import type { CancellableSubmitOptions, ClientStats } from '../../engine-client/client.js';
+import { EngineClientError } from '../../engine-client/errors.js';
 import { newClientStats } from '../../engine-client/reports.js';
 import type { ConnectedEngine } from '../../engine-client/link.js';
 import type { RequestStream } from '../../engine-client/request-stream.js';
 import type { GenerateRequest } from '../../protocols/types.js';
-import type { AdapterRegistry, BackendRankState, BackendStatus, GenerationBackend } from '../../server/backend.js';
+import type {
+  AdapterRegistry,
+  BackendEvents,
+  BackendRankState,
+  BackendStatus,
+  GenerationBackend,
+} from '../../server/backend.js';
 import type { AdapterChange } from '../../engine-client/lora-adapters.js';
 import type { SharedConcurrencyCap } from '../../server/concurrency.js';
 import type { GroupSnapshot } from '../channel/records.js';
 import type { FrontChannel } from './front-channel.js';
+import { snapshotEvents } from './snapshot-events.js';
 
 const EMPTY_STATS: ClientStats = newClientStats(
   {},
@@ -25,18 +35,52 @@ const EMPTY_STATS: ClientStats = newClientStats(
 
 /** One engine group's engine client as a front sees it, through the router (see the module docs). */
 export class RemoteBackend implements GenerationBackend {
-  private readonly joinedListeners: Array<(engine: ConnectedEngine, rejoin: boolean) => void> = [];
+  /** The engine client's events as this front learns them: `joined` from JOINED records, the rest from snapshots. */
+  private readonly events = new EventEmitter<BackendEvents>();
+  /** The group's snapshot the last events were derived from (undefined before the first). */
+  private seen: GroupSnapshot | undefined;
 
   constructor(
     private readonly channel: FrontChannel,
     private readonly group: number,
   ) {
+    this.seen = channel.groups[group];
     channel.on('joined', (g, engineIndex, rejoin) => {
       if (g !== this.group) return;
       // The app reads only the engine index of a joined rank.
       const engine = { engineIndex } as unknown as ConnectedEngine;
-      for (const l of this.joinedListeners) l(engine, rejoin);
+      this.emit('joined', engine, rejoin);
     });
+    channel.on('snapshot', (groups) => this.snapshotArrived(groups[this.group]));
+  }
+
+  /**
+   * The router's rank and group events are not sent as records: they are read from what changed between two
+   * snapshots of the group (snapshot-events.ts), so the app's listeners hear a death, a stall, a state change and a
+   * group failure here as they would from the engine client, a snapshot interval late at most.
+   */
+  private snapshotArrived(next: GroupSnapshot | undefined): void {
+    if (next === undefined) return;
+    const previous = this.seen;
+    this.seen = next;
+    for (const e of snapshotEvents(previous, next)) {
+      if (e.event === 'rank') this.emit('rank', e.dpRank, e.state, e.cause);
+      else
+        this.emit(
+          'failed',
+          new EngineClientError('engine-dead', `engine group failed as a unit (${e.cause})`),
+          e.cause,
+        );
+    }
+  }
+
+  /** Emit to the listeners; one that throws is logged, never breaks the channel's delivery (as the engine client). */
+  private emit<E extends keyof BackendEvents>(event: E, ...args: BackendEvents[E]): void {
+    try {
+      this.events.emit(event, ...(args as never));
+    } catch (err) {
+      this.channel.log.error({ err }, `a '${event}' listener threw`);
+    }
   }
 
   private get snap(): GroupSnapshot | undefined {
@@ -109,8 +153,9 @@ export class RemoteBackend implements GenerationBackend {
     return this.channel.refresh();
   }
 
-  on(event: 'joined', listener: (engine: ConnectedEngine, rejoin: boolean) => void): this {
-    if (event === 'joined') this.joinedListeners.push(listener);
+  /** Listen to the group's events (`GenerationBackend.on`): `joined`, `rank` and `failed`. */
+  on<E extends keyof BackendEvents>(event: E, listener: (...args: BackendEvents[E]) => void): this {
+    this.events.on(event, listener as never);
     return this;
   }
 }

@@ -126,7 +126,7 @@ async function handleEmbeddings(
       for (const s of streams) s.cancel();
       if (disconnect.signal.aborted) return endDisconnected(record, reply);
       const apiErr = toApiError(error);
-      record.count(apiErr.statusCode, 'error', apiErr.message);
+      record.countFailure(apiErr.statusCode, apiErr);
       throw apiErr;
     }
     const onLeave = () => {
@@ -140,7 +140,7 @@ async function handleEmbeddings(
       for (const s of streams) s.cancel();
       if (disconnect.signal.aborted) return endDisconnected(record, reply);
       const apiErr = toApiError(err);
-      record.count(apiErr.statusCode, 'error', apiErr.message);
+      record.countFailure(apiErr.statusCode, apiErr);
       throw apiErr;
     } finally {
       disconnect.signal.removeEventListener('abort', onLeave);

@@ -7,7 +7,8 @@
 import type { RouteContext } from '../route-context.js';
 import type { FastifyInstance } from 'fastify';
 import { refreshBackends, type BackendGroup, type BackendRankState, type BackendStatus } from '../backend.js';
-import type { LatencyPercentiles, RankStatsBook, RankStatsSource } from '../rank-stats.js';
+import type { GatewayEvent, GatewayEvents } from '../gateway-events.js';
+import { RATE_WINDOW_S, type LatencyPercentiles, type RankStatsBook, type RankStatsSource } from '../rank-stats.js';
 import { vllmAggregate } from '../vllm-aggregate.js';
 import { PRIORITY_BANDS, type FlowControlStats, type PriorityBand } from '../../engine-client/flow-control.js';
 
@@ -16,6 +17,8 @@ export interface RankAnswer {
   dp_rank: number;
   /** The rank's liveness state (joining / ready / stalled / dead; rank-liveness.ts). */
   state: BackendRankState['state'];
+  /** Why it is dead (rank-liveness.ts `DeathCause`) or `stall` while stalled; else null. */
+  cause: string | null;
   in_flight: number;
   /** The stored load (release-clamped, dp-routing.md 10); null before the rank's first report. */
   num_running_reqs: number | null;
@@ -96,18 +99,35 @@ export interface RanksAnswer {
   };
   /** How this process chooses between groups: the load report ageing horizon it scores with (ms). */
   routing: { load_horizon_ms: number };
+  /**
+   * The whole gateway's latency lately (the dashboard's charts): TTFT and ITL percentiles (ms) over every rank's
+   * samples of the last `window_s` seconds (rank-stats.ts `RecentLatency`).
+   */
+  latency: { window_s: number; ttft_ms: LatencyPercentiles; itl_ms: LatencyPercentiles };
   groups: GroupView[];
+  /** The answering process's last events, oldest first (newest last; gateway-events.ts): ids grow by one each. */
+  events: GatewayEvent[];
+  /**
+   * Which list `events` is (random per process): with `--workers N` each front keeps its own, and a restarted gateway
+   * starts a new one, so ids are only comparable between answers with the same source.
+   */
+  events_source: string;
 }
 
-/** The ranks view of `groups` at `nowMs` (the app's clock, for the rates). Pure apart from reading the clients. */
+/**
+ * The ranks view of `groups` at `nowMs` (the app's clock, for the rates), with `events`' list. Pure apart from reading
+ * the clients and closing the event bursts that are over.
+ */
 export function ranksView(
   groups: readonly BackendGroup[],
   stats: RankStatsSource,
   nowMs: number,
   names: readonly string[],
   loadHorizonMs: number,
+  events: GatewayEvents,
 ): RanksAnswer {
   const agg = vllmAggregate(groups);
+  const recent = stats.recent(nowMs);
   return {
     object: 'gateway.ranks',
     model: names[0] ?? '',
@@ -121,6 +141,7 @@ export function ranksView(
       ranks: agg.ranks,
     },
     routing: { load_horizon_ms: loadHorizonMs },
+    latency: { window_s: RATE_WINDOW_S, ttft_ms: recent.ttftMs, itl_ms: recent.itlMs },
     groups: groups.map((g) => ({
       name: g.name,
       worker: g.worker,
@@ -133,6 +154,7 @@ export function ranksView(
         return {
           dp_rank: r.engineIndex,
           state: r.state,
+          cause: r.cause,
           in_flight: r.inFlight,
           num_running_reqs: r.load?.numRunning ?? null,
           num_waiting_reqs: r.load?.numWaiting ?? null,
@@ -152,6 +174,8 @@ export function ranksView(
         };
       }),
     })),
+    events: events.list(),
+    events_source: events.source,
   };
 }
 
@@ -177,6 +201,6 @@ export function registerRanksRoute(app: FastifyInstance, ctx: RouteContext, shar
         request.log.warn({ err }, "per-rank statistics of the other fronts unavailable: answering with this front's");
       }
     }
-    return ranksView(ctx.chooser.groups, stats, ctx.now(), ctx.servedModelNames, ctx.chooser.loadHorizonMs);
+    return ranksView(ctx.chooser.groups, stats, ctx.now(), ctx.servedModelNames, ctx.chooser.loadHorizonMs, ctx.events);
   });
 }
