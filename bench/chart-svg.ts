@@ -247,3 +247,34 @@ export function yTitle(text: string, centerY: number, length: number): { svg: st
   });
   return { svg, right: 8 + 0.8 * 12 + (lines.length - 1) * 14 + 0.2 * 12 };
 }
+
+/**
+ * The opening of a chart: the `<svg>` element of `width` × `height` px, a white background, the title lines centred
+ * at the top, and a grid line with its value label at each tick (`y` maps a value to its pixel row; `left` / `right`:
+ * the plot's margins in px). The caller appends the rest and closes the element.
+ */
+export function chartFrame(
+  width: number,
+  height: number,
+  titleLines: readonly string[],
+  tickLabels: readonly { v: number; text: string }[],
+  plot: { left: number; right: number; y: (v: number) => number },
+): string[] {
+  const { left, right, y } = plot;
+  const parts = [
+    `<svg xmlns="http://www.w3.org/2000/svg" width="${width}" height="${height}" viewBox="0 0 ${width} ${height}" font-family="sans-serif" font-size="12">`,
+    `<rect width="${width}" height="${height}" fill="#ffffff"/>`,
+  ];
+  titleLines.forEach((line, i) =>
+    parts.push(
+      `<text x="${width / 2}" y="${24 + 19 * i}" text-anchor="middle" font-size="15" font-weight="bold">${esc(line)}</text>`,
+    ),
+  );
+  for (const t of tickLabels) {
+    parts.push(
+      `<line x1="${left}" x2="${width - right}" y1="${y(t.v).toFixed(1)}" y2="${y(t.v).toFixed(1)}" stroke="#e6e6e6"/>`,
+    );
+    parts.push(`<text x="${left - 6}" y="${(y(t.v) + 4).toFixed(1)}" text-anchor="end">${t.text}</text>`);
+  }
+  return parts;
+}

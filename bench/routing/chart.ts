@@ -7,6 +7,7 @@
  */
 
 import {
+  chartFrame,
   chooseYAxis,
   esc,
   labelRise,
@@ -127,21 +128,7 @@ export function renderRatioChart(input: ChartInput): string {
   const H = Math.ceil(leg.lastY + 16);
 
   const parts: string[] = [];
-  parts.push(
-    `<svg xmlns="http://www.w3.org/2000/svg" width="${W}" height="${H}" viewBox="0 0 ${W} ${H}" font-family="sans-serif" font-size="12">`,
-  );
-  parts.push(`<rect width="${W}" height="${H}" fill="#ffffff"/>`);
-  titleLines.forEach((line, i) =>
-    parts.push(
-      `<text x="${W / 2}" y="${24 + 19 * i}" text-anchor="middle" font-size="15" font-weight="bold">${esc(line)}</text>`,
-    ),
-  );
-  for (const t of tickLabels) {
-    parts.push(
-      `<line x1="${left}" x2="${W - right}" y1="${y(t.v).toFixed(1)}" y2="${y(t.v).toFixed(1)}" stroke="#e6e6e6"/>`,
-    );
-    parts.push(`<text x="${left - 6}" y="${(y(t.v) + 4).toFixed(1)}" text-anchor="end">${t.text}</text>`);
-  }
+  parts.push(...chartFrame(W, H, titleLines, tickLabels, { left, right, y }));
   parts.push(...yTitle(input.yLabel ?? 'TTFT p99 / round_robin', top + plotH / 2, plotH).svg);
   workloads.forEach((w, wi) => {
     const gx = left + wi * groupW + groupW * 0.1;

@@ -2,6 +2,7 @@
  * Headless Chromium for the dashboard tests: Debian's `chromium` package (`apt-get install -y chromium`; .ci/run
  * installs it when missing) driven by playwright-core over CDP, with a fresh profile folder per launch.
  */
+import assert from 'node:assert/strict';
 import { existsSync } from 'node:fs';
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -46,4 +47,32 @@ export async function launchChromium(): Promise<Browser> {
       await rm(profile, { recursive: true, force: true });
     },
   };
+}
+
+/**
+ * Streamed completions (model `qwen3`) from `concurrency` clients until `stop` fires, each client at most `limit`
+ * requests; resolves with how many were answered. Each must be answered 200 (a stream whose rank dies ends with an SSE
+ * error event after its first byte).
+ */
+export function streamingLoad(url: string, concurrency: number, limit: number, stop: AbortSignal): Promise<number> {
+  const one = async (): Promise<number> => {
+    let done = 0;
+    while (!stop.aborted && done < limit) {
+      const res = await fetch(`${url}/v1/completions`, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json' },
+        body: JSON.stringify({
+          model: 'qwen3',
+          prompt: 'Tell me about the ranks',
+          max_tokens: 60 + (done % 5) * 30,
+          stream: true,
+        }),
+      });
+      await res.text();
+      assert.equal(res.status, 200);
+      done++;
+    }
+    return done;
+  };
+  return Promise.all(Array.from({ length: concurrency }, one)).then((n) => n.reduce((a, b) => a + b, 0));
 }

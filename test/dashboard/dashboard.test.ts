@@ -15,7 +15,7 @@ import type { Page } from 'playwright-core';
 import { startGateway, type RunningGateway } from '../../src/gateway/index.js';
 import { rankState } from '../server/fake-backend.js';
 import { makeApp } from '../server/helpers.js';
-import { launchChromium, type Browser } from './browser.js';
+import { launchChromium, streamingLoad, type Browser } from './browser.js';
 
 /** An element of the page, as the callbacks below read it. */
 interface PageElement {
@@ -64,30 +64,6 @@ async function rows(page: Page): Promise<Record<string, Record<string, string>>>
 async function closeApp(app: FastifyInstance): Promise<void> {
   app.server.closeAllConnections();
   await app.close();
-}
-
-/** Stream completions from `concurrency` clients until `stop` fires (each client at most `limit` requests). */
-function streamingLoad(url: string, concurrency: number, limit: number, stop: AbortSignal): Promise<number> {
-  const one = async (): Promise<number> => {
-    let done = 0;
-    while (!stop.aborted && done < limit) {
-      const res = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'qwen3',
-          prompt: 'Tell me about the ranks',
-          max_tokens: 60 + (done % 5) * 30,
-          stream: true,
-        }),
-      });
-      await res.text();
-      assert.equal(res.status, 200);
-      done++;
-    }
-    return done;
-  };
-  return Promise.all(Array.from({ length: concurrency }, one)).then((n) => n.reduce((a, b) => a + b, 0));
 }
 
 describe('dashboard over a gateway with four simulated ranks under load', { timeout: 120_000 }, () => {

@@ -16,7 +16,7 @@ import { join } from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { Page } from 'playwright-core';
 import { startTestGateway, type TestGateway } from '../helpers/test-gateway.js';
-import { launchChromium, type Browser } from './browser.js';
+import { launchChromium, streamingLoad, type Browser } from './browser.js';
 
 /** An element of the page, as the callbacks below read it (they run inside Chromium). */
 interface PageElement {
@@ -55,33 +55,6 @@ const DEATH_CAUSES = [
   'group-failure',
   'handshake-timeout',
 ];
-
-/**
- * Streamed completions from `concurrency` clients until `stop` fires; resolves with how many were answered. Each is
- * answered 200: the streams of the killed rank fail after their first byte, with an SSE error event.
- */
-function streamingLoad(url: string, concurrency: number, stop: AbortSignal): Promise<number> {
-  const one = async (): Promise<number> => {
-    let done = 0;
-    while (!stop.aborted) {
-      const res = await fetch(`${url}/v1/completions`, {
-        method: 'POST',
-        headers: { 'content-type': 'application/json' },
-        body: JSON.stringify({
-          model: 'qwen3',
-          prompt: 'Tell me about the ranks',
-          max_tokens: 60 + (done % 5) * 30,
-          stream: true,
-        }),
-      });
-      await res.text();
-      assert.equal(res.status, 200);
-      done++;
-    }
-    return done;
-  };
-  return Promise.all(Array.from({ length: concurrency }, one)).then((n) => n.reduce((a, b) => a + b, 0));
-}
 
 /** Resolves once the page rendered `n` more answers (it polls every 500 ms): history for the screenshot. */
 async function morePolls(page: Page, n: number): Promise<void> {
@@ -202,7 +175,7 @@ describe('dashboard history: uPlot charts and the event list', { timeout: 180_00
         timeout: 30_000,
       });
       const stop = new AbortController();
-      const load = streamingLoad(gateway.url, 16, stop.signal);
+      const load = streamingLoad(gateway.url, 16, Infinity, stop.signal);
       load.catch(() => {}); // awaited below; a failure must not surface as an unhandled rejection meanwhile
       try {
         await assertChartsDrawn(page);
