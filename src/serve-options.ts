@@ -30,6 +30,7 @@ import { DEFAULT_REQUEST_TIMEOUT_MS, DEFAULT_TOKENIZE_BODY_LIMIT_BYTES } from '.
 import { REASONING_PARSER_NAMES, TOOL_CALL_PARSER_NAMES } from './server/parsers/index.js';
 import { DEFAULT_RESPONSES_STORE_SIZE } from './server/responses/store.js';
 import { DEFAULT_CLIENT_STALL_TIMEOUT_MS, DEFAULT_STREAM_BUFFER_BYTES } from './server/sse.js';
+import { tracesUrl } from './tracing.js';
 import { MAX_TIMER_MS } from './option-checks.js';
 import { DEFAULT_OFF_LOOP_LIMITS } from './tokenizer/off-loop.js';
 import { DEFAULT_HANDSHAKE_RECEIVE_TIMEOUT_MS, DEFAULT_MAX_MESSAGE_BYTES } from './transport/zmq-link.js';
@@ -155,6 +156,19 @@ function oneOf<T extends string>(names: readonly T[], hint?: string): Codec<T> {
 
 const text: Codec<string> = { parse: (_flag, raw) => str(raw), format: (v) => [v] };
 const flag: Codec<true> = { parse: () => true, format: () => [] };
+/** An OTLP/HTTP endpoint: an http(s) URL (src/tracing.ts `tracesUrl`); kept as given. */
+const otlpEndpoint: Codec<string> = {
+  parse(name, raw) {
+    const value = str(raw);
+    try {
+      tracesUrl(value, true);
+    } catch (err) {
+      throw new UsageError(`--${name}: ${(err as Error).message}`);
+    }
+    return value;
+  },
+  format: (v) => [v],
+};
 
 /** A CORS list: a JSON list of strings (vLLM's form, `["https://a.example"]`) or comma-separated values. */
 function list(map: (s: string) => string = (s) => s): Codec<string[]> {
@@ -501,7 +515,7 @@ export const SERVE_OPTIONS: readonly ServeOption[] = [
     help: "Export OpenTelemetry traces to this OTLP/HTTP endpoint (vLLM's flag; OTEL_* variables honoured)",
     doc: 'An OTLP/HTTP URL; a URL without a path gets `/v1/traces` ([observability.md](observability.md#tracing)).',
     default: 'off, unless OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or OTEL_EXPORTER_OTLP_ENDPOINT is set',
-    field: field(['otlpTracesEndpoint'], text),
+    field: field(['otlpTracesEndpoint'], otlpEndpoint),
   },
   {
     name: 'log-level',

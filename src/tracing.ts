@@ -110,6 +110,18 @@ const BATCH_ENV: Record<keyof BatchSettings, string> = {
   exportTimeoutMillis: 'OTEL_BSP_EXPORT_TIMEOUT',
 };
 
+/** The longest timer Node keeps (ms): 2^31 − 1. */
+const MAX_TIMER_MS = 2_147_483_647;
+
+/** `endpoint` as a log line may show it: without user, password and query (where credentials go). */
+export function loggableEndpoint(endpoint: string): string {
+  const url = new URL(endpoint);
+  url.username = '';
+  url.password = '';
+  url.search = '';
+  return url.toString();
+}
+
 /** `value` without surrounding blanks, or undefined when unset or blank (the spec treats empty as unset). */
 function envValue(env: NodeJS.ProcessEnv, name: string): string | undefined {
   const v = env[name]?.trim();
@@ -152,8 +164,11 @@ export function tracingSettings(endpointFlag: string | undefined, env: NodeJS.Pr
   let endpoint: string;
   if (endpointFlag !== undefined) endpoint = tracesUrl(endpointFlag, true);
   else if (traces !== undefined) endpoint = tracesUrl(traces, false);
-  else if (base !== undefined) endpoint = `${tracesUrl(base, false).replace(/\/$/, '')}/v1/traces`;
-  else return null;
+  else if (base !== undefined) {
+    const url = new URL(tracesUrl(base, false));
+    url.pathname = `${url.pathname.replace(/\/$/, '')}/v1/traces`;
+    endpoint = url.toString();
+  } else return null;
   const protocolName =
     envValue(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') ?? envValue(env, 'OTEL_EXPORTER_OTLP_PROTOCOL');
   const protocol = (protocolName ?? 'http/protobuf') as OtlpProtocol;
@@ -176,8 +191,11 @@ export function tracingSettings(endpointFlag: string | undefined, env: NodeJS.Pr
     if (raw === undefined) continue;
     const n = Number(raw);
     const min = key === 'scheduledDelayMillis' || key === 'exportTimeoutMillis' ? 0 : 1;
-    if (!Number.isSafeInteger(n) || n < min)
-      throw new RangeError(`${BATCH_ENV[key]} must be an integer ≥ ${min}, got ${JSON.stringify(raw)}`);
+    // A timer longer than 2^31 − 1 ms fires after 1 ms in Node: refused rather than turned into no batching at all.
+    if (!Number.isSafeInteger(n) || n < min || n > MAX_TIMER_MS)
+      throw new RangeError(
+        `${BATCH_ENV[key]} must be an integer from ${min} to ${MAX_TIMER_MS}, got ${JSON.stringify(raw)}`,
+      );
     batch[key] = n;
   }
   return { endpoint, protocol, sampler: samplerName as SamplerName, ratio, batch };

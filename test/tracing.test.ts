@@ -10,6 +10,7 @@ import {
   contextOf,
   isSampled,
   isTraceCarrier,
+  loggableEndpoint,
   startTracing,
   tracingSettings,
   tracesUrl,
@@ -65,6 +66,11 @@ test('tracingSettings: protocol, sampler, ratio and batch variables; a bad value
   assert.throws(() => tracingSettings('http://c', { OTEL_BSP_MAX_QUEUE_SIZE: '0' }), /OTEL_BSP_MAX_QUEUE_SIZE/);
   assert.throws(() => tracingSettings('localhost:4317', {}), /http:\/\/ or https:\/\//);
   assert.throws(() => tracesUrl('grpc://c:4317', true), /gRPC is not built in/);
+  assert.throws(() => tracingSettings('http://c', { OTEL_BSP_SCHEDULE_DELAY: '99999999999' }), /2147483647/);
+  // A base endpoint's path gets /v1/traces before any query; the logged form drops credentials and query.
+  const base = tracingSettings(undefined, { OTEL_EXPORTER_OTLP_ENDPOINT: 'http://u:pw@h:4318/?token=abc' })!;
+  assert.equal(base.endpoint, 'http://u:pw@h:4318/v1/traces?token=abc');
+  assert.equal(loggableEndpoint(base.endpoint), 'http://h:4318/v1/traces');
 });
 
 test('carrierOf / contextOf round trip a span context; a bad traceparent starts a new trace', () => {

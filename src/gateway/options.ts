@@ -301,7 +301,7 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
     const name = g.name ?? `${engine}-${index}`;
     if (typeof name !== 'string' || !GROUP_NAME.test(name))
       throw new RangeError(
-        `${where}name must be 1 to 64 letters, digits, '.', '_' or '-' starting with a letter or digit, got ${JSON.stringify(name)}`,
+        `${where}group name (--group-name) must be 1 to 64 letters, digits, '.', '_' or '-' starting with a letter or digit, got ${JSON.stringify(name)}`,
       );
     return {
       engine,
@@ -320,7 +320,10 @@ export function resolveGroups(opts: GatewayOptions): ResolvedGroup[] {
   const seen = (key: 'engineUrl' | 'handshake' | 'name', what: string) => {
     const values = resolved.map((g) => g[key]).filter((v): v is string => v !== undefined);
     const dup = values.find((v, i) => values.indexOf(v) !== i);
-    if (dup !== undefined) throw new RangeError(`two engine groups share the ${what} ${dup}; each group needs its own`);
+    if (dup !== undefined)
+      throw new RangeError(
+        `two engine groups share the ${what} ${dup}; each group needs its own${key === 'name' ? ' (a group without --group-name is named after its engine family and index)' : ''}`,
+      );
   };
   seen('engineUrl', 'worker URL');
   seen('handshake', 'handshake address');

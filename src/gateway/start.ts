@@ -49,7 +49,7 @@ import type { GatewayOptions } from './options.js';
 import { planGateway, type GatewayPlan } from './plan.js';
 import { gatewayStops } from './shutdown.js';
 import { spawnGroupSims, waitForGroupRanks } from './sim-ranks.js';
-import { startTracing } from '../tracing.js';
+import { loggableEndpoint, startTracing } from '../tracing.js';
 
 /** A started gateway: its base URL (`http://host:port`) and idempotent ways to stop it. */
 export interface RunningGateway {
@@ -114,7 +114,10 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
     plan.tracing === null ? null : await startTracing(plan.tracing, plan.serveHttp ? 'gateway' : 'router');
   if (plan.tracing !== null) {
     const { endpoint, protocol, sampler, ratio } = plan.tracing;
-    logger.info({ endpoint, protocol, sampler, ratio }, 'tracing on: spans go to the OTLP endpoint');
+    logger.info(
+      { endpoint: loggableEndpoint(endpoint), protocol, sampler, ratio },
+      'tracing on: spans go to the OTLP endpoint',
+    );
   }
   let started: Awaited<ReturnType<typeof startEngineGroups>>;
   try {

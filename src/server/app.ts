@@ -353,7 +353,13 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   app.setErrorHandler((error: FastifyError, request, reply) => {
     const apiErr = frameworkApiError(error, bodyLimit);
     logErrorAnswer(request, apiErr, error);
-    if (apiErr.statusCode >= 500) traces?.of(request)?.fail(error);
+    const trace = traces?.of(request);
+    if (trace !== undefined) {
+      if (apiErr.statusCode >= 500) trace.fail(error);
+      // A request refused after its record took the span (a submit error: queue timeout, budget, no rank) is answered
+      // here, not counted by the record: the response's close ends the span with this status.
+      trace.owned = false;
+    }
     // Every 429 ends here (the concurrency cap, flow control, tenant budgets, a full tokenizer queue): in bursts.
     if (apiErr.statusCode === 429) events.refused(apiErr.code);
     const url = request.routeOptions.url;

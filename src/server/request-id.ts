@@ -29,8 +29,10 @@ export const LOGGED_REQUEST_ID_CHARS = 256;
  * response and engine request id after the route's prefix (serve-generation.ts), so one id names it everywhere.
  */
 export function logRequestId(raw: IncomingMessage): string {
-  const id = clientRequestId(raw.headers);
-  if (id === null) return randomUUID().replaceAll('-', '');
+  const header = clientRequestId(raw.headers);
+  if (header === null) return randomUUID().replaceAll('-', '');
+  // Node holds the header one char per byte: the bytes read as UTF-8 (what a client sends) for the log.
+  const id = hasHighBytes(header) ? Buffer.from(header, 'latin1').toString('utf8') : header;
   return id.length <= LOGGED_REQUEST_ID_CHARS ? id : `${id.slice(0, LOGGED_REQUEST_ID_CHARS)}…`;
 }
 

@@ -22,7 +22,9 @@ import { carrierOf, contextOf, type TraceCarrier } from '../tracing.js';
 
 /** Paths without spans: probes and scrapes (every few seconds, nothing to see) and the dashboard's files. */
 function untraced(url: string): boolean {
-  return url === '/metrics' || url === '/health' || url === '/ready' || url.startsWith('/dashboard');
+  const q = url.indexOf('?');
+  const path = q === -1 ? url : url.slice(0, q);
+  return path === '/metrics' || path === '/health' || path === '/ready' || path.startsWith('/dashboard');
 }
 
 /**

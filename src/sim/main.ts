@@ -44,7 +44,7 @@ import { DEFAULT_STEP_TIME_MODEL, SCHEDULING_POLICIES, type SchedulingPolicy } f
 import { SIM_ENGINE_FAMILIES, type SimEngineFamily } from './wire.js';
 import { DEFAULT_SIM_BEHAVIOUR, SIM_TOOL_CALL_FORMATS, type SimToolCallFormat } from './response-plan.js';
 import { parseKvEventsConfig } from '../protocols/kv-events/config.js';
-import { startTracing, tracesUrl, tracingSettings } from '../tracing.js';
+import { startTracing, tracesUrl, tracingSettings, type TracingSettings } from '../tracing.js';
 
 /** A command-line mistake; the message names the option. */
 export class SimArgsError extends Error {
@@ -452,7 +452,14 @@ export async function simMain(argv: readonly string[]): Promise<number> {
   };
   // Without --stats-dir SIGUSR2 keeps node's default (it ends the process), as before.
   if (statsDir !== null) process.on('SIGUSR2', onStatsSignal);
-  const traceSettings = args.otlpTracesEndpoint === null ? null : tracingSettings(args.otlpTracesEndpoint, process.env);
+  let traceSettings: TracingSettings | null = null;
+  try {
+    traceSettings = args.otlpTracesEndpoint === null ? null : tracingSettings(args.otlpTracesEndpoint, process.env);
+  } catch (error) {
+    // A bad OTEL_* variable: one line, as for a bad flag (the OTEL_* values are the rank's configuration too).
+    process.stderr.write(`sim rank: ${(error as Error).message}\n`);
+    return 2;
+  }
   const tracing = traceSettings === null ? null : await startTracing(traceSettings, 'engine', 'model-gateway-sim');
   try {
     handle = await runSimEngine({ ...args.engine, logger, tracer: tracing?.tracer ?? null });

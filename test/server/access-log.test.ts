@@ -170,6 +170,13 @@ test('every line about a request names it: the client X-Request-Id (cut to 256 c
     const line = lines.find((l) => l.msg === 'request finished')!;
     assert.equal(line.requestId, 'client-42');
     assert.match(String(line.responseId), /^cmpl-[0-9a-f]{32}$/, 'the response id is the gateway’s own');
+    // A UTF-8 id (Node holds its bytes one char each) is logged as the text the client sent.
+    const utf8 = Buffer.from('idé-日本', 'utf8').toString('latin1');
+    await app.inject({ method: 'POST', url: '/v1/completions', headers: { 'x-request-id': utf8 }, payload: {} });
+    assert.ok(
+      lines.some((l) => l.requestId === 'idé-日本'),
+      'the UTF-8 id as text',
+    );
     const long = 'x'.repeat(300);
     await app.inject({ method: 'POST', url: '/v1/completions', headers: { 'x-request-id': long }, payload: {} });
     const refused = lines.find((l) => l.msg === 'request refused' && String(l.requestId).startsWith('xxx'))!;

@@ -87,3 +87,29 @@ test('a 5xx is recorded as an error with its exception; a mid-stream engine fail
     await app.close();
   }
 });
+
+test('a request refused at submit (after its record exists) still ends its span, with the status', async () => {
+  const { exporter, tracer } = tracing();
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.submitError = Object.assign(new Error('the queue is full'), { kind: 'overloaded' });
+  const { app } = await makeApp({ backend, tracer });
+  try {
+    const res = await app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 5 } });
+    assert.ok(res.statusCode >= 400, String(res.statusCode));
+    await new Promise((r) => setImmediate(r));
+    const span = exporter.getFinishedSpans().find((s) => s.name === 'POST /v1/completions');
+    assert.ok(span !== undefined, 'the request span was exported');
+    assert.equal(span.attributes['http.response.status_code'], res.statusCode);
+    // Probes with a query string get no span either.
+    exporter.reset();
+    await app.inject({ method: 'GET', url: '/health?verbose=1' });
+    await app.inject({ method: 'GET', url: '/metrics?x=1' });
+    await new Promise((r) => setImmediate(r));
+    assert.deepEqual(
+      exporter.getFinishedSpans().map((s) => s.name),
+      [],
+    );
+  } finally {
+    await app.close();
+  }
+});
