@@ -342,7 +342,10 @@ test('--group-name per group: the name operators see; defaulted to the family an
     /names the only group; give it after each group/,
   );
   assert.throws(() => parseServeArgs(['--sim', '1', '--group-name', 'a', '--group-name', 'b']), /given twice/);
-  assert.throws(() => parseServeArgs(['--group-name', 'ipc:///tmp/x']), /group name \(--group-name\) must be 1 to 64 letters/);
+  assert.throws(
+    () => parseServeArgs(['--group-name', 'ipc:///tmp/x']),
+    /group name \(--group-name\) must be 1 to 64 letters/,
+  );
   assert.throws(() => resolveGroups({ name: '' }), /--group-name/);
   assert.throws(
     () => parseServeArgs(['--sim', '1', '--group-name', 'same', '--sim', '1', '--group-name', 'same']),
