@@ -49,12 +49,27 @@ export async function launchChromium(): Promise<Browser> {
   };
 }
 
+/** What a streaming load ended with: requests answered 200, and those a killed rank ended before their first byte. */
+export interface LoadOutcome {
+  readonly answered: number;
+  readonly lostToDeath: number;
+}
+
 /**
  * Streamed completions (model `qwen3`) from `concurrency` clients until `stop` fires, each client at most `limit`
- * requests; resolves with how many were answered. Each must be answered 200 (a stream whose rank dies ends with an SSE
- * error event after its first byte).
+ * requests. Each must be answered 200 (a stream whose rank dies ends with an SSE error event after its first byte),
+ * except, once `deathOf.killed` has fired, a request that was still waiting on the killed DP rank `deathOf.rank`: the
+ * gateway answers it 503 with an OpenAI-style error naming that rank (docs/operations.md "One rank dies"), and it is
+ * counted in `lostToDeath`.
  */
-export function streamingLoad(url: string, concurrency: number, limit: number, stop: AbortSignal): Promise<number> {
+export function streamingLoad(
+  url: string,
+  concurrency: number,
+  limit: number,
+  stop: AbortSignal,
+  deathOf?: { readonly rank: number; readonly killed: AbortSignal },
+): Promise<LoadOutcome> {
+  let lostToDeath = 0;
   const one = async (): Promise<number> => {
     let done = 0;
     while (!stop.aborted && done < limit) {
@@ -68,11 +83,21 @@ export function streamingLoad(url: string, concurrency: number, limit: number, s
           stream: true,
         }),
       });
-      await res.text();
-      assert.equal(res.status, 200);
+      const body = await res.text();
+      if (res.status === 503 && deathOf?.killed.aborted === true) {
+        const { error } = JSON.parse(body) as { error: { type: string; message: string } };
+        assert.equal(error.type, 'service_unavailable_error', body);
+        assert.match(error.message, new RegExp(`DP rank ${deathOf.rank}\\b`), body);
+        lostToDeath++;
+        continue;
+      }
+      assert.equal(res.status, 200, body);
       done++;
     }
     return done;
   };
-  return Promise.all(Array.from({ length: concurrency }, one)).then((n) => n.reduce((a, b) => a + b, 0));
+  return Promise.all(Array.from({ length: concurrency }, one)).then((n) => ({
+    answered: n.reduce((a, b) => a + b, 0),
+    lostToDeath,
+  }));
 }

@@ -141,7 +141,7 @@ describe('dashboard over a gateway with four simulated ranks under load', { time
     } finally {
       stop.abort();
     }
-    const sent = await load;
+    const sent = (await load).answered;
     assert.ok(sent >= 20, `${sent} requests`);
     // Idle again: the in-flight sets empty, and the page shows it.
     await page.waitForFunction(
