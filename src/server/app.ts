@@ -229,6 +229,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const bodyLimit = deps.bodyLimitBytes ?? DEFAULT_BODY_LIMIT_BYTES;
   const edge = resolveEdgeOptions(deps.edge);
   const timeouts = serverTimeouts(edge.requestTimeoutMs);
+  const traces = deps.tracer ? new RequestTraces(deps.tracer) : null;
   const app = Fastify({
     // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
     loggerInstance: deps.logger as FastifyBaseLogger,
@@ -259,9 +260,10 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
     genReqId: logRequestId, // request-id.ts
+    // Tracing on: each request's span starts with its logger, which carries the trace id (request-trace.ts).
+    ...(traces !== null ? { childLoggerFactory: traces.childLoggerFactory } : {}),
   });
-  // First of the onRequest hooks, so a request refused by any later one has its span too.
-  const traces = deps.tracer ? new RequestTraces(deps.tracer) : null;
+  // First of the onRequest hooks, so a request refused by any later one has its span's status too.
   traces?.install(app);
   // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
   // is a long-standing property of http.Server that @types/node does not declare.

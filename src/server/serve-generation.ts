@@ -11,7 +11,8 @@ import type { GenerateRequest, LoraTarget, SamplingOptions } from '../protocols/
 import { createDetokenizer } from '../tokenizer/detokenizer.js';
 import { StopStringMatcher } from '../tokenizer/stop-matcher.js';
 import type { GatewayTokenizer } from '../tokenizer/tokenizer.js';
-import type { BackendGroup, BackendStream } from './backend.js';
+import type { BackendGroup, BackendStream, EngineFamily } from './backend.js';
+import type { TraceCarrier } from '../tracing.js';
 import type { ChoiceOutputOptions } from './choice-output.js';
 import { ChoiceOutputs } from './choice-outputs.js';
 import { watchClientDisconnect, type DisconnectSignal, type DisconnectWatch } from './disconnect.js';
@@ -433,7 +434,7 @@ export async function serveGeneration(
     const submittedAt = ctx.now();
     const { streams, error: submitError } = await submitSubRequests(
       backend,
-      engineRequestsOf(requestId, prepared, trace),
+      engineRequestsOf(requestId, prepared, engineTraceHeaders(trace, group.engine)),
       {
         dpRank,
         leave: disconnect.signal,
@@ -483,11 +484,25 @@ function eosSetOf(tokenizer: GatewayTokenizer): ReadonlySet<number> {
 }
 
 /**
- * The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request; each
- * carries the request span's headers when `trace` is given.
+ * The W3C headers an engine request carries (`GenerateRequest.trace`), or undefined: a sampled span's always (the
+ * engine client's `queue` and `route` spans, the router's with `--workers`, vLLM's engine spans); an unsampled one's
+ * only to vLLM, whose `trace_headers` then tell its engine not to sample the request either. An unsampled request to
+ * TokenSpeed (no such wire field) makes no headers: nothing would read them.
  */
-function engineRequestsOf(requestId: string, prepared: PreparedRequest, trace: RequestTrace | null): GenerateRequest[] {
-  const carrier = trace?.carrier();
+function engineTraceHeaders(trace: RequestTrace | null, engine: EngineFamily): TraceCarrier | undefined {
+  if (trace === null || (!trace.recording && engine !== 'vllm')) return undefined;
+  return trace.carrier();
+}
+
+/**
+ * The n engine sub-requests of `prepared` (ids `<requestId>-<i>`, seeds s + i; fan-out.ts), or the one request; each
+ * carries `carrier`, the request span's headers, when given.
+ */
+function engineRequestsOf(
+  requestId: string,
+  prepared: PreparedRequest,
+  carrier: TraceCarrier | undefined,
+): GenerateRequest[] {
   return subRequestIds(requestId, prepared.n).map((id, i) => ({
     requestId: id,
     promptTokenIds: prepared.promptTokenIds,

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { FakeBackend } from './fake-backend.js';
+import { captureLogs } from '../helpers/logs.js';
 import { makeApp } from './helpers.js';
 
 function tracing() {
@@ -111,5 +112,44 @@ test('a request refused at submit (after its record exists) still ends its span,
     );
   } finally {
     await app.close();
+  }
+});
+
+test('an unsampled request: headers only to a vLLM group (flags 00); its log lines carry both ids', async () => {
+  const unsampled = '5bf92f3577b34da6a3ce929d0e0e4737';
+  for (const engine of ['tokenspeed', 'vllm'] as const) {
+    const { exporter, tracer } = tracing();
+    const { logger, records } = captureLogs('debug');
+    const backend = new FakeBackend({ ranks: [0] });
+    const sent: Array<Record<string, string> | undefined> = [];
+    backend.onSubmit = (s) => {
+      sent.push(s.request.trace);
+      s.stream.pushAll([9707], 'length');
+    };
+    const { app } = await makeApp({
+      backend,
+      tracer,
+      logger,
+      groups: [{ worker: 'w', name: `${engine}-0`, engine, backend }],
+    });
+    try {
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/completions',
+        headers: { traceparent: `00-${unsampled}-00f067aa0ba902b7-00`, 'x-request-id': 'req-unsampled' },
+        payload: { prompt: 'hello', max_tokens: 1 },
+      });
+      assert.equal(res.statusCode, 200);
+      assert.deepEqual(exporter.getFinishedSpans(), [], engine);
+      if (engine === 'vllm') {
+        assert.equal(sent.length, 1);
+        assert.match(sent[0]?.traceparent ?? '', new RegExp(`^00-${unsampled}-[0-9a-f]{16}-00$`));
+      } else assert.deepEqual(sent, [undefined], 'TokenSpeed has no field for them');
+      const lines = records.filter((r) => r['requestId'] === 'req-unsampled');
+      assert.ok(lines.length > 0, JSON.stringify(records));
+      for (const line of lines) assert.equal(line['traceId'], unsampled, JSON.stringify(line));
+    } finally {
+      await app.close();
+    }
   }
 });
