@@ -23,6 +23,7 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { randomFillSync } from 'node:crypto';
 
 /** W3C trace-context headers (`traceparent`, and `tracestate` when there is one), lower-case names. */
 export type TraceCarrier = Readonly<Record<string, string>>;
@@ -34,9 +35,47 @@ const propagator = new W3CTraceContextPropagator();
  * when it holds a valid `traceparent`, else the empty root context (the next span starts a new trace). Never throws.
  */
 export function contextOf(carrier: object | null | undefined): Context {
-  if (carrier === null || carrier === undefined) return ROOT_CONTEXT;
+  // Most requests come without a parent: no propagator call for them (it walks both header names through the getter).
+  if (carrier === null || carrier === undefined || !('traceparent' in carrier)) return ROOT_CONTEXT;
   return propagator.extract(ROOT_CONTEXT, carrier, defaultTextMapGetter);
 }
+
+/** Hex digits the id pool holds at once: 128 trace ids' worth. */
+const ID_POOL_HEX_DIGITS = 4096;
+
+/**
+ * Trace and span ids (W3C Trace Context 3.2.2.3-4: 32 and 16 lower-case hex digits, not all zero) cut from a pool of
+ * random hex, refilled from `crypto.randomFillSync` every 4096 digits. The SDK's default generator writes
+ * `Math.random()` words into a buffer and hex-encodes it per id: about 2 µs of each request's span start in the
+ * gateway's profile, against ~0.1 µs here. The ids are also cryptographically random, which the default's are not.
+ * An id is a slice of the pool's string, so a pool stays alive while an id cut from it does (8 KB each).
+ */
+export class PooledIdGenerator {
+  private pool = '';
+  private at = 0;
+
+  /** A new trace id: 32 hex digits. */
+  generateTraceId(): string {
+    return this.take(32);
+  }
+
+  /** A new span id: 16 hex digits. */
+  generateSpanId(): string {
+    return this.take(16);
+  }
+
+  private take(digits: number): string {
+    for (;;) {
+      if (this.at + digits > this.pool.length) {
+        this.pool = randomFillSync(Buffer.allocUnsafe(ID_POOL_HEX_DIGITS / 2)).toString('hex');
+        this.at = 0;
+      }
+      const id = this.pool.slice(this.at, (this.at += digits));
+      if (!ALL_ZERO.test(id)) return id; // an all-zero id is invalid (2^-64 at worst): cut the next one
+    }
+  }
+}
+const ALL_ZERO = /^0+$/;
 
 /** The W3C headers that make `span` the parent of a span in another process (an engine's, the router's). */
 export function carrierOf(span: Span): TraceCarrier {
@@ -246,6 +285,7 @@ export async function startTracing(
   const provider = new sdk.TracerProvider({
     resource,
     sampler,
+    idGenerator: new PooledIdGenerator(),
     spanProcessors: [new sdk.BatchSpanProcessor({ exporter, ...settings.batch })],
   });
   return {

@@ -8,6 +8,7 @@ import { trace, ROOT_CONTEXT } from '@opentelemetry/api';
 import {
   carrierOf,
   contextOf,
+  PooledIdGenerator,
   isSampled,
   isTraceCarrier,
   loggableEndpoint,
@@ -81,6 +82,7 @@ test('carrierOf / contextOf round trip a span context; a bad traceparent starts 
   assert.deepEqual(trace.getSpanContext(contextOf(carrier)), { ...spanContext, isRemote: true });
   assert.equal(trace.getSpanContext(contextOf({ traceparent: 'garbage' })), undefined);
   assert.equal(contextOf(undefined), ROOT_CONTEXT);
+  assert.equal(contextOf({ tracestate: 'a=b' }), ROOT_CONTEXT, 'no traceparent: no parent');
   assert.ok(!isTraceCarrier({ traceparent: 1 }));
   assert.ok(!isTraceCarrier(['x']));
   assert.ok(!isTraceCarrier({ a: 'x'.repeat(513) }));
@@ -127,4 +129,19 @@ test('isSampled reads the sampled bit of the traceparent flags', () => {
   assert.ok(!isSampled(tp('02')));
   assert.ok(!isSampled({}));
   assert.ok(!isSampled({ traceparent: 'short' }));
+});
+
+test('PooledIdGenerator: W3C ids (32 and 16 lower-case hex digits), distinct across pool refills', () => {
+  const ids = new PooledIdGenerator();
+  const seen = new Set<string>();
+  // 500 of each: 24 000 digits, so the 4096-digit pool is refilled several times.
+  for (let i = 0; i < 500; i++) {
+    const t = ids.generateTraceId();
+    const s = ids.generateSpanId();
+    assert.match(t, /^[0-9a-f]{32}$/);
+    assert.match(s, /^[0-9a-f]{16}$/);
+    assert.ok(!/^0+$/.test(t) && !/^0+$/.test(s));
+    seen.add(t).add(s);
+  }
+  assert.equal(seen.size, 1000);
 });
