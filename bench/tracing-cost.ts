@@ -15,7 +15,7 @@
  * `process.cpuUsage()` per block. Prints each arm's µs per request (median, min–max over rounds) and the paired
  * difference to tracing off. A diagnostic: nothing is written.
  *
- * Usage: `npm run bench:tracing-cost -- [--rounds N (15)] [--block N (2000)] [--ratio R (0.01)] [--all]`.
+ * Usage: `npm run bench:tracing-cost -- [--rounds N (150)] [--block N (200)] [--ratio R (0.01)] [--all]`.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
@@ -28,8 +28,8 @@ import { makeApp } from '../test/server/helpers.js';
 import { freePort } from '../test/helpers/net.js';
 
 const USAGE = `npm run bench:tracing-cost -- [options]
-  --rounds N   alternating rounds of every arm (15)
-  --block N    requests per arm and round (2000)
+  --rounds N   alternating rounds of every arm (150)
+  --block N    requests per arm and round (200)
   --ratio R    the sampled arm's ratio (0.01)
   --all        also an arm that samples every request
   --help       this text`;
@@ -54,8 +54,8 @@ function parseCli() {
   return parseArgs({
     options: {
       help: { type: 'boolean' },
-      rounds: { type: 'string', default: '15' },
-      block: { type: 'string', default: '2000' },
+      rounds: { type: 'string', default: '150' },
+      block: { type: 'string', default: '200' },
       ratio: { type: 'string', default: '0.01' },
       all: { type: 'boolean', default: false },
     },
@@ -78,6 +78,7 @@ async function startSink(): Promise<{ url: string; stop: () => void }> {
     ],
     { stdio: ['ignore', 'pipe', 'inherit'] },
   );
+  process.once('exit', () => child.kill()); // an interrupted run leaves no sink behind
   await once(child.stdout!, 'data');
   return { url: `http://127.0.0.1:${port}`, stop: () => child.kill() };
 }
@@ -113,14 +114,15 @@ const median = (xs: readonly number[]): number => {
 };
 
 const sink = await startSink();
-const tracingAt = (r: string) =>
-  startTracing(
-    tracingSettings(sink.url, { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: r })!,
-    'gateway',
-  );
-const arms: Arm[] = [await makeArm('off', null), await makeArm(`on ${ratio}`, await tracingAt(ratio))];
-if (parsed.values.all) arms.push(await makeArm('on 1', await tracingAt('1')));
+const arms: Arm[] = [];
 try {
+  const tracingAt = (r: string) =>
+    startTracing(
+      tracingSettings(sink.url, { OTEL_TRACES_SAMPLER: 'parentbased_traceidratio', OTEL_TRACES_SAMPLER_ARG: r })!,
+      'gateway',
+    );
+  arms.push(await makeArm('off', null), await makeArm(`on ${ratio}`, await tracingAt(ratio)));
+  if (parsed.values.all) arms.push(await makeArm('on 1', await tracingAt('1')));
   for (const arm of arms) await drive(arm.app, block); // warm-up: compiled paths, the validator, the tokenizer's cache
   for (let r = 0; r < rounds; r++) {
     // Rotate the order each round: no arm always runs first (after another arm's garbage).
@@ -136,6 +138,7 @@ try {
     );
   }
 } finally {
+  // Also after a failed start: the sink is a child process, which would keep this one running.
   for (const arm of arms) {
     await arm.app.close();
     await arm.tracing?.shutdown();
