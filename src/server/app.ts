@@ -250,6 +250,7 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const apiErr = frameworkApiError(error, bodyLimit);
       logErrorAnswer(request, apiErr, error);
+      traces?.refusedBeforeHooks(request, apiErr.statusCode);
       // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here, and hand
       // Node the body as the onSend hook would (request-id.ts).
       echoRequestId(request, reply);

@@ -102,6 +102,21 @@ export class RequestTrace {
   }
 }
 
+/** What a span says of a request its client left before the response was written (nginx's 499, as request-record.ts). */
+const CLIENT_LEFT_STATUS = 499;
+
+/** Name a recording span after the request's route (`unknown route` when none matched) and describe the request. */
+function describe(t: RequestTrace, request: FastifyRequest): void {
+  const route = request.routeOptions.url;
+  t.span.updateName(`${request.method} ${route ?? 'unknown route'}`);
+  t.set({
+    'http.request.method': request.method,
+    ...(route !== undefined ? { 'http.route': route } : {}),
+    'url.path': request.url.split('?', 1)[0]!,
+    'model_gateway.request_id': request.id,
+  });
+}
+
 /** fastify's hook that makes each request's logger (not exported by name). */
 type ChildLoggerFactory = NonNullable<FastifyServerOptions['childLoggerFactory']>;
 
@@ -145,26 +160,32 @@ export class RequestTraces {
 
   /**
    * Name and describe each recording span once its route is known, and end it when the response closes unless a
-   * record owns it. The first `onRequest` hook, so requests refused by authentication, CORS or the concurrency cap
-   * have their status too. An unsampled span (most of them at a low ratio) costs nothing here.
+   * record owns it: with the response's status, or 499 when the client left before the response was written (as the
+   * generation routes record it; Node's `statusCode` would still say 200). The first `onRequest` hook, so requests
+   * refused by authentication, CORS or the concurrency cap have their status too. An unsampled span (most of them at
+   * a low ratio) costs nothing here.
    */
   install(app: FastifyInstance): void {
     app.addHook('onRequest', (request, reply, done) => {
       const t = (request.raw as TracedMessage)[TRACE];
       if (t !== undefined && t.recording) {
-        const route = request.routeOptions.url;
-        t.span.updateName(`${request.method} ${route ?? 'unknown route'}`);
-        t.set({
-          'http.request.method': request.method,
-          ...(route !== undefined ? { 'http.route': route } : {}),
-          'url.path': request.url.split('?', 1)[0]!,
-          'model_gateway.request_id': request.id,
-        });
+        describe(t, request);
         reply.raw.once('close', () => {
-          if (!t.owned) t.end(reply.raw.statusCode);
+          if (!t.owned) t.end(reply.raw.writableEnded ? reply.raw.statusCode : CLIENT_LEFT_STATUS);
         });
       }
       done();
     });
+  }
+
+  /**
+   * End the span of a request fastify refused before its hooks ran (`frameworkErrors`: an undecodable URL), with
+   * `status`: its span started with its logger, and no hook will end it. A no-op for a span already ended.
+   */
+  refusedBeforeHooks(request: FastifyRequest, status: number): void {
+    const t = (request.raw as TracedMessage)[TRACE];
+    if (t === undefined || !t.recording) return;
+    describe(t, request);
+    t.end(status);
   }
 }

@@ -3,13 +3,16 @@
  * span holds, a 5xx recorded as an error with its exception, a mid-stream engine failure marked failed, and the
  * client's parent. The OTLP path end to end is test/e2e/tracing.test.ts.
  */
+import { once } from 'node:events';
+import { connect } from 'node:net';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SpanStatusCode } from '@opentelemetry/api';
 import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
 import { FakeBackend } from './fake-backend.js';
+import { waitFor } from '../helpers/async.js';
 import { captureLogs } from '../helpers/logs.js';
-import { makeApp } from './helpers.js';
+import { listenApp, makeApp } from './helpers.js';
 
 function tracing() {
   const exporter = new InMemorySpanExporter();
@@ -151,5 +154,43 @@ test('an unsampled request: headers only to a vLLM group (flags 00); its log lin
     } finally {
       await app.close();
     }
+  }
+});
+
+test('a URL fastify refuses before the hooks ends its span (400); a client that leaves unanswered is 499', async () => {
+  const { exporter, tracer } = tracing();
+  const { app, port } = await listenApp({ tracer });
+  try {
+    const traceId = 'fffffffffffffffffffffffffffffc24';
+    const res = await app.inject({
+      method: 'GET',
+      url: '/v1/%zz',
+      headers: { traceparent: `00-${traceId}-b7ad6b7169203331-01` },
+    });
+    assert.equal(res.statusCode, 400);
+    const bad = exporter.getFinishedSpans().find((s) => s.spanContext().traceId === traceId);
+    assert.ok(bad !== undefined, 'the refused request span was exported');
+    assert.equal(bad.name, 'GET unknown route');
+    assert.equal(bad.attributes['http.response.status_code'], 400);
+
+    // A body that never completes: the client closes with 10 of 100 bytes sent, and no response is written.
+    exporter.reset();
+    const socket = connect(port, '127.0.0.1');
+    await once(socket, 'connect');
+    // fastify's own 'request' listener (routing, the span, the hooks) runs before this one.
+    const received = once(app.server, 'request');
+    socket.write(
+      'POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{"prompt":',
+    );
+    await received;
+    socket.destroy();
+    await waitFor(
+      () => exporter.getFinishedSpans().some((s) => s.name === 'POST /v1/completions'),
+      'the left request span',
+    );
+    const left = exporter.getFinishedSpans().find((s) => s.name === 'POST /v1/completions')!;
+    assert.equal(left.attributes['http.response.status_code'], 499);
+  } finally {
+    await app.close();
   }
 });
