@@ -37,10 +37,13 @@ const USAGE = `npm run bench:tracing-cost -- [options]
 let parsed: ReturnType<typeof parseCli>;
 try {
   parsed = parseCli();
-  for (const k of ['rounds', 'block'] as const)
-    if (!/^[1-9]\d*$/.test(parsed.values[k])) throw new Error(`--${k} must be a positive integer`);
-  const r = Number(parsed.values.ratio);
-  if (!(r > 0 && r <= 1)) throw new Error('--ratio must be in (0, 1]');
+  if (parsed.values.help !== true) {
+    for (const k of ['rounds', 'block'] as const)
+      if (!/^[1-9]\d*$/.test(parsed.values[k])) throw new Error(`--${k} must be a positive integer`);
+    const r = parsed.values.ratio;
+    if (!/^(0(\.\d+)?|1(\.0+)?|\.\d+)$/.test(r) || !(Number(r) > 0))
+      throw new Error('--ratio must be a decimal in (0, 1]');
+  }
 } catch (error) {
   process.stderr.write(`bench:tracing-cost: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
   process.exit(2);
@@ -74,9 +77,11 @@ async function startSink(): Promise<{ url: string; stop: () => void }> {
     [
       '-e',
       `require('node:http').createServer((q, s) => { q.resume(); q.on('end', () => { s.writeHead(200); s.end(); }); })` +
-        `.listen(${port}, '127.0.0.1', () => process.stdout.write('up\\n'));`,
+        `.listen(${port}, '127.0.0.1', () => process.stdout.write('up\\n'));` +
+        // Its stdin closes when this process dies, however it dies (a SIGKILL too): then the sink exits.
+        `process.stdin.on('end', () => process.exit(0)).resume();`,
     ],
-    { stdio: ['ignore', 'pipe', 'inherit'] },
+    { stdio: ['pipe', 'pipe', 'inherit'] },
   );
   process.once('exit', () => child.kill()); // an interrupted run leaves no sink behind
   await once(child.stdout!, 'data');
