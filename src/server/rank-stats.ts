@@ -282,13 +282,18 @@ export function mergeRankStats(parts: readonly RankStatsExport[]): RankStatsSour
     m.ttft.push(...p.ttftMs);
     m.itl.push(...p.itlMs);
   }
-  const pct = percentilesOf;
   return {
-    recent: () => ({ ttftMs: pct(recentTtft), itlMs: pct(recentItl) }),
+    recent: () => ({ ttftMs: percentilesOf(recentTtft), itlMs: percentilesOf(recentItl) }),
     snapshot(worker: string, engineIndex: number): RankStatsSnapshot {
       const m = merged.get(`${engineIndex}\u0000${worker}`);
-      if (m === undefined) return { dispatchRate: 0, tokenRate: 0, ttftMs: pct([]), itlMs: pct([]) };
-      return { dispatchRate: m.dispatchRate, tokenRate: m.tokenRate, ttftMs: pct(m.ttft), itlMs: pct(m.itl) };
+      if (m === undefined)
+        return { dispatchRate: 0, tokenRate: 0, ttftMs: percentilesOf([]), itlMs: percentilesOf([]) };
+      return {
+        dispatchRate: m.dispatchRate,
+        tokenRate: m.tokenRate,
+        ttftMs: percentilesOf(m.ttft),
+        itlMs: percentilesOf(m.itl),
+      };
     },
   };
 }
