@@ -4,15 +4,26 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { trace, ROOT_CONTEXT } from '@opentelemetry/api';
+import { trace, ROOT_CONTEXT, SamplingDecision, SpanKind, TraceFlags } from '@opentelemetry/api';
+import {
+  AlwaysOffSampler,
+  AlwaysOnSampler,
+  ParentBasedSampler,
+  TraceIdRatioBasedSampler,
+  type Sampler,
+} from '@opentelemetry/sdk-trace';
 import {
   carrierOf,
   contextOf,
   PooledIdGenerator,
+  RootSamplingTracer,
+  SAMPLERS,
   isSampled,
   isTraceCarrier,
   loggableEndpoint,
+  rootUpperBound,
   startTracing,
+  traceIdWord,
   tracingSettings,
   tracesUrl,
 } from '../src/tracing.js';
@@ -145,3 +156,94 @@ test('PooledIdGenerator: W3C ids (32 and 16 lower-case hex digits), distinct acr
   }
   assert.equal(seen.size, 1000);
 });
+
+test("rootUpperBound + traceIdWord decide a root as the SDK's samplers do, for every sampler and edge ratios", () => {
+  const ids = new PooledIdGenerator();
+  // Random ids, and ids whose words XOR to the extremes (0, 2^32 − 1) and to one either side of a ratio's bound.
+  const traceIds = Array.from({ length: 4000 }, () => ids.generateTraceId());
+  traceIds.push(
+    'ffffffff000000000000000000000000',
+    '00000000000000000000000000000001',
+    'ffffffffffffffffffffffffffffffff',
+  );
+  traceIds.push(
+    '028f5c28000000000000000000000000',
+    '028f5c29000000000000000000000000',
+    '7fffffff000000000000000000000000',
+  );
+  for (const ratio of [0, 1e-9, 0.01, 0.5, 0.999999, 1]) {
+    const root = (name: string): Sampler =>
+      name.endsWith('always_on')
+        ? new AlwaysOnSampler()
+        : name.endsWith('always_off')
+          ? new AlwaysOffSampler()
+          : new TraceIdRatioBasedSampler(ratio);
+    for (const name of SAMPLERS) {
+      const sampler = name.startsWith('parentbased_') ? new ParentBasedSampler({ root: root(name) }) : root(name);
+      const bound = rootUpperBound(name, ratio);
+      for (const id of traceIds) {
+        const sdk = sampler.shouldSample(ROOT_CONTEXT, id, 'x', SpanKind.SERVER, {}, []).decision;
+        assert.equal(
+          traceIdWord(id) < bound,
+          sdk === SamplingDecision.RECORD_AND_SAMPLED,
+          `${name} at ${ratio}, trace id ${id}`,
+        );
+      }
+    }
+  }
+});
+
+test(
+  'RootSamplingTracer: a left-out root is made here, a kept one is the SDK span with the same trace id',
+  { timeout: 30_000 },
+  async () => {
+    const receiver = await startOtlpReceiver();
+    try {
+      const on = await startTracing(
+        tracingSettings(receiver.url, {
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+          OTEL_BSP_SCHEDULE_DELAY: '10',
+          OTEL_TRACES_SAMPLER: 'parentbased_traceidratio',
+          OTEL_TRACES_SAMPLER_ARG: '0.5',
+        })!,
+        'gateway',
+      );
+      assert.ok((on.tracer as object) instanceof RootSamplingTracer);
+      const bound = rootUpperBound('parentbased_traceidratio', 0.5);
+      const kept: string[] = [];
+      const seen = new Set<string>();
+      for (let i = 0; i < 200; i++) {
+        const span = on.tracer.startSpan('root', { kind: SpanKind.SERVER }, ROOT_CONTEXT);
+        const { traceId, spanId, traceFlags } = span.spanContext();
+        assert.match(traceId, /^[0-9a-f]{32}$/);
+        assert.match(spanId, /^[0-9a-f]{16}$/);
+        // The trace id the decision was made on is the span's: the SDK drew the reserved id, and never again.
+        assert.ok(!seen.has(traceId), 'a trace id is used once');
+        seen.add(traceId);
+        assert.equal(span.isRecording(), traceIdWord(traceId) < bound);
+        assert.equal(traceFlags, span.isRecording() ? TraceFlags.SAMPLED : TraceFlags.NONE);
+        if (span.isRecording()) {
+          kept.push(traceId);
+          // A child of a kept root is the SDK's, in the same trace.
+          const child = on.tracer.startSpan('child', {}, trace.setSpan(ROOT_CONTEXT, span));
+          assert.equal(child.spanContext().traceId, traceId);
+          assert.ok(child.isRecording());
+          child.end();
+        } else {
+          // A child of a left-out root is left out too (parent-based), with the root's trace id.
+          const child = on.tracer.startSpan('child', {}, trace.setSpan(ROOT_CONTEXT, span));
+          assert.equal(child.spanContext().traceId, traceId);
+          assert.equal(child.isRecording(), false);
+        }
+        span.end();
+      }
+      // Ratio 0.5 over 200 roots: both paths taken (binomial: outside 60..140 has probability below 1e-8).
+      assert.ok(kept.length > 60 && kept.length < 140, `${kept.length} of 200 kept`);
+      await on.shutdown();
+      await waitFor(() => receiver.spans.length === 2 * kept.length, 'every kept root and its child exported');
+      assert.deepEqual([...new Set(receiver.spans.map((s) => s.traceId))].sort(), [...kept].sort());
+    } finally {
+      await receiver.close();
+    }
+  },
+);

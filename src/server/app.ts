@@ -249,8 +249,8 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     schemaErrorFormatter: (errors, dataVar) => formatValidationErrors(errors, dataVar),
     frameworkErrors: (error: FastifyError, request: FastifyRequest, reply: FastifyReply) => {
       const apiErr = frameworkApiError(error, bodyLimit);
+      traces?.refusedBeforeHooks(request, apiErr.statusCode); // first: it adds the trace id to the request's logger
       logErrorAnswer(request, apiErr, error);
-      traces?.refusedBeforeHooks(request, apiErr.statusCode);
       // Route hooks (the X-Request-Id echo below) do not run for these pre-routing replies: echo it here, and hand
       // Node the body as the onSend hook would (request-id.ts).
       echoRequestId(request, reply);
@@ -261,10 +261,9 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
     },
     clientErrorHandler: makeClientErrorHandler(deps.logger),
     genReqId: logRequestId, // request-id.ts
-    // Tracing on: each request's span starts with its logger, which carries the trace id (request-trace.ts).
-    ...(traces !== null ? { childLoggerFactory: traces.childLoggerFactory } : {}),
   });
-  // First of the onRequest hooks, so a request refused by any later one has its span's status too.
+  // Tracing on: each request's span starts in the first onRequest hook, so a request refused by any later one has a
+  // span with its status, and its logger carries the trace id (request-trace.ts).
   traces?.install(app);
   // Node ends a connection as soon as the client shuts its write side, before the response (disconnect.ts). The flag
   // is a long-standing property of http.Server that @types/node does not declare.

@@ -18,7 +18,8 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyInstance, FastifyRequest, FastifyServerOptions } from 'fastify';
+import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
+import type { Logger } from 'pino';
 import { carrierOf, contextOf, type TraceCarrier } from '../tracing.js';
 
 /** Paths without spans: probes and scrapes (every few seconds, nothing to see) and the dashboard's files. */
@@ -117,16 +118,13 @@ function describe(t: RequestTrace, request: FastifyRequest): void {
   });
 }
 
-/** fastify's hook that makes each request's logger (not exported by name). */
-type ChildLoggerFactory = NonNullable<FastifyServerOptions['childLoggerFactory']>;
+/** A request's logger: the child fastify made of the app's pino logger (`GatewayDeps.logger`). */
+type PinoChild = FastifyBaseLogger & Pick<Logger, 'setBindings'>;
 
 /** Where a raw request holds its span. */
 const TRACE = Symbol('model_gateway.trace');
 
-/**
- * A raw request with its span: set on the request itself, not in a WeakMap, because the span starts with the request's
- * logger, before fastify's request object exists, and a WeakMap's entries cost the garbage collector per request.
- */
+/** A raw request with its span: set on the request itself, not in a WeakMap (its entries cost the collector per request). */
 interface TracedMessage extends IncomingMessage {
   [TRACE]?: RequestTrace;
 }
@@ -141,33 +139,32 @@ export class RequestTraces {
   }
 
   /**
-   * fastify's `childLoggerFactory` while tracing is on: start the request's span (a child of the client's
-   * `traceparent`, else a new trace) and make the request's logger with the trace id beside the request id. One pino
-   * child per request, as with tracing off: a second child for the trace id cost about 10 µs per request (pino
-   * serializes a child of a child's bindings slowly), several times the span's own cost.
+   * Start the span of `request` (a child of the client's `traceparent`, else a new trace), unless its path is
+   * untraced, and add the trace id to the request's logger (`traceId`, beside `requestId`). pino's `setBindings` adds
+   * to the request's own logger: a custom `childLoggerFactory` made fastify check every request's logger (~1 µs), and
+   * a child of the request's logger cost ~10 µs (pino serializes a child of a child's bindings slowly).
    */
-  readonly childLoggerFactory: ChildLoggerFactory = (logger, bindings, opts, raw: TracedMessage) => {
-    if (untraced(raw.url ?? '/')) return logger.child(bindings, opts);
-    // The route is known from the onRequest hook on (`install`), which names a recording span after it.
-    const span = this.tracer.startSpan(raw.method ?? 'HTTP', { kind: SpanKind.SERVER }, contextOf(raw.headers));
+  private start(request: FastifyRequest): RequestTrace | undefined {
+    const raw = request.raw as TracedMessage;
+    if (raw[TRACE] !== undefined || untraced(request.url)) return raw[TRACE];
+    // Named by its method until `describe` names a recording span after its route.
+    const span = this.tracer.startSpan(request.method, { kind: SpanKind.SERVER }, contextOf(raw.headers));
     const t = new RequestTrace(span, this.tracer);
     raw[TRACE] = t;
-    // fastify made `bindings` for this call alone (logger-factory.js `createChildLogger`). Added in place: a spread
-    // copy (`{ ...bindings, traceId }`) made pino's serialization of the bindings several µs slower.
-    bindings['traceId'] = t.traceId;
-    return logger.child(bindings, opts);
-  };
+    (request.log as PinoChild).setBindings({ traceId: t.traceId });
+    return t;
+  }
 
   /**
-   * Name and describe each recording span once its route is known, and end it when the response closes unless a
-   * record owns it: with the response's status, or 499 when the client left before the response was written (as the
-   * generation routes record it; Node's `statusCode` would still say 200). The first `onRequest` hook, so requests
-   * refused by authentication, CORS or the concurrency cap have their status too. An unsampled span (most of them at
-   * a low ratio) costs nothing here.
+   * Start each request's span (`start`) in the first `onRequest` hook, so requests refused by authentication, CORS or
+   * the concurrency cap have spans too, and the route's log lines the trace id. Name and describe a recording span
+   * after its route, and end it when the response closes unless a record owns it: with the response's status, or 499
+   * when the client left before the response was written (as the generation routes record it; Node's `statusCode`
+   * would still say 200). An unsampled span (most of them at a low ratio) costs its start and its log binding.
    */
   install(app: FastifyInstance): void {
     app.addHook('onRequest', (request, reply, done) => {
-      const t = (request.raw as TracedMessage)[TRACE];
+      const t = this.start(request);
       if (t !== undefined && t.recording) {
         describe(t, request);
         reply.raw.once('close', () => {
@@ -179,11 +176,11 @@ export class RequestTraces {
   }
 
   /**
-   * End the span of a request fastify refused before its hooks ran (`frameworkErrors`: an undecodable URL), with
-   * `status`: its span started with its logger, and no hook will end it. A no-op for a span already ended.
+   * The span of a request fastify refused before its hooks ran (`frameworkErrors`: an undecodable URL), started and
+   * ended with `status`, since no hook will: called before the refusal is logged, so its line carries the trace id.
    */
   refusedBeforeHooks(request: FastifyRequest, status: number): void {
-    const t = (request.raw as TracedMessage)[TRACE];
+    const t = this.start(request);
     if (t === undefined || !t.recording) return;
     describe(t, request);
     t.end(status);

@@ -157,9 +157,10 @@ test('an unsampled request: headers only to a vLLM group (flags 00); its log lin
   }
 });
 
-test('a URL fastify refuses before the hooks ends its span (400); a client that leaves unanswered is 499', async () => {
+test('a URL fastify refuses before the hooks ends its span (400) and logs its trace id; a client that leaves unanswered is 499', async () => {
   const { exporter, tracer } = tracing();
-  const { app, port } = await listenApp({ tracer });
+  const { logger, records } = captureLogs('info');
+  const { app, port } = await listenApp({ tracer, logger });
   try {
     const traceId = 'fffffffffffffffffffffffffffffc24';
     const res = await app.inject({
@@ -172,6 +173,9 @@ test('a URL fastify refuses before the hooks ends its span (400); a client that 
     assert.ok(bad !== undefined, 'the refused request span was exported');
     assert.equal(bad.name, 'GET unknown route');
     assert.equal(bad.attributes['http.response.status_code'], 400);
+    const refusal = records.filter((r) => r['traceId'] === traceId);
+    assert.equal(refusal.length, 1, JSON.stringify(records));
+    assert.equal(refusal[0]!['status'], 400, JSON.stringify(refusal[0]));
 
     // A body that never completes: the client closes with 10 of 100 bytes sent, and no response is written.
     exporter.reset();
