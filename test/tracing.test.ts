@@ -145,8 +145,8 @@ test('isSampled reads the sampled bit of the traceparent flags', () => {
 test('PooledIdGenerator: W3C ids (32 and 16 lower-case hex digits), distinct across pool refills', () => {
   const ids = new PooledIdGenerator();
   const seen = new Set<string>();
-  // 500 of each: 24 000 digits, so the 4096-digit pool is refilled several times.
-  for (let i = 0; i < 500; i++) {
+  // 2000 of each: 96 000 digits, so the 16 384-digit pool is refilled several times.
+  for (let i = 0; i < 2000; i++) {
     const t = ids.generateTraceId();
     const s = ids.generateSpanId();
     assert.match(t, /^[0-9a-f]{32}$/);
@@ -154,7 +154,7 @@ test('PooledIdGenerator: W3C ids (32 and 16 lower-case hex digits), distinct acr
     assert.ok(!/^0+$/.test(t) && !/^0+$/.test(s));
     seen.add(t).add(s);
   }
-  assert.equal(seen.size, 1000);
+  assert.equal(seen.size, 4000);
 });
 
 test("rootUpperBound + traceIdWord decide a root as the SDK's samplers do, for every sampler and edge ratios", () => {
