@@ -5,29 +5,25 @@
  * per-batch costs spread over fewer requests and a small cost shows several times over (and the same code's runs move
  * by ±20 % on a shared 2-core machine).
  *
- * Shape: in one process, two or three apps (src/server/app.ts over a fake engine backend that finishes each request
- * with one token; the bundled Qwen3 tokenizer; a pino logger at `warn` writing nowhere) answer the same
- * `POST /v1/completions` (`max_tokens` 1) through fastify's `inject` (routing, hooks, the request's logger, validation,
- * tokenization, the route, the record: everything but the socket). Arms: tracing off; tracing on with
+ * Shape: in one process, two or three apps answer the same one-token completion through fastify's `inject`, in
+ * alternating blocks (bench/inject-ab.ts; a pino logger at `warn` writing nowhere). Arms: tracing off; tracing on with
  * `parentbased_traceidratio` at `--ratio` (1 %), spans batched and posted over OTLP/protobuf to a sink in a child
- * process (the gateway's own startTracing); with `--all`, tracing on sampling every request. The arms run in
- * alternating blocks of `--block` requests, `--rounds` times, so the machine's drift hits them alike; CPU from
- * `process.cpuUsage()` per block. Prints each arm's µs per request (median, min–max over rounds) and the paired
- * difference to tracing off. A diagnostic: nothing is written.
+ * process (the gateway's own startTracing); with `--all`, tracing on sampling every request. Prints each arm's µs per
+ * request and its paired difference and ratio to tracing off. A diagnostic: nothing is written.
  *
  * Usage: `npm run bench:tracing-cost -- [--rounds N (2500)] [--block N (50)] [--ratio R (0.01)] [--all]`. Small
- * blocks keep each round's arms close in time, so the machine's drift cancels from their paired difference: 2500
- * rounds of 50 resolve about 1 µs where 150 of 200 moved by several.
+ * blocks keep each round's arms close in time: 2500 rounds of 50 put two identical arms 0.4 µs apart here, where 150
+ * rounds of 200 moved by several µs.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
 import { parseArgs } from 'node:util';
-import type { FastifyInstance } from 'fastify';
 import { pino } from 'pino';
 import { startTracing, tracingSettings, type Tracing } from '../src/tracing.js';
 import { FakeBackend } from '../test/server/fake-backend.js';
 import { makeApp } from '../test/server/helpers.js';
 import { freePort } from '../test/helpers/net.js';
+import { ONE_TOKEN, alternate, pairedTable, type InjectArm } from './inject-ab.js';
 
 const USAGE = `npm run bench:tracing-cost -- [options]
   --rounds N   alternating rounds of every arm (2500)
@@ -90,35 +86,17 @@ async function startSink(): Promise<{ url: string; stop: () => void }> {
   return { url: `http://127.0.0.1:${port}`, stop: () => child.kill() };
 }
 
-interface Arm {
-  readonly name: string;
-  readonly app: FastifyInstance;
+interface Arm extends InjectArm {
   readonly tracing: Tracing | null;
-  readonly samples: number[];
 }
 
 async function makeArm(name: string, tracing: Tracing | null): Promise<Arm> {
   const backend = new FakeBackend({ ranks: [0, 1] });
-  backend.onSubmit = (s) => s.stream.pushAll([9707], 'length');
+  backend.onSubmit = ONE_TOKEN;
   const logger = pino({ level: 'warn' }, { write() {} });
   const { app } = await makeApp({ backend, logger, ...(tracing !== null ? { tracer: tracing.tracer } : {}) });
   return { name, app, tracing, samples: [] };
 }
-
-const payload = { prompt: 'Tell me about the ranks', max_tokens: 1 };
-
-/** `n` requests one after another (each awaited: one in flight, as the route's steady state per request). */
-async function drive(app: FastifyInstance, n: number): Promise<void> {
-  for (let i = 0; i < n; i++) {
-    const res = await app.inject({ method: 'POST', url: '/v1/completions', payload });
-    if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}: ${res.body}`);
-  }
-}
-
-const median = (xs: readonly number[]): number => {
-  const s = [...xs].sort((a, b) => a - b);
-  return s.length % 2 === 1 ? s[(s.length - 1) / 2]! : (s[s.length / 2 - 1]! + s[s.length / 2]!) / 2;
-};
 
 const sink = await startSink();
 const arms: Arm[] = [];
@@ -130,21 +108,7 @@ try {
     );
   arms.push(await makeArm('off', null), await makeArm(`on ${ratio}`, await tracingAt(ratio)));
   if (parsed.values.all) arms.push(await makeArm('on 1', await tracingAt('1')));
-  for (const arm of arms) await drive(arm.app, block); // warm-up: compiled paths, the validator, the tokenizer's cache
-  for (let r = 0; r < rounds; r++) {
-    // Rotate the order each round: no arm always runs first (after another arm's garbage).
-    for (let k = 0; k < arms.length; k++) {
-      const arm = arms[(r + k) % arms.length]!;
-      const before = process.cpuUsage();
-      await drive(arm.app, block);
-      const used = process.cpuUsage(before);
-      arm.samples.push((used.user + used.system) / block);
-    }
-    if ((r + 1) % 100 === 0 || r + 1 === rounds)
-      process.stderr.write(
-        `round ${r + 1}/${rounds}: ${arms.map((a) => `${a.name} ${a.samples.at(-1)!.toFixed(1)}`).join(', ')} µs/request\n`,
-      );
-  }
+  await alternate(arms, rounds, block);
 } finally {
   // Also after a failed start: the sink is a child process, which would keep this one running.
   for (const arm of arms) {
@@ -154,18 +118,7 @@ try {
   sink.stop();
 }
 
-const off = arms[0]!.samples;
 console.log(
-  `Tracing's CPU per request: ${rounds} alternating rounds of ${block} requests per arm, POST /v1/completions (max_tokens 1) through inject, one process. Cells: median (min–max over rounds).\n`,
+  `Tracing's CPU per request: ${rounds} alternating rounds of ${block} requests per arm, POST /v1/completions (max_tokens 1) through inject, one process.\n`,
 );
-console.log('| arm | µs per request | minus tracing off, paired per round (µs) | ratio to off |');
-console.log('|-----|----------------|------------------------------------------|--------------|');
-for (const arm of arms) {
-  const d = arm.samples.map((x, i) => x - off[i]!);
-  const q = arm.samples.map((x, i) => x / off[i]!);
-  const cell = (xs: number[], f: number) =>
-    `${median(xs).toFixed(f)} (${Math.min(...xs).toFixed(f)}–${Math.max(...xs).toFixed(f)})`;
-  console.log(
-    `| ${arm.name} | ${cell(arm.samples, 1)} | ${arm === arms[0] ? '-' : cell(d, 1)} | ${arm === arms[0] ? '-' : cell(q, 3)} |`,
-  );
-}
+for (const row of pairedTable(arms)) console.log(row);

@@ -1,0 +1,101 @@
+/**
+ * Per-request CPU of apps side by side in one process (bench:tracing-cost, bench:request-ab): each arm is an app
+ * (src/server/app.ts over the fake engine backend, test/server/fake-backend.ts) answering `POST /v1/completions`
+ * (`max_tokens` 1) through fastify's `inject`: routing, hooks, the request's logger, validation, tokenization, the
+ * route and its record, everything but the socket and the engine wire. The arms run in alternating blocks, the order
+ * rotated each round, and CPU comes from `process.cpuUsage()` per block, so the machine's drift (its speed moves by up
+ * to 2× within minutes here) hits every arm alike and cancels from their paired ratios.
+ */
+import type { FastifyInstance } from 'fastify';
+import { spread } from './throughput/figures.js';
+
+/** One app under measurement and its µs per request, one sample per round. */
+export interface InjectArm {
+  readonly name: string;
+  readonly app: FastifyInstance;
+  readonly samples: number[];
+}
+
+/** The request every arm answers: one token, so the figure is the per-request path. */
+export const COMPLETION_PAYLOAD = { prompt: 'Tell me about the ranks', max_tokens: 1 };
+
+/** The fake backend's script for every request: one token, finish reason `length`. */
+export const ONE_TOKEN = (s: { stream: { pushAll(ids: number[], finish: 'length'): void } }): void =>
+  s.stream.pushAll([9707], 'length');
+
+/** `n` requests one after another, each awaited (one in flight). Throws on any answer but 200, naming the body. */
+export async function drive(app: FastifyInstance, n: number): Promise<void> {
+  for (let i = 0; i < n; i++) {
+    const res = await app.inject({ method: 'POST', url: '/v1/completions', payload: COMPLETION_PAYLOAD });
+    if (res.statusCode !== 200) throw new Error(`status ${res.statusCode}: ${res.body}`);
+  }
+}
+
+/** Every order of `0..n-1`. */
+function permutations(n: number): number[][] {
+  if (n === 0) return [[]];
+  return permutations(n - 1).flatMap((p) =>
+    Array.from({ length: n }, (_, at) => [...p.slice(0, at), n - 1, ...p.slice(at)]),
+  );
+}
+
+/**
+ * Warm every arm up with one block, then run `rounds` rounds of `block` requests per arm, pushing each block's µs per
+ * request onto its arm's samples. The rounds go through every order of the arms in turn: an arm's block costs more
+ * after another app's than after its own (its code and data are out of the caches), and a rotation of three arms would
+ * put each always after the same one (two identical apps measured 1.4 % apart that way). Progress goes to stderr
+ * every 100 rounds.
+ */
+export async function alternate(arms: readonly InjectArm[], rounds: number, block: number): Promise<void> {
+  for (const arm of arms) await drive(arm.app, block); // compiled paths, the validator, the tokenizer's cache
+  const orders = permutations(arms.length);
+  for (let r = 0; r < rounds; r++) {
+    for (const k of orders[r % orders.length]!) {
+      const arm = arms[k]!;
+      const before = process.cpuUsage();
+      await drive(arm.app, block);
+      const used = process.cpuUsage(before);
+      arm.samples.push((used.user + used.system) / block);
+    }
+    if ((r + 1) % 100 === 0 || r + 1 === rounds)
+      process.stderr.write(
+        `round ${r + 1}/${rounds}: ${arms.map((a) => `${a.name} ${a.samples.at(-1)!.toFixed(1)}`).join(', ')} µs/request\n`,
+      );
+  }
+}
+
+/** Consecutive chunks the rounds are cut into for the ratio's spread. */
+const CHUNKS = 10;
+
+/**
+ * The markdown table of `arms` against the first: each arm's µs per request (median, min–max over rounds), its
+ * paired difference to the first arm per round (median), and its paired ratio: the median over all rounds and the
+ * range of the medians of `CHUNKS` consecutive chunks of rounds (a single round's ratio swings by 2× when the machine
+ * stalls; a chunk's median does not).
+ */
+export function pairedTable(arms: readonly InjectArm[]): string[] {
+  const base = arms[0]!.samples;
+  const rows = [
+    `| arm | µs per request, median (min–max) | minus ${arms[0]!.name}, paired (µs) | ratio to ${arms[0]!.name}, paired | its ${CHUNKS} chunk medians |`,
+    '|-----|------------------|--------------|-------|------------------|',
+  ];
+  for (const arm of arms) {
+    const own = spread(arm.samples);
+    const cells = [`${own.median.toFixed(1)} (${own.min.toFixed(1)}–${own.max.toFixed(1)})`];
+    if (arm === arms[0]) cells.push('-', '-', '-');
+    else {
+      const ratios = arm.samples.map((x, i) => x / base[i]!);
+      const size = Math.floor(ratios.length / CHUNKS);
+      const chunks = spread(
+        Array.from({ length: size > 0 ? CHUNKS : 0 }, (_, c) => spread(ratios.slice(c * size, (c + 1) * size)).median),
+      );
+      cells.push(
+        spread(arm.samples.map((x, i) => x - base[i]!)).median.toFixed(2),
+        spread(ratios).median.toFixed(4),
+        `${chunks.min.toFixed(3)}–${chunks.max.toFixed(3)}`,
+      );
+    }
+    rows.push(`| ${arm.name} | ${cells.join(' | ')} |`);
+  }
+  return rows;
+}
