@@ -14,19 +14,25 @@
  * The SDK and the exporters are loaded only when tracing starts: a gateway without tracing never loads them.
  */
 import {
+  DiagLogLevel,
   ROOT_CONTEXT,
   TraceFlags,
   context as activeContext,
+  diag,
   defaultTextMapGetter,
   defaultTextMapSetter,
   trace,
   type Context,
+  type DiagLogger,
   type Span,
   type SpanOptions,
   type Tracer,
 } from '@opentelemetry/api';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { W3CTraceContextPropagator, setGlobalErrorHandler } from '@opentelemetry/core';
 import { randomFillSync } from 'node:crypto';
+import { performance } from 'node:perf_hooks';
+import { LineBudget } from './line-budget.js';
+import type { MinimalLogger } from './logging.js';
 
 /** W3C trace-context headers (`traceparent`, and `tracestate` when there is one), lower-case names. */
 export type TraceCarrier = Readonly<Record<string, string>>;
@@ -320,6 +326,40 @@ export function tracingSettings(endpointFlag: string | undefined, env: NodeJS.Pr
   return { endpoint, protocol, sampler: samplerName as SamplerName, ratio, batch };
 }
 
+/** OpenTelemetry's diagnostic lines a minute at most (`otelDiagnostics`); the next one says how many were dropped. */
+const DIAG_LINES_PER_MINUTE = 6;
+
+/**
+ * OpenTelemetry's own warnings and errors as lines of `log` (`OpenTelemetry: …`, at most `DIAG_LINES_PER_MINUTE`, the
+ * next line written counting the dropped ones in `suppressed`): an export that failed (a collector down or refusing,
+ * reported through core's global error handler), spans the batch processor dropped because its queue was full (it
+ * says so when the queue takes a span again), a bad exporter variable. Info, debug and verbose lines are dropped.
+ * `startTracing` also routes core's global error handler here (a failed export's error: its name and message).
+ */
+export function otelDiagnostics(
+  log: Pick<MinimalLogger, 'warn' | 'error'>,
+  now: () => number = () => performance.now(),
+): DiagLogger {
+  const budget = new LineBudget(DIAG_LINES_PER_MINUTE, 60_000, now);
+  const line =
+    (level: 'warn' | 'error') =>
+    (message: string, ...args: unknown[]): void => {
+      const grant = budget.take();
+      if (!grant.write) return;
+      log[level](
+        {
+          ...(args.length > 0
+            ? { details: args.map((a) => (typeof a === 'string' ? a : (JSON.stringify(a) ?? String(a)))) }
+            : {}),
+          ...(grant.suppressed > 0 ? { suppressed: grant.suppressed } : {}),
+        },
+        `OpenTelemetry: ${message}`,
+      );
+    };
+  const none = (): void => {};
+  return { error: line('error'), warn: line('warn'), info: none, debug: none, verbose: none };
+}
+
 /** A running tracer provider: its tracer and how to flush it. */
 export interface Tracing {
   readonly tracer: Tracer;
@@ -332,13 +372,26 @@ export interface Tracing {
  * Start a tracer provider for `settings`: a batch processor posting to the OTLP endpoint, the sampler the settings
  * name, a resource with `service.name` (`OTEL_SERVICE_NAME`, else `serviceName`), `OTEL_RESOURCE_ATTRIBUTES` and
  * `model_gateway.role` = `role` (`gateway`, `front`, `router`, `engine`). Not registered globally: only the code
- * given the tracer makes spans. Loads the SDK and exporter modules on the first call.
+ * given the tracer makes spans. With `log`, OpenTelemetry's warnings and errors (a failed export, dropped spans) become
+ * its lines (`otelDiagnostics`). Loads the SDK and exporter modules on the first call.
  */
 export async function startTracing(
   settings: TracingSettings,
   role: string,
   serviceName = 'model-gateway',
+  log: Pick<MinimalLogger, 'warn' | 'error'> | null = null,
 ): Promise<Tracing> {
+  // OpenTelemetry reports through one logger and one error handler per process: the last provider started names them.
+  if (log !== null) {
+    const diagnostics = otelDiagnostics(log);
+    diag.setLogger(diagnostics, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+    // core's default handler writes the error's JSON, stack and all, through diag.error: its name and message instead.
+    setGlobalErrorHandler((ex) =>
+      ex instanceof Error
+        ? diagnostics.error(`${ex.name}: ${ex.message}`, ...('code' in ex ? [{ code: ex.code }] : []))
+        : diagnostics.error(typeof ex === 'string' ? ex : JSON.stringify(ex)),
+    );
+  }
   const [sdk, resources] = await Promise.all([import('@opentelemetry/sdk-trace'), import('@opentelemetry/resources')]);
   const { OTLPTraceExporter } =
     settings.protocol === 'http/json'

@@ -21,9 +21,10 @@ const RANK: Record<string, number> = {
   collections: 0,
   logging: 0,
   'log-sink': 0,
+  'line-budget': 0,
   'option-checks': 0,
   'runtime-dir': 0,
-  tracing: 0,
+  tracing: 1, // above logging and line-budget, whose lines carry OpenTelemetry's diagnostics
   wire: 1,
   protocols: 2,
   transport: 3,

@@ -4,7 +4,10 @@
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { trace, ROOT_CONTEXT, SamplingDecision, SpanKind, TraceFlags } from '@opentelemetry/api';
+import { diag, trace, ROOT_CONTEXT, SamplingDecision, SpanKind, TraceFlags } from '@opentelemetry/api';
+import { createServer } from 'node:http';
+import { once } from 'node:events';
+import type { AddressInfo } from 'node:net';
 import {
   AlwaysOffSampler,
   AlwaysOnSampler,
@@ -21,6 +24,7 @@ import {
   isSampled,
   isTraceCarrier,
   loggableEndpoint,
+  otelDiagnostics,
   rootUpperBound,
   startTracing,
   traceIdWord,
@@ -244,6 +248,91 @@ test(
       assert.deepEqual([...new Set(receiver.spans.map((s) => s.traceId))].sort(), [...kept].sort());
     } finally {
       await receiver.close();
+    }
+  },
+);
+
+/** A logger that keeps its warn and error lines. */
+function recordingLog() {
+  const lines: Array<{ level: string; obj: Record<string, unknown>; msg: string }> = [];
+  return {
+    lines,
+    warn: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'warn', obj, msg }),
+    error: (obj: Record<string, unknown>, msg: string) => void lines.push({ level: 'error', obj, msg }),
+  };
+}
+
+test('otelDiagnostics: warnings and errors as lines, at most 6 a minute, the next one counting the dropped', () => {
+  let now = 0;
+  const log = recordingLog();
+  const d = otelDiagnostics(log, () => now);
+  d.info('not logged');
+  d.debug('not logged');
+  d.verbose('not logged');
+  d.error('export failed', { code: 'ECONNREFUSED' });
+  for (let i = 0; i < 7; i++) d.warn(`dropped ${i}`);
+  assert.equal(log.lines.length, 6);
+  assert.deepEqual(log.lines[0], {
+    level: 'error',
+    obj: { details: ['{"code":"ECONNREFUSED"}'] },
+    msg: 'OpenTelemetry: export failed',
+  });
+  assert.equal(log.lines[5]!.msg, 'OpenTelemetry: dropped 4');
+  now = 60_000;
+  d.warn('later');
+  assert.deepEqual(log.lines[6], { level: 'warn', obj: { suppressed: 2 }, msg: 'OpenTelemetry: later' });
+});
+
+test(
+  'startTracing with a log: a refused export and spans dropped at a full queue are logged',
+  { timeout: 30_000 },
+  async () => {
+    // A collector that refuses every batch (400 is not retried, so the export fails at once).
+    const collector = createServer((q, s) => {
+      q.resume();
+      q.on('end', () => {
+        s.writeHead(400);
+        s.end();
+      });
+    });
+    collector.listen(0, '127.0.0.1');
+    await once(collector, 'listening');
+    const log = recordingLog();
+    try {
+      const on = await startTracing(
+        tracingSettings(`http://127.0.0.1:${(collector.address() as AddressInfo).port}`, {
+          OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json',
+          OTEL_BSP_SCHEDULE_DELAY: '10',
+          OTEL_BSP_MAX_QUEUE_SIZE: '1',
+          OTEL_BSP_MAX_EXPORT_BATCH_SIZE: '1',
+        })!,
+        'gateway',
+        undefined,
+        log,
+      );
+      // The queue holds one span and exports at one: of three spans ended in the same tick, one or two are dropped.
+      for (let i = 0; i < 3; i++) on.tracer.startSpan(`s${i}`, {}, ROOT_CONTEXT).end();
+      await waitFor(() => log.lines.some((l) => l.level === 'error'), 'the refused export logged');
+      assert.deepEqual(
+        log.lines.find((l) => l.level === 'error'),
+        { level: 'error', obj: { details: ['{"code":400}'] }, msg: 'OpenTelemetry: OTLPExporterError: Bad Request' },
+      );
+      // The export took the queued span: the queue takes the next one, and the processor says what it dropped.
+      on.tracer.startSpan('s3', {}, ROOT_CONTEXT).end();
+      await on.shutdown();
+      assert.ok(
+        log.lines.some(
+          (l) => l.level === 'warn' && /^OpenTelemetry: Dropped [12] spans because maxQueueSize reached$/.test(l.msg),
+        ),
+        JSON.stringify(log.lines),
+      );
+      assert.ok(
+        log.lines.every((l) => l.msg.startsWith('OpenTelemetry: ')),
+        JSON.stringify(log.lines),
+      );
+    } finally {
+      diag.disable();
+      collector.close();
     }
   },
 );

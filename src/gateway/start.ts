@@ -111,7 +111,14 @@ export async function startPlannedGateway(plan: GatewayPlan): Promise<RunningGat
   );
   if (plan.serveHttp) await assertPortFree(plan.port, plan.host);
   const tracing =
-    plan.tracing === null ? null : await startTracing(plan.tracing, plan.serveHttp ? 'gateway' : 'router');
+    plan.tracing === null
+      ? null
+      : await startTracing(
+          plan.tracing,
+          plan.serveHttp ? 'gateway' : 'router',
+          undefined,
+          logger.child({ component: 'tracing' }),
+        );
   if (plan.tracing !== null) {
     const { endpoint, protocol, sampler, ratio } = plan.tracing;
     logger.info(

@@ -46,7 +46,7 @@ import { toolCallParserForTemplate, type ReasoningParserName, type ToolCallParse
 import { ResponsesStore, type ResponsesStoreOptions } from './responses/store.js';
 import { echoRequestId, logRequestId, replyBody } from './request-id.js';
 import { RequestTraces } from './request-trace.js';
-import { LineBudget } from './line-budget.js';
+import { LineBudget } from '../line-budget.js';
 import type {} from './serve-generation.js';
 import { registerUnknownFieldPolicy } from './unknown-fields.js';
 import { formatValidationErrors } from './validation.js';

@@ -460,7 +460,8 @@ export async function simMain(argv: readonly string[]): Promise<number> {
     process.stderr.write(`sim rank: ${(error as Error).message}\n`);
     return 2;
   }
-  const tracing = traceSettings === null ? null : await startTracing(traceSettings, 'engine', 'model-gateway-sim');
+  const tracing =
+    traceSettings === null ? null : await startTracing(traceSettings, 'engine', 'model-gateway-sim', logger);
   try {
     handle = await runSimEngine({ ...args.engine, logger, tracer: tracing?.tracer ?? null });
   } catch (error) {

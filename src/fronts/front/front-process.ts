@@ -157,7 +157,10 @@ export async function runFront(opts: GatewayOptions): Promise<number> {
   });
   // Each front exports its own spans; the router's route spans join them through the engine request's trace headers.
   const traceSettings = tracingSettings(opts.otlpTracesEndpoint, process.env);
-  const tracing = traceSettings === null ? null : await startTracing(traceSettings, 'front');
+  const tracing =
+    traceSettings === null
+      ? null
+      : await startTracing(traceSettings, 'front', undefined, logger.child({ component: 'tracing' }));
   const app = await buildApp({
     tenants,
     ...appDepsOf(opts, { groups, tokenizer, model, logger, metrics, admission: lifecycle }),

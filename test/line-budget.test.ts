@@ -1,7 +1,7 @@
-/** LineBudget (src/server/line-budget.ts): at most N lines per window; the next line written counts the dropped ones. */
+/** LineBudget (src/line-budget.ts): at most N lines per window; the next line written counts the dropped ones. */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { LineBudget } from '../../src/server/line-budget.js';
+import { LineBudget } from '../src/line-budget.js';
 
 test('at most perWindow lines per window; the first line of a later window reports the drops', () => {
   let now = 0;
