@@ -7,6 +7,7 @@
  * to 2× within minutes here) hits every arm alike and cancels from their paired ratios.
  */
 import type { FastifyInstance } from 'fastify';
+import { parseArgs, type ParseArgsConfig } from 'node:util';
 import { spread } from './throughput/figures.js';
 
 /** One app under measurement and its µs per request, one sample per round. */
@@ -98,4 +99,42 @@ export function pairedTable(arms: readonly InjectArm[]): string[] {
     rows.push(`| ${arm.name} | ${cells.join(' | ')} |`);
   }
   return rows;
+}
+
+/** A bench's parsed options (`benchCli`): strings and booleans as `node:util` parseArgs gives them. */
+export type BenchValues = Readonly<Record<string, string | boolean | undefined>>;
+
+/**
+ * Parse a bench's command line: `options` (node:util parseArgs form) beside `--rounds N`, `--block N` (defaults in
+ * `defaults`) and `--help`. Prints `usage` and exits 0 for `--help`; prints the error and `usage` to stderr and exits 2
+ * for an unknown option, a count that is not a positive integer, or a value `check` throws for.
+ */
+export function benchCli(
+  name: string,
+  usage: string,
+  defaults: { rounds: number; block: number },
+  options: NonNullable<ParseArgsConfig['options']>,
+  check: (values: BenchValues) => void = () => {},
+): { values: BenchValues; rounds: number; block: number } {
+  try {
+    const { values } = parseArgs({
+      options: { ...options, help: { type: 'boolean' }, rounds: { type: 'string' }, block: { type: 'string' } },
+    });
+    if (values.help === true) {
+      console.log(usage);
+      process.exit(0);
+    }
+    const count = (k: 'rounds' | 'block'): number => {
+      const v = values[k];
+      if (v === undefined) return defaults[k];
+      if (typeof v !== 'string' || !/^[1-9]\d*$/.test(v)) throw new Error(`--${k} must be a positive integer`);
+      return Number(v);
+    };
+    const counts = { rounds: count('rounds'), block: count('block') };
+    check(values);
+    return { values, ...counts };
+  } catch (error) {
+    process.stderr.write(`${name}: ${error instanceof Error ? error.message : String(error)}\n${usage}\n`);
+    process.exit(2);
+  }
 }

@@ -22,9 +22,8 @@ import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
-import { alternate, ONE_TOKEN, pairedTable, type InjectArm } from './inject-ab.js';
+import { alternate, benchCli, ONE_TOKEN, pairedTable, type InjectArm } from './inject-ab.js';
 
 const USAGE = `npm run bench:request-ab -- --base COMMIT [options]
   --base COMMIT  the commit to compare this tree with (any name git knows: a hash, a tag, HEAD~3)
@@ -33,46 +32,26 @@ const USAGE = `npm run bench:request-ab -- --base COMMIT [options]
   --control      two apps of each tree (the spread of identical arms)
   --help         this text`;
 
-function parseCli() {
-  return parseArgs({
-    options: {
-      help: { type: 'boolean' },
-      base: { type: 'string' },
-      rounds: { type: 'string', default: '3000' },
-      block: { type: 'string', default: '30' },
-      control: { type: 'boolean', default: false },
-    },
-  });
-}
-
 const ROOT = join(dirname(fileURLToPath(import.meta.url)), '..');
 const git = (...args: string[]): string =>
   execFileSync('git', args, { cwd: ROOT, encoding: 'utf8', stdio: 'pipe' }).trim();
 
-let parsed: ReturnType<typeof parseCli>;
 let base = '';
-try {
-  parsed = parseCli();
-  if (parsed.values.help !== true) {
-    for (const k of ['rounds', 'block'] as const)
-      if (!/^[1-9]\d*$/.test(parsed.values[k])) throw new Error(`--${k} must be a positive integer`);
-    if (parsed.values.base === undefined) throw new Error('--base COMMIT is required');
+const { values, rounds, block } = benchCli(
+  'bench:request-ab',
+  USAGE,
+  { rounds: 3000, block: 30 },
+  { base: { type: 'string' }, control: { type: 'boolean', default: false } },
+  (v) => {
+    const name = v['base'];
+    if (typeof name !== 'string') throw new Error('--base COMMIT is required');
     try {
-      base = git('rev-parse', '--verify', '--quiet', `${parsed.values.base}^{commit}`);
+      base = git('rev-parse', '--verify', '--quiet', `${name}^{commit}`);
     } catch {
-      throw new Error(`--base: git knows no commit ${JSON.stringify(parsed.values.base)}`);
+      throw new Error(`--base: git knows no commit ${JSON.stringify(name)}`);
     }
-  }
-} catch (error) {
-  process.stderr.write(`bench:request-ab: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
-  process.exit(2);
-}
-if (parsed.values.help === true) {
-  console.log(USAGE);
-  process.exit(0);
-}
-const rounds = Number(parsed.values.rounds);
-const block = Number(parsed.values.block);
+  },
+);
 
 /** One app of the tree at `root` (its own helpers, so each tree builds its app as its tests do). */
 async function armOf(name: string, root: string): Promise<InjectArm> {
@@ -107,7 +86,7 @@ try {
   git('worktree', 'add', '--detach', worktree, base);
   symlinkSync(join(ROOT, 'node_modules'), join(worktree, 'node_modules'));
   arms.push(await armOf(`base ${short}`, worktree), await armOf('this tree', ROOT));
-  if (parsed.values.control)
+  if (values['control'] === true)
     arms.push(await armOf(`base ${short} again`, worktree), await armOf('this tree again', ROOT));
   await alternate(arms, rounds, block);
 } finally {

@@ -17,13 +17,12 @@
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
-import { parseArgs } from 'node:util';
 import { pino } from 'pino';
 import { startTracing, tracingSettings, type Tracing } from '../src/tracing.js';
 import { FakeBackend } from '../test/server/fake-backend.js';
 import { makeApp } from '../test/server/helpers.js';
 import { freePort } from '../test/helpers/net.js';
-import { ONE_TOKEN, alternate, pairedTable, type InjectArm } from './inject-ab.js';
+import { ONE_TOKEN, alternate, benchCli, pairedTable, type InjectArm } from './inject-ab.js';
 
 const USAGE = `npm run bench:tracing-cost -- [options]
   --rounds N   alternating rounds of every arm (2500)
@@ -32,40 +31,18 @@ const USAGE = `npm run bench:tracing-cost -- [options]
   --all        also an arm that samples every request
   --help       this text`;
 
-let parsed: ReturnType<typeof parseCli>;
-try {
-  parsed = parseCli();
-  if (parsed.values.help !== true) {
-    for (const k of ['rounds', 'block'] as const)
-      if (!/^[1-9]\d*$/.test(parsed.values[k])) throw new Error(`--${k} must be a positive integer`);
-    const r = parsed.values.ratio;
+const { values, rounds, block } = benchCli(
+  'bench:tracing-cost',
+  USAGE,
+  { rounds: 2500, block: 50 },
+  { ratio: { type: 'string', default: '0.01' }, all: { type: 'boolean', default: false } },
+  (v) => {
+    const r = String(v['ratio']);
     if (!/^(0(\.\d+)?|1(\.0+)?|\.\d+)$/.test(r) || !(Number(r) > 0))
       throw new Error('--ratio must be a decimal in (0, 1]');
-  }
-} catch (error) {
-  process.stderr.write(`bench:tracing-cost: ${error instanceof Error ? error.message : String(error)}\n${USAGE}\n`);
-  process.exit(2);
-}
-if (parsed.values.help === true) {
-  console.log(USAGE);
-  process.exit(0);
-}
-
-function parseCli() {
-  return parseArgs({
-    options: {
-      help: { type: 'boolean' },
-      rounds: { type: 'string', default: '2500' },
-      block: { type: 'string', default: '50' },
-      ratio: { type: 'string', default: '0.01' },
-      all: { type: 'boolean', default: false },
-    },
-  });
-}
-
-const rounds = Number(parsed.values.rounds);
-const block = Number(parsed.values.block);
-const ratio = parsed.values.ratio;
+  },
+);
+const ratio = String(values['ratio']);
 
 /** An OTLP sink in a child process: its CPU is not the gateway's. */
 async function startSink(): Promise<{ url: string; stop: () => void }> {
@@ -107,7 +84,7 @@ try {
       'gateway',
     );
   arms.push(await makeArm('off', null), await makeArm(`on ${ratio}`, await tracingAt(ratio)));
-  if (parsed.values.all) arms.push(await makeArm('on 1', await tracingAt('1')));
+  if (values['all'] === true) arms.push(await makeArm('on 1', await tracingAt('1')));
   await alternate(arms, rounds, block);
 } finally {
   // Also after a failed start: the sink is a child process, which would keep this one running.
