@@ -86,14 +86,14 @@ export function pairedTable(arms: readonly InjectArm[]): string[] {
     if (arm === arms[0]) cells.push('-', '-', '-');
     else {
       const ratios = arm.samples.map((x, i) => x / base[i]!);
-      const size = Math.floor(ratios.length / CHUNKS);
+      const size = Math.floor(ratios.length / CHUNKS); // 0 below CHUNKS rounds: no chunk, the cell says so
       const chunks = spread(
         Array.from({ length: size > 0 ? CHUNKS : 0 }, (_, c) => spread(ratios.slice(c * size, (c + 1) * size)).median),
       );
       cells.push(
         spread(arm.samples.map((x, i) => x - base[i]!)).median.toFixed(2),
         spread(ratios).median.toFixed(4),
-        `${chunks.min.toFixed(3)}–${chunks.max.toFixed(3)}`,
+        size > 0 ? `${chunks.min.toFixed(3)}–${chunks.max.toFixed(3)}` : `- (under ${CHUNKS} rounds)`,
       );
     }
     rows.push(`| ${arm.name} | ${cells.join(' | ')} |`);

@@ -15,7 +15,8 @@
  *
  * Usage: `npm run bench:request-ab -- --base COMMIT [--rounds N (3000)] [--block N (30)] [--control]`. The base
  * needs the test helpers' shape (`makeApp({ backend, logger })`, `FakeBackend.onSubmit`), as every commit since
- * issue 20 has.
+ * 54154f1 has (older ones build their app with a silent logger, so the two arms log differently). The worktree is
+ * named after the run's pid; a run removes the ones a killed run left.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdtempSync, rmSync, symlinkSync } from 'node:fs';
@@ -53,31 +54,82 @@ const { values, rounds, block } = benchCli(
   },
 );
 
-/** One app of the tree at `root` (its own helpers, so each tree builds its app as its tests do). */
+/**
+ * One app of the tree at `root` (its own helpers, so each tree builds its app as its tests do). Exits 2 naming the
+ * commit when its tree has no such helpers.
+ */
 async function armOf(name: string, root: string): Promise<InjectArm> {
-  const { FakeBackend } = (await import(
-    join(root, 'test/server/fake-backend.ts')
-  )) as typeof import('../test/server/fake-backend.js');
-  const { makeApp } = (await import(
-    join(root, 'test/server/helpers.ts')
-  )) as typeof import('../test/server/helpers.js');
+  let modules: [typeof import('../test/server/fake-backend.js'), typeof import('../test/server/helpers.js')];
+  try {
+    modules = await Promise.all([
+      import(join(root, 'test/server/fake-backend.ts')),
+      import(join(root, 'test/server/helpers.ts')),
+    ]);
+  } catch (error) {
+    process.stderr.write(
+      `bench:request-ab: ${name} has no test/server/fake-backend.ts and helpers.ts to build its app with (${(error as Error).message.split('\n')[0]})\n`,
+    );
+    process.exit(2);
+  }
+  const [{ FakeBackend }, { makeApp }] = modules;
   const backend = new FakeBackend({ ranks: [0, 1] });
   backend.onSubmit = ONE_TOKEN;
   const { app } = await makeApp({ backend, logger: pino({ level: 'warn' }, { write() {} }) });
   return { name, app, samples: [] };
 }
 
-const worktree = mkdtempSync(join(tmpdir(), 'mgw-request-ab-'));
-const removeWorktree = (): void => {
+const WORKTREE_PREFIX = 'mgw-request-ab-';
+
+/**
+ * Remove the worktrees an earlier run could not (a SIGKILL, a closed terminal before SIGHUP was handled): each is
+ * named after its run's pid, and one whose process is gone is removed.
+ */
+function removeStaleWorktrees(): void {
+  const listed = git('worktree', 'list', '--porcelain')
+    .split('\n')
+    .filter((l) => l.startsWith('worktree '))
+    .map((l) => l.slice('worktree '.length));
+  for (const path of listed) {
+    const pid = new RegExp(`/${WORKTREE_PREFIX}(\\d+)-[^/]*$`).exec(path)?.[1];
+    if (pid === undefined || isAlive(Number(pid))) continue;
+    process.stderr.write(`removing ${path}, left by an earlier run (pid ${pid})\n`);
+    removeWorktree(path);
+  }
+}
+
+function isAlive(pid: number): boolean {
   try {
-    git('worktree', 'remove', '--force', worktree);
+    process.kill(pid, 0);
+    return true;
+  } catch (error) {
+    return (error as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+function removeWorktree(path: string): void {
+  try {
+    git('worktree', 'remove', '--force', path);
   } catch {
-    rmSync(worktree, { recursive: true, force: true });
+    rmSync(path, { recursive: true, force: true });
     git('worktree', 'prune');
   }
-};
-process.once('exit', removeWorktree); // an interrupted run leaves no worktree behind
-for (const signal of ['SIGINT', 'SIGTERM'] as const) process.once(signal, () => process.exit(130));
+}
+
+removeStaleWorktrees();
+const worktree = mkdtempSync(join(tmpdir(), `${WORKTREE_PREFIX}${process.pid}-`));
+process.once('exit', () => removeWorktree(worktree)); // an interrupted run leaves no worktree behind
+// The first signal exits (running the removal); later ones are ignored, so a second Ctrl-C cannot cut the removal short.
+let exiting = false;
+for (const [signal, code] of [
+  ['SIGINT', 130],
+  ['SIGTERM', 143],
+  ['SIGHUP', 129],
+] as const)
+  process.on(signal, () => {
+    if (exiting) return;
+    exiting = true;
+    process.exit(code);
+  });
 
 const short = base.slice(0, 7);
 const arms: InjectArm[] = [];

@@ -326,38 +326,74 @@ export function tracingSettings(endpointFlag: string | undefined, env: NodeJS.Pr
   return { endpoint, protocol, sampler: samplerName as SamplerName, ratio, batch };
 }
 
-/** OpenTelemetry's diagnostic lines a minute at most (`otelDiagnostics`); the next one says how many were dropped. */
+/** OpenTelemetry's diagnostic lines a minute at most (`otelDiagnostics`), per process. */
 const DIAG_LINES_PER_MINUTE = 6;
 
+/** The batch processor's warning when its queue takes spans again after dropping some (sdk-trace BatchSpanProcessorBase). */
+const DROPPED_SPANS = /^Dropped (\d+) spans\b/;
+
+/** OpenTelemetry's warnings and errors as log lines (`otelDiagnostics`), and the summary of what the budget held back. */
+export interface OtelDiagnostics extends DiagLogger {
+  /**
+   * Write one line for what was held back since the last line (`suppressed` lines, the last one's message, spans
+   * dropped), if anything was: called once a minute and at shutdown, so an outage that comes after the minute's
+   * budget is spent is still said, and no dropped-span count is lost.
+   */
+  flush(): void;
+}
+
 /**
- * OpenTelemetry's own warnings and errors as lines of `log` (`OpenTelemetry: …`, at most `DIAG_LINES_PER_MINUTE`, the
- * next line written counting the dropped ones in `suppressed`): an export that failed (a collector down or refusing,
- * reported through core's global error handler), spans the batch processor dropped because its queue was full (it
- * says so when the queue takes a span again), a bad exporter variable. Info, debug and verbose lines are dropped.
- * `startTracing` also routes core's global error handler here (a failed export's error: its name and message).
+ * OpenTelemetry's own warnings and errors as lines of `log` (`OpenTelemetry: …`), at most `DIAG_LINES_PER_MINUTE`
+ * per process: an export that failed (a collector down or refusing; `startTracing` routes core's global error handler
+ * here), spans the batch processor dropped because its queue was full (it says so when the queue takes a span again),
+ * a bad exporter variable. Info, debug and verbose lines are dropped. Dropped spans are counted whether or not their
+ * line is written: a written line carries `droppedSpans`, the total since the last such count. What the budget held
+ * back is said by `flush`.
  */
 export function otelDiagnostics(
   log: Pick<MinimalLogger, 'warn' | 'error'>,
   now: () => number = () => performance.now(),
-): DiagLogger {
+): OtelDiagnostics {
   const budget = new LineBudget(DIAG_LINES_PER_MINUTE, 60_000, now);
+  let held = 0;
+  let lastHeld = '';
+  let droppedSpans = 0;
+  const fields = (args: unknown[]): Record<string, unknown> => ({
+    ...(args.length > 0
+      ? { details: args.map((a) => (typeof a === 'string' ? a : (JSON.stringify(a) ?? String(a)))) }
+      : {}),
+    ...(droppedSpans > 0 ? { droppedSpans } : {}),
+  });
   const line =
     (level: 'warn' | 'error') =>
     (message: string, ...args: unknown[]): void => {
-      const grant = budget.take();
-      if (!grant.write) return;
-      log[level](
-        {
-          ...(args.length > 0
-            ? { details: args.map((a) => (typeof a === 'string' ? a : (JSON.stringify(a) ?? String(a)))) }
-            : {}),
-          ...(grant.suppressed > 0 ? { suppressed: grant.suppressed } : {}),
-        },
-        `OpenTelemetry: ${message}`,
-      );
+      droppedSpans += Number(DROPPED_SPANS.exec(message)?.[1] ?? 0);
+      if (!budget.take().write) {
+        held++;
+        lastHeld = message;
+        return;
+      }
+      log[level]({ ...fields(args), ...(held > 0 ? { suppressed: held } : {}) }, `OpenTelemetry: ${message}`);
+      held = 0;
+      droppedSpans = 0;
     };
   const none = (): void => {};
-  return { error: line('error'), warn: line('warn'), info: none, debug: none, verbose: none };
+  return {
+    error: line('error'),
+    warn: line('warn'),
+    info: none,
+    debug: none,
+    verbose: none,
+    flush() {
+      if (held === 0 && droppedSpans === 0) return;
+      log.warn(
+        { suppressed: held, ...(held > 0 ? { last: lastHeld } : {}), ...(droppedSpans > 0 ? { droppedSpans } : {}) },
+        `OpenTelemetry: ${held} more diagnostic lines held back`,
+      );
+      held = 0;
+      droppedSpans = 0;
+    },
+  };
 }
 
 /** A running tracer provider: its tracer and how to flush it. */
@@ -382,14 +418,18 @@ export async function startTracing(
   log: Pick<MinimalLogger, 'warn' | 'error'> | null = null,
 ): Promise<Tracing> {
   // OpenTelemetry reports through one logger and one error handler per process: the last provider started names them.
+  let diagnostics: OtelDiagnostics | null = null;
+  let summary: NodeJS.Timeout | null = null;
   if (log !== null) {
-    const diagnostics = otelDiagnostics(log);
+    diagnostics = otelDiagnostics(log);
+    summary = setInterval(() => diagnostics?.flush(), 60_000).unref();
     diag.setLogger(diagnostics, { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
     // core's default handler writes the error's JSON, stack and all, through diag.error: its name and message instead.
+    const report = diagnostics;
     setGlobalErrorHandler((ex) =>
       ex instanceof Error
-        ? diagnostics.error(`${ex.name}: ${ex.message}`, ...('code' in ex ? [{ code: ex.code }] : []))
-        : diagnostics.error(typeof ex === 'string' ? ex : JSON.stringify(ex)),
+        ? report.error(`${ex.name}: ${ex.message}`, ...('code' in ex ? [{ code: ex.code }] : []))
+        : report.error(typeof ex === 'string' ? ex : JSON.stringify(ex)),
     );
   }
   const [sdk, resources] = await Promise.all([import('@opentelemetry/sdk-trace'), import('@opentelemetry/resources')]);
@@ -429,6 +469,10 @@ export async function startTracing(
       ids,
     ),
     settings,
-    shutdown: () => provider.shutdown().catch(() => {}),
+    shutdown: async () => {
+      await provider.shutdown().catch(() => {});
+      if (summary !== null) clearInterval(summary);
+      diagnostics?.flush();
+    },
   };
 }

@@ -281,6 +281,32 @@ test('otelDiagnostics: warnings and errors as lines, at most 6 a minute, the nex
   now = 60_000;
   d.warn('later');
   assert.deepEqual(log.lines[6], { level: 'warn', obj: { suppressed: 2 }, msg: 'OpenTelemetry: later' });
+  d.flush(); // nothing held back since: no line
+  assert.equal(log.lines.length, 7);
+});
+
+test('otelDiagnostics: dropped spans are counted when their line is held back; flush says what was held', () => {
+  let now = 0;
+  const log = recordingLog();
+  const d = otelDiagnostics(log, () => now);
+  for (let i = 0; i < 6; i++) d.error('OTLPExporterError: Bad Request');
+  // The minute's budget is spent: an outage and two drop reports come later in it.
+  d.warn('Dropped 472 spans because maxQueueSize reached');
+  d.error('Error: Request timed out');
+  d.warn('Dropped 240 spans because maxQueueSize reached');
+  assert.equal(log.lines.length, 6);
+  d.flush();
+  assert.deepEqual(log.lines[6], {
+    level: 'warn',
+    obj: { suppressed: 3, last: 'Dropped 240 spans because maxQueueSize reached', droppedSpans: 712 },
+    msg: 'OpenTelemetry: 3 more diagnostic lines held back',
+  });
+  // A written drop report carries the running count, then it starts again.
+  now = 60_000;
+  d.warn('Dropped 5 spans because maxQueueSize reached');
+  assert.deepEqual(log.lines[7]!.obj, { droppedSpans: 5 });
+  d.warn('Dropped 7 spans because maxQueueSize reached');
+  assert.deepEqual(log.lines[8]!.obj, { droppedSpans: 7 });
 });
 
 test(
