@@ -5,6 +5,7 @@
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { diag, trace, ROOT_CONTEXT, SamplingDecision, SpanKind, TraceFlags } from '@opentelemetry/api';
+import { loggingErrorHandler, setGlobalErrorHandler } from '@opentelemetry/core';
 import { createServer } from 'node:http';
 import { once } from 'node:events';
 import type { AddressInfo } from 'node:net';
@@ -358,6 +359,7 @@ test(
       );
     } finally {
       diag.disable();
+      setGlobalErrorHandler(loggingErrorHandler()); // core's default again
       collector.close();
     }
   },
