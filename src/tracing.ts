@@ -55,6 +55,9 @@ export function contextOf(carrier: object | null | undefined): Context {
  */
 const ID_POOL_HEX_DIGITS = 16_384;
 
+/** Random 32-bit words the word pool holds at once (`PooledIdGenerator.drawWord`): one per new root. */
+const WORD_POOL_SIZE = 1024;
+
 /**
  * Trace and span ids (W3C Trace Context 3.2.2.3-4: 32 and 16 lower-case hex digits, not all zero) cut from a pool of
  * random hex, refilled from `crypto.randomFillSync` every `ID_POOL_HEX_DIGITS`. The SDK's default generator writes
@@ -62,11 +65,16 @@ const ID_POOL_HEX_DIGITS = 16_384;
  * gateway's profile, against ~0.1 µs here. The ids are also cryptographically random, which the default's are not.
  * An id is a slice of the pool's string, so a pool stays alive while an id cut from it does (16 KB each; the sampled spans
  * waiting for export, at most `OTEL_BSP_MAX_QUEUE_SIZE`, hold a few).
+ *
+ * A new root's trace id can be drawn in two steps (`drawWord`, then `traceIdWithWord`): its sampling word first, the
+ * id itself only if it is ever needed. Drawn so, an id is as uniformly random as one drawn at once.
  */
 export class PooledIdGenerator {
   private pool = '';
   private at = 0;
   private reserved: string | null = null;
+  private readonly words = new Uint32Array(WORD_POOL_SIZE);
+  private wordAt = WORD_POOL_SIZE;
 
   /** A new trace id: 32 hex digits; the reserved one (`reserve`) when there is one, once. */
   generateTraceId(): string {
@@ -86,19 +94,37 @@ export class PooledIdGenerator {
     return this.take(16);
   }
 
-  private take(digits: number): string {
+  /** A uniformly random 32-bit word (0 .. 2^32 − 1), from crypto. */
+  drawWord(): number {
+    if (this.wordAt === WORD_POOL_SIZE) {
+      randomFillSync(this.words);
+      this.wordAt = 0;
+    }
+    return this.words[this.wordAt++]!;
+  }
+
+  /**
+   * A new trace id whose `traceIdWord` is `word` (a 32-bit word): 24 random digits, then the 8 that make the XOR of the
+   * four words `word`. For a uniformly random `word`, the id is uniformly random.
+   */
+  traceIdWithWord(word: number): string {
+    const head = this.take(24); // never all zeros, so neither is the id
+    const last = (word ^ hexWord(head, 0) ^ hexWord(head, 8) ^ hexWord(head, 16)) >>> 0;
+    return head + last.toString(16).padStart(8, '0');
+  }
+
+  private take(digits: 16 | 24 | 32): string {
     for (;;) {
       if (this.at + digits > this.pool.length) {
         this.pool = randomFillSync(Buffer.allocUnsafe(ID_POOL_HEX_DIGITS / 2)).toString('hex');
         this.at = 0;
       }
       const id = this.pool.slice(this.at, (this.at += digits));
-      if (id !== (digits === 32 ? ZERO_TRACE_ID : ZERO_SPAN_ID)) return id; // all zeros is invalid (2^-64): cut the next
+      if (id !== ZEROS[digits]) return id; // all zeros is invalid (2^-64): cut the next
     }
   }
 }
-const ZERO_TRACE_ID = '0'.repeat(32);
-const ZERO_SPAN_ID = '0'.repeat(16);
+const ZEROS = { 16: '0'.repeat(16), 24: '0'.repeat(24), 32: '0'.repeat(32) } as const;
 
 /**
  * A tracer that decides the sampling of a new trace before any span exists, and makes the root spans it leaves out
@@ -109,31 +135,61 @@ const ZERO_SPAN_ID = '0'.repeat(16);
  * several times its loop figure.
  *
  * The decision is the SDK's for a root span (`TraceIdRatioBasedSampler`, also the root of a parent-based sampler):
- * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`). A root it keeps goes to the
- * SDK's tracer with the same trace id reserved in the id generator, so the SDK's sampler, asked again, keeps it too.
- * Every span with a context other than the empty root one (a parent, suppressed tracing) is the SDK's, and so is every
- * span when every root is kept. `startActiveSpan` is the SDK's.
+ * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`). It is made on that word
+ * alone, drawn first (`drawRoot`); the trace id is made with that word when it is needed (`leftOutRoot`, `keptRoot`).
+ * So a request can carry a left-out root as one number, and its ids are made only when a log line or an engine asks
+ * for them (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
+ * so the SDK's sampler, asked again, keeps it too. Every span with a context other than the empty root one (a parent,
+ * suppressed tracing) is the SDK's, and so is every span when every root is kept (`decidesRoots` false).
+ * `startActiveSpan` is the SDK's.
  */
 export class RootSamplingTracer implements Tracer {
+  /** Whether roots are decided here: false when every root is kept (the SDK makes them all). */
+  readonly decidesRoots: boolean;
+
   constructor(
     private readonly sdk: Tracer,
     /** A root whose trace id's word is below this is sampled (`rootUpperBound`). */
     private readonly upperBound: number,
     private readonly ids: PooledIdGenerator,
-  ) {}
+  ) {
+    this.decidesRoots = upperBound < KEEP_ALL;
+  }
 
-  startSpan(name: string, options: SpanOptions = {}, context: Context = activeContext.active()): Span {
-    if (context !== ROOT_CONTEXT || options.root === true || this.upperBound >= KEEP_ALL)
-      return this.sdk.startSpan(name, options, context);
-    const traceId = this.ids.generateTraceId();
-    if (traceIdWord(traceId) >= this.upperBound)
-      return trace.wrapSpanContext({ traceId, spanId: this.ids.generateSpanId(), traceFlags: TraceFlags.NONE });
-    this.ids.reserve(traceId);
+  /** The sampling word of a new root (a random 32-bit word); it is kept when `keeps(word)`. */
+  drawRoot(): number {
+    return this.ids.drawWord();
+  }
+
+  /** Whether a root whose trace id has sampling word `word` is sampled. */
+  keeps(word: number): boolean {
+    return word < this.upperBound;
+  }
+
+  /** The root span left out for `word` (not `keeps(word)`): non-recording, flags 00, a new trace id with that word. */
+  leftOutRoot(word: number): Span {
+    return trace.wrapSpanContext({
+      traceId: this.ids.traceIdWithWord(word),
+      spanId: this.ids.generateSpanId(),
+      traceFlags: TraceFlags.NONE,
+    });
+  }
+
+  /** The SDK's root span `name` for `word` (`keeps(word)`), under a new trace id with that word. */
+  keptRoot(name: string, options: SpanOptions, word: number): Span {
+    this.ids.reserve(this.ids.traceIdWithWord(word));
     try {
-      return this.sdk.startSpan(name, options, context);
+      return this.sdk.startSpan(name, options, ROOT_CONTEXT);
     } finally {
       this.ids.reserve(null); // drawn by now; never left for the next root span
     }
+  }
+
+  startSpan(name: string, options: SpanOptions = {}, context: Context = activeContext.active()): Span {
+    if (context !== ROOT_CONTEXT || options.root === true || !this.decidesRoots)
+      return this.sdk.startSpan(name, options, context);
+    const word = this.drawRoot();
+    return this.keeps(word) ? this.keptRoot(name, options, word) : this.leftOutRoot(word);
   }
 
   startActiveSpan: Tracer['startActiveSpan'] = ((...args: unknown[]) =>
@@ -155,12 +211,17 @@ export function rootUpperBound(sampler: SamplerName, ratio: number): number {
 
 /** The word a trace-id ratio sampler compares (sdk-trace `TraceIdRatioBasedSampler`): the XOR of the id's four 8-digit words. */
 export function traceIdWord(traceId: string): number {
+  return (hexWord(traceId, 0) ^ hexWord(traceId, 8) ^ hexWord(traceId, 16) ^ hexWord(traceId, 24)) >>> 0;
+}
+
+/** The 32-bit word of the 8 lower-case hex digits of `hex` from `at`. */
+function hexWord(hex: string, at: number): number {
   let word = 0;
-  for (let i = 0; i < 32; i++) {
-    const c = traceId.charCodeAt(i); // a lower-case hex digit: 0-9 are 48-57, a-f 97-102
-    word ^= (c < 58 ? c - 48 : c - 87) << (28 - 4 * (i % 8)); // its 4 bits in place in its 32-bit word
+  for (let i = at; i < at + 8; i++) {
+    const c = hex.charCodeAt(i); // 0-9 are 48-57, a-f 97-102
+    word = (word << 4) | (c < 58 ? c - 48 : c - 87);
   }
-  return word >>> 0;
+  return word;
 }
 
 /** The W3C headers that make `span` the parent of a span in another process (an engine's, the router's). */
@@ -400,6 +461,8 @@ export function otelDiagnostics(
 export interface Tracing {
   readonly tracer: Tracer;
   readonly settings: TracingSettings;
+  /** Export every span ended so far and wait for the export (the batch processor's force flush). Never rejects. */
+  flush(): Promise<void>;
   /** Export what is buffered and stop (at most the exporter's timeout). Never rejects. */
   shutdown(): Promise<void>;
 }
@@ -469,6 +532,7 @@ export async function startTracing(
       ids,
     ),
     settings,
+    flush: () => provider.forceFlush().catch(() => {}),
     shutdown: async () => {
       await provider.shutdown().catch(() => {});
       if (summary !== null) clearInterval(summary);

@@ -18,9 +18,9 @@ import {
   type Tracer,
 } from '@opentelemetry/api';
 import type { IncomingMessage } from 'node:http';
-import type { FastifyBaseLogger, FastifyInstance, FastifyRequest } from 'fastify';
-import type { Logger } from 'pino';
-import { carrierOf, contextOf, type TraceCarrier } from '../tracing.js';
+import type { FastifyInstance, FastifyRequest } from 'fastify';
+import { symbols, type Logger, type LoggerOptions } from 'pino';
+import { RootSamplingTracer, carrierOf, contextOf, type TraceCarrier } from '../tracing.js';
 
 /** Paths without spans: probes and scrapes (every few seconds, nothing to see) and the dashboard's files. */
 function untraced(url: string): boolean {
@@ -30,9 +30,10 @@ function untraced(url: string): boolean {
 }
 
 /**
- * One request's span and what its route adds to it. Every method but `carrier` is a no-op once the span ended, and
- * for a span the sampler left out (most of them at a low sampling ratio): the per-request cost of an unsampled
- * request is the span's start, its headers and its log child.
+ * One request's span and what its route adds to it. Every method but `carrier` and `traceId` is a no-op once the span
+ * ended, and for a span the sampler left out (most of them at a low sampling ratio). A new root the sampler left out
+ * is held as its sampling word alone (`RootSamplingTracer.drawRoot`): its ids and its non-recording span are made the
+ * first time a log line, an engine or a caller asks for them, which most such requests never do.
  */
 export class RequestTrace {
   /** True once a request record owns the span's end (it ends it with the outcome, not the response's close). */
@@ -40,11 +41,29 @@ export class RequestTrace {
   private ended: boolean;
   private headers: TraceCarrier | null = null;
 
-  constructor(
-    readonly span: Span,
+  private constructor(
+    private made: Span | null,
     private readonly tracer: Tracer,
+    /** Who makes a left-out root's span from `word` (null: `made` is set from the start). */
+    private readonly roots: RootSamplingTracer | null,
+    private readonly word: number,
   ) {
-    this.ended = !span.isRecording();
+    this.ended = made === null || !made.isRecording();
+  }
+
+  /** The trace of `span` (recording or not), whose children `tracer` makes. */
+  static of(span: Span, tracer: Tracer): RequestTrace {
+    return new RequestTrace(span, tracer, null, 0);
+  }
+
+  /** The trace of a new root `roots` left out (not `roots.keeps(word)`), made from `word` when first asked for. */
+  static leftOut(roots: RootSamplingTracer, word: number): RequestTrace {
+    return new RequestTrace(null, roots, roots, word);
+  }
+
+  /** The span (for a left-out root, made now if it was not yet). */
+  get span(): Span {
+    return (this.made ??= this.roots!.leftOutRoot(this.word));
   }
 
   /** The trace id (32 hex digits). */
@@ -118,20 +137,71 @@ function describe(t: RequestTrace, request: FastifyRequest): void {
   });
 }
 
-/** A request's logger: the child fastify made of the app's pino logger (`GatewayDeps.logger`). */
-type PinoChild = FastifyBaseLogger & Pick<Logger, 'setBindings'>;
-
-/** Where a raw request holds its span. */
+/** Where a raw request, and its logger, hold its trace. */
 const TRACE = Symbol('model_gateway.trace');
 
-/** A raw request with its span: set on the request itself, not in a WeakMap (its entries cost the collector per request). */
+/** A raw request with its trace: set on the request itself, not in a WeakMap (its entries cost the collector per request). */
 interface TracedMessage extends IncomingMessage {
   [TRACE]?: RequestTrace;
 }
 
+/** A request's logger (the child fastify made of the app's logger), holding the request's trace for `traceMixin`. */
+interface TracedLogger {
+  [TRACE]?: RequestTrace;
+  [symbols.mixinSym]?: MixinFn;
+}
+
+type MixinFn = NonNullable<LoggerOptions['mixin']>;
+
+/** What `traceMixin`'s mixins carry, so that a logger gets one once however many apps share it. */
+const TRACE_MIXIN = Symbol('model_gateway.traceMixin');
+
+/**
+ * A pino mixin that adds `traceId` to a line written through a request's logger (or a child of it), after what
+ * `prior` (the logger's own mixin, if any) adds. The id is read when the line is written: most requests write none.
+ */
+function traceMixin(prior: MixinFn | undefined): MixinFn {
+  const mixin: MixinFn & { [TRACE_MIXIN]?: true } = (mergeObject, level, logger) => {
+    const out = (prior === undefined ? {} : prior(mergeObject, level, logger)) as Record<string, unknown>;
+    const t = (logger as TracedLogger)[TRACE];
+    if (t !== undefined) out['traceId'] = t.traceId;
+    return out;
+  };
+  mixin[TRACE_MIXIN] = true;
+  return mixin;
+}
+
+/** The trace of a new root that `roots` decides: its SDK span when kept, else the left-out root's word alone. */
+function newRoot(roots: RootSamplingTracer, name: string): RequestTrace {
+  const word = roots.drawRoot();
+  return roots.keeps(word)
+    ? RequestTrace.of(roots.keptRoot(name, { kind: SpanKind.SERVER }, word), roots)
+    : RequestTrace.leftOut(roots, word);
+}
+
 /** The spans of an app's requests (one per app; see the module comment). */
 export class RequestTraces {
-  constructor(private readonly tracer: Tracer) {}
+  /** The tracer that decides new roots itself, whose left-out roots a request holds as one number; else null. */
+  private readonly roots: RootSamplingTracer | null;
+
+  constructor(private readonly tracer: Tracer) {
+    this.roots = tracer instanceof RootSamplingTracer && tracer.decidesRoots ? tracer : null;
+  }
+
+  /**
+   * Make every line written through a request's logger carry the request's trace id (`traceId`, beside `requestId`):
+   * `traceMixin` becomes `logger`'s mixin (once per logger; through `pino.symbols`, pino's documented door for
+   * integrations), and a line's id is read when it is written. `logger` is the one the app hands fastify, whose request
+   * loggers are its children; other lines through it are unchanged. Not `setBindings` on each request's logger (~1 µs
+   * per request), a custom `childLoggerFactory` (fastify then checks every request's logger, ~1 µs) or a child of
+   * `logger` for the app (a deeper prototype chain behind every logger call of a request, ~1 µs).
+   */
+  addTraceIds(logger: Logger): void {
+    const held = logger as unknown as TracedLogger;
+    const prior = held[symbols.mixinSym];
+    if (prior !== undefined && TRACE_MIXIN in prior) return;
+    held[symbols.mixinSym] = traceMixin(prior);
+  }
 
   /** The span of `request`, or undefined when it has none (an untraced path). */
   of(request: FastifyRequest): RequestTrace | undefined {
@@ -139,19 +209,21 @@ export class RequestTraces {
   }
 
   /**
-   * Start the span of `request` (a child of the client's `traceparent`, else a new trace), unless its path is
-   * untraced, and add the trace id to the request's logger (`traceId`, beside `requestId`). pino's `setBindings` adds
-   * to the request's own logger: a custom `childLoggerFactory` made fastify check every request's logger (~1 µs), and
-   * a child of the request's logger cost ~10 µs (pino serializes a child of a child's bindings slowly).
+   * Start the trace of `request` (a child of the client's `traceparent`, else a new trace), unless its path is
+   * untraced, and hold it on the request's logger for `traceMixin`. A new root that `RootSamplingTracer` leaves out is
+   * only its sampling word until something asks for its ids (`RequestTrace.leftOut`).
    */
   private start(request: FastifyRequest): RequestTrace | undefined {
     const raw = request.raw as TracedMessage;
     if (raw[TRACE] !== undefined || untraced(request.url)) return raw[TRACE];
+    const parent = contextOf(raw.headers);
     // Named by its method until `describe` names a recording span after its route.
-    const span = this.tracer.startSpan(request.method, { kind: SpanKind.SERVER }, contextOf(raw.headers));
-    const t = new RequestTrace(span, this.tracer);
+    const t =
+      parent === ROOT_CONTEXT && this.roots !== null
+        ? newRoot(this.roots, request.method)
+        : RequestTrace.of(this.tracer.startSpan(request.method, { kind: SpanKind.SERVER }, parent), this.tracer);
     raw[TRACE] = t;
-    (request.log as PinoChild).setBindings({ traceId: t.traceId });
+    (request.log as TracedLogger)[TRACE] = t;
     return t;
   }
 
@@ -160,7 +232,7 @@ export class RequestTraces {
    * the concurrency cap have spans too, and the route's log lines the trace id. Name and describe a recording span
    * after its route, and end it when the response closes unless a record owns it: with the response's status, or 499
    * when the client left before the response was written (as the generation routes record it; Node's `statusCode`
-   * would still say 200). An unsampled span (most of them at a low ratio) costs its start and its log binding.
+   * would still say 200). A new root left out (most of them at a low ratio) costs a random word and two stores.
    */
   install(app: FastifyInstance): void {
     app.addHook('onRequest', (request, reply, done) => {

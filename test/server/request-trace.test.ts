@@ -8,11 +8,32 @@ import { connect } from 'node:net';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SpanStatusCode } from '@opentelemetry/api';
-import { InMemorySpanExporter, SimpleSpanProcessor, TracerProvider } from '@opentelemetry/sdk-trace';
+import { pino, symbols } from 'pino';
+import {
+  InMemorySpanExporter,
+  ParentBasedSampler,
+  SimpleSpanProcessor,
+  TraceIdRatioBasedSampler,
+  TracerProvider,
+} from '@opentelemetry/sdk-trace';
+import { PooledIdGenerator, RootSamplingTracer, rootUpperBound, traceIdWord } from '../../src/tracing.js';
 import { FakeBackend } from './fake-backend.js';
 import { waitFor } from '../helpers/async.js';
 import { captureLogs } from '../helpers/logs.js';
 import { listenApp, makeApp } from './helpers.js';
+
+/** Tracing as startTracing builds it (RootSamplingTracer at `ratio`, pooled ids), exporting into memory. */
+function rootSampling(ratio: number) {
+  const exporter = new InMemorySpanExporter();
+  const ids = new PooledIdGenerator();
+  const provider = new TracerProvider({
+    idGenerator: ids,
+    sampler: new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(ratio) }),
+    spanProcessors: [new SimpleSpanProcessor({ exporter })],
+  });
+  const bound = rootUpperBound('parentbased_traceidratio', ratio);
+  return { exporter, ids, bound, tracer: new RootSamplingTracer(provider.getTracer('test'), bound, ids) };
+}
 
 function tracing() {
   const exporter = new InMemorySpanExporter();
@@ -154,6 +175,112 @@ test('an unsampled request: headers only to a vLLM group (flags 00); its log lin
     } finally {
       await app.close();
     }
+  }
+});
+
+test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, vLLM headers and export agree', async () => {
+  const { exporter, ids, bound, tracer } = rootSampling(0.5);
+  let madeIds = 0;
+  const traceIdWithWord = ids.traceIdWithWord.bind(ids);
+  ids.traceIdWithWord = (word) => (madeIds++, traceIdWithWord(word));
+  for (const engine of ['tokenspeed', 'vllm'] as const) {
+    // TokenSpeed requests at `warn` write no line and send no headers: nothing asks for a left-out root's ids.
+    const { logger, records } = captureLogs(engine === 'vllm' ? 'debug' : 'warn');
+    const backend = new FakeBackend({ ranks: [0] });
+    let sent: Array<Record<string, string> | undefined> = [];
+    backend.onSubmit = (s) => {
+      sent.push(s.request.trace);
+      s.stream.pushAll([9707], 'length');
+    };
+    const { app } = await makeApp({
+      backend,
+      tracer,
+      logger,
+      groups: [{ worker: 'w', name: `${engine}-0`, engine, backend }],
+    });
+    try {
+      exporter.reset();
+      madeIds = 0;
+      const requestIds = Array.from({ length: 60 }, (_, i) => `${engine}-${i}`);
+      const headersOf = new Map<string, Array<Record<string, string> | undefined>>();
+      for (const id of requestIds) {
+        sent = [];
+        const res = await app.inject({
+          method: 'POST',
+          url: '/v1/completions',
+          headers: { 'x-request-id': id },
+          payload: { prompt: 'hello', max_tokens: 1 },
+        });
+        assert.equal(res.statusCode, 200);
+        headersOf.set(id, sent);
+      }
+      const exported = exporter.getFinishedSpans().filter((s) => s.name === 'POST /v1/completions');
+      const keptIds = new Set(exported.map((s) => s.spanContext().traceId));
+      // Binomial(60, 1/2) outside 10..50 has probability below 1e-7.
+      assert.ok(keptIds.size >= 10 && keptIds.size <= 50, `${keptIds.size} of 60 kept`);
+      for (const id of keptIds) assert.ok(traceIdWord(id) < bound, id);
+      if (engine === 'tokenspeed') {
+        // Only the kept roots made trace ids: none was made for the left-out ones.
+        assert.equal(madeIds, keptIds.size);
+        continue;
+      }
+      const traceIds = new Set<string>();
+      for (const id of requestIds) {
+        const lines = records.filter((r) => r['requestId'] === id);
+        assert.ok(lines.length > 0, `${id} logged`);
+        const traceId = lines[0]!['traceId'] as string;
+        assert.match(traceId, /^[0-9a-f]{32}$/);
+        for (const line of lines) assert.equal(line['traceId'], traceId, JSON.stringify(line));
+        traceIds.add(traceId);
+        const kept = keptIds.has(traceId);
+        assert.equal(traceIdWord(traceId) < bound, kept, `${id}: the sampling word decides`);
+        const headers = headersOf.get(id)!;
+        assert.equal(headers.length, 1, `${id} reached the rank once`);
+        for (const h of headers)
+          assert.match(h?.traceparent ?? '', new RegExp(`^00-${traceId}-[0-9a-f]{16}-0${kept ? 1 : 0}$`), id);
+      }
+      assert.equal(traceIds.size, 60, 'one trace per request');
+      assert.equal(madeIds, 60);
+    } finally {
+      await app.close();
+    }
+  }
+});
+
+test("trace ids join a logger's own mixin; two apps on one logger add them once", async () => {
+  const { tracer } = tracing();
+  const lines: Array<Record<string, unknown>> = [];
+  const logger = pino(
+    { level: 'debug', mixin: () => ({ role: 'front' }) },
+    { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
+  );
+  const backend = new FakeBackend({ ranks: [0] });
+  backend.onSubmit = (s) => s.stream.pushAll([9707], 'length');
+  const first = await makeApp({ backend, tracer, logger });
+  const mixin = (logger as unknown as Record<symbol, unknown>)[symbols.mixinSym];
+  const second = await makeApp({ backend, tracer, logger });
+  try {
+    assert.equal((logger as unknown as Record<symbol, unknown>)[symbols.mixinSym], mixin, 'not wrapped twice');
+    for (const [i, { app }] of [first, second].entries()) {
+      const traceId = `${i}af7651916cd43dd8448eb211c80319c`;
+      const res = await app.inject({
+        method: 'POST',
+        url: '/v1/completions',
+        headers: { traceparent: `00-${traceId}-b7ad6b7169203331-01`, 'x-request-id': `joined-${i}` },
+        payload: { prompt: 'hello', max_tokens: 1 },
+      });
+      assert.equal(res.statusCode, 200);
+      const own = lines.filter((l) => l['requestId'] === `joined-${i}`);
+      assert.ok(own.length > 0, JSON.stringify(lines));
+      for (const line of own)
+        assert.deepEqual([line['traceId'], line['role']], [traceId, 'front'], JSON.stringify(line));
+    }
+    // Lines not about a request keep the logger's own mixin and get no trace id.
+    logger.info('plain');
+    assert.deepEqual([lines.at(-1)!['role'], 'traceId' in lines.at(-1)!], ['front', false]);
+  } finally {
+    await first.app.close();
+    await second.app.close();
   }
 });
 
