@@ -15,6 +15,11 @@ export interface InjectArm {
   readonly name: string;
   readonly app: FastifyInstance;
   readonly samples: number[];
+  /**
+   * Work an arm's block leaves for later, done at the end of the block inside its measurement, so that its CPU is
+   * counted for the arm that caused it (a tracing arm's span export; a timer would run it in any arm's block).
+   */
+  readonly afterBlock?: () => Promise<void>;
 }
 
 /** The request every arm answers: one token, so the figure is the per-request path. */
@@ -55,6 +60,7 @@ export async function alternate(arms: readonly InjectArm[], rounds: number, bloc
       const arm = arms[k]!;
       const before = process.cpuUsage();
       await drive(arm.app, block);
+      await arm.afterBlock?.();
       const used = process.cpuUsage(before);
       arm.samples.push((used.user + used.system) / block);
     }
@@ -66,13 +72,26 @@ export async function alternate(arms: readonly InjectArm[], rounds: number, bloc
 }
 
 /** Consecutive chunks the rounds are cut into for the ratio's spread. */
-const CHUNKS = 10;
+export const CHUNKS = 10;
+
+/**
+ * The medians of `CHUNKS` consecutive chunks of `values` (one per round), in order; empty under `CHUNKS` values. A
+ * single round swings by 2× when the machine stalls; a chunk's median does not, so their range is the figure's spread.
+ */
+export function chunkMedians(values: readonly number[]): number[] {
+  const size = Math.floor(values.length / CHUNKS);
+  return Array.from({ length: size > 0 ? CHUNKS : 0 }, (_, c) => spread(values.slice(c * size, (c + 1) * size)).median);
+}
+
+/** `arm`'s samples minus `base`'s, round by round (µs per request). */
+export function pairedDifferences(arm: InjectArm, base: InjectArm): number[] {
+  return arm.samples.map((x, i) => x - base.samples[i]!);
+}
 
 /**
  * The markdown table of `arms` against the first: each arm's µs per request (median, min–max over rounds), its
  * paired difference to the first arm per round (median), and its paired ratio: the median over all rounds and the
- * range of the medians of `CHUNKS` consecutive chunks of rounds (a single round's ratio swings by 2× when the machine
- * stalls; a chunk's median does not).
+ * range of its `chunkMedians`.
  */
 export function pairedTable(arms: readonly InjectArm[]): string[] {
   const base = arms[0]!.samples;
@@ -86,14 +105,13 @@ export function pairedTable(arms: readonly InjectArm[]): string[] {
     if (arm === arms[0]) cells.push('-', '-', '-');
     else {
       const ratios = arm.samples.map((x, i) => x / base[i]!);
-      const size = Math.floor(ratios.length / CHUNKS); // 0 below CHUNKS rounds: no chunk, the cell says so
-      const chunks = spread(
-        Array.from({ length: size > 0 ? CHUNKS : 0 }, (_, c) => spread(ratios.slice(c * size, (c + 1) * size)).median),
-      );
+      const chunks = chunkMedians(ratios);
       cells.push(
-        spread(arm.samples.map((x, i) => x - base[i]!)).median.toFixed(2),
+        spread(pairedDifferences(arm, arms[0]!)).median.toFixed(2),
         spread(ratios).median.toFixed(4),
-        size > 0 ? `${chunks.min.toFixed(3)}–${chunks.max.toFixed(3)}` : `- (under ${CHUNKS} rounds)`,
+        chunks.length > 0
+          ? `${spread(chunks).min.toFixed(3)}–${spread(chunks).max.toFixed(3)}`
+          : `- (under ${CHUNKS} rounds)`,
       );
     }
     rows.push(`| ${arm.name} | ${cells.join(' | ')} |`);
