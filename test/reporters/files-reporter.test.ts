@@ -1,7 +1,7 @@
 /**
  * The suite's reporter (test/reporters/files.mjs) shows every failure: a failed test, and a failed suite whose tests
- * were only cancelled (a `before` hook that threw); a suite that failed because a test in it failed is shown once,
- * through that test.
+ * were only cancelled (a `before` hook that threw), a top-level test the runner cancelled (its file ended with it
+ * pending); a suite that failed because a test in it failed is shown once, through that test.
  */
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -43,6 +43,16 @@ test('a suite whose hook failed is reported, with its error, not hidden behind i
   ]);
   assert.match(out, /✗ test\/e2e\/x\.test\.ts: the suite\n\s+Error: the gateway did not start/);
   assert.match(out, /0 passed, 1 failed, 0 skipped, in 1 files/);
+});
+
+test('a top-level test cancelled because its file ended with it pending is a failure, shown with its error', async () => {
+  const pending = 'Promise resolution is still pending but the event loop has already resolved';
+  const out = await report([
+    ev('test:pass', 'a', 0, {}),
+    ev('test:fail', 'b', 0, { error: { failureType: 'cancelledByParent', message: pending } }),
+  ]);
+  assert.match(out, /✗ test\/e2e\/x\.test\.ts: b\n\s+Promise resolution is still pending/);
+  assert.match(out, /1 passed, 1 failed, 0 skipped, in 1 files/);
 });
 
 test('a suite that failed through a failed test is shown once, through the test', async () => {

@@ -36,8 +36,10 @@ export default async function* filesReporter(source) {
       else pass++;
       continue;
     }
+    // A test cancelled by its failed suite is shown through the suite. A top-level one has no suite to show it: the file
+    // ended with it pending (its event loop emptied while the test awaited), and that is its failure.
     const cancelled = data.details?.error?.failureType === 'cancelledByParent';
-    if (cancelled) continue;
+    if (cancelled && data.nesting > 0) continue;
     fail++;
     f.failed++;
     const err = data.details?.error;
