@@ -91,7 +91,9 @@ async function makeArm(name: string, tracing: Tracing | null): Promise<Arm> {
   backend.onSubmit = ONE_TOKEN;
   const logger = pino({ level: 'warn' }, { write() {} });
   const { app } = await makeApp({ backend, logger, ...(tracing !== null ? { tracer: tracing.tracer } : {}) });
-  return { name, app, tracing, samples: [], ...(tracing !== null ? { afterBlock: () => tracing.flush() } : {}) };
+  // Only an arm that samples has spans to export: an empty flush would count its own promise work as the arm's.
+  const exports = tracing !== null && tracing.settings.ratio > 0;
+  return { name, app, tracing, samples: [], ...(exports ? { afterBlock: () => tracing.flush() } : {}) };
 }
 
 /** The phases: each tracing arm against its own tracing-off app, two arms at a time (the rig's least spread). */
