@@ -136,9 +136,9 @@ const ZEROS = { 16: '0'.repeat(16), 24: '0'.repeat(24), 32: '0'.repeat(32) } as 
  *
  * The decision is the SDK's for a root span (`TraceIdRatioBasedSampler`, also the root of a parent-based sampler):
  * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`). It is made on that word
- * alone, drawn first (`drawRoot`); the trace id is made with that word when it is needed (`leftOutRoot`, `keptRoot`).
- * So a request can carry a left-out root as one number, and its ids are made only when a log line or an engine asks
- * for them (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
+ * alone, drawn first (`drawRoot`); the trace id is made with that word when it is needed (`traceIdFor`), and the
+ * span after it (`leftOutRoot`, `keptRoot`). So a request can carry a left-out root as one number, its trace id made
+ * only when a log line asks for it and its span when an engine does (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
  * so the SDK's sampler, asked again, keeps it too. Every span with a context other than the empty root one (a parent,
  * suppressed tracing) is the SDK's, and so is every span when every root is kept (`decidesRoots` false).
  * `startActiveSpan` is the SDK's.
@@ -166,18 +166,19 @@ export class RootSamplingTracer implements Tracer {
     return word < this.upperBound;
   }
 
-  /** The root span left out for `word` (not `keeps(word)`): non-recording, flags 00, a new trace id with that word. */
-  leftOutRoot(word: number): Span {
-    return trace.wrapSpanContext({
-      traceId: this.ids.traceIdWithWord(word),
-      spanId: this.ids.generateSpanId(),
-      traceFlags: TraceFlags.NONE,
-    });
+  /** A new trace id whose sampling word is `word`. */
+  traceIdFor(word: number): string {
+    return this.ids.traceIdWithWord(word);
   }
 
-  /** The SDK's root span `name` for `word` (`keeps(word)`), under a new trace id with that word. */
-  keptRoot(name: string, options: SpanOptions, word: number): Span {
-    this.ids.reserve(this.ids.traceIdWithWord(word));
+  /** The root span of `traceId` when left out (its word not kept): non-recording, flags 00, a new span id. */
+  leftOutRoot(traceId: string): Span {
+    return trace.wrapSpanContext({ traceId, spanId: this.ids.generateSpanId(), traceFlags: TraceFlags.NONE });
+  }
+
+  /** The SDK's root span `name` for `traceId` (its word kept). */
+  keptRoot(name: string, options: SpanOptions, traceId: string): Span {
+    this.ids.reserve(traceId);
     try {
       return this.sdk.startSpan(name, options, ROOT_CONTEXT);
     } finally {
@@ -189,7 +190,8 @@ export class RootSamplingTracer implements Tracer {
     if (context !== ROOT_CONTEXT || options.root === true || !this.decidesRoots)
       return this.sdk.startSpan(name, options, context);
     const word = this.drawRoot();
-    return this.keeps(word) ? this.keptRoot(name, options, word) : this.leftOutRoot(word);
+    const traceId = this.traceIdFor(word);
+    return this.keeps(word) ? this.keptRoot(name, options, traceId) : this.leftOutRoot(traceId);
   }
 
   startActiveSpan: Tracer['startActiveSpan'] = ((...args: unknown[]) =>

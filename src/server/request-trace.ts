@@ -40,11 +40,13 @@ export class RequestTrace {
   owned = false;
   private ended: boolean;
   private headers: TraceCarrier | null = null;
+  /** A left-out root's trace id, once asked for. */
+  private id: string | null = null;
 
   private constructor(
     private made: Span | null,
     private readonly tracer: Tracer,
-    /** Who makes a left-out root's span from `word` (null: `made` is set from the start). */
+    /** Who makes a left-out root's ids and span from `word` (null: `made` is set from the start). */
     private readonly roots: RootSamplingTracer | null,
     private readonly word: number,
   ) {
@@ -56,19 +58,20 @@ export class RequestTrace {
     return new RequestTrace(span, tracer, null, 0);
   }
 
-  /** The trace of a new root `roots` left out (not `roots.keeps(word)`), made from `word` when first asked for. */
+  /** The trace of a new root `roots` left out (not `roots.keeps(word)`), its ids made from `word` when first asked for. */
   static leftOut(roots: RootSamplingTracer, word: number): RequestTrace {
     return new RequestTrace(null, roots, roots, word);
   }
 
   /** The span (for a left-out root, made now if it was not yet). */
   get span(): Span {
-    return (this.made ??= this.roots!.leftOutRoot(this.word));
+    return (this.made ??= this.roots!.leftOutRoot(this.traceId));
   }
 
-  /** The trace id (32 hex digits). */
+  /** The trace id (32 hex digits); a left-out root's is made on the first call, without its span (a log line's need). */
   get traceId(): string {
-    return this.span.spanContext().traceId;
+    if (this.made !== null) return this.made.spanContext().traceId;
+    return (this.id ??= this.roots!.traceIdFor(this.word));
   }
 
   /** The W3C headers that make this span the parent of another process's spans (made once). */
@@ -175,7 +178,7 @@ function traceMixin(prior: MixinFn | undefined): MixinFn {
 function newRoot(roots: RootSamplingTracer, name: string): RequestTrace {
   const word = roots.drawRoot();
   return roots.keeps(word)
-    ? RequestTrace.of(roots.keptRoot(name, { kind: SpanKind.SERVER }, word), roots)
+    ? RequestTrace.of(roots.keptRoot(name, { kind: SpanKind.SERVER }, roots.traceIdFor(word)), roots)
     : RequestTrace.leftOut(roots, word);
 }
 

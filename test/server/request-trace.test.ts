@@ -180,12 +180,21 @@ test('an unsampled request: headers only to a vLLM group (flags 00); its log lin
 
 test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, vLLM headers and export agree', async () => {
   const { exporter, ids, bound, tracer } = rootSampling(0.5);
-  let madeIds = 0;
+  let traceIdsMade = 0;
+  let spanIdsMade = 0;
   const traceIdWithWord = ids.traceIdWithWord.bind(ids);
-  ids.traceIdWithWord = (word) => (madeIds++, traceIdWithWord(word));
-  for (const engine of ['tokenspeed', 'vllm'] as const) {
-    // TokenSpeed requests at `warn` write no line and send no headers: nothing asks for a left-out root's ids.
-    const { logger, records } = captureLogs(engine === 'vllm' ? 'debug' : 'warn');
+  const generateSpanId = ids.generateSpanId.bind(ids);
+  ids.traceIdWithWord = (word) => (traceIdsMade++, traceIdWithWord(word));
+  ids.generateSpanId = () => (spanIdsMade++, generateSpanId());
+  // TokenSpeed at `warn`: no line, no headers, so nothing asks for a left-out root's ids. At `info`: each request's
+  // `request finished` line asks for its trace id, not its span. vLLM at `debug`: lines and headers, one trace id.
+  const cases = [
+    { engine: 'tokenspeed', level: 'warn' },
+    { engine: 'tokenspeed', level: 'info' },
+    { engine: 'vllm', level: 'debug' },
+  ] as const;
+  for (const { engine, level } of cases) {
+    const { logger, records } = captureLogs(level);
     const backend = new FakeBackend({ ranks: [0] });
     let sent: Array<Record<string, string> | undefined> = [];
     backend.onSubmit = (s) => {
@@ -200,8 +209,8 @@ test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, 
     });
     try {
       exporter.reset();
-      madeIds = 0;
-      const requestIds = Array.from({ length: 60 }, (_, i) => `${engine}-${i}`);
+      traceIdsMade = spanIdsMade = 0;
+      const requestIds = Array.from({ length: 60 }, (_, i) => `${engine}-${level}-${i}`);
       const headersOf = new Map<string, Array<Record<string, string> | undefined>>();
       for (const id of requestIds) {
         sent = [];
@@ -214,16 +223,17 @@ test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, 
         assert.equal(res.statusCode, 200);
         headersOf.set(id, sent);
       }
-      const exported = exporter.getFinishedSpans().filter((s) => s.name === 'POST /v1/completions');
-      const keptIds = new Set(exported.map((s) => s.spanContext().traceId));
+      const spans = exporter.getFinishedSpans();
+      const keptIds = new Set(
+        spans.filter((s) => s.name === 'POST /v1/completions').map((s) => s.spanContext().traceId),
+      );
       // Binomial(60, 1/2) outside 10..50 has probability below 1e-7.
       assert.ok(keptIds.size >= 10 && keptIds.size <= 50, `${keptIds.size} of 60 kept`);
       for (const id of keptIds) assert.ok(traceIdWord(id) < bound, id);
-      if (engine === 'tokenspeed') {
-        // Only the kept roots made trace ids: none was made for the left-out ones.
-        assert.equal(madeIds, keptIds.size);
-        continue;
-      }
+      const leftOut = 60 - keptIds.size;
+      assert.equal(traceIdsMade, keptIds.size + (level === 'warn' ? 0 : leftOut), `${engine} at ${level}: trace ids`);
+      assert.equal(spanIdsMade, spans.length + (engine === 'vllm' ? leftOut : 0), `${engine} at ${level}: span ids`);
+      if (level === 'warn') continue;
       const traceIds = new Set<string>();
       for (const id of requestIds) {
         const lines = records.filter((r) => r['requestId'] === id);
@@ -236,11 +246,12 @@ test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, 
         assert.equal(traceIdWord(traceId) < bound, kept, `${id}: the sampling word decides`);
         const headers = headersOf.get(id)!;
         assert.equal(headers.length, 1, `${id} reached the rank once`);
-        for (const h of headers)
-          assert.match(h?.traceparent ?? '', new RegExp(`^00-${traceId}-[0-9a-f]{16}-0${kept ? 1 : 0}$`), id);
+        // A sampled request's headers go to any engine (its engine-client spans join them); a left-out one's to vLLM only.
+        if (engine === 'tokenspeed' && !kept) assert.equal(headers[0], undefined, 'TokenSpeed has no field for them');
+        else
+          assert.match(headers[0]?.traceparent ?? '', new RegExp(`^00-${traceId}-[0-9a-f]{16}-0${kept ? 1 : 0}$`), id);
       }
       assert.equal(traceIds.size, 60, 'one trace per request');
-      assert.equal(madeIds, 60);
     } finally {
       await app.close();
     }
