@@ -137,8 +137,8 @@ const ZEROS = { 16: '0'.repeat(16), 24: '0'.repeat(24), 32: '0'.repeat(32) } as 
  * The decision is the SDK's for a root span (`TraceIdRatioBasedSampler`, also the root of a parent-based sampler):
  * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`). It is made on that word
  * alone, drawn first (`drawRoot`); the trace id is made with that word when it is needed (`traceIdFor`), and the
- * span after it (`leftOutRoot`, `keptRoot`). So a request can carry a left-out root as one number, its trace id made
- * only when a log line asks for it and its span when an engine does (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
+ * span after it (`leftOutRoot`, `keptRoot`). So a request can hold a left-out root as its trace id alone, its span
+ * made only when an engine asks for its headers (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
  * so the SDK's sampler, asked again, keeps it too. Every span with a context other than the empty root one (a parent,
  * suppressed tracing) is the SDK's, and so is every span when every root is kept (`decidesRoots` false).
  * `startActiveSpan` is the SDK's.

@@ -230,7 +230,6 @@ export async function buildApp(deps: GatewayDeps): Promise<FastifyInstance> {
   const edge = resolveEdgeOptions(deps.edge);
   const timeouts = serverTimeouts(edge.requestTimeoutMs);
   const traces = deps.tracer ? new RequestTraces(deps.tracer) : null;
-  traces?.addTraceIds(deps.logger); // the lines of its requests' loggers carry their trace ids
   const app = Fastify({
     // A pino logger is a FastifyBaseLogger; typing it as such keeps the instance type the routes expect.
     loggerInstance: deps.logger as FastifyBaseLogger,

@@ -19,7 +19,7 @@ import {
 } from '@opentelemetry/api';
 import type { IncomingMessage } from 'node:http';
 import type { FastifyInstance, FastifyRequest } from 'fastify';
-import { symbols, type Logger, type LoggerOptions } from 'pino';
+import { symbols } from 'pino';
 import { RootSamplingTracer, carrierOf, contextOf, type TraceCarrier } from '../tracing.js';
 
 /** Paths without spans: probes and scrapes (every few seconds, nothing to see) and the dashboard's files. */
@@ -32,46 +32,44 @@ function untraced(url: string): boolean {
 /**
  * One request's span and what its route adds to it. Every method but `carrier` and `traceId` is a no-op once the span
  * ended, and for a span the sampler left out (most of them at a low sampling ratio). A new root the sampler left out
- * is held as its sampling word alone (`RootSamplingTracer.drawRoot`): its ids and its non-recording span are made the
- * first time a log line, an engine or a caller asks for them, which most such requests never do.
+ * is held as its trace id alone: its non-recording span, with a span id, is made the first time an engine's headers
+ * (`carrier`) or a caller ask for it, which most such requests never do.
  */
 export class RequestTrace {
   /** True once a request record owns the span's end (it ends it with the outcome, not the response's close). */
   owned = false;
   private ended: boolean;
   private headers: TraceCarrier | null = null;
-  /** A left-out root's trace id, once asked for. */
-  private id: string | null = null;
 
   private constructor(
     private made: Span | null,
     private readonly tracer: Tracer,
-    /** Who makes a left-out root's ids and span from `word` (null: `made` is set from the start). */
+    /** Who makes a left-out root's span (null: `made` is set from the start). */
     private readonly roots: RootSamplingTracer | null,
-    private readonly word: number,
+    /** A left-out root's trace id (null: `made`'s). */
+    private readonly id: string | null,
   ) {
     this.ended = made === null || !made.isRecording();
   }
 
   /** The trace of `span` (recording or not), whose children `tracer` makes. */
   static of(span: Span, tracer: Tracer): RequestTrace {
-    return new RequestTrace(span, tracer, null, 0);
+    return new RequestTrace(span, tracer, null, null);
   }
 
-  /** The trace of a new root `roots` left out (not `roots.keeps(word)`), its ids made from `word` when first asked for. */
-  static leftOut(roots: RootSamplingTracer, word: number): RequestTrace {
-    return new RequestTrace(null, roots, roots, word);
+  /** The trace of a new root `roots` left out, under `traceId` (`roots.traceIdFor` a word it does not keep). */
+  static leftOut(roots: RootSamplingTracer, traceId: string): RequestTrace {
+    return new RequestTrace(null, roots, roots, traceId);
   }
 
   /** The span (for a left-out root, made now if it was not yet). */
   get span(): Span {
-    return (this.made ??= this.roots!.leftOutRoot(this.traceId));
+    return (this.made ??= this.roots!.leftOutRoot(this.id!));
   }
 
-  /** The trace id (32 hex digits); a left-out root's is made on the first call, without its span (a log line's need). */
+  /** The trace id (32 hex digits). */
   get traceId(): string {
-    if (this.made !== null) return this.made.spanContext().traceId;
-    return (this.id ??= this.roots!.traceIdFor(this.word));
+    return this.id ?? this.made!.spanContext().traceId;
   }
 
   /** The W3C headers that make this span the parent of another process's spans (made once). */
@@ -140,7 +138,7 @@ function describe(t: RequestTrace, request: FastifyRequest): void {
   });
 }
 
-/** Where a raw request, and its logger, hold its trace. */
+/** Where a raw request holds its trace. */
 const TRACE = Symbol('model_gateway.trace');
 
 /** A raw request with its trace: set on the request itself, not in a WeakMap (its entries cost the collector per request). */
@@ -148,62 +146,27 @@ interface TracedMessage extends IncomingMessage {
   [TRACE]?: RequestTrace;
 }
 
-/** A request's logger (the child fastify made of the app's logger), holding the request's trace for `traceMixin`. */
-interface TracedLogger {
-  [TRACE]?: RequestTrace;
-  [symbols.mixinSym]?: MixinFn;
+/** A request's pino logger (the child fastify made of the app's logger): its bindings as pino serialized them. */
+interface BoundLogger {
+  [symbols.chindingsSym]?: string;
 }
 
-type MixinFn = NonNullable<LoggerOptions['mixin']>;
-
-/** What `traceMixin`'s mixins carry, so that a logger gets one once however many apps share it. */
-const TRACE_MIXIN = Symbol('model_gateway.traceMixin');
-
-/**
- * A pino mixin that adds `traceId` to a line written through a request's logger (or a child of it), after what
- * `prior` (the logger's own mixin, if any) adds. The id is read when the line is written: most requests write none.
- */
-function traceMixin(prior: MixinFn | undefined): MixinFn {
-  const mixin: MixinFn & { [TRACE_MIXIN]?: true } = (mergeObject, level, logger) => {
-    const out = (prior === undefined ? {} : prior(mergeObject, level, logger)) as Record<string, unknown>;
-    const t = (logger as TracedLogger)[TRACE];
-    if (t !== undefined) out['traceId'] = t.traceId;
-    return out;
-  };
-  mixin[TRACE_MIXIN] = true;
-  return mixin;
-}
-
-/** The trace of a new root that `roots` decides: its SDK span when kept, else the left-out root's word alone. */
+/** The trace of a new root that `roots` decides: its SDK span when kept, else the left-out root's trace id alone. */
 function newRoot(roots: RootSamplingTracer, name: string): RequestTrace {
   const word = roots.drawRoot();
+  const traceId = roots.traceIdFor(word);
   return roots.keeps(word)
-    ? RequestTrace.of(roots.keptRoot(name, { kind: SpanKind.SERVER }, roots.traceIdFor(word)), roots)
-    : RequestTrace.leftOut(roots, word);
+    ? RequestTrace.of(roots.keptRoot(name, { kind: SpanKind.SERVER }, traceId), roots)
+    : RequestTrace.leftOut(roots, traceId);
 }
 
 /** The spans of an app's requests (one per app; see the module comment). */
 export class RequestTraces {
-  /** The tracer that decides new roots itself, whose left-out roots a request holds as one number; else null. */
+  /** The tracer that decides new roots itself, whose left-out roots a request holds as a trace id; else null. */
   private readonly roots: RootSamplingTracer | null;
 
   constructor(private readonly tracer: Tracer) {
     this.roots = tracer instanceof RootSamplingTracer && tracer.decidesRoots ? tracer : null;
-  }
-
-  /**
-   * Make every line written through a request's logger carry the request's trace id (`traceId`, beside `requestId`):
-   * `traceMixin` becomes `logger`'s mixin (once per logger; through `pino.symbols`, pino's documented door for
-   * integrations), and a line's id is read when it is written. `logger` is the one the app hands fastify, whose request
-   * loggers are its children; other lines through it are unchanged. Not `setBindings` on each request's logger (~1 µs
-   * per request), a custom `childLoggerFactory` (fastify then checks every request's logger, ~1 µs) or a child of
-   * `logger` for the app (a deeper prototype chain behind every logger call of a request, ~1 µs).
-   */
-  addTraceIds(logger: Logger): void {
-    const held = logger as unknown as TracedLogger;
-    const prior = held[symbols.mixinSym];
-    if (prior !== undefined && TRACE_MIXIN in prior) return;
-    held[symbols.mixinSym] = traceMixin(prior);
   }
 
   /** The span of `request`, or undefined when it has none (an untraced path). */
@@ -213,8 +176,13 @@ export class RequestTraces {
 
   /**
    * Start the trace of `request` (a child of the client's `traceparent`, else a new trace), unless its path is
-   * untraced, and hold it on the request's logger for `traceMixin`. A new root that `RootSamplingTracer` leaves out is
-   * only its sampling word until something asks for its ids (`RequestTrace.leftOut`).
+   * untraced, and add its trace id to the request logger's bindings (`traceId`, beside `requestId`), so every line about
+   * the request carries it (at the default level `info`, every request writes one). The id is appended to the bindings
+   * as pino serialized them (`pino.symbols.chindingsSym`, pino's documented door for integrations), the string pino's
+   * `setBindings` appends to: `setBindings` itself cost ~1 µs per request (it re-reads the logger's serializers and
+   * formatters), a pino mixin ~3 µs per line (it copies each line's fields), and a custom `childLoggerFactory` makes
+   * fastify check every request's logger (~1 µs). A new root that `RootSamplingTracer` leaves out is its trace id: its
+   * span and span id are made only if an engine needs its headers (`RequestTrace.leftOut`).
    */
   private start(request: FastifyRequest): RequestTrace | undefined {
     const raw = request.raw as TracedMessage;
@@ -226,7 +194,9 @@ export class RequestTraces {
         ? newRoot(this.roots, request.method)
         : RequestTrace.of(this.tracer.startSpan(request.method, { kind: SpanKind.SERVER }, parent), this.tracer);
     raw[TRACE] = t;
-    (request.log as TracedLogger)[TRACE] = t;
+    const log = request.log as BoundLogger;
+    // A hex id needs no JSON escaping. A logger that is not pino's has no such string, and gets no id.
+    if (typeof log[symbols.chindingsSym] === 'string') log[symbols.chindingsSym] += `,"traceId":"${t.traceId}"`;
     return t;
   }
 
@@ -235,7 +205,7 @@ export class RequestTraces {
    * the concurrency cap have spans too, and the route's log lines the trace id. Name and describe a recording span
    * after its route, and end it when the response closes unless a record owns it: with the response's status, or 499
    * when the client left before the response was written (as the generation routes record it; Node's `statusCode`
-   * would still say 200). A new root left out (most of them at a low ratio) costs a random word and two stores.
+   * would still say 200). A new root left out (most of them at a low ratio) costs a random word, its trace id and the binding.
    */
   install(app: FastifyInstance): void {
     app.addHook('onRequest', (request, reply, done) => {

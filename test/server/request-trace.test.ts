@@ -8,7 +8,7 @@ import { connect } from 'node:net';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
 import { SpanStatusCode } from '@opentelemetry/api';
-import { pino, symbols } from 'pino';
+import { pino } from 'pino';
 import {
   InMemorySpanExporter,
   ParentBasedSampler,
@@ -178,7 +178,7 @@ test('an unsampled request: headers only to a vLLM group (flags 00); its log lin
   }
 });
 
-test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, vLLM headers and export agree', async () => {
+test('new roots at 1/2: a left-out one gets a span only when an engine asks; log lines, vLLM headers and export agree', async () => {
   const { exporter, ids, bound, tracer } = rootSampling(0.5);
   let traceIdsMade = 0;
   let spanIdsMade = 0;
@@ -186,10 +186,9 @@ test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, 
   const generateSpanId = ids.generateSpanId.bind(ids);
   ids.traceIdWithWord = (word) => (traceIdsMade++, traceIdWithWord(word));
   ids.generateSpanId = () => (spanIdsMade++, generateSpanId());
-  // TokenSpeed at `warn`: no line, no headers, so nothing asks for a left-out root's ids. At `info`: each request's
-  // `request finished` line asks for its trace id, not its span. vLLM at `debug`: lines and headers, one trace id.
+  // TokenSpeed at `info`: each request's `request finished` line carries its trace id, and nothing asks for a left-out
+  // root's span. vLLM at `debug`: lines, and headers that need a span id.
   const cases = [
-    { engine: 'tokenspeed', level: 'warn' },
     { engine: 'tokenspeed', level: 'info' },
     { engine: 'vllm', level: 'debug' },
   ] as const;
@@ -231,9 +230,8 @@ test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, 
       assert.ok(keptIds.size >= 10 && keptIds.size <= 50, `${keptIds.size} of 60 kept`);
       for (const id of keptIds) assert.ok(traceIdWord(id) < bound, id);
       const leftOut = 60 - keptIds.size;
-      assert.equal(traceIdsMade, keptIds.size + (level === 'warn' ? 0 : leftOut), `${engine} at ${level}: trace ids`);
+      assert.equal(traceIdsMade, 60, `${engine} at ${level}: a trace id per request`);
       assert.equal(spanIdsMade, spans.length + (engine === 'vllm' ? leftOut : 0), `${engine} at ${level}: span ids`);
-      if (level === 'warn') continue;
       const traceIds = new Set<string>();
       for (const id of requestIds) {
         const lines = records.filter((r) => r['requestId'] === id);
@@ -258,40 +256,39 @@ test('new roots at 1/2: a left-out one gets its ids only when asked; log lines, 
   }
 });
 
-test("trace ids join a logger's own mixin; two apps on one logger add them once", async () => {
+test("the trace id joins a logger's own bindings and mixin", async () => {
   const { tracer } = tracing();
   const lines: Array<Record<string, unknown>> = [];
   const logger = pino(
     { level: 'debug', mixin: () => ({ role: 'front' }) },
     { write: (line: string) => void lines.push(JSON.parse(line) as Record<string, unknown>) },
-  );
+  ).child({ component: 'http' });
   const backend = new FakeBackend({ ranks: [0] });
   backend.onSubmit = (s) => s.stream.pushAll([9707], 'length');
-  const first = await makeApp({ backend, tracer, logger });
-  const mixin = (logger as unknown as Record<symbol, unknown>)[symbols.mixinSym];
-  const second = await makeApp({ backend, tracer, logger });
+  const { app } = await makeApp({ backend, tracer, logger });
   try {
-    assert.equal((logger as unknown as Record<symbol, unknown>)[symbols.mixinSym], mixin, 'not wrapped twice');
-    for (const [i, { app }] of [first, second].entries()) {
-      const traceId = `${i}af7651916cd43dd8448eb211c80319c`;
-      const res = await app.inject({
-        method: 'POST',
-        url: '/v1/completions',
-        headers: { traceparent: `00-${traceId}-b7ad6b7169203331-01`, 'x-request-id': `joined-${i}` },
-        payload: { prompt: 'hello', max_tokens: 1 },
-      });
-      assert.equal(res.statusCode, 200);
-      const own = lines.filter((l) => l['requestId'] === `joined-${i}`);
-      assert.ok(own.length > 0, JSON.stringify(lines));
-      for (const line of own)
-        assert.deepEqual([line['traceId'], line['role']], [traceId, 'front'], JSON.stringify(line));
-    }
-    // Lines not about a request keep the logger's own mixin and get no trace id.
+    const traceId = '0af7651916cd43dd8448eb211c80319c';
+    const headers = { traceparent: `00-${traceId}-b7ad6b7169203331-01`, 'x-request-id': 'joined' };
+    const res = await app.inject({
+      method: 'POST',
+      url: '/v1/completions',
+      headers,
+      payload: { prompt: 'hello', max_tokens: 1 },
+    });
+    assert.equal(res.statusCode, 200);
+    const own = lines.filter((l) => l['requestId'] === 'joined');
+    assert.ok(own.length >= 2, JSON.stringify(lines)); // the submit (debug) and `request finished` lines
+    for (const line of own)
+      assert.deepEqual(
+        [line['traceId'], line['role'], line['component']],
+        [traceId, 'front', 'http'],
+        JSON.stringify(line),
+      );
+    // Lines not about a request keep the logger's own fields and get no trace id.
     logger.info('plain');
     assert.deepEqual([lines.at(-1)!['role'], 'traceId' in lines.at(-1)!], ['front', false]);
   } finally {
-    await first.app.close();
-    await second.app.close();
+    await app.close();
   }
 });
 
