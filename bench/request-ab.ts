@@ -7,11 +7,12 @@
  *
  * Shape: `--base` is checked out in a temporary git worktree (node_modules linked to this tree's); this tree's app
  * and the base's, each built by its own tree's test helper (test/server/helpers.ts `makeApp` over
- * test/server/fake-backend.ts, tracing off, a pino logger at `warn` writing nowhere), answer a one-token completion
- * through `inject` in alternating blocks (bench/inject-ab.ts): what differs is the gateway's code on the request path,
- * without the socket and the engine wire. `--control` runs two apps of each tree: the spread of identical arms (one
- * extra app of one tree alone would skew the figures, its code running more often than the other tree's). Prints µs per request, the paired difference and the paired ratio to the base with the range of its chunk
- * medians. The worktree is removed at the end. A diagnostic: nothing is written.
+ * test/server/fake-backend.ts, tracing off, a pino logger at `info`, the gateway's default, writing nowhere), answer
+ * a one-token completion through `inject` in alternating blocks (bench/inject-ab.ts): what differs is the gateway's
+ * code on the request path, without the socket and the engine wire. `--control` runs two apps of each tree: the
+ * spread of identical arms (one extra app of one tree alone would skew the figures, its code running more often than
+ * the other tree's). Prints µs per request, the paired difference and the paired ratio to the base with the range of
+ * its chunk medians. The worktree is removed at the end. A diagnostic: nothing is written.
  *
  * Usage: `npm run bench:request-ab -- --base COMMIT [--rounds N (3000)] [--block N (30)] [--control]`. The base
  * needs the test helpers' shape (`makeApp({ backend, logger })`, `FakeBackend.onSubmit`), as every commit since
@@ -24,7 +25,7 @@ import { tmpdir } from 'node:os';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { pino } from 'pino';
-import { alternate, benchCli, ONE_TOKEN, pairedTable, type InjectArm } from './inject-ab.js';
+import { alternate, answerOneToken, benchCli, pairedTable, type InjectArm } from './inject-ab.js';
 
 const USAGE = `npm run bench:request-ab -- --base COMMIT [options]
   --base COMMIT  the commit to compare this tree with (any name git knows: a hash, a tag, HEAD~3)
@@ -73,8 +74,8 @@ async function armOf(name: string, root: string): Promise<InjectArm> {
   }
   const [{ FakeBackend }, { makeApp }] = modules;
   const backend = new FakeBackend({ ranks: [0, 1] });
-  backend.onSubmit = ONE_TOKEN;
-  const { app } = await makeApp({ backend, logger: pino({ level: 'warn' }, { write() {} }) });
+  answerOneToken(backend);
+  const { app } = await makeApp({ backend, logger: pino({ level: 'info' }, { write() {} }) });
   return { name, app, samples: [] };
 }
 

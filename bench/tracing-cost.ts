@@ -6,7 +6,8 @@
  * by ±20 % on a shared 2-core machine).
  *
  * Shape: in one process, apps answer the same one-token completion through fastify's `inject`, in alternating blocks
- * (bench/inject-ab.ts; a pino logger at `warn` writing nowhere), spans posted over OTLP/protobuf to a sink in a child
+ * (bench/inject-ab.ts; a pino logger at `info`, the gateway's default, writing nowhere: each request's `request
+ * finished` line is made, with its trace id when tracing is on), spans posted over OTLP/protobuf to a sink in a child
  * process by the gateway's own startTracing (`parentbased_traceidratio`). Two phases, each a tracing arm against its
  * own tracing-off app (two arms: with more, two identical apps came out up to 1.3 % apart):
  * - `left out`: ratio 0, every request's new root left out: the cost of an unsampled request, U;
@@ -33,7 +34,7 @@ import { makeApp } from '../test/server/helpers.js';
 import { freePort } from '../test/helpers/net.js';
 import {
   CHUNKS,
-  ONE_TOKEN,
+  answerOneToken,
   alternate,
   benchCli,
   chunkMedians,
@@ -88,8 +89,8 @@ interface Arm extends InjectArm {
 
 async function makeArm(name: string, tracing: Tracing | null): Promise<Arm> {
   const backend = new FakeBackend({ ranks: [0, 1] });
-  backend.onSubmit = ONE_TOKEN;
-  const logger = pino({ level: 'warn' }, { write() {} });
+  answerOneToken(backend);
+  const logger = pino({ level: 'info' }, { write() {} });
   const { app } = await makeApp({ backend, logger, ...(tracing !== null ? { tracer: tracing.tracer } : {}) });
   // Only an arm that samples has spans to export: an empty flush would count its own promise work as the arm's.
   const exports = tracing !== null && tracing.settings.ratio > 0;

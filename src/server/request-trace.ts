@@ -180,7 +180,7 @@ export class RequestTraces {
    * the request carries it (at the default level `info`, every request writes one). The id is appended to the bindings
    * as pino serialized them (`pino.symbols.chindingsSym`, pino's documented door for integrations), the string pino's
    * `setBindings` appends to: `setBindings` itself cost ~1 µs per request (it re-reads the logger's serializers and
-   * formatters), a pino mixin ~3 µs per line (it copies each line's fields), and a custom `childLoggerFactory` makes
+   * formatters), a pino mixin would run for every line of every logger, and a custom `childLoggerFactory` makes
    * fastify check every request's logger (~1 µs). A new root that `RootSamplingTracer` leaves out is its trace id: its
    * span and span id are made only if an engine needs its headers (`RequestTrace.leftOut`).
    */
