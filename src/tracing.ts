@@ -55,9 +55,6 @@ export function contextOf(carrier: object | null | undefined): Context {
  */
 const ID_POOL_HEX_DIGITS = 16_384;
 
-/** Random 32-bit words the word pool holds at once (`PooledIdGenerator.drawWord`): one per new root. */
-const WORD_POOL_SIZE = 1024;
-
 /**
  * Trace and span ids (W3C Trace Context 3.2.2.3-4: 32 and 16 lower-case hex digits, not all zero) cut from a pool of
  * random hex, refilled from `crypto.randomFillSync` every `ID_POOL_HEX_DIGITS`. The SDK's default generator writes
@@ -65,16 +62,11 @@ const WORD_POOL_SIZE = 1024;
  * gateway's profile, against ~0.1 µs here. The ids are also cryptographically random, which the default's are not.
  * An id is a slice of the pool's string, so a pool stays alive while an id cut from it does (16 KB each; the sampled spans
  * waiting for export, at most `OTEL_BSP_MAX_QUEUE_SIZE`, hold a few).
- *
- * A new root's trace id can be drawn in two steps (`drawWord`, then `traceIdWithWord`): its sampling word first, the
- * id itself only if it is ever needed. Drawn so, an id is as uniformly random as one drawn at once.
  */
 export class PooledIdGenerator {
   private pool = '';
   private at = 0;
   private reserved: string | null = null;
-  private readonly words = new Uint32Array(WORD_POOL_SIZE);
-  private wordAt = WORD_POOL_SIZE;
 
   /** A new trace id: 32 hex digits; the reserved one (`reserve`) when there is one, once. */
   generateTraceId(): string {
@@ -94,26 +86,7 @@ export class PooledIdGenerator {
     return this.take(16);
   }
 
-  /** A uniformly random 32-bit word (0 .. 2^32 − 1), from crypto. */
-  drawWord(): number {
-    if (this.wordAt === WORD_POOL_SIZE) {
-      randomFillSync(this.words);
-      this.wordAt = 0;
-    }
-    return this.words[this.wordAt++]!;
-  }
-
-  /**
-   * A new trace id whose `traceIdWord` is `word` (a 32-bit word): 24 random digits, then the 8 that make the XOR of the
-   * four words `word`. For a uniformly random `word`, the id is uniformly random.
-   */
-  traceIdWithWord(word: number): string {
-    const head = this.take(24); // never all zeros, so neither is the id
-    const last = (word ^ hexWord(head, 0) ^ hexWord(head, 8) ^ hexWord(head, 16)) >>> 0;
-    return head + last.toString(16).padStart(8, '0');
-  }
-
-  private take(digits: 16 | 24 | 32): string {
+  private take(digits: 16 | 32): string {
     for (;;) {
       if (this.at + digits > this.pool.length) {
         this.pool = randomFillSync(Buffer.allocUnsafe(ID_POOL_HEX_DIGITS / 2)).toString('hex');
@@ -124,7 +97,7 @@ export class PooledIdGenerator {
     }
   }
 }
-const ZEROS = { 16: '0'.repeat(16), 24: '0'.repeat(24), 32: '0'.repeat(32) } as const;
+const ZEROS = { 16: '0'.repeat(16), 32: '0'.repeat(32) } as const;
 
 /**
  * A tracer that decides the sampling of a new trace before any span exists, and makes the root spans it leaves out
@@ -135,10 +108,9 @@ const ZEROS = { 16: '0'.repeat(16), 24: '0'.repeat(24), 32: '0'.repeat(32) } as 
  * several times its loop figure.
  *
  * The decision is the SDK's for a root span (`TraceIdRatioBasedSampler`, also the root of a parent-based sampler):
- * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`). It is made on that word
- * alone, drawn first (`drawRoot`); the trace id is made with that word when it is needed (`traceIdFor`), and the
- * span after it (`leftOutRoot`, `keptRoot`). So a request can hold a left-out root as its trace id alone, its span
- * made only when an engine asks for its headers (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
+ * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`), made on a new trace id
+ * (`newTraceId`, `keeps`) before its span (`leftOutRoot`, `keptRoot`). So a request can hold a left-out root as its
+ * trace id alone, its span made only when an engine asks for its headers (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
  * so the SDK's sampler, asked again, keeps it too. Every span with a context other than the empty root one (a parent,
  * suppressed tracing) is the SDK's, and so is every span when every root is kept (`decidesRoots` false).
  * `startActiveSpan` is the SDK's.
@@ -156,19 +128,14 @@ export class RootSamplingTracer implements Tracer {
     this.decidesRoots = upperBound < KEEP_ALL;
   }
 
-  /** The sampling word of a new root (a random 32-bit word); it is kept when `keeps(word)`. */
-  drawRoot(): number {
-    return this.ids.drawWord();
+  /** A new root's trace id: 32 random hex digits; the root is sampled when `keeps(traceId)`. */
+  newTraceId(): string {
+    return this.ids.generateTraceId();
   }
 
-  /** Whether a root whose trace id has sampling word `word` is sampled. */
-  keeps(word: number): boolean {
-    return word < this.upperBound;
-  }
-
-  /** A new trace id whose sampling word is `word`. */
-  traceIdFor(word: number): string {
-    return this.ids.traceIdWithWord(word);
+  /** Whether a root with trace id `traceId` is sampled: its `traceIdWord` is below the bound. */
+  keeps(traceId: string): boolean {
+    return traceIdWord(traceId) < this.upperBound;
   }
 
   /** The root span of `traceId` when left out (its word not kept): non-recording, flags 00, a new span id. */
@@ -189,9 +156,8 @@ export class RootSamplingTracer implements Tracer {
   startSpan(name: string, options: SpanOptions = {}, context: Context = activeContext.active()): Span {
     if (context !== ROOT_CONTEXT || options.root === true || !this.decidesRoots)
       return this.sdk.startSpan(name, options, context);
-    const word = this.drawRoot();
-    const traceId = this.traceIdFor(word);
-    return this.keeps(word) ? this.keptRoot(name, options, traceId) : this.leftOutRoot(traceId);
+    const traceId = this.newTraceId();
+    return this.keeps(traceId) ? this.keptRoot(name, options, traceId) : this.leftOutRoot(traceId);
   }
 
   startActiveSpan: Tracer['startActiveSpan'] = ((...args: unknown[]) =>

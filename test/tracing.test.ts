@@ -162,28 +162,6 @@ test('PooledIdGenerator: W3C ids (32 and 16 lower-case hex digits), distinct acr
   assert.equal(seen.size, 4000);
 });
 
-test('PooledIdGenerator.traceIdWithWord: a valid trace id whose sampling word is the one asked for', () => {
-  const ids = new PooledIdGenerator();
-  const words = [0, 1, 0x7fffffff, 0x80000000, 0xfffffffe, 0xffffffff];
-  for (let i = 0; i < 2000; i++) words.push(ids.drawWord());
-  const seen = new Set<string>();
-  for (const word of words) {
-    assert.ok(Number.isInteger(word) && word >= 0 && word < 2 ** 32, `${word}`);
-    const id = ids.traceIdWithWord(word);
-    assert.match(id, /^[0-9a-f]{32}$/);
-    assert.notEqual(id, '0'.repeat(32));
-    assert.equal(traceIdWord(id), word, id);
-    seen.add(id);
-  }
-  assert.equal(seen.size, words.length, 'every id new');
-  // The drawn words are spread over the 32 bits: each top bit set in about half of 2000 draws.
-  const drawn = words.slice(6);
-  for (const bit of [31, 16, 0]) {
-    const set = drawn.filter((w) => (w >>> bit) & 1).length;
-    assert.ok(set > 850 && set < 1150, `bit ${bit} set in ${set} of 2000`);
-  }
-});
-
 test("rootUpperBound + traceIdWord decide a root as the SDK's samplers do, for every sampler and edge ratios", () => {
   const ids = new PooledIdGenerator();
   // Random ids, and ids whose words XOR to the extremes (0, 2^32 − 1) and to one either side of a ratio's bound.

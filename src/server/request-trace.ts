@@ -57,7 +57,7 @@ export class RequestTrace {
     return new RequestTrace(span, tracer, null, null);
   }
 
-  /** The trace of a new root `roots` left out, under `traceId` (`roots.traceIdFor` a word it does not keep). */
+  /** The trace of a new root `roots` left out, under `traceId` (`roots.newTraceId`, not kept). */
   static leftOut(roots: RootSamplingTracer, traceId: string): RequestTrace {
     return new RequestTrace(null, roots, roots, traceId);
   }
@@ -153,9 +153,8 @@ interface BoundLogger {
 
 /** The trace of a new root that `roots` decides: its SDK span when kept, else the left-out root's trace id alone. */
 function newRoot(roots: RootSamplingTracer, name: string): RequestTrace {
-  const word = roots.drawRoot();
-  const traceId = roots.traceIdFor(word);
-  return roots.keeps(word)
+  const traceId = roots.newTraceId();
+  return roots.keeps(traceId)
     ? RequestTrace.of(roots.keptRoot(name, { kind: SpanKind.SERVER }, traceId), roots)
     : RequestTrace.leftOut(roots, traceId);
 }
