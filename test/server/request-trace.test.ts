@@ -7,8 +7,8 @@ import { once } from 'node:events';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import assert from 'node:assert/strict';
-import { SpanStatusCode } from '@opentelemetry/api';
-import { pino } from 'pino';
+import { SpanStatusCode, type Tracer } from '@opentelemetry/api';
+import { pino, type Logger } from 'pino';
 import {
   InMemorySpanExporter,
   ParentBasedSampler,
@@ -33,6 +33,18 @@ function rootSampling(ratio: number) {
   });
   const bound = rootUpperBound('parentbased_traceidratio', ratio);
   return { exporter, ids, bound, tracer: new RootSamplingTracer(provider.getTracer('test'), bound, ids) };
+}
+
+/** An app over one fake rank of `engine` that answers one token, and the trace headers each submission carried. */
+async function oneRankApp(engine: 'tokenspeed' | 'vllm', tracer: Tracer, logger: Logger) {
+  const backend = new FakeBackend({ ranks: [0] });
+  const sent: Array<Record<string, string> | undefined> = [];
+  backend.onSubmit = (s) => {
+    sent.push(s.request.trace);
+    s.stream.pushAll([9707], 'length');
+  };
+  const groups = [{ worker: 'w', name: `${engine}-0`, engine, backend }];
+  return { app: (await makeApp({ backend, tracer, logger, groups })).app, sent };
 }
 
 function tracing() {
@@ -144,18 +156,7 @@ test('an unsampled request: headers only to a vLLM group (flags 00); its log lin
   for (const engine of ['tokenspeed', 'vllm'] as const) {
     const { exporter, tracer } = tracing();
     const { logger, records } = captureLogs('debug');
-    const backend = new FakeBackend({ ranks: [0] });
-    const sent: Array<Record<string, string> | undefined> = [];
-    backend.onSubmit = (s) => {
-      sent.push(s.request.trace);
-      s.stream.pushAll([9707], 'length');
-    };
-    const { app } = await makeApp({
-      backend,
-      tracer,
-      logger,
-      groups: [{ worker: 'w', name: `${engine}-0`, engine, backend }],
-    });
+    const { app, sent } = await oneRankApp(engine, tracer, logger);
     try {
       const res = await app.inject({
         method: 'POST',
@@ -191,25 +192,14 @@ test('new roots at 1/2: a left-out one gets a span only when an engine asks; log
   ] as const;
   for (const { engine, level } of cases) {
     const { logger, records } = captureLogs(level);
-    const backend = new FakeBackend({ ranks: [0] });
-    let sent: Array<Record<string, string> | undefined> = [];
-    backend.onSubmit = (s) => {
-      sent.push(s.request.trace);
-      s.stream.pushAll([9707], 'length');
-    };
-    const { app } = await makeApp({
-      backend,
-      tracer,
-      logger,
-      groups: [{ worker: 'w', name: `${engine}-0`, engine, backend }],
-    });
+    const { app, sent } = await oneRankApp(engine, tracer, logger);
     try {
       exporter.reset();
       spanIdsMade = 0;
       const requestIds = Array.from({ length: 60 }, (_, i) => `${engine}-${level}-${i}`);
       const headersOf = new Map<string, Array<Record<string, string> | undefined>>();
       for (const id of requestIds) {
-        sent = [];
+        sent.length = 0;
         const res = await app.inject({
           method: 'POST',
           url: '/v1/completions',
@@ -217,7 +207,7 @@ test('new roots at 1/2: a left-out one gets a span only when an engine asks; log
           payload: { prompt: 'hello', max_tokens: 1 },
         });
         assert.equal(res.statusCode, 200);
-        headersOf.set(id, sent);
+        headersOf.set(id, [...sent]);
       }
       const spans = exporter.getFinishedSpans();
       const keptIds = new Set(
