@@ -110,10 +110,10 @@ const ZEROS = { 16: '0'.repeat(16), 32: '0'.repeat(32) } as const;
  * The decision is the SDK's for a root span (`TraceIdRatioBasedSampler`, also the root of a parent-based sampler):
  * the XOR of the trace id's four 32-bit words below ratio × (2^32 − 1) (`rootUpperBound`), made on a new trace id
  * (`newTraceId`, `keeps`) before its span (`leftOutRoot`, `keptRoot`). So a request can hold a left-out root as its
- * trace id alone, its span made only when an engine asks for its headers (request-trace.ts). A root it keeps goes to the SDK's tracer with its trace id reserved in the id generator,
- * so the SDK's sampler, asked again, keeps it too. Every span with a context other than the empty root one (a parent,
- * suppressed tracing) is the SDK's, and so is every span when every root is kept (`decidesRoots` false).
- * `startActiveSpan` is the SDK's.
+ * trace id alone, its span made only when an engine asks for its headers (request-trace.ts). A root it keeps goes to
+ * the SDK's tracer with its trace id reserved in the id generator, so the SDK's sampler, asked again, keeps it too.
+ * Every span with a context other than the empty root one (a parent, suppressed tracing) is the SDK's, and so is every
+ * span when every root is kept (`decidesRoots` false). `startActiveSpan` is the SDK's.
  */
 export class RootSamplingTracer implements Tracer {
   /** Whether roots are decided here: false when every root is kept (the SDK makes them all). */
@@ -179,17 +179,12 @@ export function rootUpperBound(sampler: SamplerName, ratio: number): number {
 
 /** The word a trace-id ratio sampler compares (sdk-trace `TraceIdRatioBasedSampler`): the XOR of the id's four 8-digit words. */
 export function traceIdWord(traceId: string): number {
-  return (hexWord(traceId, 0) ^ hexWord(traceId, 8) ^ hexWord(traceId, 16) ^ hexWord(traceId, 24)) >>> 0;
-}
-
-/** The 32-bit word of the 8 lower-case hex digits of `hex` from `at`. */
-function hexWord(hex: string, at: number): number {
   let word = 0;
-  for (let i = at; i < at + 8; i++) {
-    const c = hex.charCodeAt(i); // 0-9 are 48-57, a-f 97-102
-    word = (word << 4) | (c < 58 ? c - 48 : c - 87);
+  for (let i = 0; i < 32; i++) {
+    const c = traceId.charCodeAt(i); // a lower-case hex digit: 0-9 are 48-57, a-f 97-102
+    word ^= (c < 58 ? c - 48 : c - 87) << (28 - 4 * (i % 8)); // its 4 bits in place in its 32-bit word
   }
-  return word;
+  return word >>> 0;
 }
 
 /** The W3C headers that make `span` the parent of a span in another process (an engine's, the router's). */

@@ -204,7 +204,7 @@ export class RequestTraces {
    * the concurrency cap have spans too, and the route's log lines the trace id. Name and describe a recording span
    * after its route, and end it when the response closes unless a record owns it: with the response's status, or 499
    * when the client left before the response was written (as the generation routes record it; Node's `statusCode`
-   * would still say 200). A new root left out (most of them at a low ratio) costs a random word, its trace id and the binding.
+   * would still say 200). A new root left out (most of them at a low ratio) costs its trace id and the log binding.
    */
   install(app: FastifyInstance): void {
     app.addHook('onRequest', (request, reply, done) => {
