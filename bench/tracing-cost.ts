@@ -16,14 +16,14 @@
  *   would drop it): a batch of 100 spans per block (a request span and its `tokenize` child; this app has no engine
  *   client to add `queue` and `route`), what a gateway at 1 % exporting every 5 s sends at ~1000 requests/s. The cost
  *   of a sampled request, S.
- * It prints both pairs and the cost at ratio R, (1 − R) × U + R × S, overall and per chunk of rounds. An arm at R itself
- * cannot show it: at 1 % most of its blocks hold no sampled request, so the median drops the sampled ones, and an
- * export per block would post a span or two at a time, far smaller batches than a loaded gateway's. `--control` adds
- * a phase of two tracing-off apps. A diagnostic: nothing is written.
+ * It prints both pairs and the cost at ratio R, (1 − R) × U + R × S, overall and per chunk of rounds. An arm at R
+ * itself cannot show it: at 1 % most of its blocks hold no sampled request, so the median drops the sampled ones, and
+ * an export per block would post a span or two at a time, far smaller batches than a loaded gateway's. `--control`
+ * adds a phase of two tracing-off apps. A diagnostic: nothing is written.
  *
- * Usage: `npm run bench:tracing-cost -- [--rounds N (2500)] [--block N (50)] [--ratio R (0.01)] [--control]`. Small blocks keep
- * each round's arms close in time: 2500 rounds of 50 put two identical arms 0.4 µs apart here, where 150 rounds of 200
- * moved by several µs.
+ * Usage: `npm run bench:tracing-cost -- [--rounds N (2500)] [--block N (50)] [--ratio R (0.01)] [--control]`. Small
+ * blocks keep each round's arms close in time: 2500 rounds of 50 put two identical arms 0.3–0.5 µs apart here, where
+ * 150 rounds of 200 moved by several µs.
  */
 import { spawn } from 'node:child_process';
 import { once } from 'node:events';
