@@ -92,22 +92,28 @@ describe('LoRA adapters over simulated vLLM ranks', () => {
   });
 
   test('the ranks run the request with its adapter: their stats name it while it runs', TIMEOUT, async () => {
-    const stream = await openai.completions.create({ model: 'sql', prompt: 'count', max_tokens: 300, stream: true });
-    const it = stream[Symbol.asyncIterator]();
-    await it.next();
-    let line = '';
-    await waitFor(
-      async () => {
-        const text = await (await fetch(`${gateway.url}/metrics`)).text();
-        line = text.split('\n').find((l) => l.startsWith('vllm:lora_requests_info{')) ?? '';
-        return /running_lora_adapters="sql"/.test(line);
-      },
-      'the ranks report adapter sql running',
-      20_000,
-      () => line,
-    );
-    assert.match(line, /max_lora="2"/);
-    stream.controller.abort();
+    // A request that cannot finish during the test (ignore_eos, 20 000 tokens): a simulated answer otherwise stops
+    // after 30–70 tokens, and on a loaded machine it ended before a scrape saw it running (the stats then name none).
+    const body = { model: 'sql', prompt: 'count', max_tokens: 20_000, stream: true, ignore_eos: true } as const;
+    const stream = await openai.completions.create(body as OpenAI.CompletionCreateParamsStreaming);
+    try {
+      const it = stream[Symbol.asyncIterator]();
+      await it.next();
+      let line = '';
+      await waitFor(
+        async () => {
+          const text = await (await fetch(`${gateway.url}/metrics`)).text();
+          line = text.split('\n').find((l) => l.startsWith('vllm:lora_requests_info{')) ?? '';
+          return /running_lora_adapters="sql"/.test(line);
+        },
+        'the ranks report adapter sql running',
+        20_000,
+        () => line,
+      );
+      assert.match(line, /max_lora="2"/);
+    } finally {
+      stream.controller.abort();
+    }
   });
 
   test("load and unload at run time, with vLLM's answers for the ways they fail", TIMEOUT, async () => {
