@@ -63,6 +63,8 @@ const { values, rounds, block } = benchCli(
   },
 );
 const ratio = String(values['ratio']);
+/** Fewer rounds than this give figures within the machine's noise (see the module comment). */
+const FEW_ROUNDS = 500;
 
 /** An OTLP sink in a child process: its CPU is not the gateway's. */
 async function startSink(): Promise<{ url: string; stop: () => void }> {
@@ -144,5 +146,10 @@ const chunks = spread(chunkMedians(unsampled!).map((u, c) => (1 - r) * u + r * s
 const [u, s] = [spread(unsampled!).median, spread(sampled!).median];
 console.log(
   `\nAt ratio ${ratio}: (1 − ${ratio}) × ${u.toFixed(2)} + ${ratio} × ${s.toFixed(1)} = ${((1 - r) * u + r * s).toFixed(2)} µs per request` +
-    (chunks.values.length > 0 ? ` (its ${CHUNKS} chunks: ${chunks.min.toFixed(2)}–${chunks.max.toFixed(2)})` : ''),
+    (chunks.values.length > 0
+      ? ` (its ${CHUNKS} chunk medians: ${chunks.min.toFixed(2)}–${chunks.max.toFixed(2)} µs)`
+      : ''),
 );
+// A pair's figure needs many rounds on a shared machine: at 150 rounds two identical apps moved by several µs.
+if (rounds < FEW_ROUNDS)
+  console.log(`Only ${rounds} rounds: these figures are noise here; the default (2500) resolves about 0.5 µs.`);
