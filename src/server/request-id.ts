@@ -10,9 +10,9 @@
  * second time (`ü`, c3 bc, as c3 83 c2 bc). Handed bytes instead, Node writes the header block apart, in latin1:
  * `headerSafeBody`, which copies a body only for an id with such a byte.
  */
-import { randomUUID } from 'node:crypto';
 import type { IncomingHttpHeaders, IncomingMessage } from 'node:http';
 import type { FastifyReply, FastifyRequest } from 'fastify';
+import { randomHexId } from './random-id.js';
 
 /** The header carrying the client's id. */
 export const REQUEST_ID_HEADER = 'x-request-id';
@@ -30,7 +30,7 @@ export const LOGGED_REQUEST_ID_CHARS = 256;
  */
 export function logRequestId(raw: IncomingMessage): string {
   const header = clientRequestId(raw.headers);
-  if (header === null) return randomUUID().replaceAll('-', '');
+  if (header === null) return randomHexId();
   // Node holds the header one char per byte: the bytes read as UTF-8 (what a client sends) for the log.
   const id = hasHighBytes(header) ? Buffer.from(header, 'latin1').toString('utf8') : header;
   return id.length <= LOGGED_REQUEST_ID_CHARS ? id : `${id.slice(0, LOGGED_REQUEST_ID_CHARS)}…`;

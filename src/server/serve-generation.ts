@@ -5,7 +5,7 @@
  * chunks or collect a full response; with disconnect detection on the HTTP/1.1 connection in every phase
  * (gateway.md 13; disconnect.ts).
  */
-import { randomUUID } from 'node:crypto';
+import { randomHexId } from './random-id.js';
 import type { FastifyReply, FastifyRequest } from 'fastify';
 import type { GenerateRequest, LoraTarget, SamplingOptions } from '../protocols/types.js';
 import { createDetokenizer } from '../tokenizer/detokenizer.js';
@@ -145,7 +145,7 @@ function tokensNeeded(body: CommonBodyT, promptTokens: number): number {
 
 /** Mint an id that is both the response id and the engine request id (never a client-supplied id, gateway.md 13). */
 export function mintRequestId(prefix: string): string {
-  return `${prefix}${randomUUID().replaceAll('-', '')}`;
+  return `${prefix}${randomHexId()}`;
 }
 
 /** A prepared prompt: its token ids, the parsers of each choice, and a constraint the prompt side adds. */

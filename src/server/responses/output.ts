@@ -26,7 +26,7 @@
  * they agree. With `store`, the finished response is kept for `previous_response_id`, `item_reference` and
  * `GET /v1/responses/{id}` (responses/store.ts).
  */
-import { randomUUID } from 'node:crypto';
+import { randomHexId } from '../random-id.js';
 import type { ChoiceDelta, ChoiceResult } from '../choice-output.js';
 import type { ApiError } from '../errors.js';
 import type { Usage } from '../generation.js';
@@ -46,8 +46,6 @@ export interface ResponsesRequestInfo {
   /** Request fields echoed in the response object (`instructions`, `tools`, `tool_choice`, `text`, ...). */
   echo: Record<string, unknown>;
 }
-
-const hex = () => randomUUID().replaceAll('-', '');
 
 /**
  * Responses usage from the chat usage: `input_tokens`, `output_tokens`, details (cached: the engine's prefix-cache hit,
@@ -89,14 +87,20 @@ class OutputItems {
 
   openReasoning(): { item: Item; opened: boolean } {
     if (this.reasoning !== null) return { item: this.reasoning, opened: false };
-    this.reasoning = { type: 'reasoning', id: `rs_${hex()}`, summary: [], content: [], status: 'in_progress' };
+    this.reasoning = { type: 'reasoning', id: `rs_${randomHexId()}`, summary: [], content: [], status: 'in_progress' };
     this.items.push(this.reasoning);
     return { item: this.reasoning, opened: true };
   }
 
   openMessage(): { item: Item; opened: boolean } {
     if (this.message !== null) return { item: this.message, opened: false };
-    this.message = { type: 'message', id: `msg_${hex()}`, status: 'in_progress', role: 'assistant', content: [] };
+    this.message = {
+      type: 'message',
+      id: `msg_${randomHexId()}`,
+      status: 'in_progress',
+      role: 'assistant',
+      content: [],
+    };
     this.items.push(this.message);
     return { item: this.message, opened: true };
   }
@@ -104,7 +108,7 @@ class OutputItems {
   openCall(index: number, callId: string, name: string): Item {
     const item: Item = {
       type: 'function_call',
-      id: `fc_${hex()}`,
+      id: `fc_${randomHexId()}`,
       call_id: callId,
       name,
       arguments: '',
@@ -173,7 +177,7 @@ class OutputItems {
     for (const tc of delta.toolCalls) {
       let item = this.calls.get(tc.index);
       if (item === undefined) {
-        item = this.openCall(tc.index, tc.id ?? `call_${hex()}`, tc.function.name ?? '');
+        item = this.openCall(tc.index, tc.id ?? `call_${randomHexId()}`, tc.function.name ?? '');
         on.callOpened(item);
       }
       if (tc.function.arguments !== '') {
