@@ -4,7 +4,10 @@
  * (`max_tokens` 1) through fastify's `inject`: routing, hooks, the request's logger, validation, tokenization, the
  * route and its record, everything but the socket and the engine wire. The arms run in alternating blocks, the order
  * rotated each round, and CPU comes from `process.cpuUsage()` per block, so the machine's drift (its speed moves by up
- * to 2× within minutes here) hits every arm alike and cancels from their paired ratios.
+ * to 2× within minutes here) hits every arm alike and cancels from their paired ratios. `inject` itself keeps a
+ * third or more of each young-generation collection's new objects alive until the next (a bare fastify route, here;
+ * a plain async loop ~1 %), the gateway behind a socket ~4 %: code that allocates more per request looks costlier
+ * here than it is (docs/benchmarks.md, "The rig's collector is not the gateway's").
  */
 import type { FastifyInstance } from 'fastify';
 import { parseArgs, type ParseArgsConfig } from 'node:util';
