@@ -522,7 +522,7 @@ export class EngineClient extends EventEmitter<EngineClientEvents> {
     const error = this.scope.sendFailed(slot, what, err);
     if (retryable && this.g.registry.get(id) === entry) {
       this.g.logger.info(
-        { requestId: id, engineIndex: slot.index },
+        { engineRequestId: id, engineIndex: slot.index },
         'ADD reached no engine; placing the request on another ready rank',
       );
       return;

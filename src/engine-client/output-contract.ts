@@ -131,7 +131,7 @@ export class OutputContract {
     this.g.logger.warn(
       {
         engineIndex: owner,
-        requestId: entry.requestId,
+        engineRequestId: entry.requestId,
         maxTokens: limit,
         rowTokens: sent,
         kept: keep,
@@ -160,7 +160,7 @@ export class OutputContract {
     if (terminal) this.g.retire(entry);
     else this.scope.abandon(entry);
     this.g.logger.warn(
-      { engineIndex: owner, requestId: entry.requestId, tokenId, position: entry.tokens + at },
+      { engineIndex: owner, engineRequestId: entry.requestId, tokenId, position: entry.tokens + at },
       error.message,
     );
     entry.stream.fail(error);

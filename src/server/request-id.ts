@@ -33,7 +33,11 @@ export function logRequestId(raw: IncomingMessage): string {
   if (header === null) return randomHexId();
   // Node holds the header one char per byte: the bytes read as UTF-8 (what a client sends) for the log.
   const id = hasHighBytes(header) ? Buffer.from(header, 'latin1').toString('utf8') : header;
-  return id.length <= LOGGED_REQUEST_ID_CHARS ? id : `${id.slice(0, LOGGED_REQUEST_ID_CHARS)}…`;
+  if (id.length <= LOGGED_REQUEST_ID_CHARS) return id;
+  // Not between the two halves of a surrogate pair: a lone one is valid JSON text that strict parsers refuse.
+  const high = id.charCodeAt(LOGGED_REQUEST_ID_CHARS - 1);
+  const cut = high >= 0xd800 && high <= 0xdbff ? LOGGED_REQUEST_ID_CHARS - 1 : LOGGED_REQUEST_ID_CHARS;
+  return `${id.slice(0, cut)}…`;
 }
 
 /** The client's id as Node parsed it (one char per byte), or null when absent or empty. */

@@ -45,7 +45,7 @@ export async function respondStreamed(
     a.backpressure,
     (bufferedBytes) =>
       record.facts.request.log.debug(
-        { requestId, bufferedBytes },
+        { responseId: requestId, bufferedBytes },
         'client is not keeping up: stream paused at the buffer bound',
       ),
     { pause: () => run?.pause(), resume: () => run?.resume(), stalled: (err) => run?.fail(err) },

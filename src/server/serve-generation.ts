@@ -401,6 +401,9 @@ export async function serveGeneration(
   // Without a client id the request's log id (request-id.ts `logRequestId`) is its response id, after the prefix.
   const requestId = clientId === null ? `${shape.idPrefix}${request.id}` : mintRequestId(shape.idPrefix);
   const echoId = clientId ?? requestId;
+  // Set now, so an answer that fails from here on (a refused submit, an engine's fault) names the request too. A
+  // client's id is echoed by the app's onSend hook instead, as its bytes (request-id.ts).
+  if (clientId === null) reply.header(REQUEST_ID_HEADER, requestId);
   const trace = ctx.traces?.of(request) ?? null;
   const base: ResponseBase = {
     id: requestId,

@@ -84,7 +84,7 @@ test('max_tokens overrun: the client gets exactly max_tokens (finish length, log
   assert.equal(client.stats.unknownOutputs, 0, 'late rows of an issued id are not unknown');
   const warns = records.filter((r) => /past max_tokens/.test(r.msg));
   assert.equal(warns.length, 1, 'one warn line per request');
-  assert.equal(warns[0]!['requestId'], 'a');
+  assert.equal(warns[0]!['engineRequestId'], 'a');
   assert.equal(warns[0]!['engineIndex'], 1);
   await client.close();
 });

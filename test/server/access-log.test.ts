@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { connect } from 'node:net';
 import { test } from 'node:test';
 import { pino } from 'pino';
+import { EngineClientError } from '../../src/engine-client/errors.js';
 import { FakeBackend } from './fake-backend.js';
 import { listenApp, makeApp } from './helpers.js';
 
@@ -181,6 +182,48 @@ test('every line about a request names it: the client X-Request-Id (cut to 256 c
     await app.inject({ method: 'POST', url: '/v1/completions', headers: { 'x-request-id': long }, payload: {} });
     const refused = lines.find((l) => l.msg === 'request refused' && String(l.requestId).startsWith('xxx'))!;
     assert.equal(refused.requestId, `${'x'.repeat(256)}…`);
+    // A cut that would split a surrogate pair keeps the pair out whole.
+    const emoji = Buffer.from(`${'y'.repeat(255)}😀z`, 'utf8').toString('latin1');
+    await app.inject({ method: 'POST', url: '/v1/completions', headers: { 'x-request-id': emoji }, payload: {} });
+    const cutEmoji = lines.find((l) => l.msg === 'request refused' && String(l.requestId).startsWith('yyy'))!;
+    assert.equal(cutEmoji.requestId, `${'y'.repeat(255)}…`);
+  } finally {
+    await app.close();
+  }
+});
+
+test('without a client X-Request-Id a generation request answers it with its response id, when it fails too', async () => {
+  const backend = new FakeBackend({ ranks: [0] });
+  const { logger, lines } = recordingPino();
+  const { app } = await makeApp({ backend, logger });
+  const post = (stream: boolean) =>
+    app.inject({ method: 'POST', url: '/v1/completions', payload: { prompt: 'x', max_tokens: 2, stream } });
+  try {
+    // The engine fails the request after it was submitted (buffered and streamed), or refuses the submit.
+    backend.onSubmit = (s) => s.stream.fail(new EngineClientError('engine-dead', 'engine core dead'));
+    const failed = [await post(false), await post(true)];
+    backend.onSubmit = null;
+    backend.submitError = new EngineClientError('engine-dead', 'no rank alive');
+    const refused = await post(false);
+    backend.submitError = null;
+    backend.onSubmit = (s) => s.stream.pushAll([9707, 11], 'length');
+    const served = await post(false);
+    assert.deepEqual(
+      [...failed, refused, served].map((r) => r.statusCode),
+      [503, 200, 503, 200],
+    );
+    for (const [i, res] of [...failed, refused, served].entries()) {
+      const header = String(res.headers['x-request-id']);
+      assert.match(header, /^cmpl-[0-9a-f]{32}$/, `answer ${i}`);
+      // Its hex part is the requestId of the request's log lines; a record's line also names the header as responseId.
+      const about = lines.filter((l) => `cmpl-${String(l.requestId)}` === header);
+      assert.ok(about.length > 0, `answer ${i}: no log line about ${header}`);
+      for (const l of about) if (l.responseId !== undefined) assert.equal(l.responseId, header);
+    }
+    // A request refused before it had a response id (invalid) answers none.
+    const invalid = await app.inject({ method: 'POST', url: '/v1/completions', payload: { max_tokens: 'x' } });
+    assert.equal(invalid.statusCode, 400);
+    assert.equal(invalid.headers['x-request-id'], undefined);
   } finally {
     await app.close();
   }
