@@ -402,7 +402,7 @@ export async function serveGeneration(
   const requestId = clientId === null ? `${shape.idPrefix}${request.id}` : mintRequestId(shape.idPrefix);
   const echoId = clientId ?? requestId;
   // Set now, so an answer that fails from here on (a refused submit, an engine's fault) names the request too. A
-  // client's id is echoed by the app's onSend hook instead, as its bytes (request-id.ts).
+  // client's id goes out with the answer's headers, or on a failure through the app's onSend echo (request-id.ts).
   if (clientId === null) reply.header(REQUEST_ID_HEADER, requestId);
   const trace = ctx.traces?.of(request) ?? null;
   const base: ResponseBase = {
